@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: MIT
+# Thin wrapper over CMake (see CMakeLists.txt). The README's two commands:
+#   make demo   install missing packages, build, run the demo
+#   make test   install missing packages, build, run every test (ctest)
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+CTEST_JOBS ?= 2
+CMAKE_ARGS ?=
+
+.PHONY: all deps configure build test asan demo format format-check bench clean install
+
+all: build
+
+deps:
+	@deploy/install-deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(CMAKE_ARGS)
+
+configure: $(BUILD)/CMakeCache.txt
+
+build: deps configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
+
+asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DMT_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug $(CMAKE_ARGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 MT_SANITIZED=1 \
+	    ctest --output-on-failure -j $(CTEST_JOBS)
+
+demo: build
+	deploy/demo.sh $(BUILD)
+
+install: build
+	cmake --install $(BUILD)
+
+bench: build
+	@for b in bench/*.sh; do echo "== $$b"; bash $$b $(BUILD) || exit 1; done
+
+format:
+	@git ls-files '*.c' '*.h' | xargs -r clang-format -i
+
+format-check:
+	@bad=$$(git ls-files '*.c' '*.h' | xargs -r clang-format --dry-run --Werror 2>&1 | grep -c 'error:' || true); \
+	if [ "$$bad" != "0" ]; then \
+	    git ls-files '*.c' '*.h' | xargs -r clang-format --dry-run --Werror; exit 1; \
+	fi; echo "format-check: clean"
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)
