@@ -16,13 +16,14 @@
 
 typedef enum mt_log_level {
     MT_LOG_DEBUG = 0,
-    MT_LOG_INFO  = 1,
-    MT_LOG_WARN  = 2,
+    MT_LOG_INFO = 1,
+    MT_LOG_WARN = 2,
     MT_LOG_ERROR = 3,
-    MT_LOG_OFF   = 4,
+    MT_LOG_OFF = 4,
 } mt_log_level;
 
-/* Parse "debug" | "info" | "warn" | "error" | "off". MT_OK or MT_INVALID_ARGUMENT (err says why). */
+/* Parse "debug" | "info" | "warn" | "error" | "off". MT_OK or MT_INVALID_ARGUMENT (err says why).
+ */
 mt_code mt_log_level_parse(const char *name, mt_log_level *out, mt_err *err);
 
 /* Set the minimum level printed (default MT_LOG_INFO). Call from main() only. */

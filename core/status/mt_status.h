@@ -19,35 +19,41 @@
 #include <stddef.h>
 
 typedef enum mt_code {
-    MT_OK                  = 0,
-    MT_CANCELLED           = 1,
-    MT_UNKNOWN             = 2,
-    MT_INVALID_ARGUMENT    = 3,
-    MT_DEADLINE_EXCEEDED   = 4,
-    MT_NOT_FOUND           = 5,
-    MT_ALREADY_EXISTS      = 6,
-    MT_PERMISSION_DENIED   = 7,
-    MT_RESOURCE_EXHAUSTED  = 8,
+    MT_OK = 0,
+    MT_CANCELLED = 1,
+    MT_UNKNOWN = 2,
+    MT_INVALID_ARGUMENT = 3,
+    MT_DEADLINE_EXCEEDED = 4,
+    MT_NOT_FOUND = 5,
+    MT_ALREADY_EXISTS = 6,
+    MT_PERMISSION_DENIED = 7,
+    MT_RESOURCE_EXHAUSTED = 8,
     MT_FAILED_PRECONDITION = 9,
-    MT_ABORTED             = 10,
-    MT_OUT_OF_RANGE        = 11,
-    MT_UNIMPLEMENTED       = 12,
-    MT_INTERNAL            = 13,
-    MT_UNAVAILABLE         = 14,
-    MT_DATA_LOSS           = 15,
-    MT_UNAUTHENTICATED     = 16,
+    MT_ABORTED = 10,
+    MT_OUT_OF_RANGE = 11,
+    MT_UNIMPLEMENTED = 12,
+    MT_INTERNAL = 13,
+    MT_UNAVAILABLE = 14,
+    MT_DATA_LOSS = 15,
+    MT_UNAUTHENTICATED = 16,
 } mt_code;
 
-#define MT_CODE_MAX 16
+#define MT_CODE_MAX     16
 #define MT_ERR_MSG_SIZE 256
 
 /* Caller-owned error message. Zero-initialise (MT_ERR_INIT) or mt_err_clear() before use. */
 typedef struct mt_err {
-    mt_code code;               /* last code set; MT_OK when nothing failed */
-    char msg[MT_ERR_MSG_SIZE];  /* NUL-terminated human message, "" when none */
+    mt_code code;              /* last code set; MT_OK when nothing failed */
+    char msg[MT_ERR_MSG_SIZE]; /* NUL-terminated human message, "" when none */
 } mt_err;
 
-#define MT_ERR_INIT {MT_OK, {0}}
+#define MT_ERR_INIT                                                                                \
+    {                                                                                              \
+        MT_OK,                                                                                     \
+        {                                                                                          \
+            0                                                                                      \
+        }                                                                                          \
+    }
 
 /* "NOT_FOUND" for MT_NOT_FOUND; "UNKNOWN_CODE" for values outside the table. Static string. */
 const char *mt_code_name(mt_code code);
@@ -74,7 +80,8 @@ mt_code mt_err_set(mt_err *err, mt_code code, const char *fmt, ...)
 mt_code mt_err_vset(mt_err *err, mt_code code, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 
-/* Prefix the existing message with "prefix: " (keeps the code). Returns err->code (MT_OK if NULL). */
+/* Prefix the existing message with "prefix: " (keeps the code). Returns err->code (MT_OK if NULL).
+ */
 mt_code mt_err_prefix(mt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Reset to MT_OK and an empty message. NULL is a no-op. */

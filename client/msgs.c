@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * msgs.c — user messages and exit-code mapping of the CLI (contract in cli.h),
+ * in one place as curl's tool_msgs.c.
+ */
+#include "client/cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+mt_exit mt_cli_exit_from_code(mt_code code)
+{
+    switch (code) {
+    case MT_OK:
+        return MT_EXIT_OK;
+    case MT_UNAVAILABLE:
+    case MT_DEADLINE_EXCEEDED:
+        return MT_EXIT_UNREACHABLE;
+    case MT_INVALID_ARGUMENT:
+    case MT_NOT_FOUND:
+    case MT_ALREADY_EXISTS:
+    case MT_UNAUTHENTICATED:
+    case MT_PERMISSION_DENIED:
+    case MT_FAILED_PRECONDITION:
+    case MT_RESOURCE_EXHAUSTED:
+    case MT_UNIMPLEMENTED:
+    case MT_OUT_OF_RANGE:
+        return MT_EXIT_REJECTED;
+    default:
+        return MT_EXIT_FAILED;
+    }
+}
+
+mt_exit mt_cli_fail(const mt_err *err)
+{
+    fprintf(stderr, "meshtrain: %s: %s\n", mt_code_name(err->code), mt_err_msg(err));
+    return mt_cli_exit_from_code(err->code);
+}
+
+mt_exit mt_cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "meshtrain %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'meshtrain %s --help'.\n", cmd);
+    return MT_EXIT_USAGE;
+}
