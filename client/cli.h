@@ -17,11 +17,11 @@
 
 /* Process exit codes of `meshtrain` (documented in README.md). */
 typedef enum mt_exit {
-    MT_EXIT_OK          = 0, /* the operation succeeded */
-    MT_EXIT_FAILED      = 1, /* the operation failed (or the job failed / was cancelled) */
-    MT_EXIT_USAGE       = 2, /* bad command line */
+    MT_EXIT_OK = 0,          /* the operation succeeded */
+    MT_EXIT_FAILED = 1,      /* the operation failed (or the job failed / was cancelled) */
+    MT_EXIT_USAGE = 2,       /* bad command line */
     MT_EXIT_UNREACHABLE = 3, /* coordinator unreachable or timed out */
-    MT_EXIT_REJECTED    = 4, /* request rejected: invalid, not found, unauthenticated ... */
+    MT_EXIT_REJECTED = 4,    /* request rejected: invalid, not found, unauthenticated ... */
 } mt_exit;
 
 /* Global options, owned by main.c, borrowed by handlers for the call. */
@@ -33,7 +33,8 @@ typedef struct mt_cli_global {
 
 typedef int (*mt_cli_handler)(const mt_cli_global *g, int argc, char **argv);
 
-/* Map a status code to the exit code a script sees (UNAVAILABLE -> 3, INVALID_ARGUMENT -> 4 ...). */
+/* Map a status code to the exit code a script sees (UNAVAILABLE -> 3, INVALID_ARGUMENT -> 4 ...).
+ */
 mt_exit mt_cli_exit_from_code(mt_code code);
 
 /* Print "meshtrain: CODE_NAME: message" to stderr and return the mapped exit code. */

@@ -1,10 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* test_status.c — unit tests for core/status (mt_status.h). */
-#include <cmocka.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
+#include "mt_test.h"
+
 #include <string.h>
 
 #include "alloc/mt_alloc.h"
