@@ -111,7 +111,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[optind], commands[i].name) == 0) {
             char **sub = argv + optind;
             int subc = argc - optind;
-            optind = 1; /* the handler runs its own getopt over its arguments */
+            optind = 0; /* glibc: full getopt re-init, so handlers may permute their own args */
             return commands[i].handler(&g, subc, sub);
         }
     }
