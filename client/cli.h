@@ -47,5 +47,6 @@ mt_exit mt_cli_usage_error(const char *cmd, const char *fmt, ...)
 /* Subcommand handlers (client/cmd_<name>.c). */
 int cmd_workers(const mt_cli_global *g, int argc, char **argv);
 int cmd_train(const mt_cli_global *g, int argc, char **argv);
+int cmd_export(const mt_cli_global *g, int argc, char **argv);
 
 #endif
