@@ -240,6 +240,37 @@ static void test_ckpt_read_slice_any_layout(void **state)
     mt_mesh_free(mesh);
 }
 
+/* The strided-slice paths agree: file (span read + gather), file without memory for the
+ * span (one read per run) and memory image (one copy per run). */
+static void test_ckpt_read_slice_paths_agree(void **state)
+{
+    fixture *f = *state;
+    mt_ckpt *ck = NULL, *mk = NULL;
+    size_t len;
+    uint8_t *b;
+    int64_t off[2] = {2, 3}, ls[2] = {7, 4};
+    float a[28], c[28], d[28];
+
+    write_standard(f->path);
+    b = slurp(f->path, &len);
+    assert_int_equal(mt_ckpt_open(f->path, &ck, NULL), MT_OK);
+    assert_int_equal(mt_ckpt_open_mem(b, len, &mk, NULL), MT_OK);
+    assert_int_equal(mt_ckpt_read_slice(ck, "dense_1.kernel", off, ls, a, NULL), MT_OK);
+    mt_alloc_fail_after(0);
+    mt_code rc = mt_ckpt_read_slice(ck, "dense_1.kernel", off, ls, c, NULL);
+    mt_alloc_fail_reset();
+    assert_int_equal(rc, MT_OK);
+    assert_int_equal(mt_ckpt_read_slice(mk, "dense_1.kernel", off, ls, d, NULL), MT_OK);
+    for (int r = 0; r < 7; r++)
+        for (int k = 0; k < 4; k++)
+            assert_true(a[r * 4 + k] == k1[(r + 2) * K1_C + k + 3]);
+    assert_memory_equal(a, c, sizeof(a));
+    assert_memory_equal(a, d, sizeof(a));
+    mt_ckpt_close(ck);
+    mt_ckpt_close(mk);
+    free(b);
+}
+
 static void test_ckpt_scalar_and_empty_tensors(void **state)
 {
     fixture *f = *state;
@@ -785,12 +816,52 @@ static void test_ckpt_alloc_failure_no_leak(void **state)
     free(b);
 }
 
+static void test_ckpt_export_and_list_alloc_failure(void **state)
+{
+    fixture *f = *state;
+    char out[192];
+    mt_ckpt *ck = NULL;
+    long n;
+
+    write_standard(f->path);
+    snprintf(out, sizeof(out), "%s/m.safetensors", f->dir);
+    assert_int_equal(mt_ckpt_open(f->path, &ck, NULL), MT_OK);
+    for (n = 0;; n++) {
+        mt_alloc_fail_after(n);
+        mt_code rc = mt_ckpt_export_safetensors(ck, out, NULL);
+        mt_alloc_fail_reset();
+        if (rc == MT_OK)
+            break;
+        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+        assert_int_equal(count_files(f->dir), 1); /* no output, no temporary file */
+    }
+    assert_true(n >= 2);
+    mt_ckpt_close(ck);
+    for (n = 0;; n++) {
+        uint64_t *steps = NULL;
+        int cnt = -1;
+        mt_alloc_fail_after(n);
+        mt_code rc = mt_ckpt_list(f->dir, &steps, &cnt, NULL);
+        mt_alloc_fail_reset();
+        if (rc == MT_OK) {
+            assert_int_equal(cnt, 1);
+            assert_int_equal(steps[0], 7);
+            mt_free(steps);
+            break;
+        }
+        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+        assert_null(steps);
+    }
+    assert_true(n >= 1);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_ckpt_round_trip_and_metadata),
         T(test_ckpt_read_slice_any_layout),
+        T(test_ckpt_read_slice_paths_agree),
         T(test_ckpt_scalar_and_empty_tensors),
         T(test_ckpt_writer_errors),
         T(test_ckpt_commit_replaces_and_abort_leaves_old),
@@ -803,6 +874,7 @@ int main(void)
         T(test_ckpt_latest_empty_dir_not_found),
         T(test_ckpt_dtype_tables),
         T(test_ckpt_alloc_failure_no_leak),
+        T(test_ckpt_export_and_list_alloc_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
