@@ -815,11 +815,40 @@ static mt_code hdr_bad(const mt_ckpt *ck, mt_err *err, const char *why)
     return mt_err_set(err, MT_DATA_LOSS, "%s: header: malformed: %s", ck->label, why);
 }
 
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* DATA_LOSS when two tensors share a name; sorts a copy of the names (O(n log n), so a
+ * crafted header with millions of entries cannot make the check quadratic). */
+static mt_code check_unique(const mt_ckpt *ck, mt_err *err)
+{
+    const char **names;
+    mt_code rc = MT_OK;
+
+    if (ck->n < 2)
+        return MT_OK;
+    names = mt_malloc((size_t)ck->n * sizeof(*names));
+    if (names == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", ck->label);
+    for (int i = 0; i < ck->n; i++)
+        names[i] = ck->t[i].name;
+    qsort(names, (size_t)ck->n, sizeof(*names), cmp_name);
+    for (int i = 1; i < ck->n && rc == MT_OK; i++)
+        if (strcmp(names[i - 1], names[i]) == 0)
+            rc = mt_err_set(err, MT_DATA_LOSS, "%s: header: tensor '%s' appears twice", ck->label,
+                            names[i]);
+    mt_free(names);
+    return rc;
+}
+
 /* Parse the verified header body into ck. */
 static mt_code parse_header(mt_ckpt *ck, const uint8_t *h, size_t hlen, mt_err *err)
 {
     cursor c = {h, hlen};
     uint64_t v, nt, slen, expect = 0;
+    mt_code rc;
 
     if (!cur_get(&c, 8, &ck->step) || !cur_get(&c, 8, &ck->epoch) ||
         !cur_get(&c, 8, &ck->input_pos) || !cur_get(&c, 8, &ck->data_len) || !cur_get(&c, 4, &nt) ||
@@ -854,10 +883,6 @@ static mt_code parse_header(mt_ckpt *ck, const uint8_t *h, size_t hlen, mt_err *
         c.p += nl;
         c.left -= (size_t)nl;
         ck->n++;
-        for (uint64_t j = 0; j < i; j++)
-            if (strcmp(ck->t[j].name, t->name) == 0)
-                return mt_err_set(err, MT_DATA_LOSS, "%s: header: tensor '%s' appears twice",
-                                  ck->label, t->name);
         if (!cur_get(&c, 1, &dt) || !cur_get(&c, 1, &rk) || rk > MT_CKPT_MAX_RANK)
             return mt_err_set(err, MT_DATA_LOSS, "%s: header: tensor '%s': bad rank", ck->label,
                               t->name);
@@ -889,6 +914,9 @@ static mt_code parse_header(mt_ckpt *ck, const uint8_t *h, size_t hlen, mt_err *
     }
     if (c.left != 0)
         return hdr_bad(ck, err, "unexpected bytes after the last tensor entry");
+    rc = check_unique(ck, err);
+    if (rc != MT_OK)
+        return rc;
     if (expect != ck->data_len)
         return hdr_bad(ck, err, "data length does not match the tensors");
     return MT_OK;

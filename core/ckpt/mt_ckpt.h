@@ -181,7 +181,9 @@ mt_code mt_ckpt_read(const mt_ckpt *ck, const char *name, void *out, size_t out_
  * Read the slice [offsets[i], offsets[i] + local_shape[i]) of tensor name into out
  * (caller buffer of product(local_shape) elements, row-major): what one device
  * needs when restoring onto any mesh and layout (offsets and local_shape come
- * from mt_layout_shard). Reads only the bytes of the slice.
+ * from mt_layout_shard). Never reads the whole file: from a file, a strided slice
+ * is read as the span from its first to its last element in one pread (when that
+ * span is at most 64 MiB, else one pread per contiguous run) and gathered.
  * Codes: MT_NOT_FOUND, MT_OUT_OF_RANGE (slice outside the tensor: names tensor,
  * axis and sizes), MT_DATA_LOSS / MT_INTERNAL (read error).
  */

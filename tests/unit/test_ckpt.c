@@ -570,6 +570,62 @@ static void test_ckpt_bad_magic_version_and_missing(void **state)
     assert_int_equal(mt_ckpt_open(NULL, &ck, &err), MT_INVALID_ARGUMENT);
 }
 
+/* Patch header byte `at` to v and recompute both checksums, as a crafted file would. */
+static void patch_header(uint8_t *b, size_t at, uint8_t v)
+{
+    uint32_t c;
+    b[at] = v;
+    c = crc32_ref(b + 24, le32(b + 12));
+    for (int i = 0; i < 4; i++)
+        b[16 + i] = (uint8_t)(c >> (8 * i));
+    c = crc32_ref(b, 20);
+    for (int i = 0; i < 4; i++)
+        b[20 + i] = (uint8_t)(c >> (8 * i));
+}
+
+static void test_ckpt_crafted_headers_refused(void **state)
+{
+    fixture *f = *state;
+    mt_ckpt_writer *w = NULL;
+    mt_ckpt *ck = (mt_ckpt *)1;
+    mt_err err = MT_ERR_INIT;
+    float x[2] = {1, 2};
+    int64_t s2[] = {2};
+    size_t len;
+    uint8_t *b;
+
+    assert_int_equal(mt_ckpt_writer_open(f->path, &w, NULL), MT_OK);
+    assert_int_equal(mt_ckpt_writer_add(w, "aa", MT_CKPT_F32, s2, 1, x, NULL), MT_OK);
+    assert_int_equal(mt_ckpt_writer_add(w, "ab", MT_CKPT_F32, s2, 1, x, NULL), MT_OK);
+    assert_int_equal(mt_ckpt_writer_commit(w, NULL), MT_OK);
+    b = slurp(f->path, &len);
+    /* entries start at 24 + 40 (no spec); entry 1 is 34 bytes; entry 2's name at 100 */
+    assert_int_equal(b[64], 2);
+    assert_memory_equal(b + 100, "ab", 2);
+    patch_header(b, 101, 'a');
+    assert_int_equal(mt_ckpt_open_mem(b, len, &ck, &err), MT_DATA_LOSS);
+    assert_contains(err.msg, "header: tensor 'aa' appears twice");
+    patch_header(b, 101, 'b');
+    patch_header(b, 68, 9); /* dtype of "aa" */
+    assert_int_equal(mt_ckpt_open_mem(b, len, &ck, &err), MT_DATA_LOSS);
+    assert_contains(err.msg, "tensor 'aa': unknown dtype 9");
+    patch_header(b, 68, MT_CKPT_F64); /* byte length no longer matches the shape */
+    assert_int_equal(mt_ckpt_open_mem(b, len, &ck, &err), MT_DATA_LOSS);
+    assert_contains(err.msg, "tensor 'aa': byte length does not match its shape");
+    patch_header(b, 68, MT_CKPT_F32);
+    patch_header(b, 69, 9); /* rank */
+    assert_int_equal(mt_ckpt_open_mem(b, len, &ck, &err), MT_DATA_LOSS);
+    assert_contains(err.msg, "tensor 'aa': bad rank");
+    patch_header(b, 69, 1);
+    patch_header(b, 78, 8); /* offset of "aa": 8 instead of 0 */
+    assert_int_equal(mt_ckpt_open_mem(b, len, &ck, &err), MT_DATA_LOSS);
+    assert_contains(err.msg, "tensor 'aa': data offset 8, expected 0");
+    patch_header(b, 78, 0);
+    assert_int_equal(mt_ckpt_open_mem(b, len, &ck, &err), MT_OK);
+    mt_ckpt_close(ck);
+    free(b);
+}
+
 /* ---------------------------------------------------------------- safetensors */
 
 /* An independent safetensors reader: checks the layout rules and returns the parsed header. */
@@ -868,6 +924,7 @@ int main(void)
         T(test_ckpt_truncation_at_every_byte),
         T(test_ckpt_bit_flip_names_tensor),
         T(test_ckpt_bad_magic_version_and_missing),
+        T(test_ckpt_crafted_headers_refused),
         T(test_ckpt_export_safetensors_weights_only),
         T(test_ckpt_export_without_weights_fails),
         T(test_ckpt_retention_keeps_last_n),
