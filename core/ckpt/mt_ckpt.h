@@ -115,7 +115,8 @@ mt_code mt_ckpt_writer_end(mt_ckpt_writer *w, mt_err *err);
  * release the writer. The writer is released whatever the outcome (as fclose);
  * on failure the previous file at path, if any, is untouched and no temporary
  * file is left — except when only the final fsync of the directory fails: the
- * new file is then in place but its rename may not survive a power loss. Codes: MT_FAILED_PRECONDITION (a tensor is begun but not ended),
+ * new file is then in place but its rename may not survive a power loss.
+ * Codes: MT_FAILED_PRECONDITION (a tensor is begun but not ended),
  * MT_PERMISSION_DENIED / MT_NOT_FOUND / MT_INTERNAL (I/O, with strerror),
  * MT_RESOURCE_EXHAUSTED.
  */
