@@ -56,5 +56,6 @@ mt_code mt_cli_connect(const mt_cli_global *g, struct mt_rpc_client **out, mt_er
 /* Subcommand handlers (client/cmd_<name>.c). */
 int cmd_workers(const mt_cli_global *g, int argc, char **argv);
 int cmd_train(const mt_cli_global *g, int argc, char **argv);
+int cmd_export(const mt_cli_global *g, int argc, char **argv);
 
 #endif

@@ -21,6 +21,7 @@ typedef struct cli_command {
 static const cli_command commands[] = {
     {"workers", cmd_workers, "list workers, their devices, state and last heartbeat"},
     {"train", cmd_train, "train a job spec in this process (--local)"},
+    {"export", cmd_export, "export a checkpoint's weights (safetensors)"},
 };
 
 static void usage(FILE *out)
