@@ -230,9 +230,9 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     }
     if ((rc = write_endpoints(c, http_url, err)) != MT_OK)
         goto fail;
-    mt_log_info("coordinator %s listening on %s%s%s, state in %s, %zu workers known",
-                c->instance, c->listen_url, http_url[0] ? ", status on " : "", http_url,
-                c->state_dir, c->n_workers);
+    mt_log_info("coordinator %s listening on %s%s%s, state in %s, %zu workers known", c->instance,
+                c->listen_url, http_url[0] ? ", status on " : "", http_url, c->state_dir,
+                c->n_workers);
     *out = c;
     return MT_OK;
 fail:

@@ -26,18 +26,20 @@
 typedef struct mt_coord mt_coord;
 
 typedef struct mt_coord_opts {
-    const char *listen;            /* RPC address, default tcp://127.0.0.1:7400 */
-    const char *http;              /* status endpoint host:port, default 127.0.0.1:7480; "" = off */
-    const char *state_dir;         /* holds meshtrain.db and endpoints.json */
-    const char *token;             /* required credential; NULL = none */
-    int heartbeat_interval_ms;     /* told to workers at registration */
-    int heartbeat_timeout_ms;      /* a worker silent this long is marked lost */
+    const char *listen;        /* RPC address, default tcp://127.0.0.1:7400 */
+    const char *http;          /* status endpoint host:port, default 127.0.0.1:7480; "" = off */
+    const char *state_dir;     /* holds meshtrain.db and endpoints.json */
+    const char *token;         /* required credential; NULL = none */
+    int heartbeat_interval_ms; /* told to workers at registration */
+    int heartbeat_timeout_ms;  /* a worker silent this long is marked lost */
     size_t max_msg_bytes;
 } mt_coord_opts;
 
 #define MT_COORD_OPTS_DEFAULTS                                                                     \
-    {"tcp://127.0.0.1:7400", "127.0.0.1:7480", "./meshtrain-state", NULL, 1000, 10000,           \
-     MT_RPC_DEFAULT_MAX_MSG}
+    {                                                                                              \
+        "tcp://127.0.0.1:7400", "127.0.0.1:7480", "./meshtrain-state", NULL, 1000, 10000,          \
+            MT_RPC_DEFAULT_MAX_MSG                                                                 \
+    }
 
 /*
  * Open the store (creating state_dir), load the registry, listen for RPC and

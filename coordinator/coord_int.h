@@ -28,22 +28,22 @@ struct mt_coord {
     char listen_url[256];
     char state_dir[1024];
     char token[MT_RPC_TOKEN_MAX];
-    char instance[33];         /* random per start; workers re-register when it changes */
+    char instance[33]; /* random per start; workers re-register when it changes */
     uv_loop_t loop;
-    uv_async_t wake;           /* nng threads -> loop */
-    uv_async_t stopper;        /* mt_coord_stop from any thread */
-    uv_timer_t sweep;          /* lost-worker detection + heartbeat flush */
+    uv_async_t wake;    /* nng threads -> loop */
+    uv_async_t stopper; /* mt_coord_stop from any thread */
+    uv_timer_t sweep;   /* lost-worker detection + heartbeat flush */
     uv_signal_t sigint, sigterm;
-    int handles_open;          /* closed handles not yet called back */
+    int handles_open; /* closed handles not yet called back */
     mt_store *store;
     mt_rpc_server *rpc;
     struct coord_http *http;
 
-    pthread_mutex_t qmu;       /* guards the call queue (nng threads push) */
+    pthread_mutex_t qmu; /* guards the call queue (nng threads push) */
     mt_rpc_call **queue;
     size_t qlen, qcap;
 
-    coord_worker *workers;     /* registry, loop thread only */
+    coord_worker *workers; /* registry, loop thread only */
     size_t n_workers, cap_workers;
     int64_t last_flush_mono_ms;
 };
@@ -51,7 +51,7 @@ struct mt_coord {
 /* ---- workers.c ---- */
 mt_code coord_workers_load(mt_coord *c, mt_err *err);
 void coord_workers_free(mt_coord *c);
-void coord_workers_sweep(mt_coord *c);  /* mark lost, flush heartbeats; loop thread */
+void coord_workers_sweep(mt_coord *c); /* mark lost, flush heartbeats; loop thread */
 void coord_handle_register(mt_coord *c, mt_rpc_call *call);
 void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call);
 void coord_handle_list_workers(mt_coord *c, mt_rpc_call *call);

@@ -288,8 +288,7 @@ mt_code mt_worker_run(mt_worker *w, mt_err *err)
     w->stopper.data = w;
     uv_signal_start(&w->sigint, on_signal, SIGINT);
     uv_signal_start(&w->sigterm, on_signal, SIGTERM);
-    mt_log_info("worker %s starting: %d devices, coordinator %s", w->name, w->ndev,
-                w->coordinator);
+    mt_log_info("worker %s starting: %d devices, coordinator %s", w->name, w->ndev, w->coordinator);
     uv_timer_start(&w->tick, on_tick, 0, 1000);
     uv_run(&w->loop, UV_RUN_DEFAULT);
     uv_loop_close(&w->loop);

@@ -19,15 +19,18 @@
 typedef struct mt_worker mt_worker;
 
 typedef struct mt_worker_opts {
-    const char *coordinator;  /* tcp://HOST:7400 */
-    const char *name;         /* unique worker name; default: host name */
-    const char *token;        /* credential; NULL = none */
-    const char *data_listen;  /* data-plane address reported at registration; may be NULL */
-    int devices;              /* virtual CPU devices; 0 = one per core */
-    int rpc_timeout_ms;       /* per control RPC */
+    const char *coordinator; /* tcp://HOST:7400 */
+    const char *name;        /* unique worker name; default: host name */
+    const char *token;       /* credential; NULL = none */
+    const char *data_listen; /* data-plane address reported at registration; may be NULL */
+    int devices;             /* virtual CPU devices; 0 = one per core */
+    int rpc_timeout_ms;      /* per control RPC */
 } mt_worker_opts;
 
-#define MT_WORKER_OPTS_DEFAULTS {"tcp://127.0.0.1:7400", NULL, NULL, NULL, 0, 3000}
+#define MT_WORKER_OPTS_DEFAULTS                                                                    \
+    {                                                                                              \
+        "tcp://127.0.0.1:7400", NULL, NULL, NULL, 0, 3000                                          \
+    }
 
 /* Build the worker (no network yet). Borrows opts. MT_OK and *out, or INVALID_ARGUMENT. */
 mt_code mt_worker_open(const mt_worker_opts *opts, mt_worker **out, mt_err *err);
