@@ -109,6 +109,7 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
     int c;
 
     (void)g;
+    optind = 0; /* glibc: full re-initialisation, so options after JOB.json are permuted too */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'L':

@@ -25,19 +25,19 @@ typedef struct layer {
     size_t in_size, out_size; /* floats per example */
     size_t p0;                /* index of the first parameter */
     mt_model_param *kernel, *bias, *gamma, *beta, *mmean, *mvar;
-    mt_conv2d_geom geom;      /* conv2d, batch set per call */
-    size_t rows_per_ex;       /* batch_norm: rows per example (H*W for images) */
-    size_t feat;              /* batch_norm: features (last axis) */
-    float *out_buf;           /* owned (max_batch * out_size) */
-    float *dx_buf;            /* owned (max_batch * in_size); NULL for the first layer */
-    float *cols, *dcols;      /* conv2d im2col scratch */
-    int32_t *argmax;          /* max_pool2d */
-    float *xhat;              /* batch_norm */
-    float *bn;                /* batch_norm: mean, var, sum_dy, sum_dy_xhat (4 * feat) */
-    uint8_t *mask;            /* dropout */
-    const float *in;          /* input of the last forward (borrowed) */
-    float *out;               /* output of the last forward */
-    bool dropped;             /* dropout applied in the last forward */
+    mt_conv2d_geom geom; /* conv2d, batch set per call */
+    size_t rows_per_ex;  /* batch_norm: rows per example (H*W for images) */
+    size_t feat;         /* batch_norm: features (last axis) */
+    float *out_buf;      /* owned (max_batch * out_size) */
+    float *dx_buf;       /* owned (max_batch * in_size); NULL for the first layer */
+    float *cols, *dcols; /* conv2d im2col scratch */
+    int32_t *argmax;     /* max_pool2d */
+    float *xhat;         /* batch_norm */
+    float *bn;           /* batch_norm: mean, var, sum_dy, sum_dy_xhat (4 * feat) */
+    uint8_t *mask;       /* dropout */
+    const float *in;     /* input of the last forward (borrowed) */
+    float *out;          /* output of the last forward */
+    bool dropped;        /* dropout applied in the last forward */
 } layer;
 
 struct mt_model {
@@ -48,11 +48,11 @@ struct mt_model {
     size_t max_batch, in_size, num_classes;
     uint64_t seed;
     mt_optimizer_spec opt;
-    int64_t t;                /* optimizer iterations */
-    float *dlogits;           /* (max_batch, num_classes) */
+    int64_t t;      /* optimizer iterations */
+    float *dlogits; /* (max_batch, num_classes) */
     const float *logits;
     size_t batch, global_batch;
-    bool trained_forward;     /* the last forward ran in training mode */
+    bool trained_forward; /* the last forward ran in training mode */
 };
 
 /* ------------------------------------------------------------------ parameters */
@@ -155,15 +155,15 @@ static mt_code layer_shapes(layer *l, int idx, mt_err *err)
         if (l->s.kind == MT_LAYER_MAX_POOL2D) {
             if (l->in_shape[0] < 2 || l->in_shape[1] < 2)
                 return mt_err_set(err, MT_INVALID_ARGUMENT,
-                                  "model.layers[%d]: max_pool2d input %s is smaller than 2x2",
-                                  idx, sh);
+                                  "model.layers[%d]: max_pool2d input %s is smaller than 2x2", idx,
+                                  sh);
             l->out_shape[0] = l->in_shape[0] / 2;
             l->out_shape[1] = l->in_shape[1] / 2;
             l->out_shape[2] = l->in_shape[2];
             break;
         }
-        l->geom = (mt_conv2d_geom){0,        l->in_shape[0], l->in_shape[1], l->in_shape[2],
-                                   l->s.kh,  l->s.kw,        l->s.filters,   l->s.same};
+        l->geom = (mt_conv2d_geom){0,       l->in_shape[0], l->in_shape[1], l->in_shape[2],
+                                   l->s.kh, l->s.kw,        l->s.filters,   l->s.same};
         if (mt_conv2d_out_h(&l->geom) == 0 || mt_conv2d_out_w(&l->geom) == 0)
             return mt_err_set(err, MT_INVALID_ARGUMENT,
                               "model.layers[%d].kernel_size: %zux%zu is larger than the input "
@@ -193,9 +193,9 @@ static mt_code layer_shapes(layer *l, int idx, mt_err *err)
 
 #define ALLOC_OR_FAIL(ptr, n, what)                                                                \
     do {                                                                                           \
-        (ptr) = mt_calloc((n) + 1, sizeof(*(ptr)));                                          \
+        (ptr) = mt_calloc((n) + 1, sizeof(*(ptr)));                                                \
         if ((ptr) == NULL)                                                                         \
-            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory for %s", l->s.name,  \
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory for %s", l->s.name,   \
                               what);                                                               \
     } while (0)
 
@@ -225,16 +225,15 @@ static mt_code layer_build(mt_model *m, layer *l, int idx, mt_err *err)
     }
     if (l->s.kind == MT_LAYER_BATCH_NORM) {
         size_t fs[1] = {l->feat};
-        if (l->s.scale && (l->gamma = add_param(m, l, "gamma", 1, fs, MT_INIT_ONES, true, err)) ==
-                              NULL)
+        if (l->s.scale &&
+            (l->gamma = add_param(m, l, "gamma", 1, fs, MT_INIT_ONES, true, err)) == NULL)
             return err != NULL ? err->code : MT_RESOURCE_EXHAUSTED;
-        if (l->s.center && (l->beta = add_param(m, l, "beta", 1, fs, MT_INIT_ZEROS, true, err)) ==
-                               NULL)
+        if (l->s.center &&
+            (l->beta = add_param(m, l, "beta", 1, fs, MT_INIT_ZEROS, true, err)) == NULL)
             return err != NULL ? err->code : MT_RESOURCE_EXHAUSTED;
         if ((l->mmean = add_param(m, l, "moving_mean", 1, fs, MT_INIT_ZEROS, false, err)) == NULL)
             return err != NULL ? err->code : MT_RESOURCE_EXHAUSTED;
-        if ((l->mvar = add_param(m, l, "moving_variance", 1, fs, MT_INIT_ONES, false, err)) ==
-            NULL)
+        if ((l->mvar = add_param(m, l, "moving_variance", 1, fs, MT_INIT_ONES, false, err)) == NULL)
             return err != NULL ? err->code : MT_RESOURCE_EXHAUSTED;
         ALLOC_OR_FAIL(l->xhat, b * l->in_size, "normalised inputs");
         ALLOC_OR_FAIL(l->bn, 4 * l->feat, "statistics");
@@ -257,8 +256,8 @@ static mt_code layer_build(mt_model *m, layer *l, int idx, mt_err *err)
     return MT_OK;
 }
 
-mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
-                     size_t max_batch, mt_model **out, mt_err *err)
+mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shape, size_t max_batch,
+                     mt_model **out, mt_err *err)
 {
     mt_model *m;
     mt_code rc;
@@ -452,8 +451,8 @@ static mt_code layer_forward(mt_model *m, layer *l, int idx, size_t batch, bool 
         break;
     case MT_LAYER_CONV2D:
         l->geom.batch = batch;
-        mt_conv2d_forward(l->out, l->cols, l->in, l->kernel->value,
-                          l->bias ? l->bias->value : NULL, &l->geom);
+        mt_conv2d_forward(l->out, l->cols, l->in, l->kernel->value, l->bias ? l->bias->value : NULL,
+                          &l->geom);
         break;
     case MT_LAYER_MAX_POOL2D:
         mt_maxpool2_forward(l->out, l->argmax, l->in, batch, l->in_shape[0], l->in_shape[1],
@@ -470,10 +469,9 @@ static mt_code layer_forward(mt_model *m, layer *l, int idx, size_t batch, bool 
             l->out = (float *)l->in;
             break;
         }
-        mt_rng_dropout_mask(l->mask, m->seed, step, (uint32_t)idx, first_example, batch,
-                            l->in_size, l->s.rate);
-        mt_dropout_forward(l->out, l->in, l->mask, 1.0f / (1.0f - l->s.rate),
-                           batch * l->in_size);
+        mt_rng_dropout_mask(l->mask, m->seed, step, (uint32_t)idx, first_example, batch, l->in_size,
+                            l->s.rate);
+        mt_dropout_forward(l->out, l->in, l->mask, 1.0f / (1.0f - l->s.rate), batch * l->in_size);
         break;
     }
     /* a softmax on the last layer is fused into the loss: the output stays logits */
@@ -503,8 +501,7 @@ mt_code mt_model_forward(mt_model *m, const float *x, size_t local_batch, size_t
         l->in = in;
         rc = layer_forward(m, l, i, local_batch, training, step, first_example, comm);
         if (rc != MT_OK)
-            return mt_err_set(err, rc, "%s: allreduce of batch-norm statistics failed",
-                              l->s.name);
+            return mt_err_set(err, rc, "%s: allreduce of batch-norm statistics failed", l->s.name);
         in = l->out;
     }
     m->logits = in;
@@ -626,10 +623,9 @@ void mt_model_apply_gradients(mt_model *m)
 
 /* ------------------------------------------------------------------ steps */
 
-mt_code mt_model_train_step(mt_model *m, const float *x, const int32_t *labels,
-                            size_t local_batch, size_t global_batch, uint64_t step,
-                            uint64_t first_example, const mt_model_comm *comm,
-                            mt_step_metrics *metrics, mt_err *err)
+mt_code mt_model_train_step(mt_model *m, const float *x, const int32_t *labels, size_t local_batch,
+                            size_t global_batch, uint64_t step, uint64_t first_example,
+                            const mt_model_comm *comm, mt_step_metrics *metrics, mt_err *err)
 {
     double loss = 0.0;
     size_t correct = 0;

@@ -30,7 +30,7 @@ struct cJSON;
 
 /* ------------------------------------------------------------------ job spec */
 
-#define MT_SPEC_PATH_MAX 1024
+#define MT_SPEC_PATH_MAX  1024
 #define MT_LAYER_NAME_MAX 32
 
 typedef enum mt_layer_kind {
@@ -68,8 +68,8 @@ typedef enum mt_optimizer_kind {
 
 typedef struct mt_optimizer_spec {
     mt_optimizer_kind kind;
-    float learning_rate; /* default 0.01 for sgd, 0.001 for adam (Keras) */
-    float momentum;      /* sgd, default 0 */
+    float learning_rate;         /* default 0.01 for sgd, 0.001 for adam (Keras) */
+    float momentum;              /* sgd, default 0 */
     float beta1, beta2, epsilon; /* adam, Keras defaults 0.9, 0.999, 1e-7 */
 } mt_optimizer_spec;
 
@@ -81,11 +81,11 @@ typedef struct mt_dataset_spec {
 } mt_dataset_spec;
 
 typedef struct mt_job_spec {
-    char name[128];        /* "name", default "" */
-    uint64_t seed;         /* default 42 */
-    size_t batch_size;     /* GLOBAL batch, default 32 */
-    int64_t epochs;        /* default 1 when neither epochs nor steps is given; 0 = not set */
-    int64_t steps;         /* total step cap; 0 = not set (run the epochs) */
+    char name[128];    /* "name", default "" */
+    uint64_t seed;     /* default 42 */
+    size_t batch_size; /* GLOBAL batch, default 32 */
+    int64_t epochs;    /* default 1 when neither epochs nor steps is given; 0 = not set */
+    int64_t steps;     /* total step cap; 0 = not set (run the epochs) */
     mt_optimizer_spec optimizer;
     int input_rank;        /* 0 when model.input_shape is absent (the dataset decides) */
     size_t input_shape[3]; /* per example, e.g. (28, 28, 1) */
@@ -120,8 +120,8 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
 
 /* Tags passed to mt_model_comm.allreduce_sum: what is being reduced. */
 enum {
-    MT_MODEL_COMM_METRICS = 1,   /* loss sum and correct count, over the batch replicas */
-    MT_MODEL_COMM_BN_STATS = 2,  /* batch-norm sums (forward and backward), over batch replicas */
+    MT_MODEL_COMM_METRICS = 1,  /* loss sum and correct count, over the batch replicas */
+    MT_MODEL_COMM_BN_STATS = 2, /* batch-norm sums (forward and backward), over batch replicas */
     MT_MODEL_COMM_GRAD_BASE = 1000, /* + parameter index: that parameter's gradient */
 };
 
@@ -139,17 +139,17 @@ typedef enum mt_param_init {
 
 /* A named parameter (or non-trainable state such as a moving mean). Borrowed from the model. */
 typedef struct mt_model_param {
-    char name[48];                /* "dense_1.kernel" */
+    char name[48]; /* "dense_1.kernel" */
     int rank;
-    size_t shape[4];              /* global shape */
-    size_t offsets[4];            /* this device's shard start (0 on one device) */
-    size_t local_shape[4];        /* this device's shard (== shape on one device) */
-    size_t size;                  /* elements of the local shard */
+    size_t shape[4];       /* global shape */
+    size_t offsets[4];     /* this device's shard start (0 on one device) */
+    size_t local_shape[4]; /* this device's shard (== shape on one device) */
+    size_t size;           /* elements of the local shard */
     mt_param_init init;
-    bool trainable;               /* false for moving mean/variance */
-    float *value;                 /* local shard values */
-    float *grad;                  /* local gradient (trainable only, else NULL) */
-    float *slot1, *slot2;         /* optimizer state (Adam m, v; SGD velocity in slot1) */
+    bool trainable;       /* false for moving mean/variance */
+    float *value;         /* local shard values */
+    float *grad;          /* local gradient (trainable only, else NULL) */
+    float *slot1, *slot2; /* optimizer state (Adam m, v; SGD velocity in slot1) */
 } mt_model_param;
 
 typedef struct mt_model mt_model;
@@ -169,8 +169,8 @@ mt_code mt_model_param_init(const mt_model_param *p, uint64_t seed, const size_t
  * call only. Codes: INVALID_ARGUMENT ("model.layers[i]...: why", e.g. a kernel larger than its
  * input, a loss head that is not a vector), RESOURCE_EXHAUSTED.
  */
-mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
-                     size_t max_batch, mt_model **out, mt_err *err);
+mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shape, size_t max_batch,
+                     mt_model **out, mt_err *err);
 
 /* Free the model; NULL is a no-op. */
 void mt_model_free(mt_model *m);
@@ -228,10 +228,9 @@ typedef struct mt_step_metrics {
  * of gradients (tag MT_MODEL_COMM_GRAD_BASE + index) and metrics (MT_MODEL_COMM_METRICS) through
  * comm, optimizer update. labels: local_batch entries. metrics may be NULL.
  */
-mt_code mt_model_train_step(mt_model *m, const float *x, const int32_t *labels,
-                            size_t local_batch, size_t global_batch, uint64_t step,
-                            uint64_t first_example, const mt_model_comm *comm,
-                            mt_step_metrics *metrics, mt_err *err);
+mt_code mt_model_train_step(mt_model *m, const float *x, const int32_t *labels, size_t local_batch,
+                            size_t global_batch, uint64_t step, uint64_t first_example,
+                            const mt_model_comm *comm, mt_step_metrics *metrics, mt_err *err);
 
 /*
  * Inference-mode loss and accuracy over n examples (any n; processed in chunks of max_batch).

@@ -160,8 +160,8 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
 
 static mt_code parse_optimizer(const cJSON *root, mt_optimizer_spec *o, mt_err *err)
 {
-    static const char *const keys[] = {"name",    "learning_rate", "momentum", "beta_1",
-                                       "beta_2",  "epsilon",       NULL};
+    static const char *const keys[] = {"name",   "learning_rate", "momentum", "beta_1",
+                                       "beta_2", "epsilon",       NULL};
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
     const cJSON *obj = NULL;
     const char *name = "adam";
@@ -204,15 +204,14 @@ static mt_code parse_optimizer(const cJSON *root, mt_optimizer_spec *o, mt_err *
     rc = get_num(obj, "learning_rate", "optimizer.learning_rate", 0, 1e3, true, false, lr,
                  &o->learning_rate, err);
     if (rc == MT_OK && o->kind == MT_OPT_SGD)
-        rc = get_num(obj, "momentum", "optimizer.momentum", 0, 1, false, true, 0.0f,
-                     &o->momentum, err);
+        rc = get_num(obj, "momentum", "optimizer.momentum", 0, 1, false, true, 0.0f, &o->momentum,
+                     err);
     else if (rc == MT_OK && cJSON_GetObjectItemCaseSensitive(obj, "momentum") != NULL)
         rc = bad(err, "optimizer.momentum", "only applies to sgd");
     if (rc == MT_OK)
         rc = get_num(obj, "beta_1", "optimizer.beta_1", 0, 1, false, true, 0.9f, &o->beta1, err);
     if (rc == MT_OK)
-        rc = get_num(obj, "beta_2", "optimizer.beta_2", 0, 1, false, true, 0.999f, &o->beta2,
-                     err);
+        rc = get_num(obj, "beta_2", "optimizer.beta_2", 0, 1, false, true, 0.999f, &o->beta2, err);
     if (rc == MT_OK)
         rc = get_num(obj, "epsilon", "optimizer.epsilon", 0, 1, true, false, 1e-7f, &o->epsilon,
                      err);
@@ -341,8 +340,7 @@ static mt_code parse_layer(const cJSON *l, int idx, int counts[N_LAYER_TYPES], m
             const char *pad;
             snprintf(path, sizeof(path), "%s.padding", base);
             rc = get_str(l, "padding", path, &pad, err);
-            if (rc == MT_OK && pad != NULL && strcmp(pad, "same") != 0 &&
-                strcmp(pad, "valid") != 0)
+            if (rc == MT_OK && pad != NULL && strcmp(pad, "same") != 0 && strcmp(pad, "valid") != 0)
                 rc = bad(err, path, "must be \"valid\" or \"same\"");
             out->same = pad != NULL && strcmp(pad, "same") == 0;
         }
@@ -446,9 +444,9 @@ static mt_code parse_model(const cJSON *root, mt_job_spec *s, mt_err *err)
 static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
 {
     static const char *const keys[] = {
-        "name",    "seed",   "batch_size", "epochs",       "steps",      "optimizer",
-        "learning_rate", "loss", "dataset", "model", "mesh", "layouts", "input_layout",
-        "checkpoint", "restart", "elastic", NULL};
+        "name",          "seed",       "batch_size", "epochs",  "steps", "optimizer",
+        "learning_rate", "loss",       "dataset",    "model",   "mesh",  "layouts",
+        "input_layout",  "checkpoint", "restart",    "elastic", NULL};
     const cJSON *n;
     const char *str;
     int64_t v;
@@ -510,8 +508,7 @@ mt_code mt_job_spec_parse(const char *json, size_t len, mt_job_spec **out, mt_er
     if (root == NULL) {
         const char *at = cJSON_GetErrorPtr();
         size_t off = at != NULL && at >= json && at <= json + len ? (size_t)(at - json) : 0;
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "(root): not valid JSON (near byte %zu)",
-                          off);
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "(root): not valid JSON (near byte %zu)", off);
     }
     s = mt_calloc(1, sizeof(*s));
     if (s == NULL) {
@@ -538,8 +535,8 @@ mt_code mt_job_spec_load(const char *path, mt_job_spec **out, mt_err *err)
     *out = NULL;
     f = fopen(path, "rb");
     if (f == NULL)
-        return mt_err_set(err, errno == ENOENT ? MT_NOT_FOUND : MT_INVALID_ARGUMENT,
-                          "open %s: %s", path, strerror(errno));
+        return mt_err_set(err, errno == ENOENT ? MT_NOT_FOUND : MT_INVALID_ARGUMENT, "open %s: %s",
+                          path, strerror(errno));
     if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
         n > (64 << 20)) {
         fclose(f);

@@ -94,8 +94,8 @@ mt_code mt_rng_glorot_fill(float *out, uint64_t seed, uint32_t stream, int rank,
     for (int i = rank - 1; i >= 0; i--) {
         if (offsets[i] > global_shape[i] || local_shape[i] > global_shape[i] - offsets[i])
             return mt_err_set(err, MT_INVALID_ARGUMENT,
-                              "shard [%zu, %zu) of axis %d exceeds the global size %zu",
-                              offsets[i], offsets[i] + local_shape[i], i, global_shape[i]);
+                              "shard [%zu, %zu) of axis %d exceeds the global size %zu", offsets[i],
+                              offsets[i] + local_shape[i], i, global_shape[i]);
         gstride[i] = s;
         s *= global_shape[i];
         n *= local_shape[i];
@@ -116,8 +116,7 @@ mt_code mt_rng_glorot_fill(float *out, uint64_t seed, uint32_t stream, int rank,
 }
 
 void mt_rng_dropout_mask(uint8_t *mask, uint64_t seed, uint64_t step, uint32_t layer,
-                         uint64_t first_example, size_t n_examples, size_t per_example,
-                         float rate)
+                         uint64_t first_example, size_t n_examples, size_t per_example, float rate)
 {
     uint64_t key = seed ^ ((uint64_t)STREAM_DROPOUT << 32);
     uint32_t thresh;

@@ -52,8 +52,7 @@ mt_code mt_rng_glorot_fill(float *out, uint64_t seed, uint32_t stream, int rank,
  * keyed by (seed, step, layer, global example index, j) only.
  */
 void mt_rng_dropout_mask(uint8_t *mask, uint64_t seed, uint64_t step, uint32_t layer,
-                         uint64_t first_example, size_t n_examples, size_t per_example,
-                         float rate);
+                         uint64_t first_example, size_t n_examples, size_t per_example, float rate);
 
 /* A permutation of 0..n-1 (Fisher-Yates driven by (seed, epoch)); perm (n entries) borrowed. */
 void mt_rng_permutation(uint32_t *perm, size_t n, uint64_t seed, uint64_t epoch);

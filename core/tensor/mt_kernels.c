@@ -335,8 +335,8 @@ void mt_bn_grad_sums(float *sum_dy, float *sum_dy_xhat, const float *dy, const f
 }
 
 void mt_bn_backward_dx(float *dx, const float *dy, const float *xhat, const float *gamma,
-                       const float *var, float eps, const float *sum_dy,
-                       const float *sum_dy_xhat, size_t m_global, size_t n, size_t c)
+                       const float *var, float eps, const float *sum_dy, const float *sum_dy_xhat,
+                       size_t m_global, size_t n, size_t c)
 {
     float inv_m = m_global ? 1.0f / (float)m_global : 0.0f;
     for (size_t i = 0; i < n; i++) {

@@ -188,9 +188,9 @@ void mt_relu_backward_ref(float *dx, const float *dy, const float *y, size_t n)
 }
 
 /* p = softmax(z) in double; loss = -log p[label]; dz = (p - onehot) * grad_scale */
-mt_code mt_softmax_xent_ref(float *dlogits, double *loss_sum, size_t *correct,
-                            const float *logits, const int32_t *labels, size_t batch, size_t k,
-                            float grad_scale, mt_err *err)
+mt_code mt_softmax_xent_ref(float *dlogits, double *loss_sum, size_t *correct, const float *logits,
+                            const int32_t *labels, size_t batch, size_t k, float grad_scale,
+                            mt_err *err)
 {
     for (size_t i = 0; i < batch; i++)
         if (labels[i] < 0 || (size_t)labels[i] >= k)
@@ -217,9 +217,8 @@ mt_code mt_softmax_xent_ref(float *dlogits, double *loss_sum, size_t *correct,
 }
 
 /* y[n,c] = gamma[c] (x[n,c] - mean[c]) / sqrt(var[c] + eps) + beta[c] */
-void mt_bn_normalize_ref(float *y, float *xhat, const float *x, const float *mean,
-                         const float *var, float eps, const float *gamma, const float *beta,
-                         size_t n, size_t c)
+void mt_bn_normalize_ref(float *y, float *xhat, const float *x, const float *mean, const float *var,
+                         float eps, const float *gamma, const float *beta, size_t n, size_t c)
 {
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < c; j++) {

@@ -173,9 +173,9 @@ void mt_relu_backward_ref(float *dx, const float *dy, const float *y, size_t n);
 mt_code mt_softmax_xent(float *dlogits, double *loss_sum, size_t *correct, const float *logits,
                         const int32_t *labels, size_t batch, size_t k, float grad_scale,
                         mt_err *err);
-mt_code mt_softmax_xent_ref(float *dlogits, double *loss_sum, size_t *correct,
-                            const float *logits, const int32_t *labels, size_t batch, size_t k,
-                            float grad_scale, mt_err *err);
+mt_code mt_softmax_xent_ref(float *dlogits, double *loss_sum, size_t *correct, const float *logits,
+                            const int32_t *labels, size_t batch, size_t k, float grad_scale,
+                            mt_err *err);
 
 /* ------------------------------------------------------------------ batch norm */
 /*
@@ -198,9 +198,8 @@ void mt_bn_sqdev(float *out, const float *x, const float *mean, size_t n, size_t
  */
 void mt_bn_normalize(float *y, float *xhat, const float *x, const float *mean, const float *var,
                      float eps, const float *gamma, const float *beta, size_t n, size_t c);
-void mt_bn_normalize_ref(float *y, float *xhat, const float *x, const float *mean,
-                         const float *var, float eps, const float *gamma, const float *beta,
-                         size_t n, size_t c);
+void mt_bn_normalize_ref(float *y, float *xhat, const float *x, const float *mean, const float *var,
+                         float eps, const float *gamma, const float *beta, size_t n, size_t c);
 /* sum_dy: (C) = Σ dy; sum_dy_xhat: (C) = Σ dy*xhat. */
 void mt_bn_grad_sums(float *sum_dy, float *sum_dy_xhat, const float *dy, const float *xhat,
                      size_t n, size_t c);
@@ -209,8 +208,8 @@ void mt_bn_grad_sums(float *sum_dy, float *sum_dy_xhat, const float *dy, const f
  * rows; gamma may be NULL (1).
  */
 void mt_bn_backward_dx(float *dx, const float *dy, const float *xhat, const float *gamma,
-                       const float *var, float eps, const float *sum_dy,
-                       const float *sum_dy_xhat, size_t m_global, size_t n, size_t c);
+                       const float *var, float eps, const float *sum_dy, const float *sum_dy_xhat,
+                       size_t m_global, size_t n, size_t c);
 void mt_bn_backward_dx_ref(float *dx, const float *dy, const float *xhat, const float *gamma,
                            const float *var, float eps, const float *sum_dy,
                            const float *sum_dy_xhat, size_t m_global, size_t n, size_t c);

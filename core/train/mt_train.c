@@ -20,8 +20,7 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static mt_code evaluate(mt_model *m, const mt_idx_set *test, double *loss, double *acc,
-                        mt_err *err)
+static mt_code evaluate(mt_model *m, const mt_idx_set *test, double *loss, double *acc, mt_err *err)
 {
     double ls = 0.0;
     size_t ok = 0;
@@ -94,8 +93,8 @@ mt_code mt_train_run_data(const mt_job_spec *spec, const mt_train_options *opt,
         }
     }
     for (int64_t e = 0; e < epochs && step < cap; e++) {
-        mt_train_progress p = {MT_TRAIN_STEP, e + 1, epochs, step, 0, per_epoch, 0, 0, 0, 0, 0,
-                               0,             0};
+        mt_train_progress p = {
+            MT_TRAIN_STEP, e + 1, epochs, step, 0, per_epoch, 0, 0, 0, 0, 0, 0, 0};
         double loss_sum = 0.0, correct = 0.0, t_epoch = 0.0;
         size_t seen = 0;
         if (cap - step < per_epoch)

@@ -26,7 +26,10 @@ typedef struct mt_train_options {
     int64_t steps;  /* --steps: total step cap */
 } mt_train_options;
 
-#define MT_TRAIN_OPTIONS_DEFAULTS {0, 0}
+#define MT_TRAIN_OPTIONS_DEFAULTS                                                                  \
+    {                                                                                              \
+        0, 0                                                                                       \
+    }
 
 typedef enum mt_train_event {
     MT_TRAIN_STEP,      /* after each step: running epoch metrics */
@@ -35,13 +38,13 @@ typedef enum mt_train_event {
 
 typedef struct mt_train_progress {
     mt_train_event event;
-    int64_t epoch, epochs;       /* 1-based epoch, planned epochs */
-    int64_t step;                /* global steps done */
+    int64_t epoch, epochs;           /* 1-based epoch, planned epochs */
+    int64_t step;                    /* global steps done */
     int64_t epoch_step, epoch_steps; /* steps done in this epoch / planned in this epoch */
-    double loss, accuracy;       /* running means over this epoch's examples */
-    double epoch_seconds;        /* training time of this epoch so far */
-    double step_ms;              /* time of the last step */
-    double examples_per_sec;     /* this epoch so far */
+    double loss, accuracy;           /* running means over this epoch's examples */
+    double epoch_seconds;            /* training time of this epoch so far */
+    double step_ms;                  /* time of the last step */
+    double examples_per_sec;         /* this epoch so far */
     double test_loss, test_accuracy; /* EPOCH_END only */
 } mt_train_progress;
 

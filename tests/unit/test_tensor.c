@@ -37,8 +37,8 @@ static float *zero_buf(size_t n)
 }
 
 /* |got - ref| <= atol + rtol |ref| everywhere; prints the first mismatches. */
-static bool close_enough(const char *what, const float *got, const float *ref, size_t n,
-                         float atol, float rtol)
+static bool close_enough(const char *what, const float *got, const float *ref, size_t n, float atol,
+                         float rtol)
 {
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
@@ -234,8 +234,8 @@ static void conv_compare(const mt_conv2d_geom *g)
 static void test_tensor_conv2d_fast_vs_ref(void **state)
 {
     const mt_conv2d_geom gs[] = {
-        {1, 1, 1, 1, 1, 1, 1, false},  {2, 5, 7, 3, 3, 3, 4, false}, {2, 5, 7, 3, 3, 3, 4, true},
-        {0, 6, 6, 2, 3, 3, 2, true},   {3, 7, 5, 1, 2, 4, 5, true},  {1, 4, 4, 2, 5, 5, 3, true},
+        {1, 1, 1, 1, 1, 1, 1, false},   {2, 5, 7, 3, 3, 3, 4, false}, {2, 5, 7, 3, 3, 3, 4, true},
+        {0, 6, 6, 2, 3, 3, 2, true},    {3, 7, 5, 1, 2, 4, 5, true},  {1, 4, 4, 2, 5, 5, 3, true},
         {2, 13, 11, 3, 3, 3, 7, false}, {1, 2, 2, 1, 3, 3, 1, false},
     };
     (void)state;
@@ -280,7 +280,8 @@ static void test_tensor_conv2d_finite_differences(void **state)
 
 static void test_tensor_maxpool_fast_vs_ref(void **state)
 {
-    const size_t dims[][4] = {{1, 2, 2, 1}, {2, 5, 7, 3}, {0, 4, 4, 2}, {3, 28, 28, 4}, {1, 1, 3, 2}};
+    const size_t dims[][4] = {
+        {1, 2, 2, 1}, {2, 5, 7, 3}, {0, 4, 4, 2}, {3, 28, 28, 4}, {1, 1, 3, 2}};
     (void)state;
     for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++) {
         size_t b = dims[d][0], h = dims[d][1], w = dims[d][2], c = dims[d][3];
