@@ -16,7 +16,9 @@
 
 /* ------------------------------------------------------------------ spec parsing */
 
-#define LAYERS_OK "\"model\":{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10}]}"
+#define LAYERS_OK                                                                                  \
+    "\"model\":{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\"," \
+    "\"units\":10}]}"
 
 static void test_model_spec_defaults_and_fields(void **state)
 {
@@ -28,7 +30,8 @@ static void test_model_spec_defaults_and_fields(void **state)
         "\"model\":{\"input_shape\":[6,6,1],\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
         "\"kernel_size\":[3,2],\"padding\":\"same\",\"activation\":\"relu\"},{\"type\":"
         "\"max_pool2d\"},{\"type\":\"batch_norm\",\"center\":false},{\"type\":\"dropout\",\"rate\":"
-        "0.5},{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3,\"activation\":\"softmax\"}]}}";
+        "0.5},{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3,\"activation\":\"softmax\"}]}"
+        "}";
     mt_job_spec *s;
     mt_err err = MT_ERR_INIT;
     (void)state;
@@ -150,10 +153,10 @@ static void test_model_spec_rejects_with_path(void **state)
         mt_job_spec *s = (mt_job_spec *)1;
         mt_err err = MT_ERR_INIT;
         mt_code rc = mt_job_spec_parse(bad_specs[i].json, strlen(bad_specs[i].json), &s, &err);
-        if (rc != MT_INVALID_ARGUMENT || strncmp(err.msg, bad_specs[i].msg,
-                                                 strlen(bad_specs[i].msg)) != 0)
-            fprintf(stderr, "spec %zu: %s\n  got %d '%s'\n  want '%s'\n", i, bad_specs[i].json,
-                    rc, err.msg, bad_specs[i].msg);
+        if (rc != MT_INVALID_ARGUMENT ||
+            strncmp(err.msg, bad_specs[i].msg, strlen(bad_specs[i].msg)) != 0)
+            fprintf(stderr, "spec %zu: %s\n  got %d '%s'\n  want '%s'\n", i, bad_specs[i].json, rc,
+                    err.msg, bad_specs[i].msg);
         assert_int_equal(rc, MT_INVALID_ARGUMENT);
         assert_null(s);
         assert_int_equal(strncmp(err.msg, bad_specs[i].msg, strlen(bad_specs[i].msg)), 0);
@@ -202,20 +205,26 @@ static mt_job_spec *parse(const char *js)
 
 static void test_model_build_names_and_shapes(void **state)
 {
-    mt_job_spec *s = parse(
-        "{\"model\":{\"layers\":[{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3},"
-        "{\"type\":\"max_pool2d\"},{\"type\":\"conv2d\",\"filters\":5,\"kernel_size\":3,"
-        "\"padding\":\"same\",\"use_bias\":false},{\"type\":\"batch_norm\"},{\"type\":"
-        "\"flatten\"},{\"type\":\"dense\",\"units\":6},{\"type\":\"dense\",\"units\":3}]}}");
+    mt_job_spec *s =
+        parse("{\"model\":{\"layers\":[{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3},"
+              "{\"type\":\"max_pool2d\"},{\"type\":\"conv2d\",\"filters\":5,\"kernel_size\":3,"
+              "\"padding\":\"same\",\"use_bias\":false},{\"type\":\"batch_norm\"},{\"type\":"
+              "\"flatten\"},{\"type\":\"dense\",\"units\":6},{\"type\":\"dense\",\"units\":3}]}}");
     size_t in[3] = {8, 8, 2};
     mt_model *m;
     mt_err err = MT_ERR_INIT;
     (void)state;
     assert_int_equal(mt_model_new(s, 3, in, 4, &m, &err), MT_OK);
-    const char *names[] = {"conv2d_1.kernel",        "conv2d_1.bias",  "conv2d_2.kernel",
-                           "batch_norm_1.gamma",     "batch_norm_1.beta",
-                           "batch_norm_1.moving_mean", "batch_norm_1.moving_variance",
-                           "dense_1.kernel",         "dense_1.bias",   "dense_2.kernel",
+    const char *names[] = {"conv2d_1.kernel",
+                           "conv2d_1.bias",
+                           "conv2d_2.kernel",
+                           "batch_norm_1.gamma",
+                           "batch_norm_1.beta",
+                           "batch_norm_1.moving_mean",
+                           "batch_norm_1.moving_variance",
+                           "dense_1.kernel",
+                           "dense_1.bias",
+                           "dense_2.kernel",
                            "dense_2.bias"};
     assert_int_equal(mt_model_param_count(m), 11);
     for (size_t i = 0; i < 11; i++)
@@ -261,20 +270,32 @@ static void test_model_build_rejects_bad_shapes(void **state)
         size_t in[3];
         const char *msg;
     } cases[] = {
-        {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3}]}}", 3, {4, 4, 1},
+        {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3}]}}",
+         3,
+         {4, 4, 1},
          "model.layers[0]: dense needs a flat input"},
         {"{\"model\":{\"layers\":[{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":5},"
          "{\"type\":\"flatten\"}]}}",
-         3, {4, 4, 1}, "model.layers[0].kernel_size: 5x5 is larger than the input"},
+         3,
+         {4, 4, 1},
+         "model.layers[0].kernel_size: 5x5 is larger than the input"},
         {"{\"model\":{\"layers\":[{\"type\":\"flatten\"},{\"type\":\"conv2d\",\"filters\":2,"
          "\"kernel_size\":1}]}}",
-         3, {4, 4, 1}, "model.layers[1]: conv2d needs an image input"},
-        {"{\"model\":{\"layers\":[{\"type\":\"max_pool2d\"}]}}", 3, {1, 4, 1},
+         3,
+         {4, 4, 1},
+         "model.layers[1]: conv2d needs an image input"},
+        {"{\"model\":{\"layers\":[{\"type\":\"max_pool2d\"}]}}",
+         3,
+         {1, 4, 1},
          "model.layers[0]: max_pool2d input (1, 4, 1) is smaller than 2x2"},
-        {"{\"model\":{\"layers\":[{\"type\":\"max_pool2d\"}]}}", 3, {4, 4, 1},
+        {"{\"model\":{\"layers\":[{\"type\":\"max_pool2d\"}]}}",
+         3,
+         {4, 4, 1},
          "model.layers[0]: the last layer must output one logit per class"},
-        {"{\"model\":{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"flatten\"}]}}", 3,
-         {28, 28, 3}, "model.input_shape: (28, 28, 1) does not match the dataset's examples"},
+        {"{\"model\":{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"flatten\"}]}}",
+         3,
+         {28, 28, 3},
+         "model.input_shape: (28, 28, 1) does not match the dataset's examples"},
     };
     (void)state;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -453,10 +474,10 @@ static mt_code failing_allreduce(void *ctx, float *buf, size_t n, int tag)
 static void test_model_split_batch_gradients_sum(void **state)
 {
     /* dropout included: masks are keyed by global example index, so halves match the whole */
-    mt_job_spec *s = parse(
-        "{\"model\":{\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":7,"
-        "\"activation\":\"relu\"},{\"type\":\"dropout\",\"rate\":0.3},{\"type\":\"dense\","
-        "\"units\":4}]}}");
+    mt_job_spec *s =
+        parse("{\"model\":{\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":7,"
+              "\"activation\":\"relu\"},{\"type\":\"dropout\",\"rate\":0.3},{\"type\":\"dense\","
+              "\"units\":4}]}}");
     size_t in[2] = {3, 3};
     mt_model *full, *half;
     mt_err err = MT_ERR_INIT;
@@ -502,8 +523,7 @@ static void test_model_split_batch_gradients_sum(void **state)
     assert_int_equal(mt_model_iterations(full), 1);
     assert_true(sm.loss > 0 && sm.accuracy >= 0 && sm.accuracy <= 1);
     mt_model_comm fail = {NULL, failing_allreduce};
-    assert_int_equal(mt_model_train_step(full, x, y, 8, 8, 7, 0, &fail, &sm, &err),
-                     MT_UNAVAILABLE);
+    assert_int_equal(mt_model_train_step(full, x, y, 8, 8, 7, 0, &fail, &sm, &err), MT_UNAVAILABLE);
     assert_non_null(strstr(err.msg, "allreduce"));
     /* errors: batch too large, bad labels, backward without a training forward */
     assert_int_equal(mt_model_forward(full, x, 9, 9, true, 0, 0, NULL, NULL, &err),
