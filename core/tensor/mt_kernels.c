@@ -120,8 +120,8 @@ static void im2col(float *cols, const float *x, const mt_conv2d_geom *g)
                     }
                     for (size_t kx = 0; kx < g->kw; kx++) {
                         long ix = ix0 + (long)kx;
-                        const float *src = xb + ((size_t)iy * g->w + (size_t)ix) * g->c;
                         bool pad = ix < 0 || ix >= (long)g->w;
+                        const float *src = xb + ((size_t)iy * g->w + (pad ? 0 : (size_t)ix)) * g->c;
                         for (size_t ci = 0; ci < g->c; ci++)
                             dst[kx * g->c + ci] = pad ? 0.0f : src[ci];
                     }
