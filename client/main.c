@@ -4,6 +4,7 @@
  * table and dispatch (git.c's shape). Each subcommand lives in cmd_<name>.c and
  * follows the contract of cli.h. Exit codes: see mt_exit in cli.h and README.md.
  */
+#include "blas/mt_blas.h"
 #include "client/cli.h"
 #include "log/mt_log.h"
 
@@ -60,6 +61,7 @@ int main(int argc, char **argv)
     mt_log_level level = MT_LOG_WARN;
     int c;
 
+    mt_blas_boot(argc, argv); /* first: may re-exec with OPENBLAS_CORETYPE set */
     g.coordinator = getenv("MESHTRAIN_COORDINATOR");
     if (g.coordinator == NULL || g.coordinator[0] == '\0')
         g.coordinator = "tcp://127.0.0.1:7400";
