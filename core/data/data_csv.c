@@ -25,11 +25,11 @@
 enum { COL_SKIP = -1, COL_LABEL = -2 };
 
 typedef struct csv_cols {
-    size_t ncols;  /* fields per record */
-    char **names;  /* owned; ncols names, or NULL without a header */
-    int *slot;     /* owned; per column: COL_SKIP, COL_LABEL or the feature position */
-    size_t nfeat;  /* features per example */
-    size_t label;  /* label column */
+    size_t ncols; /* fields per record */
+    char **names; /* owned; ncols names, or NULL without a header */
+    int *slot;    /* owned; per column: COL_SKIP, COL_LABEL or the feature position */
+    size_t nfeat; /* features per example */
+    size_t label; /* label column */
 } csv_cols;
 
 static void cols_fini(csv_cols *c)
@@ -312,9 +312,8 @@ static mt_code parse_record(const mt_data_spec *s, const csv_cols *c, const char
             if (parse_float(p, fl, &x[slot]) != 0)
                 return mt_err_set(err, MT_INVALID_ARGUMENT,
                                   "%s:%zu: column %zu%s%s%s: '%.*s' is not a finite number", fname,
-                                  lineno, col, c->names ? " ('" : "",
-                                  c->names ? c->names[col] : "", c->names ? "')" : "",
-                                  (int)(fl > 40 ? 40 : fl), p);
+                                  lineno, col, c->names ? " ('" : "", c->names ? c->names[col] : "",
+                                  c->names ? "')" : "", (int)(fl > 40 ? 40 : fl), p);
             x[slot] *= s->scale;
         } else if (slot == COL_LABEL) {
             int32_t y;
@@ -323,8 +322,8 @@ static mt_code parse_record(const mt_data_spec *s, const csv_cols *c, const char
                                   "%s:%zu: label (column %zu): '%.*s' is not an integer", fname,
                                   lineno, col, (int)(fl > 40 ? 40 : fl), p);
             if (y < 0 || (s->num_classes > 0 && y >= s->num_classes))
-                return mt_err_set(err, MT_INVALID_ARGUMENT,
-                                  "%s:%zu: label %d outside [0, %d)", fname, lineno, (int)y,
+                return mt_err_set(err, MT_INVALID_ARGUMENT, "%s:%zu: label %d outside [0, %d)",
+                                  fname, lineno, (int)y,
                                   s->num_classes > 0 ? s->num_classes : INT32_MAX);
             b->y[b->n] = y;
         }

@@ -303,12 +303,12 @@ mt_code mt_data_pipeline_open(mt_data_dataset *ds, const mt_data_input_ctx *ctx,
     if (rc != MT_OK)
         goto fail;
     p->off = ctx->feature_offset;
-    p->dim = ctx->feature_len ? ctx->feature_len
-                              : (p->off < p->dim_full ? p->dim_full - p->off : 0);
+    p->dim =
+        ctx->feature_len ? ctx->feature_len : (p->off < p->dim_full ? p->dim_full - p->off : 0);
     if (p->off >= p->dim_full || p->dim == 0 || p->off + p->dim > p->dim_full) {
         rc = mt_err_set(err, MT_INVALID_ARGUMENT,
-                        "input context: feature slice [%zu, %zu) outside the %zu features",
-                        p->off, p->off + p->dim, p->dim_full);
+                        "input context: feature slice [%zu, %zu) outside the %zu features", p->off,
+                        p->off + p->dim, p->dim_full);
         goto fail;
     }
     R = mt_data_input_ctx_num_replicas(ctx);
@@ -316,8 +316,7 @@ mt_code mt_data_pipeline_open(mt_data_dataset *ds, const mt_data_input_ctx *ctx,
                                                                : (ctx->global_batch + R - 1) / R;
     p->zero_copy = opts->shuffle_buffer <= 1 && p->dim == p->dim_full &&
                    !(opts->batching == MT_DATA_BATCH_PER_REPLICA &&
-                     mt_data_plan_policy(p->plan) == MT_DATA_SHARD_DATA &&
-                     ctx->num_pipelines > 1);
+                     mt_data_plan_policy(p->plan) == MT_DATA_SHARD_DATA && ctx->num_pipelines > 1);
     buf = opts->shuffle_buffer < p->n_local ? opts->shuffle_buffer : p->n_local;
     p->order = mt_malloc(p->n_local * sizeof(uint32_t) + 1);
     p->scratch = mt_malloc(buf * sizeof(uint32_t) + 1);
@@ -340,8 +339,7 @@ mt_code mt_data_pipeline_start_epoch(mt_data_pipeline *p, size_t epoch, mt_err *
     stop_thread(p);
     for (size_t i = 0; i < p->n_local; i++)
         p->order[i] = (uint32_t)i;
-    mt_data_shuffle(p->order, p->n_local, p->opts.shuffle_buffer, p->opts.seed, epoch,
-                    p->scratch);
+    mt_data_shuffle(p->order, p->n_local, p->opts.shuffle_buffer, p->opts.seed, epoch, p->scratch);
     p->epoch = epoch;
     p->produced = 0;
     p->consumed = 0;

@@ -52,8 +52,7 @@ size_t mt_data_input_ctx_num_replicas(const mt_data_input_ctx *ctx)
     return ctx->num_pipelines * ctx->replicas_per_pipeline;
 }
 
-mt_code mt_data_input_ctx_per_replica_batch(const mt_data_input_ctx *ctx, size_t *out,
-                                            mt_err *err)
+mt_code mt_data_input_ctx_per_replica_batch(const mt_data_input_ctx *ctx, size_t *out, mt_err *err)
 {
     size_t r = mt_data_input_ctx_num_replicas(ctx);
     *out = 0;
@@ -100,8 +99,7 @@ static size_t num_replica_batches(const mt_data_plan *p, size_t n, size_t b)
 }
 
 /* Piece `piece` of a stream of n examples batched by B and cut into R pieces per batch. */
-static void global_piece(const mt_data_plan *p, size_t n, size_t piece, size_t *start,
-                         size_t *len)
+static void global_piece(const mt_data_plan *p, size_t n, size_t piece, size_t *start, size_t *len)
 {
     size_t B = p->o.global_batch, R = p->o.num_pipelines * p->o.replicas_per_pipeline;
     size_t g = piece / R, full = n / B, s0;

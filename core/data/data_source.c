@@ -21,9 +21,9 @@ struct mt_data_dataset {
     const mt_data_tfidf *vec;   /* borrowed; TEXT only */
     const mt_data_file *files;  /* borrowed from spec */
     size_t n_files;
-    size_t *sizes;       /* owned; n_files counts */
-    mt_data_block *mem;  /* owned; in-memory blocks (n_files) or NULL */
-    size_t total;        /* sum of sizes */
+    size_t *sizes;      /* owned; n_files counts */
+    mt_data_block *mem; /* owned; in-memory blocks (n_files) or NULL */
+    size_t total;       /* sum of sizes */
 };
 
 void mt_data_block_fini(mt_data_block *b)

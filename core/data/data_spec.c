@@ -162,8 +162,7 @@ static mt_code add_path(parse_ctx *c, mt_data_file_list *l, const char *field, c
     return rc;
 }
 
-static mt_code add_idx_pair(parse_ctx *c, mt_data_file_list *l, const char *field,
-                            const cJSON *o)
+static mt_code add_idx_pair(parse_ctx *c, mt_data_file_list *l, const char *field, const cJSON *o)
 {
     const cJSON *im = cJSON_GetObjectItemCaseSensitive(o, "images");
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(o, "labels");
@@ -184,8 +183,8 @@ static mt_code add_idx_pair(parse_ctx *c, mt_data_file_list *l, const char *fiel
 }
 
 /* An entry of a file list: a string (path or glob) or, for IDX, {images, labels}. */
-static mt_code add_entry(parse_ctx *c, mt_data_format fmt, mt_data_file_list *l,
-                         const char *field, const cJSON *e)
+static mt_code add_entry(parse_ctx *c, mt_data_format fmt, mt_data_file_list *l, const char *field,
+                         const cJSON *e)
 {
     if (fmt == MT_DATA_FORMAT_IDX) {
         if (!cJSON_IsObject(e))
@@ -220,8 +219,8 @@ static mt_code parse_split(parse_ctx *c, mt_data_format fmt, const char *name, c
         if (gl != NULL) {
             snprintf(field, sizeof(field), "%s.glob", name);
             if (!cJSON_IsString(gl))
-                return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.%s: must be a string",
-                                  c->path, field);
+                return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.%s: must be a string", c->path,
+                                  field);
             rc = add_path(c, l, field, gl->valuestring);
             goto done;
         }
@@ -410,9 +409,8 @@ static mt_code check_spec(parse_ctx *c, mt_data_spec *s)
     mt_code rc;
 
     if (!csv && (s->label_column_set || s->feature_cols != NULL))
-        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
-                          "%s.%s: only CSV datasets have columns", c->path,
-                          s->label_column_set ? "label_column" : "feature_columns");
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.%s: only CSV datasets have columns",
+                          c->path, s->label_column_set ? "label_column" : "feature_columns");
     if (!csv && s->shape[0] != 0)
         return mt_err_set(c->err, MT_INVALID_ARGUMENT,
                           "%s.shape: only CSV datasets take a shape (IDX files carry theirs)",
@@ -464,8 +462,8 @@ mt_code mt_data_spec_parse(const cJSON *node, const char *json_path, const char 
     else if (cJSON_IsString(fmt) && strcmp(fmt->valuestring, "idx") == 0)
         s->format = MT_DATA_FORMAT_IDX;
     else {
-        rc = mt_err_set(err, MT_INVALID_ARGUMENT,
-                        "%s.format: must be \"csv\", \"text\" or \"idx\"", c.path);
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s.format: must be \"csv\", \"text\" or \"idx\"",
+                        c.path);
         goto fail;
     }
     cJSON_ArrayForEach(v, node)
@@ -476,8 +474,7 @@ mt_code mt_data_spec_parse(const cJSON *node, const char *json_path, const char 
     }
     v = cJSON_GetObjectItemCaseSensitive(node, "train");
     if (v == NULL) {
-        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s.train: missing (the training files)",
-                        c.path);
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s.train: missing (the training files)", c.path);
         goto fail;
     }
     rc = parse_split(&c, s->format, "train", v, &s->train);

@@ -361,8 +361,8 @@ mt_code mt_data_tfidf_save(const mt_data_tfidf *v, char **buf, size_t *len, mt_e
                              TFIDF_MAGIC "max_tokens %zu\ndocs %zu\nterms %zu\noov %.9g\n",
                              v->max_tokens, v->num_docs, v->dim - 1, (double)v->idf[0]);
     for (size_t i = 1; i < v->dim; i++)
-        used += (size_t)snprintf(b + used, cap - used, "%.9g\t%s\n", (double)v->idf[i],
-                                 v->terms[i]);
+        used +=
+            (size_t)snprintf(b + used, cap - used, "%.9g\t%s\n", (double)v->idf[i], v->terms[i]);
     *buf = b;
     *len = used;
     return MT_OK;
@@ -551,8 +551,8 @@ static mt_code list_dir(const char *dir, bool want_dir, char ***names, size_t *n
     *names = NULL;
     *n = 0;
     if (d == NULL)
-        return mt_err_set(err, errno == ENOENT ? MT_NOT_FOUND : MT_PERMISSION_DENIED,
-                          "open %s: %s", dir, strerror(errno));
+        return mt_err_set(err, errno == ENOENT ? MT_NOT_FOUND : MT_PERMISSION_DENIED, "open %s: %s",
+                          dir, strerror(errno));
     while ((e = readdir(d)) != NULL) {
         char path[4096];
         struct stat st;
@@ -636,8 +636,8 @@ static mt_code read_label_dirs(const mt_data_spec *spec, const char *dir, mt_dat
     if (rc == MT_OK && nl == 0)
         rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s: no label sub-directories", dir);
     if (rc == MT_OK && spec->num_classes > 0 && nl > (size_t)spec->num_classes)
-        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s: %zu label directories > num_classes %d",
-                        dir, nl, spec->num_classes);
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s: %zu label directories > num_classes %d", dir,
+                        nl, spec->num_classes);
     for (size_t l = 0; l < nl && rc == MT_OK; l++) {
         char sub[4096];
         char **files = NULL;

@@ -110,24 +110,24 @@ typedef struct mt_data_spec {
     mt_data_file_list train; /* "train": required */
     mt_data_file_list test;  /* "test": optional (n == 0 when absent) */
     /* CSV */
-    mt_data_column label_column;    /* default: the last column */
-    bool label_column_set;          /* false: last column */
-    mt_data_column *feature_cols;   /* owned; NULL = every column except the label */
-    size_t n_feature_cols;          /* */
-    bool header;                    /* first line names the columns (default true) */
-    char delimiter;                 /* default ',' */
-    float scale;                    /* features are multiplied by it (default 1) */
-    size_t shape[3];                /* optional H, W, C view of the features; 0 = flat */
-    int num_classes;                /* labels checked in [0, num_classes); 0 = unchecked */
-    size_t max_tokens;              /* TEXT: vocabulary size incl. OOV index 0 (default 1200) */
-    size_t shuffle_buffer;          /* 0 = no shuffling (default 0) */
-    uint64_t seed;                  /* shuffle seed (default 0; engines pass the job seed) */
-    bool seed_set;                  /* "seed" was present in the section */
-    mt_data_shard_policy shard;     /* default AUTO */
-    mt_data_batching batching;      /* default GLOBAL */
-    bool drop_remainder;            /* default false */
-    size_t prefetch;                /* prefetch depth in steps; 0 = synchronous (default 2) */
-    char *json_path;                /* owned; the section's JSON path, for messages */
+    mt_data_column label_column;  /* default: the last column */
+    bool label_column_set;        /* false: last column */
+    mt_data_column *feature_cols; /* owned; NULL = every column except the label */
+    size_t n_feature_cols;        /* */
+    bool header;                  /* first line names the columns (default true) */
+    char delimiter;               /* default ',' */
+    float scale;                  /* features are multiplied by it (default 1) */
+    size_t shape[3];              /* optional H, W, C view of the features; 0 = flat */
+    int num_classes;              /* labels checked in [0, num_classes); 0 = unchecked */
+    size_t max_tokens;            /* TEXT: vocabulary size incl. OOV index 0 (default 1200) */
+    size_t shuffle_buffer;        /* 0 = no shuffling (default 0) */
+    uint64_t seed;                /* shuffle seed (default 0; engines pass the job seed) */
+    bool seed_set;                /* "seed" was present in the section */
+    mt_data_shard_policy shard;   /* default AUTO */
+    mt_data_batching batching;    /* default GLOBAL */
+    bool drop_remainder;          /* default false */
+    size_t prefetch;              /* prefetch depth in steps; 0 = synchronous (default 2) */
+    char *json_path;              /* owned; the section's JSON path, for messages */
 } mt_data_spec;
 
 /*
@@ -281,13 +281,15 @@ typedef struct mt_data_input_ctx {
     size_t feature_len;           /* features delivered; 0 = all from feature_offset */
 } mt_data_input_ctx;
 
-#define MT_DATA_INPUT_CTX_DEFAULTS {1, 0, 1, 32, 0, 0}
+#define MT_DATA_INPUT_CTX_DEFAULTS                                                                 \
+    {                                                                                              \
+        1, 0, 1, 32, 0, 0                                                                          \
+    }
 
 /* Total replicas = num_pipelines × replicas_per_pipeline. */
 size_t mt_data_input_ctx_num_replicas(const mt_data_input_ctx *ctx);
 /* tf's get_per_replica_batch_size: global_batch / replicas; INVALID_ARGUMENT if not divisible. */
-mt_code mt_data_input_ctx_per_replica_batch(const mt_data_input_ctx *ctx, size_t *out,
-                                            mt_err *err);
+mt_code mt_data_input_ctx_per_replica_batch(const mt_data_input_ctx *ctx, size_t *out, mt_err *err);
 
 typedef struct mt_data_plan mt_data_plan;
 
@@ -355,7 +357,10 @@ typedef struct mt_data_pipeline_opts {
     size_t prefetch; /* steps assembled ahead on the background thread; 0 = synchronous */
 } mt_data_pipeline_opts;
 
-#define MT_DATA_PIPELINE_OPTS_DEFAULTS {MT_DATA_SHARD_AUTO, MT_DATA_BATCH_GLOBAL, false, 0, 0, 2}
+#define MT_DATA_PIPELINE_OPTS_DEFAULTS                                                             \
+    {                                                                                              \
+        MT_DATA_SHARD_AUTO, MT_DATA_BATCH_GLOBAL, false, 0, 0, 2                                   \
+    }
 
 /* The pipeline options a spec asks for. */
 void mt_data_pipeline_opts_from_spec(const mt_data_spec *spec, mt_data_pipeline_opts *out);

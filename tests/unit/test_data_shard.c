@@ -491,8 +491,8 @@ static void test_data_shard_property_plan_counts(void **state)
         }
         covered = sum_counts;
         if (!o.drop_remainder) {
-            size_t want = mt_data_plan_policy(p) == MT_DATA_SHARD_OFF ? total * o.num_pipelines
-                                                                      : total;
+            size_t want =
+                mt_data_plan_policy(p) == MT_DATA_SHARD_OFF ? total * o.num_pipelines : total;
             assert_int_equal(covered, want);
         } else {
             assert_true(covered <= total * o.num_pipelines);
