@@ -81,6 +81,7 @@ static void test_data_pipeline_prefetch_equals_synchronous(void **state)
     assert_int_equal(steps[0], 13); /* ceil(203 / 16) */
     assert_int_equal(steps[1], steps[0]);
     assert_true(d[0] == d[1] && d[1] == d[2]);
+    mt_data_dataset_free(ds);
 }
 
 /* Free while the producer is blocked on a full ring, and restart epochs mid-way: no hang, no
