@@ -247,8 +247,8 @@ static mt_code migrate(sqlite3 *db, const char *path, int from, mt_err *err)
         char bump[96];
         mt_code rc;
 
-        snprintf(bump, sizeof(bump), "PRAGMA user_version = %d; PRAGMA application_id = %d;",
-                 v + 1, MT_STORE_APP_ID);
+        snprintf(bump, sizeof(bump), "PRAGMA user_version = %d; PRAGMA application_id = %d;", v + 1,
+                 MT_STORE_APP_ID);
         rc = exec_sql(db, "BEGIN IMMEDIATE", path, "migrate", err);
         if (rc != MT_OK)
             return rc;
@@ -267,8 +267,8 @@ static mt_code migrate(sqlite3 *db, const char *path, int from, mt_err *err)
 }
 
 /* Configure the connection, check what the file is, migrate. */
-static mt_code prepare_db(sqlite3 *db, const char *path, const mt_store_options *o,
-                          int *version, mt_err *err)
+static mt_code prepare_db(sqlite3 *db, const char *path, const mt_store_options *o, int *version,
+                          mt_err *err)
 {
     long long app_id = 0, user_version = 0, n_tables = 0;
     mt_code rc;
@@ -435,8 +435,8 @@ mt_code mt_store_tx_commit(mt_store *s, mt_err *err)
     mt_code rc;
 
     if (!s->in_tx)
-        return mt_err_set(err, MT_FAILED_PRECONDITION,
-                          "commit on %s: no transaction is open", s->path);
+        return mt_err_set(err, MT_FAILED_PRECONDITION, "commit on %s: no transaction is open",
+                          s->path);
     rc = run_ctl(s, MT_STMT_COMMIT, "commit on", err);
     if (rc != MT_OK) {
         /* a failed COMMIT may leave the transaction open: end it so the store stays usable */
@@ -452,8 +452,8 @@ mt_code mt_store_tx_rollback(mt_store *s, mt_err *err)
     mt_code rc = MT_OK;
 
     if (!s->in_tx)
-        return mt_err_set(err, MT_FAILED_PRECONDITION,
-                          "rollback on %s: no transaction is open", s->path);
+        return mt_err_set(err, MT_FAILED_PRECONDITION, "rollback on %s: no transaction is open",
+                          s->path);
     if (!sqlite3_get_autocommit(s->db))
         rc = run_ctl(s, MT_STMT_ROLLBACK, "rollback on", err);
     s->in_tx = 0;

@@ -44,7 +44,10 @@ typedef struct mt_store_options {
     int busy_timeout_ms; /* how long a statement waits for a lock held by another connection */
 } mt_store_options;
 
-#define MT_STORE_OPTIONS_DEFAULTS {0, 1, 2000}
+#define MT_STORE_OPTIONS_DEFAULTS                                                                  \
+    {                                                                                              \
+        0, 1, 2000                                                                                 \
+    }
 
 /*
  * Open or create the database at path (borrowed) with default options: WAL,
@@ -154,8 +157,7 @@ void mt_store_worker_fini(mt_store_worker *w);
  * Codes: INVALID_ARGUMENT (NULL arrays with n > 0, NULL id), store errors.
  */
 mt_code mt_store_worker_heartbeats(mt_store *s, const char *const *worker_ids,
-                                   const int64_t *times_ms, size_t n, size_t *updated,
-                                   mt_err *err);
+                                   const int64_t *times_ms, size_t n, size_t *updated, mt_err *err);
 
 /* Set the worker's state ("alive" | "lost", else INVALID_ARGUMENT). NOT_FOUND if absent. */
 mt_code mt_store_worker_set_state(mt_store *s, const char *worker_id, const char *state,

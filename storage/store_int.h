@@ -56,12 +56,12 @@ enum mt_store_stmt_id { MT_STORE_STMTS(MT_STORE_STMT_ENUM) MT_STMT_COUNT };
 #undef MT_STORE_STMT_ENUM
 
 struct mt_store {
-    sqlite3 *db;                         /* the connection */
-    char *path;                          /* owned copy of the path */
-    int schema_version;                  /* PRAGMA user_version after open */
-    int readonly;                        /* opened with mt_store_open_readonly */
-    int in_tx;                           /* mt_store_tx_begin is open */
-    sqlite3_stmt *stmt[MT_STMT_COUNT];   /* prepared once at open */
+    sqlite3 *db;                       /* the connection */
+    char *path;                        /* owned copy of the path */
+    int schema_version;                /* PRAGMA user_version after open */
+    int readonly;                      /* opened with mt_store_open_readonly */
+    int in_tx;                         /* mt_store_tx_begin is open */
+    sqlite3_stmt *stmt[MT_STMT_COUNT]; /* prepared once at open */
 };
 
 /* The statement id, reset and with its bindings cleared, ready to bind. */

@@ -55,8 +55,8 @@ static mt_code check_worker(const mt_store_worker *w, mt_err *err)
         for (size_t j = 0; j < i; j++)
             if (w->devices[j].index == d->index)
                 return mt_err_set(err, MT_INVALID_ARGUMENT,
-                                  "upsert worker %s: device index %u appears twice",
-                                  w->worker_id, (unsigned)d->index);
+                                  "upsert worker %s: device index %u appears twice", w->worker_id,
+                                  (unsigned)d->index);
     }
     return MT_OK;
 }
@@ -246,8 +246,7 @@ void mt_store_worker_fini(mt_store_worker *w)
 }
 
 mt_code mt_store_worker_heartbeats(mt_store *s, const char *const *worker_ids,
-                                   const int64_t *times_ms, size_t n, size_t *updated,
-                                   mt_err *err)
+                                   const int64_t *times_ms, size_t n, size_t *updated, mt_err *err)
 {
     sqlite3_stmt *st;
     size_t count = 0;

@@ -27,7 +27,7 @@ struct mt_rpc_client {
     nng_socket sock;
     char url[256];
     char token[MT_RPC_TOKEN_MAX];
-    atomic_int pipes;         /* connected pipes (nng pipe notifications) */
+    atomic_int pipes; /* connected pipes (nng pipe notifications) */
     atomic_uint_least64_t next_id;
 };
 
@@ -50,9 +50,9 @@ static mt_code probe(const char *url, int timeout_ms, mt_err *err)
     int rv;
 
     if ((rv = nng_stream_dialer_alloc(&d, url)) != 0)
-        return mt_err_set(err, rv == NNG_ENOTSUP || rv == NNG_EADDRINVAL ? MT_INVALID_ARGUMENT
-                                                                           : MT_UNAVAILABLE,
-                          "connect %s: %s", url, nng_strerror(rv));
+        return mt_err_set(
+            err, rv == NNG_ENOTSUP || rv == NNG_EADDRINVAL ? MT_INVALID_ARGUMENT : MT_UNAVAILABLE,
+            "connect %s: %s", url, nng_strerror(rv));
     if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
         nng_stream_dialer_free(d);
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "connect %s: %s", url, nng_strerror(rv));
@@ -118,8 +118,7 @@ mt_code mt_rpc_client_open(const mt_rpc_client_opts *o, mt_rpc_client **out, mt_
     if (atomic_load(&cli->pipes) == 0) {
         nng_close(cli->sock);
         mt_free(cli);
-        return mt_err_set(err, MT_UNAVAILABLE, "connect %s: no meshtrain server answered",
-                          o->url);
+        return mt_err_set(err, MT_UNAVAILABLE, "connect %s: no meshtrain server answered", o->url);
     }
     *out = cli;
     return MT_OK;
@@ -243,8 +242,7 @@ mt_code mt_rpc_client_call(mt_rpc_client *cli, const ProtobufCServiceDescriptor 
         return MT_INTERNAL;
     if (renv->request_id != env.request_id && renv->request_id != 0) {
         rc = mt_err_set(err, MT_INTERNAL, "%s: reply for request %llu, expected %llu", name,
-                        (unsigned long long)renv->request_id,
-                        (unsigned long long)env.request_id);
+                        (unsigned long long)renv->request_id, (unsigned long long)env.request_id);
     } else if (renv->code != MT_OK) {
         rc = mt_err_set(err, mt_code_valid((int)renv->code) ? (mt_code)renv->code : MT_UNKNOWN,
                         "%s", renv->message);

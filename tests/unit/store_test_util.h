@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 typedef struct store_fixture {
-    char dir[PATH_MAX]; /* mkdtemp directory */
+    char dir[PATH_MAX];       /* mkdtemp directory */
     char path[PATH_MAX + 32]; /* dir/meshtrain.db */
 } store_fixture;
 
