@@ -160,8 +160,7 @@ static void test_data_idx_fashion_mnist(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_data_idx_pairs_plain_and_gzip, dt_setup,
-                                        dt_teardown),
+        cmocka_unit_test_setup_teardown(test_data_idx_pairs_plain_and_gzip, dt_setup, dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_idx_errors_name_files, dt_setup, dt_teardown),
         cmocka_unit_test(test_data_idx_fashion_mnist),
     };
