@@ -54,6 +54,56 @@ static const char *const migrations[] = {
     " memory_bytes INTEGER NOT NULL,"
     " health TEXT NOT NULL,"
     " PRIMARY KEY (worker_id, idx)) WITHOUT ROWID;",
+
+    /* 1 -> 2: jobs, their events and placement, metrics, checkpoints */
+    "CREATE TABLE jobs ("
+    " seq INTEGER PRIMARY KEY,"
+    " id TEXT NOT NULL UNIQUE,"
+    " name TEXT NOT NULL DEFAULT '',"
+    " spec_json TEXT NOT NULL,"
+    " state TEXT NOT NULL,"
+    " priority INTEGER NOT NULL DEFAULT 0,"
+    " submitted_at_ms INTEGER NOT NULL,"
+    " updated_at_ms INTEGER NOT NULL,"
+    " step INTEGER NOT NULL DEFAULT 0,"
+    " total_steps INTEGER NOT NULL DEFAULT 0,"
+    " reason TEXT NOT NULL DEFAULT '',"
+    " error TEXT NOT NULL DEFAULT '',"
+    " restarts INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX jobs_by_state ON jobs(state, priority DESC, seq);"
+    "CREATE TABLE job_events ("
+    " seq INTEGER PRIMARY KEY,"
+    " job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    " time_ms INTEGER NOT NULL,"
+    " state TEXT NOT NULL,"
+    " reason TEXT NOT NULL DEFAULT '');"
+    "CREATE INDEX job_events_by_job ON job_events(job_id, seq);"
+    "CREATE TABLE placements ("
+    " job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    " device INTEGER NOT NULL,"
+    " worker_id TEXT NOT NULL,"
+    " local_index INTEGER NOT NULL,"
+    " coords TEXT NOT NULL DEFAULT '',"
+    " PRIMARY KEY (job_id, device)) WITHOUT ROWID;"
+    "CREATE INDEX placements_by_worker ON placements(worker_id);"
+    "CREATE TABLE metrics ("
+    " job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    " step INTEGER NOT NULL,"
+    " name TEXT NOT NULL,"
+    " epoch INTEGER NOT NULL DEFAULT 0,"
+    " value REAL," /* NULL stands for NaN (SQLite stores NaN as NULL) */
+    " time_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (job_id, step, name)) WITHOUT ROWID;"
+    "CREATE INDEX metrics_by_name ON metrics(job_id, name, step);"
+    "CREATE TABLE checkpoints ("
+    " job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    " step INTEGER NOT NULL,"
+    " location TEXT NOT NULL,"
+    " size_bytes INTEGER NOT NULL DEFAULT 0,"
+    " checksum TEXT NOT NULL DEFAULT '',"
+    " complete INTEGER NOT NULL DEFAULT 0 CHECK (complete IN (0, 1)),"
+    " time_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (job_id, step)) WITHOUT ROWID;",
 };
 
 #define N_MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -202,6 +252,60 @@ void mt_store__col_text(sqlite3_stmt *st, int col, char *dst, size_t cap)
     dst[n] = '\0';
 }
 
+int mt_store__grow(void **arr, size_t *cap, size_t count, size_t elem)
+{
+    size_t ncap;
+    void *p;
+
+    if (count < *cap)
+        return 0;
+    ncap = *cap ? *cap * 2 : 16;
+    p = mt_realloc(*arr, ncap * elem);
+    if (p == NULL)
+        return -1;
+    *arr = p;
+    *cap = ncap;
+    return 0;
+}
+
+mt_code mt_store__collect(mt_store *s, sqlite3_stmt *st, size_t elem, mt_store__row_fn read,
+                          void **out, size_t *n, const char *what, mt_err *err)
+{
+    void *arr = NULL;
+    size_t count = 0, cap = 0;
+    mt_code code = MT_OK;
+    int rc;
+
+    *out = NULL;
+    *n = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (mt_store__grow(&arr, &cap, count, elem) != 0) {
+            code = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+            break;
+        }
+        memset((char *)arr + count * elem, 0, elem);
+        read(st, (char *)arr + count * elem);
+        count++;
+    }
+    if (code == MT_OK && rc != SQLITE_DONE)
+        code = mt_store__fail(s, rc, err, "%s", what);
+    mt_store__stmt_done(st);
+    if (code != MT_OK) {
+        mt_free(arr);
+        return code;
+    }
+    *out = arr;
+    *n = count;
+    return MT_OK;
+}
+
+mt_code mt_store__need(const char *v, const char *what, mt_err *err)
+{
+    if (v == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "%s is NULL", what);
+    return MT_OK;
+}
+
 int mt_store__terminated(const char *str, size_t cap)
 {
     return memchr(str, '\0', cap) != NULL;
@@ -247,8 +351,8 @@ static mt_code migrate(sqlite3 *db, const char *path, int from, mt_err *err)
         char bump[96];
         mt_code rc;
 
-        snprintf(bump, sizeof(bump), "PRAGMA user_version = %d; PRAGMA application_id = %d;",
-                 v + 1, MT_STORE_APP_ID);
+        snprintf(bump, sizeof(bump), "PRAGMA user_version = %d; PRAGMA application_id = %d;", v + 1,
+                 MT_STORE_APP_ID);
         rc = exec_sql(db, "BEGIN IMMEDIATE", path, "migrate", err);
         if (rc != MT_OK)
             return rc;
@@ -267,8 +371,8 @@ static mt_code migrate(sqlite3 *db, const char *path, int from, mt_err *err)
 }
 
 /* Configure the connection, check what the file is, migrate. */
-static mt_code prepare_db(sqlite3 *db, const char *path, const mt_store_options *o,
-                          int *version, mt_err *err)
+static mt_code prepare_db(sqlite3 *db, const char *path, const mt_store_options *o, int *version,
+                          mt_err *err)
 {
     long long app_id = 0, user_version = 0, n_tables = 0;
     mt_code rc;
@@ -435,8 +539,8 @@ mt_code mt_store_tx_commit(mt_store *s, mt_err *err)
     mt_code rc;
 
     if (!s->in_tx)
-        return mt_err_set(err, MT_FAILED_PRECONDITION,
-                          "commit on %s: no transaction is open", s->path);
+        return mt_err_set(err, MT_FAILED_PRECONDITION, "commit on %s: no transaction is open",
+                          s->path);
     rc = run_ctl(s, MT_STMT_COMMIT, "commit on", err);
     if (rc != MT_OK) {
         /* a failed COMMIT may leave the transaction open: end it so the store stays usable */
@@ -452,8 +556,8 @@ mt_code mt_store_tx_rollback(mt_store *s, mt_err *err)
     mt_code rc = MT_OK;
 
     if (!s->in_tx)
-        return mt_err_set(err, MT_FAILED_PRECONDITION,
-                          "rollback on %s: no transaction is open", s->path);
+        return mt_err_set(err, MT_FAILED_PRECONDITION, "rollback on %s: no transaction is open",
+                          s->path);
     if (!sqlite3_get_autocommit(s->db))
         rc = run_ctl(s, MT_STMT_ROLLBACK, "rollback on", err);
     s->in_tx = 0;

@@ -55,8 +55,8 @@ static mt_code check_worker(const mt_store_worker *w, mt_err *err)
         for (size_t j = 0; j < i; j++)
             if (w->devices[j].index == d->index)
                 return mt_err_set(err, MT_INVALID_ARGUMENT,
-                                  "upsert worker %s: device index %u appears twice",
-                                  w->worker_id, (unsigned)d->index);
+                                  "upsert worker %s: device index %u appears twice", w->worker_id,
+                                  (unsigned)d->index);
     }
     return MT_OK;
 }
@@ -150,17 +150,11 @@ static void read_device_row(sqlite3_stmt *st, int first, mt_store_device *d)
     mt_store__col_text(st, first + 4, d->health, sizeof(d->health));
 }
 
-/* Append a device to w's owned array (grows by doubling; capacity tracked in *cap). */
+/* Append a device to w's owned array (capacity tracked in *cap). */
 static int push_device(mt_store_worker *w, size_t *cap, const mt_store_device *d)
 {
-    if (w->n_devices == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 4;
-        mt_store_device *nd = mt_realloc(w->devices, ncap * sizeof(*nd));
-        if (nd == NULL)
-            return -1;
-        w->devices = nd;
-        *cap = ncap;
-    }
+    if (mt_store__grow((void **)&w->devices, cap, w->n_devices, sizeof(*d)) != 0)
+        return -1;
     w->devices[w->n_devices++] = *d;
     return 0;
 }
@@ -246,8 +240,7 @@ void mt_store_worker_fini(mt_store_worker *w)
 }
 
 mt_code mt_store_worker_heartbeats(mt_store *s, const char *const *worker_ids,
-                                   const int64_t *times_ms, size_t n, size_t *updated,
-                                   mt_err *err)
+                                   const int64_t *times_ms, size_t n, size_t *updated, mt_err *err)
 {
     sqlite3_stmt *st;
     size_t count = 0;
@@ -373,14 +366,18 @@ static mt_code attach_devices(mt_store *s, mt_store_worker *list, size_t n, mt_e
     return code;
 }
 
+static void read_worker_elem(sqlite3_stmt *st, void *elem)
+{
+    read_worker_row(st, elem);
+}
+
 mt_code mt_store_worker_list(mt_store *s, const char *state_filter, mt_store_worker **out,
                              size_t *n, mt_err *err)
 {
     mt_store_worker *list = NULL;
-    size_t count = 0, cap = 0;
+    size_t count = 0;
     sqlite3_stmt *st;
-    mt_code code = MT_OK;
-    int rc;
+    mt_code code;
 
     if (out == NULL || n == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "list workers: out or n is NULL");
@@ -392,22 +389,8 @@ mt_code mt_store_worker_list(mt_store *s, const char *state_filter, mt_store_wor
     st = mt_store__stmt(s, MT_STMT_WORKER_LIST);
     if (state_filter != NULL && state_filter[0] != '\0')
         mt_store__bind_text(st, 1, state_filter);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (count == cap) {
-            size_t ncap = cap ? cap * 2 : 16;
-            mt_store_worker *nl = mt_realloc(list, ncap * sizeof(*nl));
-            if (nl == NULL) {
-                code = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "list workers: out of memory");
-                break;
-            }
-            list = nl;
-            cap = ncap;
-        }
-        read_worker_row(st, &list[count++]);
-    }
-    if (code == MT_OK && rc != SQLITE_DONE)
-        code = mt_store__fail(s, rc, err, "list workers");
-    mt_store__stmt_done(st);
+    code = mt_store__collect(s, st, sizeof(*list), read_worker_elem, (void **)&list, &count,
+                             "list workers", err);
     if (code == MT_OK && count > 0)
         code = attach_devices(s, list, count, err);
     code = mt_store__call_end(s, code, err);

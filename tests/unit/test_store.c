@@ -13,35 +13,7 @@
 #include "storage/mt_store.h"
 #include "store_test_util.h"
 
-typedef struct tctx {
-    store_fixture f;
-    mt_store *s;
-} tctx;
-
-static int setup(void **state)
-{
-    tctx *t = calloc(1, sizeof(*t));
-    mt_err err = MT_ERR_INIT;
-
-    if (t == NULL || store_fixture_init(&t->f) != 0)
-        return -1;
-    if (mt_store_open(t->f.path, &t->s, &err) != MT_OK) {
-        fprintf(stderr, "open: %s\n", err.msg);
-        return -1;
-    }
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    tctx *t = *state;
-    mt_alloc_fail_reset();
-    mt_store_close(t->s);
-    store_fixture_fini(&t->f);
-    free(t);
-    return 0;
-}
+typedef store_tctx tctx;
 
 /* A worker with n devices cpu:0..n-1 (n <= 8). */
 static mt_store_worker make_worker(const char *id, const char *name, size_t n,
@@ -161,6 +133,55 @@ static void test_store_open_refuses_foreign_database(void **state)
     assert_int_equal(store_raw_exec(path, "PRAGMA application_id = 1234"), SQLITE_OK);
     assert_int_equal(mt_store_open(path, &s, &err), MT_FAILED_PRECONDITION);
     assert_null(s);
+}
+
+/* A version-1 database written by hand (the schema meshtrain 0.1 shipped) is migrated. */
+static void test_store_open_migrates_version_1(void **state)
+{
+    tctx *t = *state;
+    char path[PATH_MAX + 16];
+    mt_store *s = NULL;
+    mt_store_worker got;
+    mt_store_job j;
+    mt_err err = MT_ERR_INIT;
+
+    snprintf(path, sizeof(path), "%s/v1.db", t->f.dir);
+    assert_int_equal(
+        store_raw_exec(
+            path, "PRAGMA journal_mode = WAL;"
+                  "CREATE TABLE workers (worker_id TEXT PRIMARY KEY NOT NULL,"
+                  " name TEXT NOT NULL, instance_id TEXT NOT NULL DEFAULT '',"
+                  " host TEXT NOT NULL DEFAULT '', pid INTEGER NOT NULL DEFAULT 0,"
+                  " state TEXT NOT NULL CHECK (state IN ('alive', 'lost')),"
+                  " data_address TEXT NOT NULL DEFAULT '', version TEXT NOT NULL DEFAULT '',"
+                  " registered_at_ms INTEGER NOT NULL, last_heartbeat_ms INTEGER NOT NULL);"
+                  "CREATE INDEX workers_by_name ON workers(name);"
+                  "CREATE TABLE devices (worker_id TEXT NOT NULL REFERENCES"
+                  " workers(worker_id) ON DELETE CASCADE, idx INTEGER NOT NULL,"
+                  " kind TEXT NOT NULL, cores INTEGER NOT NULL, memory_bytes INTEGER NOT NULL,"
+                  " health TEXT NOT NULL, PRIMARY KEY (worker_id, idx)) WITHOUT ROWID;"
+                  "INSERT INTO workers VALUES ('w-old', 'old', 'i', 'h', 1, 'lost', '', '0.0.9',"
+                  " 5, 6);"
+                  "INSERT INTO devices VALUES ('w-old', 0, 'cpu', 2, 1024, 'ok');"
+                  "PRAGMA user_version = 1; PRAGMA application_id = 1297371726;"),
+        SQLITE_OK);
+    assert_int_equal(mt_store_open(path, &s, &err), MT_OK);
+    assert_int_equal(mt_store_schema_version(s), MT_STORE_SCHEMA_VERSION);
+    assert_int_equal(store_raw_int(path, "PRAGMA user_version"), MT_STORE_SCHEMA_VERSION);
+    /* old rows kept */
+    assert_int_equal(mt_store_worker_get(s, "w-old", &got, &err), MT_OK);
+    assert_string_equal(got.version, "0.0.9");
+    assert_int_equal(got.n_devices, 1);
+    assert_int_equal(got.devices[0].cores, 2);
+    mt_store_worker_fini(&got);
+    /* new tables usable */
+    memset(&j, 0, sizeof(j));
+    j.spec_json = (char *)"{}";
+    assert_int_equal(mt_store_job_insert(s, &j, 1, &err), MT_OK);
+    mt_store_close(s);
+    /* opening again is a no-op migration */
+    assert_int_equal(mt_store_open(path, &s, &err), MT_OK);
+    mt_store_close(s);
 }
 
 static void test_store_open_alloc_failure_leaks_nothing(void **state)
@@ -550,13 +571,14 @@ static void test_store_worker_list_alloc_failure(void **state)
 
 int main(void)
 {
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, store_setup, store_teardown)
     const struct CMUnitTest tests[] = {
         T(test_store_open_creates_wal_schema),
         T(test_store_open_bad_path_names_path),
         T(test_store_open_refuses_newer_schema),
         T(test_store_open_refuses_non_database),
         T(test_store_open_refuses_foreign_database),
+        T(test_store_open_migrates_version_1),
         T(test_store_open_alloc_failure_leaks_nothing),
         T(test_store_reopen_keeps_data),
         T(test_store_tx_groups_and_rolls_back),
