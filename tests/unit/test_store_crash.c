@@ -115,8 +115,8 @@ static void verify_ack(mt_store *s, const char *line)
     } else if (sscanf(line, "M %llu", &step) == 1) {
         mt_store_metric *pts = NULL;
         size_t n = 0;
-        assert_int_equal(
-            mt_store_metrics_query(s, "job-000001", step, NULL, 0, 10, &pts, &n, &err), MT_OK);
+        assert_int_equal(mt_store_metrics_query(s, "job-000001", step, NULL, 0, 10, &pts, &n, &err),
+                         MT_OK);
         if (n != 10 || pts[0].step != step || pts[9].step != step + 9)
             fail_msg("acknowledged metric batch at step %llu lost (%zu points)", step, n);
         mt_store_metrics_free(pts);

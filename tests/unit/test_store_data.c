@@ -6,6 +6,8 @@
 #include "mt_test.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -243,6 +245,70 @@ static void test_store_metrics_query_alloc_failure(void **state)
     mt_store_metrics_free(out);
 }
 
+typedef struct reader_arg {
+    const char *path;
+    const char *job;
+    _Atomic int stop; /* set by the writer when done */
+    size_t queries;   /* queries run */
+    size_t last_n;    /* points seen by the last query */
+    int monotonic;    /* every query saw at least as many points as the one before */
+    mt_code failure;  /* first non-OK code */
+    char msg[MT_ERR_MSG_SIZE];
+} reader_arg;
+
+/* A pool thread's bulk reads on its own read-only connection. */
+static void *reader_main(void *p)
+{
+    reader_arg *a = p;
+    mt_store *ro = NULL;
+    mt_err err = MT_ERR_INIT;
+
+    a->monotonic = 1;
+    a->failure = mt_store_open_readonly(a->path, &ro, &err);
+    while (a->failure == MT_OK && !atomic_load(&a->stop)) {
+        mt_store_metric *out = NULL;
+        size_t n = 0;
+        a->failure = mt_store_metrics_query(ro, a->job, 0, NULL, 0, 0, &out, &n, &err);
+        mt_store_metrics_free(out);
+        if (n < a->last_n)
+            a->monotonic = 0;
+        a->last_n = n;
+        a->queries++;
+    }
+    if (a->failure != MT_OK)
+        snprintf(a->msg, sizeof(a->msg), "%s", err.msg);
+    mt_store_close(ro);
+    return NULL;
+}
+
+static void test_store_readonly_thread_reads_while_loop_writes(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_metric in[50];
+    mt_err err = MT_ERR_INIT;
+    reader_arg a;
+    pthread_t th;
+
+    add_job(t->s, job);
+    memset(&a, 0, sizeof(a));
+    a.path = t->f.path;
+    a.job = job;
+    assert_int_equal(pthread_create(&th, NULL, reader_main, &a), 0);
+    for (int b = 0; b < 40; b++) {
+        for (int i = 0; i < 50; i++)
+            in[i] = pt((uint64_t)(b * 50 + i), "loss", i);
+        assert_int_equal(mt_store_metrics_insert(t->s, job, in, 50, &err), MT_OK);
+    }
+    atomic_store(&a.stop, 1);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (a.failure != MT_OK)
+        fail_msg("reader: %s", a.msg);
+    assert_true(a.queries > 0);
+    assert_true(a.monotonic);
+    assert_true(a.last_n <= 2000);
+}
+
 /* ------------------------------------------------------------------ checkpoints */
 
 static mt_store_checkpoint ck(uint64_t step)
@@ -276,9 +342,8 @@ static void test_store_checkpoint_lifecycle(void **state)
     /* a retried upload replaces the incomplete record */
     c.size_bytes = 7;
     assert_int_equal(mt_store_checkpoint_insert(t->s, job, &c, &err), MT_OK);
-    assert_int_equal(mt_store_checkpoint_complete(t->s, job, 100, 4096, "crc32:deadbeef", 555,
-                                                  &err),
-                     MT_OK);
+    assert_int_equal(
+        mt_store_checkpoint_complete(t->s, job, 100, 4096, "crc32:deadbeef", 555, &err), MT_OK);
     assert_int_equal(mt_store_checkpoint_latest(t->s, job, &got, &err), MT_OK);
     assert_int_equal(got.step, 100);
     assert_true(got.complete);
@@ -448,6 +513,7 @@ int main(void)
         T(test_store_metrics_insert_errors_all_or_nothing),
         T(test_store_metrics_latest_per_name),
         T(test_store_metrics_query_alloc_failure),
+        T(test_store_readonly_thread_reads_while_loop_writes),
         T(test_store_checkpoint_lifecycle),
         T(test_store_checkpoint_errors),
         T(test_store_checkpoint_gc_keeps_newest),
