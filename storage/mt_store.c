@@ -503,6 +503,16 @@ int mt_store_schema_version(const mt_store *s)
     return s->schema_version;
 }
 
+int mt_store_prepared_count(const mt_store *s)
+{
+    int n = 0;
+
+    for (sqlite3_stmt *st = sqlite3_next_stmt(s->db, NULL); st != NULL;
+         st = sqlite3_next_stmt(s->db, st))
+        n++;
+    return n;
+}
+
 const char *mt_store_path(const mt_store *s)
 {
     return s->path;

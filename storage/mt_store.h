@@ -95,6 +95,10 @@ int mt_store_schema_version(const mt_store *s);
 /* The path the store was opened with (borrowed, valid until close). */
 const char *mt_store_path(const mt_store *s);
 
+/* Diagnostics: the number of prepared statements alive on the connection. Constant from
+ * open to close (every statement is prepared once at open and reused); tests check it. */
+int mt_store_prepared_count(const mt_store *s);
+
 /*
  * Group several calls into one transaction (one fsync): mt_store_tx_begin, any
  * number of store calls, then mt_store_tx_commit (or mt_store_tx_rollback).
@@ -171,6 +175,11 @@ mt_code mt_store_worker_heartbeats(mt_store *s, const char *const *worker_ids,
 /* Set the worker's state ("alive" | "lost", else INVALID_ARGUMENT). NOT_FOUND if absent. */
 mt_code mt_store_worker_set_state(mt_store *s, const char *worker_id, const char *state,
                                   mt_err *err);
+
+/* Set the health of device `index` of the worker ("ok" or a reason; borrowed, at most 63
+ * bytes, else INVALID_ARGUMENT), as heartbeats report it. NOT_FOUND if no such device. */
+mt_code mt_store_worker_set_device_health(mt_store *s, const char *worker_id, uint32_t index,
+                                          const char *health, mt_err *err);
 
 /* Delete the worker and its devices. NOT_FOUND if absent. */
 mt_code mt_store_worker_delete(mt_store *s, const char *worker_id, mt_err *err);

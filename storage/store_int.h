@@ -56,6 +56,7 @@
     X(WORKER_HEARTBEAT, "UPDATE workers SET last_heartbeat_ms=?2 WHERE worker_id=?1")              \
     X(WORKER_SET_STATE, "UPDATE workers SET state=?2 WHERE worker_id=?1")                          \
     X(WORKER_DELETE, "DELETE FROM workers WHERE worker_id=?1")                                     \
+    X(DEVICE_SET_HEALTH, "UPDATE devices SET health=?3 WHERE worker_id=?1 AND idx=?2")             \
     X(JOB_INSERT, "INSERT INTO jobs(seq, id, name, spec_json, state, priority, submitted_at_ms,"   \
                   " updated_at_ms, total_steps) SELECT n, printf('job-%06d', n), ?1, ?2, "         \
                   "'QUEUED', ?3, ?4, ?4,"                                                          \

@@ -312,6 +312,34 @@ mt_code mt_store_worker_set_state(mt_store *s, const char *worker_id, const char
     return change_one(s, MT_STMT_WORKER_SET_STATE, worker_id, state, "set state of", err);
 }
 
+mt_code mt_store_worker_set_device_health(mt_store *s, const char *worker_id, uint32_t index,
+                                          const char *health, mt_err *err)
+{
+    sqlite3_stmt *st;
+    mt_code code = MT_OK;
+    int rc;
+
+    if (worker_id == NULL || health == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "set device health: NULL argument");
+    if (strlen(health) >= sizeof(((mt_store_device *)0)->health))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "set health of worker %s device %u: health text longer than %zu bytes",
+                          worker_id, (unsigned)index, sizeof(((mt_store_device *)0)->health) - 1);
+    st = mt_store__stmt(s, MT_STMT_DEVICE_SET_HEALTH);
+    mt_store__bind_text(st, 1, worker_id);
+    sqlite3_bind_int64(st, 2, index);
+    mt_store__bind_text(st, 3, health);
+    rc = mt_store__step_done(st);
+    if (rc != SQLITE_OK)
+        code = mt_store__fail(s, rc, err, "set health of worker %s device %u", worker_id,
+                              (unsigned)index);
+    else if (sqlite3_changes(s->db) == 0)
+        code =
+            mt_err_set(err, MT_NOT_FOUND, "worker %s has no device %u", worker_id, (unsigned)index);
+    mt_store__stmt_done(st);
+    return code;
+}
+
 mt_code mt_store_worker_delete(mt_store *s, const char *worker_id, mt_err *err)
 {
     return change_one(s, MT_STMT_WORKER_DELETE, worker_id, NULL, "delete", err);

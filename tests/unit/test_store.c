@@ -493,6 +493,102 @@ static void test_store_worker_set_state_and_delete(void **state)
     assert_int_equal(mt_store_worker_delete(t->s, "w-1", &err), MT_NOT_FOUND);
 }
 
+static void test_store_worker_set_device_health(void **state)
+{
+    tctx *t = *state;
+    mt_store_device devs[8];
+    mt_store_worker w = make_worker("w-1", "a", 2, devs), got;
+    mt_err err = MT_ERR_INIT;
+    char big[80];
+
+    assert_int_equal(mt_store_worker_upsert(t->s, &w, &err), MT_OK);
+    assert_int_equal(mt_store_worker_set_device_health(t->s, "w-1", 1, "oom", &err), MT_OK);
+    assert_int_equal(mt_store_worker_get(t->s, "w-1", &got, &err), MT_OK);
+    assert_string_equal(got.devices[0].health, "ok");
+    assert_string_equal(got.devices[1].health, "oom");
+    mt_store_worker_fini(&got);
+    assert_int_equal(mt_store_worker_set_device_health(t->s, "w-1", 5, "ok", &err), MT_NOT_FOUND);
+    assert_int_equal(mt_store_worker_set_device_health(t->s, "w-9", 0, "ok", &err), MT_NOT_FOUND);
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    assert_int_equal(mt_store_worker_set_device_health(t->s, "w-1", 0, big, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_worker_set_device_health(t->s, "w-1", 0, NULL, &err),
+                     MT_INVALID_ARGUMENT);
+}
+
+/* Every API call reuses the statements prepared at open: the count never changes. */
+static void test_store_statements_prepared_once(void **state)
+{
+    tctx *t = *state;
+    mt_store_device devs[8];
+    mt_store_worker w = make_worker("w-1", "a", 2, devs), got, *list = NULL;
+    mt_store_job j, *jl = NULL;
+    mt_store_metric m, *pts = NULL;
+    mt_store_checkpoint c, *cl = NULL;
+    mt_store_job_event *ev = NULL;
+    mt_store_placement p, *pl = NULL;
+    mt_store_job_id *ids = NULL;
+    char **locs = NULL;
+    const char *hb[] = {"w-1"};
+    int64_t hbt[] = {5};
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+    int before = mt_store_prepared_count(t->s);
+
+    assert_true(before > 30);
+    assert_int_equal(mt_store_worker_upsert(t->s, &w, &err), MT_OK);
+    assert_int_equal(mt_store_worker_get(t->s, "w-1", &got, &err), MT_OK);
+    mt_store_worker_fini(&got);
+    assert_int_equal(mt_store_worker_find_by_name(t->s, "a", &got, &err), MT_OK);
+    mt_store_worker_fini(&got);
+    assert_int_equal(mt_store_worker_heartbeats(t->s, hb, hbt, 1, NULL, &err), MT_OK);
+    assert_int_equal(mt_store_worker_set_state(t->s, "w-1", "lost", &err), MT_OK);
+    assert_int_equal(mt_store_worker_set_device_health(t->s, "w-1", 0, "ok", &err), MT_OK);
+    assert_int_equal(mt_store_worker_list(t->s, NULL, &list, &n, &err), MT_OK);
+    mt_store_worker_list_free(list, n);
+    memset(&j, 0, sizeof(j));
+    j.spec_json = (char *)"{}";
+    assert_int_equal(mt_store_job_insert(t->s, &j, 1, &err), MT_OK);
+    assert_int_equal(mt_store_job_transition(t->s, j.job_id, NULL, "SCHEDULED", "", 2, &err),
+                     MT_OK);
+    assert_int_equal(mt_store_job_set_step(t->s, j.job_id, 3, 3, &err), MT_OK);
+    assert_int_equal(mt_store_job_set_reason(t->s, j.job_id, "r", 3, &err), MT_OK);
+    assert_int_equal(mt_store_job_events(t->s, j.job_id, &ev, &n, &err), MT_OK);
+    mt_store_job_events_free(ev);
+    assert_int_equal(mt_store_job_list(t->s, "SCHEDULED", &jl, &n, &err), MT_OK);
+    mt_store_job_list_free(jl, n);
+    memset(&p, 0, sizeof(p));
+    snprintf(p.worker_id, sizeof(p.worker_id), "w-1");
+    assert_int_equal(mt_store_job_set_placement(t->s, j.job_id, &p, 1, &err), MT_OK);
+    assert_int_equal(mt_store_job_placement(t->s, j.job_id, &pl, &n, &err), MT_OK);
+    mt_store_placement_free(pl);
+    assert_int_equal(mt_store_jobs_on_worker(t->s, "w-1", &ids, &n, &err), MT_OK);
+    mt_store_job_ids_free(ids);
+    memset(&m, 0, sizeof(m));
+    snprintf(m.name, sizeof(m.name), "loss");
+    assert_int_equal(mt_store_metrics_insert(t->s, j.job_id, &m, 1, &err), MT_OK);
+    assert_int_equal(mt_store_metrics_query(t->s, j.job_id, 0, NULL, 0, 0, &pts, &n, &err), MT_OK);
+    mt_store_metrics_free(pts);
+    assert_int_equal(mt_store_metrics_latest(t->s, j.job_id, &pts, &n, &err), MT_OK);
+    mt_store_metrics_free(pts);
+    assert_int_equal(mt_store_metrics_truncate(t->s, j.job_id, 0, NULL, &err), MT_OK);
+    memset(&c, 0, sizeof(c));
+    snprintf(c.location, sizeof(c.location), "/x");
+    assert_int_equal(mt_store_checkpoint_insert(t->s, j.job_id, &c, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_complete(t->s, j.job_id, 0, 1, NULL, 1, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_list(t->s, j.job_id, &cl, &n, &err), MT_OK);
+    mt_store_checkpoints_free(cl);
+    assert_int_equal(mt_store_checkpoint_latest(t->s, j.job_id, &c, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_get(t->s, j.job_id, 0, &c, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_gc(t->s, j.job_id, 0, &locs, &n, &err), MT_OK);
+    mt_store_strings_free(locs, n);
+    assert_int_equal(mt_store_tx_begin(t->s, &err), MT_OK);
+    assert_int_equal(mt_store_tx_commit(t->s, &err), MT_OK);
+    assert_int_equal(mt_store_worker_delete(t->s, "w-1", &err), MT_OK);
+    assert_int_equal(mt_store_prepared_count(t->s), before);
+}
+
 static void test_store_worker_list_order_filter_devices(void **state)
 {
     tctx *t = *state;
@@ -592,6 +688,8 @@ int main(void)
         T(test_store_worker_get_alloc_failure),
         T(test_store_worker_heartbeats_batch),
         T(test_store_worker_set_state_and_delete),
+        T(test_store_worker_set_device_health),
+        T(test_store_statements_prepared_once),
         T(test_store_worker_list_order_filter_devices),
         T(test_store_worker_list_alloc_failure),
     };
