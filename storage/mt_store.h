@@ -67,9 +67,10 @@ typedef struct mt_store_options {
  * MT_STORE_SCHEMA_VERSION, each in its own transaction.
  * On success *out is an owned handle (mt_store_close). On failure *out = NULL.
  * Codes: FAILED_PRECONDITION (schema newer than this build, naming both
- * versions; file is not a database; not a meshtrain database), UNAVAILABLE
- * (cannot open or lock the file), PERMISSION_DENIED, DATA_LOSS (corrupt file),
- * RESOURCE_EXHAUSTED, INVALID_ARGUMENT (path NULL/empty), INTERNAL.
+ * versions; file is not a database; not a meshtrain database), NOT_FOUND (the
+ * directory does not exist), PERMISSION_DENIED (EACCES), UNAVAILABLE (cannot
+ * open or lock the file otherwise), DATA_LOSS (corrupt file),
+ * RESOURCE_EXHAUSTED, INVALID_ARGUMENT (path or out NULL, empty path), INTERNAL.
  * Blocks on file I/O. Any thread; the handle then belongs to that thread.
  */
 mt_code mt_store_open(const char *path, mt_store **out, mt_err *err);
@@ -82,7 +83,7 @@ mt_code mt_store_open_opts(const char *path, const mt_store_options *opts, mt_st
  * Open an existing database read-only (for a pool thread's bulk reads). Runs no
  * migration; the schema version must equal MT_STORE_SCHEMA_VERSION, else
  * FAILED_PRECONDITION. Write functions on it fail with FAILED_PRECONDITION.
- * Codes as mt_store_open, plus UNAVAILABLE when the file does not exist.
+ * Codes as mt_store_open; NOT_FOUND when the file does not exist.
  */
 mt_code mt_store_open_readonly(const char *path, mt_store **out, mt_err *err);
 
@@ -324,7 +325,9 @@ typedef struct mt_store_metric {
 /*
  * Store pts[0..n) for job_id in ONE transaction. A point with the same
  * (job, step, name) as a stored one REPLACES it (steps redone after a restart).
- * All or nothing. Borrows pts. n == 0 is OK.
+ * All or nothing. Borrows pts. n == 0 is OK. Throughput comes from batch size:
+ * each call is one commit (one fsync); to store several reports (jobs) with
+ * one commit, wrap the calls in mt_store_tx_begin/mt_store_tx_commit.
  * Codes: NOT_FOUND (no such job), INVALID_ARGUMENT (empty or unterminated name,
  * step >= 2^63), store errors.
  */
