@@ -78,6 +78,19 @@ static inline long long store_raw_int(const char *path, const char *sql)
     return v;
 }
 
+/* Fail the 1st, 2nd, ... allocation of `call` until it returns MT_OK; every failure must be
+ * RESOURCE_EXHAUSTED and then `check` (a statement) runs. Evaluates to nothing; use in a test. */
+#define STORE_ALLOC_TORTURE(call, check)                                                           \
+    for (long k_ = 0;; k_++) {                                                                     \
+        mt_alloc_fail_after(k_);                                                                   \
+        mt_code rc_ = (call);                                                                      \
+        mt_alloc_fail_reset();                                                                     \
+        if (rc_ == MT_OK)                                                                          \
+            break;                                                                                 \
+        assert_int_equal(rc_, MT_RESOURCE_EXHAUSTED);                                              \
+        check;                                                                                     \
+    }
+
 /* cmocka state for the store tests: a temporary directory and a store open on it. */
 typedef struct store_tctx {
     store_fixture f;

@@ -249,8 +249,7 @@ static void test_idx_conversions(void **state)
     assert_int_equal(mt_idx_to_labels(&x, "lab", 0, &lab, &n, &err), MT_OK);
     assert_int_equal(lab[3], 21);
     mt_free(lab);
-    assert_int_equal(mt_idx_to_images(&x, "lab", &px, &n, &h, &w, &c, &err),
-                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_idx_to_images(&x, "lab", &px, &n, &h, &w, &c, &err), MT_INVALID_ARGUMENT);
     mt_idx_fini(&x);
 }
 

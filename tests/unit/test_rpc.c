@@ -60,8 +60,7 @@ static void on_call(void *arg, mt_rpc_call *call)
     mt_rpc_call_reply(call, MT_UNIMPLEMENTED, "not in the test service", NULL);
 }
 
-static int open_pair(fixture *f, const char *server_token, const char *client_token,
-                     size_t max_msg)
+static int open_pair(fixture *f, const char *server_token, const char *client_token, size_t max_msg)
 {
     mt_rpc_server_opts so = MT_RPC_SERVER_OPTS_DEFAULTS;
     mt_rpc_client_opts co = MT_RPC_CLIENT_OPTS_DEFAULTS;
@@ -108,8 +107,8 @@ static mt_code list_workers(mt_rpc_client *cli, const char *state, int timeout_m
 }
 
 /* Pack a request envelope with the given fields into a malloc'd buffer. */
-static uint8_t *envelope(uint32_t major, const char *method, const char *cred,
-                         const void *payload, size_t plen, size_t *len)
+static uint8_t *envelope(uint32_t major, const char *method, const char *cred, const void *payload,
+                         size_t plen, size_t *len)
 {
     Meshtrain__Rpc__Request env = MESHTRAIN__RPC__REQUEST__INIT;
     env.protocol_major = major;

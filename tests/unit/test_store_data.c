@@ -503,6 +503,26 @@ static void test_store_checkpoint_gc_alloc_failure_deletes_nothing(void **state)
     assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM checkpoints"), 3);
 }
 
+static void test_store_checkpoint_list_alloc_failure(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    uint64_t steps[30];
+    mt_store_checkpoint *list = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    for (int i = 0; i < 30; i++)
+        steps[i] = (uint64_t)i;
+    add_ckpts(t->s, job, steps, 30, 7);
+    STORE_ALLOC_TORTURE(mt_store_checkpoint_list(t->s, job, &list, &n, &err), assert_null(list));
+    assert_int_equal(n, 30);
+    assert_false(list[7].complete);
+    assert_true(list[8].complete);
+    mt_store_checkpoints_free(list);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, store_setup, store_teardown)
@@ -519,6 +539,7 @@ int main(void)
         T(test_store_checkpoint_gc_keeps_newest),
         T(test_store_checkpoint_gc_keeps_uploads_in_progress),
         T(test_store_checkpoint_gc_alloc_failure_deletes_nothing),
+        T(test_store_checkpoint_list_alloc_failure),
     };
 #undef T
     return cmocka_run_group_tests_name("store_data", tests, NULL, NULL);

@@ -438,6 +438,34 @@ static void test_store_jobs_on_worker_skips_final(void **state)
     assert_null(ids);
 }
 
+static void test_store_job_get_placement_ids_alloc_failure(void **state)
+{
+    tctx *t = *state;
+    mt_store_job j, got;
+    mt_store_placement p[20], *pl = NULL;
+    mt_store_job_id *ids = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    for (int i = 0; i < 20; i++) {
+        add_job(t->s, &j, "x", 0, i);
+        memset(&p[i], 0, sizeof(p[i]));
+        p[i].device = (uint32_t)i;
+        snprintf(p[i].worker_id, sizeof(p[i].worker_id), "w-1");
+        assert_int_equal(mt_store_job_set_placement(t->s, j.job_id, &p[i], 1, &err), MT_OK);
+    }
+    assert_int_equal(mt_store_job_set_placement(t->s, j.job_id, p, 20, &err), MT_OK);
+    STORE_ALLOC_TORTURE(mt_store_job_get(t->s, j.job_id, &got, &err), assert_null(got.spec_json));
+    assert_string_equal(got.spec_json, "{\"model\":\"mlp\"}");
+    mt_store_job_fini(&got);
+    STORE_ALLOC_TORTURE(mt_store_job_placement(t->s, j.job_id, &pl, &n, &err), assert_null(pl));
+    assert_int_equal(n, 20);
+    mt_store_placement_free(pl);
+    STORE_ALLOC_TORTURE(mt_store_jobs_on_worker(t->s, "w-1", &ids, &n, &err), assert_null(ids));
+    assert_int_equal(n, 20);
+    mt_store_job_ids_free(ids);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, store_setup, store_teardown)
@@ -456,6 +484,7 @@ int main(void)
         T(test_store_job_placement_roundtrip_and_replace),
         T(test_store_job_placement_rejects_bad_input),
         T(test_store_jobs_on_worker_skips_final),
+        T(test_store_job_get_placement_ids_alloc_failure),
     };
 #undef T
     return cmocka_run_group_tests_name("store_jobs", tests, NULL, NULL);
