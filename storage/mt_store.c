@@ -76,7 +76,8 @@ static const char *const migrations[] = {
     " job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
     " time_ms INTEGER NOT NULL,"
     " state TEXT NOT NULL,"
-    " reason TEXT NOT NULL DEFAULT '');"
+    " reason TEXT NOT NULL DEFAULT '',"
+    " step INTEGER NOT NULL DEFAULT 0);" /* the job's step when it happened */
     "CREATE INDEX job_events_by_job ON job_events(job_id, seq);"
     "CREATE TABLE placements ("
     " job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"

@@ -272,6 +272,8 @@ typedef struct mt_store_job_event {
     int64_t time_ms;  /* unix ms */
     char state[16];   /* the state entered */
     char reason[256]; /* why */
+    uint64_t step;    /* the job's step (mt_store_job_set_step) when it happened: where a
+                         restart marker goes on a metrics chart */
 } mt_store_job_event;
 
 /* The job's events in the order they happened. *out owned (mt_store_job_events_free), NULL

@@ -68,8 +68,10 @@
     X(JOB_TRANSITION, "UPDATE jobs SET state=?2, reason=?3, updated_at_ms=?4,"                     \
                       " restarts=restarts+?5, error=CASE WHEN ?6 THEN ?3 ELSE error END"           \
                       " WHERE id=?1")                                                              \
-    X(EVENT_INSERT, "INSERT INTO job_events(job_id, time_ms, state, reason) VALUES (?1,?2,?3,?4)") \
-    X(EVENT_LIST, "SELECT time_ms, state, reason FROM job_events WHERE job_id=?1 ORDER BY seq")    \
+    X(EVENT_INSERT, "INSERT INTO job_events(job_id, time_ms, state, reason, step)"                 \
+                    " SELECT ?1, ?2, ?3, ?4, step FROM jobs WHERE id=?1")                          \
+    X(EVENT_LIST, "SELECT time_ms, state, reason, step FROM job_events WHERE job_id=?1"            \
+                  " ORDER BY seq")                                                                 \
     X(JOB_SET_STEP, "UPDATE jobs SET step=?2, updated_at_ms=?3 WHERE id=?1")                       \
     X(JOB_SET_REASON, "UPDATE jobs SET reason=?2, updated_at_ms=?3 WHERE id=?1")                   \
     X(PLACEMENT_DELETE, "DELETE FROM placements WHERE job_id=?1")                                  \

@@ -320,6 +320,7 @@ static void read_event_row(sqlite3_stmt *st, void *elem)
     e->time_ms = sqlite3_column_int64(st, 0);
     mt_store__col_text(st, 1, e->state, sizeof(e->state));
     mt_store__col_text(st, 2, e->reason, sizeof(e->reason));
+    e->step = (uint64_t)sqlite3_column_int64(st, 3);
 }
 
 /* Rows of a per-job statement (job must exist: NOT_FOUND otherwise), one snapshot. */

@@ -135,6 +135,28 @@ static void test_store_open_refuses_foreign_database(void **state)
     assert_null(s);
 }
 
+static void test_store_open_corrupt_file_is_data_loss(void **state)
+{
+    tctx *t = *state;
+    mt_store *s = NULL;
+    mt_err err = MT_ERR_INIT;
+    char junk[3000];
+    FILE *fp;
+
+    mt_store_close(t->s); /* checkpoints the WAL into the main file */
+    t->s = NULL;
+    memset(junk, 0xa5, sizeof(junk));
+    fp = fopen(t->f.path, "r+b");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, 100, SEEK_SET), 0); /* keep the 100-byte header, smash page 1 */
+    assert_int_equal(fwrite(junk, 1, sizeof(junk), fp), sizeof(junk));
+    fclose(fp);
+    assert_int_equal(mt_store_open(t->f.path, &s, &err), MT_DATA_LOSS);
+    assert_null(s);
+    assert_non_null(strstr(err.msg, t->f.path));
+    assert_non_null(strstr(err.msg, "malformed"));
+}
+
 /* A version-1 database written by hand (the schema meshtrain 0.1 shipped) is migrated. */
 static void test_store_open_migrates_version_1(void **state)
 {
@@ -674,6 +696,7 @@ int main(void)
         T(test_store_open_refuses_newer_schema),
         T(test_store_open_refuses_non_database),
         T(test_store_open_refuses_foreign_database),
+        T(test_store_open_corrupt_file_is_data_loss),
         T(test_store_open_migrates_version_1),
         T(test_store_open_alloc_failure_leaks_nothing),
         T(test_store_reopen_keeps_data),

@@ -189,6 +189,7 @@ static void test_store_job_transition_updates_row_and_events(void **state)
                      MT_OK);
     assert_int_equal(
         mt_store_job_transition(t->s, j.job_id, "SCHEDULED", "RUNNING", NULL, 120, &err), MT_OK);
+    assert_int_equal(mt_store_job_set_step(t->s, j.job_id, 412, 125, &err), MT_OK);
     assert_int_equal(mt_store_job_transition(t->s, j.job_id, "RUNNING", "RESTARTING",
                                              "worker w-2 lost", 130, &err),
                      MT_OK);
@@ -217,6 +218,8 @@ static void test_store_job_transition_updates_row_and_events(void **state)
     for (size_t i = 0; i < n; i++)
         assert_string_equal(ev[i].state, states[i]);
     assert_string_equal(ev[3].reason, "worker w-2 lost");
+    assert_int_equal(ev[3].step, 412);
+    assert_int_equal(ev[2].step, 0);
     assert_string_equal(ev[2].reason, "");
     assert_int_equal(ev[6].time_ms, 160);
     mt_store_job_events_free(ev);
