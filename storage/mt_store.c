@@ -552,6 +552,12 @@ mt_code mt_store_tx_commit(mt_store *s, mt_err *err)
     if (!s->in_tx)
         return mt_err_set(err, MT_FAILED_PRECONDITION, "commit on %s: no transaction is open",
                           s->path);
+    if (sqlite3_get_autocommit(s->db)) {
+        s->in_tx = 0;
+        return mt_err_set(err, MT_ABORTED,
+                          "commit on %s: the transaction was rolled back by an earlier error",
+                          s->path);
+    }
     rc = run_ctl(s, MT_STMT_COMMIT, "commit on", err);
     if (rc != MT_OK) {
         /* a failed COMMIT may leave the transaction open: end it so the store stays usable */
@@ -577,6 +583,13 @@ mt_code mt_store_tx_rollback(mt_store *s, mt_err *err)
 
 mt_code mt_store__call_begin(mt_store *s, mt_err *err)
 {
+    /* SQLite rolls a whole transaction back on some errors (disk full, I/O): later calls
+     * must not run outside the transaction the caller believes is open */
+    if (s->in_tx && sqlite3_get_autocommit(s->db))
+        return mt_err_set(err, MT_ABORTED,
+                          "%s: the open transaction was rolled back by an earlier error; "
+                          "roll back and retry",
+                          s->path);
     return run_ctl(s, MT_STMT_SAVEPOINT, "begin call on", err);
 }
 

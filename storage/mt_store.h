@@ -107,6 +107,9 @@ int mt_store_prepared_count(const mt_store *s);
  * failed call inside does not end the outer transaction. Nesting is not
  * allowed: begin while a transaction is open -> FAILED_PRECONDITION; commit or
  * rollback without one -> FAILED_PRECONDITION. Nothing is durable before commit.
+ * If SQLite itself rolled the transaction back (disk full, I/O error), every
+ * further call fails with ABORTED until mt_store_tx_rollback (which then
+ * returns OK) — no call silently runs outside the caller's transaction.
  */
 mt_code mt_store_tx_begin(mt_store *s, mt_err *err);
 mt_code mt_store_tx_commit(mt_store *s, mt_err *err);
