@@ -390,6 +390,16 @@ static mt_code prepare_db(sqlite3 *db, const char *path, const mt_store_options 
                   o->sync_full ? "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL"
                                : "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL",
                   path, "open", err);
+    if (rc == MT_OK && o->max_size_bytes > 0) {
+        long long page_size = 0;
+        char sql[64];
+        rc = pragma_int(db, "PRAGMA page_size", path, &page_size, err);
+        if (rc == MT_OK && page_size > 0) {
+            snprintf(sql, sizeof(sql), "PRAGMA max_page_count = %llu",
+                     (unsigned long long)(o->max_size_bytes / (uint64_t)page_size + 1));
+            rc = exec_sql(db, sql, path, "open", err);
+        }
+    }
     if (rc == MT_OK)
         rc = pragma_int(db, "PRAGMA application_id", path, &app_id, err);
     if (rc == MT_OK)
@@ -581,7 +591,7 @@ mt_code mt_store_tx_rollback(mt_store *s, mt_err *err)
     return rc;
 }
 
-mt_code mt_store__call_begin(mt_store *s, mt_err *err)
+mt_code mt_store__tx_guard(mt_store *s, mt_err *err)
 {
     /* SQLite rolls a whole transaction back on some errors (disk full, I/O): later calls
      * must not run outside the transaction the caller believes is open */
@@ -590,6 +600,15 @@ mt_code mt_store__call_begin(mt_store *s, mt_err *err)
                           "%s: the open transaction was rolled back by an earlier error; "
                           "roll back and retry",
                           s->path);
+    return MT_OK;
+}
+
+mt_code mt_store__call_begin(mt_store *s, mt_err *err)
+{
+    mt_code rc = mt_store__tx_guard(s, err);
+
+    if (rc != MT_OK)
+        return rc;
     return run_ctl(s, MT_STMT_SAVEPOINT, "begin call on", err);
 }
 

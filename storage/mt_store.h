@@ -51,11 +51,13 @@ typedef struct mt_store_options {
     int sync_full;       /* 1: synchronous=FULL (default; survives power loss), 0: NORMAL
                             (survives kill -9 only, fewer fsyncs) */
     int busy_timeout_ms; /* how long a statement waits for a lock held by another connection */
+    uint64_t max_size_bytes; /* 0 = unlimited; else writes that would grow the database file
+                                beyond it fail with RESOURCE_EXHAUSTED (PRAGMA max_page_count) */
 } mt_store_options;
 
 #define MT_STORE_OPTIONS_DEFAULTS                                                                  \
     {                                                                                              \
-        0, 1, 2000                                                                                 \
+        0, 1, 2000, 0                                                                              \
     }
 
 /*

@@ -203,6 +203,9 @@ mt_code mt_store_metrics_truncate(mt_store *s, const char *job_id, uint64_t afte
         return mt_err_set(err, MT_INVALID_ARGUMENT, "truncate metrics: job_id is NULL");
     if (after_step >= (uint64_t)INT64_MAX)
         return MT_OK;
+    code = mt_store__tx_guard(s, err);
+    if (code != MT_OK)
+        return code;
     st = mt_store__stmt(s, MT_STMT_METRIC_TRUNCATE);
     mt_store__bind_text(st, 1, job_id);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)after_step);
@@ -294,6 +297,9 @@ mt_code mt_store_checkpoint_complete(mt_store *s, const char *job_id, uint64_t s
 
     if (job_id == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "complete checkpoint: job_id is NULL");
+    code = mt_store__tx_guard(s, err);
+    if (code != MT_OK)
+        return code;
     st = mt_store__stmt(s, MT_STMT_CKPT_COMPLETE);
     mt_store__bind_text(st, 1, job_id);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)step);

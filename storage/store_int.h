@@ -138,6 +138,10 @@ mt_code mt_store__fail(mt_store *s, int rc, mt_err *err, const char *fmt, ...)
 /* Run a statement that returns no rows to completion; SQLITE_DONE -> MT_OK. */
 int mt_store__step_done(sqlite3_stmt *st);
 
+/* ABORTED when the caller's mt_store_tx_begin transaction was rolled back by SQLite; every
+ * write runs this first (mt_store__call_begin does). */
+mt_code mt_store__tx_guard(mt_store *s, mt_err *err);
+
 /* Open a savepoint around one call (a transaction when none is open). */
 mt_code mt_store__call_begin(mt_store *s, mt_err *err);
 /* End the call's savepoint: release when rc == MT_OK, else roll it back. Returns rc,

@@ -285,6 +285,9 @@ static mt_code update_job(mt_store *s, enum mt_store_stmt_id id, const char *job
 
     if (job_id == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: job_id is NULL", what);
+    code = mt_store__tx_guard(s, err);
+    if (code != MT_OK)
+        return code;
     st = mt_store__stmt(s, id);
     mt_store__bind_text(st, 1, job_id);
     if (id == MT_STMT_JOB_SET_REASON)

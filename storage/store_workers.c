@@ -288,6 +288,9 @@ static mt_code change_one(mt_store *s, enum mt_store_stmt_id id, const char *wor
 
     if (worker_id == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "%s worker: id is NULL", what);
+    code = mt_store__tx_guard(s, err);
+    if (code != MT_OK)
+        return code;
     st = mt_store__stmt(s, id);
     mt_store__bind_text(st, 1, worker_id);
     if (state != NULL)
@@ -325,6 +328,9 @@ mt_code mt_store_worker_set_device_health(mt_store *s, const char *worker_id, ui
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "set health of worker %s device %u: health text longer than %zu bytes",
                           worker_id, (unsigned)index, sizeof(((mt_store_device *)0)->health) - 1);
+    code = mt_store__tx_guard(s, err);
+    if (code != MT_OK)
+        return code;
     st = mt_store__stmt(s, MT_STMT_DEVICE_SET_HEALTH);
     mt_store__bind_text(st, 1, worker_id);
     sqlite3_bind_int64(st, 2, index);

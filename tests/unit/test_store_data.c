@@ -523,6 +523,57 @@ static void test_store_checkpoint_list_alloc_failure(void **state)
     mt_store_checkpoints_free(list);
 }
 
+/* A size-capped database: writes past the cap are RESOURCE_EXHAUSTED, reads keep working,
+ * and a transaction SQLite had to roll back is reported as ABORTED, not half-committed. */
+static void test_store_full_database_is_resource_exhausted(void **state)
+{
+    tctx *t = *state;
+    char path[PATH_MAX + 16], job[32];
+    mt_store_options o = MT_STORE_OPTIONS_DEFAULTS;
+    mt_store *s = NULL;
+    mt_store_metric in[100], *out = NULL;
+    mt_err err = MT_ERR_INIT;
+    mt_code rc = MT_OK;
+    size_t n = 0;
+    uint64_t step = 0;
+
+    snprintf(path, sizeof(path), "%s/small.db", t->f.dir);
+    o.max_size_bytes = 256 * 1024;
+    assert_int_equal(mt_store_open_opts(path, &o, &s, &err), MT_OK);
+    add_job(s, job);
+    for (int b = 0; b < 1000 && rc == MT_OK; b++) {
+        for (int i = 0; i < 100; i++)
+            in[i] = pt(step++, "loss", i);
+        rc = mt_store_metrics_insert(s, job, in, 100, &err);
+    }
+    assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.msg, "full"));
+    /* the failed batch left nothing; earlier batches are intact and readable */
+    assert_int_equal(mt_store_metrics_query(s, job, 0, NULL, 0, 0, &out, &n, &err), MT_OK);
+    assert_true(n > 0 && n % 100 == 0);
+    assert_int_equal(out[n - 1].step, n - 1);
+    mt_store_metrics_free(out);
+
+    /* inside an explicit transaction */
+    assert_int_equal(mt_store_tx_begin(s, &err), MT_OK);
+    rc = mt_store_metrics_insert(s, job, in, 100, &err);
+    assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+    /* SQLite 3.40 rolls the whole transaction back on SQLITE_FULL: every later write of the
+     * transaction is refused rather than committed on its own */
+    assert_int_equal(mt_store_job_set_step(s, job, 5, 5, &err), MT_ABORTED);
+    assert_non_null(strstr(err.msg, "rolled back"));
+    assert_int_equal(mt_store_metrics_truncate(s, job, 0, NULL, &err), MT_ABORTED);
+    assert_int_equal(mt_store_tx_commit(s, &err), MT_ABORTED);
+    assert_int_equal(mt_store_tx_rollback(s, &err), MT_FAILED_PRECONDITION); /* tx is over */
+    /* and the store works again afterwards (a write that fits) */
+    assert_int_equal(mt_store_job_set_step(s, job, 6, 6, &err), MT_OK);
+    mt_store_job got;
+    assert_int_equal(mt_store_job_get(s, job, &got, &err), MT_OK);
+    assert_int_equal(got.step, 6);
+    mt_store_job_fini(&got);
+    mt_store_close(s);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, store_setup, store_teardown)
@@ -540,6 +591,7 @@ int main(void)
         T(test_store_checkpoint_gc_keeps_uploads_in_progress),
         T(test_store_checkpoint_gc_alloc_failure_deletes_nothing),
         T(test_store_checkpoint_list_alloc_failure),
+        T(test_store_full_database_is_resource_exhausted),
     };
 #undef T
     return cmocka_run_group_tests_name("store_data", tests, NULL, NULL);
