@@ -47,13 +47,12 @@ static mt_code idx_parse_magic(const unsigned char *h, const char *name, mt_idx 
 {
     if (h[0] != 0 || h[1] != 0)
         return mt_err_set(err, MT_INVALID_ARGUMENT,
-                          "%s: bad IDX magic %02x%02x%02x%02x (first two bytes must be zero)",
-                          name, h[0], h[1], h[2], h[3]);
+                          "%s: bad IDX magic %02x%02x%02x%02x (first two bytes must be zero)", name,
+                          h[0], h[1], h[2], h[3]);
     x->type = h[2];
     x->elem_size = idx_elem_size(h[2]);
     if (x->elem_size == 0)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: unknown IDX type byte 0x%02x", name,
-                          h[2]);
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: unknown IDX type byte 0x%02x", name, h[2]);
     x->rank = h[3];
     if (x->rank < 1 || x->rank > MT_IDX_MAX_RANK)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: IDX rank %d not in 1..%d", name, x->rank,
@@ -61,7 +60,8 @@ static mt_code idx_parse_magic(const unsigned char *h, const char *name, mt_idx 
     return MT_OK;
 }
 
-/* Parse rank big-endian dims from d; sets dims and count; refuses zero inner dims and sizes over MT_IDX_MAX_BYTES. */
+/* Parse rank big-endian dims from d; sets dims and count; refuses zero inner dims and sizes over
+ * MT_IDX_MAX_BYTES. */
 static mt_code idx_parse_dims(const unsigned char *d, const char *name, mt_idx *x, mt_err *err)
 {
     size_t count = 1;
@@ -106,8 +106,8 @@ mt_code mt_idx_read_mem(const void *buf, size_t len, const char *name, mt_idx *o
     bytes = x.count * x.elem_size;
     if (len - hdr < bytes)
         return mt_err_set(err, MT_DATA_LOSS,
-                          "%s: truncated IDX payload: dimensions need %zu bytes, %zu present",
-                          name, bytes, len - hdr);
+                          "%s: truncated IDX payload: dimensions need %zu bytes, %zu present", name,
+                          bytes, len - hdr);
     if (len - hdr > bytes)
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "%s: %zu trailing bytes after the IDX payload of %zu bytes", name,
@@ -169,7 +169,7 @@ mt_code mt_idx_read_file(const char *path, mt_idx *out, mt_err *err)
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        mt_code c = e == ENOENT ? MT_NOT_FOUND
+        mt_code c = e == ENOENT   ? MT_NOT_FOUND
                     : e == EACCES ? MT_PERMISSION_DENIED
                                   : MT_INVALID_ARGUMENT;
         return mt_err_set(err, c, "open %s: %s", path, strerror(e));
@@ -189,8 +189,8 @@ mt_code mt_idx_read_file(const char *path, mt_idx *out, mt_err *err)
         goto fail;
     r = idx_gz_read(f, hdr + 4, 4 * (size_t)x.rank);
     if (r != 4 * (long long)x.rank) {
-        rc = idx_gz_fail(f, path, "IDX header", 4 + 4 * (size_t)x.rank,
-                         4 + (r < 0 ? 0 : (size_t)r), err);
+        rc = idx_gz_fail(f, path, "IDX header", 4 + 4 * (size_t)x.rank, 4 + (r < 0 ? 0 : (size_t)r),
+                         err);
         goto fail;
     }
     rc = idx_parse_dims(hdr + 4, path, &x, err);
@@ -199,8 +199,7 @@ mt_code mt_idx_read_file(const char *path, mt_idx *out, mt_err *err)
     bytes = x.count * x.elem_size;
     x.data = mt_malloc(bytes ? bytes : 1);
     if (x.data == NULL) {
-        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory for %zu bytes", path,
-                        bytes);
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory for %zu bytes", path, bytes);
         goto fail;
     }
     r = idx_gz_read(f, x.data, bytes);
@@ -235,8 +234,8 @@ void mt_idx_fini(mt_idx *idx)
     memset(idx, 0, sizeof(*idx));
 }
 
-mt_code mt_idx_to_images(const mt_idx *idx, const char *name, float **pixels, size_t *n,
-                         size_t *h, size_t *w, size_t *c, mt_err *err)
+mt_code mt_idx_to_images(const mt_idx *idx, const char *name, float **pixels, size_t *n, size_t *h,
+                         size_t *w, size_t *c, mt_err *err)
 {
     float *px;
 

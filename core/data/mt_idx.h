@@ -39,12 +39,12 @@ enum {
 
 /* A decoded IDX array. Caller-provided memory: mt_idx_read_*() fill it, mt_idx_fini() frees. */
 typedef struct mt_idx {
-    int type;                        /* MT_IDX_* type byte */
-    int rank;                        /* 1..MT_IDX_MAX_RANK */
-    uint32_t dims[MT_IDX_MAX_RANK];  /* dims[0] = number of items */
-    size_t count;                    /* product of dims */
-    size_t elem_size;                /* bytes per element (1, 2, 4 or 8) */
-    unsigned char *data;             /* owned; count*elem_size bytes, big-endian as in the file */
+    int type;                       /* MT_IDX_* type byte */
+    int rank;                       /* 1..MT_IDX_MAX_RANK */
+    uint32_t dims[MT_IDX_MAX_RANK]; /* dims[0] = number of items */
+    size_t count;                   /* product of dims */
+    size_t elem_size;               /* bytes per element (1, 2, 4 or 8) */
+    unsigned char *data;            /* owned; count*elem_size bytes, big-endian as in the file */
 } mt_idx;
 
 /*
@@ -66,11 +66,11 @@ void mt_idx_fini(mt_idx *idx);
 
 /*
  * Images: a ubyte array of rank 3 (n, rows, cols) or 4 (n, rows, cols, channels) → float32 NHWC
- * pixels scaled by 1/255 into [0,1]. Returns owned *pixels (mt_free) of count floats; *n, *h, *w, *c
- * describe it (c = 1 for rank 3). Codes: INVALID_ARGUMENT (type/rank), RESOURCE_EXHAUSTED.
+ * pixels scaled by 1/255 into [0,1]. Returns owned *pixels (mt_free) of count floats; *n, *h, *w,
+ * *c describe it (c = 1 for rank 3). Codes: INVALID_ARGUMENT (type/rank), RESOURCE_EXHAUSTED.
  */
-mt_code mt_idx_to_images(const mt_idx *idx, const char *name, float **pixels, size_t *n,
-                         size_t *h, size_t *w, size_t *c, mt_err *err);
+mt_code mt_idx_to_images(const mt_idx *idx, const char *name, float **pixels, size_t *n, size_t *h,
+                         size_t *w, size_t *c, mt_err *err);
 
 /*
  * Labels: a rank-1 ubyte array → owned int32 labels (mt_free), all checked < num_classes

@@ -18,10 +18,10 @@
  * both versions; wrong or missing credential when a token is set ->
  * UNAUTHENTICATED (constant-time compare); unknown method -> UNIMPLEMENTED. It
  * keeps serving after each. The caller's deadline travels as time left (clocks
- * need not agree); the application can ask mt_rpc_call_expired() before working. Valid calls go to the application's on_call callback, which runs
- * on an nng thread: it must not block (the coordinator queues the call for its
- * loop thread). The application answers exactly once with mt_rpc_call_reply(),
- * from any thread.
+ * need not agree); the application can ask mt_rpc_call_expired() before working. Valid calls go to
+ * the application's on_call callback, which runs on an nng thread: it must not block (the
+ * coordinator queues the call for its loop thread). The application answers exactly once with
+ * mt_rpc_call_reply(), from any thread.
  *
  * Client: mt_rpc_client_open() dials synchronously (UNAVAILABLE with the address
  * when nothing listens) and then reconnects by itself if the connection drops.
@@ -41,10 +41,10 @@
 
 #include "status/mt_status.h"
 
-#define MT_RPC_PROTOCOL_MAJOR 1
-#define MT_RPC_PROTOCOL_MINOR 0
+#define MT_RPC_PROTOCOL_MAJOR  1
+#define MT_RPC_PROTOCOL_MINOR  0
 #define MT_RPC_DEFAULT_MAX_MSG (64u * 1024u * 1024u) /* 64 MiB: checkpoint chunks are 4 MiB */
-#define MT_RPC_TOKEN_MAX 256
+#define MT_RPC_TOKEN_MAX       256
 
 typedef struct mt_rpc_server mt_rpc_server;
 typedef struct mt_rpc_call mt_rpc_call;
@@ -60,13 +60,16 @@ typedef struct mt_rpc_server_opts {
     const char *url;                           /* "tcp://127.0.0.1:7400"; port 0 = ephemeral */
     const ProtobufCServiceDescriptor *service; /* the methods served */
     size_t max_msg_bytes; /* larger requests: INVALID_ARGUMENT; beyond 2x+1MiB: dropped */
-    int contexts;                              /* concurrent calls being received */
-    const char *token;                         /* required credential; NULL or "" = none */
+    int contexts;         /* concurrent calls being received */
+    const char *token;    /* required credential; NULL or "" = none */
     mt_rpc_on_call on_call;
     void *arg; /* passed to on_call */
 } mt_rpc_server_opts;
 
-#define MT_RPC_SERVER_OPTS_DEFAULTS {NULL, NULL, MT_RPC_DEFAULT_MAX_MSG, 16, NULL, NULL, NULL}
+#define MT_RPC_SERVER_OPTS_DEFAULTS                                                                \
+    {                                                                                              \
+        NULL, NULL, MT_RPC_DEFAULT_MAX_MSG, 16, NULL, NULL, NULL                                   \
+    }
 
 /*
  * Listen on opts->url and start receiving. Borrows opts (strings are copied).
@@ -115,7 +118,10 @@ typedef struct mt_rpc_client_opts {
     int connect_timeout_ms; /* for the first, synchronous dial */
 } mt_rpc_client_opts;
 
-#define MT_RPC_CLIENT_OPTS_DEFAULTS {NULL, NULL, MT_RPC_DEFAULT_MAX_MSG, 5000}
+#define MT_RPC_CLIENT_OPTS_DEFAULTS                                                                \
+    {                                                                                              \
+        NULL, NULL, MT_RPC_DEFAULT_MAX_MSG, 5000                                                   \
+    }
 
 /*
  * Connect to opts->url. Returns MT_OK and *out; UNAVAILABLE ("connect

@@ -80,8 +80,8 @@ mt_code mt_rpc_token_load(const char *path, char out[MT_RPC_TOKEN_MAX], mt_err *
         out[0] = '\0';
     fclose(f);
     n = strlen(out);
-    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r' || out[n - 1] == ' ' ||
-                     out[n - 1] == '\t'))
+    while (n > 0 &&
+           (out[n - 1] == '\n' || out[n - 1] == '\r' || out[n - 1] == ' ' || out[n - 1] == '\t'))
         out[--n] = '\0';
     if (n == 0)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "token file %s: empty", path);

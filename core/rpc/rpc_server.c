@@ -125,11 +125,11 @@ static void slot_recv(struct slot *s)
     nng_ctx_recv(s->ctx, s->aio);
 }
 
-static void refuse(struct slot *s, nng_msg *msg, uint64_t request_id, mt_code code,
-                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void refuse(struct slot *s, nng_msg *msg, uint64_t request_id, mt_code code, const char *fmt,
+                   ...) __attribute__((format(printf, 5, 6)));
 
-static void refuse(struct slot *s, nng_msg *msg, uint64_t request_id, mt_code code,
-                   const char *fmt, ...)
+static void refuse(struct slot *s, nng_msg *msg, uint64_t request_id, mt_code code, const char *fmt,
+                   ...)
 {
     char text[MT_ERR_MSG_SIZE];
     va_list ap;
@@ -252,8 +252,9 @@ mt_code mt_rpc_server_open(const mt_rpc_server_opts *o, mt_rpc_server **out, mt_
     *out = NULL;
     if (o == NULL || o->url == NULL || o->service == NULL || o->on_call == NULL ||
         o->contexts <= 0 || o->max_msg_bytes == 0)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "rpc server: url, service, on_call, "
-                                                    "contexts and max_msg_bytes are required");
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "rpc server: url, service, on_call, "
+                          "contexts and max_msg_bytes are required");
     if (o->token != NULL && strlen(o->token) >= MT_RPC_TOKEN_MAX)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "rpc server: token too long");
     srv = mt_calloc(1, sizeof(*srv));
@@ -371,7 +372,8 @@ void mt_rpc_call_reply(mt_rpc_call *call, mt_code code, const char *message,
     nng_msg *msg = NULL;
     int closed, free_now = 0;
 
-    if (nng_msg_alloc(&msg, 0) != 0 || pack_reply(msg, call->request_id, code, message, reply) != 0) {
+    if (nng_msg_alloc(&msg, 0) != 0 ||
+        pack_reply(msg, call->request_id, code, message, reply) != 0) {
         if (msg != NULL)
             nng_msg_free(msg);
         msg = NULL;
