@@ -56,6 +56,12 @@ static void coord_on_call(void *arg, mt_rpc_call *call)
     uv_async_send(&c->wake);
 }
 
+/* Any thread: count the answer for /metrics. */
+static void coord_on_reply(void *arg, const char *method, mt_code code, int64_t elapsed_us)
+{
+    coord_stats_rpc(((mt_coord *)arg)->stats, method, code, elapsed_us);
+}
+
 static void dispatch(mt_coord *c, mt_rpc_call *call)
 {
     const char *name = mt_rpc_call_method(call)->name;
@@ -195,6 +201,11 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     pthread_mutex_init(&c->qmu, NULL);
     uv_loop_init(&c->loop);
 
+    c->stats = coord_stats_new();
+    if (c->stats == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coordinator: out of memory");
+        goto fail;
+    }
     if ((rc = make_dirs(c->state_dir, err)) != MT_OK)
         goto fail;
     snprintf(db, sizeof(db), "%s/meshtrain.db", c->state_dir);
@@ -218,6 +229,7 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     so.service = &meshtrain__coordinator__descriptor;
     so.on_call = coord_on_call;
     so.arg = c;
+    so.on_reply = coord_on_reply;
     so.token = c->opts.token;
     so.max_msg_bytes = opts->max_msg_bytes;
     if ((rc = mt_rpc_server_open(&so, &c->rpc, err)) != MT_OK)
@@ -290,6 +302,7 @@ void mt_coord_free(mt_coord *c)
         coord_workers_sweep(c);
     coord_workers_free(c);
     mt_store_close(c->store);
+    coord_stats_free(c->stats);
     pthread_mutex_destroy(&c->qmu);
     mt_free(c);
 }

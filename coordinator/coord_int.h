@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/stats.h"
 #include "proto/coordinator.pb-c.h"
 #include "storage/mt_store.h"
 
@@ -38,6 +39,7 @@ struct mt_coord {
     mt_store *store;
     mt_rpc_server *rpc;
     struct coord_http *http;
+    coord_stats *stats; /* process metrics; any thread (atomics), freed after the servers */
 
     pthread_mutex_t qmu; /* guards the call queue (nng threads push) */
     mt_rpc_call **queue;

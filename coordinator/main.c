@@ -21,6 +21,9 @@ static void usage(FILE *out)
             "  --listen URL              RPC address (default tcp://127.0.0.1:7400; port 0 picks\n"
             "                            a free port, written to STATE_DIR/endpoints.json)\n"
             "  --http HOST:PORT          status endpoint (default 127.0.0.1:7480; 'off' disables)\n"
+            "  --dashboard-dir DIR       dashboard assets (default: the source tree's\n"
+            "                            coordinator/dashboard, else "
+            "PREFIX/share/meshtrain/dashboard)\n"
             "  --state-dir DIR           state directory, holds meshtrain.db (default\n"
             "                            ./meshtrain-state)\n"
             "  --token-file F            require the token in F (mode 0600) on every call\n"
@@ -55,6 +58,7 @@ int main(int argc, char **argv)
         {"heartbeat-ms", required_argument, NULL, 'i'},
         {"heartbeat-timeout-ms", required_argument, NULL, 'o'},
         {"max-message-bytes", required_argument, NULL, 'm'},
+        {"dashboard-dir", required_argument, NULL, 'D'},
         {"log-level", required_argument, NULL, 'l'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -75,6 +79,9 @@ int main(int argc, char **argv)
             break;
         case 'H':
             o.http = strcmp(optarg, "off") == 0 ? "" : optarg;
+            break;
+        case 'D':
+            o.dashboard_dir = optarg;
             break;
         case 'S':
             o.state_dir = optarg;

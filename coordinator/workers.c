@@ -76,8 +76,10 @@ static void flush_heartbeats(mt_coord *c)
 
     for (size_t i = 0; i <= c->n_workers; i++) {
         if (n == 256 || (i == c->n_workers && n > 0)) {
+            int64_t t0 = mt_clock_mono_us();
             if (mt_store_worker_heartbeats(c->store, ids, times, n, NULL, &err) != MT_OK)
                 mt_log_error("store heartbeats: %s", err.msg);
+            coord_stats_store_write(c->stats, mt_clock_mono_us() - t0);
             n = 0;
         }
         if (i < c->n_workers && c->workers[i].hb_dirty) {
@@ -101,8 +103,10 @@ void coord_workers_sweep(mt_coord *c)
         snprintf(w->rec.state, sizeof(w->rec.state), "lost");
         mt_log_warn("worker %s lost: no heartbeat for %lld ms (timeout %d ms)", w->rec.worker_id,
                     (long long)silent, c->opts.heartbeat_timeout_ms);
+        int64_t t0 = mt_clock_mono_us();
         if (mt_store_worker_set_state(c->store, w->rec.worker_id, "lost", &err) != MT_OK)
             mt_log_error("store worker %s state: %s", w->rec.worker_id, err.msg);
+        coord_stats_store_write(c->stats, mt_clock_mono_us() - t0);
     }
     if (now - c->last_flush_mono_ms >= 1000) {
         flush_heartbeats(c);
@@ -213,7 +217,10 @@ void coord_handle_register(mt_coord *c, mt_rpc_call *call)
     }
     rec.devices = devs;
     rec.n_devices = r->n_devices;
-    if ((rc = mt_store_worker_upsert(c->store, &rec, &err)) != MT_OK) {
+    int64_t t0 = mt_clock_mono_us();
+    rc = mt_store_worker_upsert(c->store, &rec, &err);
+    coord_stats_store_write(c->stats, mt_clock_mono_us() - t0);
+    if (rc != MT_OK) {
         mt_log_error("register worker %s: %s", r->name, err.msg);
         mt_free(devs);
         mt_rpc_call_reply(call, rc, err.msg, NULL);
