@@ -217,7 +217,9 @@ static void send_reply(nng_aio *aio, coord_http_reply *r, const char *cache, con
     nng_http_res_set_header(res, "X-Content-Type-Options", "nosniff");
     for (size_t i = 0; hdr != NULL && hdr[i] != NULL; i += 2)
         nng_http_res_set_header(res, hdr[i], hdr[i + 1]);
-    if (r->body.len > 0 && nng_http_res_copy_data(res, r->body.data, r->body.len) != 0) {
+    if (r->body.len == 0) /* nng sends no length for an empty body: clients would wait for EOF */
+        nng_http_res_set_header(res, "Content-Length", "0");
+    else if (nng_http_res_copy_data(res, r->body.data, r->body.len) != 0) {
         nng_http_res_free(res);
         coord_buf_fini(&r->body);
         nng_aio_finish(aio, NNG_ENOMEM);
@@ -359,6 +361,7 @@ static void send_asset(nng_aio *aio, nng_http_req *req, const asset *a)
     nng_http_res_set_header(res, "X-Content-Type-Options", "nosniff");
     if (inm != NULL && strstr(inm, a->etag) != NULL) {
         nng_http_res_set_status(res, 304);
+        nng_http_res_set_header(res, "Content-Length", "0");
     } else {
         nng_http_res_set_header(res, "Content-Type", a->type);
         nng_http_res_set_data(res, a->data, a->len); /* lives until coord_http_close */
