@@ -211,7 +211,7 @@
       $('job-restarts').textContent = job.restarts;
       $('job-error').hidden = !job.error;
       $('job-error').textContent = job.error;
-      $('job-reason').textContent = job.reason ? 'Reason: ' + job.reason : '';
+      $('job-reason').textContent = job.reason && job.reason !== job.error ? 'Reason: ' + job.reason : '';
       fill($('events').tBodies[0], job.events.slice().reverse().map((e) => el('tr', null,
         el('td', { textContent: fmtTime(e.time_ms) }), el('td', null, stateBadge(e.state)),
         el('td', { textContent: e.step }), el('td', { textContent: e.reason }))));
