@@ -503,6 +503,8 @@ void mt_store_close(mt_store *s)
     if (s->db != NULL) {
         if (s->in_tx)
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        if (!s->readonly && s->stmt[0] != NULL) /* fully opened: refresh planner statistics */
+            sqlite3_exec(s->db, "PRAGMA optimize", NULL, NULL, NULL);
         sqlite3_close(s->db);
     }
     mt_free(s->path);

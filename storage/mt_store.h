@@ -264,6 +264,11 @@ mt_code mt_store_job_transition(mt_store *s, const char *job_id, const char *exp
                                 const char *to_state, const char *reason, int64_t now_ms,
                                 mt_err *err);
 
+/* Number of jobs in each state, indexed by mt_jobstate (counts[MT_JOBSTATE_QUEUED] ...),
+ * for status pages and Prometheus gauges; one indexed scan. counts has MT_JOBSTATE_COUNT
+ * entries (8); stored states this build does not know are not counted. */
+mt_code mt_store_job_counts(mt_store *s, size_t counts[8], mt_err *err);
+
 /* Record training progress: job.step = step, updated_at_ms = now_ms. No event. NOT_FOUND. */
 mt_code mt_store_job_set_step(mt_store *s, const char *job_id, uint64_t step, int64_t now_ms,
                               mt_err *err);

@@ -64,6 +64,7 @@
     X(JOB_COLUMNS_GET, "SELECT " JOB_COLUMNS ", spec_json FROM jobs WHERE id=?1")                  \
     X(JOB_LIST, "SELECT " JOB_COLUMNS ", NULL FROM jobs WHERE ?1 IS NULL OR"                       \
                 " instr(',' || ?1 || ',', ',' || state || ',') > 0 ORDER BY priority DESC, seq")   \
+    X(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                               \
     X(JOB_STATE, "SELECT state FROM jobs WHERE id=?1")                                             \
     X(JOB_TRANSITION, "UPDATE jobs SET state=?2, reason=?3, updated_at_ms=?4,"                     \
                       " restarts=restarts+?5, error=CASE WHEN ?6 THEN ?3 ELSE error END"           \
