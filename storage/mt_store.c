@@ -105,6 +105,20 @@ static const char *const migrations[] = {
     " complete INTEGER NOT NULL DEFAULT 0 CHECK (complete IN (0, 1)),"
     " time_ms INTEGER NOT NULL,"
     " PRIMARY KEY (job_id, step)) WITHOUT ROWID;",
+
+    /* 2 -> 3: latest value per metric name kept in its own small table, updated once per
+     * name per batch, instead of an index on every point (1.7 of 4.1 us CPU per point) */
+    "CREATE TABLE metrics_latest ("
+    " job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    " name TEXT NOT NULL,"
+    " step INTEGER NOT NULL,"
+    " epoch INTEGER NOT NULL DEFAULT 0,"
+    " value REAL,"
+    " time_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (job_id, name)) WITHOUT ROWID;"
+    "INSERT INTO metrics_latest(job_id, name, step, epoch, value, time_ms)"
+    " SELECT job_id, name, MAX(step), epoch, value, time_ms FROM metrics GROUP BY job_id, name;"
+    "DROP INDEX metrics_by_name;",
 };
 
 #define N_MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))
