@@ -70,8 +70,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fp = fmemopen((void *)(data + 1), size - 1, "rb");
     if (fp == NULL)
         return 0;
-    if (mt_data__text_read_tsv(fp, "fuzz.tsv", data[0] & 1 ? 3 : 0, &d, &err) == MT_OK &&
-        d.n > 0)
+    if (mt_data__text_read_tsv(fp, "fuzz.tsv", data[0] & 1 ? 3 : 0, &d, &err) == MT_OK && d.n > 0)
         check_vectorizer(&d, 2 + data[0] % 64);
     fclose(fp);
     mt_data__docs_fini(&d);
