@@ -76,8 +76,8 @@ static void mlp_step(mlp *m, const float *x, int n)
                 m->w2, m->out, 0, m->dy, m->out);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m->hid, m->out, n, 1, m->h, m->hid, m->dy,
                 m->out, 0, m->g2, m->out);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m->hid, m->out, 1, m->dy, m->out,
-                m->w2, m->out, 0, m->dh, m->hid);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m->hid, m->out, 1, m->dy, m->out, m->w2,
+                m->out, 0, m->dh, m->hid);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m->in, m->hid, n, 1, x, m->in, m->dh,
                 m->hid, 0, m->g1, m->hid);
 }
@@ -285,8 +285,8 @@ int main(int argc, char **argv)
     if (access(idx_dir, R_OK) == 0) {
         mt_data_spec *sp;
         mt_data_dataset *ds = open_spec(json, &sp, NULL, &open_s);
-        printf("Fashion-MNIST IDX (60000 x 784, gzip): decode %.2f s = %.0f examples/s\n",
-               open_s, 60000 / open_s);
+        printf("Fashion-MNIST IDX (60000 x 784, gzip): decode %.2f s = %.0f examples/s\n", open_s,
+               60000 / open_s);
         bench_source("idx", ds, 128, &m784, seconds, train784);
         mt_data_dataset_free(ds);
         mt_data_spec_free(sp);
@@ -321,8 +321,7 @@ int main(int argc, char **argv)
     }
     {
         mt_data_tfidf *vec = NULL;
-        snprintf(json, sizeof(json),
-                 "{\"format\":\"text\",\"train\":\"%s\",\"max_tokens\":1200}",
+        snprintf(json, sizeof(json), "{\"format\":\"text\",\"train\":\"%s\",\"max_tokens\":1200}",
                  text != NULL ? text : txt);
         mt_data_spec *sp;
         mt_data_dataset *ds = open_spec(json, &sp, &vec, &open_s);

@@ -131,14 +131,17 @@ typedef struct mt_data_spec {
 } mt_data_spec;
 
 /*
- * Parse a `dataset` JSON object (borrowed). `json_path` names the node in messages (NULL means
- * "dataset"); `base_dir` resolves relative paths (NULL: the current directory). Checks types and
- * ranges, expands globs (a pattern matching nothing is NOT_FOUND) and, for CSV, that every file
- * exists and its header has the named columns (`dataset.label_column: no column 'y' in
- * data/train.csv (columns: a, b, label)`). On MT_OK *out is owned by the caller
- * (mt_data_spec_free); on failure *out = NULL. Codes: INVALID_ARGUMENT (bad field, message
- * starts with the JSON path), NOT_FOUND (missing file or empty glob), PERMISSION_DENIED,
- * RESOURCE_EXHAUSTED. Any thread; blocks on file-system reads.
+ * Parse a `dataset` JSON object (borrowed). NULL means the section is absent: the Fashion-MNIST
+ * IDX files of the Debian package dataset-fashion-mnist (train and test, num_classes 10). The
+ * training engine's flat IDX form {"format": "idx", "train_images", "train_labels",
+ * "test_images", "test_labels"} is accepted too ("format" may then be omitted). `json_path` names
+ * the node in messages (NULL means "dataset"); `base_dir` resolves relative paths (NULL: the
+ * current directory). Checks types and ranges, expands globs (a pattern matching nothing is
+ * NOT_FOUND) and, for CSV, that every file exists and its header has the named columns
+ * (`dataset.label_column: no column 'y' in data/train.csv (columns: a, b, label)`). On MT_OK *out
+ * is owned by the caller (mt_data_spec_free); on failure *out = NULL. Codes: INVALID_ARGUMENT (bad
+ * field, message starts with the JSON path), NOT_FOUND (missing file or empty glob),
+ * PERMISSION_DENIED, RESOURCE_EXHAUSTED. Any thread; blocks on file-system reads.
  */
 mt_code mt_data_spec_parse(const cJSON *dataset_node, const char *json_path, const char *base_dir,
                            mt_data_spec **out, mt_err *err);
