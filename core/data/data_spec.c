@@ -162,24 +162,28 @@ static mt_code add_path(parse_ctx *c, mt_data_file_list *l, const char *field, c
     return rc;
 }
 
-static mt_code add_idx_pair(parse_ctx *c, mt_data_file_list *l, const char *field, const cJSON *o)
+/* Append an (images, labels) pair, both resolved against base_dir. */
+static mt_code push_pair(parse_ctx *c, mt_data_file_list *l, const char *images, const char *labels)
 {
-    const cJSON *im = cJSON_GetObjectItemCaseSensitive(o, "images");
-    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(o, "labels");
-    char *a, *b;
-
-    if (!cJSON_IsString(im) || !cJSON_IsString(lb))
-        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
-                          "%s.%s: an IDX entry needs string fields \"images\" and \"labels\"",
-                          c->path, field);
-    a = resolve_path(c, im->valuestring);
-    b = resolve_path(c, lb->valuestring);
+    char *a = resolve_path(c, images), *b = resolve_path(c, labels);
     if (a == NULL || b == NULL) {
         mt_free(a);
         mt_free(b);
         return oom(c);
     }
     return list_push(c, l, a, b);
+}
+
+static mt_code add_idx_pair(parse_ctx *c, mt_data_file_list *l, const char *field, const cJSON *o)
+{
+    const cJSON *im = cJSON_GetObjectItemCaseSensitive(o, "images");
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(o, "labels");
+
+    if (!cJSON_IsString(im) || !cJSON_IsString(lb))
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.%s: an IDX entry needs string fields \"images\" and \"labels\"",
+                          c->path, field);
+    return push_pair(c, l, im->valuestring, lb->valuestring);
 }
 
 /* An entry of a file list: a string (path or glob) or, for IDX, {images, labels}. */
@@ -265,7 +269,6 @@ static mt_code parse_flat_idx(parse_ctx *c, const cJSON *node, const char *split
 {
     char ki[32], kl[32];
     const cJSON *im, *lb;
-    char *a, *b;
 
     snprintf(ki, sizeof(ki), "%s_images", split);
     snprintf(kl, sizeof(kl), "%s_labels", split);
@@ -283,14 +286,7 @@ static mt_code parse_flat_idx(parse_ctx *c, const cJSON *node, const char *split
     if (!cJSON_IsString(lb) || lb->valuestring[0] == '\0')
         return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.%s: must be a non-empty path string",
                           c->path, kl);
-    a = resolve_path(c, im->valuestring);
-    b = resolve_path(c, lb->valuestring);
-    if (a == NULL || b == NULL) {
-        mt_free(a);
-        mt_free(b);
-        return oom(c);
-    }
-    return list_push(c, l, a, b);
+    return push_pair(c, l, im->valuestring, lb->valuestring);
 }
 
 /* The Fashion-MNIST IDX files of the Debian package dataset-fashion-mnist. */
@@ -304,15 +300,8 @@ static mt_code default_fashion_mnist(parse_ctx *c, mt_data_spec *s)
 
     s->format = MT_DATA_FORMAT_IDX;
     s->num_classes = 10;
-    for (int i = 0; i < 4 && rc == MT_OK; i += 2) {
-        char *a = mt_strdup(f[i]), *b = mt_strdup(f[i + 1]);
-        if (a == NULL || b == NULL) {
-            mt_free(a);
-            mt_free(b);
-            return oom(c);
-        }
-        rc = list_push(c, i == 0 ? &s->train : &s->test, a, b);
-    }
+    for (int i = 0; i < 4 && rc == MT_OK; i += 2)
+        rc = push_pair(c, i == 0 ? &s->train : &s->test, f[i], f[i + 1]);
     return rc;
 }
 
