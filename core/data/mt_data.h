@@ -205,8 +205,12 @@ const char *mt_data_tfidf_term(const mt_data_tfidf *v, size_t i);
 /* idf weight of index i (0 = OOV). */
 float mt_data_tfidf_idf(const mt_data_tfidf *v, size_t i);
 
-/* Vectorize one text into out[dim] (overwritten). Any thread (the vectorizer is immutable). */
-void mt_data_tfidf_transform(const mt_data_tfidf *v, const char *text, size_t len, float *out);
+/*
+ * Vectorize one text (borrowed) into out[dim] (overwritten). Any thread (the vectorizer is
+ * immutable). Codes: RESOURCE_EXHAUSTED (texts over 512 bytes need a scratch allocation).
+ */
+mt_code mt_data_tfidf_transform(const mt_data_tfidf *v, const char *text, size_t len, float *out,
+                                mt_err *err);
 
 /*
  * Serialise (text format "meshtrain-tfidf 1", documented in docs/input-pipeline.md) so the job
