@@ -30,6 +30,8 @@
  *     pieces of ceil(n / R); replica r gets [r·c, min((r+1)·c, n)) — possibly empty.
  *   * All pipelines agree on the number of steps per epoch (the longest pipeline wins, as
  *     get_next_as_optional does); replicas that ran out get empty batches (zero gradient).
+ *   * Every step carries global_count, the examples in the whole global batch over all
+ *     replicas: the training loss is the per-example sum divided by it.
  *
  * Invariants: a plan is identical on every pipeline given the same inputs; a pipeline never
  * yields a partially decoded record (any parse error fails the open with file:line).
@@ -38,7 +40,8 @@
  * owns one internal prefetch thread).
  * Tests: tests/unit/test_data_shard.c (plan, rebatch, property), test_data_csv.c,
  * test_data_text.c (tokenizer, TF-IDF), test_data_pipeline.c (shuffle, prefetch, slices),
- * test_data_spec.c (spec errors); fuzz: tests/fuzz/fuzz_csv.c, fuzz_text.c.
+ * test_data_spec.c (spec errors), test_data_idx.c (IDX pairs); fuzz: tests/fuzz/fuzz_csv.c,
+ * fuzz_text.c.
  */
 #ifndef MT_DATA_H
 #define MT_DATA_H
