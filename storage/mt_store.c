@@ -54,6 +54,57 @@ static const char *const migrations[] = {
     " memory_bytes INTEGER NOT NULL,"
     " health TEXT NOT NULL,"
     " PRIMARY KEY (worker_id, idx)) WITHOUT ROWID;",
+
+    /* 1 -> 2: jobs, their events and placement, metrics, checkpoints */
+    "CREATE TABLE jobs ("
+    " seq INTEGER PRIMARY KEY,"
+    " id TEXT NOT NULL UNIQUE,"
+    " name TEXT NOT NULL DEFAULT '',"
+    " spec_json TEXT NOT NULL,"
+    " state TEXT NOT NULL,"
+    " priority INTEGER NOT NULL DEFAULT 0,"
+    " submitted_at_ms INTEGER NOT NULL,"
+    " updated_at_ms INTEGER NOT NULL,"
+    " step INTEGER NOT NULL DEFAULT 0,"
+    " total_steps INTEGER NOT NULL DEFAULT 0,"
+    " reason TEXT NOT NULL DEFAULT '',"
+    " error TEXT NOT NULL DEFAULT '',"
+    " restarts INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX jobs_by_state ON jobs(state, priority DESC, seq);"
+    "CREATE TABLE job_events ("
+    " seq INTEGER PRIMARY KEY,"
+    " job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    " time_ms INTEGER NOT NULL,"
+    " state TEXT NOT NULL,"
+    " reason TEXT NOT NULL DEFAULT '',"
+    " step INTEGER NOT NULL DEFAULT 0);" /* the job's step when it happened */
+    "CREATE INDEX job_events_by_job ON job_events(job_id, seq);"
+    "CREATE TABLE placements ("
+    " job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    " device INTEGER NOT NULL,"
+    " worker_id TEXT NOT NULL,"
+    " local_index INTEGER NOT NULL,"
+    " coords TEXT NOT NULL DEFAULT '',"
+    " PRIMARY KEY (job_id, device)) WITHOUT ROWID;"
+    "CREATE INDEX placements_by_worker ON placements(worker_id);"
+    "CREATE TABLE metrics ("
+    " job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    " step INTEGER NOT NULL,"
+    " name TEXT NOT NULL,"
+    " epoch INTEGER NOT NULL DEFAULT 0,"
+    " value REAL," /* NULL stands for NaN (SQLite stores NaN as NULL) */
+    " time_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (job_id, step, name)) WITHOUT ROWID;"
+    "CREATE INDEX metrics_by_name ON metrics(job_id, name, step);"
+    "CREATE TABLE checkpoints ("
+    " job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    " step INTEGER NOT NULL,"
+    " location TEXT NOT NULL,"
+    " size_bytes INTEGER NOT NULL DEFAULT 0,"
+    " checksum TEXT NOT NULL DEFAULT '',"
+    " complete INTEGER NOT NULL DEFAULT 0 CHECK (complete IN (0, 1)),"
+    " time_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (job_id, step)) WITHOUT ROWID;",
 };
 
 #define N_MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -202,6 +253,60 @@ void mt_store__col_text(sqlite3_stmt *st, int col, char *dst, size_t cap)
     dst[n] = '\0';
 }
 
+int mt_store__grow(void **arr, size_t *cap, size_t count, size_t elem)
+{
+    size_t ncap;
+    void *p;
+
+    if (count < *cap)
+        return 0;
+    ncap = *cap ? *cap * 2 : 16;
+    p = mt_realloc(*arr, ncap * elem);
+    if (p == NULL)
+        return -1;
+    *arr = p;
+    *cap = ncap;
+    return 0;
+}
+
+mt_code mt_store__collect(mt_store *s, sqlite3_stmt *st, size_t elem, mt_store__row_fn read,
+                          void **out, size_t *n, const char *what, mt_err *err)
+{
+    void *arr = NULL;
+    size_t count = 0, cap = 0;
+    mt_code code = MT_OK;
+    int rc;
+
+    *out = NULL;
+    *n = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (mt_store__grow(&arr, &cap, count, elem) != 0) {
+            code = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+            break;
+        }
+        memset((char *)arr + count * elem, 0, elem);
+        read(st, (char *)arr + count * elem);
+        count++;
+    }
+    if (code == MT_OK && rc != SQLITE_DONE)
+        code = mt_store__fail(s, rc, err, "%s", what);
+    mt_store__stmt_done(st);
+    if (code != MT_OK) {
+        mt_free(arr);
+        return code;
+    }
+    *out = arr;
+    *n = count;
+    return MT_OK;
+}
+
+mt_code mt_store__need(const char *v, const char *what, mt_err *err)
+{
+    if (v == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "%s is NULL", what);
+    return MT_OK;
+}
+
 int mt_store__terminated(const char *str, size_t cap)
 {
     return memchr(str, '\0', cap) != NULL;
@@ -285,6 +390,16 @@ static mt_code prepare_db(sqlite3 *db, const char *path, const mt_store_options 
                   o->sync_full ? "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL"
                                : "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL",
                   path, "open", err);
+    if (rc == MT_OK && o->max_size_bytes > 0) {
+        long long page_size = 0;
+        char sql[64];
+        rc = pragma_int(db, "PRAGMA page_size", path, &page_size, err);
+        if (rc == MT_OK && page_size > 0) {
+            snprintf(sql, sizeof(sql), "PRAGMA max_page_count = %llu",
+                     (unsigned long long)(o->max_size_bytes / (uint64_t)page_size + 1));
+            rc = exec_sql(db, sql, path, "open", err);
+        }
+    }
     if (rc == MT_OK)
         rc = pragma_int(db, "PRAGMA application_id", path, &app_id, err);
     if (rc == MT_OK)
@@ -399,6 +514,16 @@ int mt_store_schema_version(const mt_store *s)
     return s->schema_version;
 }
 
+int mt_store_prepared_count(const mt_store *s)
+{
+    int n = 0;
+
+    for (sqlite3_stmt *st = sqlite3_next_stmt(s->db, NULL); st != NULL;
+         st = sqlite3_next_stmt(s->db, st))
+        n++;
+    return n;
+}
+
 const char *mt_store_path(const mt_store *s)
 {
     return s->path;
@@ -437,6 +562,12 @@ mt_code mt_store_tx_commit(mt_store *s, mt_err *err)
     if (!s->in_tx)
         return mt_err_set(err, MT_FAILED_PRECONDITION, "commit on %s: no transaction is open",
                           s->path);
+    if (sqlite3_get_autocommit(s->db)) {
+        s->in_tx = 0;
+        return mt_err_set(err, MT_ABORTED,
+                          "commit on %s: the transaction was rolled back by an earlier error",
+                          s->path);
+    }
     rc = run_ctl(s, MT_STMT_COMMIT, "commit on", err);
     if (rc != MT_OK) {
         /* a failed COMMIT may leave the transaction open: end it so the store stays usable */
@@ -460,8 +591,24 @@ mt_code mt_store_tx_rollback(mt_store *s, mt_err *err)
     return rc;
 }
 
+mt_code mt_store__tx_guard(mt_store *s, mt_err *err)
+{
+    /* SQLite rolls a whole transaction back on some errors (disk full, I/O): later calls
+     * must not run outside the transaction the caller believes is open */
+    if (s->in_tx && sqlite3_get_autocommit(s->db))
+        return mt_err_set(err, MT_ABORTED,
+                          "%s: the open transaction was rolled back by an earlier error; "
+                          "roll back and retry",
+                          s->path);
+    return MT_OK;
+}
+
 mt_code mt_store__call_begin(mt_store *s, mt_err *err)
 {
+    mt_code rc = mt_store__tx_guard(s, err);
+
+    if (rc != MT_OK)
+        return rc;
     return run_ctl(s, MT_STMT_SAVEPOINT, "begin call on", err);
 }
 

@@ -150,17 +150,11 @@ static void read_device_row(sqlite3_stmt *st, int first, mt_store_device *d)
     mt_store__col_text(st, first + 4, d->health, sizeof(d->health));
 }
 
-/* Append a device to w's owned array (grows by doubling; capacity tracked in *cap). */
+/* Append a device to w's owned array (capacity tracked in *cap). */
 static int push_device(mt_store_worker *w, size_t *cap, const mt_store_device *d)
 {
-    if (w->n_devices == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 4;
-        mt_store_device *nd = mt_realloc(w->devices, ncap * sizeof(*nd));
-        if (nd == NULL)
-            return -1;
-        w->devices = nd;
-        *cap = ncap;
-    }
+    if (mt_store__grow((void **)&w->devices, cap, w->n_devices, sizeof(*d)) != 0)
+        return -1;
     w->devices[w->n_devices++] = *d;
     return 0;
 }
@@ -294,6 +288,9 @@ static mt_code change_one(mt_store *s, enum mt_store_stmt_id id, const char *wor
 
     if (worker_id == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "%s worker: id is NULL", what);
+    code = mt_store__tx_guard(s, err);
+    if (code != MT_OK)
+        return code;
     st = mt_store__stmt(s, id);
     mt_store__bind_text(st, 1, worker_id);
     if (state != NULL)
@@ -316,6 +313,37 @@ mt_code mt_store_worker_set_state(mt_store *s, const char *worker_id, const char
                           worker_id != NULL ? worker_id : "(null)",
                           state != NULL ? state : "(null)");
     return change_one(s, MT_STMT_WORKER_SET_STATE, worker_id, state, "set state of", err);
+}
+
+mt_code mt_store_worker_set_device_health(mt_store *s, const char *worker_id, uint32_t index,
+                                          const char *health, mt_err *err)
+{
+    sqlite3_stmt *st;
+    mt_code code = MT_OK;
+    int rc;
+
+    if (worker_id == NULL || health == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "set device health: NULL argument");
+    if (strlen(health) >= sizeof(((mt_store_device *)0)->health))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "set health of worker %s device %u: health text longer than %zu bytes",
+                          worker_id, (unsigned)index, sizeof(((mt_store_device *)0)->health) - 1);
+    code = mt_store__tx_guard(s, err);
+    if (code != MT_OK)
+        return code;
+    st = mt_store__stmt(s, MT_STMT_DEVICE_SET_HEALTH);
+    mt_store__bind_text(st, 1, worker_id);
+    sqlite3_bind_int64(st, 2, index);
+    mt_store__bind_text(st, 3, health);
+    rc = mt_store__step_done(st);
+    if (rc != SQLITE_OK)
+        code = mt_store__fail(s, rc, err, "set health of worker %s device %u", worker_id,
+                              (unsigned)index);
+    else if (sqlite3_changes(s->db) == 0)
+        code =
+            mt_err_set(err, MT_NOT_FOUND, "worker %s has no device %u", worker_id, (unsigned)index);
+    mt_store__stmt_done(st);
+    return code;
 }
 
 mt_code mt_store_worker_delete(mt_store *s, const char *worker_id, mt_err *err)
@@ -372,14 +400,18 @@ static mt_code attach_devices(mt_store *s, mt_store_worker *list, size_t n, mt_e
     return code;
 }
 
+static void read_worker_elem(sqlite3_stmt *st, void *elem)
+{
+    read_worker_row(st, elem);
+}
+
 mt_code mt_store_worker_list(mt_store *s, const char *state_filter, mt_store_worker **out,
                              size_t *n, mt_err *err)
 {
     mt_store_worker *list = NULL;
-    size_t count = 0, cap = 0;
+    size_t count = 0;
     sqlite3_stmt *st;
-    mt_code code = MT_OK;
-    int rc;
+    mt_code code;
 
     if (out == NULL || n == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "list workers: out or n is NULL");
@@ -391,22 +423,8 @@ mt_code mt_store_worker_list(mt_store *s, const char *state_filter, mt_store_wor
     st = mt_store__stmt(s, MT_STMT_WORKER_LIST);
     if (state_filter != NULL && state_filter[0] != '\0')
         mt_store__bind_text(st, 1, state_filter);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (count == cap) {
-            size_t ncap = cap ? cap * 2 : 16;
-            mt_store_worker *nl = mt_realloc(list, ncap * sizeof(*nl));
-            if (nl == NULL) {
-                code = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "list workers: out of memory");
-                break;
-            }
-            list = nl;
-            cap = ncap;
-        }
-        read_worker_row(st, &list[count++]);
-    }
-    if (code == MT_OK && rc != SQLITE_DONE)
-        code = mt_store__fail(s, rc, err, "list workers");
-    mt_store__stmt_done(st);
+    code = mt_store__collect(s, st, sizeof(*list), read_worker_elem, (void **)&list, &count,
+                             "list workers", err);
     if (code == MT_OK && count > 0)
         code = attach_devices(s, list, count, err);
     code = mt_store__call_end(s, code, err);

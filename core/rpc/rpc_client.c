@@ -3,10 +3,11 @@
  * rpc_client.c — the blocking, thread-safe RPC client (mt_rpc.h).
  *
  * One REQ socket per client; each call opens its own nng context, so calls from
- * several threads proceed concurrently. Opening first probes the address with a
- * stream dial bounded by connect_timeout_ms (so "nothing listens" is UNAVAILABLE
- * at once and an unreachable host cannot hang the caller), then dials the REQ
- * socket, which from then on reconnects by itself. A pipe counter maintained by
+ * several threads proceed concurrently. Opening dials the REQ socket without
+ * blocking and waits, bounded by connect_timeout_ms, for the handshake; if none
+ * comes within 100 ms the address is probed with a stream dial so "nothing
+ * listens" is UNAVAILABLE at once with the reason, and an unreachable host
+ * cannot hang the caller. The socket then reconnects by itself. A pipe counter maintained by
  * nng's pipe notifications tells a dead connection (UNAVAILABLE) from a slow
  * server (DEADLINE_EXCEEDED) when a call times out.
  */
@@ -73,10 +74,19 @@ static mt_code probe(const char *url, int timeout_ms, mt_err *err)
     return MT_OK;
 }
 
+/* Wait (bounded) for the REQ socket's SP handshake. 1 when a pipe is up. */
+static int wait_pipe(mt_rpc_client *cli, int64_t until)
+{
+    while (atomic_load(&cli->pipes) == 0 && mt_clock_mono_ms() < until)
+        nng_msleep(1);
+    return atomic_load(&cli->pipes) > 0;
+}
+
 mt_code mt_rpc_client_open(const mt_rpc_client_opts *o, mt_rpc_client **out, mt_err *err)
 {
+    int timeout = o && o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 5000;
+    int64_t start = mt_clock_mono_ms();
     mt_rpc_client *cli;
-    int64_t until;
     mt_code rc;
     int rv;
 
@@ -85,9 +95,6 @@ mt_code mt_rpc_client_open(const mt_rpc_client_opts *o, mt_rpc_client **out, mt_
         return mt_err_set(err, MT_INVALID_ARGUMENT, "rpc client: no address given");
     if (o->token != NULL && strlen(o->token) >= MT_RPC_TOKEN_MAX)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "rpc client: token too long");
-    rc = probe(o->url, o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 5000, err);
-    if (rc != MT_OK)
-        return rc;
     cli = mt_calloc(1, sizeof(*cli));
     if (cli == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "rpc client %s: out of memory", o->url);
@@ -107,21 +114,34 @@ mt_code mt_rpc_client_open(const mt_rpc_client_opts *o, mt_rpc_client **out, mt_
     nng_pipe_notify(cli->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, cli);
     nng_pipe_notify(cli->sock, NNG_PIPE_EV_REM_POST, pipe_cb, cli);
     if ((rv = nng_dial(cli->sock, o->url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
-        nng_close(cli->sock);
-        mt_free(cli);
-        return mt_err_set(err, MT_UNAVAILABLE, "connect %s: %s", o->url, nng_strerror(rv));
+        rc = mt_err_set(err,
+                        rv == NNG_ENOTSUP || rv == NNG_EADDRINVAL || rv == NNG_EINVAL
+                            ? MT_INVALID_ARGUMENT
+                            : MT_UNAVAILABLE,
+                        "connect %s: %s", o->url, nng_strerror(rv));
+        goto fail;
     }
-    /* wait (bounded) for the SP handshake so the first call does not race it */
-    until = mt_clock_mono_ms() + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 5000);
-    while (atomic_load(&cli->pipes) == 0 && mt_clock_mono_ms() < until)
-        nng_msleep(1);
-    if (atomic_load(&cli->pipes) == 0) {
-        nng_close(cli->sock);
-        mt_free(cli);
-        return mt_err_set(err, MT_UNAVAILABLE, "connect %s: no meshtrain server answered", o->url);
+    /* A live server completes the handshake in well under 100 ms. Only when it
+     * does not is the address probed, to report why (refused, unreachable) at
+     * once. Probing a live server is avoided: nng 1.5.2 leaks a listener-side
+     * pipe for every connection that closes before the SP handshake. */
+    if (!wait_pipe(cli, start + (timeout < 100 ? timeout : 100))) {
+        int64_t left = start + timeout - mt_clock_mono_ms();
+        if ((rc = probe(o->url, left > 0 ? (int)left : 1, err)) != MT_OK)
+            goto fail;
+        if (!wait_pipe(cli, start + timeout)) {
+            rc = mt_err_set(err, MT_UNAVAILABLE,
+                            "connect %s: no meshtrain server answered within %d ms", o->url,
+                            timeout);
+            goto fail;
+        }
     }
     *out = cli;
     return MT_OK;
+fail:
+    nng_close(cli->sock);
+    mt_free(cli);
+    return rc;
 }
 
 void mt_rpc_client_close(mt_rpc_client *cli)

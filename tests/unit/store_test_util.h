@@ -15,6 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc/mt_alloc.h"
+#include "storage/mt_store.h"
+
 typedef struct store_fixture {
     char dir[PATH_MAX];       /* mkdtemp directory */
     char path[PATH_MAX + 32]; /* dir/meshtrain.db */
@@ -73,6 +76,56 @@ static inline long long store_raw_int(const char *path, const char *sql)
     sqlite3_finalize(st);
     sqlite3_close(db);
     return v;
+}
+
+/* Fail the 1st, 2nd, ... allocation of `call` until it returns MT_OK; every failure must be
+ * RESOURCE_EXHAUSTED and then `check` (a statement) runs. Evaluates to nothing; use in a test. */
+#define STORE_ALLOC_TORTURE(call, check)                                                           \
+    for (long k_ = 0;; k_++) {                                                                     \
+        mt_alloc_fail_after(k_);                                                                   \
+        mt_code rc_ = (call);                                                                      \
+        mt_alloc_fail_reset();                                                                     \
+        if (rc_ == MT_OK)                                                                          \
+            break;                                                                                 \
+        assert_int_equal(rc_, MT_RESOURCE_EXHAUSTED);                                              \
+        check;                                                                                     \
+    }
+
+/* cmocka state for the store tests: a temporary directory and a store open on it. */
+typedef struct store_tctx {
+    store_fixture f;
+    mt_store *s;
+} store_tctx;
+
+/* cmocka setup: fresh directory, store opened on f.path. */
+static inline int store_setup(void **state)
+{
+    store_tctx *t = calloc(1, sizeof(*t));
+    mt_err err = MT_ERR_INIT;
+
+    if (t == NULL || store_fixture_init(&t->f) != 0) {
+        free(t);
+        return -1;
+    }
+    if (mt_store_open(t->f.path, &t->s, &err) != MT_OK) {
+        fprintf(stderr, "open %s: %s\n", t->f.path, err.msg);
+        store_fixture_fini(&t->f);
+        free(t);
+        return -1;
+    }
+    *state = t;
+    return 0;
+}
+
+/* cmocka teardown: disarm the allocation hook, close, remove the directory. */
+static inline int store_teardown(void **state)
+{
+    store_tctx *t = *state;
+    mt_alloc_fail_reset();
+    mt_store_close(t->s);
+    store_fixture_fini(&t->f);
+    free(t);
+    return 0;
 }
 
 #endif

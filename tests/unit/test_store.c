@@ -13,35 +13,7 @@
 #include "storage/mt_store.h"
 #include "store_test_util.h"
 
-typedef struct tctx {
-    store_fixture f;
-    mt_store *s;
-} tctx;
-
-static int setup(void **state)
-{
-    tctx *t = calloc(1, sizeof(*t));
-    mt_err err = MT_ERR_INIT;
-
-    if (t == NULL || store_fixture_init(&t->f) != 0)
-        return -1;
-    if (mt_store_open(t->f.path, &t->s, &err) != MT_OK) {
-        fprintf(stderr, "open: %s\n", err.msg);
-        return -1;
-    }
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    tctx *t = *state;
-    mt_alloc_fail_reset();
-    mt_store_close(t->s);
-    store_fixture_fini(&t->f);
-    free(t);
-    return 0;
-}
+typedef store_tctx tctx;
 
 /* A worker with n devices cpu:0..n-1 (n <= 8). */
 static mt_store_worker make_worker(const char *id, const char *name, size_t n,
@@ -161,6 +133,77 @@ static void test_store_open_refuses_foreign_database(void **state)
     assert_int_equal(store_raw_exec(path, "PRAGMA application_id = 1234"), SQLITE_OK);
     assert_int_equal(mt_store_open(path, &s, &err), MT_FAILED_PRECONDITION);
     assert_null(s);
+}
+
+static void test_store_open_corrupt_file_is_data_loss(void **state)
+{
+    tctx *t = *state;
+    mt_store *s = NULL;
+    mt_err err = MT_ERR_INIT;
+    char junk[3000];
+    FILE *fp;
+
+    mt_store_close(t->s); /* checkpoints the WAL into the main file */
+    t->s = NULL;
+    memset(junk, 0xa5, sizeof(junk));
+    fp = fopen(t->f.path, "r+b");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, 100, SEEK_SET), 0); /* keep the 100-byte header, smash page 1 */
+    assert_int_equal(fwrite(junk, 1, sizeof(junk), fp), sizeof(junk));
+    fclose(fp);
+    assert_int_equal(mt_store_open(t->f.path, &s, &err), MT_DATA_LOSS);
+    assert_null(s);
+    assert_non_null(strstr(err.msg, t->f.path));
+    assert_non_null(strstr(err.msg, "malformed"));
+}
+
+/* A version-1 database written by hand (the schema meshtrain 0.1 shipped) is migrated. */
+static void test_store_open_migrates_version_1(void **state)
+{
+    tctx *t = *state;
+    char path[PATH_MAX + 16];
+    mt_store *s = NULL;
+    mt_store_worker got;
+    mt_store_job j;
+    mt_err err = MT_ERR_INIT;
+
+    snprintf(path, sizeof(path), "%s/v1.db", t->f.dir);
+    assert_int_equal(
+        store_raw_exec(
+            path, "PRAGMA journal_mode = WAL;"
+                  "CREATE TABLE workers (worker_id TEXT PRIMARY KEY NOT NULL,"
+                  " name TEXT NOT NULL, instance_id TEXT NOT NULL DEFAULT '',"
+                  " host TEXT NOT NULL DEFAULT '', pid INTEGER NOT NULL DEFAULT 0,"
+                  " state TEXT NOT NULL CHECK (state IN ('alive', 'lost')),"
+                  " data_address TEXT NOT NULL DEFAULT '', version TEXT NOT NULL DEFAULT '',"
+                  " registered_at_ms INTEGER NOT NULL, last_heartbeat_ms INTEGER NOT NULL);"
+                  "CREATE INDEX workers_by_name ON workers(name);"
+                  "CREATE TABLE devices (worker_id TEXT NOT NULL REFERENCES"
+                  " workers(worker_id) ON DELETE CASCADE, idx INTEGER NOT NULL,"
+                  " kind TEXT NOT NULL, cores INTEGER NOT NULL, memory_bytes INTEGER NOT NULL,"
+                  " health TEXT NOT NULL, PRIMARY KEY (worker_id, idx)) WITHOUT ROWID;"
+                  "INSERT INTO workers VALUES ('w-old', 'old', 'i', 'h', 1, 'lost', '', '0.0.9',"
+                  " 5, 6);"
+                  "INSERT INTO devices VALUES ('w-old', 0, 'cpu', 2, 1024, 'ok');"
+                  "PRAGMA user_version = 1; PRAGMA application_id = 1297371726;"),
+        SQLITE_OK);
+    assert_int_equal(mt_store_open(path, &s, &err), MT_OK);
+    assert_int_equal(mt_store_schema_version(s), MT_STORE_SCHEMA_VERSION);
+    assert_int_equal(store_raw_int(path, "PRAGMA user_version"), MT_STORE_SCHEMA_VERSION);
+    /* old rows kept */
+    assert_int_equal(mt_store_worker_get(s, "w-old", &got, &err), MT_OK);
+    assert_string_equal(got.version, "0.0.9");
+    assert_int_equal(got.n_devices, 1);
+    assert_int_equal(got.devices[0].cores, 2);
+    mt_store_worker_fini(&got);
+    /* new tables usable */
+    memset(&j, 0, sizeof(j));
+    j.spec_json = (char *)"{}";
+    assert_int_equal(mt_store_job_insert(s, &j, 1, &err), MT_OK);
+    mt_store_close(s);
+    /* opening again is a no-op migration */
+    assert_int_equal(mt_store_open(path, &s, &err), MT_OK);
+    mt_store_close(s);
 }
 
 static void test_store_open_alloc_failure_leaks_nothing(void **state)
@@ -472,6 +515,102 @@ static void test_store_worker_set_state_and_delete(void **state)
     assert_int_equal(mt_store_worker_delete(t->s, "w-1", &err), MT_NOT_FOUND);
 }
 
+static void test_store_worker_set_device_health(void **state)
+{
+    tctx *t = *state;
+    mt_store_device devs[8];
+    mt_store_worker w = make_worker("w-1", "a", 2, devs), got;
+    mt_err err = MT_ERR_INIT;
+    char big[80];
+
+    assert_int_equal(mt_store_worker_upsert(t->s, &w, &err), MT_OK);
+    assert_int_equal(mt_store_worker_set_device_health(t->s, "w-1", 1, "oom", &err), MT_OK);
+    assert_int_equal(mt_store_worker_get(t->s, "w-1", &got, &err), MT_OK);
+    assert_string_equal(got.devices[0].health, "ok");
+    assert_string_equal(got.devices[1].health, "oom");
+    mt_store_worker_fini(&got);
+    assert_int_equal(mt_store_worker_set_device_health(t->s, "w-1", 5, "ok", &err), MT_NOT_FOUND);
+    assert_int_equal(mt_store_worker_set_device_health(t->s, "w-9", 0, "ok", &err), MT_NOT_FOUND);
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    assert_int_equal(mt_store_worker_set_device_health(t->s, "w-1", 0, big, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_worker_set_device_health(t->s, "w-1", 0, NULL, &err),
+                     MT_INVALID_ARGUMENT);
+}
+
+/* Every API call reuses the statements prepared at open: the count never changes. */
+static void test_store_statements_prepared_once(void **state)
+{
+    tctx *t = *state;
+    mt_store_device devs[8];
+    mt_store_worker w = make_worker("w-1", "a", 2, devs), got, *list = NULL;
+    mt_store_job j, *jl = NULL;
+    mt_store_metric m, *pts = NULL;
+    mt_store_checkpoint c, *cl = NULL;
+    mt_store_job_event *ev = NULL;
+    mt_store_placement p, *pl = NULL;
+    mt_store_job_id *ids = NULL;
+    char **locs = NULL;
+    const char *hb[] = {"w-1"};
+    int64_t hbt[] = {5};
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+    int before = mt_store_prepared_count(t->s);
+
+    assert_true(before > 30);
+    assert_int_equal(mt_store_worker_upsert(t->s, &w, &err), MT_OK);
+    assert_int_equal(mt_store_worker_get(t->s, "w-1", &got, &err), MT_OK);
+    mt_store_worker_fini(&got);
+    assert_int_equal(mt_store_worker_find_by_name(t->s, "a", &got, &err), MT_OK);
+    mt_store_worker_fini(&got);
+    assert_int_equal(mt_store_worker_heartbeats(t->s, hb, hbt, 1, NULL, &err), MT_OK);
+    assert_int_equal(mt_store_worker_set_state(t->s, "w-1", "lost", &err), MT_OK);
+    assert_int_equal(mt_store_worker_set_device_health(t->s, "w-1", 0, "ok", &err), MT_OK);
+    assert_int_equal(mt_store_worker_list(t->s, NULL, &list, &n, &err), MT_OK);
+    mt_store_worker_list_free(list, n);
+    memset(&j, 0, sizeof(j));
+    j.spec_json = (char *)"{}";
+    assert_int_equal(mt_store_job_insert(t->s, &j, 1, &err), MT_OK);
+    assert_int_equal(mt_store_job_transition(t->s, j.job_id, NULL, "SCHEDULED", "", 2, &err),
+                     MT_OK);
+    assert_int_equal(mt_store_job_set_step(t->s, j.job_id, 3, 3, &err), MT_OK);
+    assert_int_equal(mt_store_job_set_reason(t->s, j.job_id, "r", 3, &err), MT_OK);
+    assert_int_equal(mt_store_job_events(t->s, j.job_id, &ev, &n, &err), MT_OK);
+    mt_store_job_events_free(ev);
+    assert_int_equal(mt_store_job_list(t->s, "SCHEDULED", &jl, &n, &err), MT_OK);
+    mt_store_job_list_free(jl, n);
+    memset(&p, 0, sizeof(p));
+    snprintf(p.worker_id, sizeof(p.worker_id), "w-1");
+    assert_int_equal(mt_store_job_set_placement(t->s, j.job_id, &p, 1, &err), MT_OK);
+    assert_int_equal(mt_store_job_placement(t->s, j.job_id, &pl, &n, &err), MT_OK);
+    mt_store_placement_free(pl);
+    assert_int_equal(mt_store_jobs_on_worker(t->s, "w-1", &ids, &n, &err), MT_OK);
+    mt_store_job_ids_free(ids);
+    memset(&m, 0, sizeof(m));
+    snprintf(m.name, sizeof(m.name), "loss");
+    assert_int_equal(mt_store_metrics_insert(t->s, j.job_id, &m, 1, &err), MT_OK);
+    assert_int_equal(mt_store_metrics_query(t->s, j.job_id, 0, NULL, 0, 0, &pts, &n, &err), MT_OK);
+    mt_store_metrics_free(pts);
+    assert_int_equal(mt_store_metrics_latest(t->s, j.job_id, &pts, &n, &err), MT_OK);
+    mt_store_metrics_free(pts);
+    assert_int_equal(mt_store_metrics_truncate(t->s, j.job_id, 0, NULL, &err), MT_OK);
+    memset(&c, 0, sizeof(c));
+    snprintf(c.location, sizeof(c.location), "/x");
+    assert_int_equal(mt_store_checkpoint_insert(t->s, j.job_id, &c, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_complete(t->s, j.job_id, 0, 1, NULL, 1, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_list(t->s, j.job_id, &cl, &n, &err), MT_OK);
+    mt_store_checkpoints_free(cl);
+    assert_int_equal(mt_store_checkpoint_latest(t->s, j.job_id, &c, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_get(t->s, j.job_id, 0, &c, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_gc(t->s, j.job_id, 0, &locs, &n, &err), MT_OK);
+    mt_store_strings_free(locs, n);
+    assert_int_equal(mt_store_tx_begin(t->s, &err), MT_OK);
+    assert_int_equal(mt_store_tx_commit(t->s, &err), MT_OK);
+    assert_int_equal(mt_store_worker_delete(t->s, "w-1", &err), MT_OK);
+    assert_int_equal(mt_store_prepared_count(t->s), before);
+}
+
 static void test_store_worker_list_order_filter_devices(void **state)
 {
     tctx *t = *state;
@@ -550,13 +689,15 @@ static void test_store_worker_list_alloc_failure(void **state)
 
 int main(void)
 {
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, store_setup, store_teardown)
     const struct CMUnitTest tests[] = {
         T(test_store_open_creates_wal_schema),
         T(test_store_open_bad_path_names_path),
         T(test_store_open_refuses_newer_schema),
         T(test_store_open_refuses_non_database),
         T(test_store_open_refuses_foreign_database),
+        T(test_store_open_corrupt_file_is_data_loss),
+        T(test_store_open_migrates_version_1),
         T(test_store_open_alloc_failure_leaks_nothing),
         T(test_store_reopen_keeps_data),
         T(test_store_tx_groups_and_rolls_back),
@@ -570,6 +711,8 @@ int main(void)
         T(test_store_worker_get_alloc_failure),
         T(test_store_worker_heartbeats_batch),
         T(test_store_worker_set_state_and_delete),
+        T(test_store_worker_set_device_health),
+        T(test_store_statements_prepared_once),
         T(test_store_worker_list_order_filter_devices),
         T(test_store_worker_list_alloc_failure),
     };
