@@ -43,7 +43,7 @@
 typedef struct mt_store mt_store;
 
 /* The schema version this build creates and understands (PRAGMA user_version). */
-#define MT_STORE_SCHEMA_VERSION 3
+#define MT_STORE_SCHEMA_VERSION 4
 
 /* Options for mt_store_open_opts(). Initialise with MT_STORE_OPTIONS_DEFAULTS. */
 typedef struct mt_store_options {

@@ -281,6 +281,7 @@ static void test_store_metrics_migrate_v2_keeps_latest(void **state)
     t->s = NULL;
     /* turn it back into what version 2 looked like */
     assert_int_equal(store_raw_exec(t->f.path, "DROP TABLE metrics_latest;"
+                                               "DROP TABLE schema_migrations;"
                                                "CREATE INDEX metrics_by_name ON metrics(job_id, "
                                                "name, step); PRAGMA user_version = 2;"),
                      SQLITE_OK);
