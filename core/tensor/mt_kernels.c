@@ -114,9 +114,14 @@ static void im2col(float *cols, const float *x, const mt_conv2d_geom *g)
                         memset(dst, 0, seg * sizeof(float));
                         continue;
                     }
-                    if (ix0 >= 0 && ix0 + (long)g->kw <= (long)g->w && seg >= 16) {
-                        memcpy(dst, xb + ((size_t)iy * g->w + (size_t)ix0) * g->c,
-                               seg * sizeof(float));
+                    if (ix0 >= 0 && ix0 + (long)g->kw <= (long)g->w) {
+                        /* interior: the kw taps of this kernel row are contiguous in x */
+                        const float *src = xb + ((size_t)iy * g->w + (size_t)ix0) * g->c;
+                        if (seg >= 16)
+                            memcpy(dst, src, seg * sizeof(float));
+                        else
+                            for (size_t j = 0; j < seg; j++)
+                                dst[j] = src[j];
                         continue;
                     }
                     for (size_t kx = 0; kx < g->kw; kx++) {
