@@ -22,6 +22,7 @@ typedef struct cli_command {
 static const cli_command commands[] = {
     {"workers", cmd_workers, "list workers, their devices, state and last heartbeat"},
     {"train", cmd_train, "train a job spec in this process (--local)"},
+    {"export", cmd_export, "export a checkpoint's weights (safetensors)"},
 };
 
 static void usage(FILE *out)
@@ -113,7 +114,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[optind], commands[i].name) == 0) {
             char **sub = argv + optind;
             int subc = argc - optind;
-            optind = 1; /* the handler runs its own getopt over its arguments */
+            optind = 0; /* glibc: full getopt re-init, so handlers may permute their own args */
             return commands[i].handler(&g, subc, sub);
         }
     }
