@@ -48,6 +48,7 @@
     const tick = async () => {
       try {
         await fn();
+        document.body.dataset.updates = Number(document.body.dataset.updates || 0) + 1;
         $('status').className = 'status';
         $('status').textContent = 'updated ' + new Date().toLocaleTimeString();
       } catch (e) {
