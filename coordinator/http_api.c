@@ -24,7 +24,8 @@
 #include "coordinator/http_int.h"
 #include "storage/mt_jobstate.h"
 
-#define MAX_NAMES 32
+#define MAX_NAMES  32  /* names= filter entries */
+#define MAX_SERIES 200 /* distinct metric names in one answer */
 
 /* ------------------------------------------------------------ query strings */
 
@@ -359,44 +360,54 @@ static void api_metrics(mt_store *s, const char *id, const char *query, coord_ht
         store_error(r, &err);
         return;
     }
-    /* distinct names in order of first appearance (points come by step, then name) */
-    const char *seen[256];
+    /* distinct names in order of first appearance (points come by step, then name), and
+     * each point's name index, so the columns are written without comparing strings */
+    const char *seen[MAX_SERIES];
     size_t n_seen = 0;
-    for (size_t i = 0; i < n && n_seen < 256; i++) {
+    unsigned char *idx = n ? mt_malloc(n) : NULL;
+    if (n > 0 && idx == NULL) {
+        mt_store_metrics_free(pts);
+        coord_http__error(r, 503, MT_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
         size_t k = 0;
         while (k < n_seen && strcmp(seen[k], pts[i].name) != 0)
             k++;
-        if (k == n_seen)
+        if (k == n_seen && n_seen < MAX_SERIES)
             seen[n_seen++] = pts[i].name;
+        idx[i] = (unsigned char)(k < MAX_SERIES ? k : 255); /* 255: beyond MAX_SERIES, dropped */
     }
     coord_buf *b = &r->body;
     coord_buf_puts(b, "{\"job_id\":");
     coord_buf_json_str(b, id);
-    coord_buf_printf(
-        b, ",\"since_step\":%llu,\"count\":%zu,\"last_step\":", (unsigned long long)since_step, n);
+    coord_buf_puts(b, ",\"since_step\":");
+    coord_buf_u64(b, since_step);
+    coord_buf_puts(b, ",\"count\":");
+    coord_buf_u64(b, n);
+    coord_buf_puts(b, ",\"last_step\":");
     if (n > 0)
-        coord_buf_printf(b, "%llu", (unsigned long long)pts[n - 1].step);
+        coord_buf_u64(b, pts[n - 1].step);
     else
         coord_buf_puts(b, "null");
     coord_buf_puts(b, ",\"series\":{");
     for (size_t k = 0; k < n_seen; k++) {
-        char tmp[32];
+        int first = 1;
         coord_buf_puts(b, k ? "," : "");
         coord_buf_json_str(b, seen[k]);
         coord_buf_puts(b, ":{\"step\":[");
-        int first = 1;
         for (size_t i = 0; i < n; i++) {
-            if (strcmp(pts[i].name, seen[k]) != 0)
+            if (idx[i] != k)
                 continue;
-            int len = snprintf(tmp, sizeof(tmp), first ? "%llu" : ",%llu",
-                               (unsigned long long)pts[i].step);
-            coord_buf_add(b, tmp, (size_t)len);
+            if (!first)
+                coord_buf_add(b, ",", 1);
+            coord_buf_u64(b, pts[i].step);
             first = 0;
         }
         coord_buf_puts(b, "],\"value\":[");
         first = 1;
         for (size_t i = 0; i < n; i++) {
-            if (strcmp(pts[i].name, seen[k]) != 0)
+            if (idx[i] != k)
                 continue;
             if (!first)
                 coord_buf_add(b, ",", 1);
@@ -405,6 +416,7 @@ static void api_metrics(mt_store *s, const char *id, const char *query, coord_ht
         }
         coord_buf_puts(b, "]}");
     }
+    mt_free(idx);
     coord_buf_puts(b, "}}\n");
     mt_store_metrics_free(pts);
     r->status = 200;

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "coordinator/stats.h"
 #include "status/mt_status.h"
@@ -34,8 +35,10 @@ void coord_buf_puts(coord_buf *b, const char *s);
 void coord_buf_printf(coord_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Append s as a JSON string literal (quotes and escapes). */
 void coord_buf_json_str(coord_buf *b, const char *s);
-/* Append a double as JSON (null for NaN and infinities). */
+/* Append a double as JSON with 9 significant digits (null for NaN and infinities). */
 void coord_buf_json_num(coord_buf *b, double v);
+/* Append an unsigned decimal integer. */
+void coord_buf_u64(coord_buf *b, uint64_t v);
 
 /* What every endpoint gets: the read-only store and the process stats. */
 typedef struct coord_http_ctx {
