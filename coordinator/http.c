@@ -217,6 +217,7 @@ void coord_buf_json_num(coord_buf *b, double v)
         n = snprintf(b->data + b->len, 32, "%.9g", v);
     if (n > 0 && n < 32)
         b->len += (size_t)n;
+    b->data[b->len] = '\0';
 }
 
 void coord_buf_u64(coord_buf *b, uint64_t v)
