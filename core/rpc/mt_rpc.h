@@ -61,7 +61,8 @@ typedef void (*mt_rpc_on_call)(void *arg, mt_rpc_call *call);
  * short method name ("Heartbeat"; "" when the request was refused before its
  * method was known), `code` the status sent, `elapsed_us` the time from receiving
  * the request to queueing the reply. Runs on the thread that replied (an nng
- * thread for refusals, else the caller of mt_rpc_call_reply); must not block.
+ * thread for refusals, else the caller of mt_rpc_call_reply, possibly while that caller
+ * holds its own locks); must not block nor take a lock a replier may hold (atomics suit).
  */
 typedef void (*mt_rpc_on_reply)(void *arg, const char *method, mt_code code, int64_t elapsed_us);
 
