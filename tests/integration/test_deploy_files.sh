@@ -1,0 +1,172 @@
+# SPDX-License-Identifier: MIT
+# test_deploy_files.sh — the deployment files are valid and their command
+# lines run:
+#   systemd: `systemd-analyze verify` of the installed units (any output fails),
+#     `systemd-analyze security` exposure under 3.0, and each unit's ExecStart,
+#     expanded from its Environment= defaults + deploy/systemd/meshtrain.env the
+#     way systemd does, starts a coordinator and a worker that registers;
+#   Docker: dockerfile-utils lint (any output fails), stage/user/healthcheck
+#     checks, and the HEALTHCHECK command run against a live coordinator;
+#   compose.yml and deploy/k8s/*.yaml: deploy_lint.js (kubernetes-models@4
+#     schemas, flags against --help, token/volume/probe wiring), plus
+#     negative cases that must fail;
+#   Slurm: bash -n and shellcheck.
+# npm tools are installed once into $MT_BIN_DIR/deploy-lint; without npm or the
+# registry those steps print SKIP and the rest still runs.
+source "$(dirname "$0")/lib.sh"
+
+P=$T/prefix
+cmake --install "$BIN" --prefix "$P" >"$T/install.log" 2>&1 || fail "cmake --install"
+for p in meshtrain meshtrain-coordinator meshtrain-worker; do "$BIN/$p" --help >"$T/$p.txt"; done
+
+# ---------------------------------------------------------------- systemd
+if command -v systemd-analyze >/dev/null; then
+    out=$(MANPATH=$P/share/man systemd-analyze verify "$P"/lib/systemd/system/meshtrain-*.service 2>&1) ||
+        fail "systemd-analyze verify failed: $out"
+    [ -z "$out" ] || fail "systemd-analyze verify printed: $out"
+    for u in meshtrain-coordinator meshtrain-worker; do
+        systemd-analyze security --offline=yes --threshold=30 \
+            "$P/lib/systemd/system/$u.service" >"$T/security-$u.txt" 2>&1 ||
+            { tail -n 3 "$T/security-$u.txt"; fail "$u.service exposure above 3.0"; }
+        log "systemd: $u.service verified; $(grep -o 'exposure level.*' "$T/security-$u.txt")"
+    done
+else
+    echo "SKIP systemd-analyze verify: systemd-analyze not installed"
+fi
+
+# unit_argv UNIT ENVFILE: ExecStart of UNIT expanded as systemd would, one
+# argument per line: Environment= defaults, then ENVFILE (overrides), then
+# STATE_DIRECTORY / CREDENTIALS_DIRECTORY from the caller's environment;
+# ${X} substitutes in place, a lone $X splits into words; %H is the host name.
+unit_argv() {
+    local unit=$1 envfile=$2 line k v w
+    declare -A E=()
+    while IFS= read -r line; do
+        line=${line#Environment=}
+        E[${line%%=*}]=${line#*=}
+    done < <(grep '^Environment=' "$unit")
+    while IFS= read -r line; do
+        case $line in '#'* | '') continue ;; esac
+        E[${line%%=*}]=${line#*=}
+    done <"$envfile"
+    E[STATE_DIRECTORY]=$STATE_DIRECTORY
+    E[CREDENTIALS_DIRECTORY]=$CREDENTIALS_DIRECTORY
+    local exec
+    exec=$(sed -n '/^ExecStart=/,/[^\\]$/p' "$unit" | sed 's/\\$//' | tr '\n' ' ')
+    exec=${exec#ExecStart=}
+    for w in $exec; do
+        if [[ $w =~ ^\$([A-Za-z_][A-Za-z0-9_]*)$ ]]; then
+            k=${BASH_REMATCH[1]}
+            [ -n "${E[$k]+set}" ] || fail "$unit: \$$k has no default"
+            for v in ${E[$k]}; do printf '%s\n' "$v"; done
+            continue
+        fi
+        while [[ $w =~ \$\{([A-Za-z_][A-Za-z0-9_]*)\} ]]; do
+            k=${BASH_REMATCH[1]}
+            [ -n "${E[$k]+set}" ] || fail "$unit: \${$k} has no default"
+            w=${w//"\${$k}"/${E[$k]}}
+        done
+        printf '%s\n' "${w//%H/$(hostname)}"
+    done
+}
+export STATE_DIRECTORY=$T/unit-state CREDENTIALS_DIRECTORY=$T/creds
+mkdir -p "$STATE_DIRECTORY" "$CREDENTIALS_DIRECTORY"
+(umask 077 && head -c 24 /dev/urandom | base64 >"$CREDENTIALS_DIRECTORY/token")
+chmod 0400 "$CREDENTIALS_DIRECTORY/token" # as LoadCredential= hands it over
+cp "$SRC/deploy/systemd/meshtrain.env" "$T/env"
+cat >>"$T/env" <<'EOT'
+MESHTRAIN_LISTEN=tcp://127.0.0.1:0
+MESHTRAIN_HTTP=127.0.0.1:0
+MESHTRAIN_HEARTBEAT_MS=200
+MESHTRAIN_WORKER_ARGS=--devices 3 --rpc-timeout-ms 2000
+EOT
+mapfile -t CARGV < <(unit_argv "$P/lib/systemd/system/meshtrain-coordinator.service" "$T/env")
+[ "${CARGV[0]}" = "$P/bin/meshtrain-coordinator" ] || fail "coordinator ExecStart: ${CARGV[*]}"
+bg unit-coord "${CARGV[@]}"
+UCOORD=$LAST_PID
+wait_for 20 "coordinator started from its unit's ExecStart" test -s "$STATE_DIRECTORY/endpoints.json"
+COORD_URL=$(jq -r .rpc "$STATE_DIRECTORY/endpoints.json")
+HTTP_URL=$(jq -r .http "$STATE_DIRECTORY/endpoints.json")
+[ "$(curl -sf "$HTTP_URL/healthz")" = ok ] || fail "unit coordinator /healthz"
+echo "MESHTRAIN_COORDINATOR=$COORD_URL" >>"$T/env"
+mapfile -t WARGV < <(unit_argv "$P/lib/systemd/system/meshtrain-worker.service" "$T/env")
+bg unit-worker "${WARGV[@]}"
+unit_worker() {
+    mt --token-file "$CREDENTIALS_DIRECTORY/token" workers --json |
+        jq -e --arg n "$(hostname)" '.workers[] | select(.name == $n and .state == "alive") |
+            (.devices | length) == 3 and .data_address == "tcp://worker-1.example.net:7500"'
+}
+wait_for 20 "worker from its unit's ExecStart registers (name %H, 3 devices)" unit_worker
+log "systemd: ExecStart lines run: coordinator + worker '$(hostname)' registered with the token"
+
+# ---------------------------------------------------------------- npm tools
+NODE_DIR=$BIN/deploy-lint
+have_node=0
+if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
+    echo "SKIP Dockerfile lint, compose and Kubernetes validation: npm/node not installed"
+elif [ -d "$NODE_DIR/node_modules/kubernetes-models" ] && [ -x "$NODE_DIR/node_modules/.bin/dockerfile-utils" ]; then
+    have_node=1
+else
+    mkdir -p "$NODE_DIR"
+    if (cd "$NODE_DIR" && timeout 300 npm install --no-audit --no-fund --loglevel=error \
+        --prefix "$NODE_DIR" dockerfile-utils js-yaml kubernetes-models@4) >"$T/npm.log" 2>&1; then
+        have_node=1
+    else
+        echo "SKIP Dockerfile lint, compose and Kubernetes validation: npm install failed" \
+            "(registry unreachable?): $(tail -n 2 "$T/npm.log")"
+    fi
+fi
+
+DF=$SRC/deploy/docker/Dockerfile
+# structure checks need no tools
+[ "$(grep -c '^FROM debian:12' "$DF")" = 2 ] || fail "Dockerfile: want two debian:12 stages"
+grep -q '^FROM debian:12.* AS runtime$' "$DF" || fail "Dockerfile: last stage is not 'runtime'"
+sed -n '/AS runtime$/,$p' "$DF" | grep -q -- '-dev\b' && fail "Dockerfile: -dev package in the runtime stage"
+sed -n '/AS runtime$/,$p' "$DF" | grep -q '^USER meshtrain$' || fail "Dockerfile: runtime not non-root"
+grep -q 'deploy/install-deps.sh' "$DF" || fail "Dockerfile: build stage does not use install-deps.sh"
+if [ $have_node = 1 ]; then
+    out=$("$NODE_DIR/node_modules/.bin/dockerfile-utils" lint "$DF" 2>&1) || fail "dockerfile-utils: $out"
+    [ -z "$out" ] || fail "dockerfile-utils lint printed: $out"
+    # the HEALTHCHECK command, run here against the unit coordinator's port
+    NODE_PATH=$NODE_DIR/node_modules node -e '
+        const s = require("fs").readFileSync(process.argv[1], "utf8").replace(/\\\n/g, " ");
+        const m = s.match(/^HEALTHCHECK .*? CMD (\[.*\])\s*$/m);
+        for (const a of JSON.parse(m[1])) console.log(a);' "$DF" >"$T/hc.txt" ||
+        fail "no JSON HEALTHCHECK CMD in the Dockerfile"
+    mapfile -t HC <"$T/hc.txt"
+    MESHTRAIN_HTTP_PORT=${HTTP_URL##*:} "${HC[@]}" || fail "HEALTHCHECK command failed on a live coordinator"
+    kill -STOP "$UCOORD"
+    ! MESHTRAIN_HTTP_PORT=${HTTP_URL##*:} timeout 3 "${HC[@]}" 2>/dev/null || fail "HEALTHCHECK passed on a stopped coordinator"
+    kill -CONT "$UCOORD"
+    log "Dockerfile: dockerfile-utils clean; HEALTHCHECK ok live, fails when stopped"
+
+    K8S=("$SRC"/deploy/k8s/*.yaml)
+    NODE_PATH=$NODE_DIR/node_modules node "$SRC/tests/integration/deploy_lint.js" "$T" \
+        "$SRC/deploy/docker/compose.yml" "${K8S[@]}" | tee "$T/lint.txt" || fail "deploy_lint.js"
+    # negative cases: the checks must catch these
+    mkdir -p "$T/bad"
+    sed 's/type: Recreate/type: RollingUpdate/' "$SRC/deploy/k8s/coordinator.yaml" >"$T/bad/c1.yaml"
+    sed 's/            - --state-dir/            - --state-directory/' "$SRC/deploy/k8s/coordinator.yaml" >"$T/bad/c2.yaml"
+    sed 's/containerPort: 7400/containerPort: rpc-port/' "$SRC/deploy/k8s/coordinator.yaml" >"$T/bad/c3.yaml"
+    sed 's/defaultMode: 0400/defaultMode: 0444/' "$SRC/deploy/k8s/worker.yaml" >"$T/bad/w1.yaml"
+    sed 's/      - worker-2$/      - worker-1/' "$SRC/deploy/docker/compose.yml" >"$T/bad/compose.yml"
+    for bad in c1 c2 c3 w1; do
+        cmp -s "$T/bad/$bad.yaml" "$SRC/deploy/k8s/${bad:0:1}"*.yaml && fail "negative case $bad did not change anything"
+        ! NODE_PATH=$NODE_DIR/node_modules node "$SRC/tests/integration/deploy_lint.js" "$T" \
+            "$SRC/deploy/docker/compose.yml" "$T/bad/$bad.yaml" "$SRC/deploy/k8s/secret.yaml" \
+            "$([ "${bad:0:1}" = c ] && echo "$SRC/deploy/k8s/worker.yaml" || echo "$SRC/deploy/k8s/coordinator.yaml")" \
+            >"$T/bad/$bad.out" || fail "broken manifest $bad passed"
+    done
+    ! NODE_PATH=$NODE_DIR/node_modules node "$SRC/tests/integration/deploy_lint.js" "$T" \
+        "$T/bad/compose.yml" "${K8S[@]}" >"$T/bad/compose.out" || fail "duplicate compose worker names passed"
+    log "compose + k8s: $(grep -c '^ok' "$T/lint.txt") checks ok; 5 broken variants rejected"
+fi
+
+# ---------------------------------------------------------------- Slurm
+bash -n "$SRC/deploy/slurm/meshtrain.sbatch" || fail "meshtrain.sbatch: bash -n"
+if command -v shellcheck >/dev/null; then
+    shellcheck -s bash "$SRC/deploy/slurm/meshtrain.sbatch" || fail "shellcheck meshtrain.sbatch"
+else
+    echo "SKIP shellcheck: not installed"
+fi
+log "PASS"
