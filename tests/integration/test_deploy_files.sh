@@ -99,6 +99,17 @@ unit_worker() {
 wait_for 20 "worker from its unit's ExecStart registers (name %H, 3 devices)" unit_worker
 log "systemd: ExecStart lines run: coordinator + worker '$(hostname)' registered with the token"
 
+# docs/deploy.md's online backup while the coordinator runs
+if command -v sqlite3 >/dev/null; then
+    (cd "$STATE_DIRECTORY" && sqlite3 meshtrain.db ".backup $T/backup.db") || fail "sqlite3 .backup"
+    [ "$(sqlite3 "$T/backup.db" 'PRAGMA integrity_check')" = ok ] || fail "backup integrity_check"
+    sqlite3 "$T/backup.db" 'SELECT name FROM workers' | grep -qx "$(hostname)" ||
+        fail "backup lacks the registered worker"
+    log "sqlite3 .backup of the live database: integrity ok, worker present"
+else
+    echo "SKIP backup check: sqlite3 not installed"
+fi
+
 # ---------------------------------------------------------------- npm tools
 NODE_DIR=$BIN/deploy-lint
 have_node=0
@@ -159,6 +170,12 @@ if [ $have_node = 1 ]; then
     done
     ! NODE_PATH=$NODE_DIR/node_modules node "$SRC/tests/integration/deploy_lint.js" "$T" \
         "$T/bad/compose.yml" "${K8S[@]}" >"$T/bad/compose.out" || fail "duplicate compose worker names passed"
+    # ... and for the right reason
+    grep -q 'strategy must be Recreate' "$T/bad/c1.out" || fail "c1: $(cat "$T/bad/c1.out")"
+    grep -q 'has no option --state-directory' "$T/bad/c2.out" || fail "c2: $(cat "$T/bad/c2.out")"
+    grep -q 'containerPort must be integer' "$T/bad/c3.out" || fail "c3: $(cat "$T/bad/c3.out")"
+    grep -q 'not mounted with defaultMode 0400' "$T/bad/w1.out" || fail "w1: $(cat "$T/bad/w1.out")"
+    grep -q 'duplicate worker name' "$T/bad/compose.out" || fail "compose: $(cat "$T/bad/compose.out")"
     log "compose + k8s: $(grep -c '^ok' "$T/lint.txt") checks ok; 5 broken variants rejected"
 fi
 
