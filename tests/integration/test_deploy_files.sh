@@ -5,8 +5,9 @@
 #     `systemd-analyze security` exposure under 3.0, and each unit's ExecStart,
 #     expanded from its Environment= defaults + deploy/systemd/meshtrain.env the
 #     way systemd does, starts a coordinator and a worker that registers;
-#   Docker: dockerfile-utils lint (any output fails), stage/user/healthcheck
-#     checks, and the HEALTHCHECK command run against a live coordinator;
+#   Docker: dockerfile-utils lint (any output fails), stage/user checks, the
+#     runtime stage's packages cover every library the programs need, and the
+#     HEALTHCHECK command run against a live coordinator (and a stopped one);
 #   compose.yml and deploy/k8s/*.yaml: deploy_lint.js (kubernetes-models@4
 #     schemas, flags against --help, token/volume/probe wiring), plus
 #     negative cases that must fail;
@@ -135,6 +136,28 @@ grep -q '^FROM debian:12.* AS runtime$' "$DF" || fail "Dockerfile: last stage is
 sed -n '/AS runtime$/,$p' "$DF" | grep -q -- '-dev\b' && fail "Dockerfile: -dev package in the runtime stage"
 sed -n '/AS runtime$/,$p' "$DF" | grep -q '^USER meshtrain$' || fail "Dockerfile: runtime not non-root"
 grep -q 'deploy/install-deps.sh' "$DF" || fail "Dockerfile: build stage does not use install-deps.sh"
+# every shared library the programs load directly comes from a package the
+# runtime stage installs (checked against this Debian machine's packages)
+if command -v dpkg >/dev/null && command -v readelf >/dev/null; then
+    RT_PKGS=$(sed -n '/AS runtime$/,/rm -rf/p' "$DF" | tr ' \\' '\n\n' | grep -E '^lib|^zlib' | sort -u)
+    LDCACHE=$(ldconfig -p)
+    for p in meshtrain meshtrain-coordinator meshtrain-worker; do
+        for lib in $(readelf -d "$BIN/$p" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+            path=$(echo "$LDCACHE" | awk -v l="$lib" '$1 == l && !f { print $NF; f = 1 }')
+            real=$(readlink -f "$path")
+            pkg=""
+            for c in "$path" "$real" "${real#/usr}" "/usr$real"; do # usrmerge: /lib is /usr/lib
+                pkg=$(dpkg -S "$c" 2>/dev/null | sed -n '1s/:.*//p') || true
+                [ -n "$pkg" ] && break
+            done
+            [ -n "$pkg" ] || fail "no Debian package owns $real ($lib of $p)"
+            [ "$pkg" = libc6 ] && continue
+            echo "$RT_PKGS" | grep -qx "$pkg" ||
+                fail "Dockerfile runtime stage lacks $pkg (for $lib of $p); it has: $(echo $RT_PKGS)"
+        done
+    done
+    log "Dockerfile: runtime packages cover the programs' libraries ($(echo $RT_PKGS))"
+fi
 if [ $have_node = 1 ]; then
     out=$("$NODE_DIR/node_modules/.bin/dockerfile-utils" lint "$DF" 2>&1) || fail "dockerfile-utils: $out"
     [ -z "$out" ] || fail "dockerfile-utils lint printed: $out"
