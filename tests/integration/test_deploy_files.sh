@@ -4,7 +4,8 @@
 #   systemd: `systemd-analyze verify` of the installed units (any output fails),
 #     `systemd-analyze security` exposure under 3.0, and each unit's ExecStart,
 #     expanded from its Environment= defaults + deploy/systemd/meshtrain.env the
-#     way systemd does, starts a coordinator and a worker that registers;
+#     way systemd does, starts a coordinator and a worker that registers; and
+#     docs/deploy.md's `sqlite3 .backup` of the live database is consistent;
 #   Docker: dockerfile-utils lint (any output fails), stage/user checks, the
 #     runtime stage's packages cover every library the programs need, and the
 #     HEALTHCHECK command run against a live coordinator (and a stopped one);
