@@ -13,8 +13,8 @@
 #     schemas, flags against --help, token/volume/probe wiring), plus
 #     negative cases that must fail;
 #   Slurm: bash -n and shellcheck.
-# npm tools are installed once into $MT_BIN_DIR/deploy-lint; without npm or the
-# registry those steps print SKIP and the rest still runs.
+# The npm tools (pinned) are installed once into ~/.cache/meshtrain/; without
+# npm or the registry those steps print SKIP and the rest still runs.
 source "$(dirname "$0")/lib.sh"
 
 P=$T/prefix
@@ -113,20 +113,26 @@ else
 fi
 
 # ---------------------------------------------------------------- npm tools
-NODE_DIR=$BIN/deploy-lint
+# pinned versions; the install is shared by every build tree of this user
+NODE_PKGS="dockerfile-utils@0.16.3 js-yaml@4.1.0 kubernetes-models@4.5.1"
+NODE_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/meshtrain/deploy-lint-$(echo "$NODE_PKGS" | cksum | cut -d' ' -f1)
 have_node=0
 if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
     echo "SKIP Dockerfile lint, compose and Kubernetes validation: npm/node not installed"
-elif [ -d "$NODE_DIR/node_modules/kubernetes-models" ] && [ -x "$NODE_DIR/node_modules/.bin/dockerfile-utils" ]; then
+elif [ -x "$NODE_DIR/node_modules/.bin/dockerfile-utils" ]; then
     have_node=1
 else
-    mkdir -p "$NODE_DIR"
-    if (cd "$NODE_DIR" && timeout 300 npm install --no-audit --no-fund --loglevel=error \
-        --prefix "$NODE_DIR" dockerfile-utils js-yaml kubernetes-models@4) >"$T/npm.log" 2>&1; then
+    # install into a fresh directory, then rename: a concurrent run never sees half
+    tmp=$(mktemp -d "${NODE_DIR}.tmp.XXXXXX" 2>/dev/null || { mkdir -p "$(dirname "$NODE_DIR")" && mktemp -d "${NODE_DIR}.tmp.XXXXXX"; })
+    # shellcheck disable=SC2086 # NODE_PKGS is a list
+    if timeout 180 npm install --no-audit --no-fund --loglevel=error --fetch-retries=1 \
+        --fetch-timeout=30000 --prefix "$tmp" $NODE_PKGS >"$T/npm.log" 2>&1; then
+        mv -T "$tmp" "$NODE_DIR" 2>/dev/null || rm -rf "$tmp" # lost a race: use the winner's
         have_node=1
     else
-        echo "SKIP Dockerfile lint, compose and Kubernetes validation: npm install failed" \
-            "(registry unreachable?): $(tail -n 2 "$T/npm.log")"
+        rm -rf "$tmp"
+        echo "SKIP Dockerfile lint, compose and Kubernetes validation: npm install of" \
+            "$NODE_PKGS failed (registry unreachable?): $(tail -n 2 "$T/npm.log")"
     fi
 fi
 
@@ -142,22 +148,33 @@ grep -q 'deploy/install-deps.sh' "$DF" || fail "Dockerfile: build stage does not
 if command -v dpkg >/dev/null && command -v readelf >/dev/null; then
     RT_PKGS=$(sed -n '/AS runtime$/,/rm -rf/p' "$DF" | tr ' \\' '\n\n' | grep -E '^lib|^zlib' | sort -u)
     LDCACHE=$(ldconfig -p)
+    declare -A LIB_PATHS=() OWNER=()
     for p in meshtrain meshtrain-coordinator meshtrain-worker; do
         for lib in $(readelf -d "$BIN/$p" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
             path=$(echo "$LDCACHE" | awk -v l="$lib" '$1 == l && !f { print $NF; f = 1 }')
             real=$(readlink -f "$path")
-            pkg=""
-            for c in "$path" "$real" "${real#/usr}" "/usr$real"; do # usrmerge: /lib is /usr/lib
-                pkg=$(dpkg -S "$c" 2>/dev/null | sed -n '1s/:.*//p') || true
-                [ -n "$pkg" ] && break
-            done
-            [ -n "$pkg" ] || fail "no Debian package owns $real ($lib of $p)"
-            [ "$pkg" = libc6 ] && continue
-            echo "$RT_PKGS" | grep -qx "$pkg" ||
-                fail "Dockerfile runtime stage lacks $pkg (for $lib of $p); it has: $(echo $RT_PKGS)"
+            # usrmerge: dpkg may know the file under /lib or /usr/lib
+            LIB_PATHS[$lib]="$path $real ${real#/usr} /usr$real"
         done
     done
-    log "Dockerfile: runtime packages cover the programs' libraries ($(echo $RT_PKGS))"
+    # one dpkg query for every candidate path (slow per call): "pkg:arch: /path"
+    # shellcheck disable=SC2046 # the candidate lists are words
+    while IFS= read -r line; do
+        OWNER[${line##*: }]=${line%%:*}
+    done < <(dpkg -S $(printf '%s ' "${LIB_PATHS[@]}") 2>/dev/null || true)
+    for lib in "${!LIB_PATHS[@]}"; do
+        pkg=""
+        for c in ${LIB_PATHS[$lib]}; do
+            [ -n "${OWNER[$c]:-}" ] && { pkg=${OWNER[$c]}; break; }
+        done
+        [ -n "$pkg" ] || fail "no Debian package owns $lib (${LIB_PATHS[$lib]})"
+        case $pkg in # in debian:12-slim already / sanitizer runtimes of `make asan`
+            libc6 | libgcc-s1 | libasan* | libubsan* | libtsan* | liblsan*) continue ;;
+        esac
+        echo "$RT_PKGS" | grep -qx "$pkg" ||
+            fail "Dockerfile runtime stage lacks $pkg (for $lib); it has: ${RT_PKGS//$'\n'/ }"
+    done
+    log "Dockerfile: runtime packages cover the programs' libraries (${RT_PKGS//$'\n'/ })"
 fi
 if [ $have_node = 1 ]; then
     out=$("$NODE_DIR/node_modules/.bin/dockerfile-utils" lint "$DF" 2>&1) || fail "dockerfile-utils: $out"
