@@ -11,7 +11,9 @@
 #     HEALTHCHECK command run against a live coordinator (and a stopped one);
 #   compose.yml and deploy/k8s/*.yaml: deploy_lint.js (kubernetes-models@4
 #     schemas, flags against --help, token/volume/probe wiring), plus
-#     negative cases that must fail;
+#     negative cases that must fail for the expected reason; the workers'
+#     compose healthcheck and k8s readiness commands run against a live
+#     coordinator (pass for an alive worker, fail for a missing one);
 #   Slurm: bash -n and shellcheck.
 # The npm tools (pinned) are installed once into ~/.cache/meshtrain/; without
 # npm or the registry those steps print SKIP and the rest still runs.
@@ -195,6 +197,29 @@ if [ $have_node = 1 ]; then
     K8S=("$SRC"/deploy/k8s/*.yaml)
     NODE_PATH=$NODE_DIR/node_modules node "$SRC/tests/integration/deploy_lint.js" "$T" \
         "$SRC/deploy/docker/compose.yml" "${K8S[@]}" | tee "$T/lint.txt" || fail "deploy_lint.js"
+    # the worker health commands of compose.yml and worker.yaml, run against the
+    # unit coordinator: true for the alive worker named $(hostname), false for another
+    NODE_PATH=$NODE_DIR/node_modules node -e '
+        const y = require("js-yaml"), fs = require("fs");
+        const c = y.load(fs.readFileSync(process.argv[1], "utf8"));
+        const w = c["x-worker"] || c.services["worker-1"];
+        console.log(w.healthcheck.test[1].replace(/\$\$/g, "$"));
+        for (const d of y.loadAll(fs.readFileSync(process.argv[2], "utf8")))
+            if (d && d.kind === "StatefulSet")
+                console.log(d.spec.template.spec.containers[0].readinessProbe.exec.command[2]);' \
+        "$SRC/deploy/docker/compose.yml" "$SRC/deploy/k8s/worker.yaml" >"$T/probes.txt" ||
+        fail "cannot read the worker health commands"
+    [ "$(wc -l <"$T/probes.txt")" = 2 ] || fail "want 2 worker health commands: $(cat "$T/probes.txt")"
+    sed -i -e "s|/run/secrets/meshtrain_token|$CREDENTIALS_DIRECTORY/token|g" \
+        -e "s|/run/meshtrain/token|$CREDENTIALS_DIRECTORY/token|g" \
+        -e "s|tcp://meshtrain-coordinator:7400|$COORD_URL|g" -e 's|^meshtrain |"$BIN/meshtrain" |' "$T/probes.txt"
+    probe() { BIN=$BIN MESHTRAIN_COORDINATOR=$COORD_URL POD_NAME=$2 bash -c "hostname() { echo \"$2\"; }; $1"; }
+    while IFS= read -r cmd; do
+        wait_for 15 "worker health command passes: $cmd" probe "$cmd" "$(hostname)"
+        ! probe "$cmd" no-such-worker || fail "worker health command passes for a missing worker: $cmd"
+    done <"$T/probes.txt"
+    log "compose healthcheck and k8s readiness commands: pass for an alive worker, fail otherwise"
+
     # negative cases: the checks must catch these
     mkdir -p "$T/bad"
     sed 's/type: Recreate/type: RollingUpdate/' "$SRC/deploy/k8s/coordinator.yaml" >"$T/bad/c1.yaml"

@@ -77,8 +77,9 @@ on_host() {
 umask 077
 head -c 24 /dev/urandom | base64 >"$T/token"
 COORD_URL=tcp://10.213.0.1:7400
-bg coord on_host c "coord-$R" "$BIN/meshtrain-coordinator" --listen "$COORD_URL" \
-    --http 10.213.0.1:7480 --state-dir "$T/state" --token-file "$T/token" \
+# listening on every interface as the units and containers do (here: lo + the bridge)
+bg coord on_host c "coord-$R" "$BIN/meshtrain-coordinator" --listen tcp://0.0.0.0:7400 \
+    --http 0.0.0.0:7480 --state-dir "$T/state" --token-file "$T/token" \
     --heartbeat-ms 200 --heartbeat-timeout-ms 1500
 wait_for 20 "coordinator endpoints" test -s "$T/state/endpoints.json"
 [ "$(ip netns exec "$NS_C" curl -sf http://10.213.0.1:7480/healthz)" = ok ] || fail "/healthz in ${R}c"
