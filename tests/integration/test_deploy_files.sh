@@ -252,4 +252,50 @@ if command -v shellcheck >/dev/null; then
 else
     echo "SKIP shellcheck: not installed"
 fi
+
+# the batch script itself, on loopback: stand-in scontrol/srun run each "node"
+# (127.0.0.1 and 127.0.0.2, both loopback) as a local process
+mkdir -p "$T/fakeslurm"
+cat >"$T/fakeslurm/scontrol" <<'EOT'
+#!/bin/bash
+[ "$1 $2" = "show hostnames" ] && printf '%s\n' $FAKE_NODES
+EOT
+cat >"$T/fakeslurm/srun" <<'EOT'
+#!/bin/bash
+# srun [--opt=v | --nodelist=N ...] CMD ARGS: one CMD per node, SLURMD_NODENAME set
+nodes=$FAKE_NODES
+while [[ $1 == --* ]]; do
+    case $1 in --nodelist=*) nodes=${1#--nodelist=} ;; esac
+    shift
+done
+pids=()
+for n in $nodes; do SLURMD_NODENAME=$n "$@" & pids+=($!); done
+trap 'kill "${pids[@]}" 2>/dev/null' TERM INT
+wait
+EOT
+chmod +x "$T/fakeslurm/scontrol" "$T/fakeslurm/srun"
+free_port() {
+    local p
+    for p in $(shuf -i 20000-60000 -n 20); do
+        ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
+    done
+    fail "no free port"
+}
+SLURM_OUT=$T/sbatch.out
+PATH=$T/fakeslurm:$BIN:$PATH FAKE_NODES="127.0.0.1 127.0.0.2" SLURM_JOB_ID=4242 \
+    SLURM_JOB_NODELIST="fake[1-2]" SLURM_CPUS_PER_TASK=2 MESHTRAIN_STATE_DIR=$T/slurm-state \
+    MESHTRAIN_BIND=127.0.0.1 MESHTRAIN_RPC_PORT=$(free_port) MESHTRAIN_HTTP_PORT=0 \
+    timeout 120 bash "$SRC/deploy/slurm/meshtrain.sbatch" >"$SLURM_OUT" 2>&1 ||
+    { cat "$SLURM_OUT"; fail "meshtrain.sbatch exited non-zero"; }
+grep -qE '^127\.0\.0\.1 +alive +2 cpu' "$SLURM_OUT" || { cat "$SLURM_OUT"; fail "sbatch: node 1 worker"; }
+grep -qE '^127\.0\.0\.2 +alive +2 cpu' "$SLURM_OUT" || { cat "$SLURM_OUT"; fail "sbatch: node 2 worker"; }
+if "$BIN/meshtrain" --help | grep -q '^  submit '; then
+    grep -q 'submitting' "$SLURM_OUT" || fail "sbatch did not submit although submit exists"
+else
+    grep -q "SKIP job: this meshtrain has no 'submit' command yet" "$SLURM_OUT" || fail "sbatch: no SKIP line"
+fi
+[ "$(stat -c %a "$T/slurm-state/token")" = 600 ] || fail "sbatch token mode"
+sleep 0.5
+! pgrep -f "$T/slurm-state" >/dev/null || fail "meshtrain.sbatch left processes: $(pgrep -af "$T/slurm-state")"
+log "Slurm: sbatch script ran a coordinator + 2 'nodes' on loopback, cleaned up"
 log "PASS"

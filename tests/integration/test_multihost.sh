@@ -67,11 +67,13 @@ link_up() { ip -n "$R$1" -o link show eth0 | grep -q 'state UP'; }
 for h in c w1 w2; do wait_for 10 "eth0 of $R$h up" link_up "$h"; done
 log "namespaces $NS_SW ${R}c ${R}w1 ${R}w2 on bridge br0"
 
-# on_host NAME HOSTNAME CMD...: run CMD in host NAME's namespace with its own host name
+# on_host NAME HOSTNAME CMD...: run CMD in host NAME's namespace with its own
+# host name. Every step execs (bg's subshell, ip netns exec, unshare, sh), so the
+# pid bg records is CMD's own and cleanup's kill reaches it.
 on_host() {
     local ns=$R$1 hn=$2
     shift 2
-    ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$hn" "$@"
+    exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$hn" "$@"
 }
 
 umask 077
@@ -135,8 +137,10 @@ wait_for 30 "w1 alive again after its link came back" state_is w1 alive
 state_is w2 alive >/dev/null || fail "w2 should still be alive"
 log "w1 link up -> alive again"
 
-# teardown now, and prove nothing of this run is left
+# teardown now, and prove nothing of this run is left: no namespace, no process
+[ "$(cat "/proc/$LAST_PID/comm")" = meshtrain-worke ] || fail "bg pid $LAST_PID is not the worker itself"
 netns_cleanup
 left=$(ip netns list | grep -c "^$R" || true)
 [ "$left" = 0 ] || fail "$left namespaces of this run left: $(ip netns list | grep "^$R")"
+! pgrep -f "$T/" >/dev/null || fail "processes of this run left: $(pgrep -af "$T/")"
 log "PASS"
