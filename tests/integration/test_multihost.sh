@@ -138,7 +138,8 @@ state_is w2 alive >/dev/null || fail "w2 should still be alive"
 log "w1 link up -> alive again"
 
 # teardown now, and prove nothing of this run is left: no namespace, no process
-[ "$(cat "/proc/$LAST_PID/comm")" = meshtrain-worke ] || fail "bg pid $LAST_PID is not the worker itself"
+[ "$(readlink "/proc/$LAST_PID/exe")" = "$(readlink -f "$BIN/meshtrain-worker")" ] ||
+    fail "bg pid $LAST_PID is not the worker itself: $(readlink "/proc/$LAST_PID/exe")"
 netns_cleanup
 left=$(ip netns list | grep -c "^$R" || true)
 [ "$left" = 0 ] || fail "$left namespaces of this run left: $(ip netns list | grep "^$R")"
