@@ -75,8 +75,8 @@ mt_code mt_coll_bucket_allreduce(mt_coll_bucket *b, mt_coll_comm *comm, const mt
     if (b->total > b->buf_cap) {
         float *nb = mt_realloc(b->buf, b->total * sizeof(float));
         if (nb == NULL)
-            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll bucket: out of memory for %zu floats",
-                              b->total);
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED,
+                              "coll bucket: out of memory for %zu floats", b->total);
         b->buf = nb;
         b->buf_cap = b->total;
     }

@@ -26,8 +26,9 @@
 
 #define COLL_MAGIC    0x4c43544du /* "MTCL" little-endian */
 #define COLL_HDR_SIZE 72
-#define COLL_NAIO     4            /* outstanding sends per comm (pipelining depth) */
+#define COLL_NAIO     4           /* outstanding sends per comm (pipelining depth) */
 #define COLL_GRACE_NS 200000000LL /* a lost connection counts after 200 ms without its data */
+#define COLL_FLUSH_NS 200000000LL /* a failing member lets its sends finish for up to 200 ms */
 
 enum coll_kind {
     COLL_KIND_DATA = 1,  /* a segment of a collective */
@@ -79,8 +80,7 @@ struct mt_coll_comm {
     pthread_cond_t cv;
     coll_queue *q; /* [w->size], one FIFO per source rank; mu */
     int aborted;   /* mu: an ABORT arrived */
-    int abort_idle; /* mu: it arrived between collectives */
-    int active;     /* mu: inside a collective */
+    int active;    /* mu: inside a collective */
     mt_code abort_code;
     char abort_msg[MT_ERR_MSG_SIZE];
     uint64_t abort_step;
@@ -88,20 +88,22 @@ struct mt_coll_comm {
     int has_failed; /* mu: collectives up to failed_step/seq failed; drop their leftovers */
     uint64_t failed_step;
     uint32_t failed_seq;
+    int blame;                /* mu: the ABORT says this rank sent bad data (-1 none) */
     _Atomic uint64_t entered; /* packed tag + 1 of the collective entered last; 0 never */
     uint64_t auto_step;       /* device thread */
     uint32_t auto_seq;
-    nng_aio *aio[COLL_NAIO]; /* device thread: outstanding sends */
-    int aio_busy[COLL_NAIO];
+    nng_aio *aio[COLL_NAIO];         /* device thread: outstanding sends */
+    int aio_busy[COLL_NAIO];         /* device thread: 1 + destination process, 0 idle */
+    _Atomic int aio_done[COLL_NAIO]; /* set by the aio callback */
     int aio_next;
 };
 
 typedef struct coll_peer {
     pthread_mutex_t mu; /* guards open/sock */
     int open;
-    nng_socket sock;             /* push, dialed to the process's listener */
-    _Atomic int connected;       /* a pipe was added */
-    _Atomic int64_t down_ns;     /* monotonic time the connection was lost; 0 = not lost */
+    nng_socket sock;         /* push, dialed to the process's listener */
+    _Atomic int connected;   /* a pipe was added */
+    _Atomic int64_t down_ns; /* monotonic time the connection was lost; 0 = not lost */
 } coll_peer;
 
 struct mt_coll_world {
@@ -111,8 +113,8 @@ struct mt_coll_world {
     mt_coll_net *net;
     int nprocs;
     int my_proc;
-    int *proc_of;      /* [size] process index of each rank */
-    char **proc_addr;  /* [nprocs] */
+    int *proc_of;           /* [size] process index of each rank */
+    char **proc_addr;       /* [nprocs] */
     mt_coll_comm **by_rank; /* [size], NULL for remote ranks */
     int nlocal;
     mt_coll_comm *comms; /* [nlocal] */

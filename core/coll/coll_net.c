@@ -26,6 +26,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/pipeline0/pull.h>
@@ -372,8 +373,8 @@ mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_n
         int dst_proc = c->aio_busy[slot] - 1;
         if ((rc = aio_finish(c, slot, &e)) != MT_OK) {
             nng_msg_free(m);
-            return mt_err_set(err, rc == MT_DEADLINE_EXCEEDED ? rc : MT_UNAVAILABLE,
-                              "%s %s: %s", w->proc_addr[dst_proc],
+            return mt_err_set(err, rc == MT_DEADLINE_EXCEEDED ? rc : MT_UNAVAILABLE, "%s %s: %s",
+                              w->proc_addr[dst_proc],
                               atomic_load(&w->peers[dst_proc].connected) ? "not reading"
                                                                          : "not reachable",
                               e.msg);
@@ -383,6 +384,7 @@ mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_n
     nng_aio *a = c->aio[slot];
     nng_aio_set_msg(a, m);
     nng_aio_set_timeout(a, ms < 1 ? 1 : (nng_duration)ms);
+    atomic_store(&c->aio_done[slot], 0);
     nng_send_aio(w->peers[proc].sock, a);
     c->aio_busy[slot] = proc + 1;
     return MT_OK;
@@ -391,6 +393,13 @@ mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_n
 mt_code coll__sends_wait(mt_coll_comm *c, int cancel, mt_err *err)
 {
     mt_code first = MT_OK;
+    /* after a failure, give sends already under way a moment to leave (a peer may
+     * need them to see the problem itself), then cancel what is still stuck */
+    int64_t until = coll__now_ns() + COLL_FLUSH_NS;
+    for (int i = 0; cancel && i < COLL_NAIO; i++) {
+        while (c->aio_busy[i] && !atomic_load(&c->aio_done[i]) && coll__now_ns() < until)
+            usleep(1000);
+    }
     for (int i = 0; i < COLL_NAIO; i++) {
         if (!c->aio_busy[i])
             continue;
@@ -416,8 +425,11 @@ void coll__peers_close(mt_coll_world *w)
         if (atomic_load(&pe->connected) && atomic_load(&pe->down_ns) == 0) {
             nng_msg *m;
             if (nng_msg_alloc(&m, COLL_HDR_SIZE) == 0) {
-                coll_hdr h = {.magic = COLL_MAGIC, .kind = COLL_KIND_BYE,
-                              .job = w->opts.job_id, .src = -1, .dst = -1};
+                coll_hdr h = {.magic = COLL_MAGIC,
+                              .kind = COLL_KIND_BYE,
+                              .job = w->opts.job_id,
+                              .src = -1,
+                              .dst = -1};
                 coll__hdr_encode(&h, nng_msg_body(m));
                 nng_socket_set_ms(pe->sock, NNG_OPT_SENDTIMEO, 100);
                 if (nng_sendmsg(pe->sock, m, 0) != 0)

@@ -193,11 +193,11 @@ void coll__deliver(mt_coll_world *w, nng_msg *m, const coll_hdr *h)
         size_t n = h->len < MT_ERR_MSG_SIZE - 1 ? h->len : MT_ERR_MSG_SIZE - 1;
         memcpy(c->abort_msg, (const char *)nng_msg_body(m) + COLL_HDR_SIZE, n);
         c->abort_msg[n] = '\0';
-        c->abort_code = mt_code_valid((int)h->code) && h->code != MT_OK ? (mt_code)h->code
-                                                                         : MT_INTERNAL;
+        c->abort_code =
+            mt_code_valid((int)h->code) && h->code != MT_OK ? (mt_code)h->code : MT_INTERNAL;
         c->abort_step = h->step;
         c->abort_seq = h->seq;
-        c->abort_idle = !c->active;
+        c->blame = (int)h->rstep - 1;
         c->aborted = 1;
         nng_msg_free(m);
     } else if (h->kind == COLL_KIND_DATA) {
@@ -215,6 +215,11 @@ void coll__deliver(mt_coll_world *w, nng_msg *m, const coll_hdr *h)
 
 /* ------------------------------------------------------------------ comms */
 
+static void aio_done_cb(void *arg)
+{
+    atomic_store((_Atomic int *)arg, 1);
+}
+
 static mt_code comm_init(mt_coll_comm *c, mt_coll_world *w, int rank, mt_err *err)
 {
     pthread_condattr_t ca;
@@ -224,7 +229,8 @@ static mt_code comm_init(mt_coll_comm *c, mt_coll_world *w, int rank, mt_err *er
     if (c->q == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll comm %d: out of memory", rank);
     for (int i = 0; i < COLL_NAIO; i++) {
-        if (nng_aio_alloc(&c->aio[i], NULL, NULL) != 0) {
+        atomic_init(&c->aio_done[i], 1);
+        if (nng_aio_alloc(&c->aio[i], aio_done_cb, &c->aio_done[i]) != 0) {
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll comm %d: cannot allocate aio",
                               rank);
         }
@@ -290,8 +296,8 @@ static void world_free_parts(mt_coll_world *w)
 static mt_code check_opts(const mt_coll_world_opts *opts, mt_err *err)
 {
     if (opts->default_deadline_ms <= 0)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "coll world: default deadline %" PRId64
-                                                    " ms must be positive",
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll world: default deadline %" PRId64 " ms must be positive",
                           opts->default_deadline_ms);
     if (opts->segment_bytes < sizeof(float) || opts->segment_bytes > (64u << 20))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
@@ -506,6 +512,7 @@ typedef struct coll_ctx {
     int64_t deadline_ns;
     int64_t deadline_ms;
     int from_abort; /* the failure came from a peer's ABORT: do not re-broadcast */
+    int blame;      /* rank whose message was inconsistent, -1 none */
     mt_err *err;
 } coll_ctx;
 
@@ -524,8 +531,8 @@ static mt_code ctx_fail(coll_ctx *x, mt_code code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(body, sizeof(body), fmt, ap);
     va_end(ap);
-    return mt_err_set(x->err, code, "%s (job %" PRIu64 " step %" PRIu64 " seq %" PRIu32
-                                    ") on rank %d: %s",
+    return mt_err_set(x->err, code,
+                      "%s (job %" PRIu64 " step %" PRIu64 " seq %" PRIu32 ") on rank %d: %s",
                       op_name(x->op), x->c->w->opts.job_id, x->step, x->seq, x->c->rank, body);
 }
 
@@ -539,6 +546,7 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, u
     x->err = err;
     x->total = total;
     x->pos = -1;
+    x->blame = -1;
     if (c == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: NULL communicator", op_name(op));
     if (call != NULL) {
@@ -547,12 +555,13 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, u
     }
     x->step = c->auto_step;
     x->seq = c->auto_seq++;
-    x->deadline_ms = call != NULL && call->deadline_ms > 0 ? call->deadline_ms
-                                                            : c->w->opts.default_deadline_ms;
+    x->deadline_ms =
+        call != NULL && call->deadline_ms > 0 ? call->deadline_ms : c->w->opts.default_deadline_ms;
     x->deadline_ns = coll__now_ns() + x->deadline_ms * 1000000LL;
     if (g == NULL || g->ranks == NULL || g->size < 1)
         return ctx_fail(x, MT_INVALID_ARGUMENT, "empty or NULL group");
     x->p = g->size;
+    int pos = -1;
     for (int i = 0; i < g->size; i++) {
         int r = g->ranks[i];
         if (r < 0 || r >= c->w->size)
@@ -563,10 +572,11 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, u
                 return ctx_fail(x, MT_INVALID_ARGUMENT, "rank %d appears twice in the group", r);
         }
         if (r == c->rank)
-            x->pos = i;
+            pos = i;
     }
-    if (x->pos < 0)
+    if (pos < 0)
         return ctx_fail(x, MT_INVALID_ARGUMENT, "rank %d is not a member of the group", c->rank);
+    x->pos = pos; /* from here on, ctx_end tells the other members about a failure */
     atomic_store(&c->entered, coll__tag_pack(x->step, x->seq) + 1);
     pthread_mutex_lock(&c->mu);
     c->active = 1;
@@ -588,9 +598,17 @@ static void send_abort(coll_ctx *x, mt_code code, const char *text)
         nng_msg *m;
         if (r == x->c->rank || nng_msg_alloc(&m, COLL_HDR_SIZE + tl) != 0)
             continue;
-        coll_hdr h = {.magic = COLL_MAGIC, .kind = COLL_KIND_ABORT, .op = x->op,
-                      .job = w->opts.job_id, .step = x->step, .seq = x->seq,
-                      .src = x->c->rank, .dst = r, .code = (uint32_t)code, .len = tl};
+        coll_hdr h = {.magic = COLL_MAGIC,
+                      .kind = COLL_KIND_ABORT,
+                      .op = x->op,
+                      .job = w->opts.job_id,
+                      .step = x->step,
+                      .seq = x->seq,
+                      .src = x->c->rank,
+                      .dst = r,
+                      .code = (uint32_t)code,
+                      .rstep = (uint32_t)(x->blame + 1),
+                      .len = tl};
         coll__hdr_encode(&h, nng_msg_body(m));
         memcpy((char *)nng_msg_body(m) + COLL_HDR_SIZE, text, tl);
         if (w->by_rank[r] != NULL) {
@@ -655,7 +673,6 @@ static void never_arrived(const coll_ctx *x, char *out, size_t cap)
     }
 }
 
-
 /* Receive the next message from global rank src; validate it against *want. */
 static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **out)
 {
@@ -670,14 +687,10 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
     for (;;) {
         if (c->aborted) {
             c->aborted = 0;
-            int earlier = !tag_le(x->step, x->seq, c->abort_step, c->abort_seq);
-            if (c->has_failed &&
-                tag_le(c->abort_step, c->abort_seq, c->failed_step, c->failed_seq)) {
-                /* about a collective that already failed here: a leftover */
-            } else if (earlier && c->abort_idle) {
-                /* came between collectives, about an earlier one: forget that one */
-                mark_stale(c, c->abort_step, c->abort_seq);
-            } else {
+            /* An ABORT about an earlier collective is a leftover (that collective
+             * already ended here) or comes from a member whose tag is wrong (its
+             * data will show the mismatch): either way it does not end this one. */
+            if (tag_le(x->step, x->seq, c->abort_step, c->abort_seq) || c->blame == c->rank) {
                 char msg[MT_ERR_MSG_SIZE];
                 mt_code code = c->abort_code;
                 memcpy(msg, c->abort_msg, sizeof(msg));
@@ -748,6 +761,7 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
         what = "length", got = h.len, exp = want->len;
     if (what != NULL) {
         nng_msg_free(m);
+        x->blame = src;
         if (h.op != want->op)
             return ctx_fail(x, MT_INVALID_ARGUMENT,
                             "rank %d (%s) sent a %s message: %s %" PRIu64 ", expected %" PRIu64,
@@ -843,9 +857,15 @@ static mt_code ring_step(coll_ctx *x, uint8_t phase, uint32_t rstep, int dst, co
     int recv_first = x->op == COLL_OP_BROADCAST;
     size_t ns = dst >= 0 ? nseg(x, slen) : 0, nr = src >= 0 ? nseg(x, rlen) : 0;
     size_t nk = ns > nr ? ns : nr;
-    coll_hdr h = {.magic = COLL_MAGIC, .kind = COLL_KIND_DATA, .op = x->op, .phase = phase,
-                  .job = x->c->w->opts.job_id, .step = x->step, .seq = x->seq,
-                  .rstep = rstep, .total = x->total};
+    coll_hdr h = {.magic = COLL_MAGIC,
+                  .kind = COLL_KIND_DATA,
+                  .op = x->op,
+                  .phase = phase,
+                  .job = x->c->w->opts.job_id,
+                  .step = x->step,
+                  .seq = x->seq,
+                  .rstep = rstep,
+                  .total = x->total};
     for (size_t k = 0; k < nk; k++) {
         size_t o, n;
         mt_code rc;
@@ -949,8 +969,8 @@ mt_code mt_coll_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group, c
     if (n > 0) {
         tmp = mt_malloc(n * sizeof(float));
         if (tmp == NULL)
-            return ctx_end(&x, ctx_fail(&x, MT_RESOURCE_EXHAUSTED, "out of memory for %zu floats",
-                                        n));
+            return ctx_end(&x,
+                           ctx_fail(&x, MT_RESOURCE_EXHAUSTED, "out of memory for %zu floats", n));
         memcpy(tmp, in, n * sizeof(float));
     }
     rc = x.p > 1 ? ring_reduce_scatter(&x, tmp, n) : MT_OK;

@@ -57,6 +57,7 @@ typedef struct job {
     int root;
     mt_coll_call call;
     int use_call;
+    int delay_ms; /* start late */
     mt_code rc;
     mt_err err;
     double secs;
@@ -70,6 +71,8 @@ static void *job_main(void *arg)
     const mt_coll_call *call = j->use_call ? &j->call : NULL;
     struct timespec t0, t1;
     size_t n = j->n;
+    if (j->delay_ms > 0)
+        usleep((useconds_t)j->delay_ms * 1000u);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     j->in = calloc(n + 1, sizeof(float));
     j->buf = calloc(n * (size_t)j->gsize + 1, sizeof(float));
@@ -162,8 +165,13 @@ static void allreduce_world(int p, size_t seg_bytes)
         job jobs[MAXR];
         memset(jobs, 0, sizeof(jobs));
         for (int i = 0; i < p; i++)
-            jobs[i] = (job){.w = w, .rank = i, .group = group, .gsize = p, .op = OP_ALLREDUCE,
-                            .n = n, .seed = si + 1};
+            jobs[i] = (job){.w = w,
+                            .rank = i,
+                            .group = group,
+                            .gsize = p,
+                            .op = OP_ALLREDUCE,
+                            .n = n,
+                            .seed = si + 1};
         run_jobs(jobs, p);
         float *ref = calloc(n + 1, sizeof(float));
         double *dref = calloc(n + 1, sizeof(double));
@@ -172,8 +180,7 @@ static void allreduce_world(int p, size_t seg_bytes)
             if (jobs[i].rc != MT_OK)
                 fail_msg("p=%d n=%zu rank %d: %s", p, n, i, jobs[i].err.msg);
             if (n > 0 && memcmp(jobs[i].buf, ref, n * sizeof(float)) != 0)
-                fail_msg("p=%d n=%zu rank %d: not bit-identical to the documented order", p, n,
-                         i);
+                fail_msg("p=%d n=%zu rank %d: not bit-identical to the documented order", p, n, i);
             check_close(jobs[i].buf, dref, n);
         }
         free(ref);
@@ -230,8 +237,13 @@ static void test_coll_groups_along_one_dimension(void **state)
         job jobs[8];
         for (int r = 0; r < 8; r++) {
             const int *g = dim == 0 ? (r % 2 == 0 ? g0 : g1) : rows[r / 2];
-            jobs[r] = (job){.w = w, .rank = r, .group = g, .gsize = dim == 0 ? 4 : 2,
-                            .op = OP_ALLREDUCE, .n = n, .seed = 42};
+            jobs[r] = (job){.w = w,
+                            .rank = r,
+                            .group = g,
+                            .gsize = dim == 0 ? 4 : 2,
+                            .op = OP_ALLREDUCE,
+                            .n = n,
+                            .seed = 42};
         }
         run_jobs(jobs, 8);
         for (int r = 0; r < 8; r++) {
@@ -259,8 +271,8 @@ static void test_coll_group_order_defines_reduction(void **state)
     (void)state;
     assert_int_equal(mt_coll_world_new_local(4, NULL, &w, NULL), MT_OK);
     for (int i = 0; i < 3; i++)
-        jobs[i] = (job){.w = w, .rank = g[i], .group = g, .gsize = 3, .op = OP_ALLREDUCE,
-                        .n = n, .seed = 5};
+        jobs[i] = (job){
+            .w = w, .rank = g[i], .group = g, .gsize = 3, .op = OP_ALLREDUCE, .n = n, .seed = 5};
     run_jobs(jobs, 3);
     reference(g, 3, n, 5, ref, dref);
     for (int i = 0; i < 3; i++) {
@@ -284,8 +296,8 @@ static void test_coll_reduce_scatter_matches_allreduce_chunk(void **state)
             size_t n = sizes[si];
             job jobs[MAXR];
             for (int i = 0; i < p; i++)
-                jobs[i] = (job){.w = w, .rank = i, .group = group, .gsize = p, .op = OP_RS,
-                                .n = n, .seed = 9};
+                jobs[i] = (job){
+                    .w = w, .rank = i, .group = group, .gsize = p, .op = OP_RS, .n = n, .seed = 9};
             run_jobs(jobs, p);
             float *ref = calloc(n + 1, sizeof(float));
             double *dref = calloc(n + 1, sizeof(double));
@@ -315,8 +327,8 @@ static void test_coll_allgather_concatenates_in_group_order(void **state)
         size_t n = sizes[si];
         job jobs[3];
         for (int i = 0; i < 3; i++)
-            jobs[i] = (job){.w = w, .rank = g[i], .group = g, .gsize = 3, .op = OP_AG, .n = n,
-                            .seed = 3};
+            jobs[i] =
+                (job){.w = w, .rank = g[i], .group = g, .gsize = 3, .op = OP_AG, .n = n, .seed = 3};
         run_jobs(jobs, 3);
         for (int i = 0; i < 3; i++) {
             assert_int_equal(jobs[i].rc, MT_OK);
@@ -342,8 +354,14 @@ static void test_coll_broadcast_from_any_root(void **state)
         size_t n = root == 0 ? 0 : 97 * (size_t)root;
         job jobs[5];
         for (int i = 0; i < 5; i++)
-            jobs[i] = (job){.w = w, .rank = i, .group = g, .gsize = 5, .op = OP_BCAST, .n = n,
-                            .seed = 11, .root = root};
+            jobs[i] = (job){.w = w,
+                            .rank = i,
+                            .group = g,
+                            .gsize = 5,
+                            .op = OP_BCAST,
+                            .n = n,
+                            .seed = 11,
+                            .root = root};
         run_jobs(jobs, 5);
         for (int i = 0; i < 5; i++) {
             assert_int_equal(jobs[i].rc, MT_OK);
@@ -434,8 +452,7 @@ static void test_coll_invalid_arguments(void **state)
     assert_int_equal(mt_coll_allreduce_sum(c0, &ge, b, 4, NULL, &err), MT_INVALID_ARGUMENT);
     assert_int_equal(mt_coll_allreduce_sum(c0, NULL, b, 4, NULL, &err), MT_INVALID_ARGUMENT);
     assert_int_equal(mt_coll_allreduce_sum(c0, &gg, NULL, 4, NULL, &err), MT_INVALID_ARGUMENT);
-    assert_int_equal(mt_coll_reduce_scatter(c0, &gg, NULL, b, 4, NULL, &err),
-                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_reduce_scatter(c0, &gg, NULL, b, 4, NULL, &err), MT_INVALID_ARGUMENT);
     assert_int_equal(mt_coll_allgather(c0, &gg, b, NULL, 2, NULL, &err), MT_INVALID_ARGUMENT);
     assert_int_equal(mt_coll_broadcast(c0, &gg, b, 4, 2, NULL, &err), MT_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "root"));
@@ -445,7 +462,8 @@ static void test_coll_invalid_arguments(void **state)
     mt_coll_world_free(NULL);
 }
 
-/* A member that never calls: the others fail in time and name it. */
+/* A member that arrives after the deadline: the others fail in time and name it;
+ * the late one fails too (the collective is over), and the next one works. */
 static void test_coll_deadline_names_missing_rank(void **state)
 {
     static const int g[] = {0, 1, 2, 3};
@@ -454,10 +472,18 @@ static void test_coll_deadline_names_missing_rank(void **state)
     (void)state;
     assert_int_equal(mt_coll_world_new_local(4, NULL, &w, NULL), MT_OK);
     for (int i = 0; i < 4; i++)
-        jobs[i] = (job){.w = w, .rank = i, .group = g, .gsize = 4,
-                        .op = i == 3 ? OP_IDLE : OP_ALLREDUCE, .n = 100, .seed = 1,
-                        .use_call = 1, .call = {.step = 1, .seq = 0, .deadline_ms = 300}};
+        jobs[i] = (job){.w = w,
+                        .rank = i,
+                        .group = g,
+                        .gsize = 4,
+                        .op = OP_ALLREDUCE,
+                        .n = 100,
+                        .seed = 1,
+                        .delay_ms = i == 3 ? 700 : 0,
+                        .use_call = 1,
+                        .call = {.step = 1, .seq = 0, .deadline_ms = 300}};
     run_jobs(jobs, 4);
+    assert_int_not_equal(jobs[3].rc, MT_OK);
     for (int i = 0; i < 3; i++) {
         assert_true(jobs[i].rc == MT_DEADLINE_EXCEEDED || jobs[i].rc == MT_UNAVAILABLE);
         assert_non_null(strstr(jobs[i].err.msg, "rank 3"));
@@ -467,8 +493,15 @@ static void test_coll_deadline_names_missing_rank(void **state)
     free_jobs(jobs, 4);
     /* the world is usable again afterwards, with a new tag */
     for (int i = 0; i < 4; i++)
-        jobs[i] = (job){.w = w, .rank = i, .group = g, .gsize = 4, .op = OP_ALLREDUCE, .n = 50,
-                        .seed = 2, .use_call = 1, .call = {.step = 2, .seq = 0}};
+        jobs[i] = (job){.w = w,
+                        .rank = i,
+                        .group = g,
+                        .gsize = 4,
+                        .op = OP_ALLREDUCE,
+                        .n = 50,
+                        .seed = 2,
+                        .use_call = 1,
+                        .call = {.step = 2, .seq = 0}};
     run_jobs(jobs, 4);
     for (int i = 0; i < 4; i++)
         assert_int_equal(jobs[i].rc, MT_OK);
@@ -477,15 +510,21 @@ static void test_coll_deadline_names_missing_rank(void **state)
 }
 
 /* Disagreements between members are INVALID_ARGUMENT on every participant. */
-static void mismatch_case(int kind)
+static void mismatch_case(int kind, int late)
 {
     static const int g[] = {0, 1, 2};
     mt_coll_world *w;
     job jobs[3];
     assert_int_equal(mt_coll_world_new_local(3, NULL, &w, NULL), MT_OK);
     for (int i = 0; i < 3; i++) {
-        jobs[i] = (job){.w = w, .rank = i, .group = g, .gsize = 3, .op = OP_ALLREDUCE,
-                        .n = 64, .seed = 1, .use_call = 1,
+        jobs[i] = (job){.w = w,
+                        .rank = i,
+                        .group = g,
+                        .gsize = 3,
+                        .op = OP_ALLREDUCE,
+                        .n = 64,
+                        .seed = 1,
+                        .use_call = 1,
                         .call = {.step = 7, .seq = 1, .deadline_ms = 2000}};
     }
     if (kind == 0)
@@ -496,10 +535,12 @@ static void mismatch_case(int kind)
         jobs[0].op = OP_BCAST; /* different collective */
     else
         jobs[1].call.seq = 2; /* out of sequence */
+    if (late < 3)
+        jobs[late].delay_ms = 50; /* vary who starts last */
     run_jobs(jobs, 3);
     for (int i = 0; i < 3; i++) {
         if (jobs[i].rc != MT_INVALID_ARGUMENT)
-            fail_msg("case %d rank %d: %s: %s", kind, i, mt_code_name(jobs[i].rc),
+            fail_msg("case %d late %d rank %d: %s: %s", kind, late, i, mt_code_name(jobs[i].rc),
                      jobs[i].err.msg);
         assert_true(jobs[i].secs < 1.5);
     }
@@ -510,8 +551,10 @@ static void mismatch_case(int kind)
 static void test_coll_mismatch_is_invalid_everywhere(void **state)
 {
     (void)state;
-    for (int k = 0; k < 4; k++)
-        mismatch_case(k);
+    for (int k = 0; k < 4; k++) {
+        for (int late = 0; late < 4; late++)
+            mismatch_case(k, late);
+    }
 }
 
 typedef struct bucket_arg {
@@ -570,6 +613,176 @@ static void test_coll_bucket_fuses_tensors(void **state)
     mt_coll_world_free(w);
 }
 
+/* Two data-plane endpoints in this process stand for two worker processes. */
+static void net_pair(const char *url0, const char *url1, int per_proc, mt_coll_net **nets,
+                     mt_coll_world **ws, const mt_coll_world_opts *o)
+{
+    mt_coll_rank_addr table[MAXR];
+    mt_err err = MT_ERR_INIT;
+    assert_int_equal(mt_coll_net_new(url0, &nets[0], &err), MT_OK);
+    assert_int_equal(mt_coll_net_new(url1, &nets[1], &err), MT_OK);
+    assert_true(strncmp(mt_coll_net_addr(nets[0]), url0, 6) == 0);
+    for (int r = 0; r < 2 * per_proc; r++)
+        table[r] = (mt_coll_rank_addr){mt_coll_net_addr(nets[r / per_proc]), r % per_proc};
+    for (int k = 0; k < 2; k++) {
+        if (mt_coll_world_new_net(nets[k], 2 * per_proc, table, o, &ws[k], &err) != MT_OK)
+            fail_msg("world %d: %s", k, err.msg);
+    }
+}
+
+static void net_allreduce_matches_local(const char *url0, const char *url1)
+{
+    static const int g[] = {0, 1, 2, 3}, ga[] = {0, 2}, gb[] = {1, 3};
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    o.job_id = 77;
+    o.segment_bytes = 4096;
+    net_pair(url0, url1, 2, nets, ws, &o);
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        size_t n = sizes[si];
+        job jobs[4];
+        for (int r = 0; r < 4; r++)
+            jobs[r] = (job){.w = ws[r / 2],
+                            .rank = r,
+                            .group = g,
+                            .gsize = 4,
+                            .op = OP_ALLREDUCE,
+                            .n = n,
+                            .seed = 100 + si};
+        run_jobs(jobs, 4);
+        float *ref = calloc(n + 1, sizeof(float));
+        double *dref = calloc(n + 1, sizeof(double));
+        reference(g, 4, n, 100 + si, ref, dref);
+        for (int r = 0; r < 4; r++) {
+            if (jobs[r].rc != MT_OK)
+                fail_msg("n=%zu rank %d: %s", n, r, jobs[r].err.msg);
+            if (n > 0)
+                assert_memory_equal(jobs[r].buf, ref, n * sizeof(float));
+        }
+        free(ref);
+        free(dref);
+        free_jobs(jobs, 4);
+    }
+    /* groups along the other dimension: every hop crosses the endpoints */
+    job jobs[4];
+    for (int r = 0; r < 4; r++)
+        jobs[r] = (job){.w = ws[r / 2],
+                        .rank = r,
+                        .group = r % 2 ? gb : ga,
+                        .gsize = 2,
+                        .op = r == 3 ? OP_BCAST : (r == 1 ? OP_BCAST : OP_AG),
+                        .n = 333,
+                        .seed = 4,
+                        .root = 3};
+    run_jobs(jobs, 4);
+    for (int r = 0; r < 4; r++) {
+        assert_int_equal(jobs[r].rc, MT_OK);
+        for (size_t e = 0; e < 333; e++) {
+            if (r % 2)
+                assert_true(jobs[r].buf[e] == val(3, e, 4));
+            else
+                assert_true(jobs[r].buf[e] == val(0, e, 4) && jobs[r].buf[333 + e] == val(2, e, 4));
+        }
+    }
+    free_jobs(jobs, 4);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
+static void test_coll_net_tcp_bit_identical_to_local(void **state)
+{
+    (void)state;
+    net_allreduce_matches_local("tcp://127.0.0.1:0", "tcp://127.0.0.1:0");
+}
+
+static void test_coll_net_ipc_bit_identical_to_local(void **state)
+{
+    char a[128], b[128];
+    (void)state;
+    snprintf(a, sizeof(a), "ipc:///tmp/mt_coll_test_%d_a.ipc", (int)getpid());
+    snprintf(b, sizeof(b), "ipc:///tmp/mt_coll_test_%d_b.ipc", (int)getpid());
+    net_allreduce_matches_local(a, b);
+}
+
+/* The peer endpoint goes away: the survivor reports UNAVAILABLE (or the deadline) naming it. */
+static void test_coll_net_lost_peer_is_named(void **state)
+{
+    static const int g[] = {0, 1};
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    char peer[256];
+    (void)state;
+    o.job_id = 5;
+    net_pair("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 1, nets, ws, &o);
+    snprintf(peer, sizeof(peer), "%s", mt_coll_net_addr(nets[1]));
+    /* one good round so that the connections exist */
+    job jobs[2];
+    for (int r = 0; r < 2; r++)
+        jobs[r] = (job){
+            .w = ws[r], .rank = r, .group = g, .gsize = 2, .op = OP_ALLREDUCE, .n = 10, .seed = 1};
+    run_jobs(jobs, 2);
+    assert_int_equal(jobs[0].rc, MT_OK);
+    assert_int_equal(jobs[1].rc, MT_OK);
+    free_jobs(jobs, 2);
+    mt_coll_world_free(ws[1]);
+    mt_coll_net_free(nets[1]);
+    jobs[0] = (job){.w = ws[0],
+                    .rank = 0,
+                    .group = g,
+                    .gsize = 2,
+                    .op = OP_ALLREDUCE,
+                    .n = 10,
+                    .seed = 1,
+                    .use_call = 1,
+                    .call = {.step = 1, .deadline_ms = 1500}};
+    run_jobs(jobs, 1);
+    assert_true(jobs[0].rc == MT_UNAVAILABLE || jobs[0].rc == MT_DEADLINE_EXCEEDED);
+    if (strstr(jobs[0].err.msg, peer) == NULL)
+        fail_msg("message does not name %s: %s", peer, jobs[0].err.msg);
+    assert_true(jobs[0].secs < 1.5 + 1.0);
+    free_jobs(jobs, 1);
+    mt_coll_world_free(ws[0]);
+    mt_coll_net_free(nets[0]);
+}
+
+static void test_coll_net_invalid_arguments(void **state)
+{
+    mt_coll_net *net, *n2;
+    mt_coll_world *w, *w2;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    assert_int_equal(mt_coll_net_new("udp://x", &net, &err), MT_INVALID_ARGUMENT);
+    assert_null(net);
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &net, &err), MT_OK);
+    /* the same port twice cannot be listened on */
+    assert_int_equal(mt_coll_net_new(mt_coll_net_addr(net), &n2, &err), MT_UNAVAILABLE);
+    mt_coll_rank_addr other[2] = {{"tcp://127.0.0.1:1", 0}, {"tcp://127.0.0.1:2", 0}};
+    assert_int_equal(mt_coll_world_new_net(net, 2, other, NULL, &w, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "no rank"));
+    mt_coll_rank_addr dup[2] = {{mt_coll_net_addr(net), 0}, {mt_coll_net_addr(net), 0}};
+    assert_int_equal(mt_coll_world_new_net(net, 2, dup, NULL, &w, &err), MT_INVALID_ARGUMENT);
+    mt_coll_rank_addr ok[2] = {{mt_coll_net_addr(net), 0}, {"tcp://127.0.0.1:1", 0}};
+    assert_int_equal(mt_coll_world_new_net(net, 2, ok, NULL, &w, &err), MT_OK);
+    assert_non_null(mt_coll_world_comm(w, 0));
+    assert_null(mt_coll_world_comm(w, 1));
+    assert_int_equal(mt_coll_world_new_net(net, 2, ok, NULL, &w2, &err), MT_FAILED_PRECONDITION);
+    /* unreachable peer: the deadline, naming it */
+    static const int g[] = {0, 1};
+    mt_coll_group grp = {g, 2};
+    mt_coll_call call = {.step = 0, .seq = 0, .deadline_ms = 300};
+    float b[3] = {1, 2, 3};
+    mt_code rc = mt_coll_allreduce_sum(mt_coll_world_comm(w, 0), &grp, b, 3, &call, &err);
+    assert_true(rc == MT_DEADLINE_EXCEEDED || rc == MT_UNAVAILABLE);
+    assert_non_null(strstr(err.msg, "tcp://127.0.0.1:1"));
+    mt_coll_world_free(w);
+    mt_coll_net_free(net);
+    mt_coll_net_free(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -586,6 +799,10 @@ int main(void)
         cmocka_unit_test(test_coll_deadline_names_missing_rank),
         cmocka_unit_test(test_coll_mismatch_is_invalid_everywhere),
         cmocka_unit_test(test_coll_bucket_fuses_tensors),
+        cmocka_unit_test(test_coll_net_tcp_bit_identical_to_local),
+        cmocka_unit_test(test_coll_net_ipc_bit_identical_to_local),
+        cmocka_unit_test(test_coll_net_lost_peer_is_named),
+        cmocka_unit_test(test_coll_net_invalid_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
