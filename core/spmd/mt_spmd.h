@@ -43,10 +43,12 @@
 #include <stdint.h>
 
 #include "coll/mt_coll.h"
+#include "data/mt_idx.h"
 #include "layout/mt_layout.h"
 #include "mesh/mt_mesh.h"
 #include "model/mt_model.h"
 #include "status/mt_status.h"
+#include "train/mt_train.h"
 
 typedef struct mt_spmd mt_spmd;
 
@@ -151,5 +153,52 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
 
 /* Bytes of parameter i held by device position p (value + gradient + optimizer slots). */
 size_t mt_spmd_param_bytes(const mt_spmd *s, int p, size_t i);
+
+/* ------------------------------------------------------------------ training loop */
+
+/*
+ * Load the spec's dataset into memory (train and, when the spec has one, test; *test zeroed
+ * otherwise), as flat float32 examples (h = w = 1, c = features, except IDX images) with int32
+ * labels, and the per-example input shape the model sees (in_rank, in_shape[3]: the spec's
+ * model.input_shape when given, else the dataset's). Formats: "idx" (spec->dataset paths),
+ * "text" (core/data: label<TAB>text files, TF-IDF fitted on the training split, "max_tokens"
+ * features; paths relative to base_dir), "synthetic" (generated, see docs/spmd.md: "examples",
+ * "test_examples", "features", "classes", "seed"). spec_json (borrowed) is the spec text for the
+ * non-IDX sections. Outputs owned by the caller (mt_idx_set_fini). Codes: the sources' codes
+ * (NOT_FOUND naming the file ...), INVALID_ARGUMENT ("dataset.features: ..."),
+ * RESOURCE_EXHAUSTED.
+ */
+mt_code mt_spmd_load_data(const mt_job_spec *spec, const char *spec_json, const char *base_dir,
+                          mt_idx_set *train, mt_idx_set *test, int *in_rank, size_t *in_shape,
+                          mt_err *err);
+
+/* Options of mt_spmd_run_data. */
+typedef struct mt_spmd_run_opts {
+    int64_t epochs, steps; /* overrides of the spec (0 = keep); steps is a TOTAL step cap */
+    const char *save_dir;  /* write "ckpt-<step>.mtc" there (borrowed), or NULL */
+    int64_t ckpt_every;    /* save every N steps (0: only at the end) when save_dir is set */
+    int ckpt_keep;         /* keep the N newest checkpoints (0: keep all) */
+    const char *resume;    /* checkpoint to continue from (borrowed), or NULL */
+    const char *spec_json; /* stored in every checkpoint (borrowed), may be NULL */
+} mt_spmd_run_opts;
+
+#define MT_SPMD_RUN_OPTS_DEFAULTS                                                                  \
+    {                                                                                              \
+        0, 0, NULL, 0, 0, NULL, NULL                                                               \
+    }
+
+/*
+ * The training loop of core/train (same epochs, per-epoch permutation from (seed, epoch), short
+ * last batch, progress events, evaluation at each epoch end) with every step run by mt_spmd on
+ * `mesh` with `map` (both borrowed); on a 1-device mesh the numbers equal mt_train_run_data's.
+ * Checkpoints hold the position (step, epoch, examples of the epoch consumed) so a resumed run,
+ * on any mesh, continues with the same batches. Codes: mt_spmd_new's, mt_spmd_step's,
+ * mt_spmd_save/restore's, the progress callback's.
+ */
+mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
+                         const mt_spmd_run_opts *opts, const mt_idx_set *train,
+                         const mt_idx_set *test, int in_rank, const size_t *in_shape,
+                         mt_train_progress_fn progress, void *ctx, mt_train_result *res,
+                         mt_err *err);
 
 #endif
