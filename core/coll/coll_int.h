@@ -6,7 +6,7 @@
  * Message path: every hop is one nng_msg (72-byte header + float payload).
  * A hop to a rank of this process pushes the message straight into the
  * receiver's inbox (shared memory); a hop to another process sends it on a
- * push socket dialed to that process's listener, whose receiver thread pushes
+ * push socket dialed to that process's listener, whose receive callback pushes
  * it into the destination comm's inbox. Inboxes are one FIFO per source rank,
  * so per-source order is preserved and the algorithms never see the transport.
  *

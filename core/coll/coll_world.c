@@ -2,7 +2,7 @@
 /*
  * coll_world.c — worlds, communicators, inboxes and the ring algorithms.
  *
- * Called by device threads (collectives) and by the net receiver thread
+ * Called by device threads (collectives) and by the net receive callback
  * (coll__deliver). Calls coll_net.c for hops to other processes.
  *
  * DESIGN. Every collective is a sequence of ring steps over the group order:

@@ -97,7 +97,7 @@ void mt_coll_reference_allreduce(const float *const *inputs, int p, size_t n, fl
 
 /*
  * Open a process's data-plane endpoint listening on url ("tcp://HOST:PORT",
- * port 0 = ephemeral, or "ipc:///path"), and start its receiver thread.
+ * port 0 = ephemeral, or "ipc:///path"), and start receiving.
  * *out is owned by the caller (mt_coll_net_free). Codes: INVALID_ARGUMENT (bad
  * url), UNAVAILABLE (cannot listen), RESOURCE_EXHAUSTED.
  * A net serves one world at a time (one job's data plane per process endpoint).
@@ -107,7 +107,7 @@ mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err);
 /* The bound address ("tcp://127.0.0.1:41234"), borrowed from net. */
 const char *mt_coll_net_addr(const mt_coll_net *net);
 
-/* Stop the receiver and close the listener. Free any world using it first. NULL: no-op. */
+/* Stop receiving and close the listener. Free any world using it first. NULL: no-op. */
 void mt_coll_net_free(mt_coll_net *net);
 
 /* ------------------------------------------------------------------ worlds */

@@ -146,8 +146,8 @@ static int check_size(dev *d, mt_coll_comm *c, const mt_coll_group *grp, size_t 
             s += in[i][e];
         if (memcmp(&buf[e], &ref[e], sizeof(float)) != 0 ||
             fabs((double)buf[e] - s) > 1e-5 * fabs(s) + 1e-4) {
-            mt_err_set(&d->err, MT_INTERNAL, "allreduce n=%zu element %zu: %.9g, serial %.9g", n,
-                       e, (double)buf[e], (double)ref[e]);
+            mt_err_set(&d->err, MT_INTERNAL, "allreduce n=%zu element %zu: %.9g, serial %.9g", n, e,
+                       (double)buf[e], (double)ref[e]);
             bad = fail(d, MT_INTERNAL, t0);
         }
     }
@@ -331,8 +331,8 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    peer_cfg cfg = {.mode = "check", .seed = 1, .deadline_ms = 5000, .iters = 0,
-                    .segment_bytes = 256 * 1024};
+    peer_cfg cfg = {
+        .mode = "check", .seed = 1, .deadline_ms = 5000, .iters = 0, .segment_bytes = 256 * 1024};
     unsigned alarm_s = 60; /* hard limit: SIGALRM ends a test process that hangs */
     cfg.sizes[0] = 1;
     cfg.nsizes = 1;
@@ -443,8 +443,7 @@ int main(int argc, char **argv)
             if (code == 0)
                 code = (int)devs[i].rc;
         } else if (strcmp(cfg.mode, "check") == 0) {
-            printf("RESULT rank=%d ok checksum=%016" PRIx64 "\n", devs[i].rank,
-                   devs[i].checksum);
+            printf("RESULT rank=%d ok checksum=%016" PRIx64 "\n", devs[i].rank, devs[i].checksum);
         }
     }
     mt_coll_world_free(w);
