@@ -396,6 +396,22 @@ mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_n
     return MT_OK;
 }
 
+mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
+                             nng_aio **out)
+{
+    nng_aio *a;
+    *out = NULL;
+    if (peer_open(w, proc, NULL) != MT_OK || nng_aio_alloc(&a, NULL, NULL) != 0) {
+        nng_msg_free(m);
+        return MT_UNAVAILABLE;
+    }
+    nng_aio_set_msg(a, m);
+    nng_aio_set_timeout(a, (nng_duration)timeout_ms);
+    nng_send_aio(w->peers[proc].sock, a);
+    *out = a;
+    return MT_OK;
+}
+
 mt_code coll__sends_wait(mt_coll_comm *c, int cancel, mt_err *err)
 {
     mt_code first = MT_OK;

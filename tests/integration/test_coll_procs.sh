@@ -179,6 +179,7 @@ expect_lost kill2 KILL 2
 expect_lost kill3 KILL 3
 expect_lost stop2 STOP 2
 expect_lost stop3 STOP 3
+expect_lost stop4 STOP 4
 
 if [ $FAILS -ne 0 ]; then
     echo "test_coll_procs: $FAILS failure(s)"
