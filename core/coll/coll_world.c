@@ -897,12 +897,18 @@ static mt_code send_seg(coll_ctx *x, int dst, const coll_hdr *h, const float *da
 {
     mt_coll_world *w = x->c->w;
     nng_msg *m;
-    if (nng_msg_alloc(&m, COLL_HDR_SIZE + h->len * sizeof(float)) != 0)
+    unsigned char hb[COLL_HDR_SIZE];
+    size_t bytes = h->len * sizeof(float);
+    /* reserve + append: nng_msg_alloc(size) would zero the body before we copy over it */
+    coll__hdr_encode(h, hb);
+    if (nng_msg_alloc(&m, 0) != 0)
+        return ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for a message");
+    if (nng_msg_reserve(m, COLL_HDR_SIZE + bytes) != 0 || nng_msg_append(m, hb, sizeof(hb)) != 0 ||
+        (bytes > 0 && nng_msg_append(m, data, bytes) != 0)) {
+        nng_msg_free(m);
         return ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for a %" PRIu64 "-float message",
                         h->len);
-    coll__hdr_encode(h, nng_msg_body(m));
-    if (h->len > 0)
-        memcpy((char *)nng_msg_body(m) + COLL_HDR_SIZE, data, h->len * sizeof(float));
+    }
     if (w->by_rank[dst] != NULL) {
         coll__deliver(w, m, h);
         return MT_OK;
