@@ -43,12 +43,12 @@ bench: build
 	@for b in bench/*.sh; do echo "== $$b"; bash $$b $(BUILD) || exit 1; done
 
 format:
-	@git ls-files '*.c' '*.h' | xargs -r clang-format -i
+	@git ls-files --cached --others --exclude-standard '*.c' '*.h' | xargs -r clang-format -i
 
 format-check:
-	@bad=$$(git ls-files '*.c' '*.h' | xargs -r clang-format --dry-run --Werror 2>&1 | grep -c 'error:' || true); \
+	@bad=$$(git ls-files --cached --others --exclude-standard '*.c' '*.h' | xargs -r clang-format --dry-run --Werror 2>&1 | grep -c 'error:' || true); \
 	if [ "$$bad" != "0" ]; then \
-	    git ls-files '*.c' '*.h' | xargs -r clang-format --dry-run --Werror; exit 1; \
+	    git ls-files --cached --others --exclude-standard '*.c' '*.h' | xargs -r clang-format --dry-run --Werror; exit 1; \
 	fi; echo "format-check: clean"
 
 clean:

@@ -44,8 +44,18 @@ mt_exit mt_cli_fail(const mt_err *err);
 mt_exit mt_cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+struct mt_rpc_client;
+
+/*
+ * Connect to g->coordinator with the token from g->token_file (conn.c).
+ * MT_OK and *out (returns owned: mt_rpc_client_close), else err says why
+ * (UNAVAILABLE naming the address, PERMISSION_DENIED for a bad token file).
+ */
+mt_code mt_cli_connect(const mt_cli_global *g, struct mt_rpc_client **out, mt_err *err);
+
 /* Subcommand handlers (client/cmd_<name>.c). */
 int cmd_workers(const mt_cli_global *g, int argc, char **argv);
 int cmd_train(const mt_cli_global *g, int argc, char **argv);
+int cmd_export(const mt_cli_global *g, int argc, char **argv);
 
 #endif

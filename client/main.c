@@ -4,6 +4,7 @@
  * table and dispatch (git.c's shape). Each subcommand lives in cmd_<name>.c and
  * follows the contract of cli.h. Exit codes: see mt_exit in cli.h and README.md.
  */
+#include "blas/mt_blas.h"
 #include "client/cli.h"
 #include "log/mt_log.h"
 
@@ -21,6 +22,7 @@ typedef struct cli_command {
 static const cli_command commands[] = {
     {"workers", cmd_workers, "list workers, their devices, state and last heartbeat"},
     {"train", cmd_train, "train a job spec in this process (--local)"},
+    {"export", cmd_export, "export a checkpoint's weights (safetensors)"},
 };
 
 static void usage(FILE *out)
@@ -59,6 +61,7 @@ int main(int argc, char **argv)
     mt_log_level level = MT_LOG_WARN;
     int c;
 
+    mt_blas_boot(argc, argv); /* first: may re-exec with OPENBLAS_CORETYPE set */
     g.coordinator = getenv("MESHTRAIN_COORDINATOR");
     if (g.coordinator == NULL || g.coordinator[0] == '\0')
         g.coordinator = "tcp://127.0.0.1:7400";
@@ -111,7 +114,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[optind], commands[i].name) == 0) {
             char **sub = argv + optind;
             int subc = argc - optind;
-            optind = 1; /* the handler runs its own getopt over its arguments */
+            optind = 0; /* glibc: full getopt re-init, so handlers may permute their own args */
             return commands[i].handler(&g, subc, sub);
         }
     }

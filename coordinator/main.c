@@ -1,9 +1,139 @@
 /* SPDX-License-Identifier: MIT */
-/* main.c — placeholder until the foundation issue (#2) lands. */
+/*
+ * main.c — `meshtrain-coordinator`: parse flags, open the coordinator (coord.h),
+ * run its loop until SIGINT/SIGTERM, shut down cleanly (exit 0).
+ * Exit codes: 0 clean stop, 1 runtime failure, 2 usage error.
+ */
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-int main(void)
+#include "coordinator/coord.h"
+#include "log/mt_log.h"
+
+static void usage(FILE *out)
 {
-    fputs("meshtrain: not built yet\n", stderr);
-    return 1;
+    fprintf(out,
+            "usage: meshtrain-coordinator [OPTIONS]\n\n"
+            "The meshtrain coordinator: keeps workers, devices and jobs in SQLite and serves\n"
+            "the control plane (RPC over nng) and the HTTP status endpoint.\n\n"
+            "  --listen URL              RPC address (default tcp://127.0.0.1:7400; port 0 picks\n"
+            "                            a free port, written to STATE_DIR/endpoints.json)\n"
+            "  --http HOST:PORT          status endpoint (default 127.0.0.1:7480; 'off' disables)\n"
+            "  --state-dir DIR           state directory, holds meshtrain.db (default\n"
+            "                            ./meshtrain-state)\n"
+            "  --token-file F            require the token in F (mode 0600) on every call\n"
+            "  --heartbeat-ms N          heartbeat interval told to workers (default 1000)\n"
+            "  --heartbeat-timeout-ms N  mark a worker lost after N ms of silence (default 10000)\n"
+            "  --max-message-bytes N     largest request accepted (default 67108864)\n"
+            "  --log-level L             debug|info|warn|error (default info)\n"
+            "  --version, -h/--help\n");
+}
+
+static int parse_int(const char *flag, const char *s, long lo, long hi, long *out)
+{
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+
+    if (end == s || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "meshtrain-coordinator: %s '%s': expected an integer in %ld..%ld\n", flag,
+                s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"listen", required_argument, NULL, 'L'},
+        {"http", required_argument, NULL, 'H'},
+        {"state-dir", required_argument, NULL, 'S'},
+        {"token-file", required_argument, NULL, 't'},
+        {"heartbeat-ms", required_argument, NULL, 'i'},
+        {"heartbeat-timeout-ms", required_argument, NULL, 'o'},
+        {"max-message-bytes", required_argument, NULL, 'm'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    mt_coord_opts o = MT_COORD_OPTS_DEFAULTS;
+    char token[MT_RPC_TOKEN_MAX];
+    mt_err err = MT_ERR_INIT;
+    mt_log_level level = MT_LOG_INFO;
+    mt_coord *c = NULL;
+    long v;
+    int ch;
+
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'L':
+            o.listen = optarg;
+            break;
+        case 'H':
+            o.http = strcmp(optarg, "off") == 0 ? "" : optarg;
+            break;
+        case 'S':
+            o.state_dir = optarg;
+            break;
+        case 't':
+            if (mt_rpc_token_load(optarg, token, &err) != MT_OK) {
+                fprintf(stderr, "meshtrain-coordinator: %s\n", err.msg);
+                return 2;
+            }
+            o.token = token;
+            break;
+        case 'i':
+            if (parse_int("--heartbeat-ms", optarg, 50, 600000, &v) != 0)
+                return 2;
+            o.heartbeat_interval_ms = (int)v;
+            break;
+        case 'o':
+            if (parse_int("--heartbeat-timeout-ms", optarg, 100, 3600000, &v) != 0)
+                return 2;
+            o.heartbeat_timeout_ms = (int)v;
+            break;
+        case 'm':
+            if (parse_int("--max-message-bytes", optarg, 1024, 1L << 30, &v) != 0)
+                return 2;
+            o.max_msg_bytes = (size_t)v;
+            break;
+        case 'l':
+            if (mt_log_level_parse(optarg, &level, &err) != MT_OK) {
+                fprintf(stderr, "meshtrain-coordinator: %s\n", err.msg);
+                return 2;
+            }
+            break;
+        case 'V':
+            printf("meshtrain-coordinator %s\n", MT_VERSION);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "meshtrain-coordinator: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (o.heartbeat_timeout_ms <= o.heartbeat_interval_ms) {
+        fprintf(stderr, "meshtrain-coordinator: --heartbeat-timeout-ms must exceed "
+                        "--heartbeat-ms\n");
+        return 2;
+    }
+    mt_log_set_level(level);
+    if (mt_coord_open(&o, &c, &err) != MT_OK) {
+        mt_log_error("%s: %s", mt_code_name(err.code), err.msg);
+        return 1;
+    }
+    mt_coord_run(c, &err);
+    mt_coord_free(c);
+    mt_log_info("coordinator stopped");
+    return 0;
 }

@@ -1,9 +1,122 @@
 /* SPDX-License-Identifier: MIT */
-/* main.c — placeholder until the foundation issue (#2) lands. */
+/*
+ * main.c — `meshtrain-worker`: parse flags, run the worker (worker.h) until
+ * SIGTERM/SIGINT. Exit codes: 0 clean stop, 1 failure, 2 usage error.
+ */
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-int main(void)
+#include "blas/mt_blas.h"
+#include "log/mt_log.h"
+#include "rpc/mt_rpc.h"
+#include "worker/worker.h"
+
+static void usage(FILE *out)
 {
-    fputs("meshtrain: not built yet\n", stderr);
-    return 1;
+    fprintf(out, "usage: meshtrain-worker [OPTIONS]\n\n"
+                 "A meshtrain worker: registers this machine's devices with the coordinator,\n"
+                 "heartbeats, and runs its shards of training jobs.\n\n"
+                 "  --coordinator URL    coordinator RPC address (default $MESHTRAIN_COORDINATOR\n"
+                 "                       or tcp://127.0.0.1:7400)\n"
+                 "  --devices N          virtual CPU devices to register (default: one per core)\n"
+                 "  --name NAME          unique worker name (default: host name)\n"
+                 "  --data-listen URL    data-plane address to report (default: none yet)\n"
+                 "  --token-file F       token for the coordinator (mode 0600)\n"
+                 "  --rpc-timeout-ms N   deadline of each control call (default 3000)\n"
+                 "  --log-level L        debug|info|warn|error (default info)\n"
+                 "  --version, -h/--help\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"coordinator", required_argument, NULL, 'c'},
+        {"devices", required_argument, NULL, 'd'},
+        {"name", required_argument, NULL, 'n'},
+        {"data-listen", required_argument, NULL, 'D'},
+        {"token-file", required_argument, NULL, 't'},
+        {"rpc-timeout-ms", required_argument, NULL, 'r'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    mt_worker_opts o = MT_WORKER_OPTS_DEFAULTS;
+    char token[MT_RPC_TOKEN_MAX];
+    mt_err err = MT_ERR_INIT;
+    mt_log_level level = MT_LOG_INFO;
+    mt_worker *w = NULL;
+    const char *env = getenv("MESHTRAIN_COORDINATOR");
+    char *end;
+    int ch;
+
+    mt_blas_boot(argc, argv); /* first: may re-exec with OPENBLAS_CORETYPE set */
+    if (env != NULL && env[0] != '\0')
+        o.coordinator = env;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c':
+            o.coordinator = optarg;
+            break;
+        case 'd':
+            o.devices = (int)strtol(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || o.devices < 1 || o.devices > 1024) {
+                fprintf(stderr, "meshtrain-worker: --devices '%s': expected 1..1024\n", optarg);
+                return 2;
+            }
+            break;
+        case 'n':
+            o.name = optarg;
+            break;
+        case 'D':
+            o.data_listen = optarg;
+            break;
+        case 't':
+            if (mt_rpc_token_load(optarg, token, &err) != MT_OK) {
+                fprintf(stderr, "meshtrain-worker: %s\n", err.msg);
+                return 2;
+            }
+            o.token = token;
+            break;
+        case 'r':
+            o.rpc_timeout_ms = (int)strtol(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || o.rpc_timeout_ms < 10) {
+                fprintf(stderr, "meshtrain-worker: --rpc-timeout-ms '%s': expected >= 10\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'l':
+            if (mt_log_level_parse(optarg, &level, &err) != MT_OK) {
+                fprintf(stderr, "meshtrain-worker: %s\n", err.msg);
+                return 2;
+            }
+            break;
+        case 'V':
+            printf("meshtrain-worker %s\n", MT_VERSION);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "meshtrain-worker: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    mt_log_set_level(level);
+    mt_log_info("OpenBLAS core %s", mt_blas_corename());
+    if (mt_worker_open(&o, &w, &err) != MT_OK) {
+        mt_log_error("%s", err.msg);
+        return 2;
+    }
+    mt_worker_run(w, &err);
+    mt_worker_free(w);
+    mt_log_info("worker stopped");
+    return 0;
 }

@@ -13,5 +13,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 // clang-format on
+#include <stdlib.h>
+
+/* Run a group, honouring MT_TEST_FILTER (a cmocka glob on test names) to run a subset. */
+#define MT_RUN_TESTS(tests)                                                                        \
+    (getenv("MT_TEST_FILTER") ? cmocka_set_test_filter(getenv("MT_TEST_FILTER")) : (void)0,        \
+     cmocka_run_group_tests(tests, NULL, NULL))
 
 #endif

@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_kernels.c — dense and conv2d forward+backward throughput as a fraction of plain
+ * cblas_sgemm GFLOP/s measured in the same run at the same (M, N, K) shapes.
+ * Targets (issue #3): dense >= 70%, conv2d >= 50%. Run with OPENBLAS_CORETYPE set or through a
+ * program that calls mt_blas_boot (this one does). One BLAS thread.
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "blas/mt_blas.h"
+#include "tensor/mt_tensor.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static float *buf(size_t n)
+{
+    float *p = malloc(n * sizeof(float) + 64);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    return p;
+}
+
+typedef void (*run_fn)(void *ctx);
+
+/* Seconds per call of fn, best of 3 runs of at least 0.2 s. */
+static double time_it(run_fn fn, void *ctx)
+{
+    double best = 1e30;
+    fn(ctx);
+    for (int r = 0; r < 3; r++) {
+        int n = 0;
+        double t0 = now_s(), t;
+        do {
+            fn(ctx);
+            n++;
+            t = now_s() - t0;
+        } while (t < 0.2);
+        if (t / n < best)
+            best = t / n;
+    }
+    return best;
+}
+
+typedef struct gemm_ctx {
+    size_t m, n, k;
+    float *a, *b, *c;
+} gemm_ctx;
+
+static void run_gemm(void *p)
+{
+    gemm_ctx *g = p;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->m, (int)g->n, (int)g->k, 1.0f,
+                g->a, (int)g->k, g->b, (int)g->n, 0.0f, g->c, (int)g->n);
+}
+
+typedef struct dense_ctx {
+    size_t b, in, out;
+    float *x, *w, *bias, *y, *dy, *dx, *dw, *db;
+} dense_ctx;
+
+static void run_dense(void *p)
+{
+    dense_ctx *d = p;
+    mt_dense_forward(d->y, d->x, d->w, d->bias, d->b, d->in, d->out);
+    mt_dense_backward(d->dx, d->dw, d->db, d->dy, d->x, d->w, d->b, d->in, d->out);
+}
+
+typedef struct conv_ctx {
+    mt_conv2d_geom g;
+    bool first; /* first layer: no input gradient */
+    float *x, *w, *bias, *y, *dy, *dx, *dw, *db, *cols, *dcols;
+} conv_ctx;
+
+static void run_conv(void *p)
+{
+    conv_ctx *c = p;
+    mt_conv2d_forward(c->y, c->cols, c->x, c->w, c->bias, &c->g);
+    mt_conv2d_backward(c->first ? NULL : c->dx, c->dw, c->db, c->dcols, c->dy, c->cols, c->w,
+                       &c->g);
+}
+
+static double gemm_gflops(size_t m, size_t n, size_t k)
+{
+    gemm_ctx g = {m, n, k, buf(m * k), buf(k * n), buf(m * n)};
+    double t = time_it(run_gemm, &g);
+    free(g.a), free(g.b), free(g.c);
+    return 2.0 * (double)m * n * k / t * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+    static const size_t dense_shapes[][3] = {{128, 784, 128}, {128, 128, 10}, {64, 1600, 64}};
+    static const mt_conv2d_geom conv_shapes[] = {
+        {64, 28, 28, 1, 3, 3, 32, false},
+        {64, 13, 13, 32, 3, 3, 64, false},
+        {64, 14, 14, 32, 3, 3, 32, true},
+    };
+    mt_blas_boot(argc, argv);
+    printf("OpenBLAS core %s, 1 thread\n", mt_blas_corename());
+    printf("%-34s %10s %10s %8s\n", "kernel (fwd+bwd)", "GFLOP/s", "sgemm", "ratio");
+    for (size_t i = 0; i < sizeof(dense_shapes) / sizeof(dense_shapes[0]); i++) {
+        dense_ctx d = {
+            .b = dense_shapes[i][0], .in = dense_shapes[i][1], .out = dense_shapes[i][2]};
+        size_t b = d.b, in = d.in, out = d.out;
+        d.x = buf(b * in), d.w = buf(in * out), d.bias = buf(out), d.y = buf(b * out);
+        d.dy = buf(b * out), d.dx = buf(b * in), d.dw = buf(in * out), d.db = buf(out);
+        double t = time_it(run_dense, &d), gf = 3 * 2.0 * (double)b * in * out / t * 1e-9;
+        double base = gemm_gflops(b, out, in);
+        char name[64];
+        snprintf(name, sizeof(name), "dense B=%zu %zu->%zu", b, in, out);
+        printf("%-34s %10.1f %10.1f %7.0f%%\n", name, gf, base, 100 * gf / base);
+        free(d.x), free(d.w), free(d.bias), free(d.y), free(d.dy), free(d.dx), free(d.dw);
+        free(d.db);
+    }
+    for (size_t i = 0; i < sizeof(conv_shapes) / sizeof(conv_shapes[0]); i++) {
+        conv_ctx c = {.g = conv_shapes[i], .first = i == 0};
+        mt_conv2d_geom *g = &c.g;
+        size_t nx = g->batch * g->h * g->w * g->c, nw = g->kh * g->kw * g->c * g->f;
+        size_t m = g->batch * mt_conv2d_out_h(g) * mt_conv2d_out_w(g), k = g->kh * g->kw * g->c;
+        size_t ny = m * g->f, nc = mt_conv2d_cols_size(g);
+        c.x = buf(nx), c.w = buf(nw), c.bias = buf(g->f), c.y = buf(ny), c.dy = buf(ny);
+        c.dx = buf(nx), c.dw = buf(nw), c.db = buf(g->f), c.cols = buf(nc), c.dcols = buf(nc);
+        double t = time_it(run_conv, &c);
+        double flops = (c.first ? 2 : 3) * 2.0 * (double)m * g->f * k;
+        double gf = flops / t * 1e-9, base = gemm_gflops(m, g->f, k);
+        char name[64];
+        snprintf(name, sizeof(name), "conv2d %zux%zux%zu->%zu k%zu %s%s", g->h, g->w, g->c, g->f,
+                 g->kh, g->same ? "same" : "valid", c.first ? " (no dx)" : "");
+        printf("%-34s %10.1f %10.1f %7.0f%%\n", name, gf, base, 100 * gf / base);
+        free(c.x), free(c.w), free(c.bias), free(c.y), free(c.dy), free(c.dx), free(c.dw);
+        free(c.db), free(c.cols), free(c.dcols);
+    }
+    return 0;
+}

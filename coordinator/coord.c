@@ -1,0 +1,295 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coord.c — the coordinator's loop: open/run/stop/free, the call queue that
+ * moves RPCs from nng threads to the loop thread, dispatch by method, signals,
+ * and the endpoints file. Contract and threading in coord.h.
+ */
+#include "coordinator/coord_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alloc/mt_alloc.h"
+#include "clock/mt_clock.h"
+#include "log/mt_log.h"
+
+typedef void (*coord_handler)(mt_coord *c, mt_rpc_call *call);
+
+static const struct {
+    const char *method;
+    coord_handler fn;
+} handlers[] = {
+    {"RegisterWorker", coord_handle_register},
+    {"Heartbeat", coord_handle_heartbeat},
+    {"ListWorkers", coord_handle_list_workers},
+};
+
+/* nng thread: queue the call and wake the loop. Never blocks beyond the queue mutex. */
+static void coord_on_call(void *arg, mt_rpc_call *call)
+{
+    mt_coord *c = arg;
+    int ok = 1;
+
+    pthread_mutex_lock(&c->qmu);
+    if (c->qlen == c->qcap) {
+        size_t cap = c->qcap ? c->qcap * 2 : 64;
+        mt_rpc_call **q = mt_realloc(c->queue, cap * sizeof(*q));
+        if (q == NULL) {
+            ok = 0;
+        } else {
+            c->queue = q;
+            c->qcap = cap;
+        }
+    }
+    if (ok)
+        c->queue[c->qlen++] = call;
+    pthread_mutex_unlock(&c->qmu);
+    if (!ok) {
+        mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
+        return;
+    }
+    uv_async_send(&c->wake);
+}
+
+static void dispatch(mt_coord *c, mt_rpc_call *call)
+{
+    const char *name = mt_rpc_call_method(call)->name;
+
+    if (mt_rpc_call_expired(call)) {
+        mt_rpc_call_reply(call, MT_DEADLINE_EXCEEDED, "deadline passed while queued", NULL);
+        return;
+    }
+    for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
+        if (strcmp(name, handlers[i].method) == 0) {
+            handlers[i].fn(c, call);
+            return;
+        }
+    }
+    char msg[160];
+    snprintf(msg, sizeof(msg), "Coordinator.%s is not served by this coordinator version", name);
+    mt_rpc_call_reply(call, MT_UNIMPLEMENTED, msg, NULL);
+}
+
+/* Loop thread: drain the whole queue (uv_async wake-ups coalesce). */
+static void on_wake(uv_async_t *h)
+{
+    mt_coord *c = h->data;
+
+    for (;;) {
+        mt_rpc_call **batch;
+        size_t n;
+
+        pthread_mutex_lock(&c->qmu);
+        batch = c->queue;
+        n = c->qlen;
+        c->queue = NULL;
+        c->qlen = c->qcap = 0;
+        pthread_mutex_unlock(&c->qmu);
+        if (n == 0) {
+            mt_free(batch);
+            return;
+        }
+        for (size_t i = 0; i < n; i++)
+            dispatch(c, batch[i]);
+        mt_free(batch);
+    }
+}
+
+static void on_stop(uv_async_t *h)
+{
+    uv_stop(h->loop);
+}
+
+static void on_sweep(uv_timer_t *t)
+{
+    coord_workers_sweep(t->data);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    mt_coord *c = s->data;
+
+    mt_log_info("received %s, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    uv_stop(&c->loop);
+}
+
+static mt_code make_dirs(const char *dir, mt_err *err)
+{
+    char path[1024];
+    size_t n = strlen(dir);
+
+    if (n == 0 || n >= sizeof(path))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "state dir '%s': invalid path", dir);
+    memcpy(path, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] == '/' || path[i] == '\0') {
+            char keep = path[i];
+            path[i] = '\0';
+            if (mkdir(path, 0700) != 0 && errno != EEXIST)
+                return mt_err_set(err, MT_PERMISSION_DENIED, "create state dir %s: %s", path,
+                                  strerror(errno));
+            path[i] = keep;
+        }
+    }
+    return MT_OK;
+}
+
+/* Write state_dir/endpoints.json atomically (temp file + rename). */
+static mt_code write_endpoints(mt_coord *c, const char *http_url, mt_err *err)
+{
+    char tmp[1100], path[1100];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/endpoints.json", c->state_dir);
+    snprintf(tmp, sizeof(tmp), "%s/.endpoints.json.tmp", c->state_dir);
+    f = fopen(tmp, "w");
+    if (f == NULL)
+        return mt_err_set(err, MT_PERMISSION_DENIED, "write %s: %s", tmp, strerror(errno));
+    fprintf(f, "{\"rpc\": \"%s\", \"http\": \"%s\", \"pid\": %d, \"instance\": \"%s\"}\n",
+            c->listen_url, http_url, (int)getpid(), c->instance);
+    if (fclose(f) != 0 || rename(tmp, path) != 0)
+        return mt_err_set(err, MT_INTERNAL, "write %s: %s", path, strerror(errno));
+    return MT_OK;
+}
+
+static void new_instance_id(char out[33])
+{
+    unsigned char b[16];
+    static const char hex[] = "0123456789abcdef";
+
+    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
+        int64_t t = mt_clock_mono_us() ^ (int64_t)getpid();
+        memcpy(b, &t, sizeof(t));
+        memcpy(b + 8, &t, sizeof(t));
+    }
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+    out[32] = '\0';
+}
+
+mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
+{
+    mt_rpc_server_opts so = MT_RPC_SERVER_OPTS_DEFAULTS;
+    char db[1100], http_url[300] = "";
+    mt_coord *c;
+    mt_code rc;
+
+    *out = NULL;
+    c = mt_calloc(1, sizeof(*c));
+    if (c == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coordinator: out of memory");
+    c->opts = *opts;
+    snprintf(c->state_dir, sizeof(c->state_dir), "%s", opts->state_dir);
+    if (opts->token != NULL)
+        snprintf(c->token, sizeof(c->token), "%s", opts->token);
+    c->opts.state_dir = c->state_dir;
+    c->opts.token = c->token[0] ? c->token : NULL;
+    new_instance_id(c->instance);
+    pthread_mutex_init(&c->qmu, NULL);
+    uv_loop_init(&c->loop);
+
+    if ((rc = make_dirs(c->state_dir, err)) != MT_OK)
+        goto fail;
+    snprintf(db, sizeof(db), "%s/meshtrain.db", c->state_dir);
+    if ((rc = mt_store_open(db, &c->store, err)) != MT_OK)
+        goto fail;
+    if ((rc = coord_workers_load(c, err)) != MT_OK)
+        goto fail;
+
+    uv_async_init(&c->loop, &c->wake, on_wake);
+    c->wake.data = c;
+    uv_async_init(&c->loop, &c->stopper, on_stop);
+    uv_timer_init(&c->loop, &c->sweep);
+    c->sweep.data = c;
+    uv_signal_init(&c->loop, &c->sigint);
+    c->sigint.data = c;
+    uv_signal_init(&c->loop, &c->sigterm);
+    c->sigterm.data = c;
+    c->handles_open = 1;
+
+    so.url = opts->listen;
+    so.service = &meshtrain__coordinator__descriptor;
+    so.on_call = coord_on_call;
+    so.arg = c;
+    so.token = c->opts.token;
+    so.max_msg_bytes = opts->max_msg_bytes;
+    if ((rc = mt_rpc_server_open(&so, &c->rpc, err)) != MT_OK)
+        goto fail;
+    snprintf(c->listen_url, sizeof(c->listen_url), "%s", mt_rpc_server_url(c->rpc));
+    if (opts->http != NULL && opts->http[0] != '\0') {
+        rc = coord_http_open(c, opts->http, &c->http, http_url, sizeof(http_url), err);
+        if (rc != MT_OK)
+            goto fail;
+    }
+    if ((rc = write_endpoints(c, http_url, err)) != MT_OK)
+        goto fail;
+    mt_log_info("coordinator %s listening on %s%s%s, state in %s, %zu workers known", c->instance,
+                c->listen_url, http_url[0] ? ", status on " : "", http_url, c->state_dir,
+                c->n_workers);
+    *out = c;
+    return MT_OK;
+fail:
+    mt_coord_free(c);
+    return rc;
+}
+
+mt_code mt_coord_run(mt_coord *c, mt_err *err)
+{
+    (void)err;
+    uv_signal_start(&c->sigint, on_signal, SIGINT);
+    uv_signal_start(&c->sigterm, on_signal, SIGTERM);
+    uv_timer_start(&c->sweep, on_sweep, 250, 250);
+    uv_run(&c->loop, UV_RUN_DEFAULT);
+    return MT_OK;
+}
+
+void mt_coord_stop(mt_coord *c)
+{
+    uv_async_send(&c->stopper); /* uv_stop itself is not thread-safe */
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+void mt_coord_free(mt_coord *c)
+{
+    if (c == NULL)
+        return;
+    /* phase 1: stop intake (RPC, HTTP), answer what is queued, close loop handles */
+    mt_rpc_server_close(c->rpc);
+    c->rpc = NULL;
+    coord_http_close(c->http);
+    c->http = NULL;
+    pthread_mutex_lock(&c->qmu);
+    for (size_t i = 0; i < c->qlen; i++)
+        mt_rpc_call_reply(c->queue[i], MT_UNAVAILABLE, "coordinator shutting down", NULL);
+    mt_free(c->queue);
+    c->queue = NULL;
+    c->qlen = c->qcap = 0;
+    pthread_mutex_unlock(&c->qmu);
+    if (c->handles_open) {
+        uv_close((uv_handle_t *)&c->wake, on_handle_closed);
+        uv_close((uv_handle_t *)&c->stopper, on_handle_closed);
+        uv_close((uv_handle_t *)&c->sweep, on_handle_closed);
+        uv_close((uv_handle_t *)&c->sigint, on_handle_closed);
+        uv_close((uv_handle_t *)&c->sigterm, on_handle_closed);
+        uv_run(&c->loop, UV_RUN_DEFAULT);
+    }
+    uv_loop_close(&c->loop);
+    /* phase 2: persist and free */
+    if (c->store != NULL)
+        coord_workers_sweep(c);
+    coord_workers_free(c);
+    mt_store_close(c->store);
+    pthread_mutex_destroy(&c->qmu);
+    mt_free(c);
+}

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coord.h — the coordinator daemon's context (mt_coord) and its internal parts.
+ *
+ * main.c parses flags into mt_coord_opts, opens the coordinator and runs its
+ * libuv loop. One loop thread owns all state (the worker registry, the store).
+ * RPCs arrive on nng threads; core/rpc hands each valid call to coord_on_call,
+ * which queues it and wakes the loop with uv_async_send; the loop drains the
+ * whole queue (wake-ups coalesce) and runs the handler for each call. Handlers
+ * never block: SQLite statements are short and indexed. Periodic duties
+ * (marking lost workers, flushing heartbeats) are uv_timers. SIGINT/SIGTERM
+ * stop the loop through uv_signal; shutdown closes the RPC server first, then
+ * the HTTP server, then the store.
+ *
+ * Several coordinators can run in one process (tests): nothing is global.
+ * Tests: tests/integration/test_workers.sh (real processes).
+ */
+#ifndef MT_COORD_H
+#define MT_COORD_H
+
+#include <stdint.h>
+
+#include "rpc/mt_rpc.h"
+#include "status/mt_status.h"
+
+typedef struct mt_coord mt_coord;
+
+typedef struct mt_coord_opts {
+    const char *listen;        /* RPC address, default tcp://127.0.0.1:7400 */
+    const char *http;          /* status endpoint host:port, default 127.0.0.1:7480; "" = off */
+    const char *state_dir;     /* holds meshtrain.db and endpoints.json */
+    const char *token;         /* required credential; NULL = none */
+    int heartbeat_interval_ms; /* told to workers at registration */
+    int heartbeat_timeout_ms;  /* a worker silent this long is marked lost */
+    size_t max_msg_bytes;
+} mt_coord_opts;
+
+#define MT_COORD_OPTS_DEFAULTS                                                                     \
+    {                                                                                              \
+        "tcp://127.0.0.1:7400", "127.0.0.1:7480", "./meshtrain-state", NULL, 1000, 10000,          \
+            MT_RPC_DEFAULT_MAX_MSG                                                                 \
+    }
+
+/*
+ * Open the store (creating state_dir), load the registry, listen for RPC and
+ * HTTP, write state_dir/endpoints.json. Borrows opts. Returns MT_OK and *out, or
+ * the first failure with err naming the file or address. Call from main thread.
+ */
+mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err);
+
+/* Run the loop until SIGINT/SIGTERM or mt_coord_stop(). Returns MT_OK on a clean stop. */
+mt_code mt_coord_run(mt_coord *c, mt_err *err);
+
+/* Ask the loop to stop (thread-safe, async-signal-unsafe). */
+void mt_coord_stop(mt_coord *c);
+
+/* Close listeners and the store, free everything. NULL is a no-op. Not from the loop. */
+void mt_coord_free(mt_coord *c);
+
+#endif

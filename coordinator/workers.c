@@ -1,0 +1,351 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * workers.c — the coordinator's worker registry: RegisterWorker, Heartbeat,
+ * ListWorkers, lost-worker detection. Loop thread only (coord_int.h).
+ *
+ * The registry lives in memory and in the store. Registration is written
+ * through at once (one transaction); heartbeats only touch memory and are
+ * flushed in one batched transaction per second, so a thousand workers cost
+ * one write per second. A worker is identified by its name (worker_id = name);
+ * a second live process with the same name is refused with ALREADY_EXISTS until
+ * the first is marked lost. After a coordinator restart every worker the store
+ * knew as alive gets a fresh grace period of one heartbeat timeout; its next
+ * heartbeat sees a new coordinator instance and it re-registers.
+ */
+#include "coordinator/coord_int.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/mt_alloc.h"
+#include "clock/mt_clock.h"
+#include "log/mt_log.h"
+
+#define MAX_DEVICES_PER_WORKER 1024
+
+static coord_worker *find(mt_coord *c, const char *worker_id)
+{
+    for (size_t i = 0; i < c->n_workers; i++)
+        if (strcmp(c->workers[i].rec.worker_id, worker_id) == 0)
+            return &c->workers[i];
+    return NULL;
+}
+
+mt_code coord_workers_load(mt_coord *c, mt_err *err)
+{
+    mt_store_worker *list = NULL;
+    size_t n = 0;
+    int64_t now = mt_clock_mono_ms();
+    mt_code rc = mt_store_worker_list(c->store, NULL, &list, &n, err);
+
+    if (rc != MT_OK)
+        return rc;
+    c->workers = n ? mt_calloc(n, sizeof(*c->workers)) : NULL;
+    if (n && c->workers == NULL) {
+        mt_store_worker_list_free(list, n);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "load workers: out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        c->workers[i].rec = list[i]; /* takes the devices array */
+        c->workers[i].last_seen_mono_ms = now;
+        list[i].devices = NULL;
+        list[i].n_devices = 0;
+    }
+    c->n_workers = c->cap_workers = n;
+    mt_store_worker_list_free(list, n);
+    return MT_OK;
+}
+
+void coord_workers_free(mt_coord *c)
+{
+    for (size_t i = 0; i < c->n_workers; i++)
+        mt_store_worker_fini(&c->workers[i].rec);
+    mt_free(c->workers);
+    c->workers = NULL;
+    c->n_workers = c->cap_workers = 0;
+}
+
+static void flush_heartbeats(mt_coord *c)
+{
+    const char *ids[256];
+    int64_t times[256];
+    size_t n = 0;
+    mt_err err = MT_ERR_INIT;
+
+    for (size_t i = 0; i <= c->n_workers; i++) {
+        if (n == 256 || (i == c->n_workers && n > 0)) {
+            if (mt_store_worker_heartbeats(c->store, ids, times, n, NULL, &err) != MT_OK)
+                mt_log_error("store heartbeats: %s", err.msg);
+            n = 0;
+        }
+        if (i < c->n_workers && c->workers[i].hb_dirty) {
+            ids[n] = c->workers[i].rec.worker_id;
+            times[n++] = c->workers[i].rec.last_heartbeat_ms;
+            c->workers[i].hb_dirty = 0;
+        }
+    }
+}
+
+void coord_workers_sweep(mt_coord *c)
+{
+    int64_t now = mt_clock_mono_ms();
+    mt_err err = MT_ERR_INIT;
+
+    for (size_t i = 0; i < c->n_workers; i++) {
+        coord_worker *w = &c->workers[i];
+        int64_t silent = now - w->last_seen_mono_ms;
+        if (strcmp(w->rec.state, "alive") != 0 || silent <= c->opts.heartbeat_timeout_ms)
+            continue;
+        snprintf(w->rec.state, sizeof(w->rec.state), "lost");
+        mt_log_warn("worker %s lost: no heartbeat for %lld ms (timeout %d ms)", w->rec.worker_id,
+                    (long long)silent, c->opts.heartbeat_timeout_ms);
+        if (mt_store_worker_set_state(c->store, w->rec.worker_id, "lost", &err) != MT_OK)
+            mt_log_error("store worker %s state: %s", w->rec.worker_id, err.msg);
+    }
+    if (now - c->last_flush_mono_ms >= 1000) {
+        flush_heartbeats(c);
+        c->last_flush_mono_ms = now;
+    }
+}
+
+/* Worker names: 1..63 characters of [A-Za-z0-9._-]. */
+static int valid_name(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-')
+            return 0;
+    return 1;
+}
+
+static mt_code validate_register(const Meshtrain__RegisterWorkerRequest *r, char *msg, size_t cap)
+{
+    if (!valid_name(r->name)) {
+        snprintf(msg, cap, "worker name '%.64s': use 1-63 characters from A-Z a-z 0-9 . _ -",
+                 r->name);
+        return MT_INVALID_ARGUMENT;
+    }
+    if (r->instance_id[0] == '\0' || strlen(r->instance_id) > 63) {
+        snprintf(msg, cap, "worker %s: instance_id must have 1-63 characters", r->name);
+        return MT_INVALID_ARGUMENT;
+    }
+    if (r->n_devices == 0 || r->n_devices > MAX_DEVICES_PER_WORKER) {
+        snprintf(msg, cap, "worker %s: %zu devices; a worker registers 1 to %d", r->name,
+                 r->n_devices, MAX_DEVICES_PER_WORKER);
+        return MT_INVALID_ARGUMENT;
+    }
+    for (size_t i = 0; i < r->n_devices; i++) {
+        const Meshtrain__Device *d = r->devices[i];
+        if (d->index != i) {
+            snprintf(msg, cap, "worker %s: devices[%zu] has index %u; indexes must be 0..%zu",
+                     r->name, i, d->index, r->n_devices - 1);
+            return MT_INVALID_ARGUMENT;
+        }
+        if (strcmp(d->kind, "cpu") != 0) {
+            snprintf(msg, cap, "worker %s: devices[%zu] kind '%.15s'; only 'cpu' is supported",
+                     r->name, i, d->kind);
+            return MT_INVALID_ARGUMENT;
+        }
+    }
+    if (strlen(r->host) >= 128 || strlen(r->data_address) >= 256 || strlen(r->version) >= 32) {
+        snprintf(msg, cap, "worker %s: host, data_address or version too long", r->name);
+        return MT_INVALID_ARGUMENT;
+    }
+    return MT_OK;
+}
+
+void coord_handle_register(mt_coord *c, mt_rpc_call *call)
+{
+    const Meshtrain__RegisterWorkerRequest *r =
+        (const Meshtrain__RegisterWorkerRequest *)mt_rpc_call_request(call);
+    Meshtrain__RegisterWorkerReply rep = MESHTRAIN__REGISTER_WORKER_REPLY__INIT;
+    mt_store_worker rec;
+    mt_store_device *devs;
+    coord_worker *w;
+    char msg[1024];
+    mt_err err = MT_ERR_INIT;
+    int64_t now = mt_clock_mono_ms();
+    mt_code rc;
+
+    if ((rc = validate_register(r, msg, sizeof(msg))) != MT_OK) {
+        mt_rpc_call_reply(call, rc, msg, NULL);
+        return;
+    }
+    w = find(c, r->name);
+    if (w != NULL && strcmp(w->rec.state, "alive") == 0 &&
+        strcmp(w->rec.instance_id, r->instance_id) != 0 &&
+        now - w->last_seen_mono_ms <= c->opts.heartbeat_timeout_ms) {
+        snprintf(msg, sizeof(msg),
+                 "worker name '%s' is in use by a live worker (pid %u on %s, last heartbeat "
+                 "%lld ms ago); pick another --name or wait %d ms for it to be marked lost",
+                 r->name, w->rec.pid, w->rec.host, (long long)(now - w->last_seen_mono_ms),
+                 c->opts.heartbeat_timeout_ms);
+        mt_rpc_call_reply(call, MT_ALREADY_EXISTS, msg, NULL);
+        return;
+    }
+    devs = mt_calloc(r->n_devices, sizeof(*devs));
+    if (devs == NULL) {
+        mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
+        return;
+    }
+    memset(&rec, 0, sizeof(rec));
+    snprintf(rec.worker_id, sizeof(rec.worker_id), "%s", r->name);
+    snprintf(rec.name, sizeof(rec.name), "%s", r->name);
+    snprintf(rec.instance_id, sizeof(rec.instance_id), "%s", r->instance_id);
+    snprintf(rec.host, sizeof(rec.host), "%s", r->host);
+    snprintf(rec.state, sizeof(rec.state), "alive");
+    snprintf(rec.data_address, sizeof(rec.data_address), "%s", r->data_address);
+    snprintf(rec.version, sizeof(rec.version), "%s", r->version);
+    rec.pid = r->pid;
+    rec.registered_at_ms = rec.last_heartbeat_ms = mt_clock_wall_ms();
+    for (size_t i = 0; i < r->n_devices; i++) {
+        snprintf(devs[i].kind, sizeof(devs[i].kind), "%s", r->devices[i]->kind);
+        devs[i].index = r->devices[i]->index;
+        devs[i].cores = r->devices[i]->cores;
+        devs[i].memory_bytes = r->devices[i]->memory_bytes;
+        snprintf(devs[i].health, sizeof(devs[i].health), "%s",
+                 r->devices[i]->health[0] ? r->devices[i]->health : "ok");
+    }
+    rec.devices = devs;
+    rec.n_devices = r->n_devices;
+    if ((rc = mt_store_worker_upsert(c->store, &rec, &err)) != MT_OK) {
+        mt_log_error("register worker %s: %s", r->name, err.msg);
+        mt_free(devs);
+        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        return;
+    }
+    if (w == NULL) {
+        if (c->n_workers == c->cap_workers) {
+            size_t cap = c->cap_workers ? c->cap_workers * 2 : 16;
+            coord_worker *nw = mt_realloc(c->workers, cap * sizeof(*nw));
+            if (nw == NULL) {
+                mt_free(devs);
+                mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
+                return;
+            }
+            c->workers = nw;
+            c->cap_workers = cap;
+        }
+        w = &c->workers[c->n_workers++];
+        memset(w, 0, sizeof(*w));
+    } else {
+        mt_store_worker_fini(&w->rec);
+    }
+    w->rec = rec; /* takes devs */
+    w->last_seen_mono_ms = now;
+    w->hb_dirty = 0;
+    mt_log_info("worker %s registered: %zu devices, pid %u on %s, data plane %s", rec.worker_id,
+                rec.n_devices, rec.pid, rec.host, rec.data_address[0] ? rec.data_address : "-");
+    rep.worker_id = rec.worker_id;
+    rep.coordinator_instance = c->instance;
+    rep.heartbeat_interval_ms = (uint32_t)c->opts.heartbeat_interval_ms;
+    rep.heartbeat_timeout_ms = (uint32_t)c->opts.heartbeat_timeout_ms;
+    mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+}
+
+void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call)
+{
+    const Meshtrain__HeartbeatRequest *r =
+        (const Meshtrain__HeartbeatRequest *)mt_rpc_call_request(call);
+    Meshtrain__HeartbeatReply rep = MESHTRAIN__HEARTBEAT_REPLY__INIT;
+    coord_worker *w = find(c, r->worker_id);
+
+    rep.coordinator_instance = c->instance;
+    /* unknown, replaced by another process, or already declared lost: register again */
+    if (w == NULL || strcmp(w->rec.instance_id, r->instance_id) != 0 ||
+        strcmp(w->rec.state, "alive") != 0) {
+        rep.reregister = 1;
+        mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+        return;
+    }
+    w->last_seen_mono_ms = mt_clock_mono_ms();
+    w->rec.last_heartbeat_ms = mt_clock_wall_ms();
+    w->hb_dirty = 1;
+    for (size_t i = 0; i < r->n_devices && i < w->rec.n_devices; i++) {
+        if (r->devices[i]->health[0] != '\0')
+            snprintf(w->rec.devices[i].health, sizeof(w->rec.devices[i].health), "%s",
+                     r->devices[i]->health);
+    }
+    mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    const Meshtrain__WorkerInfo *x = *(Meshtrain__WorkerInfo *const *)a;
+    const Meshtrain__WorkerInfo *y = *(Meshtrain__WorkerInfo *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+void coord_handle_list_workers(mt_coord *c, mt_rpc_call *call)
+{
+    const Meshtrain__ListWorkersRequest *r =
+        (const Meshtrain__ListWorkersRequest *)mt_rpc_call_request(call);
+    Meshtrain__ListWorkersReply rep = MESHTRAIN__LIST_WORKERS_REPLY__INIT;
+    Meshtrain__WorkerInfo *infos = NULL, **ptrs = NULL;
+    Meshtrain__Device *devs = NULL, **dptrs = NULL;
+    size_t n = 0, nd = 0, k = 0;
+
+    if (r->state[0] && strcmp(r->state, "alive") != 0 && strcmp(r->state, "lost") != 0) {
+        mt_rpc_call_reply(call, MT_INVALID_ARGUMENT,
+                          "state filter must be 'alive' or 'lost' (or empty for all)", NULL);
+        return;
+    }
+    for (size_t i = 0; i < c->n_workers; i++) {
+        if (r->state[0] && strcmp(r->state, c->workers[i].rec.state) != 0)
+            continue;
+        n++;
+        nd += c->workers[i].rec.n_devices;
+    }
+    infos = mt_calloc(n, sizeof(*infos));
+    ptrs = mt_calloc(n, sizeof(*ptrs));
+    devs = mt_calloc(nd, sizeof(*devs));
+    dptrs = mt_calloc(nd, sizeof(*dptrs));
+    if (!infos || !ptrs || !devs || !dptrs) {
+        mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
+        goto out;
+    }
+    n = 0;
+    for (size_t i = 0; i < c->n_workers; i++) {
+        mt_store_worker *w = &c->workers[i].rec;
+        Meshtrain__WorkerInfo *wi = &infos[n];
+        if (r->state[0] && strcmp(r->state, w->state) != 0)
+            continue;
+        meshtrain__worker_info__init(wi);
+        wi->worker_id = w->worker_id;
+        wi->name = w->name;
+        wi->host = w->host;
+        wi->pid = w->pid;
+        wi->state = w->state;
+        wi->data_address = w->data_address;
+        wi->registered_at_ms = w->registered_at_ms;
+        wi->last_heartbeat_ms = w->last_heartbeat_ms;
+        wi->version = w->version;
+        wi->devices = &dptrs[k];
+        wi->n_devices = w->n_devices;
+        for (size_t d = 0; d < w->n_devices; d++, k++) {
+            meshtrain__device__init(&devs[k]);
+            devs[k].kind = w->devices[d].kind;
+            devs[k].index = w->devices[d].index;
+            devs[k].cores = w->devices[d].cores;
+            devs[k].memory_bytes = w->devices[d].memory_bytes;
+            devs[k].health = w->devices[d].health;
+            dptrs[k] = &devs[k];
+        }
+        ptrs[n++] = wi;
+    }
+    qsort(ptrs, n, sizeof(*ptrs), by_name);
+    rep.workers = ptrs;
+    rep.n_workers = n;
+    rep.now_ms = mt_clock_wall_ms();
+    mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+out:
+    mt_free(infos);
+    mt_free(ptrs);
+    mt_free(devs);
+    mt_free(dptrs);
+}

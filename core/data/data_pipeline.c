@@ -1,0 +1,401 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * data_pipeline.c — one input pipeline per worker: decode its files, shuffle per epoch, assemble
+ * steps (one batch per local replica) on a background prefetch thread (contract in mt_data.h).
+ *
+ * Called by the worker's task runner and the local trainer; calls the plan (data_shard.c) and the
+ * dataset (data_source.c). The files a pipeline reads are decoded once at open and kept (as
+ * tf.data's cache() would), so errors surface before the first step and epochs cost no I/O.
+ *
+ * DESIGN: the producer thread fills a ring of `prefetch` slots; slot k holds step k % depth.
+ * The consumer holds one slot between two _next calls; the producer only writes slots
+ * consumed..consumed+depth-1, which never include the held one. A step whose batches are
+ * contiguous rows of the decoded matrix (no shuffle, no feature slice) is zero-copy: batches
+ * point into the matrix. Otherwise rows are gathered (and sliced) into the slot's buffers.
+ * Threading: the caller's thread plus one producer thread per pipeline; `mu` guards
+ * produced/consumed/stop; slot contents belong to the producer until `produced` passes them and
+ * to the consumer until `consumed` passes them. _start_epoch and _free join the producer.
+ * Tests: tests/unit/test_data_pipeline.c (runs under ASan in `make asan`).
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "alloc/mt_alloc.h"
+#include "data/data_int.h"
+
+typedef struct slot {
+    mt_data_step step;
+    mt_data_batch *batches; /* L */
+    float *x;               /* L * max_batch * dim */
+    int32_t *y;             /* L * max_batch */
+} slot;
+
+struct mt_data_pipeline {
+    mt_data_dataset *ds; /* borrowed */
+    mt_data_plan *plan;  /* owned */
+    mt_data_input_ctx ctx;
+    mt_data_pipeline_opts opts;
+    size_t dim_full, off, dim; /* decoded dim, delivered slice */
+    float *x;                  /* owned (n_local, dim_full): decoded examples, file order */
+    int32_t *y;                /* owned (n_local) */
+    size_t n_local;
+    uint32_t *order;   /* owned (n_local): shuffled local indices, the pre-shard stream */
+    uint32_t *scratch; /* owned: shuffle buffer */
+    size_t max_batch;  /* largest replica batch */
+    bool zero_copy;    /* batches can point into x */
+    size_t depth;      /* slots */
+    slot *slots;       /* owned; depth */
+    /* prefetch thread */
+    pthread_t th;
+    bool th_running;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t produced; /* steps fully built (guarded by mu) */
+    size_t consumed; /* steps released by the consumer (guarded by mu) */
+    bool stop;       /* guarded by mu */
+    bool holding;    /* consumer holds slot `consumed` (consumer thread only) */
+    bool started;
+    size_t epoch;
+};
+
+const mt_data_plan *mt_data_pipeline_plan(const mt_data_pipeline *p)
+{
+    return p->plan;
+}
+
+size_t mt_data_pipeline_steps(const mt_data_pipeline *p)
+{
+    return mt_data_plan_steps(p->plan);
+}
+
+size_t mt_data_pipeline_dim(const mt_data_pipeline *p)
+{
+    return p->dim;
+}
+
+void mt_data_pipeline_opts_from_spec(const mt_data_spec *s, mt_data_pipeline_opts *o)
+{
+    o->policy = s->shard;
+    o->batching = s->batching;
+    o->drop_remainder = s->drop_remainder;
+    o->shuffle_buffer = s->shuffle_buffer;
+    o->seed = s->seed;
+    o->prefetch = s->prefetch;
+}
+
+/* Local index of position i of this pipeline's stream S_w. */
+static uint32_t stream_at(const mt_data_pipeline *p, size_t i)
+{
+    if (p->opts.batching == MT_DATA_BATCH_PER_REPLICA &&
+        mt_data_plan_policy(p->plan) == MT_DATA_SHARD_DATA)
+        return p->order[i * p->ctx.num_pipelines + p->ctx.pipeline_id];
+    return p->order[i];
+}
+
+/* Assemble step `s` into slot `sl`. Never fails: every buffer is sized at open. */
+static void build_step(mt_data_pipeline *p, size_t s, slot *sl)
+{
+    size_t L = p->ctx.replicas_per_pipeline;
+
+    sl->step.epoch = p->epoch;
+    sl->step.step = s;
+    sl->step.global_count = mt_data_plan_global_count(p->plan, s);
+    sl->step.n_replicas = L;
+    sl->step.replicas = sl->batches;
+    for (size_t l = 0; l < L; l++) {
+        mt_data_batch *b = &sl->batches[l];
+        size_t start, len;
+        mt_data_plan_range(p->plan, p->ctx.pipeline_id, s, l, &start, &len);
+        b->n = len;
+        b->dim = p->dim;
+        b->global_count = sl->step.global_count;
+        if (len == 0) {
+            b->x = NULL;
+            b->y = NULL;
+        } else if (p->zero_copy) {
+            b->x = p->x + (size_t)p->order[start] * p->dim_full;
+            b->y = p->y + p->order[start];
+        } else {
+            float *dx = sl->x + l * p->max_batch * p->dim;
+            int32_t *dy = sl->y + l * p->max_batch;
+            for (size_t i = 0; i < len; i++) {
+                uint32_t k = stream_at(p, start + i);
+                memcpy(dx + i * p->dim, p->x + (size_t)k * p->dim_full + p->off,
+                       p->dim * sizeof(float));
+                dy[i] = p->y[k];
+            }
+            b->x = dx;
+            b->y = dy;
+        }
+    }
+}
+
+static void *producer(void *arg)
+{
+    mt_data_pipeline *p = arg;
+    size_t steps = mt_data_plan_steps(p->plan);
+
+    for (size_t s = 0; s < steps; s++) {
+        pthread_mutex_lock(&p->mu);
+        while (!p->stop && s >= p->consumed + p->depth)
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (p->stop) {
+            pthread_mutex_unlock(&p->mu);
+            return NULL;
+        }
+        pthread_mutex_unlock(&p->mu);
+        build_step(p, s, &p->slots[s % p->depth]);
+        pthread_mutex_lock(&p->mu);
+        p->produced = s + 1;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    return NULL;
+}
+
+static void stop_thread(mt_data_pipeline *p)
+{
+    if (!p->th_running)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->th, NULL);
+    p->th_running = false;
+}
+
+void mt_data_pipeline_free(mt_data_pipeline *p)
+{
+    if (p == NULL)
+        return;
+    stop_thread(p);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    for (size_t i = 0; p->slots != NULL && i < p->depth; i++) {
+        mt_free(p->slots[i].batches);
+        mt_free(p->slots[i].x);
+        mt_free(p->slots[i].y);
+    }
+    mt_free(p->slots);
+    mt_free(p->order);
+    mt_free(p->scratch);
+    mt_free(p->x);
+    mt_free(p->y);
+    mt_data_plan_free(p->plan);
+    mt_free(p);
+}
+
+/* Decode the files this pipeline reads into p->x / p->y (file order). */
+static mt_code load_files(mt_data_pipeline *p, mt_err *err)
+{
+    size_t nf = mt_data_dataset_num_files(p->ds), need = 0, at = 0;
+    mt_code rc;
+
+    for (size_t f = 0; f < nf; f++)
+        if (mt_data_plan_reads_file(p->plan, p->ctx.pipeline_id, f))
+            need += mt_data_dataset_file_size(p->ds, f);
+    if (need > UINT32_MAX)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: %zu examples exceed 2^32", need);
+    for (size_t f = 0; f < nf; f++) {
+        mt_data_block b;
+        if (!mt_data_plan_reads_file(p->plan, p->ctx.pipeline_id, f))
+            continue;
+        rc = mt_data_dataset_load(p->ds, f, &b, err);
+        if (rc != MT_OK)
+            return rc;
+        if (p->x == NULL) {
+            p->dim_full = b.dim;
+            if (b.n == need) { /* one file: adopt its buffers */
+                p->x = b.x;
+                p->y = b.y;
+                p->n_local = b.n;
+                return MT_OK;
+            }
+            p->x = mt_malloc(need * b.dim * sizeof(float) + 1);
+            p->y = mt_malloc(need * sizeof(int32_t) + 1);
+            if (p->x == NULL || p->y == NULL) {
+                mt_data_block_fini(&b);
+                return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
+            }
+        }
+        if (b.dim != p->dim_full) {
+            size_t d = b.dim;
+            mt_data_block_fini(&b);
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "%s: %zu features per example, earlier files have %zu",
+                              mt_data_dataset_file_name(p->ds, f), d, p->dim_full);
+        }
+        memcpy(p->x + at * p->dim_full, b.x, b.n * b.dim * sizeof(float));
+        memcpy(p->y + at, b.y, b.n * sizeof(int32_t));
+        at += b.n;
+        mt_data_block_fini(&b);
+    }
+    p->n_local = at;
+    return MT_OK;
+}
+
+static mt_code check_ctx(const mt_data_input_ctx *c, mt_err *err)
+{
+    if (c->num_pipelines == 0 || c->pipeline_id >= c->num_pipelines ||
+        c->replicas_per_pipeline == 0 || c->global_batch == 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "input context: pipeline %zu of %zu, %zu replica(s), batch %zu",
+                          c->pipeline_id, c->num_pipelines, c->replicas_per_pipeline,
+                          c->global_batch);
+    return MT_OK;
+}
+
+static mt_code alloc_slots(mt_data_pipeline *p, mt_err *err)
+{
+    size_t L = p->ctx.replicas_per_pipeline;
+
+    p->depth = p->opts.prefetch > 0 ? p->opts.prefetch : 1;
+    p->slots = mt_calloc(p->depth, sizeof(*p->slots));
+    if (p->slots == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
+    for (size_t i = 0; i < p->depth; i++) {
+        slot *s = &p->slots[i];
+        s->batches = mt_calloc(L, sizeof(*s->batches));
+        if (s->batches == NULL)
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
+        if (p->zero_copy)
+            continue;
+        s->x = mt_malloc(L * p->max_batch * p->dim * sizeof(float) + 1);
+        s->y = mt_malloc(L * p->max_batch * sizeof(int32_t) + 1);
+        if (s->x == NULL || s->y == NULL)
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
+    }
+    return MT_OK;
+}
+
+mt_code mt_data_pipeline_open(mt_data_dataset *ds, const mt_data_input_ctx *ctx,
+                              const mt_data_pipeline_opts *opts, mt_data_pipeline **out,
+                              mt_err *err)
+{
+    mt_data_plan_opts po;
+    mt_data_pipeline *p;
+    size_t R, buf;
+    mt_code rc;
+
+    *out = NULL;
+    rc = check_ctx(ctx, err);
+    if (rc != MT_OK)
+        return rc;
+    p = mt_calloc(1, sizeof(*p));
+    if (p == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->ds = ds;
+    p->ctx = *ctx;
+    p->opts = *opts;
+    po.policy = opts->policy;
+    po.batching = opts->batching;
+    po.num_pipelines = ctx->num_pipelines;
+    po.replicas_per_pipeline = ctx->replicas_per_pipeline;
+    po.global_batch = ctx->global_batch;
+    po.drop_remainder = opts->drop_remainder;
+    rc = mt_data_plan_new(mt_data_dataset_file_sizes(ds), mt_data_dataset_num_files(ds), &po,
+                          &p->plan, err);
+    if (rc == MT_OK)
+        rc = load_files(p, err);
+    if (rc != MT_OK)
+        goto fail;
+    p->off = ctx->feature_offset;
+    p->dim =
+        ctx->feature_len ? ctx->feature_len : (p->off < p->dim_full ? p->dim_full - p->off : 0);
+    if (p->off >= p->dim_full || p->dim == 0 || p->off + p->dim > p->dim_full) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                        "input context: feature slice [%zu, %zu) outside the %zu features", p->off,
+                        p->off + p->dim, p->dim_full);
+        goto fail;
+    }
+    R = mt_data_input_ctx_num_replicas(ctx);
+    p->max_batch = opts->batching == MT_DATA_BATCH_PER_REPLICA ? ctx->global_batch / R
+                                                               : (ctx->global_batch + R - 1) / R;
+    p->zero_copy = opts->shuffle_buffer <= 1 && p->dim == p->dim_full &&
+                   !(opts->batching == MT_DATA_BATCH_PER_REPLICA &&
+                     mt_data_plan_policy(p->plan) == MT_DATA_SHARD_DATA && ctx->num_pipelines > 1);
+    buf = opts->shuffle_buffer < p->n_local ? opts->shuffle_buffer : p->n_local;
+    p->order = mt_malloc(p->n_local * sizeof(uint32_t) + 1);
+    p->scratch = mt_malloc(buf * sizeof(uint32_t) + 1);
+    if (p->order == NULL || p->scratch == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
+        goto fail;
+    }
+    rc = alloc_slots(p, err);
+    if (rc != MT_OK)
+        goto fail;
+    *out = p;
+    return MT_OK;
+fail:
+    mt_data_pipeline_free(p);
+    return rc;
+}
+
+mt_code mt_data_pipeline_start_epoch(mt_data_pipeline *p, size_t epoch, mt_err *err)
+{
+    stop_thread(p);
+    for (size_t i = 0; i < p->n_local; i++)
+        p->order[i] = (uint32_t)i;
+    mt_data_shuffle(p->order, p->n_local, p->opts.shuffle_buffer, p->opts.seed, epoch, p->scratch);
+    p->epoch = epoch;
+    p->produced = 0;
+    p->consumed = 0;
+    p->stop = false;
+    p->holding = false;
+    p->started = true;
+    if (p->opts.prefetch > 0) {
+        if (pthread_create(&p->th, NULL, producer, p) != 0) {
+            p->started = false;
+            return mt_err_set(err, MT_INTERNAL, "pipeline: cannot start the prefetch thread");
+        }
+        p->th_running = true;
+    }
+    return MT_OK;
+}
+
+mt_code mt_data_pipeline_next(mt_data_pipeline *p, const mt_data_step **out, mt_err *err)
+{
+    size_t steps = mt_data_plan_steps(p->plan), k;
+
+    *out = NULL;
+    if (!p->started)
+        return mt_err_set(err, MT_FAILED_PRECONDITION, "pipeline: next before start_epoch");
+    pthread_mutex_lock(&p->mu);
+    if (p->holding) {
+        p->consumed++;
+        p->holding = false;
+        pthread_cond_broadcast(&p->cv);
+    }
+    k = p->consumed;
+    if (k >= steps) {
+        pthread_mutex_unlock(&p->mu);
+        return mt_err_set(err, MT_OUT_OF_RANGE, "pipeline: end of epoch %zu", p->epoch);
+    }
+    if (p->opts.prefetch == 0) {
+        pthread_mutex_unlock(&p->mu);
+        build_step(p, k, &p->slots[0]);
+        pthread_mutex_lock(&p->mu);
+    } else {
+        while (p->produced <= k)
+            pthread_cond_wait(&p->cv, &p->mu);
+    }
+    p->holding = true;
+    pthread_mutex_unlock(&p->mu);
+    *out = &p->slots[k % p->depth].step;
+    return MT_OK;
+}
+
+mt_code mt_data_batch_copy_slice(const mt_data_batch *b, size_t offset, size_t len, float *dst,
+                                 mt_err *err)
+{
+    if (offset > b->dim || len > b->dim - offset)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "feature slice [%zu, %zu) outside the batch's %zu features", offset,
+                          offset + len, b->dim);
+    for (size_t i = 0; i < b->n; i++)
+        memcpy(dst + i * len, b->x + i * b->dim + offset, len * sizeof(float));
+    return MT_OK;
+}

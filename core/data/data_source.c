@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * data_source.c — datasets: the files of one split, their example counts, and decoding a file
+ * through its format's source adapter (contract in mt_data.h).
+ *
+ * Called by the pipeline, `meshtrain plan`, tests and benchmarks; calls the adapters of
+ * data_csv.c, data_text.c and data_idx.c. An in-memory dataset (mt_data_dataset_from_blocks)
+ * stands in for files in tests and benchmarks and for prediction inputs.
+ * Invariants: sizes[f] is the count of file f as scanned at open; a later decode that disagrees
+ * is DATA_LOSS (the file changed), so a plan built from the sizes never lies.
+ * Threading: one thread at a time per dataset. Tests: tests/unit/test_data_pipeline.c.
+ */
+#include <string.h>
+
+#include "alloc/mt_alloc.h"
+#include "data/data_int.h"
+
+struct mt_data_dataset {
+    const mt_data_spec *spec;   /* borrowed; NULL for in-memory datasets */
+    const mt_data__source *src; /* NULL for in-memory datasets */
+    const mt_data_tfidf *vec;   /* borrowed; TEXT only */
+    const mt_data_file *files;  /* borrowed from spec */
+    size_t n_files;
+    size_t *sizes;      /* owned; n_files counts */
+    mt_data_block *mem; /* owned; in-memory blocks (n_files) or NULL */
+    size_t total;       /* sum of sizes */
+};
+
+void mt_data_block_fini(mt_data_block *b)
+{
+    if (b == NULL)
+        return;
+    mt_free(b->x);
+    mt_free(b->y);
+    memset(b, 0, sizeof(*b));
+}
+
+static const mt_data__source *source_for(mt_data_format f)
+{
+    switch (f) {
+    case MT_DATA_FORMAT_CSV:
+        return &mt_data__csv_source;
+    case MT_DATA_FORMAT_TEXT:
+        return &mt_data__text_source;
+    case MT_DATA_FORMAT_IDX:
+        return &mt_data__idx_source;
+    }
+    return NULL;
+}
+
+void mt_data_dataset_free(mt_data_dataset *ds)
+{
+    if (ds == NULL)
+        return;
+    if (ds->mem != NULL)
+        for (size_t i = 0; i < ds->n_files; i++)
+            mt_data_block_fini(&ds->mem[i]);
+    mt_free(ds->mem);
+    mt_free(ds->sizes);
+    mt_free(ds);
+}
+
+mt_code mt_data_dataset_open(const mt_data_spec *spec, mt_data_split split,
+                             const mt_data_tfidf *vec, mt_data_dataset **out, mt_err *err)
+{
+    const mt_data_file_list *l = split == MT_DATA_SPLIT_TEST ? &spec->test : &spec->train;
+    mt_data_dataset *ds;
+    mt_code rc = MT_OK;
+
+    *out = NULL;
+    if (l->n == 0)
+        return mt_err_set(err, MT_NOT_FOUND, "%s.%s: no files", mt_data__spec_path(spec),
+                          split == MT_DATA_SPLIT_TEST ? "test" : "train");
+    if (spec->format == MT_DATA_FORMAT_TEXT && vec == NULL)
+        return mt_err_set(err, MT_FAILED_PRECONDITION,
+                          "%s: a text dataset needs a fitted TF-IDF vectorizer",
+                          mt_data__spec_path(spec));
+    ds = mt_calloc(1, sizeof(*ds));
+    if (ds == NULL || (ds->sizes = mt_calloc(l->n, sizeof(size_t))) == NULL) {
+        mt_free(ds);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
+    }
+    ds->spec = spec;
+    ds->src = source_for(spec->format);
+    ds->vec = vec;
+    ds->files = l->files;
+    ds->n_files = l->n;
+    for (size_t f = 0; f < l->n && rc == MT_OK; f++) {
+        rc = ds->src->count(spec, &l->files[f], &ds->sizes[f], err);
+        ds->total += ds->sizes[f];
+    }
+    if (rc != MT_OK) {
+        mt_data_dataset_free(ds);
+        return rc;
+    }
+    *out = ds;
+    return MT_OK;
+}
+
+mt_code mt_data_dataset_from_blocks(const mt_data_block *blocks, size_t n_blocks,
+                                    mt_data_dataset **out, mt_err *err)
+{
+    mt_data_dataset *ds;
+
+    *out = NULL;
+    if (n_blocks == 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: no blocks");
+    for (size_t i = 0; i < n_blocks; i++)
+        if (blocks[i].dim != blocks[0].dim || blocks[i].dim == 0)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "dataset: block %zu has %zu features, block 0 has %zu", i,
+                              blocks[i].dim, blocks[0].dim);
+    ds = mt_calloc(1, sizeof(*ds));
+    if (ds == NULL)
+        goto oom;
+    ds->n_files = n_blocks;
+    ds->sizes = mt_calloc(n_blocks, sizeof(size_t));
+    ds->mem = mt_calloc(n_blocks, sizeof(*ds->mem));
+    if (ds->sizes == NULL || ds->mem == NULL)
+        goto oom;
+    for (size_t i = 0; i < n_blocks; i++) {
+        const mt_data_block *b = &blocks[i];
+        mt_data_block *m = &ds->mem[i];
+        *m = *b;
+        m->x = mt_malloc(b->n * b->dim * sizeof(float) + 1);
+        m->y = mt_malloc(b->n * sizeof(int32_t) + 1);
+        if (m->x == NULL || m->y == NULL) {
+            mt_free(m->x);
+            mt_free(m->y);
+            memset(m, 0, sizeof(*m));
+            goto oom;
+        }
+        if (b->n > 0) {
+            memcpy(m->x, b->x, b->n * b->dim * sizeof(float));
+            memcpy(m->y, b->y, b->n * sizeof(int32_t));
+        }
+        ds->sizes[i] = b->n;
+        ds->total += b->n;
+    }
+    *out = ds;
+    return MT_OK;
+oom:
+    mt_data_dataset_free(ds);
+    return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
+}
+
+size_t mt_data_dataset_num_files(const mt_data_dataset *ds)
+{
+    return ds->n_files;
+}
+
+size_t mt_data_dataset_file_size(const mt_data_dataset *ds, size_t f)
+{
+    return f < ds->n_files ? ds->sizes[f] : 0;
+}
+
+size_t mt_data_dataset_size(const mt_data_dataset *ds)
+{
+    return ds->total;
+}
+
+const size_t *mt_data_dataset_file_sizes(const mt_data_dataset *ds)
+{
+    return ds->sizes;
+}
+
+const char *mt_data_dataset_file_name(const mt_data_dataset *ds, size_t f)
+{
+    if (f >= ds->n_files)
+        return "?";
+    return ds->files != NULL ? ds->files[f].path : "<memory>";
+}
+
+mt_code mt_data_dataset_load(mt_data_dataset *ds, size_t f, mt_data_block *out, mt_err *err)
+{
+    mt_code rc;
+
+    memset(out, 0, sizeof(*out));
+    if (f >= ds->n_files)
+        return mt_err_set(err, MT_OUT_OF_RANGE, "dataset: file %zu of %zu", f, ds->n_files);
+    if (ds->mem != NULL) {
+        const mt_data_block *b = &ds->mem[f];
+        *out = *b;
+        out->x = mt_malloc(b->n * b->dim * sizeof(float) + 1);
+        out->y = mt_malloc(b->n * sizeof(int32_t) + 1);
+        if (out->x == NULL || out->y == NULL) {
+            mt_data_block_fini(out);
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
+        }
+        if (b->n > 0) {
+            memcpy(out->x, b->x, b->n * b->dim * sizeof(float));
+            memcpy(out->y, b->y, b->n * sizeof(int32_t));
+        }
+        return MT_OK;
+    }
+    rc = ds->src->load(ds->spec, &ds->files[f], ds->vec, out, err);
+    if (rc != MT_OK)
+        return rc;
+    if (out->n != ds->sizes[f]) {
+        size_t got = out->n;
+        mt_data_block_fini(out);
+        return mt_err_set(err, MT_DATA_LOSS, "%s: decoded %zu examples but counted %zu",
+                          ds->files[f].path, got, ds->sizes[f]);
+    }
+    return MT_OK;
+}

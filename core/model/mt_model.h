@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mt_model.h — the job spec (JSON) and the Keras-Sequential-style model built from it: layers,
+ * named parameters, loss, optimizers and the training/eval step on one device's local batch.
+ *
+ * How it fits: `meshtrain train` and core/train parse a spec (mt_job_spec_parse), build a model
+ * (mt_model_new) and call mt_model_train_step per batch. The SPMD step (issue #4) reuses the same
+ * pieces: every parameter has a stable name and a GLOBAL shape, its values are created shard by
+ * shard from the seed (mt_model_param_init), and every quantity that must be summed across
+ * replicas — loss sum and correct count, batch-norm statistics and gradient sums, parameter
+ * gradients — passes through the mt_model_comm hook, which is a no-op on one device.
+ * Loss: the SUM of per-example sparse categorical cross-entropies (from logits) divided by the
+ * GLOBAL batch size, so replica gradients summed equal the single-device gradient.
+ * Invariants: layer i's input is layer i-1's output; NHWC images; parameters are row-major in
+ * Keras' layouts (dense kernel (in, out), conv kernel (KH, KW, C, F)).
+ * Threading: a model is used by one thread at a time; distinct models share nothing.
+ * Tests: tests/unit/test_model.c (spec validation, finite-difference gradients per layer and for a
+ * whole model), tests/integration/test_fashion_accuracy.sh.
+ */
+#ifndef MT_MODEL_H
+#define MT_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status/mt_status.h"
+
+struct cJSON;
+
+/* ------------------------------------------------------------------ job spec */
+
+#define MT_SPEC_PATH_MAX  1024
+#define MT_LAYER_NAME_MAX 32
+
+typedef enum mt_layer_kind {
+    MT_LAYER_DENSE,
+    MT_LAYER_CONV2D,
+    MT_LAYER_MAX_POOL2D,
+    MT_LAYER_FLATTEN,
+    MT_LAYER_BATCH_NORM,
+    MT_LAYER_DROPOUT,
+} mt_layer_kind;
+
+typedef enum mt_activation {
+    MT_ACT_LINEAR,
+    MT_ACT_RELU,
+    MT_ACT_SOFTMAX, /* only on the last layer; fused into the loss (logits feed the loss) */
+} mt_activation;
+
+typedef struct mt_layer_spec {
+    mt_layer_kind kind;
+    char name[MT_LAYER_NAME_MAX]; /* "dense_1", "conv2d_2" ...: per type, 1-based, as Keras */
+    mt_activation activation;     /* dense, conv2d */
+    size_t units;                 /* dense */
+    size_t filters, kh, kw;       /* conv2d */
+    bool same;                    /* conv2d padding "same" (else "valid") */
+    bool use_bias;                /* dense, conv2d (default true) */
+    float rate;                   /* dropout, in [0, 1) */
+    bool center, scale;           /* batch_norm beta / gamma (default true) */
+    float momentum, epsilon;      /* batch_norm (Keras defaults 0.99, 0.001) */
+} mt_layer_spec;
+
+typedef enum mt_optimizer_kind {
+    MT_OPT_SGD,
+    MT_OPT_ADAM,
+} mt_optimizer_kind;
+
+typedef struct mt_optimizer_spec {
+    mt_optimizer_kind kind;
+    float learning_rate;         /* default 0.01 for sgd, 0.001 for adam (Keras) */
+    float momentum;              /* sgd, default 0 */
+    float beta1, beta2, epsilon; /* adam, Keras defaults 0.9, 0.999, 1e-7 */
+} mt_optimizer_spec;
+
+/* The dataset section. The data module (core/data) may replace the parser and extend this. */
+typedef struct mt_dataset_spec {
+    char format[16]; /* "idx" */
+    char train_images[MT_SPEC_PATH_MAX], train_labels[MT_SPEC_PATH_MAX];
+    char test_images[MT_SPEC_PATH_MAX], test_labels[MT_SPEC_PATH_MAX];
+} mt_dataset_spec;
+
+typedef struct mt_job_spec {
+    char name[128];    /* "name", default "" */
+    uint64_t seed;     /* default 42 */
+    size_t batch_size; /* GLOBAL batch, default 32 */
+    int64_t epochs;    /* default 1 when neither epochs nor steps is given; 0 = not set */
+    int64_t steps;     /* total step cap; 0 = not set (run the epochs) */
+    mt_optimizer_spec optimizer;
+    int input_rank;        /* 0 when model.input_shape is absent (the dataset decides) */
+    size_t input_shape[3]; /* per example, e.g. (28, 28, 1) */
+    int n_layers;
+    mt_layer_spec *layers; /* owned array of n_layers */
+    mt_dataset_spec dataset;
+} mt_job_spec;
+
+/*
+ * Parse and validate a job spec (JSON text, len bytes, borrowed). On MT_OK *out is owned (free
+ * with mt_job_spec_free). An invalid spec gives INVALID_ARGUMENT and err->msg
+ * "<json path>: <why>" (e.g. "model.layers[2].units: must be a positive integer"); keys "mesh",
+ * "layouts", "input_layout", "checkpoint", "restart", "elastic" and "name" are accepted for other
+ * modules, other unknown keys are refused. RESOURCE_EXHAUSTED when out of memory.
+ */
+mt_code mt_job_spec_parse(const char *json, size_t len, mt_job_spec **out, mt_err *err);
+
+/* Read the file at path and mt_job_spec_parse it. NOT_FOUND / INVALID_ARGUMENT naming the file. */
+mt_code mt_job_spec_load(const char *path, mt_job_spec **out, mt_err *err);
+
+/* Free a spec; NULL is a no-op. */
+void mt_job_spec_free(mt_job_spec *spec);
+
+/*
+ * Parse the "dataset" object (node may be NULL: defaults to the Fashion-MNIST IDX files under
+ * /usr/share/datasets/fashion-mnist). Kept apart so the data module can replace it.
+ * INVALID_ARGUMENT with "dataset.<field>: <why>".
+ */
+mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out, mt_err *err);
+
+/* ------------------------------------------------------------------ model */
+
+/* Tags passed to mt_model_comm.allreduce_sum: what is being reduced. */
+enum {
+    MT_MODEL_COMM_METRICS = 1,  /* loss sum and correct count, over the batch replicas */
+    MT_MODEL_COMM_BN_STATS = 2, /* batch-norm sums (forward and backward), over batch replicas */
+    MT_MODEL_COMM_GRAD_BASE = 1000, /* + parameter index: that parameter's gradient */
+};
+
+/* Reduction hook. allreduce_sum sums buf (n floats) in place over the replicas of `group_tag`. */
+typedef struct mt_model_comm {
+    void *ctx;
+    mt_code (*allreduce_sum)(void *ctx, float *buf, size_t n, int group_tag);
+} mt_model_comm;
+
+typedef enum mt_param_init {
+    MT_INIT_ZEROS,
+    MT_INIT_ONES,
+    MT_INIT_GLOROT_UNIFORM,
+} mt_param_init;
+
+/* A named parameter (or non-trainable state such as a moving mean). Borrowed from the model. */
+typedef struct mt_model_param {
+    char name[48]; /* "dense_1.kernel" */
+    int rank;
+    size_t shape[4];       /* global shape */
+    size_t offsets[4];     /* this device's shard start (0 on one device) */
+    size_t local_shape[4]; /* this device's shard (== shape on one device) */
+    size_t size;           /* elements of the local shard */
+    mt_param_init init;
+    bool trainable;       /* false for moving mean/variance */
+    float *value;         /* local shard values */
+    float *grad;          /* local gradient (trainable only, else NULL) */
+    float *slot1, *slot2; /* optimizer state (Adam m, v; SGD velocity in slot1) */
+} mt_model_param;
+
+typedef struct mt_model mt_model;
+
+/*
+ * Fill out (local_shape elements) with the shard [offsets, offsets+local_shape) of the parameter's
+ * initial value: Glorot-uniform kernels keyed by (seed, name), zero biases/betas/moving means,
+ * one gammas/moving variances. Bit-identical to the slice of the full tensor.
+ */
+mt_code mt_model_param_init(const mt_model_param *p, uint64_t seed, const size_t *offsets,
+                            const size_t *local_shape, float *out, mt_err *err);
+
+/*
+ * Build the model of `spec` for per-example input shape in_shape (rank in_rank, 1..3; the spec's
+ * model.input_shape when it has one must equal it) and local batches of at most max_batch
+ * examples; parameters are created and initialised from spec->seed. `spec` is borrowed for the
+ * call only. Codes: INVALID_ARGUMENT ("model.layers[i]...: why", e.g. a kernel larger than its
+ * input, a loss head that is not a vector), RESOURCE_EXHAUSTED.
+ */
+mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shape, size_t max_batch,
+                     mt_model **out, mt_err *err);
+
+/* Free the model; NULL is a no-op. */
+void mt_model_free(mt_model *m);
+
+/* Number of parameters (including non-trainable state) and the i-th one (borrowed). */
+size_t mt_model_param_count(const mt_model *m);
+mt_model_param *mt_model_param_at(mt_model *m, size_t i);
+/* The parameter with this name, or NULL. */
+mt_model_param *mt_model_param_find(mt_model *m, const char *name);
+/* Number of classes (width of the last layer). */
+size_t mt_model_num_classes(const mt_model *m);
+/* Per-example input size in floats. */
+size_t mt_model_input_size(const mt_model *m);
+/* Optimizer steps applied so far (Adam's t). Settable for checkpoint restore. */
+int64_t mt_model_iterations(const mt_model *m);
+void mt_model_set_iterations(mt_model *m, int64_t t);
+
+/*
+ * Forward pass over a local batch x (local_batch * input_size floats, borrowed; local_batch <=
+ * max_batch). training selects batch statistics and dropout; step and first_example (the GLOBAL
+ * index of x's first example) key the dropout masks; global_batch is the batch-norm row count
+ * across replicas. comm may be NULL (one device). Returns a borrowed pointer to the logits
+ * (local_batch, num_classes) in *logits, valid until the next call. Codes: INVALID_ARGUMENT,
+ * and whatever comm returns.
+ */
+mt_code mt_model_forward(mt_model *m, const float *x, size_t local_batch, size_t global_batch,
+                         bool training, uint64_t step, uint64_t first_example,
+                         const mt_model_comm *comm, const float **logits, mt_err *err);
+
+/*
+ * Loss of the last forward: adds the local sum of per-example losses to *loss_sum and correct
+ * predictions to *correct, and stores d(loss)/d(logits) scaled by 1/global_batch for the backward.
+ * INVALID_ARGUMENT for a label outside [0, num_classes).
+ */
+mt_code mt_model_loss(mt_model *m, const int32_t *labels, size_t global_batch, double *loss_sum,
+                      size_t *correct, mt_err *err);
+
+/*
+ * Backward pass of the last training forward + loss: fills every trainable parameter's LOCAL
+ * gradient (not yet reduced across replicas; batch-norm backward sums are reduced through comm).
+ */
+mt_code mt_model_backward(mt_model *m, const mt_model_comm *comm, mt_err *err);
+
+/* One optimizer update of every trainable parameter from its (reduced) gradient. */
+void mt_model_apply_gradients(mt_model *m);
+
+/* Metrics of one step. */
+typedef struct mt_step_metrics {
+    double loss;     /* global mean loss of the batch */
+    double accuracy; /* global fraction correct */
+} mt_step_metrics;
+
+/*
+ * A full training step on the local slice of a global batch: forward, loss, backward, allreduce
+ * of gradients (tag MT_MODEL_COMM_GRAD_BASE + index) and metrics (MT_MODEL_COMM_METRICS) through
+ * comm, optimizer update. labels: local_batch entries. metrics may be NULL.
+ */
+mt_code mt_model_train_step(mt_model *m, const float *x, const int32_t *labels, size_t local_batch,
+                            size_t global_batch, uint64_t step, uint64_t first_example,
+                            const mt_model_comm *comm, mt_step_metrics *metrics, mt_err *err);
+
+/*
+ * Inference-mode loss and accuracy over n examples (any n; processed in chunks of max_batch).
+ * Adds to *loss_sum and *correct.
+ */
+mt_code mt_model_evaluate(mt_model *m, const float *x, const int32_t *labels, size_t n,
+                          double *loss_sum, size_t *correct, mt_err *err);
+
+#endif

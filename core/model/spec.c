@@ -1,0 +1,568 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * spec.c — job spec parsing and validation (contract in mt_model.h).
+ *
+ * Every field is read through a helper that knows its JSON path, so each refusal reads
+ * "<path>: <why>". Unknown keys are refused except the ones other modules own.
+ * Threading: none shared. Tests: tests/unit/test_model.c, tests/fuzz/fuzz_spec.c.
+ */
+#include "model/mt_model.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc/mt_alloc.h"
+
+#define FMNIST_DIR "/usr/share/datasets/fashion-mnist/"
+
+static mt_code bad(mt_err *err, const char *path, const char *why)
+{
+    return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: %s", path, why);
+}
+
+/* Refuse keys of obj not in `allowed` (NULL-terminated). */
+static mt_code check_keys(const cJSON *obj, const char *path, const char *const *allowed,
+                          mt_err *err)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, obj)
+    {
+        bool ok = false;
+        for (const char *const *a = allowed; *a != NULL; a++)
+            ok = ok || strcmp(*a, it->string) == 0;
+        if (!ok)
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s%s%s: unknown field", path,
+                              path[0] ? "." : "", it->string);
+    }
+    return MT_OK;
+}
+
+/* A positive integer at path (<= max), or the default when absent. */
+static mt_code get_pos_int(const cJSON *obj, const char *key, const char *path, int64_t max,
+                           int64_t dflt, int64_t *out, mt_err *err)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, key);
+    double v;
+    *out = dflt;
+    if (n == NULL)
+        return MT_OK;
+    v = cJSON_IsNumber(n) ? n->valuedouble : -1.0;
+    if (!cJSON_IsNumber(n) || v != floor(v) || v < 1.0 || v > (double)max) {
+        char why[96];
+        snprintf(why, sizeof(why), "must be a positive integer (at most %lld)", (long long)max);
+        return bad(err, path, why);
+    }
+    *out = (int64_t)v;
+    return MT_OK;
+}
+
+/* A finite number in [lo, hi] (hi_open: < hi) at path, or the default when absent. */
+static mt_code get_num(const cJSON *obj, const char *key, const char *path, double lo, double hi,
+                       bool lo_open, bool hi_open, float dflt, float *out, mt_err *err)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, key);
+    double v;
+    *out = dflt;
+    if (n == NULL)
+        return MT_OK;
+    v = cJSON_IsNumber(n) ? n->valuedouble : NAN;
+    if (!cJSON_IsNumber(n) || !isfinite(v) || v < lo || v > hi || (lo_open && v == lo) ||
+        (hi_open && v == hi)) {
+        char why[96];
+        snprintf(why, sizeof(why), "must be a number in %c%g, %g%c", lo_open ? '(' : '[', lo, hi,
+                 hi_open ? ')' : ']');
+        return bad(err, path, why);
+    }
+    *out = (float)v;
+    return MT_OK;
+}
+
+static mt_code get_bool(const cJSON *obj, const char *key, const char *path, bool dflt, bool *out,
+                        mt_err *err)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, key);
+    *out = dflt;
+    if (n == NULL)
+        return MT_OK;
+    if (!cJSON_IsBool(n))
+        return bad(err, path, "must be true or false");
+    *out = cJSON_IsTrue(n);
+    return MT_OK;
+}
+
+/* A string member (NULL when absent); a present non-string is refused. */
+static mt_code get_str(const cJSON *obj, const char *key, const char *path, const char **out,
+                       mt_err *err)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, key);
+    *out = NULL;
+    if (n == NULL)
+        return MT_OK;
+    if (!cJSON_IsString(n))
+        return bad(err, path, "must be a string");
+    *out = n->valuestring;
+    return MT_OK;
+}
+
+static mt_code copy_path(char *dst, size_t cap, const char *src, const char *path, mt_err *err)
+{
+    if (src[0] == '\0')
+        return bad(err, path, "must not be empty");
+    if (strlen(src) >= cap)
+        return bad(err, path, "path too long");
+    memcpy(dst, src, strlen(src) + 1);
+    return MT_OK;
+}
+
+mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out, mt_err *err)
+{
+    static const char *const keys[] = {"format",      "train_images", "train_labels",
+                                       "test_images", "test_labels",  NULL};
+    static const char *const fields[] = {"train_images", "train_labels", "test_images",
+                                         "test_labels"};
+    char *dsts[4] = {out->train_images, out->train_labels, out->test_images, out->test_labels};
+    static const char *const dflt[] = {
+        FMNIST_DIR "train-images-idx3-ubyte.gz", FMNIST_DIR "train-labels-idx1-ubyte.gz",
+        FMNIST_DIR "t10k-images-idx3-ubyte.gz", FMNIST_DIR "t10k-labels-idx1-ubyte.gz"};
+    const char *s;
+    char path[64];
+    mt_code rc;
+
+    memset(out, 0, sizeof(*out));
+    memcpy(out->format, "idx", 4);
+    for (int i = 0; i < 4; i++)
+        memcpy(dsts[i], dflt[i], strlen(dflt[i]) + 1);
+    if (node == NULL)
+        return MT_OK;
+    if (!cJSON_IsObject(node))
+        return bad(err, "dataset", "must be an object");
+    rc = check_keys(node, "dataset", keys, err);
+    if (rc != MT_OK)
+        return rc;
+    rc = get_str(node, "format", "dataset.format", &s, err);
+    if (rc != MT_OK)
+        return rc;
+    if (s != NULL && strcmp(s, "idx") != 0)
+        return bad(err, "dataset.format", "must be \"idx\"");
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof(path), "dataset.%s", fields[i]);
+        rc = get_str(node, fields[i], path, &s, err);
+        if (rc == MT_OK && s != NULL)
+            rc = copy_path(dsts[i], MT_SPEC_PATH_MAX, s, path, err);
+        if (rc != MT_OK)
+            return rc;
+    }
+    return MT_OK;
+}
+
+static mt_code parse_optimizer(const cJSON *root, mt_optimizer_spec *o, mt_err *err)
+{
+    static const char *const keys[] = {"name",   "learning_rate", "momentum", "beta_1",
+                                       "beta_2", "epsilon",       NULL};
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    const cJSON *obj = NULL;
+    const char *name = "adam";
+    mt_code rc;
+    float lr;
+
+    if (n != NULL && cJSON_IsString(n)) {
+        name = n->valuestring;
+    } else if (n != NULL && cJSON_IsObject(n)) {
+        obj = n;
+        rc = check_keys(obj, "optimizer", keys, err);
+        if (rc != MT_OK)
+            return rc;
+        rc = get_str(obj, "name", "optimizer.name", &name, err);
+        if (rc != MT_OK)
+            return rc;
+        if (name == NULL)
+            return bad(err, "optimizer.name", "is required (\"sgd\" or \"adam\")");
+    } else if (n != NULL) {
+        return bad(err, "optimizer", "must be \"sgd\", \"adam\" or an object with a name");
+    }
+    memset(o, 0, sizeof(*o));
+    if (strcmp(name, "sgd") == 0) {
+        o->kind = MT_OPT_SGD;
+        o->learning_rate = 0.01f;
+    } else if (strcmp(name, "adam") == 0) {
+        o->kind = MT_OPT_ADAM;
+        o->learning_rate = 0.001f;
+    } else {
+        return bad(err, obj != NULL ? "optimizer.name" : "optimizer",
+                   "must be \"sgd\" or \"adam\"");
+    }
+    rc = get_num(root, "learning_rate", "learning_rate", 0, 1e3, true, false, o->learning_rate,
+                 &o->learning_rate, err);
+    if (rc != MT_OK || obj == NULL) {
+        o->beta1 = 0.9f, o->beta2 = 0.999f, o->epsilon = 1e-7f;
+        return rc;
+    }
+    lr = o->learning_rate;
+    rc = get_num(obj, "learning_rate", "optimizer.learning_rate", 0, 1e3, true, false, lr,
+                 &o->learning_rate, err);
+    if (rc == MT_OK && o->kind == MT_OPT_SGD)
+        rc = get_num(obj, "momentum", "optimizer.momentum", 0, 1, false, true, 0.0f, &o->momentum,
+                     err);
+    else if (rc == MT_OK && cJSON_GetObjectItemCaseSensitive(obj, "momentum") != NULL)
+        rc = bad(err, "optimizer.momentum", "only applies to sgd");
+    if (rc == MT_OK)
+        rc = get_num(obj, "beta_1", "optimizer.beta_1", 0, 1, false, true, 0.9f, &o->beta1, err);
+    if (rc == MT_OK)
+        rc = get_num(obj, "beta_2", "optimizer.beta_2", 0, 1, false, true, 0.999f, &o->beta2, err);
+    if (rc == MT_OK)
+        rc = get_num(obj, "epsilon", "optimizer.epsilon", 0, 1, true, false, 1e-7f, &o->epsilon,
+                     err);
+    return rc;
+}
+
+static mt_code parse_activation(const cJSON *l, const char *path, mt_activation *a, mt_err *err)
+{
+    const char *s;
+    mt_code rc = get_str(l, "activation", path, &s, err);
+    *a = MT_ACT_LINEAR;
+    if (rc != MT_OK || s == NULL || strcmp(s, "linear") == 0)
+        return rc;
+    if (strcmp(s, "relu") == 0)
+        *a = MT_ACT_RELU;
+    else if (strcmp(s, "softmax") == 0)
+        *a = MT_ACT_SOFTMAX;
+    else
+        return bad(err, path, "must be \"relu\", \"softmax\" or \"linear\"");
+    return MT_OK;
+}
+
+static const struct {
+    const char *type;
+    mt_layer_kind kind;
+    const char *const keys[8];
+} layer_types[] = {
+    {"dense", MT_LAYER_DENSE, {"type", "units", "activation", "use_bias", NULL}},
+    {"conv2d",
+     MT_LAYER_CONV2D,
+     {"type", "filters", "kernel_size", "padding", "activation", "use_bias", "strides", NULL}},
+    {"max_pool2d", MT_LAYER_MAX_POOL2D, {"type", "pool_size", NULL}},
+    {"flatten", MT_LAYER_FLATTEN, {"type", NULL}},
+    {"batch_norm", MT_LAYER_BATCH_NORM, {"type", "center", "scale", "momentum", "epsilon", NULL}},
+    {"dropout", MT_LAYER_DROPOUT, {"type", "rate", NULL}},
+};
+#define N_LAYER_TYPES (sizeof(layer_types) / sizeof(layer_types[0]))
+
+/* kernel_size: an integer k (k x k) or [kh, kw]. pool_size: 2 or [2, 2] only. */
+static mt_code parse_pair(const cJSON *l, const char *key, const char *path, size_t *a, size_t *b,
+                          bool required, mt_err *err)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(l, key);
+    const char *why = "must be a positive integer or a list of two positive integers";
+    if (n == NULL) {
+        if (required)
+            return bad(err, path, "is required");
+        return MT_OK;
+    }
+    if (cJSON_IsNumber(n)) {
+        double v = n->valuedouble;
+        if (v != floor(v) || v < 1 || v > 1024)
+            return bad(err, path, why);
+        *a = *b = (size_t)v;
+        return MT_OK;
+    }
+    if (!cJSON_IsArray(n) || cJSON_GetArraySize(n) != 2)
+        return bad(err, path, why);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *e = cJSON_GetArrayItem(n, i);
+        double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        if (v != floor(v) || v < 1 || v > 1024)
+            return bad(err, path, why);
+        *(i == 0 ? a : b) = (size_t)v;
+    }
+    return MT_OK;
+}
+
+static mt_code parse_layer(const cJSON *l, int idx, int counts[N_LAYER_TYPES], mt_layer_spec *out,
+                           mt_err *err)
+{
+    char base[48], path[96];
+    const cJSON *t;
+    size_t ti;
+    int64_t v;
+    mt_code rc;
+
+    snprintf(base, sizeof(base), "model.layers[%d]", idx);
+    memset(out, 0, sizeof(*out));
+    if (!cJSON_IsObject(l))
+        return bad(err, base, "must be an object");
+    snprintf(path, sizeof(path), "%s.type", base);
+    t = cJSON_GetObjectItemCaseSensitive(l, "type");
+    if (t == NULL)
+        return bad(err, path, "is required");
+    if (!cJSON_IsString(t))
+        return bad(err, path, "must be a string");
+    for (ti = 0; ti < N_LAYER_TYPES; ti++)
+        if (strcmp(t->valuestring, layer_types[ti].type) == 0)
+            break;
+    if (ti == N_LAYER_TYPES)
+        return bad(err, path,
+                   "must be one of dense, conv2d, max_pool2d, flatten, batch_norm, dropout");
+    rc = check_keys(l, base, layer_types[ti].keys, err);
+    if (rc != MT_OK)
+        return rc;
+    out->kind = layer_types[ti].kind;
+    snprintf(out->name, sizeof(out->name), "%s_%d", layer_types[ti].type, ++counts[ti]);
+    out->use_bias = true;
+    switch (out->kind) {
+    case MT_LAYER_DENSE:
+        snprintf(path, sizeof(path), "%s.units", base);
+        if (cJSON_GetObjectItemCaseSensitive(l, "units") == NULL)
+            return bad(err, path, "is required");
+        rc = get_pos_int(l, "units", path, 1 << 24, 0, &v, err);
+        out->units = (size_t)v;
+        break;
+    case MT_LAYER_CONV2D:
+        snprintf(path, sizeof(path), "%s.filters", base);
+        if (cJSON_GetObjectItemCaseSensitive(l, "filters") == NULL)
+            return bad(err, path, "is required");
+        rc = get_pos_int(l, "filters", path, 1 << 16, 0, &v, err);
+        out->filters = (size_t)v;
+        if (rc == MT_OK) {
+            snprintf(path, sizeof(path), "%s.kernel_size", base);
+            rc = parse_pair(l, "kernel_size", path, &out->kh, &out->kw, true, err);
+        }
+        if (rc == MT_OK) {
+            size_t sa = 1, sb = 1;
+            snprintf(path, sizeof(path), "%s.strides", base);
+            rc = parse_pair(l, "strides", path, &sa, &sb, false, err);
+            if (rc == MT_OK && (sa != 1 || sb != 1))
+                rc = bad(err, path, "only stride 1 is supported");
+        }
+        if (rc == MT_OK) {
+            const char *pad;
+            snprintf(path, sizeof(path), "%s.padding", base);
+            rc = get_str(l, "padding", path, &pad, err);
+            if (rc == MT_OK && pad != NULL && strcmp(pad, "same") != 0 && strcmp(pad, "valid") != 0)
+                rc = bad(err, path, "must be \"valid\" or \"same\"");
+            out->same = pad != NULL && strcmp(pad, "same") == 0;
+        }
+        break;
+    case MT_LAYER_MAX_POOL2D: {
+        size_t a = 2, b = 2;
+        snprintf(path, sizeof(path), "%s.pool_size", base);
+        rc = parse_pair(l, "pool_size", path, &a, &b, false, err);
+        if (rc == MT_OK && (a != 2 || b != 2))
+            rc = bad(err, path, "only 2x2 pooling is supported");
+        break;
+    }
+    case MT_LAYER_FLATTEN:
+        break;
+    case MT_LAYER_BATCH_NORM:
+        snprintf(path, sizeof(path), "%s.center", base);
+        rc = get_bool(l, "center", path, true, &out->center, err);
+        snprintf(path, sizeof(path), "%s.scale", base);
+        if (rc == MT_OK)
+            rc = get_bool(l, "scale", path, true, &out->scale, err);
+        snprintf(path, sizeof(path), "%s.momentum", base);
+        if (rc == MT_OK)
+            rc = get_num(l, "momentum", path, 0, 1, false, false, 0.99f, &out->momentum, err);
+        snprintf(path, sizeof(path), "%s.epsilon", base);
+        if (rc == MT_OK)
+            rc = get_num(l, "epsilon", path, 0, 1, true, false, 1e-3f, &out->epsilon, err);
+        break;
+    case MT_LAYER_DROPOUT:
+        snprintf(path, sizeof(path), "%s.rate", base);
+        if (cJSON_GetObjectItemCaseSensitive(l, "rate") == NULL)
+            return bad(err, path, "is required");
+        rc = get_num(l, "rate", path, 0, 1, false, true, 0.0f, &out->rate, err);
+        break;
+    }
+    if (rc == MT_OK && (out->kind == MT_LAYER_DENSE || out->kind == MT_LAYER_CONV2D)) {
+        snprintf(path, sizeof(path), "%s.activation", base);
+        rc = parse_activation(l, path, &out->activation, err);
+        snprintf(path, sizeof(path), "%s.use_bias", base);
+        if (rc == MT_OK)
+            rc = get_bool(l, "use_bias", path, true, &out->use_bias, err);
+    }
+    return rc;
+}
+
+static mt_code parse_model(const cJSON *root, mt_job_spec *s, mt_err *err)
+{
+    static const char *const keys[] = {"input_shape", "layers", NULL};
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *layers, *shape;
+    int counts[N_LAYER_TYPES] = {0};
+    mt_code rc;
+
+    if (m == NULL)
+        return bad(err, "model", "is required");
+    if (!cJSON_IsObject(m))
+        return bad(err, "model", "must be an object");
+    rc = check_keys(m, "model", keys, err);
+    if (rc != MT_OK)
+        return rc;
+    shape = cJSON_GetObjectItemCaseSensitive(m, "input_shape");
+    if (shape != NULL) {
+        int n = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : 0;
+        if (n < 1 || n > 3)
+            return bad(err, "model.input_shape", "must be a list of 1 to 3 positive integers");
+        for (int i = 0; i < n; i++) {
+            const cJSON *e = cJSON_GetArrayItem(shape, i);
+            double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+            if (v != floor(v) || v < 1 || v > (1 << 24)) {
+                char p[48];
+                snprintf(p, sizeof(p), "model.input_shape[%d]", i);
+                return bad(err, p, "must be a positive integer");
+            }
+            s->input_shape[i] = (size_t)v;
+        }
+        s->input_rank = n;
+    }
+    layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
+    if (layers == NULL)
+        return bad(err, "model.layers", "is required");
+    if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) < 1)
+        return bad(err, "model.layers", "must be a non-empty list of layers");
+    s->n_layers = cJSON_GetArraySize(layers);
+    if (s->n_layers > 256)
+        return bad(err, "model.layers", "at most 256 layers");
+    s->layers = mt_calloc((size_t)s->n_layers, sizeof(*s->layers));
+    if (s->layers == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model.layers: out of memory");
+    for (int i = 0; i < s->n_layers; i++) {
+        rc = parse_layer(cJSON_GetArrayItem(layers, i), i, counts, &s->layers[i], err);
+        if (rc != MT_OK)
+            return rc;
+        if (s->layers[i].activation == MT_ACT_SOFTMAX && i != s->n_layers - 1) {
+            char p[64];
+            snprintf(p, sizeof(p), "model.layers[%d].activation", i);
+            return bad(err, p, "softmax is only supported on the last layer");
+        }
+    }
+    return MT_OK;
+}
+
+static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
+{
+    static const char *const keys[] = {
+        "name",          "seed",       "batch_size", "epochs",  "steps", "optimizer",
+        "learning_rate", "loss",       "dataset",    "model",   "mesh",  "layouts",
+        "input_layout",  "checkpoint", "restart",    "elastic", NULL};
+    const cJSON *n;
+    const char *str;
+    int64_t v;
+    mt_code rc;
+
+    if (!cJSON_IsObject(root))
+        return bad(err, "(root)", "the job spec must be a JSON object");
+    rc = check_keys(root, "", keys, err);
+    if (rc != MT_OK)
+        return rc;
+    rc = get_str(root, "name", "name", &str, err);
+    if (rc != MT_OK)
+        return rc;
+    if (str != NULL)
+        snprintf(s->name, sizeof(s->name), "%s", str);
+    n = cJSON_GetObjectItemCaseSensitive(root, "seed");
+    s->seed = 42;
+    if (n != NULL) {
+        double d = cJSON_IsNumber(n) ? n->valuedouble : -1;
+        if (d != floor(d) || d < 0 || d > 9007199254740991.0)
+            return bad(err, "seed", "must be a non-negative integer");
+        s->seed = (uint64_t)d;
+    }
+    rc = get_pos_int(root, "batch_size", "batch_size", 1 << 20, 32, &v, err);
+    if (rc != MT_OK)
+        return rc;
+    s->batch_size = (size_t)v;
+    rc = get_pos_int(root, "epochs", "epochs", 1000000, 0, &s->epochs, err);
+    if (rc != MT_OK)
+        return rc;
+    rc = get_pos_int(root, "steps", "steps", (int64_t)1 << 40, 0, &s->steps, err);
+    if (rc != MT_OK)
+        return rc;
+    if (s->epochs == 0 && s->steps == 0)
+        s->epochs = 1;
+    rc = parse_optimizer(root, &s->optimizer, err);
+    if (rc != MT_OK)
+        return rc;
+    rc = get_str(root, "loss", "loss", &str, err);
+    if (rc != MT_OK)
+        return rc;
+    if (str != NULL && strcmp(str, "sparse_categorical_crossentropy") != 0)
+        return bad(err, "loss", "must be \"sparse_categorical_crossentropy\"");
+    rc = mt_job_spec_parse_dataset(cJSON_GetObjectItemCaseSensitive(root, "dataset"), &s->dataset,
+                                   err);
+    if (rc != MT_OK)
+        return rc;
+    return parse_model(root, s, err);
+}
+
+mt_code mt_job_spec_parse(const char *json, size_t len, mt_job_spec **out, mt_err *err)
+{
+    mt_job_spec *s;
+    cJSON *root;
+    mt_code rc;
+
+    *out = NULL;
+    root = cJSON_ParseWithLength(json, len);
+    if (root == NULL) {
+        const char *at = cJSON_GetErrorPtr();
+        size_t off = at != NULL && at >= json && at <= json + len ? (size_t)(at - json) : 0;
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "(root): not valid JSON (near byte %zu)", off);
+    }
+    s = mt_calloc(1, sizeof(*s));
+    if (s == NULL) {
+        cJSON_Delete(root);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job spec: out of memory");
+    }
+    rc = parse_root(root, s, err);
+    cJSON_Delete(root);
+    if (rc != MT_OK) {
+        mt_job_spec_free(s);
+        return rc;
+    }
+    *out = s;
+    return MT_OK;
+}
+
+mt_code mt_job_spec_load(const char *path, mt_job_spec **out, mt_err *err)
+{
+    FILE *f;
+    char *buf;
+    long n;
+    mt_code rc;
+
+    *out = NULL;
+    f = fopen(path, "rb");
+    if (f == NULL)
+        return mt_err_set(err, errno == ENOENT ? MT_NOT_FOUND : MT_INVALID_ARGUMENT, "open %s: %s",
+                          path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
+        n > (64 << 20)) {
+        fclose(f);
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: not a readable job spec file", path);
+    }
+    buf = mt_malloc((size_t)n + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", path);
+    }
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        fclose(f);
+        mt_free(buf);
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: read error", path);
+    }
+    fclose(f);
+    buf[n] = '\0';
+    rc = mt_job_spec_parse(buf, (size_t)n, out, err);
+    mt_free(buf);
+    return rc;
+}
+
+void mt_job_spec_free(mt_job_spec *spec)
+{
+    if (spec == NULL)
+        return;
+    mt_free(spec->layers);
+    mt_free(spec);
+}

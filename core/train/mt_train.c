@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mt_train.c — local training loop (contract in mt_train.h).
+ * Batches are gathered through a per-epoch permutation into one reused buffer; the last batch of
+ * an epoch may be short and its loss is divided by its own size (as Keras does).
+ * Threading: caller's thread. Tests: tests/unit/test_train.c.
+ */
+#include "train/mt_train.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "alloc/mt_alloc.h"
+#include "rng/mt_rng.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static mt_code evaluate(mt_model *m, const mt_idx_set *test, double *loss, double *acc, mt_err *err)
+{
+    double ls = 0.0;
+    size_t ok = 0;
+    mt_code rc;
+
+    *loss = *acc = 0.0;
+    if (test == NULL || test->n == 0)
+        return MT_OK;
+    rc = mt_model_evaluate(m, test->images, test->labels, test->n, &ls, &ok, err);
+    if (rc != MT_OK)
+        return rc;
+    *loss = ls / (double)test->n;
+    *acc = (double)ok / (double)test->n;
+    return MT_OK;
+}
+
+mt_code mt_train_run_data(const mt_job_spec *spec, const mt_train_options *opt,
+                          const mt_idx_set *train, const mt_idx_set *test,
+                          mt_train_progress_fn progress, void *ctx, mt_train_result *res,
+                          mt_err *err)
+{
+    size_t shape[3] = {train->h, train->w, train->c};
+    size_t bs = spec->batch_size, ex;
+    int64_t epochs = opt && opt->epochs ? opt->epochs : spec->epochs;
+    int64_t cap = opt && opt->steps ? opt->steps : spec->steps;
+    int64_t per_epoch, step = 0;
+    mt_model *m = NULL;
+    uint32_t *perm = NULL;
+    float *xb = NULL;
+    int32_t *yb = NULL;
+    double train_s = 0.0;
+    size_t train_examples = 0;
+    mt_code rc;
+
+    memset(res, 0, sizeof(*res));
+    if (train->n == 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: the training set is empty");
+    if (test != NULL && test->n > 0 &&
+        (test->h != train->h || test->w != train->w || test->c != train->c))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "dataset: test examples (%zux%zux%zu) differ from training examples "
+                          "(%zux%zux%zu)",
+                          test->h, test->w, test->c, train->h, train->w, train->c);
+    per_epoch = (int64_t)((train->n + bs - 1) / bs);
+    if (opt && opt->steps && !opt->epochs)
+        epochs = 0; /* --steps alone: run as many epochs as the steps need */
+    if (epochs == 0)
+        epochs = (cap + per_epoch - 1) / per_epoch;
+    if (cap == 0 || cap > epochs * per_epoch)
+        cap = epochs * per_epoch;
+    if (bs > train->n)
+        bs = train->n;
+    rc = mt_model_new(spec, 3, shape, bs, &m, err);
+    if (rc != MT_OK)
+        return rc;
+    ex = mt_model_input_size(m);
+    perm = mt_malloc(train->n * sizeof(*perm));
+    xb = mt_malloc(bs * ex * sizeof(float));
+    yb = mt_malloc(bs * sizeof(int32_t));
+    if (perm == NULL || xb == NULL || yb == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "training buffers: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < train->n; i++) {
+        if ((size_t)train->labels[i] >= mt_model_num_classes(m)) {
+            rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                            "model.layers[%d]: %zu outputs but the dataset has label %d",
+                            spec->n_layers - 1, mt_model_num_classes(m), (int)train->labels[i]);
+            goto done;
+        }
+    }
+    for (int64_t e = 0; e < epochs && step < cap; e++) {
+        mt_train_progress p = {
+            MT_TRAIN_STEP, e + 1, epochs, step, 0, per_epoch, 0, 0, 0, 0, 0, 0, 0};
+        double loss_sum = 0.0, correct = 0.0, t_epoch = 0.0;
+        size_t seen = 0;
+        if (cap - step < per_epoch)
+            p.epoch_steps = cap - step;
+        mt_rng_permutation(perm, train->n, spec->seed, (uint64_t)e);
+        for (int64_t s = 0; s < p.epoch_steps; s++) {
+            size_t first = (size_t)s * spec->batch_size;
+            size_t b = train->n - first < bs ? train->n - first : bs;
+            mt_step_metrics sm;
+            double t0 = now_s(), dt;
+            for (size_t i = 0; i < b; i++) {
+                memcpy(xb + i * ex, train->images + (size_t)perm[first + i] * ex,
+                       ex * sizeof(float));
+                yb[i] = train->labels[perm[first + i]];
+            }
+            rc = mt_model_train_step(m, xb, yb, b, b, (uint64_t)step, first, NULL, &sm, err);
+            if (rc != MT_OK)
+                goto done;
+            dt = now_s() - t0;
+            step++;
+            t_epoch += dt;
+            seen += b;
+            loss_sum += sm.loss * (double)b;
+            correct += sm.accuracy * (double)b;
+            p.step = step;
+            p.epoch_step = s + 1;
+            p.loss = loss_sum / (double)seen;
+            p.accuracy = correct / (double)seen;
+            p.epoch_seconds = t_epoch;
+            p.step_ms = dt * 1e3;
+            p.examples_per_sec = (double)seen / t_epoch;
+            if (progress != NULL && (rc = progress(ctx, &p)) != MT_OK) {
+                mt_err_set(err, rc, "training stopped at step %lld", (long long)step);
+                goto done;
+            }
+        }
+        train_s += t_epoch;
+        train_examples += seen;
+        rc = evaluate(m, test, &p.test_loss, &p.test_accuracy, err);
+        if (rc != MT_OK)
+            goto done;
+        p.event = MT_TRAIN_EPOCH_END;
+        res->epochs = e + 1;
+        res->test_loss = p.test_loss;
+        res->test_accuracy = p.test_accuracy;
+        if (progress != NULL && (rc = progress(ctx, &p)) != MT_OK) {
+            mt_err_set(err, rc, "training stopped after epoch %lld", (long long)(e + 1));
+            goto done;
+        }
+    }
+    res->steps = step;
+    res->examples_per_sec = train_s > 0 ? (double)train_examples / train_s : 0.0;
+    rc = MT_OK;
+done:
+    mt_free(perm);
+    mt_free(xb);
+    mt_free(yb);
+    mt_model_free(m);
+    return rc;
+}
+
+mt_code mt_train_run(const mt_job_spec *spec, const mt_train_options *opt,
+                     mt_train_progress_fn progress, void *ctx, mt_train_result *res, mt_err *err)
+{
+    mt_idx_set train, test;
+    const mt_dataset_spec *d = &spec->dataset;
+    mt_code rc;
+
+    memset(res, 0, sizeof(*res));
+    rc = mt_idx_set_load(d->train_images, d->train_labels, 0, &train, err);
+    if (rc != MT_OK)
+        return rc;
+    rc = mt_idx_set_load(d->test_images, d->test_labels, 0, &test, err);
+    if (rc != MT_OK) {
+        mt_idx_set_fini(&train);
+        return rc;
+    }
+    rc = mt_train_run_data(spec, opt, &train, &test, progress, ctx, res, err);
+    mt_idx_set_fini(&train);
+    mt_idx_set_fini(&test);
+    return rc;
+}

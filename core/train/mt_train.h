@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mt_train.h — the local (single-process, one device) training loop: epochs and/or a step cap,
+ * a deterministic shuffle per epoch from (seed, epoch), per-step metrics (loss, accuracy,
+ * examples/s, step time) and an evaluation pass over the test set at each epoch end.
+ *
+ * How it fits: `meshtrain train --local` (client/cmd_train.c) calls mt_train_run with a parsed
+ * job spec and prints what the progress callback reports. Calls core/data (IDX) and core/model.
+ * Threading: runs on the caller's thread; blocks until training ends; the callback runs on it.
+ * Tests: tests/unit/test_train.c, tests/integration/test_fashion_accuracy.sh.
+ */
+#ifndef MT_TRAIN_H
+#define MT_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/mt_idx.h"
+#include "model/mt_model.h"
+#include "status/mt_status.h"
+
+/* Overrides of the spec (0 = keep the spec's value). */
+typedef struct mt_train_options {
+    int64_t epochs; /* --epochs */
+    int64_t steps;  /* --steps: total step cap */
+} mt_train_options;
+
+#define MT_TRAIN_OPTIONS_DEFAULTS                                                                  \
+    {                                                                                              \
+        0, 0                                                                                       \
+    }
+
+typedef enum mt_train_event {
+    MT_TRAIN_STEP,      /* after each step: running epoch metrics */
+    MT_TRAIN_EPOCH_END, /* after an epoch (or the last partial one) and its evaluation */
+} mt_train_event;
+
+typedef struct mt_train_progress {
+    mt_train_event event;
+    int64_t epoch, epochs;           /* 1-based epoch, planned epochs */
+    int64_t step;                    /* global steps done */
+    int64_t epoch_step, epoch_steps; /* steps done in this epoch / planned in this epoch */
+    double loss, accuracy;           /* running means over this epoch's examples */
+    double epoch_seconds;            /* training time of this epoch so far */
+    double step_ms;                  /* time of the last step */
+    double examples_per_sec;         /* this epoch so far */
+    double test_loss, test_accuracy; /* EPOCH_END only */
+} mt_train_progress;
+
+/* Progress callback; a non-OK return stops training with that code (CANCELLED, say). */
+typedef mt_code (*mt_train_progress_fn)(void *ctx, const mt_train_progress *p);
+
+typedef struct mt_train_result {
+    int64_t steps, epochs;
+    double test_loss, test_accuracy;
+    double examples_per_sec; /* training examples / training seconds (eval excluded) */
+} mt_train_result;
+
+/*
+ * Train spec's model on in-memory data: train and test are borrowed (see mt_idx_set_load).
+ * progress may be NULL. Codes: INVALID_ARGUMENT (spec does not fit the data: shapes, classes),
+ * RESOURCE_EXHAUSTED, or the callback's code.
+ */
+mt_code mt_train_run_data(const mt_job_spec *spec, const mt_train_options *opt,
+                          const mt_idx_set *train, const mt_idx_set *test,
+                          mt_train_progress_fn progress, void *ctx, mt_train_result *res,
+                          mt_err *err);
+
+/* Load the spec's dataset (IDX files) and mt_train_run_data. Adds the data loader's codes. */
+mt_code mt_train_run(const mt_job_spec *spec, const mt_train_options *opt,
+                     mt_train_progress_fn progress, void *ctx, mt_train_result *res, mt_err *err);
+
+#endif

@@ -1,0 +1,491 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * store_data.c — per-step metrics and checkpoint records (mt_store.h,
+ * "metrics" and "checkpoints").
+ *
+ * DESIGN. metrics is a WITHOUT ROWID table clustered on (job_id, step, name):
+ * a since_step query is one range scan in the order it returns, and the
+ * primary key is the upsert target that makes a redone step replace the lost
+ * one. A second index (job_id, name, step) serves "latest value per name" with
+ * one seek per name. A batch is one savepoint over one reused INSERT, so the
+ * cost per point is a B-tree insert, and the fsync is paid per batch.
+ * SQLite stores NaN as NULL; NULL is read back as NaN.
+ * Checkpoint records are written incomplete first and flipped to complete
+ * after the file is durable; gc returns the locations it deleted so the
+ * caller removes the files after the records are gone (a crash in between
+ * leaves an orphan file, never a record pointing to nothing).
+ * Threading: as mt_store. Tests: tests/unit/test_store_data.c.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc/mt_alloc.h"
+#include "storage/store_int.h"
+
+/* NOT_FOUND unless the job exists. */
+static mt_code need_job(mt_store *s, const char *job_id, const char *what, mt_err *err)
+{
+    sqlite3_stmt *st = mt_store__stmt(s, MT_STMT_JOB_STATE);
+    mt_code code = MT_OK;
+    int rc;
+
+    mt_store__bind_text(st, 1, job_id);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE)
+        code = mt_err_set(err, MT_NOT_FOUND, "%s: job %s not found", what, job_id);
+    else if (rc != SQLITE_ROW)
+        code = mt_store__fail(s, rc, err, "%s of job %s", what, job_id);
+    mt_store__stmt_done(st);
+    return code;
+}
+
+/* ------------------------------------------------------------------ metrics */
+
+static mt_code check_points(const char *job_id, const mt_store_metric *pts, size_t n, mt_err *err)
+{
+    if (n > 0 && pts == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "store metrics of job %s: %zu points but no "
+                          "array",
+                          job_id, n);
+    for (size_t i = 0; i < n; i++) {
+        if (!mt_store__terminated(pts[i].name, sizeof(pts[i].name)) || pts[i].name[0] == '\0')
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "store metrics of job %s: point %zu (step %llu) has no valid name",
+                              job_id, i, (unsigned long long)pts[i].step);
+        if (pts[i].step > (uint64_t)INT64_MAX)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "store metrics of job %s: point %zu step %llu is out of range",
+                              job_id, i, (unsigned long long)pts[i].step);
+    }
+    return MT_OK;
+}
+
+static mt_code insert_points(mt_store *s, const char *job_id, const mt_store_metric *pts, size_t n,
+                             mt_err *err)
+{
+    sqlite3_stmt *st;
+    mt_code code = need_job(s, job_id, "store metrics", err);
+
+    if (code != MT_OK)
+        return code;
+    st = mt_store__stmt(s, MT_STMT_METRIC_UPSERT);
+    mt_store__bind_text(st, 1, job_id);
+    for (size_t i = 0; i < n; i++) {
+        int rc;
+        sqlite3_reset(st); /* keeps the job_id binding */
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)pts[i].step);
+        mt_store__bind_text(st, 3, pts[i].name);
+        sqlite3_bind_int64(st, 4, pts[i].epoch);
+        if (isnan(pts[i].value))
+            sqlite3_bind_null(st, 5);
+        else
+            sqlite3_bind_double(st, 5, pts[i].value);
+        sqlite3_bind_int64(st, 6, pts[i].time_ms);
+        rc = mt_store__step_done(st);
+        if (rc != SQLITE_OK) {
+            code = mt_store__fail(s, rc, err, "store metric %s step %llu of job %s", pts[i].name,
+                                  (unsigned long long)pts[i].step, job_id);
+            break;
+        }
+    }
+    mt_store__stmt_done(st);
+    return code;
+}
+
+mt_code mt_store_metrics_insert(mt_store *s, const char *job_id, const mt_store_metric *pts,
+                                size_t n, mt_err *err)
+{
+    mt_code rc = mt_store__need(job_id, "store metrics: job_id", err);
+
+    if (rc == MT_OK)
+        rc = check_points(job_id, pts, n, err);
+    if (rc != MT_OK || n == 0)
+        return rc;
+    rc = mt_store__call_begin(s, err);
+    if (rc != MT_OK)
+        return rc;
+    rc = insert_points(s, job_id, pts, n, err);
+    return mt_store__call_end(s, rc, err);
+}
+
+static void read_metric(sqlite3_stmt *st, mt_store_metric *m)
+{
+    m->step = (uint64_t)sqlite3_column_int64(st, 0);
+    m->epoch = (uint32_t)sqlite3_column_int64(st, 1);
+    mt_store__col_text(st, 2, m->name, sizeof(m->name));
+    m->value = sqlite3_column_type(st, 3) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 3);
+    m->time_ms = sqlite3_column_int64(st, 4);
+}
+
+static void read_metric_row(sqlite3_stmt *st, void *elem)
+{
+    read_metric(st, elem);
+}
+
+static int name_wanted(const unsigned char *name, const char *const *names, size_t n_names)
+{
+    if (n_names == 0)
+        return 1;
+    for (size_t i = 0; i < n_names; i++)
+        if (names[i] != NULL && strcmp((const char *)name, names[i]) == 0)
+            return 1;
+    return 0;
+}
+
+mt_code mt_store_metrics_query(mt_store *s, const char *job_id, uint64_t since_step,
+                               const char *const *names, size_t n_names, size_t limit,
+                               mt_store_metric **out, size_t *n, mt_err *err)
+{
+    mt_store_metric *arr = NULL;
+    size_t count = 0, cap = 0;
+    sqlite3_stmt *st;
+    mt_code code = MT_OK;
+    int rc = SQLITE_DONE;
+
+    if (out == NULL || n == NULL || job_id == NULL || (n_names > 0 && names == NULL))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "query metrics: NULL argument");
+    *out = NULL;
+    *n = 0;
+    if (since_step > (uint64_t)INT64_MAX)
+        return MT_OK;
+    st = mt_store__stmt(s, MT_STMT_METRIC_QUERY);
+    mt_store__bind_text(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)since_step);
+    /* the name filter runs here rather than in SQL so one prepared statement serves any
+     * number of names; the scan is the (job_id, step) range either way */
+    while ((limit == 0 || count < limit) && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (!name_wanted(sqlite3_column_text(st, 2), names, n_names))
+            continue;
+        if (mt_store__grow((void **)&arr, &cap, count, sizeof(*arr)) != 0) {
+            code = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "query metrics of job %s: out of memory",
+                              job_id);
+            break;
+        }
+        read_metric(st, &arr[count++]);
+    }
+    if (code == MT_OK && !(limit != 0 && count >= limit) && rc != SQLITE_DONE)
+        code = mt_store__fail(s, rc, err, "query metrics of job %s", job_id);
+    mt_store__stmt_done(st);
+    if (code != MT_OK) {
+        mt_free(arr);
+        return code;
+    }
+    *out = arr;
+    *n = count;
+    return MT_OK;
+}
+
+mt_code mt_store_metrics_latest(mt_store *s, const char *job_id, mt_store_metric **out, size_t *n,
+                                mt_err *err)
+{
+    sqlite3_stmt *st;
+
+    if (out == NULL || n == NULL || job_id == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "latest metrics: NULL argument");
+    st = mt_store__stmt(s, MT_STMT_METRIC_LATEST);
+    mt_store__bind_text(st, 1, job_id);
+    return mt_store__collect(s, st, sizeof(**out), read_metric_row, (void **)out, n,
+                             "latest metrics", err);
+}
+
+mt_code mt_store_metrics_truncate(mt_store *s, const char *job_id, uint64_t after_step,
+                                  size_t *deleted, mt_err *err)
+{
+    sqlite3_stmt *st;
+    mt_code code = MT_OK;
+    int rc;
+
+    if (deleted != NULL)
+        *deleted = 0;
+    if (job_id == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "truncate metrics: job_id is NULL");
+    if (after_step >= (uint64_t)INT64_MAX)
+        return MT_OK;
+    code = mt_store__tx_guard(s, err);
+    if (code != MT_OK)
+        return code;
+    st = mt_store__stmt(s, MT_STMT_METRIC_TRUNCATE);
+    mt_store__bind_text(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)after_step);
+    rc = mt_store__step_done(st);
+    if (rc != SQLITE_OK)
+        code = mt_store__fail(s, rc, err, "truncate metrics of job %s", job_id);
+    else if (deleted != NULL)
+        *deleted = (size_t)sqlite3_changes(s->db);
+    mt_store__stmt_done(st);
+    return code;
+}
+
+void mt_store_metrics_free(mt_store_metric *pts)
+{
+    mt_free(pts);
+}
+
+/* ------------------------------------------------------------------ checkpoints */
+
+static mt_code ckpt_insert_rows(mt_store *s, const char *job_id, const mt_store_checkpoint *c,
+                                mt_err *err)
+{
+    sqlite3_stmt *st;
+    mt_code code = need_job(s, job_id, "record checkpoint", err);
+    int rc;
+
+    if (code != MT_OK)
+        return code;
+    st = mt_store__stmt(s, MT_STMT_CKPT_COMPLETE_OF);
+    mt_store__bind_text(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)c->step);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_int(st, 0) == 1)
+        code = mt_err_set(err, MT_ALREADY_EXISTS,
+                          "record checkpoint of job %s step %llu: a complete one exists", job_id,
+                          (unsigned long long)c->step);
+    else if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        code = mt_store__fail(s, rc, err, "record checkpoint of job %s", job_id);
+    mt_store__stmt_done(st);
+    if (code != MT_OK)
+        return code;
+    st = mt_store__stmt(s, MT_STMT_CKPT_UPSERT);
+    mt_store__bind_text(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)c->step);
+    mt_store__bind_text(st, 3, c->location);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)c->size_bytes);
+    mt_store__bind_text(st, 5, c->checksum);
+    sqlite3_bind_int64(st, 6, c->time_ms);
+    rc = mt_store__step_done(st);
+    if (rc != SQLITE_OK)
+        code = mt_store__fail(s, rc, err, "record checkpoint of job %s step %llu", job_id,
+                              (unsigned long long)c->step);
+    mt_store__stmt_done(st);
+    return code;
+}
+
+mt_code mt_store_checkpoint_insert(mt_store *s, const char *job_id, const mt_store_checkpoint *c,
+                                   mt_err *err)
+{
+    mt_code rc;
+
+    if (job_id == NULL || c == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "record checkpoint: NULL argument");
+    if (!mt_store__terminated(c->location, sizeof(c->location)) || c->location[0] == '\0' ||
+        !mt_store__terminated(c->checksum, sizeof(c->checksum)))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "record checkpoint of job %s step %llu: empty or unterminated "
+                          "location or checksum",
+                          job_id, (unsigned long long)c->step);
+    if (c->step > (uint64_t)INT64_MAX)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "record checkpoint of job %s: step out of "
+                          "range",
+                          job_id);
+    rc = mt_store__call_begin(s, err);
+    if (rc != MT_OK)
+        return rc;
+    rc = ckpt_insert_rows(s, job_id, c, err);
+    return mt_store__call_end(s, rc, err);
+}
+
+mt_code mt_store_checkpoint_complete(mt_store *s, const char *job_id, uint64_t step,
+                                     uint64_t size_bytes, const char *checksum, int64_t now_ms,
+                                     mt_err *err)
+{
+    sqlite3_stmt *st;
+    mt_code code = MT_OK;
+    int rc;
+
+    if (job_id == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "complete checkpoint: job_id is NULL");
+    code = mt_store__tx_guard(s, err);
+    if (code != MT_OK)
+        return code;
+    st = mt_store__stmt(s, MT_STMT_CKPT_COMPLETE);
+    mt_store__bind_text(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)step);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)size_bytes);
+    mt_store__bind_text(st, 4, checksum);
+    sqlite3_bind_int64(st, 5, now_ms);
+    rc = mt_store__step_done(st);
+    if (rc != SQLITE_OK)
+        code = mt_store__fail(s, rc, err, "complete checkpoint of job %s step %llu", job_id,
+                              (unsigned long long)step);
+    else if (sqlite3_changes(s->db) == 0)
+        code = mt_err_set(err, MT_NOT_FOUND, "checkpoint of job %s step %llu not found", job_id,
+                          (unsigned long long)step);
+    mt_store__stmt_done(st);
+    return code;
+}
+
+static void read_ckpt_row(sqlite3_stmt *st, void *elem)
+{
+    mt_store_checkpoint *c = elem;
+
+    c->step = (uint64_t)sqlite3_column_int64(st, 0);
+    mt_store__col_text(st, 1, c->location, sizeof(c->location));
+    c->size_bytes = (uint64_t)sqlite3_column_int64(st, 2);
+    mt_store__col_text(st, 3, c->checksum, sizeof(c->checksum));
+    c->complete = sqlite3_column_int(st, 4) != 0;
+    c->time_ms = sqlite3_column_int64(st, 5);
+}
+
+mt_code mt_store_checkpoint_list(mt_store *s, const char *job_id, mt_store_checkpoint **out,
+                                 size_t *n, mt_err *err)
+{
+    sqlite3_stmt *st;
+
+    if (out == NULL || n == NULL || job_id == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "list checkpoints: NULL argument");
+    st = mt_store__stmt(s, MT_STMT_CKPT_LIST);
+    mt_store__bind_text(st, 1, job_id);
+    return mt_store__collect(s, st, sizeof(**out), read_ckpt_row, (void **)out, n,
+                             "list checkpoints", err);
+}
+
+/* One checkpoint row from a bound statement; NOT_FOUND (with `what`) when none. */
+static mt_code one_ckpt(mt_store *s, sqlite3_stmt *st, mt_store_checkpoint *out, const char *job_id,
+                        const char *what, mt_err *err)
+{
+    mt_code code = MT_OK;
+    int rc = sqlite3_step(st);
+
+    memset(out, 0, sizeof(*out));
+    if (rc == SQLITE_ROW)
+        read_ckpt_row(st, out);
+    else if (rc == SQLITE_DONE)
+        code = mt_err_set(err, MT_NOT_FOUND, "job %s has no %s", job_id, what);
+    else
+        code = mt_store__fail(s, rc, err, "read %s of job %s", what, job_id);
+    mt_store__stmt_done(st);
+    return code;
+}
+
+mt_code mt_store_checkpoint_latest(mt_store *s, const char *job_id, mt_store_checkpoint *out,
+                                   mt_err *err)
+{
+    sqlite3_stmt *st;
+
+    if (out == NULL || job_id == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "latest checkpoint: NULL argument");
+    st = mt_store__stmt(s, MT_STMT_CKPT_LATEST);
+    mt_store__bind_text(st, 1, job_id);
+    return one_ckpt(s, st, out, job_id, "complete checkpoint", err);
+}
+
+mt_code mt_store_checkpoint_get(mt_store *s, const char *job_id, uint64_t step,
+                                mt_store_checkpoint *out, mt_err *err)
+{
+    sqlite3_stmt *st;
+    char what[64];
+
+    if (out == NULL || job_id == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "get checkpoint: NULL argument");
+    snprintf(what, sizeof(what), "checkpoint at step %llu", (unsigned long long)step);
+    st = mt_store__stmt(s, MT_STMT_CKPT_GET);
+    mt_store__bind_text(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)step);
+    return one_ckpt(s, st, out, job_id, what, err);
+}
+
+typedef struct gc_victim {
+    uint64_t step;
+    char *location; /* owned */
+} gc_victim;
+
+static void free_victims(gc_victim *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        mt_free(v[i].location);
+    mt_free(v);
+}
+
+/* Select the victims (with owned copies of their locations), then delete their rows. */
+static mt_code gc_rows(mt_store *s, const char *job_id, size_t keep, gc_victim **out, size_t *n,
+                       mt_err *err)
+{
+    gc_victim *v = NULL;
+    size_t count = 0, cap = 0;
+    sqlite3_stmt *st = mt_store__stmt(s, MT_STMT_CKPT_GC_VICTIMS);
+    mt_code code = MT_OK;
+    int rc;
+
+    mt_store__bind_text(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, keep > (size_t)INT64_MAX ? INT64_MAX : (sqlite3_int64)keep);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (mt_store__grow((void **)&v, &cap, count, sizeof(*v)) != 0 ||
+            (v[count].location = mt_strdup((const char *)sqlite3_column_text(st, 1))) == NULL) {
+            code = mt_err_set(err, MT_RESOURCE_EXHAUSTED,
+                              "gc checkpoints of job %s: out of "
+                              "memory",
+                              job_id);
+            break;
+        }
+        v[count++].step = (uint64_t)sqlite3_column_int64(st, 0);
+    }
+    if (code == MT_OK && rc != SQLITE_DONE)
+        code = mt_store__fail(s, rc, err, "gc checkpoints of job %s", job_id);
+    mt_store__stmt_done(st);
+    st = mt_store__stmt(s, MT_STMT_CKPT_DELETE);
+    for (size_t i = 0; i < count && code == MT_OK; i++) {
+        sqlite3_reset(st);
+        mt_store__bind_text(st, 1, job_id);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)v[i].step);
+        rc = mt_store__step_done(st);
+        if (rc != SQLITE_OK)
+            code = mt_store__fail(s, rc, err, "gc checkpoints of job %s", job_id);
+    }
+    mt_store__stmt_done(st);
+    *out = v;
+    *n = count;
+    return code;
+}
+
+mt_code mt_store_checkpoint_gc(mt_store *s, const char *job_id, size_t keep, char ***locations,
+                               size_t *n, mt_err *err)
+{
+    gc_victim *v = NULL;
+    char **locs = NULL;
+    size_t count = 0;
+    mt_code rc;
+
+    if (locations == NULL || n == NULL || job_id == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "gc checkpoints: NULL argument");
+    *locations = NULL;
+    *n = 0;
+    rc = mt_store__call_begin(s, err);
+    if (rc != MT_OK)
+        return rc;
+    rc = gc_rows(s, job_id, keep, &v, &count, err);
+    if (rc == MT_OK && count > 0) {
+        locs = mt_calloc(count, sizeof(*locs));
+        if (locs == NULL)
+            rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "gc checkpoints of job %s: out of memory",
+                            job_id);
+    }
+    rc = mt_store__call_end(s, rc, err);
+    if (rc != MT_OK) {
+        free_victims(v, count);
+        mt_free(locs);
+        return rc;
+    }
+    for (size_t i = 0; i < count; i++)
+        locs[i] = v[i].location; /* ownership moves to the result */
+    mt_free(v);
+    *locations = locs;
+    *n = count;
+    return MT_OK;
+}
+
+void mt_store_checkpoints_free(mt_store_checkpoint *c)
+{
+    mt_free(c);
+}
+
+void mt_store_strings_free(char **strs, size_t n)
+{
+    if (strs == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        mt_free(strs[i]);
+    mt_free(strs);
+}

@@ -1,0 +1,71 @@
+# SPDX-License-Identifier: MIT
+# lib.sh — helpers for integration tests that run the real daemons on loopback.
+# Source it: every child started with `bg` is killed on exit (also on failure),
+# every wait is a poll with a deadline, state lives in a fresh temp dir.
+set -euo pipefail
+
+BIN=${MT_BIN_DIR:?MT_BIN_DIR must point at the build directory}
+SRC=${MT_SOURCE_DIR:?MT_SOURCE_DIR must point at the source directory}
+T=$(mktemp -d /tmp/mt-integ.XXXXXX)
+PIDS=()
+FAILED=0
+
+cleanup() {
+    local rc=$?
+    for p in "${PIDS[@]:-}"; do
+        [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+    if [ $rc -ne 0 ] || [ $FAILED -ne 0 ]; then
+        echo "--- logs in $T (kept) ---"
+        for f in "$T"/*.log; do [ -f "$f" ] && { echo "== $f"; tail -n 30 "$f"; }; done
+    else
+        rm -rf "$T"
+    fi
+}
+trap cleanup EXIT
+
+log() { echo "[$(date +%H:%M:%S)] $*"; }
+fail() { FAILED=1; echo "FAIL: $*" >&2; exit 1; }
+
+# bg NAME CMD...: start CMD in the background with stderr+stdout in $T/NAME.log;
+# sets LAST_PID.
+bg() {
+    local name=$1; shift
+    "$@" >"$T/$name.log" 2>&1 &
+    LAST_PID=$!
+    PIDS+=("$LAST_PID")
+}
+
+# wait_for SECONDS DESCRIPTION CMD...: poll CMD every 0.1 s until it succeeds.
+wait_for() {
+    local secs=$1 what=$2; shift 2
+    local end=$((SECONDS + secs))
+    while ! "$@" >/dev/null 2>&1; do
+        [ $SECONDS -lt $end ] || fail "timed out after ${secs}s waiting for: $what"
+        sleep 0.1
+    done
+}
+
+# start_coordinator NAME STATE_DIR [FLAGS...]: start on ephemeral ports, wait for
+# endpoints.json; sets COORD_PID, COORD_URL, HTTP_URL.
+start_coordinator() {
+    local name=$1 dir=$2; shift 2
+    rm -f "$dir/endpoints.json"
+    bg "$name" "$BIN/meshtrain-coordinator" --state-dir "$dir" "$@"
+    COORD_PID=$LAST_PID
+    wait_for 20 "coordinator $name endpoints" test -s "$dir/endpoints.json"
+    COORD_URL=$(jq -r .rpc "$dir/endpoints.json")
+    HTTP_URL=$(jq -r .http "$dir/endpoints.json")
+}
+
+# mt ARGS...: the CLI against the current coordinator
+mt() { "$BIN/meshtrain" --coordinator "$COORD_URL" "$@"; }
+
+# expect_exit CODE CMD...: run CMD, require its exit code
+expect_exit() {
+    local want=$1; shift
+    local got=0
+    "$@" >"$T/last.out" 2>&1 || got=$?
+    [ "$got" = "$want" ] || { cat "$T/last.out" >&2; fail "'$*' exited $got, expected $want"; }
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# test_train_cli.sh — `meshtrain train` exit codes and messages: usage errors exit 2, invalid
+# specs exit 4 with "meshtrain: INVALID_ARGUMENT: <path>: <why>", the Progbar line format.
+set -euo pipefail
+BIN="${MT_BIN_DIR:?}/meshtrain"
+SRC="${MT_SOURCE_DIR:?}"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+expect() { # expect CODE PATTERN ARGS...
+    local code=$1 pat=$2 rc=0
+    shift 2
+    "$BIN" "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+    if [ "$rc" != "$code" ] || ! grep -q -- "$pat" "$TMP/out" "$TMP/err"; then
+        echo "FAIL: meshtrain $* -> exit $rc (want $code), output:"
+        cat "$TMP/out" "$TMP/err"
+        exit 1
+    fi
+}
+
+expect 0 "usage: meshtrain train" train --help
+expect 2 "expected exactly one JOB.json" train --local
+expect 2 "only --local" train "$SRC/examples/fashion_mnist_mlp.json"
+expect 2 "expected a positive integer" train --local --epochs 0 "$SRC/examples/fashion_mnist_mlp.json"
+expect 4 "meshtrain: NOT_FOUND: open $TMP/none.json" train --local "$TMP/none.json"
+echo '{"model":{"layers":[{"type":"flatten"},{"type":"dense","units":10},{"type":"dense","units":0}]}}' >"$TMP/bad.json"
+expect 4 "meshtrain: INVALID_ARGUMENT: model.layers\[2\].units: must be a positive integer" \
+    train --local "$TMP/bad.json"
+echo '{"model":{"layers":[{"type":"dense","units":10}]}}' >"$TMP/flat.json"
+expect 4 "INVALID_ARGUMENT: model.layers\[0\]: dense needs a flat input" train --local "$TMP/flat.json"
+echo '{"dataset":{"train_images":"/nonexistent.gz"},"model":{"layers":[{"type":"flatten"},{"type":"dense","units":10}]}}' >"$TMP/nodata.json"
+expect 4 "NOT_FOUND: open /nonexistent.gz" train --local "$TMP/nodata.json"
+if [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    # non-TTY: one Progbar line per epoch, then the test line
+    expect 0 "^Epoch 1/1  5/5 \[==============================\] - [0-9]*s [0-9]*ms/step - loss: [0-9.]* - accuracy: [0-9.]* - test_loss" \
+        train --local "$SRC/examples/fashion_mnist_mlp.json" --steps 5
+    grep -q "^Test loss: " "$TMP/out"
+fi
+echo OK

@@ -1,0 +1,598 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_store_data.c — unit tests for the metrics and checkpoints parts of
+ * storage/mt_store.h. Each test on its own temporary database.
+ */
+#include "mt_test.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc/mt_alloc.h"
+#include "storage/mt_store.h"
+#include "store_test_util.h"
+
+typedef store_tctx tctx;
+
+/* Insert a job and return its id in id[32]. */
+static void add_job(mt_store *s, char id[32])
+{
+    mt_store_job j;
+    mt_err err = MT_ERR_INIT;
+    memset(&j, 0, sizeof(j));
+    j.spec_json = (char *)"{}";
+    if (mt_store_job_insert(s, &j, 1, &err) != MT_OK)
+        fail_msg("insert job: %s", err.msg);
+    memcpy(id, j.job_id, 32);
+}
+
+static mt_store_metric pt(uint64_t step, const char *name, double v)
+{
+    mt_store_metric m;
+    memset(&m, 0, sizeof(m));
+    m.step = step;
+    m.epoch = (uint32_t)(step / 10);
+    snprintf(m.name, sizeof(m.name), "%s", name);
+    m.value = v;
+    m.time_ms = 1000 + (int64_t)step;
+    return m;
+}
+
+/* ------------------------------------------------------------------ metrics */
+
+static void test_store_metrics_insert_query_order(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_metric in[6], *out = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    /* out of order on purpose */
+    in[0] = pt(2, "loss", 0.5);
+    in[1] = pt(1, "loss", 0.9);
+    in[2] = pt(1, "accuracy", 0.1);
+    in[3] = pt(3, "loss", 0.4);
+    in[4] = pt(2, "accuracy", 0.2);
+    in[5] = pt(12, "loss", 0.3);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, in, 6, &err), MT_OK);
+    assert_int_equal(mt_store_metrics_query(t->s, job, 0, NULL, 0, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 6);
+    const uint64_t steps[] = {1, 1, 2, 2, 3, 12};
+    const char *names[] = {"accuracy", "loss", "accuracy", "loss", "loss", "loss"};
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(out[i].step, steps[i]);
+        assert_string_equal(out[i].name, names[i]);
+    }
+    assert_int_equal(out[5].epoch, 1);
+    assert_int_equal(out[5].time_ms, 1012);
+    assert_true(out[1].value == 0.9);
+    mt_store_metrics_free(out);
+
+    /* since_step is inclusive */
+    assert_int_equal(mt_store_metrics_query(t->s, job, 2, NULL, 0, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 4);
+    assert_int_equal(out[0].step, 2);
+    mt_store_metrics_free(out);
+    /* name filter and limit */
+    const char *want[] = {"loss"};
+    assert_int_equal(mt_store_metrics_query(t->s, job, 0, want, 1, 2, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(out[0].step, 1);
+    assert_int_equal(out[1].step, 2);
+    assert_string_equal(out[1].name, "loss");
+    mt_store_metrics_free(out);
+    const char *two[] = {"accuracy", "nope"};
+    assert_int_equal(mt_store_metrics_query(t->s, job, 0, two, 2, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    mt_store_metrics_free(out);
+    /* past the end, unknown job: empty */
+    assert_int_equal(mt_store_metrics_query(t->s, job, 13, NULL, 0, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 0);
+    assert_null(out);
+    assert_int_equal(mt_store_metrics_query(t->s, "job-000404", 0, NULL, 0, 0, &out, &n, &err),
+                     MT_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(mt_store_metrics_query(t->s, job, 0, NULL, 3, 0, &out, &n, &err),
+                     MT_INVALID_ARGUMENT);
+}
+
+static void test_store_metrics_redone_steps_replace(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_metric in[3], *out = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0, deleted = 0;
+
+    add_job(t->s, job);
+    for (uint64_t s = 1; s <= 10; s++) {
+        in[0] = pt(s, "loss", 1.0 / (double)s);
+        assert_int_equal(mt_store_metrics_insert(t->s, job, in, 1, &err), MT_OK);
+    }
+    /* restart from the checkpoint at step 5: drop 6.., redo 6..7 with other values */
+    assert_int_equal(mt_store_metrics_truncate(t->s, job, 5, &deleted, &err), MT_OK);
+    assert_int_equal(deleted, 5);
+    in[0] = pt(5, "loss", 42.0); /* a redone step that survived truncation is replaced */
+    in[1] = pt(6, "loss", 43.0);
+    in[2] = pt(7, "loss", 44.0);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, in, 3, &err), MT_OK);
+    assert_int_equal(mt_store_metrics_query(t->s, job, 0, NULL, 0, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 7);
+    assert_true(out[4].value == 42.0);
+    assert_true(out[6].value == 44.0);
+    mt_store_metrics_free(out);
+    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM metrics"), 7);
+    assert_int_equal(mt_store_metrics_truncate(t->s, "job-000404", 0, NULL, &err), MT_OK);
+}
+
+static void test_store_metrics_nan_and_inf_kept(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_metric in[2], *out = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    in[0] = pt(1, "loss", NAN);
+    in[1] = pt(2, "loss", INFINITY);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, in, 2, &err), MT_OK);
+    assert_int_equal(mt_store_metrics_query(t->s, job, 0, NULL, 0, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    assert_true(isnan(out[0].value));
+    assert_true(isinf(out[1].value) && out[1].value > 0);
+    mt_store_metrics_free(out);
+}
+
+static void test_store_metrics_insert_errors_all_or_nothing(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_metric in[3];
+    mt_err err = MT_ERR_INIT;
+
+    add_job(t->s, job);
+    in[0] = pt(1, "loss", 1);
+    assert_int_equal(mt_store_metrics_insert(t->s, "job-000404", in, 1, &err), MT_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "job-000404"));
+    in[1] = pt(2, "", 1);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, in, 2, &err), MT_INVALID_ARGUMENT);
+    in[1] = pt(2, "loss", 1);
+    memset(in[1].name, 'n', sizeof(in[1].name));
+    assert_int_equal(mt_store_metrics_insert(t->s, job, in, 2, &err), MT_INVALID_ARGUMENT);
+    in[1] = pt((uint64_t)INT64_MAX + 1, "loss", 1);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, in, 2, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, NULL, 2, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_metrics_insert(t->s, NULL, in, 1, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, NULL, 0, &err), MT_OK);
+    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM metrics"), 0);
+}
+
+static void test_store_metrics_latest_per_name(void **state)
+{
+    tctx *t = *state;
+    char job[32], other[32];
+    mt_store_metric in[5], *out = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    add_job(t->s, other);
+    in[0] = pt(1, "loss", 1.0);
+    in[1] = pt(5, "loss", 0.5);
+    in[2] = pt(3, "loss", 0.7);
+    in[3] = pt(2, "eval_loss", 0.8);
+    in[4] = pt(4, "accuracy", 0.6);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, in, 5, &err), MT_OK);
+    in[0] = pt(100, "loss", 9.0);
+    assert_int_equal(mt_store_metrics_insert(t->s, other, in, 1, &err), MT_OK);
+    assert_int_equal(mt_store_metrics_latest(t->s, job, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(out[0].name, "accuracy");
+    assert_int_equal(out[0].step, 4);
+    assert_string_equal(out[1].name, "eval_loss");
+    assert_int_equal(out[1].step, 2);
+    assert_string_equal(out[2].name, "loss");
+    assert_int_equal(out[2].step, 5);
+    assert_true(out[2].value == 0.5);
+    mt_store_metrics_free(out);
+    assert_int_equal(mt_store_metrics_latest(t->s, "job-000404", &out, &n, &err), MT_OK);
+    assert_int_equal(n, 0);
+}
+
+static void test_store_metrics_query_alloc_failure(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_metric in[100], *out = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+    mt_code rc;
+    long k;
+
+    add_job(t->s, job);
+    for (int i = 0; i < 100; i++)
+        in[i] = pt((uint64_t)i, i % 2 ? "loss" : "acc", i);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, in, 100, &err), MT_OK);
+    for (k = 0;; k++) {
+        mt_alloc_fail_after(k);
+        rc = mt_store_metrics_query(t->s, job, 0, NULL, 0, 0, &out, &n, &err);
+        mt_alloc_fail_reset();
+        if (rc == MT_OK)
+            break;
+        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+        assert_null(out);
+        assert_int_equal(n, 0);
+    }
+    assert_true(k > 1);
+    assert_int_equal(n, 100);
+    mt_store_metrics_free(out);
+    for (k = 0;; k++) {
+        mt_alloc_fail_after(k);
+        rc = mt_store_metrics_latest(t->s, job, &out, &n, &err);
+        mt_alloc_fail_reset();
+        if (rc == MT_OK)
+            break;
+        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+        assert_null(out);
+    }
+    assert_int_equal(n, 2);
+    mt_store_metrics_free(out);
+}
+
+typedef struct reader_arg {
+    const char *path;
+    const char *job;
+    _Atomic int stop; /* set by the writer when done */
+    size_t queries;   /* queries run */
+    size_t last_n;    /* points seen by the last query */
+    int monotonic;    /* every query saw at least as many points as the one before */
+    mt_code failure;  /* first non-OK code */
+    char msg[MT_ERR_MSG_SIZE];
+} reader_arg;
+
+/* A pool thread's bulk reads on its own read-only connection. */
+static void *reader_main(void *p)
+{
+    reader_arg *a = p;
+    mt_store *ro = NULL;
+    mt_err err = MT_ERR_INIT;
+
+    a->monotonic = 1;
+    a->failure = mt_store_open_readonly(a->path, &ro, &err);
+    while (a->failure == MT_OK && !atomic_load(&a->stop)) {
+        mt_store_metric *out = NULL;
+        size_t n = 0;
+        a->failure = mt_store_metrics_query(ro, a->job, 0, NULL, 0, 0, &out, &n, &err);
+        mt_store_metrics_free(out);
+        if (n < a->last_n)
+            a->monotonic = 0;
+        a->last_n = n;
+        a->queries++;
+    }
+    if (a->failure != MT_OK)
+        snprintf(a->msg, sizeof(a->msg), "%s", err.msg);
+    mt_store_close(ro);
+    return NULL;
+}
+
+static void test_store_readonly_thread_reads_while_loop_writes(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_metric in[50];
+    mt_err err = MT_ERR_INIT;
+    reader_arg a;
+    pthread_t th;
+
+    add_job(t->s, job);
+    memset(&a, 0, sizeof(a));
+    a.path = t->f.path;
+    a.job = job;
+    assert_int_equal(pthread_create(&th, NULL, reader_main, &a), 0);
+    for (int b = 0; b < 40; b++) {
+        for (int i = 0; i < 50; i++)
+            in[i] = pt((uint64_t)(b * 50 + i), "loss", i);
+        assert_int_equal(mt_store_metrics_insert(t->s, job, in, 50, &err), MT_OK);
+    }
+    atomic_store(&a.stop, 1);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (a.failure != MT_OK)
+        fail_msg("reader: %s", a.msg);
+    assert_true(a.queries > 0);
+    assert_true(a.monotonic);
+    assert_true(a.last_n <= 2000);
+}
+
+/* ------------------------------------------------------------------ checkpoints */
+
+static mt_store_checkpoint ck(uint64_t step)
+{
+    mt_store_checkpoint c;
+    memset(&c, 0, sizeof(c));
+    c.step = step;
+    snprintf(c.location, sizeof(c.location), "/state/ckpt/step-%llu.mtc", (unsigned long long)step);
+    snprintf(c.checksum, sizeof(c.checksum), "crc32:%08llx", (unsigned long long)step);
+    c.size_bytes = 1000 + step;
+    c.complete = true; /* ignored by insert */
+    c.time_ms = (int64_t)step;
+    return c;
+}
+
+static void test_store_checkpoint_lifecycle(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_checkpoint c = ck(100), got, *list = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    assert_int_equal(mt_store_checkpoint_latest(t->s, job, &got, &err), MT_NOT_FOUND);
+    assert_int_equal(mt_store_checkpoint_insert(t->s, job, &c, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_get(t->s, job, 100, &got, &err), MT_OK);
+    assert_false(got.complete);
+    assert_string_equal(got.location, "/state/ckpt/step-100.mtc");
+    assert_int_equal(mt_store_checkpoint_latest(t->s, job, &got, &err), MT_NOT_FOUND);
+    /* a retried upload replaces the incomplete record */
+    c.size_bytes = 7;
+    assert_int_equal(mt_store_checkpoint_insert(t->s, job, &c, &err), MT_OK);
+    assert_int_equal(
+        mt_store_checkpoint_complete(t->s, job, 100, 4096, "crc32:deadbeef", 555, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_latest(t->s, job, &got, &err), MT_OK);
+    assert_int_equal(got.step, 100);
+    assert_true(got.complete);
+    assert_int_equal(got.size_bytes, 4096);
+    assert_string_equal(got.checksum, "crc32:deadbeef");
+    assert_int_equal(got.time_ms, 555);
+    /* complete ones cannot be overwritten */
+    assert_int_equal(mt_store_checkpoint_insert(t->s, job, &c, &err), MT_ALREADY_EXISTS);
+    /* NULL checksum keeps the stored one */
+    c = ck(200);
+    assert_int_equal(mt_store_checkpoint_insert(t->s, job, &c, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_complete(t->s, job, 200, 1, NULL, 600, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_latest(t->s, job, &got, &err), MT_OK);
+    assert_int_equal(got.step, 200);
+    assert_string_equal(got.checksum, "crc32:000000c8");
+    c = ck(300);
+    assert_int_equal(mt_store_checkpoint_insert(t->s, job, &c, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_latest(t->s, job, &got, &err), MT_OK);
+    assert_int_equal(got.step, 200); /* 300 is not complete */
+    assert_int_equal(mt_store_checkpoint_list(t->s, job, &list, &n, &err), MT_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(list[0].step, 100);
+    assert_true(list[1].complete);
+    assert_false(list[2].complete);
+    mt_store_checkpoints_free(list);
+}
+
+static void test_store_checkpoint_errors(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_checkpoint c = ck(1), got, *list = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    assert_int_equal(mt_store_checkpoint_insert(t->s, "job-000404", &c, &err), MT_NOT_FOUND);
+    assert_int_equal(mt_store_checkpoint_complete(t->s, job, 1, 1, NULL, 1, &err), MT_NOT_FOUND);
+    assert_int_equal(mt_store_checkpoint_get(t->s, job, 1, &got, &err), MT_NOT_FOUND);
+    c.location[0] = '\0';
+    assert_int_equal(mt_store_checkpoint_insert(t->s, job, &c, &err), MT_INVALID_ARGUMENT);
+    c = ck(1);
+    memset(c.checksum, 'c', sizeof(c.checksum));
+    assert_int_equal(mt_store_checkpoint_insert(t->s, job, &c, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_checkpoint_insert(t->s, job, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_checkpoint_list(t->s, "job-000404", &list, &n, &err), MT_OK);
+    assert_int_equal(n, 0);
+}
+
+/* Insert steps (complete unless listed in `incomplete`). */
+static void add_ckpts(mt_store *s, const char *job, const uint64_t *steps, size_t n,
+                      uint64_t incomplete)
+{
+    mt_err err = MT_ERR_INIT;
+    for (size_t i = 0; i < n; i++) {
+        mt_store_checkpoint c = ck(steps[i]);
+        assert_int_equal(mt_store_checkpoint_insert(s, job, &c, &err), MT_OK);
+        if (steps[i] != incomplete)
+            assert_int_equal(mt_store_checkpoint_complete(s, job, steps[i], 1, NULL, 1, &err),
+                             MT_OK);
+    }
+}
+
+static void test_store_checkpoint_gc_keeps_newest(void **state)
+{
+    tctx *t = *state;
+    char job[32], other[32];
+    const uint64_t steps[] = {10, 20, 25, 30, 40, 50};
+    char **locs = NULL;
+    mt_store_checkpoint *list = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    add_job(t->s, other);
+    add_ckpts(t->s, job, steps, 6, 25); /* 25 is an abandoned upload */
+    add_ckpts(t->s, other, steps, 2, 0);
+    assert_int_equal(mt_store_checkpoint_gc(t->s, job, 2, &locs, &n, &err), MT_OK);
+    assert_int_equal(n, 4);
+    assert_string_equal(locs[0], "/state/ckpt/step-10.mtc");
+    assert_string_equal(locs[1], "/state/ckpt/step-20.mtc");
+    assert_string_equal(locs[2], "/state/ckpt/step-25.mtc");
+    assert_string_equal(locs[3], "/state/ckpt/step-30.mtc");
+    mt_store_strings_free(locs, n);
+    assert_int_equal(mt_store_checkpoint_list(t->s, job, &list, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(list[0].step, 40);
+    assert_int_equal(list[1].step, 50);
+    mt_store_checkpoints_free(list);
+    /* the other job is untouched */
+    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM checkpoints"), 4);
+    /* nothing more to do */
+    assert_int_equal(mt_store_checkpoint_gc(t->s, job, 2, &locs, &n, &err), MT_OK);
+    assert_int_equal(n, 0);
+    assert_null(locs);
+    mt_store_strings_free(NULL, 0);
+}
+
+static void test_store_checkpoint_gc_keeps_uploads_in_progress(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    const uint64_t steps[] = {10, 20};
+    char **locs = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    /* only an incomplete one: keep >= 1 deletes nothing */
+    add_ckpts(t->s, job, steps, 1, 10);
+    assert_int_equal(mt_store_checkpoint_gc(t->s, job, 1, &locs, &n, &err), MT_OK);
+    assert_int_equal(n, 0);
+    /* a newer incomplete than the newest complete one is kept */
+    mt_store_checkpoint c = ck(30);
+    add_ckpts(t->s, job, steps + 1, 1, 0);
+    assert_int_equal(mt_store_checkpoint_insert(t->s, job, &c, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_gc(t->s, job, 1, &locs, &n, &err), MT_OK);
+    assert_int_equal(n, 1); /* the incomplete 10, older than the kept complete 20 */
+    assert_string_equal(locs[0], "/state/ckpt/step-10.mtc");
+    mt_store_strings_free(locs, n);
+    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM checkpoints"), 2);
+    /* keep 0 deletes everything */
+    assert_int_equal(mt_store_checkpoint_gc(t->s, job, 0, &locs, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    mt_store_strings_free(locs, n);
+    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM checkpoints"), 0);
+}
+
+static void test_store_checkpoint_gc_alloc_failure_deletes_nothing(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    uint64_t steps[40];
+    char **locs = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+    mt_code rc;
+    long k;
+
+    add_job(t->s, job);
+    for (int i = 0; i < 40; i++)
+        steps[i] = (uint64_t)(i + 1) * 10;
+    add_ckpts(t->s, job, steps, 40, 0);
+    for (k = 0;; k++) {
+        mt_alloc_fail_after(k);
+        rc = mt_store_checkpoint_gc(t->s, job, 3, &locs, &n, &err);
+        mt_alloc_fail_reset();
+        if (rc == MT_OK)
+            break;
+        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+        assert_null(locs);
+        assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM checkpoints"), 40);
+    }
+    assert_true(k > 3);
+    assert_int_equal(n, 37);
+    mt_store_strings_free(locs, n);
+    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM checkpoints"), 3);
+}
+
+static void test_store_checkpoint_list_alloc_failure(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    uint64_t steps[30];
+    mt_store_checkpoint *list = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    for (int i = 0; i < 30; i++)
+        steps[i] = (uint64_t)i;
+    add_ckpts(t->s, job, steps, 30, 7);
+    STORE_ALLOC_TORTURE(mt_store_checkpoint_list(t->s, job, &list, &n, &err), assert_null(list));
+    assert_int_equal(n, 30);
+    assert_false(list[7].complete);
+    assert_true(list[8].complete);
+    mt_store_checkpoints_free(list);
+}
+
+/* A size-capped database: writes past the cap are RESOURCE_EXHAUSTED, reads keep working,
+ * and a transaction SQLite had to roll back is reported as ABORTED, not half-committed. */
+static void test_store_full_database_is_resource_exhausted(void **state)
+{
+    tctx *t = *state;
+    char path[PATH_MAX + 16], job[32];
+    mt_store_options o = MT_STORE_OPTIONS_DEFAULTS;
+    mt_store *s = NULL;
+    mt_store_metric in[100], *out = NULL;
+    mt_err err = MT_ERR_INIT;
+    mt_code rc = MT_OK;
+    size_t n = 0;
+    uint64_t step = 0;
+
+    snprintf(path, sizeof(path), "%s/small.db", t->f.dir);
+    o.max_size_bytes = 256 * 1024;
+    assert_int_equal(mt_store_open_opts(path, &o, &s, &err), MT_OK);
+    add_job(s, job);
+    for (int b = 0; b < 1000 && rc == MT_OK; b++) {
+        for (int i = 0; i < 100; i++)
+            in[i] = pt(step++, "loss", i);
+        rc = mt_store_metrics_insert(s, job, in, 100, &err);
+    }
+    assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.msg, "full"));
+    /* the failed batch left nothing; earlier batches are intact and readable */
+    assert_int_equal(mt_store_metrics_query(s, job, 0, NULL, 0, 0, &out, &n, &err), MT_OK);
+    assert_true(n > 0 && n % 100 == 0);
+    assert_int_equal(out[n - 1].step, n - 1);
+    mt_store_metrics_free(out);
+
+    /* inside an explicit transaction */
+    assert_int_equal(mt_store_tx_begin(s, &err), MT_OK);
+    rc = mt_store_metrics_insert(s, job, in, 100, &err);
+    assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+    /* SQLite 3.40 rolls the whole transaction back on SQLITE_FULL: every later write of the
+     * transaction is refused rather than committed on its own */
+    assert_int_equal(mt_store_job_set_step(s, job, 5, 5, &err), MT_ABORTED);
+    assert_non_null(strstr(err.msg, "rolled back"));
+    assert_int_equal(mt_store_metrics_truncate(s, job, 0, NULL, &err), MT_ABORTED);
+    assert_int_equal(mt_store_tx_commit(s, &err), MT_ABORTED);
+    assert_int_equal(mt_store_tx_rollback(s, &err), MT_FAILED_PRECONDITION); /* tx is over */
+    /* and the store works again afterwards (a write that fits) */
+    assert_int_equal(mt_store_job_set_step(s, job, 6, 6, &err), MT_OK);
+    mt_store_job got;
+    assert_int_equal(mt_store_job_get(s, job, &got, &err), MT_OK);
+    assert_int_equal(got.step, 6);
+    mt_store_job_fini(&got);
+    mt_store_close(s);
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, store_setup, store_teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_store_metrics_insert_query_order),
+        T(test_store_metrics_redone_steps_replace),
+        T(test_store_metrics_nan_and_inf_kept),
+        T(test_store_metrics_insert_errors_all_or_nothing),
+        T(test_store_metrics_latest_per_name),
+        T(test_store_metrics_query_alloc_failure),
+        T(test_store_readonly_thread_reads_while_loop_writes),
+        T(test_store_checkpoint_lifecycle),
+        T(test_store_checkpoint_errors),
+        T(test_store_checkpoint_gc_keeps_newest),
+        T(test_store_checkpoint_gc_keeps_uploads_in_progress),
+        T(test_store_checkpoint_gc_alloc_failure_deletes_nothing),
+        T(test_store_checkpoint_list_alloc_failure),
+        T(test_store_full_database_is_resource_exhausted),
+    };
+#undef T
+    return cmocka_run_group_tests_name("store_data", tests, NULL, NULL);
+}
