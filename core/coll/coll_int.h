@@ -6,7 +6,7 @@
  * Message path: every hop is one nng_msg (72-byte header + float payload).
  * A hop to a rank of this process pushes the message straight into the
  * receiver's inbox (shared memory); a hop to another process sends it on a
- * push socket dialed to that process's listener, whose receiver thread pushes
+ * push socket dialed to that process's listener, whose receive callback pushes
  * it into the destination comm's inbox. Inboxes are one FIFO per source rank,
  * so per-source order is preserved and the algorithms never see the transport.
  *
@@ -28,12 +28,16 @@
 #define COLL_HDR_SIZE 72
 #define COLL_NAIO     4           /* outstanding sends per comm (pipelining depth) */
 #define COLL_GRACE_NS 200000000LL /* a lost connection counts after 200 ms without its data */
+#define COLL_DIAG_NS  300000000LL /* after a deadline, wait this long for PONGs */
+#define COLL_MAXPING  16
 #define COLL_FLUSH_NS 200000000LL /* a failing member lets its sends finish for up to 200 ms */
 
 enum coll_kind {
     COLL_KIND_DATA = 1,  /* a segment of a collective */
     COLL_KIND_ABORT = 2, /* a participant failed the collective: code + text */
     COLL_KIND_BYE = 3,   /* flush marker sent before closing a connection */
+    COLL_KIND_PING = 4,  /* after a deadline: "have you entered this collective?" */
+    COLL_KIND_PONG = 5,  /* answer: code 1 entered, 2 not entered */
 };
 
 enum coll_op {
@@ -88,7 +92,11 @@ struct mt_coll_comm {
     int has_failed; /* mu: collectives up to failed_step/seq failed; drop their leftovers */
     uint64_t failed_step;
     uint32_t failed_seq;
-    int blame;                /* mu: the ABORT says this rank sent bad data (-1 none) */
+    int blame;                       /* mu: the ABORT says this rank sent bad data (-1 none) */
+    int ping_from[COLL_MAXPING];     /* mu: PINGs to answer: asking rank ... */
+    uint64_t ping_tag[COLL_MAXPING]; /* ... and its packed tag */
+    int nping;
+    uint8_t *pong;            /* mu: [w->size] PONG state per rank, 0 no answer, 1 entered, 2 not */
     _Atomic uint64_t entered; /* packed tag + 1 of the collective entered last; 0 never */
     uint64_t auto_step;       /* device thread */
     uint32_t auto_seq;
@@ -134,6 +142,9 @@ void coll__net_detach(mt_coll_net *net, mt_coll_world *w);
 void coll__peers_close(mt_coll_world *w);
 /* Wait for c's outstanding sends (cancelling them first if cancel); first failure in err. */
 mt_code coll__sends_wait(mt_coll_comm *c, int cancel, mt_err *err);
+/* Send m (taken) to process proc on a fresh aio returned in *out (caller waits and frees it). */
+mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
+                             nng_aio **out);
 mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_local);
 
 #endif

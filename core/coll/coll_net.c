@@ -3,8 +3,10 @@
  * coll_net.c — the data-plane transport between processes, over nng.
  *
  * Each process has one mt_coll_net: a PULL socket listening on the process's
- * data-plane address, drained by one receiver thread that hands every message
- * to the destination comm's inbox (coll__deliver). To reach another process a
+ * data-plane address with one receive aio always outstanding; its callback (on
+ * an nng thread) hands every message to the destination comm's inbox
+ * (coll__deliver) and re-arms. (A dedicated receiver thread blocking in
+ * nng_recvmsg was measured slower: one more thread wake-up per hop.) To reach another process a
  * world opens, on first use, one PUSH socket dialed to that process's listener
  * (so connections go only to the ring neighbours actually needed); it is reused
  * by every local device and every step, and closed by mt_coll_world_free after
@@ -18,7 +20,7 @@
  * unreachable peer is caught by the collective's deadline. Sends carry the
  * collective's deadline as their aio timeout.
  *
- * Threading: the receiver thread and nng's pipe callbacks take net->mu; device
+ * Threading: the receive callback and nng's pipe callbacks take net->mu; device
  * threads take peer->mu to open a socket. Tests: tests/integration/
  * test_coll_procs.sh (real processes), tests/unit/test_coll.c (loopback).
  */
@@ -48,8 +50,7 @@ struct mt_coll_net {
     nng_socket pull;
     nng_listener lst;
     char addr[256];
-    pthread_t thr;
-    int started;
+    nng_aio *raio; /* the one outstanding receive; its callback delivers and re-arms */
     pthread_mutex_t mu;
     mt_coll_world *world; /* mu: the world served, NULL when none */
     nng_msg **pending;    /* mu: messages that arrived before the world existed */
@@ -142,52 +143,57 @@ static void push_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
     pthread_mutex_unlock(&net->mu);
 }
 
-static void *net_recv_main(void *arg)
+/* Hand one received message to the world (or keep it until the world exists). */
+static void net_handle(mt_coll_net *net, nng_msg *m)
+{
+    coll_hdr h;
+    if (coll__hdr_decode(m, &h) != MT_OK) {
+        mt_log_warn("coll %s: dropping a malformed message of %zu bytes", net->addr,
+                    nng_msg_len(m));
+        nng_msg_free(m);
+        return;
+    }
+    if (h.kind == COLL_KIND_BYE) {
+        nng_msg_free(m);
+        return;
+    }
+    pthread_mutex_lock(&net->mu);
+    mt_coll_world *w = net->world;
+    if (w == NULL) {
+        if (net->npending == net->cap_pending && net->npending < NET_MAX_PENDING) {
+            size_t ncap = net->cap_pending ? net->cap_pending * 2 : 64;
+            nng_msg **np = mt_realloc(net->pending, ncap * sizeof(*np));
+            if (np != NULL) {
+                net->pending = np;
+                net->cap_pending = ncap;
+            }
+        }
+        if (net->npending < net->cap_pending) {
+            net->pending[net->npending++] = m;
+        } else {
+            mt_log_warn("coll %s: dropping a message that arrived before its job", net->addr);
+            nng_msg_free(m);
+        }
+    } else {
+        if (h.src >= 0 && h.src < w->size)
+            note_pipe(net, nng_pipe_id(nng_msg_get_pipe(m)), w->proc_of[h.src]);
+        coll__deliver(w, m, &h);
+    }
+    pthread_mutex_unlock(&net->mu);
+}
+
+/* Receive callback (nng thread): deliver, then receive again until the socket closes. */
+static void net_recv_cb(void *arg)
 {
     mt_coll_net *net = arg;
-    for (;;) {
-        nng_msg *m;
-        coll_hdr h;
-        int rv = nng_recvmsg(net->pull, &m, 0);
-        if (rv == NNG_ECLOSED)
-            break;
-        if (rv != 0)
-            continue;
-        if (coll__hdr_decode(m, &h) != MT_OK) {
-            mt_log_warn("coll %s: dropping a malformed message of %zu bytes", net->addr,
-                        nng_msg_len(m));
-            nng_msg_free(m);
-            continue;
-        }
-        if (h.kind == COLL_KIND_BYE) {
-            nng_msg_free(m);
-            continue;
-        }
-        pthread_mutex_lock(&net->mu);
-        mt_coll_world *w = net->world;
-        if (w == NULL) {
-            if (net->npending == net->cap_pending && net->npending < NET_MAX_PENDING) {
-                size_t ncap = net->cap_pending ? net->cap_pending * 2 : 64;
-                nng_msg **np = mt_realloc(net->pending, ncap * sizeof(*np));
-                if (np != NULL) {
-                    net->pending = np;
-                    net->cap_pending = ncap;
-                }
-            }
-            if (net->npending < net->cap_pending) {
-                net->pending[net->npending++] = m;
-            } else {
-                mt_log_warn("coll %s: dropping a message that arrived before its job", net->addr);
-                nng_msg_free(m);
-            }
-        } else {
-            if (h.src >= 0 && h.src < w->size)
-                note_pipe(net, nng_pipe_id(nng_msg_get_pipe(m)), w->proc_of[h.src]);
-            coll__deliver(w, m, &h);
-        }
-        pthread_mutex_unlock(&net->mu);
+    int rv = nng_aio_result(net->raio);
+    if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
+        return;
+    if (rv == 0) {
+        net_handle(net, nng_aio_get_msg(net->raio));
+        nng_aio_set_msg(net->raio, NULL);
     }
-    return NULL;
+    nng_recv_aio(net->pull, net->raio);
 }
 
 static mt_code format_addr(mt_coll_net *net, const char *url, mt_err *err)
@@ -235,11 +241,11 @@ mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err)
     }
     if ((rc = format_addr(net, url, err)) != MT_OK)
         goto fail_listen;
-    if (pthread_create(&net->thr, NULL, net_recv_main, net) != 0) {
-        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll net: cannot start receiver thread");
+    if ((rv = nng_aio_alloc(&net->raio, net_recv_cb, net)) != 0) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll net: cannot allocate aio");
         goto fail_listen;
     }
-    net->started = 1;
+    nng_recv_aio(net->pull, net->raio);
     *out = net;
     return MT_OK;
 fail_listen:
@@ -260,8 +266,8 @@ void mt_coll_net_free(mt_coll_net *net)
     if (net == NULL)
         return;
     nng_close(net->pull);
-    if (net->started)
-        pthread_join(net->thr, NULL);
+    nng_aio_stop(net->raio);
+    nng_aio_free(net->raio);
     for (size_t i = 0; i < net->npending; i++)
         nng_msg_free(net->pending[i]);
     mt_free(net->pending);
@@ -387,6 +393,22 @@ mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_n
     atomic_store(&c->aio_done[slot], 0);
     nng_send_aio(w->peers[proc].sock, a);
     c->aio_busy[slot] = proc + 1;
+    return MT_OK;
+}
+
+mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
+                             nng_aio **out)
+{
+    nng_aio *a;
+    *out = NULL;
+    if (peer_open(w, proc, NULL) != MT_OK || nng_aio_alloc(&a, NULL, NULL) != 0) {
+        nng_msg_free(m);
+        return MT_UNAVAILABLE;
+    }
+    nng_aio_set_msg(a, m);
+    nng_aio_set_timeout(a, (nng_duration)timeout_ms);
+    nng_send_aio(w->peers[proc].sock, a);
+    *out = a;
     return MT_OK;
 }
 

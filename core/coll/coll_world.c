@@ -2,7 +2,7 @@
 /*
  * coll_world.c — worlds, communicators, inboxes and the ring algorithms.
  *
- * Called by device threads (collectives) and by the net receiver thread
+ * Called by device threads (collectives) and by the net receive callback
  * (coll__deliver). Calls coll_net.c for hops to other processes.
  *
  * DESIGN. Every collective is a sequence of ring steps over the group order:
@@ -14,7 +14,9 @@
  * allgather (p-1 steps, copies); the resulting order is the one documented in
  * mt_coll.h and depends on nothing but group order, p and n. Broadcast is a
  * pipelined chain from the root along the ring; barrier is an allreduce of p
- * floats (every result depends on every member having entered).
+ * floats (every result depends on every member having entered). Allreduces of
+ * at most opts.direct_bytes skip the ring: one hop, every member sends its
+ * buffer to every other member and folds locally in the same order.
  *
  * Every received message is checked against the expected header (job, step,
  * seq, op, phase, ring step, segment, total, offset, length); a mismatch is
@@ -200,6 +202,15 @@ void coll__deliver(mt_coll_world *w, nng_msg *m, const coll_hdr *h)
         c->blame = (int)h->rstep - 1;
         c->aborted = 1;
         nng_msg_free(m);
+    } else if (h->kind == COLL_KIND_PING) {
+        if (c->nping < COLL_MAXPING) {
+            c->ping_from[c->nping] = h->src;
+            c->ping_tag[c->nping++] = coll__tag_pack(h->step, h->seq);
+        }
+        nng_msg_free(m);
+    } else if (h->kind == COLL_KIND_PONG) {
+        c->pong[h->src] = (uint8_t)(h->code == 1 ? 1 : 2);
+        nng_msg_free(m);
     } else if (h->kind == COLL_KIND_DATA) {
         if (queue_push(&c->q[h->src], m) != 0) {
             mt_log_error("coll: rank %d: out of memory queueing a message from rank %d", c->rank,
@@ -226,7 +237,8 @@ static mt_code comm_init(mt_coll_comm *c, mt_coll_world *w, int rank, mt_err *er
     c->w = w;
     c->rank = rank;
     c->q = mt_calloc((size_t)w->size, sizeof(*c->q));
-    if (c->q == NULL)
+    c->pong = mt_calloc((size_t)w->size, 1);
+    if (c->q == NULL || c->pong == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll comm %d: out of memory", rank);
     for (int i = 0; i < COLL_NAIO; i++) {
         atomic_init(&c->aio_done[i], 1);
@@ -248,6 +260,7 @@ static void comm_fini(mt_coll_comm *c)
 {
     if (c->w == NULL)
         return;
+    mt_free(c->pong);
     for (int i = 0; i < COLL_NAIO; i++) {
         if (c->aio[i] != NULL) {
             nng_aio_cancel(c->aio[i]);
@@ -511,8 +524,11 @@ typedef struct coll_ctx {
     uint64_t total;
     int64_t deadline_ns;
     int64_t deadline_ms;
-    int from_abort; /* the failure came from a peer's ABORT: do not re-broadcast */
-    int blame;      /* rank whose message was inconsistent, -1 none */
+    int from_abort;                 /* the failure came from a peer's ABORT: do not re-broadcast */
+    int blame;                      /* rank whose message was inconsistent, -1 none */
+    int diagnosed;                  /* PINGs went out after the deadline */
+    nng_aio *ctl[2 * COLL_MAXPING]; /* PING / PONG sends in flight */
+    int nctl;
     mt_err *err;
 } coll_ctx;
 
@@ -638,11 +654,122 @@ static void mark_stale(mt_coll_comm *c, uint64_t step, uint32_t seq)
     }
 }
 
+/* Send a PING or PONG to a rank of another process, without waiting. */
+static void ctl_send(coll_ctx *x, int kind, int dst, uint64_t step, uint32_t seq, uint32_t code)
+{
+    mt_coll_world *w = x->c->w;
+    nng_msg *m;
+    if (x->nctl == 2 * COLL_MAXPING || w->by_rank[dst] != NULL ||
+        nng_msg_alloc(&m, COLL_HDR_SIZE) != 0)
+        return;
+    coll_hdr h = {.magic = COLL_MAGIC,
+                  .kind = (uint8_t)kind,
+                  .op = x->op,
+                  .job = w->opts.job_id,
+                  .step = step,
+                  .seq = seq,
+                  .src = x->c->rank,
+                  .dst = dst,
+                  .code = code};
+    coll__hdr_encode(&h, nng_msg_body(m));
+    nng_aio *a;
+    if (coll__net_send_async(w, w->proc_of[dst], m, COLL_DIAG_NS / 1000000LL, &a) == MT_OK)
+        x->ctl[x->nctl++] = a;
+}
+
+static void ctl_reap(coll_ctx *x)
+{
+    for (int i = 0; i < x->nctl; i++) {
+        nng_aio_cancel(x->ctl[i]);
+        nng_aio_wait(x->ctl[i]);
+        if (nng_aio_result(x->ctl[i]) != 0)
+            nng_msg_free(nng_aio_get_msg(x->ctl[i]));
+        nng_aio_free(x->ctl[i]);
+    }
+    x->nctl = 0;
+}
+
+/* Answer the PINGs of members diagnosing a deadline (called with c->mu held). */
+static void answer_pings(coll_ctx *x)
+{
+    mt_coll_comm *c = x->c;
+    while (c->nping > 0) {
+        int from = c->ping_from[--c->nping];
+        uint64_t tag = c->ping_tag[c->nping];
+        int entered = atomic_load(&c->entered) >= tag + 1;
+        pthread_mutex_unlock(&c->mu);
+        ctl_send(x, COLL_KIND_PONG, from, tag >> 24, (uint32_t)(tag & 0xffffffu), entered ? 1 : 2);
+        pthread_mutex_lock(&c->mu);
+    }
+}
+
+/* After the deadline: ask every member in another process whether it entered. */
+static int diagnose_start(coll_ctx *x)
+{
+    mt_coll_comm *c = x->c;
+    int asked = 0;
+    memset(c->pong, 0, (size_t)c->w->size);
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < x->p; i++) {
+        int r = x->g->ranks[i];
+        if (c->w->by_rank[r] == NULL) {
+            ctl_send(x, COLL_KIND_PING, r, x->step, x->seq, 0);
+            asked++;
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    return asked;
+}
+
+static int append(char *out, size_t cap, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int append(char *out, size_t cap, size_t *used, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(out + *used, cap - *used, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= cap - *used)
+        return -1;
+    *used += (size_t)k;
+    return 0;
+}
+
+/*
+ * The members to blame for a deadline: local ones that have not entered, and
+ * remote ones that did not answer the PING (stopped, hung, unreachable) or
+ * answered that they have not entered. Called with c->mu held.
+ */
+static void suspects(const coll_ctx *x, char *out, size_t cap)
+{
+    uint64_t tag = coll__tag_pack(x->step, x->seq) + 1;
+    mt_coll_world *w = x->c->w;
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < x->p; i++) {
+        int r = x->g->ranks[i];
+        mt_coll_comm *o = w->by_rank[r];
+        int k = 0;
+        if (o == x->c)
+            continue;
+        if (o != NULL && atomic_load(&o->entered) < tag)
+            k = append(out, cap, &used, "%srank %d", used ? ", " : "", r);
+        else if (o == NULL && x->diagnosed && x->c->pong[r] != 1)
+            k = append(out, cap, &used, "%srank %d (%s, %s)", used ? ", " : "", r,
+                       w->proc_addr[w->proc_of[r]],
+                       x->c->pong[r] == 0 ? "no answer" : "not entered");
+        if (k != 0)
+            break;
+    }
+}
+
 static mt_code ctx_end(coll_ctx *x, mt_code rc)
 {
     mt_coll_comm *c = x->c;
     if (c == NULL || x->pos < 0)
         return rc;
+    ctl_reap(x);
     mt_code wrc = coll__sends_wait(c, rc != MT_OK, rc == MT_OK ? x->err : NULL);
     if (rc == MT_OK && wrc != MT_OK)
         rc = wrc;
@@ -654,23 +781,6 @@ static mt_code ctx_end(coll_ctx *x, mt_code rc)
     c->active = 0;
     pthread_mutex_unlock(&c->mu);
     return rc;
-}
-
-/* Names of local group members that have not entered this collective yet. */
-static void never_arrived(const coll_ctx *x, char *out, size_t cap)
-{
-    uint64_t tag = coll__tag_pack(x->step, x->seq) + 1;
-    size_t used = 0;
-    out[0] = '\0';
-    for (int i = 0; i < x->p; i++) {
-        mt_coll_comm *o = x->c->w->by_rank[x->g->ranks[i]];
-        if (o == NULL || o == x->c || atomic_load(&o->entered) >= tag)
-            continue;
-        int k = snprintf(out + used, cap - used, "%srank %d", used ? ", " : "", o->rank);
-        if (k < 0 || (size_t)k >= cap - used)
-            break;
-        used += (size_t)k;
-    }
 }
 
 /* Receive the next message from global rank src; validate it against *want. */
@@ -718,18 +828,29 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
                                 rank_addr(w, src));
             }
         }
+        if (c->nping > 0) {
+            answer_pings(x);
+            continue;
+        }
+        if (now >= x->deadline_ns && !x->diagnosed) {
+            x->diagnosed = 1;
+            if (diagnose_start(x) > 0) {
+                x->deadline_ns = coll__now_ns() + COLL_DIAG_NS; /* keep waiting for data too */
+                continue;
+            }
+        }
         if (now >= x->deadline_ns) {
-            char late[128];
+            char late[160];
+            suspects(x, late, sizeof(late));
             pthread_mutex_unlock(&c->mu);
-            never_arrived(x, late, sizeof(late));
             if (late[0] != '\0')
                 return ctx_fail(x, MT_DEADLINE_EXCEEDED,
-                                "never arrived: %s; no data from rank %d (%s) "
-                                "within %" PRId64 " ms",
-                                late, src, rank_addr(w, src), x->deadline_ms);
+                                "no data from rank %d (%s) within %" PRId64
+                                " ms; never arrived: %s",
+                                src, rank_addr(w, src), x->deadline_ms, late);
             return ctx_fail(x, MT_DEADLINE_EXCEEDED,
-                            "rank %d (%s) never arrived: no data from it within %" PRId64 " ms",
-                            src, rank_addr(w, src), x->deadline_ms);
+                            "no data from rank %d (%s) within %" PRId64 " ms", src,
+                            rank_addr(w, src), x->deadline_ms);
         }
         int64_t until = x->deadline_ns;
         if (remote && until - now > 50000000LL)
@@ -778,12 +899,18 @@ static mt_code send_seg(coll_ctx *x, int dst, const coll_hdr *h, const float *da
 {
     mt_coll_world *w = x->c->w;
     nng_msg *m;
-    if (nng_msg_alloc(&m, COLL_HDR_SIZE + h->len * sizeof(float)) != 0)
+    unsigned char hb[COLL_HDR_SIZE];
+    size_t bytes = h->len * sizeof(float);
+    /* reserve + append: nng_msg_alloc(size) would zero the body before we copy over it */
+    coll__hdr_encode(h, hb);
+    if (nng_msg_alloc(&m, 0) != 0)
+        return ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for a message");
+    if (nng_msg_reserve(m, COLL_HDR_SIZE + bytes) != 0 || nng_msg_append(m, hb, sizeof(hb)) != 0 ||
+        (bytes > 0 && nng_msg_append(m, data, bytes) != 0)) {
+        nng_msg_free(m);
         return ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for a %" PRIu64 "-float message",
                         h->len);
-    coll__hdr_encode(h, nng_msg_body(m));
-    if (h->len > 0)
-        memcpy((char *)nng_msg_body(m) + COLL_HDR_SIZE, data, h->len * sizeof(float));
+    }
     if (w->by_rank[dst] != NULL) {
         coll__deliver(w, m, h);
         return MT_OK;
@@ -927,9 +1054,66 @@ static mt_code ring_allgather(coll_ctx *x, float *buf, size_t n, size_t per_memb
     return MT_OK;
 }
 
+/*
+ * Small allreduce in one hop: send the whole buffer to every other member,
+ * receive theirs, and fold each chunk in the documented order locally
+ * (the same additions as the ring, so the same bits).
+ */
+static mt_code direct_allreduce(coll_ctx *x, float *buf, size_t n)
+{
+    int p = x->p;
+    mt_code rc = MT_OK;
+    float *all = mt_malloc(((size_t)p * n + 1) * sizeof(float)); /* member i's input at i*n */
+    const float **in = mt_malloc((size_t)p * sizeof(*in));
+    if (all == NULL || in == NULL) {
+        rc = ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for %d x %zu floats", p, n);
+        goto out;
+    }
+    for (int i = 0; i < p; i++)
+        in[i] = all + (size_t)i * n;
+    if (n > 0)
+        memcpy(all + (size_t)x->pos * n, buf, n * sizeof(float));
+    coll_hdr h = {.magic = COLL_MAGIC,
+                  .kind = COLL_KIND_DATA,
+                  .op = x->op,
+                  .phase = 2,
+                  .job = x->c->w->opts.job_id,
+                  .step = x->step,
+                  .seq = x->seq,
+                  .total = x->total,
+                  .len = n};
+    for (int k = 1; k < p && rc == MT_OK; k++) {
+        h.src = x->c->rank;
+        h.dst = member(x, x->pos + k);
+        h.rstep = (uint32_t)x->pos;
+        rc = send_seg(x, h.dst, &h, buf);
+    }
+    for (int k = 1; k < p && rc == MT_OK; k++) {
+        int from = (x->pos - k + p) % p;
+        nng_msg *m;
+        h.src = member(x, from);
+        h.dst = x->c->rank;
+        h.rstep = (uint32_t)from;
+        if ((rc = recv_msg(x, h.src, &h, &m)) != MT_OK)
+            break;
+        if (n > 0)
+            memcpy(all + (size_t)from * n, (const char *)nng_msg_body(m) + COLL_HDR_SIZE,
+                   n * sizeof(float));
+        nng_msg_free(m);
+    }
+    if (rc == MT_OK)
+        mt_coll_reference_allreduce(in, p, n, buf);
+out:
+    mt_free(in);
+    mt_free(all);
+    return rc;
+}
+
 static mt_code allreduce_run(coll_ctx *x, float *buf, size_t n)
 {
     mt_code rc = MT_OK;
+    if (x->p > 1 && n * sizeof(float) <= x->c->w->opts.direct_bytes)
+        return direct_allreduce(x, buf, n);
     if (x->p > 1) {
         rc = ring_reduce_scatter(x, buf, n);
         if (rc == MT_OK)

@@ -23,7 +23,9 @@
  * transport of a hop, or how ranks are placed in processes — so the same job
  * on 1 process x 4 devices and on 2 processes x 2 devices is bit-identical, and
  * every member ends with identical bits. mt_coll_reference_allreduce() computes
- * the same order serially.
+ * the same order serially. Small allreduces (opts.direct_bytes) send every
+ * member's buffer to every other member in one hop and each member computes
+ * the very same fold locally, so they give the same bits as the ring.
  *
  * Invariants: every member of a group calls the same collectives on it in the
  * same order with the same sizes (SPMD). Each collective is tagged (job id,
@@ -68,11 +70,14 @@ typedef struct mt_coll_world_opts {
     uint64_t job_id;             /* carried in every message; a mismatch is INVALID_ARGUMENT */
     int64_t default_deadline_ms; /* used when a call has no deadline */
     size_t segment_bytes;        /* pipelining unit on the wire (rounded to floats, >= 4) */
+    size_t direct_bytes; /* allreduce of at most this many bytes: one direct exchange between all
+                            members instead of the ring (fewer hops, same bits); 0 = always ring */
 } mt_coll_world_opts;
 
 #define MT_COLL_WORLD_DEFAULTS                                                                     \
     {                                                                                              \
-        .job_id = 0, .default_deadline_ms = 10000, .segment_bytes = 256 * 1024                     \
+        .job_id = 0, .default_deadline_ms = 10000, .segment_bytes = 256 * 1024,                    \
+        .direct_bytes = 64 * 1024                                                                  \
     }
 
 /* One entry of a job's rank table: where rank r lives. */
@@ -97,7 +102,7 @@ void mt_coll_reference_allreduce(const float *const *inputs, int p, size_t n, fl
 
 /*
  * Open a process's data-plane endpoint listening on url ("tcp://HOST:PORT",
- * port 0 = ephemeral, or "ipc:///path"), and start its receiver thread.
+ * port 0 = ephemeral, or "ipc:///path"), and start receiving.
  * *out is owned by the caller (mt_coll_net_free). Codes: INVALID_ARGUMENT (bad
  * url), UNAVAILABLE (cannot listen), RESOURCE_EXHAUSTED.
  * A net serves one world at a time (one job's data plane per process endpoint).
@@ -107,7 +112,7 @@ mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err);
 /* The bound address ("tcp://127.0.0.1:41234"), borrowed from net. */
 const char *mt_coll_net_addr(const mt_coll_net *net);
 
-/* Stop the receiver and close the listener. Free any world using it first. NULL: no-op. */
+/* Stop receiving and close the listener. Free any world using it first. NULL: no-op. */
 void mt_coll_net_free(mt_coll_net *net);
 
 /* ------------------------------------------------------------------ worlds */

@@ -151,12 +151,13 @@ static void check_close(const float *got, const double *dref, size_t n)
 static const size_t sizes[] = {0, 1, 2, 3, 7, 13, 31, 97, 1000, 4099, 65537};
 
 /* Allreduce over the whole world of p threads, every size, bit-exact vs reference. */
-static void allreduce_world(int p, size_t seg_bytes)
+static void allreduce_world(int p, size_t seg_bytes, size_t direct_bytes)
 {
     mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
     mt_coll_world *w;
     int group[MAXR];
     o.segment_bytes = seg_bytes;
+    o.direct_bytes = direct_bytes;
     assert_int_equal(mt_coll_world_new_local(p, &o, &w, NULL), MT_OK);
     for (int i = 0; i < p; i++)
         group[i] = i;
@@ -211,16 +212,18 @@ static void test_coll_chunk_range_partitions(void **state)
 static void test_coll_allreduce_bit_exact_1_to_8(void **state)
 {
     (void)state;
-    for (int p = 1; p <= MAXR; p++)
-        allreduce_world(p, 256 * 1024);
+    for (int p = 1; p <= MAXR; p++) {
+        allreduce_world(p, 256 * 1024, 0);         /* ring for every size */
+        allreduce_world(p, 256 * 1024, 64 * 1024); /* direct exchange up to 64 KiB */
+    }
 }
 
 static void test_coll_allreduce_small_segments_same_bits(void **state)
 {
     (void)state;
     /* many segments per chunk: the order (and so the bits) must not change */
-    allreduce_world(3, 16);
-    allreduce_world(4, 100);
+    allreduce_world(3, 16, 0);
+    allreduce_world(4, 100, 0);
 }
 
 /* 8 ranks as a 4x2 layout: groups along the first dimension, run concurrently. */
@@ -749,6 +752,50 @@ static void test_coll_net_lost_peer_is_named(void **state)
     mt_coll_net_free(nets[0]);
 }
 
+/* A member in another process that never enters (hung): named after the PING round. */
+static void test_coll_net_deadline_names_silent_member(void **state)
+{
+    static const int g[] = {0, 1, 2};
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    mt_coll_rank_addr table[3];
+    (void)state;
+    o.job_id = 8;
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[0], NULL), MT_OK);
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[1], NULL), MT_OK);
+    /* ranks 0 and 2 in endpoint 0, rank 1 alone in endpoint 1 */
+    table[0] = (mt_coll_rank_addr){mt_coll_net_addr(nets[0]), 0};
+    table[1] = (mt_coll_rank_addr){mt_coll_net_addr(nets[1]), 0};
+    table[2] = (mt_coll_rank_addr){mt_coll_net_addr(nets[0]), 1};
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(mt_coll_world_new_net(nets[k], 3, table, &o, &ws[k], NULL), MT_OK);
+    job jobs[2];
+    for (int i = 0; i < 2; i++)
+        jobs[i] = (job){.w = ws[0],
+                        .rank = i * 2,
+                        .group = g,
+                        .gsize = 3,
+                        .op = OP_ALLREDUCE,
+                        .n = 1000,
+                        .seed = 1,
+                        .use_call = 1,
+                        .call = {.step = 3, .deadline_ms = 400}};
+    run_jobs(jobs, 2);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(jobs[i].rc, MT_DEADLINE_EXCEEDED);
+        if (strstr(jobs[i].err.msg, mt_coll_net_addr(nets[1])) == NULL ||
+            strstr(jobs[i].err.msg, "no answer") == NULL)
+            fail_msg("rank %d does not name the silent member: %s", i * 2, jobs[i].err.msg);
+        assert_true(jobs[i].secs < 0.4 + 1.0);
+    }
+    free_jobs(jobs, 2);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
 static void test_coll_net_invalid_arguments(void **state)
 {
     mt_coll_net *net, *n2;
@@ -802,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_coll_net_tcp_bit_identical_to_local),
         cmocka_unit_test(test_coll_net_ipc_bit_identical_to_local),
         cmocka_unit_test(test_coll_net_lost_peer_is_named),
+        cmocka_unit_test(test_coll_net_deadline_names_silent_member),
         cmocka_unit_test(test_coll_net_invalid_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
