@@ -72,7 +72,8 @@ typedef struct dev {
     float *x, *g1, *g2;                 /* input slice; reshard scratch (max_b * widest) */
     int32_t *y;                         /* labels slice */
     float *logits, *dlogits, *dlog_loc; /* (max_b, K) */
-    mt_coll_bucket *bucket;             /* every trainable gradient, reduced over the batch dim */
+    mt_coll_bucket *bucket;             /* every trainable gradient + msum, reduced over batch */
+    float msum[2];                      /* step loss sum and correct count (in the bucket) */
     size_t batch, row0;                 /* local examples of the current job, first global row */
     int64_t t;                          /* optimizer iterations */
     double loss;                        /* job outputs */
@@ -584,6 +585,8 @@ static mt_code dev_alloc(dev *d, mt_err *err)
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++)
         if (d->params[i].trainable)
             rc = mt_coll_bucket_add(d->bucket, d->params[i].grad, d->params[i].size, err);
+    if (rc == MT_OK) /* the metrics ride along: one collective per step for all of it */
+        rc = mt_coll_bucket_add(d->bucket, d->msum, 2, err);
     if (rc != MT_OK)
         return rc;
     DALLOC(d->ls, (size_t)s->n_layers);
@@ -946,7 +949,6 @@ static mt_code dev_step(dev *d)
     mt_spmd *s = d->s;
     double loss = 0.0;
     size_t correct = 0;
-    float sums[2];
     mt_code rc;
 
     mt_coll_comm_set_step(d->comm, s->jstep);
@@ -957,18 +959,16 @@ static mt_code dev_step(dev *d)
                              1.0f / (float)s->jn, &d->err);
     if (rc == MT_OK)
         rc = dev_backward(d);
+    d->msum[0] = (float)loss;
+    d->msum[1] = (float)correct;
     if (rc == MT_OK && s->bdim >= 0) {
         mt_coll_group g = {d->groups[s->bdim], s->dimsz[s->bdim]};
         rc = mt_coll_bucket_allreduce(d->bucket, d->comm, &g, NULL, &d->err);
     }
     if (rc != MT_OK)
         return rc;
-    sums[0] = (float)loss;
-    sums[1] = (float)correct;
-    if ((rc = grp_allreduce(d, s->bdim, sums, 2)) != MT_OK)
-        return rc;
-    d->loss = sums[0];
-    d->correct = (size_t)sums[1];
+    d->loss = d->msum[0];
+    d->correct = (size_t)d->msum[1];
     d->t++;
     for (size_t i = 0; i < s->n_params; i++) {
         mt_model_param *p = &d->params[i];

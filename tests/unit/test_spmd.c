@@ -492,6 +492,35 @@ static void test_spmd_evaluate_matches_single_device(void **state)
     data_free(&d);
 }
 
+/* Fail the 1st, 2nd, ... allocation of mt_spmd_new until it succeeds: RESOURCE_EXHAUSTED, no leak.
+ */
+static void test_spmd_new_survives_allocation_failures(void **state)
+{
+    size_t shape[1] = {FEAT};
+    job j;
+    int failures = 0;
+    (void)state;
+    job_load(&j, MLP_SPEC("\"adam\"", SP_EXTRA), "batch=2,feature=1,model=2");
+    for (long n = 0;; n++) {
+        mt_spmd *s = (mt_spmd *)&j;
+        mt_err err = MT_ERR_INIT;
+        mt_code rc;
+        mt_alloc_fail_after(n);
+        rc = mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 1, shape, 16, NULL, &s, &err);
+        mt_alloc_fail_reset();
+        if (rc == MT_OK) {
+            mt_spmd_free(s);
+            break;
+        }
+        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+        assert_null(s);
+        failures++;
+        assert_true(n < 5000);
+    }
+    assert_true(failures > 10);
+    job_free(&j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -508,6 +537,7 @@ int main(void)
         cmocka_unit_test(test_spmd_restore_refuses_other_model),
         cmocka_unit_test(test_spmd_step_rejects_bad_input),
         cmocka_unit_test(test_spmd_evaluate_matches_single_device),
+        cmocka_unit_test(test_spmd_new_survives_allocation_failures),
     };
     return MT_RUN_TESTS(tests);
 }
