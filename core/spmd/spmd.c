@@ -117,6 +117,20 @@ struct mt_spmd {
 
 /* ------------------------------------------------------------------ config */
 
+/* checkpoint.<key>: an integer in 1..max when present (else *out is kept). */
+static mt_code ckpt_field(const cJSON *ck, const char *key, double max, int64_t *out, mt_err *err)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(ck, key);
+    if (n == NULL)
+        return MT_OK;
+    if (!cJSON_IsNumber(n) || n->valuedouble < 1 || n->valuedouble > max ||
+        n->valuedouble != (double)(int64_t)n->valuedouble)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "checkpoint.%s: must be a positive integer",
+                          key);
+    *out = (int64_t)n->valuedouble;
+    return MT_OK;
+}
+
 mt_code mt_spmd_config_parse(const char *json, size_t len, mt_spmd_config *cfg, mt_err *err)
 {
     cJSON *root = cJSON_ParseWithLength(json, len);
@@ -141,7 +155,6 @@ mt_code mt_spmd_config_parse(const char *json, size_t len, mt_spmd_config *cfg, 
         goto done;
     ck = cJSON_GetObjectItemCaseSensitive(root, "checkpoint");
     if (ck != NULL) {
-        const cJSON *e, *k;
         if (!cJSON_IsObject(ck)) {
             rc = mt_err_set(err, MT_INVALID_ARGUMENT, "checkpoint: must be an object");
             goto done;
@@ -153,26 +166,13 @@ mt_code mt_spmd_config_parse(const char *json, size_t len, mt_spmd_config *cfg, 
                                 c->string);
                 goto done;
             }
-        e = cJSON_GetObjectItemCaseSensitive(ck, "every_steps");
-        k = cJSON_GetObjectItemCaseSensitive(ck, "keep");
-        if (e != NULL) {
-            if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 1e15 ||
-                e->valuedouble != (double)(int64_t)e->valuedouble) {
-                rc = mt_err_set(err, MT_INVALID_ARGUMENT,
-                                "checkpoint.every_steps: must be a positive integer");
-                goto done;
-            }
-            cfg->ckpt_every = (int64_t)e->valuedouble;
-        }
-        if (k != NULL) {
-            if (!cJSON_IsNumber(k) || k->valuedouble < 1 || k->valuedouble > 1e6 ||
-                k->valuedouble != (double)(int)k->valuedouble) {
-                rc = mt_err_set(err, MT_INVALID_ARGUMENT,
-                                "checkpoint.keep: must be a positive integer");
-                goto done;
-            }
-            cfg->ckpt_keep = (int)k->valuedouble;
-        }
+        int64_t keep = cfg->ckpt_keep;
+        rc = ckpt_field(ck, "every_steps", 1e15, &cfg->ckpt_every, err);
+        if (rc == MT_OK)
+            rc = ckpt_field(ck, "keep", 1e6, &keep, err);
+        if (rc != MT_OK)
+            goto done;
+        cfg->ckpt_keep = (int)keep;
     }
 done:
     cJSON_Delete(root);
