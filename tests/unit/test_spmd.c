@@ -492,6 +492,40 @@ static void test_spmd_evaluate_matches_single_device(void **state)
     data_free(&d);
 }
 
+/* A caller's world is used as given (rank = mesh position); a world of another size is refused. */
+static void test_spmd_uses_the_callers_world(void **state)
+{
+    size_t shape[1] = {FEAT};
+    data d = gen_data(32, FEAT, 2, 17);
+    mt_coll_world *w4 = NULL, *w8 = NULL;
+    mt_spmd *a = NULL, *b = NULL;
+    job j;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    job_load(&j, MLP_SPEC("\"sgd\"", SP_EXTRA), NULL);
+    assert_int_equal(mt_coll_world_new_local(4, NULL, &w4, &err), MT_OK);
+    assert_int_equal(mt_coll_world_new_local(8, NULL, &w8, &err), MT_OK);
+    assert_int_equal(mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 1, shape, 16, w4, &a, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_null(a);
+    assert_non_null(strstr(err.msg, "world has 4 ranks"));
+    assert_int_equal(mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 1, shape, 16, w8, &a, &err),
+                     MT_OK);
+    b = spmd_open(&j, 1, shape);
+    spmd_train(a, &d, 16, 0, 3, NULL);
+    spmd_train(b, &d, 16, 0, 3, NULL);
+    for (size_t i = 0; i < mt_spmd_param_count(a); i++) {
+        const mt_model_param *pa = mt_spmd_param(a, 5, i), *pb = mt_spmd_param(b, 5, i);
+        assert_memory_equal(pa->value, pb->value, pa->size * sizeof(float));
+    }
+    mt_spmd_free(a);
+    mt_spmd_free(b);
+    mt_coll_world_free(w4);
+    mt_coll_world_free(w8);
+    job_free(&j);
+    data_free(&d);
+}
+
 /* Fail the 1st, 2nd, ... allocation of mt_spmd_new until it succeeds: RESOURCE_EXHAUSTED, no leak.
  */
 static void test_spmd_new_survives_allocation_failures(void **state)
@@ -538,6 +572,7 @@ int main(void)
         cmocka_unit_test(test_spmd_step_rejects_bad_input),
         cmocka_unit_test(test_spmd_evaluate_matches_single_device),
         cmocka_unit_test(test_spmd_new_survives_allocation_failures),
+        cmocka_unit_test(test_spmd_uses_the_callers_world),
     };
     return MT_RUN_TESTS(tests);
 }
