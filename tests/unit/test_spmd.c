@@ -15,10 +15,12 @@
 #include <unistd.h>
 
 #include "alloc/mt_alloc.h"
+#include "data/mt_idx.h"
 #include "model/mt_model.h"
 #include "spmd/mt_spmd.h"
 
-#define FEAT 1200
+#define FEAT       1200
+#define FMNIST_DIR "/usr/share/datasets/fashion-mnist/"
 
 /* The tutorial MLP: Dense 1200->48 relu, BatchNorm, Dense 48->2; layouts and mesh appended. */
 #define MLP_SPEC(opt, extra)                                                                       \
@@ -274,10 +276,26 @@ static void test_spmd_mesh_of_size_one_dims(void **state)
     "{\"type\":\"max_pool2d\"},{\"type\":\"batch_norm\"},{\"type\":\"flatten\"},"                  \
     "{\"type\":\"dense\",\"units\":10}"
 
+/* The first n Fashion-MNIST test images when the dataset is installed, else generated ones. */
+static data fashion_or_generated(size_t n)
+{
+    mt_idx_set set;
+    data d;
+    if (mt_idx_set_load(FMNIST_DIR "t10k-images-idx3-ubyte.gz",
+                        FMNIST_DIR "t10k-labels-idx1-ubyte.gz", 10, &set, NULL) != MT_OK)
+        return gen_data(n, 784, 10, 21);
+    d = (data){n, 784, mt_calloc(n * 784, sizeof(float)), mt_calloc(n, sizeof(int32_t))};
+    assert_true(set.n >= n && set.h * set.w * set.c == 784);
+    memcpy(d.x, set.images, n * 784 * sizeof(float));
+    memcpy(d.y, set.labels, n * sizeof(int32_t));
+    mt_idx_set_fini(&set);
+    return d;
+}
+
 static void test_spmd_fashion_mlp_and_cnn(void **state)
 {
     size_t shape[3] = {28, 28, 1};
-    data d = gen_data(64, 784, 10, 21);
+    data d = fashion_or_generated(64);
     int steps = sanitized() ? 2 : 4;
     (void)state;
     check_equivalence(FMNIST_SPEC(FMNIST_MLP, ",\"mesh\":{\"batch\":4}"), NULL, 3, shape, &d, steps,
