@@ -314,6 +314,37 @@ static void test_spmd_fashion_mlp_and_cnn(void **state)
     data_free(&d);
 }
 
+/*
+ * Every reshard path: dense_2's input is sharded over model but its kernel contracts over feature
+ * (allgather over model, slice over feature, and back in the backward); dense_3's output is
+ * sharded, so the logits are gathered; conv2d_2's input channels are sharded (allgathered).
+ */
+static void test_spmd_reshard_paths_equal_single_device(void **state)
+{
+    size_t shape[1] = {FEAT}, ishape[3] = {28, 28, 1};
+    data d = gen_data(32, FEAT, 2, 41), im = fashion_or_generated(32);
+    const char *mlp =
+        "{\"seed\":9,\"batch_size\":16,\"optimizer\":\"sgd\",\"learning_rate\":0.05,"
+        "\"model\":{\"input_shape\":[1200],\"layers\":[{\"type\":\"dense\",\"units\":48,"
+        "\"activation\":\"relu\"},{\"type\":\"dropout\",\"rate\":0.25},{\"type\":\"dense\","
+        "\"units\":16,\"activation\":\"relu\"},{\"type\":\"dense\",\"units\":2}]},"
+        "\"mesh\":{\"batch\":2,\"feature\":2,\"model\":2},\"input_layout\":[\"batch\","
+        "\"feature\"],\"layouts\":{\"dense_1\\\\.kernel\":[\"feature\",\"model\"],"
+        "\"dense_2\\\\.kernel\":[\"feature\",\"unsharded\"],\"dense_3\\\\.kernel\":["
+        "\"unsharded\",\"model\"]}}";
+    const char *cnn = FMNIST_SPEC(
+        "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"activation\":\"relu\"},"
+        "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\"},"
+        "{\"type\":\"max_pool2d\"},{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10}",
+        ",\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{\"conv2d_1\\\\.kernel\":["
+        "\"unsharded\",\"unsharded\",\"unsharded\",\"model\"]}");
+    (void)state;
+    check_equivalence(mlp, NULL, 1, shape, &d, 6, 1e-5);
+    check_equivalence(cnn, NULL, 3, ishape, &im, sanitized() ? 2 : 3, CNN_TOL);
+    data_free(&d);
+    data_free(&im);
+}
+
 static void test_spmd_shards_hold_their_slice(void **state)
 {
     size_t shape[1] = {FEAT};
@@ -582,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_spmd_adam_schemes_equal_single_device),
         cmocka_unit_test(test_spmd_mesh_of_size_one_dims),
         cmocka_unit_test(test_spmd_fashion_mlp_and_cnn),
+        cmocka_unit_test(test_spmd_reshard_paths_equal_single_device),
         cmocka_unit_test(test_spmd_shards_hold_their_slice),
         cmocka_unit_test(test_spmd_layout_errors),
         cmocka_unit_test(test_spmd_config_checkpoint_fields),
