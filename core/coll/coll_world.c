@@ -799,10 +799,21 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
     for (;;) {
         if (c->aborted) {
             c->aborted = 0;
-            /* An ABORT about an earlier collective is a leftover (that collective
-             * already ended here) or comes from a member whose tag is wrong (its
-             * data will show the mismatch): either way it does not end this one. */
-            if (tag_le(x->step, x->seq, c->abort_step, c->abort_seq) || c->blame == c->rank) {
+            /*
+             * Which ABORTs end this collective:
+             * - one about a collective that already failed here is a leftover: no;
+             * - one about this or a later collective: yes;
+             * - one that blames this rank's data: yes;
+             * - one about an earlier collective that completed here: yes if the
+             *   sender failed for a reason other than a mismatch (it is gone and
+             *   will not feed this one); no for a mismatch (it comes from a
+             *   member with a wrong tag, and its data will show the mismatch).
+             */
+            int leftover =
+                c->has_failed && tag_le(c->abort_step, c->abort_seq, c->failed_step, c->failed_seq);
+            int later = tag_le(x->step, x->seq, c->abort_step, c->abort_seq);
+            if (!leftover &&
+                (later || c->blame == c->rank || c->abort_code != MT_INVALID_ARGUMENT)) {
                 char msg[MT_ERR_MSG_SIZE];
                 mt_code code = c->abort_code;
                 memcpy(msg, c->abort_msg, sizeof(msg));
