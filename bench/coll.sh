@@ -102,8 +102,9 @@ for np in $PROCS; do
         il=$(field "$i" lat_us) ib=$(field "$i" busbw_GBps)
         ml=$(field "$m" lat_us) mb=$(field "$m" busbw_GBps)
         rb=- rl=-
-        [ -n "$tb" ] && [ -n "$mb" ] && rb=$(echo "scale=2; $tb / $mb" | bc)
-        [ -n "$tl" ] && [ -n "$ml" ] && rl=$(echo "scale=2; $ml / $tl" | bc)
+        nonzero() { [ -n "$1" ] && [ "$(echo "$1 > 0" | bc)" = 1 ]; }
+        nonzero "$tb" && nonzero "$mb" && rb=$(echo "scale=2; $tb / $mb" | bc)
+        nonzero "$tl" && nonzero "$ml" && rl=$(echo "scale=2; $ml / $tl" | bc)
         printf '%-6s %-5s %10s | %10s %9s | %10s %9s | %10s %9s | %8s %8s\n' "$np" "" "$b" \
             "${tl:--}" "${tb:--}" "${il:--}" "${ib:--}" "${ml:--}" "${mb:--}" "$rb" "$rl"
     done
