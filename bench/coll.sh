@@ -3,7 +3,8 @@
 # bench/coll.sh [BUILD_DIR] — allreduce latency and bus bandwidth of core/coll
 # between 2 and 4 processes on loopback (nng tcp and ipc), next to OpenMPI's
 # MPI_Allreduce over TCP (btl tcp,self) measured in the same run, with ratios.
-# busbw = algbw x 2(n-1)/n, algbw = bytes / time of one allreduce.
+# busbw = algbw x 2(n-1)/n, algbw = bytes / time of one allreduce; each figure is
+# the best of 3 timed trials on both sides (the machine is shared).
 # Env: COLL_SIZES (bytes), COLL_PROCS, COLL_SEGMENTS (segment sizes to try at
 # 16 MiB first; the best is used for the main table), COLL_SKIP_MPI=1.
 set -u

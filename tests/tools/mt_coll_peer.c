@@ -14,7 +14,8 @@
  *                 "RESULT rank=R ok checksum=H" (H: FNV-1a of every result);
  *   --mode loop   repeats an allreduce of --sizes[0] floats --iters times,
  *                 printing "STARTED" once (for kill / stop tests);
- *   --mode bench  times allreduce for every size and prints "BENCH ..." lines.
+ *   --mode bench  times allreduce for every size (best of 3 trials) and prints
+ *                 "BENCH ..." lines.
  * On a failure it prints "ERROR rank=R code=NAME elapsed_ms=T msg=..." and
  * exits with the mt_code number. --alarm S (default 60) bounds its lifetime.
  */
@@ -200,7 +201,7 @@ static void run_bench(dev *d, mt_coll_comm *c, const mt_coll_group *grp, double 
         mt_code rc = MT_OK;
         for (size_t e = 0; e < n; e++)
             buf[e] = val(d->rank, e, 1) * 1e-3f;
-        /* warm up, then rank 0 picks an iteration count for ~0.4 s that everyone uses */
+        /* warm up, then rank 0 picks an iteration count for ~0.25 s that everyone uses */
         double a = now_s();
         for (int k = 0; k < 3 && rc == MT_OK; k++)
             rc = mt_coll_allreduce_sum(c, grp, buf, n, NULL, &d->err);
@@ -208,16 +209,20 @@ static void run_bench(dev *d, mt_coll_comm *c, const mt_coll_group *grp, double 
         if (d->cfg->iters > 0)
             it = (float)d->cfg->iters;
         else
-            it = (float)(per > 0 ? 0.4 / per : 1000);
+            it = (float)(per > 0 ? 0.25 / per : 1000);
         it = it < 5 ? 5 : (it > 2000 ? 2000 : (float)floor(it));
         if (rc == MT_OK)
             rc = mt_coll_broadcast(c, grp, &it, 1, grp->ranks[0], NULL, &d->err);
-        if (rc == MT_OK)
+        /* best of 3 timed trials: the machine is shared, the minimum is the least disturbed */
+        double secs = 1e30;
+        for (int trial = 0; trial < 3 && rc == MT_OK; trial++) {
             rc = mt_coll_barrier(c, grp, NULL, &d->err);
-        a = now_s();
-        for (long k = 0; k < (long)it && rc == MT_OK; k++)
-            rc = mt_coll_allreduce_sum(c, grp, buf, n, NULL, &d->err);
-        double secs = (now_s() - a) / it;
+            a = now_s();
+            for (long k = 0; k < (long)it && rc == MT_OK; k++)
+                rc = mt_coll_allreduce_sum(c, grp, buf, n, NULL, &d->err);
+            double t = (now_s() - a) / it;
+            secs = t < secs ? t : secs;
+        }
         free(buf);
         if (rc != MT_OK) {
             fail(d, rc, t0);
