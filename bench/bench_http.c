@@ -7,8 +7,9 @@
  *
  * Runs a real coordinator (mt_coord_open + mt_coord_run on a thread) over a
  * temporary state dir filled through the store API (20,000 steps x 5 names),
- * and a keep-alive nng HTTP client on 127.0.0.1. Three cases: the whole
- * history, one name (names=loss: 20,000 points), and the dashboard's
+ * and a keep-alive nng HTTP client on 127.0.0.1. Four cases: the whole
+ * history, one name (names=loss: 20,000 points), the history cut to 2,000 points per
+ * series (max_points=2000, the dashboard's first load), and the dashboard's
  * per-second poll (since_step = last step - 10).
  * Usage: bench_http [ITERATIONS]   (default 40; about 10 s on the CI machine)
  * Never run by ctest.
@@ -204,6 +205,7 @@ int main(int argc, char **argv)
     } cases[] = {
         {"all 100,000 points", "", 0, NULL},
         {"names=loss (20,000)", "?names=loss", 0, "loss"},
+        {"max_points=2000", "?max_points=2000", 0, NULL},
         {"poll: last 10 steps", "?since_step=19991", 19991, NULL},
     };
     printf("bench_http: job %s with %d metric points, %d iterations per case\n", job, STEPS * NAMES,

@@ -310,16 +310,44 @@ done:
 }
 
 /*
+ * Keep at most max_points points of each series (0 = all): an even stride that keeps the
+ * first and the last point; dropped points get idx 255. Returns the points kept.
+ */
+static size_t decimate(unsigned char *idx, size_t n, size_t max_points)
+{
+    size_t cnt[MAX_SERIES] = {0}, seen[MAX_SERIES] = {0}, kept = 0;
+
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] != 255)
+            cnt[idx[i]]++;
+    for (size_t i = 0; i < n; i++) {
+        unsigned k = idx[i];
+        if (k == 255)
+            continue;
+        if (max_points > 0 && cnt[k] > max_points) {
+            size_t stride = (cnt[k] + max_points - 2) / (max_points - 1); /* incl. the last */
+            size_t j = seen[k]++;
+            if (j % stride != 0 && j != cnt[k] - 1) {
+                idx[i] = 255;
+                continue;
+            }
+        }
+        kept++;
+    }
+    return kept;
+}
+
+/*
  * The metric history as columns per name:
  * {"job_id": ..., "since_step": N, "last_step": M|null, "count": n,
  *  "series": {"loss": {"step": [...], "value": [...]}, ...}}
  */
 static void api_metrics(mt_store *s, const char *id, const char *query, coord_http_reply *r)
 {
-    char since[32] = "", names_s[1024] = "", limit_s[32] = "";
+    char since[32] = "", names_s[1024] = "", limit_s[32] = "", maxp_s[32] = "";
     char *names[MAX_NAMES];
     size_t n_names = 0, n = 0;
-    uint64_t since_step = 0, limit = 0;
+    uint64_t since_step = 0, limit = 0, max_points = 0;
     mt_store_metric *pts = NULL;
     mt_store_job j;
     mt_err err = MT_ERR_INIT;
@@ -333,6 +361,12 @@ static void api_metrics(mt_store *s, const char *id, const char *query, coord_ht
     if ((q = query_get(query, "limit", limit_s, sizeof(limit_s))) < 0 ||
         (q > 0 && parse_u64(limit_s, 10000000, &limit) != 0)) {
         bad_param(r, "limit", limit_s, "expected an integer in 0..10000000 (0 = no limit)");
+        return;
+    }
+    if ((q = query_get(query, "max_points", maxp_s, sizeof(maxp_s))) < 0 ||
+        (q > 0 &&
+         (parse_u64(maxp_s, 10000000, &max_points) != 0 || (max_points > 0 && max_points < 2)))) {
+        bad_param(r, "max_points", maxp_s, "expected 0 (all) or an integer in 2..10000000");
         return;
     }
     if ((q = query_get(query, "names", names_s, sizeof(names_s))) < 0) {
@@ -378,13 +412,14 @@ static void api_metrics(mt_store *s, const char *id, const char *query, coord_ht
             seen[n_seen++] = pts[i].name;
         idx[i] = (unsigned char)(k < MAX_SERIES ? k : 255); /* 255: beyond MAX_SERIES, dropped */
     }
+    size_t n_out = decimate(idx, n, (size_t)max_points);
     coord_buf *b = &r->body;
     coord_buf_puts(b, "{\"job_id\":");
     coord_buf_json_str(b, id);
     coord_buf_puts(b, ",\"since_step\":");
     coord_buf_u64(b, since_step);
     coord_buf_puts(b, ",\"count\":");
-    coord_buf_u64(b, n);
+    coord_buf_u64(b, n_out);
     coord_buf_puts(b, ",\"last_step\":");
     if (n > 0)
         coord_buf_u64(b, pts[n - 1].step);

@@ -187,7 +187,7 @@
       }
       restarts = job.restarts;
       const m = await getJSON('/api/v1/jobs/' + encodeURIComponent(id) + '/metrics?since_step=' + (lastStep + 1) +
-        '&names=loss,eval_loss,accuracy,eval_accuracy,examples_per_sec');
+        '&names=loss,eval_loss,accuracy,eval_accuracy,examples_per_sec' + (lastStep < 0 ? '&max_points=' + MAX_DRAWN : ''));
       if (m.last_step !== null) lastStep = m.last_step;
       charts.forEach((ch) => {
         let total = 0;

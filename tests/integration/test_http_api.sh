@@ -61,9 +61,13 @@ jqb '(.series.eval_loss.step | length) == 30 and .series.eval_loss.step[0] == 10
 expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics?since_step=291&names=loss,eval_accuracy"
 jqb '.count == 11 and (.series | keys) == ["eval_accuracy","loss"] and .series.loss.step[0] == 291'
 jqb '(.series.loss.value | length) == 10 and (.series.loss.value[0] | type) == "number"'
+expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics?max_points=10&names=loss,eval_loss"
+jqb '(.series.loss.step | length) == 10 and .series.loss.step[0] == 1 and .series.loss.step[9] == 300 and (.series.eval_loss.step | length) <= 10 and .series.eval_loss.step[-1] == 300'
+expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics?limit=5"
+jqb '.count == 5 and .last_step == 2'  # 3 names per step (eval every 10th)
 expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics?since_step=301"
 jqb '.count == 0 and .last_step == null and .series == {}'
-for bad in "since_step=-1" "since_step=abc" "since_step=" "limit=x" "names=,loss" \
+for bad in "since_step=-1" "since_step=abc" "since_step=" "limit=x" "names=,loss" "max_points=1" \
     "names=$(printf 'n%.0s' {1..70})" "since_step=%zz"; do
     expect 400 "$HTTP_URL/api/v1/jobs/$JOB/metrics?$bad"
     jqb '.error.code == "INVALID_ARGUMENT"'
