@@ -198,6 +198,7 @@
           total += d.full.length;
         });
         ch.canvas.dataset.points = total;
+        ch.canvas.dataset.lastStep = lastStep;
         ch.update('none');
       });
       const lm = job.latest_metrics;

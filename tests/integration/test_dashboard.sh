@@ -62,6 +62,22 @@ UPDATES=$(grep -o 'data-updates="[0-9]*"' "$T/job.html" | grep -o '[0-9]*')
 [ "${UPDATES:-0}" -ge 3 ] || fail "page refreshed ${UPDATES:-0} times in 6 s, expected >= 3 (1 s polling)"
 log "job page DOM ok (refreshed $UPDATES times without reload)"
 
+# live: another process keeps adding steps (as a training job would) while the page is
+# open; the page must pick them up by polling, and appending only new points must give
+# exactly one point per step and name (no gap, no duplicate)
+bg appender "$BIN/mt_seed_state" "$S" --append "$JOB" --steps 2000 --interval-ms 20
+APPENDER=$LAST_PID
+wait_for 10 "appender started" bash -c "curl -sf '$HTTP_URL/api/v1/jobs/$JOB' | jq -e '.step > 310'"
+browse "$HTTP_URL/jobs/$JOB" "$T/live.html" --dump-dom --virtual-time-budget=20000
+kill "$APPENDER" 2>/dev/null || true
+LAST=$(grep -o '<canvas id="loss-chart"[^>]*' "$T/live.html" | grep -o 'data-last-step="[0-9]*"' | grep -o '[0-9]*')
+PTS=$(grep -o '<canvas id="loss-chart"[^>]*' "$T/live.html" | grep -o 'data-points="[0-9]*"' | grep -o '[0-9]*')
+FIRST=$(grep -o '<span id="job-step">[0-9]*' "$T/live.html" | grep -o '[0-9]*$')
+log "live page: loss chart up to step $LAST with $PTS points"
+[ -n "$LAST" ] && [ "$LAST" -gt 310 ] || fail "the chart did not follow the live job (last step '$LAST')"
+[ "$PTS" = $((LAST + LAST / 10)) ] || fail "loss chart has $PTS points for steps 1..$LAST, expected $((LAST + LAST / 10))"
+[ -n "$FIRST" ] || fail "no step in the live DOM"
+
 browse "$HTTP_URL/jobs/$JOB" /dev/null --screenshot="$BIN/dashboard-job.png"
 [ -s "$BIN/dashboard-job.png" ] || fail "no screenshot"
 log "screenshot: $BIN/dashboard-job.png"

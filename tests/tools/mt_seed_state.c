@@ -7,6 +7,11 @@
  * and a QUEUED job, so the HTTP API, /metrics and the dashboard can be tested
  * and benchmarked without a training engine.
  * usage: mt_seed_state STATE_DIR [--steps N] [--names K]
+ *        mt_seed_state STATE_DIR --append JOB_ID --steps N [--interval-ms MS]
+ *   --append    add N more steps of all five metrics to an existing job (after its
+ *               current step), one step per MS milliseconds (default 50), each step
+ *               one transaction, then set the job's step: a training job "live"
+ *               while a coordinator serves the same database (tests the dashboard).
  *   --steps N   metric steps of the running job (default 200)
  *   --names K   metric names per step, 1..5 of loss, accuracy, examples_per_sec,
  *               eval_loss, eval_accuracy (eval ones every 10th step; default 5)
@@ -18,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "clock/mt_clock.h"
 #include "storage/mt_store.h"
@@ -56,11 +62,61 @@ static void worker(mt_store_worker *w, mt_store_device *d, const char *name, int
     w->n_devices = 2;
 }
 
+static double value_of(int j, double t)
+{
+    return j == 0   ? 2.3 * exp(-t / 80.0) + 0.1 + 0.02 * sin(t)
+           : j == 1 ? 1.0 - 0.9 * exp(-t / 60.0)
+           : j == 2 ? 5000.0 + 100.0 * sin(t / 7.0)
+           : j == 3 ? 2.3 * exp(-t / 90.0) + 0.15
+                    : 0.95 - 0.85 * exp(-t / 70.0);
+}
+
+/* --append: grow job_id by `steps` steps, one transaction per step. */
+static int append(const char *db, const char *job_id, long steps, long interval_ms)
+{
+    static const char *const names[] = {"loss", "accuracy", "examples_per_sec", "eval_loss",
+                                        "eval_accuracy"};
+    mt_err err = MT_ERR_INIT;
+    mt_store *s = NULL;
+    mt_store_job j;
+    struct timespec pause = {interval_ms / 1000, (interval_ms % 1000) * 1000000L};
+
+    if (check(mt_store_open(db, &s, &err), &err, db))
+        return 1;
+    if (check(mt_store_job_get(s, job_id, &j, &err), &err, job_id)) {
+        mt_store_close(s);
+        return 1;
+    }
+    mt_store_job_fini(&j);
+    for (uint64_t st = j.step + 1; st <= j.step + (uint64_t)steps; st++) {
+        mt_store_metric pts[5];
+        size_t n = 0;
+        for (int k = 0; k < 5; k++) {
+            if (k >= 3 && st % 10 != 0)
+                continue;
+            memset(&pts[n], 0, sizeof(pts[n]));
+            pts[n].step = st;
+            snprintf(pts[n].name, sizeof(pts[n].name), "%s", names[k]);
+            pts[n].value = value_of(k, (double)st);
+            pts[n++].time_ms = mt_clock_wall_ms();
+        }
+        if (check(mt_store_metrics_insert(s, job_id, pts, n, &err), &err, "append metrics") ||
+            check(mt_store_job_set_step(s, job_id, st, mt_clock_wall_ms(), &err), &err, "step")) {
+            mt_store_close(s);
+            return 1;
+        }
+        nanosleep(&pause, NULL);
+    }
+    mt_store_close(s);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const char *const names[] = {"loss", "accuracy", "examples_per_sec", "eval_loss",
                                         "eval_accuracy"};
-    long steps = 200, k = 5;
+    long steps = 200, k = 5, interval_ms = 50;
+    const char *append_job = NULL;
     mt_err err = MT_ERR_INIT;
     mt_store *s = NULL;
     mt_store_worker w;
@@ -78,13 +134,19 @@ int main(int argc, char **argv)
             steps = strtol(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--names") == 0)
             k = strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--append") == 0)
+            append_job = argv[i + 1];
+        else if (strcmp(argv[i], "--interval-ms") == 0)
+            interval_ms = strtol(argv[i + 1], NULL, 10);
     }
     if (steps < 1 || k < 1 || k > 5) {
         fprintf(stderr, "mt_seed_state: --steps >= 1, --names 1..5\n");
         return 2;
     }
-    mkdir(argv[1], 0700);
     snprintf(db, sizeof(db), "%s/meshtrain.db", argv[1]);
+    if (append_job != NULL)
+        return append(db, append_job, steps, interval_ms < 0 ? 0 : interval_ms);
+    mkdir(argv[1], 0700);
     mt_store_options o = MT_STORE_OPTIONS_DEFAULTS;
     o.sync_full = 0;
     if (check(mt_store_open_opts(db, &o, &s, &err), &err, db))
@@ -129,12 +191,7 @@ int main(int argc, char **argv)
             m->step = (uint64_t)st;
             m->epoch = (uint32_t)(st / 100);
             snprintf(m->name, sizeof(m->name), "%s", names[j]);
-            double t = (double)st;
-            m->value = j == 0   ? 2.3 * exp(-t / 80.0) + 0.1 + 0.02 * sin(t)
-                       : j == 1 ? 1.0 - 0.9 * exp(-t / 60.0)
-                       : j == 2 ? 5000.0 + 100.0 * sin(t / 7.0)
-                       : j == 3 ? 2.3 * exp(-t / 90.0) + 0.15
-                                : 0.95 - 0.85 * exp(-t / 70.0);
+            m->value = value_of((int)j, (double)st);
             m->time_ms = now - 58000 + st * 10;
             if (n == cap) {
                 bad |= check(mt_store_metrics_insert(s, run.job_id, pts, n, &err), &err, "metrics");
