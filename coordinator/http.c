@@ -56,8 +56,9 @@ typedef struct asset {
 struct coord_http {
     nng_http_server *srv;
     coord_http_ctx ctx;
-    char token[MT_RPC_TOKEN_MAX]; /* "" = open */
-    char dir[1024];               /* dashboard dir */
+    char token[MT_RPC_TOKEN_MAX];         /* "" = open */
+    char token_hex[2 * MT_RPC_TOKEN_MAX]; /* the cookie's value: hex, so any token byte is safe */
+    char dir[1024];                       /* dashboard dir */
     asset assets[6];
     size_t n_assets;
 };
@@ -480,7 +481,7 @@ static int cookie_get(const char *hdr, const char *name, char *out, size_t cap)
 static int authorized(const struct coord_http *h, nng_http_req *req)
 {
     const char *auth;
-    char tok[MT_RPC_TOKEN_MAX];
+    char tok[2 * MT_RPC_TOKEN_MAX];
 
     if (h->token[0] == '\0')
         return 1;
@@ -489,10 +490,10 @@ static int authorized(const struct coord_http *h, nng_http_req *req)
         const char *t = auth + 7;
         while (*t == ' ')
             t++;
-        return strlen(t) < sizeof(tok) && mt_rpc_token_equal(t, h->token);
+        return strlen(t) < MT_RPC_TOKEN_MAX && mt_rpc_token_equal(t, h->token);
     }
     if (cookie_get(nng_http_req_get_header(req, "Cookie"), COOKIE, tok, sizeof(tok)))
-        return mt_rpc_token_equal(tok, h->token);
+        return mt_rpc_token_equal(tok, h->token_hex);
     return 0;
 }
 
@@ -557,7 +558,7 @@ static void login_page(coord_http_reply *r, int status, const char *msg)
 static void handle_login(struct coord_http *h, nng_aio *aio, nng_http_req *req)
 {
     coord_http_reply r = {0};
-    char tok[MT_RPC_TOKEN_MAX], cookie[MT_RPC_TOKEN_MAX + 80];
+    char tok[MT_RPC_TOKEN_MAX], cookie[2 * MT_RPC_TOKEN_MAX + 80];
     void *body = NULL;
     size_t len = 0;
 
@@ -576,7 +577,7 @@ static void handle_login(struct coord_http *h, nng_aio *aio, nng_http_req *req)
         send_reply(aio, &r, NULL, NULL);
         return;
     }
-    snprintf(cookie, sizeof(cookie), COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict", tok);
+    snprintf(cookie, sizeof(cookie), COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict", h->token_hex);
     const char *hdr[] = {"Set-Cookie", cookie, "Location", "/", NULL};
     r.status = 303;
     send_reply(aio, &r, NULL, hdr);
@@ -718,6 +719,8 @@ mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, 
     snprintf(h->ctx.db_path, sizeof(h->ctx.db_path), "%s/meshtrain.db", c->state_dir);
     h->ctx.stats = c->stats;
     snprintf(h->token, sizeof(h->token), "%s", c->token);
+    for (size_t i = 0; h->token[i] != '\0'; i++)
+        snprintf(h->token_hex + 2 * i, 3, "%02x", (unsigned char)h->token[i]);
     snprintf(h->dir, sizeof(h->dir), "%s", dashboard_dir(c->opts.dashboard_dir));
     assets_load(h);
     if ((rv = nng_http_server_hold(&h->srv, url)) != 0 ||
