@@ -43,6 +43,9 @@
 #define JSON_TYPE "application/json; charset=utf-8"
 #define HTML_TYPE "text/html; charset=utf-8"
 #define COOKIE    "mt_session"
+/* pages load only their own scripts and styles; inline style attributes (set by app.js and
+ * Chart.js) are allowed; no framing (clickjacking) */
+#define PAGE_CSP "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'"
 
 typedef struct asset {
     const char *name; /* file name under the dashboard dir, served as /static/NAME or a page */
@@ -298,6 +301,8 @@ static void send_reply(nng_aio *aio, coord_http_reply *r, const char *cache, con
         nng_http_res_set_header(res, "Content-Type", r->content_type);
     nng_http_res_set_header(res, "Cache-Control", cache ? cache : "no-store");
     nng_http_res_set_header(res, "X-Content-Type-Options", "nosniff");
+    if (r->content_type != NULL && strncmp(r->content_type, "text/html", 9) == 0)
+        nng_http_res_set_header(res, "Content-Security-Policy", PAGE_CSP);
     for (size_t i = 0; hdr != NULL && hdr[i] != NULL; i += 2)
         nng_http_res_set_header(res, hdr[i], hdr[i + 1]);
     if (r->body.len == 0) /* nng sends no length for an empty body: clients would wait for EOF */
@@ -442,6 +447,8 @@ static void send_asset(nng_aio *aio, nng_http_req *req, const asset *a)
     nng_http_res_set_header(res, "Cache-Control",
                             a->page ? "no-cache" : "public, max-age=31536000, immutable");
     nng_http_res_set_header(res, "X-Content-Type-Options", "nosniff");
+    if (a->page)
+        nng_http_res_set_header(res, "Content-Security-Policy", PAGE_CSP);
     if (inm != NULL && strstr(inm, a->etag) != NULL) {
         nng_http_res_set_status(res, 304);
         nng_http_res_set_header(res, "Content-Length", "0");
