@@ -154,3 +154,9 @@ expect 200 -H "Cookie: ${COOKIE%%;*}" "$HTTP_URL/api/v1/jobs"
 expect 200 -H "Cookie: ${COOKIE%%;*}" "$HTTP_URL/"
 expect 401 -H "Cookie: mt_session=s3cret-tokenX" "$HTTP_URL/api/v1/jobs"
 log "auth ok"
+
+# clean shutdown with the HTTP side open (under ASan this also checks for leaks)
+kill -TERM "$COORD_PID"
+rc=0; wait "$COORD_PID" || rc=$?
+[ $rc -eq 0 ] || fail "coordinator exited $rc on SIGTERM"
+log "clean shutdown"
