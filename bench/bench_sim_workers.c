@@ -9,7 +9,10 @@
  * 1,000 workers and 100 jobs.
  *
  *   bench_sim_workers [--workers N] [--jobs J] [--seconds S] [--metric-threads M]
- *                     [--points P] [--coordinator PATH]
+ *                     [--points P] [--rate POINTS_PER_S] [--fsync full|normal]
+ *                     [--coordinator PATH]
+ * --rate paces the metric threads (0 = as fast as they can: the ingest ceiling); the heartbeat
+ * target is stated at a given ingest rate, so measure p99 with --rate 50000 too.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +39,7 @@ extern char **environ;
 typedef struct bench {
     char url[256];
     int workers, jobs, seconds, mthreads, points;
+    long rate; /* total points/s the metric threads aim at; 0 = as fast as possible */
     char job_ids[1000][32];
     atomic_int stop;
     atomic_int loaded; /* metric load running: heartbeat samples go to the loaded set */
@@ -158,8 +162,16 @@ static void *metrics_main(void *arg)
     Meshtrain__MetricPoint **pp = calloc((size_t)b->points, sizeof(*pp));
     static const char *const names[] = {"loss", "accuracy", "examples_per_sec", "step_ms"};
     uint64_t step = 1;
+    int64_t t0 = mt_clock_mono_us();
 
     for (int64_t k = 0; !atomic_load(&b->stop); k++) {
+        if (b->rate > 0) { /* pace: report k of this thread is due at k * points / (rate/M) */
+            int64_t due =
+                t0 + (int64_t)((double)k * b->points * b->mthreads / (double)b->rate * 1e6);
+            int64_t now = mt_clock_mono_us();
+            if (due > now)
+                sleep_ms((int)((due - now) / 1000));
+        }
         Meshtrain__ReportMetricsRequest req = MESHTRAIN__REPORT_METRICS_REQUEST__INIT;
         Meshtrain__ReportMetricsReply *rep = NULL;
         int j = (int)((k * b->mthreads + id) % b->jobs);
@@ -250,7 +262,7 @@ int main(int argc, char **argv)
 {
     static bench b;
     char dir[] = "/tmp/mt-simworkers.XXXXXX", coord[1024], ep[1200], log[1200];
-    const char *coord_bin = NULL;
+    const char *coord_bin = NULL, *fsync_mode = "normal";
     pthread_t hb[HB_THREADS], *mt;
     hb_thread ht[HB_THREADS];
     pid_t pid;
@@ -274,6 +286,10 @@ int main(int argc, char **argv)
             b.mthreads = (int)v;
         else if (strcmp(argv[i], "--points") == 0)
             b.points = (int)(v < 4 ? 4 : v > 10000 ? 10000 : v);
+        else if (strcmp(argv[i], "--rate") == 0)
+            b.rate = v;
+        else if (strcmp(argv[i], "--fsync") == 0)
+            fsync_mode = argv[i + 1];
         else if (strcmp(argv[i], "--coordinator") == 0)
             coord_bin = argv[i + 1];
     }
@@ -309,7 +325,8 @@ int main(int argc, char **argv)
     }
     fclose(f);
 
-    printf("coordinator %s, %d simulated workers, %d jobs\n", b.url, b.workers, b.jobs);
+    printf("coordinator %s (--fsync %s), %d simulated workers, %d jobs, metric rate %s\n", b.url,
+           fsync_mode, b.workers, b.jobs, b.rate ? "paced" : "unpaced (as fast as possible)");
     per = (b.workers + HB_THREADS - 1) / HB_THREADS;
     for (int i = 0; i < HB_THREADS; i++) {
         memset(&ht[i], 0, sizeof(ht[i]));
