@@ -109,8 +109,32 @@ grep -q 'loss history' "$T/watch4.log" && grep -q 'loss live' "$T/watch4.log" ||
     fail "the mid-run watcher should see history and live points"
 log "watchers (from the start, and mid-run across the seam) saw 200 steps once each"
 
+# ---- a worker lost mid-run: RESTARTING, placed again (attempt 2) on the other worker,
+# resuming from the latest complete checkpoint, then SUCCEEDED
+spec "$T/job4.json" '{"batch": 2}' 300 '{"checkpoint": {"every_steps": 20, "keep": 2}}'
+JOB4=$(mt submit "$T/job4.json")
+wait_for 30 "job4 running" running "$JOB4"
+wait_for 30 "job4 step 50" step_at_least "$JOB4" 50
+VICTIM=$(mt status --json "$JOB4" | jq -r '.placement[0].worker_id')
+if [ "$VICTIM" = fw1 ]; then kill -9 "$FW1"; else kill -9 "$FW2"; fi
+restarted() { mt status --json "$1" | jq -e '[.events[].state] | index("RESTARTING") != null'; }
+wait_for 20 "job4 restarting after $VICTIM was lost" restarted "$JOB4"
+wait_for 60 "job4 succeeded after the restart" done_job "$JOB4"
+mt status --json "$JOB4" >"$T/st4.json"
+jq -e '[.events[].state] == ["QUEUED", "SCHEDULED", "RUNNING", "RESTARTING", "SCHEDULED",
+        "RUNNING", "SUCCEEDED"] and .restarts == 1' "$T/st4.json" >/dev/null ||
+    fail "job4 events: $(jq -c '[.events[] | [.state, .reason]]' "$T/st4.json")"
+jq -e '.events[3].reason | test("worker fw[12] lost")' "$T/st4.json" >/dev/null ||
+    fail "restart reason: $(jq -r '.events[3].reason' "$T/st4.json")"
+jq -e '.events[4].reason | test("attempt 2, resuming from a checkpoint")' "$T/st4.json" \
+    >/dev/null || fail "second placement: $(jq -r '.events[4].reason' "$T/st4.json")"
+grep -q "$JOB4 attempt 2 from step [1-9][0-9]*0," "$T"/fw*.log || fail "attempt 2 did not resume from a checkpoint step"
+jq -e '[.placement[].worker_id] | unique | length == 1 and .[0] != "'"$VICTIM"'"' "$T/st4.json" \
+    >/dev/null || fail "job4 should now run on the surviving worker"
+log "$JOB4: $VICTIM lost -> RESTARTING -> resumed from a checkpoint on the other worker -> SUCCEEDED"
+
 # ---- a real worker without a task runner: the job FAILS with its error text
-kill "$FW1" "$FW2"
+kill "$FW1" "$FW2" 2>/dev/null || true
 lost() { mt workers --json | jq -e '[.workers[] | select(.state == "alive")] | length == 0'; }
 wait_for 20 "fake workers lost" lost
 bg real "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name real
