@@ -263,7 +263,7 @@ static void info_from(Meshtrain__CheckpointInfo *i, mt_store_checkpoint *k)
     i->time_ms = k->time_ms;
 }
 
-void coord_handle_list_checkpoints(mt_coord *c, mt_rpc_call *call)
+static void list_checkpoints_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
 {
     const Meshtrain__ListCheckpointsRequest *r =
         (const Meshtrain__ListCheckpointsRequest *)mt_rpc_call_request(call);
@@ -275,11 +275,12 @@ void coord_handle_list_checkpoints(mt_coord *c, mt_rpc_call *call)
     mt_err err = MT_ERR_INIT;
     mt_code rc;
 
+    (void)c;
     memset(&rec, 0, sizeof(rec));
-    rc = mt_store_job_get(c->store, r->job_id, &rec, &err);
+    rc = mt_store_job_get(ro, r->job_id, &rec, &err);
     mt_store_job_fini(&rec);
     if (rc == MT_OK)
-        rc = mt_store_checkpoint_list(c->store, r->job_id, &ck, &n, &err);
+        rc = mt_store_checkpoint_list(ro, r->job_id, &ck, &n, &err);
     if (rc != MT_OK) {
         mt_rpc_call_reply(call, rc, err.msg, NULL);
         return;
@@ -303,7 +304,7 @@ out:
     mt_store_checkpoints_free(ck);
 }
 
-void coord_handle_get_checkpoint_chunk(mt_coord *c, mt_rpc_call *call)
+static void get_checkpoint_chunk_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
 {
     const Meshtrain__GetCheckpointChunkRequest *r =
         (const Meshtrain__GetCheckpointChunkRequest *)mt_rpc_call_request(call);
@@ -316,12 +317,13 @@ void coord_handle_get_checkpoint_chunk(mt_coord *c, mt_rpc_call *call)
     ssize_t got;
     int fd;
 
+    (void)c;
     if (want > MAX_CHUNK)
         want = MAX_CHUNK;
     if (r->step == 0)
-        rc = mt_store_checkpoint_latest(c->store, r->job_id, &k, &err);
+        rc = mt_store_checkpoint_latest(ro, r->job_id, &k, &err);
     else
-        rc = mt_store_checkpoint_get(c->store, r->job_id, r->step, &k, &err);
+        rc = mt_store_checkpoint_get(ro, r->job_id, r->step, &k, &err);
     if (rc == MT_OK && !k.complete)
         rc = mt_err_set(&err, MT_FAILED_PRECONDITION,
                         "checkpoint %s step %" PRIu64 " is still being uploaded", r->job_id,
@@ -363,4 +365,14 @@ out_fd:
     if (fd >= 0)
         close(fd);
     mt_free(buf);
+}
+
+void coord_handle_list_checkpoints(mt_coord *c, mt_rpc_call *call)
+{
+    coord_bulk(c, call, list_checkpoints_ro);
+}
+
+void coord_handle_get_checkpoint_chunk(mt_coord *c, mt_rpc_call *call)
+{
+    coord_bulk(c, call, get_checkpoint_chunk_ro);
 }
