@@ -67,25 +67,42 @@ void coord_workers_free(mt_coord *c)
     c->n_workers = c->cap_workers = 0;
 }
 
+/* Write every dirty heartbeat time in ONE transaction (one fsync per tick). */
 static void flush_heartbeats(mt_coord *c)
 {
     const char *ids[256];
     int64_t times[256];
-    size_t n = 0;
+    size_t n = 0, dirty = 0;
     mt_err err = MT_ERR_INIT;
+    mt_code rc = MT_OK;
 
-    for (size_t i = 0; i <= c->n_workers; i++) {
+    for (size_t i = 0; i < c->n_workers; i++)
+        dirty += c->workers[i].hb_dirty != 0;
+    if (dirty == 0)
+        return;
+    if (mt_store_tx_begin(c->store, &err) != MT_OK) {
+        mt_log_error("store heartbeats: %s", err.msg);
+        return;
+    }
+    for (size_t i = 0; i <= c->n_workers && rc == MT_OK; i++) {
         if (n == 256 || (i == c->n_workers && n > 0)) {
-            if (mt_store_worker_heartbeats(c->store, ids, times, n, NULL, &err) != MT_OK)
-                mt_log_error("store heartbeats: %s", err.msg);
+            rc = mt_store_worker_heartbeats(c->store, ids, times, n, NULL, &err);
             n = 0;
         }
         if (i < c->n_workers && c->workers[i].hb_dirty) {
             ids[n] = c->workers[i].rec.worker_id;
             times[n++] = c->workers[i].rec.last_heartbeat_ms;
-            c->workers[i].hb_dirty = 0;
         }
     }
+    if (rc == MT_OK)
+        rc = mt_store_tx_commit(c->store, &err);
+    if (rc != MT_OK) {
+        mt_log_error("store heartbeats: %s", err.msg);
+        mt_store_tx_rollback(c->store, NULL);
+        return; /* still dirty: retried next tick */
+    }
+    for (size_t i = 0; i < c->n_workers; i++)
+        c->workers[i].hb_dirty = 0;
 }
 
 void coord_workers_sweep(mt_coord *c)

@@ -43,7 +43,7 @@
 typedef struct mt_store mt_store;
 
 /* The schema version this build creates and understands (PRAGMA user_version). */
-#define MT_STORE_SCHEMA_VERSION 2
+#define MT_STORE_SCHEMA_VERSION 4
 
 /* Options for mt_store_open_opts(). Initialise with MT_STORE_OPTIONS_DEFAULTS. */
 typedef struct mt_store_options {
@@ -263,6 +263,11 @@ void mt_store_job_list_free(mt_store_job *list, size_t n);
 mt_code mt_store_job_transition(mt_store *s, const char *job_id, const char *expected_from,
                                 const char *to_state, const char *reason, int64_t now_ms,
                                 mt_err *err);
+
+/* Number of jobs in each state, indexed by mt_jobstate (counts[MT_JOBSTATE_QUEUED] ...),
+ * for status pages and Prometheus gauges; one indexed scan. counts has MT_JOBSTATE_COUNT
+ * entries (8); stored states this build does not know are not counted. */
+mt_code mt_store_job_counts(mt_store *s, size_t counts[8], mt_err *err);
 
 /* Record training progress: job.step = step, updated_at_ms = now_ms. No event. NOT_FOUND. */
 mt_code mt_store_job_set_step(mt_store *s, const char *job_id, uint64_t step, int64_t now_ms,

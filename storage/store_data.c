@@ -6,9 +6,12 @@
  * DESIGN. metrics is a WITHOUT ROWID table clustered on (job_id, step, name):
  * a since_step query is one range scan in the order it returns, and the
  * primary key is the upsert target that makes a redone step replace the lost
- * one. A second index (job_id, name, step) serves "latest value per name" with
- * one seek per name. A batch is one savepoint over one reused INSERT, so the
- * cost per point is a B-tree insert, and the fsync is paid per batch.
+ * one. "Latest value per name" lives in the small metrics_latest table
+ * (job, name): a batch upserts it once per distinct name (the point with the
+ * top step) rather than maintaining an index on every point, and a truncate
+ * moves it back to the highest remaining step. A batch is one savepoint over
+ * one reused INSERT, so the cost per point is one B-tree insert, and the fsync
+ * is paid per batch.
  * SQLite stores NaN as NULL; NULL is read back as NaN.
  * Checkpoint records are written incomplete first and flipped to complete
  * after the file is durable; gc returns the locations it deleted so the
@@ -62,9 +65,51 @@ static mt_code check_points(const char *job_id, const mt_store_metric *pts, size
     return MT_OK;
 }
 
+/* Bind a point's step and name at the given parameter numbers, epoch/value/time at 4/5/6. */
+static void bind_point(sqlite3_stmt *st, int step_at, int name_at, const mt_store_metric *p)
+{
+    sqlite3_bind_int64(st, step_at, (sqlite3_int64)p->step);
+    mt_store__bind_text(st, name_at, p->name);
+    sqlite3_bind_int64(st, 4, p->epoch);
+    if (isnan(p->value))
+        sqlite3_bind_null(st, 5);
+    else
+        sqlite3_bind_double(st, 5, p->value);
+    sqlite3_bind_int64(st, 6, p->time_ms);
+}
+
+/* Run one bound upsert of point p; fill err on failure. */
+static mt_code step_point(mt_store *s, sqlite3_stmt *st, const char *job_id,
+                          const mt_store_metric *p, mt_err *err)
+{
+    int rc = mt_store__step_done(st);
+
+    if (rc != SQLITE_OK)
+        return mt_store__fail(s, rc, err, "store metric %s step %llu of job %s", p->name,
+                              (unsigned long long)p->step, job_id);
+    return MT_OK;
+}
+
+/* Upsert pts[i] into metrics_latest (the statement keeps the highest step). */
+static mt_code upsert_latest(mt_store *s, const char *job_id, const mt_store_metric *p, mt_err *err)
+{
+    sqlite3_stmt *st = mt_store__stmt(s, MT_STMT_METRIC_LATEST_UPSERT);
+    mt_code code;
+
+    mt_store__bind_text(st, 1, job_id);
+    bind_point(st, 3, 2, p);
+    code = step_point(s, st, job_id, p, err);
+    mt_store__stmt_done(st);
+    return code;
+}
+
+#define LATEST_SLOTS 32 /* distinct names tracked per batch; more are upserted point by point */
+
 static mt_code insert_points(mt_store *s, const char *job_id, const mt_store_metric *pts, size_t n,
                              mt_err *err)
 {
+    size_t best[LATEST_SLOTS]; /* per distinct name of the batch: its point with the top step */
+    size_t n_best = 0;
     sqlite3_stmt *st;
     mt_code code = need_job(s, job_id, "store metrics", err);
 
@@ -72,25 +117,28 @@ static mt_code insert_points(mt_store *s, const char *job_id, const mt_store_met
         return code;
     st = mt_store__stmt(s, MT_STMT_METRIC_UPSERT);
     mt_store__bind_text(st, 1, job_id);
-    for (size_t i = 0; i < n; i++) {
-        int rc;
+    for (size_t i = 0; i < n && code == MT_OK; i++) {
+        size_t k = 0;
         sqlite3_reset(st); /* keeps the job_id binding */
-        sqlite3_bind_int64(st, 2, (sqlite3_int64)pts[i].step);
-        mt_store__bind_text(st, 3, pts[i].name);
-        sqlite3_bind_int64(st, 4, pts[i].epoch);
-        if (isnan(pts[i].value))
-            sqlite3_bind_null(st, 5);
-        else
-            sqlite3_bind_double(st, 5, pts[i].value);
-        sqlite3_bind_int64(st, 6, pts[i].time_ms);
-        rc = mt_store__step_done(st);
-        if (rc != SQLITE_OK) {
-            code = mt_store__fail(s, rc, err, "store metric %s step %llu of job %s", pts[i].name,
-                                  (unsigned long long)pts[i].step, job_id);
-            break;
+        bind_point(st, 2, 3, &pts[i]);
+        code = step_point(s, st, job_id, &pts[i], err);
+        while (k < n_best && strcmp(pts[best[k]].name, pts[i].name) != 0)
+            k++;
+        if (k < n_best) {
+            if (pts[i].step >= pts[best[k]].step)
+                best[k] = i;
+        } else if (n_best < LATEST_SLOTS) {
+            best[n_best++] = i;
+        } else if (code == MT_OK) {
+            mt_store__stmt_done(st);
+            code = upsert_latest(s, job_id, &pts[i], err);
+            st = mt_store__stmt(s, MT_STMT_METRIC_UPSERT);
+            mt_store__bind_text(st, 1, job_id);
         }
     }
     mt_store__stmt_done(st);
+    for (size_t k = 0; k < n_best && code == MT_OK; k++)
+        code = upsert_latest(s, job_id, &pts[best[k]], err);
     return code;
 }
 
@@ -190,12 +238,30 @@ mt_code mt_store_metrics_latest(mt_store *s, const char *job_id, mt_store_metric
                              "latest metrics", err);
 }
 
+/* Run a (job_id, after_step) statement; *changes gets the rows it changed. */
+static mt_code run_job_step(mt_store *s, enum mt_store_stmt_id id, const char *job_id,
+                            uint64_t after_step, size_t *changes, mt_err *err)
+{
+    sqlite3_stmt *st = mt_store__stmt(s, id);
+    mt_code code = MT_OK;
+    int rc;
+
+    mt_store__bind_text(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)after_step);
+    rc = mt_store__step_done(st);
+    if (rc != SQLITE_OK)
+        code = mt_store__fail(s, rc, err, "truncate metrics of job %s", job_id);
+    else if (changes != NULL)
+        *changes = (size_t)sqlite3_changes(s->db);
+    mt_store__stmt_done(st);
+    return code;
+}
+
 mt_code mt_store_metrics_truncate(mt_store *s, const char *job_id, uint64_t after_step,
                                   size_t *deleted, mt_err *err)
 {
-    sqlite3_stmt *st;
-    mt_code code = MT_OK;
-    int rc;
+    size_t count = 0;
+    mt_code code;
 
     if (deleted != NULL)
         *deleted = 0;
@@ -203,18 +269,17 @@ mt_code mt_store_metrics_truncate(mt_store *s, const char *job_id, uint64_t afte
         return mt_err_set(err, MT_INVALID_ARGUMENT, "truncate metrics: job_id is NULL");
     if (after_step >= (uint64_t)INT64_MAX)
         return MT_OK;
-    code = mt_store__tx_guard(s, err);
+    code = mt_store__call_begin(s, err);
     if (code != MT_OK)
         return code;
-    st = mt_store__stmt(s, MT_STMT_METRIC_TRUNCATE);
-    mt_store__bind_text(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)after_step);
-    rc = mt_store__step_done(st);
-    if (rc != SQLITE_OK)
-        code = mt_store__fail(s, rc, err, "truncate metrics of job %s", job_id);
-    else if (deleted != NULL)
-        *deleted = (size_t)sqlite3_changes(s->db);
-    mt_store__stmt_done(st);
+    code = run_job_step(s, MT_STMT_METRIC_TRUNCATE, job_id, after_step, &count, err);
+    if (code == MT_OK && count > 0) /* then fix the latest values that were cut off */
+        code = run_job_step(s, MT_STMT_METRIC_LATEST_DROP, job_id, after_step, NULL, err);
+    if (code == MT_OK && count > 0)
+        code = run_job_step(s, MT_STMT_METRIC_LATEST_REDO, job_id, after_step, NULL, err);
+    code = mt_store__call_end(s, code, err);
+    if (code == MT_OK && deleted != NULL)
+        *deleted = count;
     return code;
 }
 

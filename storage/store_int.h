@@ -64,6 +64,7 @@
     X(JOB_COLUMNS_GET, "SELECT " JOB_COLUMNS ", spec_json FROM jobs WHERE id=?1")                  \
     X(JOB_LIST, "SELECT " JOB_COLUMNS ", NULL FROM jobs WHERE ?1 IS NULL OR"                       \
                 " instr(',' || ?1 || ',', ',' || state || ',') > 0 ORDER BY priority DESC, seq")   \
+    X(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                               \
     X(JOB_STATE, "SELECT state FROM jobs WHERE id=?1")                                             \
     X(JOB_TRANSITION, "UPDATE jobs SET state=?2, reason=?3, updated_at_ms=?4,"                     \
                       " restarts=restarts+?5, error=CASE WHEN ?6 THEN ?3 ELSE error END"           \
@@ -88,13 +89,21 @@
                      " epoch=excluded.epoch, value=excluded.value, time_ms=excluded.time_ms")      \
     X(METRIC_QUERY, "SELECT step, epoch, name, value, time_ms FROM metrics"                        \
                     " WHERE job_id=?1 AND step>=?2 ORDER BY step, name")                           \
-    X(METRIC_LATEST, /* walk the distinct names through the index, then one seek per name */       \
-      "WITH RECURSIVE names(n) AS (SELECT MIN(name) FROM metrics WHERE job_id=?1 UNION ALL"        \
-      " SELECT (SELECT MIN(name) FROM metrics WHERE job_id=?1 AND name>n) FROM names"              \
-      " WHERE n IS NOT NULL) SELECT m.step, m.epoch, m.name, m.value, m.time_ms FROM names"        \
-      " JOIN metrics m ON m.job_id=?1 AND m.name=names.n AND m.step=(SELECT MAX(step)"             \
-      " FROM metrics WHERE job_id=?1 AND name=names.n) ORDER BY m.name")                           \
+    X(METRIC_LATEST_UPSERT, /* keeps the point with the highest step per (job, name) */            \
+      "INSERT INTO metrics_latest(job_id, name, step, epoch, value, time_ms)"                      \
+      " VALUES (?1,?2,?3,?4,?5,?6) ON CONFLICT(job_id, name) DO UPDATE SET step=excluded.step,"    \
+      " epoch=excluded.epoch, value=excluded.value, time_ms=excluded.time_ms"                      \
+      " WHERE excluded.step >= metrics_latest.step")                                               \
+    X(METRIC_LATEST, "SELECT step, epoch, name, value, time_ms FROM metrics_latest"                \
+                     " WHERE job_id=?1 ORDER BY name")                                             \
     X(METRIC_TRUNCATE, "DELETE FROM metrics WHERE job_id=?1 AND step>?2")                          \
+    X(METRIC_LATEST_DROP, /* names with no point left */                                           \
+      "DELETE FROM metrics_latest WHERE job_id=?1 AND step>?2 AND NOT EXISTS (SELECT 1"            \
+      " FROM metrics m WHERE m.job_id=?1 AND m.name=metrics_latest.name)")                         \
+    X(METRIC_LATEST_REDO, /* the others fall back to their highest remaining step */               \
+      "UPDATE metrics_latest SET (step, epoch, value, time_ms) = (SELECT step, epoch, value,"      \
+      " time_ms FROM metrics m WHERE m.job_id=?1 AND m.name=metrics_latest.name"                   \
+      " ORDER BY step DESC LIMIT 1) WHERE job_id=?1 AND step>?2")                                  \
     X(CKPT_COMPLETE_OF, "SELECT complete FROM checkpoints WHERE job_id=?1 AND step=?2")            \
     X(CKPT_UPSERT, "INSERT OR REPLACE INTO checkpoints(job_id, step, location, size_bytes,"        \
                    " checksum, complete, time_ms) VALUES (?1,?2,?3,?4,?5,0,?6)")                   \

@@ -200,7 +200,30 @@ void mt_store_job_list_free(mt_store_job *list, size_t n)
     mt_free(list);
 }
 
-/* The job's current state into st_out; NOT_FOUND when absent. */
+_Static_assert(MT_JOBSTATE_COUNT == 8, "mt_store_job_counts documents 8 states");
+
+mt_code mt_store_job_counts(mt_store *s, size_t counts[8], mt_err *err)
+{
+    sqlite3_stmt *st;
+    mt_code code = MT_OK;
+    int rc;
+
+    if (counts == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "count jobs: counts is NULL");
+    memset(counts, 0, MT_JOBSTATE_COUNT * sizeof(*counts));
+    st = mt_store__stmt(s, MT_STMT_JOB_COUNTS);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        mt_jobstate js;
+        if (mt_jobstate_parse((const char *)sqlite3_column_text(st, 0), &js, NULL) == MT_OK)
+            counts[js] = (size_t)sqlite3_column_int64(st, 1);
+    }
+    if (rc != SQLITE_DONE)
+        code = mt_store__fail(s, rc, err, "count jobs");
+    mt_store__stmt_done(st);
+    return code;
+}
+
+/* The job's current state into *out; NOT_FOUND when absent. */
 static mt_code job_state(mt_store *s, const char *job_id, mt_jobstate *out, mt_err *err)
 {
     sqlite3_stmt *st = mt_store__stmt(s, MT_STMT_JOB_STATE);

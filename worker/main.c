@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas/mt_blas.h"
 #include "log/mt_log.h"
 #include "rpc/mt_rpc.h"
 #include "worker/worker.h"
@@ -51,6 +52,7 @@ int main(int argc, char **argv)
     char *end;
     int ch;
 
+    mt_blas_boot(argc, argv); /* first: may re-exec with OPENBLAS_CORETYPE set */
     if (env != NULL && env[0] != '\0')
         o.coordinator = env;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -108,6 +110,7 @@ int main(int argc, char **argv)
         return 2;
     }
     mt_log_set_level(level);
+    mt_log_info("OpenBLAS core %s", mt_blas_corename());
     if (mt_worker_open(&o, &w, &err) != MT_OK) {
         mt_log_error("%s", err.msg);
         return 2;

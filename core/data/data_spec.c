@@ -162,24 +162,28 @@ static mt_code add_path(parse_ctx *c, mt_data_file_list *l, const char *field, c
     return rc;
 }
 
-static mt_code add_idx_pair(parse_ctx *c, mt_data_file_list *l, const char *field, const cJSON *o)
+/* Append an (images, labels) pair, both resolved against base_dir. */
+static mt_code push_pair(parse_ctx *c, mt_data_file_list *l, const char *images, const char *labels)
 {
-    const cJSON *im = cJSON_GetObjectItemCaseSensitive(o, "images");
-    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(o, "labels");
-    char *a, *b;
-
-    if (!cJSON_IsString(im) || !cJSON_IsString(lb))
-        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
-                          "%s.%s: an IDX entry needs string fields \"images\" and \"labels\"",
-                          c->path, field);
-    a = resolve_path(c, im->valuestring);
-    b = resolve_path(c, lb->valuestring);
+    char *a = resolve_path(c, images), *b = resolve_path(c, labels);
     if (a == NULL || b == NULL) {
         mt_free(a);
         mt_free(b);
         return oom(c);
     }
     return list_push(c, l, a, b);
+}
+
+static mt_code add_idx_pair(parse_ctx *c, mt_data_file_list *l, const char *field, const cJSON *o)
+{
+    const cJSON *im = cJSON_GetObjectItemCaseSensitive(o, "images");
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(o, "labels");
+
+    if (!cJSON_IsString(im) || !cJSON_IsString(lb))
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.%s: an IDX entry needs string fields \"images\" and \"labels\"",
+                          c->path, field);
+    return push_pair(c, l, im->valuestring, lb->valuestring);
 }
 
 /* An entry of a file list: a string (path or glob) or, for IDX, {images, labels}. */
@@ -256,6 +260,51 @@ done:
     return rc;
 }
 
+/*
+ * The flat IDX form of the training engine's job files: "<split>_images" + "<split>_labels".
+ * Sets *found when either key is present.
+ */
+static mt_code parse_flat_idx(parse_ctx *c, const cJSON *node, const char *split,
+                              mt_data_file_list *l, bool *found)
+{
+    char ki[32], kl[32];
+    const cJSON *im, *lb;
+
+    snprintf(ki, sizeof(ki), "%s_images", split);
+    snprintf(kl, sizeof(kl), "%s_labels", split);
+    im = cJSON_GetObjectItemCaseSensitive(node, ki);
+    lb = cJSON_GetObjectItemCaseSensitive(node, kl);
+    *found = im != NULL || lb != NULL;
+    if (!*found)
+        return MT_OK;
+    if (cJSON_GetObjectItemCaseSensitive(node, split) != NULL)
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.%s: give either \"%s\" or \"%s\"",
+                          c->path, im != NULL ? ki : kl, split, im != NULL ? ki : kl);
+    if (!cJSON_IsString(im) || im->valuestring[0] == '\0')
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.%s: must be a non-empty path string",
+                          c->path, ki);
+    if (!cJSON_IsString(lb) || lb->valuestring[0] == '\0')
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.%s: must be a non-empty path string",
+                          c->path, kl);
+    return push_pair(c, l, im->valuestring, lb->valuestring);
+}
+
+/* The Fashion-MNIST IDX files of the Debian package dataset-fashion-mnist. */
+#define FMNIST "/usr/share/datasets/fashion-mnist/"
+static mt_code default_fashion_mnist(parse_ctx *c, mt_data_spec *s)
+{
+    static const char *const f[4] = {
+        FMNIST "train-images-idx3-ubyte.gz", FMNIST "train-labels-idx1-ubyte.gz",
+        FMNIST "t10k-images-idx3-ubyte.gz", FMNIST "t10k-labels-idx1-ubyte.gz"};
+    mt_code rc = MT_OK;
+
+    s->format = MT_DATA_FORMAT_IDX;
+    s->num_classes = 10;
+    for (int i = 0; i < 4 && rc == MT_OK; i += 2)
+        rc = push_pair(c, i == 0 ? &s->train : &s->test, f[i], f[i + 1]);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ scalar fields */
 
 static mt_code get_uint(parse_ctx *c, const cJSON *v, const char *name, size_t lo, size_t hi,
@@ -302,6 +351,10 @@ static mt_code parse_field(parse_ctx *c, mt_data_spec *s, const cJSON *v)
 
     if (strcmp(k, "format") == 0 || strcmp(k, "train") == 0 || strcmp(k, "test") == 0)
         return MT_OK; /* handled first */
+    if (s->format == MT_DATA_FORMAT_IDX &&
+        (strcmp(k, "train_images") == 0 || strcmp(k, "train_labels") == 0 ||
+         strcmp(k, "test_images") == 0 || strcmp(k, "test_labels") == 0))
+        return MT_OK; /* the training engine's flat IDX form, handled with the splits */
     if (strcmp(k, "label_column") == 0) {
         s->label_column_set = true;
         return get_column(c, v, k, &s->label_column);
@@ -436,10 +489,11 @@ mt_code mt_data_spec_parse(const cJSON *node, const char *json_path, const char 
     parse_ctx c = {json_path != NULL ? json_path : "dataset", base_dir, err};
     const cJSON *fmt, *v;
     mt_data_spec *s;
+    bool found_train = false, found_test = false;
     mt_code rc;
 
     *out = NULL;
-    if (!cJSON_IsObject(node))
+    if (node != NULL && !cJSON_IsObject(node))
         return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: must be an object", c.path);
     s = mt_calloc(1, sizeof(*s));
     if (s == NULL)
@@ -454,12 +508,21 @@ mt_code mt_data_spec_parse(const cJSON *node, const char *json_path, const char 
         rc = oom(&c);
         goto fail;
     }
+    if (node == NULL) {
+        rc = default_fashion_mnist(&c, s);
+        if (rc != MT_OK)
+            goto fail;
+        *out = s;
+        return MT_OK;
+    }
     fmt = cJSON_GetObjectItemCaseSensitive(node, "format");
     if (cJSON_IsString(fmt) && strcmp(fmt->valuestring, "csv") == 0)
         s->format = MT_DATA_FORMAT_CSV;
     else if (cJSON_IsString(fmt) && strcmp(fmt->valuestring, "text") == 0)
         s->format = MT_DATA_FORMAT_TEXT;
-    else if (cJSON_IsString(fmt) && strcmp(fmt->valuestring, "idx") == 0)
+    else if ((cJSON_IsString(fmt) && strcmp(fmt->valuestring, "idx") == 0) ||
+             (fmt == NULL && (cJSON_GetObjectItemCaseSensitive(node, "train_images") != NULL ||
+                              cJSON_GetObjectItemCaseSensitive(node, "train_labels") != NULL)))
         s->format = MT_DATA_FORMAT_IDX;
     else {
         rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s.format: must be \"csv\", \"text\" or \"idx\"",
@@ -472,16 +535,25 @@ mt_code mt_data_spec_parse(const cJSON *node, const char *json_path, const char 
         if (rc != MT_OK)
             goto fail;
     }
+    if (s->format == MT_DATA_FORMAT_IDX) {
+        rc = parse_flat_idx(&c, node, "train", &s->train, &found_train);
+        if (rc == MT_OK)
+            rc = parse_flat_idx(&c, node, "test", &s->test, &found_test);
+        if (rc != MT_OK)
+            goto fail;
+    }
     v = cJSON_GetObjectItemCaseSensitive(node, "train");
-    if (v == NULL) {
+    if (v == NULL && !found_train) {
         rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s.train: missing (the training files)", c.path);
         goto fail;
     }
-    rc = parse_split(&c, s->format, "train", v, &s->train);
-    if (rc != MT_OK)
-        goto fail;
-    v = cJSON_GetObjectItemCaseSensitive(node, "test");
     if (v != NULL) {
+        rc = parse_split(&c, s->format, "train", v, &s->train);
+        if (rc != MT_OK)
+            goto fail;
+    }
+    v = cJSON_GetObjectItemCaseSensitive(node, "test");
+    if (v != NULL && !found_test) {
         rc = parse_split(&c, s->format, "test", v, &s->test);
         if (rc != MT_OK)
             goto fail;

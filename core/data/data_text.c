@@ -327,18 +327,19 @@ static void transform_with(const mt_data_tfidf *v, const char *text, size_t len,
         out[j] *= v->idf[j];
 }
 
-void mt_data_tfidf_transform(const mt_data_tfidf *v, const char *text, size_t len, float *out)
+mt_code mt_data_tfidf_transform(const mt_data_tfidf *v, const char *text, size_t len, float *out,
+                                mt_err *err)
 {
     char small[512];
     char *scratch = len <= sizeof(small) ? small : mt_malloc(len);
 
-    if (scratch == NULL) { /* cannot tokenize without scratch: return only zeros */
-        memset(out, 0, v->dim * sizeof(float));
-        return;
-    }
+    if (scratch == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "tf-idf: out of memory for a %zu-byte text",
+                          len);
     transform_with(v, text, len, out, scratch);
     if (scratch != small)
         mt_free(scratch);
+    return MT_OK;
 }
 
 /* ------------------------------------------------------------------ serialisation */

@@ -30,6 +30,8 @@
  *     pieces of ceil(n / R); replica r gets [r·c, min((r+1)·c, n)) — possibly empty.
  *   * All pipelines agree on the number of steps per epoch (the longest pipeline wins, as
  *     get_next_as_optional does); replicas that ran out get empty batches (zero gradient).
+ *   * Every step carries global_count, the examples in the whole global batch over all
+ *     replicas: the training loss is the per-example sum divided by it.
  *
  * Invariants: a plan is identical on every pipeline given the same inputs; a pipeline never
  * yields a partially decoded record (any parse error fails the open with file:line).
@@ -38,7 +40,8 @@
  * owns one internal prefetch thread).
  * Tests: tests/unit/test_data_shard.c (plan, rebatch, property), test_data_csv.c,
  * test_data_text.c (tokenizer, TF-IDF), test_data_pipeline.c (shuffle, prefetch, slices),
- * test_data_spec.c (spec errors); fuzz: tests/fuzz/fuzz_csv.c, fuzz_text.c.
+ * test_data_spec.c (spec errors), test_data_idx.c (IDX pairs); fuzz: tests/fuzz/fuzz_csv.c,
+ * fuzz_text.c.
  */
 #ifndef MT_DATA_H
 #define MT_DATA_H
@@ -131,14 +134,17 @@ typedef struct mt_data_spec {
 } mt_data_spec;
 
 /*
- * Parse a `dataset` JSON object (borrowed). `json_path` names the node in messages (NULL means
- * "dataset"); `base_dir` resolves relative paths (NULL: the current directory). Checks types and
- * ranges, expands globs (a pattern matching nothing is NOT_FOUND) and, for CSV, that every file
- * exists and its header has the named columns (`dataset.label_column: no column 'y' in
- * data/train.csv (columns: a, b, label)`). On MT_OK *out is owned by the caller
- * (mt_data_spec_free); on failure *out = NULL. Codes: INVALID_ARGUMENT (bad field, message
- * starts with the JSON path), NOT_FOUND (missing file or empty glob), PERMISSION_DENIED,
- * RESOURCE_EXHAUSTED. Any thread; blocks on file-system reads.
+ * Parse a `dataset` JSON object (borrowed). NULL means the section is absent: the Fashion-MNIST
+ * IDX files of the Debian package dataset-fashion-mnist (train and test, num_classes 10). The
+ * training engine's flat IDX form {"format": "idx", "train_images", "train_labels",
+ * "test_images", "test_labels"} is accepted too ("format" may then be omitted). `json_path` names
+ * the node in messages (NULL means "dataset"); `base_dir` resolves relative paths (NULL: the
+ * current directory). Checks types and ranges, expands globs (a pattern matching nothing is
+ * NOT_FOUND) and, for CSV, that every file exists and its header has the named columns
+ * (`dataset.label_column: no column 'y' in data/train.csv (columns: a, b, label)`). On MT_OK *out
+ * is owned by the caller (mt_data_spec_free); on failure *out = NULL. Codes: INVALID_ARGUMENT (bad
+ * field, message starts with the JSON path), NOT_FOUND (missing file or empty glob),
+ * PERMISSION_DENIED, RESOURCE_EXHAUSTED. Any thread; blocks on file-system reads.
  */
 mt_code mt_data_spec_parse(const cJSON *dataset_node, const char *json_path, const char *base_dir,
                            mt_data_spec **out, mt_err *err);
@@ -202,8 +208,12 @@ const char *mt_data_tfidf_term(const mt_data_tfidf *v, size_t i);
 /* idf weight of index i (0 = OOV). */
 float mt_data_tfidf_idf(const mt_data_tfidf *v, size_t i);
 
-/* Vectorize one text into out[dim] (overwritten). Any thread (the vectorizer is immutable). */
-void mt_data_tfidf_transform(const mt_data_tfidf *v, const char *text, size_t len, float *out);
+/*
+ * Vectorize one text (borrowed) into out[dim] (overwritten). Any thread (the vectorizer is
+ * immutable). Codes: RESOURCE_EXHAUSTED (texts over 512 bytes need a scratch allocation).
+ */
+mt_code mt_data_tfidf_transform(const mt_data_tfidf *v, const char *text, size_t len, float *out,
+                                mt_err *err);
 
 /*
  * Serialise (text format "meshtrain-tfidf 1", documented in docs/input-pipeline.md) so the job

@@ -40,8 +40,10 @@ static void check_vectorizer(const mt_data__docs *d, size_t max_tokens)
     for (size_t i = 0; i < d->n && i < 8; i++) {
         size_t dim = mt_data_tfidf_dim(v);
         float *a = malloc(dim * sizeof(float)), *b = malloc(dim * sizeof(float));
-        mt_data_tfidf_transform(v, texts[i], lens[i], a);
-        mt_data_tfidf_transform(w, texts[i], lens[i], b);
+        if (mt_data_tfidf_transform(v, texts[i], lens[i], a, NULL) != MT_OK)
+            abort();
+        if (mt_data_tfidf_transform(w, texts[i], lens[i], b, NULL) != MT_OK)
+            abort();
         for (size_t j = 0; j < dim; j++)
             if (!isfinite(a[j]) || a[j] < 0 || a[j] != b[j])
                 abort();

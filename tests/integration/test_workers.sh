@@ -16,6 +16,7 @@ log "coordinator at $COORD_URL, http $HTTP_URL"
 bg wa "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name worker-a
 WA=$LAST_PID
 bg wb "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 3 --name worker-b
+WB=$LAST_PID
 
 alive_count() { mt workers --json | jq -e "[.workers[] | select(.state == \"alive\")] | length == $1"; }
 wait_for 20 "two alive workers" alive_count 2
@@ -62,6 +63,12 @@ jq -e '.workers[] | select(.name == "worker-a") | .state == "lost"' "$T/after.js
 wait_for 15 "worker-b re-registers with the new coordinator" \
     grep -q "worker worker-b registered" "$T/coord2.log"
 log "restarted coordinator knows both workers; worker-b re-registered"
+
+# a worker leaves cleanly on SIGTERM
+kill -TERM "$WB"
+rc=0; wait "$WB" || rc=$?
+[ $rc -eq 0 ] || fail "worker exited $rc on SIGTERM"
+grep -q "worker stopped" "$T/wb.log" || fail "worker did not log a clean stop"
 
 # CLI exit codes and usage
 expect_exit 2 "$BIN/meshtrain" no-such-command

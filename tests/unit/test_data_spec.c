@@ -95,6 +95,37 @@ static void test_data_spec_idx_pairs(void **state)
     assert_non_null(strstr(err.msg, "dataset.train: an IDX entry needs"));
 }
 
+/* The training engine's job files: flat IDX keys, and an absent section = Fashion-MNIST. */
+static void test_data_spec_engine_idx_form_and_default(void **state)
+{
+    mt_data_spec *s;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    assert_int_equal(dt_spec("{\"train_images\":\"ti.gz\",\"train_labels\":\"tl.gz\","
+                             "\"test_images\":\"/x/vi.gz\",\"test_labels\":\"/x/vl.gz\"}",
+                             dir, &s, &err),
+                     MT_OK);
+    assert_int_equal(s->format, MT_DATA_FORMAT_IDX);
+    assert_int_equal(s->train.n, 1);
+    assert_non_null(strstr(s->train.files[0].labels_path, "/tl.gz"));
+    assert_string_equal(s->test.files[0].path, "/x/vi.gz");
+    mt_data_spec_free(s);
+    assert_int_equal(dt_spec("{\"format\":\"idx\",\"train_images\":\"a\"}", dir, &s, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "dataset.train_labels: must be a non-empty path"));
+    assert_int_equal(dt_spec("{\"format\":\"idx\",\"train_images\":\"a\",\"train_labels\":"
+                             "\"b\",\"train\":{\"images\":\"a\",\"labels\":\"b\"}}",
+                             dir, &s, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "dataset.train_images: give either"));
+    assert_int_equal(mt_data_spec_parse(NULL, NULL, NULL, &s, &err), MT_OK);
+    assert_int_equal(s->format, MT_DATA_FORMAT_IDX);
+    assert_int_equal(s->num_classes, 10);
+    assert_non_null(strstr(s->train.files[0].path, "fashion-mnist/train-images-idx3-ubyte.gz"));
+    assert_non_null(strstr(s->test.files[0].labels_path, "t10k-labels-idx1-ubyte.gz"));
+    mt_data_spec_free(s);
+}
+
 static void test_data_spec_errors_carry_json_path(void **state)
 {
     static const struct {
@@ -201,6 +232,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_data_spec_defaults, setup, dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_spec_every_field, setup, dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_spec_idx_pairs, setup, dt_teardown),
+        cmocka_unit_test_setup_teardown(test_data_spec_engine_idx_form_and_default, setup,
+                                        dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_spec_errors_carry_json_path, setup, dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_spec_custom_json_path, setup, dt_teardown),
         cmocka_unit_test(test_data_spec_policy_names),

@@ -71,7 +71,7 @@ static void test_data_text_tfidf_fit_matches_keras_formula(void **state)
     assert_float_equal(mt_data_tfidf_idf(v, 2), log(2.0), 1e-6);
     assert_float_equal(mt_data_tfidf_idf(v, 3), log(2.5), 1e-6);
     assert_float_equal(mt_data_tfidf_idf(v, 0), oov, 1e-6);
-    mt_data_tfidf_transform(v, q, strlen(q), out);
+    assert_int_equal(mt_data_tfidf_transform(v, q, strlen(q), out, NULL), MT_OK);
     assert_float_equal(out[0], oov, 1e-6);           /* one OOV token */
     assert_float_equal(out[1], 2 * log(1.75), 1e-6); /* "the" twice */
     assert_float_equal(out[2], log(2.0), 1e-6);
@@ -110,8 +110,8 @@ static void test_data_text_tfidf_save_load_roundtrip(void **state)
     assert_int_equal(mt_data_tfidf_dim(w), 4);
     for (size_t i = 0; i < 4; i++)
         assert_true(mt_data_tfidf_idf(v, i) == mt_data_tfidf_idf(w, i)); /* bit-exact */
-    mt_data_tfidf_transform(v, q, strlen(q), a);
-    mt_data_tfidf_transform(w, q, strlen(q), b);
+    assert_int_equal(mt_data_tfidf_transform(v, q, strlen(q), a, NULL), MT_OK);
+    assert_int_equal(mt_data_tfidf_transform(w, q, strlen(q), b, NULL), MT_OK);
     assert_memory_equal(a, b, sizeof(a));
     mt_data_tfidf_free(w);
     mt_free(buf);

@@ -52,6 +52,11 @@ static void test_store_open_creates_wal_schema(void **state)
     assert_int_equal(mt_store_schema_version(t->s), MT_STORE_SCHEMA_VERSION);
     assert_string_equal(mt_store_path(t->s), t->f.path);
     assert_int_equal(store_raw_int(t->f.path, "PRAGMA user_version"), MT_STORE_SCHEMA_VERSION);
+    /* the readable history has one row per version, the newest equal to user_version */
+    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM schema_migrations"),
+                     MT_STORE_SCHEMA_VERSION);
+    assert_int_equal(store_raw_int(t->f.path, "SELECT max(version) FROM schema_migrations"),
+                     MT_STORE_SCHEMA_VERSION);
     /* journal_mode is persistent for WAL: a fresh raw connection sees it */
     sqlite3 *db;
     sqlite3_stmt *st;

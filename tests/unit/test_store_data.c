@@ -205,6 +205,99 @@ static void test_store_metrics_latest_per_name(void **state)
     assert_int_equal(n, 0);
 }
 
+/* Latest values follow redone steps, truncation and batches with many names. */
+static void test_store_metrics_latest_after_redo_truncate_many_names(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_metric in[40], *out = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0, deleted = 0;
+
+    add_job(t->s, job);
+    for (uint64_t s = 1; s <= 10; s++) {
+        in[0] = pt(s, "loss", (double)s);
+        in[1] = pt(s, "acc", (double)s / 100);
+        assert_int_equal(mt_store_metrics_insert(t->s, job, in, 2, &err), MT_OK);
+    }
+    in[0] = pt(12, "eval_loss", 0.5); /* only at step 12 */
+    assert_int_equal(mt_store_metrics_insert(t->s, job, in, 1, &err), MT_OK);
+    /* re-sending an old step does not move "latest" back */
+    in[0] = pt(5, "loss", 555.0);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, in, 1, &err), MT_OK);
+    assert_int_equal(mt_store_metrics_latest(t->s, job, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(out[2].name, "loss");
+    assert_int_equal(out[2].step, 10);
+    mt_store_metrics_free(out);
+    /* restart from step 6: latest falls back to step 6, eval_loss has nothing left */
+    assert_int_equal(mt_store_metrics_truncate(t->s, job, 6, &deleted, &err), MT_OK);
+    assert_int_equal(deleted, 9); /* 7..10 x 2 names + eval_loss@12 */
+    assert_int_equal(mt_store_metrics_latest(t->s, job, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(out[0].name, "acc");
+    assert_int_equal(out[0].step, 6);
+    assert_string_equal(out[1].name, "loss");
+    assert_int_equal(out[1].step, 6);
+    assert_true(out[1].value == 6.0);
+    mt_store_metrics_free(out);
+    /* the same step twice in one batch: the later point wins in both tables */
+    in[0] = pt(7, "loss", 1.0);
+    in[1] = pt(7, "loss", 2.0);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, in, 2, &err), MT_OK);
+    assert_int_equal(mt_store_metrics_latest(t->s, job, &out, &n, &err), MT_OK);
+    assert_true(out[1].value == 2.0);
+    mt_store_metrics_free(out);
+    /* more distinct names in one batch than tracked per batch */
+    for (int i = 0; i < 40; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "m%02d", i);
+        in[i] = pt((uint64_t)(100 + i % 3), name, i);
+    }
+    assert_int_equal(mt_store_metrics_insert(t->s, job, in, 40, &err), MT_OK);
+    assert_int_equal(mt_store_metrics_latest(t->s, job, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 42);
+    assert_string_equal(out[41].name, "m39");
+    assert_int_equal(out[41].step, 100);
+    assert_true(out[41].value == 39.0);
+    mt_store_metrics_free(out);
+}
+
+/* A version-2 database (latest values from an index) is migrated with its data. */
+static void test_store_metrics_migrate_v2_keeps_latest(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_metric in[3], *out = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    in[0] = pt(3, "loss", 0.3);
+    in[1] = pt(9, "loss", 0.9);
+    in[2] = pt(4, "acc", 0.4);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, in, 3, &err), MT_OK);
+    mt_store_close(t->s);
+    t->s = NULL;
+    /* turn it back into what version 2 looked like */
+    assert_int_equal(store_raw_exec(t->f.path, "DROP TABLE metrics_latest;"
+                                               "DROP TABLE schema_migrations;"
+                                               "CREATE INDEX metrics_by_name ON metrics(job_id, "
+                                               "name, step); PRAGMA user_version = 2;"),
+                     SQLITE_OK);
+    assert_int_equal(mt_store_open(t->f.path, &t->s, &err), MT_OK);
+    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM sqlite_schema WHERE "
+                                              "name='metrics_by_name'"),
+                     0);
+    assert_int_equal(mt_store_metrics_latest(t->s, job, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(out[0].name, "acc");
+    assert_int_equal(out[0].step, 4);
+    assert_int_equal(out[1].step, 9);
+    assert_true(out[1].value == 0.9);
+    mt_store_metrics_free(out);
+}
+
 static void test_store_metrics_query_alloc_failure(void **state)
 {
     tctx *t = *state;
@@ -583,6 +676,8 @@ int main(void)
         T(test_store_metrics_nan_and_inf_kept),
         T(test_store_metrics_insert_errors_all_or_nothing),
         T(test_store_metrics_latest_per_name),
+        T(test_store_metrics_latest_after_redo_truncate_many_names),
+        T(test_store_metrics_migrate_v2_keeps_latest),
         T(test_store_metrics_query_alloc_failure),
         T(test_store_readonly_thread_reads_while_loop_writes),
         T(test_store_checkpoint_lifecycle),

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "alloc/mt_alloc.h"
+#include "storage/mt_jobstate.h"
 #include "storage/mt_store.h"
 #include "store_test_util.h"
 
@@ -267,6 +268,28 @@ static void test_store_job_transition_refusals(void **state)
     assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM job_events"), 2);
 }
 
+static void test_store_job_counts_by_state(void **state)
+{
+    tctx *t = *state;
+    mt_store_job a, b, c;
+    mt_err err = MT_ERR_INIT;
+    size_t counts[MT_JOBSTATE_COUNT];
+
+    assert_int_equal(mt_store_job_counts(t->s, counts, &err), MT_OK);
+    for (int i = 0; i < MT_JOBSTATE_COUNT; i++)
+        assert_int_equal(counts[i], 0);
+    add_job(t->s, &a, "a", 0, 1);
+    add_job(t->s, &b, "b", 0, 1);
+    add_job(t->s, &c, "c", 0, 1);
+    assert_int_equal(mt_store_job_transition(t->s, c.job_id, NULL, "CANCELLED", "", 2, &err),
+                     MT_OK);
+    assert_int_equal(mt_store_job_counts(t->s, counts, &err), MT_OK);
+    assert_int_equal(counts[MT_JOBSTATE_QUEUED], 2);
+    assert_int_equal(counts[MT_JOBSTATE_CANCELLED], 1);
+    assert_int_equal(counts[MT_JOBSTATE_RUNNING], 0);
+    assert_int_equal(mt_store_job_counts(t->s, NULL, &err), MT_INVALID_ARGUMENT);
+}
+
 static void test_store_job_set_step_and_reason(void **state)
 {
     tctx *t = *state;
@@ -481,6 +504,7 @@ int main(void)
         T(test_store_job_list_alloc_failure),
         T(test_store_job_transition_updates_row_and_events),
         T(test_store_job_transition_refusals),
+        T(test_store_job_counts_by_state),
         T(test_store_job_set_step_and_reason),
         T(test_store_job_events_not_found),
         T(test_store_job_events_alloc_failure),
