@@ -7,64 +7,14 @@
  */
 #include "mt_test.h"
 
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-#include "coordinator/coord.h"
-#include "proto/coordinator.pb-c.h"
-#include "rpc/mt_rpc.h"
+#include "coord_test_util.h"
 #include "watch/mt_watch.h"
 
-#define SVC (&meshtrain__coordinator__descriptor)
-
 typedef struct fixture {
-    char dir[64];
-    mt_coord *c;
-    pthread_t th;
-    mt_rpc_client *cli;
+    ctu t;
     char job[32];
     unsigned attempt;
 } fixture;
-
-static void *run_coord(void *arg)
-{
-    mt_coord_run(arg, NULL);
-    return NULL;
-}
-
-static void call_ok(fixture *f, const char *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
-{
-    mt_err err = MT_ERR_INIT;
-    mt_code rc = mt_rpc_client_call(f->cli, SVC, m, req, rep, 5000, &err);
-
-    if (rc != MT_OK)
-        print_error("%s: %s: %s\n", m, mt_code_name(rc), err.msg);
-    assert_int_equal(rc, MT_OK);
-}
-
-static void heartbeat(fixture *f, const char *state)
-{
-    Meshtrain__HeartbeatRequest req = MESHTRAIN__HEARTBEAT_REQUEST__INIT;
-    Meshtrain__HeartbeatReply *rep = NULL;
-    Meshtrain__TaskStatus st = MESHTRAIN__TASK_STATUS__INIT, *sp = &st;
-
-    req.worker_id = "w";
-    req.instance_id = "i1";
-    if (state != NULL) {
-        st.job_id = f->job;
-        st.attempt = f->attempt;
-        st.state = (char *)state;
-        req.tasks = &sp;
-        req.n_tasks = 1;
-    }
-    call_ok(f, "Heartbeat", &req.base, (ProtobufCMessage **)&rep);
-    if (rep->n_assignments > 0)
-        f->attempt = rep->assignments[0]->attempt;
-    protobuf_c_message_free_unpacked(&rep->base, NULL);
-}
 
 /* Report one point per name in names (NULL-terminated) at each step in [from, to]. */
 static void report(fixture *f, uint64_t from, uint64_t to, const char *const *names)
@@ -87,82 +37,31 @@ static void report(fixture *f, uint64_t from, uint64_t to, const char *const *na
     req.job_id = f->job;
     req.points = pp;
     req.n_points = n;
-    call_ok(f, "ReportMetrics", &req.base, (ProtobufCMessage **)&rep);
+    ctu_call_ok(&f->t, "ReportMetrics", &req.base, (ProtobufCMessage **)&rep);
     assert_int_equal(rep->stored, n);
     protobuf_c_message_free_unpacked(&rep->base, NULL);
 }
 
 static void finish(fixture *f)
 {
-    Meshtrain__UpdateTaskRequest req = MESHTRAIN__UPDATE_TASK_REQUEST__INIT;
-    Meshtrain__UpdateTaskReply *rep = NULL;
-    Meshtrain__TaskStatus st = MESHTRAIN__TASK_STATUS__INIT;
-
-    st.job_id = f->job;
-    st.attempt = f->attempt;
-    st.state = "succeeded";
-    req.worker_id = "w";
-    req.instance_id = "i1";
-    req.task = &st;
-    call_ok(f, "UpdateTask", &req.base, (ProtobufCMessage **)&rep);
-    assert_string_equal(rep->job_state, "SUCCEEDED");
-    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    assert_int_equal(ctu_update(&f->t, "w", "i1", f->job, f->attempt, "succeeded", NULL), MT_OK);
 }
 
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
-    mt_coord_opts o = MT_COORD_OPTS_DEFAULTS;
-    mt_rpc_client_opts co = MT_RPC_CLIENT_OPTS_DEFAULTS;
-    mt_err err = MT_ERR_INIT;
-    char ep[128], url[256];
-    FILE *fp;
+    Meshtrain__HeartbeatReply *rep;
     const char *spec = "{\"steps\": 10, \"model\": {\"input_shape\": [4], \"layers\": "
                        "[{\"type\": \"dense\", \"units\": 2}]}}";
 
-    snprintf(f->dir, sizeof(f->dir), "/tmp/mt-watch.XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    o.listen = "tcp://127.0.0.1:0";
-    o.http = "";
-    o.state_dir = f->dir;
-    o.heartbeat_interval_ms = 200;
-    o.heartbeat_timeout_ms = 30000;
-    o.sync_full = 0;
-    assert_int_equal(mt_coord_open(&o, &f->c, &err), MT_OK);
-    assert_int_equal(pthread_create(&f->th, NULL, run_coord, f->c), 0);
-    snprintf(ep, sizeof(ep), "%s/endpoints.json", f->dir);
-    fp = fopen(ep, "r");
-    assert_non_null(fp);
-    assert_int_equal(fscanf(fp, "{\"rpc\": \"%255[^\"]\"", url), 1);
-    fclose(fp);
-    co.url = url;
-    assert_int_equal(mt_rpc_client_open(&co, &f->cli, &err), MT_OK);
-
+    ctu_open(&f->t);
     /* a worker with one device, a one-device job placed on it and running */
-    Meshtrain__RegisterWorkerRequest rr = MESHTRAIN__REGISTER_WORKER_REQUEST__INIT;
-    Meshtrain__RegisterWorkerReply *rrep = NULL;
-    Meshtrain__Device d = MESHTRAIN__DEVICE__INIT, *dp = &d;
-    d.kind = "cpu";
-    d.health = "ok";
-    rr.name = "w";
-    rr.instance_id = "i1";
-    rr.devices = &dp;
-    rr.n_devices = 1;
-    call_ok(f, "RegisterWorker", &rr.base, (ProtobufCMessage **)&rrep);
-    protobuf_c_message_free_unpacked(&rrep->base, NULL);
-    Meshtrain__SubmitJobRequest sr = MESHTRAIN__SUBMIT_JOB_REQUEST__INIT;
-    Meshtrain__SubmitJobReply *srep = NULL;
-    sr.spec_json = (char *)spec;
-    call_ok(f, "SubmitJob", &sr.base, (ProtobufCMessage **)&srep);
-    snprintf(f->job, sizeof(f->job), "%s", srep->job_id);
-    protobuf_c_message_free_unpacked(&srep->base, NULL);
-    for (int i = 0; i < 100 && f->attempt == 0; i++) { /* scheduled after the submit's drain */
-        heartbeat(f, NULL);
-        if (f->attempt == 0)
-            usleep(10000);
-    }
+    ctu_register(&f->t, "w", "i1", 1);
+    ctu_submit(&f->t, spec, 0, f->job);
+    f->attempt = ctu_wait_assignment(&f->t, "w", "i1", f->job);
     assert_int_equal(f->attempt, 1);
-    heartbeat(f, "running");
+    rep = ctu_heartbeat(&f->t, "w", "i1", f->job, f->attempt, "running");
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
     *state = f;
     return 0;
 }
@@ -170,15 +69,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
-    char cmd[128];
 
-    mt_rpc_client_close(f->cli);
-    mt_coord_stop(f->c);
-    pthread_join(f->th, NULL);
-    mt_coord_free(f->c);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-    if (system(cmd) != 0)
-        print_error("could not remove %s\n", f->dir);
+    ctu_destroy(&f->t);
     free(f);
     return 0;
 }
@@ -192,7 +84,7 @@ static void test_watch_history_then_live_without_duplicates(void **state)
     mt_err err = MT_ERR_INIT;
 
     report(f, 1, 3, loss);
-    assert_int_equal(mt_watch_open(f->cli, f->job, 0, 5000, &w, &err), MT_OK);
+    assert_int_equal(mt_watch_open(f->t.cli, f->job, 0, 5000, &w, &err), MT_OK);
     /* stored and published after the subscription, before the history is read: the history
      * has them and the live copies must be dropped at the seam (step 3) */
     report(f, 3, 3, both);
@@ -237,7 +129,7 @@ static void test_watch_finished_job_and_since_step(void **state)
 
     report(f, 1, 6, loss);
     finish(f);
-    assert_int_equal(mt_watch_open(f->cli, f->job, 4, 5000, &w, &err), MT_OK);
+    assert_int_equal(mt_watch_open(f->t.cli, f->job, 4, 5000, &w, &err), MT_OK);
     assert_int_equal(mt_watch_next(w, 1000, &ev, &err), MT_OK);
     assert_int_equal(ev.n_points, 3); /* steps 4, 5, 6 */
     assert_int_equal(ev.points[0].step, 4);
@@ -253,7 +145,7 @@ static void test_watch_unknown_job_and_bad_arguments(void **state)
     mt_watch *w = (mt_watch *)1;
     mt_err err = MT_ERR_INIT;
 
-    assert_int_equal(mt_watch_open(f->cli, "job-999999", 0, 5000, &w, &err), MT_NOT_FOUND);
+    assert_int_equal(mt_watch_open(f->t.cli, "job-999999", 0, 5000, &w, &err), MT_NOT_FOUND);
     assert_null(w);
     assert_int_equal(mt_watch_open(NULL, "job-1", 0, 5000, &w, &err), MT_INVALID_ARGUMENT);
     mt_watch_close(NULL);
