@@ -30,6 +30,9 @@ static void usage(FILE *out)
             "  --heartbeat-ms N          heartbeat interval told to workers (default 1000)\n"
             "  --heartbeat-timeout-ms N  mark a worker lost after N ms of silence (default 10000)\n"
             "  --max-message-bytes N     largest request accepted (default 67108864)\n"
+            "  --fsync MODE              'full' (default): an acknowledged write survives a\n"
+            "                            power loss (an fsync per commit); 'normal': it survives\n"
+            "                            kill -9 of the coordinator, with fewer fsyncs\n"
             "  --log-level L             debug|info|warn|error (default info)\n"
             "  --version, -h/--help\n");
 }
@@ -60,6 +63,7 @@ int main(int argc, char **argv)
         {"max-message-bytes", required_argument, NULL, 'm'},
         {"dashboard-dir", required_argument, NULL, 'D'},
         {"log-level", required_argument, NULL, 'l'},
+        {"fsync", required_argument, NULL, 'F'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -113,6 +117,14 @@ int main(int argc, char **argv)
                 fprintf(stderr, "meshtrain-coordinator: %s\n", err.msg);
                 return 2;
             }
+            break;
+        case 'F':
+            if (strcmp(optarg, "full") != 0 && strcmp(optarg, "normal") != 0) {
+                fprintf(stderr, "meshtrain-coordinator: --fsync '%s': expected full or normal\n",
+                        optarg);
+                return 2;
+            }
+            o.sync_full = strcmp(optarg, "full") == 0;
             break;
         case 'V':
             printf("meshtrain-coordinator %s\n", MT_VERSION);

@@ -47,7 +47,7 @@ expect 400 "$HTTP_URL/api/v1/jobs?state=BOGUS"
 jqb '.error.message | test("BOGUS")'
 
 expect 200 "$HTTP_URL/api/v1/jobs/$JOB"
-jqb '.state == "RUNNING" and .step == 300 and .spec.model == "mlp"'
+jqb '.state == "RUNNING" and .step == 300 and (.spec.model.layers | length) == 3'
 jqb '[.events[].state] == ["QUEUED","SCHEDULED","RUNNING"]'
 jqb '(.placement | length) == 4 and .placement[3].coords == [1,1] and .placement[3].worker_id == "worker-b"'
 jqb '.latest_metrics.loss.step == 300 and .latest_metrics.eval_accuracy.step == 300'

@@ -28,6 +28,20 @@
 #include "clock/mt_clock.h"
 #include "storage/mt_store.h"
 
+/* A valid job spec (the Fashion-MNIST MLP of examples/) named NAME, with EXTRA top-level
+ * members. The coordinator revalidates specs when it restarts, so seeded jobs must be real. */
+#define FMNIST "/usr/share/datasets/fashion-mnist/"
+#define SEED_SPEC(NAME, EXTRA)                                                                     \
+    "{\"name\":\"" NAME "\"," EXTRA "\"seed\":7,\"batch_size\":128,\"steps\":1000,"                \
+    "\"optimizer\":\"adam\",\"learning_rate\":0.001,\"dataset\":{\"format\":\"idx\","              \
+    "\"train_images\":\"" FMNIST "train-images-idx3-ubyte.gz\","                                   \
+    "\"train_labels\":\"" FMNIST "train-labels-idx1-ubyte.gz\","                                   \
+    "\"test_images\":\"" FMNIST "t10k-images-idx3-ubyte.gz\","                                     \
+    "\"test_labels\":\"" FMNIST "t10k-labels-idx1-ubyte.gz\"},"                                    \
+    "\"model\":{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"flatten\"},"                     \
+    "{\"type\":\"dense\",\"units\":128,\"activation\":\"relu\"},"                                  \
+    "{\"type\":\"dense\",\"units\":10}]}}"
+
 static int check(mt_code rc, const mt_err *err, const char *what)
 {
     if (rc != MT_OK) {
@@ -158,8 +172,11 @@ int main(int argc, char **argv)
     bad |= check(mt_store_worker_upsert(s, &w, &err), &err, "worker-b");
 
     snprintf(run.name, sizeof(run.name), "mnist-dp");
-    run.spec_json = "{\"name\":\"mnist-dp\",\"model\":\"mlp\",\"mesh\":{\"batch\":2,\"model\":2},"
-                    "\"steps\":1000}";
+    /* real, valid specs: the coordinator revalidates specs when it restarts */
+    run.spec_json = SEED_SPEC("mnist-dp", "\"mesh\":{\"batch\":2,\"model\":2},"
+                                          "\"layouts\":{\"dense_1\\\\.kernel\":[\"unsharded\","
+                                          "\"model\"],\"dense_2\\\\.kernel\":[\"model\","
+                                          "\"unsharded\"]},");
     run.total_steps = (uint64_t)steps * 2;
     bad |= check(mt_store_job_insert(s, &run, now - 60000, &err), &err, "insert job");
     bad |= check(mt_store_job_transition(s, run.job_id, "QUEUED", "SCHEDULED",
@@ -214,14 +231,15 @@ int main(int argc, char **argv)
                  &err, "checkpoint complete");
 
     snprintf(failed.name, sizeof(failed.name), "bad-\"quoted\"-job");
-    failed.spec_json = "{\"name\":\"bad\"}";
+    failed.spec_json = SEED_SPEC("bad", "");
     bad |= check(mt_store_job_insert(s, &failed, now - 30000, &err), &err, "insert failed job");
     bad |= check(mt_store_job_transition(s, failed.job_id, NULL, "FAILED",
                                          "INVALID_ARGUMENT: layer dense_1: shape mismatch",
                                          now - 29000, &err),
                  &err, "fail job");
     snprintf(queued.name, sizeof(queued.name), "waiting");
-    queued.spec_json = "{\"name\":\"waiting\"}";
+    queued.spec_json =
+        SEED_SPEC("waiting", "\"mesh\":{\"batch\":64},"); /* never fits: stays QUEUED */
     queued.total_steps = 100;
     bad |= check(mt_store_job_insert(s, &queued, now - 1000, &err), &err, "insert queued job");
     mt_store_close(s);
