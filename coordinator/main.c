@@ -21,6 +21,8 @@ static void usage(FILE *out)
             "  --listen URL              RPC address (default tcp://127.0.0.1:7400; port 0 picks\n"
             "                            a free port, written to STATE_DIR/endpoints.json)\n"
             "  --http HOST:PORT          status endpoint (default 127.0.0.1:7480; 'off' disables)\n"
+            "  --metrics-listen URL      live metrics stream (nng PUB) address (default: the\n"
+            "                            RPC host, a free port; both are in endpoints.json)\n"
             "  --dashboard-dir DIR       dashboard assets (default: the source tree's\n"
             "                            coordinator/dashboard, else "
             "PREFIX/share/meshtrain/dashboard)\n"
@@ -64,6 +66,7 @@ int main(int argc, char **argv)
         {"dashboard-dir", required_argument, NULL, 'D'},
         {"log-level", required_argument, NULL, 'l'},
         {"fsync", required_argument, NULL, 'F'},
+        {"metrics-listen", required_argument, NULL, 'P'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -117,6 +120,9 @@ int main(int argc, char **argv)
                 fprintf(stderr, "meshtrain-coordinator: %s\n", err.msg);
                 return 2;
             }
+            break;
+        case 'P':
+            o.metrics_listen = optarg;
             break;
         case 'F':
             if (strcmp(optarg, "full") != 0 && strcmp(optarg, "normal") != 0) {

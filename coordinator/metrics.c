@@ -44,10 +44,16 @@ mt_code coord_metrics_open(mt_coord *c, mt_err *err)
 
     if (s == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "metrics socket: out of memory");
-    if (strncmp(c->listen_url, "tcp://", 6) != 0)
+    if (c->opts.metrics_listen != NULL && c->opts.metrics_listen[0] != '\0') {
+        /* a fixed address: watchers reconnect to it after a coordinator restart */
+        snprintf(url, sizeof(url), "%.290s", c->opts.metrics_listen);
+        colon = strrchr(url, ':');
+        prefix = colon ? (int)(colon - url) : (int)strlen(url);
+    } else if (strncmp(c->listen_url, "tcp://", 6) != 0) {
         snprintf(url, sizeof(url), "%s.metrics", c->listen_url); /* ipc:// or inproc:// */
-    else
+    } else {
         snprintf(url, sizeof(url), "%.*s:0", prefix, c->listen_url);
+    }
     if ((rv = nng_pub0_open(s)) != 0) {
         mt_free(s);
         return mt_err_set(err, MT_INTERNAL, "metrics socket: %s", nng_strerror(rv));
@@ -60,7 +66,7 @@ mt_code coord_metrics_open(mt_coord *c, mt_err *err)
     }
     if (strncmp(url, "tcp://", 6) == 0 &&
         nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
-        snprintf(c->metrics_url, sizeof(c->metrics_url), "%.*s:%d", prefix, c->listen_url, port);
+        snprintf(c->metrics_url, sizeof(c->metrics_url), "%.*s:%d", prefix, url, port);
     else
         snprintf(c->metrics_url, sizeof(c->metrics_url), "%.200s", url);
     c->pub = s;
