@@ -27,6 +27,16 @@ static const struct {
     {"RegisterWorker", coord_handle_register},
     {"Heartbeat", coord_handle_heartbeat},
     {"ListWorkers", coord_handle_list_workers},
+    {"SubmitJob", coord_handle_submit_job},
+    {"GetJob", coord_handle_get_job},
+    {"ListJobs", coord_handle_list_jobs},
+    {"CancelJob", coord_handle_cancel_job},
+    {"UpdateTask", coord_handle_update_task},
+    {"ReportMetrics", coord_handle_report_metrics},
+    {"GetMetrics", coord_handle_get_metrics},
+    {"PutCheckpointChunk", coord_handle_put_checkpoint_chunk},
+    {"ListCheckpoints", coord_handle_list_checkpoints},
+    {"GetCheckpointChunk", coord_handle_get_checkpoint_chunk},
 };
 
 /* nng thread: queue the call and wake the loop. Never blocks beyond the queue mutex. */
@@ -92,11 +102,13 @@ static void on_wake(uv_async_t *h)
         pthread_mutex_unlock(&c->qmu);
         if (n == 0) {
             mt_free(batch);
+            coord_jobs_schedule(c);
             return;
         }
         for (size_t i = 0; i < n; i++)
             dispatch(c, batch[i]);
         mt_free(batch);
+        coord_metrics_flush(c); /* the batch's metric reports: one commit, then the replies */
     }
 }
 
@@ -108,6 +120,7 @@ static void on_stop(uv_async_t *h)
 static void on_sweep(uv_timer_t *t)
 {
     coord_workers_sweep(t->data);
+    coord_jobs_schedule(t->data);
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -150,8 +163,10 @@ static mt_code write_endpoints(mt_coord *c, const char *http_url, mt_err *err)
     f = fopen(tmp, "w");
     if (f == NULL)
         return mt_err_set(err, MT_PERMISSION_DENIED, "write %s: %s", tmp, strerror(errno));
-    fprintf(f, "{\"rpc\": \"%s\", \"http\": \"%s\", \"pid\": %d, \"instance\": \"%s\"}\n",
-            c->listen_url, http_url, (int)getpid(), c->instance);
+    fprintf(f,
+            "{\"rpc\": \"%s\", \"http\": \"%s\", \"metrics\": \"%s\", \"pid\": %d, "
+            "\"instance\": \"%s\"}\n",
+            c->listen_url, http_url, c->metrics_url, (int)getpid(), c->instance);
     if (fclose(f) != 0 || rename(tmp, path) != 0)
         return mt_err_set(err, MT_INTERNAL, "write %s: %s", path, strerror(errno));
     return MT_OK;
@@ -202,6 +217,8 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
         goto fail;
     if ((rc = coord_workers_load(c, err)) != MT_OK)
         goto fail;
+    if ((rc = coord_jobs_load(c, err)) != MT_OK)
+        goto fail;
 
     uv_async_init(&c->loop, &c->wake, on_wake);
     c->wake.data = c;
@@ -223,6 +240,8 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     if ((rc = mt_rpc_server_open(&so, &c->rpc, err)) != MT_OK)
         goto fail;
     snprintf(c->listen_url, sizeof(c->listen_url), "%s", mt_rpc_server_url(c->rpc));
+    if ((rc = coord_metrics_open(c, err)) != MT_OK)
+        goto fail;
     if (opts->http != NULL && opts->http[0] != '\0') {
         rc = coord_http_open(c, opts->http, &c->http, http_url, sizeof(http_url), err);
         if (rc != MT_OK)
@@ -288,6 +307,9 @@ void mt_coord_free(mt_coord *c)
     /* phase 2: persist and free */
     if (c->store != NULL)
         coord_workers_sweep(c);
+    coord_metrics_close(c);
+    coord_ckpt_free(c);
+    coord_jobs_free(c);
     coord_workers_free(c);
     mt_store_close(c->store);
     pthread_mutex_destroy(&c->qmu);
