@@ -79,6 +79,10 @@ void mt_spmd_config_fini(mt_spmd_config *cfg);
  * trainer), per-example input shape in_shape[in_rank] (1..3), global batches of at most
  * max_global_batch examples. world: a collective world of mt_mesh_num_devices ranks where rank p
  * is mesh position p (borrowed, must outlive the trainer), or NULL to create an in-process world.
+ * With a network world (mt_coll_world_new_net) only the ranks of this process get a device thread;
+ * the other processes run the same calls on theirs (every process passes the same GLOBAL batch),
+ * metrics come from this process's first device, and mt_spmd_param/_gather/_save/_restore see only
+ * the local shards (a save fails with FAILED_PRECONDITION when a tensor is not fully held here).
  * Every device thread allocates and initialises only its own shards. Codes: INVALID_ARGUMENT with
  * a JSON path (`layouts["dense_1\\.kernel"][1]: mesh has no dimension 'model' (mesh batch=8)`,
  * a weight sharded over the batch dimension, a conv kernel sharded on other than its last axis,
@@ -180,11 +184,17 @@ typedef struct mt_spmd_run_opts {
     int ckpt_keep;         /* keep the N newest checkpoints (0: keep all) */
     const char *resume;    /* checkpoint to continue from (borrowed), or NULL */
     const char *spec_json; /* stored in every checkpoint (borrowed), may be NULL */
+    mt_coll_world *world;  /* network world for a multi-process run (borrowed), or NULL; only the
+                              process holding rank 0 writes checkpoints */
+    /* called after each checkpoint is written (path, step), e.g. to upload it; may be NULL */
+    mt_code (*on_saved)(void *ctx, const char *path, uint64_t step, mt_err *err);
+    /* called when progress stopped the run: true = write a checkpoint before returning */
+    bool (*save_on_stop)(void *ctx);
 } mt_spmd_run_opts;
 
 #define MT_SPMD_RUN_OPTS_DEFAULTS                                                                  \
     {                                                                                              \
-        0, 0, NULL, 0, 0, NULL, NULL                                                               \
+        0, 0, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL                                             \
     }
 
 /*

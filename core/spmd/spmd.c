@@ -81,6 +81,7 @@ typedef struct dev {
     mt_err err;
     pthread_t thread;
     bool started;
+    bool here; /* this process holds the device (its rank has a comm in the world) */
 } dev;
 
 typedef enum job_kind { JOB_NONE, JOB_STEP, JOB_EVAL, JOB_QUIT } job_kind;
@@ -88,6 +89,7 @@ typedef enum job_kind { JOB_NONE, JOB_STEP, JOB_EVAL, JOB_QUIT } job_kind;
 struct mt_spmd {
     const mt_mesh *mesh;
     int ndev, ndims, bdim, fdim0; /* devices, mesh dims, batch dim, input feature dim */
+    int nlocal, first;            /* devices held by this process; the lowest such position */
     int dimsz[MT_MESH_MAX_DIMS];
     mt_coll_world *world, *own_world;
     mt_optimizer_spec opt;
@@ -1037,7 +1039,7 @@ static void *dev_main(void *arg)
         if (d->rc != MT_OK && d->err.code == MT_OK)
             mt_err_set(&d->err, d->rc, "failed");
         pthread_mutex_lock(&s->mu);
-        if (++s->done == s->ndev)
+        if (++s->done == s->nlocal)
             pthread_cond_signal(&s->cv_done);
         pthread_mutex_unlock(&s->mu);
     }
@@ -1051,13 +1053,13 @@ static mt_code run_job(mt_spmd *s, job_kind job, mt_err *err)
     s->done = 0;
     s->gen++;
     pthread_cond_broadcast(&s->cv_job);
-    while (job != JOB_QUIT && s->done < s->ndev)
+    while (job != JOB_QUIT && s->done < s->nlocal)
         pthread_cond_wait(&s->cv_done, &s->mu);
     pthread_mutex_unlock(&s->mu);
     if (job == JOB_QUIT)
         return MT_OK;
     for (int p = 0; p < s->ndev; p++)
-        if (s->devs[p].rc != MT_OK)
+        if (s->devs[p].here && s->devs[p].rc != MT_OK)
             return mt_err_set(err, s->devs[p].rc, "device %d: %s", p, s->devs[p].err.msg);
     return MT_OK;
 }
@@ -1125,14 +1127,27 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
     pthread_cond_init(&s->cv_job, NULL);
     pthread_cond_init(&s->cv_done, NULL);
     s->sync_init = true;
+    s->first = -1;
     for (int p = 0; p < s->ndev; p++) {
         s->devs[p].s = s;
         s->devs[p].pos = p;
+        s->devs[p].here = mt_coll_world_comm(world, p) != NULL;
+        if (!s->devs[p].here)
+            continue; /* another process holds it (network world) */
+        if (s->first < 0)
+            s->first = p;
+        s->nlocal++;
         rc = dev_alloc(&s->devs[p], err);
         if (rc != MT_OK)
             goto fail;
     }
+    if (s->nlocal == 0) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "spmd: no device of the mesh is in this process");
+        goto fail;
+    }
     for (int p = 0; p < s->ndev; p++) {
+        if (!s->devs[p].here)
+            continue;
         if (pthread_create(&s->devs[p].thread, NULL, dev_main, &s->devs[p]) != 0) {
             rc = mt_err_set(err, MT_INTERNAL, "spmd: cannot start device thread %d", p);
             goto fail;
@@ -1201,8 +1216,8 @@ mt_code mt_spmd_step(mt_spmd *s, const float *x, const int32_t *labels, size_t n
     s->jfirst = first_example;
     rc = run_job(s, JOB_STEP, err);
     if (rc == MT_OK && metrics != NULL) {
-        metrics->loss = s->devs[0].loss / (double)n;
-        metrics->accuracy = (double)s->devs[0].correct / (double)n;
+        metrics->loss = s->devs[s->first].loss / (double)n;
+        metrics->accuracy = (double)s->devs[s->first].correct / (double)n;
     }
     return rc;
 }
@@ -1221,8 +1236,8 @@ mt_code mt_spmd_evaluate(mt_spmd *s, const float *x, const int32_t *labels, size
     s->jstep = UINT64_MAX / 2 + s->gen; /* a tag distinct from every training step */
     rc = run_job(s, JOB_EVAL, err);
     if (rc == MT_OK) {
-        *loss_sum += s->devs[0].loss;
-        *correct += s->devs[0].correct;
+        *loss_sum += s->devs[s->first].loss;
+        *correct += s->devs[s->first].correct;
     }
     return rc;
 }
@@ -1234,7 +1249,7 @@ size_t mt_spmd_param_count(const mt_spmd *s)
 
 const mt_model_param *mt_spmd_param(const mt_spmd *s, int p, size_t i)
 {
-    if (p < 0 || p >= s->ndev || i >= s->n_params)
+    if (p < 0 || p >= s->ndev || i >= s->n_params || !s->devs[p].here)
         return NULL;
     return &s->devs[p].params[i];
 }
@@ -1246,7 +1261,7 @@ const mt_layout *mt_spmd_param_layout(const mt_spmd *s, size_t i)
 
 int64_t mt_spmd_iterations(const mt_spmd *s)
 {
-    return s->devs[0].t;
+    return s->devs[s->first].t;
 }
 
 size_t mt_spmd_param_bytes(const mt_spmd *s, int p, size_t i)
@@ -1287,7 +1302,8 @@ mt_code mt_spmd_param_gather(const mt_spmd *s, const char *name, float *out, mt_
         if (strcmp(s->gparams[i].name, name) != 0)
             continue;
         for (int p = 0; p < s->ndev; p++)
-            shard_copy(out, s->devs[p].params[i].value, &s->devs[p].params[i], true);
+            if (s->devs[p].here)
+                shard_copy(out, s->devs[p].params[i].value, &s->devs[p].params[i], true);
         return MT_OK;
     }
     return mt_err_set(err, MT_NOT_FOUND, "parameter '%s' not in the model", name);
@@ -1312,7 +1328,7 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
 {
     mt_ckpt_writer *w = NULL;
     mt_code rc = mt_ckpt_writer_open(path, &w, err);
-    int64_t one = 1, t = s->devs[0].t;
+    int64_t one = 1, t = s->devs[s->first].t;
 
     if (rc != MT_OK)
         return rc;
@@ -1327,7 +1343,7 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
             shape[a] = (int64_t)g->shape[a];
         for (int k = -1; k < 2; k++) {
             char name[MT_CKPT_MAX_NAME];
-            if (k >= 0 && (!g->trainable || slot_of(&s->devs[0].params[i], k) == NULL))
+            if (k >= 0 && (!g->trainable || slot_of(&s->devs[s->first].params[i], k) == NULL))
                 continue;
             if (k < 0)
                 snprintf(name, sizeof(name), "%s", g->name);
@@ -1337,6 +1353,8 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
             for (int p = 0; rc == MT_OK && p < s->ndev; p++) {
                 mt_model_param *q = &s->devs[p].params[i];
                 int64_t of[4], ls[4];
+                if (!s->devs[p].here)
+                    continue;
                 for (int a = 0; a < q->rank; a++) {
                     of[a] = (int64_t)q->offsets[a];
                     ls[a] = (int64_t)q->local_shape[a];
@@ -1385,6 +1403,8 @@ static mt_code restore_tensor(mt_spmd *s, const mt_ckpt *ck, size_t i, int k, co
     for (int p = 0; p < s->ndev; p++) {
         mt_model_param *q = &s->devs[p].params[i];
         int64_t of[4], ls[4];
+        if (!s->devs[p].here)
+            continue;
         for (int a = 0; a < q->rank; a++) {
             of[a] = (int64_t)q->offsets[a];
             ls[a] = (int64_t)q->local_shape[a];
@@ -1407,7 +1427,7 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
         rc = restore_tensor(s, ck, i, -1, path, err);
         for (int k = 0; rc == MT_OK && k < 2; k++)
-            if (s->gparams[i].trainable && slot_of(&s->devs[0].params[i], k) != NULL)
+            if (s->gparams[i].trainable && slot_of(&s->devs[s->first].params[i], k) != NULL)
                 rc = restore_tensor(s, ck, i, k, path, err);
     }
     if (rc == MT_OK && mt_ckpt_read(ck, "optimizer/iterations", &t, sizeof(t), NULL) != MT_OK)
@@ -1415,7 +1435,7 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
                         "checkpoint %s: no tensor 'optimizer/iterations'", path);
     if (rc == MT_OK) {
         for (int p = 0; p < s->ndev; p++)
-            s->devs[p].t = t;
+            s->devs[p].t = t; /* harmless on devices of other processes */
         if (pos != NULL) {
             pos->step = mt_ckpt_step(ck);
             pos->epoch = mt_ckpt_epoch(ck);

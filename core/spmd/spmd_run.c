@@ -238,18 +238,24 @@ mt_code mt_spmd_load_data(const mt_job_spec *spec, const char *spec_json, const 
 
 /* ------------------------------------------------------------------ loop */
 
-static mt_code save_ckpt(mt_spmd *s, const mt_spmd_run_opts *o, int64_t step, int64_t epoch,
-                         size_t pos, mt_err *err)
+static mt_code save_ckpt(mt_spmd *s, const mt_spmd_run_opts *o, void *ctx, int64_t step,
+                         int64_t epoch, size_t pos, mt_err *err)
 {
     char path[4096];
     mt_spmd_position p = {(uint64_t)step, (uint64_t)epoch, pos};
-    mt_code rc = mt_ckpt_path(path, sizeof(path), o->save_dir, (uint64_t)step, err);
+    mt_code rc;
+
+    if (o->world != NULL && mt_coll_world_comm(o->world, 0) == NULL)
+        return MT_OK; /* the process holding rank 0 writes it */
+    rc = mt_ckpt_path(path, sizeof(path), o->save_dir, (uint64_t)step, err);
     if (rc == MT_OK)
         rc = mt_spmd_save(s, path, &p, o->spec_json, err);
     if (rc == MT_OK && o->ckpt_keep > 0)
         rc = mt_ckpt_retain(o->save_dir, o->ckpt_keep, NULL, err);
     if (rc == MT_OK)
         mt_log_info("checkpoint %s (step %lld)", path, (long long)step);
+    if (rc == MT_OK && o->on_saved != NULL)
+        rc = o->on_saved(ctx, path, (uint64_t)step, err);
     return rc;
 }
 
@@ -288,7 +294,7 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
     if (o->save_dir != NULL && mkdir(o->save_dir, 0755) != 0 && errno != EEXIST)
         return mt_err_set(err, errno == EACCES ? MT_PERMISSION_DENIED : MT_NOT_FOUND,
                           "checkpoint directory %s: %s", o->save_dir, strerror(errno));
-    rc = mt_spmd_new(spec, mesh, map, in_rank, in_shape, bs, NULL, &s, err);
+    rc = mt_spmd_new(spec, mesh, map, in_rank, in_shape, bs, o->world, &s, err);
     if (rc != MT_OK)
         return rc;
     if (o->resume != NULL) {
@@ -351,12 +357,16 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
             saved_last = false;
             if (o->save_dir != NULL && o->ckpt_every > 0 && step % o->ckpt_every == 0) {
                 bool end = si + 1 == per_epoch;
-                rc = save_ckpt(s, o, step, end ? e + 1 : e, end ? 0 : first + b, err);
+                rc = save_ckpt(s, o, ctx, step, end ? e + 1 : e, end ? 0 : first + b, err);
                 if (rc != MT_OK)
                     goto done;
                 saved_last = true;
             }
             if (progress != NULL && (rc = progress(ctx, &p)) != MT_OK) {
+                bool end = si + 1 == per_epoch;
+                if (o->save_dir != NULL && !saved_last && o->save_on_stop != NULL &&
+                    o->save_on_stop(ctx))
+                    save_ckpt(s, o, ctx, step, end ? e + 1 : e, end ? 0 : first + b, NULL);
                 mt_err_set(err, rc, "training stopped at step %lld", (long long)step);
                 goto done;
             }
@@ -382,7 +392,7 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
         }
         if (o->save_dir != NULL && !saved_last && (step >= cap || e + 1 >= epochs)) {
             bool end = p.epoch_step == per_epoch;
-            rc = save_ckpt(s, o, step, end ? e + 1 : e,
+            rc = save_ckpt(s, o, ctx, step, end ? e + 1 : e,
                            end ? 0 : (size_t)p.epoch_step * spec->batch_size, err);
             if (rc != MT_OK)
                 goto done;
