@@ -213,8 +213,12 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     if ((rc = make_dirs(c->state_dir, err)) != MT_OK)
         goto fail;
     snprintf(db, sizeof(db), "%s/meshtrain.db", c->state_dir);
-    if ((rc = mt_store_open(db, &c->store, err)) != MT_OK)
-        goto fail;
+    {
+        mt_store_options so_db = MT_STORE_OPTIONS_DEFAULTS;
+        so_db.sync_full = opts->sync_full;
+        if ((rc = mt_store_open_opts(db, &so_db, &c->store, err)) != MT_OK)
+            goto fail;
+    }
     if ((rc = coord_workers_load(c, err)) != MT_OK)
         goto fail;
     if ((rc = coord_jobs_load(c, err)) != MT_OK)

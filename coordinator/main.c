@@ -27,6 +27,9 @@ static void usage(FILE *out)
             "  --heartbeat-ms N          heartbeat interval told to workers (default 1000)\n"
             "  --heartbeat-timeout-ms N  mark a worker lost after N ms of silence (default 10000)\n"
             "  --max-message-bytes N     largest request accepted (default 67108864)\n"
+            "  --fsync MODE              'normal' (default): an acknowledged write survives\n"
+            "                            kill -9 of the coordinator; 'full': it also survives\n"
+            "                            a power loss (an fsync per commit)\n"
             "  --log-level L             debug|info|warn|error (default info)\n"
             "  --version, -h/--help\n");
 }
@@ -56,6 +59,7 @@ int main(int argc, char **argv)
         {"heartbeat-timeout-ms", required_argument, NULL, 'o'},
         {"max-message-bytes", required_argument, NULL, 'm'},
         {"log-level", required_argument, NULL, 'l'},
+        {"fsync", required_argument, NULL, 'F'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -106,6 +110,14 @@ int main(int argc, char **argv)
                 fprintf(stderr, "meshtrain-coordinator: %s\n", err.msg);
                 return 2;
             }
+            break;
+        case 'F':
+            if (strcmp(optarg, "full") != 0 && strcmp(optarg, "normal") != 0) {
+                fprintf(stderr, "meshtrain-coordinator: --fsync '%s': expected full or normal\n",
+                        optarg);
+                return 2;
+            }
+            o.sync_full = strcmp(optarg, "full") == 0;
             break;
         case 'V':
             printf("meshtrain-coordinator %s\n", MT_VERSION);

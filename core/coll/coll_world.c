@@ -14,7 +14,9 @@
  * allgather (p-1 steps, copies); the resulting order is the one documented in
  * mt_coll.h and depends on nothing but group order, p and n. Broadcast is a
  * pipelined chain from the root along the ring; barrier is an allreduce of p
- * floats (every result depends on every member having entered).
+ * floats (every result depends on every member having entered). Allreduces of
+ * at most opts.direct_bytes skip the ring: one hop, every member sends its
+ * buffer to every other member and folds locally in the same order.
  *
  * Every received message is checked against the expected header (job, step,
  * seq, op, phase, ring step, segment, total, offset, length); a mismatch is
@@ -1052,9 +1054,66 @@ static mt_code ring_allgather(coll_ctx *x, float *buf, size_t n, size_t per_memb
     return MT_OK;
 }
 
+/*
+ * Small allreduce in one hop: send the whole buffer to every other member,
+ * receive theirs, and fold each chunk in the documented order locally
+ * (the same additions as the ring, so the same bits).
+ */
+static mt_code direct_allreduce(coll_ctx *x, float *buf, size_t n)
+{
+    int p = x->p;
+    mt_code rc = MT_OK;
+    float *all = mt_malloc(((size_t)p * n + 1) * sizeof(float)); /* member i's input at i*n */
+    const float **in = mt_malloc((size_t)p * sizeof(*in));
+    if (all == NULL || in == NULL) {
+        rc = ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for %d x %zu floats", p, n);
+        goto out;
+    }
+    for (int i = 0; i < p; i++)
+        in[i] = all + (size_t)i * n;
+    if (n > 0)
+        memcpy(all + (size_t)x->pos * n, buf, n * sizeof(float));
+    coll_hdr h = {.magic = COLL_MAGIC,
+                  .kind = COLL_KIND_DATA,
+                  .op = x->op,
+                  .phase = 2,
+                  .job = x->c->w->opts.job_id,
+                  .step = x->step,
+                  .seq = x->seq,
+                  .total = x->total,
+                  .len = n};
+    for (int k = 1; k < p && rc == MT_OK; k++) {
+        h.src = x->c->rank;
+        h.dst = member(x, x->pos + k);
+        h.rstep = (uint32_t)x->pos;
+        rc = send_seg(x, h.dst, &h, buf);
+    }
+    for (int k = 1; k < p && rc == MT_OK; k++) {
+        int from = (x->pos - k + p) % p;
+        nng_msg *m;
+        h.src = member(x, from);
+        h.dst = x->c->rank;
+        h.rstep = (uint32_t)from;
+        if ((rc = recv_msg(x, h.src, &h, &m)) != MT_OK)
+            break;
+        if (n > 0)
+            memcpy(all + (size_t)from * n, (const char *)nng_msg_body(m) + COLL_HDR_SIZE,
+                   n * sizeof(float));
+        nng_msg_free(m);
+    }
+    if (rc == MT_OK)
+        mt_coll_reference_allreduce(in, p, n, buf);
+out:
+    mt_free(in);
+    mt_free(all);
+    return rc;
+}
+
 static mt_code allreduce_run(coll_ctx *x, float *buf, size_t n)
 {
     mt_code rc = MT_OK;
+    if (x->p > 1 && n * sizeof(float) <= x->c->w->opts.direct_bytes)
+        return direct_allreduce(x, buf, n);
     if (x->p > 1) {
         rc = ring_reduce_scatter(x, buf, n);
         if (rc == MT_OK)

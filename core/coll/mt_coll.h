@@ -23,7 +23,9 @@
  * transport of a hop, or how ranks are placed in processes — so the same job
  * on 1 process x 4 devices and on 2 processes x 2 devices is bit-identical, and
  * every member ends with identical bits. mt_coll_reference_allreduce() computes
- * the same order serially.
+ * the same order serially. Small allreduces (opts.direct_bytes) send every
+ * member's buffer to every other member in one hop and each member computes
+ * the very same fold locally, so they give the same bits as the ring.
  *
  * Invariants: every member of a group calls the same collectives on it in the
  * same order with the same sizes (SPMD). Each collective is tagged (job id,
@@ -68,11 +70,14 @@ typedef struct mt_coll_world_opts {
     uint64_t job_id;             /* carried in every message; a mismatch is INVALID_ARGUMENT */
     int64_t default_deadline_ms; /* used when a call has no deadline */
     size_t segment_bytes;        /* pipelining unit on the wire (rounded to floats, >= 4) */
+    size_t direct_bytes; /* allreduce of at most this many bytes: one direct exchange between all
+                            members instead of the ring (fewer hops, same bits); 0 = always ring */
 } mt_coll_world_opts;
 
 #define MT_COLL_WORLD_DEFAULTS                                                                     \
     {                                                                                              \
-        .job_id = 0, .default_deadline_ms = 10000, .segment_bytes = 256 * 1024                     \
+        .job_id = 0, .default_deadline_ms = 10000, .segment_bytes = 256 * 1024,                    \
+        .direct_bytes = 64 * 1024                                                                  \
     }
 
 /* One entry of a job's rank table: where rank r lives. */

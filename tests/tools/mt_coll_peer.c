@@ -43,6 +43,7 @@ typedef struct peer_cfg {
     long iters;
     int64_t deadline_ms;
     size_t segment_bytes;
+    long direct_bytes; /* -1: world default */
     int world;
     char *addrs[MAX_RANKS];
     int local_index[MAX_RANKS];
@@ -326,13 +327,17 @@ static void usage(void)
     fprintf(stderr, "usage: mt_coll_peer --listen URL --addr-file F --table-file T [--mode "
                     "check|loop|bench] [--sizes a,b,..] [--seed S] [--job J] [--step S] "
                     "[--size-add K] [--mesh RxC --dim D] [--iters K] [--deadline MS] "
-                    "[--segment BYTES] [--alarm SECONDS]\n");
+                    "[--segment BYTES] [--direct BYTES] [--alarm SECONDS]\n");
 }
 
 int main(int argc, char **argv)
 {
-    peer_cfg cfg = {
-        .mode = "check", .seed = 1, .deadline_ms = 5000, .iters = 0, .segment_bytes = 256 * 1024};
+    peer_cfg cfg = {.mode = "check",
+                    .seed = 1,
+                    .deadline_ms = 5000,
+                    .iters = 0,
+                    .segment_bytes = 256 * 1024,
+                    .direct_bytes = -1};
     unsigned alarm_s = 60; /* hard limit: SIGALRM ends a test process that hangs */
     cfg.sizes[0] = 1;
     cfg.nsizes = 1;
@@ -377,6 +382,8 @@ int main(int argc, char **argv)
             cfg.deadline_ms = strtoll(v, NULL, 10);
         else if (strcmp(a, "--alarm") == 0)
             alarm_s = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--direct") == 0)
+            cfg.direct_bytes = strtol(v, NULL, 10);
         else if (strcmp(a, "--segment") == 0)
             cfg.segment_bytes = strtoull(v, NULL, 10);
         else {
@@ -418,6 +425,8 @@ int main(int argc, char **argv)
     o.job_id = cfg.job;
     o.default_deadline_ms = cfg.deadline_ms;
     o.segment_bytes = cfg.segment_bytes;
+    if (cfg.direct_bytes >= 0)
+        o.direct_bytes = (size_t)cfg.direct_bytes;
     mt_coll_world *w = NULL;
     if ((rc = mt_coll_world_new_net(net, cfg.world, table, &o, &w, &err)) != MT_OK) {
         printf("ERROR rank=-1 code=%s elapsed_ms=0 msg=%s\n", mt_code_name(rc), err.msg);

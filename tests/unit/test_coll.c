@@ -151,12 +151,13 @@ static void check_close(const float *got, const double *dref, size_t n)
 static const size_t sizes[] = {0, 1, 2, 3, 7, 13, 31, 97, 1000, 4099, 65537};
 
 /* Allreduce over the whole world of p threads, every size, bit-exact vs reference. */
-static void allreduce_world(int p, size_t seg_bytes)
+static void allreduce_world(int p, size_t seg_bytes, size_t direct_bytes)
 {
     mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
     mt_coll_world *w;
     int group[MAXR];
     o.segment_bytes = seg_bytes;
+    o.direct_bytes = direct_bytes;
     assert_int_equal(mt_coll_world_new_local(p, &o, &w, NULL), MT_OK);
     for (int i = 0; i < p; i++)
         group[i] = i;
@@ -211,16 +212,18 @@ static void test_coll_chunk_range_partitions(void **state)
 static void test_coll_allreduce_bit_exact_1_to_8(void **state)
 {
     (void)state;
-    for (int p = 1; p <= MAXR; p++)
-        allreduce_world(p, 256 * 1024);
+    for (int p = 1; p <= MAXR; p++) {
+        allreduce_world(p, 256 * 1024, 0);         /* ring for every size */
+        allreduce_world(p, 256 * 1024, 64 * 1024); /* direct exchange up to 64 KiB */
+    }
 }
 
 static void test_coll_allreduce_small_segments_same_bits(void **state)
 {
     (void)state;
     /* many segments per chunk: the order (and so the bits) must not change */
-    allreduce_world(3, 16);
-    allreduce_world(4, 100);
+    allreduce_world(3, 16, 0);
+    allreduce_world(4, 100, 0);
 }
 
 /* 8 ranks as a 4x2 layout: groups along the first dimension, run concurrently. */

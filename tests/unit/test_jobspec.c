@@ -10,20 +10,18 @@
 
 #include "jobspec/mt_jobspec.h"
 
-#define FM "/usr/share/datasets/fashion-mnist/"
-
 /* An MLP on Fashion-MNIST; %s is spliced in before the closing brace. */
-static const char *const base_fmt =
-    "{\"name\": \"mlp\", \"batch_size\": 100, \"epochs\": 2,"
-    " \"model\": {\"input_shape\": [28, 28, 1], \"layers\": [{\"type\": \"flatten\"},"
-    " {\"type\": \"dense\", \"units\": 64, \"activation\": \"relu\"},"
-    " {\"type\": \"dense\", \"units\": 10}]}%s}";
+#define BASE_FMT                                                                                   \
+    "{\"name\": \"mlp\", \"batch_size\": 100, \"epochs\": 2,"                                      \
+    " \"model\": {\"input_shape\": [28, 28, 1], \"layers\": [{\"type\": \"flatten\"},"             \
+    " {\"type\": \"dense\", \"units\": 64, \"activation\": \"relu\"},"                             \
+    " {\"type\": \"dense\", \"units\": 10}]}%s}"
 
 static mt_code check(const char *extra, mt_jobspec_summary *s, mt_err *err)
 {
     char buf[4096];
 
-    snprintf(buf, sizeof(buf), base_fmt, extra);
+    snprintf(buf, sizeof(buf), BASE_FMT, extra);
     return mt_jobspec_validate(buf, strlen(buf), s, err);
 }
 
