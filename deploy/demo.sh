@@ -46,15 +46,17 @@ done
 "$B/meshtrain" --coordinator "$URL" workers
 [ "$n" = 2 ] || { echo "demo: workers did not register" >&2; exit 1; }
 echo "demo: submitting $(basename "$SPEC") on mesh batch=4 (2 workers x 2 devices)"
+JOB=$("$B/meshtrain" --coordinator "$URL" submit "$SPEC" --mesh batch=4)
+echo "demo: job $JOB"
 rc=0
-"$B/meshtrain" --coordinator "$URL" submit "$SPEC" --mesh batch=4 --follow | tee "$D/follow.out" || rc=$?
-JOB=$(head -n 1 "$D/follow.out")
+"$B/meshtrain" --coordinator "$URL" watch "$JOB" || rc=$?
 if [ "$rc" != 0 ]; then
     "$B/meshtrain" --coordinator "$URL" status "$JOB" || true
     echo "demo: job $JOB did not succeed" >&2
     exit 1
 fi
-ACC=$(grep -o 'eval_accuracy: [0-9.]*' "$D/follow.out" | tail -n 1 | cut -d' ' -f2)
+ACC=$("$B/meshtrain" --coordinator "$URL" watch --json "$JOB" | grep '"eval_accuracy"' |
+    tail -n 1 | sed 's/.*"value": \([0-9.e+-]*\).*/\1/')
 MODEL=$D/model.safetensors
 "$B/meshtrain" --coordinator "$URL" export "$JOB" --format safetensors -o "$MODEL"
 echo "demo: final test accuracy ${ACC:-?}; model exported to $MODEL; $((SECONDS - T0)) s"

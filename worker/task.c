@@ -48,6 +48,7 @@
 #define FLUSH_S          0.1
 #define CHUNK_BYTES      (4u << 20)
 #define COLL_DEADLINE_MS 30000
+#define NET_WAIT_TRIES   600 /* x 100 ms */
 
 typedef struct task_run task_run;
 
@@ -433,7 +434,13 @@ static mt_code run_task(task_run *r, mt_err *err)
         goto done;
     wo.job_id = fnv1a(r->job_id) + r->attempt;
     wo.default_deadline_ms = COLL_DEADLINE_MS;
-    rc = mt_coll_world_new_net(r->tab->net, r->n_ranks, r->table, &wo, &world, err);
+    /* the data plane serves one job at a time: wait for a task still ending (bounded) */
+    for (int tries = 0;; tries++) {
+        rc = mt_coll_world_new_net(r->tab->net, r->n_ranks, r->table, &wo, &world, err);
+        if (rc != MT_FAILED_PRECONDITION || tries == NET_WAIT_TRIES || atomic_load(&r->cancel))
+            break;
+        usleep(100 * 1000);
+    }
     if (rc != MT_OK)
         goto done;
     snprintf(r->dir, sizeof(r->dir), "%s/meshtrain-worker-%d-%s-%u", tmp ? tmp : "/tmp",
