@@ -24,7 +24,8 @@
  * sharded (kernel layout [unsharded, unsharded, unsharded, D]). BatchNorm statistics are summed
  * over B (global batch). Flatten of a channel-sharded image and the logits are allgathered.
  * Loss, accuracy and every weight gradient are allreduced over B only (weights may not be
- * sharded over B; gradients are fused into one bucket). The optimizer updates the local shard.
+ * sharded over B; gradients, loss and accuracy are fused into one bucket: one allreduce per
+ * step). The optimizer updates the local shard.
  *
  * Equivalence: for any mesh and layouts, K steps give the weights of K steps on one device with
  * the same seed and global batch up to float rounding; the same job on the same mesh twice is

@@ -72,7 +72,8 @@ typedef struct dev {
     float *x, *g1, *g2;                 /* input slice; reshard scratch (max_b * widest) */
     int32_t *y;                         /* labels slice */
     float *logits, *dlogits, *dlog_loc; /* (max_b, K) */
-    mt_coll_bucket *bucket;             /* every trainable gradient, reduced over the batch dim */
+    mt_coll_bucket *bucket;             /* every trainable gradient + msum, reduced over batch */
+    float msum[2];                      /* step loss sum and correct count (in the bucket) */
     size_t batch, row0;                 /* local examples of the current job, first global row */
     int64_t t;                          /* optimizer iterations */
     double loss;                        /* job outputs */
@@ -118,6 +119,20 @@ struct mt_spmd {
 
 /* ------------------------------------------------------------------ config */
 
+/* checkpoint.<key>: an integer in 1..max when present (else *out is kept). */
+static mt_code ckpt_field(const cJSON *ck, const char *key, double max, int64_t *out, mt_err *err)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(ck, key);
+    if (n == NULL)
+        return MT_OK;
+    if (!cJSON_IsNumber(n) || n->valuedouble < 1 || n->valuedouble > max ||
+        n->valuedouble != (double)(int64_t)n->valuedouble)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "checkpoint.%s: must be a positive integer",
+                          key);
+    *out = (int64_t)n->valuedouble;
+    return MT_OK;
+}
+
 mt_code mt_spmd_config_parse(const char *json, size_t len, mt_spmd_config *cfg, mt_err *err)
 {
     cJSON *root = cJSON_ParseWithLength(json, len);
@@ -142,7 +157,6 @@ mt_code mt_spmd_config_parse(const char *json, size_t len, mt_spmd_config *cfg, 
         goto done;
     ck = cJSON_GetObjectItemCaseSensitive(root, "checkpoint");
     if (ck != NULL) {
-        const cJSON *e, *k;
         if (!cJSON_IsObject(ck)) {
             rc = mt_err_set(err, MT_INVALID_ARGUMENT, "checkpoint: must be an object");
             goto done;
@@ -154,26 +168,13 @@ mt_code mt_spmd_config_parse(const char *json, size_t len, mt_spmd_config *cfg, 
                                 c->string);
                 goto done;
             }
-        e = cJSON_GetObjectItemCaseSensitive(ck, "every_steps");
-        k = cJSON_GetObjectItemCaseSensitive(ck, "keep");
-        if (e != NULL) {
-            if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 1e15 ||
-                e->valuedouble != (double)(int64_t)e->valuedouble) {
-                rc = mt_err_set(err, MT_INVALID_ARGUMENT,
-                                "checkpoint.every_steps: must be a positive integer");
-                goto done;
-            }
-            cfg->ckpt_every = (int64_t)e->valuedouble;
-        }
-        if (k != NULL) {
-            if (!cJSON_IsNumber(k) || k->valuedouble < 1 || k->valuedouble > 1e6 ||
-                k->valuedouble != (double)(int)k->valuedouble) {
-                rc = mt_err_set(err, MT_INVALID_ARGUMENT,
-                                "checkpoint.keep: must be a positive integer");
-                goto done;
-            }
-            cfg->ckpt_keep = (int)k->valuedouble;
-        }
+        int64_t keep = cfg->ckpt_keep;
+        rc = ckpt_field(ck, "every_steps", 1e15, &cfg->ckpt_every, err);
+        if (rc == MT_OK)
+            rc = ckpt_field(ck, "keep", 1e6, &keep, err);
+        if (rc != MT_OK)
+            goto done;
+        cfg->ckpt_keep = (int)keep;
     }
 done:
     cJSON_Delete(root);
@@ -586,6 +587,8 @@ static mt_code dev_alloc(dev *d, mt_err *err)
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++)
         if (d->params[i].trainable)
             rc = mt_coll_bucket_add(d->bucket, d->params[i].grad, d->params[i].size, err);
+    if (rc == MT_OK) /* the metrics ride along: one collective per step for all of it */
+        rc = mt_coll_bucket_add(d->bucket, d->msum, 2, err);
     if (rc != MT_OK)
         return rc;
     DALLOC(d->ls, (size_t)s->n_layers);
@@ -948,7 +951,6 @@ static mt_code dev_step(dev *d)
     mt_spmd *s = d->s;
     double loss = 0.0;
     size_t correct = 0;
-    float sums[2];
     mt_code rc;
 
     mt_coll_comm_set_step(d->comm, s->jstep);
@@ -959,18 +961,16 @@ static mt_code dev_step(dev *d)
                              1.0f / (float)s->jn, &d->err);
     if (rc == MT_OK)
         rc = dev_backward(d);
+    d->msum[0] = (float)loss;
+    d->msum[1] = (float)correct;
     if (rc == MT_OK && s->bdim >= 0) {
         mt_coll_group g = {d->groups[s->bdim], s->dimsz[s->bdim]};
         rc = mt_coll_bucket_allreduce(d->bucket, d->comm, &g, NULL, &d->err);
     }
     if (rc != MT_OK)
         return rc;
-    sums[0] = (float)loss;
-    sums[1] = (float)correct;
-    if ((rc = grp_allreduce(d, s->bdim, sums, 2)) != MT_OK)
-        return rc;
-    d->loss = sums[0];
-    d->correct = (size_t)sums[1];
+    d->loss = d->msum[0];
+    d->correct = (size_t)d->msum[1];
     d->t++;
     for (size_t i = 0; i < s->n_params; i++) {
         mt_model_param *p = &d->params[i];

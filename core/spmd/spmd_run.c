@@ -4,8 +4,8 @@
  * mesh (contract in mt_spmd.h): epochs, shuffling, progress, evaluation, periodic checkpoints,
  * resume from a checkpoint written on any mesh.
  *
- * The loop mirrors core/train/mt_train.c step for step (same permutation, same batches, same
- * step and first-example numbers), so a 1-device mesh reproduces the local engine.
+ * The loop is core/train's mt_train_loop with an SPMD backend (same permutation, same batches,
+ * same step and first-example numbers), so a 1-device mesh reproduces the local engine.
  * Threading: the caller's thread (the trainer's device threads do the math).
  * Tests: tests/unit/test_spmd.c, tests/integration/test_train_mesh.sh.
  */
@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -23,14 +22,6 @@
 #include "ckpt/mt_ckpt.h"
 #include "data/mt_data.h"
 #include "log/mt_log.h"
-#include "rng/mt_rng.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ------------------------------------------------------------------ datasets */
 
@@ -238,25 +229,61 @@ mt_code mt_spmd_load_data(const mt_job_spec *spec, const char *spec_json, const 
 
 /* ------------------------------------------------------------------ loop */
 
-static mt_code save_ckpt(mt_spmd *s, const mt_spmd_run_opts *o, void *ctx, int64_t step,
-                         int64_t epoch, size_t pos, mt_err *err)
+typedef struct run_ctx {
+    mt_spmd *s;
+    const mt_spmd_run_opts *o;
+    void *ctx;                 /* the progress context, passed to o's hooks */
+    int64_t step, epoch;       /* position after the last step (for a save on stop) */
+    size_t pos;
+    bool saved;                /* a checkpoint holds that position */
+} run_ctx;
+
+static mt_code run_step(void *ctx, const float *x, const int32_t *labels, size_t n, uint64_t step,
+                        uint64_t first, mt_step_metrics *metrics, mt_err *err)
 {
+    return mt_spmd_step(((run_ctx *)ctx)->s, x, labels, n, step, first, metrics, err);
+}
+
+static mt_code run_evaluate(void *ctx, const float *x, const int32_t *labels, size_t n,
+                            double *loss_sum, size_t *correct, mt_err *err)
+{
+    return mt_spmd_evaluate(((run_ctx *)ctx)->s, x, labels, n, loss_sum, correct, err);
+}
+
+/* Write the checkpoint of position (step, epoch, pos); only the process holding rank 0. */
+static mt_code save_ckpt(run_ctx *r, int64_t step, int64_t epoch, size_t pos, mt_err *err)
+{
+    const mt_spmd_run_opts *o = r->o;
     char path[4096];
     mt_spmd_position p = {(uint64_t)step, (uint64_t)epoch, pos};
     mt_code rc;
 
+    r->saved = true;
     if (o->world != NULL && mt_coll_world_comm(o->world, 0) == NULL)
         return MT_OK; /* the process holding rank 0 writes it */
     rc = mt_ckpt_path(path, sizeof(path), o->save_dir, (uint64_t)step, err);
     if (rc == MT_OK)
-        rc = mt_spmd_save(s, path, &p, o->spec_json, err);
+        rc = mt_spmd_save(r->s, path, &p, o->spec_json, err);
     if (rc == MT_OK && o->ckpt_keep > 0)
         rc = mt_ckpt_retain(o->save_dir, o->ckpt_keep, NULL, err);
     if (rc == MT_OK)
         mt_log_info("checkpoint %s (step %lld)", path, (long long)step);
     if (rc == MT_OK && o->on_saved != NULL)
-        rc = o->on_saved(ctx, path, (uint64_t)step, err);
+        rc = o->on_saved(r->ctx, path, (uint64_t)step, err);
     return rc;
+}
+
+/* Checkpoint every o->ckpt_every steps and after the last step; keep the newest o->ckpt_keep. */
+static mt_code run_after_step(void *ctx, int64_t step, int64_t epoch, size_t pos, bool last,
+                              mt_err *err)
+{
+    run_ctx *r = ctx;
+    const mt_spmd_run_opts *o = r->o;
+
+    r->step = step, r->epoch = epoch, r->pos = pos, r->saved = false;
+    if (o->save_dir == NULL || !(last || (o->ckpt_every > 0 && step % o->ckpt_every == 0)))
+        return MT_OK;
+    return save_ckpt(r, step, epoch, pos, err);
 }
 
 mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
@@ -264,17 +291,11 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
                          int in_rank, const size_t *in_shape, mt_train_progress_fn progress,
                          void *ctx, mt_train_result *res, mt_err *err)
 {
-    size_t bs = spec->batch_size, ex = 1;
-    int64_t epochs = o->epochs ? o->epochs : spec->epochs;
-    int64_t cap = o->steps ? o->steps : spec->steps;
-    int64_t per_epoch, step = 0, e0 = 0, s0 = 0;
-    mt_spmd *s = NULL;
-    uint32_t *perm = NULL;
-    float *xb = NULL;
-    int32_t *yb = NULL;
-    double train_s = 0.0;
-    size_t train_examples = 0;
-    bool saved_last = false;
+    mt_train_options topt = {o->epochs, o->steps};
+    mt_train_backend be = {NULL, run_step, run_evaluate, run_after_step};
+    mt_train_start start = {0, 0, 0};
+    run_ctx r = {NULL, o, ctx, 0, 0, 0, true};
+    size_t ex = 1, bs = spec->batch_size < train->n ? spec->batch_size : train->n;
     mt_code rc;
 
     memset(res, 0, sizeof(*res));
@@ -282,130 +303,31 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
         ex *= in_shape[a];
     if (train->n == 0 || ex != train->h * train->w * train->c)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: empty or of another shape");
-    per_epoch = (int64_t)((train->n + bs - 1) / bs);
-    if (o->steps && !o->epochs)
-        epochs = 0;
-    if (epochs == 0)
-        epochs = (cap + per_epoch - 1) / per_epoch;
-    if (cap == 0 || cap > epochs * per_epoch)
-        cap = epochs * per_epoch;
-    if (bs > train->n)
-        bs = train->n;
     if (o->save_dir != NULL && mkdir(o->save_dir, 0755) != 0 && errno != EEXIST)
         return mt_err_set(err, errno == EACCES ? MT_PERMISSION_DENIED : MT_NOT_FOUND,
                           "checkpoint directory %s: %s", o->save_dir, strerror(errno));
-    rc = mt_spmd_new(spec, mesh, map, in_rank, in_shape, bs, o->world, &s, err);
+    rc = mt_spmd_new(spec, mesh, map, in_rank, in_shape, bs, o->world, &r.s, err);
     if (rc != MT_OK)
         return rc;
     if (o->resume != NULL) {
         mt_spmd_position p;
-        rc = mt_spmd_restore(s, o->resume, &p, err);
+        rc = mt_spmd_restore(r.s, o->resume, &p, err);
         if (rc != MT_OK)
             goto done;
-        step = (int64_t)p.step;
-        e0 = (int64_t)p.epoch;
-        s0 = (int64_t)(p.input_position / spec->batch_size);
-        if (o->epochs == 0 && o->steps == 0 && spec->steps == 0 && e0 >= epochs)
-            epochs = e0 + 1; /* resuming a finished run: one more epoch */
-        if (cap <= step && o->steps == 0)
-            cap = epochs * per_epoch;
-        mt_log_info("resumed %s at step %lld (epoch %lld, example %llu)", o->resume,
-                    (long long)step, (long long)e0 + 1, (unsigned long long)p.input_position);
+        start.step = (int64_t)p.step;
+        start.epoch = (int64_t)p.epoch;
+        start.input_position = (size_t)p.input_position;
+        mt_log_info("resumed %s at step %lld (epoch %lld, example %zu)", o->resume,
+                    (long long)start.step, (long long)start.epoch + 1, start.input_position);
     }
-    perm = mt_malloc(train->n * sizeof(*perm));
-    xb = mt_malloc(bs * ex * sizeof(float));
-    yb = mt_malloc(bs * sizeof(int32_t));
-    if (perm == NULL || xb == NULL || yb == NULL) {
-        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "training buffers: out of memory");
-        goto done;
-    }
-    for (int64_t e = e0; e < epochs && step < cap; e++) {
-        mt_train_progress p = {
-            MT_TRAIN_STEP, e + 1, epochs, step, 0, per_epoch, 0, 0, 0, 0, 0, 0, 0};
-        double loss_sum = 0.0, correct = 0.0, t_epoch = 0.0;
-        size_t seen = 0;
-        int64_t first_s = e == e0 ? s0 : 0;
-        if (cap - step < per_epoch - first_s)
-            p.epoch_steps = first_s + (cap - step);
-        mt_rng_permutation(perm, train->n, spec->seed, (uint64_t)e);
-        for (int64_t si = first_s; si < p.epoch_steps; si++) {
-            size_t first = (size_t)si * spec->batch_size;
-            size_t b = train->n - first < bs ? train->n - first : bs;
-            mt_step_metrics sm;
-            double t0 = now_s(), dt;
-            for (size_t i = 0; i < b; i++) {
-                memcpy(xb + i * ex, train->images + (size_t)perm[first + i] * ex,
-                       ex * sizeof(float));
-                yb[i] = train->labels[perm[first + i]];
-            }
-            rc = mt_spmd_step(s, xb, yb, b, (uint64_t)step, first, &sm, err);
-            if (rc != MT_OK)
-                goto done;
-            dt = now_s() - t0;
-            step++;
-            t_epoch += dt;
-            seen += b;
-            loss_sum += sm.loss * (double)b;
-            correct += sm.accuracy * (double)b;
-            p.step = step;
-            p.epoch_step = si + 1;
-            p.loss = loss_sum / (double)seen;
-            p.accuracy = correct / (double)seen;
-            p.epoch_seconds = t_epoch;
-            p.step_ms = dt * 1e3;
-            p.examples_per_sec = (double)seen / t_epoch;
-            saved_last = false;
-            if (o->save_dir != NULL && o->ckpt_every > 0 && step % o->ckpt_every == 0) {
-                bool end = si + 1 == per_epoch;
-                rc = save_ckpt(s, o, ctx, step, end ? e + 1 : e, end ? 0 : first + b, err);
-                if (rc != MT_OK)
-                    goto done;
-                saved_last = true;
-            }
-            if (progress != NULL && (rc = progress(ctx, &p)) != MT_OK) {
-                bool end = si + 1 == per_epoch;
-                if (o->save_dir != NULL && !saved_last && o->save_on_stop != NULL &&
-                    o->save_on_stop(ctx))
-                    save_ckpt(s, o, ctx, step, end ? e + 1 : e, end ? 0 : first + b, NULL);
-                mt_err_set(err, rc, "training stopped at step %lld", (long long)step);
-                goto done;
-            }
-        }
-        train_s += t_epoch;
-        train_examples += seen;
-        if (test != NULL && test->n > 0) {
-            double ls = 0.0;
-            size_t ok = 0;
-            rc = mt_spmd_evaluate(s, test->images, test->labels, test->n, &ls, &ok, err);
-            if (rc != MT_OK)
-                goto done;
-            p.test_loss = ls / (double)test->n;
-            p.test_accuracy = (double)ok / (double)test->n;
-        }
-        p.event = MT_TRAIN_EPOCH_END;
-        res->epochs = e + 1;
-        res->test_loss = p.test_loss;
-        res->test_accuracy = p.test_accuracy;
-        if (progress != NULL && (rc = progress(ctx, &p)) != MT_OK) {
-            mt_err_set(err, rc, "training stopped after epoch %lld", (long long)(e + 1));
-            goto done;
-        }
-        if (o->save_dir != NULL && !saved_last && (step >= cap || e + 1 >= epochs)) {
-            bool end = p.epoch_step == per_epoch;
-            rc = save_ckpt(s, o, ctx, step, end ? e + 1 : e,
-                           end ? 0 : (size_t)p.epoch_step * spec->batch_size, err);
-            if (rc != MT_OK)
-                goto done;
-            saved_last = true;
-        }
-    }
-    res->steps = step;
-    res->examples_per_sec = train_s > 0 ? (double)train_examples / train_s : 0.0;
-    rc = MT_OK;
+    be.ctx = &r;
+    rc = mt_train_loop(spec, &topt, train, test, &be, o->resume != NULL ? &start : NULL, progress,
+                       ctx, res, err);
+    /* stopped by progress (cancel, shutdown): checkpoint the last step when asked to */
+    if (rc != MT_OK && !r.saved && o->save_dir != NULL && o->save_on_stop != NULL &&
+        o->save_on_stop(ctx))
+        save_ckpt(&r, r.step, r.epoch, r.pos, NULL);
 done:
-    mt_free(perm);
-    mt_free(xb);
-    mt_free(yb);
-    mt_spmd_free(s);
+    mt_spmd_free(r.s);
     return rc;
 }

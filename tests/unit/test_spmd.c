@@ -15,10 +15,12 @@
 #include <unistd.h>
 
 #include "alloc/mt_alloc.h"
+#include "data/mt_idx.h"
 #include "model/mt_model.h"
 #include "spmd/mt_spmd.h"
 
-#define FEAT 1200
+#define FEAT       1200
+#define FMNIST_DIR "/usr/share/datasets/fashion-mnist/"
 
 /* The tutorial MLP: Dense 1200->48 relu, BatchNorm, Dense 48->2; layouts and mesh appended. */
 #define MLP_SPEC(opt, extra)                                                                       \
@@ -274,10 +276,26 @@ static void test_spmd_mesh_of_size_one_dims(void **state)
     "{\"type\":\"max_pool2d\"},{\"type\":\"batch_norm\"},{\"type\":\"flatten\"},"                  \
     "{\"type\":\"dense\",\"units\":10}"
 
+/* The first n Fashion-MNIST test images when the dataset is installed, else generated ones. */
+static data fashion_or_generated(size_t n)
+{
+    mt_idx_set set;
+    data d;
+    if (mt_idx_set_load(FMNIST_DIR "t10k-images-idx3-ubyte.gz",
+                        FMNIST_DIR "t10k-labels-idx1-ubyte.gz", 10, &set, NULL) != MT_OK)
+        return gen_data(n, 784, 10, 21);
+    d = (data){n, 784, mt_calloc(n * 784, sizeof(float)), mt_calloc(n, sizeof(int32_t))};
+    assert_true(set.n >= n && set.h * set.w * set.c == 784);
+    memcpy(d.x, set.images, n * 784 * sizeof(float));
+    memcpy(d.y, set.labels, n * sizeof(int32_t));
+    mt_idx_set_fini(&set);
+    return d;
+}
+
 static void test_spmd_fashion_mlp_and_cnn(void **state)
 {
     size_t shape[3] = {28, 28, 1};
-    data d = gen_data(64, 784, 10, 21);
+    data d = fashion_or_generated(64);
     int steps = sanitized() ? 2 : 4;
     (void)state;
     check_equivalence(FMNIST_SPEC(FMNIST_MLP, ",\"mesh\":{\"batch\":4}"), NULL, 3, shape, &d, steps,
@@ -294,6 +312,37 @@ static void test_spmd_fashion_mlp_and_cnn(void **state)
                                               "\"unsharded\",\"unsharded\",\"model\"]}"),
                       NULL, 3, shape, &d, steps, CNN_TOL);
     data_free(&d);
+}
+
+/*
+ * Every reshard path: dense_2's input is sharded over model but its kernel contracts over feature
+ * (allgather over model, slice over feature, and back in the backward); dense_3's output is
+ * sharded, so the logits are gathered; conv2d_2's input channels are sharded (allgathered).
+ */
+static void test_spmd_reshard_paths_equal_single_device(void **state)
+{
+    size_t shape[1] = {FEAT}, ishape[3] = {28, 28, 1};
+    data d = gen_data(32, FEAT, 2, 41), im = fashion_or_generated(32);
+    const char *mlp =
+        "{\"seed\":9,\"batch_size\":16,\"optimizer\":\"sgd\",\"learning_rate\":0.05,"
+        "\"model\":{\"input_shape\":[1200],\"layers\":[{\"type\":\"dense\",\"units\":48,"
+        "\"activation\":\"relu\"},{\"type\":\"dropout\",\"rate\":0.25},{\"type\":\"dense\","
+        "\"units\":16,\"activation\":\"relu\"},{\"type\":\"dense\",\"units\":2}]},"
+        "\"mesh\":{\"batch\":2,\"feature\":2,\"model\":2},\"input_layout\":[\"batch\","
+        "\"feature\"],\"layouts\":{\"dense_1\\\\.kernel\":[\"feature\",\"model\"],"
+        "\"dense_2\\\\.kernel\":[\"feature\",\"unsharded\"],\"dense_3\\\\.kernel\":["
+        "\"unsharded\",\"model\"]}}";
+    const char *cnn = FMNIST_SPEC(
+        "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"activation\":\"relu\"},"
+        "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\"},"
+        "{\"type\":\"max_pool2d\"},{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10}",
+        ",\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{\"conv2d_1\\\\.kernel\":["
+        "\"unsharded\",\"unsharded\",\"unsharded\",\"model\"]}");
+    (void)state;
+    check_equivalence(mlp, NULL, 1, shape, &d, 6, 1e-5);
+    check_equivalence(cnn, NULL, 3, ishape, &im, sanitized() ? 2 : 3, CNN_TOL);
+    data_free(&d);
+    data_free(&im);
 }
 
 static void test_spmd_shards_hold_their_slice(void **state)
@@ -492,6 +541,69 @@ static void test_spmd_evaluate_matches_single_device(void **state)
     data_free(&d);
 }
 
+/* A caller's world is used as given (rank = mesh position); a world of another size is refused. */
+static void test_spmd_uses_the_callers_world(void **state)
+{
+    size_t shape[1] = {FEAT};
+    data d = gen_data(32, FEAT, 2, 17);
+    mt_coll_world *w4 = NULL, *w8 = NULL;
+    mt_spmd *a = NULL, *b = NULL;
+    job j;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    job_load(&j, MLP_SPEC("\"sgd\"", SP_EXTRA), NULL);
+    assert_int_equal(mt_coll_world_new_local(4, NULL, &w4, &err), MT_OK);
+    assert_int_equal(mt_coll_world_new_local(8, NULL, &w8, &err), MT_OK);
+    assert_int_equal(mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 1, shape, 16, w4, &a, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_null(a);
+    assert_non_null(strstr(err.msg, "world has 4 ranks"));
+    assert_int_equal(mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 1, shape, 16, w8, &a, &err),
+                     MT_OK);
+    b = spmd_open(&j, 1, shape);
+    spmd_train(a, &d, 16, 0, 3, NULL);
+    spmd_train(b, &d, 16, 0, 3, NULL);
+    for (size_t i = 0; i < mt_spmd_param_count(a); i++) {
+        const mt_model_param *pa = mt_spmd_param(a, 5, i), *pb = mt_spmd_param(b, 5, i);
+        assert_memory_equal(pa->value, pb->value, pa->size * sizeof(float));
+    }
+    mt_spmd_free(a);
+    mt_spmd_free(b);
+    mt_coll_world_free(w4);
+    mt_coll_world_free(w8);
+    job_free(&j);
+    data_free(&d);
+}
+
+/* Fail the 1st, 2nd, ... allocation of mt_spmd_new until it succeeds: RESOURCE_EXHAUSTED, no leak.
+ */
+static void test_spmd_new_survives_allocation_failures(void **state)
+{
+    size_t shape[1] = {FEAT};
+    job j;
+    int failures = 0;
+    (void)state;
+    job_load(&j, MLP_SPEC("\"adam\"", SP_EXTRA), "batch=2,feature=1,model=2");
+    for (long n = 0;; n++) {
+        mt_spmd *s = (mt_spmd *)&j;
+        mt_err err = MT_ERR_INIT;
+        mt_code rc;
+        mt_alloc_fail_after(n);
+        rc = mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 1, shape, 16, NULL, &s, &err);
+        mt_alloc_fail_reset();
+        if (rc == MT_OK) {
+            mt_spmd_free(s);
+            break;
+        }
+        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+        assert_null(s);
+        failures++;
+        assert_true(n < 5000);
+    }
+    assert_true(failures > 10);
+    job_free(&j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -501,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_spmd_adam_schemes_equal_single_device),
         cmocka_unit_test(test_spmd_mesh_of_size_one_dims),
         cmocka_unit_test(test_spmd_fashion_mlp_and_cnn),
+        cmocka_unit_test(test_spmd_reshard_paths_equal_single_device),
         cmocka_unit_test(test_spmd_shards_hold_their_slice),
         cmocka_unit_test(test_spmd_layout_errors),
         cmocka_unit_test(test_spmd_config_checkpoint_fields),
@@ -508,6 +621,8 @@ int main(void)
         cmocka_unit_test(test_spmd_restore_refuses_other_model),
         cmocka_unit_test(test_spmd_step_rejects_bad_input),
         cmocka_unit_test(test_spmd_evaluate_matches_single_device),
+        cmocka_unit_test(test_spmd_new_survives_allocation_failures),
+        cmocka_unit_test(test_spmd_uses_the_callers_world),
     };
     return MT_RUN_TESTS(tests);
 }
