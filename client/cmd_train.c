@@ -60,7 +60,7 @@ static void progbar(const mt_train_progress *p, bool end)
            (long long)p->epoch, (long long)p->epochs, (long long)p->epoch_step,
            (long long)p->epoch_steps, bar, p->epoch_seconds, ms, p->loss, p->accuracy);
     if (end)
-        printf(" - test_loss: %.4f - test_accuracy: %.4f\n", p->test_loss, p->test_accuracy);
+        printf(" - test_loss: %.4f - test_accuracy: %.4f", p->test_loss, p->test_accuracy);
 }
 
 static mt_code on_progress(void *ctx, const mt_train_progress *p)
@@ -81,11 +81,13 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
         if (o->tty)
             printf("\r");
         progbar(p, true);
+        printf(o->tty ? "\033[K\n" : "\n"); /* on a terminal, erase a longer previous draw */
         fflush(stdout);
         o->last_draw = 0.0;
     } else if (o->tty && (p->epoch_seconds - o->last_draw >= 0.1 || p->epoch_step == 1)) {
         printf("\r");
         progbar(p, false);
+        printf("\033[K");
         fflush(stdout);
         o->last_draw = p->epoch_seconds;
     }

@@ -208,6 +208,7 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     c->opts.token = c->token[0] ? c->token : NULL;
     new_instance_id(c->instance);
     pthread_mutex_init(&c->qmu, NULL);
+    pthread_mutex_init(&c->ro_mu, NULL);
     uv_loop_init(&c->loop);
 
     if ((rc = make_dirs(c->state_dir, err)) != MT_OK)
@@ -312,10 +313,12 @@ void mt_coord_free(mt_coord *c)
     if (c->store != NULL)
         coord_workers_sweep(c);
     coord_metrics_close(c);
+    coord_bulk_fini(c);
     coord_ckpt_free(c);
     coord_jobs_free(c);
     coord_workers_free(c);
     mt_store_close(c->store);
     pthread_mutex_destroy(&c->qmu);
+    pthread_mutex_destroy(&c->ro_mu);
     mt_free(c);
 }

@@ -7,7 +7,9 @@
  * RPCs arrive on nng threads; core/rpc hands each valid call to coord_on_call,
  * which queues it and wakes the loop with uv_async_send; the loop drains the
  * whole queue (wake-ups coalesce) and runs the handler for each call. Handlers
- * never block: SQLite statements are short and indexed. Periodic duties
+ * never block: SQLite statements are short and indexed; spec validation and bulk
+ * reads (GetJob, GetMetrics, checkpoints) run on libuv's thread pool (jobs.c,
+ * bulk.c); metric reports of one drain are stored in one commit (metrics.c). Periodic duties
  * (marking lost workers, flushing heartbeats) are uv_timers. SIGINT/SIGTERM
  * stop the loop through uv_signal; shutdown closes the RPC server first, then
  * the HTTP server, then the store.

@@ -85,6 +85,10 @@ struct mt_coord {
     size_t n_mreports, cap_mreports;
 
     struct coord_upload *uploads; /* checkpoint uploads in progress (ckpt.c) */
+
+    pthread_mutex_t ro_mu; /* guards ro/n_ro: pool threads take and give connections */
+    mt_store *ro[4];       /* idle read-only connections for bulk reads (bulk.c) */
+    size_t n_ro;
 };
 
 /* ---- workers.c ---- */
@@ -96,6 +100,13 @@ void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call);
 void coord_handle_list_workers(mt_coord *c, mt_rpc_call *call);
 
 coord_worker *coord_worker_find(mt_coord *c, const char *worker_id);
+
+/* ---- bulk.c ---- */
+/* fn runs on a pool thread with a read-only store and must reply to call; of c it may read only
+ * what never changes after open (state_dir, metrics_url) */
+typedef void (*coord_bulk_fn)(const mt_coord *c, mt_store *ro, mt_rpc_call *call);
+void coord_bulk(mt_coord *c, mt_rpc_call *call, coord_bulk_fn fn);
+void coord_bulk_fini(mt_coord *c); /* close the idle connections; after the loop is done */
 
 /* ---- jobs.c ---- */
 mt_code coord_jobs_load(mt_coord *c, mt_err *err); /* active jobs from the store, at open */

@@ -4,6 +4,9 @@
  * scheduler, task assignments and cancellations in heartbeat replies, and the job state machine
  * driven by task reports and lost workers. Loop thread only (coord_int.h).
  *
+ * SubmitJob validates on the thread pool (submit_validate) and stores on the loop; GetJob reads
+ * on the pool with a read-only connection (bulk.c). Everything else here runs on the loop.
+ *
  * DESIGN. The store is the truth; the loop keeps a table of the active (non-final) jobs for the
  * scheduler. Every state change goes through job_transition: one store transaction (job row +
  * job-events row) BEFORE the in-memory change and before any reply, so what a client was told
@@ -767,41 +770,58 @@ void coord_handle_update_task(mt_coord *c, mt_rpc_call *call)
 
 /* ------------------------------------------------------------------ client calls */
 
-void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call)
-{
-    const Meshtrain__SubmitJobRequest *r =
-        (const Meshtrain__SubmitJobRequest *)mt_rpc_call_request(call);
-    Meshtrain__SubmitJobReply rep = MESHTRAIN__SUBMIT_JOB_REPLY__INIT;
-    mt_store_job rec;
+/* SubmitJob validates on the thread pool (it builds the model to check the layouts against
+ * real parameter shapes, which may take a while) and stores on the loop thread. */
+typedef struct submit_req {
+    uv_work_t work;
+    mt_coord *c;
+    mt_rpc_call *call;
     coord_job *j;
+    mt_code rc;
+    mt_err err;
+} submit_req;
+
+static void submit_validate(uv_work_t *w)
+{
+    submit_req *q = w->data;
+    const Meshtrain__SubmitJobRequest *r =
+        (const Meshtrain__SubmitJobRequest *)mt_rpc_call_request(q->call);
+
+    q->rc = mt_jobspec_validate(r->spec_json, strlen(r->spec_json), &q->j->sum, &q->err);
+}
+
+/* Loop thread: store the validated job (QUEUED + its first event, one transaction), reply. */
+static void submit_store(uv_work_t *w, int status)
+{
+    submit_req *q = w->data;
+    mt_coord *c = q->c;
+    const Meshtrain__SubmitJobRequest *r =
+        (const Meshtrain__SubmitJobRequest *)mt_rpc_call_request(q->call);
+    Meshtrain__SubmitJobReply rep = MESHTRAIN__SUBMIT_JOB_REPLY__INIT;
+    coord_job *j = q->j;
+    mt_store_job rec;
     mt_err err = MT_ERR_INIT;
     mt_code rc;
 
-    if (strlen(r->name) > MAX_JOB_NAME) {
-        mt_rpc_call_reply(call, MT_INVALID_ARGUMENT, "name: at most 127 bytes", NULL);
-        return;
-    }
-    j = mt_calloc(1, sizeof(*j));
-    if (j == NULL) {
-        mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
-        return;
-    }
-    rc = mt_jobspec_validate(r->spec_json, strlen(r->spec_json), &j->sum, &err);
-    if (rc != MT_OK) {
-        job_free(j);
-        mt_rpc_call_reply(call, rc, err.msg, NULL);
-        return;
+    if (status != 0 || q->rc != MT_OK) {
+        mt_rpc_call_reply(q->call, status != 0 ? MT_UNAVAILABLE : q->rc,
+                          status != 0 ? "coordinator shutting down" : q->err.msg, NULL);
+        goto out;
     }
     memset(&rec, 0, sizeof(rec));
     snprintf(rec.name, sizeof(rec.name), "%s", r->name[0] ? r->name : j->sum.name);
     rec.spec_json = r->spec_json;
     rec.priority = r->priority;
     rec.total_steps = j->sum.total_steps;
+    if ((rc = job_add(c, j)) != MT_OK) {
+        mt_rpc_call_reply(q->call, rc, "coordinator out of memory", NULL);
+        goto out;
+    }
     rc = mt_store_job_insert(c->store, &rec, mt_clock_wall_ms(), &err);
-    if (rc != MT_OK || (rc = job_add(c, j)) != MT_OK) {
-        job_free(j);
-        mt_rpc_call_reply(call, rc, err.msg[0] ? err.msg : "coordinator out of memory", NULL);
-        return;
+    if (rc != MT_OK) {
+        c->n_jobs--; /* j is the last entry: job_add just appended it */
+        mt_rpc_call_reply(q->call, rc, err.msg, NULL);
+        goto out;
     }
     snprintf(j->job_id, sizeof(j->job_id), "%s", rec.job_id);
     j->state = MT_JOBSTATE_QUEUED;
@@ -812,13 +832,44 @@ void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call)
     mt_log_info("job %s submitted: %s, %d devices (%s), priority %d", j->job_id, rec.name,
                 j->sum.n_devices, j->sum.mesh_text, j->priority);
     rep.job_id = j->job_id;
-    mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+    mt_rpc_call_reply(q->call, MT_OK, NULL, &rep.base);
+    j = NULL; /* the table owns it */
+out:
+    job_free(j);
+    mt_free(q);
 }
 
-/* Fill s (strings borrowed from rec) from a store row and the active job, if any. */
+void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call)
+{
+    const Meshtrain__SubmitJobRequest *r =
+        (const Meshtrain__SubmitJobRequest *)mt_rpc_call_request(call);
+    submit_req *q;
+
+    if (strlen(r->name) > MAX_JOB_NAME) {
+        mt_rpc_call_reply(call, MT_INVALID_ARGUMENT, "name: at most 127 bytes", NULL);
+        return;
+    }
+    q = mt_calloc(1, sizeof(*q));
+    if (q == NULL || (q->j = mt_calloc(1, sizeof(*q->j))) == NULL) {
+        mt_free(q);
+        mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
+        return;
+    }
+    q->c = c;
+    q->call = call;
+    q->work.data = q;
+    if (uv_queue_work(&c->loop, &q->work, submit_validate, submit_store) != 0) {
+        job_free(q->j);
+        mt_free(q);
+        mt_rpc_call_reply(call, MT_INTERNAL, "cannot queue the validation", NULL);
+    }
+}
+
+/* Fill s (strings borrowed from rec) from a store row and the active job, if any (c may be
+ * NULL off the loop thread: no active-job fields then). */
 static void fill_summary(mt_coord *c, Meshtrain__JobSummary *s, mt_store_job *rec)
 {
-    coord_job *j = coord_job_find(c, rec->job_id);
+    coord_job *j = c != NULL ? coord_job_find(c, rec->job_id) : NULL;
 
     meshtrain__job_summary__init(s);
     s->job_id = rec->job_id;
@@ -853,7 +904,7 @@ static void spec_mesh(const char *spec_json, char *text, size_t cap, uint32_t *d
     cJSON_Delete(root);
 }
 
-void coord_handle_get_job(mt_coord *c, mt_rpc_call *call)
+static void get_job_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
 {
     const Meshtrain__GetJobRequest *r = (const Meshtrain__GetJobRequest *)mt_rpc_call_request(call);
     Meshtrain__GetJobReply rep = MESHTRAIN__GET_JOB_REPLY__INIT;
@@ -873,15 +924,15 @@ void coord_handle_get_job(mt_coord *c, mt_rpc_call *call)
     mt_code rc;
 
     memset(&rec, 0, sizeof(rec));
-    rc = mt_store_job_get(c->store, r->job_id, &rec, &err);
+    rc = mt_store_job_get(ro, r->job_id, &rec, &err);
     if (rc == MT_OK)
-        rc = mt_store_job_events(c->store, r->job_id, &ev, &nev, &err);
+        rc = mt_store_job_events(ro, r->job_id, &ev, &nev, &err);
     if (rc == MT_OK)
-        rc = mt_store_job_placement(c->store, r->job_id, &pl, &npl, &err);
+        rc = mt_store_job_placement(ro, r->job_id, &pl, &npl, &err);
     if (rc == MT_OK)
-        rc = mt_store_metrics_latest(c->store, r->job_id, &mx, &nmx, &err);
+        rc = mt_store_metrics_latest(ro, r->job_id, &mx, &nmx, &err);
     if (rc == MT_OK)
-        rc = mt_store_checkpoint_list(c->store, r->job_id, &ck, &nck, &err);
+        rc = mt_store_checkpoint_list(ro, r->job_id, &ck, &nck, &err);
     if (rc != MT_OK) {
         mt_rpc_call_reply(call, rc, err.msg, NULL);
         goto out;
@@ -898,11 +949,9 @@ void coord_handle_get_job(mt_coord *c, mt_rpc_call *call)
         mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
         goto out;
     }
-    fill_summary(c, &sum, &rec);
-    if (sum.devices == 0) {
-        spec_mesh(rec.spec_json, mesh, sizeof(mesh), &sum.devices);
-        sum.mesh = mesh;
-    }
+    fill_summary(NULL, &sum, &rec);
+    spec_mesh(rec.spec_json, mesh, sizeof(mesh), &sum.devices);
+    sum.mesh = mesh;
     for (size_t i = 0; i < nev; i++) {
         meshtrain__job_event__init(&pev[i]);
         pev[i].time_ms = ev[i].time_ms;
@@ -949,7 +998,7 @@ void coord_handle_get_job(mt_coord *c, mt_rpc_call *call)
     rep.checkpoints = ppck;
     rep.n_checkpoints = nck;
     rep.error = rec.error;
-    rep.metrics_address = c->metrics_url;
+    rep.metrics_address = (char *)c->metrics_url;
     mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
 out:
     mt_free(pev);
@@ -965,6 +1014,11 @@ out:
     mt_store_metrics_free(mx);
     mt_store_checkpoints_free(ck);
     mt_store_job_fini(&rec);
+}
+
+void coord_handle_get_job(mt_coord *c, mt_rpc_call *call)
+{
+    coord_bulk(c, call, get_job_ro);
 }
 
 void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call)

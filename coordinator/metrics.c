@@ -263,7 +263,7 @@ out:
     mt_free(msgs);
 }
 
-void coord_handle_get_metrics(mt_coord *c, mt_rpc_call *call)
+static void get_metrics_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
 {
     const Meshtrain__GetMetricsRequest *r =
         (const Meshtrain__GetMetricsRequest *)mt_rpc_call_request(call);
@@ -276,15 +276,15 @@ void coord_handle_get_metrics(mt_coord *c, mt_rpc_call *call)
     mt_err err = MT_ERR_INIT;
     mt_code rc;
 
+    (void)c;
     if (limit > MAX_QUERY_LIMIT)
         limit = MAX_QUERY_LIMIT;
     memset(&rec, 0, sizeof(rec));
     /* the state is read BEFORE the points: finished = true then means no point can follow */
-    rc = mt_store_job_get(c->store, r->job_id, &rec, &err);
+    rc = mt_store_job_get(ro, r->job_id, &rec, &err);
     if (rc == MT_OK)
-        rc = mt_store_metrics_query(c->store, r->job_id, r->since_step,
-                                    (const char *const *)r->names, r->n_names, limit, &pts, &n,
-                                    &err);
+        rc = mt_store_metrics_query(ro, r->job_id, r->since_step, (const char *const *)r->names,
+                                    r->n_names, limit, &pts, &n, &err);
     if (rc != MT_OK) {
         mt_rpc_call_reply(call, rc, err.msg, NULL);
         goto out;
@@ -315,4 +315,9 @@ out:
     mt_free(pp);
     mt_store_metrics_free(pts);
     mt_store_job_fini(&rec);
+}
+
+void coord_handle_get_metrics(mt_coord *c, mt_rpc_call *call)
+{
+    coord_bulk(c, call, get_metrics_ro);
 }

@@ -42,6 +42,13 @@ reason_is() { mt status --json "$1" | jq -e --arg r "$2" '.state == "QUEUED" and
 wait_for 20 "big job waits with its reason" reason_is "$BIG" "needs 8 devices, 4 registered"
 log "gang: $BIG stays QUEUED: needs 8 devices, 4 registered"
 
+# ---- bad metric reports and checkpoint chunks for an active job get their codes
+"$BIN/mt_fakeworker" badinput "$COORD_URL" "$BIG" >"$T/badinput.log" || {
+    cat "$T/badinput.log"
+    fail "bad input codes"
+}
+log "bad metrics/chunks refused: $(grep -c . "$T/badinput.log") cases"
+
 # ---- cancel: idempotent, in QUEUED and after the end; unknown job -> exit 4
 [ "$(mt cancel "$BIG")" = "$BIG CANCELLED" ] || fail "cancel"
 [ "$(mt cancel "$BIG")" = "$BIG CANCELLED" ] || fail "second cancel"

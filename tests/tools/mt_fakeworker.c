@@ -11,11 +11,14 @@
  *       restarts (retries, re-registers, keeps its tasks). Runs until killed.
  *   mt_fakeworker verify URL ACK_LOG
  *       checks that every acknowledged point and checkpoint in ACK_LOG is in the coordinator.
+ *   mt_fakeworker badinput URL JOB
+ *       sends bad metric reports and checkpoint chunks for the active JOB and checks each code.
  *   mt_fakeworker watch URL JOB SINCE
  *       follows JOB with core/watch from step SINCE; prints "P step name" per point and
  *       "FINAL state" at the end.
  */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -400,6 +403,91 @@ static int watch(const char *url, const char *job, uint64_t since)
     return 0;
 }
 
+static int expect(const char *what, mt_code got, mt_code want, const mt_err *err)
+{
+    printf("%-40s %s%s%s\n", what, mt_code_name(got), got == want ? "" : " (want ",
+           got == want ? "" : mt_code_name(want));
+    if (got != want)
+        printf("    message: %s\n", err->msg);
+    return got == want ? 0 : 1;
+}
+
+static mt_code put_chunk(mt_rpc_client *c, const char *job, uint64_t off, size_t len, int last,
+                         const char *sum, mt_err *err)
+{
+    static uint8_t data[512];
+    Meshtrain__PutCheckpointChunkRequest req = MESHTRAIN__PUT_CHECKPOINT_CHUNK_REQUEST__INIT;
+    Meshtrain__PutCheckpointChunkReply *rep = NULL;
+    mt_code rc;
+
+    req.job_id = (char *)job;
+    req.step = 7;
+    req.offset = off;
+    req.data.data = data;
+    req.data.len = len;
+    req.last = last;
+    req.total_size = off + len;
+    req.checksum = (char *)sum;
+    rc = call(c, "PutCheckpointChunk", &req.base, (ProtobufCMessage **)&rep, err);
+    if (rep != NULL)
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    return rc;
+}
+
+static mt_code report_one(mt_rpc_client *c, const char *job, const char *name, double v,
+                          size_t copies, mt_err *err)
+{
+    Meshtrain__ReportMetricsRequest req = MESHTRAIN__REPORT_METRICS_REQUEST__INIT;
+    Meshtrain__ReportMetricsReply *rep = NULL;
+    Meshtrain__MetricPoint p = MESHTRAIN__METRIC_POINT__INIT;
+    Meshtrain__MetricPoint **pp = calloc(copies, sizeof(*pp));
+    mt_code rc;
+
+    p.step = 1;
+    p.name = (char *)name;
+    p.value = v;
+    for (size_t i = 0; i < copies; i++)
+        pp[i] = &p;
+    req.job_id = (char *)job;
+    req.points = pp;
+    req.n_points = copies;
+    rc = call(c, "ReportMetrics", &req.base, (ProtobufCMessage **)&rep, err);
+    if (rep != NULL)
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    free(pp);
+    return rc;
+}
+
+static int badinput(const char *url, const char *job)
+{
+    mt_rpc_client *c = connect_to(url);
+    mt_err err = MT_ERR_INIT;
+    char longname[80];
+    int bad = 0;
+
+    memset(longname, 'x', 64);
+    longname[64] = '\0';
+    bad += expect("metrics: NaN value", report_one(c, job, "loss", NAN, 1, &err),
+                  MT_INVALID_ARGUMENT, &err);
+    bad += expect("metrics: 64-byte name", report_one(c, job, longname, 1, 1, &err),
+                  MT_INVALID_ARGUMENT, &err);
+    bad += expect("metrics: 10001 points", report_one(c, job, "loss", 1, 10001, &err),
+                  MT_RESOURCE_EXHAUSTED, &err);
+    bad += expect("metrics: unknown job", report_one(c, "job-999999", "loss", 1, 1, &err),
+                  MT_NOT_FOUND, &err);
+    bad += expect("metrics: valid point", report_one(c, job, "loss", 1, 1, &err), MT_OK, &err);
+    bad += expect("chunk: no upload started", put_chunk(c, job, 100, 10, 0, "", &err),
+                  MT_FAILED_PRECONDITION, &err);
+    bad += expect("chunk: first", put_chunk(c, job, 0, 100, 0, "", &err), MT_OK, &err);
+    bad += expect("chunk: gap", put_chunk(c, job, 300, 100, 0, "", &err), MT_OUT_OF_RANGE, &err);
+    bad += expect("chunk: wrong checksum", put_chunk(c, job, 100, 100, 1, "crc32:00000000", &err),
+                  MT_DATA_LOSS, &err);
+    bad += expect("chunk: after a discarded upload", put_chunk(c, job, 200, 10, 0, "", &err),
+                  MT_FAILED_PRECONDITION, &err);
+    mt_rpc_client_close(c);
+    return bad ? 1 : 0;
+}
+
 static int num(const char *s)
 {
     return (int)strtol(s, NULL, 10);
@@ -412,9 +500,11 @@ int main(int argc, char **argv)
                    argv[5], argc > 6 ? num(argv[6]) : 20);
     if (argc == 4 && strcmp(argv[1], "verify") == 0)
         return verify(argv[2], argv[3]);
+    if (argc == 4 && strcmp(argv[1], "badinput") == 0)
+        return badinput(argv[2], argv[3]);
     if (argc == 5 && strcmp(argv[1], "watch") == 0)
         return watch(argv[2], argv[3], strtoull(argv[4], NULL, 10));
     fprintf(stderr, "usage: mt_fakeworker run URL NAME DEVICES ACK_LOG [STEP_MS] | verify URL "
-                    "ACK_LOG | watch URL JOB SINCE\n");
+                    "ACK_LOG | badinput URL JOB | watch URL JOB SINCE\n");
     return 2;
 }
