@@ -28,9 +28,10 @@
 #define COLL_HDR_SIZE 72
 #define COLL_NAIO     4           /* outstanding sends per comm (pipelining depth) */
 #define COLL_GRACE_NS 200000000LL /* a lost connection counts after 200 ms without its data */
-#define COLL_DIAG_NS  300000000LL /* after a deadline, wait this long for PONGs */
+#define COLL_DIAG_NS  250000000LL /* after a deadline, wait this long for PONGs */
 #define COLL_MAXPING  16
-#define COLL_FLUSH_NS 200000000LL /* a failing member lets its sends finish for up to 200 ms */
+#define COLL_FLUSH_NS 100000000LL /* a failing member lets its sends finish for up to 100 ms */
+#define COLL_ABORT_NS 100000000LL /* an ABORT to a peer may take at most 100 ms */
 
 enum coll_kind {
     COLL_KIND_DATA = 1,  /* a segment of a collective */

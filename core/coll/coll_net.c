@@ -453,7 +453,7 @@ void coll__peers_close(mt_coll_world *w)
                               .src = -1,
                               .dst = -1};
                 coll__hdr_encode(&h, nng_msg_body(m));
-                nng_socket_set_ms(pe->sock, NNG_OPT_SENDTIMEO, 100);
+                nng_socket_set_ms(pe->sock, NNG_OPT_SENDTIMEO, 50);
                 if (nng_sendmsg(pe->sock, m, 0) != 0)
                     nng_msg_free(m);
             }

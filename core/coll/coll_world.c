@@ -629,9 +629,11 @@ static void send_abort(coll_ctx *x, mt_code code, const char *text)
         memcpy((char *)nng_msg_body(m) + COLL_HDR_SIZE, text, tl);
         if (w->by_rank[r] != NULL) {
             coll__deliver(w, m, &h);
+        } else if (atomic_load(&w->peers[w->proc_of[r]].down_ns) != 0) {
+            nng_msg_free(m); /* its connection is gone */
         } else {
-            /* best effort, bounded: the peer may be the one that is gone */
-            int64_t dl = coll__now_ns() + 200000000LL;
+            /* best effort, bounded: the peer may be the one that is stuck */
+            int64_t dl = coll__now_ns() + COLL_ABORT_NS;
             if (coll__net_send(x->c, w->proc_of[r], m, dl, NULL) != MT_OK)
                 continue;
         }

@@ -45,7 +45,7 @@ start_world() {
         local url=tcp://127.0.0.1:0
         [ "$scheme" = ipc ] && url=ipc://$dir/p$p.ipc
         # shellcheck disable=SC2086
-        "$PEER" --alarm 60 --listen "$url" --addr-file "$dir/addr.$p" \
+        env ${PEER_ENV:-} "$PEER" --alarm 60 --listen "$url" --addr-file "$dir/addr.$p" \
             --table-file "$dir/table" "$@" ${EXTRA[$p]:-} >"$dir/out.$p" 2>"$dir/err.$p" &
         WPIDS+=($!)
         PIDS+=($!)
@@ -83,7 +83,8 @@ expect_ok() { # NAME NPROCS DEVS SCHEME ARGS...
     local dir=$TMP/$name i
     for i in "${!WCODES[@]}"; do
         if [ "${WCODES[$i]}" != 0 ]; then
-            fail "$name: process $i exited ${WCODES[$i]}: $(cat "$dir/out.$i" "$dir/err.$i" | head -5)"
+            fail "$name: process $i exited ${WCODES[$i]}: $(head -5 "$dir/out.$i")"
+            grep -v '^20..-..-..T' "$dir/err.$i" | head -60
         fi
     done
     local n
@@ -136,8 +137,13 @@ expect_invalid stale_step "--step 5"
 expect_invalid wrong_size "--size-add 1"
 expect_invalid wrong_job "--job 9"
 
-# 5. a peer killed (SIGKILL) or stopped (SIGSTOP) mid-collective
+# 5. a peer killed (SIGKILL) or stopped (SIGSTOP) mid-collective.
+# Under LeakSanitizer only: nng 1.5.2 can leak a message still in flight on a push socket
+# when it is closed after its peer died (fixed upstream later, nanomsg/nng PR #1643), so
+# these runs suppress leaks allocated inside libnng; every other run keeps full checks.
 DEADLINE_MS=2000
+echo "leak:libnng.so" >"$TMP/lsan.supp"
+PEER_ENV="LSAN_OPTIONS=suppressions=$TMP/lsan.supp"
 expect_lost() { # NAME SIGNAL NPROCS
     local name=$1 sig=$2 np=$3 victim=1
     start_world "$name" "$np" 1 tcp --mode loop --sizes 262144 --iters 1000000 \
@@ -162,6 +168,7 @@ expect_lost() { # NAME SIGNAL NPROCS
         out=$(grep -h '^ERROR' "$dir/out.$p" | head -1)
         if [ "$code" != 14 ] && [ "$code" != 4 ]; then
             fail "$name: process $p exited $code, want 14 or 4: $out"
+            grep -v '^20..-..-..T' "$dir/err.$p" | head -60
         fi
         if [ "$(echo "$el > $DEADLINE_MS / 1000 + 1" | bc)" = 1 ]; then
             fail "$name: process $p took $el s (deadline $DEADLINE_MS ms + 1 s)"

@@ -455,8 +455,10 @@ int main(int argc, char **argv)
             printf("RESULT rank=%d ok checksum=%016" PRIx64 "\n", devs[i].rank, devs[i].checksum);
         }
     }
+    double tc = now_s();
     mt_coll_world_free(w);
     mt_coll_net_free(net);
+    fprintf(stderr, "mt_coll_peer: closed in %.0f ms\n", (now_s() - tc) * 1e3);
     for (int r = 0; r < cfg.world; r++)
         free(cfg.addrs[r]);
     return code;
