@@ -232,10 +232,10 @@ mt_code mt_spmd_load_data(const mt_job_spec *spec, const char *spec_json, const 
 typedef struct run_ctx {
     mt_spmd *s;
     const mt_spmd_run_opts *o;
-    void *ctx;                 /* the progress context, passed to o's hooks */
-    int64_t step, epoch;       /* position after the last step (for a save on stop) */
+    void *ctx;           /* the progress context, passed to o's hooks */
+    int64_t step, epoch; /* position after the last step (for a save on stop) */
     size_t pos;
-    bool saved;                /* a checkpoint holds that position */
+    bool saved; /* a checkpoint holds that position */
 } run_ctx;
 
 static mt_code run_step(void *ctx, const float *x, const int32_t *labels, size_t n, uint64_t step,
