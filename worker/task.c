@@ -42,13 +42,14 @@
 #include "rpc/mt_rpc.h"
 #include "spmd/mt_spmd.h"
 
-#define SVC              (&meshtrain__coordinator__descriptor)
-#define MAX_TASKS        64
-#define MAX_POINTS       256
-#define FLUSH_S          0.1
-#define CHUNK_BYTES      (4u << 20)
-#define COLL_DEADLINE_MS 30000
-#define NET_WAIT_TRIES   600 /* x 100 ms */
+#define SVC                  (&meshtrain__coordinator__descriptor)
+#define MAX_TASKS            64
+#define MAX_POINTS           256
+#define FLUSH_S              0.1
+#define CHUNK_BYTES          (4u << 20)
+#define COLL_DEADLINE_MS     30000
+#define NET_WAIT_TRIES       600 /* x 100 ms */
+#define PEER_LOSS_WAIT_TRIES 200 /* x 100 ms */
 
 typedef struct task_run task_run;
 
@@ -508,6 +509,15 @@ static void *run_main(void *arg)
     if (rc == MT_OK) {
         set_state(r, "running", 0, "");
         rc = run_task(r, &err);
+    }
+    if ((rc == MT_UNAVAILABLE || rc == MT_DEADLINE_EXCEEDED) && !atomic_load(&r->term)) {
+        /* a peer was lost: the coordinator decides (a restart cancels this attempt) once it
+         * notices the lost worker; report the failure only if it does not within the wait */
+        mt_log_warn("job %s attempt %u: %s; waiting for the coordinator's decision", r->job_id,
+                    r->attempt, err.msg);
+        for (int i = 0;
+             i < PEER_LOSS_WAIT_TRIES && !atomic_load(&r->cancel) && !atomic_load(&r->term); i++)
+            usleep(100 * 1000);
     }
     if (atomic_load(&r->cancel)) {
         mt_log_info("job %s attempt %u: cancelled", r->job_id, r->attempt);

@@ -148,4 +148,26 @@ mt export "$REF2" --format safetensors -o "$T/ref_2x2.safetensors" >/dev/null
 cmp "$T/ref_1x4.safetensors" "$T/ref_2x2.safetensors" ||
     fail "1 worker x 4 devices and 2 workers x 2 devices exported different weights"
 log "1x4 and 2x2 exports are byte-identical ($(stat -c %s "$T/ref_2x2.safetensors") bytes)"
+
+# ---- SIGTERM: the worker holding rank 0 checkpoints and leaves; the job restarts elsewhere from
+# that checkpoint and succeeds
+jq '. + {mesh: {batch: 4}, steps: 100000, checkpoint: {every_steps: 100000}} | del(.epochs)' \
+    "$SRC/examples/fashion_mnist_mlp.json" >"$T/term.json"
+TERM_JOB=$(mt submit "$T/term.json")
+busy() { mt status --json "$TERM_JOB" | jq -e '.state == "RUNNING" and .step >= 20'; }
+wait_for 60 "$TERM_JOB running" busy
+R0=$(mt status --json "$TERM_JOB" | jq -r '.placement[] | select(.rank == 0) | .worker_id')
+pid=$(mt workers --json | jq -r --arg w "$R0" '.workers[] | select(.worker_id == $w) | .pid')
+kill -TERM "$pid"
+has_ckpt() { [ "$(mt checkpoints --json "$TERM_JOB" | jq '.checkpoints | length')" -ge 1 ]; }
+wait_for 30 "$R0 wrote a checkpoint on SIGTERM" has_ckpt
+STOP_STEP=$(mt checkpoints --json "$TERM_JOB" | jq '.checkpoints[0].step')
+wait_for 30 "$R0 exited" bash -c "! kill -0 $pid 2>/dev/null"
+bg we "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name we
+resumed() { mt status --json "$TERM_JOB" | jq -e '.state == "RUNNING" and .restarts == 1'; }
+wait_for 60 "$TERM_JOB resumed" resumed
+wait_for 30 "resume from step $STOP_STEP" \
+    bash -c "grep -q 'resuming from checkpoint step $STOP_STEP' '$T'/w[cde].log"
+mt cancel "$TERM_JOB" >/dev/null
+log "SIGTERM: $R0 checkpointed step $STOP_STEP and left; the job resumed from it on a new placement"
 log "PASS"
