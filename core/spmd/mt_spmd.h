@@ -31,10 +31,10 @@
  * the same seed and global batch up to float rounding; the same job on the same mesh twice is
  * bit-identical (the collectives reduce in a fixed order).
  *
- * Threading: an mt_spmd owns one thread per mesh device (started by mt_spmd_new, joined by
- * mt_spmd_free); its public functions are called by ONE host thread, block until every device
- * has finished, and must not be called concurrently. Tests: tests/unit/test_spmd.c,
- * tests/integration/test_train_mesh.sh; bench: bench/bench_spmd.c.
+ * Threading: an mt_spmd owns one thread per mesh device of this process (started by
+ * mt_spmd_new, joined by mt_spmd_free); its public functions are called by ONE host thread, block
+ * until every local device has finished, and must not be called concurrently. Tests:
+ * tests/unit/test_spmd.c, tests/integration/test_train_mesh.sh; bench: bench/bench_spmd.c.
  */
 #ifndef MT_SPMD_H
 #define MT_SPMD_H
@@ -80,14 +80,14 @@ void mt_spmd_config_fini(mt_spmd_config *cfg);
  * trainer), per-example input shape in_shape[in_rank] (1..3), global batches of at most
  * max_global_batch examples. world: a collective world of mt_mesh_num_devices ranks where rank p
  * is mesh position p (borrowed, must outlive the trainer), or NULL to create an in-process world.
- * With a network world (mt_coll_world_new_net) only the ranks of this process get a device thread;
- * the other processes run the same calls on theirs (every process passes the same GLOBAL batch),
- * metrics come from this process's first device, and mt_spmd_param/_gather/_save/_restore see only
- * the local shards (a save fails with FAILED_PRECONDITION when a tensor is not fully held here).
- * Every device thread allocates and initialises only its own shards. Codes: INVALID_ARGUMENT with
+ * Only the ranks that live in this process (mt_coll_world_comm != NULL) get a thread and shards;
+ * with an nng world spread over processes, each process builds its trainer for the same spec and
+ * calls the same sequence of steps with the same global batches (each device takes its slice).
+ * Every device allocates and initialises only its own shards. Codes: INVALID_ARGUMENT with
  * a JSON path (`layouts["dense_1\\.kernel"][1]: mesh has no dimension 'model' (mesh batch=8)`,
  * a weight sharded over the batch dimension, a conv kernel sharded on other than its last axis,
- * a bias layout that does not follow its kernel), the model's codes, RESOURCE_EXHAUSTED,
+ * a bias layout that does not follow its kernel, no rank of the world in this process), the
+ * model's codes, RESOURCE_EXHAUSTED,
  * INTERNAL (thread creation). On failure *out = NULL.
  */
 mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
@@ -117,15 +117,16 @@ mt_code mt_spmd_evaluate(mt_spmd *s, const float *x, const int32_t *labels, size
 size_t mt_spmd_param_count(const mt_spmd *s);
 /*
  * Parameter i of device position p (borrowed; offsets/local_shape describe the shard; values
- * must only be read between calls). NULL when out of range.
+ * must only be read between calls). NULL when out of range or p is another process's device.
  */
 const mt_model_param *mt_spmd_param(const mt_spmd *s, int p, size_t i);
 /* The effective layout of parameter i (derived for biases and batch-norm state). */
 const mt_layout *mt_spmd_param_layout(const mt_spmd *s, size_t i);
 
 /*
- * Assemble the global value of parameter `name` from the shards into out (product of its global
- * shape floats, caller memory). NOT_FOUND for an unknown name.
+ * Assemble the global value of parameter `name` from this process's shards into out (product of
+ * its global shape floats, caller memory; slices held only elsewhere are left as they were).
+ * NOT_FOUND for an unknown name.
  */
 mt_code mt_spmd_param_gather(const mt_spmd *s, const char *name, float *out, mt_err *err);
 
@@ -143,16 +144,19 @@ typedef struct mt_spmd_position {
  * Save a mesh-independent checkpoint at path: every parameter in its global shape assembled from
  * the shards, optimizer slots as "<param>/adam_m", "/adam_v" or "/momentum", the iteration count
  * as "optimizer/iterations" (I64), the position and spec_json (borrowed, may be NULL).
- * Codes: mt_ckpt's (I/O, RESOURCE_EXHAUSTED).
+ * The shards of this process must cover every tensor (true in one process, or when each process
+ * holds a full replica). Codes: mt_ckpt's (I/O, RESOURCE_EXHAUSTED; FAILED_PRECONDITION
+ * "shards cover 30 of 40 elements" when they do not).
  */
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err);
 
 /*
  * Restore from a checkpoint saved on ANY mesh and layout: each device reads only its slices
- * (mt_ckpt_read_slice). pos (may be NULL) receives the stored position. Codes: mt_ckpt_open's
- * (NOT_FOUND, DATA_LOSS naming the tensor ...), FAILED_PRECONDITION (a parameter or optimizer
- * slot is missing or has another shape: the checkpoint belongs to another model or optimizer).
+ * (mt_ckpt_read_slice; in a multi-process world, only this process's devices). pos (may be NULL)
+ * receives the stored position. Codes: mt_ckpt_open's (NOT_FOUND, DATA_LOSS naming the tensor ...),
+ * FAILED_PRECONDITION (a parameter or optimizer slot is missing or has another shape: the
+ * checkpoint belongs to another model or optimizer).
  */
 mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_err *err);
 
@@ -187,9 +191,10 @@ typedef struct mt_spmd_run_opts {
     const char *spec_json; /* stored in every checkpoint (borrowed), may be NULL */
     mt_coll_world *world;  /* network world for a multi-process run (borrowed), or NULL; only the
                               process holding rank 0 writes checkpoints */
-    /* called after each checkpoint is written (path, step), e.g. to upload it; may be NULL */
+    /* called after each checkpoint is written (ctx = the progress ctx, path, step), e.g. to
+       upload it; may be NULL; a non-OK return stops the run */
     mt_code (*on_saved)(void *ctx, const char *path, uint64_t step, mt_err *err);
-    /* called when progress stopped the run: true = write a checkpoint before returning */
+    /* called when progress stopped the run: true = checkpoint the last step before returning */
     bool (*save_on_stop)(void *ctx);
 } mt_spmd_run_opts;
 

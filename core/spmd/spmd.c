@@ -63,14 +63,14 @@ typedef struct dstate {
 
 typedef struct dev {
     struct mt_spmd *s;
-    int pos;                            /* mesh position = world rank */
-    int coords[MT_MESH_MAX_DIMS];       /* coordinate per mesh dim */
-    int *groups[MT_MESH_MAX_DIMS];      /* ranks of the group along each mesh dim */
-    mt_coll_comm *comm;                 /* borrowed from the world */
-    mt_model_param *params;             /* local shards, mt_model order */
-    dstate *ls;                         /* per layer */
-    float *x, *g1, *g2;                 /* input slice; reshard scratch (max_b * widest) */
-    int32_t *y;                         /* labels slice */
+    int pos;                       /* mesh position = world rank */
+    int coords[MT_MESH_MAX_DIMS];  /* coordinate per mesh dim */
+    int *groups[MT_MESH_MAX_DIMS]; /* ranks of the group along each mesh dim */
+    mt_coll_comm *comm;            /* borrowed from the world; NULL: device of another process */
+    mt_model_param *params;        /* local shards, mt_model order */
+    dstate *ls;                    /* per layer */
+    float *x, *g1, *g2;            /* input slice; reshard scratch (max_b * widest) */
+    int32_t *y;                    /* labels slice */
     float *logits, *dlogits, *dlog_loc; /* (max_b, K) */
     mt_coll_bucket *bucket;             /* every trainable gradient + msum, reduced over batch */
     float msum[2];                      /* step loss sum and correct count (in the bucket) */
@@ -82,7 +82,6 @@ typedef struct dev {
     mt_err err;
     pthread_t thread;
     bool started;
-    bool here; /* this process holds the device (its rank has a comm in the world) */
 } dev;
 
 typedef enum job_kind { JOB_NONE, JOB_STEP, JOB_EVAL, JOB_QUIT } job_kind;
@@ -90,7 +89,7 @@ typedef enum job_kind { JOB_NONE, JOB_STEP, JOB_EVAL, JOB_QUIT } job_kind;
 struct mt_spmd {
     const mt_mesh *mesh;
     int ndev, ndims, bdim, fdim0; /* devices, mesh dims, batch dim, input feature dim */
-    int nlocal, first;            /* devices held by this process; the lowest such position */
+    int nlocal, first_local;      /* devices of this process (threads), the lowest position */
     int dimsz[MT_MESH_MAX_DIMS];
     mt_coll_world *world, *own_world;
     mt_optimizer_spec opt;
@@ -536,10 +535,8 @@ static mt_code dev_alloc(dev *d, mt_err *err)
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "device %d: out of memory", d->pos);     \
     } while (0)
 
-    d->comm = mt_coll_world_comm(s->world, d->pos);
     if (d->comm == NULL)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "device %d: not in this process's world",
-                          d->pos);
+        return MT_OK; /* another process's device: nothing here */
     rc = mt_mesh_coords(s->mesh, mt_mesh_device_at(s->mesh, d->pos), d->coords, err);
     if (rc != MT_OK)
         return rc;
@@ -1059,7 +1056,7 @@ static mt_code run_job(mt_spmd *s, job_kind job, mt_err *err)
     if (job == JOB_QUIT)
         return MT_OK;
     for (int p = 0; p < s->ndev; p++)
-        if (s->devs[p].here && s->devs[p].rc != MT_OK)
+        if (s->devs[p].comm != NULL && s->devs[p].rc != MT_OK)
             return mt_err_set(err, s->devs[p].rc, "device %d: %s", p, s->devs[p].err.msg);
     return MT_OK;
 }
@@ -1127,16 +1124,13 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
     pthread_cond_init(&s->cv_job, NULL);
     pthread_cond_init(&s->cv_done, NULL);
     s->sync_init = true;
-    s->first = -1;
+    s->first_local = -1;
     for (int p = 0; p < s->ndev; p++) {
         s->devs[p].s = s;
         s->devs[p].pos = p;
-        s->devs[p].here = mt_coll_world_comm(world, p) != NULL;
-        if (!s->devs[p].here)
-            continue; /* another process holds it (network world) */
-        if (s->first < 0)
-            s->first = p;
-        s->nlocal++;
+        s->devs[p].comm = mt_coll_world_comm(world, p);
+        if (s->devs[p].comm != NULL && s->nlocal++ == 0)
+            s->first_local = p;
         rc = dev_alloc(&s->devs[p], err);
         if (rc != MT_OK)
             goto fail;
@@ -1146,7 +1140,7 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
         goto fail;
     }
     for (int p = 0; p < s->ndev; p++) {
-        if (!s->devs[p].here)
+        if (s->devs[p].comm == NULL)
             continue;
         if (pthread_create(&s->devs[p].thread, NULL, dev_main, &s->devs[p]) != 0) {
             rc = mt_err_set(err, MT_INTERNAL, "spmd: cannot start device thread %d", p);
@@ -1216,8 +1210,8 @@ mt_code mt_spmd_step(mt_spmd *s, const float *x, const int32_t *labels, size_t n
     s->jfirst = first_example;
     rc = run_job(s, JOB_STEP, err);
     if (rc == MT_OK && metrics != NULL) {
-        metrics->loss = s->devs[s->first].loss / (double)n;
-        metrics->accuracy = (double)s->devs[s->first].correct / (double)n;
+        metrics->loss = s->devs[s->first_local].loss / (double)n;
+        metrics->accuracy = (double)s->devs[s->first_local].correct / (double)n;
     }
     return rc;
 }
@@ -1236,8 +1230,8 @@ mt_code mt_spmd_evaluate(mt_spmd *s, const float *x, const int32_t *labels, size
     s->jstep = UINT64_MAX / 2 + s->gen; /* a tag distinct from every training step */
     rc = run_job(s, JOB_EVAL, err);
     if (rc == MT_OK) {
-        *loss_sum += s->devs[s->first].loss;
-        *correct += s->devs[s->first].correct;
+        *loss_sum += s->devs[s->first_local].loss;
+        *correct += s->devs[s->first_local].correct;
     }
     return rc;
 }
@@ -1249,7 +1243,7 @@ size_t mt_spmd_param_count(const mt_spmd *s)
 
 const mt_model_param *mt_spmd_param(const mt_spmd *s, int p, size_t i)
 {
-    if (p < 0 || p >= s->ndev || i >= s->n_params || !s->devs[p].here)
+    if (p < 0 || p >= s->ndev || i >= s->n_params || s->devs[p].comm == NULL)
         return NULL;
     return &s->devs[p].params[i];
 }
@@ -1261,7 +1255,7 @@ const mt_layout *mt_spmd_param_layout(const mt_spmd *s, size_t i)
 
 int64_t mt_spmd_iterations(const mt_spmd *s)
 {
-    return s->devs[s->first].t;
+    return s->devs[s->first_local].t;
 }
 
 size_t mt_spmd_param_bytes(const mt_spmd *s, int p, size_t i)
@@ -1302,7 +1296,7 @@ mt_code mt_spmd_param_gather(const mt_spmd *s, const char *name, float *out, mt_
         if (strcmp(s->gparams[i].name, name) != 0)
             continue;
         for (int p = 0; p < s->ndev; p++)
-            if (s->devs[p].here)
+            if (s->devs[p].comm != NULL)
                 shard_copy(out, s->devs[p].params[i].value, &s->devs[p].params[i], true);
         return MT_OK;
     }
@@ -1328,7 +1322,7 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
 {
     mt_ckpt_writer *w = NULL;
     mt_code rc = mt_ckpt_writer_open(path, &w, err);
-    int64_t one = 1, t = s->devs[s->first].t;
+    int64_t one = 1, t = s->devs[s->first_local].t;
 
     if (rc != MT_OK)
         return rc;
@@ -1343,7 +1337,7 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
             shape[a] = (int64_t)g->shape[a];
         for (int k = -1; k < 2; k++) {
             char name[MT_CKPT_MAX_NAME];
-            if (k >= 0 && (!g->trainable || slot_of(&s->devs[s->first].params[i], k) == NULL))
+            if (k >= 0 && (!g->trainable || slot_of(&s->devs[s->first_local].params[i], k) == NULL))
                 continue;
             if (k < 0)
                 snprintf(name, sizeof(name), "%s", g->name);
@@ -1352,9 +1346,9 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
             rc = mt_ckpt_writer_begin(w, name, MT_CKPT_F32, shape, g->rank, err);
             for (int p = 0; rc == MT_OK && p < s->ndev; p++) {
                 mt_model_param *q = &s->devs[p].params[i];
-                int64_t of[4], ls[4];
-                if (!s->devs[p].here)
+                if (s->devs[p].comm == NULL)
                     continue;
+                int64_t of[4], ls[4];
                 for (int a = 0; a < q->rank; a++) {
                     of[a] = (int64_t)q->offsets[a];
                     ls[a] = (int64_t)q->local_shape[a];
@@ -1403,7 +1397,7 @@ static mt_code restore_tensor(mt_spmd *s, const mt_ckpt *ck, size_t i, int k, co
     for (int p = 0; p < s->ndev; p++) {
         mt_model_param *q = &s->devs[p].params[i];
         int64_t of[4], ls[4];
-        if (!s->devs[p].here)
+        if (s->devs[p].comm == NULL)
             continue;
         for (int a = 0; a < q->rank; a++) {
             of[a] = (int64_t)q->offsets[a];
@@ -1427,7 +1421,7 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
         rc = restore_tensor(s, ck, i, -1, path, err);
         for (int k = 0; rc == MT_OK && k < 2; k++)
-            if (s->gparams[i].trainable && slot_of(&s->devs[s->first].params[i], k) != NULL)
+            if (s->gparams[i].trainable && slot_of(&s->devs[s->first_local].params[i], k) != NULL)
                 rc = restore_tensor(s, ck, i, k, path, err);
     }
     if (rc == MT_OK && mt_ckpt_read(ck, "optimizer/iterations", &t, sizeof(t), NULL) != MT_OK)
@@ -1435,7 +1429,7 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
                         "checkpoint %s: no tensor 'optimizer/iterations'", path);
     if (rc == MT_OK) {
         for (int p = 0; p < s->ndev; p++)
-            s->devs[p].t = t; /* harmless on devices of other processes */
+            s->devs[p].t = t;
         if (pos != NULL) {
             pos->step = mt_ckpt_step(ck);
             pos->epoch = mt_ckpt_epoch(ck);

@@ -9,6 +9,7 @@
 #include "mt_test.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -575,6 +576,73 @@ static void test_spmd_uses_the_callers_world(void **state)
     data_free(&d);
 }
 
+typedef struct half_run {
+    mt_spmd *s;
+    const data *d;
+} half_run;
+
+static void *half_train(void *arg)
+{
+    half_run *h = arg;
+    spmd_train(h->s, h->d, 16, 0, 4, NULL);
+    return NULL;
+}
+
+/*
+ * The network world plugs in unchanged: the spatial scheme's 8 ranks split over two nng worlds
+ * (4 + 4 devices, TCP on 127.0.0.1), each with its own trainer stepping concurrently, end with
+ * the bits of the in-process run.
+ */
+static void test_spmd_over_two_net_worlds_is_bit_identical(void **state)
+{
+    size_t shape[1] = {FEAT};
+    data d = gen_data(64, FEAT, 2, 19);
+    mt_coll_net *net[2] = {NULL, NULL};
+    mt_coll_world *w[2] = {NULL, NULL};
+    mt_coll_rank_addr table[8];
+    mt_spmd *sp[2] = {NULL, NULL}, *ref;
+    half_run hr = {NULL, &d};
+    pthread_t th;
+    job j;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    job_load(&j, MLP_SPEC(CHAIN_OPT, SP_EXTRA), NULL);
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &net[k], &err), MT_OK);
+    for (int r = 0; r < 8; r++) {
+        table[r].addr = mt_coll_net_addr(net[r / 4]);
+        table[r].local_index = r % 4;
+    }
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(mt_coll_world_new_net(net[k], 8, table, NULL, &w[k], &err), MT_OK);
+        if (mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 1, shape, 16, w[k], &sp[k], &err) !=
+            MT_OK)
+            fail_msg("spmd on net world %d: %s", k, err.msg);
+    }
+    assert_null(mt_spmd_param(sp[0], 5, 0)); /* device 5 lives in the other world */
+    hr.s = sp[1];
+    assert_int_equal(pthread_create(&th, NULL, half_train, &hr), 0);
+    spmd_train(sp[0], &d, 16, 0, 4, NULL);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    ref = spmd_open(&j, 1, shape);
+    spmd_train(ref, &d, 16, 0, 4, NULL);
+    for (int p = 0; p < 8; p++)
+        for (size_t i = 0; i < mt_spmd_param_count(ref); i++) {
+            const mt_model_param *a = mt_spmd_param(sp[p / 4], p, i), *b = mt_spmd_param(ref, p, i);
+            assert_non_null(a);
+            assert_memory_equal(a->value, b->value, a->size * sizeof(float));
+        }
+    mt_spmd_free(ref);
+    for (int k = 0; k < 2; k++) {
+        mt_spmd_free(sp[k]);
+        mt_coll_world_free(w[k]);
+    }
+    for (int k = 0; k < 2; k++)
+        mt_coll_net_free(net[k]);
+    job_free(&j);
+    data_free(&d);
+}
+
 /* Fail the 1st, 2nd, ... allocation of mt_spmd_new until it succeeds: RESOURCE_EXHAUSTED, no leak.
  */
 static void test_spmd_new_survives_allocation_failures(void **state)
@@ -623,6 +691,7 @@ int main(void)
         cmocka_unit_test(test_spmd_evaluate_matches_single_device),
         cmocka_unit_test(test_spmd_new_survives_allocation_failures),
         cmocka_unit_test(test_spmd_uses_the_callers_world),
+        cmocka_unit_test(test_spmd_over_two_net_worlds_is_bit_identical),
     };
     return MT_RUN_TESTS(tests);
 }
