@@ -262,7 +262,7 @@ int main(int argc, char **argv)
 {
     static bench b;
     char dir[] = "/tmp/mt-simworkers.XXXXXX", coord[1024], ep[1200], log[1200];
-    const char *coord_bin = NULL, *fsync_mode = "normal";
+    const char *coord_bin = NULL, *fsync_mode = "full";
     pthread_t hb[HB_THREADS], *mt;
     hb_thread ht[HB_THREADS];
     pid_t pid;

@@ -35,15 +35,15 @@ typedef struct mt_coord_opts {
     int heartbeat_interval_ms; /* told to workers at registration */
     int heartbeat_timeout_ms;  /* a worker silent this long is marked lost */
     size_t max_msg_bytes;
-    int sync_full; /* 1: fsync every commit (survives power loss); 0 (default): WAL with
-                      synchronous=NORMAL, which survives kill -9 of the coordinator — what an
-                      acknowledgement promises — with far fewer fsyncs */
+    int sync_full; /* 1 (default): fsync every commit, an acknowledged write survives a power
+                      loss too; 0: WAL with synchronous=NORMAL, which survives kill -9 of the
+                      coordinator with far fewer fsyncs */
 } mt_coord_opts;
 
 #define MT_COORD_OPTS_DEFAULTS                                                                     \
     {                                                                                              \
         "tcp://127.0.0.1:7400", "127.0.0.1:7480", "./meshtrain-state", NULL, 1000, 10000,          \
-            MT_RPC_DEFAULT_MAX_MSG, 0                                                              \
+            MT_RPC_DEFAULT_MAX_MSG, 1                                                              \
     }
 
 /*

@@ -27,9 +27,9 @@ static void usage(FILE *out)
             "  --heartbeat-ms N          heartbeat interval told to workers (default 1000)\n"
             "  --heartbeat-timeout-ms N  mark a worker lost after N ms of silence (default 10000)\n"
             "  --max-message-bytes N     largest request accepted (default 67108864)\n"
-            "  --fsync MODE              'normal' (default): an acknowledged write survives\n"
-            "                            kill -9 of the coordinator; 'full': it also survives\n"
-            "                            a power loss (an fsync per commit)\n"
+            "  --fsync MODE              'full' (default): an acknowledged write survives a\n"
+            "                            power loss (an fsync per commit); 'normal': it survives\n"
+            "                            kill -9 of the coordinator, with fewer fsyncs\n"
             "  --log-level L             debug|info|warn|error (default info)\n"
             "  --version, -h/--help\n");
 }

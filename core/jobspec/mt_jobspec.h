@@ -27,8 +27,9 @@
 
 #include "status/mt_status.h"
 
-#define MT_JOBSPEC_MAX_DIMS 8
-#define MT_JOBSPEC_MAX_SIZE (16u << 20) /* a spec longer than 16 MiB is refused */
+#define MT_JOBSPEC_MAX_DIMS   8
+#define MT_JOBSPEC_MAX_SIZE   (16u << 20)         /* a spec longer than 16 MiB is refused */
+#define MT_JOBSPEC_MAX_PARAMS ((uint64_t)1 << 26) /* parameter elements of a model (256 MiB) */
 
 /* What a validated spec asks for (every field filled by mt_jobspec_validate). */
 typedef struct mt_jobspec_summary {
@@ -61,7 +62,10 @@ typedef struct mt_jobspec_summary {
  * "<json path>: <why>".
  * Codes: INVALID_ARGUMENT (any invalid field, not JSON, longer than MT_JOBSPEC_MAX_SIZE; a
  * layout that does not divide a parameter of the model), NOT_FOUND (a dataset file that does
- * not exist), RESOURCE_EXHAUSTED (out of memory).
+ * not exist), RESOURCE_EXHAUSTED (a model beyond MT_JOBSPEC_MAX_PARAMS parameter elements —
+ * checked from the layer list before anything is allocated — or out of memory).
+ * Cost: builds the model once without optimizer state (weights and gradients, batch 1) to get
+ * the parameter shapes; call it off latency-sensitive threads.
  */
 mt_code mt_jobspec_validate(const char *json, size_t len, mt_jobspec_summary *out, mt_err *err);
 

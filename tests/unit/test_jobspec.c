@@ -143,6 +143,13 @@ static void test_jobspec_model_and_syntax_errors(void **state)
     assert_int_equal(mt_jobspec_validate(arr, strlen(arr), &s, &err), MT_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "(root)"));
     assert_int_equal(mt_jobspec_validate(NULL, 0, &s, &err), MT_INVALID_ARGUMENT);
+    /* a model far beyond the parameter limit is refused before anything is allocated */
+    const char *huge = "{\"model\": {\"input_shape\": [28, 28, 1], \"layers\": [{\"type\": "
+                       "\"flatten\"}, {\"type\": \"dense\", \"units\": 16777216}, {\"type\": "
+                       "\"dense\", \"units\": 10}]}}";
+    assert_int_equal(mt_jobspec_validate(huge, strlen(huge), &s, &err), MT_RESOURCE_EXHAUSTED);
+    assert_non_null(
+        strstr(err.msg, "model.layers: about 13337886730 parameters; the limit is 67108864"));
     assert_int_equal(mt_jobspec_validate(arr, MT_JOBSPEC_MAX_SIZE + 1u, &s, &err),
                      MT_INVALID_ARGUMENT);
 }
