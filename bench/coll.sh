@@ -3,7 +3,8 @@
 # bench/coll.sh [BUILD_DIR] — allreduce latency and bus bandwidth of core/coll
 # between 2 and 4 processes on loopback (nng tcp and ipc), next to OpenMPI's
 # MPI_Allreduce over TCP (btl tcp,self) measured in the same run, with ratios.
-# busbw = algbw x 2(n-1)/n, algbw = bytes / time of one allreduce.
+# busbw = algbw x 2(n-1)/n, algbw = bytes / time of one allreduce; each figure is
+# the best of 3 timed trials on both sides (the machine is shared).
 # Env: COLL_SIZES (bytes), COLL_PROCS, COLL_SEGMENTS (segment sizes to try at
 # 16 MiB first; the best is used for the main table), COLL_SKIP_MPI=1.
 set -u
@@ -102,8 +103,9 @@ for np in $PROCS; do
         il=$(field "$i" lat_us) ib=$(field "$i" busbw_GBps)
         ml=$(field "$m" lat_us) mb=$(field "$m" busbw_GBps)
         rb=- rl=-
-        [ -n "$tb" ] && [ -n "$mb" ] && rb=$(echo "scale=2; $tb / $mb" | bc)
-        [ -n "$tl" ] && [ -n "$ml" ] && rl=$(echo "scale=2; $ml / $tl" | bc)
+        nonzero() { [ -n "$1" ] && [ "$(echo "$1 > 0" | bc)" = 1 ]; }
+        nonzero "$tb" && nonzero "$mb" && rb=$(echo "scale=2; $tb / $mb" | bc)
+        nonzero "$tl" && nonzero "$ml" && rl=$(echo "scale=2; $ml / $tl" | bc)
         printf '%-6s %-5s %10s | %10s %9s | %10s %9s | %10s %9s | %8s %8s\n' "$np" "" "$b" \
             "${tl:--}" "${tb:--}" "${il:--}" "${ib:--}" "${ml:--}" "${mb:--}" "$rb" "$rl"
     done

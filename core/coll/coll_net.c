@@ -50,7 +50,8 @@ struct mt_coll_net {
     nng_socket pull;
     nng_listener lst;
     char addr[256];
-    nng_aio *raio; /* the one outstanding receive; its callback delivers and re-arms */
+    nng_aio *raio;       /* the one outstanding receive; its callback delivers and re-arms */
+    _Atomic int closing; /* sockets whose close was left running (close_bounded) */
     pthread_mutex_t mu;
     mt_coll_world *world; /* mu: the world served, NULL when none */
     nng_msg **pending;    /* mu: messages that arrived before the world existed */
@@ -212,6 +213,86 @@ static mt_code format_addr(mt_coll_net *net, const char *url, mt_err *err)
     return MT_OK;
 }
 
+/*
+ * nng 1.5.2's nng_close can, rarely, wait forever (nanomsg/nng#1543, fixed after
+ * 1.5.2). Closing must not hang a worker, so a helper thread closes the socket
+ * and the caller waits a bounded time; if the close is still running then, it
+ * is left to finish in the background (the helper frees its record; whichever
+ * of the two finishes last frees it).
+ */
+typedef struct net_closer {
+    nng_socket s;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;             /* mu */
+    _Atomic int refs;     /* helper + caller */
+    _Atomic int *closing; /* the net's count of closes under way */
+} net_closer;
+
+static void closer_release(net_closer *k)
+{
+    if (atomic_fetch_sub(&k->refs, 1) == 1) {
+        pthread_mutex_destroy(&k->mu);
+        pthread_cond_destroy(&k->cv);
+        mt_free(k);
+    }
+}
+
+static void *closer_main(void *arg)
+{
+    net_closer *k = arg;
+    nng_close(k->s);
+    atomic_fetch_sub(k->closing, 1); /* no callback of this socket runs any more */
+    pthread_mutex_lock(&k->mu);
+    k->done = 1;
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    closer_release(k);
+    return NULL;
+}
+
+/* Close s within ms milliseconds. Returns 1 when closed, 0 when left closing. */
+static int close_bounded(mt_coll_net *net, nng_socket s, int64_t ms, const char *what)
+{
+    pthread_condattr_t ca;
+    pthread_t t;
+    net_closer *k = mt_calloc(1, sizeof(*k));
+    if (k == NULL) {
+        nng_close(s);
+        return 1;
+    }
+    k->s = s;
+    k->closing = &net->closing;
+    atomic_fetch_add(&net->closing, 1);
+    atomic_init(&k->refs, 2);
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&k->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&t, NULL, closer_main, k) != 0) {
+        nng_close(s);
+        atomic_fetch_sub(&net->closing, 1);
+        atomic_store(&k->refs, 1);
+        closer_release(k);
+        return 1;
+    }
+    pthread_detach(t);
+    int64_t until = coll__now_ns() + ms * 1000000LL;
+    struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
+    pthread_mutex_lock(&k->mu);
+    while (!k->done && pthread_cond_timedwait(&k->cv, &k->mu, &ts) == 0)
+        ;
+    int done = k->done;
+    pthread_mutex_unlock(&k->mu);
+    closer_release(k);
+    if (!done)
+        mt_log_warn("coll: closing %s takes over %" PRId64 " ms (nng); left to finish in the "
+                    "background",
+                    what, ms);
+    return done;
+}
+
 mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err)
 {
     mt_coll_net *net;
@@ -265,7 +346,8 @@ void mt_coll_net_free(mt_coll_net *net)
 {
     if (net == NULL)
         return;
-    nng_close(net->pull);
+    if (!close_bounded(net, net->pull, 2000, net->addr) || atomic_load(&net->closing) != 0)
+        return; /* callbacks of a socket still closing may use net: keep it (a leak, not a hang) */
     nng_aio_stop(net->raio);
     nng_aio_free(net->raio);
     for (size_t i = 0; i < net->npending; i++)
@@ -458,7 +540,7 @@ void coll__peers_close(mt_coll_world *w)
                     nng_msg_free(m);
             }
         }
-        nng_close(pe->sock);
+        close_bounded(w->net, pe->sock, 2000, w->proc_addr[i]);
         pthread_mutex_lock(&w->net->mu);
         pe->open = 0;
         pthread_mutex_unlock(&w->net->mu);

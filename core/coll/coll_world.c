@@ -799,10 +799,21 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
     for (;;) {
         if (c->aborted) {
             c->aborted = 0;
-            /* An ABORT about an earlier collective is a leftover (that collective
-             * already ended here) or comes from a member whose tag is wrong (its
-             * data will show the mismatch): either way it does not end this one. */
-            if (tag_le(x->step, x->seq, c->abort_step, c->abort_seq) || c->blame == c->rank) {
+            /*
+             * Which ABORTs end this collective:
+             * - one about a collective that already failed here is a leftover: no;
+             * - one about this or a later collective: yes;
+             * - one that blames this rank's data: yes;
+             * - one about an earlier collective that completed here: yes if the
+             *   sender failed for a reason other than a mismatch (it is gone and
+             *   will not feed this one); no for a mismatch (it comes from a
+             *   member with a wrong tag, and its data will show the mismatch).
+             */
+            int leftover =
+                c->has_failed && tag_le(c->abort_step, c->abort_seq, c->failed_step, c->failed_seq);
+            int later = tag_le(x->step, x->seq, c->abort_step, c->abort_seq);
+            if (!leftover &&
+                (later || c->blame == c->rank || c->abort_code != MT_INVALID_ARGUMENT)) {
                 char msg[MT_ERR_MSG_SIZE];
                 mt_code code = c->abort_code;
                 memcpy(msg, c->abort_msg, sizeof(msg));
@@ -862,26 +873,28 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
     }
     pthread_mutex_unlock(&c->mu);
 
+    /* every field must be what this member expects at this point, in this order of blame */
+    const struct {
+        const char *what;
+        uint64_t got, exp;
+    } f[] = {
+        {"job", h.job, want->job},
+        {"step", h.step, want->step},
+        {"sequence number", h.seq, want->seq},
+        {"operation", h.op, want->op},
+        {"size", h.total, want->total},
+        {"phase", h.phase, want->phase},
+        {"ring step", h.rstep, want->rstep},
+        {"chunk", h.chunk, want->chunk},
+        {"offset", h.offset, want->offset},
+        {"length", h.len, want->len},
+    };
     const char *what = NULL;
     uint64_t got = 0, exp = 0;
-    if (h.job != want->job)
-        what = "job", got = h.job, exp = want->job;
-    else if (h.step != want->step)
-        what = "step", got = h.step, exp = want->step;
-    else if (h.seq != want->seq)
-        what = "sequence number", got = h.seq, exp = want->seq;
-    else if (h.op != want->op)
-        what = "operation", got = h.op, exp = want->op;
-    else if (h.total != want->total)
-        what = "size", got = h.total, exp = want->total;
-    else if (h.phase != want->phase || h.rstep != want->rstep)
-        what = "ring step", got = h.rstep, exp = want->rstep;
-    else if (h.chunk != want->chunk)
-        what = "chunk", got = h.chunk, exp = want->chunk;
-    else if (h.offset != want->offset)
-        what = "offset", got = h.offset, exp = want->offset;
-    else if (h.len != want->len)
-        what = "length", got = h.len, exp = want->len;
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]) && what == NULL; i++) {
+        if (f[i].got != f[i].exp)
+            what = f[i].what, got = f[i].got, exp = f[i].exp;
+    }
     if (what != NULL) {
         nng_msg_free(m);
         x->blame = src;

@@ -112,7 +112,10 @@ mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err);
 /* The bound address ("tcp://127.0.0.1:41234"), borrowed from net. */
 const char *mt_coll_net_addr(const mt_coll_net *net);
 
-/* Stop receiving and close the listener. Free any world using it first. NULL: no-op. */
+/*
+ * Stop receiving and close the listener. Free any world using it first. NULL: no-op.
+ * Bounded: if nng's close does not finish within 2 s the endpoint is left to it (leaked).
+ */
 void mt_coll_net_free(mt_coll_net *net);
 
 /* ------------------------------------------------------------------ worlds */
@@ -137,7 +140,10 @@ mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_col
 mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_addr *table,
                               const mt_coll_world_opts *opts, mt_coll_world **out, mt_err *err);
 
-/* Flush and close connections, free comms. No collective may be running. NULL: no-op. */
+/*
+ * Flush and close connections (each close bounded to 2 s), free comms. No collective may
+ * be running. NULL: no-op.
+ */
 void mt_coll_world_free(mt_coll_world *w);
 
 int mt_coll_world_size(const mt_coll_world *w);
@@ -157,7 +163,11 @@ void mt_coll_comm_set_step(mt_coll_comm *c, uint64_t step);
  *
  * Common to all: comm borrowed, used by its device thread; group borrowed;
  * call may be NULL (tag = the comm's step and next automatic sequence number,
- * world default deadline); blocks until done or the deadline. Codes:
+ * world default deadline); an explicit call tag also moves the automatic
+ * sequence number past it. A failed collective is not retried under the same
+ * tag. Blocks until done; on failure returns within the deadline plus about
+ * 0.5 s (a 250 ms round asking the other processes who is missing, and up to
+ * 100 ms letting in-flight sends leave). Codes:
  *   INVALID_ARGUMENT   comm's rank not in group, bad group (duplicate or out of
  *                      range rank), NULL buffer with n > 0, size overflow, or a
  *                      peer's message disagrees (job, step, seq, op, size,

@@ -14,7 +14,8 @@
  *                 "RESULT rank=R ok checksum=H" (H: FNV-1a of every result);
  *   --mode loop   repeats an allreduce of --sizes[0] floats --iters times,
  *                 printing "STARTED" once (for kill / stop tests);
- *   --mode bench  times allreduce for every size and prints "BENCH ..." lines.
+ *   --mode bench  times allreduce for every size (best of 3 trials) and prints
+ *                 "BENCH ..." lines.
  * On a failure it prints "ERROR rank=R code=NAME elapsed_ms=T msg=..." and
  * exits with the mt_code number. --alarm S (default 60) bounds its lifetime.
  */
@@ -28,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../unit/coll_test_util.h"
 #include "coll/mt_coll.h"
 
 #define MAX_RANKS 64
@@ -64,22 +66,6 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static uint64_t splitmix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-/* Values of varied magnitude and sign, so the summation order shows in the bits. */
-static float val(int rank, size_t i, uint64_t seed)
-{
-    uint64_t h = splitmix(seed * 1000003u + (uint64_t)rank * 7919u + i);
-    float m = (float)((int)(h % 2001) - 1000) / 997.0f;
-    return ldexpf(m, (int)((h >> 20) % 17) - 8);
 }
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
@@ -130,7 +116,7 @@ static int check_size(dev *d, mt_coll_comm *c, const mt_coll_group *grp, size_t 
     for (int i = 0; i < p; i++) {
         in[i] = calloc(n + 1, sizeof(float));
         for (size_t e = 0; e < n; e++)
-            in[i][e] = val(grp->ranks[i], e, seed);
+            in[i][e] = ct_val(grp->ranks[i], e, seed);
         if (grp->ranks[i] == d->rank)
             pos = i;
     }
@@ -199,8 +185,8 @@ static void run_bench(dev *d, mt_coll_comm *c, const mt_coll_group *grp, double 
         float it = 0;
         mt_code rc = MT_OK;
         for (size_t e = 0; e < n; e++)
-            buf[e] = val(d->rank, e, 1) * 1e-3f;
-        /* warm up, then rank 0 picks an iteration count for ~0.4 s that everyone uses */
+            buf[e] = ct_val(d->rank, e, 1) * 1e-3f;
+        /* warm up, then rank 0 picks an iteration count for ~0.25 s that everyone uses */
         double a = now_s();
         for (int k = 0; k < 3 && rc == MT_OK; k++)
             rc = mt_coll_allreduce_sum(c, grp, buf, n, NULL, &d->err);
@@ -208,16 +194,20 @@ static void run_bench(dev *d, mt_coll_comm *c, const mt_coll_group *grp, double 
         if (d->cfg->iters > 0)
             it = (float)d->cfg->iters;
         else
-            it = (float)(per > 0 ? 0.4 / per : 1000);
+            it = (float)(per > 0 ? 0.25 / per : 1000);
         it = it < 5 ? 5 : (it > 2000 ? 2000 : (float)floor(it));
         if (rc == MT_OK)
             rc = mt_coll_broadcast(c, grp, &it, 1, grp->ranks[0], NULL, &d->err);
-        if (rc == MT_OK)
+        /* best of 3 timed trials: the machine is shared, the minimum is the least disturbed */
+        double secs = 1e30;
+        for (int trial = 0; trial < 3 && rc == MT_OK; trial++) {
             rc = mt_coll_barrier(c, grp, NULL, &d->err);
-        a = now_s();
-        for (long k = 0; k < (long)it && rc == MT_OK; k++)
-            rc = mt_coll_allreduce_sum(c, grp, buf, n, NULL, &d->err);
-        double secs = (now_s() - a) / it;
+            a = now_s();
+            for (long k = 0; k < (long)it && rc == MT_OK; k++)
+                rc = mt_coll_allreduce_sum(c, grp, buf, n, NULL, &d->err);
+            double t = (now_s() - a) / it;
+            secs = t < secs ? t : secs;
+        }
         free(buf);
         if (rc != MT_OK) {
             fail(d, rc, t0);
@@ -256,7 +246,7 @@ static void *dev_main(void *arg)
         for (long k = 0; k < cfg->iters; k++) {
             mt_coll_comm_set_step(c, cfg->step_base + (uint64_t)k);
             for (size_t e = 0; e < n; e++)
-                buf[e] = val(d->rank, e, (uint64_t)k);
+                buf[e] = ct_val(d->rank, e, (uint64_t)k);
             t0 = now_s();
             mt_code rc = mt_coll_allreduce_sum(c, &grp, buf, n, NULL, &d->err);
             if (rc != MT_OK) {

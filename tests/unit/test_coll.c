@@ -17,29 +17,14 @@
 #include <unistd.h>
 
 #include "coll/mt_coll.h"
+#include "coll_test_util.h"
 
 #define MAXR 8
-
-static uint64_t splitmix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-/* Values of varied magnitude and sign, so the summation order shows in the bits. */
-static float val(int rank, size_t i, uint64_t seed)
-{
-    uint64_t h = splitmix(seed * 1000003u + (uint64_t)rank * 7919u + i);
-    float m = (float)((int)(h % 2001) - 1000) / 997.0f;
-    return ldexpf(m, (int)((h >> 20) % 17) - 8);
-}
 
 static void fill(float *b, int rank, size_t n, uint64_t seed)
 {
     for (size_t i = 0; i < n; i++)
-        b[i] = val(rank, i, seed);
+        b[i] = ct_val(rank, i, seed);
 }
 
 typedef enum { OP_ALLREDUCE, OP_RS, OP_AG, OP_BCAST, OP_BARRIER, OP_IDLE } op_t;
@@ -62,6 +47,34 @@ typedef struct job {
     mt_err err;
     double secs;
 } job;
+
+/* A job for one device thread (the collective, its group and its data). */
+static job mkjob(mt_coll_world *w, int rank, const int *group, int gsize, op_t op, size_t n,
+                 uint64_t seed)
+{
+    return (job){
+        .w = w, .rank = rank, .group = group, .gsize = gsize, .op = op, .n = n, .seed = seed};
+}
+
+/* The same job with an explicit tag and deadline. */
+static job with_call(job j, uint64_t step, uint32_t seq, int64_t deadline_ms)
+{
+    j.use_call = 1;
+    j.call = (mt_coll_call){.step = step, .seq = seq, .deadline_ms = deadline_ms};
+    return j;
+}
+
+static job with_root(job j, int root)
+{
+    j.root = root;
+    return j;
+}
+
+static job with_delay(job j, int delay_ms)
+{
+    j.delay_ms = delay_ms;
+    return j;
+}
 
 static void *job_main(void *arg)
 {
@@ -166,13 +179,7 @@ static void allreduce_world(int p, size_t seg_bytes, size_t direct_bytes)
         job jobs[MAXR];
         memset(jobs, 0, sizeof(jobs));
         for (int i = 0; i < p; i++)
-            jobs[i] = (job){.w = w,
-                            .rank = i,
-                            .group = group,
-                            .gsize = p,
-                            .op = OP_ALLREDUCE,
-                            .n = n,
-                            .seed = si + 1};
+            jobs[i] = mkjob(w, i, group, p, OP_ALLREDUCE, n, si + 1);
         run_jobs(jobs, p);
         float *ref = calloc(n + 1, sizeof(float));
         double *dref = calloc(n + 1, sizeof(double));
@@ -240,13 +247,7 @@ static void test_coll_groups_along_one_dimension(void **state)
         job jobs[8];
         for (int r = 0; r < 8; r++) {
             const int *g = dim == 0 ? (r % 2 == 0 ? g0 : g1) : rows[r / 2];
-            jobs[r] = (job){.w = w,
-                            .rank = r,
-                            .group = g,
-                            .gsize = dim == 0 ? 4 : 2,
-                            .op = OP_ALLREDUCE,
-                            .n = n,
-                            .seed = 42};
+            jobs[r] = mkjob(w, r, g, dim == 0 ? 4 : 2, OP_ALLREDUCE, n, 42);
         }
         run_jobs(jobs, 8);
         for (int r = 0; r < 8; r++) {
@@ -274,8 +275,7 @@ static void test_coll_group_order_defines_reduction(void **state)
     (void)state;
     assert_int_equal(mt_coll_world_new_local(4, NULL, &w, NULL), MT_OK);
     for (int i = 0; i < 3; i++)
-        jobs[i] = (job){
-            .w = w, .rank = g[i], .group = g, .gsize = 3, .op = OP_ALLREDUCE, .n = n, .seed = 5};
+        jobs[i] = mkjob(w, g[i], g, 3, OP_ALLREDUCE, n, 5);
     run_jobs(jobs, 3);
     reference(g, 3, n, 5, ref, dref);
     for (int i = 0; i < 3; i++) {
@@ -299,8 +299,7 @@ static void test_coll_reduce_scatter_matches_allreduce_chunk(void **state)
             size_t n = sizes[si];
             job jobs[MAXR];
             for (int i = 0; i < p; i++)
-                jobs[i] = (job){
-                    .w = w, .rank = i, .group = group, .gsize = p, .op = OP_RS, .n = n, .seed = 9};
+                jobs[i] = mkjob(w, i, group, p, OP_RS, n, 9);
             run_jobs(jobs, p);
             float *ref = calloc(n + 1, sizeof(float));
             double *dref = calloc(n + 1, sizeof(double));
@@ -330,14 +329,13 @@ static void test_coll_allgather_concatenates_in_group_order(void **state)
         size_t n = sizes[si];
         job jobs[3];
         for (int i = 0; i < 3; i++)
-            jobs[i] =
-                (job){.w = w, .rank = g[i], .group = g, .gsize = 3, .op = OP_AG, .n = n, .seed = 3};
+            jobs[i] = mkjob(w, g[i], g, 3, OP_AG, n, 3);
         run_jobs(jobs, 3);
         for (int i = 0; i < 3; i++) {
             assert_int_equal(jobs[i].rc, MT_OK);
             for (int m = 0; m < 3; m++) {
                 for (size_t e = 0; e < n; e++)
-                    assert_true(jobs[i].buf[(size_t)m * n + e] == val(g[m], e, 3));
+                    assert_true(jobs[i].buf[(size_t)m * n + e] == ct_val(g[m], e, 3));
             }
         }
         free_jobs(jobs, 3);
@@ -357,19 +355,12 @@ static void test_coll_broadcast_from_any_root(void **state)
         size_t n = root == 0 ? 0 : 97 * (size_t)root;
         job jobs[5];
         for (int i = 0; i < 5; i++)
-            jobs[i] = (job){.w = w,
-                            .rank = i,
-                            .group = g,
-                            .gsize = 5,
-                            .op = OP_BCAST,
-                            .n = n,
-                            .seed = 11,
-                            .root = root};
+            jobs[i] = with_root(mkjob(w, i, g, 5, OP_BCAST, n, 11), root);
         run_jobs(jobs, 5);
         for (int i = 0; i < 5; i++) {
             assert_int_equal(jobs[i].rc, MT_OK);
             for (size_t e = 0; e < n; e++)
-                assert_true(jobs[i].buf[e] == val(root, e, 11));
+                assert_true(jobs[i].buf[e] == ct_val(root, e, 11));
         }
         free_jobs(jobs, 5);
     }
@@ -475,16 +466,8 @@ static void test_coll_deadline_names_missing_rank(void **state)
     (void)state;
     assert_int_equal(mt_coll_world_new_local(4, NULL, &w, NULL), MT_OK);
     for (int i = 0; i < 4; i++)
-        jobs[i] = (job){.w = w,
-                        .rank = i,
-                        .group = g,
-                        .gsize = 4,
-                        .op = OP_ALLREDUCE,
-                        .n = 100,
-                        .seed = 1,
-                        .delay_ms = i == 3 ? 700 : 0,
-                        .use_call = 1,
-                        .call = {.step = 1, .seq = 0, .deadline_ms = 300}};
+        jobs[i] = with_delay(with_call(mkjob(w, i, g, 4, OP_ALLREDUCE, 100, 1), 1, 0, 300),
+                             i == 3 ? 700 : 0);
     run_jobs(jobs, 4);
     assert_int_not_equal(jobs[3].rc, MT_OK);
     for (int i = 0; i < 3; i++) {
@@ -496,15 +479,7 @@ static void test_coll_deadline_names_missing_rank(void **state)
     free_jobs(jobs, 4);
     /* the world is usable again afterwards, with a new tag */
     for (int i = 0; i < 4; i++)
-        jobs[i] = (job){.w = w,
-                        .rank = i,
-                        .group = g,
-                        .gsize = 4,
-                        .op = OP_ALLREDUCE,
-                        .n = 50,
-                        .seed = 2,
-                        .use_call = 1,
-                        .call = {.step = 2, .seq = 0}};
+        jobs[i] = with_call(mkjob(w, i, g, 4, OP_ALLREDUCE, 50, 2), 2, 0, 0);
     run_jobs(jobs, 4);
     for (int i = 0; i < 4; i++)
         assert_int_equal(jobs[i].rc, MT_OK);
@@ -520,15 +495,7 @@ static void mismatch_case(int kind, int late)
     job jobs[3];
     assert_int_equal(mt_coll_world_new_local(3, NULL, &w, NULL), MT_OK);
     for (int i = 0; i < 3; i++) {
-        jobs[i] = (job){.w = w,
-                        .rank = i,
-                        .group = g,
-                        .gsize = 3,
-                        .op = OP_ALLREDUCE,
-                        .n = 64,
-                        .seed = 1,
-                        .use_call = 1,
-                        .call = {.step = 7, .seq = 1, .deadline_ms = 2000}};
+        jobs[i] = with_call(mkjob(w, i, g, 3, OP_ALLREDUCE, 64, 1), 7, 1, 2000);
     }
     if (kind == 0)
         jobs[1].n = 65; /* wrong size */
@@ -646,13 +613,7 @@ static void net_allreduce_matches_local(const char *url0, const char *url1)
         size_t n = sizes[si];
         job jobs[4];
         for (int r = 0; r < 4; r++)
-            jobs[r] = (job){.w = ws[r / 2],
-                            .rank = r,
-                            .group = g,
-                            .gsize = 4,
-                            .op = OP_ALLREDUCE,
-                            .n = n,
-                            .seed = 100 + si};
+            jobs[r] = mkjob(ws[r / 2], r, g, 4, OP_ALLREDUCE, n, 100 + si);
         run_jobs(jobs, 4);
         float *ref = calloc(n + 1, sizeof(float));
         double *dref = calloc(n + 1, sizeof(double));
@@ -670,22 +631,18 @@ static void net_allreduce_matches_local(const char *url0, const char *url1)
     /* groups along the other dimension: every hop crosses the endpoints */
     job jobs[4];
     for (int r = 0; r < 4; r++)
-        jobs[r] = (job){.w = ws[r / 2],
-                        .rank = r,
-                        .group = r % 2 ? gb : ga,
-                        .gsize = 2,
-                        .op = r == 3 ? OP_BCAST : (r == 1 ? OP_BCAST : OP_AG),
-                        .n = 333,
-                        .seed = 4,
-                        .root = 3};
+        jobs[r] = with_root(mkjob(ws[r / 2], r, r % 2 ? gb : ga, 2,
+                                  r == 3 ? OP_BCAST : (r == 1 ? OP_BCAST : OP_AG), 333, 4),
+                            3);
     run_jobs(jobs, 4);
     for (int r = 0; r < 4; r++) {
         assert_int_equal(jobs[r].rc, MT_OK);
         for (size_t e = 0; e < 333; e++) {
             if (r % 2)
-                assert_true(jobs[r].buf[e] == val(3, e, 4));
+                assert_true(jobs[r].buf[e] == ct_val(3, e, 4));
             else
-                assert_true(jobs[r].buf[e] == val(0, e, 4) && jobs[r].buf[333 + e] == val(2, e, 4));
+                assert_true(jobs[r].buf[e] == ct_val(0, e, 4) &&
+                            jobs[r].buf[333 + e] == ct_val(2, e, 4));
         }
     }
     free_jobs(jobs, 4);
@@ -725,23 +682,14 @@ static void test_coll_net_lost_peer_is_named(void **state)
     /* one good round so that the connections exist */
     job jobs[2];
     for (int r = 0; r < 2; r++)
-        jobs[r] = (job){
-            .w = ws[r], .rank = r, .group = g, .gsize = 2, .op = OP_ALLREDUCE, .n = 10, .seed = 1};
+        jobs[r] = mkjob(ws[r], r, g, 2, OP_ALLREDUCE, 10, 1);
     run_jobs(jobs, 2);
     assert_int_equal(jobs[0].rc, MT_OK);
     assert_int_equal(jobs[1].rc, MT_OK);
     free_jobs(jobs, 2);
     mt_coll_world_free(ws[1]);
     mt_coll_net_free(nets[1]);
-    jobs[0] = (job){.w = ws[0],
-                    .rank = 0,
-                    .group = g,
-                    .gsize = 2,
-                    .op = OP_ALLREDUCE,
-                    .n = 10,
-                    .seed = 1,
-                    .use_call = 1,
-                    .call = {.step = 1, .deadline_ms = 1500}};
+    jobs[0] = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, 10, 1), 1, 0, 1500);
     run_jobs(jobs, 1);
     assert_true(jobs[0].rc == MT_UNAVAILABLE || jobs[0].rc == MT_DEADLINE_EXCEEDED);
     if (strstr(jobs[0].err.msg, peer) == NULL)
@@ -772,15 +720,7 @@ static void test_coll_net_deadline_names_silent_member(void **state)
         assert_int_equal(mt_coll_world_new_net(nets[k], 3, table, &o, &ws[k], NULL), MT_OK);
     job jobs[2];
     for (int i = 0; i < 2; i++)
-        jobs[i] = (job){.w = ws[0],
-                        .rank = i * 2,
-                        .group = g,
-                        .gsize = 3,
-                        .op = OP_ALLREDUCE,
-                        .n = 1000,
-                        .seed = 1,
-                        .use_call = 1,
-                        .call = {.step = 3, .deadline_ms = 400}};
+        jobs[i] = with_call(mkjob(ws[0], i * 2, g, 3, OP_ALLREDUCE, 1000, 1), 3, 0, 400);
     run_jobs(jobs, 2);
     for (int i = 0; i < 2; i++) {
         assert_int_equal(jobs[i].rc, MT_DEADLINE_EXCEEDED);
