@@ -38,6 +38,14 @@ void mt_blas_boot(int argc, char **argv)
         if (setenv(MT_BLAS_BOOT_ENV, "1", 1) == 0 && pick != NULL &&
             setenv("OPENBLAS_CORETYPE", pick, 1) == 0 &&
             (threads != NULL || setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)) {
+            /* exec the resolved path, not /proc/self/exe: the process name (comm) comes
+             * from the file name, and ps/pgrep/systemd must keep seeing meshtrain-worker */
+            char self[4096];
+            ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+            if (n > 0) {
+                self[n] = '\0';
+                execv(self, argv);
+            }
             execv("/proc/self/exe", argv);
             mt_log_warn("OpenBLAS core type %s: re-exec failed (%s); keeping %s", pick,
                         strerror(errno), mt_blas_corename());
