@@ -424,7 +424,8 @@ static mt_code run_task(task_run *r, mt_err *err)
     memset(&train, 0, sizeof(train));
     memset(&test, 0, sizeof(test));
     if (r->tab->net == NULL)
-        return mt_err_set(err, MT_FAILED_PRECONDITION, "worker has no data-plane listener");
+        return mt_err_set(err, MT_FAILED_PRECONDITION,
+                          "worker has no data-plane listener (see its log: --data-listen)");
     if ((rc = mt_job_spec_parse(r->spec_json, len, &spec, err)) != MT_OK ||
         (rc = mt_spmd_config_parse(r->spec_json, len, &cfg, err)) != MT_OK ||
         (rc = mt_mesh_parse(r->mesh_text, NULL, 0, &mesh, err)) != MT_OK)

@@ -100,11 +100,11 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
         const char *url =
             o->data_listen && o->data_listen[0] ? o->data_listen : "tcp://127.0.0.1:0";
         worker_task_env env = {o->coordinator, o->token, NULL, o->rpc_timeout_ms};
-        mt_code rc = mt_coll_net_new(url, &w->net, err);
-        if (rc != MT_OK) {
-            mt_free(w);
-            return rc;
-        }
+        mt_err nerr = MT_ERR_INIT;
+        mt_code rc;
+        if (mt_coll_net_new(url, &w->net, &nerr) != MT_OK) /* register anyway (monitoring) */
+            mt_log_error("data plane %s: %s: %s; this worker cannot run tasks", url,
+                         mt_code_name(nerr.code), nerr.msg);
         env.net = w->net;
         if ((rc = worker_tasks_new(&env, &w->tasks, err)) != MT_OK) {
             mt_coll_net_free(w->net);
@@ -117,7 +117,8 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
     snprintf(w->name, sizeof(w->name), "%.63s", o->name && o->name[0] ? o->name : w->host);
     snprintf(w->coordinator, sizeof(w->coordinator), "%s", o->coordinator);
     snprintf(w->token, sizeof(w->token), "%s", o->token ? o->token : "");
-    snprintf(w->data_listen, sizeof(w->data_listen), "%s", mt_coll_net_addr(w->net));
+    snprintf(w->data_listen, sizeof(w->data_listen), "%s",
+             w->net != NULL ? mt_coll_net_addr(w->net) : (o->data_listen ? o->data_listen : ""));
     random_hex(w->instance);
     if (ncpu < 1)
         ncpu = 1;
