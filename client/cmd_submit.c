@@ -1,33 +1,81 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cmd_submit.c — `meshtrain submit JOB.json [--name N] [--priority P]`: send the spec to the
- * coordinator (SubmitJob, which validates it with mt_jobspec_validate) and print the job id.
+ * cmd_submit.c — `meshtrain submit JOB.json [--name N] [--priority P] [--mesh M] [--follow]`:
+ * send the spec to the coordinator (SubmitJob, which validates it with mt_jobspec_validate) and
+ * print the job id; --mesh replaces the spec's "mesh"; --follow then behaves as `watch`.
  * An invalid spec prints "meshtrain: INVALID_ARGUMENT: <path>: <why>" and exits 4.
  */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "alloc/mt_alloc.h"
+#include "client/follow.h"
 #include "client/jobs_util.h"
+#include "mesh/mt_mesh.h"
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: meshtrain submit JOB.json [--name N] [--priority P]\n\n"
-                 "Submit a job spec to the coordinator and print its id. The spec is validated\n"
-                 "first (as `meshtrain plan` does); errors name the JSON path of the field.\n\n"
-                 "  --name N       a label (default: the spec's \"name\")\n"
-                 "  --priority P   higher starts first (default 0)\n");
+    fprintf(out,
+            "usage: meshtrain submit JOB.json [--name N] [--priority P] [--mesh M] [--follow]\n\n"
+            "Submit a job spec to the coordinator and print its id. The spec is validated\n"
+            "first (as `meshtrain plan` does); errors name the JSON path of the field.\n\n"
+            "  --name N       a label (default: the spec's \"name\")\n"
+            "  --priority P   higher starts first (default 0)\n"
+            "  --mesh M       run on this mesh instead of the spec's (\"batch=4\")\n"
+            "  --follow       then follow it as `meshtrain watch` does (exit 0 when it\n"
+            "                 succeeds, 1 when it fails or is cancelled)\n");
+}
+
+/* Replace the spec's "mesh" by the --mesh text ("batch=4,model=2"); *spec is replaced. */
+static mt_code with_mesh(char **spec, const char *text, mt_err *err)
+{
+    cJSON *root = cJSON_Parse(*spec), *m = NULL;
+    mt_mesh *mesh = NULL;
+    char *out;
+    mt_code rc = mt_mesh_parse(text, NULL, 0, &mesh, err);
+
+    if (rc != MT_OK) {
+        cJSON_Delete(root);
+        return rc;
+    }
+    if (root == NULL || !cJSON_IsObject(root) || (m = cJSON_CreateObject()) == NULL) {
+        cJSON_Delete(root);
+        mt_mesh_free(mesh);
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "job spec: not a JSON object");
+    }
+    for (int d = 0; d < mt_mesh_ndims(mesh); d++)
+        cJSON_AddNumberToObject(m, mt_mesh_dim_name(mesh, d), mt_mesh_dim_size(mesh, d));
+    mt_mesh_free(mesh);
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "mesh");
+    cJSON_AddItemToObject(root, "mesh", m);
+    out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (out == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job spec: out of memory");
+    mt_free(*spec);
+    *spec = mt_malloc(strlen(out) + 1);
+    if (*spec == NULL) {
+        cJSON_free(out);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job spec: out of memory");
+    }
+    memcpy(*spec, out, strlen(out) + 1);
+    cJSON_free(out);
+    return MT_OK;
 }
 
 int cmd_submit(const mt_cli_global *g, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"name", required_argument, NULL, 'n'},
-        {"priority", required_argument, NULL, 'p'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"name", required_argument, NULL, 'n'}, {"priority", required_argument, NULL, 'p'},
+        {"mesh", required_argument, NULL, 'm'}, {"follow", no_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0},
     };
+    const char *mesh = NULL;
+    bool follow = false;
+    char job_id[64];
     Meshtrain__SubmitJobRequest req = MESHTRAIN__SUBMIT_JOB_REQUEST__INIT;
     Meshtrain__SubmitJobReply *rep = NULL;
     mt_err err = MT_ERR_INIT;
@@ -47,6 +95,12 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
                 return mt_cli_usage_error("submit", "--priority '%s': expected an integer", optarg);
             req.priority = (int32_t)prio;
             break;
+        case 'm':
+            mesh = optarg;
+            break;
+        case 'f':
+            follow = true;
+            break;
         case 'h':
             usage(stdout);
             return MT_EXIT_OK;
@@ -58,13 +112,19 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
         return mt_cli_usage_error("submit", "expected one JOB.json argument");
     if (mt_cli_read_file(argv[optind], &spec, &len, &err) != MT_OK)
         return mt_cli_fail(&err);
+    if (mesh != NULL && with_mesh(&spec, mesh, &err) != MT_OK) {
+        mt_free(spec);
+        return mt_cli_fail(&err);
+    }
     req.spec_json = spec;
     if (mt_cli_call(g, "SubmitJob", &req.base, (ProtobufCMessage **)&rep, &err) != MT_OK) {
         mt_free(spec);
         return mt_cli_fail(&err);
     }
     printf("%s\n", rep->job_id);
+    fflush(stdout);
+    snprintf(job_id, sizeof(job_id), "%s", rep->job_id);
     protobuf_c_message_free_unpacked(&rep->base, NULL);
     mt_free(spec);
-    return MT_EXIT_OK;
+    return follow ? mt_cli_follow(g, job_id, false) : MT_EXIT_OK;
 }

@@ -29,6 +29,8 @@ static const cli_command commands[] = {
     {"cancel", cmd_cancel, "cancel a job (idempotent)"},
     {"checkpoints", cmd_checkpoints, "list a job's checkpoints"},
     {"plan", cmd_plan, "validate a job spec as submit does; per-device bytes, devices now"},
+    {"watch", cmd_watch, "follow a job: progress bar, eval results, final state"},
+    {"predict", cmd_predict, "run an exported model on IDX or CSV examples (top-k classes)"},
 };
 
 static void usage(FILE *out)

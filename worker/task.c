@@ -1,19 +1,57 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * task.c — the worker's task table, without a task runner (contract in task.h): every
- * assignment is reported FAILED with "task runner not available in this build". Issue #8
- * replaces this file with the runner.
+ * task.c — the worker's task table and task runner (contract in task.h).
+ *
+ * DESIGN. The table (a small array under one mutex) holds what heartbeats report: per (job,
+ * attempt) the state word, the step and the error text. Each started task also has a task_run,
+ * owned by its detached runner thread; the table record points at it only to raise the cancel
+ * flag, and the thread clears that pointer (under the mutex) before it frees the run. `live`
+ * counts runner threads so worker_tasks_stop can wait for them.
+ * A runner does, in order: parse the spec (core/model, core/spmd config), build the mesh from the
+ * assignment's dimensions, load the dataset (every worker reads the same global batches; each
+ * local device takes its slice, so the result does not depend on placement), build the network
+ * world from the rank table (the listener is the worker's, opened at start), download the resume
+ * checkpoint when the assignment names one, then run mt_spmd_run_data with this file's progress,
+ * save and stop hooks. Only the worker holding global rank 0 reports metrics and writes/uploads
+ * checkpoints (the others' numbers are the same bits after the allreduces). A final checkpoint is
+ * always written at the end of training so that `meshtrain export JOB` has the model.
+ * Metric names: loss, accuracy (running means over the epoch, as Keras prints them),
+ * examples_per_sec, epoch_steps and epochs (once per epoch, for progress bars), eval_loss and
+ * eval_accuracy (epoch end).
+ * Threading: heartbeat pool thread (on_assignment/on_cancel/snapshot), runner threads, the
+ * shutdown path; all shared fields are under t->mu; the cancel/stop flags are atomics.
  */
 #include "worker/task.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include "alloc/mt_alloc.h"
+#include "ckpt/mt_ckpt.h"
 #include "log/mt_log.h"
+#include "mesh/mt_mesh.h"
+#include "rpc/mt_rpc.h"
+#include "spmd/mt_spmd.h"
 
-#define MAX_TASKS 64
+#define SVC                  (&meshtrain__coordinator__descriptor)
+#define MAX_TASKS            64
+#define MAX_POINTS           256
+#define FLUSH_S              0.1
+#define CHUNK_BYTES          (4u << 20)
+#define COLL_DEADLINE_MS     30000
+#define NET_WAIT_TRIES       600 /* x 100 ms */
+#define PEER_LOSS_WAIT_TRIES 200 /* x 100 ms */
+
+typedef struct task_run task_run;
 
 typedef struct task_rec {
     char job_id[32];
@@ -21,15 +59,61 @@ typedef struct task_rec {
     char state[16]; /* "running" | "succeeded" | "failed" | "cancelled" */
     unsigned long long step;
     char error[256];
+    task_run *run; /* while its runner thread lives */
 } task_rec;
 
 struct worker_tasks {
     pthread_mutex_t mu;
+    pthread_cond_t cv; /* live dropped */
     task_rec t[MAX_TASKS];
     size_t n;
+    int live; /* runner threads */
+    char coordinator[256];
+    char token[MT_RPC_TOKEN_MAX];
+    int rpc_timeout_ms;
+    mt_coll_net *net;
+    char worker_id[64];
+    char instance[64];
 };
 
-mt_code worker_tasks_new(worker_tasks **out, mt_err *err)
+struct task_run {
+    worker_tasks *tab;
+    char job_id[32];
+    unsigned attempt;
+    char *spec_json;
+    char mesh_text[256];
+    int n_ranks;
+    mt_coll_rank_addr *table; /* addr strings owned */
+    bool has_rank0;
+    uint64_t resume_step;
+    atomic_int cancel; /* the coordinator cancelled it */
+    atomic_int term;   /* the worker is stopping */
+    bool ckpt_on_stop; /* the job has periodic checkpoints */
+    mt_rpc_client *cli;
+    Meshtrain__MetricPoint pts[MAX_POINTS];
+    Meshtrain__MetricPoint *ptrs[MAX_POINTS];
+    size_t npts;
+    double last_flush;
+    int64_t meta_epoch; /* epoch whose epoch_steps/epochs were reported */
+    bool report_warned;
+    char dir[512];
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+mt_code worker_tasks_new(const worker_task_env *env, worker_tasks **out, mt_err *err)
 {
     worker_tasks *t = mt_calloc(1, sizeof(*t));
 
@@ -37,6 +121,12 @@ mt_code worker_tasks_new(worker_tasks **out, mt_err *err)
     if (t == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "worker tasks: out of memory");
     pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    snprintf(t->coordinator, sizeof(t->coordinator), "%s",
+             env->coordinator ? env->coordinator : "");
+    snprintf(t->token, sizeof(t->token), "%s", env->token ? env->token : "");
+    t->rpc_timeout_ms = env->rpc_timeout_ms > 0 ? env->rpc_timeout_ms : 3000;
+    t->net = env->net;
     *out = t;
     return MT_OK;
 }
@@ -45,8 +135,18 @@ void worker_tasks_free(worker_tasks *t)
 {
     if (t == NULL)
         return;
+    worker_tasks_stop(t);
     pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
     mt_free(t);
+}
+
+void worker_tasks_set_identity(worker_tasks *t, const char *worker_id, const char *instance_id)
+{
+    pthread_mutex_lock(&t->mu);
+    snprintf(t->worker_id, sizeof(t->worker_id), "%s", worker_id);
+    snprintf(t->instance, sizeof(t->instance), "%s", instance_id);
+    pthread_mutex_unlock(&t->mu);
 }
 
 static task_rec *find(worker_tasks *t, const char *job_id, unsigned attempt)
@@ -57,25 +157,508 @@ static task_rec *find(worker_tasks *t, const char *job_id, unsigned attempt)
     return NULL;
 }
 
+/* ------------------------------------------------------------------ runner: RPCs */
+
+/* Record the task's state (and tell the coordinator at once with UpdateTask when final or new). */
+static void set_state(task_run *r, const char *state, uint64_t step, const char *error)
+{
+    worker_tasks *t = r->tab;
+    Meshtrain__UpdateTaskRequest req = MESHTRAIN__UPDATE_TASK_REQUEST__INIT;
+    Meshtrain__TaskStatus ts = MESHTRAIN__TASK_STATUS__INIT;
+    ProtobufCMessage *rep = NULL;
+    char wid[64], inst[64];
+    mt_err err = MT_ERR_INIT;
+    task_rec *rec;
+
+    pthread_mutex_lock(&t->mu);
+    rec = find(t, r->job_id, r->attempt);
+    if (rec != NULL) {
+        snprintf(rec->state, sizeof(rec->state), "%s", state);
+        if (step > rec->step)
+            rec->step = step;
+        snprintf(rec->error, sizeof(rec->error), "%s", error);
+        step = rec->step;
+    }
+    snprintf(wid, sizeof(wid), "%s", t->worker_id);
+    snprintf(inst, sizeof(inst), "%s", t->instance);
+    pthread_mutex_unlock(&t->mu);
+    if (r->cli == NULL)
+        return; /* the heartbeat carries it */
+    ts.job_id = r->job_id;
+    ts.state = (char *)state;
+    ts.step = step;
+    ts.error = (char *)error;
+    ts.attempt = r->attempt;
+    req.worker_id = wid;
+    req.instance_id = inst;
+    req.task = &ts;
+    if (mt_rpc_client_call(r->cli, SVC, "UpdateTask", &req.base, &rep, t->rpc_timeout_ms, &err) ==
+        MT_OK)
+        protobuf_c_message_free_unpacked(rep, NULL);
+    else
+        mt_log_warn("job %s: UpdateTask %s: %s: %s (the heartbeat will carry it)", r->job_id, state,
+                    mt_code_name(err.code), err.msg);
+}
+
+static void flush_metrics(task_run *r)
+{
+    Meshtrain__ReportMetricsRequest req = MESHTRAIN__REPORT_METRICS_REQUEST__INIT;
+    ProtobufCMessage *rep = NULL;
+    mt_err err = MT_ERR_INIT;
+    char wid[64];
+
+    r->last_flush = now_s();
+    if (r->npts == 0 || r->cli == NULL)
+        return;
+    pthread_mutex_lock(&r->tab->mu);
+    snprintf(wid, sizeof(wid), "%s", r->tab->worker_id);
+    pthread_mutex_unlock(&r->tab->mu);
+    for (size_t i = 0; i < r->npts; i++)
+        r->ptrs[i] = &r->pts[i];
+    req.worker_id = wid;
+    req.job_id = r->job_id;
+    req.points = r->ptrs;
+    req.n_points = r->npts;
+    if (mt_rpc_client_call(r->cli, SVC, "ReportMetrics", &req.base, &rep, r->tab->rpc_timeout_ms,
+                           &err) == MT_OK) {
+        protobuf_c_message_free_unpacked(rep, NULL);
+    } else if (!r->report_warned) {
+        mt_log_warn("job %s: ReportMetrics: %s: %s (points dropped)", r->job_id,
+                    mt_code_name(err.code), err.msg);
+        r->report_warned = true;
+    }
+    r->npts = 0;
+}
+
+static void add_point(task_run *r, const char *name, uint64_t step, int64_t epoch, double v)
+{
+    Meshtrain__MetricPoint *p;
+
+    if (r->npts == MAX_POINTS)
+        flush_metrics(r);
+    p = &r->pts[r->npts++];
+    meshtrain__metric_point__init(p);
+    p->name = (char *)name; /* static strings */
+    p->step = step;
+    p->epoch = (uint32_t)epoch;
+    p->value = v;
+    p->time_ms = wall_ms();
+}
+
+/* Upload the checkpoint file at path as (job, step) in chunks with its CRC-32. */
+static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
+{
+    task_run *r = ctx;
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = NULL;
+    long size;
+    uLong crc = crc32(0L, Z_NULL, 0);
+    char wid[64], sum[32];
+    mt_code rc = MT_OK;
+
+    if (f == NULL)
+        return mt_err_set(err, MT_NOT_FOUND, "checkpoint %s: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return mt_err_set(err, MT_INTERNAL, "checkpoint %s: cannot size it", path);
+    }
+    buf = mt_malloc((size_t)size + 1);
+    if (buf == NULL || fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        fclose(f);
+        mt_free(buf);
+        return mt_err_set(err, MT_INTERNAL, "checkpoint %s: cannot read it", path);
+    }
+    fclose(f);
+    crc = crc32(crc, buf, (uInt)size);
+    snprintf(sum, sizeof(sum), "crc32:%08lx", (unsigned long)crc);
+    pthread_mutex_lock(&r->tab->mu);
+    snprintf(wid, sizeof(wid), "%s", r->tab->worker_id);
+    pthread_mutex_unlock(&r->tab->mu);
+    for (size_t off = 0; rc == MT_OK;) {
+        Meshtrain__PutCheckpointChunkRequest req = MESHTRAIN__PUT_CHECKPOINT_CHUNK_REQUEST__INIT;
+        ProtobufCMessage *rep = NULL;
+        size_t n = (size_t)size - off < CHUNK_BYTES ? (size_t)size - off : CHUNK_BYTES;
+        req.worker_id = wid;
+        req.job_id = r->job_id;
+        req.step = step;
+        req.offset = off;
+        req.data.data = buf + off;
+        req.data.len = n;
+        req.last = off + n == (size_t)size;
+        req.total_size = (uint64_t)size;
+        req.checksum = req.last ? sum : (char *)"";
+        rc = mt_rpc_client_call(r->cli, SVC, "PutCheckpointChunk", &req.base, &rep, 30000, err);
+        if (rc == MT_OK)
+            protobuf_c_message_free_unpacked(rep, NULL);
+        off += n;
+        if (req.last)
+            break;
+    }
+    mt_free(buf);
+    if (rc == MT_OK)
+        mt_log_info("job %s: checkpoint step %llu uploaded (%ld bytes)", r->job_id,
+                    (unsigned long long)step, size);
+    return rc;
+}
+
+/* Download checkpoint (job, step) into path. */
+static mt_code download(task_run *r, uint64_t step, const char *path, mt_err *err)
+{
+    FILE *f = fopen(path, "wb");
+    uint64_t off = 0;
+    mt_code rc = MT_OK;
+
+    if (f == NULL)
+        return mt_err_set(err, MT_INTERNAL, "resume checkpoint %s: %s", path, strerror(errno));
+    for (;;) {
+        Meshtrain__GetCheckpointChunkRequest req = MESHTRAIN__GET_CHECKPOINT_CHUNK_REQUEST__INIT;
+        Meshtrain__GetCheckpointChunkReply *rep = NULL;
+        bool last;
+        req.job_id = r->job_id;
+        req.step = step;
+        req.offset = off;
+        req.max_bytes = CHUNK_BYTES;
+        rc = mt_rpc_client_call(r->cli, SVC, "GetCheckpointChunk", &req.base,
+                                (ProtobufCMessage **)&rep, 30000, err);
+        if (rc != MT_OK)
+            break;
+        if (rep->data.len > 0 && fwrite(rep->data.data, 1, rep->data.len, f) != rep->data.len)
+            rc = mt_err_set(err, MT_INTERNAL, "resume checkpoint %s: write failed", path);
+        off += rep->data.len;
+        last = rep->last || rep->data.len == 0;
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+        if (rc != MT_OK || last)
+            break;
+    }
+    if (fclose(f) != 0 && rc == MT_OK)
+        rc = mt_err_set(err, MT_INTERNAL, "resume checkpoint %s: write failed", path);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ runner: training hooks */
+
+static mt_code on_progress(void *ctx, const mt_train_progress *p)
+{
+    task_run *r = ctx;
+    worker_tasks *t = r->tab;
+    task_rec *rec;
+
+    pthread_mutex_lock(&t->mu);
+    rec = find(t, r->job_id, r->attempt);
+    if (rec != NULL && (unsigned long long)p->step > rec->step)
+        rec->step = (unsigned long long)p->step;
+    pthread_mutex_unlock(&t->mu);
+    if (r->has_rank0) {
+        if (p->event == MT_TRAIN_STEP) {
+            if (r->meta_epoch != p->epoch) {
+                add_point(r, "epochs", (uint64_t)p->step, p->epoch, (double)p->epochs);
+                add_point(r, "epoch_steps", (uint64_t)p->step, p->epoch, (double)p->epoch_steps);
+                r->meta_epoch = p->epoch;
+            }
+            add_point(r, "loss", (uint64_t)p->step, p->epoch, p->loss);
+            add_point(r, "accuracy", (uint64_t)p->step, p->epoch, p->accuracy);
+            add_point(r, "examples_per_sec", (uint64_t)p->step, p->epoch, p->examples_per_sec);
+        } else {
+            add_point(r, "eval_loss", (uint64_t)p->step, p->epoch, p->test_loss);
+            add_point(r, "eval_accuracy", (uint64_t)p->step, p->epoch, p->test_accuracy);
+        }
+        if (p->event != MT_TRAIN_STEP || now_s() - r->last_flush >= FLUSH_S)
+            flush_metrics(r);
+    }
+    if (atomic_load(&r->cancel))
+        return MT_CANCELLED;
+    if (atomic_load(&r->term))
+        return MT_ABORTED;
+    return MT_OK;
+}
+
+static bool on_stop_save(void *ctx)
+{
+    task_run *r = ctx;
+    return atomic_load(&r->term) && r->ckpt_on_stop;
+}
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+static void remove_dir(const char *dir)
+{
+    uint64_t *steps = NULL;
+    int n = 0;
+    char path[700];
+
+    if (mt_ckpt_list(dir, &steps, &n, NULL) == MT_OK) {
+        for (int i = 0; i < n; i++)
+            if (mt_ckpt_path(path, sizeof(path), dir, steps[i], NULL) == MT_OK)
+                unlink(path);
+        mt_free(steps);
+    }
+    snprintf(path, sizeof(path), "%s/resume.mtc", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* Everything between "running" and the final state. */
+static mt_code run_task(task_run *r, mt_err *err)
+{
+    size_t len = strlen(r->spec_json), in_shape[3] = {0, 0, 0};
+    mt_coll_world_opts wo = MT_COLL_WORLD_DEFAULTS;
+    mt_spmd_run_opts ro = MT_SPMD_RUN_OPTS_DEFAULTS;
+    mt_idx_set train, test;
+    mt_job_spec *spec = NULL;
+    mt_spmd_config cfg;
+    mt_mesh *mesh = NULL;
+    mt_coll_world *world = NULL;
+    mt_train_result res;
+    char resume[600];
+    const char *tmp = getenv("TMPDIR");
+    int in_rank = 0;
+    mt_code rc;
+
+    memset(&cfg, 0, sizeof(cfg));
+    memset(&train, 0, sizeof(train));
+    memset(&test, 0, sizeof(test));
+    if (r->tab->net == NULL)
+        return mt_err_set(err, MT_FAILED_PRECONDITION,
+                          "worker has no data-plane listener (see its log: --data-listen)");
+    if ((rc = mt_job_spec_parse(r->spec_json, len, &spec, err)) != MT_OK ||
+        (rc = mt_spmd_config_parse(r->spec_json, len, &cfg, err)) != MT_OK ||
+        (rc = mt_mesh_parse(r->mesh_text, NULL, 0, &mesh, err)) != MT_OK)
+        goto done;
+    r->ckpt_on_stop = cfg.ckpt_every > 0;
+    rc = mt_spmd_load_data(spec, r->spec_json, ".", &train, &test, &in_rank, in_shape, err);
+    if (rc != MT_OK)
+        goto done;
+    wo.job_id = fnv1a(r->job_id) + r->attempt;
+    wo.default_deadline_ms = COLL_DEADLINE_MS;
+    /* the data plane serves one job at a time: wait for a task still ending (bounded) */
+    for (int tries = 0;; tries++) {
+        rc = mt_coll_world_new_net(r->tab->net, r->n_ranks, r->table, &wo, &world, err);
+        if (rc != MT_FAILED_PRECONDITION || tries == NET_WAIT_TRIES || atomic_load(&r->cancel))
+            break;
+        usleep(100 * 1000);
+    }
+    if (rc != MT_OK)
+        goto done;
+    snprintf(r->dir, sizeof(r->dir), "%s/meshtrain-worker-%d-%s-%u", tmp ? tmp : "/tmp",
+             (int)getpid(), r->job_id, r->attempt);
+    if (mkdir(r->dir, 0700) != 0 && errno != EEXIST) {
+        rc = mt_err_set(err, MT_INTERNAL, "task directory %s: %s", r->dir, strerror(errno));
+        goto done;
+    }
+    if (r->resume_step > 0) {
+        snprintf(resume, sizeof(resume), "%s/resume.mtc", r->dir);
+        if ((rc = download(r, r->resume_step, resume, err)) != MT_OK)
+            goto done;
+        ro.resume = resume;
+        mt_log_info("job %s: resuming from checkpoint step %llu", r->job_id,
+                    (unsigned long long)r->resume_step);
+    }
+    ro.save_dir = r->dir;
+    ro.ckpt_every = cfg.ckpt_every;
+    ro.ckpt_keep = 1;
+    ro.spec_json = r->spec_json;
+    ro.world = world;
+    ro.on_saved = upload;
+    ro.save_on_stop = on_stop_save;
+    r->last_flush = now_s();
+    rc = mt_spmd_run_data(spec, mesh, cfg.layouts, &ro, &train, &test, in_rank, in_shape,
+                          on_progress, r, &res, err);
+    flush_metrics(r);
+    if (rc == MT_OK)
+        mt_log_info("job %s: finished: %lld steps, test accuracy %.4f, %.0f examples/s", r->job_id,
+                    (long long)res.steps, res.test_accuracy, res.examples_per_sec);
+done:
+    mt_coll_world_free(world);
+    if (r->dir[0] != '\0')
+        remove_dir(r->dir);
+    mt_idx_set_fini(&train);
+    mt_idx_set_fini(&test);
+    mt_mesh_free(mesh);
+    mt_spmd_config_fini(&cfg);
+    mt_job_spec_free(spec);
+    return rc;
+}
+
+static void run_free(task_run *r)
+{
+    for (int i = 0; r->table != NULL && i < r->n_ranks; i++)
+        mt_free((char *)r->table[i].addr);
+    mt_free(r->table);
+    mt_free(r->spec_json);
+    mt_free(r);
+}
+
+static void *run_main(void *arg)
+{
+    task_run *r = arg;
+    worker_tasks *t = r->tab;
+    mt_rpc_client_opts co = MT_RPC_CLIENT_OPTS_DEFAULTS;
+    mt_err err = MT_ERR_INIT;
+    mt_code rc;
+    task_rec *rec;
+
+    co.url = t->coordinator;
+    co.token = t->token[0] ? t->token : NULL;
+    co.connect_timeout_ms = t->rpc_timeout_ms;
+    rc = mt_rpc_client_open(&co, &r->cli, &err);
+    if (rc == MT_OK) {
+        set_state(r, "running", 0, "");
+        rc = run_task(r, &err);
+    }
+    if ((rc == MT_UNAVAILABLE || rc == MT_DEADLINE_EXCEEDED) && !atomic_load(&r->term)) {
+        /* a peer was lost: the coordinator decides (a restart cancels this attempt) once it
+         * notices the lost worker; report the failure only if it does not within the wait */
+        mt_log_warn("job %s attempt %u: %s; waiting for the coordinator's decision", r->job_id,
+                    r->attempt, err.msg);
+        for (int i = 0;
+             i < PEER_LOSS_WAIT_TRIES && !atomic_load(&r->cancel) && !atomic_load(&r->term); i++)
+            usleep(100 * 1000);
+    }
+    if (atomic_load(&r->cancel)) {
+        mt_log_info("job %s attempt %u: cancelled", r->job_id, r->attempt);
+        set_state(r, "cancelled", 0, "");
+    } else if (atomic_load(&r->term)) {
+        /* the worker leaves: the coordinator sees it lost and restarts from the checkpoint */
+        mt_log_info("job %s attempt %u: stopped with the worker", r->job_id, r->attempt);
+    } else if (rc == MT_OK) {
+        set_state(r, "succeeded", 0, "");
+    } else {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "%s: %s", mt_code_name(rc), err.msg);
+        mt_log_error("job %s attempt %u failed: %s", r->job_id, r->attempt, msg);
+        set_state(r, "failed", 0, msg);
+    }
+    mt_rpc_client_close(r->cli);
+    pthread_mutex_lock(&t->mu);
+    rec = find(t, r->job_id, r->attempt);
+    if (rec != NULL && rec->run == r)
+        rec->run = NULL;
+    t->live--;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    run_free(r);
+    return NULL;
+}
+
+/* A task_run from the assignment, or NULL with msg set. */
+static task_run *run_from(worker_tasks *t, const Meshtrain__TaskAssignment *a, char *msg,
+                          size_t cap)
+{
+    task_run *r = mt_calloc(1, sizeof(*r));
+    size_t at = 0;
+    const char *mine = t->net != NULL ? mt_coll_net_addr(t->net) : "";
+
+    if (r == NULL) {
+        snprintf(msg, cap, "out of memory");
+        return NULL;
+    }
+    r->tab = t;
+    snprintf(r->job_id, sizeof(r->job_id), "%s", a->job_id);
+    r->attempt = a->attempt;
+    r->resume_step = a->resume_step;
+    r->meta_epoch = -1;
+    r->spec_json = mt_calloc(1, strlen(a->spec_json) + 1);
+    r->n_ranks = (int)a->n_ranks;
+    r->table = mt_calloc(a->n_ranks + 1, sizeof(*r->table));
+    if (r->spec_json == NULL || r->table == NULL) {
+        snprintf(msg, cap, "out of memory");
+        goto fail;
+    }
+    memcpy(r->spec_json, a->spec_json, strlen(a->spec_json) + 1);
+    for (size_t d = 0; d < a->n_mesh; d++) {
+        int n = snprintf(r->mesh_text + at, sizeof(r->mesh_text) - at, "%s%s=%u", d ? "," : "",
+                         a->mesh[d]->name, a->mesh[d]->size);
+        if (n < 0 || (size_t)n >= sizeof(r->mesh_text) - at) {
+            snprintf(msg, cap, "mesh: too many dimensions");
+            goto fail;
+        }
+        at += (size_t)n;
+    }
+    if (a->n_mesh == 0)
+        snprintf(r->mesh_text, sizeof(r->mesh_text), "batch=%zu", a->n_ranks);
+    for (size_t i = 0; i < a->n_ranks; i++) {
+        const Meshtrain__RankAddress *ra = a->ranks[i];
+        char *s;
+        if (ra->rank >= a->n_ranks || r->table[ra->rank].addr != NULL) {
+            snprintf(msg, cap, "rank table: rank %u out of range or repeated", ra->rank);
+            goto fail;
+        }
+        if (ra->data_address == NULL || ra->data_address[0] == '\0') {
+            snprintf(msg, cap,
+                     "rank %u: worker %s has no data-plane address (start it with --data-listen)",
+                     ra->rank, ra->worker_id);
+            goto fail;
+        }
+        s = mt_calloc(1, strlen(ra->data_address) + 1);
+        if (s == NULL) {
+            snprintf(msg, cap, "out of memory");
+            goto fail;
+        }
+        memcpy(s, ra->data_address, strlen(ra->data_address) + 1);
+        r->table[ra->rank].addr = s;
+        r->table[ra->rank].local_index = (int)ra->local_index;
+    }
+    for (size_t i = 0; i < a->n_ranks; i++)
+        if (r->table[i].addr == NULL) {
+            snprintf(msg, cap, "rank table: rank %zu missing", i);
+            goto fail;
+        }
+    r->has_rank0 = a->n_ranks > 0 && strcmp(r->table[0].addr, mine) == 0;
+    return r;
+fail:
+    run_free(r);
+    return NULL;
+}
+
 void worker_on_assignment(worker_tasks *t, const Meshtrain__TaskAssignment *a)
 {
-    task_rec *r;
+    task_rec *rec;
+    task_run *r;
+    char msg[256] = "";
+    pthread_t th;
+    pthread_attr_t attr;
 
     pthread_mutex_lock(&t->mu);
     if (find(t, a->job_id, a->attempt) != NULL || t->n == MAX_TASKS) {
         pthread_mutex_unlock(&t->mu);
         return;
     }
-    r = &t->t[t->n++];
-    memset(r, 0, sizeof(*r));
-    snprintf(r->job_id, sizeof(r->job_id), "%s", a->job_id);
-    r->attempt = a->attempt;
-    snprintf(r->state, sizeof(r->state), "failed");
-    snprintf(r->error, sizeof(r->error), "task runner not available in this build");
+    rec = &t->t[t->n++];
+    memset(rec, 0, sizeof(*rec));
+    snprintf(rec->job_id, sizeof(rec->job_id), "%s", a->job_id);
+    rec->attempt = a->attempt;
+    snprintf(rec->state, sizeof(rec->state), "running");
+    r = run_from(t, a, msg, sizeof(msg));
+    if (r != NULL) {
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&th, &attr, run_main, r) == 0) {
+            rec->run = r;
+            t->live++;
+        } else {
+            snprintf(msg, sizeof(msg), "cannot start the task thread");
+            run_free(r);
+            r = NULL;
+        }
+        pthread_attr_destroy(&attr);
+    }
+    if (r == NULL) {
+        snprintf(rec->state, sizeof(rec->state), "failed");
+        snprintf(rec->error, sizeof(rec->error), "%s", msg);
+    }
     pthread_mutex_unlock(&t->mu);
-    mt_log_warn("job %s attempt %u: %zu of %zu devices here; task runner not available in this "
-                "build, reporting it failed",
-                a->job_id, a->attempt, a->n_devices, a->n_ranks);
+    if (r == NULL)
+        mt_log_error("job %s attempt %u: %s", a->job_id, a->attempt, msg);
+    else
+        mt_log_info("job %s attempt %u: starting with %zu of %zu devices here (resume step %llu)",
+                    a->job_id, a->attempt, a->n_devices, a->n_ranks,
+                    (unsigned long long)a->resume_step);
 }
 
 void worker_on_cancel(worker_tasks *t, const Meshtrain__TaskCancel *x)
@@ -84,11 +667,24 @@ void worker_on_cancel(worker_tasks *t, const Meshtrain__TaskCancel *x)
 
     pthread_mutex_lock(&t->mu);
     r = find(t, x->job_id, x->attempt);
-    if (r != NULL && strcmp(r->state, "running") == 0)
+    if (r != NULL && r->run != NULL)
+        atomic_store(&r->run->cancel, 1);
+    else if (r != NULL && strcmp(r->state, "running") == 0)
         snprintf(r->state, sizeof(r->state), "cancelled");
     pthread_mutex_unlock(&t->mu);
     mt_log_info("job %s attempt %u: cancelled by the coordinator (%s)", x->job_id, x->attempt,
                 x->reason);
+}
+
+void worker_tasks_stop(worker_tasks *t)
+{
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 0; i < t->n; i++)
+        if (t->t[i].run != NULL)
+            atomic_store(&t->t[i].run->term, 1);
+    while (t->live > 0)
+        pthread_cond_wait(&t->cv, &t->mu);
+    pthread_mutex_unlock(&t->mu);
 }
 
 void worker_tasks_snapshot(worker_tasks *t, Meshtrain__TaskStatus ***out, size_t *n)
@@ -134,9 +730,10 @@ void worker_tasks_reported(worker_tasks *t, Meshtrain__TaskStatus *const *s, siz
     pthread_mutex_lock(&t->mu);
     for (size_t k = 0; k < n; k++) {
         task_rec *r = find(t, s[k]->job_id, s[k]->attempt);
-        if (r == NULL || strcmp(s[k]->state, "running") == 0 || strcmp(r->state, s[k]->state) != 0)
+        if (r == NULL || r->run != NULL || strcmp(s[k]->state, "running") == 0 ||
+            strcmp(r->state, s[k]->state) != 0)
             continue;
-        *r = t->t[--t->n]; /* final and seen by the coordinator: forget it */
+        *r = t->t[--t->n]; /* final, seen by the coordinator, thread gone: forget it */
     }
     pthread_mutex_unlock(&t->mu);
 }

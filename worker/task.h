@@ -1,42 +1,67 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * task.h — the worker's tasks as the control plane sees them: what the coordinator assigned,
- * what the worker reports back with each heartbeat.
+ * task.h — the worker's task runner: what the coordinator assigned, running it, and what the
+ * worker reports back.
  *
- * How it fits: worker.c's heartbeat (a pool thread, one RPC at a time) sends
- * worker_tasks_snapshot() as HeartbeatRequest.tasks, then hands each assignment and cancellation
- * of the reply to worker_on_assignment / worker_on_cancel, and calls worker_tasks_reported() so
- * final statuses the coordinator has now seen are dropped. An assignment is repeated by the
- * coordinator until the worker reports a status for that (job, attempt): the same assignment
- * again is ignored.
- * THIS BUILD has no task runner: worker_on_assignment logs and reports the task FAILED with
- * "task runner not available in this build"; the end-to-end issue (#8) replaces task.c with
- * the real runner behind the same functions.
+ * How it fits: worker.c opens the data-plane listener (mt_coll_net) at start and passes it here
+ * with the coordinator address (worker_task_env). Its heartbeat (a pool thread, one RPC at a
+ * time) sends worker_tasks_snapshot() as HeartbeatRequest.tasks, then hands each assignment and
+ * cancellation of the reply to worker_on_assignment / worker_on_cancel, and calls
+ * worker_tasks_reported() so final statuses the coordinator has now seen are dropped. An
+ * assignment is repeated by the coordinator until the worker reports a status for that
+ * (job, attempt): the same assignment again is ignored.
+ *
+ * A task runs on its own thread (never on the loop): it parses the spec, loads the dataset, builds
+ * the network collective world from the rank table, the SPMD trainer for its local devices (one
+ * thread per device, core/spmd), downloads the resume checkpoint (GetCheckpointChunk), and runs the
+ * training loop. The worker holding global rank 0 reports metrics (ReportMetrics, batched: at most
+ * every 100 ms, on the task's own RPC client), writes the checkpoints the spec asks for and
+ * uploads them (PutCheckpointChunk). State changes go out at once with UpdateTask and again with
+ * every heartbeat. Cancel stops the task after the current step; worker_tasks_stop (SIGTERM)
+ * stops every task, writing a checkpoint first when its job has checkpointing.
  * Threading: every function is thread-safe (one internal mutex).
- * Tests: tests/integration/test_jobs.sh (a real worker gets an assignment, the job fails with
- * that text).
+ * Tests: tests/integration/test_e2e.sh, tests/integration/test_jobs.sh.
  */
 #ifndef MT_WORKER_TASK_H
 #define MT_WORKER_TASK_H
 
 #include <stddef.h>
 
+#include "coll/mt_coll.h"
 #include "proto/coordinator.pb-c.h"
 #include "status/mt_status.h"
 
 typedef struct worker_tasks worker_tasks;
 
-/* A new, empty task table (returns owned: worker_tasks_free). RESOURCE_EXHAUSTED. */
-mt_code worker_tasks_new(worker_tasks **out, mt_err *err);
+/* What tasks need from the worker (strings copied; net borrowed, must outlive the table). */
+typedef struct worker_task_env {
+    const char *coordinator; /* control-plane URL */
+    const char *token;       /* credential, NULL = none */
+    mt_coll_net *net;        /* data-plane endpoint; NULL: every assignment fails */
+    int rpc_timeout_ms;
+} worker_task_env;
 
-/* Free the table; NULL is a no-op. */
+/* A new, empty task table (returns owned: worker_tasks_free). RESOURCE_EXHAUSTED. */
+mt_code worker_tasks_new(const worker_task_env *env, worker_tasks **out, mt_err *err);
+
+/* Free the table after worker_tasks_stop; NULL is a no-op. */
 void worker_tasks_free(worker_tasks *t);
+
+/* The worker's identity at the coordinator (after each registration); strings copied. */
+void worker_tasks_set_identity(worker_tasks *t, const char *worker_id, const char *instance_id);
 
 /* Start the task `a` describes (borrowed for the call). Ignores a (job, attempt) it knows. */
 void worker_on_assignment(worker_tasks *t, const Meshtrain__TaskAssignment *a);
 
 /* Stop the task of (x->job_id, x->attempt) (borrowed), if it runs. */
 void worker_on_cancel(worker_tasks *t, const Meshtrain__TaskCancel *x);
+
+/*
+ * Stop every running task (checkpointing first when its job has checkpointing) and wait until
+ * their threads ended (bounded by the collectives' deadlines). Blocks; not on the loop thread's
+ * hot path (called once at shutdown).
+ */
+void worker_tasks_stop(worker_tasks *t);
 
 /* A copy of every task's status for a heartbeat: *out (returns owned, with *n entries; free
  * with worker_tasks_snapshot_free). *out NULL and *n 0 when there are none or memory ran out. */

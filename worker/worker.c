@@ -18,6 +18,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "clock/mt_clock.h"
+#include "coll/mt_coll.h"
 #include "log/mt_log.h"
 #include "proto/coordinator.pb-c.h"
 #include "rpc/mt_rpc.h"
@@ -54,6 +55,7 @@ struct mt_worker {
 
     mt_rpc_client *cli;  /* used only from pool work, one at a time */
     worker_tasks *tasks; /* assigned tasks and their statuses (task.h) */
+    mt_coll_net *net;    /* data-plane listener, opened by mt_worker_open */
 
     /* result of the last pool job, read in after_work */
     mt_code rc;
@@ -94,16 +96,29 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
     if (w == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "worker: out of memory");
     w->opts = *o;
-    if (worker_tasks_new(&w->tasks, err) != MT_OK) {
-        mt_free(w);
-        return MT_RESOURCE_EXHAUSTED;
+    {
+        const char *url =
+            o->data_listen && o->data_listen[0] ? o->data_listen : "tcp://127.0.0.1:0";
+        worker_task_env env = {o->coordinator, o->token, NULL, o->rpc_timeout_ms};
+        mt_err nerr = MT_ERR_INIT;
+        mt_code rc;
+        if (mt_coll_net_new(url, &w->net, &nerr) != MT_OK) /* register anyway (monitoring) */
+            mt_log_error("data plane %s: %s: %s; this worker cannot run tasks", url,
+                         mt_code_name(nerr.code), nerr.msg);
+        env.net = w->net;
+        if ((rc = worker_tasks_new(&env, &w->tasks, err)) != MT_OK) {
+            mt_coll_net_free(w->net);
+            mt_free(w);
+            return rc;
+        }
     }
     if (gethostname(w->host, sizeof(w->host) - 1) != 0)
         snprintf(w->host, sizeof(w->host), "localhost");
     snprintf(w->name, sizeof(w->name), "%.63s", o->name && o->name[0] ? o->name : w->host);
     snprintf(w->coordinator, sizeof(w->coordinator), "%s", o->coordinator);
     snprintf(w->token, sizeof(w->token), "%s", o->token ? o->token : "");
-    snprintf(w->data_listen, sizeof(w->data_listen), "%s", o->data_listen ? o->data_listen : "");
+    snprintf(w->data_listen, sizeof(w->data_listen), "%s",
+             w->net != NULL ? mt_coll_net_addr(w->net) : (o->data_listen ? o->data_listen : ""));
     random_hex(w->instance);
     if (ncpu < 1)
         ncpu = 1;
@@ -238,8 +253,9 @@ static void after_work(uv_work_t *req, int status)
         if (w->got_interval >= 50)
             w->interval_ms = w->got_interval;
         w->state = W_REGISTERED;
-        mt_log_info("registered as %s with %d devices at %s (coordinator %s)", w->worker_id,
-                    w->ndev, w->coordinator, w->coord_instance);
+        worker_tasks_set_identity(w->tasks, w->worker_id, w->instance);
+        mt_log_info("registered as %s with %d devices at %s (coordinator %s), data plane %s",
+                    w->worker_id, w->ndev, w->coordinator, w->coord_instance, w->data_listen);
         uv_timer_set_repeat(&w->tick, (uint64_t)w->interval_ms);
         return;
     }
@@ -305,6 +321,7 @@ mt_code mt_worker_run(mt_worker *w, mt_err *err)
     uv_timer_start(&w->tick, on_tick, 0, 1000);
     uv_run(&w->loop, UV_RUN_DEFAULT);
     uv_loop_close(&w->loop);
+    worker_tasks_stop(w->tasks); /* running tasks checkpoint (when their job allows) and end */
     return MT_OK;
 }
 
@@ -319,5 +336,6 @@ void mt_worker_free(mt_worker *w)
         return;
     mt_rpc_client_close(w->cli);
     worker_tasks_free(w->tasks);
+    mt_coll_net_free(w->net);
     mt_free(w);
 }

@@ -189,11 +189,18 @@ typedef struct mt_spmd_run_opts {
     int ckpt_keep;         /* keep the N newest checkpoints (0: keep all) */
     const char *resume;    /* checkpoint to continue from (borrowed), or NULL */
     const char *spec_json; /* stored in every checkpoint (borrowed), may be NULL */
+    mt_coll_world *world;  /* network world for a multi-process run (borrowed), or NULL; only the
+                              process holding rank 0 writes checkpoints */
+    /* called after each checkpoint is written (ctx = the progress ctx, path, step), e.g. to
+       upload it; may be NULL; a non-OK return stops the run */
+    mt_code (*on_saved)(void *ctx, const char *path, uint64_t step, mt_err *err);
+    /* called when progress stopped the run: true = checkpoint the last step before returning */
+    bool (*save_on_stop)(void *ctx);
 } mt_spmd_run_opts;
 
 #define MT_SPMD_RUN_OPTS_DEFAULTS                                                                  \
     {                                                                                              \
-        0, 0, NULL, 0, 0, NULL, NULL                                                               \
+        0, 0, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL                                             \
     }
 
 /*

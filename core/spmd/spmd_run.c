@@ -232,6 +232,10 @@ mt_code mt_spmd_load_data(const mt_job_spec *spec, const char *spec_json, const 
 typedef struct run_ctx {
     mt_spmd *s;
     const mt_spmd_run_opts *o;
+    void *ctx;           /* the progress context, passed to o's hooks */
+    int64_t step, epoch; /* position after the last step (for a save on stop) */
+    size_t pos;
+    bool saved; /* a checkpoint holds that position */
 } run_ctx;
 
 static mt_code run_step(void *ctx, const float *x, const int32_t *labels, size_t n, uint64_t step,
@@ -246,18 +250,17 @@ static mt_code run_evaluate(void *ctx, const float *x, const int32_t *labels, si
     return mt_spmd_evaluate(((run_ctx *)ctx)->s, x, labels, n, loss_sum, correct, err);
 }
 
-/* Checkpoint every o->ckpt_every steps and after the last step; keep the newest o->ckpt_keep. */
-static mt_code run_after_step(void *ctx, int64_t step, int64_t epoch, size_t pos, bool last,
-                              mt_err *err)
+/* Write the checkpoint of position (step, epoch, pos); only the process holding rank 0. */
+static mt_code save_ckpt(run_ctx *r, int64_t step, int64_t epoch, size_t pos, mt_err *err)
 {
-    run_ctx *r = ctx;
     const mt_spmd_run_opts *o = r->o;
     char path[4096];
     mt_spmd_position p = {(uint64_t)step, (uint64_t)epoch, pos};
     mt_code rc;
 
-    if (o->save_dir == NULL || !(last || (o->ckpt_every > 0 && step % o->ckpt_every == 0)))
-        return MT_OK;
+    r->saved = true;
+    if (o->world != NULL && mt_coll_world_comm(o->world, 0) == NULL)
+        return MT_OK; /* the process holding rank 0 writes it */
     rc = mt_ckpt_path(path, sizeof(path), o->save_dir, (uint64_t)step, err);
     if (rc == MT_OK)
         rc = mt_spmd_save(r->s, path, &p, o->spec_json, err);
@@ -265,6 +268,33 @@ static mt_code run_after_step(void *ctx, int64_t step, int64_t epoch, size_t pos
         rc = mt_ckpt_retain(o->save_dir, o->ckpt_keep, NULL, err);
     if (rc == MT_OK)
         mt_log_info("checkpoint %s (step %lld)", path, (long long)step);
+    if (rc == MT_OK && o->on_saved != NULL)
+        rc = o->on_saved(r->ctx, path, (uint64_t)step, err);
+    return rc;
+}
+
+/* Checkpoint every o->ckpt_every steps and after the last step; keep the newest o->ckpt_keep. */
+static mt_code run_after_step(void *ctx, int64_t step, int64_t epoch, size_t pos, bool last,
+                              mt_err *err)
+{
+    run_ctx *r = ctx;
+    const mt_spmd_run_opts *o = r->o;
+
+    mt_err serr = MT_ERR_INIT;
+    mt_code rc;
+
+    r->step = step, r->epoch = epoch, r->pos = pos, r->saved = false;
+    if (o->save_dir == NULL || !(last || (o->ckpt_every > 0 && step % o->ckpt_every == 0)))
+        return MT_OK;
+    rc = save_ckpt(r, step, epoch, pos, &serr);
+    if (rc == MT_FAILED_PRECONDITION && last && o->ckpt_every == 0 && o->world != NULL) {
+        /* the final model of a job that asked for no checkpoints: the shards of this process
+         * do not cover every tensor (layout spread over processes); training still succeeded */
+        mt_log_warn("final checkpoint not written: %s", serr.msg);
+        return MT_OK;
+    }
+    if (rc != MT_OK)
+        mt_err_set(err, rc, "%s", serr.msg);
     return rc;
 }
 
@@ -276,7 +306,7 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
     mt_train_options topt = {o->epochs, o->steps};
     mt_train_backend be = {NULL, run_step, run_evaluate, run_after_step};
     mt_train_start start = {0, 0, 0};
-    run_ctx r = {NULL, o};
+    run_ctx r = {NULL, o, ctx, 0, 0, 0, true};
     size_t ex = 1, bs = spec->batch_size < train->n ? spec->batch_size : train->n;
     mt_code rc;
 
@@ -288,7 +318,7 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
     if (o->save_dir != NULL && mkdir(o->save_dir, 0755) != 0 && errno != EEXIST)
         return mt_err_set(err, errno == EACCES ? MT_PERMISSION_DENIED : MT_NOT_FOUND,
                           "checkpoint directory %s: %s", o->save_dir, strerror(errno));
-    rc = mt_spmd_new(spec, mesh, map, in_rank, in_shape, bs, NULL, &r.s, err);
+    rc = mt_spmd_new(spec, mesh, map, in_rank, in_shape, bs, o->world, &r.s, err);
     if (rc != MT_OK)
         return rc;
     if (o->resume != NULL) {
@@ -305,6 +335,10 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
     be.ctx = &r;
     rc = mt_train_loop(spec, &topt, train, test, &be, o->resume != NULL ? &start : NULL, progress,
                        ctx, res, err);
+    /* stopped by progress (cancel, shutdown): checkpoint the last step when asked to */
+    if (rc != MT_OK && !r.saved && o->save_dir != NULL && o->save_on_stop != NULL &&
+        o->save_on_stop(ctx))
+        save_ckpt(&r, r.step, r.epoch, r.pos, NULL);
 done:
     mt_spmd_free(r.s);
     return rc;

@@ -144,16 +144,21 @@ jq -e '[.placement[].worker_id] | unique | length == 1 and .[0] != "'"$VICTIM"'"
     >/dev/null || fail "job4 should now run on the surviving worker"
 log "$JOB4: $VICTIM lost -> RESTARTING -> resumed from a checkpoint on the other worker -> SUCCEEDED"
 
-# ---- a real worker without a task runner: the job FAILS with its error text
+# ---- a real worker whose task fails: the job FAILS with the runner's error text (the training
+# images are deleted after submit, so the worker's task cannot read them)
 kill "$FW1" "$FW2" 2>/dev/null || true
 lost() { mt workers --json | jq -e '[.workers[] | select(.state == "alive")] | length == 0'; }
 wait_for 20 "fake workers lost" lost
-bg real "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name real
+mkdir -p "$T/data"
+cp /usr/share/datasets/fashion-mnist/*.gz "$T/data/"
 spec "$T/job3.json" '{"batch": 1}' 10
-JOB3=$(mt submit "$T/job3.json")
+jq --arg d "$T/data" '.dataset.train_images = $d + "/train-images-idx3-ubyte.gz"' "$T/job3.json" >"$T/job3b.json"
+JOB3=$(mt submit "$T/job3b.json")
+rm -f "$T/data/train-images-idx3-ubyte.gz"
+bg real "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name real
 failed() { mt status --json "$1" | jq -e '.state == "FAILED"'; }
 wait_for 30 "job3 failed" failed "$JOB3"
-mt status "$JOB3" | grep -q 'error     worker real: task runner not available in this build' ||
+mt status "$JOB3" | grep -q "error     worker real: NOT_FOUND: .*train-images-idx3-ubyte.gz" ||
     fail "error text: $(mt status "$JOB3")"
-log "real worker: job FAILED with 'task runner not available in this build'"
+log "real worker: job FAILED with the task's error text"
 log "PASS"

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# e2e.sh [BUILD_DIR] — distributed training throughput (examples/s) through the whole product:
+# a real coordinator and real workers on loopback run the Fashion-MNIST MLP and CNN (global
+# batch 128, Adam) with 1 worker x 1 device, 1 worker x 2 devices and 2 workers x 1 device; the
+# figure is the job's examples_per_sec metric (training only, evaluation excluded). Beside it,
+# PyTorch DistributedDataParallel (gloo, 2 processes x 1 thread, global batch 128 split 64 + 64)
+# on the same models and data, measured in the same run. Both get the same OPENBLAS_CORETYPE.
+# Installs python3-torch when missing (root + apt-get). Never run by ctest.
+# Env: E2E_STEPS_MLP (default 300), E2E_STEPS_CNN (default 80).
+set -euo pipefail
+BUILD=${1:-build}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+SMLP=${E2E_STEPS_MLP:-300}
+SCNN=${E2E_STEPS_CNN:-80}
+export OPENBLAS_NUM_THREADS=1
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+    if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+fi
+T=$(mktemp -d /tmp/mt-bench-e2e.XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$T"
+}
+trap cleanup EXIT
+echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, one BLAS thread per device; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+"$BUILD/meshtrain-coordinator" --state-dir "$T/state" --listen tcp://127.0.0.1:0 \
+    --http 127.0.0.1:0 --heartbeat-ms 200 2>"$T/coord.log" &
+PIDS+=($!)
+for _ in $(seq 100); do [ -s "$T/state/endpoints.json" ] && break; sleep 0.1; done
+URL=$(sed 's/.*"rpc": "\([^"]*\)".*/\1/' "$T/state/endpoints.json")
+mt() { "$BUILD/meshtrain" --coordinator "$URL" "$@"; }
+WPIDS=()
+workers() { # workers N DEVICES: replace the running workers
+    for p in "${WPIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
+    WPIDS=()
+    for i in $(seq "$1"); do
+        "$BUILD/meshtrain-worker" --coordinator "$URL" --devices "$2" --name "b$RANDOM$i" \
+            2>>"$T/workers.log" &
+        WPIDS+=($!)
+        PIDS+=($!)
+    done
+    for _ in $(seq 200); do
+        [ "$(mt workers --state alive --json | grep -c '"worker_id"')" = "$1" ] && return 0
+        sleep 0.1
+    done
+    echo "workers did not register" >&2
+    exit 1
+}
+rate() { # rate EXAMPLE STEPS MESH -> examples/s of the job (its last examples_per_sec point)
+    sed -e 's/"batch_size": *[0-9]*/"batch_size": 128/' -e '0,/{/s//{"steps": '"$2"',/' \
+        "$SRC/examples/$1" >"$T/job.json"
+    local job
+    job=$(mt submit "$T/job.json" --mesh "$3" --name bench)
+    mt watch --json "$job" >"$T/points" || { echo "job $job failed" >&2; exit 1; }
+    grep '"examples_per_sec"' "$T/points" | tail -n 1 | sed 's/.*"value": \([0-9.e+]*\).*/\1/' |
+        awk '{ printf "%.0f\n", $1 }'
+}
+
+PY=${TORCH_PYTHON:-/usr/bin/python3}
+[ -x "$PY" ] || PY=python3
+if ! "$PY" -c 'import torch' 2>/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -q python3-torch >/dev/null 2>&1 || true
+fi
+cat >"$T/ddp.py" <<'PY'
+import gzip, os, sys, time
+import numpy as np
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+def load():
+    d = "/usr/share/datasets/fashion-mnist/"
+    x = np.frombuffer(gzip.open(d + "train-images-idx3-ubyte.gz").read(), np.uint8, offset=16)
+    y = np.frombuffer(gzip.open(d + "train-labels-idx1-ubyte.gz").read(), np.uint8, offset=8)
+    return torch.tensor(x.reshape(-1, 1, 28, 28) / 255.0, dtype=torch.float32), torch.tensor(y, dtype=torch.long)
+def model(kind):
+    nn = torch.nn
+    if kind == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+    return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1600, 64), nn.ReLU(), nn.Linear(64, 10))
+def run(rank, kind, steps, port, q):
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    x, y = load()
+    m = torch.nn.parallel.DistributedDataParallel(model(kind))
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3, eps=1e-7)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    per = 64
+    def step(i):
+        j = (i * 128 + rank * per) % (x.shape[0] - 128)
+        opt.zero_grad()
+        loss_fn(m(x[j:j + per]), y[j:j + per]).backward()
+        opt.step()
+    for i in range(10):
+        step(i)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for i in range(steps):
+        step(i)
+    dist.barrier()
+    if rank == 0:
+        q.put(round(128 * steps / (time.perf_counter() - t0)))
+    dist.destroy_process_group()
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = 29500 + os.getpid() % 1000
+    ps = [ctx.Process(target=run, args=(r, sys.argv[1], int(sys.argv[2]), port, q)) for r in range(2)]
+    for p in ps: p.start()
+    print(q.get())
+    for p in ps: p.join()
+PY
+ddp_rate() { # mlp|cnn STEPS -> examples/s of DDP, 2 processes x 1 thread, global batch 128
+    "$PY" "$T/ddp.py" "$1" "$2"
+}
+
+printf "%-4s %16s %16s %16s %16s %12s\n" model "1 worker x 1" "1 worker x 2" "2 workers x 1" \
+    "torch DDP 2x1" "2x1 / DDP"
+for m in mlp:fashion_mnist_mlp.json:$SMLP cnn:fashion_mnist_cnn.json:$SCNN; do
+    IFS=: read -r name job steps <<<"$m"
+    workers 1 1
+    r11=$(rate "$job" "$steps" batch=1)
+    workers 1 2
+    r12=$(rate "$job" "$steps" batch=2)
+    workers 2 1
+    r21=$(rate "$job" "$steps" batch=2)
+    if "$PY" -c 'import torch' 2>/dev/null; then
+        ddp=$(ddp_rate "$name" "$steps")
+        ratio=$(awk -v a="$r21" -v b="$ddp" 'BEGIN { printf "%.2fx", a / b }')
+    else
+        ddp="n/a" ratio="n/a"
+    fi
+    printf "%-4s %16s %16s %16s %16s %12s\n" "$name" "$r11" "$r12" "$r21" "$ddp" "$ratio"
+done
+echo "scaling 1 -> 2 devices is r12 / (2 x r11) on this 2-core machine shared with other work"

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cmd_watch.c — `meshtrain watch JOB [--json]`: follow a job's metrics (history first, then
+ * live) with a progress bar per epoch, the eval results at each epoch end and the final state.
+ * Exit 0 when the job SUCCEEDED, 1 when it FAILED or was CANCELLED (client/follow.c).
+ */
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "client/follow.h"
+
+int cmd_watch(const mt_cli_global *g, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    bool json = false;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'j') {
+            json = true;
+            continue;
+        }
+        if (c == 'h') {
+            printf("usage: meshtrain watch JOB [--json]\n\n"
+                   "Follow a job until it ends: its stored metrics first, then live ones. On a\n"
+                   "terminal, a progress bar per epoch (loss, accuracy, ETA) and the eval results\n"
+                   "at each epoch end; otherwise one line per update. --json prints one object\n"
+                   "per metric point and a final {\"final\": true, \"state\": ...} line.\n"
+                   "Exit 0 when the job succeeded, 1 when it failed or was cancelled.\n");
+            return MT_EXIT_OK;
+        }
+        return mt_cli_usage_error("watch", "unknown option");
+    }
+    if (optind + 1 != argc)
+        return mt_cli_usage_error("watch", "expected one JOB argument");
+    return mt_cli_follow(g, argv[optind], json);
+}

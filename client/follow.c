@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * follow.c — the progress view of `meshtrain watch` and `submit --follow` (contract in follow.h).
+ *
+ * The view keeps the latest value of each metric the runner reports. The step inside an epoch
+ * is step - (epoch - 1) * S where S is the longest epoch_steps seen (every epoch but a capped
+ * last one has the full length). An epoch's line is closed when its eval results arrive or the
+ * next epoch begins, so history pages that span several epochs print every epoch.
+ */
+#include "client/follow.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/jobs_util.h"
+#include "rpc/mt_rpc.h"
+#include "watch/mt_watch.h"
+
+#define BAR_WIDTH 30
+
+typedef struct view {
+    bool tty, json;
+    int64_t epochs, epoch, epoch_steps, full;
+    uint64_t step, drawn; /* latest step; the step of the last plain line */
+    double loss, acc, eval_loss, eval_acc;
+    bool have_loss, have_acc, have_eval, line_open, printed_step;
+    int64_t t0_ms, last_ms; /* first and latest point times of the epoch */
+} view;
+
+static int64_t epoch_step(const view *v)
+{
+    int64_t s = (int64_t)v->step - (v->epoch - 1) * v->full;
+    if (v->full == 0 || s < 0)
+        s = (int64_t)v->step;
+    if (v->epoch_steps > 0 && s > v->epoch_steps)
+        s = v->epoch_steps;
+    return s;
+}
+
+static void fmt_metrics(const view *v, char *out, size_t cap)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    if (v->have_loss)
+        at += (size_t)snprintf(out + at, cap - at, " - loss: %.4f", v->loss);
+    if (v->have_acc && at < cap)
+        snprintf(out + at, cap - at, " - accuracy: %.4f", v->acc);
+}
+
+static void draw(view *v, bool done)
+{
+    char bar[BAR_WIDTH + 1], m[128], head[64];
+    int64_t s = epoch_step(v), n = v->epoch_steps > 0 ? v->epoch_steps : s;
+    int fill = n > 0 ? (int)(BAR_WIDTH * s / n) : 0;
+    double ms_per = s > 1 ? (double)(v->last_ms - v->t0_ms) / (double)(s - 1) : 0.0;
+
+    if (v->epoch == 0)
+        return;
+    fmt_metrics(v, m, sizeof(m));
+    snprintf(head, sizeof(head), "Epoch %" PRId64 "/%" PRId64, v->epoch,
+             v->epochs > 0 ? v->epochs : v->epoch);
+    if (!v->tty) {
+        v->drawn = v->step;
+        printf("%s  step %" PRId64 "/%" PRId64 "%s\n", head, s, n, m);
+        fflush(stdout);
+        return;
+    }
+    for (int i = 0; i < BAR_WIDTH; i++)
+        bar[i] = i < fill ? '=' : '.';
+    if (fill > 0 && fill < BAR_WIDTH)
+        bar[fill - 1] = '>';
+    else if (fill == 0 && s > 0)
+        bar[0] = '>';
+    bar[BAR_WIDTH] = '\0';
+    if (done)
+        printf("\r\033[K%s  %" PRId64 "/%" PRId64 " [%s] - %.0fs%s", head, s, n, bar,
+               (double)(v->last_ms - v->t0_ms) / 1000.0 + ms_per / 1000.0, m);
+    else
+        printf("\r\033[K%s  %" PRId64 "/%" PRId64 " [%s] - ETA: %.0fs%s", head, s, n, bar,
+               ms_per * (double)(n - s) / 1000.0, m);
+    v->line_open = true;
+    fflush(stdout);
+}
+
+/* Close the current epoch's line, with its eval results when they came. */
+static void close_epoch(view *v)
+{
+    if (v->epoch == 0)
+        return;
+    if (v->tty) {
+        draw(v, true);
+        if (v->have_eval)
+            printf(" - eval_loss: %.4f - eval_accuracy: %.4f", v->eval_loss, v->eval_acc);
+        printf("\n");
+    } else if (v->have_eval) {
+        if (v->drawn != v->step)
+            draw(v, false);
+        printf("Epoch %" PRId64 "/%" PRId64 "  eval_loss: %.4f - eval_accuracy: %.4f\n", v->epoch,
+               v->epochs > 0 ? v->epochs : v->epoch, v->eval_loss, v->eval_acc);
+    }
+    fflush(stdout);
+    v->line_open = false;
+    v->have_eval = false;
+}
+
+static void json_point(const mt_watch_point *p)
+{
+    printf("{\"step\": %" PRIu64 ", \"epoch\": %u, \"name\": \"%s\", \"value\": %.9g, "
+           "\"time_ms\": %" PRId64 "}\n",
+           p->step, p->epoch, p->name, p->value, p->time_ms);
+}
+
+static void apply(view *v, const mt_watch_event *ev)
+{
+    bool stepped = false;
+
+    for (size_t i = 0; i < ev->n_points; i++) {
+        const mt_watch_point *p = &ev->points[i];
+        if (v->json) {
+            json_point(p);
+            continue;
+        }
+        if ((int64_t)p->epoch != v->epoch && p->epoch > 0) {
+            if (v->line_open || v->have_eval || (v->epoch > 0 && stepped))
+                close_epoch(v);
+            v->epoch = p->epoch;
+            v->t0_ms = p->time_ms;
+            v->have_loss = v->have_acc = false;
+            stepped = false;
+        }
+        if (p->step > v->step)
+            v->step = p->step;
+        v->last_ms = p->time_ms;
+        if (strcmp(p->name, "epochs") == 0) {
+            v->epochs = (int64_t)p->value;
+        } else if (strcmp(p->name, "epoch_steps") == 0) {
+            v->epoch_steps = (int64_t)p->value;
+            if (v->epoch_steps > v->full)
+                v->full = v->epoch_steps;
+        } else if (strcmp(p->name, "loss") == 0) {
+            v->loss = p->value, v->have_loss = true, stepped = true;
+        } else if (strcmp(p->name, "accuracy") == 0) {
+            v->acc = p->value, v->have_acc = true;
+        } else if (strcmp(p->name, "eval_loss") == 0) {
+            v->eval_loss = p->value, v->have_eval = true;
+        } else if (strcmp(p->name, "eval_accuracy") == 0) {
+            v->eval_acc = p->value, v->have_eval = true;
+        }
+    }
+    if (v->json) {
+        fflush(stdout);
+        return;
+    }
+    if (v->have_eval)
+        close_epoch(v);
+    else if (stepped)
+        draw(v, false);
+}
+
+int mt_cli_follow(const mt_cli_global *g, const char *job_id, bool json)
+{
+    mt_rpc_client *cli = NULL;
+    mt_watch *w = NULL;
+    mt_err err = MT_ERR_INIT;
+    mt_watch_event ev;
+    view v;
+    mt_code rc;
+    int code = MT_EXIT_FAILED;
+
+    memset(&v, 0, sizeof(v));
+    v.tty = isatty(STDOUT_FILENO);
+    v.json = json;
+    if ((rc = mt_cli_connect(g, &cli, &err)) != MT_OK ||
+        (rc = mt_watch_open(cli, job_id, 0, g->timeout_ms, &w, &err)) != MT_OK) {
+        mt_rpc_client_close(cli);
+        return mt_cli_fail(&err);
+    }
+    for (;;) {
+        rc = mt_watch_next(w, 1000, &ev, &err);
+        if (rc == MT_DEADLINE_EXCEEDED) {
+            mt_err_clear(&err);
+            continue;
+        }
+        if (rc != MT_OK) {
+            if (v.line_open)
+                printf("\n");
+            code = mt_cli_fail(&err);
+            break;
+        }
+        apply(&v, &ev);
+        if (!ev.final)
+            continue;
+        if (v.line_open)
+            printf("\n");
+        if (json)
+            printf("{\"final\": true, \"job_id\": \"%s\", \"state\": \"%s\", \"error\": \"%s\"}\n",
+                   job_id, ev.state, ev.error[0] ? "see meshtrain status" : "");
+        else if (ev.error[0] != '\0')
+            printf("job %s %s: %s\n", job_id, ev.state, ev.error);
+        else
+            printf("job %s %s\n", job_id, ev.state);
+        code = strcmp(ev.state, "SUCCEEDED") == 0 ? MT_EXIT_OK : MT_EXIT_FAILED;
+        break;
+    }
+    fflush(stdout);
+    mt_watch_close(w);
+    mt_rpc_client_close(cli);
+    return code;
+}

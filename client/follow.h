@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * follow.h — follow a job's metrics on the terminal (`meshtrain watch`, `submit --follow`).
+ *
+ * How it fits: built on core/watch (history first, then live, then the final state). On a
+ * terminal it draws a Keras-Progbar-style line per epoch that it redraws in place
+ * (`Epoch 2/5  312/469 [===========>....] - ETA: 3s - loss: 0.4123 - accuracy: 0.8512`), ends it
+ * with the epoch's time and the eval results, and prints the final state; elsewhere it prints
+ * one plain line per update. The progress bar needs the metrics the worker's task runner
+ * reports (epochs, epoch_steps, loss, accuracy, eval_loss, eval_accuracy; worker/task.c).
+ * Threading: the CLI's main thread. Tests: tests/integration/test_e2e.sh.
+ */
+#ifndef MT_CLIENT_FOLLOW_H
+#define MT_CLIENT_FOLLOW_H
+
+#include <stdbool.h>
+
+#include "client/cli.h"
+
+/*
+ * Follow job_id (borrowed) until it ends. json: one JSON object per point and a final
+ * {"final": true, "state": ...} line. Returns MT_EXIT_OK when the job SUCCEEDED, MT_EXIT_FAILED
+ * when it FAILED or was CANCELLED, or the exit code of a connection/lookup failure (printed).
+ */
+int mt_cli_follow(const mt_cli_global *g, const char *job_id, bool json);
+
+#endif
