@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cmd_train.c — `meshtrain train --local JOB.json [--epochs N] [--steps N] [--json]`: trains a
- * job spec in this process (core/train) and prints a Keras-Progbar line per epoch (updated in
+ * cmd_train.c — `meshtrain train --local JOB.json [--epochs N] [--steps N] [--json]
+ * [--data-root DIR]...`: checks that the spec's files lie under the data roots (core/pathsafe;
+ * default: the current directory and /usr/share/datasets), then trains the job spec in this
+ * process (core/train) and prints a Keras-Progbar line per epoch (updated in
  * place with \r on a terminal), or with --json one JSON object per epoch and a final one.
  * Exit codes (cli.h): 0 ok, 2 usage, 4 invalid spec or data, 1 other failures.
  */
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 #include "model/mt_model.h"
+#include "pathsafe/mt_pathsafe.h"
 #include "train/mt_train.h"
 
 typedef struct train_out {
@@ -24,12 +27,15 @@ typedef struct train_out {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: meshtrain train --local JOB.json [--epochs N] [--steps N] [--json]\n\n"
+    fprintf(f, "usage: meshtrain train --local JOB.json [--epochs N] [--steps N] [--json]\n"
+               "                       [--data-root DIR]...\n\n"
                "Train the job spec JOB.json in this process on one device.\n\n"
                "  --local      run here (required in this build)\n"
                "  --epochs N   override the spec's epochs\n"
                "  --steps N    stop after N steps in total\n"
                "  --json       one JSON object per epoch, then a final one\n"
+               "  --data-root DIR  the spec's files must lie under DIR (repeatable; default: the\n"
+               "               current directory and " MT_PATHSAFE_DEFAULT_DATASETS ")\n"
                "  -h, --help   this help\n"
                "The job spec format is described in docs/job-spec.md.\n");
 }
@@ -95,10 +101,17 @@ static bool parse_count(const char *s, int64_t *out)
 int cmd_train(const mt_cli_global *g, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"local", no_argument, NULL, 'L'},       {"epochs", required_argument, NULL, 'e'},
-        {"steps", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"local", no_argument, NULL, 'L'},
+        {"epochs", required_argument, NULL, 'e'},
+        {"steps", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'j'},
+        {"data-root", required_argument, NULL, 'R'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
+    const char *root_args[MT_PATHSAFE_MAX_ROOTS];
+    int n_roots = 0;
+    mt_pathsafe *roots = NULL;
     mt_train_options topt = MT_TRAIN_OPTIONS_DEFAULTS;
     train_out out = {false, false, 0.0};
     mt_err err = MT_ERR_INIT;
@@ -128,6 +141,12 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
         case 'j':
             out.json = true;
             break;
+        case 'R':
+            if (n_roots == MT_PATHSAFE_MAX_ROOTS)
+                return mt_cli_usage_error("train", "at most %d --data-root options",
+                                          MT_PATHSAFE_MAX_ROOTS);
+            root_args[n_roots++] = optarg;
+            break;
         case 'h':
             usage(stdout);
             return MT_EXIT_OK;
@@ -140,10 +159,14 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
     if (!local)
         return mt_cli_usage_error("train", "only --local training is available in this build");
     out.tty = isatty(STDOUT_FILENO) != 0;
-    rc = mt_job_spec_load(argv[optind], &spec, &err);
-    if (rc != MT_OK)
-        return mt_cli_fail(&err);
-    rc = mt_train_run(spec, &topt, on_progress, &out, &res, &err);
+    rc = mt_pathsafe_new_roots(root_args, n_roots, &roots, &err);
+    if (rc == MT_OK)
+        rc = mt_job_spec_load(argv[optind], &spec, &err);
+    if (rc == MT_OK) /* the spec's files must lie under a data root */
+        rc = mt_pathsafe_check_job_spec(roots, spec, &err);
+    mt_pathsafe_free(roots);
+    if (rc == MT_OK)
+        rc = mt_train_run(spec, &topt, on_progress, &out, &res, &err);
     mt_job_spec_free(spec);
     if (rc != MT_OK)
         return mt_cli_fail(&err);

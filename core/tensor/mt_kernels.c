@@ -10,7 +10,9 @@
  * vectorises loops whose trip count is a known multiple of the vector width. O3 for this file
  * alone made the CNN step about N times faster (bench/train_throughput.sh).
  */
+#if defined(__GNUC__) && !defined(__clang__) /* clang has no such pragma (fuzz builds) */
 #pragma GCC optimize("O3")
+#endif
 
 #include "tensor/mt_tensor.h"
 

@@ -30,7 +30,15 @@ expect 4 "meshtrain: INVALID_ARGUMENT: model.layers\[2\].units: must be a positi
 echo '{"model":{"layers":[{"type":"dense","units":10}]}}' >"$TMP/flat.json"
 expect 4 "INVALID_ARGUMENT: model.layers\[0\]: dense needs a flat input" train --local "$TMP/flat.json"
 echo '{"dataset":{"train_images":"/nonexistent.gz"},"model":{"layers":[{"type":"flatten"},{"type":"dense","units":10}]}}' >"$TMP/nodata.json"
-expect 4 "NOT_FOUND: open /nonexistent.gz" train --local "$TMP/nodata.json"
+expect 4 "NOT_FOUND: open /nonexistent.gz" train --local --data-root / "$TMP/nodata.json"
+# data roots (core/pathsafe): without --data-root only the current directory and
+# /usr/share/datasets are allowed
+expect 4 "PERMISSION_DENIED: path /nonexistent.gz resolves to /nonexistent.gz, outside the data roots" \
+    train --local "$TMP/nodata.json"
+echo '{"dataset":{"train_images":"'"$TMP"'/../../etc/passwd"},"model":{"layers":[{"type":"flatten"},{"type":"dense","units":10}]}}' >"$TMP/escape.json"
+expect 4 "PERMISSION_DENIED: path .*etc/passwd resolves to /etc/passwd, outside the data roots $TMP" \
+    train --local --data-root "$TMP" "$TMP/escape.json"
+expect 4 "NOT_FOUND: --data-root /nonexistent-root: No such file" train --local --data-root /nonexistent-root "$TMP/escape.json"
 if [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     # non-TTY: one Progbar line per epoch, then the test line
     expect 0 "^Epoch 1/1  5/5 \[==============================\] - [0-9]*s [0-9]*ms/step - loss: [0-9.]* - accuracy: [0-9.]* - test_loss" \
