@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include <regex.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc/mt_alloc.h"
@@ -335,6 +336,77 @@ void mt_layout_map_path(const mt_layout_map *map, int i, char *buf, size_t n)
     entry_path(map->entries[i].key, buf, n);
 }
 
+/*
+ * Estimated size of the tree glibc's regcomp builds for an ERE. regcomp copies a repeated
+ * sub-expression once per repetition ("x{3,5}": 5 copies, "x+": 2), so stacked or nested
+ * repetitions multiply: "a" followed by 29 '+' needed > 2 GB (fuzz_spec_layout seed
+ * crash-f02848b769fb399f). Counted in doubles, so it cannot overflow.
+ */
+static double regex_cost(const char *p)
+{
+    double sum[MT_LAYOUT_REGEX_MAX_DEPTH + 1], last = 0;
+    int depth = 0;
+
+    sum[0] = 0;
+    while (*p != '\0') {
+        double k = 0;
+        if (*p == '(') {
+            if (depth == MT_LAYOUT_REGEX_MAX_DEPTH)
+                return 1e300;
+            sum[++depth] = 0;
+            last = 0;
+            p++;
+            continue;
+        }
+        if (*p == ')' && depth > 0) {
+            last = sum[depth--] + 1;
+            sum[depth] += last;
+            p++;
+            continue;
+        }
+        if (*p == '*' || *p == '?')
+            k = 1;
+        else if (*p == '+')
+            k = 2;
+        else if (*p == '{' && p[1] >= '0' && p[1] <= '9') { /* {m} {m,} {m,n} */
+            char *end;
+            double m = (double)strtoul(p + 1, &end, 10), n = m;
+            if (*end == ',' && end[1] >= '0' && end[1] <= '9')
+                n = (double)strtoul(end + 1, &end, 10);
+            else if (*end == ',')
+                n = m + 1, end++;
+            k = (m > n ? m : n) + 1;
+            p = *end != '\0' ? end : end - 1; /* at the '}': skipped below */
+        }
+        if (k > 0) { /* a repetition of the last item */
+            sum[depth] += last * (k - 1) + 1;
+            last = last * k + 1;
+            p++;
+            continue;
+        }
+        if (*p == '[') { /* a bracket expression is one item; "[]...]" and "[^]...]" */
+            p++;
+            if (*p == '^')
+                p++;
+            if (*p == ']')
+                p++;
+            while (*p != '\0' && *p != ']')
+                p++;
+        } else if (*p == '\\' && p[1] != '\0') {
+            p++;
+        }
+        last = *p == '|' ? 0 : 1;
+        sum[depth] += 1;
+        if (*p != '\0')
+            p++;
+    }
+    while (depth > 0) {
+        double g = sum[depth--];
+        sum[depth] += g;
+    }
+    return sum[0];
+}
+
 mt_code mt_layout_map_add(mt_layout_map *map, const char *regex, const mt_layout *layout,
                           mt_err *err)
 {
@@ -359,6 +431,11 @@ mt_code mt_layout_map_add(mt_layout_map *map, const char *regex, const mt_layout
         map->cap = cap;
     }
     len = strlen(regex);
+    if (len > MT_LAYOUT_REGEX_MAX_LEN || regex_cost(regex) > MT_LAYOUT_REGEX_MAX_COST)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED,
+                          "%s: regular expression too large or with too many nested or stacked "
+                          "repetitions (limits: %d bytes, about %d compiled states)",
+                          path, MT_LAYOUT_REGEX_MAX_LEN, MT_LAYOUT_REGEX_MAX_COST);
     anchored = mt_malloc(len + 5);
     if (anchored == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", path);
