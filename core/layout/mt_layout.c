@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 #include <regex.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,30 +338,43 @@ void mt_layout_map_path(const mt_layout_map *map, int i, char *buf, size_t n)
 }
 
 /*
- * Estimated size of the tree glibc's regcomp builds for an ERE. regcomp copies a repeated
- * sub-expression once per repetition ("x{3,5}": 5 copies, "x+": 2), so stacked or nested
- * repetitions multiply: "a" followed by 29 '+' needed > 2 GB (fuzz_spec_layout seed
- * crash-f02848b769fb399f). Counted in doubles, so it cannot overflow.
+ * Whether glibc's regcomp could take too long or too much memory on this ERE. regcomp copies a
+ * repeated sub-expression once per repetition ("x{3,5}": 5 copies, "x+": 2), so stacked or nested
+ * repetitions multiply its size ("a" followed by 29 '+' needed > 2 GB: fuzz_spec_layout seed
+ * crash-f02848b769fb399f), and its epsilon closures grow with interleaved optional repetitions
+ * ("a+++++??????+++++++" runs for minutes: seed crash-0a4cf8237f146fef). Refused: a repetition
+ * right after another ("a+?" means nothing in an ERE), repetitions nested more than
+ * MT_LAYOUT_REGEX_MAX_NESTED deep, more than MT_LAYOUT_REGEX_MAX_DEPTH groups deep, and an
+ * estimated tree of more than MT_LAYOUT_REGEX_MAX_COST nodes (counted in doubles: no overflow).
  */
-static double regex_cost(const char *p)
+static bool regex_too_complex(const char *p)
 {
     double sum[MT_LAYOUT_REGEX_MAX_DEPTH + 1], last = 0;
-    int depth = 0;
+    int nest[MT_LAYOUT_REGEX_MAX_DEPTH + 1], last_nest = 0, depth = 0;
+    bool after_rep = false;
 
     sum[0] = 0;
+    nest[0] = 0;
     while (*p != '\0') {
         double k = 0;
         if (*p == '(') {
             if (depth == MT_LAYOUT_REGEX_MAX_DEPTH)
-                return 1e300;
-            sum[++depth] = 0;
+                return true;
+            depth++;
+            sum[depth] = 0;
+            nest[depth] = 0;
             last = 0;
+            last_nest = 0;
+            after_rep = false;
             p++;
             continue;
         }
         if (*p == ')' && depth > 0) {
-            last = sum[depth--] + 1;
+            last = sum[depth] + 1;
+            last_nest = nest[depth];
+            depth--;
             sum[depth] += last;
+            after_rep = false;
             p++;
             continue;
         }
@@ -379,8 +393,12 @@ static double regex_cost(const char *p)
             p = *end != '\0' ? end : end - 1; /* at the '}': skipped below */
         }
         if (k > 0) { /* a repetition of the last item */
+            if (after_rep || ++last_nest > MT_LAYOUT_REGEX_MAX_NESTED)
+                return true;
+            nest[depth] = last_nest > nest[depth] ? last_nest : nest[depth];
             sum[depth] += last * (k - 1) + 1;
             last = last * k + 1;
+            after_rep = true;
             p++;
             continue;
         }
@@ -396,6 +414,8 @@ static double regex_cost(const char *p)
             p++;
         }
         last = *p == '|' ? 0 : 1;
+        last_nest = 0;
+        after_rep = false;
         sum[depth] += 1;
         if (*p != '\0')
             p++;
@@ -404,7 +424,7 @@ static double regex_cost(const char *p)
         double g = sum[depth--];
         sum[depth] += g;
     }
-    return sum[0];
+    return sum[0] > MT_LAYOUT_REGEX_MAX_COST;
 }
 
 mt_code mt_layout_map_add(mt_layout_map *map, const char *regex, const mt_layout *layout,
@@ -431,11 +451,13 @@ mt_code mt_layout_map_add(mt_layout_map *map, const char *regex, const mt_layout
         map->cap = cap;
     }
     len = strlen(regex);
-    if (len > MT_LAYOUT_REGEX_MAX_LEN || regex_cost(regex) > MT_LAYOUT_REGEX_MAX_COST)
+    if (len > MT_LAYOUT_REGEX_MAX_LEN || regex_too_complex(regex))
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED,
                           "%s: regular expression too large or with too many nested or stacked "
-                          "repetitions (limits: %d bytes, about %d compiled states)",
-                          path, MT_LAYOUT_REGEX_MAX_LEN, MT_LAYOUT_REGEX_MAX_COST);
+                          "repetitions (limits: %d bytes, %d groups deep, repetitions nested %d "
+                          "deep, none right after another, about %d compiled states)",
+                          path, MT_LAYOUT_REGEX_MAX_LEN, MT_LAYOUT_REGEX_MAX_DEPTH,
+                          MT_LAYOUT_REGEX_MAX_NESTED, MT_LAYOUT_REGEX_MAX_COST);
     anchored = mt_malloc(len + 5);
     if (anchored == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", path);
