@@ -9,7 +9,9 @@ export OPENBLAS_NUM_THREADS=1
 status=0
 for m in mlp:0.85 cnn:0.88; do
     name=${m%%:*} need=${m##*:}
-    final=$("$BUILD/meshtrain" train --local "$SRC/examples/fashion_mnist_$name.json" --json | tee /dev/stderr | grep '"final":true')
+    out=$("$BUILD/meshtrain" train --local "$SRC/examples/fashion_mnist_$name.json" --json)
+    echo "$out"
+    final=$(echo "$out" | grep '"final":true')
     python3 - "$final" "$need" "$name" <<'PY' || status=1
 import json, sys
 r = json.loads(sys.argv[1]); need = float(sys.argv[2])

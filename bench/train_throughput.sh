@@ -20,13 +20,16 @@ mt_rate() { # JOB STEPS -> examples/s
         python3 -c 'import json,sys; print(round([json.loads(l) for l in sys.stdin][-1]["examples_per_sec"]))'
 }
 
-if ! python3 -c 'import torch' 2>/dev/null; then
+# Debian's python3-torch installs for the system interpreter, which may not be the first python3
+PY=${TORCH_PYTHON:-/usr/bin/python3}
+[ -x "$PY" ] || PY=python3
+if ! "$PY" -c 'import torch' 2>/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         apt-get install -y -q python3-torch >/dev/null 2>&1 || true
     fi
 fi
 torch_rate() { # mlp|cnn -> examples/s
-    python3 - "$1" <<'PY'
+    "$PY" - "$1" <<'PY'
 import sys, time, torch
 torch.set_num_threads(1)
 torch.manual_seed(0)
@@ -59,7 +62,7 @@ printf "%-6s %14s %14s %8s\n" model "meshtrain ex/s" "pytorch ex/s" ratio
 for m in mlp:fashion_mnist_mlp.json:469 cnn:fashion_mnist_cnn.json:200; do
     IFS=: read -r name job steps <<<"$m"
     ours=$(mt_rate "$job" "$steps")
-    if python3 -c 'import torch' 2>/dev/null; then
+    if "$PY" -c 'import torch' 2>/dev/null; then
         theirs=$(torch_rate "$name")
         ratio=$(python3 -c "print(f'{$ours / $theirs:.2f}x')")
     else

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cmd_train.c — `meshtrain train --local JOB.json [--epochs N] [--steps N] [--json]
- * [--data-root DIR]...`: checks that the spec's files lie under the data roots (core/pathsafe;
- * default: the current directory and /usr/share/datasets), then trains the job spec in this
- * process (core/train) and prints a Keras-Progbar line per epoch (updated in
- * place with \r on a terminal), or with --json one JSON object per epoch and a final one.
+ * cmd_train.c — `meshtrain train --local JOB.json [--mesh M] [--save DIR] [--resume CKPT]
+ * [--epochs N] [--steps N] [--json] [--data-root DIR]...`: checks that the spec's data files lie
+ * under the data roots (core/pathsafe; default: the current directory and /usr/share/datasets),
+ * then trains the job spec in this process and prints a
+ * Keras-Progbar line per epoch (updated in place with \r on a terminal), or with --json one JSON
+ * object per epoch and a final one. A spec without mesh, checkpoints or a non-IDX dataset runs
+ * on the one-device engine (core/train); anything else runs on the SPMD trainer (core/spmd) with
+ * one thread per mesh device.
  * Exit codes (cli.h): 0 ok, 2 usage, 4 invalid spec or data, 1 other failures.
  */
 #include "client/cli.h"
@@ -15,8 +18,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc/mt_alloc.h"
 #include "model/mt_model.h"
 #include "pathsafe/mt_pathsafe.h"
+#include "spmd/mt_spmd.h"
 #include "train/mt_train.h"
 
 typedef struct train_out {
@@ -27,16 +32,21 @@ typedef struct train_out {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: meshtrain train --local JOB.json [--epochs N] [--steps N] [--json]\n"
-               "                       [--data-root DIR]...\n\n"
-               "Train the job spec JOB.json in this process on one device.\n\n"
-               "  --local      run here (required in this build)\n"
-               "  --epochs N   override the spec's epochs\n"
-               "  --steps N    stop after N steps in total\n"
-               "  --json       one JSON object per epoch, then a final one\n"
-               "  --data-root DIR  the spec's files must lie under DIR (repeatable; default: the\n"
-               "               current directory and " MT_PATHSAFE_DEFAULT_DATASETS ")\n"
-               "  -h, --help   this help\n"
+    fprintf(f, "usage: meshtrain train --local JOB.json [--mesh M] [--save DIR] [--resume CKPT]\n"
+               "                       [--epochs N] [--steps N] [--json] [--data-root DIR]...\n\n"
+               "Train the job spec JOB.json in this process; mesh devices run as threads.\n\n"
+               "  --local         run here (required in this build)\n"
+               "  --mesh M        override the spec's mesh, e.g. \"batch=4,model=2\"\n"
+               "  --save DIR      write checkpoints (ckpt-<step>.mtc) to DIR: every\n"
+               "                  checkpoint.every_steps steps and at the end\n"
+               "  --resume CKPT   continue from a checkpoint written on any mesh\n"
+               "  --epochs N      override the spec's epochs\n"
+               "  --steps N       stop after N steps in total\n"
+               "  --json          one JSON object per epoch, then a final one\n"
+               "  --data-root DIR the spec's data files must lie under DIR (repeatable;\n"
+               "                  default: the current directory and " MT_PATHSAFE_DEFAULT_DATASETS
+               ")\n"
+               "  -h, --help      this help\n"
                "The job spec format is described in docs/job-spec.md.\n");
 }
 
@@ -56,7 +66,7 @@ static void progbar(const mt_train_progress *p, bool end)
            (long long)p->epoch, (long long)p->epochs, (long long)p->epoch_step,
            (long long)p->epoch_steps, bar, p->epoch_seconds, ms, p->loss, p->accuracy);
     if (end)
-        printf(" - test_loss: %.4f - test_accuracy: %.4f\n", p->test_loss, p->test_accuracy);
+        printf(" - test_loss: %.4f - test_accuracy: %.4f", p->test_loss, p->test_accuracy);
 }
 
 static mt_code on_progress(void *ctx, const mt_train_progress *p)
@@ -77,11 +87,13 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
         if (o->tty)
             printf("\r");
         progbar(p, true);
+        printf(o->tty ? "\033[K\n" : "\n"); /* on a terminal, erase a longer previous draw */
         fflush(stdout);
         o->last_draw = 0.0;
     } else if (o->tty && (p->epoch_seconds - o->last_draw >= 0.1 || p->epoch_step == 1)) {
         printf("\r");
         progbar(p, false);
+        printf("\033[K");
         fflush(stdout);
         o->last_draw = p->epoch_seconds;
     }
@@ -98,22 +110,132 @@ static bool parse_count(const char *s, int64_t *out)
     return true;
 }
 
+/* Read a whole file into a NUL-terminated owned buffer. */
+static mt_code read_text(const char *path, char **out, size_t *len, mt_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+
+    *out = NULL;
+    if (f == NULL)
+        return mt_err_set(err, MT_NOT_FOUND, "open %s: cannot read", path);
+    for (;;) {
+        size_t got;
+        if (n + 4096 + 1 > cap) {
+            char *nb = mt_realloc(buf, cap = 2 * cap + 4096 + 1);
+            if (nb == NULL) {
+                mt_free(buf);
+                fclose(f);
+                return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", path);
+            }
+            buf = nb;
+        }
+        got = fread(buf + n, 1, 4096, f);
+        n += got;
+        if (got < 4096)
+            break;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return MT_OK;
+}
+
+typedef struct train_args {
+    const char *mesh, *save, *resume;
+    const char *roots[MT_PATHSAFE_MAX_ROOTS]; /* --data-root values */
+    int n_roots;
+} train_args;
+
+/* The directory of the spec file at path, against which its relative data paths resolve. */
+static void spec_base_dir(const char *path, char *base, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    snprintf(base, cap, "%.*s", slash != NULL ? (int)(slash - path) : 1,
+             slash != NULL ? path : ".");
+}
+
+/* Every data file the spec at path names must lie under a data root (core/pathsafe). */
+static mt_code check_data_roots(const char *path, const mt_job_spec *spec, const train_args *a,
+                                mt_err *err)
+{
+    mt_pathsafe *roots = NULL;
+    char *text = NULL, base[4096];
+    size_t len = 0;
+    mt_code rc = mt_pathsafe_new_roots(a->roots, a->n_roots, &roots, err);
+
+    if (rc == MT_OK)
+        rc = mt_pathsafe_check_job_spec(roots, spec, err);
+    if (rc == MT_OK && strcmp(spec->dataset.format, "idx") != 0 &&
+        (rc = read_text(path, &text, &len, err)) == MT_OK) {
+        spec_base_dir(path, base, sizeof(base));
+        rc = mt_pathsafe_check_dataset_json(roots, text, len, base, err);
+    }
+    mt_free(text);
+    mt_pathsafe_free(roots);
+    return rc;
+}
+
+/* The SPMD path: mesh from --mesh or the spec (batch=1 without either). */
+static mt_code run_spmd(const char *path, const mt_job_spec *spec, const train_args *a,
+                        const mt_train_options *topt, train_out *out, mt_train_result *res,
+                        mt_err *err)
+{
+    mt_spmd_config cfg;
+    mt_spmd_run_opts ro = MT_SPMD_RUN_OPTS_DEFAULTS;
+    mt_idx_set train, test;
+    mt_mesh *override = NULL;
+    const mt_mesh *mesh;
+    char *text = NULL, base[4096];
+    size_t len = 0, in_shape[3] = {0, 0, 0};
+    int in_rank = 0;
+    mt_code rc;
+
+    memset(&cfg, 0, sizeof(cfg));
+    spec_base_dir(path, base, sizeof(base));
+    if ((rc = read_text(path, &text, &len, err)) != MT_OK)
+        return rc;
+    rc = mt_spmd_config_parse(text, len, &cfg, err);
+    if (rc == MT_OK && (a->mesh != NULL || cfg.mesh == NULL))
+        rc = mt_mesh_parse(a->mesh != NULL ? a->mesh : "batch=1", NULL, 0, &override, err);
+    if (rc != MT_OK)
+        goto done;
+    mesh = override != NULL ? override : cfg.mesh;
+    rc = mt_spmd_load_data(spec, text, base, &train, &test, &in_rank, in_shape, err);
+    if (rc != MT_OK)
+        goto done;
+    ro.epochs = topt->epochs;
+    ro.steps = topt->steps;
+    ro.save_dir = a->save;
+    ro.ckpt_every = cfg.ckpt_every;
+    ro.ckpt_keep = cfg.ckpt_keep;
+    ro.resume = a->resume;
+    ro.spec_json = text;
+    rc = mt_spmd_run_data(spec, mesh, cfg.layouts, &ro, &train, &test, in_rank, in_shape,
+                          on_progress, out, res, err);
+    mt_idx_set_fini(&train);
+    mt_idx_set_fini(&test);
+done:
+    mt_mesh_free(override);
+    mt_spmd_config_fini(&cfg);
+    mt_free(text);
+    return rc;
+}
+
 int cmd_train(const mt_cli_global *g, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"local", no_argument, NULL, 'L'},
-        {"epochs", required_argument, NULL, 'e'},
-        {"steps", required_argument, NULL, 's'},
-        {"json", no_argument, NULL, 'j'},
-        {"data-root", required_argument, NULL, 'R'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"local", no_argument, NULL, 'L'},        {"epochs", required_argument, NULL, 'e'},
+        {"steps", required_argument, NULL, 's'},  {"json", no_argument, NULL, 'j'},
+        {"mesh", required_argument, NULL, 'm'},   {"save", required_argument, NULL, 'S'},
+        {"resume", required_argument, NULL, 'r'}, {"data-root", required_argument, NULL, 'R'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
-    const char *root_args[MT_PATHSAFE_MAX_ROOTS];
-    int n_roots = 0;
-    mt_pathsafe *roots = NULL;
     mt_train_options topt = MT_TRAIN_OPTIONS_DEFAULTS;
     train_out out = {false, false, 0.0};
+    train_args ta = {NULL, NULL, NULL, {NULL}, 0};
     mt_err err = MT_ERR_INIT;
     mt_train_result res;
     mt_job_spec *spec = NULL;
@@ -141,11 +263,25 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
         case 'j':
             out.json = true;
             break;
+        case 'm': {
+            mt_mesh *m = NULL;
+            if (mt_mesh_parse(optarg, NULL, 0, &m, &err) != MT_OK)
+                return mt_cli_usage_error("train", "--mesh: %s", err.msg);
+            mt_mesh_free(m);
+            ta.mesh = optarg;
+            break;
+        }
+        case 'S':
+            ta.save = optarg;
+            break;
         case 'R':
-            if (n_roots == MT_PATHSAFE_MAX_ROOTS)
+            if (ta.n_roots == MT_PATHSAFE_MAX_ROOTS)
                 return mt_cli_usage_error("train", "at most %d --data-root options",
                                           MT_PATHSAFE_MAX_ROOTS);
-            root_args[n_roots++] = optarg;
+            ta.roots[ta.n_roots++] = optarg;
+            break;
+        case 'r':
+            ta.resume = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -159,14 +295,30 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
     if (!local)
         return mt_cli_usage_error("train", "only --local training is available in this build");
     out.tty = isatty(STDOUT_FILENO) != 0;
-    rc = mt_pathsafe_new_roots(root_args, n_roots, &roots, &err);
+    rc = mt_job_spec_load(argv[optind], &spec, &err);
     if (rc == MT_OK)
-        rc = mt_job_spec_load(argv[optind], &spec, &err);
-    if (rc == MT_OK) /* the spec's files must lie under a data root */
-        rc = mt_pathsafe_check_job_spec(roots, spec, &err);
-    mt_pathsafe_free(roots);
-    if (rc == MT_OK)
-        rc = mt_train_run(spec, &topt, on_progress, &out, &res, &err);
+        rc = check_data_roots(argv[optind], spec, &ta, &err);
+    if (rc != MT_OK) {
+        mt_job_spec_free(spec);
+        return mt_cli_fail(&err);
+    }
+    {
+        mt_spmd_config cfg;
+        char *text = NULL;
+        size_t len = 0;
+        bool spmd = ta.mesh != NULL || ta.save != NULL || ta.resume != NULL ||
+                    strcmp(spec->dataset.format, "idx") != 0;
+        rc = spmd ? MT_OK : read_text(argv[optind], &text, &len, &err);
+        if (!spmd && rc == MT_OK && (rc = mt_spmd_config_parse(text, len, &cfg, &err)) == MT_OK) {
+            spmd = cfg.mesh != NULL || mt_layout_map_count(cfg.layouts) > 0 ||
+                   mt_layout_map_input(cfg.layouts) != NULL;
+            mt_spmd_config_fini(&cfg);
+        }
+        mt_free(text);
+        if (rc == MT_OK)
+            rc = spmd ? run_spmd(argv[optind], spec, &ta, &topt, &out, &res, &err)
+                      : mt_train_run(spec, &topt, on_progress, &out, &res, &err);
+    }
     mt_job_spec_free(spec);
     if (rc != MT_OK)
         return mt_cli_fail(&err);

@@ -24,9 +24,10 @@ const char *mt_blas_pick_coretype(bool avx512f, bool avx2);
 
 /*
  * If OPENBLAS_CORETYPE is unset and this process was not re-executed yet: pick the type from
- * __builtin_cpu_supports, setenv it and the marker, and execv("/proc/self/exe", argv) (argv
- * borrowed; on exec failure it logs a warning and continues). Then, unless OPENBLAS_NUM_THREADS is
- * set, use one BLAS thread. Logs the choice at debug level. Never returns an error.
+ * __builtin_cpu_supports, setenv it, the marker and (when unset) OPENBLAS_NUM_THREADS=1, and
+ * execv("/proc/self/exe", argv) (argv borrowed; on exec failure it logs a warning, restores the
+ * environment and continues). Then, unless OPENBLAS_NUM_THREADS was set by the user, use one BLAS
+ * thread. Logs the choice at debug level. Never returns an error.
  */
 void mt_blas_boot(int argc, char **argv);
 

@@ -75,7 +75,7 @@ typedef struct mt_optimizer_spec {
 
 /* The dataset section. The data module (core/data) may replace the parser and extend this. */
 typedef struct mt_dataset_spec {
-    char format[16]; /* "idx" */
+    char format[16]; /* "idx"; "text" / "synthetic": read by core/spmd from the JSON */
     char train_images[MT_SPEC_PATH_MAX], train_labels[MT_SPEC_PATH_MAX];
     char test_images[MT_SPEC_PATH_MAX], test_labels[MT_SPEC_PATH_MAX];
 } mt_dataset_spec;

@@ -139,14 +139,19 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
         return MT_OK;
     if (!cJSON_IsObject(node))
         return bad(err, "dataset", "must be an object");
-    rc = check_keys(node, "dataset", keys, err);
-    if (rc != MT_OK)
-        return rc;
     rc = get_str(node, "format", "dataset.format", &s, err);
     if (rc != MT_OK)
         return rc;
+    if (s != NULL && (strcmp(s, "text") == 0 || strcmp(s, "synthetic") == 0)) {
+        /* read by the SPMD trainer (core/spmd), which validates the rest of the section */
+        snprintf(out->format, sizeof(out->format), "%s", s);
+        return MT_OK;
+    }
     if (s != NULL && strcmp(s, "idx") != 0)
-        return bad(err, "dataset.format", "must be \"idx\"");
+        return bad(err, "dataset.format", "must be \"idx\" (or \"text\", \"synthetic\")");
+    rc = check_keys(node, "dataset", keys, err);
+    if (rc != MT_OK)
+        return rc;
     for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof(path), "dataset.%s", fields[i]);
         rc = get_str(node, fields[i], path, &s, err);

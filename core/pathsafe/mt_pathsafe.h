@@ -81,7 +81,8 @@ mt_code mt_pathsafe_check(const mt_pathsafe *ps, const char *path, int flags, ch
 mt_code mt_pathsafe_check_glob(const mt_pathsafe *ps, const char *pattern, mt_err *err);
 
 /*
- * Check the four dataset files of a job spec (core/model; empty names are skipped). A missing
+ * Check the four dataset files of a job spec whose dataset format is "idx" (core/model; empty
+ * names are skipped; other formats pass: see mt_pathsafe_check_dataset_json). A missing
  * file inside a root passes (its loader reports NOT_FOUND with its own message); outside the
  * roots it is PERMISSION_DENIED whether it exists or not, so existence outside is not revealed.
  */
@@ -91,5 +92,15 @@ mt_code mt_pathsafe_check_job_spec(const mt_pathsafe *ps, const struct mt_job_sp
 /* Check every file (and IDX labels file) of both splits of a data spec (core/data), as above. */
 mt_code mt_pathsafe_check_data_spec(const mt_pathsafe *ps, const struct mt_data_spec *spec,
                                     mt_err *err);
+
+/*
+ * Check the files of the "dataset" section of a job spec (JSON text, borrowed) in the
+ * input-pipeline form (a "train" key; format text, csv or idx pairs): the section is parsed with
+ * mt_data_spec_parse (relative paths against base_dir; globs expanded) and every file checked.
+ * A section without "train", or a synthetic one, passes. Codes: as mt_pathsafe_check plus the
+ * data spec parser's (INVALID_ARGUMENT, NOT_FOUND for a missing file or empty glob).
+ */
+mt_code mt_pathsafe_check_dataset_json(const mt_pathsafe *ps, const char *spec_json, size_t len,
+                                       const char *base_dir, mt_err *err);
 
 #endif

@@ -6,6 +6,7 @@
  */
 #include "pathsafe/mt_pathsafe.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <glob.h>
 #include <limits.h>
@@ -213,6 +214,8 @@ mt_code mt_pathsafe_check_job_spec(const mt_pathsafe *ps, const struct mt_job_sp
     const char *files[4] = {spec->dataset.train_images, spec->dataset.train_labels,
                             spec->dataset.test_images, spec->dataset.test_labels};
 
+    if (strcmp(spec->dataset.format, "idx") != 0)
+        return MT_OK; /* the IDX fields hold unused defaults; see check_dataset_json */
     for (int i = 0; i < 4; i++) {
         mt_code rc = files[i][0]
                          ? mt_pathsafe_check(ps, files[i], MT_PATHSAFE_MAY_BE_MISSING, NULL, 0, err)
@@ -242,4 +245,27 @@ mt_code mt_pathsafe_check_data_spec(const mt_pathsafe *ps, const struct mt_data_
 {
     mt_code rc = check_list(ps, &spec->train, err);
     return rc == MT_OK ? check_list(ps, &spec->test, err) : rc;
+}
+
+mt_code mt_pathsafe_check_dataset_json(const mt_pathsafe *ps, const char *spec_json, size_t len,
+                                       const char *base_dir, mt_err *err)
+{
+    cJSON *root = cJSON_ParseWithLength(spec_json, len);
+    const cJSON *node, *fmt;
+    mt_data_spec *ds = NULL;
+    mt_code rc = MT_OK;
+
+    if (root == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "job spec: not valid JSON");
+    node = cJSON_GetObjectItemCaseSensitive(root, "dataset");
+    fmt = node != NULL ? cJSON_GetObjectItemCaseSensitive(node, "format") : NULL;
+    if (node != NULL && cJSON_GetObjectItemCaseSensitive(node, "train") != NULL &&
+        !(cJSON_IsString(fmt) && strcmp(fmt->valuestring, "synthetic") == 0)) {
+        rc = mt_data_spec_parse(node, "dataset", base_dir, &ds, err);
+        if (rc == MT_OK)
+            rc = mt_pathsafe_check_data_spec(ps, ds, err);
+        mt_data_spec_free(ds);
+    }
+    cJSON_Delete(root);
+    return rc;
 }

@@ -67,6 +67,41 @@ mt_code mt_train_run_data(const mt_job_spec *spec, const mt_train_options *opt,
                           mt_train_progress_fn progress, void *ctx, mt_train_result *res,
                           mt_err *err);
 
+/*
+ * What runs a step: the one-device model (mt_train_run_data) or the SPMD trainer (core/spmd).
+ * The loop calls step on each global batch (n examples, borrowed), evaluate on the test set at
+ * each epoch end, and after_step (may be NULL) after each step with the position a checkpoint
+ * must record (the next step's epoch and the examples of that epoch consumed) and whether it was
+ * the last step of the run. A non-OK return stops training with that code.
+ */
+typedef struct mt_train_backend {
+    void *ctx;
+    mt_code (*step)(void *ctx, const float *x, const int32_t *labels, size_t n, uint64_t step,
+                    uint64_t first_example, mt_step_metrics *metrics, mt_err *err);
+    mt_code (*evaluate)(void *ctx, const float *x, const int32_t *labels, size_t n,
+                        double *loss_sum, size_t *correct, mt_err *err);
+    mt_code (*after_step)(void *ctx, int64_t step, int64_t epoch, size_t input_position, bool last,
+                          mt_err *err);
+} mt_train_backend;
+
+/* Where a resumed run starts: steps done, 0-based epoch, examples of that epoch consumed. */
+typedef struct mt_train_start {
+    int64_t step, epoch;
+    size_t input_position;
+} mt_train_start;
+
+/*
+ * The loop behind mt_train_run_data over any backend: epochs and/or the step cap of spec and opt,
+ * a permutation per epoch from (seed, epoch), batches of spec->batch_size (the last one short),
+ * progress events. train/test borrowed (flat examples of train->h*w*c floats); start may be NULL
+ * (from the beginning). Codes: INVALID_ARGUMENT (empty training set), RESOURCE_EXHAUSTED, the
+ * backend's and the callback's codes.
+ */
+mt_code mt_train_loop(const mt_job_spec *spec, const mt_train_options *opt, const mt_idx_set *train,
+                      const mt_idx_set *test, const mt_train_backend *be,
+                      const mt_train_start *start, mt_train_progress_fn progress, void *ctx,
+                      mt_train_result *res, mt_err *err);
+
 /* Load the spec's dataset (IDX files) and mt_train_run_data. Adds the data loader's codes. */
 mt_code mt_train_run(const mt_job_spec *spec, const mt_train_options *opt,
                      mt_train_progress_fn progress, void *ctx, mt_train_result *res, mt_err *err);

@@ -39,10 +39,22 @@ echo '{"dataset":{"train_images":"'"$TMP"'/../../etc/passwd"},"model":{"layers":
 expect 4 "PERMISSION_DENIED: path .*etc/passwd resolves to /etc/passwd, outside the data roots $TMP" \
     train --local --data-root "$TMP" "$TMP/escape.json"
 expect 4 "NOT_FOUND: --data-root /nonexistent-root: No such file" train --local --data-root /nonexistent-root "$TMP/escape.json"
+# the input-pipeline form (text): relative paths resolve against the spec's directory
+mkdir -p "$TMP/root"
+printf '1\tgood\n0\tbad\n' >"$TMP/outside.tsv"
+echo '{"dataset":{"format":"text","train":"../outside.tsv"},"model":{"input_shape":[1200],"layers":[{"type":"dense","units":2}]}}' >"$TMP/root/text.json"
+expect 4 "PERMISSION_DENIED: path $TMP/root/../outside.tsv resolves to $TMP/outside.tsv, outside the data roots $TMP/root" \
+    train --local --data-root "$TMP/root" "$TMP/root/text.json"
 if [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     # non-TTY: one Progbar line per epoch, then the test line
     expect 0 "^Epoch 1/1  5/5 \[==============================\] - [0-9]*s [0-9]*ms/step - loss: [0-9.]* - accuracy: [0-9.]* - test_loss" \
         train --local "$SRC/examples/fashion_mnist_mlp.json" --steps 5
     grep -q "^Test loss: " "$TMP/out"
+    # on a terminal the line is redrawn in place with \r
+    if command -v script >/dev/null; then
+        script -qec "$BIN train --local $SRC/examples/fashion_mnist_mlp.json --steps 30" /dev/null >"$TMP/tty"
+        grep -q $'\rEpoch 1/1  30/30 \[=' "$TMP/tty"
+        [ "$(grep -c $'\r' "$TMP/tty")" -ge 1 ]
+    fi
 fi
 echo OK

@@ -227,6 +227,43 @@ static void test_pathsafe_job_spec(void **state)
     tree_free(&t);
 }
 
+static void test_pathsafe_dataset_json(void **state)
+{
+    tree t;
+    mt_err err = MT_ERR_INIT;
+    char json[1024], p[PATH_MAX];
+    FILE *f;
+    (void)state;
+    tree_make(&t);
+    snprintf(p, sizeof(p), "%s/a.tsv", t.root);
+    f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("1\tgood\n", f);
+    fclose(f);
+    snprintf(p, sizeof(p), "%s/b.tsv", t.out);
+    f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("0\tbad\n", f);
+    fclose(f);
+    /* relative paths resolve against base_dir */
+    snprintf(json, sizeof(json), "{\"dataset\":{\"format\":\"text\",\"train\":\"a.tsv\"}}");
+    assert_int_equal(mt_pathsafe_check_dataset_json(t.ps, json, strlen(json), t.root, &err), MT_OK);
+    snprintf(
+        json, sizeof(json),
+        "{\"dataset\":{\"format\":\"text\",\"train\":\"a.tsv\",\"test\":\"../root-out/b.tsv\"}}");
+    assert_int_equal(mt_pathsafe_check_dataset_json(t.ps, json, strlen(json), t.root, &err),
+                     MT_PERMISSION_DENIED);
+    assert_non_null(strstr(err.msg, "root-out/b.tsv"));
+    /* no input-pipeline section, synthetic data: nothing to check */
+    snprintf(json, sizeof(json), "{\"dataset\":{\"format\":\"synthetic\",\"train\":\"x\"}}");
+    assert_int_equal(mt_pathsafe_check_dataset_json(t.ps, json, strlen(json), t.root, &err), MT_OK);
+    snprintf(json, sizeof(json), "{\"model\":{}}");
+    assert_int_equal(mt_pathsafe_check_dataset_json(t.ps, json, strlen(json), t.root, &err), MT_OK);
+    assert_int_equal(mt_pathsafe_check_dataset_json(t.ps, "{", 1, t.root, &err),
+                     MT_INVALID_ARGUMENT);
+    tree_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -238,6 +275,7 @@ int main(void)
         cmocka_unit_test(test_pathsafe_glob),
         cmocka_unit_test(test_pathsafe_roots),
         cmocka_unit_test(test_pathsafe_job_spec),
+        cmocka_unit_test(test_pathsafe_dataset_json),
     };
     return MT_RUN_TESTS(tests);
 }

@@ -491,6 +491,20 @@ static void test_tensor_optimizers(void **state)
     /* first Adam step moves each weight by lr * sign(g) (up to eps) */
     assert_float_equal(w[0], 1.0f - 1e-3f, 1e-6);
     assert_float_equal(w[1], -1.0f + 1e-3f, 1e-6);
+
+    /* a shard updated alone (other SIMD alignment, scalar tail) is bit-identical to the same
+     * elements of the whole tensor */
+    float *wa = rand_buf(23), *ga = rand_buf(23), *ma = zero_buf(23), *va = zero_buf(23);
+    float ws[20], gs[20], ms[20] = {0}, vs[20] = {0};
+    memcpy(ws, wa + 3, sizeof(ws));
+    memcpy(gs, ga + 3, sizeof(gs));
+    for (int64_t t = 1; t <= 3; t++) {
+        mt_adam_update(wa, ma, va, ga, 1e-2f, 0.9f, 0.999f, 1e-7f, t, 23);
+        mt_adam_update(ws, ms, vs, gs, 1e-2f, 0.9f, 0.999f, 1e-7f, t, 20);
+    }
+    assert_memory_equal(ws, wa + 3, sizeof(ws));
+    assert_memory_equal(vs, va + 3, sizeof(vs));
+    free(wa), free(ga), free(ma), free(va);
 }
 
 int main(void)

@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coll_int.h — private structures shared by coll_world.c (worlds, comms,
+ * inboxes, ring algorithms), coll_net.c (nng transport) and coll_bucket.c.
+ *
+ * Message path: every hop is one nng_msg (72-byte header + float payload).
+ * A hop to a rank of this process pushes the message straight into the
+ * receiver's inbox (shared memory); a hop to another process sends it on a
+ * push socket dialed to that process's listener, whose receive callback pushes
+ * it into the destination comm's inbox. Inboxes are one FIFO per source rank,
+ * so per-source order is preserved and the algorithms never see the transport.
+ *
+ * Locking: net->mu (current world, pending messages, pipe map) is taken before
+ * a comm's mu, never after. A comm's mu guards its queues and abort state.
+ * Tests: tests/unit/test_coll.c, tests/integration/test_coll_procs.sh.
+ */
+#ifndef MT_COLL_INT_H
+#define MT_COLL_INT_H
+
+#include <nng/nng.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "coll/mt_coll.h"
+
+#define COLL_MAGIC    0x4c43544du /* "MTCL" little-endian */
+#define COLL_HDR_SIZE 72
+#define COLL_NAIO     4           /* outstanding sends per comm (pipelining depth) */
+#define COLL_GRACE_NS 200000000LL /* a lost connection counts after 200 ms without its data */
+#define COLL_DIAG_NS  250000000LL /* after a deadline, wait this long for PONGs */
+#define COLL_MAXPING  16
+#define COLL_FLUSH_NS 100000000LL /* a failing member lets its sends finish for up to 100 ms */
+#define COLL_ABORT_NS 100000000LL /* an ABORT to a peer may take at most 100 ms */
+
+enum coll_kind {
+    COLL_KIND_DATA = 1,  /* a segment of a collective */
+    COLL_KIND_ABORT = 2, /* a participant failed the collective: code + text */
+    COLL_KIND_BYE = 3,   /* flush marker sent before closing a connection */
+    COLL_KIND_PING = 4,  /* after a deadline: "have you entered this collective?" */
+    COLL_KIND_PONG = 5,  /* answer: code 1 entered, 2 not entered */
+};
+
+enum coll_op {
+    COLL_OP_ALLREDUCE = 1,
+    COLL_OP_REDUCE_SCATTER = 2,
+    COLL_OP_ALLGATHER = 3,
+    COLL_OP_BROADCAST = 4,
+    COLL_OP_BARRIER = 5,
+};
+
+/* Wire header (host order; meshtrain runs on little-endian hosts). */
+typedef struct coll_hdr {
+    uint32_t magic;
+    uint8_t kind;    /* enum coll_kind */
+    uint8_t op;      /* enum coll_op */
+    uint8_t phase;   /* 0 reduce-scatter / chain, 1 allgather */
+    uint8_t pad;     /* 0 */
+    uint64_t job;    /* job id */
+    uint64_t step;   /* training step */
+    uint32_t seq;    /* collective sequence number */
+    int32_t src;     /* sending global rank */
+    int32_t dst;     /* receiving global rank */
+    uint32_t rstep;  /* ring step within the phase */
+    uint32_t chunk;  /* segment index within the ring step */
+    uint32_t code;   /* ABORT: mt_code */
+    uint64_t total;  /* elements of the collective (per member for allgather) */
+    uint64_t offset; /* element offset of the payload in the buffer */
+    uint64_t len;    /* payload elements (ABORT: text bytes) */
+} coll_hdr;
+
+void coll__hdr_encode(const coll_hdr *h, void *out);
+/* MT_OK or MT_INVALID_ARGUMENT (short, bad magic, payload length disagrees). */
+mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h);
+
+typedef struct coll_queue {
+    nng_msg **items;
+    size_t head, count, cap;
+} coll_queue;
+
+struct mt_coll_comm {
+    mt_coll_world *w;
+    int rank;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    coll_queue *q; /* [w->size], one FIFO per source rank; mu */
+    int aborted;   /* mu: an ABORT arrived */
+    int active;    /* mu: inside a collective */
+    mt_code abort_code;
+    char abort_msg[MT_ERR_MSG_SIZE];
+    uint64_t abort_step;
+    uint32_t abort_seq;
+    int has_failed; /* mu: collectives up to failed_step/seq failed; drop their leftovers */
+    uint64_t failed_step;
+    uint32_t failed_seq;
+    int blame;                       /* mu: the ABORT says this rank sent bad data (-1 none) */
+    int ping_from[COLL_MAXPING];     /* mu: PINGs to answer: asking rank ... */
+    uint64_t ping_tag[COLL_MAXPING]; /* ... and its packed tag */
+    int nping;
+    uint8_t *pong;            /* mu: [w->size] PONG state per rank, 0 no answer, 1 entered, 2 not */
+    _Atomic uint64_t entered; /* packed tag + 1 of the collective entered last; 0 never */
+    uint64_t auto_step;       /* device thread */
+    uint32_t auto_seq;
+    nng_aio *aio[COLL_NAIO];         /* device thread: outstanding sends */
+    int aio_busy[COLL_NAIO];         /* device thread: 1 + destination process, 0 idle */
+    _Atomic int aio_done[COLL_NAIO]; /* set by the aio callback */
+    int aio_next;
+};
+
+typedef struct coll_peer {
+    pthread_mutex_t mu; /* guards open/sock */
+    int open;
+    nng_socket sock;         /* push, dialed to the process's listener */
+    _Atomic int connected;   /* a pipe was added */
+    _Atomic int64_t down_ns; /* monotonic time the connection was lost; 0 = not lost */
+} coll_peer;
+
+struct mt_coll_world {
+    int size;
+    mt_coll_world_opts opts;
+    size_t seg; /* segment size in elements */
+    mt_coll_net *net;
+    int nprocs;
+    int my_proc;
+    int *proc_of;           /* [size] process index of each rank */
+    char **proc_addr;       /* [nprocs] */
+    mt_coll_comm **by_rank; /* [size], NULL for remote ranks */
+    int nlocal;
+    mt_coll_comm *comms; /* [nlocal] */
+    coll_peer *peers;    /* [nprocs] */
+};
+
+int64_t coll__now_ns(void);
+uint64_t coll__tag_pack(uint64_t step, uint32_t seq);
+
+/* Put m into dst's inbox (takes m) or record an ABORT. Any thread. */
+void coll__deliver(mt_coll_world *w, nng_msg *m, const coll_hdr *h);
+
+/* Transport hooks implemented in coll_net.c. */
+mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err);
+void coll__net_attach_pending(mt_coll_net *net, mt_coll_world *w);
+void coll__net_detach(mt_coll_net *net, mt_coll_world *w);
+void coll__peers_close(mt_coll_world *w);
+/* Wait for c's outstanding sends (cancelling them first if cancel); first failure in err. */
+mt_code coll__sends_wait(mt_coll_comm *c, int cancel, mt_err *err);
+/* Send m (taken) to process proc on a fresh aio returned in *out (caller waits and frees it). */
+mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
+                             nng_aio **out);
+mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_local);
+
+#endif

@@ -1,0 +1,548 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coll_net.c — the data-plane transport between processes, over nng.
+ *
+ * Each process has one mt_coll_net: a PULL socket listening on the process's
+ * data-plane address with one receive aio always outstanding; its callback (on
+ * an nng thread) hands every message to the destination comm's inbox
+ * (coll__deliver) and re-arms. (A dedicated receiver thread blocking in
+ * nng_recvmsg was measured slower: one more thread wake-up per hop.) To reach another process a
+ * world opens, on first use, one PUSH socket dialed to that process's listener
+ * (so connections go only to the ring neighbours actually needed); it is reused
+ * by every local device and every step, and closed by mt_coll_world_free after
+ * a BYE flush (a send completes only once the pipe finished the previous write,
+ * so the BYE proves the last real message left this process).
+ *
+ * Failure detection: a lost connection (the peer died: its pipe is removed from
+ * our PULL or PUSH socket) marks the peer process down; a device waiting for
+ * data from it fails with UNAVAILABLE once COLL_GRACE_NS passed without that
+ * data (messages already received are still delivered first). A stopped or
+ * unreachable peer is caught by the collective's deadline. Sends carry the
+ * collective's deadline as their aio timeout.
+ *
+ * Threading: the receive callback and nng's pipe callbacks take net->mu; device
+ * threads take peer->mu to open a socket. Tests: tests/integration/
+ * test_coll_procs.sh (real processes), tests/unit/test_coll.c (loopback).
+ */
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/pipeline0/pull.h>
+#include <nng/protocol/pipeline0/push.h>
+
+#include "alloc/mt_alloc.h"
+#include "coll/coll_int.h"
+#include "log/mt_log.h"
+
+#define NET_MAX_PENDING 65536
+#define NET_RECVMAX     ((size_t)(64u << 20) + 4096u)
+
+typedef struct net_pipe {
+    uint32_t id; /* pipe id on the PULL socket */
+    int proc;    /* process index in the current world */
+} net_pipe;
+
+struct mt_coll_net {
+    nng_socket pull;
+    nng_listener lst;
+    char addr[256];
+    nng_aio *raio;       /* the one outstanding receive; its callback delivers and re-arms */
+    _Atomic int closing; /* sockets whose close was left running (close_bounded) */
+    pthread_mutex_t mu;
+    mt_coll_world *world; /* mu: the world served, NULL when none */
+    nng_msg **pending;    /* mu: messages that arrived before the world existed */
+    size_t npending, cap_pending;
+    net_pipe *pipes; /* mu: PULL pipes seen in the current world */
+    size_t npipes, cap_pipes;
+};
+
+static mt_code nng_code(int rv)
+{
+    switch (rv) {
+    case 0:
+        return MT_OK;
+    case NNG_ETIMEDOUT:
+        return MT_DEADLINE_EXCEEDED;
+    case NNG_ENOMEM:
+        return MT_RESOURCE_EXHAUSTED;
+    case NNG_EINVAL:
+    case NNG_EADDRINVAL:
+    case NNG_ENOTSUP:
+        return MT_INVALID_ARGUMENT;
+    case NNG_ECLOSED:
+    case NNG_ECANCELED:
+        return MT_CANCELLED;
+    default:
+        return MT_UNAVAILABLE;
+    }
+}
+
+static void note_pipe(mt_coll_net *net, uint32_t id, int proc)
+{
+    for (size_t i = 0; i < net->npipes; i++) {
+        if (net->pipes[i].id == id)
+            return;
+    }
+    if (net->npipes == net->cap_pipes) {
+        size_t ncap = net->cap_pipes ? net->cap_pipes * 2 : 16;
+        net_pipe *np = mt_realloc(net->pipes, ncap * sizeof(*np));
+        if (np == NULL)
+            return;
+        net->pipes = np;
+        net->cap_pipes = ncap;
+    }
+    net->pipes[net->npipes++] = (net_pipe){id, proc};
+}
+
+static void mark_down(mt_coll_world *w, int proc)
+{
+    int64_t zero = 0;
+    if (proc < 0 || proc >= w->nprocs || proc == w->my_proc)
+        return;
+    if (atomic_compare_exchange_strong(&w->peers[proc].down_ns, &zero, coll__now_ns()))
+        mt_log_warn("coll: connection to %s lost", w->proc_addr[proc]);
+    /* wake waiters so they notice after the grace period */
+    for (int i = 0; i < w->nlocal; i++) {
+        pthread_mutex_lock(&w->comms[i].mu);
+        pthread_cond_broadcast(&w->comms[i].cv);
+        pthread_mutex_unlock(&w->comms[i].mu);
+    }
+}
+
+static void pull_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    mt_coll_net *net = arg;
+    if (ev != NNG_PIPE_EV_REM_POST)
+        return;
+    pthread_mutex_lock(&net->mu);
+    for (size_t i = 0; i < net->npipes && net->world != NULL; i++) {
+        if (net->pipes[i].id == (uint32_t)nng_pipe_id(p))
+            mark_down(net->world, net->pipes[i].proc);
+    }
+    pthread_mutex_unlock(&net->mu);
+}
+
+static void push_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    mt_coll_net *net = arg;
+    int sid = nng_socket_id(nng_pipe_socket(p));
+    pthread_mutex_lock(&net->mu);
+    mt_coll_world *w = net->world;
+    for (int i = 0; w != NULL && i < w->nprocs; i++) {
+        coll_peer *pe = &w->peers[i];
+        if (!pe->open || nng_socket_id(pe->sock) != sid)
+            continue;
+        if (ev == NNG_PIPE_EV_ADD_POST)
+            atomic_store(&pe->connected, 1);
+        else if (ev == NNG_PIPE_EV_REM_POST && atomic_load(&pe->connected))
+            mark_down(w, i);
+    }
+    pthread_mutex_unlock(&net->mu);
+}
+
+/* Hand one received message to the world (or keep it until the world exists). */
+static void net_handle(mt_coll_net *net, nng_msg *m)
+{
+    coll_hdr h;
+    if (coll__hdr_decode(m, &h) != MT_OK) {
+        mt_log_warn("coll %s: dropping a malformed message of %zu bytes", net->addr,
+                    nng_msg_len(m));
+        nng_msg_free(m);
+        return;
+    }
+    if (h.kind == COLL_KIND_BYE) {
+        nng_msg_free(m);
+        return;
+    }
+    pthread_mutex_lock(&net->mu);
+    mt_coll_world *w = net->world;
+    if (w == NULL) {
+        if (net->npending == net->cap_pending && net->npending < NET_MAX_PENDING) {
+            size_t ncap = net->cap_pending ? net->cap_pending * 2 : 64;
+            nng_msg **np = mt_realloc(net->pending, ncap * sizeof(*np));
+            if (np != NULL) {
+                net->pending = np;
+                net->cap_pending = ncap;
+            }
+        }
+        if (net->npending < net->cap_pending) {
+            net->pending[net->npending++] = m;
+        } else {
+            mt_log_warn("coll %s: dropping a message that arrived before its job", net->addr);
+            nng_msg_free(m);
+        }
+    } else {
+        if (h.src >= 0 && h.src < w->size)
+            note_pipe(net, nng_pipe_id(nng_msg_get_pipe(m)), w->proc_of[h.src]);
+        coll__deliver(w, m, &h);
+    }
+    pthread_mutex_unlock(&net->mu);
+}
+
+/* Receive callback (nng thread): deliver, then receive again until the socket closes. */
+static void net_recv_cb(void *arg)
+{
+    mt_coll_net *net = arg;
+    int rv = nng_aio_result(net->raio);
+    if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
+        return;
+    if (rv == 0) {
+        net_handle(net, nng_aio_get_msg(net->raio));
+        nng_aio_set_msg(net->raio, NULL);
+    }
+    nng_recv_aio(net->pull, net->raio);
+}
+
+static mt_code format_addr(mt_coll_net *net, const char *url, mt_err *err)
+{
+    nng_sockaddr sa;
+    int rv = nng_listener_get_addr(net->lst, NNG_OPT_LOCADDR, &sa);
+    if (rv == 0 && sa.s_family == NNG_AF_INET) {
+        char host[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &sa.s_in.sa_addr, host, sizeof(host));
+        snprintf(net->addr, sizeof(net->addr), "tcp://%s:%u", host, ntohs(sa.s_in.sa_port));
+        return MT_OK;
+    }
+    if (strlen(url) >= sizeof(net->addr))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: address %s too long", url);
+    snprintf(net->addr, sizeof(net->addr), "%s", url);
+    return MT_OK;
+}
+
+/*
+ * nng 1.5.2's nng_close can, rarely, wait forever (nanomsg/nng#1543, fixed after
+ * 1.5.2). Closing must not hang a worker, so a helper thread closes the socket
+ * and the caller waits a bounded time; if the close is still running then, it
+ * is left to finish in the background (the helper frees its record; whichever
+ * of the two finishes last frees it).
+ */
+typedef struct net_closer {
+    nng_socket s;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;             /* mu */
+    _Atomic int refs;     /* helper + caller */
+    _Atomic int *closing; /* the net's count of closes under way */
+} net_closer;
+
+static void closer_release(net_closer *k)
+{
+    if (atomic_fetch_sub(&k->refs, 1) == 1) {
+        pthread_mutex_destroy(&k->mu);
+        pthread_cond_destroy(&k->cv);
+        mt_free(k);
+    }
+}
+
+static void *closer_main(void *arg)
+{
+    net_closer *k = arg;
+    nng_close(k->s);
+    atomic_fetch_sub(k->closing, 1); /* no callback of this socket runs any more */
+    pthread_mutex_lock(&k->mu);
+    k->done = 1;
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    closer_release(k);
+    return NULL;
+}
+
+/* Close s within ms milliseconds. Returns 1 when closed, 0 when left closing. */
+static int close_bounded(mt_coll_net *net, nng_socket s, int64_t ms, const char *what)
+{
+    pthread_condattr_t ca;
+    pthread_t t;
+    net_closer *k = mt_calloc(1, sizeof(*k));
+    if (k == NULL) {
+        nng_close(s);
+        return 1;
+    }
+    k->s = s;
+    k->closing = &net->closing;
+    atomic_fetch_add(&net->closing, 1);
+    atomic_init(&k->refs, 2);
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&k->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&t, NULL, closer_main, k) != 0) {
+        nng_close(s);
+        atomic_fetch_sub(&net->closing, 1);
+        atomic_store(&k->refs, 1);
+        closer_release(k);
+        return 1;
+    }
+    pthread_detach(t);
+    int64_t until = coll__now_ns() + ms * 1000000LL;
+    struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
+    pthread_mutex_lock(&k->mu);
+    while (!k->done && pthread_cond_timedwait(&k->cv, &k->mu, &ts) == 0)
+        ;
+    int done = k->done;
+    pthread_mutex_unlock(&k->mu);
+    closer_release(k);
+    if (!done)
+        mt_log_warn("coll: closing %s takes over %" PRId64 " ms (nng); left to finish in the "
+                    "background",
+                    what, ms);
+    return done;
+}
+
+mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err)
+{
+    mt_coll_net *net;
+    mt_code rc;
+    int rv;
+
+    *out = NULL;
+    if (url == NULL || (strncmp(url, "tcp://", 6) != 0 && strncmp(url, "ipc://", 6) != 0))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll net: listen address %s: want tcp://HOST:PORT or ipc://PATH",
+                          url ? url : "(null)");
+    net = mt_calloc(1, sizeof(*net));
+    if (net == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll net: out of memory");
+    pthread_mutex_init(&net->mu, NULL);
+    if ((rv = nng_pull0_open(&net->pull)) != 0) {
+        rc = mt_err_set(err, nng_code(rv), "coll net: open socket: %s", nng_strerror(rv));
+        goto fail_sock;
+    }
+    nng_socket_set_size(net->pull, NNG_OPT_RECVMAXSZ, NET_RECVMAX);
+    nng_socket_set_int(net->pull, NNG_OPT_RECVBUF, 1024);
+    nng_pipe_notify(net->pull, NNG_PIPE_EV_REM_POST, pull_pipe_cb, net);
+    if ((rv = nng_listen(net->pull, url, &net->lst, 0)) != 0) {
+        rc = mt_err_set(err, rv == NNG_EADDRINVAL ? MT_INVALID_ARGUMENT : MT_UNAVAILABLE,
+                        "coll net: listen on %s: %s", url, nng_strerror(rv));
+        goto fail_listen;
+    }
+    if ((rc = format_addr(net, url, err)) != MT_OK)
+        goto fail_listen;
+    if ((rv = nng_aio_alloc(&net->raio, net_recv_cb, net)) != 0) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll net: cannot allocate aio");
+        goto fail_listen;
+    }
+    nng_recv_aio(net->pull, net->raio);
+    *out = net;
+    return MT_OK;
+fail_listen:
+    nng_close(net->pull);
+fail_sock:
+    pthread_mutex_destroy(&net->mu);
+    mt_free(net);
+    return rc;
+}
+
+const char *mt_coll_net_addr(const mt_coll_net *net)
+{
+    return net->addr;
+}
+
+void mt_coll_net_free(mt_coll_net *net)
+{
+    if (net == NULL)
+        return;
+    if (!close_bounded(net, net->pull, 2000, net->addr) || atomic_load(&net->closing) != 0)
+        return; /* callbacks of a socket still closing may use net: keep it (a leak, not a hang) */
+    nng_aio_stop(net->raio);
+    nng_aio_free(net->raio);
+    for (size_t i = 0; i < net->npending; i++)
+        nng_msg_free(net->pending[i]);
+    mt_free(net->pending);
+    mt_free(net->pipes);
+    pthread_mutex_destroy(&net->mu);
+    mt_free(net);
+}
+
+mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_local)
+{
+    if (strncmp(addr, "tcp://", 6) != 0 && strncmp(addr, "ipc://", 6) != 0)
+        return MT_INVALID_ARGUMENT;
+    *is_local = strcmp(addr, net->addr) == 0;
+    return MT_OK;
+}
+
+void coll__net_attach_pending(mt_coll_net *net, mt_coll_world *w)
+{
+    pthread_mutex_lock(&net->mu);
+    if (net->world != NULL) {
+        pthread_mutex_unlock(&net->mu);
+        w->net = NULL; /* tells the caller: refused */
+        return;
+    }
+    net->world = w;
+    net->npipes = 0;
+    for (size_t i = 0; i < net->npending; i++) {
+        coll_hdr h;
+        nng_msg *m = net->pending[i];
+        coll__hdr_decode(m, &h);
+        if (h.job != w->opts.job_id) {
+            nng_msg_free(m); /* a straggler of another job */
+            continue;
+        }
+        if (h.src >= 0 && h.src < w->size)
+            note_pipe(net, nng_pipe_id(nng_msg_get_pipe(m)), w->proc_of[h.src]);
+        coll__deliver(w, m, &h);
+    }
+    net->npending = 0;
+    pthread_mutex_unlock(&net->mu);
+}
+
+void coll__net_detach(mt_coll_net *net, mt_coll_world *w)
+{
+    pthread_mutex_lock(&net->mu);
+    if (net->world == w)
+        net->world = NULL;
+    net->npipes = 0;
+    pthread_mutex_unlock(&net->mu);
+}
+
+/* Open the PUSH socket to process proc if needed. */
+static mt_code peer_open(mt_coll_world *w, int proc, mt_err *err)
+{
+    coll_peer *pe = &w->peers[proc];
+    mt_code rc = MT_OK;
+    int rv;
+    pthread_mutex_lock(&pe->mu);
+    if (pe->open)
+        goto out;
+    nng_socket s;
+    if ((rv = nng_push0_open(&s)) != 0) {
+        rc = mt_err_set(err, nng_code(rv), "open socket to %s: %s", w->proc_addr[proc],
+                        nng_strerror(rv));
+        goto out;
+    }
+    nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 10);
+    nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 200);
+    pthread_mutex_lock(&w->net->mu);
+    pe->sock = s;
+    pe->open = 1;
+    pthread_mutex_unlock(&w->net->mu);
+    nng_pipe_notify(s, NNG_PIPE_EV_ADD_POST, push_pipe_cb, w->net);
+    nng_pipe_notify(s, NNG_PIPE_EV_REM_POST, push_pipe_cb, w->net);
+    if ((rv = nng_dial(s, w->proc_addr[proc], NULL, NNG_FLAG_NONBLOCK)) != 0)
+        rc = mt_err_set(err, nng_code(rv), "dial %s: %s", w->proc_addr[proc], nng_strerror(rv));
+out:
+    pthread_mutex_unlock(&pe->mu);
+    return rc;
+}
+
+static mt_code aio_finish(mt_coll_comm *c, int slot, mt_err *err)
+{
+    nng_aio *a = c->aio[slot];
+    nng_aio_wait(a);
+    c->aio_busy[slot] = 0;
+    int rv = nng_aio_result(a);
+    if (rv == 0)
+        return MT_OK;
+    nng_msg *m = nng_aio_get_msg(a);
+    if (m != NULL)
+        nng_msg_free(m);
+    nng_aio_set_msg(a, NULL);
+    return mt_err_set(err, nng_code(rv), "%s", nng_strerror(rv));
+}
+
+mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err)
+{
+    mt_coll_world *w = c->w;
+    mt_code rc;
+    if ((rc = peer_open(w, proc, err)) != MT_OK) {
+        nng_msg_free(m);
+        return rc;
+    }
+    int slot = c->aio_next;
+    c->aio_next = (slot + 1) % COLL_NAIO;
+    if (c->aio_busy[slot]) {
+        mt_err e = MT_ERR_INIT;
+        int dst_proc = c->aio_busy[slot] - 1;
+        if ((rc = aio_finish(c, slot, &e)) != MT_OK) {
+            nng_msg_free(m);
+            return mt_err_set(err, rc == MT_DEADLINE_EXCEEDED ? rc : MT_UNAVAILABLE, "%s %s: %s",
+                              w->proc_addr[dst_proc],
+                              atomic_load(&w->peers[dst_proc].connected) ? "not reading"
+                                                                         : "not reachable",
+                              e.msg);
+        }
+    }
+    int64_t ms = (deadline_ns - coll__now_ns()) / 1000000LL;
+    nng_aio *a = c->aio[slot];
+    nng_aio_set_msg(a, m);
+    nng_aio_set_timeout(a, ms < 1 ? 1 : (nng_duration)ms);
+    atomic_store(&c->aio_done[slot], 0);
+    nng_send_aio(w->peers[proc].sock, a);
+    c->aio_busy[slot] = proc + 1;
+    return MT_OK;
+}
+
+mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
+                             nng_aio **out)
+{
+    nng_aio *a;
+    *out = NULL;
+    if (peer_open(w, proc, NULL) != MT_OK || nng_aio_alloc(&a, NULL, NULL) != 0) {
+        nng_msg_free(m);
+        return MT_UNAVAILABLE;
+    }
+    nng_aio_set_msg(a, m);
+    nng_aio_set_timeout(a, (nng_duration)timeout_ms);
+    nng_send_aio(w->peers[proc].sock, a);
+    *out = a;
+    return MT_OK;
+}
+
+mt_code coll__sends_wait(mt_coll_comm *c, int cancel, mt_err *err)
+{
+    mt_code first = MT_OK;
+    /* after a failure, give sends already under way a moment to leave (a peer may
+     * need them to see the problem itself), then cancel what is still stuck */
+    int64_t until = coll__now_ns() + COLL_FLUSH_NS;
+    for (int i = 0; cancel && i < COLL_NAIO; i++) {
+        while (c->aio_busy[i] && !atomic_load(&c->aio_done[i]) && coll__now_ns() < until)
+            usleep(1000);
+    }
+    for (int i = 0; i < COLL_NAIO; i++) {
+        if (!c->aio_busy[i])
+            continue;
+        int dst_proc = c->aio_busy[i] - 1;
+        mt_err e = MT_ERR_INIT;
+        if (cancel)
+            nng_aio_cancel(c->aio[i]);
+        mt_code rc = aio_finish(c, i, &e);
+        if (rc != MT_OK && first == MT_OK) {
+            first = rc == MT_DEADLINE_EXCEEDED ? rc : MT_UNAVAILABLE;
+            mt_err_set(err, first, "send to %s: %s", c->w->proc_addr[dst_proc], e.msg);
+        }
+    }
+    return first;
+}
+
+void coll__peers_close(mt_coll_world *w)
+{
+    for (int i = 0; i < w->nprocs; i++) {
+        coll_peer *pe = &w->peers[i];
+        if (!pe->open)
+            continue;
+        if (atomic_load(&pe->connected) && atomic_load(&pe->down_ns) == 0) {
+            nng_msg *m;
+            if (nng_msg_alloc(&m, COLL_HDR_SIZE) == 0) {
+                coll_hdr h = {.magic = COLL_MAGIC,
+                              .kind = COLL_KIND_BYE,
+                              .job = w->opts.job_id,
+                              .src = -1,
+                              .dst = -1};
+                coll__hdr_encode(&h, nng_msg_body(m));
+                nng_socket_set_ms(pe->sock, NNG_OPT_SENDTIMEO, 50);
+                if (nng_sendmsg(pe->sock, m, 0) != 0)
+                    nng_msg_free(m);
+            }
+        }
+        close_bounded(w->net, pe->sock, 2000, w->proc_addr[i]);
+        pthread_mutex_lock(&w->net->mu);
+        pe->open = 0;
+        pthread_mutex_unlock(&w->net->mu);
+    }
+}

@@ -1,0 +1,1252 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coll_world.c — worlds, communicators, inboxes and the ring algorithms.
+ *
+ * Called by device threads (collectives) and by the net receive callback
+ * (coll__deliver). Calls coll_net.c for hops to other processes.
+ *
+ * DESIGN. Every collective is a sequence of ring steps over the group order:
+ * in each step a member sends one range of its buffer to the next member and
+ * receives one range from the previous member, segment by segment (segments of
+ * opts.segment_bytes), so sending (asynchronous, COLL_NAIO in flight) overlaps
+ * receiving and reducing. Allreduce is reduce-scatter (p-1 steps, each
+ * received partial sum is added to the local value: acc = partial + own) then
+ * allgather (p-1 steps, copies); the resulting order is the one documented in
+ * mt_coll.h and depends on nothing but group order, p and n. Broadcast is a
+ * pipelined chain from the root along the ring; barrier is an allreduce of p
+ * floats (every result depends on every member having entered). Allreduces of
+ * at most opts.direct_bytes skip the ring: one hop, every member sends its
+ * buffer to every other member and folds locally in the same order.
+ *
+ * Every received message is checked against the expected header (job, step,
+ * seq, op, phase, ring step, segment, total, offset, length); a mismatch is
+ * INVALID_ARGUMENT, and a member that fails (for any reason but a received
+ * ABORT) sends ABORT to every other member so that all of them fail with the
+ * same code instead of waiting for the deadline. Messages of a collective that
+ * failed here are dropped when they arrive later.
+ *
+ * Threading: collective entry points run on the comm's device thread; the
+ * inbox and abort state are guarded by comm->mu; coll__deliver may run on any
+ * thread. Tests: tests/unit/test_coll.c.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc/mt_alloc.h"
+#include "coll/coll_int.h"
+#include "log/mt_log.h"
+
+static const char *op_name(int op)
+{
+    switch (op) {
+    case COLL_OP_ALLREDUCE:
+        return "allreduce";
+    case COLL_OP_REDUCE_SCATTER:
+        return "reduce_scatter";
+    case COLL_OP_ALLGATHER:
+        return "allgather";
+    case COLL_OP_BROADCAST:
+        return "broadcast";
+    case COLL_OP_BARRIER:
+        return "barrier";
+    default:
+        return "unknown op";
+    }
+}
+
+int64_t coll__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+uint64_t coll__tag_pack(uint64_t step, uint32_t seq)
+{
+    return (step << 24) | (seq & 0xffffffu);
+}
+
+/* ------------------------------------------------------------------ chunks */
+
+void mt_coll_chunk_range(size_t n, int p, int c, size_t *off, size_t *len)
+{
+    size_t base = n / (size_t)p, rem = n % (size_t)p, uc = (size_t)c;
+    *len = base + (uc < rem ? 1 : 0);
+    *off = uc * base + (uc < rem ? uc : rem);
+}
+
+void mt_coll_reference_allreduce(const float *const *inputs, int p, size_t n, float *out)
+{
+    for (int c = 0; c < p; c++) {
+        size_t off, len;
+        mt_coll_chunk_range(n, p, c, &off, &len);
+        for (size_t e = off; e < off + len; e++) {
+            float s = inputs[(c + 1) % p][e];
+            for (int k = 2; k <= p; k++)
+                s = s + inputs[(c + k) % p][e];
+            out[e] = s;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ header */
+
+void coll__hdr_encode(const coll_hdr *h, void *out)
+{
+    unsigned char *b = out;
+    memcpy(b + 0, &h->magic, 4);
+    b[4] = h->kind;
+    b[5] = h->op;
+    b[6] = h->phase;
+    b[7] = 0;
+    memcpy(b + 8, &h->job, 8);
+    memcpy(b + 16, &h->step, 8);
+    memcpy(b + 24, &h->seq, 4);
+    memcpy(b + 28, &h->src, 4);
+    memcpy(b + 32, &h->dst, 4);
+    memcpy(b + 36, &h->rstep, 4);
+    memcpy(b + 40, &h->chunk, 4);
+    memcpy(b + 44, &h->code, 4);
+    memcpy(b + 48, &h->total, 8);
+    memcpy(b + 56, &h->offset, 8);
+    memcpy(b + 64, &h->len, 8);
+}
+
+mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h)
+{
+    size_t sz = nng_msg_len(m);
+    const unsigned char *b = nng_msg_body((nng_msg *)m);
+    if (sz < COLL_HDR_SIZE)
+        return MT_INVALID_ARGUMENT;
+    memcpy(&h->magic, b + 0, 4);
+    h->kind = b[4];
+    h->op = b[5];
+    h->phase = b[6];
+    h->pad = b[7];
+    memcpy(&h->job, b + 8, 8);
+    memcpy(&h->step, b + 16, 8);
+    memcpy(&h->seq, b + 24, 4);
+    memcpy(&h->src, b + 28, 4);
+    memcpy(&h->dst, b + 32, 4);
+    memcpy(&h->rstep, b + 36, 4);
+    memcpy(&h->chunk, b + 40, 4);
+    memcpy(&h->code, b + 44, 4);
+    memcpy(&h->total, b + 48, 8);
+    memcpy(&h->offset, b + 56, 8);
+    memcpy(&h->len, b + 64, 8);
+    if (h->magic != COLL_MAGIC)
+        return MT_INVALID_ARGUMENT;
+    size_t unit = h->kind == COLL_KIND_DATA ? sizeof(float) : 1;
+    if (h->len > (sz - COLL_HDR_SIZE) / unit || h->len * unit != sz - COLL_HDR_SIZE)
+        return MT_INVALID_ARGUMENT;
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------------ inbox */
+
+static int queue_push(coll_queue *q, nng_msg *m)
+{
+    if (q->count == q->cap) {
+        size_t ncap = q->cap ? q->cap * 2 : 8;
+        nng_msg **ni = mt_malloc(ncap * sizeof(*ni));
+        if (ni == NULL)
+            return -1;
+        for (size_t i = 0; i < q->count; i++)
+            ni[i] = q->items[(q->head + i) % q->cap];
+        mt_free(q->items);
+        q->items = ni;
+        q->cap = ncap;
+        q->head = 0;
+    }
+    q->items[(q->head + q->count) % q->cap] = m;
+    q->count++;
+    return 0;
+}
+
+static nng_msg *queue_pop(coll_queue *q)
+{
+    if (q->count == 0)
+        return NULL;
+    nng_msg *m = q->items[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->count--;
+    return m;
+}
+
+void coll__deliver(mt_coll_world *w, nng_msg *m, const coll_hdr *h)
+{
+    if (h->dst < 0 || h->dst >= w->size || h->src < 0 || h->src >= w->size ||
+        w->by_rank[h->dst] == NULL) {
+        mt_log_warn("coll: dropping message from rank %d to rank %d: not a local rank of this "
+                    "world (size %d)",
+                    (int)h->src, (int)h->dst, w->size);
+        nng_msg_free(m);
+        return;
+    }
+    mt_coll_comm *c = w->by_rank[h->dst];
+    pthread_mutex_lock(&c->mu);
+    if (h->kind == COLL_KIND_ABORT && c->aborted &&
+        (h->step < c->abort_step || (h->step == c->abort_step && h->seq < c->abort_seq))) {
+        nng_msg_free(m); /* keep the newest ABORT */
+    } else if (h->kind == COLL_KIND_ABORT) {
+        size_t n = h->len < MT_ERR_MSG_SIZE - 1 ? h->len : MT_ERR_MSG_SIZE - 1;
+        memcpy(c->abort_msg, (const char *)nng_msg_body(m) + COLL_HDR_SIZE, n);
+        c->abort_msg[n] = '\0';
+        c->abort_code =
+            mt_code_valid((int)h->code) && h->code != MT_OK ? (mt_code)h->code : MT_INTERNAL;
+        c->abort_step = h->step;
+        c->abort_seq = h->seq;
+        c->blame = (int)h->rstep - 1;
+        c->aborted = 1;
+        nng_msg_free(m);
+    } else if (h->kind == COLL_KIND_PING) {
+        if (c->nping < COLL_MAXPING) {
+            c->ping_from[c->nping] = h->src;
+            c->ping_tag[c->nping++] = coll__tag_pack(h->step, h->seq);
+        }
+        nng_msg_free(m);
+    } else if (h->kind == COLL_KIND_PONG) {
+        c->pong[h->src] = (uint8_t)(h->code == 1 ? 1 : 2);
+        nng_msg_free(m);
+    } else if (h->kind == COLL_KIND_DATA) {
+        if (queue_push(&c->q[h->src], m) != 0) {
+            mt_log_error("coll: rank %d: out of memory queueing a message from rank %d", c->rank,
+                         (int)h->src);
+            nng_msg_free(m);
+        }
+    } else {
+        nng_msg_free(m);
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ------------------------------------------------------------------ comms */
+
+static void aio_done_cb(void *arg)
+{
+    atomic_store((_Atomic int *)arg, 1);
+}
+
+static mt_code comm_init(mt_coll_comm *c, mt_coll_world *w, int rank, mt_err *err)
+{
+    pthread_condattr_t ca;
+    c->w = w;
+    c->rank = rank;
+    c->q = mt_calloc((size_t)w->size, sizeof(*c->q));
+    c->pong = mt_calloc((size_t)w->size, 1);
+    if (c->q == NULL || c->pong == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll comm %d: out of memory", rank);
+    for (int i = 0; i < COLL_NAIO; i++) {
+        atomic_init(&c->aio_done[i], 1);
+        if (nng_aio_alloc(&c->aio[i], aio_done_cb, &c->aio_done[i]) != 0) {
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll comm %d: cannot allocate aio",
+                              rank);
+        }
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&c->entered, 0);
+    return MT_OK;
+}
+
+static void comm_fini(mt_coll_comm *c)
+{
+    if (c->w == NULL)
+        return;
+    mt_free(c->pong);
+    for (int i = 0; i < COLL_NAIO; i++) {
+        if (c->aio[i] != NULL) {
+            nng_aio_cancel(c->aio[i]);
+            nng_aio_wait(c->aio[i]);
+            nng_msg *m = nng_aio_get_msg(c->aio[i]);
+            if (m != NULL && nng_aio_result(c->aio[i]) != 0)
+                nng_msg_free(m);
+            nng_aio_free(c->aio[i]);
+        }
+    }
+    if (c->q != NULL) {
+        for (int s = 0; s < c->w->size; s++) {
+            nng_msg *m;
+            while ((m = queue_pop(&c->q[s])) != NULL)
+                nng_msg_free(m);
+            mt_free(c->q[s].items);
+        }
+        mt_free(c->q);
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+    }
+}
+
+static void world_free_parts(mt_coll_world *w)
+{
+    if (w->comms != NULL) {
+        for (int i = 0; i < w->nlocal; i++)
+            comm_fini(&w->comms[i]);
+    }
+    if (w->peers != NULL) {
+        for (int i = 0; i < w->nprocs; i++)
+            pthread_mutex_destroy(&w->peers[i].mu);
+    }
+    if (w->proc_addr != NULL) {
+        for (int i = 0; i < w->nprocs; i++)
+            mt_free(w->proc_addr[i]);
+    }
+    mt_free(w->proc_addr);
+    mt_free(w->proc_of);
+    mt_free(w->by_rank);
+    mt_free(w->comms);
+    mt_free(w->peers);
+    mt_free(w);
+}
+
+static mt_code check_opts(const mt_coll_world_opts *opts, mt_err *err)
+{
+    if (opts->default_deadline_ms <= 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll world: default deadline %" PRId64 " ms must be positive",
+                          opts->default_deadline_ms);
+    if (opts->segment_bytes < sizeof(float) || opts->segment_bytes > (64u << 20))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll world: segment size %zu bytes outside [4, 64 MiB]",
+                          opts->segment_bytes);
+    return MT_OK;
+}
+
+/* Allocate a world whose ranks are mapped to processes by proc_of (taken). */
+static mt_code world_alloc(int size, const mt_coll_world_opts *opts, int nprocs, int my_proc,
+                           mt_coll_world **out, mt_err *err)
+{
+    mt_coll_world *w = mt_calloc(1, sizeof(*w));
+    if (w == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll world: out of memory");
+    w->size = size;
+    w->opts = *opts;
+    w->seg = opts->segment_bytes / sizeof(float);
+    w->nprocs = nprocs;
+    w->my_proc = my_proc;
+    w->proc_of = mt_calloc((size_t)size, sizeof(*w->proc_of));
+    w->by_rank = mt_calloc((size_t)size, sizeof(*w->by_rank));
+    w->proc_addr = mt_calloc((size_t)nprocs, sizeof(*w->proc_addr));
+    w->peers = mt_calloc((size_t)nprocs, sizeof(*w->peers));
+    if (w->proc_of == NULL || w->by_rank == NULL || w->proc_addr == NULL || w->peers == NULL) {
+        mt_free(w->peers);
+        w->peers = NULL;
+        world_free_parts(w);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll world: out of memory");
+    }
+    for (int i = 0; i < nprocs; i++)
+        pthread_mutex_init(&w->peers[i].mu, NULL);
+    *out = w;
+    return MT_OK;
+}
+
+/* Create comms for every rank with proc_of[r] == my_proc. */
+static mt_code world_make_comms(mt_coll_world *w, mt_err *err)
+{
+    int n = 0;
+    for (int r = 0; r < w->size; r++)
+        n += w->proc_of[r] == w->my_proc;
+    w->comms = mt_calloc((size_t)n, sizeof(*w->comms));
+    if (w->comms == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll world: out of memory");
+    for (int r = 0; r < w->size; r++) {
+        if (w->proc_of[r] != w->my_proc)
+            continue;
+        mt_coll_comm *c = &w->comms[w->nlocal++];
+        mt_code rc = comm_init(c, w, r, err);
+        if (rc != MT_OK)
+            return rc;
+        w->by_rank[r] = c;
+    }
+    return MT_OK;
+}
+
+mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_coll_world **out,
+                                mt_err *err)
+{
+    mt_coll_world_opts def = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_world *w = NULL;
+    mt_code rc;
+
+    *out = NULL;
+    if (opts == NULL)
+        opts = &def;
+    if (size < 1)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "coll world: size %d must be >= 1", size);
+    if ((rc = check_opts(opts, err)) != MT_OK)
+        return rc;
+    if ((rc = world_alloc(size, opts, 1, 0, &w, err)) != MT_OK)
+        return rc;
+    w->proc_addr[0] = mt_strdup("local");
+    if (w->proc_addr[0] == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll world: out of memory");
+        goto fail;
+    }
+    if ((rc = world_make_comms(w, err)) != MT_OK)
+        goto fail;
+    *out = w;
+    return MT_OK;
+fail:
+    world_free_parts(w);
+    return rc;
+}
+
+mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_addr *table,
+                              const mt_coll_world_opts *opts, mt_coll_world **out, mt_err *err)
+{
+    mt_coll_world_opts def = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_world *w = NULL;
+    mt_code rc;
+    int nprocs = 0, my_proc = -1;
+
+    *out = NULL;
+    if (opts == NULL)
+        opts = &def;
+    if (net == NULL || table == NULL || size < 1)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll world: need a net, a rank table and size >= 1 (size %d)", size);
+    if ((rc = check_opts(opts, err)) != MT_OK)
+        return rc;
+    /* count distinct addresses (first occurrence order) */
+    for (int r = 0; r < size; r++) {
+        if (table[r].addr == NULL || table[r].addr[0] == '\0')
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "coll world: rank %d has no address", r);
+        int seen = 0;
+        for (int q = 0; q < r && !seen; q++)
+            seen = strcmp(table[q].addr, table[r].addr) == 0;
+        for (int q = 0; q < r; q++) {
+            if (strcmp(table[q].addr, table[r].addr) == 0 &&
+                table[q].local_index == table[r].local_index)
+                return mt_err_set(err, MT_INVALID_ARGUMENT,
+                                  "coll world: ranks %d and %d both are device %d of %s", q, r,
+                                  table[r].local_index, table[r].addr);
+        }
+        nprocs += !seen;
+    }
+    if ((rc = world_alloc(size, opts, nprocs, -1, &w, err)) != MT_OK)
+        return rc;
+    w->net = net;
+    int np = 0;
+    for (int r = 0; r < size; r++) {
+        int p = -1;
+        for (int q = 0; q < np; q++) {
+            if (strcmp(w->proc_addr[q], table[r].addr) == 0)
+                p = q;
+        }
+        if (p < 0) {
+            p = np++;
+            w->proc_addr[p] = mt_strdup(table[r].addr);
+            if (w->proc_addr[p] == NULL) {
+                rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll world: out of memory");
+                goto fail;
+            }
+            int is_local = 0;
+            if ((rc = coll__net_check_addr(net, table[r].addr, &is_local)) != MT_OK)
+                goto fail;
+            if (is_local)
+                my_proc = p;
+        }
+        w->proc_of[r] = p;
+    }
+    if (my_proc < 0) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                        "coll world: no rank of the table lives at this process's address %s",
+                        mt_coll_net_addr(net));
+        goto fail;
+    }
+    w->my_proc = my_proc;
+    if ((rc = world_make_comms(w, err)) != MT_OK)
+        goto fail;
+    coll__net_attach_pending(net, w);
+    if (w->net == NULL) {
+        rc = mt_err_set(err, MT_FAILED_PRECONDITION,
+                        "coll world: data plane %s already serves another world",
+                        mt_coll_net_addr(net));
+        goto fail;
+    }
+    *out = w;
+    return MT_OK;
+fail:
+    world_free_parts(w);
+    return rc;
+}
+
+void mt_coll_world_free(mt_coll_world *w)
+{
+    if (w == NULL)
+        return;
+    if (w->net != NULL) {
+        coll__peers_close(w);
+        coll__net_detach(w->net, w);
+    }
+    world_free_parts(w);
+}
+
+int mt_coll_world_size(const mt_coll_world *w)
+{
+    return w->size;
+}
+
+mt_coll_comm *mt_coll_world_comm(mt_coll_world *w, int rank)
+{
+    if (w == NULL || rank < 0 || rank >= w->size)
+        return NULL;
+    return w->by_rank[rank];
+}
+
+int mt_coll_comm_rank(const mt_coll_comm *c)
+{
+    return c->rank;
+}
+
+void mt_coll_comm_set_step(mt_coll_comm *c, uint64_t step)
+{
+    c->auto_step = step;
+    c->auto_seq = 0;
+}
+
+/* ------------------------------------------------------------ collectives */
+
+typedef struct coll_ctx {
+    mt_coll_comm *c;
+    const mt_coll_group *g;
+    int p, pos;
+    uint8_t op;
+    uint64_t step;
+    uint32_t seq;
+    uint64_t total;
+    int64_t deadline_ns;
+    int64_t deadline_ms;
+    int from_abort;                 /* the failure came from a peer's ABORT: do not re-broadcast */
+    int blame;                      /* rank whose message was inconsistent, -1 none */
+    int diagnosed;                  /* PINGs went out after the deadline */
+    nng_aio *ctl[2 * COLL_MAXPING]; /* PING / PONG sends in flight */
+    int nctl;
+    mt_err *err;
+} coll_ctx;
+
+static const char *rank_addr(const mt_coll_world *w, int rank)
+{
+    return w->proc_addr[w->proc_of[rank]];
+}
+
+static mt_code ctx_fail(coll_ctx *x, mt_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static mt_code ctx_fail(coll_ctx *x, mt_code code, const char *fmt, ...)
+{
+    char body[MT_ERR_MSG_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof(body), fmt, ap);
+    va_end(ap);
+    return mt_err_set(x->err, code,
+                      "%s (job %" PRIu64 " step %" PRIu64 " seq %" PRIu32 ") on rank %d: %s",
+                      op_name(x->op), x->c->w->opts.job_id, x->step, x->seq, x->c->rank, body);
+}
+
+static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, uint8_t op,
+                         uint64_t total, const mt_coll_call *call, mt_err *err)
+{
+    memset(x, 0, sizeof(*x));
+    x->c = c;
+    x->g = g;
+    x->op = op;
+    x->err = err;
+    x->total = total;
+    x->pos = -1;
+    x->blame = -1;
+    if (c == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: NULL communicator", op_name(op));
+    if (call != NULL) {
+        c->auto_step = call->step;
+        c->auto_seq = call->seq;
+    }
+    x->step = c->auto_step;
+    x->seq = c->auto_seq++;
+    x->deadline_ms =
+        call != NULL && call->deadline_ms > 0 ? call->deadline_ms : c->w->opts.default_deadline_ms;
+    x->deadline_ns = coll__now_ns() + x->deadline_ms * 1000000LL;
+    if (g == NULL || g->ranks == NULL || g->size < 1)
+        return ctx_fail(x, MT_INVALID_ARGUMENT, "empty or NULL group");
+    x->p = g->size;
+    int pos = -1;
+    for (int i = 0; i < g->size; i++) {
+        int r = g->ranks[i];
+        if (r < 0 || r >= c->w->size)
+            return ctx_fail(x, MT_INVALID_ARGUMENT, "group member %d is rank %d, outside [0, %d)",
+                            i, r, c->w->size);
+        for (int j = 0; j < i; j++) {
+            if (g->ranks[j] == r)
+                return ctx_fail(x, MT_INVALID_ARGUMENT, "rank %d appears twice in the group", r);
+        }
+        if (r == c->rank)
+            pos = i;
+    }
+    if (pos < 0)
+        return ctx_fail(x, MT_INVALID_ARGUMENT, "rank %d is not a member of the group", c->rank);
+    x->pos = pos; /* from here on, ctx_end tells the other members about a failure */
+    atomic_store(&c->entered, coll__tag_pack(x->step, x->seq) + 1);
+    pthread_mutex_lock(&c->mu);
+    c->active = 1;
+    pthread_mutex_unlock(&c->mu);
+    return MT_OK;
+}
+
+static int member(const coll_ctx *x, int pos)
+{
+    return x->g->ranks[((pos % x->p) + x->p) % x->p];
+}
+
+static void send_abort(coll_ctx *x, mt_code code, const char *text)
+{
+    mt_coll_world *w = x->c->w;
+    size_t tl = strlen(text);
+    for (int i = 0; i < x->p; i++) {
+        int r = x->g->ranks[i];
+        nng_msg *m;
+        if (r == x->c->rank || nng_msg_alloc(&m, COLL_HDR_SIZE + tl) != 0)
+            continue;
+        coll_hdr h = {.magic = COLL_MAGIC,
+                      .kind = COLL_KIND_ABORT,
+                      .op = x->op,
+                      .job = w->opts.job_id,
+                      .step = x->step,
+                      .seq = x->seq,
+                      .src = x->c->rank,
+                      .dst = r,
+                      .code = (uint32_t)code,
+                      .rstep = (uint32_t)(x->blame + 1),
+                      .len = tl};
+        coll__hdr_encode(&h, nng_msg_body(m));
+        memcpy((char *)nng_msg_body(m) + COLL_HDR_SIZE, text, tl);
+        if (w->by_rank[r] != NULL) {
+            coll__deliver(w, m, &h);
+        } else if (atomic_load(&w->peers[w->proc_of[r]].down_ns) != 0) {
+            nng_msg_free(m); /* its connection is gone */
+        } else {
+            /* best effort, bounded: the peer may be the one that is stuck */
+            int64_t dl = coll__now_ns() + COLL_ABORT_NS;
+            if (coll__net_send(x->c, w->proc_of[r], m, dl, NULL) != MT_OK)
+                continue;
+        }
+    }
+    coll__sends_wait(x->c, 0, NULL);
+}
+
+static int tag_le(uint64_t s1, uint32_t q1, uint64_t s2, uint32_t q2)
+{
+    return s1 < s2 || (s1 == s2 && q1 <= q2);
+}
+
+/* Messages of collectives up to (step, seq) are leftovers of a failure: drop them. */
+static void mark_stale(mt_coll_comm *c, uint64_t step, uint32_t seq)
+{
+    if (!c->has_failed || !tag_le(step, seq, c->failed_step, c->failed_seq)) {
+        c->has_failed = 1;
+        c->failed_step = step;
+        c->failed_seq = seq;
+    }
+}
+
+/* Send a PING or PONG to a rank of another process, without waiting. */
+static void ctl_send(coll_ctx *x, int kind, int dst, uint64_t step, uint32_t seq, uint32_t code)
+{
+    mt_coll_world *w = x->c->w;
+    nng_msg *m;
+    if (x->nctl == 2 * COLL_MAXPING || w->by_rank[dst] != NULL ||
+        nng_msg_alloc(&m, COLL_HDR_SIZE) != 0)
+        return;
+    coll_hdr h = {.magic = COLL_MAGIC,
+                  .kind = (uint8_t)kind,
+                  .op = x->op,
+                  .job = w->opts.job_id,
+                  .step = step,
+                  .seq = seq,
+                  .src = x->c->rank,
+                  .dst = dst,
+                  .code = code};
+    coll__hdr_encode(&h, nng_msg_body(m));
+    nng_aio *a;
+    if (coll__net_send_async(w, w->proc_of[dst], m, COLL_DIAG_NS / 1000000LL, &a) == MT_OK)
+        x->ctl[x->nctl++] = a;
+}
+
+static void ctl_reap(coll_ctx *x)
+{
+    for (int i = 0; i < x->nctl; i++) {
+        nng_aio_cancel(x->ctl[i]);
+        nng_aio_wait(x->ctl[i]);
+        if (nng_aio_result(x->ctl[i]) != 0)
+            nng_msg_free(nng_aio_get_msg(x->ctl[i]));
+        nng_aio_free(x->ctl[i]);
+    }
+    x->nctl = 0;
+}
+
+/* Answer the PINGs of members diagnosing a deadline (called with c->mu held). */
+static void answer_pings(coll_ctx *x)
+{
+    mt_coll_comm *c = x->c;
+    while (c->nping > 0) {
+        int from = c->ping_from[--c->nping];
+        uint64_t tag = c->ping_tag[c->nping];
+        int entered = atomic_load(&c->entered) >= tag + 1;
+        pthread_mutex_unlock(&c->mu);
+        ctl_send(x, COLL_KIND_PONG, from, tag >> 24, (uint32_t)(tag & 0xffffffu), entered ? 1 : 2);
+        pthread_mutex_lock(&c->mu);
+    }
+}
+
+/* After the deadline: ask every member in another process whether it entered. */
+static int diagnose_start(coll_ctx *x)
+{
+    mt_coll_comm *c = x->c;
+    int asked = 0;
+    memset(c->pong, 0, (size_t)c->w->size);
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < x->p; i++) {
+        int r = x->g->ranks[i];
+        if (c->w->by_rank[r] == NULL) {
+            ctl_send(x, COLL_KIND_PING, r, x->step, x->seq, 0);
+            asked++;
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    return asked;
+}
+
+static int append(char *out, size_t cap, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int append(char *out, size_t cap, size_t *used, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(out + *used, cap - *used, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= cap - *used)
+        return -1;
+    *used += (size_t)k;
+    return 0;
+}
+
+/*
+ * The members to blame for a deadline: local ones that have not entered, and
+ * remote ones that did not answer the PING (stopped, hung, unreachable) or
+ * answered that they have not entered. Called with c->mu held.
+ */
+static void suspects(const coll_ctx *x, char *out, size_t cap)
+{
+    uint64_t tag = coll__tag_pack(x->step, x->seq) + 1;
+    mt_coll_world *w = x->c->w;
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < x->p; i++) {
+        int r = x->g->ranks[i];
+        mt_coll_comm *o = w->by_rank[r];
+        int k = 0;
+        if (o == x->c)
+            continue;
+        if (o != NULL && atomic_load(&o->entered) < tag)
+            k = append(out, cap, &used, "%srank %d", used ? ", " : "", r);
+        else if (o == NULL && x->diagnosed && x->c->pong[r] != 1)
+            k = append(out, cap, &used, "%srank %d (%s, %s)", used ? ", " : "", r,
+                       w->proc_addr[w->proc_of[r]],
+                       x->c->pong[r] == 0 ? "no answer" : "not entered");
+        if (k != 0)
+            break;
+    }
+}
+
+static mt_code ctx_end(coll_ctx *x, mt_code rc)
+{
+    mt_coll_comm *c = x->c;
+    if (c == NULL || x->pos < 0)
+        return rc;
+    ctl_reap(x);
+    mt_code wrc = coll__sends_wait(c, rc != MT_OK, rc == MT_OK ? x->err : NULL);
+    if (rc == MT_OK && wrc != MT_OK)
+        rc = wrc;
+    if (rc != MT_OK && !x->from_abort && x->p > 1)
+        send_abort(x, rc, x->err != NULL ? x->err->msg : mt_code_name(rc));
+    pthread_mutex_lock(&c->mu);
+    if (rc != MT_OK)
+        mark_stale(c, x->step, x->seq);
+    c->active = 0;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Receive the next message from global rank src; validate it against *want. */
+static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **out)
+{
+    mt_coll_comm *c = x->c;
+    mt_coll_world *w = c->w;
+    nng_msg *m = NULL;
+    coll_hdr h;
+    int remote = w->by_rank[src] == NULL;
+
+    *out = NULL;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        if (c->aborted) {
+            c->aborted = 0;
+            /*
+             * Which ABORTs end this collective:
+             * - one about a collective that already failed here is a leftover: no;
+             * - one about this or a later collective: yes;
+             * - one that blames this rank's data: yes;
+             * - one about an earlier collective that completed here: yes if the
+             *   sender failed for a reason other than a mismatch (it is gone and
+             *   will not feed this one); no for a mismatch (it comes from a
+             *   member with a wrong tag, and its data will show the mismatch).
+             */
+            int leftover =
+                c->has_failed && tag_le(c->abort_step, c->abort_seq, c->failed_step, c->failed_seq);
+            int later = tag_le(x->step, x->seq, c->abort_step, c->abort_seq);
+            if (!leftover &&
+                (later || c->blame == c->rank || c->abort_code != MT_INVALID_ARGUMENT)) {
+                char msg[MT_ERR_MSG_SIZE];
+                mt_code code = c->abort_code;
+                memcpy(msg, c->abort_msg, sizeof(msg));
+                pthread_mutex_unlock(&c->mu);
+                x->from_abort = 1;
+                return mt_err_set(x->err, code, "%s", msg);
+            }
+        }
+        m = queue_pop(&c->q[src]);
+        if (m != NULL) {
+            coll__hdr_decode(m, &h); /* validated by the receiver / sender */
+            if (h.job == w->opts.job_id && c->has_failed &&
+                tag_le(h.step, h.seq, c->failed_step, c->failed_seq)) {
+                nng_msg_free(m); /* left over from a collective that failed here */
+                continue;
+            }
+            break;
+        }
+        int64_t now = coll__now_ns();
+        if (remote) {
+            int64_t down = atomic_load(&w->peers[w->proc_of[src]].down_ns);
+            if (down != 0 && now - down > COLL_GRACE_NS) {
+                pthread_mutex_unlock(&c->mu);
+                return ctx_fail(x, MT_UNAVAILABLE, "connection to rank %d (%s) lost", src,
+                                rank_addr(w, src));
+            }
+        }
+        if (c->nping > 0) {
+            answer_pings(x);
+            continue;
+        }
+        if (now >= x->deadline_ns && !x->diagnosed) {
+            x->diagnosed = 1;
+            if (diagnose_start(x) > 0) {
+                x->deadline_ns = coll__now_ns() + COLL_DIAG_NS; /* keep waiting for data too */
+                continue;
+            }
+        }
+        if (now >= x->deadline_ns) {
+            char late[160];
+            suspects(x, late, sizeof(late));
+            pthread_mutex_unlock(&c->mu);
+            if (late[0] != '\0')
+                return ctx_fail(x, MT_DEADLINE_EXCEEDED,
+                                "no data from rank %d (%s) within %" PRId64
+                                " ms; never arrived: %s",
+                                src, rank_addr(w, src), x->deadline_ms, late);
+            return ctx_fail(x, MT_DEADLINE_EXCEEDED,
+                            "no data from rank %d (%s) within %" PRId64 " ms", src,
+                            rank_addr(w, src), x->deadline_ms);
+        }
+        int64_t until = x->deadline_ns;
+        if (remote && until - now > 50000000LL)
+            until = now + 50000000LL; /* poll the connection state */
+        struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+
+    /* every field must be what this member expects at this point, in this order of blame */
+    const struct {
+        const char *what;
+        uint64_t got, exp;
+    } f[] = {
+        {"job", h.job, want->job},
+        {"step", h.step, want->step},
+        {"sequence number", h.seq, want->seq},
+        {"operation", h.op, want->op},
+        {"size", h.total, want->total},
+        {"phase", h.phase, want->phase},
+        {"ring step", h.rstep, want->rstep},
+        {"chunk", h.chunk, want->chunk},
+        {"offset", h.offset, want->offset},
+        {"length", h.len, want->len},
+    };
+    const char *what = NULL;
+    uint64_t got = 0, exp = 0;
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]) && what == NULL; i++) {
+        if (f[i].got != f[i].exp)
+            what = f[i].what, got = f[i].got, exp = f[i].exp;
+    }
+    if (what != NULL) {
+        nng_msg_free(m);
+        x->blame = src;
+        if (h.op != want->op)
+            return ctx_fail(x, MT_INVALID_ARGUMENT,
+                            "rank %d (%s) sent a %s message: %s %" PRIu64 ", expected %" PRIu64,
+                            src, rank_addr(w, src), op_name(h.op), what, got, exp);
+        return ctx_fail(x, MT_INVALID_ARGUMENT,
+                        "message from rank %d (%s) has %s %" PRIu64 ", expected %" PRIu64, src,
+                        rank_addr(w, src), what, got, exp);
+    }
+    *out = m;
+    return MT_OK;
+}
+
+static mt_code send_seg(coll_ctx *x, int dst, const coll_hdr *h, const float *data)
+{
+    mt_coll_world *w = x->c->w;
+    nng_msg *m;
+    unsigned char hb[COLL_HDR_SIZE];
+    size_t bytes = h->len * sizeof(float);
+    /* reserve + append: nng_msg_alloc(size) would zero the body before we copy over it */
+    coll__hdr_encode(h, hb);
+    if (nng_msg_alloc(&m, 0) != 0)
+        return ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for a message");
+    if (nng_msg_reserve(m, COLL_HDR_SIZE + bytes) != 0 || nng_msg_append(m, hb, sizeof(hb)) != 0 ||
+        (bytes > 0 && nng_msg_append(m, data, bytes) != 0)) {
+        nng_msg_free(m);
+        return ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for a %" PRIu64 "-float message",
+                        h->len);
+    }
+    if (w->by_rank[dst] != NULL) {
+        coll__deliver(w, m, h);
+        return MT_OK;
+    }
+    mt_err e = MT_ERR_INIT;
+    mt_code rc = coll__net_send(x->c, w->proc_of[dst], m, x->deadline_ns, &e);
+    if (rc != MT_OK)
+        return ctx_fail(x, rc, "send to rank %d: %s", dst, e.msg);
+    return MT_OK;
+}
+
+static size_t nseg(const coll_ctx *x, size_t len)
+{
+    size_t s = x->c->w->seg;
+    return len == 0 ? 1 : (len + s - 1) / s;
+}
+
+static void seg_range(const coll_ctx *x, size_t len, size_t k, size_t *off, size_t *n)
+{
+    size_t s = x->c->w->seg;
+    *off = k * s;
+    *n = len == 0 ? 0 : (len - *off < s ? len - *off : s);
+}
+
+enum { XFER_NONE = 0, XFER_COPY = 1, XFER_ADD = 2 };
+
+/* Receive segment k of rbuf[roff, roff+rlen) from src and copy or add it (acc = partial + own). */
+static mt_code recv_seg(coll_ctx *x, coll_hdr *h, int src, float *rbuf, size_t roff, size_t rlen,
+                        size_t k, int mode)
+{
+    nng_msg *m;
+    size_t o, n;
+    mt_code rc;
+    seg_range(x, rlen, k, &o, &n);
+    h->src = src;
+    h->dst = x->c->rank;
+    h->chunk = (uint32_t)k;
+    h->offset = roff + o;
+    h->len = n;
+    if ((rc = recv_msg(x, src, h, &m)) != MT_OK)
+        return rc;
+    const unsigned char *pl = (const unsigned char *)nng_msg_body(m) + COLL_HDR_SIZE;
+    float *d = rbuf + roff + o;
+    if (mode == XFER_COPY) {
+        if (n > 0)
+            memcpy(d, pl, n * sizeof(float));
+    } else if (((uintptr_t)pl & (sizeof(float) - 1)) == 0) {
+        const float *in = (const float *)(const void *)pl;
+        for (size_t i = 0; i < n; i++)
+            d[i] = in[i] + d[i];
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float v;
+            memcpy(&v, pl + i * sizeof(float), sizeof(float));
+            d[i] = v + d[i];
+        }
+    }
+    nng_msg_free(m);
+    return MT_OK;
+}
+
+/*
+ * One ring step: send sbuf[soff, soff+slen) to dst (if dst >= 0) and receive
+ * rbuf[roff, roff+rlen) from src (if src >= 0), combining with `mode`.
+ */
+static mt_code ring_step(coll_ctx *x, uint8_t phase, uint32_t rstep, int dst, const float *sbuf,
+                         size_t soff, size_t slen, int src, float *rbuf, size_t roff, size_t rlen,
+                         int mode)
+{
+    /* a chain (broadcast) forwards what it received: receive segment k first */
+    int recv_first = x->op == COLL_OP_BROADCAST;
+    size_t ns = dst >= 0 ? nseg(x, slen) : 0, nr = src >= 0 ? nseg(x, rlen) : 0;
+    size_t nk = ns > nr ? ns : nr;
+    coll_hdr h = {.magic = COLL_MAGIC,
+                  .kind = COLL_KIND_DATA,
+                  .op = x->op,
+                  .phase = phase,
+                  .job = x->c->w->opts.job_id,
+                  .step = x->step,
+                  .seq = x->seq,
+                  .rstep = rstep,
+                  .total = x->total};
+    for (size_t k = 0; k < nk; k++) {
+        size_t o, n;
+        mt_code rc;
+        if (recv_first && k < nr && (rc = recv_seg(x, &h, src, rbuf, roff, rlen, k, mode)) != MT_OK)
+            return rc;
+        if (k < ns) {
+            seg_range(x, slen, k, &o, &n);
+            h.src = x->c->rank;
+            h.dst = dst;
+            h.chunk = (uint32_t)k;
+            h.offset = soff + o;
+            h.len = n;
+            if ((rc = send_seg(x, dst, &h, sbuf + soff + o)) != MT_OK)
+                return rc;
+        }
+        if (!recv_first && k < nr &&
+            (rc = recv_seg(x, &h, src, rbuf, roff, rlen, k, mode)) != MT_OK)
+            return rc;
+    }
+    return MT_OK;
+}
+
+/* Ring reduce-scatter over buf[0..n): afterwards position pos owns chunk pos. */
+static mt_code ring_reduce_scatter(coll_ctx *x, float *buf, size_t n)
+{
+    for (int s = 0; s < x->p - 1; s++) {
+        size_t so, sl, ro, rl;
+        int sc = ((x->pos - s - 1) % x->p + x->p) % x->p;
+        int rcnk = ((x->pos - s - 2) % x->p + x->p) % x->p;
+        mt_coll_chunk_range(n, x->p, sc, &so, &sl);
+        mt_coll_chunk_range(n, x->p, rcnk, &ro, &rl);
+        mt_code rc = ring_step(x, 0, (uint32_t)s, member(x, x->pos + 1), buf, so, sl,
+                               member(x, x->pos - 1), buf, ro, rl, XFER_ADD);
+        if (rc != MT_OK)
+            return rc;
+    }
+    return MT_OK;
+}
+
+/* Ring allgather: chunk c = [off(c), off(c)+len(c)); position pos starts with chunk pos. */
+static mt_code ring_allgather(coll_ctx *x, float *buf, size_t n, size_t per_member)
+{
+    for (int s = 0; s < x->p - 1; s++) {
+        size_t so, sl, ro, rl;
+        int sc = ((x->pos - s) % x->p + x->p) % x->p;
+        int rcnk = ((x->pos - s - 1) % x->p + x->p) % x->p;
+        if (per_member == SIZE_MAX) {
+            mt_coll_chunk_range(n, x->p, sc, &so, &sl);
+            mt_coll_chunk_range(n, x->p, rcnk, &ro, &rl);
+        } else {
+            so = (size_t)sc * per_member, sl = per_member;
+            ro = (size_t)rcnk * per_member, rl = per_member;
+        }
+        mt_code rc = ring_step(x, 1, (uint32_t)s, member(x, x->pos + 1), buf, so, sl,
+                               member(x, x->pos - 1), buf, ro, rl, XFER_COPY);
+        if (rc != MT_OK)
+            return rc;
+    }
+    return MT_OK;
+}
+
+/*
+ * Small allreduce in one hop: send the whole buffer to every other member,
+ * receive theirs, and fold each chunk in the documented order locally
+ * (the same additions as the ring, so the same bits).
+ */
+static mt_code direct_allreduce(coll_ctx *x, float *buf, size_t n)
+{
+    int p = x->p;
+    mt_code rc = MT_OK;
+    float *all = mt_malloc(((size_t)p * n + 1) * sizeof(float)); /* member i's input at i*n */
+    const float **in = mt_malloc((size_t)p * sizeof(*in));
+    if (all == NULL || in == NULL) {
+        rc = ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for %d x %zu floats", p, n);
+        goto out;
+    }
+    for (int i = 0; i < p; i++)
+        in[i] = all + (size_t)i * n;
+    if (n > 0)
+        memcpy(all + (size_t)x->pos * n, buf, n * sizeof(float));
+    coll_hdr h = {.magic = COLL_MAGIC,
+                  .kind = COLL_KIND_DATA,
+                  .op = x->op,
+                  .phase = 2,
+                  .job = x->c->w->opts.job_id,
+                  .step = x->step,
+                  .seq = x->seq,
+                  .total = x->total,
+                  .len = n};
+    for (int k = 1; k < p && rc == MT_OK; k++) {
+        h.src = x->c->rank;
+        h.dst = member(x, x->pos + k);
+        h.rstep = (uint32_t)x->pos;
+        rc = send_seg(x, h.dst, &h, buf);
+    }
+    for (int k = 1; k < p && rc == MT_OK; k++) {
+        int from = (x->pos - k + p) % p;
+        nng_msg *m;
+        h.src = member(x, from);
+        h.dst = x->c->rank;
+        h.rstep = (uint32_t)from;
+        if ((rc = recv_msg(x, h.src, &h, &m)) != MT_OK)
+            break;
+        if (n > 0)
+            memcpy(all + (size_t)from * n, (const char *)nng_msg_body(m) + COLL_HDR_SIZE,
+                   n * sizeof(float));
+        nng_msg_free(m);
+    }
+    if (rc == MT_OK)
+        mt_coll_reference_allreduce(in, p, n, buf);
+out:
+    mt_free(in);
+    mt_free(all);
+    return rc;
+}
+
+static mt_code allreduce_run(coll_ctx *x, float *buf, size_t n)
+{
+    mt_code rc = MT_OK;
+    if (x->p > 1 && n * sizeof(float) <= x->c->w->opts.direct_bytes)
+        return direct_allreduce(x, buf, n);
+    if (x->p > 1) {
+        rc = ring_reduce_scatter(x, buf, n);
+        if (rc == MT_OK)
+            rc = ring_allgather(x, buf, n, SIZE_MAX);
+    }
+    return rc;
+}
+
+mt_code mt_coll_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
+                              const mt_coll_call *call, mt_err *err)
+{
+    coll_ctx x;
+    mt_code rc = ctx_begin(&x, comm, group, COLL_OP_ALLREDUCE, n, call, err);
+    if (rc == MT_OK && buf == NULL && n > 0)
+        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "NULL buffer for %zu floats", n);
+    if (rc == MT_OK && n > SIZE_MAX / sizeof(float))
+        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "size %zu floats overflows", n);
+    if (rc != MT_OK)
+        return ctx_end(&x, rc);
+    return ctx_end(&x, allreduce_run(&x, buf, n));
+}
+
+mt_code mt_coll_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
+                               float *out, size_t n, const mt_coll_call *call, mt_err *err)
+{
+    coll_ctx x;
+    float *tmp = NULL;
+    mt_code rc = ctx_begin(&x, comm, group, COLL_OP_REDUCE_SCATTER, n, call, err);
+    if (rc == MT_OK && n > 0 && (in == NULL || out == NULL))
+        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "NULL buffer for %zu floats", n);
+    if (rc == MT_OK && n > SIZE_MAX / sizeof(float))
+        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "size %zu floats overflows", n);
+    if (rc != MT_OK)
+        return ctx_end(&x, rc);
+    size_t off, len;
+    mt_coll_chunk_range(n, x.p, x.pos, &off, &len);
+    if (n > 0) {
+        tmp = mt_malloc(n * sizeof(float));
+        if (tmp == NULL)
+            return ctx_end(&x,
+                           ctx_fail(&x, MT_RESOURCE_EXHAUSTED, "out of memory for %zu floats", n));
+        memcpy(tmp, in, n * sizeof(float));
+    }
+    rc = x.p > 1 ? ring_reduce_scatter(&x, tmp, n) : MT_OK;
+    if (rc == MT_OK && len > 0)
+        memcpy(out, tmp + off, len * sizeof(float));
+    mt_free(tmp);
+    return ctx_end(&x, rc);
+}
+
+mt_code mt_coll_allgather(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
+                          float *out, size_t count, const mt_coll_call *call, mt_err *err)
+{
+    coll_ctx x;
+    mt_code rc = ctx_begin(&x, comm, group, COLL_OP_ALLGATHER, count, call, err);
+    if (rc == MT_OK && count > 0 && (in == NULL || out == NULL))
+        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "NULL buffer for %zu floats", count);
+    if (rc == MT_OK && count > SIZE_MAX / sizeof(float) / (size_t)x.p)
+        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "size %zu x %d floats overflows", count, x.p);
+    if (rc != MT_OK)
+        return ctx_end(&x, rc);
+    if (count > 0)
+        memcpy(out + (size_t)x.pos * count, in, count * sizeof(float));
+    return ctx_end(&x, ring_allgather(&x, out, count * (size_t)x.p, count));
+}
+
+mt_code mt_coll_broadcast(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
+                          int root, const mt_coll_call *call, mt_err *err)
+{
+    coll_ctx x;
+    mt_code rc = ctx_begin(&x, comm, group, COLL_OP_BROADCAST, n, call, err);
+    int rpos = -1;
+    if (rc == MT_OK && buf == NULL && n > 0)
+        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "NULL buffer for %zu floats", n);
+    if (rc == MT_OK && n > SIZE_MAX / sizeof(float))
+        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "size %zu floats overflows", n);
+    if (rc != MT_OK)
+        return ctx_end(&x, rc);
+    for (int i = 0; i < x.p; i++) {
+        if (group->ranks[i] == root)
+            rpos = i;
+    }
+    if (rpos < 0)
+        return ctx_end(&x, ctx_fail(&x, MT_INVALID_ARGUMENT,
+                                    "root rank %d is not a member of the group", root));
+    if (x.p == 1)
+        return ctx_end(&x, MT_OK);
+    int d = (x.pos - rpos + x.p) % x.p; /* distance from the root along the ring */
+    int dst = d < x.p - 1 ? member(&x, x.pos + 1) : -1;
+    int src = d > 0 ? member(&x, x.pos - 1) : -1;
+    /* the root's id rides in rstep so that members disagreeing on the root fail */
+    rc = ring_step(&x, 0, (uint32_t)root, dst, buf, 0, n, src, buf, 0, n, XFER_COPY);
+    /* the chain's tail acknowledges to the root, so the root also learns of failures */
+    if (rc == MT_OK && d == x.p - 1)
+        rc = ring_step(&x, 1, (uint32_t)root, member(&x, x.pos + 1), buf, 0, 0, -1, NULL, 0, 0,
+                       XFER_COPY);
+    else if (rc == MT_OK && d == 0)
+        rc = ring_step(&x, 1, (uint32_t)root, -1, NULL, 0, 0, member(&x, x.pos - 1), buf, 0, 0,
+                       XFER_COPY);
+    return ctx_end(&x, rc);
+}
+
+mt_code mt_coll_barrier(mt_coll_comm *comm, const mt_coll_group *group, const mt_coll_call *call,
+                        mt_err *err)
+{
+    coll_ctx x;
+    float tok[64];
+    mt_code rc = ctx_begin(&x, comm, group, COLL_OP_BARRIER, 0, call, err);
+    if (rc != MT_OK)
+        return ctx_end(&x, rc);
+    size_t n = (size_t)x.p;
+    float *buf = n <= 64 ? tok : mt_calloc(n, sizeof(float));
+    if (buf == NULL)
+        return ctx_end(&x, ctx_fail(&x, MT_RESOURCE_EXHAUSTED, "out of memory"));
+    memset(buf, 0, n * sizeof(float));
+    x.total = n;
+    rc = allreduce_run(&x, buf, n);
+    if (buf != tok)
+        mt_free(buf);
+    return ctx_end(&x, rc);
+}

@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mt_coll.h — collectives (allreduce, reduce-scatter, allgather, broadcast,
+ * barrier) between the devices of a job, in one process or across processes.
+ *
+ * How it fits: the SPMD training step (worker/, core engine) calls these on
+ * every device thread; a group is an ordered array of global ranks that the
+ * caller derives from mesh coordinates (this module does not depend on
+ * core/mesh). A world (mt_coll_world) holds the devices of one job that live
+ * in this process; each device gets one communicator (mt_coll_comm). Devices of
+ * other processes are reached through an mt_coll_net (nng pull listener + push
+ * sockets); devices of this process exchange messages in shared memory.
+ *
+ * REDUCTION ORDER (the determinism guarantee). For a group g[0..p-1] and n
+ * floats, the buffer is split into p chunks: chunk c has n/p elements plus one
+ * more when c < n%p, chunks laid out in order (mt_coll_chunk_range). Element e
+ * of chunk c is summed as the left fold, in float32,
+ *     ((x[g[c+1]][e] + x[g[c+2]][e]) + ...) + x[g[c]][e]     (indices mod p)
+ * i.e. starting at the member after the chunk's owner and going once round the
+ * ring in group order (p = 1: the value itself). This is the order of a ring
+ * reduce-scatter; the allgather that follows only copies. The order depends on
+ * the group order, p and n only — never on timing, chunk/segment size, the
+ * transport of a hop, or how ranks are placed in processes — so the same job
+ * on 1 process x 4 devices and on 2 processes x 2 devices is bit-identical, and
+ * every member ends with identical bits. mt_coll_reference_allreduce() computes
+ * the same order serially. Small allreduces (opts.direct_bytes) send every
+ * member's buffer to every other member in one hop and each member computes
+ * the very same fold locally, so they give the same bits as the ring.
+ *
+ * Invariants: every member of a group calls the same collectives on it in the
+ * same order with the same sizes (SPMD). Each collective is tagged (job id,
+ * step, sequence number); every message carries the tag, the chunk index and
+ * the length, and any mismatch is INVALID_ARGUMENT on every participant.
+ * Every wait has the collective's deadline.
+ *
+ * Threading: a comm is used by one thread at a time (its device thread);
+ * different comms of one world may be used concurrently. Worlds and nets are
+ * created and freed by one owner thread while no collective runs.
+ * Tests: tests/unit/test_coll.c, tests/integration/test_coll_procs.sh
+ * (with tests/tools/mt_coll_peer.c). Docs: docs/collectives.md.
+ */
+#ifndef MT_COLL_H
+#define MT_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status/mt_status.h"
+
+typedef struct mt_coll_net mt_coll_net;
+typedef struct mt_coll_world mt_coll_world;
+typedef struct mt_coll_comm mt_coll_comm;
+typedef struct mt_coll_bucket mt_coll_bucket;
+
+/* An ordered set of global ranks (borrowed by every call; not kept). */
+typedef struct mt_coll_group {
+    const int *ranks; /* size entries, distinct, each in [0, world size) */
+    int size;         /* >= 1 */
+} mt_coll_group;
+
+/* Tag and deadline of one collective. */
+typedef struct mt_coll_call {
+    uint64_t step;       /* training step */
+    uint32_t seq;        /* collective sequence number within the step */
+    int64_t deadline_ms; /* time allowed for the whole collective; <= 0: world default */
+} mt_coll_call;
+
+/* World options: public struct with defaults (MT_COLL_WORLD_DEFAULTS). */
+typedef struct mt_coll_world_opts {
+    uint64_t job_id;             /* carried in every message; a mismatch is INVALID_ARGUMENT */
+    int64_t default_deadline_ms; /* used when a call has no deadline */
+    size_t segment_bytes;        /* pipelining unit on the wire (rounded to floats, >= 4) */
+    size_t direct_bytes; /* allreduce of at most this many bytes: one direct exchange between all
+                            members instead of the ring (fewer hops, same bits); 0 = always ring */
+} mt_coll_world_opts;
+
+#define MT_COLL_WORLD_DEFAULTS                                                                     \
+    {                                                                                              \
+        .job_id = 0, .default_deadline_ms = 10000, .segment_bytes = 256 * 1024,                    \
+        .direct_bytes = 64 * 1024                                                                  \
+    }
+
+/* One entry of a job's rank table: where rank r lives. */
+typedef struct mt_coll_rank_addr {
+    const char *addr; /* data-plane address of its process ("tcp://127.0.0.1:4000", "ipc://...") */
+    int local_index;  /* device index inside that process (distinct per address) */
+} mt_coll_rank_addr;
+
+/* ------------------------------------------------------------------ chunks */
+
+/* Chunk c of n elements over p members: *off and *len in elements (see REDUCTION ORDER). */
+void mt_coll_chunk_range(size_t n, int p, int c, size_t *off, size_t *len);
+
+/*
+ * Serial reference of the documented allreduce order: out[e] for e < n from
+ * inputs[0..p-1] (inputs[i] is member i's buffer, group order). Borrows all
+ * arrays; out may alias none of the inputs. Any thread.
+ */
+void mt_coll_reference_allreduce(const float *const *inputs, int p, size_t n, float *out);
+
+/* -------------------------------------------------------------- data plane */
+
+/*
+ * Open a process's data-plane endpoint listening on url ("tcp://HOST:PORT",
+ * port 0 = ephemeral, or "ipc:///path"), and start receiving.
+ * *out is owned by the caller (mt_coll_net_free). Codes: INVALID_ARGUMENT (bad
+ * url), UNAVAILABLE (cannot listen), RESOURCE_EXHAUSTED.
+ * A net serves one world at a time (one job's data plane per process endpoint).
+ */
+mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err);
+
+/* The bound address ("tcp://127.0.0.1:41234"), borrowed from net. */
+const char *mt_coll_net_addr(const mt_coll_net *net);
+
+/*
+ * Stop receiving and close the listener. Free any world using it first. NULL: no-op.
+ * Bounded: if nng's close does not finish within 2 s the endpoint is left to it (leaked).
+ */
+void mt_coll_net_free(mt_coll_net *net);
+
+/* ------------------------------------------------------------------ worlds */
+
+/*
+ * A world of `size` devices that are all threads of this process (shared
+ * memory only). opts may be NULL (defaults). *out owned by the caller.
+ * Codes: INVALID_ARGUMENT (size < 1, bad opts), RESOURCE_EXHAUSTED.
+ */
+mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_coll_world **out,
+                                mt_err *err);
+
+/*
+ * A world of `size` ranks spread over processes: table[r] says where rank r
+ * lives (borrowed, copied). Ranks whose address equals mt_coll_net_addr(net)
+ * are this process's devices. Connections to other processes are opened on
+ * first use, reused across steps and closed by mt_coll_world_free. Messages
+ * that arrive before the world exists are kept and delivered to it.
+ * Codes: INVALID_ARGUMENT (no local rank, duplicate local index, bad size),
+ * FAILED_PRECONDITION (net already serves a world), RESOURCE_EXHAUSTED.
+ */
+mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_addr *table,
+                              const mt_coll_world_opts *opts, mt_coll_world **out, mt_err *err);
+
+/*
+ * Flush and close connections (each close bounded to 2 s), free comms. No collective may
+ * be running. NULL: no-op.
+ */
+void mt_coll_world_free(mt_coll_world *w);
+
+int mt_coll_world_size(const mt_coll_world *w);
+
+/* The comm of global rank `rank` if it lives in this process, else NULL. Borrowed from w. */
+mt_coll_comm *mt_coll_world_comm(mt_coll_world *w, int rank);
+
+int mt_coll_comm_rank(const mt_coll_comm *c);
+
+/*
+ * Set the step used by calls made with call == NULL, and restart their
+ * automatic sequence number at 0. Device thread only.
+ */
+void mt_coll_comm_set_step(mt_coll_comm *c, uint64_t step);
+
+/* ------------------------------------------------------------- collectives
+ *
+ * Common to all: comm borrowed, used by its device thread; group borrowed;
+ * call may be NULL (tag = the comm's step and next automatic sequence number,
+ * world default deadline); an explicit call tag also moves the automatic
+ * sequence number past it. A failed collective is not retried under the same
+ * tag. Blocks until done; on failure returns within the deadline plus about
+ * 0.5 s (a 250 ms round asking the other processes who is missing, and up to
+ * 100 ms letting in-flight sends leave). Codes:
+ *   INVALID_ARGUMENT   comm's rank not in group, bad group (duplicate or out of
+ *                      range rank), NULL buffer with n > 0, size overflow, or a
+ *                      peer's message disagrees (job, step, seq, op, size,
+ *                      chunk) — reported by every participant;
+ *   DEADLINE_EXCEEDED  a peer did not deliver in time; names the rank(s)
+ *                      (and address) that never arrived;
+ *   UNAVAILABLE        a peer's connection was lost or it cannot be reached;
+ *   RESOURCE_EXHAUSTED out of memory.
+ * On error the buffer contents are unspecified; the other members also fail.
+ */
+
+/* buf[0..n) := sum over members, in the documented order. In place. */
+mt_code mt_coll_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
+                              const mt_coll_call *call, mt_err *err);
+
+/*
+ * in[0..n) summed over members; out receives this member's chunk, i.e. the
+ * elements [off, off+len) of the allreduce result where (off, len) =
+ * mt_coll_chunk_range(n, p, position of comm's rank in group). Same bits as
+ * the allreduce. in and out borrowed; out must not overlap in.
+ */
+mt_code mt_coll_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
+                               float *out, size_t n, const mt_coll_call *call, mt_err *err);
+
+/* out[i*count .. (i+1)*count) := member i's in[0..count) (group order). out must not overlap in. */
+mt_code mt_coll_allgather(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
+                          float *out, size_t count, const mt_coll_call *call, mt_err *err);
+
+/* buf[0..n) := root's buf on every member. root is a global rank in group. */
+mt_code mt_coll_broadcast(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
+                          int root, const mt_coll_call *call, mt_err *err);
+
+/* Returns once every member has entered the barrier. */
+mt_code mt_coll_barrier(mt_coll_comm *comm, const mt_coll_group *group, const mt_coll_call *call,
+                        mt_err *err);
+
+/* ------------------------------------------------------- gradient buckets
+ *
+ * Fuses many small tensors into one buffer so a step sends few messages.
+ * The bucket borrows the registered tensors (they must outlive it). Its
+ * result is deterministic for a given registration order (the fused buffer is
+ * reduced with the documented order). Used by one device thread.
+ */
+
+/* *out owned by caller. Codes: RESOURCE_EXHAUSTED. */
+mt_code mt_coll_bucket_new(mt_coll_bucket **out, mt_err *err);
+void mt_coll_bucket_free(mt_coll_bucket *b);
+
+/* Register tensor t[0..n) (borrowed). Codes: INVALID_ARGUMENT (NULL with n > 0),
+ * RESOURCE_EXHAUSTED. */
+mt_code mt_coll_bucket_add(mt_coll_bucket *b, float *t, size_t n, mt_err *err);
+
+/* Total registered elements. */
+size_t mt_coll_bucket_size(const mt_coll_bucket *b);
+
+/* Pack every registered tensor, one allreduce_sum, unpack in place. Codes as allreduce. */
+mt_code mt_coll_bucket_allreduce(mt_coll_bucket *b, mt_coll_comm *comm, const mt_coll_group *group,
+                                 const mt_coll_call *call, mt_err *err);
+
+#endif

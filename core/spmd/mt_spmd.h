@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mt_spmd.h — the SPMD trainer: one model sharded over a mesh (DTensor's data-, model- and
+ * spatial-parallel schemes), every device holding only its shards of the weights, the optimizer
+ * state and its slice of the batch, every device running the same step.
+ *
+ * How it fits: `meshtrain train --local` (client/cmd_train.c) and the tests build an mt_spmd
+ * from a parsed job spec (core/model), a mesh (core/mesh), a layout map with the input layout
+ * (core/layout) and a collective world (core/coll). Kernels come from core/tensor, initial values
+ * from mt_model_param_init (shard-exact), checkpoints go through core/ckpt.
+ *
+ * How layouts turn into communication (docs/spmd.md has the full table). An activation is
+ * (batch, features): its batch axis is sharded over the input layout's batch dimension B (or
+ * replicated) and its last axis over at most one feature dimension F; it is identical on every
+ * other mesh dimension. For dense y = xW + b with kernel layout [K_in, K_out]:
+ *   * x's feature dimension differs from K_in: x is resharded first (allgather over x's dim,
+ *     then a local slice along K_in);
+ *   * K_in sharded: the local matmul is a partial sum, allreduced over K_in, then the bias added;
+ *   * K_out sharded: y is sharded on features over K_out, with no communication; the bias and
+ *     a following BatchNorm's parameters follow that axis (their layouts are derived, a map
+ *     entry contradicting them is an error);
+ *   * backward mirrors it: dx partials are allreduced over K_out and resharded back.
+ * conv2d: batch-sharded input (channel-sharded inputs are allgathered), output channels may be
+ * sharded (kernel layout [unsharded, unsharded, unsharded, D]). BatchNorm statistics are summed
+ * over B (global batch). Flatten of a channel-sharded image and the logits are allgathered.
+ * Loss, accuracy and every weight gradient are allreduced over B only (weights may not be
+ * sharded over B; gradients, loss and accuracy are fused into one bucket: one allreduce per
+ * step). The optimizer updates the local shard.
+ *
+ * Equivalence: for any mesh and layouts, K steps give the weights of K steps on one device with
+ * the same seed and global batch up to float rounding; the same job on the same mesh twice is
+ * bit-identical (the collectives reduce in a fixed order).
+ *
+ * Threading: an mt_spmd owns one thread per mesh device of this process (started by
+ * mt_spmd_new, joined by mt_spmd_free); its public functions are called by ONE host thread, block
+ * until every local device has finished, and must not be called concurrently. Tests:
+ * tests/unit/test_spmd.c, tests/integration/test_train_mesh.sh; bench: bench/bench_spmd.c.
+ */
+#ifndef MT_SPMD_H
+#define MT_SPMD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coll/mt_coll.h"
+#include "data/mt_idx.h"
+#include "layout/mt_layout.h"
+#include "mesh/mt_mesh.h"
+#include "model/mt_model.h"
+#include "status/mt_status.h"
+#include "train/mt_train.h"
+
+typedef struct mt_spmd mt_spmd;
+
+/* ------------------------------------------------------------------ job configuration */
+
+/* The SPMD part of a job spec: "mesh", "layouts", "input_layout" and "checkpoint". */
+typedef struct mt_spmd_config {
+    mt_mesh *mesh;          /* owned; NULL when the spec has no "mesh" */
+    mt_layout_map *layouts; /* owned; never NULL after a successful parse (may be empty) */
+    int64_t ckpt_every;     /* checkpoint.every_steps, 0 = none */
+    int ckpt_keep;          /* checkpoint.keep, default 3 */
+} mt_spmd_config;
+
+/*
+ * Parse those keys of the spec JSON text (json, len bytes, borrowed). On MT_OK *cfg holds owned
+ * objects (mt_spmd_config_fini). INVALID_ARGUMENT with the JSON path
+ * ("checkpoint.every_steps: must be a positive integer"), RESOURCE_EXHAUSTED.
+ */
+mt_code mt_spmd_config_parse(const char *json, size_t len, mt_spmd_config *cfg, mt_err *err);
+
+/* Free what the config owns and zero it; zeroed memory is a no-op. */
+void mt_spmd_config_fini(mt_spmd_config *cfg);
+
+/* ------------------------------------------------------------------ trainer */
+
+/*
+ * Build the trainer: spec (borrowed for the call), mesh and map (borrowed; must outlive the
+ * trainer), per-example input shape in_shape[in_rank] (1..3), global batches of at most
+ * max_global_batch examples. world: a collective world of mt_mesh_num_devices ranks where rank p
+ * is mesh position p (borrowed, must outlive the trainer), or NULL to create an in-process world.
+ * Only the ranks that live in this process (mt_coll_world_comm != NULL) get a thread and shards;
+ * with an nng world spread over processes, each process builds its trainer for the same spec and
+ * calls the same sequence of steps with the same global batches (each device takes its slice).
+ * Every device allocates and initialises only its own shards. Codes: INVALID_ARGUMENT with
+ * a JSON path (`layouts["dense_1\\.kernel"][1]: mesh has no dimension 'model' (mesh batch=8)`,
+ * a weight sharded over the batch dimension, a conv kernel sharded on other than its last axis,
+ * a bias layout that does not follow its kernel, no rank of the world in this process), the
+ * model's codes, RESOURCE_EXHAUSTED,
+ * INTERNAL (thread creation). On failure *out = NULL.
+ */
+mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
+                    int in_rank, const size_t *in_shape, size_t max_global_batch,
+                    mt_coll_world *world, mt_spmd **out, mt_err *err);
+
+/* Stop and join the device threads, free every shard. NULL is a no-op. */
+void mt_spmd_free(mt_spmd *s);
+
+/*
+ * One training step on a GLOBAL batch x (n * input_size floats, borrowed) with labels (n):
+ * each device copies its slice (rows by its batch coordinate with tf.distribute's rebatch rule,
+ * features by its feature coordinate), then forward, loss (sum / n), backward, gradient
+ * allreduce, optimizer update. step keys the collectives and dropout; first_example is the
+ * global index of x's first example (dropout masks). metrics may be NULL.
+ * Codes: INVALID_ARGUMENT (n = 0 or > max_global_batch, a label out of range), the collectives'
+ * codes (DEADLINE_EXCEEDED, UNAVAILABLE ...) naming the device.
+ */
+mt_code mt_spmd_step(mt_spmd *s, const float *x, const int32_t *labels, size_t n, uint64_t step,
+                     uint64_t first_example, mt_step_metrics *metrics, mt_err *err);
+
+/* Inference-mode loss sum and correct count over n examples (any n), added to the outputs. */
+mt_code mt_spmd_evaluate(mt_spmd *s, const float *x, const int32_t *labels, size_t n,
+                         double *loss_sum, size_t *correct, mt_err *err);
+
+/* Number of parameters (including non-trainable state, in mt_model order). */
+size_t mt_spmd_param_count(const mt_spmd *s);
+/*
+ * Parameter i of device position p (borrowed; offsets/local_shape describe the shard; values
+ * must only be read between calls). NULL when out of range or p is another process's device.
+ */
+const mt_model_param *mt_spmd_param(const mt_spmd *s, int p, size_t i);
+/* The effective layout of parameter i (derived for biases and batch-norm state). */
+const mt_layout *mt_spmd_param_layout(const mt_spmd *s, size_t i);
+
+/*
+ * Assemble the global value of parameter `name` from this process's shards into out (product of
+ * its global shape floats, caller memory; slices held only elsewhere are left as they were).
+ * NOT_FOUND for an unknown name.
+ */
+mt_code mt_spmd_param_gather(const mt_spmd *s, const char *name, float *out, mt_err *err);
+
+/* Optimizer iterations (Adam's t), the same on every device. */
+int64_t mt_spmd_iterations(const mt_spmd *s);
+
+/* Training position stored in a checkpoint. */
+typedef struct mt_spmd_position {
+    uint64_t step;           /* global steps done */
+    uint64_t epoch;          /* 0-based epoch the next step belongs to */
+    uint64_t input_position; /* examples of that epoch already consumed */
+} mt_spmd_position;
+
+/*
+ * Save a mesh-independent checkpoint at path: every parameter in its global shape assembled from
+ * the shards, optimizer slots as "<param>/adam_m", "/adam_v" or "/momentum", the iteration count
+ * as "optimizer/iterations" (I64), the position and spec_json (borrowed, may be NULL).
+ * The shards of this process must cover every tensor (true in one process, or when each process
+ * holds a full replica). Codes: mt_ckpt's (I/O, RESOURCE_EXHAUSTED; FAILED_PRECONDITION
+ * "shards cover 30 of 40 elements" when they do not).
+ */
+mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
+                     const char *spec_json, mt_err *err);
+
+/*
+ * Restore from a checkpoint saved on ANY mesh and layout: each device reads only its slices
+ * (mt_ckpt_read_slice; in a multi-process world, only this process's devices). pos (may be NULL)
+ * receives the stored position. Codes: mt_ckpt_open's (NOT_FOUND, DATA_LOSS naming the tensor ...),
+ * FAILED_PRECONDITION (a parameter or optimizer slot is missing or has another shape: the
+ * checkpoint belongs to another model or optimizer).
+ */
+mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_err *err);
+
+/* Bytes of parameter i held by device position p (value + gradient + optimizer slots). */
+size_t mt_spmd_param_bytes(const mt_spmd *s, int p, size_t i);
+
+/* ------------------------------------------------------------------ training loop */
+
+/*
+ * Load the spec's dataset into memory (train and, when the spec has one, test; *test zeroed
+ * otherwise), as flat float32 examples (h = w = 1, c = features, except IDX images) with int32
+ * labels, and the per-example input shape the model sees (in_rank, in_shape[3]: the spec's
+ * model.input_shape when given, else the dataset's). Formats: "idx" (spec->dataset paths),
+ * "text" (core/data: label<TAB>text files, TF-IDF fitted on the training split, "max_tokens"
+ * features; paths relative to base_dir), "synthetic" (generated, see docs/spmd.md: "examples",
+ * "test_examples", "features", "classes", "seed"). spec_json (borrowed) is the spec text for the
+ * non-IDX sections. Outputs owned by the caller (mt_idx_set_fini). Codes: the sources' codes
+ * (NOT_FOUND naming the file ...), INVALID_ARGUMENT ("dataset.features: ..."),
+ * RESOURCE_EXHAUSTED.
+ */
+mt_code mt_spmd_load_data(const mt_job_spec *spec, const char *spec_json, const char *base_dir,
+                          mt_idx_set *train, mt_idx_set *test, int *in_rank, size_t *in_shape,
+                          mt_err *err);
+
+/* Options of mt_spmd_run_data. */
+typedef struct mt_spmd_run_opts {
+    int64_t epochs, steps; /* overrides of the spec (0 = keep); steps is a TOTAL step cap */
+    const char *save_dir;  /* write "ckpt-<step>.mtc" there (borrowed), or NULL */
+    int64_t ckpt_every;    /* save every N steps (0: only at the end) when save_dir is set */
+    int ckpt_keep;         /* keep the N newest checkpoints (0: keep all) */
+    const char *resume;    /* checkpoint to continue from (borrowed), or NULL */
+    const char *spec_json; /* stored in every checkpoint (borrowed), may be NULL */
+} mt_spmd_run_opts;
+
+#define MT_SPMD_RUN_OPTS_DEFAULTS                                                                  \
+    {                                                                                              \
+        0, 0, NULL, 0, 0, NULL, NULL                                                               \
+    }
+
+/*
+ * The training loop of core/train (same epochs, per-epoch permutation from (seed, epoch), short
+ * last batch, progress events, evaluation at each epoch end) with every step run by mt_spmd on
+ * `mesh` with `map` (both borrowed); on a 1-device mesh the numbers equal mt_train_run_data's.
+ * Checkpoints hold the position (step, epoch, examples of the epoch consumed) so a resumed run,
+ * on any mesh, continues with the same batches. Codes: mt_spmd_new's, mt_spmd_step's,
+ * mt_spmd_save/restore's, the progress callback's.
+ */
+mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
+                         const mt_spmd_run_opts *opts, const mt_idx_set *train,
+                         const mt_idx_set *test, int in_rank, const size_t *in_shape,
+                         mt_train_progress_fn progress, void *ctx, mt_train_result *res,
+                         mt_err *err);
+
+#endif

@@ -1,0 +1,1441 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * spmd.c — the SPMD trainer (contract in mt_spmd.h): planning of shard layouts per layer, the
+ * per-device forward/backward with the collectives the layouts imply, the device threads and
+ * checkpoint save/restore through core/ckpt.
+ *
+ * DESIGN: the host thread never computes; it posts a job (step, evaluate) to every device thread
+ * and waits for all of them. A device touches only its own `dev` struct and talks to the others
+ * only through mt_coll_* on its comm. Every device issues the same collectives in the same order
+ * (SPMD), so the comm's automatic sequence numbers agree; a group of size 1 is still called.
+ * Activation layout per layer boundary: `xf` = mesh dimension sharding the last (feature or
+ * channel) axis, or -1. Reshards view an activation as (rows, c) with c the last axis: an
+ * allgather over a dimension yields p blocks (rows, c/p) that are interleaved into (rows, c).
+ * Threading: see mt_spmd.h. Tests: tests/unit/test_spmd.c.
+ */
+#include "spmd/mt_spmd.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "alloc/mt_alloc.h"
+#include "ckpt/mt_ckpt.h"
+#include "data/mt_data.h"
+#include "rng/mt_rng.h"
+#include "tensor/mt_tensor.h"
+
+typedef struct dlayer {
+    mt_layer_spec s;
+    int in_rank, out_rank;
+    size_t in_shape[3], out_shape[3];
+    size_t in_size, out_size; /* GLOBAL floats per example */
+    size_t in_c, out_c;       /* global width of the last axis of input / output */
+    size_t in_rows, out_rows; /* rows per example of the (rows, c) view */
+    int xf, of;               /* mesh dim sharding the input / output last axis, -1 none */
+    int kin, kout;            /* dense/conv kernel: contraction / output axis dim, -1 none */
+    size_t in_loc, use_loc;   /* local floats per example: input as received / as used */
+    size_t out_loc;           /* local floats per example of the output */
+    size_t pi[6];             /* parameter indices: kernel, bias, gamma, beta, mmean, mvar */
+    bool has[6];              /* which of them exist */
+} dlayer;
+
+enum { P_KERNEL, P_BIAS, P_GAMMA, P_BETA, P_MMEAN, P_MVAR };
+
+/* Per-device state of one layer. */
+typedef struct dstate {
+    mt_conv2d_geom geom;
+    float *xin;          /* resharded input (max_b * use_loc) or NULL */
+    float *out_buf;      /* max_b * out_loc */
+    float *dx_buf;       /* max_b * in_loc (NULL for layer 0) */
+    float *dxk;          /* dx in the kernel's input layout before resharding back, or NULL */
+    float *cols, *dcols; /* conv2d */
+    int32_t *argmax;     /* max_pool2d */
+    float *xhat, *bn;    /* batch_norm */
+    uint8_t *mask;       /* dropout (max_b * in_loc) */
+    uint8_t *fullmask;   /* dropout on sharded features (max_b * in_size) */
+    const float *in, *used;
+    float *out;
+    bool dropped;
+} dstate;
+
+typedef struct dev {
+    struct mt_spmd *s;
+    int pos;                       /* mesh position = world rank */
+    int coords[MT_MESH_MAX_DIMS];  /* coordinate per mesh dim */
+    int *groups[MT_MESH_MAX_DIMS]; /* ranks of the group along each mesh dim */
+    mt_coll_comm *comm;            /* borrowed from the world; NULL: device of another process */
+    mt_model_param *params;        /* local shards, mt_model order */
+    dstate *ls;                    /* per layer */
+    float *x, *g1, *g2;            /* input slice; reshard scratch (max_b * widest) */
+    int32_t *y;                    /* labels slice */
+    float *logits, *dlogits, *dlog_loc; /* (max_b, K) */
+    mt_coll_bucket *bucket;             /* every trainable gradient + msum, reduced over batch */
+    float msum[2];                      /* step loss sum and correct count (in the bucket) */
+    size_t batch, row0;                 /* local examples of the current job, first global row */
+    int64_t t;                          /* optimizer iterations */
+    double loss;                        /* job outputs */
+    size_t correct;
+    mt_code rc;
+    mt_err err;
+    pthread_t thread;
+    bool started;
+} dev;
+
+typedef enum job_kind { JOB_NONE, JOB_STEP, JOB_EVAL, JOB_QUIT } job_kind;
+
+struct mt_spmd {
+    const mt_mesh *mesh;
+    int ndev, ndims, bdim, fdim0; /* devices, mesh dims, batch dim, input feature dim */
+    int nlocal, first_local;      /* devices of this process (threads), the lowest position */
+    int dimsz[MT_MESH_MAX_DIMS];
+    mt_coll_world *world, *own_world;
+    mt_optimizer_spec opt;
+    uint64_t seed;
+    int n_layers;
+    dlayer *layers;
+    size_t n_params;
+    mt_model_param *gparams; /* global descriptors (no buffers) */
+    mt_layout *playout;      /* effective layout per parameter */
+    int in_rank;
+    size_t in_shape[3], in_size, in_c, in_rows, num_classes, max_gb, max_b, widest;
+    dev *devs;
+    /* job hand-off */
+    pthread_mutex_t mu;
+    pthread_cond_t cv_job, cv_done;
+    bool sync_init;
+    uint64_t gen;
+    int done;
+    job_kind job;
+    const float *jx;
+    const int32_t *jy;
+    size_t jn;
+    uint64_t jstep, jfirst;
+    bool jtrain;
+};
+
+/* ------------------------------------------------------------------ config */
+
+/* checkpoint.<key>: an integer in 1..max when present (else *out is kept). */
+static mt_code ckpt_field(const cJSON *ck, const char *key, double max, int64_t *out, mt_err *err)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(ck, key);
+    if (n == NULL)
+        return MT_OK;
+    if (!cJSON_IsNumber(n) || n->valuedouble < 1 || n->valuedouble > max ||
+        n->valuedouble != (double)(int64_t)n->valuedouble)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "checkpoint.%s: must be a positive integer",
+                          key);
+    *out = (int64_t)n->valuedouble;
+    return MT_OK;
+}
+
+mt_code mt_spmd_config_parse(const char *json, size_t len, mt_spmd_config *cfg, mt_err *err)
+{
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    const cJSON *n, *ck;
+    mt_code rc = MT_OK;
+
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->ckpt_keep = 3;
+    if (root == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "job spec: not valid JSON");
+    n = cJSON_GetObjectItemCaseSensitive(root, "mesh");
+    if (n != NULL && !cJSON_IsNull(n)) {
+        if (cJSON_IsString(n))
+            rc = mt_mesh_parse(n->valuestring, NULL, 0, &cfg->mesh, err);
+        else
+            rc = mt_mesh_from_json(n, "mesh", NULL, 0, &cfg->mesh, err);
+        if (rc != MT_OK)
+            goto done;
+    }
+    rc = mt_layout_map_from_json(root, &cfg->layouts, err);
+    if (rc != MT_OK)
+        goto done;
+    ck = cJSON_GetObjectItemCaseSensitive(root, "checkpoint");
+    if (ck != NULL) {
+        if (!cJSON_IsObject(ck)) {
+            rc = mt_err_set(err, MT_INVALID_ARGUMENT, "checkpoint: must be an object");
+            goto done;
+        }
+        for (const cJSON *c = ck->child; c != NULL; c = c->next)
+            if (strcmp(c->string, "every_steps") != 0 && strcmp(c->string, "keep") != 0) {
+                rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                                "checkpoint.%s: unknown key (expected every_steps, keep)",
+                                c->string);
+                goto done;
+            }
+        int64_t keep = cfg->ckpt_keep;
+        rc = ckpt_field(ck, "every_steps", 1e15, &cfg->ckpt_every, err);
+        if (rc == MT_OK)
+            rc = ckpt_field(ck, "keep", 1e6, &keep, err);
+        if (rc != MT_OK)
+            goto done;
+        cfg->ckpt_keep = (int)keep;
+    }
+done:
+    cJSON_Delete(root);
+    if (rc != MT_OK)
+        mt_spmd_config_fini(cfg);
+    return rc;
+}
+
+void mt_spmd_config_fini(mt_spmd_config *cfg)
+{
+    mt_mesh_free(cfg->mesh);
+    mt_layout_map_free(cfg->layouts);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+/* ------------------------------------------------------------------ planning */
+
+static size_t dsz(const mt_spmd *s, int d)
+{
+    return d < 0 ? 1 : (size_t)s->dimsz[d];
+}
+
+static int dim_of(const mt_spmd *s, const mt_layout *l, int axis)
+{
+    if (mt_layout_axis_unsharded(l, axis))
+        return -1;
+    return mt_mesh_dim_index(s->mesh, l->axes[axis]);
+}
+
+static void layout_set(mt_layout *l, int rank, const mt_spmd *s, int last_dim)
+{
+    mt_layout_init_replicated(l, rank, NULL);
+    if (last_dim >= 0)
+        snprintf(l->axes[rank - 1], MT_MESH_NAME_MAX, "%s", mt_mesh_dim_name(s->mesh, last_dim));
+}
+
+static mt_code add_gparam(mt_spmd *s, dlayer *l, int slot, const char *what, int rank,
+                          const size_t *shape, mt_param_init init, bool trainable)
+{
+    mt_model_param *p = &s->gparams[s->n_params];
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "%s.%s", l->s.name, what);
+    p->rank = rank;
+    p->size = 1;
+    for (int i = 0; i < rank; i++) {
+        p->shape[i] = p->local_shape[i] = shape[i];
+        p->size *= shape[i];
+    }
+    p->init = init;
+    p->trainable = trainable;
+    l->pi[slot] = s->n_params++;
+    l->has[slot] = true;
+    return MT_OK;
+}
+
+/* The layout the map gives param i, checked against a derived one when `derived` is set. */
+static mt_code resolve_param(mt_spmd *s, const mt_layout_map *map, size_t i,
+                             const mt_layout *derived, mt_err *err)
+{
+    mt_model_param *p = &s->gparams[i];
+    mt_layout l;
+    int entry = -1;
+    mt_code rc = mt_layout_map_resolve(map, p->name, p->rank, &l, &entry, err);
+    if (rc != MT_OK)
+        return rc;
+    if (derived != NULL) {
+        if (entry >= 0 && memcmp(&l, derived, sizeof(l)) != 0) {
+            char path[256], want[96];
+            mt_layout_map_path(map, entry, path, sizeof(path));
+            mt_layout_format(derived, want, sizeof(want));
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "%s: %s must follow its layer's feature sharding %s", path, p->name,
+                              want);
+        }
+        l = *derived;
+    }
+    for (int a = 0; a < l.rank; a++) {
+        int d = dim_of(s, &l, a);
+        if (d >= 0 && d == s->bdim) {
+            char path[256];
+            if (entry >= 0)
+                mt_layout_map_path(map, entry, path, sizeof(path));
+            else
+                snprintf(path, sizeof(path), "param %s", p->name);
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "%s[%d]: weights may not be sharded over the batch dimension '%s'",
+                              path, a, l.axes[a]);
+        }
+    }
+    s->playout[i] = l;
+    return MT_OK;
+}
+
+static mt_code plan_layer(mt_spmd *s, const mt_layout_map *map, dlayer *l, int idx, int xf,
+                          mt_err *err)
+{
+    char sh[64];
+    l->xf = xf;
+    l->kin = l->kout = -1;
+    l->in_c = l->in_shape[l->in_rank - 1];
+    l->in_rows = l->in_size / l->in_c;
+    snprintf(sh, sizeof(sh), "model.layers[%d]", idx);
+    switch (l->s.kind) {
+    case MT_LAYER_DENSE: {
+        size_t ks[2] = {l->in_size, l->s.units}, bs[1] = {l->s.units};
+        mt_layout bl;
+        mt_code rc;
+        if (l->in_rank != 1)
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: dense needs a flat input", sh);
+        l->out_rank = 1;
+        l->out_shape[0] = l->s.units;
+        add_gparam(s, l, P_KERNEL, "kernel", 2, ks, MT_INIT_GLOROT_UNIFORM, true);
+        rc = resolve_param(s, map, l->pi[P_KERNEL], NULL, err);
+        if (rc != MT_OK)
+            return rc;
+        l->kin = dim_of(s, &s->playout[l->pi[P_KERNEL]], 0);
+        l->kout = dim_of(s, &s->playout[l->pi[P_KERNEL]], 1);
+        if (l->s.use_bias) {
+            add_gparam(s, l, P_BIAS, "bias", 1, bs, MT_INIT_ZEROS, true);
+            layout_set(&bl, 1, s, l->kout);
+            if ((rc = resolve_param(s, map, l->pi[P_BIAS], &bl, err)) != MT_OK)
+                return rc;
+        }
+        l->of = l->kout;
+        break;
+    }
+    case MT_LAYER_CONV2D: {
+        size_t ks[4] = {l->s.kh, l->s.kw, l->in_shape[2], l->s.filters}, bs[1] = {l->s.filters};
+        mt_conv2d_geom g = {0,       l->in_shape[0], l->in_shape[1], l->in_shape[2],
+                            l->s.kh, l->s.kw,        l->s.filters,   l->s.same};
+        const mt_layout *kl;
+        mt_layout bl;
+        mt_code rc;
+        if (l->in_rank != 3 || mt_conv2d_out_h(&g) == 0 || mt_conv2d_out_w(&g) == 0)
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: conv2d does not fit its input", sh);
+        l->out_rank = 3;
+        l->out_shape[0] = mt_conv2d_out_h(&g);
+        l->out_shape[1] = mt_conv2d_out_w(&g);
+        l->out_shape[2] = l->s.filters;
+        add_gparam(s, l, P_KERNEL, "kernel", 4, ks, MT_INIT_GLOROT_UNIFORM, true);
+        if ((rc = resolve_param(s, map, l->pi[P_KERNEL], NULL, err)) != MT_OK)
+            return rc;
+        kl = &s->playout[l->pi[P_KERNEL]];
+        for (int a = 0; a < 3; a++)
+            if (!mt_layout_axis_unsharded(kl, a))
+                return mt_err_set(err, MT_INVALID_ARGUMENT,
+                                  "layouts: %s.kernel axis %d: only the output-channel axis (3) of "
+                                  "a conv2d kernel may be sharded",
+                                  l->s.name, a);
+        l->kout = dim_of(s, kl, 3);
+        if (l->s.use_bias) {
+            add_gparam(s, l, P_BIAS, "bias", 1, bs, MT_INIT_ZEROS, true);
+            layout_set(&bl, 1, s, l->kout);
+            if ((rc = resolve_param(s, map, l->pi[P_BIAS], &bl, err)) != MT_OK)
+                return rc;
+        }
+        l->of = l->kout;
+        break;
+    }
+    case MT_LAYER_MAX_POOL2D:
+        if (l->in_rank != 3 || l->in_shape[0] < 2 || l->in_shape[1] < 2)
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: max_pool2d needs an image", sh);
+        l->out_rank = 3;
+        l->out_shape[0] = l->in_shape[0] / 2;
+        l->out_shape[1] = l->in_shape[1] / 2;
+        l->out_shape[2] = l->in_shape[2];
+        l->of = xf;
+        break;
+    case MT_LAYER_FLATTEN:
+        l->out_rank = 1;
+        l->out_shape[0] = l->in_size;
+        l->of = l->in_rank == 1 ? xf : -1; /* a channel-sharded image is gathered first */
+        break;
+    case MT_LAYER_BATCH_NORM:
+    case MT_LAYER_DROPOUT:
+        l->out_rank = l->in_rank;
+        memcpy(l->out_shape, l->in_shape, sizeof(l->in_shape));
+        l->of = xf;
+        if (l->s.kind == MT_LAYER_BATCH_NORM) {
+            size_t fs[1] = {l->in_c};
+            mt_layout fl;
+            const char *names[4] = {"gamma", "beta", "moving_mean", "moving_variance"};
+            bool on[4] = {l->s.scale, l->s.center, true, true};
+            mt_param_init init[4] = {MT_INIT_ONES, MT_INIT_ZEROS, MT_INIT_ZEROS, MT_INIT_ONES};
+            layout_set(&fl, 1, s, xf);
+            for (int k = 0; k < 4; k++) {
+                mt_code rc;
+                if (!on[k])
+                    continue;
+                add_gparam(s, l, P_GAMMA + k, names[k], 1, fs, init[k], k < 2);
+                if ((rc = resolve_param(s, map, l->pi[P_GAMMA + k], &fl, err)) != MT_OK)
+                    return rc;
+            }
+        }
+        break;
+    }
+    l->out_size = 1;
+    for (int a = 0; a < l->out_rank; a++)
+        l->out_size *= l->out_shape[a];
+    l->out_c = l->out_shape[l->out_rank - 1];
+    l->out_rows = l->out_size / l->out_c;
+    l->in_loc = l->in_size / dsz(s, xf);
+    l->out_loc = l->out_size / dsz(s, l->of);
+    l->use_loc = l->in_size / dsz(s, l->kin);
+    if (l->in_c % dsz(s, xf) != 0 || l->out_c % dsz(s, l->of) != 0 ||
+        l->in_size % dsz(s, l->kin) != 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "%s (%s): feature axis not divisible by its mesh dimension", sh,
+                          l->s.name);
+    return MT_OK;
+}
+
+/* Global parameter shapes as int64 for mt_layout_map_check. */
+static mt_code check_map(mt_spmd *s, const mt_layout_map *map, size_t gb, mt_err *err)
+{
+    mt_layout_param *lp = mt_calloc(s->n_params + 1, sizeof(*lp));
+    int64_t *shapes = mt_calloc(s->n_params * 4 + 1, sizeof(int64_t));
+    int64_t ishape[4] = {(int64_t)gb, 0, 0, 0};
+    mt_code rc;
+
+    if (lp == NULL || shapes == NULL) {
+        mt_free(lp);
+        mt_free(shapes);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "layouts: out of memory");
+    }
+    for (size_t i = 0; i < s->n_params; i++) {
+        for (int a = 0; a < s->gparams[i].rank; a++)
+            shapes[i * 4 + (size_t)a] = (int64_t)s->gparams[i].shape[a];
+        lp[i].name = s->gparams[i].name;
+        lp[i].shape = &shapes[i * 4];
+        lp[i].rank = s->gparams[i].rank;
+    }
+    for (int a = 0; a < s->in_rank; a++)
+        ishape[a + 1] = (int64_t)s->in_shape[a];
+    rc = mt_layout_map_check(map, s->mesh, lp, (int)s->n_params, ishape, s->in_rank + 1, err);
+    mt_free(lp);
+    mt_free(shapes);
+    return rc;
+}
+
+static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *map, mt_err *err)
+{
+    const mt_layout *il = mt_layout_map_input(map);
+    int prev_rank = s->in_rank, xf;
+    size_t prev_shape[3];
+    mt_code rc;
+
+    s->bdim = -1;
+    s->fdim0 = -1;
+    if (il != NULL) {
+        if (il->rank != s->in_rank + 1)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "input_layout: rank %d but the input is (batch + %d axes)", il->rank,
+                              s->in_rank);
+        s->bdim = dim_of(s, il, 0);
+        if (s->in_rank == 1)
+            s->fdim0 = dim_of(s, il, 1);
+        for (int a = 1; a < il->rank && s->in_rank > 1; a++)
+            if (!mt_layout_axis_unsharded(il, a))
+                return mt_err_set(err, MT_INVALID_ARGUMENT,
+                                  "input_layout[%d]: image inputs may be sharded on the batch "
+                                  "axis only",
+                                  a);
+    } else {
+        s->bdim = mt_mesh_dim_index(s->mesh, "batch");
+    }
+    s->n_layers = spec->n_layers;
+    s->layers = mt_calloc((size_t)spec->n_layers + 1, sizeof(dlayer));
+    s->gparams = mt_calloc((size_t)spec->n_layers * 6 + 1, sizeof(mt_model_param));
+    s->playout = mt_calloc((size_t)spec->n_layers * 6 + 1, sizeof(mt_layout));
+    if (s->layers == NULL || s->gparams == NULL || s->playout == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "spmd plan: out of memory");
+    memcpy(prev_shape, s->in_shape, sizeof(prev_shape));
+    xf = s->fdim0;
+    s->widest = s->in_size;
+    for (int i = 0; i < spec->n_layers; i++) {
+        dlayer *l = &s->layers[i];
+        l->s = spec->layers[i];
+        l->in_rank = prev_rank;
+        memcpy(l->in_shape, prev_shape, sizeof(prev_shape));
+        l->in_size = 1;
+        for (int a = 0; a < prev_rank; a++)
+            l->in_size *= prev_shape[a];
+        rc = plan_layer(s, map, l, i, xf, err);
+        if (rc != MT_OK)
+            return rc;
+        if (l->out_size > s->widest)
+            s->widest = l->out_size;
+        prev_rank = l->out_rank;
+        memcpy(prev_shape, l->out_shape, sizeof(prev_shape));
+        xf = l->of;
+    }
+    if (prev_rank != 1)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d]: the last layer must output a vector of logits",
+                          spec->n_layers - 1);
+    s->num_classes = prev_shape[0];
+    return check_map(s, map, spec->batch_size, err);
+}
+
+/* ------------------------------------------------------------------ collectives helpers */
+
+static mt_code grp_allreduce(dev *d, int dim, float *buf, size_t n)
+{
+    mt_coll_group g;
+    if (dim < 0)
+        return MT_OK;
+    g.ranks = d->groups[dim];
+    g.size = d->s->dimsz[dim];
+    return mt_coll_allreduce_sum(d->comm, &g, buf, n, NULL, &d->err);
+}
+
+/*
+ * Reshard src (rows, c global width; last axis sharded over `from`, -1 = whole) into dst sharded
+ * over `to`. from != to. Uses d->g1 / d->g2 as scratch (rows * c floats each).
+ */
+static mt_code reshard(dev *d, const float *src, size_t rows, size_t c, int from, int to,
+                       float *dst)
+{
+    mt_spmd *s = d->s;
+    const float *full = src;
+    if (from >= 0) {
+        size_t p = dsz(s, from), cl = c / p;
+        mt_coll_group g = {d->groups[from], s->dimsz[from]};
+        float *out = to < 0 ? dst : d->g2;
+        mt_code rc = mt_coll_allgather(d->comm, &g, src, d->g1, rows * cl, NULL, &d->err);
+        if (rc != MT_OK)
+            return rc;
+        for (size_t k = 0; k < p; k++)
+            for (size_t r = 0; r < rows; r++)
+                memcpy(out + r * c + k * cl, d->g1 + (k * rows + r) * cl, cl * sizeof(float));
+        full = out;
+        if (to < 0)
+            return MT_OK;
+    }
+    if (to >= 0) {
+        size_t cl = c / dsz(s, to), off = (size_t)d->coords[to] * cl;
+        for (size_t r = 0; r < rows; r++)
+            memcpy(dst + r * cl, full + r * c + off, cl * sizeof(float));
+    } else {
+        memcpy(dst, full, rows * c * sizeof(float));
+    }
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------------ device: allocation */
+
+static mt_code dev_alloc(dev *d, mt_err *err)
+{
+    mt_spmd *s = d->s;
+    size_t b = s->max_b;
+    bool adam = s->opt.kind == MT_OPT_ADAM, mom = adam || s->opt.momentum > 0.0f;
+    mt_code rc;
+
+#define DALLOC(ptr, n)                                                                             \
+    do {                                                                                           \
+        (ptr) = mt_calloc((n) + 1, sizeof(*(ptr)));                                                \
+        if ((ptr) == NULL)                                                                         \
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "device %d: out of memory", d->pos);     \
+    } while (0)
+
+    if (d->comm == NULL)
+        return MT_OK; /* another process's device: nothing here */
+    rc = mt_mesh_coords(s->mesh, mt_mesh_device_at(s->mesh, d->pos), d->coords, err);
+    if (rc != MT_OK)
+        return rc;
+    for (int k = 0; k < s->ndims; k++) {
+        int n = 0, *ids;
+        DALLOC(d->groups[k], (size_t)s->ndev);
+        ids = d->groups[k];
+        rc = mt_mesh_group_idx(s->mesh, mt_mesh_device_at(s->mesh, d->pos), &k, 1, ids, &n, NULL,
+                               err);
+        if (rc != MT_OK)
+            return rc;
+        for (int j = 0; j < n; j++)
+            ids[j] = mt_mesh_position(s->mesh, ids[j]);
+    }
+    DALLOC(d->params, s->n_params);
+    for (size_t i = 0; i < s->n_params; i++) {
+        mt_model_param *p = &d->params[i];
+        int64_t g[4], ls[4], of[4];
+        *p = s->gparams[i];
+        for (int a = 0; a < p->rank; a++)
+            g[a] = (int64_t)p->shape[a];
+        rc = mt_layout_shard(&s->playout[i], s->mesh, g, mt_mesh_device_at(s->mesh, d->pos), ls, of,
+                             err);
+        if (rc != MT_OK)
+            return rc;
+        p->size = 1;
+        for (int a = 0; a < p->rank; a++) {
+            p->local_shape[a] = (size_t)ls[a];
+            p->offsets[a] = (size_t)of[a];
+            p->size *= p->local_shape[a];
+        }
+        DALLOC(p->value, p->size);
+        if (p->trainable) {
+            DALLOC(p->grad, p->size);
+            if (mom)
+                DALLOC(p->slot1, p->size);
+            if (adam)
+                DALLOC(p->slot2, p->size);
+        }
+        rc = mt_model_param_init(p, s->seed, p->offsets, p->local_shape, p->value, err);
+        if (rc != MT_OK)
+            return rc;
+    }
+    rc = mt_coll_bucket_new(&d->bucket, err);
+    for (size_t i = 0; rc == MT_OK && i < s->n_params; i++)
+        if (d->params[i].trainable)
+            rc = mt_coll_bucket_add(d->bucket, d->params[i].grad, d->params[i].size, err);
+    if (rc == MT_OK) /* the metrics ride along: one collective per step for all of it */
+        rc = mt_coll_bucket_add(d->bucket, d->msum, 2, err);
+    if (rc != MT_OK)
+        return rc;
+    DALLOC(d->ls, (size_t)s->n_layers);
+    DALLOC(d->x, b * (s->in_size / dsz(s, s->fdim0)));
+    DALLOC(d->y, b);
+    DALLOC(d->g1, b * s->widest);
+    DALLOC(d->g2, b * s->widest);
+    DALLOC(d->logits, b * s->num_classes);
+    DALLOC(d->dlogits, b * s->num_classes);
+    DALLOC(d->dlog_loc, b * s->num_classes);
+    for (int i = 0; i < s->n_layers; i++) {
+        dlayer *l = &s->layers[i];
+        dstate *st = &d->ls[i];
+        if ((l->s.kind == MT_LAYER_DENSE && l->xf != l->kin) ||
+            (l->s.kind == MT_LAYER_CONV2D && l->xf >= 0))
+            DALLOC(st->xin, b * l->use_loc);
+        if (l->s.kind != MT_LAYER_FLATTEN || l->xf != l->of)
+            DALLOC(st->out_buf, b * l->out_loc);
+        if (i > 0) {
+            DALLOC(st->dx_buf, b * l->in_loc);
+            if (st->xin != NULL)
+                DALLOC(st->dxk, b * l->use_loc);
+        }
+        if (l->s.kind == MT_LAYER_CONV2D) {
+            st->geom = (mt_conv2d_geom){b,
+                                        l->in_shape[0],
+                                        l->in_shape[1],
+                                        l->in_shape[2],
+                                        l->s.kh,
+                                        l->s.kw,
+                                        l->s.filters / dsz(s, l->kout),
+                                        l->s.same};
+            DALLOC(st->cols, mt_conv2d_cols_size(&st->geom));
+            if (i > 0)
+                DALLOC(st->dcols, mt_conv2d_cols_size(&st->geom));
+        }
+        if (l->s.kind == MT_LAYER_MAX_POOL2D)
+            DALLOC(st->argmax, b * l->out_loc);
+        if (l->s.kind == MT_LAYER_BATCH_NORM) {
+            DALLOC(st->xhat, b * l->in_loc);
+            DALLOC(st->bn, 4 * (l->in_c / dsz(s, l->xf)));
+        }
+        if (l->s.kind == MT_LAYER_DROPOUT) {
+            DALLOC(st->mask, b * l->in_loc);
+            if (l->xf >= 0)
+                DALLOC(st->fullmask, b * l->in_size);
+        }
+    }
+#undef DALLOC
+    return MT_OK;
+}
+
+static void dev_free(dev *d)
+{
+    mt_spmd *s = d->s;
+    for (int k = 0; k < MT_MESH_MAX_DIMS; k++)
+        mt_free(d->groups[k]);
+    for (size_t i = 0; d->params != NULL && i < s->n_params; i++) {
+        mt_free(d->params[i].value);
+        mt_free(d->params[i].grad);
+        mt_free(d->params[i].slot1);
+        mt_free(d->params[i].slot2);
+    }
+    mt_free(d->params);
+    for (int i = 0; d->ls != NULL && i < s->n_layers; i++) {
+        dstate *st = &d->ls[i];
+        mt_free(st->xin);
+        mt_free(st->out_buf);
+        mt_free(st->dx_buf);
+        mt_free(st->dxk);
+        mt_free(st->cols);
+        mt_free(st->dcols);
+        mt_free(st->argmax);
+        mt_free(st->xhat);
+        mt_free(st->bn);
+        mt_free(st->mask);
+        mt_free(st->fullmask);
+    }
+    mt_free(d->ls);
+    mt_coll_bucket_free(d->bucket);
+    mt_free(d->x);
+    mt_free(d->y);
+    mt_free(d->g1);
+    mt_free(d->g2);
+    mt_free(d->logits);
+    mt_free(d->dlogits);
+    mt_free(d->dlog_loc);
+}
+
+/* ------------------------------------------------------------------ device: forward */
+
+static float *pv(dev *d, const dlayer *l, int slot)
+{
+    return l->has[slot] ? d->params[l->pi[slot]].value : NULL;
+}
+
+static float *pg(dev *d, const dlayer *l, int slot)
+{
+    return l->has[slot] ? d->params[l->pi[slot]].grad : NULL;
+}
+
+static mt_code bn_forward(dev *d, const dlayer *l, dstate *st, size_t batch, size_t gb,
+                          bool training)
+{
+    size_t rows = batch * l->in_rows, c = l->in_c / dsz(d->s, l->xf);
+    float *mean = st->bn, *var = st->bn + c;
+    float inv_m = 1.0f / (float)(gb * l->in_rows);
+    mt_code rc;
+
+    if (!training) {
+        mt_bn_normalize(st->out, NULL, st->in, pv(d, l, P_MMEAN), pv(d, l, P_MVAR), l->s.epsilon,
+                        pv(d, l, P_GAMMA), pv(d, l, P_BETA), rows, c);
+        return MT_OK;
+    }
+    mt_bn_sum(mean, st->in, rows, c);
+    if ((rc = grp_allreduce(d, d->s->bdim, mean, c)) != MT_OK)
+        return rc;
+    for (size_t j = 0; j < c; j++)
+        mean[j] *= inv_m;
+    mt_bn_sqdev(var, st->in, mean, rows, c);
+    if ((rc = grp_allreduce(d, d->s->bdim, var, c)) != MT_OK)
+        return rc;
+    for (size_t j = 0; j < c; j++)
+        var[j] *= inv_m;
+    mt_bn_normalize(st->out, st->xhat, st->in, mean, var, l->s.epsilon, pv(d, l, P_GAMMA),
+                    pv(d, l, P_BETA), rows, c);
+    mt_bn_update_moving(pv(d, l, P_MMEAN), mean, l->s.momentum, c);
+    mt_bn_update_moving(pv(d, l, P_MVAR), var, l->s.momentum, c);
+    return MT_OK;
+}
+
+static mt_code layer_forward(dev *d, int idx, size_t batch, size_t gb, bool training, uint64_t step,
+                             uint64_t first)
+{
+    mt_spmd *s = d->s;
+    const dlayer *l = &s->layers[idx];
+    dstate *st = &d->ls[idx];
+    mt_code rc = MT_OK;
+
+    st->out = st->out_buf;
+    st->used = st->in;
+    switch (l->s.kind) {
+    case MT_LAYER_DENSE: {
+        size_t outl = l->out_loc;
+        float *bias = pv(d, l, P_BIAS);
+        if (st->xin != NULL) {
+            rc = reshard(d, st->in, batch, l->in_c, l->xf, l->kin, st->xin);
+            st->used = st->xin;
+        }
+        if (rc != MT_OK)
+            return rc;
+        mt_dense_forward(st->out, st->used, pv(d, l, P_KERNEL), l->kin < 0 ? bias : NULL, batch,
+                         l->use_loc, outl);
+        if (l->kin >= 0) {
+            if ((rc = grp_allreduce(d, l->kin, st->out, batch * outl)) != MT_OK)
+                return rc;
+            for (size_t r = 0; bias != NULL && r < batch; r++)
+                for (size_t j = 0; j < outl; j++)
+                    st->out[r * outl + j] += bias[j];
+        }
+        break;
+    }
+    case MT_LAYER_CONV2D:
+        if (st->xin != NULL) {
+            rc = reshard(d, st->in, batch * l->in_rows, l->in_c, l->xf, -1, st->xin);
+            if (rc != MT_OK)
+                return rc;
+            st->used = st->xin;
+        }
+        st->geom.batch = batch;
+        mt_conv2d_forward(st->out, st->cols, st->used, pv(d, l, P_KERNEL), pv(d, l, P_BIAS),
+                          &st->geom);
+        break;
+    case MT_LAYER_MAX_POOL2D:
+        mt_maxpool2_forward(st->out, st->argmax, st->in, batch, l->in_shape[0], l->in_shape[1],
+                            l->in_c / dsz(s, l->xf));
+        break;
+    case MT_LAYER_FLATTEN:
+        if (l->xf == l->of)
+            st->out = (float *)st->in;
+        else
+            rc = reshard(d, st->in, batch * l->in_rows, l->in_c, l->xf, -1, st->out);
+        return rc;
+    case MT_LAYER_BATCH_NORM:
+        return bn_forward(d, l, st, batch, gb, training);
+    case MT_LAYER_DROPOUT:
+        st->dropped = training && l->s.rate > 0.0f;
+        if (!st->dropped) {
+            st->out = (float *)st->in;
+            break;
+        }
+        if (l->xf < 0) {
+            mt_rng_dropout_mask(st->mask, s->seed, step, (uint32_t)idx, first, batch, l->in_size,
+                                l->s.rate);
+        } else {
+            size_t rows = batch * l->in_rows, cl = l->in_c / dsz(s, l->xf);
+            size_t off = (size_t)d->coords[l->xf] * cl;
+            mt_rng_dropout_mask(st->fullmask, s->seed, step, (uint32_t)idx, first, batch,
+                                l->in_size, l->s.rate);
+            for (size_t r = 0; r < rows; r++)
+                memcpy(st->mask + r * cl, st->fullmask + r * l->in_c + off, cl);
+        }
+        mt_dropout_forward(st->out, st->in, st->mask, 1.0f / (1.0f - l->s.rate), batch * l->in_loc);
+        break;
+    }
+    if (l->s.activation == MT_ACT_RELU)
+        mt_relu_forward(st->out, st->out, batch * l->out_loc);
+    return MT_OK;
+}
+
+/* Forward over d->x (d->batch rows); leaves full logits in d->logits. */
+static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint64_t first)
+{
+    mt_spmd *s = d->s;
+    const float *in = d->x;
+    const dlayer *last = &s->layers[s->n_layers - 1];
+    mt_code rc;
+
+    for (int i = 0; i < s->n_layers; i++) {
+        d->ls[i].in = in;
+        rc = layer_forward(d, i, d->batch, gb, training, step, first);
+        if (rc != MT_OK)
+            return rc;
+        in = d->ls[i].out;
+    }
+    if (last->of >= 0)
+        return reshard(d, in, d->batch, s->num_classes, last->of, -1, d->logits);
+    memcpy(d->logits, in, d->batch * s->num_classes * sizeof(float));
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------------ device: backward */
+
+static mt_code layer_backward(dev *d, int idx, float *dy, float **dx_out)
+{
+    mt_spmd *s = d->s;
+    const dlayer *l = &s->layers[idx];
+    dstate *st = &d->ls[idx];
+    size_t batch = d->batch;
+    float *dx = st->dx_buf;
+    mt_code rc = MT_OK;
+
+    if (l->s.activation == MT_ACT_RELU)
+        mt_relu_backward(dy, dy, st->out, batch * l->out_loc);
+    switch (l->s.kind) {
+    case MT_LAYER_DENSE: {
+        float *dxk = dx != NULL && st->dxk != NULL ? st->dxk : dx;
+        mt_dense_backward(dxk, pg(d, l, P_KERNEL), pg(d, l, P_BIAS), dy, st->used,
+                          pv(d, l, P_KERNEL), batch, l->use_loc, l->out_loc);
+        if (dx == NULL)
+            break;
+        if ((rc = grp_allreduce(d, l->kout, dxk, batch * l->use_loc)) != MT_OK)
+            return rc;
+        if (dxk != dx)
+            rc = reshard(d, dxk, batch, l->in_c, l->kin, l->xf, dx);
+        break;
+    }
+    case MT_LAYER_CONV2D: {
+        float *dxk = dx != NULL && st->dxk != NULL ? st->dxk : dx;
+        st->geom.batch = batch;
+        mt_conv2d_backward(dxk, pg(d, l, P_KERNEL), pg(d, l, P_BIAS), st->dcols, dy, st->cols,
+                           pv(d, l, P_KERNEL), &st->geom);
+        if (dx == NULL)
+            break;
+        if ((rc = grp_allreduce(d, l->kout, dxk, batch * l->use_loc)) != MT_OK)
+            return rc;
+        if (dxk != dx)
+            rc = reshard(d, dxk, batch * l->in_rows, l->in_c, -1, l->xf, dx);
+        break;
+    }
+    case MT_LAYER_MAX_POOL2D:
+        if (dx != NULL)
+            mt_maxpool2_backward(dx, dy, st->argmax, batch * l->in_loc, batch * l->out_loc);
+        break;
+    case MT_LAYER_FLATTEN:
+        if (idx == 0)
+            dx = NULL;
+        else if (l->xf == l->of)
+            dx = dy;
+        else
+            rc = reshard(d, dy, batch * l->in_rows, l->in_c, -1, l->xf, dx);
+        break;
+    case MT_LAYER_BATCH_NORM: {
+        size_t rows = batch * l->in_rows, c = l->in_c / dsz(s, l->xf);
+        float *var = st->bn + c, *sdy = st->bn + 2 * c, *sdyh = st->bn + 3 * c;
+        mt_bn_grad_sums(sdy, sdyh, dy, st->xhat, rows, c);
+        if (l->has[P_BETA])
+            memcpy(pg(d, l, P_BETA), sdy, c * sizeof(float));
+        if (l->has[P_GAMMA])
+            memcpy(pg(d, l, P_GAMMA), sdyh, c * sizeof(float));
+        if (dx == NULL)
+            break;
+        if ((rc = grp_allreduce(d, s->bdim, sdy, 2 * c)) != MT_OK)
+            return rc;
+        mt_bn_backward_dx(dx, dy, st->xhat, pv(d, l, P_GAMMA), var, l->s.epsilon, sdy, sdyh,
+                          s->jn * l->in_rows, rows, c);
+        break;
+    }
+    case MT_LAYER_DROPOUT:
+        if (dx == NULL)
+            break;
+        if (st->dropped)
+            mt_dropout_backward(dx, dy, st->mask, 1.0f / (1.0f - l->s.rate), batch * l->in_loc);
+        else
+            dx = dy;
+        break;
+    }
+    *dx_out = dx;
+    return rc;
+}
+
+static mt_code dev_backward(dev *d)
+{
+    mt_spmd *s = d->s;
+    const dlayer *last = &s->layers[s->n_layers - 1];
+    float *dy = d->dlogits;
+    mt_code rc;
+
+    if (last->of >= 0) {
+        size_t cl = s->num_classes / dsz(s, last->of), off = (size_t)d->coords[last->of] * cl;
+        for (size_t r = 0; r < d->batch; r++)
+            memcpy(d->dlog_loc + r * cl, d->dlogits + r * s->num_classes + off, cl * sizeof(float));
+        dy = d->dlog_loc;
+    }
+    for (int i = s->n_layers - 1; i >= 0; i--) {
+        float *dx = NULL;
+        rc = layer_backward(d, i, dy, &dx);
+        if (rc != MT_OK)
+            return rc;
+        dy = dx;
+    }
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------------ device: jobs */
+
+/* Copy this device's slice of the job's global batch into d->x / d->y. */
+static void dev_take_batch(dev *d, size_t start, size_t n)
+{
+    mt_spmd *s = d->s;
+    size_t row0 = 0, len = n;
+    size_t fl = s->in_size / dsz(s, s->fdim0);
+
+    if (s->bdim >= 0)
+        mt_data_rebatch_split(n, (size_t)s->dimsz[s->bdim], (size_t)d->coords[s->bdim], &row0,
+                              &len);
+    d->batch = len;
+    d->row0 = start + row0;
+    for (size_t r = 0; r < len; r++) {
+        const float *src = s->jx + (start + row0 + r) * s->in_size;
+        if (s->fdim0 >= 0)
+            src += (size_t)d->coords[s->fdim0] * fl;
+        memcpy(d->x + r * fl, src, fl * sizeof(float));
+        d->y[r] = s->jy[start + row0 + r];
+    }
+}
+
+static mt_code dev_step(dev *d)
+{
+    mt_spmd *s = d->s;
+    double loss = 0.0;
+    size_t correct = 0;
+    mt_code rc;
+
+    mt_coll_comm_set_step(d->comm, s->jstep);
+    dev_take_batch(d, 0, s->jn);
+    rc = dev_forward(d, s->jn, true, s->jstep, s->jfirst + (d->row0));
+    if (rc == MT_OK)
+        rc = mt_softmax_xent(d->dlogits, &loss, &correct, d->logits, d->y, d->batch, s->num_classes,
+                             1.0f / (float)s->jn, &d->err);
+    if (rc == MT_OK)
+        rc = dev_backward(d);
+    d->msum[0] = (float)loss;
+    d->msum[1] = (float)correct;
+    if (rc == MT_OK && s->bdim >= 0) {
+        mt_coll_group g = {d->groups[s->bdim], s->dimsz[s->bdim]};
+        rc = mt_coll_bucket_allreduce(d->bucket, d->comm, &g, NULL, &d->err);
+    }
+    if (rc != MT_OK)
+        return rc;
+    d->loss = d->msum[0];
+    d->correct = (size_t)d->msum[1];
+    d->t++;
+    for (size_t i = 0; i < s->n_params; i++) {
+        mt_model_param *p = &d->params[i];
+        if (!p->trainable)
+            continue;
+        if (s->opt.kind == MT_OPT_ADAM)
+            mt_adam_update(p->value, p->slot1, p->slot2, p->grad, s->opt.learning_rate,
+                           s->opt.beta1, s->opt.beta2, s->opt.epsilon, d->t, p->size);
+        else
+            mt_sgd_update(p->value, p->slot1, p->grad, s->opt.learning_rate, s->opt.momentum,
+                          p->size);
+    }
+    return MT_OK;
+}
+
+static mt_code dev_eval(dev *d)
+{
+    mt_spmd *s = d->s;
+    double loss = 0.0, tot = 0.0;
+    size_t correct = 0, tc = 0;
+    mt_code rc;
+
+    mt_coll_comm_set_step(d->comm, s->jstep);
+    for (size_t i = 0; i < s->jn; i += s->max_gb) {
+        size_t n = s->jn - i < s->max_gb ? s->jn - i : s->max_gb;
+        float sums[2];
+        dev_take_batch(d, i, n);
+        rc = dev_forward(d, n, false, 0, i);
+        if (rc == MT_OK)
+            rc = mt_softmax_xent(NULL, &loss, &correct, d->logits, d->y, d->batch, s->num_classes,
+                                 1.0f, &d->err);
+        if (rc != MT_OK)
+            return rc;
+        sums[0] = (float)loss;
+        sums[1] = (float)correct;
+        if ((rc = grp_allreduce(d, s->bdim, sums, 2)) != MT_OK)
+            return rc;
+        tot += sums[0];
+        tc += (size_t)sums[1];
+        loss = 0.0;
+        correct = 0;
+    }
+    d->loss = tot;
+    d->correct = tc;
+    return MT_OK;
+}
+
+static void *dev_main(void *arg)
+{
+    dev *d = arg;
+    mt_spmd *s = d->s;
+    uint64_t seen = 0;
+
+    for (;;) {
+        job_kind job;
+        pthread_mutex_lock(&s->mu);
+        while (s->gen == seen)
+            pthread_cond_wait(&s->cv_job, &s->mu);
+        seen = s->gen;
+        job = s->job;
+        pthread_mutex_unlock(&s->mu);
+        if (job == JOB_QUIT)
+            return NULL;
+        mt_err_clear(&d->err);
+        d->rc = job == JOB_STEP ? dev_step(d) : dev_eval(d);
+        if (d->rc != MT_OK && d->err.code == MT_OK)
+            mt_err_set(&d->err, d->rc, "failed");
+        pthread_mutex_lock(&s->mu);
+        if (++s->done == s->nlocal)
+            pthread_cond_signal(&s->cv_done);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* Post a job to every device and wait; the first failing device's error wins. */
+static mt_code run_job(mt_spmd *s, job_kind job, mt_err *err)
+{
+    pthread_mutex_lock(&s->mu);
+    s->job = job;
+    s->done = 0;
+    s->gen++;
+    pthread_cond_broadcast(&s->cv_job);
+    while (job != JOB_QUIT && s->done < s->nlocal)
+        pthread_cond_wait(&s->cv_done, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    if (job == JOB_QUIT)
+        return MT_OK;
+    for (int p = 0; p < s->ndev; p++)
+        if (s->devs[p].comm != NULL && s->devs[p].rc != MT_OK)
+            return mt_err_set(err, s->devs[p].rc, "device %d: %s", p, s->devs[p].err.msg);
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------------ public */
+
+mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
+                    int in_rank, const size_t *in_shape, size_t max_global_batch,
+                    mt_coll_world *world, mt_spmd **out, mt_err *err)
+{
+    mt_spmd *s;
+    mt_code rc;
+
+    *out = NULL;
+    if (in_rank < 1 || in_rank > 3 || max_global_batch == 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "spmd: bad input rank or batch");
+    s = mt_calloc(1, sizeof(*s));
+    if (s == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "spmd: out of memory");
+    s->mesh = mesh;
+    s->ndev = mt_mesh_num_devices(mesh);
+    s->ndims = mt_mesh_ndims(mesh);
+    for (int k = 0; k < s->ndims; k++)
+        s->dimsz[k] = mt_mesh_dim_size(mesh, k);
+    s->opt = spec->optimizer;
+    s->seed = spec->seed;
+    s->in_rank = in_rank;
+    s->in_size = 1;
+    for (int a = 0; a < in_rank; a++) {
+        s->in_shape[a] = in_shape[a];
+        s->in_size *= in_shape[a];
+    }
+    s->max_gb = max_global_batch;
+    if (spec->input_rank != 0 &&
+        (spec->input_rank != in_rank ||
+         memcmp(spec->input_shape, in_shape, (size_t)in_rank * sizeof(size_t)) != 0)) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                        "model.input_shape: does not match the dataset's examples");
+        goto fail;
+    }
+    rc = plan(s, spec, map, err);
+    if (rc != MT_OK)
+        goto fail;
+    s->max_b = s->bdim >= 0
+                   ? (max_global_batch + (size_t)s->dimsz[s->bdim] - 1) / (size_t)s->dimsz[s->bdim]
+                   : max_global_batch;
+    if (world == NULL) {
+        rc = mt_coll_world_new_local(s->ndev, NULL, &s->own_world, err);
+        if (rc != MT_OK)
+            goto fail;
+        world = s->own_world;
+    }
+    if (mt_coll_world_size(world) != s->ndev) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "spmd: world has %d ranks, mesh %d devices",
+                        mt_coll_world_size(world), s->ndev);
+        goto fail;
+    }
+    s->world = world;
+    s->devs = mt_calloc((size_t)s->ndev, sizeof(dev));
+    if (s->devs == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "spmd: out of memory");
+        goto fail;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv_job, NULL);
+    pthread_cond_init(&s->cv_done, NULL);
+    s->sync_init = true;
+    s->first_local = -1;
+    for (int p = 0; p < s->ndev; p++) {
+        s->devs[p].s = s;
+        s->devs[p].pos = p;
+        s->devs[p].comm = mt_coll_world_comm(world, p);
+        if (s->devs[p].comm != NULL && s->nlocal++ == 0)
+            s->first_local = p;
+        rc = dev_alloc(&s->devs[p], err);
+        if (rc != MT_OK)
+            goto fail;
+    }
+    if (s->nlocal == 0) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "spmd: no device of the mesh is in this process");
+        goto fail;
+    }
+    for (int p = 0; p < s->ndev; p++) {
+        if (s->devs[p].comm == NULL)
+            continue;
+        if (pthread_create(&s->devs[p].thread, NULL, dev_main, &s->devs[p]) != 0) {
+            rc = mt_err_set(err, MT_INTERNAL, "spmd: cannot start device thread %d", p);
+            goto fail;
+        }
+        s->devs[p].started = true;
+    }
+    *out = s;
+    return MT_OK;
+fail:
+    mt_spmd_free(s);
+    return rc;
+}
+
+void mt_spmd_free(mt_spmd *s)
+{
+    if (s == NULL)
+        return;
+    if (s->sync_init) {
+        bool any = false;
+        for (int p = 0; p < s->ndev; p++)
+            any = any || s->devs[p].started;
+        if (any)
+            run_job(s, JOB_QUIT, NULL);
+        for (int p = 0; p < s->ndev; p++)
+            if (s->devs[p].started)
+                pthread_join(s->devs[p].thread, NULL);
+    }
+    for (int p = 0; s->devs != NULL && p < s->ndev; p++)
+        dev_free(&s->devs[p]);
+    if (s->sync_init) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv_job);
+        pthread_cond_destroy(&s->cv_done);
+    }
+    mt_coll_world_free(s->own_world);
+    mt_free(s->devs);
+    mt_free(s->layers);
+    mt_free(s->gparams);
+    mt_free(s->playout);
+    mt_free(s);
+}
+
+static mt_code check_labels(const mt_spmd *s, const int32_t *labels, size_t n, mt_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (labels[i] < 0 || (size_t)labels[i] >= s->num_classes)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "label %d of example %zu is outside [0, %zu)", (int)labels[i], i,
+                              s->num_classes);
+    return MT_OK;
+}
+
+mt_code mt_spmd_step(mt_spmd *s, const float *x, const int32_t *labels, size_t n, uint64_t step,
+                     uint64_t first_example, mt_step_metrics *metrics, mt_err *err)
+{
+    mt_code rc;
+    if (n == 0 || n > s->max_gb)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "spmd step: batch of %zu not in 1..%zu", n,
+                          s->max_gb);
+    if ((rc = check_labels(s, labels, n, err)) != MT_OK)
+        return rc;
+    s->jx = x;
+    s->jy = labels;
+    s->jn = n;
+    s->jstep = step;
+    s->jfirst = first_example;
+    rc = run_job(s, JOB_STEP, err);
+    if (rc == MT_OK && metrics != NULL) {
+        metrics->loss = s->devs[s->first_local].loss / (double)n;
+        metrics->accuracy = (double)s->devs[s->first_local].correct / (double)n;
+    }
+    return rc;
+}
+
+mt_code mt_spmd_evaluate(mt_spmd *s, const float *x, const int32_t *labels, size_t n,
+                         double *loss_sum, size_t *correct, mt_err *err)
+{
+    mt_code rc;
+    if (n == 0)
+        return MT_OK;
+    if ((rc = check_labels(s, labels, n, err)) != MT_OK)
+        return rc;
+    s->jx = x;
+    s->jy = labels;
+    s->jn = n;
+    s->jstep = UINT64_MAX / 2 + s->gen; /* a tag distinct from every training step */
+    rc = run_job(s, JOB_EVAL, err);
+    if (rc == MT_OK) {
+        *loss_sum += s->devs[s->first_local].loss;
+        *correct += s->devs[s->first_local].correct;
+    }
+    return rc;
+}
+
+size_t mt_spmd_param_count(const mt_spmd *s)
+{
+    return s->n_params;
+}
+
+const mt_model_param *mt_spmd_param(const mt_spmd *s, int p, size_t i)
+{
+    if (p < 0 || p >= s->ndev || i >= s->n_params || s->devs[p].comm == NULL)
+        return NULL;
+    return &s->devs[p].params[i];
+}
+
+const mt_layout *mt_spmd_param_layout(const mt_spmd *s, size_t i)
+{
+    return i < s->n_params ? &s->playout[i] : NULL;
+}
+
+int64_t mt_spmd_iterations(const mt_spmd *s)
+{
+    return s->devs[s->first_local].t;
+}
+
+size_t mt_spmd_param_bytes(const mt_spmd *s, int p, size_t i)
+{
+    const mt_model_param *q = mt_spmd_param(s, p, i);
+    size_t n;
+    if (q == NULL)
+        return 0;
+    n = 1 + (q->grad != NULL) + (q->slot1 != NULL) + (q->slot2 != NULL);
+    return n * q->size * sizeof(float);
+}
+
+/* Copy a shard (local_shape at offsets of a global row-major tensor) into / out of global. */
+static void shard_copy(float *global, float *local, const mt_model_param *p, bool to_global)
+{
+    size_t rows = 1, inner = p->local_shape[p->rank - 1];
+    for (int a = 0; a < p->rank - 1; a++)
+        rows *= p->local_shape[a];
+    for (size_t r = 0; r < rows; r++) {
+        size_t rem = r, goff = 0, stride = 1;
+        for (int a = p->rank - 1; a >= 0; a--) {
+            size_t idx = a == p->rank - 1 ? p->offsets[a] : p->offsets[a] + rem % p->local_shape[a];
+            if (a != p->rank - 1)
+                rem /= p->local_shape[a];
+            goff += idx * stride;
+            stride *= p->shape[a];
+        }
+        if (to_global)
+            memcpy(global + goff, local + r * inner, inner * sizeof(float));
+        else
+            memcpy(local + r * inner, global + goff, inner * sizeof(float));
+    }
+}
+
+mt_code mt_spmd_param_gather(const mt_spmd *s, const char *name, float *out, mt_err *err)
+{
+    for (size_t i = 0; i < s->n_params; i++) {
+        if (strcmp(s->gparams[i].name, name) != 0)
+            continue;
+        for (int p = 0; p < s->ndev; p++)
+            if (s->devs[p].comm != NULL)
+                shard_copy(out, s->devs[p].params[i].value, &s->devs[p].params[i], true);
+        return MT_OK;
+    }
+    return mt_err_set(err, MT_NOT_FOUND, "parameter '%s' not in the model", name);
+}
+
+/* ------------------------------------------------------------------ checkpoints */
+
+static const char *slot_name(const mt_spmd *s, int k)
+{
+    if (s->opt.kind == MT_OPT_ADAM)
+        return k == 0 ? "adam_m" : "adam_v";
+    return k == 0 ? "momentum" : NULL;
+}
+
+static float *slot_of(mt_model_param *p, int k)
+{
+    return k < 0 ? p->value : k == 0 ? p->slot1 : p->slot2;
+}
+
+mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
+                     const char *spec_json, mt_err *err)
+{
+    mt_ckpt_writer *w = NULL;
+    mt_code rc = mt_ckpt_writer_open(path, &w, err);
+    int64_t one = 1, t = s->devs[s->first_local].t;
+
+    if (rc != MT_OK)
+        return rc;
+    if (pos != NULL)
+        mt_ckpt_writer_set_position(w, pos->step, pos->epoch, pos->input_position);
+    if (spec_json != NULL && (rc = mt_ckpt_writer_set_spec(w, spec_json, err)) != MT_OK)
+        goto fail;
+    for (size_t i = 0; i < s->n_params; i++) {
+        const mt_model_param *g = &s->gparams[i];
+        int64_t shape[4];
+        for (int a = 0; a < g->rank; a++)
+            shape[a] = (int64_t)g->shape[a];
+        for (int k = -1; k < 2; k++) {
+            char name[MT_CKPT_MAX_NAME];
+            if (k >= 0 && (!g->trainable || slot_of(&s->devs[s->first_local].params[i], k) == NULL))
+                continue;
+            if (k < 0)
+                snprintf(name, sizeof(name), "%s", g->name);
+            else
+                snprintf(name, sizeof(name), "%s/%s", g->name, slot_name(s, k));
+            rc = mt_ckpt_writer_begin(w, name, MT_CKPT_F32, shape, g->rank, err);
+            for (int p = 0; rc == MT_OK && p < s->ndev; p++) {
+                mt_model_param *q = &s->devs[p].params[i];
+                if (s->devs[p].comm == NULL)
+                    continue;
+                int64_t of[4], ls[4];
+                for (int a = 0; a < q->rank; a++) {
+                    of[a] = (int64_t)q->offsets[a];
+                    ls[a] = (int64_t)q->local_shape[a];
+                }
+                rc = mt_ckpt_writer_put_slice(w, of, ls, slot_of(q, k), err);
+            }
+            if (rc == MT_OK)
+                rc = mt_ckpt_writer_end(w, err);
+            if (rc != MT_OK)
+                goto fail;
+        }
+    }
+    rc = mt_ckpt_writer_add(w, "optimizer/iterations", MT_CKPT_I64, &one, 1, &t, err);
+    if (rc != MT_OK)
+        goto fail;
+    return mt_ckpt_writer_commit(w, err);
+fail:
+    mt_ckpt_writer_abort(w);
+    return rc;
+}
+
+static mt_code restore_tensor(mt_spmd *s, const mt_ckpt *ck, size_t i, int k, const char *path,
+                              mt_err *err)
+{
+    const mt_model_param *g = &s->gparams[i];
+    char name[MT_CKPT_MAX_NAME];
+    mt_ckpt_tensor_info info;
+    mt_code rc;
+
+    if (k < 0)
+        snprintf(name, sizeof(name), "%s", g->name);
+    else
+        snprintf(name, sizeof(name), "%s/%s", g->name, slot_name(s, k));
+    if (mt_ckpt_find(ck, name, &info, NULL) != MT_OK)
+        return mt_err_set(err, MT_FAILED_PRECONDITION,
+                          "checkpoint %s: no tensor '%s' (another model or optimizer?)", path,
+                          name);
+    if (info.dtype != MT_CKPT_F32 || info.rank != g->rank)
+        return mt_err_set(err, MT_FAILED_PRECONDITION, "checkpoint %s: tensor '%s' has rank %d",
+                          path, name, info.rank);
+    for (int a = 0; a < g->rank; a++)
+        if (info.shape[a] != (int64_t)g->shape[a])
+            return mt_err_set(err, MT_FAILED_PRECONDITION,
+                              "checkpoint %s: tensor '%s' axis %d is %lld, the model has %zu", path,
+                              name, a, (long long)info.shape[a], g->shape[a]);
+    for (int p = 0; p < s->ndev; p++) {
+        mt_model_param *q = &s->devs[p].params[i];
+        int64_t of[4], ls[4];
+        if (s->devs[p].comm == NULL)
+            continue;
+        for (int a = 0; a < q->rank; a++) {
+            of[a] = (int64_t)q->offsets[a];
+            ls[a] = (int64_t)q->local_shape[a];
+        }
+        rc = mt_ckpt_read_slice(ck, name, of, ls, slot_of(q, k), err);
+        if (rc != MT_OK)
+            return rc;
+    }
+    return MT_OK;
+}
+
+mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_err *err)
+{
+    mt_ckpt *ck = NULL;
+    int64_t t = 0;
+    mt_code rc = mt_ckpt_open(path, &ck, err);
+
+    if (rc != MT_OK)
+        return rc;
+    for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
+        rc = restore_tensor(s, ck, i, -1, path, err);
+        for (int k = 0; rc == MT_OK && k < 2; k++)
+            if (s->gparams[i].trainable && slot_of(&s->devs[s->first_local].params[i], k) != NULL)
+                rc = restore_tensor(s, ck, i, k, path, err);
+    }
+    if (rc == MT_OK && mt_ckpt_read(ck, "optimizer/iterations", &t, sizeof(t), NULL) != MT_OK)
+        rc = mt_err_set(err, MT_FAILED_PRECONDITION,
+                        "checkpoint %s: no tensor 'optimizer/iterations'", path);
+    if (rc == MT_OK) {
+        for (int p = 0; p < s->ndev; p++)
+            s->devs[p].t = t;
+        if (pos != NULL) {
+            pos->step = mt_ckpt_step(ck);
+            pos->epoch = mt_ckpt_epoch(ck);
+            pos->input_position = mt_ckpt_input_position(ck);
+        }
+    }
+    mt_ckpt_close(ck);
+    return rc;
+}

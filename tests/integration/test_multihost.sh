@@ -1,0 +1,147 @@
+# SPDX-License-Identifier: MIT
+# test_multihost.sh — meshtrain across "hosts" that have their own addresses:
+# network namespaces joined by veth pairs to a private bridge, all inside the
+# sandbox. A switch namespace holds the bridge, so nothing is added to the
+# root namespace and 10.213.0.0/24 exists only inside namespaces this run made:
+#   mt<pid>sw  bridge br0, one veth end per host
+#   mt<pid>c   coordinator 10.213.0.1 (RPC :7400, HTTP :7480)
+#   mt<pid>w1  worker w1   10.213.0.2 (own UTS host name)
+#   mt<pid>w2  worker w2   10.213.0.3
+# Checks: both workers register over the bridge with their own host names,
+# data-plane addresses and source addresses; w1's link goes down -> w1 lost
+# after the heartbeat timeout while w2 stays alive; link up -> w1 alive again.
+# The job step (data-parallel job across the hosts, then failover when a link
+# goes down mid-job) needs `meshtrain submit`; it prints SKIP until then.
+# Every namespace (and with it every veth and the bridge) is removed on exit,
+# also on failure; names carry the pid so parallel runs do not collide.
+# Runs only as root with `ip` and network namespaces; otherwise prints why it
+# skipped and exits 0.
+source "$(dirname "$0")/lib.sh"
+
+skip() { echo "SKIP test_multihost: $*"; exit 0; }
+[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces (running as uid $(id -u))"
+command -v ip >/dev/null || skip "the 'ip' command (iproute2) is not installed"
+command -v unshare >/dev/null || skip "'unshare' (util-linux) is not installed"
+
+R=mt$$
+NS_SW=${R}sw
+MADE_NS=()
+netns_cleanup() {
+    local p
+    for p in "${PIDS[@]:-}"; do
+        [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+    PIDS=()
+    for p in "${MADE_NS[@]:-}"; do
+        [ -n "$p" ] && { ip netns del "$p" 2>/dev/null || echo "WARN: could not delete netns $p" >&2; }
+    done
+    MADE_NS=()
+}
+trap 'rc=$?; netns_cleanup; (exit $rc); cleanup' EXIT
+trap 'exit 130' INT TERM
+
+mkns() {
+    ip netns add "$1" || return 1
+    MADE_NS+=("$1")
+    ip -n "$1" link set lo up
+}
+mkns "$NS_SW" 2>"$T/netns.err" || skip "cannot create network namespaces: $(cat "$T/netns.err")"
+ip -n "$NS_SW" link add br0 type bridge
+ip -n "$NS_SW" link set br0 up
+
+# host NAME ADDR: namespace ${R}NAME with eth0=ADDR/24 on the bridge
+host() {
+    local ns=$R$1
+    mkns "$ns"
+    ip -n "$NS_SW" link add "v-$1" type veth peer name eth0 netns "$ns"
+    ip -n "$NS_SW" link set "v-$1" master br0 up
+    ip -n "$ns" addr add "$2/24" dev eth0
+    ip -n "$ns" link set eth0 up
+}
+host c 10.213.0.1
+host w1 10.213.0.2
+host w2 10.213.0.3
+NS_C=${R}c
+link_up() { ip -n "$R$1" -o link show eth0 | grep -q 'state UP'; }
+for h in c w1 w2; do wait_for 10 "eth0 of $R$h up" link_up "$h"; done
+log "namespaces $NS_SW ${R}c ${R}w1 ${R}w2 on bridge br0"
+
+# on_host NAME HOSTNAME CMD...: run CMD in host NAME's namespace with its own
+# host name. Every step execs (bg's subshell, ip netns exec, unshare, sh), so the
+# pid bg records is CMD's own and cleanup's kill reaches it.
+on_host() {
+    local ns=$R$1 hn=$2
+    shift 2
+    exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$hn" "$@"
+}
+
+umask 077
+head -c 24 /dev/urandom | base64 >"$T/token"
+COORD_URL=tcp://10.213.0.1:7400
+# listening on every interface as the units and containers do (here: lo + the bridge)
+bg coord on_host c "coord-$R" "$BIN/meshtrain-coordinator" --listen tcp://0.0.0.0:7400 \
+    --http 0.0.0.0:7480 --state-dir "$T/state" --token-file "$T/token" \
+    --heartbeat-ms 200 --heartbeat-timeout-ms 1500
+wait_for 20 "coordinator endpoints" test -s "$T/state/endpoints.json"
+[ "$(ip netns exec "$NS_C" curl -sf http://10.213.0.1:7480/healthz)" = ok ] || fail "/healthz in ${R}c"
+
+# mtc ARGS...: the CLI, run on the coordinator's host
+mtc() { ip netns exec "$NS_C" "$BIN/meshtrain" --coordinator "$COORD_URL" --token-file "$T/token" "$@"; }
+
+for i in 1 2; do
+    bg "w$i" on_host "w$i" "host-w$i-$R" "$BIN/meshtrain-worker" --coordinator "$COORD_URL" \
+        --devices 2 --name "w$i" --token-file "$T/token" --data-listen "tcp://10.213.0.$((i + 1)):7500"
+done
+state_is() { mtc workers --json | jq -e --arg n "$1" --arg s "$2" '.workers[] | select(.name == $n) | .state == $s'; }
+wait_for 20 "w1 alive" state_is w1 alive
+wait_for 20 "w2 alive" state_is w2 alive
+mtc workers --json >"$T/workers.json"
+for i in 1 2; do
+    jq -e --arg n "w$i" --arg h "host-w$i-$R" --arg d "tcp://10.213.0.$((i + 1)):7500" \
+        '.workers[] | select(.name == $n) | .host == $h and .data_address == $d and (.devices | length) == 2' \
+        "$T/workers.json" >/dev/null || fail "w$i registration: $(cat "$T/workers.json")"
+done
+# the coordinator's RPC connections come from the workers' own addresses
+ip netns exec "$NS_C" ss -Htn state established '( sport = :7400 )' >"$T/conns.txt"
+for a in 10.213.0.2 10.213.0.3; do
+    grep -q " $a:" "$T/conns.txt" || fail "no connection from $a: $(cat "$T/conns.txt")"
+done
+mtc workers
+log "w1 and w2 registered over the bridge from 10.213.0.2 and 10.213.0.3"
+
+# ---- job step: needs distributed execution (`meshtrain submit`) ----
+if "$BIN/meshtrain" --help | grep -q '^  submit '; then
+    if mtc submit --help 2>&1 | grep -q -- '--wait'; then
+        log "job: data-parallel job across w1 and w2"
+        mtc submit --wait "$SRC/examples/fashion_mnist_mlp.json" >"$T/job.txt" 2>&1 ||
+            fail "data-parallel job across the hosts: $(tail -n 5 "$T/job.txt")"
+        echo "SKIP job failover step (link down mid-job, job restarted): not wired yet;" \
+            "needs the fault-tolerance issue"
+    else
+        echo "SKIP job step: 'meshtrain submit' has no --wait; wire this step to the submit interface"
+    fi
+else
+    echo "SKIP job step (data-parallel job across the hosts, then failover): this meshtrain has" \
+        "no 'submit' command yet"
+fi
+
+# ---- a host drops off the network: lost after the timeout, the other stays alive ----
+ip -n "${R}w1" link set eth0 down
+t0=$SECONDS
+wait_for 15 "w1 marked lost after its link went down" state_is w1 lost
+state_is w2 alive >/dev/null || fail "w2 should stay alive while w1's link is down"
+log "w1 link down -> lost after ~$((SECONDS - t0)) s; w2 alive"
+ip -n "${R}w1" link set eth0 up
+wait_for 30 "w1 alive again after its link came back" state_is w1 alive
+state_is w2 alive >/dev/null || fail "w2 should still be alive"
+log "w1 link up -> alive again"
+
+# teardown now, and prove nothing of this run is left: no namespace, no process
+[ "$(readlink "/proc/$LAST_PID/exe")" = "$(readlink -f "$BIN/meshtrain-worker")" ] ||
+    fail "bg pid $LAST_PID is not the worker itself: $(readlink "/proc/$LAST_PID/exe")"
+netns_cleanup
+left=$(ip netns list | grep -c "^$R" || true)
+[ "$left" = 0 ] || fail "$left namespaces of this run left: $(ip netns list | grep "^$R")"
+! pgrep -f "$T/" >/dev/null || fail "processes of this run left: $(pgrep -af "$T/")"
+log "PASS"

@@ -1,0 +1,796 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_coll.c — unit tests for core/coll (mt_coll.h): every collective with
+ * 1..8 device threads, awkward sizes, groups along one dimension of a 2-D
+ * layout, bit-exact against the documented serial order and within tolerance
+ * of a double-precision sum; error codes; deadlines; the nng transport between
+ * two endpoints of this process (tcp and ipc loopback).
+ */
+#include "mt_test.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll/mt_coll.h"
+#include "coll_test_util.h"
+
+#define MAXR 8
+
+static void fill(float *b, int rank, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        b[i] = ct_val(rank, i, seed);
+}
+
+typedef enum { OP_ALLREDUCE, OP_RS, OP_AG, OP_BCAST, OP_BARRIER, OP_IDLE } op_t;
+
+typedef struct job {
+    mt_coll_world *w;
+    int rank;
+    const int *group; /* ranks of this thread's group */
+    int gsize;
+    op_t op;
+    size_t n;
+    uint64_t seed;
+    float *buf; /* result */
+    float *in;
+    int root;
+    mt_coll_call call;
+    int use_call;
+    int delay_ms; /* start late */
+    mt_code rc;
+    mt_err err;
+    double secs;
+} job;
+
+/* A job for one device thread (the collective, its group and its data). */
+static job mkjob(mt_coll_world *w, int rank, const int *group, int gsize, op_t op, size_t n,
+                 uint64_t seed)
+{
+    return (job){
+        .w = w, .rank = rank, .group = group, .gsize = gsize, .op = op, .n = n, .seed = seed};
+}
+
+/* The same job with an explicit tag and deadline. */
+static job with_call(job j, uint64_t step, uint32_t seq, int64_t deadline_ms)
+{
+    j.use_call = 1;
+    j.call = (mt_coll_call){.step = step, .seq = seq, .deadline_ms = deadline_ms};
+    return j;
+}
+
+static job with_root(job j, int root)
+{
+    j.root = root;
+    return j;
+}
+
+static job with_delay(job j, int delay_ms)
+{
+    j.delay_ms = delay_ms;
+    return j;
+}
+
+static void *job_main(void *arg)
+{
+    job *j = arg;
+    mt_coll_comm *c = mt_coll_world_comm(j->w, j->rank);
+    mt_coll_group g = {j->group, j->gsize};
+    const mt_coll_call *call = j->use_call ? &j->call : NULL;
+    struct timespec t0, t1;
+    size_t n = j->n;
+    if (j->delay_ms > 0)
+        usleep((useconds_t)j->delay_ms * 1000u);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    j->in = calloc(n + 1, sizeof(float));
+    j->buf = calloc(n * (size_t)j->gsize + 1, sizeof(float));
+    fill(j->in, j->rank, n, j->seed);
+    switch (j->op) {
+    case OP_ALLREDUCE:
+        memcpy(j->buf, j->in, n * sizeof(float));
+        j->rc = mt_coll_allreduce_sum(c, &g, j->buf, n, call, &j->err);
+        break;
+    case OP_RS:
+        j->rc = mt_coll_reduce_scatter(c, &g, j->in, j->buf, n, call, &j->err);
+        break;
+    case OP_AG:
+        j->rc = mt_coll_allgather(c, &g, j->in, j->buf, n, call, &j->err);
+        break;
+    case OP_BCAST:
+        memcpy(j->buf, j->in, n * sizeof(float));
+        j->rc = mt_coll_broadcast(c, &g, j->buf, n, j->root, call, &j->err);
+        break;
+    case OP_BARRIER:
+        j->rc = mt_coll_barrier(c, &g, call, &j->err);
+        break;
+    case OP_IDLE:
+        break;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    j->secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return NULL;
+}
+
+static void run_jobs(job *jobs, int n)
+{
+    pthread_t t[MAXR];
+    for (int i = 0; i < n; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, job_main, &jobs[i]), 0);
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+}
+
+static void free_jobs(job *jobs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(jobs[i].buf);
+        free(jobs[i].in);
+    }
+}
+
+/* Reference allreduce of a group's inputs (group order), and the double sum. */
+static void reference(const int *group, int p, size_t n, uint64_t seed, float *ref, double *dref)
+{
+    float *in[MAXR] = {0};
+    for (int i = 0; i < p; i++) {
+        in[i] = calloc(n + 1, sizeof(float));
+        fill(in[i], group[i], n, seed);
+    }
+    mt_coll_reference_allreduce((const float *const *)in, p, n, ref);
+    for (size_t e = 0; e < n; e++) {
+        double s = 0;
+        for (int i = 0; i < p; i++)
+            s += in[i][e];
+        dref[e] = s;
+    }
+    for (int i = 0; i < p; i++)
+        free(in[i]);
+}
+
+static void check_close(const float *got, const double *dref, size_t n)
+{
+    for (size_t e = 0; e < n; e++) {
+        double tol = 1e-5 * fabs(dref[e]) + 1e-4;
+        if (fabs((double)got[e] - dref[e]) > tol)
+            fail_msg("element %zu: got %.9g, double sum %.9g", e, (double)got[e], dref[e]);
+    }
+}
+
+static const size_t sizes[] = {0, 1, 2, 3, 7, 13, 31, 97, 1000, 4099, 65537};
+
+/* Allreduce over the whole world of p threads, every size, bit-exact vs reference. */
+static void allreduce_world(int p, size_t seg_bytes, size_t direct_bytes)
+{
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_world *w;
+    int group[MAXR];
+    o.segment_bytes = seg_bytes;
+    o.direct_bytes = direct_bytes;
+    assert_int_equal(mt_coll_world_new_local(p, &o, &w, NULL), MT_OK);
+    for (int i = 0; i < p; i++)
+        group[i] = i;
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        size_t n = sizes[si];
+        job jobs[MAXR];
+        memset(jobs, 0, sizeof(jobs));
+        for (int i = 0; i < p; i++)
+            jobs[i] = mkjob(w, i, group, p, OP_ALLREDUCE, n, si + 1);
+        run_jobs(jobs, p);
+        float *ref = calloc(n + 1, sizeof(float));
+        double *dref = calloc(n + 1, sizeof(double));
+        reference(group, p, n, si + 1, ref, dref);
+        for (int i = 0; i < p; i++) {
+            if (jobs[i].rc != MT_OK)
+                fail_msg("p=%d n=%zu rank %d: %s", p, n, i, jobs[i].err.msg);
+            if (n > 0 && memcmp(jobs[i].buf, ref, n * sizeof(float)) != 0)
+                fail_msg("p=%d n=%zu rank %d: not bit-identical to the documented order", p, n, i);
+            check_close(jobs[i].buf, dref, n);
+        }
+        free(ref);
+        free(dref);
+        free_jobs(jobs, p);
+    }
+    mt_coll_world_free(w);
+}
+
+static void test_coll_chunk_range_partitions(void **state)
+{
+    (void)state;
+    for (size_t n = 0; n < 40; n++) {
+        for (int p = 1; p <= 9; p++) {
+            size_t next = 0;
+            for (int c = 0; c < p; c++) {
+                size_t off, len;
+                mt_coll_chunk_range(n, p, c, &off, &len);
+                assert_int_equal(off, next);
+                assert_true(len == n / (size_t)p || len == n / (size_t)p + 1);
+                next = off + len;
+            }
+            assert_int_equal(next, n);
+        }
+    }
+}
+
+static void test_coll_allreduce_bit_exact_1_to_8(void **state)
+{
+    (void)state;
+    for (int p = 1; p <= MAXR; p++) {
+        allreduce_world(p, 256 * 1024, 0);         /* ring for every size */
+        allreduce_world(p, 256 * 1024, 64 * 1024); /* direct exchange up to 64 KiB */
+    }
+}
+
+static void test_coll_allreduce_small_segments_same_bits(void **state)
+{
+    (void)state;
+    /* many segments per chunk: the order (and so the bits) must not change */
+    allreduce_world(3, 16, 0);
+    allreduce_world(4, 100, 0);
+}
+
+/* 8 ranks as a 4x2 layout: groups along the first dimension, run concurrently. */
+static void test_coll_groups_along_one_dimension(void **state)
+{
+    static const int g0[] = {0, 2, 4, 6}, g1[] = {1, 3, 5, 7};
+    static const int r0[] = {0, 1}, r1[] = {2, 3}, r2[] = {4, 5}, r3[] = {6, 7};
+    const int *rows[] = {r0, r1, r2, r3};
+    mt_coll_world *w;
+    (void)state;
+    assert_int_equal(mt_coll_world_new_local(8, NULL, &w, NULL), MT_OK);
+    for (int dim = 0; dim < 2; dim++) {
+        size_t n = 1009;
+        job jobs[8];
+        for (int r = 0; r < 8; r++) {
+            const int *g = dim == 0 ? (r % 2 == 0 ? g0 : g1) : rows[r / 2];
+            jobs[r] = mkjob(w, r, g, dim == 0 ? 4 : 2, OP_ALLREDUCE, n, 42);
+        }
+        run_jobs(jobs, 8);
+        for (int r = 0; r < 8; r++) {
+            float ref[1009];
+            double dref[1009];
+            assert_int_equal(jobs[r].rc, MT_OK);
+            reference(jobs[r].group, jobs[r].gsize, n, 42, ref, dref);
+            assert_memory_equal(jobs[r].buf, ref, n * sizeof(float));
+            check_close(jobs[r].buf, dref, n);
+        }
+        free_jobs(jobs, 8);
+    }
+    mt_coll_world_free(w);
+}
+
+/* A group given in a non-sorted order: the order is the group's, not the ranks'. */
+static void test_coll_group_order_defines_reduction(void **state)
+{
+    static const int g[] = {3, 0, 2};
+    mt_coll_world *w;
+    job jobs[3];
+    size_t n = 101;
+    float ref[101];
+    double dref[101];
+    (void)state;
+    assert_int_equal(mt_coll_world_new_local(4, NULL, &w, NULL), MT_OK);
+    for (int i = 0; i < 3; i++)
+        jobs[i] = mkjob(w, g[i], g, 3, OP_ALLREDUCE, n, 5);
+    run_jobs(jobs, 3);
+    reference(g, 3, n, 5, ref, dref);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(jobs[i].rc, MT_OK);
+        assert_memory_equal(jobs[i].buf, ref, n * sizeof(float));
+    }
+    free_jobs(jobs, 3);
+    mt_coll_world_free(w);
+}
+
+static void test_coll_reduce_scatter_matches_allreduce_chunk(void **state)
+{
+    (void)state;
+    for (int p = 1; p <= 5; p++) {
+        mt_coll_world *w;
+        int group[MAXR];
+        for (int i = 0; i < p; i++)
+            group[i] = i;
+        assert_int_equal(mt_coll_world_new_local(p, NULL, &w, NULL), MT_OK);
+        for (size_t si = 0; si < 9; si++) {
+            size_t n = sizes[si];
+            job jobs[MAXR];
+            for (int i = 0; i < p; i++)
+                jobs[i] = mkjob(w, i, group, p, OP_RS, n, 9);
+            run_jobs(jobs, p);
+            float *ref = calloc(n + 1, sizeof(float));
+            double *dref = calloc(n + 1, sizeof(double));
+            reference(group, p, n, 9, ref, dref);
+            for (int i = 0; i < p; i++) {
+                size_t off, len;
+                assert_int_equal(jobs[i].rc, MT_OK);
+                mt_coll_chunk_range(n, p, i, &off, &len);
+                if (len > 0)
+                    assert_memory_equal(jobs[i].buf, ref + off, len * sizeof(float));
+            }
+            free(ref);
+            free(dref);
+            free_jobs(jobs, p);
+        }
+        mt_coll_world_free(w);
+    }
+}
+
+static void test_coll_allgather_concatenates_in_group_order(void **state)
+{
+    static const int g[] = {2, 0, 1};
+    mt_coll_world *w;
+    (void)state;
+    assert_int_equal(mt_coll_world_new_local(3, NULL, &w, NULL), MT_OK);
+    for (size_t si = 0; si < 9; si++) {
+        size_t n = sizes[si];
+        job jobs[3];
+        for (int i = 0; i < 3; i++)
+            jobs[i] = mkjob(w, g[i], g, 3, OP_AG, n, 3);
+        run_jobs(jobs, 3);
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(jobs[i].rc, MT_OK);
+            for (int m = 0; m < 3; m++) {
+                for (size_t e = 0; e < n; e++)
+                    assert_true(jobs[i].buf[(size_t)m * n + e] == ct_val(g[m], e, 3));
+            }
+        }
+        free_jobs(jobs, 3);
+    }
+    mt_coll_world_free(w);
+}
+
+static void test_coll_broadcast_from_any_root(void **state)
+{
+    static const int g[] = {0, 1, 2, 3, 4};
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_world *w;
+    (void)state;
+    o.segment_bytes = 64; /* several segments: exercises the pipelined chain */
+    assert_int_equal(mt_coll_world_new_local(5, &o, &w, NULL), MT_OK);
+    for (int root = 0; root < 5; root++) {
+        size_t n = root == 0 ? 0 : 97 * (size_t)root;
+        job jobs[5];
+        for (int i = 0; i < 5; i++)
+            jobs[i] = with_root(mkjob(w, i, g, 5, OP_BCAST, n, 11), root);
+        run_jobs(jobs, 5);
+        for (int i = 0; i < 5; i++) {
+            assert_int_equal(jobs[i].rc, MT_OK);
+            for (size_t e = 0; e < n; e++)
+                assert_true(jobs[i].buf[e] == ct_val(root, e, 11));
+        }
+        free_jobs(jobs, 5);
+    }
+    mt_coll_world_free(w);
+}
+
+/* The barrier holds everyone until the last member arrives. */
+typedef struct late_arg {
+    mt_coll_world *w;
+    int rank, p;
+    int delay_ms;
+    double left_at;
+    mt_code rc;
+} late_arg;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void *barrier_main(void *arg)
+{
+    late_arg *a = arg;
+    int g[MAXR];
+    for (int i = 0; i < a->p; i++)
+        g[i] = i;
+    mt_coll_group grp = {g, a->p};
+    if (a->delay_ms > 0)
+        usleep((useconds_t)a->delay_ms * 1000u);
+    a->rc = mt_coll_barrier(mt_coll_world_comm(a->w, a->rank), &grp, NULL, NULL);
+    a->left_at = now_s();
+    return NULL;
+}
+
+static void test_coll_barrier_waits_for_last(void **state)
+{
+    mt_coll_world *w;
+    late_arg a[4];
+    pthread_t t[4];
+    (void)state;
+    assert_int_equal(mt_coll_world_new_local(4, NULL, &w, NULL), MT_OK);
+    double t0 = now_s();
+    for (int i = 0; i < 4; i++) {
+        a[i] = (late_arg){.w = w, .rank = i, .p = 4, .delay_ms = i == 2 ? 200 : 0};
+        pthread_create(&t[i], NULL, barrier_main, &a[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(a[i].rc, MT_OK);
+        assert_true(a[i].left_at - t0 >= 0.19);
+    }
+    mt_coll_world_free(w);
+}
+
+static void test_coll_invalid_arguments(void **state)
+{
+    static const int g[] = {0, 1}, dup[] = {0, 0}, out[] = {0, 9}, other[] = {1, 2};
+    mt_coll_world *w;
+    mt_err err = MT_ERR_INIT;
+    float b[4] = {0};
+    (void)state;
+    assert_int_equal(mt_coll_world_new_local(0, NULL, &w, &err), MT_INVALID_ARGUMENT);
+    assert_null(w);
+    mt_coll_world_opts bad = MT_COLL_WORLD_DEFAULTS;
+    bad.segment_bytes = 0;
+    assert_int_equal(mt_coll_world_new_local(2, &bad, &w, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_world_new_local(3, NULL, &w, &err), MT_OK);
+    mt_coll_comm *c0 = mt_coll_world_comm(w, 0);
+    assert_null(mt_coll_world_comm(w, 3));
+    assert_null(mt_coll_world_comm(w, -1));
+    assert_int_equal(mt_coll_comm_rank(c0), 0);
+    assert_int_equal(mt_coll_world_size(w), 3);
+    mt_coll_group gn = {other, 2};
+    assert_int_equal(mt_coll_allreduce_sum(c0, &gn, b, 4, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "not a member"));
+    mt_coll_group gd = {dup, 2}, go = {out, 2}, ge = {g, 0}, gg = {g, 2};
+    assert_int_equal(mt_coll_allreduce_sum(c0, &gd, b, 4, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "twice"));
+    assert_int_equal(mt_coll_allreduce_sum(c0, &go, b, 4, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_allreduce_sum(c0, &ge, b, 4, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_allreduce_sum(c0, NULL, b, 4, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_allreduce_sum(c0, &gg, NULL, 4, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_reduce_scatter(c0, &gg, NULL, b, 4, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_allgather(c0, &gg, b, NULL, 2, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_broadcast(c0, &gg, b, 4, 2, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "root"));
+    assert_int_equal(mt_coll_barrier(c0, &gn, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_allreduce_sum(NULL, &gg, b, 4, NULL, &err), MT_INVALID_ARGUMENT);
+    mt_coll_world_free(w);
+    mt_coll_world_free(NULL);
+}
+
+/* A member that arrives after the deadline: the others fail in time and name it;
+ * the late one fails too (the collective is over), and the next one works. */
+static void test_coll_deadline_names_missing_rank(void **state)
+{
+    static const int g[] = {0, 1, 2, 3};
+    mt_coll_world *w;
+    job jobs[4];
+    (void)state;
+    assert_int_equal(mt_coll_world_new_local(4, NULL, &w, NULL), MT_OK);
+    for (int i = 0; i < 4; i++)
+        jobs[i] = with_delay(with_call(mkjob(w, i, g, 4, OP_ALLREDUCE, 100, 1), 1, 0, 300),
+                             i == 3 ? 700 : 0);
+    run_jobs(jobs, 4);
+    assert_int_not_equal(jobs[3].rc, MT_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_true(jobs[i].rc == MT_DEADLINE_EXCEEDED || jobs[i].rc == MT_UNAVAILABLE);
+        assert_non_null(strstr(jobs[i].err.msg, "rank 3"));
+        assert_true(jobs[i].secs < 0.3 + 1.0);
+        assert_true(jobs[i].secs >= 0.25 || jobs[i].rc != MT_DEADLINE_EXCEEDED);
+    }
+    free_jobs(jobs, 4);
+    /* the world is usable again afterwards, with a new tag */
+    for (int i = 0; i < 4; i++)
+        jobs[i] = with_call(mkjob(w, i, g, 4, OP_ALLREDUCE, 50, 2), 2, 0, 0);
+    run_jobs(jobs, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(jobs[i].rc, MT_OK);
+    free_jobs(jobs, 4);
+    mt_coll_world_free(w);
+}
+
+/* Disagreements between members are INVALID_ARGUMENT on every participant. */
+static void mismatch_case(int kind, int late)
+{
+    static const int g[] = {0, 1, 2};
+    mt_coll_world *w;
+    job jobs[3];
+    assert_int_equal(mt_coll_world_new_local(3, NULL, &w, NULL), MT_OK);
+    for (int i = 0; i < 3; i++) {
+        jobs[i] = with_call(mkjob(w, i, g, 3, OP_ALLREDUCE, 64, 1), 7, 1, 2000);
+    }
+    if (kind == 0)
+        jobs[1].n = 65; /* wrong size */
+    else if (kind == 1)
+        jobs[2].call.step = 6; /* stale step */
+    else if (kind == 2)
+        jobs[0].op = OP_BCAST; /* different collective */
+    else
+        jobs[1].call.seq = 2; /* out of sequence */
+    if (late < 3)
+        jobs[late].delay_ms = 50; /* vary who starts last */
+    run_jobs(jobs, 3);
+    for (int i = 0; i < 3; i++) {
+        if (jobs[i].rc != MT_INVALID_ARGUMENT)
+            fail_msg("case %d late %d rank %d: %s: %s", kind, late, i, mt_code_name(jobs[i].rc),
+                     jobs[i].err.msg);
+        assert_true(jobs[i].secs < 1.5);
+    }
+    free_jobs(jobs, 3);
+    mt_coll_world_free(w);
+}
+
+static void test_coll_mismatch_is_invalid_everywhere(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 4; k++) {
+        for (int late = 0; late < 4; late++)
+            mismatch_case(k, late);
+    }
+}
+
+typedef struct bucket_arg {
+    mt_coll_bucket *b;
+    mt_coll_comm *c;
+    const mt_coll_group *g;
+    mt_code rc;
+} bucket_arg;
+
+static void *bucket_main(void *arg)
+{
+    bucket_arg *a = arg;
+    a->rc = mt_coll_bucket_allreduce(a->b, a->c, a->g, NULL, NULL);
+    return NULL;
+}
+
+static void test_coll_bucket_fuses_tensors(void **state)
+{
+    static const int g[] = {0, 1, 2};
+    static const size_t lens[3] = {1, 20, 7};
+    mt_coll_group grp = {g, 3};
+    mt_coll_world *w;
+    mt_err err = MT_ERR_INIT;
+    mt_coll_bucket *b[3];
+    float t[3][3][20];
+    bucket_arg a[3];
+    pthread_t th[3];
+    (void)state;
+    assert_int_equal(mt_coll_world_new_local(3, NULL, &w, NULL), MT_OK);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(mt_coll_bucket_new(&b[r], NULL), MT_OK);
+        for (int k = 0; k < 3; k++) {
+            for (size_t e = 0; e < lens[k]; e++)
+                t[r][k][e] = (float)(r * 100 + k * 10) + (float)e * 0.5f;
+            assert_int_equal(mt_coll_bucket_add(b[r], t[r][k], lens[k], NULL), MT_OK);
+        }
+        assert_int_equal(mt_coll_bucket_add(b[r], NULL, 0, NULL), MT_OK);
+        assert_int_equal(mt_coll_bucket_size(b[r]), 28);
+    }
+    assert_int_equal(mt_coll_bucket_add(b[0], NULL, 3, &err), MT_INVALID_ARGUMENT);
+    for (int r = 0; r < 3; r++) {
+        a[r] = (bucket_arg){b[r], mt_coll_world_comm(w, r), &grp, MT_UNKNOWN};
+        pthread_create(&th[r], NULL, bucket_main, &a[r]);
+    }
+    for (int r = 0; r < 3; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(a[r].rc, MT_OK);
+        for (int k = 0; k < 3; k++) {
+            for (size_t e = 0; e < lens[k]; e++) /* exact: small integers and halves */
+                assert_true(t[r][k][e] == (float)(300 + k * 30) + (float)e * 1.5f);
+        }
+        mt_coll_bucket_free(b[r]);
+    }
+    mt_coll_bucket_free(NULL);
+    mt_coll_world_free(w);
+}
+
+/* Two data-plane endpoints in this process stand for two worker processes. */
+static void net_pair(const char *url0, const char *url1, int per_proc, mt_coll_net **nets,
+                     mt_coll_world **ws, const mt_coll_world_opts *o)
+{
+    mt_coll_rank_addr table[MAXR];
+    mt_err err = MT_ERR_INIT;
+    assert_int_equal(mt_coll_net_new(url0, &nets[0], &err), MT_OK);
+    assert_int_equal(mt_coll_net_new(url1, &nets[1], &err), MT_OK);
+    assert_true(strncmp(mt_coll_net_addr(nets[0]), url0, 6) == 0);
+    for (int r = 0; r < 2 * per_proc; r++)
+        table[r] = (mt_coll_rank_addr){mt_coll_net_addr(nets[r / per_proc]), r % per_proc};
+    for (int k = 0; k < 2; k++) {
+        if (mt_coll_world_new_net(nets[k], 2 * per_proc, table, o, &ws[k], &err) != MT_OK)
+            fail_msg("world %d: %s", k, err.msg);
+    }
+}
+
+static void net_allreduce_matches_local(const char *url0, const char *url1)
+{
+    static const int g[] = {0, 1, 2, 3}, ga[] = {0, 2}, gb[] = {1, 3};
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    o.job_id = 77;
+    o.segment_bytes = 4096;
+    net_pair(url0, url1, 2, nets, ws, &o);
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        size_t n = sizes[si];
+        job jobs[4];
+        for (int r = 0; r < 4; r++)
+            jobs[r] = mkjob(ws[r / 2], r, g, 4, OP_ALLREDUCE, n, 100 + si);
+        run_jobs(jobs, 4);
+        float *ref = calloc(n + 1, sizeof(float));
+        double *dref = calloc(n + 1, sizeof(double));
+        reference(g, 4, n, 100 + si, ref, dref);
+        for (int r = 0; r < 4; r++) {
+            if (jobs[r].rc != MT_OK)
+                fail_msg("n=%zu rank %d: %s", n, r, jobs[r].err.msg);
+            if (n > 0)
+                assert_memory_equal(jobs[r].buf, ref, n * sizeof(float));
+        }
+        free(ref);
+        free(dref);
+        free_jobs(jobs, 4);
+    }
+    /* groups along the other dimension: every hop crosses the endpoints */
+    job jobs[4];
+    for (int r = 0; r < 4; r++)
+        jobs[r] = with_root(mkjob(ws[r / 2], r, r % 2 ? gb : ga, 2,
+                                  r == 3 ? OP_BCAST : (r == 1 ? OP_BCAST : OP_AG), 333, 4),
+                            3);
+    run_jobs(jobs, 4);
+    for (int r = 0; r < 4; r++) {
+        assert_int_equal(jobs[r].rc, MT_OK);
+        for (size_t e = 0; e < 333; e++) {
+            if (r % 2)
+                assert_true(jobs[r].buf[e] == ct_val(3, e, 4));
+            else
+                assert_true(jobs[r].buf[e] == ct_val(0, e, 4) &&
+                            jobs[r].buf[333 + e] == ct_val(2, e, 4));
+        }
+    }
+    free_jobs(jobs, 4);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
+static void test_coll_net_tcp_bit_identical_to_local(void **state)
+{
+    (void)state;
+    net_allreduce_matches_local("tcp://127.0.0.1:0", "tcp://127.0.0.1:0");
+}
+
+static void test_coll_net_ipc_bit_identical_to_local(void **state)
+{
+    char a[128], b[128];
+    (void)state;
+    snprintf(a, sizeof(a), "ipc:///tmp/mt_coll_test_%d_a.ipc", (int)getpid());
+    snprintf(b, sizeof(b), "ipc:///tmp/mt_coll_test_%d_b.ipc", (int)getpid());
+    net_allreduce_matches_local(a, b);
+}
+
+/* The peer endpoint goes away: the survivor reports UNAVAILABLE (or the deadline) naming it. */
+static void test_coll_net_lost_peer_is_named(void **state)
+{
+    static const int g[] = {0, 1};
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    char peer[256];
+    (void)state;
+    o.job_id = 5;
+    net_pair("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 1, nets, ws, &o);
+    snprintf(peer, sizeof(peer), "%s", mt_coll_net_addr(nets[1]));
+    /* one good round so that the connections exist */
+    job jobs[2];
+    for (int r = 0; r < 2; r++)
+        jobs[r] = mkjob(ws[r], r, g, 2, OP_ALLREDUCE, 10, 1);
+    run_jobs(jobs, 2);
+    assert_int_equal(jobs[0].rc, MT_OK);
+    assert_int_equal(jobs[1].rc, MT_OK);
+    free_jobs(jobs, 2);
+    mt_coll_world_free(ws[1]);
+    mt_coll_net_free(nets[1]);
+    jobs[0] = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, 10, 1), 1, 0, 1500);
+    run_jobs(jobs, 1);
+    assert_true(jobs[0].rc == MT_UNAVAILABLE || jobs[0].rc == MT_DEADLINE_EXCEEDED);
+    if (strstr(jobs[0].err.msg, peer) == NULL)
+        fail_msg("message does not name %s: %s", peer, jobs[0].err.msg);
+    assert_true(jobs[0].secs < 1.5 + 1.0);
+    free_jobs(jobs, 1);
+    mt_coll_world_free(ws[0]);
+    mt_coll_net_free(nets[0]);
+}
+
+/* A member in another process that never enters (hung): named after the PING round. */
+static void test_coll_net_deadline_names_silent_member(void **state)
+{
+    static const int g[] = {0, 1, 2};
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    mt_coll_rank_addr table[3];
+    (void)state;
+    o.job_id = 8;
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[0], NULL), MT_OK);
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[1], NULL), MT_OK);
+    /* ranks 0 and 2 in endpoint 0, rank 1 alone in endpoint 1 */
+    table[0] = (mt_coll_rank_addr){mt_coll_net_addr(nets[0]), 0};
+    table[1] = (mt_coll_rank_addr){mt_coll_net_addr(nets[1]), 0};
+    table[2] = (mt_coll_rank_addr){mt_coll_net_addr(nets[0]), 1};
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(mt_coll_world_new_net(nets[k], 3, table, &o, &ws[k], NULL), MT_OK);
+    job jobs[2];
+    for (int i = 0; i < 2; i++)
+        jobs[i] = with_call(mkjob(ws[0], i * 2, g, 3, OP_ALLREDUCE, 1000, 1), 3, 0, 400);
+    run_jobs(jobs, 2);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(jobs[i].rc, MT_DEADLINE_EXCEEDED);
+        if (strstr(jobs[i].err.msg, mt_coll_net_addr(nets[1])) == NULL ||
+            strstr(jobs[i].err.msg, "no answer") == NULL)
+            fail_msg("rank %d does not name the silent member: %s", i * 2, jobs[i].err.msg);
+        assert_true(jobs[i].secs < 0.4 + 1.0);
+    }
+    free_jobs(jobs, 2);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
+static void test_coll_net_invalid_arguments(void **state)
+{
+    mt_coll_net *net, *n2;
+    mt_coll_world *w, *w2;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    assert_int_equal(mt_coll_net_new("udp://x", &net, &err), MT_INVALID_ARGUMENT);
+    assert_null(net);
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &net, &err), MT_OK);
+    /* the same port twice cannot be listened on */
+    assert_int_equal(mt_coll_net_new(mt_coll_net_addr(net), &n2, &err), MT_UNAVAILABLE);
+    mt_coll_rank_addr other[2] = {{"tcp://127.0.0.1:1", 0}, {"tcp://127.0.0.1:2", 0}};
+    assert_int_equal(mt_coll_world_new_net(net, 2, other, NULL, &w, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "no rank"));
+    mt_coll_rank_addr dup[2] = {{mt_coll_net_addr(net), 0}, {mt_coll_net_addr(net), 0}};
+    assert_int_equal(mt_coll_world_new_net(net, 2, dup, NULL, &w, &err), MT_INVALID_ARGUMENT);
+    mt_coll_rank_addr ok[2] = {{mt_coll_net_addr(net), 0}, {"tcp://127.0.0.1:1", 0}};
+    assert_int_equal(mt_coll_world_new_net(net, 2, ok, NULL, &w, &err), MT_OK);
+    assert_non_null(mt_coll_world_comm(w, 0));
+    assert_null(mt_coll_world_comm(w, 1));
+    assert_int_equal(mt_coll_world_new_net(net, 2, ok, NULL, &w2, &err), MT_FAILED_PRECONDITION);
+    /* unreachable peer: the deadline, naming it */
+    static const int g[] = {0, 1};
+    mt_coll_group grp = {g, 2};
+    mt_coll_call call = {.step = 0, .seq = 0, .deadline_ms = 300};
+    float b[3] = {1, 2, 3};
+    mt_code rc = mt_coll_allreduce_sum(mt_coll_world_comm(w, 0), &grp, b, 3, &call, &err);
+    assert_true(rc == MT_DEADLINE_EXCEEDED || rc == MT_UNAVAILABLE);
+    assert_non_null(strstr(err.msg, "tcp://127.0.0.1:1"));
+    mt_coll_world_free(w);
+    mt_coll_net_free(net);
+    mt_coll_net_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_coll_chunk_range_partitions),
+        cmocka_unit_test(test_coll_allreduce_bit_exact_1_to_8),
+        cmocka_unit_test(test_coll_allreduce_small_segments_same_bits),
+        cmocka_unit_test(test_coll_groups_along_one_dimension),
+        cmocka_unit_test(test_coll_group_order_defines_reduction),
+        cmocka_unit_test(test_coll_reduce_scatter_matches_allreduce_chunk),
+        cmocka_unit_test(test_coll_allgather_concatenates_in_group_order),
+        cmocka_unit_test(test_coll_broadcast_from_any_root),
+        cmocka_unit_test(test_coll_barrier_waits_for_last),
+        cmocka_unit_test(test_coll_invalid_arguments),
+        cmocka_unit_test(test_coll_deadline_names_missing_rank),
+        cmocka_unit_test(test_coll_mismatch_is_invalid_everywhere),
+        cmocka_unit_test(test_coll_bucket_fuses_tensors),
+        cmocka_unit_test(test_coll_net_tcp_bit_identical_to_local),
+        cmocka_unit_test(test_coll_net_ipc_bit_identical_to_local),
+        cmocka_unit_test(test_coll_net_lost_peer_is_named),
+        cmocka_unit_test(test_coll_net_deadline_names_silent_member),
+        cmocka_unit_test(test_coll_net_invalid_arguments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
