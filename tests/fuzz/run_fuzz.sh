@@ -19,6 +19,7 @@ else
     targets=()
     for f in "$src"/tests/fuzz/fuzz_*.c; do targets+=("$(basename "$f" .c)"); done
 fi
+cmake "$build" >/dev/null || exit 1 # re-glob: targets added since the last configure
 cmake --build "$build" -j "$jobs" --target "${targets[@]}" || exit 1
 failed=0
 for t in "${targets[@]}"; do
