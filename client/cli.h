@@ -57,5 +57,11 @@ mt_code mt_cli_connect(const mt_cli_global *g, struct mt_rpc_client **out, mt_er
 int cmd_workers(const mt_cli_global *g, int argc, char **argv);
 int cmd_train(const mt_cli_global *g, int argc, char **argv);
 int cmd_export(const mt_cli_global *g, int argc, char **argv);
+int cmd_submit(const mt_cli_global *g, int argc, char **argv);
+int cmd_jobs(const mt_cli_global *g, int argc, char **argv);
+int cmd_status(const mt_cli_global *g, int argc, char **argv);
+int cmd_cancel(const mt_cli_global *g, int argc, char **argv);
+int cmd_checkpoints(const mt_cli_global *g, int argc, char **argv);
+int cmd_plan(const mt_cli_global *g, int argc, char **argv);
 
 #endif

@@ -23,6 +23,12 @@ static const cli_command commands[] = {
     {"workers", cmd_workers, "list workers, their devices, state and last heartbeat"},
     {"train", cmd_train, "train a job spec in this process (--local)"},
     {"export", cmd_export, "export a checkpoint's weights (safetensors)"},
+    {"submit", cmd_submit, "submit a job spec; prints the job id"},
+    {"jobs", cmd_jobs, "list jobs (state, step, why they wait)"},
+    {"status", cmd_status, "a job's state, placement, history, metrics, checkpoints"},
+    {"cancel", cmd_cancel, "cancel a job (idempotent)"},
+    {"checkpoints", cmd_checkpoints, "list a job's checkpoints"},
+    {"plan", cmd_plan, "validate a job spec as submit does; per-device bytes, devices now"},
 };
 
 static void usage(FILE *out)

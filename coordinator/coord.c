@@ -27,6 +27,16 @@ static const struct {
     {"RegisterWorker", coord_handle_register},
     {"Heartbeat", coord_handle_heartbeat},
     {"ListWorkers", coord_handle_list_workers},
+    {"SubmitJob", coord_handle_submit_job},
+    {"GetJob", coord_handle_get_job},
+    {"ListJobs", coord_handle_list_jobs},
+    {"CancelJob", coord_handle_cancel_job},
+    {"UpdateTask", coord_handle_update_task},
+    {"ReportMetrics", coord_handle_report_metrics},
+    {"GetMetrics", coord_handle_get_metrics},
+    {"PutCheckpointChunk", coord_handle_put_checkpoint_chunk},
+    {"ListCheckpoints", coord_handle_list_checkpoints},
+    {"GetCheckpointChunk", coord_handle_get_checkpoint_chunk},
 };
 
 /* nng thread: queue the call and wake the loop. Never blocks beyond the queue mutex. */
@@ -54,6 +64,12 @@ static void coord_on_call(void *arg, mt_rpc_call *call)
         return;
     }
     uv_async_send(&c->wake);
+}
+
+/* Any thread: count the answer for /metrics. */
+static void coord_on_reply(void *arg, const char *method, mt_code code, int64_t elapsed_us)
+{
+    coord_stats_rpc(((mt_coord *)arg)->stats, method, code, elapsed_us);
 }
 
 static void dispatch(mt_coord *c, mt_rpc_call *call)
@@ -92,11 +108,13 @@ static void on_wake(uv_async_t *h)
         pthread_mutex_unlock(&c->qmu);
         if (n == 0) {
             mt_free(batch);
+            coord_jobs_schedule(c);
             return;
         }
         for (size_t i = 0; i < n; i++)
             dispatch(c, batch[i]);
         mt_free(batch);
+        coord_metrics_flush(c); /* the batch's metric reports: one commit, then the replies */
     }
 }
 
@@ -108,6 +126,7 @@ static void on_stop(uv_async_t *h)
 static void on_sweep(uv_timer_t *t)
 {
     coord_workers_sweep(t->data);
+    coord_jobs_schedule(t->data);
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -150,8 +169,10 @@ static mt_code write_endpoints(mt_coord *c, const char *http_url, mt_err *err)
     f = fopen(tmp, "w");
     if (f == NULL)
         return mt_err_set(err, MT_PERMISSION_DENIED, "write %s: %s", tmp, strerror(errno));
-    fprintf(f, "{\"rpc\": \"%s\", \"http\": \"%s\", \"pid\": %d, \"instance\": \"%s\"}\n",
-            c->listen_url, http_url, (int)getpid(), c->instance);
+    fprintf(f,
+            "{\"rpc\": \"%s\", \"http\": \"%s\", \"metrics\": \"%s\", \"pid\": %d, "
+            "\"instance\": \"%s\"}\n",
+            c->listen_url, http_url, c->metrics_url, (int)getpid(), c->instance);
     if (fclose(f) != 0 || rename(tmp, path) != 0)
         return mt_err_set(err, MT_INTERNAL, "write %s: %s", path, strerror(errno));
     return MT_OK;
@@ -193,14 +214,26 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     c->opts.token = c->token[0] ? c->token : NULL;
     new_instance_id(c->instance);
     pthread_mutex_init(&c->qmu, NULL);
+    pthread_mutex_init(&c->ro_mu, NULL);
     uv_loop_init(&c->loop);
 
+    c->stats = coord_stats_new();
+    if (c->stats == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coordinator: out of memory");
+        goto fail;
+    }
     if ((rc = make_dirs(c->state_dir, err)) != MT_OK)
         goto fail;
     snprintf(db, sizeof(db), "%s/meshtrain.db", c->state_dir);
-    if ((rc = mt_store_open(db, &c->store, err)) != MT_OK)
-        goto fail;
+    {
+        mt_store_options so_db = MT_STORE_OPTIONS_DEFAULTS;
+        so_db.sync_full = opts->sync_full;
+        if ((rc = mt_store_open_opts(db, &so_db, &c->store, err)) != MT_OK)
+            goto fail;
+    }
     if ((rc = coord_workers_load(c, err)) != MT_OK)
+        goto fail;
+    if ((rc = coord_jobs_load(c, err)) != MT_OK)
         goto fail;
 
     uv_async_init(&c->loop, &c->wake, on_wake);
@@ -218,11 +251,14 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     so.service = &meshtrain__coordinator__descriptor;
     so.on_call = coord_on_call;
     so.arg = c;
+    so.on_reply = coord_on_reply;
     so.token = c->opts.token;
     so.max_msg_bytes = opts->max_msg_bytes;
     if ((rc = mt_rpc_server_open(&so, &c->rpc, err)) != MT_OK)
         goto fail;
     snprintf(c->listen_url, sizeof(c->listen_url), "%s", mt_rpc_server_url(c->rpc));
+    if ((rc = coord_metrics_open(c, err)) != MT_OK)
+        goto fail;
     if (opts->http != NULL && opts->http[0] != '\0') {
         rc = coord_http_open(c, opts->http, &c->http, http_url, sizeof(http_url), err);
         if (rc != MT_OK)
@@ -288,8 +324,14 @@ void mt_coord_free(mt_coord *c)
     /* phase 2: persist and free */
     if (c->store != NULL)
         coord_workers_sweep(c);
+    coord_metrics_close(c);
+    coord_bulk_fini(c);
+    coord_ckpt_free(c);
+    coord_jobs_free(c);
     coord_workers_free(c);
     mt_store_close(c->store);
+    coord_stats_free(c->stats);
     pthread_mutex_destroy(&c->qmu);
+    pthread_mutex_destroy(&c->ro_mu);
     mt_free(c);
 }

@@ -7,7 +7,9 @@
  * RPCs arrive on nng threads; core/rpc hands each valid call to coord_on_call,
  * which queues it and wakes the loop with uv_async_send; the loop drains the
  * whole queue (wake-ups coalesce) and runs the handler for each call. Handlers
- * never block: SQLite statements are short and indexed. Periodic duties
+ * never block: SQLite statements are short and indexed; spec validation and bulk
+ * reads (GetJob, GetMetrics, checkpoints) run on libuv's thread pool (jobs.c,
+ * bulk.c); metric reports of one drain are stored in one commit (metrics.c). Periodic duties
  * (marking lost workers, flushing heartbeats) are uv_timers. SIGINT/SIGTERM
  * stop the loop through uv_signal; shutdown closes the RPC server first, then
  * the HTTP server, then the store.
@@ -33,12 +35,17 @@ typedef struct mt_coord_opts {
     int heartbeat_interval_ms; /* told to workers at registration */
     int heartbeat_timeout_ms;  /* a worker silent this long is marked lost */
     size_t max_msg_bytes;
+    const char *dashboard_dir;  /* dashboard assets; NULL = source tree or install location */
+    const char *metrics_listen; /* metrics PUB address; NULL = RPC host, ephemeral port */
+    int sync_full; /* 1 (default): fsync every commit, an acknowledged write survives a power
+                      loss too; 0: WAL with synchronous=NORMAL, which survives kill -9 of the
+                      coordinator with far fewer fsyncs */
 } mt_coord_opts;
 
 #define MT_COORD_OPTS_DEFAULTS                                                                     \
     {                                                                                              \
         "tcp://127.0.0.1:7400", "127.0.0.1:7480", "./meshtrain-state", NULL, 1000, 10000,          \
-            MT_RPC_DEFAULT_MAX_MSG                                                                 \
+            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1                                                  \
     }
 
 /*

@@ -11,10 +11,14 @@
 #include <uv.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/stats.h"
+#include "jobspec/mt_jobspec.h"
 #include "proto/coordinator.pb-c.h"
+#include "storage/mt_jobstate.h"
 #include "storage/mt_store.h"
 
 struct coord_http;
+struct coord_upload;
 
 /* One registered worker as the loop sees it (the store holds the durable copy). */
 typedef struct coord_worker {
@@ -22,6 +26,31 @@ typedef struct coord_worker {
     int64_t last_seen_mono_ms; /* monotonic time of the last register/heartbeat */
     int hb_dirty;              /* rec.last_heartbeat_ms not yet flushed to the store */
 } coord_worker;
+
+/* One worker's part of an active job (jobs.c). */
+typedef struct coord_task {
+    char worker_id[64];
+    char state[16]; /* "" (assigned, not yet reported), "running", "succeeded", "failed" ... */
+    uint64_t step;  /* last step the worker reported */
+} coord_task;
+
+/* A job that is not final, as the scheduler sees it (the store holds the durable copy). */
+typedef struct coord_job {
+    char job_id[32];
+    mt_jobstate state;
+    int32_t priority;
+    uint64_t seq;              /* submission order (numeric part of the id) */
+    mt_jobspec_summary sum;    /* the validated spec */
+    char reason[256];          /* status reason last stored */
+    uint32_t attempt;          /* assignments handed out so far (1 = first start) */
+    uint32_t restarts;         /* transitions to RESTARTING */
+    uint64_t step;             /* last step stored */
+    uint64_t resume_step;      /* checkpoint step the current attempt resumes from */
+    mt_store_placement *place; /* n_place = sum.n_devices when placed, else NULL */
+    size_t n_place;
+    coord_task *tasks; /* one per distinct worker of the placement */
+    size_t n_tasks;
+} coord_job;
 
 struct mt_coord {
     mt_coord_opts opts;
@@ -38,6 +67,7 @@ struct mt_coord {
     mt_store *store;
     mt_rpc_server *rpc;
     struct coord_http *http;
+    coord_stats *stats; /* process metrics; any thread (atomics), freed after the servers */
 
     pthread_mutex_t qmu; /* guards the call queue (nng threads push) */
     mt_rpc_call **queue;
@@ -46,6 +76,21 @@ struct mt_coord {
     coord_worker *workers; /* registry, loop thread only */
     size_t n_workers, cap_workers;
     int64_t last_flush_mono_ms;
+
+    coord_job **jobs; /* active (non-final) jobs, loop thread only */
+    size_t n_jobs, cap_jobs;
+    int sched_dirty; /* something changed that may let a job start */
+
+    void *pub;              /* nng_socket* of the metrics PUB socket (metrics.c) */
+    char metrics_url[256];  /* its address, in endpoints.json and GetJob */
+    mt_rpc_call **mreports; /* ReportMetrics calls of this drain, stored in one commit */
+    size_t n_mreports, cap_mreports;
+
+    struct coord_upload *uploads; /* checkpoint uploads in progress (ckpt.c) */
+
+    pthread_mutex_t ro_mu; /* guards ro/n_ro: pool threads take and give connections */
+    mt_store *ro[4];       /* idle read-only connections for bulk reads (bulk.c) */
+    size_t n_ro;
 };
 
 /* ---- workers.c ---- */
@@ -55,6 +100,51 @@ void coord_workers_sweep(mt_coord *c); /* mark lost, flush heartbeats; loop thre
 void coord_handle_register(mt_coord *c, mt_rpc_call *call);
 void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call);
 void coord_handle_list_workers(mt_coord *c, mt_rpc_call *call);
+
+coord_worker *coord_worker_find(mt_coord *c, const char *worker_id);
+
+/* ---- bulk.c ---- */
+/* fn runs on a pool thread with a read-only store and must reply to call; of c it may read only
+ * what never changes after open (state_dir, metrics_url) */
+typedef void (*coord_bulk_fn)(const mt_coord *c, mt_store *ro, mt_rpc_call *call);
+void coord_bulk(mt_coord *c, mt_rpc_call *call, coord_bulk_fn fn);
+void coord_bulk_fini(mt_coord *c); /* close the idle connections; after the loop is done */
+
+/* ---- jobs.c ---- */
+mt_code coord_jobs_load(mt_coord *c, mt_err *err); /* active jobs from the store, at open */
+void coord_jobs_free(mt_coord *c);
+void coord_jobs_schedule(mt_coord *c); /* place queued jobs when sched_dirty; loop thread */
+void coord_jobs_worker_lost(mt_coord *c, const char *worker_id, const char *why);
+/* a worker registered: a new process (new_instance) loses the tasks of the old one */
+void coord_jobs_worker_registered(mt_coord *c, const char *worker_id, int new_instance);
+/* apply the heartbeat's task statuses and fill rep's assignments/cancellations (owned by the
+ * jobs module until coord_jobs_heartbeat_done) */
+void coord_jobs_heartbeat(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
+                          Meshtrain__HeartbeatReply *rep);
+void coord_jobs_heartbeat_done(Meshtrain__HeartbeatReply *rep);
+coord_job *coord_job_find(mt_coord *c, const char *job_id);
+mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step);
+void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call);
+void coord_handle_get_job(mt_coord *c, mt_rpc_call *call);
+void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call);
+void coord_handle_cancel_job(mt_coord *c, mt_rpc_call *call);
+void coord_handle_update_task(mt_coord *c, mt_rpc_call *call);
+
+/* ---- metrics.c ---- */
+mt_code coord_metrics_open(mt_coord *c, mt_err *err); /* the PUB socket */
+void coord_metrics_close(mt_coord *c);
+void coord_metrics_publish(mt_coord *c, const char *job_id,
+                           const Meshtrain__MetricPoint *const *pts, size_t n,
+                           const char *final_state, const char *error);
+void coord_handle_report_metrics(mt_coord *c, mt_rpc_call *call); /* queues; flushed below */
+void coord_metrics_flush(mt_coord *c); /* store queued reports in one commit, then reply */
+void coord_handle_get_metrics(mt_coord *c, mt_rpc_call *call);
+
+/* ---- ckpt.c ---- */
+void coord_handle_put_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);
+void coord_handle_list_checkpoints(mt_coord *c, mt_rpc_call *call);
+void coord_handle_get_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);
+void coord_ckpt_free(mt_coord *c);
 
 /* ---- http.c ---- */
 mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, char *bound,

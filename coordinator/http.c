@@ -1,29 +1,441 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * http.c — the coordinator's HTTP status endpoint on nng's HTTP server.
+ * http.c — the coordinator's HTTP status endpoint on nng's HTTP server: one
+ * catch-all handler that authenticates and routes, the dashboard's static
+ * assets, and the login form. Endpoints: docs/api.md; dashboard: docs/dashboard.md.
  *
- * Serves GET /healthz ("ok", always open, even with a token configured). The
- * JSON API, Prometheus metrics and dashboard of the status issue (#9) register
- * further handlers here. nng runs handlers on its own threads: a handler that
- * needs coordinator state must hand the request to the loop thread.
+ * How it fits: coord.c calls coord_http_open() after the store is open and
+ * coord_http_close() at shutdown. Routes: /healthz (always open), /login,
+ * /logout, /metrics (http_prom.c), /api/v1/... (http_api.c), /, /jobs/ID,
+ * /workers (dashboard pages) and /static/NAME (assets).
+ *
+ * DESIGN: nng runs handlers on its own threads, so nothing here touches the
+ * loop's state: data comes from a read-only SQLite connection owned by this
+ * file and serialised by a mutex (coord_http_ctx), process metrics from the
+ * atomic coord_stats. Dashboard assets are read into memory once at open (a
+ * few hundred KB); each gets an ETag (FNV-1a of the bytes) and the pages refer
+ * to them with ?v=HASH, so /static/ answers may be cached for a year. When a
+ * token is configured every route but /healthz and /login requires it, as
+ * "Authorization: Bearer TOKEN" or as the HttpOnly SameSite=Strict cookie the
+ * login form sets; the comparison is constant-time (mt_rpc_token_equal).
+ *
+ * Threading: open/close on the main thread; handlers on nng threads.
+ * Tests: tests/integration/test_http_api.sh, test_dashboard.sh, test_workers.sh.
  */
 #include "coordinator/coord_int.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
 #include <nng/nng.h>
 #include <nng/supplemental/http/http.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "alloc/mt_alloc.h"
+#include "clock/mt_clock.h"
+#include "coordinator/http_int.h"
+#include "log/mt_log.h"
+
+#define JSON_TYPE "application/json; charset=utf-8"
+#define HTML_TYPE "text/html; charset=utf-8"
+#define COOKIE    "mt_session"
+/* pages load only their own scripts and styles; inline style attributes (set by app.js and
+ * Chart.js) are allowed; no framing (clickjacking) */
+#define PAGE_CSP "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'"
+
+typedef struct asset {
+    const char *name; /* file name under the dashboard dir, served as /static/NAME or a page */
+    const char *type; /* Content-Type */
+    int page;         /* 1: an HTML page (revalidated each time, @V@ replaced) */
+    char *data;       /* owned; NULL when the file could not be read */
+    size_t len;
+    char etag[24]; /* "\"<16 hex>\"" */
+} asset;
 
 struct coord_http {
     nng_http_server *srv;
+    coord_http_ctx ctx;
+    char token[MT_RPC_TOKEN_MAX];         /* "" = open */
+    char token_hex[2 * MT_RPC_TOKEN_MAX]; /* the cookie's value: hex, so any token byte is safe */
+    char dir[1024];                       /* dashboard dir */
+    asset assets[6];
+    size_t n_assets;
 };
 
-static void healthz(nng_aio *aio)
+/* ------------------------------------------------------------ buffers and replies */
+
+static void buf_reserve(coord_buf *b, size_t extra)
 {
-    static const char body[] = "ok\n";
+    size_t cap;
+    char *p;
+
+    if (b->oom || b->len + extra + 1 <= b->cap)
+        return;
+    cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    p = mt_realloc(b->data, cap);
+    if (p == NULL) {
+        b->oom = 1;
+        return;
+    }
+    b->data = p;
+    b->cap = cap;
+}
+
+void coord_buf_fini(coord_buf *b)
+{
+    mt_free(b->data);
+    memset(b, 0, sizeof(*b));
+}
+
+void coord_buf_add(coord_buf *b, const char *s, size_t n)
+{
+    buf_reserve(b, n);
+    if (b->oom)
+        return;
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void coord_buf_puts(coord_buf *b, const char *s)
+{
+    coord_buf_add(b, s, strlen(s));
+}
+
+void coord_buf_printf(coord_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    buf_reserve(b, (size_t)n);
+    if (b->oom)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void coord_buf_json_str(coord_buf *b, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    coord_buf_add(b, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            char e[2] = {'\\', (char)*p};
+            coord_buf_add(b, e, 2);
+        } else if (*p < 0x20) {
+            char e[6] = {'\\', 'u', '0', '0', hex[*p >> 4], hex[*p & 15]};
+            coord_buf_add(b, e, 6);
+        } else {
+            coord_buf_add(b, (const char *)p, 1);
+        }
+    }
+    coord_buf_add(b, "\"", 1);
+}
+
+/*
+ * The hot path of the metric history (100,000 values per answer): v with 9 significant
+ * digits in plain decimal notation, trailing zeros removed, like printf's "%.9g" for
+ * 1e-5 <= |v| < 1e9 (the range of losses, accuracies and throughputs); returns the
+ * length written to out (>= 32 bytes), or 0 outside that range so the caller uses printf.
+ * About 6x faster than snprintf (bench/bench_http.c). The last digit may differ from
+ * printf's by one unit in the 9th place (the scaling multiplies by a power of ten).
+ */
+static int fmt_g9(char *out, double v)
+{
+    static const double p10[] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6, 1e7,
+                                 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14};
+    double a = v < 0 ? -v : v;
+    char digits[9];
+    int len = 0, e, nd, point;
+    uint64_t m;
+
+    if (a == 0.0) {
+        out[0] = '0';
+        return 1;
+    }
+    if (!(a >= 1e-5 && a < 1e9))
+        return 0;
+    if (a >= 1.0) { /* e = floor(log10(a)) in -5..8 */
+        for (e = 0; e < 8 && a >= p10[e + 1];)
+            e++;
+    } else {
+        for (e = -1; e > -5 && a * p10[-e] < 1.0;)
+            e--;
+    }
+    m = (uint64_t)(a * p10[8 - e] + 0.5); /* the 9 significant digits */
+    if (m >= 1000000000ull) {             /* rounding carried: 9.9999999995 -> 10.0000000 */
+        m = (m + 5) / 10;
+        e++;
+    }
+    if (m < 100000000ull || m >= 1000000000ull || e > 8)
+        return 0;
+    for (int i = 8; i >= 0; i--, m /= 10)
+        digits[i] = (char)('0' + m % 10);
+    point = e + 1; /* digits before the decimal point; <= 0 means "0.000ddd" */
+    nd = 9;
+    while (nd > 1 && nd > point && digits[nd - 1] == '0')
+        nd--;
+    if (v < 0)
+        out[len++] = '-';
+    if (point <= 0) {
+        out[len++] = '0';
+        out[len++] = '.';
+        for (int i = point; i < 0; i++)
+            out[len++] = '0';
+    }
+    for (int i = 0; i < nd; i++) {
+        if (i == point && point > 0)
+            out[len++] = '.';
+        out[len++] = digits[i];
+    }
+    return len;
+}
+
+void coord_buf_json_num(coord_buf *b, double v)
+{
+    int n;
+
+    if (v != v || v > 1.7976931348623157e308 || v < -1.7976931348623157e308) {
+        coord_buf_add(b, "null", 4);
+        return;
+    }
+    buf_reserve(b, 32);
+    if (b->oom)
+        return;
+    n = fmt_g9(b->data + b->len, v);
+    if (n <= 0) /* outside the fast path's range: printf */
+        n = snprintf(b->data + b->len, 32, "%.9g", v);
+    if (n > 0 && n < 32)
+        b->len += (size_t)n;
+    b->data[b->len] = '\0';
+}
+
+void coord_buf_u64(coord_buf *b, uint64_t v)
+{
+    char tmp[24];
+    size_t i = sizeof(tmp);
+
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    coord_buf_add(b, tmp + i, sizeof(tmp) - i);
+}
+
+int coord_http__status_of(mt_code code)
+{
+    switch (code) {
+    case MT_OK:
+        return 200;
+    case MT_INVALID_ARGUMENT:
+    case MT_OUT_OF_RANGE:
+        return 400;
+    case MT_UNAUTHENTICATED:
+        return 401;
+    case MT_PERMISSION_DENIED:
+        return 403;
+    case MT_NOT_FOUND:
+        return 404;
+    case MT_UNAVAILABLE:
+    case MT_RESOURCE_EXHAUSTED:
+        return 503;
+    default:
+        return 500;
+    }
+}
+
+void coord_http__error(coord_http_reply *r, int status, mt_code code, const char *msg)
+{
+    coord_buf_fini(&r->body);
+    r->status = status;
+    r->content_type = JSON_TYPE;
+    coord_buf_printf(&r->body, "{\"error\":{\"code\":\"%s\",\"http_status\":%d,\"message\":",
+                     mt_code_name(code), status);
+    coord_buf_json_str(&r->body, msg);
+    coord_buf_puts(&r->body, "}}\n");
+}
+
+mt_store *coord_http__store_lock(coord_http_ctx *ctx, mt_err *err)
+{
+    pthread_mutex_lock(&ctx->mu);
+    if (ctx->ro == NULL && mt_store_open_readonly(ctx->db_path, &ctx->ro, err) != MT_OK) {
+        pthread_mutex_unlock(&ctx->mu);
+        return NULL;
+    }
+    return ctx->ro;
+}
+
+/* Send r (status, type, body copied) with extra headers (name/value pairs, NULL-ended). */
+static void send_reply(nng_aio *aio, coord_http_reply *r, const char *cache, const char *const *hdr)
+{
+    nng_http_res *res = NULL;
+    int rv;
+
+    if ((rv = nng_http_res_alloc(&res)) != 0) {
+        coord_buf_fini(&r->body);
+        nng_aio_finish(aio, rv);
+        return;
+    }
+    if (r->body.oom) {
+        coord_buf_fini(&r->body);
+        r->status = 503;
+        r->content_type = "text/plain; charset=utf-8";
+        coord_buf_puts(&r->body, "out of memory\n");
+    }
+    nng_http_res_set_status(res, (uint16_t)r->status);
+    if (r->content_type != NULL)
+        nng_http_res_set_header(res, "Content-Type", r->content_type);
+    nng_http_res_set_header(res, "Cache-Control", cache ? cache : "no-store");
+    nng_http_res_set_header(res, "X-Content-Type-Options", "nosniff");
+    if (r->content_type != NULL && strncmp(r->content_type, "text/html", 9) == 0)
+        nng_http_res_set_header(res, "Content-Security-Policy", PAGE_CSP);
+    for (size_t i = 0; hdr != NULL && hdr[i] != NULL; i += 2)
+        nng_http_res_set_header(res, hdr[i], hdr[i + 1]);
+    if (r->body.len == 0) /* nng sends no length for an empty body: clients would wait for EOF */
+        nng_http_res_set_header(res, "Content-Length", "0");
+    else if (nng_http_res_copy_data(res, r->body.data, r->body.len) != 0) {
+        nng_http_res_free(res);
+        coord_buf_fini(&r->body);
+        nng_aio_finish(aio, NNG_ENOMEM);
+        return;
+    }
+    coord_buf_fini(&r->body);
+    nng_aio_set_output(aio, 0, res);
+    nng_aio_finish(aio, 0);
+}
+
+/* ------------------------------------------------------------ assets */
+
+static uint64_t fnv1a(const char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *data = NULL;
+    long n;
+
+    if (f == NULL)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (32L << 20) &&
+        fseek(f, 0, SEEK_SET) == 0 && (data = mt_malloc((size_t)n + 1)) != NULL) {
+        if (fread(data, 1, (size_t)n, f) != (size_t)n) {
+            mt_free(data);
+            data = NULL;
+        } else {
+            data[n] = '\0';
+            *len = (size_t)n;
+        }
+    }
+    fclose(f);
+    return data;
+}
+
+/* Replace every "@V@" in a page with the assets' version hash. Takes data, returns owned. */
+static char *subst_version(char *data, size_t *len, const char *v)
+{
+    coord_buf b = {0};
+    const char *p = data, *q;
+
+    while ((q = strstr(p, "@V@")) != NULL) {
+        coord_buf_add(&b, p, (size_t)(q - p));
+        coord_buf_puts(&b, v);
+        p = q + 3;
+    }
+    coord_buf_puts(&b, p);
+    mt_free(data);
+    if (b.oom) {
+        coord_buf_fini(&b);
+        return NULL;
+    }
+    *len = b.len;
+    return b.data;
+}
+
+static void assets_load(struct coord_http *h)
+{
+    static const struct {
+        const char *name, *type;
+        int page;
+    } list[] = {
+        {"index.html", HTML_TYPE, 1},
+        {"job.html", HTML_TYPE, 1},
+        {"workers.html", HTML_TYPE, 1},
+        {"app.js", "text/javascript; charset=utf-8", 0},
+        {"app.css", "text/css; charset=utf-8", 0},
+        {"chart.min.js", "text/javascript; charset=utf-8", 0},
+    };
+    static const char *const chart_paths[] = {
+        "/usr/share/javascript/chart.js/chart.min.js",
+        "/usr/share/javascript/chart.js/chart.umd.min.js",
+    };
+    uint64_t all = 1469598103934665603ull;
+    char path[1100], version[17];
+
+    h->n_assets = sizeof(list) / sizeof(list[0]);
+    for (size_t i = 0; i < h->n_assets; i++) {
+        asset *a = &h->assets[i];
+        a->name = list[i].name;
+        a->type = list[i].type;
+        a->page = list[i].page;
+        snprintf(path, sizeof(path), "%s/%s", h->dir, a->name);
+        a->data = read_file(path, &a->len);
+        for (size_t k = 0; a->data == NULL && strcmp(a->name, "chart.min.js") == 0 &&
+                           k < sizeof(chart_paths) / sizeof(chart_paths[0]);
+             k++)
+            a->data = read_file(chart_paths[k], &a->len);
+        if (a->data == NULL) {
+            mt_log_warn("dashboard: cannot read %s: %s (the page that needs it will not work)",
+                        path, strerror(errno));
+            continue;
+        }
+        if (!a->page)
+            all ^= fnv1a(a->data, a->len) + i;
+    }
+    snprintf(version, sizeof(version), "%016llx", (unsigned long long)all);
+    for (size_t i = 0; i < h->n_assets; i++) {
+        asset *a = &h->assets[i];
+        if (a->data != NULL && a->page)
+            a->data = subst_version(a->data, &a->len, version);
+        if (a->data != NULL)
+            snprintf(a->etag, sizeof(a->etag), "\"%016llx\"",
+                     (unsigned long long)fnv1a(a->data, a->len));
+    }
+}
+
+static const asset *asset_find(const struct coord_http *h, const char *name)
+{
+    for (size_t i = 0; i < h->n_assets; i++)
+        if (strcmp(h->assets[i].name, name) == 0)
+            return h->assets[i].data != NULL ? &h->assets[i] : NULL;
+    return NULL;
+}
+
+static void send_asset(nng_aio *aio, nng_http_req *req, const asset *a)
+{
+    const char *inm = nng_http_req_get_header(req, "If-None-Match");
     nng_http_res *res = NULL;
     int rv;
 
@@ -31,11 +443,263 @@ static void healthz(nng_aio *aio)
         nng_aio_finish(aio, rv);
         return;
     }
-    nng_http_res_set_header(res, "Content-Type", "text/plain; charset=utf-8");
-    nng_http_res_set_header(res, "Cache-Control", "no-store");
-    nng_http_res_copy_data(res, body, sizeof(body) - 1);
+    nng_http_res_set_header(res, "ETag", a->etag);
+    nng_http_res_set_header(res, "Cache-Control",
+                            a->page ? "no-cache" : "public, max-age=31536000, immutable");
+    nng_http_res_set_header(res, "X-Content-Type-Options", "nosniff");
+    if (a->page)
+        nng_http_res_set_header(res, "Content-Security-Policy", PAGE_CSP);
+    if (inm != NULL && strstr(inm, a->etag) != NULL) {
+        nng_http_res_set_status(res, 304);
+        nng_http_res_set_header(res, "Content-Length", "0");
+    } else {
+        nng_http_res_set_header(res, "Content-Type", a->type);
+        nng_http_res_set_data(res, a->data, a->len); /* lives until coord_http_close */
+    }
     nng_aio_set_output(aio, 0, res);
     nng_aio_finish(aio, 0);
+}
+
+/* ------------------------------------------------------------ auth */
+
+/* Copy the value of cookie `name` from a Cookie header into out. 1 when found. */
+static int cookie_get(const char *hdr, const char *name, char *out, size_t cap)
+{
+    size_t nl = strlen(name);
+
+    while (hdr != NULL && *hdr) {
+        while (*hdr == ' ' || *hdr == ';')
+            hdr++;
+        const char *end = strchr(hdr, ';');
+        size_t len = end ? (size_t)(end - hdr) : strlen(hdr);
+        if (len > nl && strncmp(hdr, name, nl) == 0 && hdr[nl] == '=') {
+            size_t vl = len - nl - 1;
+            if (vl >= cap)
+                return 0;
+            memcpy(out, hdr + nl + 1, vl);
+            out[vl] = '\0';
+            return 1;
+        }
+        hdr = end;
+    }
+    return 0;
+}
+
+static int authorized(const struct coord_http *h, nng_http_req *req)
+{
+    const char *auth;
+    char tok[2 * MT_RPC_TOKEN_MAX];
+
+    if (h->token[0] == '\0')
+        return 1;
+    auth = nng_http_req_get_header(req, "Authorization");
+    if (auth != NULL && strncasecmp(auth, "Bearer ", 7) == 0) {
+        const char *t = auth + 7;
+        while (*t == ' ')
+            t++;
+        return strlen(t) < MT_RPC_TOKEN_MAX && mt_rpc_token_equal(t, h->token);
+    }
+    if (cookie_get(nng_http_req_get_header(req, "Cookie"), COOKIE, tok, sizeof(tok)))
+        return mt_rpc_token_equal(tok, h->token_hex);
+    return 0;
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = tolower(c);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Decode application/x-www-form-urlencoded field `key` of body into out. 1 when found. */
+static int form_get(const char *body, size_t len, const char *key, char *out, size_t cap)
+{
+    size_t kl = strlen(key), i = 0;
+
+    while (i < len) {
+        size_t end = i;
+        while (end < len && body[end] != '&')
+            end++;
+        if (end - i > kl && strncmp(body + i, key, kl) == 0 && body[i + kl] == '=') {
+            size_t o = 0;
+            for (size_t k = i + kl + 1; k < end; k++) {
+                int c = body[k];
+                if (c == '+') {
+                    c = ' ';
+                } else if (c == '%' && k + 2 < end && hexval(body[k + 1]) >= 0 &&
+                           hexval(body[k + 2]) >= 0) {
+                    c = hexval(body[k + 1]) * 16 + hexval(body[k + 2]);
+                    k += 2;
+                }
+                if (o + 1 >= cap)
+                    return 0;
+                out[o++] = (char)c;
+            }
+            out[o] = '\0';
+            return 1;
+        }
+        i = end + 1;
+    }
+    return 0;
+}
+
+static void login_page(coord_http_reply *r, int status, const char *msg)
+{
+    r->status = status;
+    r->content_type = HTML_TYPE;
+    coord_buf_puts(&r->body,
+                   "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+                   "<title>meshtrain: sign in</title><style>body{font:15px system-ui,sans-serif;"
+                   "margin:4em auto;max-width:22em}input{font:inherit;padding:.4em;width:100%;"
+                   "box-sizing:border-box;margin:.4em 0}p.e{color:#b00}</style></head><body>"
+                   "<h1>meshtrain</h1><form method=\"post\" action=\"/login\">"
+                   "<label>Coordinator token<input type=\"password\" name=\"token\" "
+                   "autocomplete=\"current-password\" autofocus></label>"
+                   "<input type=\"submit\" value=\"Sign in\"></form>");
+    if (msg != NULL)
+        coord_buf_printf(&r->body, "<p class=\"e\">%s</p>", msg);
+    coord_buf_puts(&r->body, "</body></html>\n");
+}
+
+static void handle_login(struct coord_http *h, nng_aio *aio, nng_http_req *req)
+{
+    coord_http_reply r = {0};
+    char tok[MT_RPC_TOKEN_MAX], cookie[2 * MT_RPC_TOKEN_MAX + 80];
+    void *body = NULL;
+    size_t len = 0;
+
+    if (strcmp(nng_http_req_get_method(req), "POST") != 0) {
+        login_page(&r, 200,
+                   h->token[0] ? NULL
+                               : "This coordinator has no token: no sign-in "
+                                 "needed.");
+        send_reply(aio, &r, NULL, NULL);
+        return;
+    }
+    nng_http_req_get_data(req, &body, &len);
+    if (h->token[0] == '\0' || !form_get(body, len, "token", tok, sizeof(tok)) ||
+        !mt_rpc_token_equal(tok, h->token)) {
+        login_page(&r, 401, "Wrong token.");
+        send_reply(aio, &r, NULL, NULL);
+        return;
+    }
+    snprintf(cookie, sizeof(cookie), COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict", h->token_hex);
+    const char *hdr[] = {"Set-Cookie", cookie, "Location", "/", NULL};
+    r.status = 303;
+    send_reply(aio, &r, NULL, hdr);
+}
+
+/* ------------------------------------------------------------ routing */
+
+static void handle(nng_aio *aio)
+{
+    nng_http_req *req = nng_aio_get_input(aio, 0);
+    nng_http_handler *hh = nng_aio_get_input(aio, 1);
+    struct coord_http *h = nng_http_handler_get_data(hh);
+    const char *method = nng_http_req_get_method(req);
+    const char *uri = nng_http_req_get_uri(req);
+    const char *q = strchr(uri, '?');
+    coord_http_reply r = {0};
+    char path[512];
+    size_t plen = q ? (size_t)(q - uri) : strlen(uri);
+    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+
+    if (plen >= sizeof(path)) {
+        coord_http__error(&r, 414, MT_INVALID_ARGUMENT, "request path too long");
+        send_reply(aio, &r, NULL, NULL);
+        return;
+    }
+    memcpy(path, uri, plen);
+    path[plen] = '\0';
+    if (strcmp(path, "/healthz") == 0 && get) {
+        r.status = 200;
+        r.content_type = "text/plain; charset=utf-8";
+        coord_buf_puts(&r.body, "ok\n");
+        send_reply(aio, &r, NULL, NULL);
+        return;
+    }
+    if (strcmp(path, "/login") == 0) {
+        handle_login(h, aio, req);
+        return;
+    }
+    if (strcmp(path, "/logout") == 0) {
+        const char *hdr[] = {"Set-Cookie", COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
+                             "Location", "/login", NULL};
+        r.status = 303;
+        send_reply(aio, &r, NULL, hdr);
+        return;
+    }
+    if (!get) {
+        const char *hdr[] = {"Allow", "GET, HEAD", NULL};
+        coord_http__error(&r, 405, MT_INVALID_ARGUMENT, "the status endpoint is read-only");
+        send_reply(aio, &r, NULL, hdr);
+        return;
+    }
+    int api = strncmp(path, "/api/", 5) == 0 || strcmp(path, "/metrics") == 0;
+    if (!authorized(h, req)) {
+        if (api || strncmp(path, "/static/", 8) == 0) {
+            const char *hdr[] = {"WWW-Authenticate", "Bearer realm=\"meshtrain\"", NULL};
+            coord_http__error(&r, 401, MT_UNAUTHENTICATED,
+                              "this coordinator requires its token: send 'Authorization: "
+                              "Bearer TOKEN' or sign in at /login");
+            send_reply(aio, &r, NULL, hdr);
+        } else {
+            const char *hdr[] = {"Location", "/login", NULL};
+            r.status = 303;
+            send_reply(aio, &r, NULL, hdr);
+        }
+        return;
+    }
+    if (strcmp(path, "/metrics") == 0) {
+        coord_http__prom(&h->ctx, &r);
+        send_reply(aio, &r, NULL, NULL);
+        return;
+    }
+    if (strncmp(path, "/api/v1/", 8) == 0 || strcmp(path, "/api/v1") == 0) {
+        coord_http__api(&h->ctx, path, q ? q + 1 : "", &r);
+        send_reply(aio, &r, NULL, NULL);
+        return;
+    }
+    const char *page = NULL;
+    if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0)
+        page = "index.html";
+    else if (strcmp(path, "/workers") == 0)
+        page = "workers.html";
+    else if (strncmp(path, "/jobs/", 6) == 0 && path[6] != '\0' && strchr(path + 6, '/') == NULL)
+        page = "job.html";
+    else if (strncmp(path, "/static/", 8) == 0 && strcmp(path + 8, "index.html") != 0 &&
+             strcmp(path + 8, "job.html") != 0 && strcmp(path + 8, "workers.html") != 0)
+        page = path + 8;
+    const asset *a = page != NULL ? asset_find(h, page) : NULL;
+    if (a != NULL) {
+        send_asset(aio, req, a);
+        return;
+    }
+    char msg[600];
+    snprintf(msg, sizeof(msg), "no such resource: %s", path);
+    coord_http__error(&r, 404, MT_NOT_FOUND, msg);
+    send_reply(aio, &r, NULL, NULL);
+}
+
+/* --dashboard-dir, else the source tree's copy (a development build), else the installed one. */
+static const char *dashboard_dir(const char *flag)
+{
+    char probe[1100];
+
+    if (flag != NULL && flag[0] != '\0')
+        return flag;
+    snprintf(probe, sizeof(probe), "%s/index.html", MT_DASHBOARD_SRC_DIR);
+    return access(probe, R_OK) == 0 ? MT_DASHBOARD_SRC_DIR : MT_DASHBOARD_INSTALL_DIR;
+}
+
+static void http_free(struct coord_http *h)
+{
+    for (size_t i = 0; i < h->n_assets; i++)
+        mt_free(h->assets[i].data);
+    mt_store_close(h->ctx.ro);
+    pthread_mutex_destroy(&h->ctx.mu);
+    mt_free(h);
 }
 
 mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, char *bound,
@@ -48,7 +712,6 @@ mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, 
     char full[300];
     int rv;
 
-    (void)c;
     *out = NULL;
     snprintf(full, sizeof(full), "http://%s", addr);
     if ((rv = nng_url_parse(&url, full)) != 0)
@@ -59,9 +722,20 @@ mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, 
         nng_url_free(url);
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "http: out of memory");
     }
+    pthread_mutex_init(&h->ctx.mu, NULL);
+    snprintf(h->ctx.db_path, sizeof(h->ctx.db_path), "%s/meshtrain.db", c->state_dir);
+    h->ctx.stats = c->stats;
+    snprintf(h->token, sizeof(h->token), "%s", c->token);
+    for (size_t i = 0; h->token[i] != '\0'; i++)
+        snprintf(h->token_hex + 2 * i, 3, "%02x", (unsigned char)h->token[i]);
+    snprintf(h->dir, sizeof(h->dir), "%s", dashboard_dir(c->opts.dashboard_dir));
+    assets_load(h);
     if ((rv = nng_http_server_hold(&h->srv, url)) != 0 ||
-        (rv = nng_http_handler_alloc(&hh, "/healthz", healthz)) != 0 ||
-        (rv = nng_http_handler_set_method(hh, "GET")) != 0 ||
+        (rv = nng_http_handler_alloc(&hh, "/", handle)) != 0 ||
+        (rv = nng_http_handler_set_tree(hh)) != 0 ||
+        (rv = nng_http_handler_set_method(hh, NULL)) != 0 ||
+        (rv = nng_http_handler_collect_body(hh, true, 8192)) != 0 ||
+        (rv = nng_http_handler_set_data(hh, h, NULL)) != 0 ||
         (rv = nng_http_server_add_handler(h->srv, hh)) != 0) {
         if (hh != NULL)
             nng_http_handler_free(hh);
@@ -82,8 +756,8 @@ mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, 
 fail:
     if (h->srv != NULL)
         nng_http_server_release(h->srv);
-    mt_free(h);
     nng_url_free(url);
+    http_free(h);
     return mt_err_set(err, rv == NNG_EADDRINUSE ? MT_UNAVAILABLE : MT_INVALID_ARGUMENT,
                       "http listen %s: %s", addr, nng_strerror(rv));
 }
@@ -92,7 +766,7 @@ void coord_http_close(struct coord_http *h)
 {
     if (h == NULL)
         return;
-    nng_http_server_stop(h->srv);
+    nng_http_server_stop(h->srv); /* waits for handlers in progress */
     nng_http_server_release(h->srv);
-    mt_free(h);
+    http_free(h);
 }

@@ -21,12 +21,20 @@ static void usage(FILE *out)
             "  --listen URL              RPC address (default tcp://127.0.0.1:7400; port 0 picks\n"
             "                            a free port, written to STATE_DIR/endpoints.json)\n"
             "  --http HOST:PORT          status endpoint (default 127.0.0.1:7480; 'off' disables)\n"
+            "  --metrics-listen URL      live metrics stream (nng PUB) address (default: the\n"
+            "                            RPC host, a free port; both are in endpoints.json)\n"
+            "  --dashboard-dir DIR       dashboard assets (default: the source tree's\n"
+            "                            coordinator/dashboard, else "
+            "PREFIX/share/meshtrain/dashboard)\n"
             "  --state-dir DIR           state directory, holds meshtrain.db (default\n"
             "                            ./meshtrain-state)\n"
             "  --token-file F            require the token in F (mode 0600) on every call\n"
             "  --heartbeat-ms N          heartbeat interval told to workers (default 1000)\n"
             "  --heartbeat-timeout-ms N  mark a worker lost after N ms of silence (default 10000)\n"
             "  --max-message-bytes N     largest request accepted (default 67108864)\n"
+            "  --fsync MODE              'full' (default): an acknowledged write survives a\n"
+            "                            power loss (an fsync per commit); 'normal': it survives\n"
+            "                            kill -9 of the coordinator, with fewer fsyncs\n"
             "  --log-level L             debug|info|warn|error (default info)\n"
             "  --version, -h/--help\n");
 }
@@ -55,7 +63,10 @@ int main(int argc, char **argv)
         {"heartbeat-ms", required_argument, NULL, 'i'},
         {"heartbeat-timeout-ms", required_argument, NULL, 'o'},
         {"max-message-bytes", required_argument, NULL, 'm'},
+        {"dashboard-dir", required_argument, NULL, 'D'},
         {"log-level", required_argument, NULL, 'l'},
+        {"fsync", required_argument, NULL, 'F'},
+        {"metrics-listen", required_argument, NULL, 'P'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -75,6 +86,9 @@ int main(int argc, char **argv)
             break;
         case 'H':
             o.http = strcmp(optarg, "off") == 0 ? "" : optarg;
+            break;
+        case 'D':
+            o.dashboard_dir = optarg;
             break;
         case 'S':
             o.state_dir = optarg;
@@ -106,6 +120,17 @@ int main(int argc, char **argv)
                 fprintf(stderr, "meshtrain-coordinator: %s\n", err.msg);
                 return 2;
             }
+            break;
+        case 'P':
+            o.metrics_listen = optarg;
+            break;
+        case 'F':
+            if (strcmp(optarg, "full") != 0 && strcmp(optarg, "normal") != 0) {
+                fprintf(stderr, "meshtrain-coordinator: --fsync '%s': expected full or normal\n",
+                        optarg);
+                return 2;
+            }
+            o.sync_full = strcmp(optarg, "full") == 0;
             break;
         case 'V':
             printf("meshtrain-coordinator %s\n", MT_VERSION);

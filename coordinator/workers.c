@@ -25,7 +25,7 @@
 
 #define MAX_DEVICES_PER_WORKER 1024
 
-static coord_worker *find(mt_coord *c, const char *worker_id)
+coord_worker *coord_worker_find(mt_coord *c, const char *worker_id)
 {
     for (size_t i = 0; i < c->n_workers; i++)
         if (strcmp(c->workers[i].rec.worker_id, worker_id) == 0)
@@ -80,6 +80,7 @@ static void flush_heartbeats(mt_coord *c)
         dirty += c->workers[i].hb_dirty != 0;
     if (dirty == 0)
         return;
+    int64_t t0 = mt_clock_mono_us();
     if (mt_store_tx_begin(c->store, &err) != MT_OK) {
         mt_log_error("store heartbeats: %s", err.msg);
         return;
@@ -96,6 +97,7 @@ static void flush_heartbeats(mt_coord *c)
     }
     if (rc == MT_OK)
         rc = mt_store_tx_commit(c->store, &err);
+    coord_stats_store_write(c->stats, mt_clock_mono_us() - t0);
     if (rc != MT_OK) {
         mt_log_error("store heartbeats: %s", err.msg);
         mt_store_tx_rollback(c->store, NULL);
@@ -118,8 +120,11 @@ void coord_workers_sweep(mt_coord *c)
         snprintf(w->rec.state, sizeof(w->rec.state), "lost");
         mt_log_warn("worker %s lost: no heartbeat for %lld ms (timeout %d ms)", w->rec.worker_id,
                     (long long)silent, c->opts.heartbeat_timeout_ms);
+        int64_t t0 = mt_clock_mono_us();
         if (mt_store_worker_set_state(c->store, w->rec.worker_id, "lost", &err) != MT_OK)
             mt_log_error("store worker %s state: %s", w->rec.worker_id, err.msg);
+        coord_stats_store_write(c->stats, mt_clock_mono_us() - t0);
+        coord_jobs_worker_lost(c, w->rec.worker_id, "lost (no heartbeat)");
     }
     if (now - c->last_flush_mono_ms >= 1000) {
         flush_heartbeats(c);
@@ -193,7 +198,7 @@ void coord_handle_register(mt_coord *c, mt_rpc_call *call)
         mt_rpc_call_reply(call, rc, msg, NULL);
         return;
     }
-    w = find(c, r->name);
+    w = coord_worker_find(c, r->name);
     if (w != NULL && strcmp(w->rec.state, "alive") == 0 &&
         strcmp(w->rec.instance_id, r->instance_id) != 0 &&
         now - w->last_seen_mono_ms <= c->opts.heartbeat_timeout_ms) {
@@ -230,12 +235,17 @@ void coord_handle_register(mt_coord *c, mt_rpc_call *call)
     }
     rec.devices = devs;
     rec.n_devices = r->n_devices;
-    if ((rc = mt_store_worker_upsert(c->store, &rec, &err)) != MT_OK) {
+    int64_t t0 = mt_clock_mono_us();
+    rc = mt_store_worker_upsert(c->store, &rec, &err);
+    coord_stats_store_write(c->stats, mt_clock_mono_us() - t0);
+    if (rc != MT_OK) {
         mt_log_error("register worker %s: %s", r->name, err.msg);
         mt_free(devs);
         mt_rpc_call_reply(call, rc, err.msg, NULL);
         return;
     }
+    int new_instance = w != NULL && (strcmp(w->rec.instance_id, r->instance_id) != 0 ||
+                                     strcmp(w->rec.state, "alive") != 0);
     if (w == NULL) {
         if (c->n_workers == c->cap_workers) {
             size_t cap = c->cap_workers ? c->cap_workers * 2 : 16;
@@ -258,7 +268,8 @@ void coord_handle_register(mt_coord *c, mt_rpc_call *call)
     w->hb_dirty = 0;
     mt_log_info("worker %s registered: %zu devices, pid %u on %s, data plane %s", rec.worker_id,
                 rec.n_devices, rec.pid, rec.host, rec.data_address[0] ? rec.data_address : "-");
-    rep.worker_id = rec.worker_id;
+    coord_jobs_worker_registered(c, rec.worker_id, new_instance);
+    rep.worker_id = w->rec.worker_id;
     rep.coordinator_instance = c->instance;
     rep.heartbeat_interval_ms = (uint32_t)c->opts.heartbeat_interval_ms;
     rep.heartbeat_timeout_ms = (uint32_t)c->opts.heartbeat_timeout_ms;
@@ -270,7 +281,7 @@ void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call)
     const Meshtrain__HeartbeatRequest *r =
         (const Meshtrain__HeartbeatRequest *)mt_rpc_call_request(call);
     Meshtrain__HeartbeatReply rep = MESHTRAIN__HEARTBEAT_REPLY__INIT;
-    coord_worker *w = find(c, r->worker_id);
+    coord_worker *w = coord_worker_find(c, r->worker_id);
 
     rep.coordinator_instance = c->instance;
     /* unknown, replaced by another process, or already declared lost: register again */
@@ -288,7 +299,9 @@ void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call)
             snprintf(w->rec.devices[i].health, sizeof(w->rec.devices[i].health), "%s",
                      r->devices[i]->health);
     }
+    coord_jobs_heartbeat(c, r, &rep);
     mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+    coord_jobs_heartbeat_done(&rep);
 }
 
 static int by_name(const void *a, const void *b)

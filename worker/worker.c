@@ -21,6 +21,7 @@
 #include "log/mt_log.h"
 #include "proto/coordinator.pb-c.h"
 #include "rpc/mt_rpc.h"
+#include "worker/task.h"
 
 #define SVC (&meshtrain__coordinator__descriptor)
 
@@ -51,7 +52,8 @@ struct mt_worker {
     int busy; /* an RPC is running on the pool */
     uv_work_t work;
 
-    mt_rpc_client *cli; /* used only from pool work, one at a time */
+    mt_rpc_client *cli;  /* used only from pool work, one at a time */
+    worker_tasks *tasks; /* assigned tasks and their statuses (task.h) */
 
     /* result of the last pool job, read in after_work */
     mt_code rc;
@@ -92,6 +94,10 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
     if (w == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "worker: out of memory");
     w->opts = *o;
+    if (worker_tasks_new(&w->tasks, err) != MT_OK) {
+        mt_free(w);
+        return MT_RESOURCE_EXHAUSTED;
+    }
     if (gethostname(w->host, sizeof(w->host) - 1) != 0)
         snprintf(w->host, sizeof(w->host), "localhost");
     snprintf(w->name, sizeof(w->name), "%.63s", o->name && o->name[0] ? o->name : w->host);
@@ -171,13 +177,20 @@ static void do_heartbeat(mt_worker *w)
 
     req.worker_id = w->worker_id;
     req.instance_id = w->instance;
+    worker_tasks_snapshot(w->tasks, &req.tasks, &req.n_tasks);
     w->rc = mt_rpc_client_call(w->cli, SVC, "Heartbeat", &req.base, (ProtobufCMessage **)&rep,
                                w->opts.rpc_timeout_ms, &w->err);
     if (w->rc == MT_OK) {
         w->reregister = rep->reregister;
         snprintf(w->got_instance, sizeof(w->got_instance), "%s", rep->coordinator_instance);
+        worker_tasks_reported(w->tasks, req.tasks, req.n_tasks);
+        for (size_t i = 0; i < rep->n_cancellations; i++)
+            worker_on_cancel(w->tasks, rep->cancellations[i]);
+        for (size_t i = 0; i < rep->n_assignments; i++)
+            worker_on_assignment(w->tasks, rep->assignments[i]);
         protobuf_c_message_free_unpacked(&rep->base, NULL);
     }
+    worker_tasks_snapshot_free(req.tasks, req.n_tasks);
 }
 
 static void work_cb(uv_work_t *req)
@@ -305,5 +318,6 @@ void mt_worker_free(mt_worker *w)
     if (w == NULL)
         return;
     mt_rpc_client_close(w->cli);
+    worker_tasks_free(w->tasks);
     mt_free(w);
 }

@@ -59,6 +59,16 @@ typedef struct mt_rpc_client mt_rpc_client;
  */
 typedef void (*mt_rpc_on_call)(void *arg, mt_rpc_call *call);
 
+/*
+ * Optional observer of every answer the server sends (metrics): `method` is the
+ * short method name ("Heartbeat"; "" when the request was refused before its
+ * method was known), `code` the status sent, `elapsed_us` the time from receiving
+ * the request to queueing the reply. Runs on the thread that replied (an nng
+ * thread for refusals, else the caller of mt_rpc_call_reply, possibly while that caller
+ * holds its own locks); must not block nor take a lock a replier may hold (atomics suit).
+ */
+typedef void (*mt_rpc_on_reply)(void *arg, const char *method, mt_code code, int64_t elapsed_us);
+
 typedef struct mt_rpc_server_opts {
     const char *url;                           /* "tcp://127.0.0.1:7400"; port 0 = ephemeral */
     const ProtobufCServiceDescriptor *service; /* the methods served */
@@ -66,12 +76,13 @@ typedef struct mt_rpc_server_opts {
     int contexts;         /* concurrent calls being received */
     const char *token;    /* required credential; NULL or "" = none */
     mt_rpc_on_call on_call;
-    void *arg; /* passed to on_call */
+    void *arg;                /* passed to on_call and on_reply */
+    mt_rpc_on_reply on_reply; /* NULL = none */
 } mt_rpc_server_opts;
 
 #define MT_RPC_SERVER_OPTS_DEFAULTS                                                                \
     {                                                                                              \
-        NULL, NULL, MT_RPC_DEFAULT_MAX_MSG, 16, NULL, NULL, NULL                                   \
+        NULL, NULL, MT_RPC_DEFAULT_MAX_MSG, 16, NULL, NULL, NULL, NULL                             \
     }
 
 /*

@@ -38,6 +38,7 @@ struct mt_rpc_call {
     ProtobufCMessage *request; /* owned; type method->input */
     uint64_t request_id;
     int64_t deadline_ms;
+    int64_t received_us; /* monotonic, for on_reply */
 };
 
 struct slot {
@@ -57,6 +58,7 @@ struct mt_rpc_server {
     char token[MT_RPC_TOKEN_MAX];
     int has_token;
     mt_rpc_on_call on_call;
+    mt_rpc_on_reply on_reply;
     void *arg;
     int nslots;
     struct slot *slots;
@@ -139,6 +141,8 @@ static void refuse(struct slot *s, nng_msg *msg, uint64_t request_id, mt_code co
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
     mt_log_debug("rpc %s: refused %s: %s", s->srv->url, mt_code_name(code), text);
+    if (s->srv->on_reply != NULL)
+        s->srv->on_reply(s->srv->arg, "", code, mt_clock_mono_us() - s->call.received_us);
     if (pack_reply(msg, request_id, code, text, NULL) != 0) {
         nng_msg_free(msg);
         slot_recv(s);
@@ -155,6 +159,7 @@ static void on_request(struct slot *s, nng_msg *msg)
     mt_rpc_request r;
     mt_code rc;
 
+    s->call.received_us = mt_clock_mono_us();
     rc = mt_rpc_decode_request(nng_msg_body(msg), nng_msg_len(msg), srv->service,
                                srv->has_token ? srv->token : NULL, srv->max_msg, &r, &err);
     if (rc != MT_OK) {
@@ -231,6 +236,7 @@ mt_code mt_rpc_server_open(const mt_rpc_server_opts *o, mt_rpc_server **out, mt_
     srv->service = o->service;
     srv->max_msg = o->max_msg_bytes;
     srv->on_call = o->on_call;
+    srv->on_reply = o->on_reply;
     srv->arg = o->arg;
     srv->nslots = o->contexts;
     if (o->token != NULL && o->token[0] != '\0') {
@@ -342,6 +348,8 @@ void mt_rpc_call_reply(mt_rpc_call *call, mt_code code, const char *message,
     }
     protobuf_c_message_free_unpacked(call->request, NULL);
     call->request = NULL;
+    if (srv->on_reply != NULL)
+        srv->on_reply(srv->arg, call->method->name, code, mt_clock_mono_us() - call->received_us);
 
     pthread_mutex_lock(&srv->mu);
     srv->app_held--;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * mt_kernels.c — the fast kernels of mt_tensor.h: OpenBLAS sgemm for dense and conv2d
- * (im2col + one sgemm over the whole batch), tight loops for the element-wise ones.
+ * (im2col + one sgemm over the whole batch; a direct AVX-512 kernel when C = 1), tight loops for
+ * the element-wise ones.
  * Each has a plain reference in mt_kernels_ref.c. Threading: reentrant.
  * Tests: tests/unit/test_tensor.c. Benchmarks: bench/bench_kernels.c.
  */
@@ -57,14 +58,16 @@ void mt_dense_forward(float *y, const float *x, const float *w, const float *b, 
 {
     if (batch == 0 || out == 0)
         return;
-    mt_gemm(false, false, batch, out, in, 1.0f, x, in, w, out, 0.0f, y, out);
-    if (b == NULL)
+    if (b == NULL) {
+        mt_gemm(false, false, batch, out, in, 1.0f, x, in, w, out, 0.0f, y, out);
         return;
-    for (size_t i = 0; i < batch; i++) {
-        float *r = y + i * out;
-        for (size_t j = 0; j < out; j++)
-            r[j] += b[j];
     }
+    /* y prefilled with the bias and beta = 1: OpenBLAS skips its beta pass over y (beta = 0
+     * zeroes y first), so the bias costs one write of y instead of a zeroing and a
+     * read-modify-write */
+    for (size_t i = 0; i < batch; i++)
+        memcpy(y + i * out, b, out * sizeof(float));
+    mt_gemm(false, false, batch, out, in, 1.0f, x, in, w, out, 1.0f, y, out);
 }
 
 void mt_dense_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
@@ -175,6 +178,147 @@ static void col2im(float *dx, const float *dcols, const mt_conv2d_geom *g)
     }
 }
 
+/*
+ * Direct conv2d for one input channel (the first layer of an image model). With C = 1 the
+ * im2col GEMM has K = KH*KW (9): OpenBLAS packs a 9-deep panel per 32 outputs, writes y with a
+ * separate beta pass and adds the bias in a third, so it reaches ~10 GFLOP/s, and the dW GEMM
+ * plus the db column sums read dy twice. Here one pass writes y (bias in the accumulator
+ * start) and one pass over dy yields dW and db, with AVX-512 vectors over 16 output channels and
+ * the input taps broadcast from a zero-padded copy of x that the forward leaves in `cols` (the
+ * backward reads it instead of an im2col matrix). Chosen at run time: CPUs without AVX-512 take
+ * the im2col path.
+ */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MT_DIRECT1          1
+#define MT_AVX512           __attribute__((target("avx512f,fma")))
+#define MT_AVX512_INLINE    __attribute__((target("avx512f,fma"), always_inline)) static inline
+#define MT_DIRECT1_MAX_TAPS 25
+
+static bool direct1_ok(const mt_conv2d_geom *g)
+{
+    return g->c == 1 && g->kh * g->kw <= MT_DIRECT1_MAX_TAPS && __builtin_cpu_supports("avx512f");
+}
+
+/* Zero-padded x: (B, OH+KH-1, OW+KW-1); fits in cols_size (padded H <= OH*KH, same for W). */
+static void pad_input(float *xp, const float *x, const mt_conv2d_geom *g)
+{
+    size_t ph = mt_conv2d_out_h(g) + g->kh - 1, pw = mt_conv2d_out_w(g) + g->kw - 1;
+    size_t pt = g->same ? (g->kh - 1) / 2 : 0, pl = g->same ? (g->kw - 1) / 2 : 0;
+
+    if (!g->same) {
+        memcpy(xp, x, g->batch * g->h * g->w * sizeof(float));
+        return;
+    }
+    memset(xp, 0, g->batch * ph * pw * sizeof(float));
+    for (size_t b = 0; b < g->batch; b++)
+        for (size_t iy = 0; iy < g->h; iy++)
+            memcpy(xp + (b * ph + iy + pt) * pw + pl, x + (b * g->h + iy) * g->w,
+                   g->w * sizeof(float));
+}
+
+/* Lanes of output-channel block j (16 channels each) that exist. */
+static inline __mmask16 block_mask(size_t f, size_t j)
+{
+    size_t left = f - 16 * j;
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+/* One output row y (OW, F) from the KH padded input rows at xr (row stride pw). */
+MT_AVX512_INLINE void fwd_row(float *y, const float *xr, size_t pw, const float *w,
+                              const float *bias, size_t ow, size_t f, size_t kh, size_t kw)
+{
+    size_t taps = kh * kw;
+    for (size_t j = 0; j * 16 < f; j++) {
+        __mmask16 m = block_mask(f, j);
+        __m512 wv[MT_DIRECT1_MAX_TAPS];
+        __m512 b0 = bias != NULL ? _mm512_maskz_loadu_ps(m, bias + 16 * j) : _mm512_setzero_ps();
+        for (size_t t = 0; t < taps; t++)
+            wv[t] = _mm512_maskz_loadu_ps(m, w + t * f + 16 * j);
+        for (size_t ox = 0; ox < ow; ox++) {
+            __m512 acc = b0;
+            for (size_t ky = 0; ky < kh; ky++)
+                for (size_t kx = 0; kx < kw; kx++)
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(xr[ky * pw + ox + kx]), wv[ky * kw + kx],
+                                          acc);
+            _mm512_mask_storeu_ps(y + ox * f + 16 * j, m, acc);
+        }
+    }
+}
+
+/* dw (KH*KW, F) and db (F) += the contributions of one output row of dy (OW, F). */
+MT_AVX512_INLINE void bwd_row(float *dw, float *db, const float *dy, const float *xr, size_t pw,
+                              size_t ow, size_t f, size_t kh, size_t kw)
+{
+    size_t taps = kh * kw;
+    for (size_t j = 0; j * 16 < f; j++) {
+        __mmask16 m = block_mask(f, j);
+        __m512 acc[MT_DIRECT1_MAX_TAPS];
+        __m512 bacc = db != NULL ? _mm512_maskz_loadu_ps(m, db + 16 * j) : _mm512_setzero_ps();
+        for (size_t t = 0; t < taps; t++)
+            acc[t] = _mm512_maskz_loadu_ps(m, dw + t * f + 16 * j);
+        for (size_t ox = 0; ox < ow; ox++) {
+            __m512 d = _mm512_maskz_loadu_ps(m, dy + ox * f + 16 * j);
+            bacc = _mm512_add_ps(bacc, d); /* dead (and dropped) when db is NULL */
+            for (size_t ky = 0; ky < kh; ky++)
+                for (size_t kx = 0; kx < kw; kx++)
+                    acc[ky * kw + kx] = _mm512_fmadd_ps(_mm512_set1_ps(xr[ky * pw + ox + kx]), d,
+                                                        acc[ky * kw + kx]);
+        }
+        if (db != NULL)
+            _mm512_mask_storeu_ps(db + 16 * j, m, bacc);
+        for (size_t t = 0; t < taps; t++)
+            _mm512_mask_storeu_ps(dw + t * f + 16 * j, m, acc[t]);
+    }
+}
+
+/* y = conv(x) + b for C = 1; leaves the padded x in xp for direct1_backward. */
+MT_AVX512 static void direct1_forward(float *y, float *xp, const float *x, const float *w,
+                                      const float *b, const mt_conv2d_geom *g)
+{
+    size_t oh = mt_conv2d_out_h(g), ow = mt_conv2d_out_w(g), f = g->f;
+    size_t ph = oh + g->kh - 1, pw = ow + g->kw - 1;
+
+    pad_input(xp, x, g);
+    for (size_t bi = 0; bi < g->batch; bi++) {
+        for (size_t oy = 0; oy < oh; oy++) {
+            float *yr = y + (bi * oh + oy) * ow * f;
+            const float *xr = xp + (bi * ph + oy) * pw;
+            if (g->kh == 3 && g->kw == 3) /* constant taps: weights and sums stay in registers */
+                fwd_row(yr, xr, pw, w, b, ow, f, 3, 3);
+            else
+                fwd_row(yr, xr, pw, w, b, ow, f, g->kh, g->kw);
+        }
+    }
+}
+
+/* dw, db (either may be NULL) from dy and the padded x left by direct1_forward. */
+MT_AVX512 static void direct1_backward(float *dw, float *db, const float *dy, const float *xp,
+                                       const mt_conv2d_geom *g)
+{
+    size_t oh = mt_conv2d_out_h(g), ow = mt_conv2d_out_w(g), f = g->f;
+    size_t ph = oh + g->kh - 1, pw = ow + g->kw - 1, taps = g->kh * g->kw;
+
+    if (dw == NULL) {
+        if (db != NULL)
+            col_sums(db, dy, g->batch * oh * ow, f);
+        return;
+    }
+    memset(dw, 0, taps * f * sizeof(float));
+    if (db != NULL)
+        memset(db, 0, f * sizeof(float));
+    for (size_t bi = 0; bi < g->batch; bi++) {
+        for (size_t oy = 0; oy < oh; oy++) {
+            const float *dr = dy + (bi * oh + oy) * ow * f;
+            const float *xr = xp + (bi * ph + oy) * pw;
+            if (g->kh == 3 && g->kw == 3)
+                bwd_row(dw, db, dr, xr, pw, ow, f, 3, 3);
+            else
+                bwd_row(dw, db, dr, xr, pw, ow, f, g->kh, g->kw);
+        }
+    }
+}
+#endif
+
 void mt_conv2d_forward(float *y, float *cols, const float *x, const float *w, const float *b,
                        const mt_conv2d_geom *g)
 {
@@ -183,6 +327,12 @@ void mt_conv2d_forward(float *y, float *cols, const float *x, const float *w, co
 
     if (rows == 0 || g->f == 0)
         return;
+#ifdef MT_DIRECT1
+    if (direct1_ok(g)) {
+        direct1_forward(y, cols, x, w, b, g);
+        return;
+    }
+#endif
     im2col(cols, x, g);
     mt_dense_forward(y, cols, w, b, rows, k, g->f);
 }
@@ -193,7 +343,15 @@ void mt_conv2d_backward(float *dx, float *dw, float *db, float *dcols, const flo
     size_t rows = g->batch * mt_conv2d_out_h(g) * mt_conv2d_out_w(g);
     size_t k = g->kh * g->kw * g->c;
 
-    mt_dense_backward(dx != NULL ? dcols : NULL, dw, db, dy, cols, w, rows, k, g->f);
+#ifdef MT_DIRECT1
+    if (rows > 0 && g->f > 0 && direct1_ok(g)) {
+        /* cols holds the padded x; dx (rarely wanted for a first layer) goes through dcols */
+        direct1_backward(dw, db, dy, cols, g);
+        if (dx != NULL)
+            mt_gemm(false, true, rows, k, g->f, 1.0f, dy, g->f, w, g->f, 0.0f, dcols, k);
+    } else
+#endif
+        mt_dense_backward(dx != NULL ? dcols : NULL, dw, db, dy, cols, w, rows, k, g->f);
     if (dx != NULL)
         col2im(dx, dcols, g);
 }

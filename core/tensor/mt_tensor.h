@@ -118,7 +118,9 @@ size_t mt_conv2d_cols_size(const mt_conv2d_geom *g);
 
 /*
  * x: (B,H,W,C); w: (KH,KW,C,F); b: (F) or NULL; y: (B,OH,OW,F). `cols` is caller scratch of
- * mt_conv2d_cols_size() floats; the forward leaves x's im2col there for the backward.
+ * mt_conv2d_cols_size() floats; the forward leaves there what the backward needs: x's im2col,
+ * or, for C = 1 on an AVX-512 CPU (direct kernel, no im2col), x zero-padded to
+ * (B, OH+KH-1, OW+KW-1). Callers must treat it as opaque.
  */
 void mt_conv2d_forward(float *y, float *cols, const float *x, const float *w, const float *b,
                        const mt_conv2d_geom *g);

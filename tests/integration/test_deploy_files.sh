@@ -289,10 +289,10 @@ PATH=$T/fakeslurm:$BIN:$PATH FAKE_NODES="127.0.0.1 127.0.0.2" SLURM_JOB_ID=4242 
     { cat "$SLURM_OUT"; fail "meshtrain.sbatch exited non-zero"; }
 grep -qE '^127\.0\.0\.1 +alive +2 cpu' "$SLURM_OUT" || { cat "$SLURM_OUT"; fail "sbatch: node 1 worker"; }
 grep -qE '^127\.0\.0\.2 +alive +2 cpu' "$SLURM_OUT" || { cat "$SLURM_OUT"; fail "sbatch: node 2 worker"; }
-if "$BIN/meshtrain" --help | grep -q '^  submit '; then
-    grep -q 'submitting' "$SLURM_OUT" || fail "sbatch did not submit although submit exists"
+if "$BIN/meshtrain" submit --help 2>/dev/null | grep -q -- '--wait'; then
+    grep -q 'submitting' "$SLURM_OUT" || fail "sbatch did not submit although submit --wait exists"
 else
-    grep -q "SKIP job: this meshtrain has no 'submit' command yet" "$SLURM_OUT" || fail "sbatch: no SKIP line"
+    grep -q "SKIP job: this meshtrain has no 'submit --wait' yet" "$SLURM_OUT" || fail "sbatch: no SKIP line"
 fi
 [ "$(stat -c %a "$T/slurm-state/token")" = 600 ] || fail "sbatch token mode"
 sleep 0.5

@@ -27,8 +27,24 @@ typedef struct fixture {
     mt_rpc_server *srv;
     mt_rpc_client *cli;
     pthread_mutex_t mu;
-    mt_rpc_call *held; /* a call the handler did not answer ("slow") */
+    mt_rpc_call *held;   /* a call the handler did not answer ("slow") */
+    pthread_mutex_t rmu; /* guards the three fields below (tests reply while holding mu) */
+    int replies;         /* answers seen by on_reply */
+    char last_method[64];
+    mt_code last_code;
 } fixture;
+
+/* The server's on_reply observer: remember the last answer. */
+static void on_reply(void *arg, const char *method, mt_code code, int64_t elapsed_us)
+{
+    fixture *f = arg;
+
+    pthread_mutex_lock(&f->rmu);
+    f->replies++;
+    snprintf(f->last_method, sizeof(f->last_method), "%s", method);
+    f->last_code = elapsed_us >= 0 ? code : MT_INTERNAL;
+    pthread_mutex_unlock(&f->rmu);
+}
 
 /* Test service: ListWorkers echoes the filter as a worker name; "slow" is held unanswered. */
 static void on_call(void *arg, mt_rpc_call *call)
@@ -70,9 +86,11 @@ static int open_pair(fixture *f, const char *server_token, const char *client_to
 
     memset(f, 0, sizeof(*f));
     pthread_mutex_init(&f->mu, NULL);
+    pthread_mutex_init(&f->rmu, NULL);
     so.url = "tcp://127.0.0.1:0";
     so.service = SVC;
     so.on_call = on_call;
+    so.on_reply = on_reply;
     so.arg = f;
     so.token = server_token;
     if (max_msg)
@@ -97,6 +115,7 @@ static void close_pair(fixture *f)
     if (f->held != NULL)
         mt_rpc_call_reply(f->held, MT_CANCELLED, "test over", NULL); /* after close: frees */
     pthread_mutex_destroy(&f->mu);
+    pthread_mutex_destroy(&f->rmu);
 }
 
 static mt_code list_workers(mt_rpc_client *cli, const char *state, int timeout_ms,
@@ -343,6 +362,38 @@ static void test_rpc_bad_token(void **state)
     assert_false(mt_rpc_token_equal("", "a"));
 }
 
+static void test_rpc_on_reply_observes_every_answer(void **state)
+{
+    fixture f;
+    mt_err err = MT_ERR_INIT;
+    Meshtrain__ListWorkersReply *rep = NULL;
+    (void)state;
+
+    assert_int_equal(open_pair(&f, "s3cret", "s3cret", 0), 0);
+    assert_int_equal(list_workers(f.cli, "x", 2000, &rep, &err), MT_OK);
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    pthread_mutex_lock(&f.rmu);
+    assert_int_equal(f.replies, 1);
+    assert_string_equal(f.last_method, "ListWorkers");
+    assert_int_equal(f.last_code, MT_OK);
+    pthread_mutex_unlock(&f.rmu);
+    assert_int_equal(list_workers(f.cli, "fail", 2000, &rep, &err), MT_NOT_FOUND);
+    pthread_mutex_lock(&f.rmu);
+    assert_int_equal(f.replies, 2);
+    assert_int_equal(f.last_code, MT_NOT_FOUND);
+    pthread_mutex_unlock(&f.rmu);
+    close_pair(&f);
+    /* refused by the server itself (wrong token): method "" */
+    assert_int_equal(open_pair(&f, "s3cret", "wrong", 0), 0);
+    assert_int_equal(list_workers(f.cli, "x", 2000, &rep, &err), MT_UNAUTHENTICATED);
+    pthread_mutex_lock(&f.rmu);
+    assert_int_equal(f.replies, 1);
+    assert_string_equal(f.last_method, "");
+    assert_int_equal(f.last_code, MT_UNAUTHENTICATED);
+    pthread_mutex_unlock(&f.rmu);
+    close_pair(&f);
+}
+
 static void test_rpc_unreachable(void **state)
 {
     mt_rpc_client_opts co = MT_RPC_CLIENT_OPTS_DEFAULTS;
@@ -518,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_rpc_server_gone_mid_session),
         cmocka_unit_test(test_rpc_close_with_call_held),
         cmocka_unit_test(test_rpc_server_open_errors),
+        cmocka_unit_test(test_rpc_on_reply_observes_every_answer),
         cmocka_unit_test(test_rpc_token_file),
         cmocka_unit_test(test_rpc_decode_request),
     };

@@ -243,6 +243,44 @@ static void test_tensor_conv2d_fast_vs_ref(void **state)
         conv_compare(&gs[i]);
 }
 
+/* C = 1 takes the direct kernel on AVX-512 CPUs: 3x3 and other taps, channel counts that are
+ * and are not multiples of 16, odd sizes, batch 1 and 0, and more taps than it takes (fallback). */
+static void test_tensor_conv2d_one_channel_fast_vs_ref(void **state)
+{
+    const mt_conv2d_geom gs[] = {
+        {2, 28, 28, 1, 3, 3, 32, false}, {1, 9, 11, 1, 3, 3, 33, true},
+        {0, 5, 5, 1, 3, 3, 16, false},   {1, 7, 9, 1, 5, 5, 17, false},
+        {3, 5, 6, 1, 3, 3, 20, true},    {1, 3, 3, 1, 3, 3, 1, false},
+        {2, 8, 8, 1, 6, 5, 3, true},     {1, 6, 7, 1, 1, 1, 48, false},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
+        conv_compare(&gs[i]);
+}
+
+/* dw without db, db without dw, and neither (first layer of a frozen model) match the ref. */
+static void test_tensor_conv2d_one_channel_partial_grads(void **state)
+{
+    const mt_conv2d_geom g = {2, 10, 9, 1, 3, 3, 24, true};
+    size_t nx = 2 * 10 * 9, nw = 9 * 24, ny = 2 * 10 * 9 * 24, nc = mt_conv2d_cols_size(&g);
+    float *x = rand_buf(nx), *w = rand_buf(nw), *dy = rand_buf(ny);
+    float *y = zero_buf(ny), *cols = zero_buf(nc), *dw = rand_buf(nw), *dwr = zero_buf(nw);
+    float *db = rand_buf(24), *dbr = zero_buf(24);
+    (void)state;
+
+    mt_conv2d_forward(y, cols, x, w, NULL, &g);
+    mt_conv2d_backward_ref(NULL, dwr, dbr, dy, x, w, &g);
+    mt_conv2d_backward(NULL, dw, NULL, NULL, dy, cols, w, &g);
+    assert_true(close_enough("conv dw only", dw, dwr, nw, 1e-4f, 1e-4f));
+    mt_conv2d_backward(NULL, NULL, db, NULL, dy, cols, w, &g);
+    assert_true(close_enough("conv db only", db, dbr, 24, 1e-4f, 1e-4f));
+    mt_conv2d_backward(NULL, NULL, NULL, NULL, dy, cols, w, &g);
+    mt_conv2d_forward_ref(dy, x, w, NULL, &g); /* no bias: forward is the plain convolution */
+    assert_true(close_enough("conv fwd no bias", y, dy, ny, 1e-4f, 1e-4f));
+    free(x), free(w), free(dy), free(y), free(cols), free(dw), free(dwr), free(db);
+    free(dbr);
+}
+
 typedef struct conv_ctx {
     mt_conv2d_geom g;
     float *x, *w, *b, *r, *y, *cols;
@@ -258,11 +296,17 @@ static double conv_obj(void *p)
 
 static void test_tensor_conv2d_finite_differences(void **state)
 {
-    for (int same = 0; same < 2; same++) {
-        conv_ctx c = {.g = {2, 4, 5, 2, 3, 2, 3, same}};
-        size_t nx = 2 * 4 * 5 * 2, nw = 3 * 2 * 2 * 3, nc = mt_conv2d_cols_size(&c.g);
-        (void)state;
-        c.ny = 2 * mt_conv2d_out_h(&c.g) * mt_conv2d_out_w(&c.g) * 3;
+    /* C = 2 (im2col path) and C = 1 (direct kernel on AVX-512), each valid and same */
+    const mt_conv2d_geom gs[] = {{2, 4, 5, 2, 3, 2, 3, false},
+                                 {2, 4, 5, 2, 3, 2, 3, true},
+                                 {2, 5, 6, 1, 3, 3, 3, false},
+                                 {1, 5, 4, 1, 3, 3, 3, true}};
+    (void)state;
+    for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++) {
+        conv_ctx c = {.g = gs[i]};
+        size_t nx = c.g.batch * c.g.h * c.g.w * c.g.c, nw = c.g.kh * c.g.kw * c.g.c * 3;
+        size_t nc = mt_conv2d_cols_size(&c.g);
+        c.ny = c.g.batch * mt_conv2d_out_h(&c.g) * mt_conv2d_out_w(&c.g) * 3;
         c.x = rand_buf(nx), c.w = rand_buf(nw), c.b = rand_buf(3), c.r = rand_buf(c.ny);
         c.y = zero_buf(c.ny), c.cols = zero_buf(nc);
         float *dx = zero_buf(nx), *dw = zero_buf(nw), db[3], *dcols = zero_buf(nc);
@@ -515,6 +559,8 @@ int main(void)
         cmocka_unit_test(test_tensor_dense_fast_vs_ref),
         cmocka_unit_test(test_tensor_dense_finite_differences),
         cmocka_unit_test(test_tensor_conv2d_fast_vs_ref),
+        cmocka_unit_test(test_tensor_conv2d_one_channel_fast_vs_ref),
+        cmocka_unit_test(test_tensor_conv2d_one_channel_partial_grads),
         cmocka_unit_test(test_tensor_conv2d_finite_differences),
         cmocka_unit_test(test_tensor_maxpool_fast_vs_ref),
         cmocka_unit_test(test_tensor_relu_pool_dropout),

@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_http.c — latency of GET /api/v1/jobs/{id}/metrics on a job with
+ * 100,000 metric points (issue #9 target: p99 <= 50 ms), against a baseline
+ * measured in the same run: the same query straight from the store
+ * (mt_store_metrics_query on a read-only connection, no JSON, no HTTP).
+ *
+ * Runs a real coordinator (mt_coord_open + mt_coord_run on a thread) over a
+ * temporary state dir filled through the store API (20,000 steps x 5 names),
+ * and a keep-alive nng HTTP client on 127.0.0.1. Four cases: the whole
+ * history, one name (names=loss: 20,000 points), the history cut to 2,000 points per
+ * series (max_points=2000, the dashboard's first load), and the dashboard's
+ * per-second poll (since_step = last step - 10).
+ * Usage: bench_http [ITERATIONS]   (default 40; about 10 s on the CI machine)
+ * Never run by ctest.
+ */
+#include <cjson/cJSON.h>
+#include <nng/nng.h>
+#include <nng/supplemental/http/http.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coordinator/coord.h"
+#include "storage/mt_store.h"
+
+#define STEPS 20000
+#define NAMES 5
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* CPU ms of the whole process (client + the coordinator's HTTP threads): less disturbed than
+ * wall time when other processes compete for the 2 cores. */
+static double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double pct(double *v, int n, double p)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return v[(int)(p * (n - 1) + 0.5)];
+}
+
+static int seed(const char *dir, char *job_id, size_t cap)
+{
+    static const char *const names[NAMES] = {"loss", "accuracy", "examples_per_sec", "eval_loss",
+                                             "eval_accuracy"};
+    mt_store_options o = MT_STORE_OPTIONS_DEFAULTS;
+    mt_store_job j = {0};
+    mt_store *s = NULL;
+    mt_err err = MT_ERR_INIT;
+    mt_store_metric *pts = calloc((size_t)STEPS * NAMES, sizeof(*pts));
+    char db[600];
+    size_t n = 0;
+    int rc = 1;
+
+    snprintf(db, sizeof(db), "%s/meshtrain.db", dir);
+    o.sync_full = 0;
+    if (pts == NULL || mt_store_open_opts(db, &o, &s, &err) != MT_OK)
+        goto out;
+    snprintf(j.name, sizeof(j.name), "bench");
+    j.spec_json = "{}";
+    j.total_steps = STEPS;
+    if (mt_store_job_insert(s, &j, 1, &err) != MT_OK)
+        goto out;
+    for (int st = 1; st <= STEPS; st++) {
+        for (int k = 0; k < NAMES; k++) {
+            pts[n].step = (uint64_t)st;
+            snprintf(pts[n].name, sizeof(pts[n].name), "%s", names[k]);
+            pts[n].value = 1.0 / (double)(st + k);
+            pts[n++].time_ms = st;
+        }
+    }
+    if (mt_store_metrics_insert(s, j.job_id, pts, n, &err) != MT_OK)
+        goto out;
+    snprintf(job_id, cap, "%s", j.job_id);
+    rc = 0;
+out:
+    if (rc)
+        fprintf(stderr, "bench_http: seed: %s\n", err.msg);
+    mt_store_close(s);
+    free(pts);
+    return rc;
+}
+
+static void *run_loop(void *arg)
+{
+    mt_coord_run(arg, NULL);
+    return NULL;
+}
+
+/* GET path over the kept-alive connection; returns the body size or -1. */
+static long http_get(nng_http_conn *conn, const char *base, const char *path)
+{
+    char full[512];
+    nng_url *url = NULL;
+    nng_http_req *req = NULL;
+    nng_http_res *res = NULL;
+    nng_aio *aio = NULL;
+    void *body = NULL;
+    size_t len = 0;
+    long out = -1;
+
+    snprintf(full, sizeof(full), "%s%s", base, path);
+    if (nng_url_parse(&url, full) != 0 || nng_http_req_alloc(&req, url) != 0 ||
+        nng_http_res_alloc(&res) != 0 || nng_aio_alloc(&aio, NULL, NULL) != 0)
+        goto done;
+    nng_http_conn_transact(conn, req, res, aio);
+    nng_aio_wait(aio);
+    if (nng_aio_result(aio) == 0 && nng_http_res_get_status(res) == 200) {
+        nng_http_res_get_data(res, &body, &len);
+        out = (long)len;
+    }
+done:
+    nng_aio_free(aio);
+    nng_http_res_free(res);
+    nng_http_req_free(req);
+    nng_url_free(url);
+    return out;
+}
+
+int main(int argc, char **argv)
+{
+    int iters = argc > 1 ? atoi(argv[1]) : 40;
+    char dir[] = "/tmp/mt-bench-http.XXXXXX", job[32], base[300] = "", path[600], db[600];
+    mt_coord_opts o = MT_COORD_OPTS_DEFAULTS;
+    mt_coord *c = NULL;
+    mt_err err = MT_ERR_INIT;
+    pthread_t th;
+    double *t_http, *t_store, *c_http, *c_store;
+
+    if (iters < 5)
+        iters = 5;
+    t_http = calloc((size_t)iters, sizeof(double));
+    t_store = calloc((size_t)iters, sizeof(double));
+    c_http = calloc((size_t)iters, sizeof(double));
+    c_store = calloc((size_t)iters, sizeof(double));
+    if (t_http == NULL || t_store == NULL || c_http == NULL || c_store == NULL ||
+        mkdtemp(dir) == NULL || seed(dir, job, sizeof(job)))
+        return 1;
+    o.listen = "tcp://127.0.0.1:0";
+    o.http = "127.0.0.1:0";
+    o.state_dir = dir;
+    if (mt_coord_open(&o, &c, &err) != MT_OK) {
+        fprintf(stderr, "bench_http: %s\n", err.msg);
+        return 1;
+    }
+    pthread_create(&th, NULL, run_loop, c);
+    {
+        char ep[700];
+        snprintf(ep, sizeof(ep), "%s/endpoints.json", dir);
+        FILE *f = fopen(ep, "r");
+        char text[1024] = "";
+        size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        text[n] = '\0';
+        cJSON *root = cJSON_Parse(text);
+        cJSON *h = cJSON_GetObjectItem(root, "http");
+        if (cJSON_IsString(h))
+            snprintf(base, sizeof(base), "%s", h->valuestring);
+        cJSON_Delete(root);
+    }
+    nng_url *url = NULL;
+    nng_http_client *cli = NULL;
+    nng_aio *aio = NULL;
+    nng_http_conn *conn = NULL;
+    if (nng_url_parse(&url, base) != 0 || nng_http_client_alloc(&cli, url) != 0 ||
+        nng_aio_alloc(&aio, NULL, NULL) != 0)
+        return 1;
+    nng_http_client_connect(cli, aio);
+    nng_aio_wait(aio);
+    if (nng_aio_result(aio) != 0) {
+        fprintf(stderr, "bench_http: connect %s failed\n", base);
+        return 1;
+    }
+    conn = nng_aio_get_output(aio, 0);
+
+    mt_store *ro = NULL;
+    snprintf(db, sizeof(db), "%s/meshtrain.db", dir);
+    if (mt_store_open_readonly(db, &ro, &err) != MT_OK)
+        return 1;
+
+    static const struct {
+        const char *label, *query;
+        uint64_t since;
+        const char *name;
+    } cases[] = {
+        {"all 100,000 points", "", 0, NULL},
+        {"names=loss (20,000)", "?names=loss", 0, "loss"},
+        {"max_points=2000", "?max_points=2000", 0, NULL},
+        {"poll: last 10 steps", "?since_step=19991", 19991, NULL},
+    };
+    printf("bench_http: job %s with %d metric points, %d iterations per case\n", job, STEPS * NAMES,
+           iters);
+    printf("wall ms (p50/p99), and CPU ms p50 of the whole process per request\n");
+    printf("%-22s %18s %18s %8s %9s %9s %8s %10s\n", "case", "http wall", "store wall", "ratio",
+           "http cpu", "store cpu", "ratio", "bytes");
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        long bytes = 0;
+        snprintf(path, sizeof(path), "/api/v1/jobs/%s/metrics%s", job, cases[k].query);
+        http_get(conn, base, path); /* warm up */
+        for (int i = 0; i < iters; i++) {
+            double t0 = now_ms(), c0 = cpu_ms();
+            bytes = http_get(conn, base, path);
+            t_http[i] = now_ms() - t0;
+            c_http[i] = cpu_ms() - c0;
+            if (bytes < 0) {
+                fprintf(stderr, "bench_http: GET %s failed\n", path);
+                return 1;
+            }
+            mt_store_metric *pts = NULL;
+            size_t n = 0;
+            const char *nm[1] = {cases[k].name};
+            t0 = now_ms();
+            c0 = cpu_ms();
+            mt_store_metrics_query(ro, job, cases[k].since, nm, cases[k].name ? 1 : 0, 0, &pts, &n,
+                                   &err);
+            t_store[i] = now_ms() - t0;
+            c_store[i] = cpu_ms() - c0;
+            mt_store_metrics_free(pts);
+        }
+        double hp50 = pct(t_http, iters, 0.5), hp99 = pct(t_http, iters, 0.99);
+        double sp50 = pct(t_store, iters, 0.5), sp99 = pct(t_store, iters, 0.99);
+        double hc = pct(c_http, iters, 0.5), sc = pct(c_store, iters, 0.5);
+        printf("%-22s %8.2f/%8.2f %8.2f/%8.2f %7.2fx %9.2f %9.2f %7.2fx %10ld\n", cases[k].label,
+               hp50, hp99, sp50, sp99, hp50 / (sp50 > 0 ? sp50 : 1e-9), hc, sc,
+               hc / (sc > 0 ? sc : 1e-9), bytes);
+    }
+    printf(
+        "target: http p99 <= 50 ms for the whole history (load average matters: 2 shared cores)\n");
+    mt_store_close(ro);
+    nng_http_conn_close(conn);
+    nng_aio_free(aio);
+    nng_http_client_free(cli);
+    nng_url_free(url);
+    mt_coord_stop(c);
+    pthread_join(th, NULL);
+    mt_coord_free(c);
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_http: could not remove %s\n", dir);
+    free(t_http);
+    free(t_store);
+    free(c_http);
+    free(c_store);
+    return 0;
+}

@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cmd_plan.c — `meshtrain plan JOB.json`: validate the spec exactly as SubmitJob does
+ * (mt_jobspec_validate), print what each device would hold (weights, optimizer state) and,
+ * when the coordinator answers, which devices the job would get now (the scheduler's
+ * placement function, core/sched, over the free devices of alive workers).
+ * Exit 0 when the spec is valid, 4 with "INVALID_ARGUMENT: <path>: <why>" when not.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc/mt_alloc.h"
+#include "client/jobs_util.h"
+#include "jobspec/mt_jobspec.h"
+#include "sched/mt_sched.h"
+
+typedef struct busy {
+    char worker_id[64];
+    uint32_t local;
+} busy;
+
+/* Devices held by placed jobs, from ListJobs + GetJob. *out owned. */
+static mt_code busy_devices(const mt_cli_global *g, busy **out, size_t *n, mt_err *err)
+{
+    Meshtrain__ListJobsRequest lr = MESHTRAIN__LIST_JOBS_REQUEST__INIT;
+    Meshtrain__ListJobsReply *jobs = NULL;
+    mt_code rc;
+
+    *out = NULL;
+    *n = 0;
+    lr.state = "SCHEDULED,RUNNING,STALLED";
+    if ((rc = mt_cli_call(g, "ListJobs", &lr.base, (ProtobufCMessage **)&jobs, err)) != MT_OK)
+        return rc;
+    for (size_t i = 0; i < jobs->n_jobs && rc == MT_OK; i++) {
+        Meshtrain__GetJobRequest gr = MESHTRAIN__GET_JOB_REQUEST__INIT;
+        Meshtrain__GetJobReply *j = NULL;
+        gr.job_id = jobs->jobs[i]->job_id;
+        if ((rc = mt_cli_call(g, "GetJob", &gr.base, (ProtobufCMessage **)&j, err)) != MT_OK)
+            break;
+        busy *nb = mt_realloc(*out, (*n + j->n_placement + 1) * sizeof(*nb));
+        if (nb == NULL) {
+            rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "out of memory");
+        } else {
+            *out = nb;
+            for (size_t k = 0; k < j->n_placement; k++) {
+                snprintf(nb[*n].worker_id, sizeof(nb[*n].worker_id), "%s",
+                         j->placement[k]->worker_id);
+                nb[(*n)++].local = j->placement[k]->local_index;
+            }
+        }
+        protobuf_c_message_free_unpacked(&j->base, NULL);
+    }
+    protobuf_c_message_free_unpacked(&jobs->base, NULL);
+    return rc;
+}
+
+static int is_busy(const busy *b, size_t n, const char *worker, uint32_t local)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i].local == local && strcmp(b[i].worker_id, worker) == 0)
+            return 1;
+    return 0;
+}
+
+/* Print the placement the job would get now, or why it would wait. */
+static void print_devices_now(const mt_cli_global *g, const mt_jobspec_summary *s)
+{
+    Meshtrain__ListWorkersRequest wr = MESHTRAIN__LIST_WORKERS_REQUEST__INIT;
+    Meshtrain__ListWorkersReply *ws = NULL;
+    mt_sched_worker *pw = NULL;
+    mt_sched_slot *slot = NULL;
+    uint32_t **fr = NULL;
+    busy *b = NULL;
+    size_t nb = 0, registered = 0, nfree = 0;
+    mt_err err = MT_ERR_INIT;
+
+    wr.state = "alive";
+    if (mt_cli_call(g, "ListWorkers", &wr.base, (ProtobufCMessage **)&ws, &err) != MT_OK ||
+        busy_devices(g, &b, &nb, &err) != MT_OK) {
+        printf("\ndevices now: unknown (coordinator %s: %s: %s)\n", g->coordinator,
+               mt_code_name(err.code), err.msg);
+        goto out;
+    }
+    pw = mt_calloc(ws->n_workers + 1, sizeof(*pw));
+    fr = mt_calloc(ws->n_workers + 1, sizeof(*fr));
+    slot = mt_calloc((size_t)s->n_devices, sizeof(*slot));
+    if (pw == NULL || fr == NULL || slot == NULL)
+        goto out;
+    for (size_t i = 0; i < ws->n_workers; i++) {
+        const Meshtrain__WorkerInfo *w = ws->workers[i];
+        fr[i] = mt_calloc(w->n_devices + 1, sizeof(**fr));
+        if (fr[i] == NULL)
+            goto out;
+        for (size_t d = 0; d < w->n_devices; d++) {
+            if (strcmp(w->devices[d]->health, "ok") != 0)
+                continue;
+            registered++;
+            if (!is_busy(b, nb, w->worker_id, w->devices[d]->index))
+                fr[i][pw[i].n_free++] = w->devices[d]->index;
+        }
+        pw[i].free = fr[i];
+        nfree += pw[i].n_free;
+    }
+    if ((size_t)s->n_devices > registered) {
+        printf("\ndevices now: none; the job needs %d devices, %zu registered (it would wait "
+               "in QUEUED)\n",
+               s->n_devices, registered);
+        goto out;
+    }
+    if (mt_sched_place(pw, ws->n_workers, (size_t)s->n_devices,
+                       (size_t)s->mesh_sizes[s->mesh_ndims - 1], slot) != MT_OK) {
+        printf("\ndevices now: none free enough; the job needs %d devices, %zu of %zu are free "
+               "(it would wait for running jobs)\n",
+               s->n_devices, nfree, registered);
+        goto out;
+    }
+    printf("\ndevices it would use now (rank  worker  device)\n");
+    for (int r = 0; r < s->n_devices; r++)
+        printf("  %4d  %-20s cpu:%u\n", r, ws->workers[slot[r].worker]->worker_id,
+               slot[r].local_index);
+out:
+    for (size_t i = 0; fr != NULL && ws != NULL && i < ws->n_workers; i++)
+        mt_free(fr[i]);
+    mt_free(fr);
+    mt_free(pw);
+    mt_free(slot);
+    mt_free(b);
+    if (ws != NULL)
+        protobuf_c_message_free_unpacked(&ws->base, NULL);
+}
+
+int cmd_plan(const mt_cli_global *g, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"offline", no_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    mt_jobspec_summary s;
+    mt_err err = MT_ERR_INIT;
+    char *spec = NULL, w[32], o[32];
+    size_t len;
+    int offline = 0, c;
+
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'o') {
+            offline = 1;
+        } else if (c == 'h') {
+            printf("usage: meshtrain plan JOB.json [--offline]\n\nValidate a job spec exactly "
+                   "as submit does, without submitting; print the\nbytes each device holds and "
+                   "which devices the job would use now.\n\n  --offline   do not ask the "
+                   "coordinator which devices are free\n");
+            return MT_EXIT_OK;
+        } else {
+            return mt_cli_usage_error("plan", "unknown option");
+        }
+    }
+    if (optind + 1 != argc)
+        return mt_cli_usage_error("plan", "expected one JOB.json argument");
+    if (mt_cli_read_file(argv[optind], &spec, &len, &err) != MT_OK)
+        return mt_cli_fail(&err);
+    if (mt_jobspec_validate(spec, len, &s, &err) != MT_OK) {
+        mt_free(spec);
+        return mt_cli_fail(&err);
+    }
+    mt_free(spec);
+    printf("spec      %s%s%s: valid\n", argv[optind], s.name[0] ? " - " : "", s.name);
+    printf("mesh      %s (%d devices)\n", s.mesh_text, s.n_devices);
+    printf("batch     %llu global", (unsigned long long)s.batch_size);
+    if (s.total_steps)
+        printf(", %llu steps", (unsigned long long)s.total_steps);
+    if (s.steps_per_epoch)
+        printf(" (%llu per epoch over %llu examples)", (unsigned long long)s.steps_per_epoch,
+               (unsigned long long)s.train_examples);
+    printf("\nmodel     %zu parameters, %llu elements\n", s.n_params,
+           (unsigned long long)s.param_elements);
+    mt_cli_fmt_bytes(w, sizeof(w), s.weight_bytes_per_device);
+    mt_cli_fmt_bytes(o, sizeof(o), s.optimizer_bytes_per_device);
+    printf("per device  weights %s, optimizer state %s (every device holds the same amount)\n", w,
+           o);
+    if (s.ckpt_every_steps)
+        printf("checkpoints every %u steps, keep %u\n", s.ckpt_every_steps, s.ckpt_keep);
+    printf("restarts  at most %u\n", s.max_restarts);
+    if (!offline)
+        print_devices_now(g, &s);
+    return MT_EXIT_OK;
+}

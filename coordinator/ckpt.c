@@ -1,0 +1,335 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ckpt.c — checkpoint data kept by the coordinator: PutCheckpointChunk, ListCheckpoints,
+ * GetCheckpointChunk, keep-N garbage collection.
+ *
+ * An upload is a sequence of chunks of one (job, step) with contiguous offsets from 0. The file
+ * mechanics are storage/mt_store_upload.h: chunks go to STATE_DIR/checkpoints/<job>/
+ * step-<S>.ckpt.part with a running CRC-32; the last chunk must bring the size to total_size
+ * and the CRC to `checksum` ("crc32:%08x"), else the upload is discarded (DATA_LOSS); then the
+ * file is fsynced, renamed to step-<S>.ckpt and the directory fsynced. On the loop thread the
+ * first chunk records the checkpoint (incomplete) and the last one marks it complete and
+ * deletes the files of complete checkpoints beyond the spec's checkpoint.keep (default 3).
+ * Only then is the last chunk acknowledged, so a checkpoint the worker saw acknowledged
+ * survives kill -9 and the loss of that worker.
+ *
+ * Threading: the writes and the final fsync run on libuv's thread pool, one chunk of an upload
+ * at a time (a chunk that arrives while the previous one is being written is refused with
+ * FAILED_PRECONDITION: workers send the next chunk after the reply); the upload table and the
+ * store records are the loop thread's. Reads (List, GetChunk) run on the pool (bulk.c).
+ * A coordinator restart forgets uploads in progress: the worker restarts them at offset 0.
+ */
+#include "coordinator/coord_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "alloc/mt_alloc.h"
+#include "clock/mt_clock.h"
+#include "log/mt_log.h"
+#include "storage/mt_store_upload.h"
+
+#define DEFAULT_CHUNK (4u << 20)
+#define MAX_CHUNK     (16u << 20)
+
+struct coord_upload {
+    struct coord_upload *next;
+    char job_id[32];
+    uint64_t step;
+    mt_store_upload *up;
+    int busy; /* a chunk is being written on the pool */
+    char path[512];
+};
+
+/* One chunk on its way through the pool. */
+typedef struct chunk_req {
+    uv_work_t work;
+    mt_coord *c;
+    mt_rpc_call *call;
+    struct coord_upload *u;
+    mt_code rc;
+    mt_err err;
+    char checksum[32]; /* of the whole file, when last */
+} chunk_req;
+
+static struct coord_upload *upload_find(mt_coord *c, const char *job_id, uint64_t step)
+{
+    for (struct coord_upload *u = c->uploads; u != NULL; u = u->next)
+        if (u->step == step && strcmp(u->job_id, job_id) == 0)
+            return u;
+    return NULL;
+}
+
+static void upload_drop(mt_coord *c, struct coord_upload *u)
+{
+    for (struct coord_upload **p = &c->uploads; *p != NULL; p = &(*p)->next) {
+        if (*p == u) {
+            *p = u->next;
+            break;
+        }
+    }
+    mt_store_upload_close(u->up); /* removes the temporary file unless finished */
+    mt_free(u);
+}
+
+void coord_ckpt_free(mt_coord *c)
+{
+    while (c->uploads != NULL)
+        upload_drop(c, c->uploads);
+}
+
+static mt_code upload_start(mt_coord *c, const Meshtrain__PutCheckpointChunkRequest *r,
+                            struct coord_upload **out, mt_err *err)
+{
+    struct coord_upload *u = upload_find(c, r->job_id, r->step);
+    mt_store_checkpoint rec;
+    mt_code rc;
+
+    if (u != NULL && u->busy)
+        return mt_err_set(err, MT_FAILED_PRECONDITION,
+                          "a chunk of this upload is still being written");
+    if (u != NULL)
+        upload_drop(c, u); /* a retried upload starts over */
+    u = mt_calloc(1, sizeof(*u));
+    if (u == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    memset(&rec, 0, sizeof(rec));
+    if (snprintf(u->path, sizeof(u->path), "%s/checkpoints/%s/step-%" PRIu64 ".ckpt", c->state_dir,
+                 r->job_id, r->step) >= (int)sizeof(u->path)) {
+        mt_free(u);
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "checkpoint path under %.100s is too long",
+                          c->state_dir);
+    }
+    snprintf(u->job_id, sizeof(u->job_id), "%s", r->job_id);
+    u->step = r->step;
+    rec.step = r->step;
+    memcpy(rec.location, u->path, sizeof(u->path));
+    snprintf(rec.checksum, sizeof(rec.checksum), "pending");
+    rec.size_bytes = r->total_size;
+    if ((rc = mt_store_checkpoint_insert(c->store, r->job_id, &rec, err)) != MT_OK ||
+        (rc = mt_store_upload_open(u->path, 0, &u->up, err)) != MT_OK) {
+        mt_free(u);
+        return rc;
+    }
+    u->next = c->uploads;
+    c->uploads = u;
+    *out = u;
+    return MT_OK;
+}
+
+/* Pool thread: write the chunk; with the last one verify and publish the file. */
+static void chunk_write(uv_work_t *w)
+{
+    chunk_req *q = w->data;
+    const Meshtrain__PutCheckpointChunkRequest *r =
+        (const Meshtrain__PutCheckpointChunkRequest *)mt_rpc_call_request(q->call);
+
+    q->rc = mt_store_upload_write(q->u->up, r->offset, r->data.data, r->data.len, &q->err);
+    if (q->rc == MT_OK && r->last) {
+        mt_store_upload_checksum(q->u->up, q->checksum, sizeof(q->checksum));
+        q->rc = mt_store_upload_finish(q->u->up, r->total_size, r->checksum, &q->err);
+    }
+}
+
+/* Loop thread: record, collect garbage, reply. */
+static void chunk_done(uv_work_t *w, int status)
+{
+    chunk_req *q = w->data;
+    mt_coord *c = q->c;
+    struct coord_upload *u = q->u;
+    const Meshtrain__PutCheckpointChunkRequest *r =
+        (const Meshtrain__PutCheckpointChunkRequest *)mt_rpc_call_request(q->call);
+    Meshtrain__PutCheckpointChunkReply rep = MESHTRAIN__PUT_CHECKPOINT_CHUNK_REPLY__INIT;
+    coord_job *j = coord_job_find(c, u->job_id);
+    char **gone = NULL;
+    size_t ngone = 0;
+
+    u->busy = 0;
+    if (status != 0)
+        q->rc = mt_err_set(&q->err, MT_UNAVAILABLE, "coordinator shutting down");
+    if (q->rc == MT_OK && r->last)
+        q->rc = mt_store_checkpoint_complete(c->store, u->job_id, u->step,
+                                             mt_store_upload_received(u->up), q->checksum,
+                                             mt_clock_wall_ms(), &q->err);
+    if (q->rc != MT_OK) {
+        if (r->last || q->rc != MT_OUT_OF_RANGE)
+            upload_drop(c, u); /* failed or torn: the worker starts over at offset 0 */
+        mt_rpc_call_reply(q->call, q->rc, q->err.msg, NULL);
+        mt_free(q);
+        return;
+    }
+    rep.received = mt_store_upload_received(u->up);
+    if (r->last) {
+        mt_log_info("checkpoint %s step %" PRIu64 " stored: %" PRIu64 " bytes, %s", u->job_id,
+                    u->step, rep.received, q->checksum);
+        if (mt_store_checkpoint_gc(c->store, u->job_id, j ? j->sum.ckpt_keep : 3, &gone, &ngone,
+                                   NULL) == MT_OK) {
+            for (size_t i = 0; i < ngone; i++)
+                if (unlink(gone[i]) != 0 && errno != ENOENT)
+                    mt_log_warn("delete old checkpoint %s: %s", gone[i], strerror(errno));
+            mt_store_strings_free(gone, ngone);
+        }
+        upload_drop(c, u);
+    }
+    mt_rpc_call_reply(q->call, MT_OK, NULL, &rep.base);
+    mt_free(q);
+}
+
+void coord_handle_put_checkpoint_chunk(mt_coord *c, mt_rpc_call *call)
+{
+    const Meshtrain__PutCheckpointChunkRequest *r =
+        (const Meshtrain__PutCheckpointChunkRequest *)mt_rpc_call_request(call);
+    struct coord_upload *u = NULL;
+    chunk_req *q;
+    mt_err err = MT_ERR_INIT;
+    mt_code rc = MT_OK;
+
+    if (coord_job_find(c, r->job_id) == NULL) {
+        mt_rpc_call_reply(call, MT_NOT_FOUND, "job is not running (unknown or finished)", NULL);
+        return;
+    }
+    if (r->step == 0) {
+        mt_rpc_call_reply(call, MT_INVALID_ARGUMENT, "step: must be >= 1", NULL);
+        return;
+    }
+    if (r->offset == 0) {
+        rc = upload_start(c, r, &u, &err);
+    } else if ((u = upload_find(c, r->job_id, r->step)) == NULL) {
+        rc = mt_err_set(&err, MT_FAILED_PRECONDITION,
+                        "no upload of step %" PRIu64 " in progress: start again at offset 0",
+                        r->step);
+    } else if (u->busy) {
+        rc = mt_err_set(&err, MT_FAILED_PRECONDITION,
+                        "a chunk of this upload is still being written");
+    }
+    if (rc == MT_OK && (q = mt_calloc(1, sizeof(*q))) == NULL)
+        rc = mt_err_set(&err, MT_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    if (rc != MT_OK) {
+        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        return;
+    }
+    q->c = c;
+    q->call = call;
+    q->u = u;
+    q->work.data = q;
+    u->busy = 1;
+    if (uv_queue_work(&c->loop, &q->work, chunk_write, chunk_done) != 0) {
+        u->busy = 0;
+        mt_free(q);
+        mt_rpc_call_reply(call, MT_INTERNAL, "cannot queue the write", NULL);
+    }
+}
+
+static void info_from(Meshtrain__CheckpointInfo *i, mt_store_checkpoint *k)
+{
+    meshtrain__checkpoint_info__init(i);
+    i->step = k->step;
+    i->location = k->location;
+    i->size_bytes = k->size_bytes;
+    i->checksum = k->checksum;
+    i->complete = k->complete;
+    i->time_ms = k->time_ms;
+}
+
+static void list_checkpoints_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
+{
+    const Meshtrain__ListCheckpointsRequest *r =
+        (const Meshtrain__ListCheckpointsRequest *)mt_rpc_call_request(call);
+    Meshtrain__ListCheckpointsReply rep = MESHTRAIN__LIST_CHECKPOINTS_REPLY__INIT;
+    Meshtrain__CheckpointInfo *inf = NULL, **pinf = NULL;
+    mt_store_checkpoint *ck = NULL;
+    mt_store_job rec;
+    size_t n = 0;
+    mt_err err = MT_ERR_INIT;
+    mt_code rc;
+
+    (void)c;
+    memset(&rec, 0, sizeof(rec));
+    rc = mt_store_job_get(ro, r->job_id, &rec, &err);
+    mt_store_job_fini(&rec);
+    if (rc == MT_OK)
+        rc = mt_store_checkpoint_list(ro, r->job_id, &ck, &n, &err);
+    if (rc != MT_OK) {
+        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        return;
+    }
+    inf = mt_calloc(n + 1, sizeof(*inf));
+    pinf = mt_calloc(n + 1, sizeof(*pinf));
+    if (inf == NULL || pinf == NULL) {
+        mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        info_from(&inf[i], &ck[i]);
+        pinf[i] = &inf[i];
+    }
+    rep.checkpoints = pinf;
+    rep.n_checkpoints = n;
+    mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+out:
+    mt_free(inf);
+    mt_free(pinf);
+    mt_store_checkpoints_free(ck);
+}
+
+static void get_checkpoint_chunk_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
+{
+    const Meshtrain__GetCheckpointChunkRequest *r =
+        (const Meshtrain__GetCheckpointChunkRequest *)mt_rpc_call_request(call);
+    Meshtrain__GetCheckpointChunkReply rep = MESHTRAIN__GET_CHECKPOINT_CHUNK_REPLY__INIT;
+    mt_store_checkpoint k;
+    size_t want = r->max_bytes ? r->max_bytes : DEFAULT_CHUNK, got = 0;
+    uint64_t total = 0;
+    uint8_t *buf = NULL;
+    mt_err err = MT_ERR_INIT;
+    mt_code rc;
+
+    (void)c;
+    if (want > MAX_CHUNK)
+        want = MAX_CHUNK;
+    if (r->step == 0)
+        rc = mt_store_checkpoint_latest(ro, r->job_id, &k, &err);
+    else
+        rc = mt_store_checkpoint_get(ro, r->job_id, r->step, &k, &err);
+    if (rc == MT_OK && !k.complete)
+        rc = mt_err_set(&err, MT_FAILED_PRECONDITION,
+                        "checkpoint %s step %" PRIu64 " is still being uploaded", r->job_id,
+                        r->step);
+    if (rc == MT_OK && r->offset > k.size_bytes)
+        rc = mt_err_set(&err, MT_OUT_OF_RANGE, "offset %" PRIu64 " is past the end (%" PRIu64 ")",
+                        r->offset, k.size_bytes);
+    if (rc == MT_OK && (buf = mt_malloc(want + 1)) == NULL)
+        rc = mt_err_set(&err, MT_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    if (rc == MT_OK)
+        rc = mt_store_file_read_at(k.location, r->offset, buf, want, &got, &total, &err);
+    if (rc == MT_OK && total != k.size_bytes)
+        rc = mt_err_set(&err, MT_DATA_LOSS,
+                        "checkpoint %s step %" PRIu64 ": file has %" PRIu64 " bytes, %" PRIu64
+                        " recorded",
+                        r->job_id, k.step, total, k.size_bytes);
+    if (rc != MT_OK) {
+        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        mt_free(buf);
+        return;
+    }
+    rep.step = k.step;
+    rep.total_size = k.size_bytes;
+    rep.data.data = buf;
+    rep.data.len = got;
+    rep.last = r->offset + got >= k.size_bytes;
+    mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+    mt_free(buf);
+}
+
+void coord_handle_list_checkpoints(mt_coord *c, mt_rpc_call *call)
+{
+    coord_bulk(c, call, list_checkpoints_ro);
+}
+
+void coord_handle_get_checkpoint_chunk(mt_coord *c, mt_rpc_call *call)
+{
+    coord_bulk(c, call, get_checkpoint_chunk_ro);
+}

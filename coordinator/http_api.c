@@ -1,0 +1,594 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * http_api.c — the read-only JSON API under /api/v1/ (docs/api.md): workers,
+ * jobs, one job in detail, a job's metric history, and the device mesh.
+ *
+ * How it fits: http.c authenticates and routes GET /api/v1/... here. Every
+ * endpoint reads SQLite through the HTTP side's read-only connection while
+ * holding its mutex (coord_http__store_lock), builds JSON with cJSON (the
+ * metric history, which can hold 100,000 points, is written straight into a
+ * buffer as columns instead: about 5x faster, bench/bench_http.c), and
+ * returns. Errors are JSON: {"error": {"code", "http_status", "message"}};
+ * unknown paths 404, bad query values 400, a database that cannot be read 503.
+ *
+ * Threading: nng HTTP threads; no loop state is touched.
+ * Tests: tests/integration/test_http_api.sh.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/mt_alloc.h"
+#include "coordinator/http_int.h"
+#include "storage/mt_jobstate.h"
+
+#define MAX_NAMES  32  /* names= filter entries */
+#define MAX_SERIES 200 /* distinct metric names in one answer */
+
+/* ------------------------------------------------------------ query strings */
+
+static int hexv(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Find key in query (a=b&c=d), percent-decode its value into out.
+ * 1 found, 0 absent, -1 malformed or too long. */
+static int query_get(const char *query, const char *key, char *out, size_t cap)
+{
+    size_t kl = strlen(key);
+    const char *p = query;
+
+    while (p != NULL && *p) {
+        const char *end = strchr(p, '&');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len >= kl && strncmp(p, key, kl) == 0 && (len == kl || p[kl] == '=')) {
+            size_t o = 0;
+            for (size_t i = kl + (len > kl); i < len; i++) {
+                int ch = p[i];
+                if (ch == '+') {
+                    ch = ' ';
+                } else if (ch == '%') {
+                    if (i + 2 >= len || hexv(p[i + 1]) < 0 || hexv(p[i + 2]) < 0)
+                        return -1;
+                    ch = hexv(p[i + 1]) * 16 + hexv(p[i + 2]);
+                    i += 2;
+                }
+                if (o + 1 >= cap || ch == 0)
+                    return -1;
+                out[o++] = (char)ch;
+            }
+            out[o] = '\0';
+            return 1;
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+/* Strict unsigned decimal in [0, max]. 0 on success. */
+static int parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    char *end = NULL;
+    unsigned long long v;
+
+    if (s[0] < '0' || s[0] > '9')
+        return -1;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void bad_param(coord_http_reply *r, const char *name, const char *value, const char *want)
+{
+    char msg[400];
+
+    snprintf(msg, sizeof(msg), "query parameter %s=%.120s: %s", name, value, want);
+    coord_http__error(r, 400, MT_INVALID_ARGUMENT, msg);
+}
+
+/* ------------------------------------------------------------ JSON helpers */
+
+static void reply_json(coord_http_reply *r, cJSON *root)
+{
+    char *text = root ? cJSON_PrintUnformatted(root) : NULL;
+
+    cJSON_Delete(root);
+    if (text == NULL) {
+        coord_http__error(r, 503, MT_RESOURCE_EXHAUSTED, "out of memory building the reply");
+        return;
+    }
+    r->status = 200;
+    r->content_type = "application/json; charset=utf-8";
+    coord_buf_puts(&r->body, text);
+    coord_buf_add(&r->body, "\n", 1);
+    cJSON_free(text);
+}
+
+static void store_error(coord_http_reply *r, const mt_err *err)
+{
+    coord_http__error(r, coord_http__status_of(err->code), err->code, err->msg);
+}
+
+/* JSON number, or null when not finite (JSON has no NaN). */
+static cJSON *num(double v)
+{
+    return (v != v || v > 1.7976931348623157e308 || v < -1.7976931348623157e308)
+               ? cJSON_CreateNull()
+               : cJSON_CreateNumber(v);
+}
+
+static cJSON *worker_json(const mt_store_worker *w)
+{
+    cJSON *o = cJSON_CreateObject(), *devs;
+
+    cJSON_AddStringToObject(o, "worker_id", w->worker_id);
+    cJSON_AddStringToObject(o, "name", w->name);
+    cJSON_AddStringToObject(o, "state", w->state);
+    cJSON_AddStringToObject(o, "host", w->host);
+    cJSON_AddNumberToObject(o, "pid", w->pid);
+    cJSON_AddStringToObject(o, "data_address", w->data_address);
+    cJSON_AddStringToObject(o, "version", w->version);
+    cJSON_AddNumberToObject(o, "registered_at_ms", (double)w->registered_at_ms);
+    cJSON_AddNumberToObject(o, "last_heartbeat_ms", (double)w->last_heartbeat_ms);
+    devs = cJSON_AddArrayToObject(o, "devices"); /* same shape as `meshtrain workers --json` */
+    for (size_t d = 0; d < w->n_devices; d++) {
+        cJSON *dv = cJSON_CreateObject();
+        cJSON_AddStringToObject(dv, "kind", w->devices[d].kind);
+        cJSON_AddNumberToObject(dv, "index", w->devices[d].index);
+        cJSON_AddNumberToObject(dv, "cores", w->devices[d].cores);
+        cJSON_AddNumberToObject(dv, "memory_bytes", (double)w->devices[d].memory_bytes);
+        cJSON_AddStringToObject(dv, "health", w->devices[d].health);
+        cJSON_AddItemToArray(devs, dv);
+    }
+    return o;
+}
+
+static cJSON *job_json(const mt_store_job *j)
+{
+    cJSON *o = cJSON_CreateObject();
+
+    cJSON_AddStringToObject(o, "job_id", j->job_id);
+    cJSON_AddStringToObject(o, "name", j->name);
+    cJSON_AddStringToObject(o, "state", j->state);
+    cJSON_AddNumberToObject(o, "priority", j->priority);
+    cJSON_AddNumberToObject(o, "submitted_at_ms", (double)j->submitted_at_ms);
+    cJSON_AddNumberToObject(o, "updated_at_ms", (double)j->updated_at_ms);
+    cJSON_AddNumberToObject(o, "step", (double)j->step);
+    cJSON_AddNumberToObject(o, "total_steps", (double)j->total_steps);
+    if (j->total_steps > 0)
+        cJSON_AddNumberToObject(
+            o, "progress",
+            j->step >= j->total_steps ? 1.0 : (double)j->step / (double)j->total_steps);
+    else
+        cJSON_AddNullToObject(o, "progress");
+    cJSON_AddStringToObject(o, "reason", j->reason);
+    cJSON_AddStringToObject(o, "error", j->error);
+    cJSON_AddNumberToObject(o, "restarts", j->restarts);
+    return o;
+}
+
+static cJSON *metric_json(const mt_store_metric *m)
+{
+    cJSON *o = cJSON_CreateObject();
+
+    cJSON_AddNumberToObject(o, "step", (double)m->step);
+    cJSON_AddNumberToObject(o, "epoch", m->epoch);
+    cJSON_AddStringToObject(o, "name", m->name);
+    cJSON_AddItemToObject(o, "value", num(m->value));
+    cJSON_AddNumberToObject(o, "time_ms", (double)m->time_ms);
+    return o;
+}
+
+/* ------------------------------------------------------------ endpoints */
+
+static void api_workers(mt_store *s, const char *query, coord_http_reply *r)
+{
+    mt_store_worker *list = NULL;
+    size_t n = 0;
+    mt_err err = MT_ERR_INIT;
+    char state[32] = "";
+    int q = query_get(query, "state", state, sizeof(state));
+
+    if (q < 0 || (q > 0 && state[0] && strcmp(state, "alive") != 0 && strcmp(state, "lost") != 0)) {
+        bad_param(r, "state", state, "expected alive or lost");
+        return;
+    }
+    if (mt_store_worker_list(s, state, &list, &n, &err) != MT_OK) {
+        store_error(r, &err);
+        return;
+    }
+    cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "workers");
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(arr, worker_json(&list[i]));
+    mt_store_worker_list_free(list, n);
+    reply_json(r, root);
+}
+
+static void api_jobs(mt_store *s, const char *query, coord_http_reply *r)
+{
+    mt_store_job *list = NULL;
+    size_t n = 0;
+    mt_err err = MT_ERR_INIT;
+    char state[160] = "";
+
+    if (query_get(query, "state", state, sizeof(state)) < 0) {
+        bad_param(r, "state", "", "malformed or too long");
+        return;
+    }
+    if (mt_store_job_list(s, state, &list, &n, &err) != MT_OK) {
+        if (err.code == MT_INVALID_ARGUMENT)
+            bad_param(r, "state", state, err.msg);
+        else
+            store_error(r, &err);
+        return;
+    }
+    cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "jobs");
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(arr, job_json(&list[i]));
+    mt_store_job_list_free(list, n);
+    reply_json(r, root);
+}
+
+static void api_job(mt_store *s, const char *id, coord_http_reply *r)
+{
+    mt_store_job j;
+    mt_store_job_event *ev = NULL;
+    mt_store_placement *pl = NULL;
+    mt_store_metric *lm = NULL;
+    mt_store_checkpoint *ck = NULL;
+    size_t nev = 0, npl = 0, nlm = 0, nck = 0;
+    mt_err err = MT_ERR_INIT;
+
+    if (mt_store_job_get(s, id, &j, &err) != MT_OK) {
+        store_error(r, &err);
+        return;
+    }
+    if (mt_store_job_events(s, id, &ev, &nev, &err) != MT_OK ||
+        mt_store_job_placement(s, id, &pl, &npl, &err) != MT_OK ||
+        mt_store_metrics_latest(s, id, &lm, &nlm, &err) != MT_OK ||
+        mt_store_checkpoint_list(s, id, &ck, &nck, &err) != MT_OK) {
+        store_error(r, &err);
+        goto done;
+    }
+    cJSON *root = job_json(&j);
+    cJSON *spec = j.spec_json ? cJSON_Parse(j.spec_json) : NULL;
+    cJSON_AddItemToObject(root, "spec",
+                          spec ? spec : cJSON_CreateString(j.spec_json ? j.spec_json : ""));
+    cJSON *a = cJSON_AddArrayToObject(root, "events");
+    for (size_t i = 0; i < nev; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "time_ms", (double)ev[i].time_ms);
+        cJSON_AddStringToObject(o, "state", ev[i].state);
+        cJSON_AddStringToObject(o, "reason", ev[i].reason);
+        cJSON_AddNumberToObject(o, "step", (double)ev[i].step);
+        cJSON_AddItemToArray(a, o);
+    }
+    a = cJSON_AddArrayToObject(root, "placement");
+    for (size_t i = 0; i < npl; i++) {
+        cJSON *o = cJSON_CreateObject(), *co = cJSON_CreateArray();
+        cJSON_AddNumberToObject(o, "device", pl[i].device);
+        cJSON_AddStringToObject(o, "worker_id", pl[i].worker_id);
+        cJSON_AddNumberToObject(o, "local_index", pl[i].local_index);
+        for (uint32_t k = 0; k < pl[i].n_coords && k < MT_STORE_MAX_MESH_DIMS; k++)
+            cJSON_AddItemToArray(co, cJSON_CreateNumber(pl[i].coords[k]));
+        cJSON_AddItemToObject(o, "coords", co);
+        cJSON_AddItemToArray(a, o);
+    }
+    cJSON *lo = cJSON_AddObjectToObject(root, "latest_metrics");
+    for (size_t i = 0; i < nlm; i++)
+        cJSON_AddItemToObject(lo, lm[i].name, metric_json(&lm[i]));
+    a = cJSON_AddArrayToObject(root, "checkpoints");
+    for (size_t i = 0; i < nck; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "step", (double)ck[i].step);
+        cJSON_AddStringToObject(o, "location", ck[i].location);
+        cJSON_AddNumberToObject(o, "size_bytes", (double)ck[i].size_bytes);
+        cJSON_AddStringToObject(o, "checksum", ck[i].checksum);
+        cJSON_AddBoolToObject(o, "complete", ck[i].complete);
+        cJSON_AddNumberToObject(o, "time_ms", (double)ck[i].time_ms);
+        cJSON_AddItemToArray(a, o);
+    }
+    reply_json(r, root);
+done:
+    mt_store_job_fini(&j);
+    mt_store_job_events_free(ev);
+    mt_store_placement_free(pl);
+    mt_store_metrics_free(lm);
+    mt_store_checkpoints_free(ck);
+}
+
+/*
+ * Keep at most max_points points of each series (0 = all): an even stride that keeps the
+ * first and the last point; dropped points get idx 255. Returns the points kept.
+ */
+static size_t decimate(unsigned char *idx, size_t n, size_t max_points)
+{
+    size_t cnt[MAX_SERIES] = {0}, seen[MAX_SERIES] = {0}, kept = 0;
+
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] != 255)
+            cnt[idx[i]]++;
+    for (size_t i = 0; i < n; i++) {
+        unsigned k = idx[i];
+        if (k == 255)
+            continue;
+        if (max_points > 0 && cnt[k] > max_points) {
+            size_t stride = (cnt[k] + max_points - 2) / (max_points - 1); /* incl. the last */
+            size_t j = seen[k]++;
+            if (j % stride != 0 && j != cnt[k] - 1) {
+                idx[i] = 255;
+                continue;
+            }
+        }
+        kept++;
+    }
+    return kept;
+}
+
+/*
+ * The metric history as columns per name:
+ * {"job_id": ..., "since_step": N, "last_step": M|null, "count": n,
+ *  "series": {"loss": {"step": [...], "value": [...]}, ...}}
+ */
+static void api_metrics(mt_store *s, const char *id, const char *query, coord_http_reply *r)
+{
+    char since[32] = "", names_s[1024] = "", limit_s[32] = "", maxp_s[32] = "";
+    char *names[MAX_NAMES];
+    size_t n_names = 0, n = 0;
+    uint64_t since_step = 0, limit = 0, max_points = 0;
+    mt_store_metric *pts = NULL;
+    mt_store_job j;
+    mt_err err = MT_ERR_INIT;
+    int q;
+
+    if ((q = query_get(query, "since_step", since, sizeof(since))) < 0 ||
+        (q > 0 && parse_u64(since, (1ull << 63) - 1, &since_step) != 0)) {
+        bad_param(r, "since_step", since, "expected an integer step >= 0");
+        return;
+    }
+    if ((q = query_get(query, "limit", limit_s, sizeof(limit_s))) < 0 ||
+        (q > 0 && parse_u64(limit_s, 10000000, &limit) != 0)) {
+        bad_param(r, "limit", limit_s, "expected an integer in 0..10000000 (0 = no limit)");
+        return;
+    }
+    if ((q = query_get(query, "max_points", maxp_s, sizeof(maxp_s))) < 0 ||
+        (q > 0 &&
+         (parse_u64(maxp_s, 10000000, &max_points) != 0 || (max_points > 0 && max_points < 2)))) {
+        bad_param(r, "max_points", maxp_s, "expected 0 (all) or an integer in 2..10000000");
+        return;
+    }
+    if ((q = query_get(query, "names", names_s, sizeof(names_s))) < 0) {
+        bad_param(r, "names", "", "malformed or longer than 1023 bytes");
+        return;
+    }
+    for (char *p = names_s; q > 0 && *p;) {
+        char *comma = strchr(p, ',');
+        if (comma != NULL)
+            *comma = '\0';
+        if (*p == '\0' || strlen(p) >= sizeof(pts->name) || n_names == MAX_NAMES) {
+            bad_param(r, "names", p, "expected up to 32 comma-separated names of 1..63 bytes");
+            return;
+        }
+        names[n_names++] = p;
+        p = comma ? comma + 1 : p + strlen(p);
+    }
+    if (mt_store_job_get(s, id, &j, &err) != MT_OK) {
+        store_error(r, &err);
+        return;
+    }
+    mt_store_job_fini(&j);
+    if (mt_store_metrics_query(s, id, since_step, (const char *const *)names, n_names,
+                               (size_t)limit, &pts, &n, &err) != MT_OK) {
+        store_error(r, &err);
+        return;
+    }
+    /* distinct names in order of first appearance (points come by step, then name), and
+     * each point's name index, so the columns are written without comparing strings */
+    const char *seen[MAX_SERIES];
+    size_t n_seen = 0;
+    unsigned char *idx = n ? mt_malloc(n) : NULL;
+    if (n > 0 && idx == NULL) {
+        mt_store_metrics_free(pts);
+        coord_http__error(r, 503, MT_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t k = 0;
+        while (k < n_seen && strcmp(seen[k], pts[i].name) != 0)
+            k++;
+        if (k == n_seen && n_seen < MAX_SERIES)
+            seen[n_seen++] = pts[i].name;
+        idx[i] = (unsigned char)(k < MAX_SERIES ? k : 255); /* 255: beyond MAX_SERIES, dropped */
+    }
+    size_t n_out = decimate(idx, n, (size_t)max_points);
+    coord_buf *b = &r->body;
+    coord_buf_puts(b, "{\"job_id\":");
+    coord_buf_json_str(b, id);
+    coord_buf_puts(b, ",\"since_step\":");
+    coord_buf_u64(b, since_step);
+    coord_buf_puts(b, ",\"count\":");
+    coord_buf_u64(b, n_out);
+    coord_buf_puts(b, ",\"last_step\":");
+    if (n > 0)
+        coord_buf_u64(b, pts[n - 1].step);
+    else
+        coord_buf_puts(b, "null");
+    coord_buf_puts(b, ",\"series\":{");
+    for (size_t k = 0; k < n_seen; k++) {
+        int first = 1;
+        coord_buf_puts(b, k ? "," : "");
+        coord_buf_json_str(b, seen[k]);
+        coord_buf_puts(b, ":{\"step\":[");
+        for (size_t i = 0; i < n; i++) {
+            if (idx[i] != k)
+                continue;
+            if (!first)
+                coord_buf_add(b, ",", 1);
+            coord_buf_u64(b, pts[i].step);
+            first = 0;
+        }
+        coord_buf_puts(b, "],\"value\":[");
+        first = 1;
+        for (size_t i = 0; i < n; i++) {
+            if (idx[i] != k)
+                continue;
+            if (!first)
+                coord_buf_add(b, ",", 1);
+            coord_buf_json_num(b, pts[i].value);
+            first = 0;
+        }
+        coord_buf_puts(b, "]}");
+    }
+    mt_free(idx);
+    coord_buf_puts(b, "}}\n");
+    mt_store_metrics_free(pts);
+    r->status = 200;
+    r->content_type = "application/json; charset=utf-8";
+}
+
+/* Devices of every worker and the job (in a state that holds devices) placed on each. */
+static void api_mesh(mt_store *s, coord_http_reply *r)
+{
+    mt_store_worker *ws = NULL;
+    mt_store_job *jobs = NULL;
+    size_t nw = 0, nj = 0, busy = 0, free_n = 0, total = 0;
+    mt_err err = MT_ERR_INIT;
+
+    if (mt_store_worker_list(s, NULL, &ws, &nw, &err) != MT_OK) {
+        store_error(r, &err);
+        return;
+    }
+    if (mt_store_job_list(s, "SCHEDULED,RUNNING,STALLED,RESTARTING", &jobs, &nj, &err) != MT_OK) {
+        mt_store_worker_list_free(ws, nw);
+        store_error(r, &err);
+        return;
+    }
+    cJSON *root = cJSON_CreateObject(), *wa = cJSON_AddArrayToObject(root, "workers");
+    cJSON **devs = NULL;
+    size_t nd = 0;
+    for (size_t i = 0; i < nw; i++)
+        nd += ws[i].n_devices;
+    devs = nd ? mt_calloc(nd, sizeof(*devs)) : NULL;
+    for (size_t i = 0, d = 0; i < nw; i++) {
+        cJSON *w = cJSON_CreateObject(), *da = cJSON_CreateArray();
+        cJSON_AddStringToObject(w, "worker_id", ws[i].worker_id);
+        cJSON_AddStringToObject(w, "name", ws[i].name);
+        cJSON_AddStringToObject(w, "state", ws[i].state);
+        for (size_t k = 0; k < ws[i].n_devices; k++, d++) {
+            cJSON *dv = cJSON_CreateObject();
+            cJSON_AddStringToObject(dv, "kind", ws[i].devices[k].kind);
+            cJSON_AddNumberToObject(dv, "index", ws[i].devices[k].index);
+            cJSON_AddStringToObject(dv, "health", ws[i].devices[k].health);
+            cJSON_AddNullToObject(dv, "job_id");
+            cJSON_AddItemToArray(da, dv);
+            if (devs != NULL)
+                devs[d] = dv;
+        }
+        cJSON_AddItemToObject(w, "devices", da);
+        cJSON_AddItemToArray(wa, w);
+    }
+    cJSON *ja = cJSON_AddArrayToObject(root, "jobs");
+    for (size_t j = 0; j < nj; j++) {
+        mt_store_placement *pl = NULL;
+        size_t np = 0;
+        if (mt_store_job_placement(s, jobs[j].job_id, &pl, &np, &err) != MT_OK || np == 0) {
+            mt_store_placement_free(pl);
+            continue;
+        }
+        cJSON *jo = cJSON_CreateObject();
+        cJSON_AddStringToObject(jo, "job_id", jobs[j].job_id);
+        cJSON_AddStringToObject(jo, "state", jobs[j].state);
+        cJSON_AddNumberToObject(jo, "devices", (double)np);
+        cJSON_AddItemToArray(ja, jo);
+        for (size_t p = 0; p < np && devs != NULL; p++) {
+            for (size_t i = 0, d = 0; i < nw; i++) {
+                for (size_t k = 0; k < ws[i].n_devices; k++, d++) {
+                    if (strcmp(ws[i].worker_id, pl[p].worker_id) != 0 ||
+                        ws[i].devices[k].index != pl[p].local_index)
+                        continue;
+                    cJSON *co = cJSON_CreateArray();
+                    for (uint32_t c = 0; c < pl[p].n_coords && c < MT_STORE_MAX_MESH_DIMS; c++)
+                        cJSON_AddItemToArray(co, cJSON_CreateNumber(pl[p].coords[c]));
+                    cJSON_ReplaceItemInObject(devs[d], "job_id",
+                                              cJSON_CreateString(jobs[j].job_id));
+                    cJSON_AddNumberToObject(devs[d], "job_device", pl[p].device);
+                    cJSON_AddItemToObject(devs[d], "coords", co);
+                }
+            }
+        }
+        mt_store_placement_free(pl);
+    }
+    for (size_t i = 0, d = 0; i < nw; i++) {
+        for (size_t k = 0; k < ws[i].n_devices; k++, d++) {
+            int held = devs != NULL && !cJSON_IsNull(cJSON_GetObjectItem(devs[d], "job_id"));
+            total++;
+            if (held)
+                busy++;
+            else if (strcmp(ws[i].state, "alive") == 0 &&
+                     strcmp(ws[i].devices[k].health, "ok") == 0)
+                free_n++;
+        }
+    }
+    cJSON_AddNumberToObject(root, "devices_total", (double)total);
+    cJSON_AddNumberToObject(root, "devices_busy", (double)busy);
+    cJSON_AddNumberToObject(root, "devices_free", (double)free_n);
+    mt_free(devs);
+    mt_store_worker_list_free(ws, nw);
+    mt_store_job_list_free(jobs, nj);
+    reply_json(r, root);
+}
+
+void coord_http__api(coord_http_ctx *ctx, const char *path, const char *query, coord_http_reply *r)
+{
+    mt_err err = MT_ERR_INIT;
+    const char *rest = path + strlen("/api/v1");
+    char id[64];
+    mt_store *s;
+
+    if (query == NULL)
+        query = "";
+    s = coord_http__store_lock(ctx, &err);
+    if (s == NULL) {
+        store_error(r, &err);
+        return;
+    }
+    if (strcmp(rest, "/workers") == 0) {
+        api_workers(s, query, r);
+    } else if (strcmp(rest, "/jobs") == 0) {
+        api_jobs(s, query, r);
+    } else if (strcmp(rest, "/mesh") == 0) {
+        api_mesh(s, r);
+    } else if (strncmp(rest, "/jobs/", 6) == 0) {
+        const char *p = rest + 6, *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        if (len == 0 || len >= sizeof(id)) {
+            coord_http__error(r, 404, MT_NOT_FOUND, "no such job");
+        } else {
+            memcpy(id, p, len);
+            id[len] = '\0';
+            if (slash == NULL)
+                api_job(s, id, r);
+            else if (strcmp(slash, "/metrics") == 0)
+                api_metrics(s, id, query, r);
+            else
+                coord_http__error(r, 404, MT_NOT_FOUND, "no such resource");
+        }
+    } else {
+        char msg[600];
+        snprintf(msg, sizeof(msg), "no such resource: %s", path);
+        coord_http__error(r, 404, MT_NOT_FOUND, msg);
+    }
+    pthread_mutex_unlock(&ctx->mu);
+}

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * http_int.h — private glue of the coordinator's HTTP status endpoint: the
+ * growable text buffer the handlers build bodies in, the request context the
+ * router passes to each endpoint, and the endpoint functions of http_api.c
+ * (JSON API) and http_prom.c (Prometheus).
+ *
+ * Threading: endpoint functions run on nng's HTTP threads. They read the
+ * database only through the read-only store in the context, holding its mutex
+ * (coord_http_ctx.mu) for the whole read; they never touch the loop's state.
+ * Tests: tests/integration/test_http_api.sh, test_dashboard.sh.
+ */
+#ifndef MT_COORD_HTTP_INT_H
+#define MT_COORD_HTTP_INT_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coordinator/stats.h"
+#include "status/mt_status.h"
+#include "storage/mt_store.h"
+
+/* A growable NUL-terminated byte buffer. Zero-initialise; release with coord_buf_fini. */
+typedef struct coord_buf {
+    char *data;
+    size_t len, cap;
+    int oom; /* an append failed: the content is incomplete */
+} coord_buf;
+
+void coord_buf_fini(coord_buf *b);
+void coord_buf_add(coord_buf *b, const char *s, size_t n);
+void coord_buf_puts(coord_buf *b, const char *s);
+void coord_buf_printf(coord_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Append s as a JSON string literal (quotes and escapes). */
+void coord_buf_json_str(coord_buf *b, const char *s);
+/* Append a double as JSON with 9 significant digits (null for NaN and infinities). */
+void coord_buf_json_num(coord_buf *b, double v);
+/* Append an unsigned decimal integer. */
+void coord_buf_u64(coord_buf *b, uint64_t v);
+
+/* What every endpoint gets: the read-only store and the process stats. */
+typedef struct coord_http_ctx {
+    pthread_mutex_t mu; /* serialises every use of ro (nng runs handlers on several threads) */
+    mt_store *ro;       /* read-only connection, opened lazily under mu; NULL until then */
+    char db_path[1100];
+    const coord_stats *stats; /* borrowed from mt_coord; NULL = no process metrics */
+} coord_http_ctx;
+
+/* The result of an endpoint: HTTP status, content type and body (owned by the caller). */
+typedef struct coord_http_reply {
+    int status;
+    const char *content_type;
+    coord_buf body;
+} coord_http_reply;
+
+/* Locks ctx->mu and returns the read-only store (opening it on first use), or unlocks and
+ * returns NULL with err set. On success the caller unlocks ctx->mu when done. */
+mt_store *coord_http__store_lock(coord_http_ctx *ctx, mt_err *err);
+
+/* Fill r with a JSON error body {"error": {"code": NAME, "message": msg}} and HTTP status. */
+void coord_http__error(coord_http_reply *r, int status, mt_code code, const char *msg);
+
+/* HTTP status for an mt_code (NOT_FOUND 404, INVALID_ARGUMENT 400, UNAVAILABLE 503 ...). */
+int coord_http__status_of(mt_code code);
+
+/*
+ * http_api.c: serve GET path?query under /api/v1/ (path without the query; query may be NULL
+ * or "") into r. Always fills r (errors as JSON with 4xx/5xx).
+ */
+void coord_http__api(coord_http_ctx *ctx, const char *path, const char *query, coord_http_reply *r);
+
+/* http_prom.c: GET /metrics into r (text/plain; version=0.0.4). */
+void coord_http__prom(coord_http_ctx *ctx, coord_http_reply *r);
+
+#endif

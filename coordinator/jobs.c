@@ -1,0 +1,1085 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jobs.c — the coordinator's jobs: SubmitJob, GetJob, ListJobs, CancelJob, UpdateTask, the gang
+ * scheduler, task assignments and cancellations in heartbeat replies, and the job state machine
+ * driven by task reports and lost workers. Loop thread only (coord_int.h).
+ *
+ * SubmitJob validates on the thread pool (submit_validate) and stores on the loop; GetJob reads
+ * on the pool with a read-only connection (bulk.c). Everything else here runs on the loop.
+ *
+ * DESIGN. The store is the truth; the loop keeps a table of the active (non-final) jobs for the
+ * scheduler. Every state change goes through job_transition: one store transaction (job row +
+ * job-events row) BEFORE the in-memory change and before any reply, so what a client was told
+ * survives kill -9. Placement and the SCHEDULED transition are one transaction.
+ *
+ * Scheduling (coord_jobs_schedule, run after each drain of the call queue and on the sweep timer
+ * when something changed): QUEUED and RESTARTING jobs in priority then submission order; each
+ * needs every device of its mesh at once (gang), placed by mt_sched_place (core/sched/mt_sched.h)
+ * on the free, healthy devices of alive workers. The first job that does not fit now blocks the
+ * jobs behind it (strict order, no starvation of big jobs); a job that can never fit the registered
+ * devices does not block and says so in its reason ("needs 8 devices, 4 registered").
+ *
+ * Workers. A placed job has one task per worker it uses. The heartbeat reply repeats the task's
+ * assignment until the worker reports a status for that (job, attempt); workers ignore an
+ * assignment they already run. Reconciliation replaces explicit cancel messages: whenever a
+ * worker reports a running task the coordinator does not want (job final, restarted under a new
+ * attempt, or not placed there), the reply carries a cancellation for it. Job moves:
+ * SCHEDULED -> RUNNING when every task reported running; -> SUCCEEDED when all succeeded;
+ * -> FAILED when one failed (its error text is the job's error); a lost worker, or a worker
+ * that registers as a new process, moves its jobs to RESTARTING (FAILED once restart.max_restarts
+ * is used up), and the scheduler places them again with attempt + 1, resuming from the latest
+ * complete checkpoint.
+ *
+ * Coordinator restart: active jobs are reloaded with their placement. RUNNING/SCHEDULED jobs are
+ * RE-ATTACHED when their workers come back as the same processes (same instance id: a worker
+ * re-registers after the coordinator's instance changed and keeps running its tasks); a worker
+ * that does not come back within the heartbeat timeout, or comes back as a new process, sends
+ * its jobs to RESTARTING (re-queued).
+ */
+#include "coordinator/coord_int.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/mt_alloc.h"
+#include "clock/mt_clock.h"
+#include "log/mt_log.h"
+#include "mesh/mt_mesh.h"
+#include "sched/mt_sched.h"
+
+#define MAX_JOB_NAME 127
+
+static int is_placed_state(mt_jobstate s)
+{
+    return s == MT_JOBSTATE_SCHEDULED || s == MT_JOBSTATE_RUNNING || s == MT_JOBSTATE_STALLED;
+}
+
+coord_job *coord_job_find(mt_coord *c, const char *job_id)
+{
+    for (size_t i = 0; i < c->n_jobs; i++)
+        if (strcmp(c->jobs[i]->job_id, job_id) == 0)
+            return c->jobs[i];
+    return NULL;
+}
+
+static void job_release(coord_job *j)
+{
+    mt_free(j->place);
+    mt_free(j->tasks);
+    j->place = NULL;
+    j->tasks = NULL;
+    j->n_place = j->n_tasks = 0;
+}
+
+static void job_free(coord_job *j)
+{
+    if (j == NULL)
+        return;
+    job_release(j);
+    mt_free(j);
+}
+
+static mt_code job_add(mt_coord *c, coord_job *j)
+{
+    if (c->n_jobs == c->cap_jobs) {
+        size_t cap = c->cap_jobs ? c->cap_jobs * 2 : 16;
+        coord_job **nj = mt_realloc(c->jobs, cap * sizeof(*nj));
+        if (nj == NULL)
+            return MT_RESOURCE_EXHAUSTED;
+        c->jobs = nj;
+        c->cap_jobs = cap;
+    }
+    c->jobs[c->n_jobs++] = j;
+    return MT_OK;
+}
+
+static void job_remove(mt_coord *c, coord_job *j)
+{
+    for (size_t i = 0; i < c->n_jobs; i++) {
+        if (c->jobs[i] == j) {
+            memmove(&c->jobs[i], &c->jobs[i + 1], (c->n_jobs - i - 1) * sizeof(*c->jobs));
+            c->n_jobs--;
+            break;
+        }
+    }
+    job_free(j);
+}
+
+/*
+ * Move j to `to` (store first, then memory). A final state removes j from the table and frees it
+ * (the caller must not touch j afterwards) and publishes the end of the job's metrics stream.
+ */
+static mt_code job_transition(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason)
+{
+    mt_err err = MT_ERR_INIT;
+    mt_code rc;
+
+    /* points already accepted are stored (and published) before the job can end */
+    if (mt_jobstate_is_final(to))
+        coord_metrics_flush(c);
+    rc = mt_store_job_transition(c->store, j->job_id, mt_jobstate_name(j->state),
+                                 mt_jobstate_name(to), reason, mt_clock_wall_ms(), &err);
+
+    if (rc != MT_OK) {
+        mt_log_error("job %s: %s -> %s: %s", j->job_id, mt_jobstate_name(j->state),
+                     mt_jobstate_name(to), err.msg);
+        return rc;
+    }
+    mt_log_info("job %s: %s -> %s (%s)", j->job_id, mt_jobstate_name(j->state),
+                mt_jobstate_name(to), reason ? reason : "");
+    j->state = to;
+    snprintf(j->reason, sizeof(j->reason), "%s", reason ? reason : "");
+    if (to == MT_JOBSTATE_RESTARTING)
+        j->restarts++;
+    if (!is_placed_state(to))
+        job_release(j);
+    c->sched_dirty = 1;
+    if (mt_jobstate_is_final(to)) {
+        coord_metrics_publish(c, j->job_id, NULL, 0, mt_jobstate_name(to),
+                              to == MT_JOBSTATE_FAILED ? reason : "");
+        job_remove(c, j);
+    }
+    return MT_OK;
+}
+
+static void job_set_reason(mt_coord *c, coord_job *j, const char *reason)
+{
+    mt_err err = MT_ERR_INIT;
+
+    if (strcmp(j->reason, reason) == 0)
+        return;
+    if (mt_store_job_set_reason(c->store, j->job_id, reason, mt_clock_wall_ms(), &err) != MT_OK) {
+        mt_log_error("job %s: set reason: %s", j->job_id, err.msg);
+        return;
+    }
+    snprintf(j->reason, sizeof(j->reason), "%s", reason);
+}
+
+mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step)
+{
+    mt_err err = MT_ERR_INIT;
+    mt_code rc;
+
+    if (step <= j->step)
+        return MT_OK;
+    rc = mt_store_job_set_step(c->store, j->job_id, step, mt_clock_wall_ms(), &err);
+    if (rc != MT_OK)
+        mt_log_error("job %s: set step: %s", j->job_id, err.msg);
+    else
+        j->step = step;
+    return rc;
+}
+
+/* A worker's tasks died with it (lost, or replaced by a new process). */
+static void job_lose_worker(mt_coord *c, coord_job *j, const char *worker_id, const char *why)
+{
+    char reason[256];
+
+    if (j->restarts >= j->sum.max_restarts) {
+        snprintf(reason, sizeof(reason), "worker %s %s; restart limit of %u reached", worker_id,
+                 why, j->sum.max_restarts);
+        job_transition(c, j, MT_JOBSTATE_FAILED, reason);
+        return;
+    }
+    snprintf(reason, sizeof(reason), "worker %s %s", worker_id, why);
+    job_transition(c, j, MT_JOBSTATE_RESTARTING, reason);
+}
+
+static coord_task *job_task(coord_job *j, const char *worker_id)
+{
+    for (size_t i = 0; i < j->n_tasks; i++)
+        if (strcmp(j->tasks[i].worker_id, worker_id) == 0)
+            return &j->tasks[i];
+    return NULL;
+}
+
+/* Tasks = the distinct workers of the placement, in rank order of first appearance. */
+static mt_code job_build_tasks(coord_job *j, const char *init_state)
+{
+    j->tasks = mt_calloc(j->n_place ? j->n_place : 1, sizeof(*j->tasks));
+    if (j->tasks == NULL)
+        return MT_RESOURCE_EXHAUSTED;
+    j->n_tasks = 0;
+    for (size_t r = 0; r < j->n_place; r++) {
+        if (job_task(j, j->place[r].worker_id) != NULL)
+            continue;
+        coord_task *t = &j->tasks[j->n_tasks++];
+        snprintf(t->worker_id, sizeof(t->worker_id), "%s", j->place[r].worker_id);
+        snprintf(t->state, sizeof(t->state), "%s", init_state);
+    }
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------------ load */
+
+static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
+{
+    mt_store_job full;
+    coord_job *j;
+    mt_err verr = MT_ERR_INIT;
+    mt_code rc;
+
+    memset(&full, 0, sizeof(full));
+    if ((rc = mt_store_job_get(c->store, rec->job_id, &full, err)) != MT_OK)
+        return rc;
+    j = mt_calloc(1, sizeof(*j));
+    if (j == NULL) {
+        mt_store_job_fini(&full);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "load jobs: out of memory");
+    }
+    snprintf(j->job_id, sizeof(j->job_id), "%s", rec->job_id);
+    mt_jobstate_parse(rec->state, &j->state, NULL);
+    j->priority = rec->priority;
+    j->seq = strtoull(rec->job_id + 4, NULL, 10);
+    j->restarts = rec->restarts;
+    j->step = rec->step;
+    snprintf(j->reason, sizeof(j->reason), "%s", rec->reason);
+    rc = mt_jobspec_validate(full.spec_json, strlen(full.spec_json), &j->sum, &verr);
+    mt_store_job_fini(&full);
+    if ((rc = job_add(c, j)) != MT_OK) {
+        job_free(j);
+        return mt_err_set(err, rc, "load jobs: out of memory");
+    }
+    if (verr.code != MT_OK) {
+        /* the spec was valid at submit; its data files may have moved since */
+        char reason[300];
+        snprintf(reason, sizeof(reason), "spec invalid after coordinator restart: %s", verr.msg);
+        job_transition(c, j, MT_JOBSTATE_FAILED, reason);
+        return MT_OK;
+    }
+    if (is_placed_state(j->state)) {
+        rc = mt_store_job_placement(c->store, j->job_id, &j->place, &j->n_place, err);
+        if (rc != MT_OK)
+            return rc;
+        j->attempt = j->restarts + 1;
+        /* RUNNING tasks are re-attached; SCHEDULED ones get their assignment again */
+        if (job_build_tasks(j, j->state == MT_JOBSTATE_SCHEDULED ? "" : "running") != MT_OK)
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "load jobs: out of memory");
+    }
+    return MT_OK;
+}
+
+mt_code coord_jobs_load(mt_coord *c, mt_err *err)
+{
+    mt_store_job *list = NULL;
+    size_t n = 0;
+    mt_code rc =
+        mt_store_job_list(c->store, "QUEUED,SCHEDULED,RUNNING,RESTARTING,STALLED", &list, &n, err);
+
+    if (rc != MT_OK)
+        return rc;
+    for (size_t i = 0; i < n && rc == MT_OK; i++)
+        rc = load_one(c, &list[i], err);
+    mt_store_job_list_free(list, n);
+    if (rc != MT_OK)
+        return rc;
+    /* placed on a worker the store already knows as lost: fail over now */
+    for (size_t i = 0; i < c->n_jobs;) {
+        coord_job *j = c->jobs[i];
+        const char *gone = NULL;
+        for (size_t t = 0; t < j->n_tasks && gone == NULL; t++) {
+            coord_worker *w = coord_worker_find(c, j->tasks[t].worker_id);
+            if (w == NULL || strcmp(w->rec.state, "alive") != 0)
+                gone = j->tasks[t].worker_id;
+        }
+        if (gone != NULL) {
+            char id[64];
+            snprintf(id, sizeof(id), "%s", gone);
+            size_t before = c->n_jobs;
+            job_lose_worker(c, j, id, "was lost while the coordinator was down");
+            if (c->n_jobs < before)
+                continue; /* j was removed (FAILED) */
+        }
+        i++;
+    }
+    c->sched_dirty = 1;
+    mt_log_info("%zu active jobs reloaded", c->n_jobs);
+    return MT_OK;
+}
+
+void coord_jobs_free(mt_coord *c)
+{
+    for (size_t i = 0; i < c->n_jobs; i++)
+        job_free(c->jobs[i]);
+    mt_free(c->jobs);
+    c->jobs = NULL;
+    c->n_jobs = c->cap_jobs = 0;
+}
+
+/* ------------------------------------------------------------------ scheduling */
+
+typedef struct free_map {
+    mt_sched_worker *pw; /* per alive worker */
+    uint32_t **free;     /* owned arrays behind pw[i].free */
+    size_t *widx;        /* index into c->workers */
+    size_t n;
+    size_t registered; /* healthy devices of alive workers */
+} free_map;
+
+static void free_map_fini(free_map *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        mt_free(m->free[i]);
+    mt_free(m->free);
+    mt_free(m->pw);
+    mt_free(m->widx);
+    memset(m, 0, sizeof(*m));
+}
+
+static int device_busy(mt_coord *c, const char *worker_id, uint32_t local)
+{
+    for (size_t i = 0; i < c->n_jobs; i++) {
+        const coord_job *j = c->jobs[i];
+        if (!is_placed_state(j->state))
+            continue;
+        for (size_t r = 0; r < j->n_place; r++)
+            if (j->place[r].local_index == local && strcmp(j->place[r].worker_id, worker_id) == 0)
+                return 1;
+    }
+    return 0;
+}
+
+static mt_code free_map_build(mt_coord *c, free_map *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->pw = mt_calloc(c->n_workers + 1, sizeof(*m->pw));
+    m->free = mt_calloc(c->n_workers + 1, sizeof(*m->free));
+    m->widx = mt_calloc(c->n_workers + 1, sizeof(*m->widx));
+    if (m->pw == NULL || m->free == NULL || m->widx == NULL)
+        goto oom;
+    for (size_t i = 0; i < c->n_workers; i++) {
+        const mt_store_worker *w = &c->workers[i].rec;
+        uint32_t *f;
+        size_t k = 0;
+        if (strcmp(w->state, "alive") != 0)
+            continue;
+        f = mt_calloc(w->n_devices + 1, sizeof(*f));
+        if (f == NULL)
+            goto oom;
+        for (size_t d = 0; d < w->n_devices; d++) {
+            if (strcmp(w->devices[d].health, "ok") != 0)
+                continue;
+            m->registered++;
+            if (!device_busy(c, w->worker_id, w->devices[d].index))
+                f[k++] = w->devices[d].index;
+        }
+        m->free[m->n] = f;
+        m->pw[m->n].free = f;
+        m->pw[m->n].n_free = k;
+        m->widx[m->n] = i;
+        m->n++;
+    }
+    return MT_OK;
+oom:
+    free_map_fini(m);
+    return MT_RESOURCE_EXHAUSTED;
+}
+
+static int by_priority(const void *a, const void *b)
+{
+    const coord_job *x = *(coord_job *const *)a, *y = *(coord_job *const *)b;
+
+    if (x->priority != y->priority)
+        return x->priority > y->priority ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Place j on slots: placement + SCHEDULED in one transaction. */
+static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_sched_slot *slot)
+{
+    mt_store_placement *p = mt_calloc((size_t)j->sum.n_devices, sizeof(*p));
+    mt_store_checkpoint ck;
+    mt_err err = MT_ERR_INIT;
+    char reason[256];
+    mt_code rc;
+    size_t nworkers = 0;
+
+    if (p == NULL)
+        return MT_RESOURCE_EXHAUSTED;
+    for (int r = 0; r < j->sum.n_devices; r++) {
+        const mt_store_worker *w = &c->workers[m->widx[slot[r].worker]].rec;
+        int rem = r;
+        p[r].device = (uint32_t)r;
+        snprintf(p[r].worker_id, sizeof(p[r].worker_id), "%s", w->worker_id);
+        p[r].local_index = slot[r].local_index;
+        p[r].n_coords = (uint32_t)j->sum.mesh_ndims;
+        for (int d = j->sum.mesh_ndims - 1; d >= 0; d--) {
+            p[r].coords[d] = (uint32_t)(rem % j->sum.mesh_sizes[d]);
+            rem /= j->sum.mesh_sizes[d];
+        }
+    }
+    j->resume_step = 0;
+    if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK)
+        j->resume_step = ck.step;
+    j->place = p;
+    j->n_place = (size_t)j->sum.n_devices;
+    if ((rc = job_build_tasks(j, "")) != MT_OK)
+        goto fail;
+    nworkers = j->n_tasks;
+    snprintf(reason, sizeof(reason), "placed on %zu worker%s (attempt %u%s)", nworkers,
+             nworkers == 1 ? "" : "s", j->restarts + 1,
+             j->resume_step ? ", resuming from a checkpoint" : "");
+    if ((rc = mt_store_tx_begin(c->store, &err)) != MT_OK)
+        goto fail;
+    rc = mt_store_job_set_placement(c->store, j->job_id, p, j->n_place, &err);
+    if (rc == MT_OK)
+        rc = mt_store_job_transition(c->store, j->job_id, mt_jobstate_name(j->state), "SCHEDULED",
+                                     reason, mt_clock_wall_ms(), &err);
+    if (rc == MT_OK)
+        rc = mt_store_tx_commit(c->store, &err);
+    else
+        mt_store_tx_rollback(c->store, NULL);
+    if (rc != MT_OK)
+        goto fail;
+    mt_log_info("job %s: %s -> SCHEDULED (%s)", j->job_id, mt_jobstate_name(j->state), reason);
+    j->state = MT_JOBSTATE_SCHEDULED;
+    j->attempt = j->restarts + 1;
+    snprintf(j->reason, sizeof(j->reason), "%s", reason);
+    return MT_OK;
+fail:
+    mt_log_error("job %s: start: %s", j->job_id, err.msg);
+    job_release(j);
+    return rc;
+}
+
+void coord_jobs_schedule(mt_coord *c)
+{
+    coord_job **order;
+    free_map m;
+    size_t n = 0;
+    const char *blocker = NULL;
+
+    if (!c->sched_dirty)
+        return;
+    c->sched_dirty = 0;
+    order = mt_calloc(c->n_jobs + 1, sizeof(*order));
+    if (order == NULL || free_map_build(c, &m) != MT_OK) {
+        mt_free(order);
+        c->sched_dirty = 1;
+        return;
+    }
+    for (size_t i = 0; i < c->n_jobs; i++)
+        if (c->jobs[i]->state == MT_JOBSTATE_QUEUED || c->jobs[i]->state == MT_JOBSTATE_RESTARTING)
+            order[n++] = c->jobs[i];
+    qsort(order, n, sizeof(*order), by_priority);
+    for (size_t i = 0; i < n; i++) {
+        coord_job *j = order[i];
+        size_t need = (size_t)j->sum.n_devices, free_now = 0;
+        char reason[256];
+        mt_sched_slot *slot;
+        mt_code rc;
+
+        if (need > m.registered) {
+            snprintf(reason, sizeof(reason), "needs %zu devices, %zu registered", need,
+                     m.registered);
+            job_set_reason(c, j, reason);
+            continue;
+        }
+        for (size_t w = 0; w < m.n; w++)
+            free_now += m.pw[w].n_free;
+        if (blocker != NULL) {
+            snprintf(reason, sizeof(reason), "waiting behind %s (priority, then submission order)",
+                     blocker);
+            job_set_reason(c, j, reason);
+            continue;
+        }
+        slot = mt_calloc(need, sizeof(*slot));
+        if (slot == NULL)
+            break;
+        rc = mt_sched_place(
+            m.pw, m.n, need,
+            (size_t)j->sum.mesh_sizes[j->sum.mesh_ndims > 0 ? j->sum.mesh_ndims - 1 : 0], slot);
+        if (rc == MT_OK && job_start(c, j, &m, slot) == MT_OK) {
+            free_map_fini(&m);
+            if (free_map_build(c, &m) != MT_OK) {
+                mt_free(slot);
+                c->sched_dirty = 1;
+                mt_free(order);
+                return;
+            }
+        } else {
+            snprintf(reason, sizeof(reason), "waiting for %zu free devices (%zu free of %zu)", need,
+                     free_now, m.registered);
+            job_set_reason(c, j, reason);
+            blocker = j->job_id;
+        }
+        mt_free(slot);
+    }
+    free_map_fini(&m);
+    mt_free(order);
+}
+
+/* ------------------------------------------------------------------ worker events */
+
+void coord_jobs_worker_lost(mt_coord *c, const char *worker_id, const char *why)
+{
+    for (size_t i = 0; i < c->n_jobs;) {
+        coord_job *j = c->jobs[i];
+        size_t before = c->n_jobs;
+        if (is_placed_state(j->state) && job_task(j, worker_id) != NULL) {
+            job_lose_worker(c, j, worker_id, why);
+            if (c->n_jobs < before)
+                continue;
+        }
+        i++;
+    }
+    c->sched_dirty = 1;
+}
+
+void coord_jobs_worker_registered(mt_coord *c, const char *worker_id, int new_instance)
+{
+    if (new_instance)
+        coord_jobs_worker_lost(c, worker_id, "restarted (its tasks are gone)");
+    c->sched_dirty = 1;
+}
+
+/* ------------------------------------------------------------------ task reports */
+
+/*
+ * Apply one task status from worker_id. Returns 1 when the worker should stop that task (not
+ * wanted: unknown job, final job, another attempt, not placed there).
+ */
+static int apply_task(mt_coord *c, const char *worker_id, const Meshtrain__TaskStatus *t)
+{
+    coord_job *j = coord_job_find(c, t->job_id);
+    coord_task *task;
+    char reason[300];
+    int running = strcmp(t->state, "running") == 0;
+    size_t n_state = 0;
+
+    if (j == NULL || !is_placed_state(j->state) || t->attempt != j->attempt ||
+        (task = job_task(j, worker_id)) == NULL)
+        return running;
+    if (strcmp(task->state, t->state) == 0 && t->step <= task->step)
+        return 0; /* nothing new */
+    if (t->step > task->step)
+        task->step = t->step;
+    if (t->step > j->step)
+        coord_job_set_step(c, j, t->step);
+    if (strcmp(t->state, "failed") == 0 || strcmp(t->state, "cancelled") == 0) {
+        snprintf(reason, sizeof(reason), "worker %s: %s", worker_id,
+                 t->error[0] ? t->error
+                             : (strcmp(t->state, "cancelled") == 0 ? "task cancelled by the worker"
+                                                                   : "task failed"));
+        job_transition(c, j, MT_JOBSTATE_FAILED, reason);
+        return 0;
+    }
+    if (!running && strcmp(t->state, "succeeded") != 0)
+        return 0; /* unknown state word: ignore */
+    snprintf(task->state, sizeof(task->state), "%s", t->state);
+    for (size_t i = 0; i < j->n_tasks; i++)
+        n_state += strcmp(j->tasks[i].state, "") != 0;
+    if (j->state == MT_JOBSTATE_SCHEDULED && n_state == j->n_tasks) {
+        snprintf(reason, sizeof(reason), "all %zu tasks started (attempt %u)", j->n_tasks,
+                 j->attempt);
+        if (job_transition(c, j, MT_JOBSTATE_RUNNING, reason) != MT_OK)
+            return 0;
+    }
+    n_state = 0;
+    for (size_t i = 0; i < j->n_tasks; i++)
+        n_state += strcmp(j->tasks[i].state, "succeeded") == 0;
+    if (n_state == j->n_tasks && j->state == MT_JOBSTATE_RUNNING)
+        job_transition(c, j, MT_JOBSTATE_SUCCEEDED, "all tasks succeeded");
+    return 0;
+}
+
+/* Build the assignment of j for worker_id (allocations freed by free_assignment). */
+static Meshtrain__TaskAssignment *build_assignment(mt_coord *c, coord_job *j, const char *worker_id)
+{
+    Meshtrain__TaskAssignment *a = mt_calloc(1, sizeof(*a));
+    mt_store_job rec;
+    size_t nd = 0;
+
+    if (a == NULL)
+        return NULL;
+    meshtrain__task_assignment__init(a);
+    memset(&rec, 0, sizeof(rec));
+    if (mt_store_job_get(c->store, j->job_id, &rec, NULL) != MT_OK) {
+        mt_free(a);
+        return NULL;
+    }
+    a->job_id = j->job_id;
+    a->attempt = j->attempt;
+    a->spec_json = rec.spec_json; /* owned by a now */
+    a->resume_step = j->resume_step;
+    a->n_mesh = (size_t)j->sum.mesh_ndims;
+    a->mesh = mt_calloc(a->n_mesh + 1, sizeof(*a->mesh));
+    a->ranks = mt_calloc(j->n_place + 1, sizeof(*a->ranks));
+    a->devices = mt_calloc(j->n_place + 1, sizeof(*a->devices));
+    if (a->mesh == NULL || a->ranks == NULL || a->devices == NULL)
+        goto oom;
+    for (size_t d = 0; d < a->n_mesh; d++) {
+        Meshtrain__MeshDim *m = mt_calloc(1, sizeof(*m));
+        if (m == NULL)
+            goto oom;
+        meshtrain__mesh_dim__init(m);
+        m->name = j->sum.mesh_names[d];
+        m->size = (uint32_t)j->sum.mesh_sizes[d];
+        a->mesh[d] = m;
+    }
+    for (size_t r = 0; r < j->n_place; r++) {
+        const mt_store_placement *p = &j->place[r];
+        coord_worker *w = coord_worker_find(c, p->worker_id);
+        Meshtrain__RankAddress *ra = mt_calloc(1, sizeof(*ra));
+        if (ra == NULL)
+            goto oom;
+        meshtrain__rank_address__init(ra);
+        ra->rank = p->device;
+        ra->worker_id = (char *)p->worker_id;
+        ra->data_address = w != NULL ? w->rec.data_address : (char *)"";
+        ra->local_index = p->local_index;
+        a->ranks[a->n_ranks++] = ra;
+        if (strcmp(p->worker_id, worker_id) == 0) {
+            Meshtrain__TaskDevice *td = mt_calloc(1, sizeof(*td));
+            if (td == NULL)
+                goto oom;
+            meshtrain__task_device__init(td);
+            td->local_index = p->local_index;
+            td->rank = p->device;
+            td->coords = (uint32_t *)p->coords;
+            td->n_coords = p->n_coords;
+            a->devices[nd++] = td;
+            a->n_devices = nd;
+        }
+    }
+    return a;
+oom : {
+    Meshtrain__HeartbeatReply tmp = MESHTRAIN__HEARTBEAT_REPLY__INIT;
+    tmp.assignments = &a;
+    tmp.n_assignments = 1;
+    a = NULL;
+    coord_jobs_heartbeat_done(&tmp);
+}
+    return NULL;
+}
+
+void coord_jobs_heartbeat(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
+                          Meshtrain__HeartbeatReply *rep)
+{
+    size_t cap = r->n_tasks + 1;
+
+    rep->cancellations = mt_calloc(cap, sizeof(*rep->cancellations));
+    for (size_t i = 0; i < r->n_tasks; i++) {
+        const Meshtrain__TaskStatus *t = r->tasks[i];
+        if (apply_task(c, r->worker_id, t) && rep->cancellations != NULL) {
+            Meshtrain__TaskCancel *x = mt_calloc(1, sizeof(*x));
+            if (x == NULL)
+                continue;
+            meshtrain__task_cancel__init(x);
+            x->job_id = mt_calloc(1, strlen(t->job_id) + 1);
+            if (x->job_id == NULL) {
+                mt_free(x);
+                continue;
+            }
+            memcpy(x->job_id, t->job_id, strlen(t->job_id) + 1);
+            x->attempt = t->attempt;
+            x->reason = (char *)"the coordinator does not run this task any more";
+            rep->cancellations[rep->n_cancellations++] = x;
+        }
+    }
+    /* assignments this worker has not acknowledged yet */
+    for (size_t i = 0; i < c->n_jobs; i++) {
+        coord_job *j = c->jobs[i];
+        coord_task *t;
+        Meshtrain__TaskAssignment *a, **grown;
+        if (j->state != MT_JOBSTATE_SCHEDULED || (t = job_task(j, r->worker_id)) == NULL ||
+            t->state[0] != '\0')
+            continue;
+        a = build_assignment(c, j, r->worker_id);
+        if (a == NULL)
+            continue;
+        grown = mt_realloc(rep->assignments, (rep->n_assignments + 1) * sizeof(*grown));
+        if (grown == NULL) {
+            Meshtrain__HeartbeatReply tmp = MESHTRAIN__HEARTBEAT_REPLY__INIT;
+            tmp.assignments = &a;
+            tmp.n_assignments = 1;
+            coord_jobs_heartbeat_done(&tmp);
+            continue;
+        }
+        rep->assignments = grown;
+        rep->assignments[rep->n_assignments++] = a;
+    }
+}
+
+void coord_jobs_heartbeat_done(Meshtrain__HeartbeatReply *rep)
+{
+    for (size_t i = 0; i < rep->n_assignments; i++) {
+        Meshtrain__TaskAssignment *a = rep->assignments[i];
+        if (a == NULL)
+            continue;
+        for (size_t k = 0; a->mesh != NULL && k < a->n_mesh; k++)
+            mt_free(a->mesh[k]);
+        for (size_t k = 0; k < a->n_ranks; k++)
+            mt_free(a->ranks[k]);
+        for (size_t k = 0; k < a->n_devices; k++)
+            mt_free(a->devices[k]);
+        mt_free(a->mesh);
+        mt_free(a->ranks);
+        mt_free(a->devices);
+        mt_free(a->spec_json);
+        mt_free(a);
+    }
+    mt_free(rep->assignments);
+    for (size_t i = 0; i < rep->n_cancellations; i++) {
+        mt_free(rep->cancellations[i]->job_id);
+        mt_free(rep->cancellations[i]);
+    }
+    mt_free(rep->cancellations);
+    rep->assignments = NULL;
+    rep->cancellations = NULL;
+    rep->n_assignments = rep->n_cancellations = 0;
+}
+
+void coord_handle_update_task(mt_coord *c, mt_rpc_call *call)
+{
+    const Meshtrain__UpdateTaskRequest *r =
+        (const Meshtrain__UpdateTaskRequest *)mt_rpc_call_request(call);
+    Meshtrain__UpdateTaskReply rep = MESHTRAIN__UPDATE_TASK_REPLY__INIT;
+    coord_worker *w = coord_worker_find(c, r->worker_id);
+    coord_job *j;
+    char state[16] = "";
+
+    if (w == NULL || strcmp(w->rec.instance_id, r->instance_id) != 0) {
+        mt_rpc_call_reply(call, MT_FAILED_PRECONDITION, "unknown worker instance: register again",
+                          NULL);
+        return;
+    }
+    if (r->task == NULL || r->task->job_id[0] == '\0') {
+        mt_rpc_call_reply(call, MT_INVALID_ARGUMENT, "task: a job_id is required", NULL);
+        return;
+    }
+    if (apply_task(c, r->worker_id, r->task)) {
+        mt_rpc_call_reply(call, MT_FAILED_PRECONDITION,
+                          "the coordinator does not run this task any more: stop it", NULL);
+        return;
+    }
+    j = coord_job_find(c, r->task->job_id);
+    if (j != NULL) {
+        snprintf(state, sizeof(state), "%s", mt_jobstate_name(j->state));
+    } else {
+        mt_store_job rec;
+        if (mt_store_job_get(c->store, r->task->job_id, &rec, NULL) == MT_OK)
+            snprintf(state, sizeof(state), "%s", rec.state);
+        mt_store_job_fini(&rec);
+    }
+    rep.job_state = state;
+    mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+}
+
+/* ------------------------------------------------------------------ client calls */
+
+/* SubmitJob validates on the thread pool (it builds the model to check the layouts against
+ * real parameter shapes, which may take a while) and stores on the loop thread. */
+typedef struct submit_req {
+    uv_work_t work;
+    mt_coord *c;
+    mt_rpc_call *call;
+    coord_job *j;
+    mt_code rc;
+    mt_err err;
+} submit_req;
+
+static void submit_validate(uv_work_t *w)
+{
+    submit_req *q = w->data;
+    const Meshtrain__SubmitJobRequest *r =
+        (const Meshtrain__SubmitJobRequest *)mt_rpc_call_request(q->call);
+
+    q->rc = mt_jobspec_validate(r->spec_json, strlen(r->spec_json), &q->j->sum, &q->err);
+}
+
+/* Loop thread: store the validated job (QUEUED + its first event, one transaction), reply. */
+static void submit_store(uv_work_t *w, int status)
+{
+    submit_req *q = w->data;
+    mt_coord *c = q->c;
+    const Meshtrain__SubmitJobRequest *r =
+        (const Meshtrain__SubmitJobRequest *)mt_rpc_call_request(q->call);
+    Meshtrain__SubmitJobReply rep = MESHTRAIN__SUBMIT_JOB_REPLY__INIT;
+    coord_job *j = q->j;
+    mt_store_job rec;
+    mt_err err = MT_ERR_INIT;
+    mt_code rc;
+
+    if (status != 0 || q->rc != MT_OK) {
+        mt_rpc_call_reply(q->call, status != 0 ? MT_UNAVAILABLE : q->rc,
+                          status != 0 ? "coordinator shutting down" : q->err.msg, NULL);
+        goto out;
+    }
+    memset(&rec, 0, sizeof(rec));
+    snprintf(rec.name, sizeof(rec.name), "%s", r->name[0] ? r->name : j->sum.name);
+    rec.spec_json = r->spec_json;
+    rec.priority = r->priority;
+    rec.total_steps = j->sum.total_steps;
+    if ((rc = job_add(c, j)) != MT_OK) {
+        mt_rpc_call_reply(q->call, rc, "coordinator out of memory", NULL);
+        goto out;
+    }
+    rc = mt_store_job_insert(c->store, &rec, mt_clock_wall_ms(), &err);
+    if (rc != MT_OK) {
+        c->n_jobs--; /* j is the last entry: job_add just appended it */
+        mt_rpc_call_reply(q->call, rc, err.msg, NULL);
+        goto out;
+    }
+    snprintf(j->job_id, sizeof(j->job_id), "%s", rec.job_id);
+    j->state = MT_JOBSTATE_QUEUED;
+    j->priority = r->priority;
+    j->seq = strtoull(rec.job_id + 4, NULL, 10);
+    snprintf(j->reason, sizeof(j->reason), "submitted");
+    c->sched_dirty = 1;
+    mt_log_info("job %s submitted: %s, %d devices (%s), priority %d", j->job_id, rec.name,
+                j->sum.n_devices, j->sum.mesh_text, j->priority);
+    rep.job_id = j->job_id;
+    mt_rpc_call_reply(q->call, MT_OK, NULL, &rep.base);
+    j = NULL; /* the table owns it */
+out:
+    job_free(j);
+    mt_free(q);
+}
+
+void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call)
+{
+    const Meshtrain__SubmitJobRequest *r =
+        (const Meshtrain__SubmitJobRequest *)mt_rpc_call_request(call);
+    submit_req *q;
+
+    if (strlen(r->name) > MAX_JOB_NAME) {
+        mt_rpc_call_reply(call, MT_INVALID_ARGUMENT, "name: at most 127 bytes", NULL);
+        return;
+    }
+    q = mt_calloc(1, sizeof(*q));
+    if (q == NULL || (q->j = mt_calloc(1, sizeof(*q->j))) == NULL) {
+        mt_free(q);
+        mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
+        return;
+    }
+    q->c = c;
+    q->call = call;
+    q->work.data = q;
+    if (uv_queue_work(&c->loop, &q->work, submit_validate, submit_store) != 0) {
+        job_free(q->j);
+        mt_free(q);
+        mt_rpc_call_reply(call, MT_INTERNAL, "cannot queue the validation", NULL);
+    }
+}
+
+/* Fill s (strings borrowed from rec) from a store row and the active job, if any (c may be
+ * NULL off the loop thread: no active-job fields then). */
+static void fill_summary(mt_coord *c, Meshtrain__JobSummary *s, mt_store_job *rec)
+{
+    coord_job *j = c != NULL ? coord_job_find(c, rec->job_id) : NULL;
+
+    meshtrain__job_summary__init(s);
+    s->job_id = rec->job_id;
+    s->name = rec->name;
+    s->state = rec->state;
+    s->priority = rec->priority;
+    s->submitted_at_ms = rec->submitted_at_ms;
+    s->step = rec->step;
+    s->total_steps = rec->total_steps;
+    s->reason = rec->reason;
+    s->restarts = rec->restarts;
+    if (j != NULL) {
+        s->devices = (uint32_t)j->sum.n_devices;
+        s->mesh = j->sum.mesh_text;
+    }
+}
+
+/* Mesh text and device count straight from a spec (final jobs are not in the table). */
+static void spec_mesh(const char *spec_json, char *text, size_t cap, uint32_t *devices)
+{
+    cJSON *root = cJSON_Parse(spec_json);
+    mt_mesh *m = NULL;
+    const cJSON *mj = root ? cJSON_GetObjectItemCaseSensitive(root, "mesh") : NULL;
+
+    snprintf(text, cap, "batch=1");
+    *devices = 1;
+    if (mj != NULL && mt_mesh_from_json(mj, "mesh", NULL, 0, &m, NULL) == MT_OK) {
+        mt_mesh_format(m, text, cap);
+        *devices = (uint32_t)mt_mesh_num_devices(m);
+    }
+    mt_mesh_free(m);
+    cJSON_Delete(root);
+}
+
+static void get_job_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
+{
+    const Meshtrain__GetJobRequest *r = (const Meshtrain__GetJobRequest *)mt_rpc_call_request(call);
+    Meshtrain__GetJobReply rep = MESHTRAIN__GET_JOB_REPLY__INIT;
+    Meshtrain__JobSummary sum;
+    mt_store_job rec;
+    mt_store_job_event *ev = NULL;
+    mt_store_placement *pl = NULL;
+    mt_store_metric *mx = NULL;
+    mt_store_checkpoint *ck = NULL;
+    size_t nev = 0, npl = 0, nmx = 0, nck = 0;
+    Meshtrain__JobEvent *pev = NULL, **ppev = NULL;
+    Meshtrain__Placement *ppl = NULL, **pppl = NULL;
+    Meshtrain__MetricPoint *pmx = NULL, **ppmx = NULL;
+    Meshtrain__CheckpointInfo *pck = NULL, **ppck = NULL;
+    char mesh[256];
+    mt_err err = MT_ERR_INIT;
+    mt_code rc;
+
+    memset(&rec, 0, sizeof(rec));
+    rc = mt_store_job_get(ro, r->job_id, &rec, &err);
+    if (rc == MT_OK)
+        rc = mt_store_job_events(ro, r->job_id, &ev, &nev, &err);
+    if (rc == MT_OK)
+        rc = mt_store_job_placement(ro, r->job_id, &pl, &npl, &err);
+    if (rc == MT_OK)
+        rc = mt_store_metrics_latest(ro, r->job_id, &mx, &nmx, &err);
+    if (rc == MT_OK)
+        rc = mt_store_checkpoint_list(ro, r->job_id, &ck, &nck, &err);
+    if (rc != MT_OK) {
+        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        goto out;
+    }
+    pev = mt_calloc(nev + 1, sizeof(*pev));
+    ppev = mt_calloc(nev + 1, sizeof(*ppev));
+    ppl = mt_calloc(npl + 1, sizeof(*ppl));
+    pppl = mt_calloc(npl + 1, sizeof(*pppl));
+    pmx = mt_calloc(nmx + 1, sizeof(*pmx));
+    ppmx = mt_calloc(nmx + 1, sizeof(*ppmx));
+    pck = mt_calloc(nck + 1, sizeof(*pck));
+    ppck = mt_calloc(nck + 1, sizeof(*ppck));
+    if (!pev || !ppev || !ppl || !pppl || !pmx || !ppmx || !pck || !ppck) {
+        mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
+        goto out;
+    }
+    fill_summary(NULL, &sum, &rec);
+    spec_mesh(rec.spec_json, mesh, sizeof(mesh), &sum.devices);
+    sum.mesh = mesh;
+    for (size_t i = 0; i < nev; i++) {
+        meshtrain__job_event__init(&pev[i]);
+        pev[i].time_ms = ev[i].time_ms;
+        pev[i].state = ev[i].state;
+        pev[i].reason = ev[i].reason;
+        ppev[i] = &pev[i];
+    }
+    for (size_t i = 0; i < npl; i++) {
+        meshtrain__placement__init(&ppl[i]);
+        ppl[i].device = pl[i].device;
+        ppl[i].worker_id = pl[i].worker_id;
+        ppl[i].local_index = pl[i].local_index;
+        ppl[i].coords = pl[i].coords;
+        ppl[i].n_coords = pl[i].n_coords;
+        pppl[i] = &ppl[i];
+    }
+    for (size_t i = 0; i < nmx; i++) {
+        meshtrain__metric_point__init(&pmx[i]);
+        pmx[i].step = mx[i].step;
+        pmx[i].epoch = mx[i].epoch;
+        pmx[i].name = mx[i].name;
+        pmx[i].value = mx[i].value;
+        pmx[i].time_ms = mx[i].time_ms;
+        ppmx[i] = &pmx[i];
+    }
+    for (size_t i = 0; i < nck; i++) {
+        meshtrain__checkpoint_info__init(&pck[i]);
+        pck[i].step = ck[i].step;
+        pck[i].location = ck[i].location;
+        pck[i].size_bytes = ck[i].size_bytes;
+        pck[i].checksum = ck[i].checksum;
+        pck[i].complete = ck[i].complete;
+        pck[i].time_ms = ck[i].time_ms;
+        ppck[i] = &pck[i];
+    }
+    rep.job = &sum;
+    rep.spec_json = rec.spec_json;
+    rep.events = ppev;
+    rep.n_events = nev;
+    rep.placement = pppl;
+    rep.n_placement = npl;
+    rep.latest_metrics = ppmx;
+    rep.n_latest_metrics = nmx;
+    rep.checkpoints = ppck;
+    rep.n_checkpoints = nck;
+    rep.error = rec.error;
+    rep.metrics_address = (char *)c->metrics_url;
+    mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+out:
+    mt_free(pev);
+    mt_free(ppev);
+    mt_free(ppl);
+    mt_free(pppl);
+    mt_free(pmx);
+    mt_free(ppmx);
+    mt_free(pck);
+    mt_free(ppck);
+    mt_store_job_events_free(ev);
+    mt_store_placement_free(pl);
+    mt_store_metrics_free(mx);
+    mt_store_checkpoints_free(ck);
+    mt_store_job_fini(&rec);
+}
+
+void coord_handle_get_job(mt_coord *c, mt_rpc_call *call)
+{
+    coord_bulk(c, call, get_job_ro);
+}
+
+void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call)
+{
+    const Meshtrain__ListJobsRequest *r =
+        (const Meshtrain__ListJobsRequest *)mt_rpc_call_request(call);
+    Meshtrain__ListJobsReply rep = MESHTRAIN__LIST_JOBS_REPLY__INIT;
+    Meshtrain__JobSummary *s = NULL, **ps = NULL;
+    mt_store_job *list = NULL;
+    size_t n = 0;
+    mt_err err = MT_ERR_INIT;
+    mt_code rc = mt_store_job_list(c->store, r->state, &list, &n, &err);
+
+    if (rc != MT_OK) {
+        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        return;
+    }
+    s = mt_calloc(n + 1, sizeof(*s));
+    ps = mt_calloc(n + 1, sizeof(*ps));
+    if (s == NULL || ps == NULL) {
+        mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        fill_summary(c, &s[i], &list[i]);
+        ps[i] = &s[i];
+    }
+    rep.jobs = ps;
+    rep.n_jobs = n;
+    mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+out:
+    mt_free(s);
+    mt_free(ps);
+    mt_store_job_list_free(list, n);
+}
+
+void coord_handle_cancel_job(mt_coord *c, mt_rpc_call *call)
+{
+    const Meshtrain__CancelJobRequest *r =
+        (const Meshtrain__CancelJobRequest *)mt_rpc_call_request(call);
+    Meshtrain__CancelJobReply rep = MESHTRAIN__CANCEL_JOB_REPLY__INIT;
+    coord_job *j = coord_job_find(c, r->job_id);
+    mt_store_job rec;
+    mt_err err = MT_ERR_INIT;
+    mt_code rc;
+
+    if (j != NULL) {
+        rc = job_transition(c, j, MT_JOBSTATE_CANCELLED, "cancelled by the user");
+        if (rc != MT_OK) {
+            mt_rpc_call_reply(call, rc, "cancel: the store refused the transition", NULL);
+            return;
+        }
+    }
+    /* final already (or just now): answer the stored state, so a repeated cancel is OK */
+    memset(&rec, 0, sizeof(rec));
+    rc = mt_store_job_get(c->store, r->job_id, &rec, &err);
+    if (rc != MT_OK) {
+        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        return;
+    }
+    rep.state = rec.state;
+    mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+    mt_store_job_fini(&rec);
+}

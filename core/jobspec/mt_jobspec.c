@@ -1,0 +1,421 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mt_jobspec.c — whole-spec validation shared by SubmitJob and `meshtrain plan` (contract in
+ * mt_jobspec.h). The order of the checks is the order a person fixes a spec in: syntax and
+ * top-level fields, model, dataset, mesh, layouts against the model's real parameter shapes,
+ * then the coordinator's own sections (checkpoint, restart, elastic).
+ */
+#include "jobspec/mt_jobspec.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "alloc/mt_alloc.h"
+#include "data/mt_data.h"
+#include "layout/mt_layout.h"
+#include "mesh/mt_mesh.h"
+#include "model/mt_model.h"
+
+/* A non-negative integer field of obj in [lo, hi]; absent keeps *out. */
+static mt_code get_uint(const cJSON *obj, const char *key, const char *sect, double lo, double hi,
+                        uint32_t *out, mt_err *err)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, key);
+
+    if (n == NULL)
+        return MT_OK;
+    if (!cJSON_IsNumber(n) || n->valuedouble != floor(n->valuedouble) || n->valuedouble < lo ||
+        n->valuedouble > hi)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "%s.%s: must be an integer in %.0f..%.0f", sect,
+                          key, lo, hi);
+    *out = (uint32_t)n->valuedouble;
+    return MT_OK;
+}
+
+/* Refuse keys of obj that are not in keys (NULL-terminated). */
+static mt_code only_keys(const cJSON *obj, const char *sect, const char *const *keys, mt_err *err)
+{
+    for (const cJSON *it = obj->child; it != NULL; it = it->next) {
+        int ok = 0;
+        for (int i = 0; keys[i] != NULL && !ok; i++)
+            ok = strcmp(it->string, keys[i]) == 0;
+        if (!ok)
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s.%s: unknown field", sect, it->string);
+    }
+    return MT_OK;
+}
+
+static mt_code check_sections(const cJSON *root, mt_jobspec_summary *s, mt_err *err)
+{
+    static const char *const ck_keys[] = {"every_steps", "keep", NULL};
+    static const char *const rs_keys[] = {"max_restarts", NULL};
+    static const char *const el_keys[] = {"min_batch", "max_batch", NULL};
+    const cJSON *n;
+    mt_code rc;
+
+    s->ckpt_keep = 3;
+    s->max_restarts = 3;
+    if ((n = cJSON_GetObjectItemCaseSensitive(root, "checkpoint")) != NULL) {
+        if (!cJSON_IsObject(n))
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "checkpoint: must be an object");
+        if ((rc = only_keys(n, "checkpoint", ck_keys, err)) != MT_OK ||
+            (rc = get_uint(n, "every_steps", "checkpoint", 1, 1e9, &s->ckpt_every_steps, err)) !=
+                MT_OK ||
+            (rc = get_uint(n, "keep", "checkpoint", 1, 1000, &s->ckpt_keep, err)) != MT_OK)
+            return rc;
+    }
+    if ((n = cJSON_GetObjectItemCaseSensitive(root, "restart")) != NULL) {
+        if (!cJSON_IsObject(n))
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "restart: must be an object");
+        if ((rc = only_keys(n, "restart", rs_keys, err)) != MT_OK ||
+            (rc = get_uint(n, "max_restarts", "restart", 0, 1000, &s->max_restarts, err)) != MT_OK)
+            return rc;
+    }
+    if ((n = cJSON_GetObjectItemCaseSensitive(root, "elastic")) != NULL) {
+        uint32_t lo = 1, hi = 0;
+        if (!cJSON_IsObject(n))
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "elastic: must be an object");
+        if ((rc = only_keys(n, "elastic", el_keys, err)) != MT_OK ||
+            (rc = get_uint(n, "min_batch", "elastic", 1, 65536, &lo, err)) != MT_OK ||
+            (rc = get_uint(n, "max_batch", "elastic", 1, 65536, &hi, err)) != MT_OK)
+            return rc;
+        if (hi != 0 && hi < lo)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "elastic.max_batch: %u is smaller than min_batch %u", hi, lo);
+    }
+    return MT_OK;
+}
+
+/* Read the first `want` bytes of a (possibly gzipped) file. 1 on success. */
+static int read_head(const char *path, unsigned char *buf, int want)
+{
+    gzFile f = gzopen(path, "rb");
+    int n;
+
+    if (f == NULL)
+        return 0;
+    n = gzread(f, buf, (unsigned)want);
+    gzclose(f);
+    return n == want;
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* IDX headers of the training images: example count and per-example shape (H, W, 1). */
+static mt_code idx_probe(const mt_dataset_spec *ds, mt_jobspec_summary *s, mt_err *err)
+{
+    unsigned char h[20];
+    int dims;
+
+    if (!read_head(ds->train_images, h, 8))
+        return mt_err_set(err, MT_NOT_FOUND, "dataset.train_images: cannot read IDX file %s",
+                          ds->train_images);
+    dims = h[3];
+    if (h[0] != 0 || h[1] != 0 || dims < 1 || dims > 4 ||
+        !read_head(ds->train_images, h, 4 + 4 * dims))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset.train_images: %s is not an IDX file",
+                          ds->train_images);
+    s->train_examples = be32(h + 4);
+    if (s->input_rank == 0) {
+        if (dims == 1) {
+            s->input_rank = 1;
+            s->input_shape[0] = 1;
+        } else if (dims == 2) {
+            s->input_rank = 1;
+            s->input_shape[0] = be32(h + 8);
+        } else {
+            s->input_rank = 3;
+            s->input_shape[0] = be32(h + 8);
+            s->input_shape[1] = be32(h + 12);
+            s->input_shape[2] = dims == 4 ? be32(h + 16) : 1;
+        }
+    }
+    return MT_OK;
+}
+
+/* Input-pipeline form of the dataset section: validate with core/data, infer the input shape. */
+static mt_code data_probe(const cJSON *node, mt_jobspec_summary *s, mt_err *err)
+{
+    mt_data_spec *ds = NULL;
+    mt_code rc = mt_data_spec_parse(node, "dataset", NULL, &ds, err);
+
+    if (rc != MT_OK)
+        return rc;
+    if (s->input_rank == 0) {
+        if (ds->shape[0] != 0) {
+            s->input_rank = 3;
+            memcpy(s->input_shape, ds->shape, sizeof(s->input_shape));
+        } else if (ds->format == MT_DATA_FORMAT_TEXT) {
+            s->input_rank = 1;
+            s->input_shape[0] = ds->max_tokens;
+        } else if (ds->n_feature_cols > 0) {
+            s->input_rank = 1;
+            s->input_shape[0] = ds->n_feature_cols;
+        }
+    }
+    mt_data_spec_free(ds);
+    if (s->input_rank == 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.input_shape: required when the dataset does not fix the "
+                          "example shape (give input_shape, dataset.shape or "
+                          "dataset.feature_columns)");
+    return MT_OK;
+}
+
+static int uses_pipeline_form(const cJSON *ds)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(ds, "format");
+
+    if (!cJSON_IsObject(ds))
+        return 0;
+    return cJSON_GetObjectItemCaseSensitive(ds, "train") != NULL ||
+           (cJSON_IsString(f) && strcmp(f->valuestring, "idx") != 0);
+}
+
+static void mesh_summary(const mt_mesh *m, mt_jobspec_summary *s)
+{
+    s->mesh_ndims = mt_mesh_ndims(m);
+    for (int i = 0; i < s->mesh_ndims; i++) {
+        snprintf(s->mesh_names[i], sizeof(s->mesh_names[i]), "%s", mt_mesh_dim_name(m, i));
+        s->mesh_sizes[i] = mt_mesh_dim_size(m, i);
+    }
+    s->n_devices = mt_mesh_num_devices(m);
+    mt_mesh_format(m, s->mesh_text, sizeof(s->mesh_text));
+}
+
+/*
+ * An upper bound of the model's parameter elements from the layer list alone (no allocation),
+ * so a spec asking for billions of parameters is refused before a model is built for it.
+ * Saturates instead of overflowing.
+ */
+static uint64_t param_bound(const mt_job_spec *sp, int rank, const size_t *in)
+{
+    const uint64_t cap = (uint64_t)1 << 62;
+    uint64_t h = rank == 3 ? in[0] : 1, w = rank == 3 ? in[1] : 1, ch = rank == 3 ? in[2] : 1;
+    uint64_t f = 1, total = 0;
+
+    for (int i = 0; i < rank; i++)
+        f = f * in[i] < cap ? f * in[i] : cap;
+    for (int i = 0; i < sp->n_layers && total < cap; i++) {
+        const mt_layer_spec *l = &sp->layers[i];
+        uint64_t k;
+        switch (l->kind) {
+        case MT_LAYER_DENSE:
+            k = f * (uint64_t)l->units; /* f, units < 2^31: no overflow */
+            total += k + l->units;
+            f = l->units;
+            break;
+        case MT_LAYER_CONV2D:
+            total += (uint64_t)l->kh * l->kw * ch * l->filters + l->filters;
+            if (!l->same) {
+                h = h >= l->kh ? h - l->kh + 1 : 1;
+                w = w >= l->kw ? w - l->kw + 1 : 1;
+            }
+            ch = l->filters;
+            f = h * w * ch < cap ? h * w * ch : cap;
+            break;
+        case MT_LAYER_MAX_POOL2D:
+            h = h / 2 ? h / 2 : 1;
+            w = w / 2 ? w / 2 : 1;
+            f = h * w * ch < cap ? h * w * ch : cap;
+            break;
+        case MT_LAYER_BATCH_NORM:
+            total += 4 * (f < ch ? f : ch);
+            break;
+        default: /* flatten, dropout: no parameters, same size */
+            break;
+        }
+        if (f > (uint64_t)1 << 31)
+            f = (uint64_t)1 << 31;
+    }
+    return total < cap ? total : cap;
+}
+
+/* Check layouts against the model's parameters and sum what one device holds. */
+static mt_code check_params(const cJSON *root, const mt_job_spec *spec, const mt_mesh *mesh,
+                            mt_jobspec_summary *s, mt_err *err)
+{
+    mt_model *model = NULL;
+    mt_layout_map *map = NULL;
+    mt_layout_param *lp = NULL;
+    int64_t *shapes = NULL, in_shape[4];
+    int in_rank = 0;
+    size_t np;
+    mt_code rc;
+
+    uint64_t bound = param_bound(spec, s->input_rank, s->input_shape);
+    mt_job_spec shapes_only = *spec;
+
+    if (bound > MT_JOBSPEC_MAX_PARAMS)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED,
+                          "model.layers: about %llu parameters; the limit is %llu",
+                          (unsigned long long)bound, (unsigned long long)MT_JOBSPEC_MAX_PARAMS);
+    /* only the shapes matter here: plain SGD allocates no optimizer slots */
+    shapes_only.optimizer.kind = MT_OPT_SGD;
+    shapes_only.optimizer.momentum = 0.0f;
+    rc = mt_model_new(&shapes_only, s->input_rank, s->input_shape, 1, &model, err);
+    if (rc != MT_OK)
+        return rc;
+    if ((rc = mt_layout_map_from_json(root, &map, err)) != MT_OK)
+        goto out;
+    np = mt_model_param_count(model);
+    lp = mt_calloc(np ? np : 1, sizeof(*lp));
+    shapes = mt_calloc(np ? np * 4 : 1, sizeof(*shapes));
+    if (lp == NULL || shapes == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job spec: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < np; i++) {
+        const mt_model_param *p = mt_model_param_at(model, i);
+        for (int a = 0; a < p->rank; a++)
+            shapes[i * 4 + a] = (int64_t)p->shape[a];
+        lp[i].name = p->name;
+        lp[i].shape = &shapes[i * 4];
+        lp[i].rank = p->rank;
+    }
+    if (mt_layout_map_input(map) != NULL) {
+        int lr = mt_layout_map_input(map)->rank;
+        size_t flat = 1;
+        in_shape[0] = (int64_t)s->batch_size;
+        for (int a = 0; a < s->input_rank; a++)
+            flat *= s->input_shape[a];
+        if (lr == 1 + s->input_rank) {
+            for (int a = 0; a < s->input_rank; a++)
+                in_shape[1 + a] = (int64_t)s->input_shape[a];
+            in_rank = lr;
+        } else {
+            in_shape[1] = (int64_t)flat;
+            in_rank = 2;
+        }
+    }
+    rc = mt_layout_map_check(map, mesh, lp, (int)np, in_rank ? in_shape : NULL, in_rank, err);
+    if (rc != MT_OK)
+        goto out;
+    s->n_params = np;
+    for (size_t i = 0; i < np; i++) {
+        const mt_model_param *p = mt_model_param_at(model, i);
+        mt_layout l;
+        uint64_t elems = 1, local;
+        rc = mt_layout_map_resolve(map, p->name, p->rank, &l, NULL, err);
+        if (rc != MT_OK)
+            goto out;
+        for (int a = 0; a < p->rank; a++)
+            elems *= p->shape[a];
+        local = elems;
+        for (int a = 0; a < l.rank; a++) {
+            int d = mt_layout_axis_unsharded(&l, a) ? -1 : mt_mesh_dim_index(mesh, l.axes[a]);
+            if (d >= 0)
+                local /= (uint64_t)mt_mesh_dim_size(mesh, d);
+        }
+        s->param_elements += elems;
+        s->weight_bytes_per_device += local * sizeof(float);
+        if (p->trainable) {
+            int slots = spec->optimizer.kind == MT_OPT_ADAM ? 2
+                        : spec->optimizer.momentum > 0      ? 1
+                                                            : 0;
+            s->optimizer_bytes_per_device += (uint64_t)slots * local * sizeof(float);
+        }
+    }
+out:
+    mt_free(lp);
+    mt_free(shapes);
+    mt_layout_map_free(map);
+    mt_model_free(model);
+    return rc;
+}
+
+static mt_code validate_root(cJSON *root, const char *json, size_t len, mt_jobspec_summary *s,
+                             mt_err *err)
+{
+    mt_job_spec *spec = NULL;
+    mt_mesh *mesh = NULL;
+    cJSON *ds = cJSON_GetObjectItemCaseSensitive(root, "dataset");
+    const cJSON *mj;
+    char *rest = NULL;
+    mt_code rc;
+
+    if (uses_pipeline_form(ds)) {
+        /* the model module knows only the IDX form: validate the rest without the section */
+        cJSON *detached = cJSON_DetachItemViaPointer(root, ds);
+        rest = cJSON_PrintUnformatted(root);
+        cJSON_AddItemToObject(root, "dataset", detached);
+        if (rest == NULL)
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job spec: out of memory");
+        rc = mt_job_spec_parse(rest, strlen(rest), &spec, err);
+    } else {
+        rc = mt_job_spec_parse(json, len, &spec, err);
+    }
+    if (rc != MT_OK)
+        goto out;
+    snprintf(s->name, sizeof(s->name), "%s", spec->name);
+    s->batch_size = spec->batch_size;
+    s->epochs = spec->epochs;
+    s->steps = spec->steps;
+    s->input_rank = spec->input_rank;
+    memcpy(s->input_shape, spec->input_shape, sizeof(s->input_shape));
+    rc = rest != NULL ? data_probe(ds, s, err) : idx_probe(&spec->dataset, s, err);
+    if (rc != MT_OK)
+        goto out;
+    if (s->train_examples > 0) {
+        s->steps_per_epoch = (s->train_examples + s->batch_size - 1) / s->batch_size;
+        s->total_steps = s->epochs > 0 ? (uint64_t)s->epochs * s->steps_per_epoch : 0;
+    }
+    if (s->steps > 0 && (s->total_steps == 0 || (uint64_t)s->steps < s->total_steps))
+        s->total_steps = (uint64_t)s->steps;
+    mj = cJSON_GetObjectItemCaseSensitive(root, "mesh");
+    if (mj != NULL) {
+        rc = mt_mesh_from_json(mj, "mesh", NULL, 0, &mesh, err);
+    } else {
+        const char *nm[] = {"batch"};
+        int sz[] = {1};
+        rc = mt_mesh_new(nm, sz, 1, NULL, 0, &mesh, err);
+    }
+    if (rc != MT_OK)
+        goto out;
+    mesh_summary(mesh, s);
+    if ((rc = check_params(root, spec, mesh, s, err)) != MT_OK)
+        goto out;
+    rc = check_sections(root, s, err);
+out:
+    cJSON_free(rest);
+    mt_mesh_free(mesh);
+    mt_job_spec_free(spec);
+    return rc;
+}
+
+mt_code mt_jobspec_validate(const char *json, size_t len, mt_jobspec_summary *out, mt_err *err)
+{
+    cJSON *root;
+    mt_code rc;
+
+    memset(out, 0, sizeof(*out));
+    if (json == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "(root): no job spec");
+    if (len > MT_JOBSPEC_MAX_SIZE)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "(root): job spec of %zu bytes exceeds the limit of %u bytes", len,
+                          MT_JOBSPEC_MAX_SIZE);
+    root = cJSON_ParseWithLength(json, len);
+    if (root == NULL) {
+        /* mt_job_spec_parse words the syntax error (with the byte offset) */
+        mt_job_spec *spec = NULL;
+        rc = mt_job_spec_parse(json, len, &spec, err);
+        mt_job_spec_free(spec);
+        return rc != MT_OK ? rc : mt_err_set(err, MT_INVALID_ARGUMENT, "(root): not valid JSON");
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "(root): the job spec must be a JSON object");
+    }
+    rc = validate_root(root, json, len, out, err);
+    cJSON_Delete(root);
+    if (rc != MT_OK)
+        memset(out, 0, sizeof(*out));
+    return rc;
+}

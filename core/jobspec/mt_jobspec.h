@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mt_jobspec.h — validate a whole job spec the way the coordinator's SubmitJob does, and
+ * summarise it.
+ *
+ * How it fits: SubmitJob (coordinator/jobs.c) and `meshtrain plan` (client/cmd_plan.c) call
+ * mt_jobspec_validate on the same JSON text, so a spec that `plan` accepts is one that submit
+ * accepts, with the same message when it is not. It calls, in this order: core/model
+ * (mt_job_spec_parse: top-level fields, optimizer, model, IDX dataset section), core/data
+ * (mt_data_spec_parse, when the dataset section uses the input-pipeline form with "train"),
+ * core/mesh (mt_mesh_from_json), core/layout (mt_layout_map_from_json, mt_layout_map_check over
+ * the model's parameter shapes, built with mt_model_new), and checks the "checkpoint",
+ * "restart" and "elastic" sections itself. The first problem wins; its message starts with the
+ * JSON path of the offending field: `mesh.model: size must be an integer >= 1, got 0`.
+ *
+ * Reads the IDX headers of the training set (a few bytes, gzip or plain) when the spec does not
+ * give model.input_shape and to count the examples for total_steps; an unreadable file is
+ * NOT_FOUND naming the field and the path.
+ * Threading: pure apart from those reads; any thread; no shared state.
+ * Tests: tests/unit/test_jobspec.c.
+ */
+#ifndef MT_JOBSPEC_H
+#define MT_JOBSPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status/mt_status.h"
+
+#define MT_JOBSPEC_MAX_DIMS   8
+#define MT_JOBSPEC_MAX_SIZE   (16u << 20)         /* a spec longer than 16 MiB is refused */
+#define MT_JOBSPEC_MAX_PARAMS ((uint64_t)1 << 26) /* parameter elements of a model (256 MiB) */
+
+/* What a validated spec asks for (every field filled by mt_jobspec_validate). */
+typedef struct mt_jobspec_summary {
+    char name[128];                           /* the spec's "name" ("" when absent) */
+    int mesh_ndims;                           /* 1..8; a spec without "mesh" is batch=1 */
+    char mesh_names[MT_JOBSPEC_MAX_DIMS][32]; /* dimension names, in mesh order */
+    int mesh_sizes[MT_JOBSPEC_MAX_DIMS];      /* dimension sizes */
+    char mesh_text[256];                      /* "batch=4,model=2" */
+    int n_devices;                            /* product of the mesh sizes */
+    uint64_t batch_size;                      /* global batch */
+    int64_t epochs;                           /* 0 when only steps is set */
+    int64_t steps;                            /* step cap, 0 when not set */
+    uint64_t train_examples;                  /* from the IDX header; 0 when unknown */
+    uint64_t steps_per_epoch;                 /* ceil(train_examples / batch); 0 when unknown */
+    uint64_t total_steps;                     /* steps the job will run; 0 when unknown */
+    int input_rank;                           /* per-example input shape used for the model */
+    size_t input_shape[3];
+    size_t n_params;                  /* parameters incl. non-trainable state */
+    uint64_t param_elements;          /* global elements over all parameters */
+    uint64_t weight_bytes_per_device; /* float32 bytes of the parameter shards one device holds */
+    uint64_t optimizer_bytes_per_device; /* Adam m+v / SGD velocity of those shards */
+    uint32_t ckpt_every_steps;           /* "checkpoint.every_steps"; 0 = no checkpoints */
+    uint32_t ckpt_keep;                  /* "checkpoint.keep", default 3 */
+    uint32_t max_restarts;               /* "restart.max_restarts", default 3 */
+} mt_jobspec_summary;
+
+/*
+ * Validate the job spec json[0..len) (borrowed; need not be NUL-terminated) completely.
+ * On MT_OK *out (caller-provided) holds the summary. On failure *out is zeroed and err->msg is
+ * "<json path>: <why>".
+ * Codes: INVALID_ARGUMENT (any invalid field, not JSON, longer than MT_JOBSPEC_MAX_SIZE; a
+ * layout that does not divide a parameter of the model), NOT_FOUND (a dataset file that does
+ * not exist), RESOURCE_EXHAUSTED (a model beyond MT_JOBSPEC_MAX_PARAMS parameter elements —
+ * checked from the layer list before anything is allocated — or out of memory).
+ * Cost: builds the model once without optimizer state (weights and gradients, batch 1) to get
+ * the parameter shapes; call it off latency-sensitive threads.
+ */
+mt_code mt_jobspec_validate(const char *json, size_t len, mt_jobspec_summary *out, mt_err *err);
+
+#endif

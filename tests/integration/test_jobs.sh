@@ -1,0 +1,159 @@
+# SPDX-License-Identifier: MIT
+# test_jobs.sh — jobs end to end with real processes on loopback: an invalid spec is refused
+# with its field path (exit 4); a job needing more devices than exist stays QUEUED and says so;
+# cancel is idempotent; a real worker gets an assignment and the job fails with its error text;
+# two fake workers (tests/tools/mt_fakeworker.c) run a 4-device job, report metrics and upload
+# checkpoints; the coordinator is kill -9'd mid-run and restarted, three times; the job is
+# re-attached and completes; watchers started before and mid-run see every step exactly once;
+# a lost worker sends its job to RESTARTING and it resumes from a checkpoint; every acknowledged
+# job, event, metric point and checkpoint is there afterwards (three kill points).
+source "$(dirname "$0")/lib.sh"
+
+S=$T/state
+FLAGS=(--http off --heartbeat-ms 200 --heartbeat-timeout-ms 3000)
+start_coordinator coord "$S" --listen tcp://127.0.0.1:0 "${FLAGS[@]}"
+log "coordinator at $COORD_URL"
+
+spec() { # spec FILE MESH_JSON STEPS [EXTRA_JSON]
+    jq --argjson mesh "$2" --argjson steps "$3" --argjson extra "${4:-{\}}" \
+        '. + {mesh: $mesh, steps: $steps} + $extra | del(.epochs)' \
+        "$SRC/examples/fashion_mnist_mlp.json" >"$1"
+}
+
+# ---- invalid spec: exit 4, the JSON path in the message; nothing stored
+spec "$T/bad.json" '{"batch": 2, "model": 3}' 10 '{"layouts": {"dense_1\\.kernel": ["unsharded", "model"]}}'
+expect_exit 4 mt submit "$T/bad.json"
+grep -q 'INVALID_ARGUMENT: layouts\["dense_1\\\\.kernel"\]\[1\]: tensor dense_1.kernel: axis 1 of size 128 is not divisible' "$T/last.out" ||
+    fail "submit message: $(cat "$T/last.out")"
+expect_exit 4 mt plan --offline "$T/bad.json"
+spec "$T/bad2.json" '{"batch": 0}' 10
+expect_exit 4 mt submit "$T/bad2.json"
+grep -q 'mesh.batch' "$T/last.out" || fail "mesh path: $(cat "$T/last.out")"
+[ "$(mt jobs --json | jq '.jobs | length')" = 0 ] || fail "an invalid spec was stored"
+log "invalid specs refused with their field path"
+
+# ---- gang scheduling: 8 devices needed, none/4 registered -> QUEUED with the reason
+spec "$T/big.json" '{"batch": 8}' 10
+BIG=$(mt submit --name big "$T/big.json")
+bg fw1 "$BIN/mt_fakeworker" run "$COORD_URL" fw1 2 "$T/acks.txt"
+FW1=$LAST_PID
+bg fw2 "$BIN/mt_fakeworker" run "$COORD_URL" fw2 2 "$T/acks.txt"
+FW2=$LAST_PID
+reason_is() { mt status --json "$1" | jq -e --arg r "$2" '.state == "QUEUED" and .reason == $r'; }
+wait_for 20 "big job waits with its reason" reason_is "$BIG" "needs 8 devices, 4 registered"
+log "gang: $BIG stays QUEUED: needs 8 devices, 4 registered"
+
+# ---- bad metric reports and checkpoint chunks for an active job get their codes
+"$BIN/mt_fakeworker" badinput "$COORD_URL" "$BIG" >"$T/badinput.log" || {
+    cat "$T/badinput.log"
+    fail "bad input codes"
+}
+log "bad metrics/chunks refused: $(grep -c . "$T/badinput.log") cases"
+
+# ---- cancel: idempotent, in QUEUED and after the end; unknown job -> exit 4
+[ "$(mt cancel "$BIG")" = "$BIG CANCELLED" ] || fail "cancel"
+[ "$(mt cancel "$BIG")" = "$BIG CANCELLED" ] || fail "second cancel"
+expect_exit 4 mt cancel job-999999
+mt status --json "$BIG" | jq -e '[.events[].state] == ["QUEUED", "CANCELLED"]' >/dev/null ||
+    fail "events of the cancelled job"
+log "cancel is idempotent"
+
+# ---- a 2x2 mesh over two 2-device workers: each model pair on one worker
+spec "$T/job.json" '{"batch": 2, "model": 2}' 300 '{"checkpoint": {"every_steps": 25, "keep": 2}}'
+JOB=$(mt submit --priority 5 "$T/job.json")
+running() { mt status --json "$1" | jq -e '.state == "RUNNING"'; }
+wait_for 30 "job running" running "$JOB"
+mt status --json "$JOB" >"$T/st1.json"
+jq -e '[.placement[] | .worker_id] | (.[0] == .[1]) and (.[2] == .[3]) and (.[0] != .[2])' \
+    "$T/st1.json" >/dev/null || fail "placement keeps model pairs together: $(jq -c .placement "$T/st1.json")"
+log "$JOB running on both workers"
+
+# ---- kill -9 the coordinator at three points mid-run, restart it on the same address each time
+step_at_least() { mt status --json "$1" | jq -e --argjson s "$2" '.step >= $s'; }
+k=0
+for at in 50 130 210; do
+    k=$((k + 1))
+    wait_for 30 "step $at" step_at_least "$JOB" "$at"
+    kill -9 "$COORD_PID"
+    log "coordinator killed at step >= $at ($(grep -c "^M $JOB" "$T/acks.txt" || true) points acked so far)"
+    sleep 0.3
+    start_coordinator "coord_k$k" "$S" --listen "$COORD_URL" "${FLAGS[@]}"
+    grep -q "1 active jobs reloaded" "$T/coord_k$k.log" || fail "job not reloaded after kill $k"
+done
+done_job() { mt status --json "$1" | jq -e '.state == "SUCCEEDED"'; }
+wait_for 60 "job succeeded after the restart" done_job "$JOB"
+mt status --json "$JOB" >"$T/st2.json"
+jq -e '[.events[].state] == ["QUEUED", "SCHEDULED", "RUNNING", "SUCCEEDED"]' "$T/st2.json" \
+    >/dev/null || fail "events: $(jq -c '[.events[].state]' "$T/st2.json")"
+jq -e '.step == 300 and .restarts == 0' "$T/st2.json" >/dev/null || fail "step/restarts"
+log "$JOB re-attached after each kill -9 and SUCCEEDED"
+
+# every acknowledged metric point and checkpoint is there
+"$BIN/mt_fakeworker" verify "$COORD_URL" "$T/acks.txt" >"$T/verify.log" || {
+    cat "$T/verify.log"
+    fail "acknowledged data missing"
+}
+log "$(tail -1 "$T/verify.log")"
+mt checkpoints --json "$JOB" | jq -e '[.checkpoints[] | select(.complete) | .step] == [275, 300]' \
+    >/dev/null || fail "keep-2 checkpoints: $(mt checkpoints --json "$JOB" | jq -c '[.checkpoints[].step]')"
+[ "$(ls "$S/checkpoints/$JOB" | wc -l)" = 2 ] || fail "old checkpoint files not deleted"
+
+# ---- a watcher on a finished job: history, then FINAL at once
+"$BIN/mt_fakeworker" watch "$COORD_URL" "$JOB" 100 >"$T/watch2.log"
+[ "$(grep -c ' loss history' "$T/watch2.log")" = 201 ] || fail "history from step 100"
+grep -q '^FINAL SUCCEEDED' "$T/watch2.log" || fail "final state of a finished job"
+
+# ---- watchers started mid-run (history, then live: no gap, no duplicate) and before it
+spec "$T/job2.json" '{"batch": 1}' 200
+JOB2=$(mt submit "$T/job2.json")
+bg watch3 "$BIN/mt_fakeworker" watch "$COORD_URL" "$JOB2" 0
+wait_for 30 "job2 step 60" step_at_least "$JOB2" 60
+bg watch4 "$BIN/mt_fakeworker" watch "$COORD_URL" "$JOB2" 0
+wait_for 60 "job2 succeeded" done_job "$JOB2"
+for w in watch3 watch4; do
+    wait_for 20 "watcher $w finished" grep -q '^FINAL SUCCEEDED' "$T/$w.log"
+    n=$(grep -c ' loss ' "$T/$w.log")
+    u=$(grep ' loss ' "$T/$w.log" | cut -d' ' -f2 | sort -u | wc -l)
+    [ "$n" = 200 ] && [ "$u" = 200 ] || fail "$w saw $n loss points ($u distinct steps), want 200"
+done
+grep -q 'loss history' "$T/watch4.log" && grep -q 'loss live' "$T/watch4.log" ||
+    fail "the mid-run watcher should see history and live points"
+log "watchers (from the start, and mid-run across the seam) saw 200 steps once each"
+
+# ---- a worker lost mid-run: RESTARTING, placed again (attempt 2) on the other worker,
+# resuming from the latest complete checkpoint, then SUCCEEDED
+spec "$T/job4.json" '{"batch": 2}' 300 '{"checkpoint": {"every_steps": 20, "keep": 2}}'
+JOB4=$(mt submit "$T/job4.json")
+wait_for 30 "job4 running" running "$JOB4"
+wait_for 30 "job4 step 50" step_at_least "$JOB4" 50
+VICTIM=$(mt status --json "$JOB4" | jq -r '.placement[0].worker_id')
+if [ "$VICTIM" = fw1 ]; then kill -9 "$FW1"; else kill -9 "$FW2"; fi
+restarted() { mt status --json "$1" | jq -e '[.events[].state] | index("RESTARTING") != null'; }
+wait_for 20 "job4 restarting after $VICTIM was lost" restarted "$JOB4"
+wait_for 60 "job4 succeeded after the restart" done_job "$JOB4"
+mt status --json "$JOB4" >"$T/st4.json"
+jq -e '[.events[].state] == ["QUEUED", "SCHEDULED", "RUNNING", "RESTARTING", "SCHEDULED",
+        "RUNNING", "SUCCEEDED"] and .restarts == 1' "$T/st4.json" >/dev/null ||
+    fail "job4 events: $(jq -c '[.events[] | [.state, .reason]]' "$T/st4.json")"
+jq -e '.events[3].reason | test("worker fw[12] lost")' "$T/st4.json" >/dev/null ||
+    fail "restart reason: $(jq -r '.events[3].reason' "$T/st4.json")"
+jq -e '.events[4].reason | test("attempt 2, resuming from a checkpoint")' "$T/st4.json" \
+    >/dev/null || fail "second placement: $(jq -r '.events[4].reason' "$T/st4.json")"
+grep -q "$JOB4 attempt 2 from step [1-9][0-9]*0," "$T"/fw*.log || fail "attempt 2 did not resume from a checkpoint step"
+jq -e '[.placement[].worker_id] | unique | length == 1 and .[0] != "'"$VICTIM"'"' "$T/st4.json" \
+    >/dev/null || fail "job4 should now run on the surviving worker"
+log "$JOB4: $VICTIM lost -> RESTARTING -> resumed from a checkpoint on the other worker -> SUCCEEDED"
+
+# ---- a real worker without a task runner: the job FAILS with its error text
+kill "$FW1" "$FW2" 2>/dev/null || true
+lost() { mt workers --json | jq -e '[.workers[] | select(.state == "alive")] | length == 0'; }
+wait_for 20 "fake workers lost" lost
+bg real "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name real
+spec "$T/job3.json" '{"batch": 1}' 10
+JOB3=$(mt submit "$T/job3.json")
+failed() { mt status --json "$1" | jq -e '.state == "FAILED"'; }
+wait_for 30 "job3 failed" failed "$JOB3"
+mt status "$JOB3" | grep -q 'error     worker real: task runner not available in this build' ||
+    fail "error text: $(mt status "$JOB3")"
+log "real worker: job FAILED with 'task runner not available in this build'"
+log "PASS"

@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_jobspec.c — mt_jobspec_validate: a valid spec's summary (mesh, devices, steps, per-device
+ * bytes), and a table of invalid specs, each refused with the JSON path of its field.
+ */
+#include "mt_test.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "jobspec/mt_jobspec.h"
+
+/* An MLP on Fashion-MNIST; %s is spliced in before the closing brace. */
+#define BASE_FMT                                                                                   \
+    "{\"name\": \"mlp\", \"batch_size\": 100, \"epochs\": 2,"                                      \
+    " \"model\": {\"input_shape\": [28, 28, 1], \"layers\": [{\"type\": \"flatten\"},"             \
+    " {\"type\": \"dense\", \"units\": 64, \"activation\": \"relu\"},"                             \
+    " {\"type\": \"dense\", \"units\": 10}]}%s}"
+
+static mt_code check(const char *extra, mt_jobspec_summary *s, mt_err *err)
+{
+    char buf[4096];
+
+    snprintf(buf, sizeof(buf), BASE_FMT, extra);
+    return mt_jobspec_validate(buf, strlen(buf), s, err);
+}
+
+static void test_jobspec_valid_summary(void **state)
+{
+    mt_jobspec_summary s;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+
+    assert_int_equal(check(", \"mesh\": {\"batch\": 2, \"model\": 2},"
+                           " \"layouts\": {\"dense_1\\\\.kernel\": [\"unsharded\", \"model\"]},"
+                           " \"checkpoint\": {\"every_steps\": 50, \"keep\": 2},"
+                           " \"restart\": {\"max_restarts\": 5}",
+                           &s, &err),
+                     MT_OK);
+    assert_string_equal(s.name, "mlp");
+    assert_int_equal(s.n_devices, 4);
+    assert_int_equal(s.mesh_ndims, 2);
+    assert_string_equal(s.mesh_names[1], "model");
+    assert_int_equal(s.mesh_sizes[0], 2);
+    assert_int_equal(s.train_examples, 60000);
+    assert_int_equal(s.steps_per_epoch, 600);
+    assert_int_equal(s.total_steps, 1200);
+    assert_int_equal(s.ckpt_every_steps, 50);
+    assert_int_equal(s.ckpt_keep, 2);
+    assert_int_equal(s.max_restarts, 5);
+    /* dense_1.kernel (784x64) halved over model; the rest replicated; Adam: two slots */
+    uint64_t w = (784 * 64 / 2 + 64 + 64 * 10 + 10) * 4;
+    assert_int_equal(s.weight_bytes_per_device, w);
+    assert_int_equal(s.optimizer_bytes_per_device, 2 * w);
+    assert_int_equal(s.param_elements, 784 * 64 + 64 + 640 + 10);
+}
+
+static void test_jobspec_defaults_and_steps_cap(void **state)
+{
+    mt_jobspec_summary s;
+    mt_err err = MT_ERR_INIT;
+    const char *spec = "{\"steps\": 7, \"model\": {\"layers\": [{\"type\": \"flatten\"},"
+                       " {\"type\": \"dense\", \"units\": 10}]}}";
+    (void)state;
+
+    assert_int_equal(mt_jobspec_validate(spec, strlen(spec), &s, &err), MT_OK);
+    assert_int_equal(s.n_devices, 1);
+    assert_string_equal(s.mesh_text, "batch=1");
+    assert_int_equal(s.total_steps, 7);
+    /* input shape from the IDX header */
+    assert_int_equal(s.input_rank, 3);
+    assert_int_equal(s.input_shape[0], 28);
+    assert_int_equal(s.ckpt_keep, 3);
+    assert_int_equal(s.ckpt_every_steps, 0);
+}
+
+static const struct {
+    const char *extra; /* spliced into the valid spec */
+    mt_code code;
+    const char *path; /* the message starts with it */
+} bad[] = {
+    {", \"foo\": 1", MT_INVALID_ARGUMENT, "foo: unknown field"},
+    {", \"seed\": -1", MT_INVALID_ARGUMENT, "seed"},
+    {", \"optimizer\": {\"name\": \"adam\", \"momentum\": 0.9}", MT_INVALID_ARGUMENT,
+     "optimizer.momentum"},
+    {", \"dataset\": {\"format\": \"idx\", \"train_images\": 3}", MT_INVALID_ARGUMENT,
+     "dataset.train_images"},
+    {", \"dataset\": {\"train_images\": \"/nonexistent/x.gz\"}", MT_NOT_FOUND,
+     "dataset.train_images"},
+    {", \"mesh\": {\"batch\": 0}", MT_INVALID_ARGUMENT, "mesh.batch"},
+    {", \"mesh\": {}", MT_INVALID_ARGUMENT, "mesh"},
+    {", \"mesh\": {\"batch\": 2, \"model\": 5},"
+     " \"layouts\": {\"dense_1\\\\.kernel\": [\"unsharded\", \"model\"]}",
+     MT_INVALID_ARGUMENT, "layouts[\"dense_1\\\\.kernel\"][1]"},
+    {", \"mesh\": {\"batch\": 2}, \"layouts\": {\"dense_1\\\\.kernel\": [\"unsharded\", "
+     "\"model\"]}",
+     MT_INVALID_ARGUMENT, "layouts[\"dense_1\\\\.kernel\"][1]: mesh has no dimension 'model'"},
+    {", \"mesh\": {\"batch\": 2}, \"layouts\": {\"dense_.*\": [\"unsharded\", \"batch\"]}",
+     MT_INVALID_ARGUMENT, "layouts[\"dense_.*\"]"},
+    {", \"mesh\": {\"batch\": 3}, \"input_layout\": [\"batch\", \"unsharded\"]",
+     MT_INVALID_ARGUMENT, "input_layout[0]"},
+    {", \"checkpoint\": {\"every_steps\": 0}", MT_INVALID_ARGUMENT, "checkpoint.every_steps"},
+    {", \"checkpoint\": {\"keep\": 2.5}", MT_INVALID_ARGUMENT, "checkpoint.keep"},
+    {", \"checkpoint\": {\"every\": 2}", MT_INVALID_ARGUMENT, "checkpoint.every: unknown field"},
+    {", \"checkpoint\": 3", MT_INVALID_ARGUMENT, "checkpoint: must be an object"},
+    {", \"restart\": {\"max_restarts\": -1}", MT_INVALID_ARGUMENT, "restart.max_restarts"},
+    {", \"elastic\": {\"min_batch\": 4, \"max_batch\": 2}", MT_INVALID_ARGUMENT,
+     "elastic.max_batch"},
+    {", \"dataset\": {\"format\": \"csv\", \"train\": \"/tmp/mt-no-such-file-*.csv\"}",
+     MT_NOT_FOUND, "dataset.train"},
+};
+
+static void test_jobspec_invalid_specs_name_the_path(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        mt_jobspec_summary s;
+        mt_err err = MT_ERR_INIT;
+        mt_code rc = check(bad[i].extra, &s, &err);
+        if (rc != bad[i].code || strncmp(err.msg, bad[i].path, strlen(bad[i].path)) != 0) {
+            print_error("case %zu (%s): got %s '%s', want %s '%s...'\n", i, bad[i].extra,
+                        mt_code_name(rc), err.msg, mt_code_name(bad[i].code), bad[i].path);
+            fail();
+        }
+        assert_int_equal(s.n_devices, 0); /* zeroed on failure */
+    }
+}
+
+static void test_jobspec_model_and_syntax_errors(void **state)
+{
+    mt_jobspec_summary s;
+    mt_err err = MT_ERR_INIT;
+    const char *units = "{\"model\": {\"input_shape\": [4], \"layers\": [{\"type\": \"dense\","
+                        " \"units\": 0}]}}";
+    const char *notjson = "{\"model\": ";
+    const char *arr = "[1, 2]";
+    (void)state;
+
+    assert_int_equal(mt_jobspec_validate(units, strlen(units), &s, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "model.layers[0].units"));
+    assert_int_equal(mt_jobspec_validate(notjson, strlen(notjson), &s, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "(root): not valid JSON"));
+    assert_int_equal(mt_jobspec_validate(arr, strlen(arr), &s, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "(root)"));
+    assert_int_equal(mt_jobspec_validate(NULL, 0, &s, &err), MT_INVALID_ARGUMENT);
+    /* a model far beyond the parameter limit is refused before anything is allocated */
+    const char *huge = "{\"model\": {\"input_shape\": [28, 28, 1], \"layers\": [{\"type\": "
+                       "\"flatten\"}, {\"type\": \"dense\", \"units\": 16777216}, {\"type\": "
+                       "\"dense\", \"units\": 10}]}}";
+    assert_int_equal(mt_jobspec_validate(huge, strlen(huge), &s, &err), MT_RESOURCE_EXHAUSTED);
+    assert_non_null(
+        strstr(err.msg, "model.layers: about 13337886730 parameters; the limit is 67108864"));
+    assert_int_equal(mt_jobspec_validate(arr, MT_JOBSPEC_MAX_SIZE + 1u, &s, &err),
+                     MT_INVALID_ARGUMENT);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_jobspec_valid_summary),
+        cmocka_unit_test(test_jobspec_defaults_and_steps_cap),
+        cmocka_unit_test(test_jobspec_invalid_specs_name_the_path),
+        cmocka_unit_test(test_jobspec_model_and_syntax_errors),
+    };
+    return MT_RUN_TESTS(tests);
+}
