@@ -7,8 +7,10 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CTEST_JOBS ?= 2
 CMAKE_ARGS ?=
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 30
 
-.PHONY: all deps configure build test asan demo format format-check bench clean install
+.PHONY: all deps configure build test asan fuzz demo format format-check bench clean install
 
 all: build
 
@@ -33,6 +35,11 @@ asan: deps
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 MT_SANITIZED=1 \
 	    ctest --output-on-failure -j $(CTEST_JOBS)
 
+# libFuzzer (clang): every tests/fuzz/fuzz_*.c for FUZZ_SECONDS each (tests/fuzz/run_fuzz.sh)
+fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DMT_FUZZ=ON $(CMAKE_ARGS)
+	tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(JOBS)
+
 demo: build
 	deploy/demo.sh $(BUILD)
 
@@ -52,4 +59,4 @@ format-check:
 	fi; echo "format-check: clean"
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

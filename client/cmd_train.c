@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cmd_train.c — `meshtrain train --local JOB.json [--mesh M] [--save DIR] [--resume CKPT]
- * [--epochs N] [--steps N] [--json]`: trains a job spec in this process and prints a
+ * [--epochs N] [--steps N] [--json] [--data-root DIR]...`: checks that the spec's data files lie
+ * under the data roots (core/pathsafe; default: the current directory and /usr/share/datasets),
+ * then trains the job spec in this process and prints a
  * Keras-Progbar line per epoch (updated in place with \r on a terminal), or with --json one JSON
  * object per epoch and a final one. A spec without mesh, checkpoints or a non-IDX dataset runs
  * on the one-device engine (core/train); anything else runs on the SPMD trainer (core/spmd) with
@@ -18,6 +20,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "model/mt_model.h"
+#include "pathsafe/mt_pathsafe.h"
 #include "spmd/mt_spmd.h"
 #include "train/mt_train.h"
 
@@ -30,7 +33,7 @@ typedef struct train_out {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: meshtrain train --local JOB.json [--mesh M] [--save DIR] [--resume CKPT]\n"
-               "                       [--epochs N] [--steps N] [--json]\n\n"
+               "                       [--epochs N] [--steps N] [--json] [--data-root DIR]...\n\n"
                "Train the job spec JOB.json in this process; mesh devices run as threads.\n\n"
                "  --local         run here (required in this build)\n"
                "  --mesh M        override the spec's mesh, e.g. \"batch=4,model=2\"\n"
@@ -40,6 +43,9 @@ static void usage(FILE *f)
                "  --epochs N      override the spec's epochs\n"
                "  --steps N       stop after N steps in total\n"
                "  --json          one JSON object per epoch, then a final one\n"
+               "  --data-root DIR the spec's data files must lie under DIR (repeatable;\n"
+               "                  default: the current directory and " MT_PATHSAFE_DEFAULT_DATASETS
+               ")\n"
                "  -h, --help      this help\n"
                "The job spec format is described in docs/job-spec.md.\n");
 }
@@ -139,7 +145,38 @@ static mt_code read_text(const char *path, char **out, size_t *len, mt_err *err)
 
 typedef struct train_args {
     const char *mesh, *save, *resume;
+    const char *roots[MT_PATHSAFE_MAX_ROOTS]; /* --data-root values */
+    int n_roots;
 } train_args;
+
+/* The directory of the spec file at path, against which its relative data paths resolve. */
+static void spec_base_dir(const char *path, char *base, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    snprintf(base, cap, "%.*s", slash != NULL ? (int)(slash - path) : 1,
+             slash != NULL ? path : ".");
+}
+
+/* Every data file the spec at path names must lie under a data root (core/pathsafe). */
+static mt_code check_data_roots(const char *path, const mt_job_spec *spec, const train_args *a,
+                                mt_err *err)
+{
+    mt_pathsafe *roots = NULL;
+    char *text = NULL, base[4096];
+    size_t len = 0;
+    mt_code rc = mt_pathsafe_new_roots(a->roots, a->n_roots, &roots, err);
+
+    if (rc == MT_OK)
+        rc = mt_pathsafe_check_job_spec(roots, spec, err);
+    if (rc == MT_OK && strcmp(spec->dataset.format, "idx") != 0 &&
+        (rc = read_text(path, &text, &len, err)) == MT_OK) {
+        spec_base_dir(path, base, sizeof(base));
+        rc = mt_pathsafe_check_dataset_json(roots, text, len, base, err);
+    }
+    mt_free(text);
+    mt_pathsafe_free(roots);
+    return rc;
+}
 
 /* The SPMD path: mesh from --mesh or the spec (batch=1 without either). */
 static mt_code run_spmd(const char *path, const mt_job_spec *spec, const train_args *a,
@@ -152,14 +189,12 @@ static mt_code run_spmd(const char *path, const mt_job_spec *spec, const train_a
     mt_mesh *override = NULL;
     const mt_mesh *mesh;
     char *text = NULL, base[4096];
-    const char *slash = strrchr(path, '/');
     size_t len = 0, in_shape[3] = {0, 0, 0};
     int in_rank = 0;
     mt_code rc;
 
     memset(&cfg, 0, sizeof(cfg));
-    snprintf(base, sizeof(base), "%.*s", slash != NULL ? (int)(slash - path) : 1,
-             slash != NULL ? path : ".");
+    spec_base_dir(path, base, sizeof(base));
     if ((rc = read_text(path, &text, &len, err)) != MT_OK)
         return rc;
     rc = mt_spmd_config_parse(text, len, &cfg, err);
@@ -192,19 +227,15 @@ done:
 int cmd_train(const mt_cli_global *g, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"local", no_argument, NULL, 'L'},
-        {"epochs", required_argument, NULL, 'e'},
-        {"steps", required_argument, NULL, 's'},
-        {"json", no_argument, NULL, 'j'},
-        {"mesh", required_argument, NULL, 'm'},
-        {"save", required_argument, NULL, 'S'},
-        {"resume", required_argument, NULL, 'r'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"local", no_argument, NULL, 'L'},        {"epochs", required_argument, NULL, 'e'},
+        {"steps", required_argument, NULL, 's'},  {"json", no_argument, NULL, 'j'},
+        {"mesh", required_argument, NULL, 'm'},   {"save", required_argument, NULL, 'S'},
+        {"resume", required_argument, NULL, 'r'}, {"data-root", required_argument, NULL, 'R'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     mt_train_options topt = MT_TRAIN_OPTIONS_DEFAULTS;
     train_out out = {false, false, 0.0};
-    train_args ta = {NULL, NULL, NULL};
+    train_args ta = {NULL, NULL, NULL, {NULL}, 0};
     mt_err err = MT_ERR_INIT;
     mt_train_result res;
     mt_job_spec *spec = NULL;
@@ -243,6 +274,12 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
         case 'S':
             ta.save = optarg;
             break;
+        case 'R':
+            if (ta.n_roots == MT_PATHSAFE_MAX_ROOTS)
+                return mt_cli_usage_error("train", "at most %d --data-root options",
+                                          MT_PATHSAFE_MAX_ROOTS);
+            ta.roots[ta.n_roots++] = optarg;
+            break;
         case 'r':
             ta.resume = optarg;
             break;
@@ -259,8 +296,12 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
         return mt_cli_usage_error("train", "only --local training is available in this build");
     out.tty = isatty(STDOUT_FILENO) != 0;
     rc = mt_job_spec_load(argv[optind], &spec, &err);
-    if (rc != MT_OK)
+    if (rc == MT_OK)
+        rc = check_data_roots(argv[optind], spec, &ta, &err);
+    if (rc != MT_OK) {
+        mt_job_spec_free(spec);
         return mt_cli_fail(&err);
+    }
     {
         mt_spmd_config cfg;
         char *text = NULL;

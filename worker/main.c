@@ -15,19 +15,24 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: meshtrain-worker [OPTIONS]\n\n"
-                 "A meshtrain worker: registers this machine's devices with the coordinator,\n"
-                 "heartbeats, and runs its shards of training jobs.\n\n"
-                 "  --coordinator URL    coordinator RPC address (default $MESHTRAIN_COORDINATOR\n"
-                 "                       or tcp://127.0.0.1:7400)\n"
-                 "  --devices N          virtual CPU devices to register (default: one per core)\n"
-                 "  --name NAME          unique worker name (default: host name)\n"
-                 "  --data-listen URL    data-plane listener (default tcp://127.0.0.1:0; port 0 =\n"
-                 "                       ephemeral; the bound address is reported)\n"
-                 "  --token-file F       token for the coordinator (mode 0600)\n"
-                 "  --rpc-timeout-ms N   deadline of each control call (default 3000)\n"
-                 "  --log-level L        debug|info|warn|error (default info)\n"
-                 "  --version, -h/--help\n");
+    fprintf(
+        out,
+        "usage: meshtrain-worker [OPTIONS]\n\n"
+        "A meshtrain worker: registers this machine's devices with the coordinator,\n"
+        "heartbeats, and runs its shards of training jobs.\n\n"
+        "  --coordinator URL    coordinator RPC address (default $MESHTRAIN_COORDINATOR\n"
+        "                       or tcp://127.0.0.1:7400)\n"
+        "  --devices N          virtual CPU devices to register (default: one per core)\n"
+        "  --name NAME          unique worker name (default: host name)\n"
+        "  --data-listen URL    data-plane listener (default tcp://127.0.0.1:0; port 0 =\n"
+        "                       ephemeral; the bound address is reported)\n"
+        "  --token-file F       token for the coordinator (mode 0600)\n"
+        "  --data-root DIR      files named by job specs must lie under DIR (repeatable;\n"
+        "                       default: the current directory and " MT_PATHSAFE_DEFAULT_DATASETS
+        ")\n"
+        "  --rpc-timeout-ms N   deadline of each control call (default 3000)\n"
+        "  --log-level L        debug|info|warn|error (default info)\n"
+        "  --version, -h/--help\n");
 }
 
 int main(int argc, char **argv)
@@ -38,6 +43,7 @@ int main(int argc, char **argv)
         {"name", required_argument, NULL, 'n'},
         {"data-listen", required_argument, NULL, 'D'},
         {"token-file", required_argument, NULL, 't'},
+        {"data-root", required_argument, NULL, 'R'},
         {"rpc-timeout-ms", required_argument, NULL, 'r'},
         {"log-level", required_argument, NULL, 'l'},
         {"version", no_argument, NULL, 'V'},
@@ -49,6 +55,9 @@ int main(int argc, char **argv)
     mt_err err = MT_ERR_INIT;
     mt_log_level level = MT_LOG_INFO;
     mt_worker *w = NULL;
+    const char *root_args[MT_PATHSAFE_MAX_ROOTS];
+    int n_roots = 0;
+    mt_pathsafe *roots = NULL;
     const char *env = getenv("MESHTRAIN_COORDINATOR");
     char *end;
     int ch;
@@ -81,6 +90,14 @@ int main(int argc, char **argv)
             }
             o.token = token;
             break;
+        case 'R':
+            if (n_roots == MT_PATHSAFE_MAX_ROOTS) {
+                fprintf(stderr, "meshtrain-worker: at most %d --data-root options\n",
+                        MT_PATHSAFE_MAX_ROOTS);
+                return 2;
+            }
+            root_args[n_roots++] = optarg;
+            break;
         case 'r':
             o.rpc_timeout_ms = (int)strtol(optarg, &end, 10);
             if (end == optarg || *end != '\0' || o.rpc_timeout_ms < 10) {
@@ -112,12 +129,21 @@ int main(int argc, char **argv)
     }
     mt_log_set_level(level);
     mt_log_info("OpenBLAS core %s", mt_blas_corename());
+    if (mt_pathsafe_new_roots(root_args, n_roots, &roots, &err) != MT_OK) {
+        fprintf(stderr, "meshtrain-worker: %s\n", err.msg);
+        return 2;
+    }
+    for (size_t i = 0; i < mt_pathsafe_root_count(roots); i++)
+        mt_log_info("data root %s", mt_pathsafe_root_at(roots, i));
+    o.data_roots = roots;
     if (mt_worker_open(&o, &w, &err) != MT_OK) {
         mt_log_error("%s", err.msg);
+        mt_pathsafe_free(roots);
         return 2;
     }
     mt_worker_run(w, &err);
     mt_worker_free(w);
+    mt_pathsafe_free(roots);
     mt_log_info("worker stopped");
     return 0;
 }

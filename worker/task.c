@@ -39,6 +39,7 @@
 #include "ckpt/mt_ckpt.h"
 #include "log/mt_log.h"
 #include "mesh/mt_mesh.h"
+#include "pathsafe/mt_pathsafe.h"
 #include "rpc/mt_rpc.h"
 #include "spmd/mt_spmd.h"
 
@@ -72,6 +73,7 @@ struct worker_tasks {
     char token[MT_RPC_TOKEN_MAX];
     int rpc_timeout_ms;
     mt_coll_net *net;
+    const struct mt_pathsafe *roots; /* borrowed; NULL = no confinement */
     char worker_id[64];
     char instance[64];
 };
@@ -127,6 +129,7 @@ mt_code worker_tasks_new(const worker_task_env *env, worker_tasks **out, mt_err 
     snprintf(t->token, sizeof(t->token), "%s", env->token ? env->token : "");
     t->rpc_timeout_ms = env->rpc_timeout_ms > 0 ? env->rpc_timeout_ms : 3000;
     t->net = env->net;
+    t->roots = env->roots;
     *out = t;
     return MT_OK;
 }
@@ -431,6 +434,12 @@ static mt_code run_task(task_run *r, mt_err *err)
         (rc = mt_mesh_parse(r->mesh_text, NULL, 0, &mesh, err)) != MT_OK)
         goto done;
     r->ckpt_on_stop = cfg.ckpt_every > 0;
+    /* a job may only read files under the worker's --data-root directories */
+    if (r->tab->roots != NULL &&
+        ((rc = mt_pathsafe_check_job_spec(r->tab->roots, spec, err)) != MT_OK ||
+         (rc = mt_pathsafe_check_dataset_json(r->tab->roots, r->spec_json, len, ".", err)) !=
+             MT_OK))
+        goto done;
     rc = mt_spmd_load_data(spec, r->spec_json, ".", &train, &test, &in_rank, in_shape, err);
     if (rc != MT_OK)
         goto done;

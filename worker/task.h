@@ -39,6 +39,8 @@ typedef struct worker_task_env {
     const char *token;       /* credential, NULL = none */
     mt_coll_net *net;        /* data-plane endpoint; NULL: every assignment fails */
     int rpc_timeout_ms;
+    const struct mt_pathsafe *roots; /* data roots job files must lie under (borrowed, must
+                                        outlive the table); NULL = no confinement */
 } worker_task_env;
 
 /* A new, empty task table (returns owned: worker_tasks_free). RESOURCE_EXHAUSTED. */

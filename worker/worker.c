@@ -99,7 +99,7 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
     {
         const char *url =
             o->data_listen && o->data_listen[0] ? o->data_listen : "tcp://127.0.0.1:0";
-        worker_task_env env = {o->coordinator, o->token, NULL, o->rpc_timeout_ms};
+        worker_task_env env = {o->coordinator, o->token, NULL, o->rpc_timeout_ms, o->data_roots};
         mt_err nerr = MT_ERR_INIT;
         mt_code rc;
         if (mt_coll_net_new(url, &w->net, &nerr) != MT_OK) /* register anyway (monitoring) */

@@ -14,6 +14,7 @@
 #ifndef MT_WORKER_H
 #define MT_WORKER_H
 
+#include "pathsafe/mt_pathsafe.h"
 #include "status/mt_status.h"
 
 typedef struct mt_worker mt_worker;
@@ -25,11 +26,15 @@ typedef struct mt_worker_opts {
     const char *data_listen; /* data-plane address reported at registration; may be NULL */
     int devices;             /* virtual CPU devices; 0 = one per core */
     int rpc_timeout_ms;      /* per control RPC */
+    /* borrowed, outlives the worker: every file a task's spec names (dataset files, checkpoint
+     * directories) must pass mt_pathsafe_check_data_spec / mt_pathsafe_check against it before
+     * it is opened (--data-root; main.c sets the defaults when none is given) */
+    const mt_pathsafe *data_roots;
 } mt_worker_opts;
 
 #define MT_WORKER_OPTS_DEFAULTS                                                                    \
     {                                                                                              \
-        "tcp://127.0.0.1:7400", NULL, NULL, NULL, 0, 3000                                          \
+        "tcp://127.0.0.1:7400", NULL, NULL, NULL, 0, 3000, NULL                                    \
     }
 
 /* Build the worker (no network yet). Borrows opts. MT_OK and *out, or INVALID_ARGUMENT. */

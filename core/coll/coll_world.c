@@ -199,7 +199,9 @@ void coll__deliver(mt_coll_world *w, nng_msg *m, const coll_hdr *h)
             mt_code_valid((int)h->code) && h->code != MT_OK ? (mt_code)h->code : MT_INTERNAL;
         c->abort_step = h->step;
         c->abort_seq = h->seq;
-        c->blame = (int)h->rstep - 1;
+        /* rstep = blamed rank + 1 (0 = none); anything else from the wire blames nobody
+         * (an rstep of 0x80000000 overflowed int: fuzz_coll_msg seed crash-fb0986e41b76b7fd) */
+        c->blame = h->rstep >= 1 && h->rstep <= (uint32_t)w->size ? (int)h->rstep - 1 : -1;
         c->aborted = 1;
         nng_msg_free(m);
     } else if (h->kind == COLL_KIND_PING) {

@@ -189,54 +189,6 @@ static void mesh_summary(const mt_mesh *m, mt_jobspec_summary *s)
     mt_mesh_format(m, s->mesh_text, sizeof(s->mesh_text));
 }
 
-/*
- * An upper bound of the model's parameter elements from the layer list alone (no allocation),
- * so a spec asking for billions of parameters is refused before a model is built for it.
- * Saturates instead of overflowing.
- */
-static uint64_t param_bound(const mt_job_spec *sp, int rank, const size_t *in)
-{
-    const uint64_t cap = (uint64_t)1 << 62;
-    uint64_t h = rank == 3 ? in[0] : 1, w = rank == 3 ? in[1] : 1, ch = rank == 3 ? in[2] : 1;
-    uint64_t f = 1, total = 0;
-
-    for (int i = 0; i < rank; i++)
-        f = f * in[i] < cap ? f * in[i] : cap;
-    for (int i = 0; i < sp->n_layers && total < cap; i++) {
-        const mt_layer_spec *l = &sp->layers[i];
-        uint64_t k;
-        switch (l->kind) {
-        case MT_LAYER_DENSE:
-            k = f * (uint64_t)l->units; /* f, units < 2^31: no overflow */
-            total += k + l->units;
-            f = l->units;
-            break;
-        case MT_LAYER_CONV2D:
-            total += (uint64_t)l->kh * l->kw * ch * l->filters + l->filters;
-            if (!l->same) {
-                h = h >= l->kh ? h - l->kh + 1 : 1;
-                w = w >= l->kw ? w - l->kw + 1 : 1;
-            }
-            ch = l->filters;
-            f = h * w * ch < cap ? h * w * ch : cap;
-            break;
-        case MT_LAYER_MAX_POOL2D:
-            h = h / 2 ? h / 2 : 1;
-            w = w / 2 ? w / 2 : 1;
-            f = h * w * ch < cap ? h * w * ch : cap;
-            break;
-        case MT_LAYER_BATCH_NORM:
-            total += 4 * (f < ch ? f : ch);
-            break;
-        default: /* flatten, dropout: no parameters, same size */
-            break;
-        }
-        if (f > (uint64_t)1 << 31)
-            f = (uint64_t)1 << 31;
-    }
-    return total < cap ? total : cap;
-}
-
 /* Check layouts against the model's parameters and sum what one device holds. */
 static mt_code check_params(const cJSON *root, const mt_job_spec *spec, const mt_mesh *mesh,
                             mt_jobspec_summary *s, mt_err *err)
@@ -249,13 +201,14 @@ static mt_code check_params(const cJSON *root, const mt_job_spec *spec, const mt
     size_t np;
     mt_code rc;
 
-    uint64_t bound = param_bound(spec, s->input_rank, s->input_shape);
+    mt_model_limits lim = MT_MODEL_LIMITS_DEFAULTS;
     mt_job_spec shapes_only = *spec;
 
-    if (bound > MT_JOBSPEC_MAX_PARAMS)
-        return mt_err_set(err, MT_RESOURCE_EXHAUSTED,
-                          "model.layers: about %llu parameters; the limit is %llu",
-                          (unsigned long long)bound, (unsigned long long)MT_JOBSPEC_MAX_PARAMS);
+    /* sizes from the layer list before anything is allocated (core/model) */
+    lim.max_params = MT_JOBSPEC_MAX_PARAMS;
+    rc = mt_model_check_limits(spec, s->input_rank, s->input_shape, spec->batch_size, &lim, err);
+    if (rc != MT_OK)
+        return rc;
     /* only the shapes matter here: plain SGD allocates no optimizer slots */
     shapes_only.optimizer.kind = MT_OPT_SGD;
     shapes_only.optimizer.momentum = 0.0f;

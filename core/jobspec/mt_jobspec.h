@@ -62,8 +62,9 @@ typedef struct mt_jobspec_summary {
  * "<json path>: <why>".
  * Codes: INVALID_ARGUMENT (any invalid field, not JSON, longer than MT_JOBSPEC_MAX_SIZE; a
  * layout that does not divide a parameter of the model), NOT_FOUND (a dataset file that does
- * not exist), RESOURCE_EXHAUSTED (a model beyond MT_JOBSPEC_MAX_PARAMS parameter elements —
- * checked from the layer list before anything is allocated — or out of memory).
+ * not exist), RESOURCE_EXHAUSTED (a model beyond MT_JOBSPEC_MAX_PARAMS parameter elements,
+ * a batch or a layer output beyond core/model's MT_MODEL_LIMITS_DEFAULTS — checked with
+ * mt_model_check_limits from the layer list before anything is allocated — or out of memory).
  * Cost: builds the model once without optimizer state (weights and gradients, batch 1) to get
  * the parameter shapes; call it off latency-sensitive threads.
  */

@@ -13,7 +13,9 @@
 
 #include <cjson/cJSON.h>
 #include <regex.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc/mt_alloc.h"
@@ -335,6 +337,96 @@ void mt_layout_map_path(const mt_layout_map *map, int i, char *buf, size_t n)
     entry_path(map->entries[i].key, buf, n);
 }
 
+/*
+ * Whether glibc's regcomp could take too long or too much memory on this ERE. regcomp copies a
+ * repeated sub-expression once per repetition ("x{3,5}": 5 copies, "x+": 2), so stacked or nested
+ * repetitions multiply its size ("a" followed by 29 '+' needed > 2 GB: fuzz_spec_layout seed
+ * crash-f02848b769fb399f), and its epsilon closures grow with interleaved optional repetitions
+ * ("a+++++??????+++++++" runs for minutes: seed crash-0a4cf8237f146fef). Refused: a repetition
+ * right after another ("a+?" means nothing in an ERE), repetitions nested more than
+ * MT_LAYOUT_REGEX_MAX_NESTED deep, more than MT_LAYOUT_REGEX_MAX_DEPTH groups deep, and an
+ * estimated tree of more than MT_LAYOUT_REGEX_MAX_COST nodes (counted in doubles: no overflow).
+ */
+static bool regex_too_complex(const char *p)
+{
+    double sum[MT_LAYOUT_REGEX_MAX_DEPTH + 1], last = 0;
+    int nest[MT_LAYOUT_REGEX_MAX_DEPTH + 1], last_nest = 0, depth = 0;
+    bool after_rep = false;
+
+    sum[0] = 0;
+    nest[0] = 0;
+    while (*p != '\0') {
+        double k = 0;
+        if (*p == '(') {
+            if (depth == MT_LAYOUT_REGEX_MAX_DEPTH)
+                return true;
+            depth++;
+            sum[depth] = 0;
+            nest[depth] = 0;
+            last = 0;
+            last_nest = 0;
+            after_rep = false;
+            p++;
+            continue;
+        }
+        if (*p == ')' && depth > 0) {
+            last = sum[depth] + 1;
+            last_nest = nest[depth];
+            depth--;
+            sum[depth] += last;
+            after_rep = false;
+            p++;
+            continue;
+        }
+        if (*p == '*' || *p == '?')
+            k = 1;
+        else if (*p == '+')
+            k = 2;
+        else if (*p == '{' && p[1] >= '0' && p[1] <= '9') { /* {m} {m,} {m,n} */
+            char *end;
+            double m = (double)strtoul(p + 1, &end, 10), n = m;
+            if (*end == ',' && end[1] >= '0' && end[1] <= '9')
+                n = (double)strtoul(end + 1, &end, 10);
+            else if (*end == ',')
+                n = m + 1, end++;
+            k = (m > n ? m : n) + 1;
+            p = *end != '\0' ? end : end - 1; /* at the '}': skipped below */
+        }
+        if (k > 0) { /* a repetition of the last item */
+            if (after_rep || ++last_nest > MT_LAYOUT_REGEX_MAX_NESTED)
+                return true;
+            nest[depth] = last_nest > nest[depth] ? last_nest : nest[depth];
+            sum[depth] += last * (k - 1) + 1;
+            last = last * k + 1;
+            after_rep = true;
+            p++;
+            continue;
+        }
+        if (*p == '[') { /* a bracket expression is one item; "[]...]" and "[^]...]" */
+            p++;
+            if (*p == '^')
+                p++;
+            if (*p == ']')
+                p++;
+            while (*p != '\0' && *p != ']')
+                p++;
+        } else if (*p == '\\' && p[1] != '\0') {
+            p++;
+        }
+        last = *p == '|' ? 0 : 1;
+        last_nest = 0;
+        after_rep = false;
+        sum[depth] += 1;
+        if (*p != '\0')
+            p++;
+    }
+    while (depth > 0) {
+        double g = sum[depth--];
+        sum[depth] += g;
+    }
+    return sum[0] > MT_LAYOUT_REGEX_MAX_COST;
+}
+
 mt_code mt_layout_map_add(mt_layout_map *map, const char *regex, const mt_layout *layout,
                           mt_err *err)
 {
@@ -359,6 +451,13 @@ mt_code mt_layout_map_add(mt_layout_map *map, const char *regex, const mt_layout
         map->cap = cap;
     }
     len = strlen(regex);
+    if (len > MT_LAYOUT_REGEX_MAX_LEN || regex_too_complex(regex))
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED,
+                          "%s: regular expression too large or with too many nested or stacked "
+                          "repetitions (limits: %d bytes, %d groups deep, repetitions nested %d "
+                          "deep, none right after another, about %d compiled states)",
+                          path, MT_LAYOUT_REGEX_MAX_LEN, MT_LAYOUT_REGEX_MAX_DEPTH,
+                          MT_LAYOUT_REGEX_MAX_NESTED, MT_LAYOUT_REGEX_MAX_COST);
     anchored = mt_malloc(len + 5);
     if (anchored == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", path);

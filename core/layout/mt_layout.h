@@ -147,9 +147,19 @@ void mt_layout_map_free(mt_layout_map *map);
  * Append an entry: `regex` (borrowed, copied; POSIX ERE, full-name match) -> layout
  * (copied). Entries are matched in the order they were added.
  * Codes: MT_INVALID_ARGUMENT (the regex does not compile: "layouts[\"(\"]: invalid
- * regular expression: ..."; the same key added twice), MT_RESOURCE_EXHAUSTED.
+ * regular expression: ..."; the same key added twice), MT_RESOURCE_EXHAUSTED (out of memory;
+ * a regex longer than MT_LAYOUT_REGEX_MAX_LEN, nested deeper than MT_LAYOUT_REGEX_MAX_DEPTH
+ * groups, with a repetition right after another ("a+?"), repetitions nested deeper than
+ * MT_LAYOUT_REGEX_MAX_NESTED, or whose repetitions would make regcomp build more than about
+ * MT_LAYOUT_REGEX_MAX_COST states — glibc copies repeated sub-expressions, so "a++++..." or
+ * "(a{1,255}){1,255}" grow exponentially).
  * On failure the map is unchanged.
  */
+#define MT_LAYOUT_REGEX_MAX_LEN    1024
+#define MT_LAYOUT_REGEX_MAX_DEPTH  32
+#define MT_LAYOUT_REGEX_MAX_COST   20000
+#define MT_LAYOUT_REGEX_MAX_NESTED 6
+
 mt_code mt_layout_map_add(mt_layout_map *map, const char *regex, const mt_layout *layout,
                           mt_err *err);
 

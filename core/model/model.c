@@ -256,6 +256,95 @@ static mt_code layer_build(mt_model *m, layer *l, int idx, mt_err *err)
     return MT_OK;
 }
 
+/* a * b saturating at UINT64_MAX */
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+mt_code mt_model_spec_size(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
+                           mt_model_size *out, mt_err *err)
+{
+    int rank = in_rank;
+    size_t shape[3] = {0, 0, 0};
+    uint64_t params = 0, widest;
+
+    memset(out, 0, sizeof(*out));
+    if (in_rank < 1 || in_rank > 3)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "model.input_shape: rank %d not in 1..3",
+                          in_rank);
+    memcpy(shape, in_shape, (size_t)in_rank * sizeof(size_t));
+    widest = 1;
+    for (int a = 0; a < in_rank; a++)
+        widest = mul_sat(widest, in_shape[a]);
+    for (int i = 0; i < spec->n_layers && widest <= SIZE_MAX / 4; i++) {
+        layer l;
+        uint64_t k = 0;
+        mt_code rc;
+
+        memset(&l, 0, sizeof(l));
+        l.s = spec->layers[i];
+        l.in_rank = rank;
+        memcpy(l.in_shape, shape, sizeof(shape));
+        l.in_size = 1;
+        for (int a = 0; a < rank; a++)
+            l.in_size = (size_t)mul_sat(l.in_size, shape[a]);
+        rc = layer_shapes(&l, i, err);
+        if (rc != MT_OK)
+            return rc;
+        if (l.s.kind == MT_LAYER_DENSE)
+            k = add_sat(mul_sat(l.in_size, l.s.units), l.s.use_bias ? l.s.units : 0);
+        else if (l.s.kind == MT_LAYER_CONV2D)
+            k = add_sat(mul_sat(mul_sat(mul_sat(l.s.kh, l.s.kw), l.in_shape[2]), l.s.filters),
+                        l.s.use_bias ? l.s.filters : 0);
+        else if (l.s.kind == MT_LAYER_BATCH_NORM)
+            k = mul_sat(l.feat, 2u + (l.s.scale ? 1u : 0u) + (l.s.center ? 1u : 0u));
+        params = add_sat(params, k);
+        for (int a = 0; a < l.out_rank; a++) /* l.out_size may have wrapped: recompute */
+            k = a == 0 ? l.out_shape[0] : mul_sat(k, l.out_shape[a]);
+        widest = k > widest ? k : widest;
+        rank = l.out_rank;
+        memcpy(shape, l.out_shape, sizeof(shape));
+    }
+    out->params = params;
+    out->widest_activation = widest;
+    return MT_OK;
+}
+
+mt_code mt_model_check_limits(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
+                              size_t batch, const mt_model_limits *lim, mt_err *err)
+{
+    mt_model_size sz;
+    mt_code rc;
+
+    if (batch > lim->max_batch)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED,
+                          "batch_size: %zu examples exceeds the limit of %llu", batch,
+                          (unsigned long long)lim->max_batch);
+    rc = mt_model_spec_size(spec, in_rank, in_shape, &sz, err);
+    if (rc != MT_OK)
+        return rc;
+    if (sz.params > lim->max_params)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED,
+                          "model: %llu%s parameters exceed the limit of %llu",
+                          (unsigned long long)sz.params, sz.params == UINT64_MAX ? "+" : "",
+                          (unsigned long long)lim->max_params);
+    if (sz.widest_activation > lim->max_activation)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED,
+                          "model: a layer output of %llu%s floats per example exceeds the limit "
+                          "of %llu",
+                          (unsigned long long)sz.widest_activation,
+                          sz.widest_activation >= SIZE_MAX / 4 ? "+" : "",
+                          (unsigned long long)lim->max_activation);
+    return MT_OK;
+}
+
 mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shape, size_t max_batch,
                      mt_model **out, mt_err *err)
 {
@@ -279,6 +368,13 @@ mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shap
     }
     if (max_batch == 0)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "model: max batch must be positive");
+    {
+        /* refuse before allocating: sizes that would not fit or overflow size_t */
+        const mt_model_limits lim = MT_MODEL_LIMITS_DEFAULTS;
+        rc = mt_model_check_limits(spec, in_rank, in_shape, max_batch, &lim, err);
+        if (rc != MT_OK)
+            return rc;
+    }
     m = mt_calloc(1, sizeof(*m));
     if (m == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");

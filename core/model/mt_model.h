@@ -167,13 +167,51 @@ mt_code mt_model_param_init(const mt_model_param *p, uint64_t seed, const size_t
  * model.input_shape when it has one must equal it) and local batches of at most max_batch
  * examples; parameters are created and initialised from spec->seed. `spec` is borrowed for the
  * call only. Codes: INVALID_ARGUMENT ("model.layers[i]...: why", e.g. a kernel larger than its
- * input, a loss head that is not a vector), RESOURCE_EXHAUSTED.
+ * input, a loss head that is not a vector), RESOURCE_EXHAUSTED (out of memory, or beyond
+ * MT_MODEL_LIMITS_DEFAULTS: see mt_model_check_limits).
  */
 mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shape, size_t max_batch,
                      mt_model **out, mt_err *err);
 
 /* Free the model; NULL is a no-op. */
 void mt_model_free(mt_model *m);
+
+/* Resource limits of a model (RESOURCE_EXHAUSTED beyond them). */
+typedef struct mt_model_limits {
+    uint64_t max_params;     /* parameters incl. batch-norm state; Adam holds 4 floats each */
+    uint64_t max_batch;      /* examples per (global or local) batch */
+    uint64_t max_activation; /* floats in one layer's output per example */
+} mt_model_limits;
+
+/* 100M parameters (1.6 GB with Adam), 65536 examples, 16M floats per example and layer. */
+#define MT_MODEL_LIMITS_DEFAULTS                                                                   \
+    {                                                                                              \
+        100000000u, 65536u, 16777216u                                                              \
+    }
+
+/* What a spec builds to, without allocating it. Counts saturate at UINT64_MAX. */
+typedef struct mt_model_size {
+    uint64_t params;            /* every parameter, trainable or not */
+    uint64_t widest_activation; /* the largest per-example layer output (or input), in floats */
+} mt_model_size;
+
+/*
+ * Shape inference of mt_model_new without allocating: the size of spec's model for per-example
+ * input in_shape (rank 1..3). Codes: INVALID_ARGUMENT as mt_model_new (layers that do not fit
+ * their input). Pure; any thread.
+ */
+mt_code mt_model_spec_size(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
+                           mt_model_size *out, mt_err *err);
+
+/*
+ * The spec validator's size check: batch > lim->max_batch, more parameters than
+ * lim->max_params or a wider layer output than lim->max_activation -> RESOURCE_EXHAUSTED with
+ * the figure and the limit ("model: 250000000 parameters exceed the limit of 100000000");
+ * INVALID_ARGUMENT as mt_model_spec_size. mt_model_new applies MT_MODEL_LIMITS_DEFAULTS itself
+ * (with its max_batch) before allocating. Pure; any thread.
+ */
+mt_code mt_model_check_limits(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
+                              size_t batch, const mt_model_limits *lim, mt_err *err);
 
 /* Number of parameters (including non-trainable state) and the i-th one (borrowed). */
 size_t mt_model_param_count(const mt_model *m);

@@ -30,6 +30,9 @@
  * when the connection is down. The reply's code and message are returned as the
  * server set them.
  *
+ * Decoding: mt_rpc_decode_request() runs the server's checks as a pure function (the server,
+ * the tests and tests/fuzz/fuzz_rpc_envelope.c share it).
+ *
  * Threading: see each function. Tests: tests/unit/test_rpc.c.
  */
 #ifndef MT_RPC_H
@@ -162,6 +165,32 @@ mt_code mt_rpc_client_call(mt_rpc_client *cli, const ProtobufCServiceDescriptor 
  */
 mt_code mt_rpc_client_call_raw(mt_rpc_client *cli, const void *bytes, size_t len, int timeout_ms,
                                mt_code *server_code, mt_err *err);
+
+/* ---- request decoding (the server's checks as a pure function) ---- */
+
+/* A decoded, checked request. */
+typedef struct mt_rpc_request {
+    const ProtobufCMethodDescriptor *method; /* in the service; NULL unless MT_OK */
+    ProtobufCMessage *message;               /* owned; type method->input; NULL unless MT_OK */
+    uint64_t request_id;                     /* set whenever the envelope decoded */
+    uint32_t timeout_ms;                     /* the caller's time left; 0 = none */
+} mt_rpc_request;
+
+/*
+ * Decode and check request bytes (borrowed) exactly as the server does, in this order:
+ * larger than max_msg -> INVALID_ARGUMENT; not a meshtrain.rpc.Request -> INVALID_ARGUMENT;
+ * another protocol major -> FAILED_PRECONDITION naming both versions; token set (not NULL or
+ * "") and the credential differs -> UNAUTHENTICATED; method not in `service` -> UNIMPLEMENTED;
+ * payload not a method->input -> INVALID_ARGUMENT. On MT_OK *out holds the method and the
+ * decoded message (owned: release with mt_rpc_request_fini). On failure out->message is NULL
+ * and out->request_id is set when the envelope decoded. Pure; any thread.
+ */
+mt_code mt_rpc_decode_request(const void *bytes, size_t len,
+                              const ProtobufCServiceDescriptor *service, const char *token,
+                              size_t max_msg, mt_rpc_request *out, mt_err *err);
+
+/* Free the decoded message and zero *r; NULL or zeroed memory is a no-op. */
+void mt_rpc_request_fini(mt_rpc_request *r);
 
 /* ---- shared helpers ---- */
 

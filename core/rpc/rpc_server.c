@@ -3,7 +3,8 @@
  * rpc_server.c — the RPC server: an nng REP socket with N contexts (mt_rpc.h).
  *
  * Each context is a slot that cycles RECV -> (APP) -> SEND -> RECV. Its aio
- * callback runs on an nng thread. In RECV it decodes and checks the envelope;
+ * callback runs on an nng thread. In RECV it decodes and checks the envelope
+ * (mt_rpc_decode_request, rpc_decode.c);
  * anything refusable is answered right there (SEND), a valid call moves to APP
  * and is handed to the application's on_call, which answers later with
  * mt_rpc_call_reply() from any thread.
@@ -154,67 +155,28 @@ static void refuse(struct slot *s, nng_msg *msg, uint64_t request_id, mt_code co
 static void on_request(struct slot *s, nng_msg *msg)
 {
     mt_rpc_server *srv = s->srv;
-    size_t len = nng_msg_len(msg);
-    const ProtobufCMethodDescriptor *m;
-    Meshtrain__Rpc__Request *env;
-    ProtobufCMessage *req;
-    uint64_t rid;
+    mt_err err = MT_ERR_INIT;
+    mt_rpc_request r;
+    mt_code rc;
 
     s->call.received_us = mt_clock_mono_us();
-    if (len > srv->max_msg) {
-        refuse(s, msg, 0, MT_INVALID_ARGUMENT,
-               "request of %zu bytes exceeds the maximum message size of %zu bytes", len,
-               srv->max_msg);
+    rc = mt_rpc_decode_request(nng_msg_body(msg), nng_msg_len(msg), srv->service,
+                               srv->has_token ? srv->token : NULL, srv->max_msg, &r, &err);
+    if (rc != MT_OK) {
+        refuse(s, msg, r.request_id, rc, "%s", err.msg);
         return;
-    }
-    env = meshtrain__rpc__request__unpack(NULL, len, nng_msg_body(msg));
-    if (env == NULL) {
-        refuse(s, msg, 0, MT_INVALID_ARGUMENT,
-               "malformed request: %zu bytes that are not a meshtrain.rpc.Request envelope", len);
-        return;
-    }
-    rid = env->request_id;
-    if (env->protocol_major != MT_RPC_PROTOCOL_MAJOR) {
-        refuse(s, msg, rid, MT_FAILED_PRECONDITION,
-               "protocol version mismatch: the client speaks %u.%u, this server speaks %d.%d",
-               env->protocol_major, env->protocol_minor, MT_RPC_PROTOCOL_MAJOR,
-               MT_RPC_PROTOCOL_MINOR);
-        goto done;
-    }
-    if (srv->has_token && !mt_rpc_token_equal(env->credential, srv->token)) {
-        refuse(s, msg, rid, MT_UNAUTHENTICATED,
-               env->credential[0] ? "invalid credential for %s"
-                                  : "%s requires a token (--token-file)",
-               env->method);
-        goto done;
-    }
-    m = mt_rpc__find_method(srv->service, env->method);
-    if (m == NULL) {
-        refuse(s, msg, rid, MT_UNIMPLEMENTED, "unknown method '%.100s'", env->method);
-        goto done;
-    }
-    req = protobuf_c_message_unpack(m->input, NULL, env->payload.len, env->payload.data);
-    if (req == NULL) {
-        refuse(s, msg, rid, MT_INVALID_ARGUMENT, "malformed %s payload for %s (%zu bytes)",
-               m->input->short_name, env->method, env->payload.len);
-        goto done;
     }
     s->call.slot = s;
-    s->call.method = m;
-    s->call.request = req;
-    s->call.request_id = rid;
-    s->call.deadline_ms =
-        env->timeout_ms > 0 ? mt_clock_mono_ms() + (int64_t)env->timeout_ms : INT64_MAX;
-    meshtrain__rpc__request__free_unpacked(env, NULL);
+    s->call.method = r.method;
+    s->call.request = r.message; /* ownership moves to the call */
+    s->call.request_id = r.request_id;
+    s->call.deadline_ms = r.timeout_ms > 0 ? mt_clock_mono_ms() + (int64_t)r.timeout_ms : INT64_MAX;
     nng_msg_free(msg);
     pthread_mutex_lock(&srv->mu);
     s->state = SLOT_APP;
     srv->app_held++;
     pthread_mutex_unlock(&srv->mu);
     srv->on_call(srv->arg, &s->call);
-    return;
-done:
-    meshtrain__rpc__request__free_unpacked(env, NULL);
 }
 
 static void slot_cb(void *arg)

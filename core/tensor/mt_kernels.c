@@ -12,7 +12,9 @@
  * were scalar loops with unpredictable branches and took 29% of the samples of a CNN run (perf);
  * this file alone builds at O3 and those loops are written as branch-free selects.
  */
+#if defined(__GNUC__) && !defined(__clang__) /* clang has no such pragma (fuzz builds) */
 #pragma GCC optimize("O3")
+#endif
 
 #include "tensor/mt_tensor.h"
 

@@ -27,9 +27,9 @@ run_job() {
     state_is "$JOB" SUCCEEDED >/dev/null || fail "$JOB ($1): $(mt status "$JOB")"
 }
 
-bg wa "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 4 --name wa
+bg wa "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 4 --name wa --data-root "$T" --data-root /usr/share/datasets
 WA=$LAST_PID
-bg wb "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 4 --name wb
+bg wb "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 4 --name wb --data-root "$T" --data-root /usr/share/datasets
 WB=$LAST_PID
 wait_for 20 "two workers" alive 2
 
@@ -137,8 +137,8 @@ log "watch started late: $(wc -l <"$T/late.out") lines of history and the final 
 # ---- two workers x 2 devices: the same job, the same bytes
 kill "$WA" "$WB"
 wait_for 20 "wa and wb lost" alive 0
-bg wc "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wc
-bg wd "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wd
+bg wc "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wc --data-root "$T" --data-root /usr/share/datasets
+bg wd "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wd --data-root "$T" --data-root /usr/share/datasets
 wait_for 20 "two 2-device workers" alive 2
 run_job "$T/ref.json"
 REF2=$JOB
@@ -163,7 +163,7 @@ has_ckpt() { [ "$(mt checkpoints --json "$TERM_JOB" | jq '.checkpoints | length'
 wait_for 30 "$R0 wrote a checkpoint on SIGTERM" has_ckpt
 STOP_STEP=$(mt checkpoints --json "$TERM_JOB" | jq '.checkpoints[0].step')
 wait_for 30 "$R0 exited" bash -c "! kill -0 $pid 2>/dev/null"
-bg we "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name we
+bg we "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name we --data-root "$T" --data-root /usr/share/datasets
 resumed() { mt status --json "$TERM_JOB" | jq -e '.state == "RUNNING" and .restarts == 1'; }
 wait_for 60 "$TERM_JOB resumed" resumed
 wait_for 30 "resume from step $STOP_STEP" \

@@ -155,7 +155,7 @@ spec "$T/job3.json" '{"batch": 1}' 10
 jq --arg d "$T/data" '.dataset.train_images = $d + "/train-images-idx3-ubyte.gz"' "$T/job3.json" >"$T/job3b.json"
 JOB3=$(mt submit "$T/job3b.json")
 rm -f "$T/data/train-images-idx3-ubyte.gz"
-bg real "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name real
+bg real "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name real --data-root "$T" --data-root /usr/share/datasets
 failed() { mt status --json "$1" | jq -e '.state == "FAILED"'; }
 wait_for 30 "job3 failed" failed "$JOB3"
 mt status "$JOB3" | grep -q "error     worker real: NOT_FOUND: .*train-images-idx3-ubyte.gz" ||

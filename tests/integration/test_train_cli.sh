@@ -30,7 +30,21 @@ expect 4 "meshtrain: INVALID_ARGUMENT: model.layers\[2\].units: must be a positi
 echo '{"model":{"layers":[{"type":"dense","units":10}]}}' >"$TMP/flat.json"
 expect 4 "INVALID_ARGUMENT: model.layers\[0\]: dense needs a flat input" train --local "$TMP/flat.json"
 echo '{"dataset":{"train_images":"/nonexistent.gz"},"model":{"layers":[{"type":"flatten"},{"type":"dense","units":10}]}}' >"$TMP/nodata.json"
-expect 4 "NOT_FOUND: open /nonexistent.gz" train --local "$TMP/nodata.json"
+expect 4 "NOT_FOUND: open /nonexistent.gz" train --local --data-root / "$TMP/nodata.json"
+# data roots (core/pathsafe): without --data-root only the current directory and
+# /usr/share/datasets are allowed
+expect 4 "PERMISSION_DENIED: path /nonexistent.gz resolves to /nonexistent.gz, outside the data roots" \
+    train --local "$TMP/nodata.json"
+echo '{"dataset":{"train_images":"'"$TMP"'/../../etc/passwd"},"model":{"layers":[{"type":"flatten"},{"type":"dense","units":10}]}}' >"$TMP/escape.json"
+expect 4 "PERMISSION_DENIED: path .*etc/passwd resolves to /etc/passwd, outside the data roots $TMP" \
+    train --local --data-root "$TMP" "$TMP/escape.json"
+expect 4 "NOT_FOUND: --data-root /nonexistent-root: No such file" train --local --data-root /nonexistent-root "$TMP/escape.json"
+# the input-pipeline form (text): relative paths resolve against the spec's directory
+mkdir -p "$TMP/root"
+printf '1\tgood\n0\tbad\n' >"$TMP/outside.tsv"
+echo '{"dataset":{"format":"text","train":"../outside.tsv"},"model":{"input_shape":[1200],"layers":[{"type":"dense","units":2}]}}' >"$TMP/root/text.json"
+expect 4 "PERMISSION_DENIED: path $TMP/root/../outside.tsv resolves to $TMP/outside.tsv, outside the data roots $TMP/root" \
+    train --local --data-root "$TMP/root" "$TMP/root/text.json"
 if [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     # non-TTY: one Progbar line per epoch, then the test line
     expect 0 "^Epoch 1/1  5/5 \[==============================\] - [0-9]*s [0-9]*ms/step - loss: [0-9.]* - accuracy: [0-9.]* - test_loss" \

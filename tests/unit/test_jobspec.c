@@ -148,8 +148,13 @@ static void test_jobspec_model_and_syntax_errors(void **state)
                        "\"flatten\"}, {\"type\": \"dense\", \"units\": 16777216}, {\"type\": "
                        "\"dense\", \"units\": 10}]}}";
     assert_int_equal(mt_jobspec_validate(huge, strlen(huge), &s, &err), MT_RESOURCE_EXHAUSTED);
-    assert_non_null(
-        strstr(err.msg, "model.layers: about 13337886730 parameters; the limit is 67108864"));
+    assert_non_null(strstr(err.msg, "model: 13337886730 parameters exceed the limit of 67108864"));
+    /* a global batch beyond the batch limit (core/model's mt_model_check_limits) */
+    const char *bigbatch = "{\"batch_size\": 100000, \"model\": {\"input_shape\": [4], "
+                           "\"layers\": [{\"type\": \"dense\", \"units\": 2}]}}";
+    assert_int_equal(mt_jobspec_validate(bigbatch, strlen(bigbatch), &s, &err),
+                     MT_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.msg, "batch_size: 100000 examples exceeds the limit of 65536"));
     assert_int_equal(mt_jobspec_validate(arr, MT_JOBSPEC_MAX_SIZE + 1u, &s, &err),
                      MT_INVALID_ARGUMENT);
 }

@@ -350,6 +350,55 @@ static void test_layout_map_add_api(void **state)
     mt_layout_map_free(map);
 }
 
+/* Regexes whose compiled form would explode (glibc copies repeated sub-expressions) are refused
+ * before regcomp; ordinary keys, bounded repeats and escapes pass. */
+static void test_layout_map_regex_limits(void **state)
+{
+    static const char *const ok[] = {
+        "dense_.*\\.kernel",
+        "(dense|conv2d)_[0-9]+\\.(kernel|bias)",
+        "x{2,4}",
+        "[]a+*]+",
+        "(a{1,16}){1,16}",
+        "((((((a?)+)?)+)?)+)",
+        "a\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+",
+    };
+    static const char *const bad[] = {
+        "den+++++++++++++++++++++++++++++se_1\\.kernel", /* the fuzz finding: > 2 GB */
+        "(((((((((((((((a+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+",
+        "(a{1,255}){1,255}",
+        "a{2}{2}{2}{2}{2}{2}{2}{2}{2}{2}{2}{2}{2}{2}{2}",
+        "a{99999}",
+        "a+++++??????+++++++", /* the second finding: minutes in regcomp */
+        "a+?",
+        "(((((((a?)+)?)+)?)+)?)+",
+    };
+    mt_layout_map *map = NULL;
+    mt_layout l;
+    mt_err err = MT_ERR_INIT;
+    char deep[80], longkey[MT_LAYOUT_REGEX_MAX_LEN + 2];
+    (void)state;
+    assert_int_equal(mt_layout_map_new(&map, NULL), MT_OK);
+    assert_int_equal(mt_layout_init_batch_sharded(&l, "batch", 2, NULL), MT_OK);
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+        if (mt_layout_map_add(map, ok[i], &l, &err) != MT_OK)
+            fail_msg("%s: %s", ok[i], err.msg);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(mt_layout_map_add(map, bad[i], &l, &err), MT_RESOURCE_EXHAUSTED);
+        assert_non_null(strstr(err.msg, "too many nested or stacked repetitions"));
+    }
+    memset(deep, '(', 40);
+    deep[40] = 'a';
+    memset(deep + 41, ')', 38);
+    deep[79] = '\0'; /* 40 open, 38 closed: deeper than the limit either way */
+    assert_int_equal(mt_layout_map_add(map, deep, &l, &err), MT_RESOURCE_EXHAUSTED);
+    memset(longkey, 'a', sizeof(longkey) - 1);
+    longkey[sizeof(longkey) - 1] = '\0';
+    assert_int_equal(mt_layout_map_add(map, longkey, &l, &err), MT_RESOURCE_EXHAUSTED);
+    assert_int_equal(mt_layout_map_count(map), (int)(sizeof(ok) / sizeof(ok[0])));
+    mt_layout_map_free(map);
+}
+
 static void test_layout_map_alloc_failure_no_leak(void **state)
 {
     cJSON *j = cJSON_Parse(spec_mp);
@@ -386,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_layout_map_from_json_errors),
         cmocka_unit_test(test_layout_map_check_reports_first_problem_with_path),
         cmocka_unit_test(test_layout_map_add_api),
+        cmocka_unit_test(test_layout_map_regex_limits),
         cmocka_unit_test(test_layout_map_alloc_failure_no_leak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

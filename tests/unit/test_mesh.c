@@ -213,6 +213,9 @@ static void test_mesh_from_json_errors_carry_path(void **state)
     (void)state;
     expect_json_error("{\"batch\": 4, \"model\": 0}", "mesh.model: size must be an integer >= 1");
     expect_json_error("{\"batch\": 2.5}", "mesh.batch: size must be an integer");
+    /* beyond long long: refused without an undefined cast (a fuzz finding) */
+    expect_json_error("{\"batch\": 4, \"model\": 44444444444444444444444444444444442}",
+                      "mesh.model: size must be an integer >= 1, got 4444444444444443");
     expect_json_error("{\"batch\": \"4\"}", "mesh.batch: size must be an integer");
     expect_json_error("[[\"batch\"]]", "mesh[0]: expected [\"name\", size]");
     expect_json_error("[[\"batch\", 2], [\"b c\", 2]]", "mesh[1]: dimension name 'b c'");

@@ -204,6 +204,51 @@ static mt_job_spec *parse(const char *js)
     return s;
 }
 
+/* mt_model_spec_size counts what mt_model_new builds; the limits give RESOURCE_EXHAUSTED. */
+static void test_model_limits(void **state)
+{
+    mt_job_spec *s = parse("{\"model\":{\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
+                           "\"kernel_size\":3},{\"type\":\"batch_norm\"},{\"type\":\"flatten\"},"
+                           "{\"type\":\"dense\",\"units\":10}]}}");
+    size_t in[3] = {8, 8, 1}, huge[3] = {1 << 24, 1 << 24, 1 << 24};
+    mt_model_limits lim = MT_MODEL_LIMITS_DEFAULTS;
+    mt_model_size sz;
+    mt_model *m = NULL;
+    mt_err err = MT_ERR_INIT;
+    uint64_t total = 0;
+    (void)state;
+
+    assert_int_equal(mt_model_spec_size(s, 3, in, &sz, &err), MT_OK);
+    assert_int_equal(mt_model_new(s, 3, in, 4, &m, &err), MT_OK);
+    for (size_t i = 0; i < mt_model_param_count(m); i++)
+        total += mt_model_param_at(m, i)->size;
+    assert_int_equal(sz.params, total); /* 3*3*1*4+4 + 4*4 + 6*6*4*10+10 */
+    assert_int_equal(sz.params, 40 + 16 + 1450);
+    assert_int_equal(sz.widest_activation, 6 * 6 * 4);
+    mt_model_free(m);
+    assert_int_equal(mt_model_check_limits(s, 3, in, 32, &lim, &err), MT_OK);
+    lim.max_params = 1000;
+    assert_int_equal(mt_model_check_limits(s, 3, in, 32, &lim, &err), MT_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.msg, "1506 parameters exceed the limit of 1000"));
+    lim.max_params = 1u << 30;
+    assert_int_equal(mt_model_check_limits(s, 3, in, 100000, &lim, &err), MT_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.msg, "batch_size: 100000 examples exceeds the limit of 65536"));
+    lim.max_activation = 100;
+    assert_int_equal(mt_model_check_limits(s, 3, in, 32, &lim, &err), MT_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.msg, "layer output of 144 floats"));
+    /* sizes beyond size_t: refused before any allocation, never wrapped */
+    assert_int_equal(mt_model_new(s, 3, huge, 4, &m, &err), MT_RESOURCE_EXHAUSTED);
+    assert_null(m);
+    assert_int_equal(mt_model_new(s, 3, in, 1u << 20, &m, &err), MT_RESOURCE_EXHAUSTED);
+    assert_int_equal(mt_model_spec_size(s, 2, in, &sz, &err), MT_INVALID_ARGUMENT);
+    mt_job_spec_free(s);
+    s = parse("{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":16000000},"
+              "{\"type\":\"dense\",\"units\":16000000}]}}");
+    assert_int_equal(mt_model_new(s, 1, in, 4, &m, &err), MT_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.msg, "parameters exceed the limit of 100000000"));
+    mt_job_spec_free(s);
+}
+
 static void test_model_build_names_and_shapes(void **state)
 {
     mt_job_spec *s =
@@ -720,6 +765,7 @@ int main(void)
         cmocka_unit_test(test_model_spec_load_file),
         cmocka_unit_test(test_model_build_names_and_shapes),
         cmocka_unit_test(test_model_build_rejects_bad_shapes),
+        cmocka_unit_test(test_model_limits),
         cmocka_unit_test(test_model_grad_dense),
         cmocka_unit_test(test_model_grad_conv_pool),
         cmocka_unit_test(test_model_grad_batch_norm),

@@ -470,6 +470,64 @@ static void test_rpc_server_open_errors(void **state)
     }
 }
 
+/* mt_rpc_decode_request: every code of the server's checks, without a socket. */
+static void test_rpc_decode_request(void **state)
+{
+    Meshtrain__ListWorkersRequest lw = MESHTRAIN__LIST_WORKERS_REQUEST__INIT;
+    uint8_t payload[64];
+    size_t plen, len;
+    uint8_t *buf;
+    mt_rpc_request r;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+
+    lw.state = "alive";
+    plen = meshtrain__list_workers_request__pack(&lw, payload);
+    buf = envelope(1, "Coordinator.ListWorkers", "tok", payload, plen, &len);
+    assert_int_equal(mt_rpc_decode_request(buf, len, SVC, "tok", 1024, &r, &err), MT_OK);
+    assert_string_equal(r.method->name, "ListWorkers");
+    assert_int_equal(r.request_id, 7);
+    assert_string_equal(((Meshtrain__ListWorkersRequest *)r.message)->state, "alive");
+    mt_rpc_request_fini(&r);
+    assert_null(r.message);
+    /* no token configured: any credential passes */
+    assert_int_equal(mt_rpc_decode_request(buf, len, SVC, NULL, 1024, &r, &err), MT_OK);
+    mt_rpc_request_fini(&r);
+    assert_int_equal(mt_rpc_decode_request(buf, len, SVC, "other", 1024, &r, &err),
+                     MT_UNAUTHENTICATED);
+    assert_null(r.message);
+    assert_int_equal(r.request_id, 7);
+    assert_non_null(strstr(err.msg, "invalid credential"));
+    assert_int_equal(mt_rpc_decode_request(buf, len, SVC, "tok", len - 1, &r, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "exceeds the maximum message size"));
+    assert_int_equal(mt_rpc_decode_request(buf, len / 2, SVC, "tok", 1024, &r, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "malformed request"));
+    free(buf);
+
+    buf = envelope(1, "Coordinator.ListWorkers", "", payload, plen, &len);
+    assert_int_equal(mt_rpc_decode_request(buf, len, SVC, "tok", 1024, &r, &err),
+                     MT_UNAUTHENTICATED);
+    assert_non_null(strstr(err.msg, "requires a token"));
+    free(buf);
+    buf = envelope(3, "Coordinator.ListWorkers", "tok", payload, plen, &len);
+    assert_int_equal(mt_rpc_decode_request(buf, len, SVC, "tok", 1024, &r, &err),
+                     MT_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.msg, "the client speaks 3.0, this server speaks 1.0"));
+    free(buf);
+    buf = envelope(1, "Coordinator.Nope", "tok", payload, plen, &len);
+    assert_int_equal(mt_rpc_decode_request(buf, len, SVC, "tok", 1024, &r, &err), MT_UNIMPLEMENTED);
+    free(buf);
+    buf = envelope(1, "Coordinator.ListWorkers", "tok", "\xff\xff\xff", 3, &len);
+    assert_int_equal(mt_rpc_decode_request(buf, len, SVC, "tok", 1024, &r, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "malformed ListWorkersRequest payload"));
+    assert_null(r.message);
+    free(buf);
+    mt_rpc_request_fini(NULL);
+}
+
 static void test_rpc_token_file(void **state)
 {
     char dir[] = "/tmp/mt_rpc_tokXXXXXX", path[256], tok[MT_RPC_TOKEN_MAX];
@@ -513,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_rpc_server_open_errors),
         cmocka_unit_test(test_rpc_on_reply_observes_every_answer),
         cmocka_unit_test(test_rpc_token_file),
+        cmocka_unit_test(test_rpc_decode_request),
     };
     int failed = MT_RUN_TESTS(tests);
     nng_fini(); /* let nng's reaper free closed sockets before LeakSanitizer looks */
