@@ -173,7 +173,7 @@ if command -v dpkg >/dev/null && command -v readelf >/dev/null; then
         case $pkg in # in debian:12-slim already / sanitizer runtimes of `make asan`
             libc6 | libgcc-s1 | libasan* | libubsan* | libtsan* | liblsan*) continue ;;
         esac
-        echo "$RT_PKGS" | grep -qx "$pkg" ||
+        grep -qx "$pkg" <<<"$RT_PKGS" ||
             fail "Dockerfile runtime stage lacks $pkg (for $lib); it has: ${RT_PKGS//$'\n'/ }"
     done
     log "Dockerfile: runtime packages cover the programs' libraries (${RT_PKGS//$'\n'/ })"
