@@ -20,6 +20,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "ckpt/mt_ckpt.h"
+#include "clock/mt_clock.h"
 #include "data/mt_data.h"
 #include "log/mt_log.h"
 
@@ -260,6 +261,7 @@ static mt_code save_gathered(run_ctx *r, const mt_spmd_position *p, mt_err *err)
     const mt_spmd_run_opts *o = r->o;
     bool writer = mt_coll_world_comm(o->world, 0) != NULL;
     char path[4096];
+    int64_t t0 = mt_clock_mono_us();
     mt_code rc = MT_OK;
 
     if (writer)
@@ -273,8 +275,8 @@ static mt_code save_gathered(run_ctx *r, const mt_spmd_position *p, mt_err *err)
     if (o->ckpt_keep > 0)
         rc = mt_ckpt_retain(o->save_dir, o->ckpt_keep, NULL, err);
     if (rc == MT_OK)
-        mt_log_info("checkpoint %s (step %llu, gathered from the workers)", path,
-                    (unsigned long long)p->step);
+        mt_log_info("checkpoint %s (step %llu, gathered from the workers and written in %.1f ms)",
+                    path, (unsigned long long)p->step, (double)(mt_clock_mono_us() - t0) / 1000.0);
     if (rc == MT_OK && o->on_saved != NULL)
         rc = o->on_saved(r->ctx, path, p->step, err);
     return rc;
