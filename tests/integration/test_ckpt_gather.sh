@@ -29,14 +29,8 @@ worker wa
 worker wb
 wait_for 20 "two workers" alive 2
 
-# labelled sentences: 12 words, 30% of them carry the label's sentiment
-awk 'BEGIN { srand(3); split("good great fine love nice best happy superb", p, " ");
-    split("bad awful poor hate worst sad boring broken", q, " ");
-    for (i = 0; i < 640; i++) { y = int(rand() * 2); s = "";
-        for (k = 0; k < 12; k++) { r = rand();
-            w = r < 0.3 ? (y ? p[1 + int(rand() * 8)] : q[1 + int(rand() * 8)]) : "w" int(rand() * 3000);
-            s = s (k ? " " : "") w }
-        print y "\t" s > (i < 512 ? "'"$T"'/train.tsv" : "'"$T"'/test.tsv") } }'
+gen_text "$T/train.tsv" 512 1
+gen_text "$T/test.tsv" 128 2
 # spec SRC OUT MESH STEPS EVERY: an example on the generated data
 spec() {
     jq --arg t "$T" --argjson m "$3" --argjson s "$4" --argjson e "$5" \
