@@ -240,8 +240,12 @@ typedef struct mt_spmd_run_opts {
  * last batch, progress events, evaluation at each epoch end) with every step run by mt_spmd on
  * `mesh` with `map` (both borrowed); on a 1-device mesh the numbers equal mt_train_run_data's.
  * Checkpoints hold the position (step, epoch, examples of the epoch consumed) so a resumed run,
- * on any mesh, continues with the same batches. Codes: mt_spmd_new's, mt_spmd_step's,
- * mt_spmd_save/restore's, the progress callback's.
+ * on any mesh, continues with the same batches. With a world spread over processes and sharded
+ * parameters (mt_spmd_save_needs_gather) every process takes part in each checkpoint
+ * (mt_spmd_save_gathered); when opts has ckpt_every and save_on_stop, the processes also agree
+ * after each progress event whether one of them stops (mt_spmd_flag_any) and then all save that
+ * step, so the stop checkpoint exists even when the stopping process is not rank 0's. Codes:
+ * mt_spmd_new's, mt_spmd_step's, mt_spmd_save/restore's, the progress callback's.
  */
 mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
                          const mt_spmd_run_opts *opts, const mt_idx_set *train,

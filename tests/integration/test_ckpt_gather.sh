@@ -4,7 +4,7 @@
 # coordinator and workers on loopback). The DTensor tutorial's model-parallel MLP
 # (examples/dtensor_mlp_model_parallel.json, a few steps, generated label<TAB>text data) on mesh
 # batch=1,model=2 over two workers x 1 device, so the "model" axis crosses the processes and the
-# worker holding rank 0 has half of each kernel:
+# worker holding rank 0 has half of each kernel (and, first, model=2,batch=2 on 2 workers x 2):
 #  1. the job checkpoints (periodic and final, gathered over the data plane) and
 #     `meshtrain export JOB` is byte-identical to the export of the same job trained with
 #     `meshtrain train --local` on the same mesh;
@@ -21,14 +21,10 @@ start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0
 alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 state_is() { mt status --json "$1" | jq -e --arg s "$2" '.state == $s'; }
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
-worker() { # worker NAME: one device
-    bg "$1" "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name "$1" \
+worker() { # worker NAME [DEVICES]
+    bg "$1" "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices "${2:-1}" --name "$1" \
         --data-root "$T"
 }
-worker wa
-worker wb
-wait_for 20 "two workers" alive 2
-
 gen_text "$T/train.tsv" 512 1
 gen_text "$T/test.tsv" 128 2
 # spec SRC OUT MESH STEPS EVERY: an example on the generated data
@@ -41,6 +37,40 @@ spec() {
 spec dtensor_mlp_model_parallel.json mp.json '{"batch": 1, "model": 2}' $STEPS 3
 spec dtensor_mlp_data_parallel.json dp.json '{"batch": 2}' 10 5
 
+# same_as_local JOB SPEC NAME: `meshtrain export JOB` equals the export of the last checkpoint of
+# SPEC trained with `meshtrain train --local` (same mesh, devices as threads)
+same_as_local() {
+    mt export "$1" --format safetensors -o "$T/$3_dist.safetensors" >/dev/null || fail "export $1"
+    "$BIN/meshtrain" train --local "$T/$2" --save "$T/$3" --data-root "$T" --json \
+        >"$T/$3.out" 2>&1 || fail "train --local $2: $(tail -3 "$T/$3.out")"
+    "$BIN/meshtrain" export "$T/$3/ckpt-$STEPS.mtc" --format safetensors \
+        -o "$T/$3_local.safetensors" >/dev/null || fail "export of the local checkpoint of $2"
+    cmp "$T/$3_dist.safetensors" "$T/$3_local.safetensors" ||
+        fail "$1 exported other weights than train --local $2"
+}
+
+# ---- 0. two workers x 2 devices, mesh model=2,batch=2: positions 0,1 (model 0) on one worker,
+# 2,3 (model 1) on the other, so each worker gathers with two local devices
+worker wd 2
+worker we 2
+wait_for 20 "two 2-device workers" alive 2
+spec dtensor_mlp_model_parallel.json mp4.json '{"model": 2, "batch": 2}' $STEPS 3
+JOB=$(mt submit "$T/mp4.json") || fail "submit: $JOB"
+wait_for 120 "$JOB to finish" finished "$JOB"
+state_is "$JOB" SUCCEEDED >/dev/null || fail "$JOB: $(mt status "$JOB")"
+mt status --json "$JOB" | jq -e '[.placement[] | select(.rank == 0 or .rank == 2) | .worker_id] |
+    unique | length == 2' >/dev/null ||
+    fail "$JOB: ranks 0 and 2 should be on two workers: $(mt status --json "$JOB" | jq -c .placement)"
+same_as_local "$JOB" mp4.json mp4
+log "model=2,batch=2 on 2 workers x 2 devices: export byte-identical to train --local"
+kill "$(mt workers --json | jq -r '.workers[] | select(.name == "wd") | .pid')" \
+    "$(mt workers --json | jq -r '.workers[] | select(.name == "we") | .pid')"
+wait_for 20 "wd and we gone" alive 0
+
+worker wa
+worker wb
+wait_for 20 "two workers" alive 2
+
 # ---- 1. distributed model parallel: checkpoints gathered, export equals the local run's
 JOB=$(mt submit "$T/mp.json") || fail "submit: $JOB"
 wait_for 120 "$JOB to finish" finished "$JOB"
@@ -50,15 +80,9 @@ mt status --json "$JOB" | jq -e '[.placement[].worker_id] | unique | length == 2
 steps=$(mt checkpoints --json "$JOB" | jq -c '[.checkpoints[] | select(.complete) | .step] | sort')
 [ "$steps" = "[3,6]" ] || fail "checkpoints of $JOB: $steps, expected [3,6]"
 grep -q "gathered from the workers" "$T/wa.log" "$T/wb.log" || fail "no gathered checkpoint logged"
-mt export "$JOB" --format safetensors -o "$T/dist.safetensors" >/dev/null || fail "export $JOB"
-"$BIN/meshtrain" train --local "$T/mp.json" --save "$T/local" --data-root "$T" --json \
-    >"$T/local.out" 2>&1 || fail "train --local: $(tail -3 "$T/local.out")"
-"$BIN/meshtrain" export "$T/local/ckpt-$STEPS.mtc" --format safetensors -o "$T/local.safetensors" \
-    >/dev/null || fail "export of the local checkpoint"
-cmp "$T/dist.safetensors" "$T/local.safetensors" ||
-    fail "the distributed model-parallel job exported other weights than train --local"
+same_as_local "$JOB" mp.json local
 log "model parallel over 2 workers: checkpoints $steps, export byte-identical to train --local" \
-    "($(stat -c %s "$T/dist.safetensors") bytes)"
+    "($(stat -c %s "$T/local_dist.safetensors") bytes)"
 
 # ---- 2. the chain: the distributed checkpoint resumes as data parallel on batch=2
 loc=$(mt checkpoints --json "$JOB" | jq -r --argjson s $STEPS '.checkpoints[] | select(.step == $s) |
