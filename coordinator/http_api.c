@@ -6,9 +6,9 @@
  * How it fits: http.c authenticates and routes GET /api/v1/... here. Every
  * endpoint reads SQLite through the HTTP side's read-only connection while
  * holding its mutex (coord_http__store_lock), builds JSON with cJSON (the
- * metric history, which can hold 100,000 points, is written straight into a
- * buffer as columns instead: about 5x faster, bench/bench_http.c), and
- * returns. Errors are JSON: {"error": {"code", "http_status", "message"}};
+ * metric history, which can hold 100,000 points, is streamed from
+ * mt_store_metrics_scan into per-series columns and written straight into a
+ * buffer instead, bench/bench_http.c), and returns. Errors are JSON: {"error": {"code", "http_status", "message"}};
  * unknown paths 404, bad query values 400, a database that cannot be read 503.
  *
  * Threading: nng HTTP threads; no loop state is touched.
