@@ -8,8 +8,9 @@
  * holding its mutex (coord_http__store_lock), builds JSON with cJSON (the
  * metric history, which can hold 100,000 points, is streamed from
  * mt_store_metrics_scan into per-series columns and written straight into a
- * buffer instead, bench/bench_http.c), and returns. Errors are JSON: {"error": {"code", "http_status", "message"}};
- * unknown paths 404, bad query values 400, a database that cannot be read 503.
+ * buffer instead, bench/bench_http.c), and returns. Errors are JSON: {"error": {"code",
+ * "http_status", "message"}}; unknown paths 404, bad query values 400, a database that cannot be
+ * read 503.
  *
  * Threading: nng HTTP threads; no loop state is touched.
  * Tests: tests/integration/test_http_api.sh.
