@@ -11,7 +11,8 @@
 #   * no acknowledged job lost: every id `meshtrain submit` printed is in `meshtrain jobs
 #     --json` with a valid state, and once cancelled, every one ends in a terminal state;
 #   * no INTERNAL / DATA_LOSS answer and no HTTP 5xx other than 503, no failed HTTP connect;
-#   * coordinator RSS (/proc/PID/status VmRSS) at the end <= 1.5x RSS at the midpoint.
+#   * coordinator RSS (/proc/PID/status VmRSS) at the end <= 1.5x RSS at the midpoint
+#     (reported but not checked under MT_SANITIZED=1: ASan's quarantine keeps freed memory).
 source "$(dirname "$0")/lib.sh"
 
 DURATION=${MT_SOAK_SECONDS:-45}
@@ -181,7 +182,13 @@ all_terminal() {
 wait_for 30 "every job terminal after cancel" all_terminal
 log "every job terminal after cancelling the rest"
 
-# ---- RSS bounded: the second half must not grow past 1.5x the midpoint
+# ---- RSS bounded: the second half must not grow past 1.5x the midpoint. Not under ASan
+# (MT_SANITIZED=1): its quarantine holds freed memory, so RSS grows by design.
+if [ "${MT_SANITIZED:-0}" = "1" ]; then
+    log "RSS bound not checked under sanitizers (ASan quarantine); end/mid =" \
+        "$(awk -v a="$RSS_END" -v b="$RSS_MID" 'BEGIN {printf "%.2f", a / b}')"
+    exit 0
+fi
 [ "$RSS_END" -le $((RSS_MID * 3 / 2)) ] ||
     fail "coordinator RSS grew from ${RSS_MID} kB (midpoint) to ${RSS_END} kB (end)"
 log "soak passed: RSS end/mid = $(awk -v a="$RSS_END" -v b="$RSS_MID" 'BEGIN {printf "%.2f", a / b}')"
