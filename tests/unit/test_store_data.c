@@ -553,6 +553,23 @@ static void test_store_metrics_query_alloc_failure(void **state)
     assert_true(k > 1);
     assert_int_equal(n, 100);
     mt_store_metrics_free(out);
+    /* with a names filter (its sorted copy is allocated too) and a limit (merge buffers) */
+    const char *want[] = {"loss", "acc"};
+    for (k = 0;; k++) {
+        mt_alloc_fail_after(k);
+        rc = mt_store_metrics_query(t->s, job, 10, want, 2, 7, &out, &n, &err);
+        mt_alloc_fail_reset();
+        if (rc == MT_OK)
+            break;
+        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+        assert_null(out);
+        assert_int_equal(n, 0);
+    }
+    assert_true(k > 2);
+    assert_int_equal(n, 7);
+    assert_int_equal(out[0].step, 10);
+    assert_int_equal(out[6].step, 16);
+    mt_store_metrics_free(out);
     for (k = 0;; k++) {
         mt_alloc_fail_after(k);
         rc = mt_store_metrics_latest(t->s, job, &out, &n, &err);
