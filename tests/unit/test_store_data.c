@@ -526,6 +526,27 @@ static void test_store_metrics_migrate_v4_reclusters(void **state)
     assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM metrics"), 4);
 }
 
+/* Run the query with allocation k failing for k = 0, 1, ... until it succeeds; every failure
+ * must be RESOURCE_EXHAUSTED with nothing returned. Returns the allocations it needed. */
+static long query_failing_allocs(mt_store *s, const char *job, uint64_t since,
+                                 const char *const *names, size_t n_names, size_t limit,
+                                 mt_store_metric **out, size_t *n)
+{
+    mt_err err = MT_ERR_INIT;
+    long k;
+
+    for (k = 0;; k++) {
+        mt_alloc_fail_after(k);
+        mt_code rc = mt_store_metrics_query(s, job, since, names, n_names, limit, out, n, &err);
+        mt_alloc_fail_reset();
+        if (rc == MT_OK)
+            return k;
+        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+        assert_null(*out);
+        assert_int_equal(*n, 0);
+    }
+}
+
 static void test_store_metrics_query_alloc_failure(void **state)
 {
     tctx *t = *state;
@@ -540,31 +561,13 @@ static void test_store_metrics_query_alloc_failure(void **state)
     for (int i = 0; i < 100; i++)
         in[i] = pt((uint64_t)i, i % 2 ? "loss" : "acc", i);
     assert_int_equal(mt_store_metrics_insert(t->s, job, in, 100, &err), MT_OK);
-    for (k = 0;; k++) {
-        mt_alloc_fail_after(k);
-        rc = mt_store_metrics_query(t->s, job, 0, NULL, 0, 0, &out, &n, &err);
-        mt_alloc_fail_reset();
-        if (rc == MT_OK)
-            break;
-        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
-        assert_null(out);
-        assert_int_equal(n, 0);
-    }
+    k = query_failing_allocs(t->s, job, 0, NULL, 0, 0, &out, &n);
     assert_true(k > 1);
     assert_int_equal(n, 100);
     mt_store_metrics_free(out);
     /* with a names filter (its sorted copy is allocated too) and a limit (merge buffers) */
     const char *want[] = {"loss", "acc"};
-    for (k = 0;; k++) {
-        mt_alloc_fail_after(k);
-        rc = mt_store_metrics_query(t->s, job, 10, want, 2, 7, &out, &n, &err);
-        mt_alloc_fail_reset();
-        if (rc == MT_OK)
-            break;
-        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
-        assert_null(out);
-        assert_int_equal(n, 0);
-    }
+    k = query_failing_allocs(t->s, job, 10, want, 2, 7, &out, &n);
     assert_true(k > 2);
     assert_int_equal(n, 7);
     assert_int_equal(out[0].step, 10);
