@@ -139,6 +139,11 @@ void coord_metrics_publish(mt_coord *c, const char *job_id,
 void coord_handle_report_metrics(mt_coord *c, mt_rpc_call *call); /* queues; flushed below */
 void coord_metrics_flush(mt_coord *c); /* store queued reports in one commit, then reply */
 void coord_handle_get_metrics(mt_coord *c, mt_rpc_call *call);
+/* Proto views of the stored points pts[0..n) for a reply: *p gets n + 1 points and *pp
+ * n + 1 pointers to them, both owned (mt_free, also after a failure); names are borrowed
+ * from pts. Codes: RESOURCE_EXHAUSTED. */
+mt_code coord_metric_points(const mt_store_metric *pts, size_t n, Meshtrain__MetricPoint **p,
+                            Meshtrain__MetricPoint ***pp);
 
 /* ---- ckpt.c ---- */
 void coord_handle_put_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);

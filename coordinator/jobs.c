@@ -941,11 +941,10 @@ static void get_job_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
     ppev = mt_calloc(nev + 1, sizeof(*ppev));
     ppl = mt_calloc(npl + 1, sizeof(*ppl));
     pppl = mt_calloc(npl + 1, sizeof(*pppl));
-    pmx = mt_calloc(nmx + 1, sizeof(*pmx));
-    ppmx = mt_calloc(nmx + 1, sizeof(*ppmx));
     pck = mt_calloc(nck + 1, sizeof(*pck));
     ppck = mt_calloc(nck + 1, sizeof(*ppck));
-    if (!pev || !ppev || !ppl || !pppl || !pmx || !ppmx || !pck || !ppck) {
+    if (!pev || !ppev || !ppl || !pppl || !pck || !ppck ||
+        coord_metric_points(mx, nmx, &pmx, &ppmx) != MT_OK) {
         mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
         goto out;
     }
@@ -967,15 +966,6 @@ static void get_job_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
         ppl[i].coords = pl[i].coords;
         ppl[i].n_coords = pl[i].n_coords;
         pppl[i] = &ppl[i];
-    }
-    for (size_t i = 0; i < nmx; i++) {
-        meshtrain__metric_point__init(&pmx[i]);
-        pmx[i].step = mx[i].step;
-        pmx[i].epoch = mx[i].epoch;
-        pmx[i].name = mx[i].name;
-        pmx[i].value = mx[i].value;
-        pmx[i].time_ms = mx[i].time_ms;
-        ppmx[i] = &pmx[i];
     }
     for (size_t i = 0; i < nck; i++) {
         meshtrain__checkpoint_info__init(&pck[i]);
