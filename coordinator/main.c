@@ -31,6 +31,9 @@ static void usage(FILE *out)
             "  --token-file F            require the token in F (mode 0600) on every call\n"
             "  --heartbeat-ms N          heartbeat interval told to workers (default 1000)\n"
             "  --heartbeat-timeout-ms N  mark a worker lost after N ms of silence (default 10000)\n"
+            "  --stall-timeout-ms N      mark a running job STALLED when none of its devices\n"
+            "                            advanced for N ms while its workers heartbeat (default\n"
+            "                            10000; 0 disables)\n"
             "  --max-message-bytes N     largest request accepted (default 67108864)\n"
             "  --fsync MODE              'full' (default): an acknowledged write survives a\n"
             "                            power loss (an fsync per commit); 'normal': it survives\n"
@@ -62,6 +65,7 @@ int main(int argc, char **argv)
         {"token-file", required_argument, NULL, 't'},
         {"heartbeat-ms", required_argument, NULL, 'i'},
         {"heartbeat-timeout-ms", required_argument, NULL, 'o'},
+        {"stall-timeout-ms", required_argument, NULL, 'T'},
         {"max-message-bytes", required_argument, NULL, 'm'},
         {"dashboard-dir", required_argument, NULL, 'D'},
         {"log-level", required_argument, NULL, 'l'},
@@ -120,6 +124,11 @@ int main(int argc, char **argv)
                 fprintf(stderr, "meshtrain-coordinator: %s\n", err.msg);
                 return 2;
             }
+            break;
+        case 'T':
+            if (parse_int("--stall-timeout-ms", optarg, 0, 3600000, &v) != 0)
+                return 2;
+            o.stall_timeout_ms = (int)v;
             break;
         case 'P':
             o.metrics_listen = optarg;
