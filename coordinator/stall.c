@@ -202,7 +202,7 @@ static uint64_t signature(const coord_job *j)
 /* Every rank reported and every worker of j heartbeated recently. */
 static int all_alive_and_known(mt_coord *c, const coord_job *j, int64_t now)
 {
-    int64_t fresh = 3 * (int64_t)c->opts.heartbeat_interval_ms + 1000;
+    int64_t fresh = COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms);
 
     for (size_t r = 0; r < j->n_place; r++)
         if (!j->devs[r].known)

@@ -21,6 +21,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * A worker counts as heartbeating when its last heartbeat is at most this old (ms), for a
+ * heartbeat interval hb_ms. The stall timeout must exceed it, so that a worker that stops
+ * (SIGSTOP, kill) goes stale before its job could be called STALLED (main.c checks this).
+ */
+#define COORD_STALL_FRESH_MS(hb_ms) (3 * (int64_t)(hb_ms) + 1000)
+
 /* One rank's latest record as the coordinator keeps it (times on the coordinator's clock). */
 typedef struct coord_stall_dev {
     int known;            /* a heartbeat reported this rank (else the rest is zero) */

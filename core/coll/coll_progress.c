@@ -262,6 +262,7 @@ void coll__progress_exit(mt_coll_comm *c, mt_code rc)
         return;
     pthread_mutex_lock(&s->mu);
     set_state(s, rc == MT_OK ? MT_COLL_PSTATE_DONE : MT_COLL_PSTATE_FAILED, coll__now_ns());
-    s->ticks++;
+    if (rc == MT_OK) /* a failure is not progress */
+        s->ticks++;
     pthread_mutex_unlock(&s->mu);
 }

@@ -14,8 +14,9 @@
  * reads the slots (mt_coll_progress_read). A comm without a table attached costs one NULL check.
  *
  * Invariants: `ticks` of a slot only grows; it moves on every collective entry, received segment,
- * exit and activity change, never while a device only waits — so "no slot's ticks moved" means
- * "no device made progress". Sequence numbers are per step (mt_coll_comm_set_step resets them).
+ * successful exit and activity change, never while a device only waits or when a collective
+ * fails — so "no slot's ticks moved" means "no device made progress". Sequence numbers are per step
+ * (mt_coll_comm_set_step resets them).
  *
  * Threading: each slot is written by the one device thread of its comm and read by any thread;
  * a per-slot mutex makes each record read consistent (writers hold it for a few stores only).

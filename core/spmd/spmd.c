@@ -1041,7 +1041,8 @@ static void *dev_main(void *arg)
             return NULL;
         mt_err_clear(&d->err);
         d->rc = job == JOB_STEP ? dev_step(d) : dev_eval(d);
-        mt_coll_comm_activity(d->comm, "idle: waiting for the next batch from the host");
+        if (d->rc == MT_OK) /* after a failure the record keeps where it stopped */
+            mt_coll_comm_activity(d->comm, "idle: waiting for the next batch from the host");
         if (d->rc != MT_OK && d->err.code == MT_OK)
             mt_err_set(&d->err, d->rc, "failed");
         pthread_mutex_lock(&s->mu);

@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_coord_stall.c — the coordinator's hang diagnosis (coordinator/stall.h): the line it writes
- * for a group that stopped advancing, from the per-rank progress records alone.
+ * for a group that stopped advancing, from the per-rank progress records alone (pure function);
+ * and, with a real coordinator in this process (coord_test_util.h) fed heartbeats carrying
+ * DeviceProgress, the STALLED detection: RUNNING -> STALLED with the diagnosis, back to RUNNING
+ * on progress, never STALLED while a worker is silent, bogus ranks ignored, and a task that
+ * succeeds while STALLED ends the job.
  */
 #include "mt_test.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "coord_test_util.h"
 #include "coordinator/stall.h"
 
 #define NOW 1000000
@@ -131,6 +136,102 @@ static void test_coord_stall_unknown_axis_and_truncation(void **state)
     coord_stall_diagnose(d, 2, NOW, small, 0); /* cap 0: nothing written */
 }
 
+/* ------------------------------------------------------------------ detection, end to end */
+
+/* Heartbeat of w1 for (job, attempt) "running" with rank 0 waiting in step 3 allreduce #0 and
+ * rank 1 behind it (done with step 2, reading input) with ticks1, plus a bogus rank 9. */
+static void beat(ctu *t, const char *job, unsigned attempt, uint64_t ticks1)
+{
+    Meshtrain__HeartbeatRequest req = MESHTRAIN__HEARTBEAT_REQUEST__INIT;
+    Meshtrain__HeartbeatReply *rep = NULL;
+    Meshtrain__TaskStatus st = MESHTRAIN__TASK_STATUS__INIT, *sp = &st;
+    Meshtrain__DeviceProgress d[3], *dp[3] = {&d[0], &d[1], &d[2]};
+
+    for (int i = 0; i < 3; i++) {
+        meshtrain__device_progress__init(&d[i]);
+        d[i].rank = i == 2 ? 9 : (uint32_t)i;
+        d[i].local_index = (uint32_t)i;
+        d[i].op = "allreduce";
+        d[i].axis = "batch";
+        d[i].activity = "computing";
+    }
+    d[0].step = 3;
+    d[0].state = "waiting";
+    d[0].ticks = 10;
+    d[1].step = 2;
+    d[1].state = "done";
+    d[1].activity = "reading input";
+    d[1].activity_age_ms = 2500;
+    d[1].ticks = ticks1;
+    d[2].state = "entered";
+    d[2].step = 99; /* would be "the collective" if it were not ignored */
+    st.job_id = (char *)job;
+    st.attempt = attempt;
+    st.state = "running";
+    st.devices = dp;
+    st.n_devices = 3;
+    req.worker_id = "w1";
+    req.instance_id = "i1";
+    req.tasks = &sp;
+    req.n_tasks = 1;
+    ctu_call_ok(t, "Heartbeat", &req.base, (ProtobufCMessage **)&rep);
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+}
+
+/* Heartbeat every 100 ms (ticks1 unchanged) until the job is in `want` or ms passed; returns
+ * whether it got there and leaves the reason in reason. */
+static int beat_until(ctu *t, const char *job, unsigned a, uint64_t ticks1, const char *want,
+                      int ms, char *reason)
+{
+    char st[16];
+
+    for (int i = 0; i <= ms / 100; i++) {
+        beat(t, job, a, ticks1);
+        ctu_state(t, job, st, reason);
+        if (strcmp(st, want) == 0)
+            return 1;
+        usleep(100000);
+    }
+    return 0;
+}
+
+static void test_coord_stall_detection_and_recovery(void **state)
+{
+    ctu *t = calloc(1, sizeof(*t));
+    char job[32], st[16], reason[256];
+    unsigned a;
+    (void)state;
+
+    t->stall_timeout_ms = 1700; /* > COORD_STALL_FRESH_MS(200) = 1600 */
+    ctu_open(t);
+    ctu_register(t, "w1", "i1", 2);
+    ctu_submit(t,
+               "{\"steps\": 10, \"mesh\": {\"batch\": 2}, \"model\": {\"input_shape\": [4], "
+               "\"layers\": [{\"type\": \"dense\", \"units\": 2}]}}",
+               0, job);
+    a = ctu_wait_assignment(t, "w1", "i1", job);
+    assert_int_not_equal(a, 0);
+    assert_true(beat_until(t, job, a, 7, "RUNNING", 2000, reason));
+    /* nothing moves while w1 heartbeats: STALLED, naming cpu:1 (rank 9 ignored) */
+    assert_true(beat_until(t, job, a, 7, "STALLED", 3000, reason));
+    assert_string_equal(reason, "step 3 allreduce #0 on axis batch: w1 cpu:1 never entered; its "
+                                "last activity: reading input 2 s ago");
+    /* rank 1 advances: RUNNING again */
+    assert_true(beat_until(t, job, a, 8, "RUNNING", 2000, reason));
+    assert_non_null(strstr(reason, "progress resumed"));
+    /* w1 goes silent (not yet lost): no progress, but no STALLED either */
+    usleep(2500 * 1000);
+    ctu_state(t, job, st, reason);
+    assert_string_equal(st, "RUNNING");
+    /* it heartbeats again, still without progress: STALLED; then its task succeeds */
+    assert_true(beat_until(t, job, a, 8, "STALLED", 2000, reason));
+    assert_int_equal(ctu_update(t, "w1", "i1", job, a, "succeeded", NULL), MT_OK);
+    ctu_state(t, job, st, reason);
+    assert_string_equal(st, "SUCCEEDED");
+    ctu_destroy(t);
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -140,6 +241,7 @@ int main(void)
         cmocka_unit_test(test_coord_stall_everyone_entered),
         cmocka_unit_test(test_coord_stall_no_collective_in_progress),
         cmocka_unit_test(test_coord_stall_unknown_axis_and_truncation),
+        cmocka_unit_test(test_coord_stall_detection_and_recovery),
     };
     return MT_RUN_TESTS(tests);
 }
