@@ -584,8 +584,8 @@ static int apply_task(mt_coord *c, const char *worker_id, const Meshtrain__TaskS
     if (!running && strcmp(t->state, "succeeded") != 0)
         return 0; /* unknown state word: ignore */
     if (j->state == MT_JOBSTATE_STALLED &&
-        job_transition(c, j, MT_JOBSTATE_RUNNING, "progress resumed: a task reported news") !=
-            MT_OK)
+        job_transition(c, j, MT_JOBSTATE_RUNNING,
+                       "progress resumed: a task reported a new step or state") != MT_OK)
         return 0;
     snprintf(task->state, sizeof(task->state), "%s", t->state);
     for (size_t i = 0; i < j->n_tasks; i++)

@@ -230,9 +230,11 @@ void coord_stall_sweep(mt_coord *c)
         sig = signature(j);
         if (sig != j->prog_sig) {
             int64_t quiet = now - j->prog_mono_ms;
+            int baseline = j->prog_sig == 0; /* first records of this attempt (or since a
+                                                coordinator restart): nothing to compare yet */
             j->prog_sig = sig;
             j->prog_mono_ms = now;
-            if (j->state == MT_JOBSTATE_STALLED) {
+            if (j->state == MT_JOBSTATE_STALLED && !baseline) {
                 snprintf(diag, sizeof(diag), "progress resumed after %lld s without progress",
                          (long long)(quiet / 1000));
                 coord_job_move(c, j, MT_JOBSTATE_RUNNING, diag);
