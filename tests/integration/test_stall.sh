@@ -71,7 +71,8 @@ log "$JOB: RUNNING -> STALLED -> RUNNING -> SUCCEEDED"
 kill "$WB"
 worker wc
 WC=$LAST_PID
-wait_for 20 "wb gone, wc registered" alive 2
+alive_are() { mt workers --json | jq -e --arg w "$1" '[.workers[] | select(.state == "alive") | .name] | sort | join(",") == $w'; }
+wait_for 20 "wb lost, wc registered" alive_are "wa,wc"
 sed -i 's/"steps": 40/"steps": 100000/' "$T/job.json"
 JOB2=$(mt submit "$T/job.json")
 wait_for 30 "$JOB2 running" state_is "$JOB2" RUNNING
