@@ -86,8 +86,9 @@ mt_code mt_coll_world_set_progress(mt_coll_world *w, mt_coll_progress *p, mt_err
 
 /*
  * Record the device's current non-collective activity (what, borrowed for the call, copied; at
- * most 47 bytes kept). A change of text counts as progress. Device thread of c; no-op when c is
- * NULL or has no table.
+ * most 47 bytes kept). A change of text counts as progress. Device thread of c, or another
+ * thread while c's device thread runs no collective (the trainer's host thread between steps);
+ * no-op when c is NULL or has no table.
  */
 void mt_coll_comm_activity(mt_coll_comm *c, const char *what);
 

@@ -1327,12 +1327,24 @@ static float *slot_of(mt_model_param *p, int k)
     return k < 0 ? p->value : k == 0 ? p->slot1 : p->slot2;
 }
 
+/*
+ * Host-side work between steps shows as every local device's activity (hang diagnosis): the
+ * device threads are idle then, and the progress slot's mutex makes the write safe.
+ */
+static void host_activity(mt_spmd *s, const char *what)
+{
+    for (int p = 0; p < s->ndev; p++)
+        mt_coll_comm_activity(s->devs[p].comm, what); /* NULL comm (remote device): no-op */
+}
+
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err)
 {
     mt_ckpt_writer *w = NULL;
     mt_code rc = mt_ckpt_writer_open(path, &w, err);
     int64_t one = 1, t = s->devs[s->first_local].t;
+
+    host_activity(s, "host: writing a checkpoint");
 
     if (rc != MT_OK)
         return rc;
@@ -1428,6 +1440,7 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
 
     if (rc != MT_OK)
         return rc;
+    host_activity(s, "host: restoring a checkpoint");
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
         rc = restore_tensor(s, ck, i, -1, path, err);
         for (int k = 0; rc == MT_OK && k < 2; k++)
