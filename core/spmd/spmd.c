@@ -453,6 +453,7 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
     for (int i = 0; i < spec->n_layers; i++) {
         dlayer *l = &s->layers[i];
         l->s = spec->layers[i];
+        l->s.activation = mt_model_layer_activation(spec, i);
         l->in_rank = prev_rank;
         memcpy(l->in_shape, prev_shape, sizeof(prev_shape));
         l->in_size = 1;
