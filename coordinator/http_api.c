@@ -175,6 +175,11 @@ static cJSON *job_json(const mt_store_job *j)
     else
         cJSON_AddNullToObject(o, "progress");
     cJSON_AddStringToObject(o, "reason", j->reason);
+    /* hang diagnosis (docs/jobs.md): a STALLED job's reason names the device that never entered */
+    if (strcmp(j->state, "STALLED") == 0)
+        cJSON_AddStringToObject(o, "diagnosis", j->reason);
+    else
+        cJSON_AddNullToObject(o, "diagnosis");
     cJSON_AddStringToObject(o, "error", j->error);
     cJSON_AddNumberToObject(o, "restarts", j->restarts);
     return o;

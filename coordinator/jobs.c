@@ -68,8 +68,11 @@ static void job_release(coord_job *j)
 {
     mt_free(j->place);
     mt_free(j->tasks);
+    mt_free(j->devs);
     j->place = NULL;
     j->tasks = NULL;
+    j->devs = NULL;
+    j->prog_sig = 0;
     j->n_place = j->n_tasks = 0;
 }
 
@@ -142,6 +145,18 @@ static mt_code job_transition(mt_coord *c, coord_job *j, mt_jobstate to, const c
         job_remove(c, j);
     }
     return MT_OK;
+}
+
+mt_code coord_job_move(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason)
+{
+    return job_transition(c, j, to, reason);
+}
+
+static void job_set_reason(mt_coord *c, coord_job *j, const char *reason);
+
+void coord_job_note(mt_coord *c, coord_job *j, const char *reason)
+{
+    job_set_reason(c, j, reason);
 }
 
 static void job_set_reason(mt_coord *c, coord_job *j, const char *reason)
@@ -568,6 +583,10 @@ static int apply_task(mt_coord *c, const char *worker_id, const Meshtrain__TaskS
     }
     if (!running && strcmp(t->state, "succeeded") != 0)
         return 0; /* unknown state word: ignore */
+    if (j->state == MT_JOBSTATE_STALLED &&
+        job_transition(c, j, MT_JOBSTATE_RUNNING,
+                       "progress resumed: a task reported a new step or state") != MT_OK)
+        return 0;
     snprintf(task->state, sizeof(task->state), "%s", t->state);
     for (size_t i = 0; i < j->n_tasks; i++)
         n_state += strcmp(j->tasks[i].state, "") != 0;

@@ -23,6 +23,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "ckpt/mt_ckpt.h"
+#include "coll/mt_coll_progress.h"
 #include "data/mt_data.h"
 #include "rng/mt_rng.h"
 #include "tensor/mt_tensor.h"
@@ -494,6 +495,7 @@ static mt_code grp_allreduce(dev *d, int dim, float *buf, size_t n)
         return MT_OK;
     g.ranks = d->groups[dim];
     g.size = d->s->dimsz[dim];
+    mt_coll_comm_axis(d->comm, mt_mesh_dim_name(d->s->mesh, dim));
     return mt_coll_allreduce_sum(d->comm, &g, buf, n, NULL, &d->err);
 }
 
@@ -510,6 +512,7 @@ static mt_code reshard(dev *d, const float *src, size_t rows, size_t c, int from
         size_t p = dsz(s, from), cl = c / p;
         mt_coll_group g = {d->groups[from], s->dimsz[from]};
         float *out = to < 0 ? dst : d->g2;
+        mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, from));
         mt_code rc = mt_coll_allgather(d->comm, &g, src, d->g1, rows * cl, NULL, &d->err);
         if (rc != MT_OK)
             return rc;
@@ -963,7 +966,9 @@ static mt_code dev_step(dev *d)
     mt_code rc;
 
     mt_coll_comm_set_step(d->comm, s->jstep);
+    mt_coll_comm_activity(d->comm, "reading input");
     dev_take_batch(d, 0, s->jn);
+    mt_coll_comm_activity(d->comm, "computing");
     rc = dev_forward(d, s->jn, true, s->jstep, s->jfirst + (d->row0));
     if (rc == MT_OK)
         rc = mt_softmax_xent(d->dlogits, &loss, &correct, d->logits, d->y, d->batch, s->num_classes,
@@ -974,6 +979,7 @@ static mt_code dev_step(dev *d)
     d->msum[1] = (float)correct;
     if (rc == MT_OK && s->bdim >= 0) {
         mt_coll_group g = {d->groups[s->bdim], s->dimsz[s->bdim]};
+        mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
         rc = mt_coll_bucket_allreduce(d->bucket, d->comm, &g, NULL, &d->err);
     }
     if (rc != MT_OK)
@@ -981,6 +987,7 @@ static mt_code dev_step(dev *d)
     d->loss = d->msum[0];
     d->correct = (size_t)d->msum[1];
     d->t++;
+    mt_coll_comm_activity(d->comm, "optimizer update");
     for (size_t i = 0; i < s->n_params; i++) {
         mt_model_param *p = &d->params[i];
         if (!p->trainable)
@@ -1003,6 +1010,7 @@ static mt_code dev_eval(dev *d)
     mt_code rc;
 
     mt_coll_comm_set_step(d->comm, s->jstep);
+    mt_coll_comm_activity(d->comm, "evaluating");
     for (size_t i = 0; i < s->jn; i += s->max_gb) {
         size_t n = s->jn - i < s->max_gb ? s->jn - i : s->max_gb;
         float sums[2];
@@ -1051,6 +1059,8 @@ static void *dev_main(void *arg)
                 : job == JOB_EVAL   ? dev_eval(d)
                 : job == JOB_GATHER ? dev_gather(d)
                                     : dev_agree(d);
+        if (d->rc == MT_OK) /* after a failure the record keeps where it stopped */
+            mt_coll_comm_activity(d->comm, "idle: waiting for the next batch from the host");
         if (d->rc != MT_OK && d->err.code == MT_OK)
             mt_err_set(&d->err, d->rc, "failed");
         pthread_mutex_lock(&s->mu);
@@ -1335,12 +1345,24 @@ static float *slot_of(mt_model_param *p, int k)
     return k < 0 ? p->value : k == 0 ? p->slot1 : p->slot2;
 }
 
+/*
+ * Host-side work between steps shows as every local device's activity (hang diagnosis): the
+ * device threads are idle then, and the progress slot's mutex makes the write safe.
+ */
+static void host_activity(mt_spmd *s, const char *what)
+{
+    for (int p = 0; p < s->ndev; p++)
+        mt_coll_comm_activity(s->devs[p].comm, what); /* NULL comm (remote device): no-op */
+}
+
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err)
 {
     mt_ckpt_writer *w = NULL;
     mt_code rc = mt_ckpt_writer_open(path, &w, err);
     int64_t one = 1, t = s->devs[s->first_local].t;
+
+    host_activity(s, "host: writing a checkpoint");
 
     if (rc != MT_OK)
         return rc;
@@ -1436,6 +1458,7 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
 
     if (rc != MT_OK)
         return rc;
+    host_activity(s, "host: restoring a checkpoint");
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
         rc = restore_tensor(s, ck, i, -1, path, err);
         for (int k = 0; rc == MT_OK && k < 2; k++)
