@@ -342,6 +342,18 @@ const char *mt_coll_net_addr(const mt_coll_net *net)
     return net->addr;
 }
 
+mt_code mt_coll_net_set_addr(mt_coll_net *net, const char *addr, mt_err *err)
+{
+    if (addr == NULL || (strncmp(addr, "tcp://", 6) != 0 && strncmp(addr, "ipc://", 6) != 0))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll net: advertised address %s: want tcp://HOST:PORT or ipc://PATH",
+                          addr ? addr : "(null)");
+    if (strlen(addr) >= sizeof(net->addr))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: address %s too long", addr);
+    snprintf(net->addr, sizeof(net->addr), "%s", addr);
+    return MT_OK;
+}
+
 void mt_coll_net_free(mt_coll_net *net)
 {
     if (net == NULL)

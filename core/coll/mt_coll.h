@@ -113,6 +113,14 @@ mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err);
 const char *mt_coll_net_addr(const mt_coll_net *net);
 
 /*
+ * Replace the address net reports (mt_coll_net_addr) and matches this process's ranks by: for
+ * a listener on a wildcard ("tcp://0.0.0.0:7500") the address peers dial instead
+ * ("tcp://10.0.0.2:7500"). addr is copied. Call before any world uses net (not thread-safe
+ * against world creation). Codes: INVALID_ARGUMENT (not tcp:// or ipc://, or longer than 255).
+ */
+mt_code mt_coll_net_set_addr(mt_coll_net *net, const char *addr, mt_err *err);
+
+/*
  * Stop receiving and close the listener. Free any world using it first. NULL: no-op.
  * Bounded: if nng's close does not finish within 2 s the endpoint is left to it (leaked).
  */

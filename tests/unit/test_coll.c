@@ -770,6 +770,51 @@ static void test_coll_net_invalid_arguments(void **state)
     mt_coll_net_free(NULL);
 }
 
+/* A wildcard listener advertised as a dialable address: peers reach it, and its ranks are local. */
+static void test_coll_net_set_addr_advertises_wildcard_listener(void **state)
+{
+    static const int g[] = {0, 1};
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    mt_err err = MT_ERR_INIT;
+    char adv[64];
+    const char *port;
+    (void)state;
+    assert_int_equal(mt_coll_net_new("tcp://0.0.0.0:0", &nets[0], &err), MT_OK);
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[1], &err), MT_OK);
+    port = strrchr(mt_coll_net_addr(nets[0]), ':');
+    assert_non_null(port);
+    assert_int_equal(strncmp(mt_coll_net_addr(nets[0]), "tcp://0.0.0.0:", 14), 0);
+    snprintf(adv, sizeof(adv), "tcp://127.0.0.1%s", port);
+    assert_int_equal(mt_coll_net_set_addr(nets[0], "udp://127.0.0.1:1", &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_net_set_addr(nets[0], NULL, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_net_set_addr(nets[0], adv, &err), MT_OK);
+    assert_string_equal(mt_coll_net_addr(nets[0]), adv);
+    mt_coll_rank_addr table[2] = {{adv, 0}, {mt_coll_net_addr(nets[1]), 0}};
+    for (int k = 0; k < 2; k++)
+        if (mt_coll_world_new_net(nets[k], 2, table, NULL, &ws[k], &err) != MT_OK)
+            fail_msg("world %d: %s", k, err.msg);
+    assert_non_null(mt_coll_world_comm(ws[0], 0));
+    assert_null(mt_coll_world_comm(ws[0], 1));
+    job jobs[2];
+    for (int r = 0; r < 2; r++)
+        jobs[r] = mkjob(ws[r], r, g, 2, OP_ALLREDUCE, 1000, 9);
+    run_jobs(jobs, 2);
+    float ref[1000];
+    double dref[1000];
+    reference(g, 2, 1000, 9, ref, dref);
+    for (int r = 0; r < 2; r++) {
+        if (jobs[r].rc != MT_OK)
+            fail_msg("rank %d: %s", r, jobs[r].err.msg);
+        assert_memory_equal(jobs[r].buf, ref, sizeof(ref));
+    }
+    free_jobs(jobs, 2);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -791,6 +836,7 @@ int main(void)
         cmocka_unit_test(test_coll_net_lost_peer_is_named),
         cmocka_unit_test(test_coll_net_deadline_names_silent_member),
         cmocka_unit_test(test_coll_net_invalid_arguments),
+        cmocka_unit_test(test_coll_net_set_addr_advertises_wildcard_listener),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
