@@ -144,7 +144,13 @@ static void push_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
     pthread_mutex_unlock(&net->mu);
 }
 
-/* Hand one received message to the world (or keep it until the world exists). */
+/*
+ * Hand one received message to the world, or keep it until its world exists: a message of
+ * another job id arrives while this process's previous world (an older attempt, still closing)
+ * is attached when a restarted job's peers start before this process has let go of it; given
+ * to the old world it would be lost, and the new world would then see a later ring step.
+ * coll__net_attach_pending delivers the kept messages of the new world's job, drops the rest.
+ */
 static void net_handle(mt_coll_net *net, nng_msg *m)
 {
     coll_hdr h;
@@ -160,7 +166,7 @@ static void net_handle(mt_coll_net *net, nng_msg *m)
     }
     pthread_mutex_lock(&net->mu);
     mt_coll_world *w = net->world;
-    if (w == NULL) {
+    if (w == NULL || h.job != w->opts.job_id) {
         if (net->npending == net->cap_pending && net->npending < NET_MAX_PENDING) {
             size_t ncap = net->cap_pending ? net->cap_pending * 2 : 64;
             nng_msg **np = mt_realloc(net->pending, ncap * sizeof(*np));

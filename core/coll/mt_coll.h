@@ -141,7 +141,10 @@ mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_col
  * lives (borrowed, copied). Ranks whose address equals mt_coll_net_addr(net)
  * are this process's devices. Connections to other processes are opened on
  * first use, reused across steps and closed by mt_coll_world_free. Messages
- * that arrive before the world exists are kept and delivered to it.
+ * that arrive before the world exists are kept and delivered to it, also those
+ * that arrive while net still serves a world of another job_id (a restarted
+ * job's peers may start before this process has freed the old attempt's world);
+ * kept messages of other job ids are dropped when the world is made.
  * Codes: INVALID_ARGUMENT (no local rank, duplicate local index, bad size),
  * FAILED_PRECONDITION (net already serves a world), RESOURCE_EXHAUSTED.
  */

@@ -815,6 +815,54 @@ static void test_coll_net_set_addr_advertises_wildcard_listener(void **state)
     }
 }
 
+/*
+ * A restarted job: the peer's new world (job 2) sends while this process still holds its old
+ * world (job 1); the messages wait for the new world instead of being lost in the old one.
+ */
+static void test_coll_net_keeps_messages_of_the_next_job(void **state)
+{
+    static const int g[] = {0, 1};
+    mt_coll_world_opts o1 = MT_COLL_WORLD_DEFAULTS, o2 = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *old, *ws[2];
+    mt_err err = MT_ERR_INIT;
+    pthread_t th;
+    enum { N = 100000 };
+    (void)state;
+    o1.job_id = 1;
+    o2.job_id = 2;
+    o2.segment_bytes = 4096;
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[0], &err), MT_OK);
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[1], &err), MT_OK);
+    mt_coll_rank_addr table[2] = {{mt_coll_net_addr(nets[0]), 0}, {mt_coll_net_addr(nets[1]), 0}};
+    assert_int_equal(mt_coll_world_new_net(nets[0], 2, table, &o1, &old, &err), MT_OK);
+    assert_int_equal(mt_coll_world_new_net(nets[1], 2, table, &o2, &ws[1], &err), MT_OK);
+    job jobs[2];
+    jobs[1] = with_call(mkjob(ws[1], 1, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 5000);
+    assert_int_equal(pthread_create(&th, NULL, job_main, &jobs[1]), 0);
+    usleep(300 * 1000); /* rank 1's first messages reach nets[0] while the old world holds it */
+    mt_coll_world_free(old);
+    assert_int_equal(mt_coll_world_new_net(nets[0], 2, table, &o2, &ws[0], &err), MT_OK);
+    jobs[0] = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 5000);
+    job_main(&jobs[0]);
+    pthread_join(th, NULL);
+    float *ref = calloc(N, sizeof(float));
+    double *dref = calloc(N, sizeof(double));
+    reference(g, 2, N, 3, ref, dref);
+    for (int r = 0; r < 2; r++) {
+        if (jobs[r].rc != MT_OK)
+            fail_msg("rank %d: %s", r, jobs[r].err.msg);
+        assert_memory_equal(jobs[r].buf, ref, N * sizeof(float));
+    }
+    free(ref);
+    free(dref);
+    free_jobs(jobs, 2);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -837,6 +885,7 @@ int main(void)
         cmocka_unit_test(test_coll_net_deadline_names_silent_member),
         cmocka_unit_test(test_coll_net_invalid_arguments),
         cmocka_unit_test(test_coll_net_set_addr_advertises_wildcard_listener),
+        cmocka_unit_test(test_coll_net_keeps_messages_of_the_next_job),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
