@@ -145,11 +145,13 @@ static void push_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 }
 
 /*
- * Hand one received message to the world, or keep it until its world exists: a message of
- * another job id arrives while this process's previous world (an older attempt, still closing)
- * is attached when a restarted job's peers start before this process has let go of it; given
- * to the old world it would be lost, and the new world would then see a later ring step.
- * coll__net_attach_pending delivers the kept messages of the new world's job, drops the rest.
+ * Hand one received message to the world, or keep it until its world exists. A message of
+ * another job id that arrives while a CANCELLED world is still attached is kept too: a restarted
+ * job's peers may start sending before this process has freed the old attempt's world (the
+ * worker cancels it when the coordinator cancels the attempt); given to the old world it would
+ * be lost and the new world would see a later ring step. A live world gets it (a mismatch:
+ * INVALID_ARGUMENT). coll__net_attach_pending delivers the kept messages of the new world's
+ * job and drops the rest.
  */
 static void net_handle(mt_coll_net *net, nng_msg *m)
 {
@@ -166,7 +168,7 @@ static void net_handle(mt_coll_net *net, nng_msg *m)
     }
     pthread_mutex_lock(&net->mu);
     mt_coll_world *w = net->world;
-    if (w == NULL || h.job != w->opts.job_id) {
+    if (w == NULL || (h.job != w->opts.job_id && atomic_load(&w->cancelled))) {
         if (net->npending == net->cap_pending && net->npending < NET_MAX_PENDING) {
             size_t ncap = net->cap_pending ? net->cap_pending * 2 : 64;
             nng_msg **np = mt_realloc(net->pending, ncap * sizeof(*np));

@@ -816,8 +816,9 @@ static void test_coll_net_set_addr_advertises_wildcard_listener(void **state)
 }
 
 /*
- * A restarted job: the peer's new world (job 2) sends while this process still holds its old
- * world (job 1); the messages wait for the new world instead of being lost in the old one.
+ * A restarted job: the peer's new world (job 2) sends while this process still holds its old,
+ * cancelled world (job 1); the messages wait for the new world instead of being lost in the
+ * old one.
  */
 static void test_coll_net_keeps_messages_of_the_next_job(void **state)
 {
@@ -837,6 +838,7 @@ static void test_coll_net_keeps_messages_of_the_next_job(void **state)
     mt_coll_rank_addr table[2] = {{mt_coll_net_addr(nets[0]), 0}, {mt_coll_net_addr(nets[1]), 0}};
     assert_int_equal(mt_coll_world_new_net(nets[0], 2, table, &o1, &old, &err), MT_OK);
     assert_int_equal(mt_coll_world_new_net(nets[1], 2, table, &o2, &ws[1], &err), MT_OK);
+    mt_coll_world_cancel(old); /* what the worker does when the coordinator cancels attempt 1 */
     job jobs[2];
     jobs[1] = with_call(mkjob(ws[1], 1, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 5000);
     assert_int_equal(pthread_create(&th, NULL, job_main, &jobs[1]), 0);
@@ -857,6 +859,37 @@ static void test_coll_net_keeps_messages_of_the_next_job(void **state)
     free(ref);
     free(dref);
     free_jobs(jobs, 2);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
+/* A cancelled world ends a collective that waits for a silent peer at once, and every later one. */
+static void test_coll_world_cancel_interrupts_a_wait(void **state)
+{
+    static const int g[] = {0, 1};
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    pthread_t th;
+    (void)state;
+    o.job_id = 11;
+    net_pair("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 1, nets, ws, &o);
+    job j = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, 1000, 1), 0, 0, 20000);
+    assert_int_equal(pthread_create(&th, NULL, job_main, &j), 0);
+    usleep(200 * 1000); /* rank 0 waits for rank 1, which never enters */
+    mt_coll_world_cancel(ws[0]);
+    mt_coll_world_cancel(NULL);
+    pthread_join(th, NULL);
+    assert_int_equal(j.rc, MT_CANCELLED);
+    assert_true(j.secs < 5.0);
+    assert_non_null(strstr(j.err.msg, "cancelled"));
+    free_jobs(&j, 1);
+    j = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, 10, 1), 0, 1, 20000);
+    job_main(&j);
+    assert_int_equal(j.rc, MT_CANCELLED);
+    free_jobs(&j, 1);
     for (int k = 0; k < 2; k++) {
         mt_coll_world_free(ws[k]);
         mt_coll_net_free(nets[k]);
@@ -886,6 +919,7 @@ int main(void)
         cmocka_unit_test(test_coll_net_invalid_arguments),
         cmocka_unit_test(test_coll_net_set_addr_advertises_wildcard_listener),
         cmocka_unit_test(test_coll_net_keeps_messages_of_the_next_job),
+        cmocka_unit_test(test_coll_world_cancel_interrupts_a_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
