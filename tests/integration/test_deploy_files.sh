@@ -274,13 +274,6 @@ trap 'kill "${pids[@]}" 2>/dev/null' TERM INT
 wait
 EOT
 chmod +x "$T/fakeslurm/scontrol" "$T/fakeslurm/srun"
-free_port() {
-    local p
-    for p in $(shuf -i 20000-60000 -n 20); do
-        ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
-    done
-    fail "no free port"
-}
 SLURM_OUT=$T/sbatch.out
 # the job step: a few data-parallel steps of the MLP over both "nodes" (2 x 2 devices)
 jq '. + {mesh: {batch: 4}, steps: 2} | del(.epochs)' "$SRC/examples/fashion_mnist_mlp.json" \

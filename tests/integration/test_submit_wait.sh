@@ -8,11 +8,15 @@
 #  * a short job: `submit --wait` prints the id, then "job ID SUCCEEDED", and exits 0, with no
 #    progress lines;
 #  * a long job cancelled while `submit --wait` waits: exit 1, "job ID CANCELLED";
-#  * `--timeout` on a job that does not end in time: exit 3, DEADLINE_EXCEEDED, job still runs.
+#  * `--timeout` on a job that does not end in time: exit 3, DEADLINE_EXCEEDED, job still runs;
+#  * the coordinator killed and restarted while `submit --wait` waits: it still ends (exit 1
+#    after a cancel), through the GetJob that backs a silent stream.
 source "$(dirname "$0")/lib.sh"
 
-start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
-    --heartbeat-ms 200 --heartbeat-timeout-ms 3000
+PORT=$(free_port) # fixed: the coordinator restarts on it below
+COORD_FLAGS=(--listen "tcp://127.0.0.1:$PORT" --http 127.0.0.1:0 --heartbeat-ms 200
+    --heartbeat-timeout-ms 3000)
+start_coordinator coord "$T/state" "${COORD_FLAGS[@]}"
 bg wa "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name wa \
     --data-listen tcp://0.0.0.0:0
 bg wb "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name wb
@@ -71,6 +75,28 @@ finished() { mt status --json "$TJOB" | jq -e '.state | IN("SUCCEEDED", "FAILED"
 ! finished >/dev/null || fail "$TJOB ended after the --timeout: $(mt status "$TJOB")"
 mt cancel "$TJOB" >/dev/null
 log "submit --wait --timeout 1.5: exit 3, $TJOB still running (cancelled now)"
+
+# ---- the coordinator is killed and restarts (same port) while submit --wait waits: the final
+# event may never reach the old subscription; the waiter still ends (a silent stream is backed
+# by GetJob every 5 s)
+wait_for 30 "no job running" idle
+bg wait_restart timeout 60 "$BIN/meshtrain" --coordinator "$COORD_URL" submit --wait "$T/long.json"
+WAITER=$LAST_PID
+got_restart_id() { [ -s "$T/wait_restart.log" ]; }
+wait_for 20 "the job id from submit --wait" got_restart_id
+RJOB=$(head -n 1 "$T/wait_restart.log")
+stepping() { mt status --json "$RJOB" | jq -e '.state == "RUNNING" and .step > 0'; }
+wait_for 60 "$RJOB running" stepping
+kill -9 "$COORD_PID"
+start_coordinator coord2 "$T/state" "${COORD_FLAGS[@]}"
+mt cancel "$RJOB" >/dev/null
+t0=$SECONDS
+wrc=0
+wait "$WAITER" || wrc=$?
+[ "$wrc" = 1 ] || fail "submit --wait across a coordinator restart exited $wrc: $(cat "$T/wait_restart.log")"
+grep -qx "job $RJOB CANCELLED" "$T/wait_restart.log" || fail "output: $(cat "$T/wait_restart.log")"
+log "coordinator restarted while submit --wait waited: exit 1 ~$((SECONDS - t0)) s after the cancel"
+
 expect_exit 2 mt submit --timeout 3 "$T/long.json"
 expect_exit 2 mt submit --wait --follow "$T/long.json"
 expect_exit 2 mt submit --wait --timeout -1 "$T/long.json"
