@@ -50,13 +50,18 @@ log "short job $JOB: submit --wait exited 0 ($(sed -n 2p "$T/short.out"))"
 # ---- a long job cancelled while submit --wait waits: exit 1
 jq '. + {mesh: {batch: 2}, steps: 100000} | del(.epochs)' "$SRC/examples/fashion_mnist_mlp.json" \
     >"$T/long.json"
-bg wait_long timeout 120 "$BIN/meshtrain" --coordinator "$COORD_URL" submit --wait "$T/long.json"
-WAITER=$LAST_PID
-got_id() { [ -s "$T/wait_long.log" ]; }
-wait_for 20 "the job id from submit --wait" got_id
-LONG=$(head -n 1 "$T/wait_long.log")
-stepping() { mt status --json "$LONG" | jq -e '.state == "RUNNING" and .step > 0'; }
-wait_for 60 "$LONG running" stepping
+# start_waiter NAME: `submit --wait long.json` in the background (output in $T/NAME.log) until
+# its job is stepping; sets WAITER (pid) and WJOB (job id)
+start_waiter() {
+    bg "$1" timeout 120 "$BIN/meshtrain" --coordinator "$COORD_URL" submit --wait "$T/long.json"
+    WAITER=$LAST_PID
+    wait_for 20 "the job id from submit --wait" test -s "$T/$1.log"
+    WJOB=$(head -n 1 "$T/$1.log")
+    wait_for 60 "$WJOB running" stepping "$WJOB"
+}
+stepping() { mt status --json "$1" | jq -e '.state == "RUNNING" and .step > 0'; }
+start_waiter wait_long
+LONG=$WJOB
 mt cancel "$LONG" >/dev/null
 wrc=0
 wait "$WAITER" || wrc=$?
@@ -80,13 +85,8 @@ log "submit --wait --timeout 1.5: exit 3, $TJOB still running (cancelled now)"
 # event may never reach the old subscription; the waiter still ends (a silent stream is backed
 # by GetJob every 5 s)
 wait_for 30 "no job running" idle
-bg wait_restart timeout 60 "$BIN/meshtrain" --coordinator "$COORD_URL" submit --wait "$T/long.json"
-WAITER=$LAST_PID
-got_restart_id() { [ -s "$T/wait_restart.log" ]; }
-wait_for 20 "the job id from submit --wait" got_restart_id
-RJOB=$(head -n 1 "$T/wait_restart.log")
-stepping() { mt status --json "$RJOB" | jq -e '.state == "RUNNING" and .step > 0'; }
-wait_for 60 "$RJOB running" stepping
+start_waiter wait_restart
+RJOB=$WJOB
 kill -9 "$COORD_PID"
 start_coordinator coord2 "$T/state" "${COORD_FLAGS[@]}"
 mt cancel "$RJOB" >/dev/null
