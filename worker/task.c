@@ -15,6 +15,9 @@
  * save and stop hooks. Only the worker holding global rank 0 reports metrics and writes/uploads
  * checkpoints (the others' numbers are the same bits after the allreduces). A final checkpoint is
  * always written at the end of training so that `meshtrain export JOB` has the model.
+ * A cancel also cancels the run's collective world (mt_coll_world_cancel; the run publishes it
+ * under the mutex while it exists), so a device blocked on a peer behind a dead link stops at
+ * once instead of at the collective deadline, and the data plane is free for the next attempt.
  * Metric names: loss, accuracy (running means over the epoch, as Keras prints them),
  * examples_per_sec, epoch_steps and epochs (once per epoch, for progress bars), eval_loss and
  * eval_accuracy (epoch end).
@@ -89,9 +92,10 @@ struct task_run {
     mt_coll_rank_addr *table; /* addr strings owned */
     bool has_rank0;
     uint64_t resume_step;
-    atomic_int cancel; /* the coordinator cancelled it */
-    atomic_int term;   /* the worker is stopping */
-    bool ckpt_on_stop; /* the job has periodic checkpoints */
+    atomic_int cancel;    /* the coordinator cancelled it */
+    atomic_int term;      /* the worker is stopping */
+    mt_coll_world *world; /* tab->mu: while it exists, so a cancel interrupts its collectives */
+    bool ckpt_on_stop;    /* the job has periodic checkpoints */
     mt_rpc_client *cli;
     Meshtrain__MetricPoint pts[MAX_POINTS];
     Meshtrain__MetricPoint *ptrs[MAX_POINTS];
@@ -494,6 +498,11 @@ static mt_code run_task(task_run *r, mt_err *err)
     }
     if (rc != MT_OK || (rc = attach_progress(r, world, err)) != MT_OK)
         goto done;
+    pthread_mutex_lock(&r->tab->mu);
+    r->world = world;
+    if (atomic_load(&r->cancel))
+        mt_coll_world_cancel(world);
+    pthread_mutex_unlock(&r->tab->mu);
     snprintf(r->dir, sizeof(r->dir), "%s/meshtrain-worker-%d-%s-%u", tmp ? tmp : "/tmp",
              (int)getpid(), r->job_id, r->attempt);
     if (mkdir(r->dir, 0700) != 0 && errno != EEXIST) {
@@ -523,6 +532,9 @@ static mt_code run_task(task_run *r, mt_err *err)
         mt_log_info("job %s: finished: %lld steps, test accuracy %.4f, %.0f examples/s", r->job_id,
                     (long long)res.steps, res.test_accuracy, res.examples_per_sec);
 done:
+    pthread_mutex_lock(&r->tab->mu);
+    r->world = NULL;
+    pthread_mutex_unlock(&r->tab->mu);
     mt_coll_world_free(world);
     if (r->dir[0] != '\0')
         remove_dir(r->dir);
@@ -717,9 +729,12 @@ void worker_on_cancel(worker_tasks *t, const Meshtrain__TaskCancel *x)
 
     pthread_mutex_lock(&t->mu);
     r = find(t, x->job_id, x->attempt);
-    if (r != NULL && r->run != NULL)
+    if (r != NULL && r->run != NULL) {
         atomic_store(&r->run->cancel, 1);
-    else if (r != NULL && strcmp(r->state, "running") == 0)
+        /* a device blocked in a collective (a peer behind a dead link) stops now, not at the
+         * collective's deadline, and frees the data plane for the job's next attempt */
+        mt_coll_world_cancel(r->run->world);
+    } else if (r != NULL && strcmp(r->state, "running") == 0)
         snprintf(r->state, sizeof(r->state), "cancelled");
     pthread_mutex_unlock(&t->mu);
     mt_log_info("job %s attempt %u: cancelled by the coordinator (%s)", x->job_id, x->attempt,

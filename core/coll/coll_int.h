@@ -127,8 +127,9 @@ struct mt_coll_world {
     char **proc_addr;       /* [nprocs] */
     mt_coll_comm **by_rank; /* [size], NULL for remote ranks */
     int nlocal;
-    mt_coll_comm *comms; /* [nlocal] */
-    coll_peer *peers;    /* [nprocs] */
+    mt_coll_comm *comms;   /* [nlocal] */
+    coll_peer *peers;      /* [nprocs] */
+    _Atomic int cancelled; /* mt_coll_world_cancel: every collective fails with CANCELLED */
 };
 
 int64_t coll__now_ns(void);

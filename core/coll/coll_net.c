@@ -144,7 +144,15 @@ static void push_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
     pthread_mutex_unlock(&net->mu);
 }
 
-/* Hand one received message to the world (or keep it until the world exists). */
+/*
+ * Hand one received message to the world, or keep it until its world exists. A message of
+ * another job id that arrives while a CANCELLED world is still attached is kept too: a restarted
+ * job's peers may start sending before this process has freed the old attempt's world (the
+ * worker cancels it when the coordinator cancels the attempt); given to the old world it would
+ * be lost and the new world would see a later ring step. A live world gets it (a mismatch:
+ * INVALID_ARGUMENT). coll__net_attach_pending delivers the kept messages of the new world's
+ * job and drops the rest.
+ */
 static void net_handle(mt_coll_net *net, nng_msg *m)
 {
     coll_hdr h;
@@ -160,7 +168,7 @@ static void net_handle(mt_coll_net *net, nng_msg *m)
     }
     pthread_mutex_lock(&net->mu);
     mt_coll_world *w = net->world;
-    if (w == NULL) {
+    if (w == NULL || (h.job != w->opts.job_id && atomic_load(&w->cancelled))) {
         if (net->npending == net->cap_pending && net->npending < NET_MAX_PENDING) {
             size_t ncap = net->cap_pending ? net->cap_pending * 2 : 64;
             nng_msg **np = mt_realloc(net->pending, ncap * sizeof(*np));
@@ -340,6 +348,18 @@ fail_sock:
 const char *mt_coll_net_addr(const mt_coll_net *net)
 {
     return net->addr;
+}
+
+mt_code mt_coll_net_set_addr(mt_coll_net *net, const char *addr, mt_err *err)
+{
+    if (addr == NULL || (strncmp(addr, "tcp://", 6) != 0 && strncmp(addr, "ipc://", 6) != 0))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll net: advertised address %s: want tcp://HOST:PORT or ipc://PATH",
+                          addr ? addr : "(null)");
+    if (strlen(addr) >= sizeof(net->addr))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: address %s too long", addr);
+    snprintf(net->addr, sizeof(net->addr), "%s", addr);
+    return MT_OK;
 }
 
 void mt_coll_net_free(mt_coll_net *net)

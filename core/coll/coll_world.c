@@ -480,6 +480,22 @@ fail:
     return rc;
 }
 
+void mt_coll_world_cancel(mt_coll_world *w)
+{
+    if (w == NULL)
+        return;
+    atomic_store(&w->cancelled, 1);
+    for (int i = 0; i < w->nlocal; i++) {
+        mt_coll_comm *c = &w->comms[i];
+        for (int k = 0; k < COLL_NAIO; k++)
+            if (c->aio[k] != NULL)
+                nng_aio_cancel(c->aio[k]); /* a send stuck on a dead peer ends now */
+        pthread_mutex_lock(&c->mu);
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
 void mt_coll_world_free(mt_coll_world *w)
 {
     if (w == NULL)
@@ -594,6 +610,8 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, u
     }
     if (pos < 0)
         return ctx_fail(x, MT_INVALID_ARGUMENT, "rank %d is not a member of the group", c->rank);
+    if (atomic_load(&c->w->cancelled))
+        return ctx_fail(x, MT_CANCELLED, "the world was cancelled");
     x->pos = pos; /* from here on, ctx_end tells the other members about a failure */
     coll__progress_enter(c, op_name(op), x->step, x->seq);
     atomic_store(&c->entered, coll__tag_pack(x->step, x->seq) + 1);
@@ -801,6 +819,11 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
     *out = NULL;
     pthread_mutex_lock(&c->mu);
     for (;;) {
+        if (atomic_load(&w->cancelled)) {
+            pthread_mutex_unlock(&c->mu);
+            x->from_abort = 1; /* every local member is cancelled too; remote ones by their owner */
+            return ctx_fail(x, MT_CANCELLED, "the world was cancelled");
+        }
         if (c->aborted) {
             c->aborted = 0;
             /*

@@ -59,6 +59,16 @@ start_coordinator() {
     HTTP_URL=$(jq -r .http "$dir/endpoints.json")
 }
 
+# free_port: print a TCP port nothing listens on now (for a daemon that must keep its port
+# across a restart)
+free_port() {
+    local p
+    for p in $(shuf -i 20000-60000 -n 20); do
+        ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
+    done
+    fail "no free port"
+}
+
 # mt ARGS...: the CLI against the current coordinator
 mt() { "$BIN/meshtrain" --coordinator "$COORD_URL" "$@"; }
 
