@@ -42,12 +42,15 @@ typedef struct mt_coord_opts {
                              coordinator with far fewer fsyncs */
     int stall_timeout_ms; /* a RUNNING job none of whose devices advanced this long while its
                              workers heartbeat becomes STALLED (docs/jobs.md); 0 = off */
+    int stall_restart_ms; /* a job STALLED this long with a device waiting inside a collective is
+                             restarted from its checkpoint like one that lost a worker (counts
+                             against restart.max_restarts); 0 = never */
 } mt_coord_opts;
 
 #define MT_COORD_OPTS_DEFAULTS                                                                     \
     {                                                                                              \
         "tcp://127.0.0.1:7400", "127.0.0.1:7480", "./meshtrain-state", NULL, 1000, 10000,          \
-            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1, 10000                                           \
+            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1, 10000, 15000                                    \
     }
 
 /*

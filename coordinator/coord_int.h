@@ -132,6 +132,9 @@ coord_job *coord_job_find(mt_coord *c, const char *job_id);
  */
 mt_code coord_job_move(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason);
 void coord_job_note(mt_coord *c, coord_job *j, const char *reason);
+/* Move j to RESTARTING with reason `cause` (its tasks are dropped; it is placed again and resumes
+ * from its last complete checkpoint), or to FAILED with "<cause>; restart limit of N reached". */
+void coord_job_restart(mt_coord *c, coord_job *j, const char *cause);
 mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step);
 void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call);
 void coord_handle_get_job(mt_coord *c, mt_rpc_call *call);

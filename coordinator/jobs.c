@@ -187,19 +187,26 @@ mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step)
     return rc;
 }
 
-/* A worker's tasks died with it (lost, or replaced by a new process). */
-static void job_lose_worker(mt_coord *c, coord_job *j, const char *worker_id, const char *why)
+void coord_job_restart(mt_coord *c, coord_job *j, const char *cause)
 {
-    char reason[256];
+    char reason[300];
 
     if (j->restarts >= j->sum.max_restarts) {
-        snprintf(reason, sizeof(reason), "worker %s %s; restart limit of %u reached", worker_id,
-                 why, j->sum.max_restarts);
+        snprintf(reason, sizeof(reason), "%s; restart limit of %u reached", cause,
+                 j->sum.max_restarts);
         job_transition(c, j, MT_JOBSTATE_FAILED, reason);
         return;
     }
-    snprintf(reason, sizeof(reason), "worker %s %s", worker_id, why);
-    job_transition(c, j, MT_JOBSTATE_RESTARTING, reason);
+    job_transition(c, j, MT_JOBSTATE_RESTARTING, cause);
+}
+
+/* A worker's tasks died with it (lost, or replaced by a new process). */
+static void job_lose_worker(mt_coord *c, coord_job *j, const char *worker_id, const char *why)
+{
+    char cause[256];
+
+    snprintf(cause, sizeof(cause), "worker %s %s", worker_id, why);
+    coord_job_restart(c, j, cause);
 }
 
 static coord_task *job_task(coord_job *j, const char *worker_id)

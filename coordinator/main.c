@@ -36,6 +36,9 @@ static void usage(FILE *out)
             "                            advanced for N ms while its workers heartbeat (default\n"
             "                            10000, raised to 3 x --heartbeat-ms + 2000 when that is\n"
             "                            more; 0 disables)\n"
+            "  --stall-restart-ms N      restart a job from its checkpoint when it stayed\n"
+            "                            STALLED N ms more with a device waiting inside a\n"
+            "                            collective (default 15000; 0 never)\n"
             "  --max-message-bytes N     largest request accepted (default 67108864)\n"
             "  --fsync MODE              'full' (default): an acknowledged write survives a\n"
             "                            power loss (an fsync per commit); 'normal': it survives\n"
@@ -68,6 +71,7 @@ int main(int argc, char **argv)
         {"heartbeat-ms", required_argument, NULL, 'i'},
         {"heartbeat-timeout-ms", required_argument, NULL, 'o'},
         {"stall-timeout-ms", required_argument, NULL, 'T'},
+        {"stall-restart-ms", required_argument, NULL, 'R'},
         {"max-message-bytes", required_argument, NULL, 'm'},
         {"dashboard-dir", required_argument, NULL, 'D'},
         {"log-level", required_argument, NULL, 'l'},
@@ -132,6 +136,11 @@ int main(int argc, char **argv)
                 return 2;
             o.stall_timeout_ms = (int)v;
             stall_set = 1;
+            break;
+        case 'R':
+            if (parse_int("--stall-restart-ms", optarg, 0, 86400000, &v) != 0)
+                return 2;
+            o.stall_restart_ms = (int)v;
             break;
         case 'P':
             o.metrics_listen = optarg;

@@ -13,7 +13,10 @@
  * (3 heartbeat intervals + 1 s), becomes STALLED with the diagnosis as its reason; a worker that
  * went silent is left to the lost-worker path, so a dead worker is never reported as STALLED.
  * A STALLED job returns to RUNNING when the signature moves (or a task reports something new,
- * jobs.c); while STALLED its reason is refreshed every 5 s (the ages grow).
+ * jobs.c); while STALLED its reason is refreshed every 5 s (the ages grow). A job STALLED for
+ * opts.stall_restart_ms more while some rank waits inside a collective (a blocked group, not
+ * long host work such as a checkpoint upload) is restarted like one that lost a worker
+ * (coord_job_restart: RESTARTING, or FAILED past restart.max_restarts).
  */
 #include "coordinator/stall.h"
 
@@ -199,6 +202,15 @@ static uint64_t signature(const coord_job *j)
     return h;
 }
 
+/* Some rank waits inside a collective: a group is blocked (not merely slow host work). */
+static int any_inside(const coord_job *j)
+{
+    for (size_t r = 0; r < j->n_place; r++)
+        if (inside(&j->devs[r]))
+            return 1;
+    return 0;
+}
+
 /* Every rank reported and every worker of j heartbeated recently. */
 static int all_alive_and_known(mt_coord *c, const coord_job *j, int64_t now)
 {
@@ -249,6 +261,16 @@ void coord_stall_sweep(mt_coord *c)
                         j->job_id, (long long)(now - j->prog_mono_ms), diag);
             if (coord_job_move(c, j, MT_JOBSTATE_STALLED, diag) == MT_OK)
                 j->stall_note_mono_ms = now;
+        } else if (j->state == MT_JOBSTATE_STALLED && c->opts.stall_restart_ms > 0 &&
+                   now - j->prog_mono_ms >=
+                       (int64_t)c->opts.stall_timeout_ms + c->opts.stall_restart_ms &&
+                   any_inside(j)) {
+            char cause[300];
+            coord_stall_diagnose(j->devs, j->n_place, now, diag, sizeof(diag));
+            snprintf(cause, sizeof(cause), "stalled for %lld s: %s",
+                     (long long)((now - j->prog_mono_ms) / 1000), diag);
+            mt_log_warn("job %s: restarting from its checkpoint: %s", j->job_id, cause);
+            coord_job_restart(c, j, cause);
         } else if (j->state == MT_JOBSTATE_STALLED && now - j->stall_note_mono_ms >= REFRESH_MS) {
             coord_stall_diagnose(j->devs, j->n_place, now, diag, sizeof(diag));
             coord_job_note(c, j, diag);

@@ -27,6 +27,7 @@ typedef struct ctu {
     mt_rpc_client *cli;
     int hb_timeout_ms;    /* 0 = 30 s (nobody is lost during a test) */
     int stall_timeout_ms; /* 0 = the coordinator's default */
+    int stall_restart_ms; /* 0 = the coordinator's default, < 0 = never */
 } ctu;
 
 static inline void *ctu_run_(void *arg)
@@ -56,6 +57,8 @@ static inline void ctu_open(ctu *t)
     o.sync_full = 0;
     if (t->stall_timeout_ms > 0)
         o.stall_timeout_ms = t->stall_timeout_ms;
+    if (t->stall_restart_ms != 0)
+        o.stall_restart_ms = t->stall_restart_ms < 0 ? 0 : t->stall_restart_ms;
     if (mt_coord_open(&o, &t->c, &err) != MT_OK)
         print_error("coordinator: %s\n", err.msg);
     assert_non_null(t->c);

@@ -195,6 +195,25 @@ static int beat_until(ctu *t, const char *job, unsigned a, uint64_t ticks1, cons
     return 0;
 }
 
+/* Open the coordinator, register w1 (2 devices), submit a batch=2 job (spec fields `extra`
+ * first, each followed by ", ") and return its first attempt. */
+static unsigned start_job(ctu *t, const char *extra, char *job)
+{
+    char spec[512];
+    unsigned a;
+
+    snprintf(spec, sizeof(spec),
+             "{%s\"steps\": 10, \"mesh\": {\"batch\": 2}, \"model\": {\"input_shape\": [4], "
+             "\"layers\": [{\"type\": \"dense\", \"units\": 2}]}}",
+             extra);
+    ctu_open(t);
+    ctu_register(t, "w1", "i1", 2);
+    ctu_submit(t, spec, 0, job);
+    a = ctu_wait_assignment(t, "w1", "i1", job);
+    assert_int_not_equal(a, 0);
+    return a;
+}
+
 static void test_coord_stall_detection_and_recovery(void **state)
 {
     ctu *t = calloc(1, sizeof(*t));
@@ -203,14 +222,7 @@ static void test_coord_stall_detection_and_recovery(void **state)
     (void)state;
 
     t->stall_timeout_ms = 1700; /* > COORD_STALL_FRESH_MS(200) = 1600 */
-    ctu_open(t);
-    ctu_register(t, "w1", "i1", 2);
-    ctu_submit(t,
-               "{\"steps\": 10, \"mesh\": {\"batch\": 2}, \"model\": {\"input_shape\": [4], "
-               "\"layers\": [{\"type\": \"dense\", \"units\": 2}]}}",
-               0, job);
-    a = ctu_wait_assignment(t, "w1", "i1", job);
-    assert_int_not_equal(a, 0);
+    a = start_job(t, "", job);
     assert_true(beat_until(t, job, a, 7, "RUNNING", 2000, reason));
     /* nothing moves while w1 heartbeats: STALLED, naming cpu:1 (rank 9 ignored) */
     assert_true(beat_until(t, job, a, 7, "STALLED", 3000, reason));
@@ -232,6 +244,56 @@ static void test_coord_stall_detection_and_recovery(void **state)
     free(t);
 }
 
+/* The event of j in `state` whose reason contains `needle`, copied to reason; 1 when found. */
+static int has_event(ctu *t, const char *job, const char *state, const char *needle, char *reason)
+{
+    Meshtrain__GetJobRequest req = MESHTRAIN__GET_JOB_REQUEST__INIT;
+    Meshtrain__GetJobReply *rep = NULL;
+    int found = 0;
+
+    req.job_id = (char *)job;
+    ctu_call_ok(t, "GetJob", &req.base, (ProtobufCMessage **)&rep);
+    for (size_t i = 0; i < rep->n_events && !found; i++)
+        if (strcmp(rep->events[i]->state, state) == 0 &&
+            strstr(rep->events[i]->reason, needle) != NULL) {
+            snprintf(reason, 256, "%s", rep->events[i]->reason);
+            found = 1;
+        }
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    return found;
+}
+
+/* STALLED for stall_restart_ms more with a rank waiting in a collective: restarted like a lost
+ * worker (RESTARTING with the diagnosis, then a new attempt); past max_restarts: FAILED. */
+static void test_coord_stall_restarts_then_fails(void **state)
+{
+    ctu *t = calloc(1, sizeof(*t));
+    char job[32], st[16], reason[256];
+    unsigned a, a2;
+    (void)state;
+
+    t->stall_timeout_ms = 1700;
+    t->stall_restart_ms = 800;
+    a = start_job(t, "\"restart\": {\"max_restarts\": 1}, ", job);
+    assert_true(beat_until(t, job, a, 7, "STALLED", 5000, reason));
+    /* no progress: after 0.8 s more the attempt is dropped and the job placed again */
+    for (int i = 0; i < 40 && !has_event(t, job, "RESTARTING", "stalled for", reason); i++)
+        beat(t, job, a, 7), usleep(100000);
+    assert_non_null(strstr(reason, "stalled for "));
+    assert_non_null(strstr(reason, "w1 cpu:1 never entered"));
+    a2 = ctu_wait_assignment(t, "w1", "i1", job);
+    assert_true(a2 > a);
+    /* the second attempt stalls too: the restart limit (1) is reached, FAILED */
+    assert_true(beat_until(t, job, a2, 7, "RUNNING", 2000, reason));
+    assert_true(beat_until(t, job, a2, 7, "FAILED", 6000, reason));
+    assert_non_null(strstr(reason, "stalled for "));
+    assert_non_null(strstr(reason, "restart limit of 1 reached"));
+    ctu_state(t, job, st, NULL);
+    assert_string_equal(st, "FAILED");
+    ctu_destroy(t);
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -242,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_coord_stall_no_collective_in_progress),
         cmocka_unit_test(test_coord_stall_unknown_axis_and_truncation),
         cmocka_unit_test(test_coord_stall_detection_and_recovery),
+        cmocka_unit_test(test_coord_stall_restarts_then_fails),
     };
     return MT_RUN_TESTS(tests);
 }
