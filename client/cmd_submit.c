@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cmd_submit.c — `meshtrain submit JOB.json [--name N] [--priority P] [--mesh M] [--follow]`:
+ * cmd_submit.c — `meshtrain submit JOB.json [--name N] [--priority P] [--mesh M]
+ * [--init-from JOB[:STEP]] [--follow | --wait]`:
  * send the spec to the coordinator (SubmitJob, which validates it with mt_jobspec_validate) and
  * print the job id; --mesh replaces the spec's "mesh"; --follow then behaves as `watch`.
  * An invalid spec prints "meshtrain: INVALID_ARGUMENT: <path>: <why>" and exits 4.
@@ -18,44 +19,42 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: meshtrain submit JOB.json [--name N] [--priority P] [--mesh M]\n"
-                 "                        [--follow | --wait [--timeout S]]\n\n"
-                 "Submit a job spec to the coordinator and print its id. The spec is validated\n"
-                 "first (as `meshtrain plan` does); errors name the JSON path of the field.\n\n"
-                 "  --name N       a label (default: the spec's \"name\")\n"
-                 "  --priority P   higher starts first (default 0)\n"
-                 "  --mesh M       run on this mesh instead of the spec's (\"batch=4\")\n"
-                 "  --follow       then follow it as `meshtrain watch` does (exit 0 when it\n"
-                 "                 succeeds, 1 when it fails or is cancelled)\n"
-                 "  --wait         then block until the job ends without drawing progress: print\n"
-                 "                 the final state line; exit 0 when it succeeds, 1 when it\n"
-                 "                 fails or is cancelled (for scripts and batch jobs)\n"
-                 "  --timeout S    with --wait: give up after S seconds (exit 3, the job keeps\n"
-                 "                 running)\n");
+    fprintf(out,
+            "usage: meshtrain submit JOB.json [--name N] [--priority P] [--mesh M]\n"
+            "                        [--init-from JOB[:STEP]] [--follow | --wait [--timeout S]]\n\n"
+            "Submit a job spec to the coordinator and print its id. The spec is validated\n"
+            "first (as `meshtrain plan` does); errors name the JSON path of the field.\n\n"
+            "  --name N       a label (default: the spec's \"name\")\n"
+            "  --priority P   higher starts first (default 0)\n"
+            "  --mesh M       run on this mesh instead of the spec's (\"batch=4\")\n"
+            "  --init-from JOB[:STEP]\n"
+            "                 start from that job's checkpoint (STEP, else its latest\n"
+            "                 complete one) on this spec's mesh and layouts: sets the\n"
+            "                 spec's \"init_from\" (docs/job-spec.md)\n"
+            "  --follow       then follow it as `meshtrain watch` does (exit 0 when it\n"
+            "                 succeeds, 1 when it fails or is cancelled)\n"
+            "  --wait         then block until the job ends without drawing progress: print\n"
+            "                 the final state line; exit 0 when it succeeds, 1 when it\n"
+            "                 fails or is cancelled (for scripts and batch jobs)\n"
+            "  --timeout S    with --wait: give up after S seconds (exit 3, the job keeps\n"
+            "                 running)\n");
 }
 
-/* Replace the spec's "mesh" by the --mesh text ("batch=4,model=2"); *spec is replaced. */
-static mt_code with_mesh(char **spec, const char *text, mt_err *err)
+/* Replace the spec's top-level `key` by value (taken); *spec is replaced. */
+static mt_code with_field(char **spec, const char *key, cJSON *value, mt_err *err)
 {
-    cJSON *root = cJSON_Parse(*spec), *m = NULL;
-    mt_mesh *mesh = NULL;
+    cJSON *root = cJSON_Parse(*spec);
     char *out;
-    mt_code rc = mt_mesh_parse(text, NULL, 0, &mesh, err);
 
-    if (rc != MT_OK) {
+    if (root == NULL || !cJSON_IsObject(root) || value == NULL) {
         cJSON_Delete(root);
-        return rc;
+        cJSON_Delete(value);
+        return mt_err_set(err, value == NULL ? MT_RESOURCE_EXHAUSTED : MT_INVALID_ARGUMENT,
+                          value == NULL ? "job spec: out of memory"
+                                        : "job spec: not a JSON object");
     }
-    if (root == NULL || !cJSON_IsObject(root) || (m = cJSON_CreateObject()) == NULL) {
-        cJSON_Delete(root);
-        mt_mesh_free(mesh);
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "job spec: not a JSON object");
-    }
-    for (int d = 0; d < mt_mesh_ndims(mesh); d++)
-        cJSON_AddNumberToObject(m, mt_mesh_dim_name(mesh, d), mt_mesh_dim_size(mesh, d));
-    mt_mesh_free(mesh);
-    cJSON_DeleteItemFromObjectCaseSensitive(root, "mesh");
-    cJSON_AddItemToObject(root, "mesh", m);
+    cJSON_DeleteItemFromObjectCaseSensitive(root, key);
+    cJSON_AddItemToObject(root, key, value);
     out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (out == NULL)
@@ -71,15 +70,71 @@ static mt_code with_mesh(char **spec, const char *text, mt_err *err)
     return MT_OK;
 }
 
+/* Replace the spec's "mesh" by the --mesh text ("batch=4,model=2"). */
+static mt_code with_mesh(char **spec, const char *text, mt_err *err)
+{
+    mt_mesh *mesh = NULL;
+    cJSON *m;
+    mt_code rc = mt_mesh_parse(text, NULL, 0, &mesh, err);
+
+    if (rc != MT_OK)
+        return rc;
+    if ((m = cJSON_CreateObject()) != NULL)
+        for (int d = 0; d < mt_mesh_ndims(mesh); d++)
+            cJSON_AddNumberToObject(m, mt_mesh_dim_name(mesh, d), mt_mesh_dim_size(mesh, d));
+    mt_mesh_free(mesh);
+    return with_field(spec, "mesh", m, err);
+}
+
+/* Parse --init-from JOB[:STEP] into job (cap bytes) and *step (0 = latest). 0 when malformed. */
+static int parse_init(const char *text, char *job, size_t cap, unsigned long long *step)
+{
+    const char *colon = strchr(text, ':');
+    size_t n = colon != NULL ? (size_t)(colon - text) : strlen(text);
+    char *end = NULL;
+
+    if (n == 0 || n >= cap)
+        return 0;
+    memcpy(job, text, n);
+    job[n] = '\0';
+    *step = 0;
+    if (colon != NULL) {
+        *step = strtoull(colon + 1, &end, 10);
+        if (end == colon + 1 || *end != '\0' || *step == 0 || *step > 1000000000ull)
+            return 0;
+    }
+    return 1;
+}
+
+/* Replace the spec's "init_from" by {"job": job, "step": step (when > 0)}. */
+static mt_code with_init(char **spec, const char *job, unsigned long long step, mt_err *err)
+{
+    cJSON *o = cJSON_CreateObject();
+
+    if (o != NULL) {
+        cJSON_AddStringToObject(o, "job", job);
+        if (step > 0)
+            cJSON_AddNumberToObject(o, "step", (double)step);
+    }
+    return with_field(spec, "init_from", o, err);
+}
+
 int cmd_submit(const mt_cli_global *g, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"name", required_argument, NULL, 'n'}, {"priority", required_argument, NULL, 'p'},
-        {"mesh", required_argument, NULL, 'm'}, {"follow", no_argument, NULL, 'f'},
-        {"wait", no_argument, NULL, 'w'},       {"timeout", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0},
+        {"name", required_argument, NULL, 'n'},
+        {"priority", required_argument, NULL, 'p'},
+        {"mesh", required_argument, NULL, 'm'},
+        {"follow", no_argument, NULL, 'f'},
+        {"wait", no_argument, NULL, 'w'},
+        {"timeout", required_argument, NULL, 't'},
+        {"init-from", required_argument, NULL, 'i'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    const char *mesh = NULL;
+    const char *mesh = NULL, *init = NULL;
+    char init_job[32];
+    unsigned long long init_step = 0;
     bool follow = false, wait_end = false;
     double timeout_s = 0.0;
     char job_id[64];
@@ -104,6 +159,12 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
             break;
         case 'm':
             mesh = optarg;
+            break;
+        case 'i':
+            init = optarg;
+            if (!parse_init(optarg, init_job, sizeof(init_job), &init_step))
+                return mt_cli_usage_error("submit", "--init-from '%s': expected JOB[:STEP]",
+                                          optarg);
             break;
         case 'f':
             follow = true;
@@ -131,7 +192,8 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
         return mt_cli_usage_error("submit", "--timeout needs --wait");
     if (mt_cli_read_file(argv[optind], &spec, &len, &err) != MT_OK)
         return mt_cli_fail(&err);
-    if (mesh != NULL && with_mesh(&spec, mesh, &err) != MT_OK) {
+    if ((mesh != NULL && with_mesh(&spec, mesh, &err) != MT_OK) ||
+        (init != NULL && with_init(&spec, init_job, init_step, &err) != MT_OK)) {
         mt_free(spec);
         return mt_cli_fail(&err);
     }

@@ -399,6 +399,13 @@ oom:
     return MT_RESOURCE_EXHAUSTED;
 }
 
+static int job_has_checkpoint(mt_coord *c, const coord_job *j)
+{
+    mt_store_checkpoint ck;
+
+    return mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK;
+}
+
 static int by_priority(const void *a, const void *b)
 {
     const coord_job *x = *(coord_job *const *)a, *y = *(coord_job *const *)b;
@@ -406,6 +413,31 @@ static int by_priority(const void *a, const void *b)
     if (x->priority != y->priority)
         return x->priority > y->priority ? -1 : 1;
     return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/*
+ * The checkpoint a job with "init_from" starts from: the named step of that job, else its latest
+ * complete one. NOT_FOUND / FAILED_PRECONDITION with the reason in err when there is none.
+ */
+static mt_code init_source(mt_coord *c, const mt_jobspec_summary *sum, uint64_t *step, mt_err *err)
+{
+    mt_store_checkpoint ck;
+    mt_code rc;
+
+    if (sum->init_step == 0) {
+        rc = mt_store_checkpoint_latest(c->store, sum->init_job, &ck, NULL);
+        if (rc != MT_OK)
+            return mt_err_set(err, MT_FAILED_PRECONDITION,
+                              "init_from: job %s has no complete checkpoint", sum->init_job);
+    } else {
+        rc = mt_store_checkpoint_get(c->store, sum->init_job, sum->init_step, &ck, NULL);
+        if (rc != MT_OK || !ck.complete)
+            return mt_err_set(err, rc != MT_OK ? MT_NOT_FOUND : MT_FAILED_PRECONDITION,
+                              "init_from: job %s has no %scheckpoint at step %u", sum->init_job,
+                              rc != MT_OK ? "" : "complete ", sum->init_step);
+    }
+    *step = ck.step;
+    return MT_OK;
 }
 
 /* Place j on slots: placement + SCHEDULED in one transaction. */
@@ -433,16 +465,21 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
         }
     }
     j->resume_step = 0;
+    j->resume_job[0] = '\0';
     if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK)
         j->resume_step = ck.step;
+    else if (j->sum.init_job[0] != '\0' && init_source(c, &j->sum, &j->resume_step, NULL) == MT_OK)
+        snprintf(j->resume_job, sizeof(j->resume_job), "%s", j->sum.init_job);
     j->place = p;
     j->n_place = (size_t)j->sum.n_devices;
     if ((rc = job_build_tasks(j, "")) != MT_OK)
         goto fail;
     nworkers = j->n_tasks;
-    snprintf(reason, sizeof(reason), "placed on %zu worker%s (attempt %u%s)", nworkers,
+    snprintf(reason, sizeof(reason), "placed on %zu worker%s (attempt %u%s%s%s)", nworkers,
              nworkers == 1 ? "" : "s", j->restarts + 1,
-             j->resume_step ? ", resuming from a checkpoint" : "");
+             j->resume_job[0] ? ", starting from the checkpoint of "
+                              : (j->resume_step ? ", resuming from a checkpoint" : ""),
+             j->resume_job, j->resume_job[0] ? " (init_from)" : "");
     if ((rc = mt_store_tx_begin(c->store, &err)) != MT_OK)
         goto fail;
     rc = mt_store_job_set_placement(c->store, j->job_id, p, j->n_place, &err);
@@ -493,6 +530,14 @@ void coord_jobs_schedule(mt_coord *c)
         mt_sched_slot *slot;
         mt_code rc;
 
+        if (j->sum.init_job[0] != '\0' && !job_has_checkpoint(c, j)) {
+            mt_err ierr = MT_ERR_INIT;
+            uint64_t st;
+            if (init_source(c, &j->sum, &st, &ierr) != MT_OK) {
+                job_transition(c, j, MT_JOBSTATE_FAILED, ierr.msg); /* frees j */
+                continue;
+            }
+        }
         if (need > m.registered) {
             snprintf(reason, sizeof(reason), "needs %zu devices, %zu registered", need,
                      m.registered);
@@ -630,6 +675,7 @@ static Meshtrain__TaskAssignment *build_assignment(mt_coord *c, coord_job *j, co
     a->attempt = j->attempt;
     a->spec_json = rec.spec_json; /* owned by a now */
     a->resume_step = j->resume_step;
+    a->resume_job = j->resume_job;
     a->n_mesh = (size_t)j->sum.mesh_ndims;
     a->mesh = mt_calloc(a->n_mesh + 1, sizeof(*a->mesh));
     a->ranks = mt_calloc(j->n_place + 1, sizeof(*a->ranks));
@@ -833,6 +879,13 @@ static void submit_store(uv_work_t *w, int status)
         mt_rpc_call_reply(q->call, status != 0 ? MT_UNAVAILABLE : q->rc,
                           status != 0 ? "coordinator shutting down" : q->err.msg, NULL);
         goto out;
+    }
+    if (j->sum.init_job[0] != '\0') {
+        uint64_t st;
+        if ((rc = init_source(c, &j->sum, &st, &err)) != MT_OK) {
+            mt_rpc_call_reply(q->call, rc, err.msg, NULL);
+            goto out;
+        }
     }
     memset(&rec, 0, sizeof(rec));
     snprintf(rec.name, sizeof(rec.name), "%s", r->name[0] ? r->name : j->sum.name);

@@ -92,6 +92,7 @@ struct task_run {
     mt_coll_rank_addr *table; /* addr strings owned */
     bool has_rank0;
     uint64_t resume_step;
+    char resume_job[32];  /* the job whose checkpoint resume_step is: this one, or init_from.job */
     atomic_int cancel;    /* the coordinator cancelled it */
     atomic_int term;      /* the worker is stopping */
     mt_coll_world *world; /* tab->mu: while it exists, so a cancel interrupts its collectives */
@@ -310,7 +311,7 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
     return rc;
 }
 
-/* Download checkpoint (job, step) into path. */
+/* Download checkpoint (r->resume_job, step) into path. */
 static mt_code download(task_run *r, uint64_t step, const char *path, mt_err *err)
 {
     FILE *f = fopen(path, "wb");
@@ -323,7 +324,7 @@ static mt_code download(task_run *r, uint64_t step, const char *path, mt_err *er
         Meshtrain__GetCheckpointChunkRequest req = MESHTRAIN__GET_CHECKPOINT_CHUNK_REQUEST__INIT;
         Meshtrain__GetCheckpointChunkReply *rep = NULL;
         bool last;
-        req.job_id = r->job_id;
+        req.job_id = r->resume_job;
         req.step = step;
         req.offset = off;
         req.max_bytes = CHUNK_BYTES;
@@ -514,8 +515,8 @@ static mt_code run_task(task_run *r, mt_err *err)
         if ((rc = download(r, r->resume_step, resume, err)) != MT_OK)
             goto done;
         ro.resume = resume;
-        mt_log_info("job %s: resuming from checkpoint step %llu", r->job_id,
-                    (unsigned long long)r->resume_step);
+        mt_log_info("job %s: resuming from checkpoint step %llu of %s", r->job_id,
+                    (unsigned long long)r->resume_step, r->resume_job);
     }
     ro.save_dir = r->dir;
     ro.ckpt_every = cfg.ckpt_every;
@@ -624,6 +625,8 @@ static task_run *run_from(worker_tasks *t, const Meshtrain__TaskAssignment *a, c
     snprintf(r->job_id, sizeof(r->job_id), "%s", a->job_id);
     r->attempt = a->attempt;
     r->resume_step = a->resume_step;
+    snprintf(r->resume_job, sizeof(r->resume_job), "%s",
+             a->resume_job != NULL && a->resume_job[0] ? a->resume_job : a->job_id);
     r->meta_epoch = -1;
     r->spec_json = mt_calloc(1, strlen(a->spec_json) + 1);
     r->n_ranks = (int)a->n_ranks;

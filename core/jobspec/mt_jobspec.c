@@ -53,6 +53,7 @@ static mt_code check_sections(const cJSON *root, mt_jobspec_summary *s, mt_err *
     static const char *const ck_keys[] = {"every_steps", "keep", NULL};
     static const char *const rs_keys[] = {"max_restarts", NULL};
     static const char *const el_keys[] = {"min_batch", "max_batch", NULL};
+    static const char *const in_keys[] = {"job", "step", NULL};
     const cJSON *n;
     mt_code rc;
 
@@ -85,6 +86,20 @@ static mt_code check_sections(const cJSON *root, mt_jobspec_summary *s, mt_err *
         if (hi != 0 && hi < lo)
             return mt_err_set(err, MT_INVALID_ARGUMENT,
                               "elastic.max_batch: %u is smaller than min_batch %u", hi, lo);
+    }
+    if ((n = cJSON_GetObjectItemCaseSensitive(root, "init_from")) != NULL) {
+        const cJSON *job = cJSON_GetObjectItemCaseSensitive(n, "job");
+        if (!cJSON_IsObject(n))
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "init_from: must be an object");
+        if ((rc = only_keys(n, "init_from", in_keys, err)) != MT_OK)
+            return rc;
+        if (!cJSON_IsString(job) || job->valuestring[0] == '\0' ||
+            strlen(job->valuestring) >= sizeof(s->init_job))
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "init_from.job: must be a job id such as \"job-000003\"");
+        snprintf(s->init_job, sizeof(s->init_job), "%s", job->valuestring);
+        if ((rc = get_uint(n, "step", "init_from", 1, 1e9, &s->init_step, err)) != MT_OK)
+            return rc;
     }
     return MT_OK;
 }

@@ -54,6 +54,8 @@ typedef struct mt_jobspec_summary {
     uint32_t ckpt_every_steps;           /* "checkpoint.every_steps"; 0 = no checkpoints */
     uint32_t ckpt_keep;                  /* "checkpoint.keep", default 3 */
     uint32_t max_restarts;               /* "restart.max_restarts", default 3 */
+    char init_job[32];  /* "init_from.job": start from that job's checkpoint; "" = fresh */
+    uint32_t init_step; /* "init_from.step"; 0 = that job's latest complete checkpoint */
 } mt_jobspec_summary;
 
 /*

@@ -449,9 +449,9 @@ static mt_code parse_model(const cJSON *root, mt_job_spec *s, mt_err *err)
 static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
 {
     static const char *const keys[] = {
-        "name",          "seed",       "batch_size", "epochs",  "steps", "optimizer",
-        "learning_rate", "loss",       "dataset",    "model",   "mesh",  "layouts",
-        "input_layout",  "checkpoint", "restart",    "elastic", NULL};
+        "name",          "seed",       "batch_size", "epochs",  "steps",     "optimizer",
+        "learning_rate", "loss",       "dataset",    "model",   "mesh",      "layouts",
+        "input_layout",  "checkpoint", "restart",    "elastic", "init_from", NULL};
     const cJSON *n;
     const char *str;
     int64_t v;

@@ -34,7 +34,8 @@ static void test_jobspec_valid_summary(void **state)
     assert_int_equal(check(", \"mesh\": {\"batch\": 2, \"model\": 2},"
                            " \"layouts\": {\"dense_1\\\\.kernel\": [\"unsharded\", \"model\"]},"
                            " \"checkpoint\": {\"every_steps\": 50, \"keep\": 2},"
-                           " \"restart\": {\"max_restarts\": 5}",
+                           " \"restart\": {\"max_restarts\": 5},"
+                           " \"init_from\": {\"job\": \"job-000003\", \"step\": 76}",
                            &s, &err),
                      MT_OK);
     assert_string_equal(s.name, "mlp");
@@ -48,6 +49,8 @@ static void test_jobspec_valid_summary(void **state)
     assert_int_equal(s.ckpt_every_steps, 50);
     assert_int_equal(s.ckpt_keep, 2);
     assert_int_equal(s.max_restarts, 5);
+    assert_string_equal(s.init_job, "job-000003");
+    assert_int_equal(s.init_step, 76);
     /* dense_1.kernel (784x64) halved over model; the rest replicated; Adam: two slots */
     uint64_t w = (784 * 64 / 2 + 64 + 64 * 10 + 10) * 4;
     assert_int_equal(s.weight_bytes_per_device, w);
@@ -106,6 +109,12 @@ static const struct {
     {", \"restart\": {\"max_restarts\": -1}", MT_INVALID_ARGUMENT, "restart.max_restarts"},
     {", \"elastic\": {\"min_batch\": 4, \"max_batch\": 2}", MT_INVALID_ARGUMENT,
      "elastic.max_batch"},
+    {", \"init_from\": \"job-000001\"", MT_INVALID_ARGUMENT, "init_from: must be an object"},
+    {", \"init_from\": {\"job\": 3}", MT_INVALID_ARGUMENT, "init_from.job: must be a job id"},
+    {", \"init_from\": {\"job\": \"job-000001\", \"step\": 0}", MT_INVALID_ARGUMENT,
+     "init_from.step"},
+    {", \"init_from\": {\"job\": \"job-000001\", \"at\": 3}", MT_INVALID_ARGUMENT,
+     "init_from.at: unknown field"},
     {", \"dataset\": {\"format\": \"csv\", \"train\": \"/tmp/mt-no-such-file-*.csv\"}",
      MT_NOT_FOUND, "dataset.train"},
 };
