@@ -40,12 +40,14 @@ typedef struct mt_coord_opts {
     int sync_full; /* 1 (default): fsync every commit, an acknowledged write survives a power
                       loss too; 0: WAL with synchronous=NORMAL, which survives kill -9 of the
                       coordinator with far fewer fsyncs */
+    const struct mt_tls *tls; /* certificate and key when listen is tls+tcp:// (the metrics
+                                 stream then uses TLS too); borrowed, outlives the coordinator */
 } mt_coord_opts;
 
 #define MT_COORD_OPTS_DEFAULTS                                                                     \
     {                                                                                              \
         "tcp://127.0.0.1:7400", "127.0.0.1:7480", "./meshtrain-state", NULL, 1000, 10000,          \
-            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1                                                  \
+            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1, NULL                                            \
     }
 
 /*

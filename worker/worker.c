@@ -99,10 +99,11 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
     {
         const char *url =
             o->data_listen && o->data_listen[0] ? o->data_listen : "tcp://127.0.0.1:0";
-        worker_task_env env = {o->coordinator, o->token, NULL, o->rpc_timeout_ms, o->data_roots};
+        worker_task_env env = {o->coordinator,    o->token,      NULL,
+                               o->rpc_timeout_ms, o->data_roots, o->tls};
         mt_err nerr = MT_ERR_INIT;
         mt_code rc;
-        if (mt_coll_net_new(url, &w->net, &nerr) != MT_OK) /* register anyway (monitoring) */
+        if (mt_coll_net_new_tls(url, o->tls, &w->net, &nerr) != MT_OK) /* register anyway */
             mt_log_error("data plane %s: %s: %s; this worker cannot run tasks", url,
                          mt_code_name(nerr.code), nerr.msg);
         env.net = w->net;
@@ -141,6 +142,7 @@ static mt_code ensure_client(mt_worker *w)
     co.url = w->coordinator;
     co.token = w->token[0] ? w->token : NULL;
     co.connect_timeout_ms = w->opts.rpc_timeout_ms;
+    co.tls = w->opts.tls;
     return mt_rpc_client_open(&co, &w->cli, &w->err);
 }
 

@@ -109,6 +109,17 @@ void mt_coll_reference_allreduce(const float *const *inputs, int p, size_t n, fl
  */
 mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err);
 
+/*
+ * mt_coll_net_new, and for a "tls+tcp://HOST:PORT" url over TLS (core/tls): tls (borrowed; the
+ * net keeps a reference) must have a certificate, its key and a CA. The listener requires
+ * dialing peers to present a certificate from that CA, and connections to peers verify theirs
+ * (name: tls's server name, else the peer address's host). Other urls: tls is ignored. Codes
+ * as mt_coll_net_new; INVALID_ARGUMENT for a tls+tcp:// url without those files.
+ */
+struct mt_tls;
+mt_code mt_coll_net_new_tls(const char *url, const struct mt_tls *tls, mt_coll_net **out,
+                            mt_err *err);
+
 /* The bound address ("tcp://127.0.0.1:41234"), borrowed from net. */
 const char *mt_coll_net_addr(const mt_coll_net *net);
 

@@ -133,8 +133,8 @@ typedef struct mt_rpc_client_opts {
     const char *token; /* credential sent with every call; NULL = none */
     size_t max_msg_bytes;
     int connect_timeout_ms; /* for the first, synchronous dial */
-    /* CA (and optional server name, own certificate) for a tls+tcp:// url; borrowed, must
-     * outlive the client (core/tls) */
+    /* CA (and optional server name, own certificate) for a tls+tcp:// url; the client takes a
+     * reference (mt_tls_hold), so the caller may free its own after opening (core/tls) */
     const struct mt_tls *tls;
 } mt_rpc_client_opts;
 
@@ -155,8 +155,8 @@ mt_code mt_rpc_client_open(const mt_rpc_client_opts *opts, mt_rpc_client **out, 
 /* Close and free; NULL is a no-op. Calls in progress on other threads fail with CANCELLED. */
 void mt_rpc_client_close(mt_rpc_client *cli);
 
-/* The TLS settings the client was opened with (borrowed; NULL when none), for dialing the
- * coordinator's other addresses (its metrics stream) the same way. */
+/* The TLS settings the client was opened with (borrowed, valid until close; NULL when none),
+ * for dialing the coordinator's other addresses (its metrics stream) the same way. */
 const struct mt_tls *mt_rpc_client_tls(const mt_rpc_client *cli);
 
 /*

@@ -30,8 +30,8 @@ struct mt_rpc_client {
     nng_socket sock;
     char url[256];
     char token[MT_RPC_TOKEN_MAX];
-    const mt_tls *tls; /* borrowed; NULL = none */
-    atomic_int pipes;  /* connected pipes (nng pipe notifications) */
+    mt_tls *tls;      /* a reference held (mt_tls_hold); NULL = none */
+    atomic_int pipes; /* connected pipes (nng pipe notifications) */
     atomic_uint_least64_t next_id;
 };
 
@@ -85,7 +85,7 @@ mt_code mt_rpc_client_open(const mt_rpc_client_opts *o, mt_rpc_client **out, mt_
     nng_socket_set_ms(cli->sock, NNG_OPT_RECONNMAXT, 1000);
     nng_pipe_notify(cli->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, cli);
     nng_pipe_notify(cli->sock, NNG_PIPE_EV_REM_POST, pipe_cb, cli);
-    cli->tls = o->tls;
+    cli->tls = mt_tls_hold(o->tls);
     if ((rc = mt_tls_dial(cli->sock, o->url, o->tls, NNG_FLAG_NONBLOCK, err)) != MT_OK)
         goto fail;
     /* A live server completes the handshake in well under 100 ms. Only when it
@@ -108,6 +108,7 @@ mt_code mt_rpc_client_open(const mt_rpc_client_opts *o, mt_rpc_client **out, mt_
     return MT_OK;
 fail:
     nng_close(cli->sock);
+    mt_tls_free(cli->tls);
     mt_free(cli);
     return rc;
 }
@@ -122,6 +123,7 @@ void mt_rpc_client_close(mt_rpc_client *cli)
     if (cli == NULL)
         return;
     nng_close(cli->sock);
+    mt_tls_free(cli->tls);
     mt_free(cli);
 }
 

@@ -20,7 +20,8 @@
  * mt_tls_describe_nng turns an nng error from a TLS connection into a message naming the address
  * and the cause (UNAUTHENTICATED when the peer's certificate did not verify).
  *
- * Threading: an mt_tls is immutable after mt_tls_new; every function may be called from any
+ * Threading: an mt_tls is immutable after mt_tls_new (but for its atomic reference count,
+ * mt_tls_hold / mt_tls_free); every function may be called from any
  * thread. Tests: tests/unit/test_tls.c, tests/integration/test_tls.sh.
  */
 #ifndef MT_TLS_H
@@ -57,9 +58,14 @@ typedef struct mt_tls_opts {
  */
 mt_code mt_tls_new(const mt_tls_opts *o, mt_tls **out, mt_err *err);
 
-/* Free (wiping the key bytes); NULL is a no-op. Sockets dialed or listening with it keep working.
+/*
+ * Drop a reference; the last one frees (wiping the key bytes). NULL is a no-op. Sockets dialed or
+ * listening with it keep working.
  */
 void mt_tls_free(mt_tls *t);
+
+/* Take another reference to t (for an object that keeps it); returns t. NULL: NULL. Any thread. */
+mt_tls *mt_tls_hold(const mt_tls *t);
 
 /* 1 when url uses nng's TLS transport ("tls+tcp://", "tls+tcp4://", "tls+tcp6://"), else 0. */
 int mt_tls_url_is_tls(const char *url);

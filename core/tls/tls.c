@@ -5,12 +5,14 @@
  * The PEM texts are read once and kept; every listener and dialer gets its own nng_tls_config
  * built from them (nng holds a reference, so the mt_tls may be freed while sockets run). A
  * configuration per dialer lets each carry the name expected for its URL's host.
- * Immutable after mt_tls_new: no locking. Tests: tests/unit/test_tls.c.
+ * Immutable after mt_tls_new except the reference count (atomic): no locking. Tests:
+ * tests/unit/test_tls.c.
  */
 #include "tls/mt_tls.h"
 
 #include <errno.h>
 #include <nng/supplemental/tls/tls.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,7 +22,8 @@
 #include "clock/mt_clock.h"
 
 struct mt_tls {
-    char *cert; /* PEM text, NUL-terminated; NULL = none */
+    atomic_int refs; /* mt_tls_hold / mt_tls_free */
+    char *cert;      /* PEM text, NUL-terminated; NULL = none */
     char *key;
     char *ca;
     char ca_file[256];
@@ -76,9 +79,17 @@ static void wipe_free(char *s)
     mt_free(s);
 }
 
+mt_tls *mt_tls_hold(const mt_tls *t)
+{
+    mt_tls *m = (mt_tls *)t; /* only the count changes: the settings stay immutable */
+    if (m != NULL)
+        atomic_fetch_add(&m->refs, 1);
+    return m;
+}
+
 void mt_tls_free(mt_tls *t)
 {
-    if (t == NULL)
+    if (t == NULL || atomic_fetch_sub(&t->refs, 1) > 1)
         return;
     mt_free(t->cert);
     wipe_free(t->key);
@@ -179,6 +190,7 @@ mt_code mt_tls_new(const mt_tls_opts *o, mt_tls **out, mt_err *err)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "TLS: server name too long");
     if ((t = mt_calloc(1, sizeof(*t))) == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "TLS: out of memory");
+    atomic_init(&t->refs, 1);
     snprintf(t->server_name, sizeof(t->server_name), "%s", o->server_name ? o->server_name : "");
     snprintf(t->ca_file, sizeof(t->ca_file), "%s", o->ca_file ? o->ca_file : "");
     if (o->cert_file != NULL &&

@@ -331,6 +331,7 @@ static void test_tls_rpc(void **state)
     if (mt_rpc_client_open(&co, &cli, &err) != MT_OK)
         fail_msg("%s", err.msg);
     assert_ptr_equal(mt_rpc_client_tls(cli), good);
+    mt_tls_free(good); /* the client holds its own reference */
     assert_int_equal(mt_rpc_client_call(cli, &meshtrain__coordinator__descriptor, "ListWorkers",
                                         &req.base, (ProtobufCMessage **)&rep, 3000, &err),
                      MT_OK);
@@ -359,7 +360,6 @@ static void test_tls_rpc(void **state)
         assert_true(mt_clock_mono_ms() - t0 < 2500);
     }
     mt_rpc_server_close(srv);
-    mt_tls_free(good);
     mt_tls_free(wrong);
 }
 
