@@ -379,6 +379,8 @@ mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_l
     if (strncmp(addr, "tcp://", 6) != 0 && strncmp(addr, "ipc://", 6) != 0 &&
         !mt_tls_url_is_tls(addr))
         return MT_INVALID_ARGUMENT;
+    if (net->tls != NULL && !mt_tls_url_is_tls(addr))
+        return MT_FAILED_PRECONDITION; /* never send tensors in clear from a TLS data plane */
     *is_local = strcmp(addr, net->addr) == 0;
     return MT_OK;
 }

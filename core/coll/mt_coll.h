@@ -145,8 +145,9 @@ mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_col
  * are this process's devices. Connections to other processes are opened on
  * first use, reused across steps and closed by mt_coll_world_free. Messages
  * that arrive before the world exists are kept and delivered to it.
- * Codes: INVALID_ARGUMENT (no local rank, duplicate local index, bad size),
- * FAILED_PRECONDITION (net already serves a world), RESOURCE_EXHAUSTED.
+ * Codes: INVALID_ARGUMENT (no local rank, duplicate local index, bad size, an address that is
+ * not tcp://, tls+tcp:// or ipc://), FAILED_PRECONDITION (net already serves a world; net uses
+ * TLS and a rank's address is not tls+tcp://), RESOURCE_EXHAUSTED.
  */
 mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_addr *table,
                               const mt_coll_world_opts *opts, mt_coll_world **out, mt_err *err);

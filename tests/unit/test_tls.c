@@ -9,6 +9,7 @@
  */
 #include "mt_test.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include <nng/protocol/pair0/pair.h>
 
 #include "clock/mt_clock.h"
+#include "coll/mt_coll.h"
 #include "proto/coordinator.pb-c.h"
 #include "rpc/mt_rpc.h"
 #include "tls/mt_tls.h"
@@ -363,6 +365,97 @@ static void test_tls_rpc(void **state)
     mt_tls_free(wrong);
 }
 
+typedef struct coll_arg {
+    mt_coll_comm *comm;
+    float buf[1000];
+    mt_code rc;
+    mt_err err;
+} coll_arg;
+
+static void *allreduce_main(void *p)
+{
+    static const int members[] = {0, 1};
+    const mt_coll_group g = {members, 2};
+    coll_arg *a = p;
+    mt_coll_call call = {1, 0, 1500};
+    a->rc = mt_coll_allreduce_sum(a->comm, &g, a->buf, 1000, &call, &a->err);
+    return NULL;
+}
+
+/* Two TLS data-plane endpoints (standing for two workers), one rank each: an allreduce. */
+static mt_code tls_allreduce(const mt_tls *t0, const mt_tls *t1, mt_err *err)
+{
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    mt_coll_rank_addr table[2];
+    coll_arg a[2];
+    pthread_t th[2];
+    mt_code rc = MT_OK;
+
+    o.job_id = 9;
+    o.segment_bytes = 1024;
+    o.direct_bytes = 0;
+    memset(a, 0, sizeof(a));
+    assert_int_equal(mt_coll_net_new_tls("tls+tcp://127.0.0.1:0", t0, &nets[0], err), MT_OK);
+    assert_int_equal(mt_coll_net_new_tls("tls+tcp://127.0.0.1:0", t1, &nets[1], err), MT_OK);
+    assert_non_null(strstr(mt_coll_net_addr(nets[0]), "tls+tcp://127.0.0.1:"));
+    for (int k = 0; k < 2; k++)
+        table[k] = (mt_coll_rank_addr){mt_coll_net_addr(nets[k]), 0};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(mt_coll_world_new_net(nets[k], 2, table, &o, &ws[k], err), MT_OK);
+        a[k].comm = mt_coll_world_comm(ws[k], k);
+        for (int e = 0; e < 1000; e++)
+            a[k].buf[e] = (float)(k + 1) * (float)e;
+        pthread_create(&th[k], NULL, allreduce_main, &a[k]);
+    }
+    for (int k = 0; k < 2; k++)
+        pthread_join(th[k], NULL);
+    for (int k = 0; k < 2; k++) {
+        if (a[k].rc != MT_OK && rc == MT_OK)
+            rc = mt_err_set(err, a[k].rc, "%s", a[k].err.msg);
+        for (int e = 0; e < 1000 && a[k].rc == MT_OK; e++)
+            assert_true(a[k].buf[e] == 3.0f * (float)e);
+    }
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+    return rc;
+}
+
+static void test_tls_data_plane(void **state)
+{
+    (void)state;
+    mt_tls *peer = load("server.pem", "server.key", "ca.pem", "localhost");
+    mt_tls *stranger = load("other.pem", "other.key", "other-ca.pem", "localhost");
+    mt_tls *no_cert = load(NULL, NULL, "ca.pem", "localhost");
+    mt_coll_rank_addr table[2];
+    mt_coll_net *net = NULL;
+    mt_coll_world *w = NULL;
+    mt_err err = MT_ERR_INIT;
+
+    if (tls_allreduce(peer, peer, &err) != MT_OK)
+        fail_msg("allreduce over TLS: %s", err.msg);
+    /* a peer with a certificate from another CA never gets its data through */
+    assert_int_not_equal(tls_allreduce(peer, stranger, &err), MT_OK);
+    /* a TLS endpoint needs certificate, key and CA; and never talks to a plain peer */
+    assert_int_equal(mt_coll_net_new_tls("tls+tcp://127.0.0.1:0", no_cert, &net, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "--tls-cert"));
+    assert_int_equal(mt_coll_net_new_tls("tls+tcp://127.0.0.1:0", NULL, &net, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_net_new_tls("tls+tcp://127.0.0.1:0", peer, &net, &err), MT_OK);
+    table[0] = (mt_coll_rank_addr){mt_coll_net_addr(net), 0};
+    table[1] = (mt_coll_rank_addr){"tcp://127.0.0.1:9", 0};
+    assert_int_equal(mt_coll_world_new_net(net, 2, table, NULL, &w, &err), MT_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.msg, "tcp://127.0.0.1:9"));
+    mt_coll_net_free(net);
+    mt_tls_free(peer);
+    mt_tls_free(stranger);
+    mt_tls_free(no_cert);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -374,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_tls_wrong_ca_and_wrong_name),
         cmocka_unit_test(test_tls_mutual),
         cmocka_unit_test(test_tls_rpc),
+        cmocka_unit_test(test_tls_data_plane),
     };
     int rc;
 
