@@ -47,6 +47,9 @@ echo "$st" | jq -e '[.placement[].worker_id] | unique | length == 2' >/dev/null 
 n=$(mt watch --json "$JOB" | jq -s '[.[] | select(.name == "loss")] | length')
 [ "$n" = "$STEPS" ] || fail "watch over TLS: $n loss points, expected $STEPS"
 log "$JOB SUCCEEDED on 2 workers x 2 devices over TLS; watch saw $n loss points"
+for w in wa wb; do # closing the job's TLS data-plane sockets did not stall (nng 1.5.2 trap)
+    ! grep -q "takes over" "$T/$w.log" || fail "$w: $(grep "takes over" "$T/$w.log")"
+done
 
 # ---- refusals: quick, clear, never a hang
 quick() { # quick WANT_EXIT PATTERN CMD...: exit code, message, and within 5 s
