@@ -29,6 +29,8 @@ typedef struct mt_cli_global {
     const char *coordinator; /* --coordinator, $MESHTRAIN_COORDINATOR, or tcp://127.0.0.1:7400 */
     const char *token_file;  /* --token-file or $MESHTRAIN_TOKEN_FILE; NULL when none */
     int timeout_ms;          /* per-RPC deadline (--timeout-ms, default 10000) */
+    const char *tls_ca;      /* --tls-ca or $MESHTRAIN_TLS_CA; NULL when none */
+    const char *tls_server_name; /* --tls-server-name or $MESHTRAIN_TLS_SERVER_NAME; NULL: host */
 } mt_cli_global;
 
 typedef int (*mt_cli_handler)(const mt_cli_global *g, int argc, char **argv);
@@ -47,9 +49,10 @@ mt_exit mt_cli_usage_error(const char *cmd, const char *fmt, ...)
 struct mt_rpc_client;
 
 /*
- * Connect to g->coordinator with the token from g->token_file (conn.c).
- * MT_OK and *out (returns owned: mt_rpc_client_close), else err says why
- * (UNAVAILABLE naming the address, PERMISSION_DENIED for a bad token file).
+ * Connect to g->coordinator with the token from g->token_file (conn.c), over TLS verified with
+ * g->tls_ca for a tls+tcp:// address. MT_OK and *out (returns owned: mt_rpc_client_close), else
+ * err says why (UNAVAILABLE naming the address, PERMISSION_DENIED for a bad token file,
+ * UNAUTHENTICATED when the server's certificate does not verify).
  */
 mt_code mt_cli_connect(const mt_cli_global *g, struct mt_rpc_client **out, mt_err *err);
 

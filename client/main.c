@@ -45,6 +45,9 @@ static void usage(FILE *out)
             "  --coordinator URL  coordinator address (default $MESHTRAIN_COORDINATOR or\n"
             "                     tcp://127.0.0.1:7400)\n"
             "  --token-file F     file holding the shared token (default $MESHTRAIN_TOKEN_FILE)\n"
+            "  --tls-ca F         CA file to verify a tls+tcp:// coordinator (default\n"
+            "                     $MESHTRAIN_TLS_CA); --tls-server-name N: name expected in its\n"
+            "                     certificate (default $MESHTRAIN_TLS_SERVER_NAME, else the host)\n"
             "  --timeout-ms N     deadline of each request (default 10000)\n"
             "  --log-level L      debug|info|warn|error|off (default warn)\n"
             "  --version          print the version\n"
@@ -59,6 +62,8 @@ int main(int argc, char **argv)
         {"coordinator", required_argument, NULL, 'c'},
         {"token-file", required_argument, NULL, 't'},
         {"timeout-ms", required_argument, NULL, 'T'},
+        {"tls-ca", required_argument, NULL, 'A'},
+        {"tls-server-name", required_argument, NULL, 'N'},
         {"log-level", required_argument, NULL, 'l'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -77,6 +82,8 @@ int main(int argc, char **argv)
     if (g.token_file != NULL && g.token_file[0] == '\0')
         g.token_file = NULL;
     g.timeout_ms = 10000;
+    g.tls_ca = getenv("MESHTRAIN_TLS_CA");
+    g.tls_server_name = getenv("MESHTRAIN_TLS_SERVER_NAME");
 
     /* "+": stop at the first non-option, the subcommand */
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -87,6 +94,12 @@ int main(int argc, char **argv)
             break;
         case 't':
             g.token_file = optarg;
+            break;
+        case 'A':
+            g.tls_ca = optarg;
+            break;
+        case 'N':
+            g.tls_server_name = optarg;
             break;
         case 'T':
             g.timeout_ms = (int)strtol(optarg, &end, 10);

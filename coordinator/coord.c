@@ -255,6 +255,7 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     so.on_reply = coord_on_reply;
     so.token = c->opts.token;
     so.max_msg_bytes = opts->max_msg_bytes;
+    so.tls = opts->tls;
     if ((rc = mt_rpc_server_open(&so, &c->rpc, err)) != MT_OK)
         goto fail;
     snprintf(c->listen_url, sizeof(c->listen_url), "%s", mt_rpc_server_url(c->rpc));

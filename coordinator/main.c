@@ -12,6 +12,7 @@
 #include "coordinator/coord.h"
 #include "coordinator/stall.h"
 #include "log/mt_log.h"
+#include "tls/mt_tls.h"
 
 static void usage(FILE *out)
 {
@@ -30,6 +31,9 @@ static void usage(FILE *out)
             "  --state-dir DIR           state directory, holds meshtrain.db (default\n"
             "                            ./meshtrain-state)\n"
             "  --token-file F            require the token in F (mode 0600) on every call\n"
+            "  --tls-cert F, --tls-key F TLS certificate (PEM) and its key (mode 0600): with\n"
+            "                            --listen tls+tcp://HOST:PORT the RPC and metrics stream\n"
+            "                            use TLS (docs/security.md)\n"
             "  --heartbeat-ms N          heartbeat interval told to workers (default 1000)\n"
             "  --heartbeat-timeout-ms N  mark a worker lost after N ms of silence (default 10000)\n"
             "  --stall-timeout-ms N      mark a running job STALLED when none of its devices\n"
@@ -77,11 +81,15 @@ int main(int argc, char **argv)
         {"log-level", required_argument, NULL, 'l'},
         {"fsync", required_argument, NULL, 'F'},
         {"metrics-listen", required_argument, NULL, 'P'},
+        {"tls-cert", required_argument, NULL, 'C'},
+        {"tls-key", required_argument, NULL, 'K'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     mt_coord_opts o = MT_COORD_OPTS_DEFAULTS;
+    mt_tls_opts tlso = MT_TLS_OPTS_DEFAULTS;
+    mt_tls *tls = NULL;
     char token[MT_RPC_TOKEN_MAX];
     mt_err err = MT_ERR_INIT;
     mt_log_level level = MT_LOG_INFO;
@@ -145,6 +153,12 @@ int main(int argc, char **argv)
         case 'P':
             o.metrics_listen = optarg;
             break;
+        case 'C':
+            tlso.cert_file = optarg;
+            break;
+        case 'K':
+            tlso.key_file = optarg;
+            break;
         case 'F':
             if (strcmp(optarg, "full") != 0 && strcmp(optarg, "normal") != 0) {
                 fprintf(stderr, "meshtrain-coordinator: --fsync '%s': expected full or normal\n",
@@ -184,13 +198,29 @@ int main(int argc, char **argv)
                 o.stall_timeout_ms, (long long)COORD_STALL_FRESH_MS(o.heartbeat_interval_ms));
         return 2;
     }
+    if ((tlso.cert_file != NULL || tlso.key_file != NULL) != mt_tls_url_is_tls(o.listen)) {
+        fprintf(stderr, "meshtrain-coordinator: %s\n",
+                mt_tls_url_is_tls(o.listen)
+                    ? "--listen tls+tcp:// needs --tls-cert and --tls-key"
+                    : "--tls-cert/--tls-key need --listen tls+tcp://HOST:PORT");
+        return 2;
+    }
+    if (tlso.cert_file != NULL || tlso.key_file != NULL) {
+        if (mt_tls_new(&tlso, &tls, &err) != MT_OK) {
+            fprintf(stderr, "meshtrain-coordinator: %s\n", err.msg);
+            return 2;
+        }
+        o.tls = tls;
+    }
     mt_log_set_level(level);
     if (mt_coord_open(&o, &c, &err) != MT_OK) {
         mt_log_error("%s: %s", mt_code_name(err.code), err.msg);
+        mt_tls_free(tls);
         return 1;
     }
     mt_coord_run(c, &err);
     mt_coord_free(c);
+    mt_tls_free(tls);
     mt_log_info("coordinator stopped");
     return 0;
 }

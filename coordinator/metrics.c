@@ -27,6 +27,7 @@
 #include "alloc/mt_alloc.h"
 #include "clock/mt_clock.h"
 #include "log/mt_log.h"
+#include "tls/mt_tls.h"
 
 #define MAX_POINTS_PER_REPORT 10000
 #define MAX_NAME_BYTES        63
@@ -38,6 +39,7 @@ mt_code coord_metrics_open(mt_coord *c, mt_err *err)
     nng_socket *s = mt_calloc(1, sizeof(*s));
     nng_listener l;
     char url[300];
+    mt_err lerr = MT_ERR_INIT;
     const char *colon = strrchr(c->listen_url, ':');
     int prefix = colon ? (int)(colon - c->listen_url) : (int)strlen(c->listen_url);
     int rv, port = 0;
@@ -49,7 +51,7 @@ mt_code coord_metrics_open(mt_coord *c, mt_err *err)
         snprintf(url, sizeof(url), "%.290s", c->opts.metrics_listen);
         colon = strrchr(url, ':');
         prefix = colon ? (int)(colon - url) : (int)strlen(url);
-    } else if (strncmp(c->listen_url, "tcp://", 6) != 0) {
+    } else if (strncmp(c->listen_url, "tcp://", 6) != 0 && !mt_tls_url_is_tls(c->listen_url)) {
         snprintf(url, sizeof(url), "%s.metrics", c->listen_url); /* ipc:// or inproc:// */
     } else {
         snprintf(url, sizeof(url), "%.*s:0", prefix, c->listen_url);
@@ -58,13 +60,12 @@ mt_code coord_metrics_open(mt_coord *c, mt_err *err)
         mt_free(s);
         return mt_err_set(err, MT_INTERNAL, "metrics socket: %s", nng_strerror(rv));
     }
-    if ((rv = nng_listen(*s, url, &l, 0)) != 0) {
+    if (mt_tls_listen(*s, url, c->opts.tls, 0, &l, &lerr) != MT_OK) {
         nng_close(*s);
         mt_free(s);
-        return mt_err_set(err, MT_UNAVAILABLE, "metrics socket: listen %s: %s", url,
-                          nng_strerror(rv));
+        return mt_err_set(err, lerr.code, "metrics socket: %s", lerr.msg);
     }
-    if (strncmp(url, "tcp://", 6) == 0 &&
+    if ((strncmp(url, "tcp://", 6) == 0 || mt_tls_url_is_tls(url)) &&
         nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
         snprintf(c->metrics_url, sizeof(c->metrics_url), "%.*s:%d", prefix, url, port);
     else

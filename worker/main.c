@@ -11,6 +11,7 @@
 #include "blas/mt_blas.h"
 #include "log/mt_log.h"
 #include "rpc/mt_rpc.h"
+#include "tls/mt_tls.h"
 #include "worker/worker.h"
 
 static void usage(FILE *out)
@@ -30,12 +31,51 @@ static void usage(FILE *out)
         "                       ephemeral port. HOST 0.0.0.0 listens everywhere and\n"
         "                       reports that address with the port\n"
         "  --token-file F       token for the coordinator (mode 0600)\n"
+        "  --tls-ca F           CA certificate(s) (PEM) that a tls+tcp:// coordinator's and\n"
+        "                       peers' certificates must verify against\n"
+        "  --tls-server-name N  name expected in those certificates (default: the host of\n"
+        "                       each address; needed when it is an IP address)\n"
+        "  --tls-cert F, --tls-key F  this worker's certificate and key (mode 0600), for\n"
+        "                       --data-listen tls+tcp://HOST:PORT (peers verify each other)\n"
         "  --data-root DIR      files named by job specs must lie under DIR (repeatable;\n"
         "                       default: the current directory and " MT_PATHSAFE_DEFAULT_DATASETS
         ")\n"
         "  --rpc-timeout-ms N   deadline of each control call (default 3000)\n"
         "  --log-level L        debug|info|warn|error (default info)\n"
         "  --version, -h/--help\n");
+}
+
+/* Check the TLS flags against the addresses and load the files into *tls (NULL when no TLS flag
+ * is given). 0, or -1 after printing why. */
+static int worker_tls(mt_worker_opts *o, const mt_tls_opts *tlso, mt_tls **tls)
+{
+    int coord_tls = mt_tls_url_is_tls(o->coordinator);
+    int data_tls = mt_tls_url_is_tls(o->data_listen);
+    int any = tlso->ca_file || tlso->cert_file || tlso->key_file || tlso->server_name;
+    mt_err err = MT_ERR_INIT;
+
+    *tls = NULL;
+    if ((coord_tls || data_tls) && tlso->ca_file == NULL) {
+        fprintf(stderr, "meshtrain-worker: %s is tls+tcp://: give --tls-ca\n",
+                coord_tls ? "--coordinator" : "--data-listen");
+        return -1;
+    }
+    if (data_tls && (tlso->cert_file == NULL || tlso->key_file == NULL)) {
+        fprintf(stderr, "meshtrain-worker: --data-listen tls+tcp:// needs --tls-cert and "
+                        "--tls-key (peers verify each other)\n");
+        return -1;
+    }
+    if (any && !coord_tls && !data_tls) {
+        fprintf(stderr, "meshtrain-worker: --tls-* given but neither --coordinator nor "
+                        "--data-listen is tls+tcp://\n");
+        return -1;
+    }
+    if (any && mt_tls_new(tlso, tls, &err) != MT_OK) {
+        fprintf(stderr, "meshtrain-worker: %s\n", err.msg);
+        return -1;
+    }
+    o->tls = *tls;
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -48,12 +88,18 @@ int main(int argc, char **argv)
         {"token-file", required_argument, NULL, 't'},
         {"data-root", required_argument, NULL, 'R'},
         {"rpc-timeout-ms", required_argument, NULL, 'r'},
+        {"tls-ca", required_argument, NULL, 'A'},
+        {"tls-server-name", required_argument, NULL, 'N'},
+        {"tls-cert", required_argument, NULL, 'C'},
+        {"tls-key", required_argument, NULL, 'K'},
         {"log-level", required_argument, NULL, 'l'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     mt_worker_opts o = MT_WORKER_OPTS_DEFAULTS;
+    mt_tls_opts tlso = MT_TLS_OPTS_DEFAULTS;
+    mt_tls *tls = NULL;
     char token[MT_RPC_TOKEN_MAX];
     mt_err err = MT_ERR_INIT;
     mt_log_level level = MT_LOG_INFO;
@@ -109,6 +155,18 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'A':
+            tlso.ca_file = optarg;
+            break;
+        case 'N':
+            tlso.server_name = optarg;
+            break;
+        case 'C':
+            tlso.cert_file = optarg;
+            break;
+        case 'K':
+            tlso.key_file = optarg;
+            break;
         case 'l':
             if (mt_log_level_parse(optarg, &level, &err) != MT_OK) {
                 fprintf(stderr, "meshtrain-worker: %s\n", err.msg);
@@ -130,10 +188,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "meshtrain-worker: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
+    if (worker_tls(&o, &tlso, &tls) != 0)
+        return 2;
     mt_log_set_level(level);
     mt_log_info("OpenBLAS core %s", mt_blas_corename());
     if (mt_pathsafe_new_roots(root_args, n_roots, &roots, &err) != MT_OK) {
         fprintf(stderr, "meshtrain-worker: %s\n", err.msg);
+        mt_tls_free(tls);
         return 2;
     }
     for (size_t i = 0; i < mt_pathsafe_root_count(roots); i++)
@@ -142,11 +203,13 @@ int main(int argc, char **argv)
     if (mt_worker_open(&o, &w, &err) != MT_OK) {
         mt_log_error("%s", err.msg);
         mt_pathsafe_free(roots);
+        mt_tls_free(tls);
         return 2;
     }
     mt_worker_run(w, &err);
     mt_worker_free(w);
     mt_pathsafe_free(roots);
+    mt_tls_free(tls);
     mt_log_info("worker stopped");
     return 0;
 }

@@ -78,6 +78,7 @@ struct worker_tasks {
     int rpc_timeout_ms;
     mt_coll_net *net;
     const struct mt_pathsafe *roots; /* borrowed; NULL = no confinement */
+    const struct mt_tls *tls;        /* borrowed; NULL = none */
     char worker_id[64];
     char instance[64];
 };
@@ -137,6 +138,7 @@ mt_code worker_tasks_new(const worker_task_env *env, worker_tasks **out, mt_err 
     t->rpc_timeout_ms = env->rpc_timeout_ms > 0 ? env->rpc_timeout_ms : 3000;
     t->net = env->net;
     t->roots = env->roots;
+    t->tls = env->tls;
     *out = t;
     return MT_OK;
 }
@@ -569,6 +571,7 @@ static void *run_main(void *arg)
     co.url = t->coordinator;
     co.token = t->token[0] ? t->token : NULL;
     co.connect_timeout_ms = t->rpc_timeout_ms;
+    co.tls = t->tls;
     rc = mt_rpc_client_open(&co, &r->cli, &err);
     if (rc == MT_OK) {
         set_state(r, "running", 0, "");

@@ -41,6 +41,7 @@ typedef struct worker_task_env {
     int rpc_timeout_ms;
     const struct mt_pathsafe *roots; /* data roots job files must lie under (borrowed, must
                                         outlive the table); NULL = no confinement */
+    const struct mt_tls *tls; /* for a tls+tcp:// coordinator (borrowed, must outlive the table) */
 } worker_task_env;
 
 /* A new, empty task table (returns owned: worker_tasks_free). RESOURCE_EXHAUSTED. */

@@ -33,6 +33,7 @@
 #include "log/mt_log.h"
 #include "proto/coordinator.pb-c.h"
 #include "rpc/mt_rpc.h"
+#include "tls/mt_tls.h"
 #include "worker/task.h"
 
 #define SVC (&meshtrain__coordinator__descriptor)
@@ -136,11 +137,14 @@ static mt_code ip_toward(const char *url, char ip[INET_ADDRSTRLEN], mt_err *err)
  */
 static mt_coll_net *open_data_plane(const mt_worker_opts *o)
 {
-    static const char wildcard[] = "tcp://0.0.0.0:";
-    char url[300], ip[INET_ADDRSTRLEN];
+    bool tls = o->tls != NULL && mt_tls_can_listen(o->tls);
+    const char *scheme = tls ? "tls+tcp://" : "tcp://";
+    char wildcard[32], url[300], ip[INET_ADDRSTRLEN];
     mt_err nerr = MT_ERR_INIT;
     mt_coll_net *net = NULL;
     bool dflt = o->data_listen == NULL || o->data_listen[0] == '\0';
+
+    snprintf(wildcard, sizeof(wildcard), "%s0.0.0.0:", scheme);
 
     if (dflt) {
         if (ip_toward(o->coordinator, ip, &nerr) != MT_OK) {
@@ -148,24 +152,24 @@ static mt_coll_net *open_data_plane(const mt_worker_opts *o)
                         nerr.msg);
             snprintf(ip, sizeof(ip), "127.0.0.1");
         }
-        snprintf(url, sizeof(url), "tcp://%s:0", ip);
+        snprintf(url, sizeof(url), "%s%s:0", scheme, ip);
     } else {
         snprintf(url, sizeof(url), "%s", o->data_listen);
     }
-    if (mt_coll_net_new(url, &net, &nerr) != MT_OK) {
+    if (mt_coll_net_new_tls(url, o->tls, &net, &nerr) != MT_OK) {
         mt_log_error("data plane %s: %s: %s; this worker cannot run tasks", url,
                      mt_code_name(nerr.code), nerr.msg);
         return NULL;
     }
-    if (strncmp(mt_coll_net_addr(net), wildcard, sizeof(wildcard) - 1) == 0) {
-        const char *port = mt_coll_net_addr(net) + sizeof(wildcard) - 1;
+    if (strncmp(mt_coll_net_addr(net), wildcard, strlen(wildcard)) == 0) {
+        const char *port = mt_coll_net_addr(net) + strlen(wildcard);
         if (ip_toward(o->coordinator, ip, &nerr) != MT_OK) {
             mt_log_warn("data plane %s: %s; reporting it as is (peers cannot dial 0.0.0.0: "
                         "give --data-listen this host's address)",
                         mt_coll_net_addr(net), nerr.msg);
             return net;
         }
-        snprintf(url, sizeof(url), "tcp://%s:%s", ip, port);
+        snprintf(url, sizeof(url), "%s%s:%s", scheme, ip, port);
         if (mt_coll_net_set_addr(net, url, &nerr) != MT_OK)
             mt_log_warn("data plane: %s", nerr.msg);
     }
@@ -186,7 +190,8 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "worker: out of memory");
     w->opts = *o;
     {
-        worker_task_env env = {o->coordinator, o->token, NULL, o->rpc_timeout_ms, o->data_roots};
+        worker_task_env env = {o->coordinator,    o->token,      NULL,
+                               o->rpc_timeout_ms, o->data_roots, o->tls};
         mt_code rc;
         w->net = open_data_plane(o); /* NULL: register anyway (monitoring) */
         env.net = w->net;
@@ -225,6 +230,7 @@ static mt_code ensure_client(mt_worker *w)
     co.url = w->coordinator;
     co.token = w->token[0] ? w->token : NULL;
     co.connect_timeout_ms = w->opts.rpc_timeout_ms;
+    co.tls = w->opts.tls;
     return mt_rpc_client_open(&co, &w->cli, &w->err);
 }
 

@@ -31,11 +31,14 @@ typedef struct mt_worker_opts {
      * directories) must pass mt_pathsafe_check_data_spec / mt_pathsafe_check against it before
      * it is opened (--data-root; main.c sets the defaults when none is given) */
     const mt_pathsafe *data_roots;
+    /* borrowed, outlives the worker; NULL = none: the CA (and server name) to verify a
+     * tls+tcp:// coordinator with, and the certificate, key and CA of a tls+tcp:// data plane */
+    const struct mt_tls *tls;
 } mt_worker_opts;
 
 #define MT_WORKER_OPTS_DEFAULTS                                                                    \
     {                                                                                              \
-        "tcp://127.0.0.1:7400", NULL, NULL, NULL, 0, 3000, NULL                                    \
+        "tcp://127.0.0.1:7400", NULL, NULL, NULL, 0, 3000, NULL, NULL                              \
     }
 
 /* Build the worker (no network yet). Borrows opts. MT_OK and *out, or INVALID_ARGUMENT. */

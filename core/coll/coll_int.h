@@ -148,6 +148,8 @@ mt_code coll__sends_wait(mt_coll_comm *c, int cancel, mt_err *err);
 /* Send m (taken) to process proc on a fresh aio returned in *out (caller waits and frees it). */
 mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
                              nng_aio **out);
+/* INVALID_ARGUMENT for an address of another transport, FAILED_PRECONDITION for a plain address
+ * when net uses TLS; else MT_OK and *is_local (addr is net's own). */
 mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_local);
 
 /* Progress hooks (coll_progress.c; no-ops when c->prog is NULL). Device thread of c. */

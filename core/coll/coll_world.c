@@ -450,8 +450,13 @@ mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_add
                 goto fail;
             }
             int is_local = 0;
-            if ((rc = coll__net_check_addr(net, table[r].addr, &is_local)) != MT_OK)
+            if ((rc = coll__net_check_addr(net, table[r].addr, &is_local)) != MT_OK) {
+                mt_err_set(err, rc, "coll world: rank %d's address %s: want %s", r, table[r].addr,
+                           rc == MT_FAILED_PRECONDITION
+                               ? "tls+tcp:// (this process's data plane uses TLS)"
+                               : "tcp://, tls+tcp:// or ipc://");
                 goto fail;
+            }
             if (is_local)
                 my_proc = p;
         }

@@ -109,6 +109,17 @@ void mt_coll_reference_allreduce(const float *const *inputs, int p, size_t n, fl
  */
 mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err);
 
+/*
+ * mt_coll_net_new, and for a "tls+tcp://HOST:PORT" url over TLS (core/tls): tls (borrowed; the
+ * net keeps a reference) must have a certificate, its key and a CA. The listener requires
+ * dialing peers to present a certificate from that CA, and connections to peers verify theirs
+ * (name: tls's server name, else the peer address's host). Other urls: tls is ignored. Codes
+ * as mt_coll_net_new; INVALID_ARGUMENT for a tls+tcp:// url without those files.
+ */
+struct mt_tls;
+mt_code mt_coll_net_new_tls(const char *url, const struct mt_tls *tls, mt_coll_net **out,
+                            mt_err *err);
+
 /* The bound address ("tcp://127.0.0.1:41234"), borrowed from net. */
 const char *mt_coll_net_addr(const mt_coll_net *net);
 
@@ -116,7 +127,8 @@ const char *mt_coll_net_addr(const mt_coll_net *net);
  * Replace the address net reports (mt_coll_net_addr) and matches this process's ranks by: for
  * a listener on a wildcard ("tcp://0.0.0.0:7500") the address peers dial instead
  * ("tcp://10.0.0.2:7500"). addr is copied. Call before any world uses net (not thread-safe
- * against world creation). Codes: INVALID_ARGUMENT (not tcp:// or ipc://, or longer than 255).
+ * against world creation). Codes: INVALID_ARGUMENT (not tcp://, tls+tcp:// or ipc://, or longer
+ * than 255).
  */
 mt_code mt_coll_net_set_addr(mt_coll_net *net, const char *addr, mt_err *err);
 
@@ -146,8 +158,9 @@ mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_col
  * restarted job's peers may start before this process has freed the old
  * attempt's world); kept messages of other job ids are dropped when the world is
  * made. A live world of another job_id gets them (INVALID_ARGUMENT mismatch).
- * Codes: INVALID_ARGUMENT (no local rank, duplicate local index, bad size),
- * FAILED_PRECONDITION (net already serves a world), RESOURCE_EXHAUSTED.
+ * Codes: INVALID_ARGUMENT (no local rank, duplicate local index, bad size, an address that is
+ * not tcp://, tls+tcp:// or ipc://), FAILED_PRECONDITION (net already serves a world; net uses
+ * TLS and a rank's address is not tls+tcp://), RESOURCE_EXHAUSTED.
  */
 mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_addr *table,
                               const mt_coll_world_opts *opts, mt_coll_world **out, mt_err *err);

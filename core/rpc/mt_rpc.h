@@ -52,6 +52,7 @@
 typedef struct mt_rpc_server mt_rpc_server;
 typedef struct mt_rpc_call mt_rpc_call;
 typedef struct mt_rpc_client mt_rpc_client;
+struct mt_tls;
 
 /*
  * Called on an nng thread for each valid call; must not block. The application
@@ -78,15 +79,17 @@ typedef struct mt_rpc_server_opts {
     mt_rpc_on_call on_call;
     void *arg;                /* passed to on_call and on_reply */
     mt_rpc_on_reply on_reply; /* NULL = none */
+    const struct mt_tls *tls; /* certificate and key for a tls+tcp:// url (borrowed; core/tls) */
 } mt_rpc_server_opts;
 
 #define MT_RPC_SERVER_OPTS_DEFAULTS                                                                \
     {                                                                                              \
-        NULL, NULL, MT_RPC_DEFAULT_MAX_MSG, 16, NULL, NULL, NULL, NULL                             \
+        NULL, NULL, MT_RPC_DEFAULT_MAX_MSG, 16, NULL, NULL, NULL, NULL, NULL                       \
     }
 
 /*
- * Listen on opts->url and start receiving. Borrows opts (strings are copied).
+ * Listen on opts->url and start receiving. Borrows opts (strings are copied; opts->tls is
+ * borrowed only for the call). A tls+tcp:// url needs opts->tls with a certificate and key.
  * Returns MT_OK and *out, or INVALID_ARGUMENT (bad options or URL), UNAVAILABLE
  * (address in use / cannot listen; the message names the address),
  * RESOURCE_EXHAUSTED. Any thread.
@@ -130,22 +133,31 @@ typedef struct mt_rpc_client_opts {
     const char *token; /* credential sent with every call; NULL = none */
     size_t max_msg_bytes;
     int connect_timeout_ms; /* for the first, synchronous dial */
+    /* CA (and optional server name, own certificate) for a tls+tcp:// url; the client takes a
+     * reference (mt_tls_hold), so the caller may free its own after opening (core/tls) */
+    const struct mt_tls *tls;
 } mt_rpc_client_opts;
 
 #define MT_RPC_CLIENT_OPTS_DEFAULTS                                                                \
     {                                                                                              \
-        NULL, NULL, MT_RPC_DEFAULT_MAX_MSG, 5000                                                   \
+        NULL, NULL, MT_RPC_DEFAULT_MAX_MSG, 5000, NULL                                             \
     }
 
 /*
  * Connect to opts->url. Returns MT_OK and *out; UNAVAILABLE ("connect
  * tcp://127.0.0.1:7400: Connection refused") when nothing listens;
- * INVALID_ARGUMENT for a malformed URL. Blocks up to connect_timeout_ms.
+ * INVALID_ARGUMENT for a malformed URL, or a tls+tcp:// URL without opts->tls (or without its
+ * CA); UNAUTHENTICATED when the server's TLS certificate does not verify (wrong CA or name; the
+ * message names the address, the CA file and the name). Blocks up to connect_timeout_ms.
  */
 mt_code mt_rpc_client_open(const mt_rpc_client_opts *opts, mt_rpc_client **out, mt_err *err);
 
 /* Close and free; NULL is a no-op. Calls in progress on other threads fail with CANCELLED. */
 void mt_rpc_client_close(mt_rpc_client *cli);
+
+/* The TLS settings the client was opened with (borrowed, valid until close; NULL when none),
+ * for dialing the coordinator's other addresses (its metrics stream) the same way. */
+const struct mt_tls *mt_rpc_client_tls(const mt_rpc_client *cli);
 
 /*
  * Call svc's method `method` (short name, "ListWorkers") with `req` (borrowed) and

@@ -29,6 +29,7 @@
 #include "clock/mt_clock.h"
 #include "log/mt_log.h"
 #include "proto/rpc.pb-c.h"
+#include "tls/mt_tls.h"
 
 enum slot_state { SLOT_RECV, SLOT_APP, SLOT_SEND };
 
@@ -266,12 +267,9 @@ mt_code mt_rpc_server_open(const mt_rpc_server_opts *o, mt_rpc_server **out, mt_
             goto fail;
         }
     }
-    if ((rv = nng_listen(srv->sock, o->url, &srv->listener, 0)) != 0) {
-        rc = mt_err_set(err, rv == NNG_EADDRINUSE ? MT_UNAVAILABLE : mt_rpc_code_from_nng(rv),
-                        "listen %s: %s", o->url, nng_strerror(rv));
+    if ((rc = mt_tls_listen(srv->sock, o->url, o->tls, 0, &srv->listener, err)) != MT_OK)
         goto fail;
-    }
-    if (strncmp(o->url, "tcp", 3) == 0 &&
+    if ((strncmp(o->url, "tcp", 3) == 0 || mt_tls_url_is_tls(o->url)) &&
         nng_listener_get_int(srv->listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0) {
         const char *colon = strrchr(o->url, ':');
         int prefix = colon ? (int)(colon - o->url) : (int)strlen(o->url);

@@ -9,6 +9,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "proto/coordinator.pb-c.h"
+#include "tls/mt_tls.h"
 
 #define PAGE       5000
 #define SUB_BUFFER 8192
@@ -127,11 +128,9 @@ mt_code mt_watch_open(mt_rpc_client *cli, const char *job_id, uint64_t since_ste
                         job_id);
         goto fail;
     }
-    if ((rv = nng_dial(w->sub, rep->metrics_address, NULL, 0)) != 0) {
-        rc = mt_err_set(err, MT_UNAVAILABLE, "watch: connect %s: %s", rep->metrics_address,
-                        nng_strerror(rv));
+    if ((rc = mt_tls_dial(w->sub, rep->metrics_address, mt_rpc_client_tls(cli), 0, err)) !=
+        MT_OK) /* the coordinator's TLS settings verify its metrics stream too */
         goto fail;
-    }
     protobuf_c_message_free_unpacked(&rep->base, NULL);
     w->ph = PH_HISTORY;
     *out = w;
