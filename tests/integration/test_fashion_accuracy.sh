@@ -40,7 +40,7 @@ else
 fi
 # the per-epoch lines: one JSON object per epoch with every field
 out=$("$BIN" train --local "$SRC/examples/fashion_mnist_mlp.json" --steps 20 --json)
-echo "$out" | head -1 | python3 -c '
+head -n 1 <<<"$out" | python3 -c '
 import json, sys
 r = json.loads(sys.stdin.readline())
 for k in ("epoch", "step", "loss", "accuracy", "test_loss", "test_accuracy"):
