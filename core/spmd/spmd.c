@@ -75,7 +75,7 @@ typedef struct dev {
     mt_coll_bucket *bucket;             /* every trainable gradient + msum, reduced over batch */
     float msum[2];                      /* step loss sum and correct count (in the bucket) */
     size_t batch, row0;                 /* local examples of the current job, first global row */
-    size_t gcount;                      /* pieces step: examples of the step over all replicas */
+    size_t gcount;                      /* examples of the current step over all replicas */
     int64_t t;                          /* optimizer iterations */
     double loss;                        /* job outputs */
     size_t correct;
@@ -883,7 +883,7 @@ static mt_code layer_backward(dev *d, int idx, float *dy, float **dx_out)
         if ((rc = grp_allreduce(d, s->bdim, sdy, 2 * c)) != MT_OK)
             return rc;
         mt_bn_backward_dx(dx, dy, st->xhat, pv(d, l, P_GAMMA), var, l->s.epsilon, sdy, sdyh,
-                          s->jn * l->in_rows, rows, c);
+                          d->gcount * l->in_rows, rows, c);
         break;
     }
     case MT_LAYER_DROPOUT:
@@ -991,6 +991,7 @@ static mt_code dev_step(dev *d)
     } else {
         dev_take_batch(d, 0, s->jn);
         first = s->jfirst + d->row0;
+        d->gcount = n;
     }
     rc = dev_forward(d, n, true, s->jstep, first);
     if (rc == MT_OK)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "alloc/mt_alloc.h"
+#include "data/mt_data.h"
 #include "data/mt_idx.h"
 #include "model/mt_model.h"
 #include "spmd/mt_spmd.h"
@@ -542,6 +543,81 @@ static void test_spmd_evaluate_matches_single_device(void **state)
     data_free(&d);
 }
 
+/* Pieces cut from a global batch of n examples at x by the rebatch rule, by batch coordinate. */
+static void cut_pieces(mt_spmd_piece *pc, int R, const data *d, size_t first, size_t n)
+{
+    for (int b = 0; b < R; b++) {
+        size_t st, len;
+        mt_data_rebatch_split(n, (size_t)R, (size_t)b, &st, &len);
+        pc[b].x = d->x + (first + st) * d->dim;
+        pc[b].y = d->y + first + st;
+        pc[b].n = len;
+        pc[b].first_example = st;
+    }
+}
+
+static void assert_same_params(const mt_spmd *a, const mt_spmd *b, int ndev)
+{
+    for (int p = 0; p < ndev; p++)
+        for (size_t i = 0; i < mt_spmd_param_count(a); i++) {
+            const mt_model_param *x = mt_spmd_param(a, p, i), *y = mt_spmd_param(b, p, i);
+            assert_non_null(x);
+            assert_int_equal(x->size, y->size);
+            assert_memory_equal(x->value, y->value, x->size * sizeof(float));
+        }
+}
+
+/*
+ * mt_spmd_step_pieces with the rebatch rule's pieces is bit-identical to mt_spmd_step on the
+ * global batch (full and partial batches); the agreed count is the sum of the pieces; a step
+ * where every piece is empty is OUT_OF_RANGE and changes nothing; uneven pieces (some replicas
+ * empty) train; an oversized piece is refused.
+ */
+static void test_spmd_step_pieces(void **state)
+{
+    size_t shape[1] = {FEAT}, gc = 0;
+    data d = gen_data(64, FEAT, 2, 9);
+    mt_spmd_piece pc[8];
+    mt_step_metrics ma, mb;
+    job j;
+    mt_spmd *a, *b;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    job_load(&j, MLP_SPEC("\"sgd\"", DP_EXTRA), NULL);
+    a = spmd_open(&j, 1, shape);
+    b = spmd_open(&j, 1, shape);
+    assert_int_equal(mt_spmd_batch_replicas(b), 8);
+    assert_int_equal(mt_spmd_batch_coord(b, 5), 5);
+    assert_int_equal(mt_spmd_batch_dim(job_mesh(&j), j.cfg.layouts), 0);
+    for (int k = 0; k < 3; k++) {
+        size_t n = k == 2 ? 13 : 16, first = (size_t)k * 16;
+        assert_int_equal(
+            mt_spmd_step(a, d.x + first * FEAT, d.y + first, n, (uint64_t)k, 0, &ma, &err), MT_OK);
+        cut_pieces(pc, 8, &d, first, n);
+        assert_int_equal(mt_spmd_step_pieces(b, pc, (uint64_t)k, &gc, &mb, &err), MT_OK);
+        assert_int_equal(gc, n);
+        if (ma.loss != mb.loss)
+            fail_msg("step %d: loss %.9g vs %.9g", k, ma.loss, mb.loss);
+    }
+    assert_same_params(a, b, 8);
+    /* every replica out of data: all agree, nothing trains */
+    memset(pc, 0, sizeof(pc));
+    assert_int_equal(mt_spmd_step_pieces(b, pc, 3, &gc, &mb, &err), MT_OUT_OF_RANGE);
+    assert_int_equal(gc, 0);
+    assert_same_params(a, b, 8);
+    /* uneven: only replicas 1 and 6 have data */
+    pc[1] = (mt_spmd_piece){d.x, d.y, 2, 0};
+    pc[6] = (mt_spmd_piece){d.x + 2 * FEAT, d.y + 2, 1, 2};
+    assert_int_equal(mt_spmd_step_pieces(b, pc, 4, &gc, &mb, &err), MT_OK);
+    assert_int_equal(gc, 3);
+    pc[1].n = 3; /* capacity is ceil(16 / 8) = 2 per device */
+    assert_int_equal(mt_spmd_step_pieces(b, pc, 5, &gc, &mb, &err), MT_INVALID_ARGUMENT);
+    mt_spmd_free(a);
+    mt_spmd_free(b);
+    job_free(&j);
+    data_free(&d);
+}
+
 /* A caller's world is used as given (rank = mesh position); a world of another size is refused. */
 static void test_spmd_uses_the_callers_world(void **state)
 {
@@ -689,6 +765,7 @@ int main(void)
         cmocka_unit_test(test_spmd_restore_refuses_other_model),
         cmocka_unit_test(test_spmd_step_rejects_bad_input),
         cmocka_unit_test(test_spmd_evaluate_matches_single_device),
+        cmocka_unit_test(test_spmd_step_pieces),
         cmocka_unit_test(test_spmd_new_survives_allocation_failures),
         cmocka_unit_test(test_spmd_uses_the_callers_world),
         cmocka_unit_test(test_spmd_over_two_net_worlds_is_bit_identical),
