@@ -582,21 +582,16 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const char *spec_json, con
                     (long long)step, (long long)e0 + 1, (unsigned long long)p.input_position);
     }
     per_epoch = mt_data_pipeline_steps(in.pipe);
-    epochs = o->epochs ? o->epochs : spec->epochs;
-    cap = o->steps ? o->steps : spec->steps;
-    if (o->steps && !o->epochs)
-        epochs = 0;
-    if (epochs == 0)
-        epochs = (cap + (int64_t)per_epoch - 1) / (int64_t)per_epoch;
-    if (o->resume != NULL && spec->steps == 0 && !(o->steps || o->epochs) && e0 >= epochs)
-        epochs = e0 + 1;
-    if (cap == 0 || cap > epochs * (int64_t)per_epoch)
-        cap = epochs * (int64_t)per_epoch;
+    {
+        mt_train_options topt = {o->epochs, o->steps};
+        mt_train_start st0 = {step, e0, (size_t)s0 * in.B};
+        mt_train_run_bounds(spec, &topt, o->resume != NULL ? &st0 : NULL, (int64_t)per_epoch,
+                            &epochs, &cap);
+    }
     for (int64_t e = e0; e < epochs && step < cap; e++) {
         mt_train_progress p = {
             MT_TRAIN_STEP, e + 1, epochs, step, 0, (int64_t)per_epoch, 0, 0, 0, 0, 0, 0, 0};
-        double loss_sum = 0.0, correct = 0.0, t_epoch = 0.0;
-        size_t seen = 0;
+        mt_train_epoch_acc acc = {0.0, 0.0, 0.0, 0};
         int64_t s_first = e == e0 ? s0 : 0;
         if (cap - step < (int64_t)per_epoch - s_first)
             p.epoch_steps = s_first + (cap - step);
@@ -625,17 +620,7 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const char *spec_json, con
                 goto done;
             dt = now_s_run() - t0;
             step++;
-            t_epoch += dt;
-            seen += gc;
-            loss_sum += sm.loss * (double)gc;
-            correct += sm.accuracy * (double)gc;
-            p.step = step;
-            p.epoch_step = s + 1;
-            p.loss = loss_sum / (double)seen;
-            p.accuracy = correct / (double)seen;
-            p.epoch_seconds = t_epoch;
-            p.step_ms = dt * 1e3;
-            p.examples_per_sec = (double)seen / t_epoch;
+            mt_train_progress_add(&p, &acc, step, s + 1, gc, &sm, dt);
             end = (size_t)s + 1 == per_epoch;
             if ((rc = run_after_step(&r, step, end ? e + 1 : e, end ? 0 : ((size_t)s + 1) * in.B,
                                      step >= cap, err)) != MT_OK)
@@ -645,8 +630,8 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const char *spec_json, con
                 goto done;
             }
         }
-        train_s += t_epoch;
-        train_examples += seen;
+        train_s += acc.seconds;
+        train_examples += acc.seen;
         if (in.test.n > 0) {
             double ls = 0.0;
             size_t ok = 0;
