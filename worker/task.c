@@ -8,8 +8,10 @@
  * flag, and the thread clears that pointer (under the mutex) before it frees the run. `live`
  * counts runner threads so worker_tasks_stop can wait for them.
  * A runner does, in order: parse the spec (core/model, core/spmd config), build the mesh from the
- * assignment's dimensions, load the dataset (every worker reads the same global batches; each
- * local device takes its slice, so the result does not depend on placement), build the network
+ * assignment's dimensions, load the dataset (idx/csv/text: nothing here, mt_spmd_run_pipeline
+ * opens this worker's own input pipeline, told the process of every rank by run_pipeline; under
+ * the default DATA sharding a device's batch depends only on its batch coordinate; synthetic:
+ * generated whole, each device takes its slice of the same global batches), build the network
  * world from the rank table (the listener is the worker's, opened at start), download the resume
  * checkpoint when the assignment names one, then run mt_spmd_run_data with this file's progress,
  * save and stop hooks. Only the worker holding global rank 0 reports metrics and writes/uploads

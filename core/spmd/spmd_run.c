@@ -6,6 +6,9 @@
  *
  * The loop is core/train's mt_train_loop with an SPMD backend (same permutation, same batches,
  * same step and first-example numbers), so a 1-device mesh reproduces the local engine.
+ * mt_spmd_run_pipeline is the same loop fed by this process's core/data input pipeline (input
+ * context from the mesh and the rank table, prefetch thread, mt_spmd_step_pieces whose count
+ * allreduce makes every replica agree on the end of an epoch).
  * Threading: the caller's thread (the trainer's device threads do the math).
  * Tests: tests/unit/test_spmd.c, tests/integration/test_train_mesh.sh.
  */
