@@ -585,6 +585,10 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const char *spec_json, con
                     (long long)step, (long long)e0 + 1, (unsigned long long)p.input_position);
     }
     per_epoch = mt_data_pipeline_steps(in.pipe);
+    if (per_epoch == 0) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: the training set is empty");
+        goto done;
+    }
     {
         mt_train_options topt = {o->epochs, o->steps};
         mt_train_start st0 = {step, e0, (size_t)s0 * in.B};

@@ -10,7 +10,8 @@
 #  * data + "batching": "per_replica": each pipeline keeps every 2nd example (45), batches of
 #           8 / 4 = 2 per replica, 23 batches over 2 local replicas = 12 steps.
 # Each worker's "data: pipeline W of N ..." log line shows what it read; the job must succeed with
-# exactly the expected number of steps.
+# exactly the expected number of steps. Then `meshtrain train --local` on a 1-device mesh (through
+# the pipeline) must print the one-device engine's numbers for the Fashion-MNIST MLP.
 source "$(dirname "$0")/lib.sh"
 
 HB=(--heartbeat-ms 200 --heartbeat-timeout-ms 3000)
@@ -76,4 +77,19 @@ run data global 12 \
 run data per_replica 12 \
     "pipeline 0 of 2 (shard_policy data) reads 4 of 4 file(s), 90 of 90 examples" \
     "pipeline 1 of 2 (shard_policy data) reads 4 of 4 file(s), 90 of 90 examples"
+# ---- `meshtrain train --local`: the SPMD path now reads through the pipeline; on a 1-device mesh
+# it still reproduces the one-device engine's numbers (same permutation, same batches)
+FM=/usr/share/datasets/fashion-mnist
+if [ -r "$FM/train-images-idx3-ubyte.gz" ]; then
+    jq '. + {steps: 3} | del(.epochs)' "$SRC/examples/fashion_mnist_mlp.json" >"$T/fm.json"
+    export OPENBLAS_NUM_THREADS=1
+    "$BIN/meshtrain" train --local "$T/fm.json" --json | jq -c 'del(.examples_per_sec)' >"$T/engine.out"
+    "$BIN/meshtrain" --log-level info train --local "$T/fm.json" --mesh batch=1 --json 2>"$T/local.log" |
+        jq -c 'del(.examples_per_sec)' >"$T/mesh1.out"
+    cmp "$T/engine.out" "$T/mesh1.out" ||
+        fail "engine and 1-device mesh differ: $(cat "$T/engine.out" "$T/mesh1.out")"
+    grep -qF "data: pipeline 0 of 1 (shard_policy file) reads 1 of 1 file(s), 60000 of 60000" \
+        "$T/local.log" || fail "train --local did not use the pipeline: $(cat "$T/local.log")"
+    log "train --local: the 1-device mesh through the pipeline equals the engine ($(head -c 60 "$T/mesh1.out"))"
+fi
 log "PASS"
