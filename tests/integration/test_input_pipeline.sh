@@ -42,7 +42,8 @@ job() {
         dataset: {format: "csv", train: {glob: ($t + "/data/part-*.csv")},
                   test: ($t + "/data/test.csv"), label_column: "label", num_classes: 2,
                   shard_policy: $p, batching: $b, prefetch: 2},
-        model: {input_shape: [4], layers: [{type: "dense", units: 8, activation: "relu"}, {type: "dense", units: 2}]}}'
+        model: {input_shape: [4], layers: [{type: "dense", units: 8, activation: "relu"},
+                                           {type: "dense", units: 2}]}}'
 }
 
 # run POLICY BATCHING STEPS LINE0 LINE1: the job succeeds with STEPS steps on both workers and
@@ -83,13 +84,16 @@ FM=/usr/share/datasets/fashion-mnist
 if [ -r "$FM/train-images-idx3-ubyte.gz" ]; then
     jq '. + {steps: 3} | del(.epochs)' "$SRC/examples/fashion_mnist_mlp.json" >"$T/fm.json"
     export OPENBLAS_NUM_THREADS=1
-    "$BIN/meshtrain" train --local "$T/fm.json" --json | jq -c 'del(.examples_per_sec)' >"$T/engine.out"
-    "$BIN/meshtrain" --log-level info train --local "$T/fm.json" --mesh batch=1 --json 2>"$T/local.log" |
+    "$BIN/meshtrain" train --local "$T/fm.json" --json |
+        jq -c 'del(.examples_per_sec)' >"$T/engine.out"
+    "$BIN/meshtrain" --log-level info train --local "$T/fm.json" --mesh batch=1 --json \
+        2>"$T/local.log" |
         jq -c 'del(.examples_per_sec)' >"$T/mesh1.out"
     cmp "$T/engine.out" "$T/mesh1.out" ||
         fail "engine and 1-device mesh differ: $(cat "$T/engine.out" "$T/mesh1.out")"
     grep -qF "data: pipeline 0 of 1 (shard_policy file) reads 1 of 1 file(s), 60000 of 60000" \
         "$T/local.log" || fail "train --local did not use the pipeline: $(cat "$T/local.log")"
-    log "train --local: the 1-device mesh through the pipeline equals the engine ($(head -c 60 "$T/mesh1.out"))"
+    log "train --local: a 1-device mesh through the pipeline equals the engine" \
+        "($(head -c 60 "$T/mesh1.out"))"
 fi
 log "PASS"
