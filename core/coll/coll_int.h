@@ -105,6 +105,7 @@ struct mt_coll_comm {
     int aio_busy[COLL_NAIO];         /* device thread: 1 + destination process, 0 idle */
     _Atomic int aio_done[COLL_NAIO]; /* set by the aio callback */
     int aio_next;
+    struct coll_pslot *prog; /* progress slot written by the device thread, NULL none */
 };
 
 typedef struct coll_peer {
@@ -147,5 +148,11 @@ mt_code coll__sends_wait(mt_coll_comm *c, int cancel, mt_err *err);
 mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
                              nng_aio **out);
 mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_local);
+
+/* Progress hooks (coll_progress.c; no-ops when c->prog is NULL). Device thread of c. */
+void coll__progress_enter(mt_coll_comm *c, const char *op, uint64_t step, uint32_t seq);
+void coll__progress_wait(mt_coll_comm *c);
+void coll__progress_chunk(mt_coll_comm *c, size_t k, size_t n);
+void coll__progress_exit(mt_coll_comm *c, mt_code rc);
 
 #endif

@@ -595,6 +595,7 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, u
     if (pos < 0)
         return ctx_fail(x, MT_INVALID_ARGUMENT, "rank %d is not a member of the group", c->rank);
     x->pos = pos; /* from here on, ctx_end tells the other members about a failure */
+    coll__progress_enter(c, op_name(op), x->step, x->seq);
     atomic_store(&c->entered, coll__tag_pack(x->step, x->seq) + 1);
     pthread_mutex_lock(&c->mu);
     c->active = 1;
@@ -784,6 +785,7 @@ static mt_code ctx_end(coll_ctx *x, mt_code rc)
         mark_stale(c, x->step, x->seq);
     c->active = 0;
     pthread_mutex_unlock(&c->mu);
+    coll__progress_exit(c, rc);
     return rc;
 }
 
@@ -871,6 +873,7 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
         if (remote && until - now > 50000000LL)
             until = now + 50000000LL; /* poll the connection state */
         struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
+        coll__progress_wait(c);
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
     }
     pthread_mutex_unlock(&c->mu);
@@ -969,6 +972,7 @@ static mt_code recv_seg(coll_ctx *x, coll_hdr *h, int src, float *rbuf, size_t r
     h->len = n;
     if ((rc = recv_msg(x, src, h, &m)) != MT_OK)
         return rc;
+    coll__progress_chunk(x->c, k, nseg(x, rlen));
     const unsigned char *pl = (const unsigned char *)nng_msg_body(m) + COLL_HDR_SIZE;
     float *d = rbuf + roff + o;
     if (mode == XFER_COPY) {
