@@ -203,9 +203,6 @@ static mt_code run_spmd(const char *path, const mt_job_spec *spec, const train_a
     if (rc != MT_OK)
         goto done;
     mesh = override != NULL ? override : cfg.mesh;
-    rc = mt_spmd_load_data(spec, text, base, &train, &test, &in_rank, in_shape, err);
-    if (rc != MT_OK)
-        goto done;
     ro.epochs = topt->epochs;
     ro.steps = topt->steps;
     ro.save_dir = a->save;
@@ -213,6 +210,14 @@ static mt_code run_spmd(const char *path, const mt_job_spec *spec, const train_a
     ro.ckpt_keep = cfg.ckpt_keep;
     ro.resume = a->resume;
     ro.spec_json = text;
+    if (mt_spmd_uses_pipeline(spec)) { /* the input pipeline (core/data), prefetching */
+        rc = mt_spmd_run_pipeline(spec, text, base, mesh, cfg.layouts, &ro, NULL, on_progress, out,
+                                  res, err);
+        goto done;
+    }
+    rc = mt_spmd_load_data(spec, text, base, &train, &test, &in_rank, in_shape, err);
+    if (rc != MT_OK)
+        goto done;
     rc = mt_spmd_run_data(spec, mesh, cfg.layouts, &ro, &train, &test, in_rank, in_shape,
                           on_progress, out, res, err);
     mt_idx_set_fini(&train);

@@ -8,8 +8,10 @@
  * flag, and the thread clears that pointer (under the mutex) before it frees the run. `live`
  * counts runner threads so worker_tasks_stop can wait for them.
  * A runner does, in order: parse the spec (core/model, core/spmd config), build the mesh from the
- * assignment's dimensions, load the dataset (every worker reads the same global batches; each
- * local device takes its slice, so the result does not depend on placement), build the network
+ * assignment's dimensions, load the dataset (idx/csv/text: nothing here, mt_spmd_run_pipeline
+ * opens this worker's own input pipeline, told the process of every rank by run_pipeline; under
+ * the default DATA sharding a device's batch depends only on its batch coordinate; synthetic:
+ * generated whole, each device takes its slice of the same global batches), build the network
  * world from the rank table (the listener is the worker's, opened at start), download the resume
  * checkpoint when the assignment names one, then run mt_spmd_run_data with this file's progress,
  * save and stop hooks. Only the worker holding global rank 0 reports metrics and writes/uploads
@@ -416,6 +418,34 @@ static void remove_dir(const char *dir)
 }
 
 /*
+ * Train through this worker's own input pipeline (core/data): the process index of every rank
+ * (ranks with the same data-plane address live in one process) tells mt_spmd_run_pipeline how
+ * many pipelines there are and which one is this worker's.
+ */
+static mt_code run_pipeline(task_run *r, const mt_job_spec *spec, const mt_mesh *mesh,
+                            const mt_layout_map *layouts, const mt_spmd_run_opts *ro,
+                            mt_train_result *res, mt_err *err)
+{
+    int *proc = mt_calloc((size_t)r->n_ranks + 1, sizeof(int)), nproc = 0;
+    mt_code rc;
+
+    if (proc == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job %s: out of memory", r->job_id);
+    for (int i = 0; i < r->n_ranks; i++) {
+        proc[i] = -1;
+        for (int j = 0; j < i && proc[i] < 0; j++)
+            if (strcmp(r->table[i].addr, r->table[j].addr) == 0)
+                proc[i] = proc[j];
+        if (proc[i] < 0)
+            proc[i] = nproc++;
+    }
+    rc = mt_spmd_run_pipeline(spec, r->spec_json, ".", mesh, layouts, ro, proc, on_progress, r, res,
+                              err);
+    mt_free(proc);
+    return rc;
+}
+
+/*
  * Give the world a progress table (one slot per local device) that heartbeats report, and arm the
  * TEST-ONLY stall hook: MT_TEST_STALL_AT_STEP=N makes local device MT_TEST_STALL_DEVICE (default
  * 0) sleep MT_TEST_STALL_MS (default 8000) ms before its first collective of step N, once
@@ -487,7 +517,9 @@ static mt_code run_task(task_run *r, mt_err *err)
          (rc = mt_pathsafe_check_dataset_json(r->tab->roots, r->spec_json, len, ".", err)) !=
              MT_OK))
         goto done;
-    rc = mt_spmd_load_data(spec, r->spec_json, ".", &train, &test, &in_rank, in_shape, err);
+    rc = mt_spmd_uses_pipeline(spec)
+             ? MT_OK /* each worker opens its own input pipeline once placement is known */
+             : mt_spmd_load_data(spec, r->spec_json, ".", &train, &test, &in_rank, in_shape, err);
     if (rc != MT_OK)
         goto done;
     wo.job_id = fnv1a(r->job_id) + r->attempt;
@@ -528,8 +560,10 @@ static mt_code run_task(task_run *r, mt_err *err)
     ro.on_saved = upload;
     ro.save_on_stop = on_stop_save;
     r->last_flush = now_s();
-    rc = mt_spmd_run_data(spec, mesh, cfg.layouts, &ro, &train, &test, in_rank, in_shape,
-                          on_progress, r, &res, err);
+    rc = mt_spmd_uses_pipeline(spec)
+             ? run_pipeline(r, spec, mesh, cfg.layouts, &ro, &res, err)
+             : mt_spmd_run_data(spec, mesh, cfg.layouts, &ro, &train, &test, in_rank, in_shape,
+                                on_progress, r, &res, err);
     flush_metrics(r);
     if (rc == MT_OK)
         mt_log_info("job %s: finished: %lld steps, test accuracy %.4f, %.0f examples/s", r->job_id,

@@ -22,6 +22,8 @@
 
 #include "alloc/mt_alloc.h"
 #include "data/data_int.h"
+#include "log/mt_log.h"
+#include "rng/mt_rng.h"
 
 typedef struct slot {
     mt_data_step step;
@@ -36,6 +38,7 @@ struct mt_data_pipeline {
     mt_data_input_ctx ctx;
     mt_data_pipeline_opts opts;
     size_t dim_full, off, dim; /* decoded dim, delivered slice */
+    size_t shape[3];           /* H, W, C of the examples (all 0: flat) */
     float *x;                  /* owned (n_local, dim_full): decoded examples, file order */
     int32_t *y;                /* owned (n_local) */
     size_t n_local;
@@ -73,6 +76,11 @@ size_t mt_data_pipeline_dim(const mt_data_pipeline *p)
     return p->dim;
 }
 
+void mt_data_pipeline_shape(const mt_data_pipeline *p, size_t shape[3])
+{
+    memcpy(shape, p->shape, sizeof(p->shape));
+}
+
 void mt_data_pipeline_opts_from_spec(const mt_data_spec *s, mt_data_pipeline_opts *o)
 {
     o->policy = s->shard;
@@ -81,6 +89,8 @@ void mt_data_pipeline_opts_from_spec(const mt_data_spec *s, mt_data_pipeline_opt
     o->shuffle_buffer = s->shuffle_buffer;
     o->seed = s->seed;
     o->prefetch = s->prefetch;
+    o->permute = false;
+    o->contiguous_replicas = false;
 }
 
 /* Local index of position i of this pipeline's stream S_w. */
@@ -90,6 +100,18 @@ static uint32_t stream_at(const mt_data_pipeline *p, size_t i)
         mt_data_plan_policy(p->plan) == MT_DATA_SHARD_DATA)
         return p->order[i * p->ctx.num_pipelines + p->ctx.pipeline_id];
     return p->order[i];
+}
+
+/* Positions of S_w for local replica l at step s (contiguous replica indices under DATA). */
+static void replica_range(const mt_data_pipeline *p, size_t s, size_t l, size_t *start, size_t *len)
+{
+    size_t N = p->ctx.num_pipelines, g = p->ctx.pipeline_id * p->ctx.replicas_per_pipeline + l;
+
+    if (p->opts.contiguous_replicas && p->opts.batching == MT_DATA_BATCH_GLOBAL &&
+        mt_data_plan_policy(p->plan) == MT_DATA_SHARD_DATA)
+        mt_data_plan_range(p->plan, g % N, s, g / N, start, len); /* piece g: same stream */
+    else
+        mt_data_plan_range(p->plan, p->ctx.pipeline_id, s, l, start, len);
 }
 
 /* Assemble step `s` into slot `sl`. Never fails: every buffer is sized at open. */
@@ -105,7 +127,7 @@ static void build_step(mt_data_pipeline *p, size_t s, slot *sl)
     for (size_t l = 0; l < L; l++) {
         mt_data_batch *b = &sl->batches[l];
         size_t start, len;
-        mt_data_plan_range(p->plan, p->ctx.pipeline_id, s, l, &start, &len);
+        replica_range(p, s, l, &start, &len);
         b->n = len;
         b->dim = p->dim;
         b->global_count = sl->step.global_count;
@@ -206,6 +228,7 @@ static mt_code load_files(mt_data_pipeline *p, mt_err *err)
             return rc;
         if (p->x == NULL) {
             p->dim_full = b.dim;
+            memcpy(p->shape, b.shape, sizeof(p->shape));
             if (b.n == need) { /* one file: adopt its buffers */
                 p->x = b.x;
                 p->y = b.y;
@@ -233,6 +256,20 @@ static mt_code load_files(mt_data_pipeline *p, mt_err *err)
     }
     p->n_local = at;
     return MT_OK;
+}
+
+/* The line that shows what this pipeline reads (the integration tests check it). */
+static void log_share(const mt_data_pipeline *p)
+{
+    size_t nf = mt_data_dataset_num_files(p->ds), mine = 0;
+
+    for (size_t f = 0; f < nf; f++)
+        mine += mt_data_plan_reads_file(p->plan, p->ctx.pipeline_id, f);
+    mt_log_info("data: pipeline %zu of %zu (shard_policy %s) reads %zu of %zu file(s), %zu of %zu "
+                "examples",
+                p->ctx.pipeline_id, p->ctx.num_pipelines,
+                mt_data_shard_policy_name(mt_data_plan_policy(p->plan)), mine, nf, p->n_local,
+                mt_data_dataset_size(p->ds));
 }
 
 static mt_code check_ctx(const mt_data_input_ctx *c, mt_err *err)
@@ -302,6 +339,7 @@ mt_code mt_data_pipeline_open(mt_data_dataset *ds, const mt_data_input_ctx *ctx,
         rc = load_files(p, err);
     if (rc != MT_OK)
         goto fail;
+    log_share(p);
     p->off = ctx->feature_offset;
     p->dim =
         ctx->feature_len ? ctx->feature_len : (p->off < p->dim_full ? p->dim_full - p->off : 0);
@@ -314,7 +352,7 @@ mt_code mt_data_pipeline_open(mt_data_dataset *ds, const mt_data_input_ctx *ctx,
     R = mt_data_input_ctx_num_replicas(ctx);
     p->max_batch = opts->batching == MT_DATA_BATCH_PER_REPLICA ? ctx->global_batch / R
                                                                : (ctx->global_batch + R - 1) / R;
-    p->zero_copy = opts->shuffle_buffer <= 1 && p->dim == p->dim_full &&
+    p->zero_copy = opts->shuffle_buffer <= 1 && !opts->permute && p->dim == p->dim_full &&
                    !(opts->batching == MT_DATA_BATCH_PER_REPLICA &&
                      mt_data_plan_policy(p->plan) == MT_DATA_SHARD_DATA && ctx->num_pipelines > 1);
     buf = opts->shuffle_buffer < p->n_local ? opts->shuffle_buffer : p->n_local;
@@ -337,9 +375,14 @@ fail:
 mt_code mt_data_pipeline_start_epoch(mt_data_pipeline *p, size_t epoch, mt_err *err)
 {
     stop_thread(p);
-    for (size_t i = 0; i < p->n_local; i++)
-        p->order[i] = (uint32_t)i;
-    mt_data_shuffle(p->order, p->n_local, p->opts.shuffle_buffer, p->opts.seed, epoch, p->scratch);
+    if (p->opts.permute) {
+        mt_rng_permutation(p->order, p->n_local, p->opts.seed, epoch);
+    } else {
+        for (size_t i = 0; i < p->n_local; i++)
+            p->order[i] = (uint32_t)i;
+        mt_data_shuffle(p->order, p->n_local, p->opts.shuffle_buffer, p->opts.seed, epoch,
+                        p->scratch);
+    }
     p->epoch = epoch;
     p->produced = 0;
     p->consumed = 0;

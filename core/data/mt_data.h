@@ -365,11 +365,20 @@ typedef struct mt_data_pipeline_opts {
     size_t shuffle_buffer; /* 0 or 1: no shuffling */
     uint64_t seed;
     size_t prefetch; /* steps assembled ahead on the background thread; 0 = synchronous */
+    /* a uniform permutation of the pre-shard stream per epoch, mt_rng_permutation(seed, epoch)
+       (the training engine's order; tf's shuffle with a buffer >= the dataset) instead of the
+       buffered shuffle; shuffle_buffer is then ignored */
+    bool permute;
+    /* global replica index of local replica l of pipeline w is w·L + l (meshtrain's batch
+       coordinates); under DATA + global batching it gets piece w·L + l of every global batch,
+       so a replica's examples depend only on its index, not on N. false: tf.distribute's
+       l·N + w */
+    bool contiguous_replicas;
 } mt_data_pipeline_opts;
 
 #define MT_DATA_PIPELINE_OPTS_DEFAULTS                                                             \
     {                                                                                              \
-        MT_DATA_SHARD_AUTO, MT_DATA_BATCH_GLOBAL, false, 0, 0, 2                                   \
+        MT_DATA_SHARD_AUTO, MT_DATA_BATCH_GLOBAL, false, 0, 0, 2, false, false                     \
     }
 
 /* The pipeline options a spec asks for. */
@@ -410,6 +419,8 @@ const mt_data_plan *mt_data_pipeline_plan(const mt_data_pipeline *p);
 size_t mt_data_pipeline_steps(const mt_data_pipeline *p);
 /* Features per delivered example. */
 size_t mt_data_pipeline_dim(const mt_data_pipeline *p);
+/* H, W, C of the decoded examples when they are images (all 0 when flat); shape[3] caller's. */
+void mt_data_pipeline_shape(const mt_data_pipeline *p, size_t shape[3]);
 
 /*
  * Begin epoch `epoch`: shuffles for (seed, epoch) and starts the prefetch thread (when

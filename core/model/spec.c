@@ -119,8 +119,18 @@ static mt_code copy_path(char *dst, size_t cap, const char *src, const char *pat
 
 mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out, mt_err *err)
 {
-    static const char *const keys[] = {"format",      "train_images", "train_labels",
-                                       "test_images", "test_labels",  NULL};
+    /* the input pipeline's options (core/data validates them) are accepted beside the files */
+    static const char *const keys[] = {"format",
+                                       "train_images",
+                                       "train_labels",
+                                       "test_images",
+                                       "test_labels",
+                                       "shard_policy",
+                                       "batching",
+                                       "drop_remainder",
+                                       "shuffle_buffer",
+                                       "prefetch",
+                                       NULL};
     static const char *const fields[] = {"train_images", "train_labels", "test_images",
                                          "test_labels"};
     char *dsts[4] = {out->train_images, out->train_labels, out->test_images, out->test_labels};
@@ -142,13 +152,14 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
     rc = get_str(node, "format", "dataset.format", &s, err);
     if (rc != MT_OK)
         return rc;
-    if (s != NULL && (strcmp(s, "text") == 0 || strcmp(s, "synthetic") == 0)) {
+    if (s != NULL &&
+        (strcmp(s, "text") == 0 || strcmp(s, "synthetic") == 0 || strcmp(s, "csv") == 0)) {
         /* read by the SPMD trainer (core/spmd), which validates the rest of the section */
         snprintf(out->format, sizeof(out->format), "%s", s);
         return MT_OK;
     }
     if (s != NULL && strcmp(s, "idx") != 0)
-        return bad(err, "dataset.format", "must be \"idx\" (or \"text\", \"synthetic\")");
+        return bad(err, "dataset.format", "must be \"idx\" (or \"csv\", \"text\", \"synthetic\")");
     rc = check_keys(node, "dataset", keys, err);
     if (rc != MT_OK)
         return rc;

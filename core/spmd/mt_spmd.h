@@ -109,6 +109,36 @@ void mt_spmd_free(mt_spmd *s);
 mt_code mt_spmd_step(mt_spmd *s, const float *x, const int32_t *labels, size_t n, uint64_t step,
                      uint64_t first_example, mt_step_metrics *metrics, mt_err *err);
 
+/* One replica's batch for mt_spmd_step_pieces (borrowed for the call). */
+typedef struct mt_spmd_piece {
+    const float *x;         /* (n, input_size) row-major; may be NULL when n == 0 */
+    const int32_t *y;       /* (n) labels */
+    size_t n;               /* examples; 0 = an empty replica batch (zero gradient) */
+    uint64_t first_example; /* global example index of the first row (keys dropout masks) */
+} mt_spmd_piece;
+
+/*
+ * A training step from per-replica batches (the distributed input pipeline's form): pieces has
+ * mt_spmd_batch_replicas(s) entries indexed by batch coordinate; only the entries of this
+ * process's devices are read (the others may be empty). The devices first agree on the step's
+ * example count with a one-float allreduce of their piece sizes over the batch dimension: the
+ * loss is the per-example sum divided by that count (*global_count), and when it is 0 (every
+ * pipeline of the job ran out) no device trains and every process gets OUT_OF_RANGE at the same
+ * step, so uneven pipelines never hang or mismatch a collective. Codes: OUT_OF_RANGE (as said),
+ * INVALID_ARGUMENT (a piece larger than the per-device capacity, a label out of range), the
+ * collectives' codes.
+ */
+mt_code mt_spmd_step_pieces(mt_spmd *s, const mt_spmd_piece *pieces, uint64_t step,
+                            size_t *global_count, mt_step_metrics *metrics, mt_err *err);
+
+/* Size of the batch mesh dimension (replicas in sync); 1 when the batch is not sharded. */
+int mt_spmd_batch_replicas(const mt_spmd *s);
+/* Batch coordinate of mesh position p (any process), 0 when not sharded; -1 for a bad p. */
+int mt_spmd_batch_coord(const mt_spmd *s, int p);
+/* The mesh dimension the input's batch axis is sharded over (the input layout's first axis, else
+ * the dimension named "batch"), as mt_spmd_new decides it; -1 when the batch is not sharded. */
+int mt_spmd_batch_dim(const mt_mesh *mesh, const mt_layout_map *map);
+
 /* Inference-mode loss sum and correct count over n examples (any n), added to the outputs. */
 mt_code mt_spmd_evaluate(mt_spmd *s, const float *x, const int32_t *labels, size_t n,
                          double *loss_sum, size_t *correct, mt_err *err);
@@ -252,5 +282,31 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
                          const mt_idx_set *test, int in_rank, const size_t *in_shape,
                          mt_train_progress_fn progress, void *ctx, mt_train_result *res,
                          mt_err *err);
+
+/* Whether a job's dataset goes through per-worker input pipelines (mt_spmd_run_pipeline): every
+ * format of core/data ("idx", "csv", "text"); "synthetic" is generated whole (mt_spmd_run_data). */
+bool mt_spmd_uses_pipeline(const mt_job_spec *spec);
+
+/*
+ * The training loop of mt_spmd_run_data fed by this process's own input pipeline (core/data,
+ * docs/input-pipeline.md): the spec's `dataset` section (spec_json, borrowed; paths relative to
+ * base_dir) is opened as one pipeline per worker process with an input context (pipelines = the
+ * processes' blocks of batch coordinates, its id, the replicas it feeds, the global batch), so
+ * under FILE a process decodes only its files. The pipeline prefetches `dataset.prefetch` steps
+ * (default 2) on its thread while the step runs. Every step goes through mt_spmd_step_pieces, whose
+ * count allreduce makes all replicas agree on the last step of an epoch. rank_process (borrowed,
+ * mesh-devices entries, may be NULL) gives the process index of every world rank; NULL with a
+ * multi-process world means one pipeline that every process runs whole (correct, reads
+ * everything). Equivalence: under DATA with global batching (the default AUTO on one file, and
+ * the default full reshuffle per epoch when shuffle_buffer is 0) every replica gets the examples
+ * of its batch coordinate in the one-device global batch, so the result does not depend on how
+ * the mesh is spread over processes, and a 1-device mesh equals mt_train_run_data. Codes: as
+ * mt_spmd_run_data plus the data sources' (file:line) and the spec parser's.
+ */
+mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const char *spec_json, const char *base_dir,
+                             const mt_mesh *mesh, const mt_layout_map *map,
+                             const mt_spmd_run_opts *opts, const int *rank_process,
+                             mt_train_progress_fn progress, void *ctx, mt_train_result *res,
+                             mt_err *err);
 
 #endif

@@ -76,6 +76,7 @@ typedef struct dev {
     mt_coll_bucket *bucket;             /* every trainable gradient + msum, reduced over batch */
     float msum[2];                      /* step loss sum and correct count (in the bucket) */
     size_t batch, row0;                 /* local examples of the current job, first global row */
+    size_t gcount;                      /* examples of the current step over all replicas */
     int64_t t;                          /* optimizer iterations */
     float *gbuf;                        /* checkpoint gather: every member's shard, or NULL */
     float flag;                         /* flag agreement: sum over the world */
@@ -117,6 +118,7 @@ struct mt_spmd {
     size_t jn;
     uint64_t jstep, jfirst;
     bool jtrain;
+    const mt_spmd_piece *jpieces; /* pieces step: per batch coordinate; NULL = slice jx */
     /* checkpoint gather and flag agreement (mt_spmd_save_gathered, mt_spmd_flag_any) */
     size_t jgi;              /* parameter */
     int jgk;                 /* -1 value, 0/1 optimizer slot */
@@ -896,7 +898,7 @@ static mt_code layer_backward(dev *d, int idx, float *dy, float **dx_out)
         if ((rc = grp_allreduce(d, s->bdim, sdy, 2 * c)) != MT_OK)
             return rc;
         mt_bn_backward_dx(dx, dy, st->xhat, pv(d, l, P_GAMMA), var, l->s.epsilon, sdy, sdyh,
-                          s->jn * l->in_rows, rows, c);
+                          d->gcount * l->in_rows, rows, c);
         break;
     }
     case MT_LAYER_DROPOUT:
@@ -958,21 +960,60 @@ static void dev_take_batch(dev *d, size_t start, size_t n)
     }
 }
 
+/*
+ * Pieces step: copy this device's piece (by its batch coordinate) and agree with every replica on
+ * the step's example count (an allreduce of the piece sizes over the batch dimension), so a
+ * replica whose pipeline ran out still joins every collective and all stop at the same step.
+ */
+static mt_code dev_take_piece(dev *d, size_t *count, uint64_t *first)
+{
+    mt_spmd *s = d->s;
+    const mt_spmd_piece *pc = &s->jpieces[s->bdim >= 0 ? d->coords[s->bdim] : 0];
+    size_t fl = s->in_size / dsz(s, s->fdim0);
+    float c;
+    mt_code rc;
+
+    d->batch = pc->n;
+    d->row0 = 0;
+    for (size_t r = 0; r < pc->n; r++) {
+        const float *src = pc->x + r * s->in_size;
+        if (s->fdim0 >= 0)
+            src += (size_t)d->coords[s->fdim0] * fl;
+        memcpy(d->x + r * fl, src, fl * sizeof(float));
+        d->y[r] = pc->y[r];
+    }
+    c = (float)pc->n;
+    rc = grp_allreduce(d, s->bdim, &c, 1);
+    *count = (size_t)c;
+    *first = pc->first_example;
+    return rc;
+}
+
 static mt_code dev_step(dev *d)
 {
     mt_spmd *s = d->s;
     double loss = 0.0;
-    size_t correct = 0;
+    size_t correct = 0, n = s->jn;
+    uint64_t first;
     mt_code rc;
 
     mt_coll_comm_set_step(d->comm, s->jstep);
     mt_coll_comm_activity(d->comm, "reading input");
-    dev_take_batch(d, 0, s->jn);
+    if (s->jpieces != NULL) {
+        rc = dev_take_piece(d, &n, &first);
+        d->gcount = n;
+        if (rc != MT_OK || n == 0)
+            return rc; /* every replica is empty: the end of the epoch, agreed by all */
+    } else {
+        dev_take_batch(d, 0, s->jn);
+        first = s->jfirst + d->row0;
+        d->gcount = n;
+    }
     mt_coll_comm_activity(d->comm, "computing");
-    rc = dev_forward(d, s->jn, true, s->jstep, s->jfirst + (d->row0));
+    rc = dev_forward(d, n, true, s->jstep, first);
     if (rc == MT_OK)
         rc = mt_softmax_xent(d->dlogits, &loss, &correct, d->logits, d->y, d->batch, s->num_classes,
-                             1.0f / (float)s->jn, &d->err);
+                             1.0f / (float)n, &d->err);
     if (rc == MT_OK)
         rc = dev_backward(d);
     d->msum[0] = (float)loss;
@@ -1236,12 +1277,76 @@ mt_code mt_spmd_step(mt_spmd *s, const float *x, const int32_t *labels, size_t n
     s->jn = n;
     s->jstep = step;
     s->jfirst = first_example;
+    s->jpieces = NULL;
     rc = run_job(s, JOB_STEP, err);
     if (rc == MT_OK && metrics != NULL) {
         metrics->loss = s->devs[s->first_local].loss / (double)n;
         metrics->accuracy = (double)s->devs[s->first_local].correct / (double)n;
     }
     return rc;
+}
+
+mt_code mt_spmd_step_pieces(mt_spmd *s, const mt_spmd_piece *pieces, uint64_t step,
+                            size_t *global_count, mt_step_metrics *metrics, mt_err *err)
+{
+    size_t n;
+    mt_code rc;
+
+    *global_count = 0;
+    for (int p = 0; p < s->ndev; p++) {
+        const mt_spmd_piece *pc;
+        if (s->devs[p].comm == NULL)
+            continue;
+        pc = &pieces[mt_spmd_batch_coord(s, p)];
+        if (pc->n > s->max_b || (pc->n > 0 && (pc->x == NULL || pc->y == NULL)))
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "spmd step: piece of %zu examples for device %d (at most %zu)", pc->n,
+                              p, s->max_b);
+        if ((rc = check_labels(s, pc->y, pc->n, err)) != MT_OK)
+            return rc;
+    }
+    s->jpieces = pieces;
+    s->jstep = step;
+    rc = run_job(s, JOB_STEP, err);
+    s->jpieces = NULL;
+    if (rc != MT_OK)
+        return rc;
+    n = s->devs[s->first_local].gcount;
+    *global_count = n;
+    if (n == 0)
+        return mt_err_set(err, MT_OUT_OF_RANGE, "spmd step %llu: every replica is out of data",
+                          (unsigned long long)step);
+    if (metrics != NULL) {
+        metrics->loss = s->devs[s->first_local].loss / (double)n;
+        metrics->accuracy = (double)s->devs[s->first_local].correct / (double)n;
+    }
+    return MT_OK;
+}
+
+int mt_spmd_batch_replicas(const mt_spmd *s)
+{
+    return s->bdim >= 0 ? s->dimsz[s->bdim] : 1;
+}
+
+int mt_spmd_batch_coord(const mt_spmd *s, int p)
+{
+    int coords[MT_MESH_MAX_DIMS];
+
+    if (p < 0 || p >= s->ndev ||
+        mt_mesh_coords(s->mesh, mt_mesh_device_at(s->mesh, p), coords, NULL) != MT_OK)
+        return -1;
+    return s->bdim >= 0 ? coords[s->bdim] : 0;
+}
+
+int mt_spmd_batch_dim(const mt_mesh *mesh, const mt_layout_map *map)
+{
+    const mt_layout *il = mt_layout_map_input(map);
+
+    if (il == NULL)
+        return mt_mesh_dim_index(mesh, "batch");
+    if (il->rank < 1 || mt_layout_axis_unsharded(il, 0))
+        return -1;
+    return mt_mesh_dim_index(mesh, il->axes[0]);
 }
 
 mt_code mt_spmd_evaluate(mt_spmd *s, const float *x, const int32_t *labels, size_t n,

@@ -6,6 +6,9 @@
  *
  * The loop is core/train's mt_train_loop with an SPMD backend (same permutation, same batches,
  * same step and first-example numbers), so a 1-device mesh reproduces the local engine.
+ * mt_spmd_run_pipeline is the same loop fed by this process's core/data input pipeline (input
+ * context from the mesh and the rank table, prefetch thread, mt_spmd_step_pieces whose count
+ * allreduce makes every replica agree on the end of an epoch).
  * Threading: the caller's thread (the trainer's device threads do the math).
  * Tests: tests/unit/test_spmd.c, tests/integration/test_train_mesh.sh.
  */
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -411,6 +415,335 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
         o->save_on_stop(ctx) && !(o->world != NULL && mt_spmd_save_needs_gather(r.s)))
         save_ckpt(&r, r.step, r.epoch, r.pos, NULL);
 done:
+    mt_spmd_free(r.s);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ per-worker input pipelines */
+
+static double now_s_run(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+bool mt_spmd_uses_pipeline(const mt_job_spec *spec)
+{
+    return strcmp(spec->dataset.format, "synthetic") != 0;
+}
+
+/*
+ * The input context of this process: pipelines are the processes' blocks of batch coordinates.
+ * When every process holds the same number L of distinct batch coordinates as an aligned block
+ * [w·L, (w+1)·L), there are N = R / L pipelines and this process is pipeline w; otherwise (or
+ * with no rank table) one pipeline that every process runs whole, using only its own pieces.
+ * Every process derives the same N from the same (mesh, rank table).
+ */
+static mt_code input_ctx(const mt_mesh *mesh, const mt_layout_map *map, mt_coll_world *world,
+                         const int *rank_process, mt_data_input_ctx *c, mt_err *err)
+{
+    int ndev = mt_mesh_num_devices(mesh), bdim = mt_spmd_batch_dim(mesh, map);
+    int R = bdim >= 0 ? mt_mesh_dim_size(mesh, bdim) : 1, L = -1, mine = -1;
+    int *lo = mt_calloc((size_t)ndev + 1, sizeof(int)),
+        *hi = mt_calloc((size_t)ndev + 1, sizeof(int));
+    int *cnt = mt_calloc((size_t)ndev + 1, sizeof(int));
+    unsigned char *seen = mt_calloc((size_t)ndev * (size_t)R + 1, 1);
+    bool ok = rank_process != NULL || world == NULL;
+
+    if (lo == NULL || hi == NULL || seen == NULL || cnt == NULL) {
+        mt_free(lo), mt_free(hi), mt_free(seen), mt_free(cnt);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "input: out of memory");
+    }
+    for (int q = 0; q < ndev; q++)
+        lo[q] = R, hi[q] = -1;
+    for (int p = 0; ok && p < ndev; p++) {
+        int coords[MT_MESH_MAX_DIMS], q = rank_process != NULL ? rank_process[p] : 0, b = 0;
+        if (q < 0 || q >= ndev ||
+            mt_mesh_coords(mesh, mt_mesh_device_at(mesh, p), coords, NULL) != MT_OK) {
+            ok = false;
+            break;
+        }
+        b = bdim >= 0 ? coords[bdim] : 0;
+        if (world == NULL || mt_coll_world_comm(world, p) != NULL)
+            mine = q;
+        if (!seen[(size_t)q * (size_t)R + (size_t)b]) {
+            seen[(size_t)q * (size_t)R + (size_t)b] = 1;
+            cnt[q]++;
+            lo[q] = b < lo[q] ? b : lo[q];
+            hi[q] = b > hi[q] ? b : hi[q];
+        }
+    }
+    for (int q = 0; ok && q < ndev; q++) {
+        if (cnt[q] == 0)
+            continue;
+        if (L < 0)
+            L = cnt[q];
+        ok = cnt[q] == L && hi[q] - lo[q] + 1 == L && lo[q] % L == 0;
+    }
+    ok = ok && mine >= 0 && L > 0 && R % L == 0;
+    c->num_pipelines = ok ? (size_t)(R / L) : 1;
+    c->pipeline_id = ok ? (size_t)(lo[mine] / L) : 0;
+    c->replicas_per_pipeline = ok ? (size_t)L : (size_t)R;
+    mt_free(lo), mt_free(hi), mt_free(seen), mt_free(cnt);
+    if (!ok)
+        mt_log_warn("input: the mesh is not split into equal blocks of batch coordinates per "
+                    "process: every process runs the whole input pipeline");
+    return MT_OK;
+}
+
+typedef struct input_run {
+    mt_data_spec *ds;
+    mt_data_tfidf *vec;
+    mt_data_dataset *dset;
+    mt_data_pipeline *pipe;
+    mt_data_input_ctx ic;
+    mt_idx_set test;
+    mt_spmd_piece *pieces; /* R entries, by batch coordinate */
+    size_t R, B;
+} input_run;
+
+static void input_run_fini(input_run *in)
+{
+    mt_data_pipeline_free(in->pipe);
+    mt_data_dataset_free(in->dset);
+    mt_data_tfidf_free(in->vec);
+    mt_data_spec_free(in->ds);
+    mt_idx_set_fini(&in->test);
+    mt_free(in->pieces);
+}
+
+/* Parse the dataset section, fit the vectorizer (text), open the training split, load the test
+ * split whole (every process evaluates on all of it). */
+static mt_code input_open_data(input_run *in, const mt_job_spec *spec, const char *spec_json,
+                               const char *base_dir, mt_err *err)
+{
+    cJSON *root = cJSON_Parse(spec_json != NULL ? spec_json : "");
+    const cJSON *node = cJSON_GetObjectItemCaseSensitive(root, "dataset");
+    mt_code rc;
+
+    if (root == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "spec: not JSON");
+    /* IDX paths of the engine's flat form were always relative to the working directory */
+    if (strcmp(spec->dataset.format, "idx") == 0)
+        base_dir = NULL;
+    rc = mt_data_spec_parse(node, "dataset", base_dir, &in->ds, err);
+    cJSON_Delete(root);
+    if (rc == MT_OK && in->ds->format == MT_DATA_FORMAT_TEXT)
+        rc = mt_data_tfidf_fit_spec(in->ds, &in->vec, err);
+    if (rc == MT_OK)
+        rc = mt_data_dataset_open(in->ds, MT_DATA_SPLIT_TRAIN, in->vec, &in->dset, err);
+    if (rc == MT_OK && in->ds->test.n > 0)
+        rc = load_split(in->ds, MT_DATA_SPLIT_TEST, in->vec, &in->test, err);
+    if (rc == MT_OK && !in->ds->seed_set)
+        in->ds->seed = spec->seed;
+    return rc;
+}
+
+/* The model's input shape from the spec or the pipeline's examples. */
+static mt_code input_shape(const mt_job_spec *spec, const mt_data_pipeline *pipe, int *in_rank,
+                           size_t *in_shape, mt_err *err)
+{
+    size_t dim = mt_data_pipeline_dim(pipe), sh[3];
+
+    mt_data_pipeline_shape(pipe, sh);
+    if (spec->input_rank != 0) {
+        size_t p = 1;
+        for (int a = 0; a < spec->input_rank; a++)
+            p *= spec->input_shape[a];
+        if (p != dim)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "model.input_shape: %zu features but the dataset has %zu", p, dim);
+        *in_rank = spec->input_rank;
+        memcpy(in_shape, spec->input_shape, 3 * sizeof(size_t));
+    } else if (sh[0] != 0 && sh[0] * sh[1] * (sh[2] ? sh[2] : 1) == dim) {
+        *in_rank = 3;
+        in_shape[0] = sh[0], in_shape[1] = sh[1], in_shape[2] = sh[2] ? sh[2] : 1;
+    } else {
+        *in_rank = 1;
+        in_shape[0] = dim;
+    }
+    return MT_OK;
+}
+
+/* Open this process's pipeline once the trainer knows the mesh placement. */
+static mt_code input_open_pipeline(input_run *in, const mt_mesh *mesh, const mt_layout_map *map,
+                                   mt_coll_world *world, const int *rank_process, mt_err *err)
+{
+    mt_data_pipeline_opts po;
+    mt_code rc;
+
+    in->ic.global_batch = in->B;
+    rc = input_ctx(mesh, map, world, rank_process, &in->ic, err);
+    in->R = in->ic.num_pipelines * in->ic.replicas_per_pipeline;
+    if (rc != MT_OK)
+        return rc;
+    mt_data_pipeline_opts_from_spec(in->ds, &po);
+    po.permute = in->ds->shuffle_buffer == 0; /* the engine's full reshuffle per epoch */
+    po.contiguous_replicas = true;
+    rc = mt_data_pipeline_open(in->dset, &in->ic, &po, &in->pipe, err);
+    if (rc == MT_OK && (in->pieces = mt_calloc(in->R + 1, sizeof(*in->pieces))) == NULL)
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "input: out of memory");
+    return rc;
+}
+
+/* Fill in->pieces from one pipeline step (NULL: this pipeline has run out: empty pieces). */
+static void input_pieces(input_run *in, const mt_data_step *st, size_t s)
+{
+    const mt_data_plan *plan = mt_data_pipeline_plan(in->pipe);
+    size_t N = in->ic.num_pipelines, L = in->ic.replicas_per_pipeline, w = in->ic.pipeline_id;
+    size_t c = (in->B + in->R - 1) / in->R;
+    bool data_global =
+        mt_data_plan_policy(plan) == MT_DATA_SHARD_DATA && in->ds->batching == MT_DATA_BATCH_GLOBAL;
+
+    memset(in->pieces, 0, in->R * sizeof(*in->pieces));
+    for (size_t l = 0; st != NULL && l < L; l++) {
+        size_t g = w * L + l, start = 0, len;
+        mt_spmd_piece *pc = &in->pieces[g];
+        pc->x = st->replicas[l].x;
+        pc->y = st->replicas[l].y;
+        pc->n = st->replicas[l].n;
+        /* dropout key: the example's position in the epoch (exact under DATA + global, where
+         * it equals the one-device position; nominal otherwise) */
+        if (data_global)
+            mt_data_plan_range(plan, g % N, s, g / N, &start, &len);
+        else
+            start = s * in->B + g * c;
+        pc->first_example = start;
+    }
+}
+
+mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const char *spec_json, const char *base_dir,
+                             const mt_mesh *mesh, const mt_layout_map *map,
+                             const mt_spmd_run_opts *o, const int *rank_process,
+                             mt_train_progress_fn progress, void *ctx, mt_train_result *res,
+                             mt_err *err)
+{
+    input_run in;
+    run_ctx r = {NULL, o, ctx, 0, 0, 0, true, progress};
+    mt_train_progress_fn prog = progress;
+    void *pctx = ctx;
+    bool agree = false;
+    size_t in_shape[3] = {0, 0, 0}, per_epoch;
+    int in_rank = 0;
+    int64_t epochs, cap, step = 0, e0 = 0, s0 = 0;
+    double train_s = 0.0;
+    size_t train_examples = 0;
+    mt_code rc;
+
+    memset(res, 0, sizeof(*res));
+    memset(&in, 0, sizeof(in));
+    in.B = spec->batch_size;
+    if (o->save_dir != NULL && mkdir(o->save_dir, 0755) != 0 && errno != EEXIST)
+        return mt_err_set(err, errno == EACCES ? MT_PERMISSION_DENIED : MT_NOT_FOUND,
+                          "checkpoint directory %s: %s", o->save_dir, strerror(errno));
+    rc = input_open_data(&in, spec, spec_json, base_dir, err);
+    if (rc != MT_OK)
+        goto done;
+    rc = input_open_pipeline(&in, mesh, map, o->world, rank_process, err);
+    if (rc == MT_OK)
+        rc = input_shape(spec, in.pipe, &in_rank, in_shape, err);
+    if (rc == MT_OK)
+        rc = mt_spmd_new(spec, mesh, map, in_rank, in_shape, in.B, o->world, &r.s, err);
+    if (rc != MT_OK)
+        goto done;
+    agree = stop_needs_agreement(&r); /* as mt_spmd_run_data: stop checkpoints in step */
+    if (agree)
+        prog = run_progress, pctx = &r;
+    if (o->resume != NULL) {
+        mt_spmd_position p;
+        rc = mt_spmd_restore(r.s, o->resume, &p, err);
+        if (rc != MT_OK)
+            goto done;
+        step = (int64_t)p.step;
+        e0 = (int64_t)p.epoch;
+        s0 = (int64_t)(p.input_position / in.B);
+        mt_log_info("resumed %s at step %lld (epoch %lld, example %llu)", o->resume,
+                    (long long)step, (long long)e0 + 1, (unsigned long long)p.input_position);
+    }
+    per_epoch = mt_data_pipeline_steps(in.pipe);
+    if (per_epoch == 0) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: the training set is empty");
+        goto done;
+    }
+    {
+        mt_train_options topt = {o->epochs, o->steps};
+        mt_train_start st0 = {step, e0, (size_t)s0 * in.B};
+        mt_train_run_bounds(spec, &topt, o->resume != NULL ? &st0 : NULL, (int64_t)per_epoch,
+                            &epochs, &cap);
+    }
+    for (int64_t e = e0; e < epochs && step < cap; e++) {
+        mt_train_progress p = {
+            MT_TRAIN_STEP, e + 1, epochs, step, 0, (int64_t)per_epoch, 0, 0, 0, 0, 0, 0, 0};
+        mt_train_epoch_acc acc = {0.0, 0.0, 0.0, 0};
+        int64_t s_first = e == e0 ? s0 : 0;
+        if (cap - step < (int64_t)per_epoch - s_first)
+            p.epoch_steps = s_first + (cap - step);
+        if ((rc = mt_data_pipeline_start_epoch(in.pipe, (size_t)e, err)) != MT_OK)
+            goto done;
+        for (int64_t s = 0; s < p.epoch_steps; s++) {
+            const mt_data_step *st = NULL;
+            mt_step_metrics sm;
+            size_t gc = 0;
+            double t0 = now_s_run(), dt;
+            bool end;
+            rc = mt_data_pipeline_next(in.pipe, &st, err);
+            if (rc == MT_OUT_OF_RANGE)
+                st = NULL; /* this pipeline ran out: empty batches until all agree */
+            else if (rc != MT_OK)
+                goto done;
+            if (s < s_first)
+                continue; /* resumed inside this epoch: skip the steps already trained */
+            input_pieces(&in, st, (size_t)s);
+            rc = mt_spmd_step_pieces(r.s, in.pieces, (uint64_t)step, &gc, &sm, err);
+            if (rc == MT_OUT_OF_RANGE) {
+                rc = MT_OK; /* every replica is out of data: the epoch ends here for all */
+                break;
+            }
+            if (rc != MT_OK)
+                goto done;
+            dt = now_s_run() - t0;
+            step++;
+            mt_train_progress_add(&p, &acc, step, s + 1, gc, &sm, dt);
+            end = (size_t)s + 1 == per_epoch;
+            if ((rc = run_after_step(&r, step, end ? e + 1 : e, end ? 0 : ((size_t)s + 1) * in.B,
+                                     step >= cap, err)) != MT_OK)
+                goto done;
+            if (prog != NULL && (rc = prog(pctx, &p)) != MT_OK) {
+                mt_err_set(err, rc, "training stopped at step %lld", (long long)step);
+                goto done;
+            }
+        }
+        train_s += acc.seconds;
+        train_examples += acc.seen;
+        if (in.test.n > 0) {
+            double ls = 0.0;
+            size_t ok = 0;
+            rc = mt_spmd_evaluate(r.s, in.test.images, in.test.labels, in.test.n, &ls, &ok, err);
+            if (rc != MT_OK)
+                goto done;
+            p.test_loss = ls / (double)in.test.n;
+            p.test_accuracy = (double)ok / (double)in.test.n;
+        }
+        p.event = MT_TRAIN_EPOCH_END;
+        res->epochs = e + 1;
+        res->test_loss = p.test_loss;
+        res->test_accuracy = p.test_accuracy;
+        if (prog != NULL && (rc = prog(pctx, &p)) != MT_OK) {
+            mt_err_set(err, rc, "training stopped after epoch %lld", (long long)(e + 1));
+            goto done;
+        }
+    }
+    res->steps = step;
+    res->examples_per_sec = train_s > 0 ? (double)train_examples / train_s : 0.0;
+done:
+    /* stopped by progress (cancel, shutdown): checkpoint the last step when asked to (with
+     * agreement, run_progress did it in step with the other processes) */
+    if (rc != MT_OK && r.s != NULL && !agree && !r.saved && o->save_dir != NULL &&
+        o->save_on_stop != NULL && o->save_on_stop(ctx) &&
+        !(o->world != NULL && mt_spmd_save_needs_gather(r.s)))
+        save_ckpt(&r, r.step, r.epoch, r.pos, NULL);
+    input_run_fini(&in);
     mt_spmd_free(r.s);
     return rc;
 }

@@ -37,6 +37,42 @@ static mt_code model_evaluate(void *ctx, const float *x, const int32_t *labels, 
 
 /* ------------------------------------------------------------------ the loop */
 
+void mt_train_run_bounds(const mt_job_spec *spec, const mt_train_options *opt,
+                         const mt_train_start *start, int64_t per_epoch, int64_t *epochs_out,
+                         int64_t *cap_out)
+{
+    int64_t epochs = opt && opt->epochs ? opt->epochs : spec->epochs;
+    int64_t cap = opt && opt->steps ? opt->steps : spec->steps;
+    int64_t e0 = start != NULL ? start->epoch : 0;
+
+    if (opt && opt->steps && !opt->epochs)
+        epochs = 0; /* --steps alone: run as many epochs as the steps need */
+    if (epochs == 0)
+        epochs = (cap + per_epoch - 1) / per_epoch;
+    if (start != NULL && spec->steps == 0 && !(opt && (opt->steps || opt->epochs)) && e0 >= epochs)
+        epochs = e0 + 1; /* resuming a finished run without a new target: one more epoch */
+    if (cap == 0 || cap > epochs * per_epoch)
+        cap = epochs * per_epoch;
+    *epochs_out = epochs;
+    *cap_out = cap;
+}
+
+void mt_train_progress_add(mt_train_progress *p, mt_train_epoch_acc *acc, int64_t step,
+                           int64_t epoch_step, size_t n, const mt_step_metrics *m, double dt)
+{
+    acc->seconds += dt;
+    acc->seen += n;
+    acc->loss_sum += m->loss * (double)n;
+    acc->correct += m->accuracy * (double)n;
+    p->step = step;
+    p->epoch_step = epoch_step;
+    p->loss = acc->loss_sum / (double)acc->seen;
+    p->accuracy = acc->correct / (double)acc->seen;
+    p->epoch_seconds = acc->seconds;
+    p->step_ms = dt * 1e3;
+    p->examples_per_sec = (double)acc->seen / acc->seconds;
+}
+
 mt_code mt_train_loop(const mt_job_spec *spec, const mt_train_options *opt, const mt_idx_set *train,
                       const mt_idx_set *test, const mt_train_backend *be,
                       const mt_train_start *start, mt_train_progress_fn progress, void *ctx,
@@ -59,14 +95,7 @@ mt_code mt_train_loop(const mt_job_spec *spec, const mt_train_options *opt, cons
     if (train->n == 0)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: the training set is empty");
     per_epoch = (int64_t)((train->n + bs - 1) / bs);
-    if (opt && opt->steps && !opt->epochs)
-        epochs = 0; /* --steps alone: run as many epochs as the steps need */
-    if (epochs == 0)
-        epochs = (cap + per_epoch - 1) / per_epoch;
-    if (start != NULL && spec->steps == 0 && !(opt && (opt->steps || opt->epochs)) && e0 >= epochs)
-        epochs = e0 + 1; /* resuming a finished run without a new target: one more epoch */
-    if (cap == 0 || cap > epochs * per_epoch)
-        cap = epochs * per_epoch;
+    mt_train_run_bounds(spec, opt, start, per_epoch, &epochs, &cap);
     if (bs > train->n)
         bs = train->n;
     perm = mt_malloc(train->n * sizeof(*perm));
@@ -79,8 +108,7 @@ mt_code mt_train_loop(const mt_job_spec *spec, const mt_train_options *opt, cons
     for (int64_t e = e0; e < epochs && step < cap; e++) {
         mt_train_progress p = {
             MT_TRAIN_STEP, e + 1, epochs, step, 0, per_epoch, 0, 0, 0, 0, 0, 0, 0};
-        double loss_sum = 0.0, correct = 0.0, t_epoch = 0.0;
-        size_t seen = 0;
+        mt_train_epoch_acc acc = {0.0, 0.0, 0.0, 0};
         int64_t s_first = e == e0 ? s0 : 0;
         if (cap - step < per_epoch - s_first)
             p.epoch_steps = s_first + (cap - step);
@@ -101,17 +129,7 @@ mt_code mt_train_loop(const mt_job_spec *spec, const mt_train_options *opt, cons
                 goto done;
             dt = now_s() - t0;
             step++;
-            t_epoch += dt;
-            seen += b;
-            loss_sum += sm.loss * (double)b;
-            correct += sm.accuracy * (double)b;
-            p.step = step;
-            p.epoch_step = s + 1;
-            p.loss = loss_sum / (double)seen;
-            p.accuracy = correct / (double)seen;
-            p.epoch_seconds = t_epoch;
-            p.step_ms = dt * 1e3;
-            p.examples_per_sec = (double)seen / t_epoch;
+            mt_train_progress_add(&p, &acc, step, s + 1, b, &sm, dt);
             end = s + 1 == per_epoch;
             if (be->after_step != NULL &&
                 (rc = be->after_step(be->ctx, step, end ? e + 1 : e, end ? 0 : first + b,
@@ -122,8 +140,8 @@ mt_code mt_train_loop(const mt_job_spec *spec, const mt_train_options *opt, cons
                 goto done;
             }
         }
-        train_s += t_epoch;
-        train_examples += seen;
+        train_s += acc.seconds;
+        train_examples += acc.seen;
         if (test != NULL && test->n > 0) {
             double ls = 0.0;
             size_t ok = 0;

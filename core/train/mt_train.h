@@ -102,6 +102,29 @@ mt_code mt_train_loop(const mt_job_spec *spec, const mt_train_options *opt, cons
                       const mt_train_start *start, mt_train_progress_fn progress, void *ctx,
                       mt_train_result *res, mt_err *err);
 
+/*
+ * The bounds of a run, as mt_train_loop computes them for any input: from spec/opt epochs and
+ * steps, the resume position (start may be NULL) and per_epoch steps per epoch (>= 1), the
+ * number of epochs and the total step cap. Pure.
+ */
+void mt_train_run_bounds(const mt_job_spec *spec, const mt_train_options *opt,
+                         const mt_train_start *start, int64_t per_epoch, int64_t *epochs,
+                         int64_t *cap);
+
+/* Running totals of an epoch behind the MT_TRAIN_STEP progress fields. */
+typedef struct mt_train_epoch_acc {
+    double loss_sum, correct, seconds;
+    size_t seen;
+} mt_train_epoch_acc;
+
+/*
+ * Account a step of n examples that took dt seconds with metrics m (means over the n): updates
+ * acc and p's running fields (step = steps done after it, epoch_step, loss, accuracy,
+ * epoch_seconds, step_ms, examples_per_sec). Pure.
+ */
+void mt_train_progress_add(mt_train_progress *p, mt_train_epoch_acc *acc, int64_t step,
+                           int64_t epoch_step, size_t n, const mt_step_metrics *m, double dt);
+
 /* Load the spec's dataset (IDX files) and mt_train_run_data. Adds the data loader's codes. */
 mt_code mt_train_run(const mt_job_spec *spec, const mt_train_options *opt,
                      mt_train_progress_fn progress, void *ctx, mt_train_result *res, mt_err *err);

@@ -10,6 +10,7 @@
 #include "data/mt_data.h"
 #include "data_test_util.h"
 #include "log/mt_log.h"
+#include "rng/mt_rng.h"
 
 /* n examples of dim features: x[i][j] = i * 100 + j, label i % 7. */
 static mt_data_dataset *grid(size_t n, size_t dim, size_t nfiles)
@@ -114,6 +115,53 @@ static void test_data_pipeline_shutdown_and_restart_mid_epoch(void **state)
     assert_int_equal(mt_data_pipeline_start_epoch(p, 0, NULL), MT_OK);
     mt_data_pipeline_free(p); /* started, nothing consumed */
     mt_data_pipeline_free(NULL);
+    mt_data_dataset_free(ds);
+}
+
+/*
+ * permute + contiguous_replicas (what the trainers use): under DATA with global batching, the
+ * pieces of N pipelines taken in global replica order w·L + l are, step by step, the one-device
+ * global batch of mt_rng_permutation(seed, epoch) cut by the rebatch rule, whatever N and L.
+ */
+static void test_data_pipeline_contiguous_replicas_equal_one_device(void **state)
+{
+    const size_t n = 23, B = 6, R = 4;
+    mt_data_dataset *ds = grid(n, 2, 1);
+    uint32_t perm[23];
+    mt_data_pipeline_opts o = MT_DATA_PIPELINE_OPTS_DEFAULTS;
+    (void)state;
+    o.policy = MT_DATA_SHARD_DATA;
+    o.permute = true;
+    o.contiguous_replicas = true;
+    o.seed = 5;
+    mt_rng_permutation(perm, n, 5, 3);
+    for (size_t N = 1; N <= 4; N *= 2) {
+        mt_data_pipeline *p[4];
+        const mt_data_step *st[4];
+        for (size_t w = 0; w < N; w++) {
+            mt_data_input_ctx ctx = {N, w, R / N, B, 0, 0};
+            assert_int_equal(mt_data_pipeline_open(ds, &ctx, &o, &p[w], NULL), MT_OK);
+            assert_int_equal(mt_data_pipeline_start_epoch(p[w], 3, NULL), MT_OK);
+        }
+        for (size_t s = 0; s < (n + B - 1) / B; s++) {
+            size_t gb = s + 1 < (n + B - 1) / B ? B : n - s * B;
+            for (size_t w = 0; w < N; w++)
+                assert_int_equal(mt_data_pipeline_next(p[w], &st[w], NULL), MT_OK);
+            for (size_t g = 0; g < R; g++) {
+                const mt_data_batch *b = &st[g / (R / N)]->replicas[g % (R / N)];
+                size_t start, len;
+                mt_data_rebatch_split(gb, R, g, &start, &len);
+                assert_int_equal(b->n, len);
+                assert_int_equal(b->global_count, gb);
+                for (size_t i = 0; i < len; i++)
+                    assert_true(b->x[i * 2] == (float)(perm[s * B + start + i] * 100));
+            }
+        }
+        for (size_t w = 0; w < N; w++) {
+            assert_int_equal(mt_data_pipeline_next(p[w], &st[w], NULL), MT_OUT_OF_RANGE);
+            mt_data_pipeline_free(p[w]);
+        }
+    }
     mt_data_dataset_free(ds);
 }
 
@@ -254,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_data_pipeline_prefetch_equals_synchronous),
         cmocka_unit_test(test_data_pipeline_shutdown_and_restart_mid_epoch),
         cmocka_unit_test(test_data_pipeline_feature_slice),
+        cmocka_unit_test(test_data_pipeline_contiguous_replicas_equal_one_device),
         cmocka_unit_test(test_data_pipeline_zero_copy_matches_gather),
         cmocka_unit_test(test_data_pipeline_bad_context_and_dims),
         cmocka_unit_test_setup_teardown(test_data_pipeline_file_shard_reads_own_files, dt_setup,

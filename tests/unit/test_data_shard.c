@@ -378,8 +378,8 @@ static uint64_t rnd(uint64_t *s)
 /*
  * For random sizes, batches, replicas and policies: every element is seen exactly once per epoch
  * under FILE and DATA (OFF: once per pipeline); every pipeline has the same number of steps; a
- * step's global count is the sum of its replica batches. Runs the real pipeline (with shuffling
- * and prefetch on some runs).
+ * step's global count is the sum of its replica batches. Runs the real pipeline (with shuffling,
+ * the trainers' permutation and contiguous replica order, and prefetch on some runs).
  */
 static void test_data_shard_property_exactly_once(void **state)
 {
@@ -420,6 +420,8 @@ static void test_data_shard_property_exactly_once(void **state)
             o.shuffle_buffer = c.shuffle;
             o.prefetch = c.prefetch;
             o.seed = (uint64_t)iter;
+            o.permute = iter % 4 == 1;             /* the trainers' per-epoch permutation */
+            o.contiguous_replicas = iter % 3 == 2; /* the trainers' replica order */
             if (mt_data_pipeline_open(ds, &ctx, &o, &p, &err) != MT_OK)
                 fail_msg("iter %d: %s", iter, err.msg);
             assert_int_equal(mt_data_pipeline_start_epoch(p, (size_t)iter, NULL), MT_OK);

@@ -96,7 +96,7 @@ static const struct {
     {"{\"learning_rate\":0," LAYERS_OK "}", "learning_rate: must be a number in (0, 1000]"},
     {"{\"loss\":\"mse\"," LAYERS_OK "}", "loss: must be \"sparse_categorical_crossentropy\""},
     {"{\"dataset\":3," LAYERS_OK "}", "dataset: must be an object"},
-    {"{\"dataset\":{\"format\":\"csv\"}," LAYERS_OK "}", "dataset.format: must be \"idx\""},
+    {"{\"dataset\":{\"format\":\"parquet\"}," LAYERS_OK "}", "dataset.format: must be \"idx\""},
     {"{\"dataset\":{\"train_images\":\"\"}," LAYERS_OK "}",
      "dataset.train_images: must not be empty"},
     {"{\"dataset\":{\"x\":1}," LAYERS_OK "}", "dataset.x: unknown field"},

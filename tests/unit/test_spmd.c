@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "alloc/mt_alloc.h"
+#include "data/mt_data.h"
 #include "data/mt_idx.h"
 #include "model/mt_model.h"
 #include "spmd/mt_spmd.h"
@@ -542,6 +543,81 @@ static void test_spmd_evaluate_matches_single_device(void **state)
     data_free(&d);
 }
 
+/* Pieces cut from a global batch of n examples at x by the rebatch rule, by batch coordinate. */
+static void cut_pieces(mt_spmd_piece *pc, int R, const data *d, size_t first, size_t n)
+{
+    for (int b = 0; b < R; b++) {
+        size_t st, len;
+        mt_data_rebatch_split(n, (size_t)R, (size_t)b, &st, &len);
+        pc[b].x = d->x + (first + st) * d->dim;
+        pc[b].y = d->y + first + st;
+        pc[b].n = len;
+        pc[b].first_example = st;
+    }
+}
+
+static void assert_same_params(const mt_spmd *a, const mt_spmd *b, int ndev)
+{
+    for (int p = 0; p < ndev; p++)
+        for (size_t i = 0; i < mt_spmd_param_count(a); i++) {
+            const mt_model_param *x = mt_spmd_param(a, p, i), *y = mt_spmd_param(b, p, i);
+            assert_non_null(x);
+            assert_int_equal(x->size, y->size);
+            assert_memory_equal(x->value, y->value, x->size * sizeof(float));
+        }
+}
+
+/*
+ * mt_spmd_step_pieces with the rebatch rule's pieces is bit-identical to mt_spmd_step on the
+ * global batch (full and partial batches); the agreed count is the sum of the pieces; a step
+ * where every piece is empty is OUT_OF_RANGE and changes nothing; uneven pieces (some replicas
+ * empty) train; an oversized piece is refused.
+ */
+static void test_spmd_step_pieces(void **state)
+{
+    size_t shape[1] = {FEAT}, gc = 0;
+    data d = gen_data(64, FEAT, 2, 9);
+    mt_spmd_piece pc[8];
+    mt_step_metrics ma, mb;
+    job j;
+    mt_spmd *a, *b;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    job_load(&j, MLP_SPEC("\"sgd\"", DP_EXTRA), NULL);
+    a = spmd_open(&j, 1, shape);
+    b = spmd_open(&j, 1, shape);
+    assert_int_equal(mt_spmd_batch_replicas(b), 8);
+    assert_int_equal(mt_spmd_batch_coord(b, 5), 5);
+    assert_int_equal(mt_spmd_batch_dim(job_mesh(&j), j.cfg.layouts), 0);
+    for (int k = 0; k < 3; k++) {
+        size_t n = k == 2 ? 13 : 16, first = (size_t)k * 16;
+        assert_int_equal(
+            mt_spmd_step(a, d.x + first * FEAT, d.y + first, n, (uint64_t)k, 0, &ma, &err), MT_OK);
+        cut_pieces(pc, 8, &d, first, n);
+        assert_int_equal(mt_spmd_step_pieces(b, pc, (uint64_t)k, &gc, &mb, &err), MT_OK);
+        assert_int_equal(gc, n);
+        if (ma.loss != mb.loss)
+            fail_msg("step %d: loss %.9g vs %.9g", k, ma.loss, mb.loss);
+    }
+    assert_same_params(a, b, 8);
+    /* every replica out of data: all agree, nothing trains */
+    memset(pc, 0, sizeof(pc));
+    assert_int_equal(mt_spmd_step_pieces(b, pc, 3, &gc, &mb, &err), MT_OUT_OF_RANGE);
+    assert_int_equal(gc, 0);
+    assert_same_params(a, b, 8);
+    /* uneven: only replicas 1 and 6 have data */
+    pc[1] = (mt_spmd_piece){d.x, d.y, 2, 0};
+    pc[6] = (mt_spmd_piece){d.x + 2 * FEAT, d.y + 2, 1, 2};
+    assert_int_equal(mt_spmd_step_pieces(b, pc, 4, &gc, &mb, &err), MT_OK);
+    assert_int_equal(gc, 3);
+    pc[1].n = 3; /* capacity is ceil(16 / 8) = 2 per device */
+    assert_int_equal(mt_spmd_step_pieces(b, pc, 5, &gc, &mb, &err), MT_INVALID_ARGUMENT);
+    mt_spmd_free(a);
+    mt_spmd_free(b);
+    job_free(&j);
+    data_free(&d);
+}
+
 /* A caller's world is used as given (rank = mesh position); a world of another size is refused. */
 static void test_spmd_uses_the_callers_world(void **state)
 {
@@ -641,6 +717,174 @@ static void test_spmd_over_two_net_worlds_is_bit_identical(void **state)
         mt_coll_net_free(net[k]);
     job_free(&j);
     data_free(&d);
+}
+
+/* ------------------------------------------------------------------ per-worker pipelines */
+
+#define PIPE_SPEC                                                                                  \
+    "{\"seed\":3,\"batch_size\":8,\"epochs\":2,\"optimizer\":\"sgd\",\"learning_rate\":0.1,"       \
+    "\"mesh\":{\"batch\":4},\"dataset\":{\"format\":\"csv\",\"train\":{\"glob\":\"part-*.csv\"},"  \
+    "\"label_column\":\"y\",\"num_classes\":2,\"shard_policy\":\"%s\"},\"model\":{\"input_"        \
+    "shape\":"                                                                                     \
+    "[6],\"layers\":[{\"type\":\"dense\",\"units\":8,\"activation\":\"relu\"},{\"type\":"          \
+    "\"batch_norm\"},{\"type\":\"dense\",\"units\":2}]}}"
+
+typedef struct pipe_run {
+    const char *json, *dir;
+    mt_spmd_run_opts o;
+    const int *proc;
+    mt_train_result res;
+    mt_code rc;
+    mt_err err;
+} pipe_run;
+
+static void *pipe_main(void *arg)
+{
+    pipe_run *r = arg;
+    mt_job_spec *spec = NULL;
+    mt_spmd_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    r->rc = mt_job_spec_parse(r->json, strlen(r->json), &spec, &r->err);
+    if (r->rc == MT_OK)
+        r->rc = mt_spmd_config_parse(r->json, strlen(r->json), &cfg, &r->err);
+    if (r->rc == MT_OK)
+        r->rc = mt_spmd_run_pipeline(spec, r->json, r->dir, cfg.mesh, cfg.layouts, &r->o, r->proc,
+                                     NULL, NULL, &r->res, &r->err);
+    mt_spmd_config_fini(&cfg);
+    mt_job_spec_free(spec);
+    return NULL;
+}
+
+/* The bytes of the final checkpoint (ckpt-<steps>.mtc) in dir; caller frees. */
+static char *read_ckpt(const char *dir, int64_t steps, long *len)
+{
+    char path[512];
+    FILE *f;
+    char *buf;
+    snprintf(path, sizeof(path), "%s/ckpt-%lld.mtc", dir, (long long)steps);
+    f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("no checkpoint %s", path);
+    fseek(f, 0, SEEK_END);
+    *len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t)*len + 1);
+    assert_int_equal(fread(buf, 1, (size_t)*len, f), (size_t)*len);
+    fclose(f);
+    unlink(path);
+    return buf;
+}
+
+/* Run the job on two nng worlds (ranks placed by proc) concurrently; checkpoint of rank 0 into
+ * save (its bytes returned). Both processes must train the same number of steps. */
+static char *pipe_two_procs(const char *json, const char *dir, const char *save, const int *proc,
+                            int64_t *steps, long *len)
+{
+    mt_coll_net *net[2] = {NULL, NULL};
+    mt_coll_world *w[2] = {NULL, NULL};
+    mt_coll_rank_addr table[4];
+    pipe_run r[2];
+    pthread_t th;
+    mt_err err = MT_ERR_INIT;
+    char *bytes;
+
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &net[k], &err), MT_OK);
+    for (int p = 0, n0 = 0, n1 = 0; p < 4; p++) {
+        table[p].addr = mt_coll_net_addr(net[proc[p]]);
+        table[p].local_index = proc[p] == 0 ? n0++ : n1++;
+    }
+    for (int k = 0; k < 2; k++) {
+        mt_spmd_run_opts o = MT_SPMD_RUN_OPTS_DEFAULTS;
+        assert_int_equal(mt_coll_world_new_net(net[k], 4, table, NULL, &w[k], &err), MT_OK);
+        memset(&r[k], 0, sizeof(r[k]));
+        o.world = w[k];
+        o.save_dir = save;
+        r[k].json = json, r[k].dir = dir, r[k].o = o, r[k].proc = proc;
+    }
+    assert_int_equal(pthread_create(&th, NULL, pipe_main, &r[1]), 0);
+    pipe_main(&r[0]);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    for (int k = 0; k < 2; k++)
+        if (r[k].rc != MT_OK)
+            fail_msg("process %d: %s", k, r[k].err.msg);
+    assert_int_equal(r[0].res.steps, r[1].res.steps);
+    *steps = r[0].res.steps;
+    bytes = read_ckpt(save, *steps, len);
+    for (int k = 0; k < 2; k++)
+        mt_coll_world_free(w[k]);
+    for (int k = 0; k < 2; k++)
+        mt_coll_net_free(net[k]);
+    return bytes;
+}
+
+/*
+ * mt_spmd_run_pipeline over two processes (nng worlds on loopback): under DATA the final weights
+ * are bit-identical to the one-process run whether the 4 replicas are split 2 + 2 (two pipelines)
+ * or 3 + 1 (not equal blocks: one whole pipeline per process); under FILE (3 files, uneven) both
+ * processes agree on the step count (21 examples of pipeline 0 vs 9: the longer one wins) and
+ * finish.
+ */
+static void test_spmd_run_pipeline_placement(void **state)
+{
+    static const size_t rows[3] = {13, 9, 8};
+    static const int two_two[4] = {0, 0, 1, 1}, three_one[4] = {0, 0, 0, 1};
+    char dir[64] = "/tmp/mt_spmd_pipe_XXXXXX", save[128], json[1024], path[128];
+    uint64_t r = 99;
+    mt_spmd_run_opts o = MT_SPMD_RUN_OPTS_DEFAULTS;
+    pipe_run ref;
+    char *a, *b, *c;
+    long la, lb, lc;
+    int64_t steps;
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(save, sizeof(save), "%s/ckpt", dir);
+    for (int f = 0; f < 3; f++) {
+        FILE *fp;
+        snprintf(path, sizeof(path), "%s/part-%d.csv", dir, f);
+        fp = fopen(path, "w");
+        assert_non_null(fp);
+        fprintf(fp, "a,b,c,d,e,f,y\n");
+        for (size_t i = 0; i < rows[f]; i++) {
+            double v[6], sum = 0;
+            for (int k = 0; k < 6; k++) {
+                v[k] = (double)(lcg(&r) % 1000) / 1000.0;
+                sum += k % 2 ? v[k] : -v[k];
+                fprintf(fp, "%.3f,", v[k]);
+            }
+            fprintf(fp, "%d\n", sum > 0);
+        }
+        fclose(fp);
+    }
+    snprintf(json, sizeof(json), PIPE_SPEC, "data");
+    memset(&ref, 0, sizeof(ref));
+    o.save_dir = save;
+    ref.json = json, ref.dir = dir, ref.o = o;
+    pipe_main(&ref);
+    if (ref.rc != MT_OK)
+        fail_msg("one process: %s", ref.err.msg);
+    assert_int_equal(ref.res.steps, 2 * 4); /* ceil(30 / 8) per epoch */
+    a = read_ckpt(save, ref.res.steps, &la);
+    b = pipe_two_procs(json, dir, save, two_two, &steps, &lb);
+    assert_int_equal(steps, 8);
+    c = pipe_two_procs(json, dir, save, three_one, &steps, &lc);
+    assert_int_equal(la, lb);
+    assert_memory_equal(a, b, (size_t)la);
+    assert_int_equal(la, lc);
+    assert_memory_equal(a, c, (size_t)la);
+    free(a), free(b), free(c);
+    /* FILE, 2 + 2: pipeline 0 reads parts 0 and 2 (21 examples: 3 batches of 8 -> 6 steps of
+     * 2 pieces), pipeline 1 part 1 (9: 2 batches -> 4 steps); 6 steps per epoch for both */
+    snprintf(json, sizeof(json), PIPE_SPEC, "file");
+    a = pipe_two_procs(json, dir, save, two_two, &steps, &la);
+    assert_int_equal(steps, 2 * 6);
+    free(a);
+    rmdir(save);
+    for (int f = 0; f < 3; f++) {
+        snprintf(path, sizeof(path), "%s/part-%d.csv", dir, f);
+        unlink(path);
+    }
+    rmdir(dir);
 }
 
 static void file_read(const char *path, char **buf, long *n)
@@ -859,6 +1103,8 @@ int main(void)
         cmocka_unit_test(test_spmd_restore_refuses_other_model),
         cmocka_unit_test(test_spmd_step_rejects_bad_input),
         cmocka_unit_test(test_spmd_evaluate_matches_single_device),
+        cmocka_unit_test(test_spmd_step_pieces),
+        cmocka_unit_test(test_spmd_run_pipeline_placement),
         cmocka_unit_test(test_spmd_new_survives_allocation_failures),
         cmocka_unit_test(test_spmd_uses_the_callers_world),
         cmocka_unit_test(test_spmd_over_two_net_worlds_is_bit_identical),
