@@ -254,6 +254,13 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
         if (rc != MT_OK)
             return rc;
         j->attempt = j->restarts + 1;
+        /* SCHEDULED: the assignment is sent again and must name the same resume checkpoint. No
+         * newer one can exist yet (training needs every task of the attempt running). */
+        if (j->state == MT_JOBSTATE_SCHEDULED && j->restarts > 0) {
+            mt_store_checkpoint ck;
+            if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK)
+                j->resume_step = ck.step;
+        }
         /* RUNNING tasks are re-attached; SCHEDULED ones get their assignment again */
         if (job_build_tasks(j, j->state == MT_JOBSTATE_SCHEDULED ? "" : "running") != MT_OK)
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "load jobs: out of memory");
