@@ -46,6 +46,7 @@ typedef struct coord_job {
     uint32_t restarts;         /* transitions to RESTARTING */
     uint64_t step;             /* last step stored */
     uint64_t resume_step;      /* checkpoint step the current attempt resumes from */
+    int placed_devices;        /* devices of the last placed attempt (elastic: its batch size) */
     mt_store_placement *place; /* n_place = sum.n_devices when placed, else NULL */
     size_t n_place;
     coord_task *tasks; /* one per distinct worker of the placement */

@@ -54,6 +54,10 @@ typedef struct mt_jobspec_summary {
     uint32_t ckpt_every_steps;           /* "checkpoint.every_steps"; 0 = no checkpoints */
     uint32_t ckpt_keep;                  /* "checkpoint.keep", default 3 */
     uint32_t max_restarts;               /* "restart.max_restarts", default 3 */
+    /* "elastic" bounds (defaults 1 and 65536); both 0 when the spec has no "elastic" section or
+     * its mesh is not purely data-parallel (one dimension, named "batch"): it is then ignored */
+    uint32_t elastic_min_batch;
+    uint32_t elastic_max_batch;
 } mt_jobspec_summary;
 
 /*
