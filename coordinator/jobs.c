@@ -466,6 +466,20 @@ fail:
     return rc;
 }
 
+/*
+ * The batch size an elastic job restarts with: the largest one the free devices hold
+ * (free_now; 0 when it must wait its turn), else the largest the registered devices would hold
+ * (it then waits for them). 0 when even the registered devices hold none.
+ */
+static uint32_t elastic_batch(const coord_job *j, const free_map *m, size_t free_now)
+{
+    uint32_t lo = j->sum.elastic_min_batch, hi = j->sum.elastic_max_batch;
+    uint32_t ever = mt_sched_elastic_batch(lo, hi, j->sum.batch_size, m->registered);
+    uint32_t now = ever > 0 ? mt_sched_elastic_batch(lo, hi, j->sum.batch_size, free_now) : 0;
+
+    return now > 0 ? now : ever;
+}
+
 void coord_jobs_schedule(mt_coord *c)
 {
     coord_job **order;
@@ -489,26 +503,15 @@ void coord_jobs_schedule(mt_coord *c)
     for (size_t i = 0; i < n; i++) {
         coord_job *j = order[i];
         size_t need = (size_t)j->sum.n_devices, free_now = 0;
-        char reason[256];
+        char reason[256], note[128] = "";
         mt_sched_slot *slot;
         mt_code rc;
 
-        char note[128] = "";
+        for (size_t w = 0; w < m.n; w++)
+            free_now += m.pw[w].n_free;
         if (j->state == MT_JOBSTATE_RESTARTING && j->sum.elastic_max_batch > 0) {
-            /* elastic: the largest batch the devices allow now (or, to wait for, ever) */
-            uint32_t now =
-                mt_sched_elastic_batch(j->sum.elastic_min_batch, j->sum.elastic_max_batch,
-                                       j->sum.batch_size, m.registered);
-            for (size_t w = 0; w < m.n; w++)
-                free_now += m.pw[w].n_free;
-            if (now > 0 && blocker == NULL) {
-                uint32_t fit =
-                    mt_sched_elastic_batch(j->sum.elastic_min_batch, j->sum.elastic_max_batch,
-                                           j->sum.batch_size, free_now);
-                if (fit > 0)
-                    now = fit;
-            }
-            if (now == 0) {
+            uint32_t b = elastic_batch(j, &m, blocker == NULL ? free_now : 0);
+            if (b == 0) {
                 snprintf(reason, sizeof(reason),
                          "elastic: no batch size in %u..%u divides the global batch %llu and fits "
                          "the %zu registered devices",
@@ -517,12 +520,11 @@ void coord_jobs_schedule(mt_coord *c)
                 job_set_reason(c, j, reason);
                 continue;
             }
-            if (j->placed_devices > 0 && (int)now != j->placed_devices)
-                snprintf(note, sizeof(note), ", elastic: mesh batch=%u, was batch=%d", now,
+            if (j->placed_devices > 0 && (int)b != j->placed_devices)
+                snprintf(note, sizeof(note), ", elastic: mesh batch=%u, was batch=%d", b,
                          j->placed_devices);
-            job_set_batch(j, now);
-            need = now;
-            free_now = 0;
+            job_set_batch(j, b);
+            need = b;
         }
         if (need > m.registered) {
             snprintf(reason, sizeof(reason), "needs %zu devices, %zu registered", need,
@@ -530,8 +532,6 @@ void coord_jobs_schedule(mt_coord *c)
             job_set_reason(c, j, reason);
             continue;
         }
-        for (size_t w = 0; w < m.n; w++)
-            free_now += m.pw[w].n_free;
         if (blocker != NULL) {
             snprintf(reason, sizeof(reason), "waiting behind %s (priority, then submission order)",
                      blocker);
