@@ -69,3 +69,16 @@ expect_exit() {
     "$@" >"$T/last.out" 2>&1 || got=$?
     [ "$got" = "$want" ] || { cat "$T/last.out" >&2; fail "'$*' exited $got, expected $want"; }
 }
+
+# gen_text FILE N SEED: N generated label<TAB>sentence lines (12 words, 30% of them carrying
+# the label's sentiment) for the text examples instead of the fetched UCI sentences.
+gen_text() { # gen_text FILE N SEED
+    awk -v n="$2" -v seed="$3" 'BEGIN { srand(seed);
+        split("good great fine love nice best happy superb", p, " ");
+        split("bad awful poor hate worst sad boring broken", q, " ");
+        for (i = 0; i < n; i++) { y = int(rand() * 2); s = "";
+            for (k = 0; k < 12; k++) { r = rand();
+                w = r < 0.3 ? (y ? p[1 + int(rand() * 8)] : q[1 + int(rand() * 8)]) : "w" int(rand() * 3000);
+                s = s (k ? " " : "") w }
+            print y "\t" s } }' >"$1"
+}
