@@ -43,9 +43,10 @@
 #include "rpc/mt_rpc.h"
 #include "spmd/mt_spmd.h"
 
-#define SVC                  (&meshtrain__coordinator__descriptor)
-#define MAX_TASKS            64
-#define MAX_POINTS           8192 /* kept while the coordinator is unreachable (< its 10,000 per report) */
+#define SVC       (&meshtrain__coordinator__descriptor)
+#define MAX_TASKS 64
+/* metric points kept while the coordinator is unreachable (below its 10,000 per report) */
+#define MAX_POINTS           8192
 #define FLUSH_S              0.1
 #define CHUNK_BYTES          (4u << 20)
 #define CHUNK_TIMEOUT_MS     10000
@@ -53,9 +54,9 @@
 #define NET_WAIT_TRIES       600 /* x 100 ms */
 #define PEER_LOSS_WAIT_TRIES 200 /* x 100 ms */
 #define RETRY_S              1.0 /* metrics: next try after an unreachable coordinator */
-#define CKPT_RETRY_S                                                                               \
-    20.0 /* checkpoint transfers: retry while the coordinator restarts                             \
-            (below the peers' collective deadline) */
+/* checkpoint transfers: retry while the coordinator restarts (below the peers' collective
+ * deadline) */
+#define CKPT_RETRY_S 20.0
 
 typedef struct task_run task_run;
 
