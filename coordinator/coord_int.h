@@ -48,6 +48,7 @@ typedef struct coord_job {
     uint64_t step;             /* last step stored */
     uint64_t resume_step;      /* checkpoint step the current attempt resumes from */
     char resume_job[32];       /* whose checkpoint that is: "" = this job's, else init_from's */
+    int placed_devices;        /* devices of the last placed attempt (elastic: its batch size) */
     mt_store_placement *place; /* n_place = sum.n_devices when placed, else NULL */
     size_t n_place;
     coord_task *tasks; /* one per distinct worker of the placement */

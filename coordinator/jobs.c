@@ -234,6 +234,14 @@ static mt_code job_build_tasks(coord_job *j, const char *init_state)
     return MT_OK;
 }
 
+/* An elastic job runs its attempt on mesh batch=b (the summary says what is placed now). */
+static void job_set_batch(coord_job *j, uint32_t b)
+{
+    j->sum.mesh_sizes[0] = (int)b;
+    j->sum.n_devices = (int)b;
+    snprintf(j->sum.mesh_text, sizeof(j->sum.mesh_text), "batch=%u", b);
+}
+
 /* ------------------------------------------------------------------ load */
 
 static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
@@ -264,6 +272,8 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
         job_free(j);
         return mt_err_set(err, rc, "load jobs: out of memory");
     }
+    j->placed_devices = j->sum.n_devices; /* a reloaded RESTARTING job ran on the spec's mesh
+                                             or, if elastic, its size is unknown here */
     if (verr.code != MT_OK) {
         /* the spec was valid at submit; its data files may have moved since */
         char reason[300];
@@ -275,7 +285,17 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
         rc = mt_store_job_placement(c->store, j->job_id, &j->place, &j->n_place, err);
         if (rc != MT_OK)
             return rc;
+        if (j->sum.elastic_max_batch > 0 && j->n_place > 0)
+            job_set_batch(j, (uint32_t)j->n_place); /* an elastic restart resized it */
+        j->placed_devices = j->sum.n_devices;
         j->attempt = j->restarts + 1;
+        /* SCHEDULED: the assignment is sent again and must name the same resume checkpoint. No
+         * newer one can exist yet (training needs every task of the attempt running). */
+        if (j->state == MT_JOBSTATE_SCHEDULED && j->restarts > 0) {
+            mt_store_checkpoint ck;
+            if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK)
+                j->resume_step = ck.step;
+        }
         /* RUNNING tasks are re-attached; SCHEDULED ones get their assignment again */
         if (job_build_tasks(j, j->state == MT_JOBSTATE_SCHEDULED ? "" : "running") != MT_OK)
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "load jobs: out of memory");
@@ -441,7 +461,8 @@ static mt_code init_source(mt_coord *c, const mt_jobspec_summary *sum, uint64_t 
 }
 
 /* Place j on slots: placement + SCHEDULED in one transaction. */
-static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_sched_slot *slot)
+static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_sched_slot *slot,
+                         const char *note)
 {
     mt_store_placement *p = mt_calloc((size_t)j->sum.n_devices, sizeof(*p));
     mt_store_checkpoint ck;
@@ -475,11 +496,11 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     if ((rc = job_build_tasks(j, "")) != MT_OK)
         goto fail;
     nworkers = j->n_tasks;
-    snprintf(reason, sizeof(reason), "placed on %zu worker%s (attempt %u%s%s%s)", nworkers,
+    snprintf(reason, sizeof(reason), "placed on %zu worker%s (attempt %u%s%s%s%s)", nworkers,
              nworkers == 1 ? "" : "s", j->restarts + 1,
              j->resume_job[0] ? ", starting from the checkpoint of "
                               : (j->resume_step ? ", resuming from a checkpoint" : ""),
-             j->resume_job, j->resume_job[0] ? " (init_from)" : "");
+             j->resume_job, j->resume_job[0] ? " (init_from)" : "", note);
     if ((rc = mt_store_tx_begin(c->store, &err)) != MT_OK)
         goto fail;
     rc = mt_store_job_set_placement(c->store, j->job_id, p, j->n_place, &err);
@@ -495,12 +516,27 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     mt_log_info("job %s: %s -> SCHEDULED (%s)", j->job_id, mt_jobstate_name(j->state), reason);
     j->state = MT_JOBSTATE_SCHEDULED;
     j->attempt = j->restarts + 1;
+    j->placed_devices = j->sum.n_devices;
     snprintf(j->reason, sizeof(j->reason), "%s", reason);
     return MT_OK;
 fail:
     mt_log_error("job %s: start: %s", j->job_id, err.msg);
     job_release(j);
     return rc;
+}
+
+/*
+ * The batch size an elastic job restarts with: the largest one the free devices hold
+ * (free_now; 0 when it must wait its turn), else the largest the registered devices would hold
+ * (it then waits for them). 0 when even the registered devices hold none.
+ */
+static uint32_t elastic_batch(const coord_job *j, const free_map *m, size_t free_now)
+{
+    uint32_t lo = j->sum.elastic_min_batch, hi = j->sum.elastic_max_batch;
+    uint32_t ever = mt_sched_elastic_batch(lo, hi, j->sum.batch_size, m->registered);
+    uint32_t now = ever > 0 ? mt_sched_elastic_batch(lo, hi, j->sum.batch_size, free_now) : 0;
+
+    return now > 0 ? now : ever;
 }
 
 void coord_jobs_schedule(mt_coord *c)
@@ -526,7 +562,7 @@ void coord_jobs_schedule(mt_coord *c)
     for (size_t i = 0; i < n; i++) {
         coord_job *j = order[i];
         size_t need = (size_t)j->sum.n_devices, free_now = 0;
-        char reason[256];
+        char reason[256], note[128] = "";
         mt_sched_slot *slot;
         mt_code rc;
 
@@ -538,14 +574,31 @@ void coord_jobs_schedule(mt_coord *c)
                 continue;
             }
         }
+        for (size_t w = 0; w < m.n; w++)
+            free_now += m.pw[w].n_free;
+        if (j->state == MT_JOBSTATE_RESTARTING && j->sum.elastic_max_batch > 0) {
+            uint32_t b = elastic_batch(j, &m, blocker == NULL ? free_now : 0);
+            if (b == 0) {
+                snprintf(reason, sizeof(reason),
+                         "elastic: no batch size in %u..%u divides the global batch %llu and fits "
+                         "the %zu registered devices",
+                         j->sum.elastic_min_batch, j->sum.elastic_max_batch,
+                         (unsigned long long)j->sum.batch_size, m.registered);
+                job_set_reason(c, j, reason);
+                continue;
+            }
+            if (j->placed_devices > 0 && (int)b != j->placed_devices)
+                snprintf(note, sizeof(note), ", elastic: mesh batch=%u, was batch=%d", b,
+                         j->placed_devices);
+            job_set_batch(j, b);
+            need = b;
+        }
         if (need > m.registered) {
             snprintf(reason, sizeof(reason), "needs %zu devices, %zu registered", need,
                      m.registered);
             job_set_reason(c, j, reason);
             continue;
         }
-        for (size_t w = 0; w < m.n; w++)
-            free_now += m.pw[w].n_free;
         if (blocker != NULL) {
             snprintf(reason, sizeof(reason), "waiting behind %s (priority, then submission order)",
                      blocker);
@@ -558,7 +611,7 @@ void coord_jobs_schedule(mt_coord *c)
         rc = mt_sched_place(
             m.pw, m.n, need,
             (size_t)j->sum.mesh_sizes[j->sum.mesh_ndims > 0 ? j->sum.mesh_ndims - 1 : 0], slot);
-        if (rc == MT_OK && job_start(c, j, &m, slot) == MT_OK) {
+        if (rc == MT_OK && job_start(c, j, &m, slot, note) == MT_OK) {
             free_map_fini(&m);
             if (free_map_build(c, &m) != MT_OK) {
                 mt_free(slot);
@@ -1029,6 +1082,12 @@ static void get_job_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
     }
     fill_summary(NULL, &sum, &rec);
     spec_mesh(rec.spec_json, mesh, sizeof(mesh), &sum.devices);
+    if (npl > 0 && npl != sum.devices && strncmp(mesh, "batch=", 6) == 0 &&
+        strchr(mesh, ',') == NULL) {
+        /* an elastic job placed on another batch size than its spec says */
+        snprintf(mesh, sizeof(mesh), "batch=%zu", npl);
+        sum.devices = (uint32_t)npl;
+    }
     sum.mesh = mesh;
     for (size_t i = 0; i < nev; i++) {
         meshtrain__job_event__init(&pev[i]);

@@ -49,14 +49,20 @@
 #include "rpc/mt_rpc.h"
 #include "spmd/mt_spmd.h"
 
-#define SVC                  (&meshtrain__coordinator__descriptor)
-#define MAX_TASKS            64
-#define MAX_POINTS           256
+#define SVC       (&meshtrain__coordinator__descriptor)
+#define MAX_TASKS 64
+/* metric points kept while the coordinator is unreachable (below its 10,000 per report) */
+#define MAX_POINTS           8192
 #define FLUSH_S              0.1
 #define CHUNK_BYTES          (4u << 20)
+#define CHUNK_TIMEOUT_MS     10000
 #define COLL_DEADLINE_MS     30000
 #define NET_WAIT_TRIES       600 /* x 100 ms */
 #define PEER_LOSS_WAIT_TRIES 200 /* x 100 ms */
+#define RETRY_S              1.0 /* metrics: next try after an unreachable coordinator */
+/* checkpoint transfers: retry while the coordinator restarts (below the peers' collective
+ * deadline) */
+#define CKPT_RETRY_S 20.0
 
 typedef struct task_run task_run;
 
@@ -105,6 +111,7 @@ struct task_run {
     Meshtrain__MetricPoint *ptrs[MAX_POINTS];
     size_t npts;
     double last_flush;
+    double retry_at;    /* no report before this (the coordinator was unreachable) */
     int64_t meta_epoch; /* epoch whose epoch_steps/epochs were reported */
     bool report_warned;
     char dir[512];
@@ -214,15 +221,27 @@ static void set_state(task_run *r, const char *state, uint64_t step, const char 
                     mt_code_name(err.code), err.msg);
 }
 
-static void flush_metrics(task_run *r)
+/* The coordinator may come back (restart, network blip): worth retrying. */
+static bool transient(mt_code rc)
+{
+    return rc == MT_UNAVAILABLE || rc == MT_DEADLINE_EXCEEDED;
+}
+
+/*
+ * Report the buffered points. When the coordinator is unreachable they stay buffered and go out
+ * with a later report (a point is stored at most once per (job, step, name), so a report whose
+ * reply was lost may be sent again); other refusals drop them. force: ignore the retry pause.
+ */
+static void flush_metrics(task_run *r, bool force)
 {
     Meshtrain__ReportMetricsRequest req = MESHTRAIN__REPORT_METRICS_REQUEST__INIT;
     ProtobufCMessage *rep = NULL;
     mt_err err = MT_ERR_INIT;
     char wid[64];
+    mt_code rc;
 
     r->last_flush = now_s();
-    if (r->npts == 0 || r->cli == NULL)
+    if (r->npts == 0 || r->cli == NULL || (!force && r->last_flush < r->retry_at))
         return;
     pthread_mutex_lock(&r->tab->mu);
     snprintf(wid, sizeof(wid), "%s", r->tab->worker_id);
@@ -233,13 +252,24 @@ static void flush_metrics(task_run *r)
     req.job_id = r->job_id;
     req.points = r->ptrs;
     req.n_points = r->npts;
-    if (mt_rpc_client_call(r->cli, SVC, "ReportMetrics", &req.base, &rep, r->tab->rpc_timeout_ms,
-                           &err) == MT_OK) {
+    rc = mt_rpc_client_call(r->cli, SVC, "ReportMetrics", &req.base, &rep, r->tab->rpc_timeout_ms,
+                            &err);
+    if (rc == MT_OK) {
         protobuf_c_message_free_unpacked(rep, NULL);
-    } else if (!r->report_warned) {
-        mt_log_warn("job %s: ReportMetrics: %s: %s (points dropped)", r->job_id,
-                    mt_code_name(err.code), err.msg);
-        r->report_warned = true;
+        if (r->report_warned)
+            mt_log_info("job %s: ReportMetrics: delivered again", r->job_id);
+        r->report_warned = false;
+        r->retry_at = 0;
+        r->npts = 0;
+        return;
+    }
+    if (!r->report_warned)
+        mt_log_warn("job %s: ReportMetrics: %s: %s (%s)", r->job_id, mt_code_name(rc), err.msg,
+                    transient(rc) ? "points kept for the next report" : "points dropped");
+    r->report_warned = true;
+    if (transient(rc)) {
+        r->retry_at = now_s() + RETRY_S;
+        return;
     }
     r->npts = 0;
 }
@@ -249,7 +279,12 @@ static void add_point(task_run *r, const char *name, uint64_t step, int64_t epoc
     Meshtrain__MetricPoint *p;
 
     if (r->npts == MAX_POINTS)
-        flush_metrics(r);
+        flush_metrics(r, true);
+    if (r->npts == MAX_POINTS) { /* still unreachable: the oldest half gives way */
+        memmove(&r->pts[0], &r->pts[MAX_POINTS / 2], (MAX_POINTS / 2) * sizeof(r->pts[0]));
+        r->npts = MAX_POINTS / 2;
+        mt_log_warn("job %s: %d unreported metric points dropped", r->job_id, MAX_POINTS / 2);
+    }
     p = &r->pts[r->npts++];
     meshtrain__metric_point__init(p);
     p->name = (char *)name; /* static strings */
@@ -257,6 +292,42 @@ static void add_point(task_run *r, const char *name, uint64_t step, int64_t epoc
     p->epoch = (uint32_t)epoch;
     p->value = v;
     p->time_ms = wall_ms();
+}
+
+/* One upload of buf[0..size) as checkpoint (job, step), chunk by chunk from offset 0. */
+static mt_code upload_pass(task_run *r, const unsigned char *buf, size_t size, uint64_t step,
+                           const char *sum, mt_err *err)
+{
+    char wid[64];
+    mt_code rc = MT_OK;
+
+    pthread_mutex_lock(&r->tab->mu);
+    snprintf(wid, sizeof(wid), "%s", r->tab->worker_id);
+    pthread_mutex_unlock(&r->tab->mu);
+    for (size_t off = 0; rc == MT_OK;) {
+        Meshtrain__PutCheckpointChunkRequest req = MESHTRAIN__PUT_CHECKPOINT_CHUNK_REQUEST__INIT;
+        ProtobufCMessage *rep = NULL;
+        size_t n = size - off < CHUNK_BYTES ? size - off : CHUNK_BYTES;
+        req.worker_id = wid;
+        req.job_id = r->job_id;
+        req.step = step;
+        req.offset = off;
+        req.data.data = (uint8_t *)buf + off;
+        req.data.len = n;
+        req.last = off + n == size;
+        req.total_size = (uint64_t)size;
+        req.checksum = req.last ? (char *)sum : (char *)"";
+        rc = mt_rpc_client_call(r->cli, SVC, "PutCheckpointChunk", &req.base, &rep,
+                                CHUNK_TIMEOUT_MS, err);
+        if (rc == MT_OK)
+            protobuf_c_message_free_unpacked(rep, NULL);
+        if (rc == MT_ALREADY_EXISTS && off > 0)
+            rc = MT_FAILED_PRECONDITION; /* only the first chunk proves the file is stored */
+        off += n;
+        if (req.last)
+            break;
+    }
+    return rc;
 }
 
 /* Upload the checkpoint file at path as (job, step) in chunks with its CRC-32. */
@@ -267,7 +338,7 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
     unsigned char *buf = NULL;
     long size;
     uLong crc = crc32(0L, Z_NULL, 0);
-    char wid[64], sum[32];
+    char sum[32];
     mt_code rc = MT_OK;
 
     if (f == NULL)
@@ -285,28 +356,18 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
     fclose(f);
     crc = crc32(crc, buf, (uInt)size);
     snprintf(sum, sizeof(sum), "crc32:%08lx", (unsigned long)crc);
-    pthread_mutex_lock(&r->tab->mu);
-    snprintf(wid, sizeof(wid), "%s", r->tab->worker_id);
-    pthread_mutex_unlock(&r->tab->mu);
-    for (size_t off = 0; rc == MT_OK;) {
-        Meshtrain__PutCheckpointChunkRequest req = MESHTRAIN__PUT_CHECKPOINT_CHUNK_REQUEST__INIT;
-        ProtobufCMessage *rep = NULL;
-        size_t n = (size_t)size - off < CHUNK_BYTES ? (size_t)size - off : CHUNK_BYTES;
-        req.worker_id = wid;
-        req.job_id = r->job_id;
-        req.step = step;
-        req.offset = off;
-        req.data.data = buf + off;
-        req.data.len = n;
-        req.last = off + n == (size_t)size;
-        req.total_size = (uint64_t)size;
-        req.checksum = req.last ? sum : (char *)"";
-        rc = mt_rpc_client_call(r->cli, SVC, "PutCheckpointChunk", &req.base, &rep, 30000, err);
-        if (rc == MT_OK)
-            protobuf_c_message_free_unpacked(rep, NULL);
-        off += n;
-        if (req.last)
+    /* a coordinator restart forgets the upload (start again at 0); ALREADY_EXISTS on the first
+     * chunk: the last chunk of an earlier pass was stored and only its reply was lost */
+    for (double until = now_s() + CKPT_RETRY_S;;) {
+        rc = upload_pass(r, buf, (size_t)size, step, sum, err);
+        if (rc == MT_ALREADY_EXISTS)
+            rc = MT_OK;
+        if (rc == MT_OK || !(transient(rc) || rc == MT_FAILED_PRECONDITION) || now_s() >= until ||
+            atomic_load(&r->cancel) || atomic_load(&r->term))
             break;
+        mt_log_warn("job %s: checkpoint step %llu: upload: %s: %s (retrying from offset 0)",
+                    r->job_id, (unsigned long long)step, mt_code_name(rc), err->msg);
+        usleep(200 * 1000);
     }
     mt_free(buf);
     if (rc == MT_OK)
@@ -315,8 +376,8 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
     return rc;
 }
 
-/* Download checkpoint (r->resume_job, step) into path. */
-static mt_code download(task_run *r, uint64_t step, const char *path, mt_err *err)
+/* Download checkpoint (r->resume_job, step) into path, once. */
+static mt_code download_pass(task_run *r, uint64_t step, const char *path, mt_err *err)
 {
     FILE *f = fopen(path, "wb");
     uint64_t off = 0;
@@ -333,7 +394,7 @@ static mt_code download(task_run *r, uint64_t step, const char *path, mt_err *er
         req.offset = off;
         req.max_bytes = CHUNK_BYTES;
         rc = mt_rpc_client_call(r->cli, SVC, "GetCheckpointChunk", &req.base,
-                                (ProtobufCMessage **)&rep, 30000, err);
+                                (ProtobufCMessage **)&rep, CHUNK_TIMEOUT_MS, err);
         if (rc != MT_OK)
             break;
         if (rep->data.len > 0 && fwrite(rep->data.data, 1, rep->data.len, f) != rep->data.len)
@@ -347,6 +408,23 @@ static mt_code download(task_run *r, uint64_t step, const char *path, mt_err *er
     if (fclose(f) != 0 && rc == MT_OK)
         rc = mt_err_set(err, MT_INTERNAL, "resume checkpoint %s: write failed", path);
     return rc;
+}
+
+/* Download checkpoint (job, step) into path, again from offset 0 while the coordinator is
+ * unreachable (restarting) for up to CKPT_RETRY_S. */
+static mt_code download(task_run *r, uint64_t step, const char *path, mt_err *err)
+{
+    mt_code rc;
+
+    for (double until = now_s() + CKPT_RETRY_S;;) {
+        rc = download_pass(r, step, path, err);
+        if (rc == MT_OK || !transient(rc) || now_s() >= until || atomic_load(&r->cancel) ||
+            atomic_load(&r->term))
+            return rc;
+        mt_log_warn("job %s: resume checkpoint step %llu: %s: %s (retrying)", r->job_id,
+                    (unsigned long long)step, mt_code_name(rc), err->msg);
+        usleep(200 * 1000);
+    }
 }
 
 /* ------------------------------------------------------------------ runner: training hooks */
@@ -377,7 +455,7 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
             add_point(r, "eval_accuracy", (uint64_t)p->step, p->epoch, p->test_accuracy);
         }
         if (p->event != MT_TRAIN_STEP || now_s() - r->last_flush >= FLUSH_S)
-            flush_metrics(r);
+            flush_metrics(r, false);
     }
     if (atomic_load(&r->cancel))
         return MT_CANCELLED;
@@ -564,7 +642,13 @@ static mt_code run_task(task_run *r, mt_err *err)
              ? run_pipeline(r, spec, mesh, cfg.layouts, &ro, &res, err)
              : mt_spmd_run_data(spec, mesh, cfg.layouts, &ro, &train, &test, in_rank, in_shape,
                                 on_progress, r, &res, err);
-    flush_metrics(r);
+    /* the last points: keep trying while the coordinator may be restarting */
+    for (double until = now_s() + CKPT_RETRY_S;
+         r->npts > 0 && now_s() < until && !atomic_load(&r->term);) {
+        flush_metrics(r, true);
+        if (r->npts > 0)
+            usleep(200 * 1000);
+    }
     if (rc == MT_OK)
         mt_log_info("job %s: finished: %lld steps, test accuracy %.4f, %.0f examples/s", r->job_id,
                     (long long)res.steps, res.test_accuracy, res.examples_per_sec);

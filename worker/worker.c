@@ -288,7 +288,9 @@ static void do_heartbeat(mt_worker *w)
     if (w->rc == MT_OK) {
         w->reregister = rep->reregister;
         snprintf(w->got_instance, sizeof(w->got_instance), "%s", rep->coordinator_instance);
-        worker_tasks_reported(w->tasks, req.tasks, req.n_tasks);
+        /* a coordinator that asks us to register again has not applied the statuses */
+        if (!rep->reregister)
+            worker_tasks_reported(w->tasks, req.tasks, req.n_tasks);
         for (size_t i = 0; i < rep->n_cancellations; i++)
             worker_on_cancel(w->tasks, rep->cancellations[i]);
         for (size_t i = 0; i < rep->n_assignments; i++)

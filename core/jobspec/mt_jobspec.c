@@ -76,16 +76,22 @@ static mt_code check_sections(const cJSON *root, mt_jobspec_summary *s, mt_err *
             return rc;
     }
     if ((n = cJSON_GetObjectItemCaseSensitive(root, "elastic")) != NULL) {
-        uint32_t lo = 1, hi = 0;
+        uint32_t lo = 1, hi = 65536;
         if (!cJSON_IsObject(n))
             return mt_err_set(err, MT_INVALID_ARGUMENT, "elastic: must be an object");
         if ((rc = only_keys(n, "elastic", el_keys, err)) != MT_OK ||
             (rc = get_uint(n, "min_batch", "elastic", 1, 65536, &lo, err)) != MT_OK ||
             (rc = get_uint(n, "max_batch", "elastic", 1, 65536, &hi, err)) != MT_OK)
             return rc;
-        if (hi != 0 && hi < lo)
+        if (hi < lo)
             return mt_err_set(err, MT_INVALID_ARGUMENT,
                               "elastic.max_batch: %u is smaller than min_batch %u", hi, lo);
+        /* only a purely data-parallel mesh (one "batch" dimension) resizes; others keep their
+         * mesh on a restart (the section is accepted and ignored) */
+        if (s->mesh_ndims == 1 && strcmp(s->mesh_names[0], "batch") == 0) {
+            s->elastic_min_batch = lo;
+            s->elastic_max_batch = hi;
+        }
     }
     if ((n = cJSON_GetObjectItemCaseSensitive(root, "init_from")) != NULL) {
         const cJSON *job = cJSON_GetObjectItemCaseSensitive(n, "job");

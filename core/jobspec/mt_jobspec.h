@@ -56,6 +56,10 @@ typedef struct mt_jobspec_summary {
     uint32_t max_restarts;               /* "restart.max_restarts", default 3 */
     char init_job[32];  /* "init_from.job": start from that job's checkpoint; "" = fresh */
     uint32_t init_step; /* "init_from.step"; 0 = that job's latest complete checkpoint */
+    /* "elastic" bounds (defaults 1 and 65536); both 0 when the spec has no "elastic" section or
+     * its mesh is not purely data-parallel (one dimension, named "batch"): it is then ignored */
+    uint32_t elastic_min_batch;
+    uint32_t elastic_max_batch;
 } mt_jobspec_summary;
 
 /*

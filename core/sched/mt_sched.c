@@ -60,3 +60,16 @@ mt_code mt_sched_place(const mt_sched_worker *workers, size_t nw, size_t n_devic
     mt_free(used);
     return MT_OK;
 }
+
+uint32_t mt_sched_elastic_batch(uint32_t min_batch, uint32_t max_batch, uint64_t global_batch,
+                                size_t devices)
+{
+    uint64_t hi = max_batch < devices ? max_batch : devices;
+
+    if (min_batch < 1)
+        min_batch = 1;
+    for (uint64_t b = hi; b >= min_batch && b > 0; b--)
+        if (global_batch % b == 0)
+            return (uint32_t)b;
+    return 0;
+}

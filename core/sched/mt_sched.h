@@ -43,4 +43,13 @@ typedef struct mt_sched_slot {
 mt_code mt_sched_place(const mt_sched_worker *workers, size_t nw, size_t n_devices, size_t inner,
                        mt_sched_slot *out);
 
+/*
+ * The batch-axis size of an elastic data-parallel job (mesh {"batch": b}, spec section
+ * "elastic") when `devices` devices are available: the largest b in [min_batch, max_batch] with
+ * b <= devices that divides global_batch (each replica then gets global_batch / b examples, and
+ * the steps, their order and the checkpoints stay those of the job). 0 when none fits.
+ */
+uint32_t mt_sched_elastic_batch(uint32_t min_batch, uint32_t max_batch, uint64_t global_batch,
+                                size_t devices);
+
 #endif

@@ -51,6 +51,8 @@ static void test_jobspec_valid_summary(void **state)
     assert_int_equal(s.max_restarts, 5);
     assert_string_equal(s.init_job, "job-000003");
     assert_int_equal(s.init_step, 76);
+    assert_int_equal(s.elastic_min_batch, 0); /* no "elastic" */
+    assert_int_equal(s.elastic_max_batch, 0);
     /* dense_1.kernel (784x64) halved over model; the rest replicated; Adam: two slots */
     uint64_t w = (784 * 64 / 2 + 64 + 64 * 10 + 10) * 4;
     assert_int_equal(s.weight_bytes_per_device, w);
@@ -75,6 +77,31 @@ static void test_jobspec_defaults_and_steps_cap(void **state)
     assert_int_equal(s.input_shape[0], 28);
     assert_int_equal(s.ckpt_keep, 3);
     assert_int_equal(s.ckpt_every_steps, 0);
+}
+
+static void test_jobspec_elastic_bounds(void **state)
+{
+    mt_jobspec_summary s;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+
+    /* a data-parallel mesh: the bounds, max defaults to 65536 */
+    assert_int_equal(check(", \"mesh\": {\"batch\": 2}, \"elastic\": {\"min_batch\": 1, "
+                           "\"max_batch\": 4}",
+                           &s, &err),
+                     MT_OK);
+    assert_int_equal(s.elastic_min_batch, 1);
+    assert_int_equal(s.elastic_max_batch, 4);
+    assert_int_equal(check(", \"elastic\": {\"min_batch\": 2}", &s, &err), MT_OK);
+    assert_int_equal(s.elastic_min_batch, 2);
+    assert_int_equal(s.elastic_max_batch, 65536);
+    /* another mesh keeps its shape: accepted, ignored */
+    assert_int_equal(check(", \"mesh\": {\"batch\": 2, \"model\": 2}, \"elastic\": {}", &s, &err),
+                     MT_OK);
+    assert_int_equal(s.elastic_min_batch, 0);
+    assert_int_equal(s.elastic_max_batch, 0);
+    assert_int_equal(check(", \"mesh\": {\"data\": 2}, \"elastic\": {}", &s, &err), MT_OK);
+    assert_int_equal(s.elastic_max_batch, 0);
 }
 
 static const struct {
@@ -173,6 +200,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jobspec_valid_summary),
         cmocka_unit_test(test_jobspec_defaults_and_steps_cap),
+        cmocka_unit_test(test_jobspec_elastic_bounds),
         cmocka_unit_test(test_jobspec_invalid_specs_name_the_path),
         cmocka_unit_test(test_jobspec_model_and_syntax_errors),
     };

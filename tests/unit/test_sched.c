@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* test_sched.c — mt_sched_place: gang placement keeping innermost mesh groups on one worker. */
+/* test_sched.c — mt_sched_place: gang placement keeping innermost mesh groups on one worker;
+ * mt_sched_elastic_batch: the batch size of an elastic job. */
 #include "mt_test.h"
 
 #include <string.h>
@@ -95,6 +96,22 @@ static void test_sched_deterministic_and_prefers_previous_worker(void **state)
     assert_int_not_equal(a[0].worker, a[4].worker);
 }
 
+static void test_sched_elastic_batch(void **state)
+{
+    (void)state;
+    /* the largest size the devices allow, within the bounds */
+    assert_int_equal(mt_sched_elastic_batch(1, 2, 64, 1), 1);
+    assert_int_equal(mt_sched_elastic_batch(1, 2, 64, 2), 2);
+    assert_int_equal(mt_sched_elastic_batch(1, 2, 64, 8), 2);
+    assert_int_equal(mt_sched_elastic_batch(1, 8, 64, 6), 4); /* 6 and 5 do not divide 64 */
+    assert_int_equal(mt_sched_elastic_batch(2, 8, 96, 7), 6);
+    /* nothing fits: fewer devices than min_batch, or no size in the bounds divides the batch */
+    assert_int_equal(mt_sched_elastic_batch(2, 4, 64, 1), 0);
+    assert_int_equal(mt_sched_elastic_batch(3, 3, 64, 8), 0);
+    assert_int_equal(mt_sched_elastic_batch(1, 4, 64, 0), 0);
+    assert_int_equal(mt_sched_elastic_batch(0, 4, 64, 3), 2); /* min 0 counts as 1 */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -104,6 +121,7 @@ int main(void)
         cmocka_unit_test(test_sched_not_enough_devices),
         cmocka_unit_test(test_sched_invalid_arguments),
         cmocka_unit_test(test_sched_deterministic_and_prefers_previous_worker),
+        cmocka_unit_test(test_sched_elastic_batch),
     };
     return MT_RUN_TESTS(tests);
 }
