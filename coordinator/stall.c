@@ -211,14 +211,21 @@ static int any_inside(const coord_job *j)
     return 0;
 }
 
-/* Every rank reported and every worker of j heartbeated recently. */
+/* Every rank reported, some rank entered a collective of this attempt (before that the workers
+ * are opening their input pipelines or restoring a checkpoint, which may take a while), and every
+ * worker of j heartbeated recently. */
 static int all_alive_and_known(mt_coord *c, const coord_job *j, int64_t now)
 {
     int64_t fresh = COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms);
+    int started = 0;
 
-    for (size_t r = 0; r < j->n_place; r++)
+    for (size_t r = 0; r < j->n_place; r++) {
         if (!j->devs[r].known)
             return 0;
+        started |= j->devs[r].op[0] != '\0';
+    }
+    if (!started)
+        return 0;
     for (size_t t = 0; t < j->n_tasks; t++) {
         coord_worker *w = coord_worker_find(c, j->tasks[t].worker_id);
         if (w == NULL || strcmp(w->rec.state, "alive") != 0 || now - w->last_seen_mono_ms > fresh)

@@ -136,7 +136,7 @@ grep -q "$JOB attempt 2: starting with 1 of 2 devices here (resume step [1-9]" "
 loaded() { grep -q "$JOB: resuming from checkpoint step" "$T/wa.log" &&
     grep -q "$JOB: resuming from checkpoint step" "$T/wc.log"; }
 wait_for 30 "wa and wc loaded the checkpoint" loaded
-RESUME=$(sed -n "s/.*$JOB: resuming from checkpoint step \([0-9]*\)$/\1/p" "$T/wa.log" | tail -1)
+RESUME=$(sed -n "s/.*$JOB: resuming from checkpoint step \([0-9]*\) of .*$/\1/p" "$T/wa.log" | tail -1)
 [ -n "$RESUME" ] || fail "no resume step in wa.log"
 # 5. during a checkpoint upload: the coordinator is frozen (SIGSTOP) before the next checkpoint
 # step, the worker holding rank 0 writes the checkpoint and starts uploading it, then kill -9
