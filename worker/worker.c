@@ -102,7 +102,8 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
         worker_task_env env = {o->coordinator, o->token, NULL, o->rpc_timeout_ms, o->data_roots};
         mt_err nerr = MT_ERR_INIT;
         mt_code rc;
-        if (mt_coll_net_new(url, &w->net, &nerr) != MT_OK) /* register anyway (monitoring) */
+        /* the shared token also guards the data plane: peers prove it on every connection */
+        if (mt_coll_net_new_auth(url, o->token, &w->net, &nerr) != MT_OK) /* register anyway */
             mt_log_error("data plane %s: %s: %s; this worker cannot run tasks", url,
                          mt_code_name(nerr.code), nerr.msg);
         env.net = w->net;

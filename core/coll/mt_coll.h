@@ -109,6 +109,21 @@ void mt_coll_reference_allreduce(const float *const *inputs, int p, size_t n, fl
  */
 mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err);
 
+/*
+ * As mt_coll_net_new, with the job's shared data-plane token (borrowed, copied;
+ * NULL or "" = none, at most 255 bytes). tcp:// and ipc:// use the direct
+ * socket transport, whose every connection starts with a handshake: the dialer
+ * proves the token (HMAC-SHA-256 of the listener's nonce, the job id and its
+ * address, keyed with the token) before any tensor frame is read. A listener
+ * with a token refuses a dialer with another token (or none): the dialer's
+ * collective fails with UNAUTHENTICATED naming the listener, and a member of
+ * the listener's process waiting for the refused process's data fails with
+ * UNAUTHENTICATED naming it. nng+tcp:// and nng+ipc:// select the nng
+ * transport (no handshake: the token is not checked there).
+ * Codes as mt_coll_net_new; INVALID_ARGUMENT for a token longer than 255 bytes.
+ */
+mt_code mt_coll_net_new_auth(const char *url, const char *token, mt_coll_net **out, mt_err *err);
+
 /* The bound address ("tcp://127.0.0.1:41234"), borrowed from net. */
 const char *mt_coll_net_addr(const mt_coll_net *net);
 
