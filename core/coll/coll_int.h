@@ -175,9 +175,13 @@ mt_code coll__raw_listen(const char *url, const char *token, const coll_raw_cbs 
                          coll_raw **out, char *addr, size_t cap, mt_err *err);
 /* Stop accepting, end every connection, join every thread. NULL: no-op. */
 void coll__raw_free(coll_raw *r);
-/* Connect to url and authenticate (retrying until the deadline); *fd_out owned by the caller. */
+/*
+ * Connect to url and authenticate, retrying a refused connection until the deadline
+ * unless give_up(arg) (may be NULL) says the peer is gone; *fd_out owned by the caller.
+ */
 mt_code coll__raw_dial(const char *url, const char *my_addr, uint64_t job, const char *token,
-                       int64_t deadline_ns, int *fd_out, mt_err *err);
+                       int64_t deadline_ns, int (*give_up)(void *), void *arg, int *fd_out,
+                       mt_err *err);
 /* Write hdr then data fully before the deadline (DEADLINE_EXCEEDED / UNAVAILABLE). */
 mt_code coll__raw_write(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
                         int64_t deadline_ns, mt_err *err);

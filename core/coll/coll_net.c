@@ -538,6 +538,12 @@ int coll__net_is_raw(const mt_coll_world *w)
  * write leaves a partial frame: the connection is closed (the next send dials
  * again; the peer saw it end).
  */
+/* Dial retries stop once the peer is known lost (its connection to us ended). */
+static int peer_gone(void *arg)
+{
+    return atomic_load(&((coll_peer *)arg)->down_ns) != 0;
+}
+
 static mt_code raw_send(mt_coll_world *w, int proc, const void *hdr, const void *data, size_t bytes,
                         int64_t deadline_ns, mt_err *err)
 {
@@ -548,7 +554,7 @@ static mt_code raw_send(mt_coll_world *w, int proc, const void *hdr, const void 
     if (!pe->open) {
         int fd;
         rc = coll__raw_dial(w->proc_addr[proc], w->net->addr, w->opts.job_id, w->net->token,
-                            deadline_ns, &fd, &e);
+                            deadline_ns, peer_gone, pe, &fd, &e);
         if (rc == MT_OK) {
             pe->fd = fd;
             pthread_mutex_lock(&w->net->mu);

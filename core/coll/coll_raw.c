@@ -420,7 +420,8 @@ void coll__raw_free(coll_raw *r)
 /* --------------------------------------------------------------- dialer */
 
 mt_code coll__raw_dial(const char *url, const char *my_addr, uint64_t job, const char *token,
-                       int64_t deadline_ns, int *fd_out, mt_err *err)
+                       int64_t deadline_ns, int (*give_up)(void *), void *arg, int *fd_out,
+                       mt_err *err)
 {
     struct sockaddr_storage sa;
     socklen_t sl;
@@ -449,6 +450,9 @@ mt_code coll__raw_dial(const char *url, const char *my_addr, uint64_t job, const
         if (e == 0)
             break;
         close(fd);
+        if (give_up != NULL && give_up(arg))
+            return mt_err_set(err, MT_UNAVAILABLE, "%s not reachable (%s) and lost", url,
+                              strerror(e));
         if (coll__now_ns() >= deadline_ns)
             return mt_err_set(err, MT_DEADLINE_EXCEEDED, "%s not reachable: %s", url, strerror(e));
         usleep(10000);

@@ -819,12 +819,12 @@ static int take_abort(coll_ctx *x, mt_code *rc)
 /*
  * A send to another process failed: a member that failed first may have told
  * us why (its ABORT, e.g. a mismatch, explains the closed connection better).
- * Wait up to COLL_GRACE_NS for such an ABORT; 1 and its code in *rc if one came.
+ * Wait up to grace_ns for such an ABORT; 1 and its code in *rc if one came.
  */
-static int abort_explains(coll_ctx *x, mt_code *rc)
+static int abort_explains(coll_ctx *x, int64_t grace_ns, mt_code *rc)
 {
     mt_coll_comm *c = x->c;
-    int64_t until = coll__now_ns() + COLL_GRACE_NS;
+    int64_t until = coll__now_ns() + grace_ns;
     int got = 0;
     pthread_mutex_lock(&c->mu);
     while (!(got = take_abort(x, rc)) && coll__now_ns() < until) {
@@ -959,7 +959,8 @@ static mt_code send_seg(coll_ctx *x, int dst, const coll_hdr *h, const float *da
         coll__hdr_encode(h, hb);
         mt_code rc = coll__net_send_buf(x->c, w->proc_of[dst], hb, data, bytes, x->deadline_ns, &e);
         mt_code arc;
-        if (rc == MT_UNAVAILABLE && abort_explains(x, &arc))
+        if ((rc == MT_UNAVAILABLE || rc == MT_DEADLINE_EXCEEDED) &&
+            abort_explains(x, rc == MT_UNAVAILABLE ? COLL_GRACE_NS : 0, &arc))
             return arc;
         if (rc != MT_OK)
             return ctx_fail(x, rc, "send to rank %d (%s): %s", dst, rank_addr(w, dst), e.msg);
