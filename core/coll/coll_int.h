@@ -5,10 +5,11 @@
  *
  * Message path: every hop is one nng_msg (72-byte header + float payload).
  * A hop to a rank of this process pushes the message straight into the
- * receiver's inbox (shared memory); a hop to another process sends it on a
- * push socket dialed to that process's listener, whose receive callback pushes
- * it into the destination comm's inbox. Inboxes are one FIFO per source rank,
- * so per-source order is preserved and the algorithms never see the transport.
+ * receiver's inbox (shared memory); a hop to another process writes it on the
+ * direct socket dialed to that process's listener (coll_raw.c), whose reader
+ * thread pushes it into the destination comm's inbox (or, with nng+ addresses,
+ * sends it on a push socket whose pull side's receive callback does the same). Inboxes are one FIFO
+ * per source rank, so per-source order is preserved and the algorithms never see the transport.
  *
  * Locking: net->mu (current world, pending messages, pipe map) is taken before
  * a comm's mu, never after. A comm's mu guards its queues and abort state.

@@ -1,6 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * coll_net.c — the data-plane transport between processes, over nng.
+ * coll_net.c — the data-plane endpoint of a process and its transports.
+ *
+ * tcp:// and ipc:// addresses use the direct-socket transport of coll_raw.c
+ * (token handshake, one reader thread per connection, synchronous writes); this
+ * file routes its frames and lost connections into the same paths as nng's
+ * (net_handle, pipe_lost) and dials it per peer process (raw_send). The rest of
+ * this comment describes the nng transport, used for nng+tcp:// and nng+ipc://.
  *
  * Each process has one mt_coll_net: a PULL socket listening on the process's
  * data-plane address with one receive aio always outstanding; its callback (on

@@ -8,8 +8,9 @@
  * caller derives from mesh coordinates (this module does not depend on
  * core/mesh). A world (mt_coll_world) holds the devices of one job that live
  * in this process; each device gets one communicator (mt_coll_comm). Devices of
- * other processes are reached through an mt_coll_net (nng pull listener + push
- * sockets); devices of this process exchange messages in shared memory.
+ * other processes are reached through an mt_coll_net (tcp:// or ipc:// direct
+ * sockets with a token handshake, or nng+tcp:// / nng+ipc:// nng push/pull);
+ * devices of this process exchange messages in shared memory.
  *
  * REDUCTION ORDER (the determinism guarantee). For a group g[0..p-1] and n
  * floats, the buffer is split into p chunks: chunk c has n/p elements plus one
@@ -102,7 +103,8 @@ void mt_coll_reference_allreduce(const float *const *inputs, int p, size_t n, fl
 
 /*
  * Open a process's data-plane endpoint listening on url ("tcp://HOST:PORT",
- * port 0 = ephemeral, or "ipc:///path"), and start receiving.
+ * port 0 = ephemeral, or "ipc:///path": the direct transport; "nng+tcp://…" or
+ * "nng+ipc://…": nng), and start receiving. No token (see mt_coll_net_new_auth).
  * *out is owned by the caller (mt_coll_net_free). Codes: INVALID_ARGUMENT (bad
  * url), UNAVAILABLE (cannot listen), RESOURCE_EXHAUSTED.
  * A net serves one world at a time (one job's data plane per process endpoint).
