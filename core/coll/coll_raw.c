@@ -281,6 +281,7 @@ static void *conn_main(void *arg)
     }
     if (ok && !atomic_load(&r->closing))
         r->cb.lost(r->cb.arg, k->id);
+    shutdown(k->fd, SHUT_RDWR); /* the dialer sees the end now; the fd is closed when reaped */
     atomic_store(&k->done, 1);
     return NULL;
 }

@@ -9,11 +9,16 @@
  */
 #include "mt_test.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -748,6 +753,72 @@ static void test_coll_net_wrong_token_is_unauthenticated(void **state)
     }
 }
 
+/* A raw TCP client of a direct listener at tcp://127.0.0.1:PORT (5 s receive timeout). */
+static int raw_client(const char *addr)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    const char *colon = strrchr(addr, ':');
+    struct timeval tv = {.tv_sec = 5};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0 && colon != NULL);
+    sa.sin_port = htons((uint16_t)atoi(colon + 1));
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* 1 when the listener closed the connection (EOF or reset) within the receive timeout. */
+static int closed_by_peer(int fd)
+{
+    char b[64];
+    ssize_t n;
+    while ((n = recv(fd, b, sizeof(b), 0)) > 0)
+        ;
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/*
+ * Bad input on the direct transport: bytes that are not a hello, and after a valid
+ * hello (no token set: any MAC) a frame with a bad magic or an oversized length.
+ * Each connection is closed by the listener at once (not only when reaped).
+ */
+static void test_coll_net_direct_rejects_bad_frames(void **state)
+{
+    mt_coll_net *net;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &net, &err), MT_OK);
+    const char *addr = mt_coll_net_addr(net);
+    for (int t = 0; t < 3; t++) {
+        int fd = raw_client(addr);
+        unsigned char chal[20], hello[46] = {0}, frame[72] = {0};
+        uint32_t magic = 0x4844544du, code = 99, cmagic = 0x4c43544du;
+        uint64_t job_id = 1, len = t == 1 ? 1 : ((uint64_t)1 << 40);
+        assert_int_equal(recv(fd, chal, sizeof(chal), MSG_WAITALL), (ssize_t)sizeof(chal));
+        if (t == 0) { /* garbage instead of the hello */
+            memset(hello, 0x41, sizeof(hello));
+            assert_int_equal(send(fd, hello, sizeof(hello), 0), (ssize_t)sizeof(hello));
+            assert_true(closed_by_peer(fd));
+            close(fd);
+            continue;
+        }
+        memcpy(hello, &magic, 4);
+        memcpy(hello + 4, &job_id, 8);
+        assert_int_equal(send(fd, hello, sizeof(hello), 0), (ssize_t)sizeof(hello));
+        assert_int_equal(recv(fd, &code, 4, MSG_WAITALL), 4);
+        assert_int_equal(code, 0);
+        /* t == 1: bad magic; t == 2: a DATA frame claiming 2^40 floats */
+        memcpy(frame, t == 1 ? &magic : &cmagic, 4);
+        frame[4] = 1;
+        memcpy(frame + 64, &len, 8);
+        assert_int_equal(send(fd, frame, sizeof(frame), 0), (ssize_t)sizeof(frame));
+        assert_true(closed_by_peer(fd));
+        close(fd);
+    }
+    mt_coll_net_free(net);
+}
+
 static void test_coll_net_ipc_bit_identical_to_local(void **state)
 {
     char a[128], b[128];
@@ -881,6 +952,7 @@ int main(void)
         cmocka_unit_test(test_coll_net_nng_tcp_bit_identical_to_local),
         cmocka_unit_test(test_coll_hmac_sha256_rfc4231),
         cmocka_unit_test(test_coll_net_wrong_token_is_unauthenticated),
+        cmocka_unit_test(test_coll_net_direct_rejects_bad_frames),
         cmocka_unit_test(test_coll_net_lost_peer_is_named),
         cmocka_unit_test(test_coll_net_deadline_names_silent_member),
         cmocka_unit_test(test_coll_net_invalid_arguments),
