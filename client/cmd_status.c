@@ -5,6 +5,7 @@
  */
 #include <getopt.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "client/jobs_util.h"
 
@@ -15,6 +16,8 @@ static void print_text(const Meshtrain__GetJobReply *r)
 
     printf("job       %s%s%s\n", s->job_id, s->name[0] ? "  " : "", s->name);
     printf("state     %s%s%s\n", s->state, s->reason[0] ? " - " : "", s->reason);
+    if (strcmp(s->state, "STALLED") == 0) /* the reason is the hang diagnosis (docs/jobs.md) */
+        printf("stalled   alive but not advancing: %s\n", s->reason);
     if (r->error[0])
         printf("error     %s\n", r->error);
     printf("mesh      %s (%u devices), priority %d, restarts %u\n", s->mesh, s->devices,
@@ -60,6 +63,10 @@ static int print_json(const Meshtrain__GetJobReply *r)
     cJSON *root = mt_cli_job_summary_json(r->job), *a;
 
     cJSON_AddStringToObject(root, "error", r->error);
+    if (strcmp(r->job->state, "STALLED") == 0)
+        cJSON_AddStringToObject(root, "diagnosis", r->job->reason);
+    else
+        cJSON_AddNullToObject(root, "diagnosis");
     cJSON_AddStringToObject(root, "metrics_address", r->metrics_address);
     cJSON_AddItemToObject(root, "spec", cJSON_Parse(r->spec_json));
     a = cJSON_AddArrayToObject(root, "events");

@@ -18,15 +18,20 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: meshtrain submit JOB.json [--name N] [--priority P] [--mesh M] [--follow]\n\n"
-            "Submit a job spec to the coordinator and print its id. The spec is validated\n"
-            "first (as `meshtrain plan` does); errors name the JSON path of the field.\n\n"
-            "  --name N       a label (default: the spec's \"name\")\n"
-            "  --priority P   higher starts first (default 0)\n"
-            "  --mesh M       run on this mesh instead of the spec's (\"batch=4\")\n"
-            "  --follow       then follow it as `meshtrain watch` does (exit 0 when it\n"
-            "                 succeeds, 1 when it fails or is cancelled)\n");
+    fprintf(out, "usage: meshtrain submit JOB.json [--name N] [--priority P] [--mesh M]\n"
+                 "                        [--follow | --wait [--timeout S]]\n\n"
+                 "Submit a job spec to the coordinator and print its id. The spec is validated\n"
+                 "first (as `meshtrain plan` does); errors name the JSON path of the field.\n\n"
+                 "  --name N       a label (default: the spec's \"name\")\n"
+                 "  --priority P   higher starts first (default 0)\n"
+                 "  --mesh M       run on this mesh instead of the spec's (\"batch=4\")\n"
+                 "  --follow       then follow it as `meshtrain watch` does (exit 0 when it\n"
+                 "                 succeeds, 1 when it fails or is cancelled)\n"
+                 "  --wait         then block until the job ends without drawing progress: print\n"
+                 "                 the final state line; exit 0 when it succeeds, 1 when it\n"
+                 "                 fails or is cancelled (for scripts and batch jobs)\n"
+                 "  --timeout S    with --wait: give up after S seconds (exit 3, the job keeps\n"
+                 "                 running)\n");
 }
 
 /* Replace the spec's "mesh" by the --mesh text ("batch=4,model=2"); *spec is replaced. */
@@ -71,10 +76,12 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
     static const struct option opts[] = {
         {"name", required_argument, NULL, 'n'}, {"priority", required_argument, NULL, 'p'},
         {"mesh", required_argument, NULL, 'm'}, {"follow", no_argument, NULL, 'f'},
+        {"wait", no_argument, NULL, 'w'},       {"timeout", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0},
     };
     const char *mesh = NULL;
-    bool follow = false;
+    bool follow = false, wait_end = false;
+    double timeout_s = 0.0;
     char job_id[64];
     Meshtrain__SubmitJobRequest req = MESHTRAIN__SUBMIT_JOB_REQUEST__INIT;
     Meshtrain__SubmitJobReply *rep = NULL;
@@ -101,6 +108,14 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
         case 'f':
             follow = true;
             break;
+        case 'w':
+            wait_end = true;
+            break;
+        case 't':
+            timeout_s = strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || !(timeout_s > 0.0) || timeout_s > 1e7)
+                return mt_cli_usage_error("submit", "--timeout '%s': expected seconds > 0", optarg);
+            break;
         case 'h':
             usage(stdout);
             return MT_EXIT_OK;
@@ -110,6 +125,10 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
     }
     if (optind + 1 != argc)
         return mt_cli_usage_error("submit", "expected one JOB.json argument");
+    if (follow && wait_end)
+        return mt_cli_usage_error("submit", "--follow and --wait exclude each other");
+    if (timeout_s > 0.0 && !wait_end)
+        return mt_cli_usage_error("submit", "--timeout needs --wait");
     if (mt_cli_read_file(argv[optind], &spec, &len, &err) != MT_OK)
         return mt_cli_fail(&err);
     if (mesh != NULL && with_mesh(&spec, mesh, &err) != MT_OK) {
@@ -126,5 +145,7 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
     snprintf(job_id, sizeof(job_id), "%s", rep->job_id);
     protobuf_c_message_free_unpacked(&rep->base, NULL);
     mt_free(spec);
+    if (wait_end)
+        return mt_cli_wait(g, job_id, (int64_t)(timeout_s * 1000.0));
     return follow ? mt_cli_follow(g, job_id, false) : MT_EXIT_OK;
 }

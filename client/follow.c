@@ -6,6 +6,9 @@
  * is step - (epoch - 1) * S where S is the longest epoch_steps seen (every epoch but a capped
  * last one has the full length). An epoch's line is closed when its eval results arrive or the
  * next epoch begins, so history pages that span several epochs print every epoch.
+ * mt_cli_wait runs the same loop in the quiet mode: points are read and dropped, only the final
+ * state is printed, and an optional deadline bounds the wait. In every mode a stream that stays
+ * silent for 5 s is backed by a GetJob, so a missed final event cannot make the CLI wait forever.
  */
 #include "client/follow.h"
 
@@ -15,13 +18,17 @@
 #include <unistd.h>
 
 #include "client/jobs_util.h"
+#include "clock/mt_clock.h"
 #include "rpc/mt_rpc.h"
 #include "watch/mt_watch.h"
 
-#define BAR_WIDTH 30
+#define BAR_WIDTH     30
+#define STATE_POLL_MS 5000 /* GetJob after this long without a stream event */
+
+typedef enum follow_mode { FOLLOW_BAR, FOLLOW_JSON, FOLLOW_QUIET } follow_mode;
 
 typedef struct view {
-    bool tty, json;
+    bool tty, json, quiet;
     int64_t epochs, epoch, epoch_steps, full;
     uint64_t step, drawn; /* latest step; the step of the last plain line */
     double loss, acc, eval_loss, eval_acc;
@@ -116,6 +123,8 @@ static void apply(view *v, const mt_watch_event *ev)
 {
     bool stepped = false;
 
+    if (v->quiet)
+        return;
     for (size_t i = 0; i < ev->n_points; i++) {
         const mt_watch_point *p = &ev->points[i];
         if (v->json) {
@@ -159,7 +168,36 @@ static void apply(view *v, const mt_watch_event *ev)
         draw(v, false);
 }
 
-int mt_cli_follow(const mt_cli_global *g, const char *job_id, bool json)
+/*
+ * The stream's final event can be missed (PUB/SUB drops it while the subscriber is
+ * reconnecting, or a restarted coordinator publishes on a new port): after STATE_POLL_MS without
+ * an event, ask GetJob. True, with ev filled as a final event, when the job has ended; RPC
+ * failures count as "not known to have ended" (the wait goes on; --timeout bounds it).
+ */
+static bool ended_by_status(const mt_cli_global *g, const char *job_id, mt_watch_event *ev)
+{
+    Meshtrain__GetJobRequest req = MESHTRAIN__GET_JOB_REQUEST__INIT;
+    Meshtrain__GetJobReply *rep = NULL;
+    bool ended = false;
+
+    req.job_id = (char *)job_id;
+    if (mt_cli_call(g, "GetJob", &req.base, (ProtobufCMessage **)&rep, NULL) != MT_OK)
+        return false;
+    if (rep->job != NULL &&
+        (strcmp(rep->job->state, "SUCCEEDED") == 0 || strcmp(rep->job->state, "FAILED") == 0 ||
+         strcmp(rep->job->state, "CANCELLED") == 0)) {
+        memset(ev, 0, sizeof(*ev));
+        ev->final = true;
+        snprintf(ev->state, sizeof(ev->state), "%s", rep->job->state);
+        snprintf(ev->error, sizeof(ev->error), "%s", rep->error ? rep->error : "");
+        ended = true;
+    }
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    return ended;
+}
+
+static int follow_job(const mt_cli_global *g, const char *job_id, follow_mode mode,
+                      int64_t timeout_ms)
 {
     mt_rpc_client *cli = NULL;
     mt_watch *w = NULL;
@@ -168,20 +206,40 @@ int mt_cli_follow(const mt_cli_global *g, const char *job_id, bool json)
     view v;
     mt_code rc;
     int code = MT_EXIT_FAILED;
+    int64_t deadline = timeout_ms > 0 ? mt_clock_mono_ms() + timeout_ms : 0;
+    int64_t next_poll = mt_clock_mono_ms() + STATE_POLL_MS;
+    bool json = mode == FOLLOW_JSON;
 
     memset(&v, 0, sizeof(v));
     v.tty = isatty(STDOUT_FILENO);
     v.json = json;
+    v.quiet = mode == FOLLOW_QUIET;
     if ((rc = mt_cli_connect(g, &cli, &err)) != MT_OK ||
         (rc = mt_watch_open(cli, job_id, 0, g->timeout_ms, &w, &err)) != MT_OK) {
         mt_rpc_client_close(cli);
         return mt_cli_fail(&err);
     }
     for (;;) {
-        rc = mt_watch_next(w, 1000, &ev, &err);
+        int64_t left = deadline > 0 ? deadline - mt_clock_mono_ms() : 1000;
+        if (left <= 0) {
+            if (v.line_open)
+                printf("\n");
+            mt_err_set(&err, MT_DEADLINE_EXCEEDED, "job %s did not end within %.1f s", job_id,
+                       (double)timeout_ms / 1000.0);
+            code = mt_cli_fail(&err);
+            break;
+        }
+        rc = mt_watch_next(w, left < 1000 ? (int)left : 1000, &ev, &err);
         if (rc == MT_DEADLINE_EXCEEDED) {
             mt_err_clear(&err);
-            continue;
+            if (mt_clock_mono_ms() < next_poll)
+                continue;
+            next_poll = mt_clock_mono_ms() + STATE_POLL_MS;
+            if (!ended_by_status(g, job_id, &ev))
+                continue;
+            rc = MT_OK;
+        } else {
+            next_poll = mt_clock_mono_ms() + STATE_POLL_MS;
         }
         if (rc != MT_OK) {
             if (v.line_open)
@@ -208,4 +266,14 @@ int mt_cli_follow(const mt_cli_global *g, const char *job_id, bool json)
     mt_watch_close(w);
     mt_rpc_client_close(cli);
     return code;
+}
+
+int mt_cli_follow(const mt_cli_global *g, const char *job_id, bool json)
+{
+    return follow_job(g, job_id, json ? FOLLOW_JSON : FOLLOW_BAR, 0);
+}
+
+int mt_cli_wait(const mt_cli_global *g, const char *job_id, int64_t timeout_ms)
+{
+    return follow_job(g, job_id, FOLLOW_QUIET, timeout_ms);
 }

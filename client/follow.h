@@ -8,12 +8,15 @@
  * with the epoch's time and the eval results, and prints the final state; elsewhere it prints
  * one plain line per update. The progress bar needs the metrics the worker's task runner
  * reports (epochs, epoch_steps, loss, accuracy, eval_loss, eval_accuracy; worker/task.c).
- * Threading: the CLI's main thread. Tests: tests/integration/test_e2e.sh.
+ * `submit --wait` uses the same stream without drawing anything (mt_cli_wait).
+ * Threading: the CLI's main thread. Tests: tests/integration/test_e2e.sh,
+ * tests/integration/test_submit_wait.sh.
  */
 #ifndef MT_CLIENT_FOLLOW_H
 #define MT_CLIENT_FOLLOW_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "client/cli.h"
 
@@ -23,5 +26,15 @@
  * when it FAILED or was CANCELLED, or the exit code of a connection/lookup failure (printed).
  */
 int mt_cli_follow(const mt_cli_global *g, const char *job_id, bool json);
+
+/*
+ * Block until job_id (borrowed) ends, printing nothing but the final state line
+ * ("job ID SUCCEEDED", or "job ID FAILED: error"). timeout_ms > 0 bounds the wait: when the
+ * job has not ended by then it prints "meshtrain: DEADLINE_EXCEEDED: ..." and returns
+ * MT_EXIT_UNREACHABLE (3); 0 waits as long as the job runs. Returns MT_EXIT_OK when the job
+ * SUCCEEDED, MT_EXIT_FAILED when it FAILED or was CANCELLED, or the exit code of a
+ * connection/lookup failure (printed).
+ */
+int mt_cli_wait(const mt_cli_global *g, const char *job_id, int64_t timeout_ms);
 
 #endif

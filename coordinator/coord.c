@@ -126,6 +126,7 @@ static void on_stop(uv_async_t *h)
 static void on_sweep(uv_timer_t *t)
 {
     coord_workers_sweep(t->data);
+    coord_stall_sweep(t->data);
     coord_jobs_schedule(t->data);
 }
 

@@ -37,15 +37,17 @@ typedef struct mt_coord_opts {
     size_t max_msg_bytes;
     const char *dashboard_dir;  /* dashboard assets; NULL = source tree or install location */
     const char *metrics_listen; /* metrics PUB address; NULL = RPC host, ephemeral port */
-    int sync_full; /* 1 (default): fsync every commit, an acknowledged write survives a power
-                      loss too; 0: WAL with synchronous=NORMAL, which survives kill -9 of the
-                      coordinator with far fewer fsyncs */
+    int sync_full;        /* 1 (default): fsync every commit, an acknowledged write survives a power
+                             loss too; 0: WAL with synchronous=NORMAL, which survives kill -9 of the
+                             coordinator with far fewer fsyncs */
+    int stall_timeout_ms; /* a RUNNING job none of whose devices advanced this long while its
+                             workers heartbeat becomes STALLED (docs/jobs.md); 0 = off */
 } mt_coord_opts;
 
 #define MT_COORD_OPTS_DEFAULTS                                                                     \
     {                                                                                              \
         "tcp://127.0.0.1:7400", "127.0.0.1:7480", "./meshtrain-state", NULL, 1000, 10000,          \
-            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1                                                  \
+            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1, 10000                                           \
     }
 
 /*

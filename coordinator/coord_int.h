@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/stall.h"
 #include "coordinator/stats.h"
 #include "jobspec/mt_jobspec.h"
 #include "proto/coordinator.pb-c.h"
@@ -50,6 +51,10 @@ typedef struct coord_job {
     size_t n_place;
     coord_task *tasks; /* one per distinct worker of the placement */
     size_t n_tasks;
+    coord_stall_dev *devs;      /* [n_place] device progress from heartbeats (stall.c), or NULL */
+    uint64_t prog_sig;          /* signature of devs when it last changed */
+    int64_t prog_mono_ms;       /* ... and when */
+    int64_t stall_note_mono_ms; /* STALLED: when the diagnosis was last stored */
 } coord_job;
 
 struct mt_coord {
@@ -123,12 +128,21 @@ void coord_jobs_heartbeat(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
                           Meshtrain__HeartbeatReply *rep);
 void coord_jobs_heartbeat_done(Meshtrain__HeartbeatReply *rep);
 coord_job *coord_job_find(mt_coord *c, const char *job_id);
+/* job state change / reason update as the scheduler does them (store first); a final state frees j
+ */
+mt_code coord_job_move(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason);
+void coord_job_note(mt_coord *c, coord_job *j, const char *reason);
 mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step);
 void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call);
 void coord_handle_get_job(mt_coord *c, mt_rpc_call *call);
 void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call);
 void coord_handle_cancel_job(mt_coord *c, mt_rpc_call *call);
 void coord_handle_update_task(mt_coord *c, mt_rpc_call *call);
+
+/* ---- stall.c ---- */
+/* record the device progress of one heartbeat task status from worker_id */
+void coord_stall_apply(mt_coord *c, const char *worker_id, const Meshtrain__TaskStatus *t);
+void coord_stall_sweep(mt_coord *c); /* STALLED detection and recovery; sweep timer */
 
 /* ---- metrics.c ---- */
 mt_code coord_metrics_open(mt_coord *c, mt_err *err); /* the PUB socket */
@@ -139,6 +153,11 @@ void coord_metrics_publish(mt_coord *c, const char *job_id,
 void coord_handle_report_metrics(mt_coord *c, mt_rpc_call *call); /* queues; flushed below */
 void coord_metrics_flush(mt_coord *c); /* store queued reports in one commit, then reply */
 void coord_handle_get_metrics(mt_coord *c, mt_rpc_call *call);
+/* Proto views of the stored points pts[0..n) for a reply: *p gets n + 1 points and *pp
+ * n + 1 pointers to them, both owned (mt_free, also after a failure); names are borrowed
+ * from pts. Codes: RESOURCE_EXHAUSTED. */
+mt_code coord_metric_points(const mt_store_metric *pts, size_t n, Meshtrain__MetricPoint **p,
+                            Meshtrain__MetricPoint ***pp);
 
 /* ---- ckpt.c ---- */
 void coord_handle_put_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);

@@ -6,10 +6,11 @@
  * How it fits: http.c authenticates and routes GET /api/v1/... here. Every
  * endpoint reads SQLite through the HTTP side's read-only connection while
  * holding its mutex (coord_http__store_lock), builds JSON with cJSON (the
- * metric history, which can hold 100,000 points, is written straight into a
- * buffer as columns instead: about 5x faster, bench/bench_http.c), and
- * returns. Errors are JSON: {"error": {"code", "http_status", "message"}};
- * unknown paths 404, bad query values 400, a database that cannot be read 503.
+ * metric history, which can hold 100,000 points, is streamed from
+ * mt_store_metrics_scan into per-series columns and written straight into a
+ * buffer instead, bench/bench_http.c), and returns. Errors are JSON: {"error": {"code",
+ * "http_status", "message"}}; unknown paths 404, bad query values 400, a database that cannot be
+ * read 503.
  *
  * Threading: nng HTTP threads; no loop state is touched.
  * Tests: tests/integration/test_http_api.sh.
@@ -174,6 +175,11 @@ static cJSON *job_json(const mt_store_job *j)
     else
         cJSON_AddNullToObject(o, "progress");
     cJSON_AddStringToObject(o, "reason", j->reason);
+    /* hang diagnosis (docs/jobs.md): a STALLED job's reason names the device that never entered */
+    if (strcmp(j->state, "STALLED") == 0)
+        cJSON_AddStringToObject(o, "diagnosis", j->reason);
+    else
+        cJSON_AddNullToObject(o, "diagnosis");
     cJSON_AddStringToObject(o, "error", j->error);
     cJSON_AddNumberToObject(o, "restarts", j->restarts);
     return o;
@@ -309,36 +315,122 @@ done:
     mt_store_checkpoints_free(ck);
 }
 
-/*
- * Keep at most max_points points of each series (0 = all): an even stride that keeps the
- * first and the last point; dropped points get idx 255. Returns the points kept.
- */
-static size_t decimate(unsigned char *idx, size_t n, size_t max_points)
-{
-    size_t cnt[MAX_SERIES] = {0}, seen[MAX_SERIES] = {0}, kept = 0;
+/* One metric series being collected: steps and values as columns. */
+typedef struct metric_series {
+    char name[sizeof(((mt_store_metric *)0)->name)];
+    uint64_t *step;
+    double *value;
+    size_t n, cap;
+} metric_series;
 
-    for (size_t i = 0; i < n; i++)
-        if (idx[i] != 255)
-            cnt[idx[i]]++;
-    for (size_t i = 0; i < n; i++) {
-        unsigned k = idx[i];
-        if (k == 255)
-            continue;
-        if (max_points > 0 && cnt[k] > max_points) {
-            size_t stride = (cnt[k] + max_points - 2) / (max_points - 1); /* incl. the last */
-            size_t j = seen[k]++;
-            if (j % stride != 0 && j != cnt[k] - 1) {
-                idx[i] = 255;
-                continue;
-            }
+/* The series of one answer, filled from the store's scan (series by series) or from a
+ * limited query (points by step, names interleaved). */
+typedef struct metric_cols {
+    metric_series s[MAX_SERIES];
+    size_t n_series;
+    size_t last; /* series the previous point went to */
+    int oom;
+} metric_cols;
+
+/* mt_store_metric_fn: append p to its series; stops with CANCELLED after MAX_SERIES names. */
+static mt_code cols_add(void *arg, const mt_store_metric_ref *p)
+{
+    metric_cols *c = arg;
+    metric_series *se;
+    size_t k = c->last;
+
+    if (k >= c->n_series || strcmp(c->s[k].name, p->name) != 0) {
+        for (k = 0; k < c->n_series && strcmp(c->s[k].name, p->name) != 0; k++)
+            ;
+        if (k == c->n_series) {
+            if (k == MAX_SERIES)
+                return MT_CANCELLED; /* the answer is capped at MAX_SERIES series */
+            size_t len = strnlen(p->name, sizeof(c->s[k].name) - 1);
+            memcpy(c->s[k].name, p->name, len);
+            c->s[k].name[len] = '\0';
+            c->n_series++;
         }
-        kept++;
+        c->last = k;
     }
-    return kept;
+    se = &c->s[k];
+    if (se->n == se->cap) {
+        size_t cap = se->cap ? se->cap * 2 : 1024;
+        uint64_t *st = mt_realloc(se->step, cap * sizeof(*st));
+        if (st != NULL)
+            se->step = st;
+        double *v = st ? mt_realloc(se->value, cap * sizeof(*v)) : NULL;
+        if (v == NULL) {
+            c->oom = 1;
+            return MT_RESOURCE_EXHAUSTED;
+        }
+        se->value = v;
+        se->cap = cap;
+    }
+    se->step[se->n] = p->step;
+    se->value[se->n++] = p->value;
+    return MT_OK;
+}
+
+static void cols_free(metric_cols *c)
+{
+    if (c == NULL)
+        return;
+    for (size_t k = 0; k < c->n_series; k++) {
+        mt_free(c->s[k].step);
+        mt_free(c->s[k].value);
+    }
+    mt_free(c);
+}
+
+static int cmp_series(const void *a, const void *b)
+{
+    return strcmp(((const metric_series *)a)->name, ((const metric_series *)b)->name);
 }
 
 /*
- * The metric history as columns per name:
+ * Keep at most max_points points of series se (0 = all): an even stride that keeps the first
+ * and the last point. Returns the stride (1 = every point).
+ */
+static size_t series_stride(const metric_series *se, size_t max_points)
+{
+    if (max_points == 0 || se->n <= max_points)
+        return 1;
+    return (se->n + max_points - 2) / (max_points - 1); /* incl. the last */
+}
+
+static int kept(size_t j, size_t n, size_t stride)
+{
+    return j % stride == 0 || j == n - 1;
+}
+
+/* Fill c with the points the query asks for. */
+static mt_code metrics_collect(mt_store *s, const char *id, uint64_t since_step,
+                               const char *const *names, size_t n_names, size_t limit,
+                               metric_cols *c, mt_err *err)
+{
+    mt_store_metric *pts = NULL;
+    size_t n = 0;
+    mt_code rc;
+
+    if (limit == 0) { /* the common case: stream the series straight from SQLite */
+        rc = mt_store_metrics_scan(s, id, since_step, names, n_names, 0, cols_add, c, err);
+        return rc == MT_CANCELLED ? MT_OK : rc;
+    }
+    /* "the lowest steps first" across names: the store merges the series by step */
+    rc = mt_store_metrics_query(s, id, since_step, names, n_names, limit, &pts, &n, err);
+    for (size_t i = 0; rc == MT_OK && i < n; i++) {
+        mt_store_metric_ref p = {pts[i].step, pts[i].epoch, pts[i].name, pts[i].value,
+                                 pts[i].time_ms};
+        mt_code add = cols_add(c, &p);
+        if (add == MT_RESOURCE_EXHAUSTED)
+            rc = add;
+    }
+    mt_store_metrics_free(pts);
+    return rc;
+}
+
+/*
+ * The metric history as columns per name (series in name order):
  * {"job_id": ..., "since_step": N, "last_step": M|null, "count": n,
  *  "series": {"loss": {"step": [...], "value": [...]}, ...}}
  */
@@ -346,11 +438,12 @@ static void api_metrics(mt_store *s, const char *id, const char *query, coord_ht
 {
     char since[32] = "", names_s[1024] = "", limit_s[32] = "", maxp_s[32] = "";
     char *names[MAX_NAMES];
-    size_t n_names = 0, n = 0;
-    uint64_t since_step = 0, limit = 0, max_points = 0;
-    mt_store_metric *pts = NULL;
+    size_t n_names = 0, n_out = 0;
+    uint64_t since_step = 0, limit = 0, max_points = 0, last_step = 0;
+    metric_cols *c = NULL;
     mt_store_job j;
     mt_err err = MT_ERR_INIT;
+    mt_code rc;
     int q;
 
     if ((q = query_get(query, "since_step", since, sizeof(since))) < 0 ||
@@ -377,7 +470,7 @@ static void api_metrics(mt_store *s, const char *id, const char *query, coord_ht
         char *comma = strchr(p, ',');
         if (comma != NULL)
             *comma = '\0';
-        if (*p == '\0' || strlen(p) >= sizeof(pts->name) || n_names == MAX_NAMES) {
+        if (*p == '\0' || strlen(p) >= sizeof(c->s[0].name) || n_names == MAX_NAMES) {
             bad_param(r, "names", p, "expected up to 32 comma-separated names of 1..63 bytes");
             return;
         }
@@ -389,30 +482,30 @@ static void api_metrics(mt_store *s, const char *id, const char *query, coord_ht
         return;
     }
     mt_store_job_fini(&j);
-    if (mt_store_metrics_query(s, id, since_step, (const char *const *)names, n_names,
-                               (size_t)limit, &pts, &n, &err) != MT_OK) {
-        store_error(r, &err);
-        return;
-    }
-    /* distinct names in order of first appearance (points come by step, then name), and
-     * each point's name index, so the columns are written without comparing strings */
-    const char *seen[MAX_SERIES];
-    size_t n_seen = 0;
-    unsigned char *idx = n ? mt_malloc(n) : NULL;
-    if (n > 0 && idx == NULL) {
-        mt_store_metrics_free(pts);
+    c = mt_calloc(1, sizeof(*c));
+    if (c == NULL) {
         coord_http__error(r, 503, MT_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        size_t k = 0;
-        while (k < n_seen && strcmp(seen[k], pts[i].name) != 0)
-            k++;
-        if (k == n_seen && n_seen < MAX_SERIES)
-            seen[n_seen++] = pts[i].name;
-        idx[i] = (unsigned char)(k < MAX_SERIES ? k : 255); /* 255: beyond MAX_SERIES, dropped */
+    rc = metrics_collect(s, id, since_step, (const char *const *)names, n_names, (size_t)limit, c,
+                         &err);
+    if (rc != MT_OK || c->oom) {
+        if (c->oom)
+            coord_http__error(r, 503, MT_RESOURCE_EXHAUSTED, "out of memory");
+        else
+            store_error(r, &err);
+        cols_free(c);
+        return;
     }
-    size_t n_out = decimate(idx, n, (size_t)max_points);
+    qsort(c->s, c->n_series, sizeof(c->s[0]), cmp_series);
+    for (size_t k = 0; k < c->n_series; k++) {
+        const metric_series *se = &c->s[k];
+        size_t stride = series_stride(se, (size_t)max_points);
+        for (size_t i = 0; i < se->n; i++)
+            n_out += kept(i, se->n, stride) ? 1 : 0;
+        if (se->n > 0 && se->step[se->n - 1] > last_step)
+            last_step = se->step[se->n - 1];
+    }
     coord_buf *b = &r->body;
     coord_buf_puts(b, "{\"job_id\":");
     coord_buf_json_str(b, id);
@@ -421,44 +514,40 @@ static void api_metrics(mt_store *s, const char *id, const char *query, coord_ht
     coord_buf_puts(b, ",\"count\":");
     coord_buf_u64(b, n_out);
     coord_buf_puts(b, ",\"last_step\":");
-    if (n > 0)
-        coord_buf_u64(b, pts[n - 1].step);
+    if (n_out > 0)
+        coord_buf_u64(b, last_step);
     else
         coord_buf_puts(b, "null");
     coord_buf_puts(b, ",\"series\":{");
-    for (size_t k = 0; k < n_seen; k++) {
-        int first = 1;
+    for (size_t k = 0; k < c->n_series; k++) {
+        const metric_series *se = &c->s[k];
+        size_t stride = series_stride(se, (size_t)max_points);
         coord_buf_puts(b, k ? "," : "");
-        coord_buf_json_str(b, seen[k]);
+        coord_buf_json_str(b, se->name);
         coord_buf_puts(b, ":{\"step\":[");
-        for (size_t i = 0; i < n; i++) {
-            if (idx[i] != k)
+        for (size_t i = 0; i < se->n; i++) {
+            if (!kept(i, se->n, stride))
                 continue;
-            if (!first)
+            if (i > 0)
                 coord_buf_add(b, ",", 1);
-            coord_buf_u64(b, pts[i].step);
-            first = 0;
+            coord_buf_u64(b, se->step[i]);
         }
         coord_buf_puts(b, "],\"value\":[");
-        first = 1;
-        for (size_t i = 0; i < n; i++) {
-            if (idx[i] != k)
+        for (size_t i = 0; i < se->n; i++) {
+            if (!kept(i, se->n, stride))
                 continue;
-            if (!first)
+            if (i > 0)
                 coord_buf_add(b, ",", 1);
-            coord_buf_json_num(b, pts[i].value);
-            first = 0;
+            coord_buf_json_num(b, se->value[i]);
         }
         coord_buf_puts(b, "]}");
     }
-    mt_free(idx);
+    cols_free(c);
     coord_buf_puts(b, "}}\n");
-    mt_store_metrics_free(pts);
     r->status = 200;
     r->content_type = "application/json; charset=utf-8";
 }
 
-/* Devices of every worker and the job (in a state that holds devices) placed on each. */
 static void api_mesh(mt_store *s, coord_http_reply *r)
 {
     mt_store_worker *ws = NULL;

@@ -68,8 +68,11 @@ static void job_release(coord_job *j)
 {
     mt_free(j->place);
     mt_free(j->tasks);
+    mt_free(j->devs);
     j->place = NULL;
     j->tasks = NULL;
+    j->devs = NULL;
+    j->prog_sig = 0;
     j->n_place = j->n_tasks = 0;
 }
 
@@ -142,6 +145,18 @@ static mt_code job_transition(mt_coord *c, coord_job *j, mt_jobstate to, const c
         job_remove(c, j);
     }
     return MT_OK;
+}
+
+mt_code coord_job_move(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason)
+{
+    return job_transition(c, j, to, reason);
+}
+
+static void job_set_reason(mt_coord *c, coord_job *j, const char *reason);
+
+void coord_job_note(mt_coord *c, coord_job *j, const char *reason)
+{
+    job_set_reason(c, j, reason);
 }
 
 static void job_set_reason(mt_coord *c, coord_job *j, const char *reason)
@@ -568,6 +583,10 @@ static int apply_task(mt_coord *c, const char *worker_id, const Meshtrain__TaskS
     }
     if (!running && strcmp(t->state, "succeeded") != 0)
         return 0; /* unknown state word: ignore */
+    if (j->state == MT_JOBSTATE_STALLED &&
+        job_transition(c, j, MT_JOBSTATE_RUNNING,
+                       "progress resumed: a task reported a new step or state") != MT_OK)
+        return 0;
     snprintf(task->state, sizeof(task->state), "%s", t->state);
     for (size_t i = 0; i < j->n_tasks; i++)
         n_state += strcmp(j->tasks[i].state, "") != 0;
@@ -941,11 +960,10 @@ static void get_job_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
     ppev = mt_calloc(nev + 1, sizeof(*ppev));
     ppl = mt_calloc(npl + 1, sizeof(*ppl));
     pppl = mt_calloc(npl + 1, sizeof(*pppl));
-    pmx = mt_calloc(nmx + 1, sizeof(*pmx));
-    ppmx = mt_calloc(nmx + 1, sizeof(*ppmx));
     pck = mt_calloc(nck + 1, sizeof(*pck));
     ppck = mt_calloc(nck + 1, sizeof(*ppck));
-    if (!pev || !ppev || !ppl || !pppl || !pmx || !ppmx || !pck || !ppck) {
+    if (!pev || !ppev || !ppl || !pppl || !pck || !ppck ||
+        coord_metric_points(mx, nmx, &pmx, &ppmx) != MT_OK) {
         mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
         goto out;
     }
@@ -967,15 +985,6 @@ static void get_job_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
         ppl[i].coords = pl[i].coords;
         ppl[i].n_coords = pl[i].n_coords;
         pppl[i] = &ppl[i];
-    }
-    for (size_t i = 0; i < nmx; i++) {
-        meshtrain__metric_point__init(&pmx[i]);
-        pmx[i].step = mx[i].step;
-        pmx[i].epoch = mx[i].epoch;
-        pmx[i].name = mx[i].name;
-        pmx[i].value = mx[i].value;
-        pmx[i].time_ms = mx[i].time_ms;
-        ppmx[i] = &pmx[i];
     }
     for (size_t i = 0; i < nck; i++) {
         meshtrain__checkpoint_info__init(&pck[i]);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/stall.h"
 #include "log/mt_log.h"
 
 static void usage(FILE *out)
@@ -31,6 +32,10 @@ static void usage(FILE *out)
             "  --token-file F            require the token in F (mode 0600) on every call\n"
             "  --heartbeat-ms N          heartbeat interval told to workers (default 1000)\n"
             "  --heartbeat-timeout-ms N  mark a worker lost after N ms of silence (default 10000)\n"
+            "  --stall-timeout-ms N      mark a running job STALLED when none of its devices\n"
+            "                            advanced for N ms while its workers heartbeat (default\n"
+            "                            10000, raised to 3 x --heartbeat-ms + 2000 when that is\n"
+            "                            more; 0 disables)\n"
             "  --max-message-bytes N     largest request accepted (default 67108864)\n"
             "  --fsync MODE              'full' (default): an acknowledged write survives a\n"
             "                            power loss (an fsync per commit); 'normal': it survives\n"
@@ -62,6 +67,7 @@ int main(int argc, char **argv)
         {"token-file", required_argument, NULL, 't'},
         {"heartbeat-ms", required_argument, NULL, 'i'},
         {"heartbeat-timeout-ms", required_argument, NULL, 'o'},
+        {"stall-timeout-ms", required_argument, NULL, 'T'},
         {"max-message-bytes", required_argument, NULL, 'm'},
         {"dashboard-dir", required_argument, NULL, 'D'},
         {"log-level", required_argument, NULL, 'l'},
@@ -77,7 +83,7 @@ int main(int argc, char **argv)
     mt_log_level level = MT_LOG_INFO;
     mt_coord *c = NULL;
     long v;
-    int ch;
+    int ch, stall_set = 0;
 
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
@@ -121,6 +127,12 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'T':
+            if (parse_int("--stall-timeout-ms", optarg, 0, 3600000, &v) != 0)
+                return 2;
+            o.stall_timeout_ms = (int)v;
+            stall_set = 1;
+            break;
         case 'P':
             o.metrics_listen = optarg;
             break;
@@ -150,6 +162,17 @@ int main(int argc, char **argv)
     if (o.heartbeat_timeout_ms <= o.heartbeat_interval_ms) {
         fprintf(stderr, "meshtrain-coordinator: --heartbeat-timeout-ms must exceed "
                         "--heartbeat-ms\n");
+        return 2;
+    }
+    if (!stall_set && o.stall_timeout_ms <= COORD_STALL_FRESH_MS(o.heartbeat_interval_ms))
+        o.stall_timeout_ms = (int)COORD_STALL_FRESH_MS(o.heartbeat_interval_ms) + 1000;
+    if (o.stall_timeout_ms > 0 &&
+        o.stall_timeout_ms <= COORD_STALL_FRESH_MS(o.heartbeat_interval_ms)) {
+        fprintf(stderr,
+                "meshtrain-coordinator: --stall-timeout-ms %d must exceed 3 x --heartbeat-ms + "
+                "1000 (%lld), so that a stopped worker is seen as silent before its job could be "
+                "called STALLED\n",
+                o.stall_timeout_ms, (long long)COORD_STALL_FRESH_MS(o.heartbeat_interval_ms));
         return 2;
     }
     mt_log_set_level(level);

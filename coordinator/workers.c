@@ -299,6 +299,8 @@ void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call)
             snprintf(w->rec.devices[i].health, sizeof(w->rec.devices[i].health), "%s",
                      r->devices[i]->health);
     }
+    for (size_t i = 0; i < r->n_tasks; i++)
+        coord_stall_apply(c, r->worker_id, r->tasks[i]);
     coord_jobs_heartbeat(c, r, &rep);
     mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
     coord_jobs_heartbeat_done(&rep);

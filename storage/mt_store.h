@@ -43,7 +43,7 @@
 typedef struct mt_store mt_store;
 
 /* The schema version this build creates and understands (PRAGMA user_version). */
-#define MT_STORE_SCHEMA_VERSION 4
+#define MT_STORE_SCHEMA_VERSION 5
 
 /* Options for mt_store_open_opts(). Initialise with MT_STORE_OPTIONS_DEFAULTS. */
 typedef struct mt_store_options {
@@ -345,6 +345,33 @@ typedef struct mt_store_metric {
  */
 mt_code mt_store_metrics_insert(mt_store *s, const char *job_id, const mt_store_metric *pts,
                                 size_t n, mt_err *err);
+
+/* A stored point as mt_store_metrics_scan hands it to its callback. */
+typedef struct mt_store_metric_ref {
+    uint64_t step;
+    uint32_t epoch;
+    const char *name; /* borrowed: valid during the callback only */
+    double value;     /* NaN when stored as NaN */
+    int64_t time_ms;
+} mt_store_metric_ref;
+
+/* Called once per point; returning anything but MT_OK stops the scan with that code. */
+typedef mt_code (*mt_store_metric_fn)(void *arg, const mt_store_metric_ref *p);
+
+/*
+ * Call fn(arg, point) for each point of job_id with step >= since_step, series by series:
+ * the metric names in byte (strcmp) order, each series by ascending step. Only the names in
+ * names[0..n_names) when n_names > 0 (NULL entries skipped, duplicates scanned once, unknown
+ * names give nothing); at most limit points per series (0 = no limit). Each series is one
+ * range seek on the (job_id, name, step) primary key, so a names filter or a since_step near
+ * the end reads only the points it returns; all series come from one read snapshot. Nothing
+ * is copied or allocated per point. Borrows names. An unknown job gives OK with no calls.
+ * Codes: INVALID_ARGUMENT (s, job_id or fn NULL, names NULL with n_names > 0), the code fn
+ * returned to stop (err untouched by the store then), store errors.
+ */
+mt_code mt_store_metrics_scan(mt_store *s, const char *job_id, uint64_t since_step,
+                              const char *const *names, size_t n_names, size_t limit,
+                              mt_store_metric_fn fn, void *arg, mt_err *err);
 
 /*
  * Points of job_id with step >= since_step, ordered by step then name; only

@@ -3,12 +3,16 @@
  * store_data.c — per-step metrics and checkpoint records (mt_store.h,
  * "metrics" and "checkpoints").
  *
- * DESIGN. metrics is a WITHOUT ROWID table clustered on (job_id, step, name):
- * a since_step query is one range scan in the order it returns, and the
- * primary key is the upsert target that makes a redone step replace the lost
- * one. "Latest value per name" lives in the small metrics_latest table
- * (job, name): a batch upserts it once per distinct name (the point with the
- * top step) rather than maintaining an index on every point, and a truncate
+ * DESIGN. metrics is a WITHOUT ROWID table clustered on (job_id, name, step)
+ * (schema v5): each series is one contiguous range, so a query seeks once per
+ * name (the names come from metrics_latest, or the caller's names= filter) and
+ * reads only the points it returns, in step order; no second index is paid on
+ * insert. The primary key is also the upsert target that makes a redone step
+ * replace the lost one. mt_store_metrics_scan hands the rows to a callback
+ * without copying them (the HTTP API streams JSON from it);
+ * mt_store_metrics_query merges the series back into step-then-name order. "Latest value per name"
+ * lives in the small metrics_latest table (job, name): a batch upserts it once per distinct name
+ * (the point with the top step) rather than maintaining an index on every point, and a truncate
  * moves it back to the highest remaining step. A batch is one savepoint over
  * one reused INSERT, so the cost per point is one B-tree insert, and the fsync
  * is paid per batch.
@@ -21,6 +25,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc/mt_alloc.h"
@@ -172,56 +177,201 @@ static void read_metric_row(sqlite3_stmt *st, void *elem)
     read_metric(st, elem);
 }
 
-static int name_wanted(const unsigned char *name, const char *const *names, size_t n_names)
+/* Call fn for the points of one series (METRIC_SERIES: job_id, name, step >= since, by step). */
+static mt_code scan_series(mt_store *s, const char *job_id, const char *name, uint64_t since_step,
+                           size_t limit, mt_store_metric_fn fn, void *arg, mt_err *err)
 {
-    if (n_names == 0)
-        return 1;
+    sqlite3_stmt *st = mt_store__stmt(s, MT_STMT_METRIC_SERIES);
+    mt_store_metric_ref p = {.name = name};
+    mt_code code = MT_OK;
+    int rc;
+
+    mt_store__bind_text(st, 1, job_id);
+    mt_store__bind_text(st, 2, name);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)since_step);
+    sqlite3_bind_int64(st, 4, limit == 0 ? -1 : (sqlite3_int64)limit);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        p.step = (uint64_t)sqlite3_column_int64(st, 0);
+        p.epoch = (uint32_t)sqlite3_column_int64(st, 1);
+        p.value = sqlite3_column_type(st, 2) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 2);
+        p.time_ms = sqlite3_column_int64(st, 3);
+        code = fn(arg, &p);
+        if (code != MT_OK)
+            break;
+    }
+    if (code == MT_OK && rc != SQLITE_DONE)
+        code = mt_store__fail(s, rc, err, "query metric %s of job %s", name, job_id);
+    mt_store__stmt_done(st);
+    return code;
+}
+
+/* The series of every name in metrics_latest (one row per stored name), by name. The names
+ * statement stays open while the series run, inside the caller's snapshot. */
+static mt_code scan_all_names(mt_store *s, const char *job_id, uint64_t since_step, size_t limit,
+                              mt_store_metric_fn fn, void *arg, mt_err *err)
+{
+    sqlite3_stmt *st = mt_store__stmt(s, MT_STMT_METRIC_NAMES);
+    mt_code code = MT_OK;
+    char name[sizeof(((mt_store_metric *)0)->name)];
+    int rc;
+
+    mt_store__bind_text(st, 1, job_id);
+    while (code == MT_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        mt_store__col_text(st, 0, name, sizeof(name));
+        code = scan_series(s, job_id, name, since_step, limit, fn, arg, err);
+    }
+    if (code == MT_OK && rc != SQLITE_DONE)
+        code = mt_store__fail(s, rc, err, "query metric names of job %s", job_id);
+    mt_store__stmt_done(st);
+    return code;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The series of names[0..n) (NULL entries skipped), in byte order, each once. */
+static mt_code scan_names(mt_store *s, const char *job_id, uint64_t since_step,
+                          const char *const *names, size_t n_names, size_t limit,
+                          mt_store_metric_fn fn, void *arg, mt_err *err)
+{
+    const char **sorted = mt_malloc(n_names * sizeof(*sorted));
+    size_t n = 0;
+    mt_code code = MT_OK;
+
+    if (sorted == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "query metrics of job %s: out of memory",
+                          job_id);
     for (size_t i = 0; i < n_names; i++)
-        if (names[i] != NULL && strcmp((const char *)name, names[i]) == 0)
-            return 1;
-    return 0;
+        if (names[i] != NULL)
+            sorted[n++] = names[i];
+    qsort(sorted, n, sizeof(*sorted), cmp_name);
+    for (size_t i = 0; i < n && code == MT_OK; i++)
+        if (i == 0 || strcmp(sorted[i], sorted[i - 1]) != 0)
+            code = scan_series(s, job_id, sorted[i], since_step, limit, fn, arg, err);
+    mt_free(sorted);
+    return code;
+}
+
+mt_code mt_store_metrics_scan(mt_store *s, const char *job_id, uint64_t since_step,
+                              const char *const *names, size_t n_names, size_t limit,
+                              mt_store_metric_fn fn, void *arg, mt_err *err)
+{
+    mt_code code;
+
+    if (s == NULL || job_id == NULL || fn == NULL || (n_names > 0 && names == NULL))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "scan metrics: NULL argument");
+    if (since_step > (uint64_t)INT64_MAX)
+        return MT_OK;
+    code = mt_store__call_begin(s, err); /* one snapshot for every series */
+    if (code != MT_OK)
+        return code;
+    if (n_names == 0)
+        code = scan_all_names(s, job_id, since_step, limit, fn, arg, err);
+    else
+        code = scan_names(s, job_id, since_step, names, n_names, limit, fn, arg, err);
+    return mt_store__call_end(s, code, err);
+}
+
+/* Series collected one after the other by mt_store_metrics_query. */
+typedef struct metric_acc {
+    mt_store_metric *arr;
+    size_t n, cap;
+    size_t *starts; /* index in arr where each series starts */
+    size_t n_series, cap_series;
+} metric_acc;
+
+static mt_code acc_add(void *arg, const mt_store_metric_ref *p)
+{
+    metric_acc *a = arg;
+    mt_store_metric *m;
+    size_t len;
+
+    if (a->n_series == 0 || strcmp(a->arr[a->starts[a->n_series - 1]].name, p->name) != 0) {
+        if (mt_store__grow((void **)&a->starts, &a->cap_series, a->n_series, sizeof(*a->starts)) !=
+            0)
+            return MT_RESOURCE_EXHAUSTED;
+        a->starts[a->n_series++] = a->n;
+    }
+    if (mt_store__grow((void **)&a->arr, &a->cap, a->n, sizeof(*a->arr)) != 0)
+        return MT_RESOURCE_EXHAUSTED;
+    m = &a->arr[a->n++];
+    m->step = p->step;
+    m->epoch = p->epoch;
+    len = strnlen(p->name, sizeof(m->name) - 1); /* names are < 64 bytes (checked) */
+    memcpy(m->name, p->name, len);
+    m->name[len] = '\0';
+    m->value = p->value;
+    m->time_ms = p->time_ms;
+    return MT_OK;
+}
+
+/* Merge the series of a (each by step, series by name) into step-then-name order, at most
+ * limit points (0 = all). Returns the owned merged array (NULL when out of memory). */
+static mt_store_metric *acc_merge(const metric_acc *a, size_t limit, size_t *n_out)
+{
+    size_t total = limit != 0 && limit < a->n ? limit : a->n;
+    size_t *pos = mt_calloc(a->n_series + 1, sizeof(*pos));
+    mt_store_metric *out = mt_malloc((total ? total : 1) * sizeof(*out));
+
+    if (pos == NULL || out == NULL) {
+        mt_free(pos);
+        mt_free(out);
+        return NULL;
+    }
+    for (size_t k = 0; k < a->n_series; k++)
+        pos[k] = a->starts[k];
+    for (size_t i = 0; i < total; i++) {
+        size_t best = a->n_series;
+        for (size_t k = 0; k < a->n_series; k++) {
+            size_t end = k + 1 < a->n_series ? a->starts[k + 1] : a->n;
+            /* ties go to the earlier series: the lower name */
+            if (pos[k] < end &&
+                (best == a->n_series || a->arr[pos[k]].step < a->arr[pos[best]].step))
+                best = k;
+        }
+        out[i] = a->arr[pos[best]++];
+    }
+    mt_free(pos);
+    *n_out = total;
+    return out;
 }
 
 mt_code mt_store_metrics_query(mt_store *s, const char *job_id, uint64_t since_step,
                                const char *const *names, size_t n_names, size_t limit,
                                mt_store_metric **out, size_t *n, mt_err *err)
 {
-    mt_store_metric *arr = NULL;
-    size_t count = 0, cap = 0;
-    sqlite3_stmt *st;
-    mt_code code = MT_OK;
-    int rc = SQLITE_DONE;
+    metric_acc a = {0};
+    mt_code code;
 
     if (out == NULL || n == NULL || job_id == NULL || (n_names > 0 && names == NULL))
         return mt_err_set(err, MT_INVALID_ARGUMENT, "query metrics: NULL argument");
     *out = NULL;
     *n = 0;
-    if (since_step > (uint64_t)INT64_MAX)
-        return MT_OK;
-    st = mt_store__stmt(s, MT_STMT_METRIC_QUERY);
-    mt_store__bind_text(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)since_step);
-    /* the name filter runs here rather than in SQL so one prepared statement serves any
-     * number of names; the scan is the (job_id, step) range either way */
-    while ((limit == 0 || count < limit) && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (!name_wanted(sqlite3_column_text(st, 2), names, n_names))
-            continue;
-        if (mt_store__grow((void **)&arr, &cap, count, sizeof(*arr)) != 0) {
+    /* the first `limit` points by step are among the first `limit` of each series */
+    code = mt_store_metrics_scan(s, job_id, since_step, names, n_names, limit, acc_add, &a, err);
+    if (code == MT_RESOURCE_EXHAUSTED)
+        mt_err_set(err, code, "query metrics of job %s: out of memory", job_id);
+    if (code == MT_OK && a.n_series > 1) { /* interleave the series by step */
+        size_t merged_n = 0;
+        mt_store_metric *merged = acc_merge(&a, limit, &merged_n);
+        if (merged == NULL) {
             code = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "query metrics of job %s: out of memory",
                               job_id);
-            break;
+        } else {
+            mt_free(a.arr);
+            a.arr = merged;
+            a.n = merged_n;
         }
-        read_metric(st, &arr[count++]);
     }
-    if (code == MT_OK && !(limit != 0 && count >= limit) && rc != SQLITE_DONE)
-        code = mt_store__fail(s, rc, err, "query metrics of job %s", job_id);
-    mt_store__stmt_done(st);
-    if (code != MT_OK) {
-        mt_free(arr);
+    mt_free(a.starts);
+    if (code != MT_OK || a.n == 0) {
+        mt_free(a.arr);
         return code;
     }
-    *out = arr;
-    *n = count;
+    *out = a.arr;
+    *n = a.n;
     return MT_OK;
 }
 

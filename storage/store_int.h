@@ -85,10 +85,12 @@
       " EXISTS (SELECT 1 FROM placements p WHERE p.job_id=j.id AND p.worker_id=?1)"                \
       " ORDER BY j.seq")                                                                           \
     X(METRIC_UPSERT, "INSERT INTO metrics(job_id, step, name, epoch, value, time_ms)"              \
-                     " VALUES (?1,?2,?3,?4,?5,?6) ON CONFLICT(job_id, step, name) DO UPDATE SET"   \
+                     " VALUES (?1,?2,?3,?4,?5,?6) ON CONFLICT(job_id, name, step) DO UPDATE SET"   \
                      " epoch=excluded.epoch, value=excluded.value, time_ms=excluded.time_ms")      \
-    X(METRIC_QUERY, "SELECT step, epoch, name, value, time_ms FROM metrics"                        \
-                    " WHERE job_id=?1 AND step>=?2 ORDER BY step, name")                           \
+    X(METRIC_NAMES, "SELECT name FROM metrics_latest WHERE job_id=?1 ORDER BY name")               \
+    X(METRIC_SERIES, /* one range seek on the (job_id, name, step) primary key */                  \
+      "SELECT step, epoch, value, time_ms FROM metrics WHERE job_id=?1 AND name=?2 AND step>=?3"   \
+      " ORDER BY step LIMIT ?4")                                                                   \
     X(METRIC_LATEST_UPSERT, /* keeps the point with the highest step per (job, name) */            \
       "INSERT INTO metrics_latest(job_id, name, step, epoch, value, time_ms)"                      \
       " VALUES (?1,?2,?3,?4,?5,?6) ON CONFLICT(job_id, name) DO UPDATE SET step=excluded.step,"    \

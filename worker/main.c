@@ -24,8 +24,11 @@ static void usage(FILE *out)
         "                       or tcp://127.0.0.1:7400)\n"
         "  --devices N          virtual CPU devices to register (default: one per core)\n"
         "  --name NAME          unique worker name (default: host name)\n"
-        "  --data-listen URL    data-plane listener (default tcp://127.0.0.1:0; port 0 =\n"
-        "                       ephemeral; the bound address is reported)\n"
+        "  --data-listen URL    data-plane listener, tcp://HOST:PORT (port 0 = ephemeral;\n"
+        "                       the bound address is reported to the coordinator).\n"
+        "                       Default: this host's address toward the coordinator,\n"
+        "                       ephemeral port. HOST 0.0.0.0 listens everywhere and\n"
+        "                       reports that address with the port\n"
         "  --token-file F       token for the coordinator (mode 0600)\n"
         "  --data-root DIR      files named by job specs must lie under DIR (repeatable;\n"
         "                       default: the current directory and " MT_PATHSAFE_DEFAULT_DATASETS

@@ -15,6 +15,9 @@
  * save and stop hooks. Only the worker holding global rank 0 reports metrics and writes/uploads
  * checkpoints (the others' numbers are the same bits after the allreduces). A final checkpoint is
  * always written at the end of training so that `meshtrain export JOB` has the model.
+ * A cancel also cancels the run's collective world (mt_coll_world_cancel; the run publishes it
+ * under the mutex while it exists), so a device blocked on a peer behind a dead link stops at
+ * once instead of at the collective deadline, and the data plane is free for the next attempt.
  * Metric names: loss, accuracy (running means over the epoch, as Keras prints them),
  * examples_per_sec, epoch_steps and epochs (once per epoch, for progress bars), eval_loss and
  * eval_accuracy (epoch end).
@@ -37,6 +40,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "ckpt/mt_ckpt.h"
+#include "coll/mt_coll_progress.h"
 #include "log/mt_log.h"
 #include "mesh/mt_mesh.h"
 #include "pathsafe/mt_pathsafe.h"
@@ -88,9 +92,10 @@ struct task_run {
     mt_coll_rank_addr *table; /* addr strings owned */
     bool has_rank0;
     uint64_t resume_step;
-    atomic_int cancel; /* the coordinator cancelled it */
-    atomic_int term;   /* the worker is stopping */
-    bool ckpt_on_stop; /* the job has periodic checkpoints */
+    atomic_int cancel;    /* the coordinator cancelled it */
+    atomic_int term;      /* the worker is stopping */
+    mt_coll_world *world; /* tab->mu: while it exists, so a cancel interrupts its collectives */
+    bool ckpt_on_stop;    /* the job has periodic checkpoints */
     mt_rpc_client *cli;
     Meshtrain__MetricPoint pts[MAX_POINTS];
     Meshtrain__MetricPoint *ptrs[MAX_POINTS];
@@ -99,6 +104,7 @@ struct task_run {
     int64_t meta_epoch; /* epoch whose epoch_steps/epochs were reported */
     bool report_warned;
     char dir[512];
+    mt_coll_progress *prog; /* t->mu: set once the world exists; read by heartbeat snapshots */
 };
 
 static double now_s(void)
@@ -406,6 +412,44 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
+/*
+ * Give the world a progress table (one slot per local device) that heartbeats report, and arm the
+ * TEST-ONLY stall hook: MT_TEST_STALL_AT_STEP=N makes local device MT_TEST_STALL_DEVICE (default
+ * 0) sleep MT_TEST_STALL_MS (default 8000) ms before its first collective of step N, once
+ * (tests/integration/test_stall.sh; never set it in production).
+ */
+static mt_code attach_progress(task_run *r, mt_coll_world *world, mt_err *err)
+{
+    mt_coll_progress *p = NULL;
+    const char *at = getenv("MT_TEST_STALL_AT_STEP");
+    int nlocal = 0;
+    mt_code rc;
+
+    for (int i = 0; i < r->n_ranks; i++)
+        nlocal += mt_coll_world_comm(world, i) != NULL;
+    if ((rc = mt_coll_progress_new(nlocal, &p, err)) != MT_OK)
+        return rc;
+    if ((rc = mt_coll_world_set_progress(world, p, err)) != MT_OK) {
+        mt_coll_progress_free(p);
+        return rc;
+    }
+    if (at != NULL && at[0] != '\0') {
+        const char *dev = getenv("MT_TEST_STALL_DEVICE"), *ms = getenv("MT_TEST_STALL_MS");
+        int slot = dev != NULL ? atoi(dev) : 0;
+        long long sleep_ms = ms != NULL ? atoll(ms) : 8000;
+        if (slot >= nlocal)
+            slot = nlocal - 1;
+        if (mt_coll_progress_test_stall(p, slot, strtoull(at, NULL, 10), sleep_ms, NULL) == MT_OK)
+            mt_log_warn("job %s: TEST HOOK armed: local slot %d sleeps %lld ms before a "
+                        "collective of step %s",
+                        r->job_id, slot, sleep_ms, at);
+    }
+    pthread_mutex_lock(&r->tab->mu);
+    r->prog = p;
+    pthread_mutex_unlock(&r->tab->mu);
+    return MT_OK;
+}
+
 /* Everything between "running" and the final state. */
 static mt_code run_task(task_run *r, mt_err *err)
 {
@@ -452,8 +496,13 @@ static mt_code run_task(task_run *r, mt_err *err)
             break;
         usleep(100 * 1000);
     }
-    if (rc != MT_OK)
+    if (rc != MT_OK || (rc = attach_progress(r, world, err)) != MT_OK)
         goto done;
+    pthread_mutex_lock(&r->tab->mu);
+    r->world = world;
+    if (atomic_load(&r->cancel))
+        mt_coll_world_cancel(world);
+    pthread_mutex_unlock(&r->tab->mu);
     snprintf(r->dir, sizeof(r->dir), "%s/meshtrain-worker-%d-%s-%u", tmp ? tmp : "/tmp",
              (int)getpid(), r->job_id, r->attempt);
     if (mkdir(r->dir, 0700) != 0 && errno != EEXIST) {
@@ -483,6 +532,9 @@ static mt_code run_task(task_run *r, mt_err *err)
         mt_log_info("job %s: finished: %lld steps, test accuracy %.4f, %.0f examples/s", r->job_id,
                     (long long)res.steps, res.test_accuracy, res.examples_per_sec);
 done:
+    pthread_mutex_lock(&r->tab->mu);
+    r->world = NULL;
+    pthread_mutex_unlock(&r->tab->mu);
     mt_coll_world_free(world);
     if (r->dir[0] != '\0')
         remove_dir(r->dir);
@@ -500,6 +552,7 @@ static void run_free(task_run *r)
         mt_free((char *)r->table[i].addr);
     mt_free(r->table);
     mt_free(r->spec_json);
+    mt_coll_progress_free(r->prog);
     mt_free(r);
 }
 
@@ -676,9 +729,12 @@ void worker_on_cancel(worker_tasks *t, const Meshtrain__TaskCancel *x)
 
     pthread_mutex_lock(&t->mu);
     r = find(t, x->job_id, x->attempt);
-    if (r != NULL && r->run != NULL)
+    if (r != NULL && r->run != NULL) {
         atomic_store(&r->run->cancel, 1);
-    else if (r != NULL && strcmp(r->state, "running") == 0)
+        /* a device blocked in a collective (a peer behind a dead link) stops now, not at the
+         * collective's deadline, and frees the data plane for the job's next attempt */
+        mt_coll_world_cancel(r->run->world);
+    } else if (r != NULL && strcmp(r->state, "running") == 0)
         snprintf(r->state, sizeof(r->state), "cancelled");
     pthread_mutex_unlock(&t->mu);
     mt_log_info("job %s attempt %u: cancelled by the coordinator (%s)", x->job_id, x->attempt,
@@ -696,6 +752,51 @@ void worker_tasks_stop(worker_tasks *t)
     pthread_mutex_unlock(&t->mu);
 }
 
+/* One device's progress in a heartbeat snapshot (kept inside the TaskStatus allocation). */
+typedef struct snap_dev {
+    Meshtrain__DeviceProgress msg;
+    mt_coll_progress_rec rec; /* owns the axis and activity text */
+} snap_dev;
+
+/* Bytes snap_devices needs after the TaskStatus strings for nd devices. */
+#define SNAP_DEV_BYTES(nd) ((nd) * (sizeof(Meshtrain__DeviceProgress *) + sizeof(snap_dev)))
+
+/* Read r's nd progress records into mem (SNAP_DEV_BYTES(nd), pointer-aligned) and point
+ * m->devices at them (t->mu held). */
+static void snap_devices(const task_run *r, mt_coll_progress *prog, void *mem, size_t nd,
+                         Meshtrain__TaskStatus *m)
+{
+    Meshtrain__DeviceProgress **ptrs = mem;
+    snap_dev *d = (snap_dev *)(void *)(ptrs + nd);
+    size_t k = 0;
+
+    m->devices = ptrs;
+    for (size_t i = 0; i < nd; i++) {
+        mt_coll_progress_rec *x = &d[k].rec;
+        Meshtrain__DeviceProgress *p = &d[k].msg;
+        mt_coll_progress_read(prog, (int)i, x);
+        if (x->rank < 0 || x->rank >= r->n_ranks)
+            continue;
+        ptrs[k] = p;
+        meshtrain__device_progress__init(p);
+        p->rank = (uint32_t)x->rank;
+        p->local_index = (uint32_t)r->table[x->rank].local_index;
+        p->step = x->step;
+        p->seq = x->seq;
+        p->op = (char *)x->op;
+        p->axis = x->axis;
+        p->state = (char *)mt_coll_pstate_name(x->state);
+        p->chunk = x->chunk;
+        p->chunks = x->chunks;
+        p->state_age_ms = x->state_age_ms;
+        p->activity = x->activity;
+        p->activity_age_ms = x->activity_age_ms;
+        p->ticks = x->ticks;
+        k++;
+    }
+    m->n_devices = k;
+}
+
 void worker_tasks_snapshot(worker_tasks *t, Meshtrain__TaskStatus ***out, size_t *n)
 {
     Meshtrain__TaskStatus **s;
@@ -708,8 +809,10 @@ void worker_tasks_snapshot(worker_tasks *t, Meshtrain__TaskStatus ***out, size_t
         return;
     }
     for (size_t i = 0; i < t->n; i++) {
-        /* one allocation: the message, then its strings */
-        Meshtrain__TaskStatus *m = mt_calloc(1, sizeof(*m) + 32 + 16 + 256);
+        /* one allocation: the message, its strings, then its device progress records */
+        mt_coll_progress *prog = t->t[i].run != NULL ? t->t[i].run->prog : NULL;
+        size_t nd = prog != NULL ? (size_t)mt_coll_progress_slots(prog) : 0;
+        Meshtrain__TaskStatus *m = mt_calloc(1, sizeof(*m) + 32 + 16 + 256 + SNAP_DEV_BYTES(nd));
         if (m == NULL)
             break;
         meshtrain__task_status__init(m);
@@ -721,6 +824,8 @@ void worker_tasks_snapshot(worker_tasks *t, Meshtrain__TaskStatus ***out, size_t
         memcpy(m->error, t->t[i].error, 256);
         m->attempt = t->t[i].attempt;
         m->step = t->t[i].step;
+        if (nd > 0)
+            snap_devices(t->t[i].run, prog, m->error + 256, nd, m);
         s[(*n)++] = m;
     }
     pthread_mutex_unlock(&t->mu);

@@ -7,12 +7,23 @@
  * A 'tick' timer fires every heartbeat interval (every second while
  * unregistered); if no RPC is in flight it queues one on the thread pool.
  * UNAVAILABLE is logged once per outage, not per retry.
+ *
+ * The data-plane address reported at registration must be one other hosts can dial
+ * (docs/deploy.md, "The data-plane address"): with no --data-listen the worker listens on
+ * the address its host uses to reach the coordinator (127.0.0.1 when the coordinator is on
+ * loopback), on an ephemeral port; a listener on the wildcard 0.0.0.0 keeps listening
+ * everywhere but reports that same address with its port.
  */
 #include "worker/worker.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -83,6 +94,85 @@ static void random_hex(char out[33])
     out[32] = '\0';
 }
 
+/*
+ * The IPv4 address this host uses to reach the coordinator at url ("tcp://HOST:PORT"): the
+ * source address the kernel picks for a UDP socket connected there (nothing is sent). Writes
+ * dotted decimal to ip. UNAVAILABLE when the host does not resolve or has no route.
+ */
+static mt_code ip_toward(const char *url, char ip[INET_ADDRSTRLEN], mt_err *err)
+{
+    struct addrinfo hints, *ai = NULL;
+    struct sockaddr_in me;
+    socklen_t len = sizeof(me);
+    const char *hp = strstr(url, "://"), *colon;
+    char host[256];
+    int fd, rv;
+
+    hp = hp != NULL ? hp + 3 : url;
+    colon = strrchr(hp, ':');
+    if (colon == NULL || colon == hp || (size_t)(colon - hp) >= sizeof(host))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "coordinator %s: want tcp://HOST:PORT", url);
+    memcpy(host, hp, (size_t)(colon - hp));
+    host[colon - hp] = '\0';
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_DGRAM;
+    if ((rv = getaddrinfo(host, colon + 1, &hints, &ai)) != 0)
+        return mt_err_set(err, MT_UNAVAILABLE, "coordinator host %s: %s", host, gai_strerror(rv));
+    fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    rv = fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
+         getsockname(fd, (struct sockaddr *)&me, &len) != 0;
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    if (rv != 0 || inet_ntop(AF_INET, &me.sin_addr, ip, INET_ADDRSTRLEN) == NULL)
+        return mt_err_set(err, MT_UNAVAILABLE, "no route to coordinator host %s", host);
+    return MT_OK;
+}
+
+/*
+ * Open the data plane (see the file comment for the address rule). Returns NULL when it cannot
+ * listen (logged: the worker registers anyway, for monitoring, but cannot run tasks).
+ */
+static mt_coll_net *open_data_plane(const mt_worker_opts *o)
+{
+    static const char wildcard[] = "tcp://0.0.0.0:";
+    char url[300], ip[INET_ADDRSTRLEN];
+    mt_err nerr = MT_ERR_INIT;
+    mt_coll_net *net = NULL;
+    bool dflt = o->data_listen == NULL || o->data_listen[0] == '\0';
+
+    if (dflt) {
+        if (ip_toward(o->coordinator, ip, &nerr) != MT_OK) {
+            mt_log_warn("data plane: %s; listening on 127.0.0.1 (start with --data-listen)",
+                        nerr.msg);
+            snprintf(ip, sizeof(ip), "127.0.0.1");
+        }
+        snprintf(url, sizeof(url), "tcp://%s:0", ip);
+    } else {
+        snprintf(url, sizeof(url), "%s", o->data_listen);
+    }
+    /* the shared token also guards the data plane: peers prove it on every connection */
+    if (mt_coll_net_new_auth(url, o->token, &net, &nerr) != MT_OK) {
+        mt_log_error("data plane %s: %s: %s; this worker cannot run tasks", url,
+                     mt_code_name(nerr.code), nerr.msg);
+        return NULL;
+    }
+    if (strncmp(mt_coll_net_addr(net), wildcard, sizeof(wildcard) - 1) == 0) {
+        const char *port = mt_coll_net_addr(net) + sizeof(wildcard) - 1;
+        if (ip_toward(o->coordinator, ip, &nerr) != MT_OK) {
+            mt_log_warn("data plane %s: %s; reporting it as is (peers cannot dial 0.0.0.0: "
+                        "give --data-listen this host's address)",
+                        mt_coll_net_addr(net), nerr.msg);
+            return net;
+        }
+        snprintf(url, sizeof(url), "tcp://%s:%s", ip, port);
+        if (mt_coll_net_set_addr(net, url, &nerr) != MT_OK)
+            mt_log_warn("data plane: %s", nerr.msg);
+    }
+    return net;
+}
+
 mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
 {
     mt_worker *w;
@@ -97,15 +187,9 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "worker: out of memory");
     w->opts = *o;
     {
-        const char *url =
-            o->data_listen && o->data_listen[0] ? o->data_listen : "tcp://127.0.0.1:0";
         worker_task_env env = {o->coordinator, o->token, NULL, o->rpc_timeout_ms, o->data_roots};
-        mt_err nerr = MT_ERR_INIT;
         mt_code rc;
-        /* the shared token also guards the data plane: peers prove it on every connection */
-        if (mt_coll_net_new_auth(url, o->token, &w->net, &nerr) != MT_OK) /* register anyway */
-            mt_log_error("data plane %s: %s: %s; this worker cannot run tasks", url,
-                         mt_code_name(nerr.code), nerr.msg);
+        w->net = open_data_plane(o); /* NULL: register anyway (monitoring) */
         env.net = w->net;
         if ((rc = worker_tasks_new(&env, &w->tasks, err)) != MT_OK) {
             mt_coll_net_free(w->net);

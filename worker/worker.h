@@ -23,7 +23,8 @@ typedef struct mt_worker_opts {
     const char *coordinator; /* tcp://HOST:7400 */
     const char *name;        /* unique worker name; default: host name */
     const char *token;       /* credential; NULL = none */
-    const char *data_listen; /* data-plane address reported at registration; may be NULL */
+    const char *data_listen; /* data-plane listener; NULL: this host's address toward the
+                              * coordinator, ephemeral port (worker.c explains the rule) */
     int devices;             /* virtual CPU devices; 0 = one per core */
     int rpc_timeout_ms;      /* per control RPC */
     /* borrowed, outlives the worker: every file a task's spec names (dataset files, checkpoint

@@ -213,7 +213,9 @@
       $('job-restarts').textContent = job.restarts;
       $('job-error').hidden = !job.error;
       $('job-error').textContent = job.error;
-      $('job-reason').textContent = job.reason && job.reason !== job.error ? 'Reason: ' + job.reason : '';
+      $('job-stall').hidden = !job.diagnosis;
+      $('job-stall').textContent = job.diagnosis ? 'Stalled: ' + job.diagnosis : '';
+      $('job-reason').textContent = job.reason && job.reason !== job.error && !job.diagnosis ? 'Reason: ' + job.reason : '';
       fill($('events').tBodies[0], job.events.slice().reverse().map((e) => el('tr', null,
         el('td', { textContent: fmtTime(e.time_ms) }), el('td', null, stateBadge(e.state)),
         el('td', { textContent: e.step }), el('td', { textContent: e.reason }))));

@@ -107,6 +107,7 @@ struct mt_coll_comm {
     int aio_busy[COLL_NAIO];         /* device thread: 1 + destination process, 0 idle */
     _Atomic int aio_done[COLL_NAIO]; /* set by the aio callback */
     int aio_next;
+    struct coll_pslot *prog; /* progress slot written by the device thread, NULL none */
 };
 
 typedef struct coll_peer {
@@ -130,8 +131,9 @@ struct mt_coll_world {
     char **proc_addr;       /* [nprocs] */
     mt_coll_comm **by_rank; /* [size], NULL for remote ranks */
     int nlocal;
-    mt_coll_comm *comms; /* [nlocal] */
-    coll_peer *peers;    /* [nprocs] */
+    mt_coll_comm *comms;   /* [nlocal] */
+    coll_peer *peers;      /* [nprocs] */
+    _Atomic int cancelled; /* mt_coll_world_cancel: every collective fails with CANCELLED */
 };
 
 int64_t coll__now_ns(void);
@@ -183,8 +185,17 @@ void coll__raw_free(coll_raw *r);
 mt_code coll__raw_dial(const char *url, const char *my_addr, uint64_t job, const char *token,
                        int64_t deadline_ns, int (*give_up)(void *), void *arg, int *fd_out,
                        mt_err *err);
-/* Write hdr then data fully before the deadline (DEADLINE_EXCEEDED / UNAVAILABLE). */
+/*
+ * Write hdr then data fully before the deadline (DEADLINE_EXCEEDED / UNAVAILABLE), or
+ * CANCELLED once give_up(arg) (may be NULL; polled while the socket is full) says so.
+ */
 mt_code coll__raw_write(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                        int64_t deadline_ns, mt_err *err);
+                        int64_t deadline_ns, int (*give_up)(void *), void *arg, mt_err *err);
+
+/* Progress hooks (coll_progress.c; no-ops when c->prog is NULL). Device thread of c. */
+void coll__progress_enter(mt_coll_comm *c, const char *op, uint64_t step, uint32_t seq);
+void coll__progress_wait(mt_coll_comm *c);
+void coll__progress_chunk(mt_coll_comm *c, size_t k, size_t n);
+void coll__progress_exit(mt_coll_comm *c, mt_code rc);
 
 #endif

@@ -157,8 +157,16 @@ static void push_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
     pthread_mutex_unlock(&net->mu);
 }
 
-/* Hand one received message to the world (or keep it until the world exists). */
-static void net_handle(mt_coll_net *net, nng_msg *m, uint32_t pipe_id)
+/*
+ * Hand one received message to the world, or keep it until its world exists. A message of
+ * another job id that arrives while a CANCELLED world is still attached is kept too: a restarted
+ * job's peers may start sending before this process has freed the old attempt's world (the
+ * worker cancels it when the coordinator cancels the attempt); given to the old world it would
+ * be lost and the new world would see a later ring step. A live world gets it (a mismatch:
+ * INVALID_ARGUMENT). coll__net_attach_pending delivers the kept messages of the new world's
+ * job and drops the rest.
+ */
+static void net_handle(mt_coll_net *net, nng_msg *m)
 {
     coll_hdr h;
     if (coll__hdr_decode(m, &h) != MT_OK) {
@@ -173,7 +181,7 @@ static void net_handle(mt_coll_net *net, nng_msg *m, uint32_t pipe_id)
     }
     pthread_mutex_lock(&net->mu);
     mt_coll_world *w = net->world;
-    if (w == NULL) {
+    if (w == NULL || (h.job != w->opts.job_id && atomic_load(&w->cancelled))) {
         if (net->npending == net->cap_pending && net->npending < NET_MAX_PENDING) {
             size_t ncap = net->cap_pending ? net->cap_pending * 2 : 64;
             nng_msg **np = mt_realloc(net->pending, ncap * sizeof(*np));
@@ -190,7 +198,7 @@ static void net_handle(mt_coll_net *net, nng_msg *m, uint32_t pipe_id)
         }
     } else {
         if (h.src >= 0 && h.src < w->size)
-            note_pipe(net, pipe_id, w->proc_of[h.src]);
+            note_pipe(net, nng_pipe_id(nng_msg_get_pipe(m)), w->proc_of[h.src]);
         coll__deliver(w, m, &h);
     }
     pthread_mutex_unlock(&net->mu);
@@ -210,7 +218,11 @@ static void refuse_addr(mt_coll_net *net, const char *addr)
 
 static void raw_deliver(void *arg, nng_msg *m, uint32_t conn)
 {
-    net_handle(arg, m, conn);
+    /* the connection id stands in for an nng pipe id (it has the top bit set, nng's never) so
+     * that messages kept until the world exists still name their connection */
+    nng_pipe p = {.id = conn};
+    nng_msg_set_pipe(m, p);
+    net_handle(arg, m);
 }
 
 static void raw_lost(void *arg, uint32_t conn)
@@ -237,8 +249,7 @@ static void net_recv_cb(void *arg)
     if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
         return;
     if (rv == 0) {
-        nng_msg *m = nng_aio_get_msg(net->raio);
-        net_handle(net, m, (uint32_t)nng_pipe_id(nng_msg_get_pipe(m)));
+        net_handle(net, nng_aio_get_msg(net->raio));
         nng_aio_set_msg(net->raio, NULL);
     }
     nng_recv_aio(net->pull, net->raio);
@@ -413,6 +424,19 @@ const char *mt_coll_net_addr(const mt_coll_net *net)
     return net->addr;
 }
 
+mt_code mt_coll_net_set_addr(mt_coll_net *net, const char *addr, mt_err *err)
+{
+    const char *a = addr != NULL && strncmp(addr, "nng+", 4) == 0 ? addr + 4 : addr;
+    if (a == NULL || (strncmp(a, "tcp://", 6) != 0 && strncmp(a, "ipc://", 6) != 0))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll net: advertised address %s: want tcp://HOST:PORT or ipc://PATH",
+                          addr ? addr : "(null)");
+    if (strlen(addr) >= sizeof(net->addr))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: address %s too long", addr);
+    snprintf(net->addr, sizeof(net->addr), "%s", addr);
+    return MT_OK;
+}
+
 void mt_coll_net_free(mt_coll_net *net)
 {
     if (net == NULL)
@@ -544,10 +568,21 @@ int coll__net_is_raw(const mt_coll_world *w)
  * write leaves a partial frame: the connection is closed (the next send dials
  * again; the peer saw it end).
  */
-/* Dial retries stop once the peer is known lost (its connection to us ended). */
+typedef struct raw_stop {
+    mt_coll_world *w;
+    coll_peer *pe;
+} raw_stop;
+
+/* A blocked write ends when the world is cancelled (mt_coll_world_cancel). */
+static int world_cancelled(void *arg)
+{
+    return atomic_load(&((raw_stop *)arg)->w->cancelled) != 0;
+}
+
+/* Dial retries also stop once the peer is known lost (its connection to us ended). */
 static int peer_gone(void *arg)
 {
-    return atomic_load(&((coll_peer *)arg)->down_ns) != 0;
+    return world_cancelled(arg) || atomic_load(&((raw_stop *)arg)->pe->down_ns) != 0;
 }
 
 static mt_code raw_send(mt_coll_world *w, int proc, const void *hdr, const void *data, size_t bytes,
@@ -556,11 +591,12 @@ static mt_code raw_send(mt_coll_world *w, int proc, const void *hdr, const void 
     coll_peer *pe = &w->peers[proc];
     mt_code rc = MT_OK;
     mt_err e = MT_ERR_INIT;
+    raw_stop stop = {w, pe};
     pthread_mutex_lock(&pe->mu);
     if (!pe->open) {
         int fd;
         rc = coll__raw_dial(w->proc_addr[proc], w->net->addr, w->opts.job_id, w->net->token,
-                            deadline_ns, peer_gone, pe, &fd, &e);
+                            deadline_ns, peer_gone, &stop, &fd, &e);
         if (rc == MT_OK) {
             pe->fd = fd;
             pthread_mutex_lock(&w->net->mu);
@@ -572,7 +608,8 @@ static mt_code raw_send(mt_coll_world *w, int proc, const void *hdr, const void 
         }
     }
     if (rc == MT_OK) {
-        rc = coll__raw_write(pe->fd, hdr, COLL_HDR_SIZE, data, bytes, deadline_ns, &e);
+        rc = coll__raw_write(pe->fd, hdr, COLL_HDR_SIZE, data, bytes, deadline_ns, world_cancelled,
+                             &stop, &e);
         if (rc != MT_OK) {
             close(pe->fd);
             pthread_mutex_lock(&w->net->mu);

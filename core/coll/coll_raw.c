@@ -492,7 +492,7 @@ io_fail:
 }
 
 mt_code coll__raw_write(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                        int64_t deadline_ns, mt_err *err)
+                        int64_t deadline_ns, int (*give_up)(void *), void *arg, mt_err *err)
 {
     struct iovec iov[2] = {{(void *)hdr, hlen}, {(void *)data, dlen}};
     int niov = dlen > 0 ? 2 : 1, first = 0;
@@ -509,8 +509,10 @@ mt_code coll__raw_write(int fd, const void *hdr, size_t hlen, const void *data, 
             int64_t left = (deadline_ns - coll__now_ns()) / 1000000LL;
             if (left <= 0)
                 return mt_err_set(err, MT_DEADLINE_EXCEEDED, "not reading (send timed out)");
+            if (give_up != NULL && give_up(arg))
+                return mt_err_set(err, MT_CANCELLED, "send cancelled");
             struct pollfd p = {.fd = fd, .events = POLLOUT};
-            poll(&p, 1, left > 1000 ? 1000 : (int)left + 1);
+            poll(&p, 1, left > 50 ? 50 : (int)left + 1); /* short slices: give_up is polled */
             continue;
         }
         size_t left = (size_t)k;

@@ -480,6 +480,22 @@ fail:
     return rc;
 }
 
+void mt_coll_world_cancel(mt_coll_world *w)
+{
+    if (w == NULL)
+        return;
+    atomic_store(&w->cancelled, 1);
+    for (int i = 0; i < w->nlocal; i++) {
+        mt_coll_comm *c = &w->comms[i];
+        for (int k = 0; k < COLL_NAIO; k++)
+            if (c->aio[k] != NULL)
+                nng_aio_cancel(c->aio[k]); /* a send stuck on a dead peer ends now */
+        pthread_mutex_lock(&c->mu);
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
 void mt_coll_world_free(mt_coll_world *w)
 {
     if (w == NULL)
@@ -594,7 +610,10 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, u
     }
     if (pos < 0)
         return ctx_fail(x, MT_INVALID_ARGUMENT, "rank %d is not a member of the group", c->rank);
+    if (atomic_load(&c->w->cancelled))
+        return ctx_fail(x, MT_CANCELLED, "the world was cancelled");
     x->pos = pos; /* from here on, ctx_end tells the other members about a failure */
+    coll__progress_enter(c, op_name(op), x->step, x->seq);
     atomic_store(&c->entered, coll__tag_pack(x->step, x->seq) + 1);
     pthread_mutex_lock(&c->mu);
     c->active = 1;
@@ -785,6 +804,7 @@ static mt_code ctx_end(coll_ctx *x, mt_code rc)
         mark_stale(c, x->step, x->seq);
     c->active = 0;
     pthread_mutex_unlock(&c->mu);
+    coll__progress_exit(c, rc);
     return rc;
 }
 
@@ -847,6 +867,11 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
     *out = NULL;
     pthread_mutex_lock(&c->mu);
     for (;;) {
+        if (atomic_load(&w->cancelled)) {
+            pthread_mutex_unlock(&c->mu);
+            x->from_abort = 1; /* every local member is cancelled too; remote ones by their owner */
+            return ctx_fail(x, MT_CANCELLED, "the world was cancelled");
+        }
         mt_code arc;
         if (take_abort(x, &arc)) {
             pthread_mutex_unlock(&c->mu);
@@ -906,6 +931,7 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
         if (remote && until - now > 50000000LL)
             until = now + 50000000LL; /* poll the connection state */
         struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
+        coll__progress_wait(c);
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
     }
     pthread_mutex_unlock(&c->mu);
@@ -1041,6 +1067,7 @@ static mt_code recv_seg(coll_ctx *x, coll_hdr *h, int src, float *rbuf, size_t r
     h->len = n;
     if ((rc = recv_msg(x, src, h, &m)) != MT_OK)
         return rc;
+    coll__progress_chunk(x->c, k, nseg(x, rlen));
     const unsigned char *pl = (const unsigned char *)nng_msg_body(m) + COLL_HDR_SIZE;
     float *d = rbuf + roff + o;
     if (mode == XFER_COPY) {

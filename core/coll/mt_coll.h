@@ -130,6 +130,14 @@ mt_code mt_coll_net_new_auth(const char *url, const char *token, mt_coll_net **o
 const char *mt_coll_net_addr(const mt_coll_net *net);
 
 /*
+ * Replace the address net reports (mt_coll_net_addr) and matches this process's ranks by: for
+ * a listener on a wildcard ("tcp://0.0.0.0:7500") the address peers dial instead
+ * ("tcp://10.0.0.2:7500"). addr is copied. Call before any world uses net (not thread-safe
+ * against world creation). Codes: INVALID_ARGUMENT (not tcp:// or ipc://, or longer than 255).
+ */
+mt_code mt_coll_net_set_addr(mt_coll_net *net, const char *addr, mt_err *err);
+
+/*
  * Stop receiving and close the listener. Free any world using it first. NULL: no-op.
  * Bounded: if nng's close does not finish within 2 s the endpoint is left to it (leaked).
  */
@@ -150,7 +158,11 @@ mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_col
  * lives (borrowed, copied). Ranks whose address equals mt_coll_net_addr(net)
  * are this process's devices. Connections to other processes are opened on
  * first use, reused across steps and closed by mt_coll_world_free. Messages
- * that arrive before the world exists are kept and delivered to it.
+ * that arrive before the world exists are kept and delivered to it, also those
+ * that arrive while net still serves a CANCELLED world of another job_id (a
+ * restarted job's peers may start before this process has freed the old
+ * attempt's world); kept messages of other job ids are dropped when the world is
+ * made. A live world of another job_id gets them (INVALID_ARGUMENT mismatch).
  * Codes: INVALID_ARGUMENT (no local rank, duplicate local index, bad size),
  * FAILED_PRECONDITION (net already serves a world), RESOURCE_EXHAUSTED.
  */
@@ -162,6 +174,15 @@ mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_add
  * be running. NULL: no-op.
  */
 void mt_coll_world_free(mt_coll_world *w);
+
+/*
+ * Cancel w: every collective of w that is running or starts later fails with CANCELLED within
+ * about 50 ms (also one waiting for a peer whose link is dead, which would otherwise wait for its
+ * deadline); sends still in flight are cancelled. Remote members are not told: their owner
+ * cancels them (the coordinator cancels every task of a restarted job). Any thread; w must stay
+ * valid during the call (the caller orders it before mt_coll_world_free). NULL: no-op.
+ */
+void mt_coll_world_cancel(mt_coll_world *w);
 
 int mt_coll_world_size(const mt_coll_world *w);
 

@@ -395,6 +395,7 @@ mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shap
     for (int i = 0; i < spec->n_layers; i++) {
         layer *l = &m->layers[i];
         l->s = spec->layers[i];
+        l->s.activation = mt_model_layer_activation(spec, i);
         l->in_rank = prev_rank;
         memcpy(l->in_shape, prev_shape, sizeof(prev_shape));
         l->in_size = 1;

@@ -204,6 +204,16 @@ mt_code mt_model_spec_size(const mt_job_spec *spec, int in_rank, const size_t *i
                            mt_model_size *out, mt_err *err);
 
 /*
+ * The activation an engine applies after layer i of spec (0 <= i < spec->n_layers): the layer's
+ * own, except that a relu on a conv2d directly followed by a max_pool2d without activation moves to
+ * the pool (the conv2d gets linear, the pool relu). Max and relu commute exactly (relu is
+ * monotone), so outputs, argmax choices where the gradient is non-zero, and gradients are the same
+ * bits, while the relu and its mask touch a quarter of the elements. Both engines (core/model,
+ * core/spmd) use it so they stay identical. Pure; any thread.
+ */
+mt_activation mt_model_layer_activation(const mt_job_spec *spec, int i);
+
+/*
  * The spec validator's size check: batch > lim->max_batch, more parameters than
  * lim->max_params or a wider layer output than lim->max_activation -> RESOURCE_EXHAUSTED with
  * the figure and the limit ("model: 250000000 parameters exceed the limit of 100000000");

@@ -571,3 +571,18 @@ void mt_job_spec_free(mt_job_spec *spec)
     mt_free(spec->layers);
     mt_free(spec);
 }
+
+mt_activation mt_model_layer_activation(const mt_job_spec *spec, int i)
+{
+    const mt_layer_spec *l = &spec->layers[i];
+    bool pool_next = i + 1 < spec->n_layers && spec->layers[i + 1].kind == MT_LAYER_MAX_POOL2D &&
+                     spec->layers[i + 1].activation == MT_ACT_LINEAR;
+    bool relu_conv_before = i > 0 && spec->layers[i - 1].kind == MT_LAYER_CONV2D &&
+                            spec->layers[i - 1].activation == MT_ACT_RELU;
+
+    if (l->kind == MT_LAYER_CONV2D && l->activation == MT_ACT_RELU && pool_next)
+        return MT_ACT_LINEAR;
+    if (l->kind == MT_LAYER_MAX_POOL2D && l->activation == MT_ACT_LINEAR && relu_conv_before)
+        return MT_ACT_RELU;
+    return l->activation;
+}

@@ -145,11 +145,42 @@ typedef struct mt_spmd_position {
  * the shards, optimizer slots as "<param>/adam_m", "/adam_v" or "/momentum", the iteration count
  * as "optimizer/iterations" (I64), the position and spec_json (borrowed, may be NULL).
  * The shards of this process must cover every tensor (true in one process, or when each process
- * holds a full replica). Codes: mt_ckpt's (I/O, RESOURCE_EXHAUSTED; FAILED_PRECONDITION
- * "shards cover 30 of 40 elements" when they do not).
+ * holds a full replica; otherwise every process calls mt_spmd_save_gathered). Codes: mt_ckpt's
+ * (I/O, RESOURCE_EXHAUSTED; FAILED_PRECONDITION "shards cover 30 of 40 elements" when they do not).
  */
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err);
+
+/*
+ * True when a checkpoint of this trainer needs mt_spmd_save_gathered: the world spreads over
+ * processes (some ranks are not in this process) and some parameter is sharded, so the process
+ * holding rank 0 may lack shards. The same answer in every process of the world.
+ */
+bool mt_spmd_save_needs_gather(const mt_spmd *s);
+
+/*
+ * Collective save of the same mesh-independent checkpoint as mt_spmd_save (byte for byte) when
+ * the shards are spread over processes. EVERY process of the world calls it at the same point of
+ * the run (SPMD: between the same two steps, with the same pos and spec_json); the process holding
+ * rank 0 writes path (borrowed; ignored, may be NULL, elsewhere). Tensor by tensor (weights, then
+ * their optimizer slots), the devices holding one copy of each shard allgather them over the
+ * collectives (tags apart from the training steps'; the world's deadline applies) and the writer
+ * assembles the global tensor; a replicated tensor moves nothing. Memory: one buffer of the
+ * tensor's global size per gathering device, freed before the next tensor. Blocks until done.
+ * A failure to write on rank 0's process does not stop its part in the gathers (the others finish
+ * normally); it is returned at the end. Codes: mt_ckpt's (I/O, RESOURCE_EXHAUSTED),
+ * INVALID_ARGUMENT (path NULL on the writer), the collectives' (DEADLINE_EXCEEDED naming the
+ * missing rank, UNAVAILABLE, INVALID_ARGUMENT for a process making another call) naming the device.
+ */
+mt_code mt_spmd_save_gathered(mt_spmd *s, const char *path, const mt_spmd_position *pos,
+                              const char *spec_json, mt_err *err);
+
+/*
+ * Agreement over the whole world: every process calls it at the same point with its own flag
+ * `mine`; *any becomes true when some process passed true (one 1-float allreduce over all ranks).
+ * Blocks. Codes: the collectives', RESOURCE_EXHAUSTED; *any is false on failure.
+ */
+mt_code mt_spmd_flag_any(mt_spmd *s, bool mine, bool *any, mt_err *err);
 
 /*
  * Restore from a checkpoint saved on ANY mesh and layout: each device reads only its slices
@@ -190,7 +221,8 @@ typedef struct mt_spmd_run_opts {
     const char *resume;    /* checkpoint to continue from (borrowed), or NULL */
     const char *spec_json; /* stored in every checkpoint (borrowed), may be NULL */
     mt_coll_world *world;  /* network world for a multi-process run (borrowed), or NULL; only the
-                              process holding rank 0 writes checkpoints */
+                              process holding rank 0 writes checkpoints (the others take part in
+                              the gather when mt_spmd_save_needs_gather) */
     /* called after each checkpoint is written (ctx = the progress ctx, path, step), e.g. to
        upload it; may be NULL; a non-OK return stops the run */
     mt_code (*on_saved)(void *ctx, const char *path, uint64_t step, mt_err *err);
@@ -208,8 +240,12 @@ typedef struct mt_spmd_run_opts {
  * last batch, progress events, evaluation at each epoch end) with every step run by mt_spmd on
  * `mesh` with `map` (both borrowed); on a 1-device mesh the numbers equal mt_train_run_data's.
  * Checkpoints hold the position (step, epoch, examples of the epoch consumed) so a resumed run,
- * on any mesh, continues with the same batches. Codes: mt_spmd_new's, mt_spmd_step's,
- * mt_spmd_save/restore's, the progress callback's.
+ * on any mesh, continues with the same batches. With a world spread over processes and sharded
+ * parameters (mt_spmd_save_needs_gather) every process takes part in each checkpoint
+ * (mt_spmd_save_gathered); when opts has ckpt_every and save_on_stop, the processes also agree
+ * after each progress event whether one of them stops (mt_spmd_flag_any) and then all save that
+ * step, so the stop checkpoint exists even when the stopping process is not rank 0's. Codes:
+ * mt_spmd_new's, mt_spmd_step's, mt_spmd_save/restore's, the progress callback's.
  */
 mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
                          const mt_spmd_run_opts *opts, const mt_idx_set *train,

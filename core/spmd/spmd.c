@@ -23,6 +23,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "ckpt/mt_ckpt.h"
+#include "coll/mt_coll_progress.h"
 #include "data/mt_data.h"
 #include "rng/mt_rng.h"
 #include "tensor/mt_tensor.h"
@@ -76,6 +77,8 @@ typedef struct dev {
     float msum[2];                      /* step loss sum and correct count (in the bucket) */
     size_t batch, row0;                 /* local examples of the current job, first global row */
     int64_t t;                          /* optimizer iterations */
+    float *gbuf;                        /* checkpoint gather: every member's shard, or NULL */
+    float flag;                         /* flag agreement: sum over the world */
     double loss;                        /* job outputs */
     size_t correct;
     mt_code rc;
@@ -84,7 +87,7 @@ typedef struct dev {
     bool started;
 } dev;
 
-typedef enum job_kind { JOB_NONE, JOB_STEP, JOB_EVAL, JOB_QUIT } job_kind;
+typedef enum job_kind { JOB_NONE, JOB_STEP, JOB_EVAL, JOB_GATHER, JOB_AGREE, JOB_QUIT } job_kind;
 
 struct mt_spmd {
     const mt_mesh *mesh;
@@ -114,6 +117,14 @@ struct mt_spmd {
     size_t jn;
     uint64_t jstep, jfirst;
     bool jtrain;
+    /* checkpoint gather and flag agreement (mt_spmd_save_gathered, mt_spmd_flag_any) */
+    size_t jgi;              /* parameter */
+    int jgk;                 /* -1 value, 0/1 optimizer slot */
+    const int *jgroup;       /* the gather group (positions) */
+    int jgn;                 /* its size */
+    float jflag;             /* this process's flag */
+    mt_coll_call jcall;      /* the collective's tag */
+    uint64_t nsaves, nagree; /* collective saves and agreements made (tags) */
 };
 
 /* ------------------------------------------------------------------ config */
@@ -452,6 +463,7 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
     for (int i = 0; i < spec->n_layers; i++) {
         dlayer *l = &s->layers[i];
         l->s = spec->layers[i];
+        l->s.activation = mt_model_layer_activation(spec, i);
         l->in_rank = prev_rank;
         memcpy(l->in_shape, prev_shape, sizeof(prev_shape));
         l->in_size = 1;
@@ -483,6 +495,7 @@ static mt_code grp_allreduce(dev *d, int dim, float *buf, size_t n)
         return MT_OK;
     g.ranks = d->groups[dim];
     g.size = d->s->dimsz[dim];
+    mt_coll_comm_axis(d->comm, mt_mesh_dim_name(d->s->mesh, dim));
     return mt_coll_allreduce_sum(d->comm, &g, buf, n, NULL, &d->err);
 }
 
@@ -499,6 +512,7 @@ static mt_code reshard(dev *d, const float *src, size_t rows, size_t c, int from
         size_t p = dsz(s, from), cl = c / p;
         mt_coll_group g = {d->groups[from], s->dimsz[from]};
         float *out = to < 0 ? dst : d->g2;
+        mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, from));
         mt_code rc = mt_coll_allgather(d->comm, &g, src, d->g1, rows * cl, NULL, &d->err);
         if (rc != MT_OK)
             return rc;
@@ -673,6 +687,7 @@ static void dev_free(dev *d)
     mt_free(d->logits);
     mt_free(d->dlogits);
     mt_free(d->dlog_loc);
+    mt_free(d->gbuf);
 }
 
 /* ------------------------------------------------------------------ device: forward */
@@ -951,7 +966,9 @@ static mt_code dev_step(dev *d)
     mt_code rc;
 
     mt_coll_comm_set_step(d->comm, s->jstep);
+    mt_coll_comm_activity(d->comm, "reading input");
     dev_take_batch(d, 0, s->jn);
+    mt_coll_comm_activity(d->comm, "computing");
     rc = dev_forward(d, s->jn, true, s->jstep, s->jfirst + (d->row0));
     if (rc == MT_OK)
         rc = mt_softmax_xent(d->dlogits, &loss, &correct, d->logits, d->y, d->batch, s->num_classes,
@@ -962,6 +979,7 @@ static mt_code dev_step(dev *d)
     d->msum[1] = (float)correct;
     if (rc == MT_OK && s->bdim >= 0) {
         mt_coll_group g = {d->groups[s->bdim], s->dimsz[s->bdim]};
+        mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
         rc = mt_coll_bucket_allreduce(d->bucket, d->comm, &g, NULL, &d->err);
     }
     if (rc != MT_OK)
@@ -969,6 +987,7 @@ static mt_code dev_step(dev *d)
     d->loss = d->msum[0];
     d->correct = (size_t)d->msum[1];
     d->t++;
+    mt_coll_comm_activity(d->comm, "optimizer update");
     for (size_t i = 0; i < s->n_params; i++) {
         mt_model_param *p = &d->params[i];
         if (!p->trainable)
@@ -991,6 +1010,7 @@ static mt_code dev_eval(dev *d)
     mt_code rc;
 
     mt_coll_comm_set_step(d->comm, s->jstep);
+    mt_coll_comm_activity(d->comm, "evaluating");
     for (size_t i = 0; i < s->jn; i += s->max_gb) {
         size_t n = s->jn - i < s->max_gb ? s->jn - i : s->max_gb;
         float sums[2];
@@ -1015,6 +1035,9 @@ static mt_code dev_eval(dev *d)
     return MT_OK;
 }
 
+static mt_code dev_gather(dev *d);
+static mt_code dev_agree(dev *d);
+
 static void *dev_main(void *arg)
 {
     dev *d = arg;
@@ -1032,7 +1055,12 @@ static void *dev_main(void *arg)
         if (job == JOB_QUIT)
             return NULL;
         mt_err_clear(&d->err);
-        d->rc = job == JOB_STEP ? dev_step(d) : dev_eval(d);
+        d->rc = job == JOB_STEP     ? dev_step(d)
+                : job == JOB_EVAL   ? dev_eval(d)
+                : job == JOB_GATHER ? dev_gather(d)
+                                    : dev_agree(d);
+        if (d->rc == MT_OK) /* after a failure the record keeps where it stopped */
+            mt_coll_comm_activity(d->comm, "idle: waiting for the next batch from the host");
         if (d->rc != MT_OK && d->err.code == MT_OK)
             mt_err_set(&d->err, d->rc, "failed");
         pthread_mutex_lock(&s->mu);
@@ -1317,12 +1345,24 @@ static float *slot_of(mt_model_param *p, int k)
     return k < 0 ? p->value : k == 0 ? p->slot1 : p->slot2;
 }
 
+/*
+ * Host-side work between steps shows as every local device's activity (hang diagnosis): the
+ * device threads are idle then, and the progress slot's mutex makes the write safe.
+ */
+static void host_activity(mt_spmd *s, const char *what)
+{
+    for (int p = 0; p < s->ndev; p++)
+        mt_coll_comm_activity(s->devs[p].comm, what); /* NULL comm (remote device): no-op */
+}
+
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err)
 {
     mt_ckpt_writer *w = NULL;
     mt_code rc = mt_ckpt_writer_open(path, &w, err);
     int64_t one = 1, t = s->devs[s->first_local].t;
+
+    host_activity(s, "host: writing a checkpoint");
 
     if (rc != MT_OK)
         return rc;
@@ -1418,6 +1458,7 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
 
     if (rc != MT_OK)
         return rc;
+    host_activity(s, "host: restoring a checkpoint");
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
         rc = restore_tensor(s, ck, i, -1, path, err);
         for (int k = 0; rc == MT_OK && k < 2; k++)
@@ -1437,5 +1478,185 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
         }
     }
     mt_ckpt_close(ck);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ multi-process checkpoints */
+
+/*
+ * DESIGN. In a world spread over processes only the process holding rank 0 writes, and its
+ * devices may hold only some shards of a tensor (a layout naming a dimension that crosses
+ * processes). mt_spmd_save_gathered moves them there over the collectives, tensor by tensor:
+ * the gather group of a sharded tensor is the set of positions whose coordinate is 0 along every
+ * mesh dimension its layout does not name (one holder per distinct shard, position 0 among them,
+ * in ascending position order); its members allgather their shards (all the same size: layouts
+ * divide evenly) into a buffer of the global size, the writer copies device 0's buffer slice by
+ * slice into the checkpoint writer, and every buffer is freed before the next tensor. Replicated
+ * tensors move nothing (device 0 holds them whole). The collectives are tagged with their own
+ * step space (SAVE_TAG + save number, one seq per tensor; AGREE_TAG + agreement number), far from
+ * training steps, so they can never be confused with a step's collectives.
+ */
+#define SAVE_TAG  (1ULL << 38)
+#define AGREE_TAG (1ULL << 39)
+
+/* A member of the gather group allgathers its shard of (jgi, jgk) into d->gbuf. */
+static mt_code dev_gather(dev *d)
+{
+    mt_spmd *s = d->s;
+    mt_model_param *q = &d->params[s->jgi];
+    mt_coll_group g = {s->jgroup, s->jgn};
+    bool member = false;
+
+    for (int j = 0; j < s->jgn; j++)
+        member = member || s->jgroup[j] == d->pos;
+    if (!member)
+        return MT_OK;
+    d->gbuf = mt_malloc(q->size * (size_t)s->jgn * sizeof(float) + 1);
+    if (d->gbuf == NULL)
+        return mt_err_set(&d->err, MT_RESOURCE_EXHAUSTED,
+                          "checkpoint gather of '%s': out of memory", q->name);
+    return mt_coll_allgather(d->comm, &g, slot_of(q, s->jgk), d->gbuf, q->size, &s->jcall, &d->err);
+}
+
+/* Every device adds this process's flag over the whole world. */
+static mt_code dev_agree(dev *d)
+{
+    mt_spmd *s = d->s;
+    mt_coll_group g = {s->jgroup, s->ndev};
+
+    d->flag = s->jflag;
+    return mt_coll_allreduce_sum(d->comm, &g, &d->flag, 1, &s->jcall, &d->err);
+}
+
+bool mt_spmd_save_needs_gather(const mt_spmd *s)
+{
+    if (s->nlocal == s->ndev)
+        return false;
+    for (size_t i = 0; i < s->n_params; i++)
+        if (!mt_layout_is_replicated(&s->playout[i]))
+            return true;
+    return false;
+}
+
+/* The gather group of parameter i into grp (ndev ints); its size. */
+static mt_code gather_group(const mt_spmd *s, size_t i, int *grp, int *n, mt_err *err)
+{
+    int rd[MT_MESH_MAX_DIMS], nrd = mt_layout_replicated_dims(&s->playout[i], s->mesh, rd);
+
+    *n = 0;
+    for (int p = 0; p < s->ndev; p++) {
+        int c[MT_MESH_MAX_DIMS];
+        bool in = true;
+        mt_code rc = mt_mesh_coords(s->mesh, mt_mesh_device_at(s->mesh, p), c, err);
+        if (rc != MT_OK)
+            return rc;
+        for (int k = 0; k < nrd; k++)
+            in = in && c[rd[k]] == 0;
+        if (in)
+            grp[(*n)++] = p;
+    }
+    return MT_OK;
+}
+
+/* Writer side of one tensor: from device 0's gather buffer (grp[0..n) shards) or its replica. */
+static mt_code write_gathered(mt_spmd *s, mt_ckpt_writer *w, size_t i, int k, const int *grp, int n,
+                              mt_err *err)
+{
+    const mt_model_param *g = &s->gparams[i];
+    mt_model_param *q = &s->devs[0].params[i];
+    char name[MT_CKPT_MAX_NAME];
+    int64_t shape[4], of[4], ls[4];
+    mt_code rc;
+
+    for (int a = 0; a < g->rank; a++)
+        shape[a] = (int64_t)g->shape[a];
+    if (k < 0)
+        snprintf(name, sizeof(name), "%s", g->name);
+    else
+        snprintf(name, sizeof(name), "%s/%s", g->name, slot_name(s, k));
+    rc = mt_ckpt_writer_begin(w, name, MT_CKPT_F32, shape, g->rank, err);
+    for (int j = 0; rc == MT_OK && j < n; j++) {
+        const float *src = n > 1 ? s->devs[0].gbuf + (size_t)j * q->size : slot_of(q, k);
+        rc = mt_layout_shard(&s->playout[i], s->mesh, shape, mt_mesh_device_at(s->mesh, grp[j]), ls,
+                             of, err);
+        if (rc == MT_OK)
+            rc = mt_ckpt_writer_put_slice(w, of, ls, src, err);
+    }
+    return rc == MT_OK ? mt_ckpt_writer_end(w, err) : rc;
+}
+
+mt_code mt_spmd_save_gathered(mt_spmd *s, const char *path, const mt_spmd_position *pos,
+                              const char *spec_json, mt_err *err)
+{
+    bool writer = s->devs[0].comm != NULL;
+    mt_ckpt_writer *w = NULL;
+    mt_err werr = MT_ERR_INIT;
+    mt_code rc = MT_OK, wrc = MT_OK; /* collectives; this process's writing */
+    int64_t one = 1, t = s->devs[s->first_local].t;
+    uint64_t tag = SAVE_TAG + s->nsaves++;
+    uint32_t seq = 0;
+    int *grp = mt_calloc((size_t)s->ndev, sizeof(int));
+
+    if (grp == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "checkpoint gather: out of memory");
+    if (writer && path == NULL)
+        wrc = mt_err_set(&werr, MT_INVALID_ARGUMENT, "checkpoint gather: no path on the writer");
+    if (writer && wrc == MT_OK)
+        wrc = mt_ckpt_writer_open(path, &w, &werr);
+    if (w != NULL && pos != NULL)
+        mt_ckpt_writer_set_position(w, pos->step, pos->epoch, pos->input_position);
+    if (w != NULL && spec_json != NULL)
+        wrc = mt_ckpt_writer_set_spec(w, spec_json, &werr);
+    /* a failed write keeps taking part in the gathers so that the other processes finish */
+    for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
+        int n = 0;
+        rc = gather_group(s, i, grp, &n, err);
+        for (int k = -1; rc == MT_OK && k < 2; k++) {
+            if (k >= 0 && (!s->gparams[i].trainable ||
+                           slot_of(&s->devs[s->first_local].params[i], k) == NULL))
+                continue;
+            if (n > 1) {
+                s->jgi = i, s->jgk = k, s->jgroup = grp, s->jgn = n;
+                s->jcall = (mt_coll_call){tag, seq++, 0};
+                rc = run_job(s, JOB_GATHER, err);
+            }
+            if (rc == MT_OK && writer && wrc == MT_OK)
+                wrc = write_gathered(s, w, i, k, grp, n, &werr);
+            for (int p = 0; p < s->ndev; p++) {
+                mt_free(s->devs[p].gbuf);
+                s->devs[p].gbuf = NULL;
+            }
+        }
+    }
+    mt_free(grp);
+    if (rc == MT_OK && w != NULL && wrc == MT_OK)
+        wrc = mt_ckpt_writer_add(w, "optimizer/iterations", MT_CKPT_I64, &one, 1, &t, &werr);
+    if (rc == MT_OK && w != NULL && wrc == MT_OK) {
+        wrc = mt_ckpt_writer_commit(w, &werr); /* releases w */
+        w = NULL;
+    }
+    mt_ckpt_writer_abort(w);
+    if (rc != MT_OK)
+        return rc;
+    return wrc == MT_OK ? MT_OK : mt_err_set(err, wrc, "%s", werr.msg);
+}
+
+mt_code mt_spmd_flag_any(mt_spmd *s, bool mine, bool *any, mt_err *err)
+{
+    int *all = mt_calloc((size_t)s->ndev, sizeof(int));
+    mt_code rc;
+
+    *any = false;
+    if (all == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "flag agreement: out of memory");
+    for (int p = 0; p < s->ndev; p++)
+        all[p] = p;
+    s->jgroup = all;
+    s->jflag = mine ? 1.0f : 0.0f;
+    s->jcall = (mt_coll_call){AGREE_TAG + s->nagree++, 0, 0};
+    rc = run_job(s, JOB_AGREE, err);
+    if (rc == MT_OK)
+        *any = s->devs[s->first_local].flag > 0.0f;
+    mt_free(all);
     return rc;
 }

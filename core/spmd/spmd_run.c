@@ -20,6 +20,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "ckpt/mt_ckpt.h"
+#include "clock/mt_clock.h"
 #include "data/mt_data.h"
 #include "log/mt_log.h"
 
@@ -235,7 +236,8 @@ typedef struct run_ctx {
     void *ctx;           /* the progress context, passed to o's hooks */
     int64_t step, epoch; /* position after the last step (for a save on stop) */
     size_t pos;
-    bool saved; /* a checkpoint holds that position */
+    bool saved;                    /* a checkpoint holds that position */
+    mt_train_progress_fn progress; /* the caller's, when run_progress wraps it */
 } run_ctx;
 
 static mt_code run_step(void *ctx, const float *x, const int32_t *labels, size_t n, uint64_t step,
@@ -250,6 +252,70 @@ static mt_code run_evaluate(void *ctx, const float *x, const int32_t *labels, si
     return mt_spmd_evaluate(((run_ctx *)ctx)->s, x, labels, n, loss_sum, correct, err);
 }
 
+/*
+ * Shards spread over processes: every process takes part in the gather (mt_spmd_save_gathered),
+ * the one holding rank 0 writes, keeps the newest o->ckpt_keep and calls o->on_saved.
+ */
+static mt_code save_gathered(run_ctx *r, const mt_spmd_position *p, mt_err *err)
+{
+    const mt_spmd_run_opts *o = r->o;
+    bool writer = mt_coll_world_comm(o->world, 0) != NULL;
+    char path[4096];
+    int64_t t0 = mt_clock_mono_us();
+    mt_code rc = MT_OK;
+
+    if (writer)
+        rc = mt_ckpt_path(path, sizeof(path), o->save_dir, p->step, err);
+    if (rc == MT_OK) /* on a bad path the writer still gathers (its write fails) */
+        rc = mt_spmd_save_gathered(r->s, writer ? path : NULL, p, o->spec_json, err);
+    else
+        mt_spmd_save_gathered(r->s, NULL, p, o->spec_json, NULL);
+    if (rc != MT_OK || !writer)
+        return rc;
+    if (o->ckpt_keep > 0)
+        rc = mt_ckpt_retain(o->save_dir, o->ckpt_keep, NULL, err);
+    if (rc == MT_OK)
+        mt_log_info("checkpoint %s (step %llu, gathered from the workers and written in %.1f ms)",
+                    path, (unsigned long long)p->step, (double)(mt_clock_mono_us() - t0) / 1000.0);
+    if (rc == MT_OK && o->on_saved != NULL)
+        rc = o->on_saved(r->ctx, path, p->step, err);
+    return rc;
+}
+
+/*
+ * A stop checkpoint of gathered shards needs every process at the same point: with periodic
+ * checkpoints and a stop hook, after each progress event the processes agree (one 1-float
+ * allreduce over the world) whether any of them stops with a checkpoint, and all save it.
+ */
+static bool stop_needs_agreement(const run_ctx *r)
+{
+    const mt_spmd_run_opts *o = r->o;
+    return o->world != NULL && o->save_dir != NULL && o->save_on_stop != NULL &&
+           o->ckpt_every > 0 && mt_spmd_save_needs_gather(r->s);
+}
+
+static mt_code save_ckpt(run_ctx *r, int64_t step, int64_t epoch, size_t pos, mt_err *err);
+
+/* The caller's progress, then the stop agreement (see stop_needs_agreement). */
+static mt_code run_progress(void *ctx, const mt_train_progress *p)
+{
+    run_ctx *r = ctx;
+    mt_code rc = r->progress != NULL ? r->progress(r->ctx, p) : MT_OK, arc;
+    bool any = false;
+    mt_err aerr = MT_ERR_INIT;
+
+    arc = mt_spmd_flag_any(r->s, rc != MT_OK && r->o->save_on_stop(r->ctx), &any, &aerr);
+    if (arc == MT_OK && any && !r->saved) {
+        arc = save_ckpt(r, r->step, r->epoch, r->pos, &aerr);
+        if (arc == MT_OK)
+            mt_log_info("stop checkpoint at step %lld (a process is stopping)", (long long)r->step);
+    }
+    if (arc != MT_OK)
+        mt_log_warn("stop checkpoint at step %lld: %s: %s", (long long)r->step, mt_code_name(arc),
+                    aerr.msg);
+    return rc != MT_OK ? rc : arc;
+}
+
 /* Write the checkpoint of position (step, epoch, pos); only the process holding rank 0. */
 static mt_code save_ckpt(run_ctx *r, int64_t step, int64_t epoch, size_t pos, mt_err *err)
 {
@@ -259,6 +325,8 @@ static mt_code save_ckpt(run_ctx *r, int64_t step, int64_t epoch, size_t pos, mt
     mt_code rc;
 
     r->saved = true;
+    if (o->world != NULL && mt_spmd_save_needs_gather(r->s))
+        return save_gathered(r, &p, err);
     if (o->world != NULL && mt_coll_world_comm(o->world, 0) == NULL)
         return MT_OK; /* the process holding rank 0 writes it */
     rc = mt_ckpt_path(path, sizeof(path), o->save_dir, (uint64_t)step, err);
@@ -306,7 +374,8 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
     mt_train_options topt = {o->epochs, o->steps};
     mt_train_backend be = {NULL, run_step, run_evaluate, run_after_step};
     mt_train_start start = {0, 0, 0};
-    run_ctx r = {NULL, o, ctx, 0, 0, 0, true};
+    run_ctx r = {NULL, o, ctx, 0, 0, 0, true, progress};
+    bool agree;
     size_t ex = 1, bs = spec->batch_size < train->n ? spec->batch_size : train->n;
     mt_code rc;
 
@@ -333,11 +402,13 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
                     (long long)start.step, (long long)start.epoch + 1, start.input_position);
     }
     be.ctx = &r;
-    rc = mt_train_loop(spec, &topt, train, test, &be, o->resume != NULL ? &start : NULL, progress,
-                       ctx, res, err);
-    /* stopped by progress (cancel, shutdown): checkpoint the last step when asked to */
-    if (rc != MT_OK && !r.saved && o->save_dir != NULL && o->save_on_stop != NULL &&
-        o->save_on_stop(ctx))
+    agree = stop_needs_agreement(&r);
+    rc = mt_train_loop(spec, &topt, train, test, &be, o->resume != NULL ? &start : NULL,
+                       agree ? run_progress : progress, agree ? (void *)&r : ctx, res, err);
+    /* stopped by progress (cancel, shutdown): checkpoint the last step when asked to (with
+     * agreement, run_progress did it in step with the other processes) */
+    if (rc != MT_OK && !agree && !r.saved && o->save_dir != NULL && o->save_on_stop != NULL &&
+        o->save_on_stop(ctx) && !(o->world != NULL && mt_spmd_save_needs_gather(r.s)))
         save_ckpt(&r, r.step, r.epoch, r.pos, NULL);
 done:
     mt_spmd_free(r.s);

@@ -59,6 +59,16 @@ start_coordinator() {
     HTTP_URL=$(jq -r .http "$dir/endpoints.json")
 }
 
+# free_port: print a TCP port nothing listens on now (for a daemon that must keep its port
+# across a restart)
+free_port() {
+    local p
+    for p in $(shuf -i 20000-60000 -n 20); do
+        ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
+    done
+    fail "no free port"
+}
+
 # mt ARGS...: the CLI against the current coordinator
 mt() { "$BIN/meshtrain" --coordinator "$COORD_URL" "$@"; }
 
@@ -68,4 +78,17 @@ expect_exit() {
     local got=0
     "$@" >"$T/last.out" 2>&1 || got=$?
     [ "$got" = "$want" ] || { cat "$T/last.out" >&2; fail "'$*' exited $got, expected $want"; }
+}
+
+# gen_text FILE N SEED: N generated label<TAB>sentence lines (12 words, 30% of them carrying
+# the label's sentiment) for the text examples instead of the fetched UCI sentences.
+gen_text() { # gen_text FILE N SEED
+    awk -v n="$2" -v seed="$3" 'BEGIN { srand(seed);
+        split("good great fine love nice best happy superb", p, " ");
+        split("bad awful poor hate worst sad boring broken", q, " ");
+        for (i = 0; i < n; i++) { y = int(rand() * 2); s = "";
+            for (k = 0; k < 12; k++) { r = rand();
+                w = r < 0.3 ? (y ? p[1 + int(rand() * 8)] : q[1 + int(rand() * 8)]) : "w" int(rand() * 3000);
+                s = s (k ? " " : "") w }
+            print y "\t" s } }' >"$1"
 }

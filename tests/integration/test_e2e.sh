@@ -35,16 +35,6 @@ wait_for 20 "two workers" alive 2
 
 # ---- every example across the two worker processes (the text examples read small generated
 # label<TAB>sentence files instead of the fetched UCI sentences)
-gen_text() { # gen_text FILE N SEED
-    awk -v n="$2" -v seed="$3" 'BEGIN { srand(seed);
-        split("good great fine love nice best happy superb", p, " ");
-        split("bad awful poor hate worst sad boring broken", q, " ");
-        for (i = 0; i < n; i++) { y = int(rand() * 2); s = "";
-            for (k = 0; k < 12; k++) { r = rand();
-                w = r < 0.3 ? (y ? p[1 + int(rand() * 8)] : q[1 + int(rand() * 8)]) : "w" int(rand() * 3000);
-                s = s (k ? " " : "") w }
-            print y "\t" s } }' >"$1"
-}
 gen_text "$T/sent_train.tsv" 512 1
 gen_text "$T/sent_test.tsv" 128 2
 for f in "$SRC"/examples/*.json; do

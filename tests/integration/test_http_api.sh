@@ -58,6 +58,9 @@ jqb '.error.code == "NOT_FOUND"'
 expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics"
 jqb '.count == 960 and .last_step == 300 and (.series.loss.step | length) == 300'
 jqb '(.series.eval_loss.step | length) == 30 and .series.eval_loss.step[0] == 10'
+jqb '(.series | keys_unsorted) == (.series | keys) and (.series | length) >= 3'  # name order
+expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics?names=nope,loss&since_step=300"
+jqb '.count == 1 and (.series | keys_unsorted) == ["loss"] and .series.loss.step == [300]'
 expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics?since_step=291&names=loss,eval_accuracy"
 jqb '.count == 11 and (.series | keys) == ["eval_accuracy","loss"] and .series.loss.step[0] == 291'
 jqb '(.series.loss.value | length) == 10 and (.series.loss.value[0] | type) == "number"'

@@ -25,7 +25,8 @@ typedef struct ctu {
     mt_coord *c;
     pthread_t th;
     mt_rpc_client *cli;
-    int hb_timeout_ms; /* 0 = 30 s (nobody is lost during a test) */
+    int hb_timeout_ms;    /* 0 = 30 s (nobody is lost during a test) */
+    int stall_timeout_ms; /* 0 = the coordinator's default */
 } ctu;
 
 static inline void *ctu_run_(void *arg)
@@ -53,6 +54,8 @@ static inline void ctu_open(ctu *t)
     o.heartbeat_interval_ms = 200;
     o.heartbeat_timeout_ms = t->hb_timeout_ms ? t->hb_timeout_ms : 30000;
     o.sync_full = 0;
+    if (t->stall_timeout_ms > 0)
+        o.stall_timeout_ms = t->stall_timeout_ms;
     if (mt_coord_open(&o, &t->c, &err) != MT_OK)
         print_error("coordinator: %s\n", err.msg);
     assert_non_null(t->c);

@@ -931,6 +931,132 @@ static void test_coll_net_invalid_arguments(void **state)
     mt_coll_net_free(NULL);
 }
 
+/* A wildcard listener advertised as a dialable address: peers reach it, and its ranks are local. */
+static void test_coll_net_set_addr_advertises_wildcard_listener(void **state)
+{
+    static const int g[] = {0, 1};
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    mt_err err = MT_ERR_INIT;
+    char adv[64];
+    const char *port;
+    (void)state;
+    assert_int_equal(mt_coll_net_new("tcp://0.0.0.0:0", &nets[0], &err), MT_OK);
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[1], &err), MT_OK);
+    port = strrchr(mt_coll_net_addr(nets[0]), ':');
+    assert_non_null(port);
+    assert_int_equal(strncmp(mt_coll_net_addr(nets[0]), "tcp://0.0.0.0:", 14), 0);
+    snprintf(adv, sizeof(adv), "tcp://127.0.0.1%s", port);
+    assert_int_equal(mt_coll_net_set_addr(nets[0], "udp://127.0.0.1:1", &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_net_set_addr(nets[0], NULL, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_net_set_addr(nets[0], adv, &err), MT_OK);
+    assert_string_equal(mt_coll_net_addr(nets[0]), adv);
+    mt_coll_rank_addr table[2] = {{adv, 0}, {mt_coll_net_addr(nets[1]), 0}};
+    for (int k = 0; k < 2; k++)
+        if (mt_coll_world_new_net(nets[k], 2, table, NULL, &ws[k], &err) != MT_OK)
+            fail_msg("world %d: %s", k, err.msg);
+    assert_non_null(mt_coll_world_comm(ws[0], 0));
+    assert_null(mt_coll_world_comm(ws[0], 1));
+    job jobs[2];
+    for (int r = 0; r < 2; r++)
+        jobs[r] = mkjob(ws[r], r, g, 2, OP_ALLREDUCE, 1000, 9);
+    run_jobs(jobs, 2);
+    float ref[1000];
+    double dref[1000];
+    reference(g, 2, 1000, 9, ref, dref);
+    for (int r = 0; r < 2; r++) {
+        if (jobs[r].rc != MT_OK)
+            fail_msg("rank %d: %s", r, jobs[r].err.msg);
+        assert_memory_equal(jobs[r].buf, ref, sizeof(ref));
+    }
+    free_jobs(jobs, 2);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
+/*
+ * A restarted job: the peer's new world (job 2) sends while this process still holds its old,
+ * cancelled world (job 1); the messages wait for the new world instead of being lost in the
+ * old one.
+ */
+static void test_coll_net_keeps_messages_of_the_next_job(void **state)
+{
+    static const int g[] = {0, 1};
+    mt_coll_world_opts o1 = MT_COLL_WORLD_DEFAULTS, o2 = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *old, *ws[2];
+    mt_err err = MT_ERR_INIT;
+    pthread_t th;
+    enum { N = 100000 };
+    (void)state;
+    o1.job_id = 1;
+    o2.job_id = 2;
+    o2.segment_bytes = 4096;
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[0], &err), MT_OK);
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[1], &err), MT_OK);
+    mt_coll_rank_addr table[2] = {{mt_coll_net_addr(nets[0]), 0}, {mt_coll_net_addr(nets[1]), 0}};
+    assert_int_equal(mt_coll_world_new_net(nets[0], 2, table, &o1, &old, &err), MT_OK);
+    assert_int_equal(mt_coll_world_new_net(nets[1], 2, table, &o2, &ws[1], &err), MT_OK);
+    mt_coll_world_cancel(old); /* what the worker does when the coordinator cancels attempt 1 */
+    job jobs[2];
+    jobs[1] = with_call(mkjob(ws[1], 1, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 5000);
+    assert_int_equal(pthread_create(&th, NULL, job_main, &jobs[1]), 0);
+    usleep(300 * 1000); /* rank 1's first messages reach nets[0] while the old world holds it */
+    mt_coll_world_free(old);
+    assert_int_equal(mt_coll_world_new_net(nets[0], 2, table, &o2, &ws[0], &err), MT_OK);
+    jobs[0] = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 5000);
+    job_main(&jobs[0]);
+    pthread_join(th, NULL);
+    float *ref = calloc(N, sizeof(float));
+    double *dref = calloc(N, sizeof(double));
+    reference(g, 2, N, 3, ref, dref);
+    for (int r = 0; r < 2; r++) {
+        if (jobs[r].rc != MT_OK)
+            fail_msg("rank %d: %s", r, jobs[r].err.msg);
+        assert_memory_equal(jobs[r].buf, ref, N * sizeof(float));
+    }
+    free(ref);
+    free(dref);
+    free_jobs(jobs, 2);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
+/* A cancelled world ends a collective that waits for a silent peer at once, and every later one. */
+static void test_coll_world_cancel_interrupts_a_wait(void **state)
+{
+    static const int g[] = {0, 1};
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    pthread_t th;
+    (void)state;
+    o.job_id = 11;
+    net_pair("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 1, nets, ws, &o);
+    job j = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, 1000, 1), 0, 0, 20000);
+    assert_int_equal(pthread_create(&th, NULL, job_main, &j), 0);
+    usleep(200 * 1000); /* rank 0 waits for rank 1, which never enters */
+    mt_coll_world_cancel(ws[0]);
+    mt_coll_world_cancel(NULL);
+    pthread_join(th, NULL);
+    assert_int_equal(j.rc, MT_CANCELLED);
+    assert_true(j.secs < 5.0);
+    assert_non_null(strstr(j.err.msg, "cancelled"));
+    free_jobs(&j, 1);
+    j = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, 10, 1), 0, 1, 20000);
+    job_main(&j);
+    assert_int_equal(j.rc, MT_CANCELLED);
+    free_jobs(&j, 1);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -956,6 +1082,9 @@ int main(void)
         cmocka_unit_test(test_coll_net_lost_peer_is_named),
         cmocka_unit_test(test_coll_net_deadline_names_silent_member),
         cmocka_unit_test(test_coll_net_invalid_arguments),
+        cmocka_unit_test(test_coll_net_set_addr_advertises_wildcard_listener),
+        cmocka_unit_test(test_coll_net_keeps_messages_of_the_next_job),
+        cmocka_unit_test(test_coll_world_cancel_interrupts_a_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

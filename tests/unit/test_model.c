@@ -490,6 +490,65 @@ static void test_model_grad_whole_cnn(void **state)
              3, in, 3);
 }
 
+/* A conv2d's relu moves to the max_pool2d right after it (mt_model_layer_activation) and the
+ * result is the same bits as relu-then-pool: the same model with a rate-0 dropout between the two
+ * (which keeps the relu on the conv) gives an identical loss and identical gradients, also with
+ * ties (zero patches in the input make equal conv outputs of both signs). */
+static void test_model_relu_moves_to_pool(void **state)
+{
+    const char *fused = "{\"model\":{\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
+                        "\"kernel_size\":3,\"activation\":\"relu\"},{\"type\":\"max_pool2d\"},"
+                        "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]}}";
+    const char *apart = "{\"model\":{\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
+                        "\"kernel_size\":3,\"activation\":\"relu\"},{\"type\":\"dropout\","
+                        "\"rate\":0},{\"type\":\"max_pool2d\"},{\"type\":\"flatten\"},"
+                        "{\"type\":\"dense\",\"units\":3}]}}";
+    size_t in[3] = {9, 8, 2}, b = 4, isz = 9 * 8 * 2;
+    mt_job_spec *sf = parse(fused), *sa = parse(apart);
+    mt_model *mf, *ma;
+    float *x = malloc(b * isz * sizeof(float));
+    int32_t y[4] = {0, 1, 2, 1};
+    double lf = 0.0, la = 0.0;
+    size_t okf = 0, oka = 0;
+    (void)state;
+
+    assert_int_equal(mt_model_layer_activation(sf, 0), MT_ACT_LINEAR);
+    assert_int_equal(mt_model_layer_activation(sf, 1), MT_ACT_RELU);
+    assert_int_equal(mt_model_layer_activation(sf, 3), MT_ACT_LINEAR);
+    assert_int_equal(mt_model_layer_activation(sa, 0), MT_ACT_RELU);
+    assert_int_equal(mt_model_layer_activation(sa, 2), MT_ACT_LINEAR);
+    assert_int_equal(mt_model_new(sf, 3, in, b, &mf, NULL), MT_OK);
+    assert_int_equal(mt_model_new(sa, 3, in, b, &ma, NULL), MT_OK);
+    for (size_t i = 0; i < b * isz; i++)
+        x[i] = (i / isz) % 2 == 0 && (i % isz) < isz / 2 ? 0.0f : frand();
+    assert_int_equal(mt_model_param_count(mf), mt_model_param_count(ma));
+    for (size_t p = 0; p < mt_model_param_count(mf); p++) {
+        mt_model_param *pf = mt_model_param_at(mf, p), *pa = mt_model_param_at(ma, p);
+        assert_int_equal(pf->size, pa->size);
+        for (size_t i = 0; i < pf->size; i++)
+            pf->value[i] += 0.5f * frand();
+        memcpy(pa->value, pf->value, pf->size * sizeof(float));
+    }
+    assert_int_equal(mt_model_forward(mf, x, b, b, true, 1, 0, NULL, NULL, NULL), MT_OK);
+    assert_int_equal(mt_model_forward(ma, x, b, b, true, 1, 0, NULL, NULL, NULL), MT_OK);
+    assert_int_equal(mt_model_loss(mf, y, b, &lf, &okf, NULL), MT_OK);
+    assert_int_equal(mt_model_loss(ma, y, b, &la, &oka, NULL), MT_OK);
+    assert_memory_equal(&lf, &la, sizeof(lf));
+    assert_int_equal(okf, oka);
+    assert_int_equal(mt_model_backward(mf, NULL, NULL), MT_OK);
+    assert_int_equal(mt_model_backward(ma, NULL, NULL), MT_OK);
+    for (size_t p = 0; p < mt_model_param_count(mf); p++) {
+        mt_model_param *pf = mt_model_param_at(mf, p), *pa = mt_model_param_at(ma, p);
+        if (pf->trainable)
+            assert_memory_equal(pf->grad, pa->grad, pf->size * sizeof(float));
+    }
+    free(x);
+    mt_model_free(mf);
+    mt_model_free(ma);
+    mt_job_spec_free(sf);
+    mt_job_spec_free(sa);
+}
+
 /* ------------------------------------------------------------------ split batches */
 
 /* Counts calls of the hook: proves every reduction goes through it. */
@@ -771,6 +830,7 @@ int main(void)
         cmocka_unit_test(test_model_grad_batch_norm),
         cmocka_unit_test(test_model_grad_dropout_flatten),
         cmocka_unit_test(test_model_grad_whole_cnn),
+        cmocka_unit_test(test_model_relu_moves_to_pool),
         cmocka_unit_test(test_model_split_batch_gradients_sum),
         cmocka_unit_test(test_model_bn_uses_comm),
         cmocka_unit_test(test_model_allocation_failures),

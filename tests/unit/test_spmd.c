@@ -643,6 +643,176 @@ static void test_spmd_over_two_net_worlds_is_bit_identical(void **state)
     data_free(&d);
 }
 
+static void file_read(const char *path, char **buf, long *n)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    *n = ftell(f);
+    assert_true(*n > 0);
+    rewind(f);
+    *buf = mt_malloc((size_t)*n);
+    assert_non_null(*buf);
+    assert_int_equal(fread(*buf, 1, (size_t)*n, f), (size_t)*n);
+    fclose(f);
+}
+
+/* mkdtemp(dir), then a = dir/na and b = dir/nb (256 bytes each). */
+static void tmp_pair(char *dir, char *a, const char *na, char *b, const char *nb)
+{
+    assert_non_null(mkdtemp(dir));
+    snprintf(a, 256, "%s/%s", dir, na);
+    snprintf(b, 256, "%s/%s", dir, nb);
+}
+
+static void assert_same_file(const char *a, const char *b)
+{
+    char *x, *y;
+    long nx, ny;
+    file_read(a, &x, &nx);
+    file_read(b, &y, &ny);
+    assert_int_equal(nx, ny);
+    assert_memory_equal(x, y, (size_t)nx);
+    mt_free(x);
+    mt_free(y);
+}
+
+/*
+ * On an in-process world (threads as devices) the gathered save writes the bytes of the local
+ * save: the model-parallel kernels and their Adam slots are allgathered along "model" and
+ * reassembled; the agreement sums the flags.
+ */
+static void test_spmd_save_gathered_equals_local_save(void **state)
+{
+    size_t shape[1] = {FEAT};
+    data d = gen_data(64, FEAT, 2, 23);
+    const char *spec = MLP_SPEC(CHAIN_OPT, MP_EXTRA);
+    char dir[] = "/tmp/mt_spmd_gathXXXXXX", a[256], b[256];
+    mt_spmd_position pos = {3, 0, 48};
+    bool any = true;
+    mt_spmd *s;
+    job j;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    tmp_pair(dir, a, "local.mtc", b, "gathered.mtc");
+    job_load(&j, spec, NULL);
+    s = spmd_open(&j, 1, shape);
+    assert_false(mt_spmd_save_needs_gather(s)); /* every shard is in this process */
+    spmd_train(s, &d, 16, 0, 3, NULL);
+    assert_int_equal(mt_spmd_save(s, a, &pos, spec, &err), MT_OK);
+    if (mt_spmd_save_gathered(s, b, &pos, spec, &err) != MT_OK)
+        fail_msg("gathered save: %s", err.msg);
+    assert_same_file(a, b);
+    assert_int_equal(mt_spmd_flag_any(s, false, &any, &err), MT_OK);
+    assert_false(any);
+    assert_int_equal(mt_spmd_flag_any(s, true, &any, &err), MT_OK);
+    assert_true(any);
+    /* the trainer steps on after the save's collectives */
+    spmd_train(s, &d, 16, 3, 4, NULL);
+    assert_int_equal(mt_spmd_save_gathered(s, "/nonexistent-dir/x.mtc", &pos, spec, &err),
+                     MT_NOT_FOUND);
+    mt_spmd_free(s);
+    job_free(&j);
+    assert_int_equal(unlink(a), 0);
+    assert_int_equal(unlink(b), 0);
+    assert_int_equal(rmdir(dir), 0);
+    data_free(&d);
+}
+
+typedef struct gather_run {
+    mt_spmd *s;
+    const data *d;
+    const char *spec;
+    bool mine, any;
+    mt_code rc, arc;
+    char msg[256];
+} gather_run;
+
+static void *gather_side(void *arg)
+{
+    gather_run *g = arg;
+    mt_spmd_position pos = {4, 0, 64};
+    mt_err err = MT_ERR_INIT;
+    spmd_train(g->s, g->d, 16, 0, 4, NULL);
+    g->arc = mt_spmd_flag_any(g->s, g->mine, &g->any, &err);
+    g->rc = mt_spmd_save_gathered(g->s, NULL, &pos, g->spec, &err);
+    snprintf(g->msg, sizeof(g->msg), "%s", err.msg);
+    return NULL;
+}
+
+/*
+ * Model parallel with the model axis across two nng worlds (ranks with model coordinate 0 in one,
+ * 1 in the other): the writer's own shards do not cover the kernels (mt_spmd_save refuses), the
+ * gathered save writes the bytes of the in-process save; the agreement reaches both; a process
+ * that does not take part makes the other fail with DEADLINE_EXCEEDED within the deadline.
+ */
+static void test_spmd_save_gathered_across_net_worlds(void **state)
+{
+    size_t shape[1] = {FEAT};
+    data d = gen_data(64, FEAT, 2, 29);
+    const char *spec = MLP_SPEC(CHAIN_OPT, MP_EXTRA);
+    mt_coll_net *net[2] = {NULL, NULL};
+    mt_coll_world *w[2] = {NULL, NULL};
+    mt_coll_world_opts wo = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_rank_addr table[8];
+    mt_spmd *sp[2] = {NULL, NULL}, *ref;
+    mt_spmd_position pos = {4, 0, 64};
+    gather_run g = {NULL, &d, spec, true, false, MT_OK, MT_OK, ""};
+    char dir[] = "/tmp/mt_spmd_gnetXXXXXX", a[256], b[256];
+    bool any = false;
+    pthread_t th;
+    job j;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    tmp_pair(dir, a, "ref.mtc", b, "net.mtc");
+    job_load(&j, spec, NULL);
+    wo.default_deadline_ms = 1500;
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &net[k], &err), MT_OK);
+    for (int r = 0; r < 8; r++) { /* position = batch * 2 + model */
+        table[r].addr = mt_coll_net_addr(net[r % 2]);
+        table[r].local_index = r / 2;
+    }
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(mt_coll_world_new_net(net[k], 8, table, &wo, &w[k], &err), MT_OK);
+        if (mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 1, shape, 16, w[k], &sp[k], &err) !=
+            MT_OK)
+            fail_msg("spmd on net world %d: %s", k, err.msg);
+        assert_true(mt_spmd_save_needs_gather(sp[k]));
+    }
+    g.s = sp[1];
+    assert_int_equal(pthread_create(&th, NULL, gather_side, &g), 0);
+    spmd_train(sp[0], &d, 16, 0, 4, NULL);
+    assert_int_equal(mt_spmd_flag_any(sp[0], false, &any, &err), MT_OK);
+    assert_true(any); /* the other process said true */
+    if (mt_spmd_save_gathered(sp[0], b, &pos, spec, &err) != MT_OK)
+        fail_msg("gathered save on the writer: %s", err.msg);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (g.arc != MT_OK || g.rc != MT_OK)
+        fail_msg("the other process: %s", g.msg);
+    assert_true(g.any);
+    assert_int_equal(mt_spmd_save(sp[0], a, &pos, spec, &err), MT_FAILED_PRECONDITION);
+    ref = spmd_open(&j, 1, shape);
+    spmd_train(ref, &d, 16, 0, 4, NULL);
+    assert_int_equal(mt_spmd_save(ref, a, &pos, spec, &err), MT_OK);
+    assert_same_file(a, b);
+    mt_spmd_free(ref);
+    /* the other process never joins: the writer fails within the deadline, writes nothing */
+    assert_int_equal(unlink(b), 0);
+    assert_int_equal(mt_spmd_save_gathered(sp[0], b, &pos, spec, &err), MT_DEADLINE_EXCEEDED);
+    assert_int_equal(access(b, F_OK), -1);
+    for (int k = 0; k < 2; k++) {
+        mt_spmd_free(sp[k]);
+        mt_coll_world_free(w[k]);
+    }
+    for (int k = 0; k < 2; k++)
+        mt_coll_net_free(net[k]);
+    assert_int_equal(unlink(a), 0);
+    assert_int_equal(rmdir(dir), 0);
+    job_free(&j);
+    data_free(&d);
+}
+
 /* Fail the 1st, 2nd, ... allocation of mt_spmd_new until it succeeds: RESOURCE_EXHAUSTED, no leak.
  */
 static void test_spmd_new_survives_allocation_failures(void **state)
@@ -692,6 +862,8 @@ int main(void)
         cmocka_unit_test(test_spmd_new_survives_allocation_failures),
         cmocka_unit_test(test_spmd_uses_the_callers_world),
         cmocka_unit_test(test_spmd_over_two_net_worlds_is_bit_identical),
+        cmocka_unit_test(test_spmd_save_gathered_equals_local_save),
+        cmocka_unit_test(test_spmd_save_gathered_across_net_worlds),
     };
     return MT_RUN_TESTS(tests);
 }

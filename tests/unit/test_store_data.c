@@ -298,6 +298,255 @@ static void test_store_metrics_migrate_v2_keeps_latest(void **state)
     mt_store_metrics_free(out);
 }
 
+/* What a scan callback saw. */
+typedef struct scan_log {
+    size_t n;
+    char names[16][64];
+    uint64_t steps[16];
+    double values[16];
+    size_t stop_after; /* return stop_code once n reaches it (0 = never) */
+    mt_code stop_code;
+} scan_log;
+
+static mt_code log_point(void *arg, const mt_store_metric_ref *p)
+{
+    scan_log *l = arg;
+    if (l->n < 16) {
+        snprintf(l->names[l->n], sizeof(l->names[0]), "%s", p->name);
+        l->steps[l->n] = p->step;
+        l->values[l->n] = p->value;
+    }
+    l->n++;
+    return l->stop_after != 0 && l->n >= l->stop_after ? l->stop_code : MT_OK;
+}
+
+/* Four names at interleaved steps, inserted out of order. */
+static void add_series(mt_store *s, const char *job)
+{
+    mt_store_metric in[9];
+    mt_err err = MT_ERR_INIT;
+
+    in[0] = pt(5, "loss", 0.5);
+    in[1] = pt(1, "loss", 0.1);
+    in[2] = pt(3, "loss", 0.3);
+    in[3] = pt(2, "accuracy", 0.2);
+    in[4] = pt(4, "accuracy", 0.4);
+    in[5] = pt(1, "eval_loss", 1.1);
+    in[6] = pt(5, "eval_loss", 1.5);
+    in[7] = pt(6, "zeta", NAN);
+    in[8] = pt(2, "loss", 0.2);
+    if (mt_store_metrics_insert(s, job, in, 9, &err) != MT_OK)
+        fail_msg("insert: %s", err.msg);
+}
+
+static void test_store_metrics_scan_series_by_name_then_step(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    scan_log l;
+    mt_err err = MT_ERR_INIT;
+
+    add_job(t->s, job);
+    add_series(t->s, job);
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(mt_store_metrics_scan(t->s, job, 0, NULL, 0, 0, log_point, &l, &err), MT_OK);
+    assert_int_equal(l.n, 9);
+    const char *names[] = {"accuracy", "accuracy", "eval_loss", "eval_loss", "loss",
+                           "loss",     "loss",     "loss",      "zeta"};
+    const uint64_t steps[] = {2, 4, 1, 5, 1, 2, 3, 5, 6};
+    for (size_t i = 0; i < 9; i++) {
+        assert_string_equal(l.names[i], names[i]);
+        assert_int_equal(l.steps[i], steps[i]);
+    }
+    assert_true(l.values[6] == 0.3);
+    assert_true(isnan(l.values[8])); /* NaN comes back as NaN */
+}
+
+static void test_store_metrics_scan_filters_names_and_since_step(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    scan_log l;
+    mt_err err = MT_ERR_INIT;
+    /* unsorted, a duplicate, a NULL entry and an unknown name */
+    const char *want[] = {"loss", "nope", NULL, "accuracy", "loss"};
+
+    add_job(t->s, job);
+    add_series(t->s, job);
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(mt_store_metrics_scan(t->s, job, 3, want, 5, 0, log_point, &l, &err), MT_OK);
+    assert_int_equal(l.n, 3);
+    assert_string_equal(l.names[0], "accuracy");
+    assert_int_equal(l.steps[0], 4);
+    assert_string_equal(l.names[1], "loss");
+    assert_int_equal(l.steps[1], 3);
+    assert_int_equal(l.steps[2], 5);
+    /* since_step is inclusive; past the end gives nothing */
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(mt_store_metrics_scan(t->s, job, 6, NULL, 0, 0, log_point, &l, &err), MT_OK);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.names[0], "zeta");
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(mt_store_metrics_scan(t->s, job, 7, NULL, 0, 0, log_point, &l, &err), MT_OK);
+    assert_int_equal(l.n, 0);
+    /* at most `limit` per series, the lowest steps */
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(mt_store_metrics_scan(t->s, job, 0, NULL, 0, 1, log_point, &l, &err), MT_OK);
+    assert_int_equal(l.n, 4);
+    assert_string_equal(l.names[2], "loss");
+    assert_int_equal(l.steps[2], 1);
+}
+
+static void test_store_metrics_scan_empty_unknown_stop_and_errors(void **state)
+{
+    tctx *t = *state;
+    char job[32], other[32];
+    scan_log l;
+    mt_err err = MT_ERR_INIT;
+    const char *want[] = {"loss"};
+
+    add_job(t->s, job);
+    add_job(t->s, other);
+    add_series(t->s, job);
+    memset(&l, 0, sizeof(l));
+    /* a job without points and an unknown job: OK, no calls */
+    assert_int_equal(mt_store_metrics_scan(t->s, other, 0, NULL, 0, 0, log_point, &l, &err), MT_OK);
+    assert_int_equal(mt_store_metrics_scan(t->s, "job-000404", 0, want, 1, 0, log_point, &l, &err),
+                     MT_OK);
+    assert_int_equal(l.n, 0);
+    /* the callback's code stops the scan and comes back */
+    l.stop_after = 2;
+    l.stop_code = MT_CANCELLED;
+    assert_int_equal(mt_store_metrics_scan(t->s, job, 0, NULL, 0, 0, log_point, &l, &err),
+                     MT_CANCELLED);
+    assert_int_equal(l.n, 2);
+    /* the store is usable after the stop (statements were reset) */
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(mt_store_metrics_scan(t->s, job, 0, want, 1, 0, log_point, &l, &err), MT_OK);
+    assert_int_equal(l.n, 4);
+    assert_int_equal(mt_store_metrics_scan(t->s, job, 0, NULL, 2, 0, log_point, &l, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_metrics_scan(t->s, job, 0, NULL, 0, 0, NULL, &l, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_metrics_scan(t->s, NULL, 0, NULL, 0, 0, log_point, &l, &err),
+                     MT_INVALID_ARGUMENT);
+}
+
+/* The array query merges the series back: step then name; limit keeps the lowest steps. */
+static void test_store_metrics_query_limit_merges_by_step(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_metric *out = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    add_series(t->s, job);
+    assert_int_equal(mt_store_metrics_query(t->s, job, 0, NULL, 0, 5, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 5);
+    const uint64_t steps[] = {1, 1, 2, 2, 3};
+    const char *names[] = {"eval_loss", "loss", "accuracy", "loss", "loss"};
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(out[i].step, steps[i]);
+        assert_string_equal(out[i].name, names[i]);
+    }
+    mt_store_metrics_free(out);
+    assert_int_equal(mt_store_metrics_query(t->s, job, 5, NULL, 0, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(out[0].name, "eval_loss");
+    assert_string_equal(out[1].name, "loss");
+    assert_string_equal(out[2].name, "zeta");
+    mt_store_metrics_free(out);
+}
+
+/* A version-4 database (metrics clustered by step) is rebuilt clustered by name on open,
+ * keeping every point, its latest values and the foreign key; upserts still replace. */
+static void test_store_metrics_migrate_v4_reclusters(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_metric *out = NULL, redo;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+    char sql[1024];
+
+    add_job(t->s, job);
+    mt_store_close(t->s);
+    t->s = NULL;
+    /* the version-4 metrics table, as meshtrain shipped it, with points in it */
+    snprintf(sql, sizeof(sql),
+             "DROP TABLE metrics;"
+             "CREATE TABLE metrics (job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+             " step INTEGER NOT NULL, name TEXT NOT NULL, epoch INTEGER NOT NULL DEFAULT 0,"
+             " value REAL, time_ms INTEGER NOT NULL,"
+             " PRIMARY KEY (job_id, step, name)) WITHOUT ROWID;"
+             "INSERT INTO metrics VALUES ('%s', 1, 'loss', 0, 0.9, 11), ('%s', 1, 'acc', 0, 0.1,"
+             " 11), ('%s', 2, 'loss', 0, 0.8, 12), ('%s', 3, 'acc', 1, NULL, 13);"
+             "INSERT INTO metrics_latest VALUES ('%s', 'loss', 2, 0, 0.8, 12),"
+             " ('%s', 'acc', 3, 1, NULL, 13);"
+             "DELETE FROM schema_migrations WHERE version = 5; PRAGMA user_version = 4;",
+             job, job, job, job, job, job);
+    assert_int_equal(store_raw_exec(t->f.path, sql), SQLITE_OK);
+    assert_int_equal(mt_store_open(t->f.path, &t->s, &err), MT_OK);
+    assert_int_equal(store_raw_int(t->f.path, "PRAGMA user_version"), 5);
+    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM schema_migrations"), 5);
+    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM sqlite_schema WHERE"
+                                              " name='metrics' AND sql LIKE"
+                                              " '%PRIMARY KEY (job_id, name, step)%'"),
+                     1);
+    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM sqlite_schema WHERE"
+                                              " name='metrics_v5'"),
+                     0);
+    assert_int_equal(store_raw_int(t->f.path,
+                                   "SELECT count(*) FROM pragma_foreign_key_list('metrics')"
+                                   " WHERE \"table\"='jobs' AND on_delete='CASCADE'"),
+                     1);
+    assert_int_equal(mt_store_metrics_query(t->s, job, 0, NULL, 0, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 4);
+    assert_string_equal(out[0].name, "acc");
+    assert_string_equal(out[1].name, "loss");
+    assert_int_equal(out[3].step, 3);
+    assert_true(isnan(out[3].value));
+    assert_int_equal(out[3].epoch, 1);
+    assert_int_equal(out[3].time_ms, 13);
+    mt_store_metrics_free(out);
+    /* a redone step replaces the migrated point */
+    redo = pt(2, "loss", 0.7);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, &redo, 1, &err), MT_OK);
+    assert_int_equal(mt_store_metrics_query(t->s, job, 2, NULL, 0, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(out[0].name, "loss");
+    assert_true(out[0].value == 0.7);
+    mt_store_metrics_free(out);
+    /* reopening is a no-op */
+    mt_store_close(t->s);
+    t->s = NULL;
+    assert_int_equal(mt_store_open(t->f.path, &t->s, &err), MT_OK);
+    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM metrics"), 4);
+}
+
+/* Run the query with allocation k failing for k = 0, 1, ... until it succeeds; every failure
+ * must be RESOURCE_EXHAUSTED with nothing returned. Returns the allocations it needed. */
+static long query_failing_allocs(mt_store *s, const char *job, uint64_t since,
+                                 const char *const *names, size_t n_names, size_t limit,
+                                 mt_store_metric **out, size_t *n)
+{
+    mt_err err = MT_ERR_INIT;
+    long k;
+
+    for (k = 0;; k++) {
+        mt_alloc_fail_after(k);
+        mt_code rc = mt_store_metrics_query(s, job, since, names, n_names, limit, out, n, &err);
+        mt_alloc_fail_reset();
+        if (rc == MT_OK)
+            return k;
+        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+        assert_null(*out);
+        assert_int_equal(*n, 0);
+    }
+}
+
 static void test_store_metrics_query_alloc_failure(void **state)
 {
     tctx *t = *state;
@@ -312,18 +561,17 @@ static void test_store_metrics_query_alloc_failure(void **state)
     for (int i = 0; i < 100; i++)
         in[i] = pt((uint64_t)i, i % 2 ? "loss" : "acc", i);
     assert_int_equal(mt_store_metrics_insert(t->s, job, in, 100, &err), MT_OK);
-    for (k = 0;; k++) {
-        mt_alloc_fail_after(k);
-        rc = mt_store_metrics_query(t->s, job, 0, NULL, 0, 0, &out, &n, &err);
-        mt_alloc_fail_reset();
-        if (rc == MT_OK)
-            break;
-        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
-        assert_null(out);
-        assert_int_equal(n, 0);
-    }
+    k = query_failing_allocs(t->s, job, 0, NULL, 0, 0, &out, &n);
     assert_true(k > 1);
     assert_int_equal(n, 100);
+    mt_store_metrics_free(out);
+    /* with a names filter (its sorted copy is allocated too) and a limit (merge buffers) */
+    const char *want[] = {"loss", "acc"};
+    k = query_failing_allocs(t->s, job, 10, want, 2, 7, &out, &n);
+    assert_true(k > 2);
+    assert_int_equal(n, 7);
+    assert_int_equal(out[0].step, 10);
+    assert_int_equal(out[6].step, 16);
     mt_store_metrics_free(out);
     for (k = 0;; k++) {
         mt_alloc_fail_after(k);
@@ -678,6 +926,11 @@ int main(void)
         T(test_store_metrics_latest_per_name),
         T(test_store_metrics_latest_after_redo_truncate_many_names),
         T(test_store_metrics_migrate_v2_keeps_latest),
+        T(test_store_metrics_scan_series_by_name_then_step),
+        T(test_store_metrics_scan_filters_names_and_since_step),
+        T(test_store_metrics_scan_empty_unknown_stop_and_errors),
+        T(test_store_metrics_query_limit_merges_by_step),
+        T(test_store_metrics_migrate_v4_reclusters),
         T(test_store_metrics_query_alloc_failure),
         T(test_store_readonly_thread_reads_while_loop_writes),
         T(test_store_checkpoint_lifecycle),
