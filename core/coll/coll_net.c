@@ -198,7 +198,7 @@ static void net_handle(mt_coll_net *net, nng_msg *m)
         }
     } else {
         if (h.src >= 0 && h.src < w->size)
-            note_pipe(net, nng_pipe_id(nng_msg_get_pipe(m)), w->proc_of[h.src]);
+            note_pipe(net, nng_msg_get_pipe(m).id, w->proc_of[h.src]);
         coll__deliver(w, m, &h);
     }
     pthread_mutex_unlock(&net->mu);
@@ -219,7 +219,8 @@ static void refuse_addr(mt_coll_net *net, const char *addr)
 static void raw_deliver(void *arg, nng_msg *m, uint32_t conn)
 {
     /* the connection id stands in for an nng pipe id (it has the top bit set, nng's never) so
-     * that messages kept until the world exists still name their connection */
+     * that messages kept until the world exists still name their connection; read it back as
+     * nng_msg_get_pipe(m).id: nng_pipe_id() returns -1 for such ids */
     nng_pipe p = {.id = conn};
     nng_msg_set_pipe(m, p);
     net_handle(arg, m);
@@ -489,7 +490,7 @@ void coll__net_attach_pending(mt_coll_net *net, mt_coll_world *w)
             continue;
         }
         if (h.src >= 0 && h.src < w->size)
-            note_pipe(net, nng_pipe_id(nng_msg_get_pipe(m)), w->proc_of[h.src]);
+            note_pipe(net, nng_msg_get_pipe(m).id, w->proc_of[h.src]);
         coll__deliver(w, m, &h);
     }
     net->npending = 0;
