@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # bench/coll.sh [BUILD_DIR] — allreduce latency and bus bandwidth of core/coll
-# between 2 and 4 processes on loopback (nng tcp and ipc), next to OpenMPI's
+# between 2 and 4 processes on loopback (the direct transport over tcp and ipc, and
+# the nng transport over tcp for comparison), next to OpenMPI's
 # MPI_Allreduce over TCP (btl tcp,self) measured in the same run, with ratios.
 # busbw = algbw x 2(n-1)/n, algbw = bytes / time of one allreduce; each figure is
 # the best of 3 timed trials on both sides (the machine is shared).
@@ -37,6 +38,7 @@ run_mt() {
     for ((p = 0; p < np; p++)); do
         local url=tcp://127.0.0.1:0
         [ "$scheme" = ipc ] && url=ipc://$dir/p$p.ipc
+        [ "$scheme" = nng ] && url=nng+tcp://127.0.0.1:0
         "$PEER" --alarm 300 --listen "$url" --addr-file "$dir/addr.$p" --table-file "$dir/table" \
             --mode bench --sizes "$floats" --segment "$seg" --deadline 60000 \
             >"$dir/out.$p" 2>"$dir/err.$p" &
@@ -88,26 +90,31 @@ for seg in $SEGMENTS; do
     if [ -n "$bw" ] && [ "$(echo "$bw > $best_bw" | bc)" = 1 ]; then best_seg=$seg best_bw=$bw; fi
 done
 echo "using segment $best_seg B"
-printf '%-6s %-5s %10s | %10s %9s | %10s %9s | %10s %9s | %8s %8s\n' procs "" bytes \
-    "tcp lat_us" "busbw" "ipc lat_us" "busbw" "mpi lat_us" "busbw" "bw tcp/mpi" "lat mpi/tcp"
+printf '%-6s %10s | %10s %9s | %10s %9s | %10s %9s | %10s %9s | %8s %8s\n' procs bytes \
+    "tcp lat_us" "busbw" "ipc lat_us" "busbw" "nng lat_us" "busbw" "mpi lat_us" "busbw" \
+    "bw tcp/mpi" "lat mpi/tcp"
 for np in $PROCS; do
     run_mt "tcp$np" "$np" tcp "$best_seg" "$SIZES" >"$TMP/tcp$np.txt"
     run_mt "ipc$np" "$np" ipc "$best_seg" "$SIZES" >"$TMP/ipc$np.txt"
+    run_mt "nng$np" "$np" nng "$best_seg" "$SIZES" >"$TMP/nng$np.txt"
     : >"$TMP/mpi$np.txt"
     [ $MPI_OK = 1 ] && run_mpi "$np" "$SIZES" >"$TMP/mpi$np.txt"
     for b in $SIZES; do
         t=$(grep "bytes=$b " "$TMP/tcp$np.txt")
         i=$(grep "bytes=$b " "$TMP/ipc$np.txt")
+        g=$(grep "bytes=$b " "$TMP/nng$np.txt")
         m=$(grep "bytes=$b " "$TMP/mpi$np.txt")
         tl=$(field "$t" lat_us) tb=$(field "$t" busbw_GBps)
         il=$(field "$i" lat_us) ib=$(field "$i" busbw_GBps)
+        gl=$(field "$g" lat_us) gb=$(field "$g" busbw_GBps)
         ml=$(field "$m" lat_us) mb=$(field "$m" busbw_GBps)
         rb=- rl=-
         nonzero() { [ -n "$1" ] && [ "$(echo "$1 > 0" | bc)" = 1 ]; }
         nonzero "$tb" && nonzero "$mb" && rb=$(echo "scale=2; $tb / $mb" | bc)
         nonzero "$tl" && nonzero "$ml" && rl=$(echo "scale=2; $ml / $tl" | bc)
-        printf '%-6s %-5s %10s | %10s %9s | %10s %9s | %10s %9s | %8s %8s\n' "$np" "" "$b" \
-            "${tl:--}" "${tb:--}" "${il:--}" "${ib:--}" "${ml:--}" "${mb:--}" "$rb" "$rl"
+        printf '%-6s %10s | %10s %9s | %10s %9s | %10s %9s | %10s %9s | %8s %8s\n' "$np" "$b" \
+            "${tl:--}" "${tb:--}" "${il:--}" "${ib:--}" "${gl:--}" "${gb:--}" "${ml:--}" "${mb:--}" \
+            "$rb" "$rl"
     done
 done
 echo "(busbw in GB/s; 'bw tcp/mpi' >= 1.0 and 4 KiB tcp latency <= 100 us between 2 processes are the targets)"

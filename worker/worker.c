@@ -156,7 +156,10 @@ static mt_coll_net *open_data_plane(const mt_worker_opts *o)
     } else {
         snprintf(url, sizeof(url), "%s", o->data_listen);
     }
-    if (mt_coll_net_new_tls(url, o->tls, &net, &nerr) != MT_OK) {
+    /* TLS: peers prove themselves with certificates (mutual TLS); otherwise the shared token
+     * guards the data plane: peers prove it on every connection */
+    if ((tls ? mt_coll_net_new_tls(url, o->tls, &net, &nerr)
+             : mt_coll_net_new_auth(url, o->token, &net, &nerr)) != MT_OK) {
         mt_log_error("data plane %s: %s: %s; this worker cannot run tasks", url,
                      mt_code_name(nerr.code), nerr.msg);
         return NULL;

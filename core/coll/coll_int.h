@@ -5,10 +5,11 @@
  *
  * Message path: every hop is one nng_msg (72-byte header + float payload).
  * A hop to a rank of this process pushes the message straight into the
- * receiver's inbox (shared memory); a hop to another process sends it on a
- * push socket dialed to that process's listener, whose receive callback pushes
- * it into the destination comm's inbox. Inboxes are one FIFO per source rank,
- * so per-source order is preserved and the algorithms never see the transport.
+ * receiver's inbox (shared memory); a hop to another process writes it on the
+ * direct socket dialed to that process's listener (coll_raw.c), whose reader
+ * thread pushes it into the destination comm's inbox (or, with nng+ addresses,
+ * sends it on a push socket whose pull side's receive callback does the same). Inboxes are one FIFO
+ * per source rank, so per-source order is preserved and the algorithms never see the transport.
  *
  * Locking: net->mu (current world, pending messages, pipe map) is taken before
  * a comm's mu, never after. A comm's mu guards its queues and abort state.
@@ -24,14 +25,15 @@
 
 #include "coll/mt_coll.h"
 
-#define COLL_MAGIC    0x4c43544du /* "MTCL" little-endian */
-#define COLL_HDR_SIZE 72
-#define COLL_NAIO     4           /* outstanding sends per comm (pipelining depth) */
-#define COLL_GRACE_NS 200000000LL /* a lost connection counts after 200 ms without its data */
-#define COLL_DIAG_NS  250000000LL /* after a deadline, wait this long for PONGs */
-#define COLL_MAXPING  16
-#define COLL_FLUSH_NS 100000000LL /* a failing member lets its sends finish for up to 100 ms */
-#define COLL_ABORT_NS 100000000LL /* an ABORT to a peer may take at most 100 ms */
+#define COLL_MAGIC      0x4c43544du /* "MTCL" little-endian */
+#define COLL_HDR_SIZE   72
+#define COLL_NAIO       4           /* outstanding sends per comm (pipelining depth) */
+#define COLL_GRACE_NS   200000000LL /* a lost connection counts after 200 ms without its data */
+#define COLL_DIAG_NS    250000000LL /* after a deadline, wait this long for PONGs */
+#define COLL_MAXPING    16
+#define COLL_FLUSH_NS   100000000LL /* a failing member lets its sends finish for up to 100 ms */
+#define COLL_ABORT_NS   100000000LL /* an ABORT to a peer may take at most 100 ms */
+#define COLL_CTL_RAW_MS 20          /* direct transport: a PING/PONG may take at most 20 ms */
 
 enum coll_kind {
     COLL_KIND_DATA = 1,  /* a segment of a collective */
@@ -114,6 +116,8 @@ typedef struct coll_peer {
     nng_socket sock;         /* push, dialed to the process's listener */
     _Atomic int connected;   /* a pipe was added */
     _Atomic int64_t down_ns; /* monotonic time the connection was lost; 0 = not lost */
+    _Atomic int refused;     /* it refused our token, or we refused its (UNAUTHENTICATED) */
+    int fd;                  /* direct transport: dialed socket when open (guarded by mu) */
 } coll_peer;
 
 struct mt_coll_world {
@@ -151,6 +155,44 @@ mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t tim
 /* INVALID_ARGUMENT for an address of another transport, FAILED_PRECONDITION for a plain address
  * when net uses TLS; else MT_OK and *is_local (addr is net's own). */
 mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_local);
+/* 1 when the world's data plane is the direct transport (coll_raw.c). */
+int coll__net_is_raw(const mt_coll_world *w);
+/* Direct transport: send header + payload (borrowed) to process proc, synchronously. */
+mt_code coll__net_send_buf(mt_coll_comm *c, int proc, const void *hdr, const void *data,
+                           size_t bytes, int64_t deadline_ns, mt_err *err);
+
+/* ---- coll_auth.c */
+void coll__hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen,
+                       unsigned char out[32]);
+
+/* ---- coll_raw.c: the direct-socket transport (see its header comment) */
+typedef struct coll_raw coll_raw;
+typedef struct coll_raw_cbs {
+    void *arg;
+    void (*deliver)(void *arg, nng_msg *m, uint32_t conn); /* a frame arrived (takes m) */
+    void (*lost)(void *arg, uint32_t conn);                /* the connection ended */
+    void (*refused)(void *arg, const char *peer_addr);     /* a dialer failed authentication */
+} coll_raw_cbs;
+/* 1 for the URLs the direct transport serves (tcp://, ipc://). */
+int coll__raw_url(const char *url);
+/* Listen on url; the bound address goes to addr. token NULL or "": none required. */
+mt_code coll__raw_listen(const char *url, const char *token, const coll_raw_cbs *cbs,
+                         coll_raw **out, char *addr, size_t cap, mt_err *err);
+/* Stop accepting, end every connection, join every thread. NULL: no-op. */
+void coll__raw_free(coll_raw *r);
+/*
+ * Connect to url and authenticate, retrying a refused connection until the deadline
+ * unless give_up(arg) (may be NULL) says the peer is gone; *fd_out owned by the caller.
+ */
+mt_code coll__raw_dial(const char *url, const char *my_addr, uint64_t job, const char *token,
+                       int64_t deadline_ns, int (*give_up)(void *), void *arg, int *fd_out,
+                       mt_err *err);
+/*
+ * Write hdr then data fully before the deadline (DEADLINE_EXCEEDED / UNAVAILABLE), or
+ * CANCELLED once give_up(arg) (may be NULL; polled while the socket is full) says so.
+ */
+mt_code coll__raw_write(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
+                        int64_t deadline_ns, int (*give_up)(void *), void *arg, mt_err *err);
 
 /* Progress hooks (coll_progress.c; no-ops when c->prog is NULL). Device thread of c. */
 void coll__progress_enter(mt_coll_comm *c, const char *op, uint64_t step, uint32_t seq);

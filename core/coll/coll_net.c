@@ -1,6 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * coll_net.c — the data-plane transport between processes, over nng.
+ * coll_net.c — the data-plane endpoint of a process and its transports.
+ *
+ * tcp:// and ipc:// addresses use the direct-socket transport of coll_raw.c
+ * (token handshake, one reader thread per connection, synchronous writes); this
+ * file routes its frames and lost connections into the same paths as nng's
+ * (net_handle, pipe_lost) and dials it per peer process (raw_send). The rest of
+ * this comment describes the nng transport, used for nng+tcp:// and nng+ipc://.
  *
  * Each process has one mt_coll_net: a PULL socket listening on the process's
  * data-plane address with one receive aio always outstanding; its callback (on
@@ -59,8 +65,11 @@ struct mt_coll_net {
     mt_coll_world *world; /* mu: the world served, NULL when none */
     nng_msg **pending;    /* mu: messages that arrived before the world existed */
     size_t npending, cap_pending;
-    net_pipe *pipes; /* mu: PULL pipes seen in the current world */
+    net_pipe *pipes; /* mu: PULL pipes (or direct connections) seen in the current world */
     size_t npipes, cap_pipes;
+    coll_raw *raw;          /* the direct transport (tcp://, ipc://); NULL: nng (nng+tcp://) */
+    char token[256];        /* data-plane token ("" none), proven by every dialed connection */
+    char refused_addr[256]; /* mu: last dialer refused before the world existed */
 };
 
 static mt_code nng_code(int rv)
@@ -116,17 +125,21 @@ static void mark_down(mt_coll_world *w, int proc)
     }
 }
 
-static void pull_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+/* Mark the process of pipe (or direct connection) id as lost. */
+static void pipe_lost(mt_coll_net *net, uint32_t id)
 {
-    mt_coll_net *net = arg;
-    if (ev != NNG_PIPE_EV_REM_POST)
-        return;
     pthread_mutex_lock(&net->mu);
     for (size_t i = 0; i < net->npipes && net->world != NULL; i++) {
-        if (net->pipes[i].id == (uint32_t)nng_pipe_id(p))
+        if (net->pipes[i].id == id)
             mark_down(net->world, net->pipes[i].proc);
     }
     pthread_mutex_unlock(&net->mu);
+}
+
+static void pull_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    if (ev == NNG_PIPE_EV_REM_POST)
+        pipe_lost(arg, (uint32_t)nng_pipe_id(p));
 }
 
 static void push_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
@@ -188,9 +201,47 @@ static void net_handle(mt_coll_net *net, nng_msg *m)
         }
     } else {
         if (h.src >= 0 && h.src < w->size)
-            note_pipe(net, nng_pipe_id(nng_msg_get_pipe(m)), w->proc_of[h.src]);
+            note_pipe(net, nng_msg_get_pipe(m).id, w->proc_of[h.src]);
         coll__deliver(w, m, &h);
     }
+    pthread_mutex_unlock(&net->mu);
+}
+
+/* A dialer claiming address addr failed authentication (called with net->mu held). */
+static void refuse_addr(mt_coll_net *net, const char *addr)
+{
+    mt_coll_world *w = net->world;
+    for (int i = 0; w != NULL && i < w->nprocs; i++) {
+        if (i != w->my_proc && strcmp(w->proc_addr[i], addr) == 0) {
+            atomic_store(&w->peers[i].refused, 1);
+            mark_down(w, i);
+        }
+    }
+}
+
+static void raw_deliver(void *arg, nng_msg *m, uint32_t conn)
+{
+    /* the connection id stands in for an nng pipe id (it has the top bit set, nng's never) so
+     * that messages kept until the world exists still name their connection; read it back as
+     * nng_msg_get_pipe(m).id: nng_pipe_id() returns -1 for such ids */
+    nng_pipe p = {.id = conn};
+    nng_msg_set_pipe(m, p);
+    net_handle(arg, m);
+}
+
+static void raw_lost(void *arg, uint32_t conn)
+{
+    pipe_lost(arg, conn);
+}
+
+static void raw_refused(void *arg, const char *addr)
+{
+    mt_coll_net *net = arg;
+    pthread_mutex_lock(&net->mu);
+    if (net->world != NULL)
+        refuse_addr(net, addr);
+    else
+        snprintf(net->refused_addr, sizeof(net->refused_addr), "%s", addr);
     pthread_mutex_unlock(&net->mu);
 }
 
@@ -215,13 +266,18 @@ static mt_code format_addr(mt_coll_net *net, const char *url, mt_err *err)
     if (rv == 0 && sa.s_family == NNG_AF_INET) {
         char host[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &sa.s_in.sa_addr, host, sizeof(host));
-        snprintf(net->addr, sizeof(net->addr), "%s://%s:%u", net->tls ? "tls+tcp" : "tcp", host,
+        snprintf(net->addr, sizeof(net->addr), "%s://%s:%u", net->tls ? "tls+tcp" : "nng+tcp", host,
                  ntohs(sa.s_in.sa_port));
         return MT_OK;
     }
-    if (strlen(url) >= sizeof(net->addr))
+    if (strlen(url) + 4 >= sizeof(net->addr))
         return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: address %s too long", url);
-    snprintf(net->addr, sizeof(net->addr), "%s", url);
+    if (net->tls != NULL) { /* tls+tcp:// names itself */
+        snprintf(net->addr, sizeof(net->addr), "%s", url);
+        return MT_OK;
+    }
+    memcpy(net->addr, "nng+", 4);
+    memcpy(net->addr + 4, url, strlen(url) + 1);
     return MT_OK;
 }
 
@@ -305,35 +361,70 @@ static int close_bounded(mt_coll_net *net, nng_socket s, int64_t ms, const char 
     return done;
 }
 
+static mt_code net_new(const char *url, const mt_tls *tls, const char *token, mt_coll_net **out,
+                       mt_err *err);
+
 mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err)
 {
-    return mt_coll_net_new_tls(url, NULL, out, err);
+    return net_new(url, NULL, NULL, out, err);
 }
 
 mt_code mt_coll_net_new_tls(const char *url, const mt_tls *tls, mt_coll_net **out, mt_err *err)
+{
+    return net_new(url, tls, NULL, out, err);
+}
+
+mt_code mt_coll_net_new_auth(const char *url, const char *token, mt_coll_net **out, mt_err *err)
+{
+    return net_new(url, NULL, token, out, err);
+}
+
+/* tcp:// and ipc://: the direct transport (with the token handshake); nng+tcp://, nng+ipc:// and
+ * tls+tcp:// (with tls): nng. */
+static mt_code net_new(const char *url, const mt_tls *tls, const char *token, mt_coll_net **out,
+                       mt_err *err)
 {
     mt_coll_net *net;
     mt_code rc;
     int rv;
 
+    int use_nng = 0;
+
     *out = NULL;
+    if (url != NULL && strncmp(url, "nng+", 4) == 0) {
+        url += 4;
+        use_nng = 1;
+    } else if (url != NULL && mt_tls_url_is_tls(url)) {
+        use_nng = 1;
+    }
     if (url == NULL || (strncmp(url, "tcp://", 6) != 0 && strncmp(url, "ipc://", 6) != 0 &&
                         !mt_tls_url_is_tls(url)))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
-                          "coll net: listen address %s: want tcp://HOST:PORT, "
-                          "tls+tcp://HOST:PORT or ipc://PATH",
+                          "coll net: listen address %s: want tcp://HOST:PORT, ipc://PATH, "
+                          "tls+tcp://HOST:PORT or nng+tcp://, nng+ipc://",
                           url ? url : "(null)");
     if (mt_tls_url_is_tls(url) && (!mt_tls_can_listen(tls) || !mt_tls_can_dial(tls)))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "coll net: %s needs a certificate, its key and the CA peers are "
                           "verified with (--tls-cert, --tls-key, --tls-ca)",
                           url);
+    if (token != NULL && strlen(token) >= sizeof(net->token))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: token longer than 255 bytes");
     net = mt_calloc(1, sizeof(*net));
     if (net == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll net: out of memory");
     if (mt_tls_url_is_tls(url))
         net->tls = mt_tls_hold(tls);
     pthread_mutex_init(&net->mu, NULL);
+    snprintf(net->token, sizeof(net->token), "%s", token != NULL ? token : "");
+    if (!use_nng) {
+        coll_raw_cbs cbs = {net, raw_deliver, raw_lost, raw_refused};
+        rc = coll__raw_listen(url, net->token, &cbs, &net->raw, net->addr, sizeof(net->addr), err);
+        if (rc != MT_OK)
+            goto fail_sock;
+        *out = net;
+        return MT_OK;
+    }
     if ((rv = nng_pull0_open(&net->pull)) != 0) {
         rc = mt_err_set(err, nng_code(rv), "coll net: open socket: %s", nng_strerror(rv));
         goto fail_sock;
@@ -368,8 +459,9 @@ const char *mt_coll_net_addr(const mt_coll_net *net)
 
 mt_code mt_coll_net_set_addr(mt_coll_net *net, const char *addr, mt_err *err)
 {
-    if (addr == NULL || (strncmp(addr, "tcp://", 6) != 0 && strncmp(addr, "ipc://", 6) != 0 &&
-                         strncmp(addr, "tls+tcp://", 10) != 0))
+    const char *a = addr != NULL && strncmp(addr, "nng+", 4) == 0 ? addr + 4 : addr;
+    if (a == NULL || (strncmp(a, "tcp://", 6) != 0 && strncmp(a, "ipc://", 6) != 0 &&
+                      strncmp(a, "tls+tcp://", 10) != 0))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "coll net: advertised address %s: want tcp://HOST:PORT, "
                           "tls+tcp://HOST:PORT or ipc://PATH",
@@ -384,10 +476,14 @@ void mt_coll_net_free(mt_coll_net *net)
 {
     if (net == NULL)
         return;
-    if (!close_bounded(net, net->pull, 2000, net->addr) || atomic_load(&net->closing) != 0)
-        return; /* callbacks of a socket still closing may use net: keep it (a leak, not a hang) */
-    nng_aio_stop(net->raio);
-    nng_aio_free(net->raio);
+    if (net->raw != NULL) {
+        coll__raw_free(net->raw); /* joins its threads: no callback runs after this */
+    } else {
+        if (!close_bounded(net, net->pull, 2000, net->addr) || atomic_load(&net->closing) != 0)
+            return; /* callbacks of a socket still closing may use net: keep it (a leak) */
+        nng_aio_stop(net->raio);
+        nng_aio_free(net->raio);
+    }
     for (size_t i = 0; i < net->npending; i++)
         nng_msg_free(net->pending[i]);
     mt_free(net->pending);
@@ -399,8 +495,8 @@ void mt_coll_net_free(mt_coll_net *net)
 
 mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_local)
 {
-    if (strncmp(addr, "tcp://", 6) != 0 && strncmp(addr, "ipc://", 6) != 0 &&
-        !mt_tls_url_is_tls(addr))
+    const char *a = strncmp(addr, "nng+", 4) == 0 ? addr + 4 : addr;
+    if (strncmp(a, "tcp://", 6) != 0 && strncmp(a, "ipc://", 6) != 0 && !mt_tls_url_is_tls(a))
         return MT_INVALID_ARGUMENT;
     if (net->tls != NULL && !mt_tls_url_is_tls(addr))
         return MT_FAILED_PRECONDITION; /* never send tensors in clear from a TLS data plane */
@@ -418,6 +514,10 @@ void coll__net_attach_pending(mt_coll_net *net, mt_coll_world *w)
     }
     net->world = w;
     net->npipes = 0;
+    if (net->refused_addr[0] != '\0') {
+        refuse_addr(net, net->refused_addr);
+        net->refused_addr[0] = '\0';
+    }
     for (size_t i = 0; i < net->npending; i++) {
         coll_hdr h;
         nng_msg *m = net->pending[i];
@@ -427,7 +527,7 @@ void coll__net_attach_pending(mt_coll_net *net, mt_coll_world *w)
             continue;
         }
         if (h.src >= 0 && h.src < w->size)
-            note_pipe(net, nng_pipe_id(nng_msg_get_pipe(m)), w->proc_of[h.src]);
+            note_pipe(net, nng_msg_get_pipe(m).id, w->proc_of[h.src]);
         coll__deliver(w, m, &h);
     }
     net->npending = 0;
@@ -452,6 +552,10 @@ static mt_code peer_open(mt_coll_world *w, int proc, mt_err *err)
     pthread_mutex_lock(&pe->mu);
     if (pe->open)
         goto out;
+    if (w->net->raw != NULL) {
+        rc = MT_UNAVAILABLE; /* dialed by raw_open, with the caller's deadline */
+        goto out;
+    }
     nng_socket s;
     if ((rv = nng_push0_open(&s)) != 0) {
         rc = mt_err_set(err, nng_code(rv), "open socket to %s: %s", w->proc_addr[proc],
@@ -466,7 +570,10 @@ static mt_code peer_open(mt_coll_world *w, int proc, mt_err *err)
     pthread_mutex_unlock(&w->net->mu);
     nng_pipe_notify(s, NNG_PIPE_EV_ADD_POST, push_pipe_cb, w->net);
     nng_pipe_notify(s, NNG_PIPE_EV_REM_POST, push_pipe_cb, w->net);
-    rc = mt_tls_dial(s, w->proc_addr[proc], w->net->tls, NNG_FLAG_NONBLOCK, err);
+    const char *url = w->proc_addr[proc];
+    if (strncmp(url, "nng+", 4) == 0)
+        url += 4;
+    rc = mt_tls_dial(s, url, w->net->tls, NNG_FLAG_NONBLOCK, err);
 out:
     pthread_mutex_unlock(&pe->mu);
     return rc;
@@ -487,10 +594,90 @@ static mt_code aio_finish(mt_coll_comm *c, int slot, mt_err *err)
     return mt_err_set(err, nng_code(rv), "%s", nng_strerror(rv));
 }
 
+int coll__net_is_raw(const mt_coll_world *w)
+{
+    return w->net != NULL && w->net->raw != NULL;
+}
+
+/*
+ * Direct transport: write one frame to process proc, dialing first if needed
+ * (pe->mu serialises the local devices' frames on the connection). A failed
+ * write leaves a partial frame: the connection is closed (the next send dials
+ * again; the peer saw it end).
+ */
+typedef struct raw_stop {
+    mt_coll_world *w;
+    coll_peer *pe;
+} raw_stop;
+
+/* A blocked write ends when the world is cancelled (mt_coll_world_cancel). */
+static int world_cancelled(void *arg)
+{
+    return atomic_load(&((raw_stop *)arg)->w->cancelled) != 0;
+}
+
+/* Dial retries also stop once the peer is known lost (its connection to us ended). */
+static int peer_gone(void *arg)
+{
+    return world_cancelled(arg) || atomic_load(&((raw_stop *)arg)->pe->down_ns) != 0;
+}
+
+static mt_code raw_send(mt_coll_world *w, int proc, const void *hdr, const void *data, size_t bytes,
+                        int64_t deadline_ns, mt_err *err)
+{
+    coll_peer *pe = &w->peers[proc];
+    mt_code rc = MT_OK;
+    mt_err e = MT_ERR_INIT;
+    raw_stop stop = {w, pe};
+    pthread_mutex_lock(&pe->mu);
+    if (!pe->open) {
+        int fd;
+        rc = coll__raw_dial(w->proc_addr[proc], w->net->addr, w->opts.job_id, w->net->token,
+                            deadline_ns, peer_gone, &stop, &fd, &e);
+        if (rc == MT_OK) {
+            pe->fd = fd;
+            pthread_mutex_lock(&w->net->mu);
+            pe->open = 1;
+            pthread_mutex_unlock(&w->net->mu);
+            atomic_store(&pe->connected, 1);
+        } else if (rc == MT_UNAUTHENTICATED) {
+            atomic_store(&pe->refused, 1);
+        }
+    }
+    if (rc == MT_OK) {
+        rc = coll__raw_write(pe->fd, hdr, COLL_HDR_SIZE, data, bytes, deadline_ns, world_cancelled,
+                             &stop, &e);
+        if (rc != MT_OK) {
+            close(pe->fd);
+            pthread_mutex_lock(&w->net->mu);
+            pe->open = 0;
+            pthread_mutex_unlock(&w->net->mu);
+            e.code = rc;
+        }
+    }
+    pthread_mutex_unlock(&pe->mu);
+    if (rc != MT_OK)
+        mt_err_set(err, rc, "%s", e.msg);
+    return rc;
+}
+
+mt_code coll__net_send_buf(mt_coll_comm *c, int proc, const void *hdr, const void *data,
+                           size_t bytes, int64_t deadline_ns, mt_err *err)
+{
+    return raw_send(c->w, proc, hdr, data, bytes, deadline_ns, err);
+}
+
 mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err)
 {
     mt_coll_world *w = c->w;
     mt_code rc;
+    if (w->net->raw != NULL) {
+        const unsigned char *b = nng_msg_body(m);
+        rc = raw_send(w, proc, b, b + COLL_HDR_SIZE, nng_msg_len(m) - COLL_HDR_SIZE, deadline_ns,
+                      err);
+        nng_msg_free(m);
+        return rc;
+    }
     if ((rc = peer_open(w, proc, err)) != MT_OK) {
         nng_msg_free(m);
         return rc;
@@ -524,6 +711,16 @@ mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t tim
 {
     nng_aio *a;
     *out = NULL;
+    if (w->net->raw != NULL) {
+        /* synchronous, so bounded tightly: a PING/PONG that cannot leave at once goes to a
+         * peer that does not read (stopped), which the diagnosis reports as "no answer" */
+        const unsigned char *b = nng_msg_body(m);
+        int64_t ms = timeout_ms < COLL_CTL_RAW_MS ? timeout_ms : COLL_CTL_RAW_MS;
+        mt_code rc = raw_send(w, proc, b, b + COLL_HDR_SIZE, nng_msg_len(m) - COLL_HDR_SIZE,
+                              coll__now_ns() + ms * 1000000LL, NULL);
+        nng_msg_free(m);
+        return rc;
+    }
     if (peer_open(w, proc, NULL) != MT_OK || nng_aio_alloc(&a, NULL, NULL) != 0) {
         nng_msg_free(m);
         return MT_UNAVAILABLE;
@@ -567,6 +764,13 @@ void coll__peers_close(mt_coll_world *w)
         coll_peer *pe = &w->peers[i];
         if (!pe->open)
             continue;
+        if (w->net->raw != NULL) { /* every frame was written synchronously: just close */
+            close(pe->fd);
+            pthread_mutex_lock(&w->net->mu);
+            pe->open = 0;
+            pthread_mutex_unlock(&w->net->mu);
+            continue;
+        }
         if (atomic_load(&pe->connected) && atomic_load(&pe->down_ns) == 0) {
             nng_msg *m;
             if (nng_msg_alloc(&m, COLL_HDR_SIZE) == 0) {

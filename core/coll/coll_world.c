@@ -701,8 +701,9 @@ static void ctl_send(coll_ctx *x, int kind, int dst, uint64_t step, uint32_t seq
                   .code = code};
     coll__hdr_encode(&h, nng_msg_body(m));
     nng_aio *a;
-    if (coll__net_send_async(w, w->proc_of[dst], m, COLL_DIAG_NS / 1000000LL, &a) == MT_OK)
-        x->ctl[x->nctl++] = a;
+    if (coll__net_send_async(w, w->proc_of[dst], m, COLL_DIAG_NS / 1000000LL, &a) == MT_OK &&
+        a != NULL)
+        x->ctl[x->nctl++] = a; /* the direct transport sent it synchronously (a == NULL) */
 }
 
 static void ctl_reap(coll_ctx *x)
@@ -812,6 +813,53 @@ static mt_code ctx_end(coll_ctx *x, mt_code rc)
     return rc;
 }
 
+/* An ABORT arrived that ends this collective: 1 and its code in *rc (c->mu held). */
+static int take_abort(coll_ctx *x, mt_code *rc)
+{
+    mt_coll_comm *c = x->c;
+    if (!c->aborted)
+        return 0;
+    c->aborted = 0;
+    /*
+     * Which ABORTs end this collective:
+     * - one about a collective that already failed here is a leftover: no;
+     * - one about this or a later collective: yes;
+     * - one that blames this rank's data: yes;
+     * - one about an earlier collective that completed here: yes if the
+     *   sender failed for a reason other than a mismatch (it is gone and
+     *   will not feed this one); no for a mismatch (it comes from a
+     *   member with a wrong tag, and its data will show the mismatch).
+     */
+    int leftover =
+        c->has_failed && tag_le(c->abort_step, c->abort_seq, c->failed_step, c->failed_seq);
+    int later = tag_le(x->step, x->seq, c->abort_step, c->abort_seq);
+    if (!leftover && (later || c->blame == c->rank || c->abort_code != MT_INVALID_ARGUMENT)) {
+        x->from_abort = 1;
+        *rc = mt_err_set(x->err, c->abort_code, "%s", c->abort_msg);
+        return 1;
+    }
+    return 0;
+}
+
+/*
+ * A send to another process failed: a member that failed first may have told
+ * us why (its ABORT, e.g. a mismatch, explains the closed connection better).
+ * Wait up to grace_ns for such an ABORT; 1 and its code in *rc if one came.
+ */
+static int abort_explains(coll_ctx *x, int64_t grace_ns, mt_code *rc)
+{
+    mt_coll_comm *c = x->c;
+    int64_t until = coll__now_ns() + grace_ns;
+    int got = 0;
+    pthread_mutex_lock(&c->mu);
+    while (!(got = take_abort(x, rc)) && coll__now_ns() < until) {
+        struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return got;
+}
+
 /* Receive the next message from global rank src; validate it against *want. */
 static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **out)
 {
@@ -829,30 +877,10 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
             x->from_abort = 1; /* every local member is cancelled too; remote ones by their owner */
             return ctx_fail(x, MT_CANCELLED, "the world was cancelled");
         }
-        if (c->aborted) {
-            c->aborted = 0;
-            /*
-             * Which ABORTs end this collective:
-             * - one about a collective that already failed here is a leftover: no;
-             * - one about this or a later collective: yes;
-             * - one that blames this rank's data: yes;
-             * - one about an earlier collective that completed here: yes if the
-             *   sender failed for a reason other than a mismatch (it is gone and
-             *   will not feed this one); no for a mismatch (it comes from a
-             *   member with a wrong tag, and its data will show the mismatch).
-             */
-            int leftover =
-                c->has_failed && tag_le(c->abort_step, c->abort_seq, c->failed_step, c->failed_seq);
-            int later = tag_le(x->step, x->seq, c->abort_step, c->abort_seq);
-            if (!leftover &&
-                (later || c->blame == c->rank || c->abort_code != MT_INVALID_ARGUMENT)) {
-                char msg[MT_ERR_MSG_SIZE];
-                mt_code code = c->abort_code;
-                memcpy(msg, c->abort_msg, sizeof(msg));
-                pthread_mutex_unlock(&c->mu);
-                x->from_abort = 1;
-                return mt_err_set(x->err, code, "%s", msg);
-            }
+        mt_code arc;
+        if (take_abort(x, &arc)) {
+            pthread_mutex_unlock(&c->mu);
+            return arc;
         }
         m = queue_pop(&c->q[src]);
         if (m != NULL) {
@@ -867,6 +895,13 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
         int64_t now = coll__now_ns();
         if (remote) {
             int64_t down = atomic_load(&w->peers[w->proc_of[src]].down_ns);
+            if (down != 0 && atomic_load(&w->peers[w->proc_of[src]].refused)) {
+                pthread_mutex_unlock(&c->mu);
+                return ctx_fail(x, MT_UNAUTHENTICATED,
+                                "rank %d (%s) failed data-plane authentication (wrong token): "
+                                "UNAUTHENTICATED",
+                                src, rank_addr(w, src));
+            }
             if (down != 0 && now - down > COLL_GRACE_NS) {
                 pthread_mutex_unlock(&c->mu);
                 return ctx_fail(x, MT_UNAVAILABLE, "connection to rank %d (%s) lost", src,
@@ -949,6 +984,19 @@ static mt_code send_seg(coll_ctx *x, int dst, const coll_hdr *h, const float *da
     nng_msg *m;
     unsigned char hb[COLL_HDR_SIZE];
     size_t bytes = h->len * sizeof(float);
+    if (w->by_rank[dst] == NULL && coll__net_is_raw(w)) {
+        /* direct transport: header and payload go to the socket from here, no copy */
+        mt_err e = MT_ERR_INIT;
+        coll__hdr_encode(h, hb);
+        mt_code rc = coll__net_send_buf(x->c, w->proc_of[dst], hb, data, bytes, x->deadline_ns, &e);
+        mt_code arc;
+        if ((rc == MT_UNAVAILABLE || rc == MT_DEADLINE_EXCEEDED) &&
+            abort_explains(x, rc == MT_UNAVAILABLE ? COLL_GRACE_NS : 0, &arc))
+            return arc;
+        if (rc != MT_OK)
+            return ctx_fail(x, rc, "send to rank %d (%s): %s", dst, rank_addr(w, dst), e.msg);
+        return MT_OK;
+    }
     /* reserve + append: nng_msg_alloc(size) would zero the body before we copy over it */
     coll__hdr_encode(h, hb);
     if (nng_msg_alloc(&m, 0) != 0)
@@ -985,6 +1033,30 @@ static void seg_range(const coll_ctx *x, size_t len, size_t k, size_t *off, size
 
 enum { XFER_NONE = 0, XFER_COPY = 1, XFER_ADD = 2 };
 
+typedef float coll_v8 __attribute__((vector_size(32)));
+
+/*
+ * d[i] = partial[i] + d[i] for i < n (partial: n floats at any alignment), eight
+ * lanes at a time. Each element is still one float32 addition in the documented
+ * order (no reassociation, no FMA), so the bits equal the scalar loop's.
+ */
+static void add_into(float *restrict d, const unsigned char *restrict partial, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        coll_v8 a, b;
+        memcpy(&a, partial + i * sizeof(float), sizeof(a));
+        memcpy(&b, d + i, sizeof(b));
+        b = a + b;
+        memcpy(d + i, &b, sizeof(b));
+    }
+    for (; i < n; i++) {
+        float v;
+        memcpy(&v, partial + i * sizeof(float), sizeof(float));
+        d[i] = v + d[i];
+    }
+}
+
 /* Receive segment k of rbuf[roff, roff+rlen) from src and copy or add it (acc = partial + own). */
 static mt_code recv_seg(coll_ctx *x, coll_hdr *h, int src, float *rbuf, size_t roff, size_t rlen,
                         size_t k, int mode)
@@ -1006,16 +1078,8 @@ static mt_code recv_seg(coll_ctx *x, coll_hdr *h, int src, float *rbuf, size_t r
     if (mode == XFER_COPY) {
         if (n > 0)
             memcpy(d, pl, n * sizeof(float));
-    } else if (((uintptr_t)pl & (sizeof(float) - 1)) == 0) {
-        const float *in = (const float *)(const void *)pl;
-        for (size_t i = 0; i < n; i++)
-            d[i] = in[i] + d[i];
     } else {
-        for (size_t i = 0; i < n; i++) {
-            float v;
-            memcpy(&v, pl + i * sizeof(float), sizeof(float));
-            d[i] = v + d[i];
-        }
+        add_into(d, pl, n);
     }
     nng_msg_free(m);
     return MT_OK;

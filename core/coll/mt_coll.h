@@ -8,8 +8,9 @@
  * caller derives from mesh coordinates (this module does not depend on
  * core/mesh). A world (mt_coll_world) holds the devices of one job that live
  * in this process; each device gets one communicator (mt_coll_comm). Devices of
- * other processes are reached through an mt_coll_net (nng pull listener + push
- * sockets); devices of this process exchange messages in shared memory.
+ * other processes are reached through an mt_coll_net (tcp:// or ipc:// direct
+ * sockets with a token handshake, or nng+tcp:// / nng+ipc:// nng push/pull);
+ * devices of this process exchange messages in shared memory.
  *
  * REDUCTION ORDER (the determinism guarantee). For a group g[0..p-1] and n
  * floats, the buffer is split into p chunks: chunk c has n/p elements plus one
@@ -102,7 +103,8 @@ void mt_coll_reference_allreduce(const float *const *inputs, int p, size_t n, fl
 
 /*
  * Open a process's data-plane endpoint listening on url ("tcp://HOST:PORT",
- * port 0 = ephemeral, or "ipc:///path"), and start receiving.
+ * port 0 = ephemeral, or "ipc:///path": the direct transport; "nng+tcp://…" or
+ * "nng+ipc://…": nng), and start receiving. No token (see mt_coll_net_new_auth).
  * *out is owned by the caller (mt_coll_net_free). Codes: INVALID_ARGUMENT (bad
  * url), UNAVAILABLE (cannot listen), RESOURCE_EXHAUSTED.
  * A net serves one world at a time (one job's data plane per process endpoint).
@@ -119,6 +121,21 @@ mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err);
 struct mt_tls;
 mt_code mt_coll_net_new_tls(const char *url, const struct mt_tls *tls, mt_coll_net **out,
                             mt_err *err);
+
+/*
+ * As mt_coll_net_new, with the job's shared data-plane token (borrowed, copied;
+ * NULL or "" = none, at most 255 bytes). tcp:// and ipc:// use the direct
+ * socket transport, whose every connection starts with a handshake: the dialer
+ * proves the token (HMAC-SHA-256 of the listener's nonce, the job id and its
+ * address, keyed with the token) before any tensor frame is read. A listener
+ * with a token refuses a dialer with another token (or none): the dialer's
+ * collective fails with UNAUTHENTICATED naming the listener, and a member of
+ * the listener's process waiting for the refused process's data fails with
+ * UNAUTHENTICATED naming it. nng+tcp:// and nng+ipc:// select the nng
+ * transport (no handshake: the token is not checked there).
+ * Codes as mt_coll_net_new; INVALID_ARGUMENT for a token longer than 255 bytes.
+ */
+mt_code mt_coll_net_new_auth(const char *url, const char *token, mt_coll_net **out, mt_err *err);
 
 /* The bound address ("tcp://127.0.0.1:41234"), borrowed from net. */
 const char *mt_coll_net_addr(const mt_coll_net *net);

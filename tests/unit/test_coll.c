@@ -3,19 +3,26 @@
  * test_coll.c — unit tests for core/coll (mt_coll.h): every collective with
  * 1..8 device threads, awkward sizes, groups along one dimension of a 2-D
  * layout, bit-exact against the documented serial order and within tolerance
- * of a double-precision sum; error codes; deadlines; the nng transport between
- * two endpoints of this process (tcp and ipc loopback).
+ * of a double-precision sum; error codes; deadlines; the data-plane transports
+ * between two endpoints of this process (direct tcp and ipc, nng tcp);
+ * HMAC-SHA-256 against RFC 4231; data-plane authentication (wrong token).
  */
 #include "mt_test.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "coll/coll_int.h"
 #include "coll/mt_coll.h"
 #include "coll_test_util.h"
 
@@ -592,6 +599,7 @@ static void net_pair(const char *url0, const char *url1, int per_proc, mt_coll_n
     assert_int_equal(mt_coll_net_new(url0, &nets[0], &err), MT_OK);
     assert_int_equal(mt_coll_net_new(url1, &nets[1], &err), MT_OK);
     assert_true(strncmp(mt_coll_net_addr(nets[0]), url0, 6) == 0);
+    assert_true(strncmp(mt_coll_net_addr(nets[1]), url1, 6) == 0);
     for (int r = 0; r < 2 * per_proc; r++)
         table[r] = (mt_coll_rank_addr){mt_coll_net_addr(nets[r / per_proc]), r % per_proc};
     for (int k = 0; k < 2; k++) {
@@ -658,6 +666,159 @@ static void test_coll_net_tcp_bit_identical_to_local(void **state)
     net_allreduce_matches_local("tcp://127.0.0.1:0", "tcp://127.0.0.1:0");
 }
 
+static void test_coll_net_nng_tcp_bit_identical_to_local(void **state)
+{
+    (void)state;
+    net_allreduce_matches_local("nng+tcp://127.0.0.1:0", "nng+tcp://127.0.0.1:0");
+}
+
+static void test_coll_hmac_sha256_rfc4231(void **state)
+{
+    unsigned char key1[20], out[32], key2[131];
+    static const unsigned char want1[32] = {0xb0, 0x34, 0x4c, 0x61, 0xd8, 0xdb, 0x38, 0x53, 0x5c,
+                                            0xa8, 0xaf, 0xce, 0xaf, 0x0b, 0xf1, 0x2b, 0x88, 0x1d,
+                                            0xc2, 0x00, 0xc9, 0x83, 0x3d, 0xa7, 0x26, 0xe9, 0x37,
+                                            0x6c, 0x2e, 0x32, 0xcf, 0xf7}; /* test case 1 */
+    static const unsigned char want2[32] = {0x5b, 0xdc, 0xc1, 0x46, 0xbf, 0x60, 0x75, 0x4e, 0x6a,
+                                            0x04, 0x24, 0x26, 0x08, 0x95, 0x75, 0xc7, 0x5a, 0x00,
+                                            0x3f, 0x08, 0x9d, 0x27, 0x39, 0x83, 0x9d, 0xec, 0x58,
+                                            0xb9, 0x64, 0xec, 0x38, 0x43}; /* test case 2 */
+    static const unsigned char want6[32] = {0x60, 0xe4, 0x31, 0x59, 0x1e, 0xe0, 0xb6, 0x7f, 0x0d,
+                                            0x8a, 0x26, 0xaa, 0xcb, 0xf5, 0xb7, 0x7f, 0x8e, 0x0b,
+                                            0xc6, 0x21, 0x37, 0x28, 0xc5, 0x14, 0x05, 0x46, 0x04,
+                                            0x0f, 0x0e, 0xe3, 0x7f, 0x54}; /* test case 6 */
+    static const char msg6[] = "Test Using Larger Than Block-Size Key - Hash Key First";
+    (void)state;
+    memset(key1, 0x0b, sizeof(key1));
+    coll__hmac_sha256(key1, sizeof(key1), "Hi There", 8, out);
+    assert_memory_equal(out, want1, 32);
+    coll__hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, out);
+    assert_memory_equal(out, want2, 32);
+    memset(key2, 0xaa, sizeof(key2));
+    coll__hmac_sha256(key2, sizeof(key2), msg6, strlen(msg6), out);
+    assert_memory_equal(out, want6, 32);
+}
+
+/* Two endpoints with tokens t0, t1; a 2-rank allreduce; returns both codes and messages. */
+static void auth_round(const char *t0, const char *t1, mt_code rc[2], char msg[2][MT_ERR_MSG_SIZE],
+                       char addr[2][256])
+{
+    static const int g[] = {0, 1};
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    mt_coll_rank_addr table[2];
+    o.job_id = 11;
+    assert_int_equal(mt_coll_net_new_auth("tcp://127.0.0.1:0", t0, &nets[0], NULL), MT_OK);
+    assert_int_equal(mt_coll_net_new_auth("tcp://127.0.0.1:0", t1, &nets[1], NULL), MT_OK);
+    for (int k = 0; k < 2; k++) {
+        table[k] = (mt_coll_rank_addr){mt_coll_net_addr(nets[k]), 0};
+        snprintf(addr[k], 256, "%s", mt_coll_net_addr(nets[k]));
+    }
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(mt_coll_world_new_net(nets[k], 2, table, &o, &ws[k], NULL), MT_OK);
+    job jobs[2];
+    for (int r = 0; r < 2; r++)
+        jobs[r] = with_call(mkjob(ws[r], r, g, 2, OP_ALLREDUCE, 1000, 3), 1, 0, 2000);
+    run_jobs(jobs, 2);
+    for (int r = 0; r < 2; r++) {
+        rc[r] = jobs[r].rc;
+        snprintf(msg[r], MT_ERR_MSG_SIZE, "%s", jobs[r].err.msg);
+        assert_true(jobs[r].secs < 2.0 + 1.0);
+    }
+    free_jobs(jobs, 2);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
+/* Same token: works. Another token, or none against a token: UNAUTHENTICATED on both sides. */
+static void test_coll_net_wrong_token_is_unauthenticated(void **state)
+{
+    mt_code rc[2];
+    char msg[2][MT_ERR_MSG_SIZE], addr[2][256];
+    (void)state;
+    auth_round("s3cret", "s3cret", rc, msg, addr);
+    assert_int_equal(rc[0], MT_OK);
+    assert_int_equal(rc[1], MT_OK);
+    const char *pairs[2][2] = {{"s3cret", "other"}, {"s3cret", NULL}};
+    for (int t = 0; t < 2; t++) {
+        auth_round(pairs[t][0], pairs[t][1], rc, msg, addr);
+        for (int r = 0; r < 2; r++) {
+            if (rc[r] != MT_UNAUTHENTICATED || strstr(msg[r], "UNAUTHENTICATED") == NULL ||
+                strstr(msg[r], addr[1 - r]) == NULL)
+                fail_msg("case %d rank %d: %s: %s", t, r, mt_code_name(rc[r]), msg[r]);
+        }
+    }
+}
+
+/* A raw TCP client of a direct listener at tcp://127.0.0.1:PORT (5 s receive timeout). */
+static int raw_client(const char *addr)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    const char *colon = strrchr(addr, ':');
+    struct timeval tv = {.tv_sec = 5};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0 && colon != NULL);
+    sa.sin_port = htons((uint16_t)atoi(colon + 1));
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* 1 when the listener closed the connection (EOF or reset) within the receive timeout. */
+static int closed_by_peer(int fd)
+{
+    char b[64];
+    ssize_t n;
+    while ((n = recv(fd, b, sizeof(b), 0)) > 0)
+        ;
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/*
+ * Bad input on the direct transport: bytes that are not a hello, and after a valid
+ * hello (no token set: any MAC) a frame with a bad magic or an oversized length.
+ * Each connection is closed by the listener at once (not only when reaped).
+ */
+static void test_coll_net_direct_rejects_bad_frames(void **state)
+{
+    mt_coll_net *net;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &net, &err), MT_OK);
+    const char *addr = mt_coll_net_addr(net);
+    for (int t = 0; t < 3; t++) {
+        int fd = raw_client(addr);
+        unsigned char chal[20], hello[46] = {0}, frame[72] = {0};
+        uint32_t magic = 0x4844544du, code = 99, cmagic = 0x4c43544du;
+        uint64_t job_id = 1, len = t == 1 ? 1 : ((uint64_t)1 << 40);
+        assert_int_equal(recv(fd, chal, sizeof(chal), MSG_WAITALL), (ssize_t)sizeof(chal));
+        if (t == 0) { /* garbage instead of the hello */
+            memset(hello, 0x41, sizeof(hello));
+            assert_int_equal(send(fd, hello, sizeof(hello), 0), (ssize_t)sizeof(hello));
+            assert_true(closed_by_peer(fd));
+            close(fd);
+            continue;
+        }
+        memcpy(hello, &magic, 4);
+        memcpy(hello + 4, &job_id, 8);
+        assert_int_equal(send(fd, hello, sizeof(hello), 0), (ssize_t)sizeof(hello));
+        assert_int_equal(recv(fd, &code, 4, MSG_WAITALL), 4);
+        assert_int_equal(code, 0);
+        /* t == 1: bad magic; t == 2: a DATA frame claiming 2^40 floats */
+        memcpy(frame, t == 1 ? &magic : &cmagic, 4);
+        frame[4] = 1;
+        memcpy(frame + 64, &len, 8);
+        assert_int_equal(send(fd, frame, sizeof(frame), 0), (ssize_t)sizeof(frame));
+        assert_true(closed_by_peer(fd));
+        close(fd);
+    }
+    mt_coll_net_free(net);
+}
+
 static void test_coll_net_ipc_bit_identical_to_local(void **state)
 {
     char a[128], b[128];
@@ -691,7 +852,9 @@ static void test_coll_net_lost_peer_is_named(void **state)
     mt_coll_net_free(nets[1]);
     jobs[0] = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, 10, 1), 1, 0, 1500);
     run_jobs(jobs, 1);
-    assert_true(jobs[0].rc == MT_UNAVAILABLE || jobs[0].rc == MT_DEADLINE_EXCEEDED);
+    /* the direct transport saw the connection end: UNAVAILABLE, not the deadline */
+    if (jobs[0].rc != MT_UNAVAILABLE)
+        fail_msg("want UNAVAILABLE: %s: %s", mt_code_name(jobs[0].rc), jobs[0].err.msg);
     if (strstr(jobs[0].err.msg, peer) == NULL)
         fail_msg("message does not name %s: %s", peer, jobs[0].err.msg);
     assert_true(jobs[0].secs < 1.5 + 1.0);
@@ -914,6 +1077,10 @@ int main(void)
         cmocka_unit_test(test_coll_bucket_fuses_tensors),
         cmocka_unit_test(test_coll_net_tcp_bit_identical_to_local),
         cmocka_unit_test(test_coll_net_ipc_bit_identical_to_local),
+        cmocka_unit_test(test_coll_net_nng_tcp_bit_identical_to_local),
+        cmocka_unit_test(test_coll_hmac_sha256_rfc4231),
+        cmocka_unit_test(test_coll_net_wrong_token_is_unauthenticated),
+        cmocka_unit_test(test_coll_net_direct_rejects_bad_frames),
         cmocka_unit_test(test_coll_net_lost_peer_is_named),
         cmocka_unit_test(test_coll_net_deadline_names_silent_member),
         cmocka_unit_test(test_coll_net_invalid_arguments),

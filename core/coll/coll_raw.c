@@ -1,0 +1,527 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coll_raw.c — the direct-socket data-plane transport (tcp:// and ipc://):
+ * plain stream sockets whose frames are the coll messages themselves (72-byte
+ * header + payload), read by one thread per incoming connection and written
+ * synchronously by the sending device thread.
+ *
+ * Why: nng 1.5.2 hands every received message through its poller thread and
+ * one or two task-queue threads before our callback runs; on a loaded 2-core
+ * machine each hand-off is a scheduler wake-up, and a 4 KiB allreduce cost
+ * 80–160 µs. Here a message costs one wake-up of the reading thread (the kernel
+ * wakes it directly) and one of the device thread; sends copy nothing but into
+ * the kernel (header and payload go out in one sendmsg from the caller's buffer).
+ *
+ * Handshake (authentication): the listener sends "MTDC" + a 16-byte random
+ * nonce; the dialer answers "MTDH", the job id, its own address and
+ * HMAC-SHA-256(token, "mtcoll1" | nonce | job | address); the listener checks
+ * the MAC when it has a token and replies a 4-byte code (0, or 16 =
+ * UNAUTHENTICATED, after which it closes the connection). No tensor frame is
+ * read before that. Without a token the MAC is not checked.
+ *
+ * Failure detection: a connection that ends (EOF, reset) is reported to the
+ * owner (coll_net.c marks the sending process down); a frame with a bad magic or
+ * an oversized length ends the connection (never read past a frame).
+ *
+ * Threading: an acceptor thread and one reader thread per accepted connection
+ * call the owner's callbacks; coll__raw_free joins them all. Dialed sockets are
+ * used by one thread at a time (the caller's peer mutex).
+ * Tests: tests/unit/test_coll.c (nng-free transport, wrong token),
+ * tests/integration/test_coll_procs.sh.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "alloc/mt_alloc.h"
+#include "coll/coll_int.h"
+#include "log/mt_log.h"
+
+#define RAW_MAX_CONNS   64
+#define RAW_NONCE       16
+#define RAW_HS_MS       5000
+#define RAW_MAGIC_CHAL  0x4344544du /* "MTDC" */
+#define RAW_MAGIC_HELLO 0x4844544du /* "MTDH" */
+#define RAW_HELLO_FIXED (4 + 8 + 2 + 32)
+#define RAW_RECVMAX     ((uint64_t)(64u << 20) + 4096u)
+
+typedef struct raw_conn {
+    struct coll_raw *r;
+    int fd;
+    uint32_t id;
+    pthread_t thr;
+    _Atomic int done;
+} raw_conn;
+
+struct coll_raw {
+    int lfd;
+    int is_unix;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    char token[256];
+    coll_raw_cbs cb;
+    pthread_t acc;
+    _Atomic int closing;
+    pthread_mutex_t mu;
+    raw_conn *conns[RAW_MAX_CONNS]; /* mu */
+    int nconns;
+    uint32_t next_id;
+};
+
+/* Parse tcp://HOST:PORT or ipc:///path into a socket address. */
+static mt_code parse_url(const char *url, struct sockaddr_storage *sa, socklen_t *len, int *is_unix)
+{
+    memset(sa, 0, sizeof(*sa));
+    if (strncmp(url, "ipc://", 6) == 0) {
+        struct sockaddr_un *un = (struct sockaddr_un *)sa;
+        const char *p = url + 6;
+        if (p[0] == '\0' || strlen(p) >= sizeof(un->sun_path))
+            return MT_INVALID_ARGUMENT;
+        un->sun_family = AF_UNIX;
+        memcpy(un->sun_path, p, strlen(p) + 1);
+        *len = sizeof(*un);
+        *is_unix = 1;
+        return MT_OK;
+    }
+    if (strncmp(url, "tcp://", 6) != 0)
+        return MT_INVALID_ARGUMENT;
+    const char *hp = url + 6, *colon = strrchr(hp, ':');
+    char host[256];
+    if (colon == NULL || (size_t)(colon - hp) >= sizeof(host))
+        return MT_INVALID_ARGUMENT;
+    memcpy(host, hp, (size_t)(colon - hp));
+    host[colon - hp] = '\0';
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end != '\0' || port < 0 || port > 65535)
+        return MT_INVALID_ARGUMENT;
+    struct sockaddr_in *in = (struct sockaddr_in *)sa;
+    in->sin_family = AF_INET;
+    in->sin_port = htons((uint16_t)port);
+    *len = sizeof(*in);
+    *is_unix = 0;
+    if (host[0] == '\0' || strcmp(host, "*") == 0) {
+        in->sin_addr.s_addr = htonl(INADDR_ANY);
+        return MT_OK;
+    }
+    if (inet_pton(AF_INET, host, &in->sin_addr) == 1)
+        return MT_OK;
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL)
+        return MT_INVALID_ARGUMENT;
+    in->sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+    return MT_OK;
+}
+
+int coll__raw_url(const char *url)
+{
+    return url != NULL && (strncmp(url, "tcp://", 6) == 0 || strncmp(url, "ipc://", 6) == 0);
+}
+
+static void set_nodelay(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* fails harmlessly on AF_UNIX */
+}
+
+/*
+ * Move n bytes on a non-blocking fd (send when out != NULL... see callers) with a
+ * deadline. Returns 0, -1 with errno (ETIMEDOUT at the deadline, EPIPE at EOF).
+ */
+static int io_full(int fd, void *buf, size_t n, int is_write, int64_t deadline_ns)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = is_write ? send(fd, (char *)buf + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT)
+                             : recv(fd, (char *)buf + done, n - done, MSG_DONTWAIT);
+        if (k > 0) {
+            done += (size_t)k;
+            continue;
+        }
+        if (k == 0) {
+            errno = EPIPE;
+            return -1;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return -1;
+        int64_t left = (deadline_ns - coll__now_ns()) / 1000000LL;
+        if (left <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        struct pollfd p = {.fd = fd, .events = is_write ? POLLOUT : POLLIN};
+        poll(&p, 1, left > 1000 ? 1000 : (int)left + 1);
+    }
+    return 0;
+}
+
+static void mac_of(const char *token, const unsigned char *nonce, uint64_t job, const char *addr,
+                   unsigned char out[32])
+{
+    unsigned char m[7 + RAW_NONCE + 8 + 256];
+    size_t al = strlen(addr) > 255 ? 255 : strlen(addr);
+    memcpy(m, "mtcoll1", 7);
+    memcpy(m + 7, nonce, RAW_NONCE);
+    memcpy(m + 7 + RAW_NONCE, &job, 8);
+    memcpy(m + 7 + RAW_NONCE + 8, addr, al);
+    coll__hmac_sha256(token, strlen(token), m, 7 + RAW_NONCE + 8 + al, out);
+}
+
+/* ------------------------------------------------------------- listener */
+
+/* Server side of the handshake. Returns 0 when the peer may send frames. */
+static int conn_handshake(raw_conn *k)
+{
+    coll_raw *r = k->r;
+    unsigned char chal[4 + RAW_NONCE], hello[RAW_HELLO_FIXED];
+    char addr[256];
+    uint32_t magic = RAW_MAGIC_CHAL, code = 0;
+    uint64_t job;
+    uint16_t al;
+    int64_t dl = coll__now_ns() + RAW_HS_MS * 1000000LL;
+
+    memcpy(chal, &magic, 4);
+    if (getrandom(chal + 4, RAW_NONCE, 0) != RAW_NONCE)
+        return -1;
+    if (io_full(k->fd, chal, sizeof(chal), 1, dl) != 0 ||
+        io_full(k->fd, hello, sizeof(hello), 0, dl) != 0)
+        return -1;
+    memcpy(&magic, hello, 4);
+    memcpy(&job, hello + 4, 8);
+    memcpy(&al, hello + 12, 2);
+    if (magic != RAW_MAGIC_HELLO || al > 255 || io_full(k->fd, addr, al, 0, dl) != 0) {
+        mt_log_warn("coll: dropping a data-plane connection that did not say hello");
+        return -1;
+    }
+    addr[al] = '\0';
+    if (r->token[0] != '\0') {
+        unsigned char want[32], diff = 0;
+        mac_of(r->token, chal + 4, job, addr, want);
+        for (int i = 0; i < 32; i++)
+            diff |= (unsigned char)(want[i] ^ hello[14 + i]);
+        if (diff != 0)
+            code = MT_UNAUTHENTICATED;
+    }
+    if (io_full(k->fd, &code, 4, 1, dl) != 0)
+        return -1;
+    if (code != 0) {
+        mt_log_error("coll: data-plane connection from %s (job %" PRIu64
+                     ") refused: UNAUTHENTICATED (wrong token)",
+                     addr, job);
+        if (r->cb.refused != NULL)
+            r->cb.refused(r->cb.arg, addr);
+        return -1;
+    }
+    return 0;
+}
+
+static void *conn_main(void *arg)
+{
+    raw_conn *k = arg;
+    coll_raw *r = k->r;
+    unsigned char hb[COLL_HDR_SIZE];
+    int ok = conn_handshake(k) == 0;
+    if (ok) {
+        int fl = fcntl(k->fd, F_GETFL);
+        fcntl(k->fd, F_SETFL, fl & ~O_NONBLOCK); /* from here on: blocking reads */
+    }
+    while (ok && !atomic_load(&r->closing)) {
+        ssize_t g = recv(k->fd, hb, sizeof(hb), MSG_WAITALL);
+        if (g != (ssize_t)sizeof(hb)) {
+            if (g < 0 && errno == EINTR)
+                continue;
+            break;
+        }
+        uint32_t magic;
+        uint64_t len;
+        memcpy(&magic, hb, 4);
+        memcpy(&len, hb + 64, 8);
+        uint64_t unit = hb[4] == COLL_KIND_DATA ? sizeof(float) : 1;
+        if (magic != COLL_MAGIC || len > RAW_RECVMAX / unit) {
+            mt_log_warn("coll: dropping a data-plane connection that sent a malformed frame "
+                        "(magic %08x, length %" PRIu64 ")",
+                        magic, len);
+            break;
+        }
+        nng_msg *m;
+        size_t pl = (size_t)(len * unit);
+        if (nng_msg_alloc(&m, COLL_HDR_SIZE + pl) != 0) {
+            mt_log_error("coll: out of memory for a %zu-byte frame; dropping the connection", pl);
+            break;
+        }
+        unsigned char *body = nng_msg_body(m);
+        memcpy(body, hb, sizeof(hb));
+        size_t got = 0;
+        while (got < pl) {
+            ssize_t n = recv(k->fd, body + COLL_HDR_SIZE + got, pl - got, MSG_WAITALL);
+            if (n > 0)
+                got += (size_t)n;
+            else if (!(n < 0 && errno == EINTR))
+                break;
+        }
+        if (got < pl) {
+            nng_msg_free(m);
+            break;
+        }
+        r->cb.deliver(r->cb.arg, m, k->id);
+    }
+    if (ok && !atomic_load(&r->closing))
+        r->cb.lost(r->cb.arg, k->id);
+    shutdown(k->fd, SHUT_RDWR); /* the dialer sees the end now; the fd is closed when reaped */
+    atomic_store(&k->done, 1);
+    return NULL;
+}
+
+/* Join finished reader threads (mu held). */
+static void reap(coll_raw *r, int all)
+{
+    for (int i = 0; i < r->nconns;) {
+        raw_conn *k = r->conns[i];
+        if (!all && !atomic_load(&k->done)) {
+            i++;
+            continue;
+        }
+        if (all)
+            shutdown(k->fd, SHUT_RDWR);
+        pthread_join(k->thr, NULL);
+        close(k->fd);
+        mt_free(k);
+        r->conns[i] = r->conns[--r->nconns];
+    }
+}
+
+static void *acc_main(void *arg)
+{
+    coll_raw *r = arg;
+    while (!atomic_load(&r->closing)) {
+        struct pollfd p = {.fd = r->lfd, .events = POLLIN};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        int fd = accept4(r->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            continue;
+        pthread_mutex_lock(&r->mu);
+        reap(r, 0);
+        raw_conn *k = r->nconns < RAW_MAX_CONNS ? mt_calloc(1, sizeof(*k)) : NULL;
+        if (k != NULL) {
+            k->r = r;
+            k->fd = fd;
+            k->id = 0x80000000u | (r->next_id++ & 0x7fffffffu);
+            atomic_init(&k->done, 0);
+            if (pthread_create(&k->thr, NULL, conn_main, k) == 0) {
+                r->conns[r->nconns++] = k;
+                fd = -1;
+            } else {
+                mt_free(k);
+            }
+        }
+        pthread_mutex_unlock(&r->mu);
+        if (fd >= 0) {
+            mt_log_warn("coll: refusing a data-plane connection (%d open)", r->nconns);
+            close(fd);
+        }
+    }
+    return NULL;
+}
+
+mt_code coll__raw_listen(const char *url, const char *token, const coll_raw_cbs *cbs,
+                         coll_raw **out, char *addr, size_t cap, mt_err *err)
+{
+    struct sockaddr_storage sa;
+    socklen_t sl;
+    int is_unix;
+    *out = NULL;
+    if (parse_url(url, &sa, &sl, &is_unix) != MT_OK)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll net: listen address %s: want tcp://HOST:PORT or ipc://PATH", url);
+    if (token != NULL && strlen(token) >= sizeof(((coll_raw *)0)->token))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: token longer than 255 bytes");
+    coll_raw *r = mt_calloc(1, sizeof(*r));
+    if (r == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll net: out of memory");
+    r->cb = *cbs;
+    r->is_unix = is_unix;
+    snprintf(r->token, sizeof(r->token), "%s", token != NULL ? token : "");
+    r->lfd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (r->lfd < 0) {
+        mt_free(r);
+        return mt_err_set(err, MT_UNAVAILABLE, "coll net: socket: %s", strerror(errno));
+    }
+    int one = 1;
+    setsockopt(r->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (is_unix) {
+        const char *p = ((struct sockaddr_un *)&sa)->sun_path;
+        /* a stale socket file of a process that is gone: nobody accepts on it */
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sl) != 0 && errno == ECONNREFUSED)
+            unlink(p);
+        if (probe >= 0)
+            close(probe);
+        memcpy(r->path, p, strlen(p) + 1); /* parse_url checked it fits */
+    }
+    if (bind(r->lfd, (struct sockaddr *)&sa, sl) != 0 || listen(r->lfd, 64) != 0) {
+        int e = errno;
+        close(r->lfd);
+        mt_free(r);
+        return mt_err_set(err, e == EADDRNOTAVAIL ? MT_INVALID_ARGUMENT : MT_UNAVAILABLE,
+                          "coll net: listen on %s: %s", url, strerror(e));
+    }
+    if (is_unix) {
+        snprintf(addr, cap, "%s", url);
+    } else {
+        struct sockaddr_in b;
+        socklen_t bl = sizeof(b);
+        char host[INET_ADDRSTRLEN];
+        getsockname(r->lfd, (struct sockaddr *)&b, &bl);
+        inet_ntop(AF_INET, &b.sin_addr, host, sizeof(host));
+        snprintf(addr, cap, "tcp://%s:%u", host, ntohs(b.sin_port));
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    atomic_init(&r->closing, 0);
+    if (pthread_create(&r->acc, NULL, acc_main, r) != 0) {
+        close(r->lfd);
+        pthread_mutex_destroy(&r->mu);
+        mt_free(r);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll net: cannot start a thread");
+    }
+    *out = r;
+    return MT_OK;
+}
+
+void coll__raw_free(coll_raw *r)
+{
+    if (r == NULL)
+        return;
+    atomic_store(&r->closing, 1);
+    pthread_join(r->acc, NULL);
+    close(r->lfd);
+    pthread_mutex_lock(&r->mu);
+    reap(r, 1);
+    pthread_mutex_unlock(&r->mu);
+    if (r->is_unix)
+        unlink(r->path);
+    pthread_mutex_destroy(&r->mu);
+    mt_free(r);
+}
+
+/* --------------------------------------------------------------- dialer */
+
+mt_code coll__raw_dial(const char *url, const char *my_addr, uint64_t job, const char *token,
+                       int64_t deadline_ns, int (*give_up)(void *), void *arg, int *fd_out,
+                       mt_err *err)
+{
+    struct sockaddr_storage sa;
+    socklen_t sl;
+    int is_unix, fd = -1, e = 0;
+    *fd_out = -1;
+    if (parse_url(url, &sa, &sl, &is_unix) != MT_OK)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "bad data-plane address %s", url);
+    /* the peer may not listen yet (a fast process starts first): retry until the deadline */
+    for (;;) {
+        fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+            return mt_err_set(err, MT_UNAVAILABLE, "socket: %s", strerror(errno));
+        e = 0;
+        if (connect(fd, (struct sockaddr *)&sa, sl) != 0) {
+            e = errno;
+            if (e == EINPROGRESS) {
+                struct pollfd p = {.fd = fd, .events = POLLOUT};
+                int64_t left = (deadline_ns - coll__now_ns()) / 1000000LL;
+                socklen_t el = sizeof(e);
+                e = poll(&p, 1, left < 1 ? 1 : (left > 1000 ? 1000 : (int)left)) == 1 ? 0
+                                                                                      : ETIMEDOUT;
+                if (e == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0)
+                    e = errno;
+            }
+        }
+        if (e == 0)
+            break;
+        close(fd);
+        if (give_up != NULL && give_up(arg))
+            return mt_err_set(err, MT_UNAVAILABLE, "%s not reachable (%s) and lost", url,
+                              strerror(e));
+        if (coll__now_ns() >= deadline_ns)
+            return mt_err_set(err, MT_DEADLINE_EXCEEDED, "%s not reachable: %s", url, strerror(e));
+        usleep(10000);
+    }
+    if (!is_unix)
+        set_nodelay(fd);
+    unsigned char chal[4 + RAW_NONCE], hello[RAW_HELLO_FIXED + 255];
+    uint32_t magic = RAW_MAGIC_HELLO, code = 0;
+    uint16_t al = (uint16_t)(strlen(my_addr) > 255 ? 255 : strlen(my_addr));
+    if (io_full(fd, chal, sizeof(chal), 0, deadline_ns) != 0)
+        goto io_fail;
+    memcpy(hello, &magic, 4);
+    memcpy(hello + 4, &job, 8);
+    memcpy(hello + 12, &al, 2);
+    memset(hello + 14, 0, 32);
+    if (token != NULL && token[0] != '\0')
+        mac_of(token, chal + 4, job, my_addr, hello + 14);
+    memcpy(hello + RAW_HELLO_FIXED, my_addr, al);
+    if (io_full(fd, hello, RAW_HELLO_FIXED + al, 1, deadline_ns) != 0 ||
+        io_full(fd, &code, 4, 0, deadline_ns) != 0)
+        goto io_fail;
+    if (code != 0) {
+        close(fd);
+        return mt_err_set(err, MT_UNAUTHENTICATED,
+                          "%s refused this process's data-plane token (job %" PRIu64
+                          "): UNAUTHENTICATED",
+                          url, job);
+    }
+    *fd_out = fd;
+    return MT_OK;
+io_fail:
+    e = errno;
+    close(fd);
+    return mt_err_set(err, e == ETIMEDOUT ? MT_DEADLINE_EXCEEDED : MT_UNAVAILABLE,
+                      "%s: handshake: %s", url, e == EPIPE ? "connection closed" : strerror(e));
+}
+
+mt_code coll__raw_write(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
+                        int64_t deadline_ns, int (*give_up)(void *), void *arg, mt_err *err)
+{
+    struct iovec iov[2] = {{(void *)hdr, hlen}, {(void *)data, dlen}};
+    int niov = dlen > 0 ? 2 : 1, first = 0;
+    struct msghdr mh = {0};
+    while (first < niov) {
+        mh.msg_iov = iov + first;
+        mh.msg_iovlen = (size_t)(niov - first);
+        ssize_t k = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                return mt_err_set(err, MT_UNAVAILABLE, "%s", strerror(errno));
+            int64_t left = (deadline_ns - coll__now_ns()) / 1000000LL;
+            if (left <= 0)
+                return mt_err_set(err, MT_DEADLINE_EXCEEDED, "not reading (send timed out)");
+            if (give_up != NULL && give_up(arg))
+                return mt_err_set(err, MT_CANCELLED, "send cancelled");
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            poll(&p, 1, left > 50 ? 50 : (int)left + 1); /* short slices: give_up is polled */
+            continue;
+        }
+        size_t left = (size_t)k;
+        while (first < niov && left >= iov[first].iov_len)
+            left -= iov[first++].iov_len;
+        if (first < niov) {
+            iov[first].iov_base = (char *)iov[first].iov_base + left;
+            iov[first].iov_len -= left;
+        }
+    }
+    return MT_OK;
+}
