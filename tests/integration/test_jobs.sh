@@ -127,6 +127,8 @@ JOB4=$(mt submit "$T/job4.json")
 wait_for 30 "job4 running" running "$JOB4"
 wait_for 30 "job4 step 50" step_at_least "$JOB4" 50
 VICTIM=$(mt status --json "$JOB4" | jq -r '.placement[0].worker_id')
+STEP_KILL=$(mt status --json "$JOB4" | jq '.step')
+T_KILL=$(date +%s%3N)
 if [ "$VICTIM" = fw1 ]; then kill -9 "$FW1"; else kill -9 "$FW2"; fi
 restarted() { mt status --json "$1" | jq -e '[.events[].state] | index("RESTARTING") != null'; }
 wait_for 20 "job4 restarting after $VICTIM was lost" restarted "$JOB4"
@@ -142,7 +144,15 @@ jq -e '.events[4].reason | test("attempt 2, resuming from a checkpoint")' "$T/st
 grep -q "$JOB4 attempt 2 from step [1-9][0-9]*0," "$T"/fw*.log || fail "attempt 2 did not resume from a checkpoint step"
 jq -e '[.placement[].worker_id] | unique | length == 1 and .[0] != "'"$VICTIM"'"' "$T/st4.json" \
     >/dev/null || fail "job4 should now run on the surviving worker"
-log "$JOB4: $VICTIM lost -> RESTARTING -> resumed from a checkpoint on the other worker -> SUCCEEDED"
+# the cost of the loss (issue #10 target: <= checkpoint interval + heartbeat timeout + 10 s):
+# training again within heartbeat timeout (3 s) + 10 s of the kill, from a checkpoint at most one
+# interval (20 steps) before the step reached at the kill, so at most that interval is redone
+T_BACK=$(jq '.events[5].time_ms' "$T/st4.json")
+RESUMED=$(sed -n "s/.*$JOB4 attempt 2 from step \([0-9]*\),.*/\1/p" "$T"/fw*.log | head -1)
+[ $((T_BACK - T_KILL)) -le 13000 ] || fail "job4 ran again $((T_BACK - T_KILL)) ms after the kill"
+[ "$RESUMED" -ge $((STEP_KILL - 20)) ] || fail "resumed at step $RESUMED, the kill was at $STEP_KILL"
+log "$JOB4: $VICTIM lost -> RESTARTING -> resumed from a checkpoint on the other worker -> SUCCEEDED" \
+    "(running again $((T_BACK - T_KILL)) ms after the kill, from step $RESUMED of $STEP_KILL)"
 
 # ---- a real worker whose task fails: the job FAILS with the runner's error text (the training
 # images are deleted after submit, so the worker's task cannot read them)
