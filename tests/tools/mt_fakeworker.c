@@ -14,7 +14,8 @@
  *   mt_fakeworker badinput URL JOB
  *       sends bad metric reports and checkpoint chunks for the active JOB and checks each code.
  *   mt_fakeworker watch URL JOB SINCE
- *       follows JOB with core/watch from step SINCE; prints "P step name" per point and
+ *       follows JOB with core/watch from step SINCE; prints "P step name live|history MS" per
+ *       point (MS: milliseconds from the report's timestamp to its arrival here) and
  *       "FINAL state" at the end.
  */
 #include <cjson/cJSON.h>
@@ -389,9 +390,10 @@ static int watch(const char *url, const char *job, uint64_t since)
             fprintf(stderr, "watch: %s: %s\n", mt_code_name(rc), err.msg);
             break;
         }
-        for (size_t i = 0; i < ev.n_points; i++)
-            printf("P %llu %s %s\n", (unsigned long long)ev.points[i].step, ev.points[i].name,
-                   ev.live ? "live" : "history");
+        for (size_t i = 0; i < ev.n_points; i++) /* live: ms since the worker reported it */
+            printf("P %llu %s %s %lld\n", (unsigned long long)ev.points[i].step,
+                   ev.points[i].name, ev.live ? "live" : "history",
+                   (long long)(mt_clock_wall_ms() - ev.points[i].time_ms));
         if (ev.final) {
             printf("FINAL %s\n", ev.state);
             break;
