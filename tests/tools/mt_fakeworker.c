@@ -391,8 +391,8 @@ static int watch(const char *url, const char *job, uint64_t since)
             break;
         }
         for (size_t i = 0; i < ev.n_points; i++) /* live: ms since the worker reported it */
-            printf("P %llu %s %s %lld\n", (unsigned long long)ev.points[i].step,
-                   ev.points[i].name, ev.live ? "live" : "history",
+            printf("P %llu %s %s %lld\n", (unsigned long long)ev.points[i].step, ev.points[i].name,
+                   ev.live ? "live" : "history",
                    (long long)(mt_clock_wall_ms() - ev.points[i].time_ms));
         if (ev.final) {
             printf("FINAL %s\n", ev.state);
