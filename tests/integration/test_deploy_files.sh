@@ -190,6 +190,10 @@ if [ $have_node = 1 ]; then
     mapfile -t HC <"$T/hc.txt"
     MESHTRAIN_HTTP_PORT=${HTTP_URL##*:} "${HC[@]}" || fail "HEALTHCHECK command failed on a live coordinator"
     kill -STOP "$UCOORD"
+    # kill returns before a process running on the other core has stopped: wait until every
+    # thread is in state T
+    stopped() { ! awk '{ print $3 }' /proc/"$UCOORD"/task/*/stat | grep -qv '^T$'; }
+    wait_for 5 "the coordinator stopped" stopped
     ! MESHTRAIN_HTTP_PORT=${HTTP_URL##*:} timeout 3 "${HC[@]}" 2>/dev/null || fail "HEALTHCHECK passed on a stopped coordinator"
     kill -CONT "$UCOORD"
     log "Dockerfile: dockerfile-utils clean; HEALTHCHECK ok live, fails when stopped"
