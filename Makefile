@@ -36,7 +36,8 @@ asan: deps
 	    ctest --output-on-failure -j $(CTEST_JOBS)
 
 # libFuzzer (clang): every tests/fuzz/fuzz_*.c for FUZZ_SECONDS each (tests/fuzz/run_fuzz.sh)
-fuzz: deps
+fuzz:
+	@MT_EXTRA_PACKAGES="clang libclang-rt-14-dev" deploy/install-deps.sh
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DMT_FUZZ=ON $(CMAKE_ARGS)
 	tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(JOBS)
 

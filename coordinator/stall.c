@@ -80,13 +80,12 @@ void coord_stall_diagnose(const coord_stall_dev *devs, size_t n, int64_t now_ms,
                           size_t cap)
 {
     const coord_stall_dev *f = NULL; /* a device in the latest collective */
-    size_t at = 0, behind = 0, known = 0, in_f = 0;
+    size_t at = 0, behind = 0, in_f = 0;
 
     if (cap == 0)
         return;
     out[0] = '\0';
     for (size_t r = 0; r < n; r++) {
-        known += devs[r].known != 0;
         if (inside(&devs[r]) && (f == NULL || tag_less(f, &devs[r])))
             f = &devs[r];
     }
