@@ -47,12 +47,17 @@ wait_for() {
     done
 }
 
-# start_coordinator NAME STATE_DIR [FLAGS...]: start on ephemeral ports, wait for
-# endpoints.json; sets COORD_PID, COORD_URL, HTTP_URL.
+# start_coordinator NAME STATE_DIR [FLAGS...]: start, wait for endpoints.json; sets COORD_PID,
+# COORD_URL, HTTP_URL. An RPC address tcp://127.0.0.1:0 becomes a free port below the ephemeral
+# range (free_port), since tests restart coordinators on the same URL.
 start_coordinator() {
-    local name=$1 dir=$2; shift 2
+    local name=$1 dir=$2 a args=(); shift 2
+    for a in "$@"; do
+        [ "$a" = tcp://127.0.0.1:0 ] && a=tcp://127.0.0.1:$(free_port)
+        args+=("$a")
+    done
     rm -f "$dir/endpoints.json"
-    bg "$name" "$BIN/meshtrain-coordinator" --state-dir "$dir" "$@"
+    bg "$name" "$BIN/meshtrain-coordinator" --state-dir "$dir" "${args[@]}"
     COORD_PID=$LAST_PID
     wait_for 20 "coordinator $name endpoints" test -s "$dir/endpoints.json"
     COORD_URL=$(jq -r .rpc "$dir/endpoints.json")
@@ -60,10 +65,14 @@ start_coordinator() {
 }
 
 # free_port: print a TCP port nothing listens on now (for a daemon that must keep its port
-# across a restart)
+# across a restart), below the kernel's ephemeral range: a port from inside it can be taken, once its listener is
+# killed, by a client's own connect to it (TCP self-connect while a worker redials a restarting
+# coordinator), and the restart then fails with "Address in use".
 free_port() {
-    local p
-    for p in $(shuf -i 20000-60000 -n 20); do
+    local p lo
+    lo=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    [ "$lo" -gt 12000 ] 2>/dev/null || lo=32768
+    for p in $(shuf -i 10000-$((lo - 1)) -n 20); do
         ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
     done
     fail "no free port"
