@@ -230,7 +230,12 @@ static int upload(mt_rpc_client *c, const char *name, task *t, FILE *acks)
         req.last = part == 1;
         req.total_size = sizeof(data);
         req.checksum = part ? sum : "";
-        if (call(c, "PutCheckpointChunk", &req.base, (ProtobufCMessage **)&rep, NULL) != MT_OK)
+        mt_code rc = call(c, "PutCheckpointChunk", &req.base, (ProtobufCMessage **)&rep, NULL);
+        /* a coordinator killed after storing the checkpoint but before its reply: the retry
+         * finds it complete (as worker/task.c, that is an acknowledgement) */
+        if (rc == MT_ALREADY_EXISTS)
+            break;
+        if (rc != MT_OK)
             return -1;
         protobuf_c_message_free_unpacked(&rep->base, NULL);
     }
