@@ -24,16 +24,17 @@
  * sharded (kernel layout [unsharded, unsharded, unsharded, D]). BatchNorm statistics are summed
  * over B (global batch). Flatten of a channel-sharded image and the logits are allgathered.
  * Loss, accuracy and every weight gradient are allreduced over B only (weights may not be
- * sharded over B; gradients, loss and accuracy are fused into one bucket: one allreduce per
- * step). The optimizer updates the local shard.
+ * sharded over B; gradients, loss, accuracy and the next step's example count are fused into
+ * one bucket: one allreduce per step). The optimizer updates the local shard.
  *
  * Equivalence: for any mesh and layouts, K steps give the weights of K steps on one device with
  * the same seed and global batch up to float rounding; the same job on the same mesh twice is
  * bit-identical (the collectives reduce in a fixed order).
  *
- * Threading: an mt_spmd owns one thread per mesh device of this process (started by
- * mt_spmd_new, joined by mt_spmd_free); its public functions are called by ONE host thread, block
- * until every local device has finished, and must not be called concurrently. Tests:
+ * Threading: the host thread (the caller) runs the first device of this process itself and an
+ * mt_spmd owns one thread per other mesh device of this process (started by mt_spmd_new, joined
+ * by mt_spmd_free); its public functions are called by ONE host thread, block until every local
+ * device has finished, and must not be called concurrently. Tests:
  * tests/unit/test_spmd.c, tests/integration/test_train_mesh.sh; bench: bench/bench_spmd.c.
  */
 #ifndef MT_SPMD_H
@@ -130,6 +131,20 @@ typedef struct mt_spmd_piece {
  */
 mt_code mt_spmd_step_pieces(mt_spmd *s, const mt_spmd_piece *pieces, uint64_t step,
                             size_t *global_count, mt_step_metrics *metrics, mt_err *err);
+
+/*
+ * mt_spmd_step_pieces, announcing the NEXT step's piece sizes: next_n (mt_spmd_batch_replicas(s)
+ * entries by batch coordinate, only this process's entries read; NULL = unknown) rides as one
+ * more float in this step's gradient allreduce, so the next call, for step + 1, knows its
+ * example count without a collective of its own (and when that count is 0 it returns
+ * OUT_OF_RANGE at once, in every process alike). The pieces of that next call must have exactly
+ * the announced sizes (INVALID_ARGUMENT otherwise, before any device starts). Every process of
+ * the world must announce at the same steps (SPMD). Same math, same bits as without announcing.
+ * Codes: as mt_spmd_step_pieces, INVALID_ARGUMENT for a next size above the per-device capacity.
+ */
+mt_code mt_spmd_step_pieces_next(mt_spmd *s, const mt_spmd_piece *pieces, const size_t *next_n,
+                                 uint64_t step, size_t *global_count, mt_step_metrics *metrics,
+                                 mt_err *err);
 
 /* Size of the batch mesh dimension (replicas in sync); 1 when the batch is not sharded. */
 int mt_spmd_batch_replicas(const mt_spmd *s);

@@ -16,6 +16,7 @@
 #include "spmd/mt_spmd.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +24,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "ckpt/mt_ckpt.h"
+#include "clock/mt_clock.h"
 #include "coll/mt_coll_progress.h"
 #include "data/mt_data.h"
 #include "rng/mt_rng.h"
@@ -74,13 +76,15 @@ typedef struct dev {
     int32_t *y;                    /* labels slice */
     float *logits, *dlogits, *dlog_loc; /* (max_b, K) */
     mt_coll_bucket *bucket;             /* every trainable gradient + msum, reduced over batch */
-    float msum[2];                      /* step loss sum and correct count (in the bucket) */
-    size_t batch, row0;                 /* local examples of the current job, first global row */
-    size_t gcount;                      /* examples of the current step over all replicas */
-    int64_t t;                          /* optimizer iterations */
-    float *gbuf;                        /* checkpoint gather: every member's shard, or NULL */
-    float flag;                         /* flag agreement: sum over the world */
-    double loss;                        /* job outputs */
+    float msum[3];      /* step loss sum, correct count and the NEXT step's example count (in the
+                           bucket: the end-of-data agreement rides on the gradient allreduce) */
+    size_t next;        /* the next step's agreed example count (msum[2] after the allreduce) */
+    size_t batch, row0; /* local examples of the current job, first global row */
+    size_t gcount;      /* examples of the current step over all replicas */
+    int64_t t;          /* optimizer iterations */
+    float *gbuf;        /* checkpoint gather: every member's shard, or NULL */
+    float flag;         /* flag agreement: sum over the world */
+    double loss;        /* job outputs */
     size_t correct;
     mt_code rc;
     mt_err err;
@@ -106,12 +110,14 @@ struct mt_spmd {
     int in_rank;
     size_t in_shape[3], in_size, in_c, in_rows, num_classes, max_gb, max_b, widest;
     dev *devs;
-    /* job hand-off */
+    /* job hand-off: the host thread runs device first_local itself; the other local devices
+     * have threads that spin briefly on gen, then sleep on cv_job (see run_job) */
     pthread_mutex_t mu;
     pthread_cond_t cv_job, cv_done;
     bool sync_init;
-    uint64_t gen;
-    int done;
+    _Atomic uint64_t gen;
+    _Atomic uint64_t done; /* device threads finished with the current job */
+    uint64_t nthreads;     /* device threads (nlocal - 1) */
     job_kind job;
     const float *jx;
     const int32_t *jy;
@@ -119,6 +125,12 @@ struct mt_spmd {
     uint64_t jstep, jfirst;
     bool jtrain;
     const mt_spmd_piece *jpieces; /* pieces step: per batch coordinate; NULL = slice jx */
+    const size_t *jnext;          /* pieces step: next step's count per batch coordinate, or NULL */
+    bool jahead;                  /* pieces step: the count is known (ahead_count), no allreduce */
+    size_t ahead_count;           /* agreed example count of step ahead_step (valid: ahead) */
+    uint64_t ahead_step;
+    bool ahead;
+    size_t *ahead_mine; /* per batch coordinate: the count this process announced for ahead_step */
     /* checkpoint gather and flag agreement (mt_spmd_save_gathered, mt_spmd_flag_any) */
     size_t jgi;              /* parameter */
     int jgk;                 /* -1 value, 0/1 optimizer slot */
@@ -601,7 +613,7 @@ static mt_code dev_alloc(dev *d, mt_err *err)
         if (d->params[i].trainable)
             rc = mt_coll_bucket_add(d->bucket, d->params[i].grad, d->params[i].size, err);
     if (rc == MT_OK) /* the metrics ride along: one collective per step for all of it */
-        rc = mt_coll_bucket_add(d->bucket, d->msum, 2, err);
+        rc = mt_coll_bucket_add(d->bucket, d->msum, 3, err);
     if (rc != MT_OK)
         return rc;
     DALLOC(d->ls, (size_t)s->n_layers);
@@ -962,8 +974,10 @@ static void dev_take_batch(dev *d, size_t start, size_t n)
 
 /*
  * Pieces step: copy this device's piece (by its batch coordinate) and agree with every replica on
- * the step's example count (an allreduce of the piece sizes over the batch dimension), so a
- * replica whose pipeline ran out still joins every collective and all stop at the same step.
+ * the step's example count, so a replica whose pipeline ran out still joins every collective and
+ * all stop at the same step. The count was agreed by the previous step when its caller announced
+ * this step's piece sizes (s->jahead: they rode in that step's gradient bucket); otherwise it is
+ * an allreduce of the piece sizes over the batch dimension here.
  */
 static mt_code dev_take_piece(dev *d, size_t *count, uint64_t *first)
 {
@@ -982,10 +996,14 @@ static mt_code dev_take_piece(dev *d, size_t *count, uint64_t *first)
         memcpy(d->x + r * fl, src, fl * sizeof(float));
         d->y[r] = pc->y[r];
     }
+    *first = pc->first_example;
+    if (s->jahead) {
+        *count = s->ahead_count;
+        return MT_OK;
+    }
     c = (float)pc->n;
     rc = grp_allreduce(d, s->bdim, &c, 1);
     *count = (size_t)c;
-    *first = pc->first_example;
     return rc;
 }
 
@@ -1018,6 +1036,7 @@ static mt_code dev_step(dev *d)
         rc = dev_backward(d);
     d->msum[0] = (float)loss;
     d->msum[1] = (float)correct;
+    d->msum[2] = s->jnext != NULL ? (float)s->jnext[s->bdim >= 0 ? d->coords[s->bdim] : 0] : 0.0f;
     if (rc == MT_OK && s->bdim >= 0) {
         mt_coll_group g = {d->groups[s->bdim], s->dimsz[s->bdim]};
         mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
@@ -1027,6 +1046,7 @@ static mt_code dev_step(dev *d)
         return rc;
     d->loss = d->msum[0];
     d->correct = (size_t)d->msum[1];
+    d->next = (size_t)d->msum[2];
     d->t++;
     mt_coll_comm_activity(d->comm, "optimizer update");
     for (size_t i = 0; i < s->n_params; i++) {
@@ -1079,6 +1099,58 @@ static mt_code dev_eval(dev *d)
 static mt_code dev_gather(dev *d);
 static mt_code dev_agree(dev *d);
 
+/*
+ * Hand-off between the host thread and the device threads. Every step hands a job to the device
+ * threads and collects them, so a sleep and a wake-up (a futex syscall and a trip through the
+ * scheduler, which on a loaded 2-core machine can take a whole time slice) are paid twice per step
+ * per thread. The host therefore runs device first_local itself (one local device: no hand-off at
+ * all), and a waiter spins for at most SPIN_US before it sleeps on the condition variable: the
+ * devices of one step finish together (they meet in the gradient allreduce), so the host's wait
+ * for the others is usually short. Spinning is bounded: on a machine with more runnable threads
+ * than cores an unbounded spin would steal the time slice of the thread being waited for.
+ */
+#define SPIN_US 50
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spin while (*v == x) == while_equal, for at most SPIN_US; true when the condition ended. */
+static bool spin_while(_Atomic uint64_t *v, uint64_t x, bool while_equal)
+{
+    int64_t until = 0;
+    for (unsigned i = 0;; i++) {
+        if ((atomic_load_explicit(v, memory_order_acquire) == x) != while_equal)
+            return true;
+        if ((i & 63) == 63) {
+            int64_t now = mt_clock_mono_us();
+            if (until == 0)
+                until = now + SPIN_US;
+            else if (now >= until)
+                return false;
+        }
+        cpu_relax();
+    }
+}
+
+static void dev_run(dev *d, job_kind job)
+{
+    mt_err_clear(&d->err);
+    d->rc = job == JOB_STEP     ? dev_step(d)
+            : job == JOB_EVAL   ? dev_eval(d)
+            : job == JOB_GATHER ? dev_gather(d)
+                                : dev_agree(d);
+    if (d->rc == MT_OK) /* after a failure the record keeps where it stopped */
+        mt_coll_comm_activity(d->comm, "idle: waiting for the next batch from the host");
+    if (d->rc != MT_OK && d->err.code == MT_OK)
+        mt_err_set(&d->err, d->rc, "failed");
+}
+
 static void *dev_main(void *arg)
 {
     dev *d = arg;
@@ -1087,43 +1159,44 @@ static void *dev_main(void *arg)
 
     for (;;) {
         job_kind job;
-        pthread_mutex_lock(&s->mu);
-        while (s->gen == seen)
-            pthread_cond_wait(&s->cv_job, &s->mu);
-        seen = s->gen;
+        if (!spin_while(&s->gen, seen, true)) {
+            pthread_mutex_lock(&s->mu);
+            while (atomic_load(&s->gen) == seen)
+                pthread_cond_wait(&s->cv_job, &s->mu);
+            pthread_mutex_unlock(&s->mu);
+        }
+        seen = atomic_load_explicit(&s->gen, memory_order_acquire);
         job = s->job;
-        pthread_mutex_unlock(&s->mu);
         if (job == JOB_QUIT)
             return NULL;
-        mt_err_clear(&d->err);
-        d->rc = job == JOB_STEP     ? dev_step(d)
-                : job == JOB_EVAL   ? dev_eval(d)
-                : job == JOB_GATHER ? dev_gather(d)
-                                    : dev_agree(d);
-        if (d->rc == MT_OK) /* after a failure the record keeps where it stopped */
-            mt_coll_comm_activity(d->comm, "idle: waiting for the next batch from the host");
-        if (d->rc != MT_OK && d->err.code == MT_OK)
-            mt_err_set(&d->err, d->rc, "failed");
-        pthread_mutex_lock(&s->mu);
-        if (++s->done == s->nlocal)
+        dev_run(d, job);
+        /* the host checks `done` under mu before it sleeps: signalling under mu cannot be lost */
+        if (atomic_fetch_add_explicit(&s->done, 1, memory_order_acq_rel) + 1 == s->nthreads) {
+            pthread_mutex_lock(&s->mu);
             pthread_cond_signal(&s->cv_done);
-        pthread_mutex_unlock(&s->mu);
+            pthread_mutex_unlock(&s->mu);
+        }
     }
 }
 
 /* Post a job to every device and wait; the first failing device's error wins. */
 static mt_code run_job(mt_spmd *s, job_kind job, mt_err *err)
 {
-    pthread_mutex_lock(&s->mu);
     s->job = job;
-    s->done = 0;
-    s->gen++;
+    atomic_store_explicit(&s->done, 0, memory_order_relaxed);
+    pthread_mutex_lock(&s->mu);
+    atomic_fetch_add_explicit(&s->gen, 1, memory_order_release); /* publishes the job's fields */
     pthread_cond_broadcast(&s->cv_job);
-    while (job != JOB_QUIT && s->done < s->nlocal)
-        pthread_cond_wait(&s->cv_done, &s->mu);
     pthread_mutex_unlock(&s->mu);
     if (job == JOB_QUIT)
         return MT_OK;
+    dev_run(&s->devs[s->first_local], job);
+    if (!spin_while(&s->done, s->nthreads, false)) {
+        pthread_mutex_lock(&s->mu);
+        while (atomic_load(&s->done) < s->nthreads)
+            pthread_cond_wait(&s->cv_done, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+    }
     for (int p = 0; p < s->ndev; p++)
         if (s->devs[p].comm != NULL && s->devs[p].rc != MT_OK)
             return mt_err_set(err, s->devs[p].rc, "device %d: %s", p, s->devs[p].err.msg);
@@ -1185,7 +1258,8 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
     }
     s->world = world;
     s->devs = mt_calloc((size_t)s->ndev, sizeof(dev));
-    if (s->devs == NULL) {
+    s->ahead_mine = mt_calloc((size_t)mt_spmd_batch_replicas(s), sizeof(size_t));
+    if (s->devs == NULL || s->ahead_mine == NULL) {
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "spmd: out of memory");
         goto fail;
     }
@@ -1208,9 +1282,10 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
         rc = mt_err_set(err, MT_INVALID_ARGUMENT, "spmd: no device of the mesh is in this process");
         goto fail;
     }
+    s->nthreads = (uint64_t)s->nlocal - 1;
     for (int p = 0; p < s->ndev; p++) {
-        if (s->devs[p].comm == NULL)
-            continue;
+        if (s->devs[p].comm == NULL || p == s->first_local)
+            continue; /* the host thread runs first_local (run_job) */
         if (pthread_create(&s->devs[p].thread, NULL, dev_main, &s->devs[p]) != 0) {
             rc = mt_err_set(err, MT_INTERNAL, "spmd: cannot start device thread %d", p);
             goto fail;
@@ -1250,6 +1325,7 @@ void mt_spmd_free(mt_spmd *s)
     mt_free(s->layers);
     mt_free(s->gparams);
     mt_free(s->playout);
+    mt_free(s->ahead_mine);
     mt_free(s);
 }
 
@@ -1278,6 +1354,7 @@ mt_code mt_spmd_step(mt_spmd *s, const float *x, const int32_t *labels, size_t n
     s->jstep = step;
     s->jfirst = first_example;
     s->jpieces = NULL;
+    s->ahead = false;
     rc = run_job(s, JOB_STEP, err);
     if (rc == MT_OK && metrics != NULL) {
         metrics->loss = s->devs[s->first_local].loss / (double)n;
@@ -1289,26 +1366,52 @@ mt_code mt_spmd_step(mt_spmd *s, const float *x, const int32_t *labels, size_t n
 mt_code mt_spmd_step_pieces(mt_spmd *s, const mt_spmd_piece *pieces, uint64_t step,
                             size_t *global_count, mt_step_metrics *metrics, mt_err *err)
 {
+    return mt_spmd_step_pieces_next(s, pieces, NULL, step, global_count, metrics, err);
+}
+
+mt_code mt_spmd_step_pieces_next(mt_spmd *s, const mt_spmd_piece *pieces, const size_t *next_n,
+                                 uint64_t step, size_t *global_count, mt_step_metrics *metrics,
+                                 mt_err *err)
+{
+    bool ahead = s->ahead && s->ahead_step == step;
     size_t n;
     mt_code rc;
 
     *global_count = 0;
+    s->ahead = false;
     for (int p = 0; p < s->ndev; p++) {
         const mt_spmd_piece *pc;
+        int b = mt_spmd_batch_coord(s, p);
         if (s->devs[p].comm == NULL)
             continue;
-        pc = &pieces[mt_spmd_batch_coord(s, p)];
+        pc = &pieces[b];
         if (pc->n > s->max_b || (pc->n > 0 && (pc->x == NULL || pc->y == NULL)))
             return mt_err_set(err, MT_INVALID_ARGUMENT,
                               "spmd step: piece of %zu examples for device %d (at most %zu)", pc->n,
                               p, s->max_b);
+        if (ahead && pc->n != s->ahead_mine[b])
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "spmd step %llu: piece of %zu examples for device %d, but the "
+                              "previous step announced %zu",
+                              (unsigned long long)step, pc->n, p, s->ahead_mine[b]);
+        if (next_n != NULL && next_n[b] > s->max_b)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "spmd step: next piece of %zu examples for device %d (at most %zu)",
+                              next_n[b], p, s->max_b);
         if ((rc = check_labels(s, pc->y, pc->n, err)) != MT_OK)
             return rc;
     }
+    if (ahead && s->ahead_count == 0) /* agreed by the previous step: every replica ran out */
+        return mt_err_set(err, MT_OUT_OF_RANGE, "spmd step %llu: every replica is out of data",
+                          (unsigned long long)step);
     s->jpieces = pieces;
+    s->jnext = next_n;
+    s->jahead = ahead;
     s->jstep = step;
     rc = run_job(s, JOB_STEP, err);
     s->jpieces = NULL;
+    s->jnext = NULL;
+    s->jahead = false;
     if (rc != MT_OK)
         return rc;
     n = s->devs[s->first_local].gcount;
@@ -1316,6 +1419,13 @@ mt_code mt_spmd_step_pieces(mt_spmd *s, const mt_spmd_piece *pieces, uint64_t st
     if (n == 0)
         return mt_err_set(err, MT_OUT_OF_RANGE, "spmd step %llu: every replica is out of data",
                           (unsigned long long)step);
+    if (next_n != NULL) {
+        s->ahead = true;
+        s->ahead_step = step + 1;
+        s->ahead_count = s->devs[s->first_local].next;
+        for (int b = 0; b < mt_spmd_batch_replicas(s); b++)
+            s->ahead_mine[b] = next_n[b];
+    }
     if (metrics != NULL) {
         metrics->loss = s->devs[s->first_local].loss / (double)n;
         metrics->accuracy = (double)s->devs[s->first_local].correct / (double)n;
@@ -1563,6 +1673,7 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
 
     if (rc != MT_OK)
         return rc;
+    s->ahead = false;
     host_activity(s, "host: restoring a checkpoint");
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
         rc = restore_tensor(s, ck, i, -1, path, err);

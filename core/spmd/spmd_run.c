@@ -7,8 +7,9 @@
  * The loop is core/train's mt_train_loop with an SPMD backend (same permutation, same batches,
  * same step and first-example numbers), so a 1-device mesh reproduces the local engine.
  * mt_spmd_run_pipeline is the same loop fed by this process's core/data input pipeline (input
- * context from the mesh and the rank table, prefetch thread, mt_spmd_step_pieces whose count
- * allreduce makes every replica agree on the end of an epoch).
+ * context from the mesh and the rank table, prefetch thread, mt_spmd_step_pieces_next whose
+ * count agreement, fused into the previous step's gradient allreduce, makes every replica agree
+ * on the end of an epoch).
  * Threading: the caller's thread (the trainer's device threads do the math).
  * Tests: tests/unit/test_spmd.c, tests/integration/test_train_mesh.sh.
  */
@@ -500,6 +501,7 @@ typedef struct input_run {
     mt_data_input_ctx ic;
     mt_idx_set test;
     mt_spmd_piece *pieces; /* R entries, by batch coordinate */
+    size_t *next;          /* R entries: this process's piece sizes of the next step */
     size_t R, B;
 } input_run;
 
@@ -511,6 +513,7 @@ static void input_run_fini(input_run *in)
     mt_data_spec_free(in->ds);
     mt_idx_set_fini(&in->test);
     mt_free(in->pieces);
+    mt_free(in->next);
 }
 
 /* Parse the dataset section, fit the vectorizer (text), open the training split, load the test
@@ -582,9 +585,19 @@ static mt_code input_open_pipeline(input_run *in, const mt_mesh *mesh, const mt_
     po.permute = in->ds->shuffle_buffer == 0; /* the engine's full reshuffle per epoch */
     po.contiguous_replicas = true;
     rc = mt_data_pipeline_open(in->dset, &in->ic, &po, &in->pipe, err);
-    if (rc == MT_OK && (in->pieces = mt_calloc(in->R + 1, sizeof(*in->pieces))) == NULL)
+    if (rc == MT_OK && ((in->pieces = mt_calloc(in->R + 1, sizeof(*in->pieces))) == NULL ||
+                        (in->next = mt_calloc(in->R + 1, sizeof(*in->next))) == NULL))
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "input: out of memory");
     return rc;
+}
+
+/* Whether replica g's examples are piece g of the one-device global batch (DATA + global batching,
+ * contiguous replicas): then its plan range is (pipeline g % N, replica g / N), as core/data's
+ * pipeline assembles it. */
+static bool input_data_global(const input_run *in)
+{
+    return mt_data_plan_policy(mt_data_pipeline_plan(in->pipe)) == MT_DATA_SHARD_DATA &&
+           in->ds->batching == MT_DATA_BATCH_GLOBAL;
 }
 
 /* Fill in->pieces from one pipeline step (NULL: this pipeline has run out: empty pieces). */
@@ -593,8 +606,7 @@ static void input_pieces(input_run *in, const mt_data_step *st, size_t s)
     const mt_data_plan *plan = mt_data_pipeline_plan(in->pipe);
     size_t N = in->ic.num_pipelines, L = in->ic.replicas_per_pipeline, w = in->ic.pipeline_id;
     size_t c = (in->B + in->R - 1) / in->R;
-    bool data_global =
-        mt_data_plan_policy(plan) == MT_DATA_SHARD_DATA && in->ds->batching == MT_DATA_BATCH_GLOBAL;
+    bool data_global = input_data_global(in);
 
     memset(in->pieces, 0, in->R * sizeof(*in->pieces));
     for (size_t l = 0; st != NULL && l < L; l++) {
@@ -610,6 +622,24 @@ static void input_pieces(input_run *in, const mt_data_step *st, size_t s)
         else
             start = s * in->B + g * c;
         pc->first_example = start;
+    }
+}
+
+/* in->next: the sizes of this process's pieces at step s of the epoch, from the plan (the
+ * pipeline assembles exactly these ranges), announced one step ahead (mt_spmd_step_pieces_next). */
+static void input_next(input_run *in, size_t s)
+{
+    const mt_data_plan *plan = mt_data_pipeline_plan(in->pipe);
+    size_t N = in->ic.num_pipelines, L = in->ic.replicas_per_pipeline, w = in->ic.pipeline_id;
+    bool data_global = input_data_global(in);
+
+    memset(in->next, 0, in->R * sizeof(*in->next));
+    for (size_t l = 0; l < L; l++) {
+        size_t g = w * L + l, start;
+        if (data_global)
+            mt_data_plan_range(plan, g % N, s, g / N, &start, &in->next[g]);
+        else
+            mt_data_plan_range(plan, w, s, l, &start, &in->next[g]);
     }
 }
 
@@ -695,7 +725,12 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const char *spec_json, con
             if (s < s_first)
                 continue; /* resumed inside this epoch: skip the steps already trained */
             input_pieces(&in, st, (size_t)s);
-            rc = mt_spmd_step_pieces(r.s, in.pieces, (uint64_t)step, &gc, &sm, err);
+            /* the next step's sizes ride in this step's gradient allreduce (no count collective
+             * of its own); the first step of an epoch agrees on its count by itself */
+            if (s + 1 < p.epoch_steps)
+                input_next(&in, (size_t)s + 1);
+            rc = mt_spmd_step_pieces_next(r.s, in.pieces, s + 1 < p.epoch_steps ? in.next : NULL,
+                                          (uint64_t)step, &gc, &sm, err);
             if (rc == MT_OUT_OF_RANGE) {
                 rc = MT_OK; /* every replica is out of data: the epoch ends here for all */
                 break;

@@ -618,6 +618,64 @@ static void test_spmd_step_pieces(void **state)
     data_free(&d);
 }
 
+/*
+ * mt_spmd_step_pieces_next: announcing the next step's piece sizes (the count agreement rides in
+ * the gradient allreduce) gives the bits of mt_spmd_step on the global batch, including a short
+ * last batch; an announced empty step is OUT_OF_RANGE for every replica without training; pieces
+ * that differ from the announcement and an announcement above the capacity are refused.
+ */
+static void test_spmd_step_pieces_next(void **state)
+{
+    size_t shape[1] = {FEAT}, gc = 0, next[8];
+    data d = gen_data(64, FEAT, 2, 9);
+    mt_spmd_piece pc[8], nx[8];
+    mt_step_metrics ma, mb;
+    job j;
+    mt_spmd *a, *b;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    job_load(&j, MLP_SPEC("\"adam\"", DP_EXTRA), NULL);
+    a = spmd_open(&j, 1, shape);
+    b = spmd_open(&j, 1, shape);
+    for (int k = 0; k < 4; k++) {
+        size_t n = k == 3 ? 13 : 16, first = (size_t)k * 16;
+        assert_int_equal(
+            mt_spmd_step(a, d.x + first * FEAT, d.y + first, n, (uint64_t)k, 0, &ma, &err), MT_OK);
+        cut_pieces(pc, 8, &d, first, n);
+        cut_pieces(nx, 8, &d, first + 16, k == 2 ? 13 : 16);
+        for (int r = 0; r < 8; r++)
+            next[r] = k == 3 ? 0 : nx[r].n;
+        assert_int_equal(mt_spmd_step_pieces_next(b, pc, next, (uint64_t)k, &gc, &mb, &err), MT_OK);
+        assert_int_equal(gc, n);
+        if (ma.loss != mb.loss || ma.accuracy != mb.accuracy)
+            fail_msg("step %d: loss %.9g vs %.9g", k, ma.loss, mb.loss);
+    }
+    assert_same_params(a, b, 8);
+    /* step 4 was announced empty: out of range at once, nothing trains */
+    memset(pc, 0, sizeof(pc));
+    assert_int_equal(mt_spmd_step_pieces_next(b, pc, NULL, 4, &gc, &mb, &err), MT_OUT_OF_RANGE);
+    assert_int_equal(gc, 0);
+    assert_same_params(a, b, 8);
+    /* announce 2 examples for replica 3 at step 6, then bring 1 */
+    cut_pieces(pc, 8, &d, 0, 16);
+    memset(next, 0, sizeof(next));
+    next[3] = 2;
+    assert_int_equal(mt_spmd_step_pieces_next(b, pc, next, 5, &gc, &mb, &err), MT_OK);
+    memset(nx, 0, sizeof(nx));
+    nx[3] = (mt_spmd_piece){d.x, d.y, 1, 0};
+    assert_int_equal(mt_spmd_step_pieces_next(b, nx, NULL, 6, &gc, &mb, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "announced 2"));
+    next[3] = 3; /* capacity is ceil(16 / 8) = 2 per device */
+    assert_int_equal(mt_spmd_step_pieces_next(b, pc, next, 7, &gc, &mb, &err), MT_INVALID_ARGUMENT);
+    /* without an announcement the step agrees on its count by itself */
+    assert_int_equal(mt_spmd_step_pieces_next(b, nx, NULL, 8, &gc, &mb, &err), MT_OK);
+    assert_int_equal(gc, 1);
+    mt_spmd_free(a);
+    mt_spmd_free(b);
+    job_free(&j);
+    data_free(&d);
+}
+
 /* A caller's world is used as given (rank = mesh position); a world of another size is refused. */
 static void test_spmd_uses_the_callers_world(void **state)
 {
@@ -1104,6 +1162,7 @@ int main(void)
         cmocka_unit_test(test_spmd_step_rejects_bad_input),
         cmocka_unit_test(test_spmd_evaluate_matches_single_device),
         cmocka_unit_test(test_spmd_step_pieces),
+        cmocka_unit_test(test_spmd_step_pieces_next),
         cmocka_unit_test(test_spmd_run_pipeline_placement),
         cmocka_unit_test(test_spmd_new_survives_allocation_failures),
         cmocka_unit_test(test_spmd_uses_the_callers_world),
