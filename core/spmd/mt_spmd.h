@@ -95,6 +95,16 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
                     int in_rank, const size_t *in_shape, size_t max_global_batch,
                     mt_coll_world *world, mt_spmd **out, mt_err *err);
 
+/*
+ * World options for a trainer on `mesh` (borrowed): *wo (caller's, already holding its defaults,
+ * job id and deadline) gets the allreduce size below which the direct exchange replaces the ring.
+ * When no mesh dimension is larger than 2, every group has at most 2 members and the direct
+ * exchange sends the same bytes as the ring in one hop instead of two (reduce-scatter, then
+ * allgather), so it is used up to 4 MB; otherwise *wo is left as it is. The bits are the same
+ * either way (mt_coll.h). Every process of a job derives the same options from the same mesh.
+ */
+void mt_spmd_world_opts(const mt_mesh *mesh, mt_coll_world_opts *wo);
+
 /* Stop and join the device threads, free every shard. NULL is a no-op. */
 void mt_spmd_free(mt_spmd *s);
 

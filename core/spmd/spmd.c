@@ -141,6 +141,9 @@ struct mt_spmd {
     uint64_t nsaves, nagree; /* collective saves and agreements made (tags) */
 };
 
+/* Largest allreduce sent as one direct exchange on meshes of groups of at most 2 (world opts). */
+#define DIRECT_MAX_BYTES ((size_t)4 << 20)
+
 /* ------------------------------------------------------------------ config */
 
 /* checkpoint.<key>: an integer in 1..max when present (else *out is kept). */
@@ -1205,6 +1208,15 @@ static mt_code run_job(mt_spmd *s, job_kind job, mt_err *err)
 
 /* ------------------------------------------------------------------ public */
 
+void mt_spmd_world_opts(const mt_mesh *mesh, mt_coll_world_opts *wo)
+{
+    for (int k = 0; k < mt_mesh_ndims(mesh); k++)
+        if (mt_mesh_dim_size(mesh, k) > 2)
+            return;
+    if (wo->direct_bytes < DIRECT_MAX_BYTES)
+        wo->direct_bytes = DIRECT_MAX_BYTES;
+}
+
 mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
                     int in_rank, const size_t *in_shape, size_t max_global_batch,
                     mt_coll_world *world, mt_spmd **out, mt_err *err)
@@ -1246,7 +1258,9 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
                    ? (max_global_batch + (size_t)s->dimsz[s->bdim] - 1) / (size_t)s->dimsz[s->bdim]
                    : max_global_batch;
     if (world == NULL) {
-        rc = mt_coll_world_new_local(s->ndev, NULL, &s->own_world, err);
+        mt_coll_world_opts wo = MT_COLL_WORLD_DEFAULTS;
+        mt_spmd_world_opts(mesh, &wo);
+        rc = mt_coll_world_new_local(s->ndev, &wo, &s->own_world, err);
         if (rc != MT_OK)
             goto fail;
         world = s->own_world;
