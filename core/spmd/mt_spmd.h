@@ -31,10 +31,10 @@
  * the same seed and global batch up to float rounding; the same job on the same mesh twice is
  * bit-identical (the collectives reduce in a fixed order).
  *
- * Threading: the host thread (the caller) runs the first device of this process itself and an
- * mt_spmd owns one thread per other mesh device of this process (started by mt_spmd_new, joined
- * by mt_spmd_free); its public functions are called by ONE host thread, block until every local
- * device has finished, and must not be called concurrently. Tests:
+ * Threading: with several mesh devices in this process an mt_spmd owns one thread per device
+ * (started by mt_spmd_new, joined by mt_spmd_free); with one, the calling host thread runs it.
+ * Its public functions are called by ONE host thread, block until every local device has
+ * finished, and must not be called concurrently. Tests:
  * tests/unit/test_spmd.c, tests/integration/test_train_mesh.sh; bench: bench/bench_spmd.c.
  */
 #ifndef MT_SPMD_H
@@ -94,16 +94,6 @@ void mt_spmd_config_fini(mt_spmd_config *cfg);
 mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
                     int in_rank, const size_t *in_shape, size_t max_global_batch,
                     mt_coll_world *world, mt_spmd **out, mt_err *err);
-
-/*
- * World options for a trainer on `mesh` (borrowed): *wo (caller's, already holding its defaults,
- * job id and deadline) gets the allreduce size below which the direct exchange replaces the ring.
- * When no mesh dimension is larger than 2, every group has at most 2 members and the direct
- * exchange sends the same bytes as the ring in one hop instead of two (reduce-scatter, then
- * allgather), so it is used up to 4 MB; otherwise *wo is left as it is. The bits are the same
- * either way (mt_coll.h). Every process of a job derives the same options from the same mesh.
- */
-void mt_spmd_world_opts(const mt_mesh *mesh, mt_coll_world_opts *wo);
 
 /* Stop and join the device threads, free every shard. NULL is a no-op. */
 void mt_spmd_free(mt_spmd *s);

@@ -110,14 +110,15 @@ struct mt_spmd {
     int in_rank;
     size_t in_shape[3], in_size, in_c, in_rows, num_classes, max_gb, max_b, widest;
     dev *devs;
-    /* job hand-off: the host thread runs device first_local itself; the other local devices
-     * have threads that spin briefly on gen, then sleep on cv_job (see run_job) */
+    /* job hand-off (see run_job): one local device runs on the host thread; several have a
+     * thread each that spins briefly on gen, then sleeps on cv_job */
     pthread_mutex_t mu;
     pthread_cond_t cv_job, cv_done;
     bool sync_init;
     _Atomic uint64_t gen;
     _Atomic uint64_t done; /* device threads finished with the current job */
-    uint64_t nthreads;     /* device threads (nlocal - 1) */
+    uint64_t nthreads;     /* device threads: nlocal, or 0 when the host runs the only one */
+    int spin_budget;       /* the host's spin budget (spin_while) */
     job_kind job;
     const float *jx;
     const int32_t *jy;
@@ -140,9 +141,6 @@ struct mt_spmd {
     mt_coll_call jcall;      /* the collective's tag */
     uint64_t nsaves, nagree; /* collective saves and agreements made (tags) */
 };
-
-/* Largest allreduce sent as one direct exchange on meshes of groups of at most 2 (world opts). */
-#define DIRECT_MAX_BYTES ((size_t)4 << 20)
 
 /* ------------------------------------------------------------------ config */
 
@@ -1106,13 +1104,19 @@ static mt_code dev_agree(dev *d);
  * Hand-off between the host thread and the device threads. Every step hands a job to the device
  * threads and collects them, so a sleep and a wake-up (a futex syscall and a trip through the
  * scheduler, which on a loaded 2-core machine can take a whole time slice) are paid twice per step
- * per thread. The host therefore runs device first_local itself (one local device: no hand-off at
- * all), and a waiter spins for at most SPIN_US before it sleeps on the condition variable: the
- * devices of one step finish together (they meet in the gradient allreduce), so the host's wait
- * for the others is usually short. Spinning is bounded: on a machine with more runnable threads
- * than cores an unbounded spin would steal the time slice of the thread being waited for.
+ * per thread. With ONE local device (a worker per device) the host thread runs it itself: no
+ * hand-off at all. With several, every device has its own thread and the host only waits: a host
+ * that ran a device right after waking the others was measured 1.3-1.5x slower (Linux places the
+ * woken thread on the waker's busy core, so the devices ran in turn, 0.57 CPUs used instead of
+ * 0.84). A waiter spins for a while before it sleeps on the condition variable: the devices of
+ * one step finish together (they meet in the gradient allreduce), so the host's wait for the
+ * others is usually short. Spinning is bounded and adaptive: at most SPIN_US, halved after each
+ * spin that ended in a sleep (down to SPIN_MIN_US) and doubled after each that did not, because
+ * on a machine with more runnable threads than cores a long spin steals the time slice of the
+ * thread being waited for.
  */
-#define SPIN_US 50
+#define SPIN_US     50
+#define SPIN_MIN_US 2
 
 static inline void cpu_relax(void)
 {
@@ -1123,19 +1127,26 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Spin while (*v == x) == while_equal, for at most SPIN_US; true when the condition ended. */
-static bool spin_while(_Atomic uint64_t *v, uint64_t x, bool while_equal)
+/*
+ * Spin while (*v == x) == while_equal, for at most *budget microseconds; true when the condition
+ * ended. Adapts *budget (the caller's, between SPIN_MIN_US and SPIN_US) to how the last spin went.
+ */
+static bool spin_while(_Atomic uint64_t *v, uint64_t x, bool while_equal, int *budget)
 {
     int64_t until = 0;
     for (unsigned i = 0;; i++) {
-        if ((atomic_load_explicit(v, memory_order_acquire) == x) != while_equal)
+        if ((atomic_load_explicit(v, memory_order_acquire) == x) != while_equal) {
+            *budget = *budget * 2 < SPIN_US ? *budget * 2 : SPIN_US;
             return true;
+        }
         if ((i & 63) == 63) {
             int64_t now = mt_clock_mono_us();
-            if (until == 0)
-                until = now + SPIN_US;
-            else if (now >= until)
+            if (until == 0) {
+                until = now + *budget;
+            } else if (now >= until) {
+                *budget = *budget / 2 > SPIN_MIN_US ? *budget / 2 : SPIN_MIN_US;
                 return false;
+            }
         }
         cpu_relax();
     }
@@ -1159,10 +1170,11 @@ static void *dev_main(void *arg)
     dev *d = arg;
     mt_spmd *s = d->s;
     uint64_t seen = 0;
+    int budget = SPIN_US;
 
     for (;;) {
         job_kind job;
-        if (!spin_while(&s->gen, seen, true)) {
+        if (!spin_while(&s->gen, seen, true, &budget)) {
             pthread_mutex_lock(&s->mu);
             while (atomic_load(&s->gen) == seen)
                 pthread_cond_wait(&s->cv_job, &s->mu);
@@ -1185,20 +1197,24 @@ static void *dev_main(void *arg)
 /* Post a job to every device and wait; the first failing device's error wins. */
 static mt_code run_job(mt_spmd *s, job_kind job, mt_err *err)
 {
-    s->job = job;
-    atomic_store_explicit(&s->done, 0, memory_order_relaxed);
-    pthread_mutex_lock(&s->mu);
-    atomic_fetch_add_explicit(&s->gen, 1, memory_order_release); /* publishes the job's fields */
-    pthread_cond_broadcast(&s->cv_job);
-    pthread_mutex_unlock(&s->mu);
-    if (job == JOB_QUIT)
-        return MT_OK;
-    dev_run(&s->devs[s->first_local], job);
-    if (!spin_while(&s->done, s->nthreads, false)) {
+    if (s->nthreads == 0) { /* the only local device runs here */
+        if (job != JOB_QUIT)
+            dev_run(&s->devs[s->first_local], job);
+    } else {
+        s->job = job;
+        atomic_store_explicit(&s->done, 0, memory_order_relaxed);
         pthread_mutex_lock(&s->mu);
-        while (atomic_load(&s->done) < s->nthreads)
-            pthread_cond_wait(&s->cv_done, &s->mu);
+        atomic_fetch_add_explicit(&s->gen, 1, memory_order_release); /* publishes the job */
+        pthread_cond_broadcast(&s->cv_job);
         pthread_mutex_unlock(&s->mu);
+        if (job == JOB_QUIT)
+            return MT_OK;
+        if (!spin_while(&s->done, s->nthreads, false, &s->spin_budget)) {
+            pthread_mutex_lock(&s->mu);
+            while (atomic_load(&s->done) < s->nthreads)
+                pthread_cond_wait(&s->cv_done, &s->mu);
+            pthread_mutex_unlock(&s->mu);
+        }
     }
     for (int p = 0; p < s->ndev; p++)
         if (s->devs[p].comm != NULL && s->devs[p].rc != MT_OK)
@@ -1207,15 +1223,6 @@ static mt_code run_job(mt_spmd *s, job_kind job, mt_err *err)
 }
 
 /* ------------------------------------------------------------------ public */
-
-void mt_spmd_world_opts(const mt_mesh *mesh, mt_coll_world_opts *wo)
-{
-    for (int k = 0; k < mt_mesh_ndims(mesh); k++)
-        if (mt_mesh_dim_size(mesh, k) > 2)
-            return;
-    if (wo->direct_bytes < DIRECT_MAX_BYTES)
-        wo->direct_bytes = DIRECT_MAX_BYTES;
-}
 
 mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
                     int in_rank, const size_t *in_shape, size_t max_global_batch,
@@ -1258,9 +1265,7 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
                    ? (max_global_batch + (size_t)s->dimsz[s->bdim] - 1) / (size_t)s->dimsz[s->bdim]
                    : max_global_batch;
     if (world == NULL) {
-        mt_coll_world_opts wo = MT_COLL_WORLD_DEFAULTS;
-        mt_spmd_world_opts(mesh, &wo);
-        rc = mt_coll_world_new_local(s->ndev, &wo, &s->own_world, err);
+        rc = mt_coll_world_new_local(s->ndev, NULL, &s->own_world, err);
         if (rc != MT_OK)
             goto fail;
         world = s->own_world;
@@ -1296,10 +1301,11 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
         rc = mt_err_set(err, MT_INVALID_ARGUMENT, "spmd: no device of the mesh is in this process");
         goto fail;
     }
-    s->nthreads = (uint64_t)s->nlocal - 1;
+    s->nthreads = s->nlocal > 1 ? (uint64_t)s->nlocal : 0;
+    s->spin_budget = SPIN_US;
     for (int p = 0; p < s->ndev; p++) {
-        if (s->devs[p].comm == NULL || p == s->first_local)
-            continue; /* the host thread runs first_local (run_job) */
+        if (s->devs[p].comm == NULL || s->nthreads == 0)
+            continue; /* one local device: the host thread runs it (run_job) */
         if (pthread_create(&s->devs[p].thread, NULL, dev_main, &s->devs[p]) != 0) {
             rc = mt_err_set(err, MT_INTERNAL, "spmd: cannot start device thread %d", p);
             goto fail;
