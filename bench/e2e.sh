@@ -12,7 +12,9 @@
 # does by default). Both get the same OPENBLAS_CORETYPE. Installs python3-torch when missing
 # (root + apt-get). The sentiment row is skipped, saying why, when the npm registry is not
 # reachable. Never run by ctest.
-# Env: E2E_STEPS_MLP (default 300), E2E_STEPS_CNN (default 80), E2E_STEPS_TEXT (default 300).
+# Env: E2E_STEPS_MLP (default 300), E2E_STEPS_CNN (default 80), E2E_STEPS_TEXT (default 300);
+# E2E_MODELS (default "mlp cnn text"): the rows to run; E2E_DDP=0 skips the PyTorch column;
+# E2E_REPEAT (default 1): run each row that many times (rows of noisy machines, side by side).
 set -euo pipefail
 BUILD=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -162,23 +164,29 @@ else
     echo "sentiment row skipped: deploy/fetch-sentiment.sh failed (npm registry not reachable?)"
 fi
 
-printf "%-4s %16s %16s %16s %16s %12s\n" model "1 worker x 1" "1 worker x 2" "2 workers x 1" \
-    "torch DDP 2x1" "2x1 / DDP"
+printf "%-4s %16s %16s %16s %16s %12s %8s\n" model "1 worker x 1" "1 worker x 2" "2 workers x 1" \
+    "torch DDP 2x1" "2x1 / DDP" scaling
+want=" ${E2E_MODELS:-mlp cnn text} "
 for m in $rows; do
     IFS=: read -r name job steps <<<"$m"
-    workers 1 1
-    r11=$(rate "$job" "$steps" batch=1)
-    workers 1 2
-    r12=$(rate "$job" "$steps" batch=2)
-    workers 2 1
-    r21=$(rate "$job" "$steps" batch=2)
-    if "$PY" -c 'import torch' 2>/dev/null; then
-        ddp=$(ddp_rate "$name" "$steps")
-        ratio=$(awk -v a="$r21" -v b="$ddp" 'BEGIN { printf "%.2fx", a / b }')
-    else
-        ddp="n/a" ratio="n/a"
-    fi
-    printf "%-4s %16s %16s %16s %16s %12s\n" "$name" "$r11" "$r12" "$r21" "$ddp" "$ratio"
+    [[ $want == *" $name "* ]] || continue
+    for _ in $(seq "${E2E_REPEAT:-1}"); do
+        workers 1 1
+        r11=$(rate "$job" "$steps" batch=1)
+        workers 1 2
+        r12=$(rate "$job" "$steps" batch=2)
+        workers 2 1
+        r21=$(rate "$job" "$steps" batch=2)
+        if [ "${E2E_DDP:-1}" != 0 ] && "$PY" -c 'import torch' 2>/dev/null; then
+            ddp=$(ddp_rate "$name" "$steps")
+            ratio=$(awk -v a="$r21" -v b="$ddp" 'BEGIN { printf "%.2fx", a / b }')
+        else
+            ddp="n/a" ratio="n/a"
+        fi
+        scal=$(awk -v a="$r12" -v b="$r11" 'BEGIN { printf "%.0f%%", 100 * a / (2 * b) }')
+        printf "%-4s %16s %16s %16s %16s %12s %8s  load %s\n" "$name" "$r11" "$r12" "$r21" "$ddp" \
+            "$ratio" "$scal" "$(cut -d' ' -f1 /proc/loadavg)"
+    done
 done
 echo "global batch 128 (mlp, cnn) and 64 (text); scaling 1 -> 2 devices is r12 / (2 x r11) on this"
 echo "2-core machine shared with other work"

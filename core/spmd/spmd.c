@@ -73,6 +73,7 @@ typedef struct dev {
     mt_model_param *params;        /* local shards, mt_model order */
     dstate *ls;                    /* per layer */
     float *x, *g1, *g2;            /* input slice; reshard scratch (max_b * widest) */
+    const float *xin;              /* the rows the forward reads: d->x, or the caller's rows */
     int32_t *y;                    /* labels slice */
     float *logits, *dlogits, *dlog_loc; /* (max_b, K) */
     mt_coll_bucket *bucket;             /* every trainable gradient + msum, reduced over batch */
@@ -830,7 +831,7 @@ static mt_code layer_forward(dev *d, int idx, size_t batch, size_t gb, bool trai
 static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint64_t first)
 {
     mt_spmd *s = d->s;
-    const float *in = d->x;
+    const float *in = d->xin;
     const dlayer *last = &s->layers[s->n_layers - 1];
     mt_code rc;
 
@@ -952,25 +953,44 @@ static mt_code dev_backward(dev *d)
 
 /* ------------------------------------------------------------------ device: jobs */
 
-/* Copy this device's slice of the job's global batch into d->x / d->y. */
+/*
+ * Take n input rows x (whole examples, borrowed for the job) with labels y: d->xin reads them in
+ * place when the device uses whole rows and the first layer only reads its input (dense, conv2d
+ * write their own buffers; a flatten or dropout could alias it and a relu would write to it),
+ * otherwise this device's feature slice is copied into d->x.
+ */
+static void dev_take_rows(dev *d, const float *x, const int32_t *y, size_t n)
+{
+    mt_spmd *s = d->s;
+    mt_layer_kind k0 = s->layers[0].s.kind;
+    size_t fl = s->in_size / dsz(s, s->fdim0);
+
+    d->batch = n;
+    memcpy(d->y, y, n * sizeof(int32_t));
+    if (n > 0 && s->fdim0 < 0 && (k0 == MT_LAYER_DENSE || k0 == MT_LAYER_CONV2D)) {
+        d->xin = x;
+        return;
+    }
+    for (size_t r = 0; r < n; r++) {
+        const float *src = x + r * s->in_size;
+        if (s->fdim0 >= 0)
+            src += (size_t)d->coords[s->fdim0] * fl;
+        memcpy(d->x + r * fl, src, fl * sizeof(float));
+    }
+    d->xin = d->x;
+}
+
+/* This device's slice of the job's global batch (rows start.. start + n of s->jx). */
 static void dev_take_batch(dev *d, size_t start, size_t n)
 {
     mt_spmd *s = d->s;
     size_t row0 = 0, len = n;
-    size_t fl = s->in_size / dsz(s, s->fdim0);
 
     if (s->bdim >= 0)
         mt_data_rebatch_split(n, (size_t)s->dimsz[s->bdim], (size_t)d->coords[s->bdim], &row0,
                               &len);
-    d->batch = len;
     d->row0 = start + row0;
-    for (size_t r = 0; r < len; r++) {
-        const float *src = s->jx + (start + row0 + r) * s->in_size;
-        if (s->fdim0 >= 0)
-            src += (size_t)d->coords[s->fdim0] * fl;
-        memcpy(d->x + r * fl, src, fl * sizeof(float));
-        d->y[r] = s->jy[start + row0 + r];
-    }
+    dev_take_rows(d, s->jx + (start + row0) * s->in_size, s->jy + start + row0, len);
 }
 
 /*
@@ -984,19 +1004,11 @@ static mt_code dev_take_piece(dev *d, size_t *count, uint64_t *first)
 {
     mt_spmd *s = d->s;
     const mt_spmd_piece *pc = &s->jpieces[s->bdim >= 0 ? d->coords[s->bdim] : 0];
-    size_t fl = s->in_size / dsz(s, s->fdim0);
     float c;
     mt_code rc;
 
-    d->batch = pc->n;
     d->row0 = 0;
-    for (size_t r = 0; r < pc->n; r++) {
-        const float *src = pc->x + r * s->in_size;
-        if (s->fdim0 >= 0)
-            src += (size_t)d->coords[s->fdim0] * fl;
-        memcpy(d->x + r * fl, src, fl * sizeof(float));
-        d->y[r] = pc->y[r];
-    }
+    dev_take_rows(d, pc->x, pc->y, pc->n);
     *first = pc->first_example;
     if (s->jahead) {
         *count = s->ahead_count;
