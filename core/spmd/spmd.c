@@ -966,7 +966,8 @@ static void dev_take_rows(dev *d, const float *x, const int32_t *y, size_t n)
     size_t fl = s->in_size / dsz(s, s->fdim0);
 
     d->batch = n;
-    memcpy(d->y, y, n * sizeof(int32_t));
+    if (n > 0) /* an empty piece may have NULL rows */
+        memcpy(d->y, y, n * sizeof(int32_t));
     if (n > 0 && s->fdim0 < 0 && (k0 == MT_LAYER_DENSE || k0 == MT_LAYER_CONV2D)) {
         d->xin = x;
         return;
