@@ -152,6 +152,8 @@ void coord_stall_sweep(mt_coord *c); /* STALLED detection and recovery; sweep ti
 /* ---- metrics.c ---- */
 mt_code coord_metrics_open(mt_coord *c, mt_err *err); /* the PUB socket */
 void coord_metrics_close(mt_coord *c);
+/* points (final_state NULL); a final state ends the job's stream; any other state name is a
+ * state change without points (RESTARTING, SCHEDULED again; error = its reason) */
 void coord_metrics_publish(mt_coord *c, const char *job_id,
                            const Meshtrain__MetricPoint *const *pts, size_t n,
                            const char *final_state, const char *error);

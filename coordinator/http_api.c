@@ -24,6 +24,7 @@
 #include "alloc/mt_alloc.h"
 #include "coordinator/http_int.h"
 #include "storage/mt_jobstate.h"
+#include "watch/mt_watch.h"
 
 #define MAX_NAMES  32  /* names= filter entries */
 #define MAX_SERIES 200 /* distinct metric names in one answer */
@@ -273,14 +274,27 @@ static void api_job(mt_store *s, const char *id, coord_http_reply *r)
     cJSON_AddItemToObject(root, "spec",
                           spec ? spec : cJSON_CreateString(j.spec_json ? j.spec_json : ""));
     cJSON *a = cJSON_AddArrayToObject(root, "events");
+    cJSON *ra = cJSON_CreateArray();
+    mt_watch_restart_scan scan;
+    mt_watch_restart_scan_init(&scan);
     for (size_t i = 0; i < nev; i++) {
         cJSON *o = cJSON_CreateObject();
+        mt_watch_restart rs;
         cJSON_AddNumberToObject(o, "time_ms", (double)ev[i].time_ms);
         cJSON_AddStringToObject(o, "state", ev[i].state);
         cJSON_AddStringToObject(o, "reason", ev[i].reason);
         cJSON_AddNumberToObject(o, "step", (double)ev[i].step);
+        if (mt_watch_restart_scan_event(&scan, ev[i].state, ev[i].reason, ev[i].time_ms, ev[i].step,
+                                        &rs)) { /* a restart: where its marker goes */
+            cJSON_AddNumberToObject(o, "restart", rs.number);
+            cJSON_AddItemToObject(o, "resume_step",
+                                  rs.resume_step < 0 ? cJSON_CreateNull()
+                                                     : cJSON_CreateNumber((double)rs.resume_step));
+            cJSON_AddItemToArray(ra, mt_watch_restart_json(&rs));
+        }
         cJSON_AddItemToArray(a, o);
     }
+    cJSON_AddItemToObject(root, "restart_markers", ra);
     a = cJSON_AddArrayToObject(root, "placement");
     for (size_t i = 0; i < npl; i++) {
         cJSON *o = cJSON_CreateObject(), *co = cJSON_CreateArray();

@@ -105,7 +105,9 @@ void coord_metrics_publish(mt_coord *c, const char *job_id,
     ev.job_id = (char *)job_id;
     ev.points = (Meshtrain__MetricPoint **)pts;
     ev.n_points = n;
-    ev.final = final_state != NULL;
+    mt_jobstate st; /* a state that is not final is a state change (a restart; mt_watch.h) */
+    ev.final = final_state != NULL &&
+               (mt_jobstate_parse(final_state, &st, NULL) != MT_OK || mt_jobstate_is_final(st));
     ev.state = (char *)(final_state ? final_state : "");
     ev.error = (char *)(error ? error : "");
     len = meshtrain__watch_event__get_packed_size(&ev);

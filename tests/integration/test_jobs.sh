@@ -139,6 +139,8 @@ wait_for 30 "job4 running" running "$JOB4"
 wait_for 30 "job4 step 50" step_at_least "$JOB4" 50
 VICTIM=$(mt status --json "$JOB4" | jq -r '.placement[0].worker_id')
 STEP_KILL=$(mt status --json "$JOB4" | jq '.step')
+bg watch_live "$BIN/meshtrain" --coordinator "$COORD_URL" watch "$JOB4" # live restart marker
+WATCH_LIVE=$LAST_PID
 T_KILL=$(date +%s%3N)
 if [ "$VICTIM" = fw1 ]; then kill -9 "$FW1"; else kill -9 "$FW2"; fi
 restarted() { mt status --json "$1" | jq -e '[.events[].state] | index("RESTARTING") != null'; }
@@ -162,6 +164,28 @@ T_BACK=$(jq '.events[5].time_ms' "$T/st4.json")
 RESUMED=$(sed -n "s/.*$JOB4 attempt 2 from step \([0-9]*\),.*/\1/p" "$T"/fw*.log | head -1)
 [ $((T_BACK - T_KILL)) -le 13000 ] || fail "job4 ran again $((T_BACK - T_KILL)) ms after the kill"
 [ "$RESUMED" -ge $((STEP_KILL - 20)) ] || fail "resumed at step $RESUMED, the kill was at $STEP_KILL"
+# restart markers (issue #10): the status and the watchers name the step attempt 2 resumed from;
+# a watcher that was following when it happened and one started afterwards (history: the
+# marker sits between the point of the resume step and the next one)
+jq -e --arg v "$VICTIM" --argjson s "$RESUMED" '.restart_markers == [.restart_markers[0]] and
+    (.restart_markers[0] | .restart == 1 and .attempt == 2 and .resume_step == $s and
+    (.cause | startswith("worker " + $v + " lost")))' "$T/st4.json" >/dev/null ||
+    fail "status restart_markers: $(jq -c .restart_markers "$T/st4.json")"
+jq -e --argjson s "$RESUMED" '.events[4].reason | contains("at step \($s)")' "$T/st4.json" \
+    >/dev/null || fail "the placement does not name the resume step: $(jq .events[4] "$T/st4.json")"
+wait "$WATCH_LIVE" || fail "the live watcher exited $?: $(tail -3 "$T/watch_live.log")"
+MARK="-- restart 1 (worker $VICTIM lost"
+grep -q -- "^$MARK.*): resuming from step $RESUMED --\$" "$T/watch_live.log" ||
+    fail "live watch: no restart marker: $(cat "$T/watch_live.log")"
+[ "$(grep -c -- '^-- restart' "$T/watch_live.log")" = 1 ] || fail "live watch: markers repeated"
+mt watch "$JOB4" >"$T/watch_late.log" || fail "late watch"
+grep -q -- "^$MARK.*): resuming from step $RESUMED --\$" "$T/watch_late.log" ||
+    fail "late watch: no restart marker: $(cat "$T/watch_late.log")"
+mt watch --json "$JOB4" >"$T/watch_late.json" || fail "late watch --json"
+jq -s -e --argjson s "$RESUMED" '(map(.restart != null) | index(true)) as $i |
+    .[$i].resume_step == $s and .[$i - 1].step == $s and .[$i + 1].step == $s + 1 and
+    ([.[] | select(.restart != null)] | length == 1)' "$T/watch_late.json" >/dev/null ||
+    fail "late watch --json: marker misplaced: $(grep -n -B1 -A1 restart "$T/watch_late.json")"
 log "$JOB4: $VICTIM lost -> RESTARTING -> resumed from a checkpoint on the other worker -> SUCCEEDED" \
     "(running again $((T_BACK - T_KILL)) ms after the kill, from step $RESUMED of $STEP_KILL)"
 
