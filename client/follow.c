@@ -193,7 +193,7 @@ static void apply_state(view *v, const mt_watch_event *ev)
 {
     mt_watch_restart r;
 
-    if (mt_watch_restart_scan_event(&v->scan, ev->state, ev->error, 0, 0, &r))
+    if (mt_watch_restart_scan_event(&v->scan, ev->state, ev->error, mt_clock_wall_ms(), 0, &r))
         queue_restart(v, &r);
 }
 
