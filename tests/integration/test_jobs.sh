@@ -5,12 +5,13 @@
 # two fake workers (tests/tools/mt_fakeworker.c) run a 4-device job, report metrics and upload
 # checkpoints; the coordinator is kill -9'd mid-run and restarted, three times; the job is
 # re-attached and completes; watchers started before and mid-run see every step exactly once;
-# a lost worker sends its job to RESTARTING and it resumes from a checkpoint; every acknowledged
+# a lost worker sends its job to RESTARTING and it resumes from a checkpoint, marked where it
+# resumed in `watch` (live and started later, plain and --json), status and the API; every acknowledged
 # job, event, metric point and checkpoint is there afterwards (three kill points).
 source "$(dirname "$0")/lib.sh"
 
 S=$T/state
-FLAGS=(--http off --heartbeat-ms 200 --heartbeat-timeout-ms 3000)
+FLAGS=(--http 127.0.0.1:0 --heartbeat-ms 200 --heartbeat-timeout-ms 3000)
 start_coordinator coord "$S" --listen tcp://127.0.0.1:0 "${FLAGS[@]}"
 log "coordinator at $COORD_URL"
 
@@ -171,6 +172,10 @@ jq -e --arg v "$VICTIM" --argjson s "$RESUMED" '.restart_markers == [.restart_ma
     (.restart_markers[0] | .restart == 1 and .attempt == 2 and .resume_step == $s and
     (.cause | startswith("worker " + $v + " lost")))' "$T/st4.json" >/dev/null ||
     fail "status restart_markers: $(jq -c .restart_markers "$T/st4.json")"
+curl -sf "$HTTP_URL/api/v1/jobs/$JOB4" | jq -e --argjson s "$RESUMED" --argjson k "$STEP_KILL" \
+    '(.restart_markers | length == 1 and .[0].resume_step == $s and .[0].lost_step >= $k) and
+    .events[4].restart == 1 and .events[4].resume_step == $s' >/dev/null ||
+    fail "API restart_markers: $(curl -s "$HTTP_URL/api/v1/jobs/$JOB4" | jq -c .restart_markers)"
 jq -e --argjson s "$RESUMED" '.events[4].reason | contains("at step \($s)")' "$T/st4.json" \
     >/dev/null || fail "the placement does not name the resume step: $(jq .events[4] "$T/st4.json")"
 wait "$WATCH_LIVE" || fail "the live watcher exited $?: $(tail -3 "$T/watch_live.log")"
