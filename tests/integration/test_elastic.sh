@@ -31,7 +31,8 @@ spec() { # spec FILE EXTRA_JSON
         "$SRC/examples/fashion_mnist_mlp.json" >"$1"
 }
 spec "$T/elastic.json" '{"elastic": {"min_batch": 1, "max_batch": 2}}'
-spec "$T/rigid.json" '{}'
+# long enough that it cannot finish between the step-30 poll and the kill on a loaded machine
+spec "$T/rigid.json" '{"steps": 100000}'
 
 st() { mt status --json "$JOB"; }
 job_is() { st | jq -e --arg s "$1" '.state == $s' >/dev/null; }
