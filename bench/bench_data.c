@@ -323,6 +323,7 @@ int main(int argc, char **argv)
     mlp m784, m1200;
     double train784, train1200, model784, model1200;
     size_t csv_rows = 60000;
+    const char *only = NULL; /* "idx" | "csv" | "text": run that source only */
 
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--idx") == 0 && i + 1 < argc)
@@ -335,9 +336,12 @@ int main(int argc, char **argv)
             csv_rows = (size_t)atol(argv[++i]);
         else if (strcmp(argv[i], "--tmp") == 0 && i + 1 < argc)
             tmp = argv[++i];
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            only = argv[++i];
         else {
             fprintf(stderr,
-                    "usage: %s [--idx DIR] [--text TSV] [--seconds S] [--csv-rows N] [--tmp D]\n",
+                    "usage: %s [--idx DIR] [--text TSV] [--seconds S] [--csv-rows N] [--tmp D]\n"
+                    "       [--only idx|csv|text]\n",
                     argv[0]);
             return 2;
         }
@@ -361,7 +365,9 @@ int main(int argc, char **argv)
              "{\"format\":\"idx\",\"train\":{\"images\":\"%s/train-images-idx3-ubyte.gz\","
              "\"labels\":\"%s/train-labels-idx1-ubyte.gz\"}}",
              idx_dir, idx_dir);
-    if (access(idx_dir, R_OK) == 0) {
+    if (only != NULL && strcmp(only, "idx") != 0) {
+        /* skipped by --only */
+    } else if (access(idx_dir, R_OK) == 0) {
         mt_data_spec *sp;
         mt_data_dataset *ds = open_spec(json, &sp, NULL, &open_s);
         printf("Fashion-MNIST IDX (60000 x 784, gzip): decode %.2f s = %.0f examples/s\n", open_s,
@@ -375,7 +381,7 @@ int main(int argc, char **argv)
 
     /* CSV 60000 x 785 */
     snprintf(csv, sizeof(csv), "%s/bench_data_%zux785.csv", tmp, csv_rows);
-    {
+    if (only == NULL || strcmp(only, "csv") == 0) {
         double t0 = now();
         write_csv(csv, csv_rows);
         printf("\nCSV %zu x 785: generated in %.1f s\n", csv_rows, now() - t0);
@@ -394,11 +400,13 @@ int main(int argc, char **argv)
     }
 
     /* TF-IDF text */
-    if (text == NULL) {
-        snprintf(txt, sizeof(txt), "%s/bench_data_text.tsv", tmp);
-        write_text(txt, 2400);
-    }
-    {
+    if (only != NULL && strcmp(only, "text") != 0) {
+        /* skipped by --only */
+    } else {
+        if (text == NULL) {
+            snprintf(txt, sizeof(txt), "%s/bench_data_text.tsv", tmp);
+            write_text(txt, 2400);
+        }
         mt_data_tfidf *vec = NULL;
         snprintf(json, sizeof(json), "{\"format\":\"text\",\"train\":\"%s\",\"max_tokens\":1200}",
                  text != NULL ? text : txt);

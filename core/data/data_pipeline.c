@@ -7,14 +7,23 @@
  * dataset (data_source.c). The files a pipeline reads are decoded once at open and kept (as
  * tf.data's cache() would), so errors surface before the first step and epochs cost no I/O.
  *
- * DESIGN: the producer thread fills a ring of `prefetch` slots; slot k holds step k % depth.
- * The consumer holds one slot between two _next calls; the producer only writes slots
- * consumed..consumed+depth-1, which never include the held one. A step whose batches are
- * contiguous rows of the decoded matrix (no shuffle, no feature slice) is zero-copy: batches
- * point into the matrix. Otherwise rows are gathered (and sliced) into the slot's buffers.
- * Threading: the caller's thread plus one producer thread per pipeline; `mu` guards
- * produced/consumed/stop; slot contents belong to the producer until `produced` passes them and
- * to the consumer until `consumed` passes them. _start_epoch and _free join the producer.
+ * DESIGN: a ring of `prefetch` preallocated slots; slot k % depth holds step k. Steps are claimed
+ * in order (`claimed`) by whoever builds them: the pipeline's thread (one per pipeline, created
+ * at the first epoch and kept across epochs), and the consumer itself when the step it needs is
+ * not ready and a slot is free (so a consumer that outruns the thread works instead of sleeping,
+ * and prefetch never delivers less than building synchronously). Only steps
+ * consumed..consumed+depth-1 are claimable, which never include the slot the consumer holds. A
+ * thread or consumer is signalled only when it sleeps (`*_waiting`), so a busy consumer costs
+ * the hand-off a mutex lock and no futex call; the thread builds as many steps per wake-up as
+ * the ring has free slots. A step whose batches are contiguous rows of the decoded matrix (no
+ * shuffle, no feature slice) is zero-copy: batches point into the matrix, and it is always built
+ * in the caller (the thread would only add a hand-off). Otherwise rows are gathered (and sliced)
+ * into the slot's buffers.
+ * Threading: the caller's thread plus one producer thread per pipeline; `mu` guards every field
+ * of the hand-off (claimed, consumed, ready, building, active, quit, *_waiting); a slot's
+ * contents belong to its builder until `ready` says its step, then to the consumer until
+ * `consumed` passes it. _start_epoch quiesces the thread (waits until it builds nothing) before
+ * it reshuffles; _free joins it.
  * Tests: tests/unit/test_data_pipeline.c (runs under ASan in `make asan`).
  */
 #include <pthread.h>
@@ -26,6 +35,7 @@
 #include "rng/mt_rng.h"
 
 typedef struct slot {
+    size_t ready; /* step + 1 when the slot holds that built step, else 0 (guarded by mu) */
     mt_data_step step;
     mt_data_batch *batches; /* L */
     float *x;               /* L * max_batch * dim */
@@ -48,15 +58,20 @@ struct mt_data_pipeline {
     bool zero_copy;    /* batches can point into x */
     size_t depth;      /* slots */
     slot *slots;       /* owned; depth */
-    /* prefetch thread */
+    /* prefetch thread and hand-off (guarded by mu unless said) */
     pthread_t th;
-    bool th_running;
+    bool th_running; /* caller's thread only */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    size_t produced; /* steps fully built (guarded by mu) */
-    size_t consumed; /* steps released by the consumer (guarded by mu) */
-    bool stop;       /* guarded by mu */
-    bool holding;    /* consumer holds slot `consumed` (consumer thread only) */
+    pthread_cond_t prod_cv; /* the thread waits here (prod_waiting) */
+    pthread_cond_t cons_cv; /* the consumer waits here (cons_waiting) */
+    size_t claimed;         /* next step to build */
+    size_t consumed;        /* steps released by the consumer */
+    size_t steps;           /* steps of the current epoch */
+    bool active;            /* an epoch is being produced */
+    bool building;          /* the thread is building a claimed step */
+    bool quit;
+    bool prod_waiting, cons_waiting;
+    bool holding; /* consumer holds slot `consumed` (consumer thread only) */
     bool started;
     size_t epoch;
 };
@@ -152,27 +167,54 @@ static void build_step(mt_data_pipeline *p, size_t s, slot *sl)
     }
 }
 
+/* Whether a step can be claimed now (mu held). */
+static bool claimable(const mt_data_pipeline *p)
+{
+    return p->active && p->claimed < p->steps && p->claimed < p->consumed + p->depth;
+}
+
+/* Build step s (claimed by the caller) with mu released, then publish it (mu held again). */
+static void build_claimed(mt_data_pipeline *p, size_t s)
+{
+    slot *sl = &p->slots[s % p->depth];
+
+    pthread_mutex_unlock(&p->mu);
+    build_step(p, s, sl);
+    pthread_mutex_lock(&p->mu);
+    sl->ready = s + 1;
+}
+
 static void *producer(void *arg)
 {
     mt_data_pipeline *p = arg;
-    size_t steps = mt_data_plan_steps(p->plan);
 
-    for (size_t s = 0; s < steps; s++) {
-        pthread_mutex_lock(&p->mu);
-        while (!p->stop && s >= p->consumed + p->depth)
-            pthread_cond_wait(&p->cv, &p->mu);
-        if (p->stop) {
-            pthread_mutex_unlock(&p->mu);
-            return NULL;
+    pthread_mutex_lock(&p->mu);
+    while (!p->quit) {
+        if (!claimable(p)) {
+            p->prod_waiting = true;
+            pthread_cond_wait(&p->prod_cv, &p->mu);
+            p->prod_waiting = false;
+            continue;
         }
-        pthread_mutex_unlock(&p->mu);
-        build_step(p, s, &p->slots[s % p->depth]);
-        pthread_mutex_lock(&p->mu);
-        p->produced = s + 1;
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
+        p->building = true;
+        build_claimed(p, p->claimed++);
+        p->building = false;
+        if (p->cons_waiting)
+            pthread_cond_signal(&p->cons_cv);
     }
+    pthread_mutex_unlock(&p->mu);
     return NULL;
+}
+
+/* Stop producing (mu held): afterwards the thread builds nothing until the next epoch. */
+static void quiesce(mt_data_pipeline *p)
+{
+    p->active = false;
+    while (p->building) {
+        p->cons_waiting = true;
+        pthread_cond_wait(&p->cons_cv, &p->mu);
+        p->cons_waiting = false;
+    }
 }
 
 static void stop_thread(mt_data_pipeline *p)
@@ -180,8 +222,8 @@ static void stop_thread(mt_data_pipeline *p)
     if (!p->th_running)
         return;
     pthread_mutex_lock(&p->mu);
-    p->stop = true;
-    pthread_cond_broadcast(&p->cv);
+    p->quit = true;
+    pthread_cond_signal(&p->prod_cv);
     pthread_mutex_unlock(&p->mu);
     pthread_join(p->th, NULL);
     p->th_running = false;
@@ -192,7 +234,8 @@ void mt_data_pipeline_free(mt_data_pipeline *p)
     if (p == NULL)
         return;
     stop_thread(p);
-    pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->prod_cv);
+    pthread_cond_destroy(&p->cons_cv);
     pthread_mutex_destroy(&p->mu);
     for (size_t i = 0; p->slots != NULL && i < p->depth; i++) {
         mt_free(p->slots[i].batches);
@@ -323,7 +366,8 @@ mt_code mt_data_pipeline_open(mt_data_dataset *ds, const mt_data_input_ctx *ctx,
     if (p == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->prod_cv, NULL);
+    pthread_cond_init(&p->cons_cv, NULL);
     p->ds = ds;
     p->ctx = *ctx;
     p->opts = *opts;
@@ -372,9 +416,18 @@ fail:
     return rc;
 }
 
+/* Whether steps are built on the pipeline's thread (zero-copy steps are only pointers). */
+static bool threaded(const mt_data_pipeline *p)
+{
+    return p->opts.prefetch > 0 && !p->zero_copy;
+}
+
 mt_code mt_data_pipeline_start_epoch(mt_data_pipeline *p, size_t epoch, mt_err *err)
 {
-    stop_thread(p);
+    pthread_mutex_lock(&p->mu);
+    quiesce(p);
+    pthread_mutex_unlock(&p->mu);
+    /* the thread builds nothing now: order and epoch are ours */
     if (p->opts.permute) {
         mt_rng_permutation(p->order, p->n_local, p->opts.seed, epoch);
     } else {
@@ -384,50 +437,72 @@ mt_code mt_data_pipeline_start_epoch(mt_data_pipeline *p, size_t epoch, mt_err *
                         p->scratch);
     }
     p->epoch = epoch;
-    p->produced = 0;
-    p->consumed = 0;
-    p->stop = false;
     p->holding = false;
-    p->started = true;
-    if (p->opts.prefetch > 0) {
-        if (pthread_create(&p->th, NULL, producer, p) != 0) {
-            p->started = false;
+    p->started = false;
+    if (threaded(p) && !p->th_running) {
+        p->quit = false;
+        if (pthread_create(&p->th, NULL, producer, p) != 0)
             return mt_err_set(err, MT_INTERNAL, "pipeline: cannot start the prefetch thread");
-        }
         p->th_running = true;
     }
+    pthread_mutex_lock(&p->mu);
+    for (size_t i = 0; i < p->depth; i++)
+        p->slots[i].ready = 0;
+    p->steps = mt_data_plan_steps(p->plan);
+    p->claimed = 0;
+    p->consumed = 0;
+    p->active = true;
+    if (p->prod_waiting)
+        pthread_cond_signal(&p->prod_cv);
+    pthread_mutex_unlock(&p->mu);
+    p->started = true;
     return MT_OK;
 }
 
 mt_code mt_data_pipeline_next(mt_data_pipeline *p, const mt_data_step **out, mt_err *err)
 {
-    size_t steps = mt_data_plan_steps(p->plan), k;
+    size_t k;
+    slot *sl;
 
     *out = NULL;
     if (!p->started)
         return mt_err_set(err, MT_FAILED_PRECONDITION, "pipeline: next before start_epoch");
+    if (!threaded(p)) { /* synchronous: build in the caller, slot 0 */
+        if (p->holding)
+            p->consumed++;
+        p->holding = false;
+        if (p->consumed >= p->steps)
+            return mt_err_set(err, MT_OUT_OF_RANGE, "pipeline: end of epoch %zu", p->epoch);
+        build_step(p, p->consumed, &p->slots[0]);
+        p->holding = true;
+        *out = &p->slots[0].step;
+        return MT_OK;
+    }
     pthread_mutex_lock(&p->mu);
     if (p->holding) {
         p->consumed++;
         p->holding = false;
-        pthread_cond_broadcast(&p->cv);
+        if (p->prod_waiting && claimable(p))
+            pthread_cond_signal(&p->prod_cv);
     }
     k = p->consumed;
-    if (k >= steps) {
+    if (k >= p->steps) {
         pthread_mutex_unlock(&p->mu);
         return mt_err_set(err, MT_OUT_OF_RANGE, "pipeline: end of epoch %zu", p->epoch);
     }
-    if (p->opts.prefetch == 0) {
-        pthread_mutex_unlock(&p->mu);
-        build_step(p, k, &p->slots[0]);
-        pthread_mutex_lock(&p->mu);
-    } else {
-        while (p->produced <= k)
-            pthread_cond_wait(&p->cv, &p->mu);
+    sl = &p->slots[k % p->depth];
+    while (sl->ready != k + 1) {
+        if (claimable(p)) { /* the thread is behind: build a step here instead of sleeping */
+            build_claimed(p, p->claimed++);
+            continue;
+        }
+        p->cons_waiting = true;
+        pthread_cond_wait(&p->cons_cv, &p->mu);
+        p->cons_waiting = false;
     }
     p->holding = true;
     pthread_mutex_unlock(&p->mu);
-    *out = &p->slots[k % p->depth].step;
+    *out = &sl->step;
     return MT_OK;
 }
 
