@@ -40,7 +40,10 @@ typedef struct slot {
     mt_data_batch *batches; /* L */
     float *x;               /* L * max_batch * dim */
     int32_t *y;             /* L * max_batch */
+    uint32_t *prev;         /* sparse: example whose nonzeros row r of x holds (NONE: all 0) */
 } slot;
+
+#define NONE UINT32_MAX
 
 struct mt_data_pipeline {
     mt_data_dataset *ds; /* borrowed */
@@ -50,6 +53,7 @@ struct mt_data_pipeline {
     size_t dim_full, off, dim; /* decoded dim, delivered slice */
     size_t shape[3];           /* H, W, C of the examples (all 0: flat) */
     float *x;                  /* owned (n_local, dim_full): decoded examples, file order */
+    mt_data__csr sp;           /* owned: the same as sparse rows (text); then x == NULL */
     int32_t *y;                /* owned (n_local) */
     size_t n_local;
     uint32_t *order;   /* owned (n_local): shuffled local indices, the pre-shard stream */
@@ -129,6 +133,32 @@ static void replica_range(const mt_data_pipeline *p, size_t s, size_t l, size_t 
         mt_data_plan_range(p->plan, p->ctx.pipeline_id, s, l, start, len);
 }
 
+/* Write sparse example ex's nonzeros inside the delivered slice into row (or zero them). */
+static void put_row(const mt_data_pipeline *p, float *row, uint32_t ex, bool clear)
+{
+    const mt_data__csr *c = &p->sp;
+
+    for (size_t j = c->ptr[ex]; j < c->ptr[ex + 1]; j++) {
+        size_t f = (size_t)c->idx[j] - p->off; /* wraps above dim when idx < off */
+        if (f < p->dim)
+            row[f] = clear ? 0.0f : c->val[j];
+    }
+}
+
+/*
+ * Densify sparse example k into a slot row that holds example *prev (NONE: zeros): clear only the
+ * previous example's nonzeros, then scatter k's, so a row costs its nonzeros, not dim.
+ */
+static void scatter_row(const mt_data_pipeline *p, float *row, uint32_t *prev, uint32_t k)
+{
+    if (*prev == k)
+        return;
+    if (*prev != NONE)
+        put_row(p, row, *prev, true);
+    put_row(p, row, k, false);
+    *prev = k;
+}
+
 /* Assemble step `s` into slot `sl`. Never fails: every buffer is sized at open. */
 static void build_step(mt_data_pipeline *p, size_t s, slot *sl)
 {
@@ -152,6 +182,17 @@ static void build_step(mt_data_pipeline *p, size_t s, slot *sl)
         } else if (p->zero_copy) {
             b->x = p->x + (size_t)p->order[start] * p->dim_full;
             b->y = p->y + p->order[start];
+        } else if (p->sp.ptr != NULL) {
+            float *dx = sl->x + l * p->max_batch * p->dim;
+            int32_t *dy = sl->y + l * p->max_batch;
+            uint32_t *prev = sl->prev + l * p->max_batch;
+            for (size_t i = 0; i < len; i++) {
+                uint32_t k = stream_at(p, start + i);
+                scatter_row(p, dx + i * p->dim, &prev[i], k);
+                dy[i] = p->y[k];
+            }
+            b->x = dx;
+            b->y = dy;
         } else {
             float *dx = sl->x + l * p->max_batch * p->dim;
             int32_t *dy = sl->y + l * p->max_batch;
@@ -241,17 +282,72 @@ void mt_data_pipeline_free(mt_data_pipeline *p)
         mt_free(p->slots[i].batches);
         mt_free(p->slots[i].x);
         mt_free(p->slots[i].y);
+        mt_free(p->slots[i].prev);
     }
     mt_free(p->slots);
     mt_free(p->order);
     mt_free(p->scratch);
     mt_free(p->x);
     mt_free(p->y);
+    mt_data__csr_fini(&p->sp);
     mt_data_plan_free(p->plan);
     mt_free(p);
 }
 
-/* Decode the files this pipeline reads into p->x / p->y (file order). */
+/* Decode the files this pipeline reads into compressed sparse rows p->sp, labels p->y. */
+static mt_code load_files_csr(mt_data_pipeline *p, size_t need, mt_err *err)
+{
+    size_t nf = mt_data_dataset_num_files(p->ds), at = 0;
+    mt_data__csr *c = &p->sp;
+    mt_code rc;
+
+    c->ptr = mt_calloc(need + 1, sizeof(size_t));
+    p->y = mt_malloc(need * sizeof(int32_t) + 1);
+    if (c->ptr == NULL || p->y == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
+    for (size_t f = 0; f < nf; f++) {
+        mt_data__csr b;
+        void *ni, *nv;
+        if (!mt_data_plan_reads_file(p->plan, p->ctx.pipeline_id, f))
+            continue;
+        rc = mt_data__dataset_load_csr(p->ds, f, &b, err);
+        if (rc != MT_OK)
+            return rc;
+        if (at > 0 && b.dim != c->dim) {
+            size_t d = b.dim;
+            mt_data__csr_fini(&b);
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "%s: %zu features per example, earlier files have %zu",
+                              mt_data_dataset_file_name(p->ds, f), d, c->dim);
+        }
+        c->dim = b.dim;
+        ni = mt_realloc(c->idx, (c->nnz + b.nnz) * sizeof(uint32_t) + 1);
+        if (ni != NULL)
+            c->idx = ni;
+        nv = ni == NULL ? NULL : mt_realloc(c->val, (c->nnz + b.nnz) * sizeof(float) + 1);
+        if (nv == NULL) {
+            mt_data__csr_fini(&b);
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
+        }
+        c->val = nv;
+        if (b.nnz > 0) {
+            memcpy(c->idx + c->nnz, b.idx, b.nnz * sizeof(uint32_t));
+            memcpy(c->val + c->nnz, b.val, b.nnz * sizeof(float));
+        }
+        for (size_t i = 0; i < b.n; i++)
+            c->ptr[at + i + 1] = c->nnz + b.ptr[i + 1];
+        memcpy(p->y + at, b.y, b.n * sizeof(int32_t));
+        c->nnz += b.nnz;
+        at += b.n;
+        mt_data__csr_fini(&b);
+    }
+    c->n = at;
+    p->dim_full = c->dim;
+    p->n_local = at;
+    return MT_OK;
+}
+
+/* Decode the files this pipeline reads into p->x / p->y (file order), or p->sp when sparse. */
 static mt_code load_files(mt_data_pipeline *p, mt_err *err)
 {
     size_t nf = mt_data_dataset_num_files(p->ds), need = 0, at = 0;
@@ -260,8 +356,10 @@ static mt_code load_files(mt_data_pipeline *p, mt_err *err)
     for (size_t f = 0; f < nf; f++)
         if (mt_data_plan_reads_file(p->plan, p->ctx.pipeline_id, f))
             need += mt_data_dataset_file_size(p->ds, f);
-    if (need > UINT32_MAX)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: %zu examples exceed 2^32", need);
+    if (need >= UINT32_MAX) /* NONE is UINT32_MAX */
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: %zu examples exceed 2^32 - 1", need);
+    if (mt_data__dataset_sparse(p->ds))
+        return load_files_csr(p, need, err);
     for (size_t f = 0; f < nf; f++) {
         mt_data_block b;
         if (!mt_data_plan_reads_file(p->plan, p->ctx.pipeline_id, f))
@@ -341,8 +439,17 @@ static mt_code alloc_slots(mt_data_pipeline *p, mt_err *err)
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
         if (p->zero_copy)
             continue;
-        s->x = mt_malloc(L * p->max_batch * p->dim * sizeof(float) + 1);
         s->y = mt_malloc(L * p->max_batch * sizeof(int32_t) + 1);
+        if (p->sp.ptr == NULL) {
+            s->x = mt_malloc(L * p->max_batch * p->dim * sizeof(float) + 1);
+        } else { /* sparse: rows start zeroed and are kept so (scatter_row) */
+            s->x = mt_calloc(L * p->max_batch * p->dim + 1, sizeof(float));
+            s->prev = mt_malloc(L * p->max_batch * sizeof(uint32_t) + 1);
+            if (s->prev == NULL)
+                return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
+            for (size_t r = 0; r < L * p->max_batch; r++)
+                s->prev[r] = NONE;
+        }
         if (s->x == NULL || s->y == NULL)
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
     }
@@ -396,7 +503,8 @@ mt_code mt_data_pipeline_open(mt_data_dataset *ds, const mt_data_input_ctx *ctx,
     R = mt_data_input_ctx_num_replicas(ctx);
     p->max_batch = opts->batching == MT_DATA_BATCH_PER_REPLICA ? ctx->global_batch / R
                                                                : (ctx->global_batch + R - 1) / R;
-    p->zero_copy = opts->shuffle_buffer <= 1 && !opts->permute && p->dim == p->dim_full &&
+    p->zero_copy = p->sp.ptr == NULL && opts->shuffle_buffer <= 1 && !opts->permute &&
+                   p->dim == p->dim_full &&
                    !(opts->batching == MT_DATA_BATCH_PER_REPLICA &&
                      mt_data_plan_policy(p->plan) == MT_DATA_SHARD_DATA && ctx->num_pipelines > 1);
     buf = opts->shuffle_buffer < p->n_local ? opts->shuffle_buffer : p->n_local;
