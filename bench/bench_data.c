@@ -200,6 +200,12 @@ static double run_pipeline(mt_data_dataset *ds, size_t batch, size_t shuffle, si
     return (double)examples / t;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /*
  * The rows of one source. The machine may be shared: the baselines (the model and the proxy) are
  * measured again right before the source's rows, and the ratios use those figures.
@@ -224,6 +230,24 @@ static void bench_source(const char *name, mt_data_dataset *ds, size_t batch, ml
             printf("  %-10s %-40s %8.1fx the model, %.1fx the sgemm proxy\n", "", "",
                    eps / model_eps, eps / train_eps);
         }
+    {
+        /* the machine is shared: short alternating runs, the ratio of each adjacent pair */
+        enum { PAIRS = 9 };
+        double r[PAIRS], p0[PAIRS], p2[PAIRS];
+        for (int i = 0; i < PAIRS; i++) {
+            p0[i] = run_pipeline(ds, batch, 10000, 0, NULL, seconds / 5);
+            p2[i] = run_pipeline(ds, batch, 10000, 2, NULL, seconds / 5);
+            r[i] = p2[i] / p0[i];
+        }
+        qsort(r, PAIRS, sizeof(double), cmp_double);
+        qsort(p0, PAIRS, sizeof(double), cmp_double);
+        qsort(p2, PAIRS, sizeof(double), cmp_double);
+        printf("  %-10s %-40s %8.2f (min %.2f, max %.2f); medians %.0f / %.0f examples/s\n", name,
+               "paired: shuffled prefetch 2 / prefetch 0", r[PAIRS / 2], r[0], r[PAIRS - 1],
+               p2[PAIRS / 2], p0[PAIRS / 2]);
+        printf("  %-10s %-40s %8.1fx / %.1fx the model\n", "", "", p2[PAIRS / 2] / model_eps,
+               p0[PAIRS / 2] / model_eps);
+    }
     for (size_t pf = 0; pf <= 2; pf += 2) {
         double eps = run_pipeline(ds, batch, 10000, pf, m, seconds);
         snprintf(cfg, sizeof(cfg), "overlap: shuffle + train proxy, prefetch %zu", pf);

@@ -7,18 +7,20 @@
  * dataset (data_source.c). The files a pipeline reads are decoded once at open and kept (as
  * tf.data's cache() would), so errors surface before the first step and epochs cost no I/O.
  *
- * DESIGN: a ring of `prefetch` preallocated slots; slot k % depth holds step k. Steps are claimed
- * in order (`claimed`) by whoever builds them: the pipeline's thread (one per pipeline, created
- * at the first epoch and kept across epochs), and the consumer itself when the step it needs is
- * not ready and a slot is free (so a consumer that outruns the thread works instead of sleeping,
- * and prefetch never delivers less than building synchronously). Only steps
- * consumed..consumed+depth-1 are claimable, which never include the slot the consumer holds. A
- * thread or consumer is signalled only when it sleeps (`*_waiting`), so a busy consumer costs
- * the hand-off a mutex lock and no futex call; the thread builds as many steps per wake-up as
- * the ring has free slots. A step whose batches are contiguous rows of the decoded matrix (no
- * shuffle, no feature slice) is zero-copy: batches point into the matrix, and it is always built
- * in the caller (the thread would only add a hand-off). Otherwise rows are gathered (and sliced)
- * into the slot's buffers.
+ * DESIGN: a ring of depth = `prefetch` + 1 preallocated slots (the steps ahead plus the one the
+ * consumer holds); slot k % depth holds step k. Steps are claimed in order (`claimed`) by whoever
+ * builds them: the pipeline's thread (created at the first epoch, kept across epochs), and the
+ * consumer itself when the step it needs is not ready and a slot is free (a consumer that
+ * outruns the thread works instead of sleeping, so prefetch never delivers less than building
+ * synchronously). Only steps consumed..consumed+depth-1 are claimable, which never include the
+ * slot the consumer holds. A side is signalled only when it sleeps (`*_waiting`), and the
+ * consumer wakes the thread only when at most half of the prefetched steps are left, so the
+ * thread fills several slots per wake-up and a busy consumer pays a mutex lock per step, no
+ * futex call. A step whose batches are contiguous rows of the decoded matrix (no shuffle, no
+ * feature slice) is zero-copy: batches point into the matrix, and it is built in the caller (a
+ * thread would only add a hand-off). Otherwise rows are gathered (and sliced) into the slot's
+ * buffers. Text is kept as compressed sparse rows (`sp`): a slot row remembers which example it
+ * holds (`prev`), and densifying the next one clears the old nonzeros and writes the new ones.
  * Threading: the caller's thread plus one producer thread per pipeline; `mu` guards every field
  * of the hand-off (claimed, consumed, ready, building, active, quit, *_waiting); a slot's
  * contents belong to its builder until `ready` says its step, then to the consumer until
@@ -428,7 +430,8 @@ static mt_code alloc_slots(mt_data_pipeline *p, mt_err *err)
 {
     size_t L = p->ctx.replicas_per_pipeline;
 
-    p->depth = p->opts.prefetch > 0 ? p->opts.prefetch : 1;
+    /* prefetch P: P steps ahead of the one the consumer holds (tf.data's prefetch(P) buffer) */
+    p->depth = p->opts.prefetch > 0 && !p->zero_copy ? p->opts.prefetch + 1 : 1;
     p->slots = mt_calloc(p->depth, sizeof(*p->slots));
     if (p->slots == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
@@ -590,7 +593,9 @@ mt_code mt_data_pipeline_next(mt_data_pipeline *p, const mt_data_step **out, mt_
     if (p->holding) {
         p->consumed++;
         p->holding = false;
-        if (p->prod_waiting && claimable(p))
+        /* refill when at most half of the prefetched steps are left: the thread then builds
+           several steps per wake-up instead of one per step */
+        if (p->prod_waiting && claimable(p) && p->claimed - p->consumed <= p->opts.prefetch / 2)
             pthread_cond_signal(&p->prod_cv);
     }
     k = p->consumed;
