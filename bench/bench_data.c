@@ -161,17 +161,13 @@ static void add_row(const char *source, const char *config, double eps)
     fflush(stdout);
 }
 
-/* Run epochs for `seconds`; returns examples/s. step != NULL runs the proxy on each batch. */
-static double run_pipeline(mt_data_dataset *ds, size_t batch, size_t shuffle, size_t prefetch,
-                           mlp *step, double seconds)
+static mt_data_pipeline *open_pipeline(mt_data_dataset *ds, size_t batch, size_t shuffle,
+                                       size_t prefetch)
 {
     mt_data_input_ctx ctx = {1, 0, 1, batch, 0, 0};
     mt_data_pipeline_opts o = MT_DATA_PIPELINE_OPTS_DEFAULTS;
     mt_data_pipeline *p;
     mt_err err = MT_ERR_INIT;
-    const mt_data_step *st;
-    double t0, t, sink = 0;
-    size_t examples = 0, epoch = 0;
 
     o.shuffle_buffer = shuffle;
     o.prefetch = prefetch;
@@ -180,6 +176,16 @@ static double run_pipeline(mt_data_dataset *ds, size_t batch, size_t shuffle, si
         fprintf(stderr, "pipeline: %s\n", err.msg);
         exit(1);
     }
+    return p;
+}
+
+/* Run epochs of p for `seconds`; returns examples/s. step != NULL runs the proxy on each batch. */
+static double run_for(mt_data_pipeline *p, mlp *step, double seconds)
+{
+    const mt_data_step *st;
+    double t0, t, sink = 0;
+    size_t examples = 0, epoch = 0;
+
     t0 = now();
     do {
         mt_data_pipeline_start_epoch(p, epoch++, NULL);
@@ -194,10 +200,19 @@ static double run_pipeline(mt_data_dataset *ds, size_t batch, size_t shuffle, si
                 break;
         }
     } while ((t = now() - t0) < seconds);
-    mt_data_pipeline_free(p);
     if (sink == -1.2345)
         printf("?");
     return (double)examples / t;
+}
+
+/* A fresh pipeline run for `seconds`. */
+static double run_pipeline(mt_data_dataset *ds, size_t batch, size_t shuffle, size_t prefetch,
+                           mlp *step, double seconds)
+{
+    mt_data_pipeline *p = open_pipeline(ds, batch, shuffle, prefetch);
+    double eps = run_for(p, step, seconds);
+    mt_data_pipeline_free(p);
+    return eps;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -234,11 +249,15 @@ static void bench_source(const char *name, mt_data_dataset *ds, size_t batch, ml
         /* the machine is shared: short alternating runs, the ratio of each adjacent pair */
         enum { PAIRS = 9 };
         double r[PAIRS], p0[PAIRS], p2[PAIRS];
+        mt_data_pipeline *a = open_pipeline(ds, batch, 10000, 0),
+                         *b = open_pipeline(ds, batch, 10000, 2);
         for (int i = 0; i < PAIRS; i++) {
-            p0[i] = run_pipeline(ds, batch, 10000, 0, NULL, seconds / 5);
-            p2[i] = run_pipeline(ds, batch, 10000, 2, NULL, seconds / 5);
+            p0[i] = run_for(a, NULL, seconds / 5);
+            p2[i] = run_for(b, NULL, seconds / 5);
             r[i] = p2[i] / p0[i];
         }
+        mt_data_pipeline_free(a);
+        mt_data_pipeline_free(b);
         qsort(r, PAIRS, sizeof(double), cmp_double);
         qsort(p0, PAIRS, sizeof(double), cmp_double);
         qsort(p2, PAIRS, sizeof(double), cmp_double);
