@@ -182,6 +182,15 @@ const char *mt_data_dataset_file_name(const mt_data_dataset *ds, size_t f)
     return ds->files != NULL ? ds->files[f].path : "<memory>";
 }
 
+/* A decode that disagrees with the count made at open: the file changed under us. */
+static mt_code check_count(const mt_data_dataset *ds, size_t f, size_t got, mt_err *err)
+{
+    if (got == ds->sizes[f])
+        return MT_OK;
+    return mt_err_set(err, MT_DATA_LOSS, "%s: decoded %zu examples but counted %zu",
+                      ds->files[f].path, got, ds->sizes[f]);
+}
+
 mt_code mt_data_dataset_load(mt_data_dataset *ds, size_t f, mt_data_block *out, mt_err *err)
 {
     mt_code rc;
@@ -205,15 +214,9 @@ mt_code mt_data_dataset_load(mt_data_dataset *ds, size_t f, mt_data_block *out, 
         return MT_OK;
     }
     rc = ds->src->load(ds->spec, &ds->files[f], ds->vec, out, err);
-    if (rc != MT_OK)
-        return rc;
-    if (out->n != ds->sizes[f]) {
-        size_t got = out->n;
+    if (rc == MT_OK && (rc = check_count(ds, f, out->n, err)) != MT_OK)
         mt_data_block_fini(out);
-        return mt_err_set(err, MT_DATA_LOSS, "%s: decoded %zu examples but counted %zu",
-                          ds->files[f].path, got, ds->sizes[f]);
-    }
-    return MT_OK;
+    return rc;
 }
 
 bool mt_data__dataset_sparse(const mt_data_dataset *ds)
@@ -232,13 +235,7 @@ mt_code mt_data__dataset_load_csr(mt_data_dataset *ds, size_t f, mt_data__csr *o
         return mt_err_set(err, MT_FAILED_PRECONDITION, "dataset: %s does not decode sparse",
                           mt_data_dataset_file_name(ds, f));
     rc = ds->src->load_csr(ds->spec, &ds->files[f], ds->vec, out, err);
-    if (rc != MT_OK)
-        return rc;
-    if (out->n != ds->sizes[f]) {
-        size_t got = out->n;
+    if (rc == MT_OK && (rc = check_count(ds, f, out->n, err)) != MT_OK)
         mt_data__csr_fini(out);
-        return mt_err_set(err, MT_DATA_LOSS, "%s: decoded %zu examples but counted %zu",
-                          ds->files[f].path, got, ds->sizes[f]);
-    }
-    return MT_OK;
+    return rc;
 }

@@ -336,6 +336,20 @@ static void test_data_text_sparse_pipeline_equals_dense(void **state)
             mt_data_pipeline_free(ps);
             mt_data_pipeline_free(pd);
         }
+    /* a file that changes between counting and the sparse decode is DATA_LOSS */
+    {
+        mt_data_input_ctx ctx = {1, 0, 1, 8, 0, 0};
+        mt_data_pipeline_opts o = MT_DATA_PIPELINE_OPTS_DEFAULTS;
+        mt_data_pipeline *p = NULL;
+        mt_data_dataset *changed;
+        assert_int_equal(mt_data_dataset_open(s, MT_DATA_SPLIT_TRAIN, v, &changed, &err), MT_OK);
+        write_docs("b.tsv", 170, 7);
+        assert_int_equal(mt_data_pipeline_open(changed, &ctx, &o, &p, &err), MT_DATA_LOSS);
+        assert_non_null(strstr(err.msg, "b.tsv: decoded 170 examples but counted 171"));
+        assert_null(p);
+        mt_data_dataset_free(changed);
+        write_docs("b.tsv", 171, 7);
+    }
     /* every allocation of the sparse decode can fail cleanly (ASan: no leak) */
     for (long i = 0;; i++) {
         mt_data_input_ctx ctx = {1, 0, 1, 8, 0, 0};
