@@ -23,6 +23,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "coordinator/http_int.h"
+#include "coordinator/mcache.h"
 #include "storage/mt_jobstate.h"
 
 #define MAX_NAMES  32  /* names= filter entries */
@@ -434,7 +435,21 @@ static mt_code metrics_collect(mt_store *s, const char *id, uint64_t since_step,
  * {"job_id": ..., "since_step": N, "last_step": M|null, "count": n,
  *  "series": {"loss": {"step": [...], "value": [...]}, ...}}
  */
-static void api_metrics(mt_store *s, const char *id, const char *query, coord_http_reply *r)
+typedef struct metrics_load_arg {
+    mt_store *s;
+    const char *id;
+} metrics_load_arg;
+
+/* coord_mcache_load_fn: the job's whole history, series by series. */
+static mt_code metrics_load(void *arg, mt_store_metric_fn add, void *add_arg, mt_err *err)
+{
+    const metrics_load_arg *a = arg;
+
+    return mt_store_metrics_scan(a->s, a->id, 0, NULL, 0, 0, add, add_arg, err);
+}
+
+static void api_metrics(mt_store *s, coord_mcache *mc, const char *id, const char *query,
+                        coord_http_reply *r)
 {
     char since[32] = "", names_s[1024] = "", limit_s[32] = "", maxp_s[32] = "";
     char *names[MAX_NAMES];
@@ -482,6 +497,30 @@ static void api_metrics(mt_store *s, const char *id, const char *query, coord_ht
         return;
     }
     mt_store_job_fini(&j);
+    if (mc != NULL) { /* the cache answers unless it cannot (UNAVAILABLE: answer uncached) */
+        mt_store_metric *latest = NULL;
+        size_t n_latest = 0;
+        if (mt_store_metrics_latest(s, id, &latest, &n_latest, &err) != MT_OK) {
+            store_error(r, &err);
+            return;
+        }
+        coord_mcache_query cq = {since_step,    (const char *const *)names, n_names,
+                                 (size_t)limit, (size_t)max_points,         latest,
+                                 n_latest};
+        metrics_load_arg la = {s, id};
+        rc = coord_mcache_answer(mc, id, &cq, metrics_load, &la, &r->body, NULL, &err);
+        mt_store_metrics_free(latest);
+        if (rc == MT_OK) {
+            r->status = 200;
+            r->content_type = "application/json; charset=utf-8";
+            return;
+        }
+        if (rc != MT_UNAVAILABLE) {
+            store_error(r, &err);
+            return;
+        }
+        mt_err_clear(&err);
+    }
     c = mt_calloc(1, sizeof(*c));
     if (c == NULL) {
         coord_http__error(r, 503, MT_RESOURCE_EXHAUSTED, "out of memory");
@@ -507,18 +546,7 @@ static void api_metrics(mt_store *s, const char *id, const char *query, coord_ht
             last_step = se->step[se->n - 1];
     }
     coord_buf *b = &r->body;
-    coord_buf_puts(b, "{\"job_id\":");
-    coord_buf_json_str(b, id);
-    coord_buf_puts(b, ",\"since_step\":");
-    coord_buf_u64(b, since_step);
-    coord_buf_puts(b, ",\"count\":");
-    coord_buf_u64(b, n_out);
-    coord_buf_puts(b, ",\"last_step\":");
-    if (n_out > 0)
-        coord_buf_u64(b, last_step);
-    else
-        coord_buf_puts(b, "null");
-    coord_buf_puts(b, ",\"series\":{");
+    coord_mcache_write_head(b, id, since_step, n_out, last_step);
     for (size_t k = 0; k < c->n_series; k++) {
         const metric_series *se = &c->s[k];
         size_t stride = series_stride(se, (size_t)max_points);
@@ -670,7 +698,7 @@ void coord_http__api(coord_http_ctx *ctx, const char *path, const char *query, c
             if (slash == NULL)
                 api_job(s, id, r);
             else if (strcmp(slash, "/metrics") == 0)
-                api_metrics(s, id, query, r);
+                api_metrics(s, ctx->mcache, id, query, r);
             else
                 coord_http__error(r, 404, MT_NOT_FOUND, "no such resource");
         }
