@@ -390,6 +390,12 @@ int main(int argc, char **argv)
                hp99, pct(c_http, iters, 0.5), u_p50[k], u_p99[k], hp50 / u_p50[k], hp99 / u_p99[k],
                bytes);
     }
+    char *prom = NULL;
+    http_get(sv.conn, sv.base, "/metrics", &prom);
+    const char *cb = prom ? strstr(prom, "\nmeshtrain_http_metrics_cache_bytes ") : NULL;
+    if (cb != NULL)
+        printf("cache memory for the job: %.1f MiB\n", strtod(cb + 36, NULL) / 1048576.0);
+    free(prom);
     printf(
         "target: http p99 <= 50 ms for the whole history (load average matters: 2 shared cores)\n");
     server_stop(&sv);

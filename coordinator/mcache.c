@@ -262,6 +262,33 @@ static int series_encode(mc_series *se)
     return 0;
 }
 
+/* Give back the growth slack of a loaded series (a loaded job is mostly read, rarely grown much):
+ * about a third of its memory. Best effort: a failed realloc keeps the larger block. */
+static void series_shrink(mc_series *se)
+{
+    void *p;
+
+    if (se->n == 0 || se->n == se->cap)
+        return;
+    if ((p = mt_realloc(se->step, se->n * sizeof(*se->step))) != NULL)
+        se->step = p;
+    if ((p = mt_realloc(se->value, se->n * sizeof(*se->value))) != NULL)
+        se->value = p;
+    if ((p = mt_realloc(se->soff, (se->n + 1) * sizeof(*se->soff))) != NULL)
+        se->soff = p;
+    if ((p = mt_realloc(se->voff, (se->n + 1) * sizeof(*se->voff))) != NULL)
+        se->voff = p;
+    se->cap = se->n; /* every column holds at least n (+1) entries, whether or not it shrank */
+    if ((p = mt_realloc(se->st.data, se->st.len + 1)) != NULL) {
+        se->st.data = p;
+        se->st.cap = se->st.len + 1;
+    }
+    if ((p = mt_realloc(se->vt.data, se->vt.len + 1)) != NULL) {
+        se->vt.data = p;
+        se->vt.cap = se->vt.len + 1;
+    }
+}
+
 /* mt_store_metric_fn for a load: every point into the private job arg. */
 static mt_code load_add(void *arg, const mt_store_metric_ref *p)
 {
@@ -695,9 +722,12 @@ mt_code coord_mcache_answer(coord_mcache *m, const char *job_id, const coord_mca
     rc = load(load_arg, load_add, b, err);
     if (rc == MT_RESOURCE_EXHAUSTED)
         mt_err_set(err, rc, "metrics cache: out of memory loading job %s", job_id);
-    for (size_t k = 0; rc == MT_OK && k < b->n_series; k++)
+    for (size_t k = 0; rc == MT_OK && k < b->n_series; k++) {
         if (series_encode(&b->s[k]) != 0)
             rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "metrics cache: out of memory");
+        else
+            series_shrink(&b->s[k]);
+    }
 
     pthread_mutex_lock(&m->mu);
     for (size_t i = 0; rc == MT_OK && i < j->n_pend; i++)
