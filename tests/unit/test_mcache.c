@@ -11,6 +11,8 @@
 #include "mt_test.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -581,6 +583,93 @@ static void test_mcache_answers_equal_uncached(void **state)
     store_fixture_fini(&e.fx);
 }
 
+/* ------------------------------------------------------------ commits racing with answers */
+
+typedef struct race {
+    e2e *e;
+    _Atomic uint64_t writing; /* highest step whose commit has started (SQLite may show it) */
+    _Atomic uint64_t acked;   /* highest step handed to the cache (the reply to the worker) */
+    _Atomic int stop;
+} race;
+
+static void *race_writer(void *arg)
+{
+    race *r = arg;
+    mt_err err = MT_ERR_INIT;
+
+    for (uint64_t st = 1; st <= 600 && !atomic_load(&r->stop); st++) {
+        mt_store_metric p[2];
+        mt_store_metric_ref refs[2];
+        memset(p, 0, sizeof(p));
+        for (int k = 0; k < 2; k++) {
+            snprintf(p[k].name, sizeof(p[k].name), "%s", k ? "loss" : "accuracy");
+            p[k].step = st;
+            p[k].value = (double)st / 7.0;
+            refs[k] = (mt_store_metric_ref){st, 0, p[k].name, p[k].value, 0};
+        }
+        atomic_store(&r->writing, st);
+        if (mt_store_metrics_insert(r->e->rw, r->e->job, p, 2, &err) != MT_OK)
+            break;
+        coord_mcache_append(r->e->mc, r->e->job, refs, 2);
+        atomic_store(&r->acked, st);
+    }
+    atomic_store(&r->stop, 1);
+    return NULL;
+}
+
+/* Answers while a writer commits: each holds every step acknowledged before it was asked, no
+ * step whose commit had not started when it returned, and no gap (count == 2 x last_step). Loads
+ * race with the commits: the job is invalidated every few answers. */
+static void test_mcache_commits_race_answers(void **state)
+{
+    e2e e;
+    race r;
+    pthread_t th;
+    mt_err err = MT_ERR_INIT;
+    char path[128];
+    int answers = 0;
+    (void)state;
+
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(store_fixture_init(&e.fx), 0);
+    assert_int_equal(mt_store_open(e.fx.path, &e.rw, &err), MT_OK);
+    store_test_add_job(e.rw, e.job);
+    assert_int_equal(coord_mcache_new(64u << 20, 0, &e.mc, NULL), MT_OK);
+    ctx_init(&e.cached, e.fx.path, e.mc);
+    memset(&r, 0, sizeof(r));
+    r.e = &e;
+    snprintf(path, sizeof(path), "/api/v1/jobs/%s/metrics", e.job);
+    assert_int_equal(pthread_create(&th, NULL, race_writer, &r), 0);
+    while (!atomic_load(&r.stop)) {
+        coord_http_reply a;
+        uint64_t before = atomic_load(&r.acked), after, last = 0, count = 0;
+        if (answers % 5 == 0)
+            coord_mcache_invalidate(e.mc, e.job);
+        get(&e.cached, path, "", &a);
+        after = atomic_load(&r.writing);
+        assert_int_equal(a.status, 200);
+        const char *lp = strstr(a.body.data, "\"last_step\":");
+        const char *cp = strstr(a.body.data, "\"count\":");
+        assert_non_null(lp);
+        assert_non_null(cp);
+        last = strtoull(lp + 12, NULL, 10);
+        count = strtoull(cp + 8, NULL, 10);
+        if (last < before || last > after || count != 2 * last)
+            fail_msg("answer with last_step %llu count %llu; acked before %llu, written after "
+                     "%llu",
+                     (unsigned long long)last, (unsigned long long)count,
+                     (unsigned long long)before, (unsigned long long)after);
+        coord_buf_fini(&a.body);
+        answers++;
+    }
+    pthread_join(th, NULL);
+    assert_true(answers > 10);
+    ctx_fini(&e.cached);
+    coord_mcache_free(e.mc);
+    mt_store_close(e.rw);
+    store_fixture_fini(&e.fx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -595,6 +684,7 @@ int main(void)
         cmocka_unit_test(test_mcache_idle_entries_swept),
         cmocka_unit_test(test_mcache_alloc_failures),
         cmocka_unit_test(test_mcache_answers_equal_uncached),
+        cmocka_unit_test(test_mcache_commits_race_answers),
     };
     return MT_RUN_TESTS(tests);
 }
