@@ -734,12 +734,14 @@ mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, 
         snprintf(h->token_hex + 2 * i, 3, "%02x", (unsigned char)h->token[i]);
     snprintf(h->dir, sizeof(h->dir), "%s", dashboard_dir(c->opts.dashboard_dir));
     assets_load(h);
-    if (c->opts.metrics_cache_mb > 0 &&
-        coord_mcache_new((size_t)c->opts.metrics_cache_mb << 20, METRICS_CACHE_IDLE_MS,
-                         &h->ctx.mcache, err) != MT_OK) {
-        nng_url_free(url);
-        http_free(h);
-        return err != NULL ? err->code : MT_RESOURCE_EXHAUSTED;
+    if (c->opts.metrics_cache_mb > 0) {
+        mt_code rc = coord_mcache_new((size_t)c->opts.metrics_cache_mb << 20, METRICS_CACHE_IDLE_MS,
+                                      &h->ctx.mcache, err);
+        if (rc != MT_OK) {
+            nng_url_free(url);
+            http_free(h);
+            return rc;
+        }
     }
     if ((rv = nng_http_server_hold(&h->srv, url)) != 0 ||
         (rv = nng_http_handler_alloc(&hh, "/", handle)) != 0 ||

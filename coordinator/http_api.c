@@ -12,8 +12,13 @@
  * "http_status", "message"}}; unknown paths 404, bad query values 400, a database that cannot be
  * read 503.
  *
- * Threading: nng HTTP threads; no loop state is touched.
- * Tests: tests/integration/test_http_api.sh.
+ * The metric history is answered from the per-job cache of encoded series
+ * (mcache.h) when it is on (--metrics-cache-mb > 0): the store is read once per job
+ * (a miss) and the endpoint falls back to the uncached path when the cache
+ * cannot answer; both write the same bytes.
+ *
+ * Threading: nng HTTP threads; no loop state is touched (the cache has its own lock).
+ * Tests: tests/integration/test_http_api.sh, test_jobs.sh; tests/unit/test_mcache.c.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -430,11 +435,6 @@ static mt_code metrics_collect(mt_store *s, const char *id, uint64_t since_step,
     return rc;
 }
 
-/*
- * The metric history as columns per name (series in name order):
- * {"job_id": ..., "since_step": N, "last_step": M|null, "count": n,
- *  "series": {"loss": {"step": [...], "value": [...]}, ...}}
- */
 typedef struct metrics_load_arg {
     mt_store *s;
     const char *id;
@@ -448,6 +448,11 @@ static mt_code metrics_load(void *arg, mt_store_metric_fn add, void *add_arg, mt
     return mt_store_metrics_scan(a->s, a->id, 0, NULL, 0, 0, add, add_arg, err);
 }
 
+/*
+ * The metric history as columns per name (series in name order):
+ * {"job_id": ..., "since_step": N, "last_step": M|null, "count": n,
+ *  "series": {"loss": {"step": [...], "value": [...]}, ...}}
+ */
 static void api_metrics(mt_store *s, coord_mcache *mc, const char *id, const char *query,
                         coord_http_reply *r)
 {
