@@ -176,5 +176,8 @@ void coord_ckpt_free(mt_coord *c);
 mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, char *bound,
                         size_t cap, mt_err *err);
 void coord_http_close(struct coord_http *h);
+/* The metrics cache the status endpoint answers from (NULL: no HTTP or no cache); metrics.c
+ * feeds it the points of each commit. Valid until coord_http_close. */
+struct coord_mcache *coord_http_mcache(struct coord_http *h);
 
 #endif

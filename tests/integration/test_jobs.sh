@@ -6,8 +6,10 @@
 # checkpoints; the coordinator is kill -9'd mid-run and restarted, three times; the job is
 # re-attached and completes; watchers started before and mid-run see every step exactly once;
 # a lost worker sends its job to RESTARTING and it resumes from a checkpoint, marked where it
-# resumed in `watch` (live and started later, plain and --json), status and the API; every acknowledged
-# job, event, metric point and checkpoint is there afterwards (three kill points).
+# resumed in `watch` (live and started later, plain and --json), status and the API; every
+# acknowledged job, event, metric point and checkpoint is there afterwards (three kill points);
+# the status endpoint's metrics cache, read all along, answers byte for byte what a coordinator
+# without it answers.
 source "$(dirname "$0")/lib.sh"
 
 S=$T/state
@@ -59,9 +61,24 @@ mt status --json "$BIG" | jq -e '[.events[].state] == ["QUEUED", "CANCELLED"]' >
     fail "events of the cancelled job"
 log "cancel is idempotent"
 
+# a dashboard's poll: the jobs listed in $T/poll_ids are read over HTTP every 0.2 s, so the
+# metrics cache loads them early and then follows every commit (across the restarts below)
+touch "$T/poll_ids"
+poll_metrics() {
+    local u j
+    while :; do
+        u=$(jq -r .http "$S/endpoints.json" 2>/dev/null) || true # absent while restarting
+        for j in $(cat "$T/poll_ids"); do curl -s -o /dev/null "$u/api/v1/jobs/$j/metrics" || true; done
+        sleep 0.2
+    done
+}
+bg poller poll_metrics
+POLLER=$LAST_PID
+
 # ---- a 2x2 mesh over two 2-device workers: each model pair on one worker
 spec "$T/job.json" '{"batch": 2, "model": 2}' 300 '{"checkpoint": {"every_steps": 25, "keep": 2}}'
 JOB=$(mt submit --priority 5 "$T/job.json")
+echo "$JOB" >>"$T/poll_ids"
 running() { mt status --json "$1" | jq -e '.state == "RUNNING"'; }
 wait_for 30 "job running" running "$JOB"
 mt status --json "$JOB" >"$T/st1.json"
@@ -136,6 +153,7 @@ log "watchers (from the start, and mid-run across the seam) saw 200 steps once e
 # resuming from the latest complete checkpoint, then SUCCEEDED
 spec "$T/job4.json" '{"batch": 2}' 300 '{"checkpoint": {"every_steps": 20, "keep": 2}}'
 JOB4=$(mt submit "$T/job4.json")
+echo "$JOB4" >>"$T/poll_ids"
 wait_for 30 "job4 running" running "$JOB4"
 wait_for 30 "job4 step 50" step_at_least "$JOB4" 50
 VICTIM=$(mt status --json "$JOB4" | jq -r '.placement[0].worker_id')
@@ -193,6 +211,36 @@ jq -s -e --argjson s "$RESUMED" '(map(.restart != null) | index(true)) as $i |
     fail "late watch --json: marker misplaced: $(grep -n -B1 -A1 restart "$T/watch_late.json")"
 log "$JOB4: $VICTIM lost -> RESTARTING -> resumed from a checkpoint on the other worker -> SUCCEEDED" \
     "(running again $((T_BACK - T_KILL)) ms after the kill, from step $RESUMED of $STEP_KILL)"
+
+# ---- the metrics cache (fed by every commit while the poller read the jobs, across the kill -9
+# restarts and job4's redone steps) answers what the store holds: the same bytes as a coordinator
+# started without it
+kill "$POLLER" 2>/dev/null || true
+QS=("" "?names=loss" "?since_step=100" "?max_points=7&names=accuracy,loss" "?limit=33"
+    "?since_step=290&names=loss,nope")
+for j in "$JOB" "$JOB4"; do
+    for i in "${!QS[@]}"; do
+        curl -sf "$HTTP_URL/api/v1/jobs/$j/metrics${QS[$i]}" >"$T/cached_${j}_$i.json" ||
+            fail "GET metrics of $j${QS[$i]}"
+    done
+done
+curl -sf "$HTTP_URL/metrics" >"$T/prom.txt" || fail "GET /metrics"
+HITS=$(sed -n 's/^meshtrain_http_metrics_cache_requests_total{result="hit"} //p' "$T/prom.txt")
+[ "${HITS:-0}" -gt 12 ] || fail "metrics cache hits: '$HITS'"
+kill -TERM "$COORD_PID"
+wait "$COORD_PID" || true
+start_coordinator coord_nocache "$S" --listen "$COORD_URL" "${FLAGS[@]}" --metrics-cache-mb 0
+for j in "$JOB" "$JOB4"; do
+    for i in "${!QS[@]}"; do
+        curl -sf "$HTTP_URL/api/v1/jobs/$j/metrics${QS[$i]}" >"$T/plain_${j}_$i.json" ||
+            fail "GET metrics of $j${QS[$i]} without cache"
+        cmp -s "$T/cached_${j}_$i.json" "$T/plain_${j}_$i.json" ||
+            fail "cached and uncached answers differ for $j${QS[$i]}"
+    done
+done
+curl -sf "$HTTP_URL/metrics" >"$T/prom0.txt" || fail "GET /metrics without cache"
+if grep -q meshtrain_http_metrics_cache "$T/prom0.txt"; then fail "--metrics-cache-mb 0: a cache"; fi
+log "metrics cache: $HITS hits; ${#QS[@]} queries x 2 jobs identical with the cache off"
 
 # ---- a real worker whose task fails: the job FAILS with the runner's error text (the training
 # images are deleted after submit, so the worker's task cannot read them)
