@@ -171,6 +171,12 @@ void coord_handle_put_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);
 void coord_handle_list_checkpoints(mt_coord *c, mt_rpc_call *call);
 void coord_handle_get_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);
 void coord_ckpt_free(mt_coord *c);
+/* At start, before any upload: in STATE_DIR/checkpoints/<job>/ of each job the store knows,
+ * delete the files that are not the file of one of that job's complete checkpoint records (a
+ * .part of an upload cut by a crash, a file whose record keep-N gc removed just before a crash).
+ * Directories of jobs the store does not know are left alone (logged). Logs each deletion;
+ * failures are logged, never fatal. Returns the number of files deleted. */
+size_t coord_ckpt_sweep_orphans(mt_coord *c);
 
 /* ---- http.c ---- */
 mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, char *bound,

@@ -95,8 +95,23 @@ for at in 50 130 210; do
     kill -9 "$COORD_PID"
     log "coordinator killed at step >= $at ($(grep -c "^M $JOB" "$T/acks.txt" || true) points acked so far)"
     sleep 0.3
+    if [ $k = 1 ]; then # files no complete checkpoint names: deleted at start (not an unknown job's)
+        echo cut >"$S/checkpoints/$JOB/step-9999.ckpt.part"
+        echo gc >"$S/checkpoints/$JOB/step-1.ckpt"
+        mkdir -p "$S/checkpoints/job-999999" && echo keep >"$S/checkpoints/job-999999/step-5.ckpt"
+    fi
     start_coordinator "coord_k$k" "$S" --listen "$COORD_URL" "${FLAGS[@]}"
     grep -q "1 active jobs reloaded" "$T/coord_k$k.log" || fail "job not reloaded after kill $k"
+    if [ $k = 1 ]; then
+        [ ! -e "$S/checkpoints/$JOB/step-9999.ckpt.part" ] && [ ! -e "$S/checkpoints/$JOB/step-1.ckpt" ] ||
+            fail "orphan checkpoint files kept: $(ls "$S/checkpoints/$JOB")"
+        [ -e "$S/checkpoints/job-999999/step-5.ckpt" ] || fail "an unknown job's directory was swept"
+        grep -q "deleted orphan checkpoint file .*step-1.ckpt" "$T/coord_k1.log" || fail "sweep not logged"
+        for f in $(mt checkpoints --json "$JOB" | jq -r '.checkpoints[] | select(.complete) | .step'); do
+            [ -s "$S/checkpoints/$JOB/step-$f.ckpt" ] || fail "complete checkpoint $f deleted by the sweep"
+        done
+        rm -r "$S/checkpoints/job-999999"
+    fi
 done
 done_job() { mt status --json "$1" | jq -e '.state == "SUCCEEDED"'; }
 wait_for 60 "job succeeded after the restart" done_job "$JOB"
