@@ -161,17 +161,13 @@ static void add_row(const char *source, const char *config, double eps)
     fflush(stdout);
 }
 
-/* Run epochs for `seconds`; returns examples/s. step != NULL runs the proxy on each batch. */
-static double run_pipeline(mt_data_dataset *ds, size_t batch, size_t shuffle, size_t prefetch,
-                           mlp *step, double seconds)
+static mt_data_pipeline *open_pipeline(mt_data_dataset *ds, size_t batch, size_t shuffle,
+                                       size_t prefetch)
 {
     mt_data_input_ctx ctx = {1, 0, 1, batch, 0, 0};
     mt_data_pipeline_opts o = MT_DATA_PIPELINE_OPTS_DEFAULTS;
     mt_data_pipeline *p;
     mt_err err = MT_ERR_INIT;
-    const mt_data_step *st;
-    double t0, t, sink = 0;
-    size_t examples = 0, epoch = 0;
 
     o.shuffle_buffer = shuffle;
     o.prefetch = prefetch;
@@ -180,6 +176,16 @@ static double run_pipeline(mt_data_dataset *ds, size_t batch, size_t shuffle, si
         fprintf(stderr, "pipeline: %s\n", err.msg);
         exit(1);
     }
+    return p;
+}
+
+/* Run epochs of p for `seconds`; returns examples/s. step != NULL runs the proxy on each batch. */
+static double run_for(mt_data_pipeline *p, mlp *step, double seconds)
+{
+    const mt_data_step *st;
+    double t0, t, sink = 0;
+    size_t examples = 0, epoch = 0;
+
     t0 = now();
     do {
         mt_data_pipeline_start_epoch(p, epoch++, NULL);
@@ -194,10 +200,25 @@ static double run_pipeline(mt_data_dataset *ds, size_t batch, size_t shuffle, si
                 break;
         }
     } while ((t = now() - t0) < seconds);
-    mt_data_pipeline_free(p);
     if (sink == -1.2345)
         printf("?");
     return (double)examples / t;
+}
+
+/* A fresh pipeline run for `seconds`. */
+static double run_pipeline(mt_data_dataset *ds, size_t batch, size_t shuffle, size_t prefetch,
+                           mlp *step, double seconds)
+{
+    mt_data_pipeline *p = open_pipeline(ds, batch, shuffle, prefetch);
+    double eps = run_for(p, step, seconds);
+    mt_data_pipeline_free(p);
+    return eps;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 /*
@@ -224,6 +245,28 @@ static void bench_source(const char *name, mt_data_dataset *ds, size_t batch, ml
             printf("  %-10s %-40s %8.1fx the model, %.1fx the sgemm proxy\n", "", "",
                    eps / model_eps, eps / train_eps);
         }
+    {
+        /* the machine is shared: short alternating runs, the ratio of each adjacent pair */
+        enum { PAIRS = 9 };
+        double r[PAIRS], p0[PAIRS], p2[PAIRS];
+        mt_data_pipeline *a = open_pipeline(ds, batch, 10000, 0),
+                         *b = open_pipeline(ds, batch, 10000, 2);
+        for (int i = 0; i < PAIRS; i++) {
+            p0[i] = run_for(a, NULL, seconds / 5);
+            p2[i] = run_for(b, NULL, seconds / 5);
+            r[i] = p2[i] / p0[i];
+        }
+        mt_data_pipeline_free(a);
+        mt_data_pipeline_free(b);
+        qsort(r, PAIRS, sizeof(double), cmp_double);
+        qsort(p0, PAIRS, sizeof(double), cmp_double);
+        qsort(p2, PAIRS, sizeof(double), cmp_double);
+        printf("  %-10s %-40s %8.2f (min %.2f, max %.2f); medians %.0f / %.0f examples/s\n", name,
+               "paired: shuffled prefetch 2 / prefetch 0", r[PAIRS / 2], r[0], r[PAIRS - 1],
+               p2[PAIRS / 2], p0[PAIRS / 2]);
+        printf("  %-10s %-40s %8.1fx / %.1fx the model\n", "", "", p2[PAIRS / 2] / model_eps,
+               p0[PAIRS / 2] / model_eps);
+    }
     for (size_t pf = 0; pf <= 2; pf += 2) {
         double eps = run_pipeline(ds, batch, 10000, pf, m, seconds);
         snprintf(cfg, sizeof(cfg), "overlap: shuffle + train proxy, prefetch %zu", pf);
@@ -323,6 +366,7 @@ int main(int argc, char **argv)
     mlp m784, m1200;
     double train784, train1200, model784, model1200;
     size_t csv_rows = 60000;
+    const char *only = NULL; /* "idx" | "csv" | "text": run that source only */
 
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--idx") == 0 && i + 1 < argc)
@@ -335,9 +379,12 @@ int main(int argc, char **argv)
             csv_rows = (size_t)atol(argv[++i]);
         else if (strcmp(argv[i], "--tmp") == 0 && i + 1 < argc)
             tmp = argv[++i];
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            only = argv[++i];
         else {
             fprintf(stderr,
-                    "usage: %s [--idx DIR] [--text TSV] [--seconds S] [--csv-rows N] [--tmp D]\n",
+                    "usage: %s [--idx DIR] [--text TSV] [--seconds S] [--csv-rows N] [--tmp D]\n"
+                    "       [--only idx|csv|text]\n",
                     argv[0]);
             return 2;
         }
@@ -361,7 +408,9 @@ int main(int argc, char **argv)
              "{\"format\":\"idx\",\"train\":{\"images\":\"%s/train-images-idx3-ubyte.gz\","
              "\"labels\":\"%s/train-labels-idx1-ubyte.gz\"}}",
              idx_dir, idx_dir);
-    if (access(idx_dir, R_OK) == 0) {
+    if (only != NULL && strcmp(only, "idx") != 0) {
+        /* skipped by --only */
+    } else if (access(idx_dir, R_OK) == 0) {
         mt_data_spec *sp;
         mt_data_dataset *ds = open_spec(json, &sp, NULL, &open_s);
         printf("Fashion-MNIST IDX (60000 x 784, gzip): decode %.2f s = %.0f examples/s\n", open_s,
@@ -375,7 +424,7 @@ int main(int argc, char **argv)
 
     /* CSV 60000 x 785 */
     snprintf(csv, sizeof(csv), "%s/bench_data_%zux785.csv", tmp, csv_rows);
-    {
+    if (only == NULL || strcmp(only, "csv") == 0) {
         double t0 = now();
         write_csv(csv, csv_rows);
         printf("\nCSV %zu x 785: generated in %.1f s\n", csv_rows, now() - t0);
@@ -394,11 +443,13 @@ int main(int argc, char **argv)
     }
 
     /* TF-IDF text */
-    if (text == NULL) {
-        snprintf(txt, sizeof(txt), "%s/bench_data_text.tsv", tmp);
-        write_text(txt, 2400);
-    }
-    {
+    if (only != NULL && strcmp(only, "text") != 0) {
+        /* skipped by --only */
+    } else {
+        if (text == NULL) {
+            snprintf(txt, sizeof(txt), "%s/bench_data_text.tsv", tmp);
+            write_text(txt, 2400);
+        }
         mt_data_tfidf *vec = NULL;
         snprintf(json, sizeof(json), "{\"format\":\"text\",\"train\":\"%s\",\"max_tokens\":1200}",
                  text != NULL ? text : txt);

@@ -9,12 +9,18 @@
  *
  * Runs a real coordinator (mt_coord_open + mt_coord_run on a thread) over a
  * temporary state dir filled through the store API (20,000 steps x 5 names),
- * and a keep-alive nng HTTP client on 127.0.0.1. Four cases: the whole
- * history, one name (names=loss: 20,000 points), the history cut to 2,000 points per
- * series (max_points=2000, the dashboard's first load), and the dashboard's
- * per-second poll (since_step = last step - 10).
- * Usage: bench_http [ITERATIONS]   (default 40; about 10 s on the CI machine)
- * Never run by ctest.
+ * and a keep-alive nng HTTP client on 127.0.0.1. Five cases: the whole
+ * history, one name (names=loss: 20,000 points), two names, the history cut to 2,000 points
+ * per series (max_points=2000, the dashboard's first load), and the dashboard's per-second
+ * poll (since_step = last step - 10).
+ * Three phases in one run, so the ratios hold on a loaded machine: (1) the coordinator with
+ * --metrics-cache-mb 0 (every request reads the store: the table of earlier versions of this
+ * benchmark); (2) cold: RESTARTS fresh coordinators with the cache on and RESTARTS with it off,
+ * alternately, the first whole-history request of each (with the cache on it loads the job into
+ * the cache; one GET of the job before it opens the read connection); (3) warm: the cached
+ * coordinator, every case again, each answer compared byte for byte with phase 1's. Ratio = cached
+ * / uncached. Usage: bench_http [ITERATIONS]   (default 40; about 15 s on the CI machine) Never run
+ * by ctest.
  */
 #include <cjson/cJSON.h>
 #include <nng/nng.h>
@@ -30,8 +36,9 @@
 #include "coordinator/coord.h"
 #include "storage/mt_store.h"
 
-#define STEPS 20000
-#define NAMES 5
+#define STEPS    20000
+#define NAMES    5
+#define RESTARTS 5 /* cold samples */
 
 static double now_ms(void)
 {
@@ -129,8 +136,9 @@ static void *run_loop(void *arg)
     return NULL;
 }
 
-/* GET path over the kept-alive connection; returns the body size or -1. */
-static long http_get(nng_http_conn *conn, const char *base, const char *path)
+/* GET path over the kept-alive connection; returns the body size or -1. *copy (may be NULL) gets
+ * a malloc'ed copy of the body. */
+static long http_get(nng_http_conn *conn, const char *base, const char *path, char **copy)
 {
     char full[512];
     nng_url *url = NULL;
@@ -150,6 +158,10 @@ static long http_get(nng_http_conn *conn, const char *base, const char *path)
     if (nng_aio_result(aio) == 0 && nng_http_res_get_status(res) == 200) {
         nng_http_res_get_data(res, &body, &len);
         out = (long)len;
+        if (copy != NULL && (*copy = malloc(len + 1)) != NULL) {
+            memcpy(*copy, body, len);
+            (*copy)[len] = '\0';
+        }
     }
 done:
     nng_aio_free(aio);
@@ -159,15 +171,95 @@ done:
     return out;
 }
 
+/* A coordinator on dir (cache_mb 0 = no cache) running on its own thread, and a client
+ * connected to its HTTP side. */
+typedef struct server {
+    mt_coord *c;
+    pthread_t th;
+    char base[300];
+    nng_url *url;
+    nng_http_client *cli;
+    nng_aio *aio;
+    nng_http_conn *conn;
+} server;
+
+static int server_start(server *sv, const char *dir, int cache_mb)
+{
+    mt_coord_opts o = MT_COORD_OPTS_DEFAULTS;
+    mt_err err = MT_ERR_INIT;
+    char ep[700], text[1024] = "";
+
+    memset(sv, 0, sizeof(*sv));
+    o.listen = "tcp://127.0.0.1:0";
+    o.http = "127.0.0.1:0";
+    o.state_dir = dir;
+    o.metrics_cache_mb = cache_mb;
+    if (mt_coord_open(&o, &sv->c, &err) != MT_OK) {
+        fprintf(stderr, "bench_http: %s\n", err.msg);
+        return -1;
+    }
+    pthread_create(&sv->th, NULL, run_loop, sv->c);
+    snprintf(ep, sizeof(ep), "%s/endpoints.json", dir);
+    FILE *f = fopen(ep, "r");
+    size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    text[n] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    cJSON *h = cJSON_GetObjectItem(root, "http");
+    if (cJSON_IsString(h))
+        snprintf(sv->base, sizeof(sv->base), "%s", h->valuestring);
+    cJSON_Delete(root);
+    if (nng_url_parse(&sv->url, sv->base) != 0 || nng_http_client_alloc(&sv->cli, sv->url) != 0 ||
+        nng_aio_alloc(&sv->aio, NULL, NULL) != 0)
+        return -1;
+    nng_http_client_connect(sv->cli, sv->aio);
+    nng_aio_wait(sv->aio);
+    if (nng_aio_result(sv->aio) != 0) {
+        fprintf(stderr, "bench_http: connect %s failed\n", sv->base);
+        return -1;
+    }
+    sv->conn = nng_aio_get_output(sv->aio, 0);
+    return 0;
+}
+
+static void server_stop(server *sv)
+{
+    if (sv->conn != NULL)
+        nng_http_conn_close(sv->conn);
+    nng_aio_free(sv->aio);
+    nng_http_client_free(sv->cli);
+    nng_url_free(sv->url);
+    if (sv->c != NULL) {
+        mt_coord_stop(sv->c);
+        pthread_join(sv->th, NULL);
+        mt_coord_free(sv->c);
+    }
+    memset(sv, 0, sizeof(*sv));
+}
+
+static const struct {
+    const char *label, *query;
+    uint64_t since;
+    const char *name;
+} cases[] = {
+    {"all 100,000 points", "", 0, NULL},
+    {"names=loss (20,000)", "?names=loss", 0, "loss"},
+    {"names=loss,eval_loss", "?names=loss,eval_loss", 0, NULL},
+    {"max_points=2000", "?max_points=2000", 0, NULL},
+    {"poll: last 10 steps", "?since_step=19991", 19991, NULL},
+};
+#define N_CASES (sizeof(cases) / sizeof(cases[0]))
+
 int main(int argc, char **argv)
 {
     int iters = argc > 1 ? atoi(argv[1]) : 40;
-    char dir[] = "/tmp/mt-bench-http.XXXXXX", job[32], base[300] = "", path[600], db[600];
-    mt_coord_opts o = MT_COORD_OPTS_DEFAULTS;
-    mt_coord *c = NULL;
+    char dir[] = "/tmp/mt-bench-http.XXXXXX", job[32], path[600], db[600];
     mt_err err = MT_ERR_INIT;
-    pthread_t th;
+    server sv;
     double *t_http, *t_store, *c_http, *c_store;
+    double u_p50[N_CASES], u_p99[N_CASES];
+    char *ref[N_CASES] = {NULL};
 
     if (iters < 5)
         iters = 5;
@@ -178,43 +270,6 @@ int main(int argc, char **argv)
     if (t_http == NULL || t_store == NULL || c_http == NULL || c_store == NULL ||
         mkdtemp(dir) == NULL || seed(dir, job, sizeof(job)))
         return 1;
-    o.listen = "tcp://127.0.0.1:0";
-    o.http = "127.0.0.1:0";
-    o.state_dir = dir;
-    if (mt_coord_open(&o, &c, &err) != MT_OK) {
-        fprintf(stderr, "bench_http: %s\n", err.msg);
-        return 1;
-    }
-    pthread_create(&th, NULL, run_loop, c);
-    {
-        char ep[700];
-        snprintf(ep, sizeof(ep), "%s/endpoints.json", dir);
-        FILE *f = fopen(ep, "r");
-        char text[1024] = "";
-        size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
-        if (f)
-            fclose(f);
-        text[n] = '\0';
-        cJSON *root = cJSON_Parse(text);
-        cJSON *h = cJSON_GetObjectItem(root, "http");
-        if (cJSON_IsString(h))
-            snprintf(base, sizeof(base), "%s", h->valuestring);
-        cJSON_Delete(root);
-    }
-    nng_url *url = NULL;
-    nng_http_client *cli = NULL;
-    nng_aio *aio = NULL;
-    nng_http_conn *conn = NULL;
-    if (nng_url_parse(&url, base) != 0 || nng_http_client_alloc(&cli, url) != 0 ||
-        nng_aio_alloc(&aio, NULL, NULL) != 0)
-        return 1;
-    nng_http_client_connect(cli, aio);
-    nng_aio_wait(aio);
-    if (nng_aio_result(aio) != 0) {
-        fprintf(stderr, "bench_http: connect %s failed\n", base);
-        return 1;
-    }
-    conn = nng_aio_get_output(aio, 0);
 
     mt_store *ro = NULL;
     snprintf(db, sizeof(db), "%s/meshtrain.db", dir);
@@ -225,33 +280,26 @@ int main(int argc, char **argv)
     if (sqlite3_open_v2(db, &raw, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
         return 1;
 
-    static const struct {
-        const char *label, *query;
-        uint64_t since;
-        const char *name;
-    } cases[] = {
-        {"all 100,000 points", "", 0, NULL},
-        {"names=loss (20,000)", "?names=loss", 0, "loss"},
-        {"names=loss,eval_loss", "?names=loss,eval_loss", 0, NULL},
-        {"max_points=2000", "?max_points=2000", 0, NULL},
-        {"poll: last 10 steps", "?since_step=19991", 19991, NULL},
-    };
+    /* ---- phase 1: no cache (--metrics-cache-mb 0) */
+    if (server_start(&sv, dir, 0) != 0)
+        return 1;
     printf("bench_http: job %s with %d metric points, %d iterations per case\n", job, STEPS * NAMES,
            iters);
-    printf("wall ms p50/p99; CPU ms p50 of the whole process per request; baseline = every row of\n"
-           "the job through plain SQLite (the pre-v5 scan); ratio = http / baseline (p50, p99)\n");
+    printf("1) uncached (--metrics-cache-mb 0): wall ms p50/p99; CPU ms p50 of the whole process\n"
+           "per request; baseline = every row of the job through plain SQLite (the pre-v5 scan);\n"
+           "ratio = http / baseline (p50, p99)\n");
     printf("%-22s %17s %9s %17s %17s %13s %9s\n", "case", "http wall", "http cpu", "store query",
            "baseline scan", "ratio", "bytes");
-    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+    for (size_t k = 0; k < N_CASES; k++) {
         long bytes = 0;
         snprintf(path, sizeof(path), "/api/v1/jobs/%s/metrics%s", job, cases[k].query);
-        http_get(conn, base, path); /* warm up */
+        http_get(sv.conn, sv.base, path, &ref[k]); /* warm up; the reference answer */
         for (int i = 0; i < iters; i++) {
             double t0 = now_ms(), c0 = cpu_ms();
-            bytes = http_get(conn, base, path);
+            bytes = http_get(sv.conn, sv.base, path, NULL);
             t_http[i] = now_ms() - t0;
             c_http[i] = cpu_ms() - c0;
-            if (bytes < 0) {
+            if (bytes < 0 || ref[k] == NULL) {
                 fprintf(stderr, "bench_http: GET %s failed\n", path);
                 return 1;
             }
@@ -274,25 +322,93 @@ int main(int argc, char **argv)
         double sp50 = pct(t_store, iters, 0.5), sp99 = pct(t_store, iters, 0.99);
         double bp50 = pct(c_store, iters, 0.5), bp99 = pct(c_store, iters, 0.99);
         double hc = pct(c_http, iters, 0.5);
+        u_p50[k] = hp50;
+        u_p99[k] = hp99;
         printf("%-22s %7.2f/%8.2f %9.2f %7.2f/%8.2f %7.2f/%8.2f %5.2fx/%5.2fx %9ld\n",
                cases[k].label, hp50, hp99, hc, sp50, sp99, bp50, bp99,
                hp50 / (bp50 > 0 ? bp50 : 1e-9), hp99 / (bp99 > 0 ? bp99 : 1e-9), bytes);
     }
+    server_stop(&sv);
     sqlite3_close(raw);
+    mt_store_close(ro);
+
+    /* ---- phase 2: cold, the first request after a start, cache on and off alternately */
+    double cold[2][RESTARTS], cold_cpu[2][RESTARTS];
+    for (int r = 0; r < 2 * RESTARTS; r++) {
+        char *body = NULL;
+        int on = r % 2 == 1; /* the cached coordinator of the last round stays for phase 3 */
+        if (server_start(&sv, dir, on ? 64 : 0) != 0)
+            return 1;
+        snprintf(path, sizeof(path), "/api/v1/jobs/%s", job); /* opens the read connection */
+        http_get(sv.conn, sv.base, path, NULL);
+        snprintf(path, sizeof(path), "/api/v1/jobs/%s/metrics", job);
+        double t0 = now_ms(), c0 = cpu_ms();
+        long bytes = http_get(sv.conn, sv.base, path, &body);
+        cold[on][r / 2] = now_ms() - t0;
+        cold_cpu[on][r / 2] = cpu_ms() - c0;
+        if (bytes < 0 || body == NULL || strcmp(body, ref[0]) != 0) {
+            fprintf(stderr, "bench_http: cold answer differs from the uncached one\n");
+            return 1;
+        }
+        free(body);
+        if (r + 1 < 2 * RESTARTS)
+            server_stop(&sv);
+    }
+    double cold_on = pct(cold[1], RESTARTS, 0.5), cold_off = pct(cold[0], RESTARTS, 0.5);
+    printf("2) cold: the first whole-history request after a start (%d starts each), wall ms "
+           "p50/max: cache on %.2f/%.2f, cache off %.2f/%.2f, ratio %.2fx\n",
+           RESTARTS, cold_on, pct(cold[1], RESTARTS, 1.0), cold_off, pct(cold[0], RESTARTS, 1.0),
+           cold_on / cold_off);
+    printf("   CPU ms p50 (whole process): cache on %.2f, cache off %.2f, ratio %.2fx\n",
+           pct(cold_cpu[1], RESTARTS, 0.5), pct(cold_cpu[0], RESTARTS, 0.5),
+           pct(cold_cpu[1], RESTARTS, 0.5) / pct(cold_cpu[0], RESTARTS, 0.5));
+
+    /* ---- phase 3: warm, the same coordinator */
+    printf("3) warm (--metrics-cache-mb 64), answers identical to 1): wall ms p50/p99; ratio =\n"
+           "cached / uncached of 1) (p50, p99)\n");
+    printf("%-22s %17s %9s %17s %13s %9s\n", "case", "cached wall", "cpu", "uncached wall", "ratio",
+           "bytes");
+    for (size_t k = 0; k < N_CASES; k++) {
+        long bytes = 0;
+        char *body = NULL;
+        snprintf(path, sizeof(path), "/api/v1/jobs/%s/metrics%s", job, cases[k].query);
+        http_get(sv.conn, sv.base, path, &body);
+        if (body == NULL || strcmp(body, ref[k]) != 0) {
+            fprintf(stderr, "bench_http: cached answer to %s differs from the uncached one\n",
+                    path);
+            return 1;
+        }
+        free(body);
+        for (int i = 0; i < iters; i++) {
+            double t0 = now_ms(), c0 = cpu_ms();
+            bytes = http_get(sv.conn, sv.base, path, NULL);
+            t_http[i] = now_ms() - t0;
+            c_http[i] = cpu_ms() - c0;
+            if (bytes < 0) {
+                fprintf(stderr, "bench_http: GET %s failed\n", path);
+                return 1;
+            }
+        }
+        double hp50 = pct(t_http, iters, 0.5), hp99 = pct(t_http, iters, 0.99);
+        printf("%-22s %7.2f/%8.2f %9.2f %7.2f/%8.2f %5.2fx/%5.2fx %9ld\n", cases[k].label, hp50,
+               hp99, pct(c_http, iters, 0.5), u_p50[k], u_p99[k], hp50 / u_p50[k], hp99 / u_p99[k],
+               bytes);
+    }
+    char *prom = NULL;
+    http_get(sv.conn, sv.base, "/metrics", &prom);
+    const char *cb = prom ? strstr(prom, "\nmeshtrain_http_metrics_cache_bytes ") : NULL;
+    if (cb != NULL)
+        printf("cache memory for the job: %.1f MiB\n", strtod(cb + 36, NULL) / 1048576.0);
+    free(prom);
     printf(
         "target: http p99 <= 50 ms for the whole history (load average matters: 2 shared cores)\n");
-    mt_store_close(ro);
-    nng_http_conn_close(conn);
-    nng_aio_free(aio);
-    nng_http_client_free(cli);
-    nng_url_free(url);
-    mt_coord_stop(c);
-    pthread_join(th, NULL);
-    mt_coord_free(c);
+    server_stop(&sv);
     char cmd[700];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "bench_http: could not remove %s\n", dir);
+    for (size_t k = 0; k < N_CASES; k++)
+        free(ref[k]);
     free(t_http);
     free(t_store);
     free(c_http);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# bench/data.sh [BUILD_DIR] — input-pipeline throughput (bench_data) for Fashion-MNIST IDX, a
+# bench/data.sh [BUILD_DIR [bench_data options, e.g. --only text]] — input-pipeline throughput (bench_data) for Fashion-MNIST IDX, a
 # generated 60,000 x 785 CSV and the TF-IDF text pipeline (the sentiment sentences when
 # deploy/fetch-sentiment.sh can fetch them, synthetic sentences otherwise), each beside the
 # training-step proxy measured in the same run. Short runs (SECONDS_PER_CASE, default 1).
@@ -8,6 +8,7 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build}
 [[ $build = /* ]] || build="$src/$build"
+if [[ $# -gt 0 ]]; then shift; fi
 
 # Debian's OpenBLAS 0.3.21 misdetects this CPU: pick the core type from the CPU flags.
 if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
@@ -21,4 +22,4 @@ if bash "$src/deploy/fetch-sentiment.sh" "$data" >/dev/null 2>&1; then
 else
     echo "(sentiment data not fetchable: the text case uses synthetic sentences)"
 fi
-exec "$build/bench_data" "${args[@]}"
+exec "$build/bench_data" "${args[@]}" "$@"

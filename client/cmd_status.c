@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "client/jobs_util.h"
+#include "watch/mt_watch.h"
 
 static void print_text(const Meshtrain__GetJobReply *r)
 {
@@ -70,12 +71,23 @@ static int print_json(const Meshtrain__GetJobReply *r)
     cJSON_AddStringToObject(root, "metrics_address", r->metrics_address);
     cJSON_AddItemToObject(root, "spec", cJSON_Parse(r->spec_json));
     a = cJSON_AddArrayToObject(root, "events");
+    cJSON *ra = cJSON_AddArrayToObject(root, "restart_markers");
+    mt_watch_restart_scan scan;
+    mt_watch_restart rs;
+    mt_watch_restart_scan_init(&scan);
     for (size_t i = 0; i < r->n_events; i++) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "time_ms", (double)r->events[i]->time_ms);
         cJSON_AddStringToObject(o, "state", r->events[i]->state);
         cJSON_AddStringToObject(o, "reason", r->events[i]->reason);
         cJSON_AddItemToArray(a, o);
+        /* the restarts and the steps they resumed from (docs/cli.md; no lost_step here) */
+        if (mt_watch_restart_scan_event(&scan, r->events[i]->state, r->events[i]->reason,
+                                        r->events[i]->time_ms, 0, &rs)) {
+            cJSON *m = mt_watch_restart_json(&rs);
+            cJSON_DeleteItemFromObject(m, "lost_step");
+            cJSON_AddItemToArray(ra, m);
+        }
     }
     a = cJSON_AddArrayToObject(root, "placement");
     for (size_t i = 0; i < r->n_placement; i++) {

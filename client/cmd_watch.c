@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cmd_watch.c — `meshtrain watch JOB [--json]`: follow a job's metrics (history first, then
- * live) with a progress bar per epoch, the eval results at each epoch end and the final state.
+ * live) with a progress bar per epoch, the eval results at each epoch end, a marker line per
+ * restart and the final state.
  * Exit 0 when the job SUCCEEDED, 1 when it FAILED or was CANCELLED (client/follow.c).
  */
 #include <getopt.h>
@@ -26,8 +27,11 @@ int cmd_watch(const mt_cli_global *g, int argc, char **argv)
             printf("usage: meshtrain watch JOB [--json]\n\n"
                    "Follow a job until it ends: its stored metrics first, then live ones. On a\n"
                    "terminal, a progress bar per epoch (loss, accuracy, ETA) and the eval results\n"
-                   "at each epoch end; otherwise one line per update. --json prints one object\n"
-                   "per metric point and a final {\"final\": true, \"state\": ...} line.\n"
+                   "at each epoch end; otherwise one line per update. A restart of the job\n"
+                   "prints '-- restart N (cause): resuming from step S --' and the progress\n"
+                   "goes on from step S. --json prints one object per metric point, one per\n"
+                   "restart ({\"restart\": N, ..., \"resume_step\": S}) and a final\n"
+                   "{\"final\": true, \"state\": ...} line.\n"
                    "Exit 0 when the job succeeded, 1 when it failed or was cancelled.\n");
             return MT_EXIT_OK;
         }

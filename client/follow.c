@@ -9,6 +9,14 @@
  * mt_cli_wait runs the same loop in the quiet mode: points are read and dropped, only the final
  * state is printed, and an optional deadline bounds the wait. In every mode a stream that stays
  * silent for 5 s is backed by a GetJob, so a missed final event cannot make the CLI wait forever.
+ *
+ * Restart markers ("-- restart 1 (worker w2 lost ...): resuming from step 40 --"): the restarts
+ * come from the job's state history (core/watch mt_watch_restart_scan) — a GetJob right after
+ * subscribing (those already in the history), the live state events the coordinator publishes
+ * (RESTARTING, SCHEDULED again), and a GetJob again when the stream is silent or a live loss
+ * step goes backwards (a missed state event). They are queued and printed once each, by number:
+ * in the history before the first point past the resume step, live at once. After a marker the
+ * progress continues from the resume step.
  */
 #include "client/follow.h"
 
@@ -24,6 +32,7 @@
 
 #define BAR_WIDTH     30
 #define STATE_POLL_MS 5000 /* GetJob after this long without a stream event */
+#define MAX_PENDING   32   /* restart markers queued before they are printed */
 
 typedef enum follow_mode { FOLLOW_BAR, FOLLOW_JSON, FOLLOW_QUIET } follow_mode;
 
@@ -33,7 +42,11 @@ typedef struct view {
     uint64_t step, drawn; /* latest step; the step of the last plain line */
     double loss, acc, eval_loss, eval_acc;
     bool have_loss, have_acc, have_eval, line_open, printed_step;
-    int64_t t0_ms, last_ms; /* first and latest point times of the epoch */
+    int64_t t0_ms, last_ms;             /* first and latest point times of the epoch */
+    mt_watch_restart_scan scan;         /* the state history read so far */
+    mt_watch_restart pend[MAX_PENDING]; /* restarts queued, not yet printed */
+    size_t n_pend;
+    uint32_t queued; /* highest restart number queued (printed or pending) */
 } view;
 
 static int64_t epoch_step(const view *v)
@@ -119,14 +132,102 @@ static void json_point(const mt_watch_point *p)
            p->step, p->epoch, p->name, p->value, p->time_ms);
 }
 
-static void apply(view *v, const mt_watch_event *ev)
+/* Queue r when it is newer than every restart queued before (each is printed once). */
+static void queue_restart(view *v, const mt_watch_restart *r)
+{
+    if (r->number <= v->queued || v->n_pend == MAX_PENDING)
+        return;
+    v->pend[v->n_pend++] = *r;
+    v->queued = r->number;
+}
+
+static void print_marker(view *v, const mt_watch_restart *r)
+{
+    char step[48];
+
+    if (v->json) {
+        cJSON *o = mt_watch_restart_json(r);
+        cJSON_DeleteItemFromObject(o, "lost_step"); /* GetJob's events carry no step */
+        char *txt = o ? cJSON_PrintUnformatted(o) : NULL;
+        if (txt != NULL)
+            printf("%s\n", txt);
+        cJSON_free(txt);
+        cJSON_Delete(o);
+    } else {
+        if (v->line_open)
+            printf("\n");
+        if (r->resume_step >= 0)
+            snprintf(step, sizeof(step), "step %lld", (long long)r->resume_step);
+        else
+            snprintf(step, sizeof(step), "its last checkpoint");
+        printf("-- restart %u%s%s%s: resuming from %s --\n", r->number, r->cause[0] ? " (" : "",
+               r->cause, r->cause[0] ? ")" : "", step);
+        v->line_open = false;
+        v->have_eval = false;
+    }
+    fflush(stdout);
+    v->step = r->resume_step > 0 ? (uint64_t)r->resume_step : 0; /* the bar goes on from there */
+    v->drawn = v->step;
+}
+
+/*
+ * Print the queued markers that go before a point at step `before` (history: resumed below it);
+ * every queued marker when all is set (live, the end of the history, a silent stream).
+ */
+static void flush_markers(view *v, uint64_t before, bool all)
+{
+    size_t k = 0;
+
+    for (size_t i = 0; i < v->n_pend; i++) {
+        const mt_watch_restart *r = &v->pend[i];
+        if (all || (r->resume_step >= 0 && (uint64_t)r->resume_step < before))
+            print_marker(v, r);
+        else
+            v->pend[k++] = *r;
+    }
+    v->n_pend = k;
+}
+
+/* A live state change: RESTARTING (its cause) or SCHEDULED again (the restart is complete). */
+static void apply_state(view *v, const mt_watch_event *ev)
+{
+    mt_watch_restart r;
+
+    if (mt_watch_restart_scan_event(&v->scan, ev->state, ev->error, mt_clock_wall_ms(), 0, &r))
+        queue_restart(v, &r);
+}
+
+static bool job_poll(const mt_cli_global *g, const char *job_id, view *v, mt_watch_event *ev);
+
+static void apply(const mt_cli_global *g, const char *job_id, view *v, const mt_watch_event *ev)
 {
     bool stepped = false;
 
     if (v->quiet)
         return;
+    if (ev->live && !ev->final && ev->n_points == 0 && ev->state[0] != '\0')
+        apply_state(v, ev);
+    if (ev->live)
+        flush_markers(v, 0, true);
     for (size_t i = 0; i < ev->n_points; i++) {
         const mt_watch_point *p = &ev->points[i];
+        if (ev->live && p->step < v->step && strcmp(p->name, "loss") == 0) {
+            mt_watch_event st; /* steps redone: a restart whose state event was missed */
+            job_poll(g, job_id, v, &st);
+            if (stepped && !v->json)
+                draw(v, false);
+            stepped = false;
+            flush_markers(v, 0, true);
+            v->step = p->step;
+        } else if (!ev->live && v->n_pend > 0) {
+            size_t before = v->n_pend;
+            if (stepped && !v->json && v->pend[0].resume_step >= 0 &&
+                (uint64_t)v->pend[0].resume_step < p->step)
+                draw(v, false), stepped = false;
+            flush_markers(v, p->step, false);
+            if (v->n_pend != before)
+                v->step = p->step;
+        }
         if (v->json) {
             json_point(p);
             continue;
@@ -158,14 +259,13 @@ static void apply(view *v, const mt_watch_event *ev)
             v->eval_acc = p->value, v->have_eval = true;
         }
     }
-    if (v->json) {
-        fflush(stdout);
-        return;
-    }
-    if (v->have_eval)
+    if (!v->json && v->have_eval)
         close_epoch(v);
-    else if (stepped)
+    else if (!v->json && stepped)
         draw(v, false);
+    if (ev->final) /* the history of an ended job: markers past its last point */
+        flush_markers(v, 0, true);
+    fflush(stdout);
 }
 
 /*
@@ -173,16 +273,27 @@ static void apply(view *v, const mt_watch_event *ev)
  * reconnecting, or a restarted coordinator publishes on a new port): after STATE_POLL_MS without
  * an event, ask GetJob. True, with ev filled as a final event, when the job has ended; RPC
  * failures count as "not known to have ended" (the wait goes on; --timeout bounds it).
+ * Restarts in the reply's state history not queued yet are queued (unless quiet).
  */
-static bool ended_by_status(const mt_cli_global *g, const char *job_id, mt_watch_event *ev)
+static bool job_poll(const mt_cli_global *g, const char *job_id, view *v, mt_watch_event *ev)
 {
     Meshtrain__GetJobRequest req = MESHTRAIN__GET_JOB_REQUEST__INIT;
     Meshtrain__GetJobReply *rep = NULL;
+    mt_watch_restart_scan scan;
+    mt_watch_restart r;
     bool ended = false;
 
     req.job_id = (char *)job_id;
     if (mt_cli_call(g, "GetJob", &req.base, (ProtobufCMessage **)&rep, NULL) != MT_OK)
         return false;
+    mt_watch_restart_scan_init(&scan);
+    for (size_t i = 0; i < rep->n_events && !v->quiet; i++) {
+        const Meshtrain__JobEvent *e = rep->events[i];
+        if (mt_watch_restart_scan_event(&scan, e->state, e->reason, e->time_ms, 0, &r))
+            queue_restart(v, &r);
+    }
+    if (!v->quiet)
+        v->scan = scan; /* the live state events go on from here */
     if (rep->job != NULL &&
         (strcmp(rep->job->state, "SUCCEEDED") == 0 || strcmp(rep->job->state, "FAILED") == 0 ||
          strcmp(rep->job->state, "CANCELLED") == 0)) {
@@ -219,6 +330,8 @@ static int follow_job(const mt_cli_global *g, const char *job_id, follow_mode mo
         mt_rpc_client_close(cli);
         return mt_cli_fail(&err);
     }
+    if (!v.quiet) /* subscribed: the restarts so far go into the history, later ones come live */
+        job_poll(g, job_id, &v, &ev);
     for (;;) {
         int64_t left = deadline > 0 ? deadline - mt_clock_mono_ms() : 1000;
         if (left <= 0) {
@@ -232,11 +345,15 @@ static int follow_job(const mt_cli_global *g, const char *job_id, follow_mode mo
         rc = mt_watch_next(w, left < 1000 ? (int)left : 1000, &ev, &err);
         if (rc == MT_DEADLINE_EXCEEDED) {
             mt_err_clear(&err);
+            flush_markers(&v, 0, true); /* the history has ended: markers not placed yet */
             if (mt_clock_mono_ms() < next_poll)
                 continue;
             next_poll = mt_clock_mono_ms() + STATE_POLL_MS;
-            if (!ended_by_status(g, job_id, &ev))
+            if (!job_poll(g, job_id, &v, &ev)) {
+                flush_markers(&v, 0, true);
                 continue;
+            }
+            flush_markers(&v, 0, true);
             rc = MT_OK;
         } else {
             next_poll = mt_clock_mono_ms() + STATE_POLL_MS;
@@ -247,7 +364,7 @@ static int follow_job(const mt_cli_global *g, const char *job_id, follow_mode mo
             code = mt_cli_fail(&err);
             break;
         }
-        apply(&v, &ev);
+        apply(g, job_id, &v, &ev);
         if (!ev.final)
             continue;
         if (v.line_open)

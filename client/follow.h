@@ -8,6 +8,8 @@
  * with the epoch's time and the eval results, and prints the final state; elsewhere it prints
  * one plain line per update. The progress bar needs the metrics the worker's task runner
  * reports (epochs, epoch_steps, loss, accuracy, eval_loss, eval_accuracy; worker/task.c).
+ * A restart prints a marker line (`-- restart 1 (worker w2 lost ...): resuming from step 40 --`),
+ * live or at its place in the history (follow.c says how).
  * `submit --wait` uses the same stream without drawing anything (mt_cli_wait).
  * Threading: the CLI's main thread. Tests: tests/integration/test_e2e.sh,
  * tests/integration/test_submit_wait.sh.
@@ -21,7 +23,8 @@
 #include "client/cli.h"
 
 /*
- * Follow job_id (borrowed) until it ends. json: one JSON object per point and a final
+ * Follow job_id (borrowed) until it ends. json: one JSON object per point, one per restart
+ * ({"restart": N, "attempt", "time_ms", "resume_step", "cause"}) and a final
  * {"final": true, "state": ...} line. Returns MT_EXIT_OK when the job SUCCEEDED, MT_EXIT_FAILED
  * when it FAILED or was CANCELLED, or the exit code of a connection/lookup failure (printed).
  */

@@ -17,10 +17,13 @@
  * at a time (a chunk that arrives while the previous one is being written is refused with
  * FAILED_PRECONDITION: workers send the next chunk after the reply); the upload table and the
  * store records are the loop thread's. Reads (List, GetChunk) run on the pool (bulk.c).
- * A coordinator restart forgets uploads in progress: the worker restarts them at offset 0.
+ * A coordinator restart forgets uploads in progress: the worker restarts them at offset 0, and
+ * the files no complete record names (cut uploads, gc'd files a crash left) are deleted at start
+ * (coord_ckpt_sweep_orphans).
  */
 #include "coordinator/coord_int.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -332,4 +335,77 @@ void coord_handle_list_checkpoints(mt_coord *c, mt_rpc_call *call)
 void coord_handle_get_checkpoint_chunk(mt_coord *c, mt_rpc_call *call)
 {
     coord_bulk(c, call, get_checkpoint_chunk_ro);
+}
+
+/* Delete the files in dir (the checkpoint directory of job_id, a job the store knows) whose name
+ * is not the file name of one of the job's complete checkpoint records. Names are compared, not
+ * whole paths, so a state directory given under another spelling deletes nothing it should keep. */
+static size_t sweep_job_dir(mt_coord *c, const char *job_id, const char *dir)
+{
+    mt_store_checkpoint *recs = NULL;
+    size_t nrec = 0, gone = 0;
+    mt_store_job job;
+    mt_err err = MT_ERR_INIT;
+    char path[1024];
+    struct dirent *e;
+    DIR *d;
+
+    if (mt_store_job_get(c->store, job_id, &job, &err) != MT_OK) {
+        mt_log_warn("checkpoint sweep: %s left alone: %s", dir, err.msg);
+        return 0;
+    }
+    mt_store_job_fini(&job);
+    if (mt_store_checkpoint_list(c->store, job_id, &recs, &nrec, &err) != MT_OK) {
+        mt_log_warn("checkpoint sweep of %s: %s", dir, err.msg);
+        return 0;
+    }
+    if ((d = opendir(dir)) == NULL) {
+        mt_store_checkpoints_free(recs);
+        return 0;
+    }
+    while ((e = readdir(d)) != NULL) {
+        int named = 0;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path))
+            continue;
+        for (size_t i = 0; i < nrec && !named; i++) {
+            const char *base = strrchr(recs[i].location, '/');
+            named = recs[i].complete &&
+                    strcmp(base != NULL ? base + 1 : recs[i].location, e->d_name) == 0;
+        }
+        if (named)
+            continue;
+        if (unlink(path) == 0) {
+            mt_log_info("deleted orphan checkpoint file %s (no complete checkpoint names it)",
+                        path);
+            gone++;
+        } else if (errno != ENOENT) {
+            mt_log_warn("delete orphan checkpoint file %s: %s", path, strerror(errno));
+        }
+    }
+    closedir(d);
+    mt_store_checkpoints_free(recs);
+    return gone;
+}
+
+size_t coord_ckpt_sweep_orphans(mt_coord *c)
+{
+    char root[600], dir[1024];
+    struct dirent *e;
+    size_t gone = 0;
+    DIR *d;
+
+    if (snprintf(root, sizeof(root), "%s/checkpoints", c->state_dir) >= (int)sizeof(root) ||
+        (d = opendir(root)) == NULL)
+        return 0;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof(((struct coord_upload *)0)->job_id))
+            continue;
+        if (snprintf(dir, sizeof(dir), "%s/%s", root, e->d_name) >= (int)sizeof(dir))
+            continue;
+        gone += sweep_job_dir(c, e->d_name, dir);
+    }
+    closedir(d);
+    return gone;
 }

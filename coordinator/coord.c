@@ -236,6 +236,7 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
         goto fail;
     if ((rc = coord_jobs_load(c, err)) != MT_OK)
         goto fail;
+    (void)coord_ckpt_sweep_orphans(c);
 
     uv_async_init(&c->loop, &c->wake, on_wake);
     c->wake.data = c;

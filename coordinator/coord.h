@@ -47,12 +47,14 @@ typedef struct mt_coord_opts {
                              against restart.max_restarts); 0 = never */
     const struct mt_tls *tls; /* certificate and key when listen is tls+tcp:// (the metrics
                                  stream then uses TLS too); borrowed, outlives the coordinator */
+    int metrics_cache_mb;     /* cap of the HTTP metrics cache (coordinator/mcache.h) in MiB;
+                                 0 = no cache (every metrics request reads the store) */
 } mt_coord_opts;
 
 #define MT_COORD_OPTS_DEFAULTS                                                                     \
     {                                                                                              \
         "tcp://127.0.0.1:7400", "127.0.0.1:7480", "./meshtrain-state", NULL, 1000, 10000,          \
-            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1, 10000, 15000, NULL                              \
+            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1, 10000, 15000, NULL, 64                          \
     }
 
 /*

@@ -152,6 +152,8 @@ void coord_stall_sweep(mt_coord *c); /* STALLED detection and recovery; sweep ti
 /* ---- metrics.c ---- */
 mt_code coord_metrics_open(mt_coord *c, mt_err *err); /* the PUB socket */
 void coord_metrics_close(mt_coord *c);
+/* points (final_state NULL); a final state ends the job's stream; any other state name is a
+ * state change without points (RESTARTING, SCHEDULED again; error = its reason) */
 void coord_metrics_publish(mt_coord *c, const char *job_id,
                            const Meshtrain__MetricPoint *const *pts, size_t n,
                            const char *final_state, const char *error);
@@ -169,10 +171,19 @@ void coord_handle_put_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);
 void coord_handle_list_checkpoints(mt_coord *c, mt_rpc_call *call);
 void coord_handle_get_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);
 void coord_ckpt_free(mt_coord *c);
+/* At start, before any upload: in STATE_DIR/checkpoints/<job>/ of each job the store knows,
+ * delete the files that are not the file of one of that job's complete checkpoint records (a
+ * .part of an upload cut by a crash, a file whose record keep-N gc removed just before a crash).
+ * Directories of jobs the store does not know are left alone (logged). Logs each deletion;
+ * failures are logged, never fatal. Returns the number of files deleted. */
+size_t coord_ckpt_sweep_orphans(mt_coord *c);
 
 /* ---- http.c ---- */
 mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, char *bound,
                         size_t cap, mt_err *err);
 void coord_http_close(struct coord_http *h);
+/* The metrics cache the status endpoint answers from (NULL: no HTTP or no cache); metrics.c
+ * feeds it the points of each commit. Valid until coord_http_close. */
+struct coord_mcache *coord_http_mcache(struct coord_http *h);
 
 #endif

@@ -38,11 +38,14 @@
 #include "alloc/mt_alloc.h"
 #include "clock/mt_clock.h"
 #include "coordinator/http_int.h"
+#include "coordinator/mcache.h"
 #include "log/mt_log.h"
 
 #define JSON_TYPE "application/json; charset=utf-8"
 #define HTML_TYPE "text/html; charset=utf-8"
 #define COOKIE    "mt_session"
+/* a job's cached metric series are dropped after this long without a read (mcache.h) */
+#define METRICS_CACHE_IDLE_MS (10 * 60 * 1000)
 /* pages load only their own scripts and styles; inline style attributes (set by app.js and
  * Chart.js) are allowed; no framing (clickjacking) */
 #define PAGE_CSP "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'"
@@ -698,6 +701,7 @@ static void http_free(struct coord_http *h)
     for (size_t i = 0; i < h->n_assets; i++)
         mt_free(h->assets[i].data);
     mt_store_close(h->ctx.ro);
+    coord_mcache_free(h->ctx.mcache);
     pthread_mutex_destroy(&h->ctx.mu);
     mt_free(h);
 }
@@ -730,6 +734,15 @@ mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, 
         snprintf(h->token_hex + 2 * i, 3, "%02x", (unsigned char)h->token[i]);
     snprintf(h->dir, sizeof(h->dir), "%s", dashboard_dir(c->opts.dashboard_dir));
     assets_load(h);
+    if (c->opts.metrics_cache_mb > 0) {
+        mt_code rc = coord_mcache_new((size_t)c->opts.metrics_cache_mb << 20, METRICS_CACHE_IDLE_MS,
+                                      &h->ctx.mcache, err);
+        if (rc != MT_OK) {
+            nng_url_free(url);
+            http_free(h);
+            return rc;
+        }
+    }
     if ((rv = nng_http_server_hold(&h->srv, url)) != 0 ||
         (rv = nng_http_handler_alloc(&hh, "/", handle)) != 0 ||
         (rv = nng_http_handler_set_tree(hh)) != 0 ||
@@ -760,6 +773,11 @@ fail:
     http_free(h);
     return mt_err_set(err, rv == NNG_EADDRINUSE ? MT_UNAVAILABLE : MT_INVALID_ARGUMENT,
                       "http listen %s: %s", addr, nng_strerror(rv));
+}
+
+struct coord_mcache *coord_http_mcache(struct coord_http *h)
+{
+    return h != NULL ? h->ctx.mcache : NULL;
 }
 
 void coord_http_close(struct coord_http *h)

@@ -12,8 +12,13 @@
  * "http_status", "message"}}; unknown paths 404, bad query values 400, a database that cannot be
  * read 503.
  *
- * Threading: nng HTTP threads; no loop state is touched.
- * Tests: tests/integration/test_http_api.sh.
+ * The metric history is answered from the per-job cache of encoded series
+ * (mcache.h) when it is on (--metrics-cache-mb > 0): the store is read once per job
+ * (a miss) and the endpoint falls back to the uncached path when the cache
+ * cannot answer; both write the same bytes.
+ *
+ * Threading: nng HTTP threads; no loop state is touched (the cache has its own lock).
+ * Tests: tests/integration/test_http_api.sh, test_jobs.sh; tests/unit/test_mcache.c.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -23,7 +28,9 @@
 
 #include "alloc/mt_alloc.h"
 #include "coordinator/http_int.h"
+#include "coordinator/mcache.h"
 #include "storage/mt_jobstate.h"
+#include "watch/mt_watch.h"
 
 #define MAX_NAMES  32  /* names= filter entries */
 #define MAX_SERIES 200 /* distinct metric names in one answer */
@@ -273,14 +280,27 @@ static void api_job(mt_store *s, const char *id, coord_http_reply *r)
     cJSON_AddItemToObject(root, "spec",
                           spec ? spec : cJSON_CreateString(j.spec_json ? j.spec_json : ""));
     cJSON *a = cJSON_AddArrayToObject(root, "events");
+    cJSON *ra = cJSON_CreateArray();
+    mt_watch_restart_scan scan;
+    mt_watch_restart_scan_init(&scan);
     for (size_t i = 0; i < nev; i++) {
         cJSON *o = cJSON_CreateObject();
+        mt_watch_restart rs;
         cJSON_AddNumberToObject(o, "time_ms", (double)ev[i].time_ms);
         cJSON_AddStringToObject(o, "state", ev[i].state);
         cJSON_AddStringToObject(o, "reason", ev[i].reason);
         cJSON_AddNumberToObject(o, "step", (double)ev[i].step);
+        if (mt_watch_restart_scan_event(&scan, ev[i].state, ev[i].reason, ev[i].time_ms, ev[i].step,
+                                        &rs)) { /* a restart: where its marker goes */
+            cJSON_AddNumberToObject(o, "restart", rs.number);
+            cJSON_AddItemToObject(o, "resume_step",
+                                  rs.resume_step < 0 ? cJSON_CreateNull()
+                                                     : cJSON_CreateNumber((double)rs.resume_step));
+            cJSON_AddItemToArray(ra, mt_watch_restart_json(&rs));
+        }
         cJSON_AddItemToArray(a, o);
     }
+    cJSON_AddItemToObject(root, "restart_markers", ra);
     a = cJSON_AddArrayToObject(root, "placement");
     for (size_t i = 0; i < npl; i++) {
         cJSON *o = cJSON_CreateObject(), *co = cJSON_CreateArray();
@@ -429,12 +449,26 @@ static mt_code metrics_collect(mt_store *s, const char *id, uint64_t since_step,
     return rc;
 }
 
+typedef struct metrics_load_arg {
+    mt_store *s;
+    const char *id;
+} metrics_load_arg;
+
+/* coord_mcache_load_fn: the job's whole history, series by series. */
+static mt_code metrics_load(void *arg, mt_store_metric_fn add, void *add_arg, mt_err *err)
+{
+    const metrics_load_arg *a = arg;
+
+    return mt_store_metrics_scan(a->s, a->id, 0, NULL, 0, 0, add, add_arg, err);
+}
+
 /*
  * The metric history as columns per name (series in name order):
  * {"job_id": ..., "since_step": N, "last_step": M|null, "count": n,
  *  "series": {"loss": {"step": [...], "value": [...]}, ...}}
  */
-static void api_metrics(mt_store *s, const char *id, const char *query, coord_http_reply *r)
+static void api_metrics(mt_store *s, coord_mcache *mc, const char *id, const char *query,
+                        coord_http_reply *r)
 {
     char since[32] = "", names_s[1024] = "", limit_s[32] = "", maxp_s[32] = "";
     char *names[MAX_NAMES];
@@ -482,6 +516,30 @@ static void api_metrics(mt_store *s, const char *id, const char *query, coord_ht
         return;
     }
     mt_store_job_fini(&j);
+    if (mc != NULL) { /* the cache answers unless it cannot (UNAVAILABLE: answer uncached) */
+        mt_store_metric *latest = NULL;
+        size_t n_latest = 0;
+        if (mt_store_metrics_latest(s, id, &latest, &n_latest, &err) != MT_OK) {
+            store_error(r, &err);
+            return;
+        }
+        coord_mcache_query cq = {since_step,    (const char *const *)names, n_names,
+                                 (size_t)limit, (size_t)max_points,         latest,
+                                 n_latest};
+        metrics_load_arg la = {s, id};
+        rc = coord_mcache_answer(mc, id, &cq, metrics_load, &la, &r->body, NULL, &err);
+        mt_store_metrics_free(latest);
+        if (rc == MT_OK) {
+            r->status = 200;
+            r->content_type = "application/json; charset=utf-8";
+            return;
+        }
+        if (rc != MT_UNAVAILABLE) {
+            store_error(r, &err);
+            return;
+        }
+        mt_err_clear(&err);
+    }
     c = mt_calloc(1, sizeof(*c));
     if (c == NULL) {
         coord_http__error(r, 503, MT_RESOURCE_EXHAUSTED, "out of memory");
@@ -507,18 +565,7 @@ static void api_metrics(mt_store *s, const char *id, const char *query, coord_ht
             last_step = se->step[se->n - 1];
     }
     coord_buf *b = &r->body;
-    coord_buf_puts(b, "{\"job_id\":");
-    coord_buf_json_str(b, id);
-    coord_buf_puts(b, ",\"since_step\":");
-    coord_buf_u64(b, since_step);
-    coord_buf_puts(b, ",\"count\":");
-    coord_buf_u64(b, n_out);
-    coord_buf_puts(b, ",\"last_step\":");
-    if (n_out > 0)
-        coord_buf_u64(b, last_step);
-    else
-        coord_buf_puts(b, "null");
-    coord_buf_puts(b, ",\"series\":{");
+    coord_mcache_write_head(b, id, since_step, n_out, last_step);
     for (size_t k = 0; k < c->n_series; k++) {
         const metric_series *se = &c->s[k];
         size_t stride = series_stride(se, (size_t)max_points);
@@ -670,7 +717,7 @@ void coord_http__api(coord_http_ctx *ctx, const char *path, const char *query, c
             if (slash == NULL)
                 api_job(s, id, r);
             else if (strcmp(slash, "/metrics") == 0)
-                api_metrics(s, id, query, r);
+                api_metrics(s, ctx->mcache, id, query, r);
             else
                 coord_http__error(r, 404, MT_NOT_FOUND, "no such resource");
         }

@@ -45,7 +45,8 @@ typedef struct coord_http_ctx {
     pthread_mutex_t mu; /* serialises every use of ro (nng runs handlers on several threads) */
     mt_store *ro;       /* read-only connection, opened lazily under mu; NULL until then */
     char db_path[1100];
-    const coord_stats *stats; /* borrowed from mt_coord; NULL = no process metrics */
+    const coord_stats *stats;    /* borrowed from mt_coord; NULL = no process metrics */
+    struct coord_mcache *mcache; /* metric series cache (mcache.h), owned; NULL = off */
 } coord_http_ctx;
 
 /* The result of an endpoint: HTTP status, content type and body (owned by the caller). */

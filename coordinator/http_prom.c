@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "coordinator/http_int.h"
+#include "coordinator/mcache.h"
 #include "storage/mt_jobstate.h"
 
 /* Label value escaping: backslash, double quote and newline. */
@@ -167,6 +168,29 @@ static mt_code cluster_metrics(coord_buf *b, mt_store *s, mt_err *err)
     return MT_OK;
 }
 
+/* The status endpoint's metric series cache (coordinator/mcache.h), when it is on. */
+static void mcache_metrics(coord_buf *b, coord_mcache *m)
+{
+    coord_mcache_stats st;
+
+    coord_mcache_get_stats(m, &st);
+    family(b, "meshtrain_http_metrics_cache_bytes", "gauge",
+           "Memory held by the cache of jobs' metric series (--metrics-cache-mb caps it).");
+    coord_buf_printf(b, "meshtrain_http_metrics_cache_bytes %zu\n", st.bytes);
+    family(b, "meshtrain_http_metrics_cache_jobs", "gauge", "Jobs whose metric series are cached.");
+    coord_buf_printf(b, "meshtrain_http_metrics_cache_jobs %zu\n", st.jobs);
+    family(b, "meshtrain_http_metrics_cache_requests_total", "counter",
+           "Metrics API requests by cache result: hit, or miss (the job's history was loaded).");
+    coord_buf_printf(b, "meshtrain_http_metrics_cache_requests_total{result=\"hit\"} %llu\n",
+                     (unsigned long long)st.hits);
+    coord_buf_printf(b, "meshtrain_http_metrics_cache_requests_total{result=\"miss\"} %llu\n",
+                     (unsigned long long)st.misses);
+    family(b, "meshtrain_http_metrics_cache_evictions_total", "counter",
+           "Jobs dropped from the cache: over the memory cap or idle (not read for 10 minutes).");
+    coord_buf_printf(b, "meshtrain_http_metrics_cache_evictions_total %llu\n",
+                     (unsigned long long)st.evictions);
+}
+
 void coord_http__prom(coord_http_ctx *ctx, coord_http_reply *r)
 {
     mt_err err = MT_ERR_INIT;
@@ -185,6 +209,8 @@ void coord_http__prom(coord_http_ctx *ctx, coord_http_reply *r)
     }
     if (ctx->stats != NULL)
         coord_stats_prom(ctx->stats, &r->body);
+    if (ctx->mcache != NULL)
+        mcache_metrics(&r->body, ctx->mcache);
     r->status = 200;
     r->content_type = "text/plain; version=0.0.4; charset=utf-8";
 }

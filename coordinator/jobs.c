@@ -134,8 +134,10 @@ static mt_code job_transition(mt_coord *c, coord_job *j, mt_jobstate to, const c
                 mt_jobstate_name(to), reason ? reason : "");
     j->state = to;
     snprintf(j->reason, sizeof(j->reason), "%s", reason ? reason : "");
-    if (to == MT_JOBSTATE_RESTARTING)
+    if (to == MT_JOBSTATE_RESTARTING) {
         j->restarts++;
+        coord_metrics_publish(c, j->job_id, NULL, 0, mt_jobstate_name(to), j->reason);
+    }
     if (!is_placed_state(to))
         job_release(j);
     c->sched_dirty = 1;
@@ -467,7 +469,7 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     mt_store_placement *p = mt_calloc((size_t)j->sum.n_devices, sizeof(*p));
     mt_store_checkpoint ck;
     mt_err err = MT_ERR_INIT;
-    char reason[256];
+    char reason[256], from[48] = "";
     mt_code rc;
     size_t nworkers = 0;
 
@@ -496,11 +498,16 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     if ((rc = job_build_tasks(j, "")) != MT_OK)
         goto fail;
     nworkers = j->n_tasks;
-    snprintf(reason, sizeof(reason), "placed on %zu worker%s (attempt %u%s%s%s%s)", nworkers,
+    /* the step it resumes from is where the restart markers go (core/watch/restart.c reads it) */
+    if (j->resume_step > 0 || j->restarts > 0)
+        snprintf(from, sizeof(from), " %s step %llu", j->resume_step ? "at" : "from",
+                 (unsigned long long)j->resume_step);
+    snprintf(reason, sizeof(reason), "placed on %zu worker%s (attempt %u%s%s%s%s%s)", nworkers,
              nworkers == 1 ? "" : "s", j->restarts + 1,
              j->resume_job[0] ? ", starting from the checkpoint of "
-                              : (j->resume_step ? ", resuming from a checkpoint" : ""),
-             j->resume_job, j->resume_job[0] ? " (init_from)" : "", note);
+                              : (j->resume_step ? ", resuming from a checkpoint"
+                                                : (j->restarts ? ", starting over" : "")),
+             j->resume_job, j->resume_job[0] ? " (init_from)" : "", from, note);
     if ((rc = mt_store_tx_begin(c->store, &err)) != MT_OK)
         goto fail;
     rc = mt_store_job_set_placement(c->store, j->job_id, p, j->n_place, &err);
@@ -514,6 +521,8 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     if (rc != MT_OK)
         goto fail;
     mt_log_info("job %s: %s -> SCHEDULED (%s)", j->job_id, mt_jobstate_name(j->state), reason);
+    if (j->restarts > 0) /* watchers print the restart marker (core/watch) */
+        coord_metrics_publish(c, j->job_id, NULL, 0, "SCHEDULED", reason);
     j->state = MT_JOBSTATE_SCHEDULED;
     j->attempt = j->restarts + 1;
     j->placed_devices = j->sum.n_devices;

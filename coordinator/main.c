@@ -47,6 +47,8 @@ static void usage(FILE *out)
             "  --fsync MODE              'full' (default): an acknowledged write survives a\n"
             "                            power loss (an fsync per commit); 'normal': it survives\n"
             "                            kill -9 of the coordinator, with fewer fsyncs\n"
+            "  --metrics-cache-mb N      memory for the status endpoint's cache of metric\n"
+            "                            series (default 64; 0 = no cache)\n"
             "  --log-level L             debug|info|warn|error (default info)\n"
             "  --version, -h/--help\n");
 }
@@ -83,6 +85,7 @@ int main(int argc, char **argv)
         {"metrics-listen", required_argument, NULL, 'P'},
         {"tls-cert", required_argument, NULL, 'C'},
         {"tls-key", required_argument, NULL, 'K'},
+        {"metrics-cache-mb", required_argument, NULL, 'c'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -152,6 +155,11 @@ int main(int argc, char **argv)
             break;
         case 'P':
             o.metrics_listen = optarg;
+            break;
+        case 'c':
+            if (parse_int("--metrics-cache-mb", optarg, 0, 65536, &v) != 0)
+                return 2;
+            o.metrics_cache_mb = (int)v;
             break;
         case 'C':
             tlso.cert_file = optarg;

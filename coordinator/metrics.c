@@ -26,6 +26,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "clock/mt_clock.h"
+#include "coordinator/mcache.h"
 #include "log/mt_log.h"
 #include "tls/mt_tls.h"
 
@@ -105,7 +106,9 @@ void coord_metrics_publish(mt_coord *c, const char *job_id,
     ev.job_id = (char *)job_id;
     ev.points = (Meshtrain__MetricPoint **)pts;
     ev.n_points = n;
-    ev.final = final_state != NULL;
+    mt_jobstate st; /* a state that is not final is a state change (a restart; mt_watch.h) */
+    ev.final = final_state != NULL &&
+               (mt_jobstate_parse(final_state, &st, NULL) != MT_OK || mt_jobstate_is_final(st));
     ev.state = (char *)(final_state ? final_state : "");
     ev.error = (char *)(error ? error : "");
     len = meshtrain__watch_event__get_packed_size(&ev);
@@ -204,6 +207,38 @@ static mt_code store_report(mt_coord *c, const Meshtrain__ReportMetricsRequest *
     return rc;
 }
 
+/* Hand the points of the reports just committed (stored[i] != 0) to the HTTP metrics cache, in
+ * commit order, so it holds only durable points (coordinator/mcache.h). */
+static void cache_committed(mt_coord *c, const unsigned char *stored, size_t n)
+{
+    struct coord_mcache *mc = coord_http_mcache(c->http);
+    mt_store_metric_ref *refs = NULL;
+    size_t cap = 0;
+
+    for (size_t i = 0; mc != NULL && i < n; i++) {
+        const Meshtrain__ReportMetricsRequest *r =
+            (const Meshtrain__ReportMetricsRequest *)mt_rpc_call_request(c->mreports[i]);
+        if (!stored[i] || r->n_points == 0)
+            continue;
+        if (r->n_points > cap) {
+            mt_free(refs);
+            cap = r->n_points;
+            refs = mt_calloc(cap, sizeof(*refs));
+        }
+        if (refs == NULL) { /* the cache cannot follow: forget the job, it reloads on a read */
+            coord_mcache_invalidate(mc, r->job_id);
+            cap = 0;
+            continue;
+        }
+        for (size_t k = 0; k < r->n_points; k++) {
+            const Meshtrain__MetricPoint *p = r->points[k];
+            refs[k] = (mt_store_metric_ref){p->step, p->epoch, p->name, p->value, p->time_ms};
+        }
+        coord_mcache_append(mc, r->job_id, refs, r->n_points);
+    }
+    mt_free(refs);
+}
+
 void coord_metrics_flush(mt_coord *c)
 {
     size_t n = c->n_mreports;
@@ -212,13 +247,15 @@ void coord_metrics_flush(mt_coord *c)
     char(*msgs)[MT_ERR_MSG_SIZE];
     mt_err err = MT_ERR_INIT;
     mt_code rc;
+    unsigned char *stored; /* report i's points are in the transaction */
 
     if (n == 0)
         return;
+    stored = mt_calloc(n, 1);
     codes = mt_calloc(n, sizeof(*codes));
     steps = mt_calloc(n, sizeof(*steps));
     msgs = mt_calloc(n, sizeof(*msgs));
-    if (codes == NULL || steps == NULL || msgs == NULL) {
+    if (stored == NULL || codes == NULL || steps == NULL || msgs == NULL) {
         rc = mt_err_set(&err, MT_RESOURCE_EXHAUSTED, "coordinator out of memory");
         goto fail_all;
     }
@@ -229,6 +266,7 @@ void coord_metrics_flush(mt_coord *c)
             (const Meshtrain__ReportMetricsRequest *)mt_rpc_call_request(c->mreports[i]);
         mt_err e = MT_ERR_INIT;
         codes[i] = store_report(c, r, &steps[i], &e);
+        stored[i] = codes[i] == MT_OK;
         if (codes[i] == MT_OK) {
             coord_job *j = coord_job_find(c, r->job_id);
             if (j != NULL && steps[i] > j->step)
@@ -241,6 +279,7 @@ void coord_metrics_flush(mt_coord *c)
         mt_store_tx_rollback(c->store, NULL);
         goto fail_all;
     }
+    cache_committed(c, stored, n); /* before any reply: an acknowledged point is in the cache */
     for (size_t i = 0; i < n; i++) {
         mt_rpc_call *call = c->mreports[i];
         const Meshtrain__ReportMetricsRequest *r =
@@ -265,6 +304,7 @@ fail_all:
         mt_rpc_call_reply(c->mreports[i], rc, err.msg, NULL);
 out:
     c->n_mreports = 0;
+    mt_free(stored);
     mt_free(codes);
     mt_free(steps);
     mt_free(msgs);

@@ -172,6 +172,22 @@
     legend($('mesh-legend'), workers);
   }
 
+  // A restart marker: a dashed vertical line at the step the restarted attempt resumed from
+  // (the job's restart_markers, docs/api.md), spanning the chart's metric values. Chart.js 3.9
+  // from Debian has no annotation plugin, so each marker is a dataset of two points.
+  function markRestarts(ch, markers) {
+    const metric = ch.data.datasets.filter((d) => !d.marker);
+    let lo = Infinity, hi = -Infinity;
+    metric.forEach((d) => d.data.forEach((p) => { if (p.y < lo) lo = p.y; if (p.y > hi) hi = p.y; }));
+    const shown = lo <= hi ? markers : [];
+    ch.data.datasets = metric.concat(shown.map((r) => ({
+      label: 'restart ' + r.restart, marker: true, borderColor: '#dc2626', backgroundColor: '#dc2626',
+      borderDash: [4, 3], borderWidth: 1.5, pointRadius: 0, tension: 0,
+      data: [{ x: r.resume_step, y: lo }, { x: r.resume_step, y: hi }],
+    })));
+    ch.canvas.dataset.restarts = shown.map((r) => r.resume_step).join(',');
+  }
+
   function jobPage() {
     const id = decodeURIComponent(location.pathname.split('/')[2] || '');
     const charts = Object.keys(SERIES).map(makeChart);
@@ -189,14 +205,17 @@
       const m = await getJSON('/api/v1/jobs/' + encodeURIComponent(id) + '/metrics?since_step=' + (lastStep + 1) +
         '&names=loss,eval_loss,accuracy,eval_accuracy,examples_per_sec' + (lastStep < 0 ? '&max_points=' + MAX_DRAWN : ''));
       if (m.last_step !== null) lastStep = m.last_step;
+      const markers = (job.restart_markers || []).filter((r) => r.resume_step !== null);
       charts.forEach((ch) => {
         let total = 0;
         ch.data.datasets.forEach((d) => {
+          if (d.marker) return;
           const s = m.series[d.key];
           if (s) for (let i = 0; i < s.step.length; i++) d.full.push({ x: s.step[i], y: s.value[i] });
           d.data = drawn(d.full);
           total += d.full.length;
         });
+        markRestarts(ch, markers);
         ch.canvas.dataset.points = total;
         ch.canvas.dataset.lastStep = lastStep;
         ch.update('none');
@@ -216,9 +235,11 @@
       $('job-stall').hidden = !job.diagnosis;
       $('job-stall').textContent = job.diagnosis ? 'Stalled: ' + job.diagnosis : '';
       $('job-reason').textContent = job.reason && job.reason !== job.error && !job.diagnosis ? 'Reason: ' + job.reason : '';
-      fill($('events').tBodies[0], job.events.slice().reverse().map((e) => el('tr', null,
-        el('td', { textContent: fmtTime(e.time_ms) }), el('td', null, stateBadge(e.state)),
-        el('td', { textContent: e.step }), el('td', { textContent: e.reason }))));
+      fill($('events').tBodies[0], job.events.slice().reverse().map((e) => el('tr', e.restart ? { className: 'restart' } : null,
+        el('td', { textContent: fmtTime(e.time_ms) }),
+        el('td', null, stateBadge(e.state), e.restart ? el('span', { className: 'tag', textContent: 'restart ' + e.restart }) : ''),
+        el('td', { textContent: e.restart ? 'resumed from ' + (e.resume_step === null ? '?' : e.resume_step) : e.step }),
+        el('td', { textContent: e.reason }))));
       fill($('checkpoints').tBodies[0], job.checkpoints.slice().reverse().map((c) => el('tr', null,
         el('td', { textContent: c.step }), el('td', { textContent: c.complete ? 'yes' : 'writing' }),
         el('td', { textContent: fmtBytes(c.size_bytes) }), el('td', { textContent: c.location }))));

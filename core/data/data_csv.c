@@ -444,4 +444,4 @@ static mt_code csv_load(const mt_data_spec *s, const mt_data_file *f, const mt_d
     return rc;
 }
 
-const mt_data__source mt_data__csv_source = {"csv", csv_count, csv_load};
+const mt_data__source mt_data__csv_source = {"csv", csv_count, csv_load, NULL};

@@ -60,4 +60,4 @@ static mt_code idx_load(const mt_data_spec *spec, const mt_data_file *f, const m
     return MT_OK;
 }
 
-const mt_data__source mt_data__idx_source = {"idx", idx_count, idx_load};
+const mt_data__source mt_data__idx_source = {"idx", idx_count, idx_load, NULL};

@@ -7,14 +7,25 @@
  * dataset (data_source.c). The files a pipeline reads are decoded once at open and kept (as
  * tf.data's cache() would), so errors surface before the first step and epochs cost no I/O.
  *
- * DESIGN: the producer thread fills a ring of `prefetch` slots; slot k holds step k % depth.
- * The consumer holds one slot between two _next calls; the producer only writes slots
- * consumed..consumed+depth-1, which never include the held one. A step whose batches are
- * contiguous rows of the decoded matrix (no shuffle, no feature slice) is zero-copy: batches
- * point into the matrix. Otherwise rows are gathered (and sliced) into the slot's buffers.
- * Threading: the caller's thread plus one producer thread per pipeline; `mu` guards
- * produced/consumed/stop; slot contents belong to the producer until `produced` passes them and
- * to the consumer until `consumed` passes them. _start_epoch and _free join the producer.
+ * DESIGN: a ring of depth = `prefetch` + 1 preallocated slots (the steps ahead plus the one the
+ * consumer holds); slot k % depth holds step k. Steps are claimed in order (`claimed`) by whoever
+ * builds them: the pipeline's thread (created at the first epoch, kept across epochs), and the
+ * consumer itself when the step it needs is not ready and a slot is free (a consumer that
+ * outruns the thread works instead of sleeping, so prefetch never delivers less than building
+ * synchronously). Only steps consumed..consumed+depth-1 are claimable, which never include the
+ * slot the consumer holds. A side is signalled only when it sleeps (`*_waiting`), and the
+ * consumer wakes the thread only when at most half of the prefetched steps are left, so the
+ * thread fills several slots per wake-up and a busy consumer pays a mutex lock per step, no
+ * futex call. A step whose batches are contiguous rows of the decoded matrix (no shuffle, no
+ * feature slice) is zero-copy: batches point into the matrix, and it is built in the caller (a
+ * thread would only add a hand-off). Otherwise rows are gathered (and sliced) into the slot's
+ * buffers. Text is kept as compressed sparse rows (`sp`): a slot row remembers which example it
+ * holds (`prev`), and densifying the next one clears the old nonzeros and writes the new ones.
+ * Threading: the caller's thread plus one producer thread per pipeline; `mu` guards every field
+ * of the hand-off (claimed, consumed, ready, building, active, quit, *_waiting); a slot's
+ * contents belong to its builder until `ready` says its step, then to the consumer until
+ * `consumed` passes it. _start_epoch quiesces the thread (waits until it builds nothing) before
+ * it reshuffles; _free joins it.
  * Tests: tests/unit/test_data_pipeline.c (runs under ASan in `make asan`).
  */
 #include <pthread.h>
@@ -26,11 +37,15 @@
 #include "rng/mt_rng.h"
 
 typedef struct slot {
+    size_t ready; /* step + 1 when the slot holds that built step, else 0 (guarded by mu) */
     mt_data_step step;
     mt_data_batch *batches; /* L */
     float *x;               /* L * max_batch * dim */
     int32_t *y;             /* L * max_batch */
+    uint32_t *prev;         /* sparse: example whose nonzeros row r of x holds (NONE: all 0) */
 } slot;
+
+#define NONE UINT32_MAX
 
 struct mt_data_pipeline {
     mt_data_dataset *ds; /* borrowed */
@@ -40,6 +55,7 @@ struct mt_data_pipeline {
     size_t dim_full, off, dim; /* decoded dim, delivered slice */
     size_t shape[3];           /* H, W, C of the examples (all 0: flat) */
     float *x;                  /* owned (n_local, dim_full): decoded examples, file order */
+    mt_data__csr sp;           /* owned: the same as sparse rows (text); then x == NULL */
     int32_t *y;                /* owned (n_local) */
     size_t n_local;
     uint32_t *order;   /* owned (n_local): shuffled local indices, the pre-shard stream */
@@ -48,15 +64,20 @@ struct mt_data_pipeline {
     bool zero_copy;    /* batches can point into x */
     size_t depth;      /* slots */
     slot *slots;       /* owned; depth */
-    /* prefetch thread */
+    /* prefetch thread and hand-off (guarded by mu unless said) */
     pthread_t th;
-    bool th_running;
+    bool th_running; /* caller's thread only */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    size_t produced; /* steps fully built (guarded by mu) */
-    size_t consumed; /* steps released by the consumer (guarded by mu) */
-    bool stop;       /* guarded by mu */
-    bool holding;    /* consumer holds slot `consumed` (consumer thread only) */
+    pthread_cond_t prod_cv; /* the thread waits here (prod_waiting) */
+    pthread_cond_t cons_cv; /* the consumer waits here (cons_waiting) */
+    size_t claimed;         /* next step to build */
+    size_t consumed;        /* steps released by the consumer */
+    size_t steps;           /* steps of the current epoch */
+    bool active;            /* an epoch is being produced */
+    bool building;          /* the thread is building a claimed step */
+    bool quit;
+    bool prod_waiting, cons_waiting;
+    bool holding; /* consumer holds slot `consumed` (consumer thread only) */
     bool started;
     size_t epoch;
 };
@@ -114,6 +135,32 @@ static void replica_range(const mt_data_pipeline *p, size_t s, size_t l, size_t 
         mt_data_plan_range(p->plan, p->ctx.pipeline_id, s, l, start, len);
 }
 
+/* Write sparse example ex's nonzeros inside the delivered slice into row (or zero them). */
+static void put_row(const mt_data_pipeline *p, float *row, uint32_t ex, bool clear)
+{
+    const mt_data__csr *c = &p->sp;
+
+    for (size_t j = c->ptr[ex]; j < c->ptr[ex + 1]; j++) {
+        size_t f = (size_t)c->idx[j] - p->off; /* wraps above dim when idx < off */
+        if (f < p->dim)
+            row[f] = clear ? 0.0f : c->val[j];
+    }
+}
+
+/*
+ * Densify sparse example k into a slot row that holds example *prev (NONE: zeros): clear only the
+ * previous example's nonzeros, then scatter k's, so a row costs its nonzeros, not dim.
+ */
+static void scatter_row(const mt_data_pipeline *p, float *row, uint32_t *prev, uint32_t k)
+{
+    if (*prev == k)
+        return;
+    if (*prev != NONE)
+        put_row(p, row, *prev, true);
+    put_row(p, row, k, false);
+    *prev = k;
+}
+
 /* Assemble step `s` into slot `sl`. Never fails: every buffer is sized at open. */
 static void build_step(mt_data_pipeline *p, size_t s, slot *sl)
 {
@@ -137,6 +184,17 @@ static void build_step(mt_data_pipeline *p, size_t s, slot *sl)
         } else if (p->zero_copy) {
             b->x = p->x + (size_t)p->order[start] * p->dim_full;
             b->y = p->y + p->order[start];
+        } else if (p->sp.ptr != NULL) {
+            float *dx = sl->x + l * p->max_batch * p->dim;
+            int32_t *dy = sl->y + l * p->max_batch;
+            uint32_t *prev = sl->prev + l * p->max_batch;
+            for (size_t i = 0; i < len; i++) {
+                uint32_t k = stream_at(p, start + i);
+                scatter_row(p, dx + i * p->dim, &prev[i], k);
+                dy[i] = p->y[k];
+            }
+            b->x = dx;
+            b->y = dy;
         } else {
             float *dx = sl->x + l * p->max_batch * p->dim;
             int32_t *dy = sl->y + l * p->max_batch;
@@ -152,27 +210,54 @@ static void build_step(mt_data_pipeline *p, size_t s, slot *sl)
     }
 }
 
+/* Whether a step can be claimed now (mu held). */
+static bool claimable(const mt_data_pipeline *p)
+{
+    return p->active && p->claimed < p->steps && p->claimed < p->consumed + p->depth;
+}
+
+/* Build step s (claimed by the caller) with mu released, then publish it (mu held again). */
+static void build_claimed(mt_data_pipeline *p, size_t s)
+{
+    slot *sl = &p->slots[s % p->depth];
+
+    pthread_mutex_unlock(&p->mu);
+    build_step(p, s, sl);
+    pthread_mutex_lock(&p->mu);
+    sl->ready = s + 1;
+}
+
 static void *producer(void *arg)
 {
     mt_data_pipeline *p = arg;
-    size_t steps = mt_data_plan_steps(p->plan);
 
-    for (size_t s = 0; s < steps; s++) {
-        pthread_mutex_lock(&p->mu);
-        while (!p->stop && s >= p->consumed + p->depth)
-            pthread_cond_wait(&p->cv, &p->mu);
-        if (p->stop) {
-            pthread_mutex_unlock(&p->mu);
-            return NULL;
+    pthread_mutex_lock(&p->mu);
+    while (!p->quit) {
+        if (!claimable(p)) {
+            p->prod_waiting = true;
+            pthread_cond_wait(&p->prod_cv, &p->mu);
+            p->prod_waiting = false;
+            continue;
         }
-        pthread_mutex_unlock(&p->mu);
-        build_step(p, s, &p->slots[s % p->depth]);
-        pthread_mutex_lock(&p->mu);
-        p->produced = s + 1;
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
+        p->building = true;
+        build_claimed(p, p->claimed++);
+        p->building = false;
+        if (p->cons_waiting)
+            pthread_cond_signal(&p->cons_cv);
     }
+    pthread_mutex_unlock(&p->mu);
     return NULL;
+}
+
+/* Stop producing (mu held): afterwards the thread builds nothing until the next epoch. */
+static void quiesce(mt_data_pipeline *p)
+{
+    p->active = false;
+    while (p->building) {
+        p->cons_waiting = true;
+        pthread_cond_wait(&p->cons_cv, &p->mu);
+        p->cons_waiting = false;
+    }
 }
 
 static void stop_thread(mt_data_pipeline *p)
@@ -180,8 +265,8 @@ static void stop_thread(mt_data_pipeline *p)
     if (!p->th_running)
         return;
     pthread_mutex_lock(&p->mu);
-    p->stop = true;
-    pthread_cond_broadcast(&p->cv);
+    p->quit = true;
+    pthread_cond_signal(&p->prod_cv);
     pthread_mutex_unlock(&p->mu);
     pthread_join(p->th, NULL);
     p->th_running = false;
@@ -192,23 +277,79 @@ void mt_data_pipeline_free(mt_data_pipeline *p)
     if (p == NULL)
         return;
     stop_thread(p);
-    pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->prod_cv);
+    pthread_cond_destroy(&p->cons_cv);
     pthread_mutex_destroy(&p->mu);
     for (size_t i = 0; p->slots != NULL && i < p->depth; i++) {
         mt_free(p->slots[i].batches);
         mt_free(p->slots[i].x);
         mt_free(p->slots[i].y);
+        mt_free(p->slots[i].prev);
     }
     mt_free(p->slots);
     mt_free(p->order);
     mt_free(p->scratch);
     mt_free(p->x);
     mt_free(p->y);
+    mt_data__csr_fini(&p->sp);
     mt_data_plan_free(p->plan);
     mt_free(p);
 }
 
-/* Decode the files this pipeline reads into p->x / p->y (file order). */
+/* Decode the files this pipeline reads into compressed sparse rows p->sp, labels p->y. */
+static mt_code load_files_csr(mt_data_pipeline *p, size_t need, mt_err *err)
+{
+    size_t nf = mt_data_dataset_num_files(p->ds), at = 0;
+    mt_data__csr *c = &p->sp;
+    mt_code rc;
+
+    c->ptr = mt_calloc(need + 1, sizeof(size_t));
+    p->y = mt_malloc(need * sizeof(int32_t) + 1);
+    if (c->ptr == NULL || p->y == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
+    for (size_t f = 0; f < nf; f++) {
+        mt_data__csr b;
+        void *ni, *nv;
+        if (!mt_data_plan_reads_file(p->plan, p->ctx.pipeline_id, f))
+            continue;
+        rc = mt_data__dataset_load_csr(p->ds, f, &b, err);
+        if (rc != MT_OK)
+            return rc;
+        if (at > 0 && b.dim != c->dim) {
+            size_t d = b.dim;
+            mt_data__csr_fini(&b);
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "%s: %zu features per example, earlier files have %zu",
+                              mt_data_dataset_file_name(p->ds, f), d, c->dim);
+        }
+        c->dim = b.dim;
+        ni = mt_realloc(c->idx, (c->nnz + b.nnz) * sizeof(uint32_t) + 1);
+        if (ni != NULL)
+            c->idx = ni;
+        nv = ni == NULL ? NULL : mt_realloc(c->val, (c->nnz + b.nnz) * sizeof(float) + 1);
+        if (nv == NULL) {
+            mt_data__csr_fini(&b);
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
+        }
+        c->val = nv;
+        if (b.nnz > 0) {
+            memcpy(c->idx + c->nnz, b.idx, b.nnz * sizeof(uint32_t));
+            memcpy(c->val + c->nnz, b.val, b.nnz * sizeof(float));
+        }
+        for (size_t i = 0; i < b.n; i++)
+            c->ptr[at + i + 1] = c->nnz + b.ptr[i + 1];
+        memcpy(p->y + at, b.y, b.n * sizeof(int32_t));
+        c->nnz += b.nnz;
+        at += b.n;
+        mt_data__csr_fini(&b);
+    }
+    c->n = at;
+    p->dim_full = c->dim;
+    p->n_local = at;
+    return MT_OK;
+}
+
+/* Decode the files this pipeline reads into p->x / p->y (file order), or p->sp when sparse. */
 static mt_code load_files(mt_data_pipeline *p, mt_err *err)
 {
     size_t nf = mt_data_dataset_num_files(p->ds), need = 0, at = 0;
@@ -217,8 +358,10 @@ static mt_code load_files(mt_data_pipeline *p, mt_err *err)
     for (size_t f = 0; f < nf; f++)
         if (mt_data_plan_reads_file(p->plan, p->ctx.pipeline_id, f))
             need += mt_data_dataset_file_size(p->ds, f);
-    if (need > UINT32_MAX)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: %zu examples exceed 2^32", need);
+    if (need >= UINT32_MAX) /* NONE is UINT32_MAX */
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: %zu examples exceed 2^32 - 1", need);
+    if (mt_data__dataset_sparse(p->ds))
+        return load_files_csr(p, need, err);
     for (size_t f = 0; f < nf; f++) {
         mt_data_block b;
         if (!mt_data_plan_reads_file(p->plan, p->ctx.pipeline_id, f))
@@ -287,7 +430,8 @@ static mt_code alloc_slots(mt_data_pipeline *p, mt_err *err)
 {
     size_t L = p->ctx.replicas_per_pipeline;
 
-    p->depth = p->opts.prefetch > 0 ? p->opts.prefetch : 1;
+    /* prefetch P: P steps ahead of the one the consumer holds (tf.data's prefetch(P) buffer) */
+    p->depth = p->opts.prefetch > 0 && !p->zero_copy ? p->opts.prefetch + 1 : 1;
     p->slots = mt_calloc(p->depth, sizeof(*p->slots));
     if (p->slots == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
@@ -298,8 +442,17 @@ static mt_code alloc_slots(mt_data_pipeline *p, mt_err *err)
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
         if (p->zero_copy)
             continue;
-        s->x = mt_malloc(L * p->max_batch * p->dim * sizeof(float) + 1);
         s->y = mt_malloc(L * p->max_batch * sizeof(int32_t) + 1);
+        if (p->sp.ptr == NULL) {
+            s->x = mt_malloc(L * p->max_batch * p->dim * sizeof(float) + 1);
+        } else { /* sparse: rows start zeroed and are kept so (scatter_row) */
+            s->x = mt_calloc(L * p->max_batch * p->dim + 1, sizeof(float));
+            s->prev = mt_malloc(L * p->max_batch * sizeof(uint32_t) + 1);
+            if (s->prev == NULL)
+                return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
+            for (size_t r = 0; r < L * p->max_batch; r++)
+                s->prev[r] = NONE;
+        }
         if (s->x == NULL || s->y == NULL)
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
     }
@@ -323,7 +476,8 @@ mt_code mt_data_pipeline_open(mt_data_dataset *ds, const mt_data_input_ctx *ctx,
     if (p == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->prod_cv, NULL);
+    pthread_cond_init(&p->cons_cv, NULL);
     p->ds = ds;
     p->ctx = *ctx;
     p->opts = *opts;
@@ -352,7 +506,8 @@ mt_code mt_data_pipeline_open(mt_data_dataset *ds, const mt_data_input_ctx *ctx,
     R = mt_data_input_ctx_num_replicas(ctx);
     p->max_batch = opts->batching == MT_DATA_BATCH_PER_REPLICA ? ctx->global_batch / R
                                                                : (ctx->global_batch + R - 1) / R;
-    p->zero_copy = opts->shuffle_buffer <= 1 && !opts->permute && p->dim == p->dim_full &&
+    p->zero_copy = p->sp.ptr == NULL && opts->shuffle_buffer <= 1 && !opts->permute &&
+                   p->dim == p->dim_full &&
                    !(opts->batching == MT_DATA_BATCH_PER_REPLICA &&
                      mt_data_plan_policy(p->plan) == MT_DATA_SHARD_DATA && ctx->num_pipelines > 1);
     buf = opts->shuffle_buffer < p->n_local ? opts->shuffle_buffer : p->n_local;
@@ -372,9 +527,18 @@ fail:
     return rc;
 }
 
+/* Whether steps are built on the pipeline's thread (zero-copy steps are only pointers). */
+static bool threaded(const mt_data_pipeline *p)
+{
+    return p->opts.prefetch > 0 && !p->zero_copy;
+}
+
 mt_code mt_data_pipeline_start_epoch(mt_data_pipeline *p, size_t epoch, mt_err *err)
 {
-    stop_thread(p);
+    pthread_mutex_lock(&p->mu);
+    quiesce(p);
+    pthread_mutex_unlock(&p->mu);
+    /* the thread builds nothing now: order and epoch are ours */
     if (p->opts.permute) {
         mt_rng_permutation(p->order, p->n_local, p->opts.seed, epoch);
     } else {
@@ -384,50 +548,74 @@ mt_code mt_data_pipeline_start_epoch(mt_data_pipeline *p, size_t epoch, mt_err *
                         p->scratch);
     }
     p->epoch = epoch;
-    p->produced = 0;
-    p->consumed = 0;
-    p->stop = false;
     p->holding = false;
-    p->started = true;
-    if (p->opts.prefetch > 0) {
-        if (pthread_create(&p->th, NULL, producer, p) != 0) {
-            p->started = false;
+    p->started = false;
+    if (threaded(p) && !p->th_running) {
+        p->quit = false;
+        if (pthread_create(&p->th, NULL, producer, p) != 0)
             return mt_err_set(err, MT_INTERNAL, "pipeline: cannot start the prefetch thread");
-        }
         p->th_running = true;
     }
+    pthread_mutex_lock(&p->mu);
+    for (size_t i = 0; i < p->depth; i++)
+        p->slots[i].ready = 0;
+    p->steps = mt_data_plan_steps(p->plan);
+    p->claimed = 0;
+    p->consumed = 0;
+    p->active = true;
+    if (p->prod_waiting)
+        pthread_cond_signal(&p->prod_cv);
+    pthread_mutex_unlock(&p->mu);
+    p->started = true;
     return MT_OK;
 }
 
 mt_code mt_data_pipeline_next(mt_data_pipeline *p, const mt_data_step **out, mt_err *err)
 {
-    size_t steps = mt_data_plan_steps(p->plan), k;
+    size_t k;
+    slot *sl;
 
     *out = NULL;
     if (!p->started)
         return mt_err_set(err, MT_FAILED_PRECONDITION, "pipeline: next before start_epoch");
+    if (!threaded(p)) { /* synchronous: build in the caller, slot 0 */
+        if (p->holding)
+            p->consumed++;
+        p->holding = false;
+        if (p->consumed >= p->steps)
+            return mt_err_set(err, MT_OUT_OF_RANGE, "pipeline: end of epoch %zu", p->epoch);
+        build_step(p, p->consumed, &p->slots[0]);
+        p->holding = true;
+        *out = &p->slots[0].step;
+        return MT_OK;
+    }
     pthread_mutex_lock(&p->mu);
     if (p->holding) {
         p->consumed++;
         p->holding = false;
-        pthread_cond_broadcast(&p->cv);
+        /* refill when at most half of the prefetched steps are left: the thread then builds
+           several steps per wake-up instead of one per step */
+        if (p->prod_waiting && claimable(p) && p->claimed - p->consumed <= p->opts.prefetch / 2)
+            pthread_cond_signal(&p->prod_cv);
     }
     k = p->consumed;
-    if (k >= steps) {
+    if (k >= p->steps) {
         pthread_mutex_unlock(&p->mu);
         return mt_err_set(err, MT_OUT_OF_RANGE, "pipeline: end of epoch %zu", p->epoch);
     }
-    if (p->opts.prefetch == 0) {
-        pthread_mutex_unlock(&p->mu);
-        build_step(p, k, &p->slots[0]);
-        pthread_mutex_lock(&p->mu);
-    } else {
-        while (p->produced <= k)
-            pthread_cond_wait(&p->cv, &p->mu);
+    sl = &p->slots[k % p->depth];
+    while (sl->ready != k + 1) {
+        if (claimable(p)) { /* the thread is behind: build a step here instead of sleeping */
+            build_claimed(p, p->claimed++);
+            continue;
+        }
+        p->cons_waiting = true;
+        pthread_cond_wait(&p->cons_cv, &p->mu);
+        p->cons_waiting = false;
     }
     p->holding = true;
     pthread_mutex_unlock(&p->mu);
-    *out = &p->slots[k % p->depth].step;
+    *out = &sl->step;
     return MT_OK;
 }
 

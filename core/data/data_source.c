@@ -35,6 +35,17 @@ void mt_data_block_fini(mt_data_block *b)
     memset(b, 0, sizeof(*b));
 }
 
+void mt_data__csr_fini(mt_data__csr *c)
+{
+    if (c == NULL)
+        return;
+    mt_free(c->ptr);
+    mt_free(c->idx);
+    mt_free(c->val);
+    mt_free(c->y);
+    memset(c, 0, sizeof(*c));
+}
+
 static const mt_data__source *source_for(mt_data_format f)
 {
     switch (f) {
@@ -171,6 +182,15 @@ const char *mt_data_dataset_file_name(const mt_data_dataset *ds, size_t f)
     return ds->files != NULL ? ds->files[f].path : "<memory>";
 }
 
+/* A decode that disagrees with the count made at open: the file changed under us. */
+static mt_code check_count(const mt_data_dataset *ds, size_t f, size_t got, mt_err *err)
+{
+    if (got == ds->sizes[f])
+        return MT_OK;
+    return mt_err_set(err, MT_DATA_LOSS, "%s: decoded %zu examples but counted %zu",
+                      ds->files[f].path, got, ds->sizes[f]);
+}
+
 mt_code mt_data_dataset_load(mt_data_dataset *ds, size_t f, mt_data_block *out, mt_err *err)
 {
     mt_code rc;
@@ -194,13 +214,28 @@ mt_code mt_data_dataset_load(mt_data_dataset *ds, size_t f, mt_data_block *out, 
         return MT_OK;
     }
     rc = ds->src->load(ds->spec, &ds->files[f], ds->vec, out, err);
-    if (rc != MT_OK)
-        return rc;
-    if (out->n != ds->sizes[f]) {
-        size_t got = out->n;
+    if (rc == MT_OK && (rc = check_count(ds, f, out->n, err)) != MT_OK)
         mt_data_block_fini(out);
-        return mt_err_set(err, MT_DATA_LOSS, "%s: decoded %zu examples but counted %zu",
-                          ds->files[f].path, got, ds->sizes[f]);
-    }
-    return MT_OK;
+    return rc;
+}
+
+bool mt_data__dataset_sparse(const mt_data_dataset *ds)
+{
+    return ds->mem == NULL && ds->src != NULL && ds->src->load_csr != NULL;
+}
+
+mt_code mt_data__dataset_load_csr(mt_data_dataset *ds, size_t f, mt_data__csr *out, mt_err *err)
+{
+    mt_code rc;
+
+    memset(out, 0, sizeof(*out));
+    if (f >= ds->n_files)
+        return mt_err_set(err, MT_OUT_OF_RANGE, "dataset: file %zu of %zu", f, ds->n_files);
+    if (!mt_data__dataset_sparse(ds))
+        return mt_err_set(err, MT_FAILED_PRECONDITION, "dataset: %s does not decode sparse",
+                          mt_data_dataset_file_name(ds, f));
+    rc = ds->src->load_csr(ds->spec, &ds->files[f], ds->vec, out, err);
+    if (rc == MT_OK && (rc = check_count(ds, f, out->n, err)) != MT_OK)
+        mt_data__csr_fini(out);
+    return rc;
 }

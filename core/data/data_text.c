@@ -700,15 +700,51 @@ static mt_code text_count(const mt_data_spec *spec, const mt_data_file *f, size_
     return rc;
 }
 
-static mt_code text_load(const mt_data_spec *spec, const mt_data_file *f, const mt_data_tfidf *v,
-                         mt_data_block *out, mt_err *err)
+/* Append row `row` (dim floats) to c's nonzeros; 0 or RESOURCE_EXHAUSTED-worthy -1. */
+static int csr_push_row(mt_data__csr *c, size_t *cap, const float *row, size_t i)
+{
+    for (size_t j = 0; j < c->dim; j++) {
+        if (row[j] == 0.0f)
+            continue;
+        if (c->nnz == *cap) {
+            size_t nc = *cap ? *cap * 2 : 1024;
+            uint32_t *ni = mt_realloc(c->idx, nc * sizeof(uint32_t));
+            float *nv;
+            if (ni == NULL)
+                return -1;
+            c->idx = ni;
+            nv = mt_realloc(c->val, nc * sizeof(float));
+            if (nv == NULL)
+                return -1;
+            c->val = nv;
+            *cap = nc;
+        }
+        c->idx[c->nnz] = (uint32_t)j;
+        c->val[c->nnz++] = row[j];
+    }
+    c->ptr[i + 1] = c->nnz;
+    return 0;
+}
+
+/*
+ * Decode f with the vectorizer: into the dense block `dense` or, when it is NULL, into the
+ * compressed sparse rows `csr` (each document is vectorized into one reused row and its nonzeros
+ * kept, so both forms hold the same floats bit for bit).
+ */
+static mt_code text_decode(const mt_data_spec *spec, const mt_data_file *f, const mt_data_tfidf *v,
+                           mt_data_block *dense, mt_data__csr *csr, mt_err *err)
 {
     mt_data__docs docs = {0, 0, NULL};
     char *scratch = NULL;
-    size_t maxlen = 1;
+    float *row = NULL;
+    size_t maxlen = 1, cap = 0;
+    int32_t *y;
     mt_code rc;
 
-    memset(out, 0, sizeof(*out));
+    if (dense != NULL)
+        memset(dense, 0, sizeof(*dense));
+    else
+        memset(csr, 0, sizeof(*csr));
     if (v == NULL)
         return mt_err_set(err, MT_FAILED_PRECONDITION,
                           "%s: text datasets need a fitted TF-IDF vectorizer", f->path);
@@ -719,27 +755,63 @@ static mt_code text_load(const mt_data_spec *spec, const mt_data_file *f, const 
         goto out;
     for (size_t i = 0; i < docs.n; i++)
         maxlen = docs.v[i].len > maxlen ? docs.v[i].len : maxlen;
-    out->n = docs.n;
-    out->dim = v->dim;
-    out->x = mt_malloc(docs.n * v->dim * sizeof(float));
-    out->y = mt_malloc(docs.n * sizeof(int32_t));
     scratch = mt_malloc(maxlen);
-    if (out->x == NULL || out->y == NULL || scratch == NULL) {
+    y = mt_malloc(docs.n * sizeof(int32_t));
+    if (dense != NULL) {
+        dense->n = docs.n;
+        dense->dim = v->dim;
+        dense->x = mt_malloc(docs.n * v->dim * sizeof(float));
+        dense->y = y;
+    } else {
+        csr->n = docs.n;
+        csr->dim = v->dim;
+        csr->ptr = mt_calloc(docs.n + 1, sizeof(size_t));
+        csr->y = y;
+        row = mt_malloc(v->dim * sizeof(float));
+    }
+    if (scratch == NULL || y == NULL ||
+        (dense != NULL ? dense->x == NULL : (csr->ptr == NULL || row == NULL))) {
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", f->path);
-        mt_data_block_fini(out);
         goto out;
     }
     for (size_t i = 0; i < docs.n; i++) {
-        transform_with(v, docs.v[i].text, docs.v[i].len, out->x + i * v->dim, scratch);
-        out->y[i] = docs.v[i].label;
+        y[i] = docs.v[i].label;
+        if (dense != NULL) {
+            transform_with(v, docs.v[i].text, docs.v[i].len, dense->x + i * v->dim, scratch);
+            continue;
+        }
+        transform_with(v, docs.v[i].text, docs.v[i].len, row, scratch);
+        if (csr_push_row(csr, &cap, row, i) != 0) {
+            rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", f->path);
+            goto out;
+        }
     }
 out:
+    if (rc != MT_OK) {
+        if (dense != NULL)
+            mt_data_block_fini(dense);
+        else
+            mt_data__csr_fini(csr);
+    }
+    mt_free(row);
     mt_free(scratch);
     mt_data__docs_fini(&docs);
     return rc;
 }
 
-const mt_data__source mt_data__text_source = {"text", text_count, text_load};
+static mt_code text_load(const mt_data_spec *spec, const mt_data_file *f, const mt_data_tfidf *v,
+                         mt_data_block *out, mt_err *err)
+{
+    return text_decode(spec, f, v, out, NULL, err);
+}
+
+static mt_code text_load_csr(const mt_data_spec *spec, const mt_data_file *f,
+                             const mt_data_tfidf *v, mt_data__csr *out, mt_err *err)
+{
+    return text_decode(spec, f, v, NULL, out, err);
+}
+
+const mt_data__source mt_data__text_source = {"text", text_count, text_load, text_load_csr};
 
 mt_code mt_data_tfidf_fit_spec(const mt_data_spec *spec, mt_data_tfidf **out, mt_err *err)
 {

@@ -364,7 +364,8 @@ typedef struct mt_data_pipeline_opts {
     bool drop_remainder;
     size_t shuffle_buffer; /* 0 or 1: no shuffling */
     uint64_t seed;
-    size_t prefetch; /* steps assembled ahead on the background thread; 0 = synchronous */
+    size_t prefetch; /* steps assembled ahead of the held one on the pipeline's thread (P + 1
+                        preallocated slots); 0 = synchronous */
     /* a uniform permutation of the pre-shard stream per epoch, mt_rng_permutation(seed, epoch)
        (the training engine's order; tf's shuffle with a buffer >= the dataset) instead of the
        buffered shuffle; shuffle_buffer is then ignored */
@@ -431,7 +432,10 @@ mt_code mt_data_pipeline_start_epoch(mt_data_pipeline *p, size_t epoch, mt_err *
 /*
  * Next step of the epoch: MT_OK and *out (borrowed until the next call on p), or OUT_OF_RANGE
  * after the last step (every pipeline reaches it at the same step). FAILED_PRECONDITION before
- * start_epoch. Blocks until the prefetch thread has the step.
+ * start_epoch. With prefetch, a step that is not ready yet is waited for; while waiting, the
+ * caller builds the next unclaimed step itself when a slot is free (so prefetch never delivers
+ * less than building synchronously). Zero-copy steps (no shuffle, no slice) are always built in
+ * the caller.
  */
 mt_code mt_data_pipeline_next(mt_data_pipeline *p, const mt_data_step **out, mt_err *err);
 

@@ -230,6 +230,12 @@ static mt_code next_live(mt_watch *w, int timeout_ms, mt_watch_event *ev, mt_err
         snprintf(ev->state, sizeof(ev->state), "%s", we->state);
         snprintf(ev->error, sizeof(ev->error), "%s", we->error);
         w->ph = PH_DONE;
+    } else if (we->state[0] != '\0' && we->n_points == 0) {
+        /* a state change (restart): the next attempt redoes steps below the seam */
+        snprintf(ev->state, sizeof(ev->state), "%s", we->state);
+        snprintf(ev->error, sizeof(ev->error), "%s", we->error);
+        w->any_history = false;
+        w->n_seam = 0;
     }
     meshtrain__watch_event__free_unpacked(we, NULL);
     return MT_OK;

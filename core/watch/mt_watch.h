@@ -12,9 +12,15 @@
  * history step, and at that step the names already delivered. The stream ends with an event
  * whose `final` is set: published when the job reaches SUCCEEDED/FAILED/CANCELLED, or seen in
  * the history reply when it had already ended.
+ * State changes: the coordinator also publishes a non-final event with no points when the job
+ * moves to RESTARTING (reason: the cause) or is placed again (SCHEDULED, reason: "placed on ...
+ * (attempt N, resuming from a checkpoint at step S)"); they are delivered with `state` and
+ * `reason` set. After one, the seam is forgotten: the restarted attempt redoes steps below it and
+ * those points are delivered live again (they replace the lost ones in the store).
+ * Restart markers: mt_watch_restart_scan reads the restarts (cause, attempt, resume step) out of
+ * a job's state history (GetJob events, the API's events, or the live state events above).
  * Limits: the subscription buffers up to 8192 live messages while history is read (nng drops
- * beyond that); points re-reported for steps below the history seam (a restart that redoes
- * steps) are not re-delivered live — the fault-tolerance issue (#10) adds restart markers.
+ * beyond that).
  * Threading: one mt_watch is used by one thread; it blocks in mt_watch_next. The RPC client is
  * borrowed and must outlive the watch.
  * Tests: tests/integration/test_jobs.sh (a watcher started mid-run sees every step once).
@@ -43,8 +49,10 @@ typedef struct mt_watch_event {
     const mt_watch_point *points; /* borrowed; valid until the next call on the watch */
     size_t n_points;
     bool final;      /* the job ended: no more events */
-    char state[16];  /* with final: "SUCCEEDED" | "FAILED" | "CANCELLED" */
-    char error[256]; /* with final: the job's error, "" when none */
+    char state[16];  /* with final: "SUCCEEDED" | "FAILED" | "CANCELLED"; without final and
+                        with no points: a live state change ("RESTARTING", "SCHEDULED"), "" else */
+    char error[256]; /* with final: the job's error, "" when none; with a state change: its
+                        reason (the state history's text) */
     bool live;       /* the points came from the live stream (false: history) */
 } mt_watch_event;
 
@@ -68,5 +76,49 @@ mt_code mt_watch_next(mt_watch *w, int timeout_ms, mt_watch_event *ev, mt_err *e
 
 /* Unsubscribe and free. NULL is a no-op. */
 void mt_watch_close(mt_watch *w);
+
+/* One restart of a job, read from its state history (RESTARTING, then SCHEDULED again). */
+typedef struct mt_watch_restart {
+    uint32_t number;     /* 1 for the first restart */
+    uint32_t attempt;    /* the attempt that resumed (number + 1) */
+    int64_t time_ms;     /* when that attempt was placed (its SCHEDULED event) */
+    int64_t resume_step; /* the checkpoint step it resumed from (0: from the start); -1 when
+                            unknown (history recorded before the step was written down) */
+    uint64_t lost_step;  /* the job's step when it went to RESTARTING */
+    char cause[256];     /* the RESTARTING event's reason ("worker w2 lost (...)"), "" unknown */
+} mt_watch_restart;
+
+/* Scanner state between events; initialise with mt_watch_restart_scan_init. Plain data. */
+typedef struct mt_watch_restart_scan {
+    uint32_t restarts; /* restarts seen so far */
+    bool pending;      /* a RESTARTING event waits for its SCHEDULED one */
+    uint64_t lost_step;
+    char cause[256];
+} mt_watch_restart_scan;
+
+/* Start a scan before a job's first event. */
+void mt_watch_restart_scan_init(mt_watch_restart_scan *s);
+
+/*
+ * Feed the next event of a job's state history, in order: state, reason (borrowed; NULL = ""),
+ * when and the job's step at that time. Returns true and fills *out when the event completes a
+ * restart: a SCHEDULED event whose reason says "attempt N" with N >= 2 (restart number N - 1),
+ * or, without an attempt, one following a RESTARTING event (the next number). The resume step is
+ * read from "at step S" / "from step S" in its reason (coordinator/jobs.c writes it); -1 when the
+ * reason says it resumed from a checkpoint without naming the step; 0 otherwise. Never fails;
+ * unknown states are ignored.
+ */
+bool mt_watch_restart_scan_event(mt_watch_restart_scan *s, const char *state, const char *reason,
+                                 int64_t time_ms, uint64_t step, mt_watch_restart *out);
+
+struct cJSON;
+
+/*
+ * The JSON form of a restart (docs/api.md restart_markers, `meshtrain watch --json`,
+ * `meshtrain status --json`): {"restart", "attempt", "time_ms", "resume_step" (null when
+ * unknown), "lost_step", "cause"}. Returns an owned cJSON object (cJSON_Delete), NULL when out of
+ * memory.
+ */
+struct cJSON *mt_watch_restart_json(const mt_watch_restart *r);
 
 #endif

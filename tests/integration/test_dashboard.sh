@@ -5,8 +5,10 @@
 # scripts (Chart.js from libjs-chart.js, served by the coordinator) for a few
 # seconds of virtual time, and the test checks the resulting DOM: state,
 # step, progress, the charts' point counts, the mesh grid, the state history,
-# that the page refreshed itself several times without a reload, and the error
-# text of a failed job. Screenshots go to $MT_BIN_DIR/dashboard-*.png. The
+# that the page refreshed itself several times without a reload, the restart
+# marker (the seeded job restarted, resuming from step 150: a marker dataset at
+# x=150 on the charts, the restart in the state history and the API's
+# restart_markers), and the error text of a failed job. Screenshots go to $MT_BIN_DIR/dashboard-*.png. The
 # total transfer of the job page (HTML, CSS, JS, Chart.js) must stay <= 300 KB.
 # Skipped (exit 0 with a reason) only when Chromium is absent and cannot be installed.
 source "$(dirname "$0")/lib.sh"
@@ -24,7 +26,7 @@ if [ -z "$CHROME" ]; then
 fi
 
 S=$T/state
-JOB=$("$BIN/mt_seed_state" "$S" --steps 300)
+JOB=$("$BIN/mt_seed_state" "$S" --steps 300 --restart 150)
 start_coordinator coord "$S" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
     --heartbeat-timeout-ms 600000 --dashboard-dir "$SRC/coordinator/dashboard"
 log "coordinator http $HTTP_URL"
@@ -58,6 +60,17 @@ grep -q 'worker-b:1' "$T/job.html" || fail "mesh cell labels"
 for st in QUEUED SCHEDULED RUNNING; do
     grep -q "class=\"state $st\">$st</span>" "$T/job.html" || fail "state history lacks $st"
 done
+curl -sf "$HTTP_URL/api/v1/jobs/$JOB" | jq -e '.restarts == 1 and .restart_markers == [{restart: 1,
+    attempt: 2, time_ms: .events[4].time_ms, resume_step: 150, lost_step: 300,
+    cause: "worker worker-b lost (no heartbeat)"}] and .events[4].restart == 1 and
+    .events[4].resume_step == 150 and ([.events[] | select(.restart)] | length == 1)' >/dev/null ||
+    fail "API restart_markers: $(curl -s "$HTTP_URL/api/v1/jobs/$JOB" | jq -c '.restart_markers')"
+for c in loss-chart acc-chart; do
+    grep -q "<canvas id=\"$c\"[^>]*data-restarts=\"150\"" "$T/job.html" ||
+        fail "no restart marker on $c: $(dom "<canvas id=\"$c\"[^>]*")"
+done
+grep -q '<tr class="restart">.*<span class="tag">restart 1</span></td><td>resumed from 150</td>' \
+    "$T/job.html" || fail "state history: the restart row"
 UPDATES=$(grep -o 'data-updates="[0-9]*"' "$T/job.html" | grep -o '[0-9]*')
 [ "${UPDATES:-0}" -ge 3 ] || fail "page refreshed ${UPDATES:-0} times in 6 s, expected >= 3 (1 s polling)"
 log "job page DOM ok (refreshed $UPDATES times without reload)"

@@ -148,6 +148,8 @@ busy() { mt status --json "$TERM_JOB" | jq -e '.state == "RUNNING" and .step >= 
 wait_for 60 "$TERM_JOB running" busy
 R0=$(mt status --json "$TERM_JOB" | jq -r '.placement[] | select(.rank == 0) | .worker_id')
 pid=$(mt workers --json | jq -r --arg w "$R0" '.workers[] | select(.worker_id == $w) | .pid')
+bg watch_term "$BIN/meshtrain" --coordinator "$COORD_URL" watch "$TERM_JOB"
+WATCH_TERM=$LAST_PID
 kill -TERM "$pid"
 has_ckpt() { [ "$(mt checkpoints --json "$TERM_JOB" | jq '.checkpoints | length')" -ge 1 ]; }
 wait_for 30 "$R0 wrote a checkpoint on SIGTERM" has_ckpt
@@ -159,5 +161,9 @@ wait_for 60 "$TERM_JOB resumed" resumed
 wait_for 30 "resume from step $STOP_STEP" \
     bash -c "grep -q 'resuming from checkpoint step $STOP_STEP' '$T'/w[cde].log"
 mt cancel "$TERM_JOB" >/dev/null
+# `watch` (following since before the SIGTERM) marks the restart with the step it resumed from
+wait "$WATCH_TERM" 2>/dev/null || true
+grep -q -- "^-- restart 1 (worker $R0 .*): resuming from step $STOP_STEP --\$" "$T/watch_term.log" ||
+    fail "watch: no restart marker at step $STOP_STEP: $(tail -5 "$T/watch_term.log")"
 log "SIGTERM: $R0 checkpointed step $STOP_STEP and left; the job resumed from it on a new placement"
 log "PASS"

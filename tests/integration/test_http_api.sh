@@ -14,6 +14,7 @@ start_coordinator coord "$S" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
     --heartbeat-ms 200 --heartbeat-timeout-ms 600000 \
     --dashboard-dir "$SRC/coordinator/dashboard"
 log "coordinator http $HTTP_URL"
+COORD1_PID=$COORD_PID
 
 # get PATH: body to $T/body, headers to $T/hdr, prints the status code
 get() { curl -s -o "$T/body" -D "$T/hdr" -w '%{http_code}' "$@"; }
@@ -129,6 +130,18 @@ expect 200 "$HTTP_URL/workers"
 expect 404 "$HTTP_URL/static/nothing.js"
 log "static assets ok"
 
+# the metrics cache (on by default) holds the job since the queries above; another process adds steps to the
+# database directly: the cache sees that it is behind the store and reloads (compared with a
+# coordinator without the cache at the end)
+"$BIN/mt_seed_state" "$S" --append "$JOB" --steps 25 --interval-ms 0
+MQ=("" "?names=loss,eval_loss" "?since_step=310" "?max_points=9" "?limit=7&names=accuracy"
+    "?since_step=299&max_points=3")
+for i in "${!MQ[@]}"; do
+    expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics${MQ[$i]}"
+    cp "$T/body" "$T/mcached_$i.json"
+done
+jq -e '.last_step == 325' "$T/mcached_0.json" >/dev/null || fail "cache missed the appended steps"
+
 # token: everything but /healthz and /login needs it
 S2=$T/state2
 "$BIN/mt_seed_state" "$S2" --steps 10 >/dev/null
@@ -163,3 +176,13 @@ kill -TERM "$COORD_PID"
 rc=0; wait "$COORD_PID" || rc=$?
 [ $rc -eq 0 ] || fail "coordinator exited $rc on SIGTERM"
 log "clean shutdown"
+
+# the same metrics answers, byte for byte, from a coordinator without the cache
+kill -TERM "$COORD1_PID"
+wait "$COORD1_PID" || fail "first coordinator exited $? on SIGTERM"
+start_coordinator coord3 "$S" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 --metrics-cache-mb 0
+for i in "${!MQ[@]}"; do
+    expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics${MQ[$i]}"
+    cmp -s "$T/body" "$T/mcached_$i.json" || fail "cache on/off answers differ for ?${MQ[$i]}"
+done
+log "metrics answers identical with the cache on and off (${#MQ[@]} queries)"

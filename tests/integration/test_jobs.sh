@@ -5,12 +5,15 @@
 # two fake workers (tests/tools/mt_fakeworker.c) run a 4-device job, report metrics and upload
 # checkpoints; the coordinator is kill -9'd mid-run and restarted, three times; the job is
 # re-attached and completes; watchers started before and mid-run see every step exactly once;
-# a lost worker sends its job to RESTARTING and it resumes from a checkpoint; every acknowledged
-# job, event, metric point and checkpoint is there afterwards (three kill points).
+# a lost worker sends its job to RESTARTING and it resumes from a checkpoint, marked where it
+# resumed in `watch` (live and started later, plain and --json), status and the API; every
+# acknowledged job, event, metric point and checkpoint is there afterwards (three kill points);
+# the status endpoint's metrics cache, read all along, answers byte for byte what a coordinator
+# without it answers.
 source "$(dirname "$0")/lib.sh"
 
 S=$T/state
-FLAGS=(--http off --heartbeat-ms 200 --heartbeat-timeout-ms 3000)
+FLAGS=(--http 127.0.0.1:0 --heartbeat-ms 200 --heartbeat-timeout-ms 3000)
 start_coordinator coord "$S" --listen tcp://127.0.0.1:0 "${FLAGS[@]}"
 log "coordinator at $COORD_URL"
 
@@ -58,9 +61,24 @@ mt status --json "$BIG" | jq -e '[.events[].state] == ["QUEUED", "CANCELLED"]' >
     fail "events of the cancelled job"
 log "cancel is idempotent"
 
+# a dashboard's poll: the jobs listed in $T/poll_ids are read over HTTP every 0.2 s, so the
+# metrics cache loads them early and then follows every commit (across the restarts below)
+touch "$T/poll_ids"
+poll_metrics() {
+    local u j
+    while :; do
+        u=$(jq -r .http "$S/endpoints.json" 2>/dev/null) || true # absent while restarting
+        for j in $(cat "$T/poll_ids"); do curl -s -o /dev/null "$u/api/v1/jobs/$j/metrics" || true; done
+        sleep 0.2
+    done
+}
+bg poller poll_metrics
+POLLER=$LAST_PID
+
 # ---- a 2x2 mesh over two 2-device workers: each model pair on one worker
 spec "$T/job.json" '{"batch": 2, "model": 2}' 300 '{"checkpoint": {"every_steps": 25, "keep": 2}}'
 JOB=$(mt submit --priority 5 "$T/job.json")
+echo "$JOB" >>"$T/poll_ids"
 running() { mt status --json "$1" | jq -e '.state == "RUNNING"'; }
 wait_for 30 "job running" running "$JOB"
 mt status --json "$JOB" >"$T/st1.json"
@@ -77,8 +95,23 @@ for at in 50 130 210; do
     kill -9 "$COORD_PID"
     log "coordinator killed at step >= $at ($(grep -c "^M $JOB" "$T/acks.txt" || true) points acked so far)"
     sleep 0.3
+    if [ $k = 1 ]; then # files no complete checkpoint names: deleted at start (not an unknown job's)
+        echo cut >"$S/checkpoints/$JOB/step-9999.ckpt.part"
+        echo gc >"$S/checkpoints/$JOB/step-1.ckpt"
+        mkdir -p "$S/checkpoints/job-999999" && echo keep >"$S/checkpoints/job-999999/step-5.ckpt"
+    fi
     start_coordinator "coord_k$k" "$S" --listen "$COORD_URL" "${FLAGS[@]}"
     grep -q "1 active jobs reloaded" "$T/coord_k$k.log" || fail "job not reloaded after kill $k"
+    if [ $k = 1 ]; then
+        [ ! -e "$S/checkpoints/$JOB/step-9999.ckpt.part" ] && [ ! -e "$S/checkpoints/$JOB/step-1.ckpt" ] ||
+            fail "orphan checkpoint files kept: $(ls "$S/checkpoints/$JOB")"
+        [ -e "$S/checkpoints/job-999999/step-5.ckpt" ] || fail "an unknown job's directory was swept"
+        grep -q "deleted orphan checkpoint file .*step-1.ckpt" "$T/coord_k1.log" || fail "sweep not logged"
+        for f in $(mt checkpoints --json "$JOB" | jq -r '.checkpoints[] | select(.complete) | .step'); do
+            [ -s "$S/checkpoints/$JOB/step-$f.ckpt" ] || fail "complete checkpoint $f deleted by the sweep"
+        done
+        rm -r "$S/checkpoints/job-999999"
+    fi
 done
 done_job() { mt status --json "$1" | jq -e '.state == "SUCCEEDED"'; }
 wait_for 60 "job succeeded after the restart" done_job "$JOB"
@@ -135,10 +168,13 @@ log "watchers (from the start, and mid-run across the seam) saw 200 steps once e
 # resuming from the latest complete checkpoint, then SUCCEEDED
 spec "$T/job4.json" '{"batch": 2}' 300 '{"checkpoint": {"every_steps": 20, "keep": 2}}'
 JOB4=$(mt submit "$T/job4.json")
+echo "$JOB4" >>"$T/poll_ids"
 wait_for 30 "job4 running" running "$JOB4"
 wait_for 30 "job4 step 50" step_at_least "$JOB4" 50
 VICTIM=$(mt status --json "$JOB4" | jq -r '.placement[0].worker_id')
 STEP_KILL=$(mt status --json "$JOB4" | jq '.step')
+bg watch_live "$BIN/meshtrain" --coordinator "$COORD_URL" watch "$JOB4" # live restart marker
+WATCH_LIVE=$LAST_PID
 T_KILL=$(date +%s%3N)
 if [ "$VICTIM" = fw1 ]; then kill -9 "$FW1"; else kill -9 "$FW2"; fi
 restarted() { mt status --json "$1" | jq -e '[.events[].state] | index("RESTARTING") != null'; }
@@ -162,8 +198,64 @@ T_BACK=$(jq '.events[5].time_ms' "$T/st4.json")
 RESUMED=$(sed -n "s/.*$JOB4 attempt 2 from step \([0-9]*\),.*/\1/p" "$T"/fw*.log | head -1)
 [ $((T_BACK - T_KILL)) -le 13000 ] || fail "job4 ran again $((T_BACK - T_KILL)) ms after the kill"
 [ "$RESUMED" -ge $((STEP_KILL - 20)) ] || fail "resumed at step $RESUMED, the kill was at $STEP_KILL"
+# restart markers (issue #10): the status and the watchers name the step attempt 2 resumed from;
+# a watcher that was following when it happened and one started afterwards (history: the
+# marker sits between the point of the resume step and the next one)
+jq -e --arg v "$VICTIM" --argjson s "$RESUMED" '.restart_markers == [.restart_markers[0]] and
+    (.restart_markers[0] | .restart == 1 and .attempt == 2 and .resume_step == $s and
+    (.cause | startswith("worker " + $v + " lost")))' "$T/st4.json" >/dev/null ||
+    fail "status restart_markers: $(jq -c .restart_markers "$T/st4.json")"
+curl -sf "$HTTP_URL/api/v1/jobs/$JOB4" | jq -e --argjson s "$RESUMED" --argjson k "$STEP_KILL" \
+    '(.restart_markers | length == 1 and .[0].resume_step == $s and .[0].lost_step >= $k) and
+    .events[4].restart == 1 and .events[4].resume_step == $s' >/dev/null ||
+    fail "API restart_markers: $(curl -s "$HTTP_URL/api/v1/jobs/$JOB4" | jq -c .restart_markers)"
+jq -e --argjson s "$RESUMED" '.events[4].reason | contains("at step \($s)")' "$T/st4.json" \
+    >/dev/null || fail "the placement does not name the resume step: $(jq .events[4] "$T/st4.json")"
+wait "$WATCH_LIVE" || fail "the live watcher exited $?: $(tail -3 "$T/watch_live.log")"
+MARK="-- restart 1 (worker $VICTIM lost"
+grep -q -- "^$MARK.*): resuming from step $RESUMED --\$" "$T/watch_live.log" ||
+    fail "live watch: no restart marker: $(cat "$T/watch_live.log")"
+[ "$(grep -c -- '^-- restart' "$T/watch_live.log")" = 1 ] || fail "live watch: markers repeated"
+mt watch "$JOB4" >"$T/watch_late.log" || fail "late watch"
+grep -q -- "^$MARK.*): resuming from step $RESUMED --\$" "$T/watch_late.log" ||
+    fail "late watch: no restart marker: $(cat "$T/watch_late.log")"
+mt watch --json "$JOB4" >"$T/watch_late.json" || fail "late watch --json"
+jq -s -e --argjson s "$RESUMED" '(map(.restart != null) | index(true)) as $i |
+    .[$i].resume_step == $s and .[$i - 1].step == $s and .[$i + 1].step == $s + 1 and
+    ([.[] | select(.restart != null)] | length == 1)' "$T/watch_late.json" >/dev/null ||
+    fail "late watch --json: marker misplaced: $(grep -n -B1 -A1 restart "$T/watch_late.json")"
 log "$JOB4: $VICTIM lost -> RESTARTING -> resumed from a checkpoint on the other worker -> SUCCEEDED" \
     "(running again $((T_BACK - T_KILL)) ms after the kill, from step $RESUMED of $STEP_KILL)"
+
+# ---- the metrics cache (fed by every commit while the poller read the jobs, across the kill -9
+# restarts and job4's redone steps) answers what the store holds: the same bytes as a coordinator
+# started without it
+kill "$POLLER" 2>/dev/null || true
+QS=("" "?names=loss" "?since_step=100" "?max_points=7&names=accuracy,loss" "?limit=33"
+    "?since_step=290&names=loss,nope")
+for j in "$JOB" "$JOB4"; do
+    for i in "${!QS[@]}"; do
+        curl -sf "$HTTP_URL/api/v1/jobs/$j/metrics${QS[$i]}" >"$T/cached_${j}_$i.json" ||
+            fail "GET metrics of $j${QS[$i]}"
+    done
+done
+curl -sf "$HTTP_URL/metrics" >"$T/prom.txt" || fail "GET /metrics"
+HITS=$(sed -n 's/^meshtrain_http_metrics_cache_requests_total{result="hit"} //p' "$T/prom.txt")
+[ "${HITS:-0}" -gt 12 ] || fail "metrics cache hits: '$HITS'"
+kill -TERM "$COORD_PID"
+wait "$COORD_PID" || true
+start_coordinator coord_nocache "$S" --listen "$COORD_URL" "${FLAGS[@]}" --metrics-cache-mb 0
+for j in "$JOB" "$JOB4"; do
+    for i in "${!QS[@]}"; do
+        curl -sf "$HTTP_URL/api/v1/jobs/$j/metrics${QS[$i]}" >"$T/plain_${j}_$i.json" ||
+            fail "GET metrics of $j${QS[$i]} without cache"
+        cmp -s "$T/cached_${j}_$i.json" "$T/plain_${j}_$i.json" ||
+            fail "cached and uncached answers differ for $j${QS[$i]}"
+    done
+done
+curl -sf "$HTTP_URL/metrics" >"$T/prom0.txt" || fail "GET /metrics without cache"
+if grep -q meshtrain_http_metrics_cache "$T/prom0.txt"; then fail "--metrics-cache-mb 0: a cache"; fi
+log "metrics cache: $HITS hits; ${#QS[@]} queries x 2 jobs identical with the cache off"
 
 # ---- a real worker whose task fails: the job FAILS with the runner's error text (the training
 # images are deleted after submit, so the worker's task cannot read them)

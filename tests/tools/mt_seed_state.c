@@ -6,7 +6,7 @@
  * metric history, checkpoints and a state history, a FAILED job with an error
  * and a QUEUED job, so the HTTP API, /metrics and the dashboard can be tested
  * and benchmarked without a training engine.
- * usage: mt_seed_state STATE_DIR [--steps N] [--names K]
+ * usage: mt_seed_state STATE_DIR [--steps N] [--names K] [--restart S]
  *        mt_seed_state STATE_DIR --append JOB_ID --steps N [--interval-ms MS]
  *   --append    add N more steps of all five metrics to an existing job (after its
  *               current step), one step per MS milliseconds (default 50), each step
@@ -15,6 +15,8 @@
  *   --steps N   metric steps of the running job (default 200)
  *   --names K   metric names per step, 1..5 of loss, accuracy, examples_per_sec,
  *               eval_loss, eval_accuracy (eval ones every 10th step; default 5)
+ *   --restart S the running job lost worker-b at its last step and runs again as
+ *               attempt 2, resumed from the checkpoint at step S (a restart marker)
  * Prints the running job's id. Used by tests/integration/test_http_api.sh,
  * test_dashboard.sh and bench/bench_http.c (which calls it as a library-free program).
  */
@@ -129,7 +131,7 @@ int main(int argc, char **argv)
 {
     static const char *const names[] = {"loss", "accuracy", "examples_per_sec", "eval_loss",
                                         "eval_accuracy"};
-    long steps = 200, k = 5, interval_ms = 50;
+    long steps = 200, k = 5, interval_ms = 50, restart = 0;
     const char *append_job = NULL;
     mt_err err = MT_ERR_INIT;
     mt_store *s = NULL;
@@ -152,6 +154,8 @@ int main(int argc, char **argv)
             append_job = argv[i + 1];
         else if (strcmp(argv[i], "--interval-ms") == 0)
             interval_ms = strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--restart") == 0)
+            restart = strtol(argv[i + 1], NULL, 10);
     }
     if (steps < 1 || k < 1 || k > 5) {
         fprintf(stderr, "mt_seed_state: --steps >= 1, --names 1..5\n");
@@ -221,6 +225,22 @@ int main(int argc, char **argv)
     bad |= check(mt_store_tx_commit(s, &err), &err, "commit");
     free(pts);
     bad |= check(mt_store_job_set_step(s, run.job_id, (uint64_t)steps, now, &err), &err, "step");
+    if (restart > 0) { /* the reasons coordinator/jobs.c writes (core/watch reads them) */
+        char why[160];
+        snprintf(why, sizeof(why),
+                 "placed on 2 workers (attempt 2, resuming from a checkpoint at step %ld)",
+                 restart);
+        bad |=
+            check(mt_store_job_transition(s, run.job_id, "RUNNING", "RESTARTING",
+                                          "worker worker-b lost (no heartbeat)", now - 3000, &err),
+                  &err, "restart");
+        bad |= check(mt_store_job_transition(s, run.job_id, "RESTARTING", "SCHEDULED", why,
+                                             now - 2000, &err),
+                     &err, "schedule again");
+        bad |= check(mt_store_job_transition(s, run.job_id, "SCHEDULED", "RUNNING",
+                                             "all 2 tasks started (attempt 2)", now - 1000, &err),
+                     &err, "run again");
+    }
     mt_store_checkpoint c = {0};
     c.step = (uint64_t)steps / 2;
     snprintf(c.location, sizeof(c.location), "ckpt/%s/step-%ld.mtc", run.job_id, steps / 2);

@@ -128,4 +128,16 @@ static inline int store_teardown(void **state)
     return 0;
 }
 
+/* Insert a job with an empty spec and return its id in id[32]; fails the test otherwise. */
+static inline void store_test_add_job(mt_store *s, char id[32])
+{
+    mt_store_job j;
+    mt_err err = MT_ERR_INIT;
+    memset(&j, 0, sizeof(j));
+    j.spec_json = (char *)"{}";
+    if (mt_store_job_insert(s, &j, 1, &err) != MT_OK)
+        fail_msg("insert job: %s", err.msg);
+    memcpy(id, j.job_id, 32);
+}
+
 #endif

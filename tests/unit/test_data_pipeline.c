@@ -85,6 +85,56 @@ static void test_data_pipeline_prefetch_equals_synchronous(void **state)
     mt_data_dataset_free(ds);
 }
 
+/*
+ * The hand-off under both timings: a consumer that outruns the thread (it then builds steps
+ * itself) and one that is slower (the thread fills the ring and sleeps), over several epochs
+ * kept on one thread, with depths 2 and 3 and a zero-copy pipeline (built in the caller): every
+ * epoch equals the synchronous one, step by step.
+ */
+static void test_data_pipeline_handoff_fast_and_slow_consumer(void **state)
+{
+    mt_data_dataset *ds = grid(517, 5, 2);
+    mt_data_input_ctx ctx = {1, 0, 2, 10, 0, 0};
+    (void)state;
+    for (int shuffled = 0; shuffled < 2; shuffled++) {
+        double want[6];
+        for (size_t depth = 0; depth <= 3; depth++) {
+            mt_data_pipeline_opts o = MT_DATA_PIPELINE_OPTS_DEFAULTS;
+            mt_data_pipeline *p;
+            if (depth == 1)
+                continue;
+            o.shuffle_buffer = shuffled ? 64 : 0;
+            o.seed = 9;
+            o.prefetch = depth;
+            assert_int_equal(mt_data_pipeline_open(ds, &ctx, &o, &p, NULL), MT_OK);
+            for (size_t e = 0; e < 6; e++) {
+                const mt_data_step *st;
+                double d = 0;
+                size_t k = 0;
+                assert_int_equal(mt_data_pipeline_start_epoch(p, e, NULL), MT_OK);
+                while (mt_data_pipeline_next(p, &st, NULL) == MT_OK) {
+                    assert_int_equal(st->step, k);
+                    assert_int_equal(st->epoch, e);
+                    for (size_t l = 0; l < st->n_replicas; l++)
+                        for (size_t i = 0; i < st->replicas[l].n; i++)
+                            d += st->replicas[l].x[i * 5] * (double)(k * 7 + l + 1) +
+                                 st->replicas[l].y[i];
+                    if (e % 2 == 1 && k % 4 == 0)
+                        usleep(300); /* slow consumer: the ring fills */
+                    k++;
+                }
+                assert_int_equal(k, 52); /* ceil(517 / 10) */
+                if (depth == 0)
+                    want[e] = d;
+                else
+                    assert_true(d == want[e]);
+            }
+            mt_data_pipeline_free(p);
+        }
+    }
+    mt_data_dataset_free(ds);
+}
+
 /* Free while the producer is blocked on a full ring, and restart epochs mid-way: no hang, no
  * leak (ASan), and each restart starts from step 0. */
 static void test_data_pipeline_shutdown_and_restart_mid_epoch(void **state)
@@ -300,6 +350,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_data_pipeline_prefetch_equals_synchronous),
+        cmocka_unit_test(test_data_pipeline_handoff_fast_and_slow_consumer),
         cmocka_unit_test(test_data_pipeline_shutdown_and_restart_mid_epoch),
         cmocka_unit_test(test_data_pipeline_feature_slice),
         cmocka_unit_test(test_data_pipeline_contiguous_replicas_equal_one_device),

@@ -10,6 +10,7 @@
 #include "alloc/mt_alloc.h"
 #include "data/mt_data.h"
 #include "data_test_util.h"
+#include "log/mt_log.h"
 
 typedef struct toks {
     char buf[256];
@@ -235,6 +236,142 @@ static void test_data_text_bad_lines_name_file_and_line(void **state)
     mt_data_spec_free(s);
 }
 
+/* Generated documents: Zipf-like words (so some fall out of a small vocabulary), mixed case. */
+static void write_docs(const char *name, size_t n, uint64_t r)
+{
+    char *buf = malloc(n * 200 + 1);
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        at += (size_t)sprintf(buf + at, "%zu\t", i % 3);
+        for (int w = 0; w < (int)(i % 17) + 1; w++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            unsigned k = (unsigned)((r % 97) * (r % 89) / 89);
+            at += (size_t)sprintf(buf + at, "%s%s%u", w ? (r & 8 ? ", " : " ") : "",
+                                  r & 16 ? "W" : "w", k);
+        }
+        buf[at++] = '\n';
+    }
+    buf[at] = 0;
+    dt_write(dir, name, buf);
+    free(buf);
+}
+
+/*
+ * The pipeline keeps text as compressed sparse rows and densifies each batch by scattering into
+ * reused rows: its batches equal, bit for bit, those of the same pipeline over the dense vectors
+ * of mt_data_dataset_load (mt_data_tfidf_transform per document), for shuffled and in-order
+ * epochs, every shard policy, several replicas, feature slices, partial batches and prefetch.
+ */
+static void test_data_text_sparse_pipeline_equals_dense(void **state)
+{
+    mt_data_spec *s;
+    mt_data_tfidf *v;
+    mt_data_dataset *sparse, *dense;
+    mt_data_block b[2];
+    mt_err err = MT_ERR_INIT;
+    static const struct {
+        mt_data_shard_policy pol;
+        size_t N, L, B, off, len, shuffle, prefetch;
+        bool permute;
+    } cfg[] = {
+        {MT_DATA_SHARD_OFF, 1, 1, 16, 0, 0, 0, 0, false},
+        {MT_DATA_SHARD_OFF, 1, 1, 16, 0, 0, 0, 2, false},
+        {MT_DATA_SHARD_DATA, 2, 2, 12, 0, 0, 40, 0, false},
+        {MT_DATA_SHARD_DATA, 2, 2, 12, 0, 0, 40, 2, false},
+        {MT_DATA_SHARD_FILE, 2, 3, 7, 5, 30, 500, 3, false},
+        {MT_DATA_SHARD_DATA, 1, 2, 9, 40, 0, 0, 2, true},
+    };
+    (void)state;
+    mt_log_set_level(MT_LOG_WARN);
+    write_docs("a.tsv", 230, 99);
+    write_docs("b.tsv", 171, 7);
+    assert_int_equal(dt_spec("{\"format\":\"text\",\"train\":[\"a.tsv\",\"b.tsv\"],"
+                             "\"max_tokens\":60}",
+                             dir, &s, &err),
+                     MT_OK);
+    assert_int_equal(mt_data_tfidf_fit_spec(s, &v, &err), MT_OK);
+    assert_int_equal(mt_data_tfidf_dim(v), 60);
+    assert_int_equal(mt_data_dataset_open(s, MT_DATA_SPLIT_TRAIN, v, &sparse, &err), MT_OK);
+    for (size_t f = 0; f < 2; f++)
+        assert_int_equal(mt_data_dataset_load(sparse, f, &b[f], &err), MT_OK);
+    assert_int_equal(mt_data_dataset_from_blocks(b, 2, &dense, &err), MT_OK);
+    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++)
+        for (size_t w = 0; w < cfg[c].N; w++) {
+            mt_data_input_ctx ctx = {cfg[c].N, w, cfg[c].L, cfg[c].B, cfg[c].off, cfg[c].len};
+            mt_data_pipeline_opts o = MT_DATA_PIPELINE_OPTS_DEFAULTS;
+            mt_data_pipeline *ps, *pd;
+            o.policy = cfg[c].pol;
+            o.shuffle_buffer = cfg[c].shuffle;
+            o.prefetch = cfg[c].prefetch;
+            o.permute = cfg[c].permute;
+            o.seed = 3;
+            assert_int_equal(mt_data_pipeline_open(sparse, &ctx, &o, &ps, &err), MT_OK);
+            o.prefetch = 0;
+            assert_int_equal(mt_data_pipeline_open(dense, &ctx, &o, &pd, &err), MT_OK);
+            assert_int_equal(mt_data_pipeline_dim(ps), mt_data_pipeline_dim(pd));
+            for (size_t e = 0; e < 3; e++) {
+                const mt_data_step *a, *d;
+                size_t steps = 0, nz = 0;
+                assert_int_equal(mt_data_pipeline_start_epoch(ps, e, NULL), MT_OK);
+                assert_int_equal(mt_data_pipeline_start_epoch(pd, e, NULL), MT_OK);
+                while (mt_data_pipeline_next(pd, &d, NULL) == MT_OK) {
+                    assert_int_equal(mt_data_pipeline_next(ps, &a, NULL), MT_OK);
+                    assert_int_equal(a->global_count, d->global_count);
+                    for (size_t l = 0; l < d->n_replicas; l++) {
+                        const mt_data_batch *x = &a->replicas[l], *y = &d->replicas[l];
+                        assert_int_equal(x->n, y->n);
+                        assert_int_equal(x->dim, y->dim);
+                        if (y->n == 0)
+                            continue;
+                        assert_memory_equal(x->x, y->x, y->n * y->dim * sizeof(float));
+                        assert_memory_equal(x->y, y->y, y->n * sizeof(int32_t));
+                        for (size_t i = 0; i < y->n * y->dim; i++)
+                            nz += y->x[i] != 0.0f;
+                    }
+                    steps++;
+                }
+                assert_int_equal(mt_data_pipeline_next(ps, &a, NULL), MT_OUT_OF_RANGE);
+                assert_true(steps > 0 && nz > 0);
+            }
+            mt_data_pipeline_free(ps);
+            mt_data_pipeline_free(pd);
+        }
+    /* a file that changes between counting and the sparse decode is DATA_LOSS */
+    {
+        mt_data_input_ctx ctx = {1, 0, 1, 8, 0, 0};
+        mt_data_pipeline_opts o = MT_DATA_PIPELINE_OPTS_DEFAULTS;
+        mt_data_pipeline *p = NULL;
+        mt_data_dataset *changed;
+        assert_int_equal(mt_data_dataset_open(s, MT_DATA_SPLIT_TRAIN, v, &changed, &err), MT_OK);
+        write_docs("b.tsv", 170, 7);
+        assert_int_equal(mt_data_pipeline_open(changed, &ctx, &o, &p, &err), MT_DATA_LOSS);
+        assert_non_null(strstr(err.msg, "b.tsv: decoded 170 examples but counted 171"));
+        assert_null(p);
+        mt_data_dataset_free(changed);
+        write_docs("b.tsv", 171, 7);
+    }
+    /* every allocation of the sparse decode can fail cleanly (ASan: no leak) */
+    for (long i = 0;; i++) {
+        mt_data_input_ctx ctx = {1, 0, 1, 8, 0, 0};
+        mt_data_pipeline_opts o = MT_DATA_PIPELINE_OPTS_DEFAULTS;
+        mt_data_pipeline *p = NULL;
+        mt_code rc;
+        mt_alloc_fail_after(i);
+        rc = mt_data_pipeline_open(sparse, &ctx, &o, &p, NULL);
+        mt_alloc_fail_reset();
+        assert_true(rc == MT_OK || rc == MT_RESOURCE_EXHAUSTED);
+        mt_data_pipeline_free(p);
+        if (rc == MT_OK)
+            break;
+    }
+    mt_data_dataset_free(dense);
+    mt_data_block_fini(&b[0]);
+    mt_data_block_fini(&b[1]);
+    mt_data_dataset_free(sparse);
+    mt_data_tfidf_free(v);
+    mt_data_spec_free(s);
+}
+
 static void test_data_text_alloc_failures(void **state)
 {
     size_t lens[3];
@@ -278,6 +415,8 @@ int main(void)
                                         dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_text_directory_per_label, dt_setup, dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_text_bad_lines_name_file_and_line, dt_setup,
+                                        dt_teardown),
+        cmocka_unit_test_setup_teardown(test_data_text_sparse_pipeline_equals_dense, dt_setup,
                                         dt_teardown),
         cmocka_unit_test(test_data_text_alloc_failures),
     };

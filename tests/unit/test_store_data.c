@@ -20,13 +20,7 @@ typedef store_tctx tctx;
 /* Insert a job and return its id in id[32]. */
 static void add_job(mt_store *s, char id[32])
 {
-    mt_store_job j;
-    mt_err err = MT_ERR_INIT;
-    memset(&j, 0, sizeof(j));
-    j.spec_json = (char *)"{}";
-    if (mt_store_job_insert(s, &j, 1, &err) != MT_OK)
-        fail_msg("insert job: %s", err.msg);
-    memcpy(id, j.job_id, 32);
+    store_test_add_job(s, id);
 }
 
 static mt_store_metric pt(uint64_t step, const char *name, double v)

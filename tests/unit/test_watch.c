@@ -3,9 +3,13 @@
  * test_watch.c — core/watch against a real coordinator running in this process (mt_coord on a
  * thread, loopback, temp state dir): history then live without duplicate at the seam, the final
  * event, OUT_OF_RANGE after it, DEADLINE_EXCEEDED when nothing comes, NOT_FOUND for an unknown
- * job, and a finished job's history ending with its final state.
+ * job, a finished job's history ending with its final state, a restart's live state events
+ * (RESTARTING, SCHEDULED again) after which redone steps below the seam come through, and the
+ * restart scan over state histories (new and old reason texts) with its JSON form.
  */
 #include "mt_test.h"
+
+#include <cjson/cJSON.h>
 
 #include "coord_test_util.h"
 #include "watch/mt_watch.h"
@@ -151,6 +155,144 @@ static void test_watch_unknown_job_and_bad_arguments(void **state)
     mt_watch_close(NULL);
 }
 
+static void test_watch_restart_state_events_and_redone_steps(void **state)
+{
+    fixture *f = *state;
+    static const char *const loss[] = {"loss", NULL};
+    mt_watch *w = NULL;
+    mt_watch_event ev;
+    mt_err err = MT_ERR_INIT;
+    mt_watch_restart_scan scan;
+    mt_watch_restart r;
+    bool restarted = false, restarting = false;
+    size_t redone = 0;
+
+    report(f, 1, 5, loss);
+    ctu_close(&f->t); /* again with a short heartbeat timeout: silent for 300 ms = lost */
+    f->t.hb_timeout_ms = 300;
+    ctu_open(&f->t);
+    Meshtrain__HeartbeatReply *hb = ctu_heartbeat(&f->t, "w", "i1", f->job, 1, "running");
+    protobuf_c_message_free_unpacked(&hb->base, NULL);
+    assert_int_equal(mt_watch_open(f->t.cli, f->job, 0, 5000, &w, &err), MT_OK);
+    assert_int_equal(mt_watch_next(w, 1000, &ev, &err), MT_OK);
+    assert_int_equal(ev.n_points, 5); /* the seam is at step 5 */
+    /* the worker goes silent (RESTARTING), then comes back as a new process: the job restarts
+     * on it (attempt 2, no checkpoint: from step 0) */
+    for (int i = 0; i < 200 && !restarting; i++) {
+        char st[16], why[256];
+        usleep(10000);
+        ctu_state(&f->t, f->job, st, why);
+        restarting = strcmp(st, "RESTARTING") == 0;
+    }
+    assert_true(restarting);
+    restarting = false;
+    ctu_register(&f->t, "w", "i2", 1);
+    assert_int_equal(ctu_wait_assignment(&f->t, "w", "i2", f->job), 2);
+    mt_watch_restart_scan_init(&scan);
+    for (int i = 0; i < 10 && !restarted; i++) {
+        assert_int_equal(mt_watch_next(w, 2000, &ev, &err), MT_OK);
+        assert_true(ev.live);
+        assert_false(ev.final);
+        assert_int_equal(ev.n_points, 0);
+        if (strcmp(ev.state, "RESTARTING") == 0) {
+            restarting = true;
+            assert_non_null(strstr(ev.error, "worker w"));
+        }
+        restarted = mt_watch_restart_scan_event(&scan, ev.state, ev.error, 0, 0, &r);
+    }
+    assert_true(restarting);
+    assert_true(restarted);
+    assert_int_equal(r.number, 1);
+    assert_int_equal(r.attempt, 2);
+    assert_int_equal(r.resume_step, 0);
+    assert_non_null(strstr(r.cause, "worker w"));
+    /* attempt 2 redoes steps 1..2, below the seam: they come through live */
+    report(f, 1, 2, loss);
+    for (int i = 0; i < 10 && redone < 2; i++) {
+        assert_int_equal(mt_watch_next(w, 2000, &ev, &err), MT_OK);
+        for (size_t k = 0; k < ev.n_points; k++)
+            assert_int_equal(ev.points[k].step, ++redone);
+    }
+    assert_int_equal(redone, 2);
+    mt_watch_close(w);
+}
+
+/* Feed (state, reason, step) rows; return how many restarts came out, the last in *last. */
+static int scan_rows(const char *const rows[][2], size_t n, mt_watch_restart *last)
+{
+    mt_watch_restart_scan s;
+    mt_watch_restart r;
+    int found = 0;
+
+    mt_watch_restart_scan_init(&s);
+    for (size_t i = 0; i < n; i++) {
+        if (mt_watch_restart_scan_event(&s, rows[i][0], rows[i][1], (int64_t)i, 10 * i, &r)) {
+            *last = r;
+            found++;
+        }
+    }
+    return found;
+}
+
+static void test_watch_restart_scan_reads_histories(void **state)
+{
+    static const char *const fresh[][2] = {
+        {"QUEUED", "submitted"},
+        {"SCHEDULED", "placed on 2 workers (attempt 1)"},
+        {"RUNNING", "all 2 tasks started (attempt 1)"},
+        {"RESTARTING", "worker w2 lost (no heartbeat for 3.0 s)"},
+        {"SCHEDULED", "placed on 1 worker (attempt 2, resuming from a checkpoint at step 40, "
+                      "elastic: mesh batch=1, was batch=2)"},
+        {"RUNNING", "all 1 tasks started (attempt 2)"},
+        {"RESTARTING", "coordinator restarted"},
+        {"SCHEDULED", "placed on 1 worker (attempt 3, starting over from step 0)"},
+    };
+    static const char *const old[][2] = {
+        {"RESTARTING", "worker w2 lost"},
+        {"SCHEDULED", "placed on 1 worker (attempt 2, resuming from a checkpoint)"},
+        {"SCHEDULED", NULL},
+        {NULL, "ignored"},
+    };
+    static const char *const init[][2] = {
+        {"SCHEDULED", "placed on 1 worker (attempt 1, starting from the checkpoint of job-3 "
+                      "(init_from) at step 6)"},
+        {"RESTARTING", "worker w lost"},
+        {"SCHEDULED", "placed on 1 worker (attempt 2, starting from the checkpoint of job-3 "
+                      "(init_from) at step 6)"},
+    };
+    mt_watch_restart r;
+    (void)state;
+
+    assert_int_equal(scan_rows(fresh, 5, &r), 1);
+    assert_int_equal(r.number, 1);
+    assert_int_equal(r.attempt, 2);
+    assert_int_equal(r.resume_step, 40);
+    assert_int_equal(r.lost_step, 30); /* the RESTARTING row's step */
+    assert_int_equal(r.time_ms, 4);
+    assert_string_equal(r.cause, "worker w2 lost (no heartbeat for 3.0 s)");
+    assert_int_equal(scan_rows(fresh, 8, &r), 2);
+    assert_int_equal(r.number, 2);
+    assert_int_equal(r.resume_step, 0);
+    assert_string_equal(r.cause, "coordinator restarted");
+    /* a history written before the step was: resumed from an unknown checkpoint */
+    assert_int_equal(scan_rows(old, 4, &r), 1);
+    assert_int_equal(r.resume_step, -1);
+    assert_int_equal(scan_rows(init, 3, &r), 1);
+    assert_int_equal(r.number, 1);
+    assert_int_equal(r.resume_step, 6);
+
+    cJSON *o = mt_watch_restart_json(&r);
+    char *txt = cJSON_PrintUnformatted(o);
+    assert_string_equal(txt, "{\"restart\":1,\"attempt\":2,\"time_ms\":2,\"resume_step\":6,"
+                             "\"lost_step\":10,\"cause\":\"worker w lost\"}");
+    cJSON_free(txt);
+    cJSON_Delete(o);
+    r.resume_step = -1;
+    o = mt_watch_restart_json(&r);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(o, "resume_step")));
+    cJSON_Delete(o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -158,6 +300,9 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_watch_finished_job_and_since_step, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch_unknown_job_and_bad_arguments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_watch_restart_state_events_and_redone_steps, setup,
+                                        teardown),
+        cmocka_unit_test(test_watch_restart_scan_reads_histories),
     };
     return MT_RUN_TESTS(tests);
 }
