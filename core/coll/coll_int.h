@@ -75,6 +75,47 @@ void coll__hdr_encode(const coll_hdr *h, void *out);
 /* MT_OK or MT_INVALID_ARGUMENT (short, bad magic, payload length disagrees). */
 mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h);
 
+/* Decode a header from COLL_HDR_SIZE bytes (no length check against a message). */
+void coll__hdr_parse(const void *b, coll_hdr *h);
+
+/*
+ * Posted receive (direct transport): a device thread about to receive one ring step from a
+ * rank in another process posts the step's destination; the connection's reader thread then
+ * reads each matching frame's payload straight into the caller's buffer (copy) or adds it
+ * there (acc = partial + own) instead of queueing a message. See coll_world.c recv_posted.
+ */
+enum { COLL_POST_NONE = 0, COLL_POST_POSTED = 1, COLL_POST_CLAIMED = 2 };
+#define COLL_POST_DEPTH 2 /* ring steps posted at once: the current one and the next */
+typedef struct coll_post_step {
+    coll_hdr want; /* expected header; chunk/offset/len follow next_k */
+    float *rbuf;   /* destination buffer, segment k at rbuf + roff + k * seg */
+    size_t roff, rlen, seg;
+    size_t next_k, nk; /* segments done / expected */
+    int add;           /* 1: acc = partial + own; 0: copy */
+} coll_post_step;
+typedef struct coll_post { /* all fields: comm mu, except cancel */
+    int state;             /* enum above: the state of the head step */
+    coll_post_step st[COLL_POST_DEPTH];
+    int head, count;      /* posted steps, oldest first */
+    uint64_t armed, done; /* steps posted / completed so far (ids) */
+    _Atomic int cancel;   /* the device thread gave up: the reader stops writing and lets go */
+} coll_post;
+
+/* Where a claimed frame's payload goes (filled by coll__post_claim). */
+typedef struct coll_sink {
+    mt_coll_comm *c;
+    unsigned char *dest;
+    size_t bytes;
+    int add;
+} coll_sink;
+
+/* Reader thread, net mu held: 1 and *s when a posted receive of w takes h's payload. */
+int coll__post_claim(mt_coll_world *w, const coll_hdr *h, coll_sink *s);
+/* Reader thread: the claimed payload was read (ok) or not (connection ended, cancelled). */
+void coll__post_finish(const coll_sink *s, int ok);
+/* d[i] = partial[i] + d[i] for i < n (one float32 addition each, in that order). */
+void coll__add_into(float *restrict d, const unsigned char *restrict partial, size_t n);
+
 typedef struct coll_queue {
     nng_msg **items;
     size_t head, count, cap;
@@ -108,6 +149,7 @@ struct mt_coll_comm {
     _Atomic int aio_done[COLL_NAIO]; /* set by the aio callback */
     int aio_next;
     struct coll_pslot *prog; /* progress slot written by the device thread, NULL none */
+    coll_post post;          /* direct transport: the ring step being received in place */
 };
 
 typedef struct coll_peer {
@@ -172,6 +214,8 @@ typedef struct coll_raw_cbs {
     void (*deliver)(void *arg, nng_msg *m, uint32_t conn); /* a frame arrived (takes m) */
     void (*lost)(void *arg, uint32_t conn);                /* the connection ended */
     void (*refused)(void *arg, const char *peer_addr);     /* a dialer failed authentication */
+    /* a DATA header arrived: 1 and *s when a posted receive takes the payload (may be NULL) */
+    int (*claim)(void *arg, const unsigned char *hdr, uint32_t conn, coll_sink *s);
 } coll_raw_cbs;
 /* 1 for the URLs the direct transport serves (tcp://, ipc://). */
 int coll__raw_url(const char *url);

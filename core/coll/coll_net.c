@@ -229,6 +229,23 @@ static void raw_deliver(void *arg, nng_msg *m, uint32_t conn)
     net_handle(arg, m);
 }
 
+static int raw_claim(void *arg, const unsigned char *hb, uint32_t conn, coll_sink *s)
+{
+    mt_coll_net *net = arg;
+    coll_hdr h;
+    int ok = 0;
+    coll__hdr_parse(hb, &h);
+    pthread_mutex_lock(&net->mu);
+    mt_coll_world *w = net->world;
+    if (w != NULL && h.kind == COLL_KIND_DATA && h.job == w->opts.job_id &&
+        !atomic_load(&w->cancelled) && h.src >= 0 && h.src < w->size) {
+        note_pipe(net, conn, w->proc_of[h.src]);
+        ok = coll__post_claim(w, &h, s);
+    }
+    pthread_mutex_unlock(&net->mu);
+    return ok;
+}
+
 static void raw_lost(void *arg, uint32_t conn)
 {
     pipe_lost(arg, conn);
@@ -418,7 +435,7 @@ static mt_code net_new(const char *url, const mt_tls *tls, const char *token, mt
     pthread_mutex_init(&net->mu, NULL);
     snprintf(net->token, sizeof(net->token), "%s", token != NULL ? token : "");
     if (!use_nng) {
-        coll_raw_cbs cbs = {net, raw_deliver, raw_lost, raw_refused};
+        coll_raw_cbs cbs = {net, raw_deliver, raw_lost, raw_refused, raw_claim};
         rc = coll__raw_listen(url, net->token, &cbs, &net->raw, net->addr, sizeof(net->addr), err);
         if (rc != MT_OK)
             goto fail_sock;

@@ -57,9 +57,13 @@
 #define RAW_HELLO_FIXED (4 + 8 + 2 + 32)
 #define RAW_RECVMAX     ((uint64_t)(64u << 20) + 4096u)
 
+#define RAW_SCRATCH (64u << 10) /* bytes read at once for a payload that is added */
+#define RAW_POLL_MS 10          /* a claimed payload checks for cancellation this often */
+
 typedef struct raw_conn {
     struct coll_raw *r;
     int fd;
+    unsigned char *scratch; /* [RAW_SCRATCH + 4], allocated on first use */
     uint32_t id;
     pthread_t thr;
     _Atomic int done;
@@ -229,6 +233,74 @@ static int conn_handshake(raw_conn *k)
     return 0;
 }
 
+/* Read n bytes into buf (blocking socket); 0, or -1 when the connection ended. */
+static int read_full(int fd, void *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = recv(fd, (char *)buf + got, n - got, MSG_WAITALL);
+        if (k > 0)
+            got += (size_t)k;
+        else if (!(k < 0 && errno == EINTR))
+            return -1;
+    }
+    return 0;
+}
+
+/*
+ * Read a claimed payload straight into the posted buffer (copy), or through the scratch
+ * buffer and added there. Between reads it looks at the post's cancel flag (at least every
+ * RAW_POLL_MS): once set it stops touching the buffer, lets the post go and reads the rest
+ * of the frame into scratch. Returns 0, or -1 when the connection ended.
+ */
+static int read_claimed(raw_conn *k, const coll_sink *s)
+{
+    size_t done = 0, carry = 0; /* bytes consumed from the socket; scratch bytes not yet added */
+    int let_go = 0;
+    while (done < s->bytes) {
+        if (!let_go && atomic_load(&s->c->post.cancel)) {
+            coll__post_finish(s, 0);
+            let_go = 1;
+        }
+        size_t want = s->bytes - done;
+        unsigned char *to;
+        if (let_go || s->add) {
+            size_t room = RAW_SCRATCH - carry;
+            want = want < room ? want : room;
+            to = k->scratch + (let_go ? 0 : carry);
+        } else {
+            to = s->dest + done;
+        }
+        ssize_t n = recv(k->fd, to, want, MSG_DONTWAIT);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                break;
+            struct pollfd p = {.fd = k->fd, .events = POLLIN};
+            poll(&p, 1, RAW_POLL_MS);
+            continue;
+        }
+        if (!let_go && s->add) {
+            size_t avail = carry + (size_t)n, whole = avail / sizeof(float);
+            coll__add_into((float *)(s->dest + (done - carry)), k->scratch, whole);
+            carry = avail - whole * sizeof(float);
+            memmove(k->scratch, k->scratch + whole * sizeof(float), carry);
+        }
+        done += (size_t)n;
+    }
+    if (done < s->bytes) {
+        if (!let_go)
+            coll__post_finish(s, 0);
+        return -1;
+    }
+    if (!let_go)
+        coll__post_finish(s, 1);
+    return 0;
+}
+
 static void *conn_main(void *arg)
 {
     raw_conn *k = arg;
@@ -257,6 +329,18 @@ static void *conn_main(void *arg)
                         magic, len);
             break;
         }
+        coll_sink sink;
+        if (hb[4] == COLL_KIND_DATA && r->cb.claim != NULL && len > 0) {
+            if (k->scratch == NULL && (k->scratch = mt_malloc(RAW_SCRATCH + 4)) == NULL) {
+                mt_log_error("coll: out of memory for a receive buffer; dropping the connection");
+                break;
+            }
+            if (r->cb.claim(r->cb.arg, hb, k->id, &sink)) {
+                if (read_claimed(k, &sink) != 0)
+                    break;
+                continue;
+            }
+        }
         nng_msg *m;
         size_t pl = (size_t)(len * unit);
         if (nng_msg_alloc(&m, COLL_HDR_SIZE + pl) != 0) {
@@ -265,15 +349,7 @@ static void *conn_main(void *arg)
         }
         unsigned char *body = nng_msg_body(m);
         memcpy(body, hb, sizeof(hb));
-        size_t got = 0;
-        while (got < pl) {
-            ssize_t n = recv(k->fd, body + COLL_HDR_SIZE + got, pl - got, MSG_WAITALL);
-            if (n > 0)
-                got += (size_t)n;
-            else if (!(n < 0 && errno == EINTR))
-                break;
-        }
-        if (got < pl) {
+        if (read_full(k->fd, body + COLL_HDR_SIZE, pl) != 0) {
             nng_msg_free(m);
             break;
         }
@@ -299,6 +375,7 @@ static void reap(coll_raw *r, int all)
             shutdown(k->fd, SHUT_RDWR);
         pthread_join(k->thr, NULL);
         close(k->fd);
+        mt_free(k->scratch);
         mt_free(k);
         r->conns[i] = r->conns[--r->nconns];
     }
