@@ -98,6 +98,7 @@ typedef struct coll_post { /* all fields: comm mu, except cancel */
     coll_post_step st[COLL_POST_DEPTH];
     int head, count;      /* posted steps, oldest first */
     uint64_t armed, done; /* steps posted / completed so far (ids) */
+    int reader_waiting;   /* a reader waits for a step to be posted (coll__net_wake_claim) */
     _Atomic int cancel;   /* the device thread gave up: the reader stops writing and lets go */
 } coll_post;
 
@@ -109,8 +110,15 @@ typedef struct coll_sink {
     int add;
 } coll_sink;
 
-/* Reader thread, net mu held: 1 and *s when a posted receive of w takes h's payload. */
+/*
+ * Reader thread, net mu held: 1 and *s when a posted receive of w takes h's payload; 2 when
+ * nothing is posted yet but h is a ring frame its receiver will post and the reader may wait
+ * for that (one device in this process and in the sender's: nothing else queues behind it);
+ * else 0 (queue the message).
+ */
 int coll__post_claim(mt_coll_world *w, const coll_hdr *h, coll_sink *s);
+/* Wake readers waiting in coll__post_claim's case 2 (takes net mu). */
+void coll__net_wake_claim(mt_coll_net *net);
 /* Reader thread: the claimed payload was read (ok) or not (connection ended, cancelled). */
 void coll__post_finish(const coll_sink *s, int ok);
 /* d[i] = partial[i] + d[i] for i < n (one float32 addition each, in that order). */
@@ -160,6 +168,7 @@ typedef struct coll_peer {
     _Atomic int64_t down_ns; /* monotonic time the connection was lost; 0 = not lost */
     _Atomic int refused;     /* it refused our token, or we refused its (UNAUTHENTICATED) */
     int fd;                  /* direct transport: dialed socket when open (guarded by mu) */
+    int nranks;              /* ranks living in that process */
 } coll_peer;
 
 struct mt_coll_world {

@@ -57,8 +57,8 @@
 #define RAW_HELLO_FIXED (4 + 8 + 2 + 32)
 #define RAW_RECVMAX     ((uint64_t)(64u << 20) + 4096u)
 
-#define RAW_SCRATCH (64u << 10) /* bytes read at once for a payload that is added */
-#define RAW_POLL_MS 10          /* a claimed payload checks for cancellation this often */
+#define RAW_SCRATCH (128u << 10) /* bytes read at once for a payload that is added */
+#define RAW_POLL_MS 10           /* claimed reads time out this often to see a cancellation */
 
 typedef struct raw_conn {
     struct coll_raw *r;
@@ -234,14 +234,15 @@ static int conn_handshake(raw_conn *k)
 }
 
 /* Read n bytes into buf (blocking socket); 0, or -1 when the connection ended. */
-static int read_full(int fd, void *buf, size_t n)
+static int read_full(coll_raw *r, int fd, void *buf, size_t n)
 {
     size_t got = 0;
     while (got < n) {
         ssize_t k = recv(fd, (char *)buf + got, n - got, MSG_WAITALL);
         if (k > 0)
             got += (size_t)k;
-        else if (!(k < 0 && errno == EINTR))
+        else if (k == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) ||
+                 atomic_load(&r->closing))
             return -1;
     }
     return 0;
@@ -271,17 +272,14 @@ static int read_claimed(raw_conn *k, const coll_sink *s)
         } else {
             to = s->dest + done;
         }
-        ssize_t n = recv(k->fd, to, want, MSG_DONTWAIT);
-        if (n == 0)
+        /* waits for the whole piece (one wake-up), or RAW_POLL_MS */
+        ssize_t n = recv(k->fd, to, want, MSG_WAITALL);
+        if (n == 0 || atomic_load(&k->r->closing))
             break;
         if (n < 0) {
-            if (errno == EINTR)
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                break;
-            struct pollfd p = {.fd = k->fd, .events = POLLIN};
-            poll(&p, 1, RAW_POLL_MS);
-            continue;
+            break;
         }
         if (!let_go && s->add) {
             size_t avail = carry + (size_t)n, whole = avail / sizeof(float);
@@ -312,12 +310,8 @@ static void *conn_main(void *arg)
         fcntl(k->fd, F_SETFL, fl & ~O_NONBLOCK); /* from here on: blocking reads */
     }
     while (ok && !atomic_load(&r->closing)) {
-        ssize_t g = recv(k->fd, hb, sizeof(hb), MSG_WAITALL);
-        if (g != (ssize_t)sizeof(hb)) {
-            if (g < 0 && errno == EINTR)
-                continue;
+        if (read_full(r, k->fd, hb, sizeof(hb)) != 0)
             break;
-        }
         uint32_t magic;
         uint64_t len;
         memcpy(&magic, hb, 4);
@@ -336,7 +330,12 @@ static void *conn_main(void *arg)
                 break;
             }
             if (r->cb.claim(r->cb.arg, hb, k->id, &sink)) {
-                if (read_claimed(k, &sink) != 0)
+                /* reads of a claimed payload time out, so that a cancellation is seen */
+                struct timeval tv = {.tv_sec = 0, .tv_usec = RAW_POLL_MS * 1000}, none = {0};
+                setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+                int bad = read_claimed(k, &sink) != 0;
+                setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
+                if (bad)
                     break;
                 continue;
             }
@@ -349,7 +348,7 @@ static void *conn_main(void *arg)
         }
         unsigned char *body = nng_msg_body(m);
         memcpy(body, hb, sizeof(hb));
-        if (read_full(k->fd, body + COLL_HDR_SIZE, pl) != 0) {
+        if (read_full(r, k->fd, body + COLL_HDR_SIZE, pl) != 0) {
             nng_msg_free(m);
             break;
         }

@@ -466,6 +466,7 @@ mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_add
                 my_proc = p;
         }
         w->proc_of[r] = p;
+        w->peers[p].nranks++;
     }
     if (my_proc < 0) {
         rc = mt_err_set(err, MT_INVALID_ARGUMENT,
@@ -1145,6 +1146,15 @@ int coll__post_claim(mt_coll_world *w, const coll_hdr *h, coll_sink *s)
              e.total == h->total && e.phase == h->phase && e.rstep == h->rstep &&
              e.chunk == h->chunk && e.offset == h->offset && e.len == h->len;
     }
+    if (!ok && p->count == 0 && p->state == COLL_POST_NONE && c->q[h->src].count == 0 &&
+        w->nlocal == 1 && w->peers[w->proc_of[h->src]].nranks == 1 && h->phase <= 1 &&
+        (h->op == COLL_OP_ALLREDUCE || h->op == COLL_OP_REDUCE_SCATTER ||
+         h->op == COLL_OP_ALLGATHER) &&
+        (h->op != COLL_OP_ALLREDUCE || h->total * sizeof(float) > w->opts.direct_bytes)) {
+        p->reader_waiting = 1;
+        pthread_mutex_unlock(&c->mu);
+        return 2;
+    }
     if (ok) {
         p->state = COLL_POST_CLAIMED;
         s->c = c;
@@ -1202,7 +1212,11 @@ static void post_arm(mt_coll_comm *c, const coll_hdr *want, float *rbuf, size_t 
     p->armed++;
     if (p->state != COLL_POST_CLAIMED)
         p->state = COLL_POST_POSTED;
+    int wake = p->reader_waiting;
+    p->reader_waiting = 0;
     pthread_mutex_unlock(&c->mu);
+    if (wake)
+        coll__net_wake_claim(c->w->net);
 }
 
 /* Withdraw every posted step (c->mu held); waits for a reader writing into the buffer. */
