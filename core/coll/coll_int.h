@@ -85,7 +85,9 @@ void coll__hdr_parse(const void *b, coll_hdr *h);
  * there (acc = partial + own) instead of queueing a message. See coll_world.c recv_posted.
  */
 enum { COLL_POST_NONE = 0, COLL_POST_POSTED = 1, COLL_POST_CLAIMED = 2 };
-#define COLL_POST_DEPTH 2 /* ring steps posted at once: the current one and the next */
+#define COLL_POST_DEPTH  2            /* ring steps posted at once: the current one and the next */
+#define COLL_POST_PIECES 4            /* pieces of added payload in flight to the device thread */
+#define COLL_PIECE_BYTES (128u << 10) /* bytes per piece (a multiple of sizeof(float)) */
 typedef struct coll_post_step {
     coll_hdr want; /* expected header; chunk/offset/len follow next_k */
     float *rbuf;   /* destination buffer, segment k at rbuf + roff + k * seg */
@@ -99,7 +101,13 @@ typedef struct coll_post { /* all fields: comm mu, except cancel */
     int head, count;      /* posted steps, oldest first */
     uint64_t armed, done; /* steps posted / completed so far (ids) */
     int reader_waiting;   /* a reader waits for a step to be posted (coll__net_wake_claim) */
-    _Atomic int cancel;   /* the device thread gave up: the reader stops writing and lets go */
+    /* pieces of added payloads the reader read and the device thread adds (in parallel) */
+    unsigned char *piece[COLL_POST_PIECES]; /* [COLL_PIECE_BYTES] each, NULL: not allocated */
+    float *piece_dest[COLL_POST_PIECES];
+    size_t piece_n[COLL_POST_PIECES];  /* floats */
+    int piece_state[COLL_POST_PIECES]; /* 0 free, 1 reader fills, 2 full, 3 device adds */
+    int nfull;
+    _Atomic int cancel; /* the device thread gave up: the reader stops writing and lets go */
 } coll_post;
 
 /* Where a claimed frame's payload goes (filled by coll__post_claim). */
@@ -119,6 +127,13 @@ typedef struct coll_sink {
 int coll__post_claim(mt_coll_world *w, const coll_hdr *h, coll_sink *s);
 /* Wake readers waiting in coll__post_claim's case 2 (takes net mu). */
 void coll__net_wake_claim(mt_coll_net *net);
+/*
+ * Reader thread, claimed payload being added: a free piece buffer of s's post (marked
+ * "filling"), or NULL (none: add it yourself). coll__post_piece_full hands it to the device
+ * thread with its destination.
+ */
+int coll__post_piece_get(const coll_sink *s);
+void coll__post_piece_full(const coll_sink *s, int j, unsigned char *dest, size_t bytes);
 /* Reader thread: the claimed payload was read (ok) or not (connection ended, cancelled). */
 void coll__post_finish(const coll_sink *s, int ok);
 /* d[i] = partial[i] + d[i] for i < n (one float32 addition each, in that order). */

@@ -57,8 +57,8 @@
 #define RAW_HELLO_FIXED (4 + 8 + 2 + 32)
 #define RAW_RECVMAX     ((uint64_t)(64u << 20) + 4096u)
 
-#define RAW_SCRATCH (128u << 10) /* bytes read at once for a payload that is added */
-#define RAW_POLL_MS 10           /* claimed reads time out this often to see a cancellation */
+#define RAW_SCRATCH COLL_PIECE_BYTES /* a piece of payload added by this thread or discarded */
+#define RAW_POLL_MS 10               /* claimed reads time out this often to see a cancellation */
 
 typedef struct raw_conn {
     struct coll_raw *r;
@@ -249,50 +249,59 @@ static int read_full(coll_raw *r, int fd, void *buf, size_t n)
 }
 
 /*
- * Read a claimed payload straight into the posted buffer (copy), or through the scratch
- * buffer and added there. Between reads it looks at the post's cancel flag (at least every
- * RAW_POLL_MS): once set it stops touching the buffer, lets the post go and reads the rest
- * of the frame into scratch. Returns 0, or -1 when the connection ended.
+ * Read up to n bytes of a claimed payload into buf, waiting for all of them (one wake-up),
+ * but returning early (with what was read) every RAW_POLL_MS so that the caller sees a
+ * cancellation. Returns the bytes read (> 0), 0 for a timeout, -1 when the connection ended.
+ */
+static ssize_t read_some(raw_conn *k, unsigned char *buf, size_t n)
+{
+    ssize_t got = recv(k->fd, buf, n, MSG_WAITALL);
+    if (got > 0)
+        return got;
+    if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) &&
+        !atomic_load(&k->r->closing))
+        return 0;
+    return -1;
+}
+
+/*
+ * Read a claimed payload straight into the posted buffer (copy), or in pieces of
+ * COLL_PIECE_BYTES that the device thread adds into the buffer while this thread reads the
+ * next one (or that this thread adds itself when no piece buffer is free). Between reads it
+ * looks at the post's cancel flag (at least every RAW_POLL_MS): once set it stops touching
+ * the buffers, lets the post go and reads the rest of the frame into scratch. Returns 0, or
+ * -1 when the connection ended.
  */
 static int read_claimed(raw_conn *k, const coll_sink *s)
 {
-    size_t done = 0, carry = 0; /* bytes consumed from the socket; scratch bytes not yet added */
+    size_t done = 0;
     int let_go = 0;
     while (done < s->bytes) {
-        if (!let_go && atomic_load(&s->c->post.cancel)) {
-            coll__post_finish(s, 0);
-            let_go = 1;
+        size_t piece = s->bytes - done < COLL_PIECE_BYTES ? s->bytes - done : COLL_PIECE_BYTES;
+        int j = let_go || !s->add ? -1 : coll__post_piece_get(s);
+        unsigned char *to = let_go || s->add ? k->scratch : s->dest + done;
+        if (j >= 0)
+            to = s->c->post.piece[j];
+        size_t got = 0;
+        while (got < piece) {
+            if (!let_go && atomic_load(&s->c->post.cancel)) {
+                coll__post_finish(s, 0); /* the device thread resets the piece */
+                let_go = 1;
+                to = k->scratch; /* the rest of this piece (at most a piece) is discarded */
+            }
+            ssize_t n = read_some(k, to + got, piece - got);
+            if (n < 0) {
+                if (!let_go)
+                    coll__post_finish(s, 0);
+                return -1;
+            }
+            got += (size_t)n;
         }
-        size_t want = s->bytes - done;
-        unsigned char *to;
-        if (let_go || s->add) {
-            size_t room = RAW_SCRATCH - carry;
-            want = want < room ? want : room;
-            to = k->scratch + (let_go ? 0 : carry);
-        } else {
-            to = s->dest + done;
-        }
-        /* waits for the whole piece (one wake-up), or RAW_POLL_MS */
-        ssize_t n = recv(k->fd, to, want, MSG_WAITALL);
-        if (n == 0 || atomic_load(&k->r->closing))
-            break;
-        if (n < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
-                continue;
-            break;
-        }
-        if (!let_go && s->add) {
-            size_t avail = carry + (size_t)n, whole = avail / sizeof(float);
-            coll__add_into((float *)(s->dest + (done - carry)), k->scratch, whole);
-            carry = avail - whole * sizeof(float);
-            memmove(k->scratch, k->scratch + whole * sizeof(float), carry);
-        }
-        done += (size_t)n;
-    }
-    if (done < s->bytes) {
-        if (!let_go)
-            coll__post_finish(s, 0);
-        return -1;
+        if (!let_go && j >= 0)
+            coll__post_piece_full(s, j, s->dest + done, piece);
+        else if (!let_go && s->add)
+            coll__add_into((float *)(s->dest + done), k->scratch, piece / sizeof(float));
+        done += piece;
     }
     if (!let_go)
         coll__post_finish(s, 1);

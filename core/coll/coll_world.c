@@ -268,6 +268,8 @@ static void comm_fini(mt_coll_comm *c)
     if (c->w == NULL)
         return;
     mt_free(c->pong);
+    for (int j = 0; j < COLL_POST_PIECES; j++)
+        mt_free(c->post.piece[j]);
     for (int i = 0; i < COLL_NAIO; i++) {
         if (c->aio[i] != NULL) {
             nng_aio_cancel(c->aio[i]);
@@ -1193,6 +1195,51 @@ void coll__post_finish(const coll_sink *s, int ok)
     pthread_mutex_unlock(&c->mu);
 }
 
+int coll__post_piece_get(const coll_sink *s)
+{
+    coll_post *p = &s->c->post;
+    int j = -1;
+    pthread_mutex_lock(&s->c->mu);
+    for (int i = 0; i < COLL_POST_PIECES && j < 0; i++) {
+        if (p->piece[i] != NULL && p->piece_state[i] == 0)
+            j = i;
+    }
+    if (j >= 0)
+        p->piece_state[j] = 1;
+    pthread_mutex_unlock(&s->c->mu);
+    return j;
+}
+
+void coll__post_piece_full(const coll_sink *s, int j, unsigned char *dest, size_t bytes)
+{
+    coll_post *p = &s->c->post;
+    pthread_mutex_lock(&s->c->mu);
+    p->piece_dest[j] = (float *)dest;
+    p->piece_n[j] = bytes / sizeof(float);
+    p->piece_state[j] = 2;
+    p->nfull++;
+    pthread_cond_broadcast(&s->c->cv);
+    pthread_mutex_unlock(&s->c->mu);
+}
+
+/* Add one full piece into its destination (c->mu held, released while adding): 1, or 0. */
+static int post_add_piece(mt_coll_comm *c)
+{
+    coll_post *p = &c->post;
+    for (int j = 0; j < COLL_POST_PIECES; j++) {
+        if (p->piece_state[j] != 2)
+            continue;
+        p->piece_state[j] = 3;
+        p->nfull--;
+        pthread_mutex_unlock(&c->mu);
+        coll__add_into(p->piece_dest[j], p->piece[j], p->piece_n[j]);
+        pthread_mutex_lock(&c->mu);
+        p->piece_state[j] = 0;
+        return 1;
+    }
+    return 0;
+}
+
 /* Post the receive of rbuf[roff, roff+rlen) in nk segments (want: the header template). */
 static void post_arm(mt_coll_comm *c, const coll_hdr *want, float *rbuf, size_t roff, size_t rlen,
                      size_t nk, int mode)
@@ -1208,6 +1255,10 @@ static void post_arm(mt_coll_comm *c, const coll_hdr *want, float *rbuf, size_t 
     st->next_k = 0;
     st->nk = nk;
     st->add = mode == XFER_ADD;
+    for (int j = 0; j < COLL_POST_PIECES && st->add; j++) {
+        if (p->piece[j] == NULL)
+            p->piece[j] = mt_malloc(COLL_PIECE_BYTES); /* NULL: the reader adds it itself */
+    }
     p->count++;
     p->armed++;
     if (p->state != COLL_POST_CLAIMED)
@@ -1232,6 +1283,9 @@ static void post_disarm(mt_coll_comm *c)
     p->state = COLL_POST_NONE;
     p->count = 0;
     p->done = p->armed;
+    for (int j = 0; j < COLL_POST_PIECES; j++)
+        p->piece_state[j] = 0; /* pieces not added yet belong to a failed step */
+    p->nfull = 0;
 }
 
 /*
@@ -1245,9 +1299,11 @@ static mt_code recv_posted(coll_ctx *x, int src, uint64_t id)
     coll_post *p = &c->post;
     mt_code rc = MT_OK;
     pthread_mutex_lock(&c->mu);
-    while (p->done <= id) {
+    while (p->done <= id || p->nfull > 0) {
         if ((rc = ended(x)) != MT_OK)
             break;
+        if (post_add_piece(c))
+            continue; /* the reader reads on meanwhile */
         nng_msg *m = NULL;
         if (p->state != COLL_POST_CLAIMED && (m = pop_live(c, src)) != NULL) {
             coll_post_step st = p->st[p->head];
@@ -1399,9 +1455,10 @@ static mt_code ring_send(coll_ctx *x, const ring_desc *d, int dst, const float *
  * Run ring phases ph0..ph1 (0 reduce-scatter, 1 allgather) of p-1 steps each over buf.
  * Receiving from another process over the direct transport, a step's receive is posted
  * before its sends (so the reader thread adds or copies each segment into buf as it comes
- * off the socket while this thread still sends), and the next step's receive as soon as
- * this step's sends are done (a fast predecessor's frames then also go straight into buf;
- * its region is not read by any send still to come in this step). Otherwise each step runs
+ * off the socket while this thread still sends), and the next step's receive too (a fast
+ * predecessor's frames then also go straight into buf): with p >= 3 before this step's
+ * sends (the next step receives chunk pos-s-3 / pos-s-2 and this one sends pos-s-1 / pos-s,
+ * different unless p = 2), with p = 2 once this step's sends are done. Otherwise each step runs
  * ring_step (segment k sent, then segment k received from the inbox).
  */
 static mt_code ring_run(coll_ctx *x, float *buf, size_t n, size_t per_member, int ph0, int ph1)
@@ -1428,8 +1485,12 @@ static mt_code ring_run(coll_ctx *x, float *buf, size_t n, size_t per_member, in
             rc = ring_step(x, d.phase, d.rstep, dst, buf, d.so, d.sl, src, buf, d.ro, d.rl,
                            d.phase == 0 ? XFER_ADD : XFER_COPY);
         } else {
+            /* with p >= 3 the next step's region is never the one this step sends */
+            int early = x->p >= 3 && i + 1 < steps;
+            if (early)
+                ring_post(x, &next, src, buf);
             rc = ring_send(x, &d, dst, buf);
-            if (rc == MT_OK && i + 1 < steps)
+            if (rc == MT_OK && !early && i + 1 < steps)
                 ring_post(x, &next, src, buf);
             if (rc == MT_OK)
                 rc = recv_posted(x, src, id + (uint64_t)i);
