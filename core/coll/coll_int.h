@@ -10,6 +10,9 @@
  * thread pushes it into the destination comm's inbox (or, with nng+ addresses,
  * sends it on a push socket whose pull side's receive callback does the same). Inboxes are one FIFO
  * per source rank, so per-source order is preserved and the algorithms never see the transport.
+ * Direct transport only: a ring step's receive may be posted (coll_post); the reader thread then
+ * reads matching frames' payloads straight into the caller's buffer (coll__post_claim) instead
+ * of queueing a message, and only while the device thread waits for that step.
  *
  * Locking: net->mu (current world, pending messages, pipe map) is taken before
  * a comm's mu, never after. A comm's mu guards its queues and abort state.

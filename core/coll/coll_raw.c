@@ -19,6 +19,12 @@
  * UNAUTHENTICATED, after which it closes the connection). No tensor frame is
  * read before that. Without a token the MAC is not checked.
  *
+ * Posted receives: before allocating a message for a DATA frame, the reader asks the owner
+ * (cb.claim) whether a device thread posted that ring step; if so it reads the payload straight
+ * into the posted buffer (copy) or into the comm's piece buffers that the device thread adds
+ * (read_claimed), with reads that time out every RAW_POLL_MS so that a device thread giving up
+ * (post cancel flag) is seen; after that the rest of the frame is discarded.
+ *
  * Failure detection: a connection that ends (EOF, reset) is reported to the
  * owner (coll_net.c marks the sending process down); a frame with a bad magic or
  * an oversized length ends the connection (never read past a frame).
