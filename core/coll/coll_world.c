@@ -1148,6 +1148,11 @@ int coll__post_claim(mt_coll_world *w, const coll_hdr *h, coll_sink *s)
              e.total == h->total && e.phase == h->phase && e.rstep == h->rstep &&
              e.chunk == h->chunk && e.offset == h->offset && e.len == h->len;
     }
+    /*
+     * Case 2 must hold only for frames that ring_run will post (a ring phase of allreduce,
+     * reduce-scatter or allgather from another process over the direct transport, allreduce
+     * above direct_bytes): any other frame would wait RAW_ARM_WAIT_NS for nothing.
+     */
     if (!ok && p->count == 0 && p->state == COLL_POST_NONE && c->q[h->src].count == 0 &&
         w->nlocal == 1 && w->peers[w->proc_of[h->src]].nranks == 1 && h->phase <= 1 &&
         (h->op == COLL_OP_ALLREDUCE || h->op == COLL_OP_REDUCE_SCATTER ||
