@@ -10,6 +10,9 @@
  * thread pushes it into the destination comm's inbox (or, with nng+ addresses,
  * sends it on a push socket whose pull side's receive callback does the same). Inboxes are one FIFO
  * per source rank, so per-source order is preserved and the algorithms never see the transport.
+ * Direct transport only: a ring step's receive may be posted (coll_post); the reader thread then
+ * reads matching frames' payloads straight into the caller's buffer (coll__post_claim) instead
+ * of queueing a message, and only while the device thread waits for that step.
  *
  * Locking: net->mu (current world, pending messages, pipe map) is taken before
  * a comm's mu, never after. A comm's mu guards its queues and abort state.
@@ -75,6 +78,70 @@ void coll__hdr_encode(const coll_hdr *h, void *out);
 /* MT_OK or MT_INVALID_ARGUMENT (short, bad magic, payload length disagrees). */
 mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h);
 
+/* Decode a header from COLL_HDR_SIZE bytes (no length check against a message). */
+void coll__hdr_parse(const void *b, coll_hdr *h);
+
+/*
+ * Posted receive (direct transport): a device thread about to receive one ring step from a
+ * rank in another process posts the step's destination; the connection's reader thread then
+ * reads each matching frame's payload straight into the caller's buffer (copy) or adds it
+ * there (acc = partial + own) instead of queueing a message. See coll_world.c recv_posted.
+ */
+enum { COLL_POST_NONE = 0, COLL_POST_POSTED = 1, COLL_POST_CLAIMED = 2 };
+#define COLL_POST_DEPTH  2            /* ring steps posted at once: the current one and the next */
+#define COLL_POST_PIECES 4            /* pieces of added payload in flight to the device thread */
+#define COLL_PIECE_BYTES (128u << 10) /* bytes per piece (a multiple of sizeof(float)) */
+typedef struct coll_post_step {
+    coll_hdr want; /* expected header; chunk/offset/len follow next_k */
+    float *rbuf;   /* destination buffer, segment k at rbuf + roff + k * seg */
+    size_t roff, rlen, seg;
+    size_t next_k, nk; /* segments done / expected */
+    int add;           /* 1: acc = partial + own; 0: copy */
+} coll_post_step;
+typedef struct coll_post { /* all fields: comm mu, except cancel */
+    int state;             /* enum above: the state of the head step */
+    coll_post_step st[COLL_POST_DEPTH];
+    int head, count;      /* posted steps, oldest first */
+    uint64_t armed, done; /* steps posted / completed so far (ids) */
+    int reader_waiting;   /* a reader waits for a step to be posted (coll__net_wake_claim) */
+    /* pieces of added payloads the reader read and the device thread adds (in parallel) */
+    unsigned char *piece[COLL_POST_PIECES]; /* [COLL_PIECE_BYTES] each, NULL: not allocated */
+    float *piece_dest[COLL_POST_PIECES];
+    size_t piece_n[COLL_POST_PIECES];  /* floats */
+    int piece_state[COLL_POST_PIECES]; /* 0 free, 1 reader fills, 2 full, 3 device adds */
+    int nfull;
+    _Atomic int cancel; /* the device thread gave up: the reader stops writing and lets go */
+} coll_post;
+
+/* Where a claimed frame's payload goes (filled by coll__post_claim). */
+typedef struct coll_sink {
+    mt_coll_comm *c;
+    unsigned char *dest;
+    size_t bytes;
+    int add;
+} coll_sink;
+
+/*
+ * Reader thread, net mu held: 1 and *s when a posted receive of w takes h's payload; 2 when
+ * nothing is posted yet but h is a ring frame its receiver will post and the reader may wait
+ * for that (one device in this process and in the sender's: nothing else queues behind it);
+ * else 0 (queue the message).
+ */
+int coll__post_claim(mt_coll_world *w, const coll_hdr *h, coll_sink *s);
+/* Wake readers waiting in coll__post_claim's case 2 (takes net mu). */
+void coll__net_wake_claim(mt_coll_net *net);
+/*
+ * Reader thread, claimed payload being added: a free piece buffer of s's post (marked
+ * "filling"), or NULL (none: add it yourself). coll__post_piece_full hands it to the device
+ * thread with its destination.
+ */
+int coll__post_piece_get(const coll_sink *s);
+void coll__post_piece_full(const coll_sink *s, int j, unsigned char *dest, size_t bytes);
+/* Reader thread: the claimed payload was read (ok) or not (connection ended, cancelled). */
+void coll__post_finish(const coll_sink *s, int ok);
+/* d[i] = partial[i] + d[i] for i < n (one float32 addition each, in that order). */
+void coll__add_into(float *restrict d, const unsigned char *restrict partial, size_t n);
+
 typedef struct coll_queue {
     nng_msg **items;
     size_t head, count, cap;
@@ -108,6 +175,7 @@ struct mt_coll_comm {
     _Atomic int aio_done[COLL_NAIO]; /* set by the aio callback */
     int aio_next;
     struct coll_pslot *prog; /* progress slot written by the device thread, NULL none */
+    coll_post post;          /* direct transport: the ring step being received in place */
 };
 
 typedef struct coll_peer {
@@ -118,6 +186,7 @@ typedef struct coll_peer {
     _Atomic int64_t down_ns; /* monotonic time the connection was lost; 0 = not lost */
     _Atomic int refused;     /* it refused our token, or we refused its (UNAUTHENTICATED) */
     int fd;                  /* direct transport: dialed socket when open (guarded by mu) */
+    int nranks;              /* ranks living in that process */
 } coll_peer;
 
 struct mt_coll_world {
@@ -172,6 +241,8 @@ typedef struct coll_raw_cbs {
     void (*deliver)(void *arg, nng_msg *m, uint32_t conn); /* a frame arrived (takes m) */
     void (*lost)(void *arg, uint32_t conn);                /* the connection ended */
     void (*refused)(void *arg, const char *peer_addr);     /* a dialer failed authentication */
+    /* a DATA header arrived: 1 and *s when a posted receive takes the payload (may be NULL) */
+    int (*claim)(void *arg, const unsigned char *hdr, uint32_t conn, coll_sink *s);
 } coll_raw_cbs;
 /* 1 for the URLs the direct transport serves (tcp://, ipc://). */
 int coll__raw_url(const char *url);

@@ -47,6 +47,7 @@
 #include "tls/mt_tls.h"
 
 #define NET_MAX_PENDING 65536
+#define RAW_ARM_WAIT_NS 5000000LL /* a ring frame waits this long for its step to be posted */
 #define NET_RECVMAX     ((size_t)(64u << 20) + 4096u)
 
 typedef struct net_pipe {
@@ -62,8 +63,9 @@ struct mt_coll_net {
     nng_aio *raio;       /* the one outstanding receive; its callback delivers and re-arms */
     _Atomic int closing; /* sockets whose close was left running (close_bounded) */
     pthread_mutex_t mu;
-    mt_coll_world *world; /* mu: the world served, NULL when none */
-    nng_msg **pending;    /* mu: messages that arrived before the world existed */
+    pthread_cond_t arm_cv; /* with mu: a device thread posted a receive (coll__net_wake_claim) */
+    mt_coll_world *world;  /* mu: the world served, NULL when none */
+    nng_msg **pending;     /* mu: messages that arrived before the world existed */
     size_t npending, cap_pending;
     net_pipe *pipes; /* mu: PULL pipes (or direct connections) seen in the current world */
     size_t npipes, cap_pipes;
@@ -227,6 +229,47 @@ static void raw_deliver(void *arg, nng_msg *m, uint32_t conn)
     nng_pipe p = {.id = conn};
     nng_msg_set_pipe(m, p);
     net_handle(arg, m);
+}
+
+/*
+ * A DATA header arrived on direct connection conn: claim a posted receive for its payload.
+ * A ring frame that arrives before its step is posted (a fast predecessor is already in the
+ * next collective) waits up to RAW_ARM_WAIT_NS for the device thread to post it, when
+ * coll__post_claim says that is safe; net->mu is released while waiting.
+ */
+static int raw_claim(void *arg, const unsigned char *hb, uint32_t conn, coll_sink *s)
+{
+    mt_coll_net *net = arg;
+    coll_hdr h;
+    int r = 0, noted = 0;
+    int64_t until = coll__now_ns() + RAW_ARM_WAIT_NS;
+    coll__hdr_parse(hb, &h);
+    pthread_mutex_lock(&net->mu);
+    for (;;) {
+        mt_coll_world *w = net->world;
+        if (w == NULL || h.kind != COLL_KIND_DATA || h.job != w->opts.job_id ||
+            atomic_load(&w->cancelled) || h.src < 0 || h.src >= w->size)
+            break;
+        if (!noted)
+            note_pipe(net, conn, w->proc_of[h.src]);
+        noted = 1;
+        r = coll__post_claim(w, &h, s);
+        int64_t now = coll__now_ns();
+        if (r != 2 || now >= until)
+            break;
+        int64_t t = until - now > 1000000LL ? now + 1000000LL : until;
+        struct timespec ts = {.tv_sec = t / 1000000000LL, .tv_nsec = t % 1000000000LL};
+        pthread_cond_timedwait(&net->arm_cv, &net->mu, &ts);
+    }
+    pthread_mutex_unlock(&net->mu);
+    return r == 1;
+}
+
+void coll__net_wake_claim(mt_coll_net *net)
+{
+    pthread_mutex_lock(&net->mu);
+    pthread_cond_broadcast(&net->arm_cv);
+    pthread_mutex_unlock(&net->mu);
 }
 
 static void raw_lost(void *arg, uint32_t conn)
@@ -416,9 +459,14 @@ static mt_code net_new(const char *url, const mt_tls *tls, const char *token, mt
     if (mt_tls_url_is_tls(url))
         net->tls = mt_tls_hold(tls);
     pthread_mutex_init(&net->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&net->arm_cv, &ca);
+    pthread_condattr_destroy(&ca);
     snprintf(net->token, sizeof(net->token), "%s", token != NULL ? token : "");
     if (!use_nng) {
-        coll_raw_cbs cbs = {net, raw_deliver, raw_lost, raw_refused};
+        coll_raw_cbs cbs = {net, raw_deliver, raw_lost, raw_refused, raw_claim};
         rc = coll__raw_listen(url, net->token, &cbs, &net->raw, net->addr, sizeof(net->addr), err);
         if (rc != MT_OK)
             goto fail_sock;
@@ -447,6 +495,7 @@ fail_listen:
     nng_close(net->pull);
 fail_sock:
     pthread_mutex_destroy(&net->mu);
+    pthread_cond_destroy(&net->arm_cv);
     mt_tls_free(net->tls);
     mt_free(net);
     return rc;
@@ -489,6 +538,7 @@ void mt_coll_net_free(mt_coll_net *net)
     mt_free(net->pending);
     mt_free(net->pipes);
     pthread_mutex_destroy(&net->mu);
+    pthread_cond_destroy(&net->arm_cv);
     mt_tls_free(net->tls);
     mt_free(net);
 }

@@ -19,6 +19,12 @@
  * UNAUTHENTICATED, after which it closes the connection). No tensor frame is
  * read before that. Without a token the MAC is not checked.
  *
+ * Posted receives: before allocating a message for a DATA frame, the reader asks the owner
+ * (cb.claim) whether a device thread posted that ring step; if so it reads the payload straight
+ * into the posted buffer (copy) or into the comm's piece buffers that the device thread adds
+ * (read_claimed), with reads that time out every RAW_POLL_MS so that a device thread giving up
+ * (post cancel flag) is seen; after that the rest of the frame is discarded.
+ *
  * Failure detection: a connection that ends (EOF, reset) is reported to the
  * owner (coll_net.c marks the sending process down); a frame with a bad magic or
  * an oversized length ends the connection (never read past a frame).
@@ -57,9 +63,13 @@
 #define RAW_HELLO_FIXED (4 + 8 + 2 + 32)
 #define RAW_RECVMAX     ((uint64_t)(64u << 20) + 4096u)
 
+#define RAW_SCRATCH COLL_PIECE_BYTES /* a piece of payload added by this thread or discarded */
+#define RAW_POLL_MS 10               /* claimed reads time out this often to see a cancellation */
+
 typedef struct raw_conn {
     struct coll_raw *r;
     int fd;
+    unsigned char *scratch; /* [RAW_SCRATCH + 4], allocated on first use */
     uint32_t id;
     pthread_t thr;
     _Atomic int done;
@@ -229,6 +239,81 @@ static int conn_handshake(raw_conn *k)
     return 0;
 }
 
+/* Read n bytes into buf (blocking socket); 0, or -1 when the connection ended. */
+static int read_full(coll_raw *r, int fd, void *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = recv(fd, (char *)buf + got, n - got, MSG_WAITALL);
+        if (k > 0)
+            got += (size_t)k;
+        else if (k == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) ||
+                 atomic_load(&r->closing))
+            return -1;
+    }
+    return 0;
+}
+
+/*
+ * Read up to n bytes of a claimed payload into buf, waiting for all of them (one wake-up),
+ * but returning early (with what was read) every RAW_POLL_MS so that the caller sees a
+ * cancellation. Returns the bytes read (> 0), 0 for a timeout, -1 when the connection ended.
+ */
+static ssize_t read_some(raw_conn *k, unsigned char *buf, size_t n)
+{
+    ssize_t got = recv(k->fd, buf, n, MSG_WAITALL);
+    if (got > 0)
+        return got;
+    if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) &&
+        !atomic_load(&k->r->closing))
+        return 0;
+    return -1;
+}
+
+/*
+ * Read a claimed payload straight into the posted buffer (copy), or in pieces of
+ * COLL_PIECE_BYTES that the device thread adds into the buffer while this thread reads the
+ * next one (or that this thread adds itself when no piece buffer is free). Between reads it
+ * looks at the post's cancel flag (at least every RAW_POLL_MS): once set it stops touching
+ * the buffers, lets the post go and reads the rest of the frame into scratch. Returns 0, or
+ * -1 when the connection ended.
+ */
+static int read_claimed(raw_conn *k, const coll_sink *s)
+{
+    size_t done = 0;
+    int let_go = 0;
+    while (done < s->bytes) {
+        size_t piece = s->bytes - done < COLL_PIECE_BYTES ? s->bytes - done : COLL_PIECE_BYTES;
+        int j = let_go || !s->add ? -1 : coll__post_piece_get(s);
+        unsigned char *to = let_go || s->add ? k->scratch : s->dest + done;
+        if (j >= 0)
+            to = s->c->post.piece[j];
+        size_t got = 0;
+        while (got < piece) {
+            if (!let_go && atomic_load(&s->c->post.cancel)) {
+                coll__post_finish(s, 0); /* the device thread resets the piece */
+                let_go = 1;
+                to = k->scratch; /* the rest of this piece (at most a piece) is discarded */
+            }
+            ssize_t n = read_some(k, to + got, piece - got);
+            if (n < 0) {
+                if (!let_go)
+                    coll__post_finish(s, 0);
+                return -1;
+            }
+            got += (size_t)n;
+        }
+        if (!let_go && j >= 0)
+            coll__post_piece_full(s, j, s->dest + done, piece);
+        else if (!let_go && s->add)
+            coll__add_into((float *)(s->dest + done), k->scratch, piece / sizeof(float));
+        done += piece;
+    }
+    if (!let_go)
+        coll__post_finish(s, 1);
+    return 0;
+}
+
 static void *conn_main(void *arg)
 {
     raw_conn *k = arg;
@@ -240,12 +325,8 @@ static void *conn_main(void *arg)
         fcntl(k->fd, F_SETFL, fl & ~O_NONBLOCK); /* from here on: blocking reads */
     }
     while (ok && !atomic_load(&r->closing)) {
-        ssize_t g = recv(k->fd, hb, sizeof(hb), MSG_WAITALL);
-        if (g != (ssize_t)sizeof(hb)) {
-            if (g < 0 && errno == EINTR)
-                continue;
+        if (read_full(r, k->fd, hb, sizeof(hb)) != 0)
             break;
-        }
         uint32_t magic;
         uint64_t len;
         memcpy(&magic, hb, 4);
@@ -257,6 +338,23 @@ static void *conn_main(void *arg)
                         magic, len);
             break;
         }
+        coll_sink sink;
+        if (hb[4] == COLL_KIND_DATA && r->cb.claim != NULL && len > 0) {
+            if (k->scratch == NULL && (k->scratch = mt_malloc(RAW_SCRATCH + 4)) == NULL) {
+                mt_log_error("coll: out of memory for a receive buffer; dropping the connection");
+                break;
+            }
+            if (r->cb.claim(r->cb.arg, hb, k->id, &sink)) {
+                /* reads of a claimed payload time out, so that a cancellation is seen */
+                struct timeval tv = {.tv_sec = 0, .tv_usec = RAW_POLL_MS * 1000}, none = {0};
+                setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+                int bad = read_claimed(k, &sink) != 0;
+                setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
+                if (bad)
+                    break;
+                continue;
+            }
+        }
         nng_msg *m;
         size_t pl = (size_t)(len * unit);
         if (nng_msg_alloc(&m, COLL_HDR_SIZE + pl) != 0) {
@@ -265,15 +363,7 @@ static void *conn_main(void *arg)
         }
         unsigned char *body = nng_msg_body(m);
         memcpy(body, hb, sizeof(hb));
-        size_t got = 0;
-        while (got < pl) {
-            ssize_t n = recv(k->fd, body + COLL_HDR_SIZE + got, pl - got, MSG_WAITALL);
-            if (n > 0)
-                got += (size_t)n;
-            else if (!(n < 0 && errno == EINTR))
-                break;
-        }
-        if (got < pl) {
+        if (read_full(r, k->fd, body + COLL_HDR_SIZE, pl) != 0) {
             nng_msg_free(m);
             break;
         }
@@ -299,6 +389,7 @@ static void reap(coll_raw *r, int all)
             shutdown(k->fd, SHUT_RDWR);
         pthread_join(k->thr, NULL);
         close(k->fd);
+        mt_free(k->scratch);
         mt_free(k);
         r->conns[i] = r->conns[--r->nconns];
     }

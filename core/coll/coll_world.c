@@ -115,12 +115,9 @@ void coll__hdr_encode(const coll_hdr *h, void *out)
     memcpy(b + 64, &h->len, 8);
 }
 
-mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h)
+void coll__hdr_parse(const void *hb, coll_hdr *h)
 {
-    size_t sz = nng_msg_len(m);
-    const unsigned char *b = nng_msg_body((nng_msg *)m);
-    if (sz < COLL_HDR_SIZE)
-        return MT_INVALID_ARGUMENT;
+    const unsigned char *b = hb;
     memcpy(&h->magic, b + 0, 4);
     h->kind = b[4];
     h->op = b[5];
@@ -137,6 +134,14 @@ mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h)
     memcpy(&h->total, b + 48, 8);
     memcpy(&h->offset, b + 56, 8);
     memcpy(&h->len, b + 64, 8);
+}
+
+mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h)
+{
+    size_t sz = nng_msg_len(m);
+    if (sz < COLL_HDR_SIZE)
+        return MT_INVALID_ARGUMENT;
+    coll__hdr_parse(nng_msg_body((nng_msg *)m), h);
     if (h->magic != COLL_MAGIC)
         return MT_INVALID_ARGUMENT;
     size_t unit = h->kind == COLL_KIND_DATA ? sizeof(float) : 1;
@@ -263,6 +268,8 @@ static void comm_fini(mt_coll_comm *c)
     if (c->w == NULL)
         return;
     mt_free(c->pong);
+    for (int j = 0; j < COLL_POST_PIECES; j++)
+        mt_free(c->post.piece[j]);
     for (int i = 0; i < COLL_NAIO; i++) {
         if (c->aio[i] != NULL) {
             nng_aio_cancel(c->aio[i]);
@@ -461,6 +468,7 @@ mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_add
                 my_proc = p;
         }
         w->proc_of[r] = p;
+        w->peers[p].nranks++;
     }
     if (my_proc < 0) {
         rc = mt_err_set(err, MT_INVALID_ARGUMENT,
@@ -860,88 +868,95 @@ static int abort_explains(coll_ctx *x, int64_t grace_ns, mt_code *rc)
     return got;
 }
 
-/* Receive the next message from global rank src; validate it against *want. */
-static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **out)
+/* The collective was cancelled or aborted by a member (c->mu held): its code, else MT_OK. */
+static mt_code ended(coll_ctx *x)
+{
+    mt_code arc;
+    if (atomic_load(&x->c->w->cancelled)) {
+        x->from_abort = 1; /* every local member is cancelled too; remote ones by their owner */
+        return ctx_fail(x, MT_CANCELLED, "the world was cancelled");
+    }
+    if (take_abort(x, &arc))
+        return arc;
+    return MT_OK;
+}
+
+/*
+ * One turn of waiting for data from global rank src (c->mu held, still held on return):
+ * MT_OK after answering PINGs or sleeping until a wake-up (look again), else the failure
+ * (the peer's connection lost, the deadline).
+ */
+static mt_code wait_turn(coll_ctx *x, int src)
 {
     mt_coll_comm *c = x->c;
     mt_coll_world *w = c->w;
-    nng_msg *m = NULL;
-    coll_hdr h;
     int remote = w->by_rank[src] == NULL;
+    int64_t now = coll__now_ns();
+    if (remote) {
+        int64_t down = atomic_load(&w->peers[w->proc_of[src]].down_ns);
+        if (down != 0 && atomic_load(&w->peers[w->proc_of[src]].refused))
+            return ctx_fail(x, MT_UNAUTHENTICATED,
+                            "rank %d (%s) failed data-plane authentication (wrong token): "
+                            "UNAUTHENTICATED",
+                            src, rank_addr(w, src));
+        if (down != 0 && now - down > COLL_GRACE_NS)
+            return ctx_fail(x, MT_UNAVAILABLE, "connection to rank %d (%s) lost", src,
+                            rank_addr(w, src));
+    }
+    if (c->nping > 0) {
+        answer_pings(x);
+        return MT_OK;
+    }
+    if (now >= x->deadline_ns && !x->diagnosed) {
+        x->diagnosed = 1;
+        if (diagnose_start(x) > 0) {
+            x->deadline_ns = coll__now_ns() + COLL_DIAG_NS; /* keep waiting for data too */
+            return MT_OK;
+        }
+    }
+    if (now >= x->deadline_ns) {
+        char late[160];
+        suspects(x, late, sizeof(late));
+        if (late[0] != '\0')
+            return ctx_fail(x, MT_DEADLINE_EXCEEDED,
+                            "no data from rank %d (%s) within %" PRId64 " ms; never arrived: %s",
+                            src, rank_addr(w, src), x->deadline_ms, late);
+        return ctx_fail(x, MT_DEADLINE_EXCEEDED, "no data from rank %d (%s) within %" PRId64 " ms",
+                        src, rank_addr(w, src), x->deadline_ms);
+    }
+    int64_t until = x->deadline_ns;
+    if (remote && until - now > 50000000LL)
+        until = now + 50000000LL; /* poll the connection state */
+    struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
+    coll__progress_wait(c);
+    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    return MT_OK;
+}
 
-    *out = NULL;
-    pthread_mutex_lock(&c->mu);
-    for (;;) {
-        if (atomic_load(&w->cancelled)) {
-            pthread_mutex_unlock(&c->mu);
-            x->from_abort = 1; /* every local member is cancelled too; remote ones by their owner */
-            return ctx_fail(x, MT_CANCELLED, "the world was cancelled");
-        }
-        mt_code arc;
-        if (take_abort(x, &arc)) {
-            pthread_mutex_unlock(&c->mu);
-            return arc;
-        }
-        m = queue_pop(&c->q[src]);
-        if (m != NULL) {
-            coll__hdr_decode(m, &h); /* validated by the receiver / sender */
-            if (h.job == w->opts.job_id && c->has_failed &&
-                tag_le(h.step, h.seq, c->failed_step, c->failed_seq)) {
-                nng_msg_free(m); /* left over from a collective that failed here */
-                continue;
-            }
-            break;
-        }
-        int64_t now = coll__now_ns();
-        if (remote) {
-            int64_t down = atomic_load(&w->peers[w->proc_of[src]].down_ns);
-            if (down != 0 && atomic_load(&w->peers[w->proc_of[src]].refused)) {
-                pthread_mutex_unlock(&c->mu);
-                return ctx_fail(x, MT_UNAUTHENTICATED,
-                                "rank %d (%s) failed data-plane authentication (wrong token): "
-                                "UNAUTHENTICATED",
-                                src, rank_addr(w, src));
-            }
-            if (down != 0 && now - down > COLL_GRACE_NS) {
-                pthread_mutex_unlock(&c->mu);
-                return ctx_fail(x, MT_UNAVAILABLE, "connection to rank %d (%s) lost", src,
-                                rank_addr(w, src));
-            }
-        }
-        if (c->nping > 0) {
-            answer_pings(x);
+/* Pop the next message from src that is not a leftover of a failed collective (c->mu held). */
+static nng_msg *pop_live(mt_coll_comm *c, int src)
+{
+    nng_msg *m;
+    while ((m = queue_pop(&c->q[src])) != NULL) {
+        coll_hdr h;
+        coll__hdr_decode(m, &h); /* validated by the receiver / sender */
+        if (h.job == c->w->opts.job_id && c->has_failed &&
+            tag_le(h.step, h.seq, c->failed_step, c->failed_seq)) {
+            nng_msg_free(m); /* left over from a collective that failed here */
             continue;
         }
-        if (now >= x->deadline_ns && !x->diagnosed) {
-            x->diagnosed = 1;
-            if (diagnose_start(x) > 0) {
-                x->deadline_ns = coll__now_ns() + COLL_DIAG_NS; /* keep waiting for data too */
-                continue;
-            }
-        }
-        if (now >= x->deadline_ns) {
-            char late[160];
-            suspects(x, late, sizeof(late));
-            pthread_mutex_unlock(&c->mu);
-            if (late[0] != '\0')
-                return ctx_fail(x, MT_DEADLINE_EXCEEDED,
-                                "no data from rank %d (%s) within %" PRId64
-                                " ms; never arrived: %s",
-                                src, rank_addr(w, src), x->deadline_ms, late);
-            return ctx_fail(x, MT_DEADLINE_EXCEEDED,
-                            "no data from rank %d (%s) within %" PRId64 " ms", src,
-                            rank_addr(w, src), x->deadline_ms);
-        }
-        int64_t until = x->deadline_ns;
-        if (remote && until - now > 50000000LL)
-            until = now + 50000000LL; /* poll the connection state */
-        struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
-        coll__progress_wait(c);
-        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        return m;
     }
-    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
 
-    /* every field must be what this member expects at this point, in this order of blame */
+/* Every field of m (from src) must be what this member expects; else INVALID_ARGUMENT (frees m). */
+static mt_code check_msg(coll_ctx *x, int src, nng_msg *m, const coll_hdr *want)
+{
+    mt_coll_world *w = x->c->w;
+    coll_hdr h;
+    coll__hdr_decode(m, &h);
+    /* in this order of blame */
     const struct {
         const char *what;
         uint64_t got, exp;
@@ -963,17 +978,36 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
         if (f[i].got != f[i].exp)
             what = f[i].what, got = f[i].got, exp = f[i].exp;
     }
-    if (what != NULL) {
-        nng_msg_free(m);
-        x->blame = src;
-        if (h.op != want->op)
-            return ctx_fail(x, MT_INVALID_ARGUMENT,
-                            "rank %d (%s) sent a %s message: %s %" PRIu64 ", expected %" PRIu64,
-                            src, rank_addr(w, src), op_name(h.op), what, got, exp);
+    if (what == NULL)
+        return MT_OK;
+    nng_msg_free(m);
+    x->blame = src;
+    if (h.op != want->op)
         return ctx_fail(x, MT_INVALID_ARGUMENT,
-                        "message from rank %d (%s) has %s %" PRIu64 ", expected %" PRIu64, src,
-                        rank_addr(w, src), what, got, exp);
-    }
+                        "rank %d (%s) sent a %s message: %s %" PRIu64 ", expected %" PRIu64, src,
+                        rank_addr(w, src), op_name(h.op), what, got, exp);
+    return ctx_fail(x, MT_INVALID_ARGUMENT,
+                    "message from rank %d (%s) has %s %" PRIu64 ", expected %" PRIu64, src,
+                    rank_addr(w, src), what, got, exp);
+}
+
+/* Receive the next message from global rank src; validate it against *want. */
+static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **out)
+{
+    mt_coll_comm *c = x->c;
+    nng_msg *m = NULL;
+    mt_code rc = MT_OK;
+
+    *out = NULL;
+    pthread_mutex_lock(&c->mu);
+    while ((rc = ended(x)) == MT_OK && (m = pop_live(c, src)) == NULL &&
+           (rc = wait_turn(x, src)) == MT_OK)
+        ;
+    pthread_mutex_unlock(&c->mu);
+    if (m == NULL)
+        return rc;
+    if ((rc = check_msg(x, src, m, want)) != MT_OK)
+        return rc;
     *out = m;
     return MT_OK;
 }
@@ -1040,7 +1074,7 @@ typedef float coll_v8 __attribute__((vector_size(32)));
  * lanes at a time. Each element is still one float32 addition in the documented
  * order (no reassociation, no FMA), so the bits equal the scalar loop's.
  */
-static void add_into(float *restrict d, const unsigned char *restrict partial, size_t n)
+void coll__add_into(float *restrict d, const unsigned char *restrict partial, size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -1079,10 +1113,233 @@ static mt_code recv_seg(coll_ctx *x, coll_hdr *h, int src, float *rbuf, size_t r
         if (n > 0)
             memcpy(d, pl, n * sizeof(float));
     } else {
-        add_into(d, pl, n);
+        coll__add_into(d, pl, n);
     }
     nng_msg_free(m);
     return MT_OK;
+}
+
+/* ---------------------------------------------------- posted receive */
+
+/* Header expected for segment k of a posted step (chunk, offset and length filled in). */
+static void post_want(const coll_post_step *p, size_t k, coll_hdr *h)
+{
+    *h = p->want;
+    h->chunk = (uint32_t)k;
+    h->offset = p->roff + k * p->seg;
+    h->len = p->rlen == 0 ? 0 : (p->rlen - k * p->seg < p->seg ? p->rlen - k * p->seg : p->seg);
+}
+
+int coll__post_claim(mt_coll_world *w, const coll_hdr *h, coll_sink *s)
+{
+    if (h->dst < 0 || h->dst >= w->size || h->src < 0 || h->src >= w->size ||
+        w->by_rank[h->dst] == NULL)
+        return 0;
+    mt_coll_comm *c = w->by_rank[h->dst];
+    coll_post *p = &c->post;
+    int ok = 0;
+    pthread_mutex_lock(&c->mu);
+    coll_post_step *st = &p->st[p->head];
+    if (p->state == COLL_POST_POSTED && p->count > 0 && st->want.src == h->src &&
+        c->q[h->src].count == 0 && st->next_k < st->nk) {
+        coll_hdr e;
+        post_want(st, st->next_k, &e);
+        ok = e.job == h->job && e.step == h->step && e.seq == h->seq && e.op == h->op &&
+             e.total == h->total && e.phase == h->phase && e.rstep == h->rstep &&
+             e.chunk == h->chunk && e.offset == h->offset && e.len == h->len;
+    }
+    /*
+     * Case 2 must hold only for frames that ring_run will post (a ring phase of allreduce,
+     * reduce-scatter or allgather from another process over the direct transport, allreduce
+     * above direct_bytes): any other frame would wait RAW_ARM_WAIT_NS for nothing.
+     */
+    if (!ok && p->count == 0 && p->state == COLL_POST_NONE && c->q[h->src].count == 0 &&
+        w->nlocal == 1 && w->peers[w->proc_of[h->src]].nranks == 1 && h->phase <= 1 &&
+        (h->op == COLL_OP_ALLREDUCE || h->op == COLL_OP_REDUCE_SCATTER ||
+         h->op == COLL_OP_ALLGATHER) &&
+        (h->op != COLL_OP_ALLREDUCE || h->total * sizeof(float) > w->opts.direct_bytes)) {
+        p->reader_waiting = 1;
+        pthread_mutex_unlock(&c->mu);
+        return 2;
+    }
+    if (ok) {
+        p->state = COLL_POST_CLAIMED;
+        s->c = c;
+        s->dest = (unsigned char *)(st->rbuf + h->offset);
+        s->bytes = (size_t)h->len * sizeof(float);
+        s->add = st->add;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+/* Segment next_k of the head step is in the buffer (c->mu held). */
+static void post_advance(mt_coll_comm *c)
+{
+    coll_post *p = &c->post;
+    if (++p->st[p->head].next_k == p->st[p->head].nk) {
+        p->head = (p->head + 1) % COLL_POST_DEPTH;
+        p->count--;
+        p->done++;
+        pthread_cond_broadcast(&c->cv);
+    }
+}
+
+void coll__post_finish(const coll_sink *s, int ok)
+{
+    mt_coll_comm *c = s->c;
+    coll_post *p = &c->post;
+    pthread_mutex_lock(&c->mu);
+    if (atomic_load(&p->cancel) || !ok) {
+        p->state = COLL_POST_NONE; /* the device thread stops waiting for the reader */
+        pthread_cond_broadcast(&c->cv);
+    } else {
+        post_advance(c);
+        p->state = p->count > 0 ? COLL_POST_POSTED : COLL_POST_NONE;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+int coll__post_piece_get(const coll_sink *s)
+{
+    coll_post *p = &s->c->post;
+    int j = -1;
+    pthread_mutex_lock(&s->c->mu);
+    for (int i = 0; i < COLL_POST_PIECES && j < 0; i++) {
+        if (p->piece[i] != NULL && p->piece_state[i] == 0)
+            j = i;
+    }
+    if (j >= 0)
+        p->piece_state[j] = 1;
+    pthread_mutex_unlock(&s->c->mu);
+    return j;
+}
+
+void coll__post_piece_full(const coll_sink *s, int j, unsigned char *dest, size_t bytes)
+{
+    coll_post *p = &s->c->post;
+    pthread_mutex_lock(&s->c->mu);
+    p->piece_dest[j] = (float *)dest;
+    p->piece_n[j] = bytes / sizeof(float);
+    p->piece_state[j] = 2;
+    p->nfull++;
+    pthread_cond_broadcast(&s->c->cv);
+    pthread_mutex_unlock(&s->c->mu);
+}
+
+/* Add one full piece into its destination (c->mu held, released while adding): 1, or 0. */
+static int post_add_piece(mt_coll_comm *c)
+{
+    coll_post *p = &c->post;
+    for (int j = 0; j < COLL_POST_PIECES; j++) {
+        if (p->piece_state[j] != 2)
+            continue;
+        p->piece_state[j] = 3;
+        p->nfull--;
+        pthread_mutex_unlock(&c->mu);
+        coll__add_into(p->piece_dest[j], p->piece[j], p->piece_n[j]);
+        pthread_mutex_lock(&c->mu);
+        p->piece_state[j] = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* Post the receive of rbuf[roff, roff+rlen) in nk segments (want: the header template). */
+static void post_arm(mt_coll_comm *c, const coll_hdr *want, float *rbuf, size_t roff, size_t rlen,
+                     size_t nk, int mode)
+{
+    coll_post *p = &c->post;
+    pthread_mutex_lock(&c->mu);
+    coll_post_step *st = &p->st[(p->head + p->count) % COLL_POST_DEPTH];
+    st->want = *want;
+    st->rbuf = rbuf;
+    st->roff = roff;
+    st->rlen = rlen;
+    st->seg = c->w->seg;
+    st->next_k = 0;
+    st->nk = nk;
+    st->add = mode == XFER_ADD;
+    for (int j = 0; j < COLL_POST_PIECES && st->add; j++) {
+        if (p->piece[j] == NULL)
+            p->piece[j] = mt_malloc(COLL_PIECE_BYTES); /* NULL: the reader adds it itself */
+    }
+    p->count++;
+    p->armed++;
+    if (p->state != COLL_POST_CLAIMED)
+        p->state = COLL_POST_POSTED;
+    int wake = p->reader_waiting;
+    p->reader_waiting = 0;
+    pthread_mutex_unlock(&c->mu);
+    if (wake)
+        coll__net_wake_claim(c->w->net);
+}
+
+/* Withdraw every posted step (c->mu held); waits for a reader writing into the buffer. */
+static void post_disarm(mt_coll_comm *c)
+{
+    coll_post *p = &c->post;
+    if (p->state == COLL_POST_CLAIMED) {
+        atomic_store(&p->cancel, 1); /* the reader checks it after every read (<= 10 ms) */
+        while (p->state == COLL_POST_CLAIMED)
+            pthread_cond_wait(&c->cv, &c->mu);
+    }
+    atomic_store(&p->cancel, 0);
+    p->state = COLL_POST_NONE;
+    p->count = 0;
+    p->done = p->armed;
+    for (int j = 0; j < COLL_POST_PIECES; j++)
+        p->piece_state[j] = 0; /* pieces not added yet belong to a failed step */
+    p->nfull = 0;
+}
+
+/*
+ * Wait until posted step `id` is complete: segments the reader thread took are already in
+ * the buffer; frames that arrived before the post (or did not match it: a mismatch,
+ * reported by check_msg) are taken from the inbox in order, as recv_seg does.
+ */
+static mt_code recv_posted(coll_ctx *x, int src, uint64_t id)
+{
+    mt_coll_comm *c = x->c;
+    coll_post *p = &c->post;
+    mt_code rc = MT_OK;
+    pthread_mutex_lock(&c->mu);
+    while (p->done <= id || p->nfull > 0) {
+        if ((rc = ended(x)) != MT_OK)
+            break;
+        if (post_add_piece(c))
+            continue; /* the reader reads on meanwhile */
+        nng_msg *m = NULL;
+        if (p->state != COLL_POST_CLAIMED && (m = pop_live(c, src)) != NULL) {
+            coll_post_step st = p->st[p->head];
+            coll_hdr want;
+            p->state = COLL_POST_NONE; /* nothing is claimed while this one is handled */
+            post_want(&st, st.next_k, &want);
+            pthread_mutex_unlock(&c->mu);
+            rc = check_msg(x, src, m, &want);
+            if (rc == MT_OK) {
+                const unsigned char *pl = (const unsigned char *)nng_msg_body(m) + COLL_HDR_SIZE;
+                float *d = st.rbuf + want.offset;
+                if (!st.add && want.len > 0)
+                    memcpy(d, pl, want.len * sizeof(float));
+                else if (st.add)
+                    coll__add_into(d, pl, want.len);
+                nng_msg_free(m);
+            }
+            pthread_mutex_lock(&c->mu);
+            if (rc != MT_OK)
+                break;
+            post_advance(c);
+            p->state = p->count > 0 ? COLL_POST_POSTED : COLL_POST_NONE;
+            continue;
+        }
+        if ((rc = wait_turn(x, src)) != MT_OK)
+            break;
+    }
+    if (rc != MT_OK)
+        post_disarm(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
 }
 
 /*
@@ -1128,43 +1385,131 @@ static mt_code ring_step(coll_ctx *x, uint8_t phase, uint32_t rstep, int dst, co
     return MT_OK;
 }
 
-/* Ring reduce-scatter over buf[0..n): afterwards position pos owns chunk pos. */
-static mt_code ring_reduce_scatter(coll_ctx *x, float *buf, size_t n)
+/* One step of a ring phase: what this member sends and receives. */
+typedef struct ring_desc {
+    uint8_t phase; /* 0 reduce-scatter (add), 1 allgather (copy) */
+    uint32_t rstep;
+    size_t so, sl, ro, rl;
+} ring_desc;
+
+/*
+ * Step s of phase 0 (reduce-scatter over buf[0..n): afterwards position pos owns chunk pos)
+ * or phase 1 (allgather: chunk c = [off(c), off(c)+len(c)); position pos starts with chunk
+ * pos; per_member != SIZE_MAX: every chunk has per_member elements).
+ */
+static void ring_plan(const coll_ctx *x, size_t n, size_t per_member, uint8_t phase, int s,
+                      ring_desc *d)
 {
-    for (int s = 0; s < x->p - 1; s++) {
-        size_t so, sl, ro, rl;
-        int sc = ((x->pos - s - 1) % x->p + x->p) % x->p;
-        int rcnk = ((x->pos - s - 2) % x->p + x->p) % x->p;
-        mt_coll_chunk_range(n, x->p, sc, &so, &sl);
-        mt_coll_chunk_range(n, x->p, rcnk, &ro, &rl);
-        mt_code rc = ring_step(x, 0, (uint32_t)s, member(x, x->pos + 1), buf, so, sl,
-                               member(x, x->pos - 1), buf, ro, rl, XFER_ADD);
+    int p = x->p;
+    int sc = ((x->pos - s - (phase == 0 ? 1 : 0)) % p + p) % p;
+    int rcnk = ((x->pos - s - (phase == 0 ? 2 : 1)) % p + p) % p;
+    d->phase = phase;
+    d->rstep = (uint32_t)s;
+    if (per_member == SIZE_MAX) {
+        mt_coll_chunk_range(n, p, sc, &d->so, &d->sl);
+        mt_coll_chunk_range(n, p, rcnk, &d->ro, &d->rl);
+    } else {
+        d->so = (size_t)sc * per_member, d->sl = per_member;
+        d->ro = (size_t)rcnk * per_member, d->rl = per_member;
+    }
+}
+
+/* The header of a DATA message of step d from src to dst (chunk, offset, len: 0). */
+static coll_hdr ring_hdr(const coll_ctx *x, const ring_desc *d, int src, int dst)
+{
+    coll_hdr h = {.magic = COLL_MAGIC,
+                  .kind = COLL_KIND_DATA,
+                  .op = x->op,
+                  .phase = d->phase,
+                  .job = x->c->w->opts.job_id,
+                  .step = x->step,
+                  .seq = x->seq,
+                  .src = src,
+                  .dst = dst,
+                  .rstep = d->rstep,
+                  .total = x->total};
+    return h;
+}
+
+/* Post the receive of step d from src (direct transport). */
+static void ring_post(coll_ctx *x, const ring_desc *d, int src, float *buf)
+{
+    coll_hdr h = ring_hdr(x, d, src, x->c->rank);
+    post_arm(x->c, &h, buf, d->ro, d->rl, nseg(x, d->rl), d->phase == 0 ? XFER_ADD : XFER_COPY);
+}
+
+/* Send every segment of step d to dst. */
+static mt_code ring_send(coll_ctx *x, const ring_desc *d, int dst, const float *buf)
+{
+    coll_hdr h = ring_hdr(x, d, x->c->rank, dst);
+    size_t ns = nseg(x, d->sl);
+    for (size_t k = 0; k < ns; k++) {
+        size_t o, n;
+        seg_range(x, d->sl, k, &o, &n);
+        h.chunk = (uint32_t)k;
+        h.offset = d->so + o;
+        h.len = n;
+        mt_code rc = send_seg(x, dst, &h, buf + d->so + o);
         if (rc != MT_OK)
             return rc;
     }
     return MT_OK;
 }
 
-/* Ring allgather: chunk c = [off(c), off(c)+len(c)); position pos starts with chunk pos. */
-static mt_code ring_allgather(coll_ctx *x, float *buf, size_t n, size_t per_member)
+/*
+ * Run ring phases ph0..ph1 (0 reduce-scatter, 1 allgather) of p-1 steps each over buf.
+ * Receiving from another process over the direct transport, a step's receive is posted
+ * before its sends (so the reader thread adds or copies each segment into buf as it comes
+ * off the socket while this thread still sends), and the next step's receive too (a fast
+ * predecessor's frames then also go straight into buf): with p >= 3 before this step's
+ * sends (the next step receives chunk pos-s-3 / pos-s-2 and this one sends pos-s-1 / pos-s,
+ * different unless p = 2), with p = 2 once this step's sends are done. Otherwise each step runs
+ * ring_step (segment k sent, then segment k received from the inbox).
+ */
+static mt_code ring_run(coll_ctx *x, float *buf, size_t n, size_t per_member, int ph0, int ph1)
 {
-    for (int s = 0; s < x->p - 1; s++) {
-        size_t so, sl, ro, rl;
-        int sc = ((x->pos - s) % x->p + x->p) % x->p;
-        int rcnk = ((x->pos - s - 1) % x->p + x->p) % x->p;
-        if (per_member == SIZE_MAX) {
-            mt_coll_chunk_range(n, x->p, sc, &so, &sl);
-            mt_coll_chunk_range(n, x->p, rcnk, &ro, &rl);
-        } else {
-            so = (size_t)sc * per_member, sl = per_member;
-            ro = (size_t)rcnk * per_member, rl = per_member;
-        }
-        mt_code rc = ring_step(x, 1, (uint32_t)s, member(x, x->pos + 1), buf, so, sl,
-                               member(x, x->pos - 1), buf, ro, rl, XFER_COPY);
-        if (rc != MT_OK)
-            return rc;
+    int dst = member(x, x->pos + 1), src = member(x, x->pos - 1);
+    int posted = x->c->w->by_rank[src] == NULL && coll__net_is_raw(x->c->w);
+    int steps = (ph1 - ph0 + 1) * (x->p - 1);
+    uint64_t id = 0;
+    mt_code rc = MT_OK;
+    ring_desc d, next;
+    ring_plan(x, n, per_member, (uint8_t)ph0, 0, &d);
+    next = d;
+    if (posted) {
+        pthread_mutex_lock(&x->c->mu);
+        id = x->c->post.armed;
+        pthread_mutex_unlock(&x->c->mu);
+        ring_post(x, &d, src, buf);
     }
-    return MT_OK;
+    for (int i = 0; i < steps && rc == MT_OK; i++) {
+        if (i + 1 < steps)
+            ring_plan(x, n, per_member, (uint8_t)(ph0 + (i + 1) / (x->p - 1)), (i + 1) % (x->p - 1),
+                      &next);
+        if (!posted) {
+            rc = ring_step(x, d.phase, d.rstep, dst, buf, d.so, d.sl, src, buf, d.ro, d.rl,
+                           d.phase == 0 ? XFER_ADD : XFER_COPY);
+        } else {
+            /* with p >= 3 the next step's region is never the one this step sends */
+            int early = x->p >= 3 && i + 1 < steps;
+            if (early)
+                ring_post(x, &next, src, buf);
+            rc = ring_send(x, &d, dst, buf);
+            if (rc == MT_OK && !early && i + 1 < steps)
+                ring_post(x, &next, src, buf);
+            if (rc == MT_OK)
+                rc = recv_posted(x, src, id + (uint64_t)i);
+            if (rc == MT_OK)
+                coll__progress_chunk(x->c, (size_t)i, (size_t)steps);
+        }
+        d = next;
+    }
+    if (posted) {
+        pthread_mutex_lock(&x->c->mu);
+        post_disarm(x->c);
+        pthread_mutex_unlock(&x->c->mu);
+    }
+    return rc;
 }
 
 /*
@@ -1227,11 +1572,8 @@ static mt_code allreduce_run(coll_ctx *x, float *buf, size_t n)
     mt_code rc = MT_OK;
     if (x->p > 1 && n * sizeof(float) <= x->c->w->opts.direct_bytes)
         return direct_allreduce(x, buf, n);
-    if (x->p > 1) {
-        rc = ring_reduce_scatter(x, buf, n);
-        if (rc == MT_OK)
-            rc = ring_allgather(x, buf, n, SIZE_MAX);
-    }
+    if (x->p > 1)
+        rc = ring_run(x, buf, n, SIZE_MAX, 0, 1);
     return rc;
 }
 
@@ -1270,7 +1612,7 @@ mt_code mt_coll_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group, c
                            ctx_fail(&x, MT_RESOURCE_EXHAUSTED, "out of memory for %zu floats", n));
         memcpy(tmp, in, n * sizeof(float));
     }
-    rc = x.p > 1 ? ring_reduce_scatter(&x, tmp, n) : MT_OK;
+    rc = x.p > 1 ? ring_run(&x, tmp, n, SIZE_MAX, 0, 0) : MT_OK;
     if (rc == MT_OK && len > 0)
         memcpy(out, tmp + off, len * sizeof(float));
     mt_free(tmp);
@@ -1290,7 +1632,7 @@ mt_code mt_coll_allgather(mt_coll_comm *comm, const mt_coll_group *group, const 
         return ctx_end(&x, rc);
     if (count > 0)
         memcpy(out + (size_t)x.pos * count, in, count * sizeof(float));
-    return ctx_end(&x, ring_allgather(&x, out, count * (size_t)x.p, count));
+    return ctx_end(&x, x.p > 1 ? ring_run(&x, out, count * (size_t)x.p, count, 1, 1) : MT_OK);
 }
 
 mt_code mt_coll_broadcast(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
