@@ -616,10 +616,15 @@ static mt_code run_task(task_run *r, mt_err *err)
     if (atomic_load(&r->cancel))
         mt_coll_world_cancel(world);
     pthread_mutex_unlock(&r->tab->mu);
-    snprintf(r->dir, sizeof(r->dir), "%s/meshtrain-worker-%d-%s-%u", tmp ? tmp : "/tmp",
+    /* a fresh directory of its own (mkdtemp): a fixed name could be a directory left by a
+     * killed worker whose pid this process reuses, and its newer checkpoints would make
+     * keep-1 retention delete the one just written (CI saw exactly that); nor can another
+     * user prepare it in a shared /tmp */
+    snprintf(r->dir, sizeof(r->dir), "%s/meshtrain-worker-%d-%s-%u-XXXXXX", tmp ? tmp : "/tmp",
              (int)getpid(), r->job_id, r->attempt);
-    if (mkdir(r->dir, 0700) != 0 && errno != EEXIST) {
+    if (mkdtemp(r->dir) == NULL) {
         rc = mt_err_set(err, MT_INTERNAL, "task directory %s: %s", r->dir, strerror(errno));
+        r->dir[0] = '\0';
         goto done;
     }
     if (r->resume_step > 0) {
