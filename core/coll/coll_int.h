@@ -38,6 +38,10 @@
 #define COLL_ABORT_NS   100000000LL /* an ABORT to a peer may take at most 100 ms */
 #define COLL_CTL_RAW_MS 20          /* direct transport: a PING/PONG may take at most 20 ms */
 
+/* a failed send waits this long for an ABORT that explains it (a member that found a mismatch
+ * and closed its sockets): 200 ms was too short on a loaded 2-core CI machine */
+#define COLL_ABORT_EXPLAIN_NS 1000000000LL
+
 enum coll_kind {
     COLL_KIND_DATA = 1,  /* a segment of a collective */
     COLL_KIND_ABORT = 2, /* a participant failed the collective: code + text */

@@ -1025,7 +1025,7 @@ static mt_code send_seg(coll_ctx *x, int dst, const coll_hdr *h, const float *da
         mt_code rc = coll__net_send_buf(x->c, w->proc_of[dst], hb, data, bytes, x->deadline_ns, &e);
         mt_code arc;
         if ((rc == MT_UNAVAILABLE || rc == MT_DEADLINE_EXCEEDED) &&
-            abort_explains(x, rc == MT_UNAVAILABLE ? COLL_GRACE_NS : 0, &arc))
+            abort_explains(x, rc == MT_UNAVAILABLE ? COLL_ABORT_EXPLAIN_NS : 0, &arc))
             return arc;
         if (rc != MT_OK)
             return ctx_fail(x, rc, "send to rank %d (%s): %s", dst, rank_addr(w, dst), e.msg);
