@@ -78,17 +78,58 @@ void mt_coll_chunk_range(size_t n, int p, int c, size_t *off, size_t *len)
     *off = uc * base + (uc < rem ? uc : rem);
 }
 
+/* Largest power of two <= p (p >= 1): the members of the halving tree. */
+static int tree_q(int p)
+{
+    int q = 1;
+    while (q <= p / 2)
+        q *= 2;
+    return q;
+}
+
+/* Group position of tree member v when r = p - q members are folded in (see REDUCTION ORDER). */
+static int tree_pos(int v, int r)
+{
+    return v < r ? 2 * v : v + r;
+}
+
 void mt_coll_reference_allreduce(const float *const *inputs, int p, size_t n, float *out)
 {
-    for (int c = 0; c < p; c++) {
-        size_t off, len;
-        mt_coll_chunk_range(n, p, c, &off, &len);
-        for (size_t e = off; e < off + len; e++) {
-            float s = inputs[(c + 1) % p][e];
-            for (int k = 2; k <= p; k++)
-                s = s + inputs[(c + k) % p][e];
-            out[e] = s;
+    int q = tree_q(p), r = p - q;
+    for (size_t e = 0; e < n; e++) {
+        /* a binary counter of complete subtrees: leaf v joins its left neighbours' sums */
+        float st[33];
+        int sz[33], top = 0;
+        for (int v = 0; v < q; v++) {
+            float s = v < r ? inputs[2 * v][e] + inputs[2 * v + 1][e] : inputs[v + r][e];
+            int k = 1;
+            while (top > 0 && sz[top - 1] == k) {
+                s = st[--top] + s;
+                k *= 2;
+            }
+            st[top] = s;
+            sz[top++] = k;
         }
+        out[e] = st[0];
+    }
+}
+
+/* d[e] = d[e] + s[e]: one float32 addition per element (the compiler may vectorise it). */
+static void add_vec(float *restrict d, const float *restrict s, size_t n)
+{
+    for (size_t e = 0; e < n; e++)
+        d[e] = d[e] + s[e];
+}
+
+/* The documented order in place over b[0..p-1] (n floats each): the sum ends in b[0]. */
+static void tree_fold_inplace(float *const *b, int p, size_t n)
+{
+    int q = tree_q(p), r = p - q;
+    for (int i = 0; i < r; i++)
+        add_vec(b[2 * i], b[2 * i + 1], n);
+    for (int d = 1; d < q; d *= 2) {
+        for (int v = 0; v + d < q; v += 2 * d)
+            add_vec(b[tree_pos(v, r)], b[tree_pos(v + d, r)], n);
     }
 }
 
@@ -1149,15 +1190,15 @@ int coll__post_claim(mt_coll_world *w, const coll_hdr *h, coll_sink *s)
              e.chunk == h->chunk && e.offset == h->offset && e.len == h->len;
     }
     /*
-     * Case 2 must hold only for frames that ring_run will post (a ring phase of allreduce,
-     * reduce-scatter or allgather from another process over the direct transport, allreduce
-     * above direct_bytes): any other frame would wait RAW_ARM_WAIT_NS for nothing.
+     * Case 2 must hold only for frames that will be posted (tree_run's phases of an allreduce
+     * or reduce-scatter above direct_bytes, ring_run's allgather, from another process over
+     * the direct transport): any other frame would wait RAW_ARM_WAIT_NS for nothing.
      */
     if (!ok && p->count == 0 && p->state == COLL_POST_NONE && c->q[h->src].count == 0 &&
         w->nlocal == 1 && w->peers[w->proc_of[h->src]].nranks == 1 && h->phase <= 1 &&
         (h->op == COLL_OP_ALLREDUCE || h->op == COLL_OP_REDUCE_SCATTER ||
          h->op == COLL_OP_ALLGATHER) &&
-        (h->op != COLL_OP_ALLREDUCE || h->total * sizeof(float) > w->opts.direct_bytes)) {
+        (h->op == COLL_OP_ALLGATHER || h->total * sizeof(float) > w->opts.direct_bytes)) {
         p->reader_waiting = 1;
         pthread_mutex_unlock(&c->mu);
         return 2;
@@ -1291,6 +1332,23 @@ static void post_disarm(mt_coll_comm *c)
     for (int j = 0; j < COLL_POST_PIECES; j++)
         p->piece_state[j] = 0; /* pieces not added yet belong to a failed step */
     p->nfull = 0;
+}
+
+/* Withdraw every posted step of c (takes c->mu). */
+static void post_withdraw(mt_coll_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    post_disarm(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The id the next post_arm of c gets (recv_posted waits for it). */
+static uint64_t post_next_id(mt_coll_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    uint64_t id = c->post.armed;
+    pthread_mutex_unlock(&c->mu);
+    return id;
 }
 
 /*
@@ -1477,9 +1535,7 @@ static mt_code ring_run(coll_ctx *x, float *buf, size_t n, size_t per_member, in
     ring_plan(x, n, per_member, (uint8_t)ph0, 0, &d);
     next = d;
     if (posted) {
-        pthread_mutex_lock(&x->c->mu);
-        id = x->c->post.armed;
-        pthread_mutex_unlock(&x->c->mu);
+        id = post_next_id(x->c);
         ring_post(x, &d, src, buf);
     }
     for (int i = 0; i < steps && rc == MT_OK; i++) {
@@ -1504,25 +1560,22 @@ static mt_code ring_run(coll_ctx *x, float *buf, size_t n, size_t per_member, in
         }
         d = next;
     }
-    if (posted) {
-        pthread_mutex_lock(&x->c->mu);
-        post_disarm(x->c);
-        pthread_mutex_unlock(&x->c->mu);
-    }
+    if (posted)
+        post_withdraw(x->c);
     return rc;
 }
 
 /*
  * Small allreduce in one hop: send the whole buffer to every other member,
- * receive theirs, and fold each chunk in the documented order locally
- * (the same additions as the ring, so the same bits).
+ * receive theirs, and fold them in the documented order locally
+ * (the same additions as tree_run, so the same bits).
  */
 static mt_code direct_allreduce(coll_ctx *x, float *buf, size_t n)
 {
     int p = x->p;
     mt_code rc = MT_OK;
     float *all = mt_malloc(((size_t)p * n + 1) * sizeof(float)); /* member i's input at i*n */
-    const float **in = mt_malloc((size_t)p * sizeof(*in));
+    float **in = mt_malloc((size_t)p * sizeof(*in));
     if (all == NULL || in == NULL) {
         rc = ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for %d x %zu floats", p, n);
         goto out;
@@ -1559,22 +1612,136 @@ static mt_code direct_allreduce(coll_ctx *x, float *buf, size_t n)
                    n * sizeof(float));
         nng_msg_free(m);
     }
-    if (rc == MT_OK)
-        mt_coll_reference_allreduce(in, p, n, buf);
+    if (rc == MT_OK && n > 0) {
+        tree_fold_inplace(in, p, n);
+        memcpy(buf, in[0], n * sizeof(float));
+    }
 out:
     mt_free(in);
     mt_free(all);
     return rc;
 }
 
+/* One exchange of tree_run: send region so/sl to dst (>= 0), receive ro/rl from src (>= 0). */
+typedef struct tree_step {
+    ring_desc d; /* phase 0: the received region is added; phase 1: copied */
+    int dst, src;
+} tree_step;
+
+/* Element range of tree chunks [a, b) of n over q (mt_coll_chunk_range's layout). */
+static void tree_range(size_t n, int q, int a, int b, size_t *off, size_t *len)
+{
+    size_t o1, l1;
+    mt_coll_chunk_range(n, q, a, off, &l1);
+    mt_coll_chunk_range(n, q, b - 1, &o1, &l1);
+    *len = o1 + l1 - *off;
+}
+
+/*
+ * This member's exchanges of the documented tree order (see REDUCTION ORDER in mt_coll.h)
+ * into st[] (at most 2 * 32 + 2); returns their number. Phase 0 (reduce-scatter): with
+ * r = p - q > 0, position 2i+1 (i < r) sends its buffer to position 2i, which adds it
+ * (rstep 0); then recursive halving over the q tree members: at rstep 1+k member v exchanges
+ * half of its current range of chunks with member v ^ 2^k (the member whose bit k is 0 keeps
+ * the lower half) and adds what it receives. Phase 1 (allgather) undoes the steps in
+ * reverse, copying, and the folded positions get the result from their partner last.
+ */
+static int tree_plan(const coll_ctx *x, size_t n, tree_step *st)
+{
+    int p = x->p, q = tree_q(p), r = p - q, pos = x->pos, levels = 0, ns = 0;
+    int extra = pos < 2 * r && (pos & 1), v = pos < 2 * r ? pos / 2 : pos - r;
+    int lo[32], hi[32]; /* chunk range held after halving step k */
+    while ((1 << levels) < q)
+        levels++;
+    if (r > 0 && (extra || v < r))
+        st[ns++] =
+            (tree_step){.d = {.phase = 0, .rstep = 0, .sl = extra ? n : 0, .rl = extra ? 0 : n},
+                        .dst = extra ? member(x, pos - 1) : -1,
+                        .src = extra ? -1 : member(x, pos + 1)};
+    int a = 0, b = q;
+    for (int k = 0; k < levels && !extra; k++) {
+        int bit = 1 << k, mid = a + (b - a) / 2, peer = member(x, tree_pos(v ^ bit, r));
+        int ka = (v & bit) ? mid : a, kb = (v & bit) ? b : mid; /* kept */
+        int sa = (v & bit) ? a : mid, sb = (v & bit) ? mid : b; /* sent */
+        tree_step *t = &st[ns++];
+        *t = (tree_step){.d = {.phase = 0, .rstep = (uint32_t)(1 + k)}, .dst = peer, .src = peer};
+        tree_range(n, q, sa, sb, &t->d.so, &t->d.sl);
+        tree_range(n, q, ka, kb, &t->d.ro, &t->d.rl);
+        lo[k] = a = ka;
+        hi[k] = b = kb;
+    }
+    for (int k = levels - 1; k >= 0 && !extra; k--) {
+        int bit = 1 << k, peer = member(x, tree_pos(v ^ bit, r));
+        int pa = k > 0 ? lo[k - 1] : 0, pb = k > 0 ? hi[k - 1] : q; /* the range before step k */
+        int ra = lo[k] == pa ? hi[k] : pa, rb = lo[k] == pa ? pb : lo[k];
+        tree_step *t = &st[ns++];
+        *t = (tree_step){.d = {.phase = 1, .rstep = (uint32_t)(1 + k)}, .dst = peer, .src = peer};
+        tree_range(n, q, lo[k], hi[k], &t->d.so, &t->d.sl);
+        tree_range(n, q, ra, rb, &t->d.ro, &t->d.rl);
+    }
+    if (r > 0 && (extra || v < r))
+        st[ns++] =
+            (tree_step){.d = {.phase = 1, .rstep = 0, .sl = extra ? 0 : n, .rl = extra ? n : 0},
+                        .dst = extra ? -1 : member(x, pos + 1),
+                        .src = extra ? member(x, pos - 1) : -1};
+    return ns;
+}
+
+/*
+ * Allreduce in the documented tree order, p >= 2 (tree_plan's exchanges, in order).
+ * Tree neighbours at distance 1 go first, so when a worker's devices hold consecutive
+ * positions the first exchanges are shared memory and only the later (smaller) ones cross
+ * processes. Each tree member sends (q-1)/q of the buffer per phase, like a ring, in
+ * log2(q) steps instead of p-1. A receive from another process over the direct transport
+ * is posted before the step's sends (the reader thread adds or copies each segment into buf
+ * as it comes off the socket); an allgather step's receive is posted as soon as the
+ * previous step's sends are done (it lands in a region nobody reads or writes until then),
+ * a reduce step's only once the previous receive is complete (it adds into part of that
+ * region). Otherwise ring_step interleaves segment k's send and receive.
+ */
+static mt_code tree_run(coll_ctx *x, float *buf, size_t n)
+{
+    tree_step st[2 * 32 + 2];
+    uint64_t id[2 * 32 + 2];
+    int ns = tree_plan(x, n, st), raw = coll__net_is_raw(x->c->w), any = 0, next_posted = 0;
+    mt_code rc = MT_OK;
+    for (int i = 0; i < ns && rc == MT_OK; i++) {
+        const tree_step *t = &st[i];
+        int posted = raw && t->src >= 0 && x->c->w->by_rank[t->src] == NULL;
+        if (!posted) {
+            rc = ring_step(x, t->d.phase, t->d.rstep, t->dst, buf, t->d.so, t->d.sl, t->src, buf,
+                           t->d.ro, t->d.rl, t->d.phase == 0 ? XFER_ADD : XFER_COPY);
+            next_posted = 0;
+            continue;
+        }
+        if (!next_posted) {
+            id[i] = post_next_id(x->c);
+            ring_post(x, &t->d, t->src, buf);
+            any = 1;
+        }
+        rc = t->dst >= 0 ? ring_send(x, &t->d, t->dst, buf) : MT_OK;
+        const tree_step *u = i + 1 < ns ? &st[i + 1] : NULL;
+        next_posted = rc == MT_OK && u != NULL && u->d.phase == 1 && u->src >= 0 &&
+                      x->c->w->by_rank[u->src] == NULL;
+        if (next_posted) {
+            id[i + 1] = post_next_id(x->c);
+            ring_post(x, &u->d, u->src, buf);
+        }
+        if (rc == MT_OK)
+            rc = recv_posted(x, t->src, id[i]); /* withdraws every post when it fails */
+        if (rc == MT_OK)
+            coll__progress_chunk(x->c, (size_t)i, (size_t)ns); /* ring_step: per segment */
+    }
+    if (any)
+        post_withdraw(x->c);
+    return rc;
+}
+
 static mt_code allreduce_run(coll_ctx *x, float *buf, size_t n)
 {
-    mt_code rc = MT_OK;
     if (x->p > 1 && n * sizeof(float) <= x->c->w->opts.direct_bytes)
         return direct_allreduce(x, buf, n);
-    if (x->p > 1)
-        rc = ring_run(x, buf, n, SIZE_MAX, 0, 1);
-    return rc;
+    return x->p > 1 ? tree_run(x, buf, n) : MT_OK;
 }
 
 mt_code mt_coll_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
@@ -1612,7 +1779,7 @@ mt_code mt_coll_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group, c
                            ctx_fail(&x, MT_RESOURCE_EXHAUSTED, "out of memory for %zu floats", n));
         memcpy(tmp, in, n * sizeof(float));
     }
-    rc = x.p > 1 ? ring_run(&x, tmp, n, SIZE_MAX, 0, 0) : MT_OK;
+    rc = allreduce_run(&x, tmp, n); /* the allreduce's bits: the same tree order */
     if (rc == MT_OK && len > 0)
         memcpy(out, tmp + off, len * sizeof(float));
     mt_free(tmp);

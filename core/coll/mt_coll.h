@@ -12,21 +12,31 @@
  * sockets with a token handshake, or nng+tcp:// / nng+ipc:// nng push/pull);
  * devices of this process exchange messages in shared memory.
  *
- * REDUCTION ORDER (the determinism guarantee). For a group g[0..p-1] and n
- * floats, the buffer is split into p chunks: chunk c has n/p elements plus one
- * more when c < n%p, chunks laid out in order (mt_coll_chunk_range). Element e
- * of chunk c is summed as the left fold, in float32,
- *     ((x[g[c+1]][e] + x[g[c+2]][e]) + ...) + x[g[c]][e]     (indices mod p)
- * i.e. starting at the member after the chunk's owner and going once round the
- * ring in group order (p = 1: the value itself). This is the order of a ring
- * reduce-scatter; the allgather that follows only copies. The order depends on
- * the group order, p and n only — never on timing, chunk/segment size, the
+ * REDUCTION ORDER (the determinism guarantee). For a group g[0..p-1], let q be
+ * the largest power of two <= p and r = p - q. Every element is summed, in
+ * float32, by a fixed binary tree over group positions:
+ *   leaves   L[v] = x[2v] + x[2v+1]  for v < r   (the first r pairs fold first)
+ *            L[v] = x[v+r]           for r <= v < q
+ *   levels   for d = 1, 2, 4, ... < q: L[v] = L[v] + L[v+d] for every v that is a
+ *            multiple of 2d; the result is L[0]
+ * e.g. p = 4: (x0+x1)+(x2+x3); p = 3: (x0+x1)+x2; p = 6: ((x0+x1)+(x2+x3))+(x4+x5)
+ * (p = 1: the value itself). Every element uses the same tree. This is the
+ * order of the recursive-halving reduce-scatter (a member exchanges half of its
+ * range with the member at tree distance 1, 2, 4, ...; float addition is
+ * commutative, so both sides of an exchange compute the same bits); the
+ * recursive-doubling allgather that follows only copies. The order depends on
+ * the group order and p only — never on n, timing, chunk/segment size, the
  * transport of a hop, or how ranks are placed in processes — so the same job
  * on 1 process x 4 devices and on 2 processes x 2 devices is bit-identical, and
- * every member ends with identical bits. mt_coll_reference_allreduce() computes
- * the same order serially. Small allreduces (opts.direct_bytes) send every
- * member's buffer to every other member in one hop and each member computes
- * the very same fold locally, so they give the same bits as the ring.
+ * every member ends with identical bits. Placement only decides which
+ * exchanges are shared memory: devices of one worker holding consecutive
+ * positions reduce among themselves first (distance 1, 2, ...) and only the
+ * later, smaller exchanges cross processes (hierarchical reduction).
+ * mt_coll_reference_allreduce() computes the same order serially. Small
+ * allreduces (opts.direct_bytes) send every member's buffer to every other
+ * member in one hop and each member computes the very same tree locally.
+ * reduce-scatter returns chunk mt_coll_chunk_range(n, p, position) of the
+ * allreduce result (same bits).
  *
  * Invariants: every member of a group calls the same collectives on it in the
  * same order with the same sizes (SPMD). Each collective is tagged (job id,
@@ -72,7 +82,7 @@ typedef struct mt_coll_world_opts {
     int64_t default_deadline_ms; /* used when a call has no deadline */
     size_t segment_bytes;        /* pipelining unit on the wire (rounded to floats, >= 4) */
     size_t direct_bytes; /* allreduce of at most this many bytes: one direct exchange between all
-                            members instead of the ring (fewer hops, same bits); 0 = always ring */
+                            members instead of the tree (fewer hops, same bits); 0 = always tree */
 } mt_coll_world_opts;
 
 #define MT_COLL_WORLD_DEFAULTS                                                                     \
@@ -89,7 +99,8 @@ typedef struct mt_coll_rank_addr {
 
 /* ------------------------------------------------------------------ chunks */
 
-/* Chunk c of n elements over p members: *off and *len in elements (see REDUCTION ORDER). */
+/* Chunk c of n elements over p members: *off and *len in elements (n/p, one more when c < n%p,
+ * laid out in order): reduce-scatter's result of position c, and allgather's layout. */
 void mt_coll_chunk_range(size_t n, int p, int c, size_t *off, size_t *len);
 
 /*

@@ -5,8 +5,8 @@
 # Starts build/mt_coll_peer processes on 127.0.0.1 with ephemeral ports (and
 # ipc:// in a temp dir), hands them a rank table, and checks: correctness for
 # 2, 3 and 4 processes over awkward sizes (bit-exact against the serial order,
-# inside the peer); 1x4, 2x2 and 4x1 process x device placements giving
-# bit-identical results; groups along one dimension of a 4x2 layout; framing
+# inside the peer); 1x4, 2x2 and 4x1 (and 1x3/3x1, 1x6/2x3/3x2/6x1) process x
+# device placements giving bit-identical results; groups along one dimension of a 4x2 layout; framing
 # mismatches (step, size, job) failing with INVALID_ARGUMENT everywhere; a peer
 # killed with SIGKILL and one stopped with SIGSTOP mid-collective making every
 # other process fail with UNAVAILABLE / DEADLINE_EXCEEDED within the deadline
@@ -112,6 +112,22 @@ for p in place2x2 place4x1; do
     fi
 done
 [ -s "$TMP/place1x4/results" ] && echo "ok: 1x4, 2x2 and 4x1 bit-identical ($(head -c 60 "$TMP/place1x4/results")...)"
+# groups that are not a power of two (a member folded into its neighbour first): 3 and 6
+PSIZES=0,1,13,4099,65537,262147
+expect_ok place1x3 1 3 tcp --mode check --sizes "$PSIZES" --seed 5
+expect_ok place3x1 3 1 tcp --mode check --sizes "$PSIZES" --seed 5 --segment 4096 --direct 0
+expect_ok place1x6 1 6 tcp --mode check --sizes "$PSIZES" --seed 5
+expect_ok place2x3 2 3 tcp --mode check --sizes "$PSIZES" --seed 5
+expect_ok place3x2 3 2 tcp --mode check --sizes "$PSIZES" --seed 5 --direct 0
+expect_ok place6x1 6 1 tcp --mode check --sizes "$PSIZES" --seed 5
+for p in place3x1:place1x3 place2x3:place1x6 place3x2:place1x6 place6x1:place1x6; do
+    a=${p#*:} b=${p%%:*}
+    if ! cmp -s "$TMP/$a/results" "$TMP/$b/results"; then
+        fail "$b results differ from $a:"
+        diff "$TMP/$a/results" "$TMP/$b/results" | head -8
+    fi
+done
+[ -s "$TMP/place1x6/results" ] && echo "ok: 1x3 = 3x1 and 1x6 = 2x3 = 3x2 = 6x1 bit-identical"
 
 # 3. groups along one dimension of a 4x2 layout (8 ranks on 4 processes x 2 devices)
 expect_ok mesh_dim0 4 2 tcp --mode check --sizes 0,1,13,4099 --mesh 4x2 --dim 0

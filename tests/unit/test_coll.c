@@ -223,6 +223,34 @@ static void test_coll_chunk_range_partitions(void **state)
     }
 }
 
+/*
+ * The documented order, written out by hand: each group member contributes a value
+ * whose sum depends on the association (1e8 cancels, 1 and 3 are lost or kept).
+ */
+static void test_coll_reference_is_the_halving_tree(void **state)
+{
+    static const float v[6] = {1e8f, -1e8f, 1.0f, 3.0f, 0.5f, 7.0f};
+    const float *in[6] = {&v[0], &v[1], &v[2], &v[3], &v[4], &v[5]};
+    float x0 = v[0], x1 = v[1], x2 = v[2], x3 = v[3], x4 = v[4], x5 = v[5];
+    float want[7], got;
+    (void)state;
+    want[1] = x0;
+    want[2] = x0 + x1;
+    want[3] = (x0 + x1) + x2;                      /* q=2: position 1 folds into 0 */
+    want[4] = (x0 + x1) + (x2 + x3);               /* the balanced tree */
+    want[5] = ((x0 + x1) + x2) + (x3 + x4);        /* leaves x0+x1, x2, x3, x4 */
+    want[6] = ((x0 + x1) + (x2 + x3)) + (x4 + x5); /* leaves x0+x1, x2+x3, x4, x5 */
+    for (int p = 1; p <= 6; p++) {
+        mt_coll_reference_allreduce(in, p, 1, &got);
+        if (memcmp(&got, &want[p], sizeof(float)) != 0)
+            fail_msg("p=%d: reference %.9g, documented tree %.9g", p, (double)got, (double)want[p]);
+    }
+    /* the association is visible: the ring fold of chunk 0 gives 0, the tree 4 */
+    float ring4 = ((x1 + x2) + x3) + x0;
+    assert_true(want[4] == 4.0f);
+    assert_true(memcmp(&ring4, &want[4], sizeof(float)) != 0);
+}
+
 static void test_coll_allreduce_bit_exact_1_to_8(void **state)
 {
     (void)state;
@@ -1063,6 +1091,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coll_chunk_range_partitions),
+        cmocka_unit_test(test_coll_reference_is_the_halving_tree),
         cmocka_unit_test(test_coll_allreduce_bit_exact_1_to_8),
         cmocka_unit_test(test_coll_allreduce_small_segments_same_bits),
         cmocka_unit_test(test_coll_groups_along_one_dimension),
