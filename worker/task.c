@@ -48,6 +48,7 @@
 #include "pathsafe/mt_pathsafe.h"
 #include "rpc/mt_rpc.h"
 #include "spmd/mt_spmd.h"
+#include "worker/taskdir.h"
 
 #define SVC       (&meshtrain__coordinator__descriptor)
 #define MAX_TASKS 64
@@ -114,7 +115,7 @@ struct task_run {
     double retry_at;    /* no report before this (the coordinator was unreachable) */
     int64_t meta_epoch; /* epoch whose epoch_steps/epochs were reported */
     bool report_warned;
-    char dir[512];
+    worker_taskdir td;      /* the attempt's directory (td.path "": none yet) */
     mt_coll_progress *prog; /* t->mu: set once the world exists; read by heartbeat snapshots */
 };
 
@@ -478,23 +479,6 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
-static void remove_dir(const char *dir)
-{
-    uint64_t *steps = NULL;
-    int n = 0;
-    char path[700];
-
-    if (mt_ckpt_list(dir, &steps, &n, NULL) == MT_OK) {
-        for (int i = 0; i < n; i++)
-            if (mt_ckpt_path(path, sizeof(path), dir, steps[i], NULL) == MT_OK)
-                unlink(path);
-        mt_free(steps);
-    }
-    snprintf(path, sizeof(path), "%s/resume.mtc", dir);
-    unlink(path);
-    rmdir(dir);
-}
-
 /*
  * Train through this worker's own input pipeline (core/data): the process index of every rank
  * (ranks with the same data-plane address live in one process) tells mt_spmd_run_pipeline how
@@ -619,23 +603,18 @@ static mt_code run_task(task_run *r, mt_err *err)
     /* a fresh directory of its own (mkdtemp): a fixed name could be a directory left by a
      * killed worker whose pid this process reuses, and its newer checkpoints would make
      * keep-1 retention delete the one just written (CI saw exactly that); nor can another
-     * user prepare it in a shared /tmp */
-    snprintf(r->dir, sizeof(r->dir), "%s/meshtrain-worker-%d-%s-%u-XXXXXX", tmp ? tmp : "/tmp",
-             (int)getpid(), r->job_id, r->attempt);
-    if (mkdtemp(r->dir) == NULL) {
-        rc = mt_err_set(err, MT_INTERNAL, "task directory %s: %s", r->dir, strerror(errno));
-        r->dir[0] = '\0';
+     * user prepare it in a shared /tmp. Its lock tells a later worker's sweep it is in use. */
+    if ((rc = worker_taskdir_create(&r->td, tmp, r->job_id, r->attempt, err)) != MT_OK)
         goto done;
-    }
     if (r->resume_step > 0) {
-        snprintf(resume, sizeof(resume), "%s/resume.mtc", r->dir);
+        snprintf(resume, sizeof(resume), "%s/resume.mtc", r->td.path);
         if ((rc = download(r, r->resume_step, resume, err)) != MT_OK)
             goto done;
         ro.resume = resume;
         mt_log_info("job %s: resuming from checkpoint step %llu of %s", r->job_id,
                     (unsigned long long)r->resume_step, r->resume_job);
     }
-    ro.save_dir = r->dir;
+    ro.save_dir = r->td.path;
     ro.ckpt_every = cfg.ckpt_every;
     ro.ckpt_keep = 1;
     ro.spec_json = r->spec_json;
@@ -662,8 +641,8 @@ done:
     r->world = NULL;
     pthread_mutex_unlock(&r->tab->mu);
     mt_coll_world_free(world);
-    if (r->dir[0] != '\0')
-        remove_dir(r->dir);
+    if (r->td.path[0] != '\0')
+        worker_taskdir_remove(&r->td);
     mt_idx_set_fini(&train);
     mt_idx_set_fini(&test);
     mt_mesh_free(mesh);
@@ -743,6 +722,8 @@ static task_run *run_from(worker_tasks *t, const Meshtrain__TaskAssignment *a, c
     size_t at = 0;
     const char *mine = t->net != NULL ? mt_coll_net_addr(t->net) : "";
 
+    if (r != NULL)
+        r->td.lock_fd = -1;
     if (r == NULL) {
         snprintf(msg, cap, "out of memory");
         return NULL;

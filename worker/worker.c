@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -35,6 +36,7 @@
 #include "rpc/mt_rpc.h"
 #include "tls/mt_tls.h"
 #include "worker/task.h"
+#include "worker/taskdir.h"
 
 #define SVC (&meshtrain__coordinator__descriptor)
 
@@ -192,6 +194,9 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
     if (w == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "worker: out of memory");
     w->opts = *o;
+    int swept = worker_taskdir_sweep(getenv("TMPDIR"));
+    if (swept > 0)
+        mt_log_info("worker: removed %d task directories left by workers that died", swept);
     {
         worker_task_env env = {o->coordinator,    o->token,      NULL,
                                o->rpc_timeout_ms, o->data_roots, o->tls};

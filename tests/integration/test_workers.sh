@@ -13,7 +13,20 @@ log "coordinator at $COORD_URL, http $HTTP_URL"
 
 [ "$(curl -sf "$HTTP_URL/healthz")" = "ok" ] || fail "/healthz did not answer ok"
 
-bg wa "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name worker-a
+# task directories left in TMPDIR by workers that died are swept at start: a directory
+# from before locks (dead PID, no .lock) and one whose lock is free go; one whose lock is
+# held (by this shell here, standing in for a live worker in another PID namespace) stays
+mkdir -p "$T/tmp"
+DEAD=$(sh -c 'echo $$')
+mkdir -m 700 "$T/tmp/meshtrain-worker-$DEAD-job-000001-1" \
+    "$T/tmp/meshtrain-worker-$DEAD-job-000002-1-aaaaaa" "$T/tmp/meshtrain-worker-$DEAD-job-000003-1-bbbbbb"
+echo x >"$T/tmp/meshtrain-worker-$DEAD-job-000001-1/ckpt-00000010.mtc"
+: >"$T/tmp/meshtrain-worker-$DEAD-job-000002-1-aaaaaa/.lock"
+: >"$T/tmp/meshtrain-worker-$DEAD-job-000003-1-bbbbbb/.lock"
+exec 9>"$T/tmp/meshtrain-worker-$DEAD-job-000003-1-bbbbbb/.lock"
+flock -x 9
+bg wa env TMPDIR="$T/tmp" "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 \
+    --name worker-a
 WA=$LAST_PID
 bg wb "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 3 --name worker-b
 WB=$LAST_PID
@@ -30,6 +43,11 @@ jq -e '[.workers[1].devices[].index] == [0, 1, 2] and
     >/dev/null || fail "device descriptions"
 mt workers | grep -q 'worker-b .*alive .*3 cpu' || fail "table output"
 log "both workers registered with 5 devices"
+grep -q "removed 2 task directories left by workers that died" "$T/wa.log" ||
+    fail "no sweep message: $(cat "$T/wa.log")"
+[ "$(ls "$T/tmp")" = "meshtrain-worker-$DEAD-job-000003-1-bbbbbb" ] ||
+    fail "after the sweep TMPDIR holds: $(ls "$T/tmp")"
+log "start-up sweep removed the 2 dead task directories and kept the locked one"
 
 # a second process with a live worker's name is refused
 bg dup "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name worker-a
