@@ -1644,9 +1644,10 @@ static void tree_range(size_t n, int q, int a, int b, size_t *off, size_t *len)
  * (rstep 0); then recursive halving over the q tree members: at rstep 1+k member v exchanges
  * half of its current range of chunks with member v ^ 2^k (the member whose bit k is 0 keeps
  * the lower half) and adds what it receives. Phase 1 (allgather) undoes the steps in
- * reverse, copying, and the folded positions get the result from their partner last.
+ * reverse, copying, and the folded positions get the result from their partner last
+ * (gather 0: phase 0 only; tree member v then holds the sums of tree_owned(v)).
  */
-static int tree_plan(const coll_ctx *x, size_t n, tree_step *st)
+static int tree_plan(const coll_ctx *x, size_t n, int gather, tree_step *st)
 {
     int p = x->p, q = tree_q(p), r = p - q, pos = x->pos, levels = 0, ns = 0;
     int extra = pos < 2 * r && (pos & 1), v = pos < 2 * r ? pos / 2 : pos - r;
@@ -1670,7 +1671,7 @@ static int tree_plan(const coll_ctx *x, size_t n, tree_step *st)
         lo[k] = a = ka;
         hi[k] = b = kb;
     }
-    for (int k = levels - 1; k >= 0 && !extra; k--) {
+    for (int k = levels - 1; k >= 0 && !extra && gather; k--) {
         int bit = 1 << k, peer = member(x, tree_pos(v ^ bit, r));
         int pa = k > 0 ? lo[k - 1] : 0, pb = k > 0 ? hi[k - 1] : q; /* the range before step k */
         int ra = lo[k] == pa ? hi[k] : pa, rb = lo[k] == pa ? pb : lo[k];
@@ -1699,11 +1700,11 @@ static int tree_plan(const coll_ctx *x, size_t n, tree_step *st)
  * a reduce step's only once the previous receive is complete (it adds into part of that
  * region). Otherwise ring_step interleaves segment k's send and receive.
  */
-static mt_code tree_run(coll_ctx *x, float *buf, size_t n)
+static mt_code tree_run(coll_ctx *x, float *buf, size_t n, int gather)
 {
     tree_step st[2 * 32 + 2];
     uint64_t id[2 * 32 + 2];
-    int ns = tree_plan(x, n, st), raw = coll__net_is_raw(x->c->w), any = 0, next_posted = 0;
+    int ns = tree_plan(x, n, gather, st), raw = coll__net_is_raw(x->c->w), any = 0, next_posted = 0;
     mt_code rc = MT_OK;
     for (int i = 0; i < ns && rc == MT_OK; i++) {
         const tree_step *t = &st[i];
@@ -1737,11 +1738,70 @@ static mt_code tree_run(coll_ctx *x, float *buf, size_t n)
     return rc;
 }
 
+/* The elements tree member v holds fully reduced after the halving (phase 0) of tree_run. */
+static void tree_owned(size_t n, int q, int v, size_t *off, size_t *len)
+{
+    int a = 0, b = q;
+    for (int bit = 1; bit < q; bit *= 2) {
+        int mid = a + (b - a) / 2;
+        if (v & bit)
+            a = mid;
+        else
+            b = mid;
+    }
+    tree_range(n, q, a, b, off, len);
+}
+
+/* The overlap of [o1, o1+l1) and [o2, o2+l2): *off and *len (0 when none). */
+static void overlap(size_t o1, size_t l1, size_t o2, size_t l2, size_t *off, size_t *len)
+{
+    size_t lo = o1 > o2 ? o1 : o2, hi = o1 + l1 < o2 + l2 ? o1 + l1 : o2 + l2;
+    *off = lo;
+    *len = hi > lo ? hi - lo : 0;
+}
+
+/*
+ * Reduce-scatter above direct_bytes: the halving of tree_run (phase 0), after which tree
+ * member v holds tree_owned(v) reduced; then every tree member sends each position the part
+ * of its block that falls in that position's chunk (mt_coll_chunk_range(n, p, position)),
+ * phase 2 with rstep v, and each position receives its chunk's parts in v order into buf.
+ * Only copies follow the halving, so the bits are the allreduce's. buf: n floats, scratch.
+ */
+static mt_code tree_reduce_scatter(coll_ctx *x, float *buf, size_t n, float *out)
+{
+    int p = x->p, q = tree_q(p), r = p - q, pos = x->pos;
+    int v = pos < 2 * r ? ((pos & 1) ? -1 : pos / 2) : pos - r; /* -1: folded into pos-1 */
+    size_t co, cl, bo, bl, io, il;
+    mt_code rc = tree_run(x, buf, n, 0);
+    mt_coll_chunk_range(n, p, pos, &co, &cl);
+    if (rc == MT_OK && v >= 0) {
+        tree_owned(n, q, v, &bo, &bl);
+        for (int j = 0; j < p && rc == MT_OK; j++) {
+            size_t jo, jl;
+            mt_coll_chunk_range(n, p, j, &jo, &jl);
+            overlap(bo, bl, jo, jl, &io, &il);
+            if (il > 0 && j != pos)
+                rc = ring_step(x, 2, (uint32_t)v, member(x, j), buf, io, il, -1, NULL, 0, 0,
+                               XFER_NONE);
+        }
+    }
+    for (int u = 0; u < q && rc == MT_OK; u++) {
+        tree_owned(n, q, u, &bo, &bl);
+        overlap(bo, bl, co, cl, &io, &il);
+        if (il > 0 && tree_pos(u, r) != pos)
+            rc = ring_step(x, 2, (uint32_t)u, -1, NULL, 0, 0, member(x, tree_pos(u, r)), buf, io,
+                           il, XFER_COPY);
+    }
+    if (rc == MT_OK && cl > 0)
+        memcpy(out, buf + co, cl * sizeof(float));
+    return rc;
+}
+
 static mt_code allreduce_run(coll_ctx *x, float *buf, size_t n)
 {
     if (x->p > 1 && n * sizeof(float) <= x->c->w->opts.direct_bytes)
         return direct_allreduce(x, buf, n);
-    return x->p > 1 ? tree_run(x, buf, n) : MT_OK;
+    return x->p > 1 ? tree_run(x, buf, n, 1) : MT_OK;
 }
 
 mt_code mt_coll_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
@@ -1779,9 +1839,13 @@ mt_code mt_coll_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group, c
                            ctx_fail(&x, MT_RESOURCE_EXHAUSTED, "out of memory for %zu floats", n));
         memcpy(tmp, in, n * sizeof(float));
     }
-    rc = allreduce_run(&x, tmp, n); /* the allreduce's bits: the same tree order */
-    if (rc == MT_OK && len > 0)
-        memcpy(out, tmp + off, len * sizeof(float));
+    if (x.p > 1 && n * sizeof(float) > x.c->w->opts.direct_bytes) {
+        rc = tree_reduce_scatter(&x, tmp, n, out);
+    } else {
+        rc = allreduce_run(&x, tmp, n); /* small: one hop, the same tree order */
+        if (rc == MT_OK && len > 0)
+            memcpy(out, tmp + off, len * sizeof(float));
+    }
     mt_free(tmp);
     return ctx_end(&x, rc);
 }

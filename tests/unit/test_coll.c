@@ -324,33 +324,41 @@ static void test_coll_group_order_defines_reduction(void **state)
 static void test_coll_reduce_scatter_matches_allreduce_chunk(void **state)
 {
     (void)state;
-    for (int p = 1; p <= 5; p++) {
-        mt_coll_world *w;
-        int group[MAXR];
-        for (int i = 0; i < p; i++)
-            group[i] = i;
-        assert_int_equal(mt_coll_world_new_local(p, NULL, &w, NULL), MT_OK);
-        for (size_t si = 0; si < 9; si++) {
-            size_t n = sizes[si];
-            job jobs[MAXR];
+    /* pass 0: the one-hop path for small sizes; pass 1: the halving + scatter for every size */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int p = 1; p <= MAXR; p++) {
+            mt_coll_world *w;
+            mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+            int group[MAXR];
             for (int i = 0; i < p; i++)
-                jobs[i] = mkjob(w, i, group, p, OP_RS, n, 9);
-            run_jobs(jobs, p);
-            float *ref = calloc(n + 1, sizeof(float));
-            double *dref = calloc(n + 1, sizeof(double));
-            reference(group, p, n, 9, ref, dref);
-            for (int i = 0; i < p; i++) {
-                size_t off, len;
-                assert_int_equal(jobs[i].rc, MT_OK);
-                mt_coll_chunk_range(n, p, i, &off, &len);
-                if (len > 0)
-                    assert_memory_equal(jobs[i].buf, ref + off, len * sizeof(float));
+                group[i] = i;
+            o.direct_bytes = pass == 0 ? o.direct_bytes : 0;
+            o.segment_bytes = pass == 0 ? o.segment_bytes : 4096; /* several segments per part */
+            assert_int_equal(mt_coll_world_new_local(p, &o, &w, NULL), MT_OK);
+            for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+                size_t n = sizes[si];
+                job jobs[MAXR];
+                for (int i = 0; i < p; i++)
+                    jobs[i] = mkjob(w, i, group, p, OP_RS, n, 9);
+                run_jobs(jobs, p);
+                float *ref = calloc(n + 1, sizeof(float));
+                double *dref = calloc(n + 1, sizeof(double));
+                reference(group, p, n, 9, ref, dref);
+                for (int i = 0; i < p; i++) {
+                    size_t off, len;
+                    if (jobs[i].rc != MT_OK)
+                        fail_msg("pass %d p=%d n=%zu rank %d: %s", pass, p, n, i, jobs[i].err.msg);
+                    mt_coll_chunk_range(n, p, i, &off, &len);
+                    if (len > 0 && memcmp(jobs[i].buf, ref + off, len * sizeof(float)) != 0)
+                        fail_msg("pass %d p=%d n=%zu rank %d: chunk differs from the allreduce's",
+                                 pass, p, n, i);
+                }
+                free(ref);
+                free(dref);
+                free_jobs(jobs, p);
             }
-            free(ref);
-            free(dref);
-            free_jobs(jobs, p);
+            mt_coll_world_free(w);
         }
-        mt_coll_world_free(w);
     }
 }
 
