@@ -207,9 +207,13 @@ struct mt_coll_world {
     mt_coll_comm *comms;   /* [nlocal] */
     coll_peer *peers;      /* [nprocs] */
     _Atomic int cancelled; /* mt_coll_world_cancel: every collective fails with CANCELLED */
+    _Atomic uint64_t remote_floats; /* payload sent to other processes (DATA frames) */
 };
 
 int64_t coll__now_ns(void);
+/* Floats of DATA payload this world's devices sent to other processes so far (tests: which
+ * exchanges crossed processes). Any thread. */
+uint64_t coll__world_remote_floats(mt_coll_world *w);
 uint64_t coll__tag_pack(uint64_t step, uint32_t seq);
 
 /* Put m into dst's inbox (takes m) or record an ABORT. Any thread. */

@@ -64,6 +64,11 @@ int64_t coll__now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+uint64_t coll__world_remote_floats(mt_coll_world *w)
+{
+    return atomic_load(&w->remote_floats);
+}
+
 uint64_t coll__tag_pack(uint64_t step, uint32_t seq)
 {
     return (step << 24) | (seq & 0xffffffu);
@@ -1059,6 +1064,8 @@ static mt_code send_seg(coll_ctx *x, int dst, const coll_hdr *h, const float *da
     nng_msg *m;
     unsigned char hb[COLL_HDR_SIZE];
     size_t bytes = h->len * sizeof(float);
+    if (w->by_rank[dst] == NULL)
+        atomic_fetch_add(&w->remote_floats, h->len);
     if (w->by_rank[dst] == NULL && coll__net_is_raw(w)) {
         /* direct transport: header and payload go to the socket from here, no copy */
         mt_err e = MT_ERR_INIT;

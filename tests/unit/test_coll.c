@@ -644,6 +644,27 @@ static void net_pair(const char *url0, const char *url1, int per_proc, mt_coll_n
     }
 }
 
+/* Allreduce n floats over group g (4 ranks, 2 per world of ws); bit-exact to the reference. */
+static void pair_allreduce_exact(mt_coll_world **ws, const int *g, size_t n, uint64_t seed)
+{
+    job jobs[4];
+    for (int r = 0; r < 4; r++)
+        jobs[r] = mkjob(ws[r / 2], r, g, 4, OP_ALLREDUCE, n, seed);
+    run_jobs(jobs, 4);
+    float *ref = calloc(n + 1, sizeof(float));
+    double *dref = calloc(n + 1, sizeof(double));
+    reference(g, 4, n, seed, ref, dref);
+    for (int r = 0; r < 4; r++) {
+        if (jobs[r].rc != MT_OK)
+            fail_msg("n=%zu rank %d: %s", n, r, jobs[r].err.msg);
+        if (n > 0 && memcmp(jobs[r].buf, ref, n * sizeof(float)) != 0)
+            fail_msg("n=%zu rank %d: not bit-identical to the documented order", n, r);
+    }
+    free(ref);
+    free(dref);
+    free_jobs(jobs, 4);
+}
+
 static void net_allreduce_matches_local(const char *url0, const char *url1)
 {
     static const int g[] = {0, 1, 2, 3}, ga[] = {0, 2}, gb[] = {1, 3};
@@ -653,25 +674,8 @@ static void net_allreduce_matches_local(const char *url0, const char *url1)
     o.job_id = 77;
     o.segment_bytes = 4096;
     net_pair(url0, url1, 2, nets, ws, &o);
-    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
-        size_t n = sizes[si];
-        job jobs[4];
-        for (int r = 0; r < 4; r++)
-            jobs[r] = mkjob(ws[r / 2], r, g, 4, OP_ALLREDUCE, n, 100 + si);
-        run_jobs(jobs, 4);
-        float *ref = calloc(n + 1, sizeof(float));
-        double *dref = calloc(n + 1, sizeof(double));
-        reference(g, 4, n, 100 + si, ref, dref);
-        for (int r = 0; r < 4; r++) {
-            if (jobs[r].rc != MT_OK)
-                fail_msg("n=%zu rank %d: %s", n, r, jobs[r].err.msg);
-            if (n > 0)
-                assert_memory_equal(jobs[r].buf, ref, n * sizeof(float));
-        }
-        free(ref);
-        free(dref);
-        free_jobs(jobs, 4);
-    }
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+        pair_allreduce_exact(ws, g, sizes[si], 100 + si);
     /* groups along the other dimension: every hop crosses the endpoints */
     job jobs[4];
     for (int r = 0; r < 4; r++)
@@ -690,6 +694,45 @@ static void net_allreduce_matches_local(const char *url0, const char *url1)
         }
     }
     free_jobs(jobs, 4);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
+/*
+ * Hierarchical reduction: 2 processes x 2 devices, each process holding consecutive group
+ * positions, exchange only at tree distance 2 across processes, so each process sends n floats
+ * to the other per allreduce (its two devices: a quarter of the buffer each, in each phase) -
+ * where a flat ring over the 4 ranks would send 1.5 n. Interleaving the processes in the
+ * group ({0,2,1,3}) makes the distance-1 exchanges cross instead: 2 n, and the same bits.
+ */
+static void test_coll_net_hierarchical_traffic(void **state)
+{
+    static const int seq[] = {0, 1, 2, 3}, mixed[] = {0, 2, 1, 3};
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    (void)state;
+    o.job_id = 78;
+    o.direct_bytes = 0; /* the tree at every size */
+    o.segment_bytes = 4096;
+    net_pair("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 2, nets, ws, &o);
+    for (int order = 0; order < 2; order++) {
+        const int *g = order == 0 ? seq : mixed;
+        for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+            size_t n = sizes[si];
+            uint64_t before[2] = {coll__world_remote_floats(ws[0]),
+                                  coll__world_remote_floats(ws[1])};
+            pair_allreduce_exact(ws, g, n, 300 + si);
+            for (int k = 0; k < 2; k++) {
+                uint64_t sent = coll__world_remote_floats(ws[k]) - before[k];
+                if (sent != (order == 0 ? n : 2 * n))
+                    fail_msg("order %d n=%zu: process %d sent %llu floats to the other, want %zu",
+                             order, n, k, (unsigned long long)sent, order == 0 ? n : 2 * n);
+            }
+        }
+    }
     for (int k = 0; k < 2; k++) {
         mt_coll_world_free(ws[k]);
         mt_coll_net_free(nets[k]);
@@ -1113,6 +1156,7 @@ int main(void)
         cmocka_unit_test(test_coll_mismatch_is_invalid_everywhere),
         cmocka_unit_test(test_coll_bucket_fuses_tensors),
         cmocka_unit_test(test_coll_net_tcp_bit_identical_to_local),
+        cmocka_unit_test(test_coll_net_hierarchical_traffic),
         cmocka_unit_test(test_coll_net_ipc_bit_identical_to_local),
         cmocka_unit_test(test_coll_net_nng_tcp_bit_identical_to_local),
         cmocka_unit_test(test_coll_hmac_sha256_rfc4231),
