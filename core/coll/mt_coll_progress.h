@@ -39,7 +39,8 @@ typedef enum mt_coll_pstate {
     MT_COLL_PSTATE_NONE = 0,    /* no collective entered yet */
     MT_COLL_PSTATE_ENTERED = 1, /* inside, sending or computing its part */
     MT_COLL_PSTATE_WAITING = 2, /* inside, blocked waiting for a peer's data */
-    MT_COLL_PSTATE_CHUNK = 3,   /* inside, received segment `chunk` of `chunks` of a ring step */
+    MT_COLL_PSTATE_CHUNK = 3,   /* inside: segment `chunk` of `chunks` of an exchange received
+                                   (posted: exchanges done) */
     MT_COLL_PSTATE_DONE = 4,    /* the latest collective completed */
     MT_COLL_PSTATE_FAILED = 5,  /* the latest collective failed */
 } mt_coll_pstate;
@@ -57,7 +58,7 @@ typedef struct mt_coll_progress_rec {
     const char *op;                       /* "allreduce", ... (static string), "" when NONE */
     char axis[MT_COLL_PROGRESS_TEXT];     /* mesh axis of the latest collective, "" unknown */
     mt_coll_pstate state;                 /* see above */
-    uint32_t chunk, chunks;               /* CHUNK: segment k (1-based) of n of the ring step */
+    uint32_t chunk, chunks;               /* CHUNK: segment (or posted exchange) k, 1-based, of n */
     int64_t state_age_ms;                 /* time in this state */
     char activity[MT_COLL_PROGRESS_TEXT]; /* last non-collective activity, "" none yet */
     int64_t activity_age_ms;              /* time since it was set (-1: never) */
