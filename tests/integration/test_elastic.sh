@@ -9,8 +9,9 @@
 source "$(dirname "$0")/lib.sh"
 
 S=$T/state
-STEPS=200
-[ "${MT_SANITIZED:-0}" = "1" ] && STEPS=100
+# long enough that the job cannot finish between the step-50 poll and the kill: CI's ASan run
+# once saw 100 steps (then the ASan setting) go by in 1.6 s, before the kill landed
+STEPS=400
 HB=(--heartbeat-ms 200 --heartbeat-timeout-ms 3000)
 start_coordinator coord "$S" --listen tcp://127.0.0.1:0 --http off "${HB[@]}"
 
@@ -39,10 +40,11 @@ job_is() { st | jq -e --arg s "$1" '.state == $s' >/dev/null; }
 running_at() { st | jq -e --argjson s "$1" '.state == "RUNNING" and .step >= $s' >/dev/null; }
 
 JOB=$(mt submit "$T/elastic.json")
-wait_for 60 "$JOB running past step 50" running_at 50
+wait_for 60 "$JOB running" job_is RUNNING
 st | jq -e '.mesh == "batch=2" and ([.placement[].worker_id] | unique | length == 2)' >/dev/null ||
     fail "$JOB should start as batch=2 on both workers: $(st | jq -c '{mesh, placement}')"
-VICTIM=$(st | jq -r '.placement[1].worker_id')
+VICTIM=$(st | jq -r '.placement[1].worker_id') # decided before the poll: the kill follows it at once
+wait_for 60 "$JOB running past step 50 (past its checkpoints at 20 and 40)" running_at 50
 if [ "$VICTIM" = wa ]; then kill -9 "$WA"; SURVIVOR=wb; SPID=$WB; else kill -9 "$WB"; SURVIVOR=wa; SPID=$WA; fi
 log "$JOB at step $(st | jq .step) as batch=2; $VICTIM killed for good"
 
