@@ -1198,7 +1198,7 @@ int coll__post_claim(mt_coll_world *w, const coll_hdr *h, coll_sink *s)
     }
     /*
      * Case 2 must hold only for frames that will be posted (tree_run's phases of an allreduce
-     * or reduce-scatter above direct_bytes, ring_run's allgather, from another process over
+     * or reduce-scatter above direct_bytes, ring_allgather, from another process over
      * the direct transport): any other frame would wait RAW_ARM_WAIT_NS for nothing.
      */
     if (!ok && p->count == 0 && p->state == COLL_POST_NONE && c->q[h->src].count == 0 &&
@@ -1458,25 +1458,19 @@ typedef struct ring_desc {
 } ring_desc;
 
 /*
- * Step s of phase 0 (reduce-scatter over buf[0..n): afterwards position pos owns chunk pos)
- * or phase 1 (allgather: chunk c = [off(c), off(c)+len(c)); position pos starts with chunk
- * pos; per_member != SIZE_MAX: every chunk has per_member elements).
+ * Step s of the ring allgather over count-element chunks: position pos starts with chunk pos,
+ * sends chunk pos-s and receives chunk pos-s-1 (phase 1: copied).
  */
-static void ring_plan(const coll_ctx *x, size_t n, size_t per_member, uint8_t phase, int s,
-                      ring_desc *d)
+static void ring_plan(const coll_ctx *x, size_t count, int s, ring_desc *d)
 {
     int p = x->p;
-    int sc = ((x->pos - s - (phase == 0 ? 1 : 0)) % p + p) % p;
-    int rcnk = ((x->pos - s - (phase == 0 ? 2 : 1)) % p + p) % p;
-    d->phase = phase;
-    d->rstep = (uint32_t)s;
-    if (per_member == SIZE_MAX) {
-        mt_coll_chunk_range(n, p, sc, &d->so, &d->sl);
-        mt_coll_chunk_range(n, p, rcnk, &d->ro, &d->rl);
-    } else {
-        d->so = (size_t)sc * per_member, d->sl = per_member;
-        d->ro = (size_t)rcnk * per_member, d->rl = per_member;
-    }
+    size_t sc = (size_t)(((x->pos - s) % p + p) % p), rc = (size_t)(((x->pos - s - 1) % p + p) % p);
+    *d = (ring_desc){.phase = 1,
+                     .rstep = (uint32_t)s,
+                     .so = sc * count,
+                     .sl = count,
+                     .ro = rc * count,
+                     .rl = count};
 }
 
 /* The header of a DATA message of step d from src to dst (chunk, offset, len: 0). */
@@ -1522,24 +1516,23 @@ static mt_code ring_send(coll_ctx *x, const ring_desc *d, int dst, const float *
 }
 
 /*
- * Run ring phases ph0..ph1 (0 reduce-scatter, 1 allgather) of p-1 steps each over buf.
- * Receiving from another process over the direct transport, a step's receive is posted
- * before its sends (so the reader thread adds or copies each segment into buf as it comes
- * off the socket while this thread still sends), and the next step's receive too (a fast
- * predecessor's frames then also go straight into buf): with p >= 3 before this step's
- * sends (the next step receives chunk pos-s-3 / pos-s-2 and this one sends pos-s-1 / pos-s,
- * different unless p = 2), with p = 2 once this step's sends are done. Otherwise each step runs
- * ring_step (segment k sent, then segment k received from the inbox).
+ * Ring allgather (p-1 steps, copies only) of count-element chunks over buf. Receiving from
+ * another process over the direct transport, a step's receive is posted before its sends (so
+ * the reader thread copies each segment into buf as it comes off the socket while this thread
+ * still sends), and the next step's receive too (a fast predecessor's frames then also go
+ * straight into buf): with p >= 3 before this step's sends (the next step receives chunk
+ * pos-s-2 and this one sends pos-s, different unless p = 2), with p = 2 once this step's sends
+ * are done. Otherwise each step runs ring_step (segment k sent, then segment k received).
  */
-static mt_code ring_run(coll_ctx *x, float *buf, size_t n, size_t per_member, int ph0, int ph1)
+static mt_code ring_allgather(coll_ctx *x, float *buf, size_t count)
 {
     int dst = member(x, x->pos + 1), src = member(x, x->pos - 1);
     int posted = x->c->w->by_rank[src] == NULL && coll__net_is_raw(x->c->w);
-    int steps = (ph1 - ph0 + 1) * (x->p - 1);
+    int steps = x->p - 1;
     uint64_t id = 0;
     mt_code rc = MT_OK;
     ring_desc d, next;
-    ring_plan(x, n, per_member, (uint8_t)ph0, 0, &d);
+    ring_plan(x, count, 0, &d);
     next = d;
     if (posted) {
         id = post_next_id(x->c);
@@ -1547,11 +1540,10 @@ static mt_code ring_run(coll_ctx *x, float *buf, size_t n, size_t per_member, in
     }
     for (int i = 0; i < steps && rc == MT_OK; i++) {
         if (i + 1 < steps)
-            ring_plan(x, n, per_member, (uint8_t)(ph0 + (i + 1) / (x->p - 1)), (i + 1) % (x->p - 1),
-                      &next);
+            ring_plan(x, count, i + 1, &next);
         if (!posted) {
             rc = ring_step(x, d.phase, d.rstep, dst, buf, d.so, d.sl, src, buf, d.ro, d.rl,
-                           d.phase == 0 ? XFER_ADD : XFER_COPY);
+                           XFER_COPY);
         } else {
             /* with p >= 3 the next step's region is never the one this step sends */
             int early = x->p >= 3 && i + 1 < steps;
@@ -1870,7 +1862,7 @@ mt_code mt_coll_allgather(mt_coll_comm *comm, const mt_coll_group *group, const 
         return ctx_end(&x, rc);
     if (count > 0)
         memcpy(out + (size_t)x.pos * count, in, count * sizeof(float));
-    return ctx_end(&x, x.p > 1 ? ring_run(&x, out, count * (size_t)x.p, count, 1, 1) : MT_OK);
+    return ctx_end(&x, x.p > 1 ? ring_allgather(&x, out, count) : MT_OK);
 }
 
 mt_code mt_coll_broadcast(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
