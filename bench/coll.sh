@@ -6,8 +6,12 @@
 # MPI_Allreduce over TCP (btl tcp,self) measured in the same run, with ratios.
 # busbw = algbw x 2(n-1)/n, algbw = bytes / time of one allreduce; each figure is
 # the best of 3 timed trials on both sides (the machine is shared).
+# Then COLL_ROUNDS (default 5) interleaved rounds at COLL_ROUND_SIZES (default 1 and
+# 16 MiB) over tcp: the device thread driving its sockets (the default), the same build with
+# MT_COLL_DRIVE=0 (reader threads), and OpenMPI, one after the other in each round, with each
+# round's ratio to OpenMPI and the median per size (rounds: the machine is shared and noisy).
 # Env: COLL_SIZES (bytes), COLL_PROCS, COLL_SEGMENTS (segment sizes to try at
-# 16 MiB first; the best is used for the main table), COLL_SKIP_MPI=1.
+# 16 MiB first; the best is used for the main table), COLL_SKIP_MPI=1, COLL_ROUNDS=0 (none).
 set -u
 BUILD=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,7 +43,8 @@ run_mt() {
         local url=tcp://127.0.0.1:0
         [ "$scheme" = ipc ] && url=ipc://$dir/p$p.ipc
         [ "$scheme" = nng ] && url=nng+tcp://127.0.0.1:0
-        "$PEER" --alarm 300 --listen "$url" --addr-file "$dir/addr.$p" --table-file "$dir/table" \
+        # shellcheck disable=SC2086
+        env ${PEER_ENV:-} "$PEER" --alarm 300 --listen "$url" --addr-file "$dir/addr.$p" --table-file "$dir/table" \
             --mode bench --sizes "$floats" --segment "$seg" --deadline 60000 \
             >"$dir/out.$p" 2>"$dir/err.$p" &
         pids+=($!)
@@ -118,3 +123,39 @@ for np in $PROCS; do
     done
 done
 echo "(busbw in GB/s; 'bw tcp/mpi' >= 1.0 and 4 KiB tcp latency <= 100 us between 2 processes are the targets)"
+
+ROUNDS=${COLL_ROUNDS:-5}
+ROUND_SIZES=${COLL_ROUND_SIZES:-"1048576 16777216"}
+median() { sort -n | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]}'; }
+if [ "$ROUNDS" -gt 0 ] && [ $MPI_OK = 1 ]; then
+    echo "== $ROUNDS interleaved rounds over tcp: driven, MT_COLL_DRIVE=0, OpenMPI ($(date -u +%TZ))"
+    printf '%-6s %5s %10s | %12s %12s %12s | %9s %9s\n' procs round bytes "driven us" \
+        "reader us" "mpi us" "drv/mpi" "rdr/mpi"
+    : >"$TMP/ratios"
+    for np in $PROCS; do
+        for ((r = 1; r <= ROUNDS; r++)); do
+            run_mt "rd$np.$r" "$np" tcp "$best_seg" "$ROUND_SIZES" >"$TMP/rd.txt"
+            PEER_ENV=MT_COLL_DRIVE=0 run_mt "rr$np.$r" "$np" tcp "$best_seg" "$ROUND_SIZES" \
+                >"$TMP/rr.txt"
+            run_mpi "$np" "$ROUND_SIZES" >"$TMP/rm.txt"
+            for b in $ROUND_SIZES; do
+                dl=$(field "$(grep "bytes=$b " "$TMP/rd.txt")" lat_us)
+                rl=$(field "$(grep "bytes=$b " "$TMP/rr.txt")" lat_us)
+                ml=$(field "$(grep "bytes=$b " "$TMP/rm.txt")" lat_us)
+                qd=- qr=-
+                [ -n "$dl" ] && [ -n "$ml" ] && qd=$(echo "scale=2; $ml / $dl" | bc)
+                [ -n "$rl" ] && [ -n "$ml" ] && qr=$(echo "scale=2; $ml / $rl" | bc)
+                printf '%-6s %5s %10s | %12s %12s %12s | %9s %9s\n' "$np" "$r" "$b" "${dl:--}" \
+                    "${rl:--}" "${ml:--}" "$qd" "$qr"
+                echo "$np $b $qd $qr" >>"$TMP/ratios"
+            done
+        done
+    done
+    for np in $PROCS; do
+        for b in $ROUND_SIZES; do
+            md=$(awk -v n="$np" -v b="$b" '$1 == n && $2 == b && $3 != "-" {print $3}' "$TMP/ratios" | median)
+            mr=$(awk -v n="$np" -v b="$b" '$1 == n && $2 == b && $4 != "-" {print $4}' "$TMP/ratios" | median)
+            echo "median busbw ratio to OpenMPI, $np processes, $b B: driven ${md:--}x, reader threads ${mr:--}x"
+        done
+    done
+fi

@@ -12,7 +12,9 @@
  * per source rank, so per-source order is preserved and the algorithms never see the transport.
  * Direct transport only: a ring step's receive may be posted (coll_post); the reader thread then
  * reads matching frames' payloads straight into the caller's buffer (coll__post_claim) instead
- * of queueing a message, and only while the device thread waits for that step.
+ * of queueing a message, and only while the device thread waits for that step. With one
+ * device in this process the device thread instead reads the partner's connection itself
+ * during tree_run's exchanges ("Driving" below; coll_world.c drive_step).
  *
  * Locking: net->mu (current world, pending messages, pipe map) is taken before
  * a comm's mu, never after. A comm's mu guards its queues and abort state.
@@ -114,7 +116,9 @@ typedef struct coll_post { /* all fields: comm mu, except cancel */
     size_t piece_n[COLL_POST_PIECES];  /* floats */
     int piece_state[COLL_POST_PIECES]; /* 0 free, 1 reader fills, 2 full, 3 device adds */
     int nfull;
-    _Atomic int cancel; /* the device thread gave up: the reader stops writing and lets go */
+    _Atomic int cancel;       /* the device thread gave up: the reader stops writing and lets go */
+    int drive_proc;           /* the device thread drives this process's connection (-1: none) */
+    unsigned char *drive_buf; /* [COLL_PIECE_BYTES]: payload the driving device thread adds */
 } coll_post;
 
 /* Where a claimed frame's payload goes (filled by coll__post_claim). */
@@ -129,9 +133,10 @@ typedef struct coll_sink {
  * Reader thread, net mu held: 1 and *s when a posted receive of w takes h's payload; 2 when
  * nothing is posted yet but h is a ring frame its receiver will post and the reader may wait
  * for that (one device in this process and in the sender's: nothing else queues behind it);
+ * 3 when handover and the device thread drives the sender's connection (coll_post.drive_proc);
  * else 0 (queue the message).
  */
-int coll__post_claim(mt_coll_world *w, const coll_hdr *h, coll_sink *s);
+int coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s);
 /* Wake readers waiting in coll__post_claim's case 2 (takes net mu). */
 void coll__net_wake_claim(mt_coll_net *net);
 /*
@@ -150,6 +155,26 @@ typedef struct coll_queue {
     nng_msg **items;
     size_t head, count, cap;
 } coll_queue;
+
+/* A connection a device thread drives (coll_world.c, "driving"); device thread only. */
+#define COLL_DRIVE_SLOTS 8 /* connections driven at once (tree partners: log2 of the group) */
+typedef struct coll_drive_conn {
+    struct raw_conn *k; /* the connection (a reference), NULL: free slot */
+    int proc;           /* the process that dialed it */
+    int own;            /* this thread reads the socket now (else asked for it) */
+    unsigned char hb[COLL_HDR_SIZE];
+    size_t hn;      /* bytes of the current frame's header read */
+    int in_payload; /* the header matched: payload bytes got of plen go to dest */
+    size_t got, plen;
+    unsigned char *dest;
+    int add;
+    uint64_t used; /* tick of its last exchange (the oldest slot is given back first) */
+} coll_drive_conn;
+typedef struct coll_drive {
+    coll_drive_conn s[COLL_DRIVE_SLOTS];
+    int off;       /* driving gave up for this collective: the reader threads serve */
+    uint64_t tick; /* exchanges driven so far */
+} coll_drive;
 
 struct mt_coll_comm {
     mt_coll_world *w;
@@ -180,6 +205,7 @@ struct mt_coll_comm {
     int aio_next;
     struct coll_pslot *prog; /* progress slot written by the device thread, NULL none */
     coll_post post;          /* direct transport: the ring step being received in place */
+    coll_drive drive;        /* direct transport, one local device: the connection it drives */
 };
 
 typedef struct coll_peer {
@@ -208,6 +234,7 @@ struct mt_coll_world {
     coll_peer *peers;      /* [nprocs] */
     _Atomic int cancelled; /* mt_coll_world_cancel: every collective fails with CANCELLED */
     _Atomic uint64_t remote_floats; /* payload sent to other processes (DATA frames) */
+    int drive; /* the one local device's thread drives its exchanges (coll_world.c, tree_run) */
 };
 
 int64_t coll__now_ns(void);
@@ -249,8 +276,10 @@ typedef struct coll_raw_cbs {
     void (*deliver)(void *arg, nng_msg *m, uint32_t conn); /* a frame arrived (takes m) */
     void (*lost)(void *arg, uint32_t conn);                /* the connection ended */
     void (*refused)(void *arg, const char *peer_addr);     /* a dialer failed authentication */
-    /* a DATA header arrived: 1 and *s when a posted receive takes the payload (may be NULL) */
-    int (*claim)(void *arg, const unsigned char *hdr, uint32_t conn, coll_sink *s);
+    /* a DATA header arrived: 1 and *s when a posted receive takes the payload, 3 when the
+     * device thread drives that connection and reads the frame itself (only when handover is
+     * 1), else 0 (may be NULL) */
+    int (*claim)(void *arg, const unsigned char *hdr, uint32_t conn, int handover, coll_sink *s);
 } coll_raw_cbs;
 /* 1 for the URLs the direct transport serves (tcp://, ipc://). */
 int coll__raw_url(const char *url);
@@ -272,6 +301,48 @@ mt_code coll__raw_dial(const char *url, const char *my_addr, uint64_t job, const
  */
 mt_code coll__raw_write(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
                         int64_t deadline_ns, int (*give_up)(void *), void *arg, mt_err *err);
+
+/*
+ * Driving (coll_raw.c): a device thread reads an accepted connection itself while it runs an
+ * exchange with that process, interleaved with its own non-blocking sends, instead of being
+ * fed by the connection's reader thread (one thread per process moves the data, as OpenMPI's
+ * progress loop does: no reader-to-device hand-off, no second runnable thread per process).
+ * The socket changes hands only at frame boundaries, or with the bytes of a begun header
+ * (held) or payload (skip) that the next owner completes or discards. One driver per
+ * connection at a time (the caller's rule: worlds with one local device).
+ */
+typedef struct raw_conn coll_raw_conn;
+/* The newest live connection dialed by the process at peer_addr, with a reference; or NULL. */
+coll_raw_conn *coll__raw_drive_find(coll_raw *r, const char *peer_addr);
+void coll__raw_drive_put(coll_raw *r, coll_raw_conn *k);
+int coll__raw_drive_fd(const coll_raw_conn *k);
+uint32_t coll__raw_drive_id(const coll_raw_conn *k); /* the id the lost callback names */
+/* Readable when the socket was handed over, or the connection ended: call drive_try again. */
+int coll__raw_drive_evfd(const coll_raw_conn *k);
+/*
+ * 1: the caller now reads k's socket; *held_n bytes of a frame header came with it (in hdr).
+ * 0: not yet: the reader thread is inside a frame and hands the socket over at its next frame
+ * boundary or header (the eventfd tells). -1: the connection ended.
+ */
+int coll__raw_drive_try(coll_raw_conn *k, unsigned char *hdr, size_t *held_n);
+/*
+ * Give the socket back to the reader thread (or withdraw the request): it first reads the rest
+ * of a header of which the driver read held_n bytes (hdr), or discards skip payload bytes.
+ */
+void coll__raw_drive_end(coll_raw_conn *k, size_t skip, const unsigned char *hdr, size_t held_n);
+/*
+ * Write more of the frame hdr + data without blocking (*sent: bytes of it written so far).
+ * 1: complete; 0: the socket is full; -1 and errno: failed (a partial frame: close the socket).
+ */
+int coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
+                         size_t *sent);
+/* Direct transport: the socket dialed to process proc (dialing first, within the deadline). */
+mt_code coll__net_raw_fd(mt_coll_world *w, int proc, int64_t deadline_ns, int *fd, mt_err *err);
+/* A write on that socket failed part-way: close it (the peer sees the connection end). */
+void coll__net_raw_failed(mt_coll_world *w, int proc);
+/* The newest connection from process proc (a reference; coll__net_drive_put), or NULL. */
+coll_raw_conn *coll__net_drive_find(mt_coll_world *w, int proc);
+void coll__net_drive_put(mt_coll_world *w, coll_raw_conn *k);
 
 /* Progress hooks (coll_progress.c; no-ops when c->prog is NULL). Device thread of c. */
 void coll__progress_enter(mt_coll_comm *c, const char *op, uint64_t step, uint32_t seq);

@@ -237,7 +237,7 @@ static void raw_deliver(void *arg, nng_msg *m, uint32_t conn)
  * next collective) waits up to RAW_ARM_WAIT_NS for the device thread to post it, when
  * coll__post_claim says that is safe; net->mu is released while waiting.
  */
-static int raw_claim(void *arg, const unsigned char *hb, uint32_t conn, coll_sink *s)
+static int raw_claim(void *arg, const unsigned char *hb, uint32_t conn, int handover, coll_sink *s)
 {
     mt_coll_net *net = arg;
     coll_hdr h;
@@ -253,7 +253,7 @@ static int raw_claim(void *arg, const unsigned char *hb, uint32_t conn, coll_sin
         if (!noted)
             note_pipe(net, conn, w->proc_of[h.src]);
         noted = 1;
-        r = coll__post_claim(w, &h, s);
+        r = coll__post_claim(w, &h, handover, s);
         int64_t now = coll__now_ns();
         if (r != 2 || now >= until)
             break;
@@ -262,7 +262,7 @@ static int raw_claim(void *arg, const unsigned char *hb, uint32_t conn, coll_sin
         pthread_cond_timedwait(&net->arm_cv, &net->mu, &ts);
     }
     pthread_mutex_unlock(&net->mu);
-    return r == 1;
+    return r == 1 || r == 3 ? r : 0;
 }
 
 void coll__net_wake_claim(mt_coll_net *net)
@@ -672,36 +672,52 @@ static int peer_gone(void *arg)
     return world_cancelled(arg) || atomic_load(&((raw_stop *)arg)->pe->down_ns) != 0;
 }
 
+/* Dial process proc unless its socket is open (pe->mu held). */
+static mt_code peer_dial_locked(mt_coll_world *w, int proc, int64_t deadline_ns, mt_err *err)
+{
+    coll_peer *pe = &w->peers[proc];
+    raw_stop stop = {w, pe};
+    if (pe->open)
+        return MT_OK;
+    int fd;
+    mt_code rc = coll__raw_dial(w->proc_addr[proc], w->net->addr, w->opts.job_id, w->net->token,
+                                deadline_ns, peer_gone, &stop, &fd, err);
+    if (rc == MT_OK) {
+        pe->fd = fd;
+        pthread_mutex_lock(&w->net->mu);
+        pe->open = 1;
+        pthread_mutex_unlock(&w->net->mu);
+        atomic_store(&pe->connected, 1);
+    } else if (rc == MT_UNAUTHENTICATED) {
+        atomic_store(&pe->refused, 1);
+    }
+    return rc;
+}
+
+/* Close process proc's socket after a partial frame (pe->mu held). */
+static void peer_close_locked(mt_coll_world *w, coll_peer *pe)
+{
+    if (!pe->open)
+        return;
+    close(pe->fd);
+    pthread_mutex_lock(&w->net->mu);
+    pe->open = 0;
+    pthread_mutex_unlock(&w->net->mu);
+}
+
 static mt_code raw_send(mt_coll_world *w, int proc, const void *hdr, const void *data, size_t bytes,
                         int64_t deadline_ns, mt_err *err)
 {
     coll_peer *pe = &w->peers[proc];
-    mt_code rc = MT_OK;
     mt_err e = MT_ERR_INIT;
     raw_stop stop = {w, pe};
     pthread_mutex_lock(&pe->mu);
-    if (!pe->open) {
-        int fd;
-        rc = coll__raw_dial(w->proc_addr[proc], w->net->addr, w->opts.job_id, w->net->token,
-                            deadline_ns, peer_gone, &stop, &fd, &e);
-        if (rc == MT_OK) {
-            pe->fd = fd;
-            pthread_mutex_lock(&w->net->mu);
-            pe->open = 1;
-            pthread_mutex_unlock(&w->net->mu);
-            atomic_store(&pe->connected, 1);
-        } else if (rc == MT_UNAUTHENTICATED) {
-            atomic_store(&pe->refused, 1);
-        }
-    }
+    mt_code rc = peer_dial_locked(w, proc, deadline_ns, &e);
     if (rc == MT_OK) {
         rc = coll__raw_write(pe->fd, hdr, COLL_HDR_SIZE, data, bytes, deadline_ns, world_cancelled,
                              &stop, &e);
         if (rc != MT_OK) {
-            close(pe->fd);
-            pthread_mutex_lock(&w->net->mu);
-            pe->open = 0;
-            pthread_mutex_unlock(&w->net->mu);
+            peer_close_locked(w, pe);
             e.code = rc;
         }
     }
@@ -709,6 +725,44 @@ static mt_code raw_send(mt_coll_world *w, int proc, const void *hdr, const void 
     if (rc != MT_OK)
         mt_err_set(err, rc, "%s", e.msg);
     return rc;
+}
+
+mt_code coll__net_raw_fd(mt_coll_world *w, int proc, int64_t deadline_ns, int *fd, mt_err *err)
+{
+    coll_peer *pe = &w->peers[proc];
+    pthread_mutex_lock(&pe->mu);
+    mt_code rc = peer_dial_locked(w, proc, deadline_ns, err);
+    *fd = pe->fd;
+    pthread_mutex_unlock(&pe->mu);
+    return rc;
+}
+
+void coll__net_raw_failed(mt_coll_world *w, int proc)
+{
+    coll_peer *pe = &w->peers[proc];
+    pthread_mutex_lock(&pe->mu);
+    peer_close_locked(w, pe);
+    pthread_mutex_unlock(&pe->mu);
+}
+
+coll_raw_conn *coll__net_drive_find(mt_coll_world *w, int proc)
+{
+    if (w->net == NULL || w->net->raw == NULL || proc < 0 || proc >= w->nprocs)
+        return NULL;
+    coll_raw_conn *k = coll__raw_drive_find(w->net->raw, w->proc_addr[proc]);
+    if (k != NULL) { /* its end marks proc lost even if the reader never saw one of its frames */
+        pthread_mutex_lock(&w->net->mu);
+        if (w->net->world == w)
+            note_pipe(w->net, coll__raw_drive_id(k), proc);
+        pthread_mutex_unlock(&w->net->mu);
+    }
+    return k;
+}
+
+void coll__net_drive_put(mt_coll_world *w, coll_raw_conn *k)
+{
+    if (k != NULL)
+        coll__raw_drive_put(w->net->raw, k);
 }
 
 mt_code coll__net_send_buf(mt_coll_comm *c, int proc, const void *hdr, const void *data,

@@ -25,12 +25,21 @@
  * (read_claimed), with reads that time out every RAW_POLL_MS so that a device thread giving up
  * (post cancel flag) is seen; after that the rest of the frame is discarded.
  *
+ * Driving: a device thread may take over reading an accepted connection (coll__raw_drive_try
+ * ... coll__raw_drive_end; see coll_int.h "Driving"). The reader thread waits for data in
+ * poll(2) without owning the stream, so the socket can be taken between frames; inside a frame
+ * it owns the stream and, if a driver asked (want), hands the socket over at the next header
+ * (with that header: held) or frame end. While driven it parks on its condition variable. A
+ * driver gives the socket back with a begun header (held) or payload bytes to discard (skip).
+ * The eventfd tells a waiting driver that the socket was handed over or the connection ended.
+ *
  * Failure detection: a connection that ends (EOF, reset) is reported to the
  * owner (coll_net.c marks the sending process down); a frame with a bad magic or
  * an oversized length ends the connection (never read past a frame).
  *
  * Threading: an acceptor thread and one reader thread per accepted connection
- * call the owner's callbacks; coll__raw_free joins them all. Dialed sockets are
+ * call the owner's callbacks; coll__raw_free joins them all (a connection a driver holds a
+ * reference to is reaped only after coll__raw_drive_put). Dialed sockets are
  * used by one thread at a time (the caller's peer mutex).
  * Tests: tests/unit/test_coll.c (nng-free transport, wrong token),
  * tests/integration/test_coll_procs.sh.
@@ -46,9 +55,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc/mt_alloc.h"
@@ -73,6 +84,20 @@ typedef struct raw_conn {
     uint32_t id;
     pthread_t thr;
     _Atomic int done;
+    char peer[256];       /* the dialer's data-plane address (its hello), once peer_set */
+    _Atomic int peer_set; /* the handshake succeeded */
+    /* driving (see the header comment); mu guards the fields below */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int driven; /* the socket belongs to a device thread ... */
+    int picked; /* ... which has taken it up (else held_n bytes wait for it in hdr) */
+    int busy;   /* the reader thread is inside a frame (or reading its header) */
+    int want;   /* a device thread asked for the socket: hand it over at the next frame boundary */
+    int users;  /* references taken by coll__raw_drive_find; reap frees the conn only at 0 */
+    size_t held_n; /* bytes of a frame header that travel with the socket */
+    unsigned char hdr[COLL_HDR_SIZE];
+    size_t skip; /* payload bytes of a frame the driver began that the reader discards */
+    int evfd;    /* eventfd: written when the socket is handed to the driver or the reader ends */
 } raw_conn;
 
 struct coll_raw {
@@ -236,6 +261,8 @@ static int conn_handshake(raw_conn *k)
             r->cb.refused(r->cb.arg, addr);
         return -1;
     }
+    memcpy(k->peer, addr, (size_t)al + 1); /* coll__raw_drive_find looks it up ... */
+    atomic_store(&k->peer_set, 1);         /* ... once this is set (not r->mu: reap joins us) */
     return 0;
 }
 
@@ -314,6 +341,236 @@ static int read_claimed(raw_conn *k, const coll_sink *s)
     return 0;
 }
 
+/* ------------------------------------------------------------- driving */
+
+/* Give the socket to the driver that asked for it (k->mu held), with held_n header bytes. */
+static void hand_over(raw_conn *k, const unsigned char *hb, size_t held_n)
+{
+    uint64_t one = 1;
+    k->driven = 1;
+    k->picked = 0;
+    k->want = 0;
+    k->busy = 0;
+    k->held_n = held_n;
+    if (held_n > 0)
+        memcpy(k->hdr, hb, held_n);
+    if (write(k->evfd, &one, sizeof(one)) < 0) {
+        /* the counter cannot overflow here; the driver also polls on a timeout */
+    }
+}
+
+/* Discard n bytes of the stream (blocking); 0, or -1 when the connection ended. */
+static int discard(raw_conn *k, size_t n)
+{
+    while (n > 0) {
+        size_t c = n < RAW_SCRATCH ? n : RAW_SCRATCH;
+        if (read_full(k->r, k->fd, k->scratch, c) != 0)
+            return -1;
+        n -= c;
+    }
+    return 0;
+}
+
+/*
+ * Reader thread: wait until it owns the socket, then get the next frame header into hb.
+ * 1: a header is in hb (*back: a driver handed it back, so it must not be handed over
+ * again); 0: look again (a driver took the socket, or nothing arrived within 100 ms);
+ * -1: the connection ended or the listener closes.
+ */
+static int reader_next(raw_conn *k, unsigned char *hb, int *back)
+{
+    coll_raw *r = k->r;
+    size_t have, skip;
+    *back = 0;
+    pthread_mutex_lock(&k->mu);
+    while (k->driven && !atomic_load(&r->closing)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&k->cv, &k->mu, &ts);
+    }
+    if (atomic_load(&r->closing)) {
+        pthread_mutex_unlock(&k->mu);
+        return -1;
+    }
+    have = k->held_n;
+    skip = k->skip;
+    k->held_n = 0;
+    k->skip = 0;
+    if (have > 0)
+        memcpy(hb, k->hdr, have);
+    k->busy = have > 0 || skip > 0;
+    pthread_mutex_unlock(&k->mu);
+    if (skip > 0 && discard(k, skip) != 0)
+        return -1;
+    if (have == COLL_HDR_SIZE) {
+        *back = 1;
+        return 1;
+    }
+    if (have == 0 && skip == 0) {
+        /* wait for data without owning the stream: a driver may take it meanwhile */
+        struct pollfd p = {.fd = k->fd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0)
+            return 0;
+        pthread_mutex_lock(&k->mu);
+        /* a driver took the socket meanwhile (and may have given it back with a frame begun) */
+        int taken = k->driven || k->held_n > 0 || k->skip > 0;
+        k->busy = !taken;
+        pthread_mutex_unlock(&k->mu);
+        if (taken)
+            return 0;
+    }
+    if (read_full(r, k->fd, hb + have, COLL_HDR_SIZE - have) != 0)
+        return -1;
+    *back = have > 0; /* a driver gave back a header it began: do not hand it over again */
+    pthread_mutex_lock(&k->mu);
+    if (k->want && !*back) {
+        hand_over(k, hb, COLL_HDR_SIZE);
+        pthread_mutex_unlock(&k->mu);
+        return 0;
+    }
+    pthread_mutex_unlock(&k->mu);
+    return 1;
+}
+
+/* Reader thread: the frame is done; a driver that asked meanwhile gets the socket now. */
+static void reader_frame_done(raw_conn *k)
+{
+    pthread_mutex_lock(&k->mu);
+    k->busy = 0;
+    if (k->want)
+        hand_over(k, NULL, 0);
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Reader thread, claim answered 3: hand the socket over with hb if the driver still wants it. */
+static int reader_hand_over(raw_conn *k, const unsigned char *hb)
+{
+    pthread_mutex_lock(&k->mu);
+    int ok = k->want;
+    if (ok)
+        hand_over(k, hb, COLL_HDR_SIZE);
+    pthread_mutex_unlock(&k->mu);
+    return ok;
+}
+
+raw_conn *coll__raw_drive_find(coll_raw *r, const char *peer_addr)
+{
+    raw_conn *best = NULL;
+    if (r == NULL || peer_addr == NULL)
+        return NULL;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->nconns; i++) {
+        raw_conn *k = r->conns[i];
+        if (!atomic_load(&k->done) && atomic_load(&k->peer_set) &&
+            strcmp(k->peer, peer_addr) == 0 && (best == NULL || k->id > best->id))
+            best = k; /* the newest connection from that process */
+    }
+    if (best != NULL)
+        best->users++;
+    pthread_mutex_unlock(&r->mu);
+    return best;
+}
+
+void coll__raw_drive_put(coll_raw *r, raw_conn *k)
+{
+    pthread_mutex_lock(&r->mu);
+    k->users--;
+    pthread_mutex_unlock(&r->mu);
+}
+
+int coll__raw_drive_fd(const raw_conn *k)
+{
+    return k->fd;
+}
+
+uint32_t coll__raw_drive_id(const raw_conn *k)
+{
+    return k->id;
+}
+
+int coll__raw_drive_evfd(const raw_conn *k)
+{
+    return k->evfd;
+}
+
+int coll__raw_drive_try(raw_conn *k, unsigned char *hdr, size_t *held_n)
+{
+    int rv = 0;
+    uint64_t v;
+    *held_n = 0;
+    while (read(k->evfd, &v, sizeof(v)) > 0)
+        ; /* reset the notification before looking */
+    pthread_mutex_lock(&k->mu);
+    if (k->driven) { /* handed over (one driver per connection) */
+        *held_n = k->held_n;
+        memcpy(hdr, k->hdr, k->held_n);
+        k->held_n = 0;
+        k->picked = 1;
+        rv = 1;
+    } else if (atomic_load(&k->done)) {
+        rv = -1;
+    } else if (!k->busy && k->skip == 0 && k->held_n == 0) {
+        k->driven = 1; /* the reader is between frames: take the socket */
+        k->picked = 1;
+        k->want = 0;
+        rv = 1;
+    } else {
+        k->want = 1; /* the reader hands it over at its next frame boundary */
+    }
+    pthread_mutex_unlock(&k->mu);
+    return rv;
+}
+
+void coll__raw_drive_end(raw_conn *k, size_t skip, const unsigned char *hdr, size_t held_n)
+{
+    pthread_mutex_lock(&k->mu);
+    k->want = 0;
+    if (k->driven) {
+        k->driven = 0;
+        if (k->picked) { /* else the reader's own header is still in k->hdr: it reads on */
+            k->skip = skip;
+            k->held_n = held_n;
+            if (held_n > 0)
+                memcpy(k->hdr, hdr, held_n);
+        }
+        k->picked = 0;
+        pthread_cond_broadcast(&k->cv);
+    }
+    pthread_mutex_unlock(&k->mu);
+}
+
+int coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
+                         size_t *sent)
+{
+    while (*sent < hlen + dlen) {
+        struct iovec iov[2];
+        int n = 0;
+        if (*sent < hlen) {
+            iov[n++] = (struct iovec){(char *)hdr + *sent, hlen - *sent};
+            if (dlen > 0)
+                iov[n++] = (struct iovec){(void *)data, dlen};
+        } else {
+            iov[n++] = (struct iovec){(char *)data + (*sent - hlen), dlen - (*sent - hlen)};
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t k = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        }
+        *sent += (size_t)k;
+    }
+    return 1;
+}
+
+/* ----------------------------------------------------------- reader thread */
+
 static void *conn_main(void *arg)
 {
     raw_conn *k = arg;
@@ -323,10 +580,18 @@ static void *conn_main(void *arg)
     if (ok) {
         int fl = fcntl(k->fd, F_GETFL);
         fcntl(k->fd, F_SETFL, fl & ~O_NONBLOCK); /* from here on: blocking reads */
+        if (k->scratch == NULL && (k->scratch = mt_malloc(RAW_SCRATCH + 4)) == NULL) {
+            mt_log_error("coll: out of memory for a receive buffer; dropping the connection");
+            ok = 0;
+        }
     }
     while (ok && !atomic_load(&r->closing)) {
-        if (read_full(r, k->fd, hb, sizeof(hb)) != 0)
+        int back;
+        int got = reader_next(k, hb, &back);
+        if (got < 0)
             break;
+        if (got == 0)
+            continue;
         uint32_t magic;
         uint64_t len;
         memcpy(&magic, hb, 4);
@@ -340,11 +605,12 @@ static void *conn_main(void *arg)
         }
         coll_sink sink;
         if (hb[4] == COLL_KIND_DATA && r->cb.claim != NULL && len > 0) {
-            if (k->scratch == NULL && (k->scratch = mt_malloc(RAW_SCRATCH + 4)) == NULL) {
-                mt_log_error("coll: out of memory for a receive buffer; dropping the connection");
-                break;
-            }
-            if (r->cb.claim(r->cb.arg, hb, k->id, &sink)) {
+            int c = r->cb.claim(r->cb.arg, hb, k->id, !back, &sink);
+            if (c == 3 && reader_hand_over(k, hb))
+                continue; /* the device thread reads this frame itself */
+            if (c == 3)
+                c = r->cb.claim(r->cb.arg, hb, k->id, 0, &sink);
+            if (c == 1) {
                 /* reads of a claimed payload time out, so that a cancellation is seen */
                 struct timeval tv = {.tv_sec = 0, .tv_usec = RAW_POLL_MS * 1000}, none = {0};
                 setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -352,6 +618,7 @@ static void *conn_main(void *arg)
                 setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
                 if (bad)
                     break;
+                reader_frame_done(k);
                 continue;
             }
         }
@@ -368,11 +635,17 @@ static void *conn_main(void *arg)
             break;
         }
         r->cb.deliver(r->cb.arg, m, k->id);
+        reader_frame_done(k);
     }
     if (ok && !atomic_load(&r->closing))
         r->cb.lost(r->cb.arg, k->id);
     shutdown(k->fd, SHUT_RDWR); /* the dialer sees the end now; the fd is closed when reaped */
+    pthread_mutex_lock(&k->mu);
     atomic_store(&k->done, 1);
+    uint64_t one = 1;
+    if (write(k->evfd, &one, sizeof(one)) < 0) { /* a waiting driver looks again */
+    }
+    pthread_mutex_unlock(&k->mu);
     return NULL;
 }
 
@@ -381,7 +654,7 @@ static void reap(coll_raw *r, int all)
 {
     for (int i = 0; i < r->nconns;) {
         raw_conn *k = r->conns[i];
-        if (!all && !atomic_load(&k->done)) {
+        if (!all && (!atomic_load(&k->done) || k->users > 0)) {
             i++;
             continue;
         }
@@ -389,6 +662,9 @@ static void reap(coll_raw *r, int all)
             shutdown(k->fd, SHUT_RDWR);
         pthread_join(k->thr, NULL);
         close(k->fd);
+        close(k->evfd);
+        pthread_mutex_destroy(&k->mu);
+        pthread_cond_destroy(&k->cv);
         mt_free(k->scratch);
         mt_free(k);
         r->conns[i] = r->conns[--r->nconns];
@@ -413,10 +689,18 @@ static void *acc_main(void *arg)
             k->fd = fd;
             k->id = 0x80000000u | (r->next_id++ & 0x7fffffffu);
             atomic_init(&k->done, 0);
-            if (pthread_create(&k->thr, NULL, conn_main, k) == 0) {
+            atomic_init(&k->peer_set, 0);
+            k->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+            pthread_mutex_init(&k->mu, NULL);
+            pthread_cond_init(&k->cv, NULL);
+            if (k->evfd >= 0 && pthread_create(&k->thr, NULL, conn_main, k) == 0) {
                 r->conns[r->nconns++] = k;
                 fd = -1;
             } else {
+                if (k->evfd >= 0)
+                    close(k->evfd);
+                pthread_mutex_destroy(&k->mu);
+                pthread_cond_destroy(&k->cv);
                 mt_free(k);
             }
         }

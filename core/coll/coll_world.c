@@ -1,22 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * coll_world.c — worlds, communicators, inboxes and the ring algorithms.
+ * coll_world.c — worlds, communicators, inboxes and the collective algorithms.
  *
  * Called by device threads (collectives) and by the net receive callback
  * (coll__deliver). Calls coll_net.c for hops to other processes.
  *
- * DESIGN. Every collective is a sequence of ring steps over the group order:
- * in each step a member sends one range of its buffer to the next member and
- * receives one range from the previous member, segment by segment (segments of
- * opts.segment_bytes), so sending (asynchronous, COLL_NAIO in flight) overlaps
- * receiving and reducing. Allreduce is reduce-scatter (p-1 steps, each
- * received partial sum is added to the local value: acc = partial + own) then
- * allgather (p-1 steps, copies); the resulting order is the one documented in
- * mt_coll.h and depends on nothing but group order, p and n. Broadcast is a
- * pipelined chain from the root along the ring; barrier is an allreduce of p
- * floats (every result depends on every member having entered). Allreduces of
- * at most opts.direct_bytes skip the ring: one hop, every member sends its
- * buffer to every other member and folds locally in the same order.
+ * DESIGN. Allreduce (above opts.direct_bytes) runs tree_run: a recursive-halving
+ * reduce-scatter then a recursive-doubling allgather over the group order, in the tree
+ * order documented in mt_coll.h (it depends on nothing but group order, p and n). Each
+ * exchange is split into segments of opts.segment_bytes; a receive from another process
+ * over the direct transport is posted (the reader thread reads into the caller's buffer)
+ * or, with one device in this process, driven: the device thread reads the partner's
+ * socket itself between its non-blocking writes (drive_step; coll_int.h "Driving").
+ * Allreduces of at most opts.direct_bytes take one hop: every member sends its buffer to
+ * every other member and folds locally in the same order. Reduce-scatter is the halving
+ * plus a scatter of the reduced blocks; allgather is a ring (copies only); broadcast is
+ * a pipelined chain from the root along the ring; barrier is an allreduce of p floats
+ * (every result depends on every member having entered).
  *
  * Every received message is checked against the expected header (job, step,
  * seq, op, phase, ring step, segment, total, offset, length); a mismatch is
@@ -31,8 +31,11 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "alloc/mt_alloc.h"
@@ -284,6 +287,8 @@ static void aio_done_cb(void *arg)
     atomic_store((_Atomic int *)arg, 1);
 }
 
+static void drive_release(mt_coll_comm *c);
+
 static mt_code comm_init(mt_coll_comm *c, mt_coll_world *w, int rank, mt_err *err)
 {
     pthread_condattr_t ca;
@@ -306,6 +311,7 @@ static mt_code comm_init(mt_coll_comm *c, mt_coll_world *w, int rank, mt_err *er
     pthread_cond_init(&c->cv, &ca);
     pthread_condattr_destroy(&ca);
     atomic_init(&c->entered, 0);
+    c->post.drive_proc = -1;
     return MT_OK;
 }
 
@@ -313,9 +319,11 @@ static void comm_fini(mt_coll_comm *c)
 {
     if (c->w == NULL)
         return;
+    drive_release(c);
     mt_free(c->pong);
     for (int j = 0; j < COLL_POST_PIECES; j++)
         mt_free(c->post.piece[j]);
+    mt_free(c->post.drive_buf);
     for (int i = 0; i < COLL_NAIO; i++) {
         if (c->aio[i] != NULL) {
             nng_aio_cancel(c->aio[i]);
@@ -525,6 +533,9 @@ mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_add
     w->my_proc = my_proc;
     if ((rc = world_make_comms(w, err)) != MT_OK)
         goto fail;
+    /* one device here: its thread drives its exchanges (MT_COLL_DRIVE=0 turns it off, for A/B) */
+    const char *dv = getenv("MT_COLL_DRIVE");
+    w->drive = w->nlocal == 1 && coll__net_is_raw(w) && (dv == NULL || strcmp(dv, "0") != 0);
     coll__net_attach_pending(net, w);
     if (w->net == NULL) {
         rc = mt_err_set(err, MT_FAILED_PRECONDITION,
@@ -646,6 +657,11 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, u
         c->auto_step = call->step;
         c->auto_seq = call->seq;
     }
+    /* only a large allreduce may keep the socket its device thread drove last (tree_run) */
+    if (!(op == COLL_OP_ALLREDUCE && g != NULL && g->size > 1 &&
+          total * sizeof(float) > c->w->opts.direct_bytes))
+        drive_release(c);
+    c->drive.off = !c->w->drive;
     x->step = c->auto_step;
     x->seq = c->auto_seq++;
     x->deadline_ms =
@@ -852,6 +868,8 @@ static mt_code ctx_end(coll_ctx *x, mt_code rc)
     mt_coll_comm *c = x->c;
     if (c == NULL || x->pos < 0)
         return rc;
+    if (rc != MT_OK)
+        drive_release(c); /* the reader thread delivers what comes next */
     ctl_reap(x);
     mt_code wrc = coll__sends_wait(c, rc != MT_OK, rc == MT_OK ? x->err : NULL);
     if (rc == MT_OK && wrc != MT_OK)
@@ -1058,6 +1076,19 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
     return MT_OK;
 }
 
+/*
+ * A send to rank dst in another process failed (direct transport): the error, or the code of
+ * an ABORT that explains it (a member that failed first closed its sockets).
+ */
+static mt_code send_failed(coll_ctx *x, int dst, mt_code rc, const char *why)
+{
+    mt_code arc;
+    if ((rc == MT_UNAVAILABLE || rc == MT_DEADLINE_EXCEEDED) &&
+        abort_explains(x, rc == MT_UNAVAILABLE ? COLL_ABORT_EXPLAIN_NS : 0, &arc))
+        return arc;
+    return ctx_fail(x, rc, "send to rank %d (%s): %s", dst, rank_addr(x->c->w, dst), why);
+}
+
 static mt_code send_seg(coll_ctx *x, int dst, const coll_hdr *h, const float *data)
 {
     mt_coll_world *w = x->c->w;
@@ -1071,13 +1102,7 @@ static mt_code send_seg(coll_ctx *x, int dst, const coll_hdr *h, const float *da
         mt_err e = MT_ERR_INIT;
         coll__hdr_encode(h, hb);
         mt_code rc = coll__net_send_buf(x->c, w->proc_of[dst], hb, data, bytes, x->deadline_ns, &e);
-        mt_code arc;
-        if ((rc == MT_UNAVAILABLE || rc == MT_DEADLINE_EXCEEDED) &&
-            abort_explains(x, rc == MT_UNAVAILABLE ? COLL_ABORT_EXPLAIN_NS : 0, &arc))
-            return arc;
-        if (rc != MT_OK)
-            return ctx_fail(x, rc, "send to rank %d (%s): %s", dst, rank_addr(w, dst), e.msg);
-        return MT_OK;
+        return rc == MT_OK ? MT_OK : send_failed(x, dst, rc, e.msg);
     }
     /* reserve + append: nng_msg_alloc(size) would zero the body before we copy over it */
     coll__hdr_encode(h, hb);
@@ -1178,7 +1203,16 @@ static void post_want(const coll_post_step *p, size_t k, coll_hdr *h)
     h->len = p->rlen == 0 ? 0 : (p->rlen - k * p->seg < p->seg ? p->rlen - k * p->seg : p->seg);
 }
 
-int coll__post_claim(mt_coll_world *w, const coll_hdr *h, coll_sink *s)
+/* 1 when header h is the expected e (every field the frame's placement depends on). */
+static int post_match(const coll_hdr *e, const coll_hdr *h)
+{
+    return e->job == h->job && e->step == h->step && e->seq == h->seq && e->op == h->op &&
+           e->total == h->total && e->phase == h->phase && e->rstep == h->rstep &&
+           e->chunk == h->chunk && e->offset == h->offset && e->len == h->len && e->src == h->src &&
+           e->dst == h->dst;
+}
+
+int coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s)
 {
     if (h->dst < 0 || h->dst >= w->size || h->src < 0 || h->src >= w->size ||
         w->by_rank[h->dst] == NULL)
@@ -1187,22 +1221,29 @@ int coll__post_claim(mt_coll_world *w, const coll_hdr *h, coll_sink *s)
     coll_post *p = &c->post;
     int ok = 0;
     pthread_mutex_lock(&c->mu);
+    if (handover && p->drive_proc >= 0 && p->drive_proc == w->proc_of[h->src]) {
+        pthread_mutex_unlock(&c->mu);
+        return 3; /* the device thread reads that connection itself (drive_step) */
+    }
     coll_post_step *st = &p->st[p->head];
     if (p->state == COLL_POST_POSTED && p->count > 0 && st->want.src == h->src &&
         c->q[h->src].count == 0 && st->next_k < st->nk) {
         coll_hdr e;
         post_want(st, st->next_k, &e);
-        ok = e.job == h->job && e.step == h->step && e.seq == h->seq && e.op == h->op &&
-             e.total == h->total && e.phase == h->phase && e.rstep == h->rstep &&
-             e.chunk == h->chunk && e.offset == h->offset && e.len == h->len;
+        ok = post_match(&e, h);
     }
     /*
      * Case 2 must hold only for frames that will be posted (tree_run's phases of an allreduce
      * or reduce-scatter above direct_bytes, ring_allgather, from another process over
-     * the direct transport): any other frame would wait RAW_ARM_WAIT_NS for nothing.
+     * the direct transport): any other frame would wait RAW_ARM_WAIT_NS for nothing. It also
+     * holds while a step from another source is posted (a peer already in a later exchange of
+     * tree_run, whose step is posted or whose connection is driven next), not for a frame
+     * from the posted step's own source that does not match it (a mismatch: check_msg).
      */
-    if (!ok && p->count == 0 && p->state == COLL_POST_NONE && c->q[h->src].count == 0 &&
-        w->nlocal == 1 && w->peers[w->proc_of[h->src]].nranks == 1 && h->phase <= 1 &&
+    int idle =
+        (p->count == 0 && p->state == COLL_POST_NONE) || (p->count > 0 && st->want.src != h->src);
+    if (!ok && idle && c->q[h->src].count == 0 && w->nlocal == 1 &&
+        w->peers[w->proc_of[h->src]].nranks == 1 && h->phase <= 1 &&
         (h->op == COLL_OP_ALLREDUCE || h->op == COLL_OP_REDUCE_SCATTER ||
          h->op == COLL_OP_ALLGATHER) &&
         (h->op == COLL_OP_ALLGATHER || h->total * sizeof(float) > w->opts.direct_bytes)) {
@@ -1363,6 +1404,42 @@ static uint64_t post_next_id(mt_coll_comm *c)
  * the buffer; frames that arrived before the post (or did not match it: a mismatch,
  * reported by check_msg) are taken from the inbox in order, as recv_seg does.
  */
+/*
+ * Take the next message from src that the reader thread queued (it arrived before its step was
+ * posted, or did not match it) into the posted step, in order (c->mu held, released while
+ * copying): 1 and *rc (INVALID_ARGUMENT from check_msg, or MT_OK), or 0 when there is none or a
+ * claimed frame is being read.
+ */
+static int post_take_queued(coll_ctx *x, int src, mt_code *rc)
+{
+    mt_coll_comm *c = x->c;
+    coll_post *p = &c->post;
+    nng_msg *m = NULL;
+    if (p->state == COLL_POST_CLAIMED || (m = pop_live(c, src)) == NULL)
+        return 0;
+    coll_post_step st = p->st[p->head];
+    coll_hdr want;
+    p->state = COLL_POST_NONE; /* nothing is claimed while this one is handled */
+    post_want(&st, st.next_k, &want);
+    pthread_mutex_unlock(&c->mu);
+    *rc = check_msg(x, src, m, &want);
+    if (*rc == MT_OK) {
+        const unsigned char *pl = (const unsigned char *)nng_msg_body(m) + COLL_HDR_SIZE;
+        float *d = st.rbuf + want.offset;
+        if (!st.add && want.len > 0)
+            memcpy(d, pl, want.len * sizeof(float));
+        else if (st.add)
+            coll__add_into(d, pl, want.len);
+        nng_msg_free(m);
+    }
+    pthread_mutex_lock(&c->mu);
+    if (*rc == MT_OK) {
+        post_advance(c);
+        p->state = p->count > 0 ? COLL_POST_POSTED : COLL_POST_NONE;
+    }
+    return 1;
+}
+
 static mt_code recv_posted(coll_ctx *x, int src, uint64_t id)
 {
     mt_coll_comm *c = x->c;
@@ -1374,28 +1451,9 @@ static mt_code recv_posted(coll_ctx *x, int src, uint64_t id)
             break;
         if (post_add_piece(c))
             continue; /* the reader reads on meanwhile */
-        nng_msg *m = NULL;
-        if (p->state != COLL_POST_CLAIMED && (m = pop_live(c, src)) != NULL) {
-            coll_post_step st = p->st[p->head];
-            coll_hdr want;
-            p->state = COLL_POST_NONE; /* nothing is claimed while this one is handled */
-            post_want(&st, st.next_k, &want);
-            pthread_mutex_unlock(&c->mu);
-            rc = check_msg(x, src, m, &want);
-            if (rc == MT_OK) {
-                const unsigned char *pl = (const unsigned char *)nng_msg_body(m) + COLL_HDR_SIZE;
-                float *d = st.rbuf + want.offset;
-                if (!st.add && want.len > 0)
-                    memcpy(d, pl, want.len * sizeof(float));
-                else if (st.add)
-                    coll__add_into(d, pl, want.len);
-                nng_msg_free(m);
-            }
-            pthread_mutex_lock(&c->mu);
+        if (post_take_queued(x, src, &rc)) {
             if (rc != MT_OK)
                 break;
-            post_advance(c);
-            p->state = p->count > 0 ? COLL_POST_POSTED : COLL_POST_NONE;
             continue;
         }
         if ((rc = wait_turn(x, src)) != MT_OK)
@@ -1687,6 +1745,325 @@ static int tree_plan(const coll_ctx *x, size_t n, int gather, tree_step *st)
     return ns;
 }
 
+/* ---------------------------------------------------------------- driving */
+
+/*
+ * With the direct transport and one device in this process, tree_run's exchanges with
+ * another process are run by the device thread alone (see "Driving" in coll_int.h): it reads
+ * the peer's frames off the socket into buf between its own non-blocking writes (drive_step).
+ * It keeps the socket from one large allreduce to the next (c->drive): every other
+ * collective, and every path that waits for the reader thread or blocks in a write, gives it
+ * back first (drive_release), so the reader thread stays out of the steady state.
+ */
+
+/* Give slot d's socket back (with the part of a frame begun) and drop the reference. */
+static void drive_release_one(mt_coll_comm *c, coll_drive_conn *d)
+{
+    if (d->k == NULL)
+        return;
+    if (d->in_payload)
+        coll__raw_drive_end(d->k, d->plen - d->got, NULL, 0);
+    else
+        coll__raw_drive_end(d->k, 0, d->hb, d->hn);
+    coll__net_drive_put(c->w, d->k);
+    d->k = NULL;
+    d->own = 0;
+    d->hn = 0;
+    d->in_payload = 0;
+}
+
+/* Give every driven socket back: the reader threads deliver what comes next. */
+static void drive_release(mt_coll_comm *c)
+{
+    int any = 0;
+    for (int i = 0; i < COLL_DRIVE_SLOTS; i++) {
+        any |= c->drive.s[i].k != NULL;
+        drive_release_one(c, &c->drive.s[i]);
+    }
+    if (any) {
+        pthread_mutex_lock(&c->mu);
+        c->post.drive_proc = -1;
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+/* Stop driving for the rest of this collective: the reader thread and recv_posted take over. */
+static void drive_off(mt_coll_comm *c)
+{
+    drive_release(c);
+    c->drive.off = 1;
+}
+
+/* Try to own d's socket: 1 owned, 0 asked (the eventfd tells), -1 the connection ended. */
+static int drive_try(coll_drive_conn *d)
+{
+    if (d->own)
+        return 1;
+    size_t held;
+    int r = coll__raw_drive_try(d->k, d->hb, &held);
+    if (r == 1) {
+        d->own = 1;
+        d->hn = held;
+    }
+    return r;
+}
+
+/*
+ * The slot driving the connection from process proc for the next exchange (taking it up if
+ * needed, giving back the least recently used one when all are taken), or NULL: the reader
+ * thread serves this exchange.
+ */
+static coll_drive_conn *drive_acquire(mt_coll_comm *c, int proc)
+{
+    coll_drive *dv = &c->drive;
+    coll_drive_conn *d = NULL;
+    if (dv->off)
+        return NULL;
+    for (int i = 0; i < COLL_DRIVE_SLOTS && d == NULL; i++) {
+        if (dv->s[i].k != NULL && dv->s[i].proc == proc)
+            d = &dv->s[i];
+    }
+    if (d == NULL) {
+        if (c->post.drive_buf == NULL && (c->post.drive_buf = mt_malloc(COLL_PIECE_BYTES)) == NULL)
+            return NULL;
+        d = &dv->s[0];
+        for (int i = 1; i < COLL_DRIVE_SLOTS && d->k != NULL; i++) {
+            if (dv->s[i].k == NULL || dv->s[i].used < d->used)
+                d = &dv->s[i];
+        }
+        drive_release_one(c, d); /* between frames: its exchange is complete */
+        if ((d->k = coll__net_drive_find(c->w, proc)) == NULL)
+            return NULL; /* no frame came from it yet: its first exchange uses the reader */
+        d->proc = proc;
+    }
+    d->used = ++dv->tick;
+    pthread_mutex_lock(&c->mu);
+    c->post.drive_proc = proc; /* a reader holding its header hands the socket over (claim 3) */
+    int wake = c->post.reader_waiting;
+    c->post.reader_waiting = 0;
+    pthread_mutex_unlock(&c->mu);
+    if (wake)
+        coll__net_wake_claim(c->w->net);
+    if (drive_try(d) < 0) {
+        drive_off(c);
+        return NULL;
+    }
+    return d;
+}
+
+/* Give back the driven sockets of processes that are not a source in st[0, ns) (tree_run). */
+static void drive_keep_only(mt_coll_comm *c, const tree_step *st, int ns)
+{
+    for (int i = 0; i < COLL_DRIVE_SLOTS; i++) {
+        coll_drive_conn *d = &c->drive.s[i];
+        int needed = 0;
+        for (int j = 0; j < ns && d->k != NULL && !needed; j++)
+            needed = st[j].src >= 0 && c->w->proc_of[st[j].src] == d->proc;
+        if (d->k != NULL && !needed)
+            drive_release_one(c, d);
+    }
+}
+
+/*
+ * Take what the reader thread queued from src and read what the driven socket holds for
+ * posted step id: 1 when the step is complete, 0 when more is to come, -1 when the socket went
+ * back to the reader thread (a frame that is not this step's next one, the connection ended):
+ * recv_posted finishes the step; -2 when a queued frame did not match (*rc, from check_msg).
+ */
+static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, int *moved,
+                      mt_code *rc)
+{
+    mt_coll_comm *c = x->c;
+    coll_post *p = &c->post;
+    int r = drive_try(dv);
+    if (r < 0) {
+        drive_off(c);
+        return -1;
+    }
+    pthread_mutex_lock(&c->mu);
+    /* frames the reader thread queued (before the step was posted, or before it handed the
+     * socket over) come before the socket's; once the socket is ours no more are queued */
+    while (p->done <= id && post_take_queued(x, src, rc)) {
+        *moved = 1;
+        if (*rc != MT_OK) {
+            pthread_mutex_unlock(&c->mu);
+            drive_off(c);
+            return -2;
+        }
+    }
+    int fin = p->done > id;
+    pthread_mutex_unlock(&c->mu);
+    if (fin)
+        return 1;
+    if (r == 0)
+        return 0;
+    int fd = coll__raw_drive_fd(dv->k);
+    for (;;) {
+        while (!dv->in_payload && dv->hn < COLL_HDR_SIZE) {
+            ssize_t k = recv(fd, dv->hb + dv->hn, COLL_HDR_SIZE - dv->hn, MSG_DONTWAIT);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                return 0;
+            if (k <= 0) { /* the end of the connection: the reader thread reports it */
+                drive_off(c);
+                return -1;
+            }
+            dv->hn += (size_t)k;
+            *moved = 1;
+        }
+        if (!dv->in_payload) {
+            coll_hdr h, e;
+            coll__hdr_parse(dv->hb, &h);
+            pthread_mutex_lock(&c->mu);
+            coll_post_step *st = &p->st[p->head];
+            int ok = h.magic == COLL_MAGIC && h.kind == COLL_KIND_DATA && p->count > 0 &&
+                     p->state == COLL_POST_POSTED && st->next_k < st->nk &&
+                     c->q[st->want.src].count == 0;
+            if (ok) {
+                post_want(st, st->next_k, &e);
+                ok = post_match(&e, &h);
+            }
+            if (ok) {
+                dv->dest = (unsigned char *)(st->rbuf + h.offset);
+                dv->add = st->add;
+                dv->plen = (size_t)h.len * sizeof(float);
+                dv->got = 0;
+                dv->in_payload = 1;
+            }
+            pthread_mutex_unlock(&c->mu);
+            if (!ok) { /* not the next frame of this step: the reader thread handles it */
+                drive_off(c);
+                return -1;
+            }
+        }
+        while (dv->got < dv->plen) {
+            size_t n = dv->plen - dv->got, pin = dv->got % COLL_PIECE_BYTES;
+            unsigned char *to = dv->dest + dv->got;
+            if (dv->add) { /* a piece at a time into scratch, then added */
+                n = n < COLL_PIECE_BYTES - pin ? n : COLL_PIECE_BYTES - pin;
+                to = p->drive_buf + pin;
+            }
+            ssize_t k = recv(fd, to, n, MSG_DONTWAIT);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                return 0;
+            if (k <= 0) {
+                drive_off(c);
+                return -1;
+            }
+            dv->got += (size_t)k;
+            *moved = 1;
+            if (dv->add && (dv->got % COLL_PIECE_BYTES == 0 || dv->got == dv->plen)) {
+                size_t pl = (dv->got - 1) % COLL_PIECE_BYTES + 1;
+                coll__add_into((float *)(dv->dest + dv->got - pl), p->drive_buf,
+                               pl / sizeof(float));
+            }
+        }
+        dv->in_payload = 0;
+        dv->hn = 0;
+        pthread_mutex_lock(&c->mu);
+        post_advance(c);
+        p->state = p->count > 0 ? COLL_POST_POSTED : COLL_POST_NONE;
+        fin = p->done > id;
+        pthread_mutex_unlock(&c->mu);
+        if (fin)
+            return 1;
+    }
+}
+
+/*
+ * One exchange of tree_run driven by this thread (posted as step id): the segments of t's
+ * send region go out with non-blocking writes and the peer's frames are read off the driven
+ * socket in between, sleeping in poll(2) only when neither can move. Every failure and every
+ * frame that is not the next of this step hand the socket back (recv_posted then finishes the
+ * step with the reader thread, as without driving, and reports what happened); a write that
+ * fails part-way closes the connection, as raw_send does.
+ */
+static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t id,
+                          coll_drive_conn *dv)
+{
+    mt_coll_comm *c = x->c;
+    mt_coll_world *w = c->w;
+    size_t ns = t->dst >= 0 ? nseg(x, t->d.sl) : 0, ks = 0, sent = 0;
+    int sfd = -1, sproc = t->dst >= 0 ? w->proc_of[t->dst] : -1, recv_on = 1;
+    coll_hdr sh = ring_hdr(x, &t->d, c->rank, t->dst);
+    unsigned char shb[COLL_HDR_SIZE];
+    mt_code rc = MT_OK;
+    mt_err e = MT_ERR_INIT;
+    if (ns > 0 && (rc = coll__net_raw_fd(w, sproc, x->deadline_ns, &sfd, &e)) != MT_OK) {
+        drive_off(c);
+        return send_failed(x, t->dst, rc, e.msg);
+    }
+    for (;;) {
+        int moved = 0;
+        while (ks < ns) {
+            size_t o, n;
+            seg_range(x, t->d.sl, ks, &o, &n);
+            if (sent == 0) {
+                sh.chunk = (uint32_t)ks;
+                sh.offset = t->d.so + o;
+                sh.len = n;
+                coll__hdr_encode(&sh, shb);
+            }
+            int wr = coll__raw_write_some(sfd, shb, COLL_HDR_SIZE, buf + t->d.so + o,
+                                          n * sizeof(float), &sent);
+            if (wr < 0) {
+                int en = errno;
+                coll__net_raw_failed(w, sproc);
+                drive_off(c);
+                return send_failed(x, t->dst, MT_UNAVAILABLE, strerror(en));
+            }
+            if (wr == 0)
+                break;
+            atomic_fetch_add(&w->remote_floats, n);
+            ks++;
+            sent = 0;
+            moved = 1;
+        }
+        int dr = recv_on ? drive_recv(x, dv, t->src, id, &moved, &rc) : 0;
+        if (dr == -2)
+            return rc; /* a queued frame did not match (check_msg said why) */
+        if (dr != 0)
+            recv_on = 0;
+        if (ks == ns && !recv_on)
+            break;
+        if (moved)
+            continue;
+        pthread_mutex_lock(&c->mu);
+        rc = ended(x);
+        if (rc == MT_OK && c->nping > 0)
+            answer_pings(x);
+        pthread_mutex_unlock(&c->mu);
+        if (rc != MT_OK) {
+            drive_off(c);
+            return rc;
+        }
+        int64_t now = coll__now_ns();
+        if (now >= x->deadline_ns) {
+            drive_off(c); /* recv_posted reports the silent peer */
+            if (ks < ns) {
+                if (sent > 0)
+                    coll__net_raw_failed(w, sproc); /* a partial frame */
+                return send_failed(x, t->dst, MT_DEADLINE_EXCEEDED, "not reading (send timed out)");
+            }
+            break;
+        }
+        struct pollfd pf[2];
+        int np = 0;
+        if (ks < ns)
+            pf[np++] = (struct pollfd){.fd = sfd, .events = POLLOUT};
+        if (recv_on)
+            pf[np++] = (struct pollfd){.fd = dv->own ? coll__raw_drive_fd(dv->k)
+                                                     : coll__raw_drive_evfd(dv->k),
+                                       .events = POLLIN};
+        int64_t ms = (x->deadline_ns - now) / 1000000LL + 1;
+        poll(pf, (nfds_t)np, ms > 10 ? 10 : (int)ms); /* 10 ms: ABORTs and PINGs are seen */
+    }
+    return recv_posted(x, t->src, id); /* at once unless the reader thread has a part */
+}
+
 /*
  * Allreduce in the documented tree order, p >= 2 (tree_plan's exchanges, in order).
  * Tree neighbours at distance 1 go first, so when a worker's devices hold consecutive
@@ -1699,15 +2076,29 @@ static int tree_plan(const coll_ctx *x, size_t n, int gather, tree_step *st)
  * a reduce step's only once the previous receive is complete (it adds into part of that
  * region). Otherwise ring_step interleaves segment k's send and receive.
  */
-static mt_code tree_run(coll_ctx *x, float *buf, size_t n, int gather)
+static mt_code tree_run(coll_ctx *x, float *buf, size_t n, int gather, int keep)
 {
     tree_step st[2 * 32 + 2];
     uint64_t id[2 * 32 + 2];
     int ns = tree_plan(x, n, gather, st), raw = coll__net_is_raw(x->c->w), any = 0, next_posted = 0;
     mt_code rc = MT_OK;
+    drive_keep_only(x->c, st, ns); /* sockets kept from an allreduce over another group */
     for (int i = 0; i < ns && rc == MT_OK; i++) {
         const tree_step *t = &st[i];
         int posted = raw && t->src >= 0 && x->c->w->by_rank[t->src] == NULL;
+        coll_drive_conn *d = posted && !next_posted && !x->c->drive.off
+                                 ? drive_acquire(x->c, x->c->w->proc_of[t->src])
+                                 : NULL;
+        if (d != NULL) {
+            id[i] = post_next_id(x->c);
+            ring_post(x, &t->d, t->src, buf);
+            any = 1;
+            rc = drive_step(x, t, buf, id[i], d);
+            if (rc == MT_OK)
+                coll__progress_chunk(x->c, (size_t)i, (size_t)ns);
+            continue;
+        }
+        drive_release(x->c); /* never hold a socket while blocking below */
         if (!posted) {
             rc = ring_step(x, t->d.phase, t->d.rstep, t->dst, buf, t->d.so, t->d.sl, t->src, buf,
                            t->d.ro, t->d.rl, t->d.phase == 0 ? XFER_ADD : XFER_COPY);
@@ -1732,6 +2123,8 @@ static mt_code tree_run(coll_ctx *x, float *buf, size_t n, int gather)
         if (rc == MT_OK)
             coll__progress_chunk(x->c, (size_t)i, (size_t)ns); /* ring_step: per segment */
     }
+    if (!keep || rc != MT_OK)
+        drive_release(x->c); /* else kept for the next allreduce (ctx_begin) */
     if (any)
         post_withdraw(x->c);
     return rc;
@@ -1771,7 +2164,7 @@ static mt_code tree_reduce_scatter(coll_ctx *x, float *buf, size_t n, float *out
     int p = x->p, q = tree_q(p), r = p - q, pos = x->pos;
     int v = pos < 2 * r ? ((pos & 1) ? -1 : pos / 2) : pos - r; /* -1: folded into pos-1 */
     size_t co, cl, bo, bl, io, il;
-    mt_code rc = tree_run(x, buf, n, 0);
+    mt_code rc = tree_run(x, buf, n, 0, 0);
     mt_coll_chunk_range(n, p, pos, &co, &cl);
     if (rc == MT_OK && v >= 0) {
         tree_owned(n, q, v, &bo, &bl);
@@ -1800,7 +2193,7 @@ static mt_code allreduce_run(coll_ctx *x, float *buf, size_t n)
 {
     if (x->p > 1 && n * sizeof(float) <= x->c->w->opts.direct_bytes)
         return direct_allreduce(x, buf, n);
-    return x->p > 1 ? tree_run(x, buf, n, 1) : MT_OK;
+    return x->p > 1 ? tree_run(x, buf, n, 1, 1) : MT_OK;
 }
 
 mt_code mt_coll_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,

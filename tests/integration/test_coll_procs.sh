@@ -6,7 +6,9 @@
 # ipc:// in a temp dir), hands them a rank table, and checks: correctness for
 # 2, 3 and 4 processes over awkward sizes (bit-exact against the serial order,
 # inside the peer); 1x4, 2x2 and 4x1 (and 1x3/3x1, 1x6/2x3/3x2/6x1) process x
-# device placements giving bit-identical results; groups along one dimension of a 4x2 layout; framing
+# device placements giving bit-identical results; runs of large allreduces with late members,
+# driven by the device thread and fed by the reader threads, bit-identical; groups along one
+# dimension of a 4x2 layout; framing
 # mismatches (step, size, job) failing with INVALID_ARGUMENT everywhere; a peer
 # killed with SIGKILL and one stopped with SIGSTOP mid-collective making every
 # other process fail with UNAVAILABLE / DEADLINE_EXCEEDED within the deadline
@@ -99,6 +101,22 @@ for np in 2 3 4; do
     expect_ok "procs$np" "$np" 1 tcp --mode check --sizes "$SIZES" --seed 7 --segment 65536
 done
 expect_ok ipc2 2 1 ipc --mode check --sizes "$SIZES" --seed 7
+
+# 1b. driven exchanges (docs/collectives.md, "Driving"): runs of large allreduces in which each
+# member in turn is 60 ms late, so its peers' frames are queued by its reader threads before it
+# posts, or wait in a socket it still drives from the previous allreduce (a barrier after every
+# second one gives the sockets back), each result checked bit-exactly and the whole run
+# bit-identical with driving turned off. Deadline 30 s, alarm 15 s: a stall fails the run.
+for np in 3 4; do
+    for drv in 1 0; do
+        PEER_ENV="MT_COLL_DRIVE=$drv" expect_ok "repeat${np}_drive$drv" "$np" 1 tcp --mode repeat \
+            --sizes 262147,65537 --iters 8 --skew-us 60000 --segment 262144 --deadline 30000 \
+            --alarm 15
+    done
+    cmp -s "$TMP/repeat${np}_drive1/results" "$TMP/repeat${np}_drive0/results" ||
+        fail "repeat$np: results differ between driving on and off"
+done
+[ -s "$TMP/repeat4_drive1/results" ] && echo "ok: driven and reader-fed allreduces bit-identical (3 and 4 processes)"
 
 # 2. placement does not change a bit: 1x4, 2x2, 4x1 (checksums of every result)
 expect_ok place1x4 1 4 tcp --mode check --sizes "$SIZES" --seed 3

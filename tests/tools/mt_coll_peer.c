@@ -12,6 +12,11 @@
  *                 checks each result bit-exactly against the documented serial
  *                 order and against a double sum, and prints per rank
  *                 "RESULT rank=R ok checksum=H" (H: FNV-1a of every result);
+ *   --mode repeat runs --iters consecutive allreduces of every --sizes entry on fresh data,
+ *                 each checked bit-exactly against the serial order; with --skew-us U
+ *                 the member at position k mod p sleeps U us before allreduce k, so every
+ *                 member is sometimes late and its peers' frames arrive before it posts;
+ *                 a barrier follows every odd iteration (prints RESULT lines like check);
  *   --mode loop   repeats an allreduce of --sizes[0] floats --iters times,
  *                 printing "STARTED" once (for kill / stop tests);
  *   --mode bench  times allreduce for every size (best of 3 trials) and prints
@@ -43,6 +48,7 @@ typedef struct peer_cfg {
     long size_add; /* added to every size (mismatch tests) */
     int rows, cols, dim;
     long iters;
+    long skew_us; /* --mode repeat: the late member's sleep */
     int64_t deadline_ms;
     size_t segment_bytes;
     long direct_bytes; /* -1: world default */
@@ -101,6 +107,16 @@ static int fail(dev *d, mt_code rc, double t0)
     d->rc = rc;
     d->t_fail = now_s() - t0;
     return -1;
+}
+
+/* Free the p input rows of check_size / repeat_size and their result buffers. */
+static void free_inputs(float **in, int p, float *ref, float *buf)
+{
+    for (int i = 0; i < p; i++)
+        free(in[i]);
+    free(in);
+    free(ref);
+    free(buf);
 }
 
 /* Check mode for one size: every collective, results against the serial order. */
@@ -169,11 +185,45 @@ static int check_size(dev *d, mt_coll_comm *c, const mt_coll_group *grp, size_t 
     if (!bad && (rc = mt_coll_barrier(c, grp, NULL, &d->err)) != MT_OK)
         bad = fail(d, rc, t0);
 out:
-    for (int i = 0; i < p; i++)
-        free(in[i]);
-    free(in);
-    free(ref);
-    free(buf);
+    free_inputs(in, p, ref, buf);
+    return bad;
+}
+
+/* Repeat mode for one size: iters consecutive allreduces, each checked (see the header). */
+static int repeat_size(dev *d, mt_coll_comm *c, const mt_coll_group *grp, size_t n, uint64_t seed,
+                       double t0)
+{
+    int p = grp->size, pos = 0, bad = 0;
+    float *buf = calloc(n + 1, sizeof(float)), *ref = calloc(n + 1, sizeof(float));
+    float **in = calloc((size_t)p, sizeof(float *));
+    for (int i = 0; i < p; i++) {
+        in[i] = calloc(n + 1, sizeof(float));
+        if (grp->ranks[i] == d->rank)
+            pos = i;
+    }
+    for (long k = 0; k < d->cfg->iters && !bad; k++) {
+        for (int i = 0; i < p; i++) {
+            for (size_t e = 0; e < n; e++)
+                in[i][e] = ct_val(grp->ranks[i], e, seed + (uint64_t)k);
+        }
+        mt_coll_reference_allreduce((const float *const *)in, p, n, ref);
+        memcpy(buf, in[pos], n * sizeof(float));
+        if (d->cfg->skew_us > 0 && k % p == pos)
+            usleep((useconds_t)d->cfg->skew_us);
+        mt_code rc = mt_coll_allreduce_sum(c, grp, buf, n, NULL, &d->err);
+        if (rc != MT_OK) {
+            bad = fail(d, rc, t0);
+        } else if (n > 0 && memcmp(buf, ref, n * sizeof(float)) != 0) {
+            mt_err_set(&d->err, MT_INTERNAL, "allreduce %ld of n=%zu differs from the serial order",
+                       k, n);
+            bad = fail(d, MT_INTERNAL, t0);
+        }
+        d->checksum = fnv(d->checksum, buf, n * sizeof(float));
+        /* after odd iterations a barrier: the next allreduce starts without driven sockets */
+        if (!bad && (k & 1) && (rc = mt_coll_barrier(c, grp, NULL, &d->err)) != MT_OK)
+            bad = fail(d, rc, t0);
+    }
+    free_inputs(in, p, ref, buf);
     return bad;
 }
 
@@ -238,6 +288,11 @@ static void *dev_main(void *arg)
         for (int si = 0; si < cfg->nsizes; si++) {
             mt_coll_comm_set_step(c, cfg->step_base + (uint64_t)si);
             if (check_size(d, c, &grp, cfg->sizes[si], cfg->seed + (uint64_t)si, t0) != 0)
+                return NULL;
+        }
+    } else if (strcmp(cfg->mode, "repeat") == 0) {
+        for (int si = 0; si < cfg->nsizes; si++) {
+            if (repeat_size(d, c, &grp, cfg->sizes[si], cfg->seed + 1000 * (uint64_t)si, t0) != 0)
                 return NULL;
         }
     } else if (strcmp(cfg->mode, "loop") == 0) {
@@ -315,8 +370,8 @@ static int read_table(peer_cfg *cfg)
 static void usage(void)
 {
     fprintf(stderr, "usage: mt_coll_peer --listen URL --addr-file F --table-file T [--mode "
-                    "check|loop|bench] [--sizes a,b,..] [--seed S] [--job J] [--step S] "
-                    "[--size-add K] [--mesh RxC --dim D] [--iters K] [--deadline MS] "
+                    "check|repeat|loop|bench] [--sizes a,b,..] [--seed S] [--job J] [--step S] "
+                    "[--size-add K] [--mesh RxC --dim D] [--iters K] [--skew-us U] [--deadline MS] "
                     "[--segment BYTES] [--direct BYTES] [--alarm SECONDS]\n");
 }
 
@@ -368,6 +423,8 @@ int main(int argc, char **argv)
             cfg.dim = (int)strtol(v, NULL, 10);
         else if (strcmp(a, "--iters") == 0)
             cfg.iters = strtol(v, NULL, 10);
+        else if (strcmp(a, "--skew-us") == 0)
+            cfg.skew_us = strtol(v, NULL, 10);
         else if (strcmp(a, "--deadline") == 0)
             cfg.deadline_ms = strtoll(v, NULL, 10);
         else if (strcmp(a, "--alarm") == 0)
@@ -441,7 +498,7 @@ int main(int argc, char **argv)
                    mt_code_name(devs[i].rc), devs[i].t_fail * 1e3, devs[i].err.msg);
             if (code == 0)
                 code = (int)devs[i].rc;
-        } else if (strcmp(cfg.mode, "check") == 0) {
+        } else if (strcmp(cfg.mode, "check") == 0 || strcmp(cfg.mode, "repeat") == 0) {
             printf("RESULT rank=%d ok checksum=%016" PRIx64 "\n", devs[i].rank, devs[i].checksum);
         }
     }
