@@ -158,6 +158,8 @@ typedef struct coll_queue {
 
 /* A connection a device thread drives (coll_world.c, "driving"); device thread only. */
 #define COLL_DRIVE_SLOTS 8 /* connections driven at once (tree partners: log2 of the group) */
+#define COLL_DRIVE_YIELDS                                                                          \
+    1000 /* sched_yield calls before a driving thread sleeps (MT_COLL_YIELDS) */
 typedef struct coll_drive_conn {
     struct raw_conn *k; /* the connection (a reference), NULL: free slot */
     int proc;           /* the process that dialed it */
@@ -235,6 +237,7 @@ struct mt_coll_world {
     _Atomic int cancelled; /* mt_coll_world_cancel: every collective fails with CANCELLED */
     _Atomic uint64_t remote_floats; /* payload sent to other processes (DATA frames) */
     int drive; /* the one local device's thread drives its exchanges (coll_world.c, tree_run) */
+    int drive_yields; /* a driving thread with nothing to do yields this often before it sleeps */
 };
 
 int64_t coll__now_ns(void);

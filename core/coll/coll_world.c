@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -536,6 +537,10 @@ mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_add
     /* one device here: its thread drives its exchanges (MT_COLL_DRIVE=0 turns it off, for A/B) */
     const char *dv = getenv("MT_COLL_DRIVE");
     w->drive = w->nlocal == 1 && coll__net_is_raw(w) && (dv == NULL || strcmp(dv, "0") != 0);
+    /* before sleeping in poll(2), a driving thread yields the CPU up to this many times (a
+     * co-scheduled partner runs at once instead of waking it later; docs/collectives.md) */
+    const char *dy = getenv("MT_COLL_YIELDS");
+    w->drive_yields = dy != NULL && atoi(dy) >= 0 ? atoi(dy) : COLL_DRIVE_YIELDS;
     coll__net_attach_pending(net, w);
     if (w->net == NULL) {
         rc = mt_err_set(err, MT_FAILED_PRECONDITION,
@@ -1996,6 +2001,7 @@ static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t 
         drive_off(c);
         return send_failed(x, t->dst, rc, e.msg);
     }
+    int yields = 0;
     for (;;) {
         int moved = 0;
         while (ks < ns) {
@@ -2029,8 +2035,16 @@ static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t 
             recv_on = 0;
         if (ks == ns && !recv_on)
             break;
-        if (moved)
+        if (moved) {
+            yields = 0;
             continue;
+        }
+        if (yields < w->drive_yields) {
+            yields++;
+            sched_yield(); /* let a co-scheduled partner run before sleeping */
+            continue;
+        }
+        /* yields is reset only by progress: a long wait sleeps in poll, it does not spin */
         pthread_mutex_lock(&c->mu);
         rc = ended(x);
         if (rc == MT_OK && c->nping > 0)
