@@ -662,9 +662,8 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, u
         c->auto_step = call->step;
         c->auto_seq = call->seq;
     }
-    /* only a large allreduce may keep the socket its device thread drove last (tree_run) */
-    if (!(op == COLL_OP_ALLREDUCE && g != NULL && g->size > 1 &&
-          total * sizeof(float) > c->w->opts.direct_bytes))
+    /* only an allreduce may keep the sockets its device thread drove last (tree_run) */
+    if (!(op == COLL_OP_ALLREDUCE && g != NULL && g->size > 1))
         drive_release(c);
     c->drive.off = !c->w->drive;
     x->step = c->auto_step;
@@ -1627,63 +1626,6 @@ static mt_code ring_allgather(coll_ctx *x, float *buf, size_t count)
     return rc;
 }
 
-/*
- * Small allreduce in one hop: send the whole buffer to every other member,
- * receive theirs, and fold them in the documented order locally
- * (the same additions as tree_run, so the same bits).
- */
-static mt_code direct_allreduce(coll_ctx *x, float *buf, size_t n)
-{
-    int p = x->p;
-    mt_code rc = MT_OK;
-    float *all = mt_malloc(((size_t)p * n + 1) * sizeof(float)); /* member i's input at i*n */
-    float **in = mt_malloc((size_t)p * sizeof(*in));
-    if (all == NULL || in == NULL) {
-        rc = ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for %d x %zu floats", p, n);
-        goto out;
-    }
-    for (int i = 0; i < p; i++)
-        in[i] = all + (size_t)i * n;
-    if (n > 0)
-        memcpy(all + (size_t)x->pos * n, buf, n * sizeof(float));
-    coll_hdr h = {.magic = COLL_MAGIC,
-                  .kind = COLL_KIND_DATA,
-                  .op = x->op,
-                  .phase = 2,
-                  .job = x->c->w->opts.job_id,
-                  .step = x->step,
-                  .seq = x->seq,
-                  .total = x->total,
-                  .len = n};
-    for (int k = 1; k < p && rc == MT_OK; k++) {
-        h.src = x->c->rank;
-        h.dst = member(x, x->pos + k);
-        h.rstep = (uint32_t)x->pos;
-        rc = send_seg(x, h.dst, &h, buf);
-    }
-    for (int k = 1; k < p && rc == MT_OK; k++) {
-        int from = (x->pos - k + p) % p;
-        nng_msg *m;
-        h.src = member(x, from);
-        h.dst = x->c->rank;
-        h.rstep = (uint32_t)from;
-        if ((rc = recv_msg(x, h.src, &h, &m)) != MT_OK)
-            break;
-        if (n > 0)
-            memcpy(all + (size_t)from * n, (const char *)nng_msg_body(m) + COLL_HDR_SIZE,
-                   n * sizeof(float));
-        nng_msg_free(m);
-    }
-    if (rc == MT_OK && n > 0) {
-        tree_fold_inplace(in, p, n);
-        memcpy(buf, in[0], n * sizeof(float));
-    }
-out:
-    mt_free(in);
-    mt_free(all);
-    return rc;
-}
-
 /* One exchange of tree_run: send region so/sl to dst (>= 0), receive ro/rl from src (>= 0). */
 typedef struct tree_step {
     ring_desc d; /* phase 0: the received region is added; phase 1: copied */
@@ -2076,6 +2018,99 @@ static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t 
         poll(pf, (nfds_t)np, ms > 10 ? 10 : (int)ms); /* 10 ms: ABORTs and PINGs are seen */
     }
     return recv_posted(x, t->src, id); /* at once unless the reader thread has a part */
+}
+
+/*
+ * The one-hop allreduce between 2 members in 2 processes, driven (one device here, the
+ * frame fits one segment): this thread writes its frame and reads the partner's into
+ * all + from * n itself, no reader-thread wake-up. 1 and *rc when it ran, 0 when it does not
+ * apply (the caller runs the reader-fed path).
+ */
+static int direct_driven(coll_ctx *x, const float *buf, size_t n, float *all, const coll_hdr *h,
+                         mt_code *rc)
+{
+    mt_coll_comm *c = x->c;
+    mt_coll_world *w = c->w;
+    int peer = member(x, x->pos + 1), from = (x->pos + 1) % 2;
+    coll_drive_conn *d;
+    if (!w->drive || c->drive.off || n > w->seg || w->by_rank[peer] != NULL ||
+        (d = drive_acquire(c, w->proc_of[peer])) == NULL)
+        return 0;
+    coll_hdr want = *h;
+    want.src = peer;
+    want.dst = c->rank;
+    want.rstep = (uint32_t)from;
+    uint64_t id = post_next_id(c);
+    post_arm(c, &want, all + (size_t)from * n, 0, n, 1, XFER_COPY);
+    tree_step t = {.d = {.phase = h->phase, .rstep = (uint32_t)x->pos, .so = 0, .sl = n},
+                   .dst = peer,
+                   .src = peer};
+    *rc = drive_step(x, &t, (float *)buf, id, d);
+    post_withdraw(c);
+    if (*rc != MT_OK || x->op != COLL_OP_ALLREDUCE)
+        drive_release(c); /* kept only from one allreduce to the next */
+    return 1;
+}
+
+/*
+ * Small allreduce in one hop: send the whole buffer to every other member,
+ * receive theirs, and fold them in the documented order locally
+ * (the same additions as tree_run, so the same bits).
+ */
+static mt_code direct_allreduce(coll_ctx *x, float *buf, size_t n)
+{
+    int p = x->p;
+    mt_code rc = MT_OK;
+    float *all = mt_malloc(((size_t)p * n + 1) * sizeof(float)); /* member i's input at i*n */
+    float **in = mt_malloc((size_t)p * sizeof(*in));
+    if (all == NULL || in == NULL) {
+        rc = ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for %d x %zu floats", p, n);
+        goto out;
+    }
+    for (int i = 0; i < p; i++)
+        in[i] = all + (size_t)i * n;
+    if (n > 0)
+        memcpy(all + (size_t)x->pos * n, buf, n * sizeof(float));
+    coll_hdr h = {.magic = COLL_MAGIC,
+                  .kind = COLL_KIND_DATA,
+                  .op = x->op,
+                  .phase = 2,
+                  .job = x->c->w->opts.job_id,
+                  .step = x->step,
+                  .seq = x->seq,
+                  .total = x->total,
+                  .len = n};
+    if (p == 2 && direct_driven(x, buf, n, all, &h, &rc))
+        goto fold;
+    drive_release(x->c); /* the writes below block: hold no socket meanwhile */
+    for (int k = 1; k < p && rc == MT_OK; k++) {
+        h.src = x->c->rank;
+        h.dst = member(x, x->pos + k);
+        h.rstep = (uint32_t)x->pos;
+        rc = send_seg(x, h.dst, &h, buf);
+    }
+    for (int k = 1; k < p && rc == MT_OK; k++) {
+        int from = (x->pos - k + p) % p;
+        nng_msg *m;
+        h.src = member(x, from);
+        h.dst = x->c->rank;
+        h.rstep = (uint32_t)from;
+        if ((rc = recv_msg(x, h.src, &h, &m)) != MT_OK)
+            break;
+        if (n > 0)
+            memcpy(all + (size_t)from * n, (const char *)nng_msg_body(m) + COLL_HDR_SIZE,
+                   n * sizeof(float));
+        nng_msg_free(m);
+    }
+fold:
+    if (rc == MT_OK && n > 0) {
+        tree_fold_inplace(in, p, n);
+        memcpy(buf, in[0], n * sizeof(float));
+    }
+out:
+    mt_free(in);
+    mt_free(all);
+    return rc;
 }
 
 /*

@@ -152,12 +152,12 @@ expect_ok mesh_dim0 4 2 tcp --mode check --sizes 0,1,13,4099 --mesh 4x2 --dim 0
 expect_ok mesh_dim1 4 2 tcp --mode check --sizes 0,1,13,4099 --mesh 4x2 --dim 1
 
 # 4. framing mismatches: INVALID_ARGUMENT (3) on every participant
-expect_invalid() { # NAME EXTRA-FOR-PROCESS-1 [SIZES]
+expect_invalid() { # NAME EXTRA-FOR-PROCESS-1 [SIZES [NPROCS]]
     local name=$1
     EXTRA=([1]="$2")
     local t0
     t0=$(now)
-    start_world "$name" 3 1 tcp --mode check --sizes "${3:-1009}" --deadline 3000 || return
+    start_world "$name" "${4:-3}" 1 tcp --mode check --sizes "${3:-1009}" --deadline 3000 || return
     wait_world
     EXTRA=()
     local i
@@ -173,6 +173,9 @@ expect_invalid wrong_job "--job 9"
 # the same above direct_bytes: the tree's exchanges, read by the driving device threads
 expect_invalid stale_step_large "--step 5" 262147
 expect_invalid wrong_size_large "--size-add 1" 262147
+# and between 2 processes below it: the one-hop exchange, driven too
+expect_invalid stale_step_pair "--step 5" 1009 2
+expect_invalid wrong_size_pair "--size-add 1" 1009 2
 
 # 5. a peer killed (SIGKILL) or stopped (SIGSTOP) mid-collective.
 # Under LeakSanitizer only: nng 1.5.2 can leak a message still in flight on a push socket
