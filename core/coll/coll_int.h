@@ -190,7 +190,8 @@ struct mt_coll_comm {
     char abort_msg[MT_ERR_MSG_SIZE];
     uint64_t abort_step;
     uint32_t abort_seq;
-    int has_failed; /* mu: collectives up to failed_step/seq failed; drop their leftovers */
+    uint64_t abort_job; /* mu: the job id the ABORT carried */
+    int has_failed;     /* mu: collectives up to failed_step/seq failed; drop their leftovers */
     uint64_t failed_step;
     uint32_t failed_seq;
     int blame;                       /* mu: the ABORT says this rank sent bad data (-1 none) */

@@ -254,6 +254,7 @@ void coll__deliver(mt_coll_world *w, nng_msg *m, const coll_hdr *h)
             mt_code_valid((int)h->code) && h->code != MT_OK ? (mt_code)h->code : MT_INTERNAL;
         c->abort_step = h->step;
         c->abort_seq = h->seq;
+        c->abort_job = h->job;
         /* rstep = blamed rank + 1 (0 = none); anything else from the wire blames nobody
          * (an rstep of 0x80000000 overflowed int: fuzz_coll_msg seed crash-fb0986e41b76b7fd) */
         c->blame = h->rstep >= 1 && h->rstep <= (uint32_t)w->size ? (int)h->rstep - 1 : -1;
@@ -910,7 +911,10 @@ static int take_abort(coll_ctx *x, mt_code *rc)
         c->has_failed && tag_le(c->abort_step, c->abort_seq, c->failed_step, c->failed_seq);
     int later = tag_le(x->step, x->seq, c->abort_step, c->abort_seq);
     if (!leftover && (later || c->blame == c->rank || c->abort_code != MT_INVALID_ARGUMENT)) {
-        x->from_abort = 1;
+        /* an ABORT from a member with another job id (a mismatch of the job) reached only
+         * the members it was sent to, and one that arrives before a member's world exists is
+         * dropped as another job's message: pass it on under this job's id */
+        x->from_abort = c->abort_job == c->w->opts.job_id;
         *rc = mt_err_set(x->err, c->abort_code, "%s", c->abort_msg);
         return 1;
     }
