@@ -116,9 +116,8 @@ typedef struct coll_post { /* all fields: comm mu, except cancel */
     size_t piece_n[COLL_POST_PIECES];  /* floats */
     int piece_state[COLL_POST_PIECES]; /* 0 free, 1 reader fills, 2 full, 3 device adds */
     int nfull;
-    _Atomic int cancel;       /* the device thread gave up: the reader stops writing and lets go */
-    int drive_proc;           /* the device thread drives this process's connection (-1: none) */
-    unsigned char *drive_buf; /* [COLL_PIECE_BYTES]: payload the driving device thread adds */
+    _Atomic int cancel; /* the device thread gave up: the reader stops writing and lets go */
+    int drive_proc;     /* the device thread drives this process's connection (-1: none) */
 } coll_post;
 
 /* Where a claimed frame's payload goes (filled by coll__post_claim). */
@@ -158,8 +157,8 @@ typedef struct coll_queue {
 
 /* A connection a device thread drives (coll_world.c, "driving"); device thread only. */
 #define COLL_DRIVE_SLOTS 8 /* connections driven at once (tree partners: log2 of the group) */
-#define COLL_DRIVE_YIELDS                                                                          \
-    1000 /* sched_yield calls before a driving thread sleeps (MT_COLL_YIELDS) */
+/* sched_yield calls before a driving thread sleeps (MT_COLL_YIELDS overrides) */
+#define COLL_DRIVE_YIELDS 1000
 typedef struct coll_drive_conn {
     struct raw_conn *k; /* the connection (a reference), NULL: free slot */
     int proc;           /* the process that dialed it */
@@ -174,8 +173,9 @@ typedef struct coll_drive_conn {
 } coll_drive_conn;
 typedef struct coll_drive {
     coll_drive_conn s[COLL_DRIVE_SLOTS];
-    int off;       /* driving gave up for this collective: the reader threads serve */
-    uint64_t tick; /* exchanges driven so far */
+    int off;            /* driving gave up for this collective: the reader threads serve */
+    unsigned char *buf; /* [COLL_PIECE_BYTES]: received payload the driving thread adds */
+    uint64_t tick;      /* exchanges driven so far */
 } coll_drive;
 
 struct mt_coll_comm {

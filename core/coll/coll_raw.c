@@ -869,34 +869,19 @@ io_fail:
 mt_code coll__raw_write(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
                         int64_t deadline_ns, int (*give_up)(void *), void *arg, mt_err *err)
 {
-    struct iovec iov[2] = {{(void *)hdr, hlen}, {(void *)data, dlen}};
-    int niov = dlen > 0 ? 2 : 1, first = 0;
-    struct msghdr mh = {0};
-    while (first < niov) {
-        mh.msg_iov = iov + first;
-        mh.msg_iovlen = (size_t)(niov - first);
-        ssize_t k = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                return mt_err_set(err, MT_UNAVAILABLE, "%s", strerror(errno));
-            int64_t left = (deadline_ns - coll__now_ns()) / 1000000LL;
-            if (left <= 0)
-                return mt_err_set(err, MT_DEADLINE_EXCEEDED, "not reading (send timed out)");
-            if (give_up != NULL && give_up(arg))
-                return mt_err_set(err, MT_CANCELLED, "send cancelled");
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            poll(&p, 1, left > 50 ? 50 : (int)left + 1); /* short slices: give_up is polled */
-            continue;
-        }
-        size_t left = (size_t)k;
-        while (first < niov && left >= iov[first].iov_len)
-            left -= iov[first++].iov_len;
-        if (first < niov) {
-            iov[first].iov_base = (char *)iov[first].iov_base + left;
-            iov[first].iov_len -= left;
-        }
+    size_t sent = 0;
+    for (;;) {
+        int r = coll__raw_write_some(fd, hdr, hlen, data, dlen, &sent);
+        if (r > 0)
+            return MT_OK;
+        if (r < 0)
+            return mt_err_set(err, MT_UNAVAILABLE, "%s", strerror(errno));
+        int64_t left = (deadline_ns - coll__now_ns()) / 1000000LL;
+        if (left <= 0)
+            return mt_err_set(err, MT_DEADLINE_EXCEEDED, "not reading (send timed out)");
+        if (give_up != NULL && give_up(arg))
+            return mt_err_set(err, MT_CANCELLED, "send cancelled");
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        poll(&p, 1, left > 50 ? 50 : (int)left + 1); /* short slices: give_up is polled */
     }
-    return MT_OK;
 }

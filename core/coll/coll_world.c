@@ -325,7 +325,7 @@ static void comm_fini(mt_coll_comm *c)
     mt_free(c->pong);
     for (int j = 0; j < COLL_POST_PIECES; j++)
         mt_free(c->post.piece[j]);
-    mt_free(c->post.drive_buf);
+    mt_free(c->drive.buf);
     for (int i = 0; i < COLL_NAIO; i++) {
         if (c->aio[i] != NULL) {
             nng_aio_cancel(c->aio[i]);
@@ -1775,7 +1775,7 @@ static coll_drive_conn *drive_acquire(mt_coll_comm *c, int proc)
             d = &dv->s[i];
     }
     if (d == NULL) {
-        if (c->post.drive_buf == NULL && (c->post.drive_buf = mt_malloc(COLL_PIECE_BYTES)) == NULL)
+        if (c->drive.buf == NULL && (c->drive.buf = mt_malloc(COLL_PIECE_BYTES)) == NULL)
             return NULL;
         d = &dv->s[0];
         for (int i = 1; i < COLL_DRIVE_SLOTS && d->k != NULL; i++) {
@@ -1893,7 +1893,7 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
             unsigned char *to = dv->dest + dv->got;
             if (dv->add) { /* a piece at a time into scratch, then added */
                 n = n < COLL_PIECE_BYTES - pin ? n : COLL_PIECE_BYTES - pin;
-                to = p->drive_buf + pin;
+                to = c->drive.buf + pin;
             }
             ssize_t k = recv(fd, to, n, MSG_DONTWAIT);
             if (k < 0 && errno == EINTR)
@@ -1908,7 +1908,7 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
             *moved = 1;
             if (dv->add && (dv->got % COLL_PIECE_BYTES == 0 || dv->got == dv->plen)) {
                 size_t pl = (dv->got - 1) % COLL_PIECE_BYTES + 1;
-                coll__add_into((float *)(dv->dest + dv->got - pl), p->drive_buf,
+                coll__add_into((float *)(dv->dest + dv->got - pl), c->drive.buf,
                                pl / sizeof(float));
             }
         }
