@@ -553,10 +553,25 @@ const mt_layout *mt_layout_map_input(const mt_layout_map *map)
 
 int mt_layout_map_match(const mt_layout_map *map, const char *name)
 {
+    for (int i = 0; i < map->n; i++) /* Keras: an exact key wins over any regex */
+        if (strcmp(map->entries[i].key, name) == 0)
+            return i;
     for (int i = 0; i < map->n; i++)
         if (regexec(&map->entries[i].re, name, 0, NULL, 0) == 0)
             return i;
     return -1;
+}
+
+bool mt_layout_equal(const mt_layout *a, const mt_layout *b)
+{
+    if (a->rank != b->rank)
+        return false;
+    for (int i = 0; i < a->rank; i++) {
+        bool ua = is_unsharded(a->axes[i]), ub = is_unsharded(b->axes[i]);
+        if (ua != ub || (!ua && strcmp(a->axes[i], b->axes[i]) != 0))
+            return false;
+    }
+    return true;
 }
 
 mt_code mt_layout_map_resolve(const mt_layout_map *map, const char *name, int rank, mt_layout *out,
@@ -615,6 +630,19 @@ mt_code mt_layout_map_check(const mt_layout_map *map, const mt_mesh *mesh,
                                     "input_layout", err);
         if (rc != MT_OK)
             return rc;
+    }
+    for (int i = 0; params != NULL && i < map->n; i++) { /* a key naming no weight: a typo */
+        int p = 0;
+        while (p < nparams && strcmp(map->entries[i].key, params[p].name) != 0 &&
+               regexec(&map->entries[i].re, params[p].name, 0, NULL, 0) != 0)
+            p++;
+        if (p < nparams)
+            continue;
+        entry_path(map->entries[i].key, path, sizeof(path));
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "%s: matches no weight of the model (weights are named "
+                          "<layer>.kernel, <layer>.bias, ...; e.g. %s)",
+                          path, nparams > 0 ? params[0].name : "none");
     }
     for (int p = 0; p < nparams; p++) {
         mt_layout l;

@@ -34,6 +34,7 @@
 #ifndef MT_LAYOUT_H
 #define MT_LAYOUT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -125,6 +126,10 @@ mt_code mt_layout_shard(const mt_layout *l, const mt_mesh *mesh, const int64_t *
  */
 int mt_layout_replicated_dims(const mt_layout *l, const mt_mesh *mesh, int *dims);
 
+/* Whether a and b have the same rank and shard the same axes over the same dimensions
+ * ("unsharded" in either spelling compares equal). Pure. */
+bool mt_layout_equal(const mt_layout *a, const mt_layout *b);
+
 /* ------------------------------------------------------------------ LayoutMap */
 
 typedef struct mt_layout_map mt_layout_map;
@@ -186,8 +191,9 @@ const mt_layout *mt_layout_map_layout(const mt_layout_map *map, int i);
 const mt_layout *mt_layout_map_input(const mt_layout_map *map);
 
 /*
- * Index of the first entry whose key matches the whole of `name`, or -1 when none
- * matches (the parameter is then replicated).
+ * Keras LayoutMap lookup: the entry whose key equals `name` exactly, else the first entry (in
+ * the order added) whose key as a regex matches the whole of `name`; -1 when none matches (the
+ * parameter is then replicated).
  */
 int mt_layout_map_match(const mt_layout_map *map, const char *name);
 
@@ -206,10 +212,10 @@ mt_code mt_layout_map_resolve(const mt_layout_map *map, const char *name, int ra
  * with its JSON path: (1) every entry's dimension names exist in `mesh`
  * (`layouts["dense_1\\.kernel"][1]: mesh has no dimension 'model' (mesh batch=8)`);
  * (2) the input layout's names exist and, when input_shape is not NULL, it fits
- * input_shape[input_rank] (`input_layout[...]`); (3) for each parameter in order,
- * its resolved layout has its rank and divides its shape (path of the matching
- * entry, or "param NAME" when it is replicated).
- * Codes: MT_INVALID_ARGUMENT.
+ * input_shape[input_rank] (`input_layout[...]`); (3) when params is not NULL, every key matches at
+ * least one parameter name (a typo guard: `layouts["featur.*kernel"]: matches no weight of the
+ * model`); (4) for each parameter in order, its resolved layout has its rank and divides its shape
+ * (path of the matching entry, or "param NAME" when it is replicated). Codes: MT_INVALID_ARGUMENT.
  */
 mt_code mt_layout_map_check(const mt_layout_map *map, const mt_mesh *mesh,
                             const mt_layout_param *params, int nparams, const int64_t *input_shape,

@@ -296,8 +296,50 @@ static mt_code parse_pair(const cJSON *l, const char *key, const char *path, siz
     return MT_OK;
 }
 
-static mt_code parse_layer(const cJSON *l, int idx, int counts[N_LAYER_TYPES], mt_layer_spec *out,
-                           mt_err *err)
+/* check_keys over a layer type's own keys plus "name", which every layer takes. */
+static mt_code check_layer_keys(const cJSON *l, const char *base, const char *const *keys,
+                                mt_err *err)
+{
+    const char *all[16];
+    int n = 0;
+    while (keys[n] != NULL && n < 14) {
+        all[n] = keys[n];
+        n++;
+    }
+    all[n++] = "name";
+    all[n] = NULL;
+    return check_keys(l, base, all, err);
+}
+
+/* "name": 1..31 characters of [A-Za-z0-9_-], not starting with a digit or '-' (weights are
+ * "<name>.kernel", so no '.'). Absent leaves out empty. */
+static mt_code parse_layer_name(const cJSON *l, const char *base, char *out, mt_err *err)
+{
+    char path[112];
+    const char *v;
+    size_t n;
+    mt_code rc;
+
+    snprintf(path, sizeof(path), "%s.name", base);
+    rc = get_str(l, "name", path, &v, err);
+    if (rc != MT_OK || v == NULL)
+        return rc;
+    n = strlen(v);
+    if (n < 1 || n >= MT_LAYER_NAME_MAX)
+        return bad(err, path, "must be 1 to 31 characters");
+    for (size_t i = 0; i < n; i++) {
+        char c = v[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+                  (i > 0 && ((c >= '0' && c <= '9') || c == '-'));
+        if (!ok)
+            return bad(err, path,
+                       "must be letters, digits, '_' or '-', starting with a letter or '_'");
+    }
+    memcpy(out, v, n + 1);
+    return MT_OK;
+}
+
+static mt_code parse_layer(const cJSON *l, int idx, mt_layer_spec *out, mt_err *err)
 {
     char base[48], path[96];
     const cJSON *t;
@@ -321,11 +363,12 @@ static mt_code parse_layer(const cJSON *l, int idx, int counts[N_LAYER_TYPES], m
     if (ti == N_LAYER_TYPES)
         return bad(err, path,
                    "must be one of dense, conv2d, max_pool2d, flatten, batch_norm, dropout");
-    rc = check_keys(l, base, layer_types[ti].keys, err);
+    rc = check_layer_keys(l, base, layer_types[ti].keys, err);
+    if (rc == MT_OK)
+        rc = parse_layer_name(l, base, out->name, err);
     if (rc != MT_OK)
         return rc;
     out->kind = layer_types[ti].kind;
-    snprintf(out->name, sizeof(out->name), "%s_%d", layer_types[ti].type, ++counts[ti]);
     out->use_bias = true;
     switch (out->kind) {
     case MT_LAYER_DENSE:
@@ -401,12 +444,38 @@ static mt_code parse_layer(const cJSON *l, int idx, int counts[N_LAYER_TYPES], m
     return rc;
 }
 
+/* Whether a layer other than layer i is called name. */
+static bool name_taken_other(const mt_job_spec *s, int i, const char *name)
+{
+    for (int j = 0; j < s->n_layers; j++)
+        if (j != i && strcmp(s->layers[j].name, name) == 0)
+            return true;
+    return false;
+}
+
+/* Keras-style default names for unnamed layers: "<type>_N" counting that type's unnamed layers
+ * from 1 in order, skipping a number whose name a named layer already has. */
+static void assign_default_names(mt_job_spec *s)
+{
+    int next[N_LAYER_TYPES] = {0};
+    for (int i = 0; i < s->n_layers; i++) {
+        mt_layer_spec *l = &s->layers[i];
+        size_t ti = 0;
+        if (l->name[0] != '\0')
+            continue;
+        while (ti < N_LAYER_TYPES && layer_types[ti].kind != l->kind)
+            ti++;
+        do
+            snprintf(l->name, sizeof(l->name), "%s_%d", layer_types[ti].type, ++next[ti]);
+        while (name_taken_other(s, i, l->name));
+    }
+}
+
 static mt_code parse_model(const cJSON *root, mt_job_spec *s, mt_err *err)
 {
     static const char *const keys[] = {"input_shape", "layers", NULL};
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *layers, *shape;
-    int counts[N_LAYER_TYPES] = {0};
     mt_code rc;
 
     if (m == NULL)
@@ -445,15 +514,24 @@ static mt_code parse_model(const cJSON *root, mt_job_spec *s, mt_err *err)
     if (s->layers == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model.layers: out of memory");
     for (int i = 0; i < s->n_layers; i++) {
-        rc = parse_layer(cJSON_GetArrayItem(layers, i), i, counts, &s->layers[i], err);
+        rc = parse_layer(cJSON_GetArrayItem(layers, i), i, &s->layers[i], err);
         if (rc != MT_OK)
             return rc;
+        for (int j = 0; j < i && s->layers[i].name[0] != '\0'; j++)
+            if (strcmp(s->layers[j].name, s->layers[i].name) == 0) {
+                char p[64], why[96];
+                snprintf(p, sizeof(p), "model.layers[%d].name", i);
+                snprintf(why, sizeof(why), "\"%s\" is already the name of model.layers[%d]",
+                         s->layers[i].name, j);
+                return bad(err, p, why);
+            }
         if (s->layers[i].activation == MT_ACT_SOFTMAX && i != s->n_layers - 1) {
             char p[64];
             snprintf(p, sizeof(p), "model.layers[%d].activation", i);
             return bad(err, p, "softmax is only supported on the last layer");
         }
     }
+    assign_default_names(s);
     return MT_OK;
 }
 

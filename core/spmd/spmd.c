@@ -71,6 +71,10 @@ typedef struct dev {
     int *groups[MT_MESH_MAX_DIMS]; /* ranks of the group along each mesh dim */
     mt_coll_comm *comm;            /* borrowed from the world; NULL: device of another process */
     mt_model_param *params;        /* local shards, mt_model order */
+    float **wval, **wgrad;         /* per parameter sharded over the batch dim (FSDP): the value
+                                      allgathered over it and the full gradient; else NULL */
+    float *wtmp;                   /* allgather scratch for FSDP parameters not split on axis 0 */
+    bool wstale;                   /* the shards changed since the last allgather into wval */
     dstate *ls;                    /* per layer */
     float *x, *g1, *g2;            /* input slice; reshard scratch (max_b * widest) */
     const float *xin;              /* the rows the forward reads: d->x, or the caller's rows */
@@ -107,7 +111,9 @@ struct mt_spmd {
     dlayer *layers;
     size_t n_params;
     mt_model_param *gparams; /* global descriptors (no buffers) */
-    mt_layout *playout;      /* effective layout per parameter */
+    mt_layout *playout;      /* effective layout per parameter (how it is stored) */
+    mt_layout *ulayout;      /* layout as used by the math: playout without the batch dim */
+    int *fsdp;               /* per parameter: the axis sharded over the batch dim, or -1 */
     int in_rank;
     size_t in_shape[3], in_size, in_c, in_rows, num_classes, max_gb, max_b, widest;
     dev *devs;
@@ -261,13 +267,19 @@ static mt_code resolve_param(mt_spmd *s, const mt_layout_map *map, size_t i,
                              const mt_layout *derived, mt_err *err)
 {
     mt_model_param *p = &s->gparams[i];
-    mt_layout l;
-    int entry = -1;
+    mt_layout l, use;
+    int entry = -1, fa = -1;
     mt_code rc = mt_layout_map_resolve(map, p->name, p->rank, &l, &entry, err);
     if (rc != MT_OK)
         return rc;
+    use = l; /* an axis over the batch dim is FSDP: stored sharded, allgathered for the math */
+    for (int a = 0; a < l.rank && s->bdim >= 0; a++)
+        if (dim_of(s, &l, a) == s->bdim) {
+            fa = a;
+            snprintf(use.axes[a], MT_MESH_NAME_MAX, "unsharded");
+        }
     if (derived != NULL) {
-        if (entry >= 0 && memcmp(&l, derived, sizeof(l)) != 0) {
+        if (entry >= 0 && !mt_layout_equal(&use, derived)) {
             char path[256], want[96];
             mt_layout_map_path(map, entry, path, sizeof(path));
             mt_layout_format(derived, want, sizeof(want));
@@ -275,22 +287,14 @@ static mt_code resolve_param(mt_spmd *s, const mt_layout_map *map, size_t i,
                               "%s: %s must follow its layer's feature sharding %s", path, p->name,
                               want);
         }
+        use = *derived;
         l = *derived;
-    }
-    for (int a = 0; a < l.rank; a++) {
-        int d = dim_of(s, &l, a);
-        if (d >= 0 && d == s->bdim) {
-            char path[256];
-            if (entry >= 0)
-                mt_layout_map_path(map, entry, path, sizeof(path));
-            else
-                snprintf(path, sizeof(path), "param %s", p->name);
-            return mt_err_set(err, MT_INVALID_ARGUMENT,
-                              "%s[%d]: weights may not be sharded over the batch dimension '%s'",
-                              path, a, l.axes[a]);
-        }
+        if (fa >= 0)
+            snprintf(l.axes[fa], MT_MESH_NAME_MAX, "%s", mt_mesh_dim_name(s->mesh, s->bdim));
     }
     s->playout[i] = l;
+    s->ulayout[i] = use;
+    s->fsdp[i] = fa;
     return MT_OK;
 }
 
@@ -316,8 +320,8 @@ static mt_code plan_layer(mt_spmd *s, const mt_layout_map *map, dlayer *l, int i
         rc = resolve_param(s, map, l->pi[P_KERNEL], NULL, err);
         if (rc != MT_OK)
             return rc;
-        l->kin = dim_of(s, &s->playout[l->pi[P_KERNEL]], 0);
-        l->kout = dim_of(s, &s->playout[l->pi[P_KERNEL]], 1);
+        l->kin = dim_of(s, &s->ulayout[l->pi[P_KERNEL]], 0);
+        l->kout = dim_of(s, &s->ulayout[l->pi[P_KERNEL]], 1);
         if (l->s.use_bias) {
             add_gparam(s, l, P_BIAS, "bias", 1, bs, MT_INIT_ZEROS, true);
             layout_set(&bl, 1, s, l->kout);
@@ -343,7 +347,7 @@ static mt_code plan_layer(mt_spmd *s, const mt_layout_map *map, dlayer *l, int i
         add_gparam(s, l, P_KERNEL, "kernel", 4, ks, MT_INIT_GLOROT_UNIFORM, true);
         if ((rc = resolve_param(s, map, l->pi[P_KERNEL], NULL, err)) != MT_OK)
             return rc;
-        kl = &s->playout[l->pi[P_KERNEL]];
+        kl = &s->ulayout[l->pi[P_KERNEL]];
         for (int a = 0; a < 3; a++)
             if (!mt_layout_axis_unsharded(kl, a))
                 return mt_err_set(err, MT_INVALID_ARGUMENT,
@@ -471,7 +475,10 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
     s->layers = mt_calloc((size_t)spec->n_layers + 1, sizeof(dlayer));
     s->gparams = mt_calloc((size_t)spec->n_layers * 6 + 1, sizeof(mt_model_param));
     s->playout = mt_calloc((size_t)spec->n_layers * 6 + 1, sizeof(mt_layout));
-    if (s->layers == NULL || s->gparams == NULL || s->playout == NULL)
+    s->ulayout = mt_calloc((size_t)spec->n_layers * 6 + 1, sizeof(mt_layout));
+    s->fsdp = mt_calloc((size_t)spec->n_layers * 6 + 1, sizeof(int));
+    if (s->layers == NULL || s->gparams == NULL || s->playout == NULL || s->ulayout == NULL ||
+        s->fsdp == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "spmd plan: out of memory");
     memcpy(prev_shape, s->in_shape, sizeof(prev_shape));
     xf = s->fdim0;
@@ -549,6 +556,84 @@ static mt_code reshard(dev *d, const float *src, size_t rows, size_t c, int from
     return MT_OK;
 }
 
+/* ------------------------------------------------------------------ FSDP */
+
+/*
+ * A parameter sharded over the batch dim (FSDP, DTensor's batch-sharded weights) is stored as
+ * its shard (d->params[i], with its optimizer slots) and used whole along that axis: viewed as
+ * (outer, pb * la, inner) with la the shard's extent on axis fa = s->fsdp[i], member k of the
+ * batch group holds rows [k la, (k + 1) la) of the middle axis.
+ */
+static void fsdp_geom(const mt_model_param *p, int fa, size_t *outer, size_t *la, size_t *inner)
+{
+    *outer = *inner = 1;
+    for (int a = 0; a < fa; a++)
+        *outer *= p->local_shape[a];
+    for (int a = fa + 1; a < p->rank; a++)
+        *inner *= p->local_shape[a];
+    *la = p->local_shape[fa];
+}
+
+/* Floats of the largest FSDP parameter as used (its allgather scratch). */
+static size_t fsdp_widest(const mt_spmd *s)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < s->n_params; i++) {
+        size_t n = 1;
+        if (s->fsdp[i] < 0)
+            continue;
+        for (int a = 0; a < s->gparams[i].rank; a++)
+            n *= s->gparams[i].shape[a];
+        w = n > w ? n : w;
+    }
+    return w;
+}
+
+/* This device's shard of a whole-along-the-batch-axis buffer `use` of parameter i. */
+static void fsdp_slice(dev *d, size_t i, const float *use, float *shard)
+{
+    const mt_model_param *p = &d->params[i];
+    size_t outer, la, inner, pb = dsz(d->s, d->s->bdim), k = (size_t)d->coords[d->s->bdim];
+    fsdp_geom(p, d->s->fsdp[i], &outer, &la, &inner);
+    for (size_t o = 0; o < outer; o++)
+        memcpy(shard + o * la * inner, use + (o * pb + k) * la * inner, la * inner * sizeof(float));
+}
+
+/* A non-trainable FSDP parameter (moving statistics) updated in its used copy: keep the shard. */
+static void fsdp_keep(dev *d, size_t i)
+{
+    if (d->wval[i] != NULL)
+        fsdp_slice(d, i, d->wval[i], d->params[i].value);
+}
+
+/* Allgather every FSDP parameter's shards over the batch dim into its used copy. */
+static mt_code fsdp_gather(dev *d)
+{
+    mt_spmd *s = d->s;
+    mt_coll_group g = {d->groups[s->bdim >= 0 ? s->bdim : 0], (int)dsz(s, s->bdim)};
+
+    for (size_t i = 0; i < s->n_params; i++) {
+        const mt_model_param *p = &d->params[i];
+        size_t outer, la, inner, pb = dsz(s, s->bdim);
+        float *dst;
+        mt_code rc;
+        if (d->wval[i] == NULL)
+            continue;
+        fsdp_geom(p, s->fsdp[i], &outer, &la, &inner);
+        dst = outer == 1 ? d->wval[i] : d->wtmp; /* blocks already in place when outer is 1 */
+        mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
+        rc = mt_coll_allgather(d->comm, &g, p->value, dst, p->size, NULL, &d->err);
+        if (rc != MT_OK)
+            return rc;
+        for (size_t k = 0; dst != d->wval[i] && k < pb; k++)
+            for (size_t o = 0; o < outer; o++)
+                memcpy(d->wval[i] + (o * pb + k) * la * inner, dst + k * p->size + o * la * inner,
+                       la * inner * sizeof(float));
+    }
+    d->wstale = false;
+    return MT_OK;
+}
+
 /* ------------------------------------------------------------------ device: allocation */
 
 static mt_code dev_alloc(dev *d, mt_err *err)
@@ -610,10 +695,25 @@ static mt_code dev_alloc(dev *d, mt_err *err)
         if (rc != MT_OK)
             return rc;
     }
+    DALLOC(d->wval, s->n_params);
+    DALLOC(d->wgrad, s->n_params);
+    for (size_t i = 0; i < s->n_params; i++) {
+        size_t use = d->params[i].size * dsz(s, s->bdim);
+        if (s->fsdp[i] < 0)
+            continue;
+        DALLOC(d->wval[i], use);
+        if (d->params[i].trainable)
+            DALLOC(d->wgrad[i], use);
+        if (s->fsdp[i] > 0 && d->wtmp == NULL)
+            DALLOC(d->wtmp, fsdp_widest(s));
+    }
+    d->wstale = true;
     rc = mt_coll_bucket_new(&d->bucket, err);
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++)
-        if (d->params[i].trainable)
-            rc = mt_coll_bucket_add(d->bucket, d->params[i].grad, d->params[i].size, err);
+        if (d->params[i].trainable) /* FSDP: the full gradient, sliced after the reduction */
+            rc = mt_coll_bucket_add(d->bucket, s->fsdp[i] >= 0 ? d->wgrad[i] : d->params[i].grad,
+                                    d->params[i].size * (s->fsdp[i] >= 0 ? dsz(s, s->bdim) : 1),
+                                    err);
     if (rc == MT_OK) /* the metrics ride along: one collective per step for all of it */
         rc = mt_coll_bucket_add(d->bucket, d->msum, 3, err);
     if (rc != MT_OK)
@@ -680,6 +780,13 @@ static void dev_free(dev *d)
         mt_free(d->params[i].slot2);
     }
     mt_free(d->params);
+    for (size_t i = 0; d->wval != NULL && i < s->n_params; i++)
+        mt_free(d->wval[i]);
+    for (size_t i = 0; d->wgrad != NULL && i < s->n_params; i++)
+        mt_free(d->wgrad[i]);
+    mt_free(d->wval);
+    mt_free(d->wgrad);
+    mt_free(d->wtmp);
     for (int i = 0; d->ls != NULL && i < s->n_layers; i++) {
         dstate *st = &d->ls[i];
         mt_free(st->xin);
@@ -708,14 +815,21 @@ static void dev_free(dev *d)
 
 /* ------------------------------------------------------------------ device: forward */
 
+/* The value / gradient the math uses: the allgathered copy for an FSDP parameter. */
 static float *pv(dev *d, const dlayer *l, int slot)
 {
-    return l->has[slot] ? d->params[l->pi[slot]].value : NULL;
+    size_t i = l->pi[slot];
+    if (!l->has[slot])
+        return NULL;
+    return d->wval[i] != NULL ? d->wval[i] : d->params[i].value;
 }
 
 static float *pg(dev *d, const dlayer *l, int slot)
 {
-    return l->has[slot] ? d->params[l->pi[slot]].grad : NULL;
+    size_t i = l->pi[slot];
+    if (!l->has[slot])
+        return NULL;
+    return d->wgrad[i] != NULL ? d->wgrad[i] : d->params[i].grad;
 }
 
 static mt_code bn_forward(dev *d, const dlayer *l, dstate *st, size_t batch, size_t gb,
@@ -745,6 +859,8 @@ static mt_code bn_forward(dev *d, const dlayer *l, dstate *st, size_t batch, siz
                     pv(d, l, P_BETA), rows, c);
     mt_bn_update_moving(pv(d, l, P_MMEAN), mean, l->s.momentum, c);
     mt_bn_update_moving(pv(d, l, P_MVAR), var, l->s.momentum, c);
+    fsdp_keep(d, l->pi[P_MMEAN]);
+    fsdp_keep(d, l->pi[P_MVAR]);
     return MT_OK;
 }
 
@@ -835,6 +951,8 @@ static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint
     const dlayer *last = &s->layers[s->n_layers - 1];
     mt_code rc;
 
+    if (d->wstale && (rc = fsdp_gather(d)) != MT_OK)
+        return rc;
     for (int i = 0; i < s->n_layers; i++) {
         d->ls[i].in = in;
         rc = layer_forward(d, i, d->batch, gb, training, step, first);
@@ -1067,6 +1185,10 @@ static mt_code dev_step(dev *d)
         mt_model_param *p = &d->params[i];
         if (!p->trainable)
             continue;
+        if (d->wgrad[i] != NULL) {
+            fsdp_slice(d, i, d->wgrad[i], p->grad);
+            d->wstale = true;
+        }
         if (s->opt.kind == MT_OPT_ADAM)
             mt_adam_update(p->value, p->slot1, p->slot2, p->grad, s->opt.learning_rate,
                            s->opt.beta1, s->opt.beta2, s->opt.epsilon, d->t, p->size);
@@ -1358,6 +1480,8 @@ void mt_spmd_free(mt_spmd *s)
     mt_free(s->layers);
     mt_free(s->gparams);
     mt_free(s->playout);
+    mt_free(s->ulayout);
+    mt_free(s->fsdp);
     mt_free(s->ahead_mine);
     mt_free(s);
 }
@@ -1541,6 +1665,8 @@ size_t mt_spmd_param_bytes(const mt_spmd *s, int p, size_t i)
     if (q == NULL)
         return 0;
     n = 1 + (q->grad != NULL) + (q->slot1 != NULL) + (q->slot2 != NULL);
+    if (s->fsdp[i] >= 0) /* the allgathered value and the full gradient */
+        n += (1 + (q->grad != NULL)) * dsz(s, s->bdim);
     return n * q->size * sizeof(float);
 }
 
@@ -1717,6 +1843,8 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
     if (rc == MT_OK && mt_ckpt_read(ck, "optimizer/iterations", &t, sizeof(t), NULL) != MT_OK)
         rc = mt_err_set(err, MT_FAILED_PRECONDITION,
                         "checkpoint %s: no tensor 'optimizer/iterations'", path);
+    for (int p = 0; p < s->ndev; p++)
+        s->devs[p].wstale = true; /* FSDP copies are allgathered again before the next use */
     if (rc == MT_OK) {
         for (int p = 0; p < s->ndev; p++)
             s->devs[p].t = t;

@@ -316,15 +316,42 @@ static void test_layout_map_check_reports_first_problem_with_path(void **state)
     assert_int_equal(mt_layout_map_check(map, b3, NULL, 0, NULL, 0, &err), MT_OK);
     /* an unmatched parameter is replicated; a rank mismatch is reported with its path */
     int64_t k3[] = {2, 3, 4};
-    mt_layout_param bad_rank[] = {{"dense_9.kernel", k3, 3}};
-    assert_int_equal(mt_layout_map_check(map, mp, bad_rank, 1, NULL, 0, &err), MT_INVALID_ARGUMENT);
+    mt_layout_param bad_rank[] = {params[0], params[1], params[2], {"dense_9.kernel", k3, 3}};
+    assert_int_equal(mt_layout_map_check(map, mp, bad_rank, 4, NULL, 0, &err), MT_INVALID_ARGUMENT);
     assert_contains(err.msg,
                     "layouts[\"dense_.*\\\\.kernel\"]: layout [model, unsharded] has rank 2");
+    /* a key that matches no weight is a typo: named, with an example of the weight names */
+    assert_int_equal(mt_layout_map_check(map, mp, &params[2], 1, NULL, 0, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_contains(err.msg, "layouts[\"dense_1\\\\.kernel\"]: matches no weight of the model");
+    assert_contains(err.msg, "e.g. dense_2.kernel");
     mt_layout_map_free(map);
     mt_mesh_free(mp);
     mt_mesh_free(dp);
     mt_mesh_free(m5);
     mt_mesh_free(b3);
+}
+
+/* Keras LayoutMap: an exact key wins over an earlier regex; layouts compare by meaning. */
+static void test_layout_map_exact_key_first_and_equality(void **state)
+{
+    mt_layout_map *map = map_of("{\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{"
+                                "\"dense.*\":[\"model\"],\"dense_1.bias\":[\"unsharded\"]}}");
+    mt_layout a, b;
+    const char *ax1[] = {"model", "unsharded"}, *ax2[] = {"model", "unsharded"};
+    (void)state;
+    assert_int_equal(mt_layout_map_match(map, "dense_1.bias"), 1);
+    assert_int_equal(mt_layout_map_match(map, "dense_2.bias"), 0);
+    memset(&a, 0xAB, sizeof(a)); /* bytes after each name's NUL must not matter */
+    memset(&b, 0x00, sizeof(b));
+    assert_int_equal(mt_layout_init(&a, ax1, 2, NULL), MT_OK);
+    assert_int_equal(mt_layout_init(&b, ax2, 2, NULL), MT_OK);
+    assert_true(mt_layout_equal(&a, &b));
+    snprintf(b.axes[0], sizeof(b.axes[0]), "batch");
+    assert_false(mt_layout_equal(&a, &b));
+    b.rank = 1;
+    assert_false(mt_layout_equal(&a, &b));
+    mt_layout_map_free(map);
 }
 
 static void test_layout_map_add_api(void **state)
@@ -434,6 +461,7 @@ int main(void)
         cmocka_unit_test(test_layout_map_resolve_rank_mismatch),
         cmocka_unit_test(test_layout_map_from_json_errors),
         cmocka_unit_test(test_layout_map_check_reports_first_problem_with_path),
+        cmocka_unit_test(test_layout_map_exact_key_first_and_equality),
         cmocka_unit_test(test_layout_map_add_api),
         cmocka_unit_test(test_layout_map_regex_limits),
         cmocka_unit_test(test_layout_map_alloc_failure_no_leak),

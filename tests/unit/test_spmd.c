@@ -317,6 +317,49 @@ static void test_spmd_fashion_mlp_and_cnn(void **state)
 }
 
 /*
+ * Weights sharded over the batch dim (FSDP, the DTensor Keras tutorial's LayoutMap): every kernel
+ * and bias stored 1/n per device, allgathered for the math, its gradient sliced after the
+ * reduction; mixed with model sharding ([batch, model]) and on the conv kernel's output axis.
+ */
+#define FSDP_EXTRA                                                                                 \
+    ",\"mesh\":{\"batch\":8},\"layouts\":{\"dense.*kernel\":[\"batch\",\"unsharded\"],"            \
+    "\"dense_1\\\\.bias\":[\"batch\"],\"batch_norm_1\\\\..*\":[\"batch\"]}"
+static void test_spmd_fsdp_equals_single_device(void **state)
+{
+    size_t shape[1] = {FEAT}, ishape[3] = {28, 28, 1};
+    data d = gen_data(64, FEAT, 2, 17), f = fashion_or_generated(64);
+    int steps = sanitized() ? 2 : 4;
+    job j;
+    mt_spmd *s;
+    (void)state;
+    check_equivalence(MLP_SPEC("\"sgd\"", FSDP_EXTRA), NULL, 1, shape, &d, 10, 1e-5);
+    check_equivalence(MLP_SPEC(CHAIN_OPT, FSDP_EXTRA), NULL, 1, shape, &d, 10, ADAM_TOL);
+    check_equivalence(MLP_SPEC("\"sgd\"", ",\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{"
+                                          "\"dense_1\\\\.kernel\":[\"batch\",\"model\"],\"dense_2"
+                                          "\\\\.kernel\":[\"model\",\"batch\"]}"),
+                      NULL, 1, shape, &d, 10, 1e-5);
+    check_equivalence(FMNIST_SPEC(FMNIST_CNN, ",\"mesh\":{\"batch\":4},\"layouts\":{\"conv2d_1\\\\."
+                                              "kernel\":[\"unsharded\",\"unsharded\",\"unsharded\","
+                                              "\"batch\"],\"dense_1\\\\.kernel\":[\"batch\","
+                                              "\"unsharded\"]}"),
+                      NULL, 3, ishape, &f, steps, CNN_TOL);
+    /* a device stores 1/8 of each sharded weight and its slots */
+    job_load(&j, MLP_SPEC(CHAIN_OPT, FSDP_EXTRA), NULL);
+    s = spmd_open(&j, 1, shape);
+    for (int p = 0; p < 8; p++) {
+        const mt_model_param *k1 = mt_spmd_param(s, p, 0);
+        assert_int_equal(k1->local_shape[0], FEAT / 8);
+        assert_int_equal(k1->offsets[0], (size_t)p * (FEAT / 8));
+        assert_int_equal(k1->size, FEAT / 8 * 48);
+        assert_string_equal(mt_spmd_param_layout(s, 0)->axes[0], "batch");
+    }
+    mt_spmd_free(s);
+    job_free(&j);
+    data_free(&d);
+    data_free(&f);
+}
+
+/*
  * Every reshard path: dense_2's input is sharded over model but its kernel contracts over feature
  * (allgather over model, slice over feature, and back in the backward); dense_3's output is
  * sharded, so the logits are gathered; conv2d_2's input channels are sharded (allgathered).
@@ -390,9 +433,24 @@ static void test_spmd_layout_errors(void **state)
     (void)state;
     expect_new_error(MLP_SPEC("\"sgd\"", MP_EXTRA), "batch=8", MT_INVALID_ARGUMENT,
                      "layouts[\"dense_1\\\\.kernel\"][1]: mesh has no dimension 'model'");
-    expect_new_error(MLP_SPEC("\"sgd\"", ",\"mesh\":{\"batch\":2},\"layouts\":{\"dense_1\\\\."
+    expect_new_error(MLP_SPEC("\"sgd\"", ",\"mesh\":{\"batch\":2},\"layouts\":{\"dense_9\\\\."
                                          "kernel\":[\"unsharded\",\"batch\"]}"),
-                     NULL, MT_INVALID_ARGUMENT, "batch dimension");
+                     NULL, MT_INVALID_ARGUMENT,
+                     "layouts[\"dense_9\\\\.kernel\"]: matches no weight of the model");
+    /* the documented derived layout, written out, is accepted (layouts compare by meaning) */
+    {
+        size_t shape[1] = {FEAT};
+        job j;
+        mt_spmd *s;
+        job_load(&j,
+                 MLP_SPEC("\"sgd\"", ",\"mesh\":{\"model\":2},\"layouts\":{\"dense_1\\\\.kernel"
+                                     "\":[\"unsharded\",\"model\"],\"dense_1\\\\.bias\":["
+                                     "\"model\"]}"),
+                 NULL);
+        s = spmd_open(&j, 1, shape);
+        mt_spmd_free(s);
+        job_free(&j);
+    }
     expect_new_error(MLP_SPEC("\"sgd\"", ",\"mesh\":{\"model\":2},\"layouts\":{\"dense_1\\\\.kernel"
                                          "\":[\"unsharded\",\"model\"],\"dense_1\\\\.bias\":["
                                          "\"unsharded\"]}"),
@@ -1154,6 +1212,7 @@ int main(void)
         cmocka_unit_test(test_spmd_mesh_of_size_one_dims),
         cmocka_unit_test(test_spmd_fashion_mlp_and_cnn),
         cmocka_unit_test(test_spmd_reshard_paths_equal_single_device),
+        cmocka_unit_test(test_spmd_fsdp_equals_single_device),
         cmocka_unit_test(test_spmd_shards_hold_their_slice),
         cmocka_unit_test(test_spmd_layout_errors),
         cmocka_unit_test(test_spmd_config_checkpoint_fields),
