@@ -134,23 +134,30 @@ int cmd_plan(const mt_cli_global *g, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"offline", no_argument, NULL, 'o'},
+        {"mesh", required_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    mt_jobspec_opts jo = MT_JOBSPEC_OPTS_DEFAULTS;
     mt_jobspec_summary s;
     mt_err err = MT_ERR_INIT;
-    char *spec = NULL, w[32], o[32];
+    char *spec = NULL, w[32], o[32], base[4096];
     size_t len;
     int offline = 0, c;
 
+    optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'o') {
             offline = 1;
+        } else if (c == 'm') {
+            jo.mesh = optarg;
         } else if (c == 'h') {
-            printf("usage: meshtrain plan JOB.json [--offline]\n\nValidate a job spec exactly "
-                   "as submit does, without submitting; print the\nbytes each device holds and "
-                   "which devices the job would use now.\n\n  --offline   do not ask the "
-                   "coordinator which devices are free\n");
+            printf("usage: meshtrain plan JOB.json [--offline] [--mesh SPEC]\n\nValidate a job "
+                   "spec exactly as submit and train --local do, without running it;\nprint what "
+                   "each device holds and communicates per step and which devices the\njob would "
+                   "use now.\n\n  --offline   do not ask the coordinator which devices are "
+                   "free\n  --mesh SPEC plan for this mesh instead of the spec's "
+                   "(\"batch=4,model=2\")\n");
             return MT_EXIT_OK;
         } else {
             return mt_cli_usage_error("plan", "unknown option");
@@ -160,7 +167,9 @@ int cmd_plan(const mt_cli_global *g, int argc, char **argv)
         return mt_cli_usage_error("plan", "expected one JOB.json argument");
     if (mt_cli_read_file(argv[optind], &spec, &len, &err) != MT_OK)
         return mt_cli_fail(&err);
-    if (mt_jobspec_validate(spec, len, &s, &err) != MT_OK) {
+    mt_cli_spec_dir(argv[optind], base, sizeof(base));
+    jo.base_dir = base;
+    if (mt_jobspec_validate_opts(spec, len, &jo, &s, &err) != MT_OK) {
         mt_free(spec);
         return mt_cli_fail(&err);
     }
@@ -177,8 +186,19 @@ int cmd_plan(const mt_cli_global *g, int argc, char **argv)
            (unsigned long long)s.param_elements);
     mt_cli_fmt_bytes(w, sizeof(w), s.weight_bytes_per_device);
     mt_cli_fmt_bytes(o, sizeof(o), s.optimizer_bytes_per_device);
-    printf("per device  weights %s, optimizer state %s (every device holds the same amount)\n", w,
-           o);
+    printf("per device  weights %s, optimizer state %s", w, o);
+    if (s.gathered_bytes_per_device > 0) {
+        mt_cli_fmt_bytes(w, sizeof(w), s.gathered_bytes_per_device);
+        printf(", FSDP working copies %s", w);
+    }
+    mt_cli_fmt_bytes(w, sizeof(w), s.activation_bytes_per_device);
+    printf(", activations %s (the largest device)\n", w);
+    printf("per step    to collectives, per device:");
+    for (int k = 0; k < s.mesh_ndims; k++) {
+        mt_cli_fmt_bytes(w, sizeof(w), s.comm_bytes_per_step[k]);
+        printf("%s %s %s", k ? "," : "", s.mesh_names[k], w);
+    }
+    printf("\n");
     if (s.ckpt_every_steps)
         printf("checkpoints every %u steps, keep %u\n", s.ckpt_every_steps, s.ckpt_keep);
     printf("restarts  at most %u\n", s.max_restarts);

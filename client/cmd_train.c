@@ -11,6 +11,7 @@
  * Exit codes (cli.h): 0 ok, 2 usage, 4 invalid spec or data, 1 other failures.
  */
 #include "client/cli.h"
+#include "client/jobs_util.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "alloc/mt_alloc.h"
+#include "jobspec/mt_jobspec.h"
 #include "model/mt_model.h"
 #include "pathsafe/mt_pathsafe.h"
 #include "spmd/mt_spmd.h"
@@ -110,52 +112,11 @@ static bool parse_count(const char *s, int64_t *out)
     return true;
 }
 
-/* Read a whole file into a NUL-terminated owned buffer. */
-static mt_code read_text(const char *path, char **out, size_t *len, mt_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-
-    *out = NULL;
-    if (f == NULL)
-        return mt_err_set(err, MT_NOT_FOUND, "open %s: cannot read", path);
-    for (;;) {
-        size_t got;
-        if (n + 4096 + 1 > cap) {
-            char *nb = mt_realloc(buf, cap = 2 * cap + 4096 + 1);
-            if (nb == NULL) {
-                mt_free(buf);
-                fclose(f);
-                return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", path);
-            }
-            buf = nb;
-        }
-        got = fread(buf + n, 1, 4096, f);
-        n += got;
-        if (got < 4096)
-            break;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return MT_OK;
-}
-
 typedef struct train_args {
     const char *mesh, *save, *resume;
     const char *roots[MT_PATHSAFE_MAX_ROOTS]; /* --data-root values */
     int n_roots;
 } train_args;
-
-/* The directory of the spec file at path, against which its relative data paths resolve. */
-static void spec_base_dir(const char *path, char *base, size_t cap)
-{
-    const char *slash = strrchr(path, '/');
-    snprintf(base, cap, "%.*s", slash != NULL ? (int)(slash - path) : 1,
-             slash != NULL ? path : ".");
-}
 
 /* Every data file the spec at path names must lie under a data root (core/pathsafe). */
 static mt_code check_data_roots(const char *path, const mt_job_spec *spec, const train_args *a,
@@ -169,8 +130,8 @@ static mt_code check_data_roots(const char *path, const mt_job_spec *spec, const
     if (rc == MT_OK)
         rc = mt_pathsafe_check_job_spec(roots, spec, err);
     if (rc == MT_OK && strcmp(spec->dataset.format, "idx") != 0 &&
-        (rc = read_text(path, &text, &len, err)) == MT_OK) {
-        spec_base_dir(path, base, sizeof(base));
+        (rc = mt_cli_read_file(path, &text, &len, err)) == MT_OK) {
+        mt_cli_spec_dir(path, base, sizeof(base));
         rc = mt_pathsafe_check_dataset_json(roots, text, len, base, err);
     }
     mt_free(text);
@@ -194,8 +155,8 @@ static mt_code run_spmd(const char *path, const mt_job_spec *spec, const train_a
     mt_code rc;
 
     memset(&cfg, 0, sizeof(cfg));
-    spec_base_dir(path, base, sizeof(base));
-    if ((rc = read_text(path, &text, &len, err)) != MT_OK)
+    mt_cli_spec_dir(path, base, sizeof(base));
+    if ((rc = mt_cli_read_file(path, &text, &len, err)) != MT_OK)
         return rc;
     rc = mt_spmd_config_parse(text, len, &cfg, err);
     if (rc == MT_OK && (a->mesh != NULL || cfg.mesh == NULL))
@@ -225,6 +186,26 @@ static mt_code run_spmd(const char *path, const mt_job_spec *spec, const train_a
 done:
     mt_mesh_free(override);
     mt_spmd_config_fini(&cfg);
+    mt_free(text);
+    return rc;
+}
+
+/* The spec as `plan` and SubmitJob validate it (core/jobspec), from the spec's folder and with
+ * --mesh: whatever they refuse, training refuses first with the same message. */
+static mt_code validate(const char *path, const char *mesh, mt_err *err)
+{
+    mt_jobspec_opts jo = MT_JOBSPEC_OPTS_DEFAULTS;
+    mt_jobspec_summary sum;
+    char *text = NULL, base[4096];
+    size_t len = 0;
+    mt_code rc = mt_cli_read_file(path, &text, &len, err);
+
+    if (rc != MT_OK)
+        return rc;
+    mt_cli_spec_dir(path, base, sizeof(base));
+    jo.base_dir = base;
+    jo.mesh = mesh;
+    rc = mt_jobspec_validate_opts(text, len, &jo, &sum, err);
     mt_free(text);
     return rc;
 }
@@ -301,8 +282,10 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
         return mt_cli_usage_error("train", "only --local training is available in this build");
     out.tty = isatty(STDOUT_FILENO) != 0;
     rc = mt_job_spec_load(argv[optind], &spec, &err);
-    if (rc == MT_OK)
+    if (rc == MT_OK) /* before anything opens a data file */
         rc = check_data_roots(argv[optind], spec, &ta, &err);
+    if (rc == MT_OK)
+        rc = validate(argv[optind], ta.mesh, &err);
     if (rc != MT_OK) {
         mt_job_spec_free(spec);
         return mt_cli_fail(&err);
@@ -313,7 +296,7 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
         size_t len = 0;
         bool spmd = ta.mesh != NULL || ta.save != NULL || ta.resume != NULL ||
                     strcmp(spec->dataset.format, "idx") != 0;
-        rc = spmd ? MT_OK : read_text(argv[optind], &text, &len, &err);
+        rc = spmd ? MT_OK : mt_cli_read_file(argv[optind], &text, &len, &err);
         if (!spmd && rc == MT_OK && (rc = mt_spmd_config_parse(text, len, &cfg, &err)) == MT_OK) {
             spmd = cfg.mesh != NULL || mt_layout_map_count(cfg.layouts) > 0 ||
                    mt_layout_map_input(cfg.layouts) != NULL;

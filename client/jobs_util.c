@@ -27,6 +27,13 @@ mt_code mt_cli_call(const mt_cli_global *g, const char *method, const ProtobufCM
     return rc;
 }
 
+void mt_cli_spec_dir(const char *path, char *base, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    snprintf(base, cap, "%.*s", slash != NULL ? (int)(slash - path) : 1,
+             slash != NULL ? path : ".");
+}
+
 mt_code mt_cli_read_file(const char *path, char **out, size_t *len, mt_err *err)
 {
     FILE *f = fopen(path, "rb");

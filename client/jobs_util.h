@@ -24,6 +24,10 @@ mt_code mt_cli_call(const mt_cli_global *g, const char *method, const ProtobufCM
  * NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT (too big) naming the path. */
 mt_code mt_cli_read_file(const char *path, char **out, size_t *len, mt_err *err);
 
+/* The folder of the spec file at path ("." for a bare name), against which `train --local` and
+ * `plan` resolve its input pipeline's relative data paths. */
+void mt_cli_spec_dir(const char *path, char *base, size_t cap);
+
 /* Print root as indented JSON to stdout and delete it (takes root). Returns an exit code. */
 int mt_cli_print_json(cJSON *root);
 

@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <zlib.h>
@@ -18,6 +19,7 @@
 #include "layout/mt_layout.h"
 #include "mesh/mt_mesh.h"
 #include "model/mt_model.h"
+#include "spmd/mt_spmd.h"
 
 /* A non-negative integer field of obj in [lo, hi]; absent keeps *out. */
 static mt_code get_uint(const cJSON *obj, const char *key, const char *sect, double lo, double hi,
@@ -161,10 +163,11 @@ static mt_code idx_probe(const mt_dataset_spec *ds, mt_jobspec_summary *s, mt_er
 }
 
 /* Input-pipeline form of the dataset section: validate with core/data, infer the input shape. */
-static mt_code data_probe(const cJSON *node, mt_jobspec_summary *s, mt_err *err)
+static mt_code data_probe(const cJSON *node, const char *base_dir, mt_jobspec_summary *s,
+                          mt_err *err)
 {
     mt_data_spec *ds = NULL;
-    mt_code rc = mt_data_spec_parse(node, "dataset", NULL, &ds, err);
+    mt_code rc = mt_data_spec_parse(node, "dataset", base_dir, &ds, err);
 
     if (rc != MT_OK)
         return rc;
@@ -199,6 +202,29 @@ static int uses_pipeline_form(const cJSON *ds)
            (cJSON_IsString(f) && strcmp(f->valuestring, "idx") != 0);
 }
 
+static bool is_synthetic(const cJSON *ds)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(ds, "format");
+    return cJSON_IsString(f) && strcmp(f->valuestring, "synthetic") == 0;
+}
+
+/* The generated dataset: its fields as the trainer reads them; (features) examples. */
+static mt_code synthetic_probe(const mt_job_spec *spec, const cJSON *node, mt_jobspec_summary *s,
+                               mt_err *err)
+{
+    mt_spmd_synthetic syn;
+    mt_code rc = mt_spmd_synthetic_parse(spec, node, &syn, err);
+
+    if (rc != MT_OK)
+        return rc;
+    if (s->input_rank == 0) {
+        s->input_rank = 1;
+        s->input_shape[0] = syn.features;
+    }
+    s->train_examples = syn.examples;
+    return MT_OK;
+}
+
 static void mesh_summary(const mt_mesh *m, mt_jobspec_summary *s)
 {
     s->mesh_ndims = mt_mesh_ndims(m);
@@ -210,16 +236,16 @@ static void mesh_summary(const mt_mesh *m, mt_jobspec_summary *s)
     mt_mesh_format(m, s->mesh_text, sizeof(s->mesh_text));
 }
 
-/* Check layouts against the model's parameters and sum what one device holds. */
+/*
+ * Check the model, its layouts and the mesh exactly as the trainer will (mt_spmd_check: the same
+ * planner and messages) and take what one device holds and communicates from it.
+ */
 static mt_code check_params(const cJSON *root, const mt_job_spec *spec, const mt_mesh *mesh,
                             mt_jobspec_summary *s, mt_err *err)
 {
     mt_model *model = NULL;
     mt_layout_map *map = NULL;
-    mt_layout_param *lp = NULL;
-    int64_t *shapes = NULL, in_shape[4];
-    int in_rank = 0;
-    size_t np;
+    mt_spmd_plan_info info;
     mt_code rc;
 
     mt_model_limits lim = MT_MODEL_LIMITS_DEFAULTS;
@@ -238,74 +264,32 @@ static mt_code check_params(const cJSON *root, const mt_job_spec *spec, const mt
         return rc;
     if ((rc = mt_layout_map_from_json(root, &map, err)) != MT_OK)
         goto out;
-    np = mt_model_param_count(model);
-    lp = mt_calloc(np ? np : 1, sizeof(*lp));
-    shapes = mt_calloc(np ? np * 4 : 1, sizeof(*shapes));
-    if (lp == NULL || shapes == NULL) {
-        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job spec: out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < np; i++) {
-        const mt_model_param *p = mt_model_param_at(model, i);
-        for (int a = 0; a < p->rank; a++)
-            shapes[i * 4 + a] = (int64_t)p->shape[a];
-        lp[i].name = p->name;
-        lp[i].shape = &shapes[i * 4];
-        lp[i].rank = p->rank;
-    }
-    if (mt_layout_map_input(map) != NULL) {
-        int lr = mt_layout_map_input(map)->rank;
-        size_t flat = 1;
-        in_shape[0] = (int64_t)s->batch_size;
-        for (int a = 0; a < s->input_rank; a++)
-            flat *= s->input_shape[a];
-        if (lr == 1 + s->input_rank) {
-            for (int a = 0; a < s->input_rank; a++)
-                in_shape[1 + a] = (int64_t)s->input_shape[a];
-            in_rank = lr;
-        } else {
-            in_shape[1] = (int64_t)flat;
-            in_rank = 2;
-        }
-    }
-    rc = mt_layout_map_check(map, mesh, lp, (int)np, in_rank ? in_shape : NULL, in_rank, err);
+    rc =
+        mt_spmd_check(spec, mesh, map, s->input_rank, s->input_shape, spec->batch_size, &info, err);
     if (rc != MT_OK)
         goto out;
-    s->n_params = np;
-    for (size_t i = 0; i < np; i++) {
+    s->n_params = mt_model_param_count(model);
+    for (size_t i = 0; i < s->n_params; i++) {
         const mt_model_param *p = mt_model_param_at(model, i);
-        mt_layout l;
-        uint64_t elems = 1, local;
-        rc = mt_layout_map_resolve(map, p->name, p->rank, &l, NULL, err);
-        if (rc != MT_OK)
-            goto out;
+        uint64_t elems = 1;
         for (int a = 0; a < p->rank; a++)
             elems *= p->shape[a];
-        local = elems;
-        for (int a = 0; a < l.rank; a++) {
-            int d = mt_layout_axis_unsharded(&l, a) ? -1 : mt_mesh_dim_index(mesh, l.axes[a]);
-            if (d >= 0)
-                local /= (uint64_t)mt_mesh_dim_size(mesh, d);
-        }
         s->param_elements += elems;
-        s->weight_bytes_per_device += local * sizeof(float);
-        if (p->trainable) {
-            int slots = spec->optimizer.kind == MT_OPT_ADAM ? 2
-                        : spec->optimizer.momentum > 0      ? 1
-                                                            : 0;
-            s->optimizer_bytes_per_device += (uint64_t)slots * local * sizeof(float);
-        }
     }
+    s->weight_bytes_per_device = info.weight_bytes;
+    s->optimizer_bytes_per_device = info.slot_bytes;
+    s->gathered_bytes_per_device = info.gathered_bytes;
+    s->activation_bytes_per_device = info.activation_bytes;
+    for (int k = 0; k < info.ndims && k < MT_JOBSPEC_MAX_DIMS; k++)
+        s->comm_bytes_per_step[k] = info.comm_bytes[k];
 out:
-    mt_free(lp);
-    mt_free(shapes);
     mt_layout_map_free(map);
     mt_model_free(model);
     return rc;
 }
 
-static mt_code validate_root(cJSON *root, const char *json, size_t len, mt_jobspec_summary *s,
-                             mt_err *err)
+static mt_code validate_root(cJSON *root, const char *json, size_t len, const mt_jobspec_opts *o,
+                             mt_jobspec_summary *s, mt_err *err)
 {
     mt_job_spec *spec = NULL;
     mt_mesh *mesh = NULL;
@@ -333,7 +317,10 @@ static mt_code validate_root(cJSON *root, const char *json, size_t len, mt_jobsp
     s->steps = spec->steps;
     s->input_rank = spec->input_rank;
     memcpy(s->input_shape, spec->input_shape, sizeof(s->input_shape));
-    rc = rest != NULL ? data_probe(ds, s, err) : idx_probe(&spec->dataset, s, err);
+    if (rest != NULL && is_synthetic(ds))
+        rc = synthetic_probe(spec, ds, s, err);
+    else
+        rc = rest != NULL ? data_probe(ds, o->base_dir, s, err) : idx_probe(&spec->dataset, s, err);
     if (rc != MT_OK)
         goto out;
     if (s->train_examples > 0) {
@@ -343,7 +330,10 @@ static mt_code validate_root(cJSON *root, const char *json, size_t len, mt_jobsp
     if (s->steps > 0 && (s->total_steps == 0 || (uint64_t)s->steps < s->total_steps))
         s->total_steps = (uint64_t)s->steps;
     mj = cJSON_GetObjectItemCaseSensitive(root, "mesh");
-    if (mj != NULL) {
+    if (o->mesh != NULL) {
+        if ((rc = mt_mesh_parse(o->mesh, NULL, 0, &mesh, err)) != MT_OK)
+            mt_err_prefix(err, "--mesh");
+    } else if (mj != NULL) {
         rc = mt_mesh_from_json(mj, "mesh", NULL, 0, &mesh, err);
     } else {
         const char *nm[] = {"batch"};
@@ -365,6 +355,13 @@ out:
 
 mt_code mt_jobspec_validate(const char *json, size_t len, mt_jobspec_summary *out, mt_err *err)
 {
+    return mt_jobspec_validate_opts(json, len, NULL, out, err);
+}
+
+mt_code mt_jobspec_validate_opts(const char *json, size_t len, const mt_jobspec_opts *opts,
+                                 mt_jobspec_summary *out, mt_err *err)
+{
+    static const mt_jobspec_opts dflt = MT_JOBSPEC_OPTS_DEFAULTS;
     cJSON *root;
     mt_code rc;
 
@@ -387,7 +384,7 @@ mt_code mt_jobspec_validate(const char *json, size_t len, mt_jobspec_summary *ou
         cJSON_Delete(root);
         return mt_err_set(err, MT_INVALID_ARGUMENT, "(root): the job spec must be a JSON object");
     }
-    rc = validate_root(root, json, len, out, err);
+    rc = validate_root(root, json, len, opts != NULL ? opts : &dflt, out, err);
     cJSON_Delete(root);
     if (rc != MT_OK)
         memset(out, 0, sizeof(*out));

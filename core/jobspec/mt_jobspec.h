@@ -8,8 +8,9 @@
  * accepts, with the same message when it is not. It calls, in this order: core/model
  * (mt_job_spec_parse: top-level fields, optimizer, model, IDX dataset section), core/data
  * (mt_data_spec_parse, when the dataset section uses the input-pipeline form with "train"),
- * core/mesh (mt_mesh_from_json), core/layout (mt_layout_map_from_json, mt_layout_map_check over
- * the model's parameter shapes, built with mt_model_new), and checks the "checkpoint",
+ * core/mesh (mt_mesh_from_json), core/layout (mt_layout_map_from_json), core/spmd (mt_spmd_check:
+ * the trainer's own planner, so layouts, sharding rules and their messages are the trainer's),
+ * and checks the "checkpoint",
  * "restart" and "elastic" sections itself. The first problem wins; its message starts with the
  * JSON path of the offending field: `mesh.model: size must be an integer >= 1, got 0`.
  *
@@ -50,12 +51,16 @@ typedef struct mt_jobspec_summary {
     size_t n_params;                  /* parameters incl. non-trainable state */
     uint64_t param_elements;          /* global elements over all parameters */
     uint64_t weight_bytes_per_device; /* float32 bytes of the parameter shards one device holds */
-    uint64_t optimizer_bytes_per_device; /* Adam m+v / SGD velocity of those shards */
-    uint32_t ckpt_every_steps;           /* "checkpoint.every_steps"; 0 = no checkpoints */
-    uint32_t ckpt_keep;                  /* "checkpoint.keep", default 3 */
-    uint32_t max_restarts;               /* "restart.max_restarts", default 3 */
-    char init_job[32];  /* "init_from.job": start from that job's checkpoint; "" = fresh */
-    uint32_t init_step; /* "init_from.step"; 0 = that job's latest complete checkpoint */
+    uint64_t optimizer_bytes_per_device;  /* Adam m+v / SGD velocity of those shards */
+    uint64_t gathered_bytes_per_device;   /* FSDP working copies (allgathered values, gradients) */
+    uint64_t activation_bytes_per_device; /* layer outputs and their gradients, local batch */
+    uint64_t comm_bytes_per_step[MT_JOBSPEC_MAX_DIMS]; /* per mesh dim: float32 bytes one device
+                                                          hands to collectives per step */
+    uint32_t ckpt_every_steps; /* "checkpoint.every_steps"; 0 = no checkpoints */
+    uint32_t ckpt_keep;        /* "checkpoint.keep", default 3 */
+    uint32_t max_restarts;     /* "restart.max_restarts", default 3 */
+    char init_job[32];         /* "init_from.job": start from that job's checkpoint; "" = fresh */
+    uint32_t init_step;        /* "init_from.step"; 0 = that job's latest complete checkpoint */
     /* "elastic" bounds (defaults 1 and 65536); both 0 when the spec has no "elastic" section or
      * its mesh is not purely data-parallel (one dimension, named "batch"): it is then ignored */
     uint32_t elastic_min_batch;
@@ -75,5 +80,27 @@ typedef struct mt_jobspec_summary {
  * the parameter shapes; call it off latency-sensitive threads.
  */
 mt_code mt_jobspec_validate(const char *json, size_t len, mt_jobspec_summary *out, mt_err *err);
+
+/* Where a spec is validated from (mt_jobspec_validate_opts). */
+typedef struct mt_jobspec_opts {
+    const char *base_dir; /* the input-pipeline form's relative "train"/"test" paths resolve
+                             against it (NULL: the working directory); IDX paths are read as
+                             given, as the trainer reads them */
+    const char *mesh;     /* "batch=4,model=2" replacing the spec's "mesh" (--mesh), or NULL */
+} mt_jobspec_opts;
+
+#define MT_JOBSPEC_OPTS_DEFAULTS                                                                   \
+    {                                                                                              \
+        NULL, NULL                                                                                 \
+    }
+
+/*
+ * mt_jobspec_validate from the CLI's point of view: `meshtrain train --local` and `plan` pass
+ * the spec's folder and their --mesh, so they refuse exactly what the trainer would, with the
+ * same message. opts may be NULL (the defaults). Codes: as mt_jobspec_validate; a malformed
+ * opts->mesh is INVALID_ARGUMENT "--mesh: ...".
+ */
+mt_code mt_jobspec_validate_opts(const char *json, size_t len, const mt_jobspec_opts *opts,
+                                 mt_jobspec_summary *out, mt_err *err);
 
 #endif

@@ -86,7 +86,7 @@ void mt_spmd_config_fini(mt_spmd_config *cfg);
  * calls the same sequence of steps with the same global batches (each device takes its slice).
  * Every device allocates and initialises only its own shards. Codes: INVALID_ARGUMENT with
  * a JSON path (`layouts["dense_1\\.kernel"][1]: mesh has no dimension 'model' (mesh batch=8)`,
- * a weight sharded over the batch dimension, a conv kernel sharded on other than its last axis,
+ * a conv kernel sharded on other than its output-channel or batch-dim axes,
  * a bias layout that does not follow its kernel, no rank of the world in this process), the
  * model's codes, RESOURCE_EXHAUSTED,
  * INTERNAL (thread creation). On failure *out = NULL.
@@ -97,6 +97,28 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
 
 /* Stop and join the device threads, free every shard. NULL is a no-op. */
 void mt_spmd_free(mt_spmd *s);
+
+/* What one device of a mesh holds and hands to collectives per training step (mt_spmd_check). */
+typedef struct mt_spmd_plan_info {
+    uint64_t weight_bytes;     /* the largest per-device sum of stored parameter shards */
+    uint64_t slot_bytes;       /* optimizer slots of those shards (Adam m + v, SGD momentum) */
+    uint64_t gathered_bytes;   /* FSDP working copies: allgathered values and whole gradients */
+    uint64_t activation_bytes; /* layer outputs, inputs' gradients and scratch for a local batch */
+    int ndims;                 /* mesh dimensions */
+    uint64_t comm_bytes[MT_MESH_MAX_DIMS]; /* per mesh dim: float32 bytes one device hands to
+                                              collectives in one training step (payload, before
+                                              the algorithm's factor) */
+} mt_spmd_plan_info;
+
+/*
+ * Run mt_spmd_new's planning (shapes, layouts, sharding rules) without devices, threads or a
+ * world, with the same messages, for global batches of global_batch examples; fill *info (may be
+ * NULL). This is how `meshtrain plan` and SubmitJob validate a spec exactly as the trainer does.
+ * Pure; any thread. Codes: as mt_spmd_new's planning (INVALID_ARGUMENT, RESOURCE_EXHAUSTED).
+ */
+mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
+                      int in_rank, const size_t *in_shape, size_t global_batch,
+                      mt_spmd_plan_info *info, mt_err *err);
 
 /*
  * One training step on a GLOBAL batch x (n * input_size floats, borrowed) with labels (n):
@@ -253,6 +275,18 @@ size_t mt_spmd_param_bytes(const mt_spmd *s, int p, size_t i);
  * (NOT_FOUND naming the file ...), INVALID_ARGUMENT ("dataset.features: ..."),
  * RESOURCE_EXHAUSTED.
  */
+/* The "synthetic" dataset section's fields (docs/spmd.md#datasets). */
+typedef struct mt_spmd_synthetic {
+    size_t examples, test_examples, features, classes, seed;
+} mt_spmd_synthetic;
+
+/*
+ * Parse a "synthetic" dataset section (node, borrowed) with the spec's seed as the default.
+ * INVALID_ARGUMENT naming the field ("dataset.features: must be an integer in 0..1000000").
+ */
+mt_code mt_spmd_synthetic_parse(const mt_job_spec *spec, const struct cJSON *node,
+                                mt_spmd_synthetic *out, mt_err *err);
+
 mt_code mt_spmd_load_data(const mt_job_spec *spec, const char *spec_json, const char *base_dir,
                           mt_idx_set *train, mt_idx_set *test, int *in_rank, size_t *in_shape,
                           mt_err *err);

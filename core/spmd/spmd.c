@@ -269,9 +269,15 @@ static mt_code resolve_param(mt_spmd *s, const mt_layout_map *map, size_t i,
     mt_model_param *p = &s->gparams[i];
     mt_layout l, use;
     int entry = -1, fa = -1;
+    int64_t shape[4];
+    char path[256];
     mt_code rc = mt_layout_map_resolve(map, p->name, p->rank, &l, &entry, err);
     if (rc != MT_OK)
         return rc;
+    if (entry >= 0)
+        mt_layout_map_path(map, entry, path, sizeof(path));
+    else
+        snprintf(path, sizeof(path), "param %s", p->name);
     use = l; /* an axis over the batch dim is FSDP: stored sharded, allgathered for the math */
     for (int a = 0; a < l.rank && s->bdim >= 0; a++)
         if (dim_of(s, &l, a) == s->bdim) {
@@ -280,8 +286,7 @@ static mt_code resolve_param(mt_spmd *s, const mt_layout_map *map, size_t i,
         }
     if (derived != NULL) {
         if (entry >= 0 && !mt_layout_equal(&use, derived)) {
-            char path[256], want[96];
-            mt_layout_map_path(map, entry, path, sizeof(path));
+            char want[96];
             mt_layout_format(derived, want, sizeof(want));
             return mt_err_set(err, MT_INVALID_ARGUMENT,
                               "%s: %s must follow its layer's feature sharding %s", path, p->name,
@@ -292,6 +297,11 @@ static mt_code resolve_param(mt_spmd *s, const mt_layout_map *map, size_t i,
         if (fa >= 0)
             snprintf(l.axes[fa], MT_MESH_NAME_MAX, "%s", mt_mesh_dim_name(s->mesh, s->bdim));
     }
+    for (int a = 0; a < p->rank; a++)
+        shape[a] = (int64_t)p->shape[a];
+    rc = mt_layout_validate(&l, s->mesh, p->name, shape, p->rank, path, err);
+    if (rc != MT_OK)
+        return rc;
     s->playout[i] = l;
     s->ulayout[i] = use;
     s->fsdp[i] = fa;
@@ -423,6 +433,7 @@ static mt_code check_map(mt_spmd *s, const mt_layout_map *map, size_t gb, mt_err
     mt_layout_param *lp = mt_calloc(s->n_params + 1, sizeof(*lp));
     int64_t *shapes = mt_calloc(s->n_params * 4 + 1, sizeof(int64_t));
     int64_t ishape[4] = {(int64_t)gb, 0, 0, 0};
+    int irank = s->in_rank + 1;
     mt_code rc;
 
     if (lp == NULL || shapes == NULL) {
@@ -439,7 +450,11 @@ static mt_code check_map(mt_spmd *s, const mt_layout_map *map, size_t gb, mt_err
     }
     for (int a = 0; a < s->in_rank; a++)
         ishape[a + 1] = (int64_t)s->in_shape[a];
-    rc = mt_layout_map_check(map, s->mesh, lp, (int)s->n_params, ishape, s->in_rank + 1, err);
+    if (mt_layout_map_input(map) != NULL && mt_layout_map_input(map)->rank == 2) {
+        ishape[1] = (int64_t)s->in_size; /* an image's layout as [batch, features] */
+        irank = 2;
+    }
+    rc = mt_layout_map_check(map, s->mesh, lp, (int)s->n_params, ishape, irank, err);
     mt_free(lp);
     mt_free(shapes);
     return rc;
@@ -455,7 +470,13 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
     s->bdim = -1;
     s->fdim0 = -1;
     if (il != NULL) {
-        if (il->rank != s->in_rank + 1)
+        if (il->rank == 2 && s->in_rank > 1) { /* [batch, features] of a flattened image */
+            if (!mt_layout_axis_unsharded(il, 1))
+                return mt_err_set(err, MT_INVALID_ARGUMENT,
+                                  "input_layout[1]: image inputs may be sharded on the batch "
+                                  "axis only");
+            s->bdim = dim_of(s, il, 0);
+        } else if (il->rank != s->in_rank + 1)
             return mt_err_set(err, MT_INVALID_ARGUMENT,
                               "input_layout: rank %d but the input is (batch + %d axes)", il->rank,
                               s->in_rank);
@@ -1359,9 +1380,10 @@ static mt_code run_job(mt_spmd *s, job_kind job, mt_err *err)
 
 /* ------------------------------------------------------------------ public */
 
-mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
-                    int in_rank, const size_t *in_shape, size_t max_global_batch,
-                    mt_coll_world *world, mt_spmd **out, mt_err *err)
+/* A trainer with its plan made and no devices: the first half of mt_spmd_new (mt_spmd_check). */
+static mt_code spmd_plan_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
+                             int in_rank, const size_t *in_shape, size_t max_global_batch,
+                             mt_spmd **out, mt_err *err)
 {
     mt_spmd *s;
     mt_code rc;
@@ -1399,6 +1421,24 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
     s->max_b = s->bdim >= 0
                    ? (max_global_batch + (size_t)s->dimsz[s->bdim] - 1) / (size_t)s->dimsz[s->bdim]
                    : max_global_batch;
+    *out = s;
+    return MT_OK;
+fail:
+    mt_spmd_free(s);
+    return rc;
+}
+
+mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
+                    int in_rank, const size_t *in_shape, size_t max_global_batch,
+                    mt_coll_world *world, mt_spmd **out, mt_err *err)
+{
+    mt_spmd *s;
+    mt_code rc;
+
+    *out = NULL;
+    rc = spmd_plan_new(spec, mesh, map, in_rank, in_shape, max_global_batch, &s, err);
+    if (rc != MT_OK)
+        return rc;
     if (world == NULL) {
         rc = mt_coll_world_new_local(s->ndev, NULL, &s->own_world, err);
         if (rc != MT_OK)
@@ -1452,6 +1492,115 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
 fail:
     mt_spmd_free(s);
     return rc;
+}
+
+/* Elements of parameter i's shard on the device at mesh position pos (0 on error). */
+static uint64_t shard_elems(const mt_spmd *s, size_t i, int pos)
+{
+    const mt_model_param *g = &s->gparams[i];
+    int64_t shape[4], ls[4], of[4];
+    uint64_t n = 1;
+    for (int a = 0; a < g->rank; a++)
+        shape[a] = (int64_t)g->shape[a];
+    if (mt_layout_shard(&s->playout[i], s->mesh, shape, mt_mesh_device_at(s->mesh, pos), ls, of,
+                        NULL) != MT_OK)
+        return 0;
+    for (int a = 0; a < g->rank; a++)
+        n *= (uint64_t)ls[a];
+    return n;
+}
+
+/* The collective payload of one training step on one device, per mesh dim (floats), mirroring
+ * layer_forward / layer_backward / dev_step. */
+static void plan_comm(const mt_spmd *s, uint64_t *per_dim)
+{
+    uint64_t b = s->max_b, grads = 3; /* the bucket: gradients and 3 metric floats */
+#define ADD(dim, n)                                                                                \
+    do {                                                                                           \
+        if ((dim) >= 0)                                                                            \
+            per_dim[dim] += (uint64_t)(n);                                                         \
+    } while (0)
+    for (int i = 0; i < s->n_layers; i++) {
+        const dlayer *l = &s->layers[i];
+        switch (l->s.kind) {
+        case MT_LAYER_DENSE:
+            if (l->xf != l->kin)
+                ADD(l->xf, b * l->in_size);
+            ADD(l->kin, b * l->out_loc);
+            if (i > 0) {
+                ADD(l->kout, b * l->use_loc);
+                if (l->xf != l->kin)
+                    ADD(l->kin, b * l->in_size);
+            }
+            break;
+        case MT_LAYER_CONV2D:
+            ADD(l->xf, b * l->in_size);
+            if (i > 0)
+                ADD(l->kout, b * l->use_loc);
+            break;
+        case MT_LAYER_FLATTEN:
+            if (l->xf != l->of)
+                ADD(l->xf, 2 * b * l->in_size);
+            break;
+        case MT_LAYER_BATCH_NORM:
+            ADD(s->bdim, 4 * (l->in_c / dsz(s, l->xf)));
+            break;
+        default:
+            break;
+        }
+    }
+    if (s->layers[s->n_layers - 1].of >= 0)
+        ADD(s->layers[s->n_layers - 1].of, b * s->num_classes);
+    for (size_t i = 0; i < s->n_params; i++) {
+        uint64_t use = shard_elems(s, i, 0) * (s->fsdp[i] >= 0 ? dsz(s, s->bdim) : 1);
+        if (s->gparams[i].trainable)
+            grads += use;
+        if (s->fsdp[i] >= 0)
+            ADD(s->bdim, use);
+    }
+    ADD(s->bdim, grads);
+#undef ADD
+}
+
+mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
+                      int in_rank, const size_t *in_shape, size_t global_batch,
+                      mt_spmd_plan_info *info, mt_err *err)
+{
+    mt_spmd *s = NULL;
+    int slots = spec->optimizer.kind == MT_OPT_ADAM ? 2 : spec->optimizer.momentum > 0.0f ? 1 : 0;
+    mt_code rc = spmd_plan_new(spec, mesh, map, in_rank, in_shape, global_batch, &s, err);
+
+    if (rc != MT_OK || info == NULL) {
+        mt_spmd_free(s);
+        return rc;
+    }
+    memset(info, 0, sizeof(*info));
+    info->ndims = s->ndims;
+    for (int p = 0; p < s->ndev; p++) {
+        uint64_t w = 0, sl = 0, ga = 0;
+        for (size_t i = 0; i < s->n_params; i++) {
+            uint64_t n = shard_elems(s, i, p);
+            bool tr = s->gparams[i].trainable;
+            w += n * sizeof(float);
+            sl += tr ? (uint64_t)slots * n * sizeof(float) : 0;
+            if (s->fsdp[i] >= 0)
+                ga += (tr ? 2u : 1u) * n * dsz(s, s->bdim) * sizeof(float);
+        }
+        info->weight_bytes = w > info->weight_bytes ? w : info->weight_bytes;
+        info->slot_bytes = sl > info->slot_bytes ? sl : info->slot_bytes;
+        info->gathered_bytes = ga > info->gathered_bytes ? ga : info->gathered_bytes;
+    }
+    for (int i = 0; i < s->n_layers; i++) { /* out_buf, dx_buf and the layer's scratch */
+        const dlayer *l = &s->layers[i];
+        info->activation_bytes += s->max_b * (l->out_loc + l->in_loc) * sizeof(float);
+        if (l->s.kind == MT_LAYER_BATCH_NORM || l->s.kind == MT_LAYER_DROPOUT)
+            info->activation_bytes += s->max_b * l->in_loc * sizeof(float);
+    }
+    plan_comm(s, info->comm_bytes);
+    for (int k = 0; k < s->ndims; k++)
+        info->comm_bytes[k] *= sizeof(float);
+    mt_spmd_free(s);
+    return MT_OK;
 }
 
 void mt_spmd_free(mt_spmd *s)

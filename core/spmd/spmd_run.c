@@ -90,12 +90,11 @@ static mt_code get_count(const cJSON *ds, const char *key, double dflt, double m
     return MT_OK;
 }
 
-static mt_code load_synthetic(const mt_job_spec *spec, const cJSON *ds, mt_idx_set *train,
-                              mt_idx_set *test, mt_err *err)
+mt_code mt_spmd_synthetic_parse(const mt_job_spec *spec, const cJSON *ds, mt_spmd_synthetic *o,
+                                mt_err *err)
 {
     static const char *const keys[] = {"format", "examples", "test_examples", "features", "classes",
                                        "seed",   NULL};
-    size_t n, nt, dim, classes, seed;
     mt_code rc;
 
     for (const cJSON *c = ds->child; c != NULL; c = c->next) {
@@ -106,18 +105,31 @@ static mt_code load_synthetic(const mt_job_spec *spec, const cJSON *ds, mt_idx_s
             return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset.%s: unknown key for synthetic",
                               c->string);
     }
-    if ((rc = get_count(ds, "examples", 2048, 1e7, &n, err)) != MT_OK ||
-        (rc = get_count(ds, "test_examples", 512, 1e7, &nt, err)) != MT_OK ||
-        (rc = get_count(ds, "features", 1200, 1e6, &dim, err)) != MT_OK ||
-        (rc = get_count(ds, "classes", 2, 1e4, &classes, err)) != MT_OK ||
-        (rc = get_count(ds, "seed", (double)(spec->seed % 1000000), 1e15, &seed, err)) != MT_OK)
+    if ((rc = get_count(ds, "examples", 2048, 1e7, &o->examples, err)) != MT_OK ||
+        (rc = get_count(ds, "test_examples", 512, 1e7, &o->test_examples, err)) != MT_OK ||
+        (rc = get_count(ds, "features", 1200, 1e6, &o->features, err)) != MT_OK ||
+        (rc = get_count(ds, "classes", 2, 1e4, &o->classes, err)) != MT_OK ||
+        (rc = get_count(ds, "seed", (double)(spec->seed % 1000000), 1e15, &o->seed, err)) != MT_OK)
         return rc;
-    if (n == 0 || dim == 0 || classes < 2 || n * dim > ((size_t)1 << 31))
+    if (o->examples == 0 || o->features == 0 || o->classes < 2 ||
+        o->examples * o->features > ((size_t)1 << 31))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "dataset: synthetic needs examples >= 1, features >= 1, classes >= 2 "
                           "and at most 2^31 floats");
-    if (synth_fill(train, n, dim, classes, seed, 0) != MT_OK ||
-        (nt > 0 && synth_fill(test, nt, dim, classes, seed, 1) != MT_OK))
+    return MT_OK;
+}
+
+static mt_code load_synthetic(const mt_job_spec *spec, const cJSON *ds, mt_idx_set *train,
+                              mt_idx_set *test, mt_err *err)
+{
+    mt_spmd_synthetic o;
+    mt_code rc = mt_spmd_synthetic_parse(spec, ds, &o, err);
+
+    if (rc != MT_OK)
+        return rc;
+    if (synth_fill(train, o.examples, o.features, o.classes, o.seed, 0) != MT_OK ||
+        (o.test_examples > 0 &&
+         synth_fill(test, o.test_examples, o.features, o.classes, o.seed, 1) != MT_OK))
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
     return MT_OK;
 }

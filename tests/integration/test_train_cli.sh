@@ -30,7 +30,7 @@ expect 4 "meshtrain: INVALID_ARGUMENT: model.layers\[2\].units: must be a positi
 echo '{"model":{"layers":[{"type":"dense","units":10}]}}' >"$TMP/flat.json"
 expect 4 "INVALID_ARGUMENT: model.layers\[0\]: dense needs a flat input" train --local "$TMP/flat.json"
 echo '{"dataset":{"train_images":"/nonexistent.gz"},"model":{"layers":[{"type":"flatten"},{"type":"dense","units":10}]}}' >"$TMP/nodata.json"
-expect 4 "NOT_FOUND: open /nonexistent.gz" train --local --data-root / "$TMP/nodata.json"
+expect 4 "NOT_FOUND: dataset.train_images: cannot read IDX file /nonexistent.gz" train --local --data-root / "$TMP/nodata.json"
 # data roots (core/pathsafe): without --data-root only the current directory and
 # /usr/share/datasets are allowed
 expect 4 "PERMISSION_DENIED: path /nonexistent.gz resolves to /nonexistent.gz, outside the data roots" \

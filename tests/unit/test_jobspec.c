@@ -53,11 +53,28 @@ static void test_jobspec_valid_summary(void **state)
     assert_int_equal(s.init_step, 76);
     assert_int_equal(s.elastic_min_batch, 0); /* no "elastic" */
     assert_int_equal(s.elastic_max_batch, 0);
-    /* dense_1.kernel (784x64) halved over model; the rest replicated; Adam: two slots */
-    uint64_t w = (784 * 64 / 2 + 64 + 64 * 10 + 10) * 4;
+    /* dense_1.kernel (784x64) halved over model and its bias with it (the trainer derives the
+     * bias layout from the kernel's); the rest replicated; Adam: two slots */
+    uint64_t w = (784 * 64 / 2 + 64 / 2 + 64 * 10 + 10) * 4;
     assert_int_equal(s.weight_bytes_per_device, w);
     assert_int_equal(s.optimizer_bytes_per_device, 2 * w);
+    assert_int_equal(s.gathered_bytes_per_device, 0);
     assert_int_equal(s.param_elements, 784 * 64 + 64 + 640 + 10);
+    /* per step: batch gets the gradient bucket (the shards, + 3 metric floats); model gets
+     * dense_2's partial-sum allreduce... no: dense_1's output is sharded, dense_2 contracts
+     * replicated, so the reshard gathers dense_2's input over model */
+    assert_int_equal(s.comm_bytes_per_step[0], (784 * 64 / 2 + 64 / 2 + 640 + 10 + 3) * 4);
+    assert_true(s.comm_bytes_per_step[1] > 0);
+
+    /* FSDP: every kernel over batch; the device stores halves and gathers the whole copies */
+    assert_int_equal(check(", \"mesh\": {\"batch\": 2},"
+                           " \"layouts\": {\"dense_.*kernel\": [\"batch\", \"unsharded\"]}",
+                           &s, &err),
+                     MT_OK);
+    w = (784 * 64 / 2 + 64 + 64 * 10 / 2 + 10) * 4;
+    assert_int_equal(s.weight_bytes_per_device, w);
+    assert_int_equal(s.optimizer_bytes_per_device, 2 * w);
+    assert_int_equal(s.gathered_bytes_per_device, 2 * (784 * 64 + 640) * 4);
 }
 
 static void test_jobspec_defaults_and_steps_cap(void **state)
