@@ -5,8 +5,12 @@
  *
  * DESIGN: each layer owns its output buffer and its input-gradient buffer, sized once for
  * max_batch examples and reused every step (no allocation in the step). flatten and inference
- * dropout pass pointers through without copying. The first layer never computes an input
- * gradient. Everything that must be summed over replicas goes through mt_model_comm.
+ * dropout pass pointers through without copying. A layer reading the model's input never
+ * computes an input gradient. The model is a graph in list order (mt_layer_spec.inputs): in the
+ * backward, a layer whose output has one reader that is not a join (add, concatenate) takes that
+ * reader's input gradient by pointer, as a chain always did; any other layer owns an accumulator
+ * (gacc) that its readers' gradients are copied into, then added to, in reverse list order, so
+ * the bits are fixed. Everything that must be summed over replicas goes through mt_model_comm.
  * Threading: one thread per model. Tests: tests/unit/test_model.c.
  */
 #include "model/mt_model.h"
@@ -36,8 +40,13 @@ typedef struct layer {
     float *bn;           /* batch_norm: mean, var, sum_dy, sum_dy_xhat (4 * feat) */
     uint8_t *mask;       /* dropout */
     const float *in;     /* input of the last forward (borrowed) */
-    float *out;          /* output of the last forward */
-    bool dropped;        /* dropout applied in the last forward */
+    const float *ins[MT_LAYER_MAX_INPUTS]; /* add / concatenate: every input */
+    size_t in_last[MT_LAYER_MAX_INPUTS];   /* concatenate: each input's last-axis width */
+    float *out;                            /* output of the last forward */
+    float *gacc;  /* owned: gradient of the output, accumulated over its readers; or NULL */
+    float *gin;   /* backward: gradient of the output (gacc or the reader's dx) */
+    bool gfresh;  /* gacc holds nothing of this step yet */
+    bool dropped; /* dropout applied in the last forward */
 } layer;
 
 struct mt_model {
@@ -130,6 +139,13 @@ static void shape_str(char *buf, size_t cap, int rank, const size_t *s)
         snprintf(buf + o, cap - (size_t)o, ")");
 }
 
+/* a * b saturating at UINT64_MAX */
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
 static mt_code layer_shapes(layer *l, int idx, mt_err *err)
 {
     char sh[64];
@@ -184,11 +200,46 @@ static mt_code layer_shapes(layer *l, int idx, mt_err *err)
         l->feat = l->in_shape[l->in_rank - 1];
         l->rows_per_ex = l->in_size / l->feat;
         break;
+    case MT_LAYER_ADD:
+    case MT_LAYER_CONCATENATE:
+        break; /* graph_shapes set the output from every input (mt_layer_join_shape) */
     }
     l->out_size = 1;
     for (int i = 0; i < l->out_rank; i++)
         l->out_size *= l->out_shape[i];
     return MT_OK;
+}
+
+/*
+ * Layer i's input shape(s) from the model input and the earlier layers' output shapes (ranks,
+ * shapes indexed by layer), then its own output shape: layer_shapes, or mt_layer_join_shape for
+ * a join. Used by mt_model_new and mt_model_spec_size alike.
+ */
+static mt_code graph_shapes(layer *l, int i, int in_rank, const size_t *in_shape, const int *ranks,
+                            const size_t (*shapes)[3], mt_err *err)
+{
+    int rk[MT_LAYER_MAX_INPUTS];
+    size_t sh[MT_LAYER_MAX_INPUTS][3];
+
+    for (int k = 0; k < l->s.n_inputs; k++) {
+        int p = l->s.inputs[k];
+        rk[k] = p == MT_LAYER_INPUT ? in_rank : ranks[p];
+        memset(sh[k], 0, sizeof(sh[k]));
+        memcpy(sh[k], p == MT_LAYER_INPUT ? in_shape : shapes[p], (size_t)rk[k] * sizeof(size_t));
+        l->in_last[k] = sh[k][rk[k] - 1];
+    }
+    l->in_rank = rk[0];
+    memcpy(l->in_shape, sh[0], sizeof(l->in_shape));
+    l->in_size = 1;
+    for (int a = 0; a < l->in_rank; a++)
+        l->in_size = (size_t)mul_sat(l->in_size, l->in_shape[a]);
+    if (l->s.kind == MT_LAYER_ADD || l->s.kind == MT_LAYER_CONCATENATE) {
+        mt_code rc = mt_layer_join_shape(&l->s, i, rk, (const size_t(*)[3])sh, &l->out_rank,
+                                         l->out_shape, err);
+        if (rc != MT_OK)
+            return rc;
+    }
+    return layer_shapes(l, i, err);
 }
 
 #define ALLOC_OR_FAIL(ptr, n, what)                                                                \
@@ -199,10 +250,11 @@ static mt_code layer_shapes(layer *l, int idx, mt_err *err)
                               what);                                                               \
     } while (0)
 
-static mt_code layer_build(mt_model *m, layer *l, int idx, mt_err *err)
+static mt_code layer_build(mt_model *m, layer *l, bool needs_acc, mt_err *err)
 {
     size_t b = m->max_batch;
     bool passthrough = l->s.kind == MT_LAYER_FLATTEN;
+    bool join = l->s.kind == MT_LAYER_ADD || l->s.kind == MT_LAYER_CONCATENATE;
 
     l->p0 = m->n_params;
     if (l->s.kind == MT_LAYER_DENSE || l->s.kind == MT_LAYER_CONV2D) {
@@ -240,13 +292,15 @@ static mt_code layer_build(mt_model *m, layer *l, int idx, mt_err *err)
     }
     if (!passthrough)
         ALLOC_OR_FAIL(l->out_buf, b * l->out_size, "outputs");
-    if (idx > 0 && !passthrough)
+    if (l->s.inputs[0] != MT_LAYER_INPUT && !passthrough && !join)
         ALLOC_OR_FAIL(l->dx_buf, b * l->in_size, "input gradients");
+    if (needs_acc)
+        ALLOC_OR_FAIL(l->gacc, b * l->out_size, "output gradients");
     if (l->s.kind == MT_LAYER_CONV2D) {
         mt_conv2d_geom g = l->geom;
         g.batch = b;
         ALLOC_OR_FAIL(l->cols, mt_conv2d_cols_size(&g), "im2col");
-        if (idx > 0)
+        if (l->s.inputs[0] != MT_LAYER_INPUT)
             ALLOC_OR_FAIL(l->dcols, mt_conv2d_cols_size(&g), "im2col gradients");
     }
     if (l->s.kind == MT_LAYER_MAX_POOL2D)
@@ -254,13 +308,6 @@ static mt_code layer_build(mt_model *m, layer *l, int idx, mt_err *err)
     if (l->s.kind == MT_LAYER_DROPOUT)
         ALLOC_OR_FAIL(l->mask, b * l->in_size, "mask");
     return MT_OK;
-}
-
-/* a * b saturating at UINT64_MAX */
-static uint64_t mul_sat(uint64_t a, uint64_t b)
-{
-    uint64_t r;
-    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
 static uint64_t add_sat(uint64_t a, uint64_t b)
@@ -271,33 +318,33 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
 mt_code mt_model_spec_size(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
                            mt_model_size *out, mt_err *err)
 {
-    int rank = in_rank;
-    size_t shape[3] = {0, 0, 0};
+    int *ranks = NULL;
+    size_t(*shapes)[3] = NULL;
     uint64_t params = 0, widest;
+    mt_code rc = MT_OK;
 
     memset(out, 0, sizeof(*out));
     if (in_rank < 1 || in_rank > 3)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "model.input_shape: rank %d not in 1..3",
                           in_rank);
-    memcpy(shape, in_shape, (size_t)in_rank * sizeof(size_t));
+    ranks = mt_calloc((size_t)spec->n_layers + 1, sizeof(*ranks));
+    shapes = mt_calloc((size_t)spec->n_layers + 1, sizeof(*shapes));
+    if (ranks == NULL || shapes == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");
+        goto out;
+    }
     widest = 1;
     for (int a = 0; a < in_rank; a++)
         widest = mul_sat(widest, in_shape[a]);
     for (int i = 0; i < spec->n_layers && widest <= SIZE_MAX / 4; i++) {
         layer l;
         uint64_t k = 0;
-        mt_code rc;
 
         memset(&l, 0, sizeof(l));
         l.s = spec->layers[i];
-        l.in_rank = rank;
-        memcpy(l.in_shape, shape, sizeof(shape));
-        l.in_size = 1;
-        for (int a = 0; a < rank; a++)
-            l.in_size = (size_t)mul_sat(l.in_size, shape[a]);
-        rc = layer_shapes(&l, i, err);
+        rc = graph_shapes(&l, i, in_rank, in_shape, ranks, (const size_t(*)[3])shapes, err);
         if (rc != MT_OK)
-            return rc;
+            goto out;
         if (l.s.kind == MT_LAYER_DENSE)
             k = add_sat(mul_sat(l.in_size, l.s.units), l.s.use_bias ? l.s.units : 0);
         else if (l.s.kind == MT_LAYER_CONV2D)
@@ -309,12 +356,15 @@ mt_code mt_model_spec_size(const mt_job_spec *spec, int in_rank, const size_t *i
         for (int a = 0; a < l.out_rank; a++) /* l.out_size may have wrapped: recompute */
             k = a == 0 ? l.out_shape[0] : mul_sat(k, l.out_shape[a]);
         widest = k > widest ? k : widest;
-        rank = l.out_rank;
-        memcpy(shape, l.out_shape, sizeof(shape));
+        ranks[i] = l.out_rank;
+        memcpy(shapes[i], l.out_shape, sizeof(shapes[i]));
     }
     out->params = params;
     out->widest_activation = widest;
-    return MT_OK;
+out:
+    mt_free(ranks);
+    mt_free(shapes);
+    return rc;
 }
 
 mt_code mt_model_check_limits(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
@@ -345,13 +395,27 @@ mt_code mt_model_check_limits(const mt_job_spec *spec, int in_rank, const size_t
     return MT_OK;
 }
 
+/* Whether layer i's output gradient needs an accumulator: several readers, or a join reads it. */
+static bool needs_acc(const mt_job_spec *spec, int i)
+{
+    if (mt_job_spec_consumers(spec, i) > 1)
+        return true;
+    for (int j = i + 1; j < spec->n_layers; j++)
+        for (int k = 0; k < spec->layers[j].n_inputs; k++)
+            if (spec->layers[j].inputs[k] == i && (spec->layers[j].kind == MT_LAYER_ADD ||
+                                                   spec->layers[j].kind == MT_LAYER_CONCATENATE))
+                return true;
+    return false;
+}
+
 mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shape, size_t max_batch,
                      mt_model **out, mt_err *err)
 {
     mt_model *m;
     mt_code rc;
-    int prev_rank = in_rank;
-    size_t prev_shape[3] = {0, 0, 0};
+    int *ranks = NULL;
+    size_t(*shapes)[3] = NULL;
+    const layer *last;
 
     *out = NULL;
     if (in_rank < 1 || in_rank > 3)
@@ -384,11 +448,12 @@ mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shap
     m->n_layers = spec->n_layers;
     m->layers = mt_calloc((size_t)spec->n_layers, sizeof(layer));
     m->params = mt_calloc((size_t)spec->n_layers * 4, sizeof(mt_model_param));
-    if (m->layers == NULL || m->params == NULL) {
+    ranks = mt_calloc((size_t)spec->n_layers, sizeof(*ranks));
+    shapes = mt_calloc((size_t)spec->n_layers, sizeof(*shapes));
+    if (m->layers == NULL || m->params == NULL || ranks == NULL || shapes == NULL) {
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");
         goto fail;
     }
-    memcpy(prev_shape, in_shape, (size_t)in_rank * sizeof(size_t));
     m->in_size = 1;
     for (int i = 0; i < in_rank; i++)
         m->in_size *= in_shape[i];
@@ -396,37 +461,37 @@ mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shap
         layer *l = &m->layers[i];
         l->s = spec->layers[i];
         l->s.activation = mt_model_layer_activation(spec, i);
-        l->in_rank = prev_rank;
-        memcpy(l->in_shape, prev_shape, sizeof(prev_shape));
-        l->in_size = 1;
-        for (int a = 0; a < prev_rank; a++)
-            l->in_size *= prev_shape[a];
-        rc = layer_shapes(l, i, err);
+        rc = graph_shapes(l, i, in_rank, in_shape, ranks, (const size_t(*)[3])shapes, err);
         if (rc == MT_OK)
-            rc = layer_build(m, l, i, err);
+            rc = layer_build(m, l, needs_acc(spec, i), err);
         if (rc != MT_OK)
             goto fail;
-        prev_rank = l->out_rank;
-        memcpy(prev_shape, l->out_shape, sizeof(prev_shape));
+        ranks[i] = l->out_rank;
+        memcpy(shapes[i], l->out_shape, sizeof(shapes[i]));
     }
-    if (prev_rank != 1) {
+    last = &m->layers[spec->n_layers - 1];
+    if (last->out_rank != 1) {
         char sh[64];
-        shape_str(sh, sizeof(sh), prev_rank, prev_shape);
+        shape_str(sh, sizeof(sh), last->out_rank, last->out_shape);
         rc = mt_err_set(err, MT_INVALID_ARGUMENT,
                         "model.layers[%d]: the last layer must output one logit per class (a "
                         "vector); it outputs %s",
                         spec->n_layers - 1, sh);
         goto fail;
     }
-    m->num_classes = prev_shape[0];
+    m->num_classes = last->out_shape[0];
     m->dlogits = mt_calloc(max_batch * m->num_classes, sizeof(float));
     if (m->dlogits == NULL) {
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");
         goto fail;
     }
+    mt_free(ranks);
+    mt_free(shapes);
     *out = m;
     return MT_OK;
 fail:
+    mt_free(ranks);
+    mt_free(shapes);
     mt_model_free(m);
     return rc;
 }
@@ -451,6 +516,7 @@ void mt_model_free(mt_model *m)
         mt_free(l->xhat);
         mt_free(l->bn);
         mt_free(l->mask);
+        mt_free(l->gacc);
     }
     mt_free(m->layers);
     mt_free(m->params);
@@ -570,6 +636,13 @@ static mt_code layer_forward(mt_model *m, layer *l, int idx, size_t batch, bool 
                             l->s.rate);
         mt_dropout_forward(l->out, l->in, l->mask, 1.0f / (1.0f - l->s.rate), batch * l->in_size);
         break;
+    case MT_LAYER_ADD:
+        mt_add_forward(l->out, l->ins, l->s.n_inputs, batch * l->out_size);
+        break;
+    case MT_LAYER_CONCATENATE:
+        mt_concat_forward(l->out, l->ins, l->in_last, l->s.n_inputs,
+                          batch * (l->out_size / l->out_shape[l->out_rank - 1]));
+        break;
     }
     /* a softmax on the last layer is fused into the loss: the output stays logits */
     if (l->s.activation == MT_ACT_RELU)
@@ -595,7 +668,11 @@ mt_code mt_model_forward(mt_model *m, const float *x, size_t local_batch, size_t
     m->trained_forward = training;
     for (int i = 0; i < m->n_layers; i++) {
         layer *l = &m->layers[i];
-        l->in = in;
+        for (int k = 0; k < l->s.n_inputs; k++) {
+            int p = l->s.inputs[k];
+            l->ins[k] = p == MT_LAYER_INPUT ? x : m->layers[p].out;
+        }
+        l->in = l->ins[0];
         rc = layer_forward(m, l, i, local_batch, training, step, first_example, comm);
         if (rc != MT_OK)
             return mt_err_set(err, rc, "%s: allreduce of batch-norm statistics failed", l->s.name);
@@ -664,7 +741,11 @@ static mt_code layer_backward(mt_model *m, layer *l, float *dy, float **dx_out,
             mt_maxpool2_backward(dx, dy, l->argmax, batch * l->in_size, batch * l->out_size);
         break;
     case MT_LAYER_FLATTEN:
-        dx = l == m->layers ? NULL : dy;
+        dx = l->s.inputs[0] == MT_LAYER_INPUT ? NULL : dy;
+        break;
+    case MT_LAYER_ADD:
+    case MT_LAYER_CONCATENATE:
+        dx = dy; /* routed to every input by give_grad */
         break;
     case MT_LAYER_BATCH_NORM: {
         mt_code rc = bn_backward(l, dy, dx, batch, m->global_batch, comm);
@@ -685,19 +766,50 @@ static mt_code layer_backward(mt_model *m, layer *l, float *dy, float **dx_out,
     return MT_OK;
 }
 
+/*
+ * Hand the gradient g of layer i's k-th input to its producer: by pointer when the producer has
+ * no accumulator, else copied into it (the first reader in reverse order) or added. A
+ * concatenate hands each input its columns [off, off + w) of g's rows of width c.
+ */
+static void give_grad(mt_model *m, const layer *l, int k, float *g, size_t off)
+{
+    int p = l->s.inputs[k];
+    layer *q;
+    size_t rows, w, c;
+
+    if (p == MT_LAYER_INPUT)
+        return;
+    q = &m->layers[p];
+    if (q->gacc == NULL) {
+        q->gin = g;
+        return;
+    }
+    c = l->s.kind == MT_LAYER_CONCATENATE ? l->out_shape[l->out_rank - 1] : q->out_size;
+    w = l->s.kind == MT_LAYER_CONCATENATE ? l->in_last[k] : c;
+    rows = m->batch * q->out_size / w;
+    mt_grad_accumulate(q->gacc, g, rows, w, c, off, !q->gfresh);
+    q->gfresh = false;
+    q->gin = q->gacc;
+}
+
 mt_code mt_model_backward(mt_model *m, const mt_model_comm *comm, mt_err *err)
 {
-    float *dy = m->dlogits;
-
     if (!m->trained_forward)
         return mt_err_set(err, MT_FAILED_PRECONDITION, "backward needs a training forward pass");
+    for (int i = 0; i < m->n_layers; i++)
+        m->layers[i].gfresh = true;
+    m->layers[m->n_layers - 1].gin = m->dlogits;
     for (int i = m->n_layers - 1; i >= 0; i--) {
+        layer *l = &m->layers[i];
         float *dx = NULL;
-        mt_code rc = layer_backward(m, &m->layers[i], dy, &dx, comm);
+        size_t off = 0;
+        mt_code rc = layer_backward(m, l, l->gin, &dx, comm);
         if (rc != MT_OK)
-            return mt_err_set(err, rc, "%s: allreduce of batch-norm gradients failed",
-                              m->layers[i].s.name);
-        dy = dx;
+            return mt_err_set(err, rc, "%s: allreduce of batch-norm gradients failed", l->s.name);
+        for (int k = 0; dx != NULL && k < l->s.n_inputs; k++) {
+            give_grad(m, l, k, dx, off);
+            off += l->in_last[k];
+        }
     }
     return MT_OK;
 }

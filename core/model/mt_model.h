@@ -40,7 +40,12 @@ typedef enum mt_layer_kind {
     MT_LAYER_FLATTEN,
     MT_LAYER_BATCH_NORM,
     MT_LAYER_DROPOUT,
+    MT_LAYER_ADD,         /* element-wise sum of 2+ inputs of one shape (residual connections) */
+    MT_LAYER_CONCATENATE, /* 2+ inputs joined along their last axis */
 } mt_layer_kind;
+
+#define MT_LAYER_MAX_INPUTS 8
+#define MT_LAYER_INPUT      (-1) /* inputs[k]: the model's input rather than a layer */
 
 typedef enum mt_activation {
     MT_ACT_LINEAR,
@@ -50,15 +55,18 @@ typedef enum mt_activation {
 
 typedef struct mt_layer_spec {
     mt_layer_kind kind;
-    char name[MT_LAYER_NAME_MAX]; /* "dense_1", "conv2d_2" ...: per type, 1-based, as Keras */
-    mt_activation activation;     /* dense, conv2d */
-    size_t units;                 /* dense */
-    size_t filters, kh, kw;       /* conv2d */
-    bool same;                    /* conv2d padding "same" (else "valid") */
-    bool use_bias;                /* dense, conv2d (default true) */
-    float rate;                   /* dropout, in [0, 1) */
-    bool center, scale;           /* batch_norm beta / gamma (default true) */
-    float momentum, epsilon;      /* batch_norm (Keras defaults 0.99, 0.001) */
+    char name[MT_LAYER_NAME_MAX];    /* "dense_1", "conv2d_2" ...: per type, 1-based, as Keras */
+    mt_activation activation;        /* dense, conv2d */
+    size_t units;                    /* dense */
+    size_t filters, kh, kw;          /* conv2d */
+    bool same;                       /* conv2d padding "same" (else "valid") */
+    bool use_bias;                   /* dense, conv2d (default true) */
+    float rate;                      /* dropout, in [0, 1) */
+    bool center, scale;              /* batch_norm beta / gamma (default true) */
+    float momentum, epsilon;         /* batch_norm (Keras defaults 0.99, 0.001) */
+    int n_inputs;                    /* 1, or 2..MT_LAYER_MAX_INPUTS for add / concatenate */
+    int inputs[MT_LAYER_MAX_INPUTS]; /* producing layers, all earlier (a graph in topological
+                                        order), or MT_LAYER_INPUT; default: the previous layer */
 } mt_layer_spec;
 
 typedef enum mt_optimizer_kind {
@@ -93,6 +101,18 @@ typedef struct mt_job_spec {
     mt_layer_spec *layers; /* owned array of n_layers */
     mt_dataset_spec dataset;
 } mt_job_spec;
+
+/* How many inputs of later layers read layer i's output (the last layer's feeds the loss). */
+int mt_job_spec_consumers(const mt_job_spec *spec, int i);
+
+/*
+ * Output shape of a join layer (add, concatenate) of layer idx from its inputs' shapes
+ * (ranks[k], shapes[k]); both engines use it. INVALID_ARGUMENT naming the layer and the shapes:
+ * "model.layers[4] (add_1): input shapes (64) and (32) differ".
+ */
+mt_code mt_layer_join_shape(const mt_layer_spec *l, int idx, const int *ranks,
+                            const size_t (*shapes)[3], int *out_rank, size_t *out_shape,
+                            mt_err *err);
 
 /*
  * Parse and validate a job spec (JSON text, len bytes, borrowed). On MT_OK *out is owned (free

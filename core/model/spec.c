@@ -263,6 +263,8 @@ static const struct {
     {"flatten", MT_LAYER_FLATTEN, {"type", NULL}},
     {"batch_norm", MT_LAYER_BATCH_NORM, {"type", "center", "scale", "momentum", "epsilon", NULL}},
     {"dropout", MT_LAYER_DROPOUT, {"type", "rate", NULL}},
+    {"add", MT_LAYER_ADD, {"type", NULL}},
+    {"concatenate", MT_LAYER_CONCATENATE, {"type", "axis", NULL}},
 };
 #define N_LAYER_TYPES (sizeof(layer_types) / sizeof(layer_types[0]))
 
@@ -307,6 +309,7 @@ static mt_code check_layer_keys(const cJSON *l, const char *base, const char *co
         n++;
     }
     all[n++] = "name";
+    all[n++] = "inputs";
     all[n] = NULL;
     return check_keys(l, base, all, err);
 }
@@ -362,7 +365,8 @@ static mt_code parse_layer(const cJSON *l, int idx, mt_layer_spec *out, mt_err *
             break;
     if (ti == N_LAYER_TYPES)
         return bad(err, path,
-                   "must be one of dense, conv2d, max_pool2d, flatten, batch_norm, dropout");
+                   "must be one of dense, conv2d, max_pool2d, flatten, batch_norm, dropout, add, "
+                   "concatenate");
     rc = check_layer_keys(l, base, layer_types[ti].keys, err);
     if (rc == MT_OK)
         rc = parse_layer_name(l, base, out->name, err);
@@ -427,6 +431,15 @@ static mt_code parse_layer(const cJSON *l, int idx, mt_layer_spec *out, mt_err *
         if (rc == MT_OK)
             rc = get_num(l, "epsilon", path, 0, 1, true, false, 1e-3f, &out->epsilon, err);
         break;
+    case MT_LAYER_ADD:
+        break;
+    case MT_LAYER_CONCATENATE: {
+        const cJSON *ax = cJSON_GetObjectItemCaseSensitive(l, "axis");
+        snprintf(path, sizeof(path), "%s.axis", base);
+        if (ax != NULL && !(cJSON_IsNumber(ax) && ax->valuedouble == -1.0))
+            rc = bad(err, path, "only -1 (the last axis) is supported");
+        break;
+    }
     case MT_LAYER_DROPOUT:
         snprintf(path, sizeof(path), "%s.rate", base);
         if (cJSON_GetObjectItemCaseSensitive(l, "rate") == NULL)
@@ -469,6 +482,102 @@ static void assign_default_names(mt_job_spec *s)
             snprintf(l->name, sizeof(l->name), "%s_%d", layer_types[ti].type, ++next[ti]);
         while (name_taken_other(s, i, l->name));
     }
+}
+
+/*
+ * "inputs": a list of earlier layers' names ("input" is the model's input); default the previous
+ * layer. add and concatenate need 2..MT_LAYER_MAX_INPUTS, every other layer exactly one.
+ */
+static mt_code parse_inputs(const cJSON *l, int idx, mt_job_spec *s, mt_err *err)
+{
+    mt_layer_spec *o = &s->layers[idx];
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(l, "inputs"), *e;
+    bool join = o->kind == MT_LAYER_ADD || o->kind == MT_LAYER_CONCATENATE;
+    char path[96];
+    int k = 0;
+
+    snprintf(path, sizeof(path), "model.layers[%d].inputs", idx);
+    if (in == NULL) {
+        if (join)
+            return bad(err, path, "is required for add and concatenate (2 or more layer names)");
+        o->n_inputs = 1;
+        o->inputs[0] = idx - 1; /* layer 0: MT_LAYER_INPUT */
+        return MT_OK;
+    }
+    if (!cJSON_IsArray(in))
+        return bad(err, path, "must be a list of layer names");
+    cJSON_ArrayForEach(e, in)
+    {
+        int j = -2;
+        char ep[112];
+        snprintf(ep, sizeof(ep), "%s[%d]", path, k);
+        if (!cJSON_IsString(e))
+            return bad(err, ep, "must be a layer name (a string)");
+        if (k == MT_LAYER_MAX_INPUTS)
+            return bad(err, path, "at most 8 inputs");
+        if (strcmp(e->valuestring, "input") == 0)
+            j = MT_LAYER_INPUT;
+        for (int q = 0; q < s->n_layers && j == -2; q++)
+            if (strcmp(s->layers[q].name, e->valuestring) == 0)
+                j = q;
+        if (j == -2 || j >= idx) {
+            char why[160];
+            snprintf(why, sizeof(why), "\"%.40s\" is %s", e->valuestring,
+                     j == -2 ? "not the name of a layer (nor \"input\")"
+                             : "not an earlier layer (layers run in list order)");
+            return bad(err, ep, why);
+        }
+        o->inputs[k++] = j;
+    }
+    o->n_inputs = k;
+    if (join && k < 2)
+        return bad(err, path, "add and concatenate need 2 or more inputs");
+    if (!join && k != 1)
+        return bad(err, path, "must name exactly one layer");
+    return MT_OK;
+}
+
+int mt_job_spec_consumers(const mt_job_spec *spec, int i)
+{
+    int n = i == spec->n_layers - 1;
+    for (int j = i + 1; j < spec->n_layers; j++)
+        for (int k = 0; k < spec->layers[j].n_inputs; k++)
+            n += spec->layers[j].inputs[k] == i;
+    return n;
+}
+
+static int shape_text(char *buf, size_t cap, int rank, const size_t *shape)
+{
+    int o = 0;
+    for (int a = 0; a < rank; a++)
+        o += snprintf(buf + o, cap - (size_t)o, a ? ", %zu" : "%zu", shape[a]);
+    return o;
+}
+
+mt_code mt_layer_join_shape(const mt_layer_spec *l, int idx, const int *ranks,
+                            const size_t (*shapes)[3], int *out_rank, size_t *out_shape,
+                            mt_err *err)
+{
+    int r = ranks[0];
+    *out_rank = r;
+    memcpy(out_shape, shapes[0], 3 * sizeof(size_t));
+    for (int k = 1; k < l->n_inputs; k++) {
+        bool same = ranks[k] == r;
+        for (int a = 0; same && a < r; a++)
+            same = shapes[k][a] == shapes[0][a] || (l->kind == MT_LAYER_CONCATENATE && a == r - 1);
+        if (!same) {
+            char s0[64], sk[64];
+            shape_text(s0, sizeof(s0), r, shapes[0]);
+            shape_text(sk, sizeof(sk), ranks[k], shapes[k]);
+            return mt_err_set(
+                err, MT_INVALID_ARGUMENT, "model.layers[%d] (%s): input shapes (%s) and (%s) %s",
+                idx, l->name, s0, sk,
+                l->kind == MT_LAYER_ADD ? "differ" : "differ on more than the last axis");
+        }
+        if (l->kind == MT_LAYER_CONCATENATE)
+            out_shape[r - 1] += shapes[k][r - 1];
+    }
+    return MT_OK;
 }
 
 static mt_code parse_model(const cJSON *root, mt_job_spec *s, mt_err *err)
@@ -532,6 +641,17 @@ static mt_code parse_model(const cJSON *root, mt_job_spec *s, mt_err *err)
         }
     }
     assign_default_names(s);
+    for (int i = 0; i < s->n_layers; i++) {
+        rc = parse_inputs(cJSON_GetArrayItem(layers, i), i, s, err);
+        if (rc != MT_OK)
+            return rc;
+    }
+    for (int i = 0; i + 1 < s->n_layers; i++)
+        if (mt_job_spec_consumers(s, i) == 0)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "model.layers[%d] (%s): its output is used by no layer (only the "
+                              "last layer may be the model's output)",
+                              i, s->layers[i].name);
     return MT_OK;
 }
 
@@ -664,10 +784,13 @@ void mt_job_spec_free(mt_job_spec *spec)
 mt_activation mt_model_layer_activation(const mt_job_spec *spec, int i)
 {
     const mt_layer_spec *l = &spec->layers[i];
+    /* the pair is a conv2d whose only reader is the max_pool2d right after it */
     bool pool_next = i + 1 < spec->n_layers && spec->layers[i + 1].kind == MT_LAYER_MAX_POOL2D &&
-                     spec->layers[i + 1].activation == MT_ACT_LINEAR;
-    bool relu_conv_before = i > 0 && spec->layers[i - 1].kind == MT_LAYER_CONV2D &&
-                            spec->layers[i - 1].activation == MT_ACT_RELU;
+                     spec->layers[i + 1].activation == MT_ACT_LINEAR &&
+                     spec->layers[i + 1].inputs[0] == i && mt_job_spec_consumers(spec, i) == 1;
+    bool relu_conv_before =
+        i > 0 && l->inputs[0] == i - 1 && spec->layers[i - 1].kind == MT_LAYER_CONV2D &&
+        spec->layers[i - 1].activation == MT_ACT_RELU && mt_job_spec_consumers(spec, i - 1) == 1;
 
     if (l->kind == MT_LAYER_CONV2D && l->activation == MT_ACT_RELU && pool_next)
         return MT_ACT_LINEAR;

@@ -43,6 +43,8 @@ typedef struct dlayer {
     size_t out_loc;           /* local floats per example of the output */
     size_t pi[6];             /* parameter indices: kernel, bias, gamma, beta, mmean, mvar */
     bool has[6];              /* which of them exist */
+    size_t in_last[MT_LAYER_MAX_INPUTS]; /* concatenate: each input's last-axis width */
+    bool needs_acc; /* the output gradient is accumulated (several readers or a join) */
 } dlayer;
 
 enum { P_KERNEL, P_BIAS, P_GAMMA, P_BETA, P_MMEAN, P_MVAR };
@@ -60,7 +62,11 @@ typedef struct dstate {
     uint8_t *mask;       /* dropout (max_b * in_loc) */
     uint8_t *fullmask;   /* dropout on sharded features (max_b * in_size) */
     const float *in, *used;
+    const float *ins[MT_LAYER_MAX_INPUTS]; /* add / concatenate: every input */
     float *out;
+    float *gacc; /* the output's gradient summed over its readers (dlayer.needs_acc), or NULL */
+    float *gin;  /* backward: the output's gradient (gacc, or the one reader's dx) */
+    bool gfresh; /* gacc holds nothing of this step yet */
     bool dropped;
 } dstate;
 
@@ -116,6 +122,7 @@ struct mt_spmd {
     int *fsdp;               /* per parameter: the axis sharded over the batch dim, or -1 */
     int in_rank;
     size_t in_shape[3], in_size, in_c, in_rows, num_classes, max_gb, max_b, widest;
+    bool input_read_only; /* every reader of the input only reads it: rows are used in place */
     dev *devs;
     /* job hand-off (see run_job): one local device runs on the host thread; several have a
      * thread each that spins briefly on gen, then sleeps on cv_job */
@@ -388,6 +395,11 @@ static mt_code plan_layer(mt_spmd *s, const mt_layout_map *map, dlayer *l, int i
         l->out_shape[0] = l->in_size;
         l->of = l->in_rank == 1 ? xf : -1; /* a channel-sharded image is gathered first */
         break;
+    case MT_LAYER_ADD:
+    case MT_LAYER_CONCATENATE:
+        /* shapes from mt_layer_join_shape (plan); inputs' feature sharding checked there */
+        l->of = l->s.kind == MT_LAYER_ADD ? xf : -1;
+        break;
     case MT_LAYER_BATCH_NORM:
     case MT_LAYER_DROPOUT:
         l->out_rank = l->in_rank;
@@ -460,11 +472,50 @@ static mt_code check_map(mt_spmd *s, const mt_layout_map *map, size_t gb, mt_err
     return rc;
 }
 
+/*
+ * Layer l's (index i) input shape and feature sharding *xf from its producers (the model input
+ * or earlier layers); a join's output shape. An add needs its inputs sharded alike (its output
+ * keeps that sharding); a concatenate needs every input unsharded on the last axis.
+ */
+static mt_code plan_inputs(mt_spmd *s, dlayer *l, int i, int *xf, mt_err *err)
+{
+    int rk[MT_LAYER_MAX_INPUTS] = {0}, xs[MT_LAYER_MAX_INPUTS] = {0};
+    size_t sh[MT_LAYER_MAX_INPUTS][3];
+
+    for (int k = 0; k < l->s.n_inputs; k++) {
+        int p = l->s.inputs[k];
+        const dlayer *q = p == MT_LAYER_INPUT ? NULL : &s->layers[p];
+        rk[k] = q != NULL ? q->out_rank : s->in_rank;
+        memcpy(sh[k], q != NULL ? q->out_shape : s->in_shape, sizeof(sh[k]));
+        xs[k] = q != NULL ? q->of : s->fdim0;
+        l->in_last[k] = sh[k][rk[k] - 1];
+        if (xs[k] != xs[0] || (l->s.kind == MT_LAYER_CONCATENATE && xs[k] >= 0))
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "model.layers[%d] (%s): %s; input %d is sharded over '%s' on its "
+                              "last axis (check the layouts of the layers feeding it)",
+                              i, l->s.name,
+                              l->s.kind == MT_LAYER_ADD
+                                  ? "the inputs of an add must be sharded alike"
+                                  : "the inputs of a concatenate must be whole on the last axis",
+                              k, xs[k] >= 0 ? mt_mesh_dim_name(s->mesh, xs[k]) : "nothing");
+    }
+    l->in_rank = rk[0];
+    memcpy(l->in_shape, sh[0], sizeof(l->in_shape));
+    l->in_size = 1;
+    for (int a = 0; a < l->in_rank; a++)
+        l->in_size *= l->in_shape[a];
+    *xf = xs[0];
+    if (l->s.kind == MT_LAYER_ADD || l->s.kind == MT_LAYER_CONCATENATE)
+        return mt_layer_join_shape(&l->s, i, rk, (const size_t(*)[3])sh, &l->out_rank, l->out_shape,
+                                   err);
+    return MT_OK;
+}
+
 static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *map, mt_err *err)
 {
     const mt_layout *il = mt_layout_map_input(map);
-    int prev_rank = s->in_rank, xf;
-    size_t prev_shape[3];
+    const dlayer *last;
+    int xf;
     mt_code rc;
 
     s->bdim = -1;
@@ -501,32 +552,40 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
     if (s->layers == NULL || s->gparams == NULL || s->playout == NULL || s->ulayout == NULL ||
         s->fsdp == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "spmd plan: out of memory");
-    memcpy(prev_shape, s->in_shape, sizeof(prev_shape));
-    xf = s->fdim0;
     s->widest = s->in_size;
     for (int i = 0; i < spec->n_layers; i++) {
         dlayer *l = &s->layers[i];
         l->s = spec->layers[i];
         l->s.activation = mt_model_layer_activation(spec, i);
-        l->in_rank = prev_rank;
-        memcpy(l->in_shape, prev_shape, sizeof(prev_shape));
-        l->in_size = 1;
-        for (int a = 0; a < prev_rank; a++)
-            l->in_size *= prev_shape[a];
+        if ((rc = plan_inputs(s, l, i, &xf, err)) != MT_OK)
+            return rc;
         rc = plan_layer(s, map, l, i, xf, err);
         if (rc != MT_OK)
             return rc;
         if (l->out_size > s->widest)
             s->widest = l->out_size;
-        prev_rank = l->out_rank;
-        memcpy(prev_shape, l->out_shape, sizeof(prev_shape));
-        xf = l->of;
+        for (int j = i + 1; j < spec->n_layers; j++)
+            for (int k = 0; k < spec->layers[j].n_inputs; k++)
+                l->needs_acc = l->needs_acc || (spec->layers[j].inputs[k] == i &&
+                                                (spec->layers[j].kind == MT_LAYER_ADD ||
+                                                 spec->layers[j].kind == MT_LAYER_CONCATENATE));
+        l->needs_acc = l->needs_acc || mt_job_spec_consumers(spec, i) > 1;
     }
-    if (prev_rank != 1)
+    last = &s->layers[spec->n_layers - 1];
+    if (last->out_rank != 1)
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "model.layers[%d]: the last layer must output a vector of logits",
                           spec->n_layers - 1);
-    s->num_classes = prev_shape[0];
+    s->num_classes = last->out_shape[0];
+    s->input_read_only = true; /* dense, conv2d and the joins write their own buffers */
+    for (int i = 0; i < spec->n_layers; i++) {
+        mt_layer_kind k = spec->layers[i].kind;
+        bool reads = k == MT_LAYER_DENSE || k == MT_LAYER_CONV2D || k == MT_LAYER_ADD ||
+                     k == MT_LAYER_CONCATENATE;
+        for (int j = 0; j < spec->layers[i].n_inputs; j++)
+            if (spec->layers[i].inputs[j] == MT_LAYER_INPUT && !reads)
+                s->input_read_only = false;
+    }
     return check_map(s, map, spec->batch_size, err);
 }
 
@@ -755,11 +814,14 @@ static mt_code dev_alloc(dev *d, mt_err *err)
             DALLOC(st->xin, b * l->use_loc);
         if (l->s.kind != MT_LAYER_FLATTEN || l->xf != l->of)
             DALLOC(st->out_buf, b * l->out_loc);
-        if (i > 0) {
+        if (l->s.inputs[0] != MT_LAYER_INPUT && l->s.kind != MT_LAYER_ADD &&
+            l->s.kind != MT_LAYER_CONCATENATE) {
             DALLOC(st->dx_buf, b * l->in_loc);
             if (st->xin != NULL)
                 DALLOC(st->dxk, b * l->use_loc);
         }
+        if (l->needs_acc)
+            DALLOC(st->gacc, b * l->out_loc);
         if (l->s.kind == MT_LAYER_CONV2D) {
             st->geom = (mt_conv2d_geom){b,
                                         l->in_shape[0],
@@ -770,7 +832,7 @@ static mt_code dev_alloc(dev *d, mt_err *err)
                                         l->s.filters / dsz(s, l->kout),
                                         l->s.same};
             DALLOC(st->cols, mt_conv2d_cols_size(&st->geom));
-            if (i > 0)
+            if (l->s.inputs[0] != MT_LAYER_INPUT)
                 DALLOC(st->dcols, mt_conv2d_cols_size(&st->geom));
         }
         if (l->s.kind == MT_LAYER_MAX_POOL2D)
@@ -821,6 +883,7 @@ static void dev_free(dev *d)
         mt_free(st->bn);
         mt_free(st->mask);
         mt_free(st->fullmask);
+        mt_free(st->gacc);
     }
     mt_free(d->ls);
     mt_coll_bucket_free(d->bucket);
@@ -958,6 +1021,12 @@ static mt_code layer_forward(dev *d, int idx, size_t batch, size_t gb, bool trai
         }
         mt_dropout_forward(st->out, st->in, st->mask, 1.0f / (1.0f - l->s.rate), batch * l->in_loc);
         break;
+    case MT_LAYER_ADD:
+        mt_add_forward(st->out, st->ins, l->s.n_inputs, batch * l->out_loc);
+        break;
+    case MT_LAYER_CONCATENATE:
+        mt_concat_forward(st->out, st->ins, l->in_last, l->s.n_inputs, batch * l->out_rows);
+        break;
     }
     if (l->s.activation == MT_ACT_RELU)
         mt_relu_forward(st->out, st->out, batch * l->out_loc);
@@ -968,18 +1037,23 @@ static mt_code layer_forward(dev *d, int idx, size_t batch, size_t gb, bool trai
 static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint64_t first)
 {
     mt_spmd *s = d->s;
-    const float *in = d->xin;
+    const float *in = NULL;
     const dlayer *last = &s->layers[s->n_layers - 1];
     mt_code rc;
 
     if (d->wstale && (rc = fsdp_gather(d)) != MT_OK)
         return rc;
     for (int i = 0; i < s->n_layers; i++) {
-        d->ls[i].in = in;
+        dstate *st = &d->ls[i];
+        for (int k = 0; k < s->layers[i].s.n_inputs; k++) {
+            int p = s->layers[i].s.inputs[k];
+            st->ins[k] = p == MT_LAYER_INPUT ? d->xin : d->ls[p].out;
+        }
+        st->in = st->ins[0];
         rc = layer_forward(d, i, d->batch, gb, training, step, first);
         if (rc != MT_OK)
             return rc;
-        in = d->ls[i].out;
+        in = st->out;
     }
     if (last->of >= 0)
         return reshard(d, in, d->batch, s->num_classes, last->of, -1, d->logits);
@@ -1030,8 +1104,12 @@ static mt_code layer_backward(dev *d, int idx, float *dy, float **dx_out)
         if (dx != NULL)
             mt_maxpool2_backward(dx, dy, st->argmax, batch * l->in_loc, batch * l->out_loc);
         break;
+    case MT_LAYER_ADD:
+    case MT_LAYER_CONCATENATE:
+        dx = dy; /* routed to every input by give_grad */
+        break;
     case MT_LAYER_FLATTEN:
-        if (idx == 0)
+        if (l->s.inputs[0] == MT_LAYER_INPUT)
             dx = NULL;
         else if (l->xf == l->of)
             dx = dy;
@@ -1067,6 +1145,33 @@ static mt_code layer_backward(dev *d, int idx, float *dy, float **dx_out)
     return rc;
 }
 
+/*
+ * Hand the gradient g of layer l's k-th input to its producer: by pointer when the producer has
+ * no accumulator, else copied into it (the first reader in reverse order) or added; a
+ * concatenate hands each input its columns [off, off + w) (as core/model does).
+ */
+static void give_grad(dev *d, const dlayer *l, int k, float *g, size_t off)
+{
+    int p = l->s.inputs[k];
+    const dlayer *q;
+    dstate *qs;
+    size_t w, c;
+
+    if (p == MT_LAYER_INPUT)
+        return;
+    q = &d->s->layers[p];
+    qs = &d->ls[p];
+    if (qs->gacc == NULL) {
+        qs->gin = g;
+        return;
+    }
+    c = l->s.kind == MT_LAYER_CONCATENATE ? l->out_c : q->out_loc;
+    w = l->s.kind == MT_LAYER_CONCATENATE ? l->in_last[k] : c;
+    mt_grad_accumulate(qs->gacc, g, d->batch * q->out_loc / w, w, c, off, !qs->gfresh);
+    qs->gfresh = false;
+    qs->gin = qs->gacc;
+}
+
 static mt_code dev_backward(dev *d)
 {
     mt_spmd *s = d->s;
@@ -1080,12 +1185,20 @@ static mt_code dev_backward(dev *d)
             memcpy(d->dlog_loc + r * cl, d->dlogits + r * s->num_classes + off, cl * sizeof(float));
         dy = d->dlog_loc;
     }
+    for (int i = 0; i < s->n_layers; i++)
+        d->ls[i].gfresh = true;
+    d->ls[s->n_layers - 1].gin = dy;
     for (int i = s->n_layers - 1; i >= 0; i--) {
+        const dlayer *l = &s->layers[i];
         float *dx = NULL;
-        rc = layer_backward(d, i, dy, &dx);
+        size_t off = 0;
+        rc = layer_backward(d, i, d->ls[i].gin, &dx);
         if (rc != MT_OK)
             return rc;
-        dy = dx;
+        for (int k = 0; dx != NULL && k < l->s.n_inputs; k++) {
+            give_grad(d, l, k, dx, off);
+            off += l->in_last[k];
+        }
     }
     return MT_OK;
 }
@@ -1101,13 +1214,12 @@ static mt_code dev_backward(dev *d)
 static void dev_take_rows(dev *d, const float *x, const int32_t *y, size_t n)
 {
     mt_spmd *s = d->s;
-    mt_layer_kind k0 = s->layers[0].s.kind;
     size_t fl = s->in_size / dsz(s, s->fdim0);
 
     d->batch = n;
     if (n > 0) /* an empty piece may have NULL rows */
         memcpy(d->y, y, n * sizeof(int32_t));
-    if (n > 0 && s->fdim0 < 0 && (k0 == MT_LAYER_DENSE || k0 == MT_LAYER_CONV2D)) {
+    if (n > 0 && s->fdim0 < 0 && s->input_read_only) {
         d->xin = x;
         return;
     }

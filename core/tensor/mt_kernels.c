@@ -637,3 +637,46 @@ void mt_adam_update(float *restrict w, float *restrict m, float *restrict v,
         w[i] -= a * m[i] / (sqrtf(v[i]) + eps);
     }
 }
+
+/* ------------------------------------------------------------------ graph joins */
+
+void mt_add_forward(float *out, const float *const *ins, int k, size_t n)
+{
+    memcpy(out, ins[0], n * sizeof(float));
+    for (int j = 1; j < k; j++)
+        for (size_t i = 0; i < n; i++)
+            out[i] += ins[j][i];
+}
+
+void mt_concat_forward(float *out, const float *const *ins, const size_t *widths, int k,
+                       size_t rows)
+{
+    size_t c = 0;
+    for (int j = 0; j < k; j++)
+        c += widths[j];
+    for (size_t r = 0; r < rows; r++) {
+        float *o = out + r * c;
+        for (int j = 0; j < k; j++) {
+            memcpy(o, ins[j] + r * widths[j], widths[j] * sizeof(float));
+            o += widths[j];
+        }
+    }
+}
+
+void mt_grad_accumulate(float *dst, const float *src, size_t rows, size_t w, size_t c, size_t off,
+                        bool add)
+{
+    if (!add && w == c) {
+        memcpy(dst, src, rows * w * sizeof(float));
+        return;
+    }
+    for (size_t r = 0; r < rows; r++) {
+        const float *s = src + r * c + off;
+        float *d = dst + r * w;
+        if (add)
+            for (size_t j = 0; j < w; j++)
+                d[j] += s[j];
+        else
+            memcpy(d, s, w * sizeof(float));
+    }
+}

@@ -179,6 +179,24 @@ mt_code mt_softmax_xent_ref(float *dlogits, double *loss_sum, size_t *correct, c
                             const int32_t *labels, size_t batch, size_t k, float grad_scale,
                             mt_err *err);
 
+/* ------------------------------------------------------------------ graph joins */
+
+/* out: (n) = ins[0] + ins[1] + ... + ins[k-1], added in that order (k >= 1). */
+void mt_add_forward(float *out, const float *const *ins, int k, size_t n);
+
+/*
+ * Concatenate along the last axis: out is (rows, Σ widths[j]); input j is (rows, widths[j]).
+ */
+void mt_concat_forward(float *out, const float *const *ins, const size_t *widths, int k,
+                       size_t rows);
+
+/*
+ * dst (rows, w) = src[:, off:off + w] of src (rows, c), or += when add. With w == c and off 0
+ * it is a plain copy / sum (a residual's gradient); otherwise a concatenate's slice.
+ */
+void mt_grad_accumulate(float *dst, const float *src, size_t rows, size_t w, size_t c, size_t off,
+                        bool add);
+
 /* ------------------------------------------------------------------ batch norm */
 /*
  * Over the batch axis: x is viewed as (N, C) with N = rows (B for dense, B*H*W for NHWC conv).

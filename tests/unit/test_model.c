@@ -145,6 +145,32 @@ static const struct {
      "model.layers[0].epsilon: must be a number in (0, 1]"},
     {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3,\"use_bias\":\"no\"}]}}",
      "model.layers[0].use_bias: must be true or false"},
+    /* names and graphs */
+    {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3,\"name\":\"a.b\"}]}}",
+     "model.layers[0].name: must be letters, digits"},
+    {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3,\"name\":\"h\"},"
+     "{\"type\":\"dense\",\"units\":3,\"name\":\"h\"}]}}",
+     "model.layers[1].name: \"h\" is already the name of model.layers[0]"},
+    {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3},{\"type\":\"add\"}]}}",
+     "model.layers[1].inputs: is required for add and concatenate"},
+    {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3},{\"type\":\"add\","
+     "\"inputs\":[\"dense_1\"]}]}}",
+     "model.layers[1].inputs: add and concatenate need 2 or more inputs"},
+    {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3,\"inputs\":[\"dense_2\"]},"
+     "{\"type\":\"dense\",\"units\":3}]}}",
+     "model.layers[0].inputs[0]: \"dense_2\" is not an earlier layer"},
+    {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3},{\"type\":\"dense\","
+     "\"units\":3,\"inputs\":[\"nope\"]}]}}",
+     "model.layers[1].inputs[0]: \"nope\" is not the name of a layer"},
+    {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3},{\"type\":\"dense\","
+     "\"units\":3,\"inputs\":[\"input\",\"dense_1\"]}]}}",
+     "model.layers[1].inputs: must name exactly one layer"},
+    {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3},{\"type\":\"dense\","
+     "\"units\":3,\"inputs\":[\"input\"]}]}}",
+     "model.layers[0] (dense_1): its output is used by no layer"},
+    {"{\"model\":{\"layers\":[{\"type\":\"concatenate\",\"axis\":1,\"inputs\":[\"input\","
+     "\"input\"]}]}}",
+     "model.layers[0].axis: only -1"},
 };
 
 static void test_model_spec_rejects_with_path(void **state)
@@ -477,6 +503,52 @@ static void test_model_grad_dropout_flatten(void **state)
              "\"activation\":\"relu\"},{\"type\":\"dropout\",\"rate\":0.4},{\"type\":\"dense\","
              "\"units\":3}]}}",
              3, in, 4);
+}
+
+/* Graph models: a residual MLP with two skip connections (one from the model input), a
+ * concatenate of two branches, and a CNN with one add; gradients by finite differences. */
+static void test_model_grad_graphs(void **state)
+{
+    size_t in1[1] = {6}, in3[3] = {6, 6, 2};
+    (void)state;
+    fd_model("{\"model\":{\"layers\":["
+             "{\"type\":\"dense\",\"units\":6,\"activation\":\"relu\",\"name\":\"h1\"},"
+             "{\"type\":\"add\",\"inputs\":[\"h1\",\"input\"],\"name\":\"r1\"},"
+             "{\"type\":\"dense\",\"units\":6,\"activation\":\"relu\"},"
+             "{\"type\":\"add\",\"inputs\":[\"dense_1\",\"r1\",\"h1\"]},"
+             "{\"type\":\"dense\",\"units\":3}]}}",
+             1, in1, 4);
+    fd_model("{\"model\":{\"layers\":["
+             "{\"type\":\"dense\",\"units\":4,\"activation\":\"relu\",\"name\":\"a\"},"
+             "{\"type\":\"dense\",\"units\":3,\"inputs\":[\"input\"],\"name\":\"b\"},"
+             "{\"type\":\"concatenate\",\"inputs\":[\"a\",\"b\",\"a\"]},"
+             "{\"type\":\"batch_norm\"},"
+             "{\"type\":\"dense\",\"units\":3}]}}",
+             1, in1, 5);
+    fd_model("{\"model\":{\"layers\":["
+             "{\"type\":\"conv2d\",\"filters\":3,\"kernel_size\":3,\"padding\":\"same\","
+             "\"activation\":\"relu\",\"name\":\"c1\"},"
+             "{\"type\":\"conv2d\",\"filters\":3,\"kernel_size\":3,\"padding\":\"same\"},"
+             "{\"type\":\"add\",\"inputs\":[\"conv2d_1\",\"c1\"]},"
+             "{\"type\":\"max_pool2d\"},{\"type\":\"flatten\"},"
+             "{\"type\":\"dense\",\"units\":3}]}}",
+             3, in3, 2);
+}
+
+/* Shape errors name the layer and both shapes. */
+static void test_model_graph_shape_errors(void **state)
+{
+    size_t in1[1] = {6};
+    mt_job_spec *sp = parse("{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":4,"
+                            "\"name\":\"a\"},{\"type\":\"add\",\"inputs\":[\"a\",\"input\"]},"
+                            "{\"type\":\"dense\",\"units\":2}]}}");
+    mt_model *m = NULL;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    assert_int_equal(mt_model_new(sp, 1, in1, 4, &m, &err), MT_INVALID_ARGUMENT);
+    assert_null(m);
+    assert_string_equal(err.msg, "model.layers[1] (add_1): input shapes (4) and (6) differ");
+    mt_job_spec_free(sp);
 }
 
 static void test_model_grad_whole_cnn(void **state)
@@ -835,6 +907,9 @@ int main(void)
         cmocka_unit_test(test_model_bn_uses_comm),
         cmocka_unit_test(test_model_allocation_failures),
         cmocka_unit_test(test_model_two_replicas_match_one_device),
+        /* last: they draw from frand, and the replica test's data must not move */
+        cmocka_unit_test(test_model_grad_graphs),
+        cmocka_unit_test(test_model_graph_shape_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

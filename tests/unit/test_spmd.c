@@ -359,6 +359,75 @@ static void test_spmd_fsdp_equals_single_device(void **state)
     data_free(&f);
 }
 
+static void expect_new_error(const char *json, const char *mesh, mt_code code, const char *msg)
+{
+    size_t shape[1] = {FEAT};
+    job j;
+    mt_spmd *s = (mt_spmd *)&j;
+    mt_err err = MT_ERR_INIT;
+    job_load(&j, json, mesh);
+    assert_int_equal(mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 1, shape, 16, NULL, &s, &err),
+                     code);
+    assert_null(s);
+    if (strstr(err.msg, msg) == NULL)
+        fail_msg("message '%s' lacks '%s'", err.msg, msg);
+    job_free(&j);
+}
+
+/* A residual MLP with two skip connections and a concatenate; a CNN with one add. */
+#define RES_SPEC(extra)                                                                            \
+    "{\"seed\":5,\"batch_size\":16,\"optimizer\":\"sgd\",\"learning_rate\":0.05,"                  \
+    "\"model\":{\"input_shape\":[1200],\"layers\":["                                               \
+    "{\"type\":\"dense\",\"units\":48,\"activation\":\"relu\",\"name\":\"h1\"},"                   \
+    "{\"type\":\"dense\",\"units\":48,\"activation\":\"relu\",\"name\":\"h2\"},"                   \
+    "{\"type\":\"add\",\"inputs\":[\"h2\",\"h1\"],\"name\":\"r1\"},"                               \
+    "{\"type\":\"dense\",\"units\":48,\"activation\":\"relu\",\"name\":\"h3\"},"                   \
+    "{\"type\":\"add\",\"inputs\":[\"h3\",\"r1\"],\"name\":\"r2\"},"                               \
+    "{\"type\":\"batch_norm\"},{\"type\":\"dense\",\"units\":2}]}" extra "}"
+#define RES_MP                                                                                     \
+    ",\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{\"h[123]\\\\.kernel\":[\"unsharded\","       \
+    "\"model\"],\"dense_1\\\\.kernel\":[\"model\",\"unsharded\"]}"
+#define CAT_SPEC(extra)                                                                            \
+    "{\"seed\":6,\"batch_size\":16,\"optimizer\":\"sgd\",\"learning_rate\":0.05,"                  \
+    "\"model\":{\"input_shape\":[1200],\"layers\":["                                               \
+    "{\"type\":\"dense\",\"units\":16,\"activation\":\"relu\",\"name\":\"a\"},"                    \
+    "{\"type\":\"dense\",\"units\":8,\"inputs\":[\"input\"],\"name\":\"b\"},"                      \
+    "{\"type\":\"concatenate\",\"inputs\":[\"a\",\"b\"]},"                                         \
+    "{\"type\":\"dense\",\"units\":2}]}" extra "}"
+#define RESCNN                                                                                     \
+    "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"activation\":\"relu\",\"name\":\"c1\"},"                                                    \
+    "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":3,\"padding\":\"same\"},"                  \
+    "{\"type\":\"add\",\"inputs\":[\"conv2d_1\",\"c1\"]},{\"type\":\"max_pool2d\"},"               \
+    "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10}"
+
+static void test_spmd_graphs_equal_single_device(void **state)
+{
+    size_t shape[1] = {FEAT}, ishape[3] = {28, 28, 1};
+    data d = gen_data(64, FEAT, 2, 18), f = fashion_or_generated(64);
+    int steps = sanitized() ? 2 : 4;
+    (void)state;
+    check_equivalence(RES_SPEC(DP_EXTRA), NULL, 1, shape, &d, 10, 1e-5);
+    check_equivalence(RES_SPEC(RES_MP), NULL, 1, shape, &d, 10, 1e-5);
+    check_equivalence(RES_SPEC(",\"mesh\":{\"batch\":4},\"layouts\":{\"h.*kernel\":[\"batch\","
+                               "\"unsharded\"]}"),
+                      NULL, 1, shape, &d, 10, 1e-5);
+    check_equivalence(CAT_SPEC(DP_EXTRA), NULL, 1, shape, &d, 10, 1e-5);
+    check_equivalence(FMNIST_SPEC(RESCNN, ",\"mesh\":{\"batch\":4}"), NULL, 3, ishape, &f, steps,
+                      CNN_TOL);
+    check_equivalence(FMNIST_SPEC(RESCNN, ",\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":"
+                                          "{\"c.*\\\\.kernel\":[\"unsharded\",\"unsharded\","
+                                          "\"unsharded\",\"model\"]}"),
+                      NULL, 3, ishape, &f, steps, CNN_TOL);
+    /* an add of differently sharded inputs is refused naming the layer */
+    expect_new_error(RES_SPEC(",\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{\"h2\\\\."
+                              "kernel\":[\"unsharded\",\"model\"]}"),
+                     NULL, MT_INVALID_ARGUMENT,
+                     "model.layers[2] (r1): the inputs of an add must be sharded alike");
+    data_free(&d);
+    data_free(&f);
+}
+
 /*
  * Every reshard path: dense_2's input is sharded over model but its kernel contracts over feature
  * (allgather over model, slice over feature, and back in the backward); dense_3's output is
@@ -410,21 +479,6 @@ static void test_spmd_shards_hold_their_slice(void **state)
     }
     assert_string_equal(mt_spmd_param_layout(s, 1)->axes[0], "model"); /* dense_1.bias */
     mt_spmd_free(s);
-    job_free(&j);
-}
-
-static void expect_new_error(const char *json, const char *mesh, mt_code code, const char *msg)
-{
-    size_t shape[1] = {FEAT};
-    job j;
-    mt_spmd *s = (mt_spmd *)&j;
-    mt_err err = MT_ERR_INIT;
-    job_load(&j, json, mesh);
-    assert_int_equal(mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 1, shape, 16, NULL, &s, &err),
-                     code);
-    assert_null(s);
-    if (strstr(err.msg, msg) == NULL)
-        fail_msg("message '%s' lacks '%s'", err.msg, msg);
     job_free(&j);
 }
 
@@ -1213,6 +1267,7 @@ int main(void)
         cmocka_unit_test(test_spmd_fashion_mlp_and_cnn),
         cmocka_unit_test(test_spmd_reshard_paths_equal_single_device),
         cmocka_unit_test(test_spmd_fsdp_equals_single_device),
+        cmocka_unit_test(test_spmd_graphs_equal_single_device),
         cmocka_unit_test(test_spmd_shards_hold_their_slice),
         cmocka_unit_test(test_spmd_layout_errors),
         cmocka_unit_test(test_spmd_config_checkpoint_fields),
