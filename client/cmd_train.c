@@ -146,12 +146,11 @@ static mt_code run_spmd(const char *path, const mt_job_spec *spec, const train_a
 {
     mt_spmd_config cfg;
     mt_spmd_run_opts ro = MT_SPMD_RUN_OPTS_DEFAULTS;
-    mt_idx_set train, test;
+    mt_spmd_job job = {NULL, NULL, NULL, NULL, NULL, NULL};
     mt_mesh *override = NULL;
     const mt_mesh *mesh;
     char *text = NULL, base[4096];
-    size_t len = 0, in_shape[3] = {0, 0, 0};
-    int in_rank = 0;
+    size_t len = 0;
     mt_code rc;
 
     memset(&cfg, 0, sizeof(cfg));
@@ -171,18 +170,12 @@ static mt_code run_spmd(const char *path, const mt_job_spec *spec, const train_a
     ro.ckpt_keep = cfg.ckpt_keep;
     ro.resume = a->resume;
     ro.spec_json = text;
-    if (mt_spmd_uses_pipeline(spec)) { /* the input pipeline (core/data), prefetching */
-        rc = mt_spmd_run_pipeline(spec, text, base, mesh, cfg.layouts, &ro, NULL, on_progress, out,
-                                  res, err);
-        goto done;
-    }
-    rc = mt_spmd_load_data(spec, text, base, &train, &test, &in_rank, in_shape, err);
-    if (rc != MT_OK)
-        goto done;
-    rc = mt_spmd_run_data(spec, mesh, cfg.layouts, &ro, &train, &test, in_rank, in_shape,
-                          on_progress, out, res, err);
-    mt_idx_set_fini(&train);
-    mt_idx_set_fini(&test);
+    job.spec = spec;
+    job.spec_json = text;
+    job.base_dir = base;
+    job.mesh = mesh;
+    job.layouts = cfg.layouts;
+    rc = mt_spmd_train(&job, &ro, on_progress, out, res, err);
 done:
     mt_mesh_free(override);
     mt_spmd_config_fini(&cfg);
@@ -290,23 +283,8 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
         mt_job_spec_free(spec);
         return mt_cli_fail(&err);
     }
-    {
-        mt_spmd_config cfg;
-        char *text = NULL;
-        size_t len = 0;
-        bool spmd = ta.mesh != NULL || ta.save != NULL || ta.resume != NULL ||
-                    strcmp(spec->dataset.format, "idx") != 0;
-        rc = spmd ? MT_OK : mt_cli_read_file(argv[optind], &text, &len, &err);
-        if (!spmd && rc == MT_OK && (rc = mt_spmd_config_parse(text, len, &cfg, &err)) == MT_OK) {
-            spmd = cfg.mesh != NULL || mt_layout_map_count(cfg.layouts) > 0 ||
-                   mt_layout_map_input(cfg.layouts) != NULL;
-            mt_spmd_config_fini(&cfg);
-        }
-        mt_free(text);
-        if (rc == MT_OK)
-            rc = spmd ? run_spmd(argv[optind], spec, &ta, &topt, &out, &res, &err)
-                      : mt_train_run(spec, &topt, on_progress, &out, &res, &err);
-    }
+    if (rc == MT_OK) /* a spec without a mesh trains on batch=1: the same engine */
+        rc = run_spmd(argv[optind], spec, &ta, &topt, &out, &res, &err);
     mt_job_spec_free(spec);
     if (rc != MT_OK)
         return mt_cli_fail(&err);

@@ -8,23 +8,22 @@
  * flag, and the thread clears that pointer (under the mutex) before it frees the run. `live`
  * counts runner threads so worker_tasks_stop can wait for them.
  * A runner does, in order: parse the spec (core/model, core/spmd config), build the mesh from the
- * assignment's dimensions, load the dataset (idx/csv/text: nothing here, mt_spmd_run_pipeline
- * opens this worker's own input pipeline, told the process of every rank by run_pipeline; under
- * the default DATA sharding a device's batch depends only on its batch coordinate; synthetic:
- * generated whole, each device takes its slice of the same global batches), build the network
- * world from the rank table (the listener is the worker's, opened at start), download the resume
- * checkpoint when the assignment names one, then run mt_spmd_run_data with this file's progress,
- * save and stop hooks. Only the worker holding global rank 0 reports metrics and writes/uploads
- * checkpoints (the others' numbers are the same bits after the allreduces). A final checkpoint is
- * always written at the end of training so that `meshtrain export JOB` has the model.
- * A cancel also cancels the run's collective world (mt_coll_world_cancel; the run publishes it
- * under the mutex while it exists), so a device blocked on a peer behind a dead link stops at
- * once instead of at the collective deadline, and the data plane is free for the next attempt.
- * Metric names: loss, accuracy (running means over the epoch, as Keras prints them),
- * examples_per_sec, epoch_steps and epochs (once per epoch, for progress bars), eval_loss and
- * eval_accuracy (epoch end).
- * Threading: heartbeat pool thread (on_assignment/on_cancel/snapshot), runner threads, the
- * shutdown path; all shared fields are under t->mu; the cancel/stop flags are atomics.
+ * assignment's dimensions, build the network world from the rank table (the listener is the
+ * worker's, opened at start), download the resume checkpoint when the assignment names one, then
+ * train through mt_spmd_train (the entry point `train --local` uses too) with this file's
+ * progress, save and stop hooks; told the process of every rank, it opens this worker's own input
+ * pipeline (under the default DATA sharding a device's batch depends only on its batch
+ * coordinate) or loads a whole data set that each device slices. Only the worker holding global
+ * rank 0 reports metrics and writes/uploads checkpoints (the others' numbers are the same bits
+ * after the allreduces). A final checkpoint is always written at the end of training so that
+ * `meshtrain export JOB` has the model. A cancel also cancels the run's collective world
+ * (mt_coll_world_cancel; the run publishes it under the mutex while it exists), so a device blocked
+ * on a peer behind a dead link stops at once instead of at the collective deadline, and the data
+ * plane is free for the next attempt. Metric names: loss, accuracy (running means over the epoch,
+ * as Keras prints them), examples_per_sec, epoch_steps and epochs (once per epoch, for progress
+ * bars), eval_loss and eval_accuracy (epoch end). Threading: heartbeat pool thread
+ * (on_assignment/on_cancel/snapshot), runner threads, the shutdown path; all shared fields are
+ * under t->mu; the cancel/stop flags are atomics.
  */
 #include "worker/task.h"
 
@@ -480,15 +479,16 @@ static uint64_t fnv1a(const char *s)
 }
 
 /*
- * Train through this worker's own input pipeline (core/data): the process index of every rank
- * (ranks with the same data-plane address live in one process) tells mt_spmd_run_pipeline how
- * many pipelines there are and which one is this worker's.
+ * Train (mt_spmd_train): the process index of every rank (ranks with the same data-plane address
+ * live in one process) tells an input pipeline how many pipelines there are and which one is this
+ * worker's; a whole data set (IDX, synthetic) is loaded by every worker and sliced per device.
  */
-static mt_code run_pipeline(task_run *r, const mt_job_spec *spec, const mt_mesh *mesh,
-                            const mt_layout_map *layouts, const mt_spmd_run_opts *ro,
-                            mt_train_result *res, mt_err *err)
+static mt_code run_train(task_run *r, const mt_job_spec *spec, const mt_mesh *mesh,
+                         const mt_layout_map *layouts, const mt_spmd_run_opts *ro,
+                         mt_train_result *res, mt_err *err)
 {
     int *proc = mt_calloc((size_t)r->n_ranks + 1, sizeof(int)), nproc = 0;
+    mt_spmd_job job = {spec, r->spec_json, ".", mesh, layouts, NULL};
     mt_code rc;
 
     if (proc == NULL)
@@ -501,8 +501,8 @@ static mt_code run_pipeline(task_run *r, const mt_job_spec *spec, const mt_mesh 
         if (proc[i] < 0)
             proc[i] = nproc++;
     }
-    rc = mt_spmd_run_pipeline(spec, r->spec_json, ".", mesh, layouts, ro, proc, on_progress, r, res,
-                              err);
+    job.rank_process = proc;
+    rc = mt_spmd_train(&job, ro, on_progress, r, res, err);
     mt_free(proc);
     return rc;
 }
@@ -548,10 +548,9 @@ static mt_code attach_progress(task_run *r, mt_coll_world *world, mt_err *err)
 /* Everything between "running" and the final state. */
 static mt_code run_task(task_run *r, mt_err *err)
 {
-    size_t len = strlen(r->spec_json), in_shape[3] = {0, 0, 0};
+    size_t len = strlen(r->spec_json);
     mt_coll_world_opts wo = MT_COLL_WORLD_DEFAULTS;
     mt_spmd_run_opts ro = MT_SPMD_RUN_OPTS_DEFAULTS;
-    mt_idx_set train, test;
     mt_job_spec *spec = NULL;
     mt_spmd_config cfg;
     mt_mesh *mesh = NULL;
@@ -559,12 +558,9 @@ static mt_code run_task(task_run *r, mt_err *err)
     mt_train_result res;
     char resume[600];
     const char *tmp = getenv("TMPDIR");
-    int in_rank = 0;
     mt_code rc;
 
     memset(&cfg, 0, sizeof(cfg));
-    memset(&train, 0, sizeof(train));
-    memset(&test, 0, sizeof(test));
     if (r->tab->net == NULL)
         return mt_err_set(err, MT_FAILED_PRECONDITION,
                           "worker has no data-plane listener (see its log: --data-listen)");
@@ -578,11 +574,6 @@ static mt_code run_task(task_run *r, mt_err *err)
         ((rc = mt_pathsafe_check_job_spec(r->tab->roots, spec, err)) != MT_OK ||
          (rc = mt_pathsafe_check_dataset_json(r->tab->roots, r->spec_json, len, ".", err)) !=
              MT_OK))
-        goto done;
-    rc = mt_spmd_uses_pipeline(spec)
-             ? MT_OK /* each worker opens its own input pipeline once placement is known */
-             : mt_spmd_load_data(spec, r->spec_json, ".", &train, &test, &in_rank, in_shape, err);
-    if (rc != MT_OK)
         goto done;
     wo.job_id = fnv1a(r->job_id) + r->attempt;
     wo.default_deadline_ms = COLL_DEADLINE_MS;
@@ -622,10 +613,7 @@ static mt_code run_task(task_run *r, mt_err *err)
     ro.on_saved = upload;
     ro.save_on_stop = on_stop_save;
     r->last_flush = now_s();
-    rc = mt_spmd_uses_pipeline(spec)
-             ? run_pipeline(r, spec, mesh, cfg.layouts, &ro, &res, err)
-             : mt_spmd_run_data(spec, mesh, cfg.layouts, &ro, &train, &test, in_rank, in_shape,
-                                on_progress, r, &res, err);
+    rc = run_train(r, spec, mesh, cfg.layouts, &ro, &res, err);
     /* the last points: keep trying while the coordinator may be restarting */
     for (double until = now_s() + CKPT_RETRY_S;
          r->npts > 0 && now_s() < until && !atomic_load(&r->term);) {
@@ -643,8 +631,6 @@ done:
     mt_coll_world_free(world);
     if (r->td.path[0] != '\0')
         worker_taskdir_remove(&r->td);
-    mt_idx_set_fini(&train);
-    mt_idx_set_fini(&test);
     mt_mesh_free(mesh);
     mt_spmd_config_fini(&cfg);
     mt_job_spec_free(spec);

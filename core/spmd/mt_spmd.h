@@ -358,4 +358,25 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const char *spec_json, con
                              mt_train_progress_fn progress, void *ctx, mt_train_result *res,
                              mt_err *err);
 
+/* ------------------------------------------------------------------ the one entry point */
+
+/* A job as every trainer sees it (all borrowed for the call). */
+typedef struct mt_spmd_job {
+    const mt_job_spec *spec;      /* parsed (core/model) */
+    const char *spec_json;        /* its text: the dataset section, stored in checkpoints */
+    const char *base_dir;         /* relative input-pipeline paths resolve against it */
+    const mt_mesh *mesh;          /* the mesh; a run without one is batch=1 */
+    const mt_layout_map *layouts; /* layouts and input layout, never NULL */
+    const int *rank_process;      /* process index of every world rank, or NULL (one process) */
+} mt_spmd_job;
+
+/*
+ * Train a job: the one entry point of `meshtrain train --local` and the worker's task. Chooses
+ * the input: the spec's input pipeline (csv/text/idx with "train": mt_spmd_run_pipeline, one
+ * pipeline per process) or a whole data set loaded once (IDX files, synthetic:
+ * mt_spmd_load_data + mt_spmd_run_data). Options, callback, result and codes as those.
+ */
+mt_code mt_spmd_train(const mt_spmd_job *job, const mt_spmd_run_opts *o,
+                      mt_train_progress_fn progress, void *ctx, mt_train_result *res, mt_err *err);
+
 #endif

@@ -794,3 +794,25 @@ done:
     mt_spmd_free(r.s);
     return rc;
 }
+
+mt_code mt_spmd_train(const mt_spmd_job *job, const mt_spmd_run_opts *o,
+                      mt_train_progress_fn progress, void *ctx, mt_train_result *res, mt_err *err)
+{
+    mt_idx_set train, test;
+    size_t in_shape[3] = {0, 0, 0};
+    int in_rank = 0;
+    mt_code rc;
+
+    if (mt_spmd_uses_pipeline(job->spec))
+        return mt_spmd_run_pipeline(job->spec, job->spec_json, job->base_dir, job->mesh,
+                                    job->layouts, o, job->rank_process, progress, ctx, res, err);
+    rc = mt_spmd_load_data(job->spec, job->spec_json, job->base_dir, &train, &test, &in_rank,
+                           in_shape, err);
+    if (rc != MT_OK)
+        return rc;
+    rc = mt_spmd_run_data(job->spec, job->mesh, job->layouts, o, &train, &test, in_rank, in_shape,
+                          progress, ctx, res, err);
+    mt_idx_set_fini(&train);
+    mt_idx_set_fini(&test);
+    return rc;
+}
