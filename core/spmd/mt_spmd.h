@@ -23,9 +23,12 @@
  * conv2d: batch-sharded input (channel-sharded inputs are allgathered), output channels may be
  * sharded (kernel layout [unsharded, unsharded, unsharded, D]). BatchNorm statistics are summed
  * over B (global batch). Flatten of a channel-sharded image and the logits are allgathered.
- * Loss, accuracy and every weight gradient are allreduced over B only (weights may not be
- * sharded over B; gradients, loss, accuracy and the next step's example count are fused into
- * one bucket: one allreduce per step). The optimizer updates the local shard.
+ * Loss, accuracy and every weight gradient are allreduced over B only (gradients, loss, accuracy
+ * and the next step's example count are fused into one bucket: one allreduce per step). The
+ * optimizer updates the local shard. A weight axis sharded over B (FSDP) is stored sliced with its
+ * slots, allgathered into a working copy before the first forward after an update or restore; its
+ * whole gradient rides in the bucket and each device keeps its slice. Graph models (add,
+ * concatenate) route gradients to every reader's producer in reverse list order.
  *
  * Equivalence: for any mesh and layouts, K steps give the weights of K steps on one device with
  * the same seed and global batch up to float rounding; the same job on the same mesh twice is

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# fsdp.sh [BUILD_DIR] — weights sharded over the batch dimension (FSDP) against replicated
+# weights, on 2 workers x 2 devices (mesh batch=4), through the whole product: a real
+# coordinator and fresh workers per run on loopback. Models: the Fashion-MNIST MLP and CNN
+# (examples/, global batch 128, Adam) and a wide MLP (784 -> 2048 -> 2048 -> 10, 5.8M
+# parameters) where memory shows. Prints per run: examples/s (the job's examples_per_sec),
+# the per-device weight + optimizer-slot bytes and FSDP working-copy bytes from `meshtrain
+# plan`, and the workers' RSS in the second half of training (the larger of the two, sampled every
+# 0.2 s; the Fashion-MNIST rows include the loaded data set); then FSDP/replicated ratios
+# measured in the same run, with the load average. Never run by ctest.
+# Env: FSDP_STEPS (default 200), FSDP_REPEAT (default 2: rounds, alternating the two layouts).
+set -euo pipefail
+BUILD=${1:-build}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+STEPS=${FSDP_STEPS:-200}
+REPEAT=${FSDP_REPEAT:-2}
+export OPENBLAS_NUM_THREADS=1
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+    if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+fi
+T=$(mktemp -d /tmp/mt-bench-fsdp.XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$T"
+}
+trap cleanup EXIT
+echo "FSDP vs replicated, 2 workers x 2 devices (batch=4), $STEPS steps, $REPEAT rounds;" \
+    "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+"$BUILD/meshtrain-coordinator" --state-dir "$T/state" --listen tcp://127.0.0.1:0 \
+    --http 127.0.0.1:0 --heartbeat-ms 200 2>"$T/coord.log" &
+PIDS+=($!)
+for _ in $(seq 100); do [ -s "$T/state/endpoints.json" ] && break; sleep 0.1; done
+URL=$(sed 's/.*"rpc": "\([^"]*\)".*/\1/' "$T/state/endpoints.json")
+mt() { "$BUILD/meshtrain" --coordinator "$URL" "$@"; }
+WPIDS=()
+workers() { # fresh workers: 2 x 2 devices
+    for p in "${WPIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
+    WPIDS=()
+    for i in 1 2; do
+        "$BUILD/meshtrain-worker" --coordinator "$URL" --devices 2 --name "f$RANDOM$i" \
+            --data-root /usr/share/datasets 2>>"$T/workers.log" &
+        WPIDS+=($!)
+        PIDS+=($!)
+    done
+    for _ in $(seq 200); do
+        [ "$(mt workers --state alive --json | grep -c '"worker_id"')" = 2 ] && return 0
+        sleep 0.1
+    done
+    echo "workers did not register" >&2
+    exit 1
+}
+rss() { # the larger RSS of the two workers now, MiB
+    local m=0 v
+    for p in "${WPIDS[@]}"; do
+        v=$(awk '/VmRSS/ { print $2 }' "/proc/$p/status")
+        [ "$v" -gt "$m" ] && m=$v
+    done
+    echo $((m / 1024))
+}
+spec() { # spec MODEL LAYOUT -> $T/job.json
+    local layouts='{}'
+    [ "$2" = fsdp ] && layouts='{".*kernel": ["batch", "unsharded"]}'
+    case $1 in
+    mlp | cnn)
+        jq --argjson s "$STEPS" --argjson l "$layouts" \
+            '. + {steps: $s, batch_size: 128, mesh: {batch: 4}, layouts: $l} | del(.epochs)' \
+            "$SRC/examples/fashion_mnist_$1_data_parallel.json" >"$T/job.json"
+        ;;
+    wide) # generated data (8 MiB), so the parameters dominate the workers' memory
+        jq -n --argjson s "$STEPS" --argjson l "$layouts" \
+            '{name: "wide", seed: 1, steps: $s, batch_size: 128, optimizer: "adam",
+              learning_rate: 0.001, mesh: {batch: 4}, layouts: $l,
+              dataset: {format: "synthetic", examples: 2048, test_examples: 256, features: 1024,
+                        classes: 10},
+              model: {input_shape: [1024], layers: [
+                 {type: "dense", units: 2048, activation: "relu"},
+                 {type: "dense", units: 2048, activation: "relu"},
+                 {type: "dense", units: 10}]}}' >"$T/job.json"
+        ;;
+    esac
+    if [ "$1" = cnn ] && [ "$2" = fsdp ]; then # conv kernels: the output-channel axis
+        jq '.layouts = {"conv2d_.*kernel": ["unsharded", "unsharded", "unsharded", "batch"],
+                        "dense_.*kernel": ["batch", "unsharded"]}' "$T/job.json" >"$T/j2.json"
+        mv "$T/j2.json" "$T/job.json"
+    fi
+}
+run() { # run MODEL LAYOUT -> "examples/s weights+slots working peak_rss_MiB"
+    local job rate plan ws
+    spec "$1" "$2"
+    plan=$(mt plan --offline "$T/job.json")
+    ws=$(echo "$plan" | sed -n 's/.*weights \([0-9.]* [KMG]*i*B\), optimizer state \([0-9.]* [KMG]*i*B\).*/\1 + \2/p')
+    workers
+    job=$(mt submit "$T/job.json" --name "bench-$1-$2")
+    mt watch --json "$job" >"$T/points" &
+    local w=$! m=0 v
+    while kill -0 "$w" 2>/dev/null; do # RSS while training (the final checkpoint gathers more)
+        if mt status --json "$job" | jq -e --argjson h $((STEPS / 2)) '.step >= $h and .step < $h * 2' \
+            >/dev/null 2>&1; then
+            v=$(rss)
+            [ "$v" -gt "$m" ] && m=$v
+        fi
+        sleep 0.2
+    done
+    wait "$w" || { echo "job $job failed:" >&2; mt status "$job" >&2; exit 1; }
+    rate=$(grep '"examples_per_sec"' "$T/points" | tail -n 1 | sed 's/.*"value": \([0-9.e+]*\).*/\1/' |
+        awk '{ printf "%.0f", $1 }')
+    echo "$rate|$ws|$(echo "$plan" | sed -n 's/.*FSDP working copies \([0-9.]* [KMG]*i*B\).*/\1/p')|$m" >"$T/res"
+}
+bytes() { # "1.5 MiB" -> bytes
+    awk '{ v = $1; u = $2; m = (u == "KiB") ? 1024 : (u == "MiB") ? 1048576 : (u == "GiB") ? 1073741824 : 1; printf "%.0f", v * m }'
+}
+printf '%-5s %-10s %12s %28s %14s %9s\n' model layout "examples/s" "weights + slots / device" \
+    "working copies" "RSS"
+for model in mlp cnn wide; do
+    rr=() rf=() wr="" wf="" mr="" mf=""
+    for r in $(seq "$REPEAT"); do
+        for layout in replicated fsdp; do
+            run $model $layout # in this shell: it keeps the worker pids (no subshell)
+            IFS='|' read -r rate ws wc rss <"$T/res"
+            printf '%-5s %-10s %12s %28s %14s %7s MiB\n' $model $layout "$rate" "$ws" "${wc:--}" "$rss"
+            if [ $layout = replicated ]; then rr+=("$rate"); wr=$ws; mr=$rss; else rf+=("$rate"); wf=$ws; mf=$rss; fi
+        done
+    done
+    med() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+    a=$(med "${rr[@]}") b=$(med "${rf[@]}")
+    sr=$(echo "$wr" | awk -F' [+] ' '{ print $1 }' | bytes) so=$(echo "$wr" | awk -F' [+] ' '{ print $2 }' | bytes)
+    fr=$(echo "$wf" | awk -F' [+] ' '{ print $1 }' | bytes) fo=$(echo "$wf" | awk -F' [+] ' '{ print $2 }' | bytes)
+    awk -v a="$a" -v b="$b" -v r=$((sr + so)) -v f=$((fr + fo)) -v mr="$mr" -v mf="$mf" -v m=$model \
+        'BEGIN { printf "%-5s FSDP/replicated: step time %.2fx (median examples/s %s vs %s), weights + slots %.2fx, RSS %.2fx\n",
+                 m, a / b, b, a, f / r, mf / mr }'
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
