@@ -9,7 +9,9 @@
 # plan`, and the workers' RSS in the second half of training (the larger of the two, sampled every
 # 0.2 s; the Fashion-MNIST rows include the loaded data set); then FSDP/replicated ratios
 # measured in the same run, with the load average. Never run by ctest.
-# Env: FSDP_STEPS (default 200), FSDP_REPEAT (default 2: rounds, alternating the two layouts).
+# Layouts: replicated; fsdp (every kernel over batch, gathered per layer and freed after use,
+# the default "fsdp": {"reshard_after_forward": true}); fsdp-kept (the gathered copies kept).
+# Env: FSDP_STEPS (default 200), FSDP_REPEAT (default 2: rounds, alternating the layouts).
 set -euo pipefail
 BUILD=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,8 +65,9 @@ rss() { # the larger RSS of the two workers now, MiB
     echo $((m / 1024))
 }
 spec() { # spec MODEL LAYOUT -> $T/job.json
-    local layouts='{}'
-    [ "$2" = fsdp ] && layouts='{".*kernel": ["batch", "unsharded"]}'
+    local layouts='{}' keep=true
+    [ "$2" != replicated ] && layouts='{".*kernel": ["batch", "unsharded"]}'
+    [ "$2" = fsdp-kept ] && keep=false
     case $1 in
     mlp | cnn)
         jq --argjson s "$STEPS" --argjson l "$layouts" \
@@ -83,7 +86,9 @@ spec() { # spec MODEL LAYOUT -> $T/job.json
                  {type: "dense", units: 10}]}}' >"$T/job.json"
         ;;
     esac
-    if [ "$1" = cnn ] && [ "$2" = fsdp ]; then # conv kernels: the output-channel axis
+    jq --argjson k $keep '.fsdp = {reshard_after_forward: $k}' "$T/job.json" >"$T/j2.json"
+    mv "$T/j2.json" "$T/job.json"
+    if [ "$1" = cnn ] && [ "$2" != replicated ]; then # conv kernels: the output-channel axis
         jq '.layouts = {"conv2d_.*kernel": ["unsharded", "unsharded", "unsharded", "batch"],
                         "dense_.*kernel": ["batch", "unsharded"]}' "$T/job.json" >"$T/j2.json"
         mv "$T/j2.json" "$T/job.json"
@@ -117,21 +122,27 @@ bytes() { # "1.5 MiB" -> bytes
 printf '%-5s %-10s %12s %28s %14s %9s\n' model layout "examples/s" "weights + slots / device" \
     "working copies" "RSS"
 for model in mlp cnn wide; do
-    rr=() rf=() wr="" wf="" mr="" mf=""
+    declare -A rates=() ws_of=() rss_of=()
     for r in $(seq "$REPEAT"); do
-        for layout in replicated fsdp; do
+        for layout in replicated fsdp fsdp-kept; do
             run $model $layout # in this shell: it keeps the worker pids (no subshell)
             IFS='|' read -r rate ws wc rss <"$T/res"
             printf '%-5s %-10s %12s %28s %14s %7s MiB\n' $model $layout "$rate" "$ws" "${wc:--}" "$rss"
-            if [ $layout = replicated ]; then rr+=("$rate"); wr=$ws; mr=$rss; else rf+=("$rate"); wf=$ws; mf=$rss; fi
+            rates[$layout]="${rates[$layout]:-} $rate"
+            ws_of[$layout]=$ws
+            rss_of[$layout]=$rss
         done
     done
-    med() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-    a=$(med "${rr[@]}") b=$(med "${rf[@]}")
-    sr=$(echo "$wr" | awk -F' [+] ' '{ print $1 }' | bytes) so=$(echo "$wr" | awk -F' [+] ' '{ print $2 }' | bytes)
-    fr=$(echo "$wf" | awk -F' [+] ' '{ print $1 }' | bytes) fo=$(echo "$wf" | awk -F' [+] ' '{ print $2 }' | bytes)
-    awk -v a="$a" -v b="$b" -v r=$((sr + so)) -v f=$((fr + fo)) -v mr="$mr" -v mf="$mf" -v m=$model \
-        'BEGIN { printf "%-5s FSDP/replicated: step time %.2fx (median examples/s %s vs %s), weights + slots %.2fx, RSS %.2fx\n",
-                 m, a / b, b, a, f / r, mf / mr }'
+    med() { printf '%s\n' $@ | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+    wsb() { local w=$1; echo $(($(echo "$w" | awk -F' [+] ' '{ print $1 }' | bytes) + $(echo "$w" | awk -F' [+] ' '{ print $2 }' | bytes))); }
+    a=$(med ${rates[replicated]})
+    for layout in fsdp fsdp-kept; do
+        b=$(med ${rates[$layout]})
+        awk -v a="$a" -v b="$b" -v r="$(wsb "${ws_of[replicated]}")" -v f="$(wsb "${ws_of[$layout]}")" \
+            -v mr="${rss_of[replicated]}" -v mf="${rss_of[$layout]}" -v m=$model -v l=$layout \
+            'BEGIN { printf "%-5s %s/replicated: step time %.2fx (median examples/s %s vs %s), weights + slots %.2fx, RSS %.2fx\n",
+                     m, l, a / b, b, a, f / r, mf / mr }'
+    done
+    unset rates ws_of rss_of
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

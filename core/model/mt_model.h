@@ -100,6 +100,9 @@ typedef struct mt_job_spec {
     int n_layers;
     mt_layer_spec *layers; /* owned array of n_layers */
     mt_dataset_spec dataset;
+    bool fsdp_reshard_after_forward; /* "fsdp.reshard_after_forward" (default true): weights
+                                        sharded over the batch dim are gathered per layer and
+                                        freed after use; false keeps the gathered copies */
 } mt_job_spec;
 
 /* How many inputs of later layers read layer i's output (the last layer's feeds the loss). */

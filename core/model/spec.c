@@ -655,12 +655,31 @@ static mt_code parse_model(const cJSON *root, mt_job_spec *s, mt_err *err)
     return MT_OK;
 }
 
+/* "fsdp": {"reshard_after_forward": bool} (default true). */
+static mt_code parse_fsdp(const cJSON *root, mt_job_spec *s, mt_err *err)
+{
+    static const char *const keys[] = {"reshard_after_forward", NULL};
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "fsdp");
+    mt_code rc;
+
+    s->fsdp_reshard_after_forward = true;
+    if (f == NULL)
+        return MT_OK;
+    if (!cJSON_IsObject(f))
+        return bad(err, "fsdp", "must be an object");
+    rc = check_keys(f, "fsdp", keys, err);
+    if (rc != MT_OK)
+        return rc;
+    return get_bool(f, "reshard_after_forward", "fsdp.reshard_after_forward", true,
+                    &s->fsdp_reshard_after_forward, err);
+}
+
 static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
 {
     static const char *const keys[] = {
-        "name",          "seed",       "batch_size", "epochs",  "steps",     "optimizer",
-        "learning_rate", "loss",       "dataset",    "model",   "mesh",      "layouts",
-        "input_layout",  "checkpoint", "restart",    "elastic", "init_from", NULL};
+        "name",    "seed",    "batch_size", "epochs", "steps",   "optimizer",    "learning_rate",
+        "loss",    "dataset", "model",      "mesh",   "layouts", "input_layout", "checkpoint",
+        "restart", "elastic", "init_from",  "fsdp",   NULL};
     const cJSON *n;
     const char *str;
     int64_t v;
@@ -706,6 +725,9 @@ static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
         return bad(err, "loss", "must be \"sparse_categorical_crossentropy\"");
     rc = mt_job_spec_parse_dataset(cJSON_GetObjectItemCaseSensitive(root, "dataset"), &s->dataset,
                                    err);
+    if (rc != MT_OK)
+        return rc;
+    rc = parse_fsdp(root, s, err);
     if (rc != MT_OK)
         return rc;
     return parse_model(root, s, err);

@@ -26,8 +26,10 @@
  * Loss, accuracy and every weight gradient are allreduced over B only (gradients, loss, accuracy
  * and the next step's example count are fused into one bucket: one allreduce per step). The
  * optimizer updates the local shard. A weight axis sharded over B (FSDP) is stored sliced with its
- * slots, allgathered into a working copy before the first forward after an update or restore; its
- * whole gradient rides in the bucket and each device keeps its slice. Graph models (add,
+ * slots; by default (spec fsdp_reshard_after_forward) it is allgathered into a per-layer scratch
+ * before its layer's forward and backward and its gradient reduce-scattered over B; otherwise
+ * the gathered copy is kept from the first forward after an update and its whole gradient rides
+ * in the bucket, each device keeping its slice. Both give the same bits. Graph models (add,
  * concatenate) route gradients to every reader's producer in reverse list order.
  *
  * Equivalence: for any mesh and layouts, K steps give the weights of K steps on one device with

@@ -78,9 +78,13 @@ typedef struct dev {
     mt_coll_comm *comm;            /* borrowed from the world; NULL: device of another process */
     mt_model_param *params;        /* local shards, mt_model order */
     float **wval, **wgrad;         /* per parameter sharded over the batch dim (FSDP): the value
-                                      allgathered over it and the full gradient; else NULL */
-    float *wtmp;                   /* allgather scratch for FSDP parameters not split on axis 0 */
-    bool wstale;                   /* the shards changed since the last allgather into wval */
+                                      allgathered over it and the whole gradient (owned when the
+                                      copies are kept; else pointers into fv / fg, valid while its
+                                      layer runs); NULL for other parameters */
+    float *fv, *fg;                /* per-layer scratch of the gathered values and gradients
+                                      (reshard_after_forward), or NULL */
+    float *wtmp;                   /* block-major scratch for FSDP parameters not split on axis 0 */
+    bool wstale;                   /* kept copies: the shards changed since the last allgather */
     dstate *ls;                    /* per layer */
     float *x, *g1, *g2;            /* input slice; reshard scratch (max_b * widest) */
     const float *xin;              /* the rows the forward reads: d->x, or the caller's rows */
@@ -120,6 +124,7 @@ struct mt_spmd {
     mt_layout *playout;      /* effective layout per parameter (how it is stored) */
     mt_layout *ulayout;      /* layout as used by the math: playout without the batch dim */
     int *fsdp;               /* per parameter: the axis sharded over the batch dim, or -1 */
+    bool fsdp_transient;     /* gather FSDP weights per layer, reduce-scatter their gradients */
     int in_rank;
     size_t in_shape[3], in_size, in_c, in_rows, num_classes, max_gb, max_b, widest;
     bool input_read_only; /* every reader of the input only reads it: rows are used in place */
@@ -686,31 +691,100 @@ static void fsdp_keep(dev *d, size_t i)
         fsdp_slice(d, i, d->wval[i], d->params[i].value);
 }
 
-/* Allgather every FSDP parameter's shards over the batch dim into its used copy. */
-static mt_code fsdp_gather(dev *d)
+/* Allgather parameter i's shards over the batch dim into d->wval[i]. */
+static mt_code fsdp_gather_one(dev *d, size_t i)
 {
     mt_spmd *s = d->s;
-    mt_coll_group g = {d->groups[s->bdim >= 0 ? s->bdim : 0], (int)dsz(s, s->bdim)};
+    const mt_model_param *p = &d->params[i];
+    mt_coll_group g = {d->groups[s->bdim], (int)dsz(s, s->bdim)};
+    size_t outer, la, inner, pb = dsz(s, s->bdim);
+    float *dst;
+    mt_code rc;
 
-    for (size_t i = 0; i < s->n_params; i++) {
-        const mt_model_param *p = &d->params[i];
-        size_t outer, la, inner, pb = dsz(s, s->bdim);
-        float *dst;
-        mt_code rc;
-        if (d->wval[i] == NULL)
-            continue;
-        fsdp_geom(p, s->fsdp[i], &outer, &la, &inner);
-        dst = outer == 1 ? d->wval[i] : d->wtmp; /* blocks already in place when outer is 1 */
-        mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
-        rc = mt_coll_allgather(d->comm, &g, p->value, dst, p->size, NULL, &d->err);
+    fsdp_geom(p, s->fsdp[i], &outer, &la, &inner);
+    dst = outer == 1 ? d->wval[i] : d->wtmp; /* blocks already in place when outer is 1 */
+    mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
+    rc = mt_coll_allgather(d->comm, &g, p->value, dst, p->size, NULL, &d->err);
+    if (rc != MT_OK)
+        return rc;
+    for (size_t k = 0; dst != d->wval[i] && k < pb; k++)
+        for (size_t o = 0; o < outer; o++)
+            memcpy(d->wval[i] + (o * pb + k) * la * inner, dst + k * p->size + o * la * inner,
+                   la * inner * sizeof(float));
+    return MT_OK;
+}
+
+/* Kept copies: allgather every FSDP parameter (after an update or a restore). */
+static mt_code fsdp_gather(dev *d)
+{
+    for (size_t i = 0; i < d->s->n_params; i++) {
+        mt_code rc = d->wval[i] != NULL ? fsdp_gather_one(d, i) : MT_OK;
         if (rc != MT_OK)
             return rc;
-        for (size_t k = 0; dst != d->wval[i] && k < pb; k++)
-            for (size_t o = 0; o < outer; o++)
-                memcpy(d->wval[i] + (o * pb + k) * la * inner, dst + k * p->size + o * la * inner,
-                       la * inner * sizeof(float));
     }
     d->wstale = false;
+    return MT_OK;
+}
+
+/* Floats of layer l's FSDP parameters as used (its share of the per-layer scratch). */
+static size_t fsdp_layer_size(const mt_spmd *s, const dlayer *l, const dev *d)
+{
+    size_t n = 0;
+    for (int k = 0; k < 6; k++)
+        if (l->has[k] && s->fsdp[l->pi[k]] >= 0)
+            n += d->params[l->pi[k]].size * dsz(s, s->bdim);
+    return n;
+}
+
+/* Per-layer mode: gather layer idx's FSDP parameters into d->fv (gradients into d->fg). */
+static mt_code fsdp_gather_layer(dev *d, int idx)
+{
+    mt_spmd *s = d->s;
+    const dlayer *l = &s->layers[idx];
+    size_t off = 0;
+
+    for (int k = 0; k < 6 && s->fsdp_transient; k++) {
+        size_t i = l->pi[k];
+        mt_code rc;
+        if (!l->has[k] || s->fsdp[i] < 0)
+            continue;
+        d->wval[i] = d->fv + off;
+        d->wgrad[i] = d->params[i].trainable ? d->fg + off : NULL;
+        off += d->params[i].size * dsz(s, s->bdim);
+        if ((rc = fsdp_gather_one(d, i)) != MT_OK)
+            return rc;
+    }
+    return MT_OK;
+}
+
+/* Per-layer mode: reduce-scatter layer idx's FSDP gradients over the batch dim into the shards'
+ * gradients (the same bits as the allreduce's slice, mt_coll.h). */
+static mt_code fsdp_reduce_layer(dev *d, int idx)
+{
+    mt_spmd *s = d->s;
+    const dlayer *l = &s->layers[idx];
+    mt_coll_group g = {d->groups[s->bdim >= 0 ? s->bdim : 0], (int)dsz(s, s->bdim)};
+
+    for (int k = 0; k < 6 && s->fsdp_transient; k++) {
+        size_t i = l->pi[k], outer, la, inner, pb = dsz(s, s->bdim);
+        mt_model_param *p = &d->params[i];
+        const float *src = d->wgrad[i];
+        mt_code rc;
+        if (!l->has[k] || s->fsdp[i] < 0 || !p->trainable)
+            continue;
+        fsdp_geom(p, s->fsdp[i], &outer, &la, &inner);
+        if (outer > 1) { /* member k's chunk must hold its slice: block-major order */
+            for (size_t b = 0; b < pb; b++)
+                for (size_t o = 0; o < outer; o++)
+                    memcpy(d->wtmp + b * p->size + o * la * inner, src + (o * pb + b) * la * inner,
+                           la * inner * sizeof(float));
+            src = d->wtmp;
+        }
+        mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
+        rc = mt_coll_reduce_scatter(d->comm, &g, src, p->grad, p->size * pb, NULL, &d->err);
+        if (rc != MT_OK)
+            return rc;
+    }
     return MT_OK;
 }
 
@@ -781,19 +855,34 @@ static mt_code dev_alloc(dev *d, mt_err *err)
         size_t use = d->params[i].size * dsz(s, s->bdim);
         if (s->fsdp[i] < 0)
             continue;
+        if (s->fsdp[i] > 0 && d->wtmp == NULL)
+            DALLOC(d->wtmp, fsdp_widest(s));
+        if (s->fsdp_transient)
+            continue; /* pointers into the per-layer scratch */
         DALLOC(d->wval[i], use);
         if (d->params[i].trainable)
             DALLOC(d->wgrad[i], use);
-        if (s->fsdp[i] > 0 && d->wtmp == NULL)
-            DALLOC(d->wtmp, fsdp_widest(s));
+    }
+    if (s->fsdp_transient) {
+        size_t most = 0;
+        for (int i = 0; i < s->n_layers; i++) {
+            size_t n = fsdp_layer_size(s, &s->layers[i], d);
+            most = n > most ? n : most;
+        }
+        if (most > 0) {
+            DALLOC(d->fv, most);
+            DALLOC(d->fg, most);
+        }
     }
     d->wstale = true;
     rc = mt_coll_bucket_new(&d->bucket, err);
-    for (size_t i = 0; rc == MT_OK && i < s->n_params; i++)
-        if (d->params[i].trainable) /* FSDP: the full gradient, sliced after the reduction */
-            rc = mt_coll_bucket_add(d->bucket, s->fsdp[i] >= 0 ? d->wgrad[i] : d->params[i].grad,
-                                    d->params[i].size * (s->fsdp[i] >= 0 ? dsz(s, s->bdim) : 1),
-                                    err);
+    for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
+        if (!d->params[i].trainable || (s->fsdp[i] >= 0 && s->fsdp_transient))
+            continue; /* per-layer FSDP gradients are reduce-scattered in the backward */
+        /* kept FSDP copies: the whole gradient, sliced after the reduction */
+        rc = mt_coll_bucket_add(d->bucket, s->fsdp[i] >= 0 ? d->wgrad[i] : d->params[i].grad,
+                                d->params[i].size * (s->fsdp[i] >= 0 ? dsz(s, s->bdim) : 1), err);
+    }
     if (rc == MT_OK) /* the metrics ride along: one collective per step for all of it */
         rc = mt_coll_bucket_add(d->bucket, d->msum, 3, err);
     if (rc != MT_OK)
@@ -863,12 +952,14 @@ static void dev_free(dev *d)
         mt_free(d->params[i].slot2);
     }
     mt_free(d->params);
-    for (size_t i = 0; d->wval != NULL && i < s->n_params; i++)
+    for (size_t i = 0; d->wval != NULL && !s->fsdp_transient && i < s->n_params; i++)
         mt_free(d->wval[i]);
-    for (size_t i = 0; d->wgrad != NULL && i < s->n_params; i++)
+    for (size_t i = 0; d->wgrad != NULL && !s->fsdp_transient && i < s->n_params; i++)
         mt_free(d->wgrad[i]);
     mt_free(d->wval);
     mt_free(d->wgrad);
+    mt_free(d->fv);
+    mt_free(d->fg);
     mt_free(d->wtmp);
     for (int i = 0; d->ls != NULL && i < s->n_layers; i++) {
         dstate *st = &d->ls[i];
@@ -1041,7 +1132,7 @@ static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint
     const dlayer *last = &s->layers[s->n_layers - 1];
     mt_code rc;
 
-    if (d->wstale && (rc = fsdp_gather(d)) != MT_OK)
+    if (!s->fsdp_transient && d->wstale && (rc = fsdp_gather(d)) != MT_OK)
         return rc;
     for (int i = 0; i < s->n_layers; i++) {
         dstate *st = &d->ls[i];
@@ -1050,7 +1141,9 @@ static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint
             st->ins[k] = p == MT_LAYER_INPUT ? d->xin : d->ls[p].out;
         }
         st->in = st->ins[0];
-        rc = layer_forward(d, i, d->batch, gb, training, step, first);
+        rc = fsdp_gather_layer(d, i);
+        if (rc == MT_OK)
+            rc = layer_forward(d, i, d->batch, gb, training, step, first);
         if (rc != MT_OK)
             return rc;
         in = st->out;
@@ -1192,7 +1285,11 @@ static mt_code dev_backward(dev *d)
         const dlayer *l = &s->layers[i];
         float *dx = NULL;
         size_t off = 0;
-        rc = layer_backward(d, i, d->ls[i].gin, &dx);
+        rc = fsdp_gather_layer(d, i);
+        if (rc == MT_OK)
+            rc = layer_backward(d, i, d->ls[i].gin, &dx);
+        if (rc == MT_OK)
+            rc = fsdp_reduce_layer(d, i);
         if (rc != MT_OK)
             return rc;
         for (int k = 0; dx != NULL && k < l->s.n_inputs; k++) {
@@ -1318,7 +1415,7 @@ static mt_code dev_step(dev *d)
         mt_model_param *p = &d->params[i];
         if (!p->trainable)
             continue;
-        if (d->wgrad[i] != NULL) {
+        if (s->fsdp[i] >= 0 && !s->fsdp_transient) {
             fsdp_slice(d, i, d->wgrad[i], p->grad);
             d->wstale = true;
         }
@@ -1513,6 +1610,7 @@ static mt_code spmd_plan_new(const mt_job_spec *spec, const mt_mesh *mesh, const
         s->dimsz[k] = mt_mesh_dim_size(mesh, k);
     s->opt = spec->optimizer;
     s->seed = spec->seed;
+    s->fsdp_transient = spec->fsdp_reshard_after_forward;
     s->in_rank = in_rank;
     s->in_size = 1;
     for (int a = 0; a < in_rank; a++) {
@@ -1665,10 +1763,13 @@ static void plan_comm(const mt_spmd *s, uint64_t *per_dim)
         ADD(s->layers[s->n_layers - 1].of, b * s->num_classes);
     for (size_t i = 0; i < s->n_params; i++) {
         uint64_t use = shard_elems(s, i, 0) * (s->fsdp[i] >= 0 ? dsz(s, s->bdim) : 1);
-        if (s->gparams[i].trainable)
+        bool per_layer = s->fsdp[i] >= 0 && s->fsdp_transient;
+        if (s->gparams[i].trainable && !per_layer)
             grads += use;
-        if (s->fsdp[i] >= 0)
-            ADD(s->bdim, use);
+        if (s->fsdp[i] >= 0) /* allgathered once, or per layer for the forward and backward */
+            ADD(s->bdim, per_layer ? 2 * use : use);
+        if (per_layer && s->gparams[i].trainable)
+            ADD(s->bdim, use); /* its reduce-scatter */
     }
     ADD(s->bdim, grads);
 #undef ADD
@@ -1695,8 +1796,15 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
             bool tr = s->gparams[i].trainable;
             w += n * sizeof(float);
             sl += tr ? (uint64_t)slots * n * sizeof(float) : 0;
-            if (s->fsdp[i] >= 0)
+            if (s->fsdp[i] >= 0 && !s->fsdp_transient)
                 ga += (tr ? 2u : 1u) * n * dsz(s, s->bdim) * sizeof(float);
+        }
+        for (int l = 0; l < s->n_layers && s->fsdp_transient; l++) { /* the largest layer's */
+            uint64_t n = 0;
+            for (int k = 0; k < 6; k++)
+                if (s->layers[l].has[k] && s->fsdp[s->layers[l].pi[k]] >= 0)
+                    n += shard_elems(s, s->layers[l].pi[k], p) * dsz(s, s->bdim);
+            ga = 2 * n * sizeof(float) > ga ? 2 * n * sizeof(float) : ga;
         }
         info->weight_bytes = w > info->weight_bytes ? w : info->weight_bytes;
         info->slot_bytes = sl > info->slot_bytes ? sl : info->slot_bytes;
@@ -1926,7 +2034,7 @@ size_t mt_spmd_param_bytes(const mt_spmd *s, int p, size_t i)
     if (q == NULL)
         return 0;
     n = 1 + (q->grad != NULL) + (q->slot1 != NULL) + (q->slot2 != NULL);
-    if (s->fsdp[i] >= 0) /* the allgathered value and the full gradient */
+    if (s->fsdp[i] >= 0 && !s->fsdp_transient) /* the kept gathered value and whole gradient */
         n += (1 + (q->grad != NULL)) * dsz(s, s->bdim);
     return n * q->size * sizeof(float);
 }

@@ -74,7 +74,16 @@ static void test_jobspec_valid_summary(void **state)
     w = (784 * 64 / 2 + 64 + 64 * 10 / 2 + 10) * 4;
     assert_int_equal(s.weight_bytes_per_device, w);
     assert_int_equal(s.optimizer_bytes_per_device, 2 * w);
-    assert_int_equal(s.gathered_bytes_per_device, 2 * (784 * 64 + 640) * 4);
+    /* per layer (the default): the largest layer's gathered value and gradient */
+    assert_int_equal(s.gathered_bytes_per_device, 2 * (784 * 64) * 4);
+    assert_int_equal(
+        check(", \"mesh\": {\"batch\": 2}, \"fsdp\": {\"reshard_after_forward\": false},"
+              " \"layouts\": {\"dense_.*kernel\": [\"batch\", \"unsharded\"]}",
+              &s, &err),
+        MT_OK);
+    assert_int_equal(s.gathered_bytes_per_device, 2 * (784 * 64 + 640) * 4); /* every copy kept */
+    assert_int_equal(check(", \"fsdp\": {\"reshard\": false}", &s, &err), MT_INVALID_ARGUMENT);
+    assert_string_equal(err.msg, "fsdp.reshard: unknown field");
 }
 
 static void test_jobspec_defaults_and_steps_cap(void **state)

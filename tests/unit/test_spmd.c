@@ -343,6 +343,34 @@ static void test_spmd_fsdp_equals_single_device(void **state)
                                               "\"batch\"],\"dense_1\\\\.kernel\":[\"batch\","
                                               "\"unsharded\"]}"),
                       NULL, 3, ishape, &f, steps, CNN_TOL);
+    /* the gathered copies kept between forward and backward: the same bits as per layer (the
+     * reduce-scatter gives the allreduce's slice), and both equal one device */
+    {
+        const char *kept = MLP_SPEC(CHAIN_OPT, FSDP_EXTRA ",\"fsdp\":{\"reshard_after_forward\":"
+                                                          "false}");
+        job jk, jt;
+        mt_spmd *a, *b;
+        check_equivalence(kept, NULL, 1, shape, &d, 10, ADAM_TOL);
+        job_load(&jk, kept, NULL);
+        job_load(&jt, MLP_SPEC(CHAIN_OPT, FSDP_EXTRA), NULL);
+        assert_false(jk.spec->fsdp_reshard_after_forward);
+        assert_true(jt.spec->fsdp_reshard_after_forward);
+        a = spmd_open(&jk, 1, shape);
+        b = spmd_open(&jt, 1, shape);
+        spmd_train(a, &d, 16, 0, 10, NULL);
+        spmd_train(b, &d, 16, 0, 10, NULL);
+        for (size_t i = 0; i < mt_spmd_param_count(a); i++)
+            for (int p = 0; p < 8; p++) {
+                const mt_model_param *pa = mt_spmd_param(a, p, i), *pb = mt_spmd_param(b, p, i);
+                assert_memory_equal(pa->value, pb->value, pa->size * sizeof(float));
+                if (pa->slot2 != NULL)
+                    assert_memory_equal(pa->slot2, pb->slot2, pa->size * sizeof(float));
+            }
+        mt_spmd_free(a);
+        mt_spmd_free(b);
+        job_free(&jk);
+        job_free(&jt);
+    }
     /* a device stores 1/8 of each sharded weight and its slots */
     job_load(&j, MLP_SPEC(CHAIN_OPT, FSDP_EXTRA), NULL);
     s = spmd_open(&j, 1, shape);
