@@ -118,89 +118,58 @@ typedef struct train_args {
     int n_roots;
 } train_args;
 
-/* Every data file the spec at path names must lie under a data root (core/pathsafe). */
-static mt_code check_data_roots(const char *path, const mt_job_spec *spec, const train_args *a,
+/* Every data file the spec names must lie under a data root (core/pathsafe). */
+static mt_code check_data_roots(const mt_jobspec *js, const char *base, const train_args *a,
                                 mt_err *err)
 {
     mt_pathsafe *roots = NULL;
-    char *text = NULL, base[4096];
-    size_t len = 0;
     mt_code rc = mt_pathsafe_new_roots(a->roots, a->n_roots, &roots, err);
 
     if (rc == MT_OK)
-        rc = mt_pathsafe_check_job_spec(roots, spec, err);
-    if (rc == MT_OK && strcmp(spec->dataset.format, "idx") != 0 &&
-        (rc = mt_cli_read_file(path, &text, &len, err)) == MT_OK) {
-        mt_cli_spec_dir(path, base, sizeof(base));
-        rc = mt_pathsafe_check_dataset_json(roots, text, len, base, err);
-    }
-    mt_free(text);
+        rc = mt_pathsafe_check_job_spec(roots, js->model, err);
+    if (rc == MT_OK && strcmp(js->model->dataset.format, "idx") != 0)
+        rc = mt_pathsafe_check_dataset(roots, js->dataset, base, err);
     mt_pathsafe_free(roots);
     return rc;
 }
 
-/* The SPMD path: mesh from --mesh or the spec (batch=1 without either). */
-static mt_code run_spmd(const char *path, const mt_job_spec *spec, const train_args *a,
-                        const mt_train_options *topt, train_out *out, mt_train_result *res,
-                        mt_err *err)
+/* Train on the mesh of --mesh or the spec (batch=1 without either): mt_spmd_train. */
+static mt_code run(const mt_jobspec *js, const char *base, const train_args *a,
+                   const mt_train_options *topt, train_out *out, mt_train_result *res, mt_err *err)
 {
-    mt_spmd_config cfg;
     mt_spmd_run_opts ro = MT_SPMD_RUN_OPTS_DEFAULTS;
-    mt_spmd_job job = {NULL, NULL, NULL, NULL, NULL, NULL};
+    mt_spmd_job job = {js->model, js->dataset, base, js->cfg.mesh, js->cfg.layouts, NULL};
     mt_mesh *override = NULL;
-    const mt_mesh *mesh;
-    char *text = NULL, base[4096];
-    size_t len = 0;
-    mt_code rc;
+    mt_code rc = MT_OK;
 
-    memset(&cfg, 0, sizeof(cfg));
-    mt_cli_spec_dir(path, base, sizeof(base));
-    if ((rc = mt_cli_read_file(path, &text, &len, err)) != MT_OK)
-        return rc;
-    rc = mt_spmd_config_parse(text, len, &cfg, err);
-    if (rc == MT_OK && (a->mesh != NULL || cfg.mesh == NULL))
+    if (a->mesh != NULL || js->cfg.mesh == NULL)
         rc = mt_mesh_parse(a->mesh != NULL ? a->mesh : "batch=1", NULL, 0, &override, err);
     if (rc != MT_OK)
-        goto done;
-    mesh = override != NULL ? override : cfg.mesh;
+        return rc;
+    if (override != NULL)
+        job.mesh = override;
     ro.epochs = topt->epochs;
     ro.steps = topt->steps;
     ro.save_dir = a->save;
-    ro.ckpt_every = cfg.ckpt_every;
-    ro.ckpt_keep = cfg.ckpt_keep;
+    ro.ckpt_every = js->cfg.ckpt_every;
+    ro.ckpt_keep = js->cfg.ckpt_keep;
     ro.resume = a->resume;
-    ro.spec_json = text;
-    job.spec = spec;
-    job.spec_json = text;
-    job.base_dir = base;
-    job.mesh = mesh;
-    job.layouts = cfg.layouts;
+    ro.spec_json = js->json;
     rc = mt_spmd_train(&job, &ro, on_progress, out, res, err);
-done:
     mt_mesh_free(override);
-    mt_spmd_config_fini(&cfg);
-    mt_free(text);
     return rc;
 }
 
 /* The spec as `plan` and SubmitJob validate it (core/jobspec), from the spec's folder and with
  * --mesh: whatever they refuse, training refuses first with the same message. */
-static mt_code validate(const char *path, const char *mesh, mt_err *err)
+static mt_code validate(const mt_jobspec *js, const char *base, const char *mesh, mt_err *err)
 {
     mt_jobspec_opts jo = MT_JOBSPEC_OPTS_DEFAULTS;
     mt_jobspec_summary sum;
-    char *text = NULL, base[4096];
-    size_t len = 0;
-    mt_code rc = mt_cli_read_file(path, &text, &len, err);
 
-    if (rc != MT_OK)
-        return rc;
-    mt_cli_spec_dir(path, base, sizeof(base));
     jo.base_dir = base;
     jo.mesh = mesh;
-    rc = mt_jobspec_validate_opts(text, len, &jo, &sum, err);
-    mt_free(text);
-    return rc;
+    return mt_jobspec_check(js, &jo, &sum, err);
 }
 
 int cmd_train(const mt_cli_global *g, int argc, char **argv)
@@ -217,7 +186,8 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
     train_args ta = {NULL, NULL, NULL, {NULL}, 0};
     mt_err err = MT_ERR_INIT;
     mt_train_result res;
-    mt_job_spec *spec = NULL;
+    mt_jobspec *js = NULL;
+    char base[4096];
     bool local = false;
     mt_code rc;
     int c;
@@ -274,18 +244,15 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
     if (!local)
         return mt_cli_usage_error("train", "only --local training is available in this build");
     out.tty = isatty(STDOUT_FILENO) != 0;
-    rc = mt_job_spec_load(argv[optind], &spec, &err);
+    rc = mt_jobspec_load(argv[optind], &js, &err); /* the one parse of the spec */
+    mt_cli_spec_dir(argv[optind], base, sizeof(base));
     if (rc == MT_OK) /* before anything opens a data file */
-        rc = check_data_roots(argv[optind], spec, &ta, &err);
+        rc = check_data_roots(js, base, &ta, &err);
     if (rc == MT_OK)
-        rc = validate(argv[optind], ta.mesh, &err);
-    if (rc != MT_OK) {
-        mt_job_spec_free(spec);
-        return mt_cli_fail(&err);
-    }
-    if (rc == MT_OK) /* a spec without a mesh trains on batch=1: the same engine */
-        rc = run_spmd(argv[optind], spec, &ta, &topt, &out, &res, &err);
-    mt_job_spec_free(spec);
+        rc = validate(js, base, ta.mesh, &err);
+    if (rc == MT_OK)
+        rc = run(js, base, &ta, &topt, &out, &res, &err);
+    mt_jobspec_free(js);
     if (rc != MT_OK)
         return mt_cli_fail(&err);
     if (out.json)

@@ -7,7 +7,7 @@
  * owned by its detached runner thread; the table record points at it only to raise the cancel
  * flag, and the thread clears that pointer (under the mutex) before it frees the run. `live`
  * counts runner threads so worker_tasks_stop can wait for them.
- * A runner does, in order: parse the spec (core/model, core/spmd config), build the mesh from the
+ * A runner does, in order: parse the spec once (core/jobspec), build the mesh from the
  * assignment's dimensions, build the network world from the rank table (the listener is the
  * worker's, opened at start), download the resume checkpoint when the assignment names one, then
  * train through mt_spmd_train (the entry point `train --local` uses too) with this file's
@@ -42,6 +42,7 @@
 #include "alloc/mt_alloc.h"
 #include "ckpt/mt_ckpt.h"
 #include "coll/mt_coll_progress.h"
+#include "jobspec/mt_jobspec.h"
 #include "log/mt_log.h"
 #include "mesh/mt_mesh.h"
 #include "pathsafe/mt_pathsafe.h"
@@ -483,12 +484,11 @@ static uint64_t fnv1a(const char *s)
  * live in one process) tells an input pipeline how many pipelines there are and which one is this
  * worker's; a whole data set (IDX, synthetic) is loaded by every worker and sliced per device.
  */
-static mt_code run_train(task_run *r, const mt_job_spec *spec, const mt_mesh *mesh,
-                         const mt_layout_map *layouts, const mt_spmd_run_opts *ro,
-                         mt_train_result *res, mt_err *err)
+static mt_code run_train(task_run *r, const mt_jobspec *js, const mt_mesh *mesh,
+                         const mt_spmd_run_opts *ro, mt_train_result *res, mt_err *err)
 {
     int *proc = mt_calloc((size_t)r->n_ranks + 1, sizeof(int)), nproc = 0;
-    mt_spmd_job job = {spec, r->spec_json, ".", mesh, layouts, NULL};
+    mt_spmd_job job = {js->model, js->dataset, ".", mesh, js->cfg.layouts, NULL};
     mt_code rc;
 
     if (proc == NULL)
@@ -548,11 +548,10 @@ static mt_code attach_progress(task_run *r, mt_coll_world *world, mt_err *err)
 /* Everything between "running" and the final state. */
 static mt_code run_task(task_run *r, mt_err *err)
 {
-    size_t len = strlen(r->spec_json);
+    mt_jobspec *js = NULL;
     mt_coll_world_opts wo = MT_COLL_WORLD_DEFAULTS;
     mt_spmd_run_opts ro = MT_SPMD_RUN_OPTS_DEFAULTS;
-    mt_job_spec *spec = NULL;
-    mt_spmd_config cfg;
+
     mt_mesh *mesh = NULL;
     mt_coll_world *world = NULL;
     mt_train_result res;
@@ -560,20 +559,17 @@ static mt_code run_task(task_run *r, mt_err *err)
     const char *tmp = getenv("TMPDIR");
     mt_code rc;
 
-    memset(&cfg, 0, sizeof(cfg));
     if (r->tab->net == NULL)
         return mt_err_set(err, MT_FAILED_PRECONDITION,
                           "worker has no data-plane listener (see its log: --data-listen)");
-    if ((rc = mt_job_spec_parse(r->spec_json, len, &spec, err)) != MT_OK ||
-        (rc = mt_spmd_config_parse(r->spec_json, len, &cfg, err)) != MT_OK ||
+    if ((rc = mt_jobspec_parse(r->spec_json, strlen(r->spec_json), &js, err)) != MT_OK ||
         (rc = mt_mesh_parse(r->mesh_text, NULL, 0, &mesh, err)) != MT_OK)
         goto done;
-    r->ckpt_on_stop = cfg.ckpt_every > 0;
+    r->ckpt_on_stop = js->cfg.ckpt_every > 0;
     /* a job may only read files under the worker's --data-root directories */
     if (r->tab->roots != NULL &&
-        ((rc = mt_pathsafe_check_job_spec(r->tab->roots, spec, err)) != MT_OK ||
-         (rc = mt_pathsafe_check_dataset_json(r->tab->roots, r->spec_json, len, ".", err)) !=
-             MT_OK))
+        ((rc = mt_pathsafe_check_job_spec(r->tab->roots, js->model, err)) != MT_OK ||
+         (rc = mt_pathsafe_check_dataset(r->tab->roots, js->dataset, ".", err)) != MT_OK))
         goto done;
     wo.job_id = fnv1a(r->job_id) + r->attempt;
     wo.default_deadline_ms = COLL_DEADLINE_MS;
@@ -606,14 +602,14 @@ static mt_code run_task(task_run *r, mt_err *err)
                     (unsigned long long)r->resume_step, r->resume_job);
     }
     ro.save_dir = r->td.path;
-    ro.ckpt_every = cfg.ckpt_every;
+    ro.ckpt_every = js->cfg.ckpt_every;
     ro.ckpt_keep = 1;
-    ro.spec_json = r->spec_json;
+    ro.spec_json = js->json;
     ro.world = world;
     ro.on_saved = upload;
     ro.save_on_stop = on_stop_save;
     r->last_flush = now_s();
-    rc = run_train(r, spec, mesh, cfg.layouts, &ro, &res, err);
+    rc = run_train(r, js, mesh, &ro, &res, err);
     /* the last points: keep trying while the coordinator may be restarting */
     for (double until = now_s() + CKPT_RETRY_S;
          r->npts > 0 && now_s() < until && !atomic_load(&r->term);) {
@@ -632,8 +628,7 @@ done:
     if (r->td.path[0] != '\0')
         worker_taskdir_remove(&r->td);
     mt_mesh_free(mesh);
-    mt_spmd_config_fini(&cfg);
-    mt_job_spec_free(spec);
+    mt_jobspec_free(js);
     return rc;
 }
 

@@ -8,6 +8,7 @@
 #include "jobspec/mt_jobspec.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -240,11 +241,11 @@ static void mesh_summary(const mt_mesh *m, mt_jobspec_summary *s)
  * Check the model, its layouts and the mesh exactly as the trainer will (mt_spmd_check: the same
  * planner and messages) and take what one device holds and communicates from it.
  */
-static mt_code check_params(const cJSON *root, const mt_job_spec *spec, const mt_mesh *mesh,
-                            mt_jobspec_summary *s, mt_err *err)
+static mt_code check_params(const mt_jobspec *js, const mt_mesh *mesh, mt_jobspec_summary *s,
+                            mt_err *err)
 {
+    const mt_job_spec *spec = js->model;
     mt_model *model = NULL;
-    mt_layout_map *map = NULL;
     mt_spmd_plan_info info;
     mt_code rc;
 
@@ -262,10 +263,8 @@ static mt_code check_params(const cJSON *root, const mt_job_spec *spec, const mt
     rc = mt_model_new(&shapes_only, s->input_rank, s->input_shape, 1, &model, err);
     if (rc != MT_OK)
         return rc;
-    if ((rc = mt_layout_map_from_json(root, &map, err)) != MT_OK)
-        goto out;
-    rc =
-        mt_spmd_check(spec, mesh, map, s->input_rank, s->input_shape, spec->batch_size, &info, err);
+    rc = mt_spmd_check(spec, mesh, js->cfg.layouts, s->input_rank, s->input_shape, spec->batch_size,
+                       &info, err);
     if (rc != MT_OK)
         goto out;
     s->n_params = mt_model_param_count(model);
@@ -283,44 +282,29 @@ static mt_code check_params(const cJSON *root, const mt_job_spec *spec, const mt
     for (int k = 0; k < info.ndims && k < MT_JOBSPEC_MAX_DIMS; k++)
         s->comm_bytes_per_step[k] = info.comm_bytes[k];
 out:
-    mt_layout_map_free(map);
     mt_model_free(model);
     return rc;
 }
 
-static mt_code validate_root(cJSON *root, const char *json, size_t len, const mt_jobspec_opts *o,
-                             mt_jobspec_summary *s, mt_err *err)
+static mt_code check_root(const mt_jobspec *js, const mt_jobspec_opts *o, mt_jobspec_summary *s,
+                          mt_err *err)
 {
-    mt_job_spec *spec = NULL;
+    const cJSON *root = js->root, *ds = js->dataset, *mj;
+    const mt_job_spec *spec = js->model;
+    bool pipeline = uses_pipeline_form(ds);
     mt_mesh *mesh = NULL;
-    cJSON *ds = cJSON_GetObjectItemCaseSensitive(root, "dataset");
-    const cJSON *mj;
-    char *rest = NULL;
     mt_code rc;
 
-    if (uses_pipeline_form(ds)) {
-        /* the model module knows only the IDX form: validate the rest without the section */
-        cJSON *detached = cJSON_DetachItemViaPointer(root, ds);
-        rest = cJSON_PrintUnformatted(root);
-        cJSON_AddItemToObject(root, "dataset", detached);
-        if (rest == NULL)
-            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job spec: out of memory");
-        rc = mt_job_spec_parse(rest, strlen(rest), &spec, err);
-    } else {
-        rc = mt_job_spec_parse(json, len, &spec, err);
-    }
-    if (rc != MT_OK)
-        goto out;
     snprintf(s->name, sizeof(s->name), "%s", spec->name);
     s->batch_size = spec->batch_size;
     s->epochs = spec->epochs;
     s->steps = spec->steps;
     s->input_rank = spec->input_rank;
     memcpy(s->input_shape, spec->input_shape, sizeof(s->input_shape));
-    if (rest != NULL && is_synthetic(ds))
+    if (pipeline && is_synthetic(ds))
         rc = synthetic_probe(spec, ds, s, err);
     else
-        rc = rest != NULL ? data_probe(ds, o->base_dir, s, err) : idx_probe(&spec->dataset, s, err);
+        rc = pipeline ? data_probe(ds, o->base_dir, s, err) : idx_probe(&spec->dataset, s, err);
     if (rc != MT_OK)
         goto out;
     if (s->train_examples > 0) {
@@ -343,13 +327,11 @@ static mt_code validate_root(cJSON *root, const char *json, size_t len, const mt
     if (rc != MT_OK)
         goto out;
     mesh_summary(mesh, s);
-    if ((rc = check_params(root, spec, mesh, s, err)) != MT_OK)
+    if ((rc = check_params(js, mesh, s, err)) != MT_OK)
         goto out;
     rc = check_sections(root, s, err);
 out:
-    cJSON_free(rest);
     mt_mesh_free(mesh);
-    mt_job_spec_free(spec);
     return rc;
 }
 
@@ -358,35 +340,117 @@ mt_code mt_jobspec_validate(const char *json, size_t len, mt_jobspec_summary *ou
     return mt_jobspec_validate_opts(json, len, NULL, out, err);
 }
 
-mt_code mt_jobspec_validate_opts(const char *json, size_t len, const mt_jobspec_opts *opts,
-                                 mt_jobspec_summary *out, mt_err *err)
+/* Parse json[0..len) once: the root and the typed sections (no file is opened). */
+mt_code mt_jobspec_parse(const char *json, size_t len, mt_jobspec **out, mt_err *err)
 {
-    static const mt_jobspec_opts dflt = MT_JOBSPEC_OPTS_DEFAULTS;
-    cJSON *root;
+    mt_jobspec *js;
     mt_code rc;
 
-    memset(out, 0, sizeof(*out));
+    *out = NULL;
     if (json == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "(root): no job spec");
     if (len > MT_JOBSPEC_MAX_SIZE)
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "(root): job spec of %zu bytes exceeds the limit of %u bytes", len,
                           MT_JOBSPEC_MAX_SIZE);
-    root = cJSON_ParseWithLength(json, len);
-    if (root == NULL) {
+    js = mt_calloc(1, sizeof(*js));
+    if (js == NULL || (js->json = mt_malloc(len + 1)) == NULL) {
+        mt_free(js);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job spec: out of memory");
+    }
+    memcpy(js->json, json, len);
+    js->json[len] = '\0';
+    js->len = len;
+    js->root = cJSON_ParseWithLength(json, len);
+    if (js->root == NULL) {
         /* mt_job_spec_parse words the syntax error (with the byte offset) */
         mt_job_spec *spec = NULL;
         rc = mt_job_spec_parse(json, len, &spec, err);
         mt_job_spec_free(spec);
-        return rc != MT_OK ? rc : mt_err_set(err, MT_INVALID_ARGUMENT, "(root): not valid JSON");
+        rc = rc != MT_OK ? rc : mt_err_set(err, MT_INVALID_ARGUMENT, "(root): not valid JSON");
+        goto fail;
     }
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "(root): the job spec must be a JSON object");
+    if (!cJSON_IsObject(js->root)) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "(root): the job spec must be a JSON object");
+        goto fail;
     }
-    rc = validate_root(root, json, len, opts != NULL ? opts : &dflt, out, err);
-    cJSON_Delete(root);
+    js->dataset = cJSON_GetObjectItemCaseSensitive(js->root, "dataset");
+    if ((rc = mt_job_spec_from_json(js->root, &js->model, err)) != MT_OK ||
+        (rc = mt_spmd_config_from_json(js->root, &js->cfg, err)) != MT_OK)
+        goto fail;
+    *out = js;
+    return MT_OK;
+fail:
+    mt_jobspec_free(js);
+    return rc;
+}
+
+mt_code mt_jobspec_load(const char *path, mt_jobspec **out, mt_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n = -1;
+    mt_code rc;
+
+    *out = NULL;
+    if (f == NULL)
+        return mt_err_set(err, errno == ENOENT ? MT_NOT_FOUND : MT_PERMISSION_DENIED, "open %s: %s",
+                          path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) == 0)
+        n = ftell(f);
+    if (n < 0 || n > (long)MT_JOBSPEC_MAX_SIZE || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "%s: not a readable job spec of at most %u bytes", path,
+                          MT_JOBSPEC_MAX_SIZE);
+    }
+    buf = mt_malloc((size_t)n + 1);
+    if (buf == NULL || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        fclose(f);
+        mt_free(buf);
+        return mt_err_set(err, buf == NULL ? MT_RESOURCE_EXHAUSTED : MT_INVALID_ARGUMENT, "%s: %s",
+                          path, buf == NULL ? "out of memory" : "read error");
+    }
+    fclose(f);
+    rc = mt_jobspec_parse(buf, (size_t)n, out, err);
+    mt_free(buf);
+    return rc;
+}
+
+void mt_jobspec_free(mt_jobspec *js)
+{
+    if (js == NULL)
+        return;
+    mt_spmd_config_fini(&js->cfg);
+    mt_job_spec_free(js->model);
+    cJSON_Delete(js->root);
+    mt_free(js->json);
+    mt_free(js);
+}
+
+mt_code mt_jobspec_check(const mt_jobspec *js, const mt_jobspec_opts *opts, mt_jobspec_summary *out,
+                         mt_err *err)
+{
+    static const mt_jobspec_opts dflt = MT_JOBSPEC_OPTS_DEFAULTS;
+    mt_code rc;
+
+    memset(out, 0, sizeof(*out));
+    rc = check_root(js, opts != NULL ? opts : &dflt, out, err);
     if (rc != MT_OK)
         memset(out, 0, sizeof(*out));
+    return rc;
+}
+
+mt_code mt_jobspec_validate_opts(const char *json, size_t len, const mt_jobspec_opts *opts,
+                                 mt_jobspec_summary *out, mt_err *err)
+{
+    mt_jobspec *js = NULL;
+    mt_code rc;
+
+    memset(out, 0, sizeof(*out));
+    rc = mt_jobspec_parse(json, len, &js, err);
+    if (rc == MT_OK)
+        rc = mt_jobspec_check(js, opts, out, err);
+    mt_jobspec_free(js);
     return rc;
 }

@@ -1,18 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * mt_jobspec.h — validate a whole job spec the way the coordinator's SubmitJob does, and
- * summarise it.
+ * mt_jobspec.h — the job spec parsed once into a typed, owned struct (mt_jobspec), and the one
+ * validation of a whole spec, with a summary of what it asks for.
  *
- * How it fits: SubmitJob (coordinator/jobs.c) and `meshtrain plan` (client/cmd_plan.c) call
- * mt_jobspec_validate on the same JSON text, so a spec that `plan` accepts is one that submit
- * accepts, with the same message when it is not. It calls, in this order: core/model
- * (mt_job_spec_parse: top-level fields, optimizer, model, IDX dataset section), core/data
- * (mt_data_spec_parse, when the dataset section uses the input-pipeline form with "train"),
- * core/mesh (mt_mesh_from_json), core/layout (mt_layout_map_from_json), core/spmd (mt_spmd_check:
- * the trainer's own planner, so layouts, sharding rules and their messages are the trainer's),
- * and checks the "checkpoint",
- * "restart" and "elastic" sections itself. The first problem wins; its message starts with the
- * JSON path of the offending field: `mesh.model: size must be an integer >= 1, got 0`.
+ * How it fits: every process parses a spec's text once with mt_jobspec_parse and hands the typed
+ * sections to the modules that use them: `meshtrain train --local` (client/cmd_train.c) and the
+ * worker's task (worker/task.c) pass js->model, js->cfg and js->dataset to mt_spmd_train.
+ * Validation: SubmitJob (coordinator/jobs.c), `meshtrain plan` and `train --local` run the same
+ * checks (mt_jobspec_validate / _opts / mt_jobspec_check), so whatever one refuses the others
+ * refuse with the same message. The parse calls core/model (mt_job_spec_from_json: top-level
+ * fields, optimizer, model graph, fsdp, IDX dataset files) and core/spmd (mt_spmd_config_from_json:
+ * mesh, layouts, input layout, checkpoint); the check adds core/data (mt_data_spec_parse, when the
+ * dataset uses the input-pipeline form with "train"; the synthetic section), the mesh (or the
+ * --mesh override), core/spmd's planner (mt_spmd_check: the trainer's own shape, layout and
+ * sharding rules and messages) and the "checkpoint", "restart", "elastic" and "init_from"
+ * sections. The first problem wins; its message starts with the JSON path of the offending
+ * field: `mesh.model: size must be an integer >= 1, got 0`.
  *
  * Reads the IDX headers of the training set (a few bytes, gzip or plain) when the spec does not
  * give model.input_shape and to count the examples for total_steps; an unreadable file is
@@ -26,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/mt_model.h"
+#include "spmd/mt_spmd.h"
 #include "status/mt_status.h"
 
 #define MT_JOBSPEC_MAX_DIMS   8
@@ -81,6 +86,38 @@ typedef struct mt_jobspec_summary {
  */
 mt_code mt_jobspec_validate(const char *json, size_t len, mt_jobspec_summary *out, mt_err *err);
 
+/* ------------------------------------------------------------------ the typed spec */
+
+/*
+ * A job spec parsed once. Every process parses the text with mt_jobspec_parse and hands the
+ * typed sections to the modules that use them; nothing parses the text again. Owned by the
+ * caller (mt_jobspec_free); the borrowed pointers live as long as the spec.
+ */
+typedef struct mt_jobspec {
+    char *json;                  /* owned, NUL-terminated copy of the text (checkpoints keep it) */
+    size_t len;                  /* its length */
+    struct cJSON *root;          /* owned: the parsed text */
+    mt_job_spec *model;          /* owned: top-level fields, optimizer, model, fsdp (core/model) */
+    mt_spmd_config cfg;          /* owned: mesh, layouts, input layout, checkpoint (core/spmd) */
+    const struct cJSON *dataset; /* borrowed from root: the "dataset" section (core/data reads
+                                    it), or NULL (the Fashion-MNIST defaults) */
+} mt_jobspec;
+
+/*
+ * Parse json[0..len) (borrowed) once into *out (owned) and check every section's structure
+ * (fields, types, ranges, layer graph, mesh, layout syntax) — no file is opened. Messages start
+ * with the field's JSON path. Codes: INVALID_ARGUMENT (also longer than MT_JOBSPEC_MAX_SIZE, not
+ * JSON), RESOURCE_EXHAUSTED. On failure *out = NULL.
+ */
+mt_code mt_jobspec_parse(const char *json, size_t len, mt_jobspec **out, mt_err *err);
+
+/* Read the file at path and mt_jobspec_parse it. NOT_FOUND / PERMISSION_DENIED ("open PATH:
+ * why"), INVALID_ARGUMENT naming the file. */
+mt_code mt_jobspec_load(const char *path, mt_jobspec **out, mt_err *err);
+
+/* Free a spec; NULL is a no-op. */
+void mt_jobspec_free(mt_jobspec *js);
+
 /* Where a spec is validated from (mt_jobspec_validate_opts). */
 typedef struct mt_jobspec_opts {
     const char *base_dir; /* the input-pipeline form's relative "train"/"test" paths resolve
@@ -102,5 +139,10 @@ typedef struct mt_jobspec_opts {
  */
 mt_code mt_jobspec_validate_opts(const char *json, size_t len, const mt_jobspec_opts *opts,
                                  mt_jobspec_summary *out, mt_err *err);
+
+/* The checks of mt_jobspec_validate that follow parsing (data shape, the trainer's planner,
+ * the sections), on a parsed spec (borrowed). Codes: as mt_jobspec_validate. */
+mt_code mt_jobspec_check(const mt_jobspec *js, const mt_jobspec_opts *opts, mt_jobspec_summary *out,
+                         mt_err *err);
 
 #endif

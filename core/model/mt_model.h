@@ -126,6 +126,9 @@ mt_code mt_layer_join_shape(const mt_layer_spec *l, int idx, const int *ranks,
  */
 mt_code mt_job_spec_parse(const char *json, size_t len, mt_job_spec **out, mt_err *err);
 
+/* mt_job_spec_parse from a parsed JSON root (borrowed). */
+mt_code mt_job_spec_from_json(const struct cJSON *root, mt_job_spec **out, mt_err *err);
+
 /* Read the file at path and mt_job_spec_parse it. NOT_FOUND / INVALID_ARGUMENT naming the file. */
 mt_code mt_job_spec_load(const char *path, mt_job_spec **out, mt_err *err);
 

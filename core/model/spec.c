@@ -158,6 +158,9 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
         snprintf(out->format, sizeof(out->format), "%s", s);
         return MT_OK;
     }
+    if ((s == NULL || strcmp(s, "idx") == 0) &&
+        cJSON_GetObjectItemCaseSensitive(node, "train") != NULL)
+        return MT_OK; /* the input pipeline's form of IDX files: core/data validates it */
     if (s != NULL && strcmp(s, "idx") != 0)
         return bad(err, "dataset.format", "must be \"idx\" (or \"csv\", \"text\", \"synthetic\")");
     rc = check_keys(node, "dataset", keys, err);
@@ -733,9 +736,26 @@ static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
     return parse_model(root, s, err);
 }
 
-mt_code mt_job_spec_parse(const char *json, size_t len, mt_job_spec **out, mt_err *err)
+mt_code mt_job_spec_from_json(const cJSON *root, mt_job_spec **out, mt_err *err)
 {
     mt_job_spec *s;
+    mt_code rc;
+
+    *out = NULL;
+    s = mt_calloc(1, sizeof(*s));
+    if (s == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job spec: out of memory");
+    rc = parse_root(root, s, err);
+    if (rc != MT_OK) {
+        mt_job_spec_free(s);
+        return rc;
+    }
+    *out = s;
+    return MT_OK;
+}
+
+mt_code mt_job_spec_parse(const char *json, size_t len, mt_job_spec **out, mt_err *err)
+{
     cJSON *root;
     mt_code rc;
 
@@ -746,19 +766,9 @@ mt_code mt_job_spec_parse(const char *json, size_t len, mt_job_spec **out, mt_er
         size_t off = at != NULL && at >= json && at <= json + len ? (size_t)(at - json) : 0;
         return mt_err_set(err, MT_INVALID_ARGUMENT, "(root): not valid JSON (near byte %zu)", off);
     }
-    s = mt_calloc(1, sizeof(*s));
-    if (s == NULL) {
-        cJSON_Delete(root);
-        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job spec: out of memory");
-    }
-    rc = parse_root(root, s, err);
+    rc = mt_job_spec_from_json(root, out, err);
     cJSON_Delete(root);
-    if (rc != MT_OK) {
-        mt_job_spec_free(s);
-        return rc;
-    }
-    *out = s;
-    return MT_OK;
+    return rc;
 }
 
 mt_code mt_job_spec_load(const char *path, mt_job_spec **out, mt_err *err)

@@ -25,6 +25,8 @@
 
 #include "status/mt_status.h"
 
+struct cJSON;
+
 #define MT_PATHSAFE_MAX_ROOTS        16
 #define MT_PATHSAFE_DEFAULT_DATASETS "/usr/share/datasets"
 
@@ -103,5 +105,9 @@ mt_code mt_pathsafe_check_data_spec(const mt_pathsafe *ps, const struct mt_data_
  */
 mt_code mt_pathsafe_check_dataset_json(const mt_pathsafe *ps, const char *spec_json, size_t len,
                                        const char *base_dir, mt_err *err);
+
+/* mt_pathsafe_check_dataset_json on the parsed "dataset" section (node, borrowed; NULL passes). */
+mt_code mt_pathsafe_check_dataset(const mt_pathsafe *ps, const struct cJSON *node,
+                                  const char *base_dir, mt_err *err);
 
 #endif

@@ -253,18 +253,13 @@ mt_code mt_pathsafe_check_data_spec(const mt_pathsafe *ps, const struct mt_data_
     return rc == MT_OK ? check_list(ps, &spec->test, err) : rc;
 }
 
-mt_code mt_pathsafe_check_dataset_json(const mt_pathsafe *ps, const char *spec_json, size_t len,
-                                       const char *base_dir, mt_err *err)
+mt_code mt_pathsafe_check_dataset(const mt_pathsafe *ps, const cJSON *node, const char *base_dir,
+                                  mt_err *err)
 {
-    cJSON *root = cJSON_ParseWithLength(spec_json, len);
-    const cJSON *node, *fmt;
+    const cJSON *fmt = node != NULL ? cJSON_GetObjectItemCaseSensitive(node, "format") : NULL;
     mt_data_spec *ds = NULL;
     mt_code rc = MT_OK;
 
-    if (root == NULL)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "job spec: not valid JSON");
-    node = cJSON_GetObjectItemCaseSensitive(root, "dataset");
-    fmt = node != NULL ? cJSON_GetObjectItemCaseSensitive(node, "format") : NULL;
     if (node != NULL && cJSON_GetObjectItemCaseSensitive(node, "train") != NULL &&
         !(cJSON_IsString(fmt) && strcmp(fmt->valuestring, "synthetic") == 0)) {
         rc = mt_data_spec_parse(node, "dataset", base_dir, &ds, err);
@@ -272,6 +267,19 @@ mt_code mt_pathsafe_check_dataset_json(const mt_pathsafe *ps, const char *spec_j
             rc = mt_pathsafe_check_data_spec(ps, ds, err);
         mt_data_spec_free(ds);
     }
+    return rc;
+}
+
+mt_code mt_pathsafe_check_dataset_json(const mt_pathsafe *ps, const char *spec_json, size_t len,
+                                       const char *base_dir, mt_err *err)
+{
+    cJSON *root = cJSON_ParseWithLength(spec_json, len);
+    mt_code rc;
+
+    if (root == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "job spec: not valid JSON");
+    rc = mt_pathsafe_check_dataset(ps, cJSON_GetObjectItemCaseSensitive(root, "dataset"), base_dir,
+                                   err);
     cJSON_Delete(root);
     return rc;
 }

@@ -57,6 +57,8 @@
 #include "status/mt_status.h"
 #include "train/mt_train.h"
 
+struct cJSON;
+
 typedef struct mt_spmd mt_spmd;
 
 /* ------------------------------------------------------------------ job configuration */
@@ -75,6 +77,9 @@ typedef struct mt_spmd_config {
  * ("checkpoint.every_steps: must be a positive integer"), RESOURCE_EXHAUSTED.
  */
 mt_code mt_spmd_config_parse(const char *json, size_t len, mt_spmd_config *cfg, mt_err *err);
+
+/* mt_spmd_config_parse from a parsed JSON root (borrowed). */
+mt_code mt_spmd_config_from_json(const struct cJSON *root, mt_spmd_config *cfg, mt_err *err);
 
 /* Free what the config owns and zero it; zeroed memory is a no-op. */
 void mt_spmd_config_fini(mt_spmd_config *cfg);
@@ -292,9 +297,14 @@ typedef struct mt_spmd_synthetic {
 mt_code mt_spmd_synthetic_parse(const mt_job_spec *spec, const struct cJSON *node,
                                 mt_spmd_synthetic *out, mt_err *err);
 
-mt_code mt_spmd_load_data(const mt_job_spec *spec, const char *spec_json, const char *base_dir,
-                          mt_idx_set *train, mt_idx_set *test, int *in_rank, size_t *in_shape,
-                          mt_err *err);
+/*
+ * Load a whole data set (the spec's IDX files, or the generated "synthetic" section `dataset`,
+ * borrowed, may be NULL for IDX) into train and test (owned by the caller: mt_idx_set_fini) and
+ * the per-example input shape. Codes: the readers' (NOT_FOUND, DATA_LOSS, INVALID_ARGUMENT).
+ */
+mt_code mt_spmd_load_data(const mt_job_spec *spec, const struct cJSON *dataset,
+                          const char *base_dir, mt_idx_set *train, mt_idx_set *test, int *in_rank,
+                          size_t *in_shape, mt_err *err);
 
 /* Options of mt_spmd_run_data. */
 typedef struct mt_spmd_run_opts {
@@ -357,8 +367,8 @@ bool mt_spmd_uses_pipeline(const mt_job_spec *spec);
  * the mesh is spread over processes, and a 1-device mesh equals mt_train_run_data. Codes: as
  * mt_spmd_run_data plus the data sources' (file:line) and the spec parser's.
  */
-mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const char *spec_json, const char *base_dir,
-                             const mt_mesh *mesh, const mt_layout_map *map,
+mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const struct cJSON *dataset,
+                             const char *base_dir, const mt_mesh *mesh, const mt_layout_map *map,
                              const mt_spmd_run_opts *opts, const int *rank_process,
                              mt_train_progress_fn progress, void *ctx, mt_train_result *res,
                              mt_err *err);
@@ -368,7 +378,7 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const char *spec_json, con
 /* A job as every trainer sees it (all borrowed for the call). */
 typedef struct mt_spmd_job {
     const mt_job_spec *spec;      /* parsed (core/model) */
-    const char *spec_json;        /* its text: the dataset section, stored in checkpoints */
+    const struct cJSON *dataset;  /* the spec's "dataset" section, or NULL (the defaults) */
     const char *base_dir;         /* relative input-pipeline paths resolve against it */
     const mt_mesh *mesh;          /* the mesh; a run without one is batch=1 */
     const mt_layout_map *layouts; /* layouts and input layout, never NULL */

@@ -180,13 +180,23 @@ static mt_code ckpt_field(const cJSON *ck, const char *key, double max, int64_t 
 mt_code mt_spmd_config_parse(const char *json, size_t len, mt_spmd_config *cfg, mt_err *err)
 {
     cJSON *root = cJSON_ParseWithLength(json, len);
+    mt_code rc;
+
+    memset(cfg, 0, sizeof(*cfg));
+    if (root == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "job spec: not valid JSON");
+    rc = mt_spmd_config_from_json(root, cfg, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+mt_code mt_spmd_config_from_json(const cJSON *root, mt_spmd_config *cfg, mt_err *err)
+{
     const cJSON *n, *ck;
     mt_code rc = MT_OK;
 
     memset(cfg, 0, sizeof(*cfg));
     cfg->ckpt_keep = 3;
-    if (root == NULL)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "job spec: not valid JSON");
     n = cJSON_GetObjectItemCaseSensitive(root, "mesh");
     if (n != NULL && !cJSON_IsNull(n)) {
         if (cJSON_IsString(n))
@@ -207,9 +217,8 @@ mt_code mt_spmd_config_parse(const char *json, size_t len, mt_spmd_config *cfg, 
         }
         for (const cJSON *c = ck->child; c != NULL; c = c->next)
             if (strcmp(c->string, "every_steps") != 0 && strcmp(c->string, "keep") != 0) {
-                rc = mt_err_set(err, MT_INVALID_ARGUMENT,
-                                "checkpoint.%s: unknown key (expected every_steps, keep)",
-                                c->string);
+                rc =
+                    mt_err_set(err, MT_INVALID_ARGUMENT, "checkpoint.%s: unknown field", c->string);
                 goto done;
             }
         int64_t keep = cfg->ckpt_keep;
@@ -221,7 +230,6 @@ mt_code mt_spmd_config_parse(const char *json, size_t len, mt_spmd_config *cfg, 
         cfg->ckpt_keep = (int)keep;
     }
 done:
-    cJSON_Delete(root);
     if (rc != MT_OK)
         mt_spmd_config_fini(cfg);
     return rc;

@@ -190,7 +190,7 @@ static mt_code load_text(const cJSON *node, const char *base_dir, mt_idx_set *tr
     return rc;
 }
 
-mt_code mt_spmd_load_data(const mt_job_spec *spec, const char *spec_json, const char *base_dir,
+mt_code mt_spmd_load_data(const mt_job_spec *spec, const cJSON *node, const char *base_dir,
                           mt_idx_set *train, mt_idx_set *test, int *in_rank, size_t *in_shape,
                           mt_err *err)
 {
@@ -204,16 +204,12 @@ mt_code mt_spmd_load_data(const mt_job_spec *spec, const char *spec_json, const 
         rc = mt_idx_set_load(d->train_images, d->train_labels, 0, train, err);
         if (rc == MT_OK)
             rc = mt_idx_set_load(d->test_images, d->test_labels, 0, test, err);
+    } else if (node == NULL) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: missing from the spec");
+    } else if (strcmp(d->format, "synthetic") == 0) {
+        rc = load_synthetic(spec, node, train, test, err);
     } else {
-        cJSON *root = cJSON_Parse(spec_json != NULL ? spec_json : "");
-        const cJSON *node = cJSON_GetObjectItemCaseSensitive(root, "dataset");
-        if (node == NULL)
-            rc = mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: missing from the spec text");
-        else if (strcmp(d->format, "synthetic") == 0)
-            rc = load_synthetic(spec, node, train, test, err);
-        else
-            rc = load_text(node, base_dir, train, test, err);
-        cJSON_Delete(root);
+        rc = load_text(node, base_dir, train, test, err);
     }
     if (rc == MT_OK && train->n == 0)
         rc = mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: the training set is empty");
@@ -530,20 +526,15 @@ static void input_run_fini(input_run *in)
 
 /* Parse the dataset section, fit the vectorizer (text), open the training split, load the test
  * split whole (every process evaluates on all of it). */
-static mt_code input_open_data(input_run *in, const mt_job_spec *spec, const char *spec_json,
+static mt_code input_open_data(input_run *in, const mt_job_spec *spec, const cJSON *node,
                                const char *base_dir, mt_err *err)
 {
-    cJSON *root = cJSON_Parse(spec_json != NULL ? spec_json : "");
-    const cJSON *node = cJSON_GetObjectItemCaseSensitive(root, "dataset");
     mt_code rc;
 
-    if (root == NULL)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "spec: not JSON");
     /* IDX paths of the engine's flat form were always relative to the working directory */
     if (strcmp(spec->dataset.format, "idx") == 0)
         base_dir = NULL;
     rc = mt_data_spec_parse(node, "dataset", base_dir, &in->ds, err);
-    cJSON_Delete(root);
     if (rc == MT_OK && in->ds->format == MT_DATA_FORMAT_TEXT)
         rc = mt_data_tfidf_fit_spec(in->ds, &in->vec, err);
     if (rc == MT_OK)
@@ -655,7 +646,7 @@ static void input_next(input_run *in, size_t s)
     }
 }
 
-mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const char *spec_json, const char *base_dir,
+mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, const char *base_dir,
                              const mt_mesh *mesh, const mt_layout_map *map,
                              const mt_spmd_run_opts *o, const int *rank_process,
                              mt_train_progress_fn progress, void *ctx, mt_train_result *res,
@@ -679,7 +670,7 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const char *spec_json, con
     if (o->save_dir != NULL && mkdir(o->save_dir, 0755) != 0 && errno != EEXIST)
         return mt_err_set(err, errno == EACCES ? MT_PERMISSION_DENIED : MT_NOT_FOUND,
                           "checkpoint directory %s: %s", o->save_dir, strerror(errno));
-    rc = input_open_data(&in, spec, spec_json, base_dir, err);
+    rc = input_open_data(&in, spec, dataset, base_dir, err);
     if (rc != MT_OK)
         goto done;
     rc = input_open_pipeline(&in, mesh, map, o->world, rank_process, err);
@@ -804,9 +795,9 @@ mt_code mt_spmd_train(const mt_spmd_job *job, const mt_spmd_run_opts *o,
     mt_code rc;
 
     if (mt_spmd_uses_pipeline(job->spec))
-        return mt_spmd_run_pipeline(job->spec, job->spec_json, job->base_dir, job->mesh,
-                                    job->layouts, o, job->rank_process, progress, ctx, res, err);
-    rc = mt_spmd_load_data(job->spec, job->spec_json, job->base_dir, &train, &test, &in_rank,
+        return mt_spmd_run_pipeline(job->spec, job->dataset, job->base_dir, job->mesh, job->layouts,
+                                    o, job->rank_process, progress, ctx, res, err);
+    rc = mt_spmd_load_data(job->spec, job->dataset, job->base_dir, &train, &test, &in_rank,
                            in_shape, err);
     if (rc != MT_OK)
         return rc;

@@ -942,14 +942,18 @@ static void *pipe_main(void *arg)
     mt_job_spec *spec = NULL;
     mt_spmd_config cfg;
     memset(&cfg, 0, sizeof(cfg));
-    r->rc = mt_job_spec_parse(r->json, strlen(r->json), &spec, &r->err);
+    cJSON *root = cJSON_Parse(r->json);
+    assert_non_null(root);
+    r->rc = mt_job_spec_from_json(root, &spec, &r->err);
     if (r->rc == MT_OK)
-        r->rc = mt_spmd_config_parse(r->json, strlen(r->json), &cfg, &r->err);
+        r->rc = mt_spmd_config_from_json(root, &cfg, &r->err);
     if (r->rc == MT_OK)
-        r->rc = mt_spmd_run_pipeline(spec, r->json, r->dir, cfg.mesh, cfg.layouts, &r->o, r->proc,
-                                     NULL, NULL, &r->res, &r->err);
+        r->rc = mt_spmd_run_pipeline(spec, cJSON_GetObjectItemCaseSensitive(root, "dataset"),
+                                     r->dir, cfg.mesh, cfg.layouts, &r->o, r->proc, NULL, NULL,
+                                     &r->res, &r->err);
     mt_spmd_config_fini(&cfg);
     mt_job_spec_free(spec);
+    cJSON_Delete(root);
     return NULL;
 }
 
