@@ -95,7 +95,7 @@ static mt_code load_synthetic(const mt_job_spec *spec, const cJSON *ds, mt_idx_s
 {
     static const char *const keys[] = {"format", "examples", "test_examples", "features", "classes",
                                        "seed",   NULL};
-    size_t n, nt, dim, classes, seed;
+    size_t n = 0, nt = 0, dim = 0, classes = 0, seed = 0;
     mt_code rc;
 
     for (const cJSON *c = ds->child; c != NULL; c = c->next) {
