@@ -12,8 +12,8 @@ FUZZ_SECONDS ?= 30
 # -Werror in developer builds and CI; packagers configure CMake directly (MT_WERROR defaults OFF)
 MT_WERROR  ?= ON
 
-.PHONY: all deps configure build build-types test asan fuzz demo format format-check bench clean \
-	install
+.PHONY: all deps configure build build-types test asan fuzz demo cluster cluster-stop format \
+	format-check bench clean install
 
 all: build
 
@@ -57,6 +57,13 @@ fuzz:
 
 demo: build
 	deploy/demo.sh $(BUILD)
+
+# a local coordinator + 2 workers that stay up (the README's quickstart; deploy/cluster.sh)
+cluster: build
+	deploy/cluster.sh start $(BUILD)
+
+cluster-stop:
+	deploy/cluster.sh stop $(BUILD)
 
 install: build
 	cmake --install $(BUILD)
