@@ -218,6 +218,7 @@ typedef struct coll_peer {
     _Atomic int connected;   /* a pipe was added */
     _Atomic int64_t down_ns; /* monotonic time the connection was lost; 0 = not lost */
     _Atomic int refused;     /* it refused our token, or we refused its (UNAUTHENTICATED) */
+    _Atomic int bye;         /* it sent BYE: the end of its connection is an orderly close */
     int fd;                  /* direct transport: dialed socket when open (guarded by mu) */
     int nranks;              /* ranks living in that process */
 } coll_peer;
