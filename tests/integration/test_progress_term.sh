@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # test_progress_term.sh — the progress display fits the terminal and paces itself off one
 # (client/progress.h), with real daemons on loopback and a 3-epoch CSV job of about 1 s/epoch:
-#  * `submit --follow` in a tmux pane of 80 columns: the pane's history holds exactly one row
+#  * `watch` in a tmux pane of 80 columns: the pane's history holds exactly one row
 #    starting "Epoch" per epoch (a line wider than the pane wrapped, and every redraw left a row
 #    behind), no row wider than 80, and the final state; `train --local` likewise;
 #  * piped: `watch` of the ended job prints one line per epoch and the final state;
@@ -12,8 +12,8 @@
 #  * --log-every rejects a bad value (exit 2).
 source "$(dirname "$0")/lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: no tmux"; exit 0; }
-SOCK=mt-progress-$$
-trap 'rc=$?; tmux -L "$SOCK" kill-server 2>/dev/null || true; set +e; (exit $rc); cleanup' EXIT
+SOCK=$T/tmux.sock # a server of our own, its socket in the temp dir
+trap 'rc=$?; tmux -S "$SOCK" kill-server 2>/dev/null || true; set +e; (exit $rc); cleanup' EXIT
 
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http off --heartbeat-ms 200
 bg w1 "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name w1 --data-root "$T"
@@ -38,17 +38,18 @@ jq -n --arg t "$T" --argjson e $EPOCHS '{seed: 7, batch_size: 16, epochs: $e, op
 # the pane's whole history to $T/NAME.rows (rows as drawn) and $T/NAME.lines (wrapped rows joined)
 in_pane() {
     local name=$1 cmd=$2
-    tmux -L "$SOCK" new-session -d -s "$name" -x 80 -y 24 "$cmd; echo PANE_EXIT=\$?; sleep 600"
-    wait_for 300 "$name in tmux" sh -c "tmux -L '$SOCK' capture-pane -p -t '$name' -S - |
+    tmux -S "$SOCK" new-session -d -s "$name" -x 80 -y 24 "$cmd; echo PANE_EXIT=\$?; sleep 600"
+    wait_for 300 "$name in tmux" sh -c "tmux -S '$SOCK' capture-pane -p -t '$name' -S - |
         grep -q PANE_EXIT="
-    tmux -L "$SOCK" capture-pane -p -t "$name" -S - -E - >"$T/$name.rows"
-    tmux -L "$SOCK" capture-pane -p -J -t "$name" -S - -E - >"$T/$name.lines"
-    tmux -L "$SOCK" kill-session -t "$name"
+    tmux -S "$SOCK" capture-pane -p -t "$name" -S - -E - >"$T/$name.rows"
+    tmux -S "$SOCK" capture-pane -p -J -t "$name" -S - -E - >"$T/$name.lines"
+    tmux -S "$SOCK" kill-session -t "$name"
 }
 
-# ---- submit --follow on a terminal of 80 columns
-in_pane follow "'$BIN/meshtrain' --coordinator '$COORD_URL' submit --follow '$T/job.json'"
-grep -q "PANE_EXIT=0" "$T/follow.rows" || fail "submit --follow: $(cat "$T/follow.rows")"
+# ---- watch on a terminal of 80 columns, started as the job is submitted (live redraws)
+MT="'$BIN/meshtrain' --coordinator '$COORD_URL'"
+in_pane follow "JOB=\$($MT submit '$T/job.json') && $MT watch \$JOB"
+grep -q "PANE_EXIT=0" "$T/follow.rows" || fail "watch: $(cat "$T/follow.rows")"
 JOB=$(grep -m1 -o 'job-[0-9]*' "$T/follow.rows")
 n=$(grep -c '^Epoch ' "$T/follow.rows" || true)
 [ "$n" = "$EPOCHS" ] || fail "tmux 80 columns: $n rows start with Epoch, want $EPOCHS: $(cat "$T/follow.rows")"
@@ -56,7 +57,7 @@ n=$(grep -c '^Epoch ' "$T/follow.rows" || true)
     fail "tmux: each epoch's line should end with its eval results: $(cat "$T/follow.lines")"
 awk 'length($0) > 80 { exit 1 }' "$T/follow.rows" || fail "a row wider than 80 columns"
 grep -q "^job $JOB SUCCEEDED" "$T/follow.rows" || fail "no final state: $(cat "$T/follow.rows")"
-log "submit --follow in tmux at 80 columns: $(grep -c . "$T/follow.rows") rows for $EPOCHS epochs"
+log "watch in tmux at 80 columns: $(grep -c . "$T/follow.rows") rows for $EPOCHS epochs"
 
 # ---- train --local on a terminal of 80 columns
 in_pane train "cd '$T' && '$BIN/meshtrain' train --local job.json"
