@@ -9,8 +9,11 @@ CTEST_JOBS ?= 2
 CMAKE_ARGS ?=
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
+# -Werror in developer builds and CI; packagers configure CMake directly (MT_WERROR defaults OFF)
+MT_WERROR  ?= ON
 
-.PHONY: all deps configure build test asan fuzz demo format format-check bench clean install
+.PHONY: all deps configure build build-types test asan fuzz demo cluster cluster-stop format \
+	format-check bench clean install
 
 all: build
 
@@ -18,18 +21,28 @@ deps:
 	@deploy/install-deps.sh
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -DMT_WERROR=$(MT_WERROR) $(CMAKE_ARGS)
 
+# a build tree configured before MT_WERROR existed (or with the other value) is reconfigured
 configure: $(BUILD)/CMakeCache.txt
+	@grep -qx 'MT_WERROR:BOOL=$(MT_WERROR)' $(BUILD)/CMakeCache.txt || \
+	    cmake -S . -B $(BUILD) -DMT_WERROR=$(MT_WERROR) $(CMAKE_ARGS)
 
 build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
+
+# Release, RelWithDebInfo, Debug and a dpkg-buildflags build each compile with -Werror
+# (programs and libraries only; a fresh tree each under a temp dir; tests/build_types.sh)
+BUILD_TYPES ?= Release RelWithDebInfo Debug debian
+build-types: deps
+	JOBS=$(JOBS) tests/build_types.sh $(BUILD_TYPES)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
 
 asan: deps
-	cmake -S . -B $(ASAN_BUILD) -DMT_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug $(CMAKE_ARGS)
+	cmake -S . -B $(ASAN_BUILD) -DMT_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug \
+	    -DMT_WERROR=$(MT_WERROR) $(CMAKE_ARGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 MT_SANITIZED=1 \
@@ -38,11 +51,19 @@ asan: deps
 # libFuzzer (clang): every tests/fuzz/fuzz_*.c for FUZZ_SECONDS each (tests/fuzz/run_fuzz.sh)
 fuzz:
 	@MT_EXTRA_PACKAGES="clang libclang-rt-14-dev" deploy/install-deps.sh
-	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DMT_FUZZ=ON $(CMAKE_ARGS)
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DMT_FUZZ=ON -DMT_WERROR=$(MT_WERROR) \
+	    $(CMAKE_ARGS)
 	tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(JOBS)
 
 demo: build
 	deploy/demo.sh $(BUILD)
+
+# a local coordinator + 2 workers that stay up (the README's quickstart; deploy/cluster.sh)
+cluster: build
+	deploy/cluster.sh start $(BUILD)
+
+cluster-stop:
+	deploy/cluster.sh stop $(BUILD)
 
 install: build
 	cmake --install $(BUILD)

@@ -13,6 +13,8 @@
 #ifndef MT_CLI_H
 #define MT_CLI_H
 
+#include <stddef.h>
+
 #include "status/mt_status.h"
 
 /* Process exit codes of `meshtrain` (documented in README.md). */
@@ -39,8 +41,21 @@ typedef int (*mt_cli_handler)(const mt_cli_global *g, int argc, char **argv);
  */
 mt_exit mt_cli_exit_from_code(mt_code code);
 
-/* Print "meshtrain: CODE_NAME: message" to stderr and return the mapped exit code. */
+/*
+ * Print "meshtrain: CODE_NAME: message" to stderr and return the mapped exit code. UNAVAILABLE
+ * (the coordinator could not be reached; the message names its address) adds a hint line: start
+ * one, or choose the address with --coordinator / MESHTRAIN_COORDINATOR.
+ */
 mt_exit mt_cli_fail(const mt_err *err);
+
+#define MT_CLI_WORD_MAX 64 /* longer words get no suggestion */
+
+/*
+ * "Did you mean": of names[0..n) (borrowed), the one closest to word when word is likely a typo
+ * of it (at most 1 edit for words of up to 4 characters, 2 beyond; an edit inserts, deletes or
+ * changes a character or swaps two neighbours; case is ignored), the first on a tie; else NULL.
+ */
+const char *mt_cli_closest(const char *word, const char *const *names, size_t n);
 
 /* Print "meshtrain CMD: message\n" + a hint to run --help; returns MT_EXIT_USAGE. */
 mt_exit mt_cli_usage_error(const char *cmd, const char *fmt, ...)

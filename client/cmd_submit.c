@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cmd_submit.c — `meshtrain submit JOB.json [--name N] [--priority P] [--mesh M]
- * [--init-from JOB[:STEP]] [--follow | --wait]`:
+ * [--init-from JOB[:STEP]] [--follow [--log-every S] | --wait]`:
  * send the spec to the coordinator (SubmitJob, which validates it with mt_jobspec_validate) and
  * print the job id; --mesh replaces the spec's "mesh"; --follow then behaves as `watch`.
  * An invalid spec prints "meshtrain: INVALID_ARGUMENT: <path>: <why>" and exits 4.
@@ -15,6 +15,7 @@
 #include "alloc/mt_alloc.h"
 #include "client/follow.h"
 #include "client/jobs_util.h"
+#include "client/progress.h"
 #include "mesh/mt_mesh.h"
 
 static void usage(FILE *out)
@@ -33,6 +34,8 @@ static void usage(FILE *out)
             "                 spec's \"init_from\" (docs/job-spec.md)\n"
             "  --follow       then follow it as `meshtrain watch` does (exit 0 when it\n"
             "                 succeeds, 1 when it fails or is cancelled)\n"
+            "  --log-every S  with --follow and stdout not a terminal: a progress line at\n"
+            "                 most every S seconds besides the epoch lines (default 30)\n"
             "  --wait         then block until the job ends without drawing progress: print\n"
             "                 the final state line; exit 0 when it succeeds, 1 when it\n"
             "                 fails or is cancelled (for scripts and batch jobs)\n"
@@ -128,6 +131,7 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
         {"follow", no_argument, NULL, 'f'},
         {"wait", no_argument, NULL, 'w'},
         {"timeout", required_argument, NULL, 't'},
+        {"log-every", required_argument, NULL, 'l'},
         {"init-from", required_argument, NULL, 'i'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -137,6 +141,7 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
     unsigned long long init_step = 0;
     bool follow = false, wait_end = false;
     double timeout_s = 0.0;
+    int64_t log_every_ms = -1; /* the default */
     char job_id[64];
     Meshtrain__SubmitJobRequest req = MESHTRAIN__SUBMIT_JOB_REQUEST__INIT;
     Meshtrain__SubmitJobReply *rep = NULL;
@@ -177,6 +182,11 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
             if (end == optarg || *end != '\0' || !(timeout_s > 0.0) || timeout_s > 1e7)
                 return mt_cli_usage_error("submit", "--timeout '%s': expected seconds > 0", optarg);
             break;
+        case 'l':
+            if (!mt_cli_parse_log_every(optarg, &log_every_ms))
+                return mt_cli_usage_error("submit", "--log-every '%s': expected seconds >= 0",
+                                          optarg);
+            break;
         case 'h':
             usage(stdout);
             return MT_EXIT_OK;
@@ -190,6 +200,8 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
         return mt_cli_usage_error("submit", "--follow and --wait exclude each other");
     if (timeout_s > 0.0 && !wait_end)
         return mt_cli_usage_error("submit", "--timeout needs --wait");
+    if (log_every_ms >= 0 && !follow)
+        return mt_cli_usage_error("submit", "--log-every needs --follow");
     if (mt_cli_read_file(argv[optind], &spec, &len, &err) != MT_OK)
         return mt_cli_fail(&err);
     if ((mesh != NULL && with_mesh(&spec, mesh, &err) != MT_OK) ||
@@ -209,5 +221,5 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
     mt_free(spec);
     if (wait_end)
         return mt_cli_wait(g, job_id, (int64_t)(timeout_s * 1000.0));
-    return follow ? mt_cli_follow(g, job_id, false) : MT_EXIT_OK;
+    return follow ? mt_cli_follow(g, job_id, false, log_every_ms) : MT_EXIT_OK;
 }

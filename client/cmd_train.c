@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "alloc/mt_alloc.h"
+#include "client/progress.h"
+#include "clock/mt_clock.h"
 #include "jobspec/mt_jobspec.h"
 #include "model/mt_model.h"
 #include "pathsafe/mt_pathsafe.h"
@@ -29,7 +31,8 @@
 typedef struct train_out {
     bool json;
     bool tty;
-    double last_draw; /* epoch_seconds of the last in-place redraw */
+    double last_draw;     /* epoch_seconds of the last in-place redraw */
+    mt_cli_progress prog; /* the line (client/progress.h) */
 } train_out;
 
 static void usage(FILE *f)
@@ -52,23 +55,25 @@ static void usage(FILE *f)
                "The job spec format is described in docs/job-spec.md.\n");
 }
 
-static void progbar(const mt_train_progress *p, bool end)
+/* The Progbar line, fitted to the terminal (client/progress.h); off a terminal, a line per epoch
+ * and a progress line at most every 30 s. */
+static void progbar(train_out *o, const mt_train_progress *p, bool end)
 {
-    char bar[31];
-    int64_t total = p->epoch_steps > 0 ? p->epoch_steps : 1;
-    int done = (int)(30 * p->epoch_step / total);
+    char head[64], tail[256];
     double ms = p->epoch_step > 0 ? p->epoch_seconds * 1e3 / (double)p->epoch_step : 0.0;
+    int k;
 
-    for (int i = 0; i < 30; i++)
-        bar[i] = i < done ? '=' : '.';
-    if (done < 30)
-        bar[done] = '>';
-    bar[30] = '\0';
-    printf("Epoch %lld/%lld  %lld/%lld [%s] - %.0fs %.0fms/step - loss: %.4f - accuracy: %.4f",
-           (long long)p->epoch, (long long)p->epochs, (long long)p->epoch_step,
-           (long long)p->epoch_steps, bar, p->epoch_seconds, ms, p->loss, p->accuracy);
-    if (end)
-        printf(" - test_loss: %.4f - test_accuracy: %.4f", p->test_loss, p->test_accuracy);
+    snprintf(head, sizeof(head), "Epoch %lld/%lld", (long long)p->epoch, (long long)p->epochs);
+    k = snprintf(tail, sizeof(tail), " - %.0fs %.0fms/step - loss: %.4f - accuracy: %.4f",
+                 p->epoch_seconds, ms, p->loss, p->accuracy);
+    if (end && k > 0 && (size_t)k < sizeof(tail))
+        snprintf(tail + k, sizeof(tail) - (size_t)k, " - test_loss: %.4f - test_accuracy: %.4f",
+                 p->test_loss, p->test_accuracy);
+    if (end || mt_cli_progress_due(&o->prog, mt_clock_mono_ms()))
+        mt_cli_progress_close(&o->prog, head, p->epoch_step, p->epoch_steps, tail,
+                              mt_clock_mono_ms());
+    else
+        mt_cli_progress_draw(&o->prog, head, p->epoch_step, p->epoch_steps, tail);
 }
 
 static mt_code on_progress(void *ctx, const mt_train_progress *p)
@@ -86,17 +91,10 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
         return MT_OK;
     }
     if (p->event == MT_TRAIN_EPOCH_END) {
-        if (o->tty)
-            printf("\r");
-        progbar(p, true);
-        printf(o->tty ? "\033[K\n" : "\n"); /* on a terminal, erase a longer previous draw */
-        fflush(stdout);
+        progbar(o, p, true);
         o->last_draw = 0.0;
-    } else if (o->tty && (p->epoch_seconds - o->last_draw >= 0.1 || p->epoch_step == 1)) {
-        printf("\r");
-        progbar(p, false);
-        printf("\033[K");
-        fflush(stdout);
+    } else if (!o->tty || p->epoch_seconds - o->last_draw >= 0.1 || p->epoch_step == 1) {
+        progbar(o, p, false);
         o->last_draw = p->epoch_seconds;
     }
     return MT_OK;
@@ -182,7 +180,7 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     mt_train_options topt = MT_TRAIN_OPTIONS_DEFAULTS;
-    train_out out = {false, false, 0.0};
+    train_out out = {0};
     train_args ta = {NULL, NULL, NULL, {NULL}, 0};
     mt_err err = MT_ERR_INIT;
     mt_train_result res;
@@ -244,6 +242,7 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
     if (!local)
         return mt_cli_usage_error("train", "only --local training is available in this build");
     out.tty = isatty(STDOUT_FILENO) != 0;
+    mt_cli_progress_init(&out.prog, stdout, -1, mt_clock_mono_ms());
     rc = mt_jobspec_load(argv[optind], &js, &err); /* the one parse of the spec */
     mt_cli_spec_dir(argv[optind], base, sizeof(base));
     if (rc == MT_OK) /* before anything opens a data file */

@@ -26,11 +26,11 @@
 #include <unistd.h>
 
 #include "client/jobs_util.h"
+#include "client/progress.h"
 #include "clock/mt_clock.h"
 #include "rpc/mt_rpc.h"
 #include "watch/mt_watch.h"
 
-#define BAR_WIDTH     30
 #define STATE_POLL_MS 5000 /* GetJob after this long without a stream event */
 #define MAX_PENDING   32   /* restart markers queued before they are printed */
 
@@ -41,12 +41,14 @@ typedef struct view {
     int64_t epochs, epoch, epoch_steps, full;
     uint64_t step, drawn; /* latest step; the step of the last plain line */
     double loss, acc, eval_loss, eval_acc;
-    bool have_loss, have_acc, have_eval, line_open, printed_step;
+    bool have_loss, have_acc, have_eval, printed_step;
+    bool line_open;                     /* the epoch has progress whose line is not closed */
     int64_t t0_ms, last_ms;             /* first and latest point times of the epoch */
     mt_watch_restart_scan scan;         /* the state history read so far */
     mt_watch_restart pend[MAX_PENDING]; /* restarts queued, not yet printed */
     size_t n_pend;
-    uint32_t queued; /* highest restart number queued (printed or pending) */
+    uint32_t queued;      /* highest restart number queued (printed or pending) */
+    mt_cli_progress prog; /* the line on a terminal; the pace of plain lines elsewhere */
 } view;
 
 static int64_t epoch_step(const view *v)
@@ -69,56 +71,93 @@ static void fmt_metrics(const view *v, char *out, size_t cap)
         snprintf(out + at, cap - at, " - accuracy: %.4f", v->acc);
 }
 
-static void draw(view *v, bool done)
+static void fmt_head(const view *v, char *out, size_t cap)
 {
-    char bar[BAR_WIDTH + 1], m[128], head[64];
-    int64_t s = epoch_step(v), n = v->epoch_steps > 0 ? v->epoch_steps : s;
-    int fill = n > 0 ? (int)(BAR_WIDTH * s / n) : 0;
+    snprintf(out, cap, "Epoch %" PRId64 "/%" PRId64, v->epoch,
+             v->epochs > 0 ? v->epochs : v->epoch);
+}
+
+static int64_t epoch_total(const view *v, int64_t s)
+{
+    return v->epoch_steps > 0 ? v->epoch_steps : s;
+}
+
+/* Not a terminal: the plain progress line ("Epoch 2/3  step 512/938 - loss: ..."), now. */
+static void print_plain(view *v)
+{
+    char m[128], head[64];
+    int64_t s = epoch_step(v);
+
+    fmt_metrics(v, m, sizeof(m));
+    fmt_head(v, head, sizeof(head));
+    printf("%s  step %" PRId64 "/%" PRId64 "%s\n", head, s, epoch_total(v, s), m);
+    fflush(stdout);
+    v->drawn = v->step;
+    mt_cli_progress_mark(&v->prog, mt_clock_mono_ms());
+}
+
+/*
+ * The epoch's progress moved: redrawn in place on a terminal (fitted to its width); elsewhere a
+ * plain line when one is due (--log-every) and this step was not printed yet.
+ */
+static void draw(view *v)
+{
+    char m[128], head[64], tail[160];
+    int64_t s = epoch_step(v), n = epoch_total(v, s);
     double ms_per = s > 1 ? (double)(v->last_ms - v->t0_ms) / (double)(s - 1) : 0.0;
 
     if (v->epoch == 0)
         return;
-    fmt_metrics(v, m, sizeof(m));
-    snprintf(head, sizeof(head), "Epoch %" PRId64 "/%" PRId64, v->epoch,
-             v->epochs > 0 ? v->epochs : v->epoch);
+    v->line_open = true;
     if (!v->tty) {
-        v->drawn = v->step;
-        printf("%s  step %" PRId64 "/%" PRId64 "%s\n", head, s, n, m);
-        fflush(stdout);
+        if (v->drawn != v->step && mt_cli_progress_due(&v->prog, mt_clock_mono_ms()))
+            print_plain(v);
         return;
     }
-    for (int i = 0; i < BAR_WIDTH; i++)
-        bar[i] = i < fill ? '=' : '.';
-    if (fill > 0 && fill < BAR_WIDTH)
-        bar[fill - 1] = '>';
-    else if (fill == 0 && s > 0)
-        bar[0] = '>';
-    bar[BAR_WIDTH] = '\0';
-    if (done)
-        printf("\r\033[K%s  %" PRId64 "/%" PRId64 " [%s] - %.0fs%s", head, s, n, bar,
-               (double)(v->last_ms - v->t0_ms) / 1000.0 + ms_per / 1000.0, m);
-    else
-        printf("\r\033[K%s  %" PRId64 "/%" PRId64 " [%s] - ETA: %.0fs%s", head, s, n, bar,
-               ms_per * (double)(n - s) / 1000.0, m);
-    v->line_open = true;
-    fflush(stdout);
+    fmt_metrics(v, m, sizeof(m));
+    fmt_head(v, head, sizeof(head));
+    snprintf(tail, sizeof(tail), " - ETA: %.0fs%s", ms_per * (double)(n - s) / 1000.0, m);
+    mt_cli_progress_draw(&v->prog, head, s, n, tail);
 }
 
-/* Close the current epoch's line, with its eval results when they came. */
+/*
+ * Before other output (a restart marker, the final state): end the line drawn in place on a
+ * terminal; elsewhere print the progress not printed yet, so the log shows where the job was.
+ */
+static void end_open(view *v)
+{
+    if (v->line_open && !v->tty && v->drawn != v->step && v->epoch > 0)
+        print_plain(v);
+    mt_cli_progress_end_line(&v->prog);
+    v->line_open = false;
+}
+
+/*
+ * Close the current epoch's line, with its time and eval results when they came: the in-place
+ * line's last draw on a terminal, one plain line elsewhere (the one line per epoch of a log).
+ */
 static void close_epoch(view *v)
 {
+    char m[128], head[64], tail[256];
+    int64_t s = epoch_step(v), n = epoch_total(v, s);
+    double ms_per = s > 1 ? (double)(v->last_ms - v->t0_ms) / (double)(s - 1) : 0.0;
+    int k;
+
     if (v->epoch == 0)
         return;
+    fmt_metrics(v, m, sizeof(m));
+    fmt_head(v, head, sizeof(head));
+    k = snprintf(tail, sizeof(tail), " - %.0fs%s",
+                 (double)(v->last_ms - v->t0_ms) / 1000.0 + ms_per / 1000.0, m);
+    if (v->have_eval && k > 0 && (size_t)k < sizeof(tail))
+        snprintf(tail + k, sizeof(tail) - (size_t)k, " - eval_loss: %.4f - eval_accuracy: %.4f",
+                 v->eval_loss, v->eval_acc);
     if (v->tty) {
-        draw(v, true);
-        if (v->have_eval)
-            printf(" - eval_loss: %.4f - eval_accuracy: %.4f", v->eval_loss, v->eval_acc);
-        printf("\n");
-    } else if (v->have_eval) {
-        if (v->drawn != v->step)
-            draw(v, false);
-        printf("Epoch %" PRId64 "/%" PRId64 "  eval_loss: %.4f - eval_accuracy: %.4f\n", v->epoch,
-               v->epochs > 0 ? v->epochs : v->epoch, v->eval_loss, v->eval_acc);
+        mt_cli_progress_close(&v->prog, head, s, n, tail, mt_clock_mono_ms());
+    } else {
+        printf("%s  step %" PRId64 "/%" PRId64 "%s\n", head, s, n, tail);
+        mt_cli_progress_mark(&v->prog, mt_clock_mono_ms());
+        v->drawn = v->step;
     }
     fflush(stdout);
     v->line_open = false;
@@ -154,15 +193,13 @@ static void print_marker(view *v, const mt_watch_restart *r)
         cJSON_free(txt);
         cJSON_Delete(o);
     } else {
-        if (v->line_open)
-            printf("\n");
+        end_open(v);
         if (r->resume_step >= 0)
             snprintf(step, sizeof(step), "step %lld", (long long)r->resume_step);
         else
             snprintf(step, sizeof(step), "its last checkpoint");
         printf("-- restart %u%s%s%s: resuming from %s --\n", r->number, r->cause[0] ? " (" : "",
                r->cause, r->cause[0] ? ")" : "", step);
-        v->line_open = false;
         v->have_eval = false;
     }
     fflush(stdout);
@@ -215,7 +252,7 @@ static void apply(const mt_cli_global *g, const char *job_id, view *v, const mt_
             mt_watch_event st; /* steps redone: a restart whose state event was missed */
             job_poll(g, job_id, v, &st);
             if (stepped && !v->json)
-                draw(v, false);
+                draw(v);
             stepped = false;
             flush_markers(v, 0, true);
             v->step = p->step;
@@ -223,7 +260,7 @@ static void apply(const mt_cli_global *g, const char *job_id, view *v, const mt_
             size_t before = v->n_pend;
             if (stepped && !v->json && v->pend[0].resume_step >= 0 &&
                 (uint64_t)v->pend[0].resume_step < p->step)
-                draw(v, false), stepped = false;
+                draw(v), stepped = false;
             flush_markers(v, p->step, false);
             if (v->n_pend != before)
                 v->step = p->step;
@@ -262,7 +299,7 @@ static void apply(const mt_cli_global *g, const char *job_id, view *v, const mt_
     if (!v->json && v->have_eval)
         close_epoch(v);
     else if (!v->json && stepped)
-        draw(v, false);
+        draw(v);
     if (ev->final) /* the history of an ended job: markers past its last point */
         flush_markers(v, 0, true);
     fflush(stdout);
@@ -308,7 +345,7 @@ static bool job_poll(const mt_cli_global *g, const char *job_id, view *v, mt_wat
 }
 
 static int follow_job(const mt_cli_global *g, const char *job_id, follow_mode mode,
-                      int64_t timeout_ms)
+                      int64_t timeout_ms, int64_t log_every_ms)
 {
     mt_rpc_client *cli = NULL;
     mt_watch *w = NULL;
@@ -322,7 +359,8 @@ static int follow_job(const mt_cli_global *g, const char *job_id, follow_mode mo
     bool json = mode == FOLLOW_JSON;
 
     memset(&v, 0, sizeof(v));
-    v.tty = isatty(STDOUT_FILENO);
+    mt_cli_progress_init(&v.prog, stdout, log_every_ms, mt_clock_mono_ms());
+    v.tty = v.prog.tty;
     v.json = json;
     v.quiet = mode == FOLLOW_QUIET;
     if ((rc = mt_cli_connect(g, &cli, &err)) != MT_OK ||
@@ -335,8 +373,7 @@ static int follow_job(const mt_cli_global *g, const char *job_id, follow_mode mo
     for (;;) {
         int64_t left = deadline > 0 ? deadline - mt_clock_mono_ms() : 1000;
         if (left <= 0) {
-            if (v.line_open)
-                printf("\n");
+            end_open(&v);
             mt_err_set(&err, MT_DEADLINE_EXCEEDED, "job %s did not end within %.1f s", job_id,
                        (double)timeout_ms / 1000.0);
             code = mt_cli_fail(&err);
@@ -359,16 +396,14 @@ static int follow_job(const mt_cli_global *g, const char *job_id, follow_mode mo
             next_poll = mt_clock_mono_ms() + STATE_POLL_MS;
         }
         if (rc != MT_OK) {
-            if (v.line_open)
-                printf("\n");
+            end_open(&v);
             code = mt_cli_fail(&err);
             break;
         }
         apply(g, job_id, &v, &ev);
         if (!ev.final)
             continue;
-        if (v.line_open)
-            printf("\n");
+        end_open(&v);
         if (json)
             printf("{\"final\": true, \"job_id\": \"%s\", \"state\": \"%s\", \"error\": \"%s\"}\n",
                    job_id, ev.state, ev.error[0] ? "see meshtrain status" : "");
@@ -385,12 +420,12 @@ static int follow_job(const mt_cli_global *g, const char *job_id, follow_mode mo
     return code;
 }
 
-int mt_cli_follow(const mt_cli_global *g, const char *job_id, bool json)
+int mt_cli_follow(const mt_cli_global *g, const char *job_id, bool json, int64_t log_every_ms)
 {
-    return follow_job(g, job_id, json ? FOLLOW_JSON : FOLLOW_BAR, 0);
+    return follow_job(g, job_id, json ? FOLLOW_JSON : FOLLOW_BAR, 0, log_every_ms);
 }
 
 int mt_cli_wait(const mt_cli_global *g, const char *job_id, int64_t timeout_ms)
 {
-    return follow_job(g, job_id, FOLLOW_QUIET, timeout_ms);
+    return follow_job(g, job_id, FOLLOW_QUIET, timeout_ms, 0);
 }

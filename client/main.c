@@ -139,6 +139,16 @@ int main(int argc, char **argv)
             return commands[i].handler(&g, subc, sub);
         }
     }
-    fprintf(stderr, "meshtrain: '%s' is not a command. See 'meshtrain --help'.\n", argv[optind]);
+    const char *names[sizeof(commands) / sizeof(commands[0])];
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        names[i] = commands[i].name;
+    const char *near = mt_cli_closest(argv[optind], names, sizeof(names) / sizeof(names[0]));
+    if (near != NULL)
+        fprintf(stderr,
+                "meshtrain: '%s' is not a command; did you mean '%s'? See 'meshtrain --help'.\n",
+                argv[optind], near);
+    else
+        fprintf(stderr, "meshtrain: '%s' is not a command. See 'meshtrain --help'.\n",
+                argv[optind]);
     return MT_EXIT_USAGE;
 }

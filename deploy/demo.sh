@@ -4,7 +4,8 @@
 # starts a coordinator (state in BUILD_DIR/demo/) and two workers with 2 devices
 # each on loopback, submits examples/fashion_mnist_cnn.json on mesh batch=4,
 # follows it with the progress bar, exports the trained model, prints the final
-# test accuracy and the model's path, then stops everything it started.
+# test accuracy and the model's path, then stops everything it started (the dashboard too;
+# `make cluster` / deploy/cluster.sh starts a local cluster that stays up).
 set -euo pipefail
 B=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,3 +61,4 @@ ACC=$("$B/meshtrain" --coordinator "$URL" watch --json "$JOB" | grep '"eval_accu
 MODEL=$D/model.safetensors
 "$B/meshtrain" --coordinator "$URL" export "$JOB" --format safetensors -o "$MODEL"
 echo "demo: final test accuracy ${ACC:-?}; model exported to $MODEL; $((SECONDS - T0)) s"
+echo "demo: stopping the coordinator and workers (a cluster that stays up: make cluster)"

@@ -218,6 +218,7 @@ typedef struct coll_peer {
     _Atomic int connected;   /* a pipe was added */
     _Atomic int64_t down_ns; /* monotonic time the connection was lost; 0 = not lost */
     _Atomic int refused;     /* it refused our token, or we refused its (UNAUTHENTICATED) */
+    _Atomic int bye;         /* it sent BYE: the end of its connection is an orderly close */
     int fd;                  /* direct transport: dialed socket when open (guarded by mu) */
     int nranks;              /* ranks living in that process */
 } coll_peer;
@@ -270,8 +271,9 @@ mt_code coll__net_send_buf(mt_coll_comm *c, int proc, const void *hdr, const voi
                            size_t bytes, int64_t deadline_ns, mt_err *err);
 
 /* ---- coll_auth.c */
-void coll__hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen,
-                       unsigned char out[32]);
+/* out = HMAC-SHA-256(key, msg) (libmbedcrypto); MT_OK, else RESOURCE_EXHAUSTED or INTERNAL. */
+mt_code coll__hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen,
+                          unsigned char out[32]);
 
 /* ---- coll_raw.c: the direct-socket transport (see its header comment) */
 typedef struct coll_raw coll_raw;

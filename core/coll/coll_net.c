@@ -20,7 +20,8 @@
  * so the BYE proves the last real message left this process).
  *
  * Failure detection: a lost connection (the peer died: its pipe is removed from
- * our PULL or PUSH socket) marks the peer process down; a device waiting for
+ * our PULL or PUSH socket) marks the peer process down (a connection whose peer sent BYE first,
+ * nng or direct, ends in order: no warning is logged for it); a device waiting for
  * data from it fails with UNAVAILABLE once COLL_GRACE_NS passed without that
  * data (messages already received are still delivered first). A stopped or
  * unreachable peer is caught by the collective's deadline. Sends carry the
@@ -34,6 +35,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <nng/nng.h>
@@ -117,8 +119,12 @@ static void mark_down(mt_coll_world *w, int proc)
     int64_t zero = 0;
     if (proc < 0 || proc >= w->nprocs || proc == w->my_proc)
         return;
-    if (atomic_compare_exchange_strong(&w->peers[proc].down_ns, &zero, coll__now_ns()))
-        mt_log_warn("coll: connection to %s lost", w->proc_addr[proc]);
+    if (atomic_compare_exchange_strong(&w->peers[proc].down_ns, &zero, coll__now_ns())) {
+        if (atomic_load(&w->peers[proc].bye)) /* it closed its world: the job's normal end */
+            mt_log_debug("coll: %s closed its connection", w->proc_addr[proc]);
+        else
+            mt_log_warn("coll: connection to %s lost", w->proc_addr[proc]);
+    }
     /* wake waiters so they notice after the grace period */
     for (int i = 0; i < w->nlocal; i++) {
         pthread_mutex_lock(&w->comms[i].mu);
@@ -163,6 +169,23 @@ static void push_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 }
 
 /*
+ * A BYE (sent by coll__peers_close before it closes a connection, after the last frame) came on
+ * pipe (or direct connection) id: the sending process's world is closing, so the end of that
+ * connection is not a failure (mark_down logs it at debug level, not as a lost connection).
+ * Only a connection already known to carry this job's frames counts.
+ */
+static void note_bye(mt_coll_net *net, uint32_t id, const coll_hdr *h)
+{
+    pthread_mutex_lock(&net->mu);
+    mt_coll_world *w = net->world;
+    for (size_t i = 0; w != NULL && h->job == w->opts.job_id && i < net->npipes; i++) {
+        if (net->pipes[i].id == id)
+            atomic_store(&w->peers[net->pipes[i].proc].bye, 1);
+    }
+    pthread_mutex_unlock(&net->mu);
+}
+
+/*
  * Hand one received message to the world, or keep it until its world exists. A message of
  * another job id that arrives while a CANCELLED world is still attached is kept too: a restarted
  * job's peers may start sending before this process has freed the old attempt's world (the
@@ -181,6 +204,7 @@ static void net_handle(mt_coll_net *net, nng_msg *m)
         return;
     }
     if (h.kind == COLL_KIND_BYE) {
+        note_bye(net, nng_msg_get_pipe(m).id, &h);
         nng_msg_free(m);
         return;
     }
@@ -862,13 +886,33 @@ mt_code coll__sends_wait(mt_coll_comm *c, int cancel, mt_err *err)
     return first;
 }
 
+/*
+ * Direct transport: tell the peer process this connection ends in order (a header-only BYE
+ * frame, after every frame of the world), unless it is known lost. Never blocks: a BYE that
+ * does not fit in the socket buffer at once is left out (the peer then logs a lost connection).
+ */
+static void raw_bye(mt_coll_world *w, coll_peer *pe)
+{
+    unsigned char b[COLL_HDR_SIZE];
+    coll_hdr h = {
+        .magic = COLL_MAGIC, .kind = COLL_KIND_BYE, .job = w->opts.job_id, .src = -1, .dst = -1};
+
+    if (atomic_load(&pe->down_ns) != 0)
+        return;
+    coll__hdr_encode(&h, b);
+    if (send(pe->fd, b, sizeof(b), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+        /* EAGAIN (a full buffer) or a broken connection: nothing to add */
+    }
+}
+
 void coll__peers_close(mt_coll_world *w)
 {
     for (int i = 0; i < w->nprocs; i++) {
         coll_peer *pe = &w->peers[i];
         if (!pe->open)
             continue;
-        if (w->net->raw != NULL) { /* every frame was written synchronously: just close */
+        if (w->net->raw != NULL) { /* every frame was written synchronously: BYE, close */
+            raw_bye(w, pe);
             close(pe->fd);
             pthread_mutex_lock(&w->net->mu);
             pe->open = 0;

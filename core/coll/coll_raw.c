@@ -204,8 +204,8 @@ static int io_full(int fd, void *buf, size_t n, int is_write, int64_t deadline_n
     return 0;
 }
 
-static void mac_of(const char *token, const unsigned char *nonce, uint64_t job, const char *addr,
-                   unsigned char out[32])
+static mt_code mac_of(const char *token, const unsigned char *nonce, uint64_t job, const char *addr,
+                      unsigned char out[32])
 {
     unsigned char m[7 + RAW_NONCE + 8 + 256];
     size_t al = strlen(addr) > 255 ? 255 : strlen(addr);
@@ -213,7 +213,7 @@ static void mac_of(const char *token, const unsigned char *nonce, uint64_t job, 
     memcpy(m + 7, nonce, RAW_NONCE);
     memcpy(m + 7 + RAW_NONCE, &job, 8);
     memcpy(m + 7 + RAW_NONCE + 8, addr, al);
-    coll__hmac_sha256(token, strlen(token), m, 7 + RAW_NONCE + 8 + al, out);
+    return coll__hmac_sha256(token, strlen(token), m, 7 + RAW_NONCE + 8 + al, out);
 }
 
 /* ------------------------------------------------------------- listener */
@@ -245,7 +245,10 @@ static int conn_handshake(raw_conn *k)
     addr[al] = '\0';
     if (r->token[0] != '\0') {
         unsigned char want[32], diff = 0;
-        mac_of(r->token, chal + 4, job, addr, want);
+        if (mac_of(r->token, chal + 4, job, addr, want) != MT_OK) {
+            mt_log_error("coll: data-plane connection from %s: no HMAC (out of memory)", addr);
+            return -1;
+        }
         for (int i = 0; i < 32; i++)
             diff |= (unsigned char)(want[i] ^ hello[14 + i]);
         if (diff != 0)
@@ -844,8 +847,12 @@ mt_code coll__raw_dial(const char *url, const char *my_addr, uint64_t job, const
     memcpy(hello + 4, &job, 8);
     memcpy(hello + 12, &al, 2);
     memset(hello + 14, 0, 32);
-    if (token != NULL && token[0] != '\0')
-        mac_of(token, chal + 4, job, my_addr, hello + 14);
+    if (token != NULL && token[0] != '\0' &&
+        mac_of(token, chal + 4, job, my_addr, hello + 14) != MT_OK) {
+        close(fd);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED,
+                          "%s: the HMAC of the data-plane handshake failed (out of memory)", url);
+    }
     memcpy(hello + RAW_HELLO_FIXED, my_addr, al);
     if (io_full(fd, hello, RAW_HELLO_FIXED + al, 1, deadline_ns) != 0 ||
         io_full(fd, &code, 4, 0, deadline_ns) != 0)

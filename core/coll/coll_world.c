@@ -1010,8 +1010,9 @@ static nng_msg *pop_live(mt_coll_comm *c, int src)
 {
     nng_msg *m;
     while ((m = queue_pop(&c->q[src])) != NULL) {
-        coll_hdr h;
-        coll__hdr_decode(m, &h); /* validated by the receiver / sender */
+        coll_hdr h = {0};
+        if (coll__hdr_decode(m, &h) != MT_OK)
+            return m; /* validated by the receiver / sender; check_msg says what is wrong */
         if (h.job == c->w->opts.job_id && c->has_failed &&
             tag_le(h.step, h.seq, c->failed_step, c->failed_seq)) {
             nng_msg_free(m); /* left over from a collective that failed here */
@@ -1026,7 +1027,7 @@ static nng_msg *pop_live(mt_coll_comm *c, int src)
 static mt_code check_msg(coll_ctx *x, int src, nng_msg *m, const coll_hdr *want)
 {
     mt_coll_world *w = x->c->w;
-    coll_hdr h;
+    coll_hdr h = {0}; /* a header that does not decode fails the first check below */
     coll__hdr_decode(m, &h);
     /* in this order of blame */
     const struct {

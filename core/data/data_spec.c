@@ -346,7 +346,7 @@ static mt_code get_column(parse_ctx *c, const cJSON *v, const char *name, mt_dat
 static mt_code parse_field(parse_ctx *c, mt_data_spec *s, const cJSON *v)
 {
     const char *k = v->string;
-    size_t u;
+    size_t u = 0;
     mt_code rc;
 
     if (strcmp(k, "format") == 0 || strcmp(k, "train") == 0 || strcmp(k, "test") == 0)
@@ -420,7 +420,8 @@ static mt_code parse_field(parse_ctx *c, mt_data_spec *s, const cJSON *v)
     }
     if (strcmp(k, "num_classes") == 0) {
         rc = get_uint(c, v, k, 0, INT_MAX, &u);
-        s->num_classes = (int)u;
+        if (rc == MT_OK)
+            s->num_classes = (int)u;
         return rc;
     }
     if (strcmp(k, "max_tokens") == 0)

@@ -395,19 +395,6 @@ mt_code mt_model_check_limits(const mt_job_spec *spec, int in_rank, const size_t
     return MT_OK;
 }
 
-/* Whether layer i's output gradient needs an accumulator: several readers, or a join reads it. */
-static bool needs_acc(const mt_job_spec *spec, int i)
-{
-    if (mt_job_spec_consumers(spec, i) > 1)
-        return true;
-    for (int j = i + 1; j < spec->n_layers; j++)
-        for (int k = 0; k < spec->layers[j].n_inputs; k++)
-            if (spec->layers[j].inputs[k] == i && (spec->layers[j].kind == MT_LAYER_ADD ||
-                                                   spec->layers[j].kind == MT_LAYER_CONCATENATE))
-                return true;
-    return false;
-}
-
 mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shape, size_t max_batch,
                      mt_model **out, mt_err *err)
 {
@@ -463,7 +450,7 @@ mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shap
         l->s.activation = mt_model_layer_activation(spec, i);
         rc = graph_shapes(l, i, in_rank, in_shape, ranks, (const size_t(*)[3])shapes, err);
         if (rc == MT_OK)
-            rc = layer_build(m, l, needs_acc(spec, i), err);
+            rc = layer_build(m, l, mt_job_spec_output_shared(spec, i), err);
         if (rc != MT_OK)
             goto fail;
         ranks[i] = l->out_rank;

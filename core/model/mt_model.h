@@ -108,6 +108,10 @@ typedef struct mt_job_spec {
 /* How many inputs of later layers read layer i's output (the last layer's feeds the loss). */
 int mt_job_spec_consumers(const mt_job_spec *spec, int i);
 
+/* Whether layer i's output gradient is summed over readers in an accumulator (several readers,
+ * or a join reads it) rather than taken by pointer from its one reader. Both engines use it. */
+bool mt_job_spec_output_shared(const mt_job_spec *spec, int i);
+
 /*
  * Output shape of a join layer (add, concatenate) of layer idx from its inputs' shapes
  * (ranks[k], shapes[k]); both engines use it. INVALID_ARGUMENT naming the layer and the shapes:

@@ -549,6 +549,18 @@ int mt_job_spec_consumers(const mt_job_spec *spec, int i)
     return n;
 }
 
+bool mt_job_spec_output_shared(const mt_job_spec *spec, int i)
+{
+    if (mt_job_spec_consumers(spec, i) > 1)
+        return true;
+    for (int j = i + 1; j < spec->n_layers; j++)
+        for (int k = 0; k < spec->layers[j].n_inputs; k++)
+            if (spec->layers[j].inputs[k] == i && (spec->layers[j].kind == MT_LAYER_ADD ||
+                                                   spec->layers[j].kind == MT_LAYER_CONCATENATE))
+                return true;
+    return false;
+}
+
 static int shape_text(char *buf, size_t cap, int rank, const size_t *shape)
 {
     int o = 0;

@@ -577,12 +577,7 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
             return rc;
         if (l->out_size > s->widest)
             s->widest = l->out_size;
-        for (int j = i + 1; j < spec->n_layers; j++)
-            for (int k = 0; k < spec->layers[j].n_inputs; k++)
-                l->needs_acc = l->needs_acc || (spec->layers[j].inputs[k] == i &&
-                                                (spec->layers[j].kind == MT_LAYER_ADD ||
-                                                 spec->layers[j].kind == MT_LAYER_CONCATENATE));
-        l->needs_acc = l->needs_acc || mt_job_spec_consumers(spec, i) > 1;
+        l->needs_acc = mt_job_spec_output_shared(spec, i);
     }
     last = &s->layers[spec->n_layers - 1];
     if (last->out_rank != 1)

@@ -28,7 +28,8 @@ static int exists(const char *path)
 static void touch(const char *dir, const char *name)
 {
     char p[700];
-    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    int k = snprintf(p, sizeof(p), "%s/%s", dir, name);
+    assert_true(k > 0 && (size_t)k < sizeof(p));
     FILE *f = fopen(p, "w");
     assert_non_null(f);
     fputs("x", f);
