@@ -39,6 +39,8 @@
 #include "coordinator/coord_int.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -904,6 +906,56 @@ void coord_handle_update_task(mt_coord *c, mt_rpc_call *call)
 
 /* ------------------------------------------------------------------ client calls */
 
+#define MAX_REQUEST_ID 64
+
+/* A submit's request id is "" (none) or 1..64 bytes of [A-Za-z0-9._:-]. */
+static bool request_id_ok(const char *id)
+{
+    size_t n = strlen(id);
+
+    if (n > MAX_REQUEST_ID)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)id[i]) && strchr("._:-", id[i]) == NULL)
+            return false;
+    return true;
+}
+
+/* A submit that carries a request id the store already has (a retry: the client resent it
+ * after a lost reply or a coordinator crash) is answered with the job the first attempt
+ * created, or ALREADY_EXISTS when it came with another spec. true when it replied. Loop thread:
+ * one indexed read, and it runs before each insert, so two concurrent attempts make one job. */
+static bool submit_replay(mt_coord *c, mt_rpc_call *call, const Meshtrain__SubmitJobRequest *r)
+{
+    Meshtrain__SubmitJobReply rep = MESHTRAIN__SUBMIT_JOB_REPLY__INIT;
+    mt_store_job rec;
+    mt_err err = MT_ERR_INIT;
+    mt_code rc;
+
+    if (r->request_id[0] == '\0')
+        return false;
+    rc = mt_store_job_by_request(c->store, r->request_id, &rec, &err);
+    if (rc == MT_NOT_FOUND)
+        return false;
+    if (rc != MT_OK) {
+        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        return true;
+    }
+    if (strcmp(rec.spec_json, r->spec_json) != 0) {
+        mt_err_set(&err, MT_ALREADY_EXISTS,
+                   "request id %s was already used by job %s with another spec", r->request_id,
+                   rec.job_id);
+        mt_rpc_call_reply(call, MT_ALREADY_EXISTS, err.msg, NULL);
+    } else {
+        mt_log_info("job %s: submit with request id %s repeated; answering the same job",
+                    rec.job_id, r->request_id);
+        rep.job_id = rec.job_id;
+        mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+    }
+    mt_store_job_fini(&rec);
+    return true;
+}
+
 /* SubmitJob validates on the thread pool (it builds the model to check the layouts against
  * real parameter shapes, which may take a while) and stores on the loop thread. */
 typedef struct submit_req {
@@ -942,6 +994,8 @@ static void submit_store(uv_work_t *w, int status)
                           status != 0 ? "coordinator shutting down" : q->err.msg, NULL);
         goto out;
     }
+    if (submit_replay(c, q->call, r))
+        goto out;
     if (j->sum.init_job[0] != '\0') {
         uint64_t st;
         if ((rc = init_source(c, &j->sum, &st, &err)) != MT_OK) {
@@ -954,6 +1008,7 @@ static void submit_store(uv_work_t *w, int status)
     rec.spec_json = r->spec_json;
     rec.priority = r->priority;
     rec.total_steps = j->sum.total_steps;
+    snprintf(rec.request_id, sizeof(rec.request_id), "%s", r->request_id);
     if ((rc = job_add(c, j)) != MT_OK) {
         mt_rpc_call_reply(q->call, rc, "coordinator out of memory", NULL);
         goto out;
@@ -990,6 +1045,13 @@ void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call)
         mt_rpc_call_reply(call, MT_INVALID_ARGUMENT, "name: at most 127 bytes", NULL);
         return;
     }
+    if (!request_id_ok(r->request_id)) {
+        mt_rpc_call_reply(call, MT_INVALID_ARGUMENT,
+                          "request_id: at most 64 bytes of letters, digits and ._:-", NULL);
+        return;
+    }
+    if (submit_replay(c, call, r))
+        return;
     q = mt_calloc(1, sizeof(*q));
     if (q == NULL || (q->j = mt_calloc(1, sizeof(*q->j))) == NULL) {
         mt_free(q);

@@ -43,7 +43,7 @@
 typedef struct mt_store mt_store;
 
 /* The schema version this build creates and understands (PRAGMA user_version). */
-#define MT_STORE_SCHEMA_VERSION 5
+#define MT_STORE_SCHEMA_VERSION 6
 
 /* Options for mt_store_open_opts(). Initialise with MT_STORE_OPTIONS_DEFAULTS. */
 typedef struct mt_store_options {
@@ -218,17 +218,24 @@ typedef struct mt_store_job {
     char error[256];         /* the reason of the transition to FAILED, "" otherwise */
     uint32_t restarts;       /* number of transitions to RESTARTING */
     char *spec_json;         /* insert: borrowed; get: owned (mt_store_job_fini); list: NULL */
+    char request_id[72];     /* insert: the client's idempotency key, "" = none; not read back */
 } mt_store_job;
 
 /*
  * Store a new job in state QUEUED and its first event (QUEUED, "submitted"), in
  * one transaction. Reads j->name, j->spec_json (non-NULL), j->priority and
- * j->total_steps (borrowed); on OK writes the new id into j->job_id and sets
+ * j->total_steps and j->request_id (borrowed); on OK writes the new id into j->job_id and sets
  * j->state, j->submitted_at_ms = j->updated_at_ms = now_ms, step 0, restarts 0.
  * Validating the spec is the caller's business (the store keeps any text).
- * Codes: INVALID_ARGUMENT (NULL spec, unterminated name), store errors.
+ * Codes: INVALID_ARGUMENT (NULL spec, unterminated name), ALREADY_EXISTS (a job already
+ * carries j->request_id: see mt_store_job_by_request), store errors.
  */
 mt_code mt_store_job_insert(mt_store *s, mt_store_job *j, int64_t now_ms, mt_err *err);
+
+/* The job a submit with this request id (non-empty, borrowed) created, with its spec: as
+ * mt_store_job_get. Codes: NOT_FOUND (no job carries that request id), RESOURCE_EXHAUSTED. */
+mt_code mt_store_job_by_request(mt_store *s, const char *request_id, mt_store_job *out,
+                                mt_err *err);
 
 /* One job with its spec. *out is caller-provided; on OK out->spec_json is owned
  * (mt_store_job_fini). On failure *out is zeroed. Codes: NOT_FOUND, RESOURCE_EXHAUSTED. */

@@ -57,11 +57,14 @@
     X(WORKER_SET_STATE, "UPDATE workers SET state=?2 WHERE worker_id=?1")                          \
     X(WORKER_DELETE, "DELETE FROM workers WHERE worker_id=?1")                                     \
     X(DEVICE_SET_HEALTH, "UPDATE devices SET health=?3 WHERE worker_id=?1 AND idx=?2")             \
-    X(JOB_INSERT, "INSERT INTO jobs(seq, id, name, spec_json, state, priority, submitted_at_ms,"   \
-                  " updated_at_ms, total_steps) SELECT n, printf('job-%06d', n), ?1, ?2, "         \
-                  "'QUEUED', ?3, ?4, ?4,"                                                          \
-                  " ?5 FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS n FROM jobs) RETURNING id")       \
+    X(JOB_INSERT,                                                                                  \
+      "INSERT INTO jobs(seq, id, name, spec_json, state, priority, submitted_at_ms,"               \
+      " updated_at_ms, total_steps, request_id) SELECT n, printf('job-%06d', n), ?1, ?2, "         \
+      "'QUEUED', ?3, ?4, ?4,"                                                                      \
+      " ?5, NULLIF(?6, '') FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS n FROM jobs)"                 \
+      " RETURNING id")                                                                             \
     X(JOB_COLUMNS_GET, "SELECT " JOB_COLUMNS ", spec_json FROM jobs WHERE id=?1")                  \
+    X(JOB_BY_REQUEST, "SELECT " JOB_COLUMNS ", spec_json FROM jobs WHERE request_id=?1")           \
     X(JOB_LIST, "SELECT " JOB_COLUMNS ", NULL FROM jobs WHERE ?1 IS NULL OR"                       \
                 " instr(',' || ?1 || ',', ',' || state || ',') > 0 ORDER BY priority DESC, seq")   \
     X(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                               \

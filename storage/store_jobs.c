@@ -66,6 +66,7 @@ static mt_code insert_job_row(mt_store *s, mt_store_job *j, int64_t now_ms, mt_e
     sqlite3_bind_int(st, 3, j->priority);
     sqlite3_bind_int64(st, 4, now_ms);
     sqlite3_bind_int64(st, 5, (sqlite3_int64)j->total_steps);
+    mt_store__bind_text(st, 6, j->request_id);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         mt_store__col_text(st, 0, id, sizeof(id));
@@ -88,8 +89,10 @@ mt_code mt_store_job_insert(mt_store *s, mt_store_job *j, int64_t now_ms, mt_err
     if (j == NULL || j->spec_json == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "insert job: %s is NULL",
                           j == NULL ? "job" : "spec_json");
-    if (!mt_store__terminated(j->name, sizeof(j->name)))
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "insert job: name is not NUL-terminated");
+    if (!mt_store__terminated(j->name, sizeof(j->name)) ||
+        !mt_store__terminated(j->request_id, sizeof(j->request_id)))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "insert job: %s is not NUL-terminated",
+                          mt_store__terminated(j->name, sizeof(j->name)) ? "request_id" : "name");
     rc = mt_store__call_begin(s, err);
     if (rc != MT_OK)
         return rc;
@@ -108,33 +111,49 @@ mt_code mt_store_job_insert(mt_store *s, mt_store_job *j, int64_t now_ms, mt_err
     return MT_OK;
 }
 
-mt_code mt_store_job_get(mt_store *s, const char *job_id, mt_store_job *out, mt_err *err)
+/* One job row with its spec by the key bound to statement id (what names the key in messages). */
+static mt_code get_one_job(mt_store *s, enum mt_store_stmt_id id, const char *key, const char *what,
+                           mt_store_job *out, mt_err *err)
 {
     sqlite3_stmt *st;
     mt_code code = MT_OK;
     int rc;
 
-    if (out == NULL || job_id == NULL)
+    if (out == NULL || key == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "get job: %s is NULL",
-                          out == NULL ? "out" : "job_id");
+                          out == NULL ? "out" : what);
     memset(out, 0, sizeof(*out));
-    st = mt_store__stmt(s, MT_STMT_JOB_COLUMNS_GET);
-    mt_store__bind_text(st, 1, job_id);
+    st = mt_store__stmt(s, id);
+    mt_store__bind_text(st, 1, key);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         read_job_row(st, out);
         out->spec_json = mt_strdup((const char *)sqlite3_column_text(st, 11));
         if (out->spec_json == NULL)
-            code = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "get job %s: out of memory", job_id);
+            code = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "get job %s: out of memory", key);
     } else if (rc == SQLITE_DONE) {
-        code = mt_err_set(err, MT_NOT_FOUND, "job %s not found", job_id);
+        code = id == MT_STMT_JOB_COLUMNS_GET
+                   ? mt_err_set(err, MT_NOT_FOUND, "job %s not found", key)
+                   : mt_err_set(err, MT_NOT_FOUND, "no job with %s %s", what, key);
     } else {
-        code = mt_store__fail(s, rc, err, "get job %s", job_id);
+        code = mt_store__fail(s, rc, err, "get job by %s %s", what, key);
     }
     mt_store__stmt_done(st);
     if (code != MT_OK)
         memset(out, 0, sizeof(*out));
     return code;
+}
+
+mt_code mt_store_job_get(mt_store *s, const char *job_id, mt_store_job *out, mt_err *err)
+{
+    return get_one_job(s, MT_STMT_JOB_COLUMNS_GET, job_id, "job_id", out, err);
+}
+
+mt_code mt_store_job_by_request(mt_store *s, const char *request_id, mt_store_job *out, mt_err *err)
+{
+    if (request_id != NULL && request_id[0] == '\0')
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "get job: request_id is empty");
+    return get_one_job(s, MT_STMT_JOB_BY_REQUEST, request_id, "request id", out, err);
 }
 
 void mt_store_job_fini(mt_store_job *j)

@@ -74,6 +74,41 @@ static void test_store_job_insert_ids_survive_reopen(void **state)
     assert_string_equal(a.job_id, "job-000002");
 }
 
+/* A request id is unique: a second insert with it is ALREADY_EXISTS and stores nothing; the
+ * job is found by it, also after a reopen; jobs without one never collide. */
+static void test_store_job_request_id_unique_and_found(void **state)
+{
+    tctx *t = *state;
+    mt_store_job j, got;
+    mt_err err = MT_ERR_INIT;
+    size_t counts[8];
+
+    memset(&j, 0, sizeof(j));
+    snprintf(j.name, sizeof(j.name), "keyed");
+    j.spec_json = "{\"a\":1}";
+    snprintf(j.request_id, sizeof(j.request_id), "req-1");
+    assert_int_equal(mt_store_job_insert(t->s, &j, 10, &err), MT_OK);
+    assert_string_equal(j.job_id, "job-000001");
+    assert_int_equal(mt_store_job_insert(t->s, &j, 11, &err), MT_ALREADY_EXISTS);
+    assert_string_equal(j.job_id, "");
+    j.request_id[0] = '\0';
+    assert_int_equal(mt_store_job_insert(t->s, &j, 12, &err), MT_OK);
+    assert_int_equal(mt_store_job_insert(t->s, &j, 13, &err), MT_OK);
+    assert_string_equal(j.job_id, "job-000003");
+    mt_store_close(t->s);
+    assert_int_equal(mt_store_open(t->f.path, &t->s, NULL), MT_OK);
+    assert_int_equal(mt_store_job_by_request(t->s, "req-1", &got, &err), MT_OK);
+    assert_string_equal(got.job_id, "job-000001");
+    assert_string_equal(got.spec_json, "{\"a\":1}");
+    mt_store_job_fini(&got);
+    assert_int_equal(mt_store_job_by_request(t->s, "req-2", &got, &err), MT_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "req-2"));
+    assert_int_equal(mt_store_job_by_request(t->s, "", &got, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_job_by_request(t->s, NULL, &got, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_job_counts(t->s, counts, &err), MT_OK);
+    assert_int_equal(counts[MT_JOBSTATE_QUEUED], 3);
+}
+
 static void test_store_job_insert_rejects_bad_input(void **state)
 {
     tctx *t = *state;
@@ -499,6 +534,7 @@ int main(void)
         T(test_store_job_insert_assigns_ids_and_event),
         T(test_store_job_insert_ids_survive_reopen),
         T(test_store_job_insert_rejects_bad_input),
+        T(test_store_job_request_id_unique_and_found),
         T(test_store_job_get_not_found),
         T(test_store_job_list_priority_then_submission),
         T(test_store_job_list_alloc_failure),
