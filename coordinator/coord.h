@@ -49,12 +49,15 @@ typedef struct mt_coord_opts {
                                  stream then uses TLS too); borrowed, outlives the coordinator */
     int metrics_cache_mb;     /* cap of the HTTP metrics cache (coordinator/mcache.h) in MiB;
                                  0 = no cache (every metrics request reads the store) */
+    int http_timeout_ms;      /* an HTTP request must arrive, and its response be taken, within
+                                 this; idle keep-alive connections close after it */
+    int http_max_conns;       /* open HTTP connections; one more is answered 503 */
 } mt_coord_opts;
 
 #define MT_COORD_OPTS_DEFAULTS                                                                     \
     {                                                                                              \
         "tcp://127.0.0.1:7400", "127.0.0.1:7480", "./meshtrain-state", NULL, 1000, 10000,          \
-            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1, 10000, 15000, NULL, 64                          \
+            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1, 10000, 15000, NULL, 64, 10000, 512              \
     }
 
 /*

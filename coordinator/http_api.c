@@ -17,8 +17,8 @@
  * (a miss) and the endpoint falls back to the uncached path when the cache
  * cannot answer; both write the same bytes.
  *
- * Threading: nng HTTP threads; no loop state is touched (the cache has its own lock).
- * Tests: tests/integration/test_http_api.sh, test_jobs.sh; tests/unit/test_mcache.c.
+ * Threading: the HTTP server's handler threads; no loop state is touched (the cache has its own
+ * lock). Tests: tests/integration/test_http_api.sh, test_jobs.sh; tests/unit/test_mcache.c.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>

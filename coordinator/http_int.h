@@ -5,7 +5,7 @@
  * router passes to each endpoint, and the endpoint functions of http_api.c
  * (JSON API) and http_prom.c (Prometheus).
  *
- * Threading: endpoint functions run on nng's HTTP threads. They read the
+ * Threading: endpoint functions run on the HTTP server's handler threads. They read the
  * database only through the read-only store in the context, holding its mutex
  * (coord_http_ctx.mu) for the whole read; they never touch the loop's state.
  * Tests: tests/integration/test_http_api.sh, test_dashboard.sh.
