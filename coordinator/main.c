@@ -30,7 +30,11 @@ static void usage(FILE *out)
             "PREFIX/share/meshtrain/dashboard)\n"
             "  --state-dir DIR           state directory, holds meshtrain.db (default\n"
             "                            ./meshtrain-state)\n"
-            "  --token-file F            require the token in F (mode 0600) on every call\n"
+            "  --token-file F            require the token in F (mode 0600) on every call;\n"
+            "                            needed when an address is reachable from other\n"
+            "                            machines (not 127.0.0.1/::1/localhost)\n"
+            "  --insecure                start without a token on such an address anyway\n"
+            "                            (anyone who reaches it can submit, cancel, register)\n"
             "  --tls-cert F, --tls-key F TLS certificate (PEM) and its key (mode 0600): with\n"
             "                            --listen tls+tcp://HOST:PORT the RPC and metrics stream\n"
             "                            use TLS (docs/security.md)\n"
@@ -93,6 +97,7 @@ int main(int argc, char **argv)
         {"metrics-cache-mb", required_argument, NULL, 'c'},
         {"http-timeout-ms", required_argument, NULL, 'W'},
         {"http-max-conns", required_argument, NULL, 'N'},
+        {"insecure", no_argument, NULL, 'I'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -177,6 +182,9 @@ int main(int argc, char **argv)
             if (parse_int("--http-max-conns", optarg, 1, 65536, &v) != 0)
                 return 2;
             o.http_max_conns = (int)v;
+            break;
+        case 'I':
+            o.insecure = 1;
             break;
         case 'C':
             tlso.cert_file = optarg;
