@@ -673,6 +673,7 @@ static void http_free(struct coord_http *h)
     for (size_t i = 0; i < h->n_assets; i++)
         mt_free(h->assets[i].data);
     mt_store_close(h->ctx.ro);
+    coord_http__pages_free(&h->ctx);
     coord_mcache_free(h->ctx.mcache);
     pthread_mutex_destroy(&h->ctx.mu);
     mt_free(h);

@@ -134,6 +134,7 @@ static mt_code job_transition(mt_coord *c, coord_job *j, mt_jobstate to, const c
     }
     mt_log_info("job %s: %s -> %s (%s)", j->job_id, mt_jobstate_name(j->state),
                 mt_jobstate_name(to), reason ? reason : "");
+    coord_stats_job_moved(c->stats, (int)j->state, (int)to);
     j->state = to;
     snprintf(j->reason, sizeof(j->reason), "%s", reason ? reason : "");
     if (to == MT_JOBSTATE_RESTARTING) {
@@ -173,6 +174,7 @@ static void job_set_reason(mt_coord *c, coord_job *j, const char *reason)
         mt_log_error("job %s: set reason: %s", j->job_id, err.msg);
         return;
     }
+    coord_stats_jobs_changed(c->stats); /* committed: listings rendered before are stale */
     snprintf(j->reason, sizeof(j->reason), "%s", reason);
 }
 
@@ -184,10 +186,12 @@ mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step)
     if (step <= j->step)
         return MT_OK;
     rc = mt_store_job_set_step(c->store, j->job_id, step, mt_clock_wall_ms(), &err);
-    if (rc != MT_OK)
+    if (rc != MT_OK) {
         mt_log_error("job %s: set step: %s", j->job_id, err.msg);
-    else
-        j->step = step;
+        return rc;
+    }
+    coord_stats_jobs_changed(c->stats);
+    j->step = step;
     return rc;
 }
 
@@ -310,10 +314,14 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
 mt_code coord_jobs_load(mt_coord *c, mt_err *err)
 {
     mt_store_job *list = NULL;
-    size_t n = 0;
-    mt_code rc =
-        mt_store_job_list(c->store, "QUEUED,SCHEDULED,RUNNING,RESTARTING,STALLED", &list, &n, err);
+    size_t n = 0, counts[8];
+    mt_code rc;
 
+    /* the per-state counts listings report as their total; kept up to date from here on */
+    if ((rc = mt_store_job_counts(c->store, counts, err)) != MT_OK)
+        return rc;
+    coord_stats_jobs_set(c->stats, counts);
+    rc = mt_store_job_list(c->store, "QUEUED,SCHEDULED,RUNNING,RESTARTING,STALLED", &list, &n, err);
     if (rc != MT_OK)
         return rc;
     for (size_t i = 0; i < n && rc == MT_OK; i++)
@@ -523,6 +531,7 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     if (rc != MT_OK)
         goto fail;
     mt_log_info("job %s: %s -> SCHEDULED (%s)", j->job_id, mt_jobstate_name(j->state), reason);
+    coord_stats_job_moved(c->stats, (int)j->state, MT_JOBSTATE_SCHEDULED);
     if (j->restarts > 0) /* watchers print the restart marker (core/watch) */
         coord_metrics_publish(c, j->job_id, NULL, 0, "SCHEDULED", reason);
     j->state = MT_JOBSTATE_SCHEDULED;
@@ -1021,6 +1030,7 @@ static void submit_store(uv_work_t *w, int status)
     }
     snprintf(j->job_id, sizeof(j->job_id), "%s", rec.job_id);
     j->state = MT_JOBSTATE_QUEUED;
+    coord_stats_job_moved(c->stats, -1, MT_JOBSTATE_QUEUED);
     j->priority = r->priority;
     j->seq = strtoull(rec.job_id + 4, NULL, 10);
     snprintf(j->reason, sizeof(j->reason), "submitted");
@@ -1220,6 +1230,12 @@ void coord_handle_get_job(mt_coord *c, mt_rpc_call *call)
     coord_bulk(c, call, get_job_ro);
 }
 
+#define LIST_DEFAULT 100
+#define LIST_MAX     1000
+
+/* ListJobs: one page in the scheduler's order, read on the loop thread through the
+ * jobs_by_order index (the page's rows and no more); the total comes from the per-state counts
+ * the loop keeps (coord_stats_jobs_in), so no call scans the table. */
 void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call)
 {
     const Meshtrain__ListJobsRequest *r =
@@ -1227,13 +1243,34 @@ void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call)
     Meshtrain__ListJobsReply rep = MESHTRAIN__LIST_JOBS_REPLY__INIT;
     Meshtrain__JobSummary *s = NULL, **ps = NULL;
     mt_store_job *list = NULL;
-    size_t n = 0;
+    mt_store_job_cursor after, next;
+    size_t n = 0, limit = r->limit == 0 ? LIST_DEFAULT : r->limit;
+    char cursor[32] = "";
+    unsigned mask;
     mt_err err = MT_ERR_INIT;
-    mt_code rc = mt_store_job_list(c->store, r->state, &list, &n, &err);
+    mt_code rc;
 
+    if (limit > LIST_MAX) {
+        mt_rpc_call_reply(call, MT_INVALID_ARGUMENT, "limit: at most 1000 jobs per page", NULL);
+        return;
+    }
+    if ((rc = mt_jobstate_parse_list(r->state, &mask, &err)) != MT_OK ||
+        (r->cursor[0] != '\0' &&
+         (rc = mt_store_job_cursor_parse(r->cursor, &after, &err)) != MT_OK)) {
+        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        return;
+    }
+    /* one more than the page: whether a next page exists */
+    rc = mt_store_job_page(c->store, r->state, r->cursor[0] ? &after : NULL, limit + 1, &list, &n,
+                           &err);
     if (rc != MT_OK) {
         mt_rpc_call_reply(call, rc, err.msg, NULL);
         return;
+    }
+    if (n > limit) {
+        n = limit;
+        next = mt_store_job_cursor_of(&list[n - 1]);
+        mt_store_job_cursor_format(&next, cursor, sizeof(cursor));
     }
     s = mt_calloc(n + 1, sizeof(*s));
     ps = mt_calloc(n + 1, sizeof(*ps));
@@ -1247,11 +1284,13 @@ void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call)
     }
     rep.jobs = ps;
     rep.n_jobs = n;
+    rep.next_cursor = cursor;
+    rep.total = coord_stats_jobs_in(c->stats, mask);
     mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
 out:
     mt_free(s);
     mt_free(ps);
-    mt_store_job_list_free(list, n);
+    mt_store_job_list_free(list, n + (cursor[0] != '\0'));
 }
 
 void coord_handle_cancel_job(mt_coord *c, mt_rpc_call *call)

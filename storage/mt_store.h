@@ -43,7 +43,7 @@
 typedef struct mt_store mt_store;
 
 /* The schema version this build creates and understands (PRAGMA user_version). */
-#define MT_STORE_SCHEMA_VERSION 6
+#define MT_STORE_SCHEMA_VERSION 7
 
 /* Options for mt_store_open_opts(). Initialise with MT_STORE_OPTIONS_DEFAULTS. */
 typedef struct mt_store_options {
@@ -255,6 +255,30 @@ void mt_store_job_fini(mt_store_job *j);
 mt_code mt_store_job_list(mt_store *s, const char *state_filter, mt_store_job **out, size_t *n,
                           mt_err *err);
 void mt_store_job_list_free(mt_store_job *list, size_t n);
+
+/* A position in the listing order (priority DESC, then submission): the last job of a page.
+ * Its text form ("PRIORITY.SEQ", e.g. "0.1201") is the opaque cursor of the RPC and HTTP APIs. */
+typedef struct mt_store_job_cursor {
+    int32_t priority;
+    uint64_t seq; /* the numeric part of the job id */
+} mt_store_job_cursor;
+
+/* Format c into out (cap >= 32). */
+void mt_store_job_cursor_format(const mt_store_job_cursor *c, char *out, size_t cap);
+/* Parse a cursor's text (borrowed) into *c. Codes: INVALID_ARGUMENT (malformed). */
+mt_code mt_store_job_cursor_parse(const char *text, mt_store_job_cursor *c, mt_err *err);
+/* The cursor of a listed job (its priority and the seq in its id). */
+mt_store_job_cursor mt_store_job_cursor_of(const mt_store_job *j);
+
+/*
+ * One page of mt_store_job_list: at most limit (1..10000) jobs whose state is in state_filter
+ * (as mt_store_job_list), in the same order, starting after `after` (NULL = from the first).
+ * Reads the rows in index order and stops at the limit: the cost is the page, plus the rows of
+ * other states skipped when a filter is given. Results as mt_store_job_list (free with
+ * mt_store_job_list_free). Codes: INVALID_ARGUMENT (unknown state, limit 0), store errors.
+ */
+mt_code mt_store_job_page(mt_store *s, const char *state_filter, const mt_store_job_cursor *after,
+                          size_t limit, mt_store_job **out, size_t *n, mt_err *err);
 
 /*
  * Move a job to to_state, in one transaction that updates the job row (state,

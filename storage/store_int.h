@@ -67,6 +67,11 @@
     X(JOB_BY_REQUEST, "SELECT " JOB_COLUMNS ", spec_json FROM jobs WHERE request_id=?1")           \
     X(JOB_LIST, "SELECT " JOB_COLUMNS ", NULL FROM jobs WHERE ?1 IS NULL OR"                       \
                 " instr(',' || ?1 || ',', ',' || state || ',') > 0 ORDER BY priority DESC, seq")   \
+    X(JOB_PAGE,                                                                                    \
+      "SELECT " JOB_COLUMNS ", NULL FROM jobs INDEXED BY jobs_by_order WHERE"                      \
+      " (?1 IS NULL OR instr(',' || ?1 || ',', ',' || state || ',') > 0) AND (?2 IS NULL"          \
+      " OR priority < ?2 OR (priority = ?2 AND seq > ?3)) ORDER BY priority DESC, seq"             \
+      " LIMIT ?4")                                                                                 \
     X(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                               \
     X(JOB_STATE, "SELECT state FROM jobs WHERE id=?1")                                             \
     X(JOB_TRANSITION, "UPDATE jobs SET state=?2, reason=?3, updated_at_ms=?4,"                     \
