@@ -438,6 +438,48 @@ static int job_has_checkpoint(mt_coord *c, const coord_job *j)
     return mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK;
 }
 
+/* Loop thread: the files of job_id's checkpoints were checked (coord_ckpt_verify). */
+static void ckpt_verified(mt_coord *c, const char *job_id, uint64_t step, const char *skipped)
+{
+    coord_job *j = coord_job_find(c, job_id);
+
+    if (j == NULL || j->ckpt_check != COORD_CKPT_VERIFYING)
+        return;
+    j->ckpt_check = COORD_CKPT_VERIFIED;
+    j->ckpt_step = step;
+    snprintf(j->ckpt_note, sizeof(j->ckpt_note), "%s", skipped);
+    if (skipped[0] != '\0')
+        mt_log_warn("job %s: %s; resuming from %s", job_id, skipped,
+                    step ? "an older checkpoint" : "the start");
+    c->sched_dirty = 1;
+}
+
+/* A job resumes only from a checkpoint whose file was read back and matched its record: the
+ * first time it is up for placement its checkpoints are checked on the pool (newest first),
+ * and it waits for that. true when it may be placed now. */
+static bool ckpt_ready(mt_coord *c, coord_job *j)
+{
+    mt_store_checkpoint ck;
+    mt_err err = MT_ERR_INIT;
+    char reason[96];
+
+    if (j->ckpt_check == COORD_CKPT_VERIFIED)
+        return true;
+    if (j->ckpt_check == COORD_CKPT_VERIFYING)
+        return false;
+    if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) != MT_OK)
+        return true; /* nothing to resume from */
+    if (coord_ckpt_verify(c, j->job_id, ckpt_verified, &err) != MT_OK) {
+        mt_log_error("job %s: %s; resuming without the check", j->job_id, err.msg);
+        return true;
+    }
+    j->ckpt_check = COORD_CKPT_VERIFYING;
+    snprintf(reason, sizeof(reason), "checking checkpoint step %llu before resuming",
+             (unsigned long long)ck.step);
+    job_set_reason(c, j, reason);
+    return false;
+}
+
 static int by_priority(const void *a, const void *b)
 {
     const coord_job *x = *(coord_job *const *)a, *y = *(coord_job *const *)b;
@@ -499,9 +541,12 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     }
     j->resume_step = 0;
     j->resume_job[0] = '\0';
-    if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK)
+    if (j->ckpt_check == COORD_CKPT_VERIFIED) /* the newest whose file verified (ckpt_ready) */
+        j->resume_step = j->ckpt_step;
+    else if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK)
         j->resume_step = ck.step;
-    else if (j->sum.init_job[0] != '\0' && init_source(c, &j->sum, &j->resume_step, NULL) == MT_OK)
+    if (j->resume_step == 0 && j->sum.init_job[0] != '\0' &&
+        init_source(c, &j->sum, &j->resume_step, NULL) == MT_OK)
         snprintf(j->resume_job, sizeof(j->resume_job), "%s", j->sum.init_job);
     j->place = p;
     j->n_place = (size_t)j->sum.n_devices;
@@ -518,6 +563,10 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
                               : (j->resume_step ? ", resuming from a checkpoint"
                                                 : (j->restarts ? ", starting over" : "")),
              j->resume_job, j->resume_job[0] ? " (init_from)" : "", from, note);
+    if (j->ckpt_note[0] != '\0') { /* newer checkpoints whose files did not verify */
+        size_t len = strlen(reason);
+        snprintf(reason + len, sizeof(reason) - len, "; %s", j->ckpt_note);
+    }
     if ((rc = mt_store_tx_begin(c->store, &err)) != MT_OK)
         goto fail;
     rc = mt_store_job_set_placement(c->store, j->job_id, p, j->n_place, &err);
@@ -535,6 +584,8 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     if (j->restarts > 0) /* watchers print the restart marker (core/watch) */
         coord_metrics_publish(c, j->job_id, NULL, 0, "SCHEDULED", reason);
     j->state = MT_JOBSTATE_SCHEDULED;
+    j->ckpt_check = COORD_CKPT_UNCHECKED; /* checked again before the next restart */
+    j->ckpt_note[0] = '\0';
     j->attempt = j->restarts + 1;
     j->placed_devices = j->sum.n_devices;
     snprintf(j->reason, sizeof(j->reason), "%s", reason);
@@ -623,6 +674,10 @@ void coord_jobs_schedule(mt_coord *c)
             snprintf(reason, sizeof(reason), "waiting behind %s (priority, then submission order)",
                      blocker);
             job_set_reason(c, j, reason);
+            continue;
+        }
+        if (!ckpt_ready(c, j)) { /* its checkpoint files are being read back; it keeps its turn */
+            blocker = j->job_id;
             continue;
         }
         slot = mt_calloc(need, sizeof(*slot));

@@ -454,6 +454,12 @@ mt_code mt_store_checkpoint_complete(mt_store *s, const char *job_id, uint64_t s
                                      uint64_t size_bytes, const char *checksum, int64_t now_ms,
                                      mt_err *err);
 
+/* Mark (job_id, step) incomplete again: its file failed verification (a restart or an export
+ * then uses an older complete one; the file is deleted by the next start's orphan sweep, and a
+ * new upload of that step replaces the record). NOT_FOUND when no such record. */
+mt_code mt_store_checkpoint_set_corrupt(mt_store *s, const char *job_id, uint64_t step,
+                                        int64_t now_ms, mt_err *err);
+
 /* All checkpoint records of job_id (complete or not) by step ascending. *out owned
  * (mt_store_checkpoints_free), NULL when *n == 0; unknown job -> OK, 0. */
 mt_code mt_store_checkpoint_list(mt_store *s, const char *job_id, mt_store_checkpoint **out,
