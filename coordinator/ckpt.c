@@ -85,6 +85,50 @@ void coord_ckpt_free(mt_coord *c)
         upload_drop(c, c->uploads);
 }
 
+/* An upload that failed leaves no pending record (the next interval's checkpoint is another
+ * step; a retry of this one records it again). */
+static void upload_forget(mt_coord *c, const char *job_id, uint64_t step)
+{
+    mt_err err = MT_ERR_INIT;
+
+    if (mt_store_checkpoint_drop_incomplete(c->store, job_id, step, &err) != MT_OK)
+        mt_log_error("checkpoint %s step %" PRIu64 ": %s", job_id, step, err.msg);
+}
+
+/* What the uploading worker (and, through its task error, anyone reading the job's status) is
+ * told when the coordinator could not store a chunk: the machine at fault and the cause, never
+ * the coordinator's own paths; the full message goes to the coordinator's log. */
+static mt_code upload_failure(mt_coord *c, const char *job_id, uint64_t step, mt_code rc,
+                              const mt_err *in, mt_err *out)
+{
+    char host[128] = "?";
+    const char *why;
+
+    if (strstr(in->msg, c->state_dir) == NULL) /* no path of ours in it: pass it on */
+        return mt_err_set(out, rc, "%s", in->msg);
+    mt_log_warn("checkpoint %s step %" PRIu64 " not stored: %s: %s", job_id, step, mt_code_name(rc),
+                in->msg);
+    gethostname(host, sizeof(host) - 1);
+    switch (rc) {
+    case MT_RESOURCE_EXHAUSTED:
+        why = "its disk is full";
+        break;
+    case MT_PERMISSION_DENIED:
+        why = "its state directory is not writable";
+        break;
+    case MT_DATA_LOSS:
+        why = "size or checksum mismatch (send it again)";
+        break;
+    default:
+        why = "its state directory cannot be written";
+        break;
+    }
+    return mt_err_set(out, rc,
+                      "checkpoint step %" PRIu64 " of job %s not stored by the coordinator on "
+                      "%s: %s",
+                      step, job_id, host, why);
+}
+
 static mt_code upload_start(mt_coord *c, const Meshtrain__PutCheckpointChunkRequest *r,
                             struct coord_upload **out, mt_err *err)
 {
@@ -113,8 +157,13 @@ static mt_code upload_start(mt_coord *c, const Meshtrain__PutCheckpointChunkRequ
     memcpy(rec.location, u->path, sizeof(u->path));
     snprintf(rec.checksum, sizeof(rec.checksum), "pending");
     rec.size_bytes = r->total_size;
-    if ((rc = mt_store_checkpoint_insert(c->store, r->job_id, &rec, err)) != MT_OK ||
-        (rc = mt_store_upload_open(u->path, 0, &u->up, err)) != MT_OK) {
+    rec.time_ms = mt_clock_wall_ms();
+    if ((rc = mt_store_checkpoint_insert(c->store, r->job_id, &rec, err)) != MT_OK) {
+        mt_free(u);
+        return rc;
+    }
+    if ((rc = mt_store_upload_open(u->path, 0, &u->up, err)) != MT_OK) {
+        upload_forget(c, r->job_id, r->step);
         mt_free(u);
         return rc;
     }
@@ -159,9 +208,13 @@ static void chunk_done(uv_work_t *w, int status)
                                              mt_store_upload_received(u->up), q->checksum,
                                              mt_clock_wall_ms(), &q->err);
     if (q->rc != MT_OK) {
-        if (r->last || q->rc != MT_OUT_OF_RANGE)
-            upload_drop(c, u); /* failed or torn: the worker starts over at offset 0 */
-        mt_rpc_call_reply(q->call, q->rc, q->err.msg, NULL);
+        mt_err out = MT_ERR_INIT;
+        if (r->last || q->rc != MT_OUT_OF_RANGE) { /* failed or torn: start over at offset 0 */
+            upload_forget(c, u->job_id, u->step);
+            upload_drop(c, u);
+        }
+        upload_failure(c, r->job_id, r->step, q->rc, &q->err, &out);
+        mt_rpc_call_reply(q->call, q->rc, out.msg, NULL);
         mt_free(q);
         return;
     }
@@ -212,7 +265,9 @@ void coord_handle_put_checkpoint_chunk(mt_coord *c, mt_rpc_call *call)
     if (rc == MT_OK && (q = mt_calloc(1, sizeof(*q))) == NULL)
         rc = mt_err_set(&err, MT_RESOURCE_EXHAUSTED, "coordinator out of memory");
     if (rc != MT_OK) {
-        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        mt_err out = MT_ERR_INIT;
+        upload_failure(c, r->job_id, r->step, rc, &err, &out);
+        mt_rpc_call_reply(call, rc, out.msg, NULL);
         return;
     }
     q->c = c;

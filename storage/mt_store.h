@@ -454,6 +454,11 @@ mt_code mt_store_checkpoint_complete(mt_store *s, const char *job_id, uint64_t s
                                      uint64_t size_bytes, const char *checksum, int64_t now_ms,
                                      mt_err *err);
 
+/* Delete the record of (job_id, step) if it is not complete: an upload that failed leaves no
+ * pending row. OK also when there is none (or it is complete: kept). */
+mt_code mt_store_checkpoint_drop_incomplete(mt_store *s, const char *job_id, uint64_t step,
+                                            mt_err *err);
+
 /* Mark (job_id, step) incomplete again: its file failed verification (a restart or an export
  * then uses an older complete one; the file is deleted by the next start's orphan sweep, and a
  * new upload of that step replaces the record). NOT_FOUND when no such record. */

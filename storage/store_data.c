@@ -532,6 +532,28 @@ mt_code mt_store_checkpoint_complete(mt_store *s, const char *job_id, uint64_t s
     return code;
 }
 
+mt_code mt_store_checkpoint_drop_incomplete(mt_store *s, const char *job_id, uint64_t step,
+                                            mt_err *err)
+{
+    sqlite3_stmt *st;
+    mt_code code;
+    int rc;
+
+    if (job_id == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "drop checkpoint: job_id is NULL");
+    if ((code = mt_store__tx_guard(s, err)) != MT_OK)
+        return code;
+    st = mt_store__stmt(s, MT_STMT_CKPT_DROP_INCOMPLETE);
+    mt_store__bind_text(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)step);
+    rc = mt_store__step_done(st);
+    if (rc != SQLITE_OK)
+        code = mt_store__fail(s, rc, err, "drop checkpoint of job %s step %llu", job_id,
+                              (unsigned long long)step);
+    mt_store__stmt_done(st);
+    return code;
+}
+
 mt_code mt_store_checkpoint_set_corrupt(mt_store *s, const char *job_id, uint64_t step,
                                         int64_t now_ms, mt_err *err)
 {

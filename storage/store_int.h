@@ -119,6 +119,7 @@
                    " checksum, complete, time_ms) VALUES (?1,?2,?3,?4,?5,0,?6)")                   \
     X(CKPT_COMPLETE, "UPDATE checkpoints SET complete=1, size_bytes=?3,"                           \
                      " checksum=COALESCE(?4, checksum), time_ms=?5 WHERE job_id=?1 AND step=?2")   \
+    X(CKPT_DROP_INCOMPLETE, "DELETE FROM checkpoints WHERE job_id=?1 AND step=?2 AND complete=0")  \
     X(CKPT_SET_CORRUPT, "UPDATE checkpoints SET complete=0, time_ms=?3 WHERE job_id=?1 AND"        \
                         " step=?2")                                                                \
     X(CKPT_LIST, "SELECT " CKPT_COLUMNS " FROM checkpoints WHERE job_id=?1 ORDER BY step")         \
