@@ -54,6 +54,9 @@ static mt_code download(const mt_cli_global *g, const char *job_id, uint64_t ste
         rc = mt_cli_call(g, "GetCheckpointChunk", &req.base, (ProtobufCMessage **)&rep, err);
         if (rc != MT_OK)
             return rc;
+        if (rep->skipped[0] != '\0') /* newer checkpoints whose files did not verify */
+            fprintf(stderr, "meshtrain: %s; exporting checkpoint step %llu\n", rep->skipped,
+                    (unsigned long long)rep->step);
         step = rep->step; /* pin the step the first chunk came from */
         if (rep->data.len > 0 && fwrite(rep->data.data, 1, rep->data.len, f) != rep->data.len)
             rc = mt_err_set(err, MT_INTERNAL, "job %s checkpoint: write failed", job_id);

@@ -5,12 +5,19 @@
  * send the spec to the coordinator (SubmitJob, which validates it with mt_jobspec_validate) and
  * print the job id; --mesh replaces the spec's "mesh"; --follow then behaves as `watch`.
  * An invalid spec prints "meshtrain: INVALID_ARGUMENT: <path>: <why>" and exits 4.
+ *
+ * Each invocation draws one random request id (idempotency key) and sends it with the request;
+ * every resend of that request (the RPC socket resends it after a lost connection, e.g. when the
+ * coordinator restarts mid-call) carries the same id, so the coordinator answers the job the
+ * first attempt created instead of making a second one. The hidden --request-id ID sets it
+ * (tests, and scripts that retry a whole `meshtrain submit`).
  */
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "alloc/mt_alloc.h"
 #include "client/follow.h"
@@ -122,6 +129,18 @@ static mt_code with_init(char **spec, const char *job, unsigned long long step, 
     return with_field(spec, "init_from", o, err);
 }
 
+/* A fresh request id: 32 hex digits from getrandom (cap >= 33). */
+static mt_code new_request_id(char *out, size_t cap, mt_err *err)
+{
+    unsigned char b[16];
+
+    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
+        return mt_err_set(err, MT_INTERNAL, "submit: no random bytes for the request id");
+    for (size_t i = 0; i < sizeof(b) && 2 * i + 2 < cap; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+    return MT_OK;
+}
+
 int cmd_submit(const mt_cli_global *g, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -133,6 +152,7 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
         {"timeout", required_argument, NULL, 't'},
         {"log-every", required_argument, NULL, 'l'},
         {"init-from", required_argument, NULL, 'i'},
+        {"request-id", required_argument, NULL, 'r'}, /* hidden: tests, retrying scripts */
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -142,7 +162,7 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
     bool follow = false, wait_end = false;
     double timeout_s = 0.0;
     int64_t log_every_ms = -1; /* the default */
-    char job_id[64];
+    char job_id[64], request_id[72] = "";
     Meshtrain__SubmitJobRequest req = MESHTRAIN__SUBMIT_JOB_REQUEST__INIT;
     Meshtrain__SubmitJobReply *rep = NULL;
     mt_err err = MT_ERR_INIT;
@@ -170,6 +190,11 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
             if (!parse_init(optarg, init_job, sizeof(init_job), &init_step))
                 return mt_cli_usage_error("submit", "--init-from '%s': expected JOB[:STEP]",
                                           optarg);
+            break;
+        case 'r':
+            if (optarg[0] == '\0' || strlen(optarg) > 64)
+                return mt_cli_usage_error("submit", "--request-id: 1 to 64 bytes");
+            snprintf(request_id, sizeof(request_id), "%s", optarg);
             break;
         case 'f':
             follow = true;
@@ -209,7 +234,12 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
         mt_free(spec);
         return mt_cli_fail(&err);
     }
+    if (request_id[0] == '\0' && new_request_id(request_id, sizeof(request_id), &err) != MT_OK) {
+        mt_free(spec);
+        return mt_cli_fail(&err);
+    }
     req.spec_json = spec;
+    req.request_id = request_id;
     if (mt_cli_call(g, "SubmitJob", &req.base, (ProtobufCMessage **)&rep, &err) != MT_OK) {
         mt_free(spec);
         return mt_cli_fail(&err);

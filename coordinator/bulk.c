@@ -27,7 +27,7 @@ typedef struct bulk_req {
     coord_bulk_fn fn;
 } bulk_req;
 
-static mt_store *ro_take(mt_coord *c, mt_err *err)
+mt_store *coord_bulk_ro_take(mt_coord *c, mt_err *err)
 {
     mt_store *s = NULL;
     char db[1100];
@@ -44,7 +44,7 @@ static mt_store *ro_take(mt_coord *c, mt_err *err)
     return s;
 }
 
-static void ro_give(mt_coord *c, mt_store *s)
+void coord_bulk_ro_give(mt_coord *c, mt_store *s)
 {
     pthread_mutex_lock(&c->ro_mu);
     if (c->n_ro < RO_POOL) {
@@ -59,14 +59,14 @@ static void bulk_work(uv_work_t *w)
 {
     bulk_req *r = w->data;
     mt_err err = MT_ERR_INIT;
-    mt_store *s = ro_take(r->c, &err);
+    mt_store *s = coord_bulk_ro_take(r->c, &err);
 
     if (s == NULL) {
         mt_rpc_call_reply(r->call, err.code, err.msg, NULL);
         return;
     }
     r->fn(r->c, s, r->call); /* replies */
-    ro_give(r->c, s);
+    coord_bulk_ro_give(r->c, s);
 }
 
 static void bulk_done(uv_work_t *w, int status)

@@ -26,6 +26,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -84,6 +85,50 @@ void coord_ckpt_free(mt_coord *c)
         upload_drop(c, c->uploads);
 }
 
+/* An upload that failed leaves no pending record (the next interval's checkpoint is another
+ * step; a retry of this one records it again). */
+static void upload_forget(mt_coord *c, const char *job_id, uint64_t step)
+{
+    mt_err err = MT_ERR_INIT;
+
+    if (mt_store_checkpoint_drop_incomplete(c->store, job_id, step, &err) != MT_OK)
+        mt_log_error("checkpoint %s step %" PRIu64 ": %s", job_id, step, err.msg);
+}
+
+/* What the uploading worker (and, through its task error, anyone reading the job's status) is
+ * told when the coordinator could not store a chunk: the machine at fault and the cause, never
+ * the coordinator's own paths; the full message goes to the coordinator's log. */
+static mt_code upload_failure(mt_coord *c, const char *job_id, uint64_t step, mt_code rc,
+                              const mt_err *in, mt_err *out)
+{
+    char host[128] = "?";
+    const char *why;
+
+    if (strstr(in->msg, c->state_dir) == NULL) /* no path of ours in it: pass it on */
+        return mt_err_set(out, rc, "%s", in->msg);
+    mt_log_warn("checkpoint %s step %" PRIu64 " not stored: %s: %s", job_id, step, mt_code_name(rc),
+                in->msg);
+    gethostname(host, sizeof(host) - 1);
+    switch (rc) {
+    case MT_RESOURCE_EXHAUSTED:
+        why = "its disk is full";
+        break;
+    case MT_PERMISSION_DENIED:
+        why = "its state directory is not writable";
+        break;
+    case MT_DATA_LOSS:
+        why = "size or checksum mismatch (send it again)";
+        break;
+    default:
+        why = "its state directory cannot be written";
+        break;
+    }
+    return mt_err_set(out, rc,
+                      "checkpoint step %" PRIu64 " of job %s not stored by the coordinator on "
+                      "%s: %s",
+                      step, job_id, host, why);
+}
+
 static mt_code upload_start(mt_coord *c, const Meshtrain__PutCheckpointChunkRequest *r,
                             struct coord_upload **out, mt_err *err)
 {
@@ -112,8 +157,13 @@ static mt_code upload_start(mt_coord *c, const Meshtrain__PutCheckpointChunkRequ
     memcpy(rec.location, u->path, sizeof(u->path));
     snprintf(rec.checksum, sizeof(rec.checksum), "pending");
     rec.size_bytes = r->total_size;
-    if ((rc = mt_store_checkpoint_insert(c->store, r->job_id, &rec, err)) != MT_OK ||
-        (rc = mt_store_upload_open(u->path, 0, &u->up, err)) != MT_OK) {
+    rec.time_ms = mt_clock_wall_ms();
+    if ((rc = mt_store_checkpoint_insert(c->store, r->job_id, &rec, err)) != MT_OK) {
+        mt_free(u);
+        return rc;
+    }
+    if ((rc = mt_store_upload_open(u->path, 0, &u->up, err)) != MT_OK) {
+        upload_forget(c, r->job_id, r->step);
         mt_free(u);
         return rc;
     }
@@ -158,9 +208,13 @@ static void chunk_done(uv_work_t *w, int status)
                                              mt_store_upload_received(u->up), q->checksum,
                                              mt_clock_wall_ms(), &q->err);
     if (q->rc != MT_OK) {
-        if (r->last || q->rc != MT_OUT_OF_RANGE)
-            upload_drop(c, u); /* failed or torn: the worker starts over at offset 0 */
-        mt_rpc_call_reply(q->call, q->rc, q->err.msg, NULL);
+        mt_err out = MT_ERR_INIT;
+        if (r->last || q->rc != MT_OUT_OF_RANGE) { /* failed or torn: start over at offset 0 */
+            upload_forget(c, u->job_id, u->step);
+            upload_drop(c, u);
+        }
+        upload_failure(c, r->job_id, r->step, q->rc, &q->err, &out);
+        mt_rpc_call_reply(q->call, q->rc, out.msg, NULL);
         mt_free(q);
         return;
     }
@@ -211,7 +265,9 @@ void coord_handle_put_checkpoint_chunk(mt_coord *c, mt_rpc_call *call)
     if (rc == MT_OK && (q = mt_calloc(1, sizeof(*q))) == NULL)
         rc = mt_err_set(&err, MT_RESOURCE_EXHAUSTED, "coordinator out of memory");
     if (rc != MT_OK) {
-        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        mt_err out = MT_ERR_INIT;
+        upload_failure(c, r->job_id, r->step, rc, &err, &out);
+        mt_rpc_call_reply(call, rc, out.msg, NULL);
         return;
     }
     q->c = c;
@@ -278,12 +334,132 @@ out:
     mt_store_checkpoints_free(ck);
 }
 
+/* ------------------------------------------------------------------ verification */
+
+#define MAX_SKIPPED 4
+
+/* What a newest-first check of a job's checkpoint files found. */
+typedef struct ckpt_pick {
+    bool found; /* good holds the newest complete checkpoint that verified */
+    mt_store_checkpoint good;
+    size_t n_bad; /* newer complete ones that did not verify (the first MAX_SKIPPED) */
+    uint64_t bad_step[MAX_SKIPPED];
+    char bad_why[MAX_SKIPPED][120];
+} ckpt_pick;
+
+/* Pool thread: check job_id's complete checkpoints newest first until one's file has its
+ * recorded size and CRC. Reads whole files. */
+static mt_code pick_verified(mt_store *ro, const char *job_id, ckpt_pick *p, mt_err *err)
+{
+    mt_store_checkpoint *ck = NULL;
+    size_t n = 0;
+    mt_code rc = mt_store_checkpoint_list(ro, job_id, &ck, &n, err);
+
+    memset(p, 0, sizeof(*p));
+    if (rc != MT_OK)
+        return rc;
+    for (size_t i = n; i-- > 0 && !p->found;) {
+        mt_err verr = MT_ERR_INIT;
+        if (!ck[i].complete)
+            continue;
+        if (mt_store_file_verify(ck[i].location, ck[i].size_bytes, ck[i].checksum, &verr) ==
+            MT_OK) {
+            p->good = ck[i];
+            p->found = true;
+        } else if (p->n_bad < MAX_SKIPPED) {
+            /* NOT_FOUND names the coordinator's path: say "file missing" instead */
+            p->bad_step[p->n_bad] = ck[i].step;
+            snprintf(p->bad_why[p->n_bad], sizeof(p->bad_why[0]), "%.119s",
+                     verr.code == MT_DATA_LOSS ? verr.msg : "its file is missing or unreadable");
+            mt_log_warn("job %s: checkpoint step %" PRIu64 " (%s) does not verify: %s", job_id,
+                        ck[i].step, ck[i].location, verr.msg);
+            p->n_bad++;
+        }
+    }
+    mt_store_checkpoints_free(ck);
+    return MT_OK;
+}
+
+/* "checkpoint step 30 skipped: <why>; checkpoint step 20 skipped: ..." into out */
+static void skipped_note(const ckpt_pick *p, char *out, size_t cap)
+{
+    size_t len = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; i < p->n_bad && len < cap; i++) {
+        int k = snprintf(out + len, cap - len, "%scheckpoint step %" PRIu64 " skipped: %s",
+                         i ? "; " : "", p->bad_step[i], p->bad_why[i]);
+        if (k < 0)
+            break;
+        len += (size_t)k;
+    }
+}
+
+typedef struct verify_req {
+    uv_work_t work;
+    mt_coord *c;
+    char job_id[32];
+    coord_ckpt_verified_fn done;
+    ckpt_pick pick;
+} verify_req;
+
+static void verify_work(uv_work_t *w)
+{
+    verify_req *q = w->data;
+    mt_err err = MT_ERR_INIT;
+    mt_store *ro = coord_bulk_ro_take(q->c, &err);
+
+    if (ro == NULL || pick_verified(ro, q->job_id, &q->pick, &err) != MT_OK)
+        mt_log_warn("job %s: cannot check its checkpoints: %s", q->job_id, err.msg);
+    if (ro != NULL)
+        coord_bulk_ro_give(q->c, ro);
+}
+
+static void verify_done(uv_work_t *w, int status)
+{
+    verify_req *q = w->data;
+    char note[200];
+
+    (void)status;
+    for (size_t i = 0; i < q->pick.n_bad; i++) {
+        mt_err err = MT_ERR_INIT;
+        if (mt_store_checkpoint_set_corrupt(q->c->store, q->job_id, q->pick.bad_step[i],
+                                            mt_clock_wall_ms(), &err) != MT_OK)
+            mt_log_error("job %s: mark checkpoint step %" PRIu64 ": %s", q->job_id,
+                         q->pick.bad_step[i], err.msg);
+    }
+    skipped_note(&q->pick, note, sizeof(note));
+    q->done(q->c, q->job_id, q->pick.found ? q->pick.good.step : 0, note);
+    mt_free(q);
+}
+
+mt_code coord_ckpt_verify(mt_coord *c, const char *job_id, coord_ckpt_verified_fn done, mt_err *err)
+{
+    verify_req *q = mt_calloc(1, sizeof(*q));
+
+    if (q == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    q->c = c;
+    q->done = done;
+    snprintf(q->job_id, sizeof(q->job_id), "%s", job_id);
+    q->work.data = q;
+    if (uv_queue_work(&c->loop, &q->work, verify_work, verify_done) != 0) {
+        mt_free(q);
+        return mt_err_set(err, MT_INTERNAL, "cannot queue the checkpoint check of job %s", job_id);
+    }
+    return MT_OK;
+}
+
+/* Step 0 asks for the newest complete checkpoint: at offset 0 (the client then pins the step)
+ * that is the newest whose file verifies, and the reply says which newer ones were skipped. */
 static void get_checkpoint_chunk_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
 {
     const Meshtrain__GetCheckpointChunkRequest *r =
         (const Meshtrain__GetCheckpointChunkRequest *)mt_rpc_call_request(call);
     Meshtrain__GetCheckpointChunkReply rep = MESHTRAIN__GET_CHECKPOINT_CHUNK_REPLY__INIT;
     mt_store_checkpoint k;
+    ckpt_pick pick;
+    char skipped[200] = "";
     size_t want = r->max_bytes ? r->max_bytes : DEFAULT_CHUNK, got = 0;
     uint64_t total = 0;
     uint8_t *buf = NULL;
@@ -293,7 +469,16 @@ static void get_checkpoint_chunk_ro(const mt_coord *c, mt_store *ro, mt_rpc_call
     (void)c;
     if (want > MAX_CHUNK)
         want = MAX_CHUNK;
-    if (r->step == 0)
+    if (r->step == 0 && r->offset == 0) {
+        rc = pick_verified(ro, r->job_id, &pick, &err);
+        if (rc == MT_OK && !pick.found)
+            rc = mt_err_set(&err, pick.n_bad ? MT_DATA_LOSS : MT_NOT_FOUND,
+                            "job %s has no complete checkpoint%s", r->job_id,
+                            pick.n_bad ? " whose file verifies" : "");
+        if (rc == MT_OK)
+            k = pick.good;
+        skipped_note(&pick, skipped, sizeof(skipped));
+    } else if (r->step == 0)
         rc = mt_store_checkpoint_latest(ro, r->job_id, &k, &err);
     else
         rc = mt_store_checkpoint_get(ro, r->job_id, r->step, &k, &err);
@@ -319,6 +504,7 @@ static void get_checkpoint_chunk_ro(const mt_coord *c, mt_store *ro, mt_rpc_call
         return;
     }
     rep.step = k.step;
+    rep.skipped = skipped;
     rep.total_size = k.size_bytes;
     rep.data.data = buf;
     rep.data.len = got;

@@ -6,8 +6,11 @@
  */
 #include "coordinator/coord_int.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -196,6 +199,61 @@ static void new_instance_id(char out[33])
     out[32] = '\0';
 }
 
+/* true when addr ("scheme://HOST:PORT" or "HOST:PORT") is reachable only from this machine: a
+ * loopback IP (127.0.0.0/8, ::1), "localhost", or no network at all (ipc://, inproc://). Any
+ * other name counts as reachable: it is not resolved here. */
+static bool addr_is_local(const char *addr)
+{
+    const char *sep = strstr(addr, "://"), *host = sep != NULL ? sep + 3 : addr, *colon;
+    char h[256];
+    size_t n;
+    struct in_addr a4;
+    struct in6_addr a6;
+
+    if (strncmp(addr, "ipc://", 6) == 0 || strncmp(addr, "inproc://", 9) == 0)
+        return true;
+    colon = strrchr(host, ':');
+    n = colon != NULL ? (size_t)(colon - host) : strlen(host);
+    if (n >= sizeof(h))
+        return false;
+    memcpy(h, host, n);
+    h[n] = '\0';
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+        memmove(h, h + 1, n - 2);
+        h[n - 2] = '\0';
+    }
+    if (strcmp(h, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, h, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET6, h, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+/* Redis's protected mode: no token and an address other machines reach is refused, unless
+ * the operator said --insecure (then each such address is logged as a warning). */
+static mt_code check_exposure(const mt_coord_opts *o, mt_err *err)
+{
+    const char *flag[] = {"--listen", "--http", "--metrics-listen"};
+    const char *addr[] = {o->listen, o->http, o->metrics_listen};
+
+    if (o->token != NULL && o->token[0] != '\0')
+        return MT_OK;
+    for (size_t i = 0; i < sizeof(addr) / sizeof(addr[0]); i++) {
+        if (addr[i] == NULL || addr[i][0] == '\0' || addr_is_local(addr[i]))
+            continue;
+        if (!o->insecure)
+            return mt_err_set(err, MT_FAILED_PRECONDITION,
+                              "%s %s is reachable from other machines and there is no "
+                              "--token-file: give one, listen on 127.0.0.1, or pass --insecure "
+                              "(docs/security.md)",
+                              flag[i], addr[i]);
+        mt_log_warn("%s %s is reachable from other machines without a token (--insecure): "
+                    "anyone who reaches it can register workers and submit or cancel jobs",
+                    flag[i], addr[i]);
+    }
+    return MT_OK;
+}
+
 mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
 {
     mt_rpc_server_opts so = MT_RPC_SERVER_OPTS_DEFAULTS;
@@ -204,6 +262,8 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     mt_code rc;
 
     *out = NULL;
+    if ((rc = check_exposure(opts, err)) != MT_OK)
+        return rc;
     c = mt_calloc(1, sizeof(*c));
     if (c == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coordinator: out of memory");

@@ -49,18 +49,26 @@ typedef struct mt_coord_opts {
                                  stream then uses TLS too); borrowed, outlives the coordinator */
     int metrics_cache_mb;     /* cap of the HTTP metrics cache (coordinator/mcache.h) in MiB;
                                  0 = no cache (every metrics request reads the store) */
+    int http_timeout_ms;      /* an HTTP request must arrive, and its response be taken, within
+                                 this; idle keep-alive connections close after it */
+    int http_max_conns;       /* open HTTP connections; one more is answered 503 */
+    int insecure; /* 1: start without a token although an address is reachable from other
+                     machines (logged as a warning); 0: refuse that (mt_coord_open) */
 } mt_coord_opts;
 
 #define MT_COORD_OPTS_DEFAULTS                                                                     \
     {                                                                                              \
         "tcp://127.0.0.1:7400", "127.0.0.1:7480", "./meshtrain-state", NULL, 1000, 10000,          \
-            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1, 10000, 15000, NULL, 64                          \
+            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1, 10000, 15000, NULL, 64, 10000, 512, 0           \
     }
 
 /*
  * Open the store (creating state_dir), load the registry, listen for RPC and
  * HTTP, write state_dir/endpoints.json. Borrows opts. Returns MT_OK and *out, or
  * the first failure with err naming the file or address. Call from main thread.
+ * Secure by default: without a token, an RPC, HTTP or metrics address that other machines can
+ * reach (not loopback, not ipc://) is FAILED_PRECONDITION before anything is opened, unless
+ * opts->insecure (docs/security.md).
  */
 mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err);
 

@@ -57,7 +57,12 @@ typedef struct coord_job {
     uint64_t prog_sig;          /* signature of devs when it last changed */
     int64_t prog_mono_ms;       /* ... and when */
     int64_t stall_note_mono_ms; /* STALLED: when the diagnosis was last stored */
+    int ckpt_check;             /* COORD_CKPT_*: its checkpoints' files checked before it resumes */
+    uint64_t ckpt_step;  /* COORD_CKPT_VERIFIED: the newest complete one that verified; 0 none */
+    char ckpt_note[200]; /* ... and which were skipped and why ("" none) */
 } coord_job;
+
+enum { COORD_CKPT_UNCHECKED, COORD_CKPT_VERIFYING, COORD_CKPT_VERIFIED };
 
 struct mt_coord {
     mt_coord_opts opts;
@@ -115,6 +120,10 @@ coord_worker *coord_worker_find(mt_coord *c, const char *worker_id);
  * what never changes after open (state_dir, metrics_url) */
 typedef void (*coord_bulk_fn)(const mt_coord *c, mt_store *ro, mt_rpc_call *call);
 void coord_bulk(mt_coord *c, mt_rpc_call *call, coord_bulk_fn fn);
+/* A read-only store for a pool thread (an idle one, else a new one; NULL with err), and its
+ * return. Any thread. */
+mt_store *coord_bulk_ro_take(mt_coord *c, mt_err *err);
+void coord_bulk_ro_give(mt_coord *c, mt_store *s);
 void coord_bulk_fini(mt_coord *c); /* close the idle connections; after the loop is done */
 
 /* ---- jobs.c ---- */
@@ -171,6 +180,17 @@ void coord_handle_put_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);
 void coord_handle_list_checkpoints(mt_coord *c, mt_rpc_call *call);
 void coord_handle_get_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);
 void coord_ckpt_free(mt_coord *c);
+/* Loop thread, when the files of job_id's checkpoints were checked (coord_ckpt_verify): step is
+ * the newest complete checkpoint whose file verified (0: none), skipped says which newer ones
+ * failed and why ("checkpoint step 30 skipped: crc32:..., recorded crc32:..."; "" none). */
+typedef void (*coord_ckpt_verified_fn)(mt_coord *c, const char *job_id, uint64_t step,
+                                       const char *skipped);
+/* Check the files of job_id's complete checkpoints, newest first, on the pool, until one
+ * matches its recorded size and CRC; those that do not are marked incomplete in the store (and
+ * logged) before done runs on the loop thread. OK: done runs once (also at shutdown, with what
+ * was found); else it never runs. Codes: RESOURCE_EXHAUSTED, INTERNAL (cannot queue). */
+mt_code coord_ckpt_verify(mt_coord *c, const char *job_id, coord_ckpt_verified_fn done,
+                          mt_err *err);
 /* At start, before any upload: in STATE_DIR/checkpoints/<job>/ of each job the store knows,
  * delete the files that are not the file of one of that job's complete checkpoint records (a
  * .part of an upload cut by a crash, a file whose record keep-N gc removed just before a crash).

@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * http.c — the coordinator's HTTP status endpoint on nng's HTTP server: one
- * catch-all handler that authenticates and routes, the dashboard's static
- * assets, and the login form. Endpoints: docs/api.md; dashboard: docs/dashboard.md.
+ * http.c — the coordinator's HTTP status endpoint on its own small HTTP/1.1
+ * server (http_srv.c: limits, timeouts, a connection cap): one catch-all
+ * handler that authenticates and routes, the dashboard's static assets, and
+ * the login form. Endpoints: docs/api.md; dashboard: docs/dashboard.md.
  *
  * How it fits: coord.c calls coord_http_open() after the store is open and
  * coord_http_close() at shutdown. Routes: /healthz (always open), /login,
  * /logout, /metrics (http_prom.c), /api/v1/... (http_api.c), /, /jobs/ID,
  * /workers (dashboard pages) and /static/NAME (assets).
  *
- * DESIGN: nng runs handlers on its own threads, so nothing here touches the
+ * DESIGN: handlers run on the server's threads, so nothing here touches the
  * loop's state: data comes from a read-only SQLite connection owned by this
  * file and serialised by a mutex (coord_http_ctx), process metrics from the
  * atomic coord_stats. Dashboard assets are read into memory once at open (a
@@ -19,16 +20,14 @@
  * "Authorization: Bearer TOKEN" or as the HttpOnly SameSite=Strict cookie the
  * login form sets; the comparison is constant-time (mt_rpc_token_equal).
  *
- * Threading: open/close on the main thread; handlers on nng threads.
- * Tests: tests/integration/test_http_api.sh, test_dashboard.sh, test_workers.sh.
+ * Threading: open/close on the main thread; handlers on the server's threads.
+ * Tests: tests/integration/test_http_api.sh, test_dashboard.sh, test_workers.sh,
+ * test_http_limits.sh.
  */
 #include "coordinator/coord_int.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
-#include <nng/nng.h>
-#include <nng/supplemental/http/http.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +37,7 @@
 #include "alloc/mt_alloc.h"
 #include "clock/mt_clock.h"
 #include "coordinator/http_int.h"
+#include "coordinator/http_srv.h"
 #include "coordinator/mcache.h"
 #include "log/mt_log.h"
 
@@ -60,7 +60,7 @@ typedef struct asset {
 } asset;
 
 struct coord_http {
-    nng_http_server *srv;
+    coord_hsrv *srv;
     coord_http_ctx ctx;
     char token[MT_RPC_TOKEN_MAX];         /* "" = open */
     char token_hex[2 * MT_RPC_TOKEN_MAX]; /* the cookie's value: hex, so any token byte is safe */
@@ -283,42 +283,26 @@ mt_store *coord_http__store_lock(coord_http_ctx *ctx, mt_err *err)
 }
 
 /* Send r (status, type, body copied) with extra headers (name/value pairs, NULL-ended). */
-static void send_reply(nng_aio *aio, coord_http_reply *r, const char *cache, const char *const *hdr)
+static void send_reply(coord_hsrv_res *res, coord_http_reply *r, const char *cache,
+                       const char *const *hdr)
 {
-    nng_http_res *res = NULL;
-    int rv;
-
-    if ((rv = nng_http_res_alloc(&res)) != 0) {
-        coord_buf_fini(&r->body);
-        nng_aio_finish(aio, rv);
-        return;
-    }
     if (r->body.oom) {
         coord_buf_fini(&r->body);
         r->status = 503;
         r->content_type = "text/plain; charset=utf-8";
         coord_buf_puts(&r->body, "out of memory\n");
     }
-    nng_http_res_set_status(res, (uint16_t)r->status);
+    coord_hsrv_res_status(res, r->status);
     if (r->content_type != NULL)
-        nng_http_res_set_header(res, "Content-Type", r->content_type);
-    nng_http_res_set_header(res, "Cache-Control", cache ? cache : "no-store");
-    nng_http_res_set_header(res, "X-Content-Type-Options", "nosniff");
+        coord_hsrv_res_header(res, "Content-Type", r->content_type);
+    coord_hsrv_res_header(res, "Cache-Control", cache ? cache : "no-store");
+    coord_hsrv_res_header(res, "X-Content-Type-Options", "nosniff");
     if (r->content_type != NULL && strncmp(r->content_type, "text/html", 9) == 0)
-        nng_http_res_set_header(res, "Content-Security-Policy", PAGE_CSP);
+        coord_hsrv_res_header(res, "Content-Security-Policy", PAGE_CSP);
     for (size_t i = 0; hdr != NULL && hdr[i] != NULL; i += 2)
-        nng_http_res_set_header(res, hdr[i], hdr[i + 1]);
-    if (r->body.len == 0) /* nng sends no length for an empty body: clients would wait for EOF */
-        nng_http_res_set_header(res, "Content-Length", "0");
-    else if (nng_http_res_copy_data(res, r->body.data, r->body.len) != 0) {
-        nng_http_res_free(res);
-        coord_buf_fini(&r->body);
-        nng_aio_finish(aio, NNG_ENOMEM);
-        return;
-    }
+        coord_hsrv_res_header(res, hdr[i], hdr[i + 1]);
+    coord_hsrv_res_body(res, r->body.data, r->body.len);
     coord_buf_fini(&r->body);
-    nng_aio_set_output(aio, 0, res);
-    nng_aio_finish(aio, 0);
 }
 
 /* ------------------------------------------------------------ assets */
@@ -436,31 +420,22 @@ static const asset *asset_find(const struct coord_http *h, const char *name)
     return NULL;
 }
 
-static void send_asset(nng_aio *aio, nng_http_req *req, const asset *a)
+static void send_asset(coord_hsrv_res *res, const coord_hsrv_req *req, const asset *a)
 {
-    const char *inm = nng_http_req_get_header(req, "If-None-Match");
-    nng_http_res *res = NULL;
-    int rv;
+    const char *inm = coord_hsrv_req_header(req, "If-None-Match");
 
-    if ((rv = nng_http_res_alloc(&res)) != 0) {
-        nng_aio_finish(aio, rv);
-        return;
-    }
-    nng_http_res_set_header(res, "ETag", a->etag);
-    nng_http_res_set_header(res, "Cache-Control",
-                            a->page ? "no-cache" : "public, max-age=31536000, immutable");
-    nng_http_res_set_header(res, "X-Content-Type-Options", "nosniff");
+    coord_hsrv_res_header(res, "ETag", a->etag);
+    coord_hsrv_res_header(res, "Cache-Control",
+                          a->page ? "no-cache" : "public, max-age=31536000, immutable");
+    coord_hsrv_res_header(res, "X-Content-Type-Options", "nosniff");
     if (a->page)
-        nng_http_res_set_header(res, "Content-Security-Policy", PAGE_CSP);
+        coord_hsrv_res_header(res, "Content-Security-Policy", PAGE_CSP);
     if (inm != NULL && strstr(inm, a->etag) != NULL) {
-        nng_http_res_set_status(res, 304);
-        nng_http_res_set_header(res, "Content-Length", "0");
+        coord_hsrv_res_status(res, 304);
     } else {
-        nng_http_res_set_header(res, "Content-Type", a->type);
-        nng_http_res_set_data(res, a->data, a->len); /* lives until coord_http_close */
+        coord_hsrv_res_header(res, "Content-Type", a->type);
+        coord_hsrv_res_body(res, a->data, a->len);
     }
-    nng_aio_set_output(aio, 0, res);
-    nng_aio_finish(aio, 0);
 }
 
 /* ------------------------------------------------------------ auth */
@@ -488,21 +463,21 @@ static int cookie_get(const char *hdr, const char *name, char *out, size_t cap)
     return 0;
 }
 
-static int authorized(const struct coord_http *h, nng_http_req *req)
+static int authorized(const struct coord_http *h, const coord_hsrv_req *req)
 {
     const char *auth;
     char tok[2 * MT_RPC_TOKEN_MAX];
 
     if (h->token[0] == '\0')
         return 1;
-    auth = nng_http_req_get_header(req, "Authorization");
+    auth = coord_hsrv_req_header(req, "Authorization");
     if (auth != NULL && strncasecmp(auth, "Bearer ", 7) == 0) {
         const char *t = auth + 7;
         while (*t == ' ')
             t++;
         return strlen(t) < MT_RPC_TOKEN_MAX && mt_rpc_token_equal(t, h->token);
     }
-    if (cookie_get(nng_http_req_get_header(req, "Cookie"), COOKIE, tok, sizeof(tok)))
+    if (cookie_get(coord_hsrv_req_header(req, "Cookie"), COOKIE, tok, sizeof(tok)))
         return mt_rpc_token_equal(tok, h->token_hex);
     return 0;
 }
@@ -565,43 +540,40 @@ static void login_page(coord_http_reply *r, int status, const char *msg)
     coord_buf_puts(&r->body, "</body></html>\n");
 }
 
-static void handle_login(struct coord_http *h, nng_aio *aio, nng_http_req *req)
+static void handle_login(struct coord_http *h, coord_hsrv_res *res, const coord_hsrv_req *req)
 {
     coord_http_reply r = {0};
     char tok[MT_RPC_TOKEN_MAX], cookie[2 * MT_RPC_TOKEN_MAX + 80];
-    void *body = NULL;
-    size_t len = 0;
+    const char *body = req->body;
+    size_t len = req->body_len;
 
-    if (strcmp(nng_http_req_get_method(req), "POST") != 0) {
+    if (strcmp(req->method, "POST") != 0) {
         login_page(&r, 200,
                    h->token[0] ? NULL
                                : "This coordinator has no token: no sign-in "
                                  "needed.");
-        send_reply(aio, &r, NULL, NULL);
+        send_reply(res, &r, NULL, NULL);
         return;
     }
-    nng_http_req_get_data(req, &body, &len);
     if (h->token[0] == '\0' || !form_get(body, len, "token", tok, sizeof(tok)) ||
         !mt_rpc_token_equal(tok, h->token)) {
         login_page(&r, 401, "Wrong token.");
-        send_reply(aio, &r, NULL, NULL);
+        send_reply(res, &r, NULL, NULL);
         return;
     }
     snprintf(cookie, sizeof(cookie), COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict", h->token_hex);
     const char *hdr[] = {"Set-Cookie", cookie, "Location", "/", NULL};
     r.status = 303;
-    send_reply(aio, &r, NULL, hdr);
+    send_reply(res, &r, NULL, hdr);
 }
 
 /* ------------------------------------------------------------ routing */
 
-static void handle(nng_aio *aio)
+static void handle(void *arg, const coord_hsrv_req *req, coord_hsrv_res *res)
 {
-    nng_http_req *req = nng_aio_get_input(aio, 0);
-    nng_http_handler *hh = nng_aio_get_input(aio, 1);
-    struct coord_http *h = nng_http_handler_get_data(hh);
-    const char *method = nng_http_req_get_method(req);
-    const char *uri = nng_http_req_get_uri(req);
+    struct coord_http *h = arg;
+    const char *method = req->method;
+    const char *uri = req->uri;
     const char *q = strchr(uri, '?');
     coord_http_reply r = {0};
     char path[512];
@@ -610,7 +582,7 @@ static void handle(nng_aio *aio)
 
     if (plen >= sizeof(path)) {
         coord_http__error(&r, 414, MT_INVALID_ARGUMENT, "request path too long");
-        send_reply(aio, &r, NULL, NULL);
+        send_reply(res, &r, NULL, NULL);
         return;
     }
     memcpy(path, uri, plen);
@@ -619,24 +591,24 @@ static void handle(nng_aio *aio)
         r.status = 200;
         r.content_type = "text/plain; charset=utf-8";
         coord_buf_puts(&r.body, "ok\n");
-        send_reply(aio, &r, NULL, NULL);
+        send_reply(res, &r, NULL, NULL);
         return;
     }
     if (strcmp(path, "/login") == 0) {
-        handle_login(h, aio, req);
+        handle_login(h, res, req);
         return;
     }
     if (strcmp(path, "/logout") == 0) {
         const char *hdr[] = {"Set-Cookie", COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
                              "Location", "/login", NULL};
         r.status = 303;
-        send_reply(aio, &r, NULL, hdr);
+        send_reply(res, &r, NULL, hdr);
         return;
     }
     if (!get) {
         const char *hdr[] = {"Allow", "GET, HEAD", NULL};
         coord_http__error(&r, 405, MT_INVALID_ARGUMENT, "the status endpoint is read-only");
-        send_reply(aio, &r, NULL, hdr);
+        send_reply(res, &r, NULL, hdr);
         return;
     }
     int api = strncmp(path, "/api/", 5) == 0 || strcmp(path, "/metrics") == 0;
@@ -646,22 +618,22 @@ static void handle(nng_aio *aio)
             coord_http__error(&r, 401, MT_UNAUTHENTICATED,
                               "this coordinator requires its token: send 'Authorization: "
                               "Bearer TOKEN' or sign in at /login");
-            send_reply(aio, &r, NULL, hdr);
+            send_reply(res, &r, NULL, hdr);
         } else {
             const char *hdr[] = {"Location", "/login", NULL};
             r.status = 303;
-            send_reply(aio, &r, NULL, hdr);
+            send_reply(res, &r, NULL, hdr);
         }
         return;
     }
     if (strcmp(path, "/metrics") == 0) {
         coord_http__prom(&h->ctx, &r);
-        send_reply(aio, &r, NULL, NULL);
+        send_reply(res, &r, NULL, NULL);
         return;
     }
     if (strncmp(path, "/api/v1/", 8) == 0 || strcmp(path, "/api/v1") == 0) {
         coord_http__api(&h->ctx, path, q ? q + 1 : "", &r);
-        send_reply(aio, &r, NULL, NULL);
+        send_reply(res, &r, NULL, NULL);
         return;
     }
     const char *page = NULL;
@@ -676,13 +648,13 @@ static void handle(nng_aio *aio)
         page = path + 8;
     const asset *a = page != NULL ? asset_find(h, page) : NULL;
     if (a != NULL) {
-        send_asset(aio, req, a);
+        send_asset(res, req, a);
         return;
     }
     char msg[600];
     snprintf(msg, sizeof(msg), "no such resource: %s", path);
     coord_http__error(&r, 404, MT_NOT_FOUND, msg);
-    send_reply(aio, &r, NULL, NULL);
+    send_reply(res, &r, NULL, NULL);
 }
 
 /* --dashboard-dir, else the source tree's copy (a development build), else the installed one. */
@@ -701,6 +673,7 @@ static void http_free(struct coord_http *h)
     for (size_t i = 0; i < h->n_assets; i++)
         mt_free(h->assets[i].data);
     mt_store_close(h->ctx.ro);
+    coord_http__pages_free(&h->ctx);
     coord_mcache_free(h->ctx.mcache);
     pthread_mutex_destroy(&h->ctx.mu);
     mt_free(h);
@@ -709,23 +682,14 @@ static void http_free(struct coord_http *h)
 mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, char *bound,
                         size_t cap, mt_err *err)
 {
+    coord_hsrv_opts so = COORD_HSRV_OPTS_DEFAULTS;
     struct coord_http *h;
-    nng_http_handler *hh = NULL;
-    nng_url *url = NULL;
-    nng_sockaddr sa;
-    char full[300];
-    int rv;
+    mt_code rc;
 
     *out = NULL;
-    snprintf(full, sizeof(full), "http://%s", addr);
-    if ((rv = nng_url_parse(&url, full)) != 0)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "--http %s: %s (expected HOST:PORT)", addr,
-                          nng_strerror(rv));
     h = mt_calloc(1, sizeof(*h));
-    if (h == NULL) {
-        nng_url_free(url);
+    if (h == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "http: out of memory");
-    }
     pthread_mutex_init(&h->ctx.mu, NULL);
     snprintf(h->ctx.db_path, sizeof(h->ctx.db_path), "%s/meshtrain.db", c->state_dir);
     h->ctx.stats = c->stats;
@@ -735,44 +699,23 @@ mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, 
     snprintf(h->dir, sizeof(h->dir), "%s", dashboard_dir(c->opts.dashboard_dir));
     assets_load(h);
     if (c->opts.metrics_cache_mb > 0) {
-        mt_code rc = coord_mcache_new((size_t)c->opts.metrics_cache_mb << 20, METRICS_CACHE_IDLE_MS,
-                                      &h->ctx.mcache, err);
+        rc = coord_mcache_new((size_t)c->opts.metrics_cache_mb << 20, METRICS_CACHE_IDLE_MS,
+                              &h->ctx.mcache, err);
         if (rc != MT_OK) {
-            nng_url_free(url);
             http_free(h);
             return rc;
         }
     }
-    if ((rv = nng_http_server_hold(&h->srv, url)) != 0 ||
-        (rv = nng_http_handler_alloc(&hh, "/", handle)) != 0 ||
-        (rv = nng_http_handler_set_tree(hh)) != 0 ||
-        (rv = nng_http_handler_set_method(hh, NULL)) != 0 ||
-        (rv = nng_http_handler_collect_body(hh, true, 8192)) != 0 ||
-        (rv = nng_http_handler_set_data(hh, h, NULL)) != 0 ||
-        (rv = nng_http_server_add_handler(h->srv, hh)) != 0) {
-        if (hh != NULL)
-            nng_http_handler_free(hh);
-        goto fail;
+    if (c->opts.http_timeout_ms > 0)
+        so.timeout_ms = c->opts.http_timeout_ms;
+    if (c->opts.http_max_conns > 0)
+        so.max_conns = c->opts.http_max_conns;
+    if ((rc = coord_hsrv_open(addr, &so, handle, h, &h->srv, bound, cap, err)) != MT_OK) {
+        http_free(h);
+        return rc;
     }
-    hh = NULL;
-    if ((rv = nng_http_server_start(h->srv)) != 0)
-        goto fail;
-    snprintf(bound, cap, "http://%s", addr);
-    if (nng_http_server_get_addr(h->srv, &sa) == 0 && sa.s_family == NNG_AF_INET) {
-        char ip[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, &sa.s_in.sa_addr, ip, sizeof(ip));
-        snprintf(bound, cap, "http://%s:%u", ip, (unsigned)ntohs(sa.s_in.sa_port));
-    }
-    nng_url_free(url);
     *out = h;
     return MT_OK;
-fail:
-    if (h->srv != NULL)
-        nng_http_server_release(h->srv);
-    nng_url_free(url);
-    http_free(h);
-    return mt_err_set(err, rv == NNG_EADDRINUSE ? MT_UNAVAILABLE : MT_INVALID_ARGUMENT,
-                      "http listen %s: %s", addr, nng_strerror(rv));
 }
 
 struct coord_mcache *coord_http_mcache(struct coord_http *h)
@@ -784,7 +727,6 @@ void coord_http_close(struct coord_http *h)
 {
     if (h == NULL)
         return;
-    nng_http_server_stop(h->srv); /* waits for handlers in progress */
-    nng_http_server_release(h->srv);
+    coord_hsrv_close(h->srv); /* waits for handlers in progress */
     http_free(h);
 }

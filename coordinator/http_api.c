@@ -17,11 +17,12 @@
  * (a miss) and the endpoint falls back to the uncached path when the cache
  * cannot answer; both write the same bytes.
  *
- * Threading: nng HTTP threads; no loop state is touched (the cache has its own lock).
- * Tests: tests/integration/test_http_api.sh, test_jobs.sh; tests/unit/test_mcache.c.
+ * Threading: the HTTP server's handler threads; no loop state is touched (the cache has its own
+ * lock). Tests: tests/integration/test_http_api.sh, test_jobs.sh; tests/unit/test_mcache.c.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,28 +230,123 @@ static void api_workers(mt_store *s, const char *query, coord_http_reply *r)
     reply_json(r, root);
 }
 
-static void api_jobs(mt_store *s, const char *query, coord_http_reply *r)
+#define LIST_DEFAULT 100
+#define LIST_MAX     1000
+
+/* The rendered answer to query at generation gen, copied into r; false when not cached. */
+static bool page_cached(const coord_http_ctx *ctx, uint64_t gen, const char *query,
+                        coord_http_reply *r)
+{
+    for (size_t i = 0; i < sizeof(ctx->pages) / sizeof(ctx->pages[0]); i++) {
+        const struct coord_http_page *p = &ctx->pages[i];
+        if (p->body != NULL && p->gen == gen && strcmp(p->query, query) == 0) {
+            r->status = 200;
+            r->content_type = "application/json; charset=utf-8";
+            coord_buf_add(&r->body, p->body, p->len);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Keep r's body as the answer to query at generation gen (round robin over the slots). */
+static void page_keep(coord_http_ctx *ctx, uint64_t gen, const char *query,
+                      const coord_http_reply *r)
+{
+    struct coord_http_page *p = &ctx->pages[ctx->next_page];
+    char *copy;
+
+    if (r->status != 200 || r->body.oom || strlen(query) >= sizeof(p->query) ||
+        (copy = mt_malloc(r->body.len + 1)) == NULL)
+        return;
+    memcpy(copy, r->body.data, r->body.len + 1);
+    mt_free(p->body);
+    p->body = copy;
+    p->len = r->body.len;
+    p->gen = gen;
+    snprintf(p->query, sizeof(p->query), "%s", query);
+    ctx->next_page = (ctx->next_page + 1) % (sizeof(ctx->pages) / sizeof(ctx->pages[0]));
+}
+
+void coord_http__pages_free(coord_http_ctx *ctx)
+{
+    for (size_t i = 0; i < sizeof(ctx->pages) / sizeof(ctx->pages[0]); i++) {
+        mt_free(ctx->pages[i].body);
+        ctx->pages[i].body = NULL;
+    }
+}
+
+static void api_jobs_render(const coord_http_ctx *ctx, mt_store *s, const char *query,
+                            coord_http_reply *r);
+
+/* One page of jobs (limit, cursor as ListJobs); the total from the loop's per-state counts.
+ * 200 clients asking at once cost one query and one rendering: answers are kept per query
+ * until a job row changes (coord_stats_jobs_gen, read before the query). */
+static void api_jobs(coord_http_ctx *ctx, mt_store *s, const char *query, coord_http_reply *r)
+{
+    uint64_t gen;
+
+    if (ctx->stats == NULL) {
+        api_jobs_render(ctx, s, query, r);
+        return;
+    }
+    gen = coord_stats_jobs_gen(ctx->stats);
+    if (page_cached(ctx, gen, query, r))
+        return;
+    api_jobs_render(ctx, s, query, r);
+    page_keep(ctx, gen, query, r);
+}
+
+static void api_jobs_render(const coord_http_ctx *ctx, mt_store *s, const char *query,
+                            coord_http_reply *r)
 {
     mt_store_job *list = NULL;
+    mt_store_job_cursor after, next;
     size_t n = 0;
+    uint64_t limit = LIST_DEFAULT;
     mt_err err = MT_ERR_INIT;
-    char state[160] = "";
+    char state[160] = "", lim[16] = "", cur[48] = "", cursor[32] = "";
+    unsigned mask;
+    int has_cursor;
 
     if (query_get(query, "state", state, sizeof(state)) < 0) {
         bad_param(r, "state", "", "malformed or too long");
         return;
     }
-    if (mt_store_job_list(s, state, &list, &n, &err) != MT_OK) {
-        if (err.code == MT_INVALID_ARGUMENT)
-            bad_param(r, "state", state, err.msg);
-        else
-            store_error(r, &err);
+    if (query_get(query, "limit", lim, sizeof(lim)) < 0 ||
+        (lim[0] != '\0' && (parse_u64(lim, LIST_MAX, &limit) != 0 || limit == 0))) {
+        bad_param(r, "limit", lim, "expected 1..1000");
         return;
     }
+    if ((has_cursor = query_get(query, "cursor", cur, sizeof(cur))) < 0 ||
+        (has_cursor > 0 && cur[0] != '\0' &&
+         mt_store_job_cursor_parse(cur, &after, &err) != MT_OK)) {
+        bad_param(r, "cursor", cur, "expected the next_cursor of a previous page");
+        return;
+    }
+    if (mt_jobstate_parse_list(state, &mask, &err) != MT_OK) {
+        bad_param(r, "state", state, err.msg);
+        return;
+    }
+    if (mt_store_job_page(s, state, has_cursor > 0 && cur[0] ? &after : NULL, (size_t)limit + 1,
+                          &list, &n, &err) != MT_OK) {
+        store_error(r, &err);
+        return;
+    }
+    if (n > limit) {
+        next = mt_store_job_cursor_of(&list[limit - 1]);
+        mt_store_job_cursor_format(&next, cursor, sizeof(cursor));
+    }
     cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "jobs");
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && i < limit; i++)
         cJSON_AddItemToArray(arr, job_json(&list[i]));
     mt_store_job_list_free(list, n);
+    if (cursor[0] != '\0')
+        cJSON_AddStringToObject(root, "next_cursor", cursor);
+    else
+        cJSON_AddNullToObject(root, "next_cursor");
+    if (ctx->stats != NULL)
+        cJSON_AddNumberToObject(root, "total", (double)coord_stats_jobs_in(ctx->stats, mask));
     reply_json(r, root);
 }
 
@@ -703,7 +799,7 @@ void coord_http__api(coord_http_ctx *ctx, const char *path, const char *query, c
     if (strcmp(rest, "/workers") == 0) {
         api_workers(s, query, r);
     } else if (strcmp(rest, "/jobs") == 0) {
-        api_jobs(s, query, r);
+        api_jobs(ctx, s, query, r);
     } else if (strcmp(rest, "/mesh") == 0) {
         api_mesh(s, r);
     } else if (strncmp(rest, "/jobs/", 6) == 0) {

@@ -5,7 +5,7 @@
  * router passes to each endpoint, and the endpoint functions of http_api.c
  * (JSON API) and http_prom.c (Prometheus).
  *
- * Threading: endpoint functions run on nng's HTTP threads. They read the
+ * Threading: endpoint functions run on the HTTP server's handler threads. They read the
  * database only through the read-only store in the context, holding its mutex
  * (coord_http_ctx.mu) for the whole read; they never touch the loop's state.
  * Tests: tests/integration/test_http_api.sh, test_dashboard.sh.
@@ -47,6 +47,13 @@ typedef struct coord_http_ctx {
     char db_path[1100];
     const coord_stats *stats;    /* borrowed from mt_coord; NULL = no process metrics */
     struct coord_mcache *mcache; /* metric series cache (mcache.h), owned; NULL = off */
+    struct coord_http_page {     /* rendered GET /api/v1/jobs answers (http_api.c), under mu */
+        uint64_t gen;            /* coord_stats_jobs_gen when rendered */
+        char query[256];         /* the query string it answers */
+        char *body;              /* owned; NULL = empty slot */
+        size_t len;
+    } pages[8];
+    size_t next_page; /* the slot the next miss replaces */
 } coord_http_ctx;
 
 /* The result of an endpoint: HTTP status, content type and body (owned by the caller). */
@@ -71,6 +78,9 @@ int coord_http__status_of(mt_code code);
  * or "") into r. Always fills r (errors as JSON with 4xx/5xx).
  */
 void coord_http__api(coord_http_ctx *ctx, const char *path, const char *query, coord_http_reply *r);
+
+/* http_api.c: free the kept GET /api/v1/jobs answers (at close). */
+void coord_http__pages_free(coord_http_ctx *ctx);
 
 /* http_prom.c: GET /metrics into r (text/plain; version=0.0.4). */
 void coord_http__prom(coord_http_ctx *ctx, coord_http_reply *r);

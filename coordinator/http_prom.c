@@ -10,7 +10,7 @@
  * Every metric family is printed once with HELP and TYPE lines, label values
  * are escaped, non-finite values print as NaN/+Inf/-Inf as the format allows.
  *
- * Threading: nng HTTP threads. Tests: tests/integration/test_http_api.sh
+ * Threading: the HTTP server's handler threads. Tests: tests/integration/test_http_api.sh
  * (promtool check metrics).
  */
 #include <stdio.h>

@@ -39,6 +39,8 @@
 #include "coordinator/coord_int.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +134,7 @@ static mt_code job_transition(mt_coord *c, coord_job *j, mt_jobstate to, const c
     }
     mt_log_info("job %s: %s -> %s (%s)", j->job_id, mt_jobstate_name(j->state),
                 mt_jobstate_name(to), reason ? reason : "");
+    coord_stats_job_moved(c->stats, (int)j->state, (int)to);
     j->state = to;
     snprintf(j->reason, sizeof(j->reason), "%s", reason ? reason : "");
     if (to == MT_JOBSTATE_RESTARTING) {
@@ -171,6 +174,7 @@ static void job_set_reason(mt_coord *c, coord_job *j, const char *reason)
         mt_log_error("job %s: set reason: %s", j->job_id, err.msg);
         return;
     }
+    coord_stats_jobs_changed(c->stats); /* committed: listings rendered before are stale */
     snprintf(j->reason, sizeof(j->reason), "%s", reason);
 }
 
@@ -182,10 +186,12 @@ mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step)
     if (step <= j->step)
         return MT_OK;
     rc = mt_store_job_set_step(c->store, j->job_id, step, mt_clock_wall_ms(), &err);
-    if (rc != MT_OK)
+    if (rc != MT_OK) {
         mt_log_error("job %s: set step: %s", j->job_id, err.msg);
-    else
-        j->step = step;
+        return rc;
+    }
+    coord_stats_jobs_changed(c->stats);
+    j->step = step;
     return rc;
 }
 
@@ -308,10 +314,14 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
 mt_code coord_jobs_load(mt_coord *c, mt_err *err)
 {
     mt_store_job *list = NULL;
-    size_t n = 0;
-    mt_code rc =
-        mt_store_job_list(c->store, "QUEUED,SCHEDULED,RUNNING,RESTARTING,STALLED", &list, &n, err);
+    size_t n = 0, counts[8];
+    mt_code rc;
 
+    /* the per-state counts listings report as their total; kept up to date from here on */
+    if ((rc = mt_store_job_counts(c->store, counts, err)) != MT_OK)
+        return rc;
+    coord_stats_jobs_set(c->stats, counts);
+    rc = mt_store_job_list(c->store, "QUEUED,SCHEDULED,RUNNING,RESTARTING,STALLED", &list, &n, err);
     if (rc != MT_OK)
         return rc;
     for (size_t i = 0; i < n && rc == MT_OK; i++)
@@ -428,6 +438,48 @@ static int job_has_checkpoint(mt_coord *c, const coord_job *j)
     return mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK;
 }
 
+/* Loop thread: the files of job_id's checkpoints were checked (coord_ckpt_verify). */
+static void ckpt_verified(mt_coord *c, const char *job_id, uint64_t step, const char *skipped)
+{
+    coord_job *j = coord_job_find(c, job_id);
+
+    if (j == NULL || j->ckpt_check != COORD_CKPT_VERIFYING)
+        return;
+    j->ckpt_check = COORD_CKPT_VERIFIED;
+    j->ckpt_step = step;
+    snprintf(j->ckpt_note, sizeof(j->ckpt_note), "%s", skipped);
+    if (skipped[0] != '\0')
+        mt_log_warn("job %s: %s; resuming from %s", job_id, skipped,
+                    step ? "an older checkpoint" : "the start");
+    c->sched_dirty = 1;
+}
+
+/* A job resumes only from a checkpoint whose file was read back and matched its record: the
+ * first time it is up for placement its checkpoints are checked on the pool (newest first),
+ * and it waits for that. true when it may be placed now. */
+static bool ckpt_ready(mt_coord *c, coord_job *j)
+{
+    mt_store_checkpoint ck;
+    mt_err err = MT_ERR_INIT;
+    char reason[96];
+
+    if (j->ckpt_check == COORD_CKPT_VERIFIED)
+        return true;
+    if (j->ckpt_check == COORD_CKPT_VERIFYING)
+        return false;
+    if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) != MT_OK)
+        return true; /* nothing to resume from */
+    if (coord_ckpt_verify(c, j->job_id, ckpt_verified, &err) != MT_OK) {
+        mt_log_error("job %s: %s; resuming without the check", j->job_id, err.msg);
+        return true;
+    }
+    j->ckpt_check = COORD_CKPT_VERIFYING;
+    snprintf(reason, sizeof(reason), "checking checkpoint step %llu before resuming",
+             (unsigned long long)ck.step);
+    job_set_reason(c, j, reason);
+    return false;
+}
+
 static int by_priority(const void *a, const void *b)
 {
     const coord_job *x = *(coord_job *const *)a, *y = *(coord_job *const *)b;
@@ -489,9 +541,12 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     }
     j->resume_step = 0;
     j->resume_job[0] = '\0';
-    if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK)
+    if (j->ckpt_check == COORD_CKPT_VERIFIED) /* the newest whose file verified (ckpt_ready) */
+        j->resume_step = j->ckpt_step;
+    else if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK)
         j->resume_step = ck.step;
-    else if (j->sum.init_job[0] != '\0' && init_source(c, &j->sum, &j->resume_step, NULL) == MT_OK)
+    if (j->resume_step == 0 && j->sum.init_job[0] != '\0' &&
+        init_source(c, &j->sum, &j->resume_step, NULL) == MT_OK)
         snprintf(j->resume_job, sizeof(j->resume_job), "%s", j->sum.init_job);
     j->place = p;
     j->n_place = (size_t)j->sum.n_devices;
@@ -508,6 +563,10 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
                               : (j->resume_step ? ", resuming from a checkpoint"
                                                 : (j->restarts ? ", starting over" : "")),
              j->resume_job, j->resume_job[0] ? " (init_from)" : "", from, note);
+    if (j->ckpt_note[0] != '\0') { /* newer checkpoints whose files did not verify */
+        size_t len = strlen(reason);
+        snprintf(reason + len, sizeof(reason) - len, "; %s", j->ckpt_note);
+    }
     if ((rc = mt_store_tx_begin(c->store, &err)) != MT_OK)
         goto fail;
     rc = mt_store_job_set_placement(c->store, j->job_id, p, j->n_place, &err);
@@ -521,9 +580,12 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     if (rc != MT_OK)
         goto fail;
     mt_log_info("job %s: %s -> SCHEDULED (%s)", j->job_id, mt_jobstate_name(j->state), reason);
+    coord_stats_job_moved(c->stats, (int)j->state, MT_JOBSTATE_SCHEDULED);
     if (j->restarts > 0) /* watchers print the restart marker (core/watch) */
         coord_metrics_publish(c, j->job_id, NULL, 0, "SCHEDULED", reason);
     j->state = MT_JOBSTATE_SCHEDULED;
+    j->ckpt_check = COORD_CKPT_UNCHECKED; /* checked again before the next restart */
+    j->ckpt_note[0] = '\0';
     j->attempt = j->restarts + 1;
     j->placed_devices = j->sum.n_devices;
     snprintf(j->reason, sizeof(j->reason), "%s", reason);
@@ -612,6 +674,10 @@ void coord_jobs_schedule(mt_coord *c)
             snprintf(reason, sizeof(reason), "waiting behind %s (priority, then submission order)",
                      blocker);
             job_set_reason(c, j, reason);
+            continue;
+        }
+        if (!ckpt_ready(c, j)) { /* its checkpoint files are being read back; it keeps its turn */
+            blocker = j->job_id;
             continue;
         }
         slot = mt_calloc(need, sizeof(*slot));
@@ -904,6 +970,56 @@ void coord_handle_update_task(mt_coord *c, mt_rpc_call *call)
 
 /* ------------------------------------------------------------------ client calls */
 
+#define MAX_REQUEST_ID 64
+
+/* A submit's request id is "" (none) or 1..64 bytes of [A-Za-z0-9._:-]. */
+static bool request_id_ok(const char *id)
+{
+    size_t n = strlen(id);
+
+    if (n > MAX_REQUEST_ID)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)id[i]) && strchr("._:-", id[i]) == NULL)
+            return false;
+    return true;
+}
+
+/* A submit that carries a request id the store already has (a retry: the client resent it
+ * after a lost reply or a coordinator crash) is answered with the job the first attempt
+ * created, or ALREADY_EXISTS when it came with another spec. true when it replied. Loop thread:
+ * one indexed read, and it runs before each insert, so two concurrent attempts make one job. */
+static bool submit_replay(mt_coord *c, mt_rpc_call *call, const Meshtrain__SubmitJobRequest *r)
+{
+    Meshtrain__SubmitJobReply rep = MESHTRAIN__SUBMIT_JOB_REPLY__INIT;
+    mt_store_job rec;
+    mt_err err = MT_ERR_INIT;
+    mt_code rc;
+
+    if (r->request_id[0] == '\0')
+        return false;
+    rc = mt_store_job_by_request(c->store, r->request_id, &rec, &err);
+    if (rc == MT_NOT_FOUND)
+        return false;
+    if (rc != MT_OK) {
+        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        return true;
+    }
+    if (strcmp(rec.spec_json, r->spec_json) != 0) {
+        mt_err_set(&err, MT_ALREADY_EXISTS,
+                   "request id %s was already used by job %s with another spec", r->request_id,
+                   rec.job_id);
+        mt_rpc_call_reply(call, MT_ALREADY_EXISTS, err.msg, NULL);
+    } else {
+        mt_log_info("job %s: submit with request id %s repeated; answering the same job",
+                    rec.job_id, r->request_id);
+        rep.job_id = rec.job_id;
+        mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+    }
+    mt_store_job_fini(&rec);
+    return true;
+}
+
 /* SubmitJob validates on the thread pool (it builds the model to check the layouts against
  * real parameter shapes, which may take a while) and stores on the loop thread. */
 typedef struct submit_req {
@@ -942,6 +1058,8 @@ static void submit_store(uv_work_t *w, int status)
                           status != 0 ? "coordinator shutting down" : q->err.msg, NULL);
         goto out;
     }
+    if (submit_replay(c, q->call, r))
+        goto out;
     if (j->sum.init_job[0] != '\0') {
         uint64_t st;
         if ((rc = init_source(c, &j->sum, &st, &err)) != MT_OK) {
@@ -954,6 +1072,7 @@ static void submit_store(uv_work_t *w, int status)
     rec.spec_json = r->spec_json;
     rec.priority = r->priority;
     rec.total_steps = j->sum.total_steps;
+    snprintf(rec.request_id, sizeof(rec.request_id), "%s", r->request_id);
     if ((rc = job_add(c, j)) != MT_OK) {
         mt_rpc_call_reply(q->call, rc, "coordinator out of memory", NULL);
         goto out;
@@ -966,6 +1085,7 @@ static void submit_store(uv_work_t *w, int status)
     }
     snprintf(j->job_id, sizeof(j->job_id), "%s", rec.job_id);
     j->state = MT_JOBSTATE_QUEUED;
+    coord_stats_job_moved(c->stats, -1, MT_JOBSTATE_QUEUED);
     j->priority = r->priority;
     j->seq = strtoull(rec.job_id + 4, NULL, 10);
     snprintf(j->reason, sizeof(j->reason), "submitted");
@@ -990,6 +1110,13 @@ void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call)
         mt_rpc_call_reply(call, MT_INVALID_ARGUMENT, "name: at most 127 bytes", NULL);
         return;
     }
+    if (!request_id_ok(r->request_id)) {
+        mt_rpc_call_reply(call, MT_INVALID_ARGUMENT,
+                          "request_id: at most 64 bytes of letters, digits and ._:-", NULL);
+        return;
+    }
+    if (submit_replay(c, call, r))
+        return;
     q = mt_calloc(1, sizeof(*q));
     if (q == NULL || (q->j = mt_calloc(1, sizeof(*q->j))) == NULL) {
         mt_free(q);
@@ -1158,6 +1285,12 @@ void coord_handle_get_job(mt_coord *c, mt_rpc_call *call)
     coord_bulk(c, call, get_job_ro);
 }
 
+#define LIST_DEFAULT 100
+#define LIST_MAX     1000
+
+/* ListJobs: one page in the scheduler's order, read on the loop thread through the
+ * jobs_by_order index (the page's rows and no more); the total comes from the per-state counts
+ * the loop keeps (coord_stats_jobs_in), so no call scans the table. */
 void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call)
 {
     const Meshtrain__ListJobsRequest *r =
@@ -1165,13 +1298,34 @@ void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call)
     Meshtrain__ListJobsReply rep = MESHTRAIN__LIST_JOBS_REPLY__INIT;
     Meshtrain__JobSummary *s = NULL, **ps = NULL;
     mt_store_job *list = NULL;
-    size_t n = 0;
+    mt_store_job_cursor after, next;
+    size_t n = 0, limit = r->limit == 0 ? LIST_DEFAULT : r->limit;
+    char cursor[32] = "";
+    unsigned mask;
     mt_err err = MT_ERR_INIT;
-    mt_code rc = mt_store_job_list(c->store, r->state, &list, &n, &err);
+    mt_code rc;
 
+    if (limit > LIST_MAX) {
+        mt_rpc_call_reply(call, MT_INVALID_ARGUMENT, "limit: at most 1000 jobs per page", NULL);
+        return;
+    }
+    if ((rc = mt_jobstate_parse_list(r->state, &mask, &err)) != MT_OK ||
+        (r->cursor[0] != '\0' &&
+         (rc = mt_store_job_cursor_parse(r->cursor, &after, &err)) != MT_OK)) {
+        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        return;
+    }
+    /* one more than the page: whether a next page exists */
+    rc = mt_store_job_page(c->store, r->state, r->cursor[0] ? &after : NULL, limit + 1, &list, &n,
+                           &err);
     if (rc != MT_OK) {
         mt_rpc_call_reply(call, rc, err.msg, NULL);
         return;
+    }
+    if (n > limit) {
+        n = limit;
+        next = mt_store_job_cursor_of(&list[n - 1]);
+        mt_store_job_cursor_format(&next, cursor, sizeof(cursor));
     }
     s = mt_calloc(n + 1, sizeof(*s));
     ps = mt_calloc(n + 1, sizeof(*ps));
@@ -1185,11 +1339,13 @@ void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call)
     }
     rep.jobs = ps;
     rep.n_jobs = n;
+    rep.next_cursor = cursor;
+    rep.total = coord_stats_jobs_in(c->stats, mask);
     mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
 out:
     mt_free(s);
     mt_free(ps);
-    mt_store_job_list_free(list, n);
+    mt_store_job_list_free(list, n + (cursor[0] != '\0'));
 }
 
 void coord_handle_cancel_job(mt_coord *c, mt_rpc_call *call)

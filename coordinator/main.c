@@ -30,7 +30,11 @@ static void usage(FILE *out)
             "PREFIX/share/meshtrain/dashboard)\n"
             "  --state-dir DIR           state directory, holds meshtrain.db (default\n"
             "                            ./meshtrain-state)\n"
-            "  --token-file F            require the token in F (mode 0600) on every call\n"
+            "  --token-file F            require the token in F (mode 0600) on every call;\n"
+            "                            needed when an address is reachable from other\n"
+            "                            machines (not 127.0.0.1/::1/localhost)\n"
+            "  --insecure                start without a token on such an address anyway\n"
+            "                            (anyone who reaches it can submit, cancel, register)\n"
             "  --tls-cert F, --tls-key F TLS certificate (PEM) and its key (mode 0600): with\n"
             "                            --listen tls+tcp://HOST:PORT the RPC and metrics stream\n"
             "                            use TLS (docs/security.md)\n"
@@ -49,6 +53,11 @@ static void usage(FILE *out)
             "                            kill -9 of the coordinator, with fewer fsyncs\n"
             "  --metrics-cache-mb N      memory for the status endpoint's cache of metric\n"
             "                            series (default 64; 0 = no cache)\n"
+            "  --http-timeout-ms N       an HTTP request must arrive, and its response be\n"
+            "                            read, within N ms; idle connections close after it\n"
+            "                            (default 10000)\n"
+            "  --http-max-conns N        open HTTP connections; more are answered 503\n"
+            "                            (default 512)\n"
             "  --log-level L             debug|info|warn|error (default info)\n"
             "  --version, -h/--help\n");
 }
@@ -86,6 +95,9 @@ int main(int argc, char **argv)
         {"tls-cert", required_argument, NULL, 'C'},
         {"tls-key", required_argument, NULL, 'K'},
         {"metrics-cache-mb", required_argument, NULL, 'c'},
+        {"http-timeout-ms", required_argument, NULL, 'W'},
+        {"http-max-conns", required_argument, NULL, 'N'},
+        {"insecure", no_argument, NULL, 'I'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -160,6 +172,19 @@ int main(int argc, char **argv)
             if (parse_int("--metrics-cache-mb", optarg, 0, 65536, &v) != 0)
                 return 2;
             o.metrics_cache_mb = (int)v;
+            break;
+        case 'W':
+            if (parse_int("--http-timeout-ms", optarg, 100, 3600000, &v) != 0)
+                return 2;
+            o.http_timeout_ms = (int)v;
+            break;
+        case 'N':
+            if (parse_int("--http-max-conns", optarg, 1, 65536, &v) != 0)
+                return 2;
+            o.http_max_conns = (int)v;
+            break;
+        case 'I':
+            o.insecure = 1;
             break;
         case 'C':
             tlso.cert_file = optarg;

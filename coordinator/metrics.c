@@ -279,6 +279,7 @@ void coord_metrics_flush(mt_coord *c)
         mt_store_tx_rollback(c->store, NULL);
         goto fail_all;
     }
+    coord_stats_jobs_changed(c->stats); /* job steps may have moved (after the commit) */
     cache_committed(c, stored, n); /* before any reply: an acknowledged point is in the cache */
     for (size_t i = 0; i < n; i++) {
         mt_rpc_call *call = c->mreports[i];

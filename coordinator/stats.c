@@ -40,6 +40,8 @@ struct coord_stats {
     method_slot methods[COORD_STATS_MAX_METHODS];
     method_slot other; /* methods beyond COORD_STATS_MAX_METHODS */
     hist store_write;
+    atomic_uint_least64_t jobs[8];  /* jobs per mt_jobstate (coord_stats_jobs_set) */
+    atomic_uint_least64_t jobs_gen; /* coord_stats_jobs_changed */
 };
 
 coord_stats *coord_stats_new(void)
@@ -54,6 +56,41 @@ coord_stats *coord_stats_new(void)
 void coord_stats_free(coord_stats *s)
 {
     mt_free(s);
+}
+
+void coord_stats_jobs_set(coord_stats *s, const size_t counts[8])
+{
+    for (int i = 0; i < 8; i++)
+        atomic_store_explicit(&s->jobs[i], counts[i], memory_order_relaxed);
+}
+
+void coord_stats_job_moved(coord_stats *s, int from, int to)
+{
+    if (from >= 0 && from < 8)
+        atomic_fetch_sub_explicit(&s->jobs[from], 1, memory_order_relaxed);
+    if (to >= 0 && to < 8)
+        atomic_fetch_add_explicit(&s->jobs[to], 1, memory_order_relaxed);
+    coord_stats_jobs_changed(s);
+}
+
+void coord_stats_jobs_changed(coord_stats *s)
+{
+    atomic_fetch_add_explicit(&s->jobs_gen, 1, memory_order_release);
+}
+
+uint64_t coord_stats_jobs_gen(const coord_stats *s)
+{
+    return atomic_load_explicit(&s->jobs_gen, memory_order_acquire);
+}
+
+uint64_t coord_stats_jobs_in(const coord_stats *s, unsigned mask)
+{
+    uint64_t n = 0;
+
+    for (int i = 0; i < 8; i++)
+        if (mask & (1u << i))
+            n += atomic_load_explicit(&s->jobs[i], memory_order_relaxed);
+    return n;
 }
 
 static void hist_add(hist *h, int64_t us)

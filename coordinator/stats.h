@@ -54,6 +54,19 @@ void coord_stats_store_write(coord_stats *s, int64_t elapsed_us);
 uint64_t coord_stats_rpc_count(const coord_stats *s, const char *method, mt_code code);
 uint64_t coord_stats_store_writes(const coord_stats *s);
 
+/* The number of jobs in each state (indexed by mt_jobstate, 8 states), kept by the loop
+ * thread as it changes them, so a listing's total costs no scan: _set at open, _moved on every
+ * change (from -1: a new job). Any thread; a reader may see a move half done (off by one). */
+void coord_stats_jobs_set(coord_stats *s, const size_t counts[8]);
+void coord_stats_job_moved(coord_stats *s, int from, int to);
+/* Sum of the counts of the states in mask (bit i = mt_jobstate i). */
+uint64_t coord_stats_jobs_in(const coord_stats *s, unsigned mask);
+/* The jobs table's generation: the loop thread bumps it after each commit that changes a job
+ * row (coord_stats_jobs_changed; _job_moved bumps it too), so a reader that read generation G
+ * before querying may keep what it rendered for as long as the generation is still G. */
+void coord_stats_jobs_changed(coord_stats *s);
+uint64_t coord_stats_jobs_gen(const coord_stats *s);
+
 /*
  * Append the metrics in Prometheus text exposition format 0.0.4 to b:
  * meshtrain_rpc_requests_total{method,code}, meshtrain_rpc_duration_seconds

@@ -55,6 +55,35 @@ mt_code mt_jobstate_parse(const char *name, mt_jobstate *out, mt_err *err)
                       name != NULL ? name : "(null)");
 }
 
+mt_code mt_jobstate_parse_list(const char *list, unsigned *mask, mt_err *err)
+{
+    const char *p = list;
+
+    *mask = 0;
+    if (list == NULL || list[0] == '\0') {
+        *mask = (1u << MT_JOBSTATE_COUNT) - 1;
+        return MT_OK;
+    }
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        char name[32];
+        mt_jobstate js = MT_JOBSTATE_QUEUED;
+        mt_code rc;
+
+        if (len >= sizeof(name))
+            len = sizeof(name) - 1;
+        memcpy(name, p, len);
+        name[len] = '\0';
+        if ((rc = mt_jobstate_parse(name, &js, err)) != MT_OK)
+            return rc;
+        *mask |= 1u << js;
+        if (comma == NULL)
+            return MT_OK;
+        p = comma + 1;
+    }
+}
+
 bool mt_jobstate_is_final(mt_jobstate s)
 {
     return s == MT_JOBSTATE_SUCCEEDED || s == MT_JOBSTATE_FAILED || s == MT_JOBSTATE_CANCELLED;

@@ -47,6 +47,10 @@ const char *mt_jobstate_name(mt_jobstate s);
  * the bad value). name may be NULL (INVALID_ARGUMENT). */
 mt_code mt_jobstate_parse(const char *name, mt_jobstate *out, mt_err *err);
 
+/* Parse a comma-separated list of state names ("" or NULL = every state) into *mask (bit i =
+ * state i). Codes: INVALID_ARGUMENT naming the unknown name. */
+mt_code mt_jobstate_parse_list(const char *list, unsigned *mask, mt_err *err);
+
 /* True for SUCCEEDED, FAILED and CANCELLED. */
 bool mt_jobstate_is_final(mt_jobstate s);
 

@@ -145,6 +145,15 @@ static const char *const migrations[] = {
     " SELECT job_id, name, step, epoch, value, time_ms FROM metrics ORDER BY job_id, name, step;"
     "DROP TABLE metrics;"
     "ALTER TABLE metrics_v5 RENAME TO metrics;",
+
+    /* 5 -> 6: the client's request id (idempotency key) of a submit; NULL when none was sent.
+     * Unique, so a retried submit finds the job its first attempt created (docs/jobs.md) */
+    "ALTER TABLE jobs ADD COLUMN request_id TEXT;"
+    "CREATE UNIQUE INDEX jobs_by_request ON jobs(request_id);",
+
+    /* 6 -> 7: the listing order as an index, so a page of jobs (mt_store_job_page) reads its
+     * rows in order and stops at the limit instead of sorting the whole table */
+    "CREATE INDEX IF NOT EXISTS jobs_by_order ON jobs(priority DESC, seq);",
 };
 
 #define N_MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

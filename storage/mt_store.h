@@ -43,7 +43,7 @@
 typedef struct mt_store mt_store;
 
 /* The schema version this build creates and understands (PRAGMA user_version). */
-#define MT_STORE_SCHEMA_VERSION 5
+#define MT_STORE_SCHEMA_VERSION 7
 
 /* Options for mt_store_open_opts(). Initialise with MT_STORE_OPTIONS_DEFAULTS. */
 typedef struct mt_store_options {
@@ -218,17 +218,24 @@ typedef struct mt_store_job {
     char error[256];         /* the reason of the transition to FAILED, "" otherwise */
     uint32_t restarts;       /* number of transitions to RESTARTING */
     char *spec_json;         /* insert: borrowed; get: owned (mt_store_job_fini); list: NULL */
+    char request_id[72];     /* insert: the client's idempotency key, "" = none; not read back */
 } mt_store_job;
 
 /*
  * Store a new job in state QUEUED and its first event (QUEUED, "submitted"), in
  * one transaction. Reads j->name, j->spec_json (non-NULL), j->priority and
- * j->total_steps (borrowed); on OK writes the new id into j->job_id and sets
+ * j->total_steps and j->request_id (borrowed); on OK writes the new id into j->job_id and sets
  * j->state, j->submitted_at_ms = j->updated_at_ms = now_ms, step 0, restarts 0.
  * Validating the spec is the caller's business (the store keeps any text).
- * Codes: INVALID_ARGUMENT (NULL spec, unterminated name), store errors.
+ * Codes: INVALID_ARGUMENT (NULL spec, unterminated name), ALREADY_EXISTS (a job already
+ * carries j->request_id: see mt_store_job_by_request), store errors.
  */
 mt_code mt_store_job_insert(mt_store *s, mt_store_job *j, int64_t now_ms, mt_err *err);
+
+/* The job a submit with this request id (non-empty, borrowed) created, with its spec: as
+ * mt_store_job_get. Codes: NOT_FOUND (no job carries that request id), RESOURCE_EXHAUSTED. */
+mt_code mt_store_job_by_request(mt_store *s, const char *request_id, mt_store_job *out,
+                                mt_err *err);
 
 /* One job with its spec. *out is caller-provided; on OK out->spec_json is owned
  * (mt_store_job_fini). On failure *out is zeroed. Codes: NOT_FOUND, RESOURCE_EXHAUSTED. */
@@ -248,6 +255,30 @@ void mt_store_job_fini(mt_store_job *j);
 mt_code mt_store_job_list(mt_store *s, const char *state_filter, mt_store_job **out, size_t *n,
                           mt_err *err);
 void mt_store_job_list_free(mt_store_job *list, size_t n);
+
+/* A position in the listing order (priority DESC, then submission): the last job of a page.
+ * Its text form ("PRIORITY.SEQ", e.g. "0.1201") is the opaque cursor of the RPC and HTTP APIs. */
+typedef struct mt_store_job_cursor {
+    int32_t priority;
+    uint64_t seq; /* the numeric part of the job id */
+} mt_store_job_cursor;
+
+/* Format c into out (cap >= 32). */
+void mt_store_job_cursor_format(const mt_store_job_cursor *c, char *out, size_t cap);
+/* Parse a cursor's text (borrowed) into *c. Codes: INVALID_ARGUMENT (malformed). */
+mt_code mt_store_job_cursor_parse(const char *text, mt_store_job_cursor *c, mt_err *err);
+/* The cursor of a listed job (its priority and the seq in its id). */
+mt_store_job_cursor mt_store_job_cursor_of(const mt_store_job *j);
+
+/*
+ * One page of mt_store_job_list: at most limit (1..10000) jobs whose state is in state_filter
+ * (as mt_store_job_list), in the same order, starting after `after` (NULL = from the first).
+ * Reads the rows in index order and stops at the limit: the cost is the page, plus the rows of
+ * other states skipped when a filter is given. Results as mt_store_job_list (free with
+ * mt_store_job_list_free). Codes: INVALID_ARGUMENT (unknown state, limit 0), store errors.
+ */
+mt_code mt_store_job_page(mt_store *s, const char *state_filter, const mt_store_job_cursor *after,
+                          size_t limit, mt_store_job **out, size_t *n, mt_err *err);
 
 /*
  * Move a job to to_state, in one transaction that updates the job row (state,
@@ -422,6 +453,17 @@ mt_code mt_store_checkpoint_insert(mt_store *s, const char *job_id, const mt_sto
 mt_code mt_store_checkpoint_complete(mt_store *s, const char *job_id, uint64_t step,
                                      uint64_t size_bytes, const char *checksum, int64_t now_ms,
                                      mt_err *err);
+
+/* Delete the record of (job_id, step) if it is not complete: an upload that failed leaves no
+ * pending row. OK also when there is none (or it is complete: kept). */
+mt_code mt_store_checkpoint_drop_incomplete(mt_store *s, const char *job_id, uint64_t step,
+                                            mt_err *err);
+
+/* Mark (job_id, step) incomplete again: its file failed verification (a restart or an export
+ * then uses an older complete one; the file is deleted by the next start's orphan sweep, and a
+ * new upload of that step replaces the record). NOT_FOUND when no such record. */
+mt_code mt_store_checkpoint_set_corrupt(mt_store *s, const char *job_id, uint64_t step,
+                                        int64_t now_ms, mt_err *err);
 
 /* All checkpoint records of job_id (complete or not) by step ascending. *out owned
  * (mt_store_checkpoints_free), NULL when *n == 0; unknown job -> OK, 0. */

@@ -79,4 +79,12 @@ void mt_store_upload_close(mt_store_upload *u);
 mt_code mt_store_file_read_at(const char *path, uint64_t offset, void *buf, size_t cap, size_t *n,
                               uint64_t *total_size, mt_err *err);
 
+/*
+ * Check that the file at path has size bytes and the checksum ("crc32:<8 hex>") recorded for
+ * it: reads the whole file (blocking; a pool thread). Codes: NOT_FOUND (no file), DATA_LOSS
+ * ("has N bytes, M recorded" / "crc32:xxxxxxxx, recorded crc32:yyyyyyyy"), INVALID_ARGUMENT (a
+ * checksum that is not crc32), PERMISSION_DENIED, UNAVAILABLE (I/O).
+ */
+mt_code mt_store_file_verify(const char *path, uint64_t size, const char *checksum, mt_err *err);
+
 #endif

@@ -532,6 +532,54 @@ mt_code mt_store_checkpoint_complete(mt_store *s, const char *job_id, uint64_t s
     return code;
 }
 
+mt_code mt_store_checkpoint_drop_incomplete(mt_store *s, const char *job_id, uint64_t step,
+                                            mt_err *err)
+{
+    sqlite3_stmt *st;
+    mt_code code;
+    int rc;
+
+    if (job_id == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "drop checkpoint: job_id is NULL");
+    if ((code = mt_store__tx_guard(s, err)) != MT_OK)
+        return code;
+    st = mt_store__stmt(s, MT_STMT_CKPT_DROP_INCOMPLETE);
+    mt_store__bind_text(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)step);
+    rc = mt_store__step_done(st);
+    if (rc != SQLITE_OK)
+        code = mt_store__fail(s, rc, err, "drop checkpoint of job %s step %llu", job_id,
+                              (unsigned long long)step);
+    mt_store__stmt_done(st);
+    return code;
+}
+
+mt_code mt_store_checkpoint_set_corrupt(mt_store *s, const char *job_id, uint64_t step,
+                                        int64_t now_ms, mt_err *err)
+{
+    sqlite3_stmt *st;
+    mt_code code;
+    int rc;
+
+    if (job_id == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "mark checkpoint: job_id is NULL");
+    if ((code = mt_store__tx_guard(s, err)) != MT_OK)
+        return code;
+    st = mt_store__stmt(s, MT_STMT_CKPT_SET_CORRUPT);
+    mt_store__bind_text(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)step);
+    sqlite3_bind_int64(st, 3, now_ms);
+    rc = mt_store__step_done(st);
+    if (rc != SQLITE_OK)
+        code = mt_store__fail(s, rc, err, "mark checkpoint of job %s step %llu", job_id,
+                              (unsigned long long)step);
+    else if (sqlite3_changes(s->db) == 0)
+        code = mt_err_set(err, MT_NOT_FOUND, "checkpoint of job %s step %llu not found", job_id,
+                          (unsigned long long)step);
+    mt_store__stmt_done(st);
+    return code;
+}
+
 static void read_ckpt_row(sqlite3_stmt *st, void *elem)
 {
     mt_store_checkpoint *c = elem;

@@ -57,13 +57,21 @@
     X(WORKER_SET_STATE, "UPDATE workers SET state=?2 WHERE worker_id=?1")                          \
     X(WORKER_DELETE, "DELETE FROM workers WHERE worker_id=?1")                                     \
     X(DEVICE_SET_HEALTH, "UPDATE devices SET health=?3 WHERE worker_id=?1 AND idx=?2")             \
-    X(JOB_INSERT, "INSERT INTO jobs(seq, id, name, spec_json, state, priority, submitted_at_ms,"   \
-                  " updated_at_ms, total_steps) SELECT n, printf('job-%06d', n), ?1, ?2, "         \
-                  "'QUEUED', ?3, ?4, ?4,"                                                          \
-                  " ?5 FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS n FROM jobs) RETURNING id")       \
+    X(JOB_INSERT,                                                                                  \
+      "INSERT INTO jobs(seq, id, name, spec_json, state, priority, submitted_at_ms,"               \
+      " updated_at_ms, total_steps, request_id) SELECT n, printf('job-%06d', n), ?1, ?2, "         \
+      "'QUEUED', ?3, ?4, ?4,"                                                                      \
+      " ?5, NULLIF(?6, '') FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS n FROM jobs)"                 \
+      " RETURNING id")                                                                             \
     X(JOB_COLUMNS_GET, "SELECT " JOB_COLUMNS ", spec_json FROM jobs WHERE id=?1")                  \
+    X(JOB_BY_REQUEST, "SELECT " JOB_COLUMNS ", spec_json FROM jobs WHERE request_id=?1")           \
     X(JOB_LIST, "SELECT " JOB_COLUMNS ", NULL FROM jobs WHERE ?1 IS NULL OR"                       \
                 " instr(',' || ?1 || ',', ',' || state || ',') > 0 ORDER BY priority DESC, seq")   \
+    X(JOB_PAGE,                                                                                    \
+      "SELECT " JOB_COLUMNS ", NULL FROM jobs INDEXED BY jobs_by_order WHERE"                      \
+      " (?1 IS NULL OR instr(',' || ?1 || ',', ',' || state || ',') > 0) AND (?2 IS NULL"          \
+      " OR priority < ?2 OR (priority = ?2 AND seq > ?3)) ORDER BY priority DESC, seq"             \
+      " LIMIT ?4")                                                                                 \
     X(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                               \
     X(JOB_STATE, "SELECT state FROM jobs WHERE id=?1")                                             \
     X(JOB_TRANSITION, "UPDATE jobs SET state=?2, reason=?3, updated_at_ms=?4,"                     \
@@ -111,6 +119,9 @@
                    " checksum, complete, time_ms) VALUES (?1,?2,?3,?4,?5,0,?6)")                   \
     X(CKPT_COMPLETE, "UPDATE checkpoints SET complete=1, size_bytes=?3,"                           \
                      " checksum=COALESCE(?4, checksum), time_ms=?5 WHERE job_id=?1 AND step=?2")   \
+    X(CKPT_DROP_INCOMPLETE, "DELETE FROM checkpoints WHERE job_id=?1 AND step=?2 AND complete=0")  \
+    X(CKPT_SET_CORRUPT, "UPDATE checkpoints SET complete=0, time_ms=?3 WHERE job_id=?1 AND"        \
+                        " step=?2")                                                                \
     X(CKPT_LIST, "SELECT " CKPT_COLUMNS " FROM checkpoints WHERE job_id=?1 ORDER BY step")         \
     X(CKPT_LATEST, "SELECT " CKPT_COLUMNS " FROM checkpoints WHERE job_id=?1 AND complete=1"       \
                    " ORDER BY step DESC LIMIT 1")                                                  \

@@ -10,6 +10,7 @@
  * history of the job's states.
  * Threading: as mt_store. Tests: tests/unit/test_store_jobs.c.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,7 @@ static mt_code insert_job_row(mt_store *s, mt_store_job *j, int64_t now_ms, mt_e
     sqlite3_bind_int(st, 3, j->priority);
     sqlite3_bind_int64(st, 4, now_ms);
     sqlite3_bind_int64(st, 5, (sqlite3_int64)j->total_steps);
+    mt_store__bind_text(st, 6, j->request_id);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         mt_store__col_text(st, 0, id, sizeof(id));
@@ -88,8 +90,10 @@ mt_code mt_store_job_insert(mt_store *s, mt_store_job *j, int64_t now_ms, mt_err
     if (j == NULL || j->spec_json == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "insert job: %s is NULL",
                           j == NULL ? "job" : "spec_json");
-    if (!mt_store__terminated(j->name, sizeof(j->name)))
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "insert job: name is not NUL-terminated");
+    if (!mt_store__terminated(j->name, sizeof(j->name)) ||
+        !mt_store__terminated(j->request_id, sizeof(j->request_id)))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "insert job: %s is not NUL-terminated",
+                          mt_store__terminated(j->name, sizeof(j->name)) ? "request_id" : "name");
     rc = mt_store__call_begin(s, err);
     if (rc != MT_OK)
         return rc;
@@ -108,33 +112,49 @@ mt_code mt_store_job_insert(mt_store *s, mt_store_job *j, int64_t now_ms, mt_err
     return MT_OK;
 }
 
-mt_code mt_store_job_get(mt_store *s, const char *job_id, mt_store_job *out, mt_err *err)
+/* One job row with its spec by the key bound to statement id (what names the key in messages). */
+static mt_code get_one_job(mt_store *s, enum mt_store_stmt_id id, const char *key, const char *what,
+                           mt_store_job *out, mt_err *err)
 {
     sqlite3_stmt *st;
     mt_code code = MT_OK;
     int rc;
 
-    if (out == NULL || job_id == NULL)
+    if (out == NULL || key == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "get job: %s is NULL",
-                          out == NULL ? "out" : "job_id");
+                          out == NULL ? "out" : what);
     memset(out, 0, sizeof(*out));
-    st = mt_store__stmt(s, MT_STMT_JOB_COLUMNS_GET);
-    mt_store__bind_text(st, 1, job_id);
+    st = mt_store__stmt(s, id);
+    mt_store__bind_text(st, 1, key);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         read_job_row(st, out);
         out->spec_json = mt_strdup((const char *)sqlite3_column_text(st, 11));
         if (out->spec_json == NULL)
-            code = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "get job %s: out of memory", job_id);
+            code = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "get job %s: out of memory", key);
     } else if (rc == SQLITE_DONE) {
-        code = mt_err_set(err, MT_NOT_FOUND, "job %s not found", job_id);
+        code = id == MT_STMT_JOB_COLUMNS_GET
+                   ? mt_err_set(err, MT_NOT_FOUND, "job %s not found", key)
+                   : mt_err_set(err, MT_NOT_FOUND, "no job with %s %s", what, key);
     } else {
-        code = mt_store__fail(s, rc, err, "get job %s", job_id);
+        code = mt_store__fail(s, rc, err, "get job by %s %s", what, key);
     }
     mt_store__stmt_done(st);
     if (code != MT_OK)
         memset(out, 0, sizeof(*out));
     return code;
+}
+
+mt_code mt_store_job_get(mt_store *s, const char *job_id, mt_store_job *out, mt_err *err)
+{
+    return get_one_job(s, MT_STMT_JOB_COLUMNS_GET, job_id, "job_id", out, err);
+}
+
+mt_code mt_store_job_by_request(mt_store *s, const char *request_id, mt_store_job *out, mt_err *err)
+{
+    if (request_id != NULL && request_id[0] == '\0')
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "get job: request_id is empty");
+    return get_one_job(s, MT_STMT_JOB_BY_REQUEST, request_id, "request id", out, err);
 }
 
 void mt_store_job_fini(mt_store_job *j)
@@ -148,31 +168,18 @@ void mt_store_job_fini(mt_store_job *j)
 /* Every comma-separated name in filter must be a job state. */
 static mt_code check_state_filter(const char *filter, mt_err *err)
 {
-    const char *p = filter;
+    unsigned mask;
 
-    while (*p != '\0') {
-        const char *comma = strchr(p, ',');
-        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
-        char name[32];
-        mt_jobstate js;
-
-        if (len >= sizeof(name))
-            len = sizeof(name) - 1;
-        memcpy(name, p, len);
-        name[len] = '\0';
-        if (mt_jobstate_parse(name, &js, err) != MT_OK)
-            return mt_err_prefix(err, "list jobs");
-        if (comma == NULL)
-            break;
-        p = comma + 1;
-    }
+    if (mt_jobstate_parse_list(filter, &mask, err) != MT_OK)
+        return mt_err_prefix(err, "list jobs");
     return MT_OK;
 }
 
-mt_code mt_store_job_list(mt_store *s, const char *state_filter, mt_store_job **out, size_t *n,
-                          mt_err *err)
+/* The common start of a listing: check the outputs and the filter, take statement id with the
+ * filter bound as ?1 (NULL = every state). */
+static mt_code list_begin(mt_store *s, enum mt_store_stmt_id id, const char *state_filter,
+                          mt_store_job **out, size_t *n, sqlite3_stmt **st, mt_err *err)
 {
-    sqlite3_stmt *st;
     mt_code code;
 
     if (out == NULL || n == NULL)
@@ -186,8 +193,71 @@ mt_code mt_store_job_list(mt_store *s, const char *state_filter, mt_store_job **
     } else {
         state_filter = NULL;
     }
-    st = mt_store__stmt(s, MT_STMT_JOB_LIST);
-    mt_store__bind_text(st, 1, state_filter);
+    *st = mt_store__stmt(s, id);
+    mt_store__bind_text(*st, 1, state_filter);
+    return MT_OK;
+}
+
+mt_code mt_store_job_list(mt_store *s, const char *state_filter, mt_store_job **out, size_t *n,
+                          mt_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    mt_code code = list_begin(s, MT_STMT_JOB_LIST, state_filter, out, n, &st, err);
+
+    if (code != MT_OK)
+        return code;
+    return mt_store__collect(s, st, sizeof(**out), read_job_row, (void **)out, n, "list jobs", err);
+}
+
+void mt_store_job_cursor_format(const mt_store_job_cursor *c, char *out, size_t cap)
+{
+    snprintf(out, cap, "%d.%llu", (int)c->priority, (unsigned long long)c->seq);
+}
+
+mt_code mt_store_job_cursor_parse(const char *text, mt_store_job_cursor *c, mt_err *err)
+{
+    char *end = NULL;
+    long prio = strtol(text, &end, 10);
+    unsigned long long seq;
+    const char *p = end;
+
+    if (end == text || *p != '.' || p[1] < '0' || p[1] > '9' || prio < INT32_MIN ||
+        prio > INT32_MAX)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "cursor '%.40s': malformed", text);
+    seq = strtoull(p + 1, &end, 10);
+    if (*end != '\0')
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "cursor '%.40s': malformed", text);
+    c->priority = (int32_t)prio;
+    c->seq = seq;
+    return MT_OK;
+}
+
+mt_store_job_cursor mt_store_job_cursor_of(const mt_store_job *j)
+{
+    mt_store_job_cursor c = {j->priority, 0};
+
+    if (strncmp(j->job_id, "job-", 4) == 0)
+        c.seq = strtoull(j->job_id + 4, NULL, 10);
+    return c;
+}
+
+mt_code mt_store_job_page(mt_store *s, const char *state_filter, const mt_store_job_cursor *after,
+                          size_t limit, mt_store_job **out, size_t *n, mt_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    mt_code code;
+
+    if ((code = list_begin(s, MT_STMT_JOB_PAGE, state_filter, out, n, &st, err)) != MT_OK)
+        return code;
+    if (limit == 0 || limit > 10000) {
+        mt_store__stmt_done(st);
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "list jobs: limit %zu not in 1..10000", limit);
+    }
+    if (after != NULL) {
+        sqlite3_bind_int(st, 2, after->priority);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)after->seq);
+    }
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)limit);
     return mt_store__collect(s, st, sizeof(**out), read_job_row, (void **)out, n, "list jobs", err);
 }
 

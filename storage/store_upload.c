@@ -323,3 +323,51 @@ mt_code mt_store_file_read_at(const char *path, uint64_t offset, void *buf, size
     *n = got;
     return MT_OK;
 }
+
+mt_code mt_store_file_verify(const char *path, uint64_t size, const char *checksum, mt_err *err)
+{
+    unsigned char buf[1 << 16];
+    char got[24];
+    struct stat stt;
+    uLong crc = crc32(0L, Z_NULL, 0);
+    mt_code rc = MT_OK;
+    int fd;
+
+    if (path == NULL || checksum == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "verify file: NULL argument");
+    if (strncmp(checksum, "crc32:", 6) != 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "verify %s: checksum \"%.40s\" is not crc32",
+                          path, checksum);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail_errno(err, errno, "open", path);
+    if (fstat(fd, &stt) != 0) {
+        rc = fail_errno(err, errno, "stat", path);
+        close(fd);
+        return rc;
+    }
+    if ((uint64_t)stt.st_size != size) {
+        close(fd);
+        return mt_err_set(err, MT_DATA_LOSS, "has %llu bytes, %llu recorded",
+                          (unsigned long long)stt.st_size, (unsigned long long)size);
+    }
+    for (;;) {
+        ssize_t k = read(fd, buf, sizeof(buf));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            rc = fail_errno(err, errno, "read", path);
+            break;
+        }
+        if (k == 0)
+            break;
+        crc = crc32(crc, buf, (uInt)k);
+    }
+    close(fd);
+    if (rc != MT_OK)
+        return rc;
+    snprintf(got, sizeof(got), "crc32:%08lx", (unsigned long)crc);
+    if (strcasecmp(got, checksum) != 0)
+        return mt_err_set(err, MT_DATA_LOSS, "%s, recorded %.40s", got, checksum);
+    return MT_OK;
+}

@@ -62,10 +62,11 @@
 
   // ---------------------------------------------------------------- jobs page
   async function jobsPage() {
-    const { jobs } = await getJSON('/api/v1/jobs');
+    const { jobs, total } = await getJSON('/api/v1/jobs'); // the first page (docs/api.md)
     const counts = {};
     jobs.forEach((j) => { counts[j.state] = (counts[j.state] || 0) + 1; });
-    $('summary').textContent = jobs.length + ' jobs' +
+    $('summary').textContent = (total > jobs.length ? 'the first ' + jobs.length + ' of ' + total
+                                                     : jobs.length) + ' jobs' +
       Object.keys(counts).map((s) => ' · ' + counts[s] + ' ' + s.toLowerCase()).join('');
     $('empty').hidden = jobs.length > 0;
     fill($('jobs').tBodies[0], jobs.map((j) => {

@@ -160,7 +160,7 @@ n_submit=$(grep -c '^submit 0 ' "$T/cli.txt" || true)
 [ "$n_submit" -gt 0 ] || fail "no job was submitted"
 
 # ---- no acknowledged job lost: every acked id listed, in a valid state
-mt jobs --json >"$T/jobs.json"
+mt jobs --all --json >"$T/jobs.json"
 sort -u "$T/acked.txt" >"$T/acked.sorted"
 jq -r '.jobs[] | select(.state | IN("QUEUED", "SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED",
     "CANCELLED", "RESTARTING", "STALLED")) | .job_id' "$T/jobs.json" | sort -u >"$T/listed.sorted"
@@ -177,7 +177,7 @@ for j in $(jq -r '.jobs[] | select(.state | IN("SUCCEEDED", "FAILED", "CANCELLED
     mt cancel "$j" >/dev/null || fail "cancel $j after the load"
 done
 all_terminal() {
-    mt jobs --json | jq -e '[.jobs[].state] | all(IN("SUCCEEDED", "FAILED", "CANCELLED"))'
+    mt jobs --all --json | jq -e '[.jobs[].state] | all(IN("SUCCEEDED", "FAILED", "CANCELLED"))'
 }
 wait_for 30 "every job terminal after cancel" all_terminal
 log "every job terminal after cancelling the rest"

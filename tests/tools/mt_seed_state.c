@@ -6,7 +6,7 @@
  * metric history, checkpoints and a state history, a FAILED job with an error
  * and a QUEUED job, so the HTTP API, /metrics and the dashboard can be tested
  * and benchmarked without a training engine.
- * usage: mt_seed_state STATE_DIR [--steps N] [--names K] [--restart S]
+ * usage: mt_seed_state STATE_DIR [--steps N] [--names K] [--restart S] [--jobs N]
  *        mt_seed_state STATE_DIR --append JOB_ID --steps N [--interval-ms MS]
  *   --append    add N more steps of all five metrics to an existing job (after its
  *               current step), one step per MS milliseconds (default 50), each step
@@ -15,6 +15,8 @@
  *   --steps N   metric steps of the running job (default 200)
  *   --names K   metric names per step, 1..5 of loss, accuracy, examples_per_sec,
  *               eval_loss, eval_accuracy (eval ones every 10th step; default 5)
+ *   --jobs N    N more jobs after those (for listing tests and bench/list_jobs.sh): finished
+ *               ones, SUCCEEDED / FAILED / CANCELLED in turn, priorities 0..2
  *   --restart S the running job lost worker-b at its last step and runs again as
  *               attempt 2, resumed from the checkpoint at step S (a restart marker)
  * Prints the running job's id. Used by tests/integration/test_http_api.sh,
@@ -131,7 +133,7 @@ int main(int argc, char **argv)
 {
     static const char *const names[] = {"loss", "accuracy", "examples_per_sec", "eval_loss",
                                         "eval_accuracy"};
-    long steps = 200, k = 5, interval_ms = 50, restart = 0;
+    long steps = 200, k = 5, interval_ms = 50, restart = 0, more = 0;
     const char *append_job = NULL;
     mt_err err = MT_ERR_INIT;
     mt_store *s = NULL;
@@ -156,6 +158,8 @@ int main(int argc, char **argv)
             interval_ms = strtol(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--restart") == 0)
             restart = strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--jobs") == 0)
+            more = strtol(argv[i + 1], NULL, 10);
     }
     if (steps < 1 || k < 1 || k > 5) {
         fprintf(stderr, "mt_seed_state: --steps >= 1, --names 1..5\n");
@@ -262,6 +266,23 @@ int main(int argc, char **argv)
         SEED_SPEC("waiting", "\"mesh\":{\"batch\":64},"); /* never fits: stays QUEUED */
     queued.total_steps = 100;
     bad |= check(mt_store_job_insert(s, &queued, now - 1000, &err), &err, "insert queued job");
+    for (long i = 0; i < more && !bad; i++) {
+        static const char *const ends[] = {"SUCCEEDED", "FAILED", "CANCELLED"};
+        mt_store_job j = {0};
+        snprintf(j.name, sizeof(j.name), "bulk-%ld", i);
+        j.spec_json = SEED_SPEC("bulk", "");
+        j.priority = (int32_t)(i % 3);
+        j.total_steps = 1000;
+        bad |= check(mt_store_job_insert(s, &j, now - 900 + i, &err), &err, "insert job");
+        for (int k2 = 0; k2 < 2 && i % 3 == 0; k2++) /* SUCCEEDED only from RUNNING */
+            bad |=
+                check(mt_store_job_transition(s, j.job_id, NULL, k2 == 0 ? "SCHEDULED" : "RUNNING",
+                                              "seeded", now - 850 + i, &err),
+                      &err, "run job");
+        bad |= check(
+            mt_store_job_transition(s, j.job_id, NULL, ends[i % 3], "seeded", now - 800 + i, &err),
+            &err, "end job");
+    }
     mt_store_close(s);
     if (bad)
         return 1;

@@ -276,6 +276,8 @@ static void test_store_metrics_migrate_v2_keeps_latest(void **state)
     /* turn it back into what version 2 looked like */
     assert_int_equal(store_raw_exec(t->f.path, "DROP TABLE metrics_latest;"
                                                "DROP TABLE schema_migrations;"
+                                               "DROP INDEX jobs_by_request;"
+                                               "ALTER TABLE jobs DROP COLUMN request_id;"
                                                "CREATE INDEX metrics_by_name ON metrics(job_id, "
                                                "name, step); PRAGMA user_version = 2;"),
                      SQLITE_OK);
@@ -479,12 +481,14 @@ static void test_store_metrics_migrate_v4_reclusters(void **state)
              " 11), ('%s', 2, 'loss', 0, 0.8, 12), ('%s', 3, 'acc', 1, NULL, 13);"
              "INSERT INTO metrics_latest VALUES ('%s', 'loss', 2, 0, 0.8, 12),"
              " ('%s', 'acc', 3, 1, NULL, 13);"
-             "DELETE FROM schema_migrations WHERE version = 5; PRAGMA user_version = 4;",
+             "DROP INDEX jobs_by_request; ALTER TABLE jobs DROP COLUMN request_id;"
+             "DELETE FROM schema_migrations WHERE version >= 5; PRAGMA user_version = 4;",
              job, job, job, job, job, job);
     assert_int_equal(store_raw_exec(t->f.path, sql), SQLITE_OK);
     assert_int_equal(mt_store_open(t->f.path, &t->s, &err), MT_OK);
-    assert_int_equal(store_raw_int(t->f.path, "PRAGMA user_version"), 5);
-    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM schema_migrations"), 5);
+    assert_int_equal(store_raw_int(t->f.path, "PRAGMA user_version"), MT_STORE_SCHEMA_VERSION);
+    assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM schema_migrations"),
+                     MT_STORE_SCHEMA_VERSION);
     assert_int_equal(store_raw_int(t->f.path, "SELECT count(*) FROM sqlite_schema WHERE"
                                               " name='metrics' AND sql LIKE"
                                               " '%PRIMARY KEY (job_id, name, step)%'"),

@@ -74,6 +74,93 @@ static void test_store_job_insert_ids_survive_reopen(void **state)
     assert_string_equal(a.job_id, "job-000002");
 }
 
+/* A request id is unique: a second insert with it is ALREADY_EXISTS and stores nothing; the
+ * job is found by it, also after a reopen; jobs without one never collide. */
+static void test_store_job_request_id_unique_and_found(void **state)
+{
+    tctx *t = *state;
+    mt_store_job j, got;
+    mt_err err = MT_ERR_INIT;
+    size_t counts[8];
+
+    memset(&j, 0, sizeof(j));
+    snprintf(j.name, sizeof(j.name), "keyed");
+    j.spec_json = "{\"a\":1}";
+    snprintf(j.request_id, sizeof(j.request_id), "req-1");
+    assert_int_equal(mt_store_job_insert(t->s, &j, 10, &err), MT_OK);
+    assert_string_equal(j.job_id, "job-000001");
+    assert_int_equal(mt_store_job_insert(t->s, &j, 11, &err), MT_ALREADY_EXISTS);
+    assert_string_equal(j.job_id, "");
+    j.request_id[0] = '\0';
+    assert_int_equal(mt_store_job_insert(t->s, &j, 12, &err), MT_OK);
+    assert_int_equal(mt_store_job_insert(t->s, &j, 13, &err), MT_OK);
+    assert_string_equal(j.job_id, "job-000003");
+    mt_store_close(t->s);
+    assert_int_equal(mt_store_open(t->f.path, &t->s, NULL), MT_OK);
+    assert_int_equal(mt_store_job_by_request(t->s, "req-1", &got, &err), MT_OK);
+    assert_string_equal(got.job_id, "job-000001");
+    assert_string_equal(got.spec_json, "{\"a\":1}");
+    mt_store_job_fini(&got);
+    assert_int_equal(mt_store_job_by_request(t->s, "req-2", &got, &err), MT_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "req-2"));
+    assert_int_equal(mt_store_job_by_request(t->s, "", &got, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_job_by_request(t->s, NULL, &got, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_job_counts(t->s, counts, &err), MT_OK);
+    assert_int_equal(counts[MT_JOBSTATE_QUEUED], 3);
+}
+
+/* Pages follow the list's order (priority DESC, submission), resume after a cursor, filter by
+ * state; cursors round-trip through text; bad input is INVALID_ARGUMENT. */
+static void test_store_job_page_follows_list_order(void **state)
+{
+    tctx *t = *state;
+    static const int prio[7] = {0, 2, 1, 2, 0, 1, 2};
+    mt_store_job j, *all = NULL, *pg = NULL;
+    mt_store_job_cursor cur, back;
+    size_t n_all = 0, n = 0, seen = 0;
+    mt_err err = MT_ERR_INIT;
+    char text[32];
+    unsigned mask;
+
+    for (int i = 0; i < 7; i++)
+        add_job(t->s, &j, "j", prio[i], 10 + i);
+    assert_int_equal(
+        mt_store_job_transition(t->s, "job-000004", "QUEUED", "CANCELLED", "x", 20, &err), MT_OK);
+    assert_int_equal(mt_store_job_list(t->s, NULL, &all, &n_all, &err), MT_OK);
+    assert_int_equal(n_all, 7);
+    for (const mt_store_job_cursor *after = NULL; seen < n_all; after = &cur) {
+        assert_int_equal(mt_store_job_page(t->s, NULL, after, 3, &pg, &n, &err), MT_OK);
+        assert_true(n >= 1 && n <= 3);
+        for (size_t i = 0; i < n; i++)
+            assert_string_equal(pg[i].job_id, all[seen + i].job_id);
+        seen += n;
+        cur = mt_store_job_cursor_of(&pg[n - 1]);
+        mt_store_job_cursor_format(&cur, text, sizeof(text));
+        assert_int_equal(mt_store_job_cursor_parse(text, &back, &err), MT_OK);
+        assert_int_equal(back.priority, cur.priority);
+        assert_int_equal(back.seq, cur.seq);
+        mt_store_job_list_free(pg, n);
+    }
+    assert_int_equal(mt_store_job_page(t->s, NULL, &cur, 3, &pg, &n, &err), MT_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(mt_store_job_page(t->s, "CANCELLED", NULL, 5, &pg, &n, &err), MT_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(pg[0].job_id, "job-000004");
+    mt_store_job_list_free(pg, n);
+    mt_store_job_list_free(all, n_all);
+    assert_int_equal(mt_store_job_page(t->s, "BOGUS", NULL, 5, &pg, &n, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_job_page(t->s, NULL, NULL, 0, &pg, &n, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_job_cursor_parse("x", &back, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_job_cursor_parse("1.", &back, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_job_cursor_parse("-3.17", &back, &err), MT_OK);
+    assert_int_equal(back.priority, -3);
+    assert_int_equal(mt_jobstate_parse_list("QUEUED,CANCELLED", &mask, &err), MT_OK);
+    assert_int_equal(mask, (1u << MT_JOBSTATE_QUEUED) | (1u << MT_JOBSTATE_CANCELLED));
+    assert_int_equal(mt_jobstate_parse_list("", &mask, &err), MT_OK);
+    assert_int_equal(mask, (1u << MT_JOBSTATE_COUNT) - 1);
+    assert_int_equal(mt_jobstate_parse_list("QUEUED,NOPE", &mask, &err), MT_INVALID_ARGUMENT);
+}
+
 static void test_store_job_insert_rejects_bad_input(void **state)
 {
     tctx *t = *state;
@@ -499,6 +586,8 @@ int main(void)
         T(test_store_job_insert_assigns_ids_and_event),
         T(test_store_job_insert_ids_survive_reopen),
         T(test_store_job_insert_rejects_bad_input),
+        T(test_store_job_request_id_unique_and_found),
+        T(test_store_job_page_follows_list_order),
         T(test_store_job_get_not_found),
         T(test_store_job_list_priority_then_submission),
         T(test_store_job_list_alloc_failure),

@@ -253,6 +253,37 @@ static void test_store_file_read_at_chunks(void **state)
                      MT_INVALID_ARGUMENT);
 }
 
+/* A published file verifies against its checksum; a flipped byte, another size or a missing
+ * file do not, and the messages name no path for DATA_LOSS. */
+static void test_store_file_verify_detects_corruption(void **state)
+{
+    uctx *t = *state;
+    mt_store_upload *u = NULL;
+    mt_err err = MT_ERR_INIT;
+    char sum[32], missing[PATH_MAX + 32];
+    FILE *f;
+
+    assert_int_equal(mt_store_upload_open(t->final, 0, &u, &err), MT_OK);
+    assert_int_equal(mt_store_upload_write(u, 0, t->data, 10000, &err), MT_OK);
+    mt_store_upload_checksum(u, sum, sizeof(sum));
+    assert_int_equal(mt_store_upload_finish(u, 10000, NULL, &err), MT_OK);
+    mt_store_upload_close(u);
+    assert_int_equal(mt_store_file_verify(t->final, 10000, sum, &err), MT_OK);
+    assert_int_equal(mt_store_file_verify(t->final, 9999, sum, &err), MT_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "has 10000 bytes, 9999 recorded"));
+    f = fopen(t->final, "r+b");
+    assert_non_null(f);
+    fseek(f, 5000, SEEK_SET);
+    fputc(t->data[5000] ^ 0xff, f);
+    fclose(f);
+    assert_int_equal(mt_store_file_verify(t->final, 10000, sum, &err), MT_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "recorded crc32:"));
+    assert_null(strstr(err.msg, t->final));
+    snprintf(missing, sizeof(missing), "%s/nope", t->f.dir);
+    assert_int_equal(mt_store_file_verify(missing, 1, sum, &err), MT_NOT_FOUND);
+    assert_int_equal(mt_store_file_verify(t->final, 10000, "sha256:00", &err), MT_INVALID_ARGUMENT);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -263,6 +294,7 @@ int main(void)
         T(test_store_upload_limit_and_abandon),
         T(test_store_upload_open_errors),
         T(test_store_file_read_at_chunks),
+        T(test_store_file_verify_detects_corruption),
     };
 #undef T
     return cmocka_run_group_tests_name("store_upload", tests, NULL, NULL);
