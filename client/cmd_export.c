@@ -1,18 +1,34 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cmd_export.c — `meshtrain export CKPT|JOB [--step S] --format safetensors -o FILE`:
+ * cmd_export.c — `meshtrain export CKPT|JOB [--step S] --format safetensors [--layout L] -o FILE`:
  * write the weights of a checkpoint (core/ckpt) in a format other tools read.
+ *
+ * Layouts: "keras" (default) writes the checkpoint's weights as stored (mt_ckpt_export_safetensors:
+ * names "<layer>.kernel", dense kernels (in, out), conv kernels (KH, KW, C, F), NHWC flatten
+ * order). "torch" writes a PyTorch state_dict (torch_plan builds the renaming and permutations
+ * from the job spec stored in the checkpoint, mt_ckpt_export_safetensors_map writes them):
+ * "<layer>.weight" (out, in) / (F, C, KH, KW), batch norm weight, bias, running_mean,
+ * running_var, and a dense (or batch norm) reading a flatten of an image (H, W, C) gets its
+ * input axis reordered from NHWC's (h*W + w)*C + c to NCHW's c*H*W + h*W + w. A flattened image
+ * that reaches a concatenate, or an add mixing it with other vectors, is refused (the reorder
+ * would be per segment; not converted) rather than exported wrong. Conventions:
+ * docs/checkpoints.md.
  *
  * The source is resolved in one place (resolve_source): an argument that names a
  * file, contains '/' or ends in ".mtc" is a checkpoint file; anything else is a
  * job id, whose checkpoint (the latest complete one, or --step S) is downloaded
  * from the coordinator with GetCheckpointChunk into a temporary file first.
  * Exit codes (cli.h): 0 ok, 1 corrupt checkpoint or I/O failure, 2 usage,
- * 4 missing file / rejected. Tests: tests/integration/test_export.sh.
+ * 4 missing file / rejected (also a model --layout torch cannot express).
+ * Tests: tests/integration/test_export.sh, tests/integration/test_export_torch.sh.
  */
+#include "alloc/mt_alloc.h"
 #include "ckpt/mt_ckpt.h"
 #include "client/cli.h"
 #include "client/jobs_util.h"
+#include "jobspec/mt_jobspec.h"
+#include "model/mt_model.h"
+#include "tensor/mt_tensor.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -25,13 +41,19 @@
 
 static void export_usage(FILE *out)
 {
-    fprintf(out, "usage: meshtrain export CKPT|JOB [--step S] --format safetensors -o FILE\n\n"
+    fprintf(out, "usage: meshtrain export CKPT|JOB [--step S] --format safetensors\n"
+                 "                        [--layout keras|torch] -o FILE\n\n"
                  "Write the weights of checkpoint CKPT (a .mtc file), or of job JOB's latest\n"
                  "complete checkpoint (downloaded from the coordinator), to FILE.\n"
                  "Optimizer slots (names with '/') are left out.\n\n"
                  "Options:\n"
                  "  --step S         with JOB: the checkpoint of step S (default: the latest)\n"
                  "  --format F       output format; only 'safetensors' (the default)\n"
+                 "  --layout L       keras (default): weights as stored, '<layer>.kernel'\n"
+                 "                   (in, out), conv (kh, kw, in, out), NHWC flatten order;\n"
+                 "                   torch: a PyTorch state_dict, '<layer>.weight' (out, in),\n"
+                 "                   conv (out, in, kh, kw), NCHW flatten order, batch norm\n"
+                 "                   running_mean/running_var (see docs/checkpoints.md)\n"
                  "  -o, --output F   file to write (replaced atomically)\n"
                  "  -h, --help       this help\n");
 }
@@ -100,22 +122,283 @@ static mt_code resolve_source(const mt_cli_global *g, const char *arg, uint64_t 
     return rc;
 }
 
+/* ------------------------------------------------------------------ torch layout */
+
+/* A layer output as the torch layout sees it. */
+typedef struct torch_shape {
+    int rank;
+    size_t shape[3];
+    bool nhwc_flat; /* a vector in the NHWC flatten order of image img (h*w > 1 and c > 1) */
+    size_t img[3];  /* (h, w, c) when nhwc_flat */
+} torch_shape;
+
+/* The plan: output tensors and the checkpoint names they come from (sources point into src). */
+typedef struct torch_plan {
+    mt_ckpt_export_tensor *t;
+    char (*src)[MT_LAYER_NAME_MAX + 24];
+    int n, cap;
+} torch_plan;
+
+/*
+ * Add "<layer>.<to>" from checkpoint "<layer>.<from>" (from NULL: every element is fill),
+ * output shape (rank, shape); view_rank > 0: the source viewed as view[] with axes perm[].
+ */
+static mt_code plan_add(torch_plan *p, const char *layer, const char *from, const char *to,
+                        float fill, int rank, const int64_t *shape, int view_rank,
+                        const int64_t *view, const int *perm, mt_err *err)
+{
+    mt_ckpt_export_tensor *e;
+
+    if (p->n == p->cap)
+        return mt_err_set(err, MT_INTERNAL, "export: torch plan overflow at %s", layer);
+    e = &p->t[p->n];
+    memset(e, 0, sizeof(*e));
+    snprintf(e->name, sizeof(e->name), "%s.%s", layer, to);
+    if (from != NULL) {
+        snprintf(p->src[p->n], sizeof(p->src[p->n]), "%s.%s", layer, from);
+        e->source = p->src[p->n];
+    }
+    e->fill = fill;
+    e->rank = rank;
+    memcpy(e->shape, shape, (size_t)rank * sizeof(*shape));
+    e->view_rank = view_rank;
+    if (view_rank > 0) {
+        memcpy(e->view_shape, view, (size_t)view_rank * sizeof(*view));
+        memcpy(e->perm, perm, (size_t)view_rank * sizeof(*perm));
+    }
+    p->n++;
+    return MT_OK;
+}
+
+/* Output shape of layer l (index i) from its inputs' shapes in[k]; FAILED_PRECONDITION for a
+ * flattened image that no PyTorch module can reproduce. */
+static mt_code torch_out_shape(const mt_layer_spec *l, int i, const torch_shape *in,
+                               torch_shape *out, mt_err *err)
+{
+    const torch_shape *x = &in[0];
+    size_t n = 1;
+
+    memset(out, 0, sizeof(*out));
+    for (int a = 0; a < x->rank; a++)
+        n *= x->shape[a];
+    switch (l->kind) {
+    case MT_LAYER_DENSE:
+        out->rank = 1;
+        out->shape[0] = l->units;
+        break;
+    case MT_LAYER_CONV2D: {
+        mt_conv2d_geom geom = {0,     x->shape[0], x->shape[1], x->shape[2],
+                               l->kh, l->kw,       l->filters,  l->same};
+        out->rank = 3;
+        out->shape[0] = mt_conv2d_out_h(&geom);
+        out->shape[1] = mt_conv2d_out_w(&geom);
+        out->shape[2] = l->filters;
+        break;
+    }
+    case MT_LAYER_MAX_POOL2D:
+        out->rank = 3;
+        out->shape[0] = x->shape[0] / 2;
+        out->shape[1] = x->shape[1] / 2;
+        out->shape[2] = x->shape[2];
+        break;
+    case MT_LAYER_FLATTEN:
+        out->rank = 1;
+        out->shape[0] = n;
+        if (x->rank == 3 && x->shape[0] * x->shape[1] > 1 && x->shape[2] > 1) {
+            out->nhwc_flat = true;
+            memcpy(out->img, x->shape, sizeof(out->img));
+        }
+        break;
+    case MT_LAYER_BATCH_NORM:
+    case MT_LAYER_DROPOUT:
+        *out = *x;
+        break;
+    case MT_LAYER_ADD:
+        *out = *x;
+        for (int k = 1; k < l->n_inputs; k++)
+            if (in[k].nhwc_flat != x->nhwc_flat ||
+                (x->nhwc_flat && memcmp(in[k].img, x->img, sizeof(x->img)) != 0))
+                return mt_err_set(err, MT_FAILED_PRECONDITION,
+                                  "model.layers[%d] (%s): adds a flattened image to a vector in "
+                                  "another order; --layout torch cannot convert it (use keras)",
+                                  i, l->name);
+        break;
+    case MT_LAYER_CONCATENATE: {
+        int ranks[MT_LAYER_MAX_INPUTS];
+        size_t shapes[MT_LAYER_MAX_INPUTS][3];
+        for (int k = 0; k < l->n_inputs; k++) {
+            if (in[k].nhwc_flat)
+                return mt_err_set(err, MT_FAILED_PRECONDITION,
+                                  "model.layers[%d] (%s): concatenates a flattened image; "
+                                  "--layout torch cannot convert it (use keras)",
+                                  i, l->name);
+            ranks[k] = in[k].rank;
+            memcpy(shapes[k], in[k].shape, sizeof(shapes[k]));
+        }
+        return mt_layer_join_shape(l, i, ranks, (const size_t(*)[3])shapes, &out->rank, out->shape,
+                                   err);
+    }
+    }
+    return MT_OK;
+}
+
+/* Plan entries of layer l reading x (the first input). */
+static mt_code torch_layer(torch_plan *p, const mt_layer_spec *l, const torch_shape *x, mt_err *err)
+{
+    static const int t2[] = {1, 0}, t4[] = {3, 2, 0, 1}, chw[] = {2, 0, 1};
+    int64_t in = 1, sh[4], view[4];
+    mt_code rc = MT_OK;
+
+    for (int a = 0; a < x->rank; a++)
+        in *= (int64_t)x->shape[a];
+    if (l->kind == MT_LAYER_DENSE) {
+        int64_t units = (int64_t)l->units;
+        sh[0] = units, sh[1] = in;
+        if (x->nhwc_flat) { /* (h, w, c, out) -> (out, c, h, w), seen as (out, c*h*w) */
+            view[0] = (int64_t)x->img[0], view[1] = (int64_t)x->img[1];
+            view[2] = (int64_t)x->img[2], view[3] = units;
+            rc = plan_add(p, l->name, "kernel", "weight", 0, 2, sh, 4, view, t4, err);
+        } else {
+            view[0] = in, view[1] = units;
+            rc = plan_add(p, l->name, "kernel", "weight", 0, 2, sh, 2, view, t2, err);
+        }
+        if (rc == MT_OK && l->use_bias)
+            rc = plan_add(p, l->name, "bias", "bias", 0, 1, &units, 0, NULL, NULL, err);
+    } else if (l->kind == MT_LAYER_CONV2D) {
+        int64_t f = (int64_t)l->filters;
+        view[0] = (int64_t)l->kh, view[1] = (int64_t)l->kw, view[2] = (int64_t)x->shape[2];
+        view[3] = f;
+        sh[0] = f, sh[1] = view[2], sh[2] = view[0], sh[3] = view[1];
+        rc = plan_add(p, l->name, "kernel", "weight", 0, 4, sh, 4, view, t4, err);
+        if (rc == MT_OK && l->use_bias)
+            rc = plan_add(p, l->name, "bias", "bias", 0, 1, &f, 0, NULL, NULL, err);
+    } else if (l->kind == MT_LAYER_BATCH_NORM) {
+        /* per feature (the last axis); on a flattened image the features are reordered */
+        static const char *const from[] = {"gamma", "beta", "moving_mean", "moving_variance"};
+        static const char *const to[] = {"weight", "bias", "running_mean", "running_var"};
+        int64_t feat = (int64_t)x->shape[x->rank - 1];
+        int vr = x->nhwc_flat ? 3 : 0;
+        view[0] = (int64_t)x->img[0], view[1] = (int64_t)x->img[1], view[2] = (int64_t)x->img[2];
+        for (int k = 0; rc == MT_OK && k < 4; k++) {
+            bool held = (k == 0 && l->scale) || (k == 1 && l->center) || k >= 2;
+            /* PyTorch's affine batch norm has both weight and bias: a missing one is constant */
+            if (!held && !l->scale && !l->center)
+                continue;
+            rc = plan_add(p, l->name, held ? from[k] : NULL, to[k], k == 0 ? 1.0f : 0.0f, 1, &feat,
+                          held ? vr : 0, view, chw, err);
+        }
+    }
+    return rc;
+}
+
+/*
+ * The torch-layout plan of checkpoint ck from the job spec it stores. The input shape is the
+ * spec's model.input_shape, else the one its dataset gives (mt_jobspec_validate reads the IDX
+ * headers). Codes: FAILED_PRECONDITION (no spec in the checkpoint, a model the layout cannot
+ * express, a weight of the checkpoint that is not a parameter of the spec's model),
+ * INVALID_ARGUMENT / NOT_FOUND (the spec), RESOURCE_EXHAUSTED.
+ */
+static mt_code torch_plan_build(const mt_ckpt *ck, torch_plan *p, mt_err *err)
+{
+    const char *text = mt_ckpt_spec(ck);
+    mt_jobspec *js = NULL;
+    const mt_job_spec *spec;
+    torch_shape *shapes = NULL, input = {0};
+    mt_code rc;
+
+    memset(p, 0, sizeof(*p));
+    if (text[0] == '\0')
+        return mt_err_set(err, MT_FAILED_PRECONDITION,
+                          "export: the checkpoint stores no job spec; --layout torch needs one");
+    rc = mt_jobspec_parse(text, strlen(text), &js, err);
+    if (rc != MT_OK) {
+        char why[sizeof(err->msg)];
+        snprintf(why, sizeof(why), "%s", err != NULL ? err->msg : "");
+        return mt_err_set(err, rc, "export: the checkpoint's job spec: %s", why);
+    }
+    spec = js->model;
+    input.rank = spec->input_rank;
+    memcpy(input.shape, spec->input_shape, sizeof(input.shape));
+    if (input.rank == 0) {
+        mt_jobspec_summary sum;
+        rc = mt_jobspec_validate(text, strlen(text), &sum, err);
+        if (rc != MT_OK)
+            goto out;
+        input.rank = sum.input_rank;
+        memcpy(input.shape, sum.input_shape, sizeof(input.shape));
+    }
+    p->cap = 4 * spec->n_layers;
+    shapes = mt_calloc((size_t)spec->n_layers + 1, sizeof(*shapes));
+    p->t = mt_calloc((size_t)p->cap + 1, sizeof(*p->t));
+    p->src = mt_calloc((size_t)p->cap + 1, sizeof(*p->src));
+    if (shapes == NULL || p->t == NULL || p->src == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export: out of memory");
+        goto out;
+    }
+    for (int i = 0; rc == MT_OK && i < spec->n_layers; i++) {
+        const mt_layer_spec *l = &spec->layers[i];
+        torch_shape in[MT_LAYER_MAX_INPUTS];
+        for (int k = 0; k < l->n_inputs; k++)
+            in[k] = l->inputs[k] == MT_LAYER_INPUT ? input : shapes[l->inputs[k]];
+        rc = torch_out_shape(l, i, in, &shapes[i], err);
+        if (rc == MT_OK)
+            rc = torch_layer(p, l, &in[0], err);
+    }
+    /* every weight of the checkpoint must be converted: a spec that does not match is refused */
+    for (int i = 0; rc == MT_OK && i < mt_ckpt_count(ck); i++) {
+        mt_ckpt_tensor_info info;
+        bool used = false;
+        rc = mt_ckpt_tensor_at(ck, i, &info, err);
+        if (rc != MT_OK || strchr(info.name, '/') != NULL)
+            continue;
+        for (int k = 0; k < p->n && !used; k++)
+            used = p->t[k].source != NULL && strcmp(p->t[k].source, info.name) == 0;
+        if (!used)
+            rc = mt_err_set(err, MT_FAILED_PRECONDITION,
+                            "export: weight '%s' is not a parameter of the stored spec's model",
+                            info.name);
+    }
+out:
+    mt_free(shapes);
+    mt_jobspec_free(js);
+    if (rc != MT_OK) {
+        mt_free(p->t);
+        mt_free(p->src);
+        memset(p, 0, sizeof(*p));
+    }
+    return rc;
+}
+
+/* Write ck in the torch layout to output; *count = tensors written. */
+static mt_code export_torch(const mt_ckpt *ck, const char *output, int *count, mt_err *err)
+{
+    torch_plan p;
+    mt_code rc = torch_plan_build(ck, &p, err);
+    const char *meta[] = {"format", "pt", "layout", "torch", "spec", mt_ckpt_spec(ck), NULL};
+
+    if (rc != MT_OK)
+        return rc;
+    rc = mt_ckpt_export_safetensors_map(ck, p.t, p.n, meta, output, err);
+    *count = p.n;
+    mt_free(p.t);
+    mt_free(p.src);
+    return rc;
+}
+
 int cmd_export(const mt_cli_global *g, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"format", required_argument, NULL, 'f'},
-        {"output", required_argument, NULL, 'o'},
-        {"step", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"format", required_argument, NULL, 'f'}, {"layout", required_argument, NULL, 'l'},
+        {"output", required_argument, NULL, 'o'}, {"step", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
-    const char *format = "safetensors", *output = NULL;
+    const char *format = "safetensors", *output = NULL, *layout = "keras";
     char path[4096];
     mt_err err = MT_ERR_INIT;
     mt_ckpt *ck = NULL;
     int c, weights = 0;
     uint64_t step = 0;
-    bool tmp = false;
+    bool tmp = false, torch;
     char *end;
     mt_code rc;
 
@@ -126,6 +409,9 @@ int cmd_export(const mt_cli_global *g, int argc, char **argv)
         switch (c) {
         case 'f':
             format = optarg;
+            break;
+        case 'l':
+            layout = optarg;
             break;
         case 'o':
             output = optarg;
@@ -147,12 +433,18 @@ int cmd_export(const mt_cli_global *g, int argc, char **argv)
     if (strcmp(format, "safetensors") != 0)
         return mt_cli_usage_error("export", "format '%s' is not supported (use safetensors)",
                                   format);
+    if (strcmp(layout, "keras") != 0 && strcmp(layout, "torch") != 0)
+        return mt_cli_usage_error("export", "layout '%s' is not supported (use keras or torch)",
+                                  layout);
     if (output == NULL || output[0] == '\0')
         return mt_cli_usage_error("export", "missing -o FILE");
+    torch = strcmp(layout, "torch") == 0;
     rc = resolve_source(g, argv[optind], step, path, sizeof(path), &tmp, &err);
     if (rc == MT_OK)
         rc = mt_ckpt_open(path, &ck, &err);
-    if (rc == MT_OK)
+    if (rc == MT_OK && torch)
+        rc = export_torch(ck, output, &weights, &err);
+    else if (rc == MT_OK)
         rc = mt_ckpt_export_safetensors(ck, output, &err);
     if (tmp)
         unlink(path);
@@ -160,13 +452,13 @@ int cmd_export(const mt_cli_global *g, int argc, char **argv)
         mt_ckpt_close(ck);
         return mt_cli_fail(&err);
     }
-    for (int i = 0; i < mt_ckpt_count(ck); i++) {
+    for (int i = 0; !torch && i < mt_ckpt_count(ck); i++) {
         mt_ckpt_tensor_info info;
         if (mt_ckpt_tensor_at(ck, i, &info, NULL) == MT_OK && strchr(info.name, '/') == NULL)
             weights++;
     }
-    printf("exported %d weights of step %llu from %s to %s\n", weights,
-           (unsigned long long)mt_ckpt_step(ck), tmp ? argv[optind] : path, output);
+    printf("exported %d weights of step %llu from %s to %s (%s layout)\n", weights,
+           (unsigned long long)mt_ckpt_step(ck), tmp ? argv[optind] : path, output, layout);
     mt_ckpt_close(ck);
     return MT_EXIT_OK;
 }

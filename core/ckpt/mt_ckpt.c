@@ -1302,40 +1302,64 @@ mt_code mt_ckpt_read_slice(const mt_ckpt *ck, const char *name, const int64_t *o
 
 /* ------------------------------------------------------------------ safetensors */
 
+/* A new safetensors header object with "__metadata__" {producer, step, epoch, meta pairs...}. */
+static cJSON *st_header_new(const mt_ckpt *ck, const char *const *meta)
+{
+    cJSON *root = cJSON_CreateObject(), *m;
+    char num[32];
+    int ok = root != NULL;
+
+    m = ok ? cJSON_AddObjectToObject(root, "__metadata__") : NULL;
+    ok = m != NULL && cJSON_AddStringToObject(m, "producer", "meshtrain") != NULL;
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)ck->step);
+    ok = ok && cJSON_AddStringToObject(m, "step", num) != NULL;
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)ck->epoch);
+    ok = ok && cJSON_AddStringToObject(m, "epoch", num) != NULL;
+    for (int i = 0; ok && meta != NULL && meta[i] != NULL; i += 2)
+        ok = cJSON_AddStringToObject(m, meta[i], meta[i + 1]) != NULL;
+    if (!ok) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* Add one tensor entry {dtype, shape, data_offsets [off, off + nbytes)} to a header; 0 on OOM. */
+static int st_header_add(cJSON *root, const char *name, mt_ckpt_dtype dtype, int rank,
+                         const int64_t *shape, uint64_t off, uint64_t nbytes)
+{
+    cJSON *o = cJSON_AddObjectToObject(root, name), *a;
+    int ok = o != NULL && cJSON_AddStringToObject(o, "dtype", mt_ckpt_dtype_name(dtype));
+
+    a = ok ? cJSON_AddArrayToObject(o, "shape") : NULL;
+    ok = a != NULL;
+    for (int d = 0; ok && d < rank; d++) {
+        cJSON *v = cJSON_CreateNumber((double)shape[d]);
+        ok = v != NULL && cJSON_AddItemToArray(a, v);
+    }
+    a = ok ? cJSON_AddArrayToObject(o, "data_offsets") : NULL;
+    ok = a != NULL;
+    for (int k = 0; ok && k < 2; k++) {
+        cJSON *v = cJSON_CreateNumber((double)(k == 0 ? off : off + nbytes));
+        ok = v != NULL && cJSON_AddItemToArray(a, v);
+    }
+    return ok;
+}
+
 /* The safetensors JSON header (unpadded), a new cJSON string; NULL on OOM. *count = weights. */
 static char *safetensors_header(const mt_ckpt *ck, int *count)
 {
-    cJSON *root = cJSON_CreateObject(), *meta, *o, *a;
-    char num[32];
+    cJSON *root = st_header_new(ck, NULL);
     char *json = NULL;
     uint64_t off = 0;
     int ok = root != NULL;
 
     *count = 0;
-    meta = ok ? cJSON_AddObjectToObject(root, "__metadata__") : NULL;
-    ok = meta != NULL && cJSON_AddStringToObject(meta, "producer", "meshtrain") != NULL;
-    snprintf(num, sizeof(num), "%llu", (unsigned long long)ck->step);
-    ok = ok && cJSON_AddStringToObject(meta, "step", num) != NULL;
-    snprintf(num, sizeof(num), "%llu", (unsigned long long)ck->epoch);
-    ok = ok && cJSON_AddStringToObject(meta, "epoch", num) != NULL;
     for (int i = 0; ok && i < ck->n; i++) {
         const ck_tensor *t = &ck->t[i];
         if (strchr(t->name, '/') != NULL)
             continue; /* optimizer slot */
-        o = cJSON_AddObjectToObject(root, t->name);
-        ok = o != NULL && cJSON_AddStringToObject(o, "dtype", mt_ckpt_dtype_name(t->dtype));
-        a = ok ? cJSON_AddArrayToObject(o, "shape") : NULL;
-        ok = a != NULL;
-        for (int d = 0; ok && d < t->rank; d++) {
-            cJSON *v = cJSON_CreateNumber((double)t->shape[d]);
-            ok = v != NULL && cJSON_AddItemToArray(a, v);
-        }
-        a = ok ? cJSON_AddArrayToObject(o, "data_offsets") : NULL;
-        ok = a != NULL;
-        for (int k = 0; ok && k < 2; k++) {
-            cJSON *v = cJSON_CreateNumber((double)(k == 0 ? off : off + t->nbytes));
-            ok = v != NULL && cJSON_AddItemToArray(a, v);
-        }
+        ok = st_header_add(root, t->name, t->dtype, t->rank, t->shape, off, t->nbytes);
         off += t->nbytes;
         (*count)++;
     }
@@ -1345,12 +1369,27 @@ static char *safetensors_header(const mt_ckpt *ck, int *count)
     return json;
 }
 
+/* Write the u64 length and the JSON header, padded with spaces to a multiple of 8. */
+static mt_code st_write_header(atomic_file *af, const char *json, mt_err *err)
+{
+    size_t jlen = strlen(json), padded = (jlen + 7) & ~(size_t)7;
+    uint8_t lenbuf[8];
+    mt_code rc;
+
+    put_u64(lenbuf, padded);
+    rc = af_write(af, lenbuf, 8, err);
+    if (rc == MT_OK)
+        rc = af_write(af, json, jlen, err);
+    if (rc == MT_OK && padded > jlen)
+        rc = af_write(af, "        ", padded - jlen, err);
+    return rc;
+}
+
 mt_code mt_ckpt_export_safetensors(const mt_ckpt *ck, const char *path, mt_err *err)
 {
     atomic_file af = {-1, 0, NULL, NULL};
-    uint8_t lenbuf[8], *chunk = NULL;
+    uint8_t *chunk = NULL;
     char *json;
-    size_t jlen, padded;
     int count;
     mt_code rc;
 
@@ -1367,16 +1406,9 @@ mt_code mt_ckpt_export_safetensors(const mt_ckpt *ck, const char *path, mt_err *
         cJSON_free(json);
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
     }
-    jlen = strlen(json);
-    padded = (jlen + 7) & ~(size_t)7;
-    put_u64(lenbuf, padded);
     rc = af_open(&af, path, err);
     if (rc == MT_OK)
-        rc = af_write(&af, lenbuf, 8, err);
-    if (rc == MT_OK)
-        rc = af_write(&af, json, jlen, err);
-    if (rc == MT_OK && padded > jlen)
-        rc = af_write(&af, "        ", padded - jlen, err);
+        rc = st_write_header(&af, json, err);
     for (int i = 0; rc == MT_OK && i < ck->n; i++) {
         const ck_tensor *t = &ck->t[i];
         if (strchr(t->name, '/') != NULL)
@@ -1395,6 +1427,154 @@ mt_code mt_ckpt_export_safetensors(const mt_ckpt *ck, const char *path, mt_err *
         af_abort(&af);
     cJSON_free(json);
     mt_free(chunk);
+    return rc;
+}
+
+/* Check one plan entry against the checkpoint; *count = its elements. */
+static mt_code map_check(const mt_ckpt *ck, const mt_ckpt_export_tensor *e, int i, const char *path,
+                         uint64_t *count, mt_err *err)
+{
+    mt_ckpt_tensor_info info;
+    uint64_t c = 1, v = 1;
+    unsigned seen = 0;
+    mt_code rc;
+
+    if (e->name[0] == '\0' || e->rank < 0 || e->rank > MT_CKPT_MAX_RANK || e->view_rank < 0 ||
+        e->view_rank > MT_CKPT_MAX_RANK)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "export %s: entry %d: bad name or rank", path,
+                          i);
+    for (int d = 0; d < e->rank; d++) {
+        if (e->shape[d] < 0)
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "export %s: %s: negative dimension", path,
+                              e->name);
+        c *= (uint64_t)e->shape[d];
+    }
+    for (int d = 0; d < e->view_rank; d++) {
+        int a = e->perm[d];
+        if (e->view_shape[d] < 0 || a < 0 || a >= e->view_rank || (seen & (1u << a)) != 0)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "export %s: %s: view or permutation is invalid", path, e->name);
+        seen |= 1u << a;
+        v *= (uint64_t)e->view_shape[d];
+    }
+    if (e->view_rank > 0 && v != c)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "export %s: %s: view of %llu elements for %llu",
+                          path, e->name, (unsigned long long)v, (unsigned long long)c);
+    *count = c;
+    if (e->source == NULL)
+        return MT_OK;
+    rc = mt_ckpt_find(ck, e->source, &info, err);
+    if (rc != MT_OK)
+        return rc;
+    if (info.dtype != MT_CKPT_F32)
+        return mt_err_set(err, MT_FAILED_PRECONDITION, "export %s: %s: source '%s' is %s, not F32",
+                          path, e->name, e->source, mt_ckpt_dtype_name(info.dtype));
+    if (info.nbytes != 4 * c)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "export %s: %s: source '%s' has %llu elements, the output %llu", path,
+                          e->name, e->source, (unsigned long long)(info.nbytes / 4),
+                          (unsigned long long)c);
+    return MT_OK;
+}
+
+/* dst[o] = view[...]: the view (view_shape, row-major) with its axes permuted by perm. */
+static void map_permute(const mt_ckpt_export_tensor *e, const uint32_t *src, uint32_t *dst,
+                        uint64_t count)
+{
+    int64_t vstride[MT_CKPT_MAX_RANK], od[MT_CKPT_MAX_RANK], os[MT_CKPT_MAX_RANK];
+    int64_t idx[MT_CKPT_MAX_RANK] = {0};
+    int r = e->view_rank;
+    uint64_t s = 0;
+    int64_t st = 1;
+
+    for (int a = r - 1; a >= 0; a--) {
+        vstride[a] = st;
+        st *= e->view_shape[a];
+    }
+    for (int k = 0; k < r; k++) {
+        od[k] = e->view_shape[e->perm[k]];
+        os[k] = vstride[e->perm[k]];
+    }
+    for (uint64_t o = 0; o < count; o++) {
+        dst[o] = src[s];
+        for (int k = r - 1; k >= 0; k--) { /* odometer over the output axes */
+            s += (uint64_t)os[k];
+            if (++idx[k] < od[k])
+                break;
+            s -= (uint64_t)(os[k] * od[k]);
+            idx[k] = 0;
+        }
+    }
+}
+
+mt_code mt_ckpt_export_safetensors_map(const mt_ckpt *ck, const mt_ckpt_export_tensor *plan, int n,
+                                       const char *const *meta, const char *path, mt_err *err)
+{
+    atomic_file af = {-1, 0, NULL, NULL};
+    uint64_t off = 0, *counts = NULL;
+    uint32_t *src = NULL, *dst = NULL;
+    cJSON *root = NULL;
+    char *json = NULL;
+    mt_code rc = MT_OK;
+
+    if (n <= 0)
+        return mt_err_set(err, MT_FAILED_PRECONDITION, "export %s: no tensor to write", path);
+    counts = mt_calloc((size_t)n, sizeof(*counts));
+    root = st_header_new(ck, meta);
+    if (counts == NULL || root == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
+        goto out;
+    }
+    for (int i = 0; rc == MT_OK && i < n; i++) {
+        rc = map_check(ck, &plan[i], i, path, &counts[i], err);
+        for (int j = 0; rc == MT_OK && j < i; j++)
+            if (strcmp(plan[i].name, plan[j].name) == 0)
+                rc = mt_err_set(err, MT_INVALID_ARGUMENT, "export %s: %s: duplicate name", path,
+                                plan[i].name);
+        if (rc == MT_OK && !st_header_add(root, plan[i].name, MT_CKPT_F32, plan[i].rank,
+                                          plan[i].shape, off, 4 * counts[i]))
+            rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
+        off += 4 * counts[i];
+    }
+    if (rc == MT_OK && (json = cJSON_PrintUnformatted(root)) == NULL)
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
+    if (rc == MT_OK)
+        rc = af_open(&af, path, err);
+    if (rc == MT_OK)
+        rc = st_write_header(&af, json, err);
+    for (int i = 0; rc == MT_OK && i < n; i++) {
+        const mt_ckpt_export_tensor *e = &plan[i];
+        size_t bytes = (size_t)counts[i] * 4;
+        src = mt_malloc(bytes + 4);
+        dst = e->view_rank > 0 ? mt_malloc(bytes + 4) : src;
+        if (src == NULL || dst == NULL) {
+            rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: %s: out of memory", path,
+                            e->name);
+        } else if (e->source == NULL) {
+            uint32_t bits;
+            memcpy(&bits, &e->fill, 4);
+            for (uint64_t k = 0; k < counts[i]; k++)
+                dst[k] = bits;
+        } else {
+            rc = mt_ckpt_read(ck, e->source, src, bytes + 4, err);
+            if (rc == MT_OK && e->view_rank > 0)
+                map_permute(e, src, dst, counts[i]);
+        }
+        if (rc == MT_OK)
+            rc = af_write(&af, dst, bytes, err);
+        if (dst != src)
+            mt_free(dst);
+        mt_free(src);
+        src = dst = NULL;
+    }
+    if (rc == MT_OK)
+        rc = af_commit(&af, err);
+    else if (af.tmp != NULL)
+        af_abort(&af);
+out:
+    cJSON_free(json);
+    cJSON_Delete(root);
+    mt_free(counts);
     return rc;
 }
 

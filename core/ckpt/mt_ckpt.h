@@ -7,7 +7,8 @@
  * Who calls it: the engine's checkpoint hook (writer; it assembles each global
  * tensor from the shards of the devices, or adds it whole), restore on any mesh
  * (reader; each device reads just its shard with mt_ckpt_read_slice), retention
- * in a checkpoint directory, and `meshtrain export` (safetensors).
+ * in a checkpoint directory, and `meshtrain export` (safetensors, as stored or
+ * converted by a plan: mt_ckpt_export_safetensors_map).
  *
  * Format (byte by byte in docs/checkpoints.md): a 24-byte preamble (magic
  * "MTCKPT1\n", version, header length, header crc32, preamble crc32), a header
@@ -203,6 +204,39 @@ mt_code mt_ckpt_read_slice(const mt_ckpt *ck, const char *name, const int64_t *o
  * MT_RESOURCE_EXHAUSTED.
  */
 mt_code mt_ckpt_export_safetensors(const mt_ckpt *ck, const char *path, mt_err *err);
+
+/*
+ * One tensor of a converted export (mt_ckpt_export_safetensors_map): output tensor `name`
+ * (F32, shape[rank]) made from checkpoint weight `source` viewed as view_shape[view_rank] (the
+ * same elements, row-major) with its axes permuted: output axis k is view axis perm[k], as
+ * numpy's transpose(perm) followed by a reshape to `shape`. view_rank 0 copies the source
+ * as is (reshaped to `shape`). source NULL: every element is `fill` (a parameter the
+ * checkpoint does not hold, e.g. a batch-norm scale of ones). Borrowed by the call.
+ */
+typedef struct mt_ckpt_export_tensor {
+    char name[MT_CKPT_MAX_NAME + 1];
+    const char *source; /* checkpoint weight (F32), or NULL for a constant */
+    float fill;         /* the constant when source is NULL */
+    int rank;           /* output shape, 0..MT_CKPT_MAX_RANK */
+    int64_t shape[MT_CKPT_MAX_RANK];
+    int view_rank;                        /* 0: no permutation */
+    int64_t view_shape[MT_CKPT_MAX_RANK]; /* the source seen as this shape */
+    int perm[MT_CKPT_MAX_RANK];           /* output axis k = view axis perm[k] */
+} mt_ckpt_export_tensor;
+
+/*
+ * Write the n tensors of `plan` (borrowed, in that order) to `path` (borrowed) as safetensors,
+ * like mt_ckpt_export_safetensors but renamed, reshaped and permuted as each entry says (used
+ * by `meshtrain export --layout torch`). meta (borrowed, may be NULL) holds key/value string
+ * pairs ending with a NULL key, written to "__metadata__" after producer, step and epoch.
+ * Each tensor is read whole into memory once. Blocks on disk I/O; any thread.
+ * Codes: MT_INVALID_ARGUMENT (an entry with an empty or duplicate name, a rank or a perm out
+ * of range, element counts of source, view and output that differ), MT_NOT_FOUND (no such
+ * source tensor), MT_FAILED_PRECONDITION (n == 0 or a source that is not F32),
+ * MT_DATA_LOSS / I/O codes as commit, MT_RESOURCE_EXHAUSTED.
+ */
+mt_code mt_ckpt_export_safetensors_map(const mt_ckpt *ck, const mt_ckpt_export_tensor *plan, int n,
+                                       const char *const *meta, const char *path, mt_err *err);
 
 /* ------------------------------------------------------------------ directory */
 

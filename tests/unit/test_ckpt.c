@@ -3,7 +3,8 @@
  * test_ckpt.c — unit tests for core/ckpt (mt_ckpt.h): round trips, shard
  * assembly and slice reads across layouts, truncation at every byte, bit flips
  * naming the tensor, durability (no temp files left), retention, the
- * safetensors export (checked by an independent reader below) and allocation
+ * safetensors export as stored and converted by a plan (checked by an independent
+ * reader below) and allocation
  * failure injection.
  */
 #include "mt_test.h"
@@ -733,6 +734,170 @@ static void test_ckpt_export_without_weights_fails(void **state)
     assert_int_equal(count_files(f->dir), 1);
 }
 
+/* A plan over the standard checkpoint: a transpose, a 4-axis permutation of a reshaped view
+ * (the torch layout's flatten conversion), a copy and a constant. */
+static int map_plan(mt_ckpt_export_tensor *p)
+{
+    memset(p, 0, 4 * sizeof(*p));
+    snprintf(p[0].name, sizeof(p[0].name), "dense_1.weight");
+    p[0].source = "dense_1.kernel";
+    p[0].rank = 2, p[0].shape[0] = K1_C, p[0].shape[1] = K1_R;
+    p[0].view_rank = 2, p[0].view_shape[0] = K1_R, p[0].view_shape[1] = K1_C;
+    p[0].perm[0] = 1, p[0].perm[1] = 0;
+    snprintf(p[1].name, sizeof(p[1].name), "nchw.weight");
+    p[1].source = "dense_1.kernel"; /* (h=2, w=3, c=2, out=8) -> (out, c, h, w) */
+    p[1].rank = 2, p[1].shape[0] = K1_C, p[1].shape[1] = K1_R;
+    p[1].view_rank = 4;
+    p[1].view_shape[0] = 2, p[1].view_shape[1] = 3, p[1].view_shape[2] = 2;
+    p[1].view_shape[3] = K1_C;
+    p[1].perm[0] = 3, p[1].perm[1] = 2, p[1].perm[2] = 0, p[1].perm[3] = 1;
+    snprintf(p[2].name, sizeof(p[2].name), "dense_1.bias");
+    p[2].source = "dense_1.bias";
+    p[2].rank = 1, p[2].shape[0] = K1_C;
+    snprintf(p[3].name, sizeof(p[3].name), "bn.weight");
+    p[3].fill = 1.0f;
+    p[3].rank = 1, p[3].shape[0] = 3;
+    return 4;
+}
+
+static const float *st_data(cJSON *h, const uint8_t *data, const char *name)
+{
+    cJSON *e = cJSON_GetObjectItem(h, name);
+    assert_non_null(e);
+    return (const float *)(data +
+                           (size_t)cJSON_GetArrayItem(cJSON_GetObjectItem(e, "data_offsets"), 0)
+                               ->valuedouble);
+}
+
+static void test_ckpt_export_map_renames_and_permutes(void **state)
+{
+    fixture *f = *state;
+    mt_ckpt_export_tensor plan[4];
+    const char *meta[] = {"layout", "torch", NULL};
+    char out[192];
+    mt_ckpt *ck = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t len, dlen;
+    const uint8_t *data;
+    const float *x;
+    uint8_t *b;
+    cJSON *h, *m;
+    int n = map_plan(plan);
+
+    write_standard(f->path);
+    snprintf(out, sizeof(out), "%s/t.safetensors", f->dir);
+    assert_int_equal(mt_ckpt_open(f->path, &ck, &err), MT_OK);
+    assert_int_equal(mt_ckpt_export_safetensors_map(ck, plan, n, meta, out, &err), MT_OK);
+    mt_ckpt_close(ck);
+    assert_int_equal(count_files(f->dir), 2);
+    b = slurp(out, &len);
+    h = read_safetensors(b, len, &data, &dlen);
+    assert_int_equal(cJSON_GetArraySize(h), 5); /* metadata + 4 */
+    m = cJSON_GetObjectItem(h, "__metadata__");
+    assert_string_equal(cJSON_GetObjectItem(m, "layout")->valuestring, "torch");
+    assert_string_equal(cJSON_GetObjectItem(m, "step")->valuestring, "7");
+    x = st_data(h, data, "dense_1.weight");
+    for (int o = 0; o < K1_C; o++)
+        for (int i = 0; i < K1_R; i++)
+            assert_true(x[o * K1_R + i] == k1[i * K1_C + o]);
+    x = st_data(h, data, "nchw.weight");
+    for (int o = 0; o < K1_C; o++)
+        for (int hh = 0; hh < 2; hh++)
+            for (int w = 0; w < 3; w++)
+                for (int c = 0; c < 2; c++)
+                    assert_true(x[o * 12 + c * 6 + hh * 3 + w] ==
+                                k1[((hh * 3 + w) * 2 + c) * K1_C + o]);
+    assert_memory_equal(st_data(h, data, "dense_1.bias"), b1, sizeof(b1));
+    x = st_data(h, data, "bn.weight");
+    assert_true(x[0] == 1.0f && x[1] == 1.0f && x[2] == 1.0f);
+    cJSON_Delete(h);
+    free(b);
+}
+
+static void test_ckpt_export_map_errors(void **state)
+{
+    fixture *f = *state;
+    mt_ckpt_export_tensor plan[4], bad[4];
+    mt_ckpt_writer *w = NULL;
+    mt_ckpt *ck = NULL;
+    mt_err err = MT_ERR_INIT;
+    char out[192];
+    int32_t iv[2] = {1, 2};
+    int64_t s2[] = {2};
+    int n = map_plan(plan);
+
+    write_standard(f->path);
+    snprintf(out, sizeof(out), "%s/t.safetensors", f->dir);
+    assert_int_equal(mt_ckpt_open(f->path, &ck, NULL), MT_OK);
+    assert_int_equal(mt_ckpt_export_safetensors_map(ck, plan, 0, NULL, out, &err),
+                     MT_FAILED_PRECONDITION);
+    memcpy(bad, plan, sizeof(plan));
+    bad[2].source = "dense_9.bias";
+    assert_int_equal(mt_ckpt_export_safetensors_map(ck, bad, n, NULL, out, &err), MT_NOT_FOUND);
+    memcpy(bad, plan, sizeof(plan));
+    bad[2].shape[0] = K1_C + 1; /* 9 elements from 8 */
+    assert_int_equal(mt_ckpt_export_safetensors_map(ck, bad, n, NULL, out, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_contains(err.msg, "dense_1.bias");
+    memcpy(bad, plan, sizeof(plan));
+    bad[1].perm[1] = 3; /* axis 3 twice */
+    assert_int_equal(mt_ckpt_export_safetensors_map(ck, bad, n, NULL, out, &err),
+                     MT_INVALID_ARGUMENT);
+    memcpy(bad, plan, sizeof(plan));
+    bad[1].view_shape[0] = 3; /* 144 elements viewed for 96 */
+    assert_int_equal(mt_ckpt_export_safetensors_map(ck, bad, n, NULL, out, &err),
+                     MT_INVALID_ARGUMENT);
+    memcpy(bad, plan, sizeof(plan));
+    snprintf(bad[3].name, sizeof(bad[3].name), "dense_1.bias");
+    assert_int_equal(mt_ckpt_export_safetensors_map(ck, bad, n, NULL, out, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_contains(err.msg, "duplicate");
+    assert_int_equal(mt_ckpt_export_safetensors_map(ck, plan, n, NULL, "/nonexistent/t", &err),
+                     MT_NOT_FOUND);
+    mt_ckpt_close(ck);
+    assert_int_equal(count_files(f->dir), 1); /* nothing written, no temporary file */
+
+    assert_int_equal(mt_ckpt_writer_open(f->path, &w, NULL), MT_OK);
+    assert_int_equal(mt_ckpt_writer_add(w, "ids", MT_CKPT_I32, s2, 1, iv, NULL), MT_OK);
+    assert_int_equal(mt_ckpt_writer_commit(w, NULL), MT_OK);
+    assert_int_equal(mt_ckpt_open(f->path, &ck, NULL), MT_OK);
+    memset(bad, 0, sizeof(bad[0]));
+    snprintf(bad[0].name, sizeof(bad[0].name), "ids");
+    bad[0].source = "ids";
+    bad[0].rank = 1, bad[0].shape[0] = 2;
+    assert_int_equal(mt_ckpt_export_safetensors_map(ck, bad, 1, NULL, out, &err),
+                     MT_FAILED_PRECONDITION);
+    assert_contains(err.msg, "not F32");
+    mt_ckpt_close(ck);
+    assert_int_equal(count_files(f->dir), 1);
+}
+
+static void test_ckpt_export_map_alloc_failure(void **state)
+{
+    fixture *f = *state;
+    mt_ckpt_export_tensor plan[4];
+    const char *meta[] = {"layout", "torch", NULL};
+    char out[192];
+    mt_ckpt *ck = NULL;
+    int n = map_plan(plan);
+    long k;
+
+    write_standard(f->path);
+    snprintf(out, sizeof(out), "%s/t.safetensors", f->dir);
+    assert_int_equal(mt_ckpt_open(f->path, &ck, NULL), MT_OK);
+    for (k = 0;; k++) {
+        mt_alloc_fail_after(k);
+        mt_code rc = mt_ckpt_export_safetensors_map(ck, plan, n, meta, out, NULL);
+        mt_alloc_fail_reset();
+        if (rc == MT_OK)
+            break;
+        assert_int_equal(rc, MT_RESOURCE_EXHAUSTED);
+        assert_int_equal(count_files(f->dir), 1);
+    }
+    assert_true(k >= 3);
+    mt_ckpt_close(ck);
+}
+
 /* ---------------------------------------------------------------- retention */
 
 static void touch(const char *dir, const char *name)
@@ -927,6 +1092,9 @@ int main(void)
         T(test_ckpt_crafted_headers_refused),
         T(test_ckpt_export_safetensors_weights_only),
         T(test_ckpt_export_without_weights_fails),
+        T(test_ckpt_export_map_renames_and_permutes),
+        T(test_ckpt_export_map_errors),
+        T(test_ckpt_export_map_alloc_failure),
         T(test_ckpt_retention_keeps_last_n),
         T(test_ckpt_latest_empty_dir_not_found),
         T(test_ckpt_dtype_tables),

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# test_export_torch.sh — `meshtrain export --layout torch` end to end (issue #21):
+#  * the default (keras) layout is unchanged byte for byte (a golden sha256 of the export of
+#    tests/tools/mt_mkckpt's checkpoint, as written before --layout existed), and
+#    `--layout keras` is the same file;
+#  * a model the torch layout cannot express (a flattened image concatenated) and a checkpoint
+#    whose spec has no model are refused (exit 4) without leaving a file; a bad --layout is usage;
+#  * the Fashion-MNIST MLP and CNN examples and a graph model with the conversion's edge cases
+#    (batch norm on a flattened image, a batch norm without scale, dropout, even kernel with
+#    "same" padding, add, concatenate, a dense without bias) are trained a few steps with
+#    `train --local --save`, exported in both layouts, and examples/load_in_pytorch.py must
+#    predict the class `meshtrain predict` predicts for every one of the 10000 test images.
+# The PyTorch part is skipped (exit 0) when no python3 can import torch and numpy (tried:
+# $MT_PYTHON, else python3 then /usr/bin/python3, Debian's, which python3-torch serves).
+source "$(dirname "$0")/lib.sh"
+FM=/usr/share/datasets/fashion-mnist
+MT="$BIN/meshtrain"
+
+# -- keras layout: unchanged --------------------------------------------------------------------
+KERAS_SHA=983f7af042d27828295d9287efd28c04210970869732081100766603fc5a96a8
+"$BIN/mt_mkckpt" "$T/ckpt-300.mtc"
+"$MT" export "$T/ckpt-300.mtc" -o "$T/default.safetensors" >/dev/null
+"$MT" export "$T/ckpt-300.mtc" --layout keras -o "$T/keras.safetensors" >/dev/null
+got=$(sha256sum "$T/default.safetensors" | cut -d' ' -f1)
+[ "$got" = "$KERAS_SHA" ] || fail "default export changed: sha256 $got, want $KERAS_SHA"
+cmp -s "$T/default.safetensors" "$T/keras.safetensors" || fail "--layout keras differs from default"
+log "keras layout: byte for byte as before"
+
+# -- refusals -----------------------------------------------------------------------------------
+expect_exit() { # CODE PATTERN CMD...: CMD exits CODE with PATTERN on stderr
+    local want=$1 pat=$2 rc=0; shift 2
+    "$@" >"$T/out.txt" 2>"$T/err.txt" || rc=$?
+    [ "$rc" = "$want" ] || fail "$*: exit $rc, want $want: $(cat "$T/err.txt")"
+    grep -q -- "$pat" "$T/err.txt" || fail "$*: no '$pat' in: $(cat "$T/err.txt")"
+}
+expect_exit 2 "layout 'tf' is not supported" "$MT" export "$T/ckpt-300.mtc" --layout tf -o "$T/x"
+expect_exit 4 "the checkpoint's job spec" "$MT" export "$T/ckpt-300.mtc" --layout torch -o "$T/x"
+cat >"$T/concat.json" <<'EOF'
+{"name": "concat-flat", "seed": 1, "batch_size": 32, "steps": 1,
+ "model": {"input_shape": [28, 28, 1], "layers": [
+   {"type": "conv2d", "filters": 2, "kernel_size": 3},
+   {"type": "flatten", "name": "f1"},
+   {"type": "dense", "units": 4, "name": "d1"},
+   {"type": "concatenate", "inputs": ["f1", "d1"]},
+   {"type": "dense", "units": 10}]}}
+EOF
+"$MT" train --local "$T/concat.json" --steps 1 --save "$T/concat" >"$T/concat.log" 2>&1 ||
+    fail "train concat: $(tail -3 "$T/concat.log")"
+expect_exit 4 "concatenate_1): concatenates a flattened image" \
+    "$MT" export "$T/concat/ckpt-1.mtc" --layout torch -o "$T/x"
+[ ! -e "$T/x" ] || fail "a refused export left $T/x"
+ls "$T" | grep -q '\.tmp\.' && fail "temporary file left behind: $(ls "$T")"
+log "refusals: ok"
+
+# -- PyTorch ------------------------------------------------------------------------------------
+PY=
+for p in ${MT_PYTHON:-python3 /usr/bin/python3}; do
+    if "$p" -c 'import torch, numpy' 2>/dev/null; then PY=$p; break; fi
+done
+if [ -z "$PY" ]; then
+    echo "test_export_torch: PyTorch part skipped (no python3 imports torch and numpy)"
+    exit 0
+fi
+[ -f $FM/t10k-images-idx3-ubyte.gz ] || { echo "test_export_torch: skipped (no $FM)"; exit 0; }
+
+cat >"$T/edges.json" <<'EOF'
+{"name": "torch-layout-edges", "seed": 7, "batch_size": 64, "optimizer": "adam",
+ "model": {"input_shape": [28, 28, 1], "layers": [
+   {"type": "conv2d", "filters": 4, "kernel_size": [2, 3], "padding": "same", "activation": "relu"},
+   {"type": "max_pool2d"},
+   {"type": "batch_norm", "center": false},
+   {"type": "flatten", "name": "flat"},
+   {"type": "batch_norm", "scale": false, "epsilon": 0.01, "momentum": 0.9},
+   {"type": "dropout", "rate": 0.2},
+   {"type": "dense", "units": 16, "activation": "relu", "name": "hidden"},
+   {"type": "dense", "units": 16, "inputs": ["flat"], "use_bias": false, "name": "side"},
+   {"type": "add", "inputs": ["hidden", "side"]},
+   {"type": "concatenate", "inputs": ["add_1", "hidden"]},
+   {"type": "dense", "units": 10, "activation": "softmax"}]}}
+EOF
+cp "$SRC/examples/fashion_mnist_mlp.json" "$SRC/examples/fashion_mnist_cnn.json" "$T/"
+
+# check NAME SPEC STEPS: train, export both layouts, predict, compare every prediction
+check() {
+    local name=$1 spec=$2 steps=$3 ck
+    "$MT" train --local "$spec" --steps "$steps" --save "$T/$name" >"$T/$name-train.log" 2>&1 ||
+        fail "train $name: $(tail -3 "$T/$name-train.log")"
+    ck="$T/$name/ckpt-$steps.mtc"
+    "$MT" export "$ck" --layout torch -o "$T/$name-torch.safetensors" >"$T/$name-export.log" ||
+        fail "export $name --layout torch"
+    "$MT" export "$ck" -o "$T/$name-keras.safetensors" >/dev/null || fail "export $name"
+    "$MT" predict "$T/$name-keras.safetensors" --spec "$spec" \
+        --input $FM/t10k-images-idx3-ubyte.gz --labels $FM/t10k-labels-idx1-ubyte.gz \
+        >"$T/$name-predict.txt" || fail "predict $name"
+    "$PY" "$SRC/examples/load_in_pytorch.py" "$T/$name-torch.safetensors" \
+        --predictions "$T/$name-predict.txt" >"$T/$name-torch.log" 2>&1 ||
+        fail "load_in_pytorch $name: $(cat "$T/$name-torch.log")"
+    grep -q "predictions match meshtrain predict: 10000 of 10000" "$T/$name-torch.log" ||
+        fail "$name: $(cat "$T/$name-torch.log")"
+    # the same accuracy line as predict's, to the last example
+    [ "$(grep '^accuracy' "$T/$name-torch.log")" = "$(grep '^accuracy' "$T/$name-predict.txt")" ] ||
+        fail "$name: accuracy $(grep '^accuracy' "$T/$name-torch.log") vs predict's" \
+            "$(grep '^accuracy' "$T/$name-predict.txt")"
+    log "$name: PyTorch = meshtrain predict on 10000 of 10000 ($(grep '^accuracy' "$T/$name-torch.log"))"
+}
+check mlp "$T/fashion_mnist_mlp.json" 60
+check cnn "$T/fashion_mnist_cnn.json" 30
+check edges "$T/edges.json" 30
+
+# the torch file states its layout and the spec; the names and shapes are PyTorch's
+"$PY" - "$T/cnn-torch.safetensors" <<'PY' || fail "cnn torch header"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+m = h.pop("__metadata__")
+assert m["layout"] == "torch" and m["format"] == "pt" and json.loads(m["spec"])["model"], m
+want = {"conv2d_1.weight": [32, 1, 3, 3], "conv2d_1.bias": [32],
+        "conv2d_2.weight": [64, 32, 3, 3], "conv2d_2.bias": [64],
+        "dense_1.weight": [64, 1600], "dense_1.bias": [64],
+        "dense_2.weight": [10, 64], "dense_2.bias": [10]}
+assert {k: v["shape"] for k, v in h.items()} == want, h
+PY
+echo "test_export_torch: ok"
