@@ -299,6 +299,10 @@ static int parse_head(const coord_hsrv *s, conn *c, const char **msg)
     const char *conn_hdr, *cl, *ver;
     bool http10;
 
+    if (memchr(c->in, '\0', c->head_len) != NULL) { /* the string functions below stop at it */
+        *msg = "NUL byte in the request head";
+        return 400;
+    }
     c->in[c->head_len - 1] = '\0'; /* the blank line's LF: the head is now a string */
     line = cut_line(&p);
     sp1 = strchr(line, ' ');
