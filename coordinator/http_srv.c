@@ -101,6 +101,7 @@ typedef struct conn {
     size_t head_len;    /* bytes of that head, blank line included */
     size_t body_len;    /* its Content-Length */
     bool close_after;   /* close once the response is written */
+    bool eof;           /* the client half-closed: the complete requests are still served */
     coord_hsrv_req req; /* BUSY: the request the handler gets */
     const char **hdr;   /* 2 * max_headers pointers into in */
     char *body;         /* a NUL-terminated copy of the body, or NULL */
@@ -396,6 +397,8 @@ static parse_rc parse(coord_hsrv *s, conn *c)
     c->body[c->body_len] = '\0';
     c->req.body = c->body;
     c->req.body_len = c->body_len;
+    if (c->eof && c->in_len == c->head_len + c->body_len)
+        c->close_after = true; /* the last request before the client's EOF */
     return PARSE_READY;
 }
 
@@ -461,8 +464,10 @@ static bool conn_read(coord_hsrv *s, conn *c)
             c->in_len += (size_t)n;
             continue;
         }
-        if (n == 0)
-            return false; /* the client closed (a half-sent request is dropped) */
+        if (n == 0) { /* the client closed its side: answer what came, then close */
+            c->eof = true;
+            return true;
+        }
         if (errno == EINTR)
             continue;
         return errno == EAGAIN || errno == EWOULDBLOCK;
@@ -500,7 +505,7 @@ static bool conn_write(coord_hsrv *s, conn *c)
     conn_next(s, c);
     if (c->st == CONN_WRITE)
         return conn_write(s, c);
-    return true;
+    return !(c->st == CONN_READ && c->eof); /* half a request before EOF: not served */
 }
 
 /* Drop what arrives after an error response until the client closes. false: drop now. */
@@ -627,8 +632,9 @@ static void *io_main(void *arg)
                     keep = conn_read(s, c);
                     if (keep)
                         conn_next(s, c);
-                    if (keep && c->st == CONN_READ && c->in_len == s->in_cap)
-                        keep = false; /* pipelined beyond the buffer: not served */
+                    if (keep && c->st == CONN_READ && (c->eof || c->in_len == s->in_cap))
+                        keep = false; /* half a request before EOF, or pipelined beyond the
+                                         buffer: not served */
                     if (keep && c->st == CONN_WRITE)
                         keep = conn_write(s, c);
                 } else if (c->st == CONN_WRITE) {
