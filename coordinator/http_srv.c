@@ -309,7 +309,7 @@ static int parse_head(const coord_hsrv *s, conn *c, const char **msg)
     sp1 = strchr(line, ' ');
     sp2 = sp1 != NULL ? strchr(sp1 + 1, ' ') : NULL;
     if (sp1 == NULL || sp2 == NULL || sp1 == line || sp2 == sp1 + 1 ||
-        strncmp(sp2 + 1, "HTTP/1.", 7) != 0) {
+        strncmp(sp2 + 1, "HTTP/1.", 7) != 0 || strchr(line, '\r') != NULL) { /* a bare CR */
         *msg = "malformed request line";
         return 400;
     }
@@ -320,10 +320,10 @@ static int parse_head(const coord_hsrv *s, conn *c, const char **msg)
     c->req.uri = sp1 + 1;
     c->req.n_hdr = 0;
     c->req.hdr = c->hdr;
-    while (*p != '\0' && *p != '\r') {
+    while (*p != '\0' && strcmp(p, "\r") != 0) { /* up to the blank line: "\r" or "" */
         char *h = cut_line(&p), *colon = strchr(h, ':');
         if (colon == NULL || colon == h || h[0] == ' ' || h[0] == '\t' ||
-            strpbrk(h, " \t") < colon) {
+            strpbrk(h, " \t") < colon || strchr(h, '\r') != NULL) {
             *msg =
                 strpbrk(h, " \t") == h ? "obsolete header line folding" : "malformed header line";
             return 400;
