@@ -101,6 +101,7 @@ typedef struct conn {
     size_t head_len;    /* bytes of that head, blank line included */
     size_t body_len;    /* its Content-Length */
     bool close_after;   /* close once the response is written */
+    bool eof;           /* the client half-closed: the complete requests are still served */
     coord_hsrv_req req; /* BUSY: the request the handler gets */
     const char **hdr;   /* 2 * max_headers pointers into in */
     char *body;         /* a NUL-terminated copy of the body, or NULL */
@@ -299,12 +300,16 @@ static int parse_head(const coord_hsrv *s, conn *c, const char **msg)
     const char *conn_hdr, *cl, *ver;
     bool http10;
 
+    if (memchr(c->in, '\0', c->head_len) != NULL) { /* the string functions below stop at it */
+        *msg = "NUL byte in the request head";
+        return 400;
+    }
     c->in[c->head_len - 1] = '\0'; /* the blank line's LF: the head is now a string */
     line = cut_line(&p);
     sp1 = strchr(line, ' ');
     sp2 = sp1 != NULL ? strchr(sp1 + 1, ' ') : NULL;
     if (sp1 == NULL || sp2 == NULL || sp1 == line || sp2 == sp1 + 1 ||
-        strncmp(sp2 + 1, "HTTP/1.", 7) != 0) {
+        strncmp(sp2 + 1, "HTTP/1.", 7) != 0 || strchr(line, '\r') != NULL) { /* a bare CR */
         *msg = "malformed request line";
         return 400;
     }
@@ -315,10 +320,10 @@ static int parse_head(const coord_hsrv *s, conn *c, const char **msg)
     c->req.uri = sp1 + 1;
     c->req.n_hdr = 0;
     c->req.hdr = c->hdr;
-    while (*p != '\0' && *p != '\r') {
+    while (*p != '\0' && strcmp(p, "\r") != 0) { /* up to the blank line: "\r" or "" */
         char *h = cut_line(&p), *colon = strchr(h, ':');
         if (colon == NULL || colon == h || h[0] == ' ' || h[0] == '\t' ||
-            strpbrk(h, " \t") < colon) {
+            strpbrk(h, " \t") < colon || strchr(h, '\r') != NULL) {
             *msg =
                 strpbrk(h, " \t") == h ? "obsolete header line folding" : "malformed header line";
             return 400;
@@ -392,6 +397,8 @@ static parse_rc parse(coord_hsrv *s, conn *c)
     c->body[c->body_len] = '\0';
     c->req.body = c->body;
     c->req.body_len = c->body_len;
+    if (c->eof && c->in_len == c->head_len + c->body_len)
+        c->close_after = true; /* the last request before the client's EOF */
     return PARSE_READY;
 }
 
@@ -457,8 +464,10 @@ static bool conn_read(coord_hsrv *s, conn *c)
             c->in_len += (size_t)n;
             continue;
         }
-        if (n == 0)
-            return false; /* the client closed (a half-sent request is dropped) */
+        if (n == 0) { /* the client closed its side: answer what came, then close */
+            c->eof = true;
+            return true;
+        }
         if (errno == EINTR)
             continue;
         return errno == EAGAIN || errno == EWOULDBLOCK;
@@ -496,7 +505,7 @@ static bool conn_write(coord_hsrv *s, conn *c)
     conn_next(s, c);
     if (c->st == CONN_WRITE)
         return conn_write(s, c);
-    return true;
+    return !(c->st == CONN_READ && c->eof); /* half a request before EOF: not served */
 }
 
 /* Drop what arrives after an error response until the client closes. false: drop now. */
@@ -623,8 +632,9 @@ static void *io_main(void *arg)
                     keep = conn_read(s, c);
                     if (keep)
                         conn_next(s, c);
-                    if (keep && c->st == CONN_READ && c->in_len == s->in_cap)
-                        keep = false; /* pipelined beyond the buffer: not served */
+                    if (keep && c->st == CONN_READ && (c->eof || c->in_len == s->in_cap))
+                        keep = false; /* half a request before EOF, or pipelined beyond the
+                                         buffer: not served */
                     if (keep && c->st == CONN_WRITE)
                         keep = conn_write(s, c);
                 } else if (c->st == CONN_WRITE) {

@@ -16,7 +16,9 @@
  *   more than max_conns open connections          -> the new one gets 503 and is closed.
  * An error response is followed by a lingering close (write side shut, the rest of the
  * request read and dropped for up to a second) so the client reads the status instead of a
- * reset. Keep-alive and pipelined requests are served in order.
+ * reset. Keep-alive and pipelined requests are served in order. A client that half-closes
+ * (shutdown) still gets the answers to the requests that fully arrived, then the connection
+ * closes; half a request before the half-close is dropped without an answer.
  *
  * Threading: one I/O thread (poll) owns the sockets; `threads` handler threads run the handler,
  * several at once, each on its own connection. open/close from the main thread; close waits for

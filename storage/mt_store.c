@@ -148,8 +148,8 @@ static const char *const migrations[] = {
 
     /* 5 -> 6: the client's request id (idempotency key) of a submit; NULL when none was sent.
      * Unique, so a retried submit finds the job its first attempt created (docs/jobs.md) */
-    "ALTER TABLE jobs ADD COLUMN request_id TEXT;"
-    "CREATE UNIQUE INDEX jobs_by_request ON jobs(request_id);",
+    ("ALTER TABLE jobs ADD COLUMN request_id TEXT;"
+     "CREATE UNIQUE INDEX jobs_by_request ON jobs(request_id);"),
 
     /* 6 -> 7: the listing order as an index, so a page of jobs (mt_store_job_page) reads its
      * rows in order and stops at the limit instead of sorting the whole table */
