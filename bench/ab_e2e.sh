@@ -12,7 +12,7 @@ B=${2:?usage: ab_e2e.sh BASE_BUILD NEW_BUILD [ROUNDS]}
 R=${3:-3}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$(mktemp /tmp/mt-ab-e2e.XXXXXX)
-trap 'rm -f "$OUT"' EXIT
+trap 'rm -f "$OUT" "$OUT.round"' EXIT
 for r in $(seq "$R"); do
     order="A B"
     [ $((r % 2)) = 0 ] && order="B A"
@@ -20,10 +20,11 @@ for r in $(seq "$R"); do
         dir=$A
         [ "$w" = B ] && dir=$B
         echo "== round $r, build $w ($dir), load $(cut -d' ' -f1-3 /proc/loadavg)"
-        E2E_DDP=0 bash "$SRC/bench/e2e.sh" "$dir" | grep -E '^(mlp|cnn|text) ' | tee /dev/stderr |
-            awk -v w="$w" '{ print w, $1, $2, $3, $4 }' >>"$OUT"
+        E2E_DDP=0 bash "$SRC/bench/e2e.sh" "$dir" | grep -E '^(mlp|cnn|text) ' >"$OUT.round"
+        cat "$OUT.round" # (tee /dev/stderr would reopen, and truncate, a redirected log)
+        awk -v w="$w" '{ print w, $1, $2, $3, $4 }' "$OUT.round" >>"$OUT"
     done
-done 2>&1
+done
 echo "== medians over $R rounds (examples/s): base -> new, new/base"
 awk '{ k = $2; for (c = 3; c <= 5; c++) v[$1 " " k " " c] = v[$1 " " k " " c] " " $c; m[k] = 1 }
     function med(s,    a, n, i, j, t) { n = split(s, a, " ");
