@@ -387,32 +387,15 @@ fail:
 
 mt_code mt_jobspec_load(const char *path, mt_jobspec **out, mt_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long n = -1;
+    char *buf;
+    size_t n;
     mt_code rc;
 
     *out = NULL;
-    if (f == NULL)
-        return mt_err_set(err, errno == ENOENT ? MT_NOT_FOUND : MT_PERMISSION_DENIED, "open %s: %s",
-                          path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) == 0)
-        n = ftell(f);
-    if (n < 0 || n > (long)MT_JOBSPEC_MAX_SIZE || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return mt_err_set(err, MT_INVALID_ARGUMENT,
-                          "%s: not a readable job spec of at most %u bytes", path,
-                          MT_JOBSPEC_MAX_SIZE);
-    }
-    buf = mt_malloc((size_t)n + 1);
-    if (buf == NULL || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        mt_free(buf);
-        return mt_err_set(err, buf == NULL ? MT_RESOURCE_EXHAUSTED : MT_INVALID_ARGUMENT, "%s: %s",
-                          path, buf == NULL ? "out of memory" : "read error");
-    }
-    fclose(f);
-    rc = mt_jobspec_parse(buf, (size_t)n, out, err);
+    rc = mt_job_spec_read(path, MT_JOBSPEC_MAX_SIZE, &buf, &n, err);
+    if (rc != MT_OK)
+        return rc;
+    rc = mt_jobspec_parse(buf, n, out, err);
     mt_free(buf);
     return rc;
 }

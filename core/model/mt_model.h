@@ -133,6 +133,11 @@ mt_code mt_job_spec_parse(const char *json, size_t len, mt_job_spec **out, mt_er
 /* mt_job_spec_parse from a parsed JSON root (borrowed). */
 mt_code mt_job_spec_from_json(const struct cJSON *root, mt_job_spec **out, mt_err *err);
 
+/* Read a job spec file of at most max bytes into *out (returns owned, NUL-terminated; mt_free)
+ * and *len. NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT ("open PATH: why", too big, read
+ * error), RESOURCE_EXHAUSTED. */
+mt_code mt_job_spec_read(const char *path, size_t max, char **out, size_t *len, mt_err *err);
+
 /* Read the file at path and mt_job_spec_parse it. NOT_FOUND / INVALID_ARGUMENT naming the file. */
 mt_code mt_job_spec_load(const char *path, mt_job_spec **out, mt_err *err);
 

@@ -783,22 +783,27 @@ mt_code mt_job_spec_parse(const char *json, size_t len, mt_job_spec **out, mt_er
     return rc;
 }
 
-mt_code mt_job_spec_load(const char *path, mt_job_spec **out, mt_err *err)
+mt_code mt_job_spec_read(const char *path, size_t max, char **out, size_t *len, mt_err *err)
 {
     FILE *f;
     char *buf;
-    long n;
-    mt_code rc;
+    long n = -1;
 
     *out = NULL;
+    *len = 0;
     f = fopen(path, "rb");
     if (f == NULL)
-        return mt_err_set(err, errno == ENOENT ? MT_NOT_FOUND : MT_INVALID_ARGUMENT, "open %s: %s",
-                          path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
-        n > (64 << 20)) {
+        return mt_err_set(err,
+                          errno == ENOENT   ? MT_NOT_FOUND
+                          : errno == EACCES ? MT_PERMISSION_DENIED
+                                            : MT_INVALID_ARGUMENT,
+                          "open %s: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) == 0)
+        n = ftell(f);
+    if (n < 0 || (unsigned long)n > max || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: not a readable job spec file", path);
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "%s: not a readable job spec file of at most %zu bytes", path, max);
     }
     buf = mt_malloc((size_t)n + 1);
     if (buf == NULL) {
@@ -812,7 +817,22 @@ mt_code mt_job_spec_load(const char *path, mt_job_spec **out, mt_err *err)
     }
     fclose(f);
     buf[n] = '\0';
-    rc = mt_job_spec_parse(buf, (size_t)n, out, err);
+    *out = buf;
+    *len = (size_t)n;
+    return MT_OK;
+}
+
+mt_code mt_job_spec_load(const char *path, mt_job_spec **out, mt_err *err)
+{
+    char *buf;
+    size_t n;
+    mt_code rc;
+
+    *out = NULL;
+    rc = mt_job_spec_read(path, (size_t)64 << 20, &buf, &n, err);
+    if (rc != MT_OK)
+        return rc;
+    rc = mt_job_spec_parse(buf, n, out, err);
     mt_free(buf);
     return rc;
 }
