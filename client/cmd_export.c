@@ -238,6 +238,8 @@ static mt_code torch_out_shape(const mt_layer_spec *l, int i, const torch_shape 
         return mt_layer_join_shape(l, i, ranks, (const size_t(*)[3])shapes, &out->rank, out->shape,
                                    err);
     }
+    case MT_LAYER_KIND_COUNT:
+        break;
     }
     return MT_OK;
 }

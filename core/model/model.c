@@ -1,17 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * model.c — the Sequential model: shape inference, named parameters, the forward/backward pass
- * over local tensors, loss, optimizer update and the train/eval steps (contract in mt_model.h).
+ * model.c — the single-device REFERENCE engine (contract in mt_model.h): the model planned on
+ * one device, named parameters, loss, optimizer update and the train/eval steps. The SPMD
+ * engine (core/spmd) runs the same layer modules over a mesh and is tested against this one.
  *
- * DESIGN: each layer owns its output buffer and its input-gradient buffer, sized once for
- * max_batch examples and reused every step (no allocation in the step). flatten and inference
- * dropout pass pointers through without copying. A layer reading the model's input never
- * computes an input gradient. The model is a graph in list order (mt_layer_spec.inputs): in the
- * backward, a layer whose output has one reader that is not a join (add, concatenate) takes that
- * reader's input gradient by pointer, as a chain always did; any other layer owns an accumulator
- * (gacc) that its readers' gradients are copied into, then added to, in reverse list order, so
- * the bits are fixed. Everything that must be summed over replicas goes through mt_model_comm.
- * Threading: one thread per model. Tests: tests/unit/test_model.c.
+ * DESIGN: the layers are core/layers modules run by mt_layer_graph_forward / _backward with a
+ * one-device mt_layer_dev: its batch dimension (0) is the caller's mt_model_comm hook (so the
+ * batch-norm sums of a data-parallel caller are reduced), every other dim is absent, so no layer
+ * reshards. Buffers are sized once for max_batch examples (no allocation in a step).
+ * Everything that must be summed over replicas goes through mt_model_comm.
+ * Threading: one thread per model. Tests: tests/unit/test_model.c, tests/unit/test_layers.c.
  */
 #include "model/mt_model.h"
 
@@ -19,39 +17,14 @@
 #include <string.h>
 
 #include "alloc/mt_alloc.h"
+#include "layers/mt_layer.h"
 #include "rng/mt_rng.h"
 #include "tensor/mt_tensor.h"
 
-typedef struct layer {
-    mt_layer_spec s;
-    int in_rank, out_rank;
-    size_t in_shape[3], out_shape[3];
-    size_t in_size, out_size; /* floats per example */
-    size_t p0;                /* index of the first parameter */
-    mt_model_param *kernel, *bias, *gamma, *beta, *mmean, *mvar;
-    mt_conv2d_geom geom; /* conv2d, batch set per call */
-    size_t rows_per_ex;  /* batch_norm: rows per example (H*W for images) */
-    size_t feat;         /* batch_norm: features (last axis) */
-    float *out_buf;      /* owned (max_batch * out_size) */
-    float *dx_buf;       /* owned (max_batch * in_size); NULL for the first layer */
-    float *cols, *dcols; /* conv2d im2col scratch */
-    int32_t *argmax;     /* max_pool2d */
-    float *xhat;         /* batch_norm */
-    float *bn;           /* batch_norm: mean, var, sum_dy, sum_dy_xhat (4 * feat) */
-    uint8_t *mask;       /* dropout */
-    const float *in;     /* input of the last forward (borrowed) */
-    const float *ins[MT_LAYER_MAX_INPUTS]; /* add / concatenate: every input */
-    size_t in_last[MT_LAYER_MAX_INPUTS];   /* concatenate: each input's last-axis width */
-    float *out;                            /* output of the last forward */
-    float *gacc;  /* owned: gradient of the output, accumulated over its readers; or NULL */
-    float *gin;   /* backward: gradient of the output (gacc or the reader's dx) */
-    bool gfresh;  /* gacc holds nothing of this step yet */
-    bool dropped; /* dropout applied in the last forward */
-} layer;
-
 struct mt_model {
     int n_layers;
-    layer *layers;
+    mt_layer *layers;   /* the plan (core/layers) */
+    mt_layer_state *st; /* per layer */
     mt_model_param *params;
     size_t n_params;
     size_t max_batch, in_size, num_classes;
@@ -61,7 +34,11 @@ struct mt_model {
     float *dlogits; /* (max_batch, num_classes) */
     const float *logits;
     size_t batch, global_batch;
-    bool trained_forward; /* the last forward ran in training mode */
+    bool trained_forward;      /* the last forward ran in training mode */
+    const mt_model_comm *comm; /* of the current pass */
+    bool ref;                  /* plain reference kernels (mt_model_use_reference_kernels) */
+    bool count_only;           /* planning for mt_model_spec_size: no parameter storage */
+    uint64_t counted;          /* count_only: parameters declared (saturating) */
 };
 
 /* ------------------------------------------------------------------ parameters */
@@ -91,54 +68,6 @@ mt_code mt_model_param_init(const mt_model_param *p, uint64_t seed, const size_t
                               local_shape, err);
 }
 
-static mt_model_param *add_param(mt_model *m, const layer *l, const char *what, int rank,
-                                 const size_t *shape, mt_param_init init, bool trainable,
-                                 mt_err *err)
-{
-    mt_model_param *p = &m->params[m->n_params];
-    bool adam = m->opt.kind == MT_OPT_ADAM;
-
-    memset(p, 0, sizeof(*p));
-    snprintf(p->name, sizeof(p->name), "%s.%s", l->s.name, what);
-    p->rank = rank;
-    p->size = 1;
-    for (int i = 0; i < rank; i++) {
-        p->shape[i] = p->local_shape[i] = shape[i];
-        p->size *= shape[i];
-    }
-    p->init = init;
-    p->trainable = trainable;
-    p->value = mt_malloc(p->size * sizeof(float));
-    if (trainable) {
-        p->grad = mt_calloc(p->size, sizeof(float));
-        if (adam || m->opt.momentum > 0.0f)
-            p->slot1 = mt_calloc(p->size, sizeof(float));
-        if (adam)
-            p->slot2 = mt_calloc(p->size, sizeof(float));
-    }
-    m->n_params++; /* counted before the checks so mt_model_free releases partial allocations */
-    if (p->value == NULL || (trainable && p->grad == NULL) ||
-        ((adam || m->opt.momentum > 0.0f) && trainable && p->slot1 == NULL) ||
-        (adam && trainable && p->slot2 == NULL)) {
-        mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", p->name);
-        return NULL;
-    }
-    if (mt_model_param_init(p, m->seed, p->offsets, p->local_shape, p->value, err) != MT_OK)
-        return NULL;
-    return p;
-}
-
-/* ------------------------------------------------------------------ building */
-
-static void shape_str(char *buf, size_t cap, int rank, const size_t *s)
-{
-    int o = snprintf(buf, cap, "(");
-    for (int i = 0; i < rank && o > 0 && (size_t)o < cap; i++)
-        o += snprintf(buf + o, cap - (size_t)o, i ? ", %zu" : "%zu", s[i]);
-    if (o > 0 && (size_t)o < cap)
-        snprintf(buf + o, cap - (size_t)o, ")");
-}
-
 /* a * b saturating at UINT64_MAX */
 static uint64_t mul_sat(uint64_t a, uint64_t b)
 {
@@ -146,224 +75,180 @@ static uint64_t mul_sat(uint64_t a, uint64_t b)
     return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
-static mt_code layer_shapes(layer *l, int idx, mt_err *err)
-{
-    char sh[64];
-    shape_str(sh, sizeof(sh), l->in_rank, l->in_shape);
-    switch (l->s.kind) {
-    case MT_LAYER_DENSE:
-        if (l->in_rank != 1)
-            return mt_err_set(err, MT_INVALID_ARGUMENT,
-                              "model.layers[%d]: dense needs a flat input (add a flatten layer "
-                              "before it); its input has shape %s",
-                              idx, sh);
-        l->out_rank = 1;
-        l->out_shape[0] = l->s.units;
-        break;
-    case MT_LAYER_CONV2D:
-    case MT_LAYER_MAX_POOL2D:
-        if (l->in_rank != 3)
-            return mt_err_set(err, MT_INVALID_ARGUMENT,
-                              "model.layers[%d]: %s needs an image input (height, width, "
-                              "channels); its input has shape %s",
-                              idx, l->s.kind == MT_LAYER_CONV2D ? "conv2d" : "max_pool2d", sh);
-        l->out_rank = 3;
-        if (l->s.kind == MT_LAYER_MAX_POOL2D) {
-            if (l->in_shape[0] < 2 || l->in_shape[1] < 2)
-                return mt_err_set(err, MT_INVALID_ARGUMENT,
-                                  "model.layers[%d]: max_pool2d input %s is smaller than 2x2", idx,
-                                  sh);
-            l->out_shape[0] = l->in_shape[0] / 2;
-            l->out_shape[1] = l->in_shape[1] / 2;
-            l->out_shape[2] = l->in_shape[2];
-            break;
-        }
-        l->geom = (mt_conv2d_geom){0,       l->in_shape[0], l->in_shape[1], l->in_shape[2],
-                                   l->s.kh, l->s.kw,        l->s.filters,   l->s.same};
-        if (mt_conv2d_out_h(&l->geom) == 0 || mt_conv2d_out_w(&l->geom) == 0)
-            return mt_err_set(err, MT_INVALID_ARGUMENT,
-                              "model.layers[%d].kernel_size: %zux%zu is larger than the input "
-                              "%s with valid padding",
-                              idx, l->s.kh, l->s.kw, sh);
-        l->out_shape[0] = mt_conv2d_out_h(&l->geom);
-        l->out_shape[1] = mt_conv2d_out_w(&l->geom);
-        l->out_shape[2] = l->s.filters;
-        break;
-    case MT_LAYER_FLATTEN:
-        l->out_rank = 1;
-        l->out_shape[0] = l->in_size;
-        break;
-    case MT_LAYER_BATCH_NORM:
-    case MT_LAYER_DROPOUT:
-        l->out_rank = l->in_rank;
-        memcpy(l->out_shape, l->in_shape, sizeof(l->in_shape));
-        l->feat = l->in_shape[l->in_rank - 1];
-        l->rows_per_ex = l->in_size / l->feat;
-        break;
-    case MT_LAYER_ADD:
-    case MT_LAYER_CONCATENATE:
-        break; /* graph_shapes set the output from every input (mt_layer_join_shape) */
-    }
-    l->out_size = 1;
-    for (int i = 0; i < l->out_rank; i++)
-        l->out_size *= l->out_shape[i];
-    return MT_OK;
-}
-
-/*
- * Layer i's input shape(s) from the model input and the earlier layers' output shapes (ranks,
- * shapes indexed by layer), then its own output shape: layer_shapes, or mt_layer_join_shape for
- * a join. Used by mt_model_new and mt_model_spec_size alike.
- */
-static mt_code graph_shapes(layer *l, int i, int in_rank, const size_t *in_shape, const int *ranks,
-                            const size_t (*shapes)[3], mt_err *err)
-{
-    int rk[MT_LAYER_MAX_INPUTS];
-    size_t sh[MT_LAYER_MAX_INPUTS][3];
-
-    for (int k = 0; k < l->s.n_inputs; k++) {
-        int p = l->s.inputs[k];
-        rk[k] = p == MT_LAYER_INPUT ? in_rank : ranks[p];
-        memset(sh[k], 0, sizeof(sh[k]));
-        memcpy(sh[k], p == MT_LAYER_INPUT ? in_shape : shapes[p], (size_t)rk[k] * sizeof(size_t));
-        l->in_last[k] = sh[k][rk[k] - 1];
-    }
-    l->in_rank = rk[0];
-    memcpy(l->in_shape, sh[0], sizeof(l->in_shape));
-    l->in_size = 1;
-    for (int a = 0; a < l->in_rank; a++)
-        l->in_size = (size_t)mul_sat(l->in_size, l->in_shape[a]);
-    if (l->s.kind == MT_LAYER_ADD || l->s.kind == MT_LAYER_CONCATENATE) {
-        mt_code rc = mt_layer_join_shape(&l->s, i, rk, (const size_t(*)[3])sh, &l->out_rank,
-                                         l->out_shape, err);
-        if (rc != MT_OK)
-            return rc;
-    }
-    return layer_shapes(l, i, err);
-}
-
-#define ALLOC_OR_FAIL(ptr, n, what)                                                                \
-    do {                                                                                           \
-        (ptr) = mt_calloc((n) + 1, sizeof(*(ptr)));                                                \
-        if ((ptr) == NULL)                                                                         \
-            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory for %s", l->s.name,   \
-                              what);                                                               \
-    } while (0)
-
-static mt_code layer_build(mt_model *m, layer *l, bool needs_acc, mt_err *err)
-{
-    size_t b = m->max_batch;
-    bool passthrough = l->s.kind == MT_LAYER_FLATTEN;
-    bool join = l->s.kind == MT_LAYER_ADD || l->s.kind == MT_LAYER_CONCATENATE;
-
-    l->p0 = m->n_params;
-    if (l->s.kind == MT_LAYER_DENSE || l->s.kind == MT_LAYER_CONV2D) {
-        size_t ks[4], bs[1];
-        int kr;
-        if (l->s.kind == MT_LAYER_DENSE) {
-            ks[0] = l->in_size, ks[1] = l->s.units, kr = 2, bs[0] = l->s.units;
-        } else {
-            ks[0] = l->s.kh, ks[1] = l->s.kw, ks[2] = l->in_shape[2], ks[3] = l->s.filters;
-            kr = 4, bs[0] = l->s.filters;
-        }
-        l->kernel = add_param(m, l, "kernel", kr, ks, MT_INIT_GLOROT_UNIFORM, true, err);
-        if (l->kernel == NULL)
-            return err != NULL ? err->code : MT_RESOURCE_EXHAUSTED;
-        if (l->s.use_bias) {
-            l->bias = add_param(m, l, "bias", 1, bs, MT_INIT_ZEROS, true, err);
-            if (l->bias == NULL)
-                return err != NULL ? err->code : MT_RESOURCE_EXHAUSTED;
-        }
-    }
-    if (l->s.kind == MT_LAYER_BATCH_NORM) {
-        size_t fs[1] = {l->feat};
-        if (l->s.scale &&
-            (l->gamma = add_param(m, l, "gamma", 1, fs, MT_INIT_ONES, true, err)) == NULL)
-            return err != NULL ? err->code : MT_RESOURCE_EXHAUSTED;
-        if (l->s.center &&
-            (l->beta = add_param(m, l, "beta", 1, fs, MT_INIT_ZEROS, true, err)) == NULL)
-            return err != NULL ? err->code : MT_RESOURCE_EXHAUSTED;
-        if ((l->mmean = add_param(m, l, "moving_mean", 1, fs, MT_INIT_ZEROS, false, err)) == NULL)
-            return err != NULL ? err->code : MT_RESOURCE_EXHAUSTED;
-        if ((l->mvar = add_param(m, l, "moving_variance", 1, fs, MT_INIT_ONES, false, err)) == NULL)
-            return err != NULL ? err->code : MT_RESOURCE_EXHAUSTED;
-        ALLOC_OR_FAIL(l->xhat, b * l->in_size, "normalised inputs");
-        ALLOC_OR_FAIL(l->bn, 4 * l->feat, "statistics");
-    }
-    if (!passthrough)
-        ALLOC_OR_FAIL(l->out_buf, b * l->out_size, "outputs");
-    if (l->s.inputs[0] != MT_LAYER_INPUT && !passthrough && !join)
-        ALLOC_OR_FAIL(l->dx_buf, b * l->in_size, "input gradients");
-    if (needs_acc)
-        ALLOC_OR_FAIL(l->gacc, b * l->out_size, "output gradients");
-    if (l->s.kind == MT_LAYER_CONV2D) {
-        mt_conv2d_geom g = l->geom;
-        g.batch = b;
-        ALLOC_OR_FAIL(l->cols, mt_conv2d_cols_size(&g), "im2col");
-        if (l->s.inputs[0] != MT_LAYER_INPUT)
-            ALLOC_OR_FAIL(l->dcols, mt_conv2d_cols_size(&g), "im2col gradients");
-    }
-    if (l->s.kind == MT_LAYER_MAX_POOL2D)
-        ALLOC_OR_FAIL(l->argmax, b * l->out_size, "argmax");
-    if (l->s.kind == MT_LAYER_DROPOUT)
-        ALLOC_OR_FAIL(l->mask, b * l->in_size, "mask");
-    return MT_OK;
-}
-
 static uint64_t add_sat(uint64_t a, uint64_t b)
 {
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
+/* ------------------------------------------------------------------ the one-device planner */
+
+/* mt_layer_planner.add_param: a whole, replicated parameter, allocated and initialised (or only
+ * counted). */
+static mt_code plan_add_param(void *ctx, mt_layer *l, int slot, const char *what, int rank,
+                              const size_t *shape, mt_param_init init, bool trainable, int follow,
+                              mt_err *err)
+{
+    mt_model *m = ctx;
+    mt_model_param *p;
+    bool adam = m->opt.kind == MT_OPT_ADAM, mom = adam || m->opt.momentum > 0.0f;
+    uint64_t n = 1;
+
+    (void)follow;
+    for (int i = 0; i < rank; i++)
+        n = mul_sat(n, shape[i]);
+    l->has[slot] = true;
+    l->pi[slot] = m->n_params;
+    if (m->count_only) {
+        m->counted = add_sat(m->counted, n);
+        m->n_params++;
+        return MT_OK;
+    }
+    p = &m->params[m->n_params];
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "%s.%s", l->s.name, what);
+    p->rank = rank;
+    p->size = (size_t)n;
+    for (int i = 0; i < rank; i++)
+        p->shape[i] = p->local_shape[i] = shape[i];
+    p->init = init;
+    p->trainable = trainable;
+    p->value = mt_malloc(p->size * sizeof(float));
+    if (trainable) {
+        p->grad = mt_calloc(p->size, sizeof(float));
+        if (mom)
+            p->slot1 = mt_calloc(p->size, sizeof(float));
+        if (adam)
+            p->slot2 = mt_calloc(p->size, sizeof(float));
+    }
+    m->n_params++; /* counted before the checks so mt_model_free releases partial allocations */
+    if (p->value == NULL || (trainable && p->grad == NULL) ||
+        (mom && trainable && p->slot1 == NULL) || (adam && trainable && p->slot2 == NULL))
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", p->name);
+    return mt_model_param_init(p, m->seed, p->offsets, p->local_shape, p->value, err);
+}
+
+static int plan_param_dim(void *ctx, const mt_layer *l, int slot, int axis)
+{
+    (void)ctx;
+    (void)l;
+    (void)slot;
+    (void)axis;
+    return -1; /* one device: nothing is sharded */
+}
+
+static const char *plan_dim_name(void *ctx, int dim)
+{
+    (void)ctx;
+    (void)dim;
+    return "batch";
+}
+
+static size_t one(void *ctx, int dim)
+{
+    (void)ctx;
+    (void)dim;
+    return 1;
+}
+
+/*
+ * Plan every layer of spec for input in_shape into m->layers (parameters allocated, or only
+ * counted when m->count_only). *widest: the largest per-example activation (saturating).
+ */
+static mt_code plan_model(mt_model *m, const mt_job_spec *spec, int in_rank, const size_t *in_shape,
+                          uint64_t *widest, mt_err *err)
+{
+    mt_layer_planner p = {m, plan_add_param, plan_param_dim, plan_dim_name, one};
+    uint64_t w = 1;
+
+    for (int a = 0; a < in_rank; a++)
+        w = mul_sat(w, in_shape[a]);
+    for (int i = 0; i < spec->n_layers; i++) {
+        mt_layer *l = &m->layers[i];
+        mt_code rc = mt_layer_plan(spec, i, m->layers, in_rank, in_shape, -1, &p, l, err);
+        uint64_t k = 1;
+        if (rc != MT_OK)
+            return rc;
+        for (int a = 0; a < l->out_rank; a++)
+            k = mul_sat(k, l->out_shape[a]);
+        w = k > w ? k : w;
+    }
+    if (widest != NULL)
+        *widest = w;
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------------ the one-device services */
+
+/* mt_layer_dev.allreduce: the batch dim (0) is the caller's mt_model_comm; nothing else is
+ * sharded. */
+static mt_code dev_allreduce(void *ctx, int dim, float *buf, size_t n)
+{
+    mt_model *m = ctx;
+    if (dim != 0 || m->comm == NULL || m->comm->allreduce_sum == NULL)
+        return MT_OK;
+    return m->comm->allreduce_sum(m->comm->ctx, buf, n, MT_MODEL_COMM_BN_STATS);
+}
+
+static mt_code dev_reshard(void *ctx, const float *src, size_t rows, size_t c, int from, int to,
+                           float *dst)
+{
+    (void)ctx;
+    (void)src;
+    (void)rows;
+    (void)c;
+    (void)from;
+    (void)to;
+    (void)dst;
+    return MT_INTERNAL; /* nothing is sharded on one device: no layer asks */
+}
+
+static int dev_coord(void *ctx, int dim)
+{
+    (void)ctx;
+    (void)dim;
+    return 0;
+}
+
+static mt_code dev_bind(void *ctx, int idx)
+{
+    mt_model *m = ctx;
+    const mt_layer *l = &m->layers[idx];
+    mt_layer_state *st = &m->st[idx];
+    for (int k = 0; k < MT_LAYER_MAX_PARAMS; k++) {
+        st->pv[k] = l->has[k] ? m->params[l->pi[k]].value : NULL;
+        st->pg[k] = l->has[k] ? m->params[l->pi[k]].grad : NULL;
+    }
+    return MT_OK;
+}
+
+static mt_layer_dev model_dev(mt_model *m)
+{
+    mt_layer_dev d = {m,    dev_allreduce, dev_reshard, one, dev_coord,
+                      NULL, dev_bind,      NULL,        0,   m->seed};
+    return d;
+}
+
+/* ------------------------------------------------------------------ building */
+
 mt_code mt_model_spec_size(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
                            mt_model_size *out, mt_err *err)
 {
-    int *ranks = NULL;
-    size_t(*shapes)[3] = NULL;
-    uint64_t params = 0, widest;
-    mt_code rc = MT_OK;
+    mt_model m;
+    mt_code rc;
 
     memset(out, 0, sizeof(*out));
     if (in_rank < 1 || in_rank > 3)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "model.input_shape: rank %d not in 1..3",
                           in_rank);
-    ranks = mt_calloc((size_t)spec->n_layers + 1, sizeof(*ranks));
-    shapes = mt_calloc((size_t)spec->n_layers + 1, sizeof(*shapes));
-    if (ranks == NULL || shapes == NULL) {
-        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");
-        goto out;
-    }
-    widest = 1;
-    for (int a = 0; a < in_rank; a++)
-        widest = mul_sat(widest, in_shape[a]);
-    for (int i = 0; i < spec->n_layers && widest <= SIZE_MAX / 4; i++) {
-        layer l;
-        uint64_t k = 0;
-
-        memset(&l, 0, sizeof(l));
-        l.s = spec->layers[i];
-        rc = graph_shapes(&l, i, in_rank, in_shape, ranks, (const size_t(*)[3])shapes, err);
-        if (rc != MT_OK)
-            goto out;
-        if (l.s.kind == MT_LAYER_DENSE)
-            k = add_sat(mul_sat(l.in_size, l.s.units), l.s.use_bias ? l.s.units : 0);
-        else if (l.s.kind == MT_LAYER_CONV2D)
-            k = add_sat(mul_sat(mul_sat(mul_sat(l.s.kh, l.s.kw), l.in_shape[2]), l.s.filters),
-                        l.s.use_bias ? l.s.filters : 0);
-        else if (l.s.kind == MT_LAYER_BATCH_NORM)
-            k = mul_sat(l.feat, 2u + (l.s.scale ? 1u : 0u) + (l.s.center ? 1u : 0u));
-        params = add_sat(params, k);
-        for (int a = 0; a < l.out_rank; a++) /* l.out_size may have wrapped: recompute */
-            k = a == 0 ? l.out_shape[0] : mul_sat(k, l.out_shape[a]);
-        widest = k > widest ? k : widest;
-        ranks[i] = l.out_rank;
-        memcpy(shapes[i], l.out_shape, sizeof(shapes[i]));
-    }
-    out->params = params;
-    out->widest_activation = widest;
-out:
-    mt_free(ranks);
-    mt_free(shapes);
+    memset(&m, 0, sizeof(m));
+    m.count_only = true;
+    m.opt = spec->optimizer;
+    m.layers = mt_calloc((size_t)spec->n_layers + 1, sizeof(mt_layer));
+    if (m.layers == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");
+    rc = plan_model(&m, spec, in_rank, in_shape, &out->widest_activation, err);
+    out->params = m.counted;
+    mt_free(m.layers);
     return rc;
 }
 
@@ -400,9 +285,7 @@ mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shap
 {
     mt_model *m;
     mt_code rc;
-    int *ranks = NULL;
-    size_t(*shapes)[3] = NULL;
-    const layer *last;
+    const mt_layer *last;
 
     *out = NULL;
     if (in_rank < 1 || in_rank > 3)
@@ -412,8 +295,8 @@ mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shap
         (spec->input_rank != in_rank ||
          memcmp(spec->input_shape, in_shape, (size_t)in_rank * sizeof(size_t)) != 0)) {
         char a[64], b[64];
-        shape_str(a, sizeof(a), spec->input_rank, spec->input_shape);
-        shape_str(b, sizeof(b), in_rank, in_shape);
+        mt_layer_shape_text(a, sizeof(a), spec->input_rank, spec->input_shape);
+        mt_layer_shape_text(b, sizeof(b), in_rank, in_shape);
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "model.input_shape: %s does not match the dataset's examples %s", a, b);
     }
@@ -433,38 +316,35 @@ mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shap
     m->seed = spec->seed;
     m->opt = spec->optimizer;
     m->n_layers = spec->n_layers;
-    m->layers = mt_calloc((size_t)spec->n_layers, sizeof(layer));
-    m->params = mt_calloc((size_t)spec->n_layers * 4, sizeof(mt_model_param));
-    ranks = mt_calloc((size_t)spec->n_layers, sizeof(*ranks));
-    shapes = mt_calloc((size_t)spec->n_layers, sizeof(*shapes));
-    if (m->layers == NULL || m->params == NULL || ranks == NULL || shapes == NULL) {
+    m->layers = mt_calloc((size_t)spec->n_layers, sizeof(mt_layer));
+    m->st = mt_calloc((size_t)spec->n_layers, sizeof(mt_layer_state));
+    m->params = mt_calloc((size_t)spec->n_layers * MT_LAYER_MAX_PARAMS, sizeof(mt_model_param));
+    if (m->layers == NULL || m->st == NULL || m->params == NULL) {
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");
         goto fail;
     }
     m->in_size = 1;
     for (int i = 0; i < in_rank; i++)
         m->in_size *= in_shape[i];
-    for (int i = 0; i < spec->n_layers; i++) {
-        layer *l = &m->layers[i];
-        l->s = spec->layers[i];
-        l->s.activation = mt_model_layer_activation(spec, i);
-        rc = graph_shapes(l, i, in_rank, in_shape, ranks, (const size_t(*)[3])shapes, err);
-        if (rc == MT_OK)
-            rc = layer_build(m, l, mt_job_spec_output_shared(spec, i), err);
-        if (rc != MT_OK)
-            goto fail;
-        ranks[i] = l->out_rank;
-        memcpy(shapes[i], l->out_shape, sizeof(shapes[i]));
-    }
+    if ((rc = plan_model(m, spec, in_rank, in_shape, NULL, err)) != MT_OK)
+        goto fail;
     last = &m->layers[spec->n_layers - 1];
     if (last->out_rank != 1) {
         char sh[64];
-        shape_str(sh, sizeof(sh), last->out_rank, last->out_shape);
+        mt_layer_shape_text(sh, sizeof(sh), last->out_rank, last->out_shape);
         rc = mt_err_set(err, MT_INVALID_ARGUMENT,
                         "model.layers[%d]: the last layer must output one logit per class (a "
                         "vector); it outputs %s",
                         spec->n_layers - 1, sh);
         goto fail;
+    }
+    {
+        mt_layer_dev d = model_dev(m);
+        mt_layer_alloc a = {false, 0};
+        for (int i = 0; i < m->n_layers; i++)
+            if ((rc = mt_layer_state_init(&m->layers[i], &m->st[i], max_batch, &d, &a, err)) !=
+                MT_OK)
+                goto fail;
     }
     m->num_classes = last->out_shape[0];
     m->dlogits = mt_calloc(max_batch * m->num_classes, sizeof(float));
@@ -472,13 +352,9 @@ mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shap
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");
         goto fail;
     }
-    mt_free(ranks);
-    mt_free(shapes);
     *out = m;
     return MT_OK;
 fail:
-    mt_free(ranks);
-    mt_free(shapes);
     mt_model_free(m);
     return rc;
 }
@@ -493,19 +369,10 @@ void mt_model_free(mt_model *m)
         mt_free(m->params[i].slot1);
         mt_free(m->params[i].slot2);
     }
-    for (int i = 0; m->layers != NULL && i < m->n_layers; i++) {
-        layer *l = &m->layers[i];
-        mt_free(l->out_buf);
-        mt_free(l->dx_buf);
-        mt_free(l->cols);
-        mt_free(l->dcols);
-        mt_free(l->argmax);
-        mt_free(l->xhat);
-        mt_free(l->bn);
-        mt_free(l->mask);
-        mt_free(l->gacc);
-    }
+    for (int i = 0; m->st != NULL && i < m->n_layers; i++)
+        mt_layer_state_fini(&m->st[i]);
     mt_free(m->layers);
+    mt_free(m->st);
     mt_free(m->params);
     mt_free(m->dlogits);
     mt_free(m);
@@ -549,7 +416,7 @@ void mt_model_set_iterations(mt_model *m, int64_t t)
     m->t = t;
 }
 
-/* ------------------------------------------------------------------ forward */
+/* ------------------------------------------------------------------ passes */
 
 static mt_code allreduce(const mt_model_comm *comm, float *buf, size_t n, int tag)
 {
@@ -558,90 +425,18 @@ static mt_code allreduce(const mt_model_comm *comm, float *buf, size_t n, int ta
     return comm->allreduce_sum(comm->ctx, buf, n, tag);
 }
 
-static mt_code bn_forward(layer *l, size_t batch, size_t global_batch, bool training,
-                          const mt_model_comm *comm)
-{
-    size_t rows = batch * l->rows_per_ex, c = l->feat;
-    float *mean = l->bn, *var = l->bn + c;
-    const float *gamma = l->gamma ? l->gamma->value : NULL, *beta = l->beta ? l->beta->value : NULL;
-    float inv_m = 1.0f / (float)(global_batch * l->rows_per_ex);
-    mt_code rc;
-
-    if (!training) {
-        mt_bn_normalize(l->out, NULL, l->in, l->mmean->value, l->mvar->value, l->s.epsilon, gamma,
-                        beta, rows, c);
-        return MT_OK;
-    }
-    mt_bn_sum(mean, l->in, rows, c);
-    rc = allreduce(comm, mean, c, MT_MODEL_COMM_BN_STATS);
-    if (rc != MT_OK)
-        return rc;
-    for (size_t j = 0; j < c; j++)
-        mean[j] *= inv_m;
-    mt_bn_sqdev(var, l->in, mean, rows, c);
-    rc = allreduce(comm, var, c, MT_MODEL_COMM_BN_STATS);
-    if (rc != MT_OK)
-        return rc;
-    for (size_t j = 0; j < c; j++)
-        var[j] *= inv_m;
-    mt_bn_normalize(l->out, l->xhat, l->in, mean, var, l->s.epsilon, gamma, beta, rows, c);
-    mt_bn_update_moving(l->mmean->value, mean, l->s.momentum, c);
-    mt_bn_update_moving(l->mvar->value, var, l->s.momentum, c);
-    return MT_OK;
-}
-
-static mt_code layer_forward(mt_model *m, layer *l, int idx, size_t batch, bool training,
-                             uint64_t step, uint64_t first_example, const mt_model_comm *comm)
-{
-    l->out = l->out_buf;
-    switch (l->s.kind) {
-    case MT_LAYER_DENSE:
-        mt_dense_forward(l->out, l->in, l->kernel->value, l->bias ? l->bias->value : NULL, batch,
-                         l->in_size, l->out_size);
-        break;
-    case MT_LAYER_CONV2D:
-        l->geom.batch = batch;
-        mt_conv2d_forward(l->out, l->cols, l->in, l->kernel->value, l->bias ? l->bias->value : NULL,
-                          &l->geom);
-        break;
-    case MT_LAYER_MAX_POOL2D:
-        mt_maxpool2_forward(l->out, l->argmax, l->in, batch, l->in_shape[0], l->in_shape[1],
-                            l->in_shape[2]);
-        break;
-    case MT_LAYER_FLATTEN:
-        l->out = (float *)l->in; /* a view: NHWC row-major is Keras' flatten order */
-        break;
-    case MT_LAYER_BATCH_NORM:
-        return bn_forward(l, batch, m->global_batch, training, comm);
-    case MT_LAYER_DROPOUT:
-        l->dropped = training && l->s.rate > 0.0f;
-        if (!l->dropped) {
-            l->out = (float *)l->in;
-            break;
-        }
-        mt_rng_dropout_mask(l->mask, m->seed, step, (uint32_t)idx, first_example, batch, l->in_size,
-                            l->s.rate);
-        mt_dropout_forward(l->out, l->in, l->mask, 1.0f / (1.0f - l->s.rate), batch * l->in_size);
-        break;
-    case MT_LAYER_ADD:
-        mt_add_forward(l->out, l->ins, l->s.n_inputs, batch * l->out_size);
-        break;
-    case MT_LAYER_CONCATENATE:
-        mt_concat_forward(l->out, l->ins, l->in_last, l->s.n_inputs,
-                          batch * (l->out_size / l->out_shape[l->out_rank - 1]));
-        break;
-    }
-    /* a softmax on the last layer is fused into the loss: the output stays logits */
-    if (l->s.activation == MT_ACT_RELU)
-        mt_relu_forward(l->out, l->out, batch * l->out_size);
-    return MT_OK;
-}
-
 mt_code mt_model_forward(mt_model *m, const float *x, size_t local_batch, size_t global_batch,
                          bool training, uint64_t step, uint64_t first_example,
                          const mt_model_comm *comm, const float **logits, mt_err *err)
 {
-    const float *in = x;
+    mt_layer_dev d = model_dev(m);
+    mt_layer_pass ps = {.batch = local_batch,
+                        .global_batch = global_batch,
+                        .training = training,
+                        .step = step,
+                        .first = first_example,
+                        .ref = m->ref};
+    int failed = 0;
     mt_code rc;
 
     if (local_batch > m->max_batch)
@@ -653,21 +448,13 @@ mt_code mt_model_forward(mt_model *m, const float *x, size_t local_batch, size_t
     m->batch = local_batch;
     m->global_batch = global_batch;
     m->trained_forward = training;
-    for (int i = 0; i < m->n_layers; i++) {
-        layer *l = &m->layers[i];
-        for (int k = 0; k < l->s.n_inputs; k++) {
-            int p = l->s.inputs[k];
-            l->ins[k] = p == MT_LAYER_INPUT ? x : m->layers[p].out;
-        }
-        l->in = l->ins[0];
-        rc = layer_forward(m, l, i, local_batch, training, step, first_example, comm);
-        if (rc != MT_OK)
-            return mt_err_set(err, rc, "%s: allreduce of batch-norm statistics failed", l->s.name);
-        in = l->out;
-    }
-    m->logits = in;
+    m->comm = comm;
+    rc = mt_layer_graph_forward(m->layers, m->st, m->n_layers, x, &d, &ps, &m->logits, &failed);
+    if (rc != MT_OK)
+        return mt_err_set(err, rc, "%s: allreduce of batch-norm statistics failed",
+                          m->layers[failed].s.name);
     if (logits != NULL)
-        *logits = in;
+        *logits = m->logits;
     return MT_OK;
 }
 
@@ -676,128 +463,31 @@ mt_code mt_model_loss(mt_model *m, const int32_t *labels, size_t global_batch, d
 {
     if (m->logits == NULL)
         return mt_err_set(err, MT_FAILED_PRECONDITION, "model loss before any forward pass");
-    return mt_softmax_xent(m->dlogits, loss_sum, correct, m->logits, labels, m->batch,
-                           m->num_classes, 1.0f / (float)global_batch, err);
+    return (m->ref ? mt_softmax_xent_ref
+                   : mt_softmax_xent)(m->dlogits, loss_sum, correct, m->logits, labels, m->batch,
+                                      m->num_classes, 1.0f / (float)global_batch, err);
 }
 
-/* ------------------------------------------------------------------ backward */
-
-static mt_code bn_backward(layer *l, float *dy, float *dx, size_t batch, size_t global_batch,
-                           const mt_model_comm *comm)
+void mt_model_use_reference_kernels(mt_model *m, bool on)
 {
-    size_t rows = batch * l->rows_per_ex, c = l->feat;
-    float *var = l->bn + c, *sdy = l->bn + 2 * c, *sdyh = l->bn + 3 * c;
-    mt_code rc;
-
-    mt_bn_grad_sums(sdy, sdyh, dy, l->xhat, rows, c);
-    if (l->beta)
-        memcpy(l->beta->grad, sdy, c * sizeof(float)); /* local: reduced with the other grads */
-    if (l->gamma)
-        memcpy(l->gamma->grad, sdyh, c * sizeof(float));
-    if (dx == NULL)
-        return MT_OK;
-    rc = allreduce(comm, sdy, 2 * c, MT_MODEL_COMM_BN_STATS);
-    if (rc != MT_OK)
-        return rc;
-    mt_bn_backward_dx(dx, dy, l->xhat, l->gamma ? l->gamma->value : NULL, var, l->s.epsilon, sdy,
-                      sdyh, global_batch * l->rows_per_ex, rows, c);
-    return MT_OK;
-}
-
-/* Backward of one layer: dy (batch, out_size) may be overwritten; returns dx or NULL. */
-static mt_code layer_backward(mt_model *m, layer *l, float *dy, float **dx_out,
-                              const mt_model_comm *comm)
-{
-    size_t batch = m->batch;
-    float *dx = l->dx_buf;
-
-    if (l->s.activation == MT_ACT_RELU)
-        mt_relu_backward(dy, dy, l->out, batch * l->out_size);
-    switch (l->s.kind) {
-    case MT_LAYER_DENSE:
-        mt_dense_backward(dx, l->kernel->grad, l->bias ? l->bias->grad : NULL, dy, l->in,
-                          l->kernel->value, batch, l->in_size, l->out_size);
-        break;
-    case MT_LAYER_CONV2D:
-        l->geom.batch = batch;
-        mt_conv2d_backward(dx, l->kernel->grad, l->bias ? l->bias->grad : NULL, l->dcols, dy,
-                           l->cols, l->kernel->value, &l->geom);
-        break;
-    case MT_LAYER_MAX_POOL2D:
-        if (dx != NULL)
-            mt_maxpool2_backward(dx, dy, l->argmax, batch * l->in_size, batch * l->out_size);
-        break;
-    case MT_LAYER_FLATTEN:
-        dx = l->s.inputs[0] == MT_LAYER_INPUT ? NULL : dy;
-        break;
-    case MT_LAYER_ADD:
-    case MT_LAYER_CONCATENATE:
-        dx = dy; /* routed to every input by give_grad */
-        break;
-    case MT_LAYER_BATCH_NORM: {
-        mt_code rc = bn_backward(l, dy, dx, batch, m->global_batch, comm);
-        if (rc != MT_OK)
-            return rc;
-        break;
-    }
-    case MT_LAYER_DROPOUT:
-        if (dx == NULL)
-            break;
-        if (l->dropped)
-            mt_dropout_backward(dx, dy, l->mask, 1.0f / (1.0f - l->s.rate), batch * l->in_size);
-        else
-            dx = dy;
-        break;
-    }
-    *dx_out = dx;
-    return MT_OK;
-}
-
-/*
- * Hand the gradient g of layer i's k-th input to its producer: by pointer when the producer has
- * no accumulator, else copied into it (the first reader in reverse order) or added. A
- * concatenate hands each input its columns [off, off + w) of g's rows of width c.
- */
-static void give_grad(mt_model *m, const layer *l, int k, float *g, size_t off)
-{
-    int p = l->s.inputs[k];
-    layer *q;
-    size_t rows, w, c;
-
-    if (p == MT_LAYER_INPUT)
-        return;
-    q = &m->layers[p];
-    if (q->gacc == NULL) {
-        q->gin = g;
-        return;
-    }
-    c = l->s.kind == MT_LAYER_CONCATENATE ? l->out_shape[l->out_rank - 1] : q->out_size;
-    w = l->s.kind == MT_LAYER_CONCATENATE ? l->in_last[k] : c;
-    rows = m->batch * q->out_size / w;
-    mt_grad_accumulate(q->gacc, g, rows, w, c, off, !q->gfresh);
-    q->gfresh = false;
-    q->gin = q->gacc;
+    m->ref = on;
 }
 
 mt_code mt_model_backward(mt_model *m, const mt_model_comm *comm, mt_err *err)
 {
+    mt_layer_dev d = model_dev(m);
+    mt_layer_pass ps = {
+        .batch = m->batch, .global_batch = m->global_batch, .training = true, .ref = m->ref};
+    int failed = 0;
+    mt_code rc;
+
     if (!m->trained_forward)
         return mt_err_set(err, MT_FAILED_PRECONDITION, "backward needs a training forward pass");
-    for (int i = 0; i < m->n_layers; i++)
-        m->layers[i].gfresh = true;
-    m->layers[m->n_layers - 1].gin = m->dlogits;
-    for (int i = m->n_layers - 1; i >= 0; i--) {
-        layer *l = &m->layers[i];
-        float *dx = NULL;
-        size_t off = 0;
-        mt_code rc = layer_backward(m, l, l->gin, &dx, comm);
-        if (rc != MT_OK)
-            return mt_err_set(err, rc, "%s: allreduce of batch-norm gradients failed", l->s.name);
-        for (int k = 0; dx != NULL && k < l->s.n_inputs; k++) {
-            give_grad(m, l, k, dx, off);
-            off += l->in_last[k];
-        }
-    }
+    m->comm = comm;
+    rc = mt_layer_graph_backward(m->layers, m->st, m->n_layers, m->dlogits, &d, &ps, &failed);
+    if (rc != MT_OK)
+        return mt_err_set(err, rc, "%s: allreduce of batch-norm gradients failed",
+                          m->layers[failed].s.name);
     return MT_OK;
 }
 

@@ -1,21 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * mt_model.h — the job spec (JSON) and the Keras-Sequential-style model built from it: layers,
- * named parameters, loss, optimizers and the training/eval step on one device's local batch.
+ * mt_model.h — the job spec (JSON) and the single-device REFERENCE engine: a model of
+ * core/layers modules planned on one device, its named parameters, loss, optimizers and the
+ * training/eval step on one device's local batch.
  *
- * How it fits: `meshtrain train` and core/train parse a spec (mt_job_spec_parse), build a model
- * (mt_model_new) and call mt_model_train_step per batch. The SPMD step (issue #4) reuses the same
- * pieces: every parameter has a stable name and a GLOBAL shape, its values are created shard by
- * shard from the seed (mt_model_param_init), and every quantity that must be summed across
- * replicas — loss sum and correct count, batch-norm statistics and gradient sums, parameter
- * gradients — passes through the mt_model_comm hook, which is a no-op on one device.
+ * How it fits: `meshtrain predict`, core/train and the tests build a model (mt_model_new) and
+ * call mt_model_train_step per batch; the mesh engine (core/spmd) runs the same layer modules
+ * over devices and is tested against this one (tests/unit/test_layers.c, test_spmd.c). Every
+ * parameter has a stable name and a GLOBAL shape, its values are created shard by shard from the
+ * seed (mt_model_param_init), and every quantity that must be summed across replicas — loss sum
+ * and correct count, batch-norm statistics and gradient sums, parameter gradients — passes
+ * through the mt_model_comm hook, which is a no-op on one device.
  * Loss: the SUM of per-example sparse categorical cross-entropies (from logits) divided by the
  * GLOBAL batch size, so replica gradients summed equal the single-device gradient.
- * Invariants: layer i's input is layer i-1's output; NHWC images; parameters are row-major in
- * Keras' layouts (dense kernel (in, out), conv kernel (KH, KW, C, F)).
+ * Invariants: a layer's inputs are earlier layers or the model input (a graph in list order);
+ * NHWC images; parameters are row-major in Keras' layouts (dense kernel (in, out), conv kernel
+ * (KH, KW, C, F)).
  * Threading: a model is used by one thread at a time; distinct models share nothing.
  * Tests: tests/unit/test_model.c (spec validation, finite-difference gradients per layer and for a
- * whole model), tests/integration/test_fashion_accuracy.sh.
+ * whole model), tests/unit/test_layers.c, tests/integration/test_fashion_accuracy.sh.
  */
 #ifndef MT_MODEL_H
 #define MT_MODEL_H
@@ -42,6 +45,7 @@ typedef enum mt_layer_kind {
     MT_LAYER_DROPOUT,
     MT_LAYER_ADD,         /* element-wise sum of 2+ inputs of one shape (residual connections) */
     MT_LAYER_CONCATENATE, /* 2+ inputs joined along their last axis */
+    MT_LAYER_KIND_COUNT   /* a new kind goes above, with its module in core/layers */
 } mt_layer_kind;
 
 #define MT_LAYER_MAX_INPUTS 8
@@ -257,6 +261,13 @@ mt_activation mt_model_layer_activation(const mt_job_spec *spec, int i);
  */
 mt_code mt_model_check_limits(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
                               size_t batch, const mt_model_limits *lim, mt_err *err);
+
+/*
+ * Run the plain reference kernels (core/tensor/mt_kernels_ref.c: double accumulation, no BLAS)
+ * instead of the fast ones, in every layer and the loss: slow; for tests that check the fast
+ * paths and the SPMD engine against the obvious math. Off by default.
+ */
+void mt_model_use_reference_kernels(mt_model *m, bool on);
 
 /* Number of parameters (including non-trainable state) and the i-th one (borrowed). */
 size_t mt_model_param_count(const mt_model *m);

@@ -6,7 +6,9 @@
  * "<path>: <why>". Unknown keys are refused except the ones other modules own.
  * Threading: none shared. Tests: tests/unit/test_model.c, tests/fuzz/fuzz_spec.c.
  */
+#include "layers/mt_layer.h"
 #include "model/mt_model.h"
+#include "model/mt_model_fields.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -18,7 +20,7 @@
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist/"
 
-static mt_code bad(mt_err *err, const char *path, const char *why)
+mt_code mt_model_field_bad(mt_err *err, const char *path, const char *why)
 {
     return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: %s", path, why);
 }
@@ -41,8 +43,8 @@ static mt_code check_keys(const cJSON *obj, const char *path, const char *const 
 }
 
 /* A positive integer at path (<= max), or the default when absent. */
-static mt_code get_pos_int(const cJSON *obj, const char *key, const char *path, int64_t max,
-                           int64_t dflt, int64_t *out, mt_err *err)
+mt_code mt_model_field_pos_int(const cJSON *obj, const char *key, const char *path, int64_t max,
+                               int64_t dflt, int64_t *out, mt_err *err)
 {
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, key);
     double v;
@@ -53,15 +55,16 @@ static mt_code get_pos_int(const cJSON *obj, const char *key, const char *path, 
     if (!cJSON_IsNumber(n) || v != floor(v) || v < 1.0 || v > (double)max) {
         char why[96];
         snprintf(why, sizeof(why), "must be a positive integer (at most %lld)", (long long)max);
-        return bad(err, path, why);
+        return mt_model_field_bad(err, path, why);
     }
     *out = (int64_t)v;
     return MT_OK;
 }
 
 /* A finite number in [lo, hi] (hi_open: < hi) at path, or the default when absent. */
-static mt_code get_num(const cJSON *obj, const char *key, const char *path, double lo, double hi,
-                       bool lo_open, bool hi_open, float dflt, float *out, mt_err *err)
+mt_code mt_model_field_num(const cJSON *obj, const char *key, const char *path, double lo,
+                           double hi, bool lo_open, bool hi_open, float dflt, float *out,
+                           mt_err *err)
 {
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, key);
     double v;
@@ -74,35 +77,35 @@ static mt_code get_num(const cJSON *obj, const char *key, const char *path, doub
         char why[96];
         snprintf(why, sizeof(why), "must be a number in %c%g, %g%c", lo_open ? '(' : '[', lo, hi,
                  hi_open ? ')' : ']');
-        return bad(err, path, why);
+        return mt_model_field_bad(err, path, why);
     }
     *out = (float)v;
     return MT_OK;
 }
 
-static mt_code get_bool(const cJSON *obj, const char *key, const char *path, bool dflt, bool *out,
-                        mt_err *err)
+mt_code mt_model_field_bool(const cJSON *obj, const char *key, const char *path, bool dflt,
+                            bool *out, mt_err *err)
 {
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, key);
     *out = dflt;
     if (n == NULL)
         return MT_OK;
     if (!cJSON_IsBool(n))
-        return bad(err, path, "must be true or false");
+        return mt_model_field_bad(err, path, "must be true or false");
     *out = cJSON_IsTrue(n);
     return MT_OK;
 }
 
 /* A string member (NULL when absent); a present non-string is refused. */
-static mt_code get_str(const cJSON *obj, const char *key, const char *path, const char **out,
-                       mt_err *err)
+mt_code mt_model_field_str(const cJSON *obj, const char *key, const char *path, const char **out,
+                           mt_err *err)
 {
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, key);
     *out = NULL;
     if (n == NULL)
         return MT_OK;
     if (!cJSON_IsString(n))
-        return bad(err, path, "must be a string");
+        return mt_model_field_bad(err, path, "must be a string");
     *out = n->valuestring;
     return MT_OK;
 }
@@ -110,9 +113,9 @@ static mt_code get_str(const cJSON *obj, const char *key, const char *path, cons
 static mt_code copy_path(char *dst, size_t cap, const char *src, const char *path, mt_err *err)
 {
     if (src[0] == '\0')
-        return bad(err, path, "must not be empty");
+        return mt_model_field_bad(err, path, "must not be empty");
     if (strlen(src) >= cap)
-        return bad(err, path, "path too long");
+        return mt_model_field_bad(err, path, "path too long");
     memcpy(dst, src, strlen(src) + 1);
     return MT_OK;
 }
@@ -148,8 +151,8 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
     if (node == NULL)
         return MT_OK;
     if (!cJSON_IsObject(node))
-        return bad(err, "dataset", "must be an object");
-    rc = get_str(node, "format", "dataset.format", &s, err);
+        return mt_model_field_bad(err, "dataset", "must be an object");
+    rc = mt_model_field_str(node, "format", "dataset.format", &s, err);
     if (rc != MT_OK)
         return rc;
     if (s != NULL &&
@@ -162,13 +165,14 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
         cJSON_GetObjectItemCaseSensitive(node, "train") != NULL)
         return MT_OK; /* the input pipeline's form of IDX files: core/data validates it */
     if (s != NULL && strcmp(s, "idx") != 0)
-        return bad(err, "dataset.format", "must be \"idx\" (or \"csv\", \"text\", \"synthetic\")");
+        return mt_model_field_bad(err, "dataset.format",
+                                  "must be \"idx\" (or \"csv\", \"text\", \"synthetic\")");
     rc = check_keys(node, "dataset", keys, err);
     if (rc != MT_OK)
         return rc;
     for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof(path), "dataset.%s", fields[i]);
-        rc = get_str(node, fields[i], path, &s, err);
+        rc = mt_model_field_str(node, fields[i], path, &s, err);
         if (rc == MT_OK && s != NULL)
             rc = copy_path(dsts[i], MT_SPEC_PATH_MAX, s, path, err);
         if (rc != MT_OK)
@@ -194,13 +198,14 @@ static mt_code parse_optimizer(const cJSON *root, mt_optimizer_spec *o, mt_err *
         rc = check_keys(obj, "optimizer", keys, err);
         if (rc != MT_OK)
             return rc;
-        rc = get_str(obj, "name", "optimizer.name", &name, err);
+        rc = mt_model_field_str(obj, "name", "optimizer.name", &name, err);
         if (rc != MT_OK)
             return rc;
         if (name == NULL)
-            return bad(err, "optimizer.name", "is required (\"sgd\" or \"adam\")");
+            return mt_model_field_bad(err, "optimizer.name", "is required (\"sgd\" or \"adam\")");
     } else if (n != NULL) {
-        return bad(err, "optimizer", "must be \"sgd\", \"adam\" or an object with a name");
+        return mt_model_field_bad(err, "optimizer",
+                                  "must be \"sgd\", \"adam\" or an object with a name");
     }
     memset(o, 0, sizeof(*o));
     if (strcmp(name, "sgd") == 0) {
@@ -210,37 +215,39 @@ static mt_code parse_optimizer(const cJSON *root, mt_optimizer_spec *o, mt_err *
         o->kind = MT_OPT_ADAM;
         o->learning_rate = 0.001f;
     } else {
-        return bad(err, obj != NULL ? "optimizer.name" : "optimizer",
-                   "must be \"sgd\" or \"adam\"");
+        return mt_model_field_bad(err, obj != NULL ? "optimizer.name" : "optimizer",
+                                  "must be \"sgd\" or \"adam\"");
     }
-    rc = get_num(root, "learning_rate", "learning_rate", 0, 1e3, true, false, o->learning_rate,
-                 &o->learning_rate, err);
+    rc = mt_model_field_num(root, "learning_rate", "learning_rate", 0, 1e3, true, false,
+                            o->learning_rate, &o->learning_rate, err);
     if (rc != MT_OK || obj == NULL) {
         o->beta1 = 0.9f, o->beta2 = 0.999f, o->epsilon = 1e-7f;
         return rc;
     }
     lr = o->learning_rate;
-    rc = get_num(obj, "learning_rate", "optimizer.learning_rate", 0, 1e3, true, false, lr,
-                 &o->learning_rate, err);
+    rc = mt_model_field_num(obj, "learning_rate", "optimizer.learning_rate", 0, 1e3, true, false,
+                            lr, &o->learning_rate, err);
     if (rc == MT_OK && o->kind == MT_OPT_SGD)
-        rc = get_num(obj, "momentum", "optimizer.momentum", 0, 1, false, true, 0.0f, &o->momentum,
-                     err);
+        rc = mt_model_field_num(obj, "momentum", "optimizer.momentum", 0, 1, false, true, 0.0f,
+                                &o->momentum, err);
     else if (rc == MT_OK && cJSON_GetObjectItemCaseSensitive(obj, "momentum") != NULL)
-        rc = bad(err, "optimizer.momentum", "only applies to sgd");
+        rc = mt_model_field_bad(err, "optimizer.momentum", "only applies to sgd");
     if (rc == MT_OK)
-        rc = get_num(obj, "beta_1", "optimizer.beta_1", 0, 1, false, true, 0.9f, &o->beta1, err);
+        rc = mt_model_field_num(obj, "beta_1", "optimizer.beta_1", 0, 1, false, true, 0.9f,
+                                &o->beta1, err);
     if (rc == MT_OK)
-        rc = get_num(obj, "beta_2", "optimizer.beta_2", 0, 1, false, true, 0.999f, &o->beta2, err);
+        rc = mt_model_field_num(obj, "beta_2", "optimizer.beta_2", 0, 1, false, true, 0.999f,
+                                &o->beta2, err);
     if (rc == MT_OK)
-        rc = get_num(obj, "epsilon", "optimizer.epsilon", 0, 1, true, false, 1e-7f, &o->epsilon,
-                     err);
+        rc = mt_model_field_num(obj, "epsilon", "optimizer.epsilon", 0, 1, true, false, 1e-7f,
+                                &o->epsilon, err);
     return rc;
 }
 
-static mt_code parse_activation(const cJSON *l, const char *path, mt_activation *a, mt_err *err)
+mt_code mt_model_field_activation(const cJSON *l, const char *path, mt_activation *a, mt_err *err)
 {
     const char *s;
-    mt_code rc = get_str(l, "activation", path, &s, err);
+    mt_code rc = mt_model_field_str(l, "activation", path, &s, err);
     *a = MT_ACT_LINEAR;
     if (rc != MT_OK || s == NULL || strcmp(s, "linear") == 0)
         return rc;
@@ -249,70 +256,51 @@ static mt_code parse_activation(const cJSON *l, const char *path, mt_activation 
     else if (strcmp(s, "softmax") == 0)
         *a = MT_ACT_SOFTMAX;
     else
-        return bad(err, path, "must be \"relu\", \"softmax\" or \"linear\"");
+        return mt_model_field_bad(err, path, "must be \"relu\", \"softmax\" or \"linear\"");
     return MT_OK;
 }
 
-static const struct {
-    const char *type;
-    mt_layer_kind kind;
-    const char *const keys[8];
-} layer_types[] = {
-    {"dense", MT_LAYER_DENSE, {"type", "units", "activation", "use_bias", NULL}},
-    {"conv2d",
-     MT_LAYER_CONV2D,
-     {"type", "filters", "kernel_size", "padding", "activation", "use_bias", "strides", NULL}},
-    {"max_pool2d", MT_LAYER_MAX_POOL2D, {"type", "pool_size", NULL}},
-    {"flatten", MT_LAYER_FLATTEN, {"type", NULL}},
-    {"batch_norm", MT_LAYER_BATCH_NORM, {"type", "center", "scale", "momentum", "epsilon", NULL}},
-    {"dropout", MT_LAYER_DROPOUT, {"type", "rate", NULL}},
-    {"add", MT_LAYER_ADD, {"type", NULL}},
-    {"concatenate", MT_LAYER_CONCATENATE, {"type", "axis", NULL}},
-};
-#define N_LAYER_TYPES (sizeof(layer_types) / sizeof(layer_types[0]))
-
 /* kernel_size: an integer k (k x k) or [kh, kw]. pool_size: 2 or [2, 2] only. */
-static mt_code parse_pair(const cJSON *l, const char *key, const char *path, size_t *a, size_t *b,
-                          bool required, mt_err *err)
+mt_code mt_model_field_pair(const cJSON *l, const char *key, const char *path, size_t *a, size_t *b,
+                            bool required, mt_err *err)
 {
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(l, key);
     const char *why = "must be a positive integer or a list of two positive integers";
     if (n == NULL) {
         if (required)
-            return bad(err, path, "is required");
+            return mt_model_field_bad(err, path, "is required");
         return MT_OK;
     }
     if (cJSON_IsNumber(n)) {
         double v = n->valuedouble;
         if (v != floor(v) || v < 1 || v > 1024)
-            return bad(err, path, why);
+            return mt_model_field_bad(err, path, why);
         *a = *b = (size_t)v;
         return MT_OK;
     }
     if (!cJSON_IsArray(n) || cJSON_GetArraySize(n) != 2)
-        return bad(err, path, why);
+        return mt_model_field_bad(err, path, why);
     for (int i = 0; i < 2; i++) {
         const cJSON *e = cJSON_GetArrayItem(n, i);
         double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
         if (v != floor(v) || v < 1 || v > 1024)
-            return bad(err, path, why);
+            return mt_model_field_bad(err, path, why);
         *(i == 0 ? a : b) = (size_t)v;
     }
     return MT_OK;
 }
 
-/* check_keys over a layer type's own keys plus "name", which every layer takes. */
+/* check_keys over a layer type's own keys plus "type", "name" and "inputs", which every layer
+ * takes. */
 static mt_code check_layer_keys(const cJSON *l, const char *base, const char *const *keys,
                                 mt_err *err)
 {
-    const char *all[16];
-    int n = 0;
-    while (keys[n] != NULL && n < 14) {
-        all[n] = keys[n];
+    const char *all[20] = {"type", "name", "inputs"};
+    int n = 3;
+    while (keys[n - 3] != NULL && n < 19) {
+        all[n] = keys[n - 3];
         n++;
     }
-    all[n++] = "name";
-    all[n++] = "inputs";
     all[n] = NULL;
     return check_keys(l, base, all, err);
 }
@@ -327,19 +315,19 @@ static mt_code parse_layer_name(const cJSON *l, const char *base, char *out, mt_
     mt_code rc;
 
     snprintf(path, sizeof(path), "%s.name", base);
-    rc = get_str(l, "name", path, &v, err);
+    rc = mt_model_field_str(l, "name", path, &v, err);
     if (rc != MT_OK || v == NULL)
         return rc;
     n = strlen(v);
     if (n < 1 || n >= MT_LAYER_NAME_MAX)
-        return bad(err, path, "must be 1 to 31 characters");
+        return mt_model_field_bad(err, path, "must be 1 to 31 characters");
     for (size_t i = 0; i < n; i++) {
         char c = v[i];
         bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
                   (i > 0 && ((c >= '0' && c <= '9') || c == '-'));
         if (!ok)
-            return bad(err, path,
-                       "must be letters, digits, '_' or '-', starting with a letter or '_'");
+            return mt_model_field_bad(
+                err, path, "must be letters, digits, '_' or '-', starting with a letter or '_'");
     }
     memcpy(out, v, n + 1);
     return MT_OK;
@@ -348,116 +336,33 @@ static mt_code parse_layer_name(const cJSON *l, const char *base, char *out, mt_
 static mt_code parse_layer(const cJSON *l, int idx, mt_layer_spec *out, mt_err *err)
 {
     char base[48], path[96];
+    const mt_layer_ops *ops;
     const cJSON *t;
-    size_t ti;
-    int64_t v;
     mt_code rc;
 
     snprintf(base, sizeof(base), "model.layers[%d]", idx);
     memset(out, 0, sizeof(*out));
     if (!cJSON_IsObject(l))
-        return bad(err, base, "must be an object");
+        return mt_model_field_bad(err, base, "must be an object");
     snprintf(path, sizeof(path), "%s.type", base);
     t = cJSON_GetObjectItemCaseSensitive(l, "type");
     if (t == NULL)
-        return bad(err, path, "is required");
+        return mt_model_field_bad(err, path, "is required");
     if (!cJSON_IsString(t))
-        return bad(err, path, "must be a string");
-    for (ti = 0; ti < N_LAYER_TYPES; ti++)
-        if (strcmp(t->valuestring, layer_types[ti].type) == 0)
-            break;
-    if (ti == N_LAYER_TYPES)
-        return bad(err, path,
-                   "must be one of dense, conv2d, max_pool2d, flatten, batch_norm, dropout, add, "
-                   "concatenate");
-    rc = check_layer_keys(l, base, layer_types[ti].keys, err);
+        return mt_model_field_bad(err, path, "must be a string");
+    if ((ops = mt_layer_ops_find(t->valuestring)) == NULL) {
+        char names[256];
+        mt_layer_type_names(names, sizeof(names));
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: must be one of %s", path, names);
+    }
+    rc = check_layer_keys(l, base, ops->keys, err);
     if (rc == MT_OK)
         rc = parse_layer_name(l, base, out->name, err);
     if (rc != MT_OK)
         return rc;
-    out->kind = layer_types[ti].kind;
+    out->kind = ops->kind;
     out->use_bias = true;
-    switch (out->kind) {
-    case MT_LAYER_DENSE:
-        snprintf(path, sizeof(path), "%s.units", base);
-        if (cJSON_GetObjectItemCaseSensitive(l, "units") == NULL)
-            return bad(err, path, "is required");
-        rc = get_pos_int(l, "units", path, 1 << 24, 0, &v, err);
-        out->units = (size_t)v;
-        break;
-    case MT_LAYER_CONV2D:
-        snprintf(path, sizeof(path), "%s.filters", base);
-        if (cJSON_GetObjectItemCaseSensitive(l, "filters") == NULL)
-            return bad(err, path, "is required");
-        rc = get_pos_int(l, "filters", path, 1 << 16, 0, &v, err);
-        out->filters = (size_t)v;
-        if (rc == MT_OK) {
-            snprintf(path, sizeof(path), "%s.kernel_size", base);
-            rc = parse_pair(l, "kernel_size", path, &out->kh, &out->kw, true, err);
-        }
-        if (rc == MT_OK) {
-            size_t sa = 1, sb = 1;
-            snprintf(path, sizeof(path), "%s.strides", base);
-            rc = parse_pair(l, "strides", path, &sa, &sb, false, err);
-            if (rc == MT_OK && (sa != 1 || sb != 1))
-                rc = bad(err, path, "only stride 1 is supported");
-        }
-        if (rc == MT_OK) {
-            const char *pad;
-            snprintf(path, sizeof(path), "%s.padding", base);
-            rc = get_str(l, "padding", path, &pad, err);
-            if (rc == MT_OK && pad != NULL && strcmp(pad, "same") != 0 && strcmp(pad, "valid") != 0)
-                rc = bad(err, path, "must be \"valid\" or \"same\"");
-            out->same = pad != NULL && strcmp(pad, "same") == 0;
-        }
-        break;
-    case MT_LAYER_MAX_POOL2D: {
-        size_t a = 2, b = 2;
-        snprintf(path, sizeof(path), "%s.pool_size", base);
-        rc = parse_pair(l, "pool_size", path, &a, &b, false, err);
-        if (rc == MT_OK && (a != 2 || b != 2))
-            rc = bad(err, path, "only 2x2 pooling is supported");
-        break;
-    }
-    case MT_LAYER_FLATTEN:
-        break;
-    case MT_LAYER_BATCH_NORM:
-        snprintf(path, sizeof(path), "%s.center", base);
-        rc = get_bool(l, "center", path, true, &out->center, err);
-        snprintf(path, sizeof(path), "%s.scale", base);
-        if (rc == MT_OK)
-            rc = get_bool(l, "scale", path, true, &out->scale, err);
-        snprintf(path, sizeof(path), "%s.momentum", base);
-        if (rc == MT_OK)
-            rc = get_num(l, "momentum", path, 0, 1, false, false, 0.99f, &out->momentum, err);
-        snprintf(path, sizeof(path), "%s.epsilon", base);
-        if (rc == MT_OK)
-            rc = get_num(l, "epsilon", path, 0, 1, true, false, 1e-3f, &out->epsilon, err);
-        break;
-    case MT_LAYER_ADD:
-        break;
-    case MT_LAYER_CONCATENATE: {
-        const cJSON *ax = cJSON_GetObjectItemCaseSensitive(l, "axis");
-        snprintf(path, sizeof(path), "%s.axis", base);
-        if (ax != NULL && !(cJSON_IsNumber(ax) && ax->valuedouble == -1.0))
-            rc = bad(err, path, "only -1 (the last axis) is supported");
-        break;
-    }
-    case MT_LAYER_DROPOUT:
-        snprintf(path, sizeof(path), "%s.rate", base);
-        if (cJSON_GetObjectItemCaseSensitive(l, "rate") == NULL)
-            return bad(err, path, "is required");
-        rc = get_num(l, "rate", path, 0, 1, false, true, 0.0f, &out->rate, err);
-        break;
-    }
-    if (rc == MT_OK && (out->kind == MT_LAYER_DENSE || out->kind == MT_LAYER_CONV2D)) {
-        snprintf(path, sizeof(path), "%s.activation", base);
-        rc = parse_activation(l, path, &out->activation, err);
-        snprintf(path, sizeof(path), "%s.use_bias", base);
-        if (rc == MT_OK)
-            rc = get_bool(l, "use_bias", path, true, &out->use_bias, err);
-    }
-    return rc;
+    return ops->parse(l, base, out, err);
 }
 
 /* Whether a layer other than layer i is called name. */
@@ -473,16 +378,14 @@ static bool name_taken_other(const mt_job_spec *s, int i, const char *name)
  * from 1 in order, skipping a number whose name a named layer already has. */
 static void assign_default_names(mt_job_spec *s)
 {
-    int next[N_LAYER_TYPES] = {0};
+    int next[MT_LAYER_KIND_COUNT] = {0};
     for (int i = 0; i < s->n_layers; i++) {
         mt_layer_spec *l = &s->layers[i];
-        size_t ti = 0;
         if (l->name[0] != '\0')
             continue;
-        while (ti < N_LAYER_TYPES && layer_types[ti].kind != l->kind)
-            ti++;
         do
-            snprintf(l->name, sizeof(l->name), "%s_%d", layer_types[ti].type, ++next[ti]);
+            snprintf(l->name, sizeof(l->name), "%s_%d", mt_layer_ops_of(l->kind)->type,
+                     ++next[l->kind]);
         while (name_taken_other(s, i, l->name));
     }
 }
@@ -495,29 +398,31 @@ static mt_code parse_inputs(const cJSON *l, int idx, mt_job_spec *s, mt_err *err
 {
     mt_layer_spec *o = &s->layers[idx];
     const cJSON *in = cJSON_GetObjectItemCaseSensitive(l, "inputs"), *e;
-    bool join = o->kind == MT_LAYER_ADD || o->kind == MT_LAYER_CONCATENATE;
+    const mt_layer_ops *ops = mt_layer_ops_of(o->kind);
+    bool join = ops->max_inputs > 1;
     char path[96];
     int k = 0;
 
     snprintf(path, sizeof(path), "model.layers[%d].inputs", idx);
     if (in == NULL) {
         if (join)
-            return bad(err, path, "is required for add and concatenate (2 or more layer names)");
+            return mt_model_field_bad(
+                err, path, "is required for add and concatenate (2 or more layer names)");
         o->n_inputs = 1;
         o->inputs[0] = idx - 1; /* layer 0: MT_LAYER_INPUT */
         return MT_OK;
     }
     if (!cJSON_IsArray(in))
-        return bad(err, path, "must be a list of layer names");
+        return mt_model_field_bad(err, path, "must be a list of layer names");
     cJSON_ArrayForEach(e, in)
     {
         int j = -2;
         char ep[112];
         snprintf(ep, sizeof(ep), "%s[%d]", path, k);
         if (!cJSON_IsString(e))
-            return bad(err, ep, "must be a layer name (a string)");
+            return mt_model_field_bad(err, ep, "must be a layer name (a string)");
         if (k == MT_LAYER_MAX_INPUTS)
-            return bad(err, path, "at most 8 inputs");
+            return mt_model_field_bad(err, path, "at most 8 inputs");
         if (strcmp(e->valuestring, "input") == 0)
             j = MT_LAYER_INPUT;
         for (int q = 0; q < s->n_layers && j == -2; q++)
@@ -528,15 +433,15 @@ static mt_code parse_inputs(const cJSON *l, int idx, mt_job_spec *s, mt_err *err
             snprintf(why, sizeof(why), "\"%.40s\" is %s", e->valuestring,
                      j == -2 ? "not the name of a layer (nor \"input\")"
                              : "not an earlier layer (layers run in list order)");
-            return bad(err, ep, why);
+            return mt_model_field_bad(err, ep, why);
         }
         o->inputs[k++] = j;
     }
     o->n_inputs = k;
     if (join && k < 2)
-        return bad(err, path, "add and concatenate need 2 or more inputs");
+        return mt_model_field_bad(err, path, "add and concatenate need 2 or more inputs");
     if (!join && k != 1)
-        return bad(err, path, "must name exactly one layer");
+        return mt_model_field_bad(err, path, "must name exactly one layer");
     return MT_OK;
 }
 
@@ -555,8 +460,8 @@ bool mt_job_spec_output_shared(const mt_job_spec *spec, int i)
         return true;
     for (int j = i + 1; j < spec->n_layers; j++)
         for (int k = 0; k < spec->layers[j].n_inputs; k++)
-            if (spec->layers[j].inputs[k] == i && (spec->layers[j].kind == MT_LAYER_ADD ||
-                                                   spec->layers[j].kind == MT_LAYER_CONCATENATE))
+            if (spec->layers[j].inputs[k] == i &&
+                mt_layer_ops_of(spec->layers[j].kind)->max_inputs > 1)
                 return true;
     return false;
 }
@@ -603,9 +508,9 @@ static mt_code parse_model(const cJSON *root, mt_job_spec *s, mt_err *err)
     mt_code rc;
 
     if (m == NULL)
-        return bad(err, "model", "is required");
+        return mt_model_field_bad(err, "model", "is required");
     if (!cJSON_IsObject(m))
-        return bad(err, "model", "must be an object");
+        return mt_model_field_bad(err, "model", "must be an object");
     rc = check_keys(m, "model", keys, err);
     if (rc != MT_OK)
         return rc;
@@ -613,14 +518,15 @@ static mt_code parse_model(const cJSON *root, mt_job_spec *s, mt_err *err)
     if (shape != NULL) {
         int n = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : 0;
         if (n < 1 || n > 3)
-            return bad(err, "model.input_shape", "must be a list of 1 to 3 positive integers");
+            return mt_model_field_bad(err, "model.input_shape",
+                                      "must be a list of 1 to 3 positive integers");
         for (int i = 0; i < n; i++) {
             const cJSON *e = cJSON_GetArrayItem(shape, i);
             double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
             if (v != floor(v) || v < 1 || v > (1 << 24)) {
                 char p[48];
                 snprintf(p, sizeof(p), "model.input_shape[%d]", i);
-                return bad(err, p, "must be a positive integer");
+                return mt_model_field_bad(err, p, "must be a positive integer");
             }
             s->input_shape[i] = (size_t)v;
         }
@@ -628,12 +534,12 @@ static mt_code parse_model(const cJSON *root, mt_job_spec *s, mt_err *err)
     }
     layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
     if (layers == NULL)
-        return bad(err, "model.layers", "is required");
+        return mt_model_field_bad(err, "model.layers", "is required");
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) < 1)
-        return bad(err, "model.layers", "must be a non-empty list of layers");
+        return mt_model_field_bad(err, "model.layers", "must be a non-empty list of layers");
     s->n_layers = cJSON_GetArraySize(layers);
     if (s->n_layers > 256)
-        return bad(err, "model.layers", "at most 256 layers");
+        return mt_model_field_bad(err, "model.layers", "at most 256 layers");
     s->layers = mt_calloc((size_t)s->n_layers, sizeof(*s->layers));
     if (s->layers == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model.layers: out of memory");
@@ -647,12 +553,12 @@ static mt_code parse_model(const cJSON *root, mt_job_spec *s, mt_err *err)
                 snprintf(p, sizeof(p), "model.layers[%d].name", i);
                 snprintf(why, sizeof(why), "\"%s\" is already the name of model.layers[%d]",
                          s->layers[i].name, j);
-                return bad(err, p, why);
+                return mt_model_field_bad(err, p, why);
             }
         if (s->layers[i].activation == MT_ACT_SOFTMAX && i != s->n_layers - 1) {
             char p[64];
             snprintf(p, sizeof(p), "model.layers[%d].activation", i);
-            return bad(err, p, "softmax is only supported on the last layer");
+            return mt_model_field_bad(err, p, "softmax is only supported on the last layer");
         }
     }
     assign_default_names(s);
@@ -681,12 +587,12 @@ static mt_code parse_fsdp(const cJSON *root, mt_job_spec *s, mt_err *err)
     if (f == NULL)
         return MT_OK;
     if (!cJSON_IsObject(f))
-        return bad(err, "fsdp", "must be an object");
+        return mt_model_field_bad(err, "fsdp", "must be an object");
     rc = check_keys(f, "fsdp", keys, err);
     if (rc != MT_OK)
         return rc;
-    return get_bool(f, "reshard_after_forward", "fsdp.reshard_after_forward", true,
-                    &s->fsdp_reshard_after_forward, err);
+    return mt_model_field_bool(f, "reshard_after_forward", "fsdp.reshard_after_forward", true,
+                               &s->fsdp_reshard_after_forward, err);
 }
 
 static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
@@ -701,11 +607,11 @@ static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
     mt_code rc;
 
     if (!cJSON_IsObject(root))
-        return bad(err, "(root)", "the job spec must be a JSON object");
+        return mt_model_field_bad(err, "(root)", "the job spec must be a JSON object");
     rc = check_keys(root, "", keys, err);
     if (rc != MT_OK)
         return rc;
-    rc = get_str(root, "name", "name", &str, err);
+    rc = mt_model_field_str(root, "name", "name", &str, err);
     if (rc != MT_OK)
         return rc;
     if (str != NULL)
@@ -715,17 +621,17 @@ static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
     if (n != NULL) {
         double d = cJSON_IsNumber(n) ? n->valuedouble : -1;
         if (d != floor(d) || d < 0 || d > 9007199254740991.0)
-            return bad(err, "seed", "must be a non-negative integer");
+            return mt_model_field_bad(err, "seed", "must be a non-negative integer");
         s->seed = (uint64_t)d;
     }
-    rc = get_pos_int(root, "batch_size", "batch_size", 1 << 20, 32, &v, err);
+    rc = mt_model_field_pos_int(root, "batch_size", "batch_size", 1 << 20, 32, &v, err);
     if (rc != MT_OK)
         return rc;
     s->batch_size = (size_t)v;
-    rc = get_pos_int(root, "epochs", "epochs", 1000000, 0, &s->epochs, err);
+    rc = mt_model_field_pos_int(root, "epochs", "epochs", 1000000, 0, &s->epochs, err);
     if (rc != MT_OK)
         return rc;
-    rc = get_pos_int(root, "steps", "steps", (int64_t)1 << 40, 0, &s->steps, err);
+    rc = mt_model_field_pos_int(root, "steps", "steps", (int64_t)1 << 40, 0, &s->steps, err);
     if (rc != MT_OK)
         return rc;
     if (s->epochs == 0 && s->steps == 0)
@@ -733,11 +639,11 @@ static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
     rc = parse_optimizer(root, &s->optimizer, err);
     if (rc != MT_OK)
         return rc;
-    rc = get_str(root, "loss", "loss", &str, err);
+    rc = mt_model_field_str(root, "loss", "loss", &str, err);
     if (rc != MT_OK)
         return rc;
     if (str != NULL && strcmp(str, "sparse_categorical_crossentropy") != 0)
-        return bad(err, "loss", "must be \"sparse_categorical_crossentropy\"");
+        return mt_model_field_bad(err, "loss", "must be \"sparse_categorical_crossentropy\"");
     rc = mt_job_spec_parse_dataset(cJSON_GetObjectItemCaseSensitive(root, "dataset"), &s->dataset,
                                    err);
     if (rc != MT_OK)

@@ -27,48 +27,9 @@
 #include "clock/mt_clock.h"
 #include "coll/mt_coll_progress.h"
 #include "data/mt_data.h"
+#include "layers/mt_layer.h"
 #include "rng/mt_rng.h"
 #include "tensor/mt_tensor.h"
-
-typedef struct dlayer {
-    mt_layer_spec s;
-    int in_rank, out_rank;
-    size_t in_shape[3], out_shape[3];
-    size_t in_size, out_size; /* GLOBAL floats per example */
-    size_t in_c, out_c;       /* global width of the last axis of input / output */
-    size_t in_rows, out_rows; /* rows per example of the (rows, c) view */
-    int xf, of;               /* mesh dim sharding the input / output last axis, -1 none */
-    int kin, kout;            /* dense/conv kernel: contraction / output axis dim, -1 none */
-    size_t in_loc, use_loc;   /* local floats per example: input as received / as used */
-    size_t out_loc;           /* local floats per example of the output */
-    size_t pi[6];             /* parameter indices: kernel, bias, gamma, beta, mmean, mvar */
-    bool has[6];              /* which of them exist */
-    size_t in_last[MT_LAYER_MAX_INPUTS]; /* concatenate: each input's last-axis width */
-    bool needs_acc; /* the output gradient is accumulated (several readers or a join) */
-} dlayer;
-
-enum { P_KERNEL, P_BIAS, P_GAMMA, P_BETA, P_MMEAN, P_MVAR };
-
-/* Per-device state of one layer. */
-typedef struct dstate {
-    mt_conv2d_geom geom;
-    float *xin;          /* resharded input (max_b * use_loc) or NULL */
-    float *out_buf;      /* max_b * out_loc */
-    float *dx_buf;       /* max_b * in_loc (NULL for layer 0) */
-    float *dxk;          /* dx in the kernel's input layout before resharding back, or NULL */
-    float *cols, *dcols; /* conv2d */
-    int32_t *argmax;     /* max_pool2d */
-    float *xhat, *bn;    /* batch_norm */
-    uint8_t *mask;       /* dropout (max_b * in_loc) */
-    uint8_t *fullmask;   /* dropout on sharded features (max_b * in_size) */
-    const float *in, *used;
-    const float *ins[MT_LAYER_MAX_INPUTS]; /* add / concatenate: every input */
-    float *out;
-    float *gacc; /* the output's gradient summed over its readers (dlayer.needs_acc), or NULL */
-    float *gin;  /* backward: the output's gradient (gacc, or the one reader's dx) */
-    bool gfresh; /* gacc holds nothing of this step yet */
-    bool dropped;
-} dstate;
 
 typedef struct dev {
     struct mt_spmd *s;
@@ -85,7 +46,7 @@ typedef struct dev {
                                       (reshard_after_forward), or NULL */
     float *wtmp;                   /* block-major scratch for FSDP parameters not split on axis 0 */
     bool wstale;                   /* kept copies: the shards changed since the last allgather */
-    dstate *ls;                    /* per layer */
+    mt_layer_state *ls;            /* per layer */
     float *x, *g1, *g2;            /* input slice; reshard scratch (max_b * widest) */
     const float *xin;              /* the rows the forward reads: d->x, or the caller's rows */
     int32_t *y;                    /* labels slice */
@@ -118,7 +79,7 @@ struct mt_spmd {
     mt_optimizer_spec opt;
     uint64_t seed;
     int n_layers;
-    dlayer *layers;
+    mt_layer *layers;
     size_t n_params;
     mt_model_param *gparams; /* global descriptors (no buffers) */
     mt_layout *playout;      /* effective layout per parameter (how it is stored) */
@@ -263,25 +224,6 @@ static void layout_set(mt_layout *l, int rank, const mt_spmd *s, int last_dim)
         snprintf(l->axes[rank - 1], MT_MESH_NAME_MAX, "%s", mt_mesh_dim_name(s->mesh, last_dim));
 }
 
-static mt_code add_gparam(mt_spmd *s, dlayer *l, int slot, const char *what, int rank,
-                          const size_t *shape, mt_param_init init, bool trainable)
-{
-    mt_model_param *p = &s->gparams[s->n_params];
-    memset(p, 0, sizeof(*p));
-    snprintf(p->name, sizeof(p->name), "%s.%s", l->s.name, what);
-    p->rank = rank;
-    p->size = 1;
-    for (int i = 0; i < rank; i++) {
-        p->shape[i] = p->local_shape[i] = shape[i];
-        p->size *= shape[i];
-    }
-    p->init = init;
-    p->trainable = trainable;
-    l->pi[slot] = s->n_params++;
-    l->has[slot] = true;
-    return MT_OK;
-}
-
 /* The layout the map gives param i, checked against a derived one when `derived` is set. */
 static mt_code resolve_param(mt_spmd *s, const mt_layout_map *map, size_t i,
                              const mt_layout *derived, mt_err *err)
@@ -328,128 +270,54 @@ static mt_code resolve_param(mt_spmd *s, const mt_layout_map *map, size_t i,
     return MT_OK;
 }
 
-static mt_code plan_layer(mt_spmd *s, const mt_layout_map *map, dlayer *l, int idx, int xf,
-                          mt_err *err)
+/* The planner of mt_layer_plan: declares global parameters and resolves their layouts. */
+typedef struct planner_ctx {
+    mt_spmd *s;
+    const mt_layout_map *map;
+} planner_ctx;
+
+static mt_code plan_add_param(void *ctx, mt_layer *l, int slot, const char *what, int rank,
+                              const size_t *shape, mt_param_init init, bool trainable, int follow,
+                              mt_err *err)
 {
-    char sh[64];
-    l->xf = xf;
-    l->kin = l->kout = -1;
-    l->in_c = l->in_shape[l->in_rank - 1];
-    l->in_rows = l->in_size / l->in_c;
-    snprintf(sh, sizeof(sh), "model.layers[%d]", idx);
-    switch (l->s.kind) {
-    case MT_LAYER_DENSE: {
-        size_t ks[2] = {l->in_size, l->s.units}, bs[1] = {l->s.units};
-        mt_layout bl;
-        mt_code rc;
-        if (l->in_rank != 1)
-            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: dense needs a flat input", sh);
-        l->out_rank = 1;
-        l->out_shape[0] = l->s.units;
-        add_gparam(s, l, P_KERNEL, "kernel", 2, ks, MT_INIT_GLOROT_UNIFORM, true);
-        rc = resolve_param(s, map, l->pi[P_KERNEL], NULL, err);
-        if (rc != MT_OK)
-            return rc;
-        l->kin = dim_of(s, &s->ulayout[l->pi[P_KERNEL]], 0);
-        l->kout = dim_of(s, &s->ulayout[l->pi[P_KERNEL]], 1);
-        if (l->s.use_bias) {
-            add_gparam(s, l, P_BIAS, "bias", 1, bs, MT_INIT_ZEROS, true);
-            layout_set(&bl, 1, s, l->kout);
-            if ((rc = resolve_param(s, map, l->pi[P_BIAS], &bl, err)) != MT_OK)
-                return rc;
-        }
-        l->of = l->kout;
-        break;
+    planner_ctx *pc = ctx;
+    mt_spmd *s = pc->s;
+    mt_model_param *p = &s->gparams[s->n_params];
+    mt_layout fl;
+
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "%s.%s", l->s.name, what);
+    p->rank = rank;
+    p->size = 1;
+    for (int i = 0; i < rank; i++) {
+        p->shape[i] = p->local_shape[i] = shape[i];
+        p->size *= shape[i];
     }
-    case MT_LAYER_CONV2D: {
-        size_t ks[4] = {l->s.kh, l->s.kw, l->in_shape[2], l->s.filters}, bs[1] = {l->s.filters};
-        mt_conv2d_geom g = {0,       l->in_shape[0], l->in_shape[1], l->in_shape[2],
-                            l->s.kh, l->s.kw,        l->s.filters,   l->s.same};
-        const mt_layout *kl;
-        mt_layout bl;
-        mt_code rc;
-        if (l->in_rank != 3 || mt_conv2d_out_h(&g) == 0 || mt_conv2d_out_w(&g) == 0)
-            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: conv2d does not fit its input", sh);
-        l->out_rank = 3;
-        l->out_shape[0] = mt_conv2d_out_h(&g);
-        l->out_shape[1] = mt_conv2d_out_w(&g);
-        l->out_shape[2] = l->s.filters;
-        add_gparam(s, l, P_KERNEL, "kernel", 4, ks, MT_INIT_GLOROT_UNIFORM, true);
-        if ((rc = resolve_param(s, map, l->pi[P_KERNEL], NULL, err)) != MT_OK)
-            return rc;
-        kl = &s->ulayout[l->pi[P_KERNEL]];
-        for (int a = 0; a < 3; a++)
-            if (!mt_layout_axis_unsharded(kl, a))
-                return mt_err_set(err, MT_INVALID_ARGUMENT,
-                                  "layouts: %s.kernel axis %d: only the output-channel axis (3) of "
-                                  "a conv2d kernel may be sharded",
-                                  l->s.name, a);
-        l->kout = dim_of(s, kl, 3);
-        if (l->s.use_bias) {
-            add_gparam(s, l, P_BIAS, "bias", 1, bs, MT_INIT_ZEROS, true);
-            layout_set(&bl, 1, s, l->kout);
-            if ((rc = resolve_param(s, map, l->pi[P_BIAS], &bl, err)) != MT_OK)
-                return rc;
-        }
-        l->of = l->kout;
-        break;
-    }
-    case MT_LAYER_MAX_POOL2D:
-        if (l->in_rank != 3 || l->in_shape[0] < 2 || l->in_shape[1] < 2)
-            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: max_pool2d needs an image", sh);
-        l->out_rank = 3;
-        l->out_shape[0] = l->in_shape[0] / 2;
-        l->out_shape[1] = l->in_shape[1] / 2;
-        l->out_shape[2] = l->in_shape[2];
-        l->of = xf;
-        break;
-    case MT_LAYER_FLATTEN:
-        l->out_rank = 1;
-        l->out_shape[0] = l->in_size;
-        l->of = l->in_rank == 1 ? xf : -1; /* a channel-sharded image is gathered first */
-        break;
-    case MT_LAYER_ADD:
-    case MT_LAYER_CONCATENATE:
-        /* shapes from mt_layer_join_shape (plan); inputs' feature sharding checked there */
-        l->of = l->s.kind == MT_LAYER_ADD ? xf : -1;
-        break;
-    case MT_LAYER_BATCH_NORM:
-    case MT_LAYER_DROPOUT:
-        l->out_rank = l->in_rank;
-        memcpy(l->out_shape, l->in_shape, sizeof(l->in_shape));
-        l->of = xf;
-        if (l->s.kind == MT_LAYER_BATCH_NORM) {
-            size_t fs[1] = {l->in_c};
-            mt_layout fl;
-            const char *names[4] = {"gamma", "beta", "moving_mean", "moving_variance"};
-            bool on[4] = {l->s.scale, l->s.center, true, true};
-            mt_param_init init[4] = {MT_INIT_ONES, MT_INIT_ZEROS, MT_INIT_ZEROS, MT_INIT_ONES};
-            layout_set(&fl, 1, s, xf);
-            for (int k = 0; k < 4; k++) {
-                mt_code rc;
-                if (!on[k])
-                    continue;
-                add_gparam(s, l, P_GAMMA + k, names[k], 1, fs, init[k], k < 2);
-                if ((rc = resolve_param(s, map, l->pi[P_GAMMA + k], &fl, err)) != MT_OK)
-                    return rc;
-            }
-        }
-        break;
-    }
-    l->out_size = 1;
-    for (int a = 0; a < l->out_rank; a++)
-        l->out_size *= l->out_shape[a];
-    l->out_c = l->out_shape[l->out_rank - 1];
-    l->out_rows = l->out_size / l->out_c;
-    l->in_loc = l->in_size / dsz(s, xf);
-    l->out_loc = l->out_size / dsz(s, l->of);
-    l->use_loc = l->in_size / dsz(s, l->kin);
-    if (l->in_c % dsz(s, xf) != 0 || l->out_c % dsz(s, l->of) != 0 ||
-        l->in_size % dsz(s, l->kin) != 0)
-        return mt_err_set(err, MT_INVALID_ARGUMENT,
-                          "%s (%s): feature axis not divisible by its mesh dimension", sh,
-                          l->s.name);
-    return MT_OK;
+    p->init = init;
+    p->trainable = trainable;
+    l->pi[slot] = s->n_params++;
+    l->has[slot] = true;
+    if (follow != MT_LAYER_FROM_MAP)
+        layout_set(&fl, rank, s, follow);
+    return resolve_param(s, pc->map, l->pi[slot], follow != MT_LAYER_FROM_MAP ? &fl : NULL, err);
+}
+
+static int plan_param_dim(void *ctx, const mt_layer *l, int slot, int axis)
+{
+    const planner_ctx *pc = ctx;
+    return dim_of(pc->s, &pc->s->ulayout[l->pi[slot]], axis);
+}
+
+static const char *plan_dim_name(void *ctx, int dim)
+{
+    const planner_ctx *pc = ctx;
+    return mt_mesh_dim_name(pc->s->mesh, dim);
+}
+
+static size_t plan_dim_size(void *ctx, int dim)
+{
+    const planner_ctx *pc = ctx;
+    return dsz(pc->s, dim);
 }
 
 /* Global parameter shapes as int64 for mt_layout_map_check. */
@@ -485,50 +353,12 @@ static mt_code check_map(mt_spmd *s, const mt_layout_map *map, size_t gb, mt_err
     return rc;
 }
 
-/*
- * Layer l's (index i) input shape and feature sharding *xf from its producers (the model input
- * or earlier layers); a join's output shape. An add needs its inputs sharded alike (its output
- * keeps that sharding); a concatenate needs every input unsharded on the last axis.
- */
-static mt_code plan_inputs(mt_spmd *s, dlayer *l, int i, int *xf, mt_err *err)
-{
-    int rk[MT_LAYER_MAX_INPUTS] = {0}, xs[MT_LAYER_MAX_INPUTS] = {0};
-    size_t sh[MT_LAYER_MAX_INPUTS][3];
-
-    for (int k = 0; k < l->s.n_inputs; k++) {
-        int p = l->s.inputs[k];
-        const dlayer *q = p == MT_LAYER_INPUT ? NULL : &s->layers[p];
-        rk[k] = q != NULL ? q->out_rank : s->in_rank;
-        memcpy(sh[k], q != NULL ? q->out_shape : s->in_shape, sizeof(sh[k]));
-        xs[k] = q != NULL ? q->of : s->fdim0;
-        l->in_last[k] = sh[k][rk[k] - 1];
-        if (xs[k] != xs[0] || (l->s.kind == MT_LAYER_CONCATENATE && xs[k] >= 0))
-            return mt_err_set(err, MT_INVALID_ARGUMENT,
-                              "model.layers[%d] (%s): %s; input %d is sharded over '%s' on its "
-                              "last axis (check the layouts of the layers feeding it)",
-                              i, l->s.name,
-                              l->s.kind == MT_LAYER_ADD
-                                  ? "the inputs of an add must be sharded alike"
-                                  : "the inputs of a concatenate must be whole on the last axis",
-                              k, xs[k] >= 0 ? mt_mesh_dim_name(s->mesh, xs[k]) : "nothing");
-    }
-    l->in_rank = rk[0];
-    memcpy(l->in_shape, sh[0], sizeof(l->in_shape));
-    l->in_size = 1;
-    for (int a = 0; a < l->in_rank; a++)
-        l->in_size *= l->in_shape[a];
-    *xf = xs[0];
-    if (l->s.kind == MT_LAYER_ADD || l->s.kind == MT_LAYER_CONCATENATE)
-        return mt_layer_join_shape(&l->s, i, rk, (const size_t(*)[3])sh, &l->out_rank, l->out_shape,
-                                   err);
-    return MT_OK;
-}
-
 static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *map, mt_err *err)
 {
     const mt_layout *il = mt_layout_map_input(map);
-    const dlayer *last;
-    int xf;
+    const mt_layer *last;
+    planner_ctx pc = {s, map};
+    mt_layer_planner pl = {&pc, plan_add_param, plan_param_dim, plan_dim_name, plan_dim_size};
     mt_code rc;
 
     s->bdim = -1;
@@ -557,43 +387,39 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
         s->bdim = mt_mesh_dim_index(s->mesh, "batch");
     }
     s->n_layers = spec->n_layers;
-    s->layers = mt_calloc((size_t)spec->n_layers + 1, sizeof(dlayer));
-    s->gparams = mt_calloc((size_t)spec->n_layers * 6 + 1, sizeof(mt_model_param));
-    s->playout = mt_calloc((size_t)spec->n_layers * 6 + 1, sizeof(mt_layout));
-    s->ulayout = mt_calloc((size_t)spec->n_layers * 6 + 1, sizeof(mt_layout));
-    s->fsdp = mt_calloc((size_t)spec->n_layers * 6 + 1, sizeof(int));
+    s->layers = mt_calloc((size_t)spec->n_layers + 1, sizeof(mt_layer));
+    s->gparams =
+        mt_calloc((size_t)spec->n_layers * MT_LAYER_MAX_PARAMS + 1, sizeof(mt_model_param));
+    s->playout = mt_calloc((size_t)spec->n_layers * MT_LAYER_MAX_PARAMS + 1, sizeof(mt_layout));
+    s->ulayout = mt_calloc((size_t)spec->n_layers * MT_LAYER_MAX_PARAMS + 1, sizeof(mt_layout));
+    s->fsdp = mt_calloc((size_t)spec->n_layers * MT_LAYER_MAX_PARAMS + 1, sizeof(int));
     if (s->layers == NULL || s->gparams == NULL || s->playout == NULL || s->ulayout == NULL ||
         s->fsdp == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "spmd plan: out of memory");
     s->widest = s->in_size;
     for (int i = 0; i < spec->n_layers; i++) {
-        dlayer *l = &s->layers[i];
-        l->s = spec->layers[i];
-        l->s.activation = mt_model_layer_activation(spec, i);
-        if ((rc = plan_inputs(s, l, i, &xf, err)) != MT_OK)
-            return rc;
-        rc = plan_layer(s, map, l, i, xf, err);
+        mt_layer *l = &s->layers[i];
+        rc = mt_layer_plan(spec, i, s->layers, s->in_rank, s->in_shape, s->fdim0, &pl, l, err);
         if (rc != MT_OK)
             return rc;
         if (l->out_size > s->widest)
             s->widest = l->out_size;
-        l->needs_acc = mt_job_spec_output_shared(spec, i);
     }
     last = &s->layers[spec->n_layers - 1];
-    if (last->out_rank != 1)
+    if (last->out_rank != 1) {
+        char sh[64];
+        mt_layer_shape_text(sh, sizeof(sh), last->out_rank, last->out_shape);
         return mt_err_set(err, MT_INVALID_ARGUMENT,
-                          "model.layers[%d]: the last layer must output a vector of logits",
-                          spec->n_layers - 1);
+                          "model.layers[%d]: the last layer must output one logit per class (a "
+                          "vector); it outputs %s",
+                          spec->n_layers - 1, sh);
+    }
     s->num_classes = last->out_shape[0];
     s->input_read_only = true; /* dense, conv2d and the joins write their own buffers */
-    for (int i = 0; i < spec->n_layers; i++) {
-        mt_layer_kind k = spec->layers[i].kind;
-        bool reads = k == MT_LAYER_DENSE || k == MT_LAYER_CONV2D || k == MT_LAYER_ADD ||
-                     k == MT_LAYER_CONCATENATE;
+    for (int i = 0; i < spec->n_layers; i++)
         for (int j = 0; j < spec->layers[i].n_inputs; j++)
-            if (spec->layers[i].inputs[j] == MT_LAYER_INPUT && !reads)
+            if (spec->layers[i].inputs[j] == MT_LAYER_INPUT && !s->layers[i].ops->reads_input_only)
                 s->input_read_only = false;
-    }
     return check_map(s, map, spec->batch_size, err);
 }
 
@@ -730,10 +556,10 @@ static mt_code fsdp_gather(dev *d)
 }
 
 /* Floats of layer l's FSDP parameters as used (its share of the per-layer scratch). */
-static size_t fsdp_layer_size(const mt_spmd *s, const dlayer *l, const dev *d)
+static size_t fsdp_layer_size(const mt_spmd *s, const mt_layer *l, const dev *d)
 {
     size_t n = 0;
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < MT_LAYER_MAX_PARAMS; k++)
         if (l->has[k] && s->fsdp[l->pi[k]] >= 0)
             n += d->params[l->pi[k]].size * dsz(s, s->bdim);
     return n;
@@ -743,10 +569,10 @@ static size_t fsdp_layer_size(const mt_spmd *s, const dlayer *l, const dev *d)
 static mt_code fsdp_gather_layer(dev *d, int idx)
 {
     mt_spmd *s = d->s;
-    const dlayer *l = &s->layers[idx];
+    const mt_layer *l = &s->layers[idx];
     size_t off = 0;
 
-    for (int k = 0; k < 6 && s->fsdp_transient; k++) {
+    for (int k = 0; k < MT_LAYER_MAX_PARAMS && s->fsdp_transient; k++) {
         size_t i = l->pi[k];
         mt_code rc;
         if (!l->has[k] || s->fsdp[i] < 0)
@@ -765,10 +591,10 @@ static mt_code fsdp_gather_layer(dev *d, int idx)
 static mt_code fsdp_reduce_layer(dev *d, int idx)
 {
     mt_spmd *s = d->s;
-    const dlayer *l = &s->layers[idx];
+    const mt_layer *l = &s->layers[idx];
     mt_coll_group g = {d->groups[s->bdim >= 0 ? s->bdim : 0], (int)dsz(s, s->bdim)};
 
-    for (int k = 0; k < 6 && s->fsdp_transient; k++) {
+    for (int k = 0; k < MT_LAYER_MAX_PARAMS && s->fsdp_transient; k++) {
         size_t i = l->pi[k], outer, la, inner, pb = dsz(s, s->bdim);
         mt_model_param *p = &d->params[i];
         const float *src = d->wgrad[i];
@@ -789,6 +615,64 @@ static mt_code fsdp_reduce_layer(dev *d, int idx)
             return rc;
     }
     return MT_OK;
+}
+
+/* ------------------------------------------------------------------ device: layer services */
+
+static mt_code svc_allreduce(void *ctx, int dim, float *buf, size_t n)
+{
+    return grp_allreduce(ctx, dim, buf, n);
+}
+
+static mt_code svc_reshard(void *ctx, const float *src, size_t rows, size_t c, int from, int to,
+                           float *dst)
+{
+    return reshard(ctx, src, rows, c, from, to, dst);
+}
+
+static size_t svc_dim_size(void *ctx, int dim)
+{
+    const dev *d = ctx;
+    return dsz(d->s, dim);
+}
+
+static int svc_coord(void *ctx, int dim)
+{
+    const dev *d = ctx;
+    return dim < 0 ? 0 : d->coords[dim];
+}
+
+static void svc_keep(void *ctx, size_t i)
+{
+    fsdp_keep(ctx, i);
+}
+
+/* Gather layer idx's FSDP weights (per-layer mode) and bind what its math uses: the
+ * allgathered copy for an FSDP parameter, else the local shard. */
+static mt_code svc_bind(void *ctx, int idx)
+{
+    dev *d = ctx;
+    const mt_layer *l = &d->s->layers[idx];
+    mt_layer_state *st = &d->ls[idx];
+    mt_code rc = fsdp_gather_layer(d, idx);
+    for (int k = 0; k < MT_LAYER_MAX_PARAMS; k++) {
+        size_t i = l->pi[k];
+        st->pv[k] = !l->has[k] ? NULL : d->wval[i] != NULL ? d->wval[i] : d->params[i].value;
+        st->pg[k] = !l->has[k] ? NULL : d->wgrad[i] != NULL ? d->wgrad[i] : d->params[i].grad;
+    }
+    return rc;
+}
+
+static mt_code svc_after_backward(void *ctx, int idx)
+{
+    return fsdp_reduce_layer(ctx, idx);
+}
+
+static mt_layer_dev dev_services(dev *d)
+{
+    mt_layer_dev ld = {d,        svc_allreduce, svc_reshard,        svc_dim_size, svc_coord,
+                       svc_keep, svc_bind,      svc_after_backward, d->s->bdim,   d->s->seed};
+    return ld;
 }
 
 /* ------------------------------------------------------------------ device: allocation */
@@ -898,46 +782,12 @@ static mt_code dev_alloc(dev *d, mt_err *err)
     DALLOC(d->logits, b * s->num_classes);
     DALLOC(d->dlogits, b * s->num_classes);
     DALLOC(d->dlog_loc, b * s->num_classes);
-    for (int i = 0; i < s->n_layers; i++) {
-        dlayer *l = &s->layers[i];
-        dstate *st = &d->ls[i];
-        if ((l->s.kind == MT_LAYER_DENSE && l->xf != l->kin) ||
-            (l->s.kind == MT_LAYER_CONV2D && l->xf >= 0))
-            DALLOC(st->xin, b * l->use_loc);
-        if (l->s.kind != MT_LAYER_FLATTEN || l->xf != l->of)
-            DALLOC(st->out_buf, b * l->out_loc);
-        if (l->s.inputs[0] != MT_LAYER_INPUT && l->s.kind != MT_LAYER_ADD &&
-            l->s.kind != MT_LAYER_CONCATENATE) {
-            DALLOC(st->dx_buf, b * l->in_loc);
-            if (st->xin != NULL)
-                DALLOC(st->dxk, b * l->use_loc);
-        }
-        if (l->needs_acc)
-            DALLOC(st->gacc, b * l->out_loc);
-        if (l->s.kind == MT_LAYER_CONV2D) {
-            st->geom = (mt_conv2d_geom){b,
-                                        l->in_shape[0],
-                                        l->in_shape[1],
-                                        l->in_shape[2],
-                                        l->s.kh,
-                                        l->s.kw,
-                                        l->s.filters / dsz(s, l->kout),
-                                        l->s.same};
-            DALLOC(st->cols, mt_conv2d_cols_size(&st->geom));
-            if (l->s.inputs[0] != MT_LAYER_INPUT)
-                DALLOC(st->dcols, mt_conv2d_cols_size(&st->geom));
-        }
-        if (l->s.kind == MT_LAYER_MAX_POOL2D)
-            DALLOC(st->argmax, b * l->out_loc);
-        if (l->s.kind == MT_LAYER_BATCH_NORM) {
-            DALLOC(st->xhat, b * l->in_loc);
-            DALLOC(st->bn, 4 * (l->in_c / dsz(s, l->xf)));
-        }
-        if (l->s.kind == MT_LAYER_DROPOUT) {
-            DALLOC(st->mask, b * l->in_loc);
-            if (l->xf >= 0)
-                DALLOC(st->fullmask, b * l->in_size);
-        }
+    {
+        mt_layer_dev ld = dev_services(d);
+        mt_layer_alloc la = {false, 0};
+        for (int i = 0; i < s->n_layers; i++)
+            if ((rc = mt_layer_state_init(&s->layers[i], &d->ls[i], b, &ld, &la, err)) != MT_OK)
+                return rc;
     }
 #undef DALLOC
     return MT_OK;
@@ -964,21 +814,8 @@ static void dev_free(dev *d)
     mt_free(d->fv);
     mt_free(d->fg);
     mt_free(d->wtmp);
-    for (int i = 0; d->ls != NULL && i < s->n_layers; i++) {
-        dstate *st = &d->ls[i];
-        mt_free(st->xin);
-        mt_free(st->out_buf);
-        mt_free(st->dx_buf);
-        mt_free(st->dxk);
-        mt_free(st->cols);
-        mt_free(st->dcols);
-        mt_free(st->argmax);
-        mt_free(st->xhat);
-        mt_free(st->bn);
-        mt_free(st->mask);
-        mt_free(st->fullmask);
-        mt_free(st->gacc);
-    }
+    for (int i = 0; d->ls != NULL && i < s->n_layers; i++)
+        mt_layer_state_fini(&d->ls[i]);
     mt_free(d->ls);
     mt_coll_bucket_free(d->bucket);
     mt_free(d->x);
@@ -993,287 +830,37 @@ static void dev_free(dev *d)
 
 /* ------------------------------------------------------------------ device: forward */
 
-/* The value / gradient the math uses: the allgathered copy for an FSDP parameter. */
-static float *pv(dev *d, const dlayer *l, int slot)
-{
-    size_t i = l->pi[slot];
-    if (!l->has[slot])
-        return NULL;
-    return d->wval[i] != NULL ? d->wval[i] : d->params[i].value;
-}
-
-static float *pg(dev *d, const dlayer *l, int slot)
-{
-    size_t i = l->pi[slot];
-    if (!l->has[slot])
-        return NULL;
-    return d->wgrad[i] != NULL ? d->wgrad[i] : d->params[i].grad;
-}
-
-static mt_code bn_forward(dev *d, const dlayer *l, dstate *st, size_t batch, size_t gb,
-                          bool training)
-{
-    size_t rows = batch * l->in_rows, c = l->in_c / dsz(d->s, l->xf);
-    float *mean = st->bn, *var = st->bn + c;
-    float inv_m = 1.0f / (float)(gb * l->in_rows);
-    mt_code rc;
-
-    if (!training) {
-        mt_bn_normalize(st->out, NULL, st->in, pv(d, l, P_MMEAN), pv(d, l, P_MVAR), l->s.epsilon,
-                        pv(d, l, P_GAMMA), pv(d, l, P_BETA), rows, c);
-        return MT_OK;
-    }
-    mt_bn_sum(mean, st->in, rows, c);
-    if ((rc = grp_allreduce(d, d->s->bdim, mean, c)) != MT_OK)
-        return rc;
-    for (size_t j = 0; j < c; j++)
-        mean[j] *= inv_m;
-    mt_bn_sqdev(var, st->in, mean, rows, c);
-    if ((rc = grp_allreduce(d, d->s->bdim, var, c)) != MT_OK)
-        return rc;
-    for (size_t j = 0; j < c; j++)
-        var[j] *= inv_m;
-    mt_bn_normalize(st->out, st->xhat, st->in, mean, var, l->s.epsilon, pv(d, l, P_GAMMA),
-                    pv(d, l, P_BETA), rows, c);
-    mt_bn_update_moving(pv(d, l, P_MMEAN), mean, l->s.momentum, c);
-    mt_bn_update_moving(pv(d, l, P_MVAR), var, l->s.momentum, c);
-    fsdp_keep(d, l->pi[P_MMEAN]);
-    fsdp_keep(d, l->pi[P_MVAR]);
-    return MT_OK;
-}
-
-static mt_code layer_forward(dev *d, int idx, size_t batch, size_t gb, bool training, uint64_t step,
-                             uint64_t first)
-{
-    mt_spmd *s = d->s;
-    const dlayer *l = &s->layers[idx];
-    dstate *st = &d->ls[idx];
-    mt_code rc = MT_OK;
-
-    st->out = st->out_buf;
-    st->used = st->in;
-    switch (l->s.kind) {
-    case MT_LAYER_DENSE: {
-        size_t outl = l->out_loc;
-        float *bias = pv(d, l, P_BIAS);
-        if (st->xin != NULL) {
-            rc = reshard(d, st->in, batch, l->in_c, l->xf, l->kin, st->xin);
-            st->used = st->xin;
-        }
-        if (rc != MT_OK)
-            return rc;
-        mt_dense_forward(st->out, st->used, pv(d, l, P_KERNEL), l->kin < 0 ? bias : NULL, batch,
-                         l->use_loc, outl);
-        if (l->kin >= 0) {
-            if ((rc = grp_allreduce(d, l->kin, st->out, batch * outl)) != MT_OK)
-                return rc;
-            for (size_t r = 0; bias != NULL && r < batch; r++)
-                for (size_t j = 0; j < outl; j++)
-                    st->out[r * outl + j] += bias[j];
-        }
-        break;
-    }
-    case MT_LAYER_CONV2D:
-        if (st->xin != NULL) {
-            rc = reshard(d, st->in, batch * l->in_rows, l->in_c, l->xf, -1, st->xin);
-            if (rc != MT_OK)
-                return rc;
-            st->used = st->xin;
-        }
-        st->geom.batch = batch;
-        mt_conv2d_forward(st->out, st->cols, st->used, pv(d, l, P_KERNEL), pv(d, l, P_BIAS),
-                          &st->geom);
-        break;
-    case MT_LAYER_MAX_POOL2D:
-        mt_maxpool2_forward(st->out, st->argmax, st->in, batch, l->in_shape[0], l->in_shape[1],
-                            l->in_c / dsz(s, l->xf));
-        break;
-    case MT_LAYER_FLATTEN:
-        if (l->xf == l->of)
-            st->out = (float *)st->in;
-        else
-            rc = reshard(d, st->in, batch * l->in_rows, l->in_c, l->xf, -1, st->out);
-        return rc;
-    case MT_LAYER_BATCH_NORM:
-        return bn_forward(d, l, st, batch, gb, training);
-    case MT_LAYER_DROPOUT:
-        st->dropped = training && l->s.rate > 0.0f;
-        if (!st->dropped) {
-            st->out = (float *)st->in;
-            break;
-        }
-        if (l->xf < 0) {
-            mt_rng_dropout_mask(st->mask, s->seed, step, (uint32_t)idx, first, batch, l->in_size,
-                                l->s.rate);
-        } else {
-            size_t rows = batch * l->in_rows, cl = l->in_c / dsz(s, l->xf);
-            size_t off = (size_t)d->coords[l->xf] * cl;
-            mt_rng_dropout_mask(st->fullmask, s->seed, step, (uint32_t)idx, first, batch,
-                                l->in_size, l->s.rate);
-            for (size_t r = 0; r < rows; r++)
-                memcpy(st->mask + r * cl, st->fullmask + r * l->in_c + off, cl);
-        }
-        mt_dropout_forward(st->out, st->in, st->mask, 1.0f / (1.0f - l->s.rate), batch * l->in_loc);
-        break;
-    case MT_LAYER_ADD:
-        mt_add_forward(st->out, st->ins, l->s.n_inputs, batch * l->out_loc);
-        break;
-    case MT_LAYER_CONCATENATE:
-        mt_concat_forward(st->out, st->ins, l->in_last, l->s.n_inputs, batch * l->out_rows);
-        break;
-    }
-    if (l->s.activation == MT_ACT_RELU)
-        mt_relu_forward(st->out, st->out, batch * l->out_loc);
-    return MT_OK;
-}
-
-/* Forward over d->x (d->batch rows); leaves full logits in d->logits. */
+/* Forward over d->xin (d->batch rows); leaves full logits in d->logits. */
 static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint64_t first)
 {
     mt_spmd *s = d->s;
-    const float *in = NULL;
-    const dlayer *last = &s->layers[s->n_layers - 1];
+    const mt_layer *last = &s->layers[s->n_layers - 1];
+    mt_layer_dev ld = dev_services(d);
+    mt_layer_pass ps = {
+        .batch = d->batch, .global_batch = gb, .training = training, .step = step, .first = first};
+    const float *out = NULL;
+    int failed = 0;
     mt_code rc;
 
     if (!s->fsdp_transient && d->wstale && (rc = fsdp_gather(d)) != MT_OK)
         return rc;
-    for (int i = 0; i < s->n_layers; i++) {
-        dstate *st = &d->ls[i];
-        for (int k = 0; k < s->layers[i].s.n_inputs; k++) {
-            int p = s->layers[i].s.inputs[k];
-            st->ins[k] = p == MT_LAYER_INPUT ? d->xin : d->ls[p].out;
-        }
-        st->in = st->ins[0];
-        rc = fsdp_gather_layer(d, i);
-        if (rc == MT_OK)
-            rc = layer_forward(d, i, d->batch, gb, training, step, first);
-        if (rc != MT_OK)
-            return rc;
-        in = st->out;
-    }
+    rc = mt_layer_graph_forward(s->layers, d->ls, s->n_layers, d->xin, &ld, &ps, &out, &failed);
+    if (rc != MT_OK)
+        return rc;
     if (last->of >= 0)
-        return reshard(d, in, d->batch, s->num_classes, last->of, -1, d->logits);
-    memcpy(d->logits, in, d->batch * s->num_classes * sizeof(float));
+        return reshard(d, out, d->batch, s->num_classes, last->of, -1, d->logits);
+    memcpy(d->logits, out, d->batch * s->num_classes * sizeof(float));
     return MT_OK;
-}
-
-/* ------------------------------------------------------------------ device: backward */
-
-static mt_code layer_backward(dev *d, int idx, float *dy, float **dx_out)
-{
-    mt_spmd *s = d->s;
-    const dlayer *l = &s->layers[idx];
-    dstate *st = &d->ls[idx];
-    size_t batch = d->batch;
-    float *dx = st->dx_buf;
-    mt_code rc = MT_OK;
-
-    if (l->s.activation == MT_ACT_RELU)
-        mt_relu_backward(dy, dy, st->out, batch * l->out_loc);
-    switch (l->s.kind) {
-    case MT_LAYER_DENSE: {
-        float *dxk = dx != NULL && st->dxk != NULL ? st->dxk : dx;
-        mt_dense_backward(dxk, pg(d, l, P_KERNEL), pg(d, l, P_BIAS), dy, st->used,
-                          pv(d, l, P_KERNEL), batch, l->use_loc, l->out_loc);
-        if (dx == NULL)
-            break;
-        if ((rc = grp_allreduce(d, l->kout, dxk, batch * l->use_loc)) != MT_OK)
-            return rc;
-        if (dxk != dx)
-            rc = reshard(d, dxk, batch, l->in_c, l->kin, l->xf, dx);
-        break;
-    }
-    case MT_LAYER_CONV2D: {
-        float *dxk = dx != NULL && st->dxk != NULL ? st->dxk : dx;
-        st->geom.batch = batch;
-        mt_conv2d_backward(dxk, pg(d, l, P_KERNEL), pg(d, l, P_BIAS), st->dcols, dy, st->cols,
-                           pv(d, l, P_KERNEL), &st->geom);
-        if (dx == NULL)
-            break;
-        if ((rc = grp_allreduce(d, l->kout, dxk, batch * l->use_loc)) != MT_OK)
-            return rc;
-        if (dxk != dx)
-            rc = reshard(d, dxk, batch * l->in_rows, l->in_c, -1, l->xf, dx);
-        break;
-    }
-    case MT_LAYER_MAX_POOL2D:
-        if (dx != NULL)
-            mt_maxpool2_backward(dx, dy, st->argmax, batch * l->in_loc, batch * l->out_loc);
-        break;
-    case MT_LAYER_ADD:
-    case MT_LAYER_CONCATENATE:
-        dx = dy; /* routed to every input by give_grad */
-        break;
-    case MT_LAYER_FLATTEN:
-        if (l->s.inputs[0] == MT_LAYER_INPUT)
-            dx = NULL;
-        else if (l->xf == l->of)
-            dx = dy;
-        else
-            rc = reshard(d, dy, batch * l->in_rows, l->in_c, -1, l->xf, dx);
-        break;
-    case MT_LAYER_BATCH_NORM: {
-        size_t rows = batch * l->in_rows, c = l->in_c / dsz(s, l->xf);
-        float *var = st->bn + c, *sdy = st->bn + 2 * c, *sdyh = st->bn + 3 * c;
-        mt_bn_grad_sums(sdy, sdyh, dy, st->xhat, rows, c);
-        if (l->has[P_BETA])
-            memcpy(pg(d, l, P_BETA), sdy, c * sizeof(float));
-        if (l->has[P_GAMMA])
-            memcpy(pg(d, l, P_GAMMA), sdyh, c * sizeof(float));
-        if (dx == NULL)
-            break;
-        if ((rc = grp_allreduce(d, s->bdim, sdy, 2 * c)) != MT_OK)
-            return rc;
-        mt_bn_backward_dx(dx, dy, st->xhat, pv(d, l, P_GAMMA), var, l->s.epsilon, sdy, sdyh,
-                          d->gcount * l->in_rows, rows, c);
-        break;
-    }
-    case MT_LAYER_DROPOUT:
-        if (dx == NULL)
-            break;
-        if (st->dropped)
-            mt_dropout_backward(dx, dy, st->mask, 1.0f / (1.0f - l->s.rate), batch * l->in_loc);
-        else
-            dx = dy;
-        break;
-    }
-    *dx_out = dx;
-    return rc;
-}
-
-/*
- * Hand the gradient g of layer l's k-th input to its producer: by pointer when the producer has
- * no accumulator, else copied into it (the first reader in reverse order) or added; a
- * concatenate hands each input its columns [off, off + w) (as core/model does).
- */
-static void give_grad(dev *d, const dlayer *l, int k, float *g, size_t off)
-{
-    int p = l->s.inputs[k];
-    const dlayer *q;
-    dstate *qs;
-    size_t w, c;
-
-    if (p == MT_LAYER_INPUT)
-        return;
-    q = &d->s->layers[p];
-    qs = &d->ls[p];
-    if (qs->gacc == NULL) {
-        qs->gin = g;
-        return;
-    }
-    c = l->s.kind == MT_LAYER_CONCATENATE ? l->out_c : q->out_loc;
-    w = l->s.kind == MT_LAYER_CONCATENATE ? l->in_last[k] : c;
-    mt_grad_accumulate(qs->gacc, g, d->batch * q->out_loc / w, w, c, off, !qs->gfresh);
-    qs->gfresh = false;
-    qs->gin = qs->gacc;
 }
 
 static mt_code dev_backward(dev *d)
 {
     mt_spmd *s = d->s;
-    const dlayer *last = &s->layers[s->n_layers - 1];
+    const mt_layer *last = &s->layers[s->n_layers - 1];
+    mt_layer_dev ld = dev_services(d);
+    mt_layer_pass ps = {.batch = d->batch, .global_batch = d->gcount, .training = true};
     float *dy = d->dlogits;
-    mt_code rc;
+    int failed = 0;
 
     if (last->of >= 0) {
         size_t cl = s->num_classes / dsz(s, last->of), off = (size_t)d->coords[last->of] * cl;
@@ -1281,26 +868,7 @@ static mt_code dev_backward(dev *d)
             memcpy(d->dlog_loc + r * cl, d->dlogits + r * s->num_classes + off, cl * sizeof(float));
         dy = d->dlog_loc;
     }
-    for (int i = 0; i < s->n_layers; i++)
-        d->ls[i].gfresh = true;
-    d->ls[s->n_layers - 1].gin = dy;
-    for (int i = s->n_layers - 1; i >= 0; i--) {
-        const dlayer *l = &s->layers[i];
-        float *dx = NULL;
-        size_t off = 0;
-        rc = fsdp_gather_layer(d, i);
-        if (rc == MT_OK)
-            rc = layer_backward(d, i, d->ls[i].gin, &dx);
-        if (rc == MT_OK)
-            rc = fsdp_reduce_layer(d, i);
-        if (rc != MT_OK)
-            return rc;
-        for (int k = 0; dx != NULL && k < l->s.n_inputs; k++) {
-            give_grad(d, l, k, dx, off);
-            off += l->in_last[k];
-        }
-    }
-    return MT_OK;
+    return mt_layer_graph_backward(s->layers, d->ls, s->n_layers, dy, &ld, &ps, &failed);
 }
 
 /* ------------------------------------------------------------------ device: jobs */
@@ -1723,45 +1291,23 @@ static uint64_t shard_elems(const mt_spmd *s, size_t i, int pos)
     return n;
 }
 
-/* The collective payload of one training step on one device, per mesh dim (floats), mirroring
- * layer_forward / layer_backward / dev_step. */
-static void plan_comm(const mt_spmd *s, uint64_t *per_dim)
+static void comm_add(uint64_t *per_dim, int dim, uint64_t n)
+{
+    if (dim >= 0)
+        per_dim[dim] += n;
+}
+
+/* The collective payload of one training step on one device, per mesh dim (floats): each
+ * layer's (mt_layer_ops.comm), the logits, the FSDP gathers and the gradient bucket. */
+static void plan_comm(mt_spmd *s, uint64_t *per_dim)
 {
     uint64_t b = s->max_b, grads = 3; /* the bucket: gradients and 3 metric floats */
-#define ADD(dim, n)                                                                                \
-    do {                                                                                           \
-        if ((dim) >= 0)                                                                            \
-            per_dim[dim] += (uint64_t)(n);                                                         \
-    } while (0)
-    for (int i = 0; i < s->n_layers; i++) {
-        const dlayer *l = &s->layers[i];
-        switch (l->s.kind) {
-        case MT_LAYER_DENSE:
-            if (l->xf != l->kin)
-                ADD(l->xf, b * l->in_size);
-            ADD(l->kin, b * l->out_loc);
-            if (i > 0) {
-                ADD(l->kout, b * l->use_loc);
-                if (l->xf != l->kin)
-                    ADD(l->kin, b * l->in_size);
-            }
-            break;
-        case MT_LAYER_CONV2D:
-            ADD(l->xf, b * l->in_size);
-            if (i > 0)
-                ADD(l->kout, b * l->use_loc);
-            break;
-        case MT_LAYER_FLATTEN:
-            if (l->xf != l->of)
-                ADD(l->xf, 2 * b * l->in_size);
-            break;
-        case MT_LAYER_BATCH_NORM:
-            ADD(s->bdim, 4 * (l->in_c / dsz(s, l->xf)));
-            break;
-        default:
-            break;
-        }
-    }
+    planner_ctx pc = {s, NULL};
+    mt_layer_planner pl = {&pc, NULL, plan_param_dim, plan_dim_name, plan_dim_size};
+#define ADD(dim, n) comm_add(per_dim, (dim), (uint64_t)(n))
+    for (int i = 0; i < s->n_layers; i++)
+        if (s->layers[i].ops->comm != NULL)
+            s->layers[i].ops->comm(&s->layers[i], b, s->bdim, &pl, comm_add, per_dim);
     if (s->layers[s->n_layers - 1].of >= 0)
         ADD(s->layers[s->n_layers - 1].of, b * s->num_classes);
     for (size_t i = 0; i < s->n_params; i++) {
@@ -1804,7 +1350,7 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
         }
         for (int l = 0; l < s->n_layers && s->fsdp_transient; l++) { /* the largest layer's */
             uint64_t n = 0;
-            for (int k = 0; k < 6; k++)
+            for (int k = 0; k < MT_LAYER_MAX_PARAMS; k++)
                 if (s->layers[l].has[k] && s->fsdp[s->layers[l].pi[k]] >= 0)
                     n += shard_elems(s, s->layers[l].pi[k], p) * dsz(s, s->bdim);
             ga = 2 * n * sizeof(float) > ga ? 2 * n * sizeof(float) : ga;
@@ -1813,11 +1359,14 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
         info->slot_bytes = sl > info->slot_bytes ? sl : info->slot_bytes;
         info->gathered_bytes = ga > info->gathered_bytes ? ga : info->gathered_bytes;
     }
-    for (int i = 0; i < s->n_layers; i++) { /* out_buf, dx_buf and the layer's scratch */
-        const dlayer *l = &s->layers[i];
-        info->activation_bytes += s->max_b * (l->out_loc + l->in_loc) * sizeof(float);
-        if (l->s.kind == MT_LAYER_BATCH_NORM || l->s.kind == MT_LAYER_DROPOUT)
-            info->activation_bytes += s->max_b * l->in_loc * sizeof(float);
+    { /* every layer's buffers on one device (the first), counted without allocating */
+        dev tmp = {.s = s};
+        mt_layer_dev ld = dev_services(&tmp);
+        mt_layer_alloc la = {true, 0};
+        mt_layer_state st;
+        for (int i = 0; i < s->n_layers; i++)
+            (void)mt_layer_state_init(&s->layers[i], &st, s->max_b, &ld, &la, NULL);
+        info->activation_bytes = la.bytes;
     }
     plan_comm(s, info->comm_bytes);
     for (int k = 0; k < s->ndims; k++)

@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * conv2d.c — 2-D convolution over NHWC images, stride 1, "valid" or "same" padding; kernel
+ * (KH, KW, C, F) as Keras stores it; im2col + GEMM.
+ *
+ * Sharding: only the output-channel axis (3) of the kernel may be sharded (kout): each device
+ * computes its filters, the output's channels are sharded over kout, the bias follows. An input
+ * with sharded channels is allgathered first. Backward: dx is a partial sum over kout
+ * (allreduced), then resharded to the input's sharding.
+ * Reference: mt_conv2d_forward_ref / mt_conv2d_backward_ref (core/tensor/mt_kernels_ref.c).
+ */
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "layers/layers_int.h"
+#include "tensor/mt_tensor.h"
+
+enum { KERNEL, BIAS };
+enum { COLS, DCOLS }; /* scratch */
+
+static const char *const keys[] = {"filters",  "kernel_size", "padding", "activation",
+                                   "use_bias", "strides",     NULL};
+
+static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt_err *err)
+{
+    char path[112];
+    const char *pad = NULL;
+    size_t sa = 1, sb = 1;
+    int64_t v;
+    mt_code rc;
+
+    MT_LAYER_PATH(path, base, "filters");
+    if (cJSON_GetObjectItemCaseSensitive(node, "filters") == NULL)
+        return mt_model_field_bad(err, path, "is required");
+    rc = mt_model_field_pos_int(node, "filters", path, 1 << 16, 0, &v, err);
+    out->filters = (size_t)v;
+    MT_LAYER_PATH(path, base, "kernel_size");
+    if (rc == MT_OK)
+        rc = mt_model_field_pair(node, "kernel_size", path, &out->kh, &out->kw, true, err);
+    MT_LAYER_PATH(path, base, "strides");
+    if (rc == MT_OK)
+        rc = mt_model_field_pair(node, "strides", path, &sa, &sb, false, err);
+    if (rc == MT_OK && (sa != 1 || sb != 1))
+        rc = mt_model_field_bad(err, path, "only stride 1 is supported");
+    MT_LAYER_PATH(path, base, "padding");
+    if (rc == MT_OK)
+        rc = mt_model_field_str(node, "padding", path, &pad, err);
+    if (rc == MT_OK && pad != NULL && strcmp(pad, "same") != 0 && strcmp(pad, "valid") != 0)
+        rc = mt_model_field_bad(err, path, "must be \"valid\" or \"same\"");
+    out->same = pad != NULL && strcmp(pad, "same") == 0;
+    return rc == MT_OK ? mt_layer__parse_act_bias(node, base, out, err) : rc;
+}
+
+/* The geometry of this device's filters for batch examples. */
+static mt_conv2d_geom geom(const mt_layer *l, size_t batch, size_t kout_size)
+{
+    mt_conv2d_geom g = {batch,   l->in_shape[0], l->in_shape[1],           l->in_shape[2],
+                        l->s.kh, l->s.kw,        l->s.filters / kout_size, l->s.same};
+    return g;
+}
+
+static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
+{
+    size_t ks[4] = {l->s.kh, l->s.kw, 0, l->s.filters}, bs[1] = {l->s.filters};
+    mt_conv2d_geom g;
+    mt_code rc;
+
+    if (l->in_rank != 3)
+        return mt_layer__shape_error(l, "an image input (height, width, channels)", err);
+    g = geom(l, 0, 1);
+    if (mt_conv2d_out_h(&g) == 0 || mt_conv2d_out_w(&g) == 0) {
+        char sh[64];
+        mt_layer_shape_text(sh, sizeof(sh), l->in_rank, l->in_shape);
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d].kernel_size: %zux%zu is larger than the input %s "
+                          "with valid padding",
+                          l->idx, l->s.kh, l->s.kw, sh);
+    }
+    l->out_rank = 3;
+    l->out_shape[0] = mt_conv2d_out_h(&g);
+    l->out_shape[1] = mt_conv2d_out_w(&g);
+    l->out_shape[2] = l->s.filters;
+    ks[2] = l->in_shape[2];
+    rc = p->add_param(p->ctx, l, KERNEL, "kernel", 4, ks, MT_INIT_GLOROT_UNIFORM, true,
+                      MT_LAYER_FROM_MAP, err);
+    if (rc != MT_OK)
+        return rc;
+    for (int a = 0; a < 3; a++)
+        if (p->param_dim(p->ctx, l, KERNEL, a) >= 0)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "layouts: %s.kernel axis %d: only the output-channel axis (3) of "
+                              "a conv2d kernel may be sharded",
+                              l->s.name, a);
+    l->kout = p->param_dim(p->ctx, l, KERNEL, 3);
+    if (l->s.use_bias)
+        rc = p->add_param(p->ctx, l, BIAS, "bias", 1, bs, MT_INIT_ZEROS, true, l->kout, err);
+    l->of = l->kout;
+    return rc;
+}
+
+static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
+                     mt_layer_alloc *a, mt_err *err)
+{
+    mt_conv2d_geom g = geom(l, b, mt_layer__dsz(dev, l->kout));
+    bool dx = !mt_layer__reads_input(l);
+    mt_code rc = mt_layer__io(l, st, b, a, err);
+
+    if (rc == MT_OK && l->xf >= 0)
+        rc = mt_layer_buf(a, l, (void **)&st->xin, b * l->use_loc, sizeof(float), err);
+    if (rc == MT_OK && l->xf >= 0 && dx)
+        rc = mt_layer_buf(a, l, (void **)&st->dxk, b * l->use_loc, sizeof(float), err);
+    if (rc == MT_OK)
+        rc = mt_layer_buf(a, l, &st->scr[COLS], mt_conv2d_cols_size(&g), sizeof(float), err);
+    if (rc == MT_OK && dx)
+        rc = mt_layer_buf(a, l, &st->scr[DCOLS], mt_conv2d_cols_size(&g), sizeof(float), err);
+    return rc;
+}
+
+static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                       const mt_layer_pass *ps)
+{
+    mt_conv2d_geom g = geom(l, ps->batch, mt_layer__dsz(dev, l->kout));
+    if (st->xin != NULL) {
+        mt_code rc =
+            dev->reshard(dev->ctx, st->in, ps->batch * l->in_rows, l->in_c, l->xf, -1, st->xin);
+        if (rc != MT_OK)
+            return rc;
+        st->used = st->xin;
+    }
+    if (ps->ref)
+        mt_conv2d_forward_ref(st->out, st->used, st->pv[KERNEL], st->pv[BIAS], &g);
+    else
+        mt_conv2d_forward(st->out, st->scr[COLS], st->used, st->pv[KERNEL], st->pv[BIAS], &g);
+    return MT_OK;
+}
+
+static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                        const mt_layer_pass *ps, float *dy, float **dx)
+{
+    mt_conv2d_geom g = geom(l, ps->batch, mt_layer__dsz(dev, l->kout));
+    float *dxk = st->dx_buf != NULL && st->dxk != NULL ? st->dxk : st->dx_buf;
+
+    *dx = st->dx_buf;
+    if (ps->ref)
+        mt_conv2d_backward_ref(dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL], &g);
+    else
+        mt_conv2d_backward(dxk, st->pg[KERNEL], st->pg[BIAS], st->scr[DCOLS], dy, st->scr[COLS],
+                           st->pv[KERNEL], &g);
+    if (st->dx_buf == NULL)
+        return MT_OK;
+    return mt_layer__dx_finish(l, st, dev, dxk, ps->batch, -1);
+}
+
+static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
+                 void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
+{
+    (void)bdim;
+    (void)p;
+    add(per_dim, l->xf, b * l->in_size);
+    if (!mt_layer__reads_input(l))
+        add(per_dim, l->kout, b * l->use_loc);
+}
+
+const mt_layer_ops mt_layer_conv2d_ops = {
+    .type = "conv2d",
+    .kind = MT_LAYER_CONV2D,
+    .keys = keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .reads_input_only = true,
+    .parse = parse,
+    .plan = plan,
+    .alloc = alloc,
+    .forward = forward,
+    .backward = backward,
+    .example =
+        "\"model\":{\"input_shape\":[6,6,2],\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
+        "\"kernel_size\":3,\"padding\":\"same\",\"activation\":\"relu\"},{\"type\":\"conv2d\","
+        "\"filters\":2,\"kernel_size\":[3,2]},{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":"
+        "3}]},"
+        "\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{\"conv2d_1\\\\.kernel\":[\"unsharded\","
+        "\"unsharded\",\"unsharded\",\"model\"]}",
+    .comm = comm,
+};

@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dense.c — the dense (fully connected) layer: y(B, out) = x(B, in) · kernel(in, out) + bias.
+ *
+ * Sharding: the kernel may be sharded on its input axis (kin: a contraction, the partial
+ * outputs are allreduced over kin and the bias added after) and on its output axis (kout: the
+ * output's features are sharded over kout, and so is the bias). The input is resharded from
+ * its feature sharding xf to kin when they differ. Backward: dx over the kernel's input layout
+ * is a partial sum over kout (allreduced), then resharded back to xf.
+ * Reference: mt_dense_forward_ref / mt_dense_backward_ref (core/tensor/mt_kernels_ref.c).
+ */
+#include <cjson/cJSON.h>
+
+#include "layers/layers_int.h"
+#include "tensor/mt_tensor.h"
+
+enum { KERNEL, BIAS };
+
+static const char *const keys[] = {"units", "activation", "use_bias", NULL};
+
+static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt_err *err)
+{
+    char path[112];
+    int64_t v;
+    mt_code rc;
+
+    MT_LAYER_PATH(path, base, "units");
+    if (cJSON_GetObjectItemCaseSensitive(node, "units") == NULL)
+        return mt_model_field_bad(err, path, "is required");
+    rc = mt_model_field_pos_int(node, "units", path, 1 << 24, 0, &v, err);
+    out->units = (size_t)v;
+    return rc == MT_OK ? mt_layer__parse_act_bias(node, base, out, err) : rc;
+}
+
+static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
+{
+    size_t ks[2] = {l->in_size, l->s.units}, bs[1] = {l->s.units};
+    mt_code rc;
+
+    if (l->in_rank != 1)
+        return mt_layer__shape_error(l, "a flat input (add a flatten layer before it)", err);
+    l->out_rank = 1;
+    l->out_shape[0] = l->s.units;
+    rc = p->add_param(p->ctx, l, KERNEL, "kernel", 2, ks, MT_INIT_GLOROT_UNIFORM, true,
+                      MT_LAYER_FROM_MAP, err);
+    if (rc != MT_OK)
+        return rc;
+    l->kin = p->param_dim(p->ctx, l, KERNEL, 0);
+    l->kout = p->param_dim(p->ctx, l, KERNEL, 1);
+    if (l->s.use_bias)
+        rc = p->add_param(p->ctx, l, BIAS, "bias", 1, bs, MT_INIT_ZEROS, true, l->kout, err);
+    l->of = l->kout;
+    return rc;
+}
+
+static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
+                     mt_layer_alloc *a, mt_err *err)
+{
+    mt_code rc = mt_layer__io(l, st, b, a, err);
+    (void)dev;
+    if (rc == MT_OK && l->xf != l->kin) {
+        rc = mt_layer_buf(a, l, (void **)&st->xin, b * l->use_loc, sizeof(float), err);
+        if (rc == MT_OK && !mt_layer__reads_input(l))
+            rc = mt_layer_buf(a, l, (void **)&st->dxk, b * l->use_loc, sizeof(float), err);
+    }
+    return rc;
+}
+
+static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                       const mt_layer_pass *ps)
+{
+    size_t batch = ps->batch, outl = l->out_loc;
+    float *bias = st->pv[BIAS];
+    mt_code rc;
+
+    if (st->xin != NULL) {
+        rc = dev->reshard(dev->ctx, st->in, batch, l->in_c, l->xf, l->kin, st->xin);
+        if (rc != MT_OK)
+            return rc;
+        st->used = st->xin;
+    }
+    (ps->ref ? mt_dense_forward_ref : mt_dense_forward)(
+        st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, batch, l->use_loc, outl);
+    if (l->kin < 0)
+        return MT_OK;
+    if ((rc = dev->allreduce(dev->ctx, l->kin, st->out, batch * outl)) != MT_OK)
+        return rc;
+    for (size_t r = 0; bias != NULL && r < batch; r++)
+        for (size_t j = 0; j < outl; j++)
+            st->out[r * outl + j] += bias[j];
+    return MT_OK;
+}
+
+static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                        const mt_layer_pass *ps, float *dy, float **dx)
+{
+    size_t batch = ps->batch;
+    float *dxk = st->dx_buf != NULL && st->dxk != NULL ? st->dxk : st->dx_buf;
+
+    *dx = st->dx_buf;
+    (ps->ref ? mt_dense_backward_ref : mt_dense_backward)(dxk, st->pg[KERNEL], st->pg[BIAS], dy,
+                                                          st->used, st->pv[KERNEL], batch,
+                                                          l->use_loc, l->out_loc);
+    if (st->dx_buf == NULL)
+        return MT_OK;
+    return mt_layer__dx_finish(l, st, dev, dxk, batch, l->kin);
+}
+
+static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
+                 void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
+{
+    (void)bdim;
+    (void)p;
+    if (l->xf != l->kin)
+        add(per_dim, l->xf, b * l->in_size);
+    add(per_dim, l->kin, b * l->out_loc);
+    if (mt_layer__reads_input(l))
+        return;
+    add(per_dim, l->kout, b * l->use_loc);
+    if (l->xf != l->kin)
+        add(per_dim, l->kin, b * l->in_size);
+}
+
+const mt_layer_ops mt_layer_dense_ops = {
+    .type = "dense",
+    .kind = MT_LAYER_DENSE,
+    .keys = keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .reads_input_only = true,
+    .parse = parse,
+    .plan = plan,
+    .alloc = alloc,
+    .forward = forward,
+    .backward = backward,
+    .example = "\"model\":{\"input_shape\":[6],\"layers\":[{\"type\":\"dense\",\"units\":8,"
+               "\"activation\":\"relu\"},"
+               "{\"type\":\"dense\",\"units\":3}]},\"mesh\":{\"batch\":2,\"model\":2},"
+               "\"layouts\":{\"dense_1\\\\.kernel\":[\"unsharded\",\"model\"],"
+               "\"dense_2\\\\.kernel\":[\"model\",\"unsharded\"]}",
+    .comm = comm,
+};

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * layer_common.c — pieces several layer modules share (layers_int.h): messages, the fields of
+ * the kernel layers, and the return of a contraction's input gradient.
+ */
+#include "layers/layers_int.h"
+
+mt_code mt_layer__shape_error(const mt_layer *l, const char *need, mt_err *err)
+{
+    char sh[64];
+    mt_layer_shape_text(sh, sizeof(sh), l->in_rank, l->in_shape);
+    return mt_err_set(err, MT_INVALID_ARGUMENT,
+                      "model.layers[%d]: %s needs %s; its input has shape %s", l->idx, l->ops->type,
+                      need, sh);
+}
+
+mt_code mt_layer__parse_act_bias(const struct cJSON *node, const char *base, mt_layer_spec *out,
+                                 mt_err *err)
+{
+    char path[112];
+    mt_code rc;
+    MT_LAYER_PATH(path, base, "activation");
+    rc = mt_model_field_activation(node, path, &out->activation, err);
+    MT_LAYER_PATH(path, base, "use_bias");
+    if (rc == MT_OK)
+        rc = mt_model_field_bool(node, "use_bias", path, true, &out->use_bias, err);
+    return rc;
+}
+
+mt_code mt_layer__dx_finish(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                            float *dxk, size_t batch, int used_dim)
+{
+    mt_code rc = dev->allreduce(dev->ctx, l->kout, dxk, batch * l->use_loc);
+    if (rc != MT_OK || dxk == st->dx_buf)
+        return rc;
+    return dev->reshard(dev->ctx, dxk, batch * l->in_rows, l->in_c, used_dim, l->xf, st->dx_buf);
+}

@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * layer_graph.c — what both engines share around the layer modules (contract in mt_layer.h):
+ * planning a layer from its producers, its state buffers, and the forward / backward walk over
+ * the model graph with its fixed-order gradient accumulation.
+ *
+ * DESIGN: the model is a graph in list order (mt_layer_spec.inputs). In the backward, a layer
+ * whose output has one reader that is not a join takes that reader's input gradient by pointer;
+ * any other layer owns an accumulator (gacc) that its readers' gradients are copied into, then
+ * added to, in reverse list order, so the bits are fixed.
+ * Threading: see mt_layer.h. Tests: tests/unit/test_layers.c.
+ */
+#include "layers/mt_layer.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc/mt_alloc.h"
+#include "tensor/mt_tensor.h"
+
+/* a * b saturating at SIZE_MAX */
+static size_t mul_sat(size_t a, size_t b)
+{
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+static size_t dsz(const mt_layer_planner *p, int dim)
+{
+    return dim < 0 ? 1 : p->dim_size(p->ctx, dim);
+}
+
+void mt_layer_shape_text(char *buf, size_t cap, int rank, const size_t *shape)
+{
+    int o = snprintf(buf, cap, "(");
+    for (int i = 0; i < rank && o > 0 && (size_t)o < cap; i++)
+        o += snprintf(buf + o, cap - (size_t)o, i ? ", %zu" : "%zu", shape[i]);
+    if (o > 0 && (size_t)o < cap)
+        snprintf(buf + o, cap - (size_t)o, ")");
+}
+
+mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, int in_rank,
+                      const size_t *in_shape, int in_xf, const mt_layer_planner *p, mt_layer *l,
+                      mt_err *err)
+{
+    mt_code rc;
+
+    memset(l, 0, sizeof(*l));
+    l->s = spec->layers[i];
+    l->s.activation = mt_model_layer_activation(spec, i);
+    l->ops = mt_layer_ops_of(l->s.kind);
+    l->idx = i;
+    l->kin = l->kout = -1;
+    if (l->ops == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "model.layers[%d]: unknown layer kind", i);
+    for (int k = 0; k < l->s.n_inputs; k++) {
+        int q = l->s.inputs[k];
+        const mt_layer *src = q == MT_LAYER_INPUT ? NULL : &planned[q];
+        l->in_ranks[k] = src != NULL ? src->out_rank : in_rank;
+        memset(l->in_shapes[k], 0, sizeof(l->in_shapes[k]));
+        memcpy(l->in_shapes[k], src != NULL ? src->out_shape : in_shape,
+               (size_t)l->in_ranks[k] * sizeof(size_t));
+        l->in_xf[k] = src != NULL ? src->of : in_xf;
+        l->in_last[k] = l->in_shapes[k][l->in_ranks[k] - 1];
+    }
+    l->in_rank = l->in_ranks[0];
+    memcpy(l->in_shape, l->in_shapes[0], sizeof(l->in_shape));
+    l->in_size = 1;
+    for (int a = 0; a < l->in_rank; a++)
+        l->in_size = mul_sat(l->in_size, l->in_shape[a]);
+    l->xf = l->in_xf[0];
+    l->in_c = l->in_shape[l->in_rank - 1];
+    l->in_rows = l->in_c > 0 ? l->in_size / l->in_c : 0;
+    if ((rc = l->ops->plan(l, p, err)) != MT_OK)
+        return rc;
+    l->out_size = 1;
+    for (int a = 0; a < l->out_rank; a++)
+        l->out_size = mul_sat(l->out_size, l->out_shape[a]);
+    l->out_c = l->out_shape[l->out_rank - 1];
+    l->out_rows = l->out_c > 0 ? l->out_size / l->out_c : 0;
+    if (l->in_c % dsz(p, l->xf) != 0 || l->out_c % dsz(p, l->of) != 0 ||
+        l->in_size % dsz(p, l->kin) != 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d] (%s): feature axis not divisible by its mesh dimension",
+                          i, l->s.name);
+    l->in_loc = l->in_size / dsz(p, l->xf);
+    l->out_loc = l->out_size / dsz(p, l->of);
+    l->use_loc = l->in_size / dsz(p, l->kin);
+    l->needs_acc = mt_job_spec_output_shared(spec, i);
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------------ state */
+
+mt_code mt_layer_buf(mt_layer_alloc *a, const mt_layer *l, void **ptr, size_t n, size_t size,
+                     mt_err *err)
+{
+    uint64_t bytes = (uint64_t)mul_sat(n, size);
+    a->bytes = a->bytes > UINT64_MAX - bytes ? UINT64_MAX : a->bytes + bytes;
+    if (a->count_only)
+        return MT_OK;
+    *ptr = mt_calloc(n + 1, size);
+    if (*ptr == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory for %zu floats", l->s.name,
+                          n);
+    return MT_OK;
+}
+
+mt_code mt_layer_state_init(const mt_layer *l, mt_layer_state *st, size_t max_batch,
+                            const mt_layer_dev *dev, mt_layer_alloc *a, mt_err *err)
+{
+    mt_code rc = l->ops->alloc(l, st, max_batch, dev, a, err);
+    if (rc == MT_OK && l->needs_acc)
+        rc = mt_layer_buf(a, l, (void **)&st->gacc, max_batch * l->out_loc, sizeof(float), err);
+    return rc;
+}
+
+void mt_layer_state_fini(mt_layer_state *st)
+{
+    if (st == NULL)
+        return;
+    mt_free(st->out_buf);
+    mt_free(st->dx_buf);
+    mt_free(st->xin);
+    mt_free(st->dxk);
+    for (int k = 0; k < MT_LAYER_MAX_SCRATCH; k++)
+        mt_free(st->scr[k]);
+    mt_free(st->gacc);
+    memset(st, 0, sizeof(*st));
+}
+
+/* ------------------------------------------------------------------ the walk */
+
+mt_code mt_layer_graph_forward(const mt_layer *ls, mt_layer_state *st, int n, const float *x,
+                               const mt_layer_dev *dev, const mt_layer_pass *ps, const float **out,
+                               int *failed)
+{
+    const float *o = x;
+    for (int i = 0; i < n; i++) {
+        const mt_layer *l = &ls[i];
+        mt_layer_state *s = &st[i];
+        mt_code rc = MT_OK;
+        for (int k = 0; k < l->s.n_inputs; k++) {
+            int q = l->s.inputs[k];
+            s->ins[k] = q == MT_LAYER_INPUT ? x : st[q].out;
+        }
+        s->in = s->used = s->ins[0];
+        s->out = s->out_buf;
+        if (dev->bind != NULL)
+            rc = dev->bind(dev->ctx, i);
+        if (rc == MT_OK)
+            rc = l->ops->forward(l, s, dev, ps);
+        if (rc != MT_OK) {
+            *failed = i;
+            return rc;
+        }
+        /* a softmax on the last layer is fused into the loss: the output stays logits */
+        if (l->s.activation == MT_ACT_RELU)
+            (ps->ref ? mt_relu_forward_ref : mt_relu_forward)(s->out, s->out,
+                                                              ps->batch * l->out_loc);
+        o = s->out;
+    }
+    *out = o;
+    return MT_OK;
+}
+
+/*
+ * Hand the gradient g of layer l's k-th input to its producer: by pointer when the producer has
+ * no accumulator, else copied into it (the first reader in reverse order) or added; a
+ * concatenate hands each input its columns [off, off + w) of g's rows of width c.
+ */
+static void give_grad(const mt_layer *ls, mt_layer_state *st, const mt_layer *l, int k, float *g,
+                      size_t off, size_t batch)
+{
+    int p = l->s.inputs[k];
+    const mt_layer *q;
+    mt_layer_state *qs;
+    size_t w, c;
+
+    if (p == MT_LAYER_INPUT)
+        return;
+    q = &ls[p];
+    qs = &st[p];
+    if (qs->gacc == NULL) {
+        qs->gin = g;
+        return;
+    }
+    c = l->ops->concat_grads ? l->out_c : q->out_loc;
+    w = l->ops->concat_grads ? l->in_last[k] : c;
+    mt_grad_accumulate(qs->gacc, g, batch * q->out_loc / w, w, c, off, !qs->gfresh);
+    qs->gfresh = false;
+    qs->gin = qs->gacc;
+}
+
+mt_code mt_layer_graph_backward(const mt_layer *ls, mt_layer_state *st, int n, float *dy,
+                                const mt_layer_dev *dev, const mt_layer_pass *ps, int *failed)
+{
+    for (int i = 0; i < n; i++)
+        st[i].gfresh = true;
+    st[n - 1].gin = dy;
+    for (int i = n - 1; i >= 0; i--) {
+        const mt_layer *l = &ls[i];
+        mt_layer_state *s = &st[i];
+        float *dx = NULL;
+        size_t off = 0;
+        mt_code rc = MT_OK;
+        if (dev->bind != NULL)
+            rc = dev->bind(dev->ctx, i);
+        if (rc == MT_OK && l->s.activation == MT_ACT_RELU)
+            (ps->ref ? mt_relu_backward_ref : mt_relu_backward)(s->gin, s->gin, s->out,
+                                                                ps->batch * l->out_loc);
+        if (rc == MT_OK)
+            rc = l->ops->backward(l, s, dev, ps, s->gin, &dx);
+        if (rc == MT_OK && dev->after_backward != NULL)
+            rc = dev->after_backward(dev->ctx, i);
+        if (rc != MT_OK) {
+            *failed = i;
+            return rc;
+        }
+        for (int k = 0; dx != NULL && k < l->s.n_inputs; k++) {
+            give_grad(ls, st, l, k, dx, off, ps->batch);
+            off += l->in_last[k];
+        }
+    }
+    return MT_OK;
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * layers_int.h — helpers the layer modules share (not part of the contract in mt_layer.h).
+ */
+#ifndef MT_LAYERS_INT_H
+#define MT_LAYERS_INT_H
+
+#include <stdio.h>
+
+#include "layers/mt_layer.h"
+#include "model/mt_model_fields.h"
+
+/* "<base>.<key>" into a local buffer named path. */
+#define MT_LAYER_PATH(path, base, key) snprintf((path), sizeof(path), "%s.%s", (base), (key))
+
+static inline size_t mt_layer__dsz(const mt_layer_dev *dev, int dim)
+{
+    return dim < 0 ? 1 : dev->dim_size(dev->ctx, dim);
+}
+
+static inline size_t mt_layer__psz(const mt_layer_planner *p, int dim)
+{
+    return dim < 0 ? 1 : p->dim_size(p->ctx, dim);
+}
+
+/* Whether the layer reads the model input (so it computes no input gradient). */
+static inline bool mt_layer__reads_input(const mt_layer *l)
+{
+    return l->s.inputs[0] == MT_LAYER_INPUT;
+}
+
+/* The output buffer and, unless the layer reads the model input, the input-gradient buffer. */
+static inline mt_code mt_layer__io(const mt_layer *l, mt_layer_state *st, size_t b,
+                                   mt_layer_alloc *a, mt_err *err)
+{
+    mt_code rc = mt_layer_buf(a, l, (void **)&st->out_buf, b * l->out_loc, sizeof(float), err);
+    if (rc == MT_OK && !mt_layer__reads_input(l))
+        rc = mt_layer_buf(a, l, (void **)&st->dx_buf, b * l->in_loc, sizeof(float), err);
+    return rc;
+}
+
+/* "model.layers[i]: <kind> needs ...; its input has shape (..)" */
+mt_code mt_layer__shape_error(const mt_layer *l, const char *need, mt_err *err);
+
+/* "activation" and "use_bias" of a kernel layer (dense, conv2d). */
+mt_code mt_layer__parse_act_bias(const struct cJSON *node, const char *base, mt_layer_spec *out,
+                                 mt_err *err);
+
+/*
+ * A kernel layer's input gradient dxk, computed in the layout the layer used (features over
+ * used_dim; a partial sum over kout), made the input's: allreduced over kout, then resharded
+ * into st->dx_buf unless dxk is st->dx_buf. batch: local examples.
+ */
+mt_code mt_layer__dx_finish(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                            float *dxk, size_t batch, int used_dim);
+
+extern const mt_layer_ops mt_layer_dense_ops, mt_layer_conv2d_ops, mt_layer_max_pool2d_ops,
+    mt_layer_flatten_ops, mt_layer_batch_norm_ops, mt_layer_dropout_ops, mt_layer_add_ops,
+    mt_layer_concatenate_ops;
+
+#endif
