@@ -238,6 +238,13 @@ static mt_code torch_out_shape(const mt_layer_spec *l, int i, const torch_shape 
         return mt_layer_join_shape(l, i, ranks, (const size_t(*)[3])shapes, &out->rank, out->shape,
                                    err);
     }
+    case MT_LAYER_ACTIVATION:
+        *out = *x;
+        break;
+    case MT_LAYER_GLOBAL_AVERAGE_POOLING2D:
+        out->rank = 1;
+        out->shape[0] = x->shape[2];
+        break;
     case MT_LAYER_KIND_COUNT:
         break;
     }

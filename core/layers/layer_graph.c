@@ -90,6 +90,68 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
     return MT_OK;
 }
 
+/* ------------------------------------------------------------------ activations */
+
+/* Whether the backward of the activation needs its input (kept in st->pre). */
+static bool act_needs_input(mt_activation a)
+{
+    return a == MT_ACT_GELU;
+}
+
+/* The layer's activation, in place on its output. A softmax on the last layer is fused into the
+ * loss: the output stays logits. */
+static void act_forward(const mt_layer *l, mt_layer_state *s, const mt_layer_pass *ps)
+{
+    size_t n = ps->batch * l->out_loc;
+    switch (l->s.activation) {
+    case MT_ACT_LINEAR:
+    case MT_ACT_SOFTMAX:
+        return;
+    case MT_ACT_RELU:
+        (ps->ref ? mt_relu_forward_ref : mt_relu_forward)(s->out, s->out, n);
+        return;
+    case MT_ACT_GELU:
+        memcpy(s->pre, s->out, n * sizeof(float));
+        mt_gelu_forward(s->out, s->pre, n);
+        return;
+    case MT_ACT_TANH:
+        mt_tanh_forward(s->out, s->out, n);
+        return;
+    case MT_ACT_SIGMOID:
+        mt_sigmoid_forward(s->out, s->out, n);
+        return;
+    case MT_ACT_LEAKY_RELU:
+        mt_leaky_relu_forward(s->out, s->out, MT_LEAKY_RELU_SLOPE, n);
+        return;
+    }
+}
+
+/* The activation's backward, in place on the output gradient s->gin. */
+static void act_backward(const mt_layer *l, mt_layer_state *s, const mt_layer_pass *ps)
+{
+    size_t n = ps->batch * l->out_loc;
+    switch (l->s.activation) {
+    case MT_ACT_LINEAR:
+    case MT_ACT_SOFTMAX:
+        return;
+    case MT_ACT_RELU:
+        (ps->ref ? mt_relu_backward_ref : mt_relu_backward)(s->gin, s->gin, s->out, n);
+        return;
+    case MT_ACT_GELU:
+        mt_gelu_backward(s->gin, s->gin, s->pre, n);
+        return;
+    case MT_ACT_TANH:
+        mt_tanh_backward(s->gin, s->gin, s->out, n);
+        return;
+    case MT_ACT_SIGMOID:
+        mt_sigmoid_backward(s->gin, s->gin, s->out, n);
+        return;
+    case MT_ACT_LEAKY_RELU:
+        mt_leaky_relu_backward(s->gin, s->gin, s->out, MT_LEAKY_RELU_SLOPE, n);
+        return;
+    }
+}
+
 /* ------------------------------------------------------------------ state */
 
 mt_code mt_layer_buf(mt_layer_alloc *a, const mt_layer *l, void **ptr, size_t n, size_t size,
@@ -112,6 +174,8 @@ mt_code mt_layer_state_init(const mt_layer *l, mt_layer_state *st, size_t max_ba
     mt_code rc = l->ops->alloc(l, st, max_batch, dev, a, err);
     if (rc == MT_OK && l->needs_acc)
         rc = mt_layer_buf(a, l, (void **)&st->gacc, max_batch * l->out_loc, sizeof(float), err);
+    if (rc == MT_OK && act_needs_input(l->s.activation))
+        rc = mt_layer_buf(a, l, (void **)&st->pre, max_batch * l->out_loc, sizeof(float), err);
     return rc;
 }
 
@@ -126,6 +190,7 @@ void mt_layer_state_fini(mt_layer_state *st)
     for (int k = 0; k < MT_LAYER_MAX_SCRATCH; k++)
         mt_free(st->scr[k]);
     mt_free(st->gacc);
+    mt_free(st->pre);
     memset(st, 0, sizeof(*st));
 }
 
@@ -154,10 +219,7 @@ mt_code mt_layer_graph_forward(const mt_layer *ls, mt_layer_state *st, int n, co
             *failed = i;
             return rc;
         }
-        /* a softmax on the last layer is fused into the loss: the output stays logits */
-        if (l->s.activation == MT_ACT_RELU)
-            (ps->ref ? mt_relu_forward_ref : mt_relu_forward)(s->out, s->out,
-                                                              ps->batch * l->out_loc);
+        act_forward(l, s, ps);
         o = s->out;
     }
     *out = o;
@@ -206,9 +268,8 @@ mt_code mt_layer_graph_backward(const mt_layer *ls, mt_layer_state *st, int n, f
         mt_code rc = MT_OK;
         if (dev->bind != NULL)
             rc = dev->bind(dev->ctx, i);
-        if (rc == MT_OK && l->s.activation == MT_ACT_RELU)
-            (ps->ref ? mt_relu_backward_ref : mt_relu_backward)(s->gin, s->gin, s->out,
-                                                                ps->batch * l->out_loc);
+        if (rc == MT_OK)
+            act_backward(l, s, ps);
         if (rc == MT_OK)
             rc = l->ops->backward(l, s, dev, ps, s->gin, &dx);
         if (rc == MT_OK && dev->after_backward != NULL)

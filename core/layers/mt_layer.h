@@ -122,7 +122,8 @@ typedef struct mt_layer_state {
     float *xin;     /* the input resharded as the layer uses it, or NULL */
     float *dxk;     /* dx in the layout the layer used, before resharding back, or NULL */
     void *scr[MT_LAYER_MAX_SCRATCH]; /* the module's own buffers (its alloc says what) */
-    float *gacc;            /* the output gradient summed over its readers (mt_layer.needs_acc) */
+    float *gacc; /* the output gradient summed over its readers (mt_layer.needs_acc) */
+    float *pre;  /* the output before an activation whose backward needs it (gelu), or NULL */
     const float *in, *used; /* input of the last forward; as used (xin or in) */
     const float *ins[MT_LAYER_MAX_INPUTS];
     float *out;                     /* output of the last forward */

@@ -7,11 +7,15 @@
 
 #include "layers/layers_int.h"
 
+/* clang-format off: one line per kind */
 static const mt_layer_ops *const kinds[] = {
-    &mt_layer_dense_ops,   &mt_layer_conv2d_ops,      &mt_layer_max_pool2d_ops,
-    &mt_layer_flatten_ops, &mt_layer_batch_norm_ops,  &mt_layer_dropout_ops,
-    &mt_layer_add_ops,     &mt_layer_concatenate_ops,
+    &mt_layer_dense_ops,      &mt_layer_conv2d_ops,
+    &mt_layer_max_pool2d_ops, &mt_layer_flatten_ops,
+    &mt_layer_batch_norm_ops, &mt_layer_dropout_ops,
+    &mt_layer_add_ops,        &mt_layer_concatenate_ops,
+    &mt_layer_activation_ops, &mt_layer_global_average_pooling2d_ops,
 };
+/* clang-format on */
 #define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))
 
 const mt_layer_ops *mt_layer_ops_of(mt_layer_kind kind)

@@ -45,7 +45,9 @@ typedef enum mt_layer_kind {
     MT_LAYER_DROPOUT,
     MT_LAYER_ADD,         /* element-wise sum of 2+ inputs of one shape (residual connections) */
     MT_LAYER_CONCATENATE, /* 2+ inputs joined along their last axis */
-    MT_LAYER_KIND_COUNT   /* a new kind goes above, with its module in core/layers */
+    MT_LAYER_ACTIVATION,  /* an activation function as a layer */
+    MT_LAYER_GLOBAL_AVERAGE_POOLING2D, /* (H, W, C) -> (C): each channel's mean */
+    MT_LAYER_KIND_COUNT                /* a new kind goes above, with its module in core/layers */
 } mt_layer_kind;
 
 #define MT_LAYER_MAX_INPUTS 8
@@ -55,7 +57,13 @@ typedef enum mt_activation {
     MT_ACT_LINEAR,
     MT_ACT_RELU,
     MT_ACT_SOFTMAX, /* only on the last layer; fused into the loss (logits feed the loss) */
+    MT_ACT_GELU,    /* exact (erf) form */
+    MT_ACT_TANH,
+    MT_ACT_SIGMOID,
+    MT_ACT_LEAKY_RELU, /* slope 0.2 below zero (Keras' leaky_relu activation) */
 } mt_activation;
+
+#define MT_LEAKY_RELU_SLOPE 0.2f
 
 typedef struct mt_layer_spec {
     mt_layer_kind kind;

@@ -246,18 +246,29 @@ static mt_code parse_optimizer(const cJSON *root, mt_optimizer_spec *o, mt_err *
 
 mt_code mt_model_field_activation(const cJSON *l, const char *path, mt_activation *a, mt_err *err)
 {
+    static const struct {
+        const char *name;
+        mt_activation act;
+    } acts[] = {{"linear", MT_ACT_LINEAR},
+                {"relu", MT_ACT_RELU},
+                {"softmax", MT_ACT_SOFTMAX},
+                {"gelu", MT_ACT_GELU},
+                {"tanh", MT_ACT_TANH},
+                {"sigmoid", MT_ACT_SIGMOID},
+                {"leaky_relu", MT_ACT_LEAKY_RELU}};
     const char *s;
     mt_code rc = mt_model_field_str(l, "activation", path, &s, err);
     *a = MT_ACT_LINEAR;
-    if (rc != MT_OK || s == NULL || strcmp(s, "linear") == 0)
+    if (rc != MT_OK || s == NULL)
         return rc;
-    if (strcmp(s, "relu") == 0)
-        *a = MT_ACT_RELU;
-    else if (strcmp(s, "softmax") == 0)
-        *a = MT_ACT_SOFTMAX;
-    else
-        return mt_model_field_bad(err, path, "must be \"relu\", \"softmax\" or \"linear\"");
-    return MT_OK;
+    for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++)
+        if (strcmp(s, acts[i].name) == 0) {
+            *a = acts[i].act;
+            return MT_OK;
+        }
+    return mt_model_field_bad(err, path,
+                              "must be \"relu\", \"gelu\", \"tanh\", \"sigmoid\", "
+                              "\"leaky_relu\", \"softmax\" or \"linear\"");
 }
 
 /* kernel_size: an integer k (k x k) or [kh, kw]. pool_size: 2 or [2, 2] only. */

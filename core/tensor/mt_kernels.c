@@ -427,6 +427,62 @@ void mt_relu_backward(float *dx, const float *dy, const float *y, size_t n)
         dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+/* ------------------------------------------------------------------ other activations */
+
+void mt_gelu_forward(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        y[i] = (float)(0.5 * v * (1.0 + erf(v * M_SQRT1_2)));
+    }
+}
+
+void mt_gelu_backward(float *dx, const float *dy, const float *x, size_t n)
+{
+    const double inv_sqrt_2pi = 0.3989422804014327;
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        double d = 0.5 * (1.0 + erf(v * M_SQRT1_2)) + v * inv_sqrt_2pi * exp(-0.5 * v * v);
+        dx[i] = (float)(dy[i] * d);
+    }
+}
+
+void mt_tanh_forward(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = tanhf(x[i]);
+}
+
+void mt_tanh_backward(float *dx, const float *dy, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+}
+
+void mt_sigmoid_forward(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) /* both branches stay finite for any x */
+        y[i] = x[i] >= 0.0f ? 1.0f / (1.0f + expf(-x[i])) : expf(x[i]) / (1.0f + expf(x[i]));
+}
+
+void mt_sigmoid_backward(float *dx, const float *dy, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+}
+
+void mt_leaky_relu_forward(float *y, const float *x, float alpha, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] > 0.0f ? x[i] : alpha * x[i];
+}
+
+void mt_leaky_relu_backward(float *dx, const float *dy, const float *y, float alpha, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dx[i] = y[i] > 0.0f ? dy[i] : alpha * dy[i];
+}
+
 /* ------------------------------------------------------------------ softmax cross-entropy */
 
 mt_code mt_softmax_xent(float *dlogits, double *loss_sum, size_t *correct, const float *logits,

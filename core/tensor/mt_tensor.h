@@ -162,6 +162,23 @@ void mt_relu_forward_ref(float *y, const float *x, size_t n);
 void mt_relu_backward(float *dx, const float *dy, const float *y, size_t n);
 void mt_relu_backward_ref(float *dx, const float *dy, const float *y, size_t n);
 
+/* ------------------------------------------------------------------ other activations */
+
+/*
+ * Element-wise, y may equal x, dx may equal dy. The backward of tanh and sigmoid reads the
+ * output y, of leaky_relu the sign of y, of gelu the input x. gelu is the exact form
+ * x·Φ(x) = x/2·(1 + erf(x/√2)) (Keras' and PyTorch's default); leaky_relu has slope `alpha`
+ * below zero. Plain loops: they are their own reference.
+ */
+void mt_gelu_forward(float *y, const float *x, size_t n);
+void mt_gelu_backward(float *dx, const float *dy, const float *x, size_t n);
+void mt_tanh_forward(float *y, const float *x, size_t n);
+void mt_tanh_backward(float *dx, const float *dy, const float *y, size_t n);
+void mt_sigmoid_forward(float *y, const float *x, size_t n);
+void mt_sigmoid_backward(float *dx, const float *dy, const float *y, size_t n);
+void mt_leaky_relu_forward(float *y, const float *x, float alpha, size_t n);
+void mt_leaky_relu_backward(float *dx, const float *dy, const float *y, float alpha, size_t n);
+
 /* ------------------------------------------------------------------ softmax cross-entropy */
 
 /*

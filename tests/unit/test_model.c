@@ -115,8 +115,9 @@ static const struct {
     {"{\"model\":{\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10},"
      "{\"type\":\"dense\",\"units\":-3}]}}",
      "model.layers[2].units: must be a positive integer"},
-    {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3,\"activation\":\"tanh\"}]}}",
-     "model.layers[0].activation: must be \"relu\", \"softmax\" or \"linear\""},
+    {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3,\"activation\":\"swish\"}]}}",
+     "model.layers[0].activation: must be \"relu\", \"gelu\", \"tanh\", \"sigmoid\", "
+     "\"leaky_relu\", \"softmax\" or \"linear\""},
     {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3,\"activation\":\"softmax\"},"
      "{\"type\":\"dense\",\"units\":3}]}}",
      "model.layers[0].activation: softmax is only supported on the last layer"},

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * global_pool.c — global average pooling over an image (Keras GlobalAveragePooling2D):
+ * (H, W, C) per example to (C), each channel's mean over the H·W positions (summed in double,
+ * in row order). Backward: every position gets dy / (H·W).
+ *
+ * Sharding: channels sharded over the input's dim stay so; no communication.
+ */
+#include <cjson/cJSON.h>
+
+#include "layers/layers_int.h"
+
+static const char *const keys[] = {NULL};
+
+static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt_err *err)
+{
+    (void)node;
+    (void)base;
+    (void)out;
+    (void)err;
+    return MT_OK;
+}
+
+static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
+{
+    (void)p;
+    if (l->in_rank != 3)
+        return mt_layer__shape_error(l, "an image input (height, width, channels)", err);
+    l->out_rank = 1;
+    l->out_shape[0] = l->in_shape[2];
+    l->of = l->xf;
+    return MT_OK;
+}
+
+static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
+                     mt_layer_alloc *a, mt_err *err)
+{
+    (void)dev;
+    return mt_layer__io(l, st, b, a, err);
+}
+
+static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                       const mt_layer_pass *ps)
+{
+    size_t hw = l->in_rows, c = l->out_loc;
+    (void)dev;
+    for (size_t b = 0; b < ps->batch; b++)
+        for (size_t j = 0; j < c; j++) {
+            const float *x = st->in + b * hw * c + j;
+            double s = 0.0;
+            for (size_t r = 0; r < hw; r++)
+                s += x[r * c];
+            st->out[b * c + j] = (float)(s / (double)hw);
+        }
+    return MT_OK;
+}
+
+static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                        const mt_layer_pass *ps, float *dy, float **dx)
+{
+    size_t hw = l->in_rows, c = l->out_loc;
+    float inv = 1.0f / (float)hw;
+    (void)dev;
+    *dx = st->dx_buf;
+    for (size_t b = 0; st->dx_buf != NULL && b < ps->batch; b++)
+        for (size_t r = 0; r < hw; r++)
+            for (size_t j = 0; j < c; j++)
+                st->dx_buf[(b * hw + r) * c + j] = dy[b * c + j] * inv;
+    return MT_OK;
+}
+
+const mt_layer_ops mt_layer_global_average_pooling2d_ops = {
+    .type = "global_average_pooling2d",
+    .kind = MT_LAYER_GLOBAL_AVERAGE_POOLING2D,
+    .keys = keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .reads_input_only = true,
+    .parse = parse,
+    .plan = plan,
+    .alloc = alloc,
+    .forward = forward,
+    .backward = backward,
+    .example = "\"model\":{\"input_shape\":[5,4,2],\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
+               "\"kernel_size\":3,\"padding\":\"same\",\"activation\":\"relu\"},"
+               "{\"type\":\"global_average_pooling2d\"},{\"type\":\"dense\",\"units\":3}]},"
+               "\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{\"conv2d_1\\\\.kernel\":"
+               "[\"unsharded\",\"unsharded\",\"unsharded\",\"model\"],"
+               "\"dense_1\\\\.kernel\":[\"model\",\"unsharded\"]}",
+};
