@@ -18,6 +18,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "layers/mt_layer.h"
+#include "optim/mt_optim.h"
 #include "rng/mt_rng.h"
 #include "tensor/mt_tensor.h"
 
@@ -90,7 +91,7 @@ static mt_code plan_add_param(void *ctx, mt_layer *l, int slot, const char *what
 {
     mt_model *m = ctx;
     mt_model_param *p;
-    bool adam = m->opt.kind == MT_OPT_ADAM, mom = adam || m->opt.momentum > 0.0f;
+    int slots = mt_optim_slots(&m->opt);
     uint64_t n = 1;
 
     (void)follow;
@@ -115,15 +116,18 @@ static mt_code plan_add_param(void *ctx, mt_layer *l, int slot, const char *what
     p->value = mt_malloc(p->size * sizeof(float));
     if (trainable) {
         p->grad = mt_calloc(p->size, sizeof(float));
-        if (mom)
+        if (slots > 0)
             p->slot1 = mt_calloc(p->size, sizeof(float));
-        if (adam)
+        if (slots > 1)
             p->slot2 = mt_calloc(p->size, sizeof(float));
     }
     m->n_params++; /* counted before the checks so mt_model_free releases partial allocations */
     if (p->value == NULL || (trainable && p->grad == NULL) ||
-        (mom && trainable && p->slot1 == NULL) || (adam && trainable && p->slot2 == NULL))
+        (slots > 0 && trainable && p->slot1 == NULL) ||
+        (slots > 1 && trainable && p->slot2 == NULL))
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", p->name);
+    if (trainable)
+        mt_optim_init_slots(&m->opt, p->slot1, p->slot2, p->size);
     return mt_model_param_init(p, m->seed, p->offsets, p->local_shape, p->value, err);
 }
 
@@ -493,17 +497,19 @@ mt_code mt_model_backward(mt_model *m, const mt_model_comm *comm, mt_err *err)
 
 void mt_model_apply_gradients(mt_model *m)
 {
-    const mt_optimizer_spec *o = &m->opt;
+    float scale = 1.0f;
     m->t++;
+    if (m->opt.global_clipnorm > 0.0f) {
+        double sq = 0.0;
+        for (size_t i = 0; i < m->n_params; i++)
+            for (size_t e = 0; m->params[i].trainable && e < m->params[i].size; e++)
+                sq += (double)m->params[i].grad[e] * m->params[i].grad[e];
+        scale = mt_optim_clip_scale(&m->opt, sq);
+    }
     for (size_t i = 0; i < m->n_params; i++) {
         mt_model_param *p = &m->params[i];
-        if (!p->trainable)
-            continue;
-        if (o->kind == MT_OPT_ADAM)
-            mt_adam_update(p->value, p->slot1, p->slot2, p->grad, o->learning_rate, o->beta1,
-                           o->beta2, o->epsilon, m->t, p->size);
-        else
-            mt_sgd_update(p->value, p->slot1, p->grad, o->learning_rate, o->momentum, p->size);
+        if (p->trainable)
+            mt_optim_apply(&m->opt, m->t, scale, p->value, p->slot1, p->slot2, p->grad, p->size);
     }
 }
 

@@ -84,13 +84,40 @@ typedef struct mt_layer_spec {
 typedef enum mt_optimizer_kind {
     MT_OPT_SGD,
     MT_OPT_ADAM,
+    MT_OPT_ADAMW,
+    MT_OPT_RMSPROP,
+    MT_OPT_ADAGRAD,
 } mt_optimizer_kind;
+
+typedef enum mt_schedule_kind {
+    MT_SCHED_CONSTANT,
+    MT_SCHED_STEP,        /* lr · decay_rate ^ floor(step / decay_steps) */
+    MT_SCHED_EXPONENTIAL, /* lr · decay_rate ^ (step / decay_steps), floored when staircase */
+    MT_SCHED_COSINE,      /* lr · ((1 - alpha) · ½(1 + cos(π · min(step, decay_steps) /
+                             decay_steps)) + alpha), as Keras' CosineDecay */
+} mt_schedule_kind;
+
+/* "optimizer.schedule": the learning rate by update; step counts updates after the warmup. */
+typedef struct mt_lr_schedule {
+    mt_schedule_kind kind;
+    int64_t warmup_steps; /* linear from lr / warmup_steps to lr over the first updates; 0 none */
+    int64_t decay_steps;  /* step, exponential, cosine */
+    float decay_rate;     /* step, exponential */
+    float alpha;          /* cosine: the final fraction of lr (default 0) */
+    bool staircase;       /* exponential */
+} mt_lr_schedule;
 
 typedef struct mt_optimizer_spec {
     mt_optimizer_kind kind;
-    float learning_rate;         /* default 0.01 for sgd, 0.001 for adam (Keras) */
+    float learning_rate;         /* default 0.01 for sgd, 0.001 for the others (Keras) */
     float momentum;              /* sgd, default 0 */
-    float beta1, beta2, epsilon; /* adam, Keras defaults 0.9, 0.999, 1e-7 */
+    bool nesterov;               /* sgd with momentum */
+    float beta1, beta2, epsilon; /* adam, adamw: Keras defaults 0.9, 0.999, 1e-7 */
+    float weight_decay;          /* adamw, default 0.004 (Keras) */
+    float rho;                   /* rmsprop, default 0.9 */
+    float initial_accumulator;   /* adagrad, default 0.1 */
+    float global_clipnorm;       /* clip the gradients' global norm to this; 0: no clipping */
+    mt_lr_schedule schedule;
 } mt_optimizer_spec;
 
 /* The dataset section. The data module (core/data) may replace the parser and extend this. */

@@ -181,15 +181,80 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
     return MT_OK;
 }
 
+/* "optimizer.schedule": {"type": ..., "warmup_steps", "decay_steps", "decay_rate", "alpha",
+ * "staircase"}. */
+static mt_code parse_schedule(const cJSON *obj, mt_lr_schedule *s, mt_err *err)
+{
+    static const char *const keys[] = {"type",  "warmup_steps", "decay_steps", "decay_rate",
+                                       "alpha", "staircase",    NULL};
+    static const char *const names[] = {"constant", "step", "exponential", "cosine"};
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, "schedule");
+    const char *type = NULL;
+    int64_t v;
+    mt_code rc;
+
+    memset(s, 0, sizeof(*s));
+    if (n == NULL)
+        return MT_OK;
+    if (!cJSON_IsObject(n))
+        return mt_model_field_bad(err, "optimizer.schedule", "must be an object with a type");
+    if ((rc = check_keys(n, "optimizer.schedule", keys, err)) != MT_OK ||
+        (rc = mt_model_field_str(n, "type", "optimizer.schedule.type", &type, err)) != MT_OK)
+        return rc;
+    for (size_t i = 0; type != NULL && i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(type, names[i]) == 0)
+            s->kind = (mt_schedule_kind)i, type = "";
+    if (type == NULL || type[0] != '\0')
+        return mt_model_field_bad(err, "optimizer.schedule.type",
+                                  "must be \"constant\", \"step\", \"exponential\" or \"cosine\"");
+    rc = mt_model_field_pos_int(n, "warmup_steps", "optimizer.schedule.warmup_steps",
+                                (int64_t)1 << 40, 0, &s->warmup_steps, err);
+    if (rc == MT_OK && s->kind != MT_SCHED_CONSTANT) {
+        if (cJSON_GetObjectItemCaseSensitive(n, "decay_steps") == NULL)
+            return mt_model_field_bad(err, "optimizer.schedule.decay_steps",
+                                      "is required for this schedule");
+        rc = mt_model_field_pos_int(n, "decay_steps", "optimizer.schedule.decay_steps",
+                                    (int64_t)1 << 40, 1, &v, err);
+        s->decay_steps = v;
+    }
+    if (rc == MT_OK && (s->kind == MT_SCHED_STEP || s->kind == MT_SCHED_EXPONENTIAL))
+        rc = mt_model_field_num(n, "decay_rate", "optimizer.schedule.decay_rate", 0, 1, true, false,
+                                0.5f, &s->decay_rate, err);
+    if (rc == MT_OK && s->kind == MT_SCHED_COSINE)
+        rc = mt_model_field_num(n, "alpha", "optimizer.schedule.alpha", 0, 1, false, false, 0.0f,
+                                &s->alpha, err);
+    if (rc == MT_OK)
+        rc = mt_model_field_bool(n, "staircase", "optimizer.schedule.staircase", false,
+                                 &s->staircase, err);
+    return rc;
+}
+
 static mt_code parse_optimizer(const cJSON *root, mt_optimizer_spec *o, mt_err *err)
 {
-    static const char *const keys[] = {"name",   "learning_rate", "momentum", "beta_1",
-                                       "beta_2", "epsilon",       NULL};
+    static const char *const keys[] = {"name",     "learning_rate",
+                                       "momentum", "nesterov",
+                                       "beta_1",   "beta_2",
+                                       "epsilon",  "weight_decay",
+                                       "rho",      "initial_accumulator_value",
+                                       "schedule", "global_clipnorm",
+                                       NULL};
+    static const struct {
+        const char *name;
+        mt_optimizer_kind kind;
+        float lr;
+    } kinds[] = {{"sgd", MT_OPT_SGD, 0.01f},
+                 {"adam", MT_OPT_ADAM, 0.001f},
+                 {"adamw", MT_OPT_ADAMW, 0.001f},
+                 {"rmsprop", MT_OPT_RMSPROP, 0.001f},
+                 {"adagrad", MT_OPT_ADAGRAD, 0.001f}};
+    const char *names = "\"sgd\", \"adam\", \"adamw\", \"rmsprop\" or \"adagrad\"";
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
     const cJSON *obj = NULL;
     const char *name = "adam";
+    size_t k;
     mt_code rc;
     float lr;
+    char why[128];
 
     if (n != NULL && cJSON_IsString(n)) {
         name = n->valuestring;
@@ -201,37 +266,59 @@ static mt_code parse_optimizer(const cJSON *root, mt_optimizer_spec *o, mt_err *
         rc = mt_model_field_str(obj, "name", "optimizer.name", &name, err);
         if (rc != MT_OK)
             return rc;
-        if (name == NULL)
-            return mt_model_field_bad(err, "optimizer.name", "is required (\"sgd\" or \"adam\")");
+        if (name == NULL) {
+            snprintf(why, sizeof(why), "is required (%s)", names);
+            return mt_model_field_bad(err, "optimizer.name", why);
+        }
     } else if (n != NULL) {
-        return mt_model_field_bad(err, "optimizer",
-                                  "must be \"sgd\", \"adam\" or an object with a name");
+        snprintf(why, sizeof(why), "must be %s or an object with a name", names);
+        return mt_model_field_bad(err, "optimizer", why);
     }
     memset(o, 0, sizeof(*o));
-    if (strcmp(name, "sgd") == 0) {
-        o->kind = MT_OPT_SGD;
-        o->learning_rate = 0.01f;
-    } else if (strcmp(name, "adam") == 0) {
-        o->kind = MT_OPT_ADAM;
-        o->learning_rate = 0.001f;
-    } else {
-        return mt_model_field_bad(err, obj != NULL ? "optimizer.name" : "optimizer",
-                                  "must be \"sgd\" or \"adam\"");
+    for (k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
+        if (strcmp(name, kinds[k].name) == 0)
+            break;
+    if (k == sizeof(kinds) / sizeof(kinds[0])) {
+        snprintf(why, sizeof(why), "must be %s", names);
+        return mt_model_field_bad(err, obj != NULL ? "optimizer.name" : "optimizer", why);
     }
+    o->kind = kinds[k].kind;
+    o->learning_rate = kinds[k].lr;
+    o->beta1 = 0.9f, o->beta2 = 0.999f, o->epsilon = 1e-7f;
+    o->weight_decay = 0.004f, o->rho = 0.9f, o->initial_accumulator = 0.1f;
     rc = mt_model_field_num(root, "learning_rate", "learning_rate", 0, 1e3, true, false,
                             o->learning_rate, &o->learning_rate, err);
-    if (rc != MT_OK || obj == NULL) {
-        o->beta1 = 0.9f, o->beta2 = 0.999f, o->epsilon = 1e-7f;
+    if (rc != MT_OK || obj == NULL)
         return rc;
-    }
     lr = o->learning_rate;
     rc = mt_model_field_num(obj, "learning_rate", "optimizer.learning_rate", 0, 1e3, true, false,
                             lr, &o->learning_rate, err);
-    if (rc == MT_OK && o->kind == MT_OPT_SGD)
+    /* a field of another optimizer is refused, naming the one it belongs to */
+    {
+        static const struct {
+            const char *key, *owner;
+            unsigned kinds; /* bit per mt_optimizer_kind */
+        } own[] = {{"momentum", "sgd", 1u << MT_OPT_SGD},
+                   {"nesterov", "sgd", 1u << MT_OPT_SGD},
+                   {"beta_1", "adam and adamw", (1u << MT_OPT_ADAM) | (1u << MT_OPT_ADAMW)},
+                   {"beta_2", "adam and adamw", (1u << MT_OPT_ADAM) | (1u << MT_OPT_ADAMW)},
+                   {"weight_decay", "adamw", 1u << MT_OPT_ADAMW},
+                   {"rho", "rmsprop", 1u << MT_OPT_RMSPROP},
+                   {"initial_accumulator_value", "adagrad", 1u << MT_OPT_ADAGRAD}};
+        for (size_t i = 0; rc == MT_OK && i < sizeof(own) / sizeof(own[0]); i++)
+            if (!(own[i].kinds & (1u << o->kind)) &&
+                cJSON_GetObjectItemCaseSensitive(obj, own[i].key) != NULL) {
+                char p[64];
+                snprintf(p, sizeof(p), "optimizer.%s", own[i].key);
+                snprintf(why, sizeof(why), "only applies to %s", own[i].owner);
+                rc = mt_model_field_bad(err, p, why);
+            }
+    }
+    if (rc == MT_OK)
         rc = mt_model_field_num(obj, "momentum", "optimizer.momentum", 0, 1, false, true, 0.0f,
                                 &o->momentum, err);
-    else if (rc == MT_OK && cJSON_GetObjectItemCaseSensitive(obj, "momentum") != NULL)
-        rc = mt_model_field_bad(err, "optimizer.momentum", "only applies to sgd");
+    if (rc == MT_OK)
+        rc = mt_model_field_bool(obj, "nesterov", "optimizer.nesterov", false, &o->nesterov, err);
     if (rc == MT_OK)
         rc = mt_model_field_num(obj, "beta_1", "optimizer.beta_1", 0, 1, false, true, 0.9f,
                                 &o->beta1, err);
@@ -241,6 +328,20 @@ static mt_code parse_optimizer(const cJSON *root, mt_optimizer_spec *o, mt_err *
     if (rc == MT_OK)
         rc = mt_model_field_num(obj, "epsilon", "optimizer.epsilon", 0, 1, true, false, 1e-7f,
                                 &o->epsilon, err);
+    if (rc == MT_OK)
+        rc = mt_model_field_num(obj, "weight_decay", "optimizer.weight_decay", 0, 1, false, false,
+                                0.004f, &o->weight_decay, err);
+    if (rc == MT_OK)
+        rc = mt_model_field_num(obj, "rho", "optimizer.rho", 0, 1, false, true, 0.9f, &o->rho, err);
+    if (rc == MT_OK)
+        rc = mt_model_field_num(obj, "initial_accumulator_value",
+                                "optimizer.initial_accumulator_value", 0, 1e3, false, false, 0.1f,
+                                &o->initial_accumulator, err);
+    if (rc == MT_OK)
+        rc = mt_model_field_num(obj, "global_clipnorm", "optimizer.global_clipnorm", 0, 1e9, true,
+                                false, 0.0f, &o->global_clipnorm, err);
+    if (rc == MT_OK)
+        rc = parse_schedule(obj, &o->schedule, err);
     return rc;
 }
 

@@ -28,6 +28,7 @@
 #include "coll/mt_coll_progress.h"
 #include "data/mt_data.h"
 #include "layers/mt_layer.h"
+#include "optim/mt_optim.h"
 #include "rng/mt_rng.h"
 #include "tensor/mt_tensor.h"
 
@@ -681,7 +682,7 @@ static mt_code dev_alloc(dev *d, mt_err *err)
 {
     mt_spmd *s = d->s;
     size_t b = s->max_b;
-    bool adam = s->opt.kind == MT_OPT_ADAM, mom = adam || s->opt.momentum > 0.0f;
+    int slots = mt_optim_slots(&s->opt);
     mt_code rc;
 
 #define DALLOC(ptr, n)                                                                             \
@@ -727,10 +728,11 @@ static mt_code dev_alloc(dev *d, mt_err *err)
         DALLOC(p->value, p->size);
         if (p->trainable) {
             DALLOC(p->grad, p->size);
-            if (mom)
+            if (slots > 0)
                 DALLOC(p->slot1, p->size);
-            if (adam)
+            if (slots > 1)
                 DALLOC(p->slot2, p->size);
+            mt_optim_init_slots(&s->opt, p->slot1, p->slot2, p->size);
         }
         rc = mt_model_param_init(p, s->seed, p->offsets, p->local_shape, p->value, err);
         if (rc != MT_OK)
@@ -940,12 +942,45 @@ static mt_code dev_take_piece(dev *d, size_t *count, uint64_t *first)
     return rc;
 }
 
+/*
+ * Global-norm clipping: the factor every gradient is multiplied by. Each device adds its shards'
+ * squared gradients weighted by (distinct shards of the parameter / devices), so the sum over
+ * the whole mesh (an allreduce over every dim) counts each logical element once.
+ */
+static mt_code dev_clip_scale(dev *d, float *scale)
+{
+    mt_spmd *s = d->s;
+    double sq = 0.0;
+    float x;
+
+    for (size_t i = 0; i < s->n_params; i++) {
+        const mt_model_param *p = &d->params[i];
+        double local = 0.0, shards = 1.0;
+        if (!p->trainable)
+            continue;
+        for (int a = 0; a < p->rank; a++)
+            shards *= (double)dsz(s, dim_of(s, &s->playout[i], a));
+        for (size_t e = 0; e < p->size; e++)
+            local += (double)p->grad[e] * p->grad[e];
+        sq += local * shards / (double)s->ndev;
+    }
+    x = (float)sq;
+    for (int k = 0; k < s->ndims; k++) {
+        mt_code rc = grp_allreduce(d, k, &x, 1);
+        if (rc != MT_OK)
+            return rc;
+    }
+    *scale = mt_optim_clip_scale(&s->opt, x);
+    return MT_OK;
+}
+
 static mt_code dev_step(dev *d)
 {
     mt_spmd *s = d->s;
     double loss = 0.0;
     size_t correct = 0, n = s->jn;
     uint64_t first;
+    float scale = 1.0f;
     mt_code rc;
 
     mt_coll_comm_set_step(d->comm, s->jstep);
@@ -982,20 +1017,17 @@ static mt_code dev_step(dev *d)
     d->next = (size_t)d->msum[2];
     d->t++;
     mt_coll_comm_activity(d->comm, "optimizer update");
-    for (size_t i = 0; i < s->n_params; i++) {
-        mt_model_param *p = &d->params[i];
-        if (!p->trainable)
-            continue;
-        if (s->fsdp[i] >= 0 && !s->fsdp_transient) {
-            fsdp_slice(d, i, d->wgrad[i], p->grad);
+    for (size_t i = 0; i < s->n_params; i++)
+        if (d->params[i].trainable && s->fsdp[i] >= 0 && !s->fsdp_transient) {
+            fsdp_slice(d, i, d->wgrad[i], d->params[i].grad);
             d->wstale = true;
         }
-        if (s->opt.kind == MT_OPT_ADAM)
-            mt_adam_update(p->value, p->slot1, p->slot2, p->grad, s->opt.learning_rate,
-                           s->opt.beta1, s->opt.beta2, s->opt.epsilon, d->t, p->size);
-        else
-            mt_sgd_update(p->value, p->slot1, p->grad, s->opt.learning_rate, s->opt.momentum,
-                          p->size);
+    if (s->opt.global_clipnorm > 0.0f && (rc = dev_clip_scale(d, &scale)) != MT_OK)
+        return rc;
+    for (size_t i = 0; i < s->n_params; i++) {
+        mt_model_param *p = &d->params[i];
+        if (p->trainable)
+            mt_optim_apply(&s->opt, d->t, scale, p->value, p->slot1, p->slot2, p->grad, p->size);
     }
     return MT_OK;
 }
@@ -1329,7 +1361,7 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
                       mt_spmd_plan_info *info, mt_err *err)
 {
     mt_spmd *s = NULL;
-    int slots = spec->optimizer.kind == MT_OPT_ADAM ? 2 : spec->optimizer.momentum > 0.0f ? 1 : 0;
+    int slots = mt_optim_slots(&spec->optimizer);
     mt_code rc = spmd_plan_new(spec, mesh, map, in_rank, in_shape, global_batch, &s, err);
 
     if (rc != MT_OK || info == NULL) {
@@ -1630,9 +1662,7 @@ mt_code mt_spmd_param_gather(const mt_spmd *s, const char *name, float *out, mt_
 
 static const char *slot_name(const mt_spmd *s, int k)
 {
-    if (s->opt.kind == MT_OPT_ADAM)
-        return k == 0 ? "adam_m" : "adam_v";
-    return k == 0 ? "momentum" : NULL;
+    return mt_optim_slot_name(&s->opt, k);
 }
 
 static float *slot_of(mt_model_param *p, int k)
