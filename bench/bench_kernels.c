@@ -134,9 +134,9 @@ int main(int argc, char **argv)
 {
     static const size_t dense_shapes[][3] = {{128, 784, 128}, {128, 128, 10}, {64, 1600, 64}};
     static const mt_conv2d_geom conv_shapes[] = {
-        {64, 28, 28, 1, 3, 3, 32, false},
-        {64, 13, 13, 32, 3, 3, 64, false},
-        {64, 14, 14, 32, 3, 3, 32, true},
+        {64, 28, 28, 1, 3, 3, 32, false, 1, 1},
+        {64, 13, 13, 32, 3, 3, 64, false, 1, 1},
+        {64, 14, 14, 32, 3, 3, 32, true, 1, 1},
     };
     mt_blas_boot(argc, argv);
     printf("OpenBLAS core %s, 1 thread\n", mt_blas_corename());

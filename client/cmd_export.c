@@ -187,8 +187,8 @@ static mt_code torch_out_shape(const mt_layer_spec *l, int i, const torch_shape 
         out->shape[0] = l->units;
         break;
     case MT_LAYER_CONV2D: {
-        mt_conv2d_geom geom = {0,     x->shape[0], x->shape[1], x->shape[2],
-                               l->kh, l->kw,       l->filters,  l->same};
+        mt_conv2d_geom geom = {0,     x->shape[0], x->shape[1], x->shape[2], l->kh,
+                               l->kw, l->filters,  l->same,     l->sh,       l->sw};
         out->rank = 3;
         out->shape[0] = mt_conv2d_out_h(&geom);
         out->shape[1] = mt_conv2d_out_w(&geom);

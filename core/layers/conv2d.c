@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * conv2d.c — 2-D convolution over NHWC images, stride 1, "valid" or "same" padding; kernel
- * (KH, KW, C, F) as Keras stores it; im2col + GEMM.
+ * conv2d.c — 2-D convolution over NHWC images with strides and "valid" or "same" padding (as
+ * Keras / TensorFlow pad); kernel (KH, KW, C, F) as Keras stores it; im2col + GEMM.
  *
  * Sharding: only the output-channel axis (3) of the kernel may be sharded (kout): each device
  * computes its filters, the output's channels are sharded over kout, the bias follows. An input
@@ -41,8 +41,8 @@ static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt
     MT_LAYER_PATH(path, base, "strides");
     if (rc == MT_OK)
         rc = mt_model_field_pair(node, "strides", path, &sa, &sb, false, err);
-    if (rc == MT_OK && (sa != 1 || sb != 1))
-        rc = mt_model_field_bad(err, path, "only stride 1 is supported");
+    out->sh = sa;
+    out->sw = sb;
     MT_LAYER_PATH(path, base, "padding");
     if (rc == MT_OK)
         rc = mt_model_field_str(node, "padding", path, &pad, err);
@@ -55,8 +55,8 @@ static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt
 /* The geometry of this device's filters for batch examples. */
 static mt_conv2d_geom geom(const mt_layer *l, size_t batch, size_t kout_size)
 {
-    mt_conv2d_geom g = {batch,   l->in_shape[0], l->in_shape[1],           l->in_shape[2],
-                        l->s.kh, l->s.kw,        l->s.filters / kout_size, l->s.same};
+    mt_conv2d_geom g = {batch,   l->in_shape[0],           l->in_shape[1], l->in_shape[2], l->s.kh,
+                        l->s.kw, l->s.filters / kout_size, l->s.same,      l->s.sh,        l->s.sw};
     return g;
 }
 
@@ -177,7 +177,8 @@ const mt_layer_ops mt_layer_conv2d_ops = {
     .example =
         "\"model\":{\"input_shape\":[6,6,2],\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
         "\"kernel_size\":3,\"padding\":\"same\",\"activation\":\"relu\"},{\"type\":\"conv2d\","
-        "\"filters\":2,\"kernel_size\":[3,2]},{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":"
+        "\"filters\":2,\"kernel_size\":[3,2],\"strides\":[2,1],\"padding\":\"same\"},{\"type\":"
+        "\"flatten\"},{\"type\":\"dense\",\"units\":"
         "3}]},"
         "\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{\"conv2d_1\\\\.kernel\":[\"unsharded\","
         "\"unsharded\",\"unsharded\",\"model\"]}",

@@ -72,6 +72,7 @@ typedef struct mt_layer_spec {
     size_t units;                    /* dense */
     size_t filters, kh, kw;          /* conv2d */
     bool same;                       /* conv2d padding "same" (else "valid") */
+    size_t sh, sw;                   /* conv2d strides (default 1) */
     bool use_bias;                   /* dense, conv2d (default true) */
     float rate;                      /* dropout, in [0, 1) */
     bool center, scale;              /* batch_norm beta / gamma (default true) */

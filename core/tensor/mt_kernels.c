@@ -83,18 +83,54 @@ void mt_dense_backward(float *dx, float *dw, float *db, const float *dy, const f
 
 /* ------------------------------------------------------------------ conv2d */
 
+/* Output extent of one axis: input n, kernel k, stride s (0 is 1). */
+static size_t conv_out(size_t n, size_t k, size_t s, bool same)
+{
+    s = s == 0 ? 1 : s;
+    if (same)
+        return (n + s - 1) / s;
+    return n >= k ? (n - k) / s + 1 : 0;
+}
+
+/* Padding before an axis under "same": half the total, the smaller half first (TensorFlow). */
+static size_t conv_pad(size_t n, size_t k, size_t s, bool same)
+{
+    size_t o = conv_out(n, k, s, same), need;
+    s = s == 0 ? 1 : s;
+    if (!same || o == 0)
+        return 0;
+    need = (o - 1) * s + k;
+    return need > n ? (need - n) / 2 : 0;
+}
+
 size_t mt_conv2d_out_h(const mt_conv2d_geom *g)
 {
-    if (g->same)
-        return g->h;
-    return g->h >= g->kh ? g->h - g->kh + 1 : 0;
+    return conv_out(g->h, g->kh, g->sh, g->same);
 }
 
 size_t mt_conv2d_out_w(const mt_conv2d_geom *g)
 {
-    if (g->same)
-        return g->w;
-    return g->w >= g->kw ? g->w - g->kw + 1 : 0;
+    return conv_out(g->w, g->kw, g->sw, g->same);
+}
+
+size_t mt_conv2d_pad_top(const mt_conv2d_geom *g)
+{
+    return conv_pad(g->h, g->kh, g->sh, g->same);
+}
+
+size_t mt_conv2d_pad_left(const mt_conv2d_geom *g)
+{
+    return conv_pad(g->w, g->kw, g->sw, g->same);
+}
+
+static size_t stride_h(const mt_conv2d_geom *g)
+{
+    return g->sh == 0 ? 1 : g->sh;
+}
+
+static size_t stride_w(const mt_conv2d_geom *g)
+{
+    return g->sw == 0 ? 1 : g->sw;
 }
 
 size_t mt_conv2d_cols_size(const mt_conv2d_geom *g)
@@ -106,7 +142,8 @@ size_t mt_conv2d_cols_size(const mt_conv2d_geom *g)
 static void im2col(float *cols, const float *x, const mt_conv2d_geom *g)
 {
     size_t oh = mt_conv2d_out_h(g), ow = mt_conv2d_out_w(g);
-    long pt = g->same ? (long)(g->kh - 1) / 2 : 0, pl = g->same ? (long)(g->kw - 1) / 2 : 0;
+    long pt = (long)mt_conv2d_pad_top(g), pl = (long)mt_conv2d_pad_left(g);
+    long sh = (long)stride_h(g), sw = (long)stride_w(g);
     size_t rowlen = g->kh * g->kw * g->c, seg = g->kw * g->c;
 
     for (size_t b = 0; b < g->batch; b++) {
@@ -114,9 +151,9 @@ static void im2col(float *cols, const float *x, const mt_conv2d_geom *g)
         for (size_t oy = 0; oy < oh; oy++) {
             for (size_t ox = 0; ox < ow; ox++) {
                 float *r = cols + ((b * oh + oy) * ow + ox) * rowlen;
-                long ix0 = (long)ox - pl;
+                long ix0 = (long)ox * sw - pl;
                 for (size_t ky = 0; ky < g->kh; ky++) {
-                    long iy = (long)oy + (long)ky - pt;
+                    long iy = (long)oy * sh + (long)ky - pt;
                     float *dst = r + ky * seg;
                     if (iy < 0 || iy >= (long)g->h) {
                         memset(dst, 0, seg * sizeof(float));
@@ -149,7 +186,8 @@ static void im2col(float *cols, const float *x, const mt_conv2d_geom *g)
 static void col2im(float *dx, const float *dcols, const mt_conv2d_geom *g)
 {
     size_t oh = mt_conv2d_out_h(g), ow = mt_conv2d_out_w(g);
-    long pt = g->same ? (long)(g->kh - 1) / 2 : 0, pl = g->same ? (long)(g->kw - 1) / 2 : 0;
+    long pt = (long)mt_conv2d_pad_top(g), pl = (long)mt_conv2d_pad_left(g);
+    long sh = (long)stride_h(g), sw = (long)stride_w(g);
     size_t rowlen = g->kh * g->kw * g->c;
 
     memset(dx, 0, g->batch * g->h * g->w * g->c * sizeof(float));
@@ -159,11 +197,11 @@ static void col2im(float *dx, const float *dcols, const mt_conv2d_geom *g)
             for (size_t ox = 0; ox < ow; ox++) {
                 const float *r = dcols + ((b * oh + oy) * ow + ox) * rowlen;
                 for (size_t ky = 0; ky < g->kh; ky++) {
-                    long iy = (long)oy + (long)ky - pt;
+                    long iy = (long)oy * sh + (long)ky - pt;
                     if (iy < 0 || iy >= (long)g->h)
                         continue;
                     for (size_t kx = 0; kx < g->kw; kx++) {
-                        long ix = (long)ox + (long)kx - pl;
+                        long ix = (long)ox * sw + (long)kx - pl;
                         const float *src = r + (ky * g->kw + kx) * g->c;
                         float *dst;
                         if (ix < 0 || ix >= (long)g->w)
@@ -196,7 +234,8 @@ static void col2im(float *dx, const float *dcols, const mt_conv2d_geom *g)
 
 static bool direct1_ok(const mt_conv2d_geom *g)
 {
-    return g->c == 1 && g->kh * g->kw <= MT_DIRECT1_MAX_TAPS && __builtin_cpu_supports("avx512f");
+    return g->c == 1 && g->kh * g->kw <= MT_DIRECT1_MAX_TAPS && stride_h(g) == 1 &&
+           stride_w(g) == 1 && __builtin_cpu_supports("avx512f");
 }
 
 /* Zero-padded x: (B, OH+KH-1, OW+KW-1); fits in cols_size (padded H <= OH*KH, same for W). */

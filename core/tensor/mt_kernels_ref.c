@@ -73,8 +73,9 @@ void mt_dense_backward_ref(float *dx, float *dw, float *db, const float *dy, con
 static bool conv_tap(const mt_conv2d_geom *g, size_t oy, size_t ox, size_t ky, size_t kx,
                      size_t *iy, size_t *ix)
 {
-    long pt = g->same ? (long)(g->kh - 1) / 2 : 0, pl = g->same ? (long)(g->kw - 1) / 2 : 0;
-    long y = (long)oy + (long)ky - pt, x = (long)ox + (long)kx - pl;
+    long pt = (long)mt_conv2d_pad_top(g), pl = (long)mt_conv2d_pad_left(g);
+    long sh = g->sh == 0 ? 1 : (long)g->sh, sw = g->sw == 0 ? 1 : (long)g->sw;
+    long y = (long)oy * sh + (long)ky - pt, x = (long)ox * sw + (long)kx - pl;
     if (y < 0 || x < 0 || y >= (long)g->h || x >= (long)g->w)
         return false;
     *iy = (size_t)y;
@@ -82,7 +83,7 @@ static bool conv_tap(const mt_conv2d_geom *g, size_t oy, size_t ox, size_t ky, s
     return true;
 }
 
-/* y[b,oy,ox,f] = bias[f] + Σ_{ky,kx,c} x[b, oy+ky-pt, ox+kx-pl, c] w[ky,kx,c,f] */
+/* y[b,oy,ox,f] = bias[f] + Σ_{ky,kx,c} x[b, oy·sh+ky-pt, ox·sw+kx-pl, c] w[ky,kx,c,f] */
 void mt_conv2d_forward_ref(float *y, const float *x, const float *w, const float *b,
                            const mt_conv2d_geom *g)
 {

@@ -102,16 +102,25 @@ void mt_dense_backward_ref(float *dx, float *dw, float *db, const float *dy, con
 
 /* ------------------------------------------------------------------ conv2d */
 
-/* Geometry of a stride-1 2-D convolution over NHWC input with an (KH, KW, C, F) kernel. */
+/*
+ * Geometry of a 2-D convolution over NHWC input with an (KH, KW, C, F) kernel and strides
+ * (SH, SW) (0 means 1). Padding as Keras / TensorFlow: "valid" gives floor((H - KH) / SH) + 1
+ * rows; "same" gives ceil(H / SH) rows, padded by max((OH - 1)·SH + KH - H, 0) split with the
+ * smaller half on top (left).
+ */
 typedef struct mt_conv2d_geom {
     size_t batch, h, w, c; /* input (B, H, W, C) */
     size_t kh, kw, f;      /* kernel (KH, KW, C, F) */
-    bool same;             /* padding "same" (output H x W) or "valid" (H-KH+1 x W-KW+1) */
+    bool same;             /* padding "same" or "valid" */
+    size_t sh, sw;         /* strides; 0 is 1 */
 } mt_conv2d_geom;
 
 /* Output height/width for the geometry (0 when the kernel does not fit a valid conv). */
 size_t mt_conv2d_out_h(const mt_conv2d_geom *g);
 size_t mt_conv2d_out_w(const mt_conv2d_geom *g);
+/* Padding rows above / columns left of the input ("same"; 0 for "valid"). */
+size_t mt_conv2d_pad_top(const mt_conv2d_geom *g);
+size_t mt_conv2d_pad_left(const mt_conv2d_geom *g);
 
 /* Floats of the im2col scratch: B * OH * OW * KH * KW * C. */
 size_t mt_conv2d_cols_size(const mt_conv2d_geom *g);

@@ -134,8 +134,8 @@ static const struct {
      "\"padding\":\"full\"}]}}",
      "model.layers[0].padding: must be \"valid\" or \"same\""},
     {"{\"model\":{\"layers\":[{\"type\":\"conv2d\",\"filters\":3,\"kernel_size\":3,"
-     "\"strides\":2}]}}",
-     "model.layers[0].strides: only stride 1 is supported"},
+     "\"strides\":0}]}}",
+     "model.layers[0].strides: must be a positive integer or a list of two positive integers"},
     {"{\"model\":{\"layers\":[{\"type\":\"max_pool2d\",\"pool_size\":3}]}}",
      "model.layers[0].pool_size: only 2x2 pooling is supported"},
     {"{\"model\":{\"layers\":[{\"type\":\"dropout\"}]}}", "model.layers[0].rate: is required"},

@@ -234,9 +234,20 @@ static void conv_compare(const mt_conv2d_geom *g)
 static void test_tensor_conv2d_fast_vs_ref(void **state)
 {
     const mt_conv2d_geom gs[] = {
-        {1, 1, 1, 1, 1, 1, 1, false},   {2, 5, 7, 3, 3, 3, 4, false}, {2, 5, 7, 3, 3, 3, 4, true},
-        {0, 6, 6, 2, 3, 3, 2, true},    {3, 7, 5, 1, 2, 4, 5, true},  {1, 4, 4, 2, 5, 5, 3, true},
-        {2, 13, 11, 3, 3, 3, 7, false}, {1, 2, 2, 1, 3, 3, 1, false},
+        {1, 1, 1, 1, 1, 1, 1, false, 1, 1},
+        {2, 5, 7, 3, 3, 3, 4, false, 1, 1},
+        {2, 5, 7, 3, 3, 3, 4, true, 1, 1},
+        {0, 6, 6, 2, 3, 3, 2, true, 1, 1},
+        {3, 7, 5, 1, 2, 4, 5, true, 1, 1},
+        {1, 4, 4, 2, 5, 5, 3, true, 1, 1},
+        {2, 13, 11, 3, 3, 3, 7, false, 1, 1},
+        {1, 2, 2, 1, 3, 3, 1, false, 1, 1},
+        /* strides: odd and even sizes, "same" padding that is uneven, a 1-channel input */
+        {2, 7, 8, 3, 3, 3, 4, true, 2, 2},
+        {2, 8, 7, 2, 3, 2, 3, false, 2, 3},
+        {1, 9, 9, 1, 3, 3, 5, true, 2, 2},
+        {2, 6, 6, 4, 1, 1, 3, false, 2, 2},
+        {1, 5, 4, 2, 2, 2, 2, true, 3, 1},
     };
     (void)state;
     for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
@@ -248,10 +259,10 @@ static void test_tensor_conv2d_fast_vs_ref(void **state)
 static void test_tensor_conv2d_one_channel_fast_vs_ref(void **state)
 {
     const mt_conv2d_geom gs[] = {
-        {2, 28, 28, 1, 3, 3, 32, false}, {1, 9, 11, 1, 3, 3, 33, true},
-        {0, 5, 5, 1, 3, 3, 16, false},   {1, 7, 9, 1, 5, 5, 17, false},
-        {3, 5, 6, 1, 3, 3, 20, true},    {1, 3, 3, 1, 3, 3, 1, false},
-        {2, 8, 8, 1, 6, 5, 3, true},     {1, 6, 7, 1, 1, 1, 48, false},
+        {2, 28, 28, 1, 3, 3, 32, false, 1, 1}, {1, 9, 11, 1, 3, 3, 33, true, 1, 1},
+        {0, 5, 5, 1, 3, 3, 16, false, 1, 1},   {1, 7, 9, 1, 5, 5, 17, false, 1, 1},
+        {3, 5, 6, 1, 3, 3, 20, true, 1, 1},    {1, 3, 3, 1, 3, 3, 1, false, 1, 1},
+        {2, 8, 8, 1, 6, 5, 3, true, 1, 1},     {1, 6, 7, 1, 1, 1, 48, false, 1, 1},
     };
     (void)state;
     for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
@@ -261,7 +272,7 @@ static void test_tensor_conv2d_one_channel_fast_vs_ref(void **state)
 /* dw without db, db without dw, and neither (first layer of a frozen model) match the ref. */
 static void test_tensor_conv2d_one_channel_partial_grads(void **state)
 {
-    const mt_conv2d_geom g = {2, 10, 9, 1, 3, 3, 24, true};
+    const mt_conv2d_geom g = {2, 10, 9, 1, 3, 3, 24, true, 1, 1};
     size_t nx = 2 * 10 * 9, nw = 9 * 24, ny = 2 * 10 * 9 * 24, nc = mt_conv2d_cols_size(&g);
     float *x = rand_buf(nx), *w = rand_buf(nw), *dy = rand_buf(ny);
     float *y = zero_buf(ny), *cols = zero_buf(nc), *dw = rand_buf(nw), *dwr = zero_buf(nw);
@@ -297,10 +308,11 @@ static double conv_obj(void *p)
 static void test_tensor_conv2d_finite_differences(void **state)
 {
     /* C = 2 (im2col path) and C = 1 (direct kernel on AVX-512), each valid and same */
-    const mt_conv2d_geom gs[] = {{2, 4, 5, 2, 3, 2, 3, false},
-                                 {2, 4, 5, 2, 3, 2, 3, true},
-                                 {2, 5, 6, 1, 3, 3, 3, false},
-                                 {1, 5, 4, 1, 3, 3, 3, true}};
+    const mt_conv2d_geom gs[] = {{2, 4, 5, 2, 3, 2, 3, false, 1, 1},
+                                 {2, 4, 5, 2, 3, 2, 3, true, 1, 1},
+                                 {2, 5, 6, 1, 3, 3, 3, false, 1, 1},
+                                 {1, 5, 4, 1, 3, 3, 3, true, 1, 1},
+                                 {2, 6, 5, 2, 3, 2, 3, true, 2, 2}};
     (void)state;
     for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++) {
         conv_ctx c = {.g = gs[i]};
