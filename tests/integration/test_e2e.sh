@@ -39,7 +39,7 @@ gen_text "$T/sent_train.tsv" 512 1
 gen_text "$T/sent_test.tsv" 128 2
 for f in "$SRC"/examples/*.json; do
     name=$(basename "$f" .json)
-    case $name in *cnn*) [ "${MT_SANITIZED:-0}" = "1" ] && continue ;; esac
+    case $name in *cnn* | *resnet*) [ "${MT_SANITIZED:-0}" = "1" ] && continue ;; esac
     # 8 devices (both workers): the first mesh dimension grows to make up the product
     jq --argjson s "$STEPS" --arg t "$T" 'def prod: reduce .[] as $x (1; . * $x);
         . + {steps: $s} | del(.epochs) | del(.checkpoint) |
