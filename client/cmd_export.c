@@ -239,6 +239,7 @@ static mt_code torch_out_shape(const mt_layer_spec *l, int i, const torch_shape 
                                    err);
     }
     case MT_LAYER_ACTIVATION:
+    case MT_LAYER_LAYER_NORM:
         *out = *x;
         break;
     case MT_LAYER_GLOBAL_AVERAGE_POOLING2D:

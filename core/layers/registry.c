@@ -7,13 +7,20 @@
 
 #include "layers/layers_int.h"
 
-/* clang-format off: one line per kind */
+/* one line per kind */
+/* clang-format off */
 static const mt_layer_ops *const kinds[] = {
-    &mt_layer_dense_ops,      &mt_layer_conv2d_ops,
-    &mt_layer_max_pool2d_ops, &mt_layer_flatten_ops,
-    &mt_layer_batch_norm_ops, &mt_layer_dropout_ops,
-    &mt_layer_add_ops,        &mt_layer_concatenate_ops,
-    &mt_layer_activation_ops, &mt_layer_global_average_pooling2d_ops,
+    &mt_layer_dense_ops,
+    &mt_layer_conv2d_ops,
+    &mt_layer_max_pool2d_ops,
+    &mt_layer_flatten_ops,
+    &mt_layer_batch_norm_ops,
+    &mt_layer_dropout_ops,
+    &mt_layer_add_ops,
+    &mt_layer_concatenate_ops,
+    &mt_layer_activation_ops,
+    &mt_layer_global_average_pooling2d_ops,
+    &mt_layer_layer_norm_ops,
 };
 /* clang-format on */
 #define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))

@@ -47,6 +47,7 @@ typedef enum mt_layer_kind {
     MT_LAYER_CONCATENATE, /* 2+ inputs joined along their last axis */
     MT_LAYER_ACTIVATION,  /* an activation function as a layer */
     MT_LAYER_GLOBAL_AVERAGE_POOLING2D, /* (H, W, C) -> (C): each channel's mean */
+    MT_LAYER_LAYER_NORM,               /* normalisation of each row over its features */
     MT_LAYER_KIND_COUNT                /* a new kind goes above, with its module in core/layers */
 } mt_layer_kind;
 

@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * layer_norm.c — layer normalisation over the last axis (Keras LayerNormalization, axis -1):
+ * each row (an example, or a position of an image) is normalised by its own mean and biased
+ * variance over its features, then scaled by gamma and shifted by beta (per feature). No batch
+ * statistics, so nothing depends on how the batch is split.
+ *
+ * Sharding: features sharded over the input's dim stay so, gamma and beta follow; the per-row
+ * sums (forward: the mean, then the squared deviations; backward: Σ dŷ and Σ dŷ·x̂) are
+ * allreduced over that dim. Sums are accumulated in double.
+ * Backward: dx = (dŷ − mean(dŷ) − x̂·mean(dŷ·x̂)) / σ with dŷ = dy·gamma.
+ */
+#include <math.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "layers/layers_int.h"
+
+enum { GAMMA, BETA };
+enum { XHAT, ROWS }; /* scratch: normalised inputs; per row: mean, 1/σ, then two sums */
+
+static const char *const keys[] = {"center", "scale", "epsilon", NULL};
+
+static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt_err *err)
+{
+    char path[112];
+    mt_code rc;
+
+    MT_LAYER_PATH(path, base, "center");
+    rc = mt_model_field_bool(node, "center", path, true, &out->center, err);
+    MT_LAYER_PATH(path, base, "scale");
+    if (rc == MT_OK)
+        rc = mt_model_field_bool(node, "scale", path, true, &out->scale, err);
+    MT_LAYER_PATH(path, base, "epsilon");
+    if (rc == MT_OK)
+        rc =
+            mt_model_field_num(node, "epsilon", path, 0, 1, true, false, 1e-3f, &out->epsilon, err);
+    return rc;
+}
+
+static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
+{
+    size_t fs[1] = {l->in_c};
+    mt_code rc = MT_OK;
+
+    l->out_rank = l->in_rank;
+    memcpy(l->out_shape, l->in_shape, sizeof(l->in_shape));
+    l->of = l->xf;
+    if (l->s.scale)
+        rc = p->add_param(p->ctx, l, GAMMA, "gamma", 1, fs, MT_INIT_ONES, true, l->xf, err);
+    if (rc == MT_OK && l->s.center)
+        rc = p->add_param(p->ctx, l, BETA, "beta", 1, fs, MT_INIT_ZEROS, true, l->xf, err);
+    return rc;
+}
+
+static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
+                     mt_layer_alloc *a, mt_err *err)
+{
+    mt_code rc = mt_layer__io(l, st, b, a, err);
+    (void)dev;
+    if (rc == MT_OK)
+        rc = mt_layer_buf(a, l, &st->scr[XHAT], b * l->in_loc, sizeof(float), err);
+    if (rc == MT_OK)
+        rc = mt_layer_buf(a, l, &st->scr[ROWS], 4 * b * l->in_rows, sizeof(float), err);
+    return rc;
+}
+
+/* sums[r] = Σ_j x[r, j] (or Σ_j (x[r, j] − sub[r])² when sub), over this device's c features. */
+static void row_sums(float *sums, const float *x, const float *sub, size_t rows, size_t c)
+{
+    for (size_t r = 0; r < rows; r++) {
+        double s = 0.0;
+        for (size_t j = 0; j < c; j++) {
+            double v = (double)x[r * c + j] - (sub != NULL ? sub[r] : 0.0);
+            s += sub != NULL ? v * v : v;
+        }
+        sums[r] = (float)s;
+    }
+}
+
+static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                       const mt_layer_pass *ps)
+{
+    size_t rows = ps->batch * l->in_rows, c = l->in_loc / l->in_rows;
+    float *mean = st->scr[ROWS], *rstd = mean + rows, *xhat = st->scr[XHAT];
+    const float *gamma = st->pv[GAMMA], *beta = st->pv[BETA];
+    float inv_c = 1.0f / (float)l->in_c;
+    mt_code rc;
+
+    row_sums(mean, st->in, NULL, rows, c);
+    if ((rc = dev->allreduce(dev->ctx, l->xf, mean, rows)) != MT_OK)
+        return rc;
+    for (size_t r = 0; r < rows; r++)
+        mean[r] *= inv_c;
+    row_sums(rstd, st->in, mean, rows, c);
+    if ((rc = dev->allreduce(dev->ctx, l->xf, rstd, rows)) != MT_OK)
+        return rc;
+    for (size_t r = 0; r < rows; r++) {
+        rstd[r] = 1.0f / sqrtf(rstd[r] * inv_c + l->s.epsilon);
+        for (size_t j = 0; j < c; j++) {
+            float h = (st->in[r * c + j] - mean[r]) * rstd[r];
+            xhat[r * c + j] = h;
+            st->out[r * c + j] = (gamma != NULL ? gamma[j] * h : h) + (beta != NULL ? beta[j] : 0);
+        }
+    }
+    return MT_OK;
+}
+
+static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                        const mt_layer_pass *ps, float *dy, float **dx)
+{
+    size_t rows = ps->batch * l->in_rows, c = l->in_loc / l->in_rows;
+    float *rstd = (float *)st->scr[ROWS] + rows, *s1 = rstd + rows, *s2 = s1 + rows;
+    const float *xhat = st->scr[XHAT], *gamma = st->pv[GAMMA];
+    float inv_c = 1.0f / (float)l->in_c;
+    mt_code rc;
+
+    *dx = st->dx_buf;
+    for (size_t j = 0; j < c; j++) { /* local: reduced over the batch with the other gradients */
+        double sg = 0.0, sb = 0.0;
+        for (size_t r = 0; r < rows; r++) {
+            sg += (double)dy[r * c + j] * xhat[r * c + j];
+            sb += dy[r * c + j];
+        }
+        if (st->pg[GAMMA] != NULL)
+            st->pg[GAMMA][j] = (float)sg;
+        if (st->pg[BETA] != NULL)
+            st->pg[BETA][j] = (float)sb;
+    }
+    if (st->dx_buf == NULL)
+        return MT_OK;
+    for (size_t r = 0; r < rows; r++) {
+        double a = 0.0, b = 0.0;
+        for (size_t j = 0; j < c; j++) {
+            double g = (double)dy[r * c + j] * (gamma != NULL ? gamma[j] : 1.0f);
+            a += g;
+            b += g * xhat[r * c + j];
+        }
+        s1[r] = (float)a;
+        s2[r] = (float)b;
+    }
+    if ((rc = dev->allreduce(dev->ctx, l->xf, s1, 2 * rows)) != MT_OK)
+        return rc;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < c; j++) {
+            float g = dy[r * c + j] * (gamma != NULL ? gamma[j] : 1.0f);
+            st->dx_buf[r * c + j] = (g - s1[r] * inv_c - xhat[r * c + j] * s2[r] * inv_c) * rstd[r];
+        }
+    return MT_OK;
+}
+
+static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
+                 void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
+{
+    (void)bdim;
+    (void)p;
+    add(per_dim, l->xf, (mt_layer__reads_input(l) ? 2 : 4) * b * l->in_rows);
+}
+
+const mt_layer_ops mt_layer_layer_norm_ops = {
+    .type = "layer_norm",
+    .kind = MT_LAYER_LAYER_NORM,
+    .keys = keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .reads_input_only = true,
+    .parse = parse,
+    .plan = plan,
+    .alloc = alloc,
+    .forward = forward,
+    .backward = backward,
+    .comm = comm,
+    .example = "\"model\":{\"input_shape\":[6],\"layers\":[{\"type\":\"dense\",\"units\":8},"
+               "{\"type\":\"layer_norm\"},{\"type\":\"dense\",\"units\":8,\"activation\":\"gelu\"},"
+               "{\"type\":\"layer_norm\",\"center\":false,\"epsilon\":0.01},"
+               "{\"type\":\"dense\",\"units\":3}]},\"mesh\":{\"batch\":2,\"model\":2},"
+               "\"layouts\":{\"dense_1\\\\.kernel\":[\"unsharded\",\"model\"],"
+               "\"dense_2\\\\.kernel\":[\"model\",\"unsharded\"]}",
+};
