@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # test_export_onnx.sh — `meshtrain export --format onnx` end to end (issue #21):
 #  * refusals: --layout with --format onnx and an unknown format are usage errors (exit 2), a
-#    checkpoint that stores no job spec is refused (exit 4); none leaves a file behind;
+#    checkpoint that stores no job spec is refused (exit 4); none leaves a file behind; an
+#    output in a missing directory is named (exit 4);
 #  * the Fashion-MNIST MLP and CNN examples, a graph model with every layer type and the edge
 #    cases (even kernel with "same" padding, batch norm on an image, on a flattened image and
 #    without scale or center, dropout, add, concatenate, a dense without bias) and a flattened
@@ -25,7 +26,7 @@ expect_fail 2 "--layout is for safetensors" \
     "$MT" export "$T/ckpt-300.mtc" --format onnx --layout torch -o "$T/x"
 expect_fail 4 "the checkpoint's job spec" "$MT" export "$T/ckpt-300.mtc" --format onnx -o "$T/x"
 [ ! -e "$T/x" ] || fail "a refused export left $T/x"
-ls "$T" | grep -q '\.tmp\.' && fail "temporary file left behind: $(ls "$T")"
+for f in "$T"/*.tmp.*; do [ ! -e "$f" ] || fail "temporary file left behind: $f"; done
 log "refusals: ok"
 
 PY=
@@ -75,6 +76,9 @@ check() {
         "$(grep -o 'with [a-z]*' "$T/$name-onnx.log"))"
 }
 check mlp "$T/fashion_mnist_mlp.json" 60
+# an output that cannot be written is named, and nothing is left behind
+expect_fail 4 "create $T/nodir/m.onnx.tmp.*: No such file or directory" \
+    "$MT" export "$T/mlp/ckpt-60.mtc" --format onnx -o "$T/nodir/m.onnx"
 check cnn "$T/fashion_mnist_cnn.json" 30
 check edges "$SRC/tests/fixtures/export_edges.json" 30
 check concat "$T/concat.json" 30
