@@ -13,7 +13,7 @@ FUZZ_SECONDS ?= 30
 MT_WERROR  ?= ON
 
 .PHONY: all deps configure build build-types test asan fuzz demo cluster cluster-stop format \
-	format-check bench clean install
+	format-check bench clean install deb
 
 all: build
 
@@ -68,6 +68,19 @@ cluster-stop:
 install: build
 	cmake --install $(BUILD)
 
+# Debian packages meshtrain, meshtrain-coordinator, meshtrain-worker in $(DEB_OUT), built as a
+# packager would: Release, prefix /usr, dpkg-buildflags, -Werror off (packaging/deb/build-debs.sh)
+DEB_BUILD ?= build-deb
+DEB_OUT   ?= dist
+deb: deps
+	CFLAGS="$$(dpkg-buildflags --get CFLAGS) $$(dpkg-buildflags --get CPPFLAGS)" \
+	    LDFLAGS="$$(dpkg-buildflags --get LDFLAGS)" \
+	    cmake -S . -B $(DEB_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+	    -DMT_WERROR=OFF $(CMAKE_ARGS)
+	cmake --build $(DEB_BUILD) -j $(JOBS) --target meshtrain meshtrain-coordinator meshtrain-worker \
+	    mt_help
+	packaging/deb/build-debs.sh $(DEB_BUILD) $(DEB_OUT)
+
 bench: build
 	@for b in bench/*.sh; do echo "== $$b"; bash $$b $(BUILD) || exit 1; done
 
@@ -81,4 +94,4 @@ format-check:
 	fi; echo "format-check: clean"
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(DEB_BUILD)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cmd_export.c — `meshtrain export CKPT|JOB [--step S] --format safetensors [--layout L] -o FILE`:
- * write the weights of a checkpoint (core/ckpt) in a format other tools read.
+ * cmd_export.c — `meshtrain export CKPT|JOB [--step S] [--format F] [--layout L] -o FILE`:
+ * write the weights of a checkpoint (core/ckpt) in a format other tools read: safetensors (here)
+ * or an ONNX model (client/export_onnx.c; shared pieces in client/export.h).
  *
  * Layouts: "keras" (default) writes the checkpoint's weights as stored (mt_ckpt_export_safetensors:
  * names "<layer>.kernel", dense kernels (in, out), conv kernels (KH, KW, C, F), NHWC flatten
@@ -20,11 +21,13 @@
  * from the coordinator with GetCheckpointChunk into a temporary file first.
  * Exit codes (cli.h): 0 ok, 1 corrupt checkpoint or I/O failure, 2 usage,
  * 4 missing file / rejected (also a model --layout torch cannot express).
- * Tests: tests/integration/test_export.sh, tests/integration/test_export_torch.sh.
+ * Tests: tests/integration/test_export.sh, tests/integration/test_export_torch.sh,
+ * tests/integration/test_export_onnx.sh.
  */
 #include "alloc/mt_alloc.h"
 #include "ckpt/mt_ckpt.h"
 #include "client/cli.h"
+#include "client/export.h"
 #include "client/jobs_util.h"
 #include "jobspec/mt_jobspec.h"
 #include "model/mt_model.h"
@@ -41,14 +44,17 @@
 
 static void export_usage(FILE *out)
 {
-    fprintf(out, "usage: meshtrain export CKPT|JOB [--step S] --format safetensors\n"
+    fprintf(out, "usage: meshtrain export CKPT|JOB [--step S] [--format safetensors|onnx]\n"
                  "                        [--layout keras|torch] -o FILE\n\n"
                  "Write the weights of checkpoint CKPT (a .mtc file), or of job JOB's latest\n"
                  "complete checkpoint (downloaded from the coordinator), to FILE.\n"
                  "Optimizer slots (names with '/') are left out.\n\n"
                  "Options:\n"
                  "  --step S         with JOB: the checkpoint of step S (default: the latest)\n"
-                 "  --format F       output format; only 'safetensors' (the default)\n"
+                 "  --format F       safetensors (the default): the weights;\n"
+                 "                   onnx: the model and its weights (opset 13), input\n"
+                 "                   (N, H, W, C) as meshtrain's model sees it, output the last\n"
+                 "                   layer's (see docs/export.md)\n"
                  "  --layout L       keras (default): weights as stored, '<layer>.kernel'\n"
                  "                   (in, out), conv (kh, kw, in, out), NHWC flatten order;\n"
                  "                   torch: a PyTorch state_dict, '<layer>.weight' (out, in),\n"
@@ -124,14 +130,6 @@ static mt_code resolve_source(const mt_cli_global *g, const char *arg, uint64_t 
 
 /* ------------------------------------------------------------------ torch layout */
 
-/* A layer output as the torch layout sees it. */
-typedef struct torch_shape {
-    int rank;
-    size_t shape[3];
-    bool nhwc_flat; /* a vector in the NHWC flatten order of image img (h*w > 1 and c > 1) */
-    size_t img[3];  /* (h, w, c) when nhwc_flat */
-} torch_shape;
-
 /* The plan: output tensors and the checkpoint names they come from (sources point into src). */
 typedef struct torch_plan {
     mt_ckpt_export_tensor *t;
@@ -170,90 +168,30 @@ static mt_code plan_add(torch_plan *p, const char *layer, const char *from, cons
     return MT_OK;
 }
 
-/* Output shape of layer l (index i) from its inputs' shapes in[k]; FAILED_PRECONDITION for a
- * flattened image that no PyTorch module can reproduce. */
-static mt_code torch_out_shape(const mt_layer_spec *l, int i, const torch_shape *in,
-                               torch_shape *out, mt_err *err)
+/* FAILED_PRECONDITION for layer l (index i) reading in[] when no PyTorch module can reproduce it:
+ * a flattened image concatenated, or added to a vector in another order. */
+static mt_code torch_check(const mt_layer_spec *l, int i, const mt_cli_export_shape *in,
+                           mt_err *err)
 {
-    const torch_shape *x = &in[0];
-    size_t n = 1;
-
-    memset(out, 0, sizeof(*out));
-    for (int a = 0; a < x->rank; a++)
-        n *= x->shape[a];
-    switch (l->kind) {
-    case MT_LAYER_DENSE:
-        out->rank = 1;
-        out->shape[0] = l->units;
-        break;
-    case MT_LAYER_CONV2D: {
-        mt_conv2d_geom geom = {0,     x->shape[0], x->shape[1], x->shape[2], l->kh,
-                               l->kw, l->filters,  l->same,     l->sh,       l->sw};
-        out->rank = 3;
-        out->shape[0] = mt_conv2d_out_h(&geom);
-        out->shape[1] = mt_conv2d_out_w(&geom);
-        out->shape[2] = l->filters;
-        break;
-    }
-    case MT_LAYER_MAX_POOL2D:
-        out->rank = 3;
-        out->shape[0] = x->shape[0] / 2;
-        out->shape[1] = x->shape[1] / 2;
-        out->shape[2] = x->shape[2];
-        break;
-    case MT_LAYER_FLATTEN:
-        out->rank = 1;
-        out->shape[0] = n;
-        if (x->rank == 3 && x->shape[0] * x->shape[1] > 1 && x->shape[2] > 1) {
-            out->nhwc_flat = true;
-            memcpy(out->img, x->shape, sizeof(out->img));
-        }
-        break;
-    case MT_LAYER_BATCH_NORM:
-    case MT_LAYER_DROPOUT:
-        *out = *x;
-        break;
-    case MT_LAYER_ADD:
-        *out = *x;
-        for (int k = 1; k < l->n_inputs; k++)
-            if (in[k].nhwc_flat != x->nhwc_flat ||
-                (x->nhwc_flat && memcmp(in[k].img, x->img, sizeof(x->img)) != 0))
-                return mt_err_set(err, MT_FAILED_PRECONDITION,
-                                  "model.layers[%d] (%s): adds a flattened image to a vector in "
-                                  "another order; --layout torch cannot convert it (use keras)",
-                                  i, l->name);
-        break;
-    case MT_LAYER_CONCATENATE: {
-        int ranks[MT_LAYER_MAX_INPUTS];
-        size_t shapes[MT_LAYER_MAX_INPUTS][3];
-        for (int k = 0; k < l->n_inputs; k++) {
-            if (in[k].nhwc_flat)
-                return mt_err_set(err, MT_FAILED_PRECONDITION,
-                                  "model.layers[%d] (%s): concatenates a flattened image; "
-                                  "--layout torch cannot convert it (use keras)",
-                                  i, l->name);
-            ranks[k] = in[k].rank;
-            memcpy(shapes[k], in[k].shape, sizeof(shapes[k]));
-        }
-        return mt_layer_join_shape(l, i, ranks, (const size_t(*)[3])shapes, &out->rank, out->shape,
-                                   err);
-    }
-    case MT_LAYER_ACTIVATION:
-    case MT_LAYER_LAYER_NORM:
-        *out = *x;
-        break;
-    case MT_LAYER_GLOBAL_AVERAGE_POOLING2D:
-        out->rank = 1;
-        out->shape[0] = x->shape[2];
-        break;
-    case MT_LAYER_KIND_COUNT:
-        break;
-    }
+    for (int k = 0; l->kind == MT_LAYER_CONCATENATE && k < l->n_inputs; k++)
+        if (in[k].nhwc_flat)
+            return mt_err_set(err, MT_FAILED_PRECONDITION,
+                              "model.layers[%d] (%s): concatenates a flattened image; "
+                              "--layout torch cannot convert it (use keras)",
+                              i, l->name);
+    for (int k = 1; l->kind == MT_LAYER_ADD && k < l->n_inputs; k++)
+        if (in[k].nhwc_flat != in[0].nhwc_flat ||
+            (in[0].nhwc_flat && memcmp(in[k].img, in[0].img, sizeof(in[0].img)) != 0))
+            return mt_err_set(err, MT_FAILED_PRECONDITION,
+                              "model.layers[%d] (%s): adds a flattened image to a vector in "
+                              "another order; --layout torch cannot convert it (use keras)",
+                              i, l->name);
     return MT_OK;
 }
 
 /* Plan entries of layer l reading x (the first input). */
-static mt_code torch_layer(torch_plan *p, const mt_layer_spec *l, const torch_shape *x, mt_err *err)
+static mt_code torch_layer(torch_plan *p, const mt_layer_spec *l, const mt_cli_export_shape *x,
+                           mt_err *err)
 {
     static const int t2[] = {1, 0}, t4[] = {3, 2, 0, 1}, chw[] = {2, 0, 1};
     int64_t in = 1, sh[4], view[4];
@@ -301,76 +239,194 @@ static mt_code torch_layer(torch_plan *p, const mt_layer_spec *l, const torch_sh
     return rc;
 }
 
-/*
- * The torch-layout plan of checkpoint ck from the job spec it stores. The input shape is the
- * spec's model.input_shape, else the one its dataset gives (mt_jobspec_validate reads the IDX
- * headers). Codes: FAILED_PRECONDITION (no spec in the checkpoint, a model the layout cannot
- * express, a weight of the checkpoint that is not a parameter of the spec's model),
- * INVALID_ARGUMENT / NOT_FOUND (the spec), RESOURCE_EXHAUSTED.
- */
-static mt_code torch_plan_build(const mt_ckpt *ck, torch_plan *p, mt_err *err)
+/* ------------------------------------------------------------------ shared (export.h) */
+
+/* Per-example output shape of layer l (index i) from its inputs' shapes in[k]. */
+static mt_code out_shape(const mt_layer_spec *l, int i, const mt_cli_export_shape *in,
+                         mt_cli_export_shape *out, mt_err *err)
+{
+    const mt_cli_export_shape *x = &in[0];
+    size_t n = 1;
+
+    memset(out, 0, sizeof(*out));
+    for (int a = 0; a < x->rank; a++)
+        n *= x->shape[a];
+    switch (l->kind) {
+    case MT_LAYER_DENSE:
+        out->rank = 1;
+        out->shape[0] = l->units;
+        break;
+    case MT_LAYER_CONV2D: {
+        mt_conv2d_geom geom = {0,     x->shape[0], x->shape[1], x->shape[2], l->kh,
+                               l->kw, l->filters,  l->same,     l->sh,       l->sw};
+        out->rank = 3;
+        out->shape[0] = mt_conv2d_out_h(&geom);
+        out->shape[1] = mt_conv2d_out_w(&geom);
+        out->shape[2] = l->filters;
+        break;
+    }
+    case MT_LAYER_MAX_POOL2D:
+        out->rank = 3;
+        out->shape[0] = x->shape[0] / 2;
+        out->shape[1] = x->shape[1] / 2;
+        out->shape[2] = x->shape[2];
+        break;
+    case MT_LAYER_FLATTEN:
+        out->rank = 1;
+        out->shape[0] = n;
+        if (x->rank == 3 && x->shape[0] * x->shape[1] > 1 && x->shape[2] > 1) {
+            out->nhwc_flat = true;
+            memcpy(out->img, x->shape, sizeof(out->img));
+        }
+        break;
+    case MT_LAYER_BATCH_NORM:
+    case MT_LAYER_DROPOUT:
+    case MT_LAYER_ADD:
+    case MT_LAYER_ACTIVATION:
+    case MT_LAYER_LAYER_NORM:
+        *out = *x;
+        break;
+    case MT_LAYER_GLOBAL_AVERAGE_POOLING2D:
+        out->rank = 1;
+        out->shape[0] = x->shape[2];
+        break;
+    case MT_LAYER_KIND_COUNT:
+        break;
+    case MT_LAYER_CONCATENATE: {
+        int ranks[MT_LAYER_MAX_INPUTS];
+        size_t shapes[MT_LAYER_MAX_INPUTS][3];
+        for (int k = 0; k < l->n_inputs; k++) {
+            ranks[k] = in[k].rank;
+            memcpy(shapes[k], in[k].shape, sizeof(shapes[k]));
+        }
+        return mt_layer_join_shape(l, i, ranks, (const size_t(*)[3])shapes, &out->rank, out->shape,
+                                   err);
+    }
+    }
+    return MT_OK;
+}
+
+void mt_cli_export_layer_inputs(const mt_cli_export_model *m, int i, mt_cli_export_shape *in)
+{
+    const mt_layer_spec *l = &m->spec->layers[i];
+
+    for (int k = 0; k < l->n_inputs; k++)
+        in[k] = l->inputs[k] == MT_LAYER_INPUT ? m->input : m->outputs[l->inputs[k]];
+}
+
+mt_code mt_cli_export_model_init(const mt_ckpt *ck, const char *what, mt_cli_export_model *out,
+                                 mt_err *err)
 {
     const char *text = mt_ckpt_spec(ck);
-    mt_jobspec *js = NULL;
     const mt_job_spec *spec;
-    torch_shape *shapes = NULL, input = {0};
     mt_code rc;
 
-    memset(p, 0, sizeof(*p));
+    memset(out, 0, sizeof(*out));
     if (text[0] == '\0')
         return mt_err_set(err, MT_FAILED_PRECONDITION,
-                          "export: the checkpoint stores no job spec; --layout torch needs one");
-    rc = mt_jobspec_parse(text, strlen(text), &js, err);
+                          "export: the checkpoint stores no job spec; %s needs one", what);
+    rc = mt_jobspec_parse(text, strlen(text), &out->js, err);
     if (rc != MT_OK) {
         char why[sizeof(err->msg)];
         snprintf(why, sizeof(why), "%s", err != NULL ? err->msg : "");
         return mt_err_set(err, rc, "export: the checkpoint's job spec: %s", why);
     }
-    spec = js->model;
-    input.rank = spec->input_rank;
-    memcpy(input.shape, spec->input_shape, sizeof(input.shape));
-    if (input.rank == 0) {
+    spec = out->spec = out->js->model;
+    out->input.rank = spec->input_rank;
+    memcpy(out->input.shape, spec->input_shape, sizeof(out->input.shape));
+    if (out->input.rank == 0) {
         mt_jobspec_summary sum;
         rc = mt_jobspec_validate(text, strlen(text), &sum, err);
         if (rc != MT_OK)
-            goto out;
-        input.rank = sum.input_rank;
-        memcpy(input.shape, sum.input_shape, sizeof(input.shape));
+            goto fail;
+        out->input.rank = sum.input_rank;
+        memcpy(out->input.shape, sum.input_shape, sizeof(out->input.shape));
     }
-    p->cap = 4 * spec->n_layers;
-    shapes = mt_calloc((size_t)spec->n_layers + 1, sizeof(*shapes));
+    out->outputs = mt_calloc((size_t)spec->n_layers + 1, sizeof(*out->outputs));
+    if (out->outputs == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < spec->n_layers; i++) {
+        mt_cli_export_shape in[MT_LAYER_MAX_INPUTS];
+        mt_cli_export_layer_inputs(out, i, in);
+        rc = out_shape(&spec->layers[i], i, in, &out->outputs[i], err);
+        if (rc != MT_OK)
+            goto fail;
+    }
+    return MT_OK;
+fail:
+    mt_cli_export_model_fini(out);
+    return rc;
+}
+
+void mt_cli_export_model_fini(mt_cli_export_model *m)
+{
+    mt_free(m->outputs);
+    mt_jobspec_free(m->js);
+    memset(m, 0, sizeof(*m));
+}
+
+mt_code mt_cli_export_check_used(const mt_ckpt *ck, bool (*used)(void *ctx, const char *name),
+                                 void *ctx, mt_err *err)
+{
+    for (int i = 0; i < mt_ckpt_count(ck); i++) {
+        mt_ckpt_tensor_info info;
+        mt_code rc = mt_ckpt_tensor_at(ck, i, &info, err);
+        if (rc != MT_OK)
+            return rc;
+        if (strchr(info.name, '/') == NULL && !used(ctx, info.name))
+            return mt_err_set(err, MT_FAILED_PRECONDITION,
+                              "export: weight '%s' is not a parameter of the stored spec's model",
+                              info.name);
+    }
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------------ torch layout (cont.) */
+
+/* Whether the plan (ctx) reads checkpoint weight name. */
+static bool torch_uses(void *ctx, const char *name)
+{
+    const torch_plan *p = ctx;
+
+    for (int k = 0; k < p->n; k++)
+        if (p->t[k].source != NULL && strcmp(p->t[k].source, name) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * The torch-layout plan of checkpoint ck from the job spec it stores. Codes: FAILED_PRECONDITION
+ * (no spec in the checkpoint, a model the layout cannot express, a weight of the checkpoint that
+ * is not a parameter of the spec's model), INVALID_ARGUMENT / NOT_FOUND (the spec),
+ * RESOURCE_EXHAUSTED.
+ */
+static mt_code torch_plan_build(const mt_ckpt *ck, torch_plan *p, mt_err *err)
+{
+    mt_cli_export_model m;
+    mt_code rc = mt_cli_export_model_init(ck, "--layout torch", &m, err);
+
+    memset(p, 0, sizeof(*p));
+    if (rc != MT_OK)
+        return rc;
+    p->cap = 4 * m.spec->n_layers;
     p->t = mt_calloc((size_t)p->cap + 1, sizeof(*p->t));
     p->src = mt_calloc((size_t)p->cap + 1, sizeof(*p->src));
-    if (shapes == NULL || p->t == NULL || p->src == NULL) {
+    if (p->t == NULL || p->src == NULL)
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export: out of memory");
-        goto out;
-    }
-    for (int i = 0; rc == MT_OK && i < spec->n_layers; i++) {
-        const mt_layer_spec *l = &spec->layers[i];
-        torch_shape in[MT_LAYER_MAX_INPUTS];
-        for (int k = 0; k < l->n_inputs; k++)
-            in[k] = l->inputs[k] == MT_LAYER_INPUT ? input : shapes[l->inputs[k]];
-        rc = torch_out_shape(l, i, in, &shapes[i], err);
+    for (int i = 0; rc == MT_OK && i < m.spec->n_layers; i++) {
+        const mt_layer_spec *l = &m.spec->layers[i];
+        mt_cli_export_shape in[MT_LAYER_MAX_INPUTS];
+        mt_cli_export_layer_inputs(&m, i, in);
+        rc = torch_check(l, i, in, err);
         if (rc == MT_OK)
             rc = torch_layer(p, l, &in[0], err);
     }
     /* every weight of the checkpoint must be converted: a spec that does not match is refused */
-    for (int i = 0; rc == MT_OK && i < mt_ckpt_count(ck); i++) {
-        mt_ckpt_tensor_info info;
-        bool used = false;
-        rc = mt_ckpt_tensor_at(ck, i, &info, err);
-        if (rc != MT_OK || strchr(info.name, '/') != NULL)
-            continue;
-        for (int k = 0; k < p->n && !used; k++)
-            used = p->t[k].source != NULL && strcmp(p->t[k].source, info.name) == 0;
-        if (!used)
-            rc = mt_err_set(err, MT_FAILED_PRECONDITION,
-                            "export: weight '%s' is not a parameter of the stored spec's model",
-                            info.name);
-    }
-out:
-    mt_free(shapes);
-    mt_jobspec_free(js);
+    if (rc == MT_OK)
+        rc = mt_cli_export_check_used(ck, torch_uses, p, err);
+    mt_cli_export_model_fini(&m);
     if (rc != MT_OK) {
         mt_free(p->t);
         mt_free(p->src);
@@ -406,9 +462,9 @@ int cmd_export(const mt_cli_global *g, int argc, char **argv)
     char path[4096];
     mt_err err = MT_ERR_INIT;
     mt_ckpt *ck = NULL;
-    int c, weights = 0;
+    int c, weights = 0, nodes = 0;
     uint64_t step = 0;
-    bool tmp = false, torch;
+    bool tmp = false, torch, onnx, layout_set = false;
     char *end;
     mt_code rc;
 
@@ -422,6 +478,7 @@ int cmd_export(const mt_cli_global *g, int argc, char **argv)
             break;
         case 'l':
             layout = optarg;
+            layout_set = true;
             break;
         case 'o':
             output = optarg;
@@ -440,19 +497,25 @@ int cmd_export(const mt_cli_global *g, int argc, char **argv)
     }
     if (optind + 1 != argc)
         return mt_cli_usage_error("export", "expected exactly one checkpoint");
-    if (strcmp(format, "safetensors") != 0)
-        return mt_cli_usage_error("export", "format '%s' is not supported (use safetensors)",
-                                  format);
+    onnx = strcmp(format, "onnx") == 0;
+    if (strcmp(format, "safetensors") != 0 && !onnx)
+        return mt_cli_usage_error("export",
+                                  "format '%s' is not supported (use safetensors or onnx)", format);
     if (strcmp(layout, "keras") != 0 && strcmp(layout, "torch") != 0)
         return mt_cli_usage_error("export", "layout '%s' is not supported (use keras or torch)",
                                   layout);
+    if (onnx && layout_set)
+        return mt_cli_usage_error("export", "--layout is for safetensors; an ONNX model has "
+                                            "ONNX's own conventions (docs/export.md)");
     if (output == NULL || output[0] == '\0')
         return mt_cli_usage_error("export", "missing -o FILE");
     torch = strcmp(layout, "torch") == 0;
     rc = resolve_source(g, argv[optind], step, path, sizeof(path), &tmp, &err);
     if (rc == MT_OK)
         rc = mt_ckpt_open(path, &ck, &err);
-    if (rc == MT_OK && torch)
+    if (rc == MT_OK && onnx)
+        rc = mt_cli_export_onnx(ck, output, &nodes, &err);
+    else if (rc == MT_OK && torch)
         rc = export_torch(ck, output, &weights, &err);
     else if (rc == MT_OK)
         rc = mt_ckpt_export_safetensors(ck, output, &err);
@@ -461,6 +524,12 @@ int cmd_export(const mt_cli_global *g, int argc, char **argv)
     if (rc != MT_OK) {
         mt_ckpt_close(ck);
         return mt_cli_fail(&err);
+    }
+    if (onnx) {
+        printf("exported an ONNX model (opset 13, %d nodes) of step %llu from %s to %s\n", nodes,
+               (unsigned long long)mt_ckpt_step(ck), tmp ? argv[optind] : path, output);
+        mt_ckpt_close(ck);
+        return MT_EXIT_OK;
     }
     for (int i = 0; !torch && i < mt_ckpt_count(ck); i++) {
         mt_ckpt_tensor_info info;

@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cmd_train.c — `meshtrain train --local JOB.json [--mesh M] [--save DIR] [--resume CKPT]
- * [--epochs N] [--steps N] [--json] [--data-root DIR]...`: checks that the spec's data files lie
- * under the data roots (core/pathsafe; default: the current directory and /usr/share/datasets),
- * then trains the job spec in this process and prints a
- * Keras-Progbar line per epoch (updated in place with \r on a terminal), or with --json one JSON
- * object per epoch and a final one. A spec without mesh, checkpoints or a non-IDX dataset runs
- * on the one-device engine (core/train); anything else runs on the SPMD trainer (core/spmd) with
- * one thread per mesh device.
+ * [--epochs N] [--steps N] [--json] [--log-every S] [--data-root DIR]...`: checks that the spec's
+ * data files lie under the data roots (core/pathsafe; default: the current directory and
+ * /usr/share/datasets), then trains the job spec in this process and prints a Keras-Progbar line
+ * per epoch (updated in place with \r on a terminal), or with --json one JSON object per epoch and
+ * a final one. A spec without mesh, checkpoints or a non-IDX dataset runs on the one-device engine
+ * (core/train); anything else runs on the SPMD trainer (core/spmd) with one thread per mesh device.
  * Exit codes (cli.h): 0 ok, 2 usage, 4 invalid spec or data, 1 other failures.
  */
 #include "client/cli.h"
@@ -38,7 +37,8 @@ typedef struct train_out {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: meshtrain train --local JOB.json [--mesh M] [--save DIR] [--resume CKPT]\n"
-               "                       [--epochs N] [--steps N] [--json] [--data-root DIR]...\n\n"
+               "                       [--epochs N] [--steps N] [--json] [--log-every S]\n"
+               "                       [--data-root DIR]...\n\n"
                "Train the job spec JOB.json in this process; mesh devices run as threads.\n\n"
                "  --local         run here (required in this build)\n"
                "  --mesh M        override the spec's mesh, e.g. \"batch=4,model=2\"\n"
@@ -48,6 +48,8 @@ static void usage(FILE *f)
                "  --epochs N      override the spec's epochs\n"
                "  --steps N       stop after N steps in total\n"
                "  --json          one JSON object per epoch, then a final one\n"
+               "  --log-every S   stdout not a terminal: a line per epoch and at most one\n"
+               "                  progress line every S seconds (default 30; 0: every update)\n"
                "  --data-root DIR the spec's data files must lie under DIR (repeatable;\n"
                "                  default: the current directory and " MT_PATHSAFE_DEFAULT_DATASETS
                ")\n"
@@ -56,7 +58,7 @@ static void usage(FILE *f)
 }
 
 /* The Progbar line, fitted to the terminal (client/progress.h); off a terminal, a line per epoch
- * and a progress line at most every 30 s. */
+ * and a progress line at most every --log-every seconds (30 s by default). */
 static void progbar(train_out *o, const mt_train_progress *p, bool end)
 {
     char head[64], tail[256];
@@ -173,12 +175,19 @@ static mt_code validate(const mt_jobspec *js, const char *base, const char *mesh
 int cmd_train(const mt_cli_global *g, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"local", no_argument, NULL, 'L'},        {"epochs", required_argument, NULL, 'e'},
-        {"steps", required_argument, NULL, 's'},  {"json", no_argument, NULL, 'j'},
-        {"mesh", required_argument, NULL, 'm'},   {"save", required_argument, NULL, 'S'},
-        {"resume", required_argument, NULL, 'r'}, {"data-root", required_argument, NULL, 'R'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"local", no_argument, NULL, 'L'},
+        {"epochs", required_argument, NULL, 'e'},
+        {"steps", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'j'},
+        {"mesh", required_argument, NULL, 'm'},
+        {"save", required_argument, NULL, 'S'},
+        {"resume", required_argument, NULL, 'r'},
+        {"data-root", required_argument, NULL, 'R'},
+        {"log-every", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
+    int64_t log_every_ms = -1; /* the default */
     mt_train_options topt = MT_TRAIN_OPTIONS_DEFAULTS;
     train_out out = {0};
     train_args ta = {NULL, NULL, NULL, {NULL}, 0};
@@ -209,6 +218,11 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
             break;
         case 'j':
             out.json = true;
+            break;
+        case 'l':
+            if (!mt_cli_parse_log_every(optarg, &log_every_ms))
+                return mt_cli_usage_error("train", "--log-every '%s': expected seconds >= 0",
+                                          optarg);
             break;
         case 'm': {
             mt_mesh *m = NULL;
@@ -242,7 +256,7 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
     if (!local)
         return mt_cli_usage_error("train", "only --local training is available in this build");
     out.tty = isatty(STDOUT_FILENO) != 0;
-    mt_cli_progress_init(&out.prog, stdout, -1, mt_clock_mono_ms());
+    mt_cli_progress_init(&out.prog, stdout, log_every_ms, mt_clock_mono_ms());
     rc = mt_jobspec_load(argv[optind], &js, &err); /* the one parse of the spec */
     mt_cli_spec_dir(argv[optind], base, sizeof(base));
     if (rc == MT_OK) /* before anything opens a data file */

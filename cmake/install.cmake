@@ -8,7 +8,7 @@
 #                                       folder instead when help2man is absent)
 #   share/doc/meshtrain/                README.md and docs/*.md
 #   share/meshtrain/examples/           example job specs (examples/*.json)
-#   share/meshtrain/deploy/             meshtrain.env, the Docker, Kubernetes
+#   share/meshtrain/deploy/             meshtrain.env, the Docker, Kubernetes, Grafana
 #                                       and Slurm files, as templates
 #   lib/systemd/system/*.service        units whose ExecStart points at this
 #                                       prefix's bin/ (rewritten at install time)
@@ -55,7 +55,7 @@ install(DIRECTORY ${CMAKE_SOURCE_DIR}/examples/ DESTINATION ${CMAKE_INSTALL_DATA
 install(FILES ${CMAKE_SOURCE_DIR}/deploy/systemd/meshtrain.env
         DESTINATION ${CMAKE_INSTALL_DATADIR}/meshtrain/deploy/systemd)
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/deploy/docker ${CMAKE_SOURCE_DIR}/deploy/k8s
-                  ${CMAKE_SOURCE_DIR}/deploy/slurm
+                  ${CMAKE_SOURCE_DIR}/deploy/slurm ${CMAKE_SOURCE_DIR}/deploy/grafana
         DESTINATION ${CMAKE_INSTALL_DATADIR}/meshtrain/deploy)
 
 # systemd units: the source files name /usr/local/bin; the installed copies

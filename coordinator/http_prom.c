@@ -9,13 +9,21 @@
  * latencies, store writes) come from the atomic coord_stats (stats.c).
  * Every metric family is printed once with HELP and TYPE lines, label values
  * are escaped, non-finite values print as NaN/+Inf/-Inf as the format allows.
+ * Per-job series carry job_id and job_name; a job's final values stay exported as
+ * meshtrain_job_final_* (with its state) for an hour after it ends. process_* are the
+ * families Prometheus' client libraries export, read from /proc/self.
  *
  * Threading: the HTTP server's handler threads. Tests: tests/integration/test_http_api.sh
  * (promtool check metrics).
  */
+#include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "clock/mt_clock.h"
 #include "coordinator/http_int.h"
 #include "coordinator/mcache.h"
 #include "storage/mt_jobstate.h"
@@ -50,57 +58,92 @@ static void family(coord_buf *b, const char *name, const char *type, const char 
     coord_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* Per running job: step, and the latest value of each metric we export. */
-static void job_metrics(coord_buf *b, mt_store *s, const mt_store_job *jobs, size_t nj)
+/* The latest value of each training metric, by the store's metric name. */
+static const struct {
+    const char *suffix, *name, *help;
+} job_fams[] = {
+    {"loss", "loss", "training loss"},
+    {"accuracy", "accuracy", "training accuracy"},
+    {"eval_loss", "eval_loss", "evaluation loss"},
+    {"eval_accuracy", "eval_accuracy", "evaluation accuracy"},
+    {"examples_per_second", "examples_per_sec", "training throughput, examples per second"},
+};
+#define JOB_FAMS   (sizeof(job_fams) / sizeof(job_fams[0]))
+#define JOBS_MAX   64            /* jobs per group in one scrape; a coordinator runs few */
+#define FINAL_KEEP (3600 * 1000) /* finished jobs stay exported this long after they end */
+
+/* "NAME{job_id="..",job_name=".."[,state=".."]} " for job j. */
+static void job_series(coord_buf *b, const char *name, const mt_store_job *j, bool state)
 {
-    static const struct {
-        const char *metric, *name, *help;
-    } fams[] = {
-        {"meshtrain_job_loss", "loss", "Latest training loss of the running job."},
-        {"meshtrain_job_accuracy", "accuracy", "Latest training accuracy of the running job."},
-        {"meshtrain_job_eval_loss", "eval_loss", "Latest evaluation loss of the running job."},
-        {"meshtrain_job_eval_accuracy", "eval_accuracy",
-         "Latest evaluation accuracy of the running job."},
-        {"meshtrain_job_examples_per_second", "examples_per_sec",
-         "Latest training throughput of the running job, examples per second."},
-    };
-    enum { NF = sizeof(fams) / sizeof(fams[0]) };
-    mt_store_metric *latest[64] = {0};
-    size_t nl[64] = {0};
-    size_t n = nj < 64 ? nj : 64; /* a coordinator runs few jobs at once; cap the scrape */
-    mt_err err = MT_ERR_INIT;
+    coord_buf_printf(b, "%s{job_id=\"", name);
+    label(b, j->job_id);
+    coord_buf_puts(b, "\",job_name=\"");
+    label(b, j->name);
+    if (state) {
+        coord_buf_puts(b, "\",state=\"");
+        label(b, j->state);
+    }
+    coord_buf_puts(b, "\"} ");
+}
+
+/*
+ * Per-job families of jobs[0..n): running jobs (prefix "meshtrain_job_", labels job_id and
+ * job_name) or finished ones (prefix "meshtrain_job_final_", also state). Each family: step,
+ * the latest value of each metric, and for running jobs total steps and restarts.
+ */
+static void job_metrics(coord_buf *b, mt_store *s, const mt_store_job *jobs, size_t nj, bool final)
+{
+    const char *pre = final ? "meshtrain_job_final_" : "meshtrain_job_";
+    const char *of =
+        final ? "at the end of the finished job (kept for an hour)" : "of the running job";
+    mt_store_metric *latest[JOBS_MAX] = {0};
+    size_t nl[JOBS_MAX] = {0};
+    size_t n = nj < JOBS_MAX ? nj : JOBS_MAX;
+    char name[96], help[160];
 
     for (size_t j = 0; j < n; j++)
-        if (mt_store_metrics_latest(s, jobs[j].job_id, &latest[j], &nl[j], &err) != MT_OK)
+        if (mt_store_metrics_latest(s, jobs[j].job_id, &latest[j], &nl[j], NULL) != MT_OK)
             nl[j] = 0;
-    family(b, "meshtrain_job_step", "gauge", "Last step reported by the running job.");
+    snprintf(name, sizeof(name), "%sstep", pre);
+    snprintf(help, sizeof(help), "Last step reported %s.", of);
+    family(b, name, "gauge", help);
     for (size_t j = 0; j < n; j++) {
-        coord_buf_puts(b, "meshtrain_job_step{job_id=\"");
-        label(b, jobs[j].job_id);
-        coord_buf_puts(b, "\",job_name=\"");
-        label(b, jobs[j].name);
-        coord_buf_printf(b, "\"} %llu\n", (unsigned long long)jobs[j].step);
+        job_series(b, name, &jobs[j], final);
+        coord_buf_printf(b, "%llu\n", (unsigned long long)jobs[j].step);
     }
-    family(b, "meshtrain_job_total_steps", "gauge",
-           "Steps the running job will take (0 = unknown).");
-    for (size_t j = 0; j < n; j++) {
-        coord_buf_puts(b, "meshtrain_job_total_steps{job_id=\"");
-        label(b, jobs[j].job_id);
-        coord_buf_printf(b, "\"} %llu\n", (unsigned long long)jobs[j].total_steps);
-    }
-    for (size_t f = 0; f < NF; f++) {
-        family(b, fams[f].metric, "gauge", fams[f].help);
+    if (!final) {
+        family(b, "meshtrain_job_total_steps", "gauge",
+               "Steps the running job will take (0 = unknown).");
         for (size_t j = 0; j < n; j++) {
-            for (size_t k = 0; k < nl[j]; k++) {
-                if (strcmp(latest[j][k].name, fams[f].name) != 0)
-                    continue;
-                coord_buf_printf(b, "%s{job_id=\"", fams[f].metric);
-                label(b, jobs[j].job_id);
-                coord_buf_puts(b, "\"} ");
-                value(b, latest[j][k].value);
-                coord_buf_add(b, "\n", 1);
-            }
+            job_series(b, "meshtrain_job_total_steps", &jobs[j], false);
+            coord_buf_printf(b, "%llu\n", (unsigned long long)jobs[j].total_steps);
         }
+        family(b, "meshtrain_job_restarts_total", "counter",
+               "Restarts of the running job (transitions to RESTARTING).");
+        for (size_t j = 0; j < n; j++) {
+            job_series(b, "meshtrain_job_restarts_total", &jobs[j], false);
+            coord_buf_printf(b, "%u\n", jobs[j].restarts);
+        }
+    } else {
+        family(b, "meshtrain_job_final_duration_seconds", "gauge",
+               "Time from submission to the end of the finished job (kept for an hour).");
+        for (size_t j = 0; j < n; j++) {
+            job_series(b, "meshtrain_job_final_duration_seconds", &jobs[j], true);
+            value(b, (double)(jobs[j].updated_at_ms - jobs[j].submitted_at_ms) / 1e3);
+            coord_buf_add(b, "\n", 1);
+        }
+    }
+    for (size_t f = 0; f < JOB_FAMS; f++) {
+        snprintf(name, sizeof(name), "%s%s", pre, job_fams[f].suffix);
+        snprintf(help, sizeof(help), "Latest %s %s.", job_fams[f].help, of);
+        family(b, name, "gauge", help);
+        for (size_t j = 0; j < n; j++)
+            for (size_t k = 0; k < nl[j]; k++)
+                if (strcmp(latest[j][k].name, job_fams[f].name) == 0) {
+                    job_series(b, name, &jobs[j], final);
+                    value(b, latest[j][k].value);
+                    coord_buf_add(b, "\n", 1);
+                }
     }
     for (size_t j = 0; j < n; j++)
         mt_store_metrics_free(latest[j]);
@@ -112,6 +155,9 @@ static mt_code cluster_metrics(coord_buf *b, mt_store *s, mt_err *err)
     mt_store_job *jobs = NULL, *running = NULL;
     size_t nw = 0, nj = 0, nr = 0, alive = 0, lost = 0, dev_total = 0, dev_busy = 0;
     size_t by_state[MT_JOBSTATE_COUNT] = {0};
+    size_t nf;
+    mt_store_job ended[JOBS_MAX];
+    int64_t now = mt_clock_wall_ms();
     mt_code rc;
 
     if ((rc = mt_store_worker_list(s, NULL, &ws, &nw, err)) != MT_OK)
@@ -156,13 +202,22 @@ static mt_code cluster_metrics(coord_buf *b, mt_store *s, mt_err *err)
     for (int st = 0; st < MT_JOBSTATE_COUNT; st++)
         coord_buf_printf(b, "meshtrain_jobs{state=\"%s\"} %zu\n", mt_jobstate_name((mt_jobstate)st),
                          by_state[st]);
-    /* running jobs first, the store lists by priority; keep only RUNNING ones */
+    /* the jobs that ended within FINAL_KEEP, most recent first (the list is in submission
+     * order within a priority), then the RUNNING ones compacted in place (freed whole) */
+    nf = 0;
+    for (size_t j = nj; j-- > 0 && nf < JOBS_MAX;) {
+        mt_jobstate st;
+        if (mt_jobstate_parse(jobs[j].state, &st, NULL) == MT_OK && mt_jobstate_is_final(st) &&
+            jobs[j].updated_at_ms >= now - FINAL_KEEP)
+            ended[nf++] = jobs[j];
+    }
     running = jobs;
     nr = 0;
     for (size_t j = 0; j < nj; j++)
         if (strcmp(jobs[j].state, "RUNNING") == 0)
             running[nr++] = jobs[j];
-    job_metrics(b, s, running, nr);
+    job_metrics(b, s, running, nr, false);
+    job_metrics(b, s, ended, nf, true);
     mt_store_worker_list_free(ws, nw);
     mt_store_job_list_free(jobs, nj);
     return MT_OK;
@@ -191,6 +246,74 @@ static void mcache_metrics(coord_buf *b, coord_mcache *m)
                      (unsigned long long)st.evictions);
 }
 
+/*
+ * The standard process_* families of Prometheus' client libraries, from /proc/self (Linux), and
+ * meshtrain_build_info. A value /proc does not give is left out rather than made up.
+ */
+static void process_metrics(coord_buf *b)
+{
+    unsigned long long utime = 0, stime = 0, start = 0, vsize = 0, btime = 0;
+    long long rss = 0;
+    long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    char line[256], *p = NULL;
+    struct rlimit rl;
+    size_t fds = 0;
+    bool stat_ok = false;
+    FILE *f;
+    DIR *d;
+
+    family(b, "meshtrain_build_info", "gauge", "meshtrain's version; the value is 1.");
+    coord_buf_printf(b,
+                     "meshtrain_build_info{version=\"%s\",program=\"meshtrain-coordinator\"} 1\n",
+                     MT_VERSION);
+    if ((f = fopen("/proc/self/stat", "r")) != NULL) {
+        char buf[1024];
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        buf[n] = '\0';
+        p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+        /* after ") ": state(3) ... utime(14) stime(15) ... starttime(22) vsize(23) rss(24) */
+        stat_ok = p != NULL && sscanf(p + 2,
+                                      "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu "
+                                      "%*d %*d %*d %*d %*d %*d %llu %llu %lld",
+                                      &utime, &stime, &start, &vsize, &rss) == 5;
+        fclose(f);
+    }
+    if ((f = fopen("/proc/stat", "r")) != NULL) {
+        while (fgets(line, sizeof(line), f) != NULL)
+            if (sscanf(line, "btime %llu", &btime) == 1)
+                break;
+        fclose(f);
+    }
+    if (stat_ok && tick > 0) {
+        family(b, "process_cpu_seconds_total", "counter",
+               "Total user and system CPU time spent in seconds.");
+        coord_buf_printf(b, "process_cpu_seconds_total %.2f\n",
+                         (double)(utime + stime) / (double)tick);
+        family(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+        coord_buf_printf(b, "process_virtual_memory_bytes %llu\n", vsize);
+        family(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+        coord_buf_printf(b, "process_resident_memory_bytes %lld\n", rss * (long long)page);
+        if (btime > 0) {
+            family(b, "process_start_time_seconds", "gauge",
+                   "Start time of the process since unix epoch in seconds.");
+            coord_buf_printf(b, "process_start_time_seconds %.2f\n",
+                             (double)btime + (double)start / (double)tick);
+        }
+    }
+    if ((d = opendir("/proc/self/fd")) != NULL) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+            fds += e->d_name[0] != '.';
+        closedir(d);
+        family(b, "process_open_fds", "gauge", "Number of open file descriptors.");
+        coord_buf_printf(b, "process_open_fds %zu\n", fds > 0 ? fds - 1 : 0); /* less opendir's */
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        family(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
+        coord_buf_printf(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+    }
+}
+
 void coord_http__prom(coord_http_ctx *ctx, coord_http_reply *r)
 {
     mt_err err = MT_ERR_INIT;
@@ -211,6 +334,7 @@ void coord_http__prom(coord_http_ctx *ctx, coord_http_reply *r)
         coord_stats_prom(ctx->stats, &r->body);
     if (ctx->mcache != NULL)
         mcache_metrics(&r->body, ctx->mcache);
+    process_metrics(&r->body);
     r->status = 200;
     r->content_type = "text/plain; version=0.0.4; charset=utf-8";
 }

@@ -36,7 +36,7 @@ alive_workers() {
 }
 
 start() {
-    local name pid n
+    local name pid n cpid
     mkdir -p "$D"
     if [ -f "$PIDS" ]; then
         while read -r name pid; do
@@ -52,10 +52,12 @@ start() {
     rm -f "$D/state/endpoints.json"
     setsid "$B/meshtrain-coordinator" --state-dir "$D/state" --listen "$RPC" --http "$HTTP" \
         </dev/null >"$D/coordinator.log" 2>&1 &
-    echo "coordinator $!" >>"$PIDS"
+    cpid=$!
+    echo "coordinator $cpid" >>"$PIDS"
+    # kill -0, not running(): until setsid has exec'd the coordinator, its cmdline is setsid's
     for _ in $(seq 100); do
         [ -s "$D/state/endpoints.json" ] && break
-        running "$!" || break
+        kill -0 "$cpid" 2>/dev/null || break
         sleep 0.1
     done
     if [ ! -s "$D/state/endpoints.json" ]; then

@@ -14,7 +14,7 @@ PACKAGES=(
     libuv1-dev libnng-dev libmbedtls-dev libopenblas-dev
     libsqlite3-dev sqlite3 libcmocka-dev libcjson-dev zlib1g-dev
     dataset-fashion-mnist libjs-chart.js
-    jq curl help2man prometheus openssl python3
+    jq curl help2man prometheus openssl python3 python3-onnx dpkg-dev
 )
 # shellcheck disable=SC2206
 PACKAGES+=(${MT_EXTRA_PACKAGES:-})

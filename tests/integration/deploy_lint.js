@@ -69,6 +69,14 @@ for (const [k, s] of Object.entries(services)) {
     const tf = s.command.indexOf('--token-file');
     if (tf < 0 || s.command[tf + 1] !== '/run/secrets/meshtrain_token') fail(`compose ${k}`, 'token file is not the secret');
 }
+// datasets: every service mounts one read-only at /data; workers accept files under it
+for (const [k, s] of Object.entries(services)) {
+    if (!(s.volumes || []).some((v) => /:\/data:ro$/.test(String(v))))
+        fail(`compose ${k}`, 'no dataset volume mounted read-only at /data');
+    const a = s.command;
+    if (a[0] === 'meshtrain-worker' && !a.some((x, i) => x === '--data-root' && a[i + 1] === '/data'))
+        fail(`compose ${k}`, 'no --data-root /data');
+}
 if (!compose.secrets || !compose.secrets.meshtrain_token || !compose.secrets.meshtrain_token.file)
     fail('compose', 'secret meshtrain_token has no file');
 
@@ -92,6 +100,17 @@ for (const f of k8sFiles) {
     }
 }
 const find = (kind, name) => objs.find((o) => o.doc.kind === kind && o.doc.metadata.name === name);
+const dsPvc = find('PersistentVolumeClaim', 'meshtrain-datasets');
+if (!dsPvc || !dsPvc.doc.spec.accessModes.includes('ReadOnlyMany'))
+    fail('k8s', 'no ReadOnlyMany PersistentVolumeClaim meshtrain-datasets');
+// the datasets claim is mounted read-only at /data in container c of o
+function datasetChecks(o, c) {
+    const v = (o.doc.spec.template.spec.volumes || []).find((x) => x.persistentVolumeClaim &&
+        x.persistentVolumeClaim.claimName === 'meshtrain-datasets');
+    const m = v && (c.volumeMounts || []).find((x) => x.name === v.name);
+    if (!v || !v.persistentVolumeClaim.readOnly || !m || m.mountPath !== '/data' || !m.readOnly)
+        fail(o.what, 'meshtrain-datasets is not mounted read-only at /data');
+}
 function podChecks(o, container) {
     const spec = o.doc.spec.template.spec;
     const c = spec.containers.find((x) => x.name === container);
@@ -125,6 +144,11 @@ else {
         if (!pvc || !find('PersistentVolumeClaim', pvc.persistentVolumeClaim.claimName) || !m ||
             c.args[c.args.indexOf('--state-dir') + 1] !== m.mountPath)
             fail(dep.what, '--state-dir is not on the PersistentVolumeClaim');
+        datasetChecks(dep, c);
+        const an = dep.doc.spec.template.metadata.annotations || {};
+        if (an['prometheus.io/scrape'] !== 'true' || an['prometheus.io/port'] !== '7480' ||
+            an['prometheus.io/path'] !== '/metrics')
+            fail(dep.what, 'no Prometheus scrape annotations for :7480/metrics');
     }
     ok(`${dep.what} (meshtrain checks)`);
 }
@@ -142,6 +166,8 @@ else {
             fail(sts.what, '--coordinator does not name the Service');
         if (!find('Service', sts.doc.spec.serviceName)) fail(sts.what, 'no headless Service');
         if (!c.readinessProbe) fail(sts.what, 'no readiness probe');
+        if (!a.some((x, i) => x === '--data-root' && a[i + 1] === '/data')) fail(sts.what, 'no --data-root /data');
+        datasetChecks(sts, c);
     }
     ok(`${sts.what} (meshtrain checks)`);
 }

@@ -89,6 +89,14 @@ expect_exit() {
     [ "$got" = "$want" ] || { cat "$T/last.out" >&2; fail "'$*' exited $got, expected $want"; }
 }
 
+# expect_fail CODE PATTERN CMD...: CMD exits CODE with PATTERN (grep) on stderr
+expect_fail() {
+    local want=$1 pat=$2 rc=0; shift 2
+    "$@" >"$T/out.txt" 2>"$T/err.txt" || rc=$?
+    [ "$rc" = "$want" ] || fail "$*: exit $rc, want $want: $(cat "$T/err.txt")"
+    grep -q -- "$pat" "$T/err.txt" || fail "$*: no '$pat' in: $(cat "$T/err.txt")"
+}
+
 # gen_text FILE N SEED: N generated label<TAB>sentence lines (12 words, 30% of them carrying
 # the label's sentiment) for the text examples instead of the fetched UCI sentences.
 gen_text() { # gen_text FILE N SEED

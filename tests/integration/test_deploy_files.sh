@@ -145,6 +145,10 @@ grep -q '^FROM debian:12.* AS runtime$' "$DF" || fail "Dockerfile: last stage is
 sed -n '/AS runtime$/,$p' "$DF" | grep -q -- '-dev\b' && fail "Dockerfile: -dev package in the runtime stage"
 sed -n '/AS runtime$/,$p' "$DF" | grep -q '^USER meshtrain$' || fail "Dockerfile: runtime not non-root"
 grep -q 'deploy/install-deps.sh' "$DF" || fail "Dockerfile: build stage does not use install-deps.sh"
+# what the dashboard and the shipped examples need at run time
+for pkg in libjs-chart.js dataset-fashion-mnist; do
+    sed -n '/AS runtime$/,$p' "$DF" | grep -qw -- "$pkg" || fail "Dockerfile: runtime stage lacks $pkg"
+done
 # every shared library the programs load directly comes from a package the
 # runtime stage installs (checked against this Debian machine's packages)
 if command -v dpkg >/dev/null && command -v readelf >/dev/null; then
@@ -230,11 +234,13 @@ if [ $have_node = 1 ]; then
     sed 's/            - --state-dir/            - --state-directory/' "$SRC/deploy/k8s/coordinator.yaml" >"$T/bad/c2.yaml"
     sed 's/containerPort: 7400/containerPort: rpc-port/' "$SRC/deploy/k8s/coordinator.yaml" >"$T/bad/c3.yaml"
     sed 's/defaultMode: 0400/defaultMode: 0444/' "$SRC/deploy/k8s/worker.yaml" >"$T/bad/w1.yaml"
+    sed 's/prometheus.io\/scrape: "true"/prometheus.io\/scrape: "false"/' "$SRC/deploy/k8s/coordinator.yaml" >"$T/bad/c4.yaml"
+    sed 's/claimName: meshtrain-datasets/claimName: meshtrain-state/' "$SRC/deploy/k8s/worker.yaml" >"$T/bad/w2.yaml"
     sed 's/      - worker-2$/      - worker-1/' "$SRC/deploy/docker/compose.yml" >"$T/bad/compose.yml"
-    for bad in c1 c2 c3 w1; do
+    for bad in c1 c2 c3 c4 w1 w2; do
         cmp -s "$T/bad/$bad.yaml" "$SRC/deploy/k8s/${bad:0:1}"*.yaml && fail "negative case $bad did not change anything"
         ! NODE_PATH=$NODE_DIR/node_modules node "$SRC/tests/integration/deploy_lint.js" "$T" \
-            "$SRC/deploy/docker/compose.yml" "$T/bad/$bad.yaml" "$SRC/deploy/k8s/secret.yaml" \
+            "$SRC/deploy/docker/compose.yml" "$T/bad/$bad.yaml" "$SRC/deploy/k8s/secret.yaml" "$SRC/deploy/k8s/datasets.yaml" \
             "$([ "${bad:0:1}" = c ] && echo "$SRC/deploy/k8s/worker.yaml" || echo "$SRC/deploy/k8s/coordinator.yaml")" \
             >"$T/bad/$bad.out" || fail "broken manifest $bad passed"
     done
@@ -245,8 +251,10 @@ if [ $have_node = 1 ]; then
     grep -q 'has no option --state-directory' "$T/bad/c2.out" || fail "c2: $(cat "$T/bad/c2.out")"
     grep -q 'containerPort must be integer' "$T/bad/c3.out" || fail "c3: $(cat "$T/bad/c3.out")"
     grep -q 'not mounted with defaultMode 0400' "$T/bad/w1.out" || fail "w1: $(cat "$T/bad/w1.out")"
+    grep -q 'no Prometheus scrape annotations' "$T/bad/c4.out" || fail "c4: $(cat "$T/bad/c4.out")"
+    grep -q 'meshtrain-datasets is not mounted read-only at /data' "$T/bad/w2.out" || fail "w2: $(cat "$T/bad/w2.out")"
     grep -q 'duplicate worker name' "$T/bad/compose.out" || fail "compose: $(cat "$T/bad/compose.out")"
-    log "compose + k8s: $(grep -c '^ok' "$T/lint.txt") checks ok; 5 broken variants rejected"
+    log "compose + k8s: $(grep -c '^ok' "$T/lint.txt") checks ok; 7 broken variants rejected"
 fi
 
 # ---------------------------------------------------------------- Slurm
@@ -279,15 +287,18 @@ wait
 EOT
 chmod +x "$T/fakeslurm/scontrol" "$T/fakeslurm/srun"
 SLURM_OUT=$T/sbatch.out
-# the job step: a few data-parallel steps of the MLP over both "nodes" (2 x 2 devices)
-jq '. + {mesh: {batch: 4}, steps: 2} | del(.epochs)' "$SRC/examples/fashion_mnist_mlp.json" \
-    >"$T/slurm_job.json"
+# the job step: a few steps of the MLP (a spec without a mesh) over both "nodes": the script
+# makes it data parallel over all 2 x 2 devices; ports are the script's defaults (free ones)
+jq '. + {steps: 2} | del(.epochs)' "$SRC/examples/fashion_mnist_mlp.json" >"$T/slurm_job.json"
 PATH=$T/fakeslurm:$BIN:$PATH FAKE_NODES="127.0.0.1 127.0.0.2" SLURM_JOB_ID=4242 \
     SLURM_JOB_NODELIST="fake[1-2]" SLURM_CPUS_PER_TASK=2 MESHTRAIN_STATE_DIR=$T/slurm-state \
-    MESHTRAIN_BIND=127.0.0.1 MESHTRAIN_RPC_PORT=$(free_port) MESHTRAIN_HTTP_PORT=0 \
-    MESHTRAIN_DATA_PORT=$(free_port) \
+    MESHTRAIN_BIND=127.0.0.1 MESHTRAIN_DATA_ROOTS="$T /usr/share/datasets" \
     timeout 120 bash "$SRC/deploy/slurm/meshtrain.sbatch" "$T/slurm_job.json" >"$SLURM_OUT" 2>&1 ||
     { cat "$SLURM_OUT"; fail "meshtrain.sbatch exited non-zero"; }
+grep -q 'submitting .* --mesh batch=4 on 4 devices (2 nodes x 2)' "$SLURM_OUT" ||
+    { cat "$SLURM_OUT"; fail "sbatch: the job does not use every device of the allocation"; }
+grep -q 'coordinator on 127.0.0.1 (tcp://127.0.0.1:[1-9][0-9]*, dashboard http://127.0.0.1:[1-9]' "$SLURM_OUT" ||
+    { cat "$SLURM_OUT"; fail "sbatch: no free ports read from endpoints.json"; }
 grep -qE '^127\.0\.0\.1 +alive +2 cpu' "$SLURM_OUT" || { cat "$SLURM_OUT"; fail "sbatch: node 1 worker"; }
 grep -qE '^127\.0\.0\.2 +alive +2 cpu' "$SLURM_OUT" || { cat "$SLURM_OUT"; fail "sbatch: node 2 worker"; }
 grep -q 'submitting' "$SLURM_OUT" || fail "sbatch did not submit the job"
@@ -295,5 +306,6 @@ grep -qx 'job job-000001 SUCCEEDED' "$SLURM_OUT" || { cat "$SLURM_OUT"; fail "sb
 [ "$(stat -c %a "$T/slurm-state/token")" = 600 ] || fail "sbatch token mode"
 sleep 0.5
 ! pgrep -f "$T/slurm-state" >/dev/null || fail "meshtrain.sbatch left processes: $(pgrep -af "$T/slurm-state")"
-log "Slurm: sbatch script ran a coordinator + 2 'nodes' on loopback, cleaned up"
+log "Slurm: sbatch script ran a coordinator + 2 'nodes' on loopback on free ports, the job on" \
+    "all 4 devices, cleaned up"
 log "PASS"

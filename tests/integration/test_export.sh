@@ -73,7 +73,7 @@ set -e
 grep -q "tensor 'dense_1.kernel': truncated" "$tmp/err.txt"
 
 # usage errors -> 2
-for args in "" "--format onnx $tmp/ckpt-300.mtc -o $tmp/y" "$tmp/ckpt-300.mtc"; do
+for args in "" "--format tflite $tmp/ckpt-300.mtc -o $tmp/y" "$tmp/ckpt-300.mtc"; do
     set +e
     # shellcheck disable=SC2086
     "$BIN/meshtrain" export $args 2>/dev/null; rc=$?

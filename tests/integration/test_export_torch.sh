@@ -28,14 +28,8 @@ cmp -s "$T/default.safetensors" "$T/keras.safetensors" || fail "--layout keras d
 log "keras layout: byte for byte as before"
 
 # -- refusals -----------------------------------------------------------------------------------
-expect_exit() { # CODE PATTERN CMD...: CMD exits CODE with PATTERN on stderr
-    local want=$1 pat=$2 rc=0; shift 2
-    "$@" >"$T/out.txt" 2>"$T/err.txt" || rc=$?
-    [ "$rc" = "$want" ] || fail "$*: exit $rc, want $want: $(cat "$T/err.txt")"
-    grep -q -- "$pat" "$T/err.txt" || fail "$*: no '$pat' in: $(cat "$T/err.txt")"
-}
-expect_exit 2 "layout 'tf' is not supported" "$MT" export "$T/ckpt-300.mtc" --layout tf -o "$T/x"
-expect_exit 4 "the checkpoint's job spec" "$MT" export "$T/ckpt-300.mtc" --layout torch -o "$T/x"
+expect_fail 2 "layout 'tf' is not supported" "$MT" export "$T/ckpt-300.mtc" --layout tf -o "$T/x"
+expect_fail 4 "the checkpoint's job spec" "$MT" export "$T/ckpt-300.mtc" --layout torch -o "$T/x"
 cat >"$T/concat.json" <<'EOF'
 {"name": "concat-flat", "seed": 1, "batch_size": 32, "steps": 1,
  "model": {"input_shape": [28, 28, 1], "layers": [
@@ -47,7 +41,7 @@ cat >"$T/concat.json" <<'EOF'
 EOF
 "$MT" train --local "$T/concat.json" --steps 1 --save "$T/concat" >"$T/concat.log" 2>&1 ||
     fail "train concat: $(tail -3 "$T/concat.log")"
-expect_exit 4 "concatenate_1): concatenates a flattened image" \
+expect_fail 4 "concatenate_1): concatenates a flattened image" \
     "$MT" export "$T/concat/ckpt-1.mtc" --layout torch -o "$T/x"
 [ ! -e "$T/x" ] || fail "a refused export left $T/x"
 ls "$T" | grep -q '\.tmp\.' && fail "temporary file left behind: $(ls "$T")"
@@ -64,21 +58,6 @@ if [ -z "$PY" ]; then
 fi
 [ -f $FM/t10k-images-idx3-ubyte.gz ] || { echo "test_export_torch: skipped (no $FM)"; exit 0; }
 
-cat >"$T/edges.json" <<'EOF'
-{"name": "torch-layout-edges", "seed": 7, "batch_size": 64, "optimizer": "adam",
- "model": {"input_shape": [28, 28, 1], "layers": [
-   {"type": "conv2d", "filters": 4, "kernel_size": [2, 3], "padding": "same", "activation": "relu"},
-   {"type": "max_pool2d"},
-   {"type": "batch_norm", "center": false},
-   {"type": "flatten", "name": "flat"},
-   {"type": "batch_norm", "scale": false, "epsilon": 0.01, "momentum": 0.9},
-   {"type": "dropout", "rate": 0.2},
-   {"type": "dense", "units": 16, "activation": "relu", "name": "hidden"},
-   {"type": "dense", "units": 16, "inputs": ["flat"], "use_bias": false, "name": "side"},
-   {"type": "add", "inputs": ["hidden", "side"]},
-   {"type": "concatenate", "inputs": ["add_1", "hidden"]},
-   {"type": "dense", "units": 10, "activation": "softmax"}]}}
-EOF
 cp "$SRC/examples/fashion_mnist_mlp.json" "$SRC/examples/fashion_mnist_cnn.json" "$T/"
 
 # check NAME SPEC STEPS: train, export both layouts, predict, compare every prediction
@@ -106,7 +85,7 @@ check() {
 }
 check mlp "$T/fashion_mnist_mlp.json" 60
 check cnn "$T/fashion_mnist_cnn.json" 30
-check edges "$T/edges.json" 30
+check edges "$SRC/tests/fixtures/export_edges.json" 30
 
 # the torch file states its layout and the spec; the names and shapes are PyTorch's
 "$PY" - "$T/cnn-torch.safetensors" <<'PY' || fail "cnn torch header"

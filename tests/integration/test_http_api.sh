@@ -102,8 +102,20 @@ grep -q '^meshtrain_devices{state="busy"} 4$' "$T/body" || fail "busy devices"
 grep -q '^meshtrain_devices{state="free"} 1$' "$T/body" || fail "free devices"
 grep -q '^meshtrain_jobs{state="RUNNING"} 1$' "$T/body" || fail "running jobs"
 grep -q '^meshtrain_job_step{job_id="job-000001",job_name="mnist-dp"} 300$' "$T/body" || fail "job step"
-grep -q '^meshtrain_job_loss{job_id="job-000001"} 0\.' "$T/body" || fail "job loss"
-grep -q '^meshtrain_job_examples_per_second{job_id="job-000001"} ' "$T/body" || fail "examples/s"
+grep -q '^meshtrain_job_loss{job_id="job-000001",job_name="mnist-dp"} 0\.' "$T/body" || fail "job loss"
+grep -q '^meshtrain_job_examples_per_second{job_id="job-000001",job_name="mnist-dp"} ' "$T/body" ||
+    fail "examples/s"
+grep -q '^meshtrain_job_restarts_total{job_id="job-000001",job_name="mnist-dp"} 0$' "$T/body" ||
+    fail "restarts"
+# the seeded failed job ended just now: its final values stay, with its state
+grep -q '^meshtrain_job_final_step{job_id="job-000002",job_name="bad-\\"quoted\\"-job",state="FAILED"} 0$' \
+    "$T/body" || fail "final step of the failed job: $(grep final_step "$T/body")"
+grep -Eq '^meshtrain_build_info\{version="[0-9.]+",program="meshtrain-coordinator"\} 1$' "$T/body" ||
+    fail "build_info"
+for f in process_cpu_seconds_total process_resident_memory_bytes process_start_time_seconds \
+    process_open_fds process_max_fds; do
+    grep -Eq "^$f [0-9.e+]+$" "$T/body" || fail "no $f"
+done
 grep -q '^meshtrain_rpc_duration_seconds_bucket{method="RegisterWorker",le="+Inf"} 1$' "$T/body" ||
     fail "rpc latency histogram"
 grep -Eq '^meshtrain_store_write_duration_seconds_count [1-9]' "$T/body" || fail "store write histogram"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # test_train_cli.sh — `meshtrain train` exit codes and messages: usage errors exit 2, invalid
-# specs exit 4 with "meshtrain: INVALID_ARGUMENT: <path>: <why>", the Progbar line format.
+# specs exit 4 with "meshtrain: INVALID_ARGUMENT: <path>: <why>", the Progbar line format, and
+# off a terminal one line per epoch plus the progress lines --log-every allows.
 set -euo pipefail
 BIN="${MT_BIN_DIR:?}/meshtrain"
 SRC="${MT_SOURCE_DIR:?}"
@@ -22,6 +23,7 @@ expect() { # expect CODE PATTERN ARGS...
 expect 0 "usage: meshtrain train" train --help
 expect 2 "expected exactly one JOB.json" train --local
 expect 2 "only --local" train "$SRC/examples/fashion_mnist_mlp.json"
+expect 2 "log-every '-1': expected seconds >= 0" train --local --log-every -1 "$SRC/examples/fashion_mnist_mlp.json"
 expect 2 "expected a positive integer" train --local --epochs 0 "$SRC/examples/fashion_mnist_mlp.json"
 expect 4 "meshtrain: NOT_FOUND: open $TMP/none.json" train --local "$TMP/none.json"
 echo '{"model":{"layers":[{"type":"flatten"},{"type":"dense","units":10},{"type":"dense","units":0}]}}' >"$TMP/bad.json"
@@ -50,6 +52,22 @@ if [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     expect 0 "^Epoch 1/1  5/5 \[==============================\] - [0-9]*s [0-9]*ms/step - loss: [0-9.]* - accuracy: [0-9.]* - test_loss" \
         train --local "$SRC/examples/fashion_mnist_mlp.json" --steps 5
     grep -q "^Test loss: " "$TMP/out"
+    [ "$(wc -l <"$TMP/out")" = 2 ] || { echo "FAIL: piped, default --log-every:"; cat "$TMP/out"; exit 1; }
+    # --log-every 0: a progress line at every update, each with its own step, then the epoch's
+    expect 0 "^Epoch 1/1  12/12 \[=*\] .* - test_loss" \
+        train --local "$SRC/examples/fashion_mnist_mlp.json" --steps 12 --log-every 0
+    prog=$(grep -c '^Epoch 1/1  [0-9]*/12 .* accuracy: [0-9.]*$' "$TMP/out" || true)
+    steps=$(grep -o '^Epoch 1/1  [0-9]*/12 .* accuracy: [0-9.]*$' "$TMP/out" | cut -d' ' -f4 | sort -u | wc -l)
+    [ "$prog" -ge 2 ] && [ "$steps" = "$prog" ] && [ "$(grep -c test_loss "$TMP/out")" = 1 ] ||
+        { echo "FAIL: --log-every 0: $prog progress lines, $steps steps:"; cat "$TMP/out"; exit 1; }
+    # --log-every 0.2: at most one progress line per 0.2 s of the run
+    start=$(date +%s.%N)
+    expect 0 "test_loss" train --local "$SRC/examples/fashion_mnist_mlp.json" --steps 200 --log-every 0.2
+    secs=$(echo "$(date +%s.%N) - $start" | bc)
+    prog=$(grep -c '^Epoch 1/1 .* accuracy: [0-9.]*$' "$TMP/out" || true)
+    awk -v p="$prog" -v s="$secs" 'BEGIN { exit !(p <= s / 0.2 + 1) }' ||
+        { echo "FAIL: --log-every 0.2: $prog progress lines in $secs s:"; cat "$TMP/out"; exit 1; }
+    echo "train --local piped: --log-every 0.2: $prog progress lines in $secs s"
     # on a terminal the line is redrawn in place with \r (a terminal of 200 columns: room for
     # the closing line's bar; the fitting to narrower ones: tests/unit/test_progress.c)
     if command -v script >/dev/null; then
