@@ -241,69 +241,35 @@ static mt_code torch_layer(torch_plan *p, const mt_layer_spec *l, const mt_cli_e
 
 /* ------------------------------------------------------------------ shared (export.h) */
 
-/* Per-example output shape of layer l (index i) from its inputs' shapes in[k]. */
-static mt_code out_shape(const mt_layer_spec *l, int i, const mt_cli_export_shape *in,
-                         mt_cli_export_shape *out, mt_err *err)
+/*
+ * Whether layer l's output is a flattened image's vector in NHWC order (out->nhwc_flat, img):
+ * a flatten of an image with h*w > 1 and c > 1 makes one; element-wise layers keep their first
+ * input's. The shapes themselves come from the layer modules (mt_model_spec_shapes).
+ */
+static void out_order(const mt_layer_spec *l, const mt_cli_export_shape *in,
+                      mt_cli_export_shape *out)
 {
     const mt_cli_export_shape *x = &in[0];
-    size_t n = 1;
 
-    memset(out, 0, sizeof(*out));
-    for (int a = 0; a < x->rank; a++)
-        n *= x->shape[a];
+    out->nhwc_flat = false;
     switch (l->kind) {
-    case MT_LAYER_DENSE:
-        out->rank = 1;
-        out->shape[0] = l->units;
-        break;
-    case MT_LAYER_CONV2D: {
-        mt_conv2d_geom geom = {0,     x->shape[0], x->shape[1], x->shape[2], l->kh,
-                               l->kw, l->filters,  l->same,     l->sh,       l->sw};
-        out->rank = 3;
-        out->shape[0] = mt_conv2d_out_h(&geom);
-        out->shape[1] = mt_conv2d_out_w(&geom);
-        out->shape[2] = l->filters;
-        break;
-    }
-    case MT_LAYER_MAX_POOL2D:
-        out->rank = 3;
-        out->shape[0] = x->shape[0] / 2;
-        out->shape[1] = x->shape[1] / 2;
-        out->shape[2] = x->shape[2];
-        break;
     case MT_LAYER_FLATTEN:
-        out->rank = 1;
-        out->shape[0] = n;
         if (x->rank == 3 && x->shape[0] * x->shape[1] > 1 && x->shape[2] > 1) {
             out->nhwc_flat = true;
             memcpy(out->img, x->shape, sizeof(out->img));
         }
-        break;
+        return;
     case MT_LAYER_BATCH_NORM:
     case MT_LAYER_DROPOUT:
     case MT_LAYER_ADD:
     case MT_LAYER_ACTIVATION:
     case MT_LAYER_LAYER_NORM:
-        *out = *x;
-        break;
-    case MT_LAYER_GLOBAL_AVERAGE_POOLING2D:
-        out->rank = 1;
-        out->shape[0] = x->shape[2];
-        break;
-    case MT_LAYER_KIND_COUNT:
-        break;
-    case MT_LAYER_CONCATENATE: {
-        int ranks[MT_LAYER_MAX_INPUTS];
-        size_t shapes[MT_LAYER_MAX_INPUTS][3];
-        for (int k = 0; k < l->n_inputs; k++) {
-            ranks[k] = in[k].rank;
-            memcpy(shapes[k], in[k].shape, sizeof(shapes[k]));
-        }
-        return mt_layer_join_shape(l, i, ranks, (const size_t(*)[3])shapes, &out->rank, out->shape,
-                                   err);
+        out->nhwc_flat = x->nhwc_flat;
+        memcpy(out->img, x->img, sizeof(out->img));
+        return;
+    default:
+        return;
     }
-    }
-    return MT_OK;
 }
 
 void mt_cli_export_layer_inputs(const mt_cli_export_model *m, int i, mt_cli_export_shape *in)
@@ -319,6 +285,8 @@ mt_code mt_cli_export_model_init(const mt_ckpt *ck, const char *what, mt_cli_exp
 {
     const char *text = mt_ckpt_spec(ck);
     const mt_job_spec *spec;
+    int *ranks = NULL;
+    size_t(*shapes)[3] = NULL;
     mt_code rc;
 
     memset(out, 0, sizeof(*out));
@@ -343,19 +311,29 @@ mt_code mt_cli_export_model_init(const mt_ckpt *ck, const char *what, mt_cli_exp
         memcpy(out->input.shape, sum.input_shape, sizeof(out->input.shape));
     }
     out->outputs = mt_calloc((size_t)spec->n_layers + 1, sizeof(*out->outputs));
-    if (out->outputs == NULL) {
+    ranks = mt_calloc((size_t)spec->n_layers + 1, sizeof(*ranks));
+    shapes = mt_calloc((size_t)spec->n_layers + 1, sizeof(*shapes));
+    if (out->outputs == NULL || ranks == NULL || shapes == NULL) {
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export: out of memory");
         goto fail;
     }
-    for (int i = 0; i < spec->n_layers; i++) {
+    rc = mt_model_spec_shapes(spec, out->input.rank, out->input.shape, ranks, shapes, err);
+    for (int i = 0; rc == MT_OK && i < spec->n_layers; i++) {
         mt_cli_export_shape in[MT_LAYER_MAX_INPUTS];
         mt_cli_export_layer_inputs(out, i, in);
-        rc = out_shape(&spec->layers[i], i, in, &out->outputs[i], err);
-        if (rc != MT_OK)
-            goto fail;
+        out->outputs[i].rank = ranks[i];
+        memcpy(out->outputs[i].shape, shapes[i], sizeof(shapes[i]));
+        out_order(&spec->layers[i], in, &out->outputs[i]);
     }
+    mt_free(ranks);
+    mt_free(shapes);
+    if (rc != MT_OK)
+        goto fail_model;
     return MT_OK;
 fail:
+    mt_free(ranks);
+    mt_free(shapes);
+fail_model:
     mt_cli_export_model_fini(out);
     return rc;
 }

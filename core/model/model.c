@@ -256,6 +256,30 @@ mt_code mt_model_spec_size(const mt_job_spec *spec, int in_rank, const size_t *i
     return rc;
 }
 
+mt_code mt_model_spec_shapes(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
+                             int *ranks, size_t (*shapes)[3], mt_err *err)
+{
+    mt_model m;
+    mt_code rc;
+
+    if (in_rank < 1 || in_rank > 3)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "model.input_shape: rank %d not in 1..3",
+                          in_rank);
+    memset(&m, 0, sizeof(m));
+    m.count_only = true;
+    m.opt = spec->optimizer;
+    m.layers = mt_calloc((size_t)spec->n_layers + 1, sizeof(mt_layer));
+    if (m.layers == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");
+    rc = plan_model(&m, spec, in_rank, in_shape, NULL, err);
+    for (int i = 0; rc == MT_OK && i < spec->n_layers; i++) {
+        ranks[i] = m.layers[i].out_rank;
+        memcpy(shapes[i], m.layers[i].out_shape, sizeof(shapes[i]));
+    }
+    mt_free(m.layers);
+    return rc;
+}
+
 mt_code mt_model_check_limits(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
                               size_t batch, const mt_model_limits *lim, mt_err *err)
 {

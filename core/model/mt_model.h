@@ -280,6 +280,14 @@ mt_code mt_model_spec_size(const mt_job_spec *spec, int in_rank, const size_t *i
                            mt_model_size *out, mt_err *err);
 
 /*
+ * Every layer's per-example output shape (ranks[i], shapes[i] for i < spec->n_layers) for model
+ * input in_shape (rank 1..3): the layer modules' shape inference, without allocating.
+ * INVALID_ARGUMENT as mt_model_new; RESOURCE_EXHAUSTED. Pure; any thread.
+ */
+mt_code mt_model_spec_shapes(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
+                             int *ranks, size_t (*shapes)[3], mt_err *err);
+
+/*
  * The activation an engine applies after layer i of spec (0 <= i < spec->n_layers): the layer's
  * own, except that a relu on a conv2d directly followed by a max_pool2d without activation moves to
  * the pool (the conv2d gets linear, the pool relu). Max and relu commute exactly (relu is
