@@ -234,6 +234,25 @@ static mt_layer_dev model_dev(mt_model *m)
 
 /* ------------------------------------------------------------------ building */
 
+/*
+ * Plan spec without allocating parameters or buffers (m->count_only): m->layers holds the plan
+ * (owned: mt_free), m->counted the parameter count, *widest the widest activation.
+ */
+static mt_code plan_counting(mt_model *m, const mt_job_spec *spec, int in_rank,
+                             const size_t *in_shape, uint64_t *widest, mt_err *err)
+{
+    memset(m, 0, sizeof(*m));
+    if (in_rank < 1 || in_rank > 3)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "model.input_shape: rank %d not in 1..3",
+                          in_rank);
+    m->count_only = true;
+    m->opt = spec->optimizer;
+    m->layers = mt_calloc((size_t)spec->n_layers + 1, sizeof(mt_layer));
+    if (m->layers == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");
+    return plan_model(m, spec, in_rank, in_shape, widest, err);
+}
+
 mt_code mt_model_spec_size(const mt_job_spec *spec, int in_rank, const size_t *in_shape,
                            mt_model_size *out, mt_err *err)
 {
@@ -241,16 +260,7 @@ mt_code mt_model_spec_size(const mt_job_spec *spec, int in_rank, const size_t *i
     mt_code rc;
 
     memset(out, 0, sizeof(*out));
-    if (in_rank < 1 || in_rank > 3)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "model.input_shape: rank %d not in 1..3",
-                          in_rank);
-    memset(&m, 0, sizeof(m));
-    m.count_only = true;
-    m.opt = spec->optimizer;
-    m.layers = mt_calloc((size_t)spec->n_layers + 1, sizeof(mt_layer));
-    if (m.layers == NULL)
-        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");
-    rc = plan_model(&m, spec, in_rank, in_shape, &out->widest_activation, err);
+    rc = plan_counting(&m, spec, in_rank, in_shape, &out->widest_activation, err);
     out->params = m.counted;
     mt_free(m.layers);
     return rc;
@@ -260,18 +270,7 @@ mt_code mt_model_spec_shapes(const mt_job_spec *spec, int in_rank, const size_t 
                              int *ranks, size_t (*shapes)[3], mt_err *err)
 {
     mt_model m;
-    mt_code rc;
-
-    if (in_rank < 1 || in_rank > 3)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "model.input_shape: rank %d not in 1..3",
-                          in_rank);
-    memset(&m, 0, sizeof(m));
-    m.count_only = true;
-    m.opt = spec->optimizer;
-    m.layers = mt_calloc((size_t)spec->n_layers + 1, sizeof(mt_layer));
-    if (m.layers == NULL)
-        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");
-    rc = plan_model(&m, spec, in_rank, in_shape, NULL, err);
+    mt_code rc = plan_counting(&m, spec, in_rank, in_shape, NULL, err);
     for (int i = 0; rc == MT_OK && i < spec->n_layers; i++) {
         ranks[i] = m.layers[i].out_rank;
         memcpy(shapes[i], m.layers[i].out_shape, sizeof(shapes[i]));
