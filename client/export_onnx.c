@@ -490,15 +490,15 @@ static void layer_plain(onnx_builder *b, const mt_layer_spec *l, onnx_value **xs
     const char *ins[MT_LAYER_MAX_INPUTS];
     char *name = arena_printf(b, "%s", l->name), *pre = pre_name(b, l);
     bool first = xs[0]->last == NULL; /* joins and dropout keep the first input's placement */
-    int64_t two[2] = {2, 2};
+    int64_t win[2] = {(int64_t)l->kh, (int64_t)l->kw}, str[2] = {(int64_t)l->sh, (int64_t)l->sw};
     int axis = 1;
 
     out->rank = rank;
     switch (l->kind) {
     case MT_LAYER_MAX_POOL2D:
         ins[0] = place(b, xs[0], true);
-        node(b, "MaxPool", name, ins, 1, pre, attr_ints(b, "kernel_shape", two, 2),
-             attr_ints(b, "strides", two, 2), NULL);
+        node(b, "MaxPool", name, ins, 1, pre, attr_ints(b, "kernel_shape", win, 2),
+             attr_ints(b, "strides", str, 2), NULL);
         first = true;
         break;
     case MT_LAYER_FLATTEN:
@@ -665,8 +665,9 @@ static mt_code onnx_supported(const mt_job_spec *spec, mt_err *err)
             why = "a gelu activation (ONNX has Gelu from opset 20; this export writes opset 13)";
         else if (l->kind == MT_LAYER_LAYER_NORM)
             why = "layer_norm (ONNX has LayerNormalization from opset 17)";
-        else if (l->kind == MT_LAYER_GLOBAL_AVERAGE_POOLING2D)
-            why = "global_average_pooling2d (not in this exporter yet)";
+        else if (l->kind == MT_LAYER_GLOBAL_AVERAGE_POOLING2D ||
+                 l->kind == MT_LAYER_AVERAGE_POOLING2D)
+            why = "average pooling (not in this exporter yet)";
         if (why != NULL)
             return mt_err_set(err, MT_FAILED_PRECONDITION,
                               "model.layers[%d] (%s): --format onnx cannot express %s; export "

@@ -57,6 +57,6 @@ mt_code mt_layer__dx_finish(const mt_layer *l, mt_layer_state *st, const mt_laye
 extern const mt_layer_ops mt_layer_dense_ops, mt_layer_conv2d_ops, mt_layer_max_pool2d_ops,
     mt_layer_flatten_ops, mt_layer_batch_norm_ops, mt_layer_dropout_ops, mt_layer_add_ops,
     mt_layer_concatenate_ops, mt_layer_activation_ops, mt_layer_global_average_pooling2d_ops,
-    mt_layer_layer_norm_ops;
+    mt_layer_layer_norm_ops, mt_layer_average_pooling2d_ops;
 
 #endif

@@ -21,6 +21,7 @@ static const mt_layer_ops *const kinds[] = {
     &mt_layer_activation_ops,
     &mt_layer_global_average_pooling2d_ops,
     &mt_layer_layer_norm_ops,
+    &mt_layer_average_pooling2d_ops,
 };
 /* clang-format on */
 #define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))

@@ -48,6 +48,7 @@ typedef enum mt_layer_kind {
     MT_LAYER_ACTIVATION,  /* an activation function as a layer */
     MT_LAYER_GLOBAL_AVERAGE_POOLING2D, /* (H, W, C) -> (C): each channel's mean */
     MT_LAYER_LAYER_NORM,               /* normalisation of each row over its features */
+    MT_LAYER_AVERAGE_POOLING2D,        /* the mean of each window */
     MT_LAYER_KIND_COUNT                /* a new kind goes above, with its module in core/layers */
 } mt_layer_kind;
 
@@ -71,9 +72,9 @@ typedef struct mt_layer_spec {
     char name[MT_LAYER_NAME_MAX];    /* "dense_1", "conv2d_2" ...: per type, 1-based, as Keras */
     mt_activation activation;        /* dense, conv2d */
     size_t units;                    /* dense */
-    size_t filters, kh, kw;          /* conv2d */
+    size_t filters, kh, kw;          /* conv2d; kh, kw: also the pooling window */
     bool same;                       /* conv2d padding "same" (else "valid") */
-    size_t sh, sw;                   /* conv2d strides (default 1) */
+    size_t sh, sw;                   /* conv2d strides (default 1), pooling strides */
     bool use_bias;                   /* dense, conv2d (default true) */
     float rate;                      /* dropout, in [0, 1) */
     bool center, scale;              /* batch_norm beta / gamma (default true) */

@@ -466,6 +466,79 @@ void mt_relu_backward(float *dx, const float *dy, const float *y, size_t n)
         dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+/* ------------------------------------------------------------------ pooling, any window */
+
+size_t mt_pool2d_out_h(const mt_pool2d_geom *g)
+{
+    return g->h >= g->ph && g->sh > 0 ? (g->h - g->ph) / g->sh + 1 : 0;
+}
+
+size_t mt_pool2d_out_w(const mt_pool2d_geom *g)
+{
+    return g->w >= g->pw && g->sw > 0 ? (g->w - g->pw) / g->sw + 1 : 0;
+}
+
+void mt_maxpool_forward(float *y, int32_t *argmax, const float *x, const mt_pool2d_geom *g)
+{
+    size_t oh = mt_pool2d_out_h(g), ow = mt_pool2d_out_w(g), c = g->c;
+    for (size_t b = 0; b < g->batch; b++)
+        for (size_t oy = 0; oy < oh; oy++)
+            for (size_t ox = 0; ox < ow; ox++)
+                for (size_t j = 0; j < c; j++) {
+                    size_t best = ((b * g->h + oy * g->sh) * g->w + ox * g->sw) * c + j;
+                    for (size_t ky = 0; ky < g->ph; ky++)
+                        for (size_t kx = 0; kx < g->pw; kx++) {
+                            size_t i =
+                                ((b * g->h + oy * g->sh + ky) * g->w + ox * g->sw + kx) * c + j;
+                            if (x[i] > x[best])
+                                best = i;
+                        }
+                    y[((b * oh + oy) * ow + ox) * c + j] = x[best];
+                    argmax[((b * oh + oy) * ow + ox) * c + j] = (int32_t)best;
+                }
+}
+
+void mt_maxpool_backward(float *dx, const float *dy, const int32_t *argmax, const mt_pool2d_geom *g)
+{
+    size_t n = g->batch * mt_pool2d_out_h(g) * mt_pool2d_out_w(g) * g->c;
+    memset(dx, 0, g->batch * g->h * g->w * g->c * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        dx[argmax[i]] += dy[i];
+}
+
+void mt_avgpool_forward(float *y, const float *x, const mt_pool2d_geom *g)
+{
+    size_t oh = mt_pool2d_out_h(g), ow = mt_pool2d_out_w(g), c = g->c;
+    double inv = 1.0 / (double)(g->ph * g->pw);
+    for (size_t b = 0; b < g->batch; b++)
+        for (size_t oy = 0; oy < oh; oy++)
+            for (size_t ox = 0; ox < ow; ox++)
+                for (size_t j = 0; j < c; j++) {
+                    double s = 0.0;
+                    for (size_t ky = 0; ky < g->ph; ky++)
+                        for (size_t kx = 0; kx < g->pw; kx++)
+                            s += x[((b * g->h + oy * g->sh + ky) * g->w + ox * g->sw + kx) * c + j];
+                    y[((b * oh + oy) * ow + ox) * c + j] = (float)(s * inv);
+                }
+}
+
+void mt_avgpool_backward(float *dx, const float *dy, const mt_pool2d_geom *g)
+{
+    size_t oh = mt_pool2d_out_h(g), ow = mt_pool2d_out_w(g), c = g->c;
+    float inv = 1.0f / (float)(g->ph * g->pw);
+    memset(dx, 0, g->batch * g->h * g->w * g->c * sizeof(float));
+    for (size_t b = 0; b < g->batch; b++)
+        for (size_t oy = 0; oy < oh; oy++)
+            for (size_t ox = 0; ox < ow; ox++)
+                for (size_t j = 0; j < c; j++) {
+                    float d = dy[((b * oh + oy) * ow + ox) * c + j] * inv;
+                    for (size_t ky = 0; ky < g->ph; ky++)
+                        for (size_t kx = 0; kx < g->pw; kx++)
+                            dx[((b * g->h + oy * g->sh + ky) * g->w + ox * g->sw + kx) * c + j] +=
+                                d;
+                }
+}
+
 /* ------------------------------------------------------------------ other activations */
 
 void mt_gelu_forward(float *y, const float *x, size_t n)

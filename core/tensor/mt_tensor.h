@@ -162,6 +162,28 @@ void mt_maxpool2_backward(float *dx, const float *dy, const int32_t *argmax, siz
 void mt_maxpool2_backward_ref(float *dx, const float *dy, const int32_t *argmax, size_t n_in,
                               size_t n_out);
 
+/* ------------------------------------------------------------------ pooling, any window */
+
+/* A pooling window (PH, PW) moved by strides (SH, SW) over (B, H, W, C) without padding:
+ * OH = (H - PH) / SH + 1 (Keras "valid"). */
+typedef struct mt_pool2d_geom {
+    size_t batch, h, w, c;
+    size_t ph, pw, sh, sw;
+} mt_pool2d_geom;
+
+size_t mt_pool2d_out_h(const mt_pool2d_geom *g);
+size_t mt_pool2d_out_w(const mt_pool2d_geom *g);
+
+/* Max pooling: y (B, OH, OW, C), argmax the flat index into x of each maximum (first wins). */
+void mt_maxpool_forward(float *y, int32_t *argmax, const float *x, const mt_pool2d_geom *g);
+/* dx (B, H, W, C) overwritten: dy summed into each window's argmax (windows may overlap). */
+void mt_maxpool_backward(float *dx, const float *dy, const int32_t *argmax,
+                         const mt_pool2d_geom *g);
+/* Average pooling: each window's mean (summed in double); the backward spreads dy / (PH·PW)
+ * over the window, summing where windows overlap. Plain loops: their own reference. */
+void mt_avgpool_forward(float *y, const float *x, const mt_pool2d_geom *g);
+void mt_avgpool_backward(float *dx, const float *dy, const mt_pool2d_geom *g);
+
 /* ------------------------------------------------------------------ ReLU */
 
 /* y[i] = max(x[i], 0); y may equal x. */
