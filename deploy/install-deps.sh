@@ -12,7 +12,7 @@ PACKAGES=(
     build-essential cmake pkg-config
     protobuf-c-compiler libprotobuf-c-dev
     libuv1-dev libnng-dev libmbedtls-dev libopenblas-dev
-    libsqlite3-dev sqlite3 libcmocka-dev libcjson-dev zlib1g-dev
+    libsqlite3-dev sqlite3 libcmocka-dev libcjson-dev zlib1g-dev libpng-dev libjpeg62-turbo-dev
     dataset-fashion-mnist libjs-chart.js
     jq curl help2man prometheus openssl python3
 )

@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fp = fmemopen((void *)(data + 1), size - 1, "rb");
     if (fp == NULL)
         return 0;
-    if (mt_data__csv_read(&s, fp, "fuzz.csv", &b, &err) == MT_OK) {
+    if (mt_data__csv_read(&s, fp, "fuzz.csv", NULL, &b, &err) == MT_OK) {
         if (b.n == 0 || b.dim == 0 || b.x == NULL || b.y == NULL)
             abort();
         for (size_t i = 0; i < b.n; i++)
