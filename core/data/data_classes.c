@@ -12,6 +12,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "alloc/mt_alloc.h"
 #include "data/data_int.h"
@@ -135,9 +136,19 @@ mt_code mt_data__read_all(const char *path, unsigned char **buf, size_t *len, mt
     *len = 0;
     if (rc != MT_OK)
         return rc;
+    {
+        struct stat st; /* one allocation of the right size for regular files */
+        if (fstat(fileno(fp), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+            cap = (size_t)st.st_size + 1;
+        b = mt_malloc(cap + 1);
+        if (b == NULL) {
+            fclose(fp);
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "read %s: out of memory", path);
+        }
+    }
     do {
-        if (cap - n < 65536) {
-            cap = cap ? cap * 2 : 65536;
+        if (cap - n < 1) {
+            cap = cap * 2 + 65536;
             nb = mt_realloc(b, cap + 1);
             if (nb == NULL) {
                 mt_free(b);

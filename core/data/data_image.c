@@ -58,6 +58,11 @@ static void resize_normalise(const mt_data_spec *s, const unsigned char *src, si
 {
     size_t h = s->image_size[0], w = s->image_size[1], c = s->channels;
 
+    if (h == h0 && w == w0) { /* same size: bilinear sampling is the identity */
+        for (size_t i = 0; i < h * w * c; i++)
+            dst[i] = (float)(((double)src[i] * s->scale - s->mean[i % c]) / s->std[i % c]);
+        return;
+    }
     for (size_t y = 0; y < h; y++) {
         size_t y0, y1;
         double fy;
@@ -243,11 +248,14 @@ static mt_code open_dir(const char *path, DIR **d, mt_err *err)
                       "open %s: %s", path, strerror(errno));
 }
 
-static bool is_dir_at(const char *root, const char *name)
+/* Whether entry e of directory root is a directory (d_type, else stat: symlinks followed). */
+static bool is_dir_at(const char *root, const struct dirent *e)
 {
     char p[4096];
     struct stat st;
-    snprintf(p, sizeof(p), "%s/%s", root, name);
+    if (e->d_type == DT_DIR || e->d_type == DT_REG)
+        return e->d_type == DT_DIR;
+    snprintf(p, sizeof(p), "%s/%s", root, e->d_name);
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
@@ -258,7 +266,7 @@ mt_code mt_data__image_class_dirs(const char *root, mt_data_classes *c, mt_err *
     mt_code rc = open_dir(root, &d, err);
 
     while (rc == MT_OK && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || !is_dir_at(root, e->d_name))
+        if (e->d_name[0] == '.' || !is_dir_at(root, e))
             continue;
         if (mt_data__classes_add(c, e->d_name, strlen(e->d_name)) != MT_OK)
             rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", root);
@@ -323,7 +331,7 @@ static mt_code list_class(const char *dir, int32_t label, listing *l, mt_err *er
     if (rc == MT_NOT_FOUND) /* a split may lack a class */
         return MT_OK;
     while (rc == MT_OK && (e = readdir(d)) != NULL) {
-        if (is_image_name(e->d_name) && !is_dir_at(dir, e->d_name))
+        if (is_image_name(e->d_name) && !is_dir_at(dir, e))
             rc = listing_push(l, dir, e->d_name, label, err);
     }
     if (d != NULL)
