@@ -94,6 +94,7 @@ static int write_folders(const char *dir, size_t n)
         return -1;
     }
     n = n < set.n ? n : set.n;
+    mkdir(dir, 0755);
     for (int k = 0; k < 2; k++) {
         snprintf(p, sizeof(p), "%s/%s", dir, k ? "jpeg" : "png");
         mkdir(p, 0755);
