@@ -6,7 +6,8 @@
  * counts every file so that all compute the same plan), `load` decodes into an mt_data_block.
  * Adding a format = one file defining one `const mt_data__source` (see data_idx.c).
  * Threading: adapters keep no state; they may run on any thread.
- * Tests: tests/unit/test_data_*.c, tests/fuzz/fuzz_csv.c, fuzz_text.c.
+ * Sources see the class names and the vectorizer fitted on the training split (mt_data__fit).
+ * Tests: tests/unit/test_data_*.c, tests/fuzz/fuzz_csv.c, fuzz_text.c, fuzz_npy.c, fuzz_image.c.
  */
 #ifndef MT_DATA_INT_H
 #define MT_DATA_INT_H
@@ -110,7 +111,8 @@ void mt_data__augment(const mt_data_augment *a, const size_t shape[3], uint64_t 
                       uint64_t epoch, uint64_t gidx, const float *src, float *dst);
 
 /* Open a file for reading with errno translated: NOT_FOUND, PERMISSION_DENIED, INVALID_ARGUMENT
- * (a directory), INTERNAL. The message is "open PATH: strerror". */
+ * (a directory, a FIFO, socket or device: never opened, so nothing blocks), INTERNAL. The message
+ * is "open PATH: strerror". */
 mt_code mt_data__fopen(const char *path, FILE **out, mt_err *err);
 
 /* Lines holding more than '\r' in `path`, minus one when `header`. Codes: as mt_data__fopen,

@@ -51,6 +51,9 @@ mt_code mt_data__fopen(const char *path, FILE **out, mt_err *err)
     *out = NULL;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return mt_err_set(err, MT_INVALID_ARGUMENT, "open %s: is a directory", path);
+    /* a FIFO or a device would block the open or never end (and every file is read twice) */
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "open %s: not a regular file", path);
     fp = fopen(path, "rb");
     if (fp == NULL) {
         int e = errno;

@@ -237,6 +237,22 @@ static void test_data_image_bad_files_named(void **state)
     }
 }
 
+/* A FIFO named like an image is refused without opening it (an open would block forever). */
+static void test_data_image_fifo_refused_not_hung(void **state)
+{
+    mt_data_block b;
+    mt_err err = MT_ERR_INIT;
+    char p[512];
+    (void)state;
+    dt_mkdir(dir, "cat");
+    snprintf(p, sizeof(p), "%s/cat/pipe.png", dir);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    assert_int_equal(
+        dt_load0("{\"format\":\"images\",\"train\":\".\",\"image_size\":[4,4]}", &b, &err),
+        MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "pipe.png: not a regular file"));
+}
+
 /* ------------------------------------------------------------------ augmentation */
 
 #define AUG_N 12 /* examples: 4×4 gray, pixel (y, x) = id·16 + y·4 + x */
@@ -348,6 +364,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_data_image_classes_and_spec_errors, dt_setup,
                                         dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_image_bad_files_named, dt_setup, dt_teardown),
+        cmocka_unit_test_setup_teardown(test_data_image_fifo_refused_not_hung, dt_setup,
+                                        dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_image_augment_independent_of_mesh, dt_setup,
                                         dt_teardown),
     };
