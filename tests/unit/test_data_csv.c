@@ -294,6 +294,55 @@ static void test_data_csv_float_targets(void **state)
     assert_non_null(strstr(err.msg, "m.csv:2: target column 1 ('y') is missing"));
 }
 
+/* Float targets across several files and pipelines: each batch row's target stays with its
+ * features (t = 10·x here) whatever the shard policy and shuffle. */
+static void test_data_csv_float_targets_pipelines(void **state)
+{
+    static const struct {
+        size_t N, L;
+        mt_data_shard_policy pol;
+        bool permute;
+    } cfg[] = {{1, 1, MT_DATA_SHARD_OFF, false},
+               {2, 1, MT_DATA_SHARD_FILE, true},
+               {2, 2, MT_DATA_SHARD_DATA, true},
+               {1, 3, MT_DATA_SHARD_OFF, true}};
+    mt_data_spec *s = NULL;
+    mt_data_dataset *ds = NULL;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    dt_write(dir, "a.csv", "x,t\n1,10\n2,20\n3,30\n");
+    dt_write(dir, "b.csv", "x,t\n4,40\n5,50\n");
+    assert_int_equal(dt_spec("{\"format\":\"csv\",\"train\":[\"a.csv\",\"b.csv\"],"
+                             "\"label_type\":\"float\",\"prefetch\":1}",
+                             dir, &s, &err),
+                     MT_OK);
+    assert_int_equal(mt_data_dataset_open(s, MT_DATA_SPLIT_TRAIN, NULL, &ds, &err), MT_OK);
+    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+        size_t seen = 0;
+        for (size_t w = 0; w < cfg[c].N; w++) {
+            mt_data_input_ctx ctx = {cfg[c].N, w, cfg[c].L, 4, 0, 0};
+            mt_data_pipeline_opts o;
+            mt_data_pipeline *p = NULL;
+            const mt_data_step *st;
+            mt_data_pipeline_opts_from_spec(s, &o);
+            o.policy = cfg[c].pol;
+            o.permute = cfg[c].permute;
+            o.seed = 3;
+            if (mt_data_pipeline_open(ds, &ctx, &o, &p, &err) != MT_OK)
+                fail_msg("config %zu: %s", c, err.msg);
+            assert_int_equal(mt_data_pipeline_start_epoch(p, 1, &err), MT_OK);
+            while (mt_data_pipeline_next(p, &st, &err) == MT_OK)
+                for (size_t l = 0; l < st->n_replicas; l++)
+                    for (size_t i = 0; i < st->replicas[l].n; i++, seen++)
+                        assert_true(st->replicas[l].t[i] == 10.0f * st->replicas[l].x[i]);
+            mt_data_pipeline_free(p);
+        }
+        assert_int_equal(seen, cfg[c].pol == MT_DATA_SHARD_OFF ? 5 * cfg[c].N : 5);
+    }
+    mt_data_dataset_free(ds);
+    mt_data_spec_free(s);
+}
+
 /* Missing feature values: refused by default (FILE:LINE, column), filled with "fill". */
 static void test_data_csv_missing_values(void **state)
 {
@@ -396,6 +445,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_data_csv_string_labels, dt_setup, dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_csv_float_targets, dt_setup, dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_csv_missing_values, dt_setup, dt_teardown),
+        cmocka_unit_test_setup_teardown(test_data_csv_float_targets_pipelines, dt_setup,
+                                        dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_csv_read_features_by_name, dt_setup, dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_csv_string_labels_alloc_failures, dt_setup,
                                         dt_teardown),

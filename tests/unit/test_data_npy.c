@@ -372,6 +372,37 @@ static void test_data_npy_pipeline_carries_targets(void **state)
     mt_data_spec_free(s);
 }
 
+/* Two files whose targets per example differ: the pipeline refuses the second, naming it. */
+static void test_data_npy_target_count_mismatch_named(void **state)
+{
+    float x[2] = {1, 2}, t1[2] = {1, 2}, t2[4] = {1, 2, 3, 4};
+    bytes bx = npy("<f4", "(2,)", x, sizeof(x)), b1 = npy("<f4", "(2,)", t1, sizeof(t1));
+    bytes b2 = npy("<f4", "(2, 2)", t2, sizeof(t2));
+    mt_data_spec *s = NULL;
+    mt_data_dataset *ds = NULL;
+    mt_data_pipeline *p = NULL;
+    mt_data_input_ctx ctx = {1, 0, 1, 2, 0, 0};
+    mt_data_pipeline_opts o = MT_DATA_PIPELINE_OPTS_DEFAULTS;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    write_bytes("x.npy", &bx);
+    write_bytes("t1.npy", &b1);
+    write_bytes("t2.npy", &b2);
+    free(bx.p);
+    free(b1.p);
+    free(b2.p);
+    assert_int_equal(dt_spec("{\"format\":\"npy\",\"train\":[{\"x\":\"x.npy\",\"y\":\"t1.npy\"},"
+                             "{\"x\":\"x.npy\",\"y\":\"t2.npy\"}],\"label_type\":\"float\"}",
+                             dir, &s, &err),
+                     MT_OK);
+    assert_int_equal(mt_data_dataset_open(s, MT_DATA_SPLIT_TRAIN, NULL, &ds, &err), MT_OK);
+    o.policy = MT_DATA_SHARD_OFF;
+    assert_int_equal(mt_data_pipeline_open(ds, &ctx, &o, &p, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "x.npy: 2 targets per example, earlier files have 1"));
+    mt_data_dataset_free(ds);
+    mt_data_spec_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -384,6 +415,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_data_npy_bad_input_names_file, dt_setup, dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_npy_bad_npz, dt_setup, dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_npy_pipeline_carries_targets, dt_setup,
+                                        dt_teardown),
+        cmocka_unit_test_setup_teardown(test_data_npy_target_count_mismatch_named, dt_setup,
                                         dt_teardown),
     };
     return MT_RUN_TESTS(tests);
