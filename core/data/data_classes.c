@@ -120,6 +120,11 @@ mt_code mt_data_classes_fit_spec(const mt_data_spec *spec, mt_data_classes *out,
         rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s.train: no class %s found in %s",
                         mt_data__spec_path(spec), images ? "sub-folders" : "labels",
                         spec->train.n > 0 ? spec->train.files[0].path : "(no files)");
+    if (rc == MT_OK && spec->num_classes > 0 && out->n > (size_t)spec->num_classes)
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                        "%s.num_classes: %d, but the training %s hold %zu classes ('%s' .. '%s')",
+                        mt_data__spec_path(spec), spec->num_classes, images ? "folders" : "labels",
+                        out->n, out->names[0], out->names[out->n - 1]);
     if (rc != MT_OK)
         mt_data_classes_fini(out);
     return rc;

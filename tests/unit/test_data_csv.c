@@ -246,6 +246,13 @@ static void test_data_csv_string_labels(void **state)
                               &b, &err),
                      MT_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "b.csv:2: label 'versicolor' is not one of the 2 class_names"));
+    /* more names than num_classes */
+    assert_int_equal(dt_load0("{\"format\":\"csv\",\"train\":\"b.csv\",\"label_type\":\"string\","
+                              "\"num_classes\":1}",
+                              &b, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(
+        strstr(err.msg, "dataset.num_classes: 1, but the training labels hold 2 classes"));
     /* class names without string labels, and integer labels that are names */
     assert_int_equal(
         dt_load0("{\"format\":\"csv\",\"train\":\"b.csv\",\"class_names\":[\"a\"]}", &b, &err),
