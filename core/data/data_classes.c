@@ -27,6 +27,14 @@ void mt_data_classes_fini(mt_data_classes *c)
     memset(c, 0, sizeof(*c));
 }
 
+/* strcmp of the NUL-terminated a with name[0..len) (which may hold any byte). */
+static int name_cmp(const char *a, const char *name, size_t len)
+{
+    size_t n = strlen(a);
+    int r = memcmp(a, name, n < len ? n : len);
+    return r != 0 ? r : (n > len) - (n < len);
+}
+
 /* Position where name[0..len) is or would be in the sorted names; *found when present. */
 static size_t lower_bound(const mt_data_classes *c, const char *name, size_t len, bool *found)
 {
@@ -35,9 +43,7 @@ static size_t lower_bound(const mt_data_classes *c, const char *name, size_t len
     *found = false;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        int r = strncmp(c->names[mid], name, len);
-        if (r == 0 && c->names[mid][len] != '\0')
-            r = 1; /* names[mid] is longer: it sorts after name */
+        int r = name_cmp(c->names[mid], name, len);
         if (r == 0) {
             *found = true;
             return mid;
@@ -81,7 +87,7 @@ int32_t mt_data__class_id(const mt_data_spec *spec, const mt_data_classes *c, co
 
     if (spec->class_names != NULL) { /* the user's order */
         for (size_t i = 0; i < c->n; i++)
-            if (strncmp(c->names[i], name, len) == 0 && c->names[i][len] == '\0')
+            if (name_cmp(c->names[i], name, len) == 0)
                 return (int32_t)i;
         return -1;
     }

@@ -410,6 +410,10 @@ static mt_code parse_class(const rec_ctx *r, const char *p, size_t fl, size_t co
         if (n == 0)
             return mt_err_set(err, MT_INVALID_ARGUMENT, "%s:%zu: label (column %zu) is missing",
                               r->fname, r->lineno, col);
+        if (memchr(q, '\0', n) != NULL)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "%s:%zu: label (column %zu) holds a NUL byte", r->fname, r->lineno,
+                              col);
         if (*y < 0)
             return mt_err_set(err, MT_INVALID_ARGUMENT,
                               "%s:%zu: label '%.*s' is not one of the %zu class_names", r->fname,
@@ -614,6 +618,10 @@ mt_code mt_data__csv_label_names(const mt_data_spec *s, const char *path, mt_dat
             if (n == 0)
                 rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s:%zu: label (column %zu) is missing",
                                 path, lineno, c.label);
+            else if (memchr(p, '\0', n) != NULL)
+                rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                                "%s:%zu: label (column %zu) holds a NUL byte", path, lineno,
+                                c.label);
             else if (mt_data__classes_add(out, p, n) != MT_OK)
                 rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", path);
         }
