@@ -12,9 +12,9 @@ PACKAGES=(
     build-essential cmake pkg-config
     protobuf-c-compiler libprotobuf-c-dev
     libuv1-dev libnng-dev libmbedtls-dev libopenblas-dev
-    libsqlite3-dev sqlite3 libcmocka-dev libcjson-dev zlib1g-dev
+    libsqlite3-dev sqlite3 libcmocka-dev libcjson-dev zlib1g-dev libpng-dev libjpeg62-turbo-dev
     dataset-fashion-mnist libjs-chart.js
-    jq curl help2man prometheus openssl python3 python3-onnx dpkg-dev
+    jq curl help2man prometheus openssl python3 python3-numpy python3-onnx dpkg-dev
 )
 # shellcheck disable=SC2206
 PACKAGES+=(${MT_EXTRA_PACKAGES:-})

@@ -12,12 +12,14 @@
 #include "data/data_int.h"
 #include "data/mt_idx.h"
 
-static mt_code idx_count(const mt_data_spec *spec, const mt_data_file *f, size_t *n, mt_err *err)
+static mt_code idx_count(const mt_data_spec *spec, const mt_data_file *f, const mt_data__fit *fit,
+                         size_t *n, mt_err *err)
 {
     mt_idx lab;
     mt_code rc;
 
     (void)spec;
+    (void)fit;
     *n = 0;
     if (f->labels_path == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: IDX images without a labels file",
@@ -35,13 +37,13 @@ static mt_code idx_count(const mt_data_spec *spec, const mt_data_file *f, size_t
     return MT_OK;
 }
 
-static mt_code idx_load(const mt_data_spec *spec, const mt_data_file *f, const mt_data_tfidf *vec,
+static mt_code idx_load(const mt_data_spec *spec, const mt_data_file *f, const mt_data__fit *fit,
                         mt_data_block *out, mt_err *err)
 {
     mt_idx_set set;
     mt_code rc;
 
-    (void)vec;
+    (void)fit;
     memset(out, 0, sizeof(*out));
     if (f->labels_path == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: IDX images without a labels file",

@@ -42,6 +42,8 @@ typedef struct slot {
     mt_data_batch *batches; /* L */
     float *x;               /* L * max_batch * dim */
     int32_t *y;             /* L * max_batch */
+    float *t;               /* L * max_batch * t_dim float targets (NULL without) */
+    float *aug;             /* dim_full: an augmented example before slicing (NULL without) */
     uint32_t *prev;         /* sparse: example whose nonzeros row r of x holds (NONE: all 0) */
 } slot;
 
@@ -57,6 +59,10 @@ struct mt_data_pipeline {
     float *x;                  /* owned (n_local, dim_full): decoded examples, file order */
     mt_data__csr sp;           /* owned: the same as sparse rows (text); then x == NULL */
     int32_t *y;                /* owned (n_local) */
+    float *t;                  /* owned (n_local, t_dim) float targets, or NULL */
+    size_t t_dim;              /* float targets per example (0: class labels) */
+    bool augment;              /* opts.augment asks for a flip or a crop */
+    uint32_t *gidx;            /* owned (n_local) global example index (augment only) */
     size_t n_local;
     uint32_t *order;   /* owned (n_local): shuffled local indices, the pre-shard stream */
     uint32_t *scratch; /* owned: shuffle buffer */
@@ -102,6 +108,11 @@ void mt_data_pipeline_shape(const mt_data_pipeline *p, size_t shape[3])
     memcpy(shape, p->shape, sizeof(p->shape));
 }
 
+size_t mt_data_pipeline_target_dim(const mt_data_pipeline *p)
+{
+    return p->t_dim;
+}
+
 void mt_data_pipeline_opts_from_spec(const mt_data_spec *s, mt_data_pipeline_opts *o)
 {
     o->policy = s->shard;
@@ -112,6 +123,7 @@ void mt_data_pipeline_opts_from_spec(const mt_data_spec *s, mt_data_pipeline_opt
     o->prefetch = s->prefetch;
     o->permute = false;
     o->contiguous_replicas = false;
+    o->augment = s->augment;
 }
 
 /* Local index of position i of this pipeline's stream S_w. */
@@ -178,12 +190,15 @@ static void build_step(mt_data_pipeline *p, size_t s, slot *sl)
         b->n = len;
         b->dim = p->dim;
         b->global_count = sl->step.global_count;
+        b->t_dim = p->t_dim;
+        b->t = NULL;
         if (len == 0) {
             b->x = NULL;
             b->y = NULL;
         } else if (p->zero_copy) {
             b->x = p->x + (size_t)p->order[start] * p->dim_full;
             b->y = p->y + p->order[start];
+            b->t = p->t != NULL ? p->t + (size_t)p->order[start] * p->t_dim : NULL;
         } else if (p->sp.ptr != NULL) {
             float *dx = sl->x + l * p->max_batch * p->dim;
             int32_t *dy = sl->y + l * p->max_batch;
@@ -198,14 +213,24 @@ static void build_step(mt_data_pipeline *p, size_t s, slot *sl)
         } else {
             float *dx = sl->x + l * p->max_batch * p->dim;
             int32_t *dy = sl->y + l * p->max_batch;
+            float *dt = sl->t != NULL ? sl->t + l * p->max_batch * p->t_dim : NULL;
             for (size_t i = 0; i < len; i++) {
                 uint32_t k = stream_at(p, start + i);
-                memcpy(dx + i * p->dim, p->x + (size_t)k * p->dim_full + p->off,
-                       p->dim * sizeof(float));
+                const float *src = p->x + (size_t)k * p->dim_full;
+                if (p->augment) { /* the whole example, then its slice */
+                    mt_data__augment(&p->opts.augment, p->shape, p->opts.seed, p->epoch, p->gidx[k],
+                                     src, sl->aug);
+                    src = sl->aug;
+                }
+                memcpy(dx + i * p->dim, src + p->off, p->dim * sizeof(float));
                 dy[i] = p->y[k];
+                if (dt != NULL)
+                    memcpy(dt + i * p->t_dim, p->t + (size_t)k * p->t_dim,
+                           p->t_dim * sizeof(float));
             }
             b->x = dx;
             b->y = dy;
+            b->t = dt;
         }
     }
 }
@@ -284,6 +309,8 @@ void mt_data_pipeline_free(mt_data_pipeline *p)
         mt_free(p->slots[i].batches);
         mt_free(p->slots[i].x);
         mt_free(p->slots[i].y);
+        mt_free(p->slots[i].t);
+        mt_free(p->slots[i].aug);
         mt_free(p->slots[i].prev);
     }
     mt_free(p->slots);
@@ -291,6 +318,8 @@ void mt_data_pipeline_free(mt_data_pipeline *p)
     mt_free(p->scratch);
     mt_free(p->x);
     mt_free(p->y);
+    mt_free(p->t);
+    mt_free(p->gidx);
     mt_data__csr_fini(&p->sp);
     mt_data_plan_free(p->plan);
     mt_free(p);
@@ -349,20 +378,48 @@ static mt_code load_files_csr(mt_data_pipeline *p, size_t need, mt_err *err)
     return MT_OK;
 }
 
-/* Decode the files this pipeline reads into p->x / p->y (file order), or p->sp when sparse. */
+/* Copy block b (file f, first global index g0) to local position `at` of p->x / y / t / gidx. */
+static void put_block(mt_data_pipeline *p, const mt_data_block *b, size_t at, size_t g0)
+{
+    memcpy(p->x + at * p->dim_full, b->x, b->n * b->dim * sizeof(float));
+    memcpy(p->y + at, b->y, b->n * sizeof(int32_t));
+    if (p->t != NULL)
+        memcpy(p->t + at * p->t_dim, b->t, b->n * b->t_dim * sizeof(float));
+    for (size_t i = 0; p->gidx != NULL && i < b->n; i++)
+        p->gidx[at + i] = (uint32_t)(g0 + i);
+}
+
+/* Check that block b (file f) has the features and targets of the first file. */
+static mt_code check_block(const mt_data_pipeline *p, const mt_data_block *b, size_t f, mt_err *err)
+{
+    if (b->dim != p->dim_full)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "%s: %zu features per example, earlier files have %zu",
+                          mt_data_dataset_file_name(p->ds, f), b->dim, p->dim_full);
+    if (b->t_dim != p->t_dim)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "%s: %zu targets per example, earlier files have %zu",
+                          mt_data_dataset_file_name(p->ds, f), b->t_dim, p->t_dim);
+    return MT_OK;
+}
+
+/* Decode the files this pipeline reads into p->x / p->y / p->t (file order), or p->sp when
+ * sparse; with augmentation also each example's global index p->gidx. */
 static mt_code load_files(mt_data_pipeline *p, mt_err *err)
 {
-    size_t nf = mt_data_dataset_num_files(p->ds), need = 0, at = 0;
+    size_t nf = mt_data_dataset_num_files(p->ds), need = 0, at = 0, g0 = 0;
     mt_code rc;
 
     for (size_t f = 0; f < nf; f++)
         if (mt_data_plan_reads_file(p->plan, p->ctx.pipeline_id, f))
             need += mt_data_dataset_file_size(p->ds, f);
-    if (need >= UINT32_MAX) /* NONE is UINT32_MAX */
+    if (need >= UINT32_MAX || (p->augment && mt_data_dataset_size(p->ds) >= UINT32_MAX))
         return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: %zu examples exceed 2^32 - 1", need);
     if (mt_data__dataset_sparse(p->ds))
         return load_files_csr(p, need, err);
-    for (size_t f = 0; f < nf; f++) {
+    if (p->augment && (p->gidx = mt_malloc(need * sizeof(uint32_t) + 1)) == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
+    for (size_t f = 0; f < nf; g0 += mt_data_dataset_file_size(p->ds, f), f++) {
         mt_data_block b;
         if (!mt_data_plan_reads_file(p->plan, p->ctx.pipeline_id, f))
             continue;
@@ -371,31 +428,32 @@ static mt_code load_files(mt_data_pipeline *p, mt_err *err)
             return rc;
         if (p->x == NULL) {
             p->dim_full = b.dim;
+            p->t_dim = b.t_dim;
             memcpy(p->shape, b.shape, sizeof(p->shape));
             if (b.n == need) { /* one file: adopt its buffers */
                 p->x = b.x;
                 p->y = b.y;
+                p->t = b.t;
                 p->n_local = b.n;
+                for (size_t i = 0; p->gidx != NULL && i < b.n; i++)
+                    p->gidx[i] = (uint32_t)(g0 + i);
                 return MT_OK;
             }
             p->x = mt_malloc(need * b.dim * sizeof(float) + 1);
             p->y = mt_malloc(need * sizeof(int32_t) + 1);
-            if (p->x == NULL || p->y == NULL) {
+            p->t = b.t_dim > 0 ? mt_malloc(need * b.t_dim * sizeof(float) + 1) : NULL;
+            if (p->x == NULL || p->y == NULL || (b.t_dim > 0 && p->t == NULL)) {
                 mt_data_block_fini(&b);
                 return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
             }
         }
-        if (b.dim != p->dim_full) {
-            size_t d = b.dim;
-            mt_data_block_fini(&b);
-            return mt_err_set(err, MT_INVALID_ARGUMENT,
-                              "%s: %zu features per example, earlier files have %zu",
-                              mt_data_dataset_file_name(p->ds, f), d, p->dim_full);
-        }
-        memcpy(p->x + at * p->dim_full, b.x, b.n * b.dim * sizeof(float));
-        memcpy(p->y + at, b.y, b.n * sizeof(int32_t));
+        rc = check_block(p, &b, f, err);
+        if (rc == MT_OK)
+            put_block(p, &b, at, g0);
         at += b.n;
         mt_data_block_fini(&b);
+        if (rc != MT_OK)
+            return rc;
     }
     p->n_local = at;
     return MT_OK;
@@ -443,6 +501,10 @@ static mt_code alloc_slots(mt_data_pipeline *p, mt_err *err)
         if (p->zero_copy)
             continue;
         s->y = mt_malloc(L * p->max_batch * sizeof(int32_t) + 1);
+        if ((p->t_dim > 0 &&
+             (s->t = mt_malloc(L * p->max_batch * p->t_dim * sizeof(float) + 1)) == NULL) ||
+            (p->augment && (s->aug = mt_malloc(p->dim_full * sizeof(float) + 1)) == NULL))
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
         if (p->sp.ptr == NULL) {
             s->x = mt_malloc(L * p->max_batch * p->dim * sizeof(float) + 1);
         } else { /* sparse: rows start zeroed and are kept so (scatter_row) */
@@ -481,6 +543,7 @@ mt_code mt_data_pipeline_open(mt_data_dataset *ds, const mt_data_input_ctx *ctx,
     p->ds = ds;
     p->ctx = *ctx;
     p->opts = *opts;
+    p->augment = opts->augment.flip != MT_DATA_FLIP_NONE || opts->augment.crop_padding > 0;
     po.policy = opts->policy;
     po.batching = opts->batching;
     po.num_pipelines = ctx->num_pipelines;
@@ -494,6 +557,16 @@ mt_code mt_data_pipeline_open(mt_data_dataset *ds, const mt_data_input_ctx *ctx,
     if (rc != MT_OK)
         goto fail;
     log_share(p);
+    if (p->augment &&
+        (p->sp.ptr != NULL || p->shape[0] == 0 || p->opts.augment.crop_padding >= p->shape[0] ||
+         p->opts.augment.crop_padding >= p->shape[1])) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                        "augment: needs image examples (H, W, C) larger than the crop padding "
+                        "%zu; %s has shape %zux%zux%zu",
+                        p->opts.augment.crop_padding, mt_data_dataset_file_name(ds, 0), p->shape[0],
+                        p->shape[1], p->shape[2]);
+        goto fail;
+    }
     p->off = ctx->feature_offset;
     p->dim =
         ctx->feature_len ? ctx->feature_len : (p->off < p->dim_full ? p->dim_full - p->off : 0);
@@ -507,7 +580,7 @@ mt_code mt_data_pipeline_open(mt_data_dataset *ds, const mt_data_input_ctx *ctx,
     p->max_batch = opts->batching == MT_DATA_BATCH_PER_REPLICA ? ctx->global_batch / R
                                                                : (ctx->global_batch + R - 1) / R;
     p->zero_copy = p->sp.ptr == NULL && opts->shuffle_buffer <= 1 && !opts->permute &&
-                   p->dim == p->dim_full &&
+                   !p->augment && p->dim == p->dim_full &&
                    !(opts->batching == MT_DATA_BATCH_PER_REPLICA &&
                      mt_data_plan_policy(p->plan) == MT_DATA_SHARD_DATA && ctx->num_pipelines > 1);
     buf = opts->shuffle_buffer < p->n_local ? opts->shuffle_buffer : p->n_local;

@@ -18,7 +18,8 @@
 struct mt_data_dataset {
     const mt_data_spec *spec;   /* borrowed; NULL for in-memory datasets */
     const mt_data__source *src; /* NULL for in-memory datasets */
-    const mt_data_tfidf *vec;   /* borrowed; TEXT only */
+    mt_data__fit fit;           /* vec borrowed (TEXT); classes points at `classes` */
+    mt_data_classes classes;    /* owned; class names fitted on the training files */
     const mt_data_file *files;  /* borrowed from spec */
     size_t n_files;
     size_t *sizes;      /* owned; n_files counts */
@@ -32,6 +33,7 @@ void mt_data_block_fini(mt_data_block *b)
         return;
     mt_free(b->x);
     mt_free(b->y);
+    mt_free(b->t);
     memset(b, 0, sizeof(*b));
 }
 
@@ -55,6 +57,10 @@ static const mt_data__source *source_for(mt_data_format f)
         return &mt_data__text_source;
     case MT_DATA_FORMAT_IDX:
         return &mt_data__idx_source;
+    case MT_DATA_FORMAT_NPY:
+        return &mt_data__npy_source;
+    case MT_DATA_FORMAT_IMAGES:
+        return &mt_data__image_source;
     }
     return NULL;
 }
@@ -68,7 +74,13 @@ void mt_data_dataset_free(mt_data_dataset *ds)
             mt_data_block_fini(&ds->mem[i]);
     mt_free(ds->mem);
     mt_free(ds->sizes);
+    mt_data_classes_fini(&ds->classes);
     mt_free(ds);
+}
+
+const mt_data_classes *mt_data_dataset_classes(const mt_data_dataset *ds)
+{
+    return &ds->classes;
 }
 
 mt_code mt_data_dataset_open(const mt_data_spec *spec, mt_data_split split,
@@ -93,11 +105,13 @@ mt_code mt_data_dataset_open(const mt_data_spec *spec, mt_data_split split,
     }
     ds->spec = spec;
     ds->src = source_for(spec->format);
-    ds->vec = vec;
+    ds->fit.vec = vec;
+    ds->fit.classes = &ds->classes;
     ds->files = l->files;
     ds->n_files = l->n;
+    rc = mt_data_classes_fit_spec(spec, &ds->classes, err);
     for (size_t f = 0; f < l->n && rc == MT_OK; f++) {
-        rc = ds->src->count(spec, &l->files[f], &ds->sizes[f], err);
+        rc = ds->src->count(spec, &l->files[f], &ds->fit, &ds->sizes[f], err);
         ds->total += ds->sizes[f];
     }
     if (rc != MT_OK) {
@@ -105,6 +119,26 @@ mt_code mt_data_dataset_open(const mt_data_spec *spec, mt_data_split split,
         return rc;
     }
     *out = ds;
+    return MT_OK;
+}
+
+/* Deep copy of b into *m (zeroed on failure): RESOURCE_EXHAUSTED or MT_OK. */
+static mt_code block_copy(mt_data_block *m, const mt_data_block *b)
+{
+    *m = *b;
+    m->x = mt_malloc(b->n * b->dim * sizeof(float) + 1);
+    m->y = mt_malloc(b->n * sizeof(int32_t) + 1);
+    m->t = b->t != NULL ? mt_malloc(b->n * b->t_dim * sizeof(float) + 1) : NULL;
+    if (m->x == NULL || m->y == NULL || (b->t != NULL && m->t == NULL)) {
+        mt_data_block_fini(m);
+        return MT_RESOURCE_EXHAUSTED;
+    }
+    if (b->n > 0) {
+        memcpy(m->x, b->x, b->n * b->dim * sizeof(float));
+        memcpy(m->y, b->y, b->n * sizeof(int32_t));
+        if (b->t != NULL)
+            memcpy(m->t, b->t, b->n * b->t_dim * sizeof(float));
+    }
     return MT_OK;
 }
 
@@ -117,7 +151,8 @@ mt_code mt_data_dataset_from_blocks(const mt_data_block *blocks, size_t n_blocks
     if (n_blocks == 0)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: no blocks");
     for (size_t i = 0; i < n_blocks; i++)
-        if (blocks[i].dim != blocks[0].dim || blocks[i].dim == 0)
+        if (blocks[i].dim != blocks[0].dim || blocks[i].dim == 0 ||
+            blocks[i].t_dim != blocks[0].t_dim)
             return mt_err_set(err, MT_INVALID_ARGUMENT,
                               "dataset: block %zu has %zu features, block 0 has %zu", i,
                               blocks[i].dim, blocks[0].dim);
@@ -132,19 +167,8 @@ mt_code mt_data_dataset_from_blocks(const mt_data_block *blocks, size_t n_blocks
     for (size_t i = 0; i < n_blocks; i++) {
         const mt_data_block *b = &blocks[i];
         mt_data_block *m = &ds->mem[i];
-        *m = *b;
-        m->x = mt_malloc(b->n * b->dim * sizeof(float) + 1);
-        m->y = mt_malloc(b->n * sizeof(int32_t) + 1);
-        if (m->x == NULL || m->y == NULL) {
-            mt_free(m->x);
-            mt_free(m->y);
-            memset(m, 0, sizeof(*m));
+        if (block_copy(m, b) != MT_OK)
             goto oom;
-        }
-        if (b->n > 0) {
-            memcpy(m->x, b->x, b->n * b->dim * sizeof(float));
-            memcpy(m->y, b->y, b->n * sizeof(int32_t));
-        }
         ds->sizes[i] = b->n;
         ds->total += b->n;
     }
@@ -199,21 +223,11 @@ mt_code mt_data_dataset_load(mt_data_dataset *ds, size_t f, mt_data_block *out, 
     if (f >= ds->n_files)
         return mt_err_set(err, MT_OUT_OF_RANGE, "dataset: file %zu of %zu", f, ds->n_files);
     if (ds->mem != NULL) {
-        const mt_data_block *b = &ds->mem[f];
-        *out = *b;
-        out->x = mt_malloc(b->n * b->dim * sizeof(float) + 1);
-        out->y = mt_malloc(b->n * sizeof(int32_t) + 1);
-        if (out->x == NULL || out->y == NULL) {
-            mt_data_block_fini(out);
+        if (block_copy(out, &ds->mem[f]) != MT_OK)
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
-        }
-        if (b->n > 0) {
-            memcpy(out->x, b->x, b->n * b->dim * sizeof(float));
-            memcpy(out->y, b->y, b->n * sizeof(int32_t));
-        }
         return MT_OK;
     }
-    rc = ds->src->load(ds->spec, &ds->files[f], ds->vec, out, err);
+    rc = ds->src->load(ds->spec, &ds->files[f], &ds->fit, out, err);
     if (rc == MT_OK && (rc = check_count(ds, f, out->n, err)) != MT_OK)
         mt_data_block_fini(out);
     return rc;
@@ -234,7 +248,7 @@ mt_code mt_data__dataset_load_csr(mt_data_dataset *ds, size_t f, mt_data__csr *o
     if (!mt_data__dataset_sparse(ds))
         return mt_err_set(err, MT_FAILED_PRECONDITION, "dataset: %s does not decode sparse",
                           mt_data_dataset_file_name(ds, f));
-    rc = ds->src->load_csr(ds->spec, &ds->files[f], ds->vec, out, err);
+    rc = ds->src->load_csr(ds->spec, &ds->files[f], &ds->fit, out, err);
     if (rc == MT_OK && (rc = check_count(ds, f, out->n, err)) != MT_OK)
         mt_data__csr_fini(out);
     return rc;

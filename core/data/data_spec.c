@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "alloc/mt_alloc.h"
@@ -50,6 +51,9 @@ mt_code mt_data__fopen(const char *path, FILE **out, mt_err *err)
     *out = NULL;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return mt_err_set(err, MT_INVALID_ARGUMENT, "open %s: is a directory", path);
+    /* a FIFO or a device would block the open or never end (and every file is read twice) */
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "open %s: not a regular file", path);
     fp = fopen(path, "rb");
     if (fp == NULL) {
         int e = errno;
@@ -85,6 +89,14 @@ void mt_data_spec_free(mt_data_spec *spec)
     for (size_t i = 0; i < spec->n_feature_cols; i++)
         mt_free(spec->feature_cols[i].name);
     mt_free(spec->feature_cols);
+    for (size_t i = 0; i < spec->n_target_cols; i++)
+        mt_free(spec->target_cols[i].name);
+    mt_free(spec->target_cols);
+    for (size_t i = 0; i < spec->n_class_names; i++)
+        mt_free(spec->class_names[i]);
+    mt_free(spec->class_names);
+    mt_free(spec->x_key);
+    mt_free(spec->y_key);
     mt_free(spec->json_path);
     mt_free(spec);
 }
@@ -95,6 +107,7 @@ typedef struct parse_ctx {
     const char *path;     /* "dataset" */
     const char *base_dir; /* may be NULL */
     mt_err *err;
+    bool scale_set; /* "scale" was given (IMAGES default it to 1/255 otherwise) */
 } parse_ctx;
 
 static mt_code oom(parse_ctx *c)
@@ -186,10 +199,37 @@ static mt_code add_idx_pair(parse_ctx *c, mt_data_file_list *l, const char *fiel
     return push_pair(c, l, im->valuestring, lb->valuestring);
 }
 
+/* An NPY pair {"x": "x.npy", "y": "y.npy"}. */
+static mt_code add_npy_pair(parse_ctx *c, mt_data_file_list *l, const char *field, const cJSON *o)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "x");
+    const cJSON *y = cJSON_GetObjectItemCaseSensitive(o, "y");
+
+    if (!cJSON_IsString(x) || !cJSON_IsString(y) || x->valuestring[0] == '\0' ||
+        y->valuestring[0] == '\0' || cJSON_GetArraySize(o) != 2)
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.%s: an NPY pair is {\"x\": \"x.npy\", \"y\": \"y.npy\"}", c->path,
+                          field);
+    return push_pair(c, l, x->valuestring, y->valuestring);
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
+
 /* An entry of a file list: a string (path or glob) or, for IDX, {images, labels}. */
 static mt_code add_entry(parse_ctx *c, mt_data_format fmt, mt_data_file_list *l, const char *field,
                          const cJSON *e)
 {
+    if (fmt == MT_DATA_FORMAT_NPY && cJSON_IsObject(e))
+        return add_npy_pair(c, l, field, e);
+    if (fmt == MT_DATA_FORMAT_NPY && cJSON_IsString(e) && ends_with(e->valuestring, ".npy"))
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.%s: a .npy file holds one array; give the pair {\"x\": \"x.npy\", "
+                          "\"y\": \"y.npy\"} or an .npz archive",
+                          c->path, field);
     if (fmt == MT_DATA_FORMAT_IDX) {
         if (!cJSON_IsObject(e))
             return mt_err_set(c->err, MT_INVALID_ARGUMENT,
@@ -217,6 +257,8 @@ static mt_code parse_split(parse_ctx *c, mt_data_format fmt, const char *name, c
         const cJSON *gl = cJSON_GetObjectItemCaseSensitive(node, "glob");
         if (fmt == MT_DATA_FORMAT_IDX && files == NULL)
             return add_idx_pair(c, l, name, node);
+        if (fmt == MT_DATA_FORMAT_NPY && files == NULL && gl == NULL)
+            return add_npy_pair(c, l, name, node);
         if (files != NULL && gl != NULL)
             return mt_err_set(c->err, MT_INVALID_ARGUMENT,
                               "%s.%s: give either \"files\" or \"glob\", not both", c->path, name);
@@ -343,6 +385,204 @@ static mt_code get_column(parse_ctx *c, const cJSON *v, const char *name, mt_dat
                       "%s.%s: must be a column name or a 0-based column index", c->path, name);
 }
 
+/* A non-empty list of distinct non-empty strings (class_names). */
+static mt_code get_names(parse_ctx *c, const cJSON *v, const char *name, char ***out, size_t *n)
+{
+    size_t cnt = (size_t)cJSON_GetArraySize(v), i = 0;
+    const cJSON *e;
+
+    if (!cJSON_IsArray(v) || cnt == 0)
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.%s: must be a non-empty list of names",
+                          c->path, name);
+    *out = mt_calloc(cnt, sizeof(char *));
+    if (*out == NULL)
+        return oom(c);
+    cJSON_ArrayForEach(e, v)
+    {
+        if (!cJSON_IsString(e) || e->valuestring[0] == '\0')
+            return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.%s[%zu]: must be a non-empty string",
+                              c->path, name, i);
+        for (size_t k = 0; k < i; k++)
+            if (strcmp((*out)[k], e->valuestring) == 0)
+                return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.%s[%zu]: '%s' is listed twice",
+                                  c->path, name, i, e->valuestring);
+        (*out)[i] = mt_strdup(e->valuestring);
+        if ((*out)[i] == NULL)
+            return oom(c);
+        *n = ++i;
+    }
+    return MT_OK;
+}
+
+/* A number or a list of 1 or 3 numbers (per channel); positive when `positive`. */
+static mt_code get_channel_values(parse_ctx *c, const cJSON *v, const char *name, bool positive,
+                                  float out[3])
+{
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 1;
+    bool ok = cJSON_IsNumber(v) || (cJSON_IsArray(v) && (n == 1 || n == 3));
+
+    for (int i = 0; ok && i < n; i++) {
+        const cJSON *e = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, i) : v;
+        ok = cJSON_IsNumber(e) && isfinite(e->valuedouble) && (!positive || e->valuedouble > 0);
+        if (ok)
+            out[i] = (float)e->valuedouble;
+    }
+    if (!ok)
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.%s: must be a %snumber or a list of 1 or 3 (one per channel)",
+                          c->path, name, positive ? "positive " : "");
+    for (int i = n; i < 3; i++)
+        out[i] = out[0];
+    return MT_OK;
+}
+
+/* "augment": {"flip": "horizontal" | "vertical" | "horizontal_and_vertical" | "none",
+ *             "crop_padding": P} */
+static mt_code parse_augment(parse_ctx *c, mt_data_spec *s, const cJSON *v)
+{
+    static const char *const flips[] = {"none", "horizontal", "vertical",
+                                        "horizontal_and_vertical"};
+    const cJSON *e;
+
+    if (!cJSON_IsObject(v))
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.augment: must be an object {\"flip\": ..., \"crop_padding\": ...}",
+                          c->path);
+    cJSON_ArrayForEach(e, v)
+    {
+        if (strcmp(e->string, "flip") == 0) {
+            int k = 0;
+            while (k < 4 && !(cJSON_IsString(e) && strcmp(e->valuestring, flips[k]) == 0))
+                k++;
+            if (k == 4)
+                return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                                  "%s.augment.flip: must be \"horizontal\", \"vertical\", "
+                                  "\"horizontal_and_vertical\" or \"none\"",
+                                  c->path);
+            s->augment.flip = (mt_data_flip)k;
+        } else if (strcmp(e->string, "crop_padding") == 0) {
+            mt_code rc = get_uint(c, e, "augment.crop_padding", 0, 1024, &s->augment.crop_padding);
+            if (rc != MT_OK)
+                return rc;
+        } else {
+            return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                              "%s.augment.%s: unknown field (flip, crop_padding)", c->path,
+                              e->string);
+        }
+    }
+    return MT_OK;
+}
+
+/* "label_column" as a list: several float target columns. */
+static mt_code get_target_columns(parse_ctx *c, mt_data_spec *s, const cJSON *v)
+{
+    size_t n = (size_t)cJSON_GetArraySize(v), i = 0;
+    const cJSON *e;
+
+    if (n == 0)
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.label_column: must be a column or a non-empty list of columns",
+                          c->path);
+    s->target_cols = mt_calloc(n, sizeof(*s->target_cols));
+    if (s->target_cols == NULL)
+        return oom(c);
+    cJSON_ArrayForEach(e, v)
+    {
+        char f[64];
+        mt_code rc;
+        snprintf(f, sizeof(f), "label_column[%zu]", i);
+        rc = get_column(c, e, f, &s->target_cols[i]);
+        if (rc != MT_OK)
+            return rc;
+        s->n_target_cols = ++i;
+    }
+    return MT_OK;
+}
+
+static mt_code get_string_key(parse_ctx *c, const cJSON *v, const char *name, char **out)
+{
+    if (!cJSON_IsString(v) || v->valuestring[0] == '\0')
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.%s: must be a non-empty string", c->path,
+                          name);
+    mt_free(*out);
+    *out = mt_strdup(v->valuestring);
+    return *out == NULL ? oom(c) : MT_OK;
+}
+
+/* The fields of the NumPy, image-folder and label options. MT_NOT_FOUND: not one of them. */
+static mt_code parse_field_more(parse_ctx *c, mt_data_spec *s, const cJSON *v)
+{
+    const char *k = v->string;
+    mt_code rc;
+
+    if (strcmp(k, "label_type") == 0) {
+        static const char *const types[] = {"int", "string", "float"};
+        for (int i = 0; i < 3; i++) {
+            if (cJSON_IsString(v) && strcmp(v->valuestring, types[i]) == 0) {
+                s->label_type = (mt_data_label_type)i;
+                return MT_OK;
+            }
+        }
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.label_type: must be \"int\" (class ids), \"string\" (class names) "
+                          "or \"float\" (regression targets)",
+                          c->path);
+    }
+    if (strcmp(k, "class_names") == 0)
+        return get_names(c, v, k, &s->class_names, &s->n_class_names);
+    if (strcmp(k, "missing") == 0) {
+        if (cJSON_IsString(v) && strcmp(v->valuestring, "refuse") == 0)
+            s->missing = MT_DATA_MISSING_REFUSE;
+        else if (cJSON_IsString(v) && strcmp(v->valuestring, "fill") == 0)
+            s->missing = MT_DATA_MISSING_FILL;
+        else
+            return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                              "%s.missing: must be \"refuse\" or \"fill\"", c->path);
+        return MT_OK;
+    }
+    if (strcmp(k, "fill_value") == 0) {
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+            return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.fill_value: must be a number",
+                              c->path);
+        s->fill_value = (float)v->valuedouble;
+        return MT_OK;
+    }
+    if (strcmp(k, "x_key") == 0)
+        return get_string_key(c, v, k, &s->x_key);
+    if (strcmp(k, "y_key") == 0)
+        return get_string_key(c, v, k, &s->y_key);
+    if (strcmp(k, "image_size") == 0) {
+        if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2)
+            return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.image_size: must be [height, width]",
+                              c->path);
+        for (int i = 0; i < 2; i++) {
+            char f[32];
+            snprintf(f, sizeof(f), "image_size[%d]", i);
+            rc = get_uint(c, cJSON_GetArrayItem(v, i), f, 1, 8192, &s->image_size[i]);
+            if (rc != MT_OK)
+                return rc;
+        }
+        return MT_OK;
+    }
+    if (strcmp(k, "color_mode") == 0) {
+        if (cJSON_IsString(v) && strcmp(v->valuestring, "grayscale") == 0)
+            s->channels = 1;
+        else if (cJSON_IsString(v) && strcmp(v->valuestring, "rgb") == 0)
+            s->channels = 3;
+        else
+            return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                              "%s.color_mode: must be \"rgb\" or \"grayscale\"", c->path);
+        return MT_OK;
+    }
+    if (strcmp(k, "mean") == 0)
+        return get_channel_values(c, v, k, false, s->mean);
+    if (strcmp(k, "std") == 0)
+        return get_channel_values(c, v, k, true, s->std);
+    if (strcmp(k, "augment") == 0)
+        return parse_augment(c, s, v);
+    return MT_NOT_FOUND;
+}
+
 static mt_code parse_field(parse_ctx *c, mt_data_spec *s, const cJSON *v)
 {
     const char *k = v->string;
@@ -357,6 +597,8 @@ static mt_code parse_field(parse_ctx *c, mt_data_spec *s, const cJSON *v)
         return MT_OK; /* the training engine's flat IDX form, handled with the splits */
     if (strcmp(k, "label_column") == 0) {
         s->label_column_set = true;
+        if (cJSON_IsArray(v))
+            return get_target_columns(c, s, v);
         return get_column(c, v, k, &s->label_column);
     }
     if (strcmp(k, "feature_columns") == 0) {
@@ -400,6 +642,7 @@ static mt_code parse_field(parse_ctx *c, mt_data_spec *s, const cJSON *v)
             return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.scale: must be a positive number",
                               c->path);
         s->scale = (float)v->valuedouble;
+        c->scale_set = true;
         return MT_OK;
     }
     if (strcmp(k, "shape") == 0) {
@@ -453,13 +696,57 @@ static mt_code parse_field(parse_ctx *c, mt_data_spec *s, const cJSON *v)
                               "%s.batching: must be \"global\" or \"per_replica\"", c->path);
         return MT_OK;
     }
+    rc = parse_field_more(c, s, v);
+    if (rc != MT_NOT_FOUND)
+        return rc;
     return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.%s: unknown field", c->path, k);
+}
+
+/* A field given for a format that does not read it: INVALID_ARGUMENT naming both. */
+static mt_code not_for(parse_ctx *c, const char *field, const char *which)
+{
+    return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.%s: only %s datasets take this field",
+                      c->path, field, which);
+}
+
+/* Label options: which formats take them and how they combine. */
+static mt_code check_labels(parse_ctx *c, mt_data_spec *s)
+{
+    bool csv = s->format == MT_DATA_FORMAT_CSV, npy = s->format == MT_DATA_FORMAT_NPY;
+    bool images = s->format == MT_DATA_FORMAT_IMAGES;
+
+    if (!csv && !npy && s->label_type != MT_DATA_LABEL_INT)
+        return images ? mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                                   "%s.label_type: image folders are labelled by their "
+                                   "sub-folder names (class_names orders them)",
+                                   c->path)
+                      : not_for(c, "label_type", "CSV and NPY");
+    if (npy && s->label_type == MT_DATA_LABEL_STRING)
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.label_type: NPY labels are numbers (\"int\" or \"float\")", c->path);
+    if (images)
+        s->label_type = MT_DATA_LABEL_STRING;
+    if (s->class_names != NULL && s->label_type != MT_DATA_LABEL_STRING)
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.class_names: needs \"label_type\": \"string\" (CSV) or an image "
+                          "folder dataset",
+                          c->path);
+    if (s->target_cols != NULL && s->label_type != MT_DATA_LABEL_FLOAT)
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.label_column: several label columns need \"label_type\": \"float\" "
+                          "(regression targets)",
+                          c->path);
+    if (s->label_type == MT_DATA_LABEL_FLOAT && s->num_classes != 0)
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.num_classes: float (regression) targets have no classes", c->path);
+    return MT_OK;
 }
 
 /* Format-specific checks after all fields are read. */
 static mt_code check_spec(parse_ctx *c, mt_data_spec *s)
 {
-    bool csv = s->format == MT_DATA_FORMAT_CSV;
+    bool csv = s->format == MT_DATA_FORMAT_CSV, npy = s->format == MT_DATA_FORMAT_NPY;
+    bool images = s->format == MT_DATA_FORMAT_IMAGES;
     mt_code rc;
 
     if (!csv && (s->label_column_set || s->feature_cols != NULL))
@@ -469,6 +756,52 @@ static mt_code check_spec(parse_ctx *c, mt_data_spec *s)
         return mt_err_set(c->err, MT_INVALID_ARGUMENT,
                           "%s.shape: only CSV datasets take a shape (IDX files carry theirs)",
                           c->path);
+    if (!csv && (s->missing != MT_DATA_MISSING_REFUSE || s->fill_value != 0.0f))
+        return not_for(c, s->missing != MT_DATA_MISSING_REFUSE ? "missing" : "fill_value", "CSV");
+    if (!npy && (s->x_key != NULL || s->y_key != NULL))
+        return not_for(c, s->x_key != NULL ? "x_key" : "y_key", "NPY");
+    if (!images && (s->image_size[0] != 0 || s->channels != 0 || s->mean[0] != 0.0f ||
+                    s->mean[1] != 0.0f || s->mean[2] != 0.0f || s->std[0] != 0.0f))
+        return not_for(c,
+                       s->image_size[0] != 0 ? "image_size"
+                       : s->channels != 0    ? "color_mode"
+                       : s->std[0] != 0.0f   ? "std"
+                                             : "mean",
+                       "image-folder (\"format\": \"images\")");
+    if (s->format == MT_DATA_FORMAT_TEXT && (s->augment.flip != 0 || s->augment.crop_padding != 0))
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.augment: text has no image to augment",
+                          c->path);
+    rc = check_labels(c, s);
+    if (rc != MT_OK)
+        return rc;
+    if (npy) {
+        if ((s->x_key == NULL && (s->x_key = mt_strdup("x")) == NULL) ||
+            (s->y_key == NULL && (s->y_key = mt_strdup("y")) == NULL))
+            return oom(c);
+    }
+    if (images) {
+        if (s->image_size[0] == 0)
+            return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                              "%s.image_size: required for image folders ([height, width] every "
+                              "image is resized to)",
+                              c->path);
+        if (s->channels == 0)
+            s->channels = 3;
+        if (!c->scale_set)
+            s->scale = 1.0f / 255.0f;
+        if (s->std[0] == 0.0f)
+            s->std[0] = s->std[1] = s->std[2] = 1.0f;
+        s->shape[0] = s->image_size[0];
+        s->shape[1] = s->image_size[1];
+        s->shape[2] = s->channels;
+        if (s->augment.crop_padding >= s->image_size[0] ||
+            s->augment.crop_padding >= s->image_size[1])
+            return mt_err_set(
+                c->err, MT_INVALID_ARGUMENT,
+                "%s.augment.crop_padding: %zu must be smaller than the image (%zux%zu)", c->path,
+                s->augment.crop_padding, s->image_size[0], s->image_size[1]);
+        return MT_OK;
+    }
     if (!csv)
         return MT_OK;
     for (size_t i = 0; i < s->train.n; i++) {
@@ -487,7 +820,7 @@ static mt_code check_spec(parse_ctx *c, mt_data_spec *s)
 mt_code mt_data_spec_parse(const cJSON *node, const char *json_path, const char *base_dir,
                            mt_data_spec **out, mt_err *err)
 {
-    parse_ctx c = {json_path != NULL ? json_path : "dataset", base_dir, err};
+    parse_ctx c = {json_path != NULL ? json_path : "dataset", base_dir, err, false};
     const cJSON *fmt, *v;
     mt_data_spec *s;
     bool found_train = false, found_test = false;
@@ -521,12 +854,18 @@ mt_code mt_data_spec_parse(const cJSON *node, const char *json_path, const char 
         s->format = MT_DATA_FORMAT_CSV;
     else if (cJSON_IsString(fmt) && strcmp(fmt->valuestring, "text") == 0)
         s->format = MT_DATA_FORMAT_TEXT;
+    else if (cJSON_IsString(fmt) &&
+             (strcmp(fmt->valuestring, "npy") == 0 || strcmp(fmt->valuestring, "npz") == 0))
+        s->format = MT_DATA_FORMAT_NPY;
+    else if (cJSON_IsString(fmt) && strcmp(fmt->valuestring, "images") == 0)
+        s->format = MT_DATA_FORMAT_IMAGES;
     else if ((cJSON_IsString(fmt) && strcmp(fmt->valuestring, "idx") == 0) ||
              (fmt == NULL && (cJSON_GetObjectItemCaseSensitive(node, "train_images") != NULL ||
                               cJSON_GetObjectItemCaseSensitive(node, "train_labels") != NULL)))
         s->format = MT_DATA_FORMAT_IDX;
     else {
-        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s.format: must be \"csv\", \"text\" or \"idx\"",
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                        "%s.format: must be \"csv\", \"text\", \"idx\", \"npy\" or \"images\"",
                         c.path);
         goto fail;
     }

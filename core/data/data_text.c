@@ -684,11 +684,13 @@ mt_code mt_data__text_read_file(const mt_data_spec *spec, const mt_data_file *f,
     return rc;
 }
 
-static mt_code text_count(const mt_data_spec *spec, const mt_data_file *f, size_t *n, mt_err *err)
+static mt_code text_count(const mt_data_spec *spec, const mt_data_file *f, const mt_data__fit *fit,
+                          size_t *n, mt_err *err)
 {
     mt_data__docs docs = {0, 0, NULL};
     mt_code rc;
 
+    (void)fit;
     *n = 0;
     if (is_dir(f->path)) {
         rc = read_label_dirs(spec, f->path, &docs, true, n, err);
@@ -799,16 +801,16 @@ out:
     return rc;
 }
 
-static mt_code text_load(const mt_data_spec *spec, const mt_data_file *f, const mt_data_tfidf *v,
+static mt_code text_load(const mt_data_spec *spec, const mt_data_file *f, const mt_data__fit *fit,
                          mt_data_block *out, mt_err *err)
 {
-    return text_decode(spec, f, v, out, NULL, err);
+    return text_decode(spec, f, fit->vec, out, NULL, err);
 }
 
 static mt_code text_load_csr(const mt_data_spec *spec, const mt_data_file *f,
-                             const mt_data_tfidf *v, mt_data__csr *out, mt_err *err)
+                             const mt_data__fit *fit, mt_data__csr *out, mt_err *err)
 {
-    return text_decode(spec, f, v, NULL, out, err);
+    return text_decode(spec, f, fit->vec, NULL, out, err);
 }
 
 const mt_data__source mt_data__text_source = {"text", text_count, text_load, text_load_csr};

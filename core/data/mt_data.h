@@ -9,8 +9,9 @@
  *
  * Layers, bottom up:
  *   spec      mt_data_spec_parse(): the `dataset` JSON section, errors carry the JSON path.
- *   sources   CSV, labelled text (+ TF-IDF vectorizer), IDX: each input file decodes into an
- *             mt_data_block (n examples × dim float32 features, int32 labels).
+ *   sources   CSV, labelled text (+ TF-IDF vectorizer), IDX, NumPy .npy/.npz, image folders
+ *             (PNG/JPEG): each input file decodes into an mt_data_block (n examples × dim
+ *             float32 features, int32 labels or float targets).
  *   dataset   mt_data_dataset: the files of one split with their example counts.
  *   plan      mt_data_plan: pure arithmetic from (file sizes, shard policy, batching, pipelines,
  *             replicas, global batch, drop_remainder) to "which positions of my stream does
@@ -21,7 +22,7 @@
  *
  * Semantics (docs/input-pipeline.md has the examples):
  *   * Elements are float32 feature vectors of fixed length `dim` (images are H×W×C, row-major
- *     NHWC) with an int32 label.
+ *     NHWC) with an int32 label, or with t_dim float32 targets (regression).
  *   * Shard policies as tf.data AutoShardPolicy: FILE splits the files among pipelines round
  *     robin (file f → pipeline f % N); DATA makes every pipeline read everything and keep every
  *     N-th element (here: every N-th per-replica batch, as tf.distribute does after rebatching);
@@ -40,8 +41,9 @@
  * owns one internal prefetch thread).
  * Tests: tests/unit/test_data_shard.c (plan, rebatch, property), test_data_csv.c,
  * test_data_text.c (tokenizer, TF-IDF), test_data_pipeline.c (shuffle, prefetch, slices),
- * test_data_spec.c (spec errors), test_data_idx.c (IDX pairs); fuzz: tests/fuzz/fuzz_csv.c,
- * fuzz_text.c.
+ * test_data_spec.c (spec errors), test_data_idx.c (IDX pairs), test_data_npy.c,
+ * test_data_image.c, test_data_csv.c (string labels, float targets, missing values); fuzz:
+ * tests/fuzz/fuzz_csv.c, fuzz_text.c, fuzz_npy.c, fuzz_image.c.
  */
 #ifndef MT_DATA_H
 #define MT_DATA_H
@@ -57,10 +59,46 @@
 /* ------------------------------------------------------------------ enums */
 
 typedef enum mt_data_format {
-    MT_DATA_FORMAT_CSV = 0,  /* numeric columns + a label column */
-    MT_DATA_FORMAT_TEXT = 1, /* label<TAB>text lines, or a directory per label; TF-IDF */
-    MT_DATA_FORMAT_IDX = 2,  /* (Fashion-)MNIST image + label files */
+    MT_DATA_FORMAT_CSV = 0,    /* numeric columns + a label column */
+    MT_DATA_FORMAT_TEXT = 1,   /* label<TAB>text lines, or a directory per label; TF-IDF */
+    MT_DATA_FORMAT_IDX = 2,    /* (Fashion-)MNIST image + label files */
+    MT_DATA_FORMAT_NPY = 3,    /* NumPy .npy (x, y) pairs or .npz archives (stored or deflated) */
+    MT_DATA_FORMAT_IMAGES = 4, /* image folders: one sub-folder per class, PNG and JPEG files */
 } mt_data_format;
+
+/* What the label (target) of an example is. */
+typedef enum mt_data_label_type {
+    MT_DATA_LABEL_INT = 0,    /* an integer class id (int32 labels) */
+    MT_DATA_LABEL_STRING = 1, /* a class name, mapped to its id (class_names order) */
+    MT_DATA_LABEL_FLOAT = 2,  /* regression: float targets, any number per example */
+} mt_data_label_type;
+
+/* What a CSV reader does with a missing feature value (empty, NA, N/A, NaN, nan, null, ?). */
+typedef enum mt_data_missing {
+    MT_DATA_MISSING_REFUSE = 0, /* fail the file with FILE:LINE (default) */
+    MT_DATA_MISSING_FILL = 1,   /* use fill_value */
+} mt_data_missing;
+
+/* Random flips of the image-folder augmentation (Keras RandomFlip modes). */
+typedef enum mt_data_flip {
+    MT_DATA_FLIP_NONE = 0,
+    MT_DATA_FLIP_HORIZONTAL = 1,
+    MT_DATA_FLIP_VERTICAL = 2,
+    MT_DATA_FLIP_BOTH = 3, /* "horizontal_and_vertical": each axis independently */
+} mt_data_flip;
+
+/*
+ * Training-time augmentation of image examples (H, W, C), applied by the pipeline when it
+ * assembles a step: a random flip, then a random crop after zero padding by `crop_padding` pixels
+ * on each side (the output keeps H×W). The draws of example e in epoch k are a function of
+ * (seed, k, e) where e is the example's global index in the training split (files in spec order,
+ * examples in file order), so the bits never depend on the mesh or the shard policy. Evaluation
+ * data is never augmented.
+ */
+typedef struct mt_data_augment {
+    mt_data_flip flip;   /* default NONE */
+    size_t crop_padding; /* 0 = no random crop */
+} mt_data_augment;
 
 typedef enum mt_data_shard_policy {
     MT_DATA_SHARD_AUTO = 0,
@@ -85,10 +123,14 @@ mt_code mt_data_shard_policy_parse(const char *s, mt_data_shard_policy *out);
 
 /* ------------------------------------------------------------------ spec */
 
-/* One input file. For IDX, `path` is the images file and `labels_path` the labels file. */
+/*
+ * One input file. For IDX, `path` is the images file and `labels_path` the labels file; for NPY
+ * a pair of .npy files (x in `path`, y in `labels_path`) or one .npz archive (`labels_path`
+ * NULL); for IMAGES a root directory with one sub-folder per class.
+ */
 typedef struct mt_data_file {
     char *path;        /* owned */
-    char *labels_path; /* owned; IDX only, else NULL */
+    char *labels_path; /* owned; IDX and NPY pairs only, else NULL */
 } mt_data_file;
 
 typedef struct mt_data_file_list {
@@ -113,24 +155,37 @@ typedef struct mt_data_spec {
     mt_data_file_list train; /* "train": required */
     mt_data_file_list test;  /* "test": optional (n == 0 when absent) */
     /* CSV */
-    mt_data_column label_column;  /* default: the last column */
-    bool label_column_set;        /* false: last column */
-    mt_data_column *feature_cols; /* owned; NULL = every column except the label */
-    size_t n_feature_cols;        /* */
-    bool header;                  /* first line names the columns (default true) */
-    char delimiter;               /* default ',' */
-    float scale;                  /* features are multiplied by it (default 1) */
-    size_t shape[3];              /* optional H, W, C view of the features; 0 = flat */
-    int num_classes;              /* labels checked in [0, num_classes); 0 = unchecked */
-    size_t max_tokens;            /* TEXT: vocabulary size incl. OOV index 0 (default 1200) */
-    size_t shuffle_buffer;        /* 0 = no shuffling (default 0) */
-    uint64_t seed;                /* shuffle seed (default 0; engines pass the job seed) */
-    bool seed_set;                /* "seed" was present in the section */
-    mt_data_shard_policy shard;   /* default AUTO */
-    mt_data_batching batching;    /* default GLOBAL */
-    bool drop_remainder;          /* default false */
-    size_t prefetch;              /* prefetch depth in steps; 0 = synchronous (default 2) */
-    char *json_path;              /* owned; the section's JSON path, for messages */
+    mt_data_column label_column;   /* default: the last column */
+    bool label_column_set;         /* false: last column */
+    mt_data_column *target_cols;   /* owned; float labels with several columns ("label_column":
+                                      [...]), else NULL (then label_column is the one target) */
+    size_t n_target_cols;          /* */
+    mt_data_label_type label_type; /* CSV, NPY: default INT; IMAGES: STRING (folder names) */
+    char **class_names;            /* owned; "class_names" (ids in this order), NULL = derived */
+    size_t n_class_names;          /* */
+    mt_data_missing missing;       /* CSV features: default REFUSE */
+    float fill_value;              /* MT_DATA_MISSING_FILL: the value used (default 0) */
+    char *x_key, *y_key;           /* owned; NPZ member names without ".npy" ("x", "y") */
+    size_t image_size[2];          /* IMAGES: H, W every image is resized to (required) */
+    size_t channels;               /* IMAGES: 1 ("grayscale") or 3 ("rgb", default) */
+    float mean[3], std[3];         /* IMAGES: (pixel·scale − mean[c]) / std[c]; default 0, 1 */
+    mt_data_augment augment;       /* IMAGES, NPY with an image shape: training augmentation */
+    mt_data_column *feature_cols;  /* owned; NULL = every column except the label */
+    size_t n_feature_cols;         /* */
+    bool header;                   /* first line names the columns (default true) */
+    char delimiter;                /* default ',' */
+    float scale;                   /* features are multiplied by it (default 1; IMAGES 1/255) */
+    size_t shape[3];               /* optional H, W, C view of the features; 0 = flat */
+    int num_classes;               /* labels checked in [0, num_classes); 0 = unchecked */
+    size_t max_tokens;             /* TEXT: vocabulary size incl. OOV index 0 (default 1200) */
+    size_t shuffle_buffer;         /* 0 = no shuffling (default 0) */
+    uint64_t seed;                 /* shuffle seed (default 0; engines pass the job seed) */
+    bool seed_set;                 /* "seed" was present in the section */
+    mt_data_shard_policy shard;    /* default AUTO */
+    mt_data_batching batching;     /* default GLOBAL */
+    bool drop_remainder;           /* default false */
+    size_t prefetch;               /* prefetch depth in steps; 0 = synchronous (default 2) */
+    char *json_path;               /* owned; the section's JSON path, for messages */
 } mt_data_spec;
 
 /*
@@ -154,17 +209,64 @@ void mt_data_spec_free(mt_data_spec *spec);
 
 /* ------------------------------------------------------------------ blocks */
 
-/* A decoded file: n examples of dim features. Owned buffers (mt_free), released by _fini. */
+/*
+ * A decoded file: n examples of dim features. Owned buffers (mt_free), released by _fini. Class
+ * labels are in y; float (regression) targets are in t with t_dim values per example, and y is
+ * then all zeros (t == NULL and t_dim == 0 for class labels).
+ */
 typedef struct mt_data_block {
     size_t n;        /* examples */
     size_t dim;      /* features per example */
     size_t shape[3]; /* H, W, C when the features are an image; all 0 when flat */
     float *x;        /* owned (n, dim) row-major */
     int32_t *y;      /* owned (n) */
+    float *t;        /* owned (n, t_dim) row-major float targets, or NULL */
+    size_t t_dim;    /* float targets per example; 0 for class labels */
 } mt_data_block;
 
 /* Free the buffers and zero *b. Zeroed memory and NULL are no-ops. */
 void mt_data_block_fini(mt_data_block *b);
+
+/* ------------------------------------------------------------------ classes and raw inputs */
+
+/* Class names: id i is names[i]. Owned strings, released by mt_data_classes_fini. */
+typedef struct mt_data_classes {
+    size_t n;
+    char **names; /* owned; n NUL-terminated strings */
+} mt_data_classes;
+
+void mt_data_classes_fini(mt_data_classes *c);
+
+/*
+ * The class names of a spec whose labels are names: "class_names" when given; otherwise, for
+ * CSV with "label_type": "string", the distinct label values of the TRAINING files and, for
+ * IMAGES, the sub-folder names of the training roots (union over the roots); both sorted in
+ * byte order (strcmp), so the ids are stable whatever the file order or the mesh. Zero names
+ * (c->n == 0) for integer and float labels. Codes: NOT_FOUND / PERMISSION_DENIED (files),
+ * INVALID_ARGUMENT (FILE:LINE of a bad record, no classes found), RESOURCE_EXHAUSTED. Blocks on
+ * I/O; any thread.
+ */
+mt_code mt_data_classes_fit_spec(const mt_data_spec *spec, mt_data_classes *out, mt_err *err);
+
+/*
+ * Decode one PNG or JPEG file (by content, not by name) the way an IMAGES dataset does: to
+ * spec->channels channels, resized (bilinear, half-pixel centres, as tf.image.resize) to
+ * spec->image_size, normalised with scale/mean/std, into out[H·W·C] (caller's). Codes: NOT_FOUND,
+ * PERMISSION_DENIED, INVALID_ARGUMENT ("PATH: not a PNG or JPEG file", "PATH: corrupt PNG: ..."),
+ * RESOURCE_EXHAUSTED. Any thread.
+ */
+mt_code mt_data_image_read(const mt_data_spec *spec, const char *path, float *out, mt_err *err);
+
+/*
+ * Read the feature columns of a CSV file as a CSV dataset of `spec` would, for prediction: the
+ * file needs a header, columns are found by the names of spec->feature_columns (any order,
+ * other columns ignored, the label column may be absent; without feature_columns the file's
+ * columns are the features in file order, minus the label column when present), and the
+ * spec's missing-value policy and scale apply. *x (n, dim) is owned (mt_free). Codes: as the CSV
+ * source (FILE:LINE), INVALID_ARGUMENT ("F: no column 'petal_width' (columns: ...)").
+ */
+mt_code mt_data_csv_read_features(const mt_data_spec *spec, const char *path, float **x, size_t *n,
+                                  size_t *dim, mt_err *err);
 
 /* ------------------------------------------------------------------ text and TF-IDF */
 
@@ -245,6 +347,10 @@ mt_code mt_data_dataset_from_blocks(const mt_data_block *blocks, size_t n_blocks
                                     mt_data_dataset **out, mt_err *err);
 
 void mt_data_dataset_free(mt_data_dataset *ds);
+
+/* The dataset's class names (mt_data_classes_fit_spec, fitted once at open on the training
+ * files); borrowed, n == 0 for integer and float labels. */
+const mt_data_classes *mt_data_dataset_classes(const mt_data_dataset *ds);
 
 size_t mt_data_dataset_num_files(const mt_data_dataset *ds);
 /* Examples in file f (0 when f is out of range). */
@@ -375,11 +481,17 @@ typedef struct mt_data_pipeline_opts {
        so a replica's examples depend only on its index, not on N. false: tf.distribute's
        l·N + w */
     bool contiguous_replicas;
+    /* training augmentation of image examples (mt_data_augment); the file's shape must be an
+       image (H, W, C) when set */
+    mt_data_augment augment;
 } mt_data_pipeline_opts;
 
 #define MT_DATA_PIPELINE_OPTS_DEFAULTS                                                             \
     {                                                                                              \
-        MT_DATA_SHARD_AUTO, MT_DATA_BATCH_GLOBAL, false, 0, 0, 2, false, false                     \
+        MT_DATA_SHARD_AUTO, MT_DATA_BATCH_GLOBAL, false, 0, 0, 2, false, false,                    \
+        {                                                                                          \
+            MT_DATA_FLIP_NONE, 0                                                                   \
+        }                                                                                          \
     }
 
 /* The pipeline options a spec asks for. */
@@ -390,8 +502,10 @@ typedef struct mt_data_batch {
     size_t n;            /* examples in this replica batch; 0 is valid (empty batch) */
     size_t dim;          /* features per example as delivered (the slice length) */
     const float *x;      /* (n, dim) row-major; NULL when n == 0 */
-    const int32_t *y;    /* (n) */
+    const int32_t *y;    /* (n) class labels (zeros when the labels are float targets) */
     size_t global_count; /* examples in the step's global batch over ALL replicas */
+    const float *t;      /* (n, t_dim) float targets; NULL for class labels or n == 0 */
+    size_t t_dim;        /* float targets per example; 0 for class labels */
 } mt_data_batch;
 
 typedef struct mt_data_step {
@@ -422,6 +536,8 @@ size_t mt_data_pipeline_steps(const mt_data_pipeline *p);
 size_t mt_data_pipeline_dim(const mt_data_pipeline *p);
 /* H, W, C of the decoded examples when they are images (all 0 when flat); shape[3] caller's. */
 void mt_data_pipeline_shape(const mt_data_pipeline *p, size_t shape[3]);
+/* Float targets per example (0 for class labels). */
+size_t mt_data_pipeline_target_dim(const mt_data_pipeline *p);
 
 /*
  * Begin epoch `epoch`: shuffles for (seed, epoch) and starts the prefetch thread (when

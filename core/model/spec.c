@@ -156,7 +156,8 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
     if (rc != MT_OK)
         return rc;
     if (s != NULL &&
-        (strcmp(s, "text") == 0 || strcmp(s, "synthetic") == 0 || strcmp(s, "csv") == 0)) {
+        (strcmp(s, "text") == 0 || strcmp(s, "synthetic") == 0 || strcmp(s, "csv") == 0 ||
+         strcmp(s, "npy") == 0 || strcmp(s, "npz") == 0 || strcmp(s, "images") == 0)) {
         /* read by the SPMD trainer (core/spmd), which validates the rest of the section */
         snprintf(out->format, sizeof(out->format), "%s", s);
         return MT_OK;
@@ -166,7 +167,8 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
         return MT_OK; /* the input pipeline's form of IDX files: core/data validates it */
     if (s != NULL && strcmp(s, "idx") != 0)
         return mt_model_field_bad(err, "dataset.format",
-                                  "must be \"idx\" (or \"csv\", \"text\", \"synthetic\")");
+                                  "must be \"idx\" (or \"csv\", \"npy\", \"npz\", \"images\", "
+                                  "\"text\", \"synthetic\")");
     rc = check_keys(node, "dataset", keys, err);
     if (rc != MT_OK)
         return rc;

@@ -84,4 +84,20 @@ static inline mt_code dt_spec(const char *json, const char *base, mt_data_spec *
     return rc;
 }
 
+/* Parse a spec (JSON text, base dir `dir`), open its training split, load file 0 into *b. */
+static inline mt_code dt_load0(const char *json, mt_data_block *b, mt_err *err)
+{
+    mt_data_spec *s = NULL;
+    mt_data_dataset *ds = NULL;
+    mt_code rc = dt_spec(json, dir, &s, err);
+    memset(b, 0, sizeof(*b));
+    if (rc == MT_OK)
+        rc = mt_data_dataset_open(s, MT_DATA_SPLIT_TRAIN, NULL, &ds, err);
+    if (rc == MT_OK)
+        rc = mt_data_dataset_load(ds, 0, b, err);
+    mt_data_dataset_free(ds);
+    mt_data_spec_free(s);
+    return rc;
+}
+
 #endif

@@ -23,9 +23,9 @@ static mt_data_dataset *ids_dataset(const size_t *sizes, size_t nfiles)
 
     assert_true(nfiles <= 16);
     for (size_t f = 0; f < nfiles; f++) {
+        memset(&b[f], 0, sizeof(b[f]));
         b[f].n = sizes[f];
         b[f].dim = 2;
-        memset(b[f].shape, 0, sizeof(b[f].shape));
         b[f].x = malloc(sizes[f] * 2 * sizeof(float) + 1);
         b[f].y = malloc(sizes[f] * sizeof(int32_t) + 1);
         for (size_t i = 0; i < sizes[f]; i++, id++) {
