@@ -5,7 +5,8 @@
  * under the data roots (core/pathsafe; default: the current directory and /usr/share/datasets),
  * then trains the job spec in this process and prints a
  * Keras-Progbar line per epoch (updated in place with \r on a terminal), or with --json one JSON
- * object per epoch and a final one. A spec without mesh, checkpoints or a non-IDX dataset runs
+ * object per epoch and a final one, and a {"step", "digest"} line per state digest
+ * (docs/reproducibility.md). A spec without mesh, checkpoints or a non-IDX dataset runs
  * on the one-device engine (core/train); anything else runs on the SPMD trainer (core/spmd) with
  * one thread per mesh device.
  * Exit codes (cli.h): 0 ok, 2 usage, 4 invalid spec or data, 1 other failures.
@@ -47,7 +48,8 @@ static void usage(FILE *f)
                "  --resume CKPT   continue from a checkpoint written on any mesh\n"
                "  --epochs N      override the spec's epochs\n"
                "  --steps N       stop after N steps in total\n"
-               "  --json          one JSON object per epoch, then a final one\n"
+               "  --json          one JSON object per epoch, then a final one, and\n"
+               "                  {\"step\":N,\"digest\":\"...\"} state digests (digest_every)\n"
                "  --data-root DIR the spec's data files must lie under DIR (repeatable;\n"
                "                  default: the current directory and " MT_PATHSAFE_DEFAULT_DATASETS
                ")\n"
@@ -97,6 +99,16 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
         progbar(o, p, false);
         o->last_draw = p->epoch_seconds;
     }
+    return MT_OK;
+}
+
+/* --json: the state digest of a step (docs/reproducibility.md), a line of its own. */
+static mt_code on_digest(void *ctx, int64_t step, const mt_digest *root, mt_err *err)
+{
+    char hex[MT_DIGEST_HEX];
+    (void)ctx, (void)err;
+    printf("{\"step\":%lld,\"digest\":\"%s\"}\n", (long long)step, mt_digest_hex(root, hex));
+    fflush(stdout);
     return MT_OK;
 }
 
@@ -153,6 +165,8 @@ static mt_code run(const mt_jobspec *js, const char *base, const train_args *a,
     ro.ckpt_keep = js->cfg.ckpt_keep;
     ro.resume = a->resume;
     ro.spec_json = js->json;
+    if (out->json)
+        ro.on_digest = on_digest;
     rc = mt_spmd_train(&job, &ro, on_progress, out, res, err);
     mt_mesh_free(override);
     return rc;
