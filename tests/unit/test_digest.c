@@ -4,16 +4,23 @@
  * and 4 ways along each axis (and two axes at once, with replicas, uneven splits) equals the
  * whole tensor's; elements no shard holds come from fill or fail; known answers for the byte
  * format (the same vectors as docs/reproducibility.md's Python, checked there by
- * tests/integration/test_digest.sh); roots by name order; hex; allocation failures.
+ * tests/integration/test_digest.sh); roots by name order; hex; allocation failures; and on the
+ * real engine (mt_spmd_digest): the same state on replicated, model-parallel, 2-D and FSDP
+ * meshes has one digest, equal to its checkpoint's state root, also after a restore onto
+ * another mesh.
  */
 #include "mt_test.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloc/mt_alloc.h"
+#include "ckpt/mt_ckpt.h"
 #include "digest/mt_digest.h"
+#include "jobspec/mt_jobspec.h"
+#include "spmd/mt_spmd.h"
 
 /* hex of the known-answer vectors (docs/reproducibility.md's Python prints the same) */
 #define KA_TENSOR_A   "3e854e0d9d506a4444a6d0b357352e9d3acb8d83c828111c32025f8a6575fc57"
@@ -53,6 +60,10 @@ static float *cut(const float *g, const int64_t *shape, int rank, const int64_t 
     }
     return out;
 }
+
+typedef struct fixture_dir {
+    char dir[64];
+} fixture_dir;
 
 typedef struct split {
     int nshards;
@@ -343,6 +354,100 @@ static void test_digest_alloc_failure(void **state)
     free(g);
 }
 
+/* ---------------------------------------------------------------- the engine's state digest */
+
+/* An MLP with batch norm on mesh `mesh` with layouts `layouts` (JSON texts). */
+static mt_spmd *engine(const char *mesh, const char *layouts, mt_jobspec **js)
+{
+    char json[1024];
+    size_t in_shape[1] = {40};
+    mt_spmd *s = NULL;
+    mt_err err = MT_ERR_INIT;
+
+    snprintf(json, sizeof(json),
+             "{\"seed\": 3, \"batch_size\": 8, \"optimizer\": \"adam\", \"steps\": 4,"
+             " \"dataset\": {\"format\": \"synthetic\", \"features\": 40, \"classes\": 3},"
+             " \"mesh\": %s, \"layouts\": %s, \"model\": {\"input_shape\": [40], \"layers\": ["
+             "{\"type\": \"dense\", \"units\": 24, \"activation\": \"relu\"},"
+             "{\"type\": \"batch_norm\"}, {\"type\": \"dense\", \"units\": 3}]}}",
+             mesh, layouts);
+    if (mt_jobspec_parse(json, strlen(json), js, &err) != MT_OK)
+        fail_msg("spec: %s", err.msg);
+    if (mt_spmd_new((*js)->model, (*js)->cfg.mesh, (*js)->cfg.layouts, 1, in_shape, 8, NULL, &s,
+                    &err) != MT_OK)
+        fail_msg("mt_spmd_new on %s: %s", mesh, err.msg);
+    return s;
+}
+
+static const char *const meshes[][2] = {
+    {"{\"batch\": 1}", "{}"},
+    {"{\"batch\": 2}", "{}"},
+    {"{\"batch\": 2, \"model\": 2}",
+     "{\"dense_1\\\\.kernel\": [\"unsharded\", \"model\"], \"dense_2\\\\.kernel\": [\"model\", "
+     "\"unsharded\"]}"},
+    {"{\"batch\": 4}", "{\"dense_1\\\\.kernel\": [\"batch\", \"unsharded\"]}"}, /* FSDP */
+    {"{\"model\": 4}", "{\"dense_1\\\\.kernel\": [\"model\", \"unsharded\"]}"},
+};
+
+static void test_digest_engine_state_mesh_independent(void **state)
+{
+    fixture_dir d;
+    (void)state;
+    mt_digest first, dg, ck_root;
+    mt_err err = MT_ERR_INIT;
+    float x[8 * 40];
+    int32_t y[8];
+    mt_step_metrics m;
+    char path[160];
+    mt_ckpt *ck = NULL;
+
+    snprintf(d.dir, sizeof(d.dir), "/tmp/mt_digest_test_XXXXXX");
+    assert_non_null(mkdtemp(d.dir));
+    /* the initial state (shard-exact initialisation, zero slots) on every mesh: one digest */
+    for (size_t k = 0; k < sizeof(meshes) / sizeof(meshes[0]); k++) {
+        mt_jobspec *js = NULL;
+        mt_spmd *s = engine(meshes[k][0], meshes[k][1], &js);
+        if (mt_spmd_digest(s, &dg, &err) != MT_OK)
+            fail_msg("digest on %s: %s", meshes[k][0], err.msg);
+        if (k == 0)
+            first = dg;
+        else if (!mt_digest_equal(&dg, &first))
+            fail_msg("initial state on %s %s has another digest", meshes[k][0], meshes[k][1]);
+        mt_spmd_free(s);
+        mt_jobspec_free(js);
+    }
+    /* trained on the 2-D mesh, saved, restored on each mesh: the same digest, the checkpoint's */
+    for (int i = 0; i < 8 * 40; i++)
+        x[i] = (float)((i * 7919) % 101) / 50.0f - 1.0f;
+    for (int i = 0; i < 8; i++)
+        y[i] = i % 3;
+    mt_jobspec *js = NULL;
+    mt_spmd *s = engine(meshes[2][0], meshes[2][1], &js);
+    for (uint64_t step = 0; step < 3; step++)
+        assert_int_equal(mt_spmd_step(s, x, y, 8, step, step * 8, &m, &err), MT_OK);
+    assert_int_equal(mt_spmd_digest(s, &first, &err), MT_OK);
+    snprintf(path, sizeof(path), "%s/ckpt-3.mtc", d.dir);
+    assert_int_equal(mt_spmd_save(s, path, NULL, NULL, &err), MT_OK);
+    mt_spmd_free(s);
+    mt_jobspec_free(js);
+    assert_int_equal(mt_ckpt_open(path, &ck, &err), MT_OK);
+    assert_int_equal(mt_ckpt_root(ck, false, false, &ck_root, NULL, &err), MT_OK);
+    mt_ckpt_close(ck);
+    assert_true(mt_digest_equal(&first, &ck_root));
+    for (size_t k = 0; k < sizeof(meshes) / sizeof(meshes[0]); k++) {
+        s = engine(meshes[k][0], meshes[k][1], &js);
+        if (mt_spmd_restore(s, path, NULL, &err) != MT_OK)
+            fail_msg("restore on %s: %s", meshes[k][0], err.msg);
+        assert_int_equal(mt_spmd_digest(s, &dg, &err), MT_OK);
+        if (!mt_digest_equal(&dg, &first))
+            fail_msg("restored on %s %s: another digest", meshes[k][0], meshes[k][1]);
+        mt_spmd_free(s);
+        mt_jobspec_free(js);
+    }
+    unlink(path);
+    rmdir(d.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +459,7 @@ int main(void)
         cmocka_unit_test(test_digest_root_order_and_duplicates),
         cmocka_unit_test(test_digest_hex_round_trip),
         cmocka_unit_test(test_digest_alloc_failure),
+        cmocka_unit_test(test_digest_engine_state_mesh_independent),
     };
     return MT_RUN_TESTS(tests);
 }
