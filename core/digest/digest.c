@@ -15,11 +15,11 @@
 #include "digest/mt_digest.h"
 
 #include <ctype.h>
-#include <mbedtls/sha256.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alloc/mt_alloc.h"
+#include "digest/digest_int.h"
 
 #define MAX_HEIGHT 64
 
@@ -27,26 +27,15 @@ typedef struct merkle {
     mt_digest node[MAX_HEIGHT];
     uint64_t size[MAX_HEIGHT]; /* leaves under node[i]: heights strictly decrease up the stack */
     int top;
+    bool accel; /* SHA extensions (sha_x86.c) */
 } merkle;
 
-static void sha_parts(mt_digest *out, const void *const *parts, const size_t *lens, int n)
-{
-    mbedtls_sha256_context c;
-    mbedtls_sha256_init(&c);
-    mbedtls_sha256_starts_ret(&c, 0);
-    for (int i = 0; i < n; i++)
-        if (lens[i] > 0)
-            mbedtls_sha256_update_ret(&c, parts[i], lens[i]);
-    mbedtls_sha256_finish_ret(&c, out->b);
-    mbedtls_sha256_free(&c);
-}
-
-static void node_hash(const mt_digest *l, const mt_digest *r, mt_digest *out)
+static void node_hash(bool accel, const mt_digest *l, const mt_digest *r, mt_digest *out)
 {
     static const uint8_t tag = 0x01;
     const void *parts[3] = {&tag, l->b, r->b};
     size_t lens[3] = {1, MT_DIGEST_SIZE, MT_DIGEST_SIZE};
-    sha_parts(out, parts, lens, 3);
+    mt_digest__sha256(accel, parts, lens, 3, out->b);
 }
 
 static void put_le(uint8_t *p, uint64_t v, int n)
@@ -60,7 +49,7 @@ static void merkle_push(merkle *m, const mt_digest *leaf)
     m->node[m->top] = *leaf;
     m->size[m->top++] = 1;
     while (m->top >= 2 && m->size[m->top - 1] == m->size[m->top - 2]) {
-        node_hash(&m->node[m->top - 2], &m->node[m->top - 1], &m->node[m->top - 2]);
+        node_hash(m->accel, &m->node[m->top - 2], &m->node[m->top - 1], &m->node[m->top - 2]);
         m->size[m->top - 2] *= 2;
         m->top--;
     }
@@ -69,20 +58,20 @@ static void merkle_push(merkle *m, const mt_digest *leaf)
 static void merkle_root(merkle *m, mt_digest *out)
 {
     while (m->top >= 2) {
-        node_hash(&m->node[m->top - 2], &m->node[m->top - 1], &m->node[m->top - 2]);
+        node_hash(m->accel, &m->node[m->top - 2], &m->node[m->top - 1], &m->node[m->top - 2]);
         m->top--;
     }
     *out = m->node[0];
 }
 
-static void leaf_hash(uint64_t k, const void *bytes, size_t n, mt_digest *out)
+static void leaf_hash(bool accel, uint64_t k, const void *bytes, size_t n, mt_digest *out)
 {
     static const uint8_t tag = 0x00;
     uint8_t idx[8];
     const void *parts[3] = {&tag, idx, bytes};
     size_t lens[3] = {1, 8, n};
     put_le(idx, k, 8);
-    sha_parts(out, parts, lens, 3);
+    mt_digest__sha256(accel, parts, lens, 3, out->b);
 }
 
 /* ------------------------------------------------------------------ gathering a block */
@@ -210,7 +199,8 @@ static mt_code check_desc(const mt_digest_tensor_desc *t, uint64_t *count, mt_er
     return MT_OK;
 }
 
-static void tensor_node(const mt_digest_tensor_desc *t, const mt_digest *tree, mt_digest *out)
+static void tensor_node(bool accel, const mt_digest_tensor_desc *t, const mt_digest *tree,
+                        mt_digest *out)
 {
     uint8_t head[1 + 2], dt[1], rk[1], shape[8 * MT_DIGEST_MAX_RANK];
     size_t nl = strlen(t->name), dl = strlen(t->dtype);
@@ -222,7 +212,7 @@ static void tensor_node(const mt_digest_tensor_desc *t, const mt_digest *tree, m
         put_le(shape + 8 * a, (uint64_t)t->shape[a], 8);
     const void *parts[7] = {head, t->name, dt, t->dtype, rk, shape, tree->b};
     size_t lens[7] = {3, nl, 1, dl, 1, 8 * (size_t)t->rank, MT_DIGEST_SIZE};
-    sha_parts(out, parts, lens, 7);
+    mt_digest__sha256(accel, parts, lens, 7, out->b);
 }
 
 mt_code mt_digest_tensor(const mt_digest_tensor_desc *t, const mt_digest_shard *shards, int n,
@@ -255,6 +245,7 @@ mt_code mt_digest_tensor(const mt_digest_tensor_desc *t, const mt_digest_shard *
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "tensor '%s': digest: out of memory",
                           t->name);
     m->top = 0;
+    m->accel = mt_digest__has_sha_ni();
     blocks = count == 0 ? 1 : (count + MT_DIGEST_BLOCK - 1) / MT_DIGEST_BLOCK;
     for (uint64_t k = 0; k < blocks; k++) {
         uint64_t g0 = k * MT_DIGEST_BLOCK;
@@ -275,12 +266,12 @@ mt_code mt_digest_tensor(const mt_digest_tensor_desc *t, const mt_digest_shard *
                 break;
             bytes = g.buf;
         }
-        leaf_hash(k, bytes, cnt * t->elem_size, &leaf);
+        leaf_hash(m->accel, k, bytes, cnt * t->elem_size, &leaf);
         merkle_push(m, &leaf);
     }
     if (rc == MT_OK) {
         merkle_root(m, &tree);
-        tensor_node(t, &tree, out);
+        tensor_node(m->accel, t, &tree, out);
     }
     mt_free(g.buf);
     mt_free(g.mask);
@@ -311,14 +302,18 @@ static int cmp_named(const void *a, const void *b)
 mt_code mt_digest_root(const char *const *names, const mt_digest *tensors, int n, mt_digest *out,
                        mt_err *err)
 {
-    mbedtls_sha256_context c;
     named *v = NULL;
-    uint8_t head[5];
+    uint8_t *msg = NULL;
+    size_t len;
 
     if (n < 0)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "digest: negative tensor count");
-    if (n > 0 && (v = mt_malloc((size_t)n * sizeof(*v))) == NULL)
+    len = 5 + (size_t)n * MT_DIGEST_SIZE;
+    msg = mt_malloc(len);
+    if (msg == NULL || (n > 0 && (v = mt_malloc((size_t)n * sizeof(*v))) == NULL)) {
+        mt_free(msg);
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "digest: out of memory");
+    }
     for (int i = 0; i < n; i++)
         v[i].name = names[i], v[i].d = &tensors[i];
     if (n > 1)
@@ -328,18 +323,19 @@ mt_code mt_digest_root(const char *const *names, const mt_digest *tensors, int n
             mt_code rc = mt_err_set(err, MT_INVALID_ARGUMENT, "digest: tensor '%s' appears twice",
                                     v[i].name);
             mt_free(v);
+            mt_free(msg);
             return rc;
         }
-    head[0] = 0x03;
-    put_le(head + 1, (uint64_t)n, 4);
-    mbedtls_sha256_init(&c);
-    mbedtls_sha256_starts_ret(&c, 0);
-    mbedtls_sha256_update_ret(&c, head, sizeof(head));
+    msg[0] = 0x03;
+    put_le(msg + 1, (uint64_t)n, 4);
     for (int i = 0; i < n; i++)
-        mbedtls_sha256_update_ret(&c, v[i].d->b, MT_DIGEST_SIZE);
-    mbedtls_sha256_finish_ret(&c, out->b);
-    mbedtls_sha256_free(&c);
+        memcpy(msg + 5 + (size_t)i * MT_DIGEST_SIZE, v[i].d->b, MT_DIGEST_SIZE);
+    {
+        const void *parts[1] = {msg};
+        mt_digest__sha256(mt_digest__has_sha_ni(), parts, &len, 1, out->b);
+    }
     mt_free(v);
+    mt_free(msg);
     return MT_OK;
 }
 

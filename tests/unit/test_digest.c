@@ -18,6 +18,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "ckpt/mt_ckpt.h"
+#include "digest/digest_int.h"
 #include "digest/mt_digest.h"
 #include "jobspec/mt_jobspec.h"
 #include "spmd/mt_spmd.h"
@@ -284,6 +285,40 @@ static void test_digest_known_answers(void **state)
     assert_string_equal(mt_digest_hex(&root, hex), KA_EMPTY_ROOT);
 }
 
+/* The SHA extensions path and mbed TLS give the same bytes: every length 0..300 (all paddings
+ * and block boundaries), inputs split in odd parts, and 1 MB. */
+static void test_digest_sha_paths_agree(void **state)
+{
+    (void)state;
+    size_t big = 1u << 20;
+    uint8_t *b = malloc(big), x[32], y[32];
+
+    for (size_t i = 0; i < big; i++)
+        b[i] = (uint8_t)(i * 167 + (i >> 9));
+    if (!mt_digest__has_sha_ni()) {
+        print_message("no SHA extensions on this CPU: only the portable path runs\n");
+        free(b);
+        return;
+    }
+    for (size_t n = 0; n <= 300; n++) {
+        const void *one[1] = {b};
+        const void *three[3] = {b, b + n / 3, b + n / 3 + n / 5};
+        size_t l1[1] = {n}, l3[3] = {n / 3, n / 5, n - n / 3 - n / 5};
+        mt_digest__sha256(false, one, l1, 1, x);
+        mt_digest__sha256(true, one, l1, 1, y);
+        if (memcmp(x, y, 32) != 0)
+            fail_msg("SHA paths differ at length %zu", n);
+        mt_digest__sha256(true, three, l3, 3, y);
+        if (memcmp(x, y, 32) != 0)
+            fail_msg("SHA paths differ at length %zu in three parts", n);
+    }
+    const void *one[1] = {b};
+    mt_digest__sha256(false, one, &big, 1, x);
+    mt_digest__sha256(true, one, &big, 1, y);
+    assert_memory_equal(x, y, 32);
+    free(b);
+}
+
 static void test_digest_root_order_and_duplicates(void **state)
 {
     (void)state;
@@ -456,6 +491,7 @@ int main(void)
         cmocka_unit_test(test_digest_missing_elements),
         cmocka_unit_test(test_digest_bad_arguments),
         cmocka_unit_test(test_digest_known_answers),
+        cmocka_unit_test(test_digest_sha_paths_agree),
         cmocka_unit_test(test_digest_root_order_and_duplicates),
         cmocka_unit_test(test_digest_hex_round_trip),
         cmocka_unit_test(test_digest_alloc_failure),
