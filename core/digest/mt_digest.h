@@ -8,7 +8,8 @@
  *
  * Who calls it: core/ckpt (each tensor's root, recorded in every checkpoint and safetensors
  * export), core/spmd (mt_spmd_digest of the state on a mesh; the restore check), `meshtrain
- * digest`. It calls mbed TLS's SHA-256 only.
+ * digest`. SHA-256 comes from sha_x86.c: the x86 SHA extensions when the CPU has them, else
+ * mbed TLS (digest_int.h).
  *
  * FORMAT (version "mt-merkle-sha256-v1"; H = SHA-256, integers little-endian, || = concatenation):
  *   block k of a tensor = elements [k·B, (k+1)·B) of its global row-major (C order) data, as the
