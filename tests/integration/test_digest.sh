@@ -34,8 +34,8 @@ JSON
 }
 spec base 0.01
 spec other 0.02
-digest_at() { # digest_at STEP FILE: the digest line of that step
-    sed -n "s/^{\"step\":$1,\"digest\":\"\([0-9a-f]*\)\"}$/\1/p" "$2"
+digest_at() { # digest_at STEP FILE: the digest of that step (its own line or its epoch line)
+    jq -r --argjson s "$1" 'select(.step == $s and .digest != null) | .digest' "$2"
 }
 root_of() { # root_of weights|state FILE: a line of `meshtrain digest`
     mt digest "$2" | sed -n "s/^$1 *\([0-9a-f]*\) .*/\1/p"
@@ -44,8 +44,13 @@ root_of() { # root_of weights|state FILE: a line of `meshtrain digest`
 # digests on the sharded mesh and on one device, equal to their checkpoints' state roots
 mt train --local "$T/base.json" --steps 12 --save "$T/a" --json >"$T/a.out"
 mt train --local "$T/base.json" --mesh batch=1,model=1 --steps 12 --save "$T/one" --json >"$T/one.out"
-steps=$(sed -n 's/^{"step":\([0-9]*\),"digest".*/\1/p' "$T/a.out" | tr '\n' ' ')
+steps=$(jq -r 'select(.step != null and .digest != null) | .step' "$T/a.out" | tr '\n' ' ')
 [ "$steps" = "2 4 6 8 10 12 " ] || fail "digest steps: '$steps' in $(cat "$T/a.out")"
+# epoch ends in the epoch lines (8, and 12: the last), the others on lines of their own
+[ "$(jq -c 'select(.epoch != null) | [.step, (.digest | length)]' "$T/a.out" | tr '\n' ' ')" = "[8,64] [12,64] " ] ||
+    fail "epoch lines: $(cat "$T/a.out")"
+[ "$(jq -r 'select(.final) | .digest' "$T/a.out")" = "$(digest_at 12 "$T/a.out")" ] ||
+    fail "final line digest: $(cat "$T/a.out")"
 for run in a one; do
     for s in 4 8 12; do
         [ "$(root_of state "$T/$run/ckpt-$s.mtc")" = "$(digest_at $s "$T/$run.out")" ] ||
