@@ -103,6 +103,25 @@ meta=$(python3 -c "import json,struct,sys; f=open(sys.argv[1],'rb'); n=struct.un
 mt digest "$SRC/tests/fixtures/ckpt-compat/ckpt-6-ac32123.mtc" >"$T/v1" ||
     fail "version 1 checkpoint: $(cat "$T/v1")"
 grep -q "^state   [0-9a-f]\{64\} " "$T/v1" || fail "version 1 checkpoint: $(cat "$T/v1")"
+# a damaged export: the recorded root no longer matches; not a safetensors file: exit 4
+python3 - "$T/a.safetensors" "$T/bad.safetensors" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[-3] ^= 0x01
+open(sys.argv[2], "wb").write(b)
+PY
+rc=0
+mt digest "$T/bad.safetensors" >"$T/bad.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "DATA_LOSS: $T/bad.safetensors: the data's Merkle root [0-9a-f]* differs from the recorded $w_st" "$T/bad.out" ||
+    fail "damaged export: exit $rc: $(cat "$T/bad.out")"
+echo "not a model" >"$T/text.txt"
+rc=0
+mt digest "$T/text.txt" >"$T/text.out" 2>&1 || rc=$?
+[ "$rc" = 4 ] && grep -q "INVALID_ARGUMENT: $T/text.txt: not a safetensors file" "$T/text.out" ||
+    fail "text file: exit $rc: $(cat "$T/text.out")"
+rc=0
+mt digest "$T/none.safetensors" >"$T/none.out" 2>&1 || rc=$?
+[ "$rc" = 4 ] && grep -q "NOT_FOUND" "$T/none.out" || fail "missing file: exit $rc: $(cat "$T/none.out")"
 log "checkpoint and export share the weights root $w_ck; the documented Python agrees"
 
 # one bit flipped in dense_1.kernel's data, every crc32 made consistent (docs/checkpoints.md)
