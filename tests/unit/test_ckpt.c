@@ -698,6 +698,32 @@ static void test_ckpt_records_merkle_digests(void **state)
     assert_int_equal(mt_ckpt_safetensors_digest(f->path, &st, &n, &rec, &err), MT_INVALID_ARGUMENT);
 }
 
+/* A version 1 checkpoint (tests/fixtures/ckpt-compat, written before digests) reads: it records
+ * no digest, its roots are recomputed on request and refused from the record. */
+static void test_ckpt_version1_has_no_digests(void **state)
+{
+    (void)state;
+    const char *src = getenv("MT_SOURCE_DIR");
+    char path[1024];
+    mt_ckpt *ck = NULL;
+    mt_ckpt_tensor_info info;
+    mt_digest d;
+    mt_err err = MT_ERR_INIT;
+    int n = 0;
+
+    if (src == NULL)
+        skip();
+    snprintf(path, sizeof(path), "%s/tests/fixtures/ckpt-compat/ckpt-6-ac32123.mtc", src);
+    assert_int_equal(mt_ckpt_open(path, &ck, &err), MT_OK);
+    assert_int_equal(mt_ckpt_tensor_at(ck, 0, &info, &err), MT_OK);
+    assert_false(info.has_digest);
+    assert_int_equal(mt_ckpt_root(ck, false, false, &d, NULL, &err), MT_FAILED_PRECONDITION);
+    assert_contains(err.msg, "format version 1 records no digests");
+    assert_int_equal(mt_ckpt_root(ck, false, true, &d, &n, &err), MT_OK);
+    assert_int_equal(n, mt_ckpt_count(ck));
+    mt_ckpt_close(ck);
+}
+
 /* ---------------------------------------------------------------- safetensors */
 
 /* An independent safetensors reader: checks the layout rules and returns the parsed header. */
@@ -1162,6 +1188,7 @@ int main(void)
         T(test_ckpt_bad_magic_version_and_missing),
         T(test_ckpt_crafted_headers_refused),
         T(test_ckpt_records_merkle_digests),
+        T(test_ckpt_version1_has_no_digests),
         T(test_ckpt_export_safetensors_weights_only),
         T(test_ckpt_export_without_weights_fails),
         T(test_ckpt_export_map_renames_and_permutes),
