@@ -3,10 +3,11 @@
  * cmd_train.c — `meshtrain train --local JOB.json [--mesh M] [--save DIR] [--resume CKPT]
  * [--epochs N] [--steps N] [--json] [--log-every S] [--data-root DIR]...`: checks that the spec's
  * data files lie under the data roots (core/pathsafe; default: the current directory and
- * /usr/share/datasets), then trains the job spec in this process and prints a Keras-Progbar line
- * per epoch (updated in place with \r on a terminal), or with --json one JSON object per epoch and
- * a final one. A spec without mesh, checkpoints or a non-IDX dataset runs on the one-device engine
- * (core/train); anything else runs on the SPMD trainer (core/spmd) with one thread per mesh device.
+ * /usr/share/datasets), then trains the job spec in this process with the one training entry
+ * point (mt_spmd_train; a spec without a mesh is a one-device mesh) and prints a Keras-Progbar
+ * line per epoch (updated in place with \r on a terminal), or with --json one JSON object per
+ * epoch and a final one, each with the state "digest", and a {"step", "digest"} line for each
+ * digest taken within an epoch (digest_every, checkpoints; docs/reproducibility.md).
  * Exit codes (cli.h): 0 ok, 2 usage, 4 invalid spec or data, 1 other failures.
  */
 #include "client/cli.h"
@@ -30,31 +31,37 @@
 typedef struct train_out {
     bool json;
     bool tty;
-    double last_draw;     /* epoch_seconds of the last in-place redraw */
-    mt_cli_progress prog; /* the line (client/progress.h) */
+    int64_t digest_step;        /* step of the digest not printed yet, or -1 */
+    char digest[MT_DIGEST_HEX]; /* that digest; after the run: the last one */
+    bool has_digest;            /* some digest was taken */
+    double last_draw;           /* epoch_seconds of the last in-place redraw */
+    mt_cli_progress prog;       /* the line (client/progress.h) */
 } train_out;
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: meshtrain train --local JOB.json [--mesh M] [--save DIR] [--resume CKPT]\n"
-               "                       [--epochs N] [--steps N] [--json] [--log-every S]\n"
-               "                       [--data-root DIR]...\n\n"
-               "Train the job spec JOB.json in this process; mesh devices run as threads.\n\n"
-               "  --local         run here (required in this build)\n"
-               "  --mesh M        override the spec's mesh, e.g. \"batch=4,model=2\"\n"
-               "  --save DIR      write checkpoints (ckpt-<step>.mtc) to DIR: every\n"
-               "                  checkpoint.every_steps steps and at the end\n"
-               "  --resume CKPT   continue from a checkpoint written on any mesh\n"
-               "  --epochs N      override the spec's epochs\n"
-               "  --steps N       stop after N steps in total\n"
-               "  --json          one JSON object per epoch, then a final one\n"
-               "  --log-every S   stdout not a terminal: a line per epoch and at most one\n"
-               "                  progress line every S seconds (default 30; 0: every update)\n"
-               "  --data-root DIR the spec's data files must lie under DIR (repeatable;\n"
-               "                  default: the current directory and " MT_PATHSAFE_DEFAULT_DATASETS
-               ")\n"
-               "  -h, --help      this help\n"
-               "The job spec format is described in docs/job-spec.md.\n");
+    fprintf(f,
+            "usage: meshtrain train --local JOB.json [--mesh M] [--save DIR] [--resume CKPT]\n"
+            "                       [--epochs N] [--steps N] [--json] [--log-every S]\n"
+            "                       [--data-root DIR]...\n\n"
+            "Train the job spec JOB.json in this process; mesh devices run as threads.\n\n"
+            "  --local         run here (required in this build)\n"
+            "  --mesh M        override the spec's mesh, e.g. \"batch=4,model=2\"\n"
+            "  --save DIR      write checkpoints (ckpt-<step>.mtc) to DIR: every\n"
+            "                  checkpoint.every_steps steps and at the end\n"
+            "  --resume CKPT   continue from a checkpoint written on any mesh\n"
+            "  --epochs N      override the spec's epochs\n"
+            "  --steps N       stop after N steps in total\n"
+            "  --json          one JSON object per epoch, then a final one (each with the\n"
+            "                  state \"digest\"), and {\"step\":N,\"digest\":\"...\"} lines for\n"
+            "                  the spec's digest_every and checkpoints within an epoch\n"
+            "  --log-every S   stdout not a terminal: a line per epoch and at most one\n"
+            "                  progress line every S seconds (default 30; 0: every update)\n"
+            "  --data-root DIR the spec's data files must lie under DIR (repeatable;\n"
+            "                  default: the current directory and " MT_PATHSAFE_DEFAULT_DATASETS
+            ")\n"
+            "  -h, --help      this help\n"
+            "The job spec format is described in docs/job-spec.md.\n");
 }
 
 /* The Progbar line, fitted to the terminal (client/progress.h); off a terminal, a line per epoch
@@ -83,11 +90,19 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
     train_out *o = ctx;
 
     if (o->json) {
+        bool mine = o->digest_step == p->step; /* the digest of this step is pending */
+        if (p->event == MT_TRAIN_STEP && mine && p->epoch_step < p->epoch_steps) {
+            printf("{\"step\":%lld,\"digest\":\"%s\"}\n", (long long)p->step, o->digest);
+            o->digest_step = -1; /* not an epoch end: a line of its own */
+            fflush(stdout);
+        }
         if (p->event == MT_TRAIN_EPOCH_END) {
             printf("{\"epoch\":%lld,\"step\":%lld,\"loss\":%.6g,\"accuracy\":%.6g,"
-                   "\"test_loss\":%.6g,\"test_accuracy\":%.6g,\"examples_per_sec\":%.1f}\n",
+                   "\"test_loss\":%.6g,\"test_accuracy\":%.6g,\"examples_per_sec\":%.1f%s%s%s}\n",
                    (long long)p->epoch, (long long)p->step, p->loss, p->accuracy, p->test_loss,
-                   p->test_accuracy, p->examples_per_sec);
+                   p->test_accuracy, p->examples_per_sec, mine ? ",\"digest\":\"" : "",
+                   mine ? o->digest : "", mine ? "\"" : "");
+            o->digest_step = -1;
             fflush(stdout);
         }
         return MT_OK;
@@ -99,6 +114,18 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
         progbar(o, p, false);
         o->last_draw = p->epoch_seconds;
     }
+    return MT_OK;
+}
+
+/* --json: the state digest of a step (docs/reproducibility.md), held until that step's progress
+ * event says whether it ends an epoch (then it goes into the epoch line). */
+static mt_code on_digest(void *ctx, int64_t step, const mt_digest *root, mt_err *err)
+{
+    train_out *o = ctx;
+    (void)err;
+    o->digest_step = step;
+    o->has_digest = true;
+    mt_digest_hex(root, o->digest);
     return MT_OK;
 }
 
@@ -155,6 +182,8 @@ static mt_code run(const mt_jobspec *js, const char *base, const train_args *a,
     ro.ckpt_keep = js->cfg.ckpt_keep;
     ro.resume = a->resume;
     ro.spec_json = js->json;
+    if (out->json)
+        ro.on_digest = on_digest;
     rc = mt_spmd_train(&job, &ro, on_progress, out, res, err);
     mt_mesh_free(override);
     return rc;
@@ -256,6 +285,7 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
     if (!local)
         return mt_cli_usage_error("train", "only --local training is available in this build");
     out.tty = isatty(STDOUT_FILENO) != 0;
+    out.digest_step = -1;
     mt_cli_progress_init(&out.prog, stdout, log_every_ms, mt_clock_mono_ms());
     rc = mt_jobspec_load(argv[optind], &js, &err); /* the one parse of the spec */
     mt_cli_spec_dir(argv[optind], base, sizeof(base));
@@ -270,8 +300,10 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
         return mt_cli_fail(&err);
     if (out.json)
         printf("{\"final\":true,\"steps\":%lld,\"test_loss\":%.6g,\"test_accuracy\":%.6g,"
-               "\"examples_per_sec\":%.1f}\n",
-               (long long)res.steps, res.test_loss, res.test_accuracy, res.examples_per_sec);
+               "\"examples_per_sec\":%.1f%s%s%s}\n",
+               (long long)res.steps, res.test_loss, res.test_accuracy, res.examples_per_sec,
+               out.has_digest ? ",\"digest\":\"" : "", out.has_digest ? out.digest : "",
+               out.has_digest ? "\"" : "");
     else
         printf("Test loss: %.4f - test accuracy: %.4f - %.0f examples/s\n", res.test_loss,
                res.test_accuracy, res.examples_per_sec);

@@ -38,7 +38,7 @@
 
 #define PREAMBLE_LEN 24
 #define HEADER_MAX   (1u << 30)
-#define VERSION      1u
+#define VERSION      2u /* 2: a Merkle digest per tensor entry; 1 is still read */
 #define COPY_CHUNK   (1u << 20)
 #define MAX_ELEMS    ((uint64_t)1 << 60)
 #define SPAN_MAX     ((uint64_t)64 << 20) /* largest span read at once by read_slice */
@@ -53,6 +53,8 @@ typedef struct ck_tensor {
     uint64_t offset; /* from the start of the data region, multiple of MT_CKPT_ALIGN */
     uint64_t nbytes;
     uint32_t crc;
+    int has_digest;   /* version 2 files */
+    mt_digest digest; /* core/digest tensor digest of the data */
 } ck_tensor;
 
 size_t mt_ckpt_dtype_size(mt_ckpt_dtype dtype)
@@ -548,6 +550,23 @@ static mt_code declare(mt_ckpt_writer *w, const char *name, mt_ckpt_dtype dtype,
     return MT_OK;
 }
 
+/* The digest description of t (borrowing its name and shape). */
+static void ck_desc(const ck_tensor *t, mt_digest_tensor_desc *d)
+{
+    d->name = t->name;
+    d->dtype = mt_ckpt_dtype_name(t->dtype);
+    d->elem_size = mt_ckpt_dtype_size(t->dtype);
+    d->rank = t->rank;
+    d->shape = t->shape;
+}
+
+static mt_code ck_digest_whole(const ck_tensor *t, const void *data, mt_digest *out, mt_err *err)
+{
+    mt_digest_tensor_desc d;
+    ck_desc(t, &d);
+    return mt_digest_tensor_whole(&d, data, out, err);
+}
+
 /* Appends data for declared tensor t (takes t->name) to the data file. */
 static mt_code append(mt_ckpt_writer *w, ck_tensor *t, const void *data, mt_err *err)
 {
@@ -560,6 +579,12 @@ static mt_code append(mt_ckpt_writer *w, ck_tensor *t, const void *data, mt_err 
         goto io;
     t->offset = off;
     t->crc = crc_update((uint32_t)crc32(0L, Z_NULL, 0), data, t->nbytes);
+    if (ck_digest_whole(t, data, &t->digest, err) != MT_OK) {
+        mt_free(t->name);
+        t->name = NULL;
+        return MT_RESOURCE_EXHAUSTED;
+    }
+    t->has_digest = 1;
     w->data_len = off + t->nbytes;
     w->t[w->n++] = *t;
     return MT_OK;
@@ -668,7 +693,8 @@ static size_t header_size(const mt_ckpt_writer *w)
     size_t n = 4 * 8 + 4 + 4 + (w->spec != NULL ? strlen(w->spec) : 0);
 
     for (int i = 0; i < w->n; i++)
-        n += 2 + strlen(w->t[i].name) + 1 + 1 + 8 * (size_t)w->t[i].rank + 8 + 8 + 4;
+        n += 2 + strlen(w->t[i].name) + 1 + 1 + 8 * (size_t)w->t[i].rank + 8 + 8 + 4 +
+             MT_DIGEST_SIZE;
     return n;
 }
 
@@ -701,7 +727,8 @@ static void header_fill(const mt_ckpt_writer *w, uint8_t *buf, size_t hlen)
         put_u64(p, t->offset);
         put_u64(p + 8, t->nbytes);
         put_u32(p + 16, t->crc);
-        p += 20;
+        memcpy(p + 20, t->digest.b, MT_DIGEST_SIZE);
+        p += 20 + MT_DIGEST_SIZE;
     }
     memcpy(buf, magic, 8);
     put_u32(buf + 8, VERSION);
@@ -773,6 +800,7 @@ struct mt_ckpt {
     char *spec;
     ck_tensor *t;
     int n;
+    unsigned version; /* 1 or 2 */
 };
 
 /* Read n bytes at absolute offset; `what` names the object for messages. */
@@ -898,6 +926,15 @@ static mt_code parse_header(mt_ckpt *ck, const uint8_t *h, size_t hlen, mt_err *
             return mt_err_set(err, MT_DATA_LOSS, "%s: header: tensor '%s': entry cut short",
                               ck->label, t->name);
         t->crc = (uint32_t)v;
+        if (ck->version >= 2) {
+            if (c.left < MT_DIGEST_SIZE)
+                return mt_err_set(err, MT_DATA_LOSS, "%s: header: tensor '%s': entry cut short",
+                                  ck->label, t->name);
+            memcpy(t->digest.b, c.p, MT_DIGEST_SIZE);
+            c.p += MT_DIGEST_SIZE;
+            c.left -= MT_DIGEST_SIZE;
+            t->has_digest = 1;
+        }
         if (mt_ckpt_dtype_size(t->dtype) == 0)
             return mt_err_set(err, MT_DATA_LOSS, "%s: header: tensor '%s': unknown dtype %u",
                               ck->label, t->name, (unsigned)dt);
@@ -1041,10 +1078,11 @@ static mt_code ck_load(mt_ckpt *ck, mt_err *err)
                           ck->label);
     if ((uint32_t)get_le(pre + 20, 4) != crc_update((uint32_t)crc32(0L, Z_NULL, 0), pre, 20))
         return mt_err_set(err, MT_DATA_LOSS, "%s: header: preamble checksum mismatch", ck->label);
-    if (get_le(pre + 8, 4) != VERSION)
+    if (get_le(pre + 8, 4) != VERSION && get_le(pre + 8, 4) != 1)
         return mt_err_set(err, MT_FAILED_PRECONDITION,
-                          "%s: format version %llu is not supported (this build reads %u)",
+                          "%s: format version %llu is not supported (this build reads 1..%u)",
                           ck->label, (unsigned long long)get_le(pre + 8, 4), VERSION);
+    ck->version = (unsigned)get_le(pre + 8, 4);
     hlen = (uint32_t)get_le(pre + 12, 4);
     if (hlen > HEADER_MAX)
         return mt_err_set(err, MT_DATA_LOSS, "%s: header: length %u is too large", ck->label, hlen);
@@ -1182,6 +1220,9 @@ static void fill_info(const ck_tensor *t, mt_ckpt_tensor_info *out)
     for (int i = 0; i < t->rank; i++)
         out->shape[i] = t->shape[i];
     out->nbytes = t->nbytes;
+    out->has_digest = t->has_digest != 0;
+    if (t->has_digest)
+        out->digest = t->digest;
 }
 
 mt_code mt_ckpt_tensor_at(const mt_ckpt *ck, int i, mt_ckpt_tensor_info *out, mt_err *err)
@@ -1300,7 +1341,110 @@ mt_code mt_ckpt_read_slice(const mt_ckpt *ck, const char *name, const int64_t *o
     return r.rc;
 }
 
+/* ------------------------------------------------------------------ digests */
+
+mt_code mt_ckpt_read_elems(const mt_ckpt *ck, const char *name, uint64_t first, uint64_t count,
+                           void *out, mt_err *err)
+{
+    const ck_tensor *t = lookup(ck, name);
+    uint64_t es;
+
+    if (t == NULL)
+        return mt_err_set(err, MT_NOT_FOUND, "%s: no tensor '%s'", ck->label, name);
+    es = mt_ckpt_dtype_size(t->dtype);
+    if (first > t->nbytes / es || count > t->nbytes / es - first)
+        return mt_err_set(err, MT_OUT_OF_RANGE,
+                          "%s: tensor '%s': elements [%llu, +%llu) outside its %llu", ck->label,
+                          name, (unsigned long long)first, (unsigned long long)count,
+                          (unsigned long long)(t->nbytes / es));
+    return ck_read_at(ck, ck->data_start + t->offset + first * es, out, (size_t)(count * es), name,
+                      err);
+}
+
+mt_code mt_ckpt_digest_fill(void *ctx, uint64_t first, uint64_t count, void *out, mt_err *err)
+{
+    const mt_ckpt_fill_ctx *f = ctx;
+    return mt_ckpt_read_elems(f->ck, f->name, first, count, out, err);
+}
+
+mt_code mt_ckpt_compute_digest(const mt_ckpt *ck, const char *name, mt_digest *out, mt_err *err)
+{
+    const ck_tensor *t = lookup(ck, name);
+    mt_digest_tensor_desc d;
+    mt_ckpt_fill_ctx f = {ck, name};
+
+    if (t == NULL)
+        return mt_err_set(err, MT_NOT_FOUND, "%s: no tensor '%s'", ck->label, name);
+    ck_desc(t, &d);
+    return mt_digest_tensor(&d, NULL, 0, mt_ckpt_digest_fill, &f, out, err);
+}
+
+mt_code mt_ckpt_root(const mt_ckpt *ck, bool weights_only, bool recompute, mt_digest *out,
+                     int *count, mt_err *err)
+{
+    const char **names = mt_calloc(ck->n ? (size_t)ck->n : 1, sizeof(*names));
+    mt_digest *d = mt_calloc(ck->n ? (size_t)ck->n : 1, sizeof(*d));
+    mt_code rc = MT_OK;
+    int n = 0;
+
+    if (names == NULL || d == NULL)
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", ck->label);
+    for (int i = 0; rc == MT_OK && i < ck->n; i++) {
+        const ck_tensor *t = &ck->t[i];
+        char a[MT_DIGEST_HEX], b[MT_DIGEST_HEX];
+        if (weights_only && strchr(t->name, '/') != NULL)
+            continue;
+        if (!recompute && !t->has_digest) {
+            rc = mt_err_set(err, MT_FAILED_PRECONDITION,
+                            "%s: format version %u records no digests (recompute them)", ck->label,
+                            ck->version);
+            break;
+        }
+        names[n] = t->name;
+        if (!recompute) {
+            d[n++] = t->digest;
+            continue;
+        }
+        rc = mt_ckpt_compute_digest(ck, t->name, &d[n], err);
+        if (rc == MT_OK && t->has_digest && !mt_digest_equal(&d[n], &t->digest))
+            rc = mt_err_set(err, MT_DATA_LOSS,
+                            "%s: tensor '%s': Merkle digest of the data %.16s... differs from the "
+                            "recorded %.16s...",
+                            ck->label, t->name, mt_digest_hex(&d[n], a),
+                            mt_digest_hex(&t->digest, b));
+        n++;
+    }
+    if (rc == MT_OK)
+        rc = mt_digest_root(names, d, n, out, err);
+    if (rc == MT_OK && count != NULL)
+        *count = n;
+    mt_free(names);
+    mt_free(d);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ safetensors */
+
+/* The digest placeholder of a header: overwritten in the file once every tensor is written. */
+#define ST_DIGEST_KEY "mt_digest"
+static const char st_placeholder[] =
+    "0000000000000000000000000000000000000000000000000000000000000000";
+
+/* Overwrite the placeholder of the header json (written at file offset 8) with root's hex. */
+static mt_code st_patch_digest(atomic_file *af, const char *json, const mt_digest *root,
+                               mt_err *err)
+{
+    const char *key = strstr(json, "\"" ST_DIGEST_KEY "\":\"");
+    char hex[MT_DIGEST_HEX];
+
+    if (key == NULL)
+        return mt_err_set(err, MT_INTERNAL, "export %s: no digest placeholder", af->path);
+    key += strlen("\"" ST_DIGEST_KEY "\":\"");
+    mt_digest_hex(root, hex);
+    if (pwrite_all(af->fd, hex, 2 * MT_DIGEST_SIZE, 8 + (uint64_t)(key - json)) != 0)
+        return io_err(err, errno, "write", af->tmp);
+    return MT_OK;
+}
 
 /* A new safetensors header object with "__metadata__" {producer, step, epoch, meta pairs...}. */
 static cJSON *st_header_new(const mt_ckpt *ck, const char *const *meta)
@@ -1315,6 +1459,8 @@ static cJSON *st_header_new(const mt_ckpt *ck, const char *const *meta)
     ok = ok && cJSON_AddStringToObject(m, "step", num) != NULL;
     snprintf(num, sizeof(num), "%llu", (unsigned long long)ck->epoch);
     ok = ok && cJSON_AddStringToObject(m, "epoch", num) != NULL;
+    ok = ok && cJSON_AddStringToObject(m, ST_DIGEST_KEY, st_placeholder) != NULL;
+    ok = ok && cJSON_AddStringToObject(m, "mt_digest_format", MT_DIGEST_FORMAT) != NULL;
     for (int i = 0; ok && meta != NULL && meta[i] != NULL; i += 2)
         ok = cJSON_AddStringToObject(m, meta[i], meta[i + 1]) != NULL;
     if (!ok) {
@@ -1388,6 +1534,7 @@ static mt_code st_write_header(atomic_file *af, const char *json, mt_err *err)
 mt_code mt_ckpt_export_safetensors(const mt_ckpt *ck, const char *path, mt_err *err)
 {
     atomic_file af = {-1, 0, NULL, NULL};
+    mt_digest root;
     uint8_t *chunk = NULL;
     char *json;
     int count;
@@ -1406,9 +1553,13 @@ mt_code mt_ckpt_export_safetensors(const mt_ckpt *ck, const char *path, mt_err *
         cJSON_free(json);
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
     }
-    rc = af_open(&af, path, err);
+    rc = mt_ckpt_root(ck, true, ck->version < 2, &root, NULL, err);
+    if (rc == MT_OK)
+        rc = af_open(&af, path, err);
     if (rc == MT_OK)
         rc = st_write_header(&af, json, err);
+    if (rc == MT_OK)
+        rc = st_patch_digest(&af, json, &root, err);
     for (int i = 0; rc == MT_OK && i < ck->n; i++) {
         const ck_tensor *t = &ck->t[i];
         if (strchr(t->name, '/') != NULL)
@@ -1513,15 +1664,19 @@ mt_code mt_ckpt_export_safetensors_map(const mt_ckpt *ck, const mt_ckpt_export_t
     atomic_file af = {-1, 0, NULL, NULL};
     uint64_t off = 0, *counts = NULL;
     uint32_t *src = NULL, *dst = NULL;
-    cJSON *root = NULL;
+    const char **names = NULL;
+    mt_digest *digests = NULL, root;
+    cJSON *hdr = NULL;
     char *json = NULL;
     mt_code rc = MT_OK;
 
     if (n <= 0)
         return mt_err_set(err, MT_FAILED_PRECONDITION, "export %s: no tensor to write", path);
     counts = mt_calloc((size_t)n, sizeof(*counts));
-    root = st_header_new(ck, meta);
-    if (counts == NULL || root == NULL) {
+    names = mt_calloc((size_t)n, sizeof(*names));
+    digests = mt_calloc((size_t)n, sizeof(*digests));
+    hdr = st_header_new(ck, meta);
+    if (counts == NULL || names == NULL || digests == NULL || hdr == NULL) {
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
         goto out;
     }
@@ -1531,12 +1686,12 @@ mt_code mt_ckpt_export_safetensors_map(const mt_ckpt *ck, const mt_ckpt_export_t
             if (strcmp(plan[i].name, plan[j].name) == 0)
                 rc = mt_err_set(err, MT_INVALID_ARGUMENT, "export %s: %s: duplicate name", path,
                                 plan[i].name);
-        if (rc == MT_OK && !st_header_add(root, plan[i].name, MT_CKPT_F32, plan[i].rank,
+        if (rc == MT_OK && !st_header_add(hdr, plan[i].name, MT_CKPT_F32, plan[i].rank,
                                           plan[i].shape, off, 4 * counts[i]))
             rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
         off += 4 * counts[i];
     }
-    if (rc == MT_OK && (json = cJSON_PrintUnformatted(root)) == NULL)
+    if (rc == MT_OK && (json = cJSON_PrintUnformatted(hdr)) == NULL)
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
     if (rc == MT_OK)
         rc = af_open(&af, path, err);
@@ -1560,6 +1715,14 @@ mt_code mt_ckpt_export_safetensors_map(const mt_ckpt *ck, const mt_ckpt_export_t
             if (rc == MT_OK && e->view_rank > 0)
                 map_permute(e, src, dst, counts[i]);
         }
+        if (rc == MT_OK) {
+            int64_t shape[MT_CKPT_MAX_RANK];
+            mt_digest_tensor_desc d = {e->name, "F32", 4, e->rank, shape};
+            for (int a = 0; a < e->rank; a++)
+                shape[a] = e->shape[a];
+            names[i] = e->name;
+            rc = mt_digest_tensor_whole(&d, dst, &digests[i], err);
+        }
         if (rc == MT_OK)
             rc = af_write(&af, dst, bytes, err);
         if (dst != src)
@@ -1568,13 +1731,174 @@ mt_code mt_ckpt_export_safetensors_map(const mt_ckpt *ck, const mt_ckpt_export_t
         src = dst = NULL;
     }
     if (rc == MT_OK)
+        rc = mt_digest_root(names, digests, n, &root, err);
+    if (rc == MT_OK)
+        rc = st_patch_digest(&af, json, &root, err);
+    if (rc == MT_OK)
         rc = af_commit(&af, err);
     else if (af.tmp != NULL)
         af_abort(&af);
 out:
     cJSON_free(json);
-    cJSON_Delete(root);
+    cJSON_Delete(hdr);
     mt_free(counts);
+    mt_free(names);
+    mt_free(digests);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ safetensors digest */
+
+typedef struct st_file {
+    int fd;
+    uint64_t data_start; /* 8 + header length */
+    uint64_t begin;      /* this tensor's first byte in the data region */
+    size_t es;
+    const char *path;
+} st_file;
+
+static mt_code st_fill(void *ctx, uint64_t first, uint64_t count, void *out, mt_err *err)
+{
+    const st_file *f = ctx;
+    size_t n = (size_t)(count * f->es);
+    ssize_t r = pread_all(f->fd, out, n, f->data_start + f->begin + first * f->es);
+    if (r != (ssize_t)n)
+        return io_err(err, r < 0 ? errno : EIO, "read", f->path);
+    return MT_OK;
+}
+
+/* Bytes per element of a safetensors dtype name; 0 when unknown. */
+static size_t st_dtype_size(const char *dt)
+{
+    static const char *const sizes[][2] = {
+        {"F64", "8"}, {"I64", "8"}, {"U64", "8"},  {"F32", "4"},     {"I32", "4"},
+        {"U32", "4"}, {"F16", "2"}, {"BF16", "2"}, {"I16", "2"},     {"U16", "2"},
+        {"I8", "1"},  {"U8", "1"},  {"BOOL", "1"}, {"F8_E4M3", "1"}, {"F8_E5M2", "1"}};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        if (strcmp(dt, sizes[i][0]) == 0)
+            return (size_t)(sizes[i][1][0] - '0');
+    return 0;
+}
+
+/* The digest of one header entry (name: item->string) of the file f. */
+static mt_code st_entry_digest(st_file *f, uint64_t data_len, const cJSON *item, mt_digest *out,
+                               mt_err *err)
+{
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(item, "shape");
+    const cJSON *of = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
+    int64_t shape[MT_DIGEST_MAX_RANK];
+    mt_digest_tensor_desc d = {item->string, NULL, 0, 0, shape};
+    uint64_t count = 1, b, e;
+
+    if (!cJSON_IsString(dt) || (d.elem_size = st_dtype_size(dt->valuestring)) == 0 ||
+        !cJSON_IsArray(sh) || cJSON_GetArraySize(sh) > MT_DIGEST_MAX_RANK || !cJSON_IsArray(of) ||
+        cJSON_GetArraySize(of) != 2)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "%s: tensor '%s': dtype, shape or data_offsets missing or unsupported",
+                          f->path, item->string);
+    d.dtype = dt->valuestring;
+    d.rank = cJSON_GetArraySize(sh);
+    for (int a = 0; a < d.rank; a++) {
+        double v = cJSON_GetArrayItem(sh, a)->valuedouble;
+        if (!cJSON_IsNumber(cJSON_GetArrayItem(sh, a)) || v < 0 || v > 1e15 ||
+            v != (double)(int64_t)v)
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: tensor '%s': bad shape", f->path,
+                              item->string);
+        shape[a] = (int64_t)v;
+        count *= (uint64_t)shape[a];
+    }
+    b = (uint64_t)cJSON_GetArrayItem(of, 0)->valuedouble;
+    e = (uint64_t)cJSON_GetArrayItem(of, 1)->valuedouble;
+    if (b > e || e > data_len || e - b != count * d.elem_size)
+        return mt_err_set(err, MT_DATA_LOSS,
+                          "%s: tensor '%s': data_offsets [%llu, %llu) do not fit its shape or the "
+                          "file",
+                          f->path, item->string, (unsigned long long)b, (unsigned long long)e);
+    f->begin = b;
+    f->es = d.elem_size;
+    return mt_digest_tensor(&d, NULL, 0, st_fill, f, out, err);
+}
+
+mt_code mt_ckpt_safetensors_digest(const char *path, mt_digest *root, int *count,
+                                   bool *has_recorded, mt_err *err)
+{
+    st_file f = {-1, 0, 0, 0, path};
+    uint8_t lenbuf[8];
+    char *json = NULL;
+    cJSON *hdr = NULL, *item;
+    const char **names = NULL;
+    mt_digest *d = NULL, rec;
+    struct stat st;
+    uint64_t hlen;
+    int n = 0, cap;
+    mt_code rc = MT_OK;
+
+    *has_recorded = false;
+    f.fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f.fd < 0)
+        return io_err(err, errno, "open", path);
+    if (fstat(f.fd, &st) != 0 || pread_all(f.fd, lenbuf, 8, 0) != 8) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s: not a safetensors file (too short)", path);
+        goto out;
+    }
+    hlen = get_le(lenbuf, 8);
+    if (hlen < 2 || hlen > HEADER_MAX || hlen > (uint64_t)st.st_size - 8) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s: not a safetensors file (header length)",
+                        path);
+        goto out;
+    }
+    json = mt_malloc((size_t)hlen + 1);
+    if (json == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", path);
+        goto out;
+    }
+    if (pread_all(f.fd, json, (size_t)hlen, 8) != (ssize_t)hlen) {
+        rc = io_err(err, errno ? errno : EIO, "read", path);
+        goto out;
+    }
+    json[hlen] = '\0';
+    hdr = cJSON_Parse(json);
+    if (!cJSON_IsObject(hdr)) {
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s: not a safetensors file (header JSON)", path);
+        goto out;
+    }
+    f.data_start = 8 + hlen;
+    cap = cJSON_GetArraySize(hdr);
+    names = mt_calloc((size_t)cap + 1, sizeof(*names));
+    d = mt_calloc((size_t)cap + 1, sizeof(*d));
+    if (names == NULL || d == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", path);
+        goto out;
+    }
+    cJSON_ArrayForEach(item, hdr)
+    {
+        if (strcmp(item->string, "__metadata__") == 0) {
+            const cJSON *m = cJSON_GetObjectItemCaseSensitive(item, ST_DIGEST_KEY);
+            if (cJSON_IsString(m) && mt_digest_parse_hex(m->valuestring, &rec, NULL) == MT_OK)
+                *has_recorded = true;
+            continue;
+        }
+        rc = st_entry_digest(&f, (uint64_t)st.st_size - f.data_start, item, &d[n], err);
+        if (rc != MT_OK)
+            goto out;
+        names[n++] = item->string;
+    }
+    rc = mt_digest_root(names, d, n, root, err);
+    if (rc == MT_OK && *has_recorded && !mt_digest_equal(root, &rec)) {
+        char a[MT_DIGEST_HEX], b[MT_DIGEST_HEX];
+        rc = mt_err_set(err, MT_DATA_LOSS,
+                        "%s: the data's Merkle root %s differs from the recorded %s", path,
+                        mt_digest_hex(root, a), mt_digest_hex(&rec, b));
+    }
+    if (count != NULL)
+        *count = n;
+out:
+    mt_free(names);
+    mt_free(d);
+    cJSON_Delete(hdr);
+    mt_free(json);
+    close(f.fd);
     return rc;
 }
 

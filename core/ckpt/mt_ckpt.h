@@ -11,11 +11,12 @@
  * converted by a plan: mt_ckpt_export_safetensors_map).
  *
  * Format (byte by byte in docs/checkpoints.md): a 24-byte preamble (magic
- * "MTCKPT1\n", version, header length, header crc32, preamble crc32), a header
+ * "MTCKPT1\n", version 2, header length, header crc32, preamble crc32), a header
  * (step, epoch, input position, data length, job spec, and per tensor: name,
- * dtype, shape, offset, byte length, crc32), zero padding to 64 bytes, then the
- * raw little-endian tensor data, each tensor 64-byte aligned, in header order.
- * Every integer is little-endian. Checksums are zlib's crc32.
+ * dtype, shape, offset, byte length, crc32, and the tensor's 32-byte Merkle digest
+ * of core/digest — absent in version 1 files, which are still read), zero padding to 64 bytes, then
+ * the raw little-endian tensor data, each tensor 64-byte aligned, in header order. Every integer is
+ * little-endian. Checksums are zlib's crc32.
  *
  * Naming: optimizer state is stored as "<param>/<slot>" (e.g.
  * "dense_1.kernel/adam_m"); a name without '/' is a weight. The safetensors
@@ -43,6 +44,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdbool.h>
+
+#include "digest/mt_digest.h"
 #include "status/mt_status.h"
 
 #define MT_CKPT_MAX_RANK 8
@@ -137,6 +141,8 @@ typedef struct mt_ckpt_tensor_info {
     int rank;
     int64_t shape[MT_CKPT_MAX_RANK];
     uint64_t nbytes;
+    bool has_digest;  /* format version 2: the writer recorded the tensor's digest */
+    mt_digest digest; /* core/digest tensor digest of the data, as recorded */
 } mt_ckpt_tensor_info;
 
 /*
@@ -194,12 +200,57 @@ mt_code mt_ckpt_read_slice(const mt_ckpt *ck, const char *name, const int64_t *o
                            const int64_t *local_shape, void *out, mt_err *err);
 
 /*
+ * Read elements [first, first + count) of tensor name's global row-major order into out
+ * (count × element size bytes, caller memory): the file part of a digest check.
+ * Codes: MT_NOT_FOUND, MT_OUT_OF_RANGE (the range leaves the tensor), MT_DATA_LOSS / MT_INTERNAL.
+ */
+mt_code mt_ckpt_read_elems(const mt_ckpt *ck, const char *name, uint64_t first, uint64_t count,
+                           void *out, mt_err *err);
+
+/* The mt_digest_fill_fn of a checkpoint tensor: ctx is an mt_ckpt_fill_ctx (borrowed); reads
+ * with mt_ckpt_read_elems. Lets a digest take what no local shard holds from the file. */
+typedef struct mt_ckpt_fill_ctx {
+    const mt_ckpt *ck;
+    const char *name;
+} mt_ckpt_fill_ctx;
+mt_code mt_ckpt_digest_fill(void *ctx, uint64_t first, uint64_t count, void *out, mt_err *err);
+
+/* Recompute the core/digest tensor digest of tensor name from its data in the file (reads it). */
+mt_code mt_ckpt_compute_digest(const mt_ckpt *ck, const char *name, mt_digest *out, mt_err *err);
+
+/*
+ * The Merkle root (mt_digest_root) of the weights (weights_only: names without '/', what a
+ * safetensors export holds) or of every tensor (the state: weights, optimizer slots, iterations),
+ * from the recorded tensor digests, or recomputed from the data (recompute; each one also checked
+ * against the recorded digest when there is one). *count (may be NULL) = tensors in it.
+ * Codes: MT_FAILED_PRECONDITION (a version 1 file without recompute: no digests recorded),
+ * MT_DATA_LOSS ("checkpoint F: tensor 'x': Merkle digest of the data ... differs from the
+ * recorded ..."), read codes, MT_RESOURCE_EXHAUSTED.
+ */
+mt_code mt_ckpt_root(const mt_ckpt *ck, bool weights_only, bool recompute, mt_digest *out,
+                     int *count, mt_err *err);
+
+/*
+ * The Merkle root of the tensors of the safetensors file at path (borrowed; any file, not only
+ * ours: dtypes F64/F32/F16/BF16/I64/I32/I16/I8/U64/U32/U16/U8/BOOL/F8_*), recomputed from its
+ * data; *count (may be NULL) = tensors; *has_recorded = the file's "__metadata__" has an
+ * "mt_digest" (a meshtrain export), which must then equal the root. Reads the file once.
+ * Codes: MT_NOT_FOUND / MT_PERMISSION_DENIED (open), MT_INVALID_ARGUMENT (not safetensors, an
+ * unsupported entry), MT_DATA_LOSS (data_offsets outside the file; "F: the data's Merkle root ...
+ * differs from the recorded ..."; *root is then the recomputed one), MT_RESOURCE_EXHAUSTED.
+ */
+mt_code mt_ckpt_safetensors_digest(const char *path, mt_digest *root, int *count,
+                                   bool *has_recorded, mt_err *err);
+
+/*
  * Write the weights (tensors whose name has no '/') to `path` (borrowed) in the
  * safetensors format: u64 little-endian header length N, N bytes of JSON
  * {"__metadata__": {...}, "name": {"dtype": "F32", "shape": [...],
  * "data_offsets": [b, e]}, ...} padded with spaces to a multiple of 8, then the
  * raw little-endian data, tensors back to back in checkpoint order. Written to a
- * temporary name, fsynced and renamed. Metadata: producer, step, epoch.
+ * temporary name, fsynced and renamed. Metadata: producer, step, epoch, "mt_digest" (the hex
+ * Merkle root of the tensors in the file, core/digest; equal to mt_ckpt_root(weights_only) of the
+ * checkpoint) and "mt_digest_format" (MT_DIGEST_FORMAT).
  * Codes: MT_FAILED_PRECONDITION (no weight to export), I/O codes as commit,
  * MT_RESOURCE_EXHAUSTED.
  */

@@ -142,6 +142,8 @@ typedef struct mt_job_spec {
     int n_layers;
     mt_layer_spec *layers; /* owned array of n_layers */
     mt_dataset_spec dataset;
+    int64_t digest_every; /* "digest_every": a state digest every N steps (besides every epoch
+                             end and checkpoint); 0 = not set (docs/reproducibility.md) */
     bool fsdp_reshard_after_forward; /* "fsdp.reshard_after_forward" (default true): weights
                                         sharded over the batch dim are gathered per layer and
                                         freed after use; false keeps the gathered copies */

@@ -711,10 +711,11 @@ static mt_code parse_fsdp(const cJSON *root, mt_job_spec *s, mt_err *err)
 
 static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
 {
-    static const char *const keys[] = {
-        "name",    "seed",    "batch_size", "epochs", "steps",   "optimizer",    "learning_rate",
-        "loss",    "dataset", "model",      "mesh",   "layouts", "input_layout", "checkpoint",
-        "restart", "elastic", "init_from",  "fsdp",   NULL};
+    static const char *const keys[] = {"name",         "seed",       "batch_size",    "epochs",
+                                       "steps",        "optimizer",  "learning_rate", "loss",
+                                       "dataset",      "model",      "mesh",          "layouts",
+                                       "input_layout", "checkpoint", "restart",       "elastic",
+                                       "init_from",    "fsdp",       "digest_every",  NULL};
     const cJSON *n;
     const char *str;
     int64_t v;
@@ -750,6 +751,10 @@ static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
         return rc;
     if (s->epochs == 0 && s->steps == 0)
         s->epochs = 1;
+    rc = mt_model_field_pos_int(root, "digest_every", "digest_every", (int64_t)1 << 40, 0,
+                                &s->digest_every, err);
+    if (rc != MT_OK)
+        return rc;
     rc = parse_optimizer(root, &s->optimizer, err);
     if (rc != MT_OK)
         return rc;

@@ -51,6 +51,7 @@
 
 #include "coll/mt_coll.h"
 #include "data/mt_idx.h"
+#include "digest/mt_digest.h"
 #include "layout/mt_layout.h"
 #include "mesh/mt_mesh.h"
 #include "model/mt_model.h"
@@ -268,6 +269,18 @@ mt_code mt_spmd_flag_any(mt_spmd *s, bool mine, bool *any, mt_err *err);
  */
 mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_err *err);
 
+/*
+ * The Merkle root (core/digest, docs/reproducibility.md) of the logical training state: every
+ * tensor mt_spmd_save writes (weights, optimizer slots, "optimizer/iterations"), hashed from the
+ * shards of this process's devices in fixed blocks of the global order, so the root does not
+ * depend on the mesh or the layouts and equals the state root of a checkpoint saved at this
+ * point (`meshtrain digest`). Call between steps (reads the shards). The shards of this process
+ * must cover every tensor (one process, or a full replica per process); otherwise
+ * FAILED_PRECONDITION ("tensor 'x': no shard holds element N"). Blocks while hashing; the
+ * calling thread only. Codes: FAILED_PRECONDITION, RESOURCE_EXHAUSTED.
+ */
+mt_code mt_spmd_digest(const mt_spmd *s, mt_digest *out, mt_err *err);
+
 /* Bytes of parameter i held by device position p (value + gradient + optimizer slots). */
 size_t mt_spmd_param_bytes(const mt_spmd *s, int p, size_t i);
 
@@ -322,11 +335,15 @@ typedef struct mt_spmd_run_opts {
     mt_code (*on_saved)(void *ctx, const char *path, uint64_t step, mt_err *err);
     /* called when progress stopped the run: true = checkpoint the last step before returning */
     bool (*save_on_stop)(void *ctx);
+    /* called with the state digest (mt_spmd_digest) after step `step` at the steps the spec's
+       "digest_every" asks for, every epoch end and every checkpoint (ctx = the progress ctx);
+       may be NULL (no digest is computed); a non-OK return stops the run */
+    mt_code (*on_digest)(void *ctx, int64_t step, const mt_digest *root, mt_err *err);
 } mt_spmd_run_opts;
 
 #define MT_SPMD_RUN_OPTS_DEFAULTS                                                                  \
     {                                                                                              \
-        0, 0, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL                                             \
+        0, 0, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL                                       \
     }
 
 /*

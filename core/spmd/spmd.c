@@ -1670,6 +1670,66 @@ static float *slot_of(mt_model_param *p, int k)
     return k < 0 ? p->value : k == 0 ? p->slot1 : p->slot2;
 }
 
+/* The checkpoint name of parameter i (k < 0) or of its optimizer slot k ("<param>/adam_m"). */
+static void tensor_name(const mt_spmd *s, size_t i, int k, char *buf, size_t n)
+{
+    if (k < 0)
+        snprintf(buf, n, "%s", s->gparams[i].name);
+    else
+        snprintf(buf, n, "%s/%s", s->gparams[i].name, slot_name(s, k));
+}
+
+/* Whether the checkpoint holds slot k (>= 0) of parameter i (trainable, the optimizer has it). */
+static bool has_slot(const mt_spmd *s, size_t i, int k)
+{
+    return s->gparams[i].trainable && slot_of(&s->devs[s->first_local].params[i], k) != NULL;
+}
+
+/*
+ * The core/digest tensor digest of parameter i (k < 0) or its slot k as this process's devices
+ * hold it: every local device's shard; elements none of them holds come from fill (NULL: fail).
+ */
+static mt_code param_digest(const mt_spmd *s, size_t i, int k, mt_digest_fill_fn fill, void *fctx,
+                            mt_digest *out, mt_err *err)
+{
+    const mt_model_param *g = &s->gparams[i];
+    char name[MT_CKPT_MAX_NAME];
+    int64_t shape[MT_DIGEST_MAX_RANK];
+    int64_t(*of)[MT_DIGEST_MAX_RANK] = mt_calloc((size_t)s->ndev, sizeof(*of));
+    int64_t(*ls)[MT_DIGEST_MAX_RANK] = mt_calloc((size_t)s->ndev, sizeof(*ls));
+    mt_digest_shard *sh = mt_calloc((size_t)s->ndev, sizeof(*sh));
+    mt_digest_tensor_desc d = {name, "F32", sizeof(float), g->rank, shape};
+    int n = 0;
+    mt_code rc;
+
+    tensor_name(s, i, k, name, sizeof(name));
+    if (of == NULL || ls == NULL || sh == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "digest of '%s': out of memory", name);
+        goto out;
+    }
+    for (int a = 0; a < g->rank; a++)
+        shape[a] = (int64_t)g->shape[a];
+    for (int p = 0; p < s->ndev; p++) {
+        mt_model_param *q = &s->devs[p].params[i];
+        if (s->devs[p].comm == NULL)
+            continue;
+        for (int a = 0; a < q->rank; a++) {
+            of[n][a] = (int64_t)q->offsets[a];
+            ls[n][a] = (int64_t)q->local_shape[a];
+        }
+        sh[n].data = slot_of(q, k);
+        sh[n].offsets = of[n];
+        sh[n].local_shape = ls[n];
+        n++;
+    }
+    rc = mt_digest_tensor(&d, sh, n, fill, fctx, out, err);
+out:
+    mt_free(of);
+    mt_free(ls);
+    mt_free(sh);
+    return rc;
+}
+
 /*
  * Host-side work between steps shows as every local device's activity (hang diagnosis): the
  * device threads are idle then, and the progress slot's mutex makes the write safe.
@@ -1702,12 +1762,9 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
             shape[a] = (int64_t)g->shape[a];
         for (int k = -1; k < 2; k++) {
             char name[MT_CKPT_MAX_NAME];
-            if (k >= 0 && (!g->trainable || slot_of(&s->devs[s->first_local].params[i], k) == NULL))
+            if (k >= 0 && !has_slot(s, i, k))
                 continue;
-            if (k < 0)
-                snprintf(name, sizeof(name), "%s", g->name);
-            else
-                snprintf(name, sizeof(name), "%s/%s", g->name, slot_name(s, k));
+            tensor_name(s, i, k, name, sizeof(name));
             rc = mt_ckpt_writer_begin(w, name, MT_CKPT_F32, shape, g->rank, err);
             for (int p = 0; rc == MT_OK && p < s->ndev; p++) {
                 mt_model_param *q = &s->devs[p].params[i];
@@ -1735,6 +1792,53 @@ fail:
     return rc;
 }
 
+/* The digest of "optimizer/iterations" (I64, shape (1)) holding t, as mt_spmd_save writes it. */
+static mt_code iterations_digest(int64_t t, mt_digest *out, mt_err *err)
+{
+    int64_t one = 1;
+    mt_digest_tensor_desc d = {"optimizer/iterations", "I64", sizeof(int64_t), 1, &one};
+    return mt_digest_tensor_whole(&d, &t, out, err);
+}
+
+/*
+ * The restore check: the digest of what this process's devices loaded (elements none of them
+ * holds, shards living in other processes, read from the file) must equal the one the writer
+ * recorded, else DATA_LOSS naming the tensor.
+ */
+static mt_code verify_loaded(const mt_spmd *s, const mt_ckpt *ck, size_t i, int k, const char *name,
+                             const mt_digest *recorded, const char *path, mt_err *err)
+{
+    mt_ckpt_fill_ctx f = {ck, name};
+    mt_digest d;
+    char a[MT_DIGEST_HEX], b[MT_DIGEST_HEX];
+    mt_code rc = param_digest(s, i, k, mt_ckpt_digest_fill, &f, &d, err);
+
+    if (rc != MT_OK)
+        return rc;
+    if (!mt_digest_equal(&d, recorded))
+        return mt_err_set(err, MT_DATA_LOSS,
+                          "checkpoint %s: tensor '%s': the Merkle digest of what the devices "
+                          "loaded (%.16s...) differs from the recorded one (%.16s...)",
+                          path, name, mt_digest_hex(&d, a), mt_digest_hex(recorded, b));
+    return MT_OK;
+}
+
+/* The restore check of the iteration count (read whole). */
+static mt_code verify_iterations(const mt_ckpt *ck, int64_t t, const char *path, mt_err *err)
+{
+    mt_ckpt_tensor_info info;
+    mt_digest d;
+    mt_code rc = mt_ckpt_find(ck, "optimizer/iterations", &info, err);
+
+    if (rc == MT_OK && info.has_digest && (rc = iterations_digest(t, &d, err)) == MT_OK &&
+        !mt_digest_equal(&d, &info.digest))
+        rc = mt_err_set(err, MT_DATA_LOSS,
+                        "checkpoint %s: tensor 'optimizer/iterations': the Merkle digest of the "
+                        "loaded value differs from the recorded one",
+                        path);
+    return rc;
+}
+
 static mt_code restore_tensor(mt_spmd *s, const mt_ckpt *ck, size_t i, int k, const char *path,
                               mt_err *err)
 {
@@ -1743,10 +1847,7 @@ static mt_code restore_tensor(mt_spmd *s, const mt_ckpt *ck, size_t i, int k, co
     mt_ckpt_tensor_info info;
     mt_code rc;
 
-    if (k < 0)
-        snprintf(name, sizeof(name), "%s", g->name);
-    else
-        snprintf(name, sizeof(name), "%s/%s", g->name, slot_name(s, k));
+    tensor_name(s, i, k, name, sizeof(name));
     if (mt_ckpt_find(ck, name, &info, NULL) != MT_OK)
         return mt_err_set(err, MT_FAILED_PRECONDITION,
                           "checkpoint %s: no tensor '%s' (another model or optimizer?)", path,
@@ -1772,7 +1873,7 @@ static mt_code restore_tensor(mt_spmd *s, const mt_ckpt *ck, size_t i, int k, co
         if (rc != MT_OK)
             return rc;
     }
-    return MT_OK;
+    return info.has_digest ? verify_loaded(s, ck, i, k, name, &info.digest, path, err) : MT_OK;
 }
 
 mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_err *err)
@@ -1788,12 +1889,14 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
         rc = restore_tensor(s, ck, i, -1, path, err);
         for (int k = 0; rc == MT_OK && k < 2; k++)
-            if (s->gparams[i].trainable && slot_of(&s->devs[s->first_local].params[i], k) != NULL)
+            if (has_slot(s, i, k))
                 rc = restore_tensor(s, ck, i, k, path, err);
     }
     if (rc == MT_OK && mt_ckpt_read(ck, "optimizer/iterations", &t, sizeof(t), NULL) != MT_OK)
         rc = mt_err_set(err, MT_FAILED_PRECONDITION,
                         "checkpoint %s: no tensor 'optimizer/iterations'", path);
+    if (rc == MT_OK)
+        rc = verify_iterations(ck, t, path, err);
     for (int p = 0; p < s->ndev; p++)
         s->devs[p].wstale = true; /* FSDP copies are allgathered again before the next use */
     if (rc == MT_OK) {
@@ -1806,6 +1909,41 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
         }
     }
     mt_ckpt_close(ck);
+    return rc;
+}
+
+mt_code mt_spmd_digest(const mt_spmd *s, mt_digest *out, mt_err *err)
+{
+    size_t cap = 3 * s->n_params + 1;
+    char **names = mt_calloc(cap, sizeof(*names));
+    mt_digest *d = mt_calloc(cap, sizeof(*d));
+    mt_code rc = MT_OK;
+    int n = 0;
+
+    if (names == NULL || d == NULL)
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "digest: out of memory");
+    for (size_t i = 0; rc == MT_OK && i < s->n_params; i++)
+        for (int k = -1; rc == MT_OK && k < 2; k++) {
+            if (k >= 0 && !has_slot(s, i, k))
+                continue;
+            if ((names[n] = mt_malloc(MT_CKPT_MAX_NAME)) == NULL) {
+                rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "digest: out of memory");
+                break;
+            }
+            tensor_name(s, i, k, names[n], MT_CKPT_MAX_NAME);
+            rc = param_digest(s, i, k, NULL, NULL, &d[n], err);
+            n++;
+        }
+    if (rc == MT_OK && (names[n] = mt_strdup("optimizer/iterations")) == NULL)
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "digest: out of memory");
+    if (rc == MT_OK)
+        rc = iterations_digest(s->devs[s->first_local].t, &d[n++], err);
+    if (rc == MT_OK)
+        rc = mt_digest_root((const char *const *)names, d, n, out, err);
+    for (size_t i = 0; names != NULL && i < cap; i++)
+        mt_free(names[i]);
+    mt_free(names);
+    mt_free(d);
     return rc;
 }
 

@@ -251,6 +251,7 @@ typedef struct run_ctx {
     size_t pos;
     bool saved;                    /* a checkpoint holds that position */
     mt_train_progress_fn progress; /* the caller's, when run_progress wraps it */
+    int64_t digest_every;          /* the spec's "digest_every" (0: epoch ends, checkpoints) */
 } run_ctx;
 
 static mt_code run_step(void *ctx, const float *x, const int32_t *labels, size_t n, uint64_t step,
@@ -354,29 +355,47 @@ static mt_code save_ckpt(run_ctx *r, int64_t step, int64_t epoch, size_t pos, mt
     return rc;
 }
 
-/* Checkpoint every o->ckpt_every steps and after the last step; keep the newest o->ckpt_keep. */
+/*
+ * The state digest after `step` (mt_spmd_digest) to o->on_digest: every digest_every steps, at
+ * every epoch end (pos 0: the next step starts an epoch), the last step and every checkpoint.
+ */
+static mt_code emit_digest(run_ctx *r, int64_t step, size_t pos, bool last, bool ckpt, mt_err *err)
+{
+    const mt_spmd_run_opts *o = r->o;
+    mt_digest d;
+    mt_code rc;
+
+    if (o->on_digest == NULL ||
+        !(ckpt || last || pos == 0 || (r->digest_every > 0 && step % r->digest_every == 0)))
+        return MT_OK;
+    rc = mt_spmd_digest(r->s, &d, err);
+    return rc == MT_OK ? o->on_digest(r->ctx, step, &d, err) : rc;
+}
+
+/* Checkpoint every o->ckpt_every steps and after the last step; keep the newest o->ckpt_keep.
+ * Then the digest when one is due (emit_digest). */
 static mt_code run_after_step(void *ctx, int64_t step, int64_t epoch, size_t pos, bool last,
                               mt_err *err)
 {
     run_ctx *r = ctx;
     const mt_spmd_run_opts *o = r->o;
-
+    bool ckpt = o->save_dir != NULL && (last || (o->ckpt_every > 0 && step % o->ckpt_every == 0));
     mt_err serr = MT_ERR_INIT;
     mt_code rc;
 
     r->step = step, r->epoch = epoch, r->pos = pos, r->saved = false;
-    if (o->save_dir == NULL || !(last || (o->ckpt_every > 0 && step % o->ckpt_every == 0)))
-        return MT_OK;
+    if (!ckpt)
+        return emit_digest(r, step, pos, last, false, err);
     rc = save_ckpt(r, step, epoch, pos, &serr);
     if (rc == MT_FAILED_PRECONDITION && last && o->ckpt_every == 0 && o->world != NULL) {
         /* the final model of a job that asked for no checkpoints: the shards of this process
          * do not cover every tensor (layout spread over processes); training still succeeded */
         mt_log_warn("final checkpoint not written: %s", serr.msg);
-        return MT_OK;
+        return emit_digest(r, step, pos, last, false, err);
     }
     if (rc != MT_OK)
-        mt_err_set(err, rc, "%s", serr.msg);
-    return rc;
+        return mt_err_set(err, rc, "%s", serr.msg);
+    return emit_digest(r, step, pos, last, true, err);
 }
 
 mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
@@ -387,7 +406,7 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
     mt_train_options topt = {o->epochs, o->steps};
     mt_train_backend be = {NULL, run_step, run_evaluate, run_after_step};
     mt_train_start start = {0, 0, 0};
-    run_ctx r = {NULL, o, ctx, 0, 0, 0, true, progress};
+    run_ctx r = {NULL, o, ctx, 0, 0, 0, true, progress, spec->digest_every};
     bool agree;
     size_t ex = 1, bs = spec->batch_size < train->n ? spec->batch_size : train->n;
     mt_code rc;
@@ -653,7 +672,7 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, cons
                              mt_err *err)
 {
     input_run in;
-    run_ctx r = {NULL, o, ctx, 0, 0, 0, true, progress};
+    run_ctx r = {NULL, o, ctx, 0, 0, 0, true, progress, spec->digest_every};
     mt_train_progress_fn prog = progress;
     void *pctx = ctx;
     bool agree = false;

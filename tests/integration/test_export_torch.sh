@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # test_export_torch.sh — `meshtrain export --layout torch` end to end (issue #21):
 #  * the default (keras) layout is unchanged byte for byte (a golden sha256 of the export of
-#    tests/tools/mt_mkckpt's checkpoint, as written before --layout existed), and
-#    `--layout keras` is the same file;
+#    tests/tools/mt_mkckpt's checkpoint, as written before --layout existed: the file without
+#    the two digest keys issue #18 added to __metadata__; and the golden of the file with them),
+#    and `--layout keras` is the same file;
 #  * a model the torch layout cannot express (a flattened image concatenated) and a checkpoint
 #    whose spec has no model are refused (exit 4) without leaving a file; a bad --layout is usage;
 #  * the Fashion-MNIST MLP and CNN examples and a graph model with the conversion's edge cases
@@ -18,12 +19,25 @@ FM=/usr/share/datasets/fashion-mnist
 MT="$BIN/meshtrain"
 
 # -- keras layout: unchanged --------------------------------------------------------------------
-KERAS_SHA=983f7af042d27828295d9287efd28c04210970869732081100766603fc5a96a8
+KERAS_SHA=983f7af042d27828295d9287efd28c04210970869732081100766603fc5a96a8 # before issue #18
+KERAS_DIGEST_SHA=98a0bb542409721dc9c546085e8a4b4b89813442361150a183f9fda15c631864
 "$BIN/mt_mkckpt" "$T/ckpt-300.mtc"
 "$MT" export "$T/ckpt-300.mtc" -o "$T/default.safetensors" >/dev/null
 "$MT" export "$T/ckpt-300.mtc" --layout keras -o "$T/keras.safetensors" >/dev/null
 got=$(sha256sum "$T/default.safetensors" | cut -d' ' -f1)
-[ "$got" = "$KERAS_SHA" ] || fail "default export changed: sha256 $got, want $KERAS_SHA"
+[ "$got" = "$KERAS_DIGEST_SHA" ] || fail "default export changed: sha256 $got, want $KERAS_DIGEST_SHA"
+got=$(python3 - "$T/default.safetensors" <<'PY'
+import collections, hashlib, json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n], object_pairs_hook=collections.OrderedDict)
+del h["__metadata__"]["mt_digest"], h["__metadata__"]["mt_digest_format"]
+j = json.dumps(h, separators=(",", ":")).encode()
+pad = (len(j) + 7) // 8 * 8
+print(hashlib.sha256(struct.pack("<Q", pad) + j + b" " * (pad - len(j)) + b[8 + n:]).hexdigest())
+PY
+)
+[ "$got" = "$KERAS_SHA" ] || fail "without the digest keys the export is not the old one: $got"
 cmp -s "$T/default.safetensors" "$T/keras.safetensors" || fail "--layout keras differs from default"
 log "keras layout: byte for byte as before"
 

@@ -401,6 +401,7 @@ typedef struct layout_info {
     int n;
     char names[8][64];
     uint64_t start[8], end[8];
+    uint64_t crc_at[8]; /* file offset of each entry's crc32 */
 } layout_info;
 
 /* An independent decoder of the header, as docs/checkpoints.md describes it. */
@@ -422,7 +423,8 @@ static void decode(const uint8_t *b, layout_info *li)
         p += 2 + 8 * rank;
         li->start[i] = li->data_start + le64(p);
         li->end[i] = li->start[i] + le64(p + 8);
-        p += 20;
+        li->crc_at[i] = (uint64_t)(p + 16 - b);
+        p += 20 + 32; /* offset, length, crc32, Merkle digest (version 2) */
     }
 }
 
@@ -552,12 +554,13 @@ static void test_ckpt_bad_magic_version_and_missing(void **state)
     /* checksums as documented: header crc at 16, preamble crc at 20 */
     assert_int_equal(le32(b + 16), crc32_ref(b + 24, le32(b + 12)));
     assert_int_equal(le32(b + 20), crc32_ref(b, 20));
-    b[8] = 2; /* version 2, with a valid preamble checksum */
+    assert_int_equal(le32(b + 8), 2);
+    b[8] = 3; /* version 3, with a valid preamble checksum */
     uint32_t c = crc32_ref(b, 20);
     for (int i = 0; i < 4; i++)
         b[20 + i] = (uint8_t)(c >> (8 * i));
     assert_int_equal(mt_ckpt_open_mem(b, len, &ck, &err), MT_FAILED_PRECONDITION);
-    assert_contains(err.msg, "version 2");
+    assert_contains(err.msg, "version 3");
     b[0] = 'X';
     assert_int_equal(mt_ckpt_open_mem(b, len, &ck, &err), MT_INVALID_ARGUMENT);
     assert_contains(err.msg, "not a meshtrain checkpoint");
@@ -600,13 +603,13 @@ static void test_ckpt_crafted_headers_refused(void **state)
     assert_int_equal(mt_ckpt_writer_add(w, "ab", MT_CKPT_F32, s2, 1, x, NULL), MT_OK);
     assert_int_equal(mt_ckpt_writer_commit(w, NULL), MT_OK);
     b = slurp(f->path, &len);
-    /* entries start at 24 + 40 (no spec); entry 1 is 34 bytes; entry 2's name at 100 */
+    /* entries start at 24 + 40 (no spec); entry 1 is 66 bytes; entry 2's name at 132 */
     assert_int_equal(b[64], 2);
-    assert_memory_equal(b + 100, "ab", 2);
-    patch_header(b, 101, 'a');
+    assert_memory_equal(b + 132, "ab", 2);
+    patch_header(b, 133, 'a');
     assert_int_equal(mt_ckpt_open_mem(b, len, &ck, &err), MT_DATA_LOSS);
     assert_contains(err.msg, "header: tensor 'aa' appears twice");
-    patch_header(b, 101, 'b');
+    patch_header(b, 133, 'b');
     patch_header(b, 68, 9); /* dtype of "aa" */
     assert_int_equal(mt_ckpt_open_mem(b, len, &ck, &err), MT_DATA_LOSS);
     assert_contains(err.msg, "tensor 'aa': unknown dtype 9");
@@ -625,6 +628,100 @@ static void test_ckpt_crafted_headers_refused(void **state)
     assert_int_equal(mt_ckpt_open_mem(b, len, &ck, &err), MT_OK);
     mt_ckpt_close(ck);
     free(b);
+}
+
+/* ---------------------------------------------------------------- Merkle digests */
+
+/* Every tensor records its core/digest digest; the weights root is what the safetensors export
+ * records and what its data gives; a flipped data bit with a consistent crc32 is caught by the
+ * digest check and named. */
+static void test_ckpt_records_merkle_digests(void **state)
+{
+    fixture *f = *state;
+    char out[160];
+    mt_ckpt *ck = NULL;
+    mt_err err = MT_ERR_INIT;
+    mt_ckpt_tensor_info info;
+    mt_digest d, w1, w2, all, st;
+    layout_info li;
+    size_t len;
+    uint8_t *b;
+    bool rec = false;
+    int n = 0;
+
+    write_standard(f->path);
+    assert_int_equal(mt_ckpt_open(f->path, &ck, &err), MT_OK);
+    assert_int_equal(mt_ckpt_find(ck, "dense_1.kernel", &info, &err), MT_OK);
+    assert_true(info.has_digest);
+    mt_digest_tensor_desc desc = {"dense_1.kernel", "F32", 4, 2, k1_shape};
+    assert_int_equal(mt_digest_tensor_whole(&desc, k1, &d, NULL), MT_OK);
+    assert_true(mt_digest_equal(&d, &info.digest));
+    assert_int_equal(mt_ckpt_compute_digest(ck, "dense_1.kernel", &d, &err), MT_OK);
+    assert_true(mt_digest_equal(&d, &info.digest));
+    assert_int_equal(mt_ckpt_root(ck, true, false, &w1, &n, &err), MT_OK);
+    assert_int_equal(n, 3); /* the adam slot is not a weight */
+    assert_int_equal(mt_ckpt_root(ck, true, true, &w2, &n, &err), MT_OK);
+    assert_true(mt_digest_equal(&w1, &w2));
+    assert_int_equal(mt_ckpt_root(ck, false, false, &all, &n, &err), MT_OK);
+    assert_int_equal(n, 4);
+    assert_false(mt_digest_equal(&w1, &all));
+    snprintf(out, sizeof(out), "%s/w.safetensors", f->dir);
+    assert_int_equal(mt_ckpt_export_safetensors(ck, out, &err), MT_OK);
+    assert_int_equal(mt_ckpt_safetensors_digest(out, &st, &n, &rec, &err), MT_OK);
+    assert_true(rec);
+    assert_int_equal(n, 3);
+    assert_true(mt_digest_equal(&st, &w1));
+    mt_ckpt_close(ck);
+
+    /* a bit flipped inside dense_1.bias's data, its crc32 and the header crcs made consistent */
+    b = slurp(f->path, &len);
+    decode(b, &li);
+    for (int t = 0; t < li.n; t++) {
+        if (strcmp(li.names[t], "dense_1.bias") != 0)
+            continue;
+        b[li.start[t] + 5] ^= 0x01;
+        uint32_t c = crc32_ref(b + li.start[t], (size_t)(li.end[t] - li.start[t]));
+        for (int i = 0; i < 4; i++)
+            b[li.crc_at[t] + i] = (uint8_t)(c >> (8 * i));
+        patch_header(b, li.crc_at[t], b[li.crc_at[t]]); /* header and preamble crcs */
+    }
+    spit(f->path, b, len);
+    free(b);
+    assert_int_equal(mt_ckpt_open(f->path, &ck, &err), MT_OK); /* every crc32 agrees */
+    assert_int_equal(mt_ckpt_root(ck, true, false, &w2, NULL, &err), MT_OK); /* as recorded */
+    assert_true(mt_digest_equal(&w1, &w2));
+    assert_int_equal(mt_ckpt_root(ck, true, true, &w2, NULL, &err), MT_DATA_LOSS);
+    assert_contains(err.msg, "tensor 'dense_1.bias': Merkle digest of the data");
+    mt_ckpt_close(ck);
+    snprintf(out, sizeof(out), "%s/none.safetensors", f->dir);
+    assert_int_equal(mt_ckpt_safetensors_digest(out, &st, &n, &rec, &err), MT_NOT_FOUND);
+    assert_int_equal(mt_ckpt_safetensors_digest(f->path, &st, &n, &rec, &err), MT_INVALID_ARGUMENT);
+}
+
+/* A version 1 checkpoint (tests/fixtures/ckpt-compat, written before digests) reads: it records
+ * no digest, its roots are recomputed on request and refused from the record. */
+static void test_ckpt_version1_has_no_digests(void **state)
+{
+    (void)state;
+    const char *src = getenv("MT_SOURCE_DIR");
+    char path[1024];
+    mt_ckpt *ck = NULL;
+    mt_ckpt_tensor_info info;
+    mt_digest d;
+    mt_err err = MT_ERR_INIT;
+    int n = 0;
+
+    if (src == NULL)
+        skip();
+    snprintf(path, sizeof(path), "%s/tests/fixtures/ckpt-compat/ckpt-6-ac32123.mtc", src);
+    assert_int_equal(mt_ckpt_open(path, &ck, &err), MT_OK);
+    assert_int_equal(mt_ckpt_tensor_at(ck, 0, &info, &err), MT_OK);
+    assert_false(info.has_digest);
+    assert_int_equal(mt_ckpt_root(ck, false, false, &d, NULL, &err), MT_FAILED_PRECONDITION);
+    assert_contains(err.msg, "format version 1 records no digests");
+    assert_int_equal(mt_ckpt_root(ck, false, true, &d, &n, &err), MT_OK);
+    assert_int_equal(n, mt_ckpt_count(ck));
+    mt_ckpt_close(ck);
 }
 
 /* ---------------------------------------------------------------- safetensors */
@@ -1090,6 +1187,8 @@ int main(void)
         T(test_ckpt_bit_flip_names_tensor),
         T(test_ckpt_bad_magic_version_and_missing),
         T(test_ckpt_crafted_headers_refused),
+        T(test_ckpt_records_merkle_digests),
+        T(test_ckpt_version1_has_no_digests),
         T(test_ckpt_export_safetensors_weights_only),
         T(test_ckpt_export_without_weights_fails),
         T(test_ckpt_export_map_renames_and_permutes),
