@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "coll/mt_coll.h"
 
@@ -220,6 +221,7 @@ typedef struct coll_peer {
     _Atomic int refused;     /* it refused our token, or we refused its (UNAUTHENTICATED) */
     _Atomic int bye;         /* it sent BYE: the end of its connection is an orderly close */
     int fd;                  /* direct transport: dialed socket when open (guarded by mu) */
+    struct coll_shm *shm;    /* direct transport: its frames go through this ring (mu), or NULL */
     int nranks;              /* ranks living in that process */
 } coll_peer;
 
@@ -275,6 +277,47 @@ mt_code coll__net_send_buf(mt_coll_comm *c, int proc, const void *hdr, const voi
 mt_code coll__hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen,
                           unsigned char out[32]);
 
+/* ---- coll_shm.c: shared-memory rings (see its header comment) */
+typedef struct coll_shm coll_shm;
+#define COLL_SHM_NAME    64  /* ring names ("/mtcoll-<job>-<pid>-<n>"), with the NUL */
+#define COLL_SHM_HOST_ID 128 /* host identity text, with the NUL */
+/* "<boot id>/<host name>", or "" when the boot id is unknown (never share then). */
+void coll__shm_host_id(char out[COLL_SHM_HOST_ID]);
+/* A new ring of cap bytes (a power of two) for job, mapped; its name in name. Writer side. */
+mt_code coll__shm_create(uint64_t job, size_t cap, int64_t spin_ns, coll_shm **out,
+                         char name[COLL_SHM_NAME], mt_err *err);
+/* Map the ring a peer created (validated: name form, owner, header). Reader side. */
+mt_code coll__shm_attach(const char *name, int64_t spin_ns, coll_shm **out, mt_err *err);
+void coll__shm_unlink(const char *name);
+/* Mark this side (writer 1 / reader 0) gone and wake the other; the mapping stays. */
+void coll__shm_close(coll_shm *s, int writer);
+void coll__shm_free(coll_shm *s); /* unmap; NULL: no-op */
+/* Writer, never waits: more of hdr + data (*sent bytes of it written so far); 1 complete,
+ * 0 the ring is full, -1 the reader is gone. */
+int coll__shm_put_some(coll_shm *s, const void *hdr, size_t hlen, const void *data, size_t dlen,
+                       size_t *sent);
+/* Reader, never waits: up to n bytes into buf; > 0 bytes, 0 none now, -1 the writer closed
+ * and nothing is left (or the ring is corrupt). */
+ssize_t coll__shm_get_some(coll_shm *s, void *buf, size_t n);
+/* Reader: wait up to timeout_ms for data (spinning first): 1 data (or the writer closed: read
+ * on), 0 none in time, -1 the writer's socket fd ended and nothing is left. */
+int coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms);
+/* Writer: wait up to timeout_ms for room: 1 room (or it moved), 0 none, -1 the reader is gone. */
+int coll__shm_wait_room(coll_shm *s, int fd, int timeout_ms);
+/* Writer: b[0..n) if it fits now (1), else nothing (0). Never waits. */
+int coll__shm_write_now(coll_shm *s, const void *b, size_t n);
+/*
+ * Reader: up to n bytes into buf, waiting up to timeout_ms for all of them. Returns the bytes
+ * read (> 0), 0 when none came in time, -1 when the stream ended (the writer closed, its
+ * socket fd ended, *closing set or the ring is corrupt) and nothing is left.
+ */
+ssize_t coll__shm_read(coll_shm *s, int fd, void *buf, size_t n, int timeout_ms,
+                       _Atomic int *closing);
+/* Wake a reader sleeping on s (it then sees its closing flag). */
+void coll__shm_wake_reader(coll_shm *s);
+/* Unlink rings left in /dev/shm by processes that no longer run (a kill -9 mid-dial). */
+void coll__shm_sweep(void);
+
 /* ---- coll_raw.c: the direct-socket transport (see its header comment) */
 typedef struct coll_raw coll_raw;
 typedef struct coll_raw_cbs {
@@ -287,26 +330,41 @@ typedef struct coll_raw_cbs {
      * 1), else 0 (may be NULL) */
     int (*claim)(void *arg, const unsigned char *hdr, uint32_t conn, int handover, coll_sink *s);
 } coll_raw_cbs;
-/* 1 for the URLs the direct transport serves (tcp://, ipc://). */
+/* 1 for the URLs the direct transport serves (tcp://, ipc://, shm://). */
 int coll__raw_url(const char *url);
-/* Listen on url; the bound address goes to addr. token NULL or "": none required. */
-mt_code coll__raw_listen(const char *url, const char *token, const coll_raw_cbs *cbs,
+/* Listener settings (from mt_coll_net_opts). */
+typedef struct coll_raw_cfg {
+    const char *token;   /* NULL or "": none required */
+    int shm;             /* mt_coll_shm_mode (a shm:// listener requires shared memory) */
+    size_t shm_ring;     /* ring bytes a dialer creates */
+    int64_t shm_spin_ns; /* spin before sleeping on a ring */
+    int64_t handshake_ms;
+} coll_raw_cfg;
+/* Listen on url; the bound address goes to addr. */
+mt_code coll__raw_listen(const char *url, const coll_raw_cfg *cfg, const coll_raw_cbs *cbs,
                          coll_raw **out, char *addr, size_t cap, mt_err *err);
 /* Stop accepting, end every connection, join every thread. NULL: no-op. */
 void coll__raw_free(coll_raw *r);
+/* What coll__raw_dial needs (all borrowed). */
+typedef struct coll_raw_dial_req {
+    const char *url, *my_addr;
+    uint64_t job;
+    const char *token;
+    int64_t deadline_ns;
+    int (*give_up)(void *); /* may be NULL: the peer is known gone, stop retrying */
+    void *arg;
+    int shm;             /* mt_coll_shm_mode of this process */
+    size_t shm_ring;     /* ring bytes to create */
+    int64_t shm_spin_ns; /* spin before sleeping on the ring */
+} coll_raw_dial_req;
 /*
- * Connect to url and authenticate, retrying a refused connection until the deadline
- * unless give_up(arg) (may be NULL) says the peer is gone; *fd_out owned by the caller.
+ * Connect to q->url and authenticate, retrying a refused or dropped connection until the
+ * deadline unless give_up says the peer is gone; *fd_out owned by the caller. When the
+ * listener is on this host and both allow it (or the url is shm://), the frames then go
+ * through *shm_out (owned by the caller: coll__shm_close(s, 1), coll__shm_free), else NULL.
  */
-mt_code coll__raw_dial(const char *url, const char *my_addr, uint64_t job, const char *token,
-                       int64_t deadline_ns, int (*give_up)(void *), void *arg, int *fd_out,
+mt_code coll__raw_dial(const coll_raw_dial_req *q, int *fd_out, struct coll_shm **shm_out,
                        mt_err *err);
-/*
- * Write hdr then data fully before the deadline (DEADLINE_EXCEEDED / UNAVAILABLE), or
- * CANCELLED once give_up(arg) (may be NULL; polled while the socket is full) says so.
- */
-mt_code coll__raw_write(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                        int64_t deadline_ns, int (*give_up)(void *), void *arg, mt_err *err);
 
 /*
  * Driving (coll_raw.c): a device thread reads an accepted connection itself while it runs an
@@ -322,6 +380,12 @@ typedef struct raw_conn coll_raw_conn;
 coll_raw_conn *coll__raw_drive_find(coll_raw *r, const char *peer_addr);
 void coll__raw_drive_put(coll_raw *r, coll_raw_conn *k);
 int coll__raw_drive_fd(const coll_raw_conn *k);
+/* Driver: up to n bytes of the stream (socket or ring) without waiting: > 0 bytes, 0 none
+ * now, -1 the connection ended. */
+ssize_t coll__raw_drive_recv(coll_raw_conn *k, void *buf, size_t n);
+/* Driver: wait up to ms for k's stream to have data (1), or -1 when it ended. */
+int coll__raw_drive_wait(coll_raw_conn *k, int ms);
+int coll__raw_drive_is_shm(const coll_raw_conn *k);  /* its frames come through a ring */
 uint32_t coll__raw_drive_id(const coll_raw_conn *k); /* the id the lost callback names */
 /* Readable when the socket was handed over, or the connection ended: call drive_try again. */
 int coll__raw_drive_evfd(const coll_raw_conn *k);
@@ -344,6 +408,15 @@ int coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data,
                          size_t *sent);
 /* Direct transport: the socket dialed to process proc (dialing first, within the deadline). */
 mt_code coll__net_raw_fd(mt_coll_world *w, int proc, int64_t deadline_ns, int *fd, mt_err *err);
+/*
+ * Driver: more of the frame hdr + data to process proc without waiting (*sent bytes of it
+ * written so far), on its dialed socket or ring: 1 complete, 0 full, -1 (errno) failed.
+ */
+int coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const void *data, size_t dlen,
+                         size_t *sent);
+/* Wait up to ms for room toward process proc (ring or socket); -1 when its ring's reader is
+ * gone. */
+int coll__net_wait_room(mt_coll_world *w, int proc, int ms);
 /* A write on that socket failed part-way: close it (the peer sees the connection end). */
 void coll__net_raw_failed(mt_coll_world *w, int proc);
 /* The newest connection from process proc (a reference; coll__net_drive_put), or NULL. */

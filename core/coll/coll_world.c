@@ -1849,15 +1849,12 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
         return 1;
     if (r == 0)
         return 0;
-    int fd = coll__raw_drive_fd(dv->k);
     for (;;) {
         while (!dv->in_payload && dv->hn < COLL_HDR_SIZE) {
-            ssize_t k = recv(fd, dv->hb + dv->hn, COLL_HDR_SIZE - dv->hn, MSG_DONTWAIT);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            ssize_t k = coll__raw_drive_recv(dv->k, dv->hb + dv->hn, COLL_HDR_SIZE - dv->hn);
+            if (k == 0)
                 return 0;
-            if (k <= 0) { /* the end of the connection: the reader thread reports it */
+            if (k < 0) { /* the end of the connection: the reader thread reports it */
                 drive_off(c);
                 return -1;
             }
@@ -1896,12 +1893,10 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
                 n = n < COLL_PIECE_BYTES - pin ? n : COLL_PIECE_BYTES - pin;
                 to = c->drive.buf + pin;
             }
-            ssize_t k = recv(fd, to, n, MSG_DONTWAIT);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            ssize_t k = coll__raw_drive_recv(dv->k, to, n);
+            if (k == 0)
                 return 0;
-            if (k <= 0) {
+            if (k < 0) {
                 drive_off(c);
                 return -1;
             }
@@ -1923,6 +1918,34 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
         if (fin)
             return 1;
     }
+}
+
+/*
+ * Nothing moved in drive_step: wait up to ms (10 ms at most, so ABORTs and PINGs are seen) for
+ * room toward process sproc (-1: nothing to send; sfd its socket, -1 a ring) or data on dv
+ * (recv_on; its eventfd while the reader thread still holds it). A ring cannot be polled with
+ * a socket: when both are in play the wait is cut to 1 ms. -1 when dv's ring ended.
+ */
+static int drive_wait(mt_coll_world *w, coll_drive_conn *dv, int sproc, int sfd, int recv_on,
+                      int ms)
+{
+    struct pollfd pf[2];
+    int np = 0, ring_rx = recv_on && dv->own && coll__raw_drive_is_shm(dv->k);
+    if (ring_rx)
+        return coll__raw_drive_wait(dv->k, sproc >= 0 ? 1 : ms);
+    if (sproc >= 0 && sfd >= 0)
+        pf[np++] = (struct pollfd){.fd = sfd, .events = POLLOUT};
+    if (recv_on)
+        pf[np++] =
+            (struct pollfd){.fd = dv->own ? coll__raw_drive_fd(dv->k) : coll__raw_drive_evfd(dv->k),
+                            .events = POLLIN};
+    if (sproc >= 0 && sfd < 0 && np > 0)
+        ms = 1; /* the ring toward sproc is not in the poll set */
+    if (np > 0)
+        poll(pf, (nfds_t)np, ms);
+    else if (sproc >= 0)
+        coll__net_wait_room(w, sproc, ms);
+    return 0;
 }
 
 /*
@@ -1960,8 +1983,8 @@ static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t 
                 sh.len = n;
                 coll__hdr_encode(&sh, shb);
             }
-            int wr = coll__raw_write_some(sfd, shb, COLL_HDR_SIZE, buf + t->d.so + o,
-                                          n * sizeof(float), &sent);
+            int wr =
+                coll__net_write_some(w, sproc, shb, buf + t->d.so + o, n * sizeof(float), &sent);
             if (wr < 0) {
                 int en = errno;
                 coll__net_raw_failed(w, sproc);
@@ -2011,16 +2034,11 @@ static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t 
             }
             break;
         }
-        struct pollfd pf[2];
-        int np = 0;
-        if (ks < ns)
-            pf[np++] = (struct pollfd){.fd = sfd, .events = POLLOUT};
-        if (recv_on)
-            pf[np++] = (struct pollfd){.fd = dv->own ? coll__raw_drive_fd(dv->k)
-                                                     : coll__raw_drive_evfd(dv->k),
-                                       .events = POLLIN};
         int64_t ms = (x->deadline_ns - now) / 1000000LL + 1;
-        poll(pf, (nfds_t)np, ms > 10 ? 10 : (int)ms); /* 10 ms: ABORTs and PINGs are seen */
+        if (drive_wait(w, dv, ks < ns ? sproc : -1, sfd, recv_on, ms > 10 ? 10 : (int)ms) < 0) {
+            drive_off(c); /* the ring's writer died: the reader thread reports it */
+            recv_on = 0;
+        }
     }
     return recv_posted(x, t->src, id); /* at once unless the reader thread has a part */
 }

@@ -148,6 +148,49 @@ mt_code mt_coll_net_new_tls(const char *url, const struct mt_tls *tls, mt_coll_n
  */
 mt_code mt_coll_net_new_auth(const char *url, const char *token, mt_coll_net **out, mt_err *err);
 
+/*
+ * Shared memory between two processes of one host. A direct-transport connection (tcp://,
+ * ipc://) between processes with the same host identity (boot id and host name) moves to a
+ * shared-memory ring after its token handshake: same frames, tags, deadlines and aborts, no
+ * kernel socket on the data path (the socket stays open only to tell when a process dies).
+ * A listener on "shm:///path" (a Unix socket at path for the handshake) requires it.
+ */
+typedef enum mt_coll_shm_mode {
+    MT_COLL_SHM_AUTO = 0, /* shared memory when both ends are on one host and both allow it */
+    MT_COLL_SHM_OFF = 1,  /* never: connections stay on their sockets (e.g. for comparisons) */
+} mt_coll_shm_mode;
+
+/* Endpoint options: public struct with defaults (MT_COLL_NET_DEFAULTS). */
+typedef struct mt_coll_net_opts {
+    const char *token;        /* data-plane token (borrowed, copied); NULL or "": none */
+    const struct mt_tls *tls; /* tls+tcp:// only (borrowed; the net keeps a reference) */
+    mt_coll_shm_mode shm;     /* shared memory with processes of this host */
+    size_t shm_ring_bytes;    /* ring per connection: a power of two, 4 KiB .. 1 GiB */
+    int64_t shm_spin_us;      /* a side waiting on a ring spins this long before it sleeps */
+    int64_t handshake_ms;     /* an accepted connection not authenticated by then is dropped */
+} mt_coll_net_opts;
+
+#define MT_COLL_NET_DEFAULTS                                                                       \
+    {                                                                                              \
+        .token = NULL, .tls = NULL, .shm = MT_COLL_SHM_AUTO, .shm_ring_bytes = 4u << 20,           \
+        .shm_spin_us = 50, .handshake_ms = 5000                                                    \
+    }
+
+/*
+ * mt_coll_net_new with options (NULL: MT_COLL_NET_DEFAULTS): the token and TLS of
+ * mt_coll_net_new_auth / mt_coll_net_new_tls, shared memory, handshake limits. Codes as
+ * mt_coll_net_new; INVALID_ARGUMENT for options out of range or shm:// with shm OFF.
+ */
+mt_code mt_coll_net_new_opts(const char *url, const mt_coll_net_opts *opts, mt_coll_net **out,
+                             mt_err *err);
+
+/*
+ * How the connection to the process at addr (a rank table address) carries frames once dialed:
+ * "shm", "tcp", "ipc", "nng" or "tls"; "none" before the first frame to it. Borrowed static
+ * text. For logs, placements and tests. Any thread.
+ */
+const char *mt_coll_world_link(const mt_coll_world *w, const char *addr);
+
 /* The bound address ("tcp://127.0.0.1:41234"), borrowed from net. */
 const char *mt_coll_net_addr(const mt_coll_net *net);
 

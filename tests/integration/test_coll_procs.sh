@@ -13,7 +13,12 @@
 # killed with SIGKILL and one stopped with SIGSTOP mid-collective making every
 # other process fail with UNAVAILABLE / DEADLINE_EXCEEDED within the deadline
 # + 1 s, naming the peer. Every child has a 60 s alarm and is killed on exit.
+# The processes share this host, so their tcp:// connections move to shared memory (checked);
+# COLL_SHM=off runs everything on the sockets instead (test_coll_procs_tcp.sh). With shared
+# memory on, section 6 also checks: the same bits as over the sockets, shm:// addresses, no
+# ring left in /dev/shm by any process, and a dead process's ring swept at start.
 set -u
+SHM=${COLL_SHM:-auto}
 BIN=${MT_BIN_DIR:-build}
 PEER=$BIN/mt_coll_peer
 [ -x "$PEER" ] || { echo "FAIL: $PEER not built"; exit 1; }
@@ -46,9 +51,10 @@ start_world() {
     for ((p = 0; p < np; p++)); do
         local url=tcp://127.0.0.1:0
         [ "$scheme" = ipc ] && url=ipc://$dir/p$p.ipc
+        [ "$scheme" = shm ] && url=shm://$dir/p$p.shm
         # shellcheck disable=SC2086
         env ${PEER_ENV:-} "$PEER" --alarm 60 --listen "$url" --addr-file "$dir/addr.$p" \
-            --table-file "$dir/table" "$@" ${EXTRA[$p]:-} >"$dir/out.$p" 2>"$dir/err.$p" &
+            --table-file "$dir/table" --shm "$SHM" "$@" ${EXTRA[$p]:-} >"$dir/out.$p" 2>"$dir/err.$p" &
         WPIDS+=($!)
         PIDS+=($!)
     done
@@ -93,7 +99,11 @@ expect_ok() { # NAME NPROCS DEVS SCHEME ARGS...
     n=$(cat "$dir"/out.* | grep -c '^RESULT .* ok ')
     [ "$n" = $((np * nd)) ] || fail "$name: $n of $((np * nd)) ranks reported ok"
     cat "$dir"/out.* | grep '^RESULT' | sort >"$dir/results"
-    echo "ok: $name ($np processes x $nd devices)"
+    local want=shm links
+    [ "$SHM" = off ] && want=$4
+    links=$(cat "$dir"/out.* | grep '^LINK' | grep -v "via=$want\$" | grep -v 'via=none$')
+    [ -z "$links" ] || fail "$name: links not over $want: $links"
+    echo "ok: $name ($np processes x $nd devices, links over $want)"
 }
 
 # 1. correctness for 2, 3 and 4 processes, awkward sizes
@@ -228,6 +238,35 @@ expect_lost kill3 KILL 3
 expect_lost stop2 STOP 2
 expect_lost stop3 STOP 3
 expect_lost stop4 STOP 4
+
+# 6. shared memory (docs/collectives.md, "Shared memory")
+if [ "$SHM" != off ]; then
+    SHM=off expect_ok tcp_place2x2 2 2 tcp --mode check --sizes "$SIZES" --seed 3
+    SHM=off expect_ok tcp_place4x1 4 1 tcp --mode check --sizes "$SIZES" --seed 3 --segment 4096 --direct 0
+    for p in tcp_place2x2 tcp_place4x1; do
+        cmp -s "$TMP/place2x2/results" "$TMP/$p/results" ||
+            fail "$p (sockets) differs from place2x2 (shared memory): $(diff "$TMP/place2x2/results" "$TMP/$p/results" | head -4)"
+    done
+    [ -s "$TMP/tcp_place2x2/results" ] && echo "ok: shared memory and sockets bit-identical (2x2, 4x1)"
+    expect_ok shm_url3 3 1 shm --mode check --sizes "$PSIZES" --seed 5 --segment 4096 --direct 0
+    cmp -s "$TMP/place1x3/results" "$TMP/shm_url3/results" || fail "shm_url3 differs from place1x3"
+    # a ring left by a process killed between creating and handing it over: swept at start
+    sh -c 'exit 0' &
+    dead=$!
+    wait $dead
+    stale=/dev/shm/mtcoll-000000000000002a-$dead-0
+    : >"$stale"
+    expect_ok shm_sweep 2 1 tcp --mode check --sizes 1,4099 --seed 2
+    if [ -e "$stale" ]; then
+        fail "shm_sweep: $stale was not swept"
+        rm -f "$stale"
+    else
+        echo "ok: a dead process's ring was swept when an endpoint opened"
+    fi
+fi
+# no process (killed ones included) left a ring behind: rings are unlinked once both ends map them
+left=$(for p in "${PIDS[@]}"; do ls /dev/shm 2>/dev/null | grep "^mtcoll-.*-$p-"; done)
+[ -z "$left" ] || fail "rings left in /dev/shm: $left"
 
 if [ $FAILS -ne 0 ]; then
     echo "test_coll_procs: $FAILS failure(s)"

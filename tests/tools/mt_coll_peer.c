@@ -372,7 +372,7 @@ static void usage(void)
     fprintf(stderr, "usage: mt_coll_peer --listen URL --addr-file F --table-file T [--mode "
                     "check|repeat|loop|bench] [--sizes a,b,..] [--seed S] [--job J] [--step S] "
                     "[--size-add K] [--mesh RxC --dim D] [--iters K] [--skew-us U] [--deadline MS] "
-                    "[--segment BYTES] [--direct BYTES] [--alarm SECONDS]\n");
+                    "[--segment BYTES] [--direct BYTES] [--shm auto|off] [--alarm SECONDS]\n");
 }
 
 int main(int argc, char **argv)
@@ -384,6 +384,7 @@ int main(int argc, char **argv)
                     .segment_bytes = 256 * 1024,
                     .direct_bytes = -1};
     unsigned alarm_s = 60; /* hard limit: SIGALRM ends a test process that hangs */
+    int shm_off = 0;       /* --shm off: connections stay on their sockets */
     cfg.sizes[0] = 1;
     cfg.nsizes = 1;
     for (int i = 1; i < argc; i++) {
@@ -431,6 +432,8 @@ int main(int argc, char **argv)
             alarm_s = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "--direct") == 0)
             cfg.direct_bytes = strtol(v, NULL, 10);
+        else if (strcmp(a, "--shm") == 0)
+            shm_off = v != NULL && strcmp(v, "off") == 0;
         else if (strcmp(a, "--segment") == 0)
             cfg.segment_bytes = strtoull(v, NULL, 10);
         else {
@@ -446,7 +449,9 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     mt_err err = MT_ERR_INIT;
     mt_coll_net *net = NULL;
-    mt_code rc = mt_coll_net_new(cfg.listen, &net, &err);
+    mt_coll_net_opts no = MT_COLL_NET_DEFAULTS;
+    no.shm = shm_off ? MT_COLL_SHM_OFF : MT_COLL_SHM_AUTO;
+    mt_code rc = mt_coll_net_new_opts(cfg.listen, &no, &net, &err);
     if (rc != MT_OK) {
         printf("ERROR rank=-1 code=%s elapsed_ms=0 msg=%s\n", mt_code_name(rc), err.msg);
         return (int)rc;
@@ -501,6 +506,13 @@ int main(int argc, char **argv)
         } else if (strcmp(cfg.mode, "check") == 0 || strcmp(cfg.mode, "repeat") == 0) {
             printf("RESULT rank=%d ok checksum=%016" PRIx64 "\n", devs[i].rank, devs[i].checksum);
         }
+    }
+    for (int r = 0; r < cfg.world; r++) { /* how frames went to each other process */
+        int first = 1;
+        for (int q = 0; q < r && first; q++)
+            first = strcmp(cfg.addrs[q], cfg.addrs[r]) != 0;
+        if (first && strcmp(cfg.addrs[r], mt_coll_net_addr(net)) != 0)
+            printf("LINK peer=%s via=%s\n", cfg.addrs[r], mt_coll_world_link(w, cfg.addrs[r]));
     }
     double tc = now_s();
     mt_coll_world_free(w);

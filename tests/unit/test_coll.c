@@ -10,15 +10,19 @@
 #include "mt_test.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -626,14 +630,19 @@ static void test_coll_bucket_fuses_tensors(void **state)
     mt_coll_world_free(w);
 }
 
+/* Shared memory for the endpoints net_pair opens (both processes of one host). */
+static mt_coll_shm_mode pair_shm = MT_COLL_SHM_AUTO;
+
 /* Two data-plane endpoints in this process stand for two worker processes. */
 static void net_pair(const char *url0, const char *url1, int per_proc, mt_coll_net **nets,
                      mt_coll_world **ws, const mt_coll_world_opts *o)
 {
     mt_coll_rank_addr table[MAXR];
     mt_err err = MT_ERR_INIT;
-    assert_int_equal(mt_coll_net_new(url0, &nets[0], &err), MT_OK);
-    assert_int_equal(mt_coll_net_new(url1, &nets[1], &err), MT_OK);
+    mt_coll_net_opts no = MT_COLL_NET_DEFAULTS;
+    no.shm = pair_shm;
+    assert_int_equal(mt_coll_net_new_opts(url0, &no, &nets[0], &err), MT_OK);
+    assert_int_equal(mt_coll_net_new_opts(url1, &no, &nets[1], &err), MT_OK);
     assert_true(strncmp(mt_coll_net_addr(nets[0]), url0, 6) == 0);
     assert_true(strncmp(mt_coll_net_addr(nets[1]), url1, 6) == 0);
     for (int r = 0; r < 2 * per_proc; r++)
@@ -665,7 +674,17 @@ static void pair_allreduce_exact(mt_coll_world **ws, const int *g, size_t n, uin
     free_jobs(jobs, 4);
 }
 
+/* As below, and the frames between the endpoints went by link ("shm", "tcp", ...). */
+static void net_allreduce_matches_local_via(const char *url0, const char *url1,
+                                            mt_coll_shm_mode shm, const char *link);
+
 static void net_allreduce_matches_local(const char *url0, const char *url1)
+{
+    net_allreduce_matches_local_via(url0, url1, MT_COLL_SHM_AUTO, NULL);
+}
+
+static void net_allreduce_matches_local_via(const char *url0, const char *url1,
+                                            mt_coll_shm_mode shm, const char *link)
 {
     static const int g[] = {0, 1, 2, 3}, ga[] = {0, 2}, gb[] = {1, 3};
     mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
@@ -673,7 +692,9 @@ static void net_allreduce_matches_local(const char *url0, const char *url1)
     mt_coll_world *ws[2];
     o.job_id = 77;
     o.segment_bytes = 4096;
+    pair_shm = shm;
     net_pair(url0, url1, 2, nets, ws, &o);
+    pair_shm = MT_COLL_SHM_AUTO;
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
         pair_allreduce_exact(ws, g, sizes[si], 100 + si);
     /* groups along the other dimension: every hop crosses the endpoints */
@@ -694,6 +715,11 @@ static void net_allreduce_matches_local(const char *url0, const char *url1)
         }
     }
     free_jobs(jobs, 4);
+    for (int k = 0; link != NULL && k < 2; k++) {
+        const char *via = mt_coll_world_link(ws[k], mt_coll_net_addr(nets[1 - k]));
+        if (strcmp(via, link) != 0)
+            fail_msg("endpoint %d reached the other by %s, want %s", k, via, link);
+    }
     for (int k = 0; k < 2; k++) {
         mt_coll_world_free(ws[k]);
         mt_coll_net_free(nets[k]);
@@ -742,7 +768,115 @@ static void test_coll_net_hierarchical_traffic(void **state)
 static void test_coll_net_tcp_bit_identical_to_local(void **state)
 {
     (void)state;
-    net_allreduce_matches_local("tcp://127.0.0.1:0", "tcp://127.0.0.1:0");
+    net_allreduce_matches_local_via("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", MT_COLL_SHM_OFF,
+                                    "tcp");
+}
+
+/* Two endpoints of one host move their tcp:// connections to shared memory by themselves. */
+static void test_coll_net_shm_chosen_on_one_host(void **state)
+{
+    (void)state;
+    net_allreduce_matches_local_via("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", MT_COLL_SHM_AUTO,
+                                    "shm");
+}
+
+/* shm:// listeners (a Unix socket for the handshake) always use shared memory. */
+static void test_coll_net_shm_url_bit_identical_to_local(void **state)
+{
+    char a[128], b[128];
+    (void)state;
+    snprintf(a, sizeof(a), "shm:///tmp/mt_coll_test_%d_a.shm", (int)getpid());
+    snprintf(b, sizeof(b), "shm:///tmp/mt_coll_test_%d_b.shm", (int)getpid());
+    net_allreduce_matches_local_via(a, b, MT_COLL_SHM_AUTO, "shm");
+}
+
+/* One allreduce of n floats between the single ranks of ws[0] and ws[1], which succeeds. */
+static void pair_round_ok(mt_coll_world **ws, size_t n)
+{
+    static const int g[] = {0, 1};
+    job jobs[2];
+    for (int r = 0; r < 2; r++)
+        jobs[r] = mkjob(ws[r], r, g, 2, OP_ALLREDUCE, n, 1);
+    run_jobs(jobs, 2);
+    assert_int_equal(jobs[0].rc, MT_OK);
+    assert_int_equal(jobs[1].rc, MT_OK);
+    free_jobs(jobs, 2);
+}
+
+/* Names of data-plane rings in /dev/shm created by process pid (-1: any). */
+static int count_rings(long pid)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    int n = 0;
+    char tail[32];
+    snprintf(tail, sizeof(tail), "-%ld-", pid);
+    while (d != NULL && (e = readdir(d)) != NULL)
+        n += strncmp(e->d_name, "mtcoll-", 7) == 0 && (pid < 0 || strstr(e->d_name, tail) != NULL);
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+/*
+ * A ring left by a process that died between creating and handing it over is removed when an
+ * endpoint opens; a running job leaves no ring in /dev/shm (they are unlinked once mapped).
+ */
+static pid_t make_stale_ring(void)
+{
+    char name[64];
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0);
+    waitpid(child, NULL, 0); /* a pid that no longer runs */
+    snprintf(name, sizeof(name), "/mtcoll-%016x-%ld-0", 42u, (long)child);
+    int fd = shm_open(name, O_RDWR | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    return child;
+}
+
+static void test_coll_shm_rings_swept_and_unlinked(void **state)
+{
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    pid_t dead = make_stale_ring();
+    (void)state;
+    assert_int_equal(count_rings(dead), 1);
+    o.job_id = 6;
+    net_pair("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 1, nets, ws, &o);
+    assert_int_equal(count_rings(dead), 0);
+    pair_round_ok(ws, 100000);
+    assert_string_equal(mt_coll_world_link(ws[0], mt_coll_net_addr(nets[1])), "shm");
+    assert_int_equal(count_rings(getpid()), 0);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
+static void test_coll_net_opts_checked(void **state)
+{
+    mt_coll_net_opts no = MT_COLL_NET_DEFAULTS;
+    mt_coll_net *net = NULL;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    no.shm_ring_bytes = 5000;
+    assert_int_equal(mt_coll_net_new_opts("tcp://127.0.0.1:0", &no, &net, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "shm_ring_bytes"));
+    assert_null(net);
+    no = (mt_coll_net_opts)MT_COLL_NET_DEFAULTS;
+    no.shm = MT_COLL_SHM_OFF;
+    assert_int_equal(mt_coll_net_new_opts("shm:///tmp/x.shm", &no, &net, &err),
+                     MT_INVALID_ARGUMENT);
+    no = (mt_coll_net_opts)MT_COLL_NET_DEFAULTS;
+    no.handshake_ms = 0;
+    assert_int_equal(mt_coll_net_new_opts("tcp://127.0.0.1:0", &no, &net, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_net_new_opts("nng+shm:///tmp/x.shm", NULL, &net, &err),
+                     MT_INVALID_ARGUMENT);
 }
 
 static void test_coll_net_nng_tcp_bit_identical_to_local(void **state)
@@ -954,14 +1088,8 @@ static void test_coll_net_lost_peer_is_named(void **state)
     o.job_id = 5;
     net_pair("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 1, nets, ws, &o);
     snprintf(peer, sizeof(peer), "%s", mt_coll_net_addr(nets[1]));
-    /* one good round so that the connections exist */
+    pair_round_ok(ws, 10); /* so that the connections exist */
     job jobs[2];
-    for (int r = 0; r < 2; r++)
-        jobs[r] = mkjob(ws[r], r, g, 2, OP_ALLREDUCE, 10, 1);
-    run_jobs(jobs, 2);
-    assert_int_equal(jobs[0].rc, MT_OK);
-    assert_int_equal(jobs[1].rc, MT_OK);
-    free_jobs(jobs, 2);
     mt_coll_world_free(ws[1]);
     mt_coll_net_free(nets[1]);
     jobs[0] = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, 10, 1), 1, 0, 1500);
@@ -1191,6 +1319,10 @@ int main(void)
         cmocka_unit_test(test_coll_mismatch_is_invalid_everywhere),
         cmocka_unit_test(test_coll_bucket_fuses_tensors),
         cmocka_unit_test(test_coll_net_tcp_bit_identical_to_local),
+        cmocka_unit_test(test_coll_net_shm_chosen_on_one_host),
+        cmocka_unit_test(test_coll_net_shm_url_bit_identical_to_local),
+        cmocka_unit_test(test_coll_shm_rings_swept_and_unlinked),
+        cmocka_unit_test(test_coll_net_opts_checked),
         cmocka_unit_test(test_coll_net_hierarchical_traffic),
         cmocka_unit_test(test_coll_net_ipc_bit_identical_to_local),
         cmocka_unit_test(test_coll_net_nng_tcp_bit_identical_to_local),
