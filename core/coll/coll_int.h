@@ -31,15 +31,17 @@
 
 #include "coll/mt_coll.h"
 
-#define COLL_MAGIC      0x4c43544du /* "MTCL" little-endian */
-#define COLL_HDR_SIZE   72
-#define COLL_NAIO       4           /* outstanding sends per comm (pipelining depth) */
-#define COLL_GRACE_NS   200000000LL /* a lost connection counts after 200 ms without its data */
-#define COLL_DIAG_NS    250000000LL /* after a deadline, wait this long for PONGs */
-#define COLL_MAXPING    16
-#define COLL_FLUSH_NS   100000000LL /* a failing member lets its sends finish for up to 100 ms */
-#define COLL_ABORT_NS   100000000LL /* an ABORT to a peer may take at most 100 ms */
-#define COLL_CTL_RAW_MS 20          /* direct transport: a PING/PONG may take at most 20 ms */
+#define COLL_MAGIC         0x4c43544du /* "MTCL" little-endian */
+#define COLL_HDR_SIZE      72
+#define COLL_NAIO          4           /* outstanding sends per comm (pipelining depth) */
+#define COLL_GRACE_NS      200000000LL /* a lost connection counts after 200 ms without its data */
+#define COLL_DIAG_NS       250000000LL /* after a deadline, wait this long for PONGs */
+#define COLL_MAXPING       16
+#define COLL_MAX_AXES      8           /* mesh axes named in messages (mt_coll_world_opts.mesh) */
+#define COLL_FLUSH_NS      100000000LL /* a failing member lets its sends finish for up to 100 ms */
+#define COLL_ABORT_NS      100000000LL /* an ABORT to a peer may take at most 100 ms */
+#define COLL_CTL_RAW_MS    20          /* direct transport: a PING/PONG may take at most 20 ms */
+#define COLL_LINK_STALL_MS 200         /* in-flight data unacknowledged this long: a broken link */
 
 /* a failed send waits this long for an ABORT that explains it (a member that found a mismatch
  * and closed its sockets): 200 ms was too short on a loaded 2-core CI machine */
@@ -242,6 +244,9 @@ struct mt_coll_world {
     _Atomic uint64_t remote_floats; /* payload sent to other processes (DATA frames) */
     int drive; /* the one local device's thread drives its exchanges (coll_world.c, tree_run) */
     int drive_yields; /* a driving thread with nothing to do yields this often before it sleeps */
+    int naxes;        /* opts.mesh, parsed (0: none): axis names and sizes, row-major */
+    char axis_name[COLL_MAX_AXES][32];
+    int axis_size[COLL_MAX_AXES];
 };
 
 int64_t coll__now_ns(void);
@@ -339,6 +344,7 @@ typedef struct coll_raw_cfg {
     size_t shm_ring;     /* ring bytes a dialer creates */
     int64_t shm_spin_ns; /* spin before sleeping on a ring */
     int64_t handshake_ms;
+    int max_handshakes;
 } coll_raw_cfg;
 /* Listen on url; the bound address goes to addr. */
 mt_code coll__raw_listen(const char *url, const coll_raw_cfg *cfg, const coll_raw_cbs *cbs,
@@ -417,6 +423,12 @@ int coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const void
 /* Wait up to ms for room toward process proc (ring or socket); -1 when its ring's reader is
  * gone. */
 int coll__net_wait_room(mt_coll_world *w, int proc, int ms);
+/*
+ * 1 and *ms when the tcp connection dialed to process proc has data in flight that no
+ * acknowledgement came for in COLL_LINK_STALL_MS or more (*ms: since the last one): the link
+ * is broken. 0 for rings, Unix sockets, nng, an idle or busy connection. Any thread.
+ */
+int coll__net_link_stalled(mt_coll_world *w, int proc, int64_t *ms);
 /* A write on that socket failed part-way: close it (the peer sees the connection end). */
 void coll__net_raw_failed(mt_coll_world *w, int proc);
 /* The newest connection from process proc (a reference; coll__net_drive_put), or NULL. */

@@ -34,6 +34,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -463,9 +465,10 @@ static mt_code check_net_opts(const char *url, const mt_coll_net_opts *o, mt_err
     if (o->shm_spin_us < 0 || o->shm_spin_us > 1000000)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: shm_spin_us %lld: want 0 .. 1e6",
                           (long long)o->shm_spin_us);
-    if (o->handshake_ms < 1)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: handshake_ms %lld must be >= 1",
-                          (long long)o->handshake_ms);
+    if (o->handshake_ms < 1 || o->max_handshakes < 1)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll net: handshake_ms %lld and max_handshakes %d must be >= 1",
+                          (long long)o->handshake_ms, o->max_handshakes);
     if (url != NULL && strncmp(url, "shm://", 6) == 0 && o->shm == MT_COLL_SHM_OFF)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: %s with shared memory off", url);
     return MT_OK;
@@ -530,7 +533,8 @@ mt_code mt_coll_net_new_opts(const char *url, const mt_coll_net_opts *opts, mt_c
                             .shm = opts->shm,
                             .shm_ring = opts->shm_ring_bytes,
                             .shm_spin_ns = opts->shm_spin_us * 1000,
-                            .handshake_ms = opts->handshake_ms};
+                            .handshake_ms = opts->handshake_ms,
+                            .max_handshakes = opts->max_handshakes};
         rc = coll__raw_listen(url, &cfg, &cbs, &net->raw, net->addr, sizeof(net->addr), err);
         if (rc != MT_OK)
             goto fail_sock;
@@ -884,6 +888,23 @@ int coll__net_wait_room(mt_coll_world *w, int proc, int ms)
     struct pollfd p = {.fd = pe->fd, .events = POLLOUT};
     poll(&p, 1, ms);
     return 0;
+}
+
+int coll__net_link_stalled(mt_coll_world *w, int proc, int64_t *ms)
+{
+    coll_peer *pe = &w->peers[proc];
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    int stalled = 0;
+    if (w->net == NULL || w->net->raw == NULL || pthread_mutex_trylock(&pe->mu) != 0)
+        return 0; /* another device writes to it: it reports that write */
+    if (pe->open && pe->shm == NULL && getsockopt(pe->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+        ti.tcpi_unacked > 0 && ti.tcpi_last_ack_recv >= COLL_LINK_STALL_MS) {
+        *ms = ti.tcpi_last_ack_recv;
+        stalled = 1;
+    }
+    pthread_mutex_unlock(&pe->mu);
+    return stalled;
 }
 
 void coll__net_raw_failed(mt_coll_world *w, int proc)

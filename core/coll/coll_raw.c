@@ -99,6 +99,7 @@ typedef struct raw_conn {
     size_t skip;   /* payload bytes of a frame the driver began that the reader discards */
     int evfd;      /* eventfd: written when the socket is handed to the driver or the reader ends */
     coll_shm *shm; /* frames come through this ring after the handshake (never driven) */
+    int64_t accepted_ns; /* when it was accepted (the oldest handshake is dropped first) */
 } raw_conn;
 
 struct coll_raw {
@@ -773,6 +774,35 @@ static void reap(coll_raw *r, int all)
     }
 }
 
+/*
+ * Before accepting one more connection (r->mu held): when cfg.max_handshakes connections are
+ * still in their handshake, or the table is full, end the oldest one still in its handshake
+ * (its reader thread sees the end and leaves; reap frees it). Connections that authenticated
+ * are never dropped for a newcomer. Returns 1 when the table has no room now (the dialer
+ * retries), else 0.
+ */
+static int drop_oldest_handshake(coll_raw *r)
+{
+    raw_conn *oldest = NULL;
+    int pending = 0;
+    for (int i = 0; i < r->nconns; i++) {
+        raw_conn *k = r->conns[i];
+        if (atomic_load(&k->done) || atomic_load(&k->peer_set) || k->accepted_ns == 0)
+            continue;
+        pending++;
+        if (oldest == NULL || k->accepted_ns < oldest->accepted_ns)
+            oldest = k;
+    }
+    if (oldest != NULL && (pending >= r->cfg.max_handshakes || r->nconns >= RAW_MAX_CONNS)) {
+        mt_log_warn("coll: dropping a data-plane connection still in its handshake after %" PRId64
+                    " ms (%d in their handshake)",
+                    (int64_t)((coll__now_ns() - oldest->accepted_ns) / 1000000LL), pending);
+        oldest->accepted_ns = 0; /* dropped once */
+        shutdown(oldest->fd, SHUT_RDWR);
+    }
+    return r->nconns >= RAW_MAX_CONNS;
+}
+
 static void *acc_main(void *arg)
 {
     coll_raw *r = arg;
@@ -785,11 +815,12 @@ static void *acc_main(void *arg)
             continue;
         pthread_mutex_lock(&r->mu);
         reap(r, 0);
-        int full = r->nconns >= RAW_MAX_CONNS;
+        int full = drop_oldest_handshake(r);
         raw_conn *k = !full ? mt_calloc(1, sizeof(*k)) : NULL;
         if (k != NULL) {
             k->r = r;
             k->fd = fd;
+            k->accepted_ns = coll__now_ns();
             k->id = 0x80000000u | (r->next_id++ & 0x7fffffffu);
             atomic_init(&k->done, 0);
             atomic_init(&k->peer_set, 0);

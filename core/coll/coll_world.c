@@ -384,6 +384,72 @@ static mt_code check_opts(const mt_coll_world_opts *opts, mt_err *err)
     return MT_OK;
 }
 
+static int append(char *out, size_t cap, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Parse opts->mesh ("batch=4,model=2") into w's axes; sizes must multiply to w->size. */
+static mt_code parse_mesh(mt_coll_world *w, const char *mesh, mt_err *err)
+{
+    const char *p = mesh;
+    long prod = 1;
+    while (p != NULL && *p != '\0') {
+        char name[32];
+        int n = 0;
+        while (*p == ' ')
+            p++;
+        while (n < 31 && *p != '=' && *p != ',' && *p != ' ' && *p != '\0')
+            name[n++] = *p++;
+        name[n] = '\0';
+        while (*p == ' ')
+            p++;
+        if (n == 0 || *p != '=' || w->naxes == COLL_MAX_AXES)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "coll world: mesh \"%s\": want NAME=SIZE,... (at most %d axes, "
+                              "names of at most 31 characters)",
+                              mesh, COLL_MAX_AXES);
+        char *end;
+        long size = strtol(p + 1, &end, 10);
+        if (end == p + 1 || size < 1 || size > w->size)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "coll world: mesh \"%s\": axis %s: bad size", mesh, name);
+        p = end;
+        while (*p == ' ')
+            p++;
+        if (*p == ',')
+            p++;
+        else if (*p != '\0')
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "coll world: mesh \"%s\": want commas",
+                              mesh);
+        memcpy(w->axis_name[w->naxes], name, (size_t)n + 1);
+        w->axis_size[w->naxes++] = (int)size;
+        prod *= size;
+        if (prod > w->size)
+            break;
+    }
+    if (w->naxes > 0 && prod != w->size)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll world: mesh \"%s\" has %ld devices, the world %d", mesh, prod,
+                          w->size);
+    return MT_OK;
+}
+
+/* The mesh axes group g runs along ("batch", "batch,model"), or "" (no mesh or one member). */
+static void group_axes(const mt_coll_world *w, const mt_coll_group *g, char *out, size_t cap)
+{
+    size_t used = 0;
+    int stride = w->size;
+    out[0] = '\0';
+    for (int d = 0; d < w->naxes && g != NULL && g->ranks != NULL; d++) {
+        stride /= w->axis_size[d];
+        int varies = 0;
+        for (int i = 1; i < g->size && !varies; i++)
+            varies = (g->ranks[i] / stride) % w->axis_size[d] !=
+                     (g->ranks[0] / stride) % w->axis_size[d];
+        if (varies && append(out, cap, &used, "%s%s", used ? "," : "", w->axis_name[d]) != 0)
+            return;
+    }
+}
+
 /* Allocate a world whose ranks are mapped to processes by proc_of (taken). */
 static mt_code world_alloc(int size, const mt_coll_world_opts *opts, int nprocs, int my_proc,
                            mt_coll_world **out, mt_err *err)
@@ -408,6 +474,12 @@ static mt_code world_alloc(int size, const mt_coll_world_opts *opts, int nprocs,
     }
     for (int i = 0; i < nprocs; i++)
         pthread_mutex_init(&w->peers[i].mu, NULL);
+    w->opts.mesh = NULL; /* parsed below; the caller's text is not kept */
+    mt_code rc = parse_mesh(w, opts->mesh, err);
+    if (rc != MT_OK) {
+        world_free_parts(w);
+        return rc;
+    }
     *out = w;
     return MT_OK;
 }
@@ -641,9 +713,12 @@ static mt_code ctx_fail(coll_ctx *x, mt_code code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(body, sizeof(body), fmt, ap);
     va_end(ap);
+    char axes[COLL_MAX_AXES * 32];
+    group_axes(x->c->w, x->g, axes, sizeof(axes));
     return mt_err_set(x->err, code,
-                      "%s (job %" PRIu64 " step %" PRIu64 " seq %" PRIu32 ") on rank %d: %s",
-                      op_name(x->op), x->c->w->opts.job_id, x->step, x->seq, x->c->rank, body);
+                      "%s%s%s (job %" PRIu64 " step %" PRIu64 " seq %" PRIu32 ") on rank %d: %s",
+                      op_name(x->op), axes[0] ? " over " : "", axes, x->c->w->opts.job_id, x->step,
+                      x->seq, x->c->rank, body);
 }
 
 static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, uint8_t op,
@@ -954,6 +1029,24 @@ static mt_code ended(coll_ctx *x)
 }
 
 /*
+ * The collective's deadline passed without rank r's data (or room toward it): if the tcp
+ * link to its process is broken (what this process sent it stays unacknowledged, where a
+ * stopped or hung process's kernel would still acknowledge), UNAVAILABLE naming both ends;
+ * else MT_OK (the caller reports the deadline).
+ */
+static mt_code link_broken(coll_ctx *x, int r)
+{
+    mt_coll_world *w = x->c->w;
+    int64_t ms = 0;
+    if (w->by_rank[r] != NULL || !coll__net_link_stalled(w, w->proc_of[r], &ms))
+        return MT_OK;
+    return ctx_fail(x, MT_UNAVAILABLE,
+                    "link between rank %d (%s) and rank %d (%s) is broken: nothing sent on it "
+                    "was acknowledged for %" PRId64 " ms",
+                    x->c->rank, w->proc_addr[w->my_proc], r, rank_addr(w, r), ms);
+}
+
+/*
  * One turn of waiting for data from global rank src (c->mu held, still held on return):
  * MT_OK after answering PINGs or sleeping until a wake-up (look again), else the failure
  * (the peer's connection lost, the deadline).
@@ -962,6 +1055,7 @@ static mt_code wait_turn(coll_ctx *x, int src)
 {
     mt_coll_comm *c = x->c;
     mt_coll_world *w = c->w;
+    mt_code rc;
     int remote = w->by_rank[src] == NULL;
     int64_t now = coll__now_ns();
     if (remote) {
@@ -986,6 +1080,8 @@ static mt_code wait_turn(coll_ctx *x, int src)
             return MT_OK;
         }
     }
+    if (now >= x->deadline_ns && remote && (rc = link_broken(x, src)) != MT_OK)
+        return rc;
     if (now >= x->deadline_ns) {
         char late[160];
         suspects(x, late, sizeof(late));
@@ -1091,7 +1187,9 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
  */
 static mt_code send_failed(coll_ctx *x, int dst, mt_code rc, const char *why)
 {
-    mt_code arc;
+    mt_code arc, lrc;
+    if (rc == MT_DEADLINE_EXCEEDED && (lrc = link_broken(x, dst)) != MT_OK)
+        return lrc;
     if ((rc == MT_UNAVAILABLE || rc == MT_DEADLINE_EXCEEDED) &&
         abort_explains(x, rc == MT_UNAVAILABLE ? COLL_ABORT_EXPLAIN_NS : 0, &arc))
         return arc;

@@ -83,12 +83,16 @@ typedef struct mt_coll_world_opts {
     size_t segment_bytes;        /* pipelining unit on the wire (rounded to floats, >= 4) */
     size_t direct_bytes; /* allreduce of at most this many bytes: one direct exchange between all
                             members instead of the tree (fewer hops, same bits); 0 = always tree */
+    const char *mesh;    /* "batch=4,model=2" (copied; NULL: none): the job's mesh, ranks numbered
+                            row-major over it; error messages then name the mesh axes a group
+                            runs along ("allreduce over batch ..."). Sizes must multiply to the
+                            world size. */
 } mt_coll_world_opts;
 
 #define MT_COLL_WORLD_DEFAULTS                                                                     \
     {                                                                                              \
         .job_id = 0, .default_deadline_ms = 10000, .segment_bytes = 256 * 1024,                    \
-        .direct_bytes = 64 * 1024                                                                  \
+        .direct_bytes = 64 * 1024, .mesh = NULL                                                    \
     }
 
 /* One entry of a job's rank table: where rank r lives. */
@@ -168,12 +172,15 @@ typedef struct mt_coll_net_opts {
     size_t shm_ring_bytes;    /* ring per connection: a power of two, 4 KiB .. 1 GiB */
     int64_t shm_spin_us;      /* a side waiting on a ring spins this long before it sleeps */
     int64_t handshake_ms;     /* an accepted connection not authenticated by then is dropped */
+    int max_handshakes;       /* accepted connections in their handshake at once; a new one
+                                 beyond this drops the oldest (idle strangers cannot crowd out
+                                 a job's peers) */
 } mt_coll_net_opts;
 
 #define MT_COLL_NET_DEFAULTS                                                                       \
     {                                                                                              \
         .token = NULL, .tls = NULL, .shm = MT_COLL_SHM_AUTO, .shm_ring_bytes = 4u << 20,           \
-        .shm_spin_us = 50, .handshake_ms = 5000                                                    \
+        .shm_spin_us = 50, .handshake_ms = 2000, .max_handshakes = 16                              \
     }
 
 /*
@@ -279,7 +286,10 @@ void mt_coll_comm_set_step(mt_coll_comm *c, uint64_t step);
  *                      chunk) — reported by every participant;
  *   DEADLINE_EXCEEDED  a peer did not deliver in time; names the rank(s)
  *                      (and address) that never arrived;
- *   UNAVAILABLE        a peer's connection was lost or it cannot be reached;
+ *   UNAVAILABLE        a peer's connection was lost or it cannot be reached, or (tcp) the
+ *                      link to a peer that did not deliver in time is broken: what was sent
+ *                      to it stays unacknowledged (a stopped process's kernel still
+ *                      acknowledges); the message names both ends;
  *   RESOURCE_EXHAUSTED out of memory.
  * On error the buffer contents are unspecified; the other members also fail.
  */

@@ -21,6 +21,8 @@ set -u
 SHM=${COLL_SHM:-auto}
 BIN=${MT_BIN_DIR:-build}
 PEER=$BIN/mt_coll_peer
+# shellcheck source=coll_lib.sh
+. "$(dirname "$0")/coll_lib.sh"
 [ -x "$PEER" ] || { echo "FAIL: $PEER not built"; exit 1; }
 TMP=$(mktemp -d /tmp/mt_coll_procs.XXXXXX)
 PIDS=()
@@ -58,14 +60,7 @@ start_world() {
         WPIDS+=($!)
         PIDS+=($!)
     done
-    local deadline=$(($(date +%s) + 15))
-    for ((p = 0; p < np; p++)); do
-        while [ ! -s "$dir/addr.$p" ]; do
-            [ "$(date +%s)" -gt "$deadline" ] && { fail "$name: process $p never listened"; return 1; }
-            sleep 0.02
-        done
-        WADDR+=("$(cat "$dir/addr.$p")")
-    done
+    coll_wait_addrs "$dir" "$np" || { fail "$name: process $COLL_LATE never listened"; return 1; }
     : >"$dir/table.tmp"
     for ((p = 0; p < np; p++)); do
         for ((d = 0; d < nd; d++)); do
@@ -198,13 +193,8 @@ expect_lost() { # NAME SIGNAL NPROCS
     local name=$1 sig=$2 np=$3 victim=1
     start_world "$name" "$np" 1 tcp --mode loop --sizes 262144 --iters 1000000 \
         --deadline $DEADLINE_MS || return
-    local dir=$TMP/$name deadline=$(($(date +%s) + 20)) p
-    for ((p = 0; p < np; p++)); do
-        until grep -q STARTED "$dir/out.$p" 2>/dev/null; do
-            [ "$(date +%s)" -gt "$deadline" ] && { fail "$name: process $p never started"; return; }
-            sleep 0.02
-        done
-    done
+    local dir=$TMP/$name p
+    coll_wait_started "$dir" "$np" || { fail "$name: process $COLL_LATE never started"; return; }
     sleep 0.2
     local t0
     t0=$(now)

@@ -369,10 +369,12 @@ static int read_table(peer_cfg *cfg)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: mt_coll_peer --listen URL --addr-file F --table-file T [--mode "
-                    "check|repeat|loop|bench] [--sizes a,b,..] [--seed S] [--job J] [--step S] "
-                    "[--size-add K] [--mesh RxC --dim D] [--iters K] [--skew-us U] [--deadline MS] "
-                    "[--segment BYTES] [--direct BYTES] [--shm auto|off] [--alarm SECONDS]\n");
+    fprintf(stderr,
+            "usage: mt_coll_peer --listen URL --addr-file F --table-file T [--mode "
+            "check|repeat|loop|bench] [--sizes a,b,..] [--seed S] [--job J] [--step S] "
+            "[--size-add K] [--mesh RxC --dim D] [--iters K] [--skew-us U] [--deadline MS] "
+            "[--segment BYTES] [--direct BYTES] [--shm auto|off] [--axes NAME=N,..] [--token T] "
+            "[--alarm SECONDS]\n");
 }
 
 int main(int argc, char **argv)
@@ -383,8 +385,10 @@ int main(int argc, char **argv)
                     .iters = 0,
                     .segment_bytes = 256 * 1024,
                     .direct_bytes = -1};
-    unsigned alarm_s = 60; /* hard limit: SIGALRM ends a test process that hangs */
-    int shm_off = 0;       /* --shm off: connections stay on their sockets */
+    unsigned alarm_s = 60;    /* hard limit: SIGALRM ends a test process that hangs */
+    int shm_off = 0;          /* --shm off: connections stay on their sockets */
+    const char *token = NULL; /* --token: the data-plane token */
+    const char *axes = NULL;  /* --axes: the mesh named in errors (world option mesh) */
     cfg.sizes[0] = 1;
     cfg.nsizes = 1;
     for (int i = 1; i < argc; i++) {
@@ -432,6 +436,10 @@ int main(int argc, char **argv)
             alarm_s = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "--direct") == 0)
             cfg.direct_bytes = strtol(v, NULL, 10);
+        else if (strcmp(a, "--axes") == 0)
+            axes = v;
+        else if (strcmp(a, "--token") == 0)
+            token = v;
         else if (strcmp(a, "--shm") == 0)
             shm_off = v != NULL && strcmp(v, "off") == 0;
         else if (strcmp(a, "--segment") == 0)
@@ -451,6 +459,7 @@ int main(int argc, char **argv)
     mt_coll_net *net = NULL;
     mt_coll_net_opts no = MT_COLL_NET_DEFAULTS;
     no.shm = shm_off ? MT_COLL_SHM_OFF : MT_COLL_SHM_AUTO;
+    no.token = token;
     mt_code rc = mt_coll_net_new_opts(cfg.listen, &no, &net, &err);
     if (rc != MT_OK) {
         printf("ERROR rank=-1 code=%s elapsed_ms=0 msg=%s\n", mt_code_name(rc), err.msg);
@@ -477,6 +486,7 @@ int main(int argc, char **argv)
     o.job_id = cfg.job;
     o.default_deadline_ms = cfg.deadline_ms;
     o.segment_bytes = cfg.segment_bytes;
+    o.mesh = axes;
     if (cfg.direct_bytes >= 0)
         o.direct_bytes = (size_t)cfg.direct_bytes;
     mt_coll_world *w = NULL;

@@ -856,6 +856,37 @@ static void test_coll_shm_rings_swept_and_unlinked(void **state)
     }
 }
 
+/* World option mesh: checked against the world size, and errors name the axes a group runs
+ * along (ranks row-major: on x=2,y=2 group {0,1} runs along y, {0,2} along x). */
+static void test_coll_mesh_axes_named_in_errors(void **state)
+{
+    static const int gy[] = {0, 1}, gx[] = {0, 2}, gall[] = {0, 1, 2, 3};
+    static const char *bad[] = {"x=3", "x=2,y=3", "x", "=2", "x=2;y=2", "x=0,y=4"};
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_world *w = NULL;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        o.mesh = bad[i];
+        if (mt_coll_world_new_local(4, &o, &w, &err) != MT_INVALID_ARGUMENT || w != NULL)
+            fail_msg("mesh %s accepted for 4 devices", bad[i]);
+    }
+    o.mesh = " x = 2 , y=2";
+    assert_int_equal(mt_coll_world_new_local(4, &o, &w, &err), MT_OK);
+    const int *groups[] = {gy, gx, gall};
+    const char *want[] = {"allreduce over y (", "allreduce over x (", "allreduce over x,y ("};
+    for (int k = 0; k < 3; k++) {
+        job j = with_call(mkjob(w, 0, groups[k], k == 2 ? 4 : 2, OP_ALLREDUCE, 10, 1), 1,
+                          (uint32_t)k, 100);
+        run_jobs(&j, 1); /* the others never come */
+        assert_int_equal(j.rc, MT_DEADLINE_EXCEEDED);
+        if (strstr(j.err.msg, want[k]) == NULL)
+            fail_msg("want '%s' in: %s", want[k], j.err.msg);
+        free_jobs(&j, 1);
+    }
+    mt_coll_world_free(w);
+}
+
 static void test_coll_net_opts_checked(void **state)
 {
     mt_coll_net_opts no = MT_COLL_NET_DEFAULTS;
@@ -872,7 +903,7 @@ static void test_coll_net_opts_checked(void **state)
     assert_int_equal(mt_coll_net_new_opts("shm:///tmp/x.shm", &no, &net, &err),
                      MT_INVALID_ARGUMENT);
     no = (mt_coll_net_opts)MT_COLL_NET_DEFAULTS;
-    no.handshake_ms = 0;
+    no.max_handshakes = 0;
     assert_int_equal(mt_coll_net_new_opts("tcp://127.0.0.1:0", &no, &net, &err),
                      MT_INVALID_ARGUMENT);
     assert_int_equal(mt_coll_net_new_opts("nng+shm:///tmp/x.shm", NULL, &net, &err),
@@ -1323,6 +1354,7 @@ int main(void)
         cmocka_unit_test(test_coll_net_shm_url_bit_identical_to_local),
         cmocka_unit_test(test_coll_shm_rings_swept_and_unlinked),
         cmocka_unit_test(test_coll_net_opts_checked),
+        cmocka_unit_test(test_coll_mesh_axes_named_in_errors),
         cmocka_unit_test(test_coll_net_hierarchical_traffic),
         cmocka_unit_test(test_coll_net_ipc_bit_identical_to_local),
         cmocka_unit_test(test_coll_net_nng_tcp_bit_identical_to_local),
