@@ -47,6 +47,8 @@ run_mt() {
     for b in $sizes; do floats="$floats${floats:+,}$((b / 4))"; done
     local pids=() extra=()
     case $kind in tcp | ipc | nng) extra=(--shm off) ;; esac
+    # a base build that knows shared memory: compare its sockets with ours
+    [ "$kind" = base ] && "$peer" 2>&1 | grep -q -- '--shm' && extra=(--shm off)
     for ((p = 0; p < np; p++)); do
         local url=tcp://127.0.0.1:0
         [ "$kind" = ipc ] && url=ipc://$dir/p$p.ipc

@@ -47,6 +47,13 @@
  * and closed its sockets): 200 ms was too short on a loaded 2-core CI machine */
 #define COLL_ABORT_EXPLAIN_NS 1000000000LL
 
+/* Outcome of a step that may have to be tried again (non-blocking I/O, taking a socket). */
+typedef enum coll_io {
+    COLL_IO_ENDED = -1, /* the connection ended or failed (writes: errno says why) */
+    COLL_IO_AGAIN = 0,  /* not now: wait (or look again later) */
+    COLL_IO_DONE = 1,   /* complete: written, owned, ready */
+} coll_io;
+
 enum coll_kind {
     COLL_KIND_DATA = 1,  /* a segment of a collective */
     COLL_KIND_ABORT = 2, /* a participant failed the collective: code + text */
@@ -131,15 +138,17 @@ typedef struct coll_sink {
     int add;
 } coll_sink;
 
-/*
- * Reader thread, net mu held: 1 and *s when a posted receive of w takes h's payload; 2 when
- * nothing is posted yet but h is a ring frame its receiver will post and the reader may wait
- * for that (one device in this process and in the sender's: nothing else queues behind it);
- * 3 when handover and the device thread drives the sender's connection (coll_post.drive_proc);
- * else 0 (queue the message).
- */
-int coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s);
-/* Wake readers waiting in coll__post_claim's case 2 (takes net mu). */
+/* What the reader of a connection does with a DATA frame whose header it read. */
+typedef enum coll_claim {
+    COLL_CLAIM_QUEUE = 0,  /* queue it as a message for the device thread */
+    COLL_CLAIM_POSTED = 1, /* a posted receive takes the payload (*s says where) */
+    COLL_CLAIM_WAIT = 2,   /* its step is not posted yet but will be: wait a little for it (one
+                              device here and in the sender: nothing else queues behind it) */
+    COLL_CLAIM_DRIVER = 3, /* the device thread drives the sender's connection: hand it over */
+} coll_claim;
+/* Reader thread, net mu held: what to do with h (handover: COLL_CLAIM_DRIVER allowed). */
+coll_claim coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s);
+/* Wake readers waiting after COLL_CLAIM_WAIT (takes net mu). */
 void coll__net_wake_claim(mt_coll_net *net);
 /*
  * Reader thread, claimed payload being added: a free piece buffer of s's post (marked
@@ -160,8 +169,6 @@ typedef struct coll_queue {
 
 /* A connection a device thread drives (coll_world.c, "driving"); device thread only. */
 #define COLL_DRIVE_SLOTS 8 /* connections driven at once (tree partners: log2 of the group) */
-/* sched_yield calls before a driving thread sleeps (MT_COLL_YIELDS overrides) */
-#define COLL_DRIVE_YIELDS 1000
 typedef struct coll_drive_conn {
     struct raw_conn *k; /* the connection (a reference), NULL: free slot */
     int proc;           /* the process that dialed it */
@@ -297,18 +304,19 @@ void coll__shm_unlink(const char *name);
 /* Mark this side (writer 1 / reader 0) gone and wake the other; the mapping stays. */
 void coll__shm_close(coll_shm *s, int writer);
 void coll__shm_free(coll_shm *s); /* unmap; NULL: no-op */
-/* Writer, never waits: more of hdr + data (*sent bytes of it written so far); 1 complete,
- * 0 the ring is full, -1 the reader is gone. */
-int coll__shm_put_some(coll_shm *s, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                       size_t *sent);
+/* Writer, never waits: more of hdr + data (*sent bytes of it written so far); DONE complete,
+ * AGAIN the ring is full, ENDED the reader is gone. */
+coll_io coll__shm_put_some(coll_shm *s, const void *hdr, size_t hlen, const void *data, size_t dlen,
+                           size_t *sent);
 /* Reader, never waits: up to n bytes into buf; > 0 bytes, 0 none now, -1 the writer closed
  * and nothing is left (or the ring is corrupt). */
 ssize_t coll__shm_get_some(coll_shm *s, void *buf, size_t n);
-/* Reader: wait up to timeout_ms for data (spinning first): 1 data (or the writer closed: read
- * on), 0 none in time, -1 the writer's socket fd ended and nothing is left. */
-int coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms);
-/* Writer: wait up to timeout_ms for room: 1 room (or it moved), 0 none, -1 the reader is gone. */
-int coll__shm_wait_room(coll_shm *s, int fd, int timeout_ms);
+/* Reader: wait up to timeout_ms for data (spinning first): DONE data (or the writer closed:
+ * read on), AGAIN none in time, ENDED the writer's socket fd ended and nothing is left. */
+coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms);
+/* Writer: wait up to timeout_ms for room: DONE room (or it moved), AGAIN none, ENDED the
+ * reader is gone. */
+coll_io coll__shm_wait_room(coll_shm *s, int fd, int timeout_ms);
 /* Writer: b[0..n) if it fits now (1), else nothing (0). Never waits. */
 int coll__shm_write_now(coll_shm *s, const void *b, size_t n);
 /*
@@ -330,10 +338,11 @@ typedef struct coll_raw_cbs {
     void (*deliver)(void *arg, nng_msg *m, uint32_t conn); /* a frame arrived (takes m) */
     void (*lost)(void *arg, uint32_t conn);                /* the connection ended */
     void (*refused)(void *arg, const char *peer_addr);     /* a dialer failed authentication */
-    /* a DATA header arrived: 1 and *s when a posted receive takes the payload, 3 when the
-     * device thread drives that connection and reads the frame itself (only when handover is
-     * 1), else 0 (may be NULL) */
-    int (*claim)(void *arg, const unsigned char *hdr, uint32_t conn, int handover, coll_sink *s);
+    /* a DATA header arrived: COLL_CLAIM_POSTED and *s when a posted receive takes the payload,
+     * COLL_CLAIM_DRIVER when the device thread drives that connection and reads the frame
+     * itself (only when handover is 1), else COLL_CLAIM_QUEUE (may be NULL) */
+    coll_claim (*claim)(void *arg, const unsigned char *hdr, uint32_t conn, int handover,
+                        coll_sink *s);
 } coll_raw_cbs;
 /* 1 for the URLs the direct transport serves (tcp://, ipc://, shm://). */
 int coll__raw_url(const char *url);
@@ -389,18 +398,18 @@ int coll__raw_drive_fd(const coll_raw_conn *k);
 /* Driver: up to n bytes of the stream (socket or ring) without waiting: > 0 bytes, 0 none
  * now, -1 the connection ended. */
 ssize_t coll__raw_drive_recv(coll_raw_conn *k, void *buf, size_t n);
-/* Driver: wait up to ms for k's stream to have data (1), or -1 when it ended. */
-int coll__raw_drive_wait(coll_raw_conn *k, int ms);
+/* Driver: wait up to ms for k's stream to have data (DONE, or AGAIN), ENDED when it ended. */
+coll_io coll__raw_drive_wait(coll_raw_conn *k, int ms);
 int coll__raw_drive_is_shm(const coll_raw_conn *k);  /* its frames come through a ring */
 uint32_t coll__raw_drive_id(const coll_raw_conn *k); /* the id the lost callback names */
 /* Readable when the socket was handed over, or the connection ended: call drive_try again. */
 int coll__raw_drive_evfd(const coll_raw_conn *k);
 /*
- * 1: the caller now reads k's socket; *held_n bytes of a frame header came with it (in hdr).
- * 0: not yet: the reader thread is inside a frame and hands the socket over at its next frame
- * boundary or header (the eventfd tells). -1: the connection ended.
+ * DONE: the caller now reads k's socket; *held_n bytes of a frame header came with it (in hdr).
+ * AGAIN: not yet: the reader thread is inside a frame and hands the socket over at its next
+ * frame boundary or header (the eventfd tells). ENDED: the connection ended.
  */
-int coll__raw_drive_try(coll_raw_conn *k, unsigned char *hdr, size_t *held_n);
+coll_io coll__raw_drive_try(coll_raw_conn *k, unsigned char *hdr, size_t *held_n);
 /*
  * Give the socket back to the reader thread (or withdraw the request): it first reads the rest
  * of a header of which the driver read held_n bytes (hdr), or discards skip payload bytes.
@@ -408,18 +417,19 @@ int coll__raw_drive_try(coll_raw_conn *k, unsigned char *hdr, size_t *held_n);
 void coll__raw_drive_end(coll_raw_conn *k, size_t skip, const unsigned char *hdr, size_t held_n);
 /*
  * Write more of the frame hdr + data without blocking (*sent: bytes of it written so far).
- * 1: complete; 0: the socket is full; -1 and errno: failed (a partial frame: close the socket).
+ * DONE: complete; AGAIN: the socket is full; ENDED and errno: failed (a partial frame: close
+ * the socket).
  */
-int coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                         size_t *sent);
+coll_io coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
+                             size_t *sent);
 /* Direct transport: the socket dialed to process proc (dialing first, within the deadline). */
 mt_code coll__net_raw_fd(mt_coll_world *w, int proc, int64_t deadline_ns, int *fd, mt_err *err);
 /*
  * Driver: more of the frame hdr + data to process proc without waiting (*sent bytes of it
- * written so far), on its dialed socket or ring: 1 complete, 0 full, -1 (errno) failed.
+ * written so far), on its dialed socket or ring: as coll__raw_write_some.
  */
-int coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const void *data, size_t dlen,
-                         size_t *sent);
+coll_io coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const void *data,
+                             size_t dlen, size_t *sent);
 /* Wait up to ms for room toward process proc (ring or socket); -1 when its ring's reader is
  * gone. */
 int coll__net_wait_room(mt_coll_world *w, int proc, int ms);

@@ -266,11 +266,13 @@ static void raw_deliver(void *arg, nng_msg *m, uint32_t conn)
  * next collective) waits up to RAW_ARM_WAIT_NS for the device thread to post it, when
  * coll__post_claim says that is safe; net->mu is released while waiting.
  */
-static int raw_claim(void *arg, const unsigned char *hb, uint32_t conn, int handover, coll_sink *s)
+static coll_claim raw_claim(void *arg, const unsigned char *hb, uint32_t conn, int handover,
+                            coll_sink *s)
 {
     mt_coll_net *net = arg;
     coll_hdr h;
-    int r = 0, noted = 0;
+    coll_claim r = COLL_CLAIM_QUEUE;
+    int noted = 0;
     int64_t until = coll__now_ns() + RAW_ARM_WAIT_NS;
     coll__hdr_parse(hb, &h);
     pthread_mutex_lock(&net->mu);
@@ -284,14 +286,14 @@ static int raw_claim(void *arg, const unsigned char *hb, uint32_t conn, int hand
         noted = 1;
         r = coll__post_claim(w, &h, handover, s);
         int64_t now = coll__now_ns();
-        if (r != 2 || now >= until)
+        if (r != COLL_CLAIM_WAIT || now >= until)
             break;
         int64_t t = until - now > 1000000LL ? now + 1000000LL : until;
         struct timespec ts = {.tv_sec = t / 1000000000LL, .tv_nsec = t % 1000000000LL};
         pthread_cond_timedwait(&net->arm_cv, &net->mu, &ts);
     }
     pthread_mutex_unlock(&net->mu);
-    return r == 1 || r == 3 ? r : 0;
+    return r == COLL_CLAIM_WAIT ? COLL_CLAIM_QUEUE : r;
 }
 
 void coll__net_wake_claim(mt_coll_net *net)
@@ -820,10 +822,10 @@ static mt_code peer_write_locked(mt_coll_world *w, int proc, const void *hdr, co
 {
     size_t sent = 0;
     for (;;) {
-        int r = coll__net_write_some(w, proc, hdr, data, bytes, &sent);
-        if (r > 0)
+        coll_io r = coll__net_write_some(w, proc, hdr, data, bytes, &sent);
+        if (r == COLL_IO_DONE)
             return MT_OK;
-        if (r < 0)
+        if (r == COLL_IO_ENDED)
             return mt_err_set(err, MT_UNAVAILABLE, "%s", strerror(errno));
         int64_t left = (deadline_ns - coll__now_ns()) / 1000000LL;
         if (left <= 0)
@@ -864,18 +866,19 @@ mt_code coll__net_raw_fd(mt_coll_world *w, int proc, int64_t deadline_ns, int *f
     return rc;
 }
 
-int coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const void *data, size_t dlen,
-                         size_t *sent)
+coll_io coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const void *data,
+                             size_t dlen, size_t *sent)
 {
     coll_peer *pe = &w->peers[proc];
     if (pe->shm == NULL)
         return coll__raw_write_some(pe->fd, hdr, COLL_HDR_SIZE, data, dlen, sent);
-    int r = coll__shm_put_some(pe->shm, hdr, COLL_HDR_SIZE, data, dlen, sent);
-    if (r == 0 && atomic_load(&pe->down_ns) != 0) { /* its reader died: the ring never drains */
+    coll_io r = coll__shm_put_some(pe->shm, hdr, COLL_HDR_SIZE, data, dlen, sent);
+    if (r == COLL_IO_AGAIN &&
+        atomic_load(&pe->down_ns) != 0) { /* its reader died: the ring never drains */
         errno = EPIPE;
-        return -1;
+        return COLL_IO_ENDED;
     }
-    if (r < 0)
+    if (r == COLL_IO_ENDED)
         errno = EPIPE;
     return r;
 }
@@ -884,7 +887,7 @@ int coll__net_wait_room(mt_coll_world *w, int proc, int ms)
 {
     coll_peer *pe = &w->peers[proc];
     if (pe->shm != NULL)
-        return coll__shm_wait_room(pe->shm, pe->fd, ms) < 0 ? -1 : 0;
+        return coll__shm_wait_room(pe->shm, pe->fd, ms) == COLL_IO_ENDED ? -1 : 0;
     struct pollfd p = {.fd = pe->fd, .events = POLLOUT};
     poll(&p, 1, ms);
     return 0;

@@ -480,7 +480,7 @@ static int reader_next(raw_conn *k, unsigned char *hb, int *back)
     if (have == 0 && skip == 0) {
         /* wait for data without owning the stream: a driver may take it meanwhile */
         if (k->shm != NULL) {
-            if (coll__shm_wait_data(k->shm, k->fd, 100) == 0)
+            if (coll__shm_wait_data(k->shm, k->fd, 100) == COLL_IO_AGAIN)
                 return 0; /* -1 (ended): the read below reports it */
         } else {
             struct pollfd p = {.fd = k->fd, .events = POLLIN};
@@ -573,13 +573,12 @@ ssize_t coll__raw_drive_recv(raw_conn *k, void *buf, size_t n)
     }
 }
 
-int coll__raw_drive_wait(raw_conn *k, int ms)
+coll_io coll__raw_drive_wait(raw_conn *k, int ms)
 {
     if (k->shm != NULL)
-        return coll__shm_wait_data(k->shm, k->fd, ms) >= 0 ? 1 : -1;
+        return coll__shm_wait_data(k->shm, k->fd, ms);
     struct pollfd p = {.fd = k->fd, .events = POLLIN};
-    poll(&p, 1, ms);
-    return 1;
+    return poll(&p, 1, ms) > 0 ? COLL_IO_DONE : COLL_IO_AGAIN;
 }
 
 int coll__raw_drive_is_shm(const raw_conn *k)
@@ -597,9 +596,9 @@ int coll__raw_drive_evfd(const raw_conn *k)
     return k->evfd;
 }
 
-int coll__raw_drive_try(raw_conn *k, unsigned char *hdr, size_t *held_n)
+coll_io coll__raw_drive_try(raw_conn *k, unsigned char *hdr, size_t *held_n)
 {
-    int rv = 0;
+    coll_io rv = COLL_IO_AGAIN;
     uint64_t v;
     *held_n = 0;
     while (read(k->evfd, &v, sizeof(v)) > 0)
@@ -610,14 +609,14 @@ int coll__raw_drive_try(raw_conn *k, unsigned char *hdr, size_t *held_n)
         memcpy(hdr, k->hdr, k->held_n);
         k->held_n = 0;
         k->picked = 1;
-        rv = 1;
+        rv = COLL_IO_DONE;
     } else if (atomic_load(&k->done)) {
-        rv = -1;
+        rv = COLL_IO_ENDED;
     } else if (!k->busy && k->skip == 0 && k->held_n == 0) {
         k->driven = 1; /* the reader is between frames: take the socket */
         k->picked = 1;
         k->want = 0;
-        rv = 1;
+        rv = COLL_IO_DONE;
     } else {
         k->want = 1; /* the reader hands it over at its next frame boundary */
     }
@@ -643,8 +642,8 @@ void coll__raw_drive_end(raw_conn *k, size_t skip, const unsigned char *hdr, siz
     pthread_mutex_unlock(&k->mu);
 }
 
-int coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                         size_t *sent)
+coll_io coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
+                             size_t *sent)
 {
     while (*sent < hlen + dlen) {
         struct iovec iov[2];
@@ -661,11 +660,11 @@ int coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data,
         if (k < 0) {
             if (errno == EINTR)
                 continue;
-            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? COLL_IO_AGAIN : COLL_IO_ENDED;
         }
         *sent += (size_t)k;
     }
-    return 1;
+    return COLL_IO_DONE;
 }
 
 /* ----------------------------------------------------------- reader thread */
@@ -704,12 +703,12 @@ static void *conn_main(void *arg)
         }
         coll_sink sink;
         if (hb[4] == COLL_KIND_DATA && r->cb.claim != NULL && len > 0) {
-            int c = r->cb.claim(r->cb.arg, hb, k->id, !back, &sink);
-            if (c == 3 && reader_hand_over(k, hb))
+            coll_claim c = r->cb.claim(r->cb.arg, hb, k->id, !back, &sink);
+            if (c == COLL_CLAIM_DRIVER && reader_hand_over(k, hb))
                 continue; /* the device thread reads this frame itself */
-            if (c == 3)
+            if (c == COLL_CLAIM_DRIVER)
                 c = r->cb.claim(r->cb.arg, hb, k->id, 0, &sink);
-            if (c == 1) {
+            if (c == COLL_CLAIM_POSTED) {
                 /* reads of a claimed payload time out, so that a cancellation is seen */
                 struct timeval tv = {.tv_sec = 0, .tv_usec = RAW_POLL_MS * 1000}, none = {0};
                 if (k->shm == NULL)

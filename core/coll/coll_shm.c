@@ -316,15 +316,15 @@ static void ring_get(const coll_shm *s, uint64_t pos, void *dst, size_t n)
         memcpy((char *)dst + first, s->data, n - first);
 }
 
-int coll__shm_put_some(coll_shm *s, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                       size_t *sent)
+coll_io coll__shm_put_some(coll_shm *s, const void *hdr, size_t hlen, const void *data, size_t dlen,
+                           size_t *sent)
 {
     shm_seg *g = s->seg;
     uint64_t head = atomic_load_explicit(&g->head, memory_order_relaxed);
     uint64_t tail = atomic_load_explicit(&g->tail, memory_order_acquire);
     size_t room = (size_t)(s->cap - (head - tail)), put = 0;
     if (atomic_load_explicit(&g->rd_closed, memory_order_relaxed))
-        return -1;
+        return COLL_IO_ENDED;
     while (*sent < hlen + dlen && put < room) {
         const char *src =
             *sent < hlen ? (const char *)hdr + *sent : (const char *)data + *sent - hlen;
@@ -339,7 +339,7 @@ int coll__shm_put_some(coll_shm *s, const void *hdr, size_t hlen, const void *da
         atomic_thread_fence(memory_order_seq_cst);
         wake_other(&g->data_seq, &g->rd_sleep);
     }
-    return *sent == hlen + dlen;
+    return *sent == hlen + dlen ? COLL_IO_DONE : COLL_IO_AGAIN;
 }
 
 ssize_t coll__shm_get_some(coll_shm *s, void *buf, size_t n)
@@ -367,7 +367,7 @@ ssize_t coll__shm_get_some(coll_shm *s, void *buf, size_t n)
     return (ssize_t)k;
 }
 
-int coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms)
+coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms)
 {
     shm_seg *g = s->seg;
     uint64_t tail = atomic_load_explicit(&g->tail, memory_order_relaxed);
@@ -375,34 +375,35 @@ int coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms)
     for (;;) {
         if (atomic_load_explicit(&g->head, memory_order_acquire) != tail ||
             atomic_load(&g->wr_closed))
-            return 1;
+            return COLL_IO_DONE;
         if (sock_ended(fd)) /* its process died (or closed without a word): what is left */
-            return atomic_load_explicit(&g->head, memory_order_acquire) != tail ? 1 : -1;
+            return atomic_load_explicit(&g->head, memory_order_acquire) != tail ? COLL_IO_DONE
+                                                                                : COLL_IO_ENDED;
         int64_t now = coll__now_ns();
         if (now >= until)
-            return 0;
+            return COLL_IO_AGAIN;
         int64_t slice = now + SHM_SLICE_MS * 1000000LL;
         wait_move(s, &g->head, tail, &g->data_seq, &g->rd_sleep, slice < until ? slice : until);
     }
 }
 
-int coll__shm_wait_room(coll_shm *s, int fd, int timeout_ms)
+coll_io coll__shm_wait_room(coll_shm *s, int fd, int timeout_ms)
 {
     shm_seg *g = s->seg;
     uint64_t tail = atomic_load_explicit(&g->tail, memory_order_acquire);
     int64_t until = coll__now_ns() + (int64_t)timeout_ms * 1000000LL;
     for (;;) {
         if (atomic_load(&g->rd_closed) || sock_ended(fd))
-            return -1;
+            return COLL_IO_ENDED;
         if (atomic_load_explicit(&g->head, memory_order_relaxed) - tail < s->cap)
-            return 1;
+            return COLL_IO_DONE;
         int64_t now = coll__now_ns();
         if (now >= until)
-            return 0;
+            return COLL_IO_AGAIN;
         int64_t slice = now + SHM_SLICE_MS * 1000000LL;
         if (wait_move(s, &g->tail, tail, &g->space_seq, &g->wr_sleep,
                       slice < until ? slice : until))
-            return 1;
+            return COLL_IO_DONE;
     }
 }
 
@@ -412,7 +413,7 @@ int coll__shm_write_now(coll_shm *s, const void *b, size_t n)
     size_t sent = 0;
     if (s->cap - (atomic_load(&g->head) - atomic_load(&g->tail)) < n)
         return 0;
-    return coll__shm_put_some(s, b, n, NULL, 0, &sent) > 0;
+    return coll__shm_put_some(s, b, n, NULL, 0, &sent) == COLL_IO_DONE;
 }
 
 ssize_t coll__shm_read(coll_shm *s, int fd, void *buf, size_t n, int timeout_ms,
@@ -433,8 +434,8 @@ ssize_t coll__shm_read(coll_shm *s, int fd, void *buf, size_t n, int timeout_ms,
         int64_t left = (until - coll__now_ns()) / 1000000LL;
         if (left <= 0)
             break;
-        int w = coll__shm_wait_data(s, fd, left > SHM_SLICE_MS ? SHM_SLICE_MS : (int)left);
-        if (w < 0)
+        coll_io w = coll__shm_wait_data(s, fd, left > SHM_SLICE_MS ? SHM_SLICE_MS : (int)left);
+        if (w == COLL_IO_ENDED)
             return got > 0 ? (ssize_t)got : -1;
     }
     return (ssize_t)got;

@@ -377,6 +377,11 @@ static mt_code check_opts(const mt_coll_world_opts *opts, mt_err *err)
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "coll world: default deadline %" PRId64 " ms must be positive",
                           opts->default_deadline_ms);
+    if ((opts->drive != MT_COLL_DRIVE_AUTO && opts->drive != MT_COLL_DRIVE_OFF) ||
+        opts->drive_yields < 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll world: drive mode %d / drive_yields %d: want AUTO or OFF and >= 0",
+                          (int)opts->drive, opts->drive_yields);
     if (opts->segment_bytes < sizeof(float) || opts->segment_bytes > (64u << 20))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "coll world: segment size %zu bytes outside [4, 64 MiB]",
@@ -607,13 +612,9 @@ mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_add
     w->my_proc = my_proc;
     if ((rc = world_make_comms(w, err)) != MT_OK)
         goto fail;
-    /* one device here: its thread drives its exchanges (MT_COLL_DRIVE=0 turns it off, for A/B) */
-    const char *dv = getenv("MT_COLL_DRIVE");
-    w->drive = w->nlocal == 1 && coll__net_is_raw(w) && (dv == NULL || strcmp(dv, "0") != 0);
-    /* before sleeping in poll(2), a driving thread yields the CPU up to this many times (a
-     * co-scheduled partner runs at once instead of waking it later; docs/collectives.md) */
-    const char *dy = getenv("MT_COLL_YIELDS");
-    w->drive_yields = dy != NULL && atoi(dy) >= 0 ? atoi(dy) : COLL_DRIVE_YIELDS;
+    /* one device here: its thread drives its exchanges (opts.drive OFF turns it off, for A/B) */
+    w->drive = w->nlocal == 1 && coll__net_is_raw(w) && opts->drive == MT_COLL_DRIVE_AUTO;
+    w->drive_yields = opts->drive_yields;
     coll__net_attach_pending(net, w);
     if (w->net == NULL) {
         rc = mt_err_set(err, MT_FAILED_PRECONDITION,
@@ -1319,18 +1320,18 @@ static int post_match(const coll_hdr *e, const coll_hdr *h)
            e->dst == h->dst;
 }
 
-int coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s)
+coll_claim coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s)
 {
     if (h->dst < 0 || h->dst >= w->size || h->src < 0 || h->src >= w->size ||
         w->by_rank[h->dst] == NULL)
-        return 0;
+        return COLL_CLAIM_QUEUE;
     mt_coll_comm *c = w->by_rank[h->dst];
     coll_post *p = &c->post;
     int ok = 0;
     pthread_mutex_lock(&c->mu);
     if (handover && p->drive_proc >= 0 && p->drive_proc == w->proc_of[h->src]) {
         pthread_mutex_unlock(&c->mu);
-        return 3; /* the device thread reads that connection itself (drive_step) */
+        return COLL_CLAIM_DRIVER; /* the device thread reads that connection itself (drive_step) */
     }
     coll_post_step *st = &p->st[p->head];
     if (p->state == COLL_POST_POSTED && p->count > 0 && st->want.src == h->src &&
@@ -1340,12 +1341,12 @@ int coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sin
         ok = post_match(&e, h);
     }
     /*
-     * Case 2 must hold only for frames that will be posted (tree_run's phases of an allreduce
-     * or reduce-scatter above direct_bytes, ring_allgather, from another process over
-     * the direct transport): any other frame would wait RAW_ARM_WAIT_NS for nothing. It also
-     * holds while a step from another source is posted (a peer already in a later exchange of
-     * tree_run, whose step is posted or whose connection is driven next), not for a frame
-     * from the posted step's own source that does not match it (a mismatch: check_msg).
+     * COLL_CLAIM_WAIT must hold only for frames that will be posted (tree_run's phases of an
+     * allreduce or reduce-scatter above direct_bytes, ring_allgather, from another process over the
+     * direct transport): any other frame would wait RAW_ARM_WAIT_NS for nothing. It also holds
+     * while a step from another source is posted (a peer already in a later exchange of tree_run,
+     * whose step is posted or whose connection is driven next), not for a frame from the posted
+     * step's own source that does not match it (a mismatch: check_msg).
      */
     int idle =
         (p->count == 0 && p->state == COLL_POST_NONE) || (p->count > 0 && st->want.src != h->src);
@@ -1356,7 +1357,7 @@ int coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sin
         (h->op == COLL_OP_ALLGATHER || h->total * sizeof(float) > w->opts.direct_bytes)) {
         p->reader_waiting = 1;
         pthread_mutex_unlock(&c->mu);
-        return 2;
+        return COLL_CLAIM_WAIT;
     }
     if (ok) {
         p->state = COLL_POST_CLAIMED;
@@ -1366,7 +1367,7 @@ int coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sin
         s->add = st->add;
     }
     pthread_mutex_unlock(&c->mu);
-    return ok;
+    return ok ? COLL_CLAIM_POSTED : COLL_CLAIM_QUEUE;
 }
 
 /* Segment next_k of the head step is in the buffer (c->mu held). */
@@ -1844,14 +1845,14 @@ static void drive_off(mt_coll_comm *c)
     c->drive.off = 1;
 }
 
-/* Try to own d's socket: 1 owned, 0 asked (the eventfd tells), -1 the connection ended. */
-static int drive_try(coll_drive_conn *d)
+/* Try to own d's socket: DONE owned, AGAIN asked (the eventfd tells), ENDED it ended. */
+static coll_io drive_try(coll_drive_conn *d)
 {
     if (d->own)
-        return 1;
+        return COLL_IO_DONE;
     size_t held;
-    int r = coll__raw_drive_try(d->k, d->hb, &held);
-    if (r == 1) {
+    coll_io r = coll__raw_drive_try(d->k, d->hb, &held);
+    if (r == COLL_IO_DONE) {
         d->own = 1;
         d->hn = held;
     }
@@ -1894,7 +1895,7 @@ static coll_drive_conn *drive_acquire(mt_coll_comm *c, int proc)
     pthread_mutex_unlock(&c->mu);
     if (wake)
         coll__net_wake_claim(c->w->net);
-    if (drive_try(d) < 0) {
+    if (drive_try(d) == COLL_IO_ENDED) {
         drive_off(c);
         return NULL;
     }
@@ -1914,21 +1915,29 @@ static void drive_keep_only(mt_coll_comm *c, const tree_step *st, int ns)
     }
 }
 
+/* What drive_recv did for the posted step. */
+typedef enum drive_rc {
+    DRIVE_MISMATCH = -2,    /* a queued frame did not match (check_msg's code in *rc) */
+    DRIVE_HANDED_BACK = -1, /* the socket went back to the reader thread (a frame that is not
+                               the step's next one, the connection ended): recv_posted
+                               finishes the step */
+    DRIVE_MORE = 0,         /* more is to come */
+    DRIVE_DONE = 1,         /* the step is complete */
+} drive_rc;
+
 /*
  * Take what the reader thread queued from src and read what the driven socket holds for
- * posted step id: 1 when the step is complete, 0 when more is to come, -1 when the socket went
- * back to the reader thread (a frame that is not this step's next one, the connection ended):
- * recv_posted finishes the step; -2 when a queued frame did not match (*rc, from check_msg).
+ * posted step id (see enum drive_rc).
  */
-static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, int *moved,
-                      mt_code *rc)
+static drive_rc drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, int *moved,
+                           mt_code *rc)
 {
     mt_coll_comm *c = x->c;
     coll_post *p = &c->post;
-    int r = drive_try(dv);
-    if (r < 0) {
+    coll_io r = drive_try(dv);
+    if (r == COLL_IO_ENDED) {
         drive_off(c);
-        return -1;
+        return DRIVE_HANDED_BACK;
     }
     pthread_mutex_lock(&c->mu);
     /* frames the reader thread queued (before the step was posted, or before it handed the
@@ -1938,23 +1947,23 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
         if (*rc != MT_OK) {
             pthread_mutex_unlock(&c->mu);
             drive_off(c);
-            return -2;
+            return DRIVE_MISMATCH;
         }
     }
     int fin = p->done > id;
     pthread_mutex_unlock(&c->mu);
     if (fin)
-        return 1;
-    if (r == 0)
-        return 0;
+        return DRIVE_DONE;
+    if (r == COLL_IO_AGAIN)
+        return DRIVE_MORE;
     for (;;) {
         while (!dv->in_payload && dv->hn < COLL_HDR_SIZE) {
             ssize_t k = coll__raw_drive_recv(dv->k, dv->hb + dv->hn, COLL_HDR_SIZE - dv->hn);
             if (k == 0)
-                return 0;
+                return DRIVE_MORE;
             if (k < 0) { /* the end of the connection: the reader thread reports it */
                 drive_off(c);
-                return -1;
+                return DRIVE_HANDED_BACK;
             }
             dv->hn += (size_t)k;
             *moved = 1;
@@ -1981,7 +1990,7 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
             pthread_mutex_unlock(&c->mu);
             if (!ok) { /* not the next frame of this step: the reader thread handles it */
                 drive_off(c);
-                return -1;
+                return DRIVE_HANDED_BACK;
             }
         }
         while (dv->got < dv->plen) {
@@ -1993,10 +2002,10 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
             }
             ssize_t k = coll__raw_drive_recv(dv->k, to, n);
             if (k == 0)
-                return 0;
+                return DRIVE_MORE;
             if (k < 0) {
                 drive_off(c);
-                return -1;
+                return DRIVE_HANDED_BACK;
             }
             dv->got += (size_t)k;
             *moved = 1;
@@ -2014,7 +2023,7 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
         fin = p->done > id;
         pthread_mutex_unlock(&c->mu);
         if (fin)
-            return 1;
+            return DRIVE_DONE;
     }
 }
 
@@ -2022,10 +2031,10 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
  * Nothing moved in drive_step: wait up to ms (10 ms at most, so ABORTs and PINGs are seen) for
  * room toward process sproc (-1: nothing to send; sfd its socket, -1 a ring) or data on dv
  * (recv_on; its eventfd while the reader thread still holds it). A ring cannot be polled with
- * a socket: when both are in play the wait is cut to 1 ms. -1 when dv's ring ended.
+ * a socket: when both are in play the wait is cut to 1 ms. COLL_IO_ENDED when dv's ring ended.
  */
-static int drive_wait(mt_coll_world *w, coll_drive_conn *dv, int sproc, int sfd, int recv_on,
-                      int ms)
+static coll_io drive_wait(mt_coll_world *w, coll_drive_conn *dv, int sproc, int sfd, int recv_on,
+                          int ms)
 {
     struct pollfd pf[2];
     int np = 0, ring_rx = recv_on && dv->own && coll__raw_drive_is_shm(dv->k);
@@ -2043,7 +2052,7 @@ static int drive_wait(mt_coll_world *w, coll_drive_conn *dv, int sproc, int sfd,
         poll(pf, (nfds_t)np, ms);
     else if (sproc >= 0)
         coll__net_wait_room(w, sproc, ms);
-    return 0;
+    return COLL_IO_AGAIN;
 }
 
 /*
@@ -2081,25 +2090,25 @@ static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t 
                 sh.len = n;
                 coll__hdr_encode(&sh, shb);
             }
-            int wr =
+            coll_io wr =
                 coll__net_write_some(w, sproc, shb, buf + t->d.so + o, n * sizeof(float), &sent);
-            if (wr < 0) {
+            if (wr == COLL_IO_ENDED) {
                 int en = errno;
                 coll__net_raw_failed(w, sproc);
                 drive_off(c);
                 return send_failed(x, t->dst, MT_UNAVAILABLE, strerror(en));
             }
-            if (wr == 0)
+            if (wr == COLL_IO_AGAIN)
                 break;
             atomic_fetch_add(&w->remote_floats, n);
             ks++;
             sent = 0;
             moved = 1;
         }
-        int dr = recv_on ? drive_recv(x, dv, t->src, id, &moved, &rc) : 0;
-        if (dr == -2)
+        drive_rc dr = recv_on ? drive_recv(x, dv, t->src, id, &moved, &rc) : DRIVE_MORE;
+        if (dr == DRIVE_MISMATCH)
             return rc; /* a queued frame did not match (check_msg said why) */
-        if (dr != 0)
+        if (dr != DRIVE_MORE)
             recv_on = 0;
         if (ks == ns && !recv_on)
             break;
@@ -2133,7 +2142,8 @@ static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t 
             break;
         }
         int64_t ms = (x->deadline_ns - now) / 1000000LL + 1;
-        if (drive_wait(w, dv, ks < ns ? sproc : -1, sfd, recv_on, ms > 10 ? 10 : (int)ms) < 0) {
+        if (drive_wait(w, dv, ks < ns ? sproc : -1, sfd, recv_on, ms > 10 ? 10 : (int)ms) ==
+            COLL_IO_ENDED) {
             drive_off(c); /* the ring's writer died: the reader thread reports it */
             recv_on = 0;
         }

@@ -76,6 +76,13 @@ typedef struct mt_coll_call {
     int64_t deadline_ms; /* time allowed for the whole collective; <= 0: world default */
 } mt_coll_call;
 
+/* Whether a process's one device thread reads its connections itself during an exchange
+ * (docs/collectives.md, "Driving"). */
+typedef enum mt_coll_drive_mode {
+    MT_COLL_DRIVE_AUTO = 0, /* when the world has one device in this process (the fast path) */
+    MT_COLL_DRIVE_OFF = 1,  /* never: the reader threads feed every exchange (comparisons) */
+} mt_coll_drive_mode;
+
 /* World options: public struct with defaults (MT_COLL_WORLD_DEFAULTS). */
 typedef struct mt_coll_world_opts {
     uint64_t job_id;             /* carried in every message; a mismatch is INVALID_ARGUMENT */
@@ -87,12 +94,15 @@ typedef struct mt_coll_world_opts {
                             row-major over it; error messages then name the mesh axes a group
                             runs along ("allreduce over batch ..."). Sizes must multiply to the
                             world size. */
+    mt_coll_drive_mode drive;
+    int drive_yields; /* a driving thread with nothing to do yields the CPU this often before
+                         it sleeps (a partner sharing its core runs at once); 0: sleep at once */
 } mt_coll_world_opts;
 
 #define MT_COLL_WORLD_DEFAULTS                                                                     \
     {                                                                                              \
         .job_id = 0, .default_deadline_ms = 10000, .segment_bytes = 256 * 1024,                    \
-        .direct_bytes = 64 * 1024, .mesh = NULL                                                    \
+        .direct_bytes = 64 * 1024, .mesh = NULL, .drive = MT_COLL_DRIVE_AUTO, .drive_yields = 1000 \
     }
 
 /* One entry of a job's rank table: where rank r lives. */

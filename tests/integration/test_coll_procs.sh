@@ -114,7 +114,7 @@ expect_ok ipc2 2 1 ipc --mode check --sizes "$SIZES" --seed 7
 # bit-identical with driving turned off. Deadline 30 s, alarm 15 s: a stall fails the run.
 for np in 3 4; do
     for drv in 1 0; do
-        PEER_ENV="MT_COLL_DRIVE=$drv" expect_ok "repeat${np}_drive$drv" "$np" 1 tcp --mode repeat \
+        expect_ok "repeat${np}_drive$drv" "$np" 1 tcp --drive $drv --mode repeat \
             --sizes 262147,65537 --iters 8 --skew-us 60000 --segment 262144 --deadline 30000 \
             --alarm 15
     done

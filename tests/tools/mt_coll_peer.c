@@ -369,12 +369,13 @@ static int read_table(peer_cfg *cfg)
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: mt_coll_peer --listen URL --addr-file F --table-file T [--mode "
-            "check|repeat|loop|bench] [--sizes a,b,..] [--seed S] [--job J] [--step S] "
-            "[--size-add K] [--mesh RxC --dim D] [--iters K] [--skew-us U] [--deadline MS] "
-            "[--segment BYTES] [--direct BYTES] [--shm auto|off] [--axes NAME=N,..] [--token T] "
-            "[--alarm SECONDS]\n");
+    fprintf(stderr, "usage: mt_coll_peer --listen URL --addr-file F --table-file T [--mode "
+                    "check|repeat|loop|bench] [--sizes a,b,..] [--seed S] [--job J] [--step S] "
+                    "[--size-add K] [--mesh RxC --dim D] [--iters K] [--skew-us U] [--deadline MS] "
+                    "[--segment BYTES] [--direct BYTES] [--shm auto|off] [--axes NAME=N,..] "
+                    "[--token T] [--drive 0|1] "
+                    "[--yields N] "
+                    "[--alarm SECONDS]\n");
 }
 
 int main(int argc, char **argv)
@@ -385,10 +386,11 @@ int main(int argc, char **argv)
                     .iters = 0,
                     .segment_bytes = 256 * 1024,
                     .direct_bytes = -1};
-    unsigned alarm_s = 60;    /* hard limit: SIGALRM ends a test process that hangs */
-    int shm_off = 0;          /* --shm off: connections stay on their sockets */
-    const char *token = NULL; /* --token: the data-plane token */
-    const char *axes = NULL;  /* --axes: the mesh named in errors (world option mesh) */
+    unsigned alarm_s = 60;            /* hard limit: SIGALRM ends a test process that hangs */
+    int shm_off = 0;                  /* --shm off: connections stay on their sockets */
+    const char *token = NULL;         /* --token: the data-plane token */
+    const char *axes = NULL;          /* --axes: the mesh named in errors (world option mesh) */
+    int drive_off = 0, yields = 1000; /* --drive 0, --yields N: world options drive* */
     cfg.sizes[0] = 1;
     cfg.nsizes = 1;
     for (int i = 1; i < argc; i++) {
@@ -436,6 +438,10 @@ int main(int argc, char **argv)
             alarm_s = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "--direct") == 0)
             cfg.direct_bytes = strtol(v, NULL, 10);
+        else if (strcmp(a, "--drive") == 0)
+            drive_off = strcmp(v, "0") == 0;
+        else if (strcmp(a, "--yields") == 0)
+            yields = (int)strtol(v, NULL, 10);
         else if (strcmp(a, "--axes") == 0)
             axes = v;
         else if (strcmp(a, "--token") == 0)
@@ -487,6 +493,8 @@ int main(int argc, char **argv)
     o.default_deadline_ms = cfg.deadline_ms;
     o.segment_bytes = cfg.segment_bytes;
     o.mesh = axes;
+    o.drive = drive_off ? MT_COLL_DRIVE_OFF : MT_COLL_DRIVE_AUTO;
+    o.drive_yields = yields;
     if (cfg.direct_bytes >= 0)
         o.direct_bytes = (size_t)cfg.direct_bytes;
     mt_coll_world *w = NULL;
