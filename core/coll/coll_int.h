@@ -1,20 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * coll_int.h — private structures shared by coll_world.c (worlds, comms,
- * inboxes, ring algorithms), coll_net.c (nng transport) and coll_bucket.c.
+ * coll_int.h — private structures shared by the files of core/coll: coll_wire.c (the frame
+ * header), coll_world.c (worlds, comms, inboxes, the algorithms, posted receives, driving),
+ * coll_net.c (the endpoint; the nng transport; routing of the direct transport's frames),
+ * coll_raw.c (the direct socket transport), coll_shm.c (its shared-memory rings),
+ * coll_auth.c (the handshake's HMAC), coll_progress.c and coll_bucket.c.
  *
- * Message path: every hop is one nng_msg (72-byte header + float payload).
- * A hop to a rank of this process pushes the message straight into the
- * receiver's inbox (shared memory); a hop to another process writes it on the
- * direct socket dialed to that process's listener (coll_raw.c), whose reader
- * thread pushes it into the destination comm's inbox (or, with nng+ addresses,
- * sends it on a push socket whose pull side's receive callback does the same). Inboxes are one FIFO
+ * Message path: every frame is a 72-byte header + payload. A hop to a rank of this process
+ * pushes it, as an nng_msg, straight into the receiver's inbox; a hop to another process
+ * writes it on the direct connection dialed to that process's listener (coll_raw.c) — a
+ * socket, or a shared-memory ring when both processes share the host (coll_shm.c) — whose
+ * reader thread pushes it into the destination comm's inbox (or, with nng+ addresses, sends
+ * it on a push socket whose pull side's receive callback does the same). Inboxes are one FIFO
  * per source rank, so per-source order is preserved and the algorithms never see the transport.
  * Direct transport only: a ring step's receive may be posted (coll_post); the reader thread then
  * reads matching frames' payloads straight into the caller's buffer (coll__post_claim) instead
  * of queueing a message, and only while the device thread waits for that step. With one
- * device in this process the device thread instead reads the partner's connection itself
- * during tree_run's exchanges ("Driving" below; coll_world.c drive_step).
+ * device in this process the device thread instead reads the partner's connection (socket or
+ * ring) itself during tree_run's exchanges ("Driving" below; coll_world.c drive_step).
  *
  * Locking: net->mu (current world, pending messages, pipe map) is taken before
  * a comm's mu, never after. A comm's mu guards its queues and abort state.
@@ -70,7 +73,7 @@ enum coll_op {
     COLL_OP_BARRIER = 5,
 };
 
-/* Wire header (host order; meshtrain runs on little-endian hosts). */
+/* Wire header (host order; meshtrain runs on little-endian hosts). coll_wire.c. */
 typedef struct coll_hdr {
     uint32_t magic;
     uint8_t kind;    /* enum coll_kind */
