@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# bench/coll.sh [BUILD_DIR] — allreduce latency and bus bandwidth of core/coll
-# between 2 and 4 processes on loopback (the direct transport over tcp and ipc, and
-# the nng transport over tcp for comparison), next to OpenMPI's
-# MPI_Allreduce over TCP (btl tcp,self) measured in the same run, with ratios.
-# busbw = algbw x 2(n-1)/n, algbw = bytes / time of one allreduce; each figure is
-# the best of 3 timed trials on both sides (the machine is shared).
-# Then COLL_ROUNDS (default 5) interleaved rounds at COLL_ROUND_SIZES (default 1 and
-# 16 MiB) over tcp: the device thread driving its sockets (the default), the same build with
-# MT_COLL_DRIVE=0 (reader threads), and OpenMPI, one after the other in each round, with each
-# round's ratio to OpenMPI and the median per size (rounds: the machine is shared and noisy).
-# Env: COLL_SIZES (bytes), COLL_PROCS, COLL_SEGMENTS (segment sizes to try at
-# 16 MiB first; the best is used for the main table), COLL_SKIP_MPI=1, COLL_ROUNDS=0 (none).
+# bench/coll.sh [BUILD_DIR] — allreduce latency and bus bandwidth of core/coll between 2 and 4
+# processes of this host, in one run, with the load average beside each table:
+#   shm  tcp:// addresses; the processes find they share the host and move to shared memory
+#   tcp  the same with --shm off: the direct socket transport (driven)
+#   ipc  --shm off over Unix sockets; nng: the nng transport over tcp
+# next to OpenMPI's MPI_Allreduce over its shared-memory path (--mca btl vader,self) and over
+# TCP (btl tcp,self), with ratios. busbw = algbw x 2(n-1)/n, algbw = bytes / time of one
+# allreduce; each figure is the best of 3 timed trials on both sides (the machine is shared).
+# Then COLL_ROUNDS (default 5) interleaved rounds at COLL_ROUND_SIZES (default 4 KiB, 1 and
+# 16 MiB): shm, tcp, MPI shm, MPI tcp one after the other in each round, each round's ratios and
+# the medians. COLL_BASE=DIR adds DIR/mt_coll_peer (a build of the tree before a change) over
+# tcp to each round and prints the same-run A/B ratio tcp(new) / tcp(base) (>= 0.97 wanted).
+# Env: COLL_SIZES (bytes), COLL_PROCS, COLL_SEGMENTS (segment sizes tried at 16 MiB over tcp
+# first; the best is used), COLL_SKIP_MPI=1, COLL_ROUNDS=0 (none), COLL_ROUND_SIZES, COLL_BASE.
 set -u
 BUILD=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 PEER=$BUILD/mt_coll_peer
-SIZES=${COLL_SIZES:-"4096 65536 1048576 16777216 67108864"}
+SIZES=${COLL_SIZES:-"4096 1048576 16777216"}
 PROCS=${COLL_PROCS:-"2 4"}
-SEGMENTS=${COLL_SEGMENTS:-"65536 262144 1048576"}
+SEGMENTS=${COLL_SEGMENTS:-"262144 1048576"}
+BASE=${COLL_BASE:-}
 [ -x "$PEER" ] || { echo "coll.sh: $PEER not built (make build)"; exit 1; }
+[ -z "$BASE" ] || [ -x "$BASE/mt_coll_peer" ] || { echo "coll.sh: no $BASE/mt_coll_peer"; exit 1; }
 if grep -q avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
 elif grep -q avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
 export OPENBLAS_NUM_THREADS=1
@@ -33,19 +37,24 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-# run_mt NAME NPROCS SCHEME SEGMENT SIZES-BYTES -> BENCH lines on stdout
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+# run_mt NAME NPROCS KIND SEGMENT SIZES-BYTES [PEER] -> BENCH lines on stdout
+# KIND: shm (tcp:// with shared memory allowed), tcp, ipc (shm off), nng, base (PEER over tcp)
 run_mt() {
-    local name=$1 np=$2 scheme=$3 seg=$4 sizes=$5 dir=$TMP/$1 floats="" b p
+    local name=$1 np=$2 kind=$3 seg=$4 sizes=$5 peer=${6:-$PEER} dir=$TMP/$1 floats="" b p
     mkdir -p "$dir"
     for b in $sizes; do floats="$floats${floats:+,}$((b / 4))"; done
-    local pids=()
+    local pids=() extra=()
+    case $kind in tcp | ipc | nng) extra=(--shm off) ;; esac
+    # a base build that knows shared memory: compare its sockets with ours
+    [ "$kind" = base ] && "$peer" 2>&1 | grep -q -- '--shm' && extra=(--shm off)
     for ((p = 0; p < np; p++)); do
         local url=tcp://127.0.0.1:0
-        [ "$scheme" = ipc ] && url=ipc://$dir/p$p.ipc
-        [ "$scheme" = nng ] && url=nng+tcp://127.0.0.1:0
-        # shellcheck disable=SC2086
-        env ${PEER_ENV:-} "$PEER" --alarm 300 --listen "$url" --addr-file "$dir/addr.$p" --table-file "$dir/table" \
-            --mode bench --sizes "$floats" --segment "$seg" --deadline 60000 \
+        [ "$kind" = ipc ] && url=ipc://$dir/p$p.ipc
+        [ "$kind" = nng ] && url=nng+tcp://127.0.0.1:0
+        "$peer" --alarm 300 --listen "$url" --addr-file "$dir/addr.$p" --table-file "$dir/table" \
+            --mode bench --sizes "$floats" --segment "$seg" --deadline 60000 "${extra[@]}" \
             >"$dir/out.$p" 2>"$dir/err.$p" &
         pids+=($!)
         PIDS+=($!)
@@ -60,12 +69,22 @@ run_mt() {
     for ((p = 0; p < np; p++)); do echo "$p $(cat "$dir/addr.$p") 0"; done >"$dir/table.tmp"
     mv "$dir/table.tmp" "$dir/table"
     for p in "${pids[@]}"; do wait "$p" || echo "coll.sh: $name: a peer failed: $(cat "$dir"/out.* | grep ERROR | head -1)" >&2; done
-    cat "$dir/out.0" | grep '^BENCH'
+    if [ "$kind" = shm ] && grep -h '^LINK' "$dir"/out.* | grep -qv 'via=shm'; then
+        echo "coll.sh: $name: not every link used shared memory: $(grep -h '^LINK' "$dir"/out.* | sort -u | tr '\n' ' ')" >&2
+    fi
+    grep '^BENCH' "$dir/out.0"
 }
 
 field() { # LINE KEY
     echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"
 }
+ratio() { # A B -> A / B with 2 decimals, or -
+    if [ -n "$1" ] && [ -n "$2" ] && [ "$(echo "$2 > 0" | bc)" = 1 ]; then
+        echo "scale=2; $1 / $2" | bc
+    else echo -; fi
+}
+lat() { field "$(grep "bytes=$2 " "$1")" lat_us; }
+bw() { field "$(grep "bytes=$2 " "$1")" busbw_GBps; }
 
 MPI_OK=0
 if [ "${COLL_SKIP_MPI:-0}" != 1 ]; then
@@ -79,83 +98,85 @@ if [ "${COLL_SKIP_MPI:-0}" != 1 ]; then
         mpicc -O2 -o "$BUILD/bench_mpi/mpi_allreduce" "$SRC/bench/mpi_allreduce.c" && MPI_OK=1
     fi
 fi
-run_mpi() { # NPROCS SIZES
+run_mpi() { # NPROCS SIZES BTL(vader|tcp)
+    local btl=(--mca btl vader,self)
+    [ "$3" = tcp ] && btl=(--mca btl tcp,self --mca btl_tcp_if_include lo)
+    [ $MPI_OK = 1 ] || return 0
     OMPI_MCA_plm_rsh_agent= mpirun --allow-run-as-root --oversubscribe --bind-to none \
-        --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo -np "$1" \
+        --mca pml ob1 "${btl[@]}" -np "$1" \
         "$BUILD/bench_mpi/mpi_allreduce" $2 2>"$TMP/mpi.err" | grep '^BENCH'
 }
 
-echo "== core/coll allreduce on loopback ($(nproc) cores; $(date -u +%FT%TZ))"
-# segment size: measure, keep the best bus bandwidth at 16 MiB between 2 processes over tcp
+echo "== core/coll allreduce between processes of one host ($(nproc) cores; $(date -u +%FT%TZ))"
 best_seg=262144 best_bw=0
 for seg in $SEGMENTS; do
     line=$(run_mt "seg$seg" 2 tcp "$seg" 16777216)
-    bw=$(field "$line" busbw_GBps)
-    echo "segment $seg B: 16 MiB busbw ${bw:-?} GB/s"
-    if [ -n "$bw" ] && [ "$(echo "$bw > $best_bw" | bc)" = 1 ]; then best_seg=$seg best_bw=$bw; fi
+    b=$(field "$line" busbw_GBps)
+    echo "segment $seg B: 16 MiB tcp busbw ${b:-?} GB/s (load $(load))"
+    if [ -n "$b" ] && [ "$(echo "$b > $best_bw" | bc)" = 1 ]; then best_seg=$seg best_bw=$b; fi
 done
 echo "using segment $best_seg B"
-printf '%-6s %10s | %10s %9s | %10s %9s | %10s %9s | %10s %9s | %8s %8s\n' procs bytes \
-    "tcp lat_us" "busbw" "ipc lat_us" "busbw" "nng lat_us" "busbw" "mpi lat_us" "busbw" \
-    "bw tcp/mpi" "lat mpi/tcp"
+hdr='%-5s %9s | %9s %7s | %9s %7s | %9s %7s | %9s %7s | %9s %7s | %9s %7s | %7s %7s %7s | %5s\n'
+printf "$hdr" procs bytes "shm us" busbw "tcp us" busbw "ipc us" busbw "nng us" busbw \
+    "mpishm us" busbw "mpitcp us" busbw "shm/ms" "shm/mt" "tcp/mt" load
 for np in $PROCS; do
-    run_mt "tcp$np" "$np" tcp "$best_seg" "$SIZES" >"$TMP/tcp$np.txt"
-    run_mt "ipc$np" "$np" ipc "$best_seg" "$SIZES" >"$TMP/ipc$np.txt"
-    run_mt "nng$np" "$np" nng "$best_seg" "$SIZES" >"$TMP/nng$np.txt"
-    : >"$TMP/mpi$np.txt"
-    [ $MPI_OK = 1 ] && run_mpi "$np" "$SIZES" >"$TMP/mpi$np.txt"
+    for k in shm tcp ipc nng; do run_mt "$k$np" "$np" "$k" "$best_seg" "$SIZES" >"$TMP/$k$np.txt"; done
+    run_mpi "$np" "$SIZES" vader >"$TMP/ms$np.txt"
+    run_mpi "$np" "$SIZES" tcp >"$TMP/mt$np.txt"
+    l=$(load)
     for b in $SIZES; do
-        t=$(grep "bytes=$b " "$TMP/tcp$np.txt")
-        i=$(grep "bytes=$b " "$TMP/ipc$np.txt")
-        g=$(grep "bytes=$b " "$TMP/nng$np.txt")
-        m=$(grep "bytes=$b " "$TMP/mpi$np.txt")
-        tl=$(field "$t" lat_us) tb=$(field "$t" busbw_GBps)
-        il=$(field "$i" lat_us) ib=$(field "$i" busbw_GBps)
-        gl=$(field "$g" lat_us) gb=$(field "$g" busbw_GBps)
-        ml=$(field "$m" lat_us) mb=$(field "$m" busbw_GBps)
-        rb=- rl=-
-        nonzero() { [ -n "$1" ] && [ "$(echo "$1 > 0" | bc)" = 1 ]; }
-        nonzero "$tb" && nonzero "$mb" && rb=$(echo "scale=2; $tb / $mb" | bc)
-        nonzero "$tl" && nonzero "$ml" && rl=$(echo "scale=2; $ml / $tl" | bc)
-        printf '%-6s %10s | %10s %9s | %10s %9s | %10s %9s | %10s %9s | %8s %8s\n' "$np" "$b" \
-            "${tl:--}" "${tb:--}" "${il:--}" "${ib:--}" "${gl:--}" "${gb:--}" "${ml:--}" "${mb:--}" \
-            "$rb" "$rl"
+        printf "$hdr" "$np" "$b" \
+            "$(lat "$TMP/shm$np.txt" "$b")" "$(bw "$TMP/shm$np.txt" "$b")" \
+            "$(lat "$TMP/tcp$np.txt" "$b")" "$(bw "$TMP/tcp$np.txt" "$b")" \
+            "$(lat "$TMP/ipc$np.txt" "$b")" "$(bw "$TMP/ipc$np.txt" "$b")" \
+            "$(lat "$TMP/nng$np.txt" "$b")" "$(bw "$TMP/nng$np.txt" "$b")" \
+            "$(lat "$TMP/ms$np.txt" "$b")" "$(bw "$TMP/ms$np.txt" "$b")" \
+            "$(lat "$TMP/mt$np.txt" "$b")" "$(bw "$TMP/mt$np.txt" "$b")" \
+            "$(ratio "$(lat "$TMP/ms$np.txt" "$b")" "$(lat "$TMP/shm$np.txt" "$b")")" \
+            "$(ratio "$(lat "$TMP/mt$np.txt" "$b")" "$(lat "$TMP/shm$np.txt" "$b")")" \
+            "$(ratio "$(lat "$TMP/mt$np.txt" "$b")" "$(lat "$TMP/tcp$np.txt" "$b")")" "$l"
     done
 done
-echo "(busbw in GB/s; 'bw tcp/mpi' >= 1.0 and 4 KiB tcp latency <= 100 us between 2 processes are the targets)"
+echo "(us: latency of one allreduce; busbw in GB/s; ratios are speed ratios (time of the other / time"
+echo " of ours): shm/ms = against OpenMPI shared memory, shm/mt and tcp/mt = against OpenMPI tcp;"
+echo " targets: shm/ms >= 1.0 at 1 and 16 MiB, 4 KiB shm latency <= 1.5x OpenMPI's, i.e. shm/ms >= 0.67)"
 
 ROUNDS=${COLL_ROUNDS:-5}
-ROUND_SIZES=${COLL_ROUND_SIZES:-"1048576 16777216"}
+ROUND_SIZES=${COLL_ROUND_SIZES:-"4096 1048576 16777216"}
 median() { sort -n | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]}'; }
-if [ "$ROUNDS" -gt 0 ] && [ $MPI_OK = 1 ]; then
-    echo "== $ROUNDS interleaved rounds over tcp: driven, MT_COLL_DRIVE=0, OpenMPI ($(date -u +%TZ))"
-    printf '%-6s %5s %10s | %12s %12s %12s | %9s %9s\n' procs round bytes "driven us" \
-        "reader us" "mpi us" "drv/mpi" "rdr/mpi"
+if [ "$ROUNDS" -gt 0 ]; then
+    echo "== $ROUNDS interleaved rounds: shm, tcp, OpenMPI shm, OpenMPI tcp${BASE:+, base tcp ($BASE)} ($(date -u +%TZ))"
+    rh='%-5s %5s %9s | %9s %9s %9s %9s %9s | %7s %7s %7s | %5s\n'
+    printf "$rh" procs round bytes "shm us" "tcp us" "mpishm us" "mpitcp us" "base us" "shm/ms" \
+        "tcp/mt" "tcp/base" load
     : >"$TMP/ratios"
     for np in $PROCS; do
         for ((r = 1; r <= ROUNDS; r++)); do
-            run_mt "rd$np.$r" "$np" tcp "$best_seg" "$ROUND_SIZES" >"$TMP/rd.txt"
-            PEER_ENV=MT_COLL_DRIVE=0 run_mt "rr$np.$r" "$np" tcp "$best_seg" "$ROUND_SIZES" \
-                >"$TMP/rr.txt"
-            run_mpi "$np" "$ROUND_SIZES" >"$TMP/rm.txt"
+            run_mt "rs$np.$r" "$np" shm "$best_seg" "$ROUND_SIZES" >"$TMP/rs.txt"
+            run_mt "rt$np.$r" "$np" tcp "$best_seg" "$ROUND_SIZES" >"$TMP/rt.txt"
+            run_mpi "$np" "$ROUND_SIZES" vader >"$TMP/rms.txt"
+            run_mpi "$np" "$ROUND_SIZES" tcp >"$TMP/rmt.txt"
+            : >"$TMP/rb.txt"
+            [ -n "$BASE" ] && run_mt "rb$np.$r" "$np" base "$best_seg" "$ROUND_SIZES" \
+                "$BASE/mt_coll_peer" >"$TMP/rb.txt"
+            l=$(load)
             for b in $ROUND_SIZES; do
-                dl=$(field "$(grep "bytes=$b " "$TMP/rd.txt")" lat_us)
-                rl=$(field "$(grep "bytes=$b " "$TMP/rr.txt")" lat_us)
-                ml=$(field "$(grep "bytes=$b " "$TMP/rm.txt")" lat_us)
-                qd=- qr=-
-                [ -n "$dl" ] && [ -n "$ml" ] && qd=$(echo "scale=2; $ml / $dl" | bc)
-                [ -n "$rl" ] && [ -n "$ml" ] && qr=$(echo "scale=2; $ml / $rl" | bc)
-                printf '%-6s %5s %10s | %12s %12s %12s | %9s %9s\n' "$np" "$r" "$b" "${dl:--}" \
-                    "${rl:--}" "${ml:--}" "$qd" "$qr"
-                echo "$np $b $qd $qr" >>"$TMP/ratios"
+                s=$(lat "$TMP/rs.txt" "$b") t=$(lat "$TMP/rt.txt" "$b")
+                ms=$(lat "$TMP/rms.txt" "$b") mt=$(lat "$TMP/rmt.txt" "$b") bs=$(lat "$TMP/rb.txt" "$b")
+                q1=$(ratio "$ms" "$s") q2=$(ratio "$mt" "$t") q3=$(ratio "$bs" "$t")
+                printf "$rh" "$np" "$r" "$b" "${s:--}" "${t:--}" "${ms:--}" "${mt:--}" "${bs:--}" \
+                    "$q1" "$q2" "$q3" "$l"
+                echo "$np $b $q1 $q2 $q3" >>"$TMP/ratios"
             done
         done
     done
     for np in $PROCS; do
         for b in $ROUND_SIZES; do
-            md=$(awk -v n="$np" -v b="$b" '$1 == n && $2 == b && $3 != "-" {print $3}' "$TMP/ratios" | median)
-            mr=$(awk -v n="$np" -v b="$b" '$1 == n && $2 == b && $4 != "-" {print $4}' "$TMP/ratios" | median)
-            echo "median busbw ratio to OpenMPI, $np processes, $b B: driven ${md:--}x, reader threads ${mr:--}x"
+            m=()
+            for c in 3 4 5; do
+                m+=("$(awk -v n="$np" -v b="$b" -v c="$c" '$1 == n && $2 == b && $c != "-" {print $c}' "$TMP/ratios" | median)")
+            done
+            echo "median, $np processes, $b B: shm/mpi-shm ${m[0]:--}x, tcp/mpi-tcp ${m[1]:--}x${BASE:+, tcp new/base ${m[2]:--}x}"
         done
     done
 fi

@@ -1,20 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * coll_int.h — private structures shared by coll_world.c (worlds, comms,
- * inboxes, ring algorithms), coll_net.c (nng transport) and coll_bucket.c.
+ * coll_int.h — private structures shared by the files of core/coll: coll_wire.c (the frame
+ * header), coll_world.c (worlds, comms, inboxes, the algorithms, posted receives, driving),
+ * coll_net.c (the endpoint; the nng transport; routing of the direct transport's frames),
+ * coll_raw.c (the direct socket transport), coll_shm.c (its shared-memory rings),
+ * coll_auth.c (the handshake's HMAC), coll_progress.c and coll_bucket.c.
  *
- * Message path: every hop is one nng_msg (72-byte header + float payload).
- * A hop to a rank of this process pushes the message straight into the
- * receiver's inbox (shared memory); a hop to another process writes it on the
- * direct socket dialed to that process's listener (coll_raw.c), whose reader
- * thread pushes it into the destination comm's inbox (or, with nng+ addresses,
- * sends it on a push socket whose pull side's receive callback does the same). Inboxes are one FIFO
+ * Message path: every frame is a 72-byte header + payload. A hop to a rank of this process
+ * pushes it, as an nng_msg, straight into the receiver's inbox; a hop to another process
+ * writes it on the direct connection dialed to that process's listener (coll_raw.c) — a
+ * socket, or a shared-memory ring when both processes share the host (coll_shm.c) — whose
+ * reader thread pushes it into the destination comm's inbox (or, with nng+ addresses, sends
+ * it on a push socket whose pull side's receive callback does the same). Inboxes are one FIFO
  * per source rank, so per-source order is preserved and the algorithms never see the transport.
  * Direct transport only: a ring step's receive may be posted (coll_post); the reader thread then
  * reads matching frames' payloads straight into the caller's buffer (coll__post_claim) instead
  * of queueing a message, and only while the device thread waits for that step. With one
- * device in this process the device thread instead reads the partner's connection itself
- * during tree_run's exchanges ("Driving" below; coll_world.c drive_step).
+ * device in this process the device thread instead reads the partner's connection (socket or
+ * ring) itself during tree_run's exchanges ("Driving" below; coll_world.c drive_step).
  *
  * Locking: net->mu (current world, pending messages, pipe map) is taken before
  * a comm's mu, never after. A comm's mu guards its queues and abort state.
@@ -27,22 +30,32 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "coll/mt_coll.h"
 
-#define COLL_MAGIC      0x4c43544du /* "MTCL" little-endian */
-#define COLL_HDR_SIZE   72
-#define COLL_NAIO       4           /* outstanding sends per comm (pipelining depth) */
-#define COLL_GRACE_NS   200000000LL /* a lost connection counts after 200 ms without its data */
-#define COLL_DIAG_NS    250000000LL /* after a deadline, wait this long for PONGs */
-#define COLL_MAXPING    16
-#define COLL_FLUSH_NS   100000000LL /* a failing member lets its sends finish for up to 100 ms */
-#define COLL_ABORT_NS   100000000LL /* an ABORT to a peer may take at most 100 ms */
-#define COLL_CTL_RAW_MS 20          /* direct transport: a PING/PONG may take at most 20 ms */
+#define COLL_MAGIC         0x4c43544du /* "MTCL" little-endian */
+#define COLL_HDR_SIZE      72
+#define COLL_NAIO          4           /* outstanding sends per comm (pipelining depth) */
+#define COLL_GRACE_NS      200000000LL /* a lost connection counts after 200 ms without its data */
+#define COLL_DIAG_NS       250000000LL /* after a deadline, wait this long for PONGs */
+#define COLL_MAXPING       16
+#define COLL_MAX_AXES      8           /* mesh axes named in messages (mt_coll_world_opts.mesh) */
+#define COLL_FLUSH_NS      100000000LL /* a failing member lets its sends finish for up to 100 ms */
+#define COLL_ABORT_NS      100000000LL /* an ABORT to a peer may take at most 100 ms */
+#define COLL_CTL_RAW_MS    20          /* direct transport: a PING/PONG may take at most 20 ms */
+#define COLL_LINK_STALL_MS 200         /* in-flight data unacknowledged this long: a broken link */
 
 /* a failed send waits this long for an ABORT that explains it (a member that found a mismatch
  * and closed its sockets): 200 ms was too short on a loaded 2-core CI machine */
 #define COLL_ABORT_EXPLAIN_NS 1000000000LL
+
+/* Outcome of a step that may have to be tried again (non-blocking I/O, taking a socket). */
+typedef enum coll_io {
+    COLL_IO_ENDED = -1, /* the connection ended or failed (writes: errno says why) */
+    COLL_IO_AGAIN = 0,  /* not now: wait (or look again later) */
+    COLL_IO_DONE = 1,   /* complete: written, owned, ready */
+} coll_io;
 
 enum coll_kind {
     COLL_KIND_DATA = 1,  /* a segment of a collective */
@@ -60,7 +73,7 @@ enum coll_op {
     COLL_OP_BARRIER = 5,
 };
 
-/* Wire header (host order; meshtrain runs on little-endian hosts). */
+/* Wire header (host order; meshtrain runs on little-endian hosts). coll_wire.c. */
 typedef struct coll_hdr {
     uint32_t magic;
     uint8_t kind;    /* enum coll_kind */
@@ -128,15 +141,17 @@ typedef struct coll_sink {
     int add;
 } coll_sink;
 
-/*
- * Reader thread, net mu held: 1 and *s when a posted receive of w takes h's payload; 2 when
- * nothing is posted yet but h is a ring frame its receiver will post and the reader may wait
- * for that (one device in this process and in the sender's: nothing else queues behind it);
- * 3 when handover and the device thread drives the sender's connection (coll_post.drive_proc);
- * else 0 (queue the message).
- */
-int coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s);
-/* Wake readers waiting in coll__post_claim's case 2 (takes net mu). */
+/* What the reader of a connection does with a DATA frame whose header it read. */
+typedef enum coll_claim {
+    COLL_CLAIM_QUEUE = 0,  /* queue it as a message for the device thread */
+    COLL_CLAIM_POSTED = 1, /* a posted receive takes the payload (*s says where) */
+    COLL_CLAIM_WAIT = 2,   /* its step is not posted yet but will be: wait a little for it (one
+                              device here and in the sender: nothing else queues behind it) */
+    COLL_CLAIM_DRIVER = 3, /* the device thread drives the sender's connection: hand it over */
+} coll_claim;
+/* Reader thread, net mu held: what to do with h (handover: COLL_CLAIM_DRIVER allowed). */
+coll_claim coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s);
+/* Wake readers waiting after COLL_CLAIM_WAIT (takes net mu). */
 void coll__net_wake_claim(mt_coll_net *net);
 /*
  * Reader thread, claimed payload being added: a free piece buffer of s's post (marked
@@ -157,8 +172,6 @@ typedef struct coll_queue {
 
 /* A connection a device thread drives (coll_world.c, "driving"); device thread only. */
 #define COLL_DRIVE_SLOTS 8 /* connections driven at once (tree partners: log2 of the group) */
-/* sched_yield calls before a driving thread sleeps (MT_COLL_YIELDS overrides) */
-#define COLL_DRIVE_YIELDS 1000
 typedef struct coll_drive_conn {
     struct raw_conn *k; /* the connection (a reference), NULL: free slot */
     int proc;           /* the process that dialed it */
@@ -220,6 +233,7 @@ typedef struct coll_peer {
     _Atomic int refused;     /* it refused our token, or we refused its (UNAUTHENTICATED) */
     _Atomic int bye;         /* it sent BYE: the end of its connection is an orderly close */
     int fd;                  /* direct transport: dialed socket when open (guarded by mu) */
+    struct coll_shm *shm;    /* direct transport: its frames go through this ring (mu), or NULL */
     int nranks;              /* ranks living in that process */
 } coll_peer;
 
@@ -240,6 +254,9 @@ struct mt_coll_world {
     _Atomic uint64_t remote_floats; /* payload sent to other processes (DATA frames) */
     int drive; /* the one local device's thread drives its exchanges (coll_world.c, tree_run) */
     int drive_yields; /* a driving thread with nothing to do yields this often before it sleeps */
+    int naxes;        /* opts.mesh, parsed (0: none): axis names and sizes, row-major */
+    char axis_name[COLL_MAX_AXES][32];
+    int axis_size[COLL_MAX_AXES];
 };
 
 int64_t coll__now_ns(void);
@@ -275,6 +292,48 @@ mt_code coll__net_send_buf(mt_coll_comm *c, int proc, const void *hdr, const voi
 mt_code coll__hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen,
                           unsigned char out[32]);
 
+/* ---- coll_shm.c: shared-memory rings (see its header comment) */
+typedef struct coll_shm coll_shm;
+#define COLL_SHM_NAME    64  /* ring names ("/mtcoll-<job>-<pid>-<n>"), with the NUL */
+#define COLL_SHM_HOST_ID 128 /* host identity text, with the NUL */
+/* "<boot id>/<host name>", or "" when the boot id is unknown (never share then). */
+void coll__shm_host_id(char out[COLL_SHM_HOST_ID]);
+/* A new ring of cap bytes (a power of two) for job, mapped; its name in name. Writer side. */
+mt_code coll__shm_create(uint64_t job, size_t cap, int64_t spin_ns, coll_shm **out,
+                         char name[COLL_SHM_NAME], mt_err *err);
+/* Map the ring a peer created (validated: name form, owner, header). Reader side. */
+mt_code coll__shm_attach(const char *name, int64_t spin_ns, coll_shm **out, mt_err *err);
+void coll__shm_unlink(const char *name);
+/* Mark this side (writer 1 / reader 0) gone and wake the other; the mapping stays. */
+void coll__shm_close(coll_shm *s, int writer);
+void coll__shm_free(coll_shm *s); /* unmap; NULL: no-op */
+/* Writer, never waits: more of hdr + data (*sent bytes of it written so far); DONE complete,
+ * AGAIN the ring is full, ENDED the reader is gone. */
+coll_io coll__shm_put_some(coll_shm *s, const void *hdr, size_t hlen, const void *data, size_t dlen,
+                           size_t *sent);
+/* Reader, never waits: up to n bytes into buf; > 0 bytes, 0 none now, -1 the writer closed
+ * and nothing is left (or the ring is corrupt). */
+ssize_t coll__shm_get_some(coll_shm *s, void *buf, size_t n);
+/* Reader: wait up to timeout_ms for data (spinning first): DONE data (or the writer closed:
+ * read on), AGAIN none in time, ENDED the writer's socket fd ended and nothing is left. */
+coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms);
+/* Writer: wait up to timeout_ms for room: DONE room (or it moved), AGAIN none, ENDED the
+ * reader is gone. */
+coll_io coll__shm_wait_room(coll_shm *s, int fd, int timeout_ms);
+/* Writer: b[0..n) if it fits now (1), else nothing (0). Never waits. */
+int coll__shm_write_now(coll_shm *s, const void *b, size_t n);
+/*
+ * Reader: up to n bytes into buf, waiting up to timeout_ms for all of them. Returns the bytes
+ * read (> 0), 0 when none came in time, -1 when the stream ended (the writer closed, its
+ * socket fd ended, *closing set or the ring is corrupt) and nothing is left.
+ */
+ssize_t coll__shm_read(coll_shm *s, int fd, void *buf, size_t n, int timeout_ms,
+                       _Atomic int *closing);
+/* Wake a reader sleeping on s (it then sees its closing flag). */
+void coll__shm_wake_reader(coll_shm *s);
+/* Unlink rings left in /dev/shm by processes that no longer run (a kill -9 mid-dial). */
+void coll__shm_sweep(void);
+
 /* ---- coll_raw.c: the direct-socket transport (see its header comment) */
 typedef struct coll_raw coll_raw;
 typedef struct coll_raw_cbs {
@@ -282,31 +341,48 @@ typedef struct coll_raw_cbs {
     void (*deliver)(void *arg, nng_msg *m, uint32_t conn); /* a frame arrived (takes m) */
     void (*lost)(void *arg, uint32_t conn);                /* the connection ended */
     void (*refused)(void *arg, const char *peer_addr);     /* a dialer failed authentication */
-    /* a DATA header arrived: 1 and *s when a posted receive takes the payload, 3 when the
-     * device thread drives that connection and reads the frame itself (only when handover is
-     * 1), else 0 (may be NULL) */
-    int (*claim)(void *arg, const unsigned char *hdr, uint32_t conn, int handover, coll_sink *s);
+    /* a DATA header arrived: COLL_CLAIM_POSTED and *s when a posted receive takes the payload,
+     * COLL_CLAIM_DRIVER when the device thread drives that connection and reads the frame
+     * itself (only when handover is 1), else COLL_CLAIM_QUEUE (may be NULL) */
+    coll_claim (*claim)(void *arg, const unsigned char *hdr, uint32_t conn, int handover,
+                        coll_sink *s);
 } coll_raw_cbs;
-/* 1 for the URLs the direct transport serves (tcp://, ipc://). */
+/* 1 for the URLs the direct transport serves (tcp://, ipc://, shm://). */
 int coll__raw_url(const char *url);
-/* Listen on url; the bound address goes to addr. token NULL or "": none required. */
-mt_code coll__raw_listen(const char *url, const char *token, const coll_raw_cbs *cbs,
+/* Listener settings (from mt_coll_net_opts). */
+typedef struct coll_raw_cfg {
+    const char *token;   /* NULL or "": none required */
+    int shm;             /* mt_coll_shm_mode (a shm:// listener requires shared memory) */
+    size_t shm_ring;     /* ring bytes a dialer creates */
+    int64_t shm_spin_ns; /* spin before sleeping on a ring */
+    int64_t handshake_ms;
+    int max_handshakes;
+} coll_raw_cfg;
+/* Listen on url; the bound address goes to addr. */
+mt_code coll__raw_listen(const char *url, const coll_raw_cfg *cfg, const coll_raw_cbs *cbs,
                          coll_raw **out, char *addr, size_t cap, mt_err *err);
 /* Stop accepting, end every connection, join every thread. NULL: no-op. */
 void coll__raw_free(coll_raw *r);
+/* What coll__raw_dial needs (all borrowed). */
+typedef struct coll_raw_dial_req {
+    const char *url, *my_addr;
+    uint64_t job;
+    const char *token;
+    int64_t deadline_ns;
+    int (*give_up)(void *); /* may be NULL: the peer is known gone, stop retrying */
+    void *arg;
+    int shm;             /* mt_coll_shm_mode of this process */
+    size_t shm_ring;     /* ring bytes to create */
+    int64_t shm_spin_ns; /* spin before sleeping on the ring */
+} coll_raw_dial_req;
 /*
- * Connect to url and authenticate, retrying a refused connection until the deadline
- * unless give_up(arg) (may be NULL) says the peer is gone; *fd_out owned by the caller.
+ * Connect to q->url and authenticate, retrying a refused or dropped connection until the
+ * deadline unless give_up says the peer is gone; *fd_out owned by the caller. When the
+ * listener is on this host and both allow it (or the url is shm://), the frames then go
+ * through *shm_out (owned by the caller: coll__shm_close(s, 1), coll__shm_free), else NULL.
  */
-mt_code coll__raw_dial(const char *url, const char *my_addr, uint64_t job, const char *token,
-                       int64_t deadline_ns, int (*give_up)(void *), void *arg, int *fd_out,
+mt_code coll__raw_dial(const coll_raw_dial_req *q, int *fd_out, struct coll_shm **shm_out,
                        mt_err *err);
-/*
- * Write hdr then data fully before the deadline (DEADLINE_EXCEEDED / UNAVAILABLE), or
- * CANCELLED once give_up(arg) (may be NULL; polled while the socket is full) says so.
- */
-mt_code coll__raw_write(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                        int64_t deadline_ns, int (*give_up)(void *), void *arg, mt_err *err);
 
 /*
  * Driving (coll_raw.c): a device thread reads an accepted connection itself while it runs an
@@ -322,15 +398,21 @@ typedef struct raw_conn coll_raw_conn;
 coll_raw_conn *coll__raw_drive_find(coll_raw *r, const char *peer_addr);
 void coll__raw_drive_put(coll_raw *r, coll_raw_conn *k);
 int coll__raw_drive_fd(const coll_raw_conn *k);
+/* Driver: up to n bytes of the stream (socket or ring) without waiting: > 0 bytes, 0 none
+ * now, -1 the connection ended. */
+ssize_t coll__raw_drive_recv(coll_raw_conn *k, void *buf, size_t n);
+/* Driver: wait up to ms for k's stream to have data (DONE, or AGAIN), ENDED when it ended. */
+coll_io coll__raw_drive_wait(coll_raw_conn *k, int ms);
+int coll__raw_drive_is_shm(const coll_raw_conn *k);  /* its frames come through a ring */
 uint32_t coll__raw_drive_id(const coll_raw_conn *k); /* the id the lost callback names */
 /* Readable when the socket was handed over, or the connection ended: call drive_try again. */
 int coll__raw_drive_evfd(const coll_raw_conn *k);
 /*
- * 1: the caller now reads k's socket; *held_n bytes of a frame header came with it (in hdr).
- * 0: not yet: the reader thread is inside a frame and hands the socket over at its next frame
- * boundary or header (the eventfd tells). -1: the connection ended.
+ * DONE: the caller now reads k's socket; *held_n bytes of a frame header came with it (in hdr).
+ * AGAIN: not yet: the reader thread is inside a frame and hands the socket over at its next
+ * frame boundary or header (the eventfd tells). ENDED: the connection ended.
  */
-int coll__raw_drive_try(coll_raw_conn *k, unsigned char *hdr, size_t *held_n);
+coll_io coll__raw_drive_try(coll_raw_conn *k, unsigned char *hdr, size_t *held_n);
 /*
  * Give the socket back to the reader thread (or withdraw the request): it first reads the rest
  * of a header of which the driver read held_n bytes (hdr), or discards skip payload bytes.
@@ -338,12 +420,28 @@ int coll__raw_drive_try(coll_raw_conn *k, unsigned char *hdr, size_t *held_n);
 void coll__raw_drive_end(coll_raw_conn *k, size_t skip, const unsigned char *hdr, size_t held_n);
 /*
  * Write more of the frame hdr + data without blocking (*sent: bytes of it written so far).
- * 1: complete; 0: the socket is full; -1 and errno: failed (a partial frame: close the socket).
+ * DONE: complete; AGAIN: the socket is full; ENDED and errno: failed (a partial frame: close
+ * the socket).
  */
-int coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                         size_t *sent);
+coll_io coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
+                             size_t *sent);
 /* Direct transport: the socket dialed to process proc (dialing first, within the deadline). */
 mt_code coll__net_raw_fd(mt_coll_world *w, int proc, int64_t deadline_ns, int *fd, mt_err *err);
+/*
+ * Driver: more of the frame hdr + data to process proc without waiting (*sent bytes of it
+ * written so far), on its dialed socket or ring: as coll__raw_write_some.
+ */
+coll_io coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const void *data,
+                             size_t dlen, size_t *sent);
+/* Wait up to ms for room toward process proc (ring or socket); -1 when its ring's reader is
+ * gone. */
+int coll__net_wait_room(mt_coll_world *w, int proc, int ms);
+/*
+ * 1 and *ms when the tcp connection dialed to process proc has data in flight that no
+ * acknowledgement came for in COLL_LINK_STALL_MS or more (*ms: since the last one): the link
+ * is broken. 0 for rings, Unix sockets, nng, an idle or busy connection. Any thread.
+ */
+int coll__net_link_stalled(mt_coll_world *w, int proc, int64_t *ms);
 /* A write on that socket failed part-way: close it (the peer sees the connection end). */
 void coll__net_raw_failed(mt_coll_world *w, int proc);
 /* The newest connection from process proc (a reference; coll__net_drive_put), or NULL. */

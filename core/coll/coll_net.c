@@ -32,7 +32,11 @@
  * test_coll_procs.sh (real processes), tests/unit/test_coll.c (loopback).
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -73,6 +77,7 @@ struct mt_coll_net {
     size_t npipes, cap_pipes;
     coll_raw *raw;          /* the direct transport (tcp://, ipc://); NULL: nng (nng+tcp://) */
     char token[256];        /* data-plane token ("" none), proven by every dialed connection */
+    mt_coll_net_opts opts;  /* as given (token and tls point at the fields above) */
     char refused_addr[256]; /* mu: last dialer refused before the world existed */
 };
 
@@ -261,11 +266,13 @@ static void raw_deliver(void *arg, nng_msg *m, uint32_t conn)
  * next collective) waits up to RAW_ARM_WAIT_NS for the device thread to post it, when
  * coll__post_claim says that is safe; net->mu is released while waiting.
  */
-static int raw_claim(void *arg, const unsigned char *hb, uint32_t conn, int handover, coll_sink *s)
+static coll_claim raw_claim(void *arg, const unsigned char *hb, uint32_t conn, int handover,
+                            coll_sink *s)
 {
     mt_coll_net *net = arg;
     coll_hdr h;
-    int r = 0, noted = 0;
+    coll_claim r = COLL_CLAIM_QUEUE;
+    int noted = 0;
     int64_t until = coll__now_ns() + RAW_ARM_WAIT_NS;
     coll__hdr_parse(hb, &h);
     pthread_mutex_lock(&net->mu);
@@ -279,14 +286,14 @@ static int raw_claim(void *arg, const unsigned char *hb, uint32_t conn, int hand
         noted = 1;
         r = coll__post_claim(w, &h, handover, s);
         int64_t now = coll__now_ns();
-        if (r != 2 || now >= until)
+        if (r != COLL_CLAIM_WAIT || now >= until)
             break;
         int64_t t = until - now > 1000000LL ? now + 1000000LL : until;
         struct timespec ts = {.tv_sec = t / 1000000000LL, .tv_nsec = t % 1000000000LL};
         pthread_cond_timedwait(&net->arm_cv, &net->mu, &ts);
     }
     pthread_mutex_unlock(&net->mu);
-    return r == 1 || r == 3 ? r : 0;
+    return r == COLL_CLAIM_WAIT ? COLL_CLAIM_QUEUE : r;
 }
 
 void coll__net_wake_claim(mt_coll_net *net)
@@ -428,29 +435,53 @@ static int close_bounded(mt_coll_net *net, nng_socket s, int64_t ms, const char 
     return done;
 }
 
-static mt_code net_new(const char *url, const mt_tls *tls, const char *token, mt_coll_net **out,
-                       mt_err *err);
-
 mt_code mt_coll_net_new(const char *url, mt_coll_net **out, mt_err *err)
 {
-    return net_new(url, NULL, NULL, out, err);
+    return mt_coll_net_new_opts(url, NULL, out, err);
 }
 
 mt_code mt_coll_net_new_tls(const char *url, const mt_tls *tls, mt_coll_net **out, mt_err *err)
 {
-    return net_new(url, tls, NULL, out, err);
+    mt_coll_net_opts o = MT_COLL_NET_DEFAULTS;
+    o.tls = tls;
+    return mt_coll_net_new_opts(url, &o, out, err);
 }
 
 mt_code mt_coll_net_new_auth(const char *url, const char *token, mt_coll_net **out, mt_err *err)
 {
-    return net_new(url, NULL, token, out, err);
+    mt_coll_net_opts o = MT_COLL_NET_DEFAULTS;
+    o.token = token;
+    return mt_coll_net_new_opts(url, &o, out, err);
 }
 
-/* tcp:// and ipc://: the direct transport (with the token handshake); nng+tcp://, nng+ipc:// and
- * tls+tcp:// (with tls): nng. */
-static mt_code net_new(const char *url, const mt_tls *tls, const char *token, mt_coll_net **out,
-                       mt_err *err)
+static mt_code check_net_opts(const char *url, const mt_coll_net_opts *o, mt_err *err)
 {
+    size_t ring = o->shm_ring_bytes;
+    if (o->shm != MT_COLL_SHM_AUTO && o->shm != MT_COLL_SHM_OFF)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: shm mode %d: want AUTO or OFF",
+                          (int)o->shm);
+    if (ring < 4096 || (ring & (ring - 1)) != 0 || ring > ((size_t)1 << 30))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll net: shm_ring_bytes %zu: want a power of two from 4 KiB to 1 GiB",
+                          ring);
+    if (o->shm_spin_us < 0 || o->shm_spin_us > 1000000)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: shm_spin_us %lld: want 0 .. 1e6",
+                          (long long)o->shm_spin_us);
+    if (o->handshake_ms < 1 || o->max_handshakes < 1)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll net: handshake_ms %lld and max_handshakes %d must be >= 1",
+                          (long long)o->handshake_ms, o->max_handshakes);
+    if (url != NULL && strncmp(url, "shm://", 6) == 0 && o->shm == MT_COLL_SHM_OFF)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: %s with shared memory off", url);
+    return MT_OK;
+}
+
+/* tcp://, ipc:// and shm://: the direct transport (with the token handshake); nng+tcp://,
+ * nng+ipc:// and tls+tcp:// (with tls): nng. */
+mt_code mt_coll_net_new_opts(const char *url, const mt_coll_net_opts *opts, mt_coll_net **out,
+                             mt_err *err)
+{
+    mt_coll_net_opts def = MT_COLL_NET_DEFAULTS;
     mt_coll_net *net;
     mt_code rc;
     int rv;
@@ -458,17 +489,23 @@ static mt_code net_new(const char *url, const mt_tls *tls, const char *token, mt
     int use_nng = 0;
 
     *out = NULL;
+    if (opts == NULL)
+        opts = &def;
+    const mt_tls *tls = opts->tls;
+    const char *token = opts->token;
+    if ((rc = check_net_opts(url, opts, err)) != MT_OK)
+        return rc;
     if (url != NULL && strncmp(url, "nng+", 4) == 0) {
         url += 4;
         use_nng = 1;
     } else if (url != NULL && mt_tls_url_is_tls(url)) {
         use_nng = 1;
     }
-    if (url == NULL || (strncmp(url, "tcp://", 6) != 0 && strncmp(url, "ipc://", 6) != 0 &&
-                        !mt_tls_url_is_tls(url)))
+    if (url == NULL || (!coll__raw_url(url) && !mt_tls_url_is_tls(url)) ||
+        (use_nng && strncmp(url, "shm://", 6) == 0))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "coll net: listen address %s: want tcp://HOST:PORT, ipc://PATH, "
-                          "tls+tcp://HOST:PORT or nng+tcp://, nng+ipc://",
+                          "shm://PATH, tls+tcp://HOST:PORT or nng+tcp://, nng+ipc://",
                           url ? url : "(null)");
     if (mt_tls_url_is_tls(url) && (!mt_tls_can_listen(tls) || !mt_tls_can_dial(tls)))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
@@ -489,9 +526,18 @@ static mt_code net_new(const char *url, const mt_tls *tls, const char *token, mt
     pthread_cond_init(&net->arm_cv, &ca);
     pthread_condattr_destroy(&ca);
     snprintf(net->token, sizeof(net->token), "%s", token != NULL ? token : "");
+    net->opts = *opts;
+    net->opts.token = net->token;
+    net->opts.tls = NULL; /* net->tls holds it */
     if (!use_nng) {
         coll_raw_cbs cbs = {net, raw_deliver, raw_lost, raw_refused, raw_claim};
-        rc = coll__raw_listen(url, net->token, &cbs, &net->raw, net->addr, sizeof(net->addr), err);
+        coll_raw_cfg cfg = {.token = net->token,
+                            .shm = opts->shm,
+                            .shm_ring = opts->shm_ring_bytes,
+                            .shm_spin_ns = opts->shm_spin_us * 1000,
+                            .handshake_ms = opts->handshake_ms,
+                            .max_handshakes = opts->max_handshakes};
+        rc = coll__raw_listen(url, &cfg, &cbs, &net->raw, net->addr, sizeof(net->addr), err);
         if (rc != MT_OK)
             goto fail_sock;
         *out = net;
@@ -533,11 +579,10 @@ const char *mt_coll_net_addr(const mt_coll_net *net)
 mt_code mt_coll_net_set_addr(mt_coll_net *net, const char *addr, mt_err *err)
 {
     const char *a = addr != NULL && strncmp(addr, "nng+", 4) == 0 ? addr + 4 : addr;
-    if (a == NULL || (strncmp(a, "tcp://", 6) != 0 && strncmp(a, "ipc://", 6) != 0 &&
-                      strncmp(a, "tls+tcp://", 10) != 0))
+    if (a == NULL || (!coll__raw_url(a) && strncmp(a, "tls+tcp://", 10) != 0))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "coll net: advertised address %s: want tcp://HOST:PORT, "
-                          "tls+tcp://HOST:PORT or ipc://PATH",
+                          "tls+tcp://HOST:PORT, ipc://PATH or shm://PATH",
                           addr ? addr : "(null)");
     if (strlen(addr) >= sizeof(net->addr))
         return mt_err_set(err, MT_INVALID_ARGUMENT, "coll net: address %s too long", addr);
@@ -570,7 +615,7 @@ void mt_coll_net_free(mt_coll_net *net)
 mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_local)
 {
     const char *a = strncmp(addr, "nng+", 4) == 0 ? addr + 4 : addr;
-    if (strncmp(a, "tcp://", 6) != 0 && strncmp(a, "ipc://", 6) != 0 && !mt_tls_url_is_tls(a))
+    if (!coll__raw_url(a) && !mt_tls_url_is_tls(a))
         return MT_INVALID_ARGUMENT;
     if (net->tls != NULL && !mt_tls_url_is_tls(addr))
         return MT_FAILED_PRECONDITION; /* never send tensors in clear from a TLS data plane */
@@ -668,6 +713,26 @@ static mt_code aio_finish(mt_coll_comm *c, int slot, mt_err *err)
     return mt_err_set(err, nng_code(rv), "%s", nng_strerror(rv));
 }
 
+const char *mt_coll_world_link(const mt_coll_world *w, const char *addr)
+{
+    const char *a = addr != NULL && strncmp(addr, "nng+", 4) == 0 ? addr + 4 : addr;
+    const char *kind = "none";
+    for (int i = 0; w != NULL && addr != NULL && i < w->nprocs; i++) {
+        coll_peer *pe = &w->peers[i];
+        if (strcmp(w->proc_addr[i], addr) != 0)
+            continue;
+        if (i == w->my_proc)
+            return "local";
+        pthread_mutex_lock(&pe->mu);
+        if (pe->open && w->net->raw == NULL)
+            kind = w->net->tls != NULL ? "tls" : "nng";
+        else if (pe->open)
+            kind = pe->shm != NULL ? "shm" : strncmp(a, "tcp://", 6) == 0 ? "tcp" : "ipc";
+        pthread_mutex_unlock(&pe->mu);
+    }
+    return kind;
+}
+
 int coll__net_is_raw(const mt_coll_world *w)
 {
     return w->net != NULL && w->net->raw != NULL;
@@ -684,16 +749,12 @@ typedef struct raw_stop {
     coll_peer *pe;
 } raw_stop;
 
-/* A blocked write ends when the world is cancelled (mt_coll_world_cancel). */
-static int world_cancelled(void *arg)
-{
-    return atomic_load(&((raw_stop *)arg)->w->cancelled) != 0;
-}
-
-/* Dial retries also stop once the peer is known lost (its connection to us ended). */
+/* Dial retries stop once the world is cancelled or the peer is known lost (its connection to
+ * us ended). */
 static int peer_gone(void *arg)
 {
-    return world_cancelled(arg) || atomic_load(&((raw_stop *)arg)->pe->down_ns) != 0;
+    const raw_stop *st = arg;
+    return atomic_load(&st->w->cancelled) != 0 || atomic_load(&st->pe->down_ns) != 0;
 }
 
 /* Dial process proc unless its socket is open (pe->mu held). */
@@ -704,10 +765,24 @@ static mt_code peer_dial_locked(mt_coll_world *w, int proc, int64_t deadline_ns,
     if (pe->open)
         return MT_OK;
     int fd;
-    mt_code rc = coll__raw_dial(w->proc_addr[proc], w->net->addr, w->opts.job_id, w->net->token,
-                                deadline_ns, peer_gone, &stop, &fd, err);
+    coll_shm *shm;
+    const mt_coll_net_opts *o = &w->net->opts;
+    coll_raw_dial_req q = {.url = w->proc_addr[proc],
+                           .my_addr = w->net->addr,
+                           .job = w->opts.job_id,
+                           .token = w->net->token,
+                           .deadline_ns = deadline_ns,
+                           .give_up = peer_gone,
+                           .arg = &stop,
+                           .shm = o->shm,
+                           .shm_ring = o->shm_ring_bytes,
+                           .shm_spin_ns = o->shm_spin_us * 1000};
+    mt_code rc = coll__raw_dial(&q, &fd, &shm, err);
     if (rc == MT_OK) {
         pe->fd = fd;
+        pe->shm = shm;
+        if (shm != NULL)
+            mt_log_debug("coll: frames to %s go through shared memory", w->proc_addr[proc]);
         pthread_mutex_lock(&w->net->mu);
         pe->open = 1;
         pthread_mutex_unlock(&w->net->mu);
@@ -718,15 +793,49 @@ static mt_code peer_dial_locked(mt_coll_world *w, int proc, int64_t deadline_ns,
     return rc;
 }
 
+/* Close the dialed socket and its ring (the listener's reader sees the end). */
+static void peer_release(coll_peer *pe)
+{
+    coll__shm_close(pe->shm, 1);
+    coll__shm_free(pe->shm);
+    pe->shm = NULL;
+    close(pe->fd);
+}
+
 /* Close process proc's socket after a partial frame (pe->mu held). */
 static void peer_close_locked(mt_coll_world *w, coll_peer *pe)
 {
     if (!pe->open)
         return;
-    close(pe->fd);
+    peer_release(pe);
     pthread_mutex_lock(&w->net->mu);
     pe->open = 0;
     pthread_mutex_unlock(&w->net->mu);
+}
+
+/*
+ * Write hdr + data to process proc's socket or ring (pe->mu held) before the deadline
+ * (DEADLINE_EXCEEDED), UNAVAILABLE when the connection failed, CANCELLED once the world is.
+ */
+static mt_code peer_write_locked(mt_coll_world *w, int proc, const void *hdr, const void *data,
+                                 size_t bytes, int64_t deadline_ns, mt_err *err)
+{
+    size_t sent = 0;
+    for (;;) {
+        coll_io r = coll__net_write_some(w, proc, hdr, data, bytes, &sent);
+        if (r == COLL_IO_DONE)
+            return MT_OK;
+        if (r == COLL_IO_ENDED)
+            return mt_err_set(err, MT_UNAVAILABLE, "%s", strerror(errno));
+        int64_t left = (deadline_ns - coll__now_ns()) / 1000000LL;
+        if (left <= 0)
+            return mt_err_set(err, MT_DEADLINE_EXCEEDED, "not reading (send timed out)");
+        if (atomic_load(&w->cancelled))
+            return mt_err_set(err, MT_CANCELLED, "send cancelled");
+        /* short slices: cancellation is polled */
+        if (coll__net_wait_room(w, proc, left > 50 ? 50 : (int)left + 1) < 0)
+            return mt_err_set(err, MT_UNAVAILABLE, "connection closed");
+    }
 }
 
 static mt_code raw_send(mt_coll_world *w, int proc, const void *hdr, const void *data, size_t bytes,
@@ -734,16 +843,12 @@ static mt_code raw_send(mt_coll_world *w, int proc, const void *hdr, const void 
 {
     coll_peer *pe = &w->peers[proc];
     mt_err e = MT_ERR_INIT;
-    raw_stop stop = {w, pe};
     pthread_mutex_lock(&pe->mu);
     mt_code rc = peer_dial_locked(w, proc, deadline_ns, &e);
     if (rc == MT_OK) {
-        rc = coll__raw_write(pe->fd, hdr, COLL_HDR_SIZE, data, bytes, deadline_ns, world_cancelled,
-                             &stop, &e);
-        if (rc != MT_OK) {
+        rc = peer_write_locked(w, proc, hdr, data, bytes, deadline_ns, &e);
+        if (rc != MT_OK)
             peer_close_locked(w, pe);
-            e.code = rc;
-        }
     }
     pthread_mutex_unlock(&pe->mu);
     if (rc != MT_OK)
@@ -756,9 +861,53 @@ mt_code coll__net_raw_fd(mt_coll_world *w, int proc, int64_t deadline_ns, int *f
     coll_peer *pe = &w->peers[proc];
     pthread_mutex_lock(&pe->mu);
     mt_code rc = peer_dial_locked(w, proc, deadline_ns, err);
-    *fd = pe->fd;
+    *fd = pe->shm != NULL ? -1 : pe->fd; /* a ring: coll__net_write_some and _wait_room */
     pthread_mutex_unlock(&pe->mu);
     return rc;
+}
+
+coll_io coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const void *data,
+                             size_t dlen, size_t *sent)
+{
+    coll_peer *pe = &w->peers[proc];
+    if (pe->shm == NULL)
+        return coll__raw_write_some(pe->fd, hdr, COLL_HDR_SIZE, data, dlen, sent);
+    coll_io r = coll__shm_put_some(pe->shm, hdr, COLL_HDR_SIZE, data, dlen, sent);
+    if (r == COLL_IO_AGAIN &&
+        atomic_load(&pe->down_ns) != 0) { /* its reader died: the ring never drains */
+        errno = EPIPE;
+        return COLL_IO_ENDED;
+    }
+    if (r == COLL_IO_ENDED)
+        errno = EPIPE;
+    return r;
+}
+
+int coll__net_wait_room(mt_coll_world *w, int proc, int ms)
+{
+    coll_peer *pe = &w->peers[proc];
+    if (pe->shm != NULL)
+        return coll__shm_wait_room(pe->shm, pe->fd, ms) == COLL_IO_ENDED ? -1 : 0;
+    struct pollfd p = {.fd = pe->fd, .events = POLLOUT};
+    poll(&p, 1, ms);
+    return 0;
+}
+
+int coll__net_link_stalled(mt_coll_world *w, int proc, int64_t *ms)
+{
+    coll_peer *pe = &w->peers[proc];
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    int stalled = 0;
+    if (w->net == NULL || w->net->raw == NULL || pthread_mutex_trylock(&pe->mu) != 0)
+        return 0; /* another device writes to it: it reports that write */
+    if (pe->open && pe->shm == NULL && getsockopt(pe->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+        ti.tcpi_unacked > 0 && ti.tcpi_last_ack_recv >= COLL_LINK_STALL_MS) {
+        *ms = ti.tcpi_last_ack_recv;
+        stalled = 1;
+    }
+    pthread_mutex_unlock(&pe->mu);
+    return stalled;
 }
 
 void coll__net_raw_failed(mt_coll_world *w, int proc)
@@ -900,6 +1049,10 @@ static void raw_bye(mt_coll_world *w, coll_peer *pe)
     if (atomic_load(&pe->down_ns) != 0)
         return;
     coll__hdr_encode(&h, b);
+    if (pe->shm != NULL) {
+        coll__shm_write_now(pe->shm, b, sizeof(b)); /* left out when the ring is full */
+        return;
+    }
     if (send(pe->fd, b, sizeof(b), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
         /* EAGAIN (a full buffer) or a broken connection: nothing to add */
     }
@@ -913,7 +1066,7 @@ void coll__peers_close(mt_coll_world *w)
             continue;
         if (w->net->raw != NULL) { /* every frame was written synchronously: BYE, close */
             raw_bye(w, pe);
-            close(pe->fd);
+            peer_release(pe);
             pthread_mutex_lock(&w->net->mu);
             pe->open = 0;
             pthread_mutex_unlock(&w->net->mu);

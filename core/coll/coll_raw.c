@@ -68,9 +68,9 @@
 
 #define RAW_MAX_CONNS   64
 #define RAW_NONCE       16
-#define RAW_HS_MS       5000
 #define RAW_MAGIC_CHAL  0x4344544du /* "MTDC" */
 #define RAW_MAGIC_HELLO 0x4844544du /* "MTDH" */
+#define RAW_MAGIC_SHM   0x5344544du /* "MTDS": the dialer's answer to a shared-memory offer */
 #define RAW_HELLO_FIXED (4 + 8 + 2 + 32)
 #define RAW_RECVMAX     ((uint64_t)(64u << 20) + 4096u)
 
@@ -96,15 +96,20 @@ typedef struct raw_conn {
     int users;  /* references taken by coll__raw_drive_find; reap frees the conn only at 0 */
     size_t held_n; /* bytes of a frame header that travel with the socket */
     unsigned char hdr[COLL_HDR_SIZE];
-    size_t skip; /* payload bytes of a frame the driver began that the reader discards */
-    int evfd;    /* eventfd: written when the socket is handed to the driver or the reader ends */
+    size_t skip;   /* payload bytes of a frame the driver began that the reader discards */
+    int evfd;      /* eventfd: written when the socket is handed to the driver or the reader ends */
+    coll_shm *shm; /* frames come through this ring after the handshake (never driven) */
+    int64_t accepted_ns; /* when it was accepted (the oldest handshake is dropped first) */
 } raw_conn;
 
 struct coll_raw {
     int lfd;
     int is_unix;
+    int force_shm; /* a shm:// listener: every connection moves to a ring */
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     char token[256];
+    coll_raw_cfg cfg;               /* cfg.token points at token */
+    char host_id[COLL_SHM_HOST_ID]; /* offered to dialers ("" with shm off) */
     coll_raw_cbs cb;
     pthread_t acc;
     _Atomic int closing;
@@ -118,7 +123,7 @@ struct coll_raw {
 static mt_code parse_url(const char *url, struct sockaddr_storage *sa, socklen_t *len, int *is_unix)
 {
     memset(sa, 0, sizeof(*sa));
-    if (strncmp(url, "ipc://", 6) == 0) {
+    if (strncmp(url, "ipc://", 6) == 0 || strncmp(url, "shm://", 6) == 0) {
         struct sockaddr_un *un = (struct sockaddr_un *)sa;
         const char *p = url + 6;
         if (p[0] == '\0' || strlen(p) >= sizeof(un->sun_path))
@@ -162,7 +167,8 @@ static mt_code parse_url(const char *url, struct sockaddr_storage *sa, socklen_t
 
 int coll__raw_url(const char *url)
 {
-    return url != NULL && (strncmp(url, "tcp://", 6) == 0 || strncmp(url, "ipc://", 6) == 0);
+    return url != NULL && (strncmp(url, "tcp://", 6) == 0 || strncmp(url, "ipc://", 6) == 0 ||
+                           strncmp(url, "shm://", 6) == 0);
 }
 
 static void set_nodelay(int fd)
@@ -218,6 +224,44 @@ static mt_code mac_of(const char *token, const unsigned char *nonce, uint64_t jo
 
 /* ------------------------------------------------------------- listener */
 
+/*
+ * Listener side of the shared-memory step, after a successful handshake: offer this host's
+ * identity (or nothing: shm off); a dialer on this host answers with the name of a ring it
+ * created, which this side maps and confirms (a 4-byte code); any other answer keeps the
+ * connection on its socket. A shm:// listener accepts only a ring. 0, or -1: drop it.
+ */
+static int shm_accept(raw_conn *k, const char *addr, int64_t dl)
+{
+    coll_raw *r = k->r;
+    unsigned char offer[COLL_SHM_HOST_ID], dec[4 + COLL_SHM_NAME];
+    uint32_t magic;
+    memcpy(offer, r->host_id, sizeof(offer));
+    if (io_full(k->fd, offer, sizeof(offer), 1, dl) != 0)
+        return -1;
+    if (offer[0] == '\0')
+        return 0;
+    if (io_full(k->fd, dec, sizeof(dec), 0, dl) != 0)
+        return -1;
+    memcpy(&magic, dec, 4);
+    dec[sizeof(dec) - 1] = '\0';
+    const char *name = (const char *)dec + 4;
+    if (magic != RAW_MAGIC_SHM) {
+        mt_log_warn("coll: dropping a data-plane connection from %s that did not answer the "
+                    "shared-memory offer",
+                    addr);
+        return -1;
+    }
+    if (name[0] == '\0')
+        return r->force_shm ? -1 : 0; /* another host, or the dialer keeps its socket */
+    mt_err e = MT_ERR_INIT;
+    uint32_t code = (uint32_t)coll__shm_attach(name, r->cfg.shm_spin_ns, &k->shm, &e);
+    if (code != MT_OK)
+        mt_log_warn("coll: data-plane connection from %s stays on its socket: %s", addr, e.msg);
+    if (io_full(k->fd, &code, 4, 1, dl) != 0 || (code != MT_OK && r->force_shm))
+        return -1;
+    return 0;
+}
+
 /* Server side of the handshake. Returns 0 when the peer may send frames. */
 static int conn_handshake(raw_conn *k)
 {
@@ -227,7 +271,7 @@ static int conn_handshake(raw_conn *k)
     uint32_t magic = RAW_MAGIC_CHAL, code = 0;
     uint64_t job;
     uint16_t al;
-    int64_t dl = coll__now_ns() + RAW_HS_MS * 1000000LL;
+    int64_t dl = coll__now_ns() + r->cfg.handshake_ms * 1000000LL;
 
     memcpy(chal, &magic, 4);
     if (getrandom(chal + 4, RAW_NONCE, 0) != RAW_NONCE)
@@ -264,6 +308,8 @@ static int conn_handshake(raw_conn *k)
             r->cb.refused(r->cb.arg, addr);
         return -1;
     }
+    if (shm_accept(k, addr, dl) != 0)
+        return -1;
     memcpy(k->peer, addr, (size_t)al + 1); /* coll__raw_drive_find looks it up ... */
     atomic_store(&k->peer_set, 1);         /* ... once this is set (not r->mu: reap joins us) */
     return 0;
@@ -284,6 +330,21 @@ static int read_full(coll_raw *r, int fd, void *buf, size_t n)
     return 0;
 }
 
+/* Read n bytes of k's stream (socket or ring) into buf; 0, or -1 when the connection ended. */
+static int conn_read_full(raw_conn *k, void *buf, size_t n)
+{
+    size_t got = 0;
+    if (k->shm == NULL)
+        return read_full(k->r, k->fd, buf, n);
+    while (got < n) {
+        ssize_t g = coll__shm_read(k->shm, k->fd, (char *)buf + got, n - got, 100, &k->r->closing);
+        if (g < 0)
+            return -1;
+        got += (size_t)g;
+    }
+    return 0;
+}
+
 /*
  * Read up to n bytes of a claimed payload into buf, waiting for all of them (one wake-up),
  * but returning early (with what was read) every RAW_POLL_MS so that the caller sees a
@@ -291,6 +352,8 @@ static int read_full(coll_raw *r, int fd, void *buf, size_t n)
  */
 static ssize_t read_some(raw_conn *k, unsigned char *buf, size_t n)
 {
+    if (k->shm != NULL)
+        return coll__shm_read(k->shm, k->fd, buf, n, RAW_POLL_MS, &k->r->closing);
     ssize_t got = recv(k->fd, buf, n, MSG_WAITALL);
     if (got > 0)
         return got;
@@ -367,7 +430,7 @@ static int discard(raw_conn *k, size_t n)
 {
     while (n > 0) {
         size_t c = n < RAW_SCRATCH ? n : RAW_SCRATCH;
-        if (read_full(k->r, k->fd, k->scratch, c) != 0)
+        if (conn_read_full(k, k->scratch, c) != 0)
             return -1;
         n -= c;
     }
@@ -416,9 +479,14 @@ static int reader_next(raw_conn *k, unsigned char *hb, int *back)
     }
     if (have == 0 && skip == 0) {
         /* wait for data without owning the stream: a driver may take it meanwhile */
-        struct pollfd p = {.fd = k->fd, .events = POLLIN};
-        if (poll(&p, 1, 100) <= 0)
-            return 0;
+        if (k->shm != NULL) {
+            if (coll__shm_wait_data(k->shm, k->fd, 100) == COLL_IO_AGAIN)
+                return 0; /* -1 (ended): the read below reports it */
+        } else {
+            struct pollfd p = {.fd = k->fd, .events = POLLIN};
+            if (poll(&p, 1, 100) <= 0)
+                return 0;
+        }
         pthread_mutex_lock(&k->mu);
         /* a driver took the socket meanwhile (and may have given it back with a frame begun) */
         int taken = k->driven || k->held_n > 0 || k->skip > 0;
@@ -427,7 +495,7 @@ static int reader_next(raw_conn *k, unsigned char *hb, int *back)
         if (taken)
             return 0;
     }
-    if (read_full(r, k->fd, hb + have, COLL_HDR_SIZE - have) != 0)
+    if (conn_read_full(k, hb + have, COLL_HDR_SIZE - have) != 0)
         return -1;
     *back = have > 0; /* a driver gave back a header it began: do not hand it over again */
     pthread_mutex_lock(&k->mu);
@@ -491,6 +559,33 @@ int coll__raw_drive_fd(const raw_conn *k)
     return k->fd;
 }
 
+ssize_t coll__raw_drive_recv(raw_conn *k, void *buf, size_t n)
+{
+    if (k->shm != NULL)
+        return coll__shm_get_some(k->shm, buf, n);
+    for (;;) {
+        ssize_t g = recv(k->fd, buf, n, MSG_DONTWAIT);
+        if (g > 0)
+            return g;
+        if (g < 0 && errno == EINTR)
+            continue;
+        return g < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    }
+}
+
+coll_io coll__raw_drive_wait(raw_conn *k, int ms)
+{
+    if (k->shm != NULL)
+        return coll__shm_wait_data(k->shm, k->fd, ms);
+    struct pollfd p = {.fd = k->fd, .events = POLLIN};
+    return poll(&p, 1, ms) > 0 ? COLL_IO_DONE : COLL_IO_AGAIN;
+}
+
+int coll__raw_drive_is_shm(const raw_conn *k)
+{
+    return k->shm != NULL;
+}
+
 uint32_t coll__raw_drive_id(const raw_conn *k)
 {
     return k->id;
@@ -501,9 +596,9 @@ int coll__raw_drive_evfd(const raw_conn *k)
     return k->evfd;
 }
 
-int coll__raw_drive_try(raw_conn *k, unsigned char *hdr, size_t *held_n)
+coll_io coll__raw_drive_try(raw_conn *k, unsigned char *hdr, size_t *held_n)
 {
-    int rv = 0;
+    coll_io rv = COLL_IO_AGAIN;
     uint64_t v;
     *held_n = 0;
     while (read(k->evfd, &v, sizeof(v)) > 0)
@@ -514,14 +609,14 @@ int coll__raw_drive_try(raw_conn *k, unsigned char *hdr, size_t *held_n)
         memcpy(hdr, k->hdr, k->held_n);
         k->held_n = 0;
         k->picked = 1;
-        rv = 1;
+        rv = COLL_IO_DONE;
     } else if (atomic_load(&k->done)) {
-        rv = -1;
+        rv = COLL_IO_ENDED;
     } else if (!k->busy && k->skip == 0 && k->held_n == 0) {
         k->driven = 1; /* the reader is between frames: take the socket */
         k->picked = 1;
         k->want = 0;
-        rv = 1;
+        rv = COLL_IO_DONE;
     } else {
         k->want = 1; /* the reader hands it over at its next frame boundary */
     }
@@ -547,8 +642,8 @@ void coll__raw_drive_end(raw_conn *k, size_t skip, const unsigned char *hdr, siz
     pthread_mutex_unlock(&k->mu);
 }
 
-int coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                         size_t *sent)
+coll_io coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
+                             size_t *sent)
 {
     while (*sent < hlen + dlen) {
         struct iovec iov[2];
@@ -565,11 +660,11 @@ int coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data,
         if (k < 0) {
             if (errno == EINTR)
                 continue;
-            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? COLL_IO_AGAIN : COLL_IO_ENDED;
         }
         *sent += (size_t)k;
     }
-    return 1;
+    return COLL_IO_DONE;
 }
 
 /* ----------------------------------------------------------- reader thread */
@@ -608,17 +703,19 @@ static void *conn_main(void *arg)
         }
         coll_sink sink;
         if (hb[4] == COLL_KIND_DATA && r->cb.claim != NULL && len > 0) {
-            int c = r->cb.claim(r->cb.arg, hb, k->id, !back, &sink);
-            if (c == 3 && reader_hand_over(k, hb))
+            coll_claim c = r->cb.claim(r->cb.arg, hb, k->id, !back, &sink);
+            if (c == COLL_CLAIM_DRIVER && reader_hand_over(k, hb))
                 continue; /* the device thread reads this frame itself */
-            if (c == 3)
+            if (c == COLL_CLAIM_DRIVER)
                 c = r->cb.claim(r->cb.arg, hb, k->id, 0, &sink);
-            if (c == 1) {
+            if (c == COLL_CLAIM_POSTED) {
                 /* reads of a claimed payload time out, so that a cancellation is seen */
                 struct timeval tv = {.tv_sec = 0, .tv_usec = RAW_POLL_MS * 1000}, none = {0};
-                setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+                if (k->shm == NULL)
+                    setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
                 int bad = read_claimed(k, &sink) != 0;
-                setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
+                if (k->shm == NULL)
+                    setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
                 if (bad)
                     break;
                 reader_frame_done(k);
@@ -633,7 +730,7 @@ static void *conn_main(void *arg)
         }
         unsigned char *body = nng_msg_body(m);
         memcpy(body, hb, sizeof(hb));
-        if (read_full(r, k->fd, body + COLL_HDR_SIZE, pl) != 0) {
+        if (conn_read_full(k, body + COLL_HDR_SIZE, pl) != 0) {
             nng_msg_free(m);
             break;
         }
@@ -642,6 +739,7 @@ static void *conn_main(void *arg)
     }
     if (ok && !atomic_load(&r->closing))
         r->cb.lost(r->cb.arg, k->id);
+    coll__shm_close(k->shm, 0); /* a writer waiting for room stops */
     shutdown(k->fd, SHUT_RDWR); /* the dialer sees the end now; the fd is closed when reaped */
     pthread_mutex_lock(&k->mu);
     atomic_store(&k->done, 1);
@@ -666,12 +764,42 @@ static void reap(coll_raw *r, int all)
         pthread_join(k->thr, NULL);
         close(k->fd);
         close(k->evfd);
+        coll__shm_free(k->shm);
         pthread_mutex_destroy(&k->mu);
         pthread_cond_destroy(&k->cv);
         mt_free(k->scratch);
         mt_free(k);
         r->conns[i] = r->conns[--r->nconns];
     }
+}
+
+/*
+ * Before accepting one more connection (r->mu held): when cfg.max_handshakes connections are
+ * still in their handshake, or the table is full, end the oldest one still in its handshake
+ * (its reader thread sees the end and leaves; reap frees it). Connections that authenticated
+ * are never dropped for a newcomer. Returns 1 when the table has no room now (the dialer
+ * retries), else 0.
+ */
+static int drop_oldest_handshake(coll_raw *r)
+{
+    raw_conn *oldest = NULL;
+    int pending = 0;
+    for (int i = 0; i < r->nconns; i++) {
+        raw_conn *k = r->conns[i];
+        if (atomic_load(&k->done) || atomic_load(&k->peer_set) || k->accepted_ns == 0)
+            continue;
+        pending++;
+        if (oldest == NULL || k->accepted_ns < oldest->accepted_ns)
+            oldest = k;
+    }
+    if (oldest != NULL && (pending >= r->cfg.max_handshakes || r->nconns >= RAW_MAX_CONNS)) {
+        mt_log_warn("coll: dropping a data-plane connection still in its handshake after %" PRId64
+                    " ms (%d in their handshake)",
+                    (int64_t)((coll__now_ns() - oldest->accepted_ns) / 1000000LL), pending);
+        oldest->accepted_ns = 0; /* dropped once */
+        shutdown(oldest->fd, SHUT_RDWR);
+    }
+    return r->nconns >= RAW_MAX_CONNS;
 }
 
 static void *acc_main(void *arg)
@@ -686,10 +814,12 @@ static void *acc_main(void *arg)
             continue;
         pthread_mutex_lock(&r->mu);
         reap(r, 0);
-        raw_conn *k = r->nconns < RAW_MAX_CONNS ? mt_calloc(1, sizeof(*k)) : NULL;
+        int full = drop_oldest_handshake(r);
+        raw_conn *k = !full ? mt_calloc(1, sizeof(*k)) : NULL;
         if (k != NULL) {
             k->r = r;
             k->fd = fd;
+            k->accepted_ns = coll__now_ns();
             k->id = 0x80000000u | (r->next_id++ & 0x7fffffffu);
             atomic_init(&k->done, 0);
             atomic_init(&k->peer_set, 0);
@@ -716,9 +846,10 @@ static void *acc_main(void *arg)
     return NULL;
 }
 
-mt_code coll__raw_listen(const char *url, const char *token, const coll_raw_cbs *cbs,
+mt_code coll__raw_listen(const char *url, const coll_raw_cfg *cfg, const coll_raw_cbs *cbs,
                          coll_raw **out, char *addr, size_t cap, mt_err *err)
 {
+    const char *token = cfg->token;
     struct sockaddr_storage sa;
     socklen_t sl;
     int is_unix;
@@ -734,6 +865,15 @@ mt_code coll__raw_listen(const char *url, const char *token, const coll_raw_cbs 
     r->cb = *cbs;
     r->is_unix = is_unix;
     snprintf(r->token, sizeof(r->token), "%s", token != NULL ? token : "");
+    r->cfg = *cfg;
+    r->cfg.token = r->token;
+    r->force_shm = strncmp(url, "shm://", 6) == 0;
+    if (cfg->shm != MT_COLL_SHM_OFF) {
+        coll__shm_host_id(r->host_id);
+        if (r->force_shm && r->host_id[0] == '\0')
+            snprintf(r->host_id, sizeof(r->host_id), "shm"); /* the Unix socket proves the host */
+        coll__shm_sweep(); /* rings a killed process of this host left behind */
+    }
     r->lfd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (r->lfd < 0) {
         mt_free(r);
@@ -798,97 +938,155 @@ void coll__raw_free(coll_raw *r)
 
 /* --------------------------------------------------------------- dialer */
 
-mt_code coll__raw_dial(const char *url, const char *my_addr, uint64_t job, const char *token,
-                       int64_t deadline_ns, int (*give_up)(void *), void *arg, int *fd_out,
-                       mt_err *err)
+/*
+ * Dialer side of the shared-memory step (see shm_accept): answer the listener's offer with a
+ * ring when it is on this host and both allow it (always for shm://), else with "".
+ * MT_OK (*shm_out set or NULL), or a code with *retry when the connection failed.
+ */
+static mt_code shm_answer(const coll_raw_dial_req *q, int fd, int force, coll_shm **shm_out,
+                          int *retry, mt_err *err)
+{
+    unsigned char offer[COLL_SHM_HOST_ID], dec[4 + COLL_SHM_NAME] = {0};
+    char mine[COLL_SHM_HOST_ID], name[COLL_SHM_NAME] = "";
+    uint32_t magic = RAW_MAGIC_SHM, code = 0;
+    coll_shm *s = NULL;
+    mt_err e = MT_ERR_INIT;
+    if (io_full(fd, offer, sizeof(offer), 0, q->deadline_ns) != 0)
+        goto io_fail;
+    offer[sizeof(offer) - 1] = '\0';
+    if (offer[0] == '\0') {
+        if (force)
+            return mt_err_set(err, MT_UNAVAILABLE, "%s does not offer shared memory", q->url);
+        return MT_OK; /* its shm is off */
+    }
+    coll__shm_host_id(mine);
+    if (force ||
+        (q->shm != MT_COLL_SHM_OFF && mine[0] != '\0' && strcmp(mine, (const char *)offer) == 0)) {
+        if (coll__shm_create(q->job, q->shm_ring, q->shm_spin_ns, &s, name, &e) != MT_OK) {
+            if (force)
+                return mt_err_set(err, MT_UNAVAILABLE, "%s: %s", q->url, e.msg);
+            mt_log_warn("coll: the connection to %s stays on its socket: %s", q->url, e.msg);
+        }
+    }
+    memcpy(dec, &magic, 4);
+    memcpy(dec + 4, name, strlen(name));
+    if (io_full(fd, dec, sizeof(dec), 1, q->deadline_ns) != 0 ||
+        (s != NULL && io_full(fd, &code, 4, 0, q->deadline_ns) != 0)) {
+        int en = errno;
+        coll__shm_unlink(name);
+        coll__shm_free(s);
+        errno = en;
+        goto io_fail;
+    }
+    coll__shm_unlink(name); /* both sides have it mapped (or it failed): nothing stays behind */
+    if (s != NULL && code != 0) {
+        coll__shm_free(s);
+        s = NULL;
+        if (force)
+            return mt_err_set(err, MT_UNAVAILABLE, "%s could not map the shared-memory ring",
+                              q->url);
+        mt_log_warn("coll: %s could not map a shared-memory ring; the connection stays on its "
+                    "socket",
+                    q->url);
+    }
+    *shm_out = s;
+    return MT_OK;
+io_fail:
+    *retry = errno == EPIPE || errno == ECONNRESET;
+    return mt_err_set(err, errno == ETIMEDOUT ? MT_DEADLINE_EXCEEDED : MT_UNAVAILABLE,
+                      "%s: handshake: %s", q->url,
+                      errno == EPIPE ? "connection closed" : strerror(errno));
+}
+
+/* One attempt of coll__raw_dial; *retry when a later attempt may succeed. */
+static mt_code dial_once(const coll_raw_dial_req *q, int *fd_out, coll_shm **shm_out, int *retry,
+                         mt_err *err)
 {
     struct sockaddr_storage sa;
     socklen_t sl;
     int is_unix, fd = -1, e = 0;
-    *fd_out = -1;
-    if (parse_url(url, &sa, &sl, &is_unix) != MT_OK)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "bad data-plane address %s", url);
-    /* the peer may not listen yet (a fast process starts first): retry until the deadline */
-    for (;;) {
-        fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-            return mt_err_set(err, MT_UNAVAILABLE, "socket: %s", strerror(errno));
-        e = 0;
-        if (connect(fd, (struct sockaddr *)&sa, sl) != 0) {
-            e = errno;
-            if (e == EINPROGRESS) {
-                struct pollfd p = {.fd = fd, .events = POLLOUT};
-                int64_t left = (deadline_ns - coll__now_ns()) / 1000000LL;
-                socklen_t el = sizeof(e);
-                e = poll(&p, 1, left < 1 ? 1 : (left > 1000 ? 1000 : (int)left)) == 1 ? 0
-                                                                                      : ETIMEDOUT;
-                if (e == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0)
-                    e = errno;
-            }
+    *retry = 0;
+    if (parse_url(q->url, &sa, &sl, &is_unix) != MT_OK)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "bad data-plane address %s", q->url);
+    fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return mt_err_set(err, MT_UNAVAILABLE, "socket: %s", strerror(errno));
+    if (connect(fd, (struct sockaddr *)&sa, sl) != 0) {
+        e = errno;
+        if (e == EINPROGRESS) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            int64_t left = (q->deadline_ns - coll__now_ns()) / 1000000LL;
+            socklen_t el = sizeof(e);
+            e = poll(&p, 1, left < 1 ? 1 : (left > 1000 ? 1000 : (int)left)) == 1 ? 0 : ETIMEDOUT;
+            if (e == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0)
+                e = errno;
         }
-        if (e == 0)
-            break;
+    }
+    if (e != 0) { /* the peer may not listen yet (a fast process starts first) */
         close(fd);
-        if (give_up != NULL && give_up(arg))
-            return mt_err_set(err, MT_UNAVAILABLE, "%s not reachable (%s) and lost", url,
-                              strerror(e));
-        if (coll__now_ns() >= deadline_ns)
-            return mt_err_set(err, MT_DEADLINE_EXCEEDED, "%s not reachable: %s", url, strerror(e));
-        usleep(10000);
+        *retry = 1;
+        return mt_err_set(err, MT_DEADLINE_EXCEEDED, "%s not reachable: %s", q->url, strerror(e));
     }
     if (!is_unix)
         set_nodelay(fd);
     unsigned char chal[4 + RAW_NONCE], hello[RAW_HELLO_FIXED + 255];
     uint32_t magic = RAW_MAGIC_HELLO, code = 0;
-    uint16_t al = (uint16_t)(strlen(my_addr) > 255 ? 255 : strlen(my_addr));
-    if (io_full(fd, chal, sizeof(chal), 0, deadline_ns) != 0)
+    uint16_t al = (uint16_t)(strlen(q->my_addr) > 255 ? 255 : strlen(q->my_addr));
+    if (io_full(fd, chal, sizeof(chal), 0, q->deadline_ns) != 0)
         goto io_fail;
     memcpy(hello, &magic, 4);
-    memcpy(hello + 4, &job, 8);
+    memcpy(hello + 4, &q->job, 8);
     memcpy(hello + 12, &al, 2);
     memset(hello + 14, 0, 32);
-    if (token != NULL && token[0] != '\0' &&
-        mac_of(token, chal + 4, job, my_addr, hello + 14) != MT_OK) {
+    if (q->token != NULL && q->token[0] != '\0' &&
+        mac_of(q->token, chal + 4, q->job, q->my_addr, hello + 14) != MT_OK) {
         close(fd);
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED,
-                          "%s: the HMAC of the data-plane handshake failed (out of memory)", url);
+                          "%s: the HMAC of the data-plane handshake failed (out of memory)",
+                          q->url);
     }
-    memcpy(hello + RAW_HELLO_FIXED, my_addr, al);
-    if (io_full(fd, hello, RAW_HELLO_FIXED + al, 1, deadline_ns) != 0 ||
-        io_full(fd, &code, 4, 0, deadline_ns) != 0)
+    memcpy(hello + RAW_HELLO_FIXED, q->my_addr, al);
+    if (io_full(fd, hello, RAW_HELLO_FIXED + al, 1, q->deadline_ns) != 0 ||
+        io_full(fd, &code, 4, 0, q->deadline_ns) != 0)
         goto io_fail;
     if (code != 0) {
         close(fd);
         return mt_err_set(err, MT_UNAUTHENTICATED,
                           "%s refused this process's data-plane token (job %" PRIu64
                           "): UNAUTHENTICATED",
-                          url, job);
+                          q->url, q->job);
+    }
+    mt_code rc = shm_answer(q, fd, strncmp(q->url, "shm://", 6) == 0, shm_out, retry, err);
+    if (rc != MT_OK) {
+        close(fd);
+        return rc;
     }
     *fd_out = fd;
     return MT_OK;
 io_fail:
     e = errno;
     close(fd);
+    *retry = e == EPIPE || e == ECONNRESET; /* the listener dropped it (e.g. too many handshakes) */
     return mt_err_set(err, e == ETIMEDOUT ? MT_DEADLINE_EXCEEDED : MT_UNAVAILABLE,
-                      "%s: handshake: %s", url, e == EPIPE ? "connection closed" : strerror(e));
+                      "%s: handshake: %s", q->url, e == EPIPE ? "connection closed" : strerror(e));
 }
 
-mt_code coll__raw_write(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                        int64_t deadline_ns, int (*give_up)(void *), void *arg, mt_err *err)
+mt_code coll__raw_dial(const coll_raw_dial_req *q, int *fd_out, coll_shm **shm_out, mt_err *err)
 {
-    size_t sent = 0;
+    *fd_out = -1;
+    *shm_out = NULL;
     for (;;) {
-        int r = coll__raw_write_some(fd, hdr, hlen, data, dlen, &sent);
-        if (r > 0)
+        int retry;
+        mt_err e = MT_ERR_INIT;
+        mt_code rc = dial_once(q, fd_out, shm_out, &retry, &e);
+        if (rc == MT_OK)
             return MT_OK;
-        if (r < 0)
-            return mt_err_set(err, MT_UNAVAILABLE, "%s", strerror(errno));
-        int64_t left = (deadline_ns - coll__now_ns()) / 1000000LL;
-        if (left <= 0)
-            return mt_err_set(err, MT_DEADLINE_EXCEEDED, "not reading (send timed out)");
-        if (give_up != NULL && give_up(arg))
-            return mt_err_set(err, MT_CANCELLED, "send cancelled");
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        poll(&p, 1, left > 50 ? 50 : (int)left + 1); /* short slices: give_up is polled */
+        if (!retry)
+            return mt_err_set(err, rc, "%s", e.msg);
+        if (q->give_up != NULL && q->give_up(q->arg))
+            return mt_err_set(err, MT_UNAVAILABLE, "%s and lost", e.msg);
+        if (coll__now_ns() >= q->deadline_ns)
+            return mt_err_set(err, MT_DEADLINE_EXCEEDED, "%s", e.msg);
+        usleep(10000);
     }
 }

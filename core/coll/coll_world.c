@@ -142,64 +142,6 @@ static void tree_fold_inplace(float *const *b, int p, size_t n)
     }
 }
 
-/* ------------------------------------------------------------------ header */
-
-void coll__hdr_encode(const coll_hdr *h, void *out)
-{
-    unsigned char *b = out;
-    memcpy(b + 0, &h->magic, 4);
-    b[4] = h->kind;
-    b[5] = h->op;
-    b[6] = h->phase;
-    b[7] = 0;
-    memcpy(b + 8, &h->job, 8);
-    memcpy(b + 16, &h->step, 8);
-    memcpy(b + 24, &h->seq, 4);
-    memcpy(b + 28, &h->src, 4);
-    memcpy(b + 32, &h->dst, 4);
-    memcpy(b + 36, &h->rstep, 4);
-    memcpy(b + 40, &h->chunk, 4);
-    memcpy(b + 44, &h->code, 4);
-    memcpy(b + 48, &h->total, 8);
-    memcpy(b + 56, &h->offset, 8);
-    memcpy(b + 64, &h->len, 8);
-}
-
-void coll__hdr_parse(const void *hb, coll_hdr *h)
-{
-    const unsigned char *b = hb;
-    memcpy(&h->magic, b + 0, 4);
-    h->kind = b[4];
-    h->op = b[5];
-    h->phase = b[6];
-    h->pad = b[7];
-    memcpy(&h->job, b + 8, 8);
-    memcpy(&h->step, b + 16, 8);
-    memcpy(&h->seq, b + 24, 4);
-    memcpy(&h->src, b + 28, 4);
-    memcpy(&h->dst, b + 32, 4);
-    memcpy(&h->rstep, b + 36, 4);
-    memcpy(&h->chunk, b + 40, 4);
-    memcpy(&h->code, b + 44, 4);
-    memcpy(&h->total, b + 48, 8);
-    memcpy(&h->offset, b + 56, 8);
-    memcpy(&h->len, b + 64, 8);
-}
-
-mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h)
-{
-    size_t sz = nng_msg_len(m);
-    if (sz < COLL_HDR_SIZE)
-        return MT_INVALID_ARGUMENT;
-    coll__hdr_parse(nng_msg_body((nng_msg *)m), h);
-    if (h->magic != COLL_MAGIC)
-        return MT_INVALID_ARGUMENT;
-    size_t unit = h->kind == COLL_KIND_DATA ? sizeof(float) : 1;
-    if (h->len > (sz - COLL_HDR_SIZE) / unit || h->len * unit != sz - COLL_HDR_SIZE)
-        return MT_INVALID_ARGUMENT;
-    return MT_OK;
-}
-
 /* ------------------------------------------------------------------ inbox */
 
 static int queue_push(coll_queue *q, nng_msg *m)
@@ -377,11 +319,82 @@ static mt_code check_opts(const mt_coll_world_opts *opts, mt_err *err)
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "coll world: default deadline %" PRId64 " ms must be positive",
                           opts->default_deadline_ms);
+    if ((opts->drive != MT_COLL_DRIVE_AUTO && opts->drive != MT_COLL_DRIVE_OFF) ||
+        opts->drive_yields < 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll world: drive mode %d / drive_yields %d: want AUTO or OFF and >= 0",
+                          (int)opts->drive, opts->drive_yields);
     if (opts->segment_bytes < sizeof(float) || opts->segment_bytes > (64u << 20))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "coll world: segment size %zu bytes outside [4, 64 MiB]",
                           opts->segment_bytes);
     return MT_OK;
+}
+
+static int append(char *out, size_t cap, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Parse opts->mesh ("batch=4,model=2") into w's axes; sizes must multiply to w->size. */
+static mt_code parse_mesh(mt_coll_world *w, const char *mesh, mt_err *err)
+{
+    const char *p = mesh;
+    long prod = 1;
+    while (p != NULL && *p != '\0') {
+        char name[32];
+        int n = 0;
+        while (*p == ' ')
+            p++;
+        while (n < 31 && *p != '=' && *p != ',' && *p != ' ' && *p != '\0')
+            name[n++] = *p++;
+        name[n] = '\0';
+        while (*p == ' ')
+            p++;
+        if (n == 0 || *p != '=' || w->naxes == COLL_MAX_AXES)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "coll world: mesh \"%s\": want NAME=SIZE,... (at most %d axes, "
+                              "names of at most 31 characters)",
+                              mesh, COLL_MAX_AXES);
+        char *end;
+        long size = strtol(p + 1, &end, 10);
+        if (end == p + 1 || size < 1 || size > w->size)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "coll world: mesh \"%s\": axis %s: bad size", mesh, name);
+        p = end;
+        while (*p == ' ')
+            p++;
+        if (*p == ',')
+            p++;
+        else if (*p != '\0')
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "coll world: mesh \"%s\": want commas",
+                              mesh);
+        memcpy(w->axis_name[w->naxes], name, (size_t)n + 1);
+        w->axis_size[w->naxes++] = (int)size;
+        prod *= size;
+        if (prod > w->size)
+            break;
+    }
+    if (w->naxes > 0 && prod != w->size)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll world: mesh \"%s\" has %ld devices, the world %d", mesh, prod,
+                          w->size);
+    return MT_OK;
+}
+
+/* The mesh axes group g runs along ("batch", "batch,model"), or "" (no mesh or one member). */
+static void group_axes(const mt_coll_world *w, const mt_coll_group *g, char *out, size_t cap)
+{
+    size_t used = 0;
+    int stride = w->size;
+    out[0] = '\0';
+    for (int d = 0; d < w->naxes && g != NULL && g->ranks != NULL; d++) {
+        stride /= w->axis_size[d];
+        int varies = 0;
+        for (int i = 1; i < g->size && !varies; i++)
+            varies = (g->ranks[i] / stride) % w->axis_size[d] !=
+                     (g->ranks[0] / stride) % w->axis_size[d];
+        if (varies && append(out, cap, &used, "%s%s", used ? "," : "", w->axis_name[d]) != 0)
+            return;
+    }
 }
 
 /* Allocate a world whose ranks are mapped to processes by proc_of (taken). */
@@ -408,6 +421,12 @@ static mt_code world_alloc(int size, const mt_coll_world_opts *opts, int nprocs,
     }
     for (int i = 0; i < nprocs; i++)
         pthread_mutex_init(&w->peers[i].mu, NULL);
+    w->opts.mesh = NULL; /* parsed below; the caller's text is not kept */
+    mt_code rc = parse_mesh(w, opts->mesh, err);
+    if (rc != MT_OK) {
+        world_free_parts(w);
+        return rc;
+    }
     *out = w;
     return MT_OK;
 }
@@ -535,13 +554,9 @@ mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_add
     w->my_proc = my_proc;
     if ((rc = world_make_comms(w, err)) != MT_OK)
         goto fail;
-    /* one device here: its thread drives its exchanges (MT_COLL_DRIVE=0 turns it off, for A/B) */
-    const char *dv = getenv("MT_COLL_DRIVE");
-    w->drive = w->nlocal == 1 && coll__net_is_raw(w) && (dv == NULL || strcmp(dv, "0") != 0);
-    /* before sleeping in poll(2), a driving thread yields the CPU up to this many times (a
-     * co-scheduled partner runs at once instead of waking it later; docs/collectives.md) */
-    const char *dy = getenv("MT_COLL_YIELDS");
-    w->drive_yields = dy != NULL && atoi(dy) >= 0 ? atoi(dy) : COLL_DRIVE_YIELDS;
+    /* one device here: its thread drives its exchanges (opts.drive OFF turns it off, for A/B) */
+    w->drive = w->nlocal == 1 && coll__net_is_raw(w) && opts->drive == MT_COLL_DRIVE_AUTO;
+    w->drive_yields = opts->drive_yields;
     coll__net_attach_pending(net, w);
     if (w->net == NULL) {
         rc = mt_err_set(err, MT_FAILED_PRECONDITION,
@@ -641,9 +656,12 @@ static mt_code ctx_fail(coll_ctx *x, mt_code code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(body, sizeof(body), fmt, ap);
     va_end(ap);
+    char axes[COLL_MAX_AXES * 32];
+    group_axes(x->c->w, x->g, axes, sizeof(axes));
     return mt_err_set(x->err, code,
-                      "%s (job %" PRIu64 " step %" PRIu64 " seq %" PRIu32 ") on rank %d: %s",
-                      op_name(x->op), x->c->w->opts.job_id, x->step, x->seq, x->c->rank, body);
+                      "%s%s%s (job %" PRIu64 " step %" PRIu64 " seq %" PRIu32 ") on rank %d: %s",
+                      op_name(x->op), axes[0] ? " over " : "", axes, x->c->w->opts.job_id, x->step,
+                      x->seq, x->c->rank, body);
 }
 
 static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, uint8_t op,
@@ -954,6 +972,24 @@ static mt_code ended(coll_ctx *x)
 }
 
 /*
+ * The collective's deadline passed without rank r's data (or room toward it): if the tcp
+ * link to its process is broken (what this process sent it stays unacknowledged, where a
+ * stopped or hung process's kernel would still acknowledge), UNAVAILABLE naming both ends;
+ * else MT_OK (the caller reports the deadline).
+ */
+static mt_code link_broken(coll_ctx *x, int r)
+{
+    mt_coll_world *w = x->c->w;
+    int64_t ms = 0;
+    if (w->by_rank[r] != NULL || !coll__net_link_stalled(w, w->proc_of[r], &ms))
+        return MT_OK;
+    return ctx_fail(x, MT_UNAVAILABLE,
+                    "link between rank %d (%s) and rank %d (%s) is broken: nothing sent on it "
+                    "was acknowledged for %" PRId64 " ms",
+                    x->c->rank, w->proc_addr[w->my_proc], r, rank_addr(w, r), ms);
+}
+
+/*
  * One turn of waiting for data from global rank src (c->mu held, still held on return):
  * MT_OK after answering PINGs or sleeping until a wake-up (look again), else the failure
  * (the peer's connection lost, the deadline).
@@ -962,6 +998,7 @@ static mt_code wait_turn(coll_ctx *x, int src)
 {
     mt_coll_comm *c = x->c;
     mt_coll_world *w = c->w;
+    mt_code rc;
     int remote = w->by_rank[src] == NULL;
     int64_t now = coll__now_ns();
     if (remote) {
@@ -986,6 +1023,8 @@ static mt_code wait_turn(coll_ctx *x, int src)
             return MT_OK;
         }
     }
+    if (now >= x->deadline_ns && remote && (rc = link_broken(x, src)) != MT_OK)
+        return rc;
     if (now >= x->deadline_ns) {
         char late[160];
         suspects(x, late, sizeof(late));
@@ -1091,7 +1130,9 @@ static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **ou
  */
 static mt_code send_failed(coll_ctx *x, int dst, mt_code rc, const char *why)
 {
-    mt_code arc;
+    mt_code arc, lrc;
+    if (rc == MT_DEADLINE_EXCEEDED && (lrc = link_broken(x, dst)) != MT_OK)
+        return lrc;
     if ((rc == MT_UNAVAILABLE || rc == MT_DEADLINE_EXCEEDED) &&
         abort_explains(x, rc == MT_UNAVAILABLE ? COLL_ABORT_EXPLAIN_NS : 0, &arc))
         return arc;
@@ -1221,18 +1262,18 @@ static int post_match(const coll_hdr *e, const coll_hdr *h)
            e->dst == h->dst;
 }
 
-int coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s)
+coll_claim coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s)
 {
     if (h->dst < 0 || h->dst >= w->size || h->src < 0 || h->src >= w->size ||
         w->by_rank[h->dst] == NULL)
-        return 0;
+        return COLL_CLAIM_QUEUE;
     mt_coll_comm *c = w->by_rank[h->dst];
     coll_post *p = &c->post;
     int ok = 0;
     pthread_mutex_lock(&c->mu);
     if (handover && p->drive_proc >= 0 && p->drive_proc == w->proc_of[h->src]) {
         pthread_mutex_unlock(&c->mu);
-        return 3; /* the device thread reads that connection itself (drive_step) */
+        return COLL_CLAIM_DRIVER; /* the device thread reads that connection itself (drive_step) */
     }
     coll_post_step *st = &p->st[p->head];
     if (p->state == COLL_POST_POSTED && p->count > 0 && st->want.src == h->src &&
@@ -1242,12 +1283,12 @@ int coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sin
         ok = post_match(&e, h);
     }
     /*
-     * Case 2 must hold only for frames that will be posted (tree_run's phases of an allreduce
-     * or reduce-scatter above direct_bytes, ring_allgather, from another process over
-     * the direct transport): any other frame would wait RAW_ARM_WAIT_NS for nothing. It also
-     * holds while a step from another source is posted (a peer already in a later exchange of
-     * tree_run, whose step is posted or whose connection is driven next), not for a frame
-     * from the posted step's own source that does not match it (a mismatch: check_msg).
+     * COLL_CLAIM_WAIT must hold only for frames that will be posted (tree_run's phases of an
+     * allreduce or reduce-scatter above direct_bytes, ring_allgather, from another process over the
+     * direct transport): any other frame would wait RAW_ARM_WAIT_NS for nothing. It also holds
+     * while a step from another source is posted (a peer already in a later exchange of tree_run,
+     * whose step is posted or whose connection is driven next), not for a frame from the posted
+     * step's own source that does not match it (a mismatch: check_msg).
      */
     int idle =
         (p->count == 0 && p->state == COLL_POST_NONE) || (p->count > 0 && st->want.src != h->src);
@@ -1258,7 +1299,7 @@ int coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sin
         (h->op == COLL_OP_ALLGATHER || h->total * sizeof(float) > w->opts.direct_bytes)) {
         p->reader_waiting = 1;
         pthread_mutex_unlock(&c->mu);
-        return 2;
+        return COLL_CLAIM_WAIT;
     }
     if (ok) {
         p->state = COLL_POST_CLAIMED;
@@ -1268,7 +1309,7 @@ int coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sin
         s->add = st->add;
     }
     pthread_mutex_unlock(&c->mu);
-    return ok;
+    return ok ? COLL_CLAIM_POSTED : COLL_CLAIM_QUEUE;
 }
 
 /* Segment next_k of the head step is in the buffer (c->mu held). */
@@ -1746,14 +1787,14 @@ static void drive_off(mt_coll_comm *c)
     c->drive.off = 1;
 }
 
-/* Try to own d's socket: 1 owned, 0 asked (the eventfd tells), -1 the connection ended. */
-static int drive_try(coll_drive_conn *d)
+/* Try to own d's socket: DONE owned, AGAIN asked (the eventfd tells), ENDED it ended. */
+static coll_io drive_try(coll_drive_conn *d)
 {
     if (d->own)
-        return 1;
+        return COLL_IO_DONE;
     size_t held;
-    int r = coll__raw_drive_try(d->k, d->hb, &held);
-    if (r == 1) {
+    coll_io r = coll__raw_drive_try(d->k, d->hb, &held);
+    if (r == COLL_IO_DONE) {
         d->own = 1;
         d->hn = held;
     }
@@ -1796,7 +1837,7 @@ static coll_drive_conn *drive_acquire(mt_coll_comm *c, int proc)
     pthread_mutex_unlock(&c->mu);
     if (wake)
         coll__net_wake_claim(c->w->net);
-    if (drive_try(d) < 0) {
+    if (drive_try(d) == COLL_IO_ENDED) {
         drive_off(c);
         return NULL;
     }
@@ -1816,21 +1857,29 @@ static void drive_keep_only(mt_coll_comm *c, const tree_step *st, int ns)
     }
 }
 
+/* What drive_recv did for the posted step. */
+typedef enum drive_rc {
+    DRIVE_MISMATCH = -2,    /* a queued frame did not match (check_msg's code in *rc) */
+    DRIVE_HANDED_BACK = -1, /* the socket went back to the reader thread (a frame that is not
+                               the step's next one, the connection ended): recv_posted
+                               finishes the step */
+    DRIVE_MORE = 0,         /* more is to come */
+    DRIVE_DONE = 1,         /* the step is complete */
+} drive_rc;
+
 /*
  * Take what the reader thread queued from src and read what the driven socket holds for
- * posted step id: 1 when the step is complete, 0 when more is to come, -1 when the socket went
- * back to the reader thread (a frame that is not this step's next one, the connection ended):
- * recv_posted finishes the step; -2 when a queued frame did not match (*rc, from check_msg).
+ * posted step id (see enum drive_rc).
  */
-static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, int *moved,
-                      mt_code *rc)
+static drive_rc drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, int *moved,
+                           mt_code *rc)
 {
     mt_coll_comm *c = x->c;
     coll_post *p = &c->post;
-    int r = drive_try(dv);
-    if (r < 0) {
+    coll_io r = drive_try(dv);
+    if (r == COLL_IO_ENDED) {
         drive_off(c);
-        return -1;
+        return DRIVE_HANDED_BACK;
     }
     pthread_mutex_lock(&c->mu);
     /* frames the reader thread queued (before the step was posted, or before it handed the
@@ -1840,26 +1889,23 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
         if (*rc != MT_OK) {
             pthread_mutex_unlock(&c->mu);
             drive_off(c);
-            return -2;
+            return DRIVE_MISMATCH;
         }
     }
     int fin = p->done > id;
     pthread_mutex_unlock(&c->mu);
     if (fin)
-        return 1;
-    if (r == 0)
-        return 0;
-    int fd = coll__raw_drive_fd(dv->k);
+        return DRIVE_DONE;
+    if (r == COLL_IO_AGAIN)
+        return DRIVE_MORE;
     for (;;) {
         while (!dv->in_payload && dv->hn < COLL_HDR_SIZE) {
-            ssize_t k = recv(fd, dv->hb + dv->hn, COLL_HDR_SIZE - dv->hn, MSG_DONTWAIT);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-                return 0;
-            if (k <= 0) { /* the end of the connection: the reader thread reports it */
+            ssize_t k = coll__raw_drive_recv(dv->k, dv->hb + dv->hn, COLL_HDR_SIZE - dv->hn);
+            if (k == 0)
+                return DRIVE_MORE;
+            if (k < 0) { /* the end of the connection: the reader thread reports it */
                 drive_off(c);
-                return -1;
+                return DRIVE_HANDED_BACK;
             }
             dv->hn += (size_t)k;
             *moved = 1;
@@ -1886,7 +1932,7 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
             pthread_mutex_unlock(&c->mu);
             if (!ok) { /* not the next frame of this step: the reader thread handles it */
                 drive_off(c);
-                return -1;
+                return DRIVE_HANDED_BACK;
             }
         }
         while (dv->got < dv->plen) {
@@ -1896,14 +1942,12 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
                 n = n < COLL_PIECE_BYTES - pin ? n : COLL_PIECE_BYTES - pin;
                 to = c->drive.buf + pin;
             }
-            ssize_t k = recv(fd, to, n, MSG_DONTWAIT);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-                return 0;
-            if (k <= 0) {
+            ssize_t k = coll__raw_drive_recv(dv->k, to, n);
+            if (k == 0)
+                return DRIVE_MORE;
+            if (k < 0) {
                 drive_off(c);
-                return -1;
+                return DRIVE_HANDED_BACK;
             }
             dv->got += (size_t)k;
             *moved = 1;
@@ -1921,8 +1965,36 @@ static int drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, in
         fin = p->done > id;
         pthread_mutex_unlock(&c->mu);
         if (fin)
-            return 1;
+            return DRIVE_DONE;
     }
+}
+
+/*
+ * Nothing moved in drive_step: wait up to ms (10 ms at most, so ABORTs and PINGs are seen) for
+ * room toward process sproc (-1: nothing to send; sfd its socket, -1 a ring) or data on dv
+ * (recv_on; its eventfd while the reader thread still holds it). A ring cannot be polled with
+ * a socket: when both are in play the wait is cut to 1 ms. COLL_IO_ENDED when dv's ring ended.
+ */
+static coll_io drive_wait(mt_coll_world *w, coll_drive_conn *dv, int sproc, int sfd, int recv_on,
+                          int ms)
+{
+    struct pollfd pf[2];
+    int np = 0, ring_rx = recv_on && dv->own && coll__raw_drive_is_shm(dv->k);
+    if (ring_rx)
+        return coll__raw_drive_wait(dv->k, sproc >= 0 ? 1 : ms);
+    if (sproc >= 0 && sfd >= 0)
+        pf[np++] = (struct pollfd){.fd = sfd, .events = POLLOUT};
+    if (recv_on)
+        pf[np++] =
+            (struct pollfd){.fd = dv->own ? coll__raw_drive_fd(dv->k) : coll__raw_drive_evfd(dv->k),
+                            .events = POLLIN};
+    if (sproc >= 0 && sfd < 0 && np > 0)
+        ms = 1; /* the ring toward sproc is not in the poll set */
+    if (np > 0)
+        poll(pf, (nfds_t)np, ms);
+    else if (sproc >= 0)
+        coll__net_wait_room(w, sproc, ms);
+    return COLL_IO_AGAIN;
 }
 
 /*
@@ -1960,25 +2032,25 @@ static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t 
                 sh.len = n;
                 coll__hdr_encode(&sh, shb);
             }
-            int wr = coll__raw_write_some(sfd, shb, COLL_HDR_SIZE, buf + t->d.so + o,
-                                          n * sizeof(float), &sent);
-            if (wr < 0) {
+            coll_io wr =
+                coll__net_write_some(w, sproc, shb, buf + t->d.so + o, n * sizeof(float), &sent);
+            if (wr == COLL_IO_ENDED) {
                 int en = errno;
                 coll__net_raw_failed(w, sproc);
                 drive_off(c);
                 return send_failed(x, t->dst, MT_UNAVAILABLE, strerror(en));
             }
-            if (wr == 0)
+            if (wr == COLL_IO_AGAIN)
                 break;
             atomic_fetch_add(&w->remote_floats, n);
             ks++;
             sent = 0;
             moved = 1;
         }
-        int dr = recv_on ? drive_recv(x, dv, t->src, id, &moved, &rc) : 0;
-        if (dr == -2)
+        drive_rc dr = recv_on ? drive_recv(x, dv, t->src, id, &moved, &rc) : DRIVE_MORE;
+        if (dr == DRIVE_MISMATCH)
             return rc; /* a queued frame did not match (check_msg said why) */
-        if (dr != 0)
+        if (dr != DRIVE_MORE)
             recv_on = 0;
         if (ks == ns && !recv_on)
             break;
@@ -2011,16 +2083,12 @@ static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t 
             }
             break;
         }
-        struct pollfd pf[2];
-        int np = 0;
-        if (ks < ns)
-            pf[np++] = (struct pollfd){.fd = sfd, .events = POLLOUT};
-        if (recv_on)
-            pf[np++] = (struct pollfd){.fd = dv->own ? coll__raw_drive_fd(dv->k)
-                                                     : coll__raw_drive_evfd(dv->k),
-                                       .events = POLLIN};
         int64_t ms = (x->deadline_ns - now) / 1000000LL + 1;
-        poll(pf, (nfds_t)np, ms > 10 ? 10 : (int)ms); /* 10 ms: ABORTs and PINGs are seen */
+        if (drive_wait(w, dv, ks < ns ? sproc : -1, sfd, recv_on, ms > 10 ? 10 : (int)ms) ==
+            COLL_IO_ENDED) {
+            drive_off(c); /* the ring's writer died: the reader thread reports it */
+            recv_on = 0;
+        }
     }
     return recv_posted(x, t->src, id); /* at once unless the reader thread has a part */
 }

@@ -76,6 +76,13 @@ typedef struct mt_coll_call {
     int64_t deadline_ms; /* time allowed for the whole collective; <= 0: world default */
 } mt_coll_call;
 
+/* Whether a process's one device thread reads its connections itself during an exchange
+ * (docs/collectives.md, "Driving"). */
+typedef enum mt_coll_drive_mode {
+    MT_COLL_DRIVE_AUTO = 0, /* when the world has one device in this process (the fast path) */
+    MT_COLL_DRIVE_OFF = 1,  /* never: the reader threads feed every exchange (comparisons) */
+} mt_coll_drive_mode;
+
 /* World options: public struct with defaults (MT_COLL_WORLD_DEFAULTS). */
 typedef struct mt_coll_world_opts {
     uint64_t job_id;             /* carried in every message; a mismatch is INVALID_ARGUMENT */
@@ -83,12 +90,19 @@ typedef struct mt_coll_world_opts {
     size_t segment_bytes;        /* pipelining unit on the wire (rounded to floats, >= 4) */
     size_t direct_bytes; /* allreduce of at most this many bytes: one direct exchange between all
                             members instead of the tree (fewer hops, same bits); 0 = always tree */
+    const char *mesh;    /* "batch=4,model=2" (copied; NULL: none): the job's mesh, ranks numbered
+                            row-major over it; error messages then name the mesh axes a group
+                            runs along ("allreduce over batch ..."). Sizes must multiply to the
+                            world size. */
+    mt_coll_drive_mode drive;
+    int drive_yields; /* a driving thread with nothing to do yields the CPU this often before
+                         it sleeps (a partner sharing its core runs at once); 0: sleep at once */
 } mt_coll_world_opts;
 
 #define MT_COLL_WORLD_DEFAULTS                                                                     \
     {                                                                                              \
         .job_id = 0, .default_deadline_ms = 10000, .segment_bytes = 256 * 1024,                    \
-        .direct_bytes = 64 * 1024                                                                  \
+        .direct_bytes = 64 * 1024, .mesh = NULL, .drive = MT_COLL_DRIVE_AUTO, .drive_yields = 1000 \
     }
 
 /* One entry of a job's rank table: where rank r lives. */
@@ -147,6 +161,52 @@ mt_code mt_coll_net_new_tls(const char *url, const struct mt_tls *tls, mt_coll_n
  * Codes as mt_coll_net_new; INVALID_ARGUMENT for a token longer than 255 bytes.
  */
 mt_code mt_coll_net_new_auth(const char *url, const char *token, mt_coll_net **out, mt_err *err);
+
+/*
+ * Shared memory between two processes of one host. A direct-transport connection (tcp://,
+ * ipc://) between processes with the same host identity (boot id and host name) moves to a
+ * shared-memory ring after its token handshake: same frames, tags, deadlines and aborts, no
+ * kernel socket on the data path (the socket stays open only to tell when a process dies).
+ * A listener on "shm:///path" (a Unix socket at path for the handshake) requires it.
+ */
+typedef enum mt_coll_shm_mode {
+    MT_COLL_SHM_AUTO = 0, /* shared memory when both ends are on one host and both allow it */
+    MT_COLL_SHM_OFF = 1,  /* never: connections stay on their sockets (e.g. for comparisons) */
+} mt_coll_shm_mode;
+
+/* Endpoint options: public struct with defaults (MT_COLL_NET_DEFAULTS). */
+typedef struct mt_coll_net_opts {
+    const char *token;        /* data-plane token (borrowed, copied); NULL or "": none */
+    const struct mt_tls *tls; /* tls+tcp:// only (borrowed; the net keeps a reference) */
+    mt_coll_shm_mode shm;     /* shared memory with processes of this host */
+    size_t shm_ring_bytes;    /* ring per connection: a power of two, 4 KiB .. 1 GiB */
+    int64_t shm_spin_us;      /* a side waiting on a ring spins this long before it sleeps */
+    int64_t handshake_ms;     /* an accepted connection not authenticated by then is dropped */
+    int max_handshakes;       /* accepted connections in their handshake at once; a new one
+                                 beyond this drops the oldest (idle strangers cannot crowd out
+                                 a job's peers) */
+} mt_coll_net_opts;
+
+#define MT_COLL_NET_DEFAULTS                                                                       \
+    {                                                                                              \
+        .token = NULL, .tls = NULL, .shm = MT_COLL_SHM_AUTO, .shm_ring_bytes = 4u << 20,           \
+        .shm_spin_us = 50, .handshake_ms = 2000, .max_handshakes = 16                              \
+    }
+
+/*
+ * mt_coll_net_new with options (NULL: MT_COLL_NET_DEFAULTS): the token and TLS of
+ * mt_coll_net_new_auth / mt_coll_net_new_tls, shared memory, handshake limits. Codes as
+ * mt_coll_net_new; INVALID_ARGUMENT for options out of range or shm:// with shm OFF.
+ */
+mt_code mt_coll_net_new_opts(const char *url, const mt_coll_net_opts *opts, mt_coll_net **out,
+                             mt_err *err);
+
+/*
+ * How the connection to the process at addr (a rank table address) carries frames once dialed:
+ * "shm", "tcp", "ipc", "nng" or "tls"; "none" before the first frame to it. Borrowed static
+ * text. For logs, placements and tests. Any thread.
+ */
+const char *mt_coll_world_link(const mt_coll_world *w, const char *addr);
 
 /* The bound address ("tcp://127.0.0.1:41234"), borrowed from net. */
 const char *mt_coll_net_addr(const mt_coll_net *net);
@@ -236,7 +296,10 @@ void mt_coll_comm_set_step(mt_coll_comm *c, uint64_t step);
  *                      chunk) — reported by every participant;
  *   DEADLINE_EXCEEDED  a peer did not deliver in time; names the rank(s)
  *                      (and address) that never arrived;
- *   UNAVAILABLE        a peer's connection was lost or it cannot be reached;
+ *   UNAVAILABLE        a peer's connection was lost or it cannot be reached, or (tcp) the
+ *                      link to a peer that did not deliver in time is broken: what was sent
+ *                      to it stays unacknowledged (a stopped process's kernel still
+ *                      acknowledges); the message names both ends;
  *   RESOURCE_EXHAUSTED out of memory.
  * On error the buffer contents are unspecified; the other members also fail.
  */

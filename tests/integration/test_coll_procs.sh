@@ -13,9 +13,16 @@
 # killed with SIGKILL and one stopped with SIGSTOP mid-collective making every
 # other process fail with UNAVAILABLE / DEADLINE_EXCEEDED within the deadline
 # + 1 s, naming the peer. Every child has a 60 s alarm and is killed on exit.
+# The processes share this host, so their tcp:// connections move to shared memory (checked);
+# COLL_SHM=off runs everything on the sockets instead (test_coll_procs_tcp.sh). With shared
+# memory on, section 6 also checks: the same bits as over the sockets, shm:// addresses, no
+# ring left in /dev/shm by any process, and a dead process's ring swept at start.
 set -u
+SHM=${COLL_SHM:-auto}
 BIN=${MT_BIN_DIR:-build}
 PEER=$BIN/mt_coll_peer
+# shellcheck source=coll_lib.sh
+. "$(dirname "$0")/coll_lib.sh"
 [ -x "$PEER" ] || { echo "FAIL: $PEER not built"; exit 1; }
 TMP=$(mktemp -d /tmp/mt_coll_procs.XXXXXX)
 PIDS=()
@@ -46,20 +53,14 @@ start_world() {
     for ((p = 0; p < np; p++)); do
         local url=tcp://127.0.0.1:0
         [ "$scheme" = ipc ] && url=ipc://$dir/p$p.ipc
+        [ "$scheme" = shm ] && url=shm://$dir/p$p.shm
         # shellcheck disable=SC2086
         env ${PEER_ENV:-} "$PEER" --alarm 60 --listen "$url" --addr-file "$dir/addr.$p" \
-            --table-file "$dir/table" "$@" ${EXTRA[$p]:-} >"$dir/out.$p" 2>"$dir/err.$p" &
+            --table-file "$dir/table" --shm "$SHM" "$@" ${EXTRA[$p]:-} >"$dir/out.$p" 2>"$dir/err.$p" &
         WPIDS+=($!)
         PIDS+=($!)
     done
-    local deadline=$(($(date +%s) + 15))
-    for ((p = 0; p < np; p++)); do
-        while [ ! -s "$dir/addr.$p" ]; do
-            [ "$(date +%s)" -gt "$deadline" ] && { fail "$name: process $p never listened"; return 1; }
-            sleep 0.02
-        done
-        WADDR+=("$(cat "$dir/addr.$p")")
-    done
+    coll_wait_addrs "$dir" "$np" || { fail "$name: process $COLL_LATE never listened"; return 1; }
     : >"$dir/table.tmp"
     for ((p = 0; p < np; p++)); do
         for ((d = 0; d < nd; d++)); do
@@ -93,7 +94,11 @@ expect_ok() { # NAME NPROCS DEVS SCHEME ARGS...
     n=$(cat "$dir"/out.* | grep -c '^RESULT .* ok ')
     [ "$n" = $((np * nd)) ] || fail "$name: $n of $((np * nd)) ranks reported ok"
     cat "$dir"/out.* | grep '^RESULT' | sort >"$dir/results"
-    echo "ok: $name ($np processes x $nd devices)"
+    local want=shm links
+    [ "$SHM" = off ] && want=$4
+    links=$(cat "$dir"/out.* | grep '^LINK' | grep -v "via=$want\$" | grep -v 'via=none$')
+    [ -z "$links" ] || fail "$name: links not over $want: $links"
+    echo "ok: $name ($np processes x $nd devices, links over $want)"
 }
 
 # 1. correctness for 2, 3 and 4 processes, awkward sizes
@@ -109,7 +114,7 @@ expect_ok ipc2 2 1 ipc --mode check --sizes "$SIZES" --seed 7
 # bit-identical with driving turned off. Deadline 30 s, alarm 15 s: a stall fails the run.
 for np in 3 4; do
     for drv in 1 0; do
-        PEER_ENV="MT_COLL_DRIVE=$drv" expect_ok "repeat${np}_drive$drv" "$np" 1 tcp --mode repeat \
+        expect_ok "repeat${np}_drive$drv" "$np" 1 tcp --drive $drv --mode repeat \
             --sizes 262147,65537 --iters 8 --skew-us 60000 --segment 262144 --deadline 30000 \
             --alarm 15
     done
@@ -188,13 +193,8 @@ expect_lost() { # NAME SIGNAL NPROCS
     local name=$1 sig=$2 np=$3 victim=1
     start_world "$name" "$np" 1 tcp --mode loop --sizes 262144 --iters 1000000 \
         --deadline $DEADLINE_MS || return
-    local dir=$TMP/$name deadline=$(($(date +%s) + 20)) p
-    for ((p = 0; p < np; p++)); do
-        until grep -q STARTED "$dir/out.$p" 2>/dev/null; do
-            [ "$(date +%s)" -gt "$deadline" ] && { fail "$name: process $p never started"; return; }
-            sleep 0.02
-        done
-    done
+    local dir=$TMP/$name p
+    coll_wait_started "$dir" "$np" || { fail "$name: process $COLL_LATE never started"; return; }
     sleep 0.2
     local t0
     t0=$(now)
@@ -228,6 +228,35 @@ expect_lost kill3 KILL 3
 expect_lost stop2 STOP 2
 expect_lost stop3 STOP 3
 expect_lost stop4 STOP 4
+
+# 6. shared memory (docs/collectives.md, "Shared memory")
+if [ "$SHM" != off ]; then
+    SHM=off expect_ok tcp_place2x2 2 2 tcp --mode check --sizes "$SIZES" --seed 3
+    SHM=off expect_ok tcp_place4x1 4 1 tcp --mode check --sizes "$SIZES" --seed 3 --segment 4096 --direct 0
+    for p in tcp_place2x2 tcp_place4x1; do
+        cmp -s "$TMP/place2x2/results" "$TMP/$p/results" ||
+            fail "$p (sockets) differs from place2x2 (shared memory): $(diff "$TMP/place2x2/results" "$TMP/$p/results" | head -4)"
+    done
+    [ -s "$TMP/tcp_place2x2/results" ] && echo "ok: shared memory and sockets bit-identical (2x2, 4x1)"
+    expect_ok shm_url3 3 1 shm --mode check --sizes "$PSIZES" --seed 5 --segment 4096 --direct 0
+    cmp -s "$TMP/place1x3/results" "$TMP/shm_url3/results" || fail "shm_url3 differs from place1x3"
+    # a ring left by a process killed between creating and handing it over: swept at start
+    sh -c 'exit 0' &
+    dead=$!
+    wait $dead
+    stale=/dev/shm/mtcoll-000000000000002a-$dead-0
+    : >"$stale"
+    expect_ok shm_sweep 2 1 tcp --mode check --sizes 1,4099 --seed 2
+    if [ -e "$stale" ]; then
+        fail "shm_sweep: $stale was not swept"
+        rm -f "$stale"
+    else
+        echo "ok: a dead process's ring was swept when an endpoint opened"
+    fi
+fi
+# no process (killed ones included) left a ring behind: rings are unlinked once both ends map them
+left=$(for p in "${PIDS[@]}"; do ls /dev/shm 2>/dev/null | grep "^mtcoll-.*-$p-"; done)
+[ -z "$left" ] || fail "rings left in /dev/shm: $left"
 
 if [ $FAILS -ne 0 ]; then
     echo "test_coll_procs: $FAILS failure(s)"

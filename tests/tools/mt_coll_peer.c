@@ -372,7 +372,10 @@ static void usage(void)
     fprintf(stderr, "usage: mt_coll_peer --listen URL --addr-file F --table-file T [--mode "
                     "check|repeat|loop|bench] [--sizes a,b,..] [--seed S] [--job J] [--step S] "
                     "[--size-add K] [--mesh RxC --dim D] [--iters K] [--skew-us U] [--deadline MS] "
-                    "[--segment BYTES] [--direct BYTES] [--alarm SECONDS]\n");
+                    "[--segment BYTES] [--direct BYTES] [--shm auto|off] [--axes NAME=N,..] "
+                    "[--token T] [--drive 0|1] "
+                    "[--yields N] "
+                    "[--alarm SECONDS]\n");
 }
 
 int main(int argc, char **argv)
@@ -383,7 +386,11 @@ int main(int argc, char **argv)
                     .iters = 0,
                     .segment_bytes = 256 * 1024,
                     .direct_bytes = -1};
-    unsigned alarm_s = 60; /* hard limit: SIGALRM ends a test process that hangs */
+    unsigned alarm_s = 60;            /* hard limit: SIGALRM ends a test process that hangs */
+    int shm_off = 0;                  /* --shm off: connections stay on their sockets */
+    const char *token = NULL;         /* --token: the data-plane token */
+    const char *axes = NULL;          /* --axes: the mesh named in errors (world option mesh) */
+    int drive_off = 0, yields = 1000; /* --drive 0, --yields N: world options drive* */
     cfg.sizes[0] = 1;
     cfg.nsizes = 1;
     for (int i = 1; i < argc; i++) {
@@ -431,6 +438,16 @@ int main(int argc, char **argv)
             alarm_s = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "--direct") == 0)
             cfg.direct_bytes = strtol(v, NULL, 10);
+        else if (strcmp(a, "--drive") == 0)
+            drive_off = strcmp(v, "0") == 0;
+        else if (strcmp(a, "--yields") == 0)
+            yields = (int)strtol(v, NULL, 10);
+        else if (strcmp(a, "--axes") == 0)
+            axes = v;
+        else if (strcmp(a, "--token") == 0)
+            token = v;
+        else if (strcmp(a, "--shm") == 0)
+            shm_off = v != NULL && strcmp(v, "off") == 0;
         else if (strcmp(a, "--segment") == 0)
             cfg.segment_bytes = strtoull(v, NULL, 10);
         else {
@@ -446,7 +463,10 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     mt_err err = MT_ERR_INIT;
     mt_coll_net *net = NULL;
-    mt_code rc = mt_coll_net_new(cfg.listen, &net, &err);
+    mt_coll_net_opts no = MT_COLL_NET_DEFAULTS;
+    no.shm = shm_off ? MT_COLL_SHM_OFF : MT_COLL_SHM_AUTO;
+    no.token = token;
+    mt_code rc = mt_coll_net_new_opts(cfg.listen, &no, &net, &err);
     if (rc != MT_OK) {
         printf("ERROR rank=-1 code=%s elapsed_ms=0 msg=%s\n", mt_code_name(rc), err.msg);
         return (int)rc;
@@ -472,6 +492,9 @@ int main(int argc, char **argv)
     o.job_id = cfg.job;
     o.default_deadline_ms = cfg.deadline_ms;
     o.segment_bytes = cfg.segment_bytes;
+    o.mesh = axes;
+    o.drive = drive_off ? MT_COLL_DRIVE_OFF : MT_COLL_DRIVE_AUTO;
+    o.drive_yields = yields;
     if (cfg.direct_bytes >= 0)
         o.direct_bytes = (size_t)cfg.direct_bytes;
     mt_coll_world *w = NULL;
@@ -501,6 +524,13 @@ int main(int argc, char **argv)
         } else if (strcmp(cfg.mode, "check") == 0 || strcmp(cfg.mode, "repeat") == 0) {
             printf("RESULT rank=%d ok checksum=%016" PRIx64 "\n", devs[i].rank, devs[i].checksum);
         }
+    }
+    for (int r = 0; r < cfg.world; r++) { /* how frames went to each other process */
+        int first = 1;
+        for (int q = 0; q < r && first; q++)
+            first = strcmp(cfg.addrs[q], cfg.addrs[r]) != 0;
+        if (first && strcmp(cfg.addrs[r], mt_coll_net_addr(net)) != 0)
+            printf("LINK peer=%s via=%s\n", cfg.addrs[r], mt_coll_world_link(w, cfg.addrs[r]));
     }
     double tc = now_s();
     mt_coll_world_free(w);

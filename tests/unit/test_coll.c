@@ -10,163 +10,26 @@
 #include "mt_test.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "coll/coll_int.h"
 #include "coll/mt_coll.h"
+#include "coll_test_jobs.h"
 #include "coll_test_util.h"
-
-#define MAXR 8
-
-static void fill(float *b, int rank, size_t n, uint64_t seed)
-{
-    for (size_t i = 0; i < n; i++)
-        b[i] = ct_val(rank, i, seed);
-}
-
-typedef enum { OP_ALLREDUCE, OP_RS, OP_AG, OP_BCAST, OP_BARRIER, OP_IDLE } op_t;
-
-typedef struct job {
-    mt_coll_world *w;
-    int rank;
-    const int *group; /* ranks of this thread's group */
-    int gsize;
-    op_t op;
-    size_t n;
-    uint64_t seed;
-    float *buf; /* result */
-    float *in;
-    int root;
-    mt_coll_call call;
-    int use_call;
-    int delay_ms; /* start late */
-    mt_code rc;
-    mt_err err;
-    double secs;
-} job;
-
-/* A job for one device thread (the collective, its group and its data). */
-static job mkjob(mt_coll_world *w, int rank, const int *group, int gsize, op_t op, size_t n,
-                 uint64_t seed)
-{
-    return (job){
-        .w = w, .rank = rank, .group = group, .gsize = gsize, .op = op, .n = n, .seed = seed};
-}
-
-/* The same job with an explicit tag and deadline. */
-static job with_call(job j, uint64_t step, uint32_t seq, int64_t deadline_ms)
-{
-    j.use_call = 1;
-    j.call = (mt_coll_call){.step = step, .seq = seq, .deadline_ms = deadline_ms};
-    return j;
-}
-
-static job with_root(job j, int root)
-{
-    j.root = root;
-    return j;
-}
-
-static job with_delay(job j, int delay_ms)
-{
-    j.delay_ms = delay_ms;
-    return j;
-}
-
-static void *job_main(void *arg)
-{
-    job *j = arg;
-    mt_coll_comm *c = mt_coll_world_comm(j->w, j->rank);
-    mt_coll_group g = {j->group, j->gsize};
-    const mt_coll_call *call = j->use_call ? &j->call : NULL;
-    struct timespec t0, t1;
-    size_t n = j->n;
-    if (j->delay_ms > 0)
-        usleep((useconds_t)j->delay_ms * 1000u);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    j->in = calloc(n + 1, sizeof(float));
-    j->buf = calloc(n * (size_t)j->gsize + 1, sizeof(float));
-    fill(j->in, j->rank, n, j->seed);
-    switch (j->op) {
-    case OP_ALLREDUCE:
-        memcpy(j->buf, j->in, n * sizeof(float));
-        j->rc = mt_coll_allreduce_sum(c, &g, j->buf, n, call, &j->err);
-        break;
-    case OP_RS:
-        j->rc = mt_coll_reduce_scatter(c, &g, j->in, j->buf, n, call, &j->err);
-        break;
-    case OP_AG:
-        j->rc = mt_coll_allgather(c, &g, j->in, j->buf, n, call, &j->err);
-        break;
-    case OP_BCAST:
-        memcpy(j->buf, j->in, n * sizeof(float));
-        j->rc = mt_coll_broadcast(c, &g, j->buf, n, j->root, call, &j->err);
-        break;
-    case OP_BARRIER:
-        j->rc = mt_coll_barrier(c, &g, call, &j->err);
-        break;
-    case OP_IDLE:
-        break;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    j->secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    return NULL;
-}
-
-static void run_jobs(job *jobs, int n)
-{
-    pthread_t t[MAXR];
-    for (int i = 0; i < n; i++)
-        assert_int_equal(pthread_create(&t[i], NULL, job_main, &jobs[i]), 0);
-    for (int i = 0; i < n; i++)
-        pthread_join(t[i], NULL);
-}
-
-static void free_jobs(job *jobs, int n)
-{
-    for (int i = 0; i < n; i++) {
-        free(jobs[i].buf);
-        free(jobs[i].in);
-    }
-}
-
-/* Reference allreduce of a group's inputs (group order), and the double sum. */
-static void reference(const int *group, int p, size_t n, uint64_t seed, float *ref, double *dref)
-{
-    float *in[MAXR] = {0};
-    for (int i = 0; i < p; i++) {
-        in[i] = calloc(n + 1, sizeof(float));
-        fill(in[i], group[i], n, seed);
-    }
-    mt_coll_reference_allreduce((const float *const *)in, p, n, ref);
-    for (size_t e = 0; e < n; e++) {
-        double s = 0;
-        for (int i = 0; i < p; i++)
-            s += in[i][e];
-        dref[e] = s;
-    }
-    for (int i = 0; i < p; i++)
-        free(in[i]);
-}
-
-static void check_close(const float *got, const double *dref, size_t n)
-{
-    for (size_t e = 0; e < n; e++) {
-        double tol = 1e-5 * fabs(dref[e]) + 1e-4;
-        if (fabs((double)got[e] - dref[e]) > tol)
-            fail_msg("element %zu: got %.9g, double sum %.9g", e, (double)got[e], dref[e]);
-    }
-}
 
 static const size_t sizes[] = {0, 1, 2, 3, 7, 13, 31, 97, 1000, 4099, 65537};
 
@@ -626,14 +489,19 @@ static void test_coll_bucket_fuses_tensors(void **state)
     mt_coll_world_free(w);
 }
 
+/* Shared memory for the endpoints net_pair opens (both processes of one host). */
+static mt_coll_shm_mode pair_shm = MT_COLL_SHM_AUTO;
+
 /* Two data-plane endpoints in this process stand for two worker processes. */
 static void net_pair(const char *url0, const char *url1, int per_proc, mt_coll_net **nets,
                      mt_coll_world **ws, const mt_coll_world_opts *o)
 {
     mt_coll_rank_addr table[MAXR];
     mt_err err = MT_ERR_INIT;
-    assert_int_equal(mt_coll_net_new(url0, &nets[0], &err), MT_OK);
-    assert_int_equal(mt_coll_net_new(url1, &nets[1], &err), MT_OK);
+    mt_coll_net_opts no = MT_COLL_NET_DEFAULTS;
+    no.shm = pair_shm;
+    assert_int_equal(mt_coll_net_new_opts(url0, &no, &nets[0], &err), MT_OK);
+    assert_int_equal(mt_coll_net_new_opts(url1, &no, &nets[1], &err), MT_OK);
     assert_true(strncmp(mt_coll_net_addr(nets[0]), url0, 6) == 0);
     assert_true(strncmp(mt_coll_net_addr(nets[1]), url1, 6) == 0);
     for (int r = 0; r < 2 * per_proc; r++)
@@ -665,7 +533,17 @@ static void pair_allreduce_exact(mt_coll_world **ws, const int *g, size_t n, uin
     free_jobs(jobs, 4);
 }
 
+/* As below, and the frames between the endpoints went by link ("shm", "tcp", ...). */
+static void net_allreduce_matches_local_via(const char *url0, const char *url1,
+                                            mt_coll_shm_mode shm, const char *link);
+
 static void net_allreduce_matches_local(const char *url0, const char *url1)
+{
+    net_allreduce_matches_local_via(url0, url1, MT_COLL_SHM_AUTO, NULL);
+}
+
+static void net_allreduce_matches_local_via(const char *url0, const char *url1,
+                                            mt_coll_shm_mode shm, const char *link)
 {
     static const int g[] = {0, 1, 2, 3}, ga[] = {0, 2}, gb[] = {1, 3};
     mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
@@ -673,7 +551,9 @@ static void net_allreduce_matches_local(const char *url0, const char *url1)
     mt_coll_world *ws[2];
     o.job_id = 77;
     o.segment_bytes = 4096;
+    pair_shm = shm;
     net_pair(url0, url1, 2, nets, ws, &o);
+    pair_shm = MT_COLL_SHM_AUTO;
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
         pair_allreduce_exact(ws, g, sizes[si], 100 + si);
     /* groups along the other dimension: every hop crosses the endpoints */
@@ -694,6 +574,11 @@ static void net_allreduce_matches_local(const char *url0, const char *url1)
         }
     }
     free_jobs(jobs, 4);
+    for (int k = 0; link != NULL && k < 2; k++) {
+        const char *via = mt_coll_world_link(ws[k], mt_coll_net_addr(nets[1 - k]));
+        if (strcmp(via, link) != 0)
+            fail_msg("endpoint %d reached the other by %s, want %s", k, via, link);
+    }
     for (int k = 0; k < 2; k++) {
         mt_coll_world_free(ws[k]);
         mt_coll_net_free(nets[k]);
@@ -742,7 +627,146 @@ static void test_coll_net_hierarchical_traffic(void **state)
 static void test_coll_net_tcp_bit_identical_to_local(void **state)
 {
     (void)state;
-    net_allreduce_matches_local("tcp://127.0.0.1:0", "tcp://127.0.0.1:0");
+    net_allreduce_matches_local_via("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", MT_COLL_SHM_OFF,
+                                    "tcp");
+}
+
+/* Two endpoints of one host move their tcp:// connections to shared memory by themselves. */
+static void test_coll_net_shm_chosen_on_one_host(void **state)
+{
+    (void)state;
+    net_allreduce_matches_local_via("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", MT_COLL_SHM_AUTO,
+                                    "shm");
+}
+
+/* shm:// listeners (a Unix socket for the handshake) always use shared memory. */
+static void test_coll_net_shm_url_bit_identical_to_local(void **state)
+{
+    char a[128], b[128];
+    (void)state;
+    snprintf(a, sizeof(a), "shm:///tmp/mt_coll_test_%d_a.shm", (int)getpid());
+    snprintf(b, sizeof(b), "shm:///tmp/mt_coll_test_%d_b.shm", (int)getpid());
+    net_allreduce_matches_local_via(a, b, MT_COLL_SHM_AUTO, "shm");
+}
+
+/* One allreduce of n floats between the single ranks of ws[0] and ws[1], which succeeds. */
+static void pair_round_ok(mt_coll_world **ws, size_t n)
+{
+    static const int g[] = {0, 1};
+    job jobs[2];
+    for (int r = 0; r < 2; r++)
+        jobs[r] = mkjob(ws[r], r, g, 2, OP_ALLREDUCE, n, 1);
+    run_jobs(jobs, 2);
+    assert_int_equal(jobs[0].rc, MT_OK);
+    assert_int_equal(jobs[1].rc, MT_OK);
+    free_jobs(jobs, 2);
+}
+
+/* Names of data-plane rings in /dev/shm created by process pid (-1: any). */
+static int count_rings(long pid)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    int n = 0;
+    char tail[32];
+    snprintf(tail, sizeof(tail), "-%ld-", pid);
+    while (d != NULL && (e = readdir(d)) != NULL)
+        n += strncmp(e->d_name, "mtcoll-", 7) == 0 && (pid < 0 || strstr(e->d_name, tail) != NULL);
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+/*
+ * A ring left by a process that died between creating and handing it over is removed when an
+ * endpoint opens; a running job leaves no ring in /dev/shm (they are unlinked once mapped).
+ */
+static pid_t make_stale_ring(void)
+{
+    char name[64];
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0);
+    waitpid(child, NULL, 0); /* a pid that no longer runs */
+    snprintf(name, sizeof(name), "/mtcoll-%016x-%ld-0", 42u, (long)child);
+    int fd = shm_open(name, O_RDWR | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    return child;
+}
+
+static void test_coll_shm_rings_swept_and_unlinked(void **state)
+{
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2];
+    pid_t dead = make_stale_ring();
+    (void)state;
+    assert_int_equal(count_rings(dead), 1);
+    o.job_id = 6;
+    net_pair("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 1, nets, ws, &o);
+    assert_int_equal(count_rings(dead), 0);
+    pair_round_ok(ws, 100000);
+    assert_string_equal(mt_coll_world_link(ws[0], mt_coll_net_addr(nets[1])), "shm");
+    assert_int_equal(count_rings(getpid()), 0);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
+/* World option mesh: checked against the world size, and errors name the axes a group runs
+ * along (ranks row-major: on x=2,y=2 group {0,1} runs along y, {0,2} along x). */
+static void test_coll_mesh_axes_named_in_errors(void **state)
+{
+    static const int gy[] = {0, 1}, gx[] = {0, 2}, gall[] = {0, 1, 2, 3};
+    static const char *bad[] = {"x=3", "x=2,y=3", "x", "=2", "x=2;y=2", "x=0,y=4"};
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_world *w = NULL;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        o.mesh = bad[i];
+        if (mt_coll_world_new_local(4, &o, &w, &err) != MT_INVALID_ARGUMENT || w != NULL)
+            fail_msg("mesh %s accepted for 4 devices", bad[i]);
+    }
+    o.mesh = " x = 2 , y=2";
+    assert_int_equal(mt_coll_world_new_local(4, &o, &w, &err), MT_OK);
+    const int *groups[] = {gy, gx, gall};
+    const char *want[] = {"allreduce over y (", "allreduce over x (", "allreduce over x,y ("};
+    for (int k = 0; k < 3; k++) {
+        job j = with_call(mkjob(w, 0, groups[k], k == 2 ? 4 : 2, OP_ALLREDUCE, 10, 1), 1,
+                          (uint32_t)k, 100);
+        run_jobs(&j, 1); /* the others never come */
+        assert_int_equal(j.rc, MT_DEADLINE_EXCEEDED);
+        if (strstr(j.err.msg, want[k]) == NULL)
+            fail_msg("want '%s' in: %s", want[k], j.err.msg);
+        free_jobs(&j, 1);
+    }
+    mt_coll_world_free(w);
+}
+
+static void test_coll_net_opts_checked(void **state)
+{
+    mt_coll_net_opts no = MT_COLL_NET_DEFAULTS;
+    mt_coll_net *net = NULL;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    no.shm_ring_bytes = 5000;
+    assert_int_equal(mt_coll_net_new_opts("tcp://127.0.0.1:0", &no, &net, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "shm_ring_bytes"));
+    assert_null(net);
+    no = (mt_coll_net_opts)MT_COLL_NET_DEFAULTS;
+    no.shm = MT_COLL_SHM_OFF;
+    assert_int_equal(mt_coll_net_new_opts("shm:///tmp/x.shm", &no, &net, &err),
+                     MT_INVALID_ARGUMENT);
+    no = (mt_coll_net_opts)MT_COLL_NET_DEFAULTS;
+    no.max_handshakes = 0;
+    assert_int_equal(mt_coll_net_new_opts("tcp://127.0.0.1:0", &no, &net, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_net_new_opts("nng+shm:///tmp/x.shm", NULL, &net, &err),
+                     MT_INVALID_ARGUMENT);
 }
 
 static void test_coll_net_nng_tcp_bit_identical_to_local(void **state)
@@ -954,14 +978,8 @@ static void test_coll_net_lost_peer_is_named(void **state)
     o.job_id = 5;
     net_pair("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 1, nets, ws, &o);
     snprintf(peer, sizeof(peer), "%s", mt_coll_net_addr(nets[1]));
-    /* one good round so that the connections exist */
+    pair_round_ok(ws, 10); /* so that the connections exist */
     job jobs[2];
-    for (int r = 0; r < 2; r++)
-        jobs[r] = mkjob(ws[r], r, g, 2, OP_ALLREDUCE, 10, 1);
-    run_jobs(jobs, 2);
-    assert_int_equal(jobs[0].rc, MT_OK);
-    assert_int_equal(jobs[1].rc, MT_OK);
-    free_jobs(jobs, 2);
     mt_coll_world_free(ws[1]);
     mt_coll_net_free(nets[1]);
     jobs[0] = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, 10, 1), 1, 0, 1500);
@@ -1191,6 +1209,11 @@ int main(void)
         cmocka_unit_test(test_coll_mismatch_is_invalid_everywhere),
         cmocka_unit_test(test_coll_bucket_fuses_tensors),
         cmocka_unit_test(test_coll_net_tcp_bit_identical_to_local),
+        cmocka_unit_test(test_coll_net_shm_chosen_on_one_host),
+        cmocka_unit_test(test_coll_net_shm_url_bit_identical_to_local),
+        cmocka_unit_test(test_coll_shm_rings_swept_and_unlinked),
+        cmocka_unit_test(test_coll_net_opts_checked),
+        cmocka_unit_test(test_coll_mesh_axes_named_in_errors),
         cmocka_unit_test(test_coll_net_hierarchical_traffic),
         cmocka_unit_test(test_coll_net_ipc_bit_identical_to_local),
         cmocka_unit_test(test_coll_net_nng_tcp_bit_identical_to_local),

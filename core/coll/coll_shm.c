@@ -1,0 +1,477 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coll_shm.c — shared-memory rings: the byte stream of one direct-transport connection between
+ * two processes of one host (coll_raw.c), in place of the kernel's socket buffers.
+ *
+ * How it fits: coll_raw.c dials and authenticates over a socket as always; when both ends have
+ * the same host identity (coll__shm_host_id: boot id + host name) and allow it, or when the
+ * listener's address is shm://, the dialer creates a ring here (coll__shm_create), sends its name
+ * over the authenticated socket, the listener maps it (coll__shm_attach) and from then on the
+ * connection's frames (the same 72-byte headers and payloads) go through the ring. The socket
+ * stays open only as the liveness signal: the kernel closes it when a process dies (kill -9), and
+ * a waiting side looks at it between sleeps. One writer (the dialing process's device threads,
+ * serialised by its peer mutex) and one reader (the listener's reader thread, or whoever holds
+ * it) per ring.
+ *
+ * Segment: a 256-byte header (the writer's and the reader's fields on their own cache lines)
+ * and cap bytes of data (a power of two). head and tail count bytes written and read since the
+ * start; the writer publishes with a release store of head, the reader frees space with a
+ * release store of tail. Wake-ups: a side that finds nothing to do spins for spin_ns, then
+ * announces that it sleeps (rd_sleep / wr_sleep) and sleeps in futex(2) on a sequence word the
+ * other side bumps after each publish (it calls FUTEX_WAKE only when the flag is set: a
+ * streaming pair makes no system call). Both sides use sequentially consistent flag / index
+ * accesses, so one of them always sees the other (no lost wake-up). Sleeps last at most
+ * SHM_SLICE_MS, after which the waiter checks the deadline, cancellation and the socket.
+ *
+ * Names and cleanup: "/mtcoll-<job>-<pid>-<n>" (pid: the creating process, n: its counter). The
+ * dialer unlinks the name as soon as the listener answered, so a running job leaves nothing in
+ * /dev/shm; a process killed in between leaves a segment that coll__shm_sweep (called when a
+ * data-plane endpoint opens) removes once its pid is gone. Space is reserved at creation
+ * (posix_fallocate), so a full /dev/shm fails the upgrade (the connection stays on its socket)
+ * rather than raising SIGBUS later.
+ *
+ * Hostile peers: the peer is authenticated, but the reader still never trusts the indices in
+ * shared memory beyond cap (a ring whose head runs more than cap ahead ends the connection).
+ * Threading: one reader thread and one writer thread at a time per ring (callers' rule).
+ * Tests: tests/unit/test_coll.c (shm tests), tests/unit/test_coll_conformance.c,
+ * tests/integration/test_coll_shm.sh.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdalign.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloc/mt_alloc.h"
+#include "coll/coll_int.h"
+#include "log/mt_log.h"
+
+#define SHM_MAGIC    0x4853544du /* "MTSH" */
+#define SHM_VERSION  1u
+#define SHM_HDR      256u
+#define SHM_SLICE_MS 10 /* a sleeper looks at the deadline, cancellation and socket this often */
+#define SHM_PREFIX   "mtcoll-"
+
+typedef struct shm_seg {
+    uint32_t magic, version;
+    uint64_t cap;
+    int32_t creator;
+    alignas(64) _Atomic uint64_t head; /* writer: bytes published */
+    _Atomic uint32_t data_seq;         /* futex word the reader sleeps on */
+    _Atomic uint32_t rd_sleep;         /* readers asleep (or about to be) on data_seq */
+    _Atomic uint32_t wr_closed;        /* the writer closed in order: nothing more comes */
+    alignas(64) _Atomic uint64_t tail; /* reader: bytes consumed */
+    _Atomic uint32_t space_seq;        /* futex word the writer sleeps on */
+    _Atomic uint32_t wr_sleep;         /* writers asleep (or about to be) on space_seq */
+    _Atomic uint32_t rd_closed;        /* the reader went away */
+} shm_seg;
+
+_Static_assert(sizeof(shm_seg) <= SHM_HDR, "shm header fits its 256 bytes");
+
+struct coll_shm {
+    shm_seg *seg;
+    unsigned char *data;
+    uint64_t cap, mask;
+    size_t map_len;
+    int64_t spin_ns;
+};
+
+static _Atomic uint32_t shm_counter;
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+void coll__shm_host_id(char out[COLL_SHM_HOST_ID])
+{
+    char boot[64] = "", host[HOST_NAME_MAX + 1] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        if (fgets(boot, sizeof(boot), f) == NULL)
+            boot[0] = '\0';
+        fclose(f);
+    }
+    boot[strcspn(boot, "\n")] = '\0';
+    if (gethostname(host, sizeof(host)) != 0)
+        host[0] = '\0';
+    host[sizeof(host) - 1] = '\0';
+    memset(out, 0, COLL_SHM_HOST_ID);
+    if (boot[0] != '\0') /* without a boot id, never claim to share a host */
+        snprintf(out, COLL_SHM_HOST_ID, "%s/%s", boot, host);
+}
+
+/* Map an open segment descriptor of total length len (validated by the caller). */
+static mt_code map_seg(int fd, size_t len, int64_t spin_ns, coll_shm **out, mt_err *err)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return mt_err_set(err, MT_UNAVAILABLE, "shm: mmap of %zu bytes: %s", len, strerror(errno));
+    coll_shm *s = mt_calloc(1, sizeof(*s));
+    if (s == NULL) {
+        munmap(p, len);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "shm: out of memory");
+    }
+    s->seg = p;
+    s->data = (unsigned char *)p + SHM_HDR;
+    s->map_len = len;
+    s->spin_ns = spin_ns;
+    *out = s;
+    return MT_OK;
+}
+
+mt_code coll__shm_create(uint64_t job, size_t cap, int64_t spin_ns, coll_shm **out,
+                         char name[COLL_SHM_NAME], mt_err *err)
+{
+    *out = NULL;
+    name[0] = '\0';
+    if (cap < 4096 || (cap & (cap - 1)) != 0 || cap > ((size_t)1 << 30))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "shm: ring size %zu: want a power of two "
+                          "between 4 KiB and 1 GiB",
+                          cap);
+    snprintf(name, COLL_SHM_NAME, "/" SHM_PREFIX "%016" PRIx64 "-%ld-%u", job, (long)getpid(),
+             atomic_fetch_add(&shm_counter, 1));
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        mt_err_set(err, MT_UNAVAILABLE, "shm: create %s: %s", name, strerror(errno));
+        name[0] = '\0';
+        return MT_UNAVAILABLE;
+    }
+    size_t len = SHM_HDR + cap;
+    int e = posix_fallocate(fd, 0, (off_t)len); /* tmpfs: reserve now, no SIGBUS later */
+    coll_shm *s = NULL;
+    mt_code rc = MT_OK;
+    if (e != 0)
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "shm: reserve %zu bytes for %s: %s", len, name,
+                        strerror(e));
+    if (rc == MT_OK)
+        rc = map_seg(fd, len, spin_ns, &s, err);
+    close(fd);
+    if (rc != MT_OK) {
+        shm_unlink(name);
+        name[0] = '\0';
+        return rc;
+    }
+    memset(s->seg, 0, sizeof(*s->seg));
+    s->seg->cap = cap;
+    s->seg->creator = (int32_t)getpid();
+    s->seg->version = SHM_VERSION;
+    s->cap = cap;
+    s->mask = cap - 1;
+    atomic_thread_fence(memory_order_seq_cst);
+    s->seg->magic = SHM_MAGIC;
+    *out = s;
+    return MT_OK;
+}
+
+mt_code coll__shm_attach(const char *name, int64_t spin_ns, coll_shm **out, mt_err *err)
+{
+    struct stat st;
+    *out = NULL;
+    if (name[0] != '/' || strncmp(name + 1, SHM_PREFIX, strlen(SHM_PREFIX)) != 0 ||
+        strchr(name + 1, '/') != NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "shm: %s is not a data-plane ring name", name);
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0)
+        return mt_err_set(err, MT_UNAVAILABLE, "shm: open %s: %s", name, strerror(errno));
+    mt_code rc = MT_OK;
+    coll_shm *s = NULL;
+    if (fstat(fd, &st) != 0 || st.st_size < (off_t)(SHM_HDR + 4096) || st.st_uid != geteuid())
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "shm: %s is not a ring of this user", name);
+    if (rc == MT_OK)
+        rc = map_seg(fd, (size_t)st.st_size, spin_ns, &s, err);
+    close(fd);
+    if (rc != MT_OK)
+        return rc;
+    uint64_t cap = s->seg->cap;
+    if (s->seg->magic != SHM_MAGIC || s->seg->version != SHM_VERSION || cap < 4096 ||
+        (cap & (cap - 1)) != 0 || cap > (uint64_t)st.st_size - SHM_HDR) {
+        coll__shm_free(s);
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "shm: %s has a bad header", name);
+    }
+    s->cap = cap;
+    s->mask = cap - 1;
+    *out = s;
+    return MT_OK;
+}
+
+void coll__shm_unlink(const char *name)
+{
+    if (name != NULL && name[0] != '\0')
+        shm_unlink(name);
+}
+
+void coll__shm_free(coll_shm *s)
+{
+    if (s == NULL)
+        return;
+    munmap(s->seg, s->map_len);
+    mt_free(s);
+}
+
+void coll__shm_close(coll_shm *s, int writer)
+{
+    if (s == NULL)
+        return;
+    _Atomic uint32_t *flag = writer ? &s->seg->wr_closed : &s->seg->rd_closed;
+    _Atomic uint32_t *seq = writer ? &s->seg->data_seq : &s->seg->space_seq;
+    atomic_store(flag, 1);
+    atomic_fetch_add(seq, 1);
+    futex(seq, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* 1 when the socket fd (which carries nothing after the handshake) ended or failed. */
+static int sock_ended(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (fd < 0)
+        return 0;
+    if (poll(&p, 1, 0) <= 0)
+        return 0;
+    if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL))
+        return 1;
+    char c;
+    ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/*
+ * Wait until *idx differs from seen or until_ns: spin for spin_ns, then sleep on seq with
+ * *sleepers raised (a count: the reader thread and a driving device thread may both wait on
+ * one ring while it changes hands). Returns 1 when it moved, 0 at until_ns.
+ */
+static int wait_move(const coll_shm *s, _Atomic uint64_t *idx, uint64_t seen, _Atomic uint32_t *seq,
+                     _Atomic uint32_t *sleepers, int64_t until_ns)
+{
+    int64_t spin_until = coll__now_ns() + s->spin_ns;
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(idx, memory_order_acquire) != seen)
+            return 1;
+        if ((i & 63) == 0) {
+            int64_t now = coll__now_ns();
+            if (now >= until_ns)
+                return 0;
+            if (now >= spin_until)
+                break;
+        }
+        cpu_relax();
+    }
+    uint32_t v = atomic_load(seq);
+    atomic_fetch_add(sleepers, 1);
+    if (atomic_load(idx) == seen) {
+        int64_t left = until_ns - coll__now_ns();
+        if (left > 0) {
+            struct timespec ts = {.tv_sec = left / 1000000000LL, .tv_nsec = left % 1000000000LL};
+            futex(seq, FUTEX_WAIT, v, &ts);
+        }
+    }
+    atomic_fetch_sub(sleepers, 1);
+    return atomic_load_explicit(idx, memory_order_acquire) != seen;
+}
+
+/* After moving an index: wake the other side if one of it announced that it sleeps. */
+static void wake_other(_Atomic uint32_t *seq, _Atomic uint32_t *sleepers)
+{
+    atomic_fetch_add(seq, 1);
+    if (atomic_load(sleepers) != 0)
+        futex(seq, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* Copy n bytes into the ring at position pos (wrapping). */
+static void ring_put(coll_shm *s, uint64_t pos, const void *src, size_t n)
+{
+    size_t at = (size_t)(pos & s->mask), first = s->cap - at < n ? s->cap - at : n;
+    memcpy(s->data + at, src, first);
+    if (first < n)
+        memcpy(s->data, (const char *)src + first, n - first);
+}
+
+static void ring_get(const coll_shm *s, uint64_t pos, void *dst, size_t n)
+{
+    size_t at = (size_t)(pos & s->mask), first = s->cap - at < n ? s->cap - at : n;
+    memcpy(dst, s->data + at, first);
+    if (first < n)
+        memcpy((char *)dst + first, s->data, n - first);
+}
+
+coll_io coll__shm_put_some(coll_shm *s, const void *hdr, size_t hlen, const void *data, size_t dlen,
+                           size_t *sent)
+{
+    shm_seg *g = s->seg;
+    uint64_t head = atomic_load_explicit(&g->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&g->tail, memory_order_acquire);
+    size_t room = (size_t)(s->cap - (head - tail)), put = 0;
+    if (atomic_load_explicit(&g->rd_closed, memory_order_relaxed))
+        return COLL_IO_ENDED;
+    while (*sent < hlen + dlen && put < room) {
+        const char *src =
+            *sent < hlen ? (const char *)hdr + *sent : (const char *)data + *sent - hlen;
+        size_t left = *sent < hlen ? hlen - *sent : hlen + dlen - *sent;
+        size_t k = left < room - put ? left : room - put;
+        ring_put(s, head + put, src, k);
+        put += k;
+        *sent += k;
+    }
+    if (put > 0) {
+        atomic_store_explicit(&g->head, head + put, memory_order_release);
+        atomic_thread_fence(memory_order_seq_cst);
+        wake_other(&g->data_seq, &g->rd_sleep);
+    }
+    return *sent == hlen + dlen ? COLL_IO_DONE : COLL_IO_AGAIN;
+}
+
+ssize_t coll__shm_get_some(coll_shm *s, void *buf, size_t n)
+{
+    shm_seg *g = s->seg;
+    uint64_t tail = atomic_load_explicit(&g->tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&g->head, memory_order_acquire);
+    if (head - tail > s->cap) {
+        mt_log_warn("coll: a shared-memory ring is corrupt (head %" PRIu64 ", tail %" PRIu64
+                    "); dropping the connection",
+                    head, tail);
+        return -1;
+    }
+    if (head == tail) {
+        if (!atomic_load(&g->wr_closed))
+            return 0;
+        /* written just before the writer closed? */
+        return atomic_load_explicit(&g->head, memory_order_acquire) != tail ? 0 : -1;
+    }
+    size_t k = head - tail < n ? (size_t)(head - tail) : n;
+    ring_get(s, tail, buf, k);
+    atomic_store_explicit(&g->tail, tail + k, memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst);
+    wake_other(&g->space_seq, &g->wr_sleep);
+    return (ssize_t)k;
+}
+
+coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms)
+{
+    shm_seg *g = s->seg;
+    uint64_t tail = atomic_load_explicit(&g->tail, memory_order_relaxed);
+    int64_t until = coll__now_ns() + (int64_t)timeout_ms * 1000000LL;
+    for (;;) {
+        if (atomic_load_explicit(&g->head, memory_order_acquire) != tail ||
+            atomic_load(&g->wr_closed))
+            return COLL_IO_DONE;
+        if (sock_ended(fd)) /* its process died (or closed without a word): what is left */
+            return atomic_load_explicit(&g->head, memory_order_acquire) != tail ? COLL_IO_DONE
+                                                                                : COLL_IO_ENDED;
+        int64_t now = coll__now_ns();
+        if (now >= until)
+            return COLL_IO_AGAIN;
+        int64_t slice = now + SHM_SLICE_MS * 1000000LL;
+        wait_move(s, &g->head, tail, &g->data_seq, &g->rd_sleep, slice < until ? slice : until);
+    }
+}
+
+coll_io coll__shm_wait_room(coll_shm *s, int fd, int timeout_ms)
+{
+    shm_seg *g = s->seg;
+    uint64_t tail = atomic_load_explicit(&g->tail, memory_order_acquire);
+    int64_t until = coll__now_ns() + (int64_t)timeout_ms * 1000000LL;
+    for (;;) {
+        if (atomic_load(&g->rd_closed) || sock_ended(fd))
+            return COLL_IO_ENDED;
+        if (atomic_load_explicit(&g->head, memory_order_relaxed) - tail < s->cap)
+            return COLL_IO_DONE;
+        int64_t now = coll__now_ns();
+        if (now >= until)
+            return COLL_IO_AGAIN;
+        int64_t slice = now + SHM_SLICE_MS * 1000000LL;
+        if (wait_move(s, &g->tail, tail, &g->space_seq, &g->wr_sleep,
+                      slice < until ? slice : until))
+            return COLL_IO_DONE;
+    }
+}
+
+int coll__shm_write_now(coll_shm *s, const void *b, size_t n)
+{
+    shm_seg *g = s->seg;
+    size_t sent = 0;
+    if (s->cap - (atomic_load(&g->head) - atomic_load(&g->tail)) < n)
+        return 0;
+    return coll__shm_put_some(s, b, n, NULL, 0, &sent) == COLL_IO_DONE;
+}
+
+ssize_t coll__shm_read(coll_shm *s, int fd, void *buf, size_t n, int timeout_ms,
+                       _Atomic int *closing)
+{
+    size_t got = 0;
+    int64_t until = coll__now_ns() + (int64_t)timeout_ms * 1000000LL;
+    while (got < n) {
+        ssize_t k = coll__shm_get_some(s, (char *)buf + got, n - got);
+        if (k < 0)
+            return got > 0 ? (ssize_t)got : -1;
+        if (k > 0) {
+            got += (size_t)k;
+            continue;
+        }
+        if (closing != NULL && atomic_load(closing))
+            return -1;
+        int64_t left = (until - coll__now_ns()) / 1000000LL;
+        if (left <= 0)
+            break;
+        coll_io w = coll__shm_wait_data(s, fd, left > SHM_SLICE_MS ? SHM_SLICE_MS : (int)left);
+        if (w == COLL_IO_ENDED)
+            return got > 0 ? (ssize_t)got : -1;
+    }
+    return (ssize_t)got;
+}
+
+void coll__shm_wake_reader(coll_shm *s)
+{
+    if (s == NULL)
+        return;
+    atomic_fetch_add(&s->seg->data_seq, 1);
+    futex(&s->seg->data_seq, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+void coll__shm_sweep(void)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        char name[COLL_SHM_NAME];
+        unsigned long long job;
+        long pid;
+        unsigned n;
+        if (strncmp(e->d_name, SHM_PREFIX, strlen(SHM_PREFIX)) != 0 ||
+            sscanf(e->d_name + strlen(SHM_PREFIX), "%16llx-%ld-%u", &job, &pid, &n) != 3 ||
+            pid <= 0 || pid > INT_MAX)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* its creator still runs (or is another user's) */
+        if (strlen(e->d_name) + 2 > sizeof(name))
+            continue;
+        name[0] = '/';
+        memcpy(name + 1, e->d_name, strlen(e->d_name) + 1);
+        if (shm_unlink(name) == 0)
+            mt_log_info("coll: removed %s, a data-plane ring left by process %ld", name, pid);
+    }
+    closedir(d);
+}

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coll_wire.c — the wire format of the data plane: the 72-byte frame header every
+ * collective message starts with (coll_hdr in coll_int.h; host order, meshtrain runs on
+ * little-endian hosts), encoded, parsed and checked against a message's length. Every
+ * transport carries these frames unchanged (sockets, rings, nng messages, in-process
+ * inboxes).
+ *
+ * How it fits: the lowest layer of core/coll; it calls nothing of the module. No state; any
+ * thread. Tests: tests/unit/test_coll.c, tests/fuzz/fuzz_coll_msg.c.
+ */
+#include <string.h>
+
+#include "coll/coll_int.h"
+
+void coll__hdr_encode(const coll_hdr *h, void *out)
+{
+    unsigned char *b = out;
+    memcpy(b + 0, &h->magic, 4);
+    b[4] = h->kind;
+    b[5] = h->op;
+    b[6] = h->phase;
+    b[7] = 0;
+    memcpy(b + 8, &h->job, 8);
+    memcpy(b + 16, &h->step, 8);
+    memcpy(b + 24, &h->seq, 4);
+    memcpy(b + 28, &h->src, 4);
+    memcpy(b + 32, &h->dst, 4);
+    memcpy(b + 36, &h->rstep, 4);
+    memcpy(b + 40, &h->chunk, 4);
+    memcpy(b + 44, &h->code, 4);
+    memcpy(b + 48, &h->total, 8);
+    memcpy(b + 56, &h->offset, 8);
+    memcpy(b + 64, &h->len, 8);
+}
+
+void coll__hdr_parse(const void *hb, coll_hdr *h)
+{
+    const unsigned char *b = hb;
+    memcpy(&h->magic, b + 0, 4);
+    h->kind = b[4];
+    h->op = b[5];
+    h->phase = b[6];
+    h->pad = b[7];
+    memcpy(&h->job, b + 8, 8);
+    memcpy(&h->step, b + 16, 8);
+    memcpy(&h->seq, b + 24, 4);
+    memcpy(&h->src, b + 28, 4);
+    memcpy(&h->dst, b + 32, 4);
+    memcpy(&h->rstep, b + 36, 4);
+    memcpy(&h->chunk, b + 40, 4);
+    memcpy(&h->code, b + 44, 4);
+    memcpy(&h->total, b + 48, 8);
+    memcpy(&h->offset, b + 56, 8);
+    memcpy(&h->len, b + 64, 8);
+}
+
+mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h)
+{
+    size_t sz = nng_msg_len(m);
+    if (sz < COLL_HDR_SIZE)
+        return MT_INVALID_ARGUMENT;
+    coll__hdr_parse(nng_msg_body((nng_msg *)m), h);
+    if (h->magic != COLL_MAGIC)
+        return MT_INVALID_ARGUMENT;
+    size_t unit = h->kind == COLL_KIND_DATA ? sizeof(float) : 1;
+    if (h->len > (sz - COLL_HDR_SIZE) / unit || h->len * unit != sz - COLL_HDR_SIZE)
+        return MT_INVALID_ARGUMENT;
+    return MT_OK;
+}

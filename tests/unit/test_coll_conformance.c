@@ -1,0 +1,291 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_coll_conformance.c — one conformance suite for core/coll run against every transport:
+ * in-process (one world of 8 device threads), the direct transport over tcp and over Unix
+ * sockets (shared memory off), shared memory chosen by itself (tcp:// addresses) and by
+ * shm:// addresses, and nng over tcp. Each transport holds 8 ranks on two endpoints of this
+ * process, interleaved (even ranks on one, odd on the other), so every group of 2 or more
+ * crosses the transport. The suite:
+ *   - allreduce for every group size 1..8 at sizes 0, 1, 3, 4099, 65537 and 262147 floats
+ *     (odd sizes, one segment to many), bit-identical to the documented order;
+ *   - reduce-scatter, allgather, broadcast and barrier on groups of 3 and 8;
+ *   - a 64 MiB allreduce between 2 members;
+ *   - a member with another step (mismatched tag) and one with another size: INVALID_ARGUMENT
+ *     on every member; a member that comes too late: DEADLINE_EXCEEDED naming it, within the
+ *     deadline + 1 s; a cancelled world: CANCELLED; a fresh tag works after the size mismatch
+ *     and the deadline;
+ *   - the link between the endpoints is the transport under test (mt_coll_world_link).
+ * Tests for the guarantees of one transport only stay in test_coll.c.
+ */
+#include "mt_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coll/mt_coll.h"
+#include "coll_test_jobs.h"
+
+#define NR 8
+
+typedef struct transport {
+    const char *scheme; /* "tcp://": on 127.0.0.1, "ipc://" or "shm://": a path; NULL in-process */
+    mt_coll_shm_mode shm;
+    const char *link; /* what mt_coll_world_link must say */
+} transport;
+
+typedef struct suite {
+    mt_coll_net *nets[2];
+    mt_coll_world *ws[2]; /* ws[1] NULL in-process (ws[0] holds every rank) */
+    uint32_t seq;         /* next tag */
+} suite;
+
+static mt_coll_world *world_of(const suite *s, int rank)
+{
+    return s->ws[1] == NULL ? s->ws[0] : s->ws[rank % 2];
+}
+
+static void suite_open(suite *s, const transport *t)
+{
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net_opts no = MT_COLL_NET_DEFAULTS;
+    mt_coll_rank_addr table[NR];
+    char url[2][160];
+    mt_err err = MT_ERR_INIT;
+    memset(s, 0, sizeof(*s));
+    o.job_id = 31;
+    o.segment_bytes = 64 * 1024; /* several segments per exchange from 65537 floats on */
+    if (t->scheme == NULL) {
+        assert_int_equal(mt_coll_world_new_local(NR, &o, &s->ws[0], &err), MT_OK);
+        return;
+    }
+    no.shm = t->shm;
+    for (int k = 0; k < 2; k++) {
+        if (strstr(t->scheme, "tcp://") != NULL)
+            snprintf(url[k], sizeof(url[k]), "%s127.0.0.1:0", t->scheme);
+        else
+            snprintf(url[k], sizeof(url[k]), "%s/tmp/mt_coll_conf_%d_%d.%.3s", t->scheme,
+                     (int)getpid(), k, t->scheme);
+        if (mt_coll_net_new_opts(url[k], &no, &s->nets[k], &err) != MT_OK)
+            fail_msg("endpoint %s: %s", url[k], err.msg);
+    }
+    for (int r = 0; r < NR; r++)
+        table[r] = (mt_coll_rank_addr){mt_coll_net_addr(s->nets[r % 2]), r / 2};
+    for (int k = 0; k < 2; k++) {
+        if (mt_coll_world_new_net(s->nets[k], NR, table, &o, &s->ws[k], &err) != MT_OK)
+            fail_msg("world %d: %s", k, err.msg);
+    }
+}
+
+static void suite_close(suite *s, const transport *t)
+{
+    for (int k = 0; k < 2 && s->ws[1] != NULL; k++) {
+        const char *via = mt_coll_world_link(s->ws[k], mt_coll_net_addr(s->nets[1 - k]));
+        if (strcmp(via, t->link) != 0)
+            fail_msg("endpoint %d reached the other by %s, want %s", k, via, t->link);
+    }
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(s->ws[k]);
+        mt_coll_net_free(s->nets[k]);
+    }
+}
+
+/*
+ * Run op over the first gsize ranks (the others stay out), each member with its own tag and
+ * size adjustments (step_of / n_of: NULL = the common ones); results in jobs[0..gsize).
+ * Rank late (-1: none) comes late_ms late; late_ms < 0: never (the world is cancelled).
+ */
+static void run_group(suite *s, int gsize, op_t op, size_t n, const uint64_t *step_of,
+                      const size_t *n_of, int64_t deadline_ms, int late, int late_ms, job *jobs)
+{
+    static const int group[NR] = {0, 1, 2, 3, 4, 5, 6, 7};
+    uint32_t seq = s->seq++;
+    for (int r = 0; r < gsize; r++) {
+        jobs[r] = with_call(mkjob(world_of(s, r), r, group, gsize, op, n_of ? n_of[r] : n, seq),
+                            step_of ? step_of[r] : 0, seq, deadline_ms);
+        jobs[r] = with_root(jobs[r], gsize - 1);
+        if (r == late && late_ms < 0)
+            jobs[r].op = OP_IDLE;
+        else if (r == late)
+            jobs[r] = with_delay(jobs[r], late_ms);
+    }
+    run_jobs(jobs, gsize);
+}
+
+/* The documented result of an allreduce of the first p ranks' data (seed), n floats. The
+ * largest one is kept for the next transport (the same tags give the same data). */
+static const float *expected(int p, size_t n, uint64_t seed)
+{
+    static const int group[NR] = {0, 1, 2, 3, 4, 5, 6, 7};
+    static float *ref;
+    static size_t ref_n;
+    static uint64_t ref_seed;
+    static int ref_p;
+    if (ref != NULL && ref_n == n && ref_seed == seed && ref_p == p)
+        return ref;
+    free(ref);
+    ref = calloc(n + 1, sizeof(float));
+    double *dref = calloc(n + 1, sizeof(double));
+    assert_non_null(ref);
+    assert_non_null(dref);
+    reference(group, p, n, seed, ref, dref);
+    free(dref);
+    ref_n = n;
+    ref_seed = seed;
+    ref_p = p;
+    return ref;
+}
+
+/* Every member of jobs[0..gsize) succeeded with the documented bits of op. */
+static void expect_exact(const job *jobs, int gsize, op_t op, size_t n)
+{
+    const float *ref = op == OP_ALLREDUCE || op == OP_RS ? expected(gsize, n, jobs[0].seed) : NULL;
+    for (int r = 0; r < gsize; r++) {
+        const job *j = &jobs[r];
+        size_t off = 0, len = n;
+        if (j->rc != MT_OK)
+            fail_msg("op %d p=%d n=%zu rank %d: %s: %s", op, gsize, n, r, mt_code_name(j->rc),
+                     j->err.msg);
+        if (op == OP_RS)
+            mt_coll_chunk_range(n, gsize, r, &off, &len);
+        for (size_t e = 0; op == OP_ALLREDUCE || op == OP_RS ? e < len : 0; e++) {
+            if (memcmp(&j->buf[e], &ref[off + e], sizeof(float)) != 0)
+                fail_msg("op %d p=%d n=%zu rank %d element %zu: %.9g, the order gives %.9g", op,
+                         gsize, n, r, off + e, (double)j->buf[e], (double)ref[off + e]);
+        }
+        for (int m = 0; op == OP_AG && m < gsize; m++) {
+            for (size_t e = 0; e < n; e++) {
+                if (j->buf[(size_t)m * n + e] != ct_val(m, e, j->seed))
+                    fail_msg("allgather p=%d n=%zu rank %d: block %d element %zu", gsize, n, r, m,
+                             e);
+            }
+        }
+        for (size_t e = 0; op == OP_BCAST && e < n; e++) {
+            if (j->buf[e] != ct_val(gsize - 1, e, j->seed))
+                fail_msg("broadcast p=%d n=%zu rank %d element %zu", gsize, n, r, e);
+        }
+    }
+}
+
+/* Every present member failed with code (message containing what, when not NULL) in time. */
+static void expect_fail(const job *jobs, int gsize, int absent, mt_code code, const char *what,
+                        double max_secs)
+{
+    for (int r = 0; r < gsize; r++) {
+        if (r == absent)
+            continue;
+        if (jobs[r].rc != code)
+            fail_msg("rank %d: %s (%s), want %s", r, mt_code_name(jobs[r].rc), jobs[r].err.msg,
+                     mt_code_name(code));
+        if (what != NULL && strstr(jobs[r].err.msg, what) == NULL)
+            fail_msg("rank %d: '%s' not in: %s", r, what, jobs[r].err.msg);
+        if (jobs[r].secs > max_secs)
+            fail_msg("rank %d failed after %.2f s (at most %.2f)", r, jobs[r].secs, max_secs);
+    }
+}
+
+/* After a failure: the same group works again under a fresh tag. */
+static void expect_recovers(suite *s, int gsize)
+{
+    job jobs[NR];
+    run_group(s, gsize, OP_ALLREDUCE, 4099, NULL, NULL, 5000, -1, 0, jobs);
+    expect_exact(jobs, gsize, OP_ALLREDUCE, 4099);
+    free_jobs(jobs, gsize);
+}
+
+typedef struct cancel_arg {
+    suite *s;
+} cancel_arg;
+
+static void *cancel_later(void *arg)
+{
+    cancel_arg *a = arg;
+    usleep(200 * 1000);
+    for (int k = 0; k < 2; k++)
+        mt_coll_world_cancel(a->s->ws[k]);
+    return NULL;
+}
+
+static void conformance(const transport *t)
+{
+    static const size_t sizes[] = {0, 1, 3, 4099, 65537, 262147};
+    static const op_t ops[] = {OP_RS, OP_AG, OP_BCAST, OP_BARRIER};
+    suite s;
+    job jobs[NR];
+    suite_open(&s, t);
+    for (int p = 1; p <= NR; p++) {
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+            run_group(&s, p, OP_ALLREDUCE, sizes[i], NULL, NULL, 20000, -1, 0, jobs);
+            expect_exact(jobs, p, OP_ALLREDUCE, sizes[i]);
+            free_jobs(jobs, p);
+        }
+    }
+    for (int p = 3; p <= NR; p += NR - 3) {
+        for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
+            for (size_t n = 1; n <= 65537; n += 65536) {
+                run_group(&s, p, ops[k], n, NULL, NULL, 20000, -1, 0, jobs);
+                expect_exact(jobs, p, ops[k], n);
+                free_jobs(jobs, p);
+            }
+        }
+    }
+    size_t big = (64u << 20) / sizeof(float);
+    run_group(&s, 2, OP_ALLREDUCE, big, NULL, NULL, 60000, -1, 0, jobs);
+    expect_exact(jobs, 2, OP_ALLREDUCE, big);
+    free_jobs(jobs, 2);
+
+    size_t ns[NR] = {70000, 70000, 70001, 70000};
+    run_group(&s, 4, OP_ALLREDUCE, 0, NULL, ns, 5000, -1, 0, jobs); /* mismatched size */
+    expect_fail(jobs, 4, -1, MT_INVALID_ARGUMENT, "size", 5.0);
+    free_jobs(jobs, 4);
+    expect_recovers(&s, 4);
+    run_group(&s, 3, OP_ALLREDUCE, 1009, NULL, NULL, 400, 2, 800, jobs); /* rank 2 too late */
+    expect_fail(jobs, 3, 2, MT_DEADLINE_EXCEEDED, "rank 2", 0.4 + 1.0);
+    free_jobs(jobs, 3);
+    expect_recovers(&s, 3);
+
+    pthread_t th;
+    cancel_arg ca = {&s};
+    assert_int_equal(pthread_create(&th, NULL, cancel_later, &ca), 0);
+    run_group(&s, 3, OP_ALLREDUCE, 1009, NULL, NULL, 20000, 2, -1, jobs); /* cancelled, waiting */
+    pthread_join(th, NULL);
+    expect_fail(jobs, 3, 2, MT_CANCELLED, NULL, 0.2 + 1.0);
+    free_jobs(jobs, 3);
+    suite_close(&s, t);
+
+    /* a member with another step: its leftovers would confuse later collectives (a job is
+     * restarted after such a failure), so on fresh worlds */
+    uint64_t steps[NR] = {0, 5, 0};
+    suite_open(&s, t);
+    run_group(&s, 3, OP_ALLREDUCE, 1009, steps, NULL, 5000, -1, 0, jobs);
+    expect_fail(jobs, 3, -1, MT_INVALID_ARGUMENT, "step", 5.0);
+    free_jobs(jobs, 3);
+    suite_close(&s, t);
+}
+
+static void test_coll_conformance(void **state)
+{
+    conformance(*state);
+}
+
+static transport in_process = {NULL, MT_COLL_SHM_AUTO, "local"};
+static transport tcp = {"tcp://", MT_COLL_SHM_OFF, "tcp"};
+static transport ipc = {"ipc://", MT_COLL_SHM_OFF, "ipc"};
+static transport shm_chosen = {"tcp://", MT_COLL_SHM_AUTO, "shm"};
+static transport shm_url = {"shm://", MT_COLL_SHM_AUTO, "shm"};
+static transport nng_tcp = {"nng+tcp://", MT_COLL_SHM_AUTO, "nng"};
+
+#define CONFORMANCE(t)                                                                             \
+    {                                                                                              \
+        "test_coll_conformance_" #t, test_coll_conformance, NULL, NULL, &t                         \
+    }
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        CONFORMANCE(in_process), CONFORMANCE(tcp),     CONFORMANCE(ipc),
+        CONFORMANCE(shm_chosen), CONFORMANCE(shm_url), CONFORMANCE(nng_tcp),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
