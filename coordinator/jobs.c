@@ -254,6 +254,7 @@ static void job_set_batch(coord_job *j, uint32_t b)
 
 static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
 {
+    mt_jobspec_opts legacy = MT_JOBSPEC_OPTS_DEFAULTS;
     mt_store_job full;
     coord_job *j;
     mt_err verr = MT_ERR_INIT;
@@ -267,6 +268,7 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
         mt_store_job_fini(&full);
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "load jobs: out of memory");
     }
+    legacy.base_dir = ".";
     snprintf(j->job_id, sizeof(j->job_id), "%s", rec->job_id);
     mt_jobstate_parse(rec->state, &j->state, NULL);
     j->priority = rec->priority;
@@ -274,7 +276,10 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
     j->restarts = rec->restarts;
     j->step = rec->step;
     snprintf(j->reason, sizeof(j->reason), "%s", rec->reason);
-    rc = mt_jobspec_validate(full.spec_json, strlen(full.spec_json), &j->sum, &verr);
+    /* structure only, as at submit; "." keeps a relative path stored before the paths rule
+     * (the worker reads it against its working directory, as it did then) */
+    rc = mt_jobspec_validate_structure(full.spec_json, strlen(full.spec_json), &legacy, &j->sum,
+                                       &verr);
     mt_store_job_fini(&full);
     if ((rc = job_add(c, j)) != MT_OK) {
         job_free(j);
@@ -283,7 +288,7 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
     j->placed_devices = j->sum.n_devices; /* a reloaded RESTARTING job ran on the spec's mesh
                                              or, if elastic, its size is unknown here */
     if (verr.code != MT_OK) {
-        /* the spec was valid at submit; its data files may have moved since */
+        /* the spec was valid at submit (a build with other rules may have stored it) */
         char reason[300];
         snprintf(reason, sizeof(reason), "spec invalid after coordinator restart: %s", verr.msg);
         job_transition(c, j, MT_JOBSTATE_FAILED, reason);
@@ -1020,8 +1025,11 @@ static bool submit_replay(mt_coord *c, mt_rpc_call *call, const Meshtrain__Submi
     return true;
 }
 
-/* SubmitJob validates on the thread pool (it builds the model to check the layouts against
- * real parameter shapes, which may take a while) and stores on the loop thread. */
+/* SubmitJob validates the spec's structure on the thread pool (it builds the model to check the
+ * layouts against real parameter shapes when the spec fixes the input shape, which may take a
+ * while) and stores on the loop thread. The coordinator never opens a job's data files: the
+ * workers check them (mt_jobspec_check) before training and fail the task with the same
+ * messages `plan` gives. */
 typedef struct submit_req {
     uv_work_t work;
     mt_coord *c;
@@ -1037,7 +1045,8 @@ static void submit_validate(uv_work_t *w)
     const Meshtrain__SubmitJobRequest *r =
         (const Meshtrain__SubmitJobRequest *)mt_rpc_call_request(q->call);
 
-    q->rc = mt_jobspec_validate(r->spec_json, strlen(r->spec_json), &q->j->sum, &q->err);
+    q->rc = mt_jobspec_validate_structure(r->spec_json, strlen(r->spec_json), NULL, &q->j->sum,
+                                          &q->err);
 }
 
 /* Loop thread: store the validated job (QUEUED + its first event, one transaction), reply. */

@@ -8,7 +8,9 @@
  * flag, and the thread clears that pointer (under the mutex) before it frees the run. `live`
  * counts runner threads so worker_tasks_stop can wait for them.
  * A runner does, in order: parse the spec once (core/jobspec), build the mesh from the
- * assignment's dimensions, build the network world from the rank table (the listener is the
+ * assignment's dimensions, check the dataset's files (under --data-root, regular files only)
+ * and the whole spec on that mesh as `plan` does (the coordinator checks the structure only),
+ * build the network world from the rank table (the listener is the
  * worker's, opened at start), download the resume checkpoint when the assignment names one, then
  * train through mt_spmd_train (the entry point `train --local` uses too) with this file's
  * progress, save and stop hooks; told the process of every rank, it opens this worker's own input
@@ -549,6 +551,8 @@ static mt_code attach_progress(task_run *r, mt_coll_world *world, mt_err *err)
 static mt_code run_task(task_run *r, mt_err *err)
 {
     mt_jobspec *js = NULL;
+    mt_jobspec_opts jo = MT_JOBSPEC_OPTS_DEFAULTS;
+    mt_jobspec_summary sum;
     mt_coll_world_opts wo = MT_COLL_WORLD_DEFAULTS;
     mt_spmd_run_opts ro = MT_SPMD_RUN_OPTS_DEFAULTS;
 
@@ -566,10 +570,17 @@ static mt_code run_task(task_run *r, mt_err *err)
         (rc = mt_mesh_parse(r->mesh_text, NULL, 0, &mesh, err)) != MT_OK)
         goto done;
     r->ckpt_on_stop = js->cfg.ckpt_every > 0;
-    /* a job may only read files under the worker's --data-root directories */
-    if (r->tab->roots != NULL &&
-        ((rc = mt_pathsafe_check_job_spec(r->tab->roots, js->model, err)) != MT_OK ||
+    /* a job may only read files under the worker's --data-root directories, and only regular
+     * ones (a FIFO would block the reader): checked before any file is opened */
+    if ((rc = mt_jobspec_check_files(js, NULL, r->tab->roots, err)) != MT_OK ||
+        (r->tab->roots != NULL &&
          (rc = mt_pathsafe_check_dataset(r->tab->roots, js->dataset, ".", err)) != MT_OK))
+        goto done;
+    /* the checks `plan` and `train --local` run, on this attempt's mesh: the coordinator checked
+     * the structure only (it never opens data files), so a data set that does not fit the model
+     * fails the task here, before the data plane is set up, with the same message */
+    jo.mesh = r->mesh_text;
+    if ((rc = mt_jobspec_check(js, &jo, &sum, err)) != MT_OK)
         goto done;
     wo.job_id = fnv1a(r->job_id) + r->attempt;
     wo.default_deadline_ms = COLL_DEADLINE_MS;
