@@ -376,6 +376,20 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
     if (rc == MT_OK)
         mt_log_info("job %s: checkpoint step %llu uploaded (%ld bytes)", r->job_id,
                     (unsigned long long)step, size);
+    if (rc == MT_RESOURCE_EXHAUSTED) {
+        /* the coordinator's disk is full (its message names its host, not its paths): skip this
+         * checkpoint and train on; the next interval's checkpoint tries again. The metrics
+         * stream carries a "checkpoint_skipped" point (value: the step) as the warning. */
+        mt_log_warn("job %s: checkpoint step %llu skipped: %s (training goes on; the next "
+                    "checkpoint tries again)",
+                    r->job_id, (unsigned long long)step, err->msg);
+        if (r->has_rank0) {
+            add_point(r, "checkpoint_skipped", step, r->meta_epoch > 0 ? r->meta_epoch : 0,
+                      (double)step);
+            flush_metrics(r, true);
+        }
+        rc = MT_OK;
+    }
     return rc;
 }
 
@@ -510,6 +524,24 @@ static mt_code run_train(task_run *r, const mt_jobspec *js, const mt_mesh *mesh,
 }
 
 /*
+ * A failure inside the attempt's private directory (a checkpoint its disk had no room for)
+ * reaches status readers through the task's error: it names this machine and the cause, not the
+ * directory (the log keeps the full message). Issue 19, fault 4.
+ */
+static void hide_task_dir(const task_run *r, mt_code rc, mt_err *err)
+{
+    char host[128] = "?";
+
+    if (rc == MT_OK || r->td.path[0] == '\0' || strstr(err->msg, r->td.path) == NULL)
+        return;
+    mt_log_error("job %s attempt %u: %s: %s", r->job_id, r->attempt, mt_code_name(rc), err->msg);
+    gethostname(host, sizeof(host) - 1);
+    mt_err_set(err, rc, "checkpoint not written on %s: %s (the worker's log has the path)", host,
+               rc == MT_RESOURCE_EXHAUSTED ? "its disk is full"
+                                           : "its temporary directory cannot be written");
+}
+
+/*
  * Give the world a progress table (one slot per local device) that heartbeats report, and arm the
  * TEST-ONLY stall hook: MT_TEST_STALL_AT_STEP=N makes local device MT_TEST_STALL_DEVICE (default
  * 0) sleep MT_TEST_STALL_MS (default 8000) ms before its first collective of step N, once
@@ -632,6 +664,7 @@ static mt_code run_task(task_run *r, mt_err *err)
         mt_log_info("job %s: finished: %lld steps, test accuracy %.4f, %.0f examples/s", r->job_id,
                     (long long)res.steps, res.test_accuracy, res.examples_per_sec);
 done:
+    hide_task_dir(r, rc, err);
     pthread_mutex_lock(&r->tab->mu);
     r->world = NULL;
     pthread_mutex_unlock(&r->tab->mu);
