@@ -615,6 +615,73 @@ static uint32_t elastic_batch(const coord_job *j, const free_map *m, size_t free
     return now > 0 ? now : ever;
 }
 
+/* mt_sched_place on the free devices with worker `without`'s hidden ("" hides none). */
+static mt_code place_without(const coord_job *j, free_map *m, const char *without, size_t need,
+                             mt_sched_slot *slot, const mt_coord *c)
+{
+    size_t hidden = (size_t)-1, kept = 0;
+    mt_code rc;
+
+    for (size_t w = 0; without[0] != '\0' && w < m->n; w++)
+        if (strcmp(c->workers[m->widx[w]].rec.worker_id, without) == 0)
+            hidden = w;
+    if (hidden != (size_t)-1) {
+        kept = m->pw[hidden].n_free;
+        m->pw[hidden].n_free = 0;
+    }
+    rc = mt_sched_place(
+        m->pw, m->n, need,
+        (size_t)j->sum.mesh_sizes[j->sum.mesh_ndims > 0 ? j->sum.mesh_ndims - 1 : 0], slot);
+    if (hidden != (size_t)-1)
+        m->pw[hidden].n_free = kept;
+    return rc;
+}
+
+/*
+ * Place j. After a broken link (j->link_a/b) a placement that does not hold both ends comes
+ * first; when there is none the job waits until its back-off ends (MT_UNAVAILABLE, reason set)
+ * and is then placed anywhere (the link may have healed). Codes: mt_sched_place's.
+ */
+static mt_code job_place(mt_coord *c, coord_job *j, free_map *m, size_t need, mt_sched_slot *slot,
+                         char *note, size_t cap)
+{
+    int64_t now = mt_clock_mono_ms();
+    coord_worker *fw = j->frozen[0] != '\0' ? coord_worker_find(c, j->frozen) : NULL;
+    char reason[256];
+    mt_code rc;
+
+    if (fw != NULL &&
+        now - fw->last_seen_mono_ms <= COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms))
+        fw = NULL; /* heard again */
+    if (fw != NULL) {
+        /* the worker that froze the last attempt is still silent: not on it again */
+        c->sched_dirty = 1; /* the sweep looks again */
+        return place_without(j, m, j->frozen, need, slot, c);
+    }
+    if (j->link_a[0] == '\0')
+        return place_without(j, m, "", need, slot, c);
+    if (place_without(j, m, j->link_b, need, slot, c) == MT_OK ||
+        place_without(j, m, j->link_a, need, slot, c) == MT_OK) {
+        snprintf(note + strlen(note), cap - strlen(note), ", avoiding the link %.40s<->%.40s",
+                 j->link_a, j->link_b);
+        return MT_OK;
+    }
+    if (now < j->backoff_until_mono_ms) {
+        snprintf(reason, sizeof(reason),
+                 "backing off %lld s after the link %.63s<->%.63s broke: no placement avoids it",
+                 (long long)((j->backoff_until_mono_ms - now + 999) / 1000), j->link_a, j->link_b);
+        job_set_reason(c, j, reason);
+        c->sched_dirty = 1; /* the sweep looks again */
+        return MT_UNAVAILABLE;
+    }
+    rc = place_without(j, m, "", need, slot, c);
+    if (rc == MT_OK)
+        snprintf(note + strlen(note), cap - strlen(note),
+                 ", again over the link %.40s<->%.40s after %lld s of back-off", j->link_a,
+                 j->link_b, (long long)(j->backoff_ms / 1000));
+    return rc;
+}
+
 void coord_jobs_schedule(mt_coord *c)
 {
     coord_job **order;
@@ -638,7 +705,7 @@ void coord_jobs_schedule(mt_coord *c)
     for (size_t i = 0; i < n; i++) {
         coord_job *j = order[i];
         size_t need = (size_t)j->sum.n_devices, free_now = 0;
-        char reason[256], note[128] = "";
+        char reason[256], note[256] = "";
         mt_sched_slot *slot;
         mt_code rc;
 
@@ -688,9 +755,11 @@ void coord_jobs_schedule(mt_coord *c)
         slot = mt_calloc(need, sizeof(*slot));
         if (slot == NULL)
             break;
-        rc = mt_sched_place(
-            m.pw, m.n, need,
-            (size_t)j->sum.mesh_sizes[j->sum.mesh_ndims > 0 ? j->sum.mesh_ndims - 1 : 0], slot);
+        rc = job_place(c, j, &m, need, slot, note, sizeof(note));
+        if (rc == MT_UNAVAILABLE) { /* backing off from a broken link: not a blocker */
+            mt_free(slot);
+            continue;
+        }
         if (rc == MT_OK && job_start(c, j, &m, slot, note) == MT_OK) {
             free_map_fini(&m);
             if (free_map_build(c, &m) != MT_OK) {
@@ -737,6 +806,74 @@ void coord_jobs_worker_registered(mt_coord *c, const char *worker_id, int new_in
 
 /* ------------------------------------------------------------------ task reports */
 
+/* The worker whose data-plane address appears in text, other than `not`; NULL when none. */
+static coord_worker *job_worker_named(mt_coord *c, const coord_job *j, const char * not,
+                                      const char *text)
+{
+    for (size_t i = 0; i < j->n_tasks; i++) {
+        coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
+        if (w != NULL && strcmp(w->rec.worker_id, not ) != 0 && w->rec.data_address[0] != '\0' &&
+            strstr(text, w->rec.data_address) != NULL)
+            return w;
+    }
+    return NULL;
+}
+
+coord_worker *coord_job_silent_worker(mt_coord *c, const coord_job *j, const char * not,
+                                      int64_t now)
+{
+    int64_t fresh = COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms);
+
+    for (size_t i = 0; i < j->n_tasks; i++) {
+        coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
+        if (w != NULL && (not == NULL || strcmp(w->rec.worker_id, not ) != 0) &&
+            now - w->last_seen_mono_ms > fresh)
+            return w;
+    }
+    return NULL;
+}
+
+/*
+ * A task failed on a peer (its error is "UNAVAILABLE: ..." or "DEADLINE_EXCEEDED: ...": a
+ * collective lost or timed out on another process). That is a fault of the cluster, not of the
+ * job: restart it (within restart.max_restarts), and say which: a worker of the job that stopped
+ * heartbeating ("worker wb stopped answering"), else the link between the reporting worker and
+ * the peer its error names ("link wa<->wb"), which the next placement avoids or waits out with a
+ * back-off. Returns 1 when it handled the report. Issue 19, faults 7 and 8.
+ */
+static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, const char *error)
+{
+    int64_t now = mt_clock_mono_ms();
+    coord_worker *w;
+    char cause[300];
+
+    if (strncmp(error, "UNAVAILABLE: ", 13) != 0 && strncmp(error, "DEADLINE_EXCEEDED: ", 19) != 0)
+        return 0;
+    if ((w = coord_job_silent_worker(c, j, worker_id, now)) != NULL) {
+        /* the next placement leaves it out while it stays silent (job_place) */
+        snprintf(j->frozen, sizeof(j->frozen), "%s", w->rec.worker_id);
+        snprintf(cause, sizeof(cause),
+                 "worker %s stopped answering (no heartbeat for %lld s) while worker %s waited "
+                 "on it: %s",
+                 w->rec.worker_id, (long long)((now - w->last_seen_mono_ms) / 1000), worker_id,
+                 error);
+    } else if ((w = job_worker_named(c, j, worker_id, error)) != NULL) {
+        snprintf(j->link_a, sizeof(j->link_a), "%s", worker_id);
+        snprintf(j->link_b, sizeof(j->link_b), "%s", w->rec.worker_id);
+        j->backoff_ms =
+            j->backoff_ms <= 0 ? 2000 : (j->backoff_ms >= 30000 ? 60000 : 2 * j->backoff_ms);
+        j->backoff_until_mono_ms = now + j->backoff_ms;
+        snprintf(cause, sizeof(cause),
+                 "link %s<->%s broken (both workers heartbeat; not a stuck device): %s", worker_id,
+                 w->rec.worker_id, error);
+    } else {
+        snprintf(cause, sizeof(cause), "worker %s lost a peer: %s", worker_id, error);
+    }
+    mt_log_warn("job %s: %s", j->job_id, cause);
+    coord_job_restart(c, j, cause);
+    return 1;
+}
+
 /*
  * Apply one task status from worker_id. Returns 1 when the worker should stop that task (not
  * wanted: unknown job, final job, another attempt, not placed there).
@@ -758,6 +895,8 @@ static int apply_task(mt_coord *c, const char *worker_id, const Meshtrain__TaskS
         task->step = t->step;
     if (t->step > j->step)
         coord_job_set_step(c, j, t->step);
+    if (strcmp(t->state, "failed") == 0 && job_peer_failure(c, j, worker_id, t->error))
+        return 0;
     if (strcmp(t->state, "failed") == 0 || strcmp(t->state, "cancelled") == 0) {
         snprintf(reason, sizeof(reason), "worker %s: %s", worker_id,
                  t->error[0] ? t->error
@@ -1069,6 +1208,19 @@ static void submit_store(uv_work_t *w, int status)
     }
     if (submit_replay(c, q->call, r))
         goto out;
+    if (j->sum.coll_deadline_ms > 0 &&
+        (int64_t)j->sum.coll_deadline_ms <= COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms)) {
+        /* a collective that gives up before the coordinator could see a worker go silent would
+         * blame the link for a frozen worker */
+        char msg[256];
+        snprintf(msg, sizeof(msg),
+                 "restart.collective_deadline_ms: %u ms is not longer than this coordinator's "
+                 "heartbeat window of %lld ms (3 heartbeat intervals + 1 s)",
+                 j->sum.coll_deadline_ms,
+                 (long long)COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms));
+        mt_rpc_call_reply(q->call, MT_FAILED_PRECONDITION, msg, NULL);
+        goto out;
+    }
     if (j->sum.init_job[0] != '\0') {
         uint64_t st;
         if ((rc = init_source(c, &j->sum, &st, &err)) != MT_OK) {

@@ -233,6 +233,37 @@ static int all_alive_and_known(mt_coord *c, const coord_job *j, int64_t now)
     return 1;
 }
 
+/*
+ * A worker of j stopped heartbeating (frozen, SIGSTOPped, cut off): name it in the job's reason
+ * at once — within a few heartbeat intervals, well before the collective deadline or the
+ * heartbeat timeout end the attempt — and refresh the count every REFRESH_MS. Returns 1 then
+ * (the stall rules do not apply: the lost-worker path decides). Issue 19, fault 8.
+ */
+static int note_silent(mt_coord *c, coord_job *j, int64_t now)
+{
+    coord_worker *w = coord_job_silent_worker(c, j, NULL, now);
+    char note[512];
+
+    if (w == NULL) {
+        if (j->silent_note_mono_ms != 0)
+            coord_job_note(c, j, "every worker heartbeats again");
+        j->silent_note_mono_ms = 0;
+        return 0;
+    }
+    if (j->silent_note_mono_ms != 0 && now - j->silent_note_mono_ms < REFRESH_MS)
+        return 1;
+    snprintf(note, sizeof(note),
+             "worker %.63s (%.63s) silent for %lld s: no heartbeat; it is declared lost and the "
+             "job restarts %lld s after its last one",
+             w->rec.worker_id, w->rec.host, (long long)((now - w->last_seen_mono_ms) / 1000),
+             (long long)(c->opts.heartbeat_timeout_ms / 1000));
+    if (j->silent_note_mono_ms == 0)
+        mt_log_warn("job %s: %s", j->job_id, note);
+    coord_job_note(c, j, note);
+    j->silent_note_mono_ms = now;
+    return 1;
+}
+
 void coord_stall_sweep(mt_coord *c)
 {
     int64_t now = mt_clock_mono_ms();
@@ -243,7 +274,11 @@ void coord_stall_sweep(mt_coord *c)
         coord_job *j = c->jobs[i];
         char diag[256];
         uint64_t sig;
-        if ((j->state != MT_JOBSTATE_RUNNING && j->state != MT_JOBSTATE_STALLED) || j->devs == NULL)
+        if (j->state != MT_JOBSTATE_RUNNING && j->state != MT_JOBSTATE_STALLED)
+            continue;
+        if (note_silent(c, j, now))
+            continue;
+        if (j->devs == NULL)
             continue;
         sig = signature(j);
         if (sig != j->prog_sig) {

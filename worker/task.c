@@ -615,7 +615,10 @@ static mt_code run_task(task_run *r, mt_err *err)
     if ((rc = mt_jobspec_check(js, &jo, &sum, err)) != MT_OK)
         goto done;
     wo.job_id = fnv1a(r->job_id) + r->attempt;
-    wo.default_deadline_ms = COLL_DEADLINE_MS;
+    /* the job's "restart.collective_deadline_ms", checked at submit against the coordinator's
+     * heartbeat window; a lost peer then fails the attempt and the coordinator restarts it */
+    wo.default_deadline_ms =
+        sum.coll_deadline_ms > 0 ? (int)sum.coll_deadline_ms : COLL_DEADLINE_MS;
     /* the data plane serves one job at a time: wait for a task still ending (bounded) */
     for (int tries = 0;; tries++) {
         rc = mt_coll_world_new_net(r->tab->net, r->n_ranks, r->table, &wo, &world, err);

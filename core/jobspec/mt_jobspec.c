@@ -59,7 +59,7 @@ static mt_code only_keys(const cJSON *obj, const char *sect, const char *const *
 static mt_code check_sections(const cJSON *root, mt_jobspec_summary *s, mt_err *err)
 {
     static const char *const ck_keys[] = {"every_steps", "keep", NULL};
-    static const char *const rs_keys[] = {"max_restarts", NULL};
+    static const char *const rs_keys[] = {"max_restarts", "collective_deadline_ms", NULL};
     static const char *const el_keys[] = {"min_batch", "max_batch", NULL};
     static const char *const in_keys[] = {"job", "step", NULL};
     const cJSON *n;
@@ -80,7 +80,10 @@ static mt_code check_sections(const cJSON *root, mt_jobspec_summary *s, mt_err *
         if (!cJSON_IsObject(n))
             return mt_err_set(err, MT_INVALID_ARGUMENT, "restart: must be an object");
         if ((rc = only_keys(n, "restart", rs_keys, err)) != MT_OK ||
-            (rc = get_uint(n, "max_restarts", "restart", 0, 1000, &s->max_restarts, err)) != MT_OK)
+            (rc = get_uint(n, "max_restarts", "restart", 0, 1000, &s->max_restarts, err)) !=
+                MT_OK ||
+            (rc = get_uint(n, "collective_deadline_ms", "restart", 100, 3600000,
+                           &s->coll_deadline_ms, err)) != MT_OK)
             return rc;
     }
     if ((n = cJSON_GetObjectItemCaseSensitive(root, "elastic")) != NULL) {

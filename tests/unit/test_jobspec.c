@@ -308,6 +308,22 @@ static void test_jobspec_absolute_paths(void **state)
     mt_free(out);
 }
 
+/* "restart.collective_deadline_ms": the job's collective deadline, 100 ms .. 1 h. */
+static void test_jobspec_collective_deadline(void **state)
+{
+    mt_jobspec_summary s;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+
+    assert_int_equal(check(", \"restart\": {\"collective_deadline_ms\": 4000}", &s, &err), MT_OK);
+    assert_int_equal(s.coll_deadline_ms, 4000);
+    assert_int_equal(check("", &s, &err), MT_OK);
+    assert_int_equal(s.coll_deadline_ms, 0); /* the worker's default */
+    assert_int_equal(check(", \"restart\": {\"collective_deadline_ms\": 50}", &s, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "restart.collective_deadline_ms: must be an integer in"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +334,7 @@ int main(void)
         cmocka_unit_test(test_jobspec_model_and_syntax_errors),
         cmocka_unit_test(test_jobspec_structure_opens_nothing),
         cmocka_unit_test(test_jobspec_absolute_paths),
+        cmocka_unit_test(test_jobspec_collective_deadline),
     };
     return MT_RUN_TESTS(tests);
 }
