@@ -22,7 +22,18 @@ struct coord_http;
 struct coord_upload;
 
 /* One registered worker as the loop sees it (the store holds the durable copy). */
+/* A worker's liveness, typed: the strings ("alive", "lost") exist only in SQL and on the wire
+ * (coord_worker_state_name / _parse, one table in workers.c). */
+typedef enum coord_worker_state { COORD_WORKER_ALIVE, COORD_WORKER_LOST } coord_worker_state;
+
+/* "alive" / "lost" (a static string). */
+const char *coord_worker_state_name(coord_worker_state s);
+
+/* The state named name; 0 when name is not one (out untouched). */
+int coord_worker_state_parse(const char *name, coord_worker_state *out);
+
 typedef struct coord_worker {
+    coord_worker_state state;  /* what rec.state says, typed; set together */
     mt_store_worker rec;       /* durable fields; rec.devices owned */
     int64_t last_seen_mono_ms; /* monotonic time of the last register/heartbeat */
     int hb_dirty;              /* rec.last_heartbeat_ms not yet flushed to the store */

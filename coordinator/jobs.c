@@ -340,7 +340,7 @@ mt_code coord_jobs_load(mt_coord *c, mt_err *err)
         const char *gone = NULL;
         for (size_t t = 0; t < j->n_tasks && gone == NULL; t++) {
             coord_worker *w = coord_worker_find(c, j->tasks[t].worker_id);
-            if (w == NULL || strcmp(w->rec.state, "alive") != 0)
+            if (w == NULL || w->state != COORD_WORKER_ALIVE)
                 gone = j->tasks[t].worker_id;
         }
         if (gone != NULL) {
@@ -412,7 +412,7 @@ static mt_code free_map_build(mt_coord *c, free_map *m)
         const mt_store_worker *w = &c->workers[i].rec;
         uint32_t *f;
         size_t k = 0;
-        if (strcmp(w->state, "alive") != 0)
+        if (c->workers[i].state != COORD_WORKER_ALIVE)
             continue;
         f = mt_calloc(w->n_devices + 1, sizeof(*f));
         if (f == NULL)

@@ -227,7 +227,7 @@ static int all_alive_and_known(mt_coord *c, const coord_job *j, int64_t now)
         return 0;
     for (size_t t = 0; t < j->n_tasks; t++) {
         coord_worker *w = coord_worker_find(c, j->tasks[t].worker_id);
-        if (w == NULL || strcmp(w->rec.state, "alive") != 0 || now - w->last_seen_mono_ms > fresh)
+        if (w == NULL || w->state != COORD_WORKER_ALIVE || now - w->last_seen_mono_ms > fresh)
             return 0;
     }
     return 1;
