@@ -117,6 +117,7 @@ struct task_run {
     double retry_at;    /* no report before this (the coordinator was unreachable) */
     int64_t meta_epoch; /* epoch whose epoch_steps/epochs were reported */
     bool report_warned;
+    uint64_t ckpt_step;     /* the last checkpoint uploaded: its step's points go out at once */
     worker_taskdir td;      /* the attempt's directory (td.path "": none yet) */
     mt_coll_progress *prog; /* t->mu: set once the world exists; read by heartbeat snapshots */
 };
@@ -346,6 +347,11 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
 
     if (f == NULL)
         return mt_err_set(err, MT_NOT_FOUND, "checkpoint %s: %s", path, strerror(errno));
+    /* the points up to this step go first: a restart resumes after the checkpoint and never
+     * reports the steps before it again, so points still buffered here (a worker frozen or
+     * killed after the upload) would leave a hole in the job's metric history */
+    flush_metrics(r, true);
+    r->ckpt_step = step; /* and step's own points as soon as they exist (on_progress) */
     if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
         return mt_err_set(err, MT_INTERNAL, "checkpoint %s: cannot size it", path);
@@ -471,7 +477,8 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
             add_point(r, "eval_loss", (uint64_t)p->step, p->epoch, p->test_loss);
             add_point(r, "eval_accuracy", (uint64_t)p->step, p->epoch, p->test_accuracy);
         }
-        if (p->event != MT_TRAIN_STEP || now_s() - r->last_flush >= FLUSH_S)
+        if (p->event != MT_TRAIN_STEP || now_s() - r->last_flush >= FLUSH_S ||
+            (uint64_t)p->step == r->ckpt_step)
             flush_metrics(r, false);
     }
     if (atomic_load(&r->cancel))
