@@ -236,7 +236,7 @@ static int all_alive_and_known(mt_coord *c, const coord_job *j, int64_t now)
 /*
  * A worker of j stopped heartbeating (frozen, SIGSTOPped, cut off): name it in the job's reason
  * at once — within a few heartbeat intervals, well before the collective deadline or the
- * heartbeat timeout end the attempt — and refresh the count every REFRESH_MS. Returns 1 then
+ * heartbeat timeout end the attempt — once per silence (one store write). Returns 1 then
  * (the stall rules do not apply: the lost-worker path decides). Issue 19, fault 8.
  */
 static int note_silent(mt_coord *c, coord_job *j, int64_t now)
@@ -250,15 +250,14 @@ static int note_silent(mt_coord *c, coord_job *j, int64_t now)
         j->silent_note_mono_ms = 0;
         return 0;
     }
-    if (j->silent_note_mono_ms != 0 && now - j->silent_note_mono_ms < REFRESH_MS)
-        return 1;
+    if (j->silent_note_mono_ms != 0)
+        return 1; /* named once per silence: no store write per sweep */
     snprintf(note, sizeof(note),
              "worker %.63s (%.63s) silent for %lld s: no heartbeat; it is declared lost and the "
              "job restarts %lld s after its last one",
              w->rec.worker_id, w->rec.host, (long long)((now - w->last_seen_mono_ms) / 1000),
              (long long)(c->opts.heartbeat_timeout_ms / 1000));
-    if (j->silent_note_mono_ms == 0)
-        mt_log_warn("job %s: %s", j->job_id, note);
+    mt_log_warn("job %s: %s", j->job_id, note);
     coord_job_note(c, j, note);
     j->silent_note_mono_ms = now;
     return 1;
