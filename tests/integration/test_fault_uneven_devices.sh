@@ -36,7 +36,7 @@ wait_for 300 "the 2 + 1 job ends" finished "$UNEVEN"
 mt status --json "$UNEVEN" >"$T/s.json"
 jq -e '[.placement[].worker_id] | unique | length == 2' "$T/s.json" >/dev/null ||
     fail "the job was not spread over both workers: $(jq -c .placement "$T/s.json")"
-if jq -e '.state == "FAILED" and (.error | test("has step 9223372036854775807"))' "$T/s.json" >/dev/null; then
+if jq -e '.state == "FAILED" and (.error | test("step 9223372036854775807"))' "$T/s.json" >/dev/null; then
     echo "SKIP: core/spmd's evaluation tag still diverges between a 1-device and a 2-device" \
         "process (issue 19, fault 9): $(jq -r .error "$T/s.json" | cut -c1-200)"
     exit 0
