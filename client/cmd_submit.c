@@ -2,9 +2,12 @@
 /*
  * cmd_submit.c — `meshtrain submit JOB.json [--name N] [--priority P] [--mesh M]
  * [--init-from JOB[:STEP]] [--follow [--log-every S] | --wait]`:
- * send the spec to the coordinator (SubmitJob, which validates it with mt_jobspec_validate) and
- * print the job id; --mesh replaces the spec's "mesh"; --follow then behaves as `watch`.
- * An invalid spec prints "meshtrain: INVALID_ARGUMENT: <path>: <why>" and exits 4.
+ * send the spec to the coordinator (SubmitJob, which validates its structure with
+ * mt_jobspec_validate_structure; the workers check its data files) and print the job id;
+ * relative dataset paths go out made absolute against the spec file's folder (the one rule of
+ * docs/job-spec.md, as `plan` and `train --local` read them); --mesh replaces the spec's "mesh";
+ * --follow then behaves as `watch`. An invalid spec prints "meshtrain: INVALID_ARGUMENT: <path>:
+ * <why>" and exits 4.
  *
  * Each invocation draws one random request id (idempotency key) and sends it with the request;
  * every resend of that request (the RPC socket resends it after a lost connection, e.g. when the
@@ -12,7 +15,9 @@
  * first attempt created instead of making a second one. The hidden --request-id ID sets it
  * (tests, and scripts that retry a whole `meshtrain submit`).
  */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,15 +28,42 @@
 #include "client/follow.h"
 #include "client/jobs_util.h"
 #include "client/progress.h"
+#include "jobspec/mt_jobspec.h"
 #include "mesh/mt_mesh.h"
+
+/*
+ * The one rule for relative dataset paths (docs/job-spec.md): relative to the spec file's folder.
+ * The workers do not see that folder, so the spec goes out with those paths made absolute against
+ * it (core/jobspec); *spec is replaced.
+ */
+static mt_code absolute_paths(const char *file, char **spec, size_t *len, mt_err *err)
+{
+    char dir[4096], real[PATH_MAX], *out = NULL;
+    size_t n;
+    mt_code rc;
+
+    mt_cli_spec_dir(file, dir, sizeof(dir));
+    if (realpath(dir, real) == NULL)
+        return mt_err_set(err, MT_NOT_FOUND, "%s: cannot resolve its folder: %s", file,
+                          strerror(errno));
+    rc = mt_jobspec_absolute_paths(*spec, *len, real, &out, &n, err);
+    if (rc != MT_OK)
+        return rc;
+    mt_free(*spec);
+    *spec = out;
+    *len = n;
+    return MT_OK;
+}
 
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: meshtrain submit JOB.json [--name N] [--priority P] [--mesh M]\n"
             "                        [--init-from JOB[:STEP]] [--follow | --wait [--timeout S]]\n\n"
-            "Submit a job spec to the coordinator and print its id. The spec is validated\n"
-            "first (as `meshtrain plan` does); errors name the JSON path of the field.\n\n"
+            "Submit a job spec to the coordinator and print its id. The coordinator checks\n"
+            "the spec's structure (errors name the JSON path of the field); the workers\n"
+            "check its data files as `meshtrain plan` does. Relative dataset paths are\n"
+            "relative to the spec file's folder (sent as absolute paths).\n\n"
             "  --name N       a label (default: the spec's \"name\")\n"
             "  --priority P   higher starts first (default 0)\n"
             "  --mesh M       run on this mesh instead of the spec's (\"batch=4\")\n"
@@ -227,8 +259,11 @@ int cmd_submit(const mt_cli_global *g, int argc, char **argv)
         return mt_cli_usage_error("submit", "--timeout needs --wait");
     if (log_every_ms >= 0 && !follow)
         return mt_cli_usage_error("submit", "--log-every needs --follow");
-    if (mt_cli_read_file(argv[optind], &spec, &len, &err) != MT_OK)
+    if (mt_cli_read_file(argv[optind], &spec, &len, &err) != MT_OK ||
+        absolute_paths(argv[optind], &spec, &len, &err) != MT_OK) {
+        mt_free(spec);
         return mt_cli_fail(&err);
+    }
     if ((mesh != NULL && with_mesh(&spec, mesh, &err) != MT_OK) ||
         (init != NULL && with_init(&spec, init_job, init_step, &err) != MT_OK)) {
         mt_free(spec);

@@ -103,6 +103,7 @@ static mt_code upload_failure(mt_coord *c, const char *job_id, uint64_t step, mt
 {
     char host[128] = "?";
     const char *why;
+    coord_job *j;
 
     if (strstr(in->msg, c->state_dir) == NULL) /* no path of ours in it: pass it on */
         return mt_err_set(out, rc, "%s", in->msg);
@@ -123,10 +124,19 @@ static mt_code upload_failure(mt_coord *c, const char *job_id, uint64_t step, mt
         why = "its state directory cannot be written";
         break;
     }
-    return mt_err_set(out, rc,
-                      "checkpoint step %" PRIu64 " of job %s not stored by the coordinator on "
-                      "%s: %s",
-                      step, job_id, host, why);
+    mt_err_set(out, rc,
+               "checkpoint step %" PRIu64 " of job %s not stored by the coordinator on %s: %s",
+               step, job_id, host, why);
+    if (rc == MT_RESOURCE_EXHAUSTED && (j = coord_job_find(c, job_id)) != NULL) {
+        /* the worker skips this checkpoint and trains on (worker/task.c): say so in status */
+        char note[256];
+        snprintf(note, sizeof(note),
+                 "checkpoint step %" PRIu64 " skipped: the coordinator's disk on %s is full "
+                 "(the next checkpoint tries again)",
+                 step, host);
+        coord_job_note(c, j, note);
+    }
+    return rc;
 }
 
 static mt_code upload_start(mt_coord *c, const Meshtrain__PutCheckpointChunkRequest *r,

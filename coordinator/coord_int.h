@@ -22,7 +22,18 @@ struct coord_http;
 struct coord_upload;
 
 /* One registered worker as the loop sees it (the store holds the durable copy). */
+/* A worker's liveness, typed: the strings ("alive", "lost") exist only in SQL and on the wire
+ * (coord_worker_state_name / _parse, one table in workers.c). */
+typedef enum coord_worker_state { COORD_WORKER_ALIVE, COORD_WORKER_LOST } coord_worker_state;
+
+/* "alive" / "lost" (a static string). */
+const char *coord_worker_state_name(coord_worker_state s);
+
+/* The state named name; 0 when name is not one (out untouched). */
+int coord_worker_state_parse(const char *name, coord_worker_state *out);
+
 typedef struct coord_worker {
+    coord_worker_state state;  /* what rec.state says, typed; set together */
     mt_store_worker rec;       /* durable fields; rec.devices owned */
     int64_t last_seen_mono_ms; /* monotonic time of the last register/heartbeat */
     int hb_dirty;              /* rec.last_heartbeat_ms not yet flushed to the store */
@@ -60,6 +71,14 @@ typedef struct coord_job {
     int ckpt_check;             /* COORD_CKPT_*: its checkpoints' files checked before it resumes */
     uint64_t ckpt_step;  /* COORD_CKPT_VERIFIED: the newest complete one that verified; 0 none */
     char ckpt_note[200]; /* ... and which were skipped and why ("" none) */
+    /* a collective of an attempt failed between two workers that both kept heartbeating: the
+     * next placement avoids holding both ("" none); else it waits until backoff_until */
+    char link_a[64], link_b[64];
+    char frozen[64];    /* a worker that stopped answering during the last attempt: not placed on
+                           while it stays silent ("" none) */
+    int64_t backoff_ms; /* the current back-off (doubles per link failure, <= 60 s) */
+    int64_t backoff_until_mono_ms; /* no placement on the same pair before this */
+    int64_t silent_note_mono_ms;   /* when a silent worker was last named in the reason */
 } coord_job;
 
 enum { COORD_CKPT_UNCHECKED, COORD_CKPT_VERIFYING, COORD_CKPT_VERIFIED };
@@ -143,6 +162,10 @@ coord_job *coord_job_find(mt_coord *c, const char *job_id);
  */
 mt_code coord_job_move(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason);
 void coord_job_note(mt_coord *c, coord_job *j, const char *reason);
+/* A worker of j (other than `not`, may be NULL) that has not heartbeated within the freshness
+ * window (COORD_STALL_FRESH_MS) at monotonic time now; NULL when all are fresh. Loop thread. */
+coord_worker *coord_job_silent_worker(mt_coord *c, const coord_job *j, const char * not,
+                                      int64_t now);
 /* Move j to RESTARTING with reason `cause` (its tasks are dropped; it is placed again and resumes
  * from its last complete checkpoint), or to FAILED with "<cause>; restart limit of N reached". */
 void coord_job_restart(mt_coord *c, coord_job *j, const char *cause);

@@ -3,7 +3,9 @@
  * http_api.c — the read-only JSON API under /api/v1/ (docs/api.md): workers,
  * jobs, one job in detail, a job's metric history, and the device mesh.
  *
- * How it fits: http.c authenticates and routes GET /api/v1/... here. Every
+ * How it fits: http.c authenticates and hands GET /api/v1/... here, where one table
+ * (api_routes: a pattern per endpoint, "*" for a job id) picks the handler, as coord.c's table
+ * picks an RPC's. Every
  * endpoint reads SQLite through the HTTP side's read-only connection while
  * holding its mutex (coord_http__store_lock), builds JSON with cJSON (the
  * metric history, which can hold 100,000 points, is streamed from
@@ -207,8 +209,10 @@ static cJSON *metric_json(const mt_store_metric *m)
 
 /* ------------------------------------------------------------ endpoints */
 
-static void api_workers(mt_store *s, const char *query, coord_http_reply *r)
+static void api_workers(coord_http_ctx *ctx, mt_store *s, const char *id, const char *query,
+                        coord_http_reply *r)
 {
+    (void)ctx, (void)id;
     mt_store_worker *list = NULL;
     size_t n = 0;
     mt_err err = MT_ERR_INIT;
@@ -282,8 +286,10 @@ static void api_jobs_render(const coord_http_ctx *ctx, mt_store *s, const char *
 /* One page of jobs (limit, cursor as ListJobs); the total from the loop's per-state counts.
  * 200 clients asking at once cost one query and one rendering: answers are kept per query
  * until a job row changes (coord_stats_jobs_gen, read before the query). */
-static void api_jobs(coord_http_ctx *ctx, mt_store *s, const char *query, coord_http_reply *r)
+static void api_jobs(coord_http_ctx *ctx, mt_store *s, const char *id, const char *query,
+                     coord_http_reply *r)
 {
+    (void)id;
     uint64_t gen;
 
     if (ctx->stats == NULL) {
@@ -350,8 +356,10 @@ static void api_jobs_render(const coord_http_ctx *ctx, mt_store *s, const char *
     reply_json(r, root);
 }
 
-static void api_job(mt_store *s, const char *id, coord_http_reply *r)
+static void api_job(coord_http_ctx *ctx, mt_store *s, const char *id, const char *query,
+                    coord_http_reply *r)
 {
+    (void)ctx, (void)query;
     mt_store_job j;
     mt_store_job_event *ev = NULL;
     mt_store_placement *pl = NULL;
@@ -563,9 +571,10 @@ static mt_code metrics_load(void *arg, mt_store_metric_fn add, void *add_arg, mt
  * {"job_id": ..., "since_step": N, "last_step": M|null, "count": n,
  *  "series": {"loss": {"step": [...], "value": [...]}, ...}}
  */
-static void api_metrics(mt_store *s, coord_mcache *mc, const char *id, const char *query,
+static void api_metrics(coord_http_ctx *ctx, mt_store *s, const char *id, const char *query,
                         coord_http_reply *r)
 {
+    coord_mcache *mc = ctx->mcache;
     char since[32] = "", names_s[1024] = "", limit_s[32] = "", maxp_s[32] = "";
     char *names[MAX_NAMES];
     size_t n_names = 0, n_out = 0;
@@ -691,8 +700,10 @@ static void api_metrics(mt_store *s, coord_mcache *mc, const char *id, const cha
     r->content_type = "application/json; charset=utf-8";
 }
 
-static void api_mesh(mt_store *s, coord_http_reply *r)
+static void api_mesh(coord_http_ctx *ctx, mt_store *s, const char *id, const char *query,
+                     coord_http_reply *r)
 {
+    (void)ctx, (void)id, (void)query;
     mt_store_worker *ws = NULL;
     mt_store_job *jobs = NULL;
     size_t nw = 0, nj = 0, busy = 0, free_n = 0, total = 0;
@@ -782,45 +793,74 @@ static void api_mesh(mt_store *s, coord_http_reply *r)
     reply_json(r, root);
 }
 
+/* ------------------------------------------------------------------ routes */
+
+/* One API route: pattern segments after /api/v1 ("*" = a job id), and its handler. */
+typedef struct api_route {
+    const char *pattern;
+    void (*fn)(coord_http_ctx *ctx, mt_store *s, const char *id, const char *query,
+               coord_http_reply *r);
+} api_route;
+
+/* Every GET under /api/v1 (docs/api.md), as coord.c's RPC handler table lists the methods. */
+static const api_route api_routes[] = {
+    {"/workers", api_workers},
+    {"/jobs", api_jobs},
+    {"/mesh", api_mesh},
+    {"/jobs/*", api_job},
+    {"/jobs/*/metrics", api_metrics},
+};
+
+/* Whether rest matches pattern segment by segment; "*" takes one segment of 1..cap-1 bytes into
+ * id. */
+static bool route_match(const char *pattern, const char *rest, char *id, size_t cap)
+{
+    while (*pattern != '\0' && *rest != '\0') {
+        if (pattern[0] == '*') {
+            size_t len = strcspn(rest, "/");
+            if (len == 0 || len >= cap)
+                return false;
+            memcpy(id, rest, len);
+            id[len] = '\0';
+            pattern++;
+            rest += len;
+        } else if (*pattern++ != *rest++) {
+            return false;
+        }
+    }
+    return *pattern == '\0' && *rest == '\0';
+}
+
 void coord_http__api(coord_http_ctx *ctx, const char *path, const char *query, coord_http_reply *r)
 {
     mt_err err = MT_ERR_INIT;
     const char *rest = path + strlen("/api/v1");
-    char id[64];
+    char id[64] = "";
+    const api_route *route = NULL;
     mt_store *s;
 
     if (query == NULL)
         query = "";
+    for (size_t i = 0; route == NULL && i < sizeof(api_routes) / sizeof(api_routes[0]); i++)
+        if (route_match(api_routes[i].pattern, rest, id, sizeof(id)))
+            route = &api_routes[i];
+    if (route == NULL) {
+        char msg[600];
+        size_t len = strncmp(rest, "/jobs/", 6) == 0 ? strcspn(rest + 6, "/") : 0;
+        if (strncmp(rest, "/jobs/", 6) == 0 && (len == 0 || len >= sizeof(id)))
+            snprintf(msg, sizeof(msg), "no such job");
+        else if (strncmp(rest, "/jobs/", 6) == 0)
+            snprintf(msg, sizeof(msg), "no such resource");
+        else
+            snprintf(msg, sizeof(msg), "no such resource: %s", path);
+        coord_http__error(r, 404, MT_NOT_FOUND, msg);
+        return;
+    }
     s = coord_http__store_lock(ctx, &err);
     if (s == NULL) {
         store_error(r, &err);
         return;
     }
-    if (strcmp(rest, "/workers") == 0) {
-        api_workers(s, query, r);
-    } else if (strcmp(rest, "/jobs") == 0) {
-        api_jobs(ctx, s, query, r);
-    } else if (strcmp(rest, "/mesh") == 0) {
-        api_mesh(s, r);
-    } else if (strncmp(rest, "/jobs/", 6) == 0) {
-        const char *p = rest + 6, *slash = strchr(p, '/');
-        size_t len = slash ? (size_t)(slash - p) : strlen(p);
-        if (len == 0 || len >= sizeof(id)) {
-            coord_http__error(r, 404, MT_NOT_FOUND, "no such job");
-        } else {
-            memcpy(id, p, len);
-            id[len] = '\0';
-            if (slash == NULL)
-                api_job(s, id, r);
-            else if (strcmp(slash, "/metrics") == 0)
-                api_metrics(s, ctx->mcache, id, query, r);
-            else
-                coord_http__error(r, 404, MT_NOT_FOUND, "no such resource");
-        }
-    } else {
-        char msg[600];
-        snprintf(msg, sizeof(msg), "no such resource: %s", path);
-        coord_http__error(r, 404, MT_NOT_FOUND, msg);
-    }
+    route->fn(ctx, s, id, query, r);
     pthread_mutex_unlock(&ctx->mu);
 }

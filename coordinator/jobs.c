@@ -254,6 +254,7 @@ static void job_set_batch(coord_job *j, uint32_t b)
 
 static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
 {
+    mt_jobspec_opts legacy = MT_JOBSPEC_OPTS_DEFAULTS;
     mt_store_job full;
     coord_job *j;
     mt_err verr = MT_ERR_INIT;
@@ -267,6 +268,7 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
         mt_store_job_fini(&full);
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "load jobs: out of memory");
     }
+    legacy.base_dir = ".";
     snprintf(j->job_id, sizeof(j->job_id), "%s", rec->job_id);
     mt_jobstate_parse(rec->state, &j->state, NULL);
     j->priority = rec->priority;
@@ -274,7 +276,10 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
     j->restarts = rec->restarts;
     j->step = rec->step;
     snprintf(j->reason, sizeof(j->reason), "%s", rec->reason);
-    rc = mt_jobspec_validate(full.spec_json, strlen(full.spec_json), &j->sum, &verr);
+    /* structure only, as at submit; "." keeps a relative path stored before the paths rule
+     * (the worker reads it against its working directory, as it did then) */
+    rc = mt_jobspec_validate_structure(full.spec_json, strlen(full.spec_json), &legacy, &j->sum,
+                                       &verr);
     mt_store_job_fini(&full);
     if ((rc = job_add(c, j)) != MT_OK) {
         job_free(j);
@@ -283,7 +288,7 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
     j->placed_devices = j->sum.n_devices; /* a reloaded RESTARTING job ran on the spec's mesh
                                              or, if elastic, its size is unknown here */
     if (verr.code != MT_OK) {
-        /* the spec was valid at submit; its data files may have moved since */
+        /* the spec was valid at submit (a build with other rules may have stored it) */
         char reason[300];
         snprintf(reason, sizeof(reason), "spec invalid after coordinator restart: %s", verr.msg);
         job_transition(c, j, MT_JOBSTATE_FAILED, reason);
@@ -335,7 +340,7 @@ mt_code coord_jobs_load(mt_coord *c, mt_err *err)
         const char *gone = NULL;
         for (size_t t = 0; t < j->n_tasks && gone == NULL; t++) {
             coord_worker *w = coord_worker_find(c, j->tasks[t].worker_id);
-            if (w == NULL || strcmp(w->rec.state, "alive") != 0)
+            if (w == NULL || w->state != COORD_WORKER_ALIVE)
                 gone = j->tasks[t].worker_id;
         }
         if (gone != NULL) {
@@ -407,7 +412,7 @@ static mt_code free_map_build(mt_coord *c, free_map *m)
         const mt_store_worker *w = &c->workers[i].rec;
         uint32_t *f;
         size_t k = 0;
-        if (strcmp(w->state, "alive") != 0)
+        if (c->workers[i].state != COORD_WORKER_ALIVE)
             continue;
         f = mt_calloc(w->n_devices + 1, sizeof(*f));
         if (f == NULL)
@@ -610,6 +615,73 @@ static uint32_t elastic_batch(const coord_job *j, const free_map *m, size_t free
     return now > 0 ? now : ever;
 }
 
+/* mt_sched_place on the free devices with worker `without`'s hidden ("" hides none). */
+static mt_code place_without(const coord_job *j, free_map *m, const char *without, size_t need,
+                             mt_sched_slot *slot, const mt_coord *c)
+{
+    size_t hidden = (size_t)-1, kept = 0;
+    mt_code rc;
+
+    for (size_t w = 0; without[0] != '\0' && w < m->n; w++)
+        if (strcmp(c->workers[m->widx[w]].rec.worker_id, without) == 0)
+            hidden = w;
+    if (hidden != (size_t)-1) {
+        kept = m->pw[hidden].n_free;
+        m->pw[hidden].n_free = 0;
+    }
+    rc = mt_sched_place(
+        m->pw, m->n, need,
+        (size_t)j->sum.mesh_sizes[j->sum.mesh_ndims > 0 ? j->sum.mesh_ndims - 1 : 0], slot);
+    if (hidden != (size_t)-1)
+        m->pw[hidden].n_free = kept;
+    return rc;
+}
+
+/*
+ * Place j. After a broken link (j->link_a/b) a placement that does not hold both ends comes
+ * first; when there is none the job waits until its back-off ends (MT_UNAVAILABLE, reason set)
+ * and is then placed anywhere (the link may have healed). Codes: mt_sched_place's.
+ */
+static mt_code job_place(mt_coord *c, coord_job *j, free_map *m, size_t need, mt_sched_slot *slot,
+                         char *note, size_t cap)
+{
+    int64_t now = mt_clock_mono_ms();
+    coord_worker *fw = j->frozen[0] != '\0' ? coord_worker_find(c, j->frozen) : NULL;
+    char reason[256];
+    mt_code rc;
+
+    if (fw != NULL &&
+        now - fw->last_seen_mono_ms <= COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms))
+        fw = NULL; /* heard again */
+    if (fw != NULL) {
+        /* the worker that froze the last attempt is still silent: not on it again */
+        c->sched_dirty = 1; /* the sweep looks again */
+        return place_without(j, m, j->frozen, need, slot, c);
+    }
+    if (j->link_a[0] == '\0')
+        return place_without(j, m, "", need, slot, c);
+    if (place_without(j, m, j->link_b, need, slot, c) == MT_OK ||
+        place_without(j, m, j->link_a, need, slot, c) == MT_OK) {
+        snprintf(note + strlen(note), cap - strlen(note), ", avoiding the link %.40s<->%.40s",
+                 j->link_a, j->link_b);
+        return MT_OK;
+    }
+    if (now < j->backoff_until_mono_ms) {
+        snprintf(reason, sizeof(reason),
+                 "backing off %lld s after the link %.63s<->%.63s broke: no placement avoids it",
+                 (long long)((j->backoff_until_mono_ms - now + 999) / 1000), j->link_a, j->link_b);
+        job_set_reason(c, j, reason);
+        c->sched_dirty = 1; /* the sweep looks again */
+        return MT_UNAVAILABLE;
+    }
+    rc = place_without(j, m, "", need, slot, c);
+    if (rc == MT_OK)
+        snprintf(note + strlen(note), cap - strlen(note),
+                 ", again over the link %.40s<->%.40s after %lld s of back-off", j->link_a,
+                 j->link_b, (long long)(j->backoff_ms / 1000));
+    return rc;
+}
+
 void coord_jobs_schedule(mt_coord *c)
 {
     coord_job **order;
@@ -633,7 +705,7 @@ void coord_jobs_schedule(mt_coord *c)
     for (size_t i = 0; i < n; i++) {
         coord_job *j = order[i];
         size_t need = (size_t)j->sum.n_devices, free_now = 0;
-        char reason[256], note[128] = "";
+        char reason[256], note[256] = "";
         mt_sched_slot *slot;
         mt_code rc;
 
@@ -683,9 +755,11 @@ void coord_jobs_schedule(mt_coord *c)
         slot = mt_calloc(need, sizeof(*slot));
         if (slot == NULL)
             break;
-        rc = mt_sched_place(
-            m.pw, m.n, need,
-            (size_t)j->sum.mesh_sizes[j->sum.mesh_ndims > 0 ? j->sum.mesh_ndims - 1 : 0], slot);
+        rc = job_place(c, j, &m, need, slot, note, sizeof(note));
+        if (rc == MT_UNAVAILABLE) { /* backing off from a broken link: not a blocker */
+            mt_free(slot);
+            continue;
+        }
         if (rc == MT_OK && job_start(c, j, &m, slot, note) == MT_OK) {
             free_map_fini(&m);
             if (free_map_build(c, &m) != MT_OK) {
@@ -732,6 +806,74 @@ void coord_jobs_worker_registered(mt_coord *c, const char *worker_id, int new_in
 
 /* ------------------------------------------------------------------ task reports */
 
+/* The worker whose data-plane address appears in text, other than `not`; NULL when none. */
+static coord_worker *job_worker_named(mt_coord *c, const coord_job *j, const char * not,
+                                      const char *text)
+{
+    for (size_t i = 0; i < j->n_tasks; i++) {
+        coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
+        if (w != NULL && strcmp(w->rec.worker_id, not ) != 0 && w->rec.data_address[0] != '\0' &&
+            strstr(text, w->rec.data_address) != NULL)
+            return w;
+    }
+    return NULL;
+}
+
+coord_worker *coord_job_silent_worker(mt_coord *c, const coord_job *j, const char * not,
+                                      int64_t now)
+{
+    int64_t fresh = COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms);
+
+    for (size_t i = 0; i < j->n_tasks; i++) {
+        coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
+        if (w != NULL && (not == NULL || strcmp(w->rec.worker_id, not ) != 0) &&
+            now - w->last_seen_mono_ms > fresh)
+            return w;
+    }
+    return NULL;
+}
+
+/*
+ * A task failed on a peer (its error is "UNAVAILABLE: ..." or "DEADLINE_EXCEEDED: ...": a
+ * collective lost or timed out on another process). That is a fault of the cluster, not of the
+ * job: restart it (within restart.max_restarts), and say which: a worker of the job that stopped
+ * heartbeating ("worker wb stopped answering"), else the link between the reporting worker and
+ * the peer its error names ("link wa<->wb"), which the next placement avoids or waits out with a
+ * back-off. Returns 1 when it handled the report. Issue 19, faults 7 and 8.
+ */
+static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, const char *error)
+{
+    int64_t now = mt_clock_mono_ms();
+    coord_worker *w;
+    char cause[300];
+
+    if (strncmp(error, "UNAVAILABLE: ", 13) != 0 && strncmp(error, "DEADLINE_EXCEEDED: ", 19) != 0)
+        return 0;
+    if ((w = coord_job_silent_worker(c, j, worker_id, now)) != NULL) {
+        /* the next placement leaves it out while it stays silent (job_place) */
+        snprintf(j->frozen, sizeof(j->frozen), "%s", w->rec.worker_id);
+        snprintf(cause, sizeof(cause),
+                 "worker %s stopped answering (no heartbeat for %lld s) while worker %s waited "
+                 "on it: %s",
+                 w->rec.worker_id, (long long)((now - w->last_seen_mono_ms) / 1000), worker_id,
+                 error);
+    } else if ((w = job_worker_named(c, j, worker_id, error)) != NULL) {
+        snprintf(j->link_a, sizeof(j->link_a), "%s", worker_id);
+        snprintf(j->link_b, sizeof(j->link_b), "%s", w->rec.worker_id);
+        j->backoff_ms =
+            j->backoff_ms <= 0 ? 2000 : (j->backoff_ms >= 30000 ? 60000 : 2 * j->backoff_ms);
+        j->backoff_until_mono_ms = now + j->backoff_ms;
+        snprintf(cause, sizeof(cause),
+                 "link %s<->%s broken (both workers heartbeat; not a stuck device): %s", worker_id,
+                 w->rec.worker_id, error);
+    } else {
+        snprintf(cause, sizeof(cause), "worker %s lost a peer: %s", worker_id, error);
+    }
+    mt_log_warn("job %s: %s", j->job_id, cause);
+    coord_job_restart(c, j, cause);
+    return 1;
+}
+
 /*
  * Apply one task status from worker_id. Returns 1 when the worker should stop that task (not
  * wanted: unknown job, final job, another attempt, not placed there).
@@ -753,6 +895,8 @@ static int apply_task(mt_coord *c, const char *worker_id, const Meshtrain__TaskS
         task->step = t->step;
     if (t->step > j->step)
         coord_job_set_step(c, j, t->step);
+    if (strcmp(t->state, "failed") == 0 && job_peer_failure(c, j, worker_id, t->error))
+        return 0;
     if (strcmp(t->state, "failed") == 0 || strcmp(t->state, "cancelled") == 0) {
         snprintf(reason, sizeof(reason), "worker %s: %s", worker_id,
                  t->error[0] ? t->error
@@ -1020,8 +1164,11 @@ static bool submit_replay(mt_coord *c, mt_rpc_call *call, const Meshtrain__Submi
     return true;
 }
 
-/* SubmitJob validates on the thread pool (it builds the model to check the layouts against
- * real parameter shapes, which may take a while) and stores on the loop thread. */
+/* SubmitJob validates the spec's structure on the thread pool (it builds the model to check the
+ * layouts against real parameter shapes when the spec fixes the input shape, which may take a
+ * while) and stores on the loop thread. The coordinator never opens a job's data files: the
+ * workers check them (mt_jobspec_check) before training and fail the task with the same
+ * messages `plan` gives. */
 typedef struct submit_req {
     uv_work_t work;
     mt_coord *c;
@@ -1037,7 +1184,8 @@ static void submit_validate(uv_work_t *w)
     const Meshtrain__SubmitJobRequest *r =
         (const Meshtrain__SubmitJobRequest *)mt_rpc_call_request(q->call);
 
-    q->rc = mt_jobspec_validate(r->spec_json, strlen(r->spec_json), &q->j->sum, &q->err);
+    q->rc = mt_jobspec_validate_structure(r->spec_json, strlen(r->spec_json), NULL, &q->j->sum,
+                                          &q->err);
 }
 
 /* Loop thread: store the validated job (QUEUED + its first event, one transaction), reply. */
@@ -1060,6 +1208,19 @@ static void submit_store(uv_work_t *w, int status)
     }
     if (submit_replay(c, q->call, r))
         goto out;
+    if (j->sum.coll_deadline_ms > 0 &&
+        (int64_t)j->sum.coll_deadline_ms <= COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms)) {
+        /* a collective that gives up before the coordinator could see a worker go silent would
+         * blame the link for a frozen worker */
+        char msg[256];
+        snprintf(msg, sizeof(msg),
+                 "restart.collective_deadline_ms: %u ms is not longer than this coordinator's "
+                 "heartbeat window of %lld ms (3 heartbeat intervals + 1 s)",
+                 j->sum.coll_deadline_ms,
+                 (long long)COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms));
+        mt_rpc_call_reply(q->call, MT_FAILED_PRECONDITION, msg, NULL);
+        goto out;
+    }
     if (j->sum.init_job[0] != '\0') {
         uint64_t st;
         if ((rc = init_source(c, &j->sum, &st, &err)) != MT_OK) {

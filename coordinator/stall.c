@@ -227,9 +227,39 @@ static int all_alive_and_known(mt_coord *c, const coord_job *j, int64_t now)
         return 0;
     for (size_t t = 0; t < j->n_tasks; t++) {
         coord_worker *w = coord_worker_find(c, j->tasks[t].worker_id);
-        if (w == NULL || strcmp(w->rec.state, "alive") != 0 || now - w->last_seen_mono_ms > fresh)
+        if (w == NULL || w->state != COORD_WORKER_ALIVE || now - w->last_seen_mono_ms > fresh)
             return 0;
     }
+    return 1;
+}
+
+/*
+ * A worker of j stopped heartbeating (frozen, SIGSTOPped, cut off): name it in the job's reason
+ * at once — within a few heartbeat intervals, well before the collective deadline or the
+ * heartbeat timeout end the attempt — once per silence (one store write). Returns 1 then
+ * (the stall rules do not apply: the lost-worker path decides). Issue 19, fault 8.
+ */
+static int note_silent(mt_coord *c, coord_job *j, int64_t now)
+{
+    coord_worker *w = coord_job_silent_worker(c, j, NULL, now);
+    char note[512];
+
+    if (w == NULL) {
+        if (j->silent_note_mono_ms != 0)
+            coord_job_note(c, j, "every worker heartbeats again");
+        j->silent_note_mono_ms = 0;
+        return 0;
+    }
+    if (j->silent_note_mono_ms != 0)
+        return 1; /* named once per silence: no store write per sweep */
+    snprintf(note, sizeof(note),
+             "worker %.63s (%.63s) silent for %lld s: no heartbeat; it is declared lost and the "
+             "job restarts %lld s after its last one",
+             w->rec.worker_id, w->rec.host, (long long)((now - w->last_seen_mono_ms) / 1000),
+             (long long)(c->opts.heartbeat_timeout_ms / 1000));
+    mt_log_warn("job %s: %s", j->job_id, note);
+    coord_job_note(c, j, note);
+    j->silent_note_mono_ms = now;
     return 1;
 }
 
@@ -243,7 +273,11 @@ void coord_stall_sweep(mt_coord *c)
         coord_job *j = c->jobs[i];
         char diag[256];
         uint64_t sig;
-        if ((j->state != MT_JOBSTATE_RUNNING && j->state != MT_JOBSTATE_STALLED) || j->devs == NULL)
+        if (j->state != MT_JOBSTATE_RUNNING && j->state != MT_JOBSTATE_STALLED)
+            continue;
+        if (note_silent(c, j, now))
+            continue;
+        if (j->devs == NULL)
             continue;
         sig = signature(j);
         if (sig != j->prog_sig) {

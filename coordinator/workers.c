@@ -33,6 +33,35 @@ coord_worker *coord_worker_find(mt_coord *c, const char *worker_id)
     return NULL;
 }
 
+static const char *const worker_state_names[] = {
+    [COORD_WORKER_ALIVE] = "alive",
+    [COORD_WORKER_LOST] = "lost",
+};
+
+const char *coord_worker_state_name(coord_worker_state s)
+{
+    return (size_t)s < sizeof(worker_state_names) / sizeof(worker_state_names[0])
+               ? worker_state_names[s]
+               : "?";
+}
+
+int coord_worker_state_parse(const char *name, coord_worker_state *out)
+{
+    for (size_t i = 0; i < sizeof(worker_state_names) / sizeof(worker_state_names[0]); i++)
+        if (strcmp(name, worker_state_names[i]) == 0) {
+            *out = (coord_worker_state)i;
+            return 1;
+        }
+    return 0;
+}
+
+/* Set w's state, typed and in its record (the store is the caller's). */
+static void worker_set_state(coord_worker *w, coord_worker_state s)
+{
+    w->state = s;
+    snprintf(w->rec.state, sizeof(w->rec.state), "%s", coord_worker_state_name(s));
+}
+
 mt_code coord_workers_load(mt_coord *c, mt_err *err)
 {
     mt_store_worker *list = NULL;
@@ -50,6 +79,8 @@ mt_code coord_workers_load(mt_coord *c, mt_err *err)
     for (size_t i = 0; i < n; i++) {
         c->workers[i].rec = list[i]; /* takes the devices array */
         c->workers[i].last_seen_mono_ms = now;
+        if (!coord_worker_state_parse(list[i].state, &c->workers[i].state))
+            worker_set_state(&c->workers[i], COORD_WORKER_LOST); /* unknown: not schedulable */
         list[i].devices = NULL;
         list[i].n_devices = 0;
     }
@@ -115,13 +146,13 @@ void coord_workers_sweep(mt_coord *c)
     for (size_t i = 0; i < c->n_workers; i++) {
         coord_worker *w = &c->workers[i];
         int64_t silent = now - w->last_seen_mono_ms;
-        if (strcmp(w->rec.state, "alive") != 0 || silent <= c->opts.heartbeat_timeout_ms)
+        if (w->state != COORD_WORKER_ALIVE || silent <= c->opts.heartbeat_timeout_ms)
             continue;
-        snprintf(w->rec.state, sizeof(w->rec.state), "lost");
+        worker_set_state(w, COORD_WORKER_LOST);
         mt_log_warn("worker %s lost: no heartbeat for %lld ms (timeout %d ms)", w->rec.worker_id,
                     (long long)silent, c->opts.heartbeat_timeout_ms);
         int64_t t0 = mt_clock_mono_us();
-        if (mt_store_worker_set_state(c->store, w->rec.worker_id, "lost", &err) != MT_OK)
+        if (mt_store_worker_set_state(c->store, w->rec.worker_id, w->rec.state, &err) != MT_OK)
             mt_log_error("store worker %s state: %s", w->rec.worker_id, err.msg);
         coord_stats_store_write(c->stats, mt_clock_mono_us() - t0);
         coord_jobs_worker_lost(c, w->rec.worker_id, "lost (no heartbeat)");
@@ -199,7 +230,7 @@ void coord_handle_register(mt_coord *c, mt_rpc_call *call)
         return;
     }
     w = coord_worker_find(c, r->name);
-    if (w != NULL && strcmp(w->rec.state, "alive") == 0 &&
+    if (w != NULL && w->state == COORD_WORKER_ALIVE &&
         strcmp(w->rec.instance_id, r->instance_id) != 0 &&
         now - w->last_seen_mono_ms <= c->opts.heartbeat_timeout_ms) {
         snprintf(msg, sizeof(msg),
@@ -220,7 +251,7 @@ void coord_handle_register(mt_coord *c, mt_rpc_call *call)
     snprintf(rec.name, sizeof(rec.name), "%s", r->name);
     snprintf(rec.instance_id, sizeof(rec.instance_id), "%s", r->instance_id);
     snprintf(rec.host, sizeof(rec.host), "%s", r->host);
-    snprintf(rec.state, sizeof(rec.state), "alive");
+    snprintf(rec.state, sizeof(rec.state), "%s", coord_worker_state_name(COORD_WORKER_ALIVE));
     snprintf(rec.data_address, sizeof(rec.data_address), "%s", r->data_address);
     snprintf(rec.version, sizeof(rec.version), "%s", r->version);
     rec.pid = r->pid;
@@ -245,7 +276,7 @@ void coord_handle_register(mt_coord *c, mt_rpc_call *call)
         return;
     }
     int new_instance = w != NULL && (strcmp(w->rec.instance_id, r->instance_id) != 0 ||
-                                     strcmp(w->rec.state, "alive") != 0);
+                                     w->state != COORD_WORKER_ALIVE);
     if (w == NULL) {
         if (c->n_workers == c->cap_workers) {
             size_t cap = c->cap_workers ? c->cap_workers * 2 : 16;
@@ -264,6 +295,7 @@ void coord_handle_register(mt_coord *c, mt_rpc_call *call)
         mt_store_worker_fini(&w->rec);
     }
     w->rec = rec; /* takes devs */
+    w->state = COORD_WORKER_ALIVE;
     w->last_seen_mono_ms = now;
     w->hb_dirty = 0;
     mt_log_info("worker %s registered: %zu devices, pid %u on %s, data plane %s", rec.worker_id,
@@ -286,7 +318,7 @@ void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call)
     rep.coordinator_instance = c->instance;
     /* unknown, replaced by another process, or already declared lost: register again */
     if (w == NULL || strcmp(w->rec.instance_id, r->instance_id) != 0 ||
-        strcmp(w->rec.state, "alive") != 0) {
+        w->state != COORD_WORKER_ALIVE) {
         rep.reregister = 1;
         mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
         return;
@@ -322,13 +354,15 @@ void coord_handle_list_workers(mt_coord *c, mt_rpc_call *call)
     Meshtrain__Device *devs = NULL, **dptrs = NULL;
     size_t n = 0, nd = 0, k = 0;
 
-    if (r->state[0] && strcmp(r->state, "alive") != 0 && strcmp(r->state, "lost") != 0) {
+    coord_worker_state want = COORD_WORKER_ALIVE;
+
+    if (r->state[0] && !coord_worker_state_parse(r->state, &want)) {
         mt_rpc_call_reply(call, MT_INVALID_ARGUMENT,
                           "state filter must be 'alive' or 'lost' (or empty for all)", NULL);
         return;
     }
     for (size_t i = 0; i < c->n_workers; i++) {
-        if (r->state[0] && strcmp(r->state, c->workers[i].rec.state) != 0)
+        if (r->state[0] && c->workers[i].state != want)
             continue;
         n++;
         nd += c->workers[i].rec.n_devices;
@@ -345,7 +379,7 @@ void coord_handle_list_workers(mt_coord *c, mt_rpc_call *call)
     for (size_t i = 0; i < c->n_workers; i++) {
         mt_store_worker *w = &c->workers[i].rec;
         Meshtrain__WorkerInfo *wi = &infos[n];
-        if (r->state[0] && strcmp(r->state, w->state) != 0)
+        if (r->state[0] && c->workers[i].state != want)
             continue;
         meshtrain__worker_info__init(wi);
         wi->worker_id = w->worker_id;

@@ -9,10 +9,14 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <glob.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "alloc/mt_alloc.h"
@@ -20,6 +24,7 @@
 #include "layout/mt_layout.h"
 #include "mesh/mt_mesh.h"
 #include "model/mt_model.h"
+#include "pathsafe/mt_pathsafe.h"
 #include "spmd/mt_spmd.h"
 
 /* A non-negative integer field of obj in [lo, hi]; absent keeps *out. */
@@ -54,7 +59,7 @@ static mt_code only_keys(const cJSON *obj, const char *sect, const char *const *
 static mt_code check_sections(const cJSON *root, mt_jobspec_summary *s, mt_err *err)
 {
     static const char *const ck_keys[] = {"every_steps", "keep", NULL};
-    static const char *const rs_keys[] = {"max_restarts", NULL};
+    static const char *const rs_keys[] = {"max_restarts", "collective_deadline_ms", NULL};
     static const char *const el_keys[] = {"min_batch", "max_batch", NULL};
     static const char *const in_keys[] = {"job", "step", NULL};
     const cJSON *n;
@@ -75,7 +80,10 @@ static mt_code check_sections(const cJSON *root, mt_jobspec_summary *s, mt_err *
         if (!cJSON_IsObject(n))
             return mt_err_set(err, MT_INVALID_ARGUMENT, "restart: must be an object");
         if ((rc = only_keys(n, "restart", rs_keys, err)) != MT_OK ||
-            (rc = get_uint(n, "max_restarts", "restart", 0, 1000, &s->max_restarts, err)) != MT_OK)
+            (rc = get_uint(n, "max_restarts", "restart", 0, 1000, &s->max_restarts, err)) !=
+                MT_OK ||
+            (rc = get_uint(n, "collective_deadline_ms", "restart", 100, 3600000,
+                           &s->coll_deadline_ms, err)) != MT_OK)
             return rc;
     }
     if ((n = cJSON_GetObjectItemCaseSensitive(root, "elastic")) != NULL) {
@@ -113,6 +121,340 @@ static mt_code check_sections(const cJSON *root, mt_jobspec_summary *s, mt_err *
     return MT_OK;
 }
 
+static int uses_pipeline_form(const cJSON *ds)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(ds, "format");
+
+    if (!cJSON_IsObject(ds))
+        return 0;
+    return cJSON_GetObjectItemCaseSensitive(ds, "train") != NULL ||
+           (cJSON_IsString(f) && strcmp(f->valuestring, "idx") != 0);
+}
+
+static bool is_synthetic(const cJSON *ds)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(ds, "format");
+    return cJSON_IsString(f) && strcmp(f->valuestring, "synthetic") == 0;
+}
+
+/* ------------------------------------------------------------------ dataset paths */
+
+/*
+ * One walk over every file path the "dataset" section names (docs/job-spec.md "Dataset paths"):
+ * the flat IDX keys, and "train"/"test" as a path, a list of paths or IDX pairs, {"files": [...]}
+ * or {"glob": "p"}. It checks the types of those fields (the messages core/data gives) and calls
+ * visit on each path string. It opens nothing.
+ */
+typedef struct path_walk path_walk;
+struct path_walk {
+    mt_code (*visit)(path_walk *w, const char *field, cJSON *str);
+    const char *base_dir;     /* relative paths resolve against it (NULL: the working dir) */
+    const mt_pathsafe *roots; /* check_files: confine to these (NULL: no confinement) */
+    bool changed;             /* absolutize: a path was rewritten */
+    mt_err *err;
+};
+
+static mt_code walk_string(path_walk *w, const char *field, cJSON *n)
+{
+    if (!cJSON_IsString(n) || n->valuestring[0] == '\0')
+        return mt_err_set(w->err, MT_INVALID_ARGUMENT, "%s: must be a non-empty path string",
+                          field);
+    if (strlen(n->valuestring) >= MT_SPEC_PATH_MAX)
+        return mt_err_set(w->err, MT_INVALID_ARGUMENT, "%s: path longer than %d bytes", field,
+                          MT_SPEC_PATH_MAX - 1);
+    return w->visit(w, field, n);
+}
+
+/* An IDX pair {"images": ..., "labels": ...}. */
+static mt_code walk_pair(path_walk *w, const char *field, cJSON *o)
+{
+    cJSON *im = cJSON_GetObjectItemCaseSensitive(o, "images");
+    cJSON *lb = cJSON_GetObjectItemCaseSensitive(o, "labels");
+    char f[192];
+    mt_code rc;
+
+    if (!cJSON_IsString(im) || !cJSON_IsString(lb))
+        return mt_err_set(w->err, MT_INVALID_ARGUMENT,
+                          "%s: an IDX entry needs string fields \"images\" and \"labels\"", field);
+    snprintf(f, sizeof(f), "%s.images", field);
+    if ((rc = walk_string(w, f, im)) != MT_OK)
+        return rc;
+    snprintf(f, sizeof(f), "%s.labels", field);
+    return walk_string(w, f, lb);
+}
+
+static mt_code walk_list(path_walk *w, const char *field, cJSON *arr)
+{
+    cJSON *e;
+    size_t i = 0;
+    mt_code rc;
+
+    if (cJSON_IsString(arr))
+        return walk_string(w, field, arr);
+    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) == 0)
+        return mt_err_set(w->err, MT_INVALID_ARGUMENT,
+                          "%s: must be a path, a list of paths, or {\"files\"|\"glob\": ...}",
+                          field);
+    cJSON_ArrayForEach(e, arr)
+    {
+        char f[192];
+        snprintf(f, sizeof(f), "%s[%zu]", field, i++);
+        rc = cJSON_IsObject(e) ? walk_pair(w, f, e) : walk_string(w, f, e);
+        if (rc != MT_OK)
+            return rc;
+    }
+    return MT_OK;
+}
+
+static mt_code walk_split(path_walk *w, const char *field, cJSON *v)
+{
+    cJSON *files, *gl;
+    char f[192];
+
+    if (!cJSON_IsObject(v))
+        return walk_list(w, field, v);
+    files = cJSON_GetObjectItemCaseSensitive(v, "files");
+    gl = cJSON_GetObjectItemCaseSensitive(v, "glob");
+    if (files != NULL && gl != NULL)
+        return mt_err_set(w->err, MT_INVALID_ARGUMENT,
+                          "%s: give either \"files\" or \"glob\", not both", field);
+    if (gl != NULL) {
+        snprintf(f, sizeof(f), "%s.glob", field);
+        return walk_string(w, f, gl);
+    }
+    if (files != NULL) {
+        snprintf(f, sizeof(f), "%s.files", field);
+        return walk_list(w, f, files);
+    }
+    return walk_pair(w, field, v);
+}
+
+static mt_code walk_dataset(path_walk *w, cJSON *ds)
+{
+    static const char *const flat[] = {"train_images", "train_labels", "test_images",
+                                       "test_labels"};
+    static const char *const splits[] = {"train", "test"};
+    char f[64];
+    cJSON *n;
+    mt_code rc;
+
+    if (!cJSON_IsObject(ds) || is_synthetic(ds))
+        return MT_OK; /* absent: the packaged Fashion-MNIST files (absolute paths) */
+    for (int i = 0; i < 4; i++)
+        if ((n = cJSON_GetObjectItemCaseSensitive(ds, flat[i])) != NULL) {
+            snprintf(f, sizeof(f), "dataset.%s", flat[i]);
+            if ((rc = walk_string(w, f, n)) != MT_OK)
+                return rc;
+        }
+    for (int i = 0; i < 2; i++)
+        if ((n = cJSON_GetObjectItemCaseSensitive(ds, splits[i])) != NULL) {
+            snprintf(f, sizeof(f), "dataset.%s", splits[i]);
+            if ((rc = walk_split(w, f, n)) != MT_OK)
+                return rc;
+        }
+    return MT_OK;
+}
+
+/* base_dir/p into buf when p is relative and base_dir given, else p. INVALID_ARGUMENT when too
+ * long. */
+static mt_code join_path(const char *base_dir, const char *p, const char *field, char *buf,
+                         size_t cap, mt_err *err)
+{
+    int n;
+
+    if (p[0] == '/' || base_dir == NULL || base_dir[0] == '\0')
+        n = snprintf(buf, cap, "%s", p);
+    else
+        n = snprintf(buf, cap, "%s/%s", base_dir, p);
+    if (n < 0 || (size_t)n >= cap)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: path longer than %zu bytes", field,
+                          cap - 1);
+    return MT_OK;
+}
+
+static mt_code visit_absolutize(path_walk *w, const char *field, cJSON *str)
+{
+    char full[MT_SPEC_PATH_MAX];
+    mt_code rc;
+
+    if (str->valuestring[0] == '/')
+        return MT_OK;
+    if ((rc = join_path(w->base_dir, str->valuestring, field, full, sizeof(full), w->err)) != MT_OK)
+        return rc;
+    if (cJSON_SetValuestring(str, full) == NULL)
+        return mt_err_set(w->err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", field);
+    w->changed = true;
+    return MT_OK;
+}
+
+mt_code mt_jobspec_absolute_paths(const char *json, size_t len, const char *base_dir, char **out,
+                                  size_t *out_len, mt_err *err)
+{
+    cJSON *root =
+        json != NULL && len <= MT_JOBSPEC_MAX_SIZE ? cJSON_ParseWithLength(json, len) : NULL;
+    path_walk w = {visit_absolutize, base_dir, NULL, false, err};
+    char *text = NULL;
+    mt_code rc = MT_OK;
+
+    *out = NULL;
+    *out_len = 0;
+    if (root != NULL && cJSON_IsObject(root))
+        rc = walk_dataset(&w, cJSON_GetObjectItemCaseSensitive(root, "dataset"));
+    if (rc == MT_INVALID_ARGUMENT)
+        rc = MT_OK; /* a malformed section goes as it is: the validation words the problem */
+    if (rc == MT_OK && w.changed) {
+        char *p = cJSON_PrintUnformatted(root);
+        if (p != NULL) {
+            *out_len = strlen(p);
+            text = mt_malloc(*out_len + 1);
+            if (text != NULL)
+                memcpy(text, p, *out_len + 1);
+            cJSON_free(p);
+        }
+    } else if (rc == MT_OK && json != NULL) {
+        *out_len = len;
+        text = mt_malloc(len + 1);
+        if (text != NULL) {
+            memcpy(text, json, len);
+            text[len] = '\0';
+        }
+    }
+    cJSON_Delete(root);
+    if (rc == MT_OK && text == NULL)
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job spec: out of memory");
+    if (rc != MT_OK) {
+        mt_free(text);
+        *out_len = 0;
+        return rc;
+    }
+    *out = text;
+    return MT_OK;
+}
+
+/* What kind of non-regular file st describes. */
+static const char *file_kind(const struct stat *st)
+{
+    if (S_ISDIR(st->st_mode))
+        return "a directory";
+    if (S_ISFIFO(st->st_mode))
+        return "a FIFO";
+    if (S_ISCHR(st->st_mode))
+        return "a character device";
+    if (S_ISBLK(st->st_mode))
+        return "a block device";
+    if (S_ISSOCK(st->st_mode))
+        return "a socket";
+    return "not a regular file";
+}
+
+/* A file that exists must be a regular one (stat: follows links, opens nothing). */
+static mt_code check_regular(const char *field, const char *path, mt_err *err)
+{
+    struct stat st;
+
+    if (stat(path, &st) != 0 || S_ISREG(st.st_mode))
+        return MT_OK; /* missing: the reader says NOT_FOUND with its own message */
+    return mt_err_set(err, MT_INVALID_ARGUMENT,
+                      "%s: %s is %s, not a regular file (datasets are read from regular files "
+                      "only)",
+                      field, path, file_kind(&st));
+}
+
+static mt_code visit_check_file(path_walk *w, const char *field, cJSON *str)
+{
+    char full[MT_SPEC_PATH_MAX + 512];
+    mt_code rc;
+    glob_t g;
+
+    if ((rc = join_path(w->base_dir, str->valuestring, field, full, sizeof(full), w->err)) != MT_OK)
+        return rc;
+    if (strpbrk(str->valuestring, "*?[") == NULL) {
+        if (w->roots != NULL && (rc = mt_pathsafe_check(w->roots, full, MT_PATHSAFE_MAY_BE_MISSING,
+                                                        NULL, 0, w->err)) != MT_OK)
+            return rc;
+        return check_regular(field, full, w->err);
+    }
+    if (w->roots != NULL && (rc = mt_pathsafe_check_glob(w->roots, full, w->err)) != MT_OK &&
+        rc != MT_NOT_FOUND)
+        return rc;
+    memset(&g, 0, sizeof(g));
+    if (glob(full, GLOB_ERR, NULL, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc && rc == MT_OK; i++)
+            rc = check_regular(field, g.gl_pathv[i], w->err);
+    else
+        rc = MT_OK; /* no match: the data spec parser words it */
+    globfree(&g);
+    return rc;
+}
+
+mt_code mt_jobspec_check_files(const mt_jobspec *js, const char *base_dir,
+                               const struct mt_pathsafe *roots, mt_err *err)
+{
+    path_walk w = {visit_check_file, base_dir, roots, false, err};
+    mt_code rc;
+
+    if ((rc = walk_dataset(&w, (cJSON *)js->dataset)) != MT_OK)
+        return rc;
+    if (roots != NULL)
+        rc = mt_pathsafe_check_job_spec(roots, js->model, err); /* the defaults too */
+    return rc;
+}
+
+/* Structure only: a relative path cannot be placed without the spec's folder. */
+static mt_code visit_structure(path_walk *w, const char *field, cJSON *str)
+{
+    if (str->valuestring[0] == '/' || w->base_dir != NULL)
+        return MT_OK;
+    return mt_err_set(w->err, MT_INVALID_ARGUMENT,
+                      "%s: relative path '%s' in a spec without its folder: give an absolute path "
+                      "(`meshtrain submit FILE` makes a spec's relative paths absolute against "
+                      "the file's folder)",
+                      field, str->valuestring);
+}
+
+/* The per-example input shape a dataset section fixes without reading a file (rank 0 when it
+ * does not: IDX files carry their shape). */
+static void structure_shape(const cJSON *ds, mt_jobspec_summary *s)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(ds, "format");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(ds, "shape");
+    const cJSON *cols = cJSON_GetObjectItemCaseSensitive(ds, "feature_columns");
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(ds, "max_tokens");
+    int n = cJSON_GetArraySize(shape);
+
+    if (cJSON_IsArray(shape) && (n == 2 || n == 3)) {
+        s->input_shape[2] = 1;
+        for (int i = 0; i < n; i++) {
+            const cJSON *e = cJSON_GetArrayItem(shape, i);
+            if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > (1 << 20) ||
+                e->valuedouble != floor(e->valuedouble))
+                return;
+            s->input_shape[i] = (size_t)e->valuedouble;
+        }
+        s->input_rank = 3;
+    } else if (cJSON_IsArray(cols) && cJSON_GetArraySize(cols) > 0) {
+        s->input_rank = 1;
+        s->input_shape[0] = (size_t)cJSON_GetArraySize(cols);
+    } else if (cJSON_IsString(f) && strcmp(f->valuestring, "text") == 0) {
+        s->input_rank = 1;
+        s->input_shape[0] = 1200; /* core/data's default max_tokens */
+        if (cJSON_IsNumber(mt) && mt->valuedouble >= 2 && mt->valuedouble <= (1 << 22) &&
+            mt->valuedouble == floor(mt->valuedouble))
+            s->input_shape[0] = (size_t)mt->valuedouble;
+    }
+}
+
+static mt_code structure_probe(const mt_jobspec *js, const mt_jobspec_opts *o,
+                               mt_jobspec_summary *s, mt_err *err)
+{
+    path_walk w = {visit_structure, o->base_dir, NULL, false, err};
+    mt_code rc = walk_dataset(&w, (cJSON *)js->dataset);
+
+    if (rc == MT_OK && s->input_rank == 0 && uses_pipeline_form(js->dataset))
+        structure_shape(js->dataset, s);
+    return rc;
+}
+
 /* Read the first `want` bytes of a (possibly gzipped) file. 1 on success. */
 static int read_head(const char *path, unsigned char *buf, int want)
 {
@@ -132,19 +474,24 @@ static uint32_t be32(const unsigned char *p)
 }
 
 /* IDX headers of the training images: example count and per-example shape (H, W, 1). */
-static mt_code idx_probe(const mt_dataset_spec *ds, mt_jobspec_summary *s, mt_err *err)
+static mt_code idx_probe(const mt_dataset_spec *ds, const char *base_dir, mt_jobspec_summary *s,
+                         mt_err *err)
 {
     unsigned char h[20];
+    char path[MT_SPEC_PATH_MAX + 512];
     int dims;
+    mt_code rc;
 
-    if (!read_head(ds->train_images, h, 8))
-        return mt_err_set(err, MT_NOT_FOUND, "dataset.train_images: cannot read IDX file %s",
-                          ds->train_images);
+    /* relative to the spec's folder, as every dataset path (mt_jobspec_absolute_paths) */
+    rc = join_path(base_dir, ds->train_images, "dataset.train_images", path, sizeof(path), err);
+    if (rc != MT_OK)
+        return rc;
+    if (!read_head(path, h, 8))
+        return mt_err_set(err, MT_NOT_FOUND, "dataset.train_images: cannot read IDX file %s", path);
     dims = h[3];
-    if (h[0] != 0 || h[1] != 0 || dims < 1 || dims > 4 ||
-        !read_head(ds->train_images, h, 4 + 4 * dims))
+    if (h[0] != 0 || h[1] != 0 || dims < 1 || dims > 4 || !read_head(path, h, 4 + 4 * dims))
         return mt_err_set(err, MT_INVALID_ARGUMENT, "dataset.train_images: %s is not an IDX file",
-                          ds->train_images);
+                          path);
     s->train_examples = be32(h + 4);
     if (s->input_rank == 0) {
         if (dims == 1) {
@@ -191,22 +538,6 @@ static mt_code data_probe(const cJSON *node, const char *base_dir, mt_jobspec_su
                           "example shape (give input_shape, dataset.shape or "
                           "dataset.feature_columns)");
     return MT_OK;
-}
-
-static int uses_pipeline_form(const cJSON *ds)
-{
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(ds, "format");
-
-    if (!cJSON_IsObject(ds))
-        return 0;
-    return cJSON_GetObjectItemCaseSensitive(ds, "train") != NULL ||
-           (cJSON_IsString(f) && strcmp(f->valuestring, "idx") != 0);
-}
-
-static bool is_synthetic(const cJSON *ds)
-{
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(ds, "format");
-    return cJSON_IsString(f) && strcmp(f->valuestring, "synthetic") == 0;
 }
 
 /* The generated dataset: its fields as the trainer reads them; (features) examples. */
@@ -286,8 +617,11 @@ out:
     return rc;
 }
 
-static mt_code check_root(const mt_jobspec *js, const mt_jobspec_opts *o, mt_jobspec_summary *s,
-                          mt_err *err)
+/* files: read the data set (type checks, IDX headers, core/data's parse) as the trainer will;
+ * otherwise the structure only (no file touched; model and layouts checked when the spec or the
+ * dataset section fixes the input shape). */
+static mt_code check_root(const mt_jobspec *js, const mt_jobspec_opts *o, bool files,
+                          mt_jobspec_summary *s, mt_err *err)
 {
     const cJSON *root = js->root, *ds = js->dataset, *mj;
     const mt_job_spec *spec = js->model;
@@ -303,8 +637,11 @@ static mt_code check_root(const mt_jobspec *js, const mt_jobspec_opts *o, mt_job
     memcpy(s->input_shape, spec->input_shape, sizeof(s->input_shape));
     if (pipeline && is_synthetic(ds))
         rc = synthetic_probe(spec, ds, s, err);
-    else
-        rc = pipeline ? data_probe(ds, o->base_dir, s, err) : idx_probe(&spec->dataset, s, err);
+    else if (!files)
+        rc = structure_probe(js, o, s, err);
+    else if ((rc = mt_jobspec_check_files(js, o->base_dir, NULL, err)) == MT_OK)
+        rc = pipeline ? data_probe(ds, o->base_dir, s, err)
+                      : idx_probe(&spec->dataset, o->base_dir, s, err);
     if (rc != MT_OK)
         goto out;
     if (s->train_examples > 0) {
@@ -327,7 +664,7 @@ static mt_code check_root(const mt_jobspec *js, const mt_jobspec_opts *o, mt_job
     if (rc != MT_OK)
         goto out;
     mesh_summary(mesh, s);
-    if ((rc = check_params(js, mesh, s, err)) != MT_OK)
+    if (s->input_rank != 0 && (rc = check_params(js, mesh, s, err)) != MT_OK)
         goto out;
     rc = check_sections(root, s, err);
 out:
@@ -387,15 +724,20 @@ fail:
 
 mt_code mt_jobspec_load(const char *path, mt_jobspec **out, mt_err *err)
 {
-    char *buf;
-    size_t n;
+    char dir[MT_SPEC_PATH_MAX], *buf, *abs = NULL;
+    size_t n, an;
     mt_code rc;
 
     *out = NULL;
     rc = mt_job_spec_read(path, MT_JOBSPEC_MAX_SIZE, &buf, &n, err);
     if (rc != MT_OK)
         return rc;
-    rc = mt_jobspec_parse(buf, n, out, err);
+    /* the one rule: relative dataset paths are relative to the spec file's folder */
+    snprintf(dir, sizeof(dir), "%s", path);
+    rc = mt_jobspec_absolute_paths(buf, n, dirname(dir), &abs, &an, err);
+    if (rc == MT_OK)
+        rc = mt_jobspec_parse(abs, an, out, err);
+    mt_free(abs);
     mt_free(buf);
     return rc;
 }
@@ -418,9 +760,26 @@ mt_code mt_jobspec_check(const mt_jobspec *js, const mt_jobspec_opts *opts, mt_j
     mt_code rc;
 
     memset(out, 0, sizeof(*out));
-    rc = check_root(js, opts != NULL ? opts : &dflt, out, err);
+    rc = check_root(js, opts != NULL ? opts : &dflt, true, out, err);
     if (rc != MT_OK)
         memset(out, 0, sizeof(*out));
+    return rc;
+}
+
+mt_code mt_jobspec_validate_structure(const char *json, size_t len, const mt_jobspec_opts *opts,
+                                      mt_jobspec_summary *out, mt_err *err)
+{
+    static const mt_jobspec_opts dflt = MT_JOBSPEC_OPTS_DEFAULTS;
+    mt_jobspec *js = NULL;
+    mt_code rc;
+
+    memset(out, 0, sizeof(*out));
+    rc = mt_jobspec_parse(json, len, &js, err);
+    if (rc == MT_OK)
+        rc = check_root(js, opts != NULL ? opts : &dflt, false, out, err);
+    if (rc != MT_OK)
+        memset(out, 0, sizeof(*out));
+    mt_jobspec_free(js);
     return rc;
 }
 

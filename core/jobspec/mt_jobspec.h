@@ -6,9 +6,10 @@
  * How it fits: every process parses a spec's text once with mt_jobspec_parse and hands the typed
  * sections to the modules that use them: `meshtrain train --local` (client/cmd_train.c) and the
  * worker's task (worker/task.c) pass js->model, js->cfg and js->dataset to mt_spmd_train.
- * Validation: SubmitJob (coordinator/jobs.c), `meshtrain plan` and `train --local` run the same
- * checks (mt_jobspec_validate / _opts / mt_jobspec_check), so whatever one refuses the others
- * refuse with the same message. The parse calls core/model (mt_job_spec_from_json: top-level
+ * Validation: `meshtrain plan`, `train --local` and the worker's task run the same checks
+ * (mt_jobspec_validate / _opts / mt_jobspec_check), so whatever one refuses the others refuse
+ * with the same message; SubmitJob (coordinator/jobs.c) runs the part that needs no file
+ * (mt_jobspec_validate_structure). The parse calls core/model (mt_job_spec_from_json: top-level
  * fields, optimizer, model graph, fsdp, IDX dataset files) and core/spmd (mt_spmd_config_from_json:
  * mesh, layouts, input layout, checkpoint); the check adds core/data (mt_data_spec_parse, when the
  * dataset uses the input-pipeline form with "train"; the synthetic section), the mesh (or the
@@ -17,9 +18,11 @@
  * sections. The first problem wins; its message starts with the JSON path of the offending
  * field: `mesh.model: size must be an integer >= 1, got 0`.
  *
- * Reads the IDX headers of the training set (a few bytes, gzip or plain) when the spec does not
- * give model.input_shape and to count the examples for total_steps; an unreadable file is
- * NOT_FOUND naming the field and the path.
+ * mt_jobspec_validate / _check read the IDX headers of the training set (a few bytes, gzip or
+ * plain) when the spec does not give model.input_shape and to count the examples for
+ * total_steps; an unreadable file is NOT_FOUND naming the field and the path; a named file that
+ * is not a regular file (FIFO, device) is refused before anything is opened.
+ * mt_jobspec_validate_structure (SubmitJob) opens no file at all.
  * Threading: pure apart from those reads; any thread; no shared state.
  * Tests: tests/unit/test_jobspec.c.
  */
@@ -64,6 +67,9 @@ typedef struct mt_jobspec_summary {
     uint32_t ckpt_every_steps; /* "checkpoint.every_steps"; 0 = no checkpoints */
     uint32_t ckpt_keep;        /* "checkpoint.keep", default 3 */
     uint32_t max_restarts;     /* "restart.max_restarts", default 3 */
+    uint32_t coll_deadline_ms; /* "restart.collective_deadline_ms" (100..3600000): how long a
+                                  collective waits for a peer before it fails the attempt;
+                                  0 = the worker's default (30 s) */
     char init_job[32];         /* "init_from.job": start from that job's checkpoint; "" = fresh */
     uint32_t init_step;        /* "init_from.step"; 0 = that job's latest complete checkpoint */
     /* "elastic" bounds (defaults 1 and 65536); both 0 when the spec has no "elastic" section or
@@ -111,8 +117,10 @@ typedef struct mt_jobspec {
  */
 mt_code mt_jobspec_parse(const char *json, size_t len, mt_jobspec **out, mt_err *err);
 
-/* Read the file at path and mt_jobspec_parse it. NOT_FOUND / PERMISSION_DENIED ("open PATH:
- * why"), INVALID_ARGUMENT naming the file. */
+/* Read the file at path and mt_jobspec_parse it, its relative dataset paths made relative to
+ * the file's folder first (mt_jobspec_absolute_paths; "examples/x.json" naming "data/a.tsv"
+ * reads "examples/data/a.tsv"). NOT_FOUND / PERMISSION_DENIED ("open PATH: why"),
+ * INVALID_ARGUMENT naming the file. */
 mt_code mt_jobspec_load(const char *path, mt_jobspec **out, mt_err *err);
 
 /* Free a spec; NULL is a no-op. */
@@ -120,9 +128,9 @@ void mt_jobspec_free(mt_jobspec *js);
 
 /* Where a spec is validated from (mt_jobspec_validate_opts). */
 typedef struct mt_jobspec_opts {
-    const char *base_dir; /* the input-pipeline form's relative "train"/"test" paths resolve
-                             against it (NULL: the working directory); IDX paths are read as
-                             given, as the trainer reads them */
+    const char *base_dir; /* relative dataset paths resolve against it: the spec's folder
+                             (NULL: the working directory; for validate_structure NULL means
+                             relative paths are refused) */
     const char *mesh;     /* "batch=4,model=2" replacing the spec's "mesh" (--mesh), or NULL */
 } mt_jobspec_opts;
 
@@ -144,5 +152,56 @@ mt_code mt_jobspec_validate_opts(const char *json, size_t len, const mt_jobspec_
  * the sections), on a parsed spec (borrowed). Codes: as mt_jobspec_validate. */
 mt_code mt_jobspec_check(const mt_jobspec *js, const mt_jobspec_opts *opts, mt_jobspec_summary *out,
                          mt_err *err);
+
+/*
+ * Validate the spec's structure only, opening no file: what the coordinator runs at SubmitJob
+ * (a scheduler must not read data as its own user: docs/security.md). Checked: syntax, every
+ * section's fields, the mesh (or opts->mesh), the dataset section's file fields (types; with
+ * opts->base_dir NULL every path must be absolute: INVALID_ARGUMENT "dataset.train: relative path
+ * '...' in a spec without its folder ..."), and — when the spec's model.input_shape or its
+ * dataset section (CSV "shape"/"feature_columns", text "max_tokens", synthetic) fixes the input
+ * shape — the model and its layouts as mt_jobspec_check does. What needs the files (IDX headers,
+ * example counts, CSV headers, globs) is left to mt_jobspec_check on the worker, whose messages
+ * are the same as `plan`'s. out->train_examples, steps_per_epoch and (without "steps") total_steps
+ * are 0 unless the dataset is synthetic; the per-device byte counts are 0 when the input shape
+ * is not known. Codes: as mt_jobspec_validate without NOT_FOUND.
+ */
+mt_code mt_jobspec_validate_structure(const char *json, size_t len, const mt_jobspec_opts *opts,
+                                      mt_jobspec_summary *out, mt_err *err);
+
+/* ------------------------------------------------------------------ dataset paths
+ *
+ * The one rule (docs/job-spec.md, "Dataset paths"): a relative dataset path is relative to the
+ * folder of the spec file, for `train --local`, `plan` and `submit` alike. mt_jobspec_load applies
+ * it; `meshtrain submit` sends the spec with its relative paths made absolute against the file's
+ * folder, so workers read exactly the files `plan` checked. The dataset fields holding paths: the
+ * flat IDX keys (train_images, train_labels, test_images, test_labels) and "train"/"test" in
+ * every form (a path or glob, a list, {"files": [...]}, {"glob": "p"}, IDX {"images", "labels"}).
+ */
+
+/*
+ * Rewrite each relative dataset path of the spec text json[0..len) (borrowed) as base_dir/path.
+ * *out (owned, NUL-terminated, *out_len bytes) is the rewritten text, or a copy of json when
+ * nothing was relative or the text is not a valid spec (the validation words that). Opens no
+ * file. Codes: RESOURCE_EXHAUSTED; INVALID_ARGUMENT when a joined path exceeds
+ * MT_SPEC_PATH_MAX.
+ */
+mt_code mt_jobspec_absolute_paths(const char *json, size_t len, const char *base_dir, char **out,
+                                  size_t *out_len, mt_err *err);
+
+struct mt_pathsafe;
+
+/*
+ * Check every file the dataset section of js (borrowed) names, globs expanded, relative paths
+ * against base_dir (NULL: the working directory), without opening any: with roots (borrowed,
+ * may be NULL) each must lie under them (mt_pathsafe_check: PERMISSION_DENIED whether it exists
+ * or not); each one that exists must be a regular file — a FIFO, device, socket or directory is
+ * INVALID_ARGUMENT "dataset.train_images: /d/p is a FIFO, not a regular file ..." (a FIFO would
+ * block the reader forever). A missing file passes (its reader says NOT_FOUND). mt_jobspec_check
+ * runs it (roots NULL) before reading anything; the worker runs it with its --data-root set.
+ * Threading: any thread; stat(2) and glob(3) only.
+ */
+mt_code mt_jobspec_check_files(const mt_jobspec *js, const char *base_dir,
+                               const struct mt_pathsafe *roots, mt_err *err);
 
 #endif

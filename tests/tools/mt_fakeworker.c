@@ -9,6 +9,10 @@
  *       checkpoint.every_steps; appends each ACKNOWLEDGED point ("M job step name") and
  *       checkpoint ("C job step") to ACK_LOG; reports running/succeeded. Survives coordinator
  *       restarts (retries, re-registers, keeps its tasks). Runs until killed.
+ *       Env (issue 19 fault 7, test_fault_link.sh): MT_FAKE_DATA_ADDRESS registers that data-plane
+ *       address (default tcp://127.0.0.1:1); MT_FAKE_LINK_FAIL="ADDR@STEP" fails every task
+ *       whose rank table holds ADDR STEP steps into its attempt with "UNAVAILABLE: ... (ADDR)
+ *       ..." (a broken link).
  *   mt_fakeworker verify URL ACK_LOG
  *       checks that every acknowledged point and checkpoint in ACK_LOG is in the coordinator.
  *   mt_fakeworker badinput URL JOB
@@ -41,6 +45,8 @@ typedef struct task {
     uint64_t step, total, ckpt_every;
     char state[16];
     int final_sent;
+    uint64_t fail_at; /* MT_FAKE_LINK_FAIL: fail at this step (0: never) */
+    char error[512];
 } task;
 
 static task tasks[16];
@@ -91,7 +97,8 @@ static int do_register(mt_rpc_client *c, const char *name, const char *inst, int
     req.pid = (uint32_t)getpid();
     req.devices = dp;
     req.n_devices = (size_t)ndev;
-    req.data_address = "tcp://127.0.0.1:1";
+    req.data_address =
+        getenv("MT_FAKE_DATA_ADDRESS") ? getenv("MT_FAKE_DATA_ADDRESS") : "tcp://127.0.0.1:1";
     req.version = "fake";
     if (call(c, "RegisterWorker", &req.base, (ProtobufCMessage **)&rep, NULL) != MT_OK)
         return -1;
@@ -129,6 +136,23 @@ static void on_assignment(const Meshtrain__TaskAssignment *a)
     for (size_t i = 0; i < a->n_devices; i++)
         if (a->devices[i]->rank == 0)
             t->rank0 = 1;
+    if (getenv("MT_FAKE_LINK_FAIL") != NULL) {
+        char peer[200];
+        unsigned long long at = 0;
+        const char *v = getenv("MT_FAKE_LINK_FAIL"), *sep = strrchr(v, '@');
+        if (sep != NULL && (size_t)(sep - v) < sizeof(peer)) {
+            snprintf(peer, sizeof(peer), "%.*s", (int)(sep - v), v);
+            at = strtoull(sep + 1, NULL, 10);
+            for (size_t i = 0; i < a->n_ranks; i++)
+                if (strcmp(a->ranks[i]->data_address, peer) == 0) {
+                    t->fail_at = a->resume_step + at;
+                    snprintf(t->error, sizeof(t->error),
+                             "UNAVAILABLE: allreduce step %llu on axis batch: the link to rank %u "
+                             "(%s) broke",
+                             (unsigned long long)t->fail_at, a->ranks[i]->rank, peer);
+                }
+        }
+    }
     snprintf(t->state, sizeof(t->state), "running");
     fprintf(stderr, "fakeworker: %s attempt %u from step %llu, rank0=%d\n", t->job_id, t->attempt,
             (unsigned long long)t->step, t->rank0);
@@ -256,6 +280,7 @@ static int update_final(mt_rpc_client *c, const char *name, const char *inst, ta
     st.state = t->state;
     st.step = t->step;
     st.attempt = t->attempt;
+    st.error = t->error;
     req.worker_id = (char *)name;
     req.instance_id = (char *)inst;
     req.task = &st;
@@ -304,6 +329,8 @@ static int run(const char *url, const char *name, int ndev, const char *ack_path
                         sleep_ms(100);
                 if (t->step == t->total)
                     snprintf(t->state, sizeof(t->state), "succeeded");
+                if (t->fail_at != 0 && t->step == t->fail_at)
+                    snprintf(t->state, sizeof(t->state), "failed");
             }
             if (strcmp(t->state, "running") != 0 && !t->final_sent &&
                 update_final(c, name, inst, t) == 0) {

@@ -6,8 +6,12 @@
 #include "mt_test.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "alloc/mt_alloc.h"
 #include "jobspec/mt_jobspec.h"
 
 /* An MLP on Fashion-MNIST; %s is spliced in before the closing brace. */
@@ -221,6 +225,105 @@ static void test_jobspec_model_and_syntax_errors(void **state)
                      MT_INVALID_ARGUMENT);
 }
 
+/* validate_structure opens no file: a FIFO and a missing file pass it, relative paths need a
+ * folder, the layouts are still checked when the input shape is known. */
+static void test_jobspec_structure_opens_nothing(void **state)
+{
+    char dir[] = "/tmp/mt-jobspec-XXXXXX", fifo[64], spec[1024];
+    mt_jobspec_summary s;
+    mt_err err = MT_ERR_INIT;
+    mt_jobspec_opts o = MT_JOBSPEC_OPTS_DEFAULTS;
+    mt_jobspec *js = NULL;
+    (void)state;
+
+    assert_non_null(mkdtemp(dir));
+    snprintf(fifo, sizeof(fifo), "%s/p", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(spec, sizeof(spec),
+             "{\"dataset\": {\"format\": \"idx\", \"train_images\": \"%s\", \"train_labels\": "
+             "\"/nonexistent/l\"}, \"model\": {\"layers\": [{\"type\": \"flatten\"}, {\"type\": "
+             "\"dense\", \"units\": 10}]}}",
+             fifo);
+    assert_int_equal(mt_jobspec_validate_structure(spec, strlen(spec), NULL, &s, &err), MT_OK);
+    assert_int_equal(s.n_devices, 1);
+    assert_int_equal(s.total_steps, 0); /* unknown without the files */
+    /* the full check refuses the FIFO before opening it (it would block) */
+    assert_int_equal(mt_jobspec_validate(spec, strlen(spec), &s, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "dataset.train_images: "));
+    assert_non_null(strstr(err.msg, "is a FIFO, not a regular file"));
+    assert_int_equal(mt_jobspec_parse(spec, strlen(spec), &js, &err), MT_OK);
+    assert_int_equal(mt_jobspec_check_files(js, NULL, NULL, &err), MT_INVALID_ARGUMENT);
+    mt_jobspec_free(js);
+
+    /* relative paths: refused without a folder, accepted with one */
+    const char *rel = "{\"dataset\": {\"format\": \"text\", \"train\": [\"data/a.tsv\"]},"
+                      " \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 2}]}}";
+    assert_int_equal(mt_jobspec_validate_structure(rel, strlen(rel), NULL, &s, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "dataset.train[0]: relative path 'data/a.tsv'"));
+    o.base_dir = "/srv";
+    assert_int_equal(mt_jobspec_validate_structure(rel, strlen(rel), &o, &s, &err), MT_OK);
+    assert_int_equal(s.input_rank, 1); /* text: max_tokens (default 1200) features */
+    assert_int_equal(s.input_shape[0], 1200);
+
+    /* with the input shape known, layouts are checked as mt_jobspec_validate does */
+    const char *lay = "{\"dataset\": {\"format\": \"text\", \"train\": \"/d/a.tsv\", "
+                      "\"max_tokens\": 30}, \"mesh\": {\"batch\": 1, \"model\": 4},"
+                      " \"layouts\": {\"dense\\\\.kernel\": [\"unsharded\", \"model\"]},"
+                      " \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 6}]}}";
+    assert_int_equal(mt_jobspec_validate_structure(lay, strlen(lay), NULL, &s, &err),
+                     MT_INVALID_ARGUMENT);
+    const char *badtype = "{\"dataset\": {\"format\": \"csv\", \"train\": {\"files\": 3}},"
+                          " \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 2}]}}";
+    assert_int_equal(mt_jobspec_validate_structure(badtype, strlen(badtype), NULL, &s, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "dataset.train.files: must be a path"));
+    unlink(fifo);
+    rmdir(dir);
+}
+
+/* mt_jobspec_absolute_paths rewrites every relative path field and nothing else. */
+static void test_jobspec_absolute_paths(void **state)
+{
+    const char *in = "{\"dataset\": {\"format\": \"idx\", \"train\": [{\"images\": \"a/i\", "
+                     "\"labels\": \"/abs/l\"}], \"test\": {\"glob\": \"t*.gz\"}}, \"name\": \"x\"}";
+    const char *flat = "{\"dataset\": {\"train_images\": \"../i.gz\"}}";
+    mt_err err = MT_ERR_INIT;
+    char *out = NULL;
+    size_t n = 0;
+    (void)state;
+
+    assert_int_equal(mt_jobspec_absolute_paths(in, strlen(in), "/spec/dir", &out, &n, &err), MT_OK);
+    assert_int_equal(n, strlen(out));
+    assert_non_null(strstr(out, "\"images\":\"/spec/dir/a/i\""));
+    assert_non_null(strstr(out, "\"labels\":\"/abs/l\""));
+    assert_non_null(strstr(out, "\"glob\":\"/spec/dir/t*.gz\""));
+    mt_free(out);
+    assert_int_equal(mt_jobspec_absolute_paths(flat, strlen(flat), "/s", &out, &n, &err), MT_OK);
+    assert_non_null(strstr(out, "\"train_images\":\"/s/../i.gz\""));
+    mt_free(out);
+    /* nothing relative, or not a spec: the text as it is */
+    assert_int_equal(mt_jobspec_absolute_paths("[1", 2, "/s", &out, &n, &err), MT_OK);
+    assert_string_equal(out, "[1");
+    mt_free(out);
+}
+
+/* "restart.collective_deadline_ms": the job's collective deadline, 100 ms .. 1 h. */
+static void test_jobspec_collective_deadline(void **state)
+{
+    mt_jobspec_summary s;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+
+    assert_int_equal(check(", \"restart\": {\"collective_deadline_ms\": 4000}", &s, &err), MT_OK);
+    assert_int_equal(s.coll_deadline_ms, 4000);
+    assert_int_equal(check("", &s, &err), MT_OK);
+    assert_int_equal(s.coll_deadline_ms, 0); /* the worker's default */
+    assert_int_equal(check(", \"restart\": {\"collective_deadline_ms\": 50}", &s, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "restart.collective_deadline_ms: must be an integer in"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -229,6 +332,9 @@ int main(void)
         cmocka_unit_test(test_jobspec_elastic_bounds),
         cmocka_unit_test(test_jobspec_invalid_specs_name_the_path),
         cmocka_unit_test(test_jobspec_model_and_syntax_errors),
+        cmocka_unit_test(test_jobspec_structure_opens_nothing),
+        cmocka_unit_test(test_jobspec_absolute_paths),
+        cmocka_unit_test(test_jobspec_collective_deadline),
     };
     return MT_RUN_TESTS(tests);
 }

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# fault_matrix.sh — issue 19's fault matrix on loopback: the same data-parallel job (the
+# Fashion-MNIST MLP, mesh batch=2 over two real 1-device workers, checkpoints every 25 steps)
+# runs once without a fault and once per scenario, each on a fresh coordinator; one line per
+# scenario:
+#   detect   seconds from the fault to the coordinator acting on it (RESTARTING, or the status
+#            reason naming the cause); "-" when the script itself restarts the coordinator
+#   recover  seconds from the fault to training past the step `status` showed at the fault
+#   redone   steps trained twice as the coordinator saw them: per restart, the last step whose
+#            loss point it had stored before the restart minus the checkpoint step it resumed
+#            from (a lower bound: steps trained but not yet reported, at most ~100 ms of them,
+#            are trained again too)
+#   lost     steps 1..N without a stored "loss" point after the job ended (must be 0)
+#   bits     the exported model equals the no-fault run's byte for byte (must be "equal")
+# with the load average at the end of each row. Scenarios: worker kill -9 (a fresh worker
+# replaces it), worker SIGSTOP (replaced likewise), coordinator kill -9 mid-job and right after a
+# submit (restarted on the same state and port), the coordinator's checkpoint disk full (a
+# tmpfs, freed after two skipped checkpoints; needs root, else skipped). A broken link between
+# two workers is tests/integration/test_fault_link.sh (fake workers: no bits to compare).
+#   bench/fault_matrix.sh [BUILD_DIR] [STEPS]      (default build, 2000 steps)
+set -euo pipefail
+
+export MT_BIN_DIR=$(cd "${1:-build}" && pwd)
+export MT_SOURCE_DIR=$(cd "$(dirname "$0")/.." && pwd)
+STEPS=${2:-2000}
+# shellcheck source=../tests/integration/lib.sh
+source "$MT_SOURCE_DIR/tests/integration/lib.sh"
+
+FM=/usr/share/datasets/fashion-mnist
+[ -r "$FM/t10k-images-idx3-ubyte.gz" ] || { echo "fault_matrix: $FM not installed"; exit 1; }
+HB=(--heartbeat-ms 200 --heartbeat-timeout-ms 2000 --http off --log-level warn)
+jq --argjson n "$STEPS" '. + {steps: $n, batch_size: 64, mesh: {batch: 2},
+      checkpoint: {every_steps: 25, keep: 3}, restart: {max_restarts: 5},
+      dataset: {format: "idx",
+        train_images: "'"$FM"'/t10k-images-idx3-ubyte.gz",
+        train_labels: "'"$FM"'/t10k-labels-idx1-ubyte.gz",
+        test_images: "'"$FM"'/t10k-images-idx3-ubyte.gz",
+        test_labels: "'"$FM"'/t10k-labels-idx1-ubyte.gz"}} | del(.epochs)' \
+    "$MT_SOURCE_DIR/examples/fashion_mnist_mlp.json" >"$T/job.json"
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+st() { mt status --json "$JOB" 2>/dev/null; }
+step() { st | jq -r '.step // 0'; }
+state() { st | jq -r '.state // "?"'; }
+worker() {
+    bg "$1" "$MT_BIN_DIR/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name "$1" \
+        --log-level warn
+    eval "PID_$1=$LAST_PID"
+    disown "$LAST_PID" # no "Killed" notices when a scenario ends
+}
+coordinator() { start_coordinator "$@"; disown "$COORD_PID"; }
+alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
+ended() { state | grep -Eq '^(SUCCEEDED|FAILED|CANCELLED)$'; }
+past() { [ "$(step)" -gt "$1" ]; }
+until_() { # until_ SECONDS CMD...: poll CMD every 0.1 s (a note on stderr on timeout)
+    local secs=$1 end=$((SECONDS + $1)); shift
+    while ! "$@" >/dev/null 2>&1; do
+        [ $SECONDS -lt $end ] || { echo "  (gave up waiting after $secs s)" >&2; return 0; }
+        sleep 0.1
+    done
+}
+
+# up NAME [ENV_PREFIX...]: a fresh coordinator and workers wa, wb
+up() {
+    S=$T/$1
+    mkdir -p "$S"
+    coordinator "coord_$1" "$S" --listen tcp://127.0.0.1:0 "${HB[@]}"
+    worker wa
+    worker wb
+    wait_for 20 "two workers" alive 2
+}
+down() {
+    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    PIDS=()
+}
+
+# finish NAME DETECT RECOVER: wait for the end, count redone and lost steps, compare bits, print.
+# Redone: per restart (a record of `watch --json`), the highest step with a stored loss point
+# reported before it minus the step it resumed from.
+finish() {
+    local name=$1 lost bits redone
+    until_ 600 ended
+    if [ "$(state)" != SUCCEEDED ]; then
+        printf '%-34s job %s: %s\n' "$name" "$(state)" "$(st | jq -r .error | cut -c1-100)"
+        down
+        return
+    fi
+    mt watch --json "$JOB" >"$T/$name.points" 2>/dev/null || true
+    lost=$(jq -r 'select(.name? == "loss") | .step' "$T/$name.points" | sort -un |
+        awk -v n="$STEPS" '$1 >= 1 && $1 <= n { k++ } END { print n - k }')
+    redone=$(jq -s '[.[] | select(.name? == "loss")] as $p |
+        [.[] | select(.restart?) | . as $r |
+         ([$p[] | select(.time_ms < $r.time_ms) | .step] | max // 0) - ($r.resume_step // 0)] |
+        add // 0' "$T/$name.points")
+    if mt export "$JOB" --format safetensors -o "$T/$name.st" >/dev/null 2>&1; then
+        if [ "$name" = ref ]; then bits=reference
+        elif cmp -s "$T/ref.st" "$T/$name.st"; then bits=equal
+        else bits=DIFFER; fi
+    else
+        bits="no export"
+    fi
+    printf '%-34s detect %5s s  recover %5s s  redone %4s  lost %3s  bits %-9s load %s\n' \
+        "$name" "$2" "$3" "$redone" "$lost" "$bits" "$(cut -d' ' -f1-3 /proc/loadavg)"
+    down
+}
+
+echo "fault matrix: $STEPS steps, mesh batch=2 over 2 workers x 1 device, checkpoints every 25;" \
+    "$(nproc) cores"
+
+# ---- no fault: the reference
+up ref
+JOB=$(mt submit "$T/job.json")
+finish ref - -
+
+# worker_fault NAME SIGNAL DETECTED: send SIGNAL to worker wb past step 150, start a fresh
+# worker wc, time DETECTED (a jq test on the status) and the resumed training, print the row
+worker_fault() {
+    local name=$1 sig=$2 detected=$3
+    up "$sig"
+    JOB=$(mt submit "$T/job.json")
+    until_ 120 past 150
+    AT=$(step)
+    T0=$(now)
+    kill "-$sig" "$PID_wb"
+    worker wc
+    seen() { st | jq -e "$detected"; }
+    until_ 60 seen
+    DET=$(since "$T0")
+    resumed() { st | jq -e --argjson at "$AT" '.restarts >= 1 and .step > $at'; }
+    until_ 120 resumed
+    REC=$(since "$T0")
+    kill -9 "$PID_wb" 2>/dev/null || true
+    finish "$name" "$DET" "$REC"
+}
+worker_fault "worker kill -9" KILL '.restarts >= 1 or .state == "RESTARTING"'
+worker_fault "worker SIGSTOP" STOP '(.reason | test("worker wb")) or .restarts >= 1'
+
+# ---- the coordinator killed with kill -9 mid-job, restarted on the same state and port
+up coordkill
+JOB=$(mt submit "$T/job.json")
+until_ 120 past 150
+AT=$(step); T0=$(now)
+kill -9 "$COORD_PID"
+coordinator coord_coordkill2 "$S" --listen "$COORD_URL" "${HB[@]}"
+until_ 120 past "$AT"
+REC=$(since "$T0")
+finish "coordinator kill -9 mid-job" - "$REC"
+
+# ---- the coordinator killed right after acknowledging a submit
+up coordsubmit
+JOB=$(mt submit "$T/job.json")
+T0=$(now)
+kill -9 "$COORD_PID"
+coordinator coord_coordsubmit2 "$S" --listen "$COORD_URL" "${HB[@]}"
+until_ 120 past 0
+REC=$(since "$T0")
+finish "coordinator kill -9 after submit" - "$REC"
+
+# ---- the coordinator's checkpoint directory full, freed after two skipped checkpoints
+if mkdir -p "$T/full/checkpoints" && mount -t tmpfs -o size=8m tmpfs "$T/full/checkpoints" 2>/dev/null; then
+    trap 'rc=$?; umount "$T/full/checkpoints" 2>/dev/null || true; (exit $rc); cleanup' EXIT
+    dd if=/dev/zero of="$T/full/checkpoints/filler" bs=64k count=1000 2>/dev/null || true
+    S=$T/full
+    coordinator coord_full "$S" --listen tcp://127.0.0.1:0 "${HB[@]}"
+    worker wa
+    worker wb
+    wait_for 20 "two workers" alive 2
+    JOB=$(mt submit "$T/job.json")
+    until_ 60 past 0
+    T0=$(now)
+    noted() { st | jq -e '.reason | test("skipped")'; }
+    until_ 120 noted
+    DET=$(since "$T0")
+    rm -f "$S/checkpoints/filler"
+    stored() { [ "$(mt checkpoints --json "$JOB" | jq '[.checkpoints[] | select(.complete)] | length')" -ge 1 ]; }
+    until_ 120 stored
+    REC=$(since "$T0")
+    finish "coordinator disk full" "$DET" "$REC"
+    umount "$T/full/checkpoints" 2>/dev/null || true
+else
+    printf '%-34s skipped (mounting a tmpfs needs root)\n' "coordinator disk full"
+fi
