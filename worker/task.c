@@ -626,6 +626,7 @@ static mt_code run_task(task_run *r, mt_err *err)
      * heartbeat window; a lost peer then fails the attempt and the coordinator restarts it */
     wo.default_deadline_ms =
         sum.coll_deadline_ms > 0 ? (int)sum.coll_deadline_ms : COLL_DEADLINE_MS;
+    wo.mesh = r->mesh_text; /* ranks are mesh positions: errors name the mesh axis */
     /* the data plane serves one job at a time: wait for a task still ending (bounded) */
     for (int tries = 0;; tries++) {
         rc = mt_coll_world_new_net(r->tab->net, r->n_ranks, r->table, &wo, &world, err);

@@ -121,6 +121,8 @@ struct mt_spmd {
     float jflag;             /* this process's flag */
     mt_coll_call jcall;      /* the collective's tag */
     uint64_t nsaves, nagree; /* collective saves and agreements made (tags) */
+    uint64_t nevals;         /* evaluations made (tags): the same count in every process, unlike
+                                gen, which a process without device threads never advances */
 };
 
 /* ------------------------------------------------------------------ config */
@@ -1580,7 +1582,7 @@ mt_code mt_spmd_evaluate(mt_spmd *s, const float *x, const int32_t *labels, size
     s->jx = x;
     s->jy = labels;
     s->jn = n;
-    s->jstep = UINT64_MAX / 2 + s->gen; /* a tag distinct from every training step */
+    s->jstep = UINT64_MAX / 2 + s->nevals++; /* a tag distinct from every training step */
     rc = run_job(s, JOB_EVAL, err);
     if (rc == MT_OK) {
         *loss_sum += s->devs[s->first_local].loss;

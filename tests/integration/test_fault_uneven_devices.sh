@@ -5,8 +5,8 @@
 # worker x 3 devices (the placement never changes the bits).
 # Before the fix every evaluation failed: "allreduce ... message from rank 2 has step
 # 9223372036854775807, expected 9223372036854775837" (core/spmd tagged an evaluation with its
-# device-thread generation, which a process with one device never advances). While that fix is
-# not in the build the test says SKIP with the signature instead of failing.
+# device-thread generation, which a process with one device never advances; it now counts its
+# evaluations).
 source "$(dirname "$0")/lib.sh"
 
 FM=/usr/share/datasets/fashion-mnist
@@ -36,11 +36,6 @@ wait_for 300 "the 2 + 1 job ends" finished "$UNEVEN"
 mt status --json "$UNEVEN" >"$T/s.json"
 jq -e '[.placement[].worker_id] | unique | length == 2' "$T/s.json" >/dev/null ||
     fail "the job was not spread over both workers: $(jq -c .placement "$T/s.json")"
-if jq -e '.state == "FAILED" and (.error | test("step 9223372036854775807"))' "$T/s.json" >/dev/null; then
-    echo "SKIP: core/spmd's evaluation tag still diverges between a 1-device and a 2-device" \
-        "process (issue 19, fault 9): $(jq -r .error "$T/s.json" | cut -c1-200)"
-    exit 0
-fi
 jq -e '.state == "SUCCEEDED"' "$T/s.json" >/dev/null ||
     fail "batch=3 over 2 + 1 devices: $(jq -c '{state, error}' "$T/s.json")"
 mt export "$UNEVEN" --format safetensors -o "$T/uneven.safetensors" >/dev/null
