@@ -151,6 +151,7 @@ struct path_walk {
     const char *base_dir;     /* relative paths resolve against it (NULL: the working dir) */
     const mt_pathsafe *roots; /* check_files: confine to these (NULL: no confinement) */
     bool changed;             /* absolutize: a path was rewritten */
+    bool dirs; /* the dataset's entries are folders ("images"): a directory is fine */
     mt_err *err;
 };
 
@@ -165,22 +166,27 @@ static mt_code walk_string(path_walk *w, const char *field, cJSON *n)
     return w->visit(w, field, n);
 }
 
-/* An IDX pair {"images": ..., "labels": ...}. */
+/* An IDX pair {"images": ..., "labels": ...} or a NumPy pair {"x": ..., "y": ...}. */
 static mt_code walk_pair(path_walk *w, const char *field, cJSON *o)
 {
-    cJSON *im = cJSON_GetObjectItemCaseSensitive(o, "images");
-    cJSON *lb = cJSON_GetObjectItemCaseSensitive(o, "labels");
+    bool npy = cJSON_GetObjectItemCaseSensitive(o, "images") == NULL &&
+               cJSON_GetObjectItemCaseSensitive(o, "x") != NULL;
+    const char *ka = npy ? "x" : "images", *kb = npy ? "y" : "labels";
+    cJSON *a = cJSON_GetObjectItemCaseSensitive(o, ka);
+    cJSON *b = cJSON_GetObjectItemCaseSensitive(o, kb);
     char f[192];
     mt_code rc;
 
-    if (!cJSON_IsString(im) || !cJSON_IsString(lb))
+    if (!cJSON_IsString(a) || !cJSON_IsString(b))
         return mt_err_set(w->err, MT_INVALID_ARGUMENT,
-                          "%s: an IDX entry needs string fields \"images\" and \"labels\"", field);
-    snprintf(f, sizeof(f), "%s.images", field);
-    if ((rc = walk_string(w, f, im)) != MT_OK)
+                          npy ? "%s: an NPY pair is {\"x\": \"x.npy\", \"y\": \"y.npy\"}"
+                              : "%s: an IDX entry needs string fields \"images\" and \"labels\"",
+                          field);
+    snprintf(f, sizeof(f), "%s.%s", field, ka);
+    if ((rc = walk_string(w, f, a)) != MT_OK)
         return rc;
-    snprintf(f, sizeof(f), "%s.labels", field);
-    return walk_string(w, f, lb);
+    snprintf(f, sizeof(f), "%s.%s", field, kb);
+    return walk_string(w, f, b);
 }
 
 static mt_code walk_list(path_walk *w, const char *field, cJSON *arr)
@@ -240,6 +246,8 @@ static mt_code walk_dataset(path_walk *w, cJSON *ds)
 
     if (!cJSON_IsObject(ds) || is_synthetic(ds))
         return MT_OK; /* absent: the packaged Fashion-MNIST files (absolute paths) */
+    n = cJSON_GetObjectItemCaseSensitive(ds, "format");
+    w->dirs = cJSON_IsString(n) && strcmp(n->valuestring, "images") == 0;
     for (int i = 0; i < 4; i++)
         if ((n = cJSON_GetObjectItemCaseSensitive(ds, flat[i])) != NULL) {
             snprintf(f, sizeof(f), "dataset.%s", flat[i]);
@@ -292,7 +300,7 @@ mt_code mt_jobspec_absolute_paths(const char *json, size_t len, const char *base
 {
     cJSON *root =
         json != NULL && len <= MT_JOBSPEC_MAX_SIZE ? cJSON_ParseWithLength(json, len) : NULL;
-    path_walk w = {visit_absolutize, base_dir, NULL, false, err};
+    path_walk w = {visit_absolutize, base_dir, NULL, false, false, err};
     char *text = NULL;
     mt_code rc = MT_OK;
 
@@ -347,12 +355,13 @@ static const char *file_kind(const struct stat *st)
     return "not a regular file";
 }
 
-/* A file that exists must be a regular one (stat: follows links, opens nothing). */
-static mt_code check_regular(const char *field, const char *path, mt_err *err)
+/* A file that exists must be a regular one, or a directory when dirs (image folders) (stat:
+ * follows links, opens nothing). */
+static mt_code check_regular(const char *field, const char *path, bool dirs, mt_err *err)
 {
     struct stat st;
 
-    if (stat(path, &st) != 0 || S_ISREG(st.st_mode))
+    if (stat(path, &st) != 0 || S_ISREG(st.st_mode) || (dirs && S_ISDIR(st.st_mode)))
         return MT_OK; /* missing: the reader says NOT_FOUND with its own message */
     return mt_err_set(err, MT_INVALID_ARGUMENT,
                       "%s: %s is %s, not a regular file (datasets are read from regular files "
@@ -372,7 +381,7 @@ static mt_code visit_check_file(path_walk *w, const char *field, cJSON *str)
         if (w->roots != NULL && (rc = mt_pathsafe_check(w->roots, full, MT_PATHSAFE_MAY_BE_MISSING,
                                                         NULL, 0, w->err)) != MT_OK)
             return rc;
-        return check_regular(field, full, w->err);
+        return check_regular(field, full, w->dirs, w->err);
     }
     if (w->roots != NULL && (rc = mt_pathsafe_check_glob(w->roots, full, w->err)) != MT_OK &&
         rc != MT_NOT_FOUND)
@@ -380,7 +389,7 @@ static mt_code visit_check_file(path_walk *w, const char *field, cJSON *str)
     memset(&g, 0, sizeof(g));
     if (glob(full, GLOB_ERR, NULL, &g) == 0)
         for (size_t i = 0; i < g.gl_pathc && rc == MT_OK; i++)
-            rc = check_regular(field, g.gl_pathv[i], w->err);
+            rc = check_regular(field, g.gl_pathv[i], w->dirs, w->err);
     else
         rc = MT_OK; /* no match: the data spec parser words it */
     globfree(&g);
@@ -390,7 +399,7 @@ static mt_code visit_check_file(path_walk *w, const char *field, cJSON *str)
 mt_code mt_jobspec_check_files(const mt_jobspec *js, const char *base_dir,
                                const struct mt_pathsafe *roots, mt_err *err)
 {
-    path_walk w = {visit_check_file, base_dir, roots, false, err};
+    path_walk w = {visit_check_file, base_dir, roots, false, false, err};
     mt_code rc;
 
     if ((rc = walk_dataset(&w, (cJSON *)js->dataset)) != MT_OK)
@@ -447,7 +456,7 @@ static void structure_shape(const cJSON *ds, mt_jobspec_summary *s)
 static mt_code structure_probe(const mt_jobspec *js, const mt_jobspec_opts *o,
                                mt_jobspec_summary *s, mt_err *err)
 {
-    path_walk w = {visit_structure, o->base_dir, NULL, false, err};
+    path_walk w = {visit_structure, o->base_dir, NULL, false, false, err};
     mt_code rc = walk_dataset(&w, (cJSON *)js->dataset);
 
     if (rc == MT_OK && s->input_rank == 0 && uses_pipeline_form(js->dataset))
