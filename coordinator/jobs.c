@@ -200,7 +200,7 @@ void coord_job_restart(mt_coord *c, coord_job *j, const char *cause)
     char reason[300];
 
     if (j->restarts >= j->sum.max_restarts) {
-        snprintf(reason, sizeof(reason), "%s; restart limit of %u reached", cause,
+        snprintf(reason, sizeof(reason), "%.250s; restart limit of %u reached", cause,
                  j->sum.max_restarts);
         job_transition(c, j, MT_JOBSTATE_FAILED, reason);
         return;

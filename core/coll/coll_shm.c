@@ -119,7 +119,7 @@ void coll__shm_host_id(char out[COLL_SHM_HOST_ID])
     host[sizeof(host) - 1] = '\0';
     memset(out, 0, COLL_SHM_HOST_ID);
     if (boot[0] != '\0') /* without a boot id, never claim to share a host */
-        snprintf(out, COLL_SHM_HOST_ID, "%s/%s", boot, host);
+        snprintf(out, COLL_SHM_HOST_ID, "%.63s/%.63s", boot, host); /* fits: 63 + 1 + 63 */
 }
 
 /* Map an open segment descriptor of total length len (validated by the caller). */
