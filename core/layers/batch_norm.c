@@ -25,21 +25,11 @@ static const char *const keys[] = {"center", "scale", "momentum", "epsilon", NUL
 static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt_err *err)
 {
     char path[112];
-    mt_code rc;
-
-    MT_LAYER_PATH(path, base, "center");
-    rc = mt_model_field_bool(node, "center", path, true, &out->center, err);
-    MT_LAYER_PATH(path, base, "scale");
-    if (rc == MT_OK)
-        rc = mt_model_field_bool(node, "scale", path, true, &out->scale, err);
+    mt_code rc = mt_layer__parse_norm(node, base, out, err);
     MT_LAYER_PATH(path, base, "momentum");
     if (rc == MT_OK)
         rc = mt_model_field_num(node, "momentum", path, 0, 1, false, false, 0.99f, &out->momentum,
                                 err);
-    MT_LAYER_PATH(path, base, "epsilon");
-    if (rc == MT_OK)
-        rc =
-            mt_model_field_num(node, "epsilon", path, 0, 1, true, false, 1e-3f, &out->epsilon, err);
     return rc;
 }
 

@@ -12,15 +12,6 @@
 
 static const char *const keys[] = {NULL};
 
-static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt_err *err)
-{
-    (void)node;
-    (void)base;
-    (void)out;
-    (void)err;
-    return MT_OK;
-}
-
 static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
 {
     (void)p;
@@ -76,7 +67,7 @@ const mt_layer_ops mt_layer_global_average_pooling2d_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = true,
-    .parse = parse,
+    .parse = mt_layer__parse_none,
     .plan = plan,
     .alloc = alloc,
     .forward = forward,

@@ -17,15 +17,6 @@
 static const char *const add_keys[] = {NULL};
 static const char *const concat_keys[] = {"axis", NULL};
 
-static mt_code add_parse(const cJSON *node, const char *base, mt_layer_spec *out, mt_err *err)
-{
-    (void)node;
-    (void)base;
-    (void)out;
-    (void)err;
-    return MT_OK;
-}
-
 static mt_code concat_parse(const cJSON *node, const char *base, mt_layer_spec *out, mt_err *err)
 {
     const cJSON *ax = cJSON_GetObjectItemCaseSensitive(node, "axis");
@@ -95,7 +86,7 @@ const mt_layer_ops mt_layer_add_ops = {
     .min_inputs = 2,
     .max_inputs = MT_LAYER_MAX_INPUTS,
     .reads_input_only = true,
-    .parse = add_parse,
+    .parse = mt_layer__parse_none,
     .plan = plan,
     .alloc = alloc,
     .forward = add_forward,

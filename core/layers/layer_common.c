@@ -27,6 +27,34 @@ mt_code mt_layer__parse_act_bias(const struct cJSON *node, const char *base, mt_
     return rc;
 }
 
+mt_code mt_layer__parse_none(const struct cJSON *node, const char *base, mt_layer_spec *out,
+                             mt_err *err)
+{
+    (void)node;
+    (void)base;
+    (void)out;
+    (void)err;
+    return MT_OK;
+}
+
+mt_code mt_layer__parse_norm(const struct cJSON *node, const char *base, mt_layer_spec *out,
+                             mt_err *err)
+{
+    char path[112];
+    mt_code rc;
+
+    MT_LAYER_PATH(path, base, "center");
+    rc = mt_model_field_bool(node, "center", path, true, &out->center, err);
+    MT_LAYER_PATH(path, base, "scale");
+    if (rc == MT_OK)
+        rc = mt_model_field_bool(node, "scale", path, true, &out->scale, err);
+    MT_LAYER_PATH(path, base, "epsilon");
+    if (rc == MT_OK)
+        rc =
+            mt_model_field_num(node, "epsilon", path, 0, 1, true, false, 1e-3f, &out->epsilon, err);
+    return rc;
+}
+
 mt_code mt_layer__dx_finish(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                             float *dxk, size_t batch, int used_dim)
 {

@@ -22,23 +22,6 @@ enum { XHAT, ROWS }; /* scratch: normalised inputs; per row: mean, 1/σ, then tw
 
 static const char *const keys[] = {"center", "scale", "epsilon", NULL};
 
-static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt_err *err)
-{
-    char path[112];
-    mt_code rc;
-
-    MT_LAYER_PATH(path, base, "center");
-    rc = mt_model_field_bool(node, "center", path, true, &out->center, err);
-    MT_LAYER_PATH(path, base, "scale");
-    if (rc == MT_OK)
-        rc = mt_model_field_bool(node, "scale", path, true, &out->scale, err);
-    MT_LAYER_PATH(path, base, "epsilon");
-    if (rc == MT_OK)
-        rc =
-            mt_model_field_num(node, "epsilon", path, 0, 1, true, false, 1e-3f, &out->epsilon, err);
-    return rc;
-}
-
 static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
 {
     size_t fs[1] = {l->in_c};
@@ -165,7 +148,7 @@ const mt_layer_ops mt_layer_layer_norm_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = true,
-    .parse = parse,
+    .parse = mt_layer__parse_norm,
     .plan = plan,
     .alloc = alloc,
     .forward = forward,

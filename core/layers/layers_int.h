@@ -42,6 +42,14 @@ static inline mt_code mt_layer__io(const mt_layer *l, mt_layer_state *st, size_t
 /* "model.layers[i]: <kind> needs ...; its input has shape (..)" */
 mt_code mt_layer__shape_error(const mt_layer *l, const char *need, mt_err *err);
 
+/* The parse of a kind without fields of its own. */
+mt_code mt_layer__parse_none(const struct cJSON *node, const char *base, mt_layer_spec *out,
+                             mt_err *err);
+
+/* "center", "scale" (true) and "epsilon" (0.001) of a normalisation layer. */
+mt_code mt_layer__parse_norm(const struct cJSON *node, const char *base, mt_layer_spec *out,
+                             mt_err *err);
+
 /* "activation" and "use_bias" of a kernel layer (dense, conv2d). */
 mt_code mt_layer__parse_act_bias(const struct cJSON *node, const char *base, mt_layer_spec *out,
                                  mt_err *err);
