@@ -840,8 +840,12 @@ static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint
     mt_spmd *s = d->s;
     const mt_layer *last = &s->layers[s->n_layers - 1];
     mt_layer_dev ld = dev_services(d);
-    mt_layer_pass ps = {
-        .batch = d->batch, .global_batch = gb, .training = training, .step = step, .first = first};
+    mt_layer_pass ps = {.batch = d->batch,
+                        .global_batch = gb,
+                        .training = training,
+                        .step = step,
+                        .first = first,
+                        .err = &d->err};
     const float *out = NULL;
     int failed = 0;
     mt_code rc;
@@ -862,7 +866,8 @@ static mt_code dev_backward(dev *d)
     mt_spmd *s = d->s;
     const mt_layer *last = &s->layers[s->n_layers - 1];
     mt_layer_dev ld = dev_services(d);
-    mt_layer_pass ps = {.batch = d->batch, .global_batch = d->gcount, .training = true};
+    mt_layer_pass ps = {
+        .batch = d->batch, .global_batch = d->gcount, .training = true, .err = &d->err};
     float *dy = d->dlogits;
     int failed = 0;
 

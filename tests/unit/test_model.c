@@ -349,7 +349,8 @@ static void test_model_build_rejects_bad_shapes(void **state)
         {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3}]}}",
          3,
          {4, 4, 1},
-         "model.layers[0]: dense needs a flat input"},
+         "model.layers[0]: the last layer must output one logit per class (a vector); it outputs "
+         "(4, 4, 3)"},
         {"{\"model\":{\"layers\":[{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":5},"
          "{\"type\":\"flatten\"}]}}",
          3,
