@@ -153,16 +153,29 @@ static mt_code load_split(const mt_data_spec *ds, mt_data_split split, const mt_
             break;
         if (out->images == NULL) {
             dim = b.dim;
+            out->y_dim = b.y_dim ? b.y_dim : 1;
+            out->t_dim = b.t_dim;
             out->images = mt_calloc(n * dim + 1, sizeof(float));
-            out->labels = mt_calloc(n + 1, sizeof(int32_t));
-            if (out->images == NULL || out->labels == NULL)
+            out->labels = mt_calloc(n * out->y_dim + 1, sizeof(int32_t));
+            if (b.t_dim > 0)
+                out->targets = mt_calloc(n * b.t_dim + 1, sizeof(float));
+            if (out->images == NULL || out->labels == NULL || (b.t_dim > 0 && out->targets == NULL))
                 rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
             out->h = out->w = 1;
             out->c = dim;
         }
+        if (rc == MT_OK &&
+            (b.dim != dim || (b.y_dim ? b.y_dim : 1) != out->y_dim || b.t_dim != out->t_dim))
+            rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                            "%s: %zu features, %zu labels and %zu targets per example; the "
+                            "split's first file has %zu, %zu and %zu",
+                            mt_data_dataset_file_name(d, f), b.dim, b.y_dim ? b.y_dim : 1, b.t_dim,
+                            dim, out->y_dim, out->t_dim);
         if (rc == MT_OK) {
             memcpy(out->images + at * dim, b.x, b.n * dim * sizeof(float));
-            memcpy(out->labels + at, b.y, b.n * sizeof(int32_t));
+            memcpy(out->labels + at * out->y_dim, b.y, b.n * out->y_dim * sizeof(int32_t));
+            if (b.t_dim > 0)
+                memcpy(out->targets + at * b.t_dim, b.t, b.n * b.t_dim * sizeof(float));
             at += b.n;
         }
         mt_data_block_fini(&b);
@@ -693,6 +706,11 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, cons
     if (rc != MT_OK)
         goto done;
     rc = input_open_pipeline(&in, mesh, map, o->world, rank_process, err);
+    if (rc == MT_OK && mt_data_pipeline_label_dim(in.pipe) != 1)
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                        "dataset: %zu class labels per example; the model outputs one vector "
+                        "per example (one label)",
+                        mt_data_pipeline_label_dim(in.pipe));
     if (rc == MT_OK)
         rc = input_shape(spec, in.pipe, &in_rank, in_shape, err);
     if (rc == MT_OK)
