@@ -137,9 +137,12 @@ mt_code mt_data_dataset_open(const mt_data_spec *spec, mt_data_split split,
 /* Deep copy of b into *m (zeroed on failure): RESOURCE_EXHAUSTED or MT_OK. */
 static mt_code block_copy(mt_data_block *m, const mt_data_block *b)
 {
+    size_t yd = b->y_dim ? b->y_dim : 1;
+
     *m = *b;
+    m->y_dim = yd;
     m->x = mt_malloc(b->n * b->dim * sizeof(float) + 1);
-    m->y = mt_malloc(b->n * sizeof(int32_t) + 1);
+    m->y = mt_malloc(b->n * yd * sizeof(int32_t) + 1);
     m->t = b->t != NULL ? mt_malloc(b->n * b->t_dim * sizeof(float) + 1) : NULL;
     if (m->x == NULL || m->y == NULL || (b->t != NULL && m->t == NULL)) {
         mt_data_block_fini(m);
@@ -147,7 +150,7 @@ static mt_code block_copy(mt_data_block *m, const mt_data_block *b)
     }
     if (b->n > 0) {
         memcpy(m->x, b->x, b->n * b->dim * sizeof(float));
-        memcpy(m->y, b->y, b->n * sizeof(int32_t));
+        memcpy(m->y, b->y, b->n * yd * sizeof(int32_t));
         if (b->t != NULL)
             memcpy(m->t, b->t, b->n * b->t_dim * sizeof(float));
     }

@@ -23,7 +23,8 @@
  *
  * Semantics (docs/input-pipeline.md has the examples):
  *   * Elements are float32 feature vectors of fixed length `dim` (images are H×W×C, row-major
- *     NHWC) with an int32 label, or with t_dim float32 targets (regression).
+ *     NHWC) with y_dim int32 class labels (one, or one per output row: a label per pixel or per
+ *     token), or with t_dim float32 targets (regression).
  *   * Shard policies as tf.data AutoShardPolicy: FILE splits the files among pipelines round
  *     robin (file f → pipeline f % N); DATA makes every pipeline read everything and keep every
  *     N-th element (here: every N-th per-replica batch, as tf.distribute does after rebatching);
@@ -218,17 +219,20 @@ void mt_data_spec_free(mt_data_spec *spec);
 
 /*
  * A decoded file: n examples of dim features. Owned buffers (mt_free), released by _fini. Class
- * labels are in y; float (regression) targets are in t with t_dim values per example, and y is
- * then all zeros (t == NULL and t_dim == 0 for class labels).
+ * labels are in y, y_dim per example ((n, y_dim) row-major: one per example, or one per output
+ * row of a model whose output has rows, e.g. a label per pixel or per token); float (regression)
+ * targets are in t with t_dim values per example, and y then holds one zero per example (t ==
+ * NULL and t_dim == 0 for class labels).
  */
 typedef struct mt_data_block {
     size_t n;        /* examples */
     size_t dim;      /* features per example */
     size_t shape[3]; /* H, W, C when the features are an image; all 0 when flat */
     float *x;        /* owned (n, dim) row-major */
-    int32_t *y;      /* owned (n) */
+    int32_t *y;      /* owned (n, y_dim) */
     float *t;        /* owned (n, t_dim) row-major float targets, or NULL */
     size_t t_dim;    /* float targets per example; 0 for class labels */
+    size_t y_dim;    /* class labels per example; 0 is read as 1 (hand-built blocks) */
 } mt_data_block;
 
 /* Free the buffers and zero *b. Zeroed memory and NULL are no-ops. */
@@ -522,10 +526,11 @@ typedef struct mt_data_batch {
     size_t n;            /* examples in this replica batch; 0 is valid (empty batch) */
     size_t dim;          /* features per example as delivered (the slice length) */
     const float *x;      /* (n, dim) row-major; NULL when n == 0 */
-    const int32_t *y;    /* (n) class labels (zeros when the labels are float targets) */
+    const int32_t *y;    /* (n, y_dim) class labels (zeros when the labels are float targets) */
     size_t global_count; /* examples in the step's global batch over ALL replicas */
     const float *t;      /* (n, t_dim) float targets; NULL for class labels or n == 0 */
     size_t t_dim;        /* float targets per example; 0 for class labels */
+    size_t y_dim;        /* class labels per example (>= 1) */
 } mt_data_batch;
 
 typedef struct mt_data_step {
@@ -558,6 +563,8 @@ size_t mt_data_pipeline_dim(const mt_data_pipeline *p);
 void mt_data_pipeline_shape(const mt_data_pipeline *p, size_t shape[3]);
 /* Float targets per example (0 for class labels). */
 size_t mt_data_pipeline_target_dim(const mt_data_pipeline *p);
+/* Class labels per example (>= 1; the same in every file, else the open fails). */
+size_t mt_data_pipeline_label_dim(const mt_data_pipeline *p);
 
 /*
  * Begin epoch `epoch`: shuffles for (seed, epoch) and starts the prefetch thread (when

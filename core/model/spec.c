@@ -711,11 +711,11 @@ static mt_code parse_fsdp(const cJSON *root, mt_job_spec *s, mt_err *err)
 
 static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
 {
-    static const char *const keys[] = {"name",         "seed",       "batch_size",    "epochs",
-                                       "steps",        "optimizer",  "learning_rate", "loss",
-                                       "dataset",      "model",      "mesh",          "layouts",
-                                       "input_layout", "checkpoint", "restart",       "elastic",
-                                       "init_from",    "fsdp",       "digest_every",  NULL};
+    static const char *const keys[] = {
+        "name",          "seed",       "batch_size", "epochs",  "steps",     "optimizer",
+        "learning_rate", "loss",       "dataset",    "model",   "mesh",      "layouts",
+        "input_layout",  "checkpoint", "restart",    "elastic", "init_from", "fsdp",
+        "digest_every",  "metrics",    "validation", NULL};
     const cJSON *n;
     const char *str;
     int64_t v;
@@ -758,11 +758,14 @@ static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
     rc = parse_optimizer(root, &s->optimizer, err);
     if (rc != MT_OK)
         return rc;
-    rc = mt_model_field_str(root, "loss", "loss", &str, err);
+    rc = mt_loss_spec_parse(cJSON_GetObjectItemCaseSensitive(root, "loss"),
+                            cJSON_GetObjectItemCaseSensitive(root, "metrics"), &s->loss, err);
     if (rc != MT_OK)
         return rc;
-    if (str != NULL && strcmp(str, "sparse_categorical_crossentropy") != 0)
-        return mt_model_field_bad(err, "loss", "must be \"sparse_categorical_crossentropy\"");
+    rc = mt_loss_validation_parse(cJSON_GetObjectItemCaseSensitive(root, "validation"), &s->loss,
+                                  &s->validation, err);
+    if (rc != MT_OK)
+        return rc;
     rc = mt_job_spec_parse_dataset(cJSON_GetObjectItemCaseSensitive(root, "dataset"), &s->dataset,
                                    err);
     if (rc != MT_OK)

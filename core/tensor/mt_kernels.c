@@ -81,6 +81,70 @@ void mt_dense_backward(float *dx, float *dw, float *db, const float *dy, const f
         col_sums(db, dy, batch, out);
 }
 
+/* ------------------------------------------------------------------ attention */
+
+/* Row i of s (t wide): softmax over [0, n) in place, zeros from n on. */
+static void softmax_row(float *s, size_t n, size_t t)
+{
+    float m = s[0], sum = 0.0f;
+    for (size_t j = 1; j < n; j++)
+        m = s[j] > m ? s[j] : m;
+    for (size_t j = 0; j < n; j++) {
+        s[j] = expf(s[j] - m);
+        sum += s[j];
+    }
+    for (size_t j = 0; j < n; j++)
+        s[j] /= sum;
+    for (size_t j = n; j < t; j++)
+        s[j] = 0.0f;
+}
+
+void mt_attention_forward(float *out, float *probs, const float *qkv, size_t batch, size_t t,
+                          size_t heads, size_t hd, bool causal)
+{
+    size_t cin = heads * 3 * hd, cout = heads * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+
+    for (size_t b = 0; b < batch; b++)
+        for (size_t h = 0; h < heads; h++) {
+            const float *q = qkv + b * t * cin + h * 3 * hd, *k = q + hd, *v = q + 2 * hd;
+            float *p = probs + (b * heads + h) * t * t;
+            mt_gemm(false, true, t, t, hd, scale, q, cin, k, cin, 0.0f, p, t);
+            for (size_t i = 0; i < t; i++)
+                softmax_row(p + i * t, causal ? i + 1 : t, t);
+            mt_gemm(false, false, t, hd, t, 1.0f, p, t, v, cin, 0.0f, out + b * t * cout + h * hd,
+                    cout);
+        }
+}
+
+void mt_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *probs, size_t batch, size_t t, size_t heads, size_t hd)
+{
+    size_t cin = heads * 3 * hd, cout = heads * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+
+    for (size_t b = 0; b < batch; b++)
+        for (size_t h = 0; h < heads; h++) {
+            const float *q = qkv + b * t * cin + h * 3 * hd, *k = q + hd, *v = q + 2 * hd;
+            const float *p = probs + (b * heads + h) * t * t, *dy = dout + b * t * cout + h * hd;
+            float *dq = dqkv + b * t * cin + h * 3 * hd, *dk = dq + hd, *dv = dq + 2 * hd;
+            float *ds = scratch;
+            /* dv = pᵀ·dy; dp = dy·vᵀ; ds = p ⊙ (dp − Σ_j p·dp); dq = ds·k·scale; dk = dsᵀ·q·scale
+             */
+            mt_gemm(true, false, t, hd, t, 1.0f, p, t, dy, cout, 0.0f, dv, cin);
+            mt_gemm(false, true, t, t, hd, 1.0f, dy, cout, v, cin, 0.0f, ds, t);
+            for (size_t i = 0; i < t; i++) {
+                float dot = 0.0f;
+                for (size_t j = 0; j < t; j++)
+                    dot += p[i * t + j] * ds[i * t + j];
+                for (size_t j = 0; j < t; j++)
+                    ds[i * t + j] = p[i * t + j] * (ds[i * t + j] - dot);
+            }
+            mt_gemm(false, false, t, hd, t, scale, ds, t, k, cin, 0.0f, dq, cin);
+            mt_gemm(true, false, t, hd, t, scale, ds, t, q, cin, 0.0f, dk, cin);
+        }
+}
+
 /* ------------------------------------------------------------------ conv2d */
 
 /* Output extent of one axis: input n, kernel k, stride s (0 is 1). */
