@@ -57,17 +57,32 @@ static mt_code tokens_count(const mt_data_spec *spec, const mt_data_file *f,
     return MT_OK;
 }
 
-/* TODO(#23): cut into x (n, T) ids and y (n, T) next tokens once blocks carry per-position
- * labels (y_dim); until then a load refuses instead of handing the engine wrong labels. */
-static mt_code tokens_load(const mt_data_spec *spec, const mt_data_file *f, const mt_data__fit *fit,
-                           mt_data_block *out, mt_err *err)
+static mt_code tokens_load(const mt_data_spec *spec, const mt_data_file *f,
+                           const mt_data__fit *fit, mt_data_block *out, mt_err *err)
 {
-    (void)fit;
+    size_t T = spec->block_size, k = 0, n;
+    uint32_t *ids = NULL;
+    mt_code rc;
+
     memset(out, 0, sizeof(*out));
-    return mt_err_set(err, MT_UNIMPLEMENTED,
-                      "%s: %s: training on tokens needs a label per position, which blocks do "
-                      "not carry yet",
-                      mt_data__spec_path(spec), f->path);
+    if (fit->tok == NULL)
+        return no_tokenizer(spec, err);
+    if ((rc = encode_file(f, fit->tok, &ids, &k, err)) != MT_OK)
+        return rc;
+    n = mt_text_sequence_count(k, T);
+    out->x = mt_malloc(n * T * sizeof(float) + 1);
+    out->y = mt_malloc(n * T * sizeof(int32_t) + 1);
+    if (out->x == NULL || out->y == NULL) {
+        mt_data_block_fini(out);
+        mt_free(ids);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", f->path);
+    }
+    mt_text_sequence_cut(ids, k, T, out->x, out->y);
+    mt_free(ids);
+    out->n = n;
+    out->dim = T;
+    out->y_dim = T;
+    return MT_OK;
 }
 
 const mt_data__source mt_data__tokens_source = {"tokens", tokens_count, tokens_load, NULL};

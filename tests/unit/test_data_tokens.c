@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_data_tokens.c — the "tokens" dataset format of core/data: its spec fields and their
- * errors, the tokenizer fitted on the TRAINING files only, and the example counts of the
- * next-token cut ((tokens - 1) / block_size per file).
+ * errors, the tokenizer fitted on the TRAINING files only, the example counts of the next-token
+ * cut ((tokens - 1) / block_size per file) and the examples themselves (ids in, next ids out).
  */
 #include "mt_test.h"
 
@@ -94,6 +94,28 @@ static void test_data_tokens_counts_next_token_examples(void **state)
     mt_data_spec_free(s);
 }
 
+/* "abcabcabcab" with a char tokenizer (a 1, b 2, c 3), block 3: x = abc abc abc, y = bca bca bca,
+ * as float ids and (n, 3) int32 labels. */
+static void test_data_tokens_load_cuts_inputs_and_next_tokens(void **state)
+{
+    mt_data_block b;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    dt_write(dir, "train.txt", "abcabcabcab");
+    assert_int_equal(dt_load0("{\"format\": \"tokens\", \"train\": \"train.txt\", "
+                              "\"block_size\": 3, \"tokenizer\": {\"vocab_size\": 8}}",
+                              &b, &err),
+                     MT_OK);
+    assert_int_equal(b.n, 3);
+    assert_int_equal(b.dim, 3);
+    assert_int_equal(b.y_dim, 3);
+    for (size_t i = 0; i < 9; i++) {
+        assert_true(b.x[i] == (float)(1 + i % 3));
+        assert_int_equal(b.y[i], 1 + (i + 1) % 3);
+    }
+    mt_data_block_fini(&b);
+}
+
 static void test_data_tokens_missing_file_is_named(void **state)
 {
     mt_data_spec *s = NULL;
@@ -119,6 +141,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_data_tokens_spec_fields, dt_setup, dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_tokens_counts_next_token_examples, dt_setup,
+                                        dt_teardown),
+        cmocka_unit_test_setup_teardown(test_data_tokens_load_cuts_inputs_and_next_tokens, dt_setup,
                                         dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_tokens_missing_file_is_named, dt_setup,
                                         dt_teardown),
