@@ -535,6 +535,9 @@ static mt_code data_probe(const cJSON *node, const char *base_dir, mt_jobspec_su
         } else if (ds->format == MT_DATA_FORMAT_TEXT) {
             s->input_rank = 1;
             s->input_shape[0] = ds->max_tokens;
+        } else if (ds->format == MT_DATA_FORMAT_TOKENS) {
+            s->input_rank = 1;
+            s->input_shape[0] = ds->block_size;
         } else if (ds->n_feature_cols > 0) {
             s->input_rank = 1;
             s->input_shape[0] = ds->n_feature_cols;
