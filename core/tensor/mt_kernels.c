@@ -14,6 +14,10 @@
  */
 #if defined(__GNUC__) && !defined(__clang__) /* clang has no such pragma (fuzz builds) */
 #pragma GCC optimize("O3")
+/* the GELU loops' clamps are selects only without trapping-math (nothing here reads FP flags) */
+#define MT_NO_TRAPPING_MATH __attribute__((optimize("no-trapping-math")))
+#else
+#define MT_NO_TRAPPING_MATH
 #endif
 
 #include "tensor/mt_tensor.h"
@@ -605,21 +609,46 @@ void mt_avgpool_backward(float *dx, const float *dy, const mt_pool2d_geom *g)
 
 /* ------------------------------------------------------------------ other activations */
 
-void mt_gelu_forward(float *y, const float *x, size_t n)
+/*
+ * erf in float as a rational function of x (odd degree-13 numerator over an even degree-8
+ * denominator, inputs clamped to [-4, 4] where erf is ±1 in float): the approximation Eigen and
+ * TensorFlow use for float erf, within 6.5e-8 of erf in exact arithmetic. Branch-free, so the
+ * GELU loops vectorise; libm's erf (double, scalar) took 23% of a transformer's step time.
+ */
+MT_NO_TRAPPING_MATH static inline float erf_fast(float x)
 {
-    for (size_t i = 0; i < n; i++) {
-        double v = x[i];
-        y[i] = (float)(0.5 * v * (1.0 + erf(v * M_SQRT1_2)));
-    }
+    float z = x > 4.0f ? 4.0f : x; /* two selects, not nested: gcc if-converts these */
+    z = z < -4.0f ? -4.0f : z;
+    float z2 = z * z;
+    float p = -2.72614225801306e-10f;
+    p = p * z2 + 2.77068142495902e-08f;
+    p = p * z2 - 2.10102402082508e-06f;
+    p = p * z2 - 5.69250639462346e-05f;
+    p = p * z2 - 7.34990630326855e-04f;
+    p = p * z2 - 2.95459980854025e-03f;
+    p = p * z2 - 1.60960333262415e-02f;
+    float q = -1.45660718464996e-05f;
+    q = q * z2 - 2.13374055278905e-04f;
+    q = q * z2 - 1.68282697438203e-03f;
+    q = q * z2 - 7.37332916720468e-03f;
+    q = q * z2 - 1.42647390514189e-02f;
+    return z * p / q;
+}
+
+MT_NO_TRAPPING_MATH void mt_gelu_forward(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = 0.5f * x[i] * (1.0f + erf_fast(x[i] * (float)M_SQRT1_2));
 }
 
 void mt_gelu_backward(float *dx, const float *dy, const float *x, size_t n)
 {
-    const double inv_sqrt_2pi = 0.3989422804014327;
+    const float inv_sqrt_2pi = 0.3989422804014327f;
     for (size_t i = 0; i < n; i++) {
-        double v = x[i];
-        double d = 0.5 * (1.0 + erf(v * M_SQRT1_2)) + v * inv_sqrt_2pi * exp(-0.5 * v * v);
-        dx[i] = (float)(dy[i] * d);
+        float v = x[i];
+        float d =
+            0.5f * (1.0f + erf_fast(v * (float)M_SQRT1_2)) + v * inv_sqrt_2pi * expf(-0.5f * v * v);
+        dx[i] = dy[i] * d;
     }
 }
 
