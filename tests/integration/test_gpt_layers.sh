@@ -5,9 +5,11 @@
 #    layer norms, a dense head; a label per token) trains 10 SGD steps on one device and on the
 #    mesh batch=2,model=2 with Megatron tensor-parallel layouts (QKV and first MLP kernels on
 #    their output axis, projections on their input axis, the embedding's and the head's
-#    vocabulary over model): the exports agree within 1e-5 of each tensor's largest value. (SGD: the key bias's gradient is
+#    vocabulary over model), and on batch=4 with every kernel and the embedding table sharded
+#    over batch (FSDP): the exports agree within 1e-5 of each tensor's largest value. (SGD: the key bias's gradient is
 #    zero in exact arithmetic — softmax ignores a constant per row — so its float gradient is
 #    rounding noise, which Adam scales up to full-size steps on any two meshes alike.)
+#  * `plan` refuses heads that do not divide over the model dim, naming the layer and sizes;
 #  * one SGD step of the same model against PyTorch's own modules (nn.Embedding,
 #    nn.MultiheadAttention with a causal mask, nn.LayerNorm, nn.Linear, GELU) from the same
 #    weights (gpt_torch_check.py): every gradient within 1e-4. Skipped (saying so) when no
@@ -39,10 +41,13 @@ s["layouts"] = {"qkv_.*kernel": ["unsharded", "model"], "fc_.*kernel": ["unshard
                 "proj_.*kernel": ["model", "unsharded"], "out_.*kernel": ["model", "unsharded"],
                 "tok.embeddings": ["model", "unsharded"], "head.kernel": ["unsharded", "model"]}
 json.dump(s, open(sys.argv[1].replace("one", "tp"), "w"))
+s["layouts"] = {".*kernel": ["batch", "unsharded"], "tok.embeddings": ["unsharded", "batch"]}
+json.dump(s, open(sys.argv[1].replace("one", "fsdp"), "w"))
 PY
-for v in one tp; do
+for v in one tp fsdp; do
     mesh=""
     [ $v = tp ] && mesh="--mesh batch=2,model=2"
+    [ $v = fsdp ] && mesh="--mesh batch=4"
     # shellcheck disable=SC2086
     "$MT" train --local "$T/$v.json" $mesh --save "$T/$v" --data-root / --json >"$T/$v.log" ||
         fail "train $v: $(tail -n 3 "$T/$v.log")"
@@ -51,6 +56,22 @@ done
 python3 "$SRC/tests/integration/compare_safetensors.py" "$T/one.safetensors" \
     "$T/tp.safetensors" 1e-5 || fail "batch=2,model=2 differs from one device"
 log "tensor parallel batch=2,model=2 equals one device after 10 steps"
+python3 "$SRC/tests/integration/compare_safetensors.py" "$T/one.safetensors" \
+    "$T/fsdp.safetensors" 1e-5 || fail "FSDP on batch=4 differs from one device"
+log "FSDP (every kernel and the embedding over batch=4) equals one device after 10 steps"
+
+# -- a layout that splits heads is refused by plan, naming the layer and the sizes ------------
+"$PY" - "$T/one.json" "$T/heads.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["mesh"] = {"batch": 1, "model": 4}
+s["layouts"] = {"qkv_.*kernel": ["unsharded", "model"], "proj_.*kernel": ["model", "unsharded"]}
+json.dump(s, open(sys.argv[2], "w"))
+PY
+if out=$("$MT" plan --offline "$T/heads.json" 2>&1); then fail "plan accepted 2 heads over model=4"; fi
+echo "$out" | grep -q "model.layers\[4\] (attn_0): num_heads 2 is not divisible by the 4 devices of 'model'" ||
+    fail "plan: unexpected message: $out"
+log "plan refuses 2 heads over model=4: $out"
 
 # -- one step against PyTorch -------------------------------------------------------------------
 TPY=""
