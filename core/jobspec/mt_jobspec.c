@@ -584,12 +584,12 @@ static void mesh_summary(const mt_mesh *m, mt_jobspec_summary *s)
  * Check the model, its layouts and the mesh exactly as the trainer will (mt_spmd_check: the same
  * planner and messages) and take what one device holds and communicates from it.
  */
-static mt_code check_params(const mt_jobspec *js, const mt_mesh *mesh, mt_jobspec_summary *s,
-                            mt_err *err)
+static mt_code check_params(const mt_jobspec *js, const mt_mesh *mesh, const mt_jobspec_opts *o,
+                            mt_jobspec_summary *s, mt_err *err)
 {
     const mt_job_spec *spec = js->model;
     mt_model *model = NULL;
-    mt_spmd_plan_info info;
+    mt_spmd_plan_info info = {.layers = o->layers};
     mt_code rc;
 
     mt_model_limits lim = MT_MODEL_LIMITS_DEFAULTS;
@@ -622,6 +622,8 @@ static mt_code check_params(const mt_jobspec *js, const mt_mesh *mesh, mt_jobspe
     s->optimizer_bytes_per_device = info.slot_bytes;
     s->gathered_bytes_per_device = info.gathered_bytes;
     s->activation_bytes_per_device = info.activation_bytes;
+    if (o->n_layers != NULL)
+        *o->n_layers = info.n_layers;
     for (int k = 0; k < info.ndims && k < MT_JOBSPEC_MAX_DIMS; k++)
         s->comm_bytes_per_step[k] = info.comm_bytes[k];
 out:
@@ -676,7 +678,7 @@ static mt_code check_root(const mt_jobspec *js, const mt_jobspec_opts *o, bool f
     if (rc != MT_OK)
         goto out;
     mesh_summary(mesh, s);
-    if (s->input_rank != 0 && (rc = check_params(js, mesh, s, err)) != MT_OK)
+    if (s->input_rank != 0 && (rc = check_params(js, mesh, o, s, err)) != MT_OK)
         goto out;
     rc = check_sections(root, s, err);
 out:

@@ -1404,11 +1404,14 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
     int slots = mt_optim_slots(&spec->optimizer);
     mt_code rc = spmd_plan_new(spec, mesh, map, in_rank, in_shape, global_batch, &s, err);
 
+    mt_spmd_layer_plan *layers = info != NULL ? info->layers : NULL;
+
     if (rc != MT_OK || info == NULL) {
         mt_spmd_free(s);
         return rc;
     }
     memset(info, 0, sizeof(*info));
+    info->layers = layers;
     info->ndims = s->ndims;
     for (int p = 0; p < s->ndev; p++) {
         uint64_t w = 0, sl = 0, ga = 0;
@@ -1436,10 +1439,28 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
         mt_layer_dev ld = dev_services(&tmp);
         mt_layer_alloc la = {true, 0};
         mt_layer_state st;
-        for (int i = 0; i < s->n_layers; i++)
+        for (int i = 0; i < s->n_layers; i++) {
+            uint64_t before = la.bytes;
             (void)mt_layer_state_init(&s->layers[i], &st, s->max_b, &ld, &la, NULL);
+            if (layers != NULL)
+                layers[i].activation_bytes = la.bytes - before;
+        }
         info->activation_bytes = la.bytes;
     }
+    for (int i = 0; layers != NULL && i < s->n_layers; i++) {
+        const mt_layer *l = &s->layers[i];
+        planner_ctx pc = {s, NULL};
+        mt_layer_planner pl = {&pc, NULL, plan_param_dim, plan_dim_name, plan_dim_size};
+        snprintf(layers[i].name, sizeof(layers[i].name), "%s", l->s.name);
+        snprintf(layers[i].type, sizeof(layers[i].type), "%s", l->ops->type);
+        mt_layer_shape_text(layers[i].shape, sizeof(layers[i].shape), l->out_rank, l->out_shape);
+        memset(layers[i].comm_bytes, 0, sizeof(layers[i].comm_bytes));
+        if (l->ops->comm != NULL)
+            l->ops->comm(l, s->max_b, s->bdim, &pl, comm_add, layers[i].comm_bytes);
+        for (int k = 0; k < s->ndims; k++)
+            layers[i].comm_bytes[k] *= sizeof(float);
+    }
+    info->n_layers = layers != NULL ? s->n_layers : 0;
     plan_comm(s, info->comm_bytes);
     for (int k = 0; k < s->ndims; k++)
         info->comm_bytes[k] *= sizeof(float);

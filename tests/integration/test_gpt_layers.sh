@@ -9,6 +9,7 @@
 #    over batch (FSDP): the exports agree within 1e-5 of each tensor's largest value. (SGD: the key bias's gradient is
 #    zero in exact arithmetic — softmax ignores a constant per row — so its float gradient is
 #    rounding noise, which Adam scales up to full-size steps on any two meshes alike.)
+#  * `plan --layers` lists per layer what each mesh dim moves (the projection's allreduce);
 #  * `plan` refuses heads that do not divide over the model dim, naming the layer and sizes;
 #  * one SGD step of the same model against PyTorch's own modules (nn.Embedding,
 #    nn.MultiheadAttention with a causal mask, nn.LayerNorm, nn.Linear, GELU) from the same
@@ -59,6 +60,13 @@ log "tensor parallel batch=2,model=2 equals one device after 10 steps"
 python3 "$SRC/tests/integration/compare_safetensors.py" "$T/one.safetensors" \
     "$T/fsdp.safetensors" 1e-5 || fail "FSDP on batch=4 differs from one device"
 log "FSDP (every kernel and the embedding over batch=4) equals one device after 10 steps"
+
+# -- plan --layers: per layer, the output shape, buffers and what each mesh dim moves ----------
+out=$("$MT" plan --offline --layers --mesh batch=2,model=2 "$T/tp.json")
+echo "$out" | grep -Eq '^attn_0 +attention +\(16, 16\) +[0-9.]+ KiB +- +-$' ||
+    fail "plan --layers: no attention line without collectives: $out"
+echo "$out" | grep -Eq '^proj_0 +dense +\(16, 16\) +[0-9.]+ KiB +- +4.0 KiB$' ||
+    fail "plan --layers: the row-parallel projection should allreduce 4 KiB over model: $out"
 
 # -- a layout that splits heads is refused by plan, naming the layer and the sizes ------------
 "$PY" - "$T/one.json" "$T/heads.json" <<'PY'
