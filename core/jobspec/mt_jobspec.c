@@ -569,6 +569,47 @@ static mt_code synthetic_probe(const mt_job_spec *spec, const cJSON *node, mt_jo
     return MT_OK;
 }
 
+/*
+ * The spec's "loss" against the model's output and the dataset's labels, as the trainer checks it
+ * (mt_loss_check, messages naming "loss"): class labels (one per example) for IDX, synthetic and
+ * every core/data format but NumPy, float targets for "label_type": "float" (CSV: one per
+ * "label_column"). NumPy's label shape is in its files: the trainer checks it when it loads them.
+ */
+static mt_code loss_probe(const mt_job_spec *spec, const cJSON *node, bool pipeline,
+                          const char *base_dir, const mt_jobspec_summary *s, mt_err *err)
+{
+    size_t y_dim = 1, t_dim = 0, (*shapes)[3] = NULL;
+    int *ranks = NULL;
+    mt_loss_shape out;
+    mt_code rc = MT_OK;
+
+    if (pipeline && !is_synthetic(node)) {
+        mt_data_spec *ds = NULL;
+        if ((rc = mt_data_spec_parse(node, "dataset", base_dir, &ds, err)) != MT_OK)
+            return rc;
+        if (ds->label_type == MT_DATA_LABEL_FLOAT)
+            t_dim = ds->n_target_cols > 0 ? ds->n_target_cols : 1;
+        if (ds->format == MT_DATA_FORMAT_NPY)
+            y_dim = t_dim = 0; /* unknown here */
+        mt_data_spec_free(ds);
+        if (y_dim == 0)
+            return MT_OK;
+    }
+    ranks = mt_calloc((size_t)spec->n_layers + 1, sizeof(*ranks));
+    shapes = mt_calloc((size_t)spec->n_layers + 1, sizeof(*shapes));
+    if (ranks == NULL || shapes == NULL)
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "loss: out of memory");
+    if (rc == MT_OK)
+        rc = mt_model_spec_shapes(spec, s->input_rank, s->input_shape, ranks, shapes, err);
+    if (rc == MT_OK) {
+        mt_model_output_view(ranks[spec->n_layers - 1], shapes[spec->n_layers - 1], &out);
+        rc = mt_loss_check(&spec->loss, &out, y_dim, t_dim, err);
+    }
+    mt_free(ranks);
+    mt_free(shapes);
+    return rc;
+}
+
 static void mesh_summary(const mt_mesh *m, mt_jobspec_summary *s)
 {
     s->mesh_ndims = mt_mesh_ndims(m);
@@ -679,6 +720,9 @@ static mt_code check_root(const mt_jobspec *js, const mt_jobspec_opts *o, bool f
         goto out;
     mesh_summary(mesh, s);
     if (s->input_rank != 0 && (rc = check_params(js, mesh, o, s, err)) != MT_OK)
+        goto out;
+    if (files && s->input_rank != 0 &&
+        (rc = loss_probe(spec, ds, pipeline, o->base_dir, s, err)) != MT_OK)
         goto out;
     rc = check_sections(root, s, err);
 out:

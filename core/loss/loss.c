@@ -39,6 +39,21 @@ static const struct {
 static const char *const metric_names[MT_METRIC_COUNT] = {
     "accuracy", "binary_accuracy", "mae", "mse", "auc", "perplexity", "token_accuracy"};
 
+const char *mt_metric_report_name(mt_metric_group g, int m)
+{
+    static const char *const names[3][MT_METRIC_COUNT + 1] = {
+        {"loss", "accuracy", "binary_accuracy", "mae", "mse", "auc", "perplexity",
+         "token_accuracy"},
+        {"val_loss", "val_accuracy", "val_binary_accuracy", "val_mae", "val_mse", "val_auc",
+         "val_perplexity", "val_token_accuracy"},
+        {"test_loss", "test_accuracy", "test_binary_accuracy", "test_mae", "test_mse", "test_auc",
+         "test_perplexity", "test_token_accuracy"},
+    };
+    if ((unsigned)g > MT_METRIC_GROUP_TEST || m < -1 || m >= MT_METRIC_COUNT)
+        return "?";
+    return names[g][m + 1];
+}
+
 const char *mt_loss_name(mt_loss_kind k)
 {
     for (size_t i = 0; i < N_LOSS_NAMES; i++)

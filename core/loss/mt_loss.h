@@ -85,6 +85,18 @@ typedef struct mt_loss_spec {
         MT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, 0.0f, 1u << MT_METRIC_ACCURACY                    \
     }
 
+/* Which figures a reported name belongs to: training ("loss", "accuracy"), the validation set
+ * ("val_loss", ...), the test split ("test_loss", ...). */
+typedef enum mt_metric_group {
+    MT_METRIC_GROUP_TRAIN = 0,
+    MT_METRIC_GROUP_VAL = 1,
+    MT_METRIC_GROUP_TEST = 2,
+} mt_metric_group;
+
+/* The reported name (static) of metric m (an mt_metric_kind, or -1 for the loss) in group g:
+ * "loss", "val_accuracy", "test_auc"; "?" out of range. */
+const char *mt_metric_report_name(mt_metric_group g, int m);
+
 /* "sparse_categorical_crossentropy", ... (static); "?" out of range. */
 const char *mt_loss_name(mt_loss_kind k);
 /* "accuracy", "auc", ... (static); "?" out of range. */

@@ -52,6 +52,7 @@ typedef struct dev {
     const float *xin;              /* the rows the forward reads: d->x, or the caller's rows */
     int32_t *y;                    /* labels slice (max_b, ydim) */
     float *tg;                     /* float targets slice (max_b, out_size), or NULL */
+    bool has_tg;                   /* the current job's rows came with targets (else labels) */
     float *logits, *dlogits, *dlog_loc; /* (max_b, K) */
     mt_coll_bucket *bucket;             /* every trainable gradient + msum, reduced over batch */
     float msum[MT_LOSS_NSUMS + 1];      /* the step's loss and metric sums (core/loss) and the NEXT
@@ -908,7 +909,8 @@ static void dev_take_rows(dev *d, const float *x, const int32_t *y, const float 
     d->batch = n;
     if (n > 0 && y != NULL) /* an empty piece may have NULL rows */
         memcpy(d->y, y, n * s->ydim * sizeof(int32_t));
-    if (n > 0 && t != NULL && d->tg != NULL)
+    d->has_tg = t != NULL && d->tg != NULL;
+    if (n > 0 && d->has_tg)
         memcpy(d->tg, t, n * s->out_size * sizeof(float));
     if (n > 0 && s->fdim0 < 0 && s->input_read_only) {
         d->xin = x;
@@ -1002,7 +1004,7 @@ static mt_code dev_clip_scale(dev *d, float *scale)
 static mt_code dev_loss(dev *d, size_t gcount, bool dout, double *sums, double *hist)
 {
     mt_spmd *s = d->s;
-    mt_loss_batch b = {d->logits, d->batch, d->y, d->tg,
+    mt_loss_batch b = {d->logits, d->batch, d->has_tg ? NULL : d->y, d->has_tg ? d->tg : NULL,
                        mt_loss_grad_scale(&s->loss, &s->osh, gcount)};
     return mt_loss_forward(&s->loss, &s->osh, &b, false, dout ? d->dlogits : NULL, sums, hist,
                            &d->err);

@@ -175,6 +175,11 @@ static const struct {
      "init_from.at: unknown field"},
     {", \"dataset\": {\"format\": \"csv\", \"train\": \"/tmp/mt-no-such-file-*.csv\"}",
      MT_NOT_FOUND, "dataset.train"},
+    {", \"loss\": \"hinge\"", MT_INVALID_ARGUMENT, "loss: unknown loss 'hinge'"},
+    {", \"loss\": \"mse\"", MT_INVALID_ARGUMENT,
+     "loss: mse needs float targets (\"label_type\": \"float\"); the dataset has class labels"},
+    {", \"metrics\": [\"auc\"]", MT_INVALID_ARGUMENT, "metrics[0]: auc needs"},
+    {", \"validation\": {\"split\": 0}", MT_INVALID_ARGUMENT, "validation.split"},
 };
 
 static void test_jobspec_invalid_specs_name_the_path(void **state)

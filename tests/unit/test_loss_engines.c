@@ -288,6 +288,18 @@ static void test_loss_engines_float_targets_mesh_equals_one_device(void **state)
     }
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
         mesh_equals_one_device(specs[i], 1, shape, &d, 1e-5);
+    /* binary cross-entropy on 0/1 class labels (one output): the labels are the targets */
+    mt_free(d.t);
+    d.t = NULL, d.tdim = 0;
+    d.y = mt_malloc(N * sizeof(int32_t));
+    for (size_t e = 0; e < N; e++)
+        d.y[e] = d.x[e * 10 + 1] > 0.2f;
+    mesh_equals_one_device(
+        "{\"seed\":5,\"batch_size\":8,\"optimizer\":\"sgd\",\"learning_rate\":0.05,\"loss\":"
+        "\"binary_crossentropy\",\"mesh\":{\"batch\":4},\"model\":{\"input_shape\":[10],"
+        "\"layers\":[{\"type\":\"dense\",\"units\":8,\"activation\":\"relu\"},{\"type\":"
+        "\"dense\",\"units\":1}]}}",
+        1, shape, &d, 1e-5);
     set_free(&d);
 }
 
