@@ -129,23 +129,20 @@ static mt_code tokens_spec(const char *path, mt_data_spec **out, mt_err *err)
     return rc;
 }
 
-/* The model's output rows per example: T (a row per position) or 1 (the next token only). */
+/* The model's output rows per example: T (a row per position) or 1 (the next token only), each
+ * of V logits (core/model's (rows, c) output view). */
 static mt_code output_rows(const lm *l, const char *spec, size_t *rows, mt_err *err)
 {
-    size_t out = mt_model_num_classes(l->m);
+    mt_loss_shape sh = mt_model_output_shape(l->m);
 
-    if (out == l->vocab) {
-        *rows = 1;
-        return MT_OK;
-    }
-    if (out == l->block * l->vocab) {
-        *rows = l->block;
+    if (sh.c == l->vocab && (sh.rows == l->block || sh.rows == 1)) {
+        *rows = sh.rows;
         return MT_OK;
     }
     return mt_err_set(err, MT_INVALID_ARGUMENT,
-                      "%s: the model outputs %zu values per example; generate needs %zu "
-                      "(block_size %zu × vocabulary %zu) or %zu",
-                      spec, out, l->block * l->vocab, l->block, l->vocab, l->vocab);
+                      "%s: the model outputs %zu×%zu logits per example; generate needs %zu×%zu "
+                      "(block_size × vocabulary) or 1×%zu",
+                      spec, sh.rows, sh.c, l->block, l->vocab, l->vocab);
 }
 
 static int run(const generate_args *a)
