@@ -8,9 +8,10 @@
  * parameters are read from the export (model_io.c). The spec's dataset must be a "tokens"
  * dataset: its block_size T is the model's input, and its tokenizer encodes the prompt and
  * decodes the result. The tokenizer is the export's "meshtrain.tokenizer" metadata (a
- * vocabulary file, core/text) when present, else it is refitted on the spec's training files
- * (deterministic, so it is the training vocabulary; a note says so on stderr). The loop is
- * core/text's mt_text_generate: the last T tokens are the model's input, the logits of the
+ * vocabulary file, core/text; the trainer stores it in every checkpoint as the text tensor
+ * meta/meshtrain.tokenizer and export copies it) when present, else it is refitted on the spec's
+ * training files (deterministic, so it is the training vocabulary; a note says so on stderr). The
+ * loop is core/text's mt_text_generate: the last T tokens are the model's input, the logits of the
  * last real position give the next token (softmax with temperature, top-k, greedy at 0; draws
  * keyed by --seed and the position, so a seed repeats its text). A model whose output has T
  * rows of V logits is read at the row of the last real token, the input right-padded with id 0

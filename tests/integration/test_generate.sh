@@ -10,7 +10,9 @@
 #    'z' instead of 'h');
 #  * sampling is repeatable for a seed and changes with it;
 #  * a causal-attention model trained with `train --local` on a tokens dataset (the pattern
-#    "abcdefg" repeated) and exported continues the pattern greedily, beyond block_size;
+#    "abcdefg" repeated) and exported carries its vocabulary (checkpoint tensor
+#    meta/meshtrain.tokenizer -> export metadata), so generate needs no training file, and
+#    continues the pattern greedily, beyond block_size;
 #  * bad input exits 4 (a spec without a tokens dataset, a model of another output size, a
 #    prompt of no tokens), 1 (DATA_LOSS: a corrupt vocabulary in the metadata) or 2 (usage),
 #    with a message naming the cause.
@@ -133,7 +135,16 @@ JSON
     fail "train: $(tail -5 "$T/lm2.log")"
 "$MT" export "$(ls "$T"/lm2/ck/ckpt-*.mtc | sort -V | tail -1)" -o "$T/lm2.safetensors" \
     >/dev/null 2>"$T/export.err" || fail "export: $(cat "$T/export.err")"
+# the vocabulary travelled: checkpoint tensor meta/meshtrain.tokenizer -> export metadata
+python3 - "$T/lm2.safetensors" <<'PY' || fail "the export carries no meshtrain.tokenizer"
+import json, struct, sys
+f = open(sys.argv[1], "rb")
+meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
+assert meta["meshtrain.tokenizer"].startswith("meshtrain-vocab 1\ntype char\nvocab_size 8\n"), meta
+PY
+rm "$T/lm2/train.txt" # generate needs no training data now
 run "$T/lm2.safetensors" --spec "$T/lm2/lm.json" --prompt cde --tokens 30 --temperature 0
 [ "$(cat "$T/out.txt")" = "cdefgabcdefgabcdefgabcdefgabcdefg" ] ||
     fail "the trained model does not continue its corpus: '$(cat "$T/out.txt")'"
+[ ! -s "$T/err.txt" ] || fail "generate refitted although the export has the vocabulary: $(cat "$T/err.txt")"
 echo "PASS: generate (greedy, metadata vocabulary, seeded sampling, errors, trained end to end)"
