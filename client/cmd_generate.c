@@ -8,9 +8,10 @@
  * parameters are read from the export (model_io.c). The spec's dataset must be a "tokens"
  * dataset: its block_size T is the model's input, and its tokenizer encodes the prompt and
  * decodes the result. The tokenizer is the export's "meshtrain.tokenizer" metadata (a
- * vocabulary file, core/text) when present, else it is refitted on the spec's training files
- * (deterministic, so it is the training vocabulary; a note says so on stderr). The loop is
- * core/text's mt_text_generate: the last T tokens are the model's input, the logits of the
+ * vocabulary file, core/text; the trainer stores it in every checkpoint as the text tensor
+ * meta/meshtrain.tokenizer and export copies it) when present, else it is refitted on the spec's
+ * training files (deterministic, so it is the training vocabulary; a note says so on stderr). The
+ * loop is core/text's mt_text_generate: the last T tokens are the model's input, the logits of the
  * last real position give the next token (softmax with temperature, top-k, greedy at 0; draws
  * keyed by --seed and the position, so a seed repeats its text). A model whose output has T
  * rows of V logits is read at the row of the last real token, the input right-padded with id 0
@@ -129,23 +130,20 @@ static mt_code tokens_spec(const char *path, mt_data_spec **out, mt_err *err)
     return rc;
 }
 
-/* The model's output rows per example: T (a row per position) or 1 (the next token only). */
+/* The model's output rows per example: T (a row per position) or 1 (the next token only), each
+ * of V logits (core/model's (rows, c) output view). */
 static mt_code output_rows(const lm *l, const char *spec, size_t *rows, mt_err *err)
 {
-    size_t out = mt_model_num_classes(l->m);
+    mt_loss_shape sh = mt_model_output_shape(l->m);
 
-    if (out == l->vocab) {
-        *rows = 1;
-        return MT_OK;
-    }
-    if (out == l->block * l->vocab) {
-        *rows = l->block;
+    if (sh.c == l->vocab && (sh.rows == l->block || sh.rows == 1)) {
+        *rows = sh.rows;
         return MT_OK;
     }
     return mt_err_set(err, MT_INVALID_ARGUMENT,
-                      "%s: the model outputs %zu values per example; generate needs %zu "
-                      "(block_size %zu × vocabulary %zu) or %zu",
-                      spec, out, l->block * l->vocab, l->block, l->vocab, l->vocab);
+                      "%s: the model outputs %zu×%zu logits per example; generate needs %zu×%zu "
+                      "(block_size × vocabulary) or 1×%zu",
+                      spec, sh.rows, sh.c, l->block, l->vocab, l->vocab);
 }
 
 static int run(const generate_args *a)

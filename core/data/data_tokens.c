@@ -57,8 +57,8 @@ static mt_code tokens_count(const mt_data_spec *spec, const mt_data_file *f,
     return MT_OK;
 }
 
-static mt_code tokens_load(const mt_data_spec *spec, const mt_data_file *f,
-                           const mt_data__fit *fit, mt_data_block *out, mt_err *err)
+static mt_code tokens_load(const mt_data_spec *spec, const mt_data_file *f, const mt_data__fit *fit,
+                           mt_data_block *out, mt_err *err)
 {
     size_t T = spec->block_size, k = 0, n;
     uint32_t *ids = NULL;

@@ -269,6 +269,14 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err);
 
 /*
+ * Text metadata that every later checkpoint carries as the U8 tensor "meta/<key>"
+ * (MT_CKPT_META_PREFIX, core/ckpt: not model state, copied into exports' "__metadata__"); key
+ * and text are borrowed and copied, a second call replaces the first. The input pipeline sets
+ * "meshtrain.tokenizer" (the vocabulary of a tokens dataset). Codes: RESOURCE_EXHAUSTED.
+ */
+mt_code mt_spmd_set_meta(mt_spmd *s, const char *key, const char *text, mt_err *err);
+
+/*
  * True when a checkpoint of this trainer needs mt_spmd_save_gathered: the world spreads over
  * processes (some ranks are not in this process) and some parameter is sharded, so the process
  * holding rank 0 may lack shards. The same answer in every process of the world.

@@ -125,15 +125,16 @@ struct mt_spmd {
     bool ahead;
     size_t *ahead_mine; /* per batch coordinate: the count this process announced for ahead_step */
     /* checkpoint gather and flag agreement (mt_spmd_save_gathered, mt_spmd_flag_any) */
-    size_t jgi;              /* parameter */
-    int jgk;                 /* -1 value, 0/1 optimizer slot */
-    const int *jgroup;       /* the gather group (positions) */
-    int jgn;                 /* its size */
-    float jflag;             /* this process's flag */
-    mt_coll_call jcall;      /* the collective's tag */
-    uint64_t nsaves, nagree; /* collective saves and agreements made (tags) */
-    uint64_t nevals;         /* evaluations made (tags): the same count in every process, unlike
-                                gen, which a process without device threads never advances */
+    size_t jgi;                 /* parameter */
+    int jgk;                    /* -1 value, 0/1 optimizer slot */
+    const int *jgroup;          /* the gather group (positions) */
+    int jgn;                    /* its size */
+    float jflag;                /* this process's flag */
+    mt_coll_call jcall;         /* the collective's tag */
+    uint64_t nsaves, nagree;    /* collective saves and agreements made (tags) */
+    uint64_t nevals;            /* evaluations made (tags): the same count in every process, unlike
+                                   gen, which a process without device threads never advances */
+    char *meta_key, *meta_text; /* owned; text metadata every checkpoint carries, or NULL */
 };
 
 /* ------------------------------------------------------------------ config */
@@ -1492,6 +1493,8 @@ void mt_spmd_free(mt_spmd *s)
         pthread_cond_destroy(&s->cv_done);
     }
     mt_coll_world_free(s->own_world);
+    mt_free(s->meta_key);
+    mt_free(s->meta_text);
     mt_free(s->devs);
     mt_free(s->layers);
     mt_free(s->gparams);
@@ -1857,6 +1860,34 @@ static void host_activity(mt_spmd *s, const char *what)
         mt_coll_comm_activity(s->devs[p].comm, what); /* NULL comm (remote device): no-op */
 }
 
+mt_code mt_spmd_set_meta(mt_spmd *s, const char *key, const char *text, mt_err *err)
+{
+    char *k = mt_malloc(strlen(MT_CKPT_META_PREFIX) + strlen(key) + 1), *t = mt_strdup(text);
+
+    if (k == NULL || t == NULL) {
+        mt_free(k);
+        mt_free(t);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "checkpoint metadata: out of memory");
+    }
+    memcpy(k, MT_CKPT_META_PREFIX, strlen(MT_CKPT_META_PREFIX));
+    memcpy(k + strlen(MT_CKPT_META_PREFIX), key, strlen(key) + 1);
+    mt_free(s->meta_key);
+    mt_free(s->meta_text);
+    s->meta_key = k;
+    s->meta_text = t;
+    return MT_OK;
+}
+
+/* The text metadata tensor (mt_spmd_set_meta), when there is one. */
+static mt_code write_meta(const mt_spmd *s, mt_ckpt_writer *w, mt_err *err)
+{
+    int64_t len = s->meta_text != NULL ? (int64_t)strlen(s->meta_text) : 0;
+
+    if (s->meta_key == NULL)
+        return MT_OK;
+    return mt_ckpt_writer_add(w, s->meta_key, MT_CKPT_U8, &len, 1, s->meta_text, err);
+}
+
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err)
 {
@@ -1901,6 +1932,8 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
         }
     }
     rc = mt_ckpt_writer_add(w, "optimizer/iterations", MT_CKPT_I64, &one, 1, &t, err);
+    if (rc == MT_OK)
+        rc = write_meta(s, w, err);
     if (rc != MT_OK)
         goto fail;
     return mt_ckpt_writer_commit(w, err);
@@ -2214,6 +2247,8 @@ mt_code mt_spmd_save_gathered(mt_spmd *s, const char *path, const mt_spmd_positi
     mt_free(grp);
     if (rc == MT_OK && w != NULL && wrc == MT_OK)
         wrc = mt_ckpt_writer_add(w, "optimizer/iterations", MT_CKPT_I64, &one, 1, &t, &werr);
+    if (rc == MT_OK && w != NULL && wrc == MT_OK)
+        wrc = write_meta(s, w, &werr);
     if (rc == MT_OK && w != NULL && wrc == MT_OK) {
         wrc = mt_ckpt_writer_commit(w, &werr); /* releases w */
         w = NULL;

@@ -32,12 +32,13 @@ uint64_t *mt_text__map_put(mt_text__map *m, uint64_t key);
 
 struct mt_text_tokenizer {
     mt_text_tokenizer_type type;
-    size_t vocab_size;    /* ids 0 .. vocab_size-1 */
-    size_t used;          /* ids the fit filled (char: 1 + K, bpe: 256 + merges) */
-    unsigned char *bytes; /* owned; the bytes of every id back to back */
-    size_t *off;          /* owned (vocab_size + 1): id i is bytes[off[i] .. off[i+1]) */
-    uint32_t *merges;     /* owned; bpe: merge i = (merges[2i], merges[2i+1]); else NULL */
-    mt_text__map ranks;   /* bpe: (left << 32 | right) -> merge index */
+    size_t vocab_size;     /* ids 0 .. vocab_size-1 */
+    size_t used;           /* ids the fit filled (char: 1 + K, bpe: 256 + merges) */
+    unsigned char *bytes;  /* owned; the bytes of every id back to back */
+    size_t *off;           /* owned (vocab_size + 1): id i is bytes[off[i] .. off[i+1]) */
+    uint32_t *merges;      /* owned; bpe: merge i = (merges[2i], merges[2i+1]); else NULL */
+    mt_text__map ranks;    /* bpe: (left << 32 | right) -> merge index */
+    uint32_t byte_id[256]; /* char: the id of each one-byte character (0 = unknown) */
 };
 
 /*

@@ -253,6 +253,8 @@ mt_code mt_text__build_char(size_t vocab_size, const unsigned char *const *chars
         memcpy(t->bytes + pos, chars[i], lens[i]);
         pos += lens[i];
         t->off[i + 2] = pos;
+        if (lens[i] == 1)
+            t->byte_id[chars[i][0]] = (uint32_t)(i + 1);
     }
     for (size_t i = k + 2; i <= vocab_size; i++)
         t->off[i] = pos;

@@ -136,7 +136,7 @@ void mt_text__char_encode(const mt_text_tokenizer *t, const unsigned char *text,
 
     for (size_t i = 0; i < len;) {
         size_t l = mt_text__utf8_len(text + i, len - i);
-        ids[k++] = char_id(t, text + i, l);
+        ids[k++] = l == 1 ? t->byte_id[text[i]] : char_id(t, text + i, l);
         i += l;
     }
     *n = k;

@@ -9,6 +9,10 @@
 #  * the export's "meshtrain.tokenizer" metadata wins over the refit (a vocabulary whose id 8 is
 #    'z' instead of 'h');
 #  * sampling is repeatable for a seed and changes with it;
+#  * a causal-attention model trained with `train --local` on a tokens dataset (the pattern
+#    "abcdefg" repeated) and exported carries its vocabulary (checkpoint tensor
+#    meta/meshtrain.tokenizer -> export metadata), so generate needs no training file, and
+#    continues the pattern greedily, beyond block_size;
 #  * bad input exits 4 (a spec without a tokens dataset, a model of another output size, a
 #    prompt of no tokens), 1 (DATA_LOSS: a corrupt vocabulary in the metadata) or 2 (usage),
 #    with a message naming the cause.
@@ -94,7 +98,7 @@ cat >"$T/notlm.json" <<'JSON'
 JSON
 expect_exit 4 "generate needs a language model" "$T/lm.safetensors" --spec "$T/notlm.json" \
     --prompt abc --tokens 3
-expect_exit 4 "the model outputs 12 values per example; generate needs 40" \
+expect_exit 4 "the model outputs 1×12 logits per example; generate needs 4×10 (block_size × vocabulary) or 1×10" \
     "$T/wide.safetensors" --spec "$T/wide.json" --prompt abc --tokens 3
 expect_exit 4 "the text has no tokens" "$T/lm.safetensors" --spec "$T/lm.json" --prompt "" \
     --tokens 3
@@ -113,4 +117,34 @@ expect_exit 1 "DATA_LOSS: vocab .*lm_meta.safetensors (metadata meshtrain.tokeni
 expect_exit 2 "--spec, --prompt and --tokens are required" "$T/lm.safetensors" --spec "$T/lm.json"
 expect_exit 2 "--temperature '-1'" "$T/lm.safetensors" --spec "$T/lm.json" --prompt a --tokens 1 \
     --temperature -1
-echo "PASS: generate (greedy, metadata vocabulary, seeded sampling, errors)"
+log "end to end: train a causal-attention model on a tokens dataset, export, generate"
+mkdir -p "$T/lm2"
+python3 -c "open('$T/lm2/train.txt', 'w').write('abcdefg' * 700)" # period 7, block 8: every phase
+cat >"$T/lm2/lm.json" <<'JSON'
+{"name": "pattern-lm", "seed": 3, "batch_size": 16, "epochs": 3, "optimizer": "adam",
+ "learning_rate": 0.01,
+ "dataset": {"format": "tokens", "train": "train.txt", "block_size": 8, "shuffle_buffer": 64},
+ "model": {"layers": [
+   {"type": "embedding", "input_dim": 8, "output_dim": 16},
+   {"type": "position_embedding"},
+   {"type": "dense", "units": 192},
+   {"type": "attention", "num_heads": 2, "causal": true},
+   {"type": "dense", "units": 8}]}}
+JSON
+"$MT" train --local "$T/lm2/lm.json" --data-root "$T" --save "$T/lm2/ck" >"$T/lm2.log" 2>&1 ||
+    fail "train: $(tail -5 "$T/lm2.log")"
+"$MT" export "$(ls "$T"/lm2/ck/ckpt-*.mtc | sort -V | tail -1)" -o "$T/lm2.safetensors" \
+    >/dev/null 2>"$T/export.err" || fail "export: $(cat "$T/export.err")"
+# the vocabulary travelled: checkpoint tensor meta/meshtrain.tokenizer -> export metadata
+python3 - "$T/lm2.safetensors" <<'PY' || fail "the export carries no meshtrain.tokenizer"
+import json, struct, sys
+f = open(sys.argv[1], "rb")
+meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
+assert meta["meshtrain.tokenizer"].startswith("meshtrain-vocab 1\ntype char\nvocab_size 8\n"), meta
+PY
+rm "$T/lm2/train.txt" # generate needs no training data now
+run "$T/lm2.safetensors" --spec "$T/lm2/lm.json" --prompt cde --tokens 30 --temperature 0
+[ "$(cat "$T/out.txt")" = "cdefgabcdefgabcdefgabcdefgabcdefg" ] ||
+    fail "the trained model does not continue its corpus: '$(cat "$T/out.txt")'"
+[ ! -s "$T/err.txt" ] || fail "generate refitted although the export has the vocabulary: $(cat "$T/err.txt")"
+echo "PASS: generate (greedy, metadata vocabulary, seeded sampling, errors, trained end to end)"
