@@ -572,8 +572,9 @@ static mt_code synthetic_probe(const mt_job_spec *spec, const cJSON *node, mt_jo
 /*
  * The spec's "loss" against the model's output and the dataset's labels, as the trainer checks it
  * (mt_loss_check, messages naming "loss"): class labels (one per example) for IDX, synthetic and
- * every core/data format but NumPy, float targets for "label_type": "float" (CSV: one per
- * "label_column"). NumPy's label shape is in its files: the trainer checks it when it loads them.
+ * every core/data format but NumPy and tokens (block_size labels: the next tokens), float targets
+ * for "label_type": "float" (CSV: one per "label_column"). NumPy's label shape is in its files: the
+ * trainer checks it when it loads them.
  */
 static mt_code loss_probe(const mt_job_spec *spec, const cJSON *node, bool pipeline,
                           const char *base_dir, const mt_jobspec_summary *s, mt_err *err)
@@ -591,6 +592,8 @@ static mt_code loss_probe(const mt_job_spec *spec, const cJSON *node, bool pipel
             t_dim = ds->n_target_cols > 0 ? ds->n_target_cols : 1;
         if (ds->format == MT_DATA_FORMAT_NPY)
             y_dim = t_dim = 0; /* unknown here */
+        if (ds->format == MT_DATA_FORMAT_TOKENS)
+            y_dim = ds->block_size; /* the next token of every position */
         mt_data_spec_free(ds);
         if (y_dim == 0)
             return MT_OK;
