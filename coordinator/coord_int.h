@@ -54,6 +54,7 @@ typedef struct coord_job {
     uint64_t seq;              /* submission order (numeric part of the id) */
     mt_jobspec_summary sum;    /* the validated spec */
     char reason[256];          /* status reason last stored */
+    char diagnosis[256];       /* fault diagnosis last stored ("" none; coord_job_diagnose) */
     uint32_t attempt;          /* assignments handed out so far (1 = first start) */
     uint32_t restarts;         /* transitions to RESTARTING */
     uint64_t step;             /* last step stored */
@@ -162,6 +163,10 @@ coord_job *coord_job_find(mt_coord *c, const char *job_id);
  */
 mt_code coord_job_move(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason);
 void coord_job_note(mt_coord *c, coord_job *j, const char *reason);
+/* Store j's fault diagnosis (docs/jobs.md#diagnosis; "" clears it) when it changed. Transitions
+ * other than to STALLED, RESTARTING or SCHEDULED clear it (the store does, coord_job_move
+ * mirrors it). */
+void coord_job_diagnose(mt_coord *c, coord_job *j, const char *diagnosis);
 /* A worker of j (other than `not`, may be NULL) that has not heartbeated within the freshness
  * window (COORD_STALL_FRESH_MS) at monotonic time now; NULL when all are fresh. Loop thread. */
 coord_worker *coord_job_silent_worker(mt_coord *c, const coord_job *j, const char * not,

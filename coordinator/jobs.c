@@ -137,6 +137,8 @@ static mt_code job_transition(mt_coord *c, coord_job *j, mt_jobstate to, const c
     coord_stats_job_moved(c->stats, (int)j->state, (int)to);
     j->state = to;
     snprintf(j->reason, sizeof(j->reason), "%s", reason ? reason : "");
+    if (to != MT_JOBSTATE_STALLED && to != MT_JOBSTATE_RESTARTING && to != MT_JOBSTATE_SCHEDULED)
+        j->diagnosis[0] = '\0'; /* as the store's transition did */
     if (to == MT_JOBSTATE_RESTARTING) {
         j->restarts++;
         coord_metrics_publish(c, j->job_id, NULL, 0, mt_jobstate_name(to), j->reason);
@@ -162,6 +164,21 @@ static void job_set_reason(mt_coord *c, coord_job *j, const char *reason);
 void coord_job_note(mt_coord *c, coord_job *j, const char *reason)
 {
     job_set_reason(c, j, reason);
+}
+
+void coord_job_diagnose(mt_coord *c, coord_job *j, const char *diagnosis)
+{
+    mt_err err = MT_ERR_INIT;
+
+    if (strcmp(j->diagnosis, diagnosis) == 0)
+        return;
+    if (mt_store_job_set_diagnosis(c->store, j->job_id, diagnosis, mt_clock_wall_ms(), &err) !=
+        MT_OK) {
+        mt_log_error("job %s: set diagnosis: %s", j->job_id, err.msg);
+        return;
+    }
+    coord_stats_jobs_changed(c->stats);
+    snprintf(j->diagnosis, sizeof(j->diagnosis), "%s", diagnosis);
 }
 
 static void job_set_reason(mt_coord *c, coord_job *j, const char *reason)
@@ -276,6 +293,7 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
     j->restarts = rec->restarts;
     j->step = rec->step;
     snprintf(j->reason, sizeof(j->reason), "%s", rec->reason);
+    snprintf(j->diagnosis, sizeof(j->diagnosis), "%s", rec->diagnosis);
     /* structure only, as at submit; "." keeps a relative path stored before the paths rule
      * (the worker reads it against its working directory, as it did then) */
     rc = mt_jobspec_validate_structure(full.spec_json, strlen(full.spec_json), &legacy, &j->sum,
@@ -316,11 +334,37 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
     return MT_OK;
 }
 
+/* The mesh summary of a job stored before schema 8 (mt_store_summarise_fn): its spec's mesh
+ * ("batch=1", 1 device without one). Runs once per old row, at the first open after the
+ * migration; later opens find every row summarised and parse nothing. */
+static void summarise_old(void *arg, const char *spec_json, char *text, size_t cap,
+                          uint32_t *devices)
+{
+    cJSON *root = cJSON_Parse(spec_json);
+    mt_mesh *m = NULL;
+    const cJSON *mj = root ? cJSON_GetObjectItemCaseSensitive(root, "mesh") : NULL;
+
+    (void)arg;
+    snprintf(text, cap, "batch=1");
+    *devices = 1;
+    if (mj != NULL && mt_mesh_from_json(mj, "mesh", NULL, 0, &m, NULL) == MT_OK) {
+        mt_mesh_format(m, text, cap);
+        *devices = (uint32_t)mt_mesh_num_devices(m);
+    }
+    mt_mesh_free(m);
+    cJSON_Delete(root);
+}
+
 mt_code coord_jobs_load(mt_coord *c, mt_err *err)
 {
     mt_store_job *list = NULL;
-    size_t n = 0, counts[8];
+    size_t n = 0, counts[8], filled = 0;
     mt_code rc;
+
+    if ((rc = mt_store_job_summarise_old(c->store, summarise_old, NULL, &filled, err)) != MT_OK)
+        return rc;
+    if (filled > 0)
+        mt_log_info("%zu jobs of an older schema given their mesh summary", filled);
 
     /* the per-state counts listings report as their total; kept up to date from here on */
     if ((rc = mt_store_job_counts(c->store, counts, err)) != MT_OK)
@@ -845,7 +889,7 @@ static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, co
 {
     int64_t now = mt_clock_mono_ms();
     coord_worker *w;
-    char cause[300];
+    char cause[300], diag[400] = "";
 
     if (strncmp(error, "UNAVAILABLE: ", 13) != 0 && strncmp(error, "DEADLINE_EXCEEDED: ", 19) != 0)
         return 0;
@@ -857,6 +901,11 @@ static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, co
                  "on it: %s",
                  w->rec.worker_id, (long long)((now - w->last_seen_mono_ms) / 1000), worker_id,
                  error);
+        snprintf(diag, sizeof(diag),
+                 "device stuck: worker %.63s (%.63s) stopped answering: no heartbeat for %lld s "
+                 "while worker %.63s waited on it in a collective",
+                 w->rec.worker_id, w->rec.host, (long long)((now - w->last_seen_mono_ms) / 1000),
+                 worker_id);
     } else if ((w = job_worker_named(c, j, worker_id, error)) != NULL) {
         snprintf(j->link_a, sizeof(j->link_a), "%s", worker_id);
         snprintf(j->link_b, sizeof(j->link_b), "%s", w->rec.worker_id);
@@ -866,10 +915,15 @@ static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, co
         snprintf(cause, sizeof(cause),
                  "link %s<->%s broken (both workers heartbeat; not a stuck device): %s", worker_id,
                  w->rec.worker_id, error);
+        snprintf(diag, sizeof(diag),
+                 "link %.63s<->%.63s: a collective between them failed while both workers "
+                 "heartbeat (not a stuck device); the next placement avoids the pair",
+                 worker_id, w->rec.worker_id);
     } else {
         snprintf(cause, sizeof(cause), "worker %s lost a peer: %s", worker_id, error);
     }
     mt_log_warn("job %s: %s", j->job_id, cause);
+    coord_job_diagnose(c, j, diag);
     coord_job_restart(c, j, cause);
     return 1;
 }
@@ -1234,6 +1288,9 @@ static void submit_store(uv_work_t *w, int status)
     rec.priority = r->priority;
     rec.total_steps = j->sum.total_steps;
     snprintf(rec.request_id, sizeof(rec.request_id), "%s", r->request_id);
+    snprintf(rec.mesh, sizeof(rec.mesh), "%s", j->sum.mesh_text); /* listings never re-read the
+                                                                    spec (issue 17) */
+    rec.devices = (uint32_t)j->sum.n_devices;
     if ((rc = job_add(c, j)) != MT_OK) {
         mt_rpc_call_reply(q->call, rc, "coordinator out of memory", NULL);
         goto out;
@@ -1309,28 +1366,14 @@ static void fill_summary(mt_coord *c, Meshtrain__JobSummary *s, mt_store_job *re
     s->step = rec->step;
     s->total_steps = rec->total_steps;
     s->reason = rec->reason;
+    s->diagnosis = rec->diagnosis;
     s->restarts = rec->restarts;
-    if (j != NULL) {
+    s->devices = rec->devices; /* the spec's mesh, stored at submit */
+    s->mesh = rec->mesh;
+    if (j != NULL) { /* an elastic job's current attempt may run on another batch size */
         s->devices = (uint32_t)j->sum.n_devices;
         s->mesh = j->sum.mesh_text;
     }
-}
-
-/* Mesh text and device count straight from a spec (final jobs are not in the table). */
-static void spec_mesh(const char *spec_json, char *text, size_t cap, uint32_t *devices)
-{
-    cJSON *root = cJSON_Parse(spec_json);
-    mt_mesh *m = NULL;
-    const cJSON *mj = root ? cJSON_GetObjectItemCaseSensitive(root, "mesh") : NULL;
-
-    snprintf(text, cap, "batch=1");
-    *devices = 1;
-    if (mj != NULL && mt_mesh_from_json(mj, "mesh", NULL, 0, &m, NULL) == MT_OK) {
-        mt_mesh_format(m, text, cap);
-        *devices = (uint32_t)mt_mesh_num_devices(m);
-    }
-    mt_mesh_free(m);
-    cJSON_Delete(root);
 }
 
 static void get_job_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
@@ -1378,14 +1421,13 @@ static void get_job_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
         goto out;
     }
     fill_summary(NULL, &sum, &rec);
-    spec_mesh(rec.spec_json, mesh, sizeof(mesh), &sum.devices);
-    if (npl > 0 && npl != sum.devices && strncmp(mesh, "batch=", 6) == 0 &&
-        strchr(mesh, ',') == NULL) {
+    if (npl > 0 && npl != sum.devices && strncmp(rec.mesh, "batch=", 6) == 0 &&
+        strchr(rec.mesh, ',') == NULL) {
         /* an elastic job placed on another batch size than its spec says */
         snprintf(mesh, sizeof(mesh), "batch=%zu", npl);
         sum.devices = (uint32_t)npl;
+        sum.mesh = mesh;
     }
-    sum.mesh = mesh;
     for (size_t i = 0; i < nev; i++) {
         meshtrain__job_event__init(&pev[i]);
         pev[i].time_ms = ev[i].time_ms;

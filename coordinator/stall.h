@@ -58,4 +58,16 @@ typedef struct coord_stall_dev {
 void coord_stall_diagnose(const coord_stall_dev *devs, size_t n, int64_t now_ms, char *out,
                           size_t cap);
 
+/*
+ * The job's diagnosis for a stalled group (docs/jobs.md#diagnosis): the text of
+ * coord_stall_diagnose prefixed with what kind of fault it is:
+ *  - "link A<->B: " when every device entered the same collective and no data moves, over
+ *    devices of exactly two workers ("a link among A, B, C: " over more), since their workers
+ *    all heartbeat;
+ *  - "device stuck: " otherwise (a device never entered, or is behind in an earlier one).
+ * Same contract as coord_stall_diagnose (pure, any thread).
+ */
+void coord_stall_classify(const coord_stall_dev *devs, size_t n, int64_t now_ms, char *out,
+                          size_t cap);
+
 #endif
