@@ -148,7 +148,6 @@ void coord_stall_diagnose(const coord_stall_dev *devs, size_t n, int64_t now_ms,
 void coord_stall_classify(const coord_stall_dev *devs, size_t n, int64_t now_ms, char *out,
                           size_t cap)
 {
-    const coord_stall_dev *f = NULL;
     const char *w[3] = {NULL, NULL, NULL}; /* distinct workers of the group, at most 3 kept */
     size_t nw = 0, at = 0;
     char diag[256];
@@ -158,13 +157,10 @@ void coord_stall_classify(const coord_stall_dev *devs, size_t n, int64_t now_ms,
         return;
     out[0] = '\0';
     coord_stall_diagnose(devs, n, now_ms, diag, sizeof(diag));
-    for (size_t r = 0; r < n; r++)
-        if (inside(&devs[r]) && (f == NULL || tag_less(f, &devs[r])))
-            f = &devs[r];
     for (size_t r = 0; r < n && all_in; r++) {
         const coord_stall_dev *d = &devs[r];
         size_t k = 0;
-        if (f == NULL || !inside(d) || d->step != f->step || d->seq != f->seq) {
+        if (!inside(d)) { /* computing, reading input, or never reported: not waiting on data */
             all_in = 0;
             break;
         }
@@ -176,7 +172,7 @@ void coord_stall_classify(const coord_stall_dev *devs, size_t n, int64_t now_ms,
             nw++;
         }
     }
-    if (!all_in || nw < 2) { /* someone never entered (or one worker alone): a device */
+    if (!all_in || nw < 2) { /* a device outside every collective (or one worker alone) */
         add(out, cap, &at, "device stuck: %s", diag);
         return;
     }

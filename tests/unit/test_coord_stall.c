@@ -310,9 +310,10 @@ static void test_coord_stall_restarts_then_fails(void **state)
     free(t);
 }
 
-/* The diagnosis kind: every device in the same collective over two workers is a link A<->B;
- * a device that never entered (or a group on one worker) is a stuck device; three workers or
- * more name them all. */
+/* The diagnosis kind: every device inside a collective over two workers is a link A<->B (also
+ * when one side finished the collective and waits in the next: a partition, issue 19 fault 7,
+ * used to blame the side still in the earlier one); a device outside every collective (or a
+ * group on one worker) is a stuck device; three workers or more name them all. */
 static void test_coord_stall_classify_link_vs_device(void **state)
 {
     coord_stall_dev link[4] = {
@@ -324,6 +325,10 @@ static void test_coord_stall_classify_link_vs_device(void **state)
     coord_stall_dev stuck[2] = {
         dev("wa", 0, 30, 4, "waiting", "computing", 9000),
         dev("wb", 0, 30, 3, "done", "computing", 15000),
+    };
+    coord_stall_dev cut[2] = {
+        dev("wa", 0, 100, 0, "waiting", "computing", 4000),
+        dev("wb", 0, 101, 0, "waiting", "computing", 3000),
     };
     coord_stall_dev three[3] = {
         dev("wa", 0, 8, 1, "waiting", "computing", 1000),
@@ -340,6 +345,10 @@ static void test_coord_stall_classify_link_vs_device(void **state)
     coord_stall_classify(stuck, 2, NOW, out, sizeof(out));
     assert_string_equal(out, "device stuck: step 30 allreduce #4 on axis batch: wb cpu:0 never "
                              "entered; its last activity: computing 15 s ago");
+    coord_stall_classify(cut, 2, NOW, out, sizeof(out));
+    assert_string_equal(out, "link wa<->wb: step 101 allreduce #0 on axis batch: wa cpu:0 is still "
+                             "in step 100 allreduce #0 on axis batch (waiting for 12 s); every "
+                             "worker heartbeats (not a stuck device)");
     coord_stall_classify(link, 2, NOW, out, sizeof(out)); /* one worker alone */
     assert_true(strncmp(out, "device stuck: ", 14) == 0);
     coord_stall_classify(three, 3, NOW, out, sizeof(out));
