@@ -2,14 +2,16 @@
 /*
  * jobs.c — the coordinator's jobs: SubmitJob, GetJob, ListJobs, CancelJob, UpdateTask, the gang
  * scheduler, task assignments and cancellations in heartbeat replies, and the job state machine
- * driven by task reports and lost workers. Loop thread only (coord_int.h).
+ * driven by task reports and lost workers. Loop thread only (coord_int.h). The job table, the
+ * typed states, the transitions and the restart rule are the domain core's (state.c); this file
+ * calls it and the checkpoint and metrics files, and none of them calls back into it.
  *
  * SubmitJob validates on the thread pool (submit_validate) and stores on the loop; GetJob reads
  * on the pool with a read-only connection (bulk.c). Everything else here runs on the loop.
  *
  * DESIGN. The store is the truth; the loop keeps a table of the active (non-final) jobs for the
- * scheduler. Every state change goes through job_transition: one store transaction (job row +
- * job-events row) BEFORE the in-memory change and before any reply, so what a client was told
+ * scheduler. Every state change goes through coord_job_move (state.c): one store transaction (job
+ * row + job-events row) BEFORE the in-memory change and before any reply, so what a client was told
  * survives kill -9. Placement and the SCHEDULED transition are one transaction.
  *
  * Scheduling (coord_jobs_schedule, run after each drain of the call queue and on the sweep timer
@@ -53,178 +55,6 @@
 
 #define MAX_JOB_NAME 127
 
-static int is_placed_state(mt_jobstate s)
-{
-    return s == MT_JOBSTATE_SCHEDULED || s == MT_JOBSTATE_RUNNING || s == MT_JOBSTATE_STALLED;
-}
-
-coord_job *coord_job_find(mt_coord *c, const char *job_id)
-{
-    for (size_t i = 0; i < c->n_jobs; i++)
-        if (strcmp(c->jobs[i]->job_id, job_id) == 0)
-            return c->jobs[i];
-    return NULL;
-}
-
-static void job_release(coord_job *j)
-{
-    mt_free(j->place);
-    mt_free(j->tasks);
-    mt_free(j->devs);
-    j->place = NULL;
-    j->tasks = NULL;
-    j->devs = NULL;
-    j->prog_sig = 0;
-    j->n_place = j->n_tasks = 0;
-}
-
-static void job_free(coord_job *j)
-{
-    if (j == NULL)
-        return;
-    job_release(j);
-    mt_free(j);
-}
-
-static mt_code job_add(mt_coord *c, coord_job *j)
-{
-    if (c->n_jobs == c->cap_jobs) {
-        size_t cap = c->cap_jobs ? c->cap_jobs * 2 : 16;
-        coord_job **nj = mt_realloc(c->jobs, cap * sizeof(*nj));
-        if (nj == NULL)
-            return MT_RESOURCE_EXHAUSTED;
-        c->jobs = nj;
-        c->cap_jobs = cap;
-    }
-    c->jobs[c->n_jobs++] = j;
-    return MT_OK;
-}
-
-static void job_remove(mt_coord *c, coord_job *j)
-{
-    for (size_t i = 0; i < c->n_jobs; i++) {
-        if (c->jobs[i] == j) {
-            memmove(&c->jobs[i], &c->jobs[i + 1], (c->n_jobs - i - 1) * sizeof(*c->jobs));
-            c->n_jobs--;
-            break;
-        }
-    }
-    job_free(j);
-}
-
-/*
- * Move j to `to` (store first, then memory). A final state removes j from the table and frees it
- * (the caller must not touch j afterwards) and publishes the end of the job's metrics stream.
- */
-static mt_code job_transition(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason)
-{
-    mt_err err = MT_ERR_INIT;
-    mt_code rc;
-
-    /* points already accepted are stored (and published) before the job can end */
-    if (mt_jobstate_is_final(to))
-        coord_metrics_flush(c);
-    rc = mt_store_job_transition(c->store, j->job_id, mt_jobstate_name(j->state),
-                                 mt_jobstate_name(to), reason, mt_clock_wall_ms(), &err);
-
-    if (rc != MT_OK) {
-        mt_log_error("job %s: %s -> %s: %s", j->job_id, mt_jobstate_name(j->state),
-                     mt_jobstate_name(to), err.msg);
-        return rc;
-    }
-    mt_log_info("job %s: %s -> %s (%s)", j->job_id, mt_jobstate_name(j->state),
-                mt_jobstate_name(to), reason ? reason : "");
-    coord_stats_job_moved(c->stats, (int)j->state, (int)to);
-    j->state = to;
-    snprintf(j->reason, sizeof(j->reason), "%s", reason ? reason : "");
-    if (to != MT_JOBSTATE_STALLED && to != MT_JOBSTATE_RESTARTING && to != MT_JOBSTATE_SCHEDULED)
-        j->diagnosis[0] = '\0'; /* as the store's transition did */
-    if (to == MT_JOBSTATE_RESTARTING) {
-        j->restarts++;
-        coord_metrics_publish(c, j->job_id, NULL, 0, mt_jobstate_name(to), j->reason);
-    }
-    if (!is_placed_state(to))
-        job_release(j);
-    c->sched_dirty = 1;
-    if (mt_jobstate_is_final(to)) {
-        coord_metrics_publish(c, j->job_id, NULL, 0, mt_jobstate_name(to),
-                              to == MT_JOBSTATE_FAILED ? reason : "");
-        job_remove(c, j);
-    }
-    return MT_OK;
-}
-
-mt_code coord_job_move(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason)
-{
-    return job_transition(c, j, to, reason);
-}
-
-static void job_set_reason(mt_coord *c, coord_job *j, const char *reason);
-
-void coord_job_note(mt_coord *c, coord_job *j, const char *reason)
-{
-    job_set_reason(c, j, reason);
-}
-
-void coord_job_diagnose(mt_coord *c, coord_job *j, const char *diagnosis)
-{
-    mt_err err = MT_ERR_INIT;
-
-    if (strcmp(j->diagnosis, diagnosis) == 0)
-        return;
-    if (mt_store_job_set_diagnosis(c->store, j->job_id, diagnosis, mt_clock_wall_ms(), &err) !=
-        MT_OK) {
-        mt_log_error("job %s: set diagnosis: %s", j->job_id, err.msg);
-        return;
-    }
-    coord_stats_jobs_changed(c->stats);
-    snprintf(j->diagnosis, sizeof(j->diagnosis), "%s", diagnosis);
-}
-
-static void job_set_reason(mt_coord *c, coord_job *j, const char *reason)
-{
-    mt_err err = MT_ERR_INIT;
-
-    if (strcmp(j->reason, reason) == 0)
-        return;
-    if (mt_store_job_set_reason(c->store, j->job_id, reason, mt_clock_wall_ms(), &err) != MT_OK) {
-        mt_log_error("job %s: set reason: %s", j->job_id, err.msg);
-        return;
-    }
-    coord_stats_jobs_changed(c->stats); /* committed: listings rendered before are stale */
-    snprintf(j->reason, sizeof(j->reason), "%s", reason);
-}
-
-mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step)
-{
-    mt_err err = MT_ERR_INIT;
-    mt_code rc;
-
-    if (step <= j->step)
-        return MT_OK;
-    rc = mt_store_job_set_step(c->store, j->job_id, step, mt_clock_wall_ms(), &err);
-    if (rc != MT_OK) {
-        mt_log_error("job %s: set step: %s", j->job_id, err.msg);
-        return rc;
-    }
-    coord_stats_jobs_changed(c->stats);
-    j->step = step;
-    return rc;
-}
-
-void coord_job_restart(mt_coord *c, coord_job *j, const char *cause)
-{
-    char reason[300];
-
-    if (j->restarts >= j->sum.max_restarts) {
-        snprintf(reason, sizeof(reason), "%.250s; restart limit of %u reached", cause,
-                 j->sum.max_restarts);
-        job_transition(c, j, MT_JOBSTATE_FAILED, reason);
-        return;
-    }
-    job_transition(c, j, MT_JOBSTATE_RESTARTING, cause);
-}
-
 /* A worker's tasks died with it (lost, or replaced by a new process). */
 static void job_lose_worker(mt_coord *c, coord_job *j, const char *worker_id, const char *why)
 {
@@ -243,7 +73,7 @@ static coord_task *job_task(coord_job *j, const char *worker_id)
 }
 
 /* Tasks = the distinct workers of the placement, in rank order of first appearance. */
-static mt_code job_build_tasks(coord_job *j, const char *init_state)
+static mt_code job_build_tasks(coord_job *j, coord_task_state init_state)
 {
     j->tasks = mt_calloc(j->n_place ? j->n_place : 1, sizeof(*j->tasks));
     if (j->tasks == NULL)
@@ -254,7 +84,7 @@ static mt_code job_build_tasks(coord_job *j, const char *init_state)
             continue;
         coord_task *t = &j->tasks[j->n_tasks++];
         snprintf(t->worker_id, sizeof(t->worker_id), "%s", j->place[r].worker_id);
-        snprintf(t->state, sizeof(t->state), "%s", init_state);
+        t->state = init_state;
     }
     return MT_OK;
 }
@@ -299,8 +129,8 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
     rc = mt_jobspec_validate_structure(full.spec_json, strlen(full.spec_json), &legacy, &j->sum,
                                        &verr);
     mt_store_job_fini(&full);
-    if ((rc = job_add(c, j)) != MT_OK) {
-        job_free(j);
+    if ((rc = coord_job_add(c, j)) != MT_OK) {
+        coord_job_free(j);
         return mt_err_set(err, rc, "load jobs: out of memory");
     }
     j->placed_devices = j->sum.n_devices; /* a reloaded RESTARTING job ran on the spec's mesh
@@ -309,10 +139,10 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
         /* the spec was valid at submit (a build with other rules may have stored it) */
         char reason[300];
         snprintf(reason, sizeof(reason), "spec invalid after coordinator restart: %s", verr.msg);
-        job_transition(c, j, MT_JOBSTATE_FAILED, reason);
+        coord_job_move(c, j, MT_JOBSTATE_FAILED, reason);
         return MT_OK;
     }
-    if (is_placed_state(j->state)) {
+    if (coord_jobstate_placed(j->state)) {
         rc = mt_store_job_placement(c->store, j->job_id, &j->place, &j->n_place, err);
         if (rc != MT_OK)
             return rc;
@@ -328,7 +158,8 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
                 j->resume_step = ck.step;
         }
         /* RUNNING tasks are re-attached; SCHEDULED ones get their assignment again */
-        if (job_build_tasks(j, j->state == MT_JOBSTATE_SCHEDULED ? "" : "running") != MT_OK)
+        if (job_build_tasks(j, j->state == MT_JOBSTATE_SCHEDULED ? COORD_TASK_ASSIGNED
+                                                                 : COORD_TASK_RUNNING) != MT_OK)
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "load jobs: out of memory");
     }
     return MT_OK;
@@ -405,7 +236,7 @@ mt_code coord_jobs_load(mt_coord *c, mt_err *err)
 void coord_jobs_free(mt_coord *c)
 {
     for (size_t i = 0; i < c->n_jobs; i++)
-        job_free(c->jobs[i]);
+        coord_job_free(c->jobs[i]);
     mt_free(c->jobs);
     c->jobs = NULL;
     c->n_jobs = c->cap_jobs = 0;
@@ -435,7 +266,7 @@ static int device_busy(mt_coord *c, const char *worker_id, uint32_t local)
 {
     for (size_t i = 0; i < c->n_jobs; i++) {
         const coord_job *j = c->jobs[i];
-        if (!is_placed_state(j->state))
+        if (!coord_jobstate_placed(j->state))
             continue;
         for (size_t r = 0; r < j->n_place; r++)
             if (j->place[r].local_index == local && strcmp(j->place[r].worker_id, worker_id) == 0)
@@ -525,7 +356,7 @@ static bool ckpt_ready(mt_coord *c, coord_job *j)
     j->ckpt_check = COORD_CKPT_VERIFYING;
     snprintf(reason, sizeof(reason), "checking checkpoint step %llu before resuming",
              (unsigned long long)ck.step);
-    job_set_reason(c, j, reason);
+    coord_job_note(c, j, reason);
     return false;
 }
 
@@ -599,7 +430,7 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
         snprintf(j->resume_job, sizeof(j->resume_job), "%s", j->sum.init_job);
     j->place = p;
     j->n_place = (size_t)j->sum.n_devices;
-    if ((rc = job_build_tasks(j, "")) != MT_OK)
+    if ((rc = job_build_tasks(j, COORD_TASK_ASSIGNED)) != MT_OK)
         goto fail;
     nworkers = j->n_tasks;
     /* the step it resumes from is where the restart markers go (core/watch/restart.c reads it) */
@@ -641,7 +472,7 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     return MT_OK;
 fail:
     mt_log_error("job %s: start: %s", j->job_id, err.msg);
-    job_release(j);
+    coord_job_release(j);
     return rc;
 }
 
@@ -714,7 +545,7 @@ static mt_code job_place(mt_coord *c, coord_job *j, free_map *m, size_t need, mt
         snprintf(reason, sizeof(reason),
                  "backing off %lld s after the link %.63s<->%.63s broke: no placement avoids it",
                  (long long)((j->backoff_until_mono_ms - now + 999) / 1000), j->link_a, j->link_b);
-        job_set_reason(c, j, reason);
+        coord_job_note(c, j, reason);
         c->sched_dirty = 1; /* the sweep looks again */
         return MT_UNAVAILABLE;
     }
@@ -757,7 +588,7 @@ void coord_jobs_schedule(mt_coord *c)
             mt_err ierr = MT_ERR_INIT;
             uint64_t st;
             if (init_source(c, &j->sum, &st, &ierr) != MT_OK) {
-                job_transition(c, j, MT_JOBSTATE_FAILED, ierr.msg); /* frees j */
+                coord_job_move(c, j, MT_JOBSTATE_FAILED, ierr.msg); /* frees j */
                 continue;
             }
         }
@@ -771,7 +602,7 @@ void coord_jobs_schedule(mt_coord *c)
                          "the %zu registered devices",
                          j->sum.elastic_min_batch, j->sum.elastic_max_batch,
                          (unsigned long long)j->sum.batch_size, m.registered);
-                job_set_reason(c, j, reason);
+                coord_job_note(c, j, reason);
                 continue;
             }
             if (j->placed_devices > 0 && (int)b != j->placed_devices)
@@ -783,13 +614,13 @@ void coord_jobs_schedule(mt_coord *c)
         if (need > m.registered) {
             snprintf(reason, sizeof(reason), "needs %zu devices, %zu registered", need,
                      m.registered);
-            job_set_reason(c, j, reason);
+            coord_job_note(c, j, reason);
             continue;
         }
         if (blocker != NULL) {
             snprintf(reason, sizeof(reason), "waiting behind %s (priority, then submission order)",
                      blocker);
-            job_set_reason(c, j, reason);
+            coord_job_note(c, j, reason);
             continue;
         }
         if (!ckpt_ready(c, j)) { /* its checkpoint files are being read back; it keeps its turn */
@@ -815,7 +646,7 @@ void coord_jobs_schedule(mt_coord *c)
         } else {
             snprintf(reason, sizeof(reason), "waiting for %zu free devices (%zu free of %zu)", need,
                      free_now, m.registered);
-            job_set_reason(c, j, reason);
+            coord_job_note(c, j, reason);
             blocker = j->job_id;
         }
         mt_free(slot);
@@ -831,7 +662,7 @@ void coord_jobs_worker_lost(mt_coord *c, const char *worker_id, const char *why)
     for (size_t i = 0; i < c->n_jobs;) {
         coord_job *j = c->jobs[i];
         size_t before = c->n_jobs;
-        if (is_placed_state(j->state) && job_task(j, worker_id) != NULL) {
+        if (coord_jobstate_placed(j->state) && job_task(j, worker_id) != NULL) {
             job_lose_worker(c, j, worker_id, why);
             if (c->n_jobs < before)
                 continue;
@@ -858,20 +689,6 @@ static coord_worker *job_worker_named(mt_coord *c, const coord_job *j, const cha
         coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
         if (w != NULL && strcmp(w->rec.worker_id, not ) != 0 && w->rec.data_address[0] != '\0' &&
             strstr(text, w->rec.data_address) != NULL)
-            return w;
-    }
-    return NULL;
-}
-
-coord_worker *coord_job_silent_worker(mt_coord *c, const coord_job *j, const char * not,
-                                      int64_t now)
-{
-    int64_t fresh = COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms);
-
-    for (size_t i = 0; i < j->n_tasks; i++) {
-        coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
-        if (w != NULL && (not == NULL || strcmp(w->rec.worker_id, not ) != 0) &&
-            now - w->last_seen_mono_ms > fresh)
             return w;
     }
     return NULL;
@@ -937,48 +754,50 @@ static int apply_task(mt_coord *c, const char *worker_id, const Meshtrain__TaskS
     coord_job *j = coord_job_find(c, t->job_id);
     coord_task *task;
     char reason[300];
-    int running = strcmp(t->state, "running") == 0;
+    coord_task_state ts = COORD_TASK_ASSIGNED; /* the wire's word, typed here */
+    int known = coord_task_state_parse(t->state, &ts) && ts != COORD_TASK_ASSIGNED;
+    int running = known && ts == COORD_TASK_RUNNING;
     size_t n_state = 0;
 
-    if (j == NULL || !is_placed_state(j->state) || t->attempt != j->attempt ||
+    if (j == NULL || !coord_jobstate_placed(j->state) || t->attempt != j->attempt ||
         (task = job_task(j, worker_id)) == NULL)
         return running;
-    if (strcmp(task->state, t->state) == 0 && t->step <= task->step)
+    if (known && task->state == ts && t->step <= task->step)
         return 0; /* nothing new */
     if (t->step > task->step)
         task->step = t->step;
     if (t->step > j->step)
         coord_job_set_step(c, j, t->step);
-    if (strcmp(t->state, "failed") == 0 && job_peer_failure(c, j, worker_id, t->error))
+    if (known && ts == COORD_TASK_FAILED && job_peer_failure(c, j, worker_id, t->error))
         return 0;
-    if (strcmp(t->state, "failed") == 0 || strcmp(t->state, "cancelled") == 0) {
+    if (known && (ts == COORD_TASK_FAILED || ts == COORD_TASK_CANCELLED)) {
         snprintf(reason, sizeof(reason), "worker %s: %s", worker_id,
                  t->error[0] ? t->error
-                             : (strcmp(t->state, "cancelled") == 0 ? "task cancelled by the worker"
-                                                                   : "task failed"));
-        job_transition(c, j, MT_JOBSTATE_FAILED, reason);
+                             : (ts == COORD_TASK_CANCELLED ? "task cancelled by the worker"
+                                                           : "task failed"));
+        coord_job_move(c, j, MT_JOBSTATE_FAILED, reason);
         return 0;
     }
-    if (!running && strcmp(t->state, "succeeded") != 0)
+    if (!known || (ts != COORD_TASK_RUNNING && ts != COORD_TASK_SUCCEEDED))
         return 0; /* unknown state word: ignore */
     if (j->state == MT_JOBSTATE_STALLED &&
-        job_transition(c, j, MT_JOBSTATE_RUNNING,
+        coord_job_move(c, j, MT_JOBSTATE_RUNNING,
                        "progress resumed: a task reported a new step or state") != MT_OK)
         return 0;
-    snprintf(task->state, sizeof(task->state), "%s", t->state);
+    task->state = ts;
     for (size_t i = 0; i < j->n_tasks; i++)
-        n_state += strcmp(j->tasks[i].state, "") != 0;
+        n_state += j->tasks[i].state != COORD_TASK_ASSIGNED;
     if (j->state == MT_JOBSTATE_SCHEDULED && n_state == j->n_tasks) {
         snprintf(reason, sizeof(reason), "all %zu tasks started (attempt %u)", j->n_tasks,
                  j->attempt);
-        if (job_transition(c, j, MT_JOBSTATE_RUNNING, reason) != MT_OK)
+        if (coord_job_move(c, j, MT_JOBSTATE_RUNNING, reason) != MT_OK)
             return 0;
     }
     n_state = 0;
     for (size_t i = 0; i < j->n_tasks; i++)
-        n_state += strcmp(j->tasks[i].state, "succeeded") == 0;
+        n_state += j->tasks[i].state == COORD_TASK_SUCCEEDED;
     if (n_state == j->n_tasks && j->state == MT_JOBSTATE_RUNNING)
-        job_transition(c, j, MT_JOBSTATE_SUCCEEDED, "all tasks succeeded");
+        coord_job_move(c, j, MT_JOBSTATE_SUCCEEDED, "all tasks succeeded");
     return 0;
 }
 
@@ -1083,7 +902,7 @@ void coord_jobs_heartbeat(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
         coord_task *t;
         Meshtrain__TaskAssignment *a, **grown;
         if (j->state != MT_JOBSTATE_SCHEDULED || (t = job_task(j, r->worker_id)) == NULL ||
-            t->state[0] != '\0')
+            t->state != COORD_TASK_ASSIGNED)
             continue;
         a = build_assignment(c, j, r->worker_id);
         if (a == NULL)
@@ -1291,13 +1110,13 @@ static void submit_store(uv_work_t *w, int status)
     snprintf(rec.mesh, sizeof(rec.mesh), "%s", j->sum.mesh_text); /* listings never re-read the
                                                                     spec (issue 17) */
     rec.devices = (uint32_t)j->sum.n_devices;
-    if ((rc = job_add(c, j)) != MT_OK) {
+    if ((rc = coord_job_add(c, j)) != MT_OK) {
         mt_rpc_call_reply(q->call, rc, "coordinator out of memory", NULL);
         goto out;
     }
     rc = mt_store_job_insert(c->store, &rec, mt_clock_wall_ms(), &err);
     if (rc != MT_OK) {
-        c->n_jobs--; /* j is the last entry: job_add just appended it */
+        c->n_jobs--; /* j is the last entry: coord_job_add just appended it */
         mt_rpc_call_reply(q->call, rc, err.msg, NULL);
         goto out;
     }
@@ -1314,7 +1133,7 @@ static void submit_store(uv_work_t *w, int status)
     mt_rpc_call_reply(q->call, MT_OK, NULL, &rep.base);
     j = NULL; /* the table owns it */
 out:
-    job_free(j);
+    coord_job_free(j);
     mt_free(q);
 }
 
@@ -1345,7 +1164,7 @@ void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call)
     q->call = call;
     q->work.data = q;
     if (uv_queue_work(&c->loop, &q->work, submit_validate, submit_store) != 0) {
-        job_free(q->j);
+        coord_job_free(q->j);
         mt_free(q);
         mt_rpc_call_reply(call, MT_INTERNAL, "cannot queue the validation", NULL);
     }
@@ -1562,7 +1381,7 @@ void coord_handle_cancel_job(mt_coord *c, mt_rpc_call *call)
     mt_code rc;
 
     if (j != NULL) {
-        rc = job_transition(c, j, MT_JOBSTATE_CANCELLED, "cancelled by the user");
+        rc = coord_job_move(c, j, MT_JOBSTATE_CANCELLED, "cancelled by the user");
         if (rc != MT_OK) {
             mt_rpc_call_reply(call, rc, "cancel: the store refused the transition", NULL);
             return;
