@@ -355,16 +355,138 @@ static void handle_login(struct coord_http *h, coord_hsrv_res *res, const coord_
 
 /* ------------------------------------------------------------ routing */
 
+typedef void (*route_fn)(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+                         const char *path, const char *query);
+
+static void route_healthz(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+                          const char *path, const char *query)
+{
+    coord_http_reply r = {0};
+
+    (void)h, (void)req, (void)path, (void)query;
+    r.status = 200;
+    r.content_type = "text/plain; charset=utf-8";
+    coord_buf_puts(&r.body, "ok\n");
+    send_reply(res, &r, NULL, NULL);
+}
+
+static void route_login(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+                        const char *path, const char *query)
+{
+    (void)path, (void)query;
+    handle_login(h, res, req);
+}
+
+static void route_logout(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+                         const char *path, const char *query)
+{
+    const char *hdr[] = {"Set-Cookie", COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
+                         "Location", "/login", NULL};
+    coord_http_reply r = {0};
+
+    (void)h, (void)req, (void)path, (void)query;
+    r.status = 303;
+    send_reply(res, &r, NULL, hdr);
+}
+
+static void route_prom(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+                       const char *path, const char *query)
+{
+    coord_http_reply r = {0};
+
+    (void)req, (void)path, (void)query;
+    coord_http__prom(&h->ctx, &r);
+    send_reply(res, &r, NULL, NULL);
+}
+
+static void route_api(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+                      const char *path, const char *query)
+{
+    coord_http_reply r = {0};
+
+    (void)req;
+    coord_http__api(&h->ctx, path, query, &r);
+    send_reply(res, &r, NULL, NULL);
+}
+
+static void not_found(coord_hsrv_res *res, const char *path)
+{
+    coord_http_reply r = {0};
+    char msg[600];
+
+    snprintf(msg, sizeof(msg), "no such resource: %s", path);
+    coord_http__error(&r, 404, MT_NOT_FOUND, msg);
+    send_reply(res, &r, NULL, NULL);
+}
+
+/* The dashboard's pages (/, /workers, /jobs/ID) and assets (/static/NAME, not the pages). */
+static void route_page(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+                       const char *path, const char *query)
+{
+    const char *page = NULL;
+    const asset *a;
+
+    (void)query;
+    if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0)
+        page = "index.html";
+    else if (strcmp(path, "/workers") == 0)
+        page = "workers.html";
+    else if (strncmp(path, "/jobs/", 6) == 0 && path[6] != '\0' && strchr(path + 6, '/') == NULL)
+        page = "job.html";
+    else if (strncmp(path, "/static/", 8) == 0 && strcmp(path + 8, "index.html") != 0 &&
+             strcmp(path + 8, "job.html") != 0 && strcmp(path + 8, "workers.html") != 0)
+        page = path + 8;
+    a = page != NULL ? asset_find(h, page) : NULL;
+    if (a != NULL)
+        send_asset(res, req, a);
+    else
+        not_found(res, path);
+}
+
+/* One route: an exact path, or a prefix when it ends in '/' (after the exact ones), as coord.c's
+ * RPC handler table and http_api.c's api_routes. */
+typedef struct http_route {
+    const char *path;
+    int open;       /* served without the token */
+    int any_method; /* else GET and HEAD only (405 otherwise) */
+    int api;        /* without the token: 401 with a JSON error, else a redirect to /login */
+    route_fn fn;
+} http_route;
+
+static const http_route routes[] = {
+    {"/healthz", 1, 0, 0, route_healthz}, {"/login", 1, 1, 0, route_login},
+    {"/logout", 1, 1, 0, route_logout},   {"/metrics", 0, 0, 1, route_prom},
+    {"/api/v1", 0, 0, 1, route_api},      {"/", 0, 0, 0, route_page},
+    {"/index.html", 0, 0, 0, route_page}, {"/workers", 0, 0, 0, route_page},
+    {"/api/v1/", 0, 0, 1, route_api},     {"/jobs/", 0, 0, 0, route_page},
+    {"/static/", 0, 0, 1, route_page},
+};
+
+static const http_route *route_find(const char *path)
+{
+    size_t n = sizeof(routes) / sizeof(routes[0]);
+
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(routes[i].path, path) == 0)
+            return &routes[i];
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(routes[i].path);
+        if (len > 1 && routes[i].path[len - 1] == '/' && strncmp(routes[i].path, path, len) == 0)
+            return &routes[i];
+    }
+    return NULL;
+}
+
 static void handle(void *arg, const coord_hsrv_req *req, coord_hsrv_res *res)
 {
     struct coord_http *h = arg;
-    const char *method = req->method;
     const char *uri = req->uri;
     const char *q = strchr(uri, '?');
     coord_http_reply r = {0};
     char path[512];
     size_t plen = q ? (size_t)(q - uri) : strlen(uri);
-    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    int get = strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
+    const http_route *rt;
 
     if (plen >= sizeof(path)) {
         coord_http__error(&r, 414, MT_INVALID_ARGUMENT, "request path too long");
@@ -373,33 +495,15 @@ static void handle(void *arg, const coord_hsrv_req *req, coord_hsrv_res *res)
     }
     memcpy(path, uri, plen);
     path[plen] = '\0';
-    if (strcmp(path, "/healthz") == 0 && get) {
-        r.status = 200;
-        r.content_type = "text/plain; charset=utf-8";
-        coord_buf_puts(&r.body, "ok\n");
-        send_reply(res, &r, NULL, NULL);
-        return;
-    }
-    if (strcmp(path, "/login") == 0) {
-        handle_login(h, res, req);
-        return;
-    }
-    if (strcmp(path, "/logout") == 0) {
-        const char *hdr[] = {"Set-Cookie", COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
-                             "Location", "/login", NULL};
-        r.status = 303;
-        send_reply(res, &r, NULL, hdr);
-        return;
-    }
-    if (!get) {
+    rt = route_find(path);
+    if (!get && (rt == NULL || !rt->any_method)) {
         const char *hdr[] = {"Allow", "GET, HEAD", NULL};
         coord_http__error(&r, 405, MT_INVALID_ARGUMENT, "the status endpoint is read-only");
         send_reply(res, &r, NULL, hdr);
         return;
     }
-    int api = strncmp(path, "/api/", 5) == 0 || strcmp(path, "/metrics") == 0;
-    if (!authorized(h, req)) {
-        if (api || strncmp(path, "/static/", 8) == 0) {
+    if ((rt == NULL || !rt->open) && !authorized(h, req)) {
+        if (rt != NULL ? rt->api : strncmp(path, "/api/", 5) == 0) {
             const char *hdr[] = {"WWW-Authenticate", "Bearer realm=\"meshtrain\"", NULL};
             coord_http__error(&r, 401, MT_UNAUTHENTICATED,
                               "this coordinator requires its token: send 'Authorization: "
@@ -412,35 +516,10 @@ static void handle(void *arg, const coord_hsrv_req *req, coord_hsrv_res *res)
         }
         return;
     }
-    if (strcmp(path, "/metrics") == 0) {
-        coord_http__prom(&h->ctx, &r);
-        send_reply(res, &r, NULL, NULL);
-        return;
-    }
-    if (strncmp(path, "/api/v1/", 8) == 0 || strcmp(path, "/api/v1") == 0) {
-        coord_http__api(&h->ctx, path, q ? q + 1 : "", &r);
-        send_reply(res, &r, NULL, NULL);
-        return;
-    }
-    const char *page = NULL;
-    if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0)
-        page = "index.html";
-    else if (strcmp(path, "/workers") == 0)
-        page = "workers.html";
-    else if (strncmp(path, "/jobs/", 6) == 0 && path[6] != '\0' && strchr(path + 6, '/') == NULL)
-        page = "job.html";
-    else if (strncmp(path, "/static/", 8) == 0 && strcmp(path + 8, "index.html") != 0 &&
-             strcmp(path + 8, "job.html") != 0 && strcmp(path + 8, "workers.html") != 0)
-        page = path + 8;
-    const asset *a = page != NULL ? asset_find(h, page) : NULL;
-    if (a != NULL) {
-        send_asset(res, req, a);
-        return;
-    }
-    char msg[600];
-    snprintf(msg, sizeof(msg), "no such resource: %s", path);
-    coord_http__error(&r, 404, MT_NOT_FOUND, msg);
-    send_reply(res, &r, NULL, NULL);
+    if (rt == NULL)
+        not_found(res, path);
+    else
+        rt->fn(h, req, res, path, q ? q + 1 : "");
 }
 
 /* --dashboard-dir, else the source tree's copy (a development build), else the installed one. */
