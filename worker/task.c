@@ -350,17 +350,40 @@ static mt_code upload_best(void *ctx, const char *path, uint64_t step, mt_err *e
     return rc;
 }
 
-/* Upload the checkpoint file at path as (job, step) in chunks with its CRC-32. */
+/*
+ * A checkpoint that a full disk (the coordinator's, or this machine's) has no room for: skip it
+ * and train on; the next interval's checkpoint tries again. The metrics stream carries a
+ * "checkpoint_skipped" point (value: the step) as the warning. Issue 19, fault 4.
+ */
+static void skip_ckpt(task_run *r, uint64_t step, const char *why)
+{
+    mt_log_warn("job %s: checkpoint step %llu skipped: %s (training goes on; the next "
+                "checkpoint tries again)",
+                r->job_id, (unsigned long long)step, why);
+    if (r->has_rank0) {
+        add_point(r, "checkpoint_skipped", step, r->meta_epoch > 0 ? r->meta_epoch : 0,
+                  (double)step);
+        flush_metrics(r, true);
+    }
+}
+
+/* Upload the checkpoint file at path as (job, step) in chunks with its CRC-32; path NULL: the
+ * trainer could not write it here (err: this machine's disk is full) and skips it. */
 static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
 {
     task_run *r = ctx;
-    FILE *f = fopen(path, "rb");
+    FILE *f = NULL;
     unsigned char *buf = NULL;
     long size;
     uLong crc = crc32(0L, Z_NULL, 0);
     char sum[32];
     mt_code rc = MT_OK;
 
+    if (path == NULL) {
+        skip_ckpt(r, step, err->msg);
+        return MT_OK;
+    }
+    f = fopen(path, "rb");
     if (f == NULL)
         return mt_err_set(err, MT_NOT_FOUND, "checkpoint %s: %s", path, strerror(errno));
     /* the points up to this step go first: a restart resumes after the checkpoint and never
@@ -398,18 +421,9 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
     if (rc == MT_OK)
         mt_log_info("job %s: checkpoint step %llu uploaded (%ld bytes)", r->job_id,
                     (unsigned long long)step, size);
-    if (rc == MT_RESOURCE_EXHAUSTED) {
-        /* the coordinator's disk is full (its message names its host, not its paths): skip this
-         * checkpoint and train on; the next interval's checkpoint tries again. The metrics
-         * stream carries a "checkpoint_skipped" point (value: the step) as the warning. */
-        mt_log_warn("job %s: checkpoint step %llu skipped: %s (training goes on; the next "
-                    "checkpoint tries again)",
-                    r->job_id, (unsigned long long)step, err->msg);
-        if (r->has_rank0) {
-            add_point(r, "checkpoint_skipped", step, r->meta_epoch > 0 ? r->meta_epoch : 0,
-                      (double)step);
-            flush_metrics(r, true);
-        }
+    if (rc == MT_RESOURCE_EXHAUSTED) { /* the coordinator's disk is full (its message names
+                                          its host, not its paths) */
+        skip_ckpt(r, step, err->msg);
         rc = MT_OK;
     }
     return rc;

@@ -380,7 +380,9 @@ typedef struct mt_spmd_run_opts {
                               process holding rank 0 writes checkpoints (the others take part in
                               the gather when mt_spmd_save_needs_gather) */
     /* called after each checkpoint is written (ctx = the progress ctx, path, step), e.g. to
-       upload it; may be NULL; a non-OK return stops the run */
+       upload it; may be NULL; a non-OK return stops the run. When set, a checkpoint this
+       machine's disk has no room for (RESOURCE_EXHAUSTED) is skipped instead of stopping the
+       run: it is called with path NULL and err saying why (OK trains on) */
     mt_code (*on_saved)(void *ctx, const char *path, uint64_t step, mt_err *err);
     /* called when progress stopped the run: true = checkpoint the last step before returning */
     bool (*save_on_stop)(void *ctx);

@@ -473,6 +473,14 @@ static mt_code run_after_step(void *ctx, int64_t step, int64_t epoch, size_t pos
         mt_log_warn("final checkpoint not written: %s", serr.msg);
         return emit_digest(r, step, pos, last, false, err);
     }
+    if (rc == MT_RESOURCE_EXHAUSTED && o->on_saved != NULL) {
+        /* this machine's disk is full: skip this checkpoint and train on, the next interval
+         * tries again; on_saved with path NULL tells the caller (issue 19, fault 4) */
+        mt_log_warn("checkpoint step %lld skipped: %s", (long long)step, serr.msg);
+        rc = o->on_saved(r->ctx, NULL, (uint64_t)step, &serr);
+        if (rc == MT_OK)
+            return emit_digest(r, step, pos, last, false, err);
+    }
     if (rc != MT_OK)
         return mt_err_set(err, rc, "%s", serr.msg);
     return emit_digest(r, step, pos, last, true, err);
