@@ -249,6 +249,8 @@ static mt_code torch_layer(torch_plan *p, const mt_layer_spec *l, const mt_cli_e
 
     for (int a = 0; a < x->rank; a++)
         in *= (int64_t)x->shape[a];
+    if (x->rank > 1 && !x->nhwc_flat) /* a dense layer per row: the last axis */
+        in = (int64_t)x->shape[x->rank - 1];
     if (l->kind == MT_LAYER_DENSE) {
         int64_t units = (int64_t)l->units;
         sh[0] = units, sh[1] = in;

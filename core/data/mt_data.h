@@ -10,8 +10,9 @@
  * Layers, bottom up:
  *   spec      mt_data_spec_parse(): the `dataset` JSON section, errors carry the JSON path.
  *   sources   CSV, labelled text (+ TF-IDF vectorizer), IDX, NumPy .npy/.npz, image folders
- *             (PNG/JPEG): each input file decodes into an mt_data_block (n examples × dim
- *             float32 features, int32 labels or float targets).
+ *             (PNG/JPEG), plain text cut into next-token sequences ("tokens", + a core/text
+ *             tokenizer fitted on the training files): each input file decodes into an
+ *             mt_data_block (n examples × dim float32 features, int32 labels or float targets).
  *   dataset   mt_data_dataset: the files of one split with their example counts.
  *   plan      mt_data_plan: pure arithmetic from (file sizes, shard policy, batching, pipelines,
  *             replicas, global batch, drop_remainder) to "which positions of my stream does
@@ -43,7 +44,8 @@
  * Tests: tests/unit/test_data_shard.c (plan, rebatch, property), test_data_csv.c,
  * test_data_text.c (tokenizer, TF-IDF), test_data_pipeline.c (shuffle, prefetch, slices),
  * test_data_spec.c (spec errors), test_data_idx.c (IDX pairs), test_data_npy.c,
- * test_data_image.c, test_data_csv.c (string labels, float targets, missing values); fuzz:
+ * test_data_image.c, test_data_csv.c (string labels, float targets, missing values),
+ * test_data_tokens.c; fuzz:
  * tests/fuzz/fuzz_csv.c, fuzz_text.c, fuzz_npy.c, fuzz_image.c.
  */
 #ifndef MT_DATA_H
@@ -56,6 +58,7 @@
 #include <cjson/cJSON.h>
 
 #include "status/mt_status.h"
+#include "text/mt_text.h"
 
 /* ------------------------------------------------------------------ enums */
 
@@ -65,6 +68,7 @@ typedef enum mt_data_format {
     MT_DATA_FORMAT_IDX = 2,    /* (Fashion-)MNIST image + label files */
     MT_DATA_FORMAT_NPY = 3,    /* NumPy .npy (x, y) pairs or .npz archives (stored or deflated) */
     MT_DATA_FORMAT_IMAGES = 4, /* image folders: one sub-folder per class, PNG and JPEG files */
+    MT_DATA_FORMAT_TOKENS = 5, /* plain text, tokenized, cut into next-token sequences */
 } mt_data_format;
 
 /* What the label (target) of an example is. */
@@ -179,14 +183,17 @@ typedef struct mt_data_spec {
     size_t shape[3];               /* optional H, W, C view of the features; 0 = flat */
     int num_classes;               /* labels checked in [0, num_classes); 0 = unchecked */
     size_t max_tokens;             /* TEXT: vocabulary size incl. OOV index 0 (default 1200) */
-    size_t shuffle_buffer;         /* 0 = no shuffling (default 0) */
-    uint64_t seed;                 /* shuffle seed (default 0; engines pass the job seed) */
-    bool seed_set;                 /* "seed" was present in the section */
-    mt_data_shard_policy shard;    /* default AUTO */
-    mt_data_batching batching;     /* default GLOBAL */
-    bool drop_remainder;           /* default false */
-    size_t prefetch;               /* prefetch depth in steps; 0 = synchronous (default 2) */
-    char *json_path;               /* owned; the section's JSON path, for messages */
+    mt_text_tokenizer_type tokenizer; /* TOKENS: "tokenizer.type" (default char) */
+    size_t vocab_size;                /* TOKENS: "tokenizer.vocab_size" (char: 0 = every char) */
+    size_t block_size;                /* TOKENS: tokens per example (required) */
+    size_t shuffle_buffer;            /* 0 = no shuffling (default 0) */
+    uint64_t seed;                    /* shuffle seed (default 0; engines pass the job seed) */
+    bool seed_set;                    /* "seed" was present in the section */
+    mt_data_shard_policy shard;       /* default AUTO */
+    mt_data_batching batching;        /* default GLOBAL */
+    bool drop_remainder;              /* default false */
+    size_t prefetch;                  /* prefetch depth in steps; 0 = synchronous (default 2) */
+    char *json_path;                  /* owned; the section's JSON path, for messages */
 } mt_data_spec;
 
 /*
@@ -329,6 +336,16 @@ mt_code mt_data_tfidf_transform(const mt_data_tfidf *v, const char *text, size_t
 mt_code mt_data_tfidf_save(const mt_data_tfidf *v, char **buf, size_t *len, mt_err *err);
 mt_code mt_data_tfidf_load(const char *buf, size_t len, mt_data_tfidf **out, mt_err *err);
 
+/* ------------------------------------------------------------------ tokens */
+
+/*
+ * Fit the tokenizer of a TOKENS spec on its TRAINING files (read whole, in spec order) with the
+ * spec's type and vocab_size (core/text, deterministic). On MT_OK *out is owned
+ * (mt_text_tokenizer_free). Codes: NOT_FOUND / PERMISSION_DENIED (files), INVALID_ARGUMENT
+ * ("dataset.tokenizer: ..."; not a tokens spec), RESOURCE_EXHAUSTED. Blocks on I/O; any thread.
+ */
+mt_code mt_data_tokenizer_fit_spec(const mt_data_spec *spec, mt_text_tokenizer **out, mt_err *err);
+
 /* ------------------------------------------------------------------ dataset */
 
 typedef struct mt_data_dataset mt_data_dataset;
@@ -351,6 +368,9 @@ mt_code mt_data_dataset_from_blocks(const mt_data_block *blocks, size_t n_blocks
                                     mt_data_dataset **out, mt_err *err);
 
 void mt_data_dataset_free(mt_data_dataset *ds);
+
+/* TOKENS: the tokenizer fitted on the training files at open (borrowed); NULL otherwise. */
+const mt_text_tokenizer *mt_data_dataset_tokenizer(const mt_data_dataset *ds);
 
 /* The dataset's class names (mt_data_classes_fit_spec, fitted once at open on the training
  * files); borrowed, n == 0 for integer and float labels. */

@@ -67,6 +67,9 @@ mt_code mt_model_param_init(const mt_model_param *p, uint64_t seed, const size_t
         return MT_OK;
     case MT_INIT_GLOROT_UNIFORM:
         break;
+    case MT_INIT_UNIFORM_005:
+        return mt_rng_uniform_fill(out, seed, mt_rng_name_id(p->name), 0.05f, p->rank, p->shape,
+                                   offsets, local_shape, err);
     }
     return mt_rng_glorot_fill(out, seed, mt_rng_name_id(p->name), p->rank, p->shape, offsets,
                               local_shape, err);
@@ -477,7 +480,8 @@ mt_code mt_model_forward(mt_model *m, const float *x, size_t local_batch, size_t
                         .training = training,
                         .step = step,
                         .first = first_example,
-                        .ref = m->ref};
+                        .ref = m->ref,
+                        .err = err};
     int failed = 0;
     mt_code rc;
 
@@ -491,10 +495,14 @@ mt_code mt_model_forward(mt_model *m, const float *x, size_t local_batch, size_t
     m->global_batch = global_batch;
     m->trained_forward = training;
     m->comm = comm;
+    if (err != NULL)
+        err->code = MT_OK;
     rc = mt_layer_graph_forward(m->layers, m->st, m->n_layers, x, &d, &ps, &m->logits, &failed);
-    if (rc != MT_OK)
+    if (rc != MT_OK && (err == NULL || err->code == MT_OK))
         return mt_err_set(err, rc, "%s: allreduce of batch-norm statistics failed",
                           m->layers[failed].s.name);
+    if (rc != MT_OK)
+        return rc;
     if (logits != NULL)
         *logits = m->logits;
     return MT_OK;

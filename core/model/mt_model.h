@@ -52,6 +52,9 @@ typedef enum mt_layer_kind {
     MT_LAYER_GLOBAL_AVERAGE_POOLING2D, /* (H, W, C) -> (C): each channel's mean */
     MT_LAYER_LAYER_NORM,               /* normalisation of each row over its features */
     MT_LAYER_AVERAGE_POOLING2D,        /* the mean of each window */
+    MT_LAYER_EMBEDDING,                /* token ids (T) -> (T, output_dim) rows of a table */
+    MT_LAYER_POSITION_EMBEDDING,       /* (T, C) + a learned vector per position */
+    MT_LAYER_ATTENTION,                /* multi-head (causal) attention over fused q, k, v */
     MT_LAYER_KIND_COUNT                /* a new kind goes above, with its module in core/layers */
 } mt_layer_kind;
 
@@ -74,7 +77,10 @@ typedef struct mt_layer_spec {
     mt_layer_kind kind;
     char name[MT_LAYER_NAME_MAX];    /* "dense_1", "conv2d_2" ...: per type, 1-based, as Keras */
     mt_activation activation;        /* dense, conv2d */
-    size_t units;                    /* dense */
+    size_t units;                    /* dense; embedding: output_dim */
+    size_t input_dim;                /* embedding: the vocabulary size */
+    size_t heads;                    /* attention: num_heads */
+    bool causal;                     /* attention: each position sees itself and earlier ones */
     size_t filters, kh, kw;          /* conv2d; kh, kw: also the pooling window */
     bool same;                       /* conv2d padding "same" (else "valid") */
     size_t sh, sw;                   /* conv2d strides (default 1), pooling strides */
@@ -220,6 +226,7 @@ typedef enum mt_param_init {
     MT_INIT_ZEROS,
     MT_INIT_ONES,
     MT_INIT_GLOROT_UNIFORM,
+    MT_INIT_UNIFORM_005, /* uniform in [-0.05, 0.05): Keras' Embedding default */
 } mt_param_init;
 
 /* A named parameter (or non-trainable state such as a moving mean). Borrowed from the model. */

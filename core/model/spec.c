@@ -155,9 +155,9 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
     rc = mt_model_field_str(node, "format", "dataset.format", &s, err);
     if (rc != MT_OK)
         return rc;
-    if (s != NULL &&
-        (strcmp(s, "text") == 0 || strcmp(s, "synthetic") == 0 || strcmp(s, "csv") == 0 ||
-         strcmp(s, "npy") == 0 || strcmp(s, "npz") == 0 || strcmp(s, "images") == 0)) {
+    if (s != NULL && (strcmp(s, "text") == 0 || strcmp(s, "synthetic") == 0 ||
+                      strcmp(s, "csv") == 0 || strcmp(s, "npy") == 0 || strcmp(s, "npz") == 0 ||
+                      strcmp(s, "images") == 0 || strcmp(s, "tokens") == 0)) {
         /* read by the SPMD trainer (core/spmd), which validates the rest of the section */
         snprintf(out->format, sizeof(out->format), "%s", s);
         return MT_OK;
@@ -168,7 +168,7 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
     if (s != NULL && strcmp(s, "idx") != 0)
         return mt_model_field_bad(err, "dataset.format",
                                   "must be \"idx\" (or \"csv\", \"npy\", \"npz\", \"images\", "
-                                  "\"text\", \"synthetic\")");
+                                  "\"text\", \"tokens\", \"synthetic\")");
     rc = check_keys(node, "dataset", keys, err);
     if (rc != MT_OK)
         return rc;

@@ -110,6 +110,14 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
 void mt_spmd_free(mt_spmd *s);
 
 /* What one device of a mesh holds and hands to collectives per training step (mt_spmd_check). */
+/* One layer of a plan (mt_spmd_plan_info.layers). */
+typedef struct mt_spmd_layer_plan {
+    char name[32], type[24];
+    char shape[48];                        /* the output's global shape per example, "(128, 384)" */
+    uint64_t activation_bytes;             /* its buffers on one device for a local batch */
+    uint64_t comm_bytes[MT_MESH_MAX_DIMS]; /* float32 bytes its collectives move per step */
+} mt_spmd_layer_plan;
+
 typedef struct mt_spmd_plan_info {
     uint64_t weight_bytes;     /* the largest per-device sum of stored parameter shards */
     uint64_t slot_bytes;       /* optimizer slots of those shards (Adam m + v, SGD momentum) */
@@ -119,6 +127,8 @@ typedef struct mt_spmd_plan_info {
     uint64_t comm_bytes[MT_MESH_MAX_DIMS]; /* per mesh dim: float32 bytes one device hands to
                                               collectives in one training step (payload, before
                                               the algorithm's factor) */
+    mt_spmd_layer_plan *layers; /* in: NULL, or room for every layer (at most 256); filled */
+    int n_layers;               /* out: layers filled */
 } mt_spmd_plan_info;
 
 /*
@@ -257,6 +267,14 @@ typedef struct mt_spmd_position {
  */
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err);
+
+/*
+ * Text metadata that every later checkpoint carries as the U8 tensor "meta/<key>"
+ * (MT_CKPT_META_PREFIX, core/ckpt: not model state, copied into exports' "__metadata__"); key
+ * and text are borrowed and copied, a second call replaces the first. The input pipeline sets
+ * "meshtrain.tokenizer" (the vocabulary of a tokens dataset). Codes: RESOURCE_EXHAUSTED.
+ */
+mt_code mt_spmd_set_meta(mt_spmd *s, const char *key, const char *text, mt_err *err);
 
 /*
  * True when a checkpoint of this trainer needs mt_spmd_save_gathered: the world spreads over

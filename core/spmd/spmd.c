@@ -125,15 +125,16 @@ struct mt_spmd {
     bool ahead;
     size_t *ahead_mine; /* per batch coordinate: the count this process announced for ahead_step */
     /* checkpoint gather and flag agreement (mt_spmd_save_gathered, mt_spmd_flag_any) */
-    size_t jgi;              /* parameter */
-    int jgk;                 /* -1 value, 0/1 optimizer slot */
-    const int *jgroup;       /* the gather group (positions) */
-    int jgn;                 /* its size */
-    float jflag;             /* this process's flag */
-    mt_coll_call jcall;      /* the collective's tag */
-    uint64_t nsaves, nagree; /* collective saves and agreements made (tags) */
-    uint64_t nevals;         /* evaluations made (tags): the same count in every process, unlike
-                                gen, which a process without device threads never advances */
+    size_t jgi;                 /* parameter */
+    int jgk;                    /* -1 value, 0/1 optimizer slot */
+    const int *jgroup;          /* the gather group (positions) */
+    int jgn;                    /* its size */
+    float jflag;                /* this process's flag */
+    mt_coll_call jcall;         /* the collective's tag */
+    uint64_t nsaves, nagree;    /* collective saves and agreements made (tags) */
+    uint64_t nevals;            /* evaluations made (tags): the same count in every process, unlike
+                                   gen, which a process without device threads never advances */
+    char *meta_key, *meta_text; /* owned; text metadata every checkpoint carries, or NULL */
 };
 
 /* ------------------------------------------------------------------ config */
@@ -853,8 +854,12 @@ static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint
     mt_spmd *s = d->s;
     const mt_layer *last = &s->layers[s->n_layers - 1];
     mt_layer_dev ld = dev_services(d);
-    mt_layer_pass ps = {
-        .batch = d->batch, .global_batch = gb, .training = training, .step = step, .first = first};
+    mt_layer_pass ps = {.batch = d->batch,
+                        .global_batch = gb,
+                        .training = training,
+                        .step = step,
+                        .first = first,
+                        .err = &d->err};
     const float *out = NULL;
     int failed = 0;
     mt_code rc;
@@ -875,7 +880,8 @@ static mt_code dev_backward(dev *d)
     mt_spmd *s = d->s;
     const mt_layer *last = &s->layers[s->n_layers - 1];
     mt_layer_dev ld = dev_services(d);
-    mt_layer_pass ps = {.batch = d->batch, .global_batch = d->gcount, .training = true};
+    mt_layer_pass ps = {
+        .batch = d->batch, .global_batch = d->gcount, .training = true, .err = &d->err};
     float *dy = d->dlogits;
     int failed = 0;
 
@@ -1401,11 +1407,14 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
     int slots = mt_optim_slots(&spec->optimizer);
     mt_code rc = spmd_plan_new(spec, mesh, map, in_rank, in_shape, global_batch, &s, err);
 
+    mt_spmd_layer_plan *layers = info != NULL ? info->layers : NULL;
+
     if (rc != MT_OK || info == NULL) {
         mt_spmd_free(s);
         return rc;
     }
     memset(info, 0, sizeof(*info));
+    info->layers = layers;
     info->ndims = s->ndims;
     for (int p = 0; p < s->ndev; p++) {
         uint64_t w = 0, sl = 0, ga = 0;
@@ -1433,10 +1442,28 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
         mt_layer_dev ld = dev_services(&tmp);
         mt_layer_alloc la = {true, 0};
         mt_layer_state st;
-        for (int i = 0; i < s->n_layers; i++)
+        for (int i = 0; i < s->n_layers; i++) {
+            uint64_t before = la.bytes;
             (void)mt_layer_state_init(&s->layers[i], &st, s->max_b, &ld, &la, NULL);
+            if (layers != NULL)
+                layers[i].activation_bytes = la.bytes - before;
+        }
         info->activation_bytes = la.bytes;
     }
+    for (int i = 0; layers != NULL && i < s->n_layers; i++) {
+        const mt_layer *l = &s->layers[i];
+        planner_ctx pc = {s, NULL};
+        mt_layer_planner pl = {&pc, NULL, plan_param_dim, plan_dim_name, plan_dim_size};
+        snprintf(layers[i].name, sizeof(layers[i].name), "%s", l->s.name);
+        snprintf(layers[i].type, sizeof(layers[i].type), "%s", l->ops->type);
+        mt_layer_shape_text(layers[i].shape, sizeof(layers[i].shape), l->out_rank, l->out_shape);
+        memset(layers[i].comm_bytes, 0, sizeof(layers[i].comm_bytes));
+        if (l->ops->comm != NULL)
+            l->ops->comm(l, s->max_b, s->bdim, &pl, comm_add, layers[i].comm_bytes);
+        for (int k = 0; k < s->ndims; k++)
+            layers[i].comm_bytes[k] *= sizeof(float);
+    }
+    info->n_layers = layers != NULL ? s->n_layers : 0;
     plan_comm(s, info->comm_bytes);
     for (int k = 0; k < s->ndims; k++)
         info->comm_bytes[k] *= sizeof(float);
@@ -1466,6 +1493,8 @@ void mt_spmd_free(mt_spmd *s)
         pthread_cond_destroy(&s->cv_done);
     }
     mt_coll_world_free(s->own_world);
+    mt_free(s->meta_key);
+    mt_free(s->meta_text);
     mt_free(s->devs);
     mt_free(s->layers);
     mt_free(s->gparams);
@@ -1831,6 +1860,34 @@ static void host_activity(mt_spmd *s, const char *what)
         mt_coll_comm_activity(s->devs[p].comm, what); /* NULL comm (remote device): no-op */
 }
 
+mt_code mt_spmd_set_meta(mt_spmd *s, const char *key, const char *text, mt_err *err)
+{
+    char *k = mt_malloc(strlen(MT_CKPT_META_PREFIX) + strlen(key) + 1), *t = mt_strdup(text);
+
+    if (k == NULL || t == NULL) {
+        mt_free(k);
+        mt_free(t);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "checkpoint metadata: out of memory");
+    }
+    memcpy(k, MT_CKPT_META_PREFIX, strlen(MT_CKPT_META_PREFIX));
+    memcpy(k + strlen(MT_CKPT_META_PREFIX), key, strlen(key) + 1);
+    mt_free(s->meta_key);
+    mt_free(s->meta_text);
+    s->meta_key = k;
+    s->meta_text = t;
+    return MT_OK;
+}
+
+/* The text metadata tensor (mt_spmd_set_meta), when there is one. */
+static mt_code write_meta(const mt_spmd *s, mt_ckpt_writer *w, mt_err *err)
+{
+    int64_t len = s->meta_text != NULL ? (int64_t)strlen(s->meta_text) : 0;
+
+    if (s->meta_key == NULL)
+        return MT_OK;
+    return mt_ckpt_writer_add(w, s->meta_key, MT_CKPT_U8, &len, 1, s->meta_text, err);
+}
+
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err)
 {
@@ -1875,6 +1932,8 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
         }
     }
     rc = mt_ckpt_writer_add(w, "optimizer/iterations", MT_CKPT_I64, &one, 1, &t, err);
+    if (rc == MT_OK)
+        rc = write_meta(s, w, err);
     if (rc != MT_OK)
         goto fail;
     return mt_ckpt_writer_commit(w, err);
@@ -2188,6 +2247,8 @@ mt_code mt_spmd_save_gathered(mt_spmd *s, const char *path, const mt_spmd_positi
     mt_free(grp);
     if (rc == MT_OK && w != NULL && wrc == MT_OK)
         wrc = mt_ckpt_writer_add(w, "optimizer/iterations", MT_CKPT_I64, &one, 1, &t, &werr);
+    if (rc == MT_OK && w != NULL && wrc == MT_OK)
+        wrc = write_meta(s, w, &werr);
     if (rc == MT_OK && w != NULL && wrc == MT_OK) {
         wrc = mt_ckpt_writer_commit(w, &werr); /* releases w */
         w = NULL;

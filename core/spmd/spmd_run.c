@@ -689,6 +689,23 @@ static mt_code input_shape(const mt_job_spec *spec, const mt_data_pipeline *pipe
     return MT_OK;
 }
 
+/* A tokens dataset's vocabulary travels with every checkpoint (and so with exports). */
+static mt_code input_save_tokenizer(const input_run *in, mt_spmd *s, mt_err *err)
+{
+    const mt_text_tokenizer *tok = mt_data_dataset_tokenizer(in->dset);
+    char *text = NULL;
+    size_t len = 0;
+    mt_code rc;
+
+    if (tok == NULL)
+        return MT_OK;
+    rc = mt_text_tokenizer_save(tok, &text, &len, err);
+    if (rc == MT_OK)
+        rc = mt_spmd_set_meta(s, "meshtrain.tokenizer", text, err);
+    mt_free(text);
+    return rc;
+}
+
 /* Open this process's pipeline once the trainer knows the mesh placement. */
 static mt_code input_open_pipeline(input_run *in, const mt_mesh *mesh, const mt_layout_map *map,
                                    mt_coll_world *world, const int *rank_process, mt_err *err)
@@ -797,6 +814,8 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, cons
         rc = input_shape(spec, in.pipe, &in_rank, in_shape, err);
     if (rc == MT_OK)
         rc = mt_spmd_new(spec, mesh, map, in_rank, in_shape, in.B, o->world, &r.s, err);
+    if (rc == MT_OK)
+        rc = input_save_tokenizer(&in, r.s, err);
     if (rc == MT_OK)
         rc = mt_spmd_check_data(r.s, mt_data_pipeline_label_dim(in.pipe),
                                 mt_data_pipeline_target_dim(in.pipe), err);

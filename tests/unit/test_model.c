@@ -358,10 +358,10 @@ static void test_model_build_rejects_bad_shapes(void **state)
         size_t in[3];
         const char *msg;
     } cases[] = {
-        {"{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3}]}}",
+        {"{\"model\":{\"layers\":[{\"type\":\"attention\",\"num_heads\":2}]}}",
          3,
          {4, 4, 1},
-         "model.layers[0]: dense needs a flat input"},
+         "model.layers[0]: attention needs a sequence of fused queries"},
         {"{\"model\":{\"layers\":[{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":5},"
          "{\"type\":\"flatten\"}]}}",
          3,
