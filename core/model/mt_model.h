@@ -258,9 +258,11 @@ mt_code mt_model_param_init(const mt_model_param *p, uint64_t seed, const size_t
  * Build the model of `spec` for per-example input shape in_shape (rank in_rank, 1..3; the spec's
  * model.input_shape when it has one must equal it) and local batches of at most max_batch
  * examples; parameters are created and initialised from spec->seed. `spec` is borrowed for the
- * call only. Codes: INVALID_ARGUMENT ("model.layers[i]...: why", e.g. a kernel larger than its
- * input, a loss head that is not a vector), RESOURCE_EXHAUSTED (out of memory, or beyond
- * MT_MODEL_LIMITS_DEFAULTS: see mt_model_check_limits).
+ * call only. The last layer's output of any shape is read by the loss as (rows, c)
+ * (mt_model_output_view); whether it fits the data is mt_model_check_data's. Codes:
+ * INVALID_ARGUMENT ("model.layers[i]...: why", e.g. a kernel larger than its input),
+ * RESOURCE_EXHAUSTED (out of memory, or beyond MT_MODEL_LIMITS_DEFAULTS: see
+ * mt_model_check_limits).
  */
 mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shape, size_t max_batch,
                      mt_model **out, mt_err *err);
@@ -361,8 +363,8 @@ void mt_model_set_iterations(mt_model *m, int64_t t);
  * max_batch). training selects batch statistics and dropout; step and first_example (the GLOBAL
  * index of x's first example) key the dropout masks; global_batch is the batch-norm row count
  * across replicas. comm may be NULL (one device). Returns a borrowed pointer to the logits
- * (local_batch, num_classes) in *logits, valid until the next call. Codes: INVALID_ARGUMENT,
- * and whatever comm returns.
+ * (local_batch, rows, c) (the output view) in *logits, valid until the next call. Codes:
+ * INVALID_ARGUMENT, and whatever comm returns.
  */
 mt_code mt_model_forward(mt_model *m, const float *x, size_t local_batch, size_t global_batch,
                          bool training, uint64_t step, uint64_t first_example,

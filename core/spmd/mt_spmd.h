@@ -142,13 +142,13 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
                       mt_spmd_plan_info *info, mt_err *err);
 
 /*
- * One training step on a GLOBAL batch x (n * input_size floats, borrowed) with labels (n):
+ * One training step on a GLOBAL batch x (n * input_size floats, borrowed) with labels (n, y_dim):
  * each device copies its slice (rows by its batch coordinate with tf.distribute's rebatch rule,
- * features by its feature coordinate), then forward, loss (sum / n), backward, gradient
- * allreduce, optimizer update. step keys the collectives and dropout; first_example is the
- * global index of x's first example (dropout masks). metrics may be NULL.
- * Codes: INVALID_ARGUMENT (n = 0 or > max_global_batch, a label out of range), the collectives'
- * codes (DEADLINE_EXCEEDED, UNAVAILABLE ...) naming the device.
+ * features by its feature coordinate), then forward, loss (core/loss: the sum over the labels /
+ * their count), backward, gradient allreduce, optimizer update. step keys the collectives and
+ * dropout; first_example is the global index of x's first example (dropout masks). metrics may be
+ * NULL. Codes: INVALID_ARGUMENT (n = 0 or > max_global_batch, a label out of range), the
+ * collectives' codes (DEADLINE_EXCEEDED, UNAVAILABLE ...) naming the device.
  */
 mt_code mt_spmd_step(mt_spmd *s, const float *x, const int32_t *labels, size_t n, uint64_t step,
                      uint64_t first_example, mt_step_metrics *metrics, mt_err *err);

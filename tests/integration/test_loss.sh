@@ -105,6 +105,18 @@ grep -q "^Early stopping: val_loss did not improve" "$T/reg.txt" &&
         "$T/reg.txt" || fail "regression text output: $(cat "$T/reg.txt")"
 log "regression: mse with mae, validation split, early stop at step 24, best step $best exported"
 
+# without "validation" the targets go through the per-worker input pipeline: batch=2 = one device
+jq 'del(.validation) | .epochs = 2 | del(.checkpoint)' "$T/reg.json" >"$T/regp.json"
+for m in batch=1 batch=2; do
+    "$BIN/meshtrain" train --local "$T/regp.json" --mesh "$m" --save "$T/regp-$m" --data-root "$T" \
+        >/dev/null 2>"$T/regp.err" || fail "regression pipeline $m: $(cat "$T/regp.err")"
+    "$BIN/meshtrain" export "$T/regp-$m/ckpt-28.mtc" -o "$T/regp-$m.safetensors" >/dev/null ||
+        fail "export regp $m: $(ls "$T/regp-$m")"
+done
+python3 "$CMP" "$T/regp-batch=2.safetensors" "$T/regp-batch=1.safetensors" 1e-5 >"$T/cmp.out" ||
+    fail "regression through the pipeline, batch=2 vs one device: $(cat "$T/cmp.out")"
+log "regression through the input pipeline: batch=2 equals one device (1e-5)"
+
 # ---------------------------------------------------------------- refusals naming "loss"
 jq '.loss = "mse" | .metrics = []' "$T/px1.json" >"$T/bad1.json"
 expect_fail 4 "INVALID_ARGUMENT: loss: mse needs float targets" \
