@@ -477,7 +477,7 @@ mt_code mt_text_tokenizer_save(const mt_text_tokenizer *t, char **buf, size_t *l
         sb_printf(&b, "\n");
     }
     if (!b.failed) {
-        unsigned long crc = crc32(0L, (const Bytef *)b.p, (uInt)b.n);
+        unsigned long crc = crc32_z(0L, (const Bytef *)b.p, b.n);
         sb_printf(&b, "crc32 %08lx\n", crc);
     }
     if (b.failed) {
@@ -728,7 +728,7 @@ mt_code mt_text_tokenizer_load(const char *name, const char *buf, size_t len,
         rc = bad(&r, "trailing bytes after the crc32 line");
         goto fail;
     }
-    used = (size_t)crc32(0L, (const Bytef *)buf, (uInt)crc_at);
+    used = (size_t)crc32_z(0L, (const Bytef *)buf, crc_at);
     if (used != crc) {
         rc = mt_err_set(err, MT_DATA_LOSS,
                         "vocab %s: crc32 mismatch: the file says %08" PRIx64
