@@ -605,9 +605,13 @@ mt_code mt_coll_world_new_backend(const mt_coll_backend *b, void *state, int siz
     mt_code rc;
 
     *out = NULL;
-    if (b == NULL || size < 1 || nlocal < 0 || (nlocal > 0 && local == NULL))
+    if (b == NULL || b == &mt_coll_backend_builtin || b->allreduce_sum == NULL ||
+        b->reduce_scatter == NULL || b->allgather == NULL || b->broadcast == NULL ||
+        b->barrier == NULL || size < 1 || nlocal < 0 || (nlocal > 0 && local == NULL))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
-                          "coll world: need a backend, size >= 1 and the local ranks (size %d)",
+                          "coll world: need a backend other than the built-in one (its worlds "
+                          "come from mt_coll_world_new_local / _new_net) with every collective, "
+                          "size >= 1 and the local ranks (size %d)",
                           size);
     if ((rc = check_opts(opts != NULL ? opts : &def, err)) != MT_OK)
         return rc;

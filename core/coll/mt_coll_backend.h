@@ -49,8 +49,9 @@ extern const mt_coll_backend mt_coll_backend_builtin;
  * state (taken on success: b->state_free releases it at mt_coll_world_free). local[0, nlocal)
  * are the global ranks of this process (mt_coll_world_comm returns a comm for each, NULL for
  * the others). opts: NULL for the defaults; the built-in options that do not apply to b are
- * ignored. *out owned by the caller. Codes: INVALID_ARGUMENT (no backend, size < 1, a local
- * rank out of range or twice), RESOURCE_EXHAUSTED.
+ * ignored. *out owned by the caller. Codes: INVALID_ARGUMENT (no backend, the built-in one
+ * (its worlds need a data plane: mt_coll_world_new_local / _new_net), a collective missing from
+ * b, size < 1, a local rank out of range or twice), RESOURCE_EXHAUSTED.
  */
 mt_code mt_coll_world_new_backend(const mt_coll_backend *b, void *state, int size, const int *local,
                                   int nlocal, const mt_coll_world_opts *opts, mt_coll_world **out,
