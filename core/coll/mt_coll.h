@@ -33,8 +33,10 @@
  * positions reduce among themselves first (distance 1, 2, ...) and only the
  * later, smaller exchanges cross processes (hierarchical reduction).
  * mt_coll_reference_allreduce() computes the same order serially. Small
- * allreduces (opts.direct_bytes) send every member's buffer to every other
- * member in one hop and each member computes the very same tree locally.
+ * allreduces (opts.direct_bytes) bring every member's buffer to every member —
+ * in one hop, or, when every member is the only device of its process, by
+ * recursive doubling in log2 p driven exchanges — and each member computes the
+ * very same tree locally.
  * reduce-scatter returns chunk mt_coll_chunk_range(n, p, position) of the
  * allreduce result (same bits).
  *
@@ -43,6 +45,10 @@
  * step, sequence number); every message carries the tag, the chunk index and
  * the length, and any mismatch is INVALID_ARGUMENT on every participant.
  * Every wait has the collective's deadline.
+ *
+ * Backends: these are the built-in stack's promises. The collectives below
+ * call the operations of the world's backend (mt_coll_backend.h); a world of
+ * another backend (MPI) states in its own header what it does not keep.
  *
  * Threading: a comm is used by one thread at a time (its device thread);
  * different comms of one world may be used concurrently. Worlds and nets are

@@ -28,6 +28,7 @@
 
 #include "coll/coll_int.h"
 #include "coll/mt_coll.h"
+#include "coll/mt_coll_backend.h"
 #include "coll_test_jobs.h"
 #include "coll_test_util.h"
 
@@ -1065,6 +1066,91 @@ static void test_coll_net_invalid_arguments(void **state)
     mt_coll_net_free(NULL);
 }
 
+/* A backend whose collectives only validate the group (mt_coll_group_position). */
+static mt_code idle_allreduce(mt_coll_comm *c, const mt_coll_group *g, float *buf, size_t n,
+                              const mt_coll_call *call, mt_err *err)
+{
+    int pos;
+    (void)buf;
+    (void)n;
+    (void)call;
+    return mt_coll_group_position(c, g, &pos, err);
+}
+
+static mt_code idle_reduce_scatter(mt_coll_comm *c, const mt_coll_group *g, const float *in,
+                                   float *out, size_t n, const mt_coll_call *call, mt_err *err)
+{
+    (void)in;
+    return idle_allreduce(c, g, out, n, call, err);
+}
+
+static mt_code idle_broadcast(mt_coll_comm *c, const mt_coll_group *g, float *buf, size_t n,
+                              int root, const mt_coll_call *call, mt_err *err)
+{
+    (void)root;
+    return idle_allreduce(c, g, buf, n, call, err);
+}
+
+static mt_code idle_barrier(mt_coll_comm *c, const mt_coll_group *g, const mt_coll_call *call,
+                            mt_err *err)
+{
+    return idle_allreduce(c, g, NULL, 0, call, err);
+}
+
+static const mt_coll_backend idle_backend = {.name = "idle",
+                                             .allreduce_sum = idle_allreduce,
+                                             .reduce_scatter = idle_reduce_scatter,
+                                             .allgather = idle_reduce_scatter,
+                                             .broadcast = idle_broadcast,
+                                             .barrier = idle_barrier};
+
+/* mt_coll_world_new_backend's codes; a backend world's comms; dispatch; group validation. */
+static void test_coll_backend_world_arguments(void **state)
+{
+    static const int two[] = {1, 3}, twice[] = {2, 2}, out[] = {4};
+    mt_coll_backend partial = idle_backend;
+    mt_coll_world *w = (mt_coll_world *)&w; /* reset to NULL on failure */
+    mt_err err = MT_ERR_INIT;
+    int pos = 7;
+    (void)state;
+    partial.barrier = NULL;
+    assert_int_equal(mt_coll_world_new_backend(NULL, NULL, 4, two, 2, NULL, &w, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_null(w);
+    assert_int_equal(
+        mt_coll_world_new_backend(&mt_coll_backend_builtin, NULL, 4, two, 2, NULL, &w, &err),
+        MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_world_new_backend(&partial, NULL, 4, two, 2, NULL, &w, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_world_new_backend(&idle_backend, NULL, 0, two, 2, NULL, &w, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_world_new_backend(&idle_backend, NULL, 4, twice, 2, NULL, &w, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "twice"));
+    assert_int_equal(mt_coll_world_new_backend(&idle_backend, NULL, 4, out, 1, NULL, &w, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_world_new_backend(&idle_backend, &pos, 4, two, 2, NULL, &w, &err),
+                     MT_OK);
+    assert_string_equal(mt_coll_world_backend_name(w), "idle");
+    assert_ptr_equal(mt_coll_world_backend_state(w), &pos);
+    assert_null(mt_coll_world_comm(w, 0));
+    mt_coll_comm *c = mt_coll_world_comm(w, 3);
+    assert_non_null(c);
+    assert_ptr_equal(mt_coll_comm_world(c), w);
+    mt_coll_group g = {two, 2}, bad = {twice, 2}, other = {out, 1};
+    assert_int_equal(mt_coll_group_position(c, &g, &pos, &err), MT_OK);
+    assert_int_equal(pos, 1);
+    /* the public calls reach the backend's operations */
+    assert_int_equal(mt_coll_barrier(c, &bad, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "twice"));
+    assert_int_equal(mt_coll_allreduce_sum(c, &other, NULL, 0, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "outside"));
+    assert_int_equal(mt_coll_allreduce_sum(NULL, &g, NULL, 0, NULL, &err), MT_INVALID_ARGUMENT);
+    mt_coll_world_cancel(w);
+    assert_int_equal(mt_coll_broadcast(c, &g, NULL, 0, 1, NULL, &err), MT_CANCELLED);
+    mt_coll_world_free(w); /* no state_free: the state stays the caller's */
+}
+
 /* A wildcard listener advertised as a dialable address: peers reach it, and its ranks are local. */
 static void test_coll_net_set_addr_advertises_wildcard_listener(void **state)
 {
@@ -1224,6 +1310,7 @@ int main(void)
         cmocka_unit_test(test_coll_net_lost_peer_is_named),
         cmocka_unit_test(test_coll_net_deadline_names_silent_member),
         cmocka_unit_test(test_coll_net_invalid_arguments),
+        cmocka_unit_test(test_coll_backend_world_arguments),
         cmocka_unit_test(test_coll_net_set_addr_advertises_wildcard_listener),
         cmocka_unit_test(test_coll_net_keeps_messages_of_the_next_job),
         cmocka_unit_test(test_coll_world_cancel_interrupts_a_wait),
