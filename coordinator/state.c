@@ -220,6 +220,28 @@ void coord_job_note(mt_coord *c, coord_job *j, const char *reason)
     snprintf(j->reason, sizeof(j->reason), "%s", reason);
 }
 
+void coord_job_note_diagnose(mt_coord *c, coord_job *j, const char *reason, const char *diagnosis)
+{
+    char old_reason[sizeof(j->reason)], old_diag[sizeof(j->diagnosis)];
+    mt_err err = MT_ERR_INIT;
+
+    if (mt_store_tx_begin(c->store, &err) != MT_OK) { /* two commits then */
+        coord_job_note(c, j, reason);
+        coord_job_diagnose(c, j, diagnosis);
+        return;
+    }
+    memcpy(old_reason, j->reason, sizeof(old_reason));
+    memcpy(old_diag, j->diagnosis, sizeof(old_diag));
+    coord_job_note(c, j, reason);
+    coord_job_diagnose(c, j, diagnosis);
+    if (mt_store_tx_commit(c->store, &err) != MT_OK) {
+        mt_log_error("job %s: store reason and diagnosis: %s", j->job_id, err.msg);
+        mt_store_tx_rollback(c->store, NULL);
+        memcpy(j->reason, old_reason, sizeof(old_reason)); /* memory follows the store */
+        memcpy(j->diagnosis, old_diag, sizeof(old_diag));
+    }
+}
+
 mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step)
 {
     mt_err err = MT_ERR_INIT;
