@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * state.c — the coordinator's domain core (state.h): the tables of active jobs and registered
- * workers, their typed states (worker, job, task: enums with one name table each; the strings
- * exist only in SQL and on the wire), the job transitions with their store writes, the status
- * reason and the fault diagnosis, the restart rule (RESTARTING, or FAILED past
- * restart.max_restarts) and the silent-worker rule. No protobuf, no nng, no RPC call.
+ * state.c — the coordinator's domain core (its section of coord_int.h): the tables of active jobs
+ * and registered workers, their typed states (worker, job, task: enums with one name table each;
+ * the strings exist only in SQL and on the wire), the job transitions with their store writes, the
+ * status reason and the fault diagnosis, the restart rule (RESTARTING, or FAILED past
+ * restart.max_restarts) and the silent-worker rule. It uses no protobuf type, no nng call and
+ * no RPC (coord_int.h, which it shares with the adapters, still declares those).
  *
  * How it fits: the adapters above it — the RPC handlers (jobs.c, workers.c, ckpt.c,
  * metrics.c), the HTTP endpoints (read-only, through the store) and the sweeps (stall.c,
