@@ -115,15 +115,16 @@
 
   // ---------------------------------------------------------------- job page
   const SERIES = {
-    'loss-chart': [['loss', 'train loss'], ['eval_loss', 'eval loss']],
-    'acc-chart': [['accuracy', 'train accuracy'], ['eval_accuracy', 'eval accuracy']],
+    // Keras's names (docs/job-spec.md "Loss and metrics"): training, val_ and test_ figures
+    'loss-chart': [['loss', 'loss'], ['val_loss', 'val_loss'], ['test_loss', 'test_loss']],
+    'acc-chart': [['accuracy', 'accuracy'], ['val_accuracy', 'val_accuracy'], ['test_accuracy', 'test_accuracy']],
     'eps-chart': [['examples_per_sec', 'examples/s']],
   };
 
   function makeChart(canvasId) {
     const ds = SERIES[canvasId].map(([key, label], i) => ({
       label, key, data: [], full: [], borderColor: PALETTE[i], backgroundColor: PALETTE[i],
-      borderWidth: 1.5, pointRadius: key.startsWith('eval') ? 2 : 0, tension: 0,
+      borderWidth: 1.5, pointRadius: key.startsWith('val_') || key.startsWith('test_') ? 2 : 0, tension: 0,
     }));
     return new Chart($(canvasId), {
       type: 'line',
@@ -204,7 +205,7 @@
       }
       restarts = job.restarts;
       const m = await getJSON('/api/v1/jobs/' + encodeURIComponent(id) + '/metrics?since_step=' + (lastStep + 1) +
-        '&names=loss,eval_loss,accuracy,eval_accuracy,examples_per_sec' + (lastStep < 0 ? '&max_points=' + MAX_DRAWN : ''));
+        '&names=' + Object.values(SERIES).flat().map(([key]) => key).join(',') + (lastStep < 0 ? '&max_points=' + MAX_DRAWN : ''));
       if (m.last_step !== null) lastStep = m.last_step;
       const markers = (job.restart_markers || []).filter((r) => r.resume_step !== null);
       charts.forEach((ch) => {

@@ -14,7 +14,7 @@
  *               while a coordinator serves the same database (tests the dashboard).
  *   --steps N   metric steps of the running job (default 200)
  *   --names K   metric names per step, 1..5 of loss, accuracy, examples_per_sec,
- *               eval_loss, eval_accuracy (eval ones every 10th step; default 5)
+ *               test_loss, test_accuracy (eval ones every 10th step; default 5)
  *   --jobs N    N more jobs after those (for listing tests and bench/list_jobs.sh): finished
  *               ones, SUCCEEDED / FAILED / CANCELLED in turn, priorities 0..2
  *   --restart S the running job lost worker-b at its last step and runs again as
@@ -92,8 +92,8 @@ static double value_of(int j, double t)
 /* --append: grow job_id by `steps` steps, one transaction per step. */
 static int append(const char *db, const char *job_id, long steps, long interval_ms)
 {
-    static const char *const names[] = {"loss", "accuracy", "examples_per_sec", "eval_loss",
-                                        "eval_accuracy"};
+    static const char *const names[] = {"loss", "accuracy", "examples_per_sec", "test_loss",
+                                        "test_accuracy"};
     mt_err err = MT_ERR_INIT;
     mt_store *s = NULL;
     mt_store_job j;
@@ -131,8 +131,8 @@ static int append(const char *db, const char *job_id, long steps, long interval_
 
 int main(int argc, char **argv)
 {
-    static const char *const names[] = {"loss", "accuracy", "examples_per_sec", "eval_loss",
-                                        "eval_accuracy"};
+    static const char *const names[] = {"loss", "accuracy", "examples_per_sec", "test_loss",
+                                        "test_accuracy"};
     long steps = 200, k = 5, interval_ms = 50, restart = 0, more = 0;
     const char *append_job = NULL;
     mt_err err = MT_ERR_INIT;

@@ -15,6 +15,7 @@
 /* n examples of 4x4x1: class k has a bright 2x2 quadrant k (plus noise). */
 static void make_set(mt_idx_set *s, size_t n, uint32_t seed)
 {
+    memset(s, 0, sizeof(*s));
     s->n = n, s->h = 4, s->w = 4, s->c = 1;
     s->images = malloc(n * 16 * sizeof(float));
     s->labels = malloc(n * sizeof(int32_t));
