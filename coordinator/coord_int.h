@@ -170,6 +170,8 @@ void coord_job_note(mt_coord *c, coord_job *j, const char *reason);
  * other than to STALLED, RESTARTING or SCHEDULED clear it (the store does, coord_job_move
  * mirrors it). */
 void coord_job_diagnose(mt_coord *c, coord_job *j, const char *diagnosis);
+/* Both at once, in one store commit (a sweep that names a fault updates both). */
+void coord_job_note_diagnose(mt_coord *c, coord_job *j, const char *reason, const char *diagnosis);
 mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step);
 /* A worker of j (other than `not`, may be NULL) that has not heartbeated within the freshness
  * window (COORD_STALL_FRESH_MS) at monotonic time now; NULL when all are fresh. */

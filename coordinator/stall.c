@@ -284,11 +284,9 @@ static int note_silent(mt_coord *c, coord_job *j, int64_t now)
     char note[512], diag[400];
 
     if (w == NULL) {
-        if (j->silent_note_mono_ms != 0) {
-            coord_job_note(c, j, "every worker heartbeats again");
-            if (j->state == MT_JOBSTATE_RUNNING)
-                coord_job_diagnose(c, j, "");
-        }
+        if (j->silent_note_mono_ms != 0)
+            coord_job_note_diagnose(c, j, "every worker heartbeats again",
+                                    j->state == MT_JOBSTATE_RUNNING ? "" : j->diagnosis);
         j->silent_note_mono_ms = 0;
         return 0;
     }
@@ -304,8 +302,7 @@ static int note_silent(mt_coord *c, coord_job *j, int64_t now)
              "process or machine); the others wait for it until the collective deadline",
              w->rec.worker_id, w->rec.host, (long long)((now - w->last_seen_mono_ms) / 1000));
     mt_log_warn("job %s: %s", j->job_id, note);
-    coord_job_note(c, j, note);
-    coord_job_diagnose(c, j, diag);
+    coord_job_note_diagnose(c, j, note, diag);
     j->silent_note_mono_ms = now;
     return 1;
 }
@@ -360,10 +357,10 @@ void coord_stall_sweep(mt_coord *c)
             mt_log_warn("job %s: restarting from its checkpoint: %s", j->job_id, cause);
             coord_job_restart(c, j, cause);
         } else if (j->state == MT_JOBSTATE_STALLED && now - j->stall_note_mono_ms >= REFRESH_MS) {
+            char kind[400];
             coord_stall_diagnose(j->devs, j->n_place, now, diag, sizeof(diag));
-            coord_job_note(c, j, diag);
-            coord_stall_classify(j->devs, j->n_place, now, diag, sizeof(diag));
-            coord_job_diagnose(c, j, diag);
+            coord_stall_classify(j->devs, j->n_place, now, kind, sizeof(kind));
+            coord_job_note_diagnose(c, j, diag, kind);
             j->stall_note_mono_ms = now;
         }
     }

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * state.c — the coordinator's domain core (state.h): the tables of active jobs and registered
- * workers, their typed states (worker, job, task: enums with one name table each; the strings
- * exist only in SQL and on the wire), the job transitions with their store writes, the status
- * reason and the fault diagnosis, the restart rule (RESTARTING, or FAILED past
- * restart.max_restarts) and the silent-worker rule. No protobuf, no nng, no RPC call.
+ * state.c — the coordinator's domain core (its section of coord_int.h): the tables of active jobs
+ * and registered workers, their typed states (worker, job, task: enums with one name table each;
+ * the strings exist only in SQL and on the wire), the job transitions with their store writes, the
+ * status reason and the fault diagnosis, the restart rule (RESTARTING, or FAILED past
+ * restart.max_restarts) and the silent-worker rule. It uses no protobuf type, no nng call and
+ * no RPC (coord_int.h, which it shares with the adapters, still declares those).
  *
  * How it fits: the adapters above it — the RPC handlers (jobs.c, workers.c, ckpt.c,
  * metrics.c), the HTTP endpoints (read-only, through the store) and the sweeps (stall.c,
@@ -218,6 +219,28 @@ void coord_job_note(mt_coord *c, coord_job *j, const char *reason)
     }
     coord_stats_jobs_changed(c->stats); /* committed: listings rendered before are stale */
     snprintf(j->reason, sizeof(j->reason), "%s", reason);
+}
+
+void coord_job_note_diagnose(mt_coord *c, coord_job *j, const char *reason, const char *diagnosis)
+{
+    char old_reason[sizeof(j->reason)], old_diag[sizeof(j->diagnosis)];
+    mt_err err = MT_ERR_INIT;
+
+    if (mt_store_tx_begin(c->store, &err) != MT_OK) { /* two commits then */
+        coord_job_note(c, j, reason);
+        coord_job_diagnose(c, j, diagnosis);
+        return;
+    }
+    memcpy(old_reason, j->reason, sizeof(old_reason));
+    memcpy(old_diag, j->diagnosis, sizeof(old_diag));
+    coord_job_note(c, j, reason);
+    coord_job_diagnose(c, j, diagnosis);
+    if (mt_store_tx_commit(c->store, &err) != MT_OK) {
+        mt_log_error("job %s: store reason and diagnosis: %s", j->job_id, err.msg);
+        mt_store_tx_rollback(c->store, NULL);
+        memcpy(j->reason, old_reason, sizeof(old_reason)); /* memory follows the store */
+        memcpy(j->diagnosis, old_diag, sizeof(old_diag));
+    }
 }
 
 mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step)

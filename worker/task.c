@@ -335,21 +335,6 @@ static mt_code upload_pass(task_run *r, const unsigned char *buf, size_t size, u
     return rc;
 }
 
-static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err);
-
-/* The best checkpoint ("validation.best"): uploaded as the checkpoint of its step, and a
- * "best_step" point (value: the step) tells `meshtrain export --best JOB` which one it is. */
-static mt_code upload_best(void *ctx, const char *path, uint64_t step, mt_err *err)
-{
-    task_run *r = ctx;
-    mt_code rc = upload(ctx, path, step, err);
-    if (rc == MT_OK && r->has_rank0) {
-        add_point(r, "best_step", step, r->meta_epoch > 0 ? r->meta_epoch : 0, (double)step);
-        flush_metrics(r, true);
-    }
-    return rc;
-}
-
 /*
  * A checkpoint that a full disk (the coordinator's, or this machine's) has no room for: skip it
  * and train on; the next interval's checkpoint tries again. The metrics stream carries a
@@ -365,6 +350,21 @@ static void skip_ckpt(task_run *r, uint64_t step, const char *why)
                   (double)step);
         flush_metrics(r, true);
     }
+}
+
+static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err);
+
+/* The best checkpoint ("validation.best"): uploaded as the checkpoint of its step, and a
+ * "best_step" point (value: the step) tells `meshtrain export --best JOB` which one it is. */
+static mt_code upload_best(void *ctx, const char *path, uint64_t step, mt_err *err)
+{
+    task_run *r = ctx;
+    mt_code rc = upload(ctx, path, step, err);
+    if (rc == MT_OK && r->has_rank0) {
+        add_point(r, "best_step", step, r->meta_epoch > 0 ? r->meta_epoch : 0, (double)step);
+        flush_metrics(r, true);
+    }
+    return rc;
 }
 
 /* Upload the checkpoint file at path as (job, step) in chunks with its CRC-32; path NULL: the

@@ -450,6 +450,16 @@ static mt_code emit_digest(run_ctx *r, int64_t step, size_t pos, bool last, bool
     return rc == MT_OK ? o->on_digest(r->ctx, step, &d, err) : rc;
 }
 
+/* A checkpoint this machine's disk had no room for (rc RESOURCE_EXHAUSTED) is skipped, and
+ * training goes on, when the caller takes it: on_saved with path NULL (issue 19, fault 4). */
+static bool skipped_full(run_ctx *r, mt_code rc, int64_t step, mt_err *serr)
+{
+    if (rc != MT_RESOURCE_EXHAUSTED || r->o->on_saved == NULL)
+        return false;
+    mt_log_warn("checkpoint step %lld skipped: %s", (long long)step, serr->msg);
+    return r->o->on_saved(r->ctx, NULL, (uint64_t)step, serr) == MT_OK;
+}
+
 /* Checkpoint every o->ckpt_every steps and after the last step; keep the newest o->ckpt_keep.
  * Then the digest when one is due (emit_digest). */
 static mt_code run_after_step(void *ctx, int64_t step, int64_t epoch, size_t pos, bool last,
@@ -462,8 +472,11 @@ static mt_code run_after_step(void *ctx, int64_t step, int64_t epoch, size_t pos
     mt_code rc;
 
     r->step = step, r->epoch = epoch, r->pos = pos, r->saved = false;
-    if (best && o->save_dir != NULL && (rc = save_ckpt(r, step, epoch, pos, true, err)) != MT_OK)
-        return rc;
+    if (best && o->save_dir != NULL &&
+        (rc = save_ckpt(r, step, epoch, pos, true, &serr)) != MT_OK &&
+        !skipped_full(r, rc, step, &serr))
+        return mt_err_set(err, rc, "%s", serr.msg);
+    mt_err_clear(&serr);
     if (!ckpt)
         return emit_digest(r, step, pos, last, false, err);
     rc = save_ckpt(r, step, epoch, pos, false, &serr);
@@ -473,14 +486,8 @@ static mt_code run_after_step(void *ctx, int64_t step, int64_t epoch, size_t pos
         mt_log_warn("final checkpoint not written: %s", serr.msg);
         return emit_digest(r, step, pos, last, false, err);
     }
-    if (rc == MT_RESOURCE_EXHAUSTED && o->on_saved != NULL) {
-        /* this machine's disk is full: skip this checkpoint and train on, the next interval
-         * tries again; on_saved with path NULL tells the caller (issue 19, fault 4) */
-        mt_log_warn("checkpoint step %lld skipped: %s", (long long)step, serr.msg);
-        rc = o->on_saved(r->ctx, NULL, (uint64_t)step, &serr);
-        if (rc == MT_OK)
-            return emit_digest(r, step, pos, last, false, err);
-    }
+    if (rc != MT_OK && skipped_full(r, rc, step, &serr)) /* the next interval tries again */
+        return emit_digest(r, step, pos, last, false, err);
     if (rc != MT_OK)
         return mt_err_set(err, rc, "%s", serr.msg);
     return emit_digest(r, step, pos, last, true, err);
