@@ -259,6 +259,8 @@ static void net_handle(mt_coll_net *net, nng_msg *m)
             mt_log_warn("coll %s: dropping a message that arrived before its job", net->addr);
             nng_msg_free(m);
         }
+    } else if (h.job < w->opts.job_id && w->opts.job_id - h.job <= MT_COLL_MAX_ATTEMPTS) {
+        nng_msg_free(m); /* a late frame of an earlier attempt of this job (mt_coll.h) */
     } else {
         if (h.src >= 0 && h.src < w->size)
             note_pipe(net, nng_msg_get_pipe(m).id, w->proc_of[h.src]);

@@ -89,6 +89,9 @@ typedef enum mt_coll_drive_mode {
     MT_COLL_DRIVE_OFF = 1,  /* never: the reader threads feed every exchange (comparisons) */
 } mt_coll_drive_mode;
 
+/* Attempts of one job whose stragglers a live world drops (job_id = base + attempt). */
+#define MT_COLL_MAX_ATTEMPTS 1024
+
 /* World options: public struct with defaults (MT_COLL_WORLD_DEFAULTS). */
 typedef struct mt_coll_world_opts {
     uint64_t job_id;             /* carried in every message; a mismatch is INVALID_ARGUMENT */
@@ -251,7 +254,10 @@ mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_col
  * that arrive while net still serves a CANCELLED world of another job_id (a
  * restarted job's peers may start before this process has freed the old
  * attempt's world); kept messages of other job ids are dropped when the world is
- * made. A live world of another job_id gets them (INVALID_ARGUMENT mismatch).
+ * made. A live world drops messages of an earlier attempt of its job (a job_id up to
+ * MT_COLL_MAX_ATTEMPTS below its own: callers number attempts base + attempt, and a healed
+ * partition can deliver the cut attempt's last frames late) and gets those of any other job_id
+ * (INVALID_ARGUMENT mismatch).
  * Codes: INVALID_ARGUMENT (no local rank, duplicate local index, bad size, an address that is
  * not tcp://, tls+tcp:// or ipc://), FAILED_PRECONDITION (net already serves a world; net uses
  * TLS and a rank's address is not tls+tcp://), RESOURCE_EXHAUSTED.

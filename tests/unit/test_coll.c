@@ -1246,6 +1246,58 @@ static void test_coll_net_keeps_messages_of_the_next_job(void **state)
     }
 }
 
+/*
+ * A healed partition: the cut attempt's frames (job 1) reach a peer whose next attempt's world
+ * (job 2) is already live. That world drops them (a job id just below its own is an earlier
+ * attempt, mt_coll.h) and its collective then completes with the new attempt's peer.
+ */
+static void test_coll_net_drops_frames_of_an_earlier_attempt(void **state)
+{
+    static const int g[] = {0, 1};
+    mt_coll_world_opts o1 = MT_COLL_WORLD_DEFAULTS, o2 = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *old, *ws[2];
+    mt_err err = MT_ERR_INIT;
+    job jobs[2], late;
+    enum { N = 1000 };
+    (void)state;
+    o1.job_id = 41;
+    o2.job_id = 42;
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[0], &err), MT_OK);
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[1], &err), MT_OK);
+    mt_coll_rank_addr table[2] = {{mt_coll_net_addr(nets[0]), 0}, {mt_coll_net_addr(nets[1]), 0}};
+    assert_int_equal(mt_coll_world_new_net(nets[0], 2, table, &o2, &ws[0], &err), MT_OK);
+    assert_int_equal(mt_coll_world_new_net(nets[1], 2, table, &o1, &old, &err), MT_OK);
+    /* the old attempt's rank 1 sends its part of a step and gives up waiting for rank 0's */
+    late = with_call(mkjob(old, 1, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 300);
+    job_main(&late);
+    assert_int_not_equal(late.rc, MT_OK);
+    free_jobs(&late, 1);
+    mt_coll_world_free(old);
+    assert_int_equal(mt_coll_world_new_net(nets[1], 2, table, &o2, &ws[1], &err), MT_OK);
+    pthread_t th;
+    jobs[1] = with_call(mkjob(ws[1], 1, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 5000);
+    assert_int_equal(pthread_create(&th, NULL, job_main, &jobs[1]), 0);
+    jobs[0] = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 5000);
+    job_main(&jobs[0]);
+    pthread_join(th, NULL);
+    float *ref = calloc(N, sizeof(float));
+    double *dref = calloc(N, sizeof(double));
+    reference(g, 2, N, 3, ref, dref);
+    for (int r = 0; r < 2; r++) {
+        if (jobs[r].rc != MT_OK)
+            fail_msg("rank %d: %s", r, jobs[r].err.msg);
+        assert_memory_equal(jobs[r].buf, ref, N * sizeof(float));
+    }
+    free(ref);
+    free(dref);
+    free_jobs(jobs, 2);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
 /* A cancelled world ends a collective that waits for a silent peer at once, and every later one. */
 static void test_coll_world_cancel_interrupts_a_wait(void **state)
 {
@@ -1313,6 +1365,7 @@ int main(void)
         cmocka_unit_test(test_coll_backend_world_arguments),
         cmocka_unit_test(test_coll_net_set_addr_advertises_wildcard_listener),
         cmocka_unit_test(test_coll_net_keeps_messages_of_the_next_job),
+        cmocka_unit_test(test_coll_net_drops_frames_of_an_earlier_attempt),
         cmocka_unit_test(test_coll_world_cancel_interrupts_a_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
