@@ -174,7 +174,7 @@ expect_invalid() { # NAME EXTRA-FOR-PROCESS-1 [SIZES [NPROCS]]
 }
 expect_invalid stale_step "--step 5"
 expect_invalid wrong_size "--size-add 1"
-expect_invalid wrong_job "--job 9"
+expect_invalid wrong_job "--job 5000" # another job: more than MT_COLL_MAX_ATTEMPTS above (an earlier attempt below would be dropped)
 # the same above direct_bytes: the tree's exchanges, read by the driving device threads
 expect_invalid stale_step_large "--step 5" 262147
 expect_invalid wrong_size_large "--size-add 1" 262147
