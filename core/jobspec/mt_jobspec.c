@@ -785,7 +785,7 @@ fail:
 
 mt_code mt_jobspec_load(const char *path, mt_jobspec **out, mt_err *err)
 {
-    char dir[MT_SPEC_PATH_MAX], *buf, *abs = NULL;
+    char dir[MT_SPEC_PATH_MAX], *buf, *abs = NULL, *real;
     size_t n, an;
     mt_code rc;
 
@@ -793,9 +793,13 @@ mt_code mt_jobspec_load(const char *path, mt_jobspec **out, mt_err *err)
     rc = mt_job_spec_read(path, MT_JOBSPEC_MAX_SIZE, &buf, &n, err);
     if (rc != MT_OK)
         return rc;
-    /* the one rule: relative dataset paths are relative to the spec file's folder */
+    /* the one rule: relative dataset paths are relative to the spec file's folder, made absolute
+     * here so that a caller resolving them against that folder again finds the same files */
     snprintf(dir, sizeof(dir), "%s", path);
-    rc = mt_jobspec_absolute_paths(buf, n, dirname(dir), &abs, &an, err);
+    const char *d = dirname(dir);
+    real = realpath(d, NULL);
+    rc = mt_jobspec_absolute_paths(buf, n, real != NULL ? real : d, &abs, &an, err);
+    free(real);
     if (rc == MT_OK)
         rc = mt_jobspec_parse(abs, an, out, err);
     mt_free(abs);

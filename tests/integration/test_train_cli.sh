@@ -33,6 +33,13 @@ echo '{"model":{"layers":[{"type":"dense","units":10}]}}' >"$TMP/flat.json"
 expect 4 "INVALID_ARGUMENT: loss: the model outputs 784 rows of 10 classes per example; the dataset has 1 class label per example" train --local "$TMP/flat.json"
 echo '{"dataset":{"train_images":"/nonexistent.gz"},"model":{"layers":[{"type":"flatten"},{"type":"dense","units":10}]}}' >"$TMP/nodata.json"
 expect 4 "NOT_FOUND: dataset.train_images: cannot read IDX file /nonexistent.gz" train --local --data-root / "$TMP/nodata.json"
+# a spec named by a relative path whose dataset paths are relative to its folder (one rule:
+# relative to the spec's folder), run from the folder above it
+mkdir -p "$TMP/sub"
+printf 'x1,x2,y\n0.1,0.2,0\n0.9,0.8,1\n0.2,0.1,0\n0.8,0.9,1\n' >"$TMP/sub/d.csv"
+echo '{"batch_size":2,"steps":2,"dataset":{"format":"csv","train":"d.csv","label_column":"y"},"model":{"input_shape":[2],"layers":[{"type":"dense","units":2}]}}' >"$TMP/sub/rel.json"
+(cd "$TMP" && "$BIN" train --local sub/rel.json --data-root "$TMP" >"$TMP/out" 2>&1) ||
+    { echo "FAIL: train --local sub/rel.json: $(cat "$TMP/out")"; exit 1; }
 # data roots (core/pathsafe): without --data-root only the current directory and
 # /usr/share/datasets are allowed
 expect 4 "PERMISSION_DENIED: path /nonexistent.gz resolves to /nonexistent.gz, outside the data roots" \
