@@ -7,8 +7,9 @@
  *
  * How it fits: coord.c calls coord_http_open() after the store is open and
  * coord_http_close() at shutdown. Routes: /healthz (always open), /login,
- * /logout, /metrics (http_prom.c), /api/v1/... (http_api.c), /, /jobs/ID,
- * /workers (dashboard pages) and /static/NAME (assets).
+ * /logout, /metrics (http_prom.c), /api/v1/... (http_api.c; its POST actions in http_act.c,
+ * a checkpoint download sent from here as a file), /, /jobs/ID, /compare, /workers (dashboard
+ * pages) and /static/NAME (assets). Only /login and /api/v1 take POST.
  *
  * DESIGN: handlers run on the server's threads, so nothing here touches the
  * loop's state: data comes from a read-only SQLite connection owned by this
@@ -65,9 +66,14 @@ struct coord_http {
     char token[MT_RPC_TOKEN_MAX];         /* "" = open */
     char token_hex[2 * MT_RPC_TOKEN_MAX]; /* the cookie's value: hex, so any token byte is safe */
     char dir[1024];                       /* dashboard dir */
-    asset assets[6];
+    asset assets[7];
     size_t n_assets;
 };
+
+#define FILE_MAX  (1L << 30) /* the largest checkpoint a download reads into memory */
+#define ASSET_MAX (32L << 20)
+
+static char *read_file(const char *path, size_t *len, long max);
 
 /* ------------------------------------------------------------ buffers and replies */
 
@@ -305,6 +311,35 @@ static void send_reply(coord_hsrv_res *res, coord_http_reply *r, const char *cac
     coord_buf_fini(&r->body);
 }
 
+/* A file download the API chose (r->file, a checkpoint): read it now, outside the store's lock. */
+static void send_file(coord_hsrv_res *res, coord_http_reply *r)
+{
+    char disp[160];
+    size_t len = 0;
+    char *data = read_file(r->file, &len, FILE_MAX);
+
+    if (data == NULL) {
+        char msg[1300];
+        snprintf(msg, sizeof(msg), "read %s: %s", r->file,
+                 errno == EFBIG ? "larger than the 1 GiB a download may be: use meshtrain export"
+                                : strerror(errno));
+        r->file[0] = '\0';
+        coord_http__error(r, errno == ENOENT ? 404 : 503,
+                          errno == ENOENT ? MT_NOT_FOUND : MT_UNAVAILABLE, msg);
+        send_reply(res, r, NULL, NULL);
+        return;
+    }
+    snprintf(disp, sizeof(disp), "attachment; filename=\"%s\"", r->filename);
+    coord_hsrv_res_status(res, 200);
+    coord_hsrv_res_header(res, "Content-Type", "application/octet-stream");
+    coord_hsrv_res_header(res, "Content-Disposition", disp);
+    coord_hsrv_res_header(res, "Cache-Control", "no-store");
+    coord_hsrv_res_header(res, "X-Content-Type-Options", "nosniff");
+    coord_hsrv_res_body(res, data, len);
+    mt_free(data);
+    coord_buf_fini(&r->body);
+}
+
 /* ------------------------------------------------------------ assets */
 
 static uint64_t fnv1a(const char *p, size_t n)
@@ -318,25 +353,33 @@ static uint64_t fnv1a(const char *p, size_t n)
     return h;
 }
 
-static char *read_file(const char *path, size_t *len)
+/* The whole file (NUL-terminated), owned; NULL with errno set (EFBIG: longer than max). */
+static char *read_file(const char *path, size_t *len, long max)
 {
     FILE *f = fopen(path, "rb");
     char *data = NULL;
-    long n;
+    long n = -1;
+    int e = 0;
 
     if (f == NULL)
         return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (32L << 20) &&
-        fseek(f, 0, SEEK_SET) == 0 && (data = mt_malloc((size_t)n + 1)) != NULL) {
-        if (fread(data, 1, (size_t)n, f) != (size_t)n) {
-            mt_free(data);
-            data = NULL;
-        } else {
-            data[n] = '\0';
-            *len = (size_t)n;
-        }
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
+        e = errno ? errno : EIO;
+    else if (n >= max)
+        e = EFBIG;
+    else if ((data = mt_malloc((size_t)n + 1)) == NULL)
+        e = ENOMEM;
+    else if (fread(data, 1, (size_t)n, f) != (size_t)n)
+        e = EIO;
+    if (e != 0) {
+        mt_free(data);
+        data = NULL;
+    } else {
+        data[n] = '\0';
+        *len = (size_t)n;
     }
     fclose(f);
+    errno = e;
     return data;
 }
 
@@ -370,6 +413,7 @@ static void assets_load(struct coord_http *h)
         {"index.html", HTML_TYPE, 1},
         {"job.html", HTML_TYPE, 1},
         {"workers.html", HTML_TYPE, 1},
+        {"compare.html", HTML_TYPE, 1},
         {"app.js", "text/javascript; charset=utf-8", 0},
         {"app.css", "text/css; charset=utf-8", 0},
         {"chart.min.js", "text/javascript; charset=utf-8", 0},
@@ -388,11 +432,11 @@ static void assets_load(struct coord_http *h)
         a->type = list[i].type;
         a->page = list[i].page;
         snprintf(path, sizeof(path), "%s/%s", h->dir, a->name);
-        a->data = read_file(path, &a->len);
+        a->data = read_file(path, &a->len, ASSET_MAX);
         for (size_t k = 0; a->data == NULL && strcmp(a->name, "chart.min.js") == 0 &&
                            k < sizeof(chart_paths) / sizeof(chart_paths[0]);
              k++)
-            a->data = read_file(chart_paths[k], &a->len);
+            a->data = read_file(chart_paths[k], &a->len, ASSET_MAX);
         if (a->data == NULL) {
             mt_log_warn("dashboard: cannot read %s: %s (the page that needs it will not work)",
                         path, strerror(errno));
@@ -605,13 +649,14 @@ static void handle(void *arg, const coord_hsrv_req *req, coord_hsrv_res *res)
         send_reply(res, &r, NULL, hdr);
         return;
     }
-    if (!get) {
+    int api = strncmp(path, "/api/", 5) == 0 || strcmp(path, "/metrics") == 0;
+    if (!get && !(strcmp(method, "POST") == 0 && strncmp(path, "/api/v1/", 8) == 0)) {
         const char *hdr[] = {"Allow", "GET, HEAD", NULL};
-        coord_http__error(&r, 405, MT_INVALID_ARGUMENT, "the status endpoint is read-only");
+        coord_http__error(&r, 405, MT_INVALID_ARGUMENT,
+                          "the status endpoint is read-only but for the API's actions");
         send_reply(res, &r, NULL, hdr);
         return;
     }
-    int api = strncmp(path, "/api/", 5) == 0 || strcmp(path, "/metrics") == 0;
     if (!authorized(h, req)) {
         if (api || strncmp(path, "/static/", 8) == 0) {
             const char *hdr[] = {"WWW-Authenticate", "Bearer realm=\"meshtrain\"", NULL};
@@ -632,8 +677,14 @@ static void handle(void *arg, const coord_hsrv_req *req, coord_hsrv_res *res)
         return;
     }
     if (strncmp(path, "/api/v1/", 8) == 0 || strcmp(path, "/api/v1") == 0) {
-        coord_http__api(&h->ctx, path, q ? q + 1 : "", &r);
-        send_reply(res, &r, NULL, NULL);
+        coord_http_call call = {method,         path,
+                                q ? q + 1 : "", req->body,
+                                req->body_len,  coord_hsrv_req_header(req, "Content-Type")};
+        coord_http__api(&h->ctx, &call, &r);
+        if (r.file[0] != '\0')
+            send_file(res, &r);
+        else
+            send_reply(res, &r, NULL, NULL);
         return;
     }
     const char *page = NULL;
@@ -641,10 +692,13 @@ static void handle(void *arg, const coord_hsrv_req *req, coord_hsrv_res *res)
         page = "index.html";
     else if (strcmp(path, "/workers") == 0)
         page = "workers.html";
+    else if (strcmp(path, "/compare") == 0)
+        page = "compare.html";
     else if (strncmp(path, "/jobs/", 6) == 0 && path[6] != '\0' && strchr(path + 6, '/') == NULL)
         page = "job.html";
     else if (strncmp(path, "/static/", 8) == 0 && strcmp(path + 8, "index.html") != 0 &&
-             strcmp(path + 8, "job.html") != 0 && strcmp(path + 8, "workers.html") != 0)
+             strcmp(path + 8, "job.html") != 0 && strcmp(path + 8, "workers.html") != 0 &&
+             strcmp(path + 8, "compare.html") != 0)
         page = path + 8;
     const asset *a = page != NULL ? asset_find(h, page) : NULL;
     if (a != NULL) {
@@ -672,6 +726,8 @@ static void http_free(struct coord_http *h)
 {
     for (size_t i = 0; i < h->n_assets; i++)
         mt_free(h->assets[i].data);
+    coord_http__act_fini(&h->ctx);
+    pthread_mutex_destroy(&h->ctx.act_mu);
     mt_store_close(h->ctx.ro);
     coord_http__pages_free(&h->ctx);
     coord_mcache_free(h->ctx.mcache);
@@ -691,7 +747,11 @@ mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, 
     if (h == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "http: out of memory");
     pthread_mutex_init(&h->ctx.mu, NULL);
+    pthread_mutex_init(&h->ctx.act_mu, NULL);
     snprintf(h->ctx.db_path, sizeof(h->ctx.db_path), "%s/meshtrain.db", c->state_dir);
+    snprintf(h->ctx.state_dir, sizeof(h->ctx.state_dir), "%s", c->state_dir);
+    snprintf(h->ctx.local_url, sizeof(h->ctx.local_url), "%s", c->local_url);
+    snprintf(h->ctx.token, sizeof(h->ctx.token), "%s", c->token);
     h->ctx.stats = c->stats;
     snprintf(h->token, sizeof(h->token), "%s", c->token);
     for (size_t i = 0; h->token[i] != '\0'; i++)
@@ -710,6 +770,7 @@ mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, 
         so.timeout_ms = c->opts.http_timeout_ms;
     if (c->opts.http_max_conns > 0)
         so.max_conns = c->opts.http_max_conns;
+    so.max_body = 256 * 1024; /* a job spec submitted from the dashboard */
     if ((rc = coord_hsrv_open(addr, &so, handle, h, &h->srv, bound, cap, err)) != MT_OK) {
         http_free(h);
         return rc;

@@ -471,6 +471,7 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
                 r->meta_epoch = p->epoch;
             }
             add_point(r, "loss", (uint64_t)p->step, p->epoch, p->loss);
+            add_point(r, "batch_loss", (uint64_t)p->step, p->epoch, p->batch_loss);
             add_point(r, "accuracy", (uint64_t)p->step, p->epoch, p->accuracy);
             add_point(r, "examples_per_sec", (uint64_t)p->step, p->epoch, p->examples_per_sec);
         } else {

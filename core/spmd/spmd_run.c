@@ -726,7 +726,7 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, cons
     }
     for (int64_t e = e0; e < epochs && step < cap; e++) {
         mt_train_progress p = {
-            MT_TRAIN_STEP, e + 1, epochs, step, 0, (int64_t)per_epoch, 0, 0, 0, 0, 0, 0, 0};
+            MT_TRAIN_STEP, e + 1, epochs, step, 0, (int64_t)per_epoch, 0, 0, 0, 0, 0, 0, 0, 0};
         mt_train_epoch_acc acc = {0.0, 0.0, 0.0, 0};
         int64_t s_first = e == e0 ? s0 : 0;
         if (cap - step < (int64_t)per_epoch - s_first)

@@ -68,6 +68,7 @@ void mt_train_progress_add(mt_train_progress *p, mt_train_epoch_acc *acc, int64_
     p->epoch_step = epoch_step;
     p->loss = acc->loss_sum / (double)acc->seen;
     p->accuracy = acc->correct / (double)acc->seen;
+    p->batch_loss = m->loss;
     p->epoch_seconds = acc->seconds;
     p->step_ms = dt * 1e3;
     p->examples_per_sec = (double)acc->seen / acc->seconds;
@@ -107,7 +108,7 @@ mt_code mt_train_loop(const mt_job_spec *spec, const mt_train_options *opt, cons
     }
     for (int64_t e = e0; e < epochs && step < cap; e++) {
         mt_train_progress p = {
-            MT_TRAIN_STEP, e + 1, epochs, step, 0, per_epoch, 0, 0, 0, 0, 0, 0, 0};
+            MT_TRAIN_STEP, e + 1, epochs, step, 0, per_epoch, 0, 0, 0, 0, 0, 0, 0, 0};
         mt_train_epoch_acc acc = {0.0, 0.0, 0.0, 0};
         int64_t s_first = e == e0 ? s0 : 0;
         if (cap - step < per_epoch - s_first)

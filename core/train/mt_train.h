@@ -46,6 +46,7 @@ typedef struct mt_train_progress {
     double step_ms;                  /* time of the last step */
     double examples_per_sec;         /* this epoch so far */
     double test_loss, test_accuracy; /* EPOCH_END only */
+    double batch_loss;               /* the last step's own loss (mean over its batch) */
 } mt_train_progress;
 
 /* Progress callback; a non-OK return stops training with that code (CANCELLED, say). */
@@ -120,7 +121,7 @@ typedef struct mt_train_epoch_acc {
 /*
  * Account a step of n examples that took dt seconds with metrics m (means over the n): updates
  * acc and p's running fields (step = steps done after it, epoch_step, loss, accuracy,
- * epoch_seconds, step_ms, examples_per_sec). Pure.
+ * batch_loss, epoch_seconds, step_ms, examples_per_sec). Pure.
  */
 void mt_train_progress_add(mt_train_progress *p, mt_train_epoch_acc *acc, int64_t step,
                            int64_t epoch_step, size_t n, const mt_step_metrics *m, double dt);
