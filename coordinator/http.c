@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * http.c — the coordinator's HTTP status endpoint on its own small HTTP/1.1
- * server (http_srv.c: limits, timeouts, a connection cap): one catch-all
+ * server (core/httpd: limits, timeouts, a connection cap): one catch-all
  * handler that authenticates and routes, the dashboard's static assets, and
  * the login form. Endpoints: docs/api.md; dashboard: docs/dashboard.md.
  *
@@ -38,8 +38,8 @@
 #include "alloc/mt_alloc.h"
 #include "clock/mt_clock.h"
 #include "coordinator/http_int.h"
-#include "coordinator/http_srv.h"
 #include "coordinator/mcache.h"
+#include "httpd/mt_httpd.h"
 #include "log/mt_log.h"
 
 #define JSON_TYPE "application/json; charset=utf-8"
@@ -61,7 +61,7 @@ typedef struct asset {
 } asset;
 
 struct coord_http {
-    coord_hsrv *srv;
+    mt_httpd *srv;
     coord_http_ctx ctx;
     char token[MT_RPC_TOKEN_MAX];         /* "" = open */
     char token_hex[2 * MT_RPC_TOKEN_MAX]; /* the cookie's value: hex, so any token byte is safe */
@@ -289,7 +289,7 @@ mt_store *coord_http__store_lock(coord_http_ctx *ctx, mt_err *err)
 }
 
 /* Send r (status, type, body copied) with extra headers (name/value pairs, NULL-ended). */
-static void send_reply(coord_hsrv_res *res, coord_http_reply *r, const char *cache,
+static void send_reply(mt_httpd_res *res, coord_http_reply *r, const char *cache,
                        const char *const *hdr)
 {
     if (r->body.oom) {
@@ -298,21 +298,21 @@ static void send_reply(coord_hsrv_res *res, coord_http_reply *r, const char *cac
         r->content_type = "text/plain; charset=utf-8";
         coord_buf_puts(&r->body, "out of memory\n");
     }
-    coord_hsrv_res_status(res, r->status);
+    mt_httpd_res_status(res, r->status);
     if (r->content_type != NULL)
-        coord_hsrv_res_header(res, "Content-Type", r->content_type);
-    coord_hsrv_res_header(res, "Cache-Control", cache ? cache : "no-store");
-    coord_hsrv_res_header(res, "X-Content-Type-Options", "nosniff");
+        mt_httpd_res_header(res, "Content-Type", r->content_type);
+    mt_httpd_res_header(res, "Cache-Control", cache ? cache : "no-store");
+    mt_httpd_res_header(res, "X-Content-Type-Options", "nosniff");
     if (r->content_type != NULL && strncmp(r->content_type, "text/html", 9) == 0)
-        coord_hsrv_res_header(res, "Content-Security-Policy", PAGE_CSP);
+        mt_httpd_res_header(res, "Content-Security-Policy", PAGE_CSP);
     for (size_t i = 0; hdr != NULL && hdr[i] != NULL; i += 2)
-        coord_hsrv_res_header(res, hdr[i], hdr[i + 1]);
-    coord_hsrv_res_body(res, r->body.data, r->body.len);
+        mt_httpd_res_header(res, hdr[i], hdr[i + 1]);
+    mt_httpd_res_body(res, r->body.data, r->body.len);
     coord_buf_fini(&r->body);
 }
 
 /* A file download the API chose (r->file, a checkpoint): read it now, outside the store's lock. */
-static void send_file(coord_hsrv_res *res, coord_http_reply *r)
+static void send_file(mt_httpd_res *res, coord_http_reply *r)
 {
     char disp[160];
     size_t len = 0;
@@ -330,12 +330,12 @@ static void send_file(coord_hsrv_res *res, coord_http_reply *r)
         return;
     }
     snprintf(disp, sizeof(disp), "attachment; filename=\"%s\"", r->filename);
-    coord_hsrv_res_status(res, 200);
-    coord_hsrv_res_header(res, "Content-Type", "application/octet-stream");
-    coord_hsrv_res_header(res, "Content-Disposition", disp);
-    coord_hsrv_res_header(res, "Cache-Control", "no-store");
-    coord_hsrv_res_header(res, "X-Content-Type-Options", "nosniff");
-    coord_hsrv_res_body(res, data, len);
+    mt_httpd_res_status(res, 200);
+    mt_httpd_res_header(res, "Content-Type", "application/octet-stream");
+    mt_httpd_res_header(res, "Content-Disposition", disp);
+    mt_httpd_res_header(res, "Cache-Control", "no-store");
+    mt_httpd_res_header(res, "X-Content-Type-Options", "nosniff");
+    mt_httpd_res_body(res, data, len);
     mt_free(data);
     coord_buf_fini(&r->body);
 }
@@ -464,21 +464,21 @@ static const asset *asset_find(const struct coord_http *h, const char *name)
     return NULL;
 }
 
-static void send_asset(coord_hsrv_res *res, const coord_hsrv_req *req, const asset *a)
+static void send_asset(mt_httpd_res *res, const mt_httpd_req *req, const asset *a)
 {
-    const char *inm = coord_hsrv_req_header(req, "If-None-Match");
+    const char *inm = mt_httpd_req_header(req, "If-None-Match");
 
-    coord_hsrv_res_header(res, "ETag", a->etag);
-    coord_hsrv_res_header(res, "Cache-Control",
-                          a->page ? "no-cache" : "public, max-age=31536000, immutable");
-    coord_hsrv_res_header(res, "X-Content-Type-Options", "nosniff");
+    mt_httpd_res_header(res, "ETag", a->etag);
+    mt_httpd_res_header(res, "Cache-Control",
+                        a->page ? "no-cache" : "public, max-age=31536000, immutable");
+    mt_httpd_res_header(res, "X-Content-Type-Options", "nosniff");
     if (a->page)
-        coord_hsrv_res_header(res, "Content-Security-Policy", PAGE_CSP);
+        mt_httpd_res_header(res, "Content-Security-Policy", PAGE_CSP);
     if (inm != NULL && strstr(inm, a->etag) != NULL) {
-        coord_hsrv_res_status(res, 304);
+        mt_httpd_res_status(res, 304);
     } else {
-        coord_hsrv_res_header(res, "Content-Type", a->type);
-        coord_hsrv_res_body(res, a->data, a->len);
+        mt_httpd_res_header(res, "Content-Type", a->type);
+        mt_httpd_res_body(res, a->data, a->len);
     }
 }
 
@@ -507,21 +507,21 @@ static int cookie_get(const char *hdr, const char *name, char *out, size_t cap)
     return 0;
 }
 
-static int authorized(const struct coord_http *h, const coord_hsrv_req *req)
+static int authorized(const struct coord_http *h, const mt_httpd_req *req)
 {
     const char *auth;
     char tok[2 * MT_RPC_TOKEN_MAX];
 
     if (h->token[0] == '\0')
         return 1;
-    auth = coord_hsrv_req_header(req, "Authorization");
+    auth = mt_httpd_req_header(req, "Authorization");
     if (auth != NULL && strncasecmp(auth, "Bearer ", 7) == 0) {
         const char *t = auth + 7;
         while (*t == ' ')
             t++;
         return strlen(t) < MT_RPC_TOKEN_MAX && mt_rpc_token_equal(t, h->token);
     }
-    if (cookie_get(coord_hsrv_req_header(req, "Cookie"), COOKIE, tok, sizeof(tok)))
+    if (cookie_get(mt_httpd_req_header(req, "Cookie"), COOKIE, tok, sizeof(tok)))
         return mt_rpc_token_equal(tok, h->token_hex);
     return 0;
 }
@@ -584,7 +584,7 @@ static void login_page(coord_http_reply *r, int status, const char *msg)
     coord_buf_puts(&r->body, "</body></html>\n");
 }
 
-static void handle_login(struct coord_http *h, coord_hsrv_res *res, const coord_hsrv_req *req)
+static void handle_login(struct coord_http *h, mt_httpd_res *res, const mt_httpd_req *req)
 {
     coord_http_reply r = {0};
     char tok[MT_RPC_TOKEN_MAX], cookie[2 * MT_RPC_TOKEN_MAX + 80];
@@ -613,7 +613,7 @@ static void handle_login(struct coord_http *h, coord_hsrv_res *res, const coord_
 
 /* ------------------------------------------------------------ routing */
 
-static void handle(void *arg, const coord_hsrv_req *req, coord_hsrv_res *res)
+static void handle(void *arg, const mt_httpd_req *req, mt_httpd_res *res)
 {
     struct coord_http *h = arg;
     const char *method = req->method;
@@ -677,9 +677,8 @@ static void handle(void *arg, const coord_hsrv_req *req, coord_hsrv_res *res)
         return;
     }
     if (strncmp(path, "/api/v1/", 8) == 0 || strcmp(path, "/api/v1") == 0) {
-        coord_http_call call = {method,         path,
-                                q ? q + 1 : "", req->body,
-                                req->body_len,  coord_hsrv_req_header(req, "Content-Type")};
+        coord_http_call call = {method,    path,          q ? q + 1 : "",
+                                req->body, req->body_len, mt_httpd_req_header(req, "Content-Type")};
         coord_http__api(&h->ctx, &call, &r);
         if (r.file[0] != '\0')
             send_file(res, &r);
@@ -738,7 +737,7 @@ static void http_free(struct coord_http *h)
 mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, char *bound,
                         size_t cap, mt_err *err)
 {
-    coord_hsrv_opts so = COORD_HSRV_OPTS_DEFAULTS;
+    mt_httpd_opts so = MT_HTTPD_OPTS_DEFAULTS;
     struct coord_http *h;
     mt_code rc;
 
@@ -771,7 +770,7 @@ mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, 
     if (c->opts.http_max_conns > 0)
         so.max_conns = c->opts.http_max_conns;
     so.max_body = 256 * 1024; /* a job spec submitted from the dashboard */
-    if ((rc = coord_hsrv_open(addr, &so, handle, h, &h->srv, bound, cap, err)) != MT_OK) {
+    if ((rc = mt_httpd_open(addr, &so, handle, h, &h->srv, bound, cap, err)) != MT_OK) {
         http_free(h);
         return rc;
     }
@@ -788,6 +787,6 @@ void coord_http_close(struct coord_http *h)
 {
     if (h == NULL)
         return;
-    coord_hsrv_close(h->srv); /* waits for handlers in progress */
+    mt_httpd_close(h->srv); /* waits for handlers in progress */
     http_free(h);
 }
