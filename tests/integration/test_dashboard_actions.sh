@@ -95,14 +95,14 @@ log "signed in through /login"
 # ---- the list: duration, latest metrics, sort, filter
 wait_js 20 "metric columns" 'return !!document.querySelector("th[data-key=\"m:loss\"]") && !!document.querySelector("th[data-key=duration]")'
 row_text() { js "return document.getElementById('job-$1').innerText"; }
-echo "$(row_text "$A")" | grep -q "SUCCEEDED" || fail "row of $A: $(row_text "$A")"
+grep -q "SUCCEEDED" <<<"$(row_text "$A")" || fail "row of $A: $(row_text "$A")"
 LOSS_A=$(api "/api/v1/jobs/$A" | jq -r '.latest_metrics.loss.value')
 COL=$(js 'return [...document.querySelectorAll("#jobs thead th")].findIndex((t) => t.dataset.key === "m:loss")')
 CELL=$(js "return document.getElementById('job-$A').cells[$COL].textContent")
 awk -v a="$CELL" -v b="$LOSS_A" 'BEGIN { exit !(a - b < 1e-4 && b - a < 1e-4) }' ||
     fail "the list shows loss '$CELL' for $A, the API $LOSS_A"
 DCOL=$(js 'return [...document.querySelectorAll("#jobs thead th")].findIndex((t) => t.dataset.key === "duration")')
-js "return document.getElementById('job-$A').cells[$DCOL].textContent" | grep -Eq '^[0-9]+(s|m [0-9]{2}s)$' ||
+grep -Eq '^[0-9]+(s|m [0-9]{2}s)$' <<<"$(js "return document.getElementById('job-$A').cells[$DCOL].textContent")" ||
     fail "duration cell of $A: $(js "return document.getElementById('job-$A').cells[$DCOL].textContent")"
 first_row() { js 'return document.querySelector("#jobs tbody tr").id'; }
 [ "$(first_row)" = "job-$B" ] || fail "newest first by default: $(first_row)"
@@ -123,7 +123,7 @@ wait_js 10 "the compare button" 'return !document.getElementById("compare-btn").
 click '#compare-btn'
 wait_js 20 "the compare view" "return location.pathname === '/compare' && document.getElementById('cmp-chart-a').dataset.jobs === '$A,$B' && document.getElementById('cmp-chart-b').dataset.jobs === '$A,$B'"
 [ "$(js 'return document.getElementById("cmp-chart-a").dataset.metric')" = loss ] || fail "left chart metric"
-js 'return document.getElementById("cmp-chart-b").dataset.metric' | grep -q 'accuracy$' || fail "right chart metric"
+grep -q 'accuracy$' <<<"$(js 'return document.getElementById("cmp-chart-b").dataset.metric')" || fail "right chart metric"
 [ "$(js 'return document.querySelectorAll("#cmp-table tbody tr").length')" = 2 ] || fail "compare table"
 PTS=$(js 'return document.getElementById("cmp-chart-a").dataset.points')
 [ "$PTS" -gt 30 ] || fail "compare chart has $PTS points"
@@ -136,8 +136,8 @@ open_url "/jobs/$B"
 wait_js 20 "B's charts" "return document.getElementById('job-state').textContent === 'RUNNING' && /(^|,)batch_loss(,|$)/.test(document.getElementById('loss-chart').dataset.series) && /(^|,)loss(,|$)/.test(document.getElementById('loss-chart').dataset.series)"
 js 'const s = document.getElementById("smoothing"); s.value = "0.9"; s.dispatchEvent(new Event("input")); return true' >/dev/null
 [ "$(js 'return document.getElementById("smoothing-value").textContent')" = 0.90 ] || fail "smoothing control"
-js 'return document.getElementById("job-spec").textContent' | grep -q '"long-b"' || fail "spec panel"
-js 'return document.getElementById("job-log").textContent' | grep -q 'RUNNING' || fail "log panel"
+grep -q '"long-b"' <<<"$(js 'return document.getElementById("job-spec").textContent')" || fail "spec panel"
+grep -q 'RUNNING' <<<"$(js 'return document.getElementById("job-log").textContent')" || fail "log panel"
 wait_for 10 "Chart.js to draw" sleep 1
 shot "$BIN/dashboard-job-live.png"
 
@@ -149,7 +149,7 @@ state_is "$B" RUNNING >/dev/null || fail "$B stopped before the confirmation"
 click '#confirm-yes'
 wait_for 20 "$B cancelled" state_is "$B" CANCELLED
 wait_js 20 "the page to show CANCELLED" 'return document.getElementById("job-state").textContent === "CANCELLED" && document.getElementById("cancel-btn").hidden'
-js 'return document.getElementById("action-msg").textContent' | grep -q 'CANCELLED' ||
+grep -q 'CANCELLED' <<<"$(js 'return document.getElementById("action-msg").textContent')" ||
     fail "action message: $(js 'return document.getElementById("action-msg").textContent')"
 wait_for 20 "the worker to stop $B" grep -q "$B attempt 1: cancelled" "$T/worker.log"
 log "cancelled $B from its page; the worker stopped it"

@@ -21,7 +21,7 @@ wait_for 20 "the metrics endpoint" curl -sf "$METRICS/healthz"
 grep -q "metrics on http://127.0.0.1:$MPORT/metrics" "$T/worker.log" || fail "the worker does not log its metrics address"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$METRICS/metrics")" = 401 ] || fail "/metrics without the token"
 scrape() { curl -sf -H "Authorization: Bearer $(cat "$T/token")" "$METRICS/metrics"; }
-scrape | grep -q '^meshtrain_worker_tasks 0$' || fail "idle worker: $(scrape | head -20)"
+grep -q '^meshtrain_worker_tasks 0$' <<<"$(scrape)" || fail "idle worker: $(scrape | head -20)"
 
 jq '. + {name: "wm", steps: 40, mesh: {batch: 2}, checkpoint: {every_steps: 20}} | del(.epochs)' \
     "$SRC/examples/fashion_mnist_mlp.json" >"$T/job.json"

@@ -101,7 +101,11 @@ static int append(const char *db, const char *job_id, long steps, long interval_
     mt_store_job j;
     struct timespec pause = {interval_ms / 1000, (interval_ms % 1000) * 1000000L};
 
-    if (check(mt_store_open(db, &s, &err), &err, db))
+    mt_store_options so = MT_STORE_OPTIONS_DEFAULTS;
+    /* a running coordinator commits beside it (fsync each): on a loaded machine a commit can
+     * hold the lock longer than the default 2 s, and a real writer would wait */
+    so.busy_timeout_ms = 60000;
+    if (check(mt_store_open_opts(db, &so, &s, &err), &err, db))
         return 1;
     if (check(mt_store_job_get(s, job_id, &j, &err), &err, job_id)) {
         mt_store_close(s);
