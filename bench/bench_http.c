@@ -70,8 +70,8 @@ static double pct(double *v, int n, double p)
 
 static int seed(const char *dir, char *job_id, size_t cap)
 {
-    static const char *const names[NAMES] = {"loss", "accuracy", "examples_per_sec", "eval_loss",
-                                             "eval_accuracy"};
+    static const char *const names[NAMES] = {"loss", "accuracy", "examples_per_sec", "test_loss",
+                                             "test_accuracy"};
     mt_store_options o = MT_STORE_OPTIONS_DEFAULTS;
     mt_store_job j = {0};
     mt_store *s = NULL;
@@ -245,7 +245,7 @@ static const struct {
 } cases[] = {
     {"all 100,000 points", "", 0, NULL},
     {"names=loss (20,000)", "?names=loss", 0, "loss"},
-    {"names=loss,eval_loss", "?names=loss,eval_loss", 0, NULL},
+    {"names=loss,test_loss", "?names=loss,test_loss", 0, NULL},
     {"max_points=2000", "?max_points=2000", 0, NULL},
     {"poll: last 10 steps", "?since_step=19991", 19991, NULL},
 };

@@ -11,7 +11,8 @@
 # Then COLL_ROUNDS (default 5) interleaved rounds at COLL_ROUND_SIZES (default 4 KiB, 1 and
 # 16 MiB): shm, tcp, MPI shm, MPI tcp one after the other in each round, each round's ratios and
 # the medians. COLL_BASE=DIR adds DIR/mt_coll_peer (a build of the tree before a change) over
-# tcp to each round and prints the same-run A/B ratio tcp(new) / tcp(base) (>= 0.97 wanted).
+# shm and over tcp to each round and prints the same-run A/B speed ratios shm(new)/shm(base) and
+# tcp(new)/tcp(base) (>= 0.97 wanted).
 # Env: COLL_SIZES (bytes), COLL_PROCS, COLL_SEGMENTS (segment sizes tried at 16 MiB over tcp
 # first; the best is used), COLL_SKIP_MPI=1, COLL_ROUNDS=0 (none), COLL_ROUND_SIZES, COLL_BASE.
 set -u
@@ -40,7 +41,8 @@ trap 'exit 1' INT TERM
 load() { cut -d' ' -f1 /proc/loadavg; }
 
 # run_mt NAME NPROCS KIND SEGMENT SIZES-BYTES [PEER] -> BENCH lines on stdout
-# KIND: shm (tcp:// with shared memory allowed), tcp, ipc (shm off), nng, base (PEER over tcp)
+# KIND: shm (tcp:// with shared memory allowed), tcp, ipc (shm off), nng, base (PEER over tcp),
+# baseshm (PEER, shared memory allowed)
 run_mt() {
     local name=$1 np=$2 kind=$3 seg=$4 sizes=$5 peer=${6:-$PEER} dir=$TMP/$1 floats="" b p
     mkdir -p "$dir"
@@ -69,7 +71,8 @@ run_mt() {
     for ((p = 0; p < np; p++)); do echo "$p $(cat "$dir/addr.$p") 0"; done >"$dir/table.tmp"
     mv "$dir/table.tmp" "$dir/table"
     for p in "${pids[@]}"; do wait "$p" || echo "coll.sh: $name: a peer failed: $(cat "$dir"/out.* | grep ERROR | head -1)" >&2; done
-    if [ "$kind" = shm ] && grep -h '^LINK' "$dir"/out.* | grep -qv 'via=shm'; then
+    # via=none: no exchange of this run's collectives needed that process
+    if [ "$kind" = shm ] && grep -h '^LINK' "$dir"/out.* | grep -v 'via=none' | grep -qv 'via=shm'; then
         echo "coll.sh: $name: not every link used shared memory: $(grep -h '^LINK' "$dir"/out.* | sort -u | tr '\n' ' ')" >&2
     fi
     grep '^BENCH' "$dir/out.0"
@@ -145,10 +148,10 @@ ROUNDS=${COLL_ROUNDS:-5}
 ROUND_SIZES=${COLL_ROUND_SIZES:-"4096 1048576 16777216"}
 median() { sort -n | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]}'; }
 if [ "$ROUNDS" -gt 0 ]; then
-    echo "== $ROUNDS interleaved rounds: shm, tcp, OpenMPI shm, OpenMPI tcp${BASE:+, base tcp ($BASE)} ($(date -u +%TZ))"
-    rh='%-5s %5s %9s | %9s %9s %9s %9s %9s | %7s %7s %7s | %5s\n'
-    printf "$rh" procs round bytes "shm us" "tcp us" "mpishm us" "mpitcp us" "base us" "shm/ms" \
-        "tcp/mt" "tcp/base" load
+    echo "== $ROUNDS interleaved rounds: shm, tcp, OpenMPI shm, OpenMPI tcp${BASE:+, base shm and tcp ($BASE)} ($(date -u +%TZ))"
+    rh='%-5s %5s %9s | %9s %9s %9s %9s %9s %9s | %7s %7s %8s %8s | %5s\n'
+    printf "$rh" procs round bytes "shm us" "tcp us" "mpishm us" "mpitcp us" "bshm us" "btcp us" \
+        "shm/ms" "tcp/mt" "shm/base" "tcp/base" load
     : >"$TMP/ratios"
     for np in $PROCS; do
         for ((r = 1; r <= ROUNDS; r++)); do
@@ -157,26 +160,30 @@ if [ "$ROUNDS" -gt 0 ]; then
             run_mpi "$np" "$ROUND_SIZES" vader >"$TMP/rms.txt"
             run_mpi "$np" "$ROUND_SIZES" tcp >"$TMP/rmt.txt"
             : >"$TMP/rb.txt"
+            : >"$TMP/rbs.txt"
             [ -n "$BASE" ] && run_mt "rb$np.$r" "$np" base "$best_seg" "$ROUND_SIZES" \
                 "$BASE/mt_coll_peer" >"$TMP/rb.txt"
+            [ -n "$BASE" ] && run_mt "rbs$np.$r" "$np" baseshm "$best_seg" "$ROUND_SIZES" \
+                "$BASE/mt_coll_peer" >"$TMP/rbs.txt"
             l=$(load)
             for b in $ROUND_SIZES; do
                 s=$(lat "$TMP/rs.txt" "$b") t=$(lat "$TMP/rt.txt" "$b")
                 ms=$(lat "$TMP/rms.txt" "$b") mt=$(lat "$TMP/rmt.txt" "$b") bs=$(lat "$TMP/rb.txt" "$b")
-                q1=$(ratio "$ms" "$s") q2=$(ratio "$mt" "$t") q3=$(ratio "$bs" "$t")
-                printf "$rh" "$np" "$r" "$b" "${s:--}" "${t:--}" "${ms:--}" "${mt:--}" "${bs:--}" \
-                    "$q1" "$q2" "$q3" "$l"
-                echo "$np $b $q1 $q2 $q3" >>"$TMP/ratios"
+                bss=$(lat "$TMP/rbs.txt" "$b")
+                q1=$(ratio "$ms" "$s") q2=$(ratio "$mt" "$t") q3=$(ratio "$bs" "$t") q4=$(ratio "$bss" "$s")
+                printf "$rh" "$np" "$r" "$b" "${s:--}" "${t:--}" "${ms:--}" "${mt:--}" "${bss:--}" \
+                    "${bs:--}" "$q1" "$q2" "$q4" "$q3" "$l"
+                echo "$np $b $q1 $q2 $q3 $q4" >>"$TMP/ratios"
             done
         done
     done
     for np in $PROCS; do
         for b in $ROUND_SIZES; do
             m=()
-            for c in 3 4 5; do
+            for c in 3 4 5 6; do
                 m+=("$(awk -v n="$np" -v b="$b" -v c="$c" '$1 == n && $2 == b && $c != "-" {print $c}' "$TMP/ratios" | median)")
             done
-            echo "median, $np processes, $b B: shm/mpi-shm ${m[0]:--}x, tcp/mpi-tcp ${m[1]:--}x${BASE:+, tcp new/base ${m[2]:--}x}"
+            echo "median, $np processes, $b B: shm/mpi-shm ${m[0]:--}x, tcp/mpi-tcp ${m[1]:--}x${BASE:+, shm new/base ${m[3]:--}x, tcp new/base ${m[2]:--}x}"
         done
     done
 fi

@@ -15,9 +15,11 @@
 #   bits     the exported model equals the no-fault run's byte for byte (must be "equal")
 # with the load average at the end of each row. Scenarios: worker kill -9 (a fresh worker
 # replaces it), worker SIGSTOP (replaced likewise), coordinator kill -9 mid-job and right after a
-# submit (restarted on the same state and port), the coordinator's checkpoint disk full (a
-# tmpfs, freed after two skipped checkpoints; needs root, else skipped). A broken link between
-# two workers is tests/integration/test_fault_link.sh (fake workers: no bits to compare).
+# submit (restarted on the same state and port), the coordinator's checkpoint disk full and a
+# worker's own checkpoint disk full (tmpfs mounts, freed once a checkpoint was skipped; need
+# root, else skipped), and a partition between the two workers (each in its own network
+# namespace, their data link taken down past step 150 and brought up once the job restarted
+# naming the link; tests/integration/netns_lib.sh; skipped where namespaces are not allowed).
 #   bench/fault_matrix.sh [BUILD_DIR] [STEPS]      (default build, 2000 steps)
 set -euo pipefail
 
@@ -26,6 +28,8 @@ export MT_SOURCE_DIR=$(cd "$(dirname "$0")/.." && pwd)
 STEPS=${2:-2000}
 # shellcheck source=../tests/integration/lib.sh
 source "$MT_SOURCE_DIR/tests/integration/lib.sh"
+# shellcheck source=../tests/integration/netns_lib.sh
+source "$MT_SOURCE_DIR/tests/integration/netns_lib.sh"
 
 FM=/usr/share/datasets/fashion-mnist
 [ -r "$FM/t10k-images-idx3-ubyte.gz" ] || { echo "fault_matrix: $FM not installed"; exit 1; }
@@ -181,4 +185,64 @@ if mkdir -p "$T/full/checkpoints" && mount -t tmpfs -o size=8m tmpfs "$T/full/ch
     umount "$T/full/checkpoints" 2>/dev/null || true
 else
     printf '%-34s skipped (mounting a tmpfs needs root)\n' "coordinator disk full"
+fi
+
+# ---- a worker's own checkpoint directory (its TMPDIR) full, freed after a skipped checkpoint
+if mkdir -p "$T/wfull" && mount -t tmpfs -o size=8m tmpfs "$T/wfull" 2>/dev/null; then
+    trap 'rc=$?; umount "$T/wfull" 2>/dev/null || true; (exit $rc); cleanup' EXIT
+    dd if=/dev/zero of="$T/wfull/filler" bs=64k count=1000 2>/dev/null || true
+    S=$T/wfull-state
+    mkdir -p "$S"
+    coordinator coord_wfull "$S" --listen tcp://127.0.0.1:0 "${HB[@]}"
+    TMPDIR=$T/wfull worker wa
+    TMPDIR=$T/wfull worker wb
+    wait_for 20 "two workers" alive 2
+    JOB=$(mt submit "$T/job.json")
+    until_ 60 past 0
+    T0=$(now)
+    noted() { st | jq -e '[.latest_metrics[] | select(.name == "checkpoint_skipped")] | length > 0'; }
+    until_ 120 noted
+    DET=$(since "$T0")
+    rm -f "$T/wfull/filler"
+    stored() { [ "$(mt checkpoints --json "$JOB" | jq '[.checkpoints[] | select(.complete)] | length')" -ge 1 ]; }
+    until_ 120 stored
+    REC=$(since "$T0")
+    finish "worker disk full" "$DET" "$REC"
+    umount "$T/wfull" 2>/dev/null || true
+else
+    printf '%-34s skipped (mounting a tmpfs needs root)\n' "worker disk full"
+fi
+
+# ---- a partition between the two workers: their data link down, both still reach the
+# coordinator; brought up again once the job restarted naming the link
+if netns_up; then
+    trap 'rc=$?; netns_down; umount "$T/wfull" 2>/dev/null || true; set +e; (exit $rc); cleanup' EXIT
+    S=$T/partition
+    mkdir -p "$S"
+    coordinator coord_partition "$S" --listen "tcp://$NET_CA:$(free_port)" --insecure "${HB[@]}" \
+        --stall-timeout-ms 2000 --stall-restart-ms 0
+    netns_worker wa "$NA" "$NET_DA" --log-level warn
+    disown "$LAST_PID"
+    netns_worker wb "$NB" "$NET_DB" --log-level warn
+    disown "$LAST_PID"
+    wait_for 20 "two workers" alive 2
+    jq '.restart.collective_deadline_ms = 4000 | .restart.max_restarts = 20' "$T/job.json" >"$T/job_p.json"
+    JOB=$(mt submit "$T/job_p.json")
+    until_ 120 past 150
+    AT=$(step)
+    T0=$(now)
+    netns_cut
+    linked() { st | jq -e '(.diagnosis // "") | test("^link (wa<->wb|wb<->wa)")'; }
+    until_ 60 linked
+    DET=$(since "$T0")
+    restarted() { st | jq -e '.restarts >= 1'; }
+    until_ 120 restarted
+    netns_heal
+    resumed() { st | jq -e --argjson at "$AT" '.restarts >= 1 and .step > $at'; }
+    until_ 120 resumed
+    REC=$(since "$T0")
+    finish "workers partitioned (netns)" "$DET" "$REC"
+    netns_down
+else
+    printf '%-34s skipped (%s)\n' "workers partitioned (netns)" "$NETNS_WHY"
 fi

@@ -81,6 +81,7 @@ int cmd_checkpoints(const mt_cli_global *g, int argc, char **argv);
 int cmd_plan(const mt_cli_global *g, int argc, char **argv);
 int cmd_watch(const mt_cli_global *g, int argc, char **argv);
 int cmd_predict(const mt_cli_global *g, int argc, char **argv);
+int cmd_generate(const mt_cli_global *g, int argc, char **argv);
 int cmd_digest(const mt_cli_global *g, int argc, char **argv);
 int cmd_diverge(const mt_cli_global *g, int argc, char **argv);
 

@@ -44,24 +44,28 @@
 
 static void export_usage(FILE *out)
 {
-    fprintf(out, "usage: meshtrain export CKPT|JOB [--step S] [--format safetensors|onnx]\n"
-                 "                        [--layout keras|torch] -o FILE\n\n"
-                 "Write the weights of checkpoint CKPT (a .mtc file), or of job JOB's latest\n"
-                 "complete checkpoint (downloaded from the coordinator), to FILE.\n"
-                 "Optimizer slots (names with '/') are left out.\n\n"
-                 "Options:\n"
-                 "  --step S         with JOB: the checkpoint of step S (default: the latest)\n"
-                 "  --format F       safetensors (the default): the weights;\n"
-                 "                   onnx: the model and its weights (opset 13), input\n"
-                 "                   (N, H, W, C) as meshtrain's model sees it, output the last\n"
-                 "                   layer's (see docs/export.md)\n"
-                 "  --layout L       keras (default): weights as stored, '<layer>.kernel'\n"
-                 "                   (in, out), conv (kh, kw, in, out), NHWC flatten order;\n"
-                 "                   torch: a PyTorch state_dict, '<layer>.weight' (out, in),\n"
-                 "                   conv (out, in, kh, kw), NCHW flatten order, batch norm\n"
-                 "                   running_mean/running_var (see docs/checkpoints.md)\n"
-                 "  -o, --output F   file to write (replaced atomically)\n"
-                 "  -h, --help       this help\n");
+    fprintf(out,
+            "usage: meshtrain export CKPT|JOB|DIR [--step S | --best]\n"
+            "                        [--format safetensors|onnx]\n"
+            "                        [--layout keras|torch] -o FILE\n\n"
+            "Write the weights of checkpoint CKPT (a .mtc file), or of job JOB's latest\n"
+            "complete checkpoint (downloaded from the coordinator), to FILE.\n"
+            "Optimizer slots (names with '/') are left out.\n\n"
+            "Options:\n"
+            "  --step S         with JOB: the checkpoint of step S (default: the latest)\n"
+            "  --best           the best checkpoint by the spec's validation.best: DIR/best.mtc\n"
+            "                   of a train --local --save DIR, or a job's best step\n"
+            "  --format F       safetensors (the default): the weights;\n"
+            "                   onnx: the model and its weights (opset 13), input\n"
+            "                   (N, H, W, C) as meshtrain's model sees it, output the last\n"
+            "                   layer's (see docs/export.md)\n"
+            "  --layout L       keras (default): weights as stored, '<layer>.kernel'\n"
+            "                   (in, out), conv (kh, kw, in, out), NHWC flatten order;\n"
+            "                   torch: a PyTorch state_dict, '<layer>.weight' (out, in),\n"
+            "                   conv (out, in, kh, kw), NCHW flatten order, batch norm\n"
+            "                   running_mean/running_var (see docs/checkpoints.md)\n"
+            "  -o, --output F   file to write (replaced atomically)\n"
+            "  -h, --help       this help\n");
 }
 
 /* Download job_id's checkpoint of step (0 = latest complete) into the open file f. */
@@ -94,6 +98,52 @@ static mt_code download(const mt_cli_global *g, const char *job_id, uint64_t ste
         if (rc != MT_OK || last)
             return rc;
     }
+}
+
+/*
+ * --best: the best checkpoint ("validation.best", docs/job-spec.md). A directory (train --local's
+ * --save DIR) holds it as DIR/best.mtc; for a job id *step becomes the step of its latest
+ * "best_step" metric point (the worker uploads the best checkpoint as that step's).
+ */
+static mt_code best_source(const mt_cli_global *g, const char *arg, uint64_t *step, char *path,
+                           size_t n, bool *is_file, mt_err *err)
+{
+    Meshtrain__GetJobRequest req = MESHTRAIN__GET_JOB_REQUEST__INIT;
+    Meshtrain__GetJobReply *rep = NULL;
+    struct stat st;
+    mt_code rc;
+
+    *is_file = false;
+    if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode)) {
+        *is_file = true;
+        if ((size_t)snprintf(path, n, "%s/best.mtc", arg) >= n)
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: path too long", arg);
+        if (stat(path, &st) != 0)
+            return mt_err_set(err, MT_NOT_FOUND,
+                              "%s: no best checkpoint (a spec with \"validation\": {\"best\": "
+                              "{...}} trained with --save %s keeps one)",
+                              path, arg);
+        return MT_OK;
+    }
+    if (stat(arg, &st) == 0 || strchr(arg, '/') != NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "%s: --best takes a checkpoint directory (train --local --save DIR) or "
+                          "a job id",
+                          arg);
+    req.job_id = (char *)arg;
+    if ((rc = mt_cli_call(g, "GetJob", &req.base, (ProtobufCMessage **)&rep, err)) != MT_OK)
+        return rc;
+    *step = 0;
+    for (size_t i = 0; i < rep->n_latest_metrics; i++)
+        if (strcmp(rep->latest_metrics[i]->name, "best_step") == 0)
+            *step = (uint64_t)rep->latest_metrics[i]->value;
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    if (*step == 0)
+        return mt_err_set(err, MT_NOT_FOUND,
+                          "job %s has no best checkpoint (its spec needs \"validation\": "
+                          "{\"best\": {...}})",
+                          arg);
+    return MT_OK;
 }
 
 /* A checkpoint file path for `arg` into path; a job id is downloaded (*tmp set: unlink it). */
@@ -199,6 +249,8 @@ static mt_code torch_layer(torch_plan *p, const mt_layer_spec *l, const mt_cli_e
 
     for (int a = 0; a < x->rank; a++)
         in *= (int64_t)x->shape[a];
+    if (x->rank > 1 && !x->nhwc_flat) /* a dense layer per row: the last axis */
+        in = (int64_t)x->shape[x->rank - 1];
     if (l->kind == MT_LAYER_DENSE) {
         int64_t units = (int64_t)l->units;
         sh[0] = units, sh[1] = in;
@@ -432,9 +484,13 @@ static mt_code export_torch(const mt_ckpt *ck, const char *output, int *count, m
 int cmd_export(const mt_cli_global *g, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"format", required_argument, NULL, 'f'}, {"layout", required_argument, NULL, 'l'},
-        {"output", required_argument, NULL, 'o'}, {"step", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"format", required_argument, NULL, 'f'},
+        {"layout", required_argument, NULL, 'l'},
+        {"output", required_argument, NULL, 'o'},
+        {"step", required_argument, NULL, 's'},
+        {"best", no_argument, NULL, 'b'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *format = "safetensors", *output = NULL, *layout = "keras";
     char path[4096];
@@ -442,7 +498,7 @@ int cmd_export(const mt_cli_global *g, int argc, char **argv)
     mt_ckpt *ck = NULL;
     int c, weights = 0, nodes = 0;
     uint64_t step = 0;
-    bool tmp = false, torch, onnx, layout_set = false;
+    bool tmp = false, torch, onnx, layout_set = false, best = false, best_file = false;
     char *end;
     mt_code rc;
 
@@ -466,6 +522,9 @@ int cmd_export(const mt_cli_global *g, int argc, char **argv)
             if (end == optarg || *end != '\0' || step == 0)
                 return mt_cli_usage_error("export", "--step '%s': expected a step >= 1", optarg);
             break;
+        case 'b':
+            best = true;
+            break;
         case 'h':
             export_usage(stdout);
             return MT_EXIT_OK;
@@ -488,7 +547,11 @@ int cmd_export(const mt_cli_global *g, int argc, char **argv)
     if (output == NULL || output[0] == '\0')
         return mt_cli_usage_error("export", "missing -o FILE");
     torch = strcmp(layout, "torch") == 0;
-    rc = resolve_source(g, argv[optind], step, path, sizeof(path), &tmp, &err);
+    if (best && step != 0)
+        return mt_cli_usage_error("export", "--best and --step exclude each other");
+    rc = best ? best_source(g, argv[optind], &step, path, sizeof(path), &best_file, &err) : MT_OK;
+    if (rc == MT_OK && !best_file)
+        rc = resolve_source(g, argv[optind], step, path, sizeof(path), &tmp, &err);
     if (rc == MT_OK)
         rc = mt_ckpt_open(path, &ck, &err);
     if (rc == MT_OK && onnx)

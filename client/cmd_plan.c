@@ -14,6 +14,7 @@
 #include "client/jobs_util.h"
 #include "jobspec/mt_jobspec.h"
 #include "sched/mt_sched.h"
+#include "spmd/mt_spmd.h"
 
 typedef struct busy {
     char worker_id[64];
@@ -130,10 +131,33 @@ out:
         protobuf_c_message_free_unpacked(&ws->base, NULL);
 }
 
+/* --layers: one line per layer: output shape, buffers on one device, collective bytes per dim. */
+static void print_layers(const mt_jobspec_summary *s, const mt_spmd_layer_plan *lp, int n)
+{
+    char w[32];
+    printf("\n%-20s %-20s %-16s %12s", "layer", "type", "output", "activations");
+    for (int k = 0; k < s->mesh_ndims; k++)
+        printf(" %12s", s->mesh_names[k]);
+    printf("\n");
+    for (int i = 0; i < n; i++) {
+        mt_cli_fmt_bytes(w, sizeof(w), lp[i].activation_bytes);
+        printf("%-20s %-20s %-16s %12s", lp[i].name, lp[i].type, lp[i].shape, w);
+        for (int k = 0; k < s->mesh_ndims; k++) {
+            mt_cli_fmt_bytes(w, sizeof(w), lp[i].comm_bytes[k]);
+            printf(" %12s", lp[i].comm_bytes[k] ? w : "-");
+        }
+        printf("\n");
+    }
+    printf("(activations: a layer's outputs, input gradients and scratch on one device for its "
+           "local batch;\n per mesh dim: what its own collectives move per step; the gradient "
+           "allreduce and FSDP\n gathers are in the totals above)\n");
+}
+
 int cmd_plan(const mt_cli_global *g, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"offline", no_argument, NULL, 'o'},
+        {"layers", no_argument, NULL, 'l'},
         {"mesh", required_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -143,34 +167,51 @@ int cmd_plan(const mt_cli_global *g, int argc, char **argv)
     mt_err err = MT_ERR_INIT;
     char *spec = NULL, w[32], o[32], base[4096];
     size_t len;
-    int offline = 0, c;
+    int offline = 0, c, n_layers = 0;
+    mt_spmd_layer_plan *lp = NULL;
 
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'o') {
             offline = 1;
+        } else if (c == 'l') {
+            if (lp == NULL && (lp = mt_calloc(256, sizeof(*lp))) == NULL) {
+                mt_err_set(&err, MT_RESOURCE_EXHAUSTED, "plan: out of memory");
+                return mt_cli_fail(&err);
+            }
+            jo.layers = lp;
+            jo.n_layers = &n_layers;
         } else if (c == 'm') {
             jo.mesh = optarg;
         } else if (c == 'h') {
-            printf("usage: meshtrain plan JOB.json [--offline] [--mesh SPEC]\n\nValidate a job "
+            mt_free(lp);
+            printf("usage: meshtrain plan JOB.json [--offline] [--mesh SPEC] "
+                   "[--layers]\n\nValidate a job "
                    "spec exactly as submit and train --local do, without running it;\nprint what "
                    "each device holds and communicates per step and which devices the\njob would "
                    "use now.\n\n  --offline   do not ask the coordinator which devices are "
                    "free\n  --mesh SPEC plan for this mesh instead of the spec's "
-                   "(\"batch=4,model=2\")\n");
+                   "(\"batch=4,model=2\")\n  --layers    also one line per layer: its output "
+                   "shape, buffers and\n              collective bytes per mesh dim\n");
             return MT_EXIT_OK;
         } else {
+            mt_free(lp);
             return mt_cli_usage_error("plan", "unknown option");
         }
     }
-    if (optind + 1 != argc)
+    if (optind + 1 != argc) {
+        mt_free(lp);
         return mt_cli_usage_error("plan", "expected one JOB.json argument");
-    if (mt_cli_read_file(argv[optind], &spec, &len, &err) != MT_OK)
+    }
+    if (mt_cli_read_file(argv[optind], &spec, &len, &err) != MT_OK) {
+        mt_free(lp);
         return mt_cli_fail(&err);
+    }
     mt_cli_spec_dir(argv[optind], base, sizeof(base));
     jo.base_dir = base;
     if (mt_jobspec_validate_opts(spec, len, &jo, &s, &err) != MT_OK) {
         mt_free(spec);
+        mt_free(lp);
         return mt_cli_fail(&err);
     }
     mt_free(spec);
@@ -202,6 +243,9 @@ int cmd_plan(const mt_cli_global *g, int argc, char **argv)
     if (s.ckpt_every_steps)
         printf("checkpoints every %u steps, keep %u\n", s.ckpt_every_steps, s.ckpt_keep);
     printf("restarts  at most %u\n", s.max_restarts);
+    if (lp != NULL)
+        print_layers(&s, lp, n_layers);
+    mt_free(lp);
     if (!offline)
         print_devices_now(g, &s);
     return MT_EXIT_OK;

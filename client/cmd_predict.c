@@ -36,6 +36,7 @@
 #include "alloc/mt_alloc.h"
 #include "client/cli.h"
 #include "client/jobs_util.h"
+#include "client/model_io.h"
 #include "data/mt_data.h"
 #include "data/mt_idx.h"
 #include "model/mt_model.h"
@@ -71,10 +72,9 @@ static void meta_fini(predict_meta *m)
     mt_data_classes_fini(&m->classes);
 }
 
-/* Copy the raw-input metadata of a safetensors header (borrowed) into *m. */
-static mt_code read_meta(const cJSON *hdr, const char *path, predict_meta *m, mt_err *err)
+/* Copy the raw-input metadata of a safetensors "__metadata__" object (borrowed) into *m. */
+static mt_code read_meta(const cJSON *md, const char *path, predict_meta *m, mt_err *err)
 {
-    const cJSON *md = cJSON_GetObjectItemCaseSensitive(hdr, "__metadata__");
     const cJSON *tf = cJSON_GetObjectItemCaseSensitive(md, "meshtrain.tfidf");
     const cJSON *cn = cJSON_GetObjectItemCaseSensitive(md, "meshtrain.class_names");
     cJSON *list = cJSON_IsString(cn) ? cJSON_Parse(cn->valuestring) : NULL;
@@ -107,50 +107,12 @@ static mt_code read_meta(const cJSON *hdr, const char *path, predict_meta *m, mt
 /* Load every parameter of m from the safetensors file at path, and its raw-input metadata. */
 static mt_code load_safetensors(mt_model *m, const char *path, predict_meta *meta, mt_err *err)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    uint64_t hlen = 0;
-    cJSON *hdr = NULL;
-    mt_code rc = mt_cli_read_file(path, &buf, &len, err);
+    cJSON *md = NULL;
+    mt_code rc = mt_cli_model_load(m, path, &md, err);
 
-    if (rc != MT_OK)
-        return rc;
-    for (int i = 0; i < 8 && len >= 8; i++)
-        hlen |= (uint64_t)(unsigned char)buf[i] << (8 * i);
-    if (len < 8 || hlen > len - 8 || (hdr = cJSON_ParseWithLength(buf + 8, hlen)) == NULL) {
-        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s: not a safetensors file", path);
-        goto done;
-    }
-    for (size_t i = 0; i < mt_model_param_count(m); i++) {
-        mt_model_param *p = mt_model_param_at(m, i);
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(hdr, p->name);
-        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype");
-        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(t, "shape");
-        const cJSON *of = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
-        double a, b;
-        bool ok = t != NULL && cJSON_IsString(dt) && strcmp(dt->valuestring, "F32") == 0 &&
-                  cJSON_GetArraySize(sh) == p->rank && cJSON_GetArraySize(of) == 2;
-        for (int k = 0; ok && k < p->rank; k++)
-            ok = cJSON_GetArrayItem(sh, k)->valuedouble == (double)p->shape[k];
-        if (!ok) {
-            rc = mt_err_set(err, MT_INVALID_ARGUMENT,
-                            "%s: no F32 tensor '%s' of the spec's shape (another model?)", path,
-                            p->name);
-            goto done;
-        }
-        a = cJSON_GetArrayItem(of, 0)->valuedouble;
-        b = cJSON_GetArrayItem(of, 1)->valuedouble;
-        if (a < 0 || b - a != (double)(p->size * sizeof(float)) || b > (double)(len - 8 - hlen)) {
-            rc = mt_err_set(err, MT_INVALID_ARGUMENT, "%s: tensor '%s' has bad offsets", path,
-                            p->name);
-            goto done;
-        }
-        memcpy(p->value, buf + 8 + hlen + (size_t)a, p->size * sizeof(float));
-    }
-    rc = read_meta(hdr, path, meta, err);
-done:
-    cJSON_Delete(hdr);
-    mt_free(buf);
+    if (rc == MT_OK)
+        rc = read_meta(md, path, meta, err);
+    cJSON_Delete(md);
     return rc;
 }
 

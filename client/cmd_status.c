@@ -19,6 +19,8 @@ static void print_text(const Meshtrain__GetJobReply *r)
     printf("state     %s%s%s\n", s->state, s->reason[0] ? " - " : "", s->reason);
     if (strcmp(s->state, "STALLED") == 0) /* the reason is the hang diagnosis (docs/jobs.md) */
         printf("stalled   alive but not advancing: %s\n", s->reason);
+    if (s->diagnosis[0]) /* a silent worker, a stuck device or a broken link (docs/jobs.md) */
+        printf("diagnosis %s\n", s->diagnosis);
     if (r->error[0])
         printf("error     %s\n", r->error);
     printf("mesh      %s (%u devices), priority %d, restarts %u\n", s->mesh, s->devices,
@@ -64,7 +66,9 @@ static int print_json(const Meshtrain__GetJobReply *r)
     cJSON *root = mt_cli_job_summary_json(r->job), *a;
 
     cJSON_AddStringToObject(root, "error", r->error);
-    if (strcmp(r->job->state, "STALLED") == 0)
+    if (r->job->diagnosis[0]) /* docs/jobs.md#diagnosis */
+        cJSON_AddStringToObject(root, "diagnosis", r->job->diagnosis);
+    else if (strcmp(r->job->state, "STALLED") == 0) /* a coordinator before schema 8 */
         cJSON_AddStringToObject(root, "diagnosis", r->job->reason);
     else
         cJSON_AddNullToObject(root, "diagnosis");

@@ -68,21 +68,34 @@ static void usage(FILE *f)
  * and a progress line at most every --log-every seconds (30 s by default). */
 static void progbar(train_out *o, const mt_train_progress *p, bool end)
 {
-    char head[64], tail[256];
+    char head[64], tail[512];
     double ms = p->epoch_step > 0 ? p->epoch_seconds * 1e3 / (double)p->epoch_step : 0.0;
     int k;
+    size_t at;
 
     snprintf(head, sizeof(head), "Epoch %lld/%lld", (long long)p->epoch, (long long)p->epochs);
-    k = snprintf(tail, sizeof(tail), " - %.0fs %.0fms/step - loss: %.4f - accuracy: %.4f",
-                 p->epoch_seconds, ms, p->loss, p->accuracy);
-    if (end && k > 0 && (size_t)k < sizeof(tail))
-        snprintf(tail + k, sizeof(tail) - (size_t)k, " - test_loss: %.4f - test_accuracy: %.4f",
-                 p->test_loss, p->test_accuracy);
+    k = snprintf(tail, sizeof(tail), " - %.0fs %.0fms/step", p->epoch_seconds, ms);
+    at = k > 0 ? (size_t)k : 0;
+    /* Keras's names: loss, accuracy, ...; val_loss, ...; test_loss, ... (core/loss) */
+    at += mt_metrics_format(&p->train, "", tail + at, sizeof(tail) - at);
+    if (p->has_val)
+        at += mt_metrics_format(&p->val, "val_", tail + at, sizeof(tail) - at);
+    if (end && p->has_test)
+        mt_metrics_format(&p->test, "test_", tail + at, sizeof(tail) - at);
     if (end || mt_cli_progress_due(&o->prog, mt_clock_mono_ms()))
         mt_cli_progress_close(&o->prog, head, p->epoch_step, p->epoch_steps, tail,
                               mt_clock_mono_ms());
     else
         mt_cli_progress_draw(&o->prog, head, p->epoch_step, p->epoch_steps, tail);
+}
+
+/* `,"<prefix>loss":x,"<prefix><metric>":y...` of m. */
+static void json_metrics(const mt_metrics *m, const char *prefix)
+{
+    printf(",\"%sloss\":%.6g", prefix, m->loss);
+    for (int k = 0; k < MT_METRIC_COUNT; k++)
+        if (m->mask & (1u << k))
+            printf(",\"%s%s\":%.6g", prefix, mt_metric_name((mt_metric_kind)k), m->value[k]);
 }
 
 static mt_code on_progress(void *ctx, const mt_train_progress *p)
@@ -96,12 +109,21 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
             o->digest_step = -1; /* not an epoch end: a line of its own */
             fflush(stdout);
         }
+        if (p->event == MT_TRAIN_STEP && p->has_val && p->epoch_step < p->epoch_steps) {
+            printf("{\"step\":%lld", (long long)p->step); /* a validation within an epoch */
+            json_metrics(&p->val, "val_");
+            printf("}\n");
+            fflush(stdout);
+        }
         if (p->event == MT_TRAIN_EPOCH_END) {
-            printf("{\"epoch\":%lld,\"step\":%lld,\"loss\":%.6g,\"accuracy\":%.6g,"
-                   "\"test_loss\":%.6g,\"test_accuracy\":%.6g,\"examples_per_sec\":%.1f%s%s%s}\n",
-                   (long long)p->epoch, (long long)p->step, p->loss, p->accuracy, p->test_loss,
-                   p->test_accuracy, p->examples_per_sec, mine ? ",\"digest\":\"" : "",
-                   mine ? o->digest : "", mine ? "\"" : "");
+            printf("{\"epoch\":%lld,\"step\":%lld", (long long)p->epoch, (long long)p->step);
+            json_metrics(&p->train, "");
+            if (p->has_val)
+                json_metrics(&p->val, "val_");
+            if (p->has_test)
+                json_metrics(&p->test, "test_");
+            printf(",\"examples_per_sec\":%.1f%s%s%s}\n", p->examples_per_sec,
+                   mine ? ",\"digest\":\"" : "", mine ? o->digest : "", mine ? "\"" : "");
             o->digest_step = -1;
             fflush(stdout);
         }
@@ -115,6 +137,57 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
         o->last_draw = p->epoch_seconds;
     }
     return MT_OK;
+}
+
+/* The last line of --json: steps, the last validation and test results, throughput, early
+ * stopping, the best checkpoint's step, the digest. */
+static void print_final_json(const mt_train_result *res, const train_out *out)
+{
+    printf("{\"final\":true,\"steps\":%lld", (long long)res->steps);
+    if (res->has_val)
+        json_metrics(&res->val, "val_");
+    if (res->has_test)
+        json_metrics(&res->test, "test_");
+    printf(",\"examples_per_sec\":%.1f", res->examples_per_sec);
+    if (res->stopped_early)
+        printf(",\"stopped_early\":true");
+    if (res->best_step > 0)
+        printf(",\"best_step\":%lld", (long long)res->best_step);
+    if (out->has_digest)
+        printf(",\"digest\":\"%s\"", out->digest);
+    printf("}\n");
+}
+
+/* Text: "Early stopping: ..." when it stopped the run, then the last validation and test results
+ * ("Validation loss: 0.41 - val accuracy: 0.88", "Test loss: 0.39 - test accuracy: 0.86 - N
+ * examples/s"). */
+static void print_final_text(const mt_validation_spec *v, const mt_train_result *res)
+{
+    static const char *const what[2] = {"Validation", "Test"};
+    const mt_metrics *m[2] = {res->has_val ? &res->val : NULL, res->has_test ? &res->test : NULL};
+
+    if (res->stopped_early)
+        printf("Early stopping: %s did not improve by more than %g for %lld evaluation%s "
+               "(stopped at step %lld)\n",
+               v->stop.name, v->stop.min_delta, (long long)(v->patience ? v->patience : 1),
+               v->patience == 1 ? "" : "s", (long long)res->steps);
+    if (res->best_step > 0)
+        printf("Best checkpoint: step %lld, %s %.4f\n", (long long)res->best_step, v->best.name,
+               res->best_value);
+    for (int s = 0; s < 2; s++) {
+        if (m[s] == NULL)
+            continue;
+        printf("%s loss: %.4f", what[s], m[s]->loss);
+        for (int k = 0; k < MT_METRIC_COUNT; k++)
+            if (m[s]->mask & (1u << k))
+                printf(" - %s %s: %.4f", s == 0 ? "val" : "test", mt_metric_name((mt_metric_kind)k),
+                       m[s]->value[k]);
+        if (s == 1)
+            printf(" - %.0f examples/s", res->examples_per_sec);
+        printf("\n");
+    }
+    if (m[1] == NULL)
+        printf("%.0f examples/s\n", res->examples_per_sec);
 }
 
 /* --json: the state digest of a step (docs/reproducibility.md), held until that step's progress
@@ -222,6 +295,7 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
     train_args ta = {NULL, NULL, NULL, {NULL}, 0};
     mt_err err = MT_ERR_INIT;
     mt_train_result res;
+    mt_validation_spec vspec; /* the spec's "validation", for the final lines */
     mt_jobspec *js = NULL;
     char base[4096];
     bool local = false;
@@ -229,6 +303,7 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
     int c;
 
     (void)g;
+    memset(&vspec, 0, sizeof(vspec));
     optind = 0; /* glibc: full re-initialisation, so options after JOB.json are permuted too */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -295,17 +370,14 @@ int cmd_train(const mt_cli_global *g, int argc, char **argv)
         rc = validate(js, base, ta.mesh, &err);
     if (rc == MT_OK)
         rc = run(js, base, &ta, &topt, &out, &res, &err);
+    if (js != NULL)
+        vspec = js->model->validation;
     mt_jobspec_free(js);
     if (rc != MT_OK)
         return mt_cli_fail(&err);
     if (out.json)
-        printf("{\"final\":true,\"steps\":%lld,\"test_loss\":%.6g,\"test_accuracy\":%.6g,"
-               "\"examples_per_sec\":%.1f%s%s%s}\n",
-               (long long)res.steps, res.test_loss, res.test_accuracy, res.examples_per_sec,
-               out.has_digest ? ",\"digest\":\"" : "", out.has_digest ? out.digest : "",
-               out.has_digest ? "\"" : "");
+        print_final_json(&res, &out);
     else
-        printf("Test loss: %.4f - test accuracy: %.4f - %.0f examples/s\n", res.test_loss,
-               res.test_accuracy, res.examples_per_sec);
+        print_final_text(&vspec, &res);
     return MT_EXIT_OK;
 }

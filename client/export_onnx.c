@@ -390,11 +390,11 @@ static mt_code layer_dense(onnx_builder *b, const mt_layer_spec *l, onnx_value *
     for (int a = 0; a < xs->rank; a++)
         in *= (int64_t)xs->shape[a];
     ins[0] = place(b, x, false);
-    if (xs->rank > 1) { /* meshtrain's dense reads the (NHWC) flattened example */
-        char *flat = arena_printf(b, "%s/flatten", l->name);
-        node(b, "Flatten", flat, ins, 1, flat, attr_int(b, "axis", 1), NULL);
-        ins[0] = flat;
-    }
+    if (xs->rank > 1) /* per row of a sequence or image: MatMul, not in this exporter yet */
+        return mt_err_set(err, MT_FAILED_PRECONDITION,
+                          "%s: --format onnx cannot express a dense layer on a rank-%d input yet; "
+                          "export safetensors instead",
+                          l->name, xs->rank);
     dims[0] = in, dims[1] = (int64_t)l->units;
     rc = init_copy(b, l->name, "kernel", "kernel", dims, 2, err); /* (in, out): Gemm's B */
     ins[1] = arena_printf(b, "%s.kernel", l->name);
@@ -668,6 +668,9 @@ static mt_code onnx_supported(const mt_job_spec *spec, mt_err *err)
         else if (l->kind == MT_LAYER_GLOBAL_AVERAGE_POOLING2D ||
                  l->kind == MT_LAYER_AVERAGE_POOLING2D)
             why = "average pooling (not in this exporter yet)";
+        else if (l->kind == MT_LAYER_EMBEDDING || l->kind == MT_LAYER_POSITION_EMBEDDING ||
+                 l->kind == MT_LAYER_ATTENTION)
+            why = "the sequence layers (embedding, position_embedding, attention) yet";
         if (why != NULL)
             return mt_err_set(err, MT_FAILED_PRECONDITION,
                               "model.layers[%d] (%s): --format onnx cannot express %s; export "

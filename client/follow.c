@@ -28,6 +28,7 @@
 #include "client/jobs_util.h"
 #include "client/progress.h"
 #include "clock/mt_clock.h"
+#include "loss/mt_loss.h"
 #include "rpc/mt_rpc.h"
 #include "watch/mt_watch.h"
 
@@ -36,12 +37,77 @@
 
 typedef enum follow_mode { FOLLOW_BAR, FOLLOW_JSON, FOLLOW_QUIET } follow_mode;
 
+#define MAX_METRICS 16 /* names shown per group (loss and metrics; val_ and test_ ones) */
+
+/* The latest value of each metric name of a group, in Keras's order whatever order the points
+ * came in (a job's history comes by name): loss, the metrics in core/loss's order, val_ ones,
+ * test_ ones, then names outside the vocabulary. */
+typedef struct metrics {
+    char name[MAX_METRICS][40];
+    double value[MAX_METRICS];
+    size_t n;
+} metrics;
+
+/* The place of a name in that order. */
+static int metric_rank(const char *name)
+{
+    for (int g = MT_METRIC_GROUP_TRAIN; g <= MT_METRIC_GROUP_TEST; g++)
+        for (int k = -1; k < MT_METRIC_COUNT; k++)
+            if (strcmp(name, mt_metric_report_name((mt_metric_group)g, k)) == 0)
+                return g * (MT_METRIC_COUNT + 1) + k + 1;
+    return 3 * (MT_METRIC_COUNT + 1);
+}
+
+static void metrics_set(metrics *m, const char *name, double value)
+{
+    size_t i = 0;
+    int r = metric_rank(name);
+
+    while (i < m->n && strcmp(m->name[i], name) != 0)
+        i++;
+    if (i < m->n) {
+        m->value[i] = value;
+        return;
+    }
+    if (m->n == MAX_METRICS)
+        return;
+    for (i = m->n; i > 0 && metric_rank(m->name[i - 1]) > r; i--) { /* keep the order */
+        memcpy(m->name[i], m->name[i - 1], sizeof(m->name[i]));
+        m->value[i] = m->value[i - 1];
+    }
+    snprintf(m->name[i], sizeof(m->name[i]), "%s", name);
+    m->value[i] = value;
+    m->n++;
+}
+
+/* " - name: value" for each, appended at out[at..cap); returns the new length. */
+static size_t metrics_fmt(const metrics *m, char *out, size_t at, size_t cap)
+{
+    for (size_t i = 0; i < m->n && at < cap; i++) {
+        int k = snprintf(out + at, cap - at, " - %s: %.4f", m->name[i], m->value[i]);
+        at = k < 0 ? at : at + (size_t)k < cap ? at + (size_t)k : cap - 1;
+    }
+    return at;
+}
+
+/* Points that are not metrics of the model: progress, throughput, markers. */
+static bool metric_name(const char *name)
+{
+    static const char *const other[] = {"epochs", "epoch_steps", "examples_per_sec", "best_step",
+                                        "checkpoint_skipped"};
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
+        if (strcmp(name, other[i]) == 0)
+            return false;
+    return true;
+}
+
 typedef struct view {
     bool tty, json, quiet;
     int64_t epochs, epoch, epoch_steps, full;
     uint64_t step, drawn; /* latest step; the step of the last plain line */
-    double loss, acc, eval_loss, eval_acc;
-    bool have_loss, have_acc, have_eval, printed_step;
+    metrics train;        /* loss, accuracy, ... of this epoch (Keras's names, core/loss) */
+    metrics eval;         /* val_* (after a validation) and test_* (epoch end) */
+    bool have_eval, printed_step;
     bool line_open;                     /* the epoch has progress whose line is not closed */
     int64_t t0_ms, last_ms;             /* first and latest point times of the epoch */
     mt_watch_restart_scan scan;         /* the state history read so far */
@@ -63,12 +129,8 @@ static int64_t epoch_step(const view *v)
 
 static void fmt_metrics(const view *v, char *out, size_t cap)
 {
-    size_t at = 0;
     out[0] = '\0';
-    if (v->have_loss)
-        at += (size_t)snprintf(out + at, cap - at, " - loss: %.4f", v->loss);
-    if (v->have_acc && at < cap)
-        snprintf(out + at, cap - at, " - accuracy: %.4f", v->acc);
+    metrics_fmt(&v->train, out, 0, cap);
 }
 
 static void fmt_head(const view *v, char *out, size_t cap)
@@ -138,7 +200,7 @@ static void end_open(view *v)
  */
 static void close_epoch(view *v)
 {
-    char m[128], head[64], tail[256];
+    char m[256], head[64], tail[512];
     int64_t s = epoch_step(v), n = epoch_total(v, s);
     double ms_per = s > 1 ? (double)(v->last_ms - v->t0_ms) / (double)(s - 1) : 0.0;
     int k;
@@ -149,9 +211,8 @@ static void close_epoch(view *v)
     fmt_head(v, head, sizeof(head));
     k = snprintf(tail, sizeof(tail), " - %.0fs%s",
                  (double)(v->last_ms - v->t0_ms) / 1000.0 + ms_per / 1000.0, m);
-    if (v->have_eval && k > 0 && (size_t)k < sizeof(tail))
-        snprintf(tail + k, sizeof(tail) - (size_t)k, " - eval_loss: %.4f - eval_accuracy: %.4f",
-                 v->eval_loss, v->eval_acc);
+    if (k > 0 && (size_t)k < sizeof(tail))
+        metrics_fmt(&v->eval, tail, (size_t)k, sizeof(tail));
     if (v->tty) {
         mt_cli_progress_close(&v->prog, head, s, n, tail, mt_clock_mono_ms());
     } else {
@@ -162,6 +223,7 @@ static void close_epoch(view *v)
     fflush(stdout);
     v->line_open = false;
     v->have_eval = false;
+    v->eval.n = 0;
 }
 
 static void json_point(const mt_watch_point *p)
@@ -274,7 +336,7 @@ static void apply(const mt_cli_global *g, const char *job_id, view *v, const mt_
                 close_epoch(v);
             v->epoch = p->epoch;
             v->t0_ms = p->time_ms;
-            v->have_loss = v->have_acc = false;
+            v->train.n = 0;
             stepped = false;
         }
         if (p->step > v->step)
@@ -286,14 +348,15 @@ static void apply(const mt_cli_global *g, const char *job_id, view *v, const mt_
             v->epoch_steps = (int64_t)p->value;
             if (v->epoch_steps > v->full)
                 v->full = v->epoch_steps;
-        } else if (strcmp(p->name, "loss") == 0) {
-            v->loss = p->value, v->have_loss = true, stepped = true;
-        } else if (strcmp(p->name, "accuracy") == 0) {
-            v->acc = p->value, v->have_acc = true;
-        } else if (strcmp(p->name, "eval_loss") == 0) {
-            v->eval_loss = p->value, v->have_eval = true;
-        } else if (strcmp(p->name, "eval_accuracy") == 0) {
-            v->eval_acc = p->value, v->have_eval = true;
+        } else if (strncmp(p->name, "test_", 5) == 0) {
+            metrics_set(&v->eval, p->name, p->value); /* the epoch's end */
+            v->have_eval = true;
+        } else if (strncmp(p->name, "val_", 4) == 0) {
+            metrics_set(&v->eval, p->name, p->value); /* shown when the epoch closes */
+        } else if (metric_name(p->name)) {
+            metrics_set(&v->train, p->name, p->value);
+            if (strcmp(p->name, "loss") == 0)
+                stepped = true;
         }
     }
     if (!v->json && v->have_eval)

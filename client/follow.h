@@ -9,12 +9,12 @@
  * with the epoch's time and the eval results, and prints the final state; elsewhere it prints
  * one plain line per epoch (with its eval results) and at most one progress line every
  * log_every_ms (`Epoch 2/5  step 312/469 - loss: ...`). The progress bar needs the metrics the
- * worker's task runner reports (epochs, epoch_steps, loss, accuracy, eval_loss, eval_accuracy;
- * worker/task.c). A restart prints a marker line (`-- restart 1 (worker w2 lost ...): resuming from
- * step 40 --`), live or at its place in the history (follow.c says how). `submit --wait` uses the
- * same stream without drawing anything (mt_cli_wait). Threading: the CLI's main thread. Tests:
- * tests/integration/test_e2e.sh, tests/integration/test_submit_wait.sh,
- * tests/integration/test_progress_term.sh.
+ * worker's task runner reports (epochs, epoch_steps, loss and the spec's metrics, val_* after a
+ * validation, test_* at an epoch end: Keras's names, core/loss; worker/task.c). A restart prints a
+ * marker line (`-- restart 1 (worker w2 lost ...): resuming from step 40 --`), live or at its place
+ * in the history (follow.c says how). `submit --wait` uses the same stream without drawing anything
+ * (mt_cli_wait). Threading: the CLI's main thread. Tests: tests/integration/test_e2e.sh,
+ * tests/integration/test_submit_wait.sh, tests/integration/test_progress_term.sh.
  */
 #ifndef MT_CLIENT_FOLLOW_H
 #define MT_CLIENT_FOLLOW_H

@@ -31,6 +31,7 @@ static const cli_command commands[] = {
     {"plan", cmd_plan, "validate a job spec as submit does; per-device bytes, devices now"},
     {"watch", cmd_watch, "follow a job: progress bar, eval results, final state"},
     {"predict", cmd_predict, "run an exported model on IDX or CSV examples (top-k classes)"},
+    {"generate", cmd_generate, "sample text from an exported language model"},
     {"digest", cmd_digest, "print the Merkle root of a checkpoint's or an export's tensors"},
     {"diverge", cmd_diverge, "first step whose digests differ in two train --json outputs"},
 };

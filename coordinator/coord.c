@@ -254,6 +254,13 @@ static mt_code check_exposure(const mt_coord_opts *o, mt_err *err)
     return MT_OK;
 }
 
+/* The core's hook for a job's move to RESTARTING or a final state: a state change on its
+ * metrics stream (a final one ends it). */
+static void job_moved(mt_coord *c, const char *job_id, const char *state, const char *error)
+{
+    coord_metrics_publish(c, job_id, NULL, 0, state, error);
+}
+
 mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
 {
     mt_rpc_server_opts so = MT_RPC_SERVER_OPTS_DEFAULTS;
@@ -268,6 +275,8 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     if (c == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coordinator: out of memory");
     c->opts = *opts;
+    c->hooks.flush = coord_metrics_flush; /* the core (state.c) reaches the adapters only so */
+    c->hooks.moved = job_moved;
     snprintf(c->state_dir, sizeof(c->state_dir), "%s", opts->state_dir);
     if (opts->token != NULL)
         snprintf(c->token, sizeof(c->token), "%s", opts->token);

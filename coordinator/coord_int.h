@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * coord_int.h — the coordinator's private state, shared by its files
- * (coord.c: loop and dispatch; workers.c: registry; http.c: status endpoint).
+ * coord_int.h — the coordinator's private state, shared by its files: state.c, the domain core
+ * (job and worker tables, typed states, transitions, restart and silence rules); above it the
+ * adapters: RPC handlers (jobs.c, workers.c, ckpt.c, metrics.c), sweeps (stall.c, workers.c)
+ * and the status endpoint (http.c). coord.c: loop and dispatch. docs/architecture.md draws the
+ * call graph (no circles).
  * Every field is owned by the loop thread unless its comment says otherwise.
  */
 #ifndef MT_COORD_INT_H
@@ -26,12 +29,6 @@ struct coord_upload;
  * (coord_worker_state_name / _parse, one table in workers.c). */
 typedef enum coord_worker_state { COORD_WORKER_ALIVE, COORD_WORKER_LOST } coord_worker_state;
 
-/* "alive" / "lost" (a static string). */
-const char *coord_worker_state_name(coord_worker_state s);
-
-/* The state named name; 0 when name is not one (out untouched). */
-int coord_worker_state_parse(const char *name, coord_worker_state *out);
-
 typedef struct coord_worker {
     coord_worker_state state;  /* what rec.state says, typed; set together */
     mt_store_worker rec;       /* durable fields; rec.devices owned */
@@ -39,11 +36,20 @@ typedef struct coord_worker {
     int hb_dirty;              /* rec.last_heartbeat_ms not yet flushed to the store */
 } coord_worker;
 
+/* A task's state as its worker last reported it, typed (names: coord_task_state_name). */
+typedef enum coord_task_state {
+    COORD_TASK_ASSIGNED, /* "" : assigned, not yet reported */
+    COORD_TASK_RUNNING,
+    COORD_TASK_SUCCEEDED,
+    COORD_TASK_FAILED,
+    COORD_TASK_CANCELLED,
+} coord_task_state;
+
 /* One worker's part of an active job (jobs.c). */
 typedef struct coord_task {
     char worker_id[64];
-    char state[16]; /* "" (assigned, not yet reported), "running", "succeeded", "failed" ... */
-    uint64_t step;  /* last step the worker reported */
+    coord_task_state state;
+    uint64_t step; /* last step the worker reported */
 } coord_task;
 
 /* A job that is not final, as the scheduler sees it (the store holds the durable copy). */
@@ -54,6 +60,7 @@ typedef struct coord_job {
     uint64_t seq;              /* submission order (numeric part of the id) */
     mt_jobspec_summary sum;    /* the validated spec */
     char reason[256];          /* status reason last stored */
+    char diagnosis[256];       /* fault diagnosis last stored ("" none; coord_job_diagnose) */
     uint32_t attempt;          /* assignments handed out so far (1 = first start) */
     uint32_t restarts;         /* transitions to RESTARTING */
     uint64_t step;             /* last step stored */
@@ -83,8 +90,19 @@ typedef struct coord_job {
 
 enum { COORD_CKPT_UNCHECKED, COORD_CKPT_VERIFYING, COORD_CKPT_VERIFIED };
 
+/* What the domain core (state.c) tells the adapters above it, installed by coord.c: it never
+ * calls them by name. Each may be NULL (a test driving the core alone). Loop thread. */
+typedef struct coord_hooks {
+    /* store and publish the metric points accepted so far (before a job can end) */
+    void (*flush)(mt_coord *c);
+    /* job_id moved to state (RESTARTING, or a final state: its metrics stream ends); error:
+     * the reason of a RESTARTING or FAILED move, else "" */
+    void (*moved)(mt_coord *c, const char *job_id, const char *state, const char *error);
+} coord_hooks;
+
 struct mt_coord {
     mt_coord_opts opts;
+    coord_hooks hooks; /* the adapters the core notifies (state.c) */
     char listen_url[256];
     char state_dir[1024];
     char token[MT_RPC_TOKEN_MAX];
@@ -126,6 +144,45 @@ struct mt_coord {
     size_t n_ro;
 };
 
+/* ---- state.c: the domain core (loop thread only; no protobuf, no nng) ---- */
+/* "alive" / "lost" (a static string). */
+const char *coord_worker_state_name(coord_worker_state s);
+/* The state named name; 0 when name is not one (out untouched). */
+int coord_worker_state_parse(const char *name, coord_worker_state *out);
+/* Set w's state, typed and in its record (the store is the caller's). */
+void coord_worker_set_state(coord_worker *w, coord_worker_state s);
+coord_worker *coord_worker_find(mt_coord *c, const char *worker_id);
+/* "", "running", "succeeded", "failed", "cancelled" (the wire's TaskStatus.state) */
+const char *coord_task_state_name(coord_task_state s);
+int coord_task_state_parse(const char *name, coord_task_state *out);
+/* SCHEDULED, RUNNING or STALLED: the job holds a placement */
+int coord_jobstate_placed(mt_jobstate s);
+coord_job *coord_job_find(mt_coord *c, const char *job_id);
+/* append j to the table (owned from then on); RESOURCE_EXHAUSTED */
+mt_code coord_job_add(mt_coord *c, coord_job *j);
+/* drop j from the table and free it */
+void coord_job_remove(mt_coord *c, coord_job *j);
+void coord_job_free(coord_job *j);    /* NULL: no-op */
+void coord_job_release(coord_job *j); /* forget its placement, tasks and progress records */
+/* job state change / reason update as the scheduler does them (store first); a final state
+ * frees j (the hooks are told: its metrics stream ends) */
+mt_code coord_job_move(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason);
+void coord_job_note(mt_coord *c, coord_job *j, const char *reason);
+/* Store j's fault diagnosis (docs/jobs.md#diagnosis; "" clears it) when it changed. Transitions
+ * other than to STALLED, RESTARTING or SCHEDULED clear it (the store does, coord_job_move
+ * mirrors it). */
+void coord_job_diagnose(mt_coord *c, coord_job *j, const char *diagnosis);
+/* Both at once, in one store commit (a sweep that names a fault updates both). */
+void coord_job_note_diagnose(mt_coord *c, coord_job *j, const char *reason, const char *diagnosis);
+mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step);
+/* A worker of j (other than `not`, may be NULL) that has not heartbeated within the freshness
+ * window (COORD_STALL_FRESH_MS) at monotonic time now; NULL when all are fresh. */
+coord_worker *coord_job_silent_worker(mt_coord *c, const coord_job *j, const char * not,
+                                      int64_t now);
+/* Move j to RESTARTING with reason `cause` (its tasks are dropped; it is placed again and resumes
+ * from its last complete checkpoint), or to FAILED with "<cause>; restart limit of N reached". */
+void coord_job_restart(mt_coord *c, coord_job *j, const char *cause);
+
 /* ---- workers.c ---- */
 mt_code coord_workers_load(mt_coord *c, mt_err *err);
 void coord_workers_free(mt_coord *c);
@@ -133,8 +190,6 @@ void coord_workers_sweep(mt_coord *c); /* mark lost, flush heartbeats; loop thre
 void coord_handle_register(mt_coord *c, mt_rpc_call *call);
 void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call);
 void coord_handle_list_workers(mt_coord *c, mt_rpc_call *call);
-
-coord_worker *coord_worker_find(mt_coord *c, const char *worker_id);
 
 /* ---- bulk.c ---- */
 /* fn runs on a pool thread with a read-only store and must reply to call; of c it may read only
@@ -159,19 +214,6 @@ void coord_jobs_worker_registered(mt_coord *c, const char *worker_id, int new_in
 void coord_jobs_heartbeat(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
                           Meshtrain__HeartbeatReply *rep);
 void coord_jobs_heartbeat_done(Meshtrain__HeartbeatReply *rep);
-coord_job *coord_job_find(mt_coord *c, const char *job_id);
-/* job state change / reason update as the scheduler does them (store first); a final state frees j
- */
-mt_code coord_job_move(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason);
-void coord_job_note(mt_coord *c, coord_job *j, const char *reason);
-/* A worker of j (other than `not`, may be NULL) that has not heartbeated within the freshness
- * window (COORD_STALL_FRESH_MS) at monotonic time now; NULL when all are fresh. Loop thread. */
-coord_worker *coord_job_silent_worker(mt_coord *c, const coord_job *j, const char * not,
-                                      int64_t now);
-/* Move j to RESTARTING with reason `cause` (its tasks are dropped; it is placed again and resumes
- * from its last complete checkpoint), or to FAILED with "<cause>; restart limit of N reached". */
-void coord_job_restart(mt_coord *c, coord_job *j, const char *cause);
-mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step);
 void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call);
 void coord_handle_get_job(mt_coord *c, mt_rpc_call *call);
 void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call);

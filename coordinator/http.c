@@ -2,8 +2,9 @@
 /*
  * http.c — the coordinator's HTTP status endpoint on its own small HTTP/1.1
  * server (core/httpd: limits, timeouts, a connection cap): one catch-all
- * handler that authenticates and routes, the dashboard's static assets, and
- * the login form. Endpoints: docs/api.md; dashboard: docs/dashboard.md.
+ * handler that authenticates and routes through a table (routes[]), the
+ * dashboard's static assets, and the login form. Endpoints: docs/api.md; dashboard:
+ * docs/dashboard.md.
  *
  * How it fits: coord.c calls coord_http_open() after the store is open and
  * coord_http_close() at shutdown. Routes: /healthz (always open), /login,
@@ -42,7 +43,6 @@
 #include "httpd/mt_httpd.h"
 #include "log/mt_log.h"
 
-#define JSON_TYPE "application/json; charset=utf-8"
 #define HTML_TYPE "text/html; charset=utf-8"
 #define COOKIE    "mt_session"
 /* a job's cached metric series are dropped after this long without a read (mcache.h) */
@@ -74,219 +74,6 @@ struct coord_http {
 #define ASSET_MAX (32L << 20)
 
 static char *read_file(const char *path, size_t *len, long max);
-
-/* ------------------------------------------------------------ buffers and replies */
-
-static void buf_reserve(coord_buf *b, size_t extra)
-{
-    size_t cap;
-    char *p;
-
-    if (b->oom || b->len + extra + 1 <= b->cap)
-        return;
-    cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    p = mt_realloc(b->data, cap);
-    if (p == NULL) {
-        b->oom = 1;
-        return;
-    }
-    b->data = p;
-    b->cap = cap;
-}
-
-void coord_buf_fini(coord_buf *b)
-{
-    mt_free(b->data);
-    memset(b, 0, sizeof(*b));
-}
-
-void coord_buf_add(coord_buf *b, const char *s, size_t n)
-{
-    buf_reserve(b, n);
-    if (b->oom)
-        return;
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-}
-
-void coord_buf_puts(coord_buf *b, const char *s)
-{
-    coord_buf_add(b, s, strlen(s));
-}
-
-void coord_buf_printf(coord_buf *b, const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-
-    va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    buf_reserve(b, (size_t)n);
-    if (b->oom)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-void coord_buf_json_str(coord_buf *b, const char *s)
-{
-    static const char hex[] = "0123456789abcdef";
-
-    coord_buf_add(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') {
-            char e[2] = {'\\', (char)*p};
-            coord_buf_add(b, e, 2);
-        } else if (*p < 0x20) {
-            char e[6] = {'\\', 'u', '0', '0', hex[*p >> 4], hex[*p & 15]};
-            coord_buf_add(b, e, 6);
-        } else {
-            coord_buf_add(b, (const char *)p, 1);
-        }
-    }
-    coord_buf_add(b, "\"", 1);
-}
-
-/*
- * The hot path of the metric history (100,000 values per answer): v with 9 significant
- * digits in plain decimal notation, trailing zeros removed, like printf's "%.9g" for
- * 1e-5 <= |v| < 1e9 (the range of losses, accuracies and throughputs); returns the
- * length written to out (>= 32 bytes), or 0 outside that range so the caller uses printf.
- * About 6x faster than snprintf (bench/bench_http.c). The last digit may differ from
- * printf's by one unit in the 9th place (the scaling multiplies by a power of ten).
- */
-static int fmt_g9(char *out, double v)
-{
-    static const double p10[] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6, 1e7,
-                                 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14};
-    double a = v < 0 ? -v : v;
-    char digits[9];
-    int len = 0, e, nd, point;
-    uint64_t m;
-
-    if (a == 0.0) {
-        out[0] = '0';
-        return 1;
-    }
-    if (!(a >= 1e-5 && a < 1e9))
-        return 0;
-    if (a >= 1.0) { /* e = floor(log10(a)) in -5..8 */
-        for (e = 0; e < 8 && a >= p10[e + 1];)
-            e++;
-    } else {
-        for (e = -1; e > -5 && a * p10[-e] < 1.0;)
-            e--;
-    }
-    m = (uint64_t)(a * p10[8 - e] + 0.5); /* the 9 significant digits */
-    if (m >= 1000000000ull) {             /* rounding carried: 9.9999999995 -> 10.0000000 */
-        m = (m + 5) / 10;
-        e++;
-    }
-    if (m < 100000000ull || m >= 1000000000ull || e > 8)
-        return 0;
-    for (int i = 8; i >= 0; i--, m /= 10)
-        digits[i] = (char)('0' + m % 10);
-    point = e + 1; /* digits before the decimal point; <= 0 means "0.000ddd" */
-    nd = 9;
-    while (nd > 1 && nd > point && digits[nd - 1] == '0')
-        nd--;
-    if (v < 0)
-        out[len++] = '-';
-    if (point <= 0) {
-        out[len++] = '0';
-        out[len++] = '.';
-        for (int i = point; i < 0; i++)
-            out[len++] = '0';
-    }
-    for (int i = 0; i < nd; i++) {
-        if (i == point && point > 0)
-            out[len++] = '.';
-        out[len++] = digits[i];
-    }
-    return len;
-}
-
-void coord_buf_json_num(coord_buf *b, double v)
-{
-    int n;
-
-    if (v != v || v > 1.7976931348623157e308 || v < -1.7976931348623157e308) {
-        coord_buf_add(b, "null", 4);
-        return;
-    }
-    buf_reserve(b, 32);
-    if (b->oom)
-        return;
-    n = fmt_g9(b->data + b->len, v);
-    if (n <= 0) /* outside the fast path's range: printf */
-        n = snprintf(b->data + b->len, 32, "%.9g", v);
-    if (n > 0 && n < 32)
-        b->len += (size_t)n;
-    b->data[b->len] = '\0';
-}
-
-void coord_buf_u64(coord_buf *b, uint64_t v)
-{
-    char tmp[24];
-    size_t i = sizeof(tmp);
-
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    coord_buf_add(b, tmp + i, sizeof(tmp) - i);
-}
-
-int coord_http__status_of(mt_code code)
-{
-    switch (code) {
-    case MT_OK:
-        return 200;
-    case MT_INVALID_ARGUMENT:
-    case MT_OUT_OF_RANGE:
-        return 400;
-    case MT_UNAUTHENTICATED:
-        return 401;
-    case MT_PERMISSION_DENIED:
-        return 403;
-    case MT_NOT_FOUND:
-        return 404;
-    case MT_UNAVAILABLE:
-    case MT_RESOURCE_EXHAUSTED:
-        return 503;
-    default:
-        return 500;
-    }
-}
-
-void coord_http__error(coord_http_reply *r, int status, mt_code code, const char *msg)
-{
-    coord_buf_fini(&r->body);
-    r->status = status;
-    r->content_type = JSON_TYPE;
-    coord_buf_printf(&r->body, "{\"error\":{\"code\":\"%s\",\"http_status\":%d,\"message\":",
-                     mt_code_name(code), status);
-    coord_buf_json_str(&r->body, msg);
-    coord_buf_puts(&r->body, "}}\n");
-}
-
-mt_store *coord_http__store_lock(coord_http_ctx *ctx, mt_err *err)
-{
-    pthread_mutex_lock(&ctx->mu);
-    if (ctx->ro == NULL && mt_store_open_readonly(ctx->db_path, &ctx->ro, err) != MT_OK) {
-        pthread_mutex_unlock(&ctx->mu);
-        return NULL;
-    }
-    return ctx->ro;
-}
 
 /* Send r (status, type, body copied) with extra headers (name/value pairs, NULL-ended). */
 static void send_reply(mt_httpd_res *res, coord_http_reply *r, const char *cache,
@@ -613,80 +400,83 @@ static void handle_login(struct coord_http *h, mt_httpd_res *res, const mt_httpd
 
 /* ------------------------------------------------------------ routing */
 
-static void handle(void *arg, const mt_httpd_req *req, mt_httpd_res *res)
-{
-    struct coord_http *h = arg;
-    const char *method = req->method;
-    const char *uri = req->uri;
-    const char *q = strchr(uri, '?');
-    coord_http_reply r = {0};
-    char path[512];
-    size_t plen = q ? (size_t)(q - uri) : strlen(uri);
-    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+typedef void (*route_fn)(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
+                         const char *path, const char *query);
 
-    if (plen >= sizeof(path)) {
-        coord_http__error(&r, 414, MT_INVALID_ARGUMENT, "request path too long");
+static void route_healthz(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
+                          const char *path, const char *query)
+{
+    coord_http_reply r = {0};
+
+    (void)h, (void)req, (void)path, (void)query;
+    r.status = 200;
+    r.content_type = "text/plain; charset=utf-8";
+    coord_buf_puts(&r.body, "ok\n");
+    send_reply(res, &r, NULL, NULL);
+}
+
+static void route_login(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
+                        const char *path, const char *query)
+{
+    (void)path, (void)query;
+    handle_login(h, res, req);
+}
+
+static void route_logout(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
+                         const char *path, const char *query)
+{
+    const char *hdr[] = {"Set-Cookie", COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
+                         "Location", "/login", NULL};
+    coord_http_reply r = {0};
+
+    (void)h, (void)req, (void)path, (void)query;
+    r.status = 303;
+    send_reply(res, &r, NULL, hdr);
+}
+
+static void route_prom(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
+                       const char *path, const char *query)
+{
+    coord_http_reply r = {0};
+
+    (void)req, (void)path, (void)query;
+    coord_http__prom(&h->ctx, &r);
+    send_reply(res, &r, NULL, NULL);
+}
+
+static void route_api(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
+                      const char *path, const char *query)
+{
+    coord_http_reply r = {0};
+    coord_http_call call = {req->method, path,          query,
+                            req->body,   req->body_len, mt_httpd_req_header(req, "Content-Type")};
+
+    coord_http__api(&h->ctx, &call, &r);
+    if (r.file[0] != '\0')
+        send_file(res, &r);
+    else
         send_reply(res, &r, NULL, NULL);
-        return;
-    }
-    memcpy(path, uri, plen);
-    path[plen] = '\0';
-    if (strcmp(path, "/healthz") == 0 && get) {
-        r.status = 200;
-        r.content_type = "text/plain; charset=utf-8";
-        coord_buf_puts(&r.body, "ok\n");
-        send_reply(res, &r, NULL, NULL);
-        return;
-    }
-    if (strcmp(path, "/login") == 0) {
-        handle_login(h, res, req);
-        return;
-    }
-    if (strcmp(path, "/logout") == 0) {
-        const char *hdr[] = {"Set-Cookie", COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
-                             "Location", "/login", NULL};
-        r.status = 303;
-        send_reply(res, &r, NULL, hdr);
-        return;
-    }
-    int api = strncmp(path, "/api/", 5) == 0 || strcmp(path, "/metrics") == 0;
-    if (!get && !(strcmp(method, "POST") == 0 && strncmp(path, "/api/v1/", 8) == 0)) {
-        const char *hdr[] = {"Allow", "GET, HEAD", NULL};
-        coord_http__error(&r, 405, MT_INVALID_ARGUMENT,
-                          "the status endpoint is read-only but for the API's actions");
-        send_reply(res, &r, NULL, hdr);
-        return;
-    }
-    if (!authorized(h, req)) {
-        if (api || strncmp(path, "/static/", 8) == 0) {
-            const char *hdr[] = {"WWW-Authenticate", "Bearer realm=\"meshtrain\"", NULL};
-            coord_http__error(&r, 401, MT_UNAUTHENTICATED,
-                              "this coordinator requires its token: send 'Authorization: "
-                              "Bearer TOKEN' or sign in at /login");
-            send_reply(res, &r, NULL, hdr);
-        } else {
-            const char *hdr[] = {"Location", "/login", NULL};
-            r.status = 303;
-            send_reply(res, &r, NULL, hdr);
-        }
-        return;
-    }
-    if (strcmp(path, "/metrics") == 0) {
-        coord_http__prom(&h->ctx, &r);
-        send_reply(res, &r, NULL, NULL);
-        return;
-    }
-    if (strncmp(path, "/api/v1/", 8) == 0 || strcmp(path, "/api/v1") == 0) {
-        coord_http_call call = {method,    path,          q ? q + 1 : "",
-                                req->body, req->body_len, mt_httpd_req_header(req, "Content-Type")};
-        coord_http__api(&h->ctx, &call, &r);
-        if (r.file[0] != '\0')
-            send_file(res, &r);
-        else
-            send_reply(res, &r, NULL, NULL);
-        return;
-    }
+}
+
+static void not_found(mt_httpd_res *res, const char *path)
+{
+    coord_http_reply r = {0};
+    char msg[600];
+
+    snprintf(msg, sizeof(msg), "no such resource: %s", path);
+    coord_http__error(&r, 404, MT_NOT_FOUND, msg);
+    send_reply(res, &r, NULL, NULL);
+}
+
+/* The dashboard's pages (/, /workers, /compare, /jobs/ID) and assets (/static/NAME, not the
+ * pages). */
+static void route_page(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
+                       const char *path, const char *query)
+{
     const char *page = NULL;
+    const asset *a;
+
+    (void)query;
     if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0)
         page = "index.html";
     else if (strcmp(path, "/workers") == 0)
@@ -699,15 +489,93 @@ static void handle(void *arg, const mt_httpd_req *req, mt_httpd_res *res)
              strcmp(path + 8, "job.html") != 0 && strcmp(path + 8, "workers.html") != 0 &&
              strcmp(path + 8, "compare.html") != 0)
         page = path + 8;
-    const asset *a = page != NULL ? asset_find(h, page) : NULL;
-    if (a != NULL) {
+    a = page != NULL ? asset_find(h, page) : NULL;
+    if (a != NULL)
         send_asset(res, req, a);
+    else
+        not_found(res, path);
+}
+
+/* One route: an exact path, or a prefix when it ends in '/' (after the exact ones), as coord.c's
+ * RPC handler table and http_api.c's api_routes. */
+typedef struct http_route {
+    const char *path;
+    int open;       /* served without the token */
+    int any_method; /* else GET and HEAD only (405 otherwise) */
+    int post;       /* POST too (the API's actions, http_act.c) */
+    int api;        /* without the token: 401 with a JSON error, else a redirect to /login */
+    route_fn fn;
+} http_route;
+
+static const http_route routes[] = {
+    {"/healthz", 1, 0, 0, 0, route_healthz}, {"/login", 1, 1, 0, 0, route_login},
+    {"/logout", 1, 1, 0, 0, route_logout},   {"/metrics", 0, 0, 0, 1, route_prom},
+    {"/api/v1", 0, 0, 0, 1, route_api},      {"/", 0, 0, 0, 0, route_page},
+    {"/index.html", 0, 0, 0, 0, route_page}, {"/workers", 0, 0, 0, 0, route_page},
+    {"/compare", 0, 0, 0, 0, route_page},    {"/api/v1/", 0, 0, 1, 1, route_api},
+    {"/jobs/", 0, 0, 0, 0, route_page},      {"/static/", 0, 0, 0, 1, route_page},
+};
+
+static const http_route *route_find(const char *path)
+{
+    size_t n = sizeof(routes) / sizeof(routes[0]);
+
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(routes[i].path, path) == 0)
+            return &routes[i];
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(routes[i].path);
+        if (len > 1 && routes[i].path[len - 1] == '/' && strncmp(routes[i].path, path, len) == 0)
+            return &routes[i];
+    }
+    return NULL;
+}
+
+static void handle(void *arg, const mt_httpd_req *req, mt_httpd_res *res)
+{
+    struct coord_http *h = arg;
+    const char *uri = req->uri;
+    const char *q = strchr(uri, '?');
+    coord_http_reply r = {0};
+    char path[512];
+    size_t plen = q ? (size_t)(q - uri) : strlen(uri);
+    int get = strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
+    int post = strcmp(req->method, "POST") == 0;
+    const http_route *rt;
+
+    if (plen >= sizeof(path)) {
+        coord_http__error(&r, 414, MT_INVALID_ARGUMENT, "request path too long");
+        send_reply(res, &r, NULL, NULL);
         return;
     }
-    char msg[600];
-    snprintf(msg, sizeof(msg), "no such resource: %s", path);
-    coord_http__error(&r, 404, MT_NOT_FOUND, msg);
-    send_reply(res, &r, NULL, NULL);
+    memcpy(path, uri, plen);
+    path[plen] = '\0';
+    rt = route_find(path);
+    if (!get && (rt == NULL || !(rt->any_method || (rt->post && post)))) {
+        const char *hdr[] = {"Allow", "GET, HEAD", NULL};
+        coord_http__error(&r, 405, MT_INVALID_ARGUMENT,
+                          "the status endpoint is read-only but for the API's actions");
+        send_reply(res, &r, NULL, hdr);
+        return;
+    }
+    if ((rt == NULL || !rt->open) && !authorized(h, req)) {
+        if (rt != NULL ? rt->api : strncmp(path, "/api/", 5) == 0) {
+            const char *hdr[] = {"WWW-Authenticate", "Bearer realm=\"meshtrain\"", NULL};
+            coord_http__error(&r, 401, MT_UNAUTHENTICATED,
+                              "this coordinator requires its token: send 'Authorization: "
+                              "Bearer TOKEN' or sign in at /login");
+            send_reply(res, &r, NULL, hdr);
+        } else {
+            const char *hdr[] = {"Location", "/login", NULL};
+            r.status = 303;
+            send_reply(res, &r, NULL, hdr);
+        }
+        return;
+    }
+    if (rt == NULL)
+        not_found(res, path);
+    else
+        rt->fn(h, req, res, path, q ? q + 1 : "");
 }
 
 /* --dashboard-dir, else the source tree's copy (a development build), else the installed one. */

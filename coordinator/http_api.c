@@ -179,6 +179,8 @@ static cJSON *job_json(const mt_store_job *j)
     cJSON_AddNumberToObject(o, "updated_at_ms", (double)j->updated_at_ms);
     cJSON_AddNumberToObject(o, "step", (double)j->step);
     cJSON_AddNumberToObject(o, "total_steps", (double)j->total_steps);
+    cJSON_AddStringToObject(o, "mesh", j->mesh);
+    cJSON_AddNumberToObject(o, "devices", j->devices);
     if (j->total_steps > 0)
         cJSON_AddNumberToObject(
             o, "progress",
@@ -186,9 +188,9 @@ static cJSON *job_json(const mt_store_job *j)
     else
         cJSON_AddNullToObject(o, "progress");
     cJSON_AddStringToObject(o, "reason", j->reason);
-    /* hang diagnosis (docs/jobs.md): a STALLED job's reason names the device that never entered */
-    if (strcmp(j->state, "STALLED") == 0)
-        cJSON_AddStringToObject(o, "diagnosis", j->reason);
+    /* what is wrong now (docs/jobs.md#diagnosis): a silent worker, a stuck device, a link */
+    if (j->diagnosis[0])
+        cJSON_AddStringToObject(o, "diagnosis", j->diagnosis);
     else
         cJSON_AddNullToObject(o, "diagnosis");
     cJSON_AddStringToObject(o, "error", j->error);
@@ -425,9 +427,8 @@ static void api_job(coord_http_ctx *ctx, mt_store *s, const coord_http_call *cal
             cJSON_AddItemToArray(acts, cJSON_CreateString("cancel"));
         cJSON_AddItemToArray(acts, cJSON_CreateString("resubmit"));
     }
-    cJSON *spec = j.spec_json ? cJSON_Parse(j.spec_json) : NULL;
-    cJSON_AddItemToObject(root, "spec",
-                          spec ? spec : cJSON_CreateString(j.spec_json ? j.spec_json : ""));
+    /* the stored spec text as it was submitted (validated JSON then), not parsed again */
+    cJSON_AddItemToObject(root, "spec", cJSON_CreateRaw(j.spec_json ? j.spec_json : "null"));
     cJSON *a = cJSON_AddArrayToObject(root, "events");
     cJSON *ra = cJSON_CreateArray();
     mt_watch_restart_scan scan;

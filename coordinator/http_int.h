@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * http_int.h — private glue of the coordinator's HTTP status endpoint: the
- * growable text buffer the handlers build bodies in, the request context the
- * router passes to each endpoint, and the endpoint functions of http_api.c
- * (JSON API) and http_prom.c (Prometheus).
+ * request context the router passes to each endpoint, the helpers every endpoint
+ * shares (http_reply.c), and the endpoint functions of http_api.c (JSON API) and
+ * http_prom.c (Prometheus). Bodies are built in a coord_buf (buf.h).
  *
  * Threading: endpoint functions run on the HTTP server's handler threads. They read the
  * database only through the read-only store in the context, holding its mutex
@@ -18,28 +18,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coordinator/buf.h"
 #include "coordinator/stats.h"
 #include "rpc/mt_rpc.h"
 #include "status/mt_status.h"
 #include "storage/mt_store.h"
-
-/* A growable NUL-terminated byte buffer. Zero-initialise; release with coord_buf_fini. */
-typedef struct coord_buf {
-    char *data;
-    size_t len, cap;
-    int oom; /* an append failed: the content is incomplete */
-} coord_buf;
-
-void coord_buf_fini(coord_buf *b);
-void coord_buf_add(coord_buf *b, const char *s, size_t n);
-void coord_buf_puts(coord_buf *b, const char *s);
-void coord_buf_printf(coord_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Append s as a JSON string literal (quotes and escapes). */
-void coord_buf_json_str(coord_buf *b, const char *s);
-/* Append a double as JSON with 9 significant digits (null for NaN and infinities). */
-void coord_buf_json_num(coord_buf *b, double v);
-/* Append an unsigned decimal integer. */
-void coord_buf_u64(coord_buf *b, uint64_t v);
 
 /* What every endpoint gets: the read-only store and the process stats. */
 typedef struct coord_http_ctx {
@@ -84,6 +67,7 @@ typedef struct coord_http_call {
     const char *content_type; /* the request's Content-Type; NULL when absent */
 } coord_http_call;
 
+/* ---- http_reply.c ---- */
 /* Locks ctx->mu and returns the read-only store (opening it on first use), or unlocks and
  * returns NULL with err set. On success the caller unlocks ctx->mu when done. */
 mt_store *coord_http__store_lock(coord_http_ctx *ctx, mt_err *err);

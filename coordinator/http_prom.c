@@ -59,14 +59,39 @@ static void family(coord_buf *b, const char *name, const char *type, const char 
     coord_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* The latest value of each training metric, by the store's metric name. */
+/*
+ * The latest value of each training metric, by the store's metric name: Keras's vocabulary
+ * (core/loss, docs/job-spec.md "Loss and metrics") for the training figures, the validation set
+ * (val_) and the test split (test_), and the throughput. A family is written only when some job
+ * of the group has that metric.
+ */
 static const struct {
     const char *suffix, *name, *help;
 } job_fams[] = {
-    {"loss", "loss", "training loss"},
-    {"accuracy", "accuracy", "training accuracy"},
-    {"eval_loss", "eval_loss", "evaluation loss"},
-    {"eval_accuracy", "eval_accuracy", "evaluation accuracy"},
+    {"loss", "loss", "training loss (running mean of the epoch)"},
+    {"accuracy", "accuracy", "training accuracy (running mean of the epoch)"},
+    {"binary_accuracy", "binary_accuracy", "training binary accuracy"},
+    {"mae", "mae", "training mean absolute error"},
+    {"mse", "mse", "training mean squared error"},
+    {"perplexity", "perplexity", "training perplexity"},
+    {"token_accuracy", "token_accuracy", "training token accuracy"},
+    {"val_loss", "val_loss", "validation loss"},
+    {"val_accuracy", "val_accuracy", "validation accuracy"},
+    {"val_binary_accuracy", "val_binary_accuracy", "validation binary accuracy"},
+    {"val_mae", "val_mae", "validation mean absolute error"},
+    {"val_mse", "val_mse", "validation mean squared error"},
+    {"val_auc", "val_auc", "validation ROC AUC"},
+    {"val_perplexity", "val_perplexity", "validation perplexity"},
+    {"val_token_accuracy", "val_token_accuracy", "validation token accuracy"},
+    {"test_loss", "test_loss", "test loss"},
+    {"test_accuracy", "test_accuracy", "test accuracy"},
+    {"test_binary_accuracy", "test_binary_accuracy", "test binary accuracy"},
+    {"test_mae", "test_mae", "test mean absolute error"},
+    {"test_mse", "test_mse", "test mean squared error"},
+    {"test_auc", "test_auc", "test ROC AUC"},
+    {"test_perplexity", "test_perplexity", "test perplexity"},
+    {"test_token_accuracy", "test_token_accuracy", "test token accuracy"},
+    {"best_step", "best_step", "step of the best checkpoint (validation.best)"},
     {"examples_per_second", "examples_per_sec", "training throughput, examples per second"},
 };
 #define JOB_FAMS   (sizeof(job_fams) / sizeof(job_fams[0]))
@@ -135,6 +160,12 @@ static void job_metrics(coord_buf *b, mt_store *s, const mt_store_job *jobs, siz
         }
     }
     for (size_t f = 0; f < JOB_FAMS; f++) {
+        bool any = false;
+        for (size_t j = 0; j < n && !any; j++)
+            for (size_t k = 0; k < nl[j] && !any; k++)
+                any = strcmp(latest[j][k].name, job_fams[f].name) == 0;
+        if (!any && f > 1 && f + 1 < JOB_FAMS)
+            continue; /* loss, accuracy and the throughput always have their family */
         snprintf(name, sizeof(name), "%s%s", pre, job_fams[f].suffix);
         snprintf(help, sizeof(help), "Latest %s %s.", job_fams[f].help, of);
         family(b, name, "gauge", help);

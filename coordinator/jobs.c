@@ -2,14 +2,16 @@
 /*
  * jobs.c — the coordinator's jobs: SubmitJob, GetJob, ListJobs, CancelJob, UpdateTask, the gang
  * scheduler, task assignments and cancellations in heartbeat replies, and the job state machine
- * driven by task reports and lost workers. Loop thread only (coord_int.h).
+ * driven by task reports and lost workers. Loop thread only (coord_int.h). The job table, the
+ * typed states, the transitions and the restart rule are the domain core's (state.c); this file
+ * calls it and the checkpoint and metrics files, and none of them calls back into it.
  *
  * SubmitJob validates on the thread pool (submit_validate) and stores on the loop; GetJob reads
  * on the pool with a read-only connection (bulk.c). Everything else here runs on the loop.
  *
  * DESIGN. The store is the truth; the loop keeps a table of the active (non-final) jobs for the
- * scheduler. Every state change goes through job_transition: one store transaction (job row +
- * job-events row) BEFORE the in-memory change and before any reply, so what a client was told
+ * scheduler. Every state change goes through coord_job_move (state.c): one store transaction (job
+ * row + job-events row) BEFORE the in-memory change and before any reply, so what a client was told
  * survives kill -9. Placement and the SCHEDULED transition are one transaction.
  *
  * Scheduling (coord_jobs_schedule, run after each drain of the call queue and on the sweep timer
@@ -53,161 +55,6 @@
 
 #define MAX_JOB_NAME 127
 
-static int is_placed_state(mt_jobstate s)
-{
-    return s == MT_JOBSTATE_SCHEDULED || s == MT_JOBSTATE_RUNNING || s == MT_JOBSTATE_STALLED;
-}
-
-coord_job *coord_job_find(mt_coord *c, const char *job_id)
-{
-    for (size_t i = 0; i < c->n_jobs; i++)
-        if (strcmp(c->jobs[i]->job_id, job_id) == 0)
-            return c->jobs[i];
-    return NULL;
-}
-
-static void job_release(coord_job *j)
-{
-    mt_free(j->place);
-    mt_free(j->tasks);
-    mt_free(j->devs);
-    j->place = NULL;
-    j->tasks = NULL;
-    j->devs = NULL;
-    j->prog_sig = 0;
-    j->n_place = j->n_tasks = 0;
-}
-
-static void job_free(coord_job *j)
-{
-    if (j == NULL)
-        return;
-    job_release(j);
-    mt_free(j);
-}
-
-static mt_code job_add(mt_coord *c, coord_job *j)
-{
-    if (c->n_jobs == c->cap_jobs) {
-        size_t cap = c->cap_jobs ? c->cap_jobs * 2 : 16;
-        coord_job **nj = mt_realloc(c->jobs, cap * sizeof(*nj));
-        if (nj == NULL)
-            return MT_RESOURCE_EXHAUSTED;
-        c->jobs = nj;
-        c->cap_jobs = cap;
-    }
-    c->jobs[c->n_jobs++] = j;
-    return MT_OK;
-}
-
-static void job_remove(mt_coord *c, coord_job *j)
-{
-    for (size_t i = 0; i < c->n_jobs; i++) {
-        if (c->jobs[i] == j) {
-            memmove(&c->jobs[i], &c->jobs[i + 1], (c->n_jobs - i - 1) * sizeof(*c->jobs));
-            c->n_jobs--;
-            break;
-        }
-    }
-    job_free(j);
-}
-
-/*
- * Move j to `to` (store first, then memory). A final state removes j from the table and frees it
- * (the caller must not touch j afterwards) and publishes the end of the job's metrics stream.
- */
-static mt_code job_transition(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason)
-{
-    mt_err err = MT_ERR_INIT;
-    mt_code rc;
-
-    /* points already accepted are stored (and published) before the job can end */
-    if (mt_jobstate_is_final(to))
-        coord_metrics_flush(c);
-    rc = mt_store_job_transition(c->store, j->job_id, mt_jobstate_name(j->state),
-                                 mt_jobstate_name(to), reason, mt_clock_wall_ms(), &err);
-
-    if (rc != MT_OK) {
-        mt_log_error("job %s: %s -> %s: %s", j->job_id, mt_jobstate_name(j->state),
-                     mt_jobstate_name(to), err.msg);
-        return rc;
-    }
-    mt_log_info("job %s: %s -> %s (%s)", j->job_id, mt_jobstate_name(j->state),
-                mt_jobstate_name(to), reason ? reason : "");
-    coord_stats_job_moved(c->stats, (int)j->state, (int)to);
-    j->state = to;
-    snprintf(j->reason, sizeof(j->reason), "%s", reason ? reason : "");
-    if (to == MT_JOBSTATE_RESTARTING) {
-        j->restarts++;
-        coord_metrics_publish(c, j->job_id, NULL, 0, mt_jobstate_name(to), j->reason);
-    }
-    if (!is_placed_state(to))
-        job_release(j);
-    c->sched_dirty = 1;
-    if (mt_jobstate_is_final(to)) {
-        coord_metrics_publish(c, j->job_id, NULL, 0, mt_jobstate_name(to),
-                              to == MT_JOBSTATE_FAILED ? reason : "");
-        job_remove(c, j);
-    }
-    return MT_OK;
-}
-
-mt_code coord_job_move(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason)
-{
-    return job_transition(c, j, to, reason);
-}
-
-static void job_set_reason(mt_coord *c, coord_job *j, const char *reason);
-
-void coord_job_note(mt_coord *c, coord_job *j, const char *reason)
-{
-    job_set_reason(c, j, reason);
-}
-
-static void job_set_reason(mt_coord *c, coord_job *j, const char *reason)
-{
-    mt_err err = MT_ERR_INIT;
-
-    if (strcmp(j->reason, reason) == 0)
-        return;
-    if (mt_store_job_set_reason(c->store, j->job_id, reason, mt_clock_wall_ms(), &err) != MT_OK) {
-        mt_log_error("job %s: set reason: %s", j->job_id, err.msg);
-        return;
-    }
-    coord_stats_jobs_changed(c->stats); /* committed: listings rendered before are stale */
-    snprintf(j->reason, sizeof(j->reason), "%s", reason);
-}
-
-mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step)
-{
-    mt_err err = MT_ERR_INIT;
-    mt_code rc;
-
-    if (step <= j->step)
-        return MT_OK;
-    rc = mt_store_job_set_step(c->store, j->job_id, step, mt_clock_wall_ms(), &err);
-    if (rc != MT_OK) {
-        mt_log_error("job %s: set step: %s", j->job_id, err.msg);
-        return rc;
-    }
-    coord_stats_jobs_changed(c->stats);
-    j->step = step;
-    return rc;
-}
-
-void coord_job_restart(mt_coord *c, coord_job *j, const char *cause)
-{
-    char reason[300];
-
-    if (j->restarts >= j->sum.max_restarts) {
-        snprintf(reason, sizeof(reason), "%.250s; restart limit of %u reached", cause,
-                 j->sum.max_restarts);
-        job_transition(c, j, MT_JOBSTATE_FAILED, reason);
-        return;
-    }
-    job_transition(c, j, MT_JOBSTATE_RESTARTING, cause);
-}
-
 /* A worker's tasks died with it (lost, or replaced by a new process). */
 static void job_lose_worker(mt_coord *c, coord_job *j, const char *worker_id, const char *why)
 {
@@ -226,7 +73,7 @@ static coord_task *job_task(coord_job *j, const char *worker_id)
 }
 
 /* Tasks = the distinct workers of the placement, in rank order of first appearance. */
-static mt_code job_build_tasks(coord_job *j, const char *init_state)
+static mt_code job_build_tasks(coord_job *j, coord_task_state init_state)
 {
     j->tasks = mt_calloc(j->n_place ? j->n_place : 1, sizeof(*j->tasks));
     if (j->tasks == NULL)
@@ -237,7 +84,7 @@ static mt_code job_build_tasks(coord_job *j, const char *init_state)
             continue;
         coord_task *t = &j->tasks[j->n_tasks++];
         snprintf(t->worker_id, sizeof(t->worker_id), "%s", j->place[r].worker_id);
-        snprintf(t->state, sizeof(t->state), "%s", init_state);
+        t->state = init_state;
     }
     return MT_OK;
 }
@@ -276,13 +123,14 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
     j->restarts = rec->restarts;
     j->step = rec->step;
     snprintf(j->reason, sizeof(j->reason), "%s", rec->reason);
+    snprintf(j->diagnosis, sizeof(j->diagnosis), "%s", rec->diagnosis);
     /* structure only, as at submit; "." keeps a relative path stored before the paths rule
      * (the worker reads it against its working directory, as it did then) */
     rc = mt_jobspec_validate_structure(full.spec_json, strlen(full.spec_json), &legacy, &j->sum,
                                        &verr);
     mt_store_job_fini(&full);
-    if ((rc = job_add(c, j)) != MT_OK) {
-        job_free(j);
+    if ((rc = coord_job_add(c, j)) != MT_OK) {
+        coord_job_free(j);
         return mt_err_set(err, rc, "load jobs: out of memory");
     }
     j->placed_devices = j->sum.n_devices; /* a reloaded RESTARTING job ran on the spec's mesh
@@ -291,10 +139,10 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
         /* the spec was valid at submit (a build with other rules may have stored it) */
         char reason[300];
         snprintf(reason, sizeof(reason), "spec invalid after coordinator restart: %s", verr.msg);
-        job_transition(c, j, MT_JOBSTATE_FAILED, reason);
+        coord_job_move(c, j, MT_JOBSTATE_FAILED, reason);
         return MT_OK;
     }
-    if (is_placed_state(j->state)) {
+    if (coord_jobstate_placed(j->state)) {
         rc = mt_store_job_placement(c->store, j->job_id, &j->place, &j->n_place, err);
         if (rc != MT_OK)
             return rc;
@@ -310,17 +158,44 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
                 j->resume_step = ck.step;
         }
         /* RUNNING tasks are re-attached; SCHEDULED ones get their assignment again */
-        if (job_build_tasks(j, j->state == MT_JOBSTATE_SCHEDULED ? "" : "running") != MT_OK)
+        if (job_build_tasks(j, j->state == MT_JOBSTATE_SCHEDULED ? COORD_TASK_ASSIGNED
+                                                                 : COORD_TASK_RUNNING) != MT_OK)
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "load jobs: out of memory");
     }
     return MT_OK;
 }
 
+/* The mesh summary of a job stored before schema 8 (mt_store_summarise_fn): its spec's mesh
+ * ("batch=1", 1 device without one). Runs once per old row, at the first open after the
+ * migration; later opens find every row summarised and parse nothing. */
+static void summarise_old(void *arg, const char *spec_json, char *text, size_t cap,
+                          uint32_t *devices)
+{
+    cJSON *root = cJSON_Parse(spec_json);
+    mt_mesh *m = NULL;
+    const cJSON *mj = root ? cJSON_GetObjectItemCaseSensitive(root, "mesh") : NULL;
+
+    (void)arg;
+    snprintf(text, cap, "batch=1");
+    *devices = 1;
+    if (mj != NULL && mt_mesh_from_json(mj, "mesh", NULL, 0, &m, NULL) == MT_OK) {
+        mt_mesh_format(m, text, cap);
+        *devices = (uint32_t)mt_mesh_num_devices(m);
+    }
+    mt_mesh_free(m);
+    cJSON_Delete(root);
+}
+
 mt_code coord_jobs_load(mt_coord *c, mt_err *err)
 {
     mt_store_job *list = NULL;
-    size_t n = 0, counts[8];
+    size_t n = 0, counts[8], filled = 0;
     mt_code rc;
+
+    if ((rc = mt_store_job_summarise_old(c->store, summarise_old, NULL, &filled, err)) != MT_OK)
+        return rc;
+    if (filled > 0)
+        mt_log_info("%zu jobs of an older schema given their mesh summary", filled);
 
     /* the per-state counts listings report as their total; kept up to date from here on */
     if ((rc = mt_store_job_counts(c->store, counts, err)) != MT_OK)
@@ -361,7 +236,7 @@ mt_code coord_jobs_load(mt_coord *c, mt_err *err)
 void coord_jobs_free(mt_coord *c)
 {
     for (size_t i = 0; i < c->n_jobs; i++)
-        job_free(c->jobs[i]);
+        coord_job_free(c->jobs[i]);
     mt_free(c->jobs);
     c->jobs = NULL;
     c->n_jobs = c->cap_jobs = 0;
@@ -391,7 +266,7 @@ static int device_busy(mt_coord *c, const char *worker_id, uint32_t local)
 {
     for (size_t i = 0; i < c->n_jobs; i++) {
         const coord_job *j = c->jobs[i];
-        if (!is_placed_state(j->state))
+        if (!coord_jobstate_placed(j->state))
             continue;
         for (size_t r = 0; r < j->n_place; r++)
             if (j->place[r].local_index == local && strcmp(j->place[r].worker_id, worker_id) == 0)
@@ -481,7 +356,7 @@ static bool ckpt_ready(mt_coord *c, coord_job *j)
     j->ckpt_check = COORD_CKPT_VERIFYING;
     snprintf(reason, sizeof(reason), "checking checkpoint step %llu before resuming",
              (unsigned long long)ck.step);
-    job_set_reason(c, j, reason);
+    coord_job_note(c, j, reason);
     return false;
 }
 
@@ -555,7 +430,7 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
         snprintf(j->resume_job, sizeof(j->resume_job), "%s", j->sum.init_job);
     j->place = p;
     j->n_place = (size_t)j->sum.n_devices;
-    if ((rc = job_build_tasks(j, "")) != MT_OK)
+    if ((rc = job_build_tasks(j, COORD_TASK_ASSIGNED)) != MT_OK)
         goto fail;
     nworkers = j->n_tasks;
     /* the step it resumes from is where the restart markers go (core/watch/restart.c reads it) */
@@ -597,7 +472,7 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     return MT_OK;
 fail:
     mt_log_error("job %s: start: %s", j->job_id, err.msg);
-    job_release(j);
+    coord_job_release(j);
     return rc;
 }
 
@@ -670,7 +545,7 @@ static mt_code job_place(mt_coord *c, coord_job *j, free_map *m, size_t need, mt
         snprintf(reason, sizeof(reason),
                  "backing off %lld s after the link %.63s<->%.63s broke: no placement avoids it",
                  (long long)((j->backoff_until_mono_ms - now + 999) / 1000), j->link_a, j->link_b);
-        job_set_reason(c, j, reason);
+        coord_job_note(c, j, reason);
         c->sched_dirty = 1; /* the sweep looks again */
         return MT_UNAVAILABLE;
     }
@@ -713,7 +588,7 @@ void coord_jobs_schedule(mt_coord *c)
             mt_err ierr = MT_ERR_INIT;
             uint64_t st;
             if (init_source(c, &j->sum, &st, &ierr) != MT_OK) {
-                job_transition(c, j, MT_JOBSTATE_FAILED, ierr.msg); /* frees j */
+                coord_job_move(c, j, MT_JOBSTATE_FAILED, ierr.msg); /* frees j */
                 continue;
             }
         }
@@ -727,7 +602,7 @@ void coord_jobs_schedule(mt_coord *c)
                          "the %zu registered devices",
                          j->sum.elastic_min_batch, j->sum.elastic_max_batch,
                          (unsigned long long)j->sum.batch_size, m.registered);
-                job_set_reason(c, j, reason);
+                coord_job_note(c, j, reason);
                 continue;
             }
             if (j->placed_devices > 0 && (int)b != j->placed_devices)
@@ -739,13 +614,13 @@ void coord_jobs_schedule(mt_coord *c)
         if (need > m.registered) {
             snprintf(reason, sizeof(reason), "needs %zu devices, %zu registered", need,
                      m.registered);
-            job_set_reason(c, j, reason);
+            coord_job_note(c, j, reason);
             continue;
         }
         if (blocker != NULL) {
             snprintf(reason, sizeof(reason), "waiting behind %s (priority, then submission order)",
                      blocker);
-            job_set_reason(c, j, reason);
+            coord_job_note(c, j, reason);
             continue;
         }
         if (!ckpt_ready(c, j)) { /* its checkpoint files are being read back; it keeps its turn */
@@ -771,7 +646,7 @@ void coord_jobs_schedule(mt_coord *c)
         } else {
             snprintf(reason, sizeof(reason), "waiting for %zu free devices (%zu free of %zu)", need,
                      free_now, m.registered);
-            job_set_reason(c, j, reason);
+            coord_job_note(c, j, reason);
             blocker = j->job_id;
         }
         mt_free(slot);
@@ -787,7 +662,7 @@ void coord_jobs_worker_lost(mt_coord *c, const char *worker_id, const char *why)
     for (size_t i = 0; i < c->n_jobs;) {
         coord_job *j = c->jobs[i];
         size_t before = c->n_jobs;
-        if (is_placed_state(j->state) && job_task(j, worker_id) != NULL) {
+        if (coord_jobstate_placed(j->state) && job_task(j, worker_id) != NULL) {
             job_lose_worker(c, j, worker_id, why);
             if (c->n_jobs < before)
                 continue;
@@ -819,20 +694,6 @@ static coord_worker *job_worker_named(mt_coord *c, const coord_job *j, const cha
     return NULL;
 }
 
-coord_worker *coord_job_silent_worker(mt_coord *c, const coord_job *j, const char * not,
-                                      int64_t now)
-{
-    int64_t fresh = COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms);
-
-    for (size_t i = 0; i < j->n_tasks; i++) {
-        coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
-        if (w != NULL && (not == NULL || strcmp(w->rec.worker_id, not ) != 0) &&
-            now - w->last_seen_mono_ms > fresh)
-            return w;
-    }
-    return NULL;
-}
-
 /*
  * A task failed on a peer (its error is "UNAVAILABLE: ..." or "DEADLINE_EXCEEDED: ...": a
  * collective lost or timed out on another process). That is a fault of the cluster, not of the
@@ -845,7 +706,7 @@ static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, co
 {
     int64_t now = mt_clock_mono_ms();
     coord_worker *w;
-    char cause[300];
+    char cause[300], diag[400] = "";
 
     if (strncmp(error, "UNAVAILABLE: ", 13) != 0 && strncmp(error, "DEADLINE_EXCEEDED: ", 19) != 0)
         return 0;
@@ -857,6 +718,11 @@ static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, co
                  "on it: %s",
                  w->rec.worker_id, (long long)((now - w->last_seen_mono_ms) / 1000), worker_id,
                  error);
+        snprintf(diag, sizeof(diag),
+                 "device stuck: worker %.63s (%.63s) stopped answering: no heartbeat for %lld s "
+                 "while worker %.63s waited on it in a collective",
+                 w->rec.worker_id, w->rec.host, (long long)((now - w->last_seen_mono_ms) / 1000),
+                 worker_id);
     } else if ((w = job_worker_named(c, j, worker_id, error)) != NULL) {
         snprintf(j->link_a, sizeof(j->link_a), "%s", worker_id);
         snprintf(j->link_b, sizeof(j->link_b), "%s", w->rec.worker_id);
@@ -866,10 +732,15 @@ static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, co
         snprintf(cause, sizeof(cause),
                  "link %s<->%s broken (both workers heartbeat; not a stuck device): %s", worker_id,
                  w->rec.worker_id, error);
+        snprintf(diag, sizeof(diag),
+                 "link %.63s<->%.63s: a collective between them failed while both workers "
+                 "heartbeat (not a stuck device); the next placement avoids the pair",
+                 worker_id, w->rec.worker_id);
     } else {
         snprintf(cause, sizeof(cause), "worker %s lost a peer: %s", worker_id, error);
     }
     mt_log_warn("job %s: %s", j->job_id, cause);
+    coord_job_diagnose(c, j, diag);
     coord_job_restart(c, j, cause);
     return 1;
 }
@@ -883,48 +754,50 @@ static int apply_task(mt_coord *c, const char *worker_id, const Meshtrain__TaskS
     coord_job *j = coord_job_find(c, t->job_id);
     coord_task *task;
     char reason[300];
-    int running = strcmp(t->state, "running") == 0;
+    coord_task_state ts = COORD_TASK_ASSIGNED; /* the wire's word, typed here */
+    int known = coord_task_state_parse(t->state, &ts) && ts != COORD_TASK_ASSIGNED;
+    int running = known && ts == COORD_TASK_RUNNING;
     size_t n_state = 0;
 
-    if (j == NULL || !is_placed_state(j->state) || t->attempt != j->attempt ||
+    if (j == NULL || !coord_jobstate_placed(j->state) || t->attempt != j->attempt ||
         (task = job_task(j, worker_id)) == NULL)
         return running;
-    if (strcmp(task->state, t->state) == 0 && t->step <= task->step)
+    if (known && task->state == ts && t->step <= task->step)
         return 0; /* nothing new */
     if (t->step > task->step)
         task->step = t->step;
     if (t->step > j->step)
         coord_job_set_step(c, j, t->step);
-    if (strcmp(t->state, "failed") == 0 && job_peer_failure(c, j, worker_id, t->error))
+    if (known && ts == COORD_TASK_FAILED && job_peer_failure(c, j, worker_id, t->error))
         return 0;
-    if (strcmp(t->state, "failed") == 0 || strcmp(t->state, "cancelled") == 0) {
+    if (known && (ts == COORD_TASK_FAILED || ts == COORD_TASK_CANCELLED)) {
         snprintf(reason, sizeof(reason), "worker %s: %s", worker_id,
                  t->error[0] ? t->error
-                             : (strcmp(t->state, "cancelled") == 0 ? "task cancelled by the worker"
-                                                                   : "task failed"));
-        job_transition(c, j, MT_JOBSTATE_FAILED, reason);
+                             : (ts == COORD_TASK_CANCELLED ? "task cancelled by the worker"
+                                                           : "task failed"));
+        coord_job_move(c, j, MT_JOBSTATE_FAILED, reason);
         return 0;
     }
-    if (!running && strcmp(t->state, "succeeded") != 0)
+    if (!known || (ts != COORD_TASK_RUNNING && ts != COORD_TASK_SUCCEEDED))
         return 0; /* unknown state word: ignore */
     if (j->state == MT_JOBSTATE_STALLED &&
-        job_transition(c, j, MT_JOBSTATE_RUNNING,
+        coord_job_move(c, j, MT_JOBSTATE_RUNNING,
                        "progress resumed: a task reported a new step or state") != MT_OK)
         return 0;
-    snprintf(task->state, sizeof(task->state), "%s", t->state);
+    task->state = ts;
     for (size_t i = 0; i < j->n_tasks; i++)
-        n_state += strcmp(j->tasks[i].state, "") != 0;
+        n_state += j->tasks[i].state != COORD_TASK_ASSIGNED;
     if (j->state == MT_JOBSTATE_SCHEDULED && n_state == j->n_tasks) {
         snprintf(reason, sizeof(reason), "all %zu tasks started (attempt %u)", j->n_tasks,
                  j->attempt);
-        if (job_transition(c, j, MT_JOBSTATE_RUNNING, reason) != MT_OK)
+        if (coord_job_move(c, j, MT_JOBSTATE_RUNNING, reason) != MT_OK)
             return 0;
     }
     n_state = 0;
     for (size_t i = 0; i < j->n_tasks; i++)
-        n_state += strcmp(j->tasks[i].state, "succeeded") == 0;
+        n_state += j->tasks[i].state == COORD_TASK_SUCCEEDED;
     if (n_state == j->n_tasks && j->state == MT_JOBSTATE_RUNNING)
-        job_transition(c, j, MT_JOBSTATE_SUCCEEDED, "all tasks succeeded");
+        coord_job_move(c, j, MT_JOBSTATE_SUCCEEDED, "all tasks succeeded");
     return 0;
 }
 
@@ -1029,7 +902,7 @@ void coord_jobs_heartbeat(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
         coord_task *t;
         Meshtrain__TaskAssignment *a, **grown;
         if (j->state != MT_JOBSTATE_SCHEDULED || (t = job_task(j, r->worker_id)) == NULL ||
-            t->state[0] != '\0')
+            t->state != COORD_TASK_ASSIGNED)
             continue;
         a = build_assignment(c, j, r->worker_id);
         if (a == NULL)
@@ -1234,13 +1107,16 @@ static void submit_store(uv_work_t *w, int status)
     rec.priority = r->priority;
     rec.total_steps = j->sum.total_steps;
     snprintf(rec.request_id, sizeof(rec.request_id), "%s", r->request_id);
-    if ((rc = job_add(c, j)) != MT_OK) {
+    snprintf(rec.mesh, sizeof(rec.mesh), "%s", j->sum.mesh_text); /* listings never re-read the
+                                                                    spec (issue 17) */
+    rec.devices = (uint32_t)j->sum.n_devices;
+    if ((rc = coord_job_add(c, j)) != MT_OK) {
         mt_rpc_call_reply(q->call, rc, "coordinator out of memory", NULL);
         goto out;
     }
     rc = mt_store_job_insert(c->store, &rec, mt_clock_wall_ms(), &err);
     if (rc != MT_OK) {
-        c->n_jobs--; /* j is the last entry: job_add just appended it */
+        c->n_jobs--; /* j is the last entry: coord_job_add just appended it */
         mt_rpc_call_reply(q->call, rc, err.msg, NULL);
         goto out;
     }
@@ -1257,7 +1133,7 @@ static void submit_store(uv_work_t *w, int status)
     mt_rpc_call_reply(q->call, MT_OK, NULL, &rep.base);
     j = NULL; /* the table owns it */
 out:
-    job_free(j);
+    coord_job_free(j);
     mt_free(q);
 }
 
@@ -1288,7 +1164,7 @@ void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call)
     q->call = call;
     q->work.data = q;
     if (uv_queue_work(&c->loop, &q->work, submit_validate, submit_store) != 0) {
-        job_free(q->j);
+        coord_job_free(q->j);
         mt_free(q);
         mt_rpc_call_reply(call, MT_INTERNAL, "cannot queue the validation", NULL);
     }
@@ -1309,28 +1185,14 @@ static void fill_summary(mt_coord *c, Meshtrain__JobSummary *s, mt_store_job *re
     s->step = rec->step;
     s->total_steps = rec->total_steps;
     s->reason = rec->reason;
+    s->diagnosis = rec->diagnosis;
     s->restarts = rec->restarts;
-    if (j != NULL) {
+    s->devices = rec->devices; /* the spec's mesh, stored at submit */
+    s->mesh = rec->mesh;
+    if (j != NULL) { /* an elastic job's current attempt may run on another batch size */
         s->devices = (uint32_t)j->sum.n_devices;
         s->mesh = j->sum.mesh_text;
     }
-}
-
-/* Mesh text and device count straight from a spec (final jobs are not in the table). */
-static void spec_mesh(const char *spec_json, char *text, size_t cap, uint32_t *devices)
-{
-    cJSON *root = cJSON_Parse(spec_json);
-    mt_mesh *m = NULL;
-    const cJSON *mj = root ? cJSON_GetObjectItemCaseSensitive(root, "mesh") : NULL;
-
-    snprintf(text, cap, "batch=1");
-    *devices = 1;
-    if (mj != NULL && mt_mesh_from_json(mj, "mesh", NULL, 0, &m, NULL) == MT_OK) {
-        mt_mesh_format(m, text, cap);
-        *devices = (uint32_t)mt_mesh_num_devices(m);
-    }
-    mt_mesh_free(m);
-    cJSON_Delete(root);
 }
 
 static void get_job_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
@@ -1378,14 +1240,13 @@ static void get_job_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
         goto out;
     }
     fill_summary(NULL, &sum, &rec);
-    spec_mesh(rec.spec_json, mesh, sizeof(mesh), &sum.devices);
-    if (npl > 0 && npl != sum.devices && strncmp(mesh, "batch=", 6) == 0 &&
-        strchr(mesh, ',') == NULL) {
+    if (npl > 0 && npl != sum.devices && strncmp(rec.mesh, "batch=", 6) == 0 &&
+        strchr(rec.mesh, ',') == NULL) {
         /* an elastic job placed on another batch size than its spec says */
         snprintf(mesh, sizeof(mesh), "batch=%zu", npl);
         sum.devices = (uint32_t)npl;
+        sum.mesh = mesh;
     }
-    sum.mesh = mesh;
     for (size_t i = 0; i < nev; i++) {
         meshtrain__job_event__init(&pev[i]);
         pev[i].time_ms = ev[i].time_ms;
@@ -1520,7 +1381,7 @@ void coord_handle_cancel_job(mt_coord *c, mt_rpc_call *call)
     mt_code rc;
 
     if (j != NULL) {
-        rc = job_transition(c, j, MT_JOBSTATE_CANCELLED, "cancelled by the user");
+        rc = coord_job_move(c, j, MT_JOBSTATE_CANCELLED, "cancelled by the user");
         if (rc != MT_OK) {
             mt_rpc_call_reply(call, rc, "cancel: the store refused the transition", NULL);
             return;

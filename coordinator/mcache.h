@@ -38,7 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coordinator/http_int.h"
+#include "coordinator/buf.h"
 #include "status/mt_status.h"
 #include "storage/mt_store.h"
 

@@ -145,6 +145,45 @@ void coord_stall_diagnose(const coord_stall_dev *devs, size_t n, int64_t now_ms,
     }
 }
 
+void coord_stall_classify(const coord_stall_dev *devs, size_t n, int64_t now_ms, char *out,
+                          size_t cap)
+{
+    const char *w[3] = {NULL, NULL, NULL}; /* distinct workers of the group, at most 3 kept */
+    size_t nw = 0, at = 0;
+    char diag[256];
+    int all_in = n > 0;
+
+    if (cap == 0)
+        return;
+    out[0] = '\0';
+    coord_stall_diagnose(devs, n, now_ms, diag, sizeof(diag));
+    for (size_t r = 0; r < n && all_in; r++) {
+        const coord_stall_dev *d = &devs[r];
+        size_t k = 0;
+        if (!inside(d)) { /* computing, reading input, or never reported: not waiting on data */
+            all_in = 0;
+            break;
+        }
+        while (k < nw && k < 3 && strcmp(w[k], d->worker_id) != 0)
+            k++;
+        if (k == nw) {
+            if (nw < 3)
+                w[nw] = d->worker_id;
+            nw++;
+        }
+    }
+    if (!all_in || nw < 2) { /* a device outside every collective (or one worker alone) */
+        add(out, cap, &at, "device stuck: %s", diag);
+        return;
+    }
+    if (nw == 2)
+        add(out, cap, &at, "link %s<->%s: ", w[0], w[1]);
+    else
+        add(out, cap, &at, "a link among %s, %s, %s%s: ", w[0], w[1], w[2],
+            nw > 3 ? " and others" : "");
+    add(out, cap, &at, "%s; every worker heartbeats (not a stuck device)", diag);
+}
+
 /* ------------------------------------------------------------------ records from heartbeats */
 
 static void copy(char *dst, size_t cap, const char *src)
@@ -242,11 +281,12 @@ static int all_alive_and_known(mt_coord *c, const coord_job *j, int64_t now)
 static int note_silent(mt_coord *c, coord_job *j, int64_t now)
 {
     coord_worker *w = coord_job_silent_worker(c, j, NULL, now);
-    char note[512];
+    char note[512], diag[400];
 
     if (w == NULL) {
         if (j->silent_note_mono_ms != 0)
-            coord_job_note(c, j, "every worker heartbeats again");
+            coord_job_note_diagnose(c, j, "every worker heartbeats again",
+                                    j->state == MT_JOBSTATE_RUNNING ? "" : j->diagnosis);
         j->silent_note_mono_ms = 0;
         return 0;
     }
@@ -257,8 +297,12 @@ static int note_silent(mt_coord *c, coord_job *j, int64_t now)
              "job restarts %lld s after its last one",
              w->rec.worker_id, w->rec.host, (long long)((now - w->last_seen_mono_ms) / 1000),
              (long long)(c->opts.heartbeat_timeout_ms / 1000));
+    snprintf(diag, sizeof(diag),
+             "device stuck: worker %.63s (%.63s) silent for %lld s: no heartbeat (a frozen "
+             "process or machine); the others wait for it until the collective deadline",
+             w->rec.worker_id, w->rec.host, (long long)((now - w->last_seen_mono_ms) / 1000));
     mt_log_warn("job %s: %s", j->job_id, note);
-    coord_job_note(c, j, note);
+    coord_job_note_diagnose(c, j, note, diag);
     j->silent_note_mono_ms = now;
     return 1;
 }
@@ -267,17 +311,15 @@ void coord_stall_sweep(mt_coord *c)
 {
     int64_t now = mt_clock_mono_ms();
 
-    if (c->opts.stall_timeout_ms <= 0)
-        return;
     for (size_t i = 0; i < c->n_jobs; i++) {
         coord_job *j = c->jobs[i];
         char diag[256];
         uint64_t sig;
         if (j->state != MT_JOBSTATE_RUNNING && j->state != MT_JOBSTATE_STALLED)
             continue;
-        if (note_silent(c, j, now))
+        if (note_silent(c, j, now)) /* a silent worker is named whether or not stalls are */
             continue;
-        if (j->devs == NULL)
+        if (c->opts.stall_timeout_ms <= 0 || j->devs == NULL)
             continue;
         sig = signature(j);
         if (sig != j->prog_sig) {
@@ -299,8 +341,11 @@ void coord_stall_sweep(mt_coord *c)
             coord_stall_diagnose(j->devs, j->n_place, now, diag, sizeof(diag));
             mt_log_warn("job %s: no progress for %lld ms while its workers heartbeat: %s",
                         j->job_id, (long long)(now - j->prog_mono_ms), diag);
-            if (coord_job_move(c, j, MT_JOBSTATE_STALLED, diag) == MT_OK)
+            if (coord_job_move(c, j, MT_JOBSTATE_STALLED, diag) == MT_OK) {
                 j->stall_note_mono_ms = now;
+                coord_stall_classify(j->devs, j->n_place, now, diag, sizeof(diag));
+                coord_job_diagnose(c, j, diag);
+            }
         } else if (j->state == MT_JOBSTATE_STALLED && c->opts.stall_restart_ms > 0 &&
                    now - j->prog_mono_ms >=
                        (int64_t)c->opts.stall_timeout_ms + c->opts.stall_restart_ms &&
@@ -312,8 +357,10 @@ void coord_stall_sweep(mt_coord *c)
             mt_log_warn("job %s: restarting from its checkpoint: %s", j->job_id, cause);
             coord_job_restart(c, j, cause);
         } else if (j->state == MT_JOBSTATE_STALLED && now - j->stall_note_mono_ms >= REFRESH_MS) {
+            char kind[400];
             coord_stall_diagnose(j->devs, j->n_place, now, diag, sizeof(diag));
-            coord_job_note(c, j, diag);
+            coord_stall_classify(j->devs, j->n_place, now, kind, sizeof(kind));
+            coord_job_note_diagnose(c, j, diag, kind);
             j->stall_note_mono_ms = now;
         }
     }

@@ -58,4 +58,18 @@ typedef struct coord_stall_dev {
 void coord_stall_diagnose(const coord_stall_dev *devs, size_t n, int64_t now_ms, char *out,
                           size_t cap);
 
+/*
+ * The job's diagnosis for a stalled group (docs/jobs.md#diagnosis): the text of
+ * coord_stall_diagnose prefixed with what kind of fault it is:
+ *  - "link A<->B: " when every device is inside a collective, waiting for data that does not
+ *    come (all in the same one, or some still in an earlier one whose data never arrived: the
+ *    side that finished it went on to the next), over devices of exactly two workers ("a link
+ *    among A, B, C: " over more), since their workers all heartbeat;
+ *  - "device stuck: " otherwise: a device outside every collective (computing, reading input,
+ *    never reported) while the others wait for it, or a group on one worker.
+ * Same contract as coord_stall_diagnose (pure, any thread).
+ */
+void coord_stall_classify(const coord_stall_dev *devs, size_t n, int64_t now_ms, char *out,
+                          size_t cap);
+
 #endif

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "alloc/mt_alloc.h"
-#include "coordinator/http_int.h"
+#include "coordinator/buf.h"
 
 /* Upper bounds in microseconds; the last bucket is +Inf. */
 static const int64_t bounds_us[] = {100,   250,    500,    1000,   2500,    5000,    10000,  25000,

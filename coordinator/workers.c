@@ -25,43 +25,6 @@
 
 #define MAX_DEVICES_PER_WORKER 1024
 
-coord_worker *coord_worker_find(mt_coord *c, const char *worker_id)
-{
-    for (size_t i = 0; i < c->n_workers; i++)
-        if (strcmp(c->workers[i].rec.worker_id, worker_id) == 0)
-            return &c->workers[i];
-    return NULL;
-}
-
-static const char *const worker_state_names[] = {
-    [COORD_WORKER_ALIVE] = "alive",
-    [COORD_WORKER_LOST] = "lost",
-};
-
-const char *coord_worker_state_name(coord_worker_state s)
-{
-    return (size_t)s < sizeof(worker_state_names) / sizeof(worker_state_names[0])
-               ? worker_state_names[s]
-               : "?";
-}
-
-int coord_worker_state_parse(const char *name, coord_worker_state *out)
-{
-    for (size_t i = 0; i < sizeof(worker_state_names) / sizeof(worker_state_names[0]); i++)
-        if (strcmp(name, worker_state_names[i]) == 0) {
-            *out = (coord_worker_state)i;
-            return 1;
-        }
-    return 0;
-}
-
-/* Set w's state, typed and in its record (the store is the caller's). */
-static void worker_set_state(coord_worker *w, coord_worker_state s)
-{
-    w->state = s;
-    snprintf(w->rec.state, sizeof(w->rec.state), "%s", coord_worker_state_name(s));
-}
-
 mt_code coord_workers_load(mt_coord *c, mt_err *err)
 {
     mt_store_worker *list = NULL;
@@ -80,7 +43,8 @@ mt_code coord_workers_load(mt_coord *c, mt_err *err)
         c->workers[i].rec = list[i]; /* takes the devices array */
         c->workers[i].last_seen_mono_ms = now;
         if (!coord_worker_state_parse(list[i].state, &c->workers[i].state))
-            worker_set_state(&c->workers[i], COORD_WORKER_LOST); /* unknown: not schedulable */
+            coord_worker_set_state(&c->workers[i],
+                                   COORD_WORKER_LOST); /* unknown: not schedulable */
         list[i].devices = NULL;
         list[i].n_devices = 0;
     }
@@ -148,7 +112,7 @@ void coord_workers_sweep(mt_coord *c)
         int64_t silent = now - w->last_seen_mono_ms;
         if (w->state != COORD_WORKER_ALIVE || silent <= c->opts.heartbeat_timeout_ms)
             continue;
-        worker_set_state(w, COORD_WORKER_LOST);
+        coord_worker_set_state(w, COORD_WORKER_LOST);
         mt_log_warn("worker %s lost: no heartbeat for %lld ms (timeout %d ms)", w->rec.worker_id,
                     (long long)silent, c->opts.heartbeat_timeout_ms);
         int64_t t0 = mt_clock_mono_us();

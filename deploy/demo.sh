@@ -56,7 +56,7 @@ if [ "$rc" != 0 ]; then
     echo "demo: job $JOB did not succeed" >&2
     exit 1
 fi
-ACC=$("$B/meshtrain" --coordinator "$URL" watch --json "$JOB" | grep '"eval_accuracy"' |
+ACC=$("$B/meshtrain" --coordinator "$URL" watch --json "$JOB" | grep '"test_accuracy"' |
     tail -n 1 | sed 's/.*"value": \([0-9.e+-]*\).*/\1/')
 MODEL=$D/model.safetensors
 "$B/meshtrain" --coordinator "$URL" export "$JOB" --format safetensors -o "$MODEL"

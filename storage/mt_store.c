@@ -154,6 +154,15 @@ static const char *const migrations[] = {
     /* 6 -> 7: the listing order as an index, so a page of jobs (mt_store_job_page) reads its
      * rows in order and stops at the limit instead of sorting the whole table */
     "CREATE INDEX IF NOT EXISTS jobs_by_order ON jobs(priority DESC, seq);",
+
+    /* 7 -> 8: what the coordinator needs of a spec, stored at submit so the spec text is not
+     * parsed again (issue 17): the mesh text ("batch=4,model=2") and its device count. Rows
+     * of older versions get devices 0 ("not summarised"); the coordinator fills them once at
+     * open (mt_store_job_summarise_old). And the job's current fault diagnosis (issue 19,
+     * fault 8: a silent worker, a stuck device, a broken link), "" none */
+    ("ALTER TABLE jobs ADD COLUMN mesh TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE jobs ADD COLUMN devices INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE jobs ADD COLUMN diagnosis TEXT NOT NULL DEFAULT '';"),
 };
 
 #define N_MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

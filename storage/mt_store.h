@@ -43,7 +43,7 @@
 typedef struct mt_store mt_store;
 
 /* The schema version this build creates and understands (PRAGMA user_version). */
-#define MT_STORE_SCHEMA_VERSION 7
+#define MT_STORE_SCHEMA_VERSION 8
 
 /* Options for mt_store_open_opts(). Initialise with MT_STORE_OPTIONS_DEFAULTS. */
 typedef struct mt_store_options {
@@ -219,18 +219,35 @@ typedef struct mt_store_job {
     uint32_t restarts;       /* number of transitions to RESTARTING */
     char *spec_json;         /* insert: borrowed; get: owned (mt_store_job_fini); list: NULL */
     char request_id[72];     /* insert: the client's idempotency key, "" = none; not read back */
+    char mesh[256];          /* the spec's mesh as text ("batch=4,model=2"), stored at insert */
+    uint32_t devices;        /* devices that mesh needs; 0: a job stored before schema 8 whose
+                                summary mt_store_job_summarise_old has not filled yet */
+    char diagnosis[256];     /* what is wrong with it now ("device stuck: worker w2 ...", "link
+                                w1<->w2 ..."), "" none (mt_store_job_set_diagnosis) */
 } mt_store_job;
 
 /*
  * Store a new job in state QUEUED and its first event (QUEUED, "submitted"), in
- * one transaction. Reads j->name, j->spec_json (non-NULL), j->priority and
- * j->total_steps and j->request_id (borrowed); on OK writes the new id into j->job_id and sets
- * j->state, j->submitted_at_ms = j->updated_at_ms = now_ms, step 0, restarts 0.
+ * one transaction. Reads j->name, j->spec_json (non-NULL), j->priority,
+ * j->total_steps, j->request_id, j->mesh and j->devices (borrowed); on OK writes the new id into
+ * j->job_id and sets j->state, j->submitted_at_ms = j->updated_at_ms = now_ms, step 0, restarts 0.
  * Validating the spec is the caller's business (the store keeps any text).
  * Codes: INVALID_ARGUMENT (NULL spec, unterminated name), ALREADY_EXISTS (a job already
  * carries j->request_id: see mt_store_job_by_request), store errors.
  */
 mt_code mt_store_job_insert(mt_store *s, mt_store_job *j, int64_t now_ms, mt_err *err);
+
+/*
+ * Fill the mesh summary of jobs stored before schema 8 (devices 0): for each, in submission
+ * order, summarise(arg, spec_json, mesh, cap, &devices) writes the mesh text and device count of
+ * the spec (borrowed for the call; devices must come back > 0, else the row is left as it is),
+ * and the row is updated; all in one transaction. *n (may be NULL) gets the number of rows
+ * filled. Loop thread of the only writer, at open. Codes: RESOURCE_EXHAUSTED, store errors.
+ */
+typedef void (*mt_store_summarise_fn)(void *arg, const char *spec_json, char *mesh, size_t cap,
+                                      uint32_t *devices);
+mt_code mt_store_job_summarise_old(mt_store *s, mt_store_summarise_fn summarise, void *arg,
+                                   size_t *n, mt_err *err);
 
 /* The job a submit with this request id (non-empty, borrowed) created, with its spec: as
  * mt_store_job_get. Codes: NOT_FOUND (no job carries that request id), RESOURCE_EXHAUSTED. */
@@ -283,7 +300,8 @@ mt_code mt_store_job_page(mt_store *s, const char *state_filter, const mt_store_
 /*
  * Move a job to to_state, in one transaction that updates the job row (state,
  * reason, updated_at_ms = now_ms; restarts + 1 when to_state is RESTARTING;
- * error = reason when to_state is FAILED) AND appends a job event
+ * error = reason when to_state is FAILED; the diagnosis is kept when to_state is STALLED,
+ * RESTARTING or SCHEDULED and cleared otherwise) AND appends a job event
  * (now_ms, to_state, reason). expected_from (NULL = any) guards against races:
  * the job must currently be in that state. reason may be NULL ("").
  * Codes: NOT_FOUND (no such job), INVALID_ARGUMENT (unknown state name),
@@ -308,6 +326,11 @@ mt_code mt_store_job_set_step(mt_store *s, const char *job_id, uint64_t step, in
  * updated_at_ms = now_ms. No event. NOT_FOUND. */
 mt_code mt_store_job_set_reason(mt_store *s, const char *job_id, const char *reason, int64_t now_ms,
                                 mt_err *err);
+
+/* Set the job's fault diagnosis (borrowed; NULL or "" clears it), updated_at_ms = now_ms. No
+ * event. NOT_FOUND. */
+mt_code mt_store_job_set_diagnosis(mt_store *s, const char *job_id, const char *diagnosis,
+                                   int64_t now_ms, mt_err *err);
 
 typedef struct mt_store_job_event {
     int64_t time_ms;  /* unix ms */

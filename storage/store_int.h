@@ -19,8 +19,9 @@
 /* Column lists shared by a statement and the row reader that decodes it. */
 #define JOB_COLUMNS                                                                                \
     "id, name, state, priority, submitted_at_ms, updated_at_ms, step, total_steps, reason,"        \
-    " error, restarts"
-#define CKPT_COLUMNS "step, location, size_bytes, checksum, complete, time_ms"
+    " error, restarts, mesh, devices, diagnosis"
+#define JOB_N_COLUMNS 14 /* the columns of JOB_COLUMNS; a statement's spec_json follows them */
+#define CKPT_COLUMNS  "step, location, size_bytes, checksum, complete, time_ms"
 
 /* X(id, sql): every statement the store runs after open. */
 #define MT_STORE_STMTS(X)                                                                          \
@@ -59,10 +60,12 @@
     X(DEVICE_SET_HEALTH, "UPDATE devices SET health=?3 WHERE worker_id=?1 AND idx=?2")             \
     X(JOB_INSERT,                                                                                  \
       "INSERT INTO jobs(seq, id, name, spec_json, state, priority, submitted_at_ms,"               \
-      " updated_at_ms, total_steps, request_id) SELECT n, printf('job-%06d', n), ?1, ?2, "         \
-      "'QUEUED', ?3, ?4, ?4,"                                                                      \
-      " ?5, NULLIF(?6, '') FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS n FROM jobs)"                 \
+      " updated_at_ms, total_steps, request_id, mesh, devices) SELECT n, printf('job-%06d', n),"   \
+      " ?1, ?2, 'QUEUED', ?3, ?4, ?4,"                                                             \
+      " ?5, NULLIF(?6, ''), ?7, ?8 FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS n FROM jobs)"         \
       " RETURNING id")                                                                             \
+    X(JOBS_UNSUMMARISED, "SELECT id FROM jobs WHERE devices = 0 ORDER BY seq")                     \
+    X(JOB_SET_SUMMARY, "UPDATE jobs SET mesh=?2, devices=?3 WHERE id=?1")                          \
     X(JOB_COLUMNS_GET, "SELECT " JOB_COLUMNS ", spec_json FROM jobs WHERE id=?1")                  \
     X(JOB_BY_REQUEST, "SELECT " JOB_COLUMNS ", spec_json FROM jobs WHERE request_id=?1")           \
     X(JOB_LIST, "SELECT " JOB_COLUMNS ", NULL FROM jobs WHERE ?1 IS NULL OR"                       \
@@ -75,7 +78,9 @@
     X(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                               \
     X(JOB_STATE, "SELECT state FROM jobs WHERE id=?1")                                             \
     X(JOB_TRANSITION, "UPDATE jobs SET state=?2, reason=?3, updated_at_ms=?4,"                     \
-                      " restarts=restarts+?5, error=CASE WHEN ?6 THEN ?3 ELSE error END"           \
+                      " restarts=restarts+?5, error=CASE WHEN ?6 THEN ?3 ELSE error END,"          \
+                      " diagnosis=CASE WHEN ?2 IN ('STALLED', 'RESTARTING', 'SCHEDULED')"          \
+                      " THEN diagnosis ELSE '' END"                                                \
                       " WHERE id=?1")                                                              \
     X(EVENT_INSERT, "INSERT INTO job_events(job_id, time_ms, state, reason, step)"                 \
                     " SELECT ?1, ?2, ?3, ?4, step FROM jobs WHERE id=?1")                          \
@@ -83,6 +88,7 @@
                   " ORDER BY seq")                                                                 \
     X(JOB_SET_STEP, "UPDATE jobs SET step=?2, updated_at_ms=?3 WHERE id=?1")                       \
     X(JOB_SET_REASON, "UPDATE jobs SET reason=?2, updated_at_ms=?3 WHERE id=?1")                   \
+    X(JOB_SET_DIAGNOSIS, "UPDATE jobs SET diagnosis=?2, updated_at_ms=?3 WHERE id=?1")             \
     X(PLACEMENT_DELETE, "DELETE FROM placements WHERE job_id=?1")                                  \
     X(PLACEMENT_INSERT, "INSERT INTO placements(job_id, device, worker_id, local_index, coords)"   \
                         " VALUES (?1,?2,?3,?4,?5)")                                                \

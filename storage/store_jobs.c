@@ -19,7 +19,7 @@
 #include "storage/mt_jobstate.h"
 #include "storage/store_int.h"
 
-/* Decode a JOB_COLUMNS row (+ spec_json at column 11 when non-NULL; ownership to j). */
+/* Decode a JOB_COLUMNS row (spec_json, at column JOB_N_COLUMNS, is the caller's). */
 static void read_job_row(sqlite3_stmt *st, void *elem)
 {
     mt_store_job *j = elem;
@@ -35,6 +35,9 @@ static void read_job_row(sqlite3_stmt *st, void *elem)
     mt_store__col_text(st, 8, j->reason, sizeof(j->reason));
     mt_store__col_text(st, 9, j->error, sizeof(j->error));
     j->restarts = (uint32_t)sqlite3_column_int64(st, 10);
+    mt_store__col_text(st, 11, j->mesh, sizeof(j->mesh));
+    j->devices = (uint32_t)sqlite3_column_int64(st, 12);
+    mt_store__col_text(st, 13, j->diagnosis, sizeof(j->diagnosis));
     j->spec_json = NULL;
 }
 
@@ -68,6 +71,8 @@ static mt_code insert_job_row(mt_store *s, mt_store_job *j, int64_t now_ms, mt_e
     sqlite3_bind_int64(st, 4, now_ms);
     sqlite3_bind_int64(st, 5, (sqlite3_int64)j->total_steps);
     mt_store__bind_text(st, 6, j->request_id);
+    mt_store__bind_text(st, 7, j->mesh);
+    sqlite3_bind_int64(st, 8, (sqlite3_int64)j->devices);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         mt_store__col_text(st, 0, id, sizeof(id));
@@ -91,9 +96,13 @@ mt_code mt_store_job_insert(mt_store *s, mt_store_job *j, int64_t now_ms, mt_err
         return mt_err_set(err, MT_INVALID_ARGUMENT, "insert job: %s is NULL",
                           j == NULL ? "job" : "spec_json");
     if (!mt_store__terminated(j->name, sizeof(j->name)) ||
-        !mt_store__terminated(j->request_id, sizeof(j->request_id)))
+        !mt_store__terminated(j->request_id, sizeof(j->request_id)) ||
+        !mt_store__terminated(j->mesh, sizeof(j->mesh)))
         return mt_err_set(err, MT_INVALID_ARGUMENT, "insert job: %s is not NUL-terminated",
-                          mt_store__terminated(j->name, sizeof(j->name)) ? "request_id" : "name");
+                          !mt_store__terminated(j->name, sizeof(j->name)) ? "name"
+                          : !mt_store__terminated(j->request_id, sizeof(j->request_id))
+                              ? "request_id"
+                              : "mesh");
     rc = mt_store__call_begin(s, err);
     if (rc != MT_OK)
         return rc;
@@ -129,7 +138,7 @@ static mt_code get_one_job(mt_store *s, enum mt_store_stmt_id id, const char *ke
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         read_job_row(st, out);
-        out->spec_json = mt_strdup((const char *)sqlite3_column_text(st, 11));
+        out->spec_json = mt_strdup((const char *)sqlite3_column_text(st, JOB_N_COLUMNS));
         if (out->spec_json == NULL)
             code = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "get job %s: out of memory", key);
     } else if (rc == SQLITE_DONE) {
@@ -383,7 +392,7 @@ static mt_code update_job(mt_store *s, enum mt_store_stmt_id id, const char *job
         return code;
     st = mt_store__stmt(s, id);
     mt_store__bind_text(st, 1, job_id);
-    if (id == MT_STMT_JOB_SET_REASON)
+    if (id == MT_STMT_JOB_SET_REASON || id == MT_STMT_JOB_SET_DIAGNOSIS)
         mt_store__bind_text(st, 2, text != NULL ? text : "");
     else
         sqlite3_bind_int64(st, 2, (sqlite3_int64)num);
@@ -407,6 +416,13 @@ mt_code mt_store_job_set_reason(mt_store *s, const char *job_id, const char *rea
                                 mt_err *err)
 {
     return update_job(s, MT_STMT_JOB_SET_REASON, job_id, reason, 0, now_ms, "set reason", err);
+}
+
+mt_code mt_store_job_set_diagnosis(mt_store *s, const char *job_id, const char *diagnosis,
+                                   int64_t now_ms, mt_err *err)
+{
+    return update_job(s, MT_STMT_JOB_SET_DIAGNOSIS, job_id, diagnosis, 0, now_ms, "set diagnosis",
+                      err);
 }
 
 static void read_event_row(sqlite3_stmt *st, void *elem)
@@ -603,4 +619,66 @@ mt_code mt_store_jobs_on_worker(mt_store *s, const char *worker_id, mt_store_job
 void mt_store_job_ids_free(mt_store_job_id *ids)
 {
     mt_free(ids);
+}
+
+/* The id of a job stored before schema 8 (its spec is read one job at a time). */
+typedef struct old_job {
+    char id[32];
+} old_job;
+
+static void read_old_job(sqlite3_stmt *st, void *elem)
+{
+    mt_store__col_text(st, 0, ((old_job *)elem)->id, sizeof(((old_job *)elem)->id));
+}
+
+static mt_code set_summary(mt_store *s, const char *id, mt_store_summarise_fn fn, void *arg,
+                           size_t *n, mt_err *err)
+{
+    mt_store_job j;
+    char mesh[256] = "";
+    uint32_t devices = 0;
+    sqlite3_stmt *st;
+    mt_code rc;
+    int src;
+
+    if ((rc = mt_store_job_get(s, id, &j, err)) != MT_OK)
+        return rc;
+    fn(arg, j.spec_json, mesh, sizeof(mesh), &devices);
+    mt_store_job_fini(&j);
+    if (devices == 0)
+        return MT_OK;
+    st = mt_store__stmt(s, MT_STMT_JOB_SET_SUMMARY);
+    mt_store__bind_text(st, 1, id);
+    mt_store__bind_text(st, 2, mesh);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)devices);
+    src = mt_store__step_done(st);
+    mt_store__stmt_done(st);
+    if (src != SQLITE_OK)
+        return mt_store__fail(s, src, err, "summarise job %s", id);
+    (*n)++;
+    return MT_OK;
+}
+
+mt_code mt_store_job_summarise_old(mt_store *s, mt_store_summarise_fn summarise, void *arg,
+                                   size_t *n, mt_err *err)
+{
+    old_job *list = NULL;
+    size_t count = 0, done = 0;
+    mt_code rc;
+
+    if (n != NULL)
+        *n = 0;
+    rc = mt_store__collect(s, mt_store__stmt(s, MT_STMT_JOBS_UNSUMMARISED), sizeof(*list),
+                           read_old_job, (void **)&list, &count, "list old jobs", err);
+    if (rc != MT_OK || count == 0)
+        return rc;
+    if ((rc = mt_store__call_begin(s, err)) == MT_OK) {
+        for (size_t i = 0; i < count && rc == MT_OK; i++)
+            rc = set_summary(s, list[i].id, summarise, arg, &done, err);
+        rc = mt_store__call_end(s, rc, err);
+    }
+    mt_free(list);
+    if (rc == MT_OK && n != NULL)
+        *n = done;
+    return rc;
 }

@@ -23,9 +23,10 @@
  * on a peer behind a dead link stops at once instead of at the collective deadline, and the data
  * plane is free for the next attempt. Metric names: loss, accuracy (running means over the epoch,
  * as Keras prints them), examples_per_sec, epoch_steps and epochs (once per epoch, for progress
- * bars), eval_loss and eval_accuracy (epoch end). Threading: heartbeat pool thread
- * (on_assignment/on_cancel/snapshot), runner threads, the shutdown path; all shared fields are
- * under t->mu; the cancel/stop flags are atomics.
+ * bars), val_loss / val_<metric> (after a validation) and test_loss / test_<metric> (epoch end),
+ * Keras's names (core/loss), best_step (the best checkpoint's step, "validation.best"). Threading:
+ * heartbeat pool thread (on_assignment/on_cancel/snapshot), runner threads, the shutdown path; all
+ * shared fields are under t->mu; the cancel/stop flags are atomics.
  */
 #include "worker/task.h"
 #include "worker/metrics.h"
@@ -337,11 +338,44 @@ static mt_code upload_pass(task_run *r, const unsigned char *buf, size_t size, u
     return rc;
 }
 
-/* Upload the checkpoint file at path as (job, step) in chunks with its CRC-32. */
+/*
+ * A checkpoint that a full disk (the coordinator's, or this machine's) has no room for: skip it
+ * and train on; the next interval's checkpoint tries again. The metrics stream carries a
+ * "checkpoint_skipped" point (value: the step) as the warning. Issue 19, fault 4.
+ */
+static void skip_ckpt(task_run *r, uint64_t step, const char *why)
+{
+    mt_log_warn("job %s: checkpoint step %llu skipped: %s (training goes on; the next "
+                "checkpoint tries again)",
+                r->job_id, (unsigned long long)step, why);
+    if (r->has_rank0) {
+        add_point(r, "checkpoint_skipped", step, r->meta_epoch > 0 ? r->meta_epoch : 0,
+                  (double)step);
+        flush_metrics(r, true);
+    }
+}
+
+static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err);
+
+/* The best checkpoint ("validation.best"): uploaded as the checkpoint of its step, and a
+ * "best_step" point (value: the step) tells `meshtrain export --best JOB` which one it is. */
+static mt_code upload_best(void *ctx, const char *path, uint64_t step, mt_err *err)
+{
+    task_run *r = ctx;
+    mt_code rc = upload(ctx, path, step, err);
+    if (rc == MT_OK && r->has_rank0) {
+        add_point(r, "best_step", step, r->meta_epoch > 0 ? r->meta_epoch : 0, (double)step);
+        flush_metrics(r, true);
+    }
+    return rc;
+}
+
+/* Upload the checkpoint file at path as (job, step) in chunks with its CRC-32; path NULL: the
+ * trainer could not write it here (err: this machine's disk is full) and skips it. */
 static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
 {
     task_run *r = ctx;
-    FILE *f = fopen(path, "rb");
+    FILE *f = NULL;
     unsigned char *buf = NULL;
     long size;
     uLong crc = crc32(0L, Z_NULL, 0);
@@ -349,6 +383,11 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
     double t0 = now_s();
     mt_code rc = MT_OK;
 
+    if (path == NULL) {
+        skip_ckpt(r, step, err->msg);
+        return MT_OK;
+    }
+    f = fopen(path, "rb");
     if (f == NULL)
         return mt_err_set(err, MT_NOT_FOUND, "checkpoint %s: %s", path, strerror(errno));
     /* the points up to this step go first: a restart resumes after the checkpoint and never
@@ -387,18 +426,9 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
     if (rc == MT_OK)
         mt_log_info("job %s: checkpoint step %llu uploaded (%ld bytes)", r->job_id,
                     (unsigned long long)step, size);
-    if (rc == MT_RESOURCE_EXHAUSTED) {
-        /* the coordinator's disk is full (its message names its host, not its paths): skip this
-         * checkpoint and train on; the next interval's checkpoint tries again. The metrics
-         * stream carries a "checkpoint_skipped" point (value: the step) as the warning. */
-        mt_log_warn("job %s: checkpoint step %llu skipped: %s (training goes on; the next "
-                    "checkpoint tries again)",
-                    r->job_id, (unsigned long long)step, err->msg);
-        if (r->has_rank0) {
-            add_point(r, "checkpoint_skipped", step, r->meta_epoch > 0 ? r->meta_epoch : 0,
-                      (double)step);
-            flush_metrics(r, true);
-        }
+    if (rc == MT_RESOURCE_EXHAUSTED) { /* the coordinator's disk is full (its message names
+                                          its host, not its paths) */
+        skip_ckpt(r, step, err->msg);
         rc = MT_OK;
     }
     return rc;
@@ -457,6 +487,17 @@ static mt_code download(task_run *r, uint64_t step, const char *path, mt_err *er
 
 /* ------------------------------------------------------------------ runner: training hooks */
 
+/* The points of m's loss and metrics at p's step, named as group g reports them (Keras's names,
+ * core/loss: loss, accuracy, ...; val_loss, ...; test_loss, ...; static strings). */
+static void add_points(task_run *r, const mt_train_progress *p, const mt_metrics *m,
+                       mt_metric_group g)
+{
+    add_point(r, mt_metric_report_name(g, -1), (uint64_t)p->step, p->epoch, m->loss);
+    for (int k = 0; k < MT_METRIC_COUNT; k++)
+        if (m->mask & (1u << k))
+            add_point(r, mt_metric_report_name(g, k), (uint64_t)p->step, p->epoch, m->value[k]);
+}
+
 static mt_code on_progress(void *ctx, const mt_train_progress *p)
 {
     task_run *r = ctx;
@@ -477,13 +518,13 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
                 add_point(r, "epoch_steps", (uint64_t)p->step, p->epoch, (double)p->epoch_steps);
                 r->meta_epoch = p->epoch;
             }
-            add_point(r, "loss", (uint64_t)p->step, p->epoch, p->loss);
+            add_points(r, p, &p->train, MT_METRIC_GROUP_TRAIN);
             add_point(r, "batch_loss", (uint64_t)p->step, p->epoch, p->batch_loss);
-            add_point(r, "accuracy", (uint64_t)p->step, p->epoch, p->accuracy);
             add_point(r, "examples_per_sec", (uint64_t)p->step, p->epoch, p->examples_per_sec);
-        } else {
-            add_point(r, "eval_loss", (uint64_t)p->step, p->epoch, p->test_loss);
-            add_point(r, "eval_accuracy", (uint64_t)p->step, p->epoch, p->test_accuracy);
+            if (p->has_val) /* the validation made after this step */
+                add_points(r, p, &p->val, MT_METRIC_GROUP_VAL);
+        } else if (p->has_test) {
+            add_points(r, p, &p->test, MT_METRIC_GROUP_TEST);
         }
         if (p->event != MT_TRAIN_STEP || now_s() - r->last_flush >= FLUSH_S ||
             (uint64_t)p->step == r->ckpt_step)
@@ -671,6 +712,7 @@ static mt_code run_task(task_run *r, mt_err *err)
     ro.spec_json = js->json;
     ro.world = world;
     ro.on_saved = upload;
+    ro.on_best = upload_best;
     ro.save_on_stop = on_stop_save;
     r->last_flush = now_s();
     rc = run_train(r, js, mesh, &ro, &res, err);

@@ -1379,6 +1379,12 @@ mt_code mt_ckpt_compute_digest(const mt_ckpt *ck, const char *name, mt_digest *o
     return mt_digest_tensor(&d, NULL, 0, mt_ckpt_digest_fill, &f, out, err);
 }
 
+/* A text metadata tensor (MT_CKPT_META_PREFIX): not part of the model state. */
+static bool is_meta(const char *name)
+{
+    return strncmp(name, MT_CKPT_META_PREFIX, strlen(MT_CKPT_META_PREFIX)) == 0;
+}
+
 mt_code mt_ckpt_root(const mt_ckpt *ck, bool weights_only, bool recompute, mt_digest *out,
                      int *count, mt_err *err)
 {
@@ -1392,7 +1398,7 @@ mt_code mt_ckpt_root(const mt_ckpt *ck, bool weights_only, bool recompute, mt_di
     for (int i = 0; rc == MT_OK && i < ck->n; i++) {
         const ck_tensor *t = &ck->t[i];
         char a[MT_DIGEST_HEX], b[MT_DIGEST_HEX];
-        if (weights_only && strchr(t->name, '/') != NULL)
+        if ((weights_only && strchr(t->name, '/') != NULL) || is_meta(t->name))
             continue;
         if (!recompute && !t->has_digest) {
             rc = mt_err_set(err, MT_FAILED_PRECONDITION,
@@ -1446,6 +1452,39 @@ static mt_code st_patch_digest(atomic_file *af, const char *json, const mt_diges
     return MT_OK;
 }
 
+/*
+ * Add every text metadata tensor of ck (U8 "meta/<key>") to the header's metadata object m as
+ * "<key>": its bytes as a string. Codes: the read's, INVALID_ARGUMENT (not U8 text),
+ * RESOURCE_EXHAUSTED.
+ */
+static mt_code st_add_ckpt_meta(const mt_ckpt *ck, cJSON *m, const char *path, mt_err *err)
+{
+    for (int i = 0; i < ck->n; i++) {
+        const ck_tensor *t = &ck->t[i];
+        char *text;
+        mt_code rc;
+        if (!is_meta(t->name))
+            continue;
+        if (t->dtype != MT_CKPT_U8 || t->nbytes > SIZE_MAX - 1)
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "export %s: %s: metadata '%s' is not text",
+                              path, ck->label, t->name);
+        if ((text = mt_malloc((size_t)t->nbytes + 1)) == NULL)
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
+        rc = mt_ckpt_read(ck, t->name, text, (size_t)t->nbytes + 1, err);
+        text[t->nbytes] = '\0';
+        if (rc == MT_OK && strlen(text) != t->nbytes)
+            rc = mt_err_set(err, MT_INVALID_ARGUMENT, "export %s: %s: metadata '%s' holds a NUL",
+                            path, ck->label, t->name);
+        if (rc == MT_OK &&
+            cJSON_AddStringToObject(m, t->name + strlen(MT_CKPT_META_PREFIX), text) == NULL)
+            rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
+        mt_free(text);
+        if (rc != MT_OK)
+            return rc;
+    }
+    return MT_OK;
+}
+
 /* A new safetensors header object with "__metadata__" {producer, step, epoch, meta pairs...}. */
 static cJSON *st_header_new(const mt_ckpt *ck, const char *const *meta)
 {
@@ -1492,15 +1531,25 @@ static int st_header_add(cJSON *root, const char *name, mt_ckpt_dtype dtype, int
     return ok;
 }
 
-/* The safetensors JSON header (unpadded), a new cJSON string; NULL on OOM. *count = weights. */
-static char *safetensors_header(const mt_ckpt *ck, int *count)
+/* The safetensors JSON header (unpadded) in *json, a new cJSON string. *count = weights.
+ * Codes: st_add_ckpt_meta's, RESOURCE_EXHAUSTED. */
+static mt_code safetensors_header(const mt_ckpt *ck, const char *path, char **json, int *count,
+                                  mt_err *err)
 {
     cJSON *root = st_header_new(ck, NULL);
-    char *json = NULL;
     uint64_t off = 0;
     int ok = root != NULL;
+    mt_code rc;
 
+    *json = NULL;
     *count = 0;
+    if (!ok)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
+    rc = st_add_ckpt_meta(ck, cJSON_GetObjectItemCaseSensitive(root, "__metadata__"), path, err);
+    if (rc != MT_OK) {
+        cJSON_Delete(root);
+        return rc;
+    }
     for (int i = 0; ok && i < ck->n; i++) {
         const ck_tensor *t = &ck->t[i];
         if (strchr(t->name, '/') != NULL)
@@ -1510,9 +1559,11 @@ static char *safetensors_header(const mt_ckpt *ck, int *count)
         (*count)++;
     }
     if (ok)
-        json = cJSON_PrintUnformatted(root);
+        *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
-    return json;
+    if (*json == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
+    return MT_OK;
 }
 
 /* Write the u64 length and the JSON header, padded with spaces to a multiple of 8. */
@@ -1540,9 +1591,9 @@ mt_code mt_ckpt_export_safetensors(const mt_ckpt *ck, const char *path, mt_err *
     int count;
     mt_code rc;
 
-    json = safetensors_header(ck, &count);
-    if (json == NULL)
-        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
+    rc = safetensors_header(ck, path, &json, &count, err);
+    if (rc != MT_OK)
+        return rc;
     if (count == 0) {
         cJSON_free(json);
         return mt_err_set(err, MT_FAILED_PRECONDITION, "export %s: %s holds no weights", path,
@@ -1680,6 +1731,7 @@ mt_code mt_ckpt_export_safetensors_map(const mt_ckpt *ck, const mt_ckpt_export_t
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "export %s: out of memory", path);
         goto out;
     }
+    rc = st_add_ckpt_meta(ck, cJSON_GetObjectItemCaseSensitive(hdr, "__metadata__"), path, err);
     for (int i = 0; rc == MT_OK && i < n; i++) {
         rc = map_check(ck, &plan[i], i, path, &counts[i], err);
         for (int j = 0; rc == MT_OK && j < i; j++)

@@ -52,6 +52,14 @@
 #define MT_CKPT_MAX_RANK 8
 #define MT_CKPT_MAX_NAME 1024 /* bytes of a tensor name, NUL excluded */
 #define MT_CKPT_ALIGN    64   /* alignment of every tensor's data in the file */
+/*
+ * A U8 tensor named MT_CKPT_META_PREFIX "<key>" holds text metadata that travels with the model
+ * (e.g. "meta/meshtrain.tokenizer", the vocabulary of a language model, core/text). It is not
+ * model state: mt_ckpt_root leaves it out (so the state root stays the trainer's digest),
+ * restores never look for it, and both safetensors exports copy it into "__metadata__" as
+ * "<key>" (a string; a NUL byte or another dtype refuses the export).
+ */
+#define MT_CKPT_META_PREFIX "meta/"
 
 typedef enum mt_ckpt_dtype {
     MT_CKPT_F32 = 1,
@@ -220,7 +228,8 @@ mt_code mt_ckpt_compute_digest(const mt_ckpt *ck, const char *name, mt_digest *o
 
 /*
  * The Merkle root (mt_digest_root) of the weights (weights_only: names without '/', what a
- * safetensors export holds) or of every tensor (the state: weights, optimizer slots, iterations),
+ * safetensors export holds) or of every tensor but the meta/ texts (the state: weights,
+ * optimizer slots, iterations),
  * from the recorded tensor digests, or recomputed from the data (recompute; each one also checked
  * against the recorded digest when there is one). *count (may be NULL) = tensors in it.
  * Codes: MT_FAILED_PRECONDITION (a version 1 file without recompute: no digests recorded),
@@ -250,7 +259,8 @@ mt_code mt_ckpt_safetensors_digest(const char *path, mt_digest *root, int *count
  * raw little-endian data, tensors back to back in checkpoint order. Written to a
  * temporary name, fsynced and renamed. Metadata: producer, step, epoch, "mt_digest" (the hex
  * Merkle root of the tensors in the file, core/digest; equal to mt_ckpt_root(weights_only) of the
- * checkpoint) and "mt_digest_format" (MT_DIGEST_FORMAT).
+ * checkpoint), "mt_digest_format" (MT_DIGEST_FORMAT) and every MT_CKPT_META_PREFIX text
+ * tensor as "<key>": "<text>" (INVALID_ARGUMENT when one is not U8 text).
  * Codes: MT_FAILED_PRECONDITION (no weight to export), I/O codes as commit,
  * MT_RESOURCE_EXHAUSTED.
  */

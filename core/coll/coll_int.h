@@ -14,7 +14,7 @@
  * it on a push socket whose pull side's receive callback does the same). Inboxes are one FIFO
  * per source rank, so per-source order is preserved and the algorithms never see the transport.
  * Direct transport only: a ring step's receive may be posted (coll_post); the reader thread then
- * reads matching frames' payloads straight into the caller's buffer (coll__post_claim) instead
+ * reads matching frames' payloads straight into the caller's buffer (w->engine->claim) instead
  * of queueing a message, and only while the device thread waits for that step. With one
  * device in this process the device thread instead reads the partner's connection (socket or
  * ring) itself during tree_run's exchanges ("Driving" below; coll_world.c drive_step).
@@ -73,12 +73,21 @@ enum coll_op {
     COLL_OP_BARRIER = 5,
 };
 
+/* Which part of a collective a DATA frame belongs to (the header's phase). */
+enum coll_phase {
+    COLL_PHASE_REDUCE = 0, /* tree halving (added) / broadcast chain */
+    COLL_PHASE_GATHER = 1, /* tree doubling, ring allgather (copied) */
+    COLL_PHASE_DIRECT = 2, /* one-hop small path; reduce-scatter's scatter */
+    COLL_PHASE_INPUTS = 3, /* small path by recursive doubling: members' inputs (copied) */
+    COLL_PHASE_RESULT = 4, /* small path by recursive doubling: result to a folded member */
+};
+
 /* Wire header (host order; meshtrain runs on little-endian hosts). coll_wire.c. */
 typedef struct coll_hdr {
     uint32_t magic;
     uint8_t kind;    /* enum coll_kind */
     uint8_t op;      /* enum coll_op */
-    uint8_t phase;   /* 0 reduce-scatter / chain, 1 allgather */
+    uint8_t phase;   /* enum coll_phase */
     uint8_t pad;     /* 0 */
     uint64_t job;    /* job id */
     uint64_t step;   /* training step */
@@ -133,13 +142,32 @@ typedef struct coll_post { /* all fields: comm mu, except cancel */
     int drive_proc;     /* the device thread drives this process's connection (-1: none) */
 } coll_post;
 
-/* Where a claimed frame's payload goes (filled by coll__post_claim). */
-typedef struct coll_sink {
-    mt_coll_comm *c;
+/*
+ * Where a claimed frame's payload goes (filled by w->engine->claim): the posted receive as the
+ * transport sees it. The transport reads the payload into dest (copy) or, when add, into piece
+ * buffers it gets from ops and hands back full (or adds a piece itself with coll__add_into when
+ * none is free); it stops touching the buffers once ops->cancelled says so, and calls
+ * ops->finish exactly once. These operations are the engine's (coll_world.c): a transport
+ * reaches them only through the sink, never by name.
+ */
+typedef struct coll_sink coll_sink;
+typedef struct coll_sink_ops {
+    /* a free piece buffer (marked "filling") in *buf and its index, or -1: none */
+    int (*piece_get)(const coll_sink *s, unsigned char **buf);
+    /* piece j holds bytes for dest: the device thread adds it */
+    void (*piece_full)(const coll_sink *s, int j, unsigned char *dest, size_t bytes);
+    /* the device thread gave up: stop writing into its buffers, then finish(s, 0) */
+    int (*cancelled)(const coll_sink *s);
+    /* the payload was read (ok 1) or not (0: the connection ended, cancelled) */
+    void (*finish)(const coll_sink *s, int ok);
+} coll_sink_ops;
+struct coll_sink {
+    const coll_sink_ops *ops;
+    mt_coll_comm *c; /* the engine's; opaque to the transport */
     unsigned char *dest;
     size_t bytes;
     int add;
-} coll_sink;
+};
 
 /* What the reader of a connection does with a DATA frame whose header it read. */
 typedef enum coll_claim {
@@ -149,20 +177,21 @@ typedef enum coll_claim {
                               device here and in the sender: nothing else queues behind it) */
     COLL_CLAIM_DRIVER = 3, /* the device thread drives the sender's connection: hand it over */
 } coll_claim;
-/* Reader thread, net mu held: what to do with h (handover: COLL_CLAIM_DRIVER allowed). */
-coll_claim coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s);
+/*
+ * The engine's one entry point for frames from other processes: the endpoint (coll_net.c) hands
+ * every frame that arrives on a connection or nng pipe to its world through w->engine, never by
+ * name (coll_world.c sets it), so no transport file calls into a file above it.
+ */
+typedef struct coll_engine_ops {
+    /* put m into the destination comm's inbox (takes m) or record an ABORT. Any thread. */
+    void (*deliver)(mt_coll_world *w, nng_msg *m, const coll_hdr *h);
+    /* a reader thread, net mu held: what to do with DATA header h (handover: COLL_CLAIM_DRIVER
+     * allowed); COLL_CLAIM_POSTED fills *s */
+    coll_claim (*claim)(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s);
+} coll_engine_ops;
 /* Wake readers waiting after COLL_CLAIM_WAIT (takes net mu). */
 void coll__net_wake_claim(mt_coll_net *net);
-/*
- * Reader thread, claimed payload being added: a free piece buffer of s's post (marked
- * "filling"), or NULL (none: add it yourself). coll__post_piece_full hands it to the device
- * thread with its destination.
- */
-int coll__post_piece_get(const coll_sink *s);
-void coll__post_piece_full(const coll_sink *s, int j, unsigned char *dest, size_t bytes);
-/* Reader thread: the claimed payload was read (ok) or not (connection ended, cancelled). */
-void coll__post_finish(const coll_sink *s, int ok);
-/* d[i] = partial[i] + d[i] for i < n (one float32 addition each, in that order). */
+/* d[i] = partial[i] + d[i] for i < n (one float32 addition each, in that order). coll_wire.c */
 void coll__add_into(float *restrict d, const unsigned char *restrict partial, size_t n);
 
 typedef struct coll_queue {
@@ -238,6 +267,9 @@ typedef struct coll_peer {
 } coll_peer;
 
 struct mt_coll_world {
+    const struct mt_coll_backend *backend; /* the collectives' operations (coll_backend.c) */
+    const coll_engine_ops *engine;         /* where the endpoint delivers frames (coll_world.c) */
+    void *backend_state;                   /* mt_coll_world_new_backend's state, else NULL */
     int size;
     mt_coll_world_opts opts;
     size_t seg; /* segment size in elements */
@@ -259,14 +291,17 @@ struct mt_coll_world {
     int axis_size[COLL_MAX_AXES];
 };
 
-int64_t coll__now_ns(void);
+int64_t coll__now_ns(void); /* CLOCK_MONOTONIC in ns (coll_wire.c) */
+/*
+ * NULL when group is valid for rank (ranks in [0, w->size), none twice, rank a member; *pos its
+ * position), else what is wrong, written to why.
+ */
+const char *coll__group_problem(const mt_coll_world *w, int rank, const mt_coll_group *g, int *pos,
+                                char *why, size_t cap);
 /* Floats of DATA payload this world's devices sent to other processes so far (tests: which
  * exchanges crossed processes). Any thread. */
 uint64_t coll__world_remote_floats(mt_coll_world *w);
 uint64_t coll__tag_pack(uint64_t step, uint32_t seq);
-
-/* Put m into dst's inbox (takes m) or record an ABORT. Any thread. */
-void coll__deliver(mt_coll_world *w, nng_msg *m, const coll_hdr *h);
 
 /* Transport hooks implemented in coll_net.c. */
 mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err);

@@ -11,7 +11,7 @@
  * Each process has one mt_coll_net: a PULL socket listening on the process's
  * data-plane address with one receive aio always outstanding; its callback (on
  * an nng thread) hands every message to the destination comm's inbox
- * (coll__deliver) and re-arms. (A dedicated receiver thread blocking in
+ * (w->engine->deliver) and re-arms. (A dedicated receiver thread blocking in
  * nng_recvmsg was measured slower: one more thread wake-up per hop.) To reach another process a
  * world opens, on first use, one PUSH socket dialed to that process's listener
  * (so connections go only to the ring neighbours actually needed); it is reused
@@ -79,7 +79,36 @@ struct mt_coll_net {
     char token[256];        /* data-plane token ("" none), proven by every dialed connection */
     mt_coll_net_opts opts;  /* as given (token and tls point at the fields above) */
     char refused_addr[256]; /* mu: last dialer refused before the world existed */
+    const struct net_transport *tp; /* the operations of the listener's URL scheme */
 };
+
+/*
+ * One table of operations per transport (the listener's URL scheme decides, as nng registers
+ * one per scheme): mt_coll_net_new_opts, the engine's sends (coll__net_send*), closing a
+ * world's connections and mt_coll_net_free go through it, never through an if on the
+ * transport. direct_transport: tcp://, ipc://, shm:// (coll_raw.c; a connection's frames go
+ * through a socket or a coll_shm.c ring); nng_transport: nng+tcp://, nng+ipc:// and
+ * tls+tcp:// (nng, with the TLS config for tls+tcp://). The in-process hop is the engine's
+ * own (the receiver's inbox).
+ */
+typedef struct net_transport {
+    const char *name;
+    int direct; /* frames written from the caller's buffer: posted receives and driving apply */
+    /* listen on url (the scheme prefix nng+ already removed); fills net->addr */
+    mt_code (*listen)(mt_coll_net *net, const char *url, mt_err *err);
+    /* one frame (m taken) from c to process proc before deadline_ns */
+    mt_code (*send)(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err);
+    /* a control frame (PING, PONG, ABORT; m taken) within timeout_ms; *out: an aio the caller
+     * waits for and frees, or NULL when the send already completed */
+    mt_code (*send_ctl)(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms, nng_aio **out);
+    /* end the connection to open peer i in order (BYE first) */
+    void (*peer_close)(mt_coll_world *w, int i, coll_peer *pe);
+    /* how frames to the open peer go (mt_coll_world_link); addr without nng+ */
+    const char *(*link)(const mt_coll_world *w, const coll_peer *pe, const char *addr);
+    /* stop receiving (joins or closes); 0: a close is still running, keep net (a leak) */
+    int (*stop)(mt_coll_net *net);
+} net_transport;
+static const net_transport direct_transport, nng_transport;
 
 static mt_code nng_code(int rv)
 {
@@ -230,10 +259,12 @@ static void net_handle(mt_coll_net *net, nng_msg *m)
             mt_log_warn("coll %s: dropping a message that arrived before its job", net->addr);
             nng_msg_free(m);
         }
+    } else if (h.job < w->opts.job_id && w->opts.job_id - h.job <= MT_COLL_MAX_ATTEMPTS) {
+        nng_msg_free(m); /* a late frame of an earlier attempt of this job (mt_coll.h) */
     } else {
         if (h.src >= 0 && h.src < w->size)
             note_pipe(net, nng_msg_get_pipe(m).id, w->proc_of[h.src]);
-        coll__deliver(w, m, &h);
+        w->engine->deliver(w, m, &h);
     }
     pthread_mutex_unlock(&net->mu);
 }
@@ -264,7 +295,7 @@ static void raw_deliver(void *arg, nng_msg *m, uint32_t conn)
  * A DATA header arrived on direct connection conn: claim a posted receive for its payload.
  * A ring frame that arrives before its step is posted (a fast predecessor is already in the
  * next collective) waits up to RAW_ARM_WAIT_NS for the device thread to post it, when
- * coll__post_claim says that is safe; net->mu is released while waiting.
+ * the engine's claim says that is safe; net->mu is released while waiting.
  */
 static coll_claim raw_claim(void *arg, const unsigned char *hb, uint32_t conn, int handover,
                             coll_sink *s)
@@ -284,7 +315,7 @@ static coll_claim raw_claim(void *arg, const unsigned char *hb, uint32_t conn, i
         if (!noted)
             note_pipe(net, conn, w->proc_of[h.src]);
         noted = 1;
-        r = coll__post_claim(w, &h, handover, s);
+        r = w->engine->claim(w, &h, handover, s);
         int64_t now = coll__now_ns();
         if (r != COLL_CLAIM_WAIT || now >= until)
             break;
@@ -476,6 +507,45 @@ static mt_code check_net_opts(const char *url, const mt_coll_net_opts *o, mt_err
     return MT_OK;
 }
 
+/* The direct transport's listener; its reader threads deliver through the raw_* callbacks. */
+static mt_code direct_listen(mt_coll_net *net, const char *url, mt_err *err)
+{
+    const mt_coll_net_opts *opts = &net->opts;
+    coll_raw_cbs cbs = {net, raw_deliver, raw_lost, raw_refused, raw_claim};
+    coll_raw_cfg cfg = {.token = net->token,
+                        .shm = opts->shm,
+                        .shm_ring = opts->shm_ring_bytes,
+                        .shm_spin_ns = opts->shm_spin_us * 1000,
+                        .handshake_ms = opts->handshake_ms,
+                        .max_handshakes = opts->max_handshakes};
+    return coll__raw_listen(url, &cfg, &cbs, &net->raw, net->addr, sizeof(net->addr), err);
+}
+
+/* nng's PULL listener with one receive always outstanding (net_recv_cb delivers). */
+static mt_code nngt_listen(mt_coll_net *net, const char *url, mt_err *err)
+{
+    mt_code rc;
+    int rv;
+    if ((rv = nng_pull0_open(&net->pull)) != 0)
+        return mt_err_set(err, nng_code(rv), "coll net: open socket: %s", nng_strerror(rv));
+    nng_socket_set_size(net->pull, NNG_OPT_RECVMAXSZ, NET_RECVMAX);
+    nng_socket_set_int(net->pull, NNG_OPT_RECVBUF, 1024);
+    nng_pipe_notify(net->pull, NNG_PIPE_EV_REM_POST, pull_pipe_cb, net);
+    if ((rc = mt_tls_listen(net->pull, url, net->tls, 1, &net->lst, err)) != MT_OK)
+        goto fail; /* peers must present a certificate from the CA */
+    if ((rc = format_addr(net, url, err)) != MT_OK)
+        goto fail;
+    if ((rv = nng_aio_alloc(&net->raio, net_recv_cb, net)) != 0) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll net: cannot allocate aio");
+        goto fail;
+    }
+    nng_recv_aio(net->pull, net->raio);
+    return MT_OK;
+fail:
+    nng_close(net->pull);
+    return rc;
+}
+
 /* tcp://, ipc:// and shm://: the direct transport (with the token handshake); nng+tcp://,
  * nng+ipc:// and tls+tcp:// (with tls): nng. */
 mt_code mt_coll_net_new_opts(const char *url, const mt_coll_net_opts *opts, mt_coll_net **out,
@@ -484,8 +554,6 @@ mt_code mt_coll_net_new_opts(const char *url, const mt_coll_net_opts *opts, mt_c
     mt_coll_net_opts def = MT_COLL_NET_DEFAULTS;
     mt_coll_net *net;
     mt_code rc;
-    int rv;
-
     int use_nng = 0;
 
     *out = NULL;
@@ -529,40 +597,11 @@ mt_code mt_coll_net_new_opts(const char *url, const mt_coll_net_opts *opts, mt_c
     net->opts = *opts;
     net->opts.token = net->token;
     net->opts.tls = NULL; /* net->tls holds it */
-    if (!use_nng) {
-        coll_raw_cbs cbs = {net, raw_deliver, raw_lost, raw_refused, raw_claim};
-        coll_raw_cfg cfg = {.token = net->token,
-                            .shm = opts->shm,
-                            .shm_ring = opts->shm_ring_bytes,
-                            .shm_spin_ns = opts->shm_spin_us * 1000,
-                            .handshake_ms = opts->handshake_ms,
-                            .max_handshakes = opts->max_handshakes};
-        rc = coll__raw_listen(url, &cfg, &cbs, &net->raw, net->addr, sizeof(net->addr), err);
-        if (rc != MT_OK)
-            goto fail_sock;
-        *out = net;
-        return MT_OK;
-    }
-    if ((rv = nng_pull0_open(&net->pull)) != 0) {
-        rc = mt_err_set(err, nng_code(rv), "coll net: open socket: %s", nng_strerror(rv));
+    net->tp = use_nng ? &nng_transport : &direct_transport;
+    if ((rc = net->tp->listen(net, url, err)) != MT_OK)
         goto fail_sock;
-    }
-    nng_socket_set_size(net->pull, NNG_OPT_RECVMAXSZ, NET_RECVMAX);
-    nng_socket_set_int(net->pull, NNG_OPT_RECVBUF, 1024);
-    nng_pipe_notify(net->pull, NNG_PIPE_EV_REM_POST, pull_pipe_cb, net);
-    if ((rc = mt_tls_listen(net->pull, url, net->tls, 1, &net->lst, err)) != MT_OK)
-        goto fail_listen; /* peers must present a certificate from the CA */
-    if ((rc = format_addr(net, url, err)) != MT_OK)
-        goto fail_listen;
-    if ((rv = nng_aio_alloc(&net->raio, net_recv_cb, net)) != 0) {
-        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll net: cannot allocate aio");
-        goto fail_listen;
-    }
-    nng_recv_aio(net->pull, net->raio);
     *out = net;
     return MT_OK;
-fail_listen:
-    nng_close(net->pull);
 fail_sock:
     pthread_mutex_destroy(&net->mu);
     pthread_cond_destroy(&net->arm_cv);
@@ -594,14 +633,8 @@ void mt_coll_net_free(mt_coll_net *net)
 {
     if (net == NULL)
         return;
-    if (net->raw != NULL) {
-        coll__raw_free(net->raw); /* joins its threads: no callback runs after this */
-    } else {
-        if (!close_bounded(net, net->pull, 2000, net->addr) || atomic_load(&net->closing) != 0)
-            return; /* callbacks of a socket still closing may use net: keep it (a leak) */
-        nng_aio_stop(net->raio);
-        nng_aio_free(net->raio);
-    }
+    if (!net->tp->stop(net))
+        return; /* callbacks of a socket still closing may use net: keep it (a leak) */
     for (size_t i = 0; i < net->npending; i++)
         nng_msg_free(net->pending[i]);
     mt_free(net->pending);
@@ -647,7 +680,7 @@ void coll__net_attach_pending(mt_coll_net *net, mt_coll_world *w)
         }
         if (h.src >= 0 && h.src < w->size)
             note_pipe(net, nng_msg_get_pipe(m).id, w->proc_of[h.src]);
-        coll__deliver(w, m, &h);
+        w->engine->deliver(w, m, &h);
     }
     net->npending = 0;
     pthread_mutex_unlock(&net->mu);
@@ -671,10 +704,6 @@ static mt_code peer_open(mt_coll_world *w, int proc, mt_err *err)
     pthread_mutex_lock(&pe->mu);
     if (pe->open)
         goto out;
-    if (w->net->raw != NULL) {
-        rc = MT_UNAVAILABLE; /* dialed by raw_open, with the caller's deadline */
-        goto out;
-    }
     nng_socket s;
     if ((rv = nng_push0_open(&s)) != 0) {
         rc = mt_err_set(err, nng_code(rv), "open socket to %s: %s", w->proc_addr[proc],
@@ -724,10 +753,8 @@ const char *mt_coll_world_link(const mt_coll_world *w, const char *addr)
         if (i == w->my_proc)
             return "local";
         pthread_mutex_lock(&pe->mu);
-        if (pe->open && w->net->raw == NULL)
-            kind = w->net->tls != NULL ? "tls" : "nng";
-        else if (pe->open)
-            kind = pe->shm != NULL ? "shm" : strncmp(a, "tcp://", 6) == 0 ? "tcp" : "ipc";
+        if (pe->open)
+            kind = w->net->tp->link(w, pe, a);
         pthread_mutex_unlock(&pe->mu);
     }
     return kind;
@@ -735,7 +762,7 @@ const char *mt_coll_world_link(const mt_coll_world *w, const char *addr)
 
 int coll__net_is_raw(const mt_coll_world *w)
 {
-    return w->net != NULL && w->net->raw != NULL;
+    return w->net != NULL && w->net->tp->direct;
 }
 
 /*
@@ -946,15 +973,22 @@ mt_code coll__net_send_buf(mt_coll_comm *c, int proc, const void *hdr, const voi
 
 mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err)
 {
+    return c->w->net->tp->send(c, proc, m, deadline_ns, err);
+}
+
+static mt_code direct_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err)
+{
+    const unsigned char *b = nng_msg_body(m);
+    mt_code rc = raw_send(c->w, proc, b, b + COLL_HDR_SIZE, nng_msg_len(m) - COLL_HDR_SIZE,
+                          deadline_ns, err);
+    nng_msg_free(m);
+    return rc;
+}
+
+static mt_code nngt_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err)
+{
     mt_coll_world *w = c->w;
     mt_code rc;
-    if (w->net->raw != NULL) {
-        const unsigned char *b = nng_msg_body(m);
-        rc = raw_send(w, proc, b, b + COLL_HDR_SIZE, nng_msg_len(m) - COLL_HDR_SIZE, deadline_ns,
-                      err);
-        nng_msg_free(m);
-        return rc;
-    }
     if ((rc = peer_open(w, proc, err)) != MT_OK) {
         nng_msg_free(m);
         return rc;
@@ -986,18 +1020,28 @@ mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_n
 mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
                              nng_aio **out)
 {
-    nng_aio *a;
     *out = NULL;
-    if (w->net->raw != NULL) {
-        /* synchronous, so bounded tightly: a PING/PONG that cannot leave at once goes to a
-         * peer that does not read (stopped), which the diagnosis reports as "no answer" */
-        const unsigned char *b = nng_msg_body(m);
-        int64_t ms = timeout_ms < COLL_CTL_RAW_MS ? timeout_ms : COLL_CTL_RAW_MS;
-        mt_code rc = raw_send(w, proc, b, b + COLL_HDR_SIZE, nng_msg_len(m) - COLL_HDR_SIZE,
-                              coll__now_ns() + ms * 1000000LL, NULL);
-        nng_msg_free(m);
-        return rc;
-    }
+    return w->net->tp->send_ctl(w, proc, m, timeout_ms, out);
+}
+
+static mt_code direct_send_ctl(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
+                               nng_aio **out)
+{
+    /* synchronous, so bounded tightly: a PING/PONG that cannot leave at once goes to a peer
+     * that does not read (stopped), which the diagnosis reports as "no answer" */
+    const unsigned char *b = nng_msg_body(m);
+    int64_t ms = timeout_ms < COLL_CTL_RAW_MS ? timeout_ms : COLL_CTL_RAW_MS;
+    mt_code rc = raw_send(w, proc, b, b + COLL_HDR_SIZE, nng_msg_len(m) - COLL_HDR_SIZE,
+                          coll__now_ns() + ms * 1000000LL, NULL);
+    nng_msg_free(m);
+    *out = NULL;
+    return rc;
+}
+
+static mt_code nngt_send_ctl(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
+                             nng_aio **out)
+{
+    nng_aio *a;
     if (peer_open(w, proc, NULL) != MT_OK || nng_aio_alloc(&a, NULL, NULL) != 0) {
         nng_msg_free(m);
         return MT_UNAVAILABLE;
@@ -1064,36 +1108,91 @@ void coll__peers_close(mt_coll_world *w)
         coll_peer *pe = &w->peers[i];
         if (!pe->open)
             continue;
-        if (w->net->raw != NULL) { /* every frame was written synchronously: BYE, close */
-            raw_bye(w, pe);
-            peer_release(pe);
-            pthread_mutex_lock(&w->net->mu);
-            pe->open = 0;
-            pthread_mutex_unlock(&w->net->mu);
-            continue;
-        }
-        if (atomic_load(&pe->connected) && atomic_load(&pe->down_ns) == 0) {
-            nng_msg *m;
-            if (nng_msg_alloc(&m, COLL_HDR_SIZE) == 0) {
-                coll_hdr h = {.magic = COLL_MAGIC,
-                              .kind = COLL_KIND_BYE,
-                              .job = w->opts.job_id,
-                              .src = -1,
-                              .dst = -1};
-                coll__hdr_encode(&h, nng_msg_body(m));
-                nng_socket_set_ms(pe->sock, NNG_OPT_SENDTIMEO, 50);
-                if (nng_sendmsg(pe->sock, m, 0) != 0)
-                    nng_msg_free(m);
-            }
-        }
-        /* TLS: let the TLS layer finish writing (the BYE only proves the data reached it).
-         * Closing at once stalled nng 1.5.2's close in ~40% of runs (tests/unit/test_tls.c,
-         * test_tls_data_plane); after 20 or 100 ms: none in 28. */
-        if (w->net->tls != NULL)
-            nng_msleep(50);
-        close_bounded(w->net, pe->sock, 2000, w->proc_addr[i]);
+        w->net->tp->peer_close(w, i, pe);
         pthread_mutex_lock(&w->net->mu);
         pe->open = 0;
         pthread_mutex_unlock(&w->net->mu);
     }
 }
+
+/* Every frame was written synchronously: BYE, close. */
+static void direct_peer_close(mt_coll_world *w, int i, coll_peer *pe)
+{
+    (void)i;
+    raw_bye(w, pe);
+    peer_release(pe);
+}
+
+static void nngt_peer_close(mt_coll_world *w, int i, coll_peer *pe)
+{
+    if (atomic_load(&pe->connected) && atomic_load(&pe->down_ns) == 0) {
+        nng_msg *m;
+        if (nng_msg_alloc(&m, COLL_HDR_SIZE) == 0) {
+            coll_hdr h = {.magic = COLL_MAGIC,
+                          .kind = COLL_KIND_BYE,
+                          .job = w->opts.job_id,
+                          .src = -1,
+                          .dst = -1};
+            coll__hdr_encode(&h, nng_msg_body(m));
+            nng_socket_set_ms(pe->sock, NNG_OPT_SENDTIMEO, 50);
+            if (nng_sendmsg(pe->sock, m, 0) != 0)
+                nng_msg_free(m);
+        }
+    }
+    /* TLS: let the TLS layer finish writing (the BYE only proves the data reached it).
+     * Closing at once stalled nng 1.5.2's close in ~40% of runs (tests/unit/test_tls.c,
+     * test_tls_data_plane); after 20 or 100 ms: none in 28. */
+    if (w->net->tls != NULL)
+        nng_msleep(50);
+    close_bounded(w->net, pe->sock, 2000, w->proc_addr[i]);
+}
+
+static const char *direct_link(const mt_coll_world *w, const coll_peer *pe, const char *addr)
+{
+    (void)w;
+    return pe->shm != NULL ? "shm" : strncmp(addr, "tcp://", 6) == 0 ? "tcp" : "ipc";
+}
+
+static const char *nngt_link(const mt_coll_world *w, const coll_peer *pe, const char *addr)
+{
+    (void)pe;
+    (void)addr;
+    return w->net->tls != NULL ? "tls" : "nng";
+}
+
+static int direct_stop(mt_coll_net *net)
+{
+    coll__raw_free(net->raw); /* joins its threads: no callback runs after this */
+    return 1;
+}
+
+static int nngt_stop(mt_coll_net *net)
+{
+    if (!close_bounded(net, net->pull, 2000, net->addr) || atomic_load(&net->closing) != 0)
+        return 0;
+    nng_aio_stop(net->raio);
+    nng_aio_free(net->raio);
+    return 1;
+}
+
+static const net_transport direct_transport = {
+    .name = "direct",
+    .direct = 1,
+    .listen = direct_listen,
+    .send = direct_send,
+    .send_ctl = direct_send_ctl,
+    .peer_close = direct_peer_close,
+    .link = direct_link,
+    .stop = direct_stop,
+};
+
+static const net_transport nng_transport = {
+    .name = "nng",
+    .direct = 0,
+    .listen = nngt_listen,
+    .send = nngt_send,
+    .send_ctl = nngt_send_ctl,
+    .peer_close = nngt_peer_close,
+    .link = nngt_link,
+    .stop = nngt_stop,
+};

@@ -377,33 +377,34 @@ static int read_claimed(raw_conn *k, const coll_sink *s)
     int let_go = 0;
     while (done < s->bytes) {
         size_t piece = s->bytes - done < COLL_PIECE_BYTES ? s->bytes - done : COLL_PIECE_BYTES;
-        int j = let_go || !s->add ? -1 : coll__post_piece_get(s);
+        unsigned char *pb = NULL;
+        int j = let_go || !s->add ? -1 : s->ops->piece_get(s, &pb);
         unsigned char *to = let_go || s->add ? k->scratch : s->dest + done;
         if (j >= 0)
-            to = s->c->post.piece[j];
+            to = pb;
         size_t got = 0;
         while (got < piece) {
-            if (!let_go && atomic_load(&s->c->post.cancel)) {
-                coll__post_finish(s, 0); /* the device thread resets the piece */
+            if (!let_go && s->ops->cancelled(s)) {
+                s->ops->finish(s, 0); /* the device thread resets the piece */
                 let_go = 1;
                 to = k->scratch; /* the rest of this piece (at most a piece) is discarded */
             }
             ssize_t n = read_some(k, to + got, piece - got);
             if (n < 0) {
                 if (!let_go)
-                    coll__post_finish(s, 0);
+                    s->ops->finish(s, 0);
                 return -1;
             }
             got += (size_t)n;
         }
         if (!let_go && j >= 0)
-            coll__post_piece_full(s, j, s->dest + done, piece);
+            s->ops->piece_full(s, j, s->dest + done, piece);
         else if (!let_go && s->add)
             coll__add_into((float *)(s->dest + done), k->scratch, piece / sizeof(float));
         done += piece;
     }
     if (!let_go)
-        coll__post_finish(s, 1);
+        s->ops->finish(s, 1);
     return 0;
 }
 

@@ -6,10 +6,14 @@
  * transport carries these frames unchanged (sockets, rings, nng messages, in-process
  * inboxes).
  *
+ * Also the two helpers every layer shares: the monotonic clock and the float32 addition of a
+ * received payload (coll__add_into), so that no transport calls into a file above it.
+ *
  * How it fits: the lowest layer of core/coll; it calls nothing of the module. No state; any
  * thread. Tests: tests/unit/test_coll.c, tests/fuzz/fuzz_coll_msg.c.
  */
 #include <string.h>
+#include <time.h>
 
 #include "coll/coll_int.h"
 
@@ -67,4 +71,35 @@ mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h)
     if (h->len > (sz - COLL_HDR_SIZE) / unit || h->len * unit != sz - COLL_HDR_SIZE)
         return MT_INVALID_ARGUMENT;
     return MT_OK;
+}
+
+int64_t coll__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+typedef float coll_v8 __attribute__((vector_size(32)));
+
+/*
+ * d[i] = partial[i] + d[i] for i < n (partial: n floats at any alignment), eight
+ * lanes at a time. Each element is still one float32 addition in the documented
+ * order (no reassociation, no FMA), so the bits equal the scalar loop's.
+ */
+void coll__add_into(float *restrict d, const unsigned char *restrict partial, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        coll_v8 a, b;
+        memcpy(&a, partial + i * sizeof(float), sizeof(a));
+        memcpy(&b, d + i, sizeof(b));
+        b = a + b;
+        memcpy(d + i, &b, sizeof(b));
+    }
+    for (; i < n; i++) {
+        float v;
+        memcpy(&v, partial + i * sizeof(float), sizeof(float));
+        d[i] = v + d[i];
+    }
 }

@@ -3,7 +3,7 @@
  * coll_world.c — worlds, communicators, inboxes and the collective algorithms.
  *
  * Called by device threads (collectives) and by the net receive callback
- * (coll__deliver). Calls coll_net.c for hops to other processes.
+ * (deliver). Calls coll_net.c for hops to other processes.
  *
  * DESIGN. Allreduce (above opts.direct_bytes) runs tree_run: a recursive-halving
  * reduce-scatter then a recursive-doubling allgather over the group order, in the tree
@@ -26,7 +26,7 @@
  * failed here are dropped when they arrive later.
  *
  * Threading: collective entry points run on the comm's device thread; the
- * inbox and abort state are guarded by comm->mu; coll__deliver may run on any
+ * inbox and abort state are guarded by comm->mu; deliver may run on any
  * thread. Tests: tests/unit/test_coll.c.
  */
 #include <errno.h>
@@ -41,6 +41,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "coll/coll_int.h"
+#include "coll/mt_coll_backend.h"
 #include "log/mt_log.h"
 
 static const char *op_name(int op)
@@ -59,13 +60,6 @@ static const char *op_name(int op)
     default:
         return "unknown op";
     }
-}
-
-int64_t coll__now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 uint64_t coll__world_remote_floats(mt_coll_world *w)
@@ -173,7 +167,7 @@ static nng_msg *queue_pop(coll_queue *q)
     return m;
 }
 
-void coll__deliver(mt_coll_world *w, nng_msg *m, const coll_hdr *h)
+static void deliver(mt_coll_world *w, nng_msg *m, const coll_hdr *h)
 {
     if (h->dst < 0 || h->dst >= w->size || h->src < 0 || h->src >= w->size ||
         w->by_rank[h->dst] == NULL) {
@@ -397,6 +391,8 @@ static void group_axes(const mt_coll_world *w, const mt_coll_group *g, char *out
     }
 }
 
+static const coll_engine_ops world_engine;
+
 /* Allocate a world whose ranks are mapped to processes by proc_of (taken). */
 static mt_code world_alloc(int size, const mt_coll_world_opts *opts, int nprocs, int my_proc,
                            mt_coll_world **out, mt_err *err)
@@ -404,6 +400,8 @@ static mt_code world_alloc(int size, const mt_coll_world_opts *opts, int nprocs,
     mt_coll_world *w = mt_calloc(1, sizeof(*w));
     if (w == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll world: out of memory");
+    w->backend = &mt_coll_backend_builtin;
+    w->engine = &world_engine;
     w->size = size;
     w->opts = *opts;
     w->seg = opts->segment_bytes / sizeof(float);
@@ -571,10 +569,8 @@ fail:
     return rc;
 }
 
-void mt_coll_world_cancel(mt_coll_world *w)
+static void builtin_cancel(mt_coll_world *w)
 {
-    if (w == NULL)
-        return;
     atomic_store(&w->cancelled, 1);
     for (int i = 0; i < w->nlocal; i++) {
         mt_coll_comm *c = &w->comms[i];
@@ -595,7 +591,59 @@ void mt_coll_world_free(mt_coll_world *w)
         coll__peers_close(w);
         coll__net_detach(w->net, w);
     }
+    if (w->backend->state_free != NULL && w->backend_state != NULL)
+        w->backend->state_free(w->backend_state);
     world_free_parts(w);
+}
+
+mt_code mt_coll_world_new_backend(const mt_coll_backend *b, void *state, int size, const int *local,
+                                  int nlocal, const mt_coll_world_opts *opts, mt_coll_world **out,
+                                  mt_err *err)
+{
+    mt_coll_world_opts def = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_world *w = NULL;
+    mt_code rc;
+
+    *out = NULL;
+    if (b == NULL || b == &mt_coll_backend_builtin || b->allreduce_sum == NULL ||
+        b->reduce_scatter == NULL || b->allgather == NULL || b->broadcast == NULL ||
+        b->barrier == NULL || size < 1 || nlocal < 0 || (nlocal > 0 && local == NULL))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "coll world: need a backend other than the built-in one (its worlds "
+                          "come from mt_coll_world_new_local / _new_net) with every collective, "
+                          "size >= 1 and the local ranks (size %d)",
+                          size);
+    if ((rc = check_opts(opts != NULL ? opts : &def, err)) != MT_OK)
+        return rc;
+    /* process 0: this one (its ranks get comms), process 1: every other rank */
+    if ((rc = world_alloc(size, opts != NULL ? opts : &def, 2, 0, &w, err)) != MT_OK)
+        return rc;
+    for (int r = 0; r < size; r++)
+        w->proc_of[r] = 1;
+    for (int i = 0; i < nlocal; i++) {
+        if (local[i] < 0 || local[i] >= size || w->proc_of[local[i]] == 0) {
+            rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                            "coll world: local rank %d is outside [0, %d) or given twice", local[i],
+                            size);
+            goto fail;
+        }
+        w->proc_of[local[i]] = 0;
+    }
+    w->proc_addr[0] = mt_strdup(b->name);
+    w->proc_addr[1] = mt_strdup(b->name);
+    if (w->proc_addr[0] == NULL || w->proc_addr[1] == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll world: out of memory");
+        goto fail;
+    }
+    if ((rc = world_make_comms(w, err)) != MT_OK)
+        goto fail;
+    w->backend = b;
+    w->backend_state = state;
+    *out = w;
+    return MT_OK;
+fail:
+    world_free_parts(w);
+    return rc;
 }
 
 int mt_coll_world_size(const mt_coll_world *w)
@@ -619,6 +667,36 @@ void mt_coll_comm_set_step(mt_coll_comm *c, uint64_t step)
 {
     c->auto_step = step;
     c->auto_seq = 0;
+}
+
+const char *coll__group_problem(const mt_coll_world *w, int rank, const mt_coll_group *g, int *pos,
+                                char *why, size_t cap)
+{
+    *pos = -1;
+    if (g == NULL || g->ranks == NULL || g->size < 1) {
+        snprintf(why, cap, "empty or NULL group");
+        return why;
+    }
+    for (int i = 0; i < g->size; i++) {
+        int r = g->ranks[i];
+        if (r < 0 || r >= w->size) {
+            snprintf(why, cap, "group member %d is rank %d, outside [0, %d)", i, r, w->size);
+            return why;
+        }
+        for (int j = 0; j < i; j++) {
+            if (g->ranks[j] == r) {
+                snprintf(why, cap, "rank %d appears twice in the group", r);
+                return why;
+            }
+        }
+        if (r == rank)
+            *pos = i;
+    }
+    if (*pos < 0) {
+        snprintf(why, cap, "rank %d is not a member of the group", rank);
+        return why;
+    }
+    return NULL;
 }
 
 /* ------------------------------------------------------------ collectives */
@@ -692,24 +770,11 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, u
         call != NULL && call->deadline_ms > 0 ? call->deadline_ms : c->w->opts.default_deadline_ms;
     x->start_ns = coll__now_ns();
     x->deadline_ns = x->start_ns + x->deadline_ms * 1000000LL;
-    if (g == NULL || g->ranks == NULL || g->size < 1)
-        return ctx_fail(x, MT_INVALID_ARGUMENT, "empty or NULL group");
-    x->p = g->size;
+    char why[128];
     int pos = -1;
-    for (int i = 0; i < g->size; i++) {
-        int r = g->ranks[i];
-        if (r < 0 || r >= c->w->size)
-            return ctx_fail(x, MT_INVALID_ARGUMENT, "group member %d is rank %d, outside [0, %d)",
-                            i, r, c->w->size);
-        for (int j = 0; j < i; j++) {
-            if (g->ranks[j] == r)
-                return ctx_fail(x, MT_INVALID_ARGUMENT, "rank %d appears twice in the group", r);
-        }
-        if (r == c->rank)
-            pos = i;
-    }
-    if (pos < 0)
-        return ctx_fail(x, MT_INVALID_ARGUMENT, "rank %d is not a member of the group", c->rank);
+    if (coll__group_problem(c->w, c->rank, g, &pos, why, sizeof(why)) != NULL)
+        return ctx_fail(x, MT_INVALID_ARGUMENT, "%s", why);
+    x->p = g->size;
     if (atomic_load(&c->w->cancelled))
         return ctx_fail(x, MT_CANCELLED, "the world was cancelled");
     x->pos = pos; /* from here on, ctx_end tells the other members about a failure */
@@ -749,7 +814,7 @@ static void send_abort(coll_ctx *x, mt_code code, const char *text)
         coll__hdr_encode(&h, nng_msg_body(m));
         memcpy((char *)nng_msg_body(m) + COLL_HDR_SIZE, text, tl);
         if (w->by_rank[r] != NULL) {
-            coll__deliver(w, m, &h);
+            deliver(w, m, &h);
         } else if (atomic_load(&w->peers[w->proc_of[r]].down_ns) != 0) {
             nng_msg_free(m); /* its connection is gone */
         } else {
@@ -1170,7 +1235,7 @@ static mt_code send_seg(coll_ctx *x, int dst, const coll_hdr *h, const float *da
                         h->len);
     }
     if (w->by_rank[dst] != NULL) {
-        coll__deliver(w, m, h);
+        deliver(w, m, h);
         return MT_OK;
     }
     mt_err e = MT_ERR_INIT;
@@ -1194,30 +1259,6 @@ static void seg_range(const coll_ctx *x, size_t len, size_t k, size_t *off, size
 }
 
 enum { XFER_NONE = 0, XFER_COPY = 1, XFER_ADD = 2 };
-
-typedef float coll_v8 __attribute__((vector_size(32)));
-
-/*
- * d[i] = partial[i] + d[i] for i < n (partial: n floats at any alignment), eight
- * lanes at a time. Each element is still one float32 addition in the documented
- * order (no reassociation, no FMA), so the bits equal the scalar loop's.
- */
-void coll__add_into(float *restrict d, const unsigned char *restrict partial, size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        coll_v8 a, b;
-        memcpy(&a, partial + i * sizeof(float), sizeof(a));
-        memcpy(&b, d + i, sizeof(b));
-        b = a + b;
-        memcpy(d + i, &b, sizeof(b));
-    }
-    for (; i < n; i++) {
-        float v;
-        memcpy(&v, partial + i * sizeof(float), sizeof(float));
-        d[i] = v + d[i];
-    }
-}
 
 /* Receive segment k of rbuf[roff, roff+rlen) from src and copy or add it (acc = partial + own). */
 static mt_code recv_seg(coll_ctx *x, coll_hdr *h, int src, float *rbuf, size_t roff, size_t rlen,
@@ -1267,7 +1308,9 @@ static int post_match(const coll_hdr *e, const coll_hdr *h)
            e->dst == h->dst;
 }
 
-coll_claim coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s)
+static const coll_sink_ops post_sink_ops;
+
+static coll_claim post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s)
 {
     if (h->dst < 0 || h->dst >= w->size || h->src < 0 || h->src >= w->size ||
         w->by_rank[h->dst] == NULL)
@@ -1298,16 +1341,19 @@ coll_claim coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, c
     int idle =
         (p->count == 0 && p->state == COLL_POST_NONE) || (p->count > 0 && st->want.src != h->src);
     if (!ok && idle && c->q[h->src].count == 0 && w->nlocal == 1 &&
-        w->peers[w->proc_of[h->src]].nranks == 1 && h->phase <= 1 &&
-        (h->op == COLL_OP_ALLREDUCE || h->op == COLL_OP_REDUCE_SCATTER ||
-         h->op == COLL_OP_ALLGATHER) &&
-        (h->op == COLL_OP_ALLGATHER || h->total * sizeof(float) > w->opts.direct_bytes)) {
+        w->peers[w->proc_of[h->src]].nranks == 1 &&
+        (h->phase == COLL_PHASE_INPUTS || h->phase == COLL_PHASE_RESULT ||
+         (h->phase <= COLL_PHASE_GATHER &&
+          (h->op == COLL_OP_ALLREDUCE || h->op == COLL_OP_REDUCE_SCATTER ||
+           h->op == COLL_OP_ALLGATHER) &&
+          (h->op == COLL_OP_ALLGATHER || h->total * sizeof(float) > w->opts.direct_bytes)))) {
         p->reader_waiting = 1;
         pthread_mutex_unlock(&c->mu);
         return COLL_CLAIM_WAIT;
     }
     if (ok) {
         p->state = COLL_POST_CLAIMED;
+        s->ops = &post_sink_ops;
         s->c = c;
         s->dest = (unsigned char *)(st->rbuf + h->offset);
         s->bytes = (size_t)h->len * sizeof(float);
@@ -1316,6 +1362,8 @@ coll_claim coll__post_claim(mt_coll_world *w, const coll_hdr *h, int handover, c
     pthread_mutex_unlock(&c->mu);
     return ok ? COLL_CLAIM_POSTED : COLL_CLAIM_QUEUE;
 }
+
+static const coll_engine_ops world_engine = {.deliver = deliver, .claim = post_claim};
 
 /* Segment next_k of the head step is in the buffer (c->mu held). */
 static void post_advance(mt_coll_comm *c)
@@ -1329,7 +1377,7 @@ static void post_advance(mt_coll_comm *c)
     }
 }
 
-void coll__post_finish(const coll_sink *s, int ok)
+static void post_finish(const coll_sink *s, int ok)
 {
     mt_coll_comm *c = s->c;
     coll_post *p = &c->post;
@@ -1344,7 +1392,7 @@ void coll__post_finish(const coll_sink *s, int ok)
     pthread_mutex_unlock(&c->mu);
 }
 
-int coll__post_piece_get(const coll_sink *s)
+static int post_piece_get(const coll_sink *s, unsigned char **buf)
 {
     coll_post *p = &s->c->post;
     int j = -1;
@@ -1356,10 +1404,16 @@ int coll__post_piece_get(const coll_sink *s)
     if (j >= 0)
         p->piece_state[j] = 1;
     pthread_mutex_unlock(&s->c->mu);
+    *buf = j >= 0 ? p->piece[j] : NULL;
     return j;
 }
 
-void coll__post_piece_full(const coll_sink *s, int j, unsigned char *dest, size_t bytes)
+static int post_cancelled(const coll_sink *s)
+{
+    return atomic_load(&s->c->post.cancel);
+}
+
+static void post_piece_full(const coll_sink *s, int j, unsigned char *dest, size_t bytes)
 {
     coll_post *p = &s->c->post;
     pthread_mutex_lock(&s->c->mu);
@@ -1370,6 +1424,14 @@ void coll__post_piece_full(const coll_sink *s, int j, unsigned char *dest, size_
     pthread_cond_broadcast(&s->c->cv);
     pthread_mutex_unlock(&s->c->mu);
 }
+
+/* The posted receive as a transport's reader thread fills it (coll_sink in coll_int.h). */
+static const coll_sink_ops post_sink_ops = {
+    .piece_get = post_piece_get,
+    .piece_full = post_piece_full,
+    .cancelled = post_cancelled,
+    .finish = post_finish,
+};
 
 /* Add one full piece into its destination (c->mu held, released while adding): 1, or 0. */
 static int post_add_piece(mt_coll_comm *c)
@@ -2130,6 +2192,96 @@ static int direct_driven(coll_ctx *x, const float *buf, size_t n, float *all, co
     return 1;
 }
 
+static mt_code steps_run(coll_ctx *x, float *buf, const tree_step *st, int ns, int keep);
+static mt_code steps_dial(coll_ctx *x, const tree_step *st, int ns);
+
+/* Group positions of tree members [a, b): [*lo, *hi) (member v < r holds 2v and 2v+1). */
+static void tree_positions(int a, int b, int r, int *lo, int *hi)
+{
+    *lo = tree_pos(a, r);
+    *hi = tree_pos(b - 1, r) + (b - 1 < r ? 2 : 1);
+}
+
+/*
+ * The small path by recursive doubling, over all[] (member i's input at all + i*n): with
+ * r = p - q > 0 position 2i+1 (i < r) first sends its input to 2i (COLL_PHASE_INPUTS, rstep 0);
+ * then at rstep 1+k tree member v sends the inputs of its block of 2^k tree members (contiguous
+ * positions) to v ^ 2^k and receives that member's block, so after log2 q exchanges every tree
+ * member holds every input. st[0, *ng) are those exchanges; st[*ng] (when *ng < return value)
+ * is the result's hop to or from a folded position (COLL_PHASE_RESULT: all[0, n) is sent by 2i
+ * after its fold and received by 2i+1).
+ */
+static int gather_plan(const coll_ctx *x, size_t n, tree_step *st, int *ng)
+{
+    int p = x->p, q = tree_q(p), r = p - q, pos = x->pos, ns = 0;
+    int extra = pos < 2 * r && (pos & 1), v = pos < 2 * r ? pos / 2 : pos - r;
+    if (r > 0 && (extra || v < r))
+        st[ns++] = (tree_step){.d = {.phase = COLL_PHASE_INPUTS,
+                                     .so = (size_t)pos * n,
+                                     .sl = extra ? n : 0,
+                                     .ro = (size_t)(pos + 1) * n,
+                                     .rl = extra ? 0 : n},
+                               .dst = extra ? member(x, pos - 1) : -1,
+                               .src = extra ? -1 : member(x, pos + 1)};
+    for (int k = 0, bit = 1; bit < q && !extra; k++, bit *= 2) {
+        int mine = v & ~(bit - 1), theirs = mine ^ bit, slo, shi, rlo, rhi;
+        tree_positions(mine, mine + bit, r, &slo, &shi);
+        tree_positions(theirs, theirs + bit, r, &rlo, &rhi);
+        int peer = member(x, tree_pos(v ^ bit, r));
+        st[ns++] = (tree_step){.d = {.phase = COLL_PHASE_INPUTS,
+                                     .rstep = (uint32_t)(1 + k),
+                                     .so = (size_t)slo * n,
+                                     .sl = (size_t)(shi - slo) * n,
+                                     .ro = (size_t)rlo * n,
+                                     .rl = (size_t)(rhi - rlo) * n},
+                               .dst = peer,
+                               .src = peer};
+    }
+    *ng = ns;
+    if (r > 0 && (extra || v < r))
+        st[ns++] =
+            (tree_step){.d = {.phase = COLL_PHASE_RESULT, .sl = extra ? 0 : n, .rl = extra ? n : 0},
+                        .dst = extra ? -1 : member(x, pos + 1),
+                        .src = extra ? member(x, pos - 1) : -1};
+    return ns;
+}
+
+/*
+ * The small path gathers by recursive doubling when p > 2 and every member is the only rank of
+ * its process over the direct transport: then every exchange is between two processes and its
+ * device thread drives it (no reader-thread wake-up), in log2 p hops, where the one hop to
+ * every member would wait for p - 1 reader threads. The same on every member: it depends on the
+ * group and the rank table only.
+ */
+static int gather_applies(const coll_ctx *x)
+{
+    mt_coll_world *w = x->c->w;
+    if (x->p <= 2 || !coll__net_is_raw(w))
+        return 0;
+    for (int i = 0; i < x->p; i++) {
+        if (w->peers[w->proc_of[x->g->ranks[i]]].nranks != 1)
+            return 0;
+    }
+    return 1;
+}
+
+/* The small allreduce by gather_plan: every member's input into all, then in[] folded. */
+static mt_code direct_gathered(coll_ctx *x, float *all, size_t n, float **in)
+{
+    tree_step st[2 * 32 + 2];
+    int ng, ns = gather_plan(x, n, st, &ng), folded = x->pos < 2 * (x->p - tree_q(x->p));
+    drive_keep_only(x->c, st, ns);
+    int keep = x->op == COLL_OP_ALLREDUCE; /* as tree_run: sockets kept to the next one */
+    mt_code rc = steps_dial(x, st, ns);
+    if (rc == MT_OK)
+        rc = steps_run(x, all, st, ng, keep);
+    if (rc == MT_OK && !(folded && (x->pos & 1)) && n > 0)
+        tree_fold_inplace(in, x->p, n); /* the result in all[0, n) */
+    if (rc == MT_OK && ns > ng)
+        rc = steps_run(x, all, st + ng, ns - ng, keep);
+    return rc;
+}
+
 /*
  * Small allreduce in one hop: send the whole buffer to every other member,
  * receive theirs, and fold them in the documented order locally
@@ -2160,6 +2312,12 @@ static mt_code direct_allreduce(coll_ctx *x, float *buf, size_t n)
                   .len = n};
     if (p == 2 && direct_driven(x, buf, n, all, &h, &rc))
         goto fold;
+    if (gather_applies(x)) {
+        rc = direct_gathered(x, all, n, in);
+        if (rc == MT_OK && n > 0)
+            memcpy(buf, all, n * sizeof(float));
+        goto out;
+    }
     drive_release(x->c); /* the writes below block: hold no socket meanwhile */
     for (int k = 1; k < p && rc == MT_OK; k++) {
         h.src = x->c->rank;
@@ -2201,15 +2359,15 @@ out:
  * as it comes off the socket); an allgather step's receive is posted as soon as the
  * previous step's sends are done (it lands in a region nobody reads or writes until then),
  * a reduce step's only once the previous receive is complete (it adds into part of that
- * region). Otherwise ring_step interleaves segment k's send and receive.
+ * region). Otherwise ring_step interleaves segment k's send and receive. steps_run runs the
+ * exchanges st[0, ns) (tree_plan's, or gather_plan's over the members' inputs); tree_run plans
+ * and runs them.
  */
-static mt_code tree_run(coll_ctx *x, float *buf, size_t n, int gather, int keep)
+static mt_code steps_run(coll_ctx *x, float *buf, const tree_step *st, int ns, int keep)
 {
-    tree_step st[2 * 32 + 2];
     uint64_t id[2 * 32 + 2];
-    int ns = tree_plan(x, n, gather, st), raw = coll__net_is_raw(x->c->w), any = 0, next_posted = 0;
+    int raw = coll__net_is_raw(x->c->w), any = 0, next_posted = 0;
     mt_code rc = MT_OK;
-    drive_keep_only(x->c, st, ns); /* sockets kept from an allreduce over another group */
     for (int i = 0; i < ns && rc == MT_OK; i++) {
         const tree_step *t = &st[i];
         int posted = raw && t->src >= 0 && x->c->w->by_rank[t->src] == NULL;
@@ -2255,6 +2413,36 @@ static mt_code tree_run(coll_ctx *x, float *buf, size_t n, int gather, int keep)
     if (any)
         post_withdraw(x->c);
     return rc;
+}
+
+/*
+ * Direct transport: dial every process st[0, ns) sends to before the first exchange, so that
+ * a member which finds a mismatch early (before its own sends) reaches every partner with its
+ * ABORT at once; an ABORT that first had to dial could miss its 100 ms bound on a loaded host.
+ * Nothing to do once connected (from the second collective on).
+ */
+static mt_code steps_dial(coll_ctx *x, const tree_step *st, int ns)
+{
+    mt_coll_world *w = x->c->w;
+    for (int i = 0; i < ns && coll__net_is_raw(w); i++) {
+        int fd;
+        mt_err e = MT_ERR_INIT;
+        if (st[i].dst < 0 || w->by_rank[st[i].dst] != NULL)
+            continue;
+        mt_code rc = coll__net_raw_fd(w, w->proc_of[st[i].dst], x->deadline_ns, &fd, &e);
+        if (rc != MT_OK)
+            return send_failed(x, st[i].dst, rc, e.msg);
+    }
+    return MT_OK;
+}
+
+static mt_code tree_run(coll_ctx *x, float *buf, size_t n, int gather, int keep)
+{
+    tree_step st[2 * 32 + 2];
+    int ns = tree_plan(x, n, gather, st);
+    drive_keep_only(x->c, st, ns); /* sockets kept from an allreduce over another group */
+    mt_code rc = steps_dial(x, st, ns);
+    return rc == MT_OK ? steps_run(x, buf, st, ns, keep) : rc;
 }
 
 /* The elements tree member v holds fully reduced after the halving (phase 0) of tree_run. */
@@ -2323,8 +2511,8 @@ static mt_code allreduce_run(coll_ctx *x, float *buf, size_t n)
     return x->p > 1 ? tree_run(x, buf, n, 1, 1) : MT_OK;
 }
 
-mt_code mt_coll_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
-                              const mt_coll_call *call, mt_err *err)
+static mt_code builtin_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, float *buf,
+                                     size_t n, const mt_coll_call *call, mt_err *err)
 {
     coll_ctx x;
     mt_code rc = ctx_begin(&x, comm, group, COLL_OP_ALLREDUCE, n, call, err);
@@ -2337,8 +2525,9 @@ mt_code mt_coll_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, fl
     return ctx_end(&x, allreduce_run(&x, buf, n));
 }
 
-mt_code mt_coll_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
-                               float *out, size_t n, const mt_coll_call *call, mt_err *err)
+static mt_code builtin_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group,
+                                      const float *in, float *out, size_t n,
+                                      const mt_coll_call *call, mt_err *err)
 {
     coll_ctx x;
     float *tmp = NULL;
@@ -2369,8 +2558,8 @@ mt_code mt_coll_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group, c
     return ctx_end(&x, rc);
 }
 
-mt_code mt_coll_allgather(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
-                          float *out, size_t count, const mt_coll_call *call, mt_err *err)
+static mt_code builtin_allgather(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
+                                 float *out, size_t count, const mt_coll_call *call, mt_err *err)
 {
     coll_ctx x;
     mt_code rc = ctx_begin(&x, comm, group, COLL_OP_ALLGATHER, count, call, err);
@@ -2385,8 +2574,8 @@ mt_code mt_coll_allgather(mt_coll_comm *comm, const mt_coll_group *group, const 
     return ctx_end(&x, x.p > 1 ? ring_allgather(&x, out, count) : MT_OK);
 }
 
-mt_code mt_coll_broadcast(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
-                          int root, const mt_coll_call *call, mt_err *err)
+static mt_code builtin_broadcast(mt_coll_comm *comm, const mt_coll_group *group, float *buf,
+                                 size_t n, int root, const mt_coll_call *call, mt_err *err)
 {
     coll_ctx x;
     mt_code rc = ctx_begin(&x, comm, group, COLL_OP_BROADCAST, n, call, err);
@@ -2421,8 +2610,8 @@ mt_code mt_coll_broadcast(mt_coll_comm *comm, const mt_coll_group *group, float 
     return ctx_end(&x, rc);
 }
 
-mt_code mt_coll_barrier(mt_coll_comm *comm, const mt_coll_group *group, const mt_coll_call *call,
-                        mt_err *err)
+static mt_code builtin_barrier(mt_coll_comm *comm, const mt_coll_group *group,
+                               const mt_coll_call *call, mt_err *err)
 {
     coll_ctx x;
     float tok[64];
@@ -2440,3 +2629,14 @@ mt_code mt_coll_barrier(mt_coll_comm *comm, const mt_coll_group *group, const mt
         mt_free(buf);
     return ctx_end(&x, rc);
 }
+
+const mt_coll_backend mt_coll_backend_builtin = {
+    .name = "builtin",
+    .allreduce_sum = builtin_allreduce_sum,
+    .reduce_scatter = builtin_reduce_scatter,
+    .allgather = builtin_allgather,
+    .broadcast = builtin_broadcast,
+    .barrier = builtin_barrier,
+    .cancel = builtin_cancel,
+    .state_free = NULL,
+};

@@ -33,8 +33,10 @@
  * positions reduce among themselves first (distance 1, 2, ...) and only the
  * later, smaller exchanges cross processes (hierarchical reduction).
  * mt_coll_reference_allreduce() computes the same order serially. Small
- * allreduces (opts.direct_bytes) send every member's buffer to every other
- * member in one hop and each member computes the very same tree locally.
+ * allreduces (opts.direct_bytes) bring every member's buffer to every member —
+ * in one hop, or, when every member is the only device of its process, by
+ * recursive doubling in log2 p driven exchanges — and each member computes the
+ * very same tree locally.
  * reduce-scatter returns chunk mt_coll_chunk_range(n, p, position) of the
  * allreduce result (same bits).
  *
@@ -43,6 +45,10 @@
  * step, sequence number); every message carries the tag, the chunk index and
  * the length, and any mismatch is INVALID_ARGUMENT on every participant.
  * Every wait has the collective's deadline.
+ *
+ * Backends: these are the built-in stack's promises. The collectives below
+ * call the operations of the world's backend (mt_coll_backend.h); a world of
+ * another backend (MPI) states in its own header what it does not keep.
  *
  * Threading: a comm is used by one thread at a time (its device thread);
  * different comms of one world may be used concurrently. Worlds and nets are
@@ -82,6 +88,9 @@ typedef enum mt_coll_drive_mode {
     MT_COLL_DRIVE_AUTO = 0, /* when the world has one device in this process (the fast path) */
     MT_COLL_DRIVE_OFF = 1,  /* never: the reader threads feed every exchange (comparisons) */
 } mt_coll_drive_mode;
+
+/* Attempts of one job whose stragglers a live world drops (job_id = base + attempt). */
+#define MT_COLL_MAX_ATTEMPTS 1024
 
 /* World options: public struct with defaults (MT_COLL_WORLD_DEFAULTS). */
 typedef struct mt_coll_world_opts {
@@ -251,7 +260,10 @@ mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_col
  * that arrive while net still serves a CANCELLED world of another job_id (a
  * restarted job's peers may start before this process has freed the old
  * attempt's world); kept messages of other job ids are dropped when the world is
- * made. A live world of another job_id gets them (INVALID_ARGUMENT mismatch).
+ * made. A live world drops messages of an earlier attempt of its job (a job_id up to
+ * MT_COLL_MAX_ATTEMPTS below its own: callers number attempts base + attempt, and a healed
+ * partition can deliver the cut attempt's last frames late) and gets those of any other job_id
+ * (INVALID_ARGUMENT mismatch).
  * Codes: INVALID_ARGUMENT (no local rank, duplicate local index, bad size, an address that is
  * not tcp://, tls+tcp:// or ipc://), FAILED_PRECONDITION (net already serves a world; net uses
  * TLS and a rank's address is not tls+tcp://), RESOURCE_EXHAUSTED.

@@ -516,6 +516,7 @@ static mt_code csv_read_mode(const mt_data_spec *s, FILE *fp, const char *name,
                 goto fail;
             have_cols = true;
             out->dim = c.nfeat;
+            out->y_dim = 1;
             out->t_dim = c.ntgt;
             if (s->header)
                 continue;

@@ -54,6 +54,7 @@ static mt_code idx_load(const mt_data_spec *spec, const mt_data_file *f, const m
     /* both buffers come from mt_malloc: the block adopts them */
     out->n = set.n;
     out->dim = set.h * set.w * set.c;
+    out->y_dim = 1;
     out->shape[0] = set.h;
     out->shape[1] = set.w;
     out->shape[2] = set.c;

@@ -407,6 +407,7 @@ static mt_code image_load(const mt_data_spec *s, const mt_data_file *f, const mt
     if (rc == MT_OK) {
         out->n = l.n;
         out->dim = dim;
+        out->y_dim = 1;
         out->shape[0] = s->image_size[0];
         out->shape[1] = s->image_size[1];
         out->shape[2] = s->channels;

@@ -36,6 +36,7 @@ void mt_data__csr_fini(mt_data__csr *c);
 /* What a source needs besides the spec, fitted on the training split: borrowed. */
 typedef struct mt_data__fit {
     const mt_data_tfidf *vec;       /* TEXT: the vectorizer */
+    const mt_text_tokenizer *tok;   /* TOKENS: the tokenizer */
     const mt_data_classes *classes; /* string labels / image folders: the class names */
 } mt_data__fit;
 
@@ -57,6 +58,7 @@ extern const mt_data__source mt_data__text_source;
 extern const mt_data__source mt_data__idx_source;
 extern const mt_data__source mt_data__npy_source;
 extern const mt_data__source mt_data__image_source;
+extern const mt_data__source mt_data__tokens_source;
 
 /* Index of `name` in classes (binary search: names are sorted unless given by "class_names",
  * then a linear scan), or -1. */

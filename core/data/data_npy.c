@@ -11,10 +11,12 @@
  * is a zip archive (numpy.savez: stored; numpy.savez_compressed: deflated) whose members are
  * .npy files named KEY.npy; ZIP64 records are read. Every member's CRC-32 is checked.
  * Semantics: x has shape (N, ...): an example is x[i] flattened in C order; (N, H, W, C) and
- * (N, H, W) are images (H, W, C) / (H, W, 1). y has shape (N) or (N, 1) of integers for class
- * labels, or (N, K) for K float targets ("label_type": "float"). x is multiplied by "scale";
- * every x value must be finite. Any violation fails the file with its name and the cause.
- * Threading: stateless. Tests: tests/unit/test_data_npy.c; fuzz: tests/fuzz/fuzz_npy.c.
+ * (N, H, W) are images (H, W, C) / (H, W, 1). y has shape (N) or (N, 1) of integers for one
+ * class label per example, (N, d1, ...) of integers for d1·... labels per example (a label per
+ * output row: per pixel, per token), or (N, K) for K float targets ("label_type": "float"). x is
+ * multiplied by "scale"; every x value must be finite. Any violation fails the file with its name
+ * and the cause. Threading: stateless. Tests: tests/unit/test_data_npy.c; fuzz:
+ * tests/fuzz/fuzz_npy.c.
  */
 #include <limits.h>
 #include <math.h>
@@ -453,11 +455,6 @@ mt_code mt_data__npy_block(const mt_data_spec *s, const char *xname, const char 
                           yname, y->rank < 1 ? 0 : y->dims[0], n, xname);
     for (int i = 1; i < y->rank; i++)
         tdim *= y->dims[i];
-    if (!as_float && tdim != 1)
-        return mt_err_set(err, MT_INVALID_ARGUMENT,
-                          "%s: %zu values per example; class labels are one integer (several "
-                          "targets need \"label_type\": \"float\")",
-                          yname, tdim);
     if (!as_float && !y->integer)
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "%s: float dtype for class labels; give integer class ids or "
@@ -483,9 +480,11 @@ mt_code mt_data__npy_block(const mt_data_spec *s, const char *xname, const char 
             return mt_err_set(err, MT_INVALID_ARGUMENT,
                               "%s: label %.0f of example %zu outside "
                               "[0, %d)",
-                              yname, (double)v, i, s->num_classes > 0 ? s->num_classes : INT32_MAX);
+                              yname, (double)v, i / tdim,
+                              s->num_classes > 0 ? s->num_classes : INT32_MAX);
     }
-    out->y = mt_calloc(n + 1, sizeof(int32_t));
+    out->y_dim = as_float ? 1 : tdim;
+    out->y = mt_calloc(n * out->y_dim + 1, sizeof(int32_t));
     if (out->y == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", yname);
     if (as_float) {
@@ -493,7 +492,7 @@ mt_code mt_data__npy_block(const mt_data_spec *s, const char *xname, const char 
         out->t_dim = tdim;
         y->f = NULL;
     } else {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n * tdim; i++)
             out->y[i] = (int32_t)y->f[i];
     }
     out->n = n;

@@ -41,7 +41,7 @@ typedef struct slot {
     mt_data_step step;
     mt_data_batch *batches; /* L */
     float *x;               /* L * max_batch * dim */
-    int32_t *y;             /* L * max_batch */
+    int32_t *y;             /* L * max_batch * y_dim */
     float *t;               /* L * max_batch * t_dim float targets (NULL without) */
     float *aug;             /* dim_full: an augmented example before slicing (NULL without) */
     uint32_t *prev;         /* sparse: example whose nonzeros row r of x holds (NONE: all 0) */
@@ -58,9 +58,10 @@ struct mt_data_pipeline {
     size_t shape[3];           /* H, W, C of the examples (all 0: flat) */
     float *x;                  /* owned (n_local, dim_full): decoded examples, file order */
     mt_data__csr sp;           /* owned: the same as sparse rows (text); then x == NULL */
-    int32_t *y;                /* owned (n_local) */
+    int32_t *y;                /* owned (n_local, y_dim) */
     float *t;                  /* owned (n_local, t_dim) float targets, or NULL */
     size_t t_dim;              /* float targets per example (0: class labels) */
+    size_t y_dim;              /* class labels per example (>= 1) */
     bool augment;              /* opts.augment asks for a flip or a crop */
     uint32_t *gidx;            /* owned (n_local) global example index (augment only) */
     size_t n_local;
@@ -111,6 +112,11 @@ void mt_data_pipeline_shape(const mt_data_pipeline *p, size_t shape[3])
 size_t mt_data_pipeline_target_dim(const mt_data_pipeline *p)
 {
     return p->t_dim;
+}
+
+size_t mt_data_pipeline_label_dim(const mt_data_pipeline *p)
+{
+    return p->y_dim;
 }
 
 void mt_data_pipeline_opts_from_spec(const mt_data_spec *s, mt_data_pipeline_opts *o)
@@ -191,28 +197,29 @@ static void build_step(mt_data_pipeline *p, size_t s, slot *sl)
         b->dim = p->dim;
         b->global_count = sl->step.global_count;
         b->t_dim = p->t_dim;
+        b->y_dim = p->y_dim;
         b->t = NULL;
         if (len == 0) {
             b->x = NULL;
             b->y = NULL;
         } else if (p->zero_copy) {
             b->x = p->x + (size_t)p->order[start] * p->dim_full;
-            b->y = p->y + p->order[start];
+            b->y = p->y + (size_t)p->order[start] * p->y_dim;
             b->t = p->t != NULL ? p->t + (size_t)p->order[start] * p->t_dim : NULL;
         } else if (p->sp.ptr != NULL) {
             float *dx = sl->x + l * p->max_batch * p->dim;
-            int32_t *dy = sl->y + l * p->max_batch;
+            int32_t *dy = sl->y + l * p->max_batch * p->y_dim;
             uint32_t *prev = sl->prev + l * p->max_batch;
             for (size_t i = 0; i < len; i++) {
                 uint32_t k = stream_at(p, start + i);
                 scatter_row(p, dx + i * p->dim, &prev[i], k);
-                dy[i] = p->y[k];
+                memcpy(dy + i * p->y_dim, p->y + (size_t)k * p->y_dim, p->y_dim * sizeof(int32_t));
             }
             b->x = dx;
             b->y = dy;
         } else {
             float *dx = sl->x + l * p->max_batch * p->dim;
-            int32_t *dy = sl->y + l * p->max_batch;
+            int32_t *dy = sl->y + l * p->max_batch * p->y_dim;
             float *dt = sl->t != NULL ? sl->t + l * p->max_batch * p->t_dim : NULL;
             for (size_t i = 0; i < len; i++) {
                 uint32_t k = stream_at(p, start + i);
@@ -223,7 +230,7 @@ static void build_step(mt_data_pipeline *p, size_t s, slot *sl)
                     src = sl->aug;
                 }
                 memcpy(dx + i * p->dim, src + p->off, p->dim * sizeof(float));
-                dy[i] = p->y[k];
+                memcpy(dy + i * p->y_dim, p->y + (size_t)k * p->y_dim, p->y_dim * sizeof(int32_t));
                 if (dt != NULL)
                     memcpy(dt + i * p->t_dim, p->t + (size_t)k * p->t_dim,
                            p->t_dim * sizeof(float));
@@ -382,7 +389,7 @@ static mt_code load_files_csr(mt_data_pipeline *p, size_t need, mt_err *err)
 static void put_block(mt_data_pipeline *p, const mt_data_block *b, size_t at, size_t g0)
 {
     memcpy(p->x + at * p->dim_full, b->x, b->n * b->dim * sizeof(float));
-    memcpy(p->y + at, b->y, b->n * sizeof(int32_t));
+    memcpy(p->y + at * p->y_dim, b->y, b->n * p->y_dim * sizeof(int32_t));
     if (p->t != NULL)
         memcpy(p->t + at * p->t_dim, b->t, b->n * b->t_dim * sizeof(float));
     for (size_t i = 0; p->gidx != NULL && i < b->n; i++)
@@ -400,6 +407,10 @@ static mt_code check_block(const mt_data_pipeline *p, const mt_data_block *b, si
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "%s: %zu targets per example, earlier files have %zu",
                           mt_data_dataset_file_name(p->ds, f), b->t_dim, p->t_dim);
+    if ((b->y_dim ? b->y_dim : 1) != p->y_dim)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "%s: %zu class labels per example, earlier files have %zu",
+                          mt_data_dataset_file_name(p->ds, f), b->y_dim ? b->y_dim : 1, p->y_dim);
     return MT_OK;
 }
 
@@ -410,6 +421,7 @@ static mt_code load_files(mt_data_pipeline *p, mt_err *err)
     size_t nf = mt_data_dataset_num_files(p->ds), need = 0, at = 0, g0 = 0;
     mt_code rc;
 
+    p->y_dim = 1; /* until the first file says otherwise; sparse (text) files have one label */
     for (size_t f = 0; f < nf; f++)
         if (mt_data_plan_reads_file(p->plan, p->ctx.pipeline_id, f))
             need += mt_data_dataset_file_size(p->ds, f);
@@ -429,6 +441,7 @@ static mt_code load_files(mt_data_pipeline *p, mt_err *err)
         if (p->x == NULL) {
             p->dim_full = b.dim;
             p->t_dim = b.t_dim;
+            p->y_dim = b.y_dim ? b.y_dim : 1;
             memcpy(p->shape, b.shape, sizeof(p->shape));
             if (b.n == need) { /* one file: adopt its buffers */
                 p->x = b.x;
@@ -440,7 +453,7 @@ static mt_code load_files(mt_data_pipeline *p, mt_err *err)
                 return MT_OK;
             }
             p->x = mt_malloc(need * b.dim * sizeof(float) + 1);
-            p->y = mt_malloc(need * sizeof(int32_t) + 1);
+            p->y = mt_malloc(need * p->y_dim * sizeof(int32_t) + 1);
             p->t = b.t_dim > 0 ? mt_malloc(need * b.t_dim * sizeof(float) + 1) : NULL;
             if (p->x == NULL || p->y == NULL || (b.t_dim > 0 && p->t == NULL)) {
                 mt_data_block_fini(&b);
@@ -500,7 +513,7 @@ static mt_code alloc_slots(mt_data_pipeline *p, mt_err *err)
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "pipeline: out of memory");
         if (p->zero_copy)
             continue;
-        s->y = mt_malloc(L * p->max_batch * sizeof(int32_t) + 1);
+        s->y = mt_malloc(L * p->max_batch * p->y_dim * sizeof(int32_t) + 1);
         if ((p->t_dim > 0 &&
              (s->t = mt_malloc(L * p->max_batch * p->t_dim * sizeof(float) + 1)) == NULL) ||
             (p->augment && (s->aug = mt_malloc(p->dim_full * sizeof(float) + 1)) == NULL))

@@ -20,6 +20,7 @@ struct mt_data_dataset {
     const mt_data__source *src; /* NULL for in-memory datasets */
     mt_data__fit fit;           /* vec borrowed (TEXT); classes points at `classes` */
     mt_data_classes classes;    /* owned; class names fitted on the training files */
+    mt_text_tokenizer *tok;     /* owned; TOKENS: fitted on the training files */
     const mt_data_file *files;  /* borrowed from spec */
     size_t n_files;
     size_t *sizes;      /* owned; n_files counts */
@@ -61,6 +62,8 @@ static const mt_data__source *source_for(mt_data_format f)
         return &mt_data__npy_source;
     case MT_DATA_FORMAT_IMAGES:
         return &mt_data__image_source;
+    case MT_DATA_FORMAT_TOKENS:
+        return &mt_data__tokens_source;
     }
     return NULL;
 }
@@ -75,7 +78,13 @@ void mt_data_dataset_free(mt_data_dataset *ds)
     mt_free(ds->mem);
     mt_free(ds->sizes);
     mt_data_classes_fini(&ds->classes);
+    mt_text_tokenizer_free(ds->tok);
     mt_free(ds);
+}
+
+const mt_text_tokenizer *mt_data_dataset_tokenizer(const mt_data_dataset *ds)
+{
+    return ds->tok;
 }
 
 const mt_data_classes *mt_data_dataset_classes(const mt_data_dataset *ds)
@@ -110,6 +119,9 @@ mt_code mt_data_dataset_open(const mt_data_spec *spec, mt_data_split split,
     ds->files = l->files;
     ds->n_files = l->n;
     rc = mt_data_classes_fit_spec(spec, &ds->classes, err);
+    if (rc == MT_OK && spec->format == MT_DATA_FORMAT_TOKENS &&
+        (rc = mt_data_tokenizer_fit_spec(spec, &ds->tok, err)) == MT_OK)
+        ds->fit.tok = ds->tok;
     for (size_t f = 0; f < l->n && rc == MT_OK; f++) {
         rc = ds->src->count(spec, &l->files[f], &ds->fit, &ds->sizes[f], err);
         ds->total += ds->sizes[f];
@@ -125,9 +137,12 @@ mt_code mt_data_dataset_open(const mt_data_spec *spec, mt_data_split split,
 /* Deep copy of b into *m (zeroed on failure): RESOURCE_EXHAUSTED or MT_OK. */
 static mt_code block_copy(mt_data_block *m, const mt_data_block *b)
 {
+    size_t yd = b->y_dim ? b->y_dim : 1;
+
     *m = *b;
+    m->y_dim = yd;
     m->x = mt_malloc(b->n * b->dim * sizeof(float) + 1);
-    m->y = mt_malloc(b->n * sizeof(int32_t) + 1);
+    m->y = mt_malloc(b->n * yd * sizeof(int32_t) + 1);
     m->t = b->t != NULL ? mt_malloc(b->n * b->t_dim * sizeof(float) + 1) : NULL;
     if (m->x == NULL || m->y == NULL || (b->t != NULL && m->t == NULL)) {
         mt_data_block_fini(m);
@@ -135,7 +150,7 @@ static mt_code block_copy(mt_data_block *m, const mt_data_block *b)
     }
     if (b->n > 0) {
         memcpy(m->x, b->x, b->n * b->dim * sizeof(float));
-        memcpy(m->y, b->y, b->n * sizeof(int32_t));
+        memcpy(m->y, b->y, b->n * yd * sizeof(int32_t));
         if (b->t != NULL)
             memcpy(m->t, b->t, b->n * b->t_dim * sizeof(float));
     }

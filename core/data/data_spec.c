@@ -107,7 +107,9 @@ typedef struct parse_ctx {
     const char *path;     /* "dataset" */
     const char *base_dir; /* may be NULL */
     mt_err *err;
-    bool scale_set; /* "scale" was given (IMAGES default it to 1/255 otherwise) */
+    bool scale_set;      /* "scale" was given (IMAGES default it to 1/255 otherwise) */
+    bool tokenizer_set;  /* "tokenizer" was given */
+    bool vocab_size_set; /* "tokenizer.vocab_size" was given */
 } parse_ctx;
 
 static mt_code oom(parse_ctx *c)
@@ -509,6 +511,70 @@ static mt_code get_string_key(parse_ctx *c, const cJSON *v, const char *name, ch
     return *out == NULL ? oom(c) : MT_OK;
 }
 
+/* TOKENS: "tokenizer": {"type": "char" | "bpe", "vocab_size": N}. */
+static mt_code parse_tokenizer(parse_ctx *c, mt_data_spec *s, const cJSON *v)
+{
+    const cJSON *e;
+
+    if (!cJSON_IsObject(v))
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.tokenizer: must be an object {\"type\": \"char\" or \"bpe\", "
+                          "\"vocab_size\": N}",
+                          c->path);
+    c->tokenizer_set = true;
+    cJSON_ArrayForEach(e, v)
+    {
+        if (strcmp(e->string, "type") == 0) {
+            if (!cJSON_IsString(e) ||
+                mt_text_tokenizer_type_parse(e->valuestring, &s->tokenizer) != MT_OK)
+                return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                                  "%s.tokenizer.type: must be \"char\" or \"bpe\"", c->path);
+        } else if (strcmp(e->string, "vocab_size") == 0) {
+            mt_code rc =
+                get_uint(c, e, "tokenizer.vocab_size", 0, MT_TEXT_MAX_VOCAB, &s->vocab_size);
+            if (rc != MT_OK)
+                return rc;
+            c->vocab_size_set = true;
+        } else {
+            return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.tokenizer.%s: unknown field",
+                              c->path, e->string);
+        }
+    }
+    return MT_OK;
+}
+
+static mt_code not_for(parse_ctx *c, const char *field, const char *which);
+
+/* TOKENS: block_size required; the tokenizer's vocab_size fits its type. Others: no such field. */
+static mt_code check_tokens(parse_ctx *c, mt_data_spec *s)
+{
+    bool bpe = s->tokenizer == MT_TEXT_TOKENIZER_BPE;
+
+    if (s->format != MT_DATA_FORMAT_TOKENS)
+        return c->tokenizer_set || s->block_size != 0
+                   ? not_for(c, c->tokenizer_set ? "tokenizer" : "block_size",
+                             "token-sequence (\"format\": \"tokens\")")
+                   : MT_OK;
+    if (s->block_size == 0)
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.block_size: required for tokens datasets (tokens per example)",
+                          c->path);
+    if (bpe && !c->vocab_size_set)
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.tokenizer.vocab_size: required for a bpe tokenizer (256 bytes + "
+                          "merges, e.g. 512)",
+                          c->path);
+    if (bpe ? s->vocab_size < 256 : s->vocab_size == 1)
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT,
+                          "%s.tokenizer.vocab_size: %zu is too small (%s)", c->path, s->vocab_size,
+                          bpe ? "bpe: at least 256, the bytes"
+                              : "char: 0 for every character, else at least 2");
+    if (s->augment.flip != 0 || s->augment.crop_padding != 0)
+        return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.augment: text has no image to augment",
+                          c->path);
+    return MT_OK;
+}
+
 /* The fields of the NumPy, image-folder and label options. MT_NOT_FOUND: not one of them. */
 static mt_code parse_field_more(parse_ctx *c, mt_data_spec *s, const cJSON *v)
 {
@@ -580,6 +646,10 @@ static mt_code parse_field_more(parse_ctx *c, mt_data_spec *s, const cJSON *v)
         return get_channel_values(c, v, k, true, s->std);
     if (strcmp(k, "augment") == 0)
         return parse_augment(c, s, v);
+    if (strcmp(k, "tokenizer") == 0)
+        return parse_tokenizer(c, s, v);
+    if (strcmp(k, "block_size") == 0)
+        return get_uint(c, v, k, 1, 1u << 16, &s->block_size);
     return MT_NOT_FOUND;
 }
 
@@ -772,6 +842,8 @@ static mt_code check_spec(parse_ctx *c, mt_data_spec *s)
         return mt_err_set(c->err, MT_INVALID_ARGUMENT, "%s.augment: text has no image to augment",
                           c->path);
     rc = check_labels(c, s);
+    if (rc == MT_OK)
+        rc = check_tokens(c, s);
     if (rc != MT_OK)
         return rc;
     if (npy) {
@@ -820,7 +892,7 @@ static mt_code check_spec(parse_ctx *c, mt_data_spec *s)
 mt_code mt_data_spec_parse(const cJSON *node, const char *json_path, const char *base_dir,
                            mt_data_spec **out, mt_err *err)
 {
-    parse_ctx c = {json_path != NULL ? json_path : "dataset", base_dir, err, false};
+    parse_ctx c = {json_path != NULL ? json_path : "dataset", base_dir, err, false, false, false};
     const cJSON *fmt, *v;
     mt_data_spec *s;
     bool found_train = false, found_test = false;
@@ -859,13 +931,16 @@ mt_code mt_data_spec_parse(const cJSON *node, const char *json_path, const char 
         s->format = MT_DATA_FORMAT_NPY;
     else if (cJSON_IsString(fmt) && strcmp(fmt->valuestring, "images") == 0)
         s->format = MT_DATA_FORMAT_IMAGES;
+    else if (cJSON_IsString(fmt) && strcmp(fmt->valuestring, "tokens") == 0)
+        s->format = MT_DATA_FORMAT_TOKENS;
     else if ((cJSON_IsString(fmt) && strcmp(fmt->valuestring, "idx") == 0) ||
              (fmt == NULL && (cJSON_GetObjectItemCaseSensitive(node, "train_images") != NULL ||
                               cJSON_GetObjectItemCaseSensitive(node, "train_labels") != NULL)))
         s->format = MT_DATA_FORMAT_IDX;
     else {
         rc = mt_err_set(err, MT_INVALID_ARGUMENT,
-                        "%s.format: must be \"csv\", \"text\", \"idx\", \"npy\" or \"images\"",
+                        "%s.format: must be \"csv\", \"text\", \"idx\", \"npy\", \"images\" or "
+                        "\"tokens\"",
                         c.path);
         goto fail;
     }

@@ -762,6 +762,7 @@ static mt_code text_decode(const mt_data_spec *spec, const mt_data_file *f, cons
     if (dense != NULL) {
         dense->n = docs.n;
         dense->dim = v->dim;
+        dense->y_dim = 1;
         dense->x = mt_malloc(docs.n * v->dim * sizeof(float));
         dense->y = y;
     } else {

@@ -10,8 +10,9 @@
  * Layers, bottom up:
  *   spec      mt_data_spec_parse(): the `dataset` JSON section, errors carry the JSON path.
  *   sources   CSV, labelled text (+ TF-IDF vectorizer), IDX, NumPy .npy/.npz, image folders
- *             (PNG/JPEG): each input file decodes into an mt_data_block (n examples × dim
- *             float32 features, int32 labels or float targets).
+ *             (PNG/JPEG), plain text cut into next-token sequences ("tokens", + a core/text
+ *             tokenizer fitted on the training files): each input file decodes into an
+ *             mt_data_block (n examples × dim float32 features, int32 labels or float targets).
  *   dataset   mt_data_dataset: the files of one split with their example counts.
  *   plan      mt_data_plan: pure arithmetic from (file sizes, shard policy, batching, pipelines,
  *             replicas, global batch, drop_remainder) to "which positions of my stream does
@@ -22,7 +23,8 @@
  *
  * Semantics (docs/input-pipeline.md has the examples):
  *   * Elements are float32 feature vectors of fixed length `dim` (images are H×W×C, row-major
- *     NHWC) with an int32 label, or with t_dim float32 targets (regression).
+ *     NHWC) with y_dim int32 class labels (one, or one per output row: a label per pixel or per
+ *     token), or with t_dim float32 targets (regression).
  *   * Shard policies as tf.data AutoShardPolicy: FILE splits the files among pipelines round
  *     robin (file f → pipeline f % N); DATA makes every pipeline read everything and keep every
  *     N-th element (here: every N-th per-replica batch, as tf.distribute does after rebatching);
@@ -42,7 +44,8 @@
  * Tests: tests/unit/test_data_shard.c (plan, rebatch, property), test_data_csv.c,
  * test_data_text.c (tokenizer, TF-IDF), test_data_pipeline.c (shuffle, prefetch, slices),
  * test_data_spec.c (spec errors), test_data_idx.c (IDX pairs), test_data_npy.c,
- * test_data_image.c, test_data_csv.c (string labels, float targets, missing values); fuzz:
+ * test_data_image.c, test_data_csv.c (string labels, float targets, missing values),
+ * test_data_tokens.c; fuzz:
  * tests/fuzz/fuzz_csv.c, fuzz_text.c, fuzz_npy.c, fuzz_image.c.
  */
 #ifndef MT_DATA_H
@@ -55,6 +58,7 @@
 #include <cjson/cJSON.h>
 
 #include "status/mt_status.h"
+#include "text/mt_text.h"
 
 /* ------------------------------------------------------------------ enums */
 
@@ -64,6 +68,7 @@ typedef enum mt_data_format {
     MT_DATA_FORMAT_IDX = 2,    /* (Fashion-)MNIST image + label files */
     MT_DATA_FORMAT_NPY = 3,    /* NumPy .npy (x, y) pairs or .npz archives (stored or deflated) */
     MT_DATA_FORMAT_IMAGES = 4, /* image folders: one sub-folder per class, PNG and JPEG files */
+    MT_DATA_FORMAT_TOKENS = 5, /* plain text, tokenized, cut into next-token sequences */
 } mt_data_format;
 
 /* What the label (target) of an example is. */
@@ -178,14 +183,17 @@ typedef struct mt_data_spec {
     size_t shape[3];               /* optional H, W, C view of the features; 0 = flat */
     int num_classes;               /* labels checked in [0, num_classes); 0 = unchecked */
     size_t max_tokens;             /* TEXT: vocabulary size incl. OOV index 0 (default 1200) */
-    size_t shuffle_buffer;         /* 0 = no shuffling (default 0) */
-    uint64_t seed;                 /* shuffle seed (default 0; engines pass the job seed) */
-    bool seed_set;                 /* "seed" was present in the section */
-    mt_data_shard_policy shard;    /* default AUTO */
-    mt_data_batching batching;     /* default GLOBAL */
-    bool drop_remainder;           /* default false */
-    size_t prefetch;               /* prefetch depth in steps; 0 = synchronous (default 2) */
-    char *json_path;               /* owned; the section's JSON path, for messages */
+    mt_text_tokenizer_type tokenizer; /* TOKENS: "tokenizer.type" (default char) */
+    size_t vocab_size;                /* TOKENS: "tokenizer.vocab_size" (char: 0 = every char) */
+    size_t block_size;                /* TOKENS: tokens per example (required) */
+    size_t shuffle_buffer;            /* 0 = no shuffling (default 0) */
+    uint64_t seed;                    /* shuffle seed (default 0; engines pass the job seed) */
+    bool seed_set;                    /* "seed" was present in the section */
+    mt_data_shard_policy shard;       /* default AUTO */
+    mt_data_batching batching;        /* default GLOBAL */
+    bool drop_remainder;              /* default false */
+    size_t prefetch;                  /* prefetch depth in steps; 0 = synchronous (default 2) */
+    char *json_path;                  /* owned; the section's JSON path, for messages */
 } mt_data_spec;
 
 /*
@@ -211,17 +219,20 @@ void mt_data_spec_free(mt_data_spec *spec);
 
 /*
  * A decoded file: n examples of dim features. Owned buffers (mt_free), released by _fini. Class
- * labels are in y; float (regression) targets are in t with t_dim values per example, and y is
- * then all zeros (t == NULL and t_dim == 0 for class labels).
+ * labels are in y, y_dim per example ((n, y_dim) row-major: one per example, or one per output
+ * row of a model whose output has rows, e.g. a label per pixel or per token); float (regression)
+ * targets are in t with t_dim values per example, and y then holds one zero per example (t ==
+ * NULL and t_dim == 0 for class labels).
  */
 typedef struct mt_data_block {
     size_t n;        /* examples */
     size_t dim;      /* features per example */
     size_t shape[3]; /* H, W, C when the features are an image; all 0 when flat */
     float *x;        /* owned (n, dim) row-major */
-    int32_t *y;      /* owned (n) */
+    int32_t *y;      /* owned (n, y_dim) */
     float *t;        /* owned (n, t_dim) row-major float targets, or NULL */
     size_t t_dim;    /* float targets per example; 0 for class labels */
+    size_t y_dim;    /* class labels per example; 0 is read as 1 (hand-built blocks) */
 } mt_data_block;
 
 /* Free the buffers and zero *b. Zeroed memory and NULL are no-ops. */
@@ -325,6 +336,16 @@ mt_code mt_data_tfidf_transform(const mt_data_tfidf *v, const char *text, size_t
 mt_code mt_data_tfidf_save(const mt_data_tfidf *v, char **buf, size_t *len, mt_err *err);
 mt_code mt_data_tfidf_load(const char *buf, size_t len, mt_data_tfidf **out, mt_err *err);
 
+/* ------------------------------------------------------------------ tokens */
+
+/*
+ * Fit the tokenizer of a TOKENS spec on its TRAINING files (read whole, in spec order) with the
+ * spec's type and vocab_size (core/text, deterministic). On MT_OK *out is owned
+ * (mt_text_tokenizer_free). Codes: NOT_FOUND / PERMISSION_DENIED (files), INVALID_ARGUMENT
+ * ("dataset.tokenizer: ..."; not a tokens spec), RESOURCE_EXHAUSTED. Blocks on I/O; any thread.
+ */
+mt_code mt_data_tokenizer_fit_spec(const mt_data_spec *spec, mt_text_tokenizer **out, mt_err *err);
+
 /* ------------------------------------------------------------------ dataset */
 
 typedef struct mt_data_dataset mt_data_dataset;
@@ -347,6 +368,9 @@ mt_code mt_data_dataset_from_blocks(const mt_data_block *blocks, size_t n_blocks
                                     mt_data_dataset **out, mt_err *err);
 
 void mt_data_dataset_free(mt_data_dataset *ds);
+
+/* TOKENS: the tokenizer fitted on the training files at open (borrowed); NULL otherwise. */
+const mt_text_tokenizer *mt_data_dataset_tokenizer(const mt_data_dataset *ds);
 
 /* The dataset's class names (mt_data_classes_fit_spec, fitted once at open on the training
  * files); borrowed, n == 0 for integer and float labels. */
@@ -502,10 +526,11 @@ typedef struct mt_data_batch {
     size_t n;            /* examples in this replica batch; 0 is valid (empty batch) */
     size_t dim;          /* features per example as delivered (the slice length) */
     const float *x;      /* (n, dim) row-major; NULL when n == 0 */
-    const int32_t *y;    /* (n) class labels (zeros when the labels are float targets) */
+    const int32_t *y;    /* (n, y_dim) class labels (zeros when the labels are float targets) */
     size_t global_count; /* examples in the step's global batch over ALL replicas */
     const float *t;      /* (n, t_dim) float targets; NULL for class labels or n == 0 */
     size_t t_dim;        /* float targets per example; 0 for class labels */
+    size_t y_dim;        /* class labels per example (>= 1) */
 } mt_data_batch;
 
 typedef struct mt_data_step {
@@ -538,6 +563,8 @@ size_t mt_data_pipeline_dim(const mt_data_pipeline *p);
 void mt_data_pipeline_shape(const mt_data_pipeline *p, size_t shape[3]);
 /* Float targets per example (0 for class labels). */
 size_t mt_data_pipeline_target_dim(const mt_data_pipeline *p);
+/* Class labels per example (>= 1; the same in every file, else the open fails). */
+size_t mt_data_pipeline_label_dim(const mt_data_pipeline *p);
 
 /*
  * Begin epoch `epoch`: shuffles for (seed, epoch) and starts the prefetch thread (when

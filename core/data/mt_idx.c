@@ -327,5 +327,6 @@ void mt_idx_set_fini(mt_idx_set *set)
         return;
     mt_free(set->images);
     mt_free(set->labels);
+    mt_free(set->targets);
     memset(set, 0, sizeof(*set));
 }

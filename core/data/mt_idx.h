@@ -79,11 +79,17 @@ mt_code mt_idx_to_images(const mt_idx *idx, const char *name, float **pixels, si
 mt_code mt_idx_to_labels(const mt_idx *idx, const char *name, int num_classes, int32_t **labels,
                          size_t *n, mt_err *err);
 
-/* An image/label pair loaded from two IDX files. Caller memory; mt_idx_set_fini() frees. */
+/*
+ * An in-memory split: an image/label pair loaded from two IDX files, or any decoded split (the
+ * engines' whole-data form). Caller memory; mt_idx_set_fini() frees.
+ */
 typedef struct mt_idx_set {
-    float *images;   /* owned (n, h, w, c) float32 in [0,1] */
-    int32_t *labels; /* owned (n) */
+    float *images;   /* owned (n, h, w, c) float32 (IDX: in [0,1]) */
+    int32_t *labels; /* owned (n, y_dim) class labels */
     size_t n, h, w, c;
+    size_t y_dim;   /* class labels per example; 0 is read as 1 (IDX sets have one) */
+    float *targets; /* owned (n, t_dim) float (regression) targets, or NULL for class labels */
+    size_t t_dim;   /* float targets per example; 0 for class labels */
 } mt_idx_set;
 
 /*

@@ -543,6 +543,9 @@ static mt_code data_probe(const cJSON *node, const char *base_dir, mt_jobspec_su
         } else if (ds->format == MT_DATA_FORMAT_TEXT) {
             s->input_rank = 1;
             s->input_shape[0] = ds->max_tokens;
+        } else if (ds->format == MT_DATA_FORMAT_TOKENS) {
+            s->input_rank = 1;
+            s->input_shape[0] = ds->block_size;
         } else if (ds->n_feature_cols > 0) {
             s->input_rank = 1;
             s->input_shape[0] = ds->n_feature_cols;
@@ -574,6 +577,50 @@ static mt_code synthetic_probe(const mt_job_spec *spec, const cJSON *node, mt_jo
     return MT_OK;
 }
 
+/*
+ * The spec's "loss" against the model's output and the dataset's labels, as the trainer checks it
+ * (mt_loss_check, messages naming "loss"): class labels (one per example) for IDX, synthetic and
+ * every core/data format but NumPy and tokens (block_size labels: the next tokens), float targets
+ * for "label_type": "float" (CSV: one per "label_column"). NumPy's label shape is in its files: the
+ * trainer checks it when it loads them.
+ */
+static mt_code loss_probe(const mt_job_spec *spec, const cJSON *node, bool pipeline,
+                          const char *base_dir, const mt_jobspec_summary *s, mt_err *err)
+{
+    size_t y_dim = 1, t_dim = 0, (*shapes)[3] = NULL;
+    int *ranks = NULL;
+    mt_loss_shape out;
+    mt_code rc = MT_OK;
+
+    if (pipeline && !is_synthetic(node)) {
+        mt_data_spec *ds = NULL;
+        if ((rc = mt_data_spec_parse(node, "dataset", base_dir, &ds, err)) != MT_OK)
+            return rc;
+        if (ds->label_type == MT_DATA_LABEL_FLOAT)
+            t_dim = ds->n_target_cols > 0 ? ds->n_target_cols : 1;
+        if (ds->format == MT_DATA_FORMAT_NPY)
+            y_dim = t_dim = 0; /* unknown here */
+        if (ds->format == MT_DATA_FORMAT_TOKENS)
+            y_dim = ds->block_size; /* the next token of every position */
+        mt_data_spec_free(ds);
+        if (y_dim == 0)
+            return MT_OK;
+    }
+    ranks = mt_calloc((size_t)spec->n_layers + 1, sizeof(*ranks));
+    shapes = mt_calloc((size_t)spec->n_layers + 1, sizeof(*shapes));
+    if (ranks == NULL || shapes == NULL)
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "loss: out of memory");
+    if (rc == MT_OK)
+        rc = mt_model_spec_shapes(spec, s->input_rank, s->input_shape, ranks, shapes, err);
+    if (rc == MT_OK) {
+        mt_model_output_view(ranks[spec->n_layers - 1], shapes[spec->n_layers - 1], &out);
+        rc = mt_loss_check(&spec->loss, &out, y_dim, t_dim, err);
+    }
+    mt_free(ranks);
+    mt_free(shapes);
+    return rc;
+}
+
 static void mesh_summary(const mt_mesh *m, mt_jobspec_summary *s)
 {
     s->mesh_ndims = mt_mesh_ndims(m);
@@ -589,12 +636,12 @@ static void mesh_summary(const mt_mesh *m, mt_jobspec_summary *s)
  * Check the model, its layouts and the mesh exactly as the trainer will (mt_spmd_check: the same
  * planner and messages) and take what one device holds and communicates from it.
  */
-static mt_code check_params(const mt_jobspec *js, const mt_mesh *mesh, mt_jobspec_summary *s,
-                            mt_err *err)
+static mt_code check_params(const mt_jobspec *js, const mt_mesh *mesh, const mt_jobspec_opts *o,
+                            mt_jobspec_summary *s, mt_err *err)
 {
     const mt_job_spec *spec = js->model;
     mt_model *model = NULL;
-    mt_spmd_plan_info info;
+    mt_spmd_plan_info info = {.layers = o->layers};
     mt_code rc;
 
     mt_model_limits lim = MT_MODEL_LIMITS_DEFAULTS;
@@ -627,6 +674,8 @@ static mt_code check_params(const mt_jobspec *js, const mt_mesh *mesh, mt_jobspe
     s->optimizer_bytes_per_device = info.slot_bytes;
     s->gathered_bytes_per_device = info.gathered_bytes;
     s->activation_bytes_per_device = info.activation_bytes;
+    if (o->n_layers != NULL)
+        *o->n_layers = info.n_layers;
     for (int k = 0; k < info.ndims && k < MT_JOBSPEC_MAX_DIMS; k++)
         s->comm_bytes_per_step[k] = info.comm_bytes[k];
 out:
@@ -681,7 +730,10 @@ static mt_code check_root(const mt_jobspec *js, const mt_jobspec_opts *o, bool f
     if (rc != MT_OK)
         goto out;
     mesh_summary(mesh, s);
-    if (s->input_rank != 0 && (rc = check_params(js, mesh, s, err)) != MT_OK)
+    if (s->input_rank != 0 && (rc = check_params(js, mesh, o, s, err)) != MT_OK)
+        goto out;
+    if (files && s->input_rank != 0 &&
+        (rc = loss_probe(spec, ds, pipeline, o->base_dir, s, err)) != MT_OK)
         goto out;
     rc = check_sections(root, s, err);
 out:

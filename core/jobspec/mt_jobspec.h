@@ -132,11 +132,15 @@ typedef struct mt_jobspec_opts {
                              (NULL: the working directory; for validate_structure NULL means
                              relative paths are refused) */
     const char *mesh;     /* "batch=4,model=2" replacing the spec's "mesh" (--mesh), or NULL */
+    /* out (meshtrain plan --layers): NULL, or room for 256 layers, filled with each layer's
+     * output shape, buffers and collective bytes per mesh dim (core/spmd); *n_layers their count */
+    struct mt_spmd_layer_plan *layers;
+    int *n_layers;
 } mt_jobspec_opts;
 
 #define MT_JOBSPEC_OPTS_DEFAULTS                                                                   \
     {                                                                                              \
-        NULL, NULL                                                                                 \
+        NULL, NULL, NULL, NULL                                                                     \
     }
 
 /*

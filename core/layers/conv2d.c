@@ -3,10 +3,12 @@
  * conv2d.c — 2-D convolution over NHWC images with strides and "valid" or "same" padding (as
  * Keras / TensorFlow pad); kernel (KH, KW, C, F) as Keras stores it; im2col + GEMM.
  *
- * Sharding: only the output-channel axis (3) of the kernel may be sharded (kout): each device
- * computes its filters, the output's channels are sharded over kout, the bias follows. An input
- * with sharded channels is allgathered first. Backward: dx is a partial sum over kout
- * (allreduced), then resharded to the input's sharding.
+ * Sharding: the kernel's output-channel axis (3) over kout — each device computes its filters,
+ * the output's channels are sharded over kout, the bias follows — and its input-channel axis (2)
+ * over kin — each device convolves its channels, the partial outputs are allreduced over kin and
+ * the bias added after (as dense's contraction axis). The input is resharded from its channel
+ * sharding xf to kin when they differ (allgathered when kin is unsharded). Backward: dx over
+ * the kernel's input channels is a partial sum over kout (allreduced), then resharded to xf.
  * Reference: mt_conv2d_forward_ref / mt_conv2d_backward_ref (core/tensor/mt_kernels_ref.c).
  */
 #include <string.h>
@@ -52,12 +54,19 @@ static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt
     return rc == MT_OK ? mt_layer__parse_act_bias(node, base, out, err) : rc;
 }
 
-/* The geometry of this device's filters for batch examples. */
-static mt_conv2d_geom geom(const mt_layer *l, size_t batch, size_t kout_size)
+/* The geometry of this device's channels and filters for batch examples. */
+static mt_conv2d_geom geom(const mt_layer *l, size_t batch, size_t kin_size, size_t kout_size)
 {
-    mt_conv2d_geom g = {batch,   l->in_shape[0],           l->in_shape[1], l->in_shape[2], l->s.kh,
-                        l->s.kw, l->s.filters / kout_size, l->s.same,      l->s.sh,        l->s.sw};
+    mt_conv2d_geom g = {
+        batch,   l->in_shape[0], l->in_shape[1],           l->in_shape[2] / kin_size,
+        l->s.kh, l->s.kw,        l->s.filters / kout_size, l->s.same,
+        l->s.sh, l->s.sw};
     return g;
+}
+
+static mt_conv2d_geom dev_geom(const mt_layer *l, size_t batch, const mt_layer_dev *dev)
+{
+    return geom(l, batch, mt_layer__dsz(dev, l->kin), mt_layer__dsz(dev, l->kout));
 }
 
 static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
@@ -68,7 +77,7 @@ static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
 
     if (l->in_rank != 3)
         return mt_layer__shape_error(l, "an image input (height, width, channels)", err);
-    g = geom(l, 0, 1);
+    g = geom(l, 0, 1, 1);
     if (mt_conv2d_out_h(&g) == 0 || mt_conv2d_out_w(&g) == 0) {
         char sh[64];
         mt_layer_shape_text(sh, sizeof(sh), l->in_rank, l->in_shape);
@@ -86,12 +95,13 @@ static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
                       MT_LAYER_FROM_MAP, err);
     if (rc != MT_OK)
         return rc;
-    for (int a = 0; a < 3; a++)
+    for (int a = 0; a < 2; a++)
         if (p->param_dim(p->ctx, l, KERNEL, a) >= 0)
             return mt_err_set(err, MT_INVALID_ARGUMENT,
-                              "layouts: %s.kernel axis %d: only the output-channel axis (3) of "
-                              "a conv2d kernel may be sharded",
+                              "layouts: %s.kernel axis %d: only the channel axes (2: input, 3: "
+                              "output) of a conv2d kernel may be sharded",
                               l->s.name, a);
+    l->kin = p->param_dim(p->ctx, l, KERNEL, 2);
     l->kout = p->param_dim(p->ctx, l, KERNEL, 3);
     if (l->s.use_bias)
         rc = p->add_param(p->ctx, l, BIAS, "bias", 1, bs, MT_INIT_ZEROS, true, l->kout, err);
@@ -102,13 +112,13 @@ static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
                      mt_layer_alloc *a, mt_err *err)
 {
-    mt_conv2d_geom g = geom(l, b, mt_layer__dsz(dev, l->kout));
+    mt_conv2d_geom g = dev_geom(l, b, dev);
     bool dx = !mt_layer__reads_input(l);
     mt_code rc = mt_layer__io(l, st, b, a, err);
 
-    if (rc == MT_OK && l->xf >= 0)
+    if (rc == MT_OK && l->xf != l->kin)
         rc = mt_layer_buf(a, l, (void **)&st->xin, b * l->use_loc, sizeof(float), err);
-    if (rc == MT_OK && l->xf >= 0 && dx)
+    if (rc == MT_OK && l->xf != l->kin && dx)
         rc = mt_layer_buf(a, l, (void **)&st->dxk, b * l->use_loc, sizeof(float), err);
     if (rc == MT_OK)
         rc = mt_layer_buf(a, l, &st->scr[COLS], mt_conv2d_cols_size(&g), sizeof(float), err);
@@ -120,25 +130,37 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    mt_conv2d_geom g = geom(l, ps->batch, mt_layer__dsz(dev, l->kout));
+    mt_conv2d_geom g = dev_geom(l, ps->batch, dev);
+    float *bias = st->pv[BIAS];
+    size_t rows = ps->batch * l->out_rows, f = l->out_loc / l->out_rows;
+    mt_code rc;
+
     if (st->xin != NULL) {
-        mt_code rc =
-            dev->reshard(dev->ctx, st->in, ps->batch * l->in_rows, l->in_c, l->xf, -1, st->xin);
+        rc =
+            dev->reshard(dev->ctx, st->in, ps->batch * l->in_rows, l->in_c, l->xf, l->kin, st->xin);
         if (rc != MT_OK)
             return rc;
         st->used = st->xin;
     }
     if (ps->ref)
-        mt_conv2d_forward_ref(st->out, st->used, st->pv[KERNEL], st->pv[BIAS], &g);
+        mt_conv2d_forward_ref(st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, &g);
     else
-        mt_conv2d_forward(st->out, st->scr[COLS], st->used, st->pv[KERNEL], st->pv[BIAS], &g);
+        mt_conv2d_forward(st->out, st->scr[COLS], st->used, st->pv[KERNEL],
+                          l->kin < 0 ? bias : NULL, &g);
+    if (l->kin < 0)
+        return MT_OK;
+    if ((rc = dev->allreduce(dev->ctx, l->kin, st->out, rows * f)) != MT_OK)
+        return rc;
+    for (size_t r = 0; bias != NULL && r < rows; r++)
+        for (size_t j = 0; j < f; j++)
+            st->out[r * f + j] += bias[j];
     return MT_OK;
 }
 
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
-    mt_conv2d_geom g = geom(l, ps->batch, mt_layer__dsz(dev, l->kout));
+    mt_conv2d_geom g = dev_geom(l, ps->batch, dev);
     float *dxk = st->dx_buf != NULL && st->dxk != NULL ? st->dxk : st->dx_buf;
 
     *dx = st->dx_buf;
@@ -149,7 +171,7 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
                            st->pv[KERNEL], &g);
     if (st->dx_buf == NULL)
         return MT_OK;
-    return mt_layer__dx_finish(l, st, dev, dxk, ps->batch, -1);
+    return mt_layer__dx_finish(l, st, dev, dxk, ps->batch, l->kin);
 }
 
 static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
@@ -157,9 +179,14 @@ static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *
 {
     (void)bdim;
     (void)p;
-    add(per_dim, l->xf, b * l->in_size);
-    if (!mt_layer__reads_input(l))
-        add(per_dim, l->kout, b * l->use_loc);
+    if (l->xf != l->kin)
+        add(per_dim, l->xf, b * l->in_size);
+    add(per_dim, l->kin, b * l->out_loc);
+    if (mt_layer__reads_input(l))
+        return;
+    add(per_dim, l->kout, b * l->use_loc);
+    if (l->xf != l->kin)
+        add(per_dim, l->kin, b * l->in_size);
 }
 
 const mt_layer_ops mt_layer_conv2d_ops = {
@@ -181,6 +208,7 @@ const mt_layer_ops mt_layer_conv2d_ops = {
         "\"flatten\"},{\"type\":\"dense\",\"units\":"
         "3}]},"
         "\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{\"conv2d_1\\\\.kernel\":[\"unsharded\","
-        "\"unsharded\",\"unsharded\",\"model\"]}",
+        "\"unsharded\",\"unsharded\",\"model\"],\"conv2d_2\\\\.kernel\":[\"unsharded\","
+        "\"unsharded\",\"model\",\"unsharded\"]}",
     .comm = comm,
 };

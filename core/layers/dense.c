@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * dense.c — the dense (fully connected) layer: y(B, out) = x(B, in) · kernel(in, out) + bias.
+ * Like Keras' Dense it acts on the last axis: an input (..., in) gives (..., units), every row
+ * (a sequence position, an image pixel) multiplied by the same kernel.
  *
  * Sharding: the kernel may be sharded on its input axis (kin: a contraction, the partial
  * outputs are allreduced over kin and the bias added after) and on its output axis (kout: the
@@ -9,6 +11,8 @@
  * is a partial sum over kout (allreduced), then resharded back to xf.
  * Reference: mt_dense_forward_ref / mt_dense_backward_ref (core/tensor/mt_kernels_ref.c).
  */
+#include <string.h>
+
 #include <cjson/cJSON.h>
 
 #include "layers/layers_int.h"
@@ -20,27 +24,18 @@ static const char *const keys[] = {"units", "activation", "use_bias", NULL};
 
 static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt_err *err)
 {
-    char path[112];
-    int64_t v;
-    mt_code rc;
-
-    MT_LAYER_PATH(path, base, "units");
-    if (cJSON_GetObjectItemCaseSensitive(node, "units") == NULL)
-        return mt_model_field_bad(err, path, "is required");
-    rc = mt_model_field_pos_int(node, "units", path, 1 << 24, 0, &v, err);
-    out->units = (size_t)v;
+    mt_code rc = mt_layer__required_int(node, "units", base, 1 << 24, &out->units, err);
     return rc == MT_OK ? mt_layer__parse_act_bias(node, base, out, err) : rc;
 }
 
 static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
 {
-    size_t ks[2] = {l->in_size, l->s.units}, bs[1] = {l->s.units};
+    size_t ks[2] = {l->in_c, l->s.units}, bs[1] = {l->s.units};
     mt_code rc;
 
-    if (l->in_rank != 1)
-        return mt_layer__shape_error(l, "a flat input (add a flatten layer before it)", err);
-    l->out_rank = 1;
-    l->out_shape[0] = l->s.units;
+    l->out_rank = l->in_rank;
+    memcpy(l->out_shape, l->in_shape, sizeof(l->out_shape));
+    l->out_shape[l->in_rank - 1] = l->s.units;
     rc = p->add_param(p->ctx, l, KERNEL, "kernel", 2, ks, MT_INIT_GLOROT_UNIFORM, true,
                       MT_LAYER_FROM_MAP, err);
     if (rc != MT_OK)
@@ -69,23 +64,24 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    size_t batch = ps->batch, outl = l->out_loc;
+    size_t rows = ps->batch * l->in_rows, outl = l->out_loc / l->in_rows;
     float *bias = st->pv[BIAS];
     mt_code rc;
 
     if (st->xin != NULL) {
-        rc = dev->reshard(dev->ctx, st->in, batch, l->in_c, l->xf, l->kin, st->xin);
+        rc = dev->reshard(dev->ctx, st->in, rows, l->in_c, l->xf, l->kin, st->xin);
         if (rc != MT_OK)
             return rc;
         st->used = st->xin;
     }
-    (ps->ref ? mt_dense_forward_ref : mt_dense_forward)(
-        st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, batch, l->use_loc, outl);
+    (ps->ref ? mt_dense_forward_ref : mt_dense_forward)(st->out, st->used, st->pv[KERNEL],
+                                                        l->kin < 0 ? bias : NULL, rows,
+                                                        l->use_loc / l->in_rows, outl);
     if (l->kin < 0)
         return MT_OK;
-    if ((rc = dev->allreduce(dev->ctx, l->kin, st->out, batch * outl)) != MT_OK)
+    if ((rc = dev->allreduce(dev->ctx, l->kin, st->out, rows * outl)) != MT_OK)
         return rc;
-    for (size_t r = 0; bias != NULL && r < batch; r++)
+    for (size_t r = 0; bias != NULL && r < rows; r++)
         for (size_t j = 0; j < outl; j++)
             st->out[r * outl + j] += bias[j];
     return MT_OK;
@@ -94,16 +90,16 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
-    size_t batch = ps->batch;
+    size_t rows = ps->batch * l->in_rows;
     float *dxk = st->dx_buf != NULL && st->dxk != NULL ? st->dxk : st->dx_buf;
 
     *dx = st->dx_buf;
-    (ps->ref ? mt_dense_backward_ref : mt_dense_backward)(dxk, st->pg[KERNEL], st->pg[BIAS], dy,
-                                                          st->used, st->pv[KERNEL], batch,
-                                                          l->use_loc, l->out_loc);
+    (ps->ref ? mt_dense_backward_ref
+             : mt_dense_backward)(dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL],
+                                  rows, l->use_loc / l->in_rows, l->out_loc / l->in_rows);
     if (st->dx_buf == NULL)
         return MT_OK;
-    return mt_layer__dx_finish(l, st, dev, dxk, batch, l->kin);
+    return mt_layer__dx_finish(l, st, dev, dxk, ps->batch, l->kin);
 }
 
 static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,

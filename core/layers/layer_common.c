@@ -3,6 +3,8 @@
  * layer_common.c — pieces several layer modules share (layers_int.h): messages, the fields of
  * the kernel layers, and the return of a contraction's input gradient.
  */
+#include <cjson/cJSON.h>
+
 #include "layers/layers_int.h"
 
 mt_code mt_layer__shape_error(const mt_layer *l, const char *need, mt_err *err)
@@ -24,6 +26,21 @@ mt_code mt_layer__parse_act_bias(const struct cJSON *node, const char *base, mt_
     MT_LAYER_PATH(path, base, "use_bias");
     if (rc == MT_OK)
         rc = mt_model_field_bool(node, "use_bias", path, true, &out->use_bias, err);
+    return rc;
+}
+
+mt_code mt_layer__required_int(const struct cJSON *node, const char *key, const char *base,
+                               int64_t max, size_t *out, mt_err *err)
+{
+    char path[112];
+    int64_t v = 0;
+    mt_code rc;
+
+    snprintf(path, sizeof(path), "%s.%s", base, key);
+    if (cJSON_GetObjectItemCaseSensitive(node, key) == NULL)
+        return mt_model_field_bad(err, path, "is required");
+    rc = mt_model_field_pos_int(node, key, path, max, 0, &v, err);
+    *out = (size_t)v;
     return rc;
 }
 

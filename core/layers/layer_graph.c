@@ -50,7 +50,7 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
     l->s.activation = mt_model_layer_activation(spec, i);
     l->ops = mt_layer_ops_of(l->s.kind);
     l->idx = i;
-    l->kin = l->kout = -1;
+    l->kin = l->kout = l->vdim = -1;
     if (l->ops == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "model.layers[%d]: unknown layer kind", i);
     for (int k = 0; k < l->s.n_inputs; k++) {
@@ -79,7 +79,7 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
     l->out_c = l->out_shape[l->out_rank - 1];
     l->out_rows = l->out_c > 0 ? l->out_size / l->out_c : 0;
     if (l->in_c % dsz(p, l->xf) != 0 || l->out_c % dsz(p, l->of) != 0 ||
-        l->in_size % dsz(p, l->kin) != 0)
+        l->in_c % dsz(p, l->kin) != 0)
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "model.layers[%d] (%s): feature axis not divisible by its mesh dimension",
                           i, l->s.name);

@@ -42,6 +42,10 @@ static inline mt_code mt_layer__io(const mt_layer *l, mt_layer_state *st, size_t
 /* "model.layers[i]: <kind> needs ...; its input has shape (..)" */
 mt_code mt_layer__shape_error(const mt_layer *l, const char *need, mt_err *err);
 
+/* A required positive integer field "<base>.<key>" (at most max) into *out. */
+mt_code mt_layer__required_int(const struct cJSON *node, const char *key, const char *base,
+                               int64_t max, size_t *out, mt_err *err);
+
 /* The parse of a kind without fields of its own. */
 mt_code mt_layer__parse_none(const struct cJSON *node, const char *base, mt_layer_spec *out,
                              mt_err *err);
@@ -65,6 +69,7 @@ mt_code mt_layer__dx_finish(const mt_layer *l, mt_layer_state *st, const mt_laye
 extern const mt_layer_ops mt_layer_dense_ops, mt_layer_conv2d_ops, mt_layer_max_pool2d_ops,
     mt_layer_flatten_ops, mt_layer_batch_norm_ops, mt_layer_dropout_ops, mt_layer_add_ops,
     mt_layer_concatenate_ops, mt_layer_activation_ops, mt_layer_global_average_pooling2d_ops,
-    mt_layer_layer_norm_ops, mt_layer_average_pooling2d_ops;
+    mt_layer_layer_norm_ops, mt_layer_average_pooling2d_ops, mt_layer_embedding_ops,
+    mt_layer_position_embedding_ops, mt_layer_attention_ops;
 
 #endif

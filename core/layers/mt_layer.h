@@ -59,6 +59,7 @@ typedef struct mt_layer {
     size_t in_last[MT_LAYER_MAX_INPUTS]; /* each input's last-axis width (joins) */
     int xf, of;                          /* mesh dim sharding the input / output last axis, or -1 */
     int kin, kout;          /* kernel contraction / output axis dims (dense, conv2d), or -1 */
+    int vdim;               /* embedding: the mesh dim sharding the vocabulary, or -1 */
     size_t in_loc, use_loc; /* local floats per example: input as received / as the math
                                uses it (after the layer's reshard) */
     size_t out_loc;         /* local floats per example of the output */
@@ -113,6 +114,7 @@ typedef struct mt_layer_pass {
     bool training;
     uint64_t step, first; /* dropout keys: step and the global index of the first example */
     bool ref;             /* run the plain reference kernels (mt_kernels_ref.c): tests */
+    mt_err *err; /* where a module explains a failure of its own (a bad input value), or NULL */
 } mt_layer_pass;
 
 /* Per-device state of one layer. Buffers are owned (mt_layer_state_fini frees them). */

@@ -22,6 +22,9 @@ static const mt_layer_ops *const kinds[] = {
     &mt_layer_global_average_pooling2d_ops,
     &mt_layer_layer_norm_ops,
     &mt_layer_average_pooling2d_ops,
+    &mt_layer_embedding_ops,
+    &mt_layer_position_embedding_ops,
+    &mt_layer_attention_ops,
 };
 /* clang-format on */
 #define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))

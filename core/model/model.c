@@ -29,10 +29,13 @@ struct mt_model {
     mt_model_param *params;
     size_t n_params;
     size_t max_batch, in_size, num_classes;
+    mt_loss_spec loss; /* the spec's loss and metrics (core/loss) */
+    mt_loss_shape osh; /* the output's (rows, c) view; num_classes == osh.c */
+    size_t out_size;   /* rows · c floats per example */
     uint64_t seed;
     mt_optimizer_spec opt;
     int64_t t;      /* optimizer iterations */
-    float *dlogits; /* (max_batch, num_classes) */
+    float *dlogits; /* (max_batch, rows, c) */
     const float *logits;
     size_t batch, global_batch;
     bool trained_forward;      /* the last forward ran in training mode */
@@ -64,6 +67,9 @@ mt_code mt_model_param_init(const mt_model_param *p, uint64_t seed, const size_t
         return MT_OK;
     case MT_INIT_GLOROT_UNIFORM:
         break;
+    case MT_INIT_UNIFORM_005:
+        return mt_rng_uniform_fill(out, seed, mt_rng_name_id(p->name), 0.05f, p->rank, p->shape,
+                                   offsets, local_shape, err);
     }
     return mt_rng_glorot_fill(out, seed, mt_rng_name_id(p->name), p->rank, p->shape, offsets,
                               local_shape, err);
@@ -356,15 +362,8 @@ mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shap
     if ((rc = plan_model(m, spec, in_rank, in_shape, NULL, err)) != MT_OK)
         goto fail;
     last = &m->layers[spec->n_layers - 1];
-    if (last->out_rank != 1) {
-        char sh[64];
-        mt_layer_shape_text(sh, sizeof(sh), last->out_rank, last->out_shape);
-        rc = mt_err_set(err, MT_INVALID_ARGUMENT,
-                        "model.layers[%d]: the last layer must output one logit per class (a "
-                        "vector); it outputs %s",
-                        spec->n_layers - 1, sh);
-        goto fail;
-    }
+    mt_model_output_view(last->out_rank, last->out_shape, &m->osh);
+    m->loss = spec->loss;
     {
         mt_layer_dev d = model_dev(m);
         mt_layer_alloc a = {false, 0};
@@ -373,8 +372,9 @@ mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shap
                 MT_OK)
                 goto fail;
     }
-    m->num_classes = last->out_shape[0];
-    m->dlogits = mt_calloc(max_batch * m->num_classes, sizeof(float));
+    m->num_classes = m->osh.c;
+    m->out_size = m->osh.rows * m->osh.c;
+    m->dlogits = mt_calloc(max_batch * m->out_size, sizeof(float));
     if (m->dlogits == NULL) {
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");
         goto fail;
@@ -428,6 +428,24 @@ size_t mt_model_num_classes(const mt_model *m)
     return m->num_classes;
 }
 
+void mt_model_output_view(int rank, const size_t *shape, mt_loss_shape *out)
+{
+    out->rows = 1;
+    for (int a = 0; a + 1 < rank; a++)
+        out->rows *= shape[a];
+    out->c = rank > 0 ? shape[rank - 1] : 1;
+}
+
+mt_loss_shape mt_model_output_shape(const mt_model *m)
+{
+    return m->osh;
+}
+
+mt_code mt_model_check_data(const mt_model *m, size_t y_dim, size_t t_dim, mt_err *err)
+{
+    return mt_loss_check(&m->loss, &m->osh, y_dim, t_dim, err);
+}
+
 size_t mt_model_input_size(const mt_model *m)
 {
     return m->in_size;
@@ -462,7 +480,8 @@ mt_code mt_model_forward(mt_model *m, const float *x, size_t local_batch, size_t
                         .training = training,
                         .step = step,
                         .first = first_example,
-                        .ref = m->ref};
+                        .ref = m->ref,
+                        .err = err};
     int failed = 0;
     mt_code rc;
 
@@ -476,23 +495,45 @@ mt_code mt_model_forward(mt_model *m, const float *x, size_t local_batch, size_t
     m->global_batch = global_batch;
     m->trained_forward = training;
     m->comm = comm;
+    if (err != NULL)
+        err->code = MT_OK;
     rc = mt_layer_graph_forward(m->layers, m->st, m->n_layers, x, &d, &ps, &m->logits, &failed);
-    if (rc != MT_OK)
+    if (rc != MT_OK && (err == NULL || err->code == MT_OK))
         return mt_err_set(err, rc, "%s: allreduce of batch-norm statistics failed",
                           m->layers[failed].s.name);
+    if (rc != MT_OK)
+        return rc;
     if (logits != NULL)
         *logits = m->logits;
     return MT_OK;
 }
 
+/* The loss of the last forward against labels or targets: adds to sums (MT_LOSS_NSUMS); the
+ * gradient goes to m->dlogits when dout, scaled for global_batch examples. */
+static mt_code model_loss(mt_model *m, const int32_t *labels, const float *targets,
+                          size_t global_batch, bool dout, double *sums, double *hist, mt_err *err)
+{
+    mt_loss_batch b = {m->logits, m->batch, labels, targets,
+                       mt_loss_grad_scale(&m->loss, &m->osh, global_batch)};
+    if (m->logits == NULL)
+        return mt_err_set(err, MT_FAILED_PRECONDITION, "model loss before any forward pass");
+    if (mt_loss_uses_targets(&m->loss, targets != NULL ? 1 : 0) ? targets == NULL : labels == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "loss: %s needs the batch's %s",
+                          mt_loss_name(m->loss.kind), targets == NULL ? "targets" : "labels");
+    return mt_loss_forward(&m->loss, &m->osh, &b, m->ref, dout ? m->dlogits : NULL, sums, hist,
+                           err);
+}
+
 mt_code mt_model_loss(mt_model *m, const int32_t *labels, size_t global_batch, double *loss_sum,
                       size_t *correct, mt_err *err)
 {
-    if (m->logits == NULL)
-        return mt_err_set(err, MT_FAILED_PRECONDITION, "model loss before any forward pass");
-    return (m->ref ? mt_softmax_xent_ref
-                   : mt_softmax_xent)(m->dlogits, loss_sum, correct, m->logits, labels, m->batch,
-                                      m->num_classes, 1.0f / (float)global_batch, err);
+    double sums[MT_LOSS_NSUMS] = {0};
+    mt_code rc = model_loss(m, labels, NULL, global_batch, true, sums, NULL, err);
+    if (rc == MT_OK) {
+        *loss_sum += sums[MT_LOSS_SUM_LOSS] / (double)mt_loss_units(&m->loss, &m->osh);
+        *correct += (size_t)sums[MT_LOSS_SUM_CORRECT];
+    }
+    return rc;
 }
 
 void mt_model_use_reference_kernels(mt_model *m, bool on)
@@ -542,15 +583,35 @@ mt_code mt_model_train_step(mt_model *m, const float *x, const int32_t *labels, 
                             size_t global_batch, uint64_t step, uint64_t first_example,
                             const mt_model_comm *comm, mt_step_metrics *metrics, mt_err *err)
 {
-    double loss = 0.0;
-    size_t correct = 0;
-    float sums[2];
+    return mt_model_train_step_targets(m, x, labels, NULL, local_batch, global_batch, step,
+                                       first_example, comm, metrics, err);
+}
+
+void mt_step_metrics_fill(mt_step_metrics *sm, const mt_loss_spec *ls, const mt_loss_shape *sh,
+                          const float *sums, size_t global_batch)
+{
+    for (int k = 0; k < MT_LOSS_NSUMS; k++)
+        sm->sums[k] = (double)sums[k];
+    sm->examples = (double)global_batch;
+    sm->loss =
+        (double)sums[MT_LOSS_SUM_LOSS] / ((double)global_batch * (double)mt_loss_units(ls, sh));
+    sm->accuracy = (double)sums[MT_LOSS_SUM_CORRECT] / ((double)global_batch * (double)sh->rows);
+}
+
+mt_code mt_model_train_step_targets(mt_model *m, const float *x, const int32_t *labels,
+                                    const float *targets, size_t local_batch, size_t global_batch,
+                                    uint64_t step, uint64_t first_example,
+                                    const mt_model_comm *comm, mt_step_metrics *metrics,
+                                    mt_err *err)
+{
+    double loss[MT_LOSS_NSUMS] = {0};
+    float sums[MT_LOSS_NSUMS];
     mt_code rc;
 
     rc = mt_model_forward(m, x, local_batch, global_batch, true, step, first_example, comm, NULL,
                           err);
     if (rc == MT_OK)
-        rc = mt_model_loss(m, labels, global_batch, &loss, &correct, err);
+        rc = model_loss(m, labels, targets, global_batch, true, loss, NULL, err);
     if (rc == MT_OK)
         rc = mt_model_backward(m, comm, err);
     if (rc != MT_OK)
@@ -563,15 +624,33 @@ mt_code mt_model_train_step(mt_model *m, const float *x, const int32_t *labels, 
         if (rc != MT_OK)
             return mt_err_set(err, rc, "%s: allreduce of the gradient failed", p->name);
     }
-    sums[0] = (float)loss;
-    sums[1] = (float)correct;
-    rc = allreduce(comm, sums, 2, MT_MODEL_COMM_METRICS);
+    for (int k = 0; k < MT_LOSS_NSUMS; k++)
+        sums[k] = (float)loss[k];
+    rc = allreduce(comm, sums, MT_LOSS_NSUMS, MT_MODEL_COMM_METRICS);
     if (rc != MT_OK)
         return mt_err_set(err, rc, "allreduce of the step metrics failed");
     mt_model_apply_gradients(m);
-    if (metrics != NULL) {
-        metrics->loss = (double)sums[0] / (double)global_batch;
-        metrics->accuracy = (double)sums[1] / (double)global_batch;
+    if (metrics != NULL)
+        mt_step_metrics_fill(metrics, &m->loss, &m->osh, sums, global_batch);
+    return MT_OK;
+}
+
+mt_code mt_model_evaluate_sums(mt_model *m, const float *x, const int32_t *labels,
+                               const float *targets, size_t n, double *sums, double *hist,
+                               mt_err *err)
+{
+    size_t yd = m->loss.kind == MT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ? m->osh.rows : m->out_size;
+
+    for (size_t i = 0; i < n; i += m->max_batch) {
+        size_t b = n - i < m->max_batch ? n - i : m->max_batch;
+        mt_code rc = mt_model_forward(m, x + i * m->in_size, b, b, false, 0, i, NULL, NULL, err);
+        if (rc != MT_OK)
+            return rc;
+        rc = model_loss(m, labels != NULL ? labels + i * yd : NULL,
+                        targets != NULL ? targets + i * m->out_size : NULL, b, false, sums, hist,
+                        err);
+        if (rc != MT_OK)
+            return rc;
     }
     return MT_OK;
 }
@@ -579,15 +658,11 @@ mt_code mt_model_train_step(mt_model *m, const float *x, const int32_t *labels, 
 mt_code mt_model_evaluate(mt_model *m, const float *x, const int32_t *labels, size_t n,
                           double *loss_sum, size_t *correct, mt_err *err)
 {
-    for (size_t i = 0; i < n; i += m->max_batch) {
-        size_t b = n - i < m->max_batch ? n - i : m->max_batch;
-        mt_code rc = mt_model_forward(m, x + i * m->in_size, b, b, false, 0, i, NULL, NULL, err);
-        if (rc != MT_OK)
-            return rc;
-        rc = mt_softmax_xent(NULL, loss_sum, correct, m->logits, labels + i, b, m->num_classes,
-                             1.0f, err);
-        if (rc != MT_OK)
-            return rc;
+    double sums[MT_LOSS_NSUMS] = {0};
+    mt_code rc = mt_model_evaluate_sums(m, x, labels, NULL, n, sums, NULL, err);
+    if (rc == MT_OK) {
+        *loss_sum += sums[MT_LOSS_SUM_LOSS] / (double)mt_loss_units(&m->loss, &m->osh);
+        *correct += (size_t)sums[MT_LOSS_SUM_CORRECT];
     }
-    return MT_OK;
+    return rc;
 }

@@ -11,8 +11,10 @@
  * seed (mt_model_param_init), and every quantity that must be summed across replicas — loss sum
  * and correct count, batch-norm statistics and gradient sums, parameter gradients — passes
  * through the mt_model_comm hook, which is a no-op on one device.
- * Loss: the SUM of per-example sparse categorical cross-entropies (from logits) divided by the
- * GLOBAL batch size, so replica gradients summed equal the single-device gradient.
+ * Loss: the spec's loss (core/loss: sparse categorical cross-entropy by default, binary
+ * cross-entropy, mse, mae) over the output's (rows, c) view: the SUM over every label or output of
+ * the local batch divided by the GLOBAL count (examples · units), so replica gradients summed
+ * equal the single-device gradient.
  * Invariants: a layer's inputs are earlier layers or the model input (a graph in list order);
  * NHWC images; parameters are row-major in Keras' layouts (dense kernel (in, out), conv kernel
  * (KH, KW, C, F)).
@@ -27,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loss/mt_loss.h"
 #include "status/mt_status.h"
 
 struct cJSON;
@@ -49,6 +52,9 @@ typedef enum mt_layer_kind {
     MT_LAYER_GLOBAL_AVERAGE_POOLING2D, /* (H, W, C) -> (C): each channel's mean */
     MT_LAYER_LAYER_NORM,               /* normalisation of each row over its features */
     MT_LAYER_AVERAGE_POOLING2D,        /* the mean of each window */
+    MT_LAYER_EMBEDDING,                /* token ids (T) -> (T, output_dim) rows of a table */
+    MT_LAYER_POSITION_EMBEDDING,       /* (T, C) + a learned vector per position */
+    MT_LAYER_ATTENTION,                /* multi-head (causal) attention over fused q, k, v */
     MT_LAYER_KIND_COUNT                /* a new kind goes above, with its module in core/layers */
 } mt_layer_kind;
 
@@ -71,7 +77,10 @@ typedef struct mt_layer_spec {
     mt_layer_kind kind;
     char name[MT_LAYER_NAME_MAX];    /* "dense_1", "conv2d_2" ...: per type, 1-based, as Keras */
     mt_activation activation;        /* dense, conv2d */
-    size_t units;                    /* dense */
+    size_t units;                    /* dense; embedding: output_dim */
+    size_t input_dim;                /* embedding: the vocabulary size */
+    size_t heads;                    /* attention: num_heads */
+    bool causal;                     /* attention: each position sees itself and earlier ones */
     size_t filters, kh, kw;          /* conv2d; kh, kw: also the pooling window */
     bool same;                       /* conv2d padding "same" (else "valid") */
     size_t sh, sw;                   /* conv2d strides (default 1), pooling strides */
@@ -147,6 +156,9 @@ typedef struct mt_job_spec {
     bool fsdp_reshard_after_forward; /* "fsdp.reshard_after_forward" (default true): weights
                                         sharded over the batch dim are gathered per layer and
                                         freed after use; false keeps the gathered copies */
+    mt_loss_spec loss;               /* "loss" and "metrics" (core/loss) */
+    mt_validation_spec validation;   /* "validation" (core/loss): held-out data, early stopping,
+                                        the best checkpoint */
 } mt_job_spec;
 
 /* How many inputs of later layers read layer i's output (the last layer's feeds the loss). */
@@ -214,6 +226,7 @@ typedef enum mt_param_init {
     MT_INIT_ZEROS,
     MT_INIT_ONES,
     MT_INIT_GLOROT_UNIFORM,
+    MT_INIT_UNIFORM_005, /* uniform in [-0.05, 0.05): Keras' Embedding default */
 } mt_param_init;
 
 /* A named parameter (or non-trainable state such as a moving mean). Borrowed from the model. */
@@ -245,9 +258,11 @@ mt_code mt_model_param_init(const mt_model_param *p, uint64_t seed, const size_t
  * Build the model of `spec` for per-example input shape in_shape (rank in_rank, 1..3; the spec's
  * model.input_shape when it has one must equal it) and local batches of at most max_batch
  * examples; parameters are created and initialised from spec->seed. `spec` is borrowed for the
- * call only. Codes: INVALID_ARGUMENT ("model.layers[i]...: why", e.g. a kernel larger than its
- * input, a loss head that is not a vector), RESOURCE_EXHAUSTED (out of memory, or beyond
- * MT_MODEL_LIMITS_DEFAULTS: see mt_model_check_limits).
+ * call only. The last layer's output of any shape is read by the loss as (rows, c)
+ * (mt_model_output_view); whether it fits the data is mt_model_check_data's. Codes:
+ * INVALID_ARGUMENT ("model.layers[i]...: why", e.g. a kernel larger than its input),
+ * RESOURCE_EXHAUSTED (out of memory, or beyond MT_MODEL_LIMITS_DEFAULTS: see
+ * mt_model_check_limits).
  */
 mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shape, size_t max_batch,
                      mt_model **out, mt_err *err);
@@ -322,8 +337,21 @@ size_t mt_model_param_count(const mt_model *m);
 mt_model_param *mt_model_param_at(mt_model *m, size_t i);
 /* The parameter with this name, or NULL. */
 mt_model_param *mt_model_param_find(mt_model *m, const char *name);
-/* Number of classes (width of the last layer). */
+/* Number of classes (width of the last layer's last axis: c of the output view). */
 size_t mt_model_num_classes(const mt_model *m);
+
+/* The (rows, c) view of a per-example output of shape[rank] (core/loss: c = the last axis, rows
+ * = the product of the others). Both engines use it. Pure. */
+void mt_model_output_view(int rank, const size_t *shape, mt_loss_shape *out);
+
+/* The model's output view. */
+mt_loss_shape mt_model_output_shape(const mt_model *m);
+
+/*
+ * Whether the spec's loss fits this model's output and data with y_dim class labels or t_dim
+ * float targets per example (mt_loss_check). INVALID_ARGUMENT naming "loss". Pure.
+ */
+mt_code mt_model_check_data(const mt_model *m, size_t y_dim, size_t t_dim, mt_err *err);
 /* Per-example input size in floats. */
 size_t mt_model_input_size(const mt_model *m);
 /* Optimizer steps applied so far (Adam's t). Settable for checkpoint restore. */
@@ -335,8 +363,8 @@ void mt_model_set_iterations(mt_model *m, int64_t t);
  * max_batch). training selects batch statistics and dropout; step and first_example (the GLOBAL
  * index of x's first example) key the dropout masks; global_batch is the batch-norm row count
  * across replicas. comm may be NULL (one device). Returns a borrowed pointer to the logits
- * (local_batch, num_classes) in *logits, valid until the next call. Codes: INVALID_ARGUMENT,
- * and whatever comm returns.
+ * (local_batch, rows, c) (the output view) in *logits, valid until the next call. Codes:
+ * INVALID_ARGUMENT, and whatever comm returns.
  */
 mt_code mt_model_forward(mt_model *m, const float *x, size_t local_batch, size_t global_batch,
                          bool training, uint64_t step, uint64_t first_example,
@@ -361,9 +389,16 @@ void mt_model_apply_gradients(mt_model *m);
 
 /* Metrics of one step. */
 typedef struct mt_step_metrics {
-    double loss;     /* global mean loss of the batch */
-    double accuracy; /* global fraction correct */
+    double loss;                /* global mean loss of the batch */
+    double accuracy;            /* global fraction of rows whose argmax equals the label */
+    double sums[MT_LOSS_NSUMS]; /* the global sums behind them (core/loss), for running means */
+    double examples;            /* examples of the global batch */
 } mt_step_metrics;
+
+/* Fill sm from a step's global sums (MT_LOSS_NSUMS floats) over global_batch examples; both
+ * engines use it, so their metrics are the same arithmetic. */
+void mt_step_metrics_fill(mt_step_metrics *sm, const mt_loss_spec *ls, const mt_loss_shape *sh,
+                          const float *sums, size_t global_batch);
 
 /*
  * A full training step on the local slice of a global batch: forward, loss, backward, allreduce
@@ -375,10 +410,32 @@ mt_code mt_model_train_step(mt_model *m, const float *x, const int32_t *labels, 
                             const mt_model_comm *comm, mt_step_metrics *metrics, mt_err *err);
 
 /*
+ * mt_model_train_step for any loss: labels (local_batch, y_dim) class labels or NULL, targets
+ * (local_batch, t_dim) float targets or NULL (mse, mae; binary cross-entropy reads targets when
+ * given, else 0/1 labels). The metric sums (MT_LOSS_NSUMS) are reduced with tag
+ * MT_MODEL_COMM_METRICS. INVALID_ARGUMENT when the loss's input is missing or a label is out of
+ * range.
+ */
+mt_code mt_model_train_step_targets(mt_model *m, const float *x, const int32_t *labels,
+                                    const float *targets, size_t local_batch, size_t global_batch,
+                                    uint64_t step, uint64_t first_example,
+                                    const mt_model_comm *comm, mt_step_metrics *metrics,
+                                    mt_err *err);
+
+/*
  * Inference-mode loss and accuracy over n examples (any n; processed in chunks of max_batch).
  * Adds to *loss_sum and *correct.
  */
 mt_code mt_model_evaluate(mt_model *m, const float *x, const int32_t *labels, size_t n,
                           double *loss_sum, size_t *correct, mt_err *err);
+
+/*
+ * Inference-mode loss and metric sums over n examples (labels and targets as
+ * mt_model_train_step_targets): adds to sums[MT_LOSS_NSUMS] and, when hist is not NULL, to the
+ * AUC histogram (core/loss). Turn them into means with mt_loss_metrics.
+ */
+mt_code mt_model_evaluate_sums(mt_model *m, const float *x, const int32_t *labels,
+                               const float *targets, size_t n, double *sums, double *hist,
+                               mt_err *err);
 
 #endif

@@ -162,9 +162,9 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
     rc = mt_model_field_str(node, "format", "dataset.format", &s, err);
     if (rc != MT_OK)
         return rc;
-    if (s != NULL &&
-        (strcmp(s, "text") == 0 || strcmp(s, "synthetic") == 0 || strcmp(s, "csv") == 0 ||
-         strcmp(s, "npy") == 0 || strcmp(s, "npz") == 0 || strcmp(s, "images") == 0)) {
+    if (s != NULL && (strcmp(s, "text") == 0 || strcmp(s, "synthetic") == 0 ||
+                      strcmp(s, "csv") == 0 || strcmp(s, "npy") == 0 || strcmp(s, "npz") == 0 ||
+                      strcmp(s, "images") == 0 || strcmp(s, "tokens") == 0)) {
         /* read by the SPMD trainer (core/spmd), which validates the rest of the section */
         snprintf(out->format, sizeof(out->format), "%s", s);
         return MT_OK;
@@ -175,7 +175,7 @@ mt_code mt_job_spec_parse_dataset(const struct cJSON *node, mt_dataset_spec *out
     if (s != NULL && strcmp(s, "idx") != 0)
         return mt_model_field_bad(err, "dataset.format",
                                   "must be \"idx\" (or \"csv\", \"npy\", \"npz\", \"images\", "
-                                  "\"text\", \"synthetic\")");
+                                  "\"text\", \"tokens\", \"synthetic\")");
     rc = check_keys(node, "dataset", keys, err);
     if (rc != MT_OK)
         return rc;
@@ -718,11 +718,11 @@ static mt_code parse_fsdp(const cJSON *root, mt_job_spec *s, mt_err *err)
 
 static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
 {
-    static const char *const keys[] = {"name",         "seed",       "batch_size",    "epochs",
-                                       "steps",        "optimizer",  "learning_rate", "loss",
-                                       "dataset",      "model",      "mesh",          "layouts",
-                                       "input_layout", "checkpoint", "restart",       "elastic",
-                                       "init_from",    "fsdp",       "digest_every",  NULL};
+    static const char *const keys[] = {
+        "name",          "seed",       "batch_size", "epochs",  "steps",     "optimizer",
+        "learning_rate", "loss",       "dataset",    "model",   "mesh",      "layouts",
+        "input_layout",  "checkpoint", "restart",    "elastic", "init_from", "fsdp",
+        "digest_every",  "metrics",    "validation", NULL};
     const cJSON *n;
     const char *str;
     int64_t v;
@@ -765,11 +765,14 @@ static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
     rc = parse_optimizer(root, &s->optimizer, err);
     if (rc != MT_OK)
         return rc;
-    rc = mt_model_field_str(root, "loss", "loss", &str, err);
+    rc = mt_loss_spec_parse(cJSON_GetObjectItemCaseSensitive(root, "loss"),
+                            cJSON_GetObjectItemCaseSensitive(root, "metrics"), &s->loss, err);
     if (rc != MT_OK)
         return rc;
-    if (str != NULL && strcmp(str, "sparse_categorical_crossentropy") != 0)
-        return mt_model_field_bad(err, "loss", "must be \"sparse_categorical_crossentropy\"");
+    rc = mt_loss_validation_parse(cJSON_GetObjectItemCaseSensitive(root, "validation"), &s->loss,
+                                  &s->validation, err);
+    if (rc != MT_OK)
+        return rc;
     rc = mt_job_spec_parse_dataset(cJSON_GetObjectItemCaseSensitive(root, "dataset"), &s->dataset,
                                    err);
     if (rc != MT_OK)

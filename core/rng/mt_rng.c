@@ -85,11 +85,20 @@ mt_code mt_rng_glorot_fill(float *out, uint64_t seed, uint32_t stream, int rank,
                            const size_t *global_shape, const size_t *offsets,
                            const size_t *local_shape, mt_err *err)
 {
-    size_t idx[4] = {0, 0, 0, 0}, gstride[4], n = 1;
-    float limit;
-
     if (rank < 1 || rank > 4)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "glorot init of a rank-%d tensor", rank);
+    return mt_rng_uniform_fill(out, seed, stream, mt_rng_glorot_limit(rank, global_shape), rank,
+                               global_shape, offsets, local_shape, err);
+}
+
+mt_code mt_rng_uniform_fill(float *out, uint64_t seed, uint32_t stream, float limit, int rank,
+                            const size_t *global_shape, const size_t *offsets,
+                            const size_t *local_shape, mt_err *err)
+{
+    size_t idx[4] = {0, 0, 0, 0}, gstride[4], n = 1;
+
+    if (rank < 1 || rank > 4)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "uniform init of a rank-%d tensor", rank);
     size_t s = 1;
     for (int i = rank - 1; i >= 0; i--) {
         if (offsets[i] > global_shape[i] || local_shape[i] > global_shape[i] - offsets[i])
@@ -100,7 +109,6 @@ mt_code mt_rng_glorot_fill(float *out, uint64_t seed, uint32_t stream, int rank,
         s *= global_shape[i];
         n *= local_shape[i];
     }
-    limit = mt_rng_glorot_limit(rank, global_shape);
     for (size_t e = 0; e < n; e++) {
         uint64_t g = 0;
         for (int a = 0; a < rank; a++)

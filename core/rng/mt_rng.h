@@ -45,6 +45,10 @@ float mt_rng_glorot_limit(int rank, const size_t *global_shape);
 mt_code mt_rng_glorot_fill(float *out, uint64_t seed, uint32_t stream, int rank,
                            const size_t *global_shape, const size_t *offsets,
                            const size_t *local_shape, mt_err *err);
+/* The same with a given limit (uniform in [-limit, limit)). */
+mt_code mt_rng_uniform_fill(float *out, uint64_t seed, uint32_t stream, float limit, int rank,
+                            const size_t *global_shape, const size_t *offsets,
+                            const size_t *local_shape, mt_err *err);
 
 /*
  * Dropout keep-mask for examples [first_example, first_example + n_examples) of one step, each

@@ -110,6 +110,14 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
 void mt_spmd_free(mt_spmd *s);
 
 /* What one device of a mesh holds and hands to collectives per training step (mt_spmd_check). */
+/* One layer of a plan (mt_spmd_plan_info.layers). */
+typedef struct mt_spmd_layer_plan {
+    char name[32], type[24];
+    char shape[48];                        /* the output's global shape per example, "(128, 384)" */
+    uint64_t activation_bytes;             /* its buffers on one device for a local batch */
+    uint64_t comm_bytes[MT_MESH_MAX_DIMS]; /* float32 bytes its collectives move per step */
+} mt_spmd_layer_plan;
+
 typedef struct mt_spmd_plan_info {
     uint64_t weight_bytes;     /* the largest per-device sum of stored parameter shards */
     uint64_t slot_bytes;       /* optimizer slots of those shards (Adam m + v, SGD momentum) */
@@ -119,6 +127,8 @@ typedef struct mt_spmd_plan_info {
     uint64_t comm_bytes[MT_MESH_MAX_DIMS]; /* per mesh dim: float32 bytes one device hands to
                                               collectives in one training step (payload, before
                                               the algorithm's factor) */
+    mt_spmd_layer_plan *layers; /* in: NULL, or room for every layer (at most 256); filled */
+    int n_layers;               /* out: layers filled */
 } mt_spmd_plan_info;
 
 /*
@@ -132,23 +142,34 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
                       mt_spmd_plan_info *info, mt_err *err);
 
 /*
- * One training step on a GLOBAL batch x (n * input_size floats, borrowed) with labels (n):
+ * One training step on a GLOBAL batch x (n * input_size floats, borrowed) with labels (n, y_dim):
  * each device copies its slice (rows by its batch coordinate with tf.distribute's rebatch rule,
- * features by its feature coordinate), then forward, loss (sum / n), backward, gradient
- * allreduce, optimizer update. step keys the collectives and dropout; first_example is the
- * global index of x's first example (dropout masks). metrics may be NULL.
- * Codes: INVALID_ARGUMENT (n = 0 or > max_global_batch, a label out of range), the collectives'
- * codes (DEADLINE_EXCEEDED, UNAVAILABLE ...) naming the device.
+ * features by its feature coordinate), then forward, loss (core/loss: the sum over the labels /
+ * their count), backward, gradient allreduce, optimizer update. step keys the collectives and
+ * dropout; first_example is the global index of x's first example (dropout masks). metrics may be
+ * NULL. Codes: INVALID_ARGUMENT (n = 0 or > max_global_batch, a label out of range), the
+ * collectives' codes (DEADLINE_EXCEEDED, UNAVAILABLE ...) naming the device.
  */
 mt_code mt_spmd_step(mt_spmd *s, const float *x, const int32_t *labels, size_t n, uint64_t step,
                      uint64_t first_example, mt_step_metrics *metrics, mt_err *err);
 
+/*
+ * mt_spmd_step for any loss (core/loss): labels (n, y_dim) class labels or NULL, targets (n,
+ * t_dim) float targets or NULL; which one the spec's loss reads must be given
+ * (INVALID_ARGUMENT "loss: mse needs the batch's float targets" otherwise). The loss is the mean
+ * over every label (or output) of the global batch.
+ */
+mt_code mt_spmd_step_targets(mt_spmd *s, const float *x, const int32_t *labels,
+                             const float *targets, size_t n, uint64_t step, uint64_t first_example,
+                             mt_step_metrics *metrics, mt_err *err);
+
 /* One replica's batch for mt_spmd_step_pieces (borrowed for the call). */
 typedef struct mt_spmd_piece {
     const float *x;         /* (n, input_size) row-major; may be NULL when n == 0 */
-    const int32_t *y;       /* (n) labels */
+    const int32_t *y;       /* (n, y_dim) class labels, or NULL when the loss reads targets */
     size_t n;               /* examples; 0 = an empty replica batch (zero gradient) */
     uint64_t first_example; /* global example index of the first row (keys dropout masks) */
+    const float *t;         /* (n, t_dim) float targets (mse, mae, binary cross-entropy), or NULL */
 } mt_spmd_piece;
 
 /*
@@ -187,9 +208,27 @@ int mt_spmd_batch_coord(const mt_spmd *s, int p);
  * the dimension named "batch"), as mt_spmd_new decides it; -1 when the batch is not sharded. */
 int mt_spmd_batch_dim(const mt_mesh *mesh, const mt_layout_map *map);
 
-/* Inference-mode loss sum and correct count over n examples (any n), added to the outputs. */
+/* Inference-mode loss sum (per example: the mean over its labels) and correct count (labels)
+ * over n examples (any n), added to the outputs. */
 mt_code mt_spmd_evaluate(mt_spmd *s, const float *x, const int32_t *labels, size_t n,
                          double *loss_sum, size_t *correct, mt_err *err);
+
+/*
+ * Inference-mode loss and metric sums (core/loss, MT_LOSS_NSUMS) over n examples with labels or
+ * targets as mt_spmd_step_targets, added to sums, and the AUC histogram to hist (may be NULL;
+ * filled when the spec's metrics include auc). Collective: every process calls it with the same
+ * data. Codes: INVALID_ARGUMENT (labels), the collectives'.
+ */
+mt_code mt_spmd_evaluate_sums(mt_spmd *s, const float *x, const int32_t *labels,
+                              const float *targets, size_t n, double *sums, double *hist,
+                              mt_err *err);
+
+/* The model output's (rows, c) view (core/loss). */
+mt_loss_shape mt_spmd_output_shape(const mt_spmd *s);
+
+/* Whether the spec's loss fits the model and data with y_dim labels or t_dim targets per example
+ * (mt_loss_check): INVALID_ARGUMENT naming "loss". */
+mt_code mt_spmd_check_data(const mt_spmd *s, size_t y_dim, size_t t_dim, mt_err *err);
 
 /* Number of parameters (including non-trainable state, in mt_model order). */
 size_t mt_spmd_param_count(const mt_spmd *s);
@@ -228,6 +267,14 @@ typedef struct mt_spmd_position {
  */
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err);
+
+/*
+ * Text metadata that every later checkpoint carries as the U8 tensor "meta/<key>"
+ * (MT_CKPT_META_PREFIX, core/ckpt: not model state, copied into exports' "__metadata__"); key
+ * and text are borrowed and copied, a second call replaces the first. The input pipeline sets
+ * "meshtrain.tokenizer" (the vocabulary of a tokens dataset). Codes: RESOURCE_EXHAUSTED.
+ */
+mt_code mt_spmd_set_meta(mt_spmd *s, const char *key, const char *text, mt_err *err);
 
 /*
  * True when a checkpoint of this trainer needs mt_spmd_save_gathered: the world spreads over
@@ -311,13 +358,15 @@ mt_code mt_spmd_synthetic_parse(const mt_job_spec *spec, const struct cJSON *nod
                                 mt_spmd_synthetic *out, mt_err *err);
 
 /*
- * Load a whole data set (the spec's IDX files, or the generated "synthetic" section `dataset`,
- * borrowed, may be NULL for IDX) into train and test (owned by the caller: mt_idx_set_fini) and
- * the per-example input shape. Codes: the readers' (NOT_FOUND, DATA_LOSS, INVALID_ARGUMENT).
+ * Load a whole data set (the spec's IDX files, the generated "synthetic" section `dataset`, or
+ * any core/data format decoded whole; `dataset` borrowed, may be NULL for IDX) into train, test
+ * and — with the spec's "validation.path" — val (owned by the caller: mt_idx_set_fini; val may
+ * be NULL, then no file is read) and the per-example input shape. Labels (n, y_dim) and float
+ * targets ride along. Codes: the readers' (NOT_FOUND, DATA_LOSS, INVALID_ARGUMENT).
  */
 mt_code mt_spmd_load_data(const mt_job_spec *spec, const struct cJSON *dataset,
-                          const char *base_dir, mt_idx_set *train, mt_idx_set *test, int *in_rank,
-                          size_t *in_shape, mt_err *err);
+                          const char *base_dir, mt_idx_set *train, mt_idx_set *test,
+                          mt_idx_set *val, int *in_rank, size_t *in_shape, mt_err *err);
 
 /* Options of mt_spmd_run_data. */
 typedef struct mt_spmd_run_opts {
@@ -331,7 +380,9 @@ typedef struct mt_spmd_run_opts {
                               process holding rank 0 writes checkpoints (the others take part in
                               the gather when mt_spmd_save_needs_gather) */
     /* called after each checkpoint is written (ctx = the progress ctx, path, step), e.g. to
-       upload it; may be NULL; a non-OK return stops the run */
+       upload it; may be NULL; a non-OK return stops the run. When set, a checkpoint this
+       machine's disk has no room for (RESOURCE_EXHAUSTED) is skipped instead of stopping the
+       run: it is called with path NULL and err saying why (OK trains on) */
     mt_code (*on_saved)(void *ctx, const char *path, uint64_t step, mt_err *err);
     /* called when progress stopped the run: true = checkpoint the last step before returning */
     bool (*save_on_stop)(void *ctx);
@@ -339,12 +390,20 @@ typedef struct mt_spmd_run_opts {
        "digest_every" asks for, every epoch end and every checkpoint (ctx = the progress ctx);
        may be NULL (no digest is computed); a non-OK return stops the run */
     mt_code (*on_digest)(void *ctx, int64_t step, const mt_digest *root, mt_err *err);
+    /* called after the best checkpoint (MT_SPMD_BEST_CKPT in save_dir, "validation.best") is
+       written, on the process holding rank 0; may be NULL; a non-OK return stops the run */
+    mt_code (*on_best)(void *ctx, const char *path, uint64_t step, mt_err *err);
 } mt_spmd_run_opts;
 
 #define MT_SPMD_RUN_OPTS_DEFAULTS                                                                  \
     {                                                                                              \
-        0, 0, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL                                       \
+        0, 0, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL                                 \
     }
+
+/* The best checkpoint's file name in the save directory (the spec's "validation.best"): a
+ * checkpoint like the others (its position says its step), overwritten at each new best and
+ * never removed by the retention of the newest checkpoint.keep. */
+#define MT_SPMD_BEST_CKPT "best.mtc"
 
 /*
  * The training loop of core/train (same epochs, per-epoch permutation from (seed, epoch), short
@@ -355,14 +414,17 @@ typedef struct mt_spmd_run_opts {
  * parameters (mt_spmd_save_needs_gather) every process takes part in each checkpoint
  * (mt_spmd_save_gathered); when opts has ckpt_every and save_on_stop, the processes also agree
  * after each progress event whether one of them stops (mt_spmd_flag_any) and then all save that
- * step, so the stop checkpoint exists even when the stopping process is not rank 0's. Codes:
- * mt_spmd_new's, mt_spmd_step's, mt_spmd_save/restore's, the progress callback's.
+ * step, so the stop checkpoint exists even when the stopping process is not rank 0's.
+ * Validation (the spec's "validation"; val borrowed, or NULL: with "split" the last examples of
+ * train are held out, mt_train_split_validation): evaluations, early stopping and the best
+ * checkpoint as mt_train_loop says. Codes: mt_spmd_new's, mt_spmd_step's, mt_spmd_save/restore's,
+ * the progress callback's, INVALID_ARGUMENT when the loss does not fit the data.
  */
 mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
                          const mt_spmd_run_opts *opts, const mt_idx_set *train,
-                         const mt_idx_set *test, int in_rank, const size_t *in_shape,
-                         mt_train_progress_fn progress, void *ctx, mt_train_result *res,
-                         mt_err *err);
+                         const mt_idx_set *val, const mt_idx_set *test, int in_rank,
+                         const size_t *in_shape, mt_train_progress_fn progress, void *ctx,
+                         mt_train_result *res, mt_err *err);
 
 /* Whether a job's dataset goes through per-worker input pipelines (mt_spmd_run_pipeline): every
  * format of core/data ("idx", "csv", "text"); "synthetic" is generated whole (mt_spmd_run_data). */

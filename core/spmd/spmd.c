@@ -50,19 +50,24 @@ typedef struct dev {
     mt_layer_state *ls;            /* per layer */
     float *x, *g1, *g2;            /* input slice; reshard scratch (max_b * widest) */
     const float *xin;              /* the rows the forward reads: d->x, or the caller's rows */
-    int32_t *y;                    /* labels slice */
+    int32_t *y;                    /* labels slice (max_b, ydim) */
+    float *tg;                     /* float targets slice (max_b, out_size), or NULL */
+    bool has_tg;                   /* the current job's rows came with targets (else labels) */
     float *logits, *dlogits, *dlog_loc; /* (max_b, K) */
     mt_coll_bucket *bucket;             /* every trainable gradient + msum, reduced over batch */
-    float msum[3];      /* step loss sum, correct count and the NEXT step's example count (in the
-                           bucket: the end-of-data agreement rides on the gradient allreduce) */
-    size_t next;        /* the next step's agreed example count (msum[2] after the allreduce) */
-    size_t batch, row0; /* local examples of the current job, first global row */
-    size_t gcount;      /* examples of the current step over all replicas */
-    int64_t t;          /* optimizer iterations */
-    float *gbuf;        /* checkpoint gather: every member's shard, or NULL */
-    float flag;         /* flag agreement: sum over the world */
-    double loss;        /* job outputs */
-    size_t correct;
+    float msum[MT_LOSS_NSUMS + 1];      /* the step's loss and metric sums (core/loss) and the NEXT
+                                           step's example count (in the bucket: the end-of-data
+                                           agreement rides on the gradient allreduce) */
+    size_t
+        next; /* the next step's agreed example count (msum[MT_LOSS_NSUMS] after the allreduce) */
+    size_t batch, row0;         /* local examples of the current job, first global row */
+    size_t gcount;              /* examples of the current step over all replicas */
+    int64_t t;                  /* optimizer iterations */
+    float *gbuf;                /* checkpoint gather: every member's shard, or NULL */
+    float flag;                 /* flag agreement: sum over the world */
+    double sums[MT_LOSS_NSUMS]; /* job outputs: the global loss and metric sums */
+    double *hist;               /* evaluation: the global AUC histogram (2·MT_LOSS_AUC_BINS), or
+                                   NULL when no metric needs it */
     mt_code rc;
     mt_err err;
     pthread_t thread;
@@ -89,6 +94,11 @@ struct mt_spmd {
     bool fsdp_transient;     /* gather FSDP weights per layer, reduce-scatter their gradients */
     int in_rank;
     size_t in_shape[3], in_size, in_c, in_rows, num_classes, max_gb, max_b, widest;
+    mt_loss_spec loss;    /* the spec's loss and metrics (core/loss) */
+    mt_loss_shape osh;    /* the output's (rows, c) view; num_classes == osh.c */
+    size_t out_size;      /* rows · c floats of output per example */
+    size_t ydim;          /* class labels per example the loss reads (rows; rows · c for binary
+                             cross-entropy on 0/1 labels) */
     bool input_read_only; /* every reader of the input only reads it: rows are used in place */
     dev *devs;
     /* job hand-off (see run_job): one local device runs on the host thread; several have a
@@ -103,6 +113,7 @@ struct mt_spmd {
     job_kind job;
     const float *jx;
     const int32_t *jy;
+    const float *jt; /* float targets of the job (n, out_size), or NULL */
     size_t jn;
     uint64_t jstep, jfirst;
     bool jtrain;
@@ -114,15 +125,16 @@ struct mt_spmd {
     bool ahead;
     size_t *ahead_mine; /* per batch coordinate: the count this process announced for ahead_step */
     /* checkpoint gather and flag agreement (mt_spmd_save_gathered, mt_spmd_flag_any) */
-    size_t jgi;              /* parameter */
-    int jgk;                 /* -1 value, 0/1 optimizer slot */
-    const int *jgroup;       /* the gather group (positions) */
-    int jgn;                 /* its size */
-    float jflag;             /* this process's flag */
-    mt_coll_call jcall;      /* the collective's tag */
-    uint64_t nsaves, nagree; /* collective saves and agreements made (tags) */
-    uint64_t nevals;         /* evaluations made (tags): the same count in every process, unlike
-                                gen, which a process without device threads never advances */
+    size_t jgi;                 /* parameter */
+    int jgk;                    /* -1 value, 0/1 optimizer slot */
+    const int *jgroup;          /* the gather group (positions) */
+    int jgn;                    /* its size */
+    float jflag;                /* this process's flag */
+    mt_coll_call jcall;         /* the collective's tag */
+    uint64_t nsaves, nagree;    /* collective saves and agreements made (tags) */
+    uint64_t nevals;            /* evaluations made (tags): the same count in every process, unlike
+                                   gen, which a process without device threads never advances */
+    char *meta_key, *meta_text; /* owned; text metadata every checkpoint carries, or NULL */
 };
 
 /* ------------------------------------------------------------------ config */
@@ -412,15 +424,11 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
             s->widest = l->out_size;
     }
     last = &s->layers[spec->n_layers - 1];
-    if (last->out_rank != 1) {
-        char sh[64];
-        mt_layer_shape_text(sh, sizeof(sh), last->out_rank, last->out_shape);
-        return mt_err_set(err, MT_INVALID_ARGUMENT,
-                          "model.layers[%d]: the last layer must output one logit per class (a "
-                          "vector); it outputs %s",
-                          spec->n_layers - 1, sh);
-    }
-    s->num_classes = last->out_shape[0];
+    mt_model_output_view(last->out_rank, last->out_shape, &s->osh);
+    s->loss = spec->loss;
+    s->num_classes = s->osh.c;
+    s->out_size = s->osh.rows * s->osh.c;
+    s->ydim = mt_loss_units(&s->loss, &s->osh);
     s->input_read_only = true; /* dense, conv2d and the joins write their own buffers */
     for (int i = 0; i < spec->n_layers; i++)
         for (int j = 0; j < spec->layers[i].n_inputs; j++)
@@ -778,17 +786,21 @@ static mt_code dev_alloc(dev *d, mt_err *err)
                                 d->params[i].size * (s->fsdp[i] >= 0 ? dsz(s, s->bdim) : 1), err);
     }
     if (rc == MT_OK) /* the metrics ride along: one collective per step for all of it */
-        rc = mt_coll_bucket_add(d->bucket, d->msum, 3, err);
+        rc = mt_coll_bucket_add(d->bucket, d->msum, MT_LOSS_NSUMS + 1, err);
     if (rc != MT_OK)
         return rc;
     DALLOC(d->ls, (size_t)s->n_layers);
     DALLOC(d->x, b * (s->in_size / dsz(s, s->fdim0)));
-    DALLOC(d->y, b);
+    DALLOC(d->y, b * s->ydim);
+    if (mt_loss_uses_targets(&s->loss, 1))
+        DALLOC(d->tg, b * s->out_size);
+    if (s->loss.metrics & (1u << MT_METRIC_AUC))
+        DALLOC(d->hist, 2 * MT_LOSS_AUC_BINS);
     DALLOC(d->g1, b * s->widest);
     DALLOC(d->g2, b * s->widest);
-    DALLOC(d->logits, b * s->num_classes);
-    DALLOC(d->dlogits, b * s->num_classes);
-    DALLOC(d->dlog_loc, b * s->num_classes);
+    DALLOC(d->logits, b * s->out_size);
+    DALLOC(d->dlogits, b * s->out_size);
+    DALLOC(d->dlog_loc, b * s->out_size);
     {
         mt_layer_dev ld = dev_services(d);
         mt_layer_alloc la = {false, 0};
@@ -827,6 +839,8 @@ static void dev_free(dev *d)
     mt_coll_bucket_free(d->bucket);
     mt_free(d->x);
     mt_free(d->y);
+    mt_free(d->tg);
+    mt_free(d->hist);
     mt_free(d->g1);
     mt_free(d->g2);
     mt_free(d->logits);
@@ -843,8 +857,12 @@ static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint
     mt_spmd *s = d->s;
     const mt_layer *last = &s->layers[s->n_layers - 1];
     mt_layer_dev ld = dev_services(d);
-    mt_layer_pass ps = {
-        .batch = d->batch, .global_batch = gb, .training = training, .step = step, .first = first};
+    mt_layer_pass ps = {.batch = d->batch,
+                        .global_batch = gb,
+                        .training = training,
+                        .step = step,
+                        .first = first,
+                        .err = &d->err};
     const float *out = NULL;
     int failed = 0;
     mt_code rc;
@@ -855,8 +873,8 @@ static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint
     if (rc != MT_OK)
         return rc;
     if (last->of >= 0)
-        return reshard(d, out, d->batch, s->num_classes, last->of, -1, d->logits);
-    memcpy(d->logits, out, d->batch * s->num_classes * sizeof(float));
+        return reshard(d, out, d->batch * s->osh.rows, s->osh.c, last->of, -1, d->logits);
+    memcpy(d->logits, out, d->batch * s->out_size * sizeof(float));
     return MT_OK;
 }
 
@@ -865,14 +883,15 @@ static mt_code dev_backward(dev *d)
     mt_spmd *s = d->s;
     const mt_layer *last = &s->layers[s->n_layers - 1];
     mt_layer_dev ld = dev_services(d);
-    mt_layer_pass ps = {.batch = d->batch, .global_batch = d->gcount, .training = true};
+    mt_layer_pass ps = {
+        .batch = d->batch, .global_batch = d->gcount, .training = true, .err = &d->err};
     float *dy = d->dlogits;
     int failed = 0;
 
     if (last->of >= 0) {
-        size_t cl = s->num_classes / dsz(s, last->of), off = (size_t)d->coords[last->of] * cl;
-        for (size_t r = 0; r < d->batch; r++)
-            memcpy(d->dlog_loc + r * cl, d->dlogits + r * s->num_classes + off, cl * sizeof(float));
+        size_t cl = s->osh.c / dsz(s, last->of), off = (size_t)d->coords[last->of] * cl;
+        for (size_t r = 0; r < d->batch * s->osh.rows; r++)
+            memcpy(d->dlog_loc + r * cl, d->dlogits + r * s->osh.c + off, cl * sizeof(float));
         dy = d->dlog_loc;
     }
     return mt_layer_graph_backward(s->layers, d->ls, s->n_layers, dy, &ld, &ps, &failed);
@@ -886,14 +905,17 @@ static mt_code dev_backward(dev *d)
  * write their own buffers; a flatten or dropout could alias it and a relu would write to it),
  * otherwise this device's feature slice is copied into d->x.
  */
-static void dev_take_rows(dev *d, const float *x, const int32_t *y, size_t n)
+static void dev_take_rows(dev *d, const float *x, const int32_t *y, const float *t, size_t n)
 {
     mt_spmd *s = d->s;
     size_t fl = s->in_size / dsz(s, s->fdim0);
 
     d->batch = n;
-    if (n > 0) /* an empty piece may have NULL rows */
-        memcpy(d->y, y, n * sizeof(int32_t));
+    if (n > 0 && y != NULL) /* an empty piece may have NULL rows */
+        memcpy(d->y, y, n * s->ydim * sizeof(int32_t));
+    d->has_tg = t != NULL && d->tg != NULL;
+    if (n > 0 && d->has_tg)
+        memcpy(d->tg, t, n * s->out_size * sizeof(float));
     if (n > 0 && s->fdim0 < 0 && s->input_read_only) {
         d->xin = x;
         return;
@@ -917,7 +939,9 @@ static void dev_take_batch(dev *d, size_t start, size_t n)
         mt_data_rebatch_split(n, (size_t)s->dimsz[s->bdim], (size_t)d->coords[s->bdim], &row0,
                               &len);
     d->row0 = start + row0;
-    dev_take_rows(d, s->jx + (start + row0) * s->in_size, s->jy + start + row0, len);
+    dev_take_rows(d, s->jx + (start + row0) * s->in_size,
+                  s->jy != NULL ? s->jy + (start + row0) * s->ydim : NULL,
+                  s->jt != NULL ? s->jt + (start + row0) * s->out_size : NULL, len);
 }
 
 /*
@@ -935,7 +959,7 @@ static mt_code dev_take_piece(dev *d, size_t *count, uint64_t *first)
     mt_code rc;
 
     d->row0 = 0;
-    dev_take_rows(d, pc->x, pc->y, pc->n);
+    dev_take_rows(d, pc->x, pc->y, pc->t, pc->n);
     *first = pc->first_example;
     if (s->jahead) {
         *count = s->ahead_count;
@@ -979,11 +1003,22 @@ static mt_code dev_clip_scale(dev *d, float *scale)
     return MT_OK;
 }
 
+/* The loss of d's batch (d->logits against d->y / d->tg) for a global count of gcount examples:
+ * adds to sums and hist; the gradient to d->dlogits when dout. */
+static mt_code dev_loss(dev *d, size_t gcount, bool dout, double *sums, double *hist)
+{
+    mt_spmd *s = d->s;
+    mt_loss_batch b = {d->logits, d->batch, d->has_tg ? NULL : d->y, d->has_tg ? d->tg : NULL,
+                       mt_loss_grad_scale(&s->loss, &s->osh, gcount)};
+    return mt_loss_forward(&s->loss, &s->osh, &b, false, dout ? d->dlogits : NULL, sums, hist,
+                           &d->err);
+}
+
 static mt_code dev_step(dev *d)
 {
     mt_spmd *s = d->s;
-    double loss = 0.0;
-    size_t correct = 0, n = s->jn;
+    double sums[MT_LOSS_NSUMS] = {0};
+    size_t n = s->jn;
     uint64_t first;
     float scale = 1.0f;
     mt_code rc;
@@ -1003,13 +1038,13 @@ static mt_code dev_step(dev *d)
     mt_coll_comm_activity(d->comm, "computing");
     rc = dev_forward(d, n, true, s->jstep, first);
     if (rc == MT_OK)
-        rc = mt_softmax_xent(d->dlogits, &loss, &correct, d->logits, d->y, d->batch, s->num_classes,
-                             1.0f / (float)n, &d->err);
+        rc = dev_loss(d, n, true, sums, NULL);
     if (rc == MT_OK)
         rc = dev_backward(d);
-    d->msum[0] = (float)loss;
-    d->msum[1] = (float)correct;
-    d->msum[2] = s->jnext != NULL ? (float)s->jnext[s->bdim >= 0 ? d->coords[s->bdim] : 0] : 0.0f;
+    for (int k = 0; k < MT_LOSS_NSUMS; k++)
+        d->msum[k] = (float)sums[k];
+    d->msum[MT_LOSS_NSUMS] =
+        s->jnext != NULL ? (float)s->jnext[s->bdim >= 0 ? d->coords[s->bdim] : 0] : 0.0f;
     if (rc == MT_OK && s->bdim >= 0) {
         mt_coll_group g = {d->groups[s->bdim], s->dimsz[s->bdim]};
         mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
@@ -1017,9 +1052,9 @@ static mt_code dev_step(dev *d)
     }
     if (rc != MT_OK)
         return rc;
-    d->loss = d->msum[0];
-    d->correct = (size_t)d->msum[1];
-    d->next = (size_t)d->msum[2];
+    for (int k = 0; k < MT_LOSS_NSUMS; k++)
+        d->sums[k] = d->msum[k];
+    d->next = (size_t)d->msum[MT_LOSS_NSUMS];
     d->t++;
     mt_coll_comm_activity(d->comm, "optimizer update");
     for (size_t i = 0; i < s->n_params; i++)
@@ -1037,36 +1072,41 @@ static mt_code dev_step(dev *d)
     return MT_OK;
 }
 
+/* Evaluation: per global chunk, the local sums (and AUC histogram) are allreduced over the batch
+ * dim as floats and added up in double. */
 static mt_code dev_eval(dev *d)
 {
     mt_spmd *s = d->s;
-    double loss = 0.0, tot = 0.0;
-    size_t correct = 0, tc = 0;
+    size_t nh = d->hist != NULL ? 2 * MT_LOSS_AUC_BINS : 0;
+    float buf[MT_LOSS_NSUMS + 2 * MT_LOSS_AUC_BINS];
     mt_code rc;
 
+    memset(d->sums, 0, sizeof(d->sums));
+    if (d->hist != NULL)
+        memset(d->hist, 0, nh * sizeof(double));
     mt_coll_comm_set_step(d->comm, s->jstep);
     mt_coll_comm_activity(d->comm, "evaluating");
     for (size_t i = 0; i < s->jn; i += s->max_gb) {
         size_t n = s->jn - i < s->max_gb ? s->jn - i : s->max_gb;
-        float sums[2];
+        double sums[MT_LOSS_NSUMS] = {0}, hist[2 * MT_LOSS_AUC_BINS];
+        memset(hist, 0, sizeof(hist));
         dev_take_batch(d, i, n);
         rc = dev_forward(d, n, false, 0, i);
         if (rc == MT_OK)
-            rc = mt_softmax_xent(NULL, &loss, &correct, d->logits, d->y, d->batch, s->num_classes,
-                                 1.0f, &d->err);
+            rc = dev_loss(d, n, false, sums, nh > 0 ? hist : NULL);
         if (rc != MT_OK)
             return rc;
-        sums[0] = (float)loss;
-        sums[1] = (float)correct;
-        if ((rc = grp_allreduce(d, s->bdim, sums, 2)) != MT_OK)
+        for (size_t k = 0; k < MT_LOSS_NSUMS; k++)
+            buf[k] = (float)sums[k];
+        for (size_t k = 0; k < nh; k++)
+            buf[MT_LOSS_NSUMS + k] = (float)hist[k];
+        if ((rc = grp_allreduce(d, s->bdim, buf, MT_LOSS_NSUMS + nh)) != MT_OK)
             return rc;
-        tot += sums[0];
-        tc += (size_t)sums[1];
-        loss = 0.0;
-        correct = 0;
+        for (size_t k = 0; k < MT_LOSS_NSUMS; k++)
+            d->sums[k] += buf[k];
+        for (size_t k = 0; k < nh; k++)
+            d->hist[k] += buf[MT_LOSS_NSUMS + k];
     }
-    d->loss = tot;
-    d->correct = tc;
     return MT_OK;
 }
 
@@ -1338,7 +1378,8 @@ static void comm_add(uint64_t *per_dim, int dim, uint64_t n)
  * layer's (mt_layer_ops.comm), the logits, the FSDP gathers and the gradient bucket. */
 static void plan_comm(mt_spmd *s, uint64_t *per_dim)
 {
-    uint64_t b = s->max_b, grads = 3; /* the bucket: gradients and 3 metric floats */
+    uint64_t b = s->max_b, grads = MT_LOSS_NSUMS + 1; /* the bucket: gradients, metric sums and
+                                                         the next step's count */
     planner_ctx pc = {s, NULL};
     mt_layer_planner pl = {&pc, NULL, plan_param_dim, plan_dim_name, plan_dim_size};
 #define ADD(dim, n) comm_add(per_dim, (dim), (uint64_t)(n))
@@ -1346,7 +1387,7 @@ static void plan_comm(mt_spmd *s, uint64_t *per_dim)
         if (s->layers[i].ops->comm != NULL)
             s->layers[i].ops->comm(&s->layers[i], b, s->bdim, &pl, comm_add, per_dim);
     if (s->layers[s->n_layers - 1].of >= 0)
-        ADD(s->layers[s->n_layers - 1].of, b * s->num_classes);
+        ADD(s->layers[s->n_layers - 1].of, b * s->out_size);
     for (size_t i = 0; i < s->n_params; i++) {
         uint64_t use = shard_elems(s, i, 0) * (s->fsdp[i] >= 0 ? dsz(s, s->bdim) : 1);
         bool per_layer = s->fsdp[i] >= 0 && s->fsdp_transient;
@@ -1369,11 +1410,14 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
     int slots = mt_optim_slots(&spec->optimizer);
     mt_code rc = spmd_plan_new(spec, mesh, map, in_rank, in_shape, global_batch, &s, err);
 
+    mt_spmd_layer_plan *layers = info != NULL ? info->layers : NULL;
+
     if (rc != MT_OK || info == NULL) {
         mt_spmd_free(s);
         return rc;
     }
     memset(info, 0, sizeof(*info));
+    info->layers = layers;
     info->ndims = s->ndims;
     for (int p = 0; p < s->ndev; p++) {
         uint64_t w = 0, sl = 0, ga = 0;
@@ -1401,10 +1445,28 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
         mt_layer_dev ld = dev_services(&tmp);
         mt_layer_alloc la = {true, 0};
         mt_layer_state st;
-        for (int i = 0; i < s->n_layers; i++)
+        for (int i = 0; i < s->n_layers; i++) {
+            uint64_t before = la.bytes;
             (void)mt_layer_state_init(&s->layers[i], &st, s->max_b, &ld, &la, NULL);
+            if (layers != NULL)
+                layers[i].activation_bytes = la.bytes - before;
+        }
         info->activation_bytes = la.bytes;
     }
+    for (int i = 0; layers != NULL && i < s->n_layers; i++) {
+        const mt_layer *l = &s->layers[i];
+        planner_ctx pc = {s, NULL};
+        mt_layer_planner pl = {&pc, NULL, plan_param_dim, plan_dim_name, plan_dim_size};
+        snprintf(layers[i].name, sizeof(layers[i].name), "%s", l->s.name);
+        snprintf(layers[i].type, sizeof(layers[i].type), "%s", l->ops->type);
+        mt_layer_shape_text(layers[i].shape, sizeof(layers[i].shape), l->out_rank, l->out_shape);
+        memset(layers[i].comm_bytes, 0, sizeof(layers[i].comm_bytes));
+        if (l->ops->comm != NULL)
+            l->ops->comm(l, s->max_b, s->bdim, &pl, comm_add, layers[i].comm_bytes);
+        for (int k = 0; k < s->ndims; k++)
+            layers[i].comm_bytes[k] *= sizeof(float);
+    }
+    info->n_layers = layers != NULL ? s->n_layers : 0;
     plan_comm(s, info->comm_bytes);
     for (int k = 0; k < s->ndims; k++)
         info->comm_bytes[k] *= sizeof(float);
@@ -1434,6 +1496,8 @@ void mt_spmd_free(mt_spmd *s)
         pthread_cond_destroy(&s->cv_done);
     }
     mt_coll_world_free(s->own_world);
+    mt_free(s->meta_key);
+    mt_free(s->meta_text);
     mt_free(s->devs);
     mt_free(s->layers);
     mt_free(s->gparams);
@@ -1444,37 +1508,66 @@ void mt_spmd_free(mt_spmd *s)
     mt_free(s);
 }
 
-static mt_code check_labels(const mt_spmd *s, const int32_t *labels, size_t n, mt_err *err)
+/* The labels or targets the loss reads are there, and every label is in range (before any device
+ * starts, so a bad label fails the call cleanly). */
+static mt_code check_labels(const mt_spmd *s, const int32_t *labels, const float *targets, size_t n,
+                            mt_err *err)
 {
-    for (size_t i = 0; i < n; i++)
-        if (labels[i] < 0 || (size_t)labels[i] >= s->num_classes)
+    bool tg = mt_loss_uses_targets(&s->loss, targets != NULL ? 1 : 0);
+    bool binary = s->loss.kind == MT_LOSS_BINARY_CROSSENTROPY;
+    size_t hi = binary ? 2 : s->osh.c;
+
+    if (n > 0 && (tg ? targets == NULL : labels == NULL))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "loss: %s needs the batch's %s",
+                          mt_loss_name(s->loss.kind), tg ? "float targets" : "class labels");
+    for (size_t i = 0; !tg && i < n * s->ydim; i++)
+        if (labels[i] < 0 || (size_t)labels[i] >= hi)
             return mt_err_set(err, MT_INVALID_ARGUMENT,
-                              "label %d of example %zu is outside [0, %zu)", (int)labels[i], i,
-                              s->num_classes);
+                              s->ydim == 1
+                                  ? "label %d of example %zu is outside [0, %zu)"
+                                  : "label %d of example %zu (row %zu) is outside [0, %zu)",
+                              (int)labels[i], i / s->ydim, s->ydim == 1 ? hi : i % s->ydim, hi);
     return MT_OK;
+}
+
+/* The step's metrics from the first local device's global sums over n examples. */
+static void step_metrics(const mt_spmd *s, size_t n, mt_step_metrics *metrics)
+{
+    float sums[MT_LOSS_NSUMS];
+    if (metrics == NULL)
+        return;
+    for (int k = 0; k < MT_LOSS_NSUMS; k++)
+        sums[k] = (float)s->devs[s->first_local].sums[k];
+    mt_step_metrics_fill(metrics, &s->loss, &s->osh, sums, n);
 }
 
 mt_code mt_spmd_step(mt_spmd *s, const float *x, const int32_t *labels, size_t n, uint64_t step,
                      uint64_t first_example, mt_step_metrics *metrics, mt_err *err)
 {
+    return mt_spmd_step_targets(s, x, labels, NULL, n, step, first_example, metrics, err);
+}
+
+mt_code mt_spmd_step_targets(mt_spmd *s, const float *x, const int32_t *labels,
+                             const float *targets, size_t n, uint64_t step, uint64_t first_example,
+                             mt_step_metrics *metrics, mt_err *err)
+{
     mt_code rc;
     if (n == 0 || n > s->max_gb)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "spmd step: batch of %zu not in 1..%zu", n,
                           s->max_gb);
-    if ((rc = check_labels(s, labels, n, err)) != MT_OK)
+    if ((rc = check_labels(s, labels, targets, n, err)) != MT_OK)
         return rc;
     s->jx = x;
     s->jy = labels;
+    s->jt = targets;
     s->jn = n;
     s->jstep = step;
     s->jfirst = first_example;
     s->jpieces = NULL;
     s->ahead = false;
     rc = run_job(s, JOB_STEP, err);
-    if (rc == MT_OK && metrics != NULL) {
-        metrics->loss = s->devs[s->first_local].loss / (double)n;
-        metrics->accuracy = (double)s->devs[s->first_local].correct / (double)n;
-    }
+    if (rc == MT_OK)
+        step_metrics(s, n, metrics);
     return rc;
 }
 
@@ -1500,7 +1593,7 @@ mt_code mt_spmd_step_pieces_next(mt_spmd *s, const mt_spmd_piece *pieces, const 
         if (s->devs[p].comm == NULL)
             continue;
         pc = &pieces[b];
-        if (pc->n > s->max_b || (pc->n > 0 && (pc->x == NULL || pc->y == NULL)))
+        if (pc->n > s->max_b || (pc->n > 0 && pc->x == NULL))
             return mt_err_set(err, MT_INVALID_ARGUMENT,
                               "spmd step: piece of %zu examples for device %d (at most %zu)", pc->n,
                               p, s->max_b);
@@ -1513,7 +1606,7 @@ mt_code mt_spmd_step_pieces_next(mt_spmd *s, const mt_spmd_piece *pieces, const 
             return mt_err_set(err, MT_INVALID_ARGUMENT,
                               "spmd step: next piece of %zu examples for device %d (at most %zu)",
                               next_n[b], p, s->max_b);
-        if ((rc = check_labels(s, pc->y, pc->n, err)) != MT_OK)
+        if ((rc = check_labels(s, pc->y, pc->t, pc->n, err)) != MT_OK)
             return rc;
     }
     if (ahead && s->ahead_count == 0) /* agreed by the previous step: every replica ran out */
@@ -1541,10 +1634,7 @@ mt_code mt_spmd_step_pieces_next(mt_spmd *s, const mt_spmd_piece *pieces, const 
         for (int b = 0; b < mt_spmd_batch_replicas(s); b++)
             s->ahead_mine[b] = next_n[b];
     }
-    if (metrics != NULL) {
-        metrics->loss = s->devs[s->first_local].loss / (double)n;
-        metrics->accuracy = (double)s->devs[s->first_local].correct / (double)n;
-    }
+    step_metrics(s, n, metrics);
     return MT_OK;
 }
 
@@ -1577,21 +1667,49 @@ int mt_spmd_batch_dim(const mt_mesh *mesh, const mt_layout_map *map)
 mt_code mt_spmd_evaluate(mt_spmd *s, const float *x, const int32_t *labels, size_t n,
                          double *loss_sum, size_t *correct, mt_err *err)
 {
+    double sums[MT_LOSS_NSUMS] = {0};
+    mt_code rc = mt_spmd_evaluate_sums(s, x, labels, NULL, n, sums, NULL, err);
+    if (rc == MT_OK) {
+        *loss_sum += sums[MT_LOSS_SUM_LOSS] / (double)s->ydim;
+        *correct += (size_t)sums[MT_LOSS_SUM_CORRECT];
+    }
+    return rc;
+}
+
+mt_code mt_spmd_evaluate_sums(mt_spmd *s, const float *x, const int32_t *labels,
+                              const float *targets, size_t n, double *sums, double *hist,
+                              mt_err *err)
+{
+    const dev *d;
     mt_code rc;
     if (n == 0)
         return MT_OK;
-    if ((rc = check_labels(s, labels, n, err)) != MT_OK)
+    if ((rc = check_labels(s, labels, targets, n, err)) != MT_OK)
         return rc;
     s->jx = x;
     s->jy = labels;
+    s->jt = targets;
     s->jn = n;
     s->jstep = UINT64_MAX / 2 + s->nevals++; /* a tag distinct from every training step */
     rc = run_job(s, JOB_EVAL, err);
-    if (rc == MT_OK) {
-        *loss_sum += s->devs[s->first_local].loss;
-        *correct += s->devs[s->first_local].correct;
-    }
-    return rc;
+    if (rc != MT_OK)
+        return rc;
+    d = &s->devs[s->first_local];
+    for (int k = 0; k < MT_LOSS_NSUMS; k++)
+        sums[k] += d->sums[k];
+    for (int k = 0; hist != NULL && d->hist != NULL && k < 2 * MT_LOSS_AUC_BINS; k++)
+        hist[k] += d->hist[k];
+    return MT_OK;
+}
+
+mt_loss_shape mt_spmd_output_shape(const mt_spmd *s)
+{
+    return s->osh;
+}
+
+mt_code mt_spmd_check_data(const mt_spmd *s, size_t y_dim, size_t t_dim, mt_err *err)
+{
+    return mt_loss_check(&s->loss, &s->osh, y_dim, t_dim, err);
 }
 
 size_t mt_spmd_param_count(const mt_spmd *s)
@@ -1745,6 +1863,34 @@ static void host_activity(mt_spmd *s, const char *what)
         mt_coll_comm_activity(s->devs[p].comm, what); /* NULL comm (remote device): no-op */
 }
 
+mt_code mt_spmd_set_meta(mt_spmd *s, const char *key, const char *text, mt_err *err)
+{
+    char *k = mt_malloc(strlen(MT_CKPT_META_PREFIX) + strlen(key) + 1), *t = mt_strdup(text);
+
+    if (k == NULL || t == NULL) {
+        mt_free(k);
+        mt_free(t);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "checkpoint metadata: out of memory");
+    }
+    memcpy(k, MT_CKPT_META_PREFIX, strlen(MT_CKPT_META_PREFIX));
+    memcpy(k + strlen(MT_CKPT_META_PREFIX), key, strlen(key) + 1);
+    mt_free(s->meta_key);
+    mt_free(s->meta_text);
+    s->meta_key = k;
+    s->meta_text = t;
+    return MT_OK;
+}
+
+/* The text metadata tensor (mt_spmd_set_meta), when there is one. */
+static mt_code write_meta(const mt_spmd *s, mt_ckpt_writer *w, mt_err *err)
+{
+    int64_t len = s->meta_text != NULL ? (int64_t)strlen(s->meta_text) : 0;
+
+    if (s->meta_key == NULL)
+        return MT_OK;
+    return mt_ckpt_writer_add(w, s->meta_key, MT_CKPT_U8, &len, 1, s->meta_text, err);
+}
+
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err)
 {
@@ -1789,6 +1935,8 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
         }
     }
     rc = mt_ckpt_writer_add(w, "optimizer/iterations", MT_CKPT_I64, &one, 1, &t, err);
+    if (rc == MT_OK)
+        rc = write_meta(s, w, err);
     if (rc != MT_OK)
         goto fail;
     return mt_ckpt_writer_commit(w, err);
@@ -2102,6 +2250,8 @@ mt_code mt_spmd_save_gathered(mt_spmd *s, const char *path, const mt_spmd_positi
     mt_free(grp);
     if (rc == MT_OK && w != NULL && wrc == MT_OK)
         wrc = mt_ckpt_writer_add(w, "optimizer/iterations", MT_CKPT_I64, &one, 1, &t, &werr);
+    if (rc == MT_OK && w != NULL && wrc == MT_OK)
+        wrc = write_meta(s, w, &werr);
     if (rc == MT_OK && w != NULL && wrc == MT_OK) {
         wrc = mt_ckpt_writer_commit(w, &werr); /* releases w */
         w = NULL;

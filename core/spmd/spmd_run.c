@@ -153,16 +153,29 @@ static mt_code load_split(const mt_data_spec *ds, mt_data_split split, const mt_
             break;
         if (out->images == NULL) {
             dim = b.dim;
+            out->y_dim = b.y_dim ? b.y_dim : 1;
+            out->t_dim = b.t_dim;
             out->images = mt_calloc(n * dim + 1, sizeof(float));
-            out->labels = mt_calloc(n + 1, sizeof(int32_t));
-            if (out->images == NULL || out->labels == NULL)
+            out->labels = mt_calloc(n * out->y_dim + 1, sizeof(int32_t));
+            if (b.t_dim > 0)
+                out->targets = mt_calloc(n * b.t_dim + 1, sizeof(float));
+            if (out->images == NULL || out->labels == NULL || (b.t_dim > 0 && out->targets == NULL))
                 rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "dataset: out of memory");
             out->h = out->w = 1;
             out->c = dim;
         }
+        if (rc == MT_OK &&
+            (b.dim != dim || (b.y_dim ? b.y_dim : 1) != out->y_dim || b.t_dim != out->t_dim))
+            rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                            "%s: %zu features, %zu labels and %zu targets per example; the "
+                            "split's first file has %zu, %zu and %zu",
+                            mt_data_dataset_file_name(d, f), b.dim, b.y_dim ? b.y_dim : 1, b.t_dim,
+                            dim, out->y_dim, out->t_dim);
         if (rc == MT_OK) {
             memcpy(out->images + at * dim, b.x, b.n * dim * sizeof(float));
-            memcpy(out->labels + at, b.y, b.n * sizeof(int32_t));
+            memcpy(out->labels + at * out->y_dim, b.y, b.n * out->y_dim * sizeof(int32_t));
+            if (b.t_dim > 0)
+                memcpy(out->targets + at * b.t_dim, b.t, b.n * b.t_dim * sizeof(float));
             at += b.n;
         }
         mt_data_block_fini(&b);
@@ -172,35 +185,68 @@ static mt_code load_split(const mt_data_spec *ds, mt_data_split split, const mt_
     return rc;
 }
 
-static mt_code load_text(const cJSON *node, const char *base_dir, mt_idx_set *train,
-                         mt_idx_set *test, mt_err *err)
+/*
+ * The validation file ("validation.path", relative to base_dir like the dataset's paths): the
+ * dataset section with "train" replaced by that file and no "test", decoded as a training split
+ * with the vectorizer fitted on the real training split (vec, may be NULL).
+ */
+static mt_code load_val_file(const cJSON *node, const char *path, const char *base_dir,
+                             const mt_data_tfidf *vec, mt_idx_set *val, mt_err *err)
+{
+    cJSON *copy = cJSON_Duplicate(node, true);
+    mt_data_spec *ds = NULL;
+    mt_code rc;
+
+    if (copy == NULL ||
+        !cJSON_ReplaceItemInObjectCaseSensitive(copy, "train", cJSON_CreateString(path))) {
+        cJSON_Delete(copy);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "validation: out of memory");
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(copy, "test");
+    rc = mt_data_spec_parse(copy, "validation.path", base_dir, &ds, err);
+    if (rc == MT_OK)
+        rc = load_split(ds, MT_DATA_SPLIT_TRAIN, vec, val, err);
+    mt_data_spec_free(ds);
+    cJSON_Delete(copy);
+    return rc;
+}
+
+/* Any core/data format decoded whole: train, test and the validation file (val may be NULL). */
+static mt_code load_text(const cJSON *node, const char *base_dir, const char *val_path,
+                         mt_idx_set *train, mt_idx_set *test, mt_idx_set *val, mt_err *err)
 {
     mt_data_spec *ds = NULL;
     mt_data_tfidf *vec = NULL;
     mt_code rc = mt_data_spec_parse(node, "dataset", base_dir, &ds, err);
 
-    if (rc == MT_OK)
+    if (rc == MT_OK && ds->format == MT_DATA_FORMAT_TEXT)
         rc = mt_data_tfidf_fit_spec(ds, &vec, err);
     if (rc == MT_OK)
         rc = load_split(ds, MT_DATA_SPLIT_TRAIN, vec, train, err);
     if (rc == MT_OK && ds->test.n > 0)
         rc = load_split(ds, MT_DATA_SPLIT_TEST, vec, test, err);
+    if (rc == MT_OK && val != NULL && val_path != NULL && val_path[0] != '\0')
+        rc = load_val_file(node, val_path, base_dir, vec, val, err);
     mt_data_tfidf_free(vec);
     mt_data_spec_free(ds);
     return rc;
 }
 
 mt_code mt_spmd_load_data(const mt_job_spec *spec, const cJSON *node, const char *base_dir,
-                          mt_idx_set *train, mt_idx_set *test, int *in_rank, size_t *in_shape,
-                          mt_err *err)
+                          mt_idx_set *train, mt_idx_set *test, mt_idx_set *val, int *in_rank,
+                          size_t *in_shape, mt_err *err)
 {
     const mt_dataset_spec *d = &spec->dataset;
+    const char *vp = spec->validation.path;
     size_t dim;
     mt_code rc;
 
     memset(train, 0, sizeof(*train));
     memset(test, 0, sizeof(*test));
-    if (strcmp(d->format, "idx") == 0) {
+    if (val != NULL)
+        memset(val, 0, sizeof(*val));
+    if (strcmp(d->format, "idx") == 0 &&
+        (node == NULL || cJSON_GetObjectItemCaseSensitive(node, "train") == NULL)) {
         rc = mt_idx_set_load(d->train_images, d->train_labels, 0, train, err);
         if (rc == MT_OK)
             rc = mt_idx_set_load(d->test_images, d->test_labels, 0, test, err);
@@ -209,13 +255,18 @@ mt_code mt_spmd_load_data(const mt_job_spec *spec, const cJSON *node, const char
     } else if (strcmp(d->format, "synthetic") == 0) {
         rc = load_synthetic(spec, node, train, test, err);
     } else {
-        rc = load_text(node, base_dir, train, test, err);
+        rc = load_text(node, base_dir, vp, train, test, val, err);
     }
     if (rc == MT_OK && train->n == 0)
         rc = mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: the training set is empty");
+    if (rc == MT_OK && vp[0] != '\0' && (val == NULL || val->n == 0))
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT,
+                        "validation.path: needs a dataset section read by core/data (csv, text, "
+                        "npy, images, idx with \"train\") and a non-empty file");
     if (rc != MT_OK) {
         mt_idx_set_fini(train);
         mt_idx_set_fini(test);
+        mt_idx_set_fini(val);
         return rc;
     }
     dim = train->h * train->w * train->c;
@@ -226,6 +277,7 @@ mt_code mt_spmd_load_data(const mt_job_spec *spec, const cJSON *node, const char
         if (p != dim) {
             mt_idx_set_fini(train);
             mt_idx_set_fini(test);
+            mt_idx_set_fini(val);
             return mt_err_set(err, MT_INVALID_ARGUMENT,
                               "model.input_shape: %zu features but the dataset has %zu", p, dim);
         }
@@ -254,23 +306,52 @@ typedef struct run_ctx {
     int64_t digest_every;          /* the spec's "digest_every" (0: epoch ends, checkpoints) */
 } run_ctx;
 
-static mt_code run_step(void *ctx, const float *x, const int32_t *labels, size_t n, uint64_t step,
-                        uint64_t first, mt_step_metrics *metrics, mt_err *err)
+static mt_code run_step(void *ctx, const float *x, const int32_t *labels, const float *targets,
+                        size_t n, uint64_t step, uint64_t first, mt_step_metrics *metrics,
+                        mt_err *err)
 {
-    return mt_spmd_step(((run_ctx *)ctx)->s, x, labels, n, step, first, metrics, err);
+    return mt_spmd_step_targets(((run_ctx *)ctx)->s, x, labels, targets, n, step, first, metrics,
+                                err);
 }
 
-static mt_code run_evaluate(void *ctx, const float *x, const int32_t *labels, size_t n,
-                            double *loss_sum, size_t *correct, mt_err *err)
+static mt_code run_evaluate(void *ctx, const float *x, const int32_t *labels, const float *targets,
+                            size_t n, double *sums, double *hist, mt_err *err)
 {
-    return mt_spmd_evaluate(((run_ctx *)ctx)->s, x, labels, n, loss_sum, correct, err);
+    return mt_spmd_evaluate_sums(((run_ctx *)ctx)->s, x, labels, targets, n, sums, hist, err);
 }
 
 /*
  * Shards spread over processes: every process takes part in the gather (mt_spmd_save_gathered),
  * the one holding rank 0 writes, keeps the newest o->ckpt_keep and calls o->on_saved.
  */
-static mt_code save_gathered(run_ctx *r, const mt_spmd_position *p, mt_err *err)
+/* The path of the checkpoint of step `step`, or of the best one (MT_SPMD_BEST_CKPT). */
+static mt_code ckpt_file(char *path, size_t n, const char *dir, uint64_t step, bool best,
+                         mt_err *err)
+{
+    if (!best)
+        return mt_ckpt_path(path, n, dir, step, err);
+    if ((size_t)snprintf(path, n, "%s/%s", dir, MT_SPMD_BEST_CKPT) >= n)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "checkpoint directory %s: path too long", dir);
+    return MT_OK;
+}
+
+/* After a checkpoint is written: the newest ckpt_keep are kept and on_saved runs; the best one is
+ * apart from both (retention never lists it) and goes to on_best. */
+static mt_code ckpt_written(run_ctx *r, const char *path, uint64_t step, bool best, mt_err *err)
+{
+    const mt_spmd_run_opts *o = r->o;
+    mt_code rc = MT_OK;
+
+    if (best)
+        return o->on_best != NULL ? o->on_best(r->ctx, path, step, err) : MT_OK;
+    if (o->ckpt_keep > 0)
+        rc = mt_ckpt_retain(o->save_dir, o->ckpt_keep, NULL, err);
+    if (rc == MT_OK && o->on_saved != NULL)
+        rc = o->on_saved(r->ctx, path, step, err);
+    return rc;
+}
+
+static mt_code save_gathered(run_ctx *r, const mt_spmd_position *p, bool best, mt_err *err)
 {
     const mt_spmd_run_opts *o = r->o;
     bool writer = mt_coll_world_comm(o->world, 0) != NULL;
@@ -279,21 +360,16 @@ static mt_code save_gathered(run_ctx *r, const mt_spmd_position *p, mt_err *err)
     mt_code rc = MT_OK;
 
     if (writer)
-        rc = mt_ckpt_path(path, sizeof(path), o->save_dir, p->step, err);
+        rc = ckpt_file(path, sizeof(path), o->save_dir, p->step, best, err);
     if (rc == MT_OK) /* on a bad path the writer still gathers (its write fails) */
         rc = mt_spmd_save_gathered(r->s, writer ? path : NULL, p, o->spec_json, err);
     else
         mt_spmd_save_gathered(r->s, NULL, p, o->spec_json, NULL);
     if (rc != MT_OK || !writer)
         return rc;
-    if (o->ckpt_keep > 0)
-        rc = mt_ckpt_retain(o->save_dir, o->ckpt_keep, NULL, err);
-    if (rc == MT_OK)
-        mt_log_info("checkpoint %s (step %llu, gathered from the workers and written in %.1f ms)",
-                    path, (unsigned long long)p->step, (double)(mt_clock_mono_us() - t0) / 1000.0);
-    if (rc == MT_OK && o->on_saved != NULL)
-        rc = o->on_saved(r->ctx, path, p->step, err);
-    return rc;
+    mt_log_info("checkpoint %s (step %llu, gathered from the workers and written in %.1f ms)", path,
+                (unsigned long long)p->step, (double)(mt_clock_mono_us() - t0) / 1000.0);
+    return ckpt_written(r, path, p->step, best, err);
 }
 
 /*
@@ -308,7 +384,8 @@ static bool stop_needs_agreement(const run_ctx *r)
            o->ckpt_every > 0 && mt_spmd_save_needs_gather(r->s);
 }
 
-static mt_code save_ckpt(run_ctx *r, int64_t step, int64_t epoch, size_t pos, mt_err *err);
+static mt_code save_ckpt(run_ctx *r, int64_t step, int64_t epoch, size_t pos, bool best,
+                         mt_err *err);
 
 /* The caller's progress, then the stop agreement (see stop_needs_agreement). */
 static mt_code run_progress(void *ctx, const mt_train_progress *p)
@@ -320,7 +397,7 @@ static mt_code run_progress(void *ctx, const mt_train_progress *p)
 
     arc = mt_spmd_flag_any(r->s, rc != MT_OK && r->o->save_on_stop(r->ctx), &any, &aerr);
     if (arc == MT_OK && any && !r->saved) {
-        arc = save_ckpt(r, r->step, r->epoch, r->pos, &aerr);
+        arc = save_ckpt(r, r->step, r->epoch, r->pos, false, &aerr);
         if (arc == MT_OK)
             mt_log_info("stop checkpoint at step %lld (a process is stopping)", (long long)r->step);
     }
@@ -330,29 +407,30 @@ static mt_code run_progress(void *ctx, const mt_train_progress *p)
     return rc != MT_OK ? rc : arc;
 }
 
-/* Write the checkpoint of position (step, epoch, pos); only the process holding rank 0. */
-static mt_code save_ckpt(run_ctx *r, int64_t step, int64_t epoch, size_t pos, mt_err *err)
+/* Write the checkpoint of position (step, epoch, pos), or the best one; only the process holding
+ * rank 0 writes (all take part in a gather). */
+static mt_code save_ckpt(run_ctx *r, int64_t step, int64_t epoch, size_t pos, bool best,
+                         mt_err *err)
 {
     const mt_spmd_run_opts *o = r->o;
     char path[4096];
     mt_spmd_position p = {(uint64_t)step, (uint64_t)epoch, pos};
     mt_code rc;
 
-    r->saved = true;
+    if (!best)
+        r->saved = true;
     if (o->world != NULL && mt_spmd_save_needs_gather(r->s))
-        return save_gathered(r, &p, err);
+        return save_gathered(r, &p, best, err);
     if (o->world != NULL && mt_coll_world_comm(o->world, 0) == NULL)
         return MT_OK; /* the process holding rank 0 writes it */
-    rc = mt_ckpt_path(path, sizeof(path), o->save_dir, (uint64_t)step, err);
+    rc = ckpt_file(path, sizeof(path), o->save_dir, (uint64_t)step, best, err);
     if (rc == MT_OK)
         rc = mt_spmd_save(r->s, path, &p, o->spec_json, err);
-    if (rc == MT_OK && o->ckpt_keep > 0)
-        rc = mt_ckpt_retain(o->save_dir, o->ckpt_keep, NULL, err);
-    if (rc == MT_OK)
-        mt_log_info("checkpoint %s (step %lld)", path, (long long)step);
-    if (rc == MT_OK && o->on_saved != NULL)
-        rc = o->on_saved(r->ctx, path, (uint64_t)step, err);
-    return rc;
+    if (rc != MT_OK)
+        return rc;
+    mt_log_info("%s %s (step %lld)", best ? "best checkpoint" : "checkpoint", path,
+                (long long)step);
+    return ckpt_written(r, path, (uint64_t)step, best, err);
 }
 
 /*
@@ -372,10 +450,20 @@ static mt_code emit_digest(run_ctx *r, int64_t step, size_t pos, bool last, bool
     return rc == MT_OK ? o->on_digest(r->ctx, step, &d, err) : rc;
 }
 
+/* A checkpoint this machine's disk had no room for (rc RESOURCE_EXHAUSTED) is skipped, and
+ * training goes on, when the caller takes it: on_saved with path NULL (issue 19, fault 4). */
+static bool skipped_full(run_ctx *r, mt_code rc, int64_t step, mt_err *serr)
+{
+    if (rc != MT_RESOURCE_EXHAUSTED || r->o->on_saved == NULL)
+        return false;
+    mt_log_warn("checkpoint step %lld skipped: %s", (long long)step, serr->msg);
+    return r->o->on_saved(r->ctx, NULL, (uint64_t)step, serr) == MT_OK;
+}
+
 /* Checkpoint every o->ckpt_every steps and after the last step; keep the newest o->ckpt_keep.
  * Then the digest when one is due (emit_digest). */
 static mt_code run_after_step(void *ctx, int64_t step, int64_t epoch, size_t pos, bool last,
-                              mt_err *err)
+                              bool best, mt_err *err)
 {
     run_ctx *r = ctx;
     const mt_spmd_run_opts *o = r->o;
@@ -384,34 +472,53 @@ static mt_code run_after_step(void *ctx, int64_t step, int64_t epoch, size_t pos
     mt_code rc;
 
     r->step = step, r->epoch = epoch, r->pos = pos, r->saved = false;
+    if (best && o->save_dir != NULL &&
+        (rc = save_ckpt(r, step, epoch, pos, true, &serr)) != MT_OK &&
+        !skipped_full(r, rc, step, &serr))
+        return mt_err_set(err, rc, "%s", serr.msg);
+    mt_err_clear(&serr);
     if (!ckpt)
         return emit_digest(r, step, pos, last, false, err);
-    rc = save_ckpt(r, step, epoch, pos, &serr);
+    rc = save_ckpt(r, step, epoch, pos, false, &serr);
     if (rc == MT_FAILED_PRECONDITION && last && o->ckpt_every == 0 && o->world != NULL) {
         /* the final model of a job that asked for no checkpoints: the shards of this process
          * do not cover every tensor (layout spread over processes); training still succeeded */
         mt_log_warn("final checkpoint not written: %s", serr.msg);
         return emit_digest(r, step, pos, last, false, err);
     }
+    if (rc != MT_OK && skipped_full(r, rc, step, &serr)) /* the next interval tries again */
+        return emit_digest(r, step, pos, last, false, err);
     if (rc != MT_OK)
         return mt_err_set(err, rc, "%s", serr.msg);
     return emit_digest(r, step, pos, last, true, err);
 }
 
 mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
-                         const mt_spmd_run_opts *o, const mt_idx_set *train, const mt_idx_set *test,
-                         int in_rank, const size_t *in_shape, mt_train_progress_fn progress,
-                         void *ctx, mt_train_result *res, mt_err *err)
+                         const mt_spmd_run_opts *o, const mt_idx_set *train, const mt_idx_set *val,
+                         const mt_idx_set *test, int in_rank, const size_t *in_shape,
+                         mt_train_progress_fn progress, void *ctx, mt_train_result *res,
+                         mt_err *err)
 {
     mt_train_options topt = {o->epochs, o->steps};
-    mt_train_backend be = {NULL, run_step, run_evaluate, run_after_step};
+    mt_train_backend be = {NULL, run_step, run_evaluate, run_after_step, {1, 1}};
     mt_train_start start = {0, 0, 0};
     run_ctx r = {NULL, o, ctx, 0, 0, 0, true, progress, spec->digest_every};
+    mt_idx_set tr, va;
     bool agree;
-    size_t ex = 1, bs = spec->batch_size < train->n ? spec->batch_size : train->n;
+    size_t ex = 1, bs;
     mt_code rc;
 
     memset(res, 0, sizeof(*res));
+    memset(&va, 0, sizeof(va));
+    tr = *train;
+    if (val == NULL && spec->validation.split > 0 && train->n > 0) {
+        rc = mt_train_split_validation(train, spec->validation.split, &tr, &va, err);
+        if (rc != MT_OK)
+            return rc;
+        train = &tr;
+        val = &va;
+    }
+    bs = spec->batch_size < train->n ? spec->batch_size : train->n;
     for (int a = 0; a < in_rank; a++)
         ex *= in_shape[a];
     if (train->n == 0 || ex != train->h * train->w * train->c)
@@ -422,6 +529,10 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
     rc = mt_spmd_new(spec, mesh, map, in_rank, in_shape, bs, o->world, &r.s, err);
     if (rc != MT_OK)
         return rc;
+    rc = mt_spmd_check_data(r.s, train->y_dim ? train->y_dim : 1, train->t_dim, err);
+    if (rc != MT_OK)
+        goto done;
+    be.out = mt_spmd_output_shape(r.s);
     if (o->resume != NULL) {
         mt_spmd_position p;
         rc = mt_spmd_restore(r.s, o->resume, &p, err);
@@ -435,13 +546,13 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
     }
     be.ctx = &r;
     agree = stop_needs_agreement(&r);
-    rc = mt_train_loop(spec, &topt, train, test, &be, o->resume != NULL ? &start : NULL,
+    rc = mt_train_loop(spec, &topt, train, val, test, &be, o->resume != NULL ? &start : NULL,
                        agree ? run_progress : progress, agree ? (void *)&r : ctx, res, err);
     /* stopped by progress (cancel, shutdown): checkpoint the last step when asked to (with
      * agreement, run_progress did it in step with the other processes) */
     if (rc != MT_OK && !agree && !r.saved && o->save_dir != NULL && o->save_on_stop != NULL &&
         o->save_on_stop(ctx) && !(o->world != NULL && mt_spmd_save_needs_gather(r.s)))
-        save_ckpt(&r, r.step, r.epoch, r.pos, NULL);
+        save_ckpt(&r, r.step, r.epoch, r.pos, false, NULL);
 done:
     mt_spmd_free(r.s);
     return rc;
@@ -458,7 +569,9 @@ static double now_s_run(void)
 
 bool mt_spmd_uses_pipeline(const mt_job_spec *spec)
 {
-    return strcmp(spec->dataset.format, "synthetic") != 0;
+    /* validation needs the whole training split in memory (Keras's validation_split takes its
+     * last examples) and an evaluation schedule inside the loop: mt_spmd_run_data */
+    return strcmp(spec->dataset.format, "synthetic") != 0 && !spec->validation.enabled;
 }
 
 /*
@@ -591,6 +704,23 @@ static mt_code input_shape(const mt_job_spec *spec, const mt_data_pipeline *pipe
     return MT_OK;
 }
 
+/* A tokens dataset's vocabulary travels with every checkpoint (and so with exports). */
+static mt_code input_save_tokenizer(const input_run *in, mt_spmd *s, mt_err *err)
+{
+    const mt_text_tokenizer *tok = mt_data_dataset_tokenizer(in->dset);
+    char *text = NULL;
+    size_t len = 0;
+    mt_code rc;
+
+    if (tok == NULL)
+        return MT_OK;
+    rc = mt_text_tokenizer_save(tok, &text, &len, err);
+    if (rc == MT_OK)
+        rc = mt_spmd_set_meta(s, "meshtrain.tokenizer", text, err);
+    mt_free(text);
+    return rc;
+}
+
 /* Open this process's pipeline once the trainer knows the mesh placement. */
 static mt_code input_open_pipeline(input_run *in, const mt_mesh *mesh, const mt_layout_map *map,
                                    mt_coll_world *world, const int *rank_process, mt_err *err)
@@ -635,7 +765,8 @@ static void input_pieces(input_run *in, const mt_data_step *st, size_t s)
         size_t g = w * L + l, start = 0, len;
         mt_spmd_piece *pc = &in->pieces[g];
         pc->x = st->replicas[l].x;
-        pc->y = st->replicas[l].y;
+        pc->y = st->replicas[l].t_dim > 0 ? NULL : st->replicas[l].y;
+        pc->t = st->replicas[l].t;
         pc->n = st->replicas[l].n;
         /* dropout key: the example's position in the epoch (exact under DATA + global, where
          * it equals the one-device position; nominal otherwise) */
@@ -681,6 +812,7 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, cons
     int64_t epochs, cap, step = 0, e0 = 0, s0 = 0;
     double train_s = 0.0;
     size_t train_examples = 0;
+    mt_loss_shape out = {1, 1};
     mt_code rc;
 
     memset(res, 0, sizeof(*res));
@@ -697,8 +829,14 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, cons
         rc = input_shape(spec, in.pipe, &in_rank, in_shape, err);
     if (rc == MT_OK)
         rc = mt_spmd_new(spec, mesh, map, in_rank, in_shape, in.B, o->world, &r.s, err);
+    if (rc == MT_OK)
+        rc = input_save_tokenizer(&in, r.s, err);
+    if (rc == MT_OK)
+        rc = mt_spmd_check_data(r.s, mt_data_pipeline_label_dim(in.pipe),
+                                mt_data_pipeline_target_dim(in.pipe), err);
     if (rc != MT_OK)
         goto done;
+    out = mt_spmd_output_shape(r.s);
     agree = stop_needs_agreement(&r); /* as mt_spmd_run_data: stop checkpoints in step */
     if (agree)
         prog = run_progress, pctx = &r;
@@ -725,10 +863,14 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, cons
                             &epochs, &cap);
     }
     for (int64_t e = e0; e < epochs && step < cap; e++) {
-        mt_train_progress p = {
-            MT_TRAIN_STEP, e + 1, epochs, step, 0, (int64_t)per_epoch, 0, 0, 0, 0, 0, 0, 0, 0};
-        mt_train_epoch_acc acc = {0.0, 0.0, 0.0, 0};
+        mt_train_progress p = {.event = MT_TRAIN_STEP,
+                               .epoch = e + 1,
+                               .epochs = epochs,
+                               .step = step,
+                               .epoch_steps = (int64_t)per_epoch};
+        mt_train_epoch_acc acc;
         int64_t s_first = e == e0 ? s0 : 0;
+        mt_train_epoch_acc_init(&acc, &spec->loss, &out);
         if (cap - step < (int64_t)per_epoch - s_first)
             p.epoch_steps = s_first + (cap - step);
         if ((rc = mt_data_pipeline_start_epoch(in.pipe, (size_t)e, err)) != MT_OK)
@@ -764,7 +906,7 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, cons
             mt_train_progress_add(&p, &acc, step, s + 1, gc, &sm, dt);
             end = (size_t)s + 1 == per_epoch;
             if ((rc = run_after_step(&r, step, end ? e + 1 : e, end ? 0 : ((size_t)s + 1) * in.B,
-                                     step >= cap, err)) != MT_OK)
+                                     step >= cap, false, err)) != MT_OK)
                 goto done;
             if (prog != NULL && (rc = prog(pctx, &p)) != MT_OK) {
                 mt_err_set(err, rc, "training stopped at step %lld", (long long)step);
@@ -774,13 +916,19 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, cons
         train_s += acc.seconds;
         train_examples += acc.seen;
         if (in.test.n > 0) {
-            double ls = 0.0;
-            size_t ok = 0;
-            rc = mt_spmd_evaluate(r.s, in.test.images, in.test.labels, in.test.n, &ls, &ok, err);
+            double sums[MT_LOSS_NSUMS] = {0}, hist[2 * MT_LOSS_AUC_BINS];
+            bool auc = (spec->loss.metrics & (1u << MT_METRIC_AUC)) != 0;
+            memset(hist, 0, sizeof(hist));
+            rc = mt_spmd_evaluate_sums(r.s, in.test.images,
+                                       in.test.targets != NULL ? NULL : in.test.labels,
+                                       in.test.targets, in.test.n, sums, auc ? hist : NULL, err);
             if (rc != MT_OK)
                 goto done;
-            p.test_loss = ls / (double)in.test.n;
-            p.test_accuracy = (double)ok / (double)in.test.n;
+            mt_loss_metrics(&spec->loss, &out, sums, auc ? hist : NULL, (double)in.test.n, &p.test);
+            p.has_test = res->has_test = true;
+            res->test = p.test;
+            p.test_loss = p.test.loss;
+            p.test_accuracy = p.test.value[MT_METRIC_ACCURACY];
         }
         p.event = MT_TRAIN_EPOCH_END;
         res->epochs = e + 1;
@@ -799,7 +947,7 @@ done:
     if (rc != MT_OK && r.s != NULL && !agree && !r.saved && o->save_dir != NULL &&
         o->save_on_stop != NULL && o->save_on_stop(ctx) &&
         !(o->world != NULL && mt_spmd_save_needs_gather(r.s)))
-        save_ckpt(&r, r.step, r.epoch, r.pos, NULL);
+        save_ckpt(&r, r.step, r.epoch, r.pos, false, NULL);
     input_run_fini(&in);
     mt_spmd_free(r.s);
     return rc;
@@ -808,7 +956,7 @@ done:
 mt_code mt_spmd_train(const mt_spmd_job *job, const mt_spmd_run_opts *o,
                       mt_train_progress_fn progress, void *ctx, mt_train_result *res, mt_err *err)
 {
-    mt_idx_set train, test;
+    mt_idx_set train, test, val;
     size_t in_shape[3] = {0, 0, 0};
     int in_rank = 0;
     mt_code rc;
@@ -816,13 +964,14 @@ mt_code mt_spmd_train(const mt_spmd_job *job, const mt_spmd_run_opts *o,
     if (mt_spmd_uses_pipeline(job->spec))
         return mt_spmd_run_pipeline(job->spec, job->dataset, job->base_dir, job->mesh, job->layouts,
                                     o, job->rank_process, progress, ctx, res, err);
-    rc = mt_spmd_load_data(job->spec, job->dataset, job->base_dir, &train, &test, &in_rank,
+    rc = mt_spmd_load_data(job->spec, job->dataset, job->base_dir, &train, &test, &val, &in_rank,
                            in_shape, err);
     if (rc != MT_OK)
         return rc;
-    rc = mt_spmd_run_data(job->spec, job->mesh, job->layouts, o, &train, &test, in_rank, in_shape,
-                          progress, ctx, res, err);
+    rc = mt_spmd_run_data(job->spec, job->mesh, job->layouts, o, &train, val.n > 0 ? &val : NULL,
+                          &test, in_rank, in_shape, progress, ctx, res, err);
     mt_idx_set_fini(&train);
     mt_idx_set_fini(&test);
+    mt_idx_set_fini(&val);
     return rc;
 }

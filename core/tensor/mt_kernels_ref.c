@@ -251,3 +251,77 @@ void mt_dropout_forward_ref(float *y, const float *x, const uint8_t *mask, float
     for (size_t i = 0; i < n; i++)
         y[i] = mask[i] != 0 ? x[i] * scale : 0.0f;
 }
+
+/* ------------------------------------------------------------------ attention */
+
+void mt_attention_forward_ref(float *out, float *probs, const float *qkv, size_t batch, size_t t,
+                              size_t heads, size_t hd, bool causal)
+{
+    size_t cin = heads * 3 * hd, cout = heads * hd;
+    double scale = 1.0 / sqrt((double)hd);
+
+    for (size_t b = 0; b < batch; b++)
+        for (size_t h = 0; h < heads; h++) {
+            const float *x = qkv + b * t * cin + h * 3 * hd;
+            float *p = probs + (b * heads + h) * t * t;
+            for (size_t i = 0; i < t; i++) {
+                size_t n = causal ? i + 1 : t;
+                double m = -INFINITY, sum = 0.0;
+                for (size_t j = 0; j < n; j++) {
+                    double s = 0.0;
+                    for (size_t e = 0; e < hd; e++)
+                        s += (double)x[i * cin + e] * x[j * cin + hd + e];
+                    p[i * t + j] = (float)(s * scale);
+                    m = p[i * t + j] > m ? p[i * t + j] : m;
+                }
+                for (size_t j = 0; j < n; j++)
+                    sum += exp(p[i * t + j] - m);
+                for (size_t j = 0; j < t; j++)
+                    p[i * t + j] = j < n ? (float)(exp(p[i * t + j] - m) / sum) : 0.0f;
+                for (size_t e = 0; e < hd; e++) {
+                    double o = 0.0;
+                    for (size_t j = 0; j < n; j++)
+                        o += (double)p[i * t + j] * x[j * cin + 2 * hd + e];
+                    out[(b * t + i) * cout + h * hd + e] = (float)o;
+                }
+            }
+        }
+}
+
+void mt_attention_backward_ref(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *probs, size_t batch, size_t t, size_t heads, size_t hd)
+{
+    size_t cin = heads * 3 * hd, cout = heads * hd;
+    double scale = 1.0 / sqrt((double)hd);
+
+    for (size_t b = 0; b < batch; b++)
+        for (size_t h = 0; h < heads; h++) {
+            const float *x = qkv + b * t * cin + h * 3 * hd;
+            const float *p = probs + (b * heads + h) * t * t, *dy = dout + b * t * cout + h * hd;
+            float *dx = dqkv + b * t * cin + h * 3 * hd, *ds = scratch;
+            for (size_t i = 0; i < t; i++) {
+                double dot = 0.0;
+                for (size_t j = 0; j < t; j++) {
+                    double dp = 0.0;
+                    for (size_t e = 0; e < hd; e++)
+                        dp += (double)dy[i * cout + e] * x[j * cin + 2 * hd + e];
+                    ds[i * t + j] = (float)dp;
+                    dot += (double)p[i * t + j] * dp;
+                }
+                for (size_t j = 0; j < t; j++)
+                    ds[i * t + j] = (float)(p[i * t + j] * (ds[i * t + j] - dot));
+            }
+            for (size_t i = 0; i < t; i++)
+                for (size_t e = 0; e < hd; e++) {
+                    double dq = 0.0, dk = 0.0, dv = 0.0;
+                    for (size_t j = 0; j < t; j++) {
+                        dq += (double)ds[i * t + j] * x[j * cin + hd + e];
+                        dk += (double)ds[j * t + i] * x[j * cin + e];
+                        dv += (double)p[j * t + i] * dy[j * cout + e];
+                    }
+                    dx[i * cin + e] = (float)(dq * scale);
+                    dx[i * cin + hd + e] = (float)(dk * scale);
+                    dx[i * cin + 2 * hd + e] = (float)dv;
+                }
+        }
+}

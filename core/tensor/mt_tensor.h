@@ -198,7 +198,8 @@ void mt_relu_backward_ref(float *dx, const float *dy, const float *y, size_t n);
 /*
  * Element-wise, y may equal x, dx may equal dy. The backward of tanh and sigmoid reads the
  * output y, of leaky_relu the sign of y, of gelu the input x. gelu is the exact form
- * x·Φ(x) = x/2·(1 + erf(x/√2)) (Keras' and PyTorch's default); leaky_relu has slope `alpha`
+ * x·Φ(x) = x/2·(1 + erf(x/√2)) (Keras' and PyTorch's default; erf by a float rational approximation
+ * within 6.5e-8); leaky_relu has slope `alpha`
  * below zero. Plain loops: they are their own reference.
  */
 void mt_gelu_forward(float *y, const float *x, size_t n);
@@ -226,6 +227,29 @@ mt_code mt_softmax_xent(float *dlogits, double *loss_sum, size_t *correct, const
 mt_code mt_softmax_xent_ref(float *dlogits, double *loss_sum, size_t *correct, const float *logits,
                             const int32_t *labels, size_t batch, size_t k, float grad_scale,
                             mt_err *err);
+
+/* ------------------------------------------------------------------ attention */
+
+/*
+ * Multi-head scaled dot-product attention over fused projections. qkv: (B, T, H·3·hd), each
+ * head's columns [q | k | v] side by side (head h at columns [3·hd·h, 3·hd·(h+1))), so a slice of
+ * whole heads is a contiguous column range. out: (B, T, H·hd), head h at columns [hd·h, hd·(h+1)).
+ * probs: (B, H, T, T), the softmax of q·kᵀ/√hd per head (row i over j ≤ i when causal, zeros
+ * above the diagonal), kept for the backward.
+ */
+void mt_attention_forward(float *out, float *probs, const float *qkv, size_t batch, size_t t,
+                          size_t heads, size_t hd, bool causal);
+void mt_attention_forward_ref(float *out, float *probs, const float *qkv, size_t batch, size_t t,
+                              size_t heads, size_t hd, bool causal);
+
+/*
+ * dqkv: (B, T, H·3·hd), overwritten, from dout (B, T, H·hd), the forward's qkv and probs.
+ * scratch: t·t floats.
+ */
+void mt_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *probs, size_t batch, size_t t, size_t heads, size_t hd);
+void mt_attention_backward_ref(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *probs, size_t batch, size_t t, size_t heads, size_t hd);
 
 /* ------------------------------------------------------------------ graph joins */
 

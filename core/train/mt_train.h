@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "data/mt_idx.h"
+#include "loss/mt_loss.h"
 #include "model/mt_model.h"
 #include "status/mt_status.h"
 
@@ -45,8 +46,16 @@ typedef struct mt_train_progress {
     double epoch_seconds;            /* training time of this epoch so far */
     double step_ms;                  /* time of the last step */
     double examples_per_sec;         /* this epoch so far */
-    double test_loss, test_accuracy; /* EPOCH_END only */
-    double batch_loss;               /* the last step's own loss (mean over its batch) */
+    double test_loss, test_accuracy; /* EPOCH_END only (test.loss and test's accuracy) */
+    mt_metrics train;                /* running means of loss and the spec's metrics (core/loss):
+                                        reported as "loss", "accuracy", "mae", ... */
+    bool has_val;                    /* val holds the validation evaluation made after this step
+                                        (STEP with "every_steps") or in this epoch (EPOCH_END) */
+    mt_metrics val;                  /* reported as "val_loss", "val_accuracy", ... */
+    bool has_test;                   /* EPOCH_END with a test split */
+    mt_metrics test;                 /* reported as "test_loss", "test_accuracy", ... */
+    bool stopping;                   /* early stopping ends the run after this event */
+    double batch_loss;               /* STEP: the last step's own loss (mean over its batch) */
 } mt_train_progress;
 
 /* Progress callback; a non-OK return stops training with that code (CANCELLED, say). */
@@ -56,6 +65,11 @@ typedef struct mt_train_result {
     int64_t steps, epochs;
     double test_loss, test_accuracy;
     double examples_per_sec; /* training examples / training seconds (eval excluded) */
+    bool has_val, has_test;  /* the last validation / test results below are filled */
+    mt_metrics val, test;    /* the last evaluation of each split */
+    bool stopped_early;      /* early stopping ended the run at `steps` */
+    int64_t best_step;       /* "validation.best": the step of the best checkpoint; 0 = none */
+    double best_value;       /* its monitored value */
 } mt_train_result;
 
 /*
@@ -77,12 +91,18 @@ mt_code mt_train_run_data(const mt_job_spec *spec, const mt_train_options *opt,
  */
 typedef struct mt_train_backend {
     void *ctx;
-    mt_code (*step)(void *ctx, const float *x, const int32_t *labels, size_t n, uint64_t step,
-                    uint64_t first_example, mt_step_metrics *metrics, mt_err *err);
-    mt_code (*evaluate)(void *ctx, const float *x, const int32_t *labels, size_t n,
-                        double *loss_sum, size_t *correct, mt_err *err);
+    /* labels (n, y_dim) or NULL, targets (n, t_dim) or NULL, as the set carries them */
+    mt_code (*step)(void *ctx, const float *x, const int32_t *labels, const float *targets,
+                    size_t n, uint64_t step, uint64_t first_example, mt_step_metrics *metrics,
+                    mt_err *err);
+    /* adds the loss and metric sums (core/loss) and the AUC histogram (hist may be NULL) */
+    mt_code (*evaluate)(void *ctx, const float *x, const int32_t *labels, const float *targets,
+                        size_t n, double *sums, double *hist, mt_err *err);
+    /* best: the validation just made is the best so far by "validation.best" (keep this step's
+       checkpoint as the best one) */
     mt_code (*after_step)(void *ctx, int64_t step, int64_t epoch, size_t input_position, bool last,
-                          mt_err *err);
+                          bool best, mt_err *err);
+    mt_loss_shape out; /* the model output's (rows, c) view (for the metrics) */
 } mt_train_backend;
 
 /* Where a resumed run starts: steps done, 0-based epoch, examples of that epoch consumed. */
@@ -94,14 +114,26 @@ typedef struct mt_train_start {
 /*
  * The loop behind mt_train_run_data over any backend: epochs and/or the step cap of spec and opt,
  * a permutation per epoch from (seed, epoch), batches of spec->batch_size (the last one short),
- * progress events. train/test borrowed (flat examples of train->h*w*c floats); start may be NULL
- * (from the beginning). Codes: INVALID_ARGUMENT (empty training set), RESOURCE_EXHAUSTED, the
+ * progress events. train/val/test borrowed (flat examples of train->h*w*c floats; val and test
+ * may be NULL); start may be NULL (from the beginning). With val and the spec's "validation":
+ * an evaluation of val every validation.every_steps steps (else after each epoch's last step),
+ * early stopping (the run ends after the step whose evaluation exhausted the patience: that step
+ * is `last` for after_step) and the best step (after_step's `best`). The test split is evaluated
+ * at every epoch end. Codes: INVALID_ARGUMENT (empty training set), RESOURCE_EXHAUSTED, the
  * backend's and the callback's codes.
  */
 mt_code mt_train_loop(const mt_job_spec *spec, const mt_train_options *opt, const mt_idx_set *train,
-                      const mt_idx_set *test, const mt_train_backend *be,
+                      const mt_idx_set *val, const mt_idx_set *test, const mt_train_backend *be,
                       const mt_train_start *start, mt_train_progress_fn progress, void *ctx,
                       mt_train_result *res, mt_err *err);
+
+/*
+ * Keras's validation_split: the LAST ceil(split · n) examples of `all` (file order, before any
+ * shuffling; so the same on every mesh) become *val, the rest *train. Both are views borrowing
+ * all's buffers (never mt_idx_set_fini them). INVALID_ARGUMENT when either part would be empty.
+ */
+mt_code mt_train_split_validation(const mt_idx_set *all, double split, mt_idx_set *train,
+                                  mt_idx_set *val, mt_err *err);
 
 /*
  * The bounds of a run, as mt_train_loop computes them for any input: from spec/opt epochs and
@@ -116,7 +148,37 @@ void mt_train_run_bounds(const mt_job_spec *spec, const mt_train_options *opt,
 typedef struct mt_train_epoch_acc {
     double loss_sum, correct, seconds;
     size_t seen;
+    double sums[MT_LOSS_NSUMS]; /* the steps' global loss and metric sums (core/loss) */
+    const mt_loss_spec *ls;     /* borrowed: the spec's loss and metrics */
+    mt_loss_shape out;          /* the model output's view */
 } mt_train_epoch_acc;
+
+/* A zeroed accumulator for the spec's loss (ls, borrowed) and the output view. */
+void mt_train_epoch_acc_init(mt_train_epoch_acc *acc, const mt_loss_spec *ls,
+                             const mt_loss_shape *out);
+
+/*
+ * The validation schedule and stopping state of a run (spec "validation"); both loops use it.
+ * Pure bookkeeping.
+ */
+typedef struct mt_train_val_state {
+    const mt_validation_spec *v; /* borrowed */
+    double stop_best, best_best; /* the best monitored values so far (NaN: none yet) */
+    int64_t wait;                /* evaluations without improvement of the stop monitor */
+} mt_train_val_state;
+
+void mt_train_val_init(mt_train_val_state *vs, const mt_validation_spec *v);
+
+/* Whether a validation evaluation follows step `step` (global, done) that ended the epoch when
+ * epoch_end. */
+bool mt_train_val_due(const mt_train_val_state *vs, int64_t step, bool epoch_end);
+
+/*
+ * Account an evaluation (train: this epoch's running results, val: the evaluation): *best when
+ * it is the best so far by validation.best, *stop when early stopping's patience is exhausted.
+ */
+void mt_train_val_update(mt_train_val_state *vs, const mt_metrics *train, const mt_metrics *val,
+                         bool *best, bool *stop);
 
 /*
  * Account a step of n examples that took dt seconds with metrics m (means over the n): updates

@@ -2,7 +2,7 @@
 /*
  * fuzz_coll_msg.c — fuzz target for the data-plane message decoder of
  * core/coll: any bytes are decoded as a message header (coll__hdr_decode) and,
- * if accepted, delivered to a small in-process world (coll__deliver), as the
+ * if accepted, delivered to a small in-process world (its engine's deliver), as the
  * receive callback does with what arrives from the network. Nothing may crash,
  * read out of bounds or leak. Seeds: tests/fuzz/corpus/fuzz_coll_msg/.
  */
@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (size > 0)
             memcpy(nng_msg_body(m), data, size);
         if (coll__hdr_decode(m, &h) == MT_OK)
-            coll__deliver(w, m, &h); /* takes m */
+            w->engine->deliver(w, m, &h); /* takes m */
         else
             nng_msg_free(m);
     }

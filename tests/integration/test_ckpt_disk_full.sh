@@ -6,7 +6,7 @@
 # without the coordinator's paths (the job's error, which status readers see, carries that
 # text); the coordinator's log has the full path; no pending checkpoint record is left behind.
 # The worker then skips that checkpoint and trains on; the next interval tries again.
-# A worker whose own checkpoint directory is full fails the job with a message naming its host.
+# A worker whose own checkpoint directory is full skips the checkpoint the same way.
 # Needs root for mount; skipped otherwise.
 source "$(dirname "$0")/lib.sh"
 
@@ -58,9 +58,10 @@ log "job SUCCEEDED past the full disk: $skipped checkpoints skipped and retried,
 gone() { [ "$(mt checkpoints --json "$JOB" | jq '[.checkpoints[] | select(.complete | not)] | length')" = 0 ]; }
 gone || fail "a pending checkpoint record is left"
 
-# a worker whose own checkpoint directory (TMPDIR) is full: its message names the machine, not
-# the worker's paths. (Skipping a checkpoint the trainer cannot write needs core/spmd to go on
-# after a failed write: not done, the job fails.)
+# a worker whose own checkpoint directory (TMPDIR) is full (issue 19, fault 4, the worker's own
+# disk): the trainer skips each checkpoint it cannot write, with a "checkpoint_skipped" point,
+# and trains on; the next interval tries again; status shows neither the worker's paths nor a
+# failure.
 umount "$S/checkpoints"
 mkdir -p "$T/wtmp"
 mount -t tmpfs -o size=64k tmpfs "$T/wtmp" || fail "mount the worker's tmpfs"
@@ -75,9 +76,12 @@ f2() { mt status --json "$JOB2" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CAN
 wait_for 300 "the second job to end" f2
 mt status --json "$JOB2" >"$T/status2.json"
 ! grep -q "$T/wtmp" "$T/status2.json" || fail "status shows the worker's path: $(jq -c '{error}' "$T/status2.json")"
-if jq -e '.state == "FAILED"' "$T/status2.json" >/dev/null; then
-    jq -e --arg h "$HOST" '.error | contains("checkpoint not written on " + $h + ": its disk is full")' \
-        "$T/status2.json" >/dev/null || fail "job error: $(jq -r .error "$T/status2.json")"
-fi
-log "worker disk full: $(jq -r '.state + ": " + (.error // "")' "$T/status2.json" | cut -c1-200)"
+jq -e '.state == "SUCCEEDED"' "$T/status2.json" >/dev/null ||
+    fail "a full worker disk failed the job: $(jq -c '{state, error, reason}' "$T/status2.json")"
+wskipped=$(grep -c "job $JOB2: checkpoint step [0-9]* skipped: .*No space left on device" "$T/w2.log" || true)
+[ "$wskipped" -ge 5 ] || fail "the worker skipped $wskipped of its own checkpoints (want every interval tried again)"
+mt watch --json "$JOB2" >"$T/metrics2.json" || true
+points2=$(jq -c 'select(.name? == "checkpoint_skipped")' "$T/metrics2.json" | wc -l)
+[ "$points2" -ge 5 ] || fail "$points2 checkpoint_skipped points for the worker's full disk"
+log "worker disk full: job SUCCEEDED, $wskipped checkpoints skipped and retried, $points2 checkpoint_skipped points"
 log "PASS"

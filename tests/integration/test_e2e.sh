@@ -34,24 +34,30 @@ WB=$LAST_PID
 wait_for 20 "two workers" alive 2
 
 # ---- every example across the two worker processes (the text examples read small generated
-# label<TAB>sentence files instead of the fetched UCI sentences)
+# label<TAB>sentence files instead of the fetched UCI sentences, the language models the same
+# sentences as plain text instead of the Brown corpus)
 gen_text "$T/sent_train.tsv" 512 1
 gen_text "$T/sent_test.tsv" 128 2
+# the language-model examples read the same sentences as plain text instead of the fetched corpus
+cut -f2 "$T/sent_train.tsv" >"$T/lm_train.txt"
+cut -f2 "$T/sent_test.tsv" | head -n 20 >"$T/lm_test.txt"
 for f in "$SRC"/examples/*.json; do
     name=$(basename "$f" .json)
-    case $name in *cnn* | *resnet*) [ "${MT_SANITIZED:-0}" = "1" ] && continue ;; esac
+    case $name in *cnn* | *resnet* | char_lm*) [ "${MT_SANITIZED:-0}" = "1" ] && continue ;; esac
     # 8 devices (both workers): the first mesh dimension grows to make up the product
     jq --argjson s "$STEPS" --arg t "$T" 'def prod: reduce .[] as $x (1; . * $x);
         . + {steps: $s} | del(.epochs) | del(.checkpoint) |
         if .dataset.format == "text" then .dataset.train = $t + "/sent_train.tsv" |
             .dataset.test = $t + "/sent_test.tsv" else . end |
+        if .dataset.format == "tokens" then .dataset.train = $t + "/lm_train.txt" |
+            .dataset.test = $t + "/lm_test.txt" else . end |
         ((.mesh // {batch: 1}) | to_entries) as $e | ($e | map(.value) | prod) as $p |
         .mesh = ($e | .[0].value *= (8 / $p) | from_entries)' "$f" >"$T/$name.json"
     run_job "$T/$name.json"
     st=$(mt status --json "$JOB")
     echo "$st" | jq -e '[.placement[].worker_id] | unique | length == 2' >/dev/null ||
         fail "$name did not span both workers: $(echo "$st" | jq -c '.placement')"
-    echo "$st" | jq -e '[.latest_metrics[].name] | index("loss") and index("eval_accuracy")' \
+    echo "$st" | jq -e '[.latest_metrics[].name] | index("loss") and any(startswith("test_"))' \
         >/dev/null || fail "$name: metrics missing: $(echo "$st" | jq -c '.latest_metrics')"
     n=$(mt watch --json "$JOB" | jq -s '[.[] | select(.name == "loss")] | length')
     [ "$n" = "$STEPS" ] || fail "$name: $n loss points stored, expected $STEPS"
@@ -105,22 +111,22 @@ REF1=$JOB
 mt status --json "$REF1" | jq -e '[.placement[].worker_id] | unique | length == 1' >/dev/null ||
     fail "$REF1 should be on one worker: $(mt status --json "$REF1" | jq -c .placement)"
 mt export "$REF1" --format safetensors -o "$T/ref_1x4.safetensors" >/dev/null
-# predict with the exported model: the accuracy on the test set is the job's eval_accuracy
+# predict with the exported model: the accuracy on the test set is the job's test_accuracy
 FM=/usr/share/datasets/fashion-mnist
 mt predict "$T/ref_1x4.safetensors" --spec "$T/ref.json" --input $FM/t10k-images-idx3-ubyte.gz \
     --labels $FM/t10k-labels-idx1-ubyte.gz --limit 2 --top-k 2 >"$T/predict.out" ||
     fail "predict: $(cat "$T/predict.out")"
-want=$(mt status --json "$REF1" | jq -r '.latest_metrics[] | select(.name == "eval_accuracy") |
+want=$(mt status --json "$REF1" | jq -r '.latest_metrics[] | select(.name == "test_accuracy") |
     .value * 10000 | round / 10000')
 got=$(sed -n 's/^accuracy \([0-9.]*\).*/\1/p' "$T/predict.out")
 awk -v a="$got" -v b="$want" 'BEGIN { exit !(a - b < 0.00015 && b - a < 0.00015) }' ||
-    fail "predict accuracy $got, the job's eval_accuracy $want"
-log "predict: accuracy $got = the job's eval_accuracy"
+    fail "predict accuracy $got, the job's test_accuracy $want"
+log "predict: accuracy $got = the job's test_accuracy"
 
 # ---- watch started late shows the history (plain lines when stdout is not a terminal)
 mt watch "$REF1" >"$T/late.out" || fail "watch $REF1 exited $?"
 grep -q "Epoch 1/1  step $((STEPS * 2))/" "$T/late.out" || fail "late watch: $(cat "$T/late.out")"
-grep -q "eval_accuracy" "$T/late.out" && grep -q "job $REF1 SUCCEEDED" "$T/late.out" ||
+grep -q "test_accuracy" "$T/late.out" && grep -q "job $REF1 SUCCEEDED" "$T/late.out" ||
     fail "late watch: $(cat "$T/late.out")"
 log "watch started late: $(wc -l <"$T/late.out") lines of history and the final state"
 

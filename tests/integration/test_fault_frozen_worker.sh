@@ -2,7 +2,9 @@
 # test_fault_frozen_worker.sh — issue 19, fault 8 (the coordinator's part): a SIGSTOPped worker
 # with a heartbeat timeout (60 s) longer than the job's collective deadline (4 s).
 #  * `status` names the frozen worker within a few heartbeats, long before the collective
-#    deadline or the heartbeat timeout;
+#    deadline or the heartbeat timeout: in its reason and in its `diagnosis` ("device stuck:
+#    worker wb ...", status --json and the text output), which stays through the restart and is
+#    gone once the job runs again;
 #  * its peer's collective times out; the coordinator restarts the job (it used to FAIL it: the
 #    peer gave up before the heartbeat timeout made the worker "lost"), blaming the frozen worker;
 #  * the restarted job resumes from its checkpoint once a healthy worker is there;
@@ -47,6 +49,15 @@ wait_for 10 "status names the frozen worker" named
 NAMED=$((SECONDS - T0))
 log "status names wb after ${NAMED} s: $(mt status --json "$JOB" | jq -r .reason)"
 [ "$NAMED" -lt 4 ] || fail "named after $NAMED s, not within the 4 s collective deadline"
+# named within the collective deadline: before the attempt ends (no RESTARTING yet)
+diagnosed() { mt status --json "$JOB" >"$T/d.json" && jq -e '.diagnosis | test("^device stuck: worker wb \\(.*\\) silent for [0-9]+ s: no heartbeat")' "$T/d.json"; }
+wait_for 10 "the diagnosis naming the frozen worker" diagnosed
+DIAG=$((SECONDS - T0))
+jq -e '[.events[].state] | index("RESTARTING") == null' "$T/d.json" >/dev/null ||
+    fail "diagnosed only after the attempt ended: $(jq -c '[.events[] | .state]' "$T/d.json")"
+mt status "$JOB" | grep -q "^diagnosis device stuck: worker wb (" ||
+    fail "status text has no diagnosis line: $(mt status "$JOB" | head -5)"
+log "diagnosis after ${DIAG} s: $(mt status --json "$JOB" | jq -r .diagnosis)"
 
 restarted() { mt status --json "$JOB" | jq -e '.state | IN("RESTARTING", "FAILED")'; }
 wait_for 50 "the attempt to end" restarted
@@ -56,6 +67,8 @@ mt status --json "$JOB" | jq -r '.events[]?.reason // empty' >"$T/events.txt" ||
 grep -q "worker wb stopped answering (no heartbeat for [0-9]* s) while worker wa waited on it: DEADLINE_EXCEEDED" \
     "$T/events.txt" "$T/s.json" || fail "restart cause: $(jq -c '{state, reason}' "$T/s.json"); events: $(cat "$T/events.txt")"
 log "restarted $((SECONDS - T0)) s after the SIGSTOP (heartbeat timeout 60 s): $(jq -r .reason "$T/s.json" | cut -c1-160)"
+jq -e '.diagnosis | test("^device stuck: worker wb \\(.*\\) stopped answering: no heartbeat for [0-9]+ s while worker wa waited on it")' \
+    "$T/s.json" >/dev/null || fail "diagnosis after the restart: $(jq -c .diagnosis "$T/s.json")"
 
 # the restart does not land on the frozen worker (still "alive" for 60 s): it waits
 sleep 2
@@ -68,6 +81,7 @@ wait_for 90 "the job running again" resumed
 mt status --json "$JOB" >"$T/s2.json"
 jq -e '.restarts == 1 and ([.placement[].worker_id] | sort == ["wa", "wc"])' "$T/s2.json" >/dev/null ||
     fail "resumed placement: $(jq -c '{restarts, placement: [.placement[].worker_id]}' "$T/s2.json")"
+jq -e '.diagnosis == null' "$T/s2.json" >/dev/null || fail "diagnosis kept while running: $(jq -c .diagnosis "$T/s2.json")"
 kill -9 "$WB"
 mt cancel "$JOB" >/dev/null
 log "resumed on wa + wc after the restart; PASS"

@@ -5,7 +5,8 @@
 # "UNAVAILABLE: ... the link to rank 1 (fb's data address) broke", as a real worker's collective
 # does at its deadline.
 #  * the coordinator tells a link from a stuck device: the restart cause is "link fa<->fb
-#    broken (both workers heartbeat; not a stuck device)", and the job RESTARTS (not FAILED);
+#    broken (both workers heartbeat; not a stuck device)", the status diagnosis "link fa<->fb:
+#    ...", and the job RESTARTS (not FAILED);
 #  * with no placement that avoids the pair it backs off (2 s, then 4 s: "backing off … after the
 #    link fa<->fb broke") instead of looping through its restarts;
 #  * once a third worker is there, the restart avoids the link (fa + fc) and the job SUCCEEDS.
@@ -38,6 +39,10 @@ T0=$SECONDS
 backing_off() { mt status --json "$JOB" | jq -e '.state == "RESTARTING" and (.reason | test("^backing off [0-9]+ s after the link fa<->fb broke"))'; }
 wait_for 30 "the job backing off from the link" backing_off
 log "after the first failure ($((SECONDS - T0)) s): $(mt status --json "$JOB" | jq -r .reason)"
+# the diagnosis names the link, not a device (docs/jobs.md#diagnosis), in JSON and in the text
+mt status --json "$JOB" | jq -e '.diagnosis | test("^link fa<->fb: a collective between them failed while both workers heartbeat \\(not a stuck device\\)")' >/dev/null ||
+    fail "diagnosis: $(mt status --json "$JOB" | jq -c .diagnosis)"
+mt status "$JOB" | grep -q "^diagnosis link fa<->fb: " || fail "status text: $(mt status "$JOB" | head -5)"
 events "$JOB" >"$T/ev1.txt"
 grep -q "^RESTARTING link fa<->fb broken (both workers heartbeat; not a stuck device): worker fa" "$T/ev1.txt" ||
     grep -q "^RESTARTING link fa<->fb broken (both workers heartbeat; not a stuck device): UNAVAILABLE" "$T/ev1.txt" ||

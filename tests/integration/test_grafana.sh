@@ -68,7 +68,7 @@ while IFS=$'\t' read -r title expr; do
     n=$((n + 1))
 done < <(jq -r '.panels[] | .title as $t | .targets[] | [$t, .expr] | @tsv' "$DASH")
 log "Grafana dashboard: $n queries of $(jq '.panels | length' "$DASH") panels return data from a real Prometheus scrape"
-curl -sfG "$PROM/api/v1/query" --data-urlencode 'query=meshtrain_job_final_eval_accuracy' |
+curl -sfG "$PROM/api/v1/query" --data-urlencode 'query=meshtrain_job_final_test_accuracy' |
     jq -e '.data.result[0].metric | .job_id == "job-000002" and .state == "FAILED"' >/dev/null ||
     fail "final values of the failed job"
 echo "test_grafana: ok"

@@ -51,22 +51,22 @@ expect 200 "$HTTP_URL/api/v1/jobs/$JOB"
 jqb '.state == "RUNNING" and .step == 300 and (.spec.model.layers | length) == 3'
 jqb '[.events[].state] == ["QUEUED","SCHEDULED","RUNNING"]'
 jqb '(.placement | length) == 4 and .placement[3].coords == [1,1] and .placement[3].worker_id == "worker-b"'
-jqb '.latest_metrics.loss.step == 300 and .latest_metrics.eval_accuracy.step == 300'
+jqb '.latest_metrics.loss.step == 300 and .latest_metrics.test_accuracy.step == 300'
 jqb '.checkpoints[0].step == 150 and .checkpoints[0].complete == true'
 expect 404 "$HTTP_URL/api/v1/jobs/job-999999"
 jqb '.error.code == "NOT_FOUND"'
 
 expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics"
 jqb '.count == 960 and .last_step == 300 and (.series.loss.step | length) == 300'
-jqb '(.series.eval_loss.step | length) == 30 and .series.eval_loss.step[0] == 10'
+jqb '(.series.test_loss.step | length) == 30 and .series.test_loss.step[0] == 10'
 jqb '(.series | keys_unsorted) == (.series | keys) and (.series | length) >= 3'  # name order
 expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics?names=nope,loss&since_step=300"
 jqb '.count == 1 and (.series | keys_unsorted) == ["loss"] and .series.loss.step == [300]'
-expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics?since_step=291&names=loss,eval_accuracy"
-jqb '.count == 11 and (.series | keys) == ["eval_accuracy","loss"] and .series.loss.step[0] == 291'
+expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics?since_step=291&names=loss,test_accuracy"
+jqb '.count == 11 and (.series | keys) == ["loss","test_accuracy"] and .series.loss.step[0] == 291'
 jqb '(.series.loss.value | length) == 10 and (.series.loss.value[0] | type) == "number"'
-expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics?max_points=10&names=loss,eval_loss"
-jqb '(.series.loss.step | length) == 10 and .series.loss.step[0] == 1 and .series.loss.step[9] == 300 and (.series.eval_loss.step | length) <= 10 and .series.eval_loss.step[-1] == 300'
+expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics?max_points=10&names=loss,test_loss"
+jqb '(.series.loss.step | length) == 10 and .series.loss.step[0] == 1 and .series.loss.step[9] == 300 and (.series.test_loss.step | length) <= 10 and .series.test_loss.step[-1] == 300'
 expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics?limit=5"
 jqb '.count == 5 and .last_step == 2'  # 3 names per step (eval every 10th)
 expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics?since_step=301"
@@ -91,7 +91,7 @@ expect 405 -X PUT "$HTTP_URL/api/v1/jobs"
 expect 405 -X POST "$HTTP_URL/jobs/$JOB"
 curl -sf "$HTTP_URL/api/v1/jobs/$JOB" | jq -e '.actions == []' >/dev/null || fail "actions offered without a token"
 curl -sf "$HTTP_URL/api/v1/jobs?metrics=latest" | jq -e --arg j "$JOB" '.jobs[] | select(.job_id == $j) |
-    .latest_metrics | has("loss") and has("eval_accuracy")' >/dev/null || fail "jobs?metrics=latest"
+    .latest_metrics | has("loss") and has("test_accuracy")' >/dev/null || fail "jobs?metrics=latest"
 expect 400 "$HTTP_URL/api/v1/jobs?metrics=all"
 expect 404 "$HTTP_URL/api/v1/jobs/$JOB/checkpoint?step=999999"
 jqb '.error.code == "NOT_FOUND"'
@@ -158,7 +158,7 @@ log "static assets ok"
 # database directly: the cache sees that it is behind the store and reloads (compared with a
 # coordinator without the cache at the end)
 "$BIN/mt_seed_state" "$S" --append "$JOB" --steps 25 --interval-ms 0
-MQ=("" "?names=loss,eval_loss" "?since_step=310" "?max_points=9" "?limit=7&names=accuracy"
+MQ=("" "?names=loss,test_loss" "?since_step=310" "?max_points=9" "?limit=7&names=accuracy"
     "?since_step=299&max_points=3")
 for i in "${!MQ[@]}"; do
     expect 200 "$HTTP_URL/api/v1/jobs/$JOB/metrics${MQ[$i]}"

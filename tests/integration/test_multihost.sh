@@ -134,7 +134,7 @@ JOB=$(head -n 1 "$T/dp.out")
 mtc status --json "$JOB" >"$T/dp.json.status"
 jq -e '.state == "SUCCEEDED" and ([.placement[].worker_id] | unique | length == 2)' \
     "$T/dp.json.status" >/dev/null || fail "$JOB: $(jq -c '{state, placement}' "$T/dp.json.status")"
-jq -e '[.latest_metrics[].name] | index("loss") and index("eval_accuracy")' "$T/dp.json.status" \
+jq -e '[.latest_metrics[].name] | index("loss") and index("test_accuracy")' "$T/dp.json.status" \
     >/dev/null || fail "$JOB metrics missing: $(jq -c .latest_metrics "$T/dp.json.status")"
 n=$(mtc watch --json "$JOB" | jq -s '[.[] | select(.name == "loss")] | length')
 [ "$n" = 8 ] || fail "$JOB: $n loss points in the coordinator, expected 8"

@@ -53,8 +53,8 @@ grep -q "PANE_EXIT=0" "$T/follow.rows" || fail "watch: $(cat "$T/follow.rows")"
 JOB=$(grep -m1 -o 'job-[0-9]*' "$T/follow.rows")
 n=$(grep -c '^Epoch ' "$T/follow.rows" || true)
 [ "$n" = "$EPOCHS" ] || fail "tmux 80 columns: $n rows start with Epoch, want $EPOCHS: $(cat "$T/follow.rows")"
-[ "$(grep -c '^Epoch .* - eval_accuracy: ' "$T/follow.lines")" = "$EPOCHS" ] ||
-    fail "tmux: each epoch's line should end with its eval results: $(cat "$T/follow.lines")"
+[ "$(grep -c '^Epoch .* - test_accuracy: ' "$T/follow.lines")" = "$EPOCHS" ] ||
+    fail "tmux: each epoch's line should end with its test results: $(cat "$T/follow.lines")"
 awk 'length($0) > 80 { exit 1 }' "$T/follow.rows" || fail "a row wider than 80 columns"
 grep -q "^job $JOB SUCCEEDED" "$T/follow.rows" || fail "no final state: $(cat "$T/follow.rows")"
 log "watch in tmux at 80 columns: $(grep -c . "$T/follow.rows") rows for $EPOCHS epochs"
@@ -72,7 +72,7 @@ mt watch "$JOB" | cat >"$T/watch.out"
 [ "$(grep -c '^Epoch ' "$T/watch.out")" = "$EPOCHS" ] &&
     [ "$(wc -l <"$T/watch.out")" = $((EPOCHS + 1)) ] ||
     fail "piped watch: want $EPOCHS epoch lines and the final state: $(cat "$T/watch.out")"
-grep -q "^Epoch $EPOCHS/$EPOCHS  step [0-9]*/[0-9]* - [0-9]*s - loss: .* - eval_accuracy: " \
+grep -q "^Epoch $EPOCHS/$EPOCHS  step [0-9]*/[0-9]* - [0-9]*s - loss: .* - test_accuracy: " \
     "$T/watch.out" || fail "piped watch epoch line: $(cat "$T/watch.out")"
 
 mt submit --follow "$T/job.json" | cat >"$T/follow_pipe.out"
@@ -83,7 +83,7 @@ start=$(date +%s.%N)
 mt submit --follow --log-every 0.3 "$T/job.json" | cat >"$T/follow_fast.out"
 secs=$(echo "$(date +%s.%N) - $start" | bc)
 prog=$(grep -c '^Epoch .* step [0-9/]* - loss' "$T/follow_fast.out" || true)
-[ "$(grep -c 'eval_accuracy' "$T/follow_fast.out")" = "$EPOCHS" ] ||
+[ "$(grep -c 'test_accuracy' "$T/follow_fast.out")" = "$EPOCHS" ] ||
     fail "--log-every 0.3: epoch lines: $(cat "$T/follow_fast.out")"
 awk -v p="$prog" -v s="$secs" 'BEGIN { exit !(p >= 1 && p <= s / 0.3 + 1) }' ||
     fail "--log-every 0.3: $prog progress lines in $secs s: $(cat "$T/follow_fast.out")"

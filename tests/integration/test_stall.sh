@@ -37,16 +37,20 @@ T0=$SECONDS
 wait_for 30 "$JOB stalled" state_is "$JOB" STALLED
 log "$JOB STALLED after $((SECONDS - T0)) s"
 mt status --json "$JOB" >"$T/st.json"
-PATTERN='^step 5 allreduce #0 on axis batch: wb cpu:[01] never entered; its last activity: test stall hook: sleeping before a collective [0-9]+ s ago$'
+# the reason is the stall diagnosis; `diagnosis` says what kind of fault it is: a device that
+# never entered is a stuck device, not a link (docs/jobs.md#diagnosis)
+PATTERN='^device stuck: step 5 allreduce #0 on axis batch: wb cpu:[01] never entered; its last activity: test stall hook: sleeping before a collective [0-9]+ s ago$'
 jq -e --arg p "$PATTERN" '.diagnosis | test($p)' "$T/st.json" >/dev/null ||
     fail "status --json diagnosis: $(jq -c '{state, reason, diagnosis}' "$T/st.json")"
-jq -e '.reason == .diagnosis' "$T/st.json" >/dev/null || fail "reason and diagnosis differ"
+jq -e '.diagnosis == "device stuck: " + .reason' "$T/st.json" >/dev/null || fail "reason and diagnosis differ"
 # the device named is the rank whose worker is wb
 DEV=$(jq -r '.diagnosis | capture("wb cpu:(?<d>[01])").d' "$T/st.json")
 jq -e --argjson d "$DEV" '[.placement[] | select(.worker_id == "wb" and .local_index == $d)] | length == 1' \
     "$T/st.json" >/dev/null || fail "placement has no wb cpu:$DEV"
 mt status "$JOB" >"$T/st.txt"
 grep -Eq '^stalled   alive but not advancing: step 5 allreduce #0 on axis batch: wb cpu:[01] never entered' \
+    "$T/st.txt" || fail "status text: $(cat "$T/st.txt")"
+grep -Eq '^diagnosis device stuck: step 5 allreduce #0 on axis batch: wb cpu:[01] never entered' \
     "$T/st.txt" || fail "status text: $(cat "$T/st.txt")"
 curl -sf "$HTTP_URL/api/v1/jobs/$JOB" >"$T/api.json" || fail "GET /api/v1/jobs/$JOB"
 jq -e --arg p "$PATTERN" '.state == "STALLED" and (.diagnosis | test($p))' "$T/api.json" >/dev/null ||

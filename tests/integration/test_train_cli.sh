@@ -30,7 +30,7 @@ echo '{"model":{"layers":[{"type":"flatten"},{"type":"dense","units":10},{"type"
 expect 4 "meshtrain: INVALID_ARGUMENT: model.layers\[2\].units: must be a positive integer" \
     train --local "$TMP/bad.json"
 echo '{"model":{"layers":[{"type":"dense","units":10}]}}' >"$TMP/flat.json"
-expect 4 "INVALID_ARGUMENT: model.layers\[0\]: dense needs a flat input" train --local "$TMP/flat.json"
+expect 4 "INVALID_ARGUMENT: loss: the model outputs 784 rows of 10 classes per example; the dataset has 1 class label per example" train --local "$TMP/flat.json"
 echo '{"dataset":{"train_images":"/nonexistent.gz"},"model":{"layers":[{"type":"flatten"},{"type":"dense","units":10}]}}' >"$TMP/nodata.json"
 expect 4 "NOT_FOUND: dataset.train_images: cannot read IDX file /nonexistent.gz" train --local --data-root / "$TMP/nodata.json"
 # data roots (core/pathsafe): without --data-root only the current directory and

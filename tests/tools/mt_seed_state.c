@@ -14,7 +14,7 @@
  *               while a coordinator serves the same database (tests the dashboard).
  *   --steps N   metric steps of the running job (default 200)
  *   --names K   metric names per step, 1..6 of loss, accuracy, examples_per_sec,
- *               eval_loss, eval_accuracy (eval ones every 10th step; default 5), batch_loss
+ *               test_loss, test_accuracy (test ones every 10th step; default 5), batch_loss
  *               (the last step's own loss around loss); --append adds the same K
  *   --jobs N    N more jobs after those (for listing tests and bench/list_jobs.sh): finished
  *               ones, SUCCEEDED / FAILED / CANCELLED in turn, priorities 0..2
@@ -95,7 +95,7 @@ static double value_of(int j, double t)
 static int append(const char *db, const char *job_id, long steps, long interval_ms, long k)
 {
     static const char *const names[] = {"loss",      "accuracy",      "examples_per_sec",
-                                        "eval_loss", "eval_accuracy", "batch_loss"};
+                                        "test_loss", "test_accuracy", "batch_loss"};
     mt_err err = MT_ERR_INIT;
     mt_store *s = NULL;
     mt_store_job j;
@@ -138,7 +138,7 @@ static int append(const char *db, const char *job_id, long steps, long interval_
 int main(int argc, char **argv)
 {
     static const char *const names[] = {"loss",      "accuracy",      "examples_per_sec",
-                                        "eval_loss", "eval_accuracy", "batch_loss"};
+                                        "test_loss", "test_accuracy", "batch_loss"};
     long steps = 200, k = 5, interval_ms = 50, restart = 0, more = 0;
     const char *append_job = NULL;
     mt_err err = MT_ERR_INIT;

@@ -188,14 +188,22 @@ static inline void ctu_submit(ctu *t, const char *spec, int prio, char *job)
     protobuf_c_message_free_unpacked(&rep->base, NULL);
 }
 
-/* The job's state and reason (reason may be NULL; 256 bytes). */
-static inline void ctu_state(ctu *t, const char *job, char *state, char *reason)
+/* GetJob of job (must succeed); free with protobuf_c_message_free_unpacked. */
+static inline Meshtrain__GetJobReply *ctu_get_job(ctu *t, const char *job)
 {
     Meshtrain__GetJobRequest req = MESHTRAIN__GET_JOB_REQUEST__INIT;
     Meshtrain__GetJobReply *rep = NULL;
 
     req.job_id = (char *)job;
     ctu_call_ok(t, "GetJob", &req.base, (ProtobufCMessage **)&rep);
+    return rep;
+}
+
+/* The job's state and reason (reason may be NULL; 256 bytes). */
+static inline void ctu_state(ctu *t, const char *job, char *state, char *reason)
+{
+    Meshtrain__GetJobReply *rep = ctu_get_job(t, job);
+
     snprintf(state, 16, "%s", rep->job->state);
     if (reason != NULL)
         snprintf(reason, 256, "%s", rep->job->reason);

@@ -766,6 +766,70 @@ static cJSON *read_safetensors(const uint8_t *b, size_t len, const uint8_t **dat
     return h;
 }
 
+/* A checkpoint of one weight, plus a "meta/<key>" tensor of dtype dt holding text when key. */
+static void write_with_meta(const char *path, const char *key, mt_ckpt_dtype dt, const char *text)
+{
+    mt_ckpt_writer *w = NULL;
+    int64_t one = 3, len = text != NULL ? (int64_t)strlen(text) : 0;
+    const float v[3] = {1.0f, 2.0f, 3.0f};
+    char name[64];
+
+    assert_int_equal(mt_ckpt_writer_open(path, &w, NULL), MT_OK);
+    assert_int_equal(mt_ckpt_writer_add(w, "dense_1.bias", MT_CKPT_F32, &one, 1, v, NULL), MT_OK);
+    if (key != NULL) {
+        snprintf(name, sizeof(name), "%s%s", MT_CKPT_META_PREFIX, key);
+        assert_int_equal(mt_ckpt_writer_add(w, name, dt, &len, 1, text, NULL), MT_OK);
+    }
+    assert_int_equal(mt_ckpt_writer_commit(w, NULL), MT_OK);
+}
+
+/* Text metadata tensors travel into the export's "__metadata__" and stay out of the roots. */
+static void test_ckpt_meta_tensors_travel_to_exports(void **state)
+{
+    fixture *f = *state;
+    char plain[192], with[192], out[192];
+    mt_ckpt *a = NULL, *b = NULL;
+    mt_digest ra, rb;
+    mt_err err = MT_ERR_INIT;
+    size_t len, dlen;
+    const uint8_t *data;
+    uint8_t *buf;
+    cJSON *h;
+    int na = 0, nb = 0;
+
+    snprintf(plain, sizeof(plain), "%s/plain.mtc", f->dir);
+    snprintf(with, sizeof(with), "%s/with.mtc", f->dir);
+    snprintf(out, sizeof(out), "%s/m.safetensors", f->dir);
+    write_with_meta(plain, NULL, MT_CKPT_U8, NULL);
+    write_with_meta(with, "meshtrain.tokenizer", MT_CKPT_U8, "meshtrain-vocab 1\nvocab \"x\"\n");
+    assert_int_equal(mt_ckpt_open(plain, &a, &err), MT_OK);
+    assert_int_equal(mt_ckpt_open(with, &b, &err), MT_OK);
+    for (int weights_only = 0; weights_only < 2; weights_only++) {
+        assert_int_equal(mt_ckpt_root(a, weights_only, false, &ra, &na, &err), MT_OK);
+        assert_int_equal(mt_ckpt_root(b, weights_only, true, &rb, &nb, &err), MT_OK);
+        assert_true(mt_digest_equal(&ra, &rb));
+        assert_int_equal(na, nb);
+    }
+    assert_int_equal(mt_ckpt_export_safetensors(b, out, &err), MT_OK);
+    buf = slurp(out, &len);
+    h = read_safetensors(buf, len, &data, &dlen);
+    assert_string_equal(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(h, "__metadata__"), "meshtrain.tokenizer")
+            ->valuestring,
+        "meshtrain-vocab 1\nvocab \"x\"\n");
+    assert_null(cJSON_GetObjectItem(h, "meta/meshtrain.tokenizer"));
+    cJSON_Delete(h);
+    free(buf);
+    mt_ckpt_close(a);
+    mt_ckpt_close(b);
+    /* metadata that is not U8 text refuses the export, naming it */
+    write_with_meta(with, "k", MT_CKPT_I32, "abcd");
+    assert_int_equal(mt_ckpt_open(with, &b, &err), MT_OK);
+    assert_int_equal(mt_ckpt_export_safetensors(b, out, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "metadata 'meta/k' is not text"));
+    mt_ckpt_close(b);
+}
+
 static void test_ckpt_export_safetensors_weights_only(void **state)
 {
     fixture *f = *state;
@@ -1189,6 +1253,7 @@ int main(void)
         T(test_ckpt_crafted_headers_refused),
         T(test_ckpt_records_merkle_digests),
         T(test_ckpt_version1_has_no_digests),
+        T(test_ckpt_meta_tensors_travel_to_exports),
         T(test_ckpt_export_safetensors_weights_only),
         T(test_ckpt_export_without_weights_fails),
         T(test_ckpt_export_map_renames_and_permutes),

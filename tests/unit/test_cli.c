@@ -11,8 +11,9 @@
 
 #include "client/cli.h"
 
-static const char *const cmds[] = {"workers", "train",       "export", "submit", "jobs",   "status",
-                                   "cancel",  "checkpoints", "plan",   "watch",  "predict"};
+static const char *const cmds[] = {"workers", "train",  "export",  "submit",
+                                   "jobs",    "status", "cancel",  "checkpoints",
+                                   "plan",    "watch",  "predict", "generate"};
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
 
 static void expect(const char *word, const char *want)

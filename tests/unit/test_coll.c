@@ -28,6 +28,7 @@
 
 #include "coll/coll_int.h"
 #include "coll/mt_coll.h"
+#include "coll/mt_coll_backend.h"
 #include "coll_test_jobs.h"
 #include "coll_test_util.h"
 
@@ -1065,6 +1066,91 @@ static void test_coll_net_invalid_arguments(void **state)
     mt_coll_net_free(NULL);
 }
 
+/* A backend whose collectives only validate the group (mt_coll_group_position). */
+static mt_code idle_allreduce(mt_coll_comm *c, const mt_coll_group *g, float *buf, size_t n,
+                              const mt_coll_call *call, mt_err *err)
+{
+    int pos;
+    (void)buf;
+    (void)n;
+    (void)call;
+    return mt_coll_group_position(c, g, &pos, err);
+}
+
+static mt_code idle_reduce_scatter(mt_coll_comm *c, const mt_coll_group *g, const float *in,
+                                   float *out, size_t n, const mt_coll_call *call, mt_err *err)
+{
+    (void)in;
+    return idle_allreduce(c, g, out, n, call, err);
+}
+
+static mt_code idle_broadcast(mt_coll_comm *c, const mt_coll_group *g, float *buf, size_t n,
+                              int root, const mt_coll_call *call, mt_err *err)
+{
+    (void)root;
+    return idle_allreduce(c, g, buf, n, call, err);
+}
+
+static mt_code idle_barrier(mt_coll_comm *c, const mt_coll_group *g, const mt_coll_call *call,
+                            mt_err *err)
+{
+    return idle_allreduce(c, g, NULL, 0, call, err);
+}
+
+static const mt_coll_backend idle_backend = {.name = "idle",
+                                             .allreduce_sum = idle_allreduce,
+                                             .reduce_scatter = idle_reduce_scatter,
+                                             .allgather = idle_reduce_scatter,
+                                             .broadcast = idle_broadcast,
+                                             .barrier = idle_barrier};
+
+/* mt_coll_world_new_backend's codes; a backend world's comms; dispatch; group validation. */
+static void test_coll_backend_world_arguments(void **state)
+{
+    static const int two[] = {1, 3}, twice[] = {2, 2}, out[] = {4};
+    mt_coll_backend partial = idle_backend;
+    mt_coll_world *w = (mt_coll_world *)&w; /* reset to NULL on failure */
+    mt_err err = MT_ERR_INIT;
+    int pos = 7;
+    (void)state;
+    partial.barrier = NULL;
+    assert_int_equal(mt_coll_world_new_backend(NULL, NULL, 4, two, 2, NULL, &w, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_null(w);
+    assert_int_equal(
+        mt_coll_world_new_backend(&mt_coll_backend_builtin, NULL, 4, two, 2, NULL, &w, &err),
+        MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_world_new_backend(&partial, NULL, 4, two, 2, NULL, &w, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_world_new_backend(&idle_backend, NULL, 0, two, 2, NULL, &w, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_world_new_backend(&idle_backend, NULL, 4, twice, 2, NULL, &w, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "twice"));
+    assert_int_equal(mt_coll_world_new_backend(&idle_backend, NULL, 4, out, 1, NULL, &w, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_coll_world_new_backend(&idle_backend, &pos, 4, two, 2, NULL, &w, &err),
+                     MT_OK);
+    assert_string_equal(mt_coll_world_backend_name(w), "idle");
+    assert_ptr_equal(mt_coll_world_backend_state(w), &pos);
+    assert_null(mt_coll_world_comm(w, 0));
+    mt_coll_comm *c = mt_coll_world_comm(w, 3);
+    assert_non_null(c);
+    assert_ptr_equal(mt_coll_comm_world(c), w);
+    mt_coll_group g = {two, 2}, bad = {twice, 2}, other = {out, 1};
+    assert_int_equal(mt_coll_group_position(c, &g, &pos, &err), MT_OK);
+    assert_int_equal(pos, 1);
+    /* the public calls reach the backend's operations */
+    assert_int_equal(mt_coll_barrier(c, &bad, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "twice"));
+    assert_int_equal(mt_coll_allreduce_sum(c, &other, NULL, 0, NULL, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "outside"));
+    assert_int_equal(mt_coll_allreduce_sum(NULL, &g, NULL, 0, NULL, &err), MT_INVALID_ARGUMENT);
+    mt_coll_world_cancel(w);
+    assert_int_equal(mt_coll_broadcast(c, &g, NULL, 0, 1, NULL, &err), MT_CANCELLED);
+    mt_coll_world_free(w); /* no state_free: the state stays the caller's */
+}
+
 /* A wildcard listener advertised as a dialable address: peers reach it, and its ranks are local. */
 static void test_coll_net_set_addr_advertises_wildcard_listener(void **state)
 {
@@ -1160,6 +1246,58 @@ static void test_coll_net_keeps_messages_of_the_next_job(void **state)
     }
 }
 
+/*
+ * A healed partition: the cut attempt's frames (job 1) reach a peer whose next attempt's world
+ * (job 2) is already live. That world drops them (a job id just below its own is an earlier
+ * attempt, mt_coll.h) and its collective then completes with the new attempt's peer.
+ */
+static void test_coll_net_drops_frames_of_an_earlier_attempt(void **state)
+{
+    static const int g[] = {0, 1};
+    mt_coll_world_opts o1 = MT_COLL_WORLD_DEFAULTS, o2 = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *old, *ws[2];
+    mt_err err = MT_ERR_INIT;
+    job jobs[2], late;
+    enum { N = 1000 };
+    (void)state;
+    o1.job_id = 41;
+    o2.job_id = 42;
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[0], &err), MT_OK);
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[1], &err), MT_OK);
+    mt_coll_rank_addr table[2] = {{mt_coll_net_addr(nets[0]), 0}, {mt_coll_net_addr(nets[1]), 0}};
+    assert_int_equal(mt_coll_world_new_net(nets[0], 2, table, &o2, &ws[0], &err), MT_OK);
+    assert_int_equal(mt_coll_world_new_net(nets[1], 2, table, &o1, &old, &err), MT_OK);
+    /* the old attempt's rank 1 sends its part of a step and gives up waiting for rank 0's */
+    late = with_call(mkjob(old, 1, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 300);
+    job_main(&late);
+    assert_int_not_equal(late.rc, MT_OK);
+    free_jobs(&late, 1);
+    mt_coll_world_free(old);
+    assert_int_equal(mt_coll_world_new_net(nets[1], 2, table, &o2, &ws[1], &err), MT_OK);
+    pthread_t th;
+    jobs[1] = with_call(mkjob(ws[1], 1, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 5000);
+    assert_int_equal(pthread_create(&th, NULL, job_main, &jobs[1]), 0);
+    jobs[0] = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 5000);
+    job_main(&jobs[0]);
+    pthread_join(th, NULL);
+    float *ref = calloc(N, sizeof(float));
+    double *dref = calloc(N, sizeof(double));
+    reference(g, 2, N, 3, ref, dref);
+    for (int r = 0; r < 2; r++) {
+        if (jobs[r].rc != MT_OK)
+            fail_msg("rank %d: %s", r, jobs[r].err.msg);
+        assert_memory_equal(jobs[r].buf, ref, N * sizeof(float));
+    }
+    free(ref);
+    free(dref);
+    free_jobs(jobs, 2);
+    for (int k = 0; k < 2; k++) {
+        mt_coll_world_free(ws[k]);
+        mt_coll_net_free(nets[k]);
+    }
+}
+
 /* A cancelled world ends a collective that waits for a silent peer at once, and every later one. */
 static void test_coll_world_cancel_interrupts_a_wait(void **state)
 {
@@ -1224,8 +1362,10 @@ int main(void)
         cmocka_unit_test(test_coll_net_lost_peer_is_named),
         cmocka_unit_test(test_coll_net_deadline_names_silent_member),
         cmocka_unit_test(test_coll_net_invalid_arguments),
+        cmocka_unit_test(test_coll_backend_world_arguments),
         cmocka_unit_test(test_coll_net_set_addr_advertises_wildcard_listener),
         cmocka_unit_test(test_coll_net_keeps_messages_of_the_next_job),
+        cmocka_unit_test(test_coll_net_drops_frames_of_an_earlier_attempt),
         cmocka_unit_test(test_coll_world_cancel_interrupts_a_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,9 +3,13 @@
  * test_coll_conformance.c — one conformance suite for core/coll run against every transport:
  * in-process (one world of 8 device threads), the direct transport over tcp and over Unix
  * sockets (shared memory off), shared memory chosen by itself (tcp:// addresses) and by
- * shm:// addresses, and nng over tcp. Each transport holds 8 ranks on two endpoints of this
- * process, interleaved (even ranks on one, odd on the other), so every group of 2 or more
- * crosses the transport. The suite:
+ * shm:// addresses, nng over tcp, and nng over TLS (tls+tcp://, certificates made by
+ * tests/integration/tls_certs.sh); and against the backend interface (mt_coll_backend.h): a
+ * world of another backend whose operations forward to an in-process built-in world, so every
+ * collective, cancel and the state's release go through the operations table. (The MPI
+ * backend runs under mpirun: tests/integration/test_coll_mpi.sh.) Each transport holds 8
+ * ranks on two endpoints of this process, interleaved (even ranks on one, odd on the other),
+ * so every group of 2 or more crosses the transport. The suite:
  *   - allreduce for every group size 1..8 at sizes 0, 1, 3, 4099, 65537 and 262147 floats
  *     (odd sizes, one segment to many), bit-identical to the documented order;
  *   - reduce-scatter, allgather, broadcast and barrier on groups of 3 and 8;
@@ -19,13 +23,16 @@
  */
 #include "mt_test.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "coll/mt_coll.h"
+#include "coll/mt_coll_backend.h"
 #include "coll_test_jobs.h"
+#include "tls/mt_tls.h"
 
 #define NR 8
 
@@ -33,12 +40,91 @@ typedef struct transport {
     const char *scheme; /* "tcp://": on 127.0.0.1, "ipc://" or "shm://": a path; NULL in-process */
     mt_coll_shm_mode shm;
     const char *link; /* what mt_coll_world_link must say */
+    int forward;      /* in-process only: through a backend forwarding to the built-in world */
 } transport;
+
+static mt_tls *g_tls; /* tls+tcp://: listens and dials (server certificate, the test CA) */
+
+/* ---- a backend whose operations forward to a built-in world (in its state) */
+
+enum { FWD_ALLREDUCE, FWD_RS, FWD_AG, FWD_BCAST, FWD_BARRIER, FWD_CANCEL, FWD_NOPS };
+typedef struct fwd_state {
+    mt_coll_world *in;
+    _Atomic int calls[FWD_NOPS]; /* operations that reached the backend */
+    int *freed;                  /* set by fwd_free */
+} fwd_state;
+
+static mt_coll_comm *inner_op(mt_coll_comm *c, int op)
+{
+    fwd_state *f = mt_coll_world_backend_state(mt_coll_comm_world(c));
+    atomic_fetch_add(&f->calls[op], 1);
+    return mt_coll_world_comm(f->in, mt_coll_comm_rank(c));
+}
+
+static mt_code fwd_allreduce(mt_coll_comm *c, const mt_coll_group *g, float *buf, size_t n,
+                             const mt_coll_call *call, mt_err *err)
+{
+    return mt_coll_allreduce_sum(inner_op(c, FWD_ALLREDUCE), g, buf, n, call, err);
+}
+
+static mt_code fwd_reduce_scatter(mt_coll_comm *c, const mt_coll_group *g, const float *in,
+                                  float *out, size_t n, const mt_coll_call *call, mt_err *err)
+{
+    return mt_coll_reduce_scatter(inner_op(c, FWD_RS), g, in, out, n, call, err);
+}
+
+static mt_code fwd_allgather(mt_coll_comm *c, const mt_coll_group *g, const float *in, float *out,
+                             size_t count, const mt_coll_call *call, mt_err *err)
+{
+    return mt_coll_allgather(inner_op(c, FWD_AG), g, in, out, count, call, err);
+}
+
+static mt_code fwd_broadcast(mt_coll_comm *c, const mt_coll_group *g, float *buf, size_t n,
+                             int root, const mt_coll_call *call, mt_err *err)
+{
+    return mt_coll_broadcast(inner_op(c, FWD_BCAST), g, buf, n, root, call, err);
+}
+
+static mt_code fwd_barrier(mt_coll_comm *c, const mt_coll_group *g, const mt_coll_call *call,
+                           mt_err *err)
+{
+    int pos;
+    mt_code rc = mt_coll_group_position(c, g, &pos, err);
+    return rc != MT_OK ? rc : mt_coll_barrier(inner_op(c, FWD_BARRIER), g, call, err);
+}
+
+static void fwd_cancel(mt_coll_world *w)
+{
+    fwd_state *f = mt_coll_world_backend_state(w);
+    atomic_fetch_add(&f->calls[FWD_CANCEL], 1);
+    mt_coll_world_cancel(f->in);
+}
+
+static void fwd_free(void *state)
+{
+    fwd_state *f = state;
+    mt_coll_world_free(f->in);
+    *f->freed = 1;
+    free(f);
+}
+
+static const mt_coll_backend forward_backend = {
+    .name = "forward",
+    .allreduce_sum = fwd_allreduce,
+    .reduce_scatter = fwd_reduce_scatter,
+    .allgather = fwd_allgather,
+    .broadcast = fwd_broadcast,
+    .barrier = fwd_barrier,
+    .cancel = fwd_cancel,
+    .state_free = fwd_free,
+};
 
 typedef struct suite {
     mt_coll_net *nets[2];
     mt_coll_world *ws[2]; /* ws[1] NULL in-process (ws[0] holds every rank) */
     uint32_t seq;         /* next tag */
+    fwd_state *fwd;       /* the forwarding backend's state, NULL: built-in world */
+    int fwd_freed;
 } suite;
 
 static mt_coll_world *world_of(const suite *s, int rank)
@@ -58,9 +144,24 @@ static void suite_open(suite *s, const transport *t)
     o.segment_bytes = 64 * 1024; /* several segments per exchange from 65537 floats on */
     if (t->scheme == NULL) {
         assert_int_equal(mt_coll_world_new_local(NR, &o, &s->ws[0], &err), MT_OK);
+        if (t->forward) {
+            static const int all[NR] = {0, 1, 2, 3, 4, 5, 6, 7};
+            fwd_state *f = calloc(1, sizeof(*f));
+            assert_non_null(f);
+            f->in = s->ws[0];
+            f->freed = &s->fwd_freed;
+            assert_string_equal(mt_coll_world_backend_name(f->in), "builtin");
+            assert_null(mt_coll_world_backend_state(f->in));
+            assert_int_equal(
+                mt_coll_world_new_backend(&forward_backend, f, NR, all, NR, &o, &s->ws[0], &err),
+                MT_OK);
+            assert_string_equal(mt_coll_world_backend_name(s->ws[0]), "forward");
+            s->fwd = f;
+        }
         return;
     }
     no.shm = t->shm;
+    no.tls = strncmp(t->scheme, "tls+", 4) == 0 ? g_tls : NULL;
     for (int k = 0; k < 2; k++) {
         if (strstr(t->scheme, "tcp://") != NULL)
             snprintf(url[k], sizeof(url[k]), "%s127.0.0.1:0", t->scheme);
@@ -84,6 +185,11 @@ static void suite_close(suite *s, const transport *t)
         const char *via = mt_coll_world_link(s->ws[k], mt_coll_net_addr(s->nets[1 - k]));
         if (strcmp(via, t->link) != 0)
             fail_msg("endpoint %d reached the other by %s, want %s", k, via, t->link);
+    }
+    if (s->fwd != NULL) { /* the world released its backend's state */
+        mt_coll_world_free(s->ws[0]);
+        s->ws[0] = NULL;
+        assert_true(s->fwd_freed);
     }
     for (int k = 0; k < 2; k++) {
         mt_coll_world_free(s->ws[k]);
@@ -230,6 +336,8 @@ static void conformance(const transport *t)
             }
         }
     }
+    for (int op = 0; op < FWD_CANCEL && s.fwd != NULL; op++)
+        assert_true(s.fwd->calls[op] > 0); /* every collective went through the table */
     size_t big = (64u << 20) / sizeof(float);
     run_group(&s, 2, OP_ALLREDUCE, big, NULL, NULL, 60000, -1, 0, jobs);
     expect_exact(jobs, 2, OP_ALLREDUCE, big);
@@ -250,6 +358,8 @@ static void conformance(const transport *t)
     assert_int_equal(pthread_create(&th, NULL, cancel_later, &ca), 0);
     run_group(&s, 3, OP_ALLREDUCE, 1009, NULL, NULL, 20000, 2, -1, jobs); /* cancelled, waiting */
     pthread_join(th, NULL);
+    if (s.fwd != NULL)
+        assert_int_equal(s.fwd->calls[FWD_CANCEL], 1);
     expect_fail(jobs, 3, 2, MT_CANCELLED, NULL, 0.2 + 1.0);
     free_jobs(jobs, 3);
     suite_close(&s, t);
@@ -269,12 +379,49 @@ static void test_coll_conformance(void **state)
     conformance(*state);
 }
 
-static transport in_process = {NULL, MT_COLL_SHM_AUTO, "local"};
-static transport tcp = {"tcp://", MT_COLL_SHM_OFF, "tcp"};
-static transport ipc = {"ipc://", MT_COLL_SHM_OFF, "ipc"};
-static transport shm_chosen = {"tcp://", MT_COLL_SHM_AUTO, "shm"};
-static transport shm_url = {"shm://", MT_COLL_SHM_AUTO, "shm"};
-static transport nng_tcp = {"nng+tcp://", MT_COLL_SHM_AUTO, "nng"};
+static transport in_process = {NULL, MT_COLL_SHM_AUTO, "local", 0};
+static transport tcp = {"tcp://", MT_COLL_SHM_OFF, "tcp", 0};
+static transport ipc = {"ipc://", MT_COLL_SHM_OFF, "ipc", 0};
+static transport shm_chosen = {"tcp://", MT_COLL_SHM_AUTO, "shm", 0};
+static transport shm_url = {"shm://", MT_COLL_SHM_AUTO, "shm", 0};
+static transport nng_tcp = {"nng+tcp://", MT_COLL_SHM_AUTO, "nng", 0};
+static transport tls = {"tls+tcp://", MT_COLL_SHM_AUTO, "tls", 0};
+static transport backend_forward = {NULL, MT_COLL_SHM_AUTO, "local", 1};
+
+static char g_dir[64]; /* the certificates (tls_certs.sh) */
+
+static int certs_make(void **state)
+{
+    const char *src = getenv("MT_SOURCE_DIR");
+    char cmd[512], file[3][128];
+    mt_tls_opts o = MT_TLS_OPTS_DEFAULTS;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    snprintf(g_dir, sizeof(g_dir), "/tmp/mt_coll_conf_tls_XXXXXX");
+    if (mkdtemp(g_dir) == NULL)
+        return -1;
+    snprintf(cmd, sizeof(cmd), "bash %s/tests/integration/tls_certs.sh %s >/dev/null",
+             src ? src : "..", g_dir);
+    if (system(cmd) != 0)
+        return -1;
+    snprintf(file[0], sizeof(file[0]), "%s/server.pem", g_dir);
+    snprintf(file[1], sizeof(file[1]), "%s/server.key", g_dir);
+    snprintf(file[2], sizeof(file[2]), "%s/ca.pem", g_dir);
+    o.cert_file = file[0];
+    o.key_file = file[1];
+    o.ca_file = file[2];
+    o.server_name = "localhost"; /* the certificate's DNS name: nng does not match IP SANs */
+    return mt_tls_new(&o, &g_tls, &err) == MT_OK ? 0 : -1;
+}
+
+static int certs_remove(void **state)
+{
+    char cmd[128];
+    (void)state;
+    mt_tls_free(g_tls);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
 
 #define CONFORMANCE(t)                                                                             \
     {                                                                                              \
@@ -284,8 +431,10 @@ static transport nng_tcp = {"nng+tcp://", MT_COLL_SHM_AUTO, "nng"};
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        CONFORMANCE(in_process), CONFORMANCE(tcp),     CONFORMANCE(ipc),
-        CONFORMANCE(shm_chosen), CONFORMANCE(shm_url), CONFORMANCE(nng_tcp),
+        CONFORMANCE(in_process), CONFORMANCE(tcp),
+        CONFORMANCE(ipc),        CONFORMANCE(shm_chosen),
+        CONFORMANCE(shm_url),    CONFORMANCE(nng_tcp),
+        CONFORMANCE(tls),        CONFORMANCE(backend_forward),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, certs_make, certs_remove);
 }

@@ -10,6 +10,7 @@
 #include "mt_test.h"
 
 #include "coord_test_util.h"
+#include "store_test_util.h"
 
 #define SPEC(extra)                                                                                \
     "{\"steps\": 10, \"model\": {\"input_shape\": [4], \"layers\": [{\"type\": \"dense\", "        \
@@ -241,6 +242,64 @@ static void test_coord_jobs_submit_refuses_invalid_specs(void **state)
                      MT_INVALID_ARGUMENT);
 }
 
+/* The mesh of a job as GetJob and ListJobs give it (mesh 64 bytes). */
+static void job_mesh(ctu *t, const char *job, char *mesh, unsigned *devices)
+{
+    Meshtrain__GetJobReply *rep = ctu_get_job(t, job);
+    Meshtrain__ListJobsRequest lr = MESHTRAIN__LIST_JOBS_REQUEST__INIT;
+    Meshtrain__ListJobsReply *lrep = NULL;
+
+    snprintf(mesh, 64, "%s", rep->job->mesh);
+    *devices = rep->job->devices;
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    ctu_call_ok(t, "ListJobs", &lr.base, (ProtobufCMessage **)&lrep);
+    for (size_t i = 0; i < lrep->n_jobs; i++)
+        if (strcmp(lrep->jobs[i]->job_id, job) == 0) { /* the listing agrees */
+            assert_string_equal(lrep->jobs[i]->mesh, mesh);
+            assert_int_equal(lrep->jobs[i]->devices, *devices);
+        }
+    protobuf_c_message_free_unpacked(&lrep->base, NULL);
+}
+
+/* The mesh text and device count are stored at submit (issue 17: the coordinator does not parse
+ * a stored spec again); a database of schema 7 (before those columns) is migrated at open and
+ * its finished jobs still show their mesh. */
+static void test_coord_jobs_mesh_stored_and_old_database_migrates(void **state)
+{
+    ctu *t = *state;
+    char job[32], mesh[64], db[128], st[16];
+    unsigned devices = 0;
+    Meshtrain__CancelJobRequest cr = MESHTRAIN__CANCEL_JOB_REQUEST__INIT;
+    Meshtrain__CancelJobReply *crep = NULL;
+
+    ctu_submit(t, SPEC(", \"mesh\": {\"batch\": 2, \"model\": 3}"), 0, job);
+    cr.job_id = job;
+    ctu_call_ok(t, "CancelJob", &cr.base, (ProtobufCMessage **)&crep);
+    protobuf_c_message_free_unpacked(&crep->base, NULL);
+    expect_state(t, job, "CANCELLED");
+    job_mesh(t, job, mesh, &devices);
+    assert_string_equal(mesh, "batch=2,model=3");
+    assert_int_equal(devices, 6);
+    ctu_close(t);
+    snprintf(db, sizeof(db), "%s/meshtrain.db", t->dir);
+    assert_int_equal(store_raw_int(db, "SELECT devices FROM jobs"), 6);
+    /* turn it into what the schema-7 coordinator wrote */
+    assert_int_equal(store_raw_exec(db, "ALTER TABLE jobs DROP COLUMN mesh;"
+                                        "ALTER TABLE jobs DROP COLUMN devices;"
+                                        "ALTER TABLE jobs DROP COLUMN diagnosis;"
+                                        "DELETE FROM schema_migrations WHERE version = 8;"
+                                        "PRAGMA user_version = 7;"),
+                     SQLITE_OK);
+    ctu_open(t);
+    ctu_state(t, job, st, NULL);
+    assert_string_equal(st, "CANCELLED");
+    job_mesh(t, job, mesh, &devices);
+    assert_string_equal(mesh, "batch=2,model=3");
+    assert_int_equal(devices, 6);
+    assert_int_equal(store_raw_int(db, "PRAGMA user_version"), MT_STORE_SCHEMA_VERSION);
+    assert_int_equal(store_raw_int(db, "SELECT count(*) FROM jobs WHERE devices = 0"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +313,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_coord_jobs_submit_refuses_invalid_specs, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_coord_jobs_mesh_stored_and_old_database_migrates,
+                                        setup, teardown),
     };
     return MT_RUN_TESTS(tests);
 }

@@ -372,6 +372,65 @@ static void test_data_npy_pipeline_carries_targets(void **state)
     mt_data_spec_free(s);
 }
 
+/* y of shape (N, H, W) integers: H·W class labels per example (a label per pixel), carried in
+ * (n, y_dim) rows through a shuffled, rebatched pipeline; a bad label names its example. */
+static void test_data_npy_label_rows(void **state)
+{
+    float x[6] = {0, 1, 2, 3, 4, 5};
+    int32_t y[24];
+    bytes bx = npy("<f4", "(6,)", x, sizeof(x)), by;
+    mt_data_spec *s = NULL;
+    mt_data_dataset *ds = NULL;
+    mt_data_pipeline *p = NULL;
+    mt_data_input_ctx ctx = {1, 0, 2, 4, 0, 0};
+    mt_data_pipeline_opts o = MT_DATA_PIPELINE_OPTS_DEFAULTS;
+    const mt_data_step *st;
+    mt_err err = MT_ERR_INIT;
+    size_t seen = 0;
+    (void)state;
+    for (int i = 0; i < 24; i++)
+        y[i] = (i / 4) * 10 + i % 4; /* example e, pixel k: 10·e + k */
+    by = npy("<i4", "(6, 2, 2)", y, sizeof(y));
+    write_bytes("x.npy", &bx);
+    write_bytes("y.npy", &by);
+    free(bx.p);
+    free(by.p);
+    assert_int_equal(
+        dt_spec("{\"format\":\"npy\",\"train\":{\"x\":\"x.npy\",\"y\":\"y.npy\"}}", dir, &s, &err),
+        MT_OK);
+    assert_int_equal(mt_data_dataset_open(s, MT_DATA_SPLIT_TRAIN, NULL, &ds, &err), MT_OK);
+    o.permute = true;
+    o.seed = 3;
+    assert_int_equal(mt_data_pipeline_open(ds, &ctx, &o, &p, &err), MT_OK);
+    assert_int_equal(mt_data_pipeline_label_dim(p), 4);
+    assert_int_equal(mt_data_pipeline_target_dim(p), 0);
+    assert_int_equal(mt_data_pipeline_start_epoch(p, 0, &err), MT_OK);
+    while (mt_data_pipeline_next(p, &st, &err) == MT_OK)
+        for (size_t l = 0; l < st->n_replicas; l++) {
+            const mt_data_batch *bt = &st->replicas[l];
+            assert_int_equal(bt->y_dim, 4);
+            for (size_t i = 0; i < bt->n; i++, seen++)
+                for (int k = 0; k < 4; k++)
+                    assert_int_equal(bt->y[i * 4 + (size_t)k], (int)bt->x[i] * 10 + k);
+        }
+    assert_int_equal(seen, 6);
+    mt_data_pipeline_free(p);
+    mt_data_dataset_free(ds);
+    mt_data_spec_free(s);
+    /* label -1 at example 4, pixel 2 */
+    y[18] = -1;
+    by = npy("<i4", "(6, 2, 2)", y, sizeof(y));
+    write_bytes("y.npy", &by);
+    free(by.p);
+    {
+        mt_data_block b;
+        assert_int_equal(
+            dt_load0("{\"format\":\"npy\",\"train\":{\"x\":\"x.npy\",\"y\":\"y.npy\"}}", &b, &err),
+            MT_INVALID_ARGUMENT);
+        assert_non_null(strstr(err.msg, "y.npy: label -1 of example 4 outside"));
+    }
+}
+
 /* Two files whose targets per example differ: the pipeline refuses the second, naming it. */
 static void test_data_npy_target_count_mismatch_named(void **state)
 {
@@ -416,6 +475,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_data_npy_bad_npz, dt_setup, dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_npy_pipeline_carries_targets, dt_setup,
                                         dt_teardown),
+        cmocka_unit_test_setup_teardown(test_data_npy_label_rows, dt_setup, dt_teardown),
         cmocka_unit_test_setup_teardown(test_data_npy_target_count_mismatch_named, dt_setup,
                                         dt_teardown),
     };

@@ -64,10 +64,11 @@ static void test_jobspec_valid_summary(void **state)
     assert_int_equal(s.optimizer_bytes_per_device, 2 * w);
     assert_int_equal(s.gathered_bytes_per_device, 0);
     assert_int_equal(s.param_elements, 784 * 64 + 64 + 640 + 10);
-    /* per step: batch gets the gradient bucket (the shards, + 3 metric floats); model gets
+    /* per step: batch gets the gradient bucket (the shards, + 5 loss and metric sums and the next
+     * step's example count); model gets
      * dense_2's partial-sum allreduce... no: dense_1's output is sharded, dense_2 contracts
      * replicated, so the reshard gathers dense_2's input over model */
-    assert_int_equal(s.comm_bytes_per_step[0], (784 * 64 / 2 + 64 / 2 + 640 + 10 + 3) * 4);
+    assert_int_equal(s.comm_bytes_per_step[0], (784 * 64 / 2 + 64 / 2 + 640 + 10 + 6) * 4);
     assert_true(s.comm_bytes_per_step[1] > 0);
 
     /* FSDP: every kernel over batch; the device stores halves and gathers the whole copies */
@@ -174,6 +175,11 @@ static const struct {
      "init_from.at: unknown field"},
     {", \"dataset\": {\"format\": \"csv\", \"train\": \"/tmp/mt-no-such-file-*.csv\"}",
      MT_NOT_FOUND, "dataset.train"},
+    {", \"loss\": \"hinge\"", MT_INVALID_ARGUMENT, "loss: unknown loss 'hinge'"},
+    {", \"loss\": \"mse\"", MT_INVALID_ARGUMENT,
+     "loss: mse needs float targets (\"label_type\": \"float\"); the dataset has class labels"},
+    {", \"metrics\": [\"auc\"]", MT_INVALID_ARGUMENT, "metrics[0]: auc needs"},
+    {", \"validation\": {\"split\": 0}", MT_INVALID_ARGUMENT, "validation.split"},
 };
 
 static void test_jobspec_invalid_specs_name_the_path(void **state)

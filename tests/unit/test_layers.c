@@ -78,8 +78,10 @@ static void ex_load(ex *e, const mt_layer_ops *ops)
     e->y = mt_calloc(N_EX, sizeof(int32_t));
     assert_non_null(e->x);
     assert_non_null(e->y);
-    for (size_t i = 0; i < N_EX * e->isz; i++)
-        e->x[i] = (float)((double)(lcg(&seed) % 2000003) / 1000000.0 - 0.7);
+    for (size_t i = 0; i < N_EX * e->isz; i++) /* token ids for a model that embeds them */
+        e->x[i] = e->spec->layers[0].kind == MT_LAYER_EMBEDDING
+                      ? (float)(lcg(&seed) % e->spec->layers[0].input_dim)
+                      : (float)((double)(lcg(&seed) % 2000003) / 1000000.0 - 0.7);
     for (size_t i = 0; i < N_EX; i++)
         e->y[i] = (int32_t)(lcg(&seed) % 3);
 }

@@ -278,6 +278,9 @@ static void test_store_metrics_migrate_v2_keeps_latest(void **state)
                                                "DROP TABLE schema_migrations;"
                                                "DROP INDEX jobs_by_request;"
                                                "ALTER TABLE jobs DROP COLUMN request_id;"
+                                               "ALTER TABLE jobs DROP COLUMN mesh;"
+                                               "ALTER TABLE jobs DROP COLUMN devices;"
+                                               "ALTER TABLE jobs DROP COLUMN diagnosis;"
                                                "CREATE INDEX metrics_by_name ON metrics(job_id, "
                                                "name, step); PRAGMA user_version = 2;"),
                      SQLITE_OK);
@@ -465,7 +468,7 @@ static void test_store_metrics_migrate_v4_reclusters(void **state)
     mt_store_metric *out = NULL, redo;
     mt_err err = MT_ERR_INIT;
     size_t n = 0;
-    char sql[1024];
+    char sql[1400];
 
     add_job(t->s, job);
     mt_store_close(t->s);
@@ -482,6 +485,8 @@ static void test_store_metrics_migrate_v4_reclusters(void **state)
              "INSERT INTO metrics_latest VALUES ('%s', 'loss', 2, 0, 0.8, 12),"
              " ('%s', 'acc', 3, 1, NULL, 13);"
              "DROP INDEX jobs_by_request; ALTER TABLE jobs DROP COLUMN request_id;"
+             "ALTER TABLE jobs DROP COLUMN mesh; ALTER TABLE jobs DROP COLUMN devices;"
+             "ALTER TABLE jobs DROP COLUMN diagnosis;"
              "DELETE FROM schema_migrations WHERE version >= 5; PRAGMA user_version = 4;",
              job, job, job, job, job, job);
     assert_int_equal(store_raw_exec(t->f.path, sql), SQLITE_OK);

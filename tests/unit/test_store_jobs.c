@@ -399,6 +399,97 @@ static void test_store_job_set_step_and_reason(void **state)
     assert_int_equal(mt_store_job_set_reason(t->s, NULL, "r", 1, &err), MT_INVALID_ARGUMENT);
 }
 
+/* The summary of one spec for mt_store_job_summarise_old: counts its calls; "{}" is a spec
+ * without a mesh (devices 0 leaves the row alone). */
+static void fake_summarise(void *arg, const char *spec_json, char *mesh, size_t cap,
+                           uint32_t *devices)
+{
+    (*(int *)arg)++;
+    if (strcmp(spec_json, "{}") == 0)
+        return;
+    snprintf(mesh, cap, "batch=%d", (int)strlen(spec_json));
+    *devices = (uint32_t)strlen(spec_json);
+}
+
+/* A database written by schema 7 (no mesh, devices or diagnosis columns) migrates; its jobs keep
+ * their rows and get their mesh summary once; jobs inserted now carry theirs from the insert. */
+static void test_store_job_schema7_migrates_and_summarises_once(void **state)
+{
+    tctx *t = *state;
+    mt_store_job a, b, got;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 9;
+    int calls = 0;
+
+    add_job(t->s, &a, "old", 0, 1);
+    mt_store_close(t->s);
+    t->s = NULL;
+    /* what the schema-7 release wrote */
+    assert_int_equal(store_raw_exec(t->f.path, "ALTER TABLE jobs DROP COLUMN mesh;"
+                                               "ALTER TABLE jobs DROP COLUMN devices;"
+                                               "ALTER TABLE jobs DROP COLUMN diagnosis;"
+                                               "DELETE FROM schema_migrations WHERE version = 8;"
+                                               "PRAGMA user_version = 7;"),
+                     SQLITE_OK);
+    assert_int_equal(mt_store_open(t->f.path, &t->s, &err), MT_OK);
+    assert_int_equal(store_raw_int(t->f.path, "PRAGMA user_version"), MT_STORE_SCHEMA_VERSION);
+    assert_int_equal(mt_store_job_get(t->s, a.job_id, &got, &err), MT_OK);
+    assert_string_equal(got.name, "old");
+    assert_string_equal(got.mesh, "");
+    assert_int_equal(got.devices, 0);
+    assert_string_equal(got.diagnosis, "");
+    mt_store_job_fini(&got);
+    /* a new job carries its summary from the insert */
+    memset(&b, 0, sizeof(b));
+    snprintf(b.name, sizeof(b.name), "new");
+    snprintf(b.mesh, sizeof(b.mesh), "batch=2,model=2");
+    b.devices = 4;
+    b.spec_json = (char *)"{}";
+    assert_int_equal(mt_store_job_insert(t->s, &b, 2, &err), MT_OK);
+    /* the old row is summarised (one call), the new one is not looked at */
+    assert_int_equal(mt_store_job_summarise_old(t->s, fake_summarise, &calls, &n, &err), MT_OK);
+    assert_int_equal(calls, 1);
+    assert_int_equal(n, 1);
+    assert_int_equal(mt_store_job_get(t->s, a.job_id, &got, &err), MT_OK);
+    assert_string_equal(got.mesh, "batch=15");
+    assert_int_equal(got.devices, 15);
+    mt_store_job_fini(&got);
+    assert_int_equal(mt_store_job_get(t->s, b.job_id, &got, &err), MT_OK);
+    assert_string_equal(got.mesh, "batch=2,model=2");
+    assert_int_equal(got.devices, 4);
+    mt_store_job_fini(&got);
+    /* the next open parses nothing */
+    assert_int_equal(mt_store_job_summarise_old(t->s, fake_summarise, &calls, &n, &err), MT_OK);
+    assert_int_equal(calls, 1);
+    assert_int_equal(n, 0);
+}
+
+/* The diagnosis is set and cleared by its setter; transitions to STALLED, RESTARTING and
+ * SCHEDULED keep it, others clear it. */
+static void test_store_job_diagnosis_kept_and_cleared(void **state)
+{
+    tctx *t = *state;
+    mt_store_job j, got;
+    mt_err err = MT_ERR_INIT;
+    static const struct {
+        const char *to;
+        int kept;
+    } steps[] = {{"SCHEDULED", 1}, {"RUNNING", 0}, {"STALLED", 1},  {"RESTARTING", 1},
+                 {"SCHEDULED", 1}, {"RUNNING", 0}, {"SUCCEEDED", 0}};
+
+    add_job(t->s, &j, "d", 0, 1);
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        assert_int_equal(mt_store_job_set_diagnosis(t->s, j.job_id, "link w1<->w2: x", 5, &err),
+                         MT_OK);
+        assert_int_equal(mt_store_job_transition(t->s, j.job_id, NULL, steps[i].to, "r", 6, &err),
+                         MT_OK);
+        assert_int_equal(mt_store_job_get(t->s, j.job_id, &got, &err), MT_OK);
+        assert_string_equal(got.diagnosis, steps[i].kept ? "link w1<->w2: x" : "");
+        mt_store_job_fini(&got);
+    }
+    assert_int_equal(mt_store_job_set_diagnosis(t->s, "job-777777", "x", 1, &err), MT_NOT_FOUND);
+}
+
 static void test_store_job_events_not_found(void **state)
 {
     tctx *t = *state;
@@ -596,6 +687,8 @@ int main(void)
         T(test_store_job_counts_by_state),
         T(test_store_job_set_step_and_reason),
         T(test_store_job_events_not_found),
+        T(test_store_job_schema7_migrates_and_summarises_once),
+        T(test_store_job_diagnosis_kept_and_cleared),
         T(test_store_job_events_alloc_failure),
         T(test_store_job_placement_roundtrip_and_replace),
         T(test_store_job_placement_rejects_bad_input),

@@ -15,6 +15,7 @@
 /* n examples of 4x4x1: class k has a bright 2x2 quadrant k (plus noise). */
 static void make_set(mt_idx_set *s, size_t n, uint32_t seed)
 {
+    memset(s, 0, sizeof(*s));
     s->n = n, s->h = 4, s->w = 4, s->c = 1;
     s->images = malloc(n * 16 * sizeof(float));
     s->labels = malloc(n * sizeof(int32_t));
@@ -124,6 +125,66 @@ static void test_train_deterministic(void **state)
     mt_job_spec_free(s);
 }
 
+/* Validation events: which steps were evaluated, where the run stopped. */
+typedef struct val_events {
+    int evaluated[16], n;
+    bool stopping;
+} val_events;
+
+static mt_code on_val(void *ctx, const mt_train_progress *p)
+{
+    val_events *v = ctx;
+    if (p->event == MT_TRAIN_STEP && p->has_val && v->n < 16) {
+        assert_true(p->val.mask & (1u << MT_METRIC_ACCURACY));
+        assert_true(p->val.loss > 0);
+        v->evaluated[v->n++] = (int)p->step;
+    }
+    v->stopping = v->stopping || p->stopping;
+    return MT_OK;
+}
+
+/* "validation": the last 20% held out (Keras's validation_split), an evaluation every 3 steps,
+ * early stopping with a min_delta nothing beats (the second evaluation stops the run), the best
+ * step; without early stopping every evaluation of a run that learns is a new best. */
+static void test_train_validation_schedule_and_stopping(void **state)
+{
+    mt_idx_set tr, te;
+    mt_job_spec *s =
+        spec_of("{\"batch_size\":8,\"epochs\":5,\"learning_rate\":0.01,"
+                "\"validation\":{\"split\":0.2,\"every_steps\":3,\"early_stopping\":"
+                "{\"min_delta\":1e9},\"best\":{\"monitor\":\"val_accuracy\"}}," MLP "}");
+    mt_train_result r;
+    val_events v;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    make_set(&tr, 80, 1); /* 64 train (8 steps per epoch), 16 held out */
+    make_set(&te, 16, 2);
+    memset(&v, 0, sizeof(v));
+    assert_int_equal(mt_train_run_data(s, NULL, &tr, &te, on_val, &v, &r, &err), MT_OK);
+    assert_int_equal(v.n, 2);
+    assert_int_equal(v.evaluated[0], 3);
+    assert_int_equal(v.evaluated[1], 6);
+    assert_true(v.stopping && r.stopped_early);
+    assert_int_equal(r.steps, 6);
+    assert_true(r.has_val && r.has_test);
+    assert_true(r.best_step == 3 || r.best_step == 6);
+    /* without early stopping: 40 steps, an evaluation every 3 */
+    s->validation.early_stopping = false;
+    memset(&v, 0, sizeof(v));
+    assert_int_equal(mt_train_run_data(s, NULL, &tr, &te, on_val, &v, &r, &err), MT_OK);
+    assert_int_equal(r.steps, 40);
+    assert_int_equal(v.n, 13);
+    assert_false(r.stopped_early);
+    /* a split that leaves nothing to train on */
+    s->validation.split = 0.999;
+    assert_int_equal(mt_train_run_data(s, NULL, &tr, &te, NULL, NULL, &r, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "validation.split"));
+    free_set(&tr);
+    free_set(&te);
+    mt_job_spec_free(s);
+}
+
 static void test_train_cancel_and_refusals(void **state)
 {
     mt_idx_set tr, te, odd;
@@ -168,6 +229,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_train_learns_and_counts),
         cmocka_unit_test(test_train_deterministic),
+        cmocka_unit_test(test_train_validation_schedule_and_stopping),
         cmocka_unit_test(test_train_cancel_and_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

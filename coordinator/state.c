@@ -1,0 +1,288 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * state.c — the coordinator's domain core (its section of coord_int.h): the tables of active jobs
+ * and registered workers, their typed states (worker, job, task: enums with one name table each;
+ * the strings exist only in SQL and on the wire), the job transitions with their store writes, the
+ * status reason and the fault diagnosis, the restart rule (RESTARTING, or FAILED past
+ * restart.max_restarts) and the silent-worker rule. It uses no protobuf type, no nng call and
+ * no RPC (coord_int.h, which it shares with the adapters, still declares those).
+ *
+ * How it fits: the adapters above it — the RPC handlers (jobs.c, workers.c, ckpt.c,
+ * metrics.c), the HTTP endpoints (read-only, through the store) and the sweeps (stall.c,
+ * workers.c) — call it; it calls only the store, the process stats and, for what must leave
+ * the process (the end of a job's metrics stream), the hooks coord.c installs (mt_coord.hooks).
+ * The scheduler (jobs.c) places jobs through coord_job_move like everyone else.
+ *
+ * Invariants: every change of a job's state is one store transaction (job row + event) BEFORE
+ * the in-memory change, so what a client was told survives kill -9; a final state removes the
+ * job from the table and frees it.
+ * Threading: loop thread only.
+ * Tests: tests/unit/test_coord_state.c (the core driven directly, no RPC), test_coord_jobs.c and
+ * test_coord_stall.c (through the RPCs).
+ */
+#include "coordinator/coord_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc/mt_alloc.h"
+#include "clock/mt_clock.h"
+#include "log/mt_log.h"
+
+/* ------------------------------------------------------------------ workers */
+
+coord_worker *coord_worker_find(mt_coord *c, const char *worker_id)
+{
+    for (size_t i = 0; i < c->n_workers; i++)
+        if (strcmp(c->workers[i].rec.worker_id, worker_id) == 0)
+            return &c->workers[i];
+    return NULL;
+}
+
+static const char *const worker_state_names[] = {
+    [COORD_WORKER_ALIVE] = "alive",
+    [COORD_WORKER_LOST] = "lost",
+};
+
+const char *coord_worker_state_name(coord_worker_state s)
+{
+    return (size_t)s < sizeof(worker_state_names) / sizeof(worker_state_names[0])
+               ? worker_state_names[s]
+               : "?";
+}
+
+int coord_worker_state_parse(const char *name, coord_worker_state *out)
+{
+    for (size_t i = 0; i < sizeof(worker_state_names) / sizeof(worker_state_names[0]); i++)
+        if (strcmp(name, worker_state_names[i]) == 0) {
+            *out = (coord_worker_state)i;
+            return 1;
+        }
+    return 0;
+}
+
+void coord_worker_set_state(coord_worker *w, coord_worker_state s)
+{
+    w->state = s;
+    snprintf(w->rec.state, sizeof(w->rec.state), "%s", coord_worker_state_name(s));
+}
+
+/* ------------------------------------------------------------------ tasks */
+
+static const char *const task_state_names[] = {
+    [COORD_TASK_ASSIGNED] = "",           [COORD_TASK_RUNNING] = "running",
+    [COORD_TASK_SUCCEEDED] = "succeeded", [COORD_TASK_FAILED] = "failed",
+    [COORD_TASK_CANCELLED] = "cancelled",
+};
+
+const char *coord_task_state_name(coord_task_state s)
+{
+    return (size_t)s < sizeof(task_state_names) / sizeof(task_state_names[0]) ? task_state_names[s]
+                                                                              : "?";
+}
+
+int coord_task_state_parse(const char *name, coord_task_state *out)
+{
+    for (size_t i = 0; i < sizeof(task_state_names) / sizeof(task_state_names[0]); i++)
+        if (strcmp(name, task_state_names[i]) == 0) {
+            *out = (coord_task_state)i;
+            return 1;
+        }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ jobs */
+
+int coord_jobstate_placed(mt_jobstate s)
+{
+    return s == MT_JOBSTATE_SCHEDULED || s == MT_JOBSTATE_RUNNING || s == MT_JOBSTATE_STALLED;
+}
+
+coord_job *coord_job_find(mt_coord *c, const char *job_id)
+{
+    for (size_t i = 0; i < c->n_jobs; i++)
+        if (strcmp(c->jobs[i]->job_id, job_id) == 0)
+            return c->jobs[i];
+    return NULL;
+}
+
+void coord_job_release(coord_job *j)
+{
+    mt_free(j->place);
+    mt_free(j->tasks);
+    mt_free(j->devs);
+    j->place = NULL;
+    j->tasks = NULL;
+    j->devs = NULL;
+    j->prog_sig = 0;
+    j->n_place = j->n_tasks = 0;
+}
+
+void coord_job_free(coord_job *j)
+{
+    if (j == NULL)
+        return;
+    coord_job_release(j);
+    mt_free(j);
+}
+
+mt_code coord_job_add(mt_coord *c, coord_job *j)
+{
+    if (c->n_jobs == c->cap_jobs) {
+        size_t cap = c->cap_jobs ? c->cap_jobs * 2 : 16;
+        coord_job **nj = mt_realloc(c->jobs, cap * sizeof(*nj));
+        if (nj == NULL)
+            return MT_RESOURCE_EXHAUSTED;
+        c->jobs = nj;
+        c->cap_jobs = cap;
+    }
+    c->jobs[c->n_jobs++] = j;
+    return MT_OK;
+}
+
+void coord_job_remove(mt_coord *c, coord_job *j)
+{
+    for (size_t i = 0; i < c->n_jobs; i++) {
+        if (c->jobs[i] == j) {
+            memmove(&c->jobs[i], &c->jobs[i + 1], (c->n_jobs - i - 1) * sizeof(*c->jobs));
+            c->n_jobs--;
+            break;
+        }
+    }
+    coord_job_free(j);
+}
+
+mt_code coord_job_move(mt_coord *c, coord_job *j, mt_jobstate to, const char *reason)
+{
+    mt_err err = MT_ERR_INIT;
+    mt_code rc;
+
+    /* points already accepted are stored (and published) before the job can end */
+    if (mt_jobstate_is_final(to) && c->hooks.flush != NULL)
+        c->hooks.flush(c);
+    rc = mt_store_job_transition(c->store, j->job_id, mt_jobstate_name(j->state),
+                                 mt_jobstate_name(to), reason, mt_clock_wall_ms(), &err);
+
+    if (rc != MT_OK) {
+        mt_log_error("job %s: %s -> %s: %s", j->job_id, mt_jobstate_name(j->state),
+                     mt_jobstate_name(to), err.msg);
+        return rc;
+    }
+    mt_log_info("job %s: %s -> %s (%s)", j->job_id, mt_jobstate_name(j->state),
+                mt_jobstate_name(to), reason ? reason : "");
+    coord_stats_job_moved(c->stats, (int)j->state, (int)to);
+    j->state = to;
+    snprintf(j->reason, sizeof(j->reason), "%s", reason ? reason : "");
+    if (to != MT_JOBSTATE_STALLED && to != MT_JOBSTATE_RESTARTING && to != MT_JOBSTATE_SCHEDULED)
+        j->diagnosis[0] = '\0'; /* as the store's transition did */
+    if (to == MT_JOBSTATE_RESTARTING) {
+        j->restarts++;
+        if (c->hooks.moved != NULL)
+            c->hooks.moved(c, j->job_id, mt_jobstate_name(to), j->reason);
+    }
+    if (!coord_jobstate_placed(to))
+        coord_job_release(j);
+    c->sched_dirty = 1;
+    if (mt_jobstate_is_final(to)) {
+        if (c->hooks.moved != NULL)
+            c->hooks.moved(c, j->job_id, mt_jobstate_name(to),
+                           to == MT_JOBSTATE_FAILED && reason != NULL ? reason : "");
+        coord_job_remove(c, j);
+    }
+    return MT_OK;
+}
+
+void coord_job_diagnose(mt_coord *c, coord_job *j, const char *diagnosis)
+{
+    mt_err err = MT_ERR_INIT;
+
+    if (strcmp(j->diagnosis, diagnosis) == 0)
+        return;
+    if (mt_store_job_set_diagnosis(c->store, j->job_id, diagnosis, mt_clock_wall_ms(), &err) !=
+        MT_OK) {
+        mt_log_error("job %s: set diagnosis: %s", j->job_id, err.msg);
+        return;
+    }
+    coord_stats_jobs_changed(c->stats);
+    snprintf(j->diagnosis, sizeof(j->diagnosis), "%s", diagnosis);
+}
+
+void coord_job_note(mt_coord *c, coord_job *j, const char *reason)
+{
+    mt_err err = MT_ERR_INIT;
+
+    if (strcmp(j->reason, reason) == 0)
+        return;
+    if (mt_store_job_set_reason(c->store, j->job_id, reason, mt_clock_wall_ms(), &err) != MT_OK) {
+        mt_log_error("job %s: set reason: %s", j->job_id, err.msg);
+        return;
+    }
+    coord_stats_jobs_changed(c->stats); /* committed: listings rendered before are stale */
+    snprintf(j->reason, sizeof(j->reason), "%s", reason);
+}
+
+void coord_job_note_diagnose(mt_coord *c, coord_job *j, const char *reason, const char *diagnosis)
+{
+    char old_reason[sizeof(j->reason)], old_diag[sizeof(j->diagnosis)];
+    mt_err err = MT_ERR_INIT;
+
+    if (mt_store_tx_begin(c->store, &err) != MT_OK) { /* two commits then */
+        coord_job_note(c, j, reason);
+        coord_job_diagnose(c, j, diagnosis);
+        return;
+    }
+    memcpy(old_reason, j->reason, sizeof(old_reason));
+    memcpy(old_diag, j->diagnosis, sizeof(old_diag));
+    coord_job_note(c, j, reason);
+    coord_job_diagnose(c, j, diagnosis);
+    if (mt_store_tx_commit(c->store, &err) != MT_OK) {
+        mt_log_error("job %s: store reason and diagnosis: %s", j->job_id, err.msg);
+        mt_store_tx_rollback(c->store, NULL);
+        memcpy(j->reason, old_reason, sizeof(old_reason)); /* memory follows the store */
+        memcpy(j->diagnosis, old_diag, sizeof(old_diag));
+    }
+}
+
+mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step)
+{
+    mt_err err = MT_ERR_INIT;
+    mt_code rc;
+
+    if (step <= j->step)
+        return MT_OK;
+    rc = mt_store_job_set_step(c->store, j->job_id, step, mt_clock_wall_ms(), &err);
+    if (rc != MT_OK) {
+        mt_log_error("job %s: set step: %s", j->job_id, err.msg);
+        return rc;
+    }
+    coord_stats_jobs_changed(c->stats);
+    j->step = step;
+    return rc;
+}
+
+void coord_job_restart(mt_coord *c, coord_job *j, const char *cause)
+{
+    char reason[300];
+
+    if (j->restarts >= j->sum.max_restarts) {
+        snprintf(reason, sizeof(reason), "%.250s; restart limit of %u reached", cause,
+                 j->sum.max_restarts);
+        coord_job_move(c, j, MT_JOBSTATE_FAILED, reason);
+        return;
+    }
+    coord_job_move(c, j, MT_JOBSTATE_RESTARTING, cause);
+}
+
+coord_worker *coord_job_silent_worker(mt_coord *c, const coord_job *j, const char * not,
+                                      int64_t now)
+{
+    int64_t fresh = COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms);
+
+    for (size_t i = 0; i < j->n_tasks; i++) {
+        coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
+        if (w != NULL && (not == NULL || strcmp(w->rec.worker_id, not ) != 0) &&
+            now - w->last_seen_mono_ms > fresh)
+            return w;
+    }
+    return NULL;
+}

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coll_backend.c — the public collectives, dispatched to the world's backend.
+ *
+ * mt_coll.h's allreduce, reduce-scatter, allgather, broadcast, barrier and cancel call the
+ * operation of the comm's world's backend (mt_coll_backend.h): the built-in stack
+ * (mt_coll_backend_builtin, coll_world.c) or another one given to mt_coll_world_new_backend.
+ * Nothing here blocks or keeps state; the backend's operation does the work on the caller's
+ * thread. Tests: tests/unit/test_coll.c (test_coll_backend_*), test_coll_conformance.c.
+ */
+#include <stdatomic.h>
+
+#include "coll/coll_int.h"
+#include "coll/mt_coll_backend.h"
+
+mt_code mt_coll_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
+                              const mt_coll_call *call, mt_err *err)
+{
+    if (comm == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "allreduce: NULL communicator");
+    return comm->w->backend->allreduce_sum(comm, group, buf, n, call, err);
+}
+
+mt_code mt_coll_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
+                               float *out, size_t n, const mt_coll_call *call, mt_err *err)
+{
+    if (comm == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "reduce-scatter: NULL communicator");
+    return comm->w->backend->reduce_scatter(comm, group, in, out, n, call, err);
+}
+
+mt_code mt_coll_allgather(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
+                          float *out, size_t count, const mt_coll_call *call, mt_err *err)
+{
+    if (comm == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "allgather: NULL communicator");
+    return comm->w->backend->allgather(comm, group, in, out, count, call, err);
+}
+
+mt_code mt_coll_broadcast(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
+                          int root, const mt_coll_call *call, mt_err *err)
+{
+    if (comm == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "broadcast: NULL communicator");
+    return comm->w->backend->broadcast(comm, group, buf, n, root, call, err);
+}
+
+mt_code mt_coll_barrier(mt_coll_comm *comm, const mt_coll_group *group, const mt_coll_call *call,
+                        mt_err *err)
+{
+    if (comm == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "barrier: NULL communicator");
+    return comm->w->backend->barrier(comm, group, call, err);
+}
+
+void mt_coll_world_cancel(mt_coll_world *w)
+{
+    if (w == NULL)
+        return;
+    atomic_store(&w->cancelled, 1); /* mt_coll_group_position fails from now on */
+    if (w->backend->cancel != NULL)
+        w->backend->cancel(w);
+}
+
+void *mt_coll_world_backend_state(const mt_coll_world *w)
+{
+    return w->backend_state;
+}
+
+const char *mt_coll_world_backend_name(const mt_coll_world *w)
+{
+    return w->backend->name;
+}
+
+mt_coll_world *mt_coll_comm_world(const mt_coll_comm *c)
+{
+    return c->w;
+}
+
+mt_code mt_coll_group_position(const mt_coll_comm *comm, const mt_coll_group *group, int *pos,
+                               mt_err *err)
+{
+    char why[128];
+    *pos = -1;
+    if (comm == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "NULL communicator");
+    if (coll__group_problem(comm->w, comm->rank, group, pos, why, sizeof(why)) != NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "rank %d: %s", comm->rank, why);
+    if (atomic_load(&comm->w->cancelled))
+        return mt_err_set(err, MT_CANCELLED, "rank %d: the world was cancelled", comm->rank);
+    return MT_OK;
+}

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * attention.c — multi-head scaled dot-product self-attention over fused projections: the input
+ * (T, 3·C) holds each head's query, key and value side by side (head h at columns
+ * [3·hd·h, 3·hd·(h+1)), hd = C / num_heads), as a dense layer of 3·C units in front of it
+ * produces them; the output (T, C) is the heads' results side by side, for a dense projection
+ * after it. With "causal": true, position i attends to positions 0..i only (a GPT block).
+ * The layer has no parameters: the QKV projection and the output projection are the dense
+ * layers around it (docs/transformers.md shows the block).
+ *
+ * Sharding: the input's features sharded over a mesh dim split the heads (whole heads per device:
+ * num_heads must divide by the dim's size); the output is sharded over the same dim. So the
+ * Megatron layout — the QKV kernel sharded on its output axis, the projection kernel on its
+ * input axis — computes a block's attention with no communication of its own.
+ * The softmax probabilities (B, heads, T, T) are kept for the backward.
+ * Reference: mt_attention_forward_ref / mt_attention_backward_ref (core/tensor).
+ */
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "layers/layers_int.h"
+#include "tensor/mt_tensor.h"
+
+enum { PROBS, DS };
+
+static const char *const keys[] = {"num_heads", "causal", NULL};
+
+static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt_err *err)
+{
+    char path[112];
+    mt_code rc = mt_layer__required_int(node, "num_heads", base, 4096, &out->heads, err);
+    MT_LAYER_PATH(path, base, "causal");
+    return rc == MT_OK ? mt_model_field_bool(node, "causal", path, false, &out->causal, err) : rc;
+}
+
+static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
+{
+    size_t dsz = mt_layer__psz(p, l->xf);
+
+    (void)err;
+    if (l->in_rank != 2 || l->in_c % (3 * l->s.heads) != 0)
+        return mt_layer__shape_error(l,
+                                     "a sequence of fused queries, keys and values, shape "
+                                     "(sequence_length, 3 * num_heads * head_size)",
+                                     err);
+    if (l->s.heads % dsz != 0)
+        return mt_err_set(
+            err, MT_INVALID_ARGUMENT,
+            "model.layers[%d] (%s): num_heads %zu is not divisible by the %zu devices "
+            "of '%s' that shard its features",
+            l->idx, l->s.name, l->s.heads, dsz, p->dim_name(p->ctx, l->xf));
+    l->out_rank = 2;
+    l->out_shape[0] = l->in_shape[0];
+    l->out_shape[1] = l->in_c / 3;
+    l->of = l->xf;
+    return MT_OK;
+}
+
+/* Heads on this device. */
+static size_t local_heads(const mt_layer *l, const mt_layer_dev *dev)
+{
+    return l->s.heads / mt_layer__dsz(dev, l->xf);
+}
+
+static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
+                     mt_layer_alloc *a, mt_err *err)
+{
+    size_t t = l->in_rows;
+    mt_code rc = mt_layer__io(l, st, b, a, err);
+    if (rc == MT_OK)
+        rc = mt_layer_buf(a, l, &st->scr[PROBS], b * local_heads(l, dev) * t * t, sizeof(float),
+                          err);
+    if (rc == MT_OK)
+        rc = mt_layer_buf(a, l, &st->scr[DS], t * t, sizeof(float), err);
+    return rc;
+}
+
+static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                       const mt_layer_pass *ps)
+{
+    size_t h = local_heads(l, dev);
+    (ps->ref ? mt_attention_forward_ref
+             : mt_attention_forward)(st->out, st->scr[PROBS], st->in, ps->batch, l->in_rows, h,
+                                     l->in_c / (3 * l->s.heads), l->s.causal);
+    return MT_OK;
+}
+
+static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                        const mt_layer_pass *ps, float *dy, float **dx)
+{
+    *dx = st->dx_buf;
+    if (st->dx_buf == NULL)
+        return MT_OK; /* reads the model input: nothing to compute */
+    (ps->ref ? mt_attention_backward_ref : mt_attention_backward)(
+        st->dx_buf, st->scr[DS], dy, st->in, st->scr[PROBS], ps->batch, l->in_rows,
+        local_heads(l, dev), l->in_c / (3 * l->s.heads));
+    return MT_OK;
+}
+
+const mt_layer_ops mt_layer_attention_ops = {
+    .type = "attention",
+    .kind = MT_LAYER_ATTENTION,
+    .keys = keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .reads_input_only = true,
+    .parse = parse,
+    .plan = plan,
+    .alloc = alloc,
+    .forward = forward,
+    .backward = backward,
+    .example = "\"model\":{\"input_shape\":[5],\"layers\":["
+               "{\"type\":\"embedding\",\"input_dim\":11,\"output_dim\":8},"
+               "{\"type\":\"layer_norm\"},"
+               "{\"type\":\"dense\",\"units\":24,\"name\":\"qkv\"},"
+               "{\"type\":\"attention\",\"num_heads\":2,\"causal\":true},"
+               "{\"type\":\"dense\",\"units\":8,\"name\":\"proj\"},"
+               "{\"type\":\"add\",\"inputs\":[\"embedding_1\",\"proj\"]},"
+               "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]},"
+               "\"mesh\":{\"batch\":2,\"model\":2},"
+               "\"layouts\":{\"qkv\\\\.kernel\":[\"unsharded\",\"model\"],"
+               "\"proj\\\\.kernel\":[\"model\",\"unsharded\"]}",
+};

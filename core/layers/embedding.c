@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * embedding.c — token embedding (Keras Embedding): the model input's T token ids (float32
+ * values that are whole numbers in [0, input_dim)) become T rows of the (input_dim, output_dim)
+ * table "embeddings". The output is (T, output_dim).
+ *
+ * Sharding: the table's output axis over a mesh dim shards the output's features (each device
+ * looks up its columns); its vocabulary axis over a dim gives each device a slice of the rows:
+ * a device writes the rows of the ids it holds and zeros for the others, and the outputs are
+ * allreduced over that dim (Megatron's vocabulary-parallel embedding). The ids are never
+ * sharded (the layer reads the whole model input).
+ * Backward: each id's output gradient is added to its table row, rows in order (fixed bits).
+ */
+#include <math.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "layers/layers_int.h"
+
+enum { TABLE };
+
+static const char *const keys[] = {"input_dim", "output_dim", NULL};
+
+static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt_err *err)
+{
+    mt_code rc = mt_layer__required_int(node, "input_dim", base, 1 << 24, &out->input_dim, err);
+    return rc == MT_OK ? mt_layer__required_int(node, "output_dim", base, 1 << 20, &out->units, err)
+                       : rc;
+}
+
+static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
+{
+    size_t ts[2] = {l->s.input_dim, l->s.units};
+    mt_code rc;
+
+    if (l->in_rank != 1 || !mt_layer__reads_input(l))
+        return mt_layer__shape_error(l, "the model input's token ids, shape (sequence_length)",
+                                     err);
+    if (l->xf >= 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d] (%s): its token ids may not be sharded (over '%s')",
+                          l->idx, l->s.name, p->dim_name(p->ctx, l->xf));
+    l->out_rank = 2;
+    l->out_shape[0] = l->in_shape[0];
+    l->out_shape[1] = l->s.units;
+    rc = p->add_param(p->ctx, l, TABLE, "embeddings", 2, ts, MT_INIT_UNIFORM_005, true,
+                      MT_LAYER_FROM_MAP, err);
+    if (rc != MT_OK)
+        return rc;
+    l->vdim = p->param_dim(p->ctx, l, TABLE, 0);
+    l->kout = p->param_dim(p->ctx, l, TABLE, 1);
+    l->of = l->kout;
+    if (l->s.input_dim % mt_layer__psz(p, l->vdim) != 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d] (%s): input_dim %zu is not divisible by the %zu "
+                          "devices of '%s'",
+                          l->idx, l->s.name, l->s.input_dim, mt_layer__psz(p, l->vdim),
+                          p->dim_name(p->ctx, l->vdim));
+    return MT_OK;
+}
+
+static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
+                     mt_layer_alloc *a, mt_err *err)
+{
+    (void)dev;
+    return mt_layer_buf(a, l, (void **)&st->out_buf, b * l->out_loc, sizeof(float), err);
+}
+
+/* The table rows this device holds: [*lo, *lo + *n). */
+static void local_rows(const mt_layer *l, const mt_layer_dev *dev, size_t *lo, size_t *n)
+{
+    *n = l->s.input_dim / mt_layer__dsz(dev, l->vdim);
+    *lo = (size_t)dev->coord(dev->ctx, l->vdim) * *n;
+}
+
+static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                       const mt_layer_pass *ps)
+{
+    size_t rows = ps->batch * l->in_size, c = l->out_loc / l->in_size, lo, n;
+    const float *table = st->pv[TABLE];
+
+    local_rows(l, dev, &lo, &n);
+    for (size_t r = 0; r < rows; r++) {
+        float v = st->in[r];
+        if (!(v >= 0.0f && v < (float)l->s.input_dim) || v != floorf(v)) {
+            if (ps->err != NULL)
+                mt_err_set(ps->err, MT_INVALID_ARGUMENT,
+                           "%s: token id %g at position %zu of an example is not a whole number "
+                           "in [0, %zu) (input_dim)",
+                           l->s.name, (double)v, r % l->in_size, l->s.input_dim);
+            return MT_INVALID_ARGUMENT;
+        }
+        size_t id = (size_t)v;
+        if (id >= lo && id < lo + n)
+            memcpy(st->out + r * c, table + (id - lo) * c, c * sizeof(float));
+        else
+            memset(st->out + r * c, 0, c * sizeof(float));
+    }
+    return dev->allreduce(dev->ctx, l->vdim, st->out, rows * c);
+}
+
+static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                        const mt_layer_pass *ps, float *dy, float **dx)
+{
+    size_t rows = ps->batch * l->in_size, c = l->out_loc / l->in_size, lo, n;
+    float *g = st->pg[TABLE];
+
+    *dx = NULL;
+    local_rows(l, dev, &lo, &n);
+    memset(g, 0, n * c * sizeof(float));
+    for (size_t r = 0; r < rows; r++) {
+        size_t id = (size_t)st->in[r];
+        if (id < lo || id >= lo + n)
+            continue;
+        for (size_t j = 0; j < c; j++)
+            g[(id - lo) * c + j] += dy[r * c + j];
+    }
+    return MT_OK;
+}
+
+static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
+                 void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
+{
+    (void)bdim;
+    (void)p;
+    add(per_dim, l->vdim, b * l->out_loc);
+}
+
+const mt_layer_ops mt_layer_embedding_ops = {
+    .type = "embedding",
+    .kind = MT_LAYER_EMBEDDING,
+    .keys = keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .reads_input_only = true,
+    .parse = parse,
+    .plan = plan,
+    .alloc = alloc,
+    .forward = forward,
+    .backward = backward,
+    .comm = comm,
+    .example = "\"model\":{\"input_shape\":[5],\"layers\":["
+               "{\"type\":\"embedding\",\"input_dim\":12,\"output_dim\":8},"
+               "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]},"
+               "\"mesh\":{\"batch\":2,\"model\":2},"
+               "\"layouts\":{\"embedding_1\\\\.embeddings\":[\"model\",\"unsharded\"]}",
+};

@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_coord_state.c — the coordinator's domain core (coordinator/state.c) driven directly, with
+ * no RPC: a coordinator is opened on a temp state dir but its loop never runs, so this thread is
+ * the loop thread; jobs go into the store and the table as SubmitJob would put them, and the
+ * core's functions are called as the adapters call them. Covers the typed state name tables,
+ * transitions (store first, the diagnosis kept or cleared, the hooks told of RESTARTING and the
+ * end, a final state removing the job), the restart rule and the silent-worker rule.
+ */
+#include "mt_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "alloc/mt_alloc.h"
+#include "clock/mt_clock.h"
+#include "coordinator/coord_int.h"
+
+typedef struct tctx {
+    char dir[64];
+    mt_coord *c;
+    int flushes;       /* hooks.flush calls */
+    char moved[4][64]; /* hooks.moved: "job state error" */
+    int n_moved;
+} tctx;
+
+static tctx *the; /* the hooks find their test through it (one test at a time) */
+
+static void on_flush(mt_coord *c)
+{
+    (void)c;
+    the->flushes++;
+}
+
+static void on_moved(mt_coord *c, const char *job_id, const char *state, const char *error)
+{
+    (void)c;
+    if (the->n_moved < 4)
+        snprintf(the->moved[the->n_moved++], sizeof(the->moved[0]), "%s %s %.20s", job_id, state,
+                 error);
+}
+
+static int setup(void **state)
+{
+    tctx *t = calloc(1, sizeof(*t));
+    mt_coord_opts o = MT_COORD_OPTS_DEFAULTS;
+    mt_err err = MT_ERR_INIT;
+
+    snprintf(t->dir, sizeof(t->dir), "/tmp/mt-coordstate.XXXXXX");
+    assert_non_null(mkdtemp(t->dir));
+    o.listen = "tcp://127.0.0.1:0";
+    o.http = "";
+    o.state_dir = t->dir;
+    o.heartbeat_interval_ms = 200;
+    o.sync_full = 0;
+    if (mt_coord_open(&o, &t->c, &err) != MT_OK)
+        fail_msg("open: %s", err.msg);
+    t->c->hooks.flush = on_flush;
+    t->c->hooks.moved = on_moved;
+    the = t;
+    *state = t;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    tctx *t = *state;
+    char cmd[128];
+
+    mt_coord_free(t->c);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->dir);
+    if (system(cmd) != 0)
+        print_error("could not remove %s\n", t->dir);
+    free(t);
+    return 0;
+}
+
+/* A QUEUED job in the store and the table, as SubmitJob leaves it; max_restarts as given. */
+static coord_job *add_job(tctx *t, uint32_t max_restarts)
+{
+    coord_job *j = mt_calloc(1, sizeof(*j));
+    mt_store_job rec;
+    mt_err err = MT_ERR_INIT;
+
+    assert_non_null(j);
+    memset(&rec, 0, sizeof(rec));
+    rec.spec_json = (char *)"{}";
+    snprintf(rec.mesh, sizeof(rec.mesh), "batch=1");
+    rec.devices = 1;
+    assert_int_equal(mt_store_job_insert(t->c->store, &rec, 1, &err), MT_OK);
+    snprintf(j->job_id, sizeof(j->job_id), "%s", rec.job_id);
+    j->state = MT_JOBSTATE_QUEUED;
+    j->sum.max_restarts = max_restarts;
+    j->sum.n_devices = 1;
+    assert_int_equal(coord_job_add(t->c, j), MT_OK);
+    return j;
+}
+
+static void stored(tctx *t, const char *job, char *state, char *diagnosis)
+{
+    mt_store_job rec;
+    mt_err err = MT_ERR_INIT;
+
+    assert_int_equal(mt_store_job_get(t->c->store, job, &rec, &err), MT_OK);
+    snprintf(state, 16, "%s", rec.state);
+    snprintf(diagnosis, 256, "%s", rec.diagnosis);
+    mt_store_job_fini(&rec);
+}
+
+static void test_coord_state_name_tables_round_trip(void **state)
+{
+    coord_task_state ts = COORD_TASK_FAILED;
+    coord_worker_state ws = COORD_WORKER_LOST;
+    (void)state;
+
+    for (int s = COORD_TASK_ASSIGNED; s <= COORD_TASK_CANCELLED; s++) {
+        assert_true(coord_task_state_parse(coord_task_state_name((coord_task_state)s), &ts));
+        assert_int_equal(ts, s);
+    }
+    assert_string_equal(coord_task_state_name(COORD_TASK_RUNNING), "running");
+    assert_false(coord_task_state_parse("runing", &ts));
+    assert_int_equal(ts, COORD_TASK_CANCELLED); /* untouched */
+    assert_string_equal(coord_task_state_name((coord_task_state)99), "?");
+    assert_true(coord_worker_state_parse("alive", &ws));
+    assert_int_equal(ws, COORD_WORKER_ALIVE);
+    assert_false(coord_worker_state_parse("dead", &ws));
+    assert_string_equal(coord_worker_state_name(COORD_WORKER_LOST), "lost");
+    assert_true(coord_jobstate_placed(MT_JOBSTATE_STALLED));
+    assert_false(coord_jobstate_placed(MT_JOBSTATE_RESTARTING));
+}
+
+/* Transitions write the store first; the diagnosis survives STALLED/RESTARTING/SCHEDULED and is
+ * cleared by RUNNING; RESTARTING and the end reach the hooks; the end flushes first and removes
+ * the job from the table. */
+static void test_coord_state_transitions_diagnosis_and_hooks(void **state)
+{
+    tctx *t = *state;
+    coord_job *j = add_job(t, 3);
+    char id[32], st[16], diag[256];
+
+    snprintf(id, sizeof(id), "%s", j->job_id);
+    assert_ptr_equal(coord_job_find(t->c, id), j);
+    assert_int_equal(coord_job_move(t->c, j, MT_JOBSTATE_SCHEDULED, "placed"), MT_OK);
+    assert_int_equal(coord_job_move(t->c, j, MT_JOBSTATE_RUNNING, "started"), MT_OK);
+    coord_job_diagnose(t->c, j, "link wa<->wb: x");
+    assert_int_equal(coord_job_move(t->c, j, MT_JOBSTATE_STALLED, "stuck"), MT_OK);
+    stored(t, id, st, diag);
+    assert_string_equal(st, "STALLED");
+    assert_string_equal(diag, "link wa<->wb: x");
+    assert_string_equal(j->diagnosis, "link wa<->wb: x");
+    /* a transition the store refuses changes nothing */
+    assert_int_not_equal(coord_job_move(t->c, j, MT_JOBSTATE_QUEUED, "back"), MT_OK);
+    assert_int_equal(j->state, MT_JOBSTATE_STALLED);
+    coord_job_restart(t->c, j, "link wa<->wb broken");
+    assert_int_equal(j->state, MT_JOBSTATE_RESTARTING);
+    assert_int_equal(j->restarts, 1);
+    assert_int_equal(t->n_moved, 1);
+    assert_string_equal(t->moved[0], "job-000001 RESTARTING link wa<->wb broken");
+    assert_int_equal(coord_job_move(t->c, j, MT_JOBSTATE_SCHEDULED, "placed again"), MT_OK);
+    assert_string_equal(j->diagnosis, "link wa<->wb: x");
+    assert_int_equal(coord_job_move(t->c, j, MT_JOBSTATE_RUNNING, "started"), MT_OK);
+    stored(t, id, st, diag);
+    assert_string_equal(diag, "");
+    assert_string_equal(j->diagnosis, "");
+    assert_int_equal(coord_job_set_step(t->c, j, 7), MT_OK);
+    assert_int_equal(t->flushes, 0);
+    assert_int_equal(coord_job_move(t->c, j, MT_JOBSTATE_SUCCEEDED, "done"), MT_OK);
+    assert_int_equal(t->flushes, 1);
+    assert_int_equal(t->n_moved, 2);
+    assert_string_equal(t->moved[1], "job-000001 SUCCEEDED ");
+    assert_null(coord_job_find(t->c, id));
+    assert_int_equal(t->c->n_jobs, 0);
+    stored(t, id, st, diag);
+    assert_string_equal(st, "SUCCEEDED");
+}
+
+/* Past restart.max_restarts a restart is FAILED with the limit in its reason. */
+static void test_coord_state_restart_limit(void **state)
+{
+    tctx *t = *state;
+    coord_job *j = add_job(t, 1);
+    char id[32], st[16], diag[256];
+    mt_store_job rec;
+    mt_err err = MT_ERR_INIT;
+
+    snprintf(id, sizeof(id), "%s", j->job_id);
+    assert_int_equal(coord_job_move(t->c, j, MT_JOBSTATE_SCHEDULED, "placed"), MT_OK);
+    coord_job_restart(t->c, j, "worker w1 lost");
+    assert_int_equal(j->state, MT_JOBSTATE_RESTARTING);
+    assert_int_equal(coord_job_move(t->c, j, MT_JOBSTATE_SCHEDULED, "placed"), MT_OK);
+    coord_job_restart(t->c, j, "worker w1 lost again");
+    assert_null(coord_job_find(t->c, id));
+    stored(t, id, st, diag);
+    assert_string_equal(st, "FAILED");
+    assert_int_equal(mt_store_job_get(t->c->store, id, &rec, &err), MT_OK);
+    assert_string_equal(rec.error, "worker w1 lost again; restart limit of 1 reached");
+    mt_store_job_fini(&rec);
+}
+
+/* A worker of the job that has not heartbeated within 3 intervals + 1 s is the silent one. */
+static void test_coord_state_silent_worker(void **state)
+{
+    tctx *t = *state;
+    coord_job *j = add_job(t, 3);
+    int64_t now = mt_clock_mono_ms();
+    coord_worker w[2];
+
+    memset(w, 0, sizeof(w));
+    snprintf(w[0].rec.worker_id, sizeof(w[0].rec.worker_id), "wa");
+    snprintf(w[1].rec.worker_id, sizeof(w[1].rec.worker_id), "wb");
+    coord_worker_set_state(&w[0], COORD_WORKER_ALIVE);
+    coord_worker_set_state(&w[1], COORD_WORKER_ALIVE);
+    assert_string_equal(w[1].rec.state, "alive");
+    w[0].last_seen_mono_ms = now;
+    w[1].last_seen_mono_ms = now - COORD_STALL_FRESH_MS(200) - 1;
+    t->c->workers = w;
+    t->c->n_workers = 2;
+    j->tasks = mt_calloc(2, sizeof(*j->tasks));
+    assert_non_null(j->tasks);
+    j->n_tasks = 2;
+    snprintf(j->tasks[0].worker_id, sizeof(j->tasks[0].worker_id), "wa");
+    snprintf(j->tasks[1].worker_id, sizeof(j->tasks[1].worker_id), "wb");
+    assert_ptr_equal(coord_worker_find(t->c, "wb"), &w[1]);
+    assert_null(coord_worker_find(t->c, "wc"));
+    assert_ptr_equal(coord_job_silent_worker(t->c, j, NULL, now), &w[1]);
+    assert_null(coord_job_silent_worker(t->c, j, "wb", now)); /* wb itself excluded */
+    w[1].last_seen_mono_ms = now;
+    assert_null(coord_job_silent_worker(t->c, j, NULL, now));
+    t->c->workers = NULL; /* the registry's array is the test's */
+    t->c->n_workers = 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_coord_state_name_tables_round_trip),
+        cmocka_unit_test_setup_teardown(test_coord_state_transitions_diagnosis_and_hooks, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_coord_state_restart_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_coord_state_silent_worker, setup, teardown),
+    };
+    return MT_RUN_TESTS(tests);
+}
