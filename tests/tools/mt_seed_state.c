@@ -124,8 +124,13 @@ static int append(const char *db, const char *job_id, long steps, long interval_
             pts[n].value = value_of(i, (double)st);
             pts[n++].time_ms = mt_clock_wall_ms();
         }
-        if (check(mt_store_metrics_insert(s, job_id, pts, n, &err), &err, "append metrics") ||
-            check(mt_store_job_set_step(s, job_id, st, mt_clock_wall_ms(), &err), &err, "step")) {
+        /* BEGIN IMMEDIATE takes the write lock first, waiting for it (busy_timeout_ms): a
+         * call's own deferred transaction reads before it writes and fails at once with
+         * "database is locked" when the coordinator committed in between (a stale snapshot) */
+        if (check(mt_store_tx_begin(s, &err), &err, "begin") ||
+            check(mt_store_metrics_insert(s, job_id, pts, n, &err), &err, "append metrics") ||
+            check(mt_store_job_set_step(s, job_id, st, mt_clock_wall_ms(), &err), &err, "step") ||
+            check(mt_store_tx_commit(s, &err), &err, "commit")) {
             mt_store_close(s);
             return 1;
         }
