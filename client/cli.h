@@ -48,8 +48,6 @@ mt_exit mt_cli_exit_from_code(mt_code code);
  */
 mt_exit mt_cli_fail(const mt_err *err);
 
-#define MT_CLI_WORD_MAX 64 /* longer words get no suggestion */
-
 /*
  * "Did you mean": of names[0..n) (borrowed), the one closest to word when word is likely a typo
  * of it (at most 1 edit for words of up to 4 characters, 2 beyond; an edit inserts, deletes or

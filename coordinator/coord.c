@@ -329,6 +329,13 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     if ((rc = mt_rpc_server_open(&so, &c->rpc, err)) != MT_OK)
         goto fail;
     snprintf(c->listen_url, sizeof(c->listen_url), "%s", mt_rpc_server_url(c->rpc));
+    /* the same service in-process, for the dashboard's actions (http_act.c): no TLS, same token */
+    snprintf(c->local_url, sizeof(c->local_url), "inproc://meshtrain-coordinator-%s", c->instance);
+    so.url = c->local_url;
+    so.tls = NULL;
+    so.contexts = 2;
+    if ((rc = mt_rpc_server_open(&so, &c->rpc_local, err)) != MT_OK)
+        goto fail;
     if ((rc = coord_metrics_open(c, err)) != MT_OK)
         goto fail;
     if (opts->http != NULL && opts->http[0] != '\0') {
@@ -377,6 +384,8 @@ void mt_coord_free(mt_coord *c)
     c->rpc = NULL;
     coord_http_close(c->http);
     c->http = NULL;
+    mt_rpc_server_close(c->rpc_local); /* after HTTP: its actions call through it */
+    c->rpc_local = NULL;
     pthread_mutex_lock(&c->qmu);
     for (size_t i = 0; i < c->qlen; i++)
         mt_rpc_call_reply(c->queue[i], MT_UNAVAILABLE, "coordinator shutting down", NULL);

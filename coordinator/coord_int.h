@@ -115,6 +115,8 @@ struct mt_coord {
     int handles_open; /* closed handles not yet called back */
     mt_store *store;
     mt_rpc_server *rpc;
+    mt_rpc_server *rpc_local; /* the same service on local_url, for the dashboard's actions */
+    char local_url[96];       /* inproc://meshtrain-coordinator-INSTANCE */
     struct coord_http *http;
     coord_stats *stats; /* process metrics; any thread (atomics), freed after the servers */
 

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * http.c — the coordinator's HTTP status endpoint on its own small HTTP/1.1
- * server (http_srv.c: limits, timeouts, a connection cap): one catch-all
- * handler that authenticates and routes, the dashboard's static assets, and
- * the login form. Endpoints: docs/api.md; dashboard: docs/dashboard.md.
+ * server (core/httpd: limits, timeouts, a connection cap): one catch-all
+ * handler that authenticates and routes through a table (routes[]), the
+ * dashboard's static assets, and the login form. Endpoints: docs/api.md; dashboard:
+ * docs/dashboard.md.
  *
  * How it fits: coord.c calls coord_http_open() after the store is open and
  * coord_http_close() at shutdown. Routes: /healthz (always open), /login,
- * /logout, /metrics (http_prom.c), /api/v1/... (http_api.c), /, /jobs/ID,
- * /workers (dashboard pages) and /static/NAME (assets).
+ * /logout, /metrics (http_prom.c), /api/v1/... (http_api.c; its POST actions in http_act.c,
+ * a checkpoint download sent from here as a file), /, /jobs/ID, /compare, /workers (dashboard
+ * pages) and /static/NAME (assets). Only /login and /api/v1 take POST.
  *
  * DESIGN: handlers run on the server's threads, so nothing here touches the
  * loop's state: data comes from a read-only SQLite connection owned by this
@@ -37,8 +39,8 @@
 #include "alloc/mt_alloc.h"
 #include "clock/mt_clock.h"
 #include "coordinator/http_int.h"
-#include "coordinator/http_srv.h"
 #include "coordinator/mcache.h"
+#include "httpd/mt_httpd.h"
 #include "log/mt_log.h"
 
 #define HTML_TYPE "text/html; charset=utf-8"
@@ -59,17 +61,22 @@ typedef struct asset {
 } asset;
 
 struct coord_http {
-    coord_hsrv *srv;
+    mt_httpd *srv;
     coord_http_ctx ctx;
     char token[MT_RPC_TOKEN_MAX];         /* "" = open */
     char token_hex[2 * MT_RPC_TOKEN_MAX]; /* the cookie's value: hex, so any token byte is safe */
     char dir[1024];                       /* dashboard dir */
-    asset assets[6];
+    asset assets[7];
     size_t n_assets;
 };
 
+#define FILE_MAX  (1L << 30) /* the largest checkpoint a download reads into memory */
+#define ASSET_MAX (32L << 20)
+
+static char *read_file(const char *path, size_t *len, long max);
+
 /* Send r (status, type, body copied) with extra headers (name/value pairs, NULL-ended). */
-static void send_reply(coord_hsrv_res *res, coord_http_reply *r, const char *cache,
+static void send_reply(mt_httpd_res *res, coord_http_reply *r, const char *cache,
                        const char *const *hdr)
 {
     if (r->body.oom) {
@@ -78,16 +85,45 @@ static void send_reply(coord_hsrv_res *res, coord_http_reply *r, const char *cac
         r->content_type = "text/plain; charset=utf-8";
         coord_buf_puts(&r->body, "out of memory\n");
     }
-    coord_hsrv_res_status(res, r->status);
+    mt_httpd_res_status(res, r->status);
     if (r->content_type != NULL)
-        coord_hsrv_res_header(res, "Content-Type", r->content_type);
-    coord_hsrv_res_header(res, "Cache-Control", cache ? cache : "no-store");
-    coord_hsrv_res_header(res, "X-Content-Type-Options", "nosniff");
+        mt_httpd_res_header(res, "Content-Type", r->content_type);
+    mt_httpd_res_header(res, "Cache-Control", cache ? cache : "no-store");
+    mt_httpd_res_header(res, "X-Content-Type-Options", "nosniff");
     if (r->content_type != NULL && strncmp(r->content_type, "text/html", 9) == 0)
-        coord_hsrv_res_header(res, "Content-Security-Policy", PAGE_CSP);
+        mt_httpd_res_header(res, "Content-Security-Policy", PAGE_CSP);
     for (size_t i = 0; hdr != NULL && hdr[i] != NULL; i += 2)
-        coord_hsrv_res_header(res, hdr[i], hdr[i + 1]);
-    coord_hsrv_res_body(res, r->body.data, r->body.len);
+        mt_httpd_res_header(res, hdr[i], hdr[i + 1]);
+    mt_httpd_res_body(res, r->body.data, r->body.len);
+    coord_buf_fini(&r->body);
+}
+
+/* A file download the API chose (r->file, a checkpoint): read it now, outside the store's lock. */
+static void send_file(mt_httpd_res *res, coord_http_reply *r)
+{
+    char disp[160];
+    size_t len = 0;
+    char *data = read_file(r->file, &len, FILE_MAX);
+
+    if (data == NULL) {
+        char msg[1300];
+        snprintf(msg, sizeof(msg), "read %s: %s", r->file,
+                 errno == EFBIG ? "larger than the 1 GiB a download may be: use meshtrain export"
+                                : strerror(errno));
+        r->file[0] = '\0';
+        coord_http__error(r, errno == ENOENT ? 404 : 503,
+                          errno == ENOENT ? MT_NOT_FOUND : MT_UNAVAILABLE, msg);
+        send_reply(res, r, NULL, NULL);
+        return;
+    }
+    snprintf(disp, sizeof(disp), "attachment; filename=\"%s\"", r->filename);
+    mt_httpd_res_status(res, 200);
+    mt_httpd_res_header(res, "Content-Type", "application/octet-stream");
+    mt_httpd_res_header(res, "Content-Disposition", disp);
+    mt_httpd_res_header(res, "Cache-Control", "no-store");
+    mt_httpd_res_header(res, "X-Content-Type-Options", "nosniff");
+    mt_httpd_res_body(res, data, len);
+    mt_free(data);
     coord_buf_fini(&r->body);
 }
 
@@ -104,25 +140,33 @@ static uint64_t fnv1a(const char *p, size_t n)
     return h;
 }
 
-static char *read_file(const char *path, size_t *len)
+/* The whole file (NUL-terminated), owned; NULL with errno set (EFBIG: longer than max). */
+static char *read_file(const char *path, size_t *len, long max)
 {
     FILE *f = fopen(path, "rb");
     char *data = NULL;
-    long n;
+    long n = -1;
+    int e = 0;
 
     if (f == NULL)
         return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (32L << 20) &&
-        fseek(f, 0, SEEK_SET) == 0 && (data = mt_malloc((size_t)n + 1)) != NULL) {
-        if (fread(data, 1, (size_t)n, f) != (size_t)n) {
-            mt_free(data);
-            data = NULL;
-        } else {
-            data[n] = '\0';
-            *len = (size_t)n;
-        }
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
+        e = errno ? errno : EIO;
+    else if (n >= max)
+        e = EFBIG;
+    else if ((data = mt_malloc((size_t)n + 1)) == NULL)
+        e = ENOMEM;
+    else if (fread(data, 1, (size_t)n, f) != (size_t)n)
+        e = EIO;
+    if (e != 0) {
+        mt_free(data);
+        data = NULL;
+    } else {
+        data[n] = '\0';
+        *len = (size_t)n;
     }
     fclose(f);
+    errno = e;
     return data;
 }
 
@@ -156,6 +200,7 @@ static void assets_load(struct coord_http *h)
         {"index.html", HTML_TYPE, 1},
         {"job.html", HTML_TYPE, 1},
         {"workers.html", HTML_TYPE, 1},
+        {"compare.html", HTML_TYPE, 1},
         {"app.js", "text/javascript; charset=utf-8", 0},
         {"app.css", "text/css; charset=utf-8", 0},
         {"chart.min.js", "text/javascript; charset=utf-8", 0},
@@ -174,11 +219,11 @@ static void assets_load(struct coord_http *h)
         a->type = list[i].type;
         a->page = list[i].page;
         snprintf(path, sizeof(path), "%s/%s", h->dir, a->name);
-        a->data = read_file(path, &a->len);
+        a->data = read_file(path, &a->len, ASSET_MAX);
         for (size_t k = 0; a->data == NULL && strcmp(a->name, "chart.min.js") == 0 &&
                            k < sizeof(chart_paths) / sizeof(chart_paths[0]);
              k++)
-            a->data = read_file(chart_paths[k], &a->len);
+            a->data = read_file(chart_paths[k], &a->len, ASSET_MAX);
         if (a->data == NULL) {
             mt_log_warn("dashboard: cannot read %s: %s (the page that needs it will not work)",
                         path, strerror(errno));
@@ -206,21 +251,21 @@ static const asset *asset_find(const struct coord_http *h, const char *name)
     return NULL;
 }
 
-static void send_asset(coord_hsrv_res *res, const coord_hsrv_req *req, const asset *a)
+static void send_asset(mt_httpd_res *res, const mt_httpd_req *req, const asset *a)
 {
-    const char *inm = coord_hsrv_req_header(req, "If-None-Match");
+    const char *inm = mt_httpd_req_header(req, "If-None-Match");
 
-    coord_hsrv_res_header(res, "ETag", a->etag);
-    coord_hsrv_res_header(res, "Cache-Control",
-                          a->page ? "no-cache" : "public, max-age=31536000, immutable");
-    coord_hsrv_res_header(res, "X-Content-Type-Options", "nosniff");
+    mt_httpd_res_header(res, "ETag", a->etag);
+    mt_httpd_res_header(res, "Cache-Control",
+                        a->page ? "no-cache" : "public, max-age=31536000, immutable");
+    mt_httpd_res_header(res, "X-Content-Type-Options", "nosniff");
     if (a->page)
-        coord_hsrv_res_header(res, "Content-Security-Policy", PAGE_CSP);
+        mt_httpd_res_header(res, "Content-Security-Policy", PAGE_CSP);
     if (inm != NULL && strstr(inm, a->etag) != NULL) {
-        coord_hsrv_res_status(res, 304);
+        mt_httpd_res_status(res, 304);
     } else {
-        coord_hsrv_res_header(res, "Content-Type", a->type);
-        coord_hsrv_res_body(res, a->data, a->len);
+        mt_httpd_res_header(res, "Content-Type", a->type);
+        mt_httpd_res_body(res, a->data, a->len);
     }
 }
 
@@ -249,21 +294,21 @@ static int cookie_get(const char *hdr, const char *name, char *out, size_t cap)
     return 0;
 }
 
-static int authorized(const struct coord_http *h, const coord_hsrv_req *req)
+static int authorized(const struct coord_http *h, const mt_httpd_req *req)
 {
     const char *auth;
     char tok[2 * MT_RPC_TOKEN_MAX];
 
     if (h->token[0] == '\0')
         return 1;
-    auth = coord_hsrv_req_header(req, "Authorization");
+    auth = mt_httpd_req_header(req, "Authorization");
     if (auth != NULL && strncasecmp(auth, "Bearer ", 7) == 0) {
         const char *t = auth + 7;
         while (*t == ' ')
             t++;
         return strlen(t) < MT_RPC_TOKEN_MAX && mt_rpc_token_equal(t, h->token);
     }
-    if (cookie_get(coord_hsrv_req_header(req, "Cookie"), COOKIE, tok, sizeof(tok)))
+    if (cookie_get(mt_httpd_req_header(req, "Cookie"), COOKIE, tok, sizeof(tok)))
         return mt_rpc_token_equal(tok, h->token_hex);
     return 0;
 }
@@ -326,7 +371,7 @@ static void login_page(coord_http_reply *r, int status, const char *msg)
     coord_buf_puts(&r->body, "</body></html>\n");
 }
 
-static void handle_login(struct coord_http *h, coord_hsrv_res *res, const coord_hsrv_req *req)
+static void handle_login(struct coord_http *h, mt_httpd_res *res, const mt_httpd_req *req)
 {
     coord_http_reply r = {0};
     char tok[MT_RPC_TOKEN_MAX], cookie[2 * MT_RPC_TOKEN_MAX + 80];
@@ -355,10 +400,10 @@ static void handle_login(struct coord_http *h, coord_hsrv_res *res, const coord_
 
 /* ------------------------------------------------------------ routing */
 
-typedef void (*route_fn)(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+typedef void (*route_fn)(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
                          const char *path, const char *query);
 
-static void route_healthz(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+static void route_healthz(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
                           const char *path, const char *query)
 {
     coord_http_reply r = {0};
@@ -370,14 +415,14 @@ static void route_healthz(struct coord_http *h, const coord_hsrv_req *req, coord
     send_reply(res, &r, NULL, NULL);
 }
 
-static void route_login(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+static void route_login(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
                         const char *path, const char *query)
 {
     (void)path, (void)query;
     handle_login(h, res, req);
 }
 
-static void route_logout(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+static void route_logout(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
                          const char *path, const char *query)
 {
     const char *hdr[] = {"Set-Cookie", COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
@@ -389,7 +434,7 @@ static void route_logout(struct coord_http *h, const coord_hsrv_req *req, coord_
     send_reply(res, &r, NULL, hdr);
 }
 
-static void route_prom(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+static void route_prom(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
                        const char *path, const char *query)
 {
     coord_http_reply r = {0};
@@ -399,17 +444,21 @@ static void route_prom(struct coord_http *h, const coord_hsrv_req *req, coord_hs
     send_reply(res, &r, NULL, NULL);
 }
 
-static void route_api(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+static void route_api(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
                       const char *path, const char *query)
 {
     coord_http_reply r = {0};
+    coord_http_call call = {req->method, path,          query,
+                            req->body,   req->body_len, mt_httpd_req_header(req, "Content-Type")};
 
-    (void)req;
-    coord_http__api(&h->ctx, path, query, &r);
-    send_reply(res, &r, NULL, NULL);
+    coord_http__api(&h->ctx, &call, &r);
+    if (r.file[0] != '\0')
+        send_file(res, &r);
+    else
+        send_reply(res, &r, NULL, NULL);
 }
 
-static void not_found(coord_hsrv_res *res, const char *path)
+static void not_found(mt_httpd_res *res, const char *path)
 {
     coord_http_reply r = {0};
     char msg[600];
@@ -419,8 +468,9 @@ static void not_found(coord_hsrv_res *res, const char *path)
     send_reply(res, &r, NULL, NULL);
 }
 
-/* The dashboard's pages (/, /workers, /jobs/ID) and assets (/static/NAME, not the pages). */
-static void route_page(struct coord_http *h, const coord_hsrv_req *req, coord_hsrv_res *res,
+/* The dashboard's pages (/, /workers, /compare, /jobs/ID) and assets (/static/NAME, not the
+ * pages). */
+static void route_page(struct coord_http *h, const mt_httpd_req *req, mt_httpd_res *res,
                        const char *path, const char *query)
 {
     const char *page = NULL;
@@ -431,10 +481,13 @@ static void route_page(struct coord_http *h, const coord_hsrv_req *req, coord_hs
         page = "index.html";
     else if (strcmp(path, "/workers") == 0)
         page = "workers.html";
+    else if (strcmp(path, "/compare") == 0)
+        page = "compare.html";
     else if (strncmp(path, "/jobs/", 6) == 0 && path[6] != '\0' && strchr(path + 6, '/') == NULL)
         page = "job.html";
     else if (strncmp(path, "/static/", 8) == 0 && strcmp(path + 8, "index.html") != 0 &&
-             strcmp(path + 8, "job.html") != 0 && strcmp(path + 8, "workers.html") != 0)
+             strcmp(path + 8, "job.html") != 0 && strcmp(path + 8, "workers.html") != 0 &&
+             strcmp(path + 8, "compare.html") != 0)
         page = path + 8;
     a = page != NULL ? asset_find(h, page) : NULL;
     if (a != NULL)
@@ -449,17 +502,18 @@ typedef struct http_route {
     const char *path;
     int open;       /* served without the token */
     int any_method; /* else GET and HEAD only (405 otherwise) */
+    int post;       /* POST too (the API's actions, http_act.c) */
     int api;        /* without the token: 401 with a JSON error, else a redirect to /login */
     route_fn fn;
 } http_route;
 
 static const http_route routes[] = {
-    {"/healthz", 1, 0, 0, route_healthz}, {"/login", 1, 1, 0, route_login},
-    {"/logout", 1, 1, 0, route_logout},   {"/metrics", 0, 0, 1, route_prom},
-    {"/api/v1", 0, 0, 1, route_api},      {"/", 0, 0, 0, route_page},
-    {"/index.html", 0, 0, 0, route_page}, {"/workers", 0, 0, 0, route_page},
-    {"/api/v1/", 0, 0, 1, route_api},     {"/jobs/", 0, 0, 0, route_page},
-    {"/static/", 0, 0, 1, route_page},
+    {"/healthz", 1, 0, 0, 0, route_healthz}, {"/login", 1, 1, 0, 0, route_login},
+    {"/logout", 1, 1, 0, 0, route_logout},   {"/metrics", 0, 0, 0, 1, route_prom},
+    {"/api/v1", 0, 0, 0, 1, route_api},      {"/", 0, 0, 0, 0, route_page},
+    {"/index.html", 0, 0, 0, 0, route_page}, {"/workers", 0, 0, 0, 0, route_page},
+    {"/compare", 0, 0, 0, 0, route_page},    {"/api/v1/", 0, 0, 1, 1, route_api},
+    {"/jobs/", 0, 0, 0, 0, route_page},      {"/static/", 0, 0, 0, 1, route_page},
 };
 
 static const http_route *route_find(const char *path)
@@ -477,7 +531,7 @@ static const http_route *route_find(const char *path)
     return NULL;
 }
 
-static void handle(void *arg, const coord_hsrv_req *req, coord_hsrv_res *res)
+static void handle(void *arg, const mt_httpd_req *req, mt_httpd_res *res)
 {
     struct coord_http *h = arg;
     const char *uri = req->uri;
@@ -486,6 +540,7 @@ static void handle(void *arg, const coord_hsrv_req *req, coord_hsrv_res *res)
     char path[512];
     size_t plen = q ? (size_t)(q - uri) : strlen(uri);
     int get = strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
+    int post = strcmp(req->method, "POST") == 0;
     const http_route *rt;
 
     if (plen >= sizeof(path)) {
@@ -496,9 +551,10 @@ static void handle(void *arg, const coord_hsrv_req *req, coord_hsrv_res *res)
     memcpy(path, uri, plen);
     path[plen] = '\0';
     rt = route_find(path);
-    if (!get && (rt == NULL || !rt->any_method)) {
+    if (!get && (rt == NULL || !(rt->any_method || (rt->post && post)))) {
         const char *hdr[] = {"Allow", "GET, HEAD", NULL};
-        coord_http__error(&r, 405, MT_INVALID_ARGUMENT, "the status endpoint is read-only");
+        coord_http__error(&r, 405, MT_INVALID_ARGUMENT,
+                          "the status endpoint is read-only but for the API's actions");
         send_reply(res, &r, NULL, hdr);
         return;
     }
@@ -537,6 +593,8 @@ static void http_free(struct coord_http *h)
 {
     for (size_t i = 0; i < h->n_assets; i++)
         mt_free(h->assets[i].data);
+    coord_http__act_fini(&h->ctx);
+    pthread_mutex_destroy(&h->ctx.act_mu);
     mt_store_close(h->ctx.ro);
     coord_http__pages_free(&h->ctx);
     coord_mcache_free(h->ctx.mcache);
@@ -547,7 +605,7 @@ static void http_free(struct coord_http *h)
 mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, char *bound,
                         size_t cap, mt_err *err)
 {
-    coord_hsrv_opts so = COORD_HSRV_OPTS_DEFAULTS;
+    mt_httpd_opts so = MT_HTTPD_OPTS_DEFAULTS;
     struct coord_http *h;
     mt_code rc;
 
@@ -556,7 +614,11 @@ mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, 
     if (h == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "http: out of memory");
     pthread_mutex_init(&h->ctx.mu, NULL);
+    pthread_mutex_init(&h->ctx.act_mu, NULL);
     snprintf(h->ctx.db_path, sizeof(h->ctx.db_path), "%s/meshtrain.db", c->state_dir);
+    snprintf(h->ctx.state_dir, sizeof(h->ctx.state_dir), "%s", c->state_dir);
+    snprintf(h->ctx.local_url, sizeof(h->ctx.local_url), "%s", c->local_url);
+    snprintf(h->ctx.token, sizeof(h->ctx.token), "%s", c->token);
     h->ctx.stats = c->stats;
     snprintf(h->token, sizeof(h->token), "%s", c->token);
     for (size_t i = 0; h->token[i] != '\0'; i++)
@@ -575,7 +637,8 @@ mt_code coord_http_open(mt_coord *c, const char *addr, struct coord_http **out, 
         so.timeout_ms = c->opts.http_timeout_ms;
     if (c->opts.http_max_conns > 0)
         so.max_conns = c->opts.http_max_conns;
-    if ((rc = coord_hsrv_open(addr, &so, handle, h, &h->srv, bound, cap, err)) != MT_OK) {
+    so.max_body = 256 * 1024; /* a job spec submitted from the dashboard */
+    if ((rc = mt_httpd_open(addr, &so, handle, h, &h->srv, bound, cap, err)) != MT_OK) {
         http_free(h);
         return rc;
     }
@@ -592,6 +655,6 @@ void coord_http_close(struct coord_http *h)
 {
     if (h == NULL)
         return;
-    coord_hsrv_close(h->srv); /* waits for handlers in progress */
+    mt_httpd_close(h->srv); /* waits for handlers in progress */
     http_free(h);
 }

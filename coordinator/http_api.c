@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * http_api.c — the read-only JSON API under /api/v1/ (docs/api.md): workers,
- * jobs, one job in detail, a job's metric history, and the device mesh.
+ * http_api.c — the JSON API under /api/v1/ (docs/api.md): workers, jobs (with their latest
+ * metrics on request), one job in detail, a job's metric history, a checkpoint's file, and the
+ * device mesh; and the routes of the actions (POST, http_act.c).
  *
  * How it fits: http.c authenticates and hands GET /api/v1/... here, where one table
  * (api_routes: a pattern per endpoint, "*" for a job id) picks the handler, as coord.c's table
@@ -211,9 +212,10 @@ static cJSON *metric_json(const mt_store_metric *m)
 
 /* ------------------------------------------------------------ endpoints */
 
-static void api_workers(coord_http_ctx *ctx, mt_store *s, const char *id, const char *query,
-                        coord_http_reply *r)
+static void api_workers(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call,
+                        const char *id, coord_http_reply *r)
 {
+    const char *query = call->query;
     (void)ctx, (void)id;
     mt_store_worker *list = NULL;
     size_t n = 0;
@@ -282,15 +284,32 @@ void coord_http__pages_free(coord_http_ctx *ctx)
     }
 }
 
+/* Add "latest_metrics": {name: value, ...} (each name's value at its highest step) to o. */
+static mt_code latest_values(mt_store *s, const char *job_id, cJSON *o, mt_err *err)
+{
+    mt_store_metric *lm = NULL;
+    size_t nlm = 0;
+    cJSON *lo;
+
+    if (mt_store_metrics_latest(s, job_id, &lm, &nlm, err) != MT_OK)
+        return err->code;
+    lo = cJSON_AddObjectToObject(o, "latest_metrics");
+    for (size_t i = 0; i < nlm; i++)
+        cJSON_AddItemToObject(lo, lm[i].name, num(lm[i].value));
+    mt_store_metrics_free(lm);
+    return MT_OK;
+}
+
 static void api_jobs_render(const coord_http_ctx *ctx, mt_store *s, const char *query,
                             coord_http_reply *r);
 
 /* One page of jobs (limit, cursor as ListJobs); the total from the loop's per-state counts.
  * 200 clients asking at once cost one query and one rendering: answers are kept per query
  * until a job row changes (coord_stats_jobs_gen, read before the query). */
-static void api_jobs(coord_http_ctx *ctx, mt_store *s, const char *id, const char *query,
+static void api_jobs(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call, const char *id,
                      coord_http_reply *r)
 {
+    const char *query = call->query;
     (void)id;
     uint64_t gen;
 
@@ -313,9 +332,10 @@ static void api_jobs_render(const coord_http_ctx *ctx, mt_store *s, const char *
     size_t n = 0;
     uint64_t limit = LIST_DEFAULT;
     mt_err err = MT_ERR_INIT;
-    char state[160] = "", lim[16] = "", cur[48] = "", cursor[32] = "";
+    char state[160] = "", lim[16] = "", cur[48] = "", cursor[32] = "", metrics[16] = "";
     unsigned mask;
     int has_cursor;
+    bool with_metrics;
 
     if (query_get(query, "state", state, sizeof(state)) < 0) {
         bad_param(r, "state", "", "malformed or too long");
@@ -336,6 +356,12 @@ static void api_jobs_render(const coord_http_ctx *ctx, mt_store *s, const char *
         bad_param(r, "state", state, err.msg);
         return;
     }
+    if (query_get(query, "metrics", metrics, sizeof(metrics)) < 0 ||
+        (metrics[0] != '\0' && strcmp(metrics, "latest") != 0)) {
+        bad_param(r, "metrics", metrics, "expected latest");
+        return;
+    }
+    with_metrics = metrics[0] != '\0';
     if (mt_store_job_page(s, state, has_cursor > 0 && cur[0] ? &after : NULL, (size_t)limit + 1,
                           &list, &n, &err) != MT_OK) {
         store_error(r, &err);
@@ -346,8 +372,17 @@ static void api_jobs_render(const coord_http_ctx *ctx, mt_store *s, const char *
         mt_store_job_cursor_format(&next, cursor, sizeof(cursor));
     }
     cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "jobs");
-    for (size_t i = 0; i < n && i < limit; i++)
-        cJSON_AddItemToArray(arr, job_json(&list[i]));
+    for (size_t i = 0; i < n && i < limit; i++) {
+        cJSON *o = job_json(&list[i]);
+        if (with_metrics && latest_values(s, list[i].job_id, o, &err) != MT_OK) {
+            cJSON_Delete(o);
+            cJSON_Delete(root);
+            mt_store_job_list_free(list, n);
+            store_error(r, &err);
+            return;
+        }
+        cJSON_AddItemToArray(arr, o);
+    }
     mt_store_job_list_free(list, n);
     if (cursor[0] != '\0')
         cJSON_AddStringToObject(root, "next_cursor", cursor);
@@ -358,10 +393,11 @@ static void api_jobs_render(const coord_http_ctx *ctx, mt_store *s, const char *
     reply_json(r, root);
 }
 
-static void api_job(coord_http_ctx *ctx, mt_store *s, const char *id, const char *query,
+static void api_job(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call, const char *id,
                     coord_http_reply *r)
 {
-    (void)ctx, (void)query;
+    const char *query = call->query;
+    (void)query;
     mt_store_job j;
     mt_store_job_event *ev = NULL;
     mt_store_placement *pl = NULL;
@@ -382,6 +418,15 @@ static void api_job(coord_http_ctx *ctx, mt_store *s, const char *id, const char
         goto done;
     }
     cJSON *root = job_json(&j);
+    /* what the caller may do from the page (http_act.c): only with a token, which http.c has
+     * already required of this request */
+    cJSON *acts = cJSON_AddArrayToObject(root, "actions");
+    mt_jobstate st;
+    if (ctx->token[0] != '\0' && ctx->local_url[0] != '\0') {
+        if (mt_jobstate_parse(j.state, &st, NULL) == MT_OK && !mt_jobstate_is_final(st))
+            cJSON_AddItemToArray(acts, cJSON_CreateString("cancel"));
+        cJSON_AddItemToArray(acts, cJSON_CreateString("resubmit"));
+    }
     /* the stored spec text as it was submitted (validated JSON then), not parsed again */
     cJSON_AddItemToObject(root, "spec", cJSON_CreateRaw(j.spec_json ? j.spec_json : "null"));
     cJSON *a = cJSON_AddArrayToObject(root, "events");
@@ -572,9 +617,10 @@ static mt_code metrics_load(void *arg, mt_store_metric_fn add, void *add_arg, mt
  * {"job_id": ..., "since_step": N, "last_step": M|null, "count": n,
  *  "series": {"loss": {"step": [...], "value": [...]}, ...}}
  */
-static void api_metrics(coord_http_ctx *ctx, mt_store *s, const char *id, const char *query,
-                        coord_http_reply *r)
+static void api_metrics(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call,
+                        const char *id, coord_http_reply *r)
 {
+    const char *query = call->query;
     coord_mcache *mc = ctx->mcache;
     char since[32] = "", names_s[1024] = "", limit_s[32] = "", maxp_s[32] = "";
     char *names[MAX_NAMES];
@@ -701,9 +747,10 @@ static void api_metrics(coord_http_ctx *ctx, mt_store *s, const char *id, const 
     r->content_type = "application/json; charset=utf-8";
 }
 
-static void api_mesh(coord_http_ctx *ctx, mt_store *s, const char *id, const char *query,
+static void api_mesh(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call, const char *id,
                      coord_http_reply *r)
 {
+    const char *query = call->query;
     (void)ctx, (void)id, (void)query;
     mt_store_worker *ws = NULL;
     mt_store_job *jobs = NULL;
@@ -794,22 +841,95 @@ static void api_mesh(coord_http_ctx *ctx, mt_store *s, const char *id, const cha
     reply_json(r, root);
 }
 
+/* GET /jobs/{id}/checkpoint[?step=N]: the file of a complete checkpoint (the newest without
+ * step=), sent by http.c after the store's lock is released. Only files the store recorded as
+ * complete, and only under the coordinator's state dir (where uploads go). */
+static void api_checkpoint(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call,
+                           const char *id, coord_http_reply *r)
+{
+    mt_store_checkpoint *ck = NULL, *pick = NULL;
+    size_t nck = 0, dl = strlen(ctx->state_dir);
+    uint64_t step = 0;
+    char step_s[32] = "";
+    mt_store_job j;
+    mt_err err = MT_ERR_INIT;
+    int q;
+
+    if ((q = query_get(call->query, "step", step_s, sizeof(step_s))) < 0 ||
+        (q > 0 && parse_u64(step_s, (1ull << 63) - 1, &step) != 0)) {
+        bad_param(r, "step", step_s, "expected the step of one of the job's checkpoints");
+        return;
+    }
+    if (mt_store_job_get(s, id, &j, &err) != MT_OK) {
+        store_error(r, &err);
+        return;
+    }
+    mt_store_job_fini(&j);
+    if (mt_store_checkpoint_list(s, id, &ck, &nck, &err) != MT_OK) {
+        store_error(r, &err);
+        return;
+    }
+    for (size_t i = 0; i < nck; i++)
+        if (ck[i].complete && (q > 0 ? ck[i].step == step : true))
+            pick = &ck[i]; /* ascending: the last match is the newest */
+    if (pick == NULL) {
+        char msg[160];
+        if (q > 0)
+            snprintf(msg, sizeof(msg), "job %s has no complete checkpoint at step %llu", id,
+                     (unsigned long long)step);
+        else
+            snprintf(msg, sizeof(msg), "job %s has no complete checkpoint yet", id);
+        coord_http__error(r, 404, MT_NOT_FOUND, msg);
+    } else if (dl == 0 || strncmp(pick->location, ctx->state_dir, dl) != 0 ||
+               pick->location[dl] != '/') {
+        coord_http__error(r, 404, MT_NOT_FOUND,
+                          "that checkpoint is not stored on the coordinator: use meshtrain "
+                          "checkpoints / meshtrain export");
+    } else {
+        r->status = 200;
+        r->content_type = "application/octet-stream";
+        snprintf(r->file, sizeof(r->file), "%s", pick->location);
+        snprintf(r->filename, sizeof(r->filename), "%.40s-step-%llu.ckpt", id,
+                 (unsigned long long)pick->step);
+    }
+    mt_store_checkpoints_free(ck);
+}
+
 /* ------------------------------------------------------------------ routes */
 
-/* One API route: pattern segments after /api/v1 ("*" = a job id), and its handler. */
+/* One API route: method, pattern segments after /api/v1 ("*" = a job id), and its handler.
+ * Readers run holding the read-only store (s); actions (http_act.c) get s = NULL. */
 typedef struct api_route {
+    const char *method; /* "GET" (HEAD too) or "POST" */
     const char *pattern;
-    void (*fn)(coord_http_ctx *ctx, mt_store *s, const char *id, const char *query,
+    void (*fn)(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call, const char *id,
                coord_http_reply *r);
 } api_route;
 
-/* Every GET under /api/v1 (docs/api.md), as coord.c's RPC handler table lists the methods. */
+static void act_cancel(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call,
+                       const char *id, coord_http_reply *r)
+{
+    (void)s;
+    coord_http__act_cancel(ctx, call, id, r);
+}
+
+static void act_submit(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call,
+                       const char *id, coord_http_reply *r)
+{
+    (void)s, (void)id;
+    coord_http__act_submit(ctx, call, r);
+}
+
+/* Every endpoint under /api/v1 (docs/api.md), as coord.c's RPC handler table lists the methods. */
 static const api_route api_routes[] = {
-    {"/workers", api_workers},
-    {"/jobs", api_jobs},
-    {"/mesh", api_mesh},
-    {"/jobs/*", api_job},
-    {"/jobs/*/metrics", api_metrics},
+    {"GET", "/workers", api_workers},
+    {"GET", "/jobs", api_jobs},
+    {"GET", "/mesh", api_mesh},
+    {"GET", "/jobs/*", api_job},
+    {"GET", "/jobs/*/metrics", api_metrics},
+    {"GET", "/jobs/*/checkpoint", api_checkpoint},
+    {"POST", "/jobs", act_submit},
+    {"POST", "/jobs/*/cancel", act_cancel},
 };
 
 /* Whether rest matches pattern segment by segment; "*" takes one segment of 1..cap-1 bytes into
@@ -832,19 +952,30 @@ static bool route_match(const char *pattern, const char *rest, char *id, size_t 
     return *pattern == '\0' && *rest == '\0';
 }
 
-void coord_http__api(coord_http_ctx *ctx, const char *path, const char *query, coord_http_reply *r)
+void coord_http__api(coord_http_ctx *ctx, const coord_http_call *call, coord_http_reply *r)
 {
     mt_err err = MT_ERR_INIT;
+    const char *path = call->path;
     const char *rest = path + strlen("/api/v1");
+    const char *method = strcmp(call->method, "HEAD") == 0 ? "GET" : call->method;
     char id[64] = "";
     const api_route *route = NULL;
+    bool other_method = false;
     mt_store *s;
 
-    if (query == NULL)
-        query = "";
     for (size_t i = 0; route == NULL && i < sizeof(api_routes) / sizeof(api_routes[0]); i++)
-        if (route_match(api_routes[i].pattern, rest, id, sizeof(id)))
-            route = &api_routes[i];
+        if (route_match(api_routes[i].pattern, rest, id, sizeof(id))) {
+            if (strcmp(api_routes[i].method, method) == 0)
+                route = &api_routes[i];
+            else
+                other_method = true;
+        }
+    if (route == NULL && other_method) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "%s is not a method of %.120s", call->method, path);
+        coord_http__error(r, 405, MT_INVALID_ARGUMENT, msg);
+        return;
+    }
     if (route == NULL) {
         char msg[600];
         size_t len = strncmp(rest, "/jobs/", 6) == 0 ? strcspn(rest + 6, "/") : 0;
@@ -857,11 +988,15 @@ void coord_http__api(coord_http_ctx *ctx, const char *path, const char *query, c
         coord_http__error(r, 404, MT_NOT_FOUND, msg);
         return;
     }
+    if (strcmp(route->method, "GET") != 0) {
+        route->fn(ctx, NULL, call, id, r);
+        return;
+    }
     s = coord_http__store_lock(ctx, &err);
     if (s == NULL) {
         store_error(r, &err);
         return;
     }
-    route->fn(ctx, s, id, query, r);
+    route->fn(ctx, s, call, id, r);
     pthread_mutex_unlock(&ctx->mu);
 }

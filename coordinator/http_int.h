@@ -20,6 +20,7 @@
 
 #include "coordinator/buf.h"
 #include "coordinator/stats.h"
+#include "rpc/mt_rpc.h"
 #include "status/mt_status.h"
 #include "storage/mt_store.h"
 
@@ -28,6 +29,7 @@ typedef struct coord_http_ctx {
     pthread_mutex_t mu; /* serialises every use of ro (nng runs handlers on several threads) */
     mt_store *ro;       /* read-only connection, opened lazily under mu; NULL until then */
     char db_path[1100];
+    char state_dir[1024];        /* checkpoint downloads are files under it */
     const coord_stats *stats;    /* borrowed from mt_coord; NULL = no process metrics */
     struct coord_mcache *mcache; /* metric series cache (mcache.h), owned; NULL = off */
     struct coord_http_page {     /* rendered GET /api/v1/jobs answers (http_api.c), under mu */
@@ -37,6 +39,11 @@ typedef struct coord_http_ctx {
         size_t len;
     } pages[8];
     size_t next_page; /* the slot the next miss replaces */
+    /* the dashboard's actions (http_act.c): RPCs to the coordinator's in-process listener */
+    char local_url[96];           /* "" = no actions */
+    char token[MT_RPC_TOKEN_MAX]; /* the coordinator's token; "" = none: actions refused */
+    pthread_mutex_t act_mu;       /* guards act_cli */
+    mt_rpc_client *act_cli;       /* opened on the first action; owned */
 } coord_http_ctx;
 
 /* The result of an endpoint: HTTP status, content type and body (owned by the caller). */
@@ -44,7 +51,21 @@ typedef struct coord_http_reply {
     int status;
     const char *content_type;
     coord_buf body;
+    /* instead of body: send this file (a checkpoint download), read after the store's lock is
+     * released, named `filename` for the browser ("" = none) */
+    char file[1100];
+    char filename[96];
 } coord_http_reply;
+
+/* A request as the API sees it: method, path (no query), query ("" none), body. */
+typedef struct coord_http_call {
+    const char *method; /* "GET", "HEAD" or "POST" */
+    const char *path;
+    const char *query;
+    const char *body; /* "" when none */
+    size_t body_len;
+    const char *content_type; /* the request's Content-Type; NULL when absent */
+} coord_http_call;
 
 /* ---- http_reply.c ---- */
 /* Locks ctx->mu and returns the read-only store (opening it on first use), or unlocks and
@@ -58,10 +79,25 @@ void coord_http__error(coord_http_reply *r, int status, mt_code code, const char
 int coord_http__status_of(mt_code code);
 
 /*
- * http_api.c: serve GET path?query under /api/v1/ (path without the query; query may be NULL
- * or "") into r. Always fills r (errors as JSON with 4xx/5xx).
+ * http_api.c: serve a request under /api/v1/ into r (GET and HEAD read; POST runs an action of
+ * http_act.c). Always fills r (errors as JSON with 4xx/5xx; a method a path does not take: 405).
  */
-void coord_http__api(coord_http_ctx *ctx, const char *path, const char *query, coord_http_reply *r);
+void coord_http__api(coord_http_ctx *ctx, const coord_http_call *call, coord_http_reply *r);
+
+/* ---- http_act.c: the dashboard's actions, each an RPC to the coordinator's in-process
+ * listener with its token (so the loop thread applies them exactly as it applies the CLI's).
+ * They need a configured token (403 PERMISSION_DENIED otherwise; the caller has already checked
+ * the request's credentials) and a JSON body (Content-Type: application/json, so a cross-site
+ * form cannot post one). Any handler thread; blocks for the RPC (up to 10 s). */
+
+/* POST /api/v1/jobs/{id}/cancel: CancelJob; 200 {"job_id", "state"}. */
+void coord_http__act_cancel(coord_http_ctx *ctx, const coord_http_call *call, const char *id,
+                            coord_http_reply *r);
+/* POST /api/v1/jobs {"spec": OBJECT|STRING, "name"?, "priority"?, "request_id"?}: SubmitJob;
+ * 201 {"job_id"}. */
+void coord_http__act_submit(coord_http_ctx *ctx, const coord_http_call *call, coord_http_reply *r);
+/* Close the actions' RPC client (at close). */
+void coord_http__act_fini(coord_http_ctx *ctx);
 
 /* http_api.c: free the kept GET /api/v1/jobs answers (at close). */
 void coord_http__pages_free(coord_http_ctx *ctx);

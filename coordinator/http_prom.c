@@ -26,6 +26,7 @@
 #include "clock/mt_clock.h"
 #include "coordinator/http_int.h"
 #include "coordinator/mcache.h"
+#include "prom/mt_prom.h"
 #include "storage/mt_jobstate.h"
 
 /* Label value escaping: backslash, double quote and newline. */
@@ -277,72 +278,13 @@ static void mcache_metrics(coord_buf *b, coord_mcache *m)
                      (unsigned long long)st.evictions);
 }
 
-/*
- * The standard process_* families of Prometheus' client libraries, from /proc/self (Linux), and
- * meshtrain_build_info. A value /proc does not give is left out rather than made up.
- */
+/* The process_* families and meshtrain_build_info (core/prom). */
 static void process_metrics(coord_buf *b)
 {
-    unsigned long long utime = 0, stime = 0, start = 0, vsize = 0, btime = 0;
-    long long rss = 0;
-    long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
-    char line[256], *p = NULL;
-    struct rlimit rl;
-    size_t fds = 0;
-    bool stat_ok = false;
-    FILE *f;
-    DIR *d;
+    char text[4096];
+    size_t need = mt_prom_process(text, sizeof(text), "meshtrain-coordinator");
 
-    family(b, "meshtrain_build_info", "gauge", "meshtrain's version; the value is 1.");
-    coord_buf_printf(b,
-                     "meshtrain_build_info{version=\"%s\",program=\"meshtrain-coordinator\"} 1\n",
-                     MT_VERSION);
-    if ((f = fopen("/proc/self/stat", "r")) != NULL) {
-        char buf[1024];
-        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-        buf[n] = '\0';
-        p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-        /* after ") ": state(3) ... utime(14) stime(15) ... starttime(22) vsize(23) rss(24) */
-        stat_ok = p != NULL && sscanf(p + 2,
-                                      "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu "
-                                      "%*d %*d %*d %*d %*d %*d %llu %llu %lld",
-                                      &utime, &stime, &start, &vsize, &rss) == 5;
-        fclose(f);
-    }
-    if ((f = fopen("/proc/stat", "r")) != NULL) {
-        while (fgets(line, sizeof(line), f) != NULL)
-            if (sscanf(line, "btime %llu", &btime) == 1)
-                break;
-        fclose(f);
-    }
-    if (stat_ok && tick > 0) {
-        family(b, "process_cpu_seconds_total", "counter",
-               "Total user and system CPU time spent in seconds.");
-        coord_buf_printf(b, "process_cpu_seconds_total %.2f\n",
-                         (double)(utime + stime) / (double)tick);
-        family(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
-        coord_buf_printf(b, "process_virtual_memory_bytes %llu\n", vsize);
-        family(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
-        coord_buf_printf(b, "process_resident_memory_bytes %lld\n", rss * (long long)page);
-        if (btime > 0) {
-            family(b, "process_start_time_seconds", "gauge",
-                   "Start time of the process since unix epoch in seconds.");
-            coord_buf_printf(b, "process_start_time_seconds %.2f\n",
-                             (double)btime + (double)start / (double)tick);
-        }
-    }
-    if ((d = opendir("/proc/self/fd")) != NULL) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL)
-            fds += e->d_name[0] != '.';
-        closedir(d);
-        family(b, "process_open_fds", "gauge", "Number of open file descriptors.");
-        coord_buf_printf(b, "process_open_fds %zu\n", fds > 0 ? fds - 1 : 0); /* less opendir's */
-    }
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-        family(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
-        coord_buf_printf(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
-    }
+    coord_buf_add(b, text, need < sizeof(text) ? need : strlen(text));
 }
 
 void coord_http__prom(coord_http_ctx *ctx, coord_http_reply *r)

@@ -5,7 +5,8 @@
 # apt-get runs only when something is missing.
 #
 # Usage: deploy/install-deps.sh [--dry-run]
-#   MT_EXTRA_PACKAGES="pkg ..." adds packages (e.g. chromium for browser tests).
+#   MT_EXTRA_PACKAGES="pkg ..." adds packages; MT_NO_BROWSER=1 leaves out the browser the
+#   dashboard tests drive (the container image's build stage runs no tests).
 set -euo pipefail
 
 PACKAGES=(
@@ -16,6 +17,8 @@ PACKAGES=(
     dataset-fashion-mnist libjs-chart.js
     jq curl help2man prometheus openssl python3 python3-numpy python3-onnx dpkg-dev
 )
+# the dashboard tests drive a real browser (tests/integration/test_dashboard*.sh)
+[ "${MT_NO_BROWSER:-0}" = 1 ] || PACKAGES+=(chromium chromium-driver)
 # shellcheck disable=SC2206
 PACKAGES+=(${MT_EXTRA_PACKAGES:-})
 

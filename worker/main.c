@@ -12,6 +12,7 @@
 #include "log/mt_log.h"
 #include "rpc/mt_rpc.h"
 #include "tls/mt_tls.h"
+#include "worker/metrics.h"
 #include "worker/worker.h"
 
 static void usage(FILE *out)
@@ -42,6 +43,9 @@ static void usage(FILE *out)
         "                       default: the current directory and " MT_PATHSAFE_DEFAULT_DATASETS
         ")\n"
         "  --rpc-timeout-ms N   deadline of each control call (default 3000)\n"
+        "  --metrics-listen HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
+        "                       (step and collective times, bytes, stalls, checkpoints;\n"
+        "                       with --token-file the token is required; default: off)\n"
         "  --log-level L        debug|info|warn|error (default info)\n"
         "  --version, -h/--help\n");
 }
@@ -94,6 +98,7 @@ int main(int argc, char **argv)
         {"tls-cert", required_argument, NULL, 'C'},
         {"tls-key", required_argument, NULL, 'K'},
         {"log-level", required_argument, NULL, 'l'},
+        {"metrics-listen", required_argument, NULL, 'M'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -105,6 +110,9 @@ int main(int argc, char **argv)
     mt_err err = MT_ERR_INIT;
     mt_log_level level = MT_LOG_INFO;
     mt_worker *w = NULL;
+    worker_metrics *metrics = NULL;
+    const char *metrics_listen = NULL;
+    char metrics_url[128];
     const char *root_args[MT_PATHSAFE_MAX_ROOTS];
     int n_roots = 0;
     mt_pathsafe *roots = NULL;
@@ -168,6 +176,9 @@ int main(int argc, char **argv)
         case 'K':
             tlso.key_file = optarg;
             break;
+        case 'M':
+            metrics_listen = optarg;
+            break;
         case 'l':
             if (mt_log_level_parse(optarg, &level, &err) != MT_OK) {
                 fprintf(stderr, "meshtrain-worker: %s\n", err.msg);
@@ -201,14 +212,27 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < mt_pathsafe_root_count(roots); i++)
         mt_log_info("data root %s", mt_pathsafe_root_at(roots, i));
     o.data_roots = roots;
+    if (metrics_listen != NULL) {
+        if (worker_metrics_open(metrics_listen, o.token, &metrics, metrics_url, sizeof(metrics_url),
+                                &err) != MT_OK) {
+            mt_log_error("--metrics-listen %s: %s", metrics_listen, err.msg);
+            mt_pathsafe_free(roots);
+            mt_tls_free(tls);
+            return 2;
+        }
+        mt_log_info("metrics on %s/metrics", metrics_url);
+        o.metrics = metrics;
+    }
     if (mt_worker_open(&o, &w, &err) != MT_OK) {
         mt_log_error("%s", err.msg);
+        worker_metrics_close(metrics);
         mt_pathsafe_free(roots);
         mt_tls_free(tls);
         return 2;
     }
     mt_worker_run(w, &err);
     mt_worker_free(w);
+    worker_metrics_close(metrics);
     mt_pathsafe_free(roots);
     mt_tls_free(tls);
     mt_log_info("worker stopped");

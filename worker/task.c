@@ -29,6 +29,7 @@
  * shared fields are under t->mu; the cancel/stop flags are atomics.
  */
 #include "worker/task.h"
+#include "worker/metrics.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -91,6 +92,7 @@ struct worker_tasks {
     mt_coll_net *net;
     const struct mt_pathsafe *roots; /* borrowed; NULL = no confinement */
     const struct mt_tls *tls;        /* borrowed; NULL = none */
+    worker_metrics *metrics;         /* borrowed; NULL = none */
     char worker_id[64];
     char instance[64];
 };
@@ -153,6 +155,7 @@ mt_code worker_tasks_new(const worker_task_env *env, worker_tasks **out, mt_err 
     t->net = env->net;
     t->roots = env->roots;
     t->tls = env->tls;
+    t->metrics = env->metrics;
     *out = t;
     return MT_OK;
 }
@@ -377,6 +380,7 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
     long size;
     uLong crc = crc32(0L, Z_NULL, 0);
     char sum[32];
+    double t0 = now_s();
     mt_code rc = MT_OK;
 
     if (path == NULL) {
@@ -418,6 +422,7 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
         usleep(200 * 1000);
     }
     mt_free(buf);
+    worker_metrics_checkpoint(r->tab->metrics, now_s() - t0, (uint64_t)size, rc);
     if (rc == MT_OK)
         mt_log_info("job %s: checkpoint step %llu uploaded (%ld bytes)", r->job_id,
                     (unsigned long long)step, size);
@@ -504,6 +509,8 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
     if (rec != NULL && (unsigned long long)p->step > rec->step)
         rec->step = (unsigned long long)p->step;
     pthread_mutex_unlock(&t->mu);
+    if (p->event == MT_TRAIN_STEP)
+        worker_metrics_step(t->metrics, p->step_ms / 1e3);
     if (r->has_rank0) {
         if (p->event == MT_TRAIN_STEP) {
             if (r->meta_epoch != p->epoch) {
@@ -512,6 +519,7 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
                 r->meta_epoch = p->epoch;
             }
             add_points(r, p, &p->train, MT_METRIC_GROUP_TRAIN);
+            add_point(r, "batch_loss", (uint64_t)p->step, p->epoch, p->batch_loss);
             add_point(r, "examples_per_sec", (uint64_t)p->step, p->epoch, p->examples_per_sec);
             if (p->has_val) /* the validation made after this step */
                 add_points(r, p, &p->val, MT_METRIC_GROUP_VAL);
@@ -668,6 +676,8 @@ static mt_code run_task(task_run *r, mt_err *err)
     wo.default_deadline_ms =
         sum.coll_deadline_ms > 0 ? (int)sum.coll_deadline_ms : COLL_DEADLINE_MS;
     wo.mesh = r->mesh_text; /* ranks are mesh positions: errors name the mesh axis */
+    wo.observe = worker_metrics_collective;
+    wo.observe_arg = r->tab->metrics;
     /* the data plane serves one job at a time: wait for a task still ending (bounded) */
     for (int tries = 0;; tries++) {
         rc = mt_coll_world_new_net(r->tab->net, r->n_ranks, r->table, &wo, &world, err);
@@ -755,7 +765,9 @@ static void *run_main(void *arg)
     rc = mt_rpc_client_open(&co, &r->cli, &err);
     if (rc == MT_OK) {
         set_state(r, "running", 0, "");
+        worker_metrics_task(t->metrics, 1);
         rc = run_task(r, &err);
+        worker_metrics_task(t->metrics, -1);
     }
     if ((rc == MT_UNAVAILABLE || rc == MT_DEADLINE_EXCEEDED) && !atomic_load(&r->term)) {
         /* a peer was lost: the coordinator decides (a restart cancels this attempt) once it

@@ -44,6 +44,8 @@ typedef struct worker_task_env {
     const struct mt_pathsafe *roots; /* data roots job files must lie under (borrowed, must
                                         outlive the table); NULL = no confinement */
     const struct mt_tls *tls; /* for a tls+tcp:// coordinator (borrowed, must outlive the table) */
+    struct worker_metrics *metrics; /* steps, collectives, checkpoints go here (borrowed, must
+                                       outlive the table); NULL = none (worker/metrics.h) */
 } worker_task_env;
 
 /* A new, empty task table (returns owned: worker_tasks_free). RESOURCE_EXHAUSTED. */

@@ -198,8 +198,8 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
     if (swept > 0)
         mt_log_info("worker: removed %d task directories left by workers that died", swept);
     {
-        worker_task_env env = {o->coordinator,    o->token,      NULL,
-                               o->rpc_timeout_ms, o->data_roots, o->tls};
+        worker_task_env env = {o->coordinator, o->token, NULL,      o->rpc_timeout_ms,
+                               o->data_roots,  o->tls,   o->metrics};
         mt_code rc;
         w->net = open_data_plane(o); /* NULL: register anyway (monitoring) */
         env.net = w->net;

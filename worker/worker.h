@@ -34,11 +34,14 @@ typedef struct mt_worker_opts {
     /* borrowed, outlives the worker; NULL = none: the CA (and server name) to verify a
      * tls+tcp:// coordinator with, and the certificate, key and CA of a tls+tcp:// data plane */
     const struct mt_tls *tls;
+    /* borrowed, outlives the worker; NULL = none: the --metrics-listen endpoint (metrics.h) its
+     * tasks record steps, collectives and checkpoints into */
+    struct worker_metrics *metrics;
 } mt_worker_opts;
 
 #define MT_WORKER_OPTS_DEFAULTS                                                                    \
     {                                                                                              \
-        "tcp://127.0.0.1:7400", NULL, NULL, NULL, 0, 3000, NULL, NULL                              \
+        "tcp://127.0.0.1:7400", NULL, NULL, NULL, 0, 3000, NULL, NULL, NULL                        \
     }
 
 /* Build the worker (no network yet). Borrows opts. MT_OK and *out, or INVALID_ARGUMENT. */

@@ -711,6 +711,7 @@ typedef struct coll_ctx {
     uint64_t total;
     int64_t deadline_ns;
     int64_t deadline_ms;
+    int64_t start_ns;               /* when the call began (opts.observe) */
     int from_abort;                 /* the failure came from a peer's ABORT: do not re-broadcast */
     int blame;                      /* rank whose message was inconsistent, -1 none */
     int diagnosed;                  /* PINGs went out after the deadline */
@@ -767,7 +768,8 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, u
     x->seq = c->auto_seq++;
     x->deadline_ms =
         call != NULL && call->deadline_ms > 0 ? call->deadline_ms : c->w->opts.default_deadline_ms;
-    x->deadline_ns = coll__now_ns() + x->deadline_ms * 1000000LL;
+    x->start_ns = coll__now_ns();
+    x->deadline_ns = x->start_ns + x->deadline_ms * 1000000LL;
     char why[128];
     int pos = -1;
     if (coll__group_problem(c->w, c->rank, g, &pos, why, sizeof(why)) != NULL)
@@ -970,6 +972,9 @@ static mt_code ctx_end(coll_ctx *x, mt_code rc)
     c->active = 0;
     pthread_mutex_unlock(&c->mu);
     coll__progress_exit(c, rc);
+    if (c->w->opts.observe != NULL)
+        c->w->opts.observe(c->w->opts.observe_arg, op_name(x->op), x->total * sizeof(float),
+                           coll__now_ns() - x->start_ns, rc);
     return rc;
 }
 

@@ -106,6 +106,12 @@ typedef struct mt_coll_world_opts {
     mt_coll_drive_mode drive;
     int drive_yields; /* a driving thread with nothing to do yields the CPU this often before
                          it sleeps (a partner sharing its core runs at once); 0: sleep at once */
+    /* called at the end of every collective a comm of this world took part in (NULL: none), on
+     * that comm's device thread, with observe_arg, the operation's name ("allreduce", a static
+     * string), the bytes of the tensor it works on (its element count x 4), how long the call
+     * took and how it ended; must not block (the worker's metrics, worker/metrics.c) */
+    void (*observe)(void *arg, const char *op, uint64_t bytes, int64_t ns, mt_code rc);
+    void *observe_arg;
 } mt_coll_world_opts;
 
 #define MT_COLL_WORLD_DEFAULTS                                                                     \

@@ -46,12 +46,20 @@ static mt_code get_uint(const cJSON *obj, const char *key, const char *sect, dou
 /* Refuse keys of obj that are not in keys (NULL-terminated). */
 static mt_code only_keys(const cJSON *obj, const char *sect, const char *const *keys, mt_err *err)
 {
+    size_t n = 0;
+
+    while (keys[n] != NULL)
+        n++;
     for (const cJSON *it = obj->child; it != NULL; it = it->next) {
         int ok = 0;
         for (int i = 0; keys[i] != NULL && !ok; i++)
             ok = strcmp(it->string, keys[i]) == 0;
-        if (!ok)
-            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s.%s: unknown field", sect, it->string);
+        if (!ok) {
+            const char *near = mt_status_suggest(it->string, keys, n);
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s.%s: unknown field%s%s%s", sect,
+                              it->string, near ? "; did you mean " : "", near ? near : "",
+                              near ? "?" : "");
+        }
     }
     return MT_OK;
 }

@@ -30,14 +30,21 @@ static mt_code check_keys(const cJSON *obj, const char *path, const char *const 
                           mt_err *err)
 {
     const cJSON *it;
+    size_t n = 0;
+
+    while (allowed[n] != NULL)
+        n++;
     cJSON_ArrayForEach(it, obj)
     {
         bool ok = false;
         for (const char *const *a = allowed; *a != NULL; a++)
             ok = ok || strcmp(*a, it->string) == 0;
-        if (!ok)
-            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s%s%s: unknown field", path,
-                              path[0] ? "." : "", it->string);
+        if (!ok) {
+            const char *near = mt_status_suggest(it->string, allowed, n);
+            return mt_err_set(err, MT_INVALID_ARGUMENT, "%s%s%s: unknown field%s%s%s", path,
+                              path[0] ? "." : "", it->string, near ? "; did you mean " : "",
+                              near ? near : "", near ? "?" : "");
+        }
     }
     return MT_OK;
 }

@@ -193,8 +193,11 @@ mt_code mt_spmd_config_from_json(const cJSON *root, mt_spmd_config *cfg, mt_err 
         }
         for (const cJSON *c = ck->child; c != NULL; c = c->next)
             if (strcmp(c->string, "every_steps") != 0 && strcmp(c->string, "keep") != 0) {
-                rc =
-                    mt_err_set(err, MT_INVALID_ARGUMENT, "checkpoint.%s: unknown field", c->string);
+                static const char *const known[] = {"every_steps", "keep"};
+                const char *near = mt_status_suggest(c->string, known, 2);
+                rc = mt_err_set(err, MT_INVALID_ARGUMENT, "checkpoint.%s: unknown field%s%s%s",
+                                c->string, near ? "; did you mean " : "", near ? near : "",
+                                near ? "?" : "");
                 goto done;
             }
         int64_t keep = cfg->ckpt_keep;

@@ -7,6 +7,7 @@
  */
 #include "status/mt_status.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -129,4 +130,49 @@ const char *mt_err_msg(const mt_err *err)
     if (err == NULL)
         return "";
     return err->msg[0] != '\0' ? err->msg : mt_code_str(err->code);
+}
+
+/* Optimal string alignment distance of a and b (an insertion, deletion, substitution or swap of
+ * two neighbours is one edit), or limit + 1 when it exceeds limit. */
+static size_t edit_distance(const char *a, const char *b, size_t limit)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    size_t d[MT_STATUS_WORD_MAX + 1][MT_STATUS_WORD_MAX + 1];
+
+    if (na > MT_STATUS_WORD_MAX || nb > MT_STATUS_WORD_MAX || (na > nb ? na - nb : nb - na) > limit)
+        return limit + 1;
+    for (size_t i = 0; i <= na; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= nb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        for (size_t j = 1; j <= nb; j++) {
+            size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+            size_t v = d[i - 1][j - 1] + cost;
+            if (d[i - 1][j] + 1 < v)
+                v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v)
+                v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    }
+    return d[na][nb] > limit ? limit + 1 : d[na][nb];
+}
+
+const char *mt_status_suggest(const char *word, const char *const *names, size_t n)
+{
+    size_t limit = strlen(word) <= 4 ? 1 : 2, best = limit + 1;
+    const char *pick = NULL;
+
+    for (size_t i = 0; i < n; i++) {
+        size_t dist = edit_distance(word, names[i], limit);
+        if (dist < best) {
+            best = dist;
+            pick = names[i];
+        }
+    }
+    return pick;
 }

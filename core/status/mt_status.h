@@ -90,4 +90,11 @@ void mt_err_clear(mt_err *err);
 /* The message, or the code's description when the message is empty. Borrowed from err. */
 const char *mt_err_msg(const mt_err *err);
 
+#define MT_STATUS_WORD_MAX 64 /* longer words get no suggestion */
+
+/* For "did you mean": the name of names[0..n) closest to word (case-insensitive; an insertion,
+ * deletion, substitution or swap of two neighbours is one edit) if it is within 1 edit (words
+ * of up to 4 characters) or 2 (longer), else NULL. Borrowed from names. Pure. */
+const char *mt_status_suggest(const char *word, const char *const *names, size_t n);
+
 #endif

@@ -86,6 +86,7 @@ void mt_train_progress_add(mt_train_progress *p, mt_train_epoch_acc *acc, int64_
     p->epoch_step = epoch_step;
     p->loss = acc->loss_sum / (double)acc->seen;
     p->accuracy = acc->correct / (double)acc->seen;
+    p->batch_loss = m->loss;
     p->epoch_seconds = acc->seconds;
     p->step_ms = dt * 1e3;
     p->examples_per_sec = (double)acc->seen / acc->seconds;

@@ -55,6 +55,7 @@ typedef struct mt_train_progress {
     bool has_test;                   /* EPOCH_END with a test split */
     mt_metrics test;                 /* reported as "test_loss", "test_accuracy", ... */
     bool stopping;                   /* early stopping ends the run after this event */
+    double batch_loss;               /* STEP: the last step's own loss (mean over its batch) */
 } mt_train_progress;
 
 /* Progress callback; a non-OK return stops training with that code (CANCELLED, say). */
@@ -182,7 +183,7 @@ void mt_train_val_update(mt_train_val_state *vs, const mt_metrics *train, const 
 /*
  * Account a step of n examples that took dt seconds with metrics m (means over the n): updates
  * acc and p's running fields (step = steps done after it, epoch_step, loss, accuracy,
- * epoch_seconds, step_ms, examples_per_sec). Pure.
+ * batch_loss, epoch_seconds, step_ms, examples_per_sec). Pure.
  */
 void mt_train_progress_add(mt_train_progress *p, mt_train_epoch_acc *acc, int64_t step,
                            int64_t epoch_step, size_t n, const mt_step_metrics *m, double dt);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_http.c — fuzz target for the status endpoint's HTTP/1.1 server
- * (coordinator/http_srv.c) as a client on the network reaches it: a real coord_hsrv on
+ * (core/httpd/httpd.c) as a client on the network reaches it: a real mt_httpd on
  * 127.0.0.1 with small limits, a short timeout and a handler that echoes the method, the URI
  * and the body length. Each input is what the client sends on one connection (one request,
  * several pipelined, or garbage); it is written in two parts split at a position taken from
@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "clock/mt_clock.h"
-#include "coordinator/http_srv.h"
+#include "httpd/mt_httpd.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -33,9 +33,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define ALIVE_EVERY 4    /* inputs between two liveness checks */
 #define RESP_MAX    (64 * 1024)
 
-static coord_hsrv *srv;
+static mt_httpd *srv;
 static int port;
-static const coord_hsrv_opts opts = {
+static const mt_httpd_opts opts = {
     .timeout_ms = 200,
     .max_conns = 16,
     .threads = 2,
@@ -46,20 +46,20 @@ static const coord_hsrv_opts opts = {
 };
 
 /* The trivial application: 200, "METHOD URI BODYLEN\n"; HEAD answers say so in a header. */
-static void echo(void *arg, const coord_hsrv_req *q, coord_hsrv_res *r)
+static void echo(void *arg, const mt_httpd_req *q, mt_httpd_res *r)
 {
     char line[64];
     int n = snprintf(line, sizeof(line), " %zu\n", q->body_len);
 
     (void)arg;
-    coord_hsrv_res_status(r, 200);
-    coord_hsrv_res_header(r, "Content-Type", "text/plain");
+    mt_httpd_res_status(r, 200);
+    mt_httpd_res_header(r, "Content-Type", "text/plain");
     if (strcmp(q->method, "HEAD") == 0)
-        coord_hsrv_res_header(r, "X-Head", "1");
-    coord_hsrv_res_body(r, q->method, strlen(q->method));
-    coord_hsrv_res_body(r, " ", 1);
-    coord_hsrv_res_body(r, q->uri, strlen(q->uri));
-    coord_hsrv_res_body(r, line, (size_t)n);
+        mt_httpd_res_header(r, "X-Head", "1");
+    mt_httpd_res_body(r, q->method, strlen(q->method));
+    mt_httpd_res_body(r, " ", 1);
+    mt_httpd_res_body(r, q->uri, strlen(q->uri));
+    mt_httpd_res_body(r, line, (size_t)n);
 }
 
 static void die(const char *what, const char *detail)
@@ -75,9 +75,8 @@ static void setup(void)
 
     if (srv != NULL)
         return;
-    if (coord_hsrv_open("127.0.0.1:0", &opts, echo, NULL, &srv, bound, sizeof(bound), NULL) !=
-        MT_OK)
-        die("coord_hsrv_open failed", NULL);
+    if (mt_httpd_open("127.0.0.1:0", &opts, echo, NULL, &srv, bound, sizeof(bound), NULL) != MT_OK)
+        die("mt_httpd_open failed", NULL);
     colon = strrchr(bound, ':');
     port = colon != NULL ? (int)strtol(colon + 1, NULL, 10) : 0;
     if (port <= 0)

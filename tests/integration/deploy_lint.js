@@ -168,6 +168,14 @@ else {
         if (!c.readinessProbe) fail(sts.what, 'no readiness probe');
         if (!a.some((x, i) => x === '--data-root' && a[i + 1] === '/data')) fail(sts.what, 'no --data-root /data');
         datasetChecks(sts, c);
+        // the worker's own Prometheus endpoint (--metrics-listen) and the annotations that find it
+        const an = sts.doc.spec.template.metadata.annotations || {};
+        const ml = a[a.indexOf('--metrics-listen') + 1] || '';
+        const port = (c.ports || []).find((p) => p.name === 'metrics');
+        if (a.indexOf('--metrics-listen') < 0 || !port || ml !== '0.0.0.0:' + port.containerPort ||
+            an['prometheus.io/scrape'] !== 'true' || an['prometheus.io/port'] !== String(port.containerPort) ||
+            an['prometheus.io/path'] !== '/metrics')
+            fail(sts.what, 'no --metrics-listen with a metrics port and Prometheus scrape annotations for it');
     }
     ok(`${sts.what} (meshtrain checks)`);
 }

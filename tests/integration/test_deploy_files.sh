@@ -236,8 +236,9 @@ if [ $have_node = 1 ]; then
     sed 's/defaultMode: 0400/defaultMode: 0444/' "$SRC/deploy/k8s/worker.yaml" >"$T/bad/w1.yaml"
     sed 's/prometheus.io\/scrape: "true"/prometheus.io\/scrape: "false"/' "$SRC/deploy/k8s/coordinator.yaml" >"$T/bad/c4.yaml"
     sed 's/claimName: meshtrain-datasets/claimName: meshtrain-state/' "$SRC/deploy/k8s/worker.yaml" >"$T/bad/w2.yaml"
+    sed 's/prometheus.io\/port: "9101"/prometheus.io\/port: "9102"/' "$SRC/deploy/k8s/worker.yaml" >"$T/bad/w3.yaml"
     sed 's/      - worker-2$/      - worker-1/' "$SRC/deploy/docker/compose.yml" >"$T/bad/compose.yml"
-    for bad in c1 c2 c3 c4 w1 w2; do
+    for bad in c1 c2 c3 c4 w1 w2 w3; do
         cmp -s "$T/bad/$bad.yaml" "$SRC/deploy/k8s/${bad:0:1}"*.yaml && fail "negative case $bad did not change anything"
         ! NODE_PATH=$NODE_DIR/node_modules node "$SRC/tests/integration/deploy_lint.js" "$T" \
             "$SRC/deploy/docker/compose.yml" "$T/bad/$bad.yaml" "$SRC/deploy/k8s/secret.yaml" "$SRC/deploy/k8s/datasets.yaml" \
@@ -253,8 +254,9 @@ if [ $have_node = 1 ]; then
     grep -q 'not mounted with defaultMode 0400' "$T/bad/w1.out" || fail "w1: $(cat "$T/bad/w1.out")"
     grep -q 'no Prometheus scrape annotations' "$T/bad/c4.out" || fail "c4: $(cat "$T/bad/c4.out")"
     grep -q 'meshtrain-datasets is not mounted read-only at /data' "$T/bad/w2.out" || fail "w2: $(cat "$T/bad/w2.out")"
+    grep -q 'no --metrics-listen with a metrics port' "$T/bad/w3.out" || fail "w3: $(cat "$T/bad/w3.out")"
     grep -q 'duplicate worker name' "$T/bad/compose.out" || fail "compose: $(cat "$T/bad/compose.out")"
-    log "compose + k8s: $(grep -c '^ok' "$T/lint.txt") checks ok; 7 broken variants rejected"
+    log "compose + k8s: $(grep -c '^ok' "$T/lint.txt") checks ok; 8 broken variants rejected"
 fi
 
 # ---------------------------------------------------------------- Slurm

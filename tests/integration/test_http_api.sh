@@ -82,7 +82,19 @@ expect 404 "$HTTP_URL/api/v1/nothing"
 jqb '.error.code == "NOT_FOUND" and (.error.message | test("/api/v1/nothing"))'
 expect 404 "$HTTP_URL/no/such/page"
 jqb '.error.code == "NOT_FOUND"'
-expect 405 -X POST "$HTTP_URL/api/v1/jobs"
+# actions (http_act.c) need a token: this coordinator has none, so they are refused
+expect 403 -X POST -H 'Content-Type: application/json' -d '{}' "$HTTP_URL/api/v1/jobs/$JOB/cancel"
+jqb '.error.code == "PERMISSION_DENIED" and (.error.message | test("--token-file"))'
+expect 403 -X POST -H 'Content-Type: application/json' -d '{"spec": {}}' "$HTTP_URL/api/v1/jobs"
+expect 405 -X POST "$HTTP_URL/api/v1/mesh"
+expect 405 -X PUT "$HTTP_URL/api/v1/jobs"
+expect 405 -X POST "$HTTP_URL/jobs/$JOB"
+curl -sf "$HTTP_URL/api/v1/jobs/$JOB" | jq -e '.actions == []' >/dev/null || fail "actions offered without a token"
+curl -sf "$HTTP_URL/api/v1/jobs?metrics=latest" | jq -e --arg j "$JOB" '.jobs[] | select(.job_id == $j) |
+    .latest_metrics | has("loss") and has("test_accuracy")' >/dev/null || fail "jobs?metrics=latest"
+expect 400 "$HTTP_URL/api/v1/jobs?metrics=all"
+expect 404 "$HTTP_URL/api/v1/jobs/$JOB/checkpoint?step=999999"
+jqb '.error.code == "NOT_FOUND"'
 
 expect 200 "$HTTP_URL/api/v1/mesh"
 jqb '.devices_total == 4 and .devices_busy == 4 and .devices_free == 0'

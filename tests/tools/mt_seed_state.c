@@ -13,8 +13,9 @@
  *               one transaction, then set the job's step: a training job "live"
  *               while a coordinator serves the same database (tests the dashboard).
  *   --steps N   metric steps of the running job (default 200)
- *   --names K   metric names per step, 1..5 of loss, accuracy, examples_per_sec,
- *               test_loss, test_accuracy (eval ones every 10th step; default 5)
+ *   --names K   metric names per step, 1..6 of loss, accuracy, examples_per_sec,
+ *               test_loss, test_accuracy (test ones every 10th step; default 5), batch_loss
+ *               (the last step's own loss around loss); --append adds the same K
  *   --jobs N    N more jobs after those (for listing tests and bench/list_jobs.sh): finished
  *               ones, SUCCEEDED / FAILED / CANCELLED in turn, priorities 0..2
  *   --restart S the running job lost worker-b at its last step and runs again as
@@ -86,20 +87,25 @@ static double value_of(int j, double t)
            : j == 1 ? 1.0 - 0.9 * exp(-t / 60.0)
            : j == 2 ? 5000.0 + 100.0 * sin(t / 7.0)
            : j == 3 ? 2.3 * exp(-t / 90.0) + 0.15
-                    : 0.95 - 0.85 * exp(-t / 70.0);
+           : j == 4 ? 0.95 - 0.85 * exp(-t / 70.0)
+                    : 2.3 * exp(-t / 80.0) + 0.1 + 0.25 * sin(t * 1.7) * exp(-t / 400.0);
 }
 
 /* --append: grow job_id by `steps` steps, one transaction per step. */
-static int append(const char *db, const char *job_id, long steps, long interval_ms)
+static int append(const char *db, const char *job_id, long steps, long interval_ms, long k)
 {
-    static const char *const names[] = {"loss", "accuracy", "examples_per_sec", "test_loss",
-                                        "test_accuracy"};
+    static const char *const names[] = {"loss",      "accuracy",      "examples_per_sec",
+                                        "test_loss", "test_accuracy", "batch_loss"};
     mt_err err = MT_ERR_INIT;
     mt_store *s = NULL;
     mt_store_job j;
     struct timespec pause = {interval_ms / 1000, (interval_ms % 1000) * 1000000L};
 
-    if (check(mt_store_open(db, &s, &err), &err, db))
+    mt_store_options so = MT_STORE_OPTIONS_DEFAULTS;
+    /* a running coordinator commits beside it (fsync each): on a loaded machine a commit can
+     * hold the lock longer than the default 2 s, and a real writer would wait */
+    so.busy_timeout_ms = 60000;
+    if (check(mt_store_open_opts(db, &so, &s, &err), &err, db))
         return 1;
     if (check(mt_store_job_get(s, job_id, &j, &err), &err, job_id)) {
         mt_store_close(s);
@@ -107,19 +113,24 @@ static int append(const char *db, const char *job_id, long steps, long interval_
     }
     mt_store_job_fini(&j);
     for (uint64_t st = j.step + 1; st <= j.step + (uint64_t)steps; st++) {
-        mt_store_metric pts[5];
+        mt_store_metric pts[6];
         size_t n = 0;
-        for (int k = 0; k < 5; k++) {
-            if (k >= 3 && st % 10 != 0)
+        for (int i = 0; i < k && i < 6; i++) {
+            if ((i == 3 || i == 4) && st % 10 != 0)
                 continue;
             memset(&pts[n], 0, sizeof(pts[n]));
             pts[n].step = st;
-            snprintf(pts[n].name, sizeof(pts[n].name), "%s", names[k]);
-            pts[n].value = value_of(k, (double)st);
+            snprintf(pts[n].name, sizeof(pts[n].name), "%s", names[i]);
+            pts[n].value = value_of(i, (double)st);
             pts[n++].time_ms = mt_clock_wall_ms();
         }
-        if (check(mt_store_metrics_insert(s, job_id, pts, n, &err), &err, "append metrics") ||
-            check(mt_store_job_set_step(s, job_id, st, mt_clock_wall_ms(), &err), &err, "step")) {
+        /* BEGIN IMMEDIATE takes the write lock first, waiting for it (busy_timeout_ms): a
+         * call's own deferred transaction reads before it writes and fails at once with
+         * "database is locked" when the coordinator committed in between (a stale snapshot) */
+        if (check(mt_store_tx_begin(s, &err), &err, "begin") ||
+            check(mt_store_metrics_insert(s, job_id, pts, n, &err), &err, "append metrics") ||
+            check(mt_store_job_set_step(s, job_id, st, mt_clock_wall_ms(), &err), &err, "step") ||
+            check(mt_store_tx_commit(s, &err), &err, "commit")) {
             mt_store_close(s);
             return 1;
         }
@@ -131,8 +142,8 @@ static int append(const char *db, const char *job_id, long steps, long interval_
 
 int main(int argc, char **argv)
 {
-    static const char *const names[] = {"loss", "accuracy", "examples_per_sec", "test_loss",
-                                        "test_accuracy"};
+    static const char *const names[] = {"loss",      "accuracy",      "examples_per_sec",
+                                        "test_loss", "test_accuracy", "batch_loss"};
     long steps = 200, k = 5, interval_ms = 50, restart = 0, more = 0;
     const char *append_job = NULL;
     mt_err err = MT_ERR_INIT;
@@ -161,13 +172,13 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--jobs") == 0)
             more = strtol(argv[i + 1], NULL, 10);
     }
-    if (steps < 1 || k < 1 || k > 5) {
-        fprintf(stderr, "mt_seed_state: --steps >= 1, --names 1..5\n");
+    if (steps < 1 || k < 1 || k > 6) {
+        fprintf(stderr, "mt_seed_state: --steps >= 1, --names 1..6\n");
         return 2;
     }
     snprintf(db, sizeof(db), "%s/meshtrain.db", argv[1]);
     if (append_job != NULL)
-        return append(db, append_job, steps, interval_ms < 0 ? 0 : interval_ms);
+        return append(db, append_job, steps, interval_ms < 0 ? 0 : interval_ms, k);
     mkdir(argv[1], 0700);
     mt_store_options o = MT_STORE_OPTIONS_DEFAULTS;
     o.sync_full = 0;
@@ -209,8 +220,8 @@ int main(int argc, char **argv)
     mt_store_metric *pts = calloc(cap, sizeof(*pts));
     bad |= check(mt_store_tx_begin(s, &err), &err, "begin");
     for (long st = 1; st <= steps && pts != NULL; st++) {
-        for (long j = 0; j < k; j++) {
-            if (j >= 3 && st % 10 != 0)
+        for (long j = 0; j < k && j < 6; j++) {
+            if ((j == 3 || j == 4) && st % 10 != 0)
                 continue;
             mt_store_metric *m = &pts[n++];
             m->step = (uint64_t)st;

@@ -411,8 +411,10 @@ static void ctx_fini(coord_http_ctx *c)
 
 static void get(coord_http_ctx *c, const char *path, const char *query, coord_http_reply *r)
 {
+    coord_http_call call = {"GET", path, query ? query : "", "", 0, NULL};
+
     memset(r, 0, sizeof(*r));
-    coord_http__api(c, path, query, r);
+    coord_http__api(c, &call, r);
 }
 
 /* Ask both sides the same query; fail with the query and the first difference. */

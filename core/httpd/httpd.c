@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * http_srv.c — the status endpoint's HTTP/1.1 server (http_srv.h): one poll() thread owns the
+ * httpd.c — the small HTTP/1.1 server of mt_httpd.h: one poll() thread owns the
  * listening socket and every connection; parsed requests go to a few handler threads.
  *
  * DESIGN. A connection is in one of four states. READ: bytes arrive into its buffer, which is
@@ -18,7 +18,7 @@
  * handler thread owns a BUSY connection's request and response fields until it puts the
  * connection on the done list (mutex) and wakes the I/O thread (eventfd).
  */
-#include "coordinator/http_srv.h"
+#include "httpd/mt_httpd.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -83,7 +83,7 @@ static void hbuf_fini(hbuf *b)
     memset(b, 0, sizeof(*b));
 }
 
-struct coord_hsrv_res {
+struct mt_httpd_res {
     int status;
     hbuf hdrs; /* "Name: value\r\n" ... */
     hbuf body;
@@ -97,23 +97,23 @@ typedef struct conn {
     int64_t deadline; /* monotonic ms; READ, WRITE, LINGER */
     char *in;         /* received bytes not yet consumed; in_cap = the server's in_cap */
     size_t in_len;
-    bool parsed;        /* the current request's head is parsed (req valid, NULs written) */
-    size_t head_len;    /* bytes of that head, blank line included */
-    size_t body_len;    /* its Content-Length */
-    bool close_after;   /* close once the response is written */
-    bool eof;           /* the client half-closed: the complete requests are still served */
-    coord_hsrv_req req; /* BUSY: the request the handler gets */
-    const char **hdr;   /* 2 * max_headers pointers into in */
-    char *body;         /* a NUL-terminated copy of the body, or NULL */
-    hbuf out;           /* the serialized response */
+    bool parsed;      /* the current request's head is parsed (req valid, NULs written) */
+    size_t head_len;  /* bytes of that head, blank line included */
+    size_t body_len;  /* its Content-Length */
+    bool close_after; /* close once the response is written */
+    bool eof;         /* the client half-closed: the complete requests are still served */
+    mt_httpd_req req; /* BUSY: the request the handler gets */
+    const char **hdr; /* 2 * max_headers pointers into in */
+    char *body;       /* a NUL-terminated copy of the body, or NULL */
+    hbuf out;         /* the serialized response */
     size_t out_off;
     short revents;     /* I/O thread: what the last poll saw on fd */
     struct conn *next; /* work queue / done list */
 } conn;
 
-struct coord_hsrv {
-    coord_hsrv_opts o;
-    coord_hsrv_fn fn;
+struct mt_httpd {
+    mt_httpd_opts o;
+    mt_httpd_fn fn;
     void *arg;
     int lfd;        /* listening socket */
     int efd;        /* eventfd: handlers and close wake the I/O thread */
@@ -132,7 +132,7 @@ struct coord_hsrv {
 
 /* ------------------------------------------------------------ requests and responses */
 
-const char *coord_hsrv_req_header(const coord_hsrv_req *q, const char *name)
+const char *mt_httpd_req_header(const mt_httpd_req *q, const char *name)
 {
     for (size_t i = 0; i < q->n_hdr; i++)
         if (strcasecmp(q->hdr[2 * i], name) == 0)
@@ -140,12 +140,12 @@ const char *coord_hsrv_req_header(const coord_hsrv_req *q, const char *name)
     return NULL;
 }
 
-void coord_hsrv_res_status(coord_hsrv_res *r, int status)
+void mt_httpd_res_status(mt_httpd_res *r, int status)
 {
     r->status = status;
 }
 
-void coord_hsrv_res_header(coord_hsrv_res *r, const char *name, const char *value)
+void mt_httpd_res_header(mt_httpd_res *r, const char *name, const char *value)
 {
     hbuf_puts(&r->hdrs, name);
     hbuf_add(&r->hdrs, ": ", 2);
@@ -153,7 +153,7 @@ void coord_hsrv_res_header(coord_hsrv_res *r, const char *name, const char *valu
     hbuf_add(&r->hdrs, "\r\n", 2);
 }
 
-void coord_hsrv_res_body(coord_hsrv_res *r, const void *data, size_t len)
+void mt_httpd_res_body(mt_httpd_res *r, const void *data, size_t len)
 {
     hbuf_add(&r->body, data, len);
 }
@@ -188,7 +188,7 @@ static const char *reason_of(int status)
 
 /* Serialize into c->out: status line, Content-Length, Connection, r's headers, the body
  * (none for HEAD). */
-static void serialize(conn *c, coord_hsrv_res *r, bool head_only)
+static void serialize(conn *c, mt_httpd_res *r, bool head_only)
 {
     char line[128];
 
@@ -196,8 +196,8 @@ static void serialize(conn *c, coord_hsrv_res *r, bool head_only)
         hbuf_fini(&r->hdrs);
         hbuf_fini(&r->body);
         r->status = 503;
-        coord_hsrv_res_header(r, "Content-Type", "text/plain; charset=utf-8");
-        coord_hsrv_res_body(r, "out of memory\n", 14);
+        mt_httpd_res_header(r, "Content-Type", "text/plain; charset=utf-8");
+        mt_httpd_res_body(r, "out of memory\n", 14);
     }
     hbuf_fini(&c->out);
     c->out_off = 0;
@@ -216,17 +216,17 @@ static void serialize(conn *c, coord_hsrv_res *r, bool head_only)
 /* The server's own answers (limits, timeouts, cap): a JSON error as the API's, then close. */
 static void error_response(conn *c, int status, const char *code, const char *msg)
 {
-    coord_hsrv_res r = {status, {0}, {0}};
+    mt_httpd_res r = {status, {0}, {0}};
     char body[512];
     int n = snprintf(body, sizeof(body),
                      "{\"error\":{\"code\":\"%s\",\"http_status\":%d,\"message\":\"%s\"}}\n", code,
                      status, msg);
 
-    coord_hsrv_res_header(&r, "Content-Type", "application/json; charset=utf-8");
-    coord_hsrv_res_header(&r, "Cache-Control", "no-store");
+    mt_httpd_res_header(&r, "Content-Type", "application/json; charset=utf-8");
+    mt_httpd_res_header(&r, "Cache-Control", "no-store");
     if (status == 503)
-        coord_hsrv_res_header(&r, "Retry-After", "1");
-    coord_hsrv_res_body(&r, body, n > 0 && (size_t)n < sizeof(body) ? (size_t)n : 0);
+        mt_httpd_res_header(&r, "Retry-After", "1");
+    mt_httpd_res_body(&r, body, n > 0 && (size_t)n < sizeof(body) ? (size_t)n : 0);
     c->close_after = true;
     serialize(c, &r, false);
 }
@@ -237,7 +237,7 @@ typedef enum parse_rc { PARSE_MORE, PARSE_READY, PARSE_ERROR } parse_rc;
 
 /* Where the head ends in c->in (just past its blank line), 0 when it has not all arrived; sets
  * *lines to the header lines seen and *too_big when a limit is passed. Read-only. */
-static size_t head_end(const coord_hsrv *s, const conn *c, size_t *lines, int *too_big)
+static size_t head_end(const mt_httpd *s, const conn *c, size_t *lines, int *too_big)
 {
     const char *p = c->in, *end = c->in + c->in_len;
     const char *nl = memchr(p, '\n', c->in_len);
@@ -294,7 +294,7 @@ static char *trim(char *v)
 }
 
 /* Parse the arrived head in place into c->req. 0, or the HTTP status of the refusal with msg. */
-static int parse_head(const coord_hsrv *s, conn *c, const char **msg)
+static int parse_head(const mt_httpd *s, conn *c, const char **msg)
 {
     char *p = c->in, *line, *sp1, *sp2;
     const char *conn_hdr, *cl, *ver;
@@ -333,12 +333,12 @@ static int parse_head(const coord_hsrv *s, conn *c, const char **msg)
         c->hdr[2 * c->req.n_hdr + 1] = trim(colon + 1);
         c->req.n_hdr++;
     }
-    if (coord_hsrv_req_header(&c->req, "Transfer-Encoding") != NULL) {
+    if (mt_httpd_req_header(&c->req, "Transfer-Encoding") != NULL) {
         *msg = "Transfer-Encoding is not supported; send Content-Length";
         return 501;
     }
     c->body_len = 0;
-    if ((cl = coord_hsrv_req_header(&c->req, "Content-Length")) != NULL) {
+    if ((cl = mt_httpd_req_header(&c->req, "Content-Length")) != NULL) {
         char *end = NULL;
         unsigned long long v = strtoull(cl, &end, 10);
         if (end == cl || *end != '\0' || cl[0] == '-') {
@@ -351,7 +351,7 @@ static int parse_head(const coord_hsrv *s, conn *c, const char **msg)
         }
         c->body_len = (size_t)v;
     }
-    conn_hdr = coord_hsrv_req_header(&c->req, "Connection");
+    conn_hdr = mt_httpd_req_header(&c->req, "Connection");
     if (conn_hdr != NULL && strcasecmp(conn_hdr, "close") == 0)
         c->close_after = true;
     if (http10 && (conn_hdr == NULL || strcasecmp(conn_hdr, "keep-alive") != 0))
@@ -360,7 +360,7 @@ static int parse_head(const coord_hsrv *s, conn *c, const char **msg)
 }
 
 /* Parse what has arrived of the current request. ERROR: c->out holds the refusal. */
-static parse_rc parse(coord_hsrv *s, conn *c)
+static parse_rc parse(mt_httpd *s, conn *c)
 {
     const char *msg = "";
     size_t lines;
@@ -417,13 +417,13 @@ static void conn_free(conn *c)
     mt_free(c);
 }
 
-static void conn_drop(coord_hsrv *s, size_t i)
+static void conn_drop(mt_httpd *s, size_t i)
 {
     conn_free(s->conns[i]);
     s->conns[i] = s->conns[--s->n_conns];
 }
 
-static void to_write(coord_hsrv *s, conn *c)
+static void to_write(mt_httpd *s, conn *c)
 {
     c->st = CONN_WRITE;
     c->deadline = mt_clock_mono_ms() + s->o.timeout_ms;
@@ -431,7 +431,7 @@ static void to_write(coord_hsrv *s, conn *c)
 
 /* The connection is ready for its next request: parse what is buffered, queue it when
  * complete. */
-static void conn_next(coord_hsrv *s, conn *c)
+static void conn_next(mt_httpd *s, conn *c)
 {
     switch (parse(s, c)) {
     case PARSE_MORE:
@@ -453,7 +453,7 @@ static void conn_next(coord_hsrv *s, conn *c)
 
 /* Read what the socket has, up to a full buffer (parse then refuses what passes a limit).
  * false: the connection is to be dropped. */
-static bool conn_read(coord_hsrv *s, conn *c)
+static bool conn_read(mt_httpd *s, conn *c)
 {
     for (;;) {
         ssize_t n;
@@ -475,7 +475,7 @@ static bool conn_read(coord_hsrv *s, conn *c)
 }
 
 /* Send what the socket takes; when all is sent, go on (next request, or linger). false: drop. */
-static bool conn_write(coord_hsrv *s, conn *c)
+static bool conn_write(mt_httpd *s, conn *c)
 {
     while (c->out_off < c->out.len) {
         ssize_t n = send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
@@ -523,7 +523,7 @@ static bool conn_linger(conn *c)
     }
 }
 
-static void accept_all(coord_hsrv *s)
+static void accept_all(mt_httpd *s)
 {
     for (;;) {
         int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -568,7 +568,7 @@ static void accept_all(coord_hsrv *s)
 }
 
 /* Handled requests back from the handler threads: start writing their responses. */
-static void take_done(coord_hsrv *s)
+static void take_done(mt_httpd *s)
 {
     conn *c;
     uint64_t v;
@@ -588,7 +588,7 @@ static void take_done(coord_hsrv *s)
 
 static void *io_main(void *arg)
 {
-    coord_hsrv *s = arg;
+    mt_httpd *s = arg;
     struct pollfd *pf = mt_calloc((size_t)s->o.max_conns + 2, sizeof(*pf));
     conn **who = mt_calloc((size_t)s->o.max_conns + 2, sizeof(*who));
 
@@ -672,12 +672,12 @@ static void *io_main(void *arg)
 
 static void *worker_main(void *arg)
 {
-    coord_hsrv *s = arg;
+    mt_httpd *s = arg;
     uint64_t one = 1;
 
     for (;;) {
         conn *c;
-        coord_hsrv_res r = {200, {0}, {0}};
+        mt_httpd_res r = {200, {0}, {0}};
         ssize_t n;
 
         pthread_mutex_lock(&s->mu);
@@ -768,7 +768,7 @@ static mt_code listen_on(const char *addr, int *out, char *bound, size_t cap, mt
     return MT_OK;
 }
 
-void coord_hsrv_close(coord_hsrv *s)
+void mt_httpd_close(mt_httpd *s)
 {
     uint64_t one = 1;
     ssize_t n;
@@ -799,10 +799,10 @@ void coord_hsrv_close(coord_hsrv *s)
     mt_free(s);
 }
 
-mt_code coord_hsrv_open(const char *addr, const coord_hsrv_opts *opts, coord_hsrv_fn fn, void *arg,
-                        coord_hsrv **out, char *bound, size_t cap, mt_err *err)
+mt_code mt_httpd_open(const char *addr, const mt_httpd_opts *opts, mt_httpd_fn fn, void *arg,
+                      mt_httpd **out, char *bound, size_t cap, mt_err *err)
 {
-    coord_hsrv *s;
+    mt_httpd *s;
     mt_code rc;
 
     *out = NULL;
@@ -846,6 +846,6 @@ mt_code coord_hsrv_open(const char *addr, const coord_hsrv_opts *opts, coord_hsr
     *out = s;
     return MT_OK;
 fail:
-    coord_hsrv_close(s);
+    mt_httpd_close(s);
     return rc;
 }

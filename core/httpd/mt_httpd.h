@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * http_srv.h — the status endpoint's HTTP/1.1 server: sockets, parsing, limits and timeouts,
- * and nothing about meshtrain. http.c is its only user: it passes one handler that turns a
- * parsed request into a response.
+ * mt_httpd.h — a small HTTP/1.1 server: sockets, parsing, limits and timeouts, and nothing
+ * about meshtrain. Its users pass one handler that turns a parsed request into a response: the
+ * coordinator's status endpoint (coordinator/http.c) and the worker's metrics endpoint
+ * (worker/metrics.c).
  *
  * What it promises a hostile or careless client (docs/api.md, "Limits"):
  *   a request line longer than max_line          -> 414, then the connection is closed;
@@ -22,42 +23,43 @@
  *
  * Threading: one I/O thread (poll) owns the sockets; `threads` handler threads run the handler,
  * several at once, each on its own connection. open/close from the main thread; close waits for
- * the handlers in progress. Tests: tests/integration/test_http_limits.sh, test_http_api.sh.
+ * the handlers in progress. Tests: tests/integration/test_http_limits.sh, test_http_api.sh,
+ * test_worker_metrics.sh; tests/fuzz/fuzz_http.c.
  */
-#ifndef MT_COORD_HTTP_SRV_H
-#define MT_COORD_HTTP_SRV_H
+#ifndef MT_HTTPD_H
+#define MT_HTTPD_H
 
 #include <stddef.h>
 
 #include "status/mt_status.h"
 
-typedef struct coord_hsrv coord_hsrv;
+typedef struct mt_httpd mt_httpd;
 
 /* A parsed request; every pointer borrowed, valid during the handler call. */
-typedef struct coord_hsrv_req {
+typedef struct mt_httpd_req {
     const char *method; /* "GET" ... */
     const char *uri;    /* as sent: path?query */
     const char *body;   /* Content-Length bytes (NUL-terminated), "" when none */
     size_t body_len;
     const char *const *hdr; /* name, value, name, value ... (names as sent) */
     size_t n_hdr;           /* pairs */
-} coord_hsrv_req;
+} mt_httpd_req;
 
-typedef struct coord_hsrv_res coord_hsrv_res;
+typedef struct mt_httpd_res mt_httpd_res;
 
 /* The value of header name (case-insensitive), or NULL. */
-const char *coord_hsrv_req_header(const coord_hsrv_req *q, const char *name);
+const char *mt_httpd_req_header(const mt_httpd_req *q, const char *name);
 
 /* Building the response, from the handler: the status (default 200), extra headers (copied;
  * Content-Length and Connection are the server's), the body (copied). */
-void coord_hsrv_res_status(coord_hsrv_res *r, int status);
-void coord_hsrv_res_header(coord_hsrv_res *r, const char *name, const char *value);
-void coord_hsrv_res_body(coord_hsrv_res *r, const void *data, size_t len);
+void mt_httpd_res_status(mt_httpd_res *r, int status);
+void mt_httpd_res_header(mt_httpd_res *r, const char *name, const char *value);
+void mt_httpd_res_body(mt_httpd_res *r, const void *data, size_t len);
 
 /* Runs on a handler thread; must fill r (an untouched r is an empty 200). */
-typedef void (*coord_hsrv_fn)(void *arg, const coord_hsrv_req *q, coord_hsrv_res *r);
+typedef void (*mt_httpd_fn)(void *arg, const mt_httpd_req *q, mt_httpd_res *r);
 
-typedef struct coord_hsrv_opts {
+typedef struct mt_httpd_opts {
     int timeout_ms;     /* a request must arrive, and a response be taken, within this */
     int max_conns;      /* open connections; one more is answered 503 */
     int threads;        /* handler threads */
@@ -65,24 +67,24 @@ typedef struct coord_hsrv_opts {
     size_t max_head;    /* request line + headers bytes (431) */
     size_t max_headers; /* header lines (431) */
     size_t max_body;    /* body bytes (413) */
-} coord_hsrv_opts;
+} mt_httpd_opts;
 
-#define COORD_HSRV_OPTS_DEFAULTS                                                                   \
+#define MT_HTTPD_OPTS_DEFAULTS                                                                     \
     {                                                                                              \
         10000, 512, 4, 8192, 16384, 100, 8192                                                      \
     }
 
 /*
  * Listen on addr ("HOST:PORT"; port 0 picks one) and start the threads. opts and fn/arg are
- * borrowed until coord_hsrv_close. On OK *out is owned and bound (cap bytes) gets
+ * borrowed until mt_httpd_close. On OK *out is owned and bound (cap bytes) gets
  * "http://IP:PORT". Codes: INVALID_ARGUMENT (address), UNAVAILABLE (cannot bind: in use,
  * not local), RESOURCE_EXHAUSTED. Blocks briefly (DNS for a host name); main thread.
  */
-mt_code coord_hsrv_open(const char *addr, const coord_hsrv_opts *opts, coord_hsrv_fn fn, void *arg,
-                        coord_hsrv **out, char *bound, size_t cap, mt_err *err);
+mt_code mt_httpd_open(const char *addr, const mt_httpd_opts *opts, mt_httpd_fn fn, void *arg,
+                      mt_httpd **out, char *bound, size_t cap, mt_err *err);
 
 /* Stop accepting, wait for the handlers in progress, close every connection, free. NULL: no-op.
  */
-void coord_hsrv_close(coord_hsrv *s);
+void mt_httpd_close(mt_httpd *s);
 
 #endif
