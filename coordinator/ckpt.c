@@ -234,9 +234,13 @@ static void chunk_done(uv_work_t *w, int status)
                     u->step, rep.received, q->checksum);
         if (mt_store_checkpoint_gc(c->store, u->job_id, j ? j->sum.ckpt_keep : 3, &gone, &ngone,
                                    NULL) == MT_OK) {
-            for (size_t i = 0; i < ngone; i++)
+            for (size_t i = 0; i < ngone; i++) {
+                char model[4096]; /* its safetensors export, if the dashboard asked for it */
                 if (unlink(gone[i]) != 0 && errno != ENOENT)
                     mt_log_warn("delete old checkpoint %s: %s", gone[i], strerror(errno));
+                if (snprintf(model, sizeof(model), "%s.safetensors", gone[i]) < (int)sizeof(model))
+                    (void)unlink(model);
+            }
             mt_store_strings_free(gone, ngone);
         }
         upload_drop(c, u);

@@ -29,8 +29,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloc/mt_alloc.h"
+#include "ckpt/mt_ckpt.h"
 #include "coordinator/http_int.h"
 #include "coordinator/mcache.h"
 #include "storage/mt_jobstate.h"
@@ -841,58 +843,111 @@ static void api_mesh(coord_http_ctx *ctx, mt_store *s, const coord_http_call *ca
     reply_json(r, root);
 }
 
-/* GET /jobs/{id}/checkpoint[?step=N]: the file of a complete checkpoint (the newest without
- * step=), sent by http.c after the store's lock is released. Only files the store recorded as
- * complete, and only under the coordinator's state dir (where uploads go). */
-static void api_checkpoint(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call,
-                           const char *id, coord_http_reply *r)
+/*
+ * The stored file of job id's complete checkpoint at ?step=N (the newest without): its location
+ * into loc and its step into *step, or false with the reply set (400, 404).
+ */
+static bool pick_checkpoint(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call,
+                            const char *id, coord_http_reply *r, char *loc, size_t cap,
+                            uint64_t *step)
 {
     mt_store_checkpoint *ck = NULL, *pick = NULL;
     size_t nck = 0, dl = strlen(ctx->state_dir);
-    uint64_t step = 0;
     char step_s[32] = "";
     mt_store_job j;
     mt_err err = MT_ERR_INIT;
+    bool ok = false;
     int q;
 
+    *step = 0;
     if ((q = query_get(call->query, "step", step_s, sizeof(step_s))) < 0 ||
-        (q > 0 && parse_u64(step_s, (1ull << 63) - 1, &step) != 0)) {
+        (q > 0 && parse_u64(step_s, (1ull << 63) - 1, step) != 0)) {
         bad_param(r, "step", step_s, "expected the step of one of the job's checkpoints");
-        return;
+        return false;
     }
     if (mt_store_job_get(s, id, &j, &err) != MT_OK) {
         store_error(r, &err);
-        return;
+        return false;
     }
     mt_store_job_fini(&j);
     if (mt_store_checkpoint_list(s, id, &ck, &nck, &err) != MT_OK) {
         store_error(r, &err);
-        return;
+        return false;
     }
     for (size_t i = 0; i < nck; i++)
-        if (ck[i].complete && (q > 0 ? ck[i].step == step : true))
+        if (ck[i].complete && (q > 0 ? ck[i].step == *step : true))
             pick = &ck[i]; /* ascending: the last match is the newest */
     if (pick == NULL) {
         char msg[160];
         if (q > 0)
             snprintf(msg, sizeof(msg), "job %s has no complete checkpoint at step %llu", id,
-                     (unsigned long long)step);
+                     (unsigned long long)*step);
         else
             snprintf(msg, sizeof(msg), "job %s has no complete checkpoint yet", id);
         coord_http__error(r, 404, MT_NOT_FOUND, msg);
     } else if (dl == 0 || strncmp(pick->location, ctx->state_dir, dl) != 0 ||
-               pick->location[dl] != '/') {
+               pick->location[dl] != '/' || strlen(pick->location) >= cap) {
         coord_http__error(r, 404, MT_NOT_FOUND,
                           "that checkpoint is not stored on the coordinator: use meshtrain "
                           "checkpoints / meshtrain export");
     } else {
-        r->status = 200;
-        r->content_type = "application/octet-stream";
-        snprintf(r->file, sizeof(r->file), "%s", pick->location);
-        snprintf(r->filename, sizeof(r->filename), "%.40s-step-%llu.ckpt", id,
-                 (unsigned long long)pick->step);
+        snprintf(loc, cap, "%s", pick->location);
+        *step = pick->step;
+        ok = true;
     }
     mt_store_checkpoints_free(ck);
+    return ok;
+}
+
+/* GET /jobs/{id}/checkpoint[?step=N]: the file of a complete checkpoint (the newest without
+ * a step), as stored. */
+static void api_checkpoint(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call,
+                           const char *id, coord_http_reply *r)
+{
+    uint64_t step;
+
+    if (!pick_checkpoint(ctx, s, call, id, r, r->file, sizeof(r->file), &step))
+        return;
+    r->status = 200;
+    r->content_type = "application/octet-stream";
+    snprintf(r->filename, sizeof(r->filename), "%.40s-step-%llu.ckpt", id,
+             (unsigned long long)step);
+}
+
+/*
+ * GET /jobs/{id}/model[?step=N]: that checkpoint's weights as safetensors, what `meshtrain
+ * export JOB` writes (the Keras layout, the digest and the tokenizer metadata). Written once
+ * beside the stored checkpoint as "<checkpoint>.safetensors" (temporary name, then renamed;
+ * removed with the checkpoint) and served from there. 500 with the reader's message when the
+ * checkpoint cannot be read or the file written.
+ */
+static void api_model(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call, const char *id,
+                      coord_http_reply *r)
+{
+    char loc[sizeof(r->file)];
+    uint64_t step;
+    mt_ckpt *ck = NULL;
+    mt_err err = MT_ERR_INIT;
+
+    if (!pick_checkpoint(ctx, s, call, id, r, loc, sizeof(loc) - 16, &step))
+        return;
+    if (snprintf(r->file, sizeof(r->file), "%s.safetensors", loc) >= (int)sizeof(r->file)) {
+        r->file[0] = '\0';
+        coord_http__error(r, 500, MT_INTERNAL, "checkpoint path too long for its export");
+        return;
+    }
+    if (access(r->file, R_OK) != 0 && (mt_ckpt_open(loc, &ck, &err) != MT_OK ||
+                                       mt_ckpt_export_safetensors(ck, r->file, &err) != MT_OK)) {
+        mt_ckpt_close(ck);
+        r->file[0] = '\0';
+        coord_http__error(r, 500, err.code, err.msg);
+        return;
+    }
+    mt_ckpt_close(ck);
+    r->status = 200;
+    r->content_type = "application/octet-stream";
+    snprintf(r->filename, sizeof(r->filename), "%.40s-step-%llu.safetensors", id,
+             (unsigned long long)step);
 }
 
 /* ------------------------------------------------------------------ routes */
@@ -928,6 +983,7 @@ static const api_route api_routes[] = {
     {"GET", "/jobs/*", api_job},
     {"GET", "/jobs/*/metrics", api_metrics},
     {"GET", "/jobs/*/checkpoint", api_checkpoint},
+    {"GET", "/jobs/*/model", api_model},
     {"POST", "/jobs", act_submit},
     {"POST", "/jobs/*/cancel", act_cancel},
 };

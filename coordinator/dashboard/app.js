@@ -480,7 +480,11 @@
         el('td', { className: 'muted', textContent: c.location }))));
       const latest = job.checkpoints.filter((c) => c.complete).pop();
       $('model-download').hidden = !latest;
+      $('model-safetensors').hidden = !latest;
       if (latest) {
+        $('model-safetensors').href = '/api/v1/jobs/' + enc(id) + '/model?step=' + latest.step;
+        $('model-safetensors').download = id + '-step-' + latest.step + '.safetensors';
+        $('model-safetensors').textContent = 'Download model (safetensors, step ' + latest.step + ')';
         $('model-download').href = dl(latest);
         $('model-download').download = id + '-step-' + latest.step + '.ckpt';
         $('model-download').textContent = 'Download checkpoint (step ' + latest.step + ', ' + fmtBytes(latest.size_bytes) + ')';

@@ -165,6 +165,11 @@ cmp -s "$T/dl.ckpt" "$FILE" || fail "the download of $HREF differs from $FILE"
 [ "$(stat -c %s "$T/dl.ckpt")" = "$SIZE" ] || fail "download size"
 "$BIN/meshtrain" export "$T/dl.ckpt" -o "$T/dl.safetensors" >/dev/null || fail "export of the download"
 log "checkpoint download ($SIZE bytes) equals the stored file and exports"
+HREF=$(js 'return document.getElementById("model-safetensors").getAttribute("href")')
+curl -sf -H "Authorization: Bearer $TOKEN" -o "$T/dl_model.safetensors" "$HTTP_URL$HREF" || fail "download $HREF"
+cmp -s "$T/dl_model.safetensors" "$T/dl.safetensors" ||
+    fail "the model download $HREF differs from meshtrain export of the checkpoint"
+log "model download ($(stat -c %s "$T/dl_model.safetensors") bytes) equals meshtrain export's safetensors"
 
 # ---- resubmit A from its page
 click '#resubmit-btn'

@@ -95,6 +95,8 @@ curl -sf "$HTTP_URL/api/v1/jobs?metrics=latest" | jq -e --arg j "$JOB" '.jobs[] 
 expect 400 "$HTTP_URL/api/v1/jobs?metrics=all"
 expect 404 "$HTTP_URL/api/v1/jobs/$JOB/checkpoint?step=999999"
 jqb '.error.code == "NOT_FOUND"'
+expect 404 "$HTTP_URL/api/v1/jobs/$JOB/model?step=999999"
+jqb '.error.code == "NOT_FOUND"'
 
 expect 200 "$HTTP_URL/api/v1/mesh"
 jqb '.devices_total == 4 and .devices_busy == 4 and .devices_free == 0'
