@@ -4,8 +4,10 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/sub.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "alloc/mt_alloc.h"
 #include "proto/coordinator.pb-c.h"
@@ -254,11 +256,80 @@ mt_code mt_watch_next(mt_watch *w, int timeout_ms, mt_watch_event *ev, mt_err *e
     }
 }
 
+/* The socket being closed on its own thread and whether nng_close returned (mt_watch_close). */
+typedef struct closer {
+    nng_socket sock;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done, abandoned;
+} closer;
+
+static void *close_main(void *arg)
+{
+    closer *c = arg;
+    bool abandoned;
+    nng_close(c->sock);
+    pthread_mutex_lock(&c->mu);
+    c->done = true;
+    abandoned = c->abandoned;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (abandoned) { /* the waiter has gone: the last one out frees */
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+        mt_free(c);
+    }
+    return NULL;
+}
+
+/* nng_close(sock), waiting at most wait_ms for it (see mt_watch_close). */
+static void close_bounded(nng_socket sock, int wait_ms)
+{
+    closer *c = mt_calloc(1, sizeof(*c));
+    pthread_t th;
+    struct timespec until;
+    bool done;
+
+    if (c == NULL) {
+        nng_close(sock);
+        return;
+    }
+    c->sock = sock;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    if (pthread_create(&th, NULL, close_main, c) != 0) {
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+        mt_free(c);
+        nng_close(sock);
+        return;
+    }
+    pthread_detach(th);
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += wait_ms / 1000;
+    until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&c->mu);
+    while (!c->done && pthread_cond_timedwait(&c->cv, &c->mu, &until) == 0)
+        ;
+    done = c->done;
+    c->abandoned = !done;
+    pthread_mutex_unlock(&c->mu);
+    if (done) {
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+        mt_free(c);
+    }
+}
+
 void mt_watch_close(mt_watch *w)
 {
     if (w == NULL)
         return;
-    nng_close(w->sub);
+    close_bounded(w->sub, 2000);
     mt_free(w->buf);
     mt_free(w->seam_names);
     mt_free(w);

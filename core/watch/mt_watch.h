@@ -74,7 +74,12 @@ mt_code mt_watch_open(mt_rpc_client *cli, const char *job_id, uint64_t since_ste
  */
 mt_code mt_watch_next(mt_watch *w, int timeout_ms, mt_watch_event *ev, mt_err *err);
 
-/* Unsubscribe and free. NULL is a no-op. */
+/*
+ * Unsubscribe and free. NULL is a no-op. Never blocks for long: the subscription socket is
+ * closed on a detached thread, waited for up to 2 s and otherwise left to finish (or to the
+ * process's exit) — nng 1.5.2 (Debian 12) can deadlock in nng_close (nanomsg/nng#1543, #1813),
+ * which hung `meshtrain submit --wait --timeout` forever in a test run.
+ */
 void mt_watch_close(mt_watch *w);
 
 /* One restart of a job, read from its state history (RESTARTING, then SCHEDULED again). */
