@@ -770,7 +770,8 @@ static cJSON *read_safetensors(const uint8_t *b, size_t len, const uint8_t **dat
 static void write_with_meta(const char *path, const char *key, mt_ckpt_dtype dt, const char *text)
 {
     mt_ckpt_writer *w = NULL;
-    int64_t one = 3, len = text != NULL ? (int64_t)strlen(text) : 0;
+    /* elements of dt that the text's bytes hold (I32: 4 bytes each), never past its end */
+    int64_t one = 3, len = text != NULL ? (int64_t)(strlen(text) / (dt == MT_CKPT_I32 ? 4 : 1)) : 0;
     const float v[3] = {1.0f, 2.0f, 3.0f};
     char name[64];
 
