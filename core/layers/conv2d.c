@@ -149,12 +149,7 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
                           l->kin < 0 ? bias : NULL, &g);
     if (l->kin < 0)
         return MT_OK;
-    if ((rc = dev->allreduce(dev->ctx, l->kin, st->out, rows * f)) != MT_OK)
-        return rc;
-    for (size_t r = 0; bias != NULL && r < rows; r++)
-        for (size_t j = 0; j < f; j++)
-            st->out[r * f + j] += bias[j];
-    return MT_OK;
+    return mt_layer__kin_finish(l, st, dev, rows, f, bias);
 }
 
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
@@ -172,21 +167,6 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     if (st->dx_buf == NULL)
         return MT_OK;
     return mt_layer__dx_finish(l, st, dev, dxk, ps->batch, l->kin);
-}
-
-static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
-                 void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
-{
-    (void)bdim;
-    (void)p;
-    if (l->xf != l->kin)
-        add(per_dim, l->xf, b * l->in_size);
-    add(per_dim, l->kin, b * l->out_loc);
-    if (mt_layer__reads_input(l))
-        return;
-    add(per_dim, l->kout, b * l->use_loc);
-    if (l->xf != l->kin)
-        add(per_dim, l->kin, b * l->in_size);
 }
 
 const mt_layer_ops mt_layer_conv2d_ops = {
@@ -210,5 +190,5 @@ const mt_layer_ops mt_layer_conv2d_ops = {
         "\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{\"conv2d_1\\\\.kernel\":[\"unsharded\","
         "\"unsharded\",\"unsharded\",\"model\"],\"conv2d_2\\\\.kernel\":[\"unsharded\","
         "\"unsharded\",\"model\",\"unsharded\"]}",
-    .comm = comm,
+    .comm = mt_layer__comm_kernel,
 };

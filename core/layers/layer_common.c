@@ -80,3 +80,30 @@ mt_code mt_layer__dx_finish(const mt_layer *l, mt_layer_state *st, const mt_laye
         return rc;
     return dev->reshard(dev->ctx, dxk, batch * l->in_rows, l->in_c, used_dim, l->xf, st->dx_buf);
 }
+
+mt_code mt_layer__kin_finish(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                             size_t rows, size_t width, const float *bias)
+{
+    mt_code rc = dev->allreduce(dev->ctx, l->kin, st->out, rows * width);
+    if (rc != MT_OK)
+        return rc;
+    for (size_t r = 0; bias != NULL && r < rows; r++)
+        for (size_t j = 0; j < width; j++)
+            st->out[r * width + j] += bias[j];
+    return MT_OK;
+}
+
+void mt_layer__comm_kernel(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
+                           void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
+{
+    (void)bdim;
+    (void)p;
+    if (l->xf != l->kin)
+        add(per_dim, l->xf, b * l->in_size);
+    add(per_dim, l->kin, b * l->out_loc);
+    if (mt_layer__reads_input(l))
+        return;
+    add(per_dim, l->kout, b * l->use_loc);
+    if (l->xf != l->kin)
+        add(per_dim, l->kin, b * l->in_size);
+}

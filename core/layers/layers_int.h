@@ -42,6 +42,18 @@ static inline mt_code mt_layer__io(const mt_layer *l, mt_layer_state *st, size_t
 /* "model.layers[i]: <kind> needs ...; its input has shape (..)" */
 mt_code mt_layer__shape_error(const mt_layer *l, const char *need, mt_err *err);
 
+/*
+ * A kernel layer whose contraction axis is sharded over l->kin: sum the partial outputs (rows of
+ * width floats in st->out) over kin, then add the bias (width floats, or NULL) to every row.
+ */
+mt_code mt_layer__kin_finish(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                             size_t rows, size_t width, const float *bias);
+
+/* mt_layer_ops.comm of a kernel layer (dense, conv2d): the input's reshard to kin and back,
+ * the forward allreduce over kin and the backward one over kout. */
+void mt_layer__comm_kernel(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
+                           void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim);
+
 /* A required positive integer field "<base>.<key>" (at most max) into *out. */
 mt_code mt_layer__required_int(const struct cJSON *node, const char *key, const char *base,
                                int64_t max, size_t *out, mt_err *err);

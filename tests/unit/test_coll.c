@@ -1196,6 +1196,23 @@ static void test_coll_net_set_addr_advertises_wildcard_listener(void **state)
     }
 }
 
+/* Both ranks' jobs of a 2-member allreduce of n floats (seed) ended OK with the reference
+ * bits; frees the jobs. */
+static void expect_pair_allreduce(job *jobs, const int *g, size_t n, uint64_t seed)
+{
+    float *ref = calloc(n, sizeof(float));
+    double *dref = calloc(n, sizeof(double));
+    reference(g, 2, n, seed, ref, dref);
+    for (int r = 0; r < 2; r++) {
+        if (jobs[r].rc != MT_OK)
+            fail_msg("rank %d: %s", r, jobs[r].err.msg);
+        assert_memory_equal(jobs[r].buf, ref, n * sizeof(float));
+    }
+    free(ref);
+    free(dref);
+    free_jobs(jobs, 2);
+}
+
 /*
  * A restarted job: the peer's new world (job 2) sends while this process still holds its old,
  * cancelled world (job 1); the messages wait for the new world instead of being lost in the
@@ -1229,17 +1246,7 @@ static void test_coll_net_keeps_messages_of_the_next_job(void **state)
     jobs[0] = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 5000);
     job_main(&jobs[0]);
     pthread_join(th, NULL);
-    float *ref = calloc(N, sizeof(float));
-    double *dref = calloc(N, sizeof(double));
-    reference(g, 2, N, 3, ref, dref);
-    for (int r = 0; r < 2; r++) {
-        if (jobs[r].rc != MT_OK)
-            fail_msg("rank %d: %s", r, jobs[r].err.msg);
-        assert_memory_equal(jobs[r].buf, ref, N * sizeof(float));
-    }
-    free(ref);
-    free(dref);
-    free_jobs(jobs, 2);
+    expect_pair_allreduce(jobs, g, N, 3);
     for (int k = 0; k < 2; k++) {
         mt_coll_world_free(ws[k]);
         mt_coll_net_free(nets[k]);
@@ -1281,17 +1288,7 @@ static void test_coll_net_drops_frames_of_an_earlier_attempt(void **state)
     jobs[0] = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 5000);
     job_main(&jobs[0]);
     pthread_join(th, NULL);
-    float *ref = calloc(N, sizeof(float));
-    double *dref = calloc(N, sizeof(double));
-    reference(g, 2, N, 3, ref, dref);
-    for (int r = 0; r < 2; r++) {
-        if (jobs[r].rc != MT_OK)
-            fail_msg("rank %d: %s", r, jobs[r].err.msg);
-        assert_memory_equal(jobs[r].buf, ref, N * sizeof(float));
-    }
-    free(ref);
-    free(dref);
-    free_jobs(jobs, 2);
+    expect_pair_allreduce(jobs, g, N, 3);
     for (int k = 0; k < 2; k++) {
         mt_coll_world_free(ws[k]);
         mt_coll_net_free(nets[k]);
