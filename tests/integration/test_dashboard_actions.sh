@@ -75,7 +75,19 @@ SID=$(wd POST /session "$(jq -nc --arg b "$CHROME" --arg p "$PROFILE" '{capabili
 S=/session/$SID
 open_url() { wd POST "$S/url" "$(jq -nc --arg u "$HTTP_URL$1" '{url: $u}')" >/dev/null; }
 elem() { wd POST "$S/element" "$(jq -nc --arg v "$1" '{using: "css selector", value: $v}')" | jq -r ".value[\"$ELEM\"]"; }
-click() { wd POST "$S/element/$(elem "$1")/click" '{}' >/dev/null; }
+click() { # the list re-renders its rows on every poll: a row found just before a
+    # re-render is gone when clicked ("stale element"), so find it again and retry
+    local i out
+    for i in 1 2 3 4 5; do
+        out=$(curl -sS -X POST -H 'Content-Type: application/json' -d '{}' \
+            "$WD$S/element/$(elem "$1")/click") || fail "webdriver click $1: no answer"
+        echo "$out" | jq -e '.value | objects | has("error")' >/dev/null 2>&1 || return 0
+        echo "$out" | grep -q 'stale element' ||
+            fail "webdriver click $1: $(echo "$out" | jq -c '.value | {error, message}' | head -c 400)"
+        sleep 0.2
+    done
+    fail "webdriver click $1: stale after 5 tries"
+}
 type_in() { wd POST "$S/element/$(elem "$1")/value" "$(jq -nc --arg t "$2" '{text: $t}')" >/dev/null; }
 js() { wd POST "$S/execute/sync" "$(jq -nc --arg s "$1" '{script: $s, args: []}')" | jq -r .value; }
 js_true() { [ "$(js "$1")" = true ]; }
