@@ -39,6 +39,8 @@ CASES = {
                      ("SGD", {"lr": 0.1, "momentum": 0.9})),
     "sgd_nesterov": ({"name": "sgd", "learning_rate": 0.1, "momentum": 0.9, "nesterov": True},
                      ("SGD", {"lr": 0.1, "momentum": 0.9, "nesterov": True})),
+    "sgd_weight_decay": ({"name": "sgd", "learning_rate": 0.1, "weight_decay": 0.2},
+                         ("SGD", {"lr": 0.1, "weight_decay": 0.2})),
     "sgd_clip_step": ({"name": "sgd", "learning_rate": 0.2, "global_clipnorm": 0.05,
                        "schedule": {"type": "step", "decay_steps": 2, "decay_rate": 0.5}},
                       ("SGD", {"lr": 0.2})),

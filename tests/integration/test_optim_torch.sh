@@ -4,7 +4,7 @@
 # test_optim_torch.sh — meshtrain's optimizers, schedules and global-norm clipping against
 # torch.optim (optim_torch_check.py, issue #22): from the same initial weights and the same batch
 # (a dense tanh -> dense MSE model, the whole data set as one batch), 1 and 6 updates of sgd
-# (plain, momentum, Nesterov, clipped with a step schedule), adam (plain, clipped with other
+# (plain, momentum, Nesterov, weight decay, clipped with a step schedule), adam (plain, clipped with other
 # betas, exponential staircase schedule with warmup), adamw with a cosine schedule and warmup,
 # rmsprop with a step schedule and adagrad with an exponential schedule: every tensor's total
 # update within 1e-4 of its largest value. Skipped (saying so) when no python3 imports torch.
