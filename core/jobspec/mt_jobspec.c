@@ -25,6 +25,7 @@
 #include "mesh/mt_mesh.h"
 #include "model/mt_model.h"
 #include "pathsafe/mt_pathsafe.h"
+#include "repro/mt_repro.h"
 #include "spmd/mt_spmd.h"
 
 /* A non-negative integer field of obj in [lo, hi]; absent keeps *out. */
@@ -683,6 +684,28 @@ out:
     return rc;
 }
 
+/*
+ * "reproducibility": "mesh_invariant" (docs/reproducibility.md, Mesh-invariant mode): a batch
+ * dimension that cannot keep the bits is INVALID_ARGUMENT naming the sizes that can; one that can
+ * is UNIMPLEMENTED, since the engine does not run the mode yet.
+ */
+static mt_code check_mesh_invariant(const mt_job_spec *spec, const mt_mesh *mesh,
+                                    const mt_layout_map *map, mt_err *err)
+{
+    int bdim = mt_spmd_batch_dim(mesh, map);
+    int p = bdim >= 0 ? mt_mesh_dim_size(mesh, bdim) : 1;
+    mt_code rc = mt_repro_check_mesh(spec->batch_size, p, err);
+    if (rc != MT_OK)
+        return rc;
+    return mt_err_set(err, MT_UNIMPLEMENTED,
+                      "reproducibility: \"mesh_invariant\" is designed but not implemented yet "
+                      "(docs/reproducibility.md, Mesh-invariant mode); this mesh would keep the "
+                      "bits (batch dimension of size %d, %d leaves of %zu examples); use "
+                      "\"fixed_mesh\" (the default)",
+                      p, mt_repro_leaves(spec->batch_size),
+                      spec->batch_size / (size_t)mt_repro_leaves(spec->batch_size));
+}
+
 /* files: read the data set (type checks, IDX headers, core/data's parse) as the trainer will;
  * otherwise the structure only (no file touched; model and layouts checked when the spec or the
  * dataset section fixes the input shape). */
@@ -736,6 +759,8 @@ static mt_code check_root(const mt_jobspec *js, const mt_jobspec_opts *o, bool f
         (rc = loss_probe(spec, ds, pipeline, o->base_dir, s, err)) != MT_OK)
         goto out;
     rc = check_sections(root, s, err);
+    if (rc == MT_OK && spec->reproducibility == MT_REPRO_MESH_INVARIANT)
+        rc = check_mesh_invariant(spec, mesh, js->cfg.layouts, err);
 out:
     mt_mesh_free(mesh);
     return rc;

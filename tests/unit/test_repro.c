@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_repro.c — unit tests for core/repro (mt_repro.h): the leaf count of a batch, which
+ * data-parallel sizes keep the bits, leaf ranges of full and short batches, the canonical tree,
+ * and the claim the mesh_invariant design rests on: a device folding its own L/P consecutive
+ * leaves and core/coll's allreduce over P = 1, 2, 4, 8 devices (the real collective, tree and
+ * one-hop paths) give the canonical tree over all L = 8 leaves bit for bit — and an interleaved
+ * assignment of leaves to devices does not.
+ */
+#include "mt_test.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/mt_coll.h"
+#include "coll_test_util.h"
+#include "repro/mt_repro.h"
+
+#define L 8
+
+static void test_repro_leaves_of_a_batch(void **state)
+{
+    static const struct {
+        size_t batch;
+        int leaves;
+    } t[] = {{1, 1},  {2, 2},  {3, 1},  {4, 4},  {6, 2},   {8, 8},
+             {12, 4}, {16, 8}, {32, 8}, {40, 8}, {100, 4}, {1024, 8}};
+    (void)state;
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (mt_repro_leaves(t[i].batch) != t[i].leaves)
+            fail_msg("batch %zu: %d leaves, want %d", t[i].batch, mt_repro_leaves(t[i].batch),
+                     t[i].leaves);
+}
+
+static void test_repro_sizes_that_keep_the_bits(void **state)
+{
+    mt_err err = {0};
+    (void)state;
+    for (int p = 1; p <= 16; p++) {
+        bool want = p == 1 || p == 2 || p == 4 || p == 8;
+        assert_int_equal(mt_repro_keeps_bits(32, p), want);
+        assert_int_equal(mt_repro_keeps_bits(12, p), p == 1 || p == 2 || p == 4);
+        assert_int_equal(mt_repro_keeps_bits(1, p), p == 1);
+    }
+    assert_false(mt_repro_keeps_bits(32, 0));
+    assert_int_equal(mt_repro_check_mesh(32, 4, &err), MT_OK);
+    assert_int_equal(mt_repro_check_mesh(32, 3, &err), MT_INVALID_ARGUMENT);
+    assert_string_equal(err.msg,
+                        "reproducibility: \"mesh_invariant\" needs the batch dimension's size (3) "
+                        "to be a power of two dividing the 8 leaves of batch_size 32 (sizes that "
+                        "keep the bits: 1, 2, 4, 8; a batch_size that is a multiple of 8 allows "
+                        "1, 2, 4, 8)");
+    assert_int_equal(mt_repro_check_mesh(6, 4, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "size (4) to be a power of two dividing the 2 leaves of "
+                                    "batch_size 6 (sizes that keep the bits: 1, 2;"));
+}
+
+static void test_repro_leaf_ranges(void **state)
+{
+    /* batch 32: 8 leaves of 4; a short last batch of 10 keeps R = 4 (4, 4, 2, then empty);
+     * batch 6: 2 leaves of 3 */
+    static const struct {
+        size_t batch, n;
+        int leaf;
+        size_t start, len;
+    } t[] = {{32, 32, 0, 0, 4}, {32, 32, 5, 20, 4}, {32, 32, 7, 28, 4}, {32, 10, 1, 4, 4},
+             {32, 10, 2, 8, 2}, {32, 10, 5, 10, 0}, {32, 10, 7, 10, 0}, {6, 6, 1, 3, 3},
+             {6, 4, 1, 3, 1},   {1, 1, 0, 0, 1}};
+    (void)state;
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        size_t s, n;
+        mt_repro_leaf_range(t[i].batch, t[i].n, t[i].leaf, &s, &n);
+        if (s != t[i].start || n != t[i].len)
+            fail_msg("batch %zu n %zu leaf %d: [%zu, +%zu), want [%zu, +%zu)", t[i].batch, t[i].n,
+                     t[i].leaf, s, n, t[i].start, t[i].len);
+    }
+}
+
+/* The tree written out by hand, on values whose sum shows the association. */
+static void test_repro_tree_is_the_documented_order(void **state)
+{
+    float v[L] = {1e8f, 1.0f, -1e8f, 3.0f, 0.5f, 7.0f, -0.25f, 1e-3f}, w[L];
+    float *p[L];
+    (void)state;
+    for (int count = 1; count <= L; count *= 2) {
+        float want;
+        memcpy(w, v, sizeof(v));
+        for (int i = 0; i < L; i++)
+            p[i] = &w[i];
+        mt_repro_tree_fold(p, count, 1);
+        if (count == 1)
+            want = v[0];
+        else if (count == 2)
+            want = v[0] + v[1];
+        else if (count == 4)
+            want = (v[0] + v[1]) + (v[2] + v[3]);
+        else
+            want = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+        if (memcmp(&w[0], &want, sizeof(float)) != 0)
+            fail_msg("count %d: %.9g, documented tree %.9g", count, (double)w[0], (double)want);
+    }
+    /* the association shows: a left-to-right sum of the 8 values differs */
+    float seq = 0.0f;
+    for (int i = 0; i < L; i++)
+        seq += v[i];
+    memcpy(w, v, sizeof(v));
+    mt_repro_tree_fold(p, L, 1);
+    assert_true(memcmp(&seq, &w[0], sizeof(float)) != 0);
+}
+
+/* ---------------------------------------------------------------- device subtrees + allreduce */
+
+typedef struct dev_job {
+    mt_coll_world *w;
+    int rank, p;
+    const int *group;
+    float *buf;
+    size_t n;
+    mt_code rc;
+    mt_err err;
+} dev_job;
+
+static void *dev_main(void *arg)
+{
+    dev_job *j = arg;
+    mt_coll_group g = {j->group, j->p};
+    j->rc =
+        mt_coll_allreduce_sum(mt_coll_world_comm(j->w, j->rank), &g, j->buf, j->n, NULL, &j->err);
+    return NULL;
+}
+
+/* leaves[i][e] for L leaves of n floats (varied magnitudes and signs). */
+static float **make_leaves(size_t n)
+{
+    float **lv = calloc(L, sizeof(float *));
+    for (int i = 0; i < L; i++) {
+        lv[i] = calloc(n + 1, sizeof(float));
+        for (size_t e = 0; e < n; e++)
+            lv[i][e] = ct_val(i, e, 18);
+    }
+    return lv;
+}
+
+static void free_leaves(float **lv)
+{
+    for (int i = 0; i < L; i++)
+        free(lv[i]);
+    free(lv);
+}
+
+/*
+ * Device r of p folds leaves own(r, 0..L/p-1) with mt_repro_tree_fold into sub[r]; sub[] are
+ * then summed across the p devices by the real allreduce (direct_bytes: 0 = the halving tree,
+ * large = the one-hop path) and by mt_coll_reference_allreduce. Both results are written to
+ * out_real / out_ref. interleaved: device r owns leaves r, r+p, r+2p, ... instead of the block.
+ */
+static void device_sums(float **lv, size_t n, int p, bool interleaved, size_t direct_bytes,
+                        float *out_real, float *out_ref)
+{
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_world *w;
+    dev_job jobs[L];
+    pthread_t th[L];
+    int group[L];
+    float *sub[L] = {0};
+    int per = L / p;
+
+    for (int r = 0; r < p; r++) {
+        float *mine[L];
+        group[r] = r;
+        for (int k = 0; k < per; k++) {
+            int leaf = interleaved ? r + k * p : r * per + k;
+            mine[k] = calloc(n + 1, sizeof(float));
+            memcpy(mine[k], lv[leaf], n * sizeof(float));
+        }
+        mt_repro_tree_fold(mine, per, n);
+        sub[r] = mine[0];
+        for (int k = 1; k < per; k++)
+            free(mine[k]);
+    }
+    mt_coll_reference_allreduce((const float *const *)sub, p, n, out_ref);
+    o.direct_bytes = direct_bytes;
+    assert_int_equal(mt_coll_world_new_local(p, &o, &w, NULL), MT_OK);
+    for (int r = 0; r < p; r++) {
+        jobs[r] = (dev_job){.w = w, .rank = r, .p = p, .group = group, .buf = sub[r], .n = n};
+        assert_int_equal(pthread_create(&th[r], NULL, dev_main, &jobs[r]), 0);
+    }
+    for (int r = 0; r < p; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < p; r++) {
+        if (jobs[r].rc != MT_OK)
+            fail_msg("p=%d rank %d: %s", p, r, jobs[r].err.msg);
+        if (n > 0 && memcmp(sub[r], sub[0], n * sizeof(float)) != 0)
+            fail_msg("p=%d: rank %d ends with other bits than rank 0", p, r);
+    }
+    memcpy(out_real, sub[0], n * sizeof(float));
+    for (int r = 0; r < p; r++)
+        free(sub[r]);
+    mt_coll_world_free(w);
+}
+
+static void test_repro_device_subtrees_and_allreduce_are_the_tree(void **state)
+{
+    static const size_t sizes[] = {1, 7, 97, 4099, 65537};
+    (void)state;
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        size_t n = sizes[si];
+        float **lv = make_leaves(n), **cp = make_leaves(n);
+        float *want = calloc(n, sizeof(float)), *real = calloc(n, sizeof(float)),
+              *ref = calloc(n, sizeof(float));
+        mt_repro_tree_fold(cp, L, n); /* the serial canonical tree over the 8 leaves */
+        memcpy(want, cp[0], n * sizeof(float));
+        for (int p = 1; p <= L; p *= 2)
+            for (int direct = 0; direct < 2; direct++) {
+                device_sums(lv, n, p, false, direct ? (size_t)1 << 20 : 0, real, ref);
+                if (memcmp(ref, want, n * sizeof(float)) != 0)
+                    fail_msg("n=%zu p=%d: reference allreduce of the subtrees is not the tree", n,
+                             p);
+                if (memcmp(real, want, n * sizeof(float)) != 0)
+                    fail_msg("n=%zu p=%d %s: allreduce of the subtrees is not the tree", n, p,
+                             direct ? "one-hop" : "halving");
+            }
+        free_leaves(lv);
+        free_leaves(cp);
+        free(want);
+        free(real);
+        free(ref);
+    }
+}
+
+/* The condition matters: devices holding interleaved leaves give other bits (p = 2, 4). */
+static void test_repro_interleaved_leaves_are_not_the_tree(void **state)
+{
+    size_t n = 4099;
+    float **lv = make_leaves(n), **cp = make_leaves(n);
+    float *real = calloc(n, sizeof(float)), *ref = calloc(n, sizeof(float));
+    (void)state;
+    mt_repro_tree_fold(cp, L, n);
+    for (int p = 2; p <= 4; p *= 2) {
+        device_sums(lv, n, p, true, 0, real, ref);
+        assert_memory_equal(real, ref, n * sizeof(float));
+        if (memcmp(real, cp[0], n * sizeof(float)) == 0)
+            fail_msg("p=%d: interleaved leaves gave the canonical bits on all %zu elements", p, n);
+    }
+    free_leaves(lv);
+    free_leaves(cp);
+    free(real);
+    free(ref);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_repro_leaves_of_a_batch),
+        cmocka_unit_test(test_repro_sizes_that_keep_the_bits),
+        cmocka_unit_test(test_repro_leaf_ranges),
+        cmocka_unit_test(test_repro_tree_is_the_documented_order),
+        cmocka_unit_test(test_repro_device_subtrees_and_allreduce_are_the_tree),
+        cmocka_unit_test(test_repro_interleaved_leaves_are_not_the_tree),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
