@@ -5,7 +5,8 @@
  * and the claim the mesh_invariant design rests on: a device folding its own L/P consecutive
  * leaves and core/coll's allreduce over P = 1, 2, 4, 8 devices (the real collective, tree and
  * one-hop paths) give the canonical tree over all L = 8 leaves bit for bit — and an interleaved
- * assignment of leaves to devices does not.
+ * assignment of leaves to devices does not; and that an sgemm of a fixed shape gives the same
+ * bits wherever its operands lie.
  */
 #include "mt_test.h"
 
@@ -17,6 +18,7 @@
 #include "coll/mt_coll.h"
 #include "coll_test_util.h"
 #include "repro/mt_repro.h"
+#include "tensor/mt_tensor.h"
 
 #define L 8
 
@@ -108,6 +110,51 @@ static void test_repro_tree_is_the_documented_order(void **state)
     memcpy(w, v, sizeof(v));
     mt_repro_tree_fold(p, L, 1);
     assert_true(memcmp(&seq, &w[0], sizeof(float)) != 0);
+}
+
+/*
+ * What the per-leaf kernel calls rely on: an sgemm of one shape gives the same bits wherever its
+ * operands lie (a leaf's rows sit at another offset on another mesh). Forward (y = x.W, M = the
+ * leaf's rows) and weight gradient (dW = x^T.dy, K = the leaf's rows), operands moved by 1..15
+ * floats. (A different M or N does change rows or columns on OpenBLAS 0.3.21: that is why the
+ * calls are made per leaf; docs/reproducibility.md.)
+ */
+static void test_repro_gemm_same_shape_any_offset(void **state)
+{
+    static const size_t shapes[][3] = {{8, 48, 1200}, {1, 48, 1200}, {4, 2, 48}, {16, 128, 784}};
+    (void)state;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        size_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], pad = 16;
+        float *x = calloc(m * k + pad, sizeof(float)), *w = calloc(k * n + pad, sizeof(float));
+        float *dy = calloc(m * n + pad, sizeof(float)), *y0 = calloc(m * n, sizeof(float));
+        float *dw0 = calloc(k * n, sizeof(float)), *y = calloc(m * n + pad, sizeof(float));
+        float *dw = calloc(k * n + pad, sizeof(float));
+        for (size_t i = 0; i < m * k; i++)
+            x[i] = ct_val(1, i, si);
+        for (size_t i = 0; i < k * n; i++)
+            w[i] = ct_val(2, i, si);
+        for (size_t i = 0; i < m * n; i++)
+            dy[i] = ct_val(3, i, si);
+        mt_gemm(false, false, m, n, k, 1.0f, x, k, w, n, 0.0f, y0, n);
+        mt_gemm(true, false, k, n, m, 1.0f, x, k, dy, n, 0.0f, dw0, n);
+        for (size_t off = 1; off < pad; off += 2) {
+            memmove(x + off, x + off - (off > 1 ? 2 : 1), m * k * sizeof(float));
+            memmove(dy + off, dy + off - (off > 1 ? 2 : 1), m * n * sizeof(float));
+            mt_gemm(false, false, m, n, k, 1.0f, x + off, k, w, n, 0.0f, y + off / 2, n);
+            mt_gemm(true, false, k, n, m, 1.0f, x + off, k, dy + off, n, 0.0f, dw + off / 2, n);
+            if (memcmp(y + off / 2, y0, m * n * sizeof(float)) != 0 ||
+                memcmp(dw + off / 2, dw0, k * n * sizeof(float)) != 0)
+                fail_msg("m=%zu n=%zu k=%zu: other bits with the operands moved by %zu floats", m,
+                         n, k, off);
+        }
+        free(x);
+        free(w);
+        free(dy);
+        free(y0);
+        free(dw0);
+        free(y);
+        free(dw);
+    }
 }
 
 /* ---------------------------------------------------------------- device subtrees + allreduce */
@@ -257,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_repro_sizes_that_keep_the_bits),
         cmocka_unit_test(test_repro_leaf_ranges),
         cmocka_unit_test(test_repro_tree_is_the_documented_order),
+        cmocka_unit_test(test_repro_gemm_same_shape_any_offset),
         cmocka_unit_test(test_repro_device_subtrees_and_allreduce_are_the_tree),
         cmocka_unit_test(test_repro_interleaved_leaves_are_not_the_tree),
     };
