@@ -53,4 +53,45 @@ void mt_repro_tree_fold(float *const *leaves, int count, size_t n);
  */
 mt_code mt_repro_check_mesh(size_t batch, int p, mt_err *err);
 
+/*
+ * A streaming canonical tree: write leaf results in leaf order into mt_repro_acc_slot() and
+ * commit each with mt_repro_acc_push(); after `count` pushes (a power of two) the result is the
+ * canonical tree over them, bit for bit (a binary counter of complete subtrees, as
+ * mt_coll_reference_allreduce does). It holds log2(count) + 1 buffers of n floats, never all
+ * leaves.
+ */
+typedef struct mt_repro_acc {
+    float *mem; /* (log2(count) + 1) * n floats */
+    size_t n;
+    int count, pushed, top;
+    int size[8]; /* leaves summed in stack entry k */
+} mt_repro_acc;
+
+/* RESOURCE_EXHAUSTED when the buffers cannot be allocated; count is a power of two <= 128. */
+mt_code mt_repro_acc_init(mt_repro_acc *a, int count, size_t n, mt_err *err);
+/* Start again (same count and n) without freeing. */
+void mt_repro_acc_reset(mt_repro_acc *a);
+/* Where the next leaf's n floats are to be written. */
+float *mt_repro_acc_slot(mt_repro_acc *a);
+/* Commit the leaf written into the slot. */
+void mt_repro_acc_push(mt_repro_acc *a);
+/* The sum after all count pushes. */
+const float *mt_repro_acc_result(const mt_repro_acc *a);
+void mt_repro_acc_free(mt_repro_acc *a);
+
+/*
+ * The dense layer's kernels on a device's `leaves` leaves of `r` rows each (rows [i*r, (i+1)*r)
+ * of x, y, dy, dx; `rows` <= leaves * r rows in all: the leaves past the end of a short batch
+ * are short or empty). Every sgemm is one call per leaf, so its shape depends on the leaf only.
+ * Forward: y = x.w (+ b). Backward: dx per leaf (NULL: skipped); dw and db summed over the leaves
+ * in the canonical tree (accumulators of leaves leaves, in*out and out floats; NULL: skipped),
+ * the result copied to dw and db: the device's subtree, for the allreduce over the batch
+ * dimension to finish.
+ */
+void mt_repro_dense_forward(float *y, const float *x, const float *w, const float *b, size_t rows,
+                            size_t r, int leaves, size_t in, size_t out);
+void mt_repro_dense_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                             const float *w, size_t rows, size_t r, int leaves, size_t in,
+                             size_t out, mt_repro_acc *acc_w, mt_repro_acc *acc_b);
+
 #endif

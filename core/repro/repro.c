@@ -6,6 +6,10 @@
 #include "repro/mt_repro.h"
 
 #include <stdio.h>
+#include <string.h>
+
+#include "alloc/mt_alloc.h"
+#include "tensor/mt_tensor.h"
 
 int mt_repro_leaves(size_t batch)
 {
@@ -56,4 +60,108 @@ mt_code mt_repro_check_mesh(size_t batch, int p, mt_err *err)
                       "to be a power of two dividing the %d leaves of batch_size %zu (sizes that "
                       "keep the bits: %s; a batch_size that is a multiple of 8 allows 1, 2, 4, 8)",
                       p, l, batch, sizes);
+}
+
+/* ------------------------------------------------------------------ streaming tree */
+
+mt_code mt_repro_acc_init(mt_repro_acc *a, int count, size_t n, mt_err *err)
+{
+    int depth = 1;
+
+    memset(a, 0, sizeof(*a));
+    while ((1 << (depth - 1)) < count)
+        depth++;
+    a->mem = mt_calloc((size_t)depth * (n > 0 ? n : 1), sizeof(float));
+    if (a->mem == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "leaf tree: out of memory (%d x %zu floats)",
+                          depth, n);
+    a->n = n;
+    a->count = count;
+    return MT_OK;
+}
+
+void mt_repro_acc_reset(mt_repro_acc *a)
+{
+    a->pushed = 0;
+    a->top = 0;
+}
+
+float *mt_repro_acc_slot(mt_repro_acc *a)
+{
+    return a->mem + (size_t)a->top * a->n;
+}
+
+void mt_repro_acc_push(mt_repro_acc *a)
+{
+    a->size[a->top++] = 1;
+    a->pushed++;
+    while (a->top >= 2 && a->size[a->top - 1] == a->size[a->top - 2]) {
+        float *restrict l = a->mem + (size_t)(a->top - 2) * a->n;
+        const float *restrict rt = a->mem + (size_t)(a->top - 1) * a->n;
+        for (size_t e = 0; e < a->n; e++)
+            l[e] = l[e] + rt[e];
+        a->size[a->top - 2] *= 2;
+        a->top--;
+    }
+}
+
+const float *mt_repro_acc_result(const mt_repro_acc *a)
+{
+    return a->mem;
+}
+
+void mt_repro_acc_free(mt_repro_acc *a)
+{
+    mt_free(a->mem);
+    memset(a, 0, sizeof(*a));
+}
+
+/* ------------------------------------------------------------------ dense */
+
+/* Rows of leaf i of a device's rows: [*a, *a + *len). */
+static void leaf_rows(size_t rows, size_t r, int i, size_t *a, size_t *len)
+{
+    size_t lo = (size_t)i * r, hi = lo + r;
+    lo = lo < rows ? lo : rows;
+    hi = hi < rows ? hi : rows;
+    *a = lo;
+    *len = hi - lo;
+}
+
+void mt_repro_dense_forward(float *y, const float *x, const float *w, const float *b, size_t rows,
+                            size_t r, int leaves, size_t in, size_t out)
+{
+    for (int i = 0; i < leaves; i++) {
+        size_t a, len;
+        leaf_rows(rows, r, i, &a, &len);
+        if (len > 0)
+            mt_dense_forward(y + a * out, x + a * in, w, b, len, in, out);
+    }
+}
+
+void mt_repro_dense_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                             const float *w, size_t rows, size_t r, int leaves, size_t in,
+                             size_t out, mt_repro_acc *acc_w, mt_repro_acc *acc_b)
+{
+    if (dw != NULL)
+        mt_repro_acc_reset(acc_w);
+    if (db != NULL)
+        mt_repro_acc_reset(acc_b);
+    for (int i = 0; i < leaves; i++) {
+        size_t a, len;
+        leaf_rows(rows, r, i, &a, &len);
+        /* an empty leaf still pushes its zeros: the tree's shape is the same on every mesh */
+        mt_dense_backward(dx != NULL && len > 0 ? dx + a * in : NULL,
+                          dw != NULL ? mt_repro_acc_slot(acc_w) : NULL,
+                          db != NULL ? mt_repro_acc_slot(acc_b) : NULL, dy + a * out, x + a * in, w,
+                          len, in, out);
+        if (dw != NULL)
+            mt_repro_acc_push(acc_w);
+        if (db != NULL)
+            mt_repro_acc_push(acc_b);
+    }
+    if (dw != NULL)
+        memcpy(dw, mt_repro_acc_result(acc_w), in * out * sizeof(float));
+    if (db != NULL)
+        memcpy(db, mt_repro_acc_result(acc_b), out * sizeof(float));
 }

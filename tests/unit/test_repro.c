@@ -297,6 +297,117 @@ static void test_repro_interleaved_leaves_are_not_the_tree(void **state)
     free(ref);
 }
 
+/* One dense layer's step on P devices of a batch of `batch` examples (n present): y and dx
+ * gathered in example order, dw and db the device subtrees summed by the allreduce's order. */
+typedef struct dense_step {
+    float *y, *dx, *dw, *db;
+} dense_step;
+
+static dense_step dense_on_mesh(size_t batch, size_t n, int p, const float *x, const float *w,
+                                const float *b, const float *dy, size_t in, size_t out)
+{
+    int leaves = mt_repro_leaves(batch), own = leaves / p;
+    size_t r = batch / (size_t)leaves;
+    dense_step st = {calloc(n * out + 1, sizeof(float)), calloc(n * in + 1, sizeof(float)),
+                     calloc(in * out, sizeof(float)), calloc(out, sizeof(float))};
+    float *subw[L] = {0}, *subb[L] = {0};
+    mt_repro_acc aw, ab;
+    mt_err err = MT_ERR_INIT;
+
+    assert_int_equal(mt_repro_acc_init(&aw, own, in * out, &err), MT_OK);
+    assert_int_equal(mt_repro_acc_init(&ab, own, out, &err), MT_OK);
+    for (int d = 0; d < p; d++) {
+        size_t s0, len, s1, len1;
+        mt_repro_leaf_range(batch, n, d * own, &s0, &len);            /* first owned leaf */
+        mt_repro_leaf_range(batch, n, d * own + own - 1, &s1, &len1); /* last one */
+        size_t rows = s1 + len1 - s0;
+        subw[d] = calloc(in * out, sizeof(float));
+        subb[d] = calloc(out, sizeof(float));
+        mt_repro_dense_forward(st.y + s0 * out, x + s0 * in, w, b, rows, r, own, in, out);
+        mt_repro_dense_backward(st.dx + s0 * in, subw[d], subb[d], dy + s0 * out, x + s0 * in, w,
+                                rows, r, own, in, out, &aw, &ab);
+    }
+    mt_coll_reference_allreduce((const float *const *)subw, p, in * out, st.dw);
+    mt_coll_reference_allreduce((const float *const *)subb, p, out, st.db);
+    for (int d = 0; d < p; d++) {
+        free(subw[d]);
+        free(subb[d]);
+    }
+    mt_repro_acc_free(&aw);
+    mt_repro_acc_free(&ab);
+    return st;
+}
+
+static void dense_step_free(dense_step *st)
+{
+    free(st->y);
+    free(st->dx);
+    free(st->dw);
+    free(st->db);
+}
+
+/*
+ * The dense layer's leaf kernels give the same bits on P = 1, 2, 4, 8 devices (batch 32: 8
+ * leaves of 4; a short batch of 10 examples: leaves 4, 4, 2 and five empty ones; batch 8: 8
+ * leaves of one example) for y, dx, dw and db, and the streaming tree is the canonical fold.
+ */
+static void test_repro_dense_same_bits_on_every_mesh(void **state)
+{
+    static const size_t cases[][2] = {{32, 32}, {32, 10}, {8, 8}};
+    const size_t in = 1200, out = 48;
+    (void)state;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        size_t batch = cases[ci][0], n = cases[ci][1];
+        float *x = calloc(n * in, sizeof(float)), *w = calloc(in * out, sizeof(float));
+        float *b = calloc(out, sizeof(float)), *dy = calloc(n * out, sizeof(float));
+        for (size_t i = 0; i < n * in; i++)
+            x[i] = ct_val(4, i, ci);
+        for (size_t i = 0; i < in * out; i++)
+            w[i] = ct_val(5, i, ci);
+        for (size_t i = 0; i < out; i++)
+            b[i] = ct_val(6, i, ci);
+        for (size_t i = 0; i < n * out; i++)
+            dy[i] = ct_val(7, i, ci);
+        dense_step one = dense_on_mesh(batch, n, 1, x, w, b, dy, in, out);
+        for (int p = 2; p <= L; p *= 2) {
+            dense_step m = dense_on_mesh(batch, n, p, x, w, b, dy, in, out);
+            if (memcmp(m.y, one.y, n * out * sizeof(float)) != 0 ||
+                memcmp(m.dx, one.dx, n * in * sizeof(float)) != 0 ||
+                memcmp(m.dw, one.dw, in * out * sizeof(float)) != 0 ||
+                memcmp(m.db, one.db, out * sizeof(float)) != 0)
+                fail_msg("batch %zu (%zu present), %d devices: other bits than one device", batch,
+                         n, p);
+            dense_step_free(&m);
+        }
+        dense_step_free(&one);
+        free(x);
+        free(w);
+        free(b);
+        free(dy);
+    }
+}
+
+/* The streaming accumulator is mt_repro_tree_fold, bit for bit, for 1..8 leaves. */
+static void test_repro_acc_is_the_tree(void **state)
+{
+    const size_t n = 1000;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    for (int count = 1; count <= L; count *= 2) {
+        float **lv = make_leaves(n);
+        mt_repro_acc a;
+        assert_int_equal(mt_repro_acc_init(&a, count, n, &err), MT_OK);
+        for (int i = 0; i < count; i++) {
+            memcpy(mt_repro_acc_slot(&a), lv[i], n * sizeof(float));
+            mt_repro_acc_push(&a);
+        }
+        mt_repro_tree_fold(lv, count, n);
+        assert_memory_equal(mt_repro_acc_result(&a), lv[0], n * sizeof(float));
+        mt_repro_acc_free(&a);
+        free_leaves(lv);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +418,8 @@ int main(void)
         cmocka_unit_test(test_repro_gemm_same_shape_any_offset),
         cmocka_unit_test(test_repro_device_subtrees_and_allreduce_are_the_tree),
         cmocka_unit_test(test_repro_interleaved_leaves_are_not_the_tree),
+        cmocka_unit_test(test_repro_acc_is_the_tree),
+        cmocka_unit_test(test_repro_dense_same_bits_on_every_mesh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
