@@ -27,6 +27,7 @@
 #include <stddef.h>
 
 #include "status/mt_status.h"
+#include "tensor/mt_tensor.h"
 
 #define MT_REPRO_MAX_LEAVES 8
 
@@ -93,5 +94,29 @@ void mt_repro_dense_forward(float *y, const float *x, const float *w, const floa
 void mt_repro_dense_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                              const float *w, size_t rows, size_t r, int leaves, size_t in,
                              size_t out, mt_repro_acc *acc_w, mt_repro_acc *acc_b);
+
+/*
+ * Batch norm's sums over rows (core/tensor's mt_bn_sum, mt_bn_sqdev, mt_bn_grad_sums) per leaf of
+ * `r` rows (r = examples per leaf x rows per example), folded over the device's `leaves` leaves
+ * in the canonical tree: the device's subtree, for the allreduce over the batch dimension. acc
+ * holds c floats (sum, sqdev) or 2c (grad_sums: sum_dy then sum_dy_xhat).
+ */
+void mt_repro_bn_sum(float *out, const float *x, size_t rows, size_t r, int leaves, size_t c,
+                     mt_repro_acc *acc);
+void mt_repro_bn_sqdev(float *out, const float *x, const float *mean, size_t rows, size_t r,
+                       int leaves, size_t c, mt_repro_acc *acc);
+void mt_repro_bn_grad_sums(float *sum_dy, float *sum_dy_xhat, const float *dy, const float *xhat,
+                           size_t rows, size_t r, int leaves, size_t c, mt_repro_acc *acc);
+
+/*
+ * conv2d on a device's `leaves` leaves of `r` examples each (g->batch examples in all): one
+ * mt_conv2d_forward / _backward call per leaf (cols, dcols: the device's buffers, a leaf using
+ * the part of its examples); dw and db folded in the canonical tree as the dense ones.
+ */
+void mt_repro_conv2d_forward(float *y, float *cols, const float *x, const float *w, const float *b,
+                             const mt_conv2d_geom *g, size_t r, int leaves);
+void mt_repro_conv2d_backward(float *dx, float *dw, float *db, float *dcols, const float *dy,
+                              const float *cols, const float *w, const mt_conv2d_geom *g, size_t r,
+                              int leaves, mt_repro_acc *acc_w, mt_repro_acc *acc_b);
 
 #endif

@@ -128,6 +128,32 @@ static void leaf_rows(size_t rows, size_t r, int i, size_t *a, size_t *len)
     *len = hi - lo;
 }
 
+/* The weight and bias accumulators of a layer's backward (either output may be NULL: skipped). */
+static void wb_reset(const float *dw, const float *db, mt_repro_acc *aw, mt_repro_acc *ab)
+{
+    if (dw != NULL)
+        mt_repro_acc_reset(aw);
+    if (db != NULL)
+        mt_repro_acc_reset(ab);
+}
+
+static void wb_push(const float *dw, const float *db, mt_repro_acc *aw, mt_repro_acc *ab)
+{
+    if (dw != NULL)
+        mt_repro_acc_push(aw);
+    if (db != NULL)
+        mt_repro_acc_push(ab);
+}
+
+static void wb_result(float *dw, float *db, const mt_repro_acc *aw, const mt_repro_acc *ab,
+                      size_t nw, size_t nb)
+{
+    if (dw != NULL)
+        memcpy(dw, mt_repro_acc_result(aw), nw * sizeof(float));
+    if (db != NULL)
+        memcpy(db, mt_repro_acc_result(ab), nb * sizeof(float));
+}
+
 void mt_repro_dense_forward(float *y, const float *x, const float *w, const float *b, size_t rows,
                             size_t r, int leaves, size_t in, size_t out)
 {
@@ -143,10 +169,7 @@ void mt_repro_dense_backward(float *dx, float *dw, float *db, const float *dy, c
                              const float *w, size_t rows, size_t r, int leaves, size_t in,
                              size_t out, mt_repro_acc *acc_w, mt_repro_acc *acc_b)
 {
-    if (dw != NULL)
-        mt_repro_acc_reset(acc_w);
-    if (db != NULL)
-        mt_repro_acc_reset(acc_b);
+    wb_reset(dw, db, acc_w, acc_b);
     for (int i = 0; i < leaves; i++) {
         size_t a, len;
         leaf_rows(rows, r, i, &a, &len);
@@ -155,13 +178,106 @@ void mt_repro_dense_backward(float *dx, float *dw, float *db, const float *dy, c
                           dw != NULL ? mt_repro_acc_slot(acc_w) : NULL,
                           db != NULL ? mt_repro_acc_slot(acc_b) : NULL, dy + a * out, x + a * in, w,
                           len, in, out);
-        if (dw != NULL)
-            mt_repro_acc_push(acc_w);
-        if (db != NULL)
-            mt_repro_acc_push(acc_b);
+        wb_push(dw, db, acc_w, acc_b);
     }
-    if (dw != NULL)
-        memcpy(dw, mt_repro_acc_result(acc_w), in * out * sizeof(float));
-    if (db != NULL)
-        memcpy(db, mt_repro_acc_result(acc_b), out * sizeof(float));
+    wb_result(dw, db, acc_w, acc_b, in * out, out);
+}
+
+/* ------------------------------------------------------------------ batch norm */
+
+void mt_repro_bn_sum(float *out, const float *x, size_t rows, size_t r, int leaves, size_t c,
+                     mt_repro_acc *acc)
+{
+    mt_repro_acc_reset(acc);
+    for (int i = 0; i < leaves; i++) {
+        size_t a, len;
+        leaf_rows(rows, r, i, &a, &len);
+        mt_bn_sum(mt_repro_acc_slot(acc), x + a * c, len, c);
+        mt_repro_acc_push(acc);
+    }
+    memcpy(out, mt_repro_acc_result(acc), c * sizeof(float));
+}
+
+void mt_repro_bn_sqdev(float *out, const float *x, const float *mean, size_t rows, size_t r,
+                       int leaves, size_t c, mt_repro_acc *acc)
+{
+    mt_repro_acc_reset(acc);
+    for (int i = 0; i < leaves; i++) {
+        size_t a, len;
+        leaf_rows(rows, r, i, &a, &len);
+        mt_bn_sqdev(mt_repro_acc_slot(acc), x + a * c, mean, len, c);
+        mt_repro_acc_push(acc);
+    }
+    memcpy(out, mt_repro_acc_result(acc), c * sizeof(float));
+}
+
+void mt_repro_bn_grad_sums(float *sum_dy, float *sum_dy_xhat, const float *dy, const float *xhat,
+                           size_t rows, size_t r, int leaves, size_t c, mt_repro_acc *acc)
+{
+    const float *res;
+
+    mt_repro_acc_reset(acc);
+    for (int i = 0; i < leaves; i++) {
+        size_t a, len;
+        float *slot = mt_repro_acc_slot(acc);
+        leaf_rows(rows, r, i, &a, &len);
+        mt_bn_grad_sums(slot, slot + c, dy + a * c, xhat + a * c, len, c);
+        mt_repro_acc_push(acc);
+    }
+    res = mt_repro_acc_result(acc);
+    memcpy(sum_dy, res, c * sizeof(float));
+    memcpy(sum_dy_xhat, res + c, c * sizeof(float));
+}
+
+/* ------------------------------------------------------------------ conv2d */
+
+/* Per-example sizes of a conv2d geometry: input, output, cols floats. */
+static void conv_sizes(const mt_conv2d_geom *g, size_t *xin, size_t *yout, size_t *cols)
+{
+    mt_conv2d_geom one = *g;
+    one.batch = 1;
+    *xin = g->h * g->w * g->c;
+    *yout = mt_conv2d_out_h(g) * mt_conv2d_out_w(g) * g->f;
+    *cols = mt_conv2d_cols_size(&one);
+}
+
+void mt_repro_conv2d_forward(float *y, float *cols, const float *x, const float *w, const float *b,
+                             const mt_conv2d_geom *g, size_t r, int leaves)
+{
+    size_t xs, ys, cs;
+
+    conv_sizes(g, &xs, &ys, &cs);
+    for (int i = 0; i < leaves; i++) {
+        size_t a, len;
+        mt_conv2d_geom lg = *g;
+        leaf_rows(g->batch, r, i, &a, &len);
+        if (len == 0)
+            continue;
+        lg.batch = len;
+        mt_conv2d_forward(y + a * ys, cols + a * cs, x + a * xs, w, b, &lg);
+    }
+}
+
+void mt_repro_conv2d_backward(float *dx, float *dw, float *db, float *dcols, const float *dy,
+                              const float *cols, const float *w, const mt_conv2d_geom *g, size_t r,
+                              int leaves, mt_repro_acc *acc_w, mt_repro_acc *acc_b)
+{
+    size_t xs, ys, cs, nw = g->kh * g->kw * g->c * g->f;
+
+    conv_sizes(g, &xs, &ys, &cs);
+    wb_reset(dw, db, acc_w, acc_b);
+    for (int i = 0; i < leaves; i++) {
+        size_t a, len;
+        mt_conv2d_geom lg = *g;
+        leaf_rows(g->batch, r, i, &a, &len);
+        lg.batch = len;
+        /* an empty leaf still pushes its zeros: the tree's shape is the same on every mesh */
+        mt_conv2d_backward(dx != NULL && len > 0 ? dx + a * xs : NULL,
+                           dw != NULL ? mt_repro_acc_slot(acc_w) : NULL,
+                           db != NULL ? mt_repro_acc_slot(acc_b) : NULL,
+                           dcols != NULL ? dcols + a * cs : NULL, dy + a * ys, cols + a * cs, w,
+                           &lg);
+        wb_push(dw, db, acc_w, acc_b);
+    }
+    wb_result(dw, db, acc_w, acc_b, nw, g->f);
 }

@@ -297,6 +297,25 @@ static void test_repro_interleaved_leaves_are_not_the_tree(void **state)
     free(ref);
 }
 
+/* A device's first row and row count (in examples) of its block of leaves of a step of n. */
+static void device_block(size_t batch, size_t n, int p, int d, size_t *s0, size_t *rows)
+{
+    int own = mt_repro_leaves(batch) / p;
+    size_t a, len, b, blen;
+    mt_repro_leaf_range(batch, n, d * own, &a, &len);
+    mt_repro_leaf_range(batch, n, d * own + own - 1, &b, &blen);
+    *s0 = a;
+    *rows = b + blen - a;
+}
+
+/* Sum the p device subtrees sub[0..p) of m floats in the allreduce's order into out; free them. */
+static void allreduce_free(float **sub, int p, size_t m, float *out)
+{
+    mt_coll_reference_allreduce((const float *const *)sub, p, m, out);
+    for (int d = 0; d < p; d++)
+        free(sub[d]);
+}
+
 /* One dense layer's step on P devices of a batch of `batch` examples (n present): y and dx
  * gathered in example order, dw and db the device subtrees summed by the allreduce's order. */
 typedef struct dense_step {
@@ -317,22 +336,16 @@ static dense_step dense_on_mesh(size_t batch, size_t n, int p, const float *x, c
     assert_int_equal(mt_repro_acc_init(&aw, own, in * out, &err), MT_OK);
     assert_int_equal(mt_repro_acc_init(&ab, own, out, &err), MT_OK);
     for (int d = 0; d < p; d++) {
-        size_t s0, len, s1, len1;
-        mt_repro_leaf_range(batch, n, d * own, &s0, &len);            /* first owned leaf */
-        mt_repro_leaf_range(batch, n, d * own + own - 1, &s1, &len1); /* last one */
-        size_t rows = s1 + len1 - s0;
+        size_t s0, rows;
+        device_block(batch, n, p, d, &s0, &rows);
         subw[d] = calloc(in * out, sizeof(float));
         subb[d] = calloc(out, sizeof(float));
         mt_repro_dense_forward(st.y + s0 * out, x + s0 * in, w, b, rows, r, own, in, out);
         mt_repro_dense_backward(st.dx + s0 * in, subw[d], subb[d], dy + s0 * out, x + s0 * in, w,
                                 rows, r, own, in, out, &aw, &ab);
     }
-    mt_coll_reference_allreduce((const float *const *)subw, p, in * out, st.dw);
-    mt_coll_reference_allreduce((const float *const *)subb, p, out, st.db);
-    for (int d = 0; d < p; d++) {
-        free(subw[d]);
-        free(subb[d]);
-    }
+    allreduce_free(subw, p, in * out, st.dw);
+    allreduce_free(subb, p, out, st.db);
     mt_repro_acc_free(&aw);
     mt_repro_acc_free(&ab);
     return st;
@@ -408,6 +421,144 @@ static void test_repro_acc_is_the_tree(void **state)
     }
 }
 
+/* Batch norm's three sums (c features, 3 rows per example) on p devices: 4c floats. */
+static float *bn_on_mesh(size_t batch, size_t n, int p, const float *x, const float *dy,
+                         const float *xhat, const float *mean, size_t c)
+{
+    const size_t rpe = 3; /* rows per example (a sequence or an image) */
+    int own = mt_repro_leaves(batch) / p;
+    size_t r = batch / (size_t)mt_repro_leaves(batch) * rpe;
+    float *out = calloc(4 * c, sizeof(float)), *sub[3][L] = {{0}};
+    mt_repro_acc a1, a2;
+    mt_err err = MT_ERR_INIT;
+
+    assert_int_equal(mt_repro_acc_init(&a1, own, c, &err), MT_OK);
+    assert_int_equal(mt_repro_acc_init(&a2, own, 2 * c, &err), MT_OK);
+    for (int d = 0; d < p; d++) {
+        size_t s0, rows;
+        device_block(batch, n, p, d, &s0, &rows);
+        s0 *= rpe;
+        rows *= rpe;
+        for (int k = 0; k < 3; k++)
+            sub[k][d] = calloc(2 * c, sizeof(float));
+        mt_repro_bn_sum(sub[0][d], x + s0 * c, rows, r, own, c, &a1);
+        mt_repro_bn_sqdev(sub[1][d], x + s0 * c, mean, rows, r, own, c, &a1);
+        mt_repro_bn_grad_sums(sub[2][d], sub[2][d] + c, dy + s0 * c, xhat + s0 * c, rows, r, own, c,
+                              &a2);
+    }
+    allreduce_free(sub[0], p, c, out);
+    allreduce_free(sub[1], p, c, out + c);
+    allreduce_free(sub[2], p, 2 * c, out + 2 * c);
+    mt_repro_acc_free(&a1);
+    mt_repro_acc_free(&a2);
+    return out;
+}
+
+/* Batch norm's sums give the same bits on 1, 2, 4, 8 devices (full and short batches). */
+static void test_repro_bn_same_bits_on_every_mesh(void **state)
+{
+    static const size_t cases[][2] = {{32, 32}, {32, 10}, {8, 8}};
+    const size_t c = 48;
+    (void)state;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        size_t batch = cases[ci][0], n = cases[ci][1], m = n * 3 * c;
+        float *x = calloc(m, sizeof(float)), *dy = calloc(m, sizeof(float));
+        float *xh = calloc(m, sizeof(float)), *mean = calloc(c, sizeof(float));
+        for (size_t i = 0; i < m; i++) {
+            x[i] = ct_val(8, i, ci);
+            dy[i] = ct_val(9, i, ci);
+            xh[i] = ct_val(10, i, ci);
+        }
+        for (size_t i = 0; i < c; i++)
+            mean[i] = ct_val(11, i, ci);
+        float *one = bn_on_mesh(batch, n, 1, x, dy, xh, mean, c);
+        for (int p = 2; p <= L; p *= 2) {
+            float *got = bn_on_mesh(batch, n, p, x, dy, xh, mean, c);
+            if (memcmp(got, one, 4 * c * sizeof(float)) != 0)
+                fail_msg("batch %zu (%zu present), %d devices: other bits than one device", batch,
+                         n, p);
+            free(got);
+        }
+        free(one);
+        free(x);
+        free(dy);
+        free(xh);
+        free(mean);
+    }
+}
+
+/* conv2d 8x8x3 -> 3x3 same -> 4 filters on p devices: y, dx, dw, db concatenated. */
+static float *conv_on_mesh(size_t batch, size_t n, int p, const float *x, const float *w,
+                           const float *b, const float *dy)
+{
+    const mt_conv2d_geom g0 = {
+        .batch = 1, .h = 8, .w = 8, .c = 3, .kh = 3, .kw = 3, .f = 4, .same = true};
+    const size_t xs = 8 * 8 * 3, ys = 8 * 8 * 4, nw = 3 * 3 * 3 * 4, cs = mt_conv2d_cols_size(&g0);
+    int own = mt_repro_leaves(batch) / p;
+    size_t r = batch / (size_t)mt_repro_leaves(batch);
+    float *out = calloc(n * ys + n * xs + nw + 4, sizeof(float)), *y = out, *dx = out + n * ys;
+    float *subw[L] = {0}, *subb[L] = {0};
+    mt_repro_acc aw, ab;
+    mt_err err = MT_ERR_INIT;
+
+    assert_int_equal(mt_repro_acc_init(&aw, own, nw, &err), MT_OK);
+    assert_int_equal(mt_repro_acc_init(&ab, own, 4, &err), MT_OK);
+    for (int d = 0; d < p; d++) {
+        size_t s0, rows;
+        mt_conv2d_geom g = g0;
+        device_block(batch, n, p, d, &s0, &rows);
+        g.batch = rows;
+        float *cols = calloc(rows * cs + 1, sizeof(float)),
+              *dcols = calloc(rows * cs + 1, sizeof(float));
+        subw[d] = calloc(nw, sizeof(float));
+        subb[d] = calloc(4, sizeof(float));
+        mt_repro_conv2d_forward(y + s0 * ys, cols, x + s0 * xs, w, b, &g, r, own);
+        mt_repro_conv2d_backward(dx + s0 * xs, subw[d], subb[d], dcols, dy + s0 * ys, cols, w, &g,
+                                 r, own, &aw, &ab);
+        free(cols);
+        free(dcols);
+    }
+    allreduce_free(subw, p, nw, dx + n * xs);
+    allreduce_free(subb, p, 4, dx + n * xs + nw);
+    mt_repro_acc_free(&aw);
+    mt_repro_acc_free(&ab);
+    return out;
+}
+
+/* conv2d's leaf kernels give the same bits on 1, 2, 4, 8 devices (full and short batches). */
+static void test_repro_conv2d_same_bits_on_every_mesh(void **state)
+{
+    static const size_t cases[][2] = {{16, 16}, {16, 5}, {8, 8}};
+    const size_t xs = 8 * 8 * 3, ys = 8 * 8 * 4, nw = 3 * 3 * 3 * 4;
+    (void)state;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        size_t batch = cases[ci][0], n = cases[ci][1], total = n * ys + n * xs + nw + 4;
+        float *x = calloc(n * xs, sizeof(float)), *w = calloc(nw, sizeof(float));
+        float *b = calloc(4, sizeof(float)), *dy = calloc(n * ys, sizeof(float));
+        for (size_t i = 0; i < n * xs; i++)
+            x[i] = ct_val(12, i, ci);
+        for (size_t i = 0; i < nw; i++)
+            w[i] = ct_val(13, i, ci);
+        for (size_t i = 0; i < 4; i++)
+            b[i] = ct_val(14, i, ci);
+        for (size_t i = 0; i < n * ys; i++)
+            dy[i] = ct_val(15, i, ci);
+        float *one = conv_on_mesh(batch, n, 1, x, w, b, dy);
+        for (int p = 2; p <= L; p *= 2) {
+            float *got = conv_on_mesh(batch, n, p, x, w, b, dy);
+            if (memcmp(got, one, total * sizeof(float)) != 0)
+                fail_msg("batch %zu (%zu present), %d devices: other bits than one device", batch,
+                         n, p);
+            free(got);
+        }
+        free(one);
+        free(x);
+        free(w);
+        free(b);
+        free(dy);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -420,6 +571,8 @@ int main(void)
         cmocka_unit_test(test_repro_interleaved_leaves_are_not_the_tree),
         cmocka_unit_test(test_repro_acc_is_the_tree),
         cmocka_unit_test(test_repro_dense_same_bits_on_every_mesh),
+        cmocka_unit_test(test_repro_bn_same_bits_on_every_mesh),
+        cmocka_unit_test(test_repro_conv2d_same_bits_on_every_mesh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
