@@ -686,24 +686,35 @@ out:
 
 /*
  * "reproducibility": "mesh_invariant" (docs/reproducibility.md, Mesh-invariant mode): a batch
- * dimension that cannot keep the bits is INVALID_ARGUMENT naming the sizes that can; one that can
- * is UNIMPLEMENTED, since the engine does not run the mode yet.
+ * dimension that cannot keep the bits is INVALID_ARGUMENT naming the sizes that can; what the
+ * engine does not run in that mode yet (a layer kind without leaf kernels, a mesh dimension
+ * other than the batch one of size > 1) is UNIMPLEMENTED naming it.
  */
 static mt_code check_mesh_invariant(const mt_job_spec *spec, const mt_mesh *mesh,
                                     const mt_layout_map *map, mt_err *err)
 {
+    static const char *const done = "dense, batch_norm, dropout, flatten, activation, add";
     int bdim = mt_spmd_batch_dim(mesh, map);
     int p = bdim >= 0 ? mt_mesh_dim_size(mesh, bdim) : 1;
     mt_code rc = mt_repro_check_mesh(spec->batch_size, p, err);
     if (rc != MT_OK)
         return rc;
-    return mt_err_set(err, MT_UNIMPLEMENTED,
-                      "reproducibility: \"mesh_invariant\" is designed but not implemented yet "
-                      "(docs/reproducibility.md, Mesh-invariant mode); this mesh would keep the "
-                      "bits (batch dimension of size %d, %d leaves of %zu examples); use "
-                      "\"fixed_mesh\" (the default)",
-                      p, mt_repro_leaves(spec->batch_size),
-                      spec->batch_size / (size_t)mt_repro_leaves(spec->batch_size));
+    for (int k = 0; k < mt_mesh_ndims(mesh); k++)
+        if (k != bdim && mt_mesh_dim_size(mesh, k) > 1)
+            return mt_err_set(err, MT_UNIMPLEMENTED,
+                              "reproducibility: \"mesh_invariant\" runs on data-parallel meshes "
+                              "only for now; mesh dimension '%s' has size %d",
+                              mt_mesh_dim_name(mesh, k), mt_mesh_dim_size(mesh, k));
+    for (int i = 0; i < spec->n_layers; i++) {
+        mt_layer_kind kd = spec->layers[i].kind;
+        if (kd != MT_LAYER_DENSE && kd != MT_LAYER_BATCH_NORM && kd != MT_LAYER_DROPOUT &&
+            kd != MT_LAYER_FLATTEN && kd != MT_LAYER_ACTIVATION && kd != MT_LAYER_ADD)
+            return mt_err_set(err, MT_UNIMPLEMENTED,
+                              "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
+                              "not run this layer kind yet (done: %s)",
+                              i, spec->layers[i].name, done);
+    }
+    return MT_OK;
 }
 
 /* files: read the data set (type checks, IDX headers, core/data's parse) as the trainer will;

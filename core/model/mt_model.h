@@ -142,7 +142,7 @@ typedef struct mt_dataset_spec {
 /* "reproducibility" (docs/reproducibility.md): which meshes give the same bits. */
 typedef enum mt_reproducibility {
     MT_REPRO_FIXED_MESH = 0, /* "fixed_mesh" (default): the same bits on the same mesh */
-    MT_REPRO_MESH_INVARIANT, /* "mesh_invariant": designed, refused as UNIMPLEMENTED for now */
+    MT_REPRO_MESH_INVARIANT, /* "mesh_invariant": the same bits on every mesh that keeps them */
 } mt_reproducibility;
 
 typedef struct mt_job_spec {

@@ -16,9 +16,9 @@
  * batch dimension (in batch-coordinate order) computes the canonical tree over all L leaves
  * (tests/unit/test_repro.c proves it bit for bit against a serial fold and the real allreduce).
  *
- * Status: the engine does not run the mode yet; core/jobspec validates the field with these
- * rules and refuses the mode with UNIMPLEMENTED.
- * Threading: pure functions; any thread.
+ * Used by core/spmd (leaf split of the batch, the loss per leaf, the accumulators it hands the
+ * layers in mt_layer_pass), core/layers (dense, batch_norm) and core/jobspec (validation).
+ * Threading: pure functions, and accumulators used by one thread at a time.
  */
 #ifndef MT_REPRO_H
 #define MT_REPRO_H

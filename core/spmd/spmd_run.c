@@ -775,6 +775,8 @@ static void input_pieces(input_run *in, const mt_data_step *st, size_t s)
         else
             start = s * in->B + g * c;
         pc->first_example = start;
+        /* one pipeline with global batching lays the replicas' batches out in order too */
+        pc->global_order = data_global || (N == 1 && in->ds->batching == MT_DATA_BATCH_GLOBAL);
     }
 }
 

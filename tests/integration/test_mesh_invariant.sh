@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# SPDX-License-Identifier: MIT
+# test_mesh_invariant.sh — "reproducibility": "mesh_invariant" on data-parallel meshes (issue #18
+# item 1, docs/reproducibility.md): 50 steps of `train --local` on batch=1, 2, 4 and 8 give
+# byte-identical exports (cmp) and equal state digests at every step (digest_every 1, compared
+# by `meshtrain diverge` and by the whole --json output without its speed figures), for
+# * the sentiment MLP (examples/dtensor_mlp_data_parallel.json: dense, batch_norm, dense softmax,
+#   Adam; text pipeline, 512 generated sentences = 8 full batches per epoch),
+# * the same with a dropout layer (masks keyed by global example index),
+# * the same with FSDP kernels (sharded over batch; gathered per layer, and kept),
+# * the Fashion-MNIST MLP (examples/fashion_mnist_mlp.json: IDX files, the global-batch path).
+# fixed_mesh (the default) on the same sentiment spec differs between batch=1 and batch=8 (what
+# the mode fixes). Refusals: a batch dimension that cannot keep the bits (INVALID_ARGUMENT with
+# the sizes that can), a layer kind without leaf kernels and a model dimension (UNIMPLEMENTED),
+# a short last batch of a pipeline split over replicas (UNIMPLEMENTED at that step, no hang).
+source "$(dirname "$0")/lib.sh"
+export OPENBLAS_NUM_THREADS=1
+STEPS=50
+
+mkdir -p "$T/ex/data"
+gen_text "$T/ex/data/sentiment_train.tsv" 512 1
+gen_text "$T/ex/data/sentiment_test.tsv" 64 2
+
+# variant NAME: a copy of a seed spec in $T/ex with mesh_invariant, digest_every 1, no own
+# checkpoint cadence (one at the end), and the variant's change
+variant() {
+    python3 - "$SRC" "$T/ex" "$1" <<'PY'
+import json, sys
+src, ex, name = sys.argv[1:]
+base = "fashion_mnist_mlp" if name == "fmnist" else "dtensor_mlp_data_parallel"
+s = json.load(open(f"{src}/examples/{base}.json"))
+s["reproducibility"] = "mesh_invariant" if name != "fixed" else "fixed_mesh"
+s["digest_every"] = 1
+s.pop("checkpoint", None)
+if name == "dropout":
+    s["model"]["layers"].insert(1, {"type": "dropout", "rate": 0.3})
+if name in ("fsdp", "fsdp_keep"):
+    s["layouts"] = {"dense_1\\.kernel": ["batch", "unsharded"],
+                    "dense_2\\.kernel": ["batch", "unsharded"]}
+if name == "fsdp_keep":
+    s["fsdp"] = {"reshard_after_forward": False}
+json.dump(s, open(f"{ex}/{name}.json", "w"))
+PY
+}
+
+# run NAME MESH: STEPS steps, the --json lines without their speed, the export of the last step
+run() {
+    local out="$T/$1-$2"
+    (cd "$T/ex" && "$BIN/meshtrain" train --local "$1.json" --mesh "batch=$2" --epochs 7 \
+        --steps $STEPS --json --save "$out" >"$out.json" 2>"$out.log") ||
+        fail "train $1 on batch=$2: $(tail -3 "$out.log")"
+    sed 's/"examples_per_sec":[0-9.e+-]*,//' "$out.json" >"$out.bits"
+    [ "$(grep -c '"digest"' "$out.bits")" -ge $STEPS ] || fail "$1 batch=$2: a digest per step"
+    "$BIN/meshtrain" export "$out/ckpt-$STEPS.mtc" -o "$out.safetensors" >/dev/null ||
+        fail "export $1 batch=$2"
+}
+
+for name in sentiment dropout fsdp fsdp_keep fmnist; do
+    variant "$name"
+    for b in 1 2 4 8; do
+        run "$name" "$b"
+        [ "$b" = 1 ] && continue
+        cmp "$T/$name-1.safetensors" "$T/$name-$b.safetensors" ||
+            fail "$name: the export of batch=$b differs from batch=1"
+        "$BIN/meshtrain" diverge "$T/$name-1.json" "$T/$name-$b.json" >"$T/div.out" ||
+            fail "$name batch=$b: $(cat "$T/div.out")"
+        cmp "$T/$name-1.bits" "$T/$name-$b.bits" ||
+            fail "$name: the --json lines of batch=$b differ from batch=1"
+    done
+    log "$name: batch=1,2,4,8 byte-identical after $STEPS steps, equal digests at every step"
+done
+
+# the default mode differs across meshes (batch=8 holds one leaf per device, batch=1 does not)
+variant fixed
+run fixed 1
+run fixed 8
+if cmp -s "$T/fixed-1.safetensors" "$T/fixed-8.safetensors"; then
+    fail "fixed_mesh: batch=1 and batch=8 gave the same bits (the test would prove nothing)"
+fi
+
+# refusals
+cd "$T/ex"
+expect_fail 4 "needs the batch dimension's size (3) to be a power of two dividing the 8 leaves" \
+    "$BIN/meshtrain" train --local sentiment.json --mesh batch=3 --steps 1
+expect_fail 4 "runs on data-parallel meshes only for now; mesh dimension 'model' has size 2" \
+    "$BIN/meshtrain" plan sentiment.json --mesh batch=2,model=2
+python3 -c "
+import json; s = json.load(open('$SRC/examples/fashion_mnist_cnn.json'))
+s['reproducibility'] = 'mesh_invariant'; json.dump(s, open('cnn.json', 'w'))"
+expect_fail 4 'model.layers\[0\] (conv2d_1): reproducibility: "mesh_invariant" does not run this' \
+    "$BIN/meshtrain" plan cnn.json
+# 520 sentences: the 9th step has 8 examples, one leaf, which an even split over 2 would cut
+mkdir -p short/data
+gen_text short/data/sentiment_train.tsv 520 1
+cp data/sentiment_test.tsv short/data/
+cp sentiment.json short/
+(cd short && expect_fail 4 "a batch of 8 examples (a short last batch) split evenly over 2" \
+    "$BIN/meshtrain" train --local sentiment.json --mesh batch=2 --steps 12)
+(cd short && expect_exit 0 "$BIN/meshtrain" train --local sentiment.json --mesh batch=1 --steps 12)
+log "refusals: batch=3, a model dimension, conv2d, a short pipeline batch on 2 replicas"
