@@ -1094,38 +1094,29 @@ static mt_code dev_loss(dev *d, size_t gcount, bool dout, double *sums, double *
 }
 
 /*
- * mesh_invariant with per-replica pieces: they must be this step's global batch in order, cut
- * into the replicas' blocks of whole leaves. Decided from (n, the mesh) and the pieces' flag
- * only, the same on every device, so all fail together (before any collective of the step).
+ * mesh_invariant with per-replica pieces: they must be this step's global batch in order (the
+ * pieces' flag, the same on every device) cut into the replicas' blocks of whole leaves (the
+ * pipeline's plan does that: mt_data_plan_opts.leaf_examples).
  */
 static mt_code pieces_are_leaves(dev *d, size_t n)
 {
     mt_spmd *s = d->s;
-    int p = (int)dsz(s, s->bdim);
-    const mt_spmd_piece *pc = &s->jpieces[s->bdim >= 0 ? d->coords[s->bdim] : 0];
+    int g = s->bdim >= 0 ? d->coords[s->bdim] : 0;
+    const mt_spmd_piece *pc = &s->jpieces[g];
+    size_t a, la, b, lb;
 
     if (!pc->global_order)
         return mt_err_set(&d->err, MT_UNIMPLEMENTED,
                           "reproducibility: \"mesh_invariant\" needs the dataset's global batch "
-                          "(\"batching\": \"global\" with data sharding): batches made per "
-                          "replica depend on the number of replicas");
-    for (int g = 0; g < p; g++) {
-        size_t a, la, b, lb, r0, len;
-        /* the piece is the even split (mt_data_plan_range of global batching) */
-        mt_repro_leaf_range(s->inv_batch, n, g * s->inv_leaves, &a, &la);
-        mt_repro_leaf_range(s->inv_batch, n, (g + 1) * s->inv_leaves - 1, &b, &lb);
-        mt_data_rebatch_split(n, (size_t)p, (size_t)g, &r0, &len);
-        if (r0 != a || len != b + lb - a)
-            return mt_err_set(&d->err, MT_UNIMPLEMENTED,
-                              "reproducibility: \"mesh_invariant\": a batch of %zu examples "
-                              "(a short last batch) split evenly over %d replicas cuts a leaf of "
-                              "%zu examples; use a training set that is a multiple of batch_size, "
-                              "or one replica",
-                              n, p, s->inv_r);
-    }
-    if (d->batch != (size_t)0 + pc->n)
-        return mt_err_set(&d->err, MT_INTERNAL, "mesh_invariant: piece of %zu rows, taken %zu",
-                          pc->n, d->batch);
+                          "(\"batching\": \"global\"): batches made per replica depend on the "
+                          "number of replicas");
+    mt_repro_leaf_range(s->inv_batch, n, g * s->inv_leaves, &a, &la);
+    mt_repro_leaf_range(s->inv_batch, n, (g + 1) * s->inv_leaves - 1, &b, &lb);
+    if (pc->n != b + lb - a)
+        return mt_err_set(&d->err, MT_INTERNAL,
+                          "mesh_invariant: replica %d got %zu of the step's %zu examples, not "
+                          "its %zu of whole leaves",
+                          g, pc->n, n, b + lb - a);
     return MT_OK;
 }
 
