@@ -15,17 +15,9 @@ W=$(mktemp -d /tmp/mt-bench-inv.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export OPENBLAS_NUM_THREADS=1
 
-# the sentiment example's data: generated sentences (tests/integration/lib.sh's gen_text)
-gen_text() {
-    awk -v n="$2" -v seed="$3" 'BEGIN { srand(seed);
-        split("good great fine love nice best happy superb", p, " ");
-        split("bad awful poor hate worst sad boring broken", q, " ");
-        for (i = 0; i < n; i++) { y = int(rand() * 2); s = "";
-            for (k = 0; k < 12; k++) { r = rand();
-                w = r < 0.3 ? (y ? p[1 + int(rand() * 8)] : q[1 + int(rand() * 8)]) : "w" int(rand() * 3000);
-                s = s (k ? " " : "") w }
-            print y "\t" s } }' >"$1"
-}
+# the sentiment example's data: generated sentences (gen_text of tests/integration/lib.sh, which
+# cannot be sourced here: it wants a test's environment)
+eval "$(sed -n '/^gen_text()/,/^}/p' "$SRC/tests/integration/lib.sh")"
 mkdir -p "$W/data"
 gen_text "$W/data/sentiment_train.tsv" 4096 1
 gen_text "$W/data/sentiment_test.tsv" 64 2
