@@ -4,9 +4,8 @@
 # against "fixed_mesh" (docs/reproducibility.md), in one run: the seed models on 1 and 2
 # devices (`train --local --mesh batch=D`), each pair run ROUNDS times (default 3) in alternating
 # order; prints the median examples/s of the final line of `train --json` per mode and
-# invariant/fixed (< 1: the mode is slower), with the load average beside each row. The CNNs are
-# listed as refused while conv2d has no leaf kernels in the layer. Never run by ctest; about a
-# minute on 2 idle cores.
+# invariant/fixed (< 1: the mode is slower), with the load average beside each row. Never run by
+# ctest; about a minute on 2 idle cores.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$SRC/build}" && pwd)
@@ -45,7 +44,8 @@ speed() {
 median() { sort -g | awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 printf "%-22s %-3s %12s %12s %9s  %s\n" model dev fixed_ex/s invar_ex/s inv/fixed load
-for m in "sentiment-mlp dtensor_mlp_data_parallel 96" "fmnist-mlp fashion_mnist_mlp 150"; do
+for m in "sentiment-mlp dtensor_mlp_data_parallel 96" "fmnist-mlp fashion_mnist_mlp 150" \
+    "fmnist-cnn fashion_mnist_cnn 12" "fmnist-residual-cnn fashion_mnist_residual_cnn 12"; do
     set -- $m
     spec "$1" "$2" fixed_mesh
     spec "$1" "$2" mesh_invariant
@@ -65,7 +65,4 @@ for m in "sentiment-mlp dtensor_mlp_data_parallel 96" "fmnist-mlp fashion_mnist_
         printf "%-22s %-3s %12.0f %12.0f %9.3f  %s\n" "$1" "$d" "$f" "$i" \
             "$(awk -v a="$f" -v b="$i" 'BEGIN { print b / a }')" "$(cut -d' ' -f1-3 /proc/loadavg)"
     done
-done
-for c in fashion_mnist_cnn fashion_mnist_residual_cnn; do
-    printf "%-22s %-3s %s\n" "$c" "-" "refused under mesh_invariant (conv2d: UNIMPLEMENTED)"
 done

@@ -693,7 +693,8 @@ out:
 static mt_code check_mesh_invariant(const mt_job_spec *spec, const mt_mesh *mesh,
                                     const mt_layout_map *map, mt_err *err)
 {
-    static const char *const done = "dense, batch_norm, dropout, flatten, activation, add";
+    static const char *const done = "dense, conv2d, max_pool2d, global_average_pooling2d, "
+                                    "batch_norm, dropout, flatten, activation, add, concatenate";
     int bdim = mt_spmd_batch_dim(mesh, map);
     int p = bdim >= 0 ? mt_mesh_dim_size(mesh, bdim) : 1;
     mt_code rc = mt_repro_check_mesh(spec->batch_size, p, err);
@@ -707,8 +708,10 @@ static mt_code check_mesh_invariant(const mt_job_spec *spec, const mt_mesh *mesh
                               mt_mesh_dim_name(mesh, k), mt_mesh_dim_size(mesh, k));
     for (int i = 0; i < spec->n_layers; i++) {
         mt_layer_kind kd = spec->layers[i].kind;
-        if (kd != MT_LAYER_DENSE && kd != MT_LAYER_BATCH_NORM && kd != MT_LAYER_DROPOUT &&
-            kd != MT_LAYER_FLATTEN && kd != MT_LAYER_ACTIVATION && kd != MT_LAYER_ADD)
+        if (kd != MT_LAYER_DENSE && kd != MT_LAYER_CONV2D && kd != MT_LAYER_MAX_POOL2D &&
+            kd != MT_LAYER_GLOBAL_AVERAGE_POOLING2D && kd != MT_LAYER_BATCH_NORM &&
+            kd != MT_LAYER_DROPOUT && kd != MT_LAYER_FLATTEN && kd != MT_LAYER_ACTIVATION &&
+            kd != MT_LAYER_ADD && kd != MT_LAYER_CONCATENATE)
             return mt_err_set(err, MT_UNIMPLEMENTED,
                               "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
                               "not run this layer kind yet (done: %s)",

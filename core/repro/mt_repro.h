@@ -17,7 +17,7 @@
  * (tests/unit/test_repro.c proves it bit for bit against a serial fold and the real allreduce).
  *
  * Used by core/spmd (leaf split of the batch, the loss per leaf, the accumulators it hands the
- * layers in mt_layer_pass), core/layers (dense, batch_norm) and core/jobspec (validation).
+ * layers in mt_layer_pass), core/layers (dense, conv2d, batch_norm) and core/jobspec (validation).
  * Threading: pure functions, and accumulators used by one thread at a time.
  */
 #ifndef MT_REPRO_H
