@@ -12,6 +12,7 @@
 # * the Fashion-MNIST MLP (examples/fashion_mnist_mlp.json: IDX files),
 # * the Fashion-MNIST CNN and residual CNN (conv2d, max_pool2d, add, concatenate, batch_norm):
 #   10 steps only (a CNN step takes 10-100 ms here; 50 steps on 4 meshes would take ~1 min).
+# A checkpoint of batch=2 resumed on batch=4 ends byte-identical to an uninterrupted batch=1 run.
 # fixed_mesh (the default) on the same sentiment spec differs between batch=1 and batch=8 (what
 # the mode fixes). Refusals: a batch dimension that cannot keep the bits (INVALID_ARGUMENT with
 # the sizes that can), a layer kind without leaf kernels (layer_norm) and a model dimension
@@ -78,6 +79,18 @@ for name in sentiment dropout fsdp fsdp_keep fmnist cnn rescnn; do
     done
     log "$name: batch=1,2,4,8 byte-identical after $steps steps, equal digests at every step"
 done
+
+# a restore onto another mesh: 10 steps on batch=2, resumed on batch=4 to step 20, ends with the
+# checkpoint of 20 uninterrupted steps on batch=1 (same state digests over steps 11..20)
+(cd "$T/ex" && "$BIN/meshtrain" train --local sentiment.json --mesh batch=2 --steps 10 --json \
+    --save "$T/res-a" >"$T/res-a.json" 2>"$T/res-a.log" &&
+    "$BIN/meshtrain" train --local sentiment.json --mesh batch=4 --resume "$T/res-a/ckpt-10.mtc" \
+        --steps 20 --json --save "$T/res-b" >"$T/res-b.json" 2>"$T/res-b.log" &&
+    "$BIN/meshtrain" train --local sentiment.json --mesh batch=1 --steps 20 --json \
+        --save "$T/res-c" >"$T/res-c.json" 2>"$T/res-c.log") || fail "resume runs: $(tail -3 "$T"/res-*.log)"
+cmp "$T/res-b/ckpt-20.mtc" "$T/res-c/ckpt-20.mtc" || fail "batch=2 -> batch=4 resume differs from batch=1"
+"$BIN/meshtrain" diverge "$T/res-b.json" "$T/res-c.json" >"$T/div.out" || fail "resume: $(cat "$T/div.out")"
+log "restore onto another mesh: batch=2 then batch=4 equals batch=1 after 20 steps"
 
 # the default mode differs across meshes (batch=8 holds one leaf per device, batch=1 does not)
 variant fixed
