@@ -773,8 +773,10 @@ static mt_code check_root(const mt_jobspec *js, const mt_jobspec_opts *o, bool f
         (rc = loss_probe(spec, ds, pipeline, o->base_dir, s, err)) != MT_OK)
         goto out;
     rc = check_sections(root, s, err);
-    if (rc == MT_OK && spec->reproducibility == MT_REPRO_MESH_INVARIANT)
+    if (rc == MT_OK && spec->reproducibility == MT_REPRO_MESH_INVARIANT) {
         rc = check_mesh_invariant(spec, mesh, js->cfg.layouts, err);
+        s->repro_leaves = (uint32_t)mt_repro_leaves(spec->batch_size);
+    }
 out:
     mt_mesh_free(mesh);
     return rc;

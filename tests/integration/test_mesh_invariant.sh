@@ -100,8 +100,11 @@ if cmp -s "$T/fixed-1.safetensors" "$T/fixed-8.safetensors"; then
     fail "fixed_mesh: batch=1 and batch=8 gave the same bits (the test would prove nothing)"
 fi
 
-# refusals
+# refusals, and what plan says
 cd "$T/ex"
+"$BIN/meshtrain" plan sentiment.json --mesh batch=4 >"$T/plan.out"
+grep -q "repro     mesh_invariant: 8 leaves of 8 examples; batch dimension sizes that keep the bits: 1, 2, 4, 8" \
+    "$T/plan.out" || fail "plan: $(cat "$T/plan.out")"
 expect_fail 4 "needs the batch dimension's size (3) to be a power of two dividing the 8 leaves" \
     "$BIN/meshtrain" train --local sentiment.json --mesh batch=3 --steps 1
 expect_fail 4 "runs on data-parallel meshes only for now; mesh dimension 'model' has size 2" \

@@ -354,6 +354,8 @@ static void test_jobspec_reproducibility(void **state)
                         mt_code_name(rc), err.msg, mt_code_name(t[i].code), t[i].msg);
             fail();
         }
+        if (rc == MT_OK) /* batch 100: 4 leaves under mesh_invariant, 0 (none) otherwise */
+            assert_int_equal(s.repro_leaves, strstr(t[i].extra, "mesh_invariant") ? 4 : 0);
     }
     {
         mt_jobspec_summary s;
