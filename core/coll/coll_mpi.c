@@ -92,6 +92,41 @@ mt_code mt_coll_world_new_mpi(int size, const int *mpi_rank, const mt_coll_world
 
 static int g_inited; /* mt_coll_mpi_init succeeded (main thread, before any world) */
 
+#define RDV_MAIL 8 /* job ids kept per sender */
+
+/* Rendezvous messages of other job ids, per sending MPI rank: a member may reach the next
+ * world's rendezvous while this process still waits in an earlier one that will give up. */
+typedef struct rdv_mail {
+    uint64_t id[RDV_MAIL];
+    unsigned char used[RDV_MAIL];
+    unsigned next;
+} rdv_mail;
+static rdv_mail *g_mail; /* [MPI world size], made by mt_coll_mpi_init */
+static pthread_mutex_t g_mail_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void mail_put(int from, uint64_t id)
+{
+    pthread_mutex_lock(&g_mail_mu);
+    rdv_mail *b = &g_mail[from];
+    b->id[b->next] = id; /* the oldest goes */
+    b->used[b->next] = 1;
+    b->next = (b->next + 1) % RDV_MAIL;
+    pthread_mutex_unlock(&g_mail_mu);
+}
+
+static int mail_take(int from, uint64_t id)
+{
+    int found = 0;
+    pthread_mutex_lock(&g_mail_mu);
+    for (int i = 0; i < RDV_MAIL && !found; i++)
+        if (g_mail[from].used[i] && g_mail[from].id[i] == id) {
+            g_mail[from].used[i] = 0;
+            found = 1;
+        }
+    pthread_mutex_unlock(&g_mail_mu);
+    return found;
+}
+
 typedef struct group_comm {
     int *ranks; /* job ranks, group order */
     int size;
@@ -167,6 +202,10 @@ mt_code mt_coll_mpi_init(mt_coll_mpi_info *out, mt_err *err)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &out->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &out->size);
+    if ((g_mail = mt_calloc((size_t)out->size, sizeof(*g_mail))) == NULL) {
+        MPI_Finalize();
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "MPI: out of memory");
+    }
     if (out->rank == 0 && getrandom(id, sizeof(id), 0) != (ssize_t)sizeof(id)) {
         uint64_t t = (uint64_t)now_ns();
         memcpy(id, &t, sizeof(id));
@@ -190,6 +229,8 @@ void mt_coll_mpi_finalize(void)
     if (g_inited)
         MPI_Finalize();
     g_inited = 0;
+    mt_free(g_mail);
+    g_mail = NULL;
 }
 
 /* MPI_Comm_create_group's tag for job_id (and a group's salt): a tag MPI accepts (>= 32767) */
@@ -570,6 +611,87 @@ static const mt_coll_backend mpi_backend = {
     .state_free = state_free,
 };
 
+#define RDV_TAG 32760 /* the rendezvous' messages (create_tag stays below 32749) */
+
+/*
+ * Before MPI_Comm_create_group, which has no deadline: every member sends every other one the
+ * job id (MPI_COMM_WORLD, RDV_TAG) and waits for theirs until deadline_ms, so a member that never
+ * comes (its task failed before making the world) fails the others with DEADLINE_EXCEEDED naming
+ * it rather than blocking them for ever. A message of another job id (left by an earlier
+ * attempt that gave up) is dropped. On failure the receives are cancelled and the sends left to
+ * MPI (their buffer stays allocated).
+ */
+static mt_code rendezvous(const int *mpi_rank, int size, int me, uint64_t job_id,
+                          int64_t deadline_ms, mt_err *err)
+{
+    uint64_t *buf = mt_calloc((size_t)size + 1, sizeof(uint64_t));      /* [size]: mine */
+    MPI_Request *rq = mt_calloc(2 * (size_t)size, sizeof(MPI_Request)); /* receives, sends */
+    int64_t until = now_ns() + deadline_ms * 1000000;
+    int pending = 0, missing = -1;
+    mt_code rc = MT_OK;
+
+    if (buf == NULL || rq == NULL) {
+        mt_free(buf);
+        mt_free(rq);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "MPI world: out of memory");
+    }
+    buf[size] = job_id;
+    for (int m = 0; m < size; m++) {
+        rq[m] = rq[size + m] = MPI_REQUEST_NULL;
+        if (m == me)
+            continue;
+        MPI_Isend(&buf[size], 1, MPI_UINT64_T, mpi_rank[m], RDV_TAG, MPI_COMM_WORLD, &rq[size + m]);
+        if (mail_take(mpi_rank[m], job_id)) /* it came during another world's rendezvous */
+            continue;
+        MPI_Irecv(&buf[m], 1, MPI_UINT64_T, mpi_rank[m], RDV_TAG, MPI_COMM_WORLD, &rq[m]);
+        pending++;
+    }
+    for (long spins = 0; pending > 0; spins++) {
+        for (int m = 0; m < size; m++) {
+            int done = 0;
+            if (rq[m] == MPI_REQUEST_NULL)
+                continue;
+            MPI_Test(&rq[m], &done, MPI_STATUS_IGNORE);
+            if (!done)
+                continue;
+            if (buf[m] == job_id)
+                pending--;
+            else { /* another world's (an earlier attempt's, or a later one's): kept for it */
+                mail_put(mpi_rank[m], buf[m]);
+                MPI_Irecv(&buf[m], 1, MPI_UINT64_T, mpi_rank[m], RDV_TAG, MPI_COMM_WORLD, &rq[m]);
+            }
+        }
+        if (pending > 0 && now_ns() > until)
+            break;
+        if (spins > 200) {
+            struct timespec ts = {0, 200000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    for (int m = 0; m < size && pending > 0; m++)
+        if (rq[m] != MPI_REQUEST_NULL) {
+            if (missing < 0)
+                missing = m;
+            MPI_Cancel(&rq[m]);
+            MPI_Wait(&rq[m], MPI_STATUS_IGNORE);
+        }
+    if (pending > 0) {
+        for (int m = 0; m < size; m++)
+            if (rq[size + m] != MPI_REQUEST_NULL)
+                MPI_Request_free(&rq[size + m]);
+        rc = mt_err_set(err, MT_DEADLINE_EXCEEDED,
+                        "MPI world: %d member(s) did not come within %lld ms, among them job rank "
+                        "%d (MPI rank %d)",
+                        pending, (long long)deadline_ms, missing, mpi_rank[missing]);
+        buf = NULL; /* the sends may still read it: left allocated */
+    } else {
+        MPI_Waitall(2 * size, rq, MPI_STATUSES_IGNORE); /* the sends: every member received */
+    }
+    mt_free(buf);
+    mt_free(rq);
+    return rc;
+}
+
 mt_code mt_coll_world_new_mpi(int size, const int *mpi_rank, const mt_coll_world_opts *opts,
                               const mt_coll_mpi_opts *mo, mt_coll_world **out, mt_err *err)
 {
@@ -627,6 +749,10 @@ mt_code mt_coll_world_new_mpi(int size, const int *mpi_rank, const mt_coll_world
     s->own_buffers = mo->own_buffers;
     s->observe = opts->observe;
     s->observe_arg = opts->observe_arg;
+    if ((rc = rendezvous(mpi_rank, size, me, s->job_id, s->deadline_ms, err)) != MT_OK) {
+        state_free(s);
+        return rc;
+    }
     MPI_Comm_group(MPI_COMM_WORLD, &wg);
     MPI_Group_incl(wg, size, mpi_rank, &jg);
     mrc = MPI_Comm_create_group(MPI_COMM_WORLD, jg, create_tag(s->job_id, 0), &s->job);

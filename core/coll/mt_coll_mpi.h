@@ -27,8 +27,9 @@
  *     ABORTED): the attempt ends, as it does with the built-in stack. MPI may still
  *     complete the request later (when the late member arrives): it then writes into the
  *     world's own buffers, which an abandoned world leaves allocated (own_buffers below);
- *   - making the job's communicator (mt_coll_world_new_mpi) blocks until every member calls it,
- *     with no deadline (MPI has no nonblocking MPI_Comm_create_group);
+ *   - making the job's communicator (mt_coll_world_new_mpi) waits for every member up to the
+ *     world's default deadline (point-to-point messages first, since MPI_Comm_create_group has
+ *     none), and a task's cancel does not shorten that wait;
  *   - surviving a dead peer: a rank that dies ends the whole MPI world (mpirun stops every
  *     process); the launcher restarts the workers (Slurm --requeue, a systemd restart) and the
  *     job resumes from its checkpoint (docs/collectives.md, "The MPI backend").
@@ -103,13 +104,14 @@ int mt_coll_mpi_parse_addr(const char *addr, char *world, int *rank);
 /*
  * A world of size job ranks on the MPI world: mpi_rank[r] is the MPI_COMM_WORLD rank of job rank
  * r (borrowed; distinct: one job rank per process). This process's job rank is the one whose
- * mpi_rank is its own (there must be one). Makes the job's communicator: blocks until every
- * member process calls this with the same table (collective over the members; opts.job_id
- * tells concurrent jobs apart). opts: world options (job_id, default deadline, observe; the
- * built-in stack's options are ignored), mo: NULL for MT_COLL_MPI_DEFAULTS. *out owned by the
- * caller (mt_coll_world_free, which frees the communicators). Codes: UNIMPLEMENTED (no MPI),
- * FAILED_PRECONDITION (mt_coll_mpi_init not called), INVALID_ARGUMENT (a rank outside the MPI
- * world or twice, this process not a member), UNAVAILABLE (MPI failed), RESOURCE_EXHAUSTED.
+ * mpi_rank is its own (there must be one). Makes the job's communicator: waits until every
+ * member process calls this with the same table and opts.job_id (collective over the members),
+ * at most opts.default_deadline_ms (then DEADLINE_EXCEEDED naming a member that did not come).
+ * opts: world options (job_id, default deadline, observe; the built-in stack's options are
+ * ignored), mo: NULL for MT_COLL_MPI_DEFAULTS. *out owned by the caller (mt_coll_world_free, which
+ * frees the communicators). Codes: UNIMPLEMENTED (no MPI), FAILED_PRECONDITION (mt_coll_mpi_init
+ * not called), INVALID_ARGUMENT (a rank outside the MPI world or twice, this process not a member),
+ * UNAVAILABLE (MPI failed), RESOURCE_EXHAUSTED.
  */
 mt_code mt_coll_world_new_mpi(int size, const int *mpi_rank, const mt_coll_world_opts *opts,
                               const mt_coll_mpi_opts *mo, mt_coll_world **out, mt_err *err);

@@ -17,7 +17,9 @@
  *     then a fresh tag works;
  *   - a member that comes 1.5 s late to a 300 ms deadline: DEADLINE_EXCEEDED on the others
  *     within the deadline + 1 s; the world is then ABORTED; a new world works;
- *   - a cancelled world: CANCELLED (before a collective, and while one waits).
+ *   - a cancelled world: CANCELLED (before a collective, and while one waits);
+ *   - a member that never makes the world: the others' mt_coll_world_new_mpi fails with
+ *     DEADLINE_EXCEEDED naming it (its message, sent later, is kept for the next world).
  * Prints "PASS name" per case (rank 0) and "MPI CHECK PASSED ranks=N" at the end; on a failure
  * "FAIL rank=R ..." and exit 1 (mpirun then stops the others). A build without MPI prints
  * "MPI CHECK SKIPPED" and exits 77.
@@ -303,6 +305,33 @@ static void case_deadline(void)
     pass("a late member: DEADLINE_EXCEEDED within the deadline + 1 s, then ABORTED");
 }
 
+/* A member that never makes the world (its task failed first): the others' world creation fails
+ * with DEADLINE_EXCEEDED naming it instead of waiting for ever. */
+static void case_absent(void)
+{
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    int map[64];
+    char want[64];
+    mt_coll_world *w = NULL;
+    mt_err err = MT_ERR_INIT;
+    double t = now_s();
+
+    for (int r = 0; r < g_n; r++)
+        map[r] = g_n - 1 - r;
+    o.job_id = g_job_id++; /* every process's job ids advance together */
+    o.default_deadline_ms = 300;
+    if (g_job_rank != g_n - 1) {
+        expect(mt_coll_world_new_mpi(g_n, map, &o, NULL, &w, &err), MT_DEADLINE_EXCEEDED, &err,
+               "a member never comes");
+        snprintf(want, sizeof(want), "job rank %d", g_n - 1);
+        if (strstr(err.msg, want) == NULL)
+            FAIL("absent member: the message does not name %s: %s", want, err.msg);
+        if (now_s() - t > 1.3)
+            FAIL("absent member: returned after %.2f s", now_s() - t);
+    }
+    pass("a member that never makes the world: DEADLINE_EXCEEDED naming it");
+}
+
 static void *cancel_later(void *arg)
 {
     usleep(200 * 1000);
@@ -417,6 +446,7 @@ int main(int argc, char **argv)
         if (g_n >= 2) {
             case_deadline();
             case_cancel();
+            case_absent();
             w = open_world(20000); /* a new world works after the abandoned ones */
             case_mismatch(w);
             mt_coll_world_free(w);
