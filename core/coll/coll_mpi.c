@@ -141,6 +141,7 @@ typedef struct mpi_state {
     int64_t deadline_ms;
     int check_tags;
     int own_buffers; /* collectives run on bounce (mt_coll_mpi_opts.own_buffers) */
+    int blocking;    /* MPI's blocking collectives (mt_coll_mpi_opts.blocking) */
     float *bounce;   /* device thread only; MPI may still write here after an abandoned call */
     size_t bounce_cap;
     int64_t *tagbuf; /* [20]: the tag check's send and receive halves (same reason) */
@@ -374,10 +375,15 @@ static mt_code check_tags(mpi_call *x, int64_t n, int64_t root, mt_err *err)
         v[2 * i] = mine[i];
         v[2 * i + 1] = -mine[i];
     }
-    if ((mrc = MPI_Iallreduce(v, mx, 10, MPI_INT64_T, MPI_MAX, x->mc, &req)) != MPI_SUCCESS)
-        return mpi_fail(err, mrc, "MPI tag check");
-    if ((rc = wait_req(x, &req, "tag check", err)) != MT_OK)
-        return rc;
+    if (x->s->blocking) {
+        if ((mrc = MPI_Allreduce(v, mx, 10, MPI_INT64_T, MPI_MAX, x->mc)) != MPI_SUCCESS)
+            return mpi_fail(err, mrc, "MPI tag check");
+    } else {
+        if ((mrc = MPI_Iallreduce(v, mx, 10, MPI_INT64_T, MPI_MAX, x->mc, &req)) != MPI_SUCCESS)
+            return mpi_fail(err, mrc, "MPI tag check");
+        if ((rc = wait_req(x, &req, "tag check", err)) != MT_OK)
+            return rc;
+    }
     for (int i = 0; i < 5; i++)
         if (mx[2 * i] != -mx[2 * i + 1])
             return mt_err_set(err, MT_INVALID_ARGUMENT,
@@ -461,6 +467,12 @@ static mt_code run_req(mpi_call *x, int mrc, MPI_Request *req, mt_err *err)
     return wait_req(x, req, op_names[x->op], err);
 }
 
+/* A blocking MPI call's result (mt_coll_mpi_opts.blocking). */
+static mt_code finish(const mpi_call *x, int mrc, mt_err *err)
+{
+    return mrc == MPI_SUCCESS ? MT_OK : mpi_fail(err, mrc, op_names[x->op]);
+}
+
 static mt_code mpi_allreduce(mt_coll_comm *comm, const mt_coll_group *g, float *buf, size_t n,
                              const mt_coll_call *call, mt_err *err)
 {
@@ -478,8 +490,10 @@ static mt_code mpi_allreduce(mt_coll_comm *comm, const mt_coll_group *g, float *
         return call_end(&x, rc);
     if (b != NULL)
         memcpy(b, buf, n * sizeof(float));
-    rc = run_req(&x, MPI_Iallreduce(MPI_IN_PLACE, on, (int)n, MPI_FLOAT, MPI_SUM, x.mc, &req), &req,
-                 err);
+    rc = x.s->blocking
+             ? finish(&x, MPI_Allreduce(MPI_IN_PLACE, on, (int)n, MPI_FLOAT, MPI_SUM, x.mc), err)
+             : run_req(&x, MPI_Iallreduce(MPI_IN_PLACE, on, (int)n, MPI_FLOAT, MPI_SUM, x.mc, &req),
+                       &req, err);
     if (rc == MT_OK && b != NULL)
         memcpy(buf, b, n * sizeof(float));
     return call_end(&x, rc);
@@ -509,10 +523,15 @@ static mt_code mpi_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *g, co
     if (rc == MT_OK && b != NULL)
         memcpy(b, in, n * sizeof(float));
     if (rc == MT_OK)
-        rc = run_req(&x,
-                     MPI_Ireduce_scatter(b != NULL ? b : in, b != NULL ? b + n : out, counts,
-                                         MPI_FLOAT, MPI_SUM, x.mc, &req),
-                     &req, err);
+        rc = x.s->blocking
+                 ? finish(&x,
+                          MPI_Reduce_scatter(b != NULL ? b : in, b != NULL ? b + n : out, counts,
+                                             MPI_FLOAT, MPI_SUM, x.mc),
+                          err)
+                 : run_req(&x,
+                           MPI_Ireduce_scatter(b != NULL ? b : in, b != NULL ? b + n : out, counts,
+                                               MPI_FLOAT, MPI_SUM, x.mc, &req),
+                           &req, err);
     if (rc == MT_OK && b != NULL)
         memcpy(out, b + n, len * sizeof(float));
     mt_free(counts);
@@ -539,10 +558,16 @@ static mt_code mpi_allgather(mt_coll_comm *comm, const mt_coll_group *g, const f
         return call_end(&x, rc);
     if (b != NULL)
         memcpy(b, in, count * sizeof(float));
-    rc = run_req(&x,
-                 MPI_Iallgather(b != NULL ? b : in, (int)count, MPI_FLOAT,
-                                b != NULL ? b + count : out, (int)count, MPI_FLOAT, x.mc, &req),
-                 &req, err);
+    rc = x.s->blocking
+             ? finish(&x,
+                      MPI_Allgather(b != NULL ? b : in, (int)count, MPI_FLOAT,
+                                    b != NULL ? b + count : out, (int)count, MPI_FLOAT, x.mc),
+                      err)
+             : run_req(&x,
+                       MPI_Iallgather(b != NULL ? b : in, (int)count, MPI_FLOAT,
+                                      b != NULL ? b + count : out, (int)count, MPI_FLOAT, x.mc,
+                                      &req),
+                       &req, err);
     if (rc == MT_OK && b != NULL)
         memcpy(out, b + count, all * sizeof(float));
     return call_end(&x, rc);
@@ -574,8 +599,10 @@ static mt_code mpi_broadcast(mt_coll_comm *comm, const mt_coll_group *g, float *
         return call_end(&x, rc);
     if (b != NULL)
         memcpy(b, buf, n * sizeof(float));
-    rc = run_req(&x, MPI_Ibcast(b != NULL ? b : buf, (int)n, MPI_FLOAT, rpos, x.mc, &req), &req,
-                 err);
+    rc = x.s->blocking
+             ? finish(&x, MPI_Bcast(b != NULL ? b : buf, (int)n, MPI_FLOAT, rpos, x.mc), err)
+             : run_req(&x, MPI_Ibcast(b != NULL ? b : buf, (int)n, MPI_FLOAT, rpos, x.mc, &req),
+                       &req, err);
     if (rc == MT_OK && b != NULL)
         memcpy(buf, b, n * sizeof(float));
     return call_end(&x, rc);
@@ -589,7 +616,8 @@ static mt_code mpi_barrier(mt_coll_comm *comm, const mt_coll_group *g, const mt_
     mt_code rc;
 
     if ((rc = call_begin(&x, comm, g, OP_BARRIER, 0, 0, -1, call, err)) == MT_OK)
-        rc = run_req(&x, MPI_Ibarrier(x.mc, &req), &req, err);
+        rc = x.s->blocking ? finish(&x, MPI_Barrier(x.mc), err)
+                           : run_req(&x, MPI_Ibarrier(x.mc, &req), &req, err);
     return call_end(&x, rc);
 }
 
@@ -747,6 +775,7 @@ mt_code mt_coll_world_new_mpi(int size, const int *mpi_rank, const mt_coll_world
     s->deadline_ms = opts->default_deadline_ms > 0 ? opts->default_deadline_ms : 10000;
     s->check_tags = mo->check_tags;
     s->own_buffers = mo->own_buffers;
+    s->blocking = mo->blocking;
     s->observe = opts->observe;
     s->observe_arg = opts->observe_arg;
     if ((rc = rendezvous(mpi_rank, size, me, s->job_id, s->deadline_ms, err)) != MT_OK) {

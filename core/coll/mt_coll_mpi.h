@@ -68,11 +68,16 @@ typedef struct mt_coll_mpi_opts {
                         caller's memory later (MPI completes it when the late member arrives);
                         0: on the caller's buffers (MPI's own speed; safe only when the process
                         exits after an abandoned collective) */
+    int blocking;    /* 1: MPI's blocking collectives (MPI_Allreduce & co: Open MPI's tuned
+                        algorithms, faster here than its nonblocking ones, docs/collectives.md);
+                        no deadline and no cancel: a collective waits for the last member, and
+                        a dead one ends the MPI world. 0: nonblocking ones polled to the
+                        deadline */
 } mt_coll_mpi_opts;
 
 #define MT_COLL_MPI_DEFAULTS                                                                       \
     {                                                                                              \
-        .check_tags = 1, .own_buffers = 1                                                          \
+        .check_tags = 1, .own_buffers = 1, .blocking = 0                                           \
     }
 
 /* 1 when this build has the MPI backend, else 0. */

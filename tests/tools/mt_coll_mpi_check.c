@@ -3,7 +3,9 @@
  * mt_coll_mpi_check.c — the collective conformance suite against the MPI backend
  * (core/coll/mt_coll_mpi.h), one process per rank, run under mpirun -np 2..8 by
  * tests/integration/test_coll_mpi.sh; with --bench BYTES... it times allreduce instead
- * (bench/coll.sh, same "BENCH ..." lines as bench/mpi_allreduce.c).
+ * (bench/coll.sh, same "BENCH ..." lines as bench/mpi_allreduce.c), --bench-raw with the tag
+ * check and the world's own buffers off (mt_coll_mpi_opts), --bench-blocking also on MPI's
+ * blocking collectives.
  *
  * The job's ranks are the MPI ranks reversed (job rank r lives in MPI rank N-1-r), so the
  * mapping is exercised. The suite (the MPI backend keeps layouts and codes, not the built-in
@@ -20,6 +22,8 @@
  *   - a cancelled world: CANCELLED (before a collective, and while one waits);
  *   - a member that never makes the world: the others' mt_coll_world_new_mpi fails with
  *     DEADLINE_EXCEEDED naming it (its message, sent later, is kept for the next world).
+ * Then the collectives, layouts and mismatches again with mt_coll_mpi_opts.blocking (MPI's
+ * blocking collectives: no deadline or cancel to test there).
  * Prints "PASS name" per case (rank 0) and "MPI CHECK PASSED ranks=N" at the end; on a failure
  * "FAIL rank=R ..." and exit 1 (mpirun then stops the others). A build without MPI prints
  * "MPI CHECK SKIPPED" and exits 77.
@@ -57,6 +61,8 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static mt_coll_mpi_opts g_mo = MT_COLL_MPI_DEFAULTS;
+
 static mt_coll_world *open_world(int64_t deadline_ms)
 {
     mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
@@ -68,7 +74,7 @@ static mt_coll_world *open_world(int64_t deadline_ms)
         map[r] = g_n - 1 - r;
     o.job_id = g_job_id++;
     o.default_deadline_ms = deadline_ms;
-    if (mt_coll_world_new_mpi(g_n, map, &o, NULL, &w, &err) != MT_OK)
+    if (mt_coll_world_new_mpi(g_n, map, &o, &g_mo, &w, &err) != MT_OK)
         FAIL("world: %s", err.msg);
     return w;
 }
@@ -431,7 +437,16 @@ int main(int argc, char **argv)
     if (g_n > 64)
         FAIL("at most 64 ranks");
     alarm(120);
-    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+    if (argc > 1 && strcmp(argv[1], "--bench-raw") == 0) {
+        g_mo.check_tags = 0; /* MPI's own speed: no tag check, the caller's buffers */
+        g_mo.own_buffers = 0;
+        bench(argc, argv, 2);
+    } else if (argc > 1 && strcmp(argv[1], "--bench-blocking") == 0) {
+        g_mo.check_tags = 0; /* raw, on MPI's blocking collectives */
+        g_mo.own_buffers = 0;
+        g_mo.blocking = 1;
+        bench(argc, argv, 2);
+    } else if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         bench(argc, argv, 2);
     } else {
         if (g_me.rank == 0)
@@ -451,6 +466,14 @@ int main(int argc, char **argv)
             case_mismatch(w);
             mt_coll_world_free(w);
         }
+        g_mo.blocking = 1; /* the same cases on MPI's blocking collectives */
+        w = open_world(20000);
+        case_allreduce(w);
+        case_others(w);
+        if (g_n >= 2)
+            case_mismatch(w);
+        mt_coll_world_free(w);
+        g_mo.blocking = 0;
         if (g_job_rank == 0)
             printf("MPI CHECK PASSED ranks=%d\n", g_n);
     }
