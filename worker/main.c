@@ -41,6 +41,9 @@ static void usage(FILE *out)
         "                       process is one worker of one device named NAME-mpiRANK,\n"
         "                       and jobs whose every member is of that world run their\n"
         "                       collectives on MPI (docs/collectives.md)\n"
+        "  --mpi-collectives M  polled (default: MPI's nonblocking collectives, polled so\n"
+        "                       deadlines and cancel work) or blocking (MPI_Allreduce & co:\n"
+        "                       MPI's own speed, no deadline: a stuck member stalls the job)\n"
         "  --token-file F       token for the coordinator (mode 0600)\n"
         "  --tls-ca F           CA certificate(s) (PEM) that a tls+tcp:// coordinator's and\n"
         "                       peers' certificates must verify against\n"
@@ -133,6 +136,7 @@ int main(int argc, char **argv)
         {"name", required_argument, NULL, 'n'},
         {"data-listen", required_argument, NULL, 'D'},
         {"data-plane", required_argument, NULL, 'P'},
+        {"mpi-collectives", required_argument, NULL, 'B'},
         {"token-file", required_argument, NULL, 't'},
         {"data-root", required_argument, NULL, 'R'},
         {"rpc-timeout-ms", required_argument, NULL, 'r'},
@@ -195,6 +199,15 @@ int main(int argc, char **argv)
             }
             use_mpi = strcmp(optarg, "mpi") == 0;
             break;
+        case 'B':
+            if (strcmp(optarg, "polled") != 0 && strcmp(optarg, "blocking") != 0) {
+                fprintf(stderr,
+                        "meshtrain-worker: --mpi-collectives '%s': expected polled or blocking\n",
+                        optarg);
+                return 2;
+            }
+            o.mpi_blocking = strcmp(optarg, "blocking") == 0;
+            break;
         case 't':
             if (mt_rpc_token_load(optarg, token, &err) != MT_OK) {
                 fprintf(stderr, "meshtrain-worker: %s\n", err.msg);
@@ -256,6 +269,11 @@ int main(int argc, char **argv)
     }
     if (worker_tls(&o, &tlso, &tls) != 0)
         return 2;
+    if (o.mpi_blocking && !use_mpi) {
+        fprintf(stderr, "meshtrain-worker: --mpi-collectives needs --data-plane mpi\n");
+        mt_tls_free(tls);
+        return 2;
+    }
     if (use_mpi && worker_mpi(&o, &mpi, mpi_name, mpi_addr) != 0) {
         mt_tls_free(tls);
         return 2;

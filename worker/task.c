@@ -92,6 +92,7 @@ struct worker_tasks {
     int rpc_timeout_ms;
     mt_coll_net *net;
     char mpi_addr[64];               /* an MPI worker's "mpi://WORLD/RANK", else "" (task.h) */
+    int mpi_blocking;                /* its collectives block (no deadline): task.h */
     const struct mt_pathsafe *roots; /* borrowed; NULL = no confinement */
     const struct mt_tls *tls;        /* borrowed; NULL = none */
     worker_metrics *metrics;         /* borrowed; NULL = none */
@@ -156,6 +157,7 @@ mt_code worker_tasks_new(const worker_task_env *env, worker_tasks **out, mt_err 
     t->rpc_timeout_ms = env->rpc_timeout_ms > 0 ? env->rpc_timeout_ms : 3000;
     t->net = env->net;
     snprintf(t->mpi_addr, sizeof(t->mpi_addr), "%s", env->mpi_addr ? env->mpi_addr : "");
+    t->mpi_blocking = env->mpi_blocking;
     t->roots = env->roots;
     t->tls = env->tls;
     t->metrics = env->metrics;
@@ -647,16 +649,18 @@ static mt_code mpi_world(task_run *r, const mt_coll_world_opts *wo, mt_coll_worl
 {
     int *mpi_rank = mt_calloc((size_t)r->n_ranks, sizeof(int));
     char world[MT_COLL_MPI_WORLD_ID + 1];
+    mt_coll_mpi_opts mo = MT_COLL_MPI_DEFAULTS;
     mt_code rc;
 
     if (mpi_rank == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job %s: out of memory", r->job_id);
     for (int i = 0; i < r->n_ranks; i++)
         mt_coll_mpi_parse_addr(r->table[i].addr, world, &mpi_rank[i]);
-    rc = mt_coll_world_new_mpi(r->n_ranks, mpi_rank, wo, NULL, out, err);
+    mo.blocking = r->tab->mpi_blocking;
+    rc = mt_coll_world_new_mpi(r->n_ranks, mpi_rank, wo, &mo, out, err);
     if (rc == MT_OK)
-        mt_log_info("job %s attempt %u: collectives on the MPI backend (%d ranks)", r->job_id,
-                    r->attempt, r->n_ranks);
+        mt_log_info("job %s attempt %u: collectives on the MPI backend (%d ranks, %s)", r->job_id,
+                    r->attempt, r->n_ranks, mo.blocking ? "blocking" : "polled to the deadline");
     mt_free(mpi_rank);
     return rc;
 }

@@ -48,6 +48,7 @@ typedef struct worker_task_env {
                                        outlive the table); NULL = none (worker/metrics.h) */
     const char *mpi_addr; /* an MPI worker's "mpi://WORLD/RANK" (copied): its jobs run on the MPI
                              backend, every member must be of the same MPI world; NULL: net */
+    int mpi_blocking;     /* MPI's blocking collectives (mt_coll_mpi_opts.blocking) */
 } worker_task_env;
 
 /* A new, empty task table (returns owned: worker_tasks_free). RESOURCE_EXHAUSTED. */

@@ -198,8 +198,9 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
     if (swept > 0)
         mt_log_info("worker: removed %d task directories left by workers that died", swept);
     {
-        worker_task_env env = {o->coordinator, o->token, NULL,       o->rpc_timeout_ms,
-                               o->data_roots,  o->tls,   o->metrics, o->mpi_addr};
+        worker_task_env env = {o->coordinator,    o->token,      NULL,
+                               o->rpc_timeout_ms, o->data_roots, o->tls,
+                               o->metrics,        o->mpi_addr,   o->mpi_blocking};
         mt_code rc;
         /* an MPI worker opens no listener: its data plane is the MPI world */
         w->net = o->mpi_addr != NULL ? NULL : open_data_plane(o); /* NULL: register anyway */

@@ -41,11 +41,12 @@ typedef struct mt_worker_opts {
      * initialised by main.c), registered as its data-plane address; no listener is opened and
      * jobs run on the MPI backend. NULL: the direct transport (data_listen). */
     const char *mpi_addr;
+    int mpi_blocking; /* --mpi-collectives blocking: mt_coll_mpi_opts.blocking (no deadline) */
 } mt_worker_opts;
 
 #define MT_WORKER_OPTS_DEFAULTS                                                                    \
     {                                                                                              \
-        "tcp://127.0.0.1:7400", NULL, NULL, NULL, 0, 3000, NULL, NULL, NULL, NULL                  \
+        "tcp://127.0.0.1:7400", NULL, NULL, NULL, 0, 3000, NULL, NULL, NULL, NULL, 0               \
     }
 
 /* Build the worker (no network yet). Borrows opts. MT_OK and *out, or INVALID_ARGUMENT. */

@@ -9,6 +9,7 @@
 # deploy/slurm/meshtrain-mpi.sbatch runs on loopback with stand-in scontrol/srun: a rank killed
 # mid-job ends the MPI world, the script starts it again and the job resumes from its checkpoint.
 # Skipped (saying so) when the build has no MPI or mpirun is missing.
+# MT_TEST_MPI_COLLECTIVES=blocking runs the first part with `--mpi-collectives blocking`.
 source "$(dirname "$0")/lib.sh"
 CMP="python3 $SRC/tests/integration/compare_safetensors.py"
 if ! grep -q '^MT_MPI:BOOL=ON' "$BIN/CMakeCache.txt" || ! command -v mpirun >/dev/null; then
@@ -33,7 +34,8 @@ finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "
 # Open MPI as root needs --allow-run-as-root; 2 cores need --oversubscribe; no ssh agent is
 # needed for local processes (OMPI_MCA_plm_rsh_agent=)
 OMPI_MCA_plm_rsh_agent= bg mpi mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
-    "$BIN/meshtrain-worker" --data-plane mpi --coordinator "$COORD_URL" --name mw
+    "$BIN/meshtrain-worker" --data-plane mpi --coordinator "$COORD_URL" --name mw \
+    --mpi-collectives "${MT_TEST_MPI_COLLECTIVES:-polled}"
 MPI_PID=$LAST_PID
 wait_for 60 "two MPI workers" alive 2
 mt workers --json | jq -e '[.workers[].data_address | test("^mpi://[0-9a-f]{16}/[01]$")] | all' \
@@ -47,7 +49,10 @@ wait_for 240 "$job to finish" finished "$job"
 mt status --json "$job" | jq -e '.state == "SUCCEEDED"' >/dev/null || fail "$job: $(mt status "$job")"
 mt status --json "$job" | jq -e '[.placement[].worker_id] | unique | length == 2' >/dev/null ||
     fail "$job did not span both MPI workers"
-grep -q "collectives on the MPI backend" "$T/mpi.log" || fail "the workers' log does not say MPI"
+mode="polled to the deadline"
+[ "${MT_TEST_MPI_COLLECTIVES:-polled}" = blocking ] && mode=blocking
+grep -q "collectives on the MPI backend (2 ranks, $mode)" "$T/mpi.log" ||
+    fail "the workers' log does not say MPI ($mode): $(grep 'MPI backend' "$T/mpi.log")"
 mt export "$job" --format safetensors -o "$T/mpi.safetensors" >/dev/null
 log "job $job SUCCEEDED on the MPI backend"
 

@@ -44,7 +44,7 @@ static void make_assignment(fixture *f)
 
 static worker_tasks *new_table(void)
 {
-    worker_task_env env = {"tcp://127.0.0.1:1", NULL, NULL, 100, NULL, NULL, NULL, NULL};
+    worker_task_env env = {"tcp://127.0.0.1:1", NULL, NULL, 100, NULL, NULL, NULL, NULL, 0};
     worker_tasks *t = NULL;
     assert_int_equal(worker_tasks_new(&env, &t, NULL), MT_OK);
     assert_non_null(t);
