@@ -136,6 +136,7 @@ typedef struct group_comm {
 typedef struct mpi_state {
     MPI_Comm job;    /* job rank r is rank r here */
     int size;        /* job ranks */
+    int *mpi_rank;   /* [size]: MPI_COMM_WORLD rank of each job rank */
     int me;          /* this process's job rank */
     uint64_t job_id; /* tags of MPI_Comm_create_group */
     int64_t deadline_ms;
@@ -258,12 +259,18 @@ static void state_free(void *p)
     if (!keep && s->job != MPI_COMM_NULL)
         MPI_Comm_free(&s->job);
     pthread_mutex_destroy(&s->mu);
+    mt_free(s->mpi_rank);
     mt_free(s);
 }
 
-/* The communicator of group g (job ranks in group order): the job's, or a cached one, made at
- * its first use (collective over g's members). */
-static mt_code group_comm_of(mpi_state *s, const mt_coll_group *g, MPI_Comm *out, mt_err *err)
+static mt_code rendezvous(const int *mpi_rank, const int *job_rank, int size, int me,
+                          uint64_t job_id, int64_t deadline_ms, mt_err *err);
+
+/* The communicator of group g (job ranks in group order; this member at pos): the job's, or a
+ * cached one, made at its first use (collective over g's members, after a rendezvous of theirs
+ * bounded by deadline_ms). */
+static mt_code group_comm_of(mpi_state *s, const mt_coll_group *g, int pos, int64_t deadline_ms,
+                             MPI_Comm *out, mt_err *err)
 {
     int whole = g->size == s->size, mrc;
     uint64_t salt = 0;
@@ -288,6 +295,19 @@ static mt_code group_comm_of(mpi_state *s, const mt_coll_group *g, MPI_Comm *out
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < g->size; i++)
         salt = salt * 31 + (uint64_t)g->ranks[i] + 1;
+    {
+        int *mr = mt_calloc((size_t)g->size, sizeof(int));
+        mt_code rc;
+        if (mr == NULL)
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "MPI group: out of memory");
+        for (int i = 0; i < g->size; i++)
+            mr[i] = s->mpi_rank[g->ranks[i]];
+        rc = rendezvous(mr, g->ranks, g->size, pos, s->job_id ^ (salt * 0x9e3779b97f4a7c15ULL),
+                        deadline_ms, err);
+        mt_free(mr);
+        if (rc != MT_OK)
+            return rc;
+    }
     MPI_Comm_group(s->job, &jg);
     MPI_Group_incl(jg, g->size, g->ranks, &sub);
     mrc = MPI_Comm_create_group(s->job, sub, create_tag(s->job_id, salt), &c);
@@ -425,7 +445,8 @@ static mt_code call_begin(mpi_call *x, mt_coll_comm *comm, const mt_coll_group *
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "rank %d: %s of %" PRId64 " floats: more than MPI's int counts hold",
                           x->s->me, op_names[op], n);
-    if ((rc = group_comm_of(x->s, g, &x->mc, err)) != MT_OK)
+    if ((rc = group_comm_of(x->s, g, x->pos, (x->deadline_ns - now_ns()) / 1000000, &x->mc, err)) !=
+        MT_OK)
         return rc;
     if (x->s->check_tags && (rc = check_tags(x, n, root, err)) != MT_OK)
         return rc;
@@ -645,12 +666,13 @@ static const mt_coll_backend mpi_backend = {
  * Before MPI_Comm_create_group, which has no deadline: every member sends every other one the
  * job id (MPI_COMM_WORLD, RDV_TAG) and waits for theirs until deadline_ms, so a member that never
  * comes (its task failed before making the world) fails the others with DEADLINE_EXCEEDED naming
- * it rather than blocking them for ever. A message of another job id (left by an earlier
- * attempt that gave up) is dropped. On failure the receives are cancelled and the sends left to
- * MPI (their buffer stays allocated).
+ * it rather than blocking them for ever. A message of another id (an earlier attempt's that gave
+ * up, or a later world's or group's that a member reached first) is kept for it (g_mail). job_rank:
+ * the names of the members in messages (NULL: their index). On failure the receives are cancelled
+ * and the sends left to MPI (their buffer stays allocated).
  */
-static mt_code rendezvous(const int *mpi_rank, int size, int me, uint64_t job_id,
-                          int64_t deadline_ms, mt_err *err)
+static mt_code rendezvous(const int *mpi_rank, const int *job_rank, int size, int me,
+                          uint64_t job_id, int64_t deadline_ms, mt_err *err)
 {
     uint64_t *buf = mt_calloc((size_t)size + 1, sizeof(uint64_t));      /* [size]: mine */
     MPI_Request *rq = mt_calloc(2 * (size_t)size, sizeof(MPI_Request)); /* receives, sends */
@@ -710,7 +732,8 @@ static mt_code rendezvous(const int *mpi_rank, int size, int me, uint64_t job_id
         rc = mt_err_set(err, MT_DEADLINE_EXCEEDED,
                         "MPI world: %d member(s) did not come within %lld ms, among them job rank "
                         "%d (MPI rank %d)",
-                        pending, (long long)deadline_ms, missing, mpi_rank[missing]);
+                        pending, (long long)deadline_ms,
+                        job_rank != NULL ? job_rank[missing] : missing, mpi_rank[missing]);
         buf = NULL; /* the sends may still read it: left allocated */
     } else {
         MPI_Waitall(2 * size, rq, MPI_STATUSES_IGNORE); /* the sends: every member received */
@@ -764,12 +787,14 @@ mt_code mt_coll_world_new_mpi(int size, const int *mpi_rank, const mt_coll_world
     if ((s = mt_calloc(1, sizeof(*s))) == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "MPI world: out of memory");
     pthread_mutex_init(&s->mu, NULL);
-    if ((s->tagbuf = mt_calloc(20, sizeof(int64_t))) == NULL) {
+    s->job = MPI_COMM_NULL; /* not 0 in Open MPI: state_free tells it apart */
+    if ((s->tagbuf = mt_calloc(20, sizeof(int64_t))) == NULL ||
+        (s->mpi_rank = mt_calloc((size_t)size, sizeof(int))) == NULL) {
         state_free(s);
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "MPI world: out of memory");
     }
-    s->job = MPI_COMM_NULL;
     s->size = size;
+    memcpy(s->mpi_rank, mpi_rank, (size_t)size * sizeof(int));
     s->me = me;
     s->job_id = opts->job_id;
     s->deadline_ms = opts->default_deadline_ms > 0 ? opts->default_deadline_ms : 10000;
@@ -778,7 +803,7 @@ mt_code mt_coll_world_new_mpi(int size, const int *mpi_rank, const mt_coll_world
     s->blocking = mo->blocking;
     s->observe = opts->observe;
     s->observe_arg = opts->observe_arg;
-    if ((rc = rendezvous(mpi_rank, size, me, s->job_id, s->deadline_ms, err)) != MT_OK) {
+    if ((rc = rendezvous(mpi_rank, NULL, size, me, s->job_id, s->deadline_ms, err)) != MT_OK) {
         state_free(s);
         return rc;
     }

@@ -8,7 +8,8 @@
  * RANK its rank in MPI_COMM_WORLD). A job whose every rank lives in one such world gets a world
  * of this backend (mt_coll_world_new_mpi): its own communicator, made with
  * MPI_Comm_create_group over its members only (idle workers of the MPI world take no part),
- * and one more per other group its collectives use (cached, freed with the world). The
+ * and one more per other group its collectives use (made at the group's first collective,
+ * after its members meet within that collective's deadline; cached, freed with the world). The
  * collectives of mt_coll.h then call MPI's nonblocking ones (MPI_Iallreduce,
  * MPI_Ireduce_scatter, MPI_Iallgather, MPI_Ibcast, MPI_Ibarrier) and poll them.
  *

@@ -21,7 +21,8 @@
  *     within the deadline + 1 s; the world is then ABORTED; a new world works;
  *   - a cancelled world: CANCELLED (before a collective, and while one waits);
  *   - a member that never makes the world: the others' mt_coll_world_new_mpi fails with
- *     DEADLINE_EXCEEDED naming it (its message, sent later, is kept for the next world).
+ *     DEADLINE_EXCEEDED naming it (its message, sent later, is kept for the next world); one that
+ *     never comes to a group's first collective: DEADLINE_EXCEEDED naming it there.
  * Then the collectives, layouts and mismatches again with mt_coll_mpi_opts.blocking (MPI's
  * blocking collectives: no deadline or cancel to test there).
  * Prints "PASS name" per case (rank 0) and "MPI CHECK PASSED ranks=N" at the end; on a failure
@@ -338,6 +339,34 @@ static void case_absent(void)
     pass("a member that never makes the world: DEADLINE_EXCEEDED naming it");
 }
 
+/* A member that never comes to a group's first collective (the group's communicator is made
+ * then): the others fail with DEADLINE_EXCEEDED naming it instead of waiting for ever. */
+static void case_group_absent(void)
+{
+    mt_coll_world *w = open_world(5000); /* members come from case_absent at different times */
+    int g[64];
+    float b[4] = {0};
+    char want[64];
+    mt_err err = MT_ERR_INIT;
+    double t = now_s();
+
+    for (int i = 0; i < g_n; i++)
+        g[i] = g_n - 1 - i; /* reversed: not the job's own communicator */
+    mt_coll_group grp = {g, g_n};
+    mt_coll_call call = tag(300);
+    if (g_job_rank != 0) {
+        expect(mt_coll_allreduce_sum(mt_coll_world_comm(w, g_job_rank), &grp, b, 4, &call, &err),
+               MT_DEADLINE_EXCEEDED, &err, "a member never comes to the group");
+        snprintf(want, sizeof(want), "job rank 0");
+        if (strstr(err.msg, want) == NULL)
+            FAIL("group absent member: the message does not name %s: %s", want, err.msg);
+        if (now_s() - t > 1.3)
+            FAIL("group absent member: returned after %.2f s", now_s() - t);
+    }
+    mt_coll_world_free(w);
+    pass("a member that never comes to a group's first collective: DEADLINE_EXCEEDED naming it");
+}
+
 static void *cancel_later(void *arg)
 {
     usleep(200 * 1000);
@@ -462,6 +491,7 @@ int main(int argc, char **argv)
             case_deadline();
             case_cancel();
             case_absent();
+            case_group_absent();
             w = open_world(20000); /* a new world works after the abandoned ones */
             case_mismatch(w);
             mt_coll_world_free(w);
