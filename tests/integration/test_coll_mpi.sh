@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # test_coll_mpi.sh — the collective conformance suite against the MPI backend
-# (core/coll/coll_mpi.c): build/mt_coll_mpi_check under mpirun with 1, 2, 3 and 4 processes
-# (the cases are listed in tests/tools/mt_coll_mpi_check.c). A build without MPI (no
-# libopenmpi-dev, or -DMT_MPI=OFF) or a host without mpirun skips it, saying so.
+# (core/coll/coll_mpi.c): build/mt_coll_mpi_check under mpirun with 1, 2, 3, 4 and 8 processes
+# (the cases are listed in tests/tools/mt_coll_mpi_check.c; with 8 processes every group size
+# 1-8). A build without MPI (no libopenmpi-dev, or -DMT_MPI=OFF) or a host without mpirun skips
+# it, saying so.
 # Open MPI here: run as root needs --allow-run-as-root; 2 cores need --oversubscribe;
 # OMPI_MCA_plm_rsh_agent= keeps mpirun from looking for ssh (every process is local).
 set -u
@@ -20,7 +21,7 @@ if [ $? = 77 ]; then
     exit 0
 fi
 FAILS=0
-for np in 1 2 3 4; do
+for np in 1 2 3 4 8; do
     t0=$(date +%s.%N)
     out=$(OMPI_MCA_plm_rsh_agent= timeout 180 mpirun --allow-run-as-root --oversubscribe \
         --bind-to none -np "$np" "$CHECK" 2>&1)
@@ -35,4 +36,4 @@ for np in 1 2 3 4; do
     fi
 done
 [ $FAILS = 0 ] || exit 1
-echo "PASS: MPI backend conformance with 1..4 processes"
+echo "PASS: MPI backend conformance with 1, 2, 3, 4 and 8 processes"
