@@ -950,6 +950,55 @@ static void api_model(coord_http_ctx *ctx, mt_store *s, const coord_http_call *c
              (unsigned long long)step);
 }
 
+/*
+ * GET /api/v1/jobs/{id}/log?after=ID&limit=N — the lines the job's workers logged, oldest first:
+ * {"job_id": ..., "lines": [{"id", "worker_id", "attempt", "seq", "time_ms", "level",
+ * "text"}, ...], "next": ID}; pass next as after to follow (docs/api.md).
+ */
+static void api_log(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call, const char *id,
+                    coord_http_reply *r)
+{
+    char after_s[32] = "", limit_s[32] = "";
+    uint64_t after = 0, limit = 1000;
+    mt_store_log_line *ls = NULL;
+    size_t n = 0;
+    mt_err err = MT_ERR_INIT;
+    int q;
+
+    (void)ctx;
+    if ((q = query_get(call->query, "after", after_s, sizeof(after_s))) < 0 ||
+        (q > 0 && parse_u64(after_s, (1ull << 62), &after) != 0)) {
+        bad_param(r, "after", after_s, "expected a line id >= 0 (the previous answer's next)");
+        return;
+    }
+    if ((q = query_get(call->query, "limit", limit_s, sizeof(limit_s))) < 0 ||
+        (q > 0 && (parse_u64(limit_s, 10000, &limit) != 0 || limit == 0))) {
+        bad_param(r, "limit", limit_s, "expected an integer in 1..10000");
+        return;
+    }
+    if (mt_store_job_log_page(s, id, (int64_t)after, (size_t)limit, &ls, &n, &err) != MT_OK) {
+        store_error(r, &err);
+        return;
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "job_id", id);
+    cJSON *a = cJSON_AddArrayToObject(root, "lines");
+    for (size_t i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", (double)ls[i].id);
+        cJSON_AddStringToObject(o, "worker_id", ls[i].worker_id);
+        cJSON_AddNumberToObject(o, "attempt", ls[i].attempt);
+        cJSON_AddNumberToObject(o, "seq", (double)ls[i].seq);
+        cJSON_AddNumberToObject(o, "time_ms", (double)ls[i].time_ms);
+        cJSON_AddStringToObject(o, "level", ls[i].level);
+        cJSON_AddStringToObject(o, "text", ls[i].text);
+        cJSON_AddItemToArray(a, o);
+    }
+    cJSON_AddNumberToObject(root, "next", n > 0 ? (double)ls[n - 1].id : (double)after);
+    mt_store_job_log_free(ls);
+    reply_json(r, root);
+}
+
 /* ------------------------------------------------------------------ routes */
 
 /* One API route: method, pattern segments after /api/v1 ("*" = a job id), and its handler.
@@ -984,6 +1033,7 @@ static const api_route api_routes[] = {
     {"GET", "/jobs/*/metrics", api_metrics},
     {"GET", "/jobs/*/checkpoint", api_checkpoint},
     {"GET", "/jobs/*/model", api_model},
+    {"GET", "/jobs/*/log", api_log},
     {"POST", "/jobs", act_submit},
     {"POST", "/jobs/*/cancel", act_cancel},
 };

@@ -31,6 +31,7 @@
 #include "tls/mt_tls.h"
 
 #define MAX_POINTS_PER_REPORT 10000
+#define MAX_LINES_PER_REPORT  1000
 #define MAX_NAME_BYTES        63
 #define DEFAULT_QUERY_LIMIT   10000
 #define MAX_QUERY_LIMIT       100000
@@ -138,6 +139,27 @@ static mt_code validate_report(mt_coord *c, const Meshtrain__ReportMetricsReques
         snprintf(msg, cap, "job %.40s is not running (unknown or finished)", r->job_id);
         return MT_NOT_FOUND;
     }
+    if (r->n_log_lines > MAX_LINES_PER_REPORT) {
+        snprintf(msg, cap, "log_lines: %zu in one report; at most %d", r->n_log_lines,
+                 MAX_LINES_PER_REPORT);
+        return MT_RESOURCE_EXHAUSTED;
+    }
+    if (r->n_log_lines > 0 && (r->worker_id[0] == '\0' || strlen(r->worker_id) >= 64)) {
+        snprintf(msg, cap, "worker_id: 1 to 63 bytes with log_lines");
+        return MT_INVALID_ARGUMENT;
+    }
+    for (size_t i = 0; i < r->n_log_lines; i++) {
+        const Meshtrain__LogLine *l = r->log_lines[i];
+        mt_log_level lv;
+        if (strlen(l->text) > MT_STORE_LOG_TEXT_MAX) {
+            snprintf(msg, cap, "log_lines[%zu].text: at most %d bytes", i, MT_STORE_LOG_TEXT_MAX);
+            return MT_INVALID_ARGUMENT;
+        }
+        if (mt_log_level_parse(l->level, &lv, NULL) != MT_OK || lv == MT_LOG_OFF) {
+            snprintf(msg, cap, "log_lines[%zu].level: expected debug, info, warn or error", i);
+            return MT_INVALID_ARGUMENT;
+        }
+    }
     for (size_t i = 0; i < r->n_points; i++) {
         const Meshtrain__MetricPoint *p = r->points[i];
         size_t nl = strlen(p->name);
@@ -182,6 +204,27 @@ void coord_handle_report_metrics(mt_coord *c, mt_rpc_call *call)
     c->mreports[c->n_mreports++] = call;
 }
 
+/* The report's log lines (validated) inside the open transaction. */
+static mt_code store_log_lines(mt_coord *c, const Meshtrain__ReportMetricsRequest *r, mt_err *err)
+{
+    mt_store_log_line *ls = mt_calloc(r->n_log_lines, sizeof(*ls));
+    mt_code rc;
+
+    if (ls == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    for (size_t i = 0; i < r->n_log_lines; i++) {
+        const Meshtrain__LogLine *l = r->log_lines[i];
+        ls[i].seq = l->seq;
+        ls[i].time_ms = l->time_ms ? l->time_ms : mt_clock_wall_ms();
+        snprintf(ls[i].level, sizeof(ls[i].level), "%s", l->level);
+        snprintf(ls[i].text, sizeof(ls[i].text), "%s", l->text);
+    }
+    rc = mt_store_job_log_insert(c->store, r->job_id, r->worker_id, r->attempt, ls, r->n_log_lines,
+                                 err);
+    mt_free(ls);
+    return rc;
+}
+
 /* Store one report inside the open transaction. *max_step gets its highest step. */
 static mt_code store_report(mt_coord *c, const Meshtrain__ReportMetricsRequest *r,
                             uint64_t *max_step, mt_err *err)
@@ -204,6 +247,8 @@ static mt_code store_report(mt_coord *c, const Meshtrain__ReportMetricsRequest *
     }
     rc = mt_store_metrics_insert(c->store, r->job_id, pts, r->n_points, err);
     mt_free(pts);
+    if (rc == MT_OK && r->n_log_lines > 0)
+        rc = store_log_lines(c, r, err);
     return rc;
 }
 

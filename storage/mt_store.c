@@ -163,6 +163,21 @@ static const char *const migrations[] = {
     ("ALTER TABLE jobs ADD COLUMN mesh TEXT NOT NULL DEFAULT '';"
      "ALTER TABLE jobs ADD COLUMN devices INTEGER NOT NULL DEFAULT 0;"
      "ALTER TABLE jobs ADD COLUMN diagnosis TEXT NOT NULL DEFAULT '';"),
+
+    /* 8 -> 9: the lines workers logged while running a job's tasks (issue 21), in arrival
+     * order (id); (job, worker, attempt, seq) unique so a report sent twice stores its lines
+     * once; the newest MT_STORE_JOB_LOG_KEEP per job are kept */
+    ("CREATE TABLE job_logs ("
+     " id INTEGER PRIMARY KEY,"
+     " job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+     " worker_id TEXT NOT NULL,"
+     " attempt INTEGER NOT NULL,"
+     " seq INTEGER NOT NULL,"
+     " time_ms INTEGER NOT NULL,"
+     " level TEXT NOT NULL,"
+     " text TEXT NOT NULL,"
+     " UNIQUE (job_id, worker_id, attempt, seq));"
+     "CREATE INDEX job_logs_by_job ON job_logs(job_id, id);"),
 };
 
 #define N_MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

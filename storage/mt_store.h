@@ -43,7 +43,7 @@
 typedef struct mt_store mt_store;
 
 /* The schema version this build creates and understands (PRAGMA user_version). */
-#define MT_STORE_SCHEMA_VERSION 8
+#define MT_STORE_SCHEMA_VERSION 9
 
 /* Options for mt_store_open_opts(). Initialise with MT_STORE_OPTIONS_DEFAULTS. */
 typedef struct mt_store_options {
@@ -345,6 +345,40 @@ typedef struct mt_store_job_event {
 mt_code mt_store_job_events(mt_store *s, const char *job_id, mt_store_job_event **out, size_t *n,
                             mt_err *err);
 void mt_store_job_events_free(mt_store_job_event *events);
+
+/* ------------------------------------------------------------------ worker log lines */
+
+#define MT_STORE_JOB_LOG_KEEP 5000 /* lines kept per job: the newest */
+#define MT_STORE_LOG_TEXT_MAX 1000 /* bytes of one line's text */
+
+typedef struct mt_store_log_line {
+    int64_t id; /* arrival order within the store (read only) */
+    char worker_id[64];
+    uint32_t attempt;
+    uint64_t seq;    /* the worker's number of the line within (job, attempt), from 1 */
+    int64_t time_ms; /* wall time on the worker */
+    char level[8];   /* "debug" | "info" | "warn" | "error" */
+    char text[MT_STORE_LOG_TEXT_MAX + 1];
+} mt_store_log_line;
+
+/*
+ * Append lines[0..n) that worker_id logged during attempt `attempt` of job_id (their id is
+ * ignored). A line whose (worker, attempt, seq) is stored already is skipped, so a report
+ * sent twice stores each line once; the job then keeps its newest MT_STORE_JOB_LOG_KEEP
+ * lines. One call is one commit unless inside mt_store_tx_begin. Codes: NOT_FOUND (no such
+ * job), INVALID_ARGUMENT (unterminated text/level/worker), store errors.
+ */
+mt_code mt_store_job_log_insert(mt_store *s, const char *job_id, const char *worker_id,
+                                uint32_t attempt, const mt_store_log_line *lines, size_t n,
+                                mt_err *err);
+
+/*
+ * The job's lines with id > after_id, oldest first, at most limit (0: 1000). *out owned
+ * (mt_store_job_log_free), NULL when *n == 0. Codes: NOT_FOUND (no such job), store errors.
+ */
+mt_code mt_store_job_log_page(mt_store *s, const char *job_id, int64_t after_id, size_t limit,
+                              mt_store_log_line **out, size_t *n, mt_err *err);
+void mt_store_job_log_free(mt_store_log_line *lines);
 
 #define MT_STORE_MAX_MESH_DIMS 8
 

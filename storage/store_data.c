@@ -31,8 +31,7 @@
 #include "alloc/mt_alloc.h"
 #include "storage/store_int.h"
 
-/* NOT_FOUND unless the job exists. */
-static mt_code need_job(mt_store *s, const char *job_id, const char *what, mt_err *err)
+mt_code mt_store__need_job(mt_store *s, const char *job_id, const char *what, mt_err *err)
 {
     sqlite3_stmt *st = mt_store__stmt(s, MT_STMT_JOB_STATE);
     mt_code code = MT_OK;
@@ -116,7 +115,7 @@ static mt_code insert_points(mt_store *s, const char *job_id, const mt_store_met
     size_t best[LATEST_SLOTS]; /* per distinct name of the batch: its point with the top step */
     size_t n_best = 0;
     sqlite3_stmt *st;
-    mt_code code = need_job(s, job_id, "store metrics", err);
+    mt_code code = mt_store__need_job(s, job_id, "store metrics", err);
 
     if (code != MT_OK)
         return code;
@@ -444,7 +443,7 @@ static mt_code ckpt_insert_rows(mt_store *s, const char *job_id, const mt_store_
                                 mt_err *err)
 {
     sqlite3_stmt *st;
-    mt_code code = need_job(s, job_id, "record checkpoint", err);
+    mt_code code = mt_store__need_job(s, job_id, "record checkpoint", err);
     int rc;
 
     if (code != MT_OK)

@@ -86,6 +86,12 @@
                     " SELECT ?1, ?2, ?3, ?4, step FROM jobs WHERE id=?1")                          \
     X(EVENT_LIST, "SELECT time_ms, state, reason, step FROM job_events WHERE job_id=?1"            \
                   " ORDER BY seq")                                                                 \
+    X(LOG_INSERT, "INSERT OR IGNORE INTO job_logs(job_id, worker_id, attempt, seq, time_ms,"       \
+                  " level, text) VALUES (?1,?2,?3,?4,?5,?6,?7)")                                   \
+    X(LOG_TRIM, "DELETE FROM job_logs WHERE job_id=?1 AND id <= (SELECT id FROM job_logs"          \
+                " WHERE job_id=?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)")                            \
+    X(LOG_PAGE, "SELECT id, worker_id, attempt, seq, time_ms, level, text FROM job_logs"           \
+                " WHERE job_id=?1 AND id>?2 ORDER BY id LIMIT ?3")                                 \
     X(JOB_SET_STEP, "UPDATE jobs SET step=?2, updated_at_ms=?3 WHERE id=?1")                       \
     X(JOB_SET_REASON, "UPDATE jobs SET reason=?2, updated_at_ms=?3 WHERE id=?1")                   \
     X(JOB_SET_DIAGNOSIS, "UPDATE jobs SET diagnosis=?2, updated_at_ms=?3 WHERE id=?1")             \
@@ -200,6 +206,9 @@ typedef void (*mt_store__row_fn)(sqlite3_stmt *st, void *elem);
  * elements must own no memory (the array alone is freed). */
 mt_code mt_store__collect(mt_store *s, sqlite3_stmt *st, size_t elem, mt_store__row_fn read,
                           void **out, size_t *n, const char *what, mt_err *err);
+
+/* NOT_FOUND ("<what>: job <id> not found") unless the job exists. */
+mt_code mt_store__need_job(mt_store *s, const char *job_id, const char *what, mt_err *err);
 
 /* Check an optional borrowed string key; INVALID_ARGUMENT naming `what` when NULL. */
 mt_code mt_store__need(const char *v, const char *what, mt_err *err);

@@ -27,6 +27,12 @@
  * Keras's names (core/loss), best_step (the best checkpoint's step, "validation.best"). Threading:
  * heartbeat pool thread (on_assignment/on_cancel/snapshot), runner threads, the shutdown path; all
  * shared fields are under t->mu; the cancel/stop flags are atomics.
+ * Log lines: every line the worker prints (core/log) while a task runs also goes to that task's
+ * ring (log_sink): a line from a thread tagged with the job id (the runner thread tags itself),
+ * or from an untagged thread (device, collective, heartbeat threads) while exactly one task runs
+ * in the process. Every worker of the job, not only rank 0, sends its ring with its reports
+ * (at most every LOG_FLUSH_S on the others); the ring keeps the newest LOG_CAP unsent lines.
+ * The registry of rings is process-wide (log_mu), as the log sink is.
  */
 #include "worker/task.h"
 #include "worker/metrics.h"
@@ -66,11 +72,20 @@
 #define NET_WAIT_TRIES       600 /* x 100 ms */
 #define PEER_LOSS_WAIT_TRIES 200 /* x 100 ms */
 #define RETRY_S              1.0 /* metrics: next try after an unreachable coordinator */
+#define LOG_CAP              256 /* unsent log lines kept per task */
+#define LOG_FLUSH_S          1.0 /* workers without rank 0: log lines at most this often */
 /* checkpoint transfers: retry while the coordinator restarts (below the peers' collective
  * deadline) */
 #define CKPT_RETRY_S 20.0
 
 typedef struct task_run task_run;
+
+typedef struct log_entry {
+    uint64_t seq; /* from 1 per task run */
+    int64_t time_ms;
+    mt_log_level level;
+    char text[MT_LOG_LINE_TEXT_MAX + 1];
+} log_entry;
 
 typedef struct task_rec {
     char job_id[32];
@@ -126,7 +141,22 @@ struct task_run {
     uint64_t ckpt_step;     /* the last checkpoint uploaded: its step's points go out at once */
     worker_taskdir td;      /* the attempt's directory (td.path "": none yet) */
     mt_coll_progress *prog; /* t->mu: set once the world exists; read by heartbeat snapshots */
+    /* log_mu: the ring of unsent log lines (oldest at log_head) */
+    log_entry logs[LOG_CAP];
+    size_t log_head, log_n;
+    uint64_t log_seq; /* the last seq given */
+    /* runner thread only: a report's copy of the lines and their messages */
+    log_entry log_out[LOG_CAP];
+    Meshtrain__LogLine log_msg[LOG_CAP];
+    Meshtrain__LogLine *log_ptrs[LOG_CAP];
 };
+
+/* The rings of the running tasks, for the log sink (process-wide, as the sink is). */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static task_run *log_runs[MAX_TASKS];
+static size_t log_n_runs;
+static void log_sink(void *ctx, const char *tag, mt_log_level level, int64_t time_ms,
+                     const char *text);
 
 static double now_s(void)
 {
@@ -161,6 +191,7 @@ mt_code worker_tasks_new(const worker_task_env *env, worker_tasks **out, mt_err 
     t->roots = env->roots;
     t->tls = env->tls;
     t->metrics = env->metrics;
+    mt_log_set_sink(log_sink, NULL);
     *out = t;
     return MT_OK;
 }
@@ -240,6 +271,97 @@ static bool transient(mt_code rc)
     return rc == MT_UNAVAILABLE || rc == MT_DEADLINE_EXCEEDED;
 }
 
+static void log_sink(void *ctx, const char *tag, mt_log_level level, int64_t time_ms,
+                     const char *text)
+{
+    task_run *r = NULL;
+
+    (void)ctx;
+    pthread_mutex_lock(&log_mu);
+    if (tag != NULL) { /* the newest run of that job */
+        for (size_t i = log_n_runs; r == NULL && i-- > 0;)
+            if (strcmp(log_runs[i]->job_id, tag) == 0)
+                r = log_runs[i];
+    } else if (log_n_runs == 1) {
+        r = log_runs[0];
+    }
+    if (r != NULL) {
+        log_entry *e;
+        if (r->log_n == LOG_CAP) { /* the oldest unsent line gives way */
+            r->log_head = (r->log_head + 1) % LOG_CAP;
+            r->log_n--;
+        }
+        e = &r->logs[(r->log_head + r->log_n++) % LOG_CAP];
+        e->seq = ++r->log_seq;
+        e->time_ms = time_ms;
+        e->level = level;
+        snprintf(e->text, sizeof(e->text), "%s", text);
+    }
+    pthread_mutex_unlock(&log_mu);
+}
+
+static void log_register(task_run *r, bool on)
+{
+    pthread_mutex_lock(&log_mu);
+    if (on && log_n_runs < MAX_TASKS) {
+        log_runs[log_n_runs++] = r;
+    } else if (!on) {
+        for (size_t i = 0; i < log_n_runs; i++)
+            if (log_runs[i] == r) {
+                memmove(&log_runs[i], &log_runs[i + 1], (log_n_runs - i - 1) * sizeof(r));
+                log_n_runs--;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&log_mu);
+}
+
+/* Copy the unsent lines into r->log_out and point req at their messages; returns how many. */
+static size_t log_take(task_run *r, Meshtrain__ReportMetricsRequest *req)
+{
+    static const char *const names[] = {"debug", "info", "warn", "error"};
+    size_t n;
+
+    pthread_mutex_lock(&log_mu);
+    n = r->log_n;
+    for (size_t i = 0; i < n; i++)
+        r->log_out[i] = r->logs[(r->log_head + i) % LOG_CAP];
+    pthread_mutex_unlock(&log_mu);
+    for (size_t i = 0; i < n; i++) {
+        Meshtrain__LogLine *m = &r->log_msg[i];
+        meshtrain__log_line__init(m);
+        m->seq = r->log_out[i].seq;
+        m->time_ms = r->log_out[i].time_ms;
+        m->level = (char *)names[r->log_out[i].level < MT_LOG_OFF ? r->log_out[i].level : 0];
+        m->text = r->log_out[i].text;
+        r->log_ptrs[i] = m;
+    }
+    req->log_lines = r->log_ptrs;
+    req->n_log_lines = n;
+    return n;
+}
+
+/* Forget the lines up to seq (they were delivered, or refused for good). */
+static void log_drop(task_run *r, uint64_t seq)
+{
+    pthread_mutex_lock(&log_mu);
+    while (r->log_n > 0 && r->logs[r->log_head].seq <= seq) {
+        r->log_head = (r->log_head + 1) % LOG_CAP;
+        r->log_n--;
+    }
+    pthread_mutex_unlock(&log_mu);
+}
+
+static bool log_pending(task_run *r)
+{
+    bool any;
+
+    pthread_mutex_lock(&log_mu);
+    any = r->log_n > 0;
+    pthread_mutex_unlock(&log_mu);
+    return any;
+}
+
 /*
  * Report the buffered points. When the coordinator is unreachable they stay buffered and go out
  * with a later report (a point is stored at most once per (job, step, name), so a report whose
@@ -253,8 +375,11 @@ static void flush_metrics(task_run *r, bool force)
     char wid[64];
     mt_code rc;
 
+    size_t nlog;
+
     r->last_flush = now_s();
-    if (r->npts == 0 || r->cli == NULL || (!force && r->last_flush < r->retry_at))
+    if ((r->npts == 0 && !log_pending(r)) || r->cli == NULL ||
+        (!force && r->last_flush < r->retry_at))
         return;
     pthread_mutex_lock(&r->tab->mu);
     snprintf(wid, sizeof(wid), "%s", r->tab->worker_id);
@@ -265,8 +390,12 @@ static void flush_metrics(task_run *r, bool force)
     req.job_id = r->job_id;
     req.points = r->ptrs;
     req.n_points = r->npts;
+    req.attempt = r->attempt;
+    nlog = log_take(r, &req);
     rc = mt_rpc_client_call(r->cli, SVC, "ReportMetrics", &req.base, &rep, r->tab->rpc_timeout_ms,
                             &err);
+    if (nlog > 0 && (rc == MT_OK || !transient(rc)))
+        log_drop(r, r->log_out[nlog - 1].seq);
     if (rc == MT_OK) {
         protobuf_c_message_free_unpacked(rep, NULL);
         if (r->report_warned)
@@ -534,6 +663,8 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
         if (p->event != MT_TRAIN_STEP || now_s() - r->last_flush >= FLUSH_S ||
             (uint64_t)p->step == r->ckpt_step)
             flush_metrics(r, false);
+    } else if (now_s() - r->last_flush >= LOG_FLUSH_S) {
+        flush_metrics(r, false); /* this worker's log lines */
     }
     if (atomic_load(&r->cancel))
         return MT_CANCELLED;
@@ -794,6 +925,7 @@ static void *run_main(void *arg)
     co.token = t->token[0] ? t->token : NULL;
     co.connect_timeout_ms = t->rpc_timeout_ms;
     co.tls = t->tls;
+    mt_log_set_thread_tag(r->job_id);
     rc = mt_rpc_client_open(&co, &r->cli, &err);
     if (rc == MT_OK) {
         set_state(r, "running", 0, "");
@@ -817,13 +949,17 @@ static void *run_main(void *arg)
         /* the worker leaves: the coordinator sees it lost and restarts from the checkpoint */
         mt_log_info("job %s attempt %u: stopped with the worker", r->job_id, r->attempt);
     } else if (rc == MT_OK) {
+        flush_metrics(r, true); /* the last lines, while the job still runs */
         set_state(r, "succeeded", 0, "");
     } else {
         char msg[300];
         snprintf(msg, sizeof(msg), "%s: %s", mt_code_name(rc), err.msg);
         mt_log_error("job %s attempt %u failed: %s", r->job_id, r->attempt, msg);
+        flush_metrics(r, true); /* the last lines, while the job still runs */
         set_state(r, "failed", 0, msg);
     }
+    log_register(r, false);
+    mt_log_set_thread_tag(NULL);
     mt_rpc_client_close(r->cli);
     pthread_mutex_lock(&t->mu);
     rec = find(t, r->job_id, r->attempt);
@@ -976,11 +1112,13 @@ void worker_on_assignment(worker_tasks *t, const Meshtrain__TaskAssignment *a)
     if (r != NULL) {
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        log_register(r, true); /* the runner thread unregisters it */
         if (pthread_create(&th, &attr, run_main, r) == 0) {
             rec->run = r;
             t->live++;
         } else {
             snprintf(msg, sizeof(msg), "cannot start the task thread");
+            log_register(r, false);
             run_free(r);
             r = NULL;
         }
@@ -991,12 +1129,14 @@ void worker_on_assignment(worker_tasks *t, const Meshtrain__TaskAssignment *a)
         snprintf(rec->error, sizeof(rec->error), "%s", msg);
     }
     pthread_mutex_unlock(&t->mu);
+    mt_log_set_thread_tag(a->job_id); /* the line goes to the job's log too */
     if (r == NULL)
         mt_log_error("job %s attempt %u: %s", a->job_id, a->attempt, msg);
     else
         mt_log_info("job %s attempt %u: starting with %zu of %zu devices here (resume step %llu)",
                     a->job_id, a->attempt, a->n_devices, a->n_ranks,
                     (unsigned long long)a->resume_step);
+    mt_log_set_thread_tag(NULL);
 }
 
 void worker_on_cancel(worker_tasks *t, const Meshtrain__TaskCancel *x)

@@ -439,9 +439,29 @@
       });
     }
 
+    // The workers' log lines (GET .../log), fetched after the last one seen, the newest 2000 kept.
+    const wlog = { next: 0, lines: [] };
+    async function workerLog() {
+      for (let more = true; more;) {
+        const r = await getJSON('/api/v1/jobs/' + enc(id) + '/log?after=' + wlog.next + '&limit=1000');
+        wlog.lines.push(...r.lines);
+        wlog.next = r.next;
+        more = r.lines.length === 1000;
+      }
+      if (wlog.lines.length > 2000) wlog.lines.splice(0, wlog.lines.length - 2000);
+      const box = $('worker-log');
+      if (Number(box.dataset.lines) === wlog.lines.length && wlog.lines.length > 0) return;
+      box.textContent = wlog.lines.length === 0 ? 'No lines from the workers yet.'
+        : wlog.lines.map((l) => new Date(l.time_ms).toISOString().replace('T', ' ').slice(0, 23) + '  ' +
+          l.worker_id.slice(0, 8) + ' #' + l.attempt + '  ' + l.level.toUpperCase().padEnd(5) + ' ' + l.text).join('\n');
+      box.dataset.lines = wlog.lines.length;
+      box.scrollTop = box.scrollHeight;
+    }
+
     async function tick() {
       job = await getJSON('/api/v1/jobs/' + enc(id));
       await loader.update(job);
+      await workerLog();
       drawCharts();
       const lm = job.latest_metrics, pick = (re) => Object.keys(lm).filter((n) => re.test(n) && !isEval(n) && !isBatch(n)).sort()[0];
       const lossName = pick(/loss$/), accName = pick(/accuracy$/), epsName = pick(/per_sec(ond)?$/);

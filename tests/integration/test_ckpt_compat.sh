@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # test_ckpt_compat.sh — a checkpoint written by an earlier release restores: the fixture
 # tests/fixtures/ckpt-compat/ckpt-6-ac32123.mtc was written by `meshtrain train --local spec.json
 # --steps 6 --save DIR` at commit ac32123 (before the typed job spec, graph models and FSDP);

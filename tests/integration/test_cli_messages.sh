@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_cli_messages.sh — the CLI's help for mistakes (client/main.c, client/msgs.c): an unknown
 # command with a close one gets "did you mean" (exit 2), a far one does not; a coordinator that

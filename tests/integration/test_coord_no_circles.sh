@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_coord_no_circles.sh — issue 19, item 1: the coordinator's files do not call each other in
 # circles. tests/tools/coord_graph.py reads what each object of libmtcoord.a defines and uses

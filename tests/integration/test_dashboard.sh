@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # test_dashboard.sh — the dashboard in a real browser: a coordinator serves a
 # state dir seeded with a running job and its metric history
 # (tests/tools/mt_seed_state); headless Chromium opens the job page, runs its

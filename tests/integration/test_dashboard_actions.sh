@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: MIT
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # test_dashboard_actions.sh — the dashboard as a person uses it, clicked through in headless
 # Chromium driven over WebDriver (Debian's chromium-driver, spoken to with curl): a coordinator
 # with a token and a real worker run two real jobs (A: 30 steps with checkpoints, B: long). The
 # test signs in through the login form, finds both jobs in the list with their duration and
 # latest metrics, sorts and filters the list, ticks A and B and opens the compare view (both
 # jobs' curves on both charts), opens B's page (per-step batch_loss beside the epoch-mean loss,
-# the smoothing control, spec, log), cancels B with the Cancel button and its confirmation (the
+# the smoothing control, spec, log, the workers' log lines), cancels B with the Cancel button and its confirmation (the
 # worker stops it), downloads A's checkpoint through the page's link (the bytes of the stored
 # file), and resubmits A from its page (a new job with the same spec). Screenshots:
 # $MT_BIN_DIR/dashboard-compare.png and dashboard-job-live.png (docs/dashboard.md shows them).
@@ -150,6 +151,9 @@ js 'const s = document.getElementById("smoothing"); s.value = "0.9"; s.dispatchE
 [ "$(js 'return document.getElementById("smoothing-value").textContent')" = 0.90 ] || fail "smoothing control"
 grep -q '"long-b"' <<<"$(js 'return document.getElementById("job-spec").textContent')" || fail "spec panel"
 grep -q 'RUNNING' <<<"$(js 'return document.getElementById("job-log").textContent')" || fail "log panel"
+wait_js 20 "the worker log" 'return Number(document.getElementById("worker-log").dataset.lines) > 0'
+grep -q "job $B attempt 1: starting with" <<<"$(js 'return document.getElementById("worker-log").textContent')" ||
+    fail "worker log panel: $(js 'return document.getElementById("worker-log").textContent' | head -5)"
 wait_for 10 "Chart.js to draw" sleep 1
 shot "$BIN/dashboard-job-live.png"
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_deb.sh — the .deb packages (packaging/deb/build-debs.sh, `make deb`) from this build:
 #  * three packages, each with its program, man page and copyright; the units and the dashboard

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # test_deploy_files.sh — the deployment files are valid and their command
 # lines run:
 #   systemd: `systemd-analyze verify` of the installed units (any output fails),

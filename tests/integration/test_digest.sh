@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_digest.sh — the digests of issue #18 end to end (docs/reproducibility.md):
 # * `train --local --json` prints state digests (digest_every, epoch ends, checkpoints) on a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_export.sh — `meshtrain export CKPT --format safetensors -o FILE` end to end:
 # a checkpoint written by tests/tools/mt_mkckpt is exported; the safetensors file

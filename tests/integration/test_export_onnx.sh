@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_export_onnx.sh — `meshtrain export --format onnx` end to end (issue #21):
 #  * refusals: --layout with --format onnx and an unknown format are usage errors (exit 2), a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_export_torch.sh — `meshtrain export --layout torch` end to end (issue #21):
 #  * the default (keras) layout is unchanged byte for byte (a golden sha256 of the export of

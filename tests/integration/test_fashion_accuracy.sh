@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_fashion_accuracy.sh — acceptance: `meshtrain train --local` on the real Fashion-MNIST.
 # The MLP runs its full 3 epochs (>= 0.85 test accuracy); the CNN runs a shorter budget here

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_fetch_corpus.sh — deploy/fetch-corpus.sh produces the documented Brown Corpus split
 # (51,698 training and 5,642 validation sentences of plain text, no tags left), is deterministic

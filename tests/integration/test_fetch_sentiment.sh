@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_fetch_sentiment.sh — deploy/fetch-sentiment.sh produces the documented 2400/600 split of
 # label<TAB>text lines, is deterministic and idempotent. Skips (exit 0, reason printed) when npm

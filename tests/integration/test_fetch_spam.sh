@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_fetch_spam.sh — deploy/fetch-spam.sh produces the documented SpamAssassin split (4837
 # train / 1209 test label<TAB>text lines, 379 spam in test), is idempotent, and

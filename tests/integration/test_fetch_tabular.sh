@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_fetch_tabular.sh — deploy/fetch-tabular.sh produces the documented Iris (120/30, species
 # names) and Diabetes (354/88, float target) CSV splits, idempotent and deterministic, and

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # test_fsdp_jobs.sh — weights sharded over the batch dimension (FSDP) and graph models as real
 # jobs: the DTensor Keras tutorial's LayoutMap spec (examples/dtensor_keras_layout_map.json) and
 # a residual MLP with FSDP kernels, each 10 steps on 2 workers x 2 devices (mesh batch=4), equal

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_generate.sh — `meshtrain generate` end to end on a hand-made language model: a dense
 # layer over block_size 4 char ids whose logits are l_j = 2j·x_3 + 2j − j² (the argmax is

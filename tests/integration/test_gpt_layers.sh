@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_gpt_layers.sh — the transformer layers (issue #23) end to end through `train --local`:
 #  * a small GPT (gpt_spec.py: embeddings, 2 causal attention blocks, gelu MLPs, residual adds,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_grafana.sh — deploy/grafana/meshtrain.json against a real Prometheus (issue #21): a
 # coordinator serves a seeded state (tests/tools/mt_seed_state: a RUNNING job with metric

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # test_http_api.sh — the coordinator's HTTP status endpoint with real processes:
 # JSON API answers (content, content types, caching headers, 400/404 JSON errors)
 # over a state dir seeded through the store API (tests/tools/mt_seed_state),

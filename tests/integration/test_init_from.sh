@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_init_from.sh — the DTensor tutorial's checkpoint chain as distributed jobs (real
 # coordinator and two 2-device workers on loopback, generated label<TAB>text data): a data-parallel

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_input_pipeline.sh — per-worker input pipelines with real processes on loopback: a
 # coordinator and two workers x 2 devices run a CSV job (four generated files of 30, 20, 25 and

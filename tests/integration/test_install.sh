@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # test_install.sh — `cmake --install` into a fresh prefix puts the programs,
 # man pages (or --help text), docs, example specs, deploy templates and the
 # systemd units (ExecStart rewritten to the prefix) where cmake/install.cmake

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_jobs_paging.sh — job listings come in pages (issue 19, fault 10): over 1,201 jobs
 # (tests/tools/mt_seed_state --jobs 1198), `meshtrain jobs` and GET /api/v1/jobs answer 100 by

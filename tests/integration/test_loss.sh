@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_loss.sh — losses, metrics and validation end to end (core/loss, docs/job-spec.md):
 #   * a per-pixel classifier (a 1x1 conv2d's (6, 6, 3) logits, NumPy y of shape (N, 6, 6)) trains

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_predict_raw.sh — `meshtrain predict` on raw input (issue #22 item 6), end to end: small
 # models are trained with `train --local --save`, exported, and asked about

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_secure_default.sh — a coordinator is not open to other machines by accident (issue 19,
 # fault 12; redis's protected mode): without --token-file, an RPC, HTTP or metrics address

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # test_spec_errors.sh — one validation path: for each invalid job spec or layout below,
 # `meshtrain plan --offline`, `meshtrain submit` (SubmitJob on a real coordinator) and
 # `meshtrain train --local` all exit 4 with the very same "CODE: path: why" line, and the

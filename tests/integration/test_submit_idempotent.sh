@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_submit_idempotent.sh — a retried submit never makes a second job (issue 19, fault 5).
 # `meshtrain submit` sends one request id per invocation; a submit repeated with the same id

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_train_cli.sh — `meshtrain train` exit codes and messages: usage errors exit 2, invalid
 # specs exit 4 with "meshtrain: INVALID_ARGUMENT: <path>: <why>", the Progbar line format, and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_train_mesh.sh — `meshtrain train --local` on meshes (devices as threads): the DTensor
 # tutorial's chain data parallel -> save -> model parallel -> save -> spatial parallel ends where

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_train_npy_images.sh — the NumPy and image-folder datasets (issue #22 item 5) through the
 # whole trainer: `plan` accepts each spec and `train --local` learns a separable task from

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # test_worker_metrics.sh — the worker's Prometheus endpoint (meshtrain-worker --metrics-listen,
 # worker/metrics.c): a worker with two devices and a token runs a 40-step data-parallel job with
 # checkpoints every 20 steps; its /metrics then passes `promtool check metrics` and counts what

@@ -2,6 +2,8 @@
 /* test_status.c — unit tests for core/status (mt_status.h). */
 #include "mt_test.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "alloc/mt_alloc.h"
@@ -76,6 +78,62 @@ static void test_status_log_level_parse(void **state)
     assert_non_null(strstr(err.msg, "loud"));
 }
 
+typedef struct sink_seen {
+    int calls;
+    char tag[64];
+    mt_log_level level;
+    char text[128];
+    int64_t time_ms;
+} sink_seen;
+
+static void sink(void *ctx, const char *tag, mt_log_level level, int64_t time_ms, const char *text)
+{
+    sink_seen *s = ctx;
+    s->calls++;
+    snprintf(s->tag, sizeof(s->tag), "%s", tag ? tag : "(none)");
+    s->level = level;
+    s->time_ms = time_ms;
+    snprintf(s->text, sizeof(s->text), "%s", text);
+}
+
+static void *tag_thread(void *arg)
+{
+    (void)arg;
+    mt_log_warn("from another thread"); /* its own tag: none */
+    return NULL;
+}
+
+/* A sink sees each printed line's text (no prefix), level, time and the thread's tag. */
+static void test_status_log_sink_and_thread_tag(void **state)
+{
+    sink_seen s = {0};
+    pthread_t th;
+    (void)state;
+
+    mt_log_set_level(MT_LOG_INFO);
+    mt_log_set_sink(sink, &s);
+    mt_log_debug("below the level");
+    assert_int_equal(s.calls, 0);
+    mt_log_set_thread_tag("job-000007");
+    mt_log_info("step %d done", 3);
+    assert_int_equal(s.calls, 1);
+    assert_string_equal(s.tag, "job-000007");
+    assert_string_equal(s.text, "step 3 done");
+    assert_int_equal(s.level, MT_LOG_INFO);
+    assert_true(s.time_ms > 1700000000000LL);
+    assert_int_equal(pthread_create(&th, NULL, tag_thread, NULL), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(s.calls, 2);
+    assert_string_equal(s.tag, "(none)");
+    assert_int_equal(s.level, MT_LOG_WARN);
+    mt_log_set_thread_tag(NULL);
+    mt_log_error("untagged");
+    assert_string_equal(s.tag, "(none)");
+    mt_log_set_sink(NULL, NULL);
+    mt_log_error("no sink");
+    assert_int_equal(s.calls, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -83,6 +141,7 @@ int main(void)
         cmocka_unit_test(test_status_err_set_and_prefix),
         cmocka_unit_test(test_status_alloc_hook_fails_nth),
         cmocka_unit_test(test_status_log_level_parse),
+        cmocka_unit_test(test_status_log_sink_and_thread_tag),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

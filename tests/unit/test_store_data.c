@@ -281,6 +281,7 @@ static void test_store_metrics_migrate_v2_keeps_latest(void **state)
                                                "ALTER TABLE jobs DROP COLUMN mesh;"
                                                "ALTER TABLE jobs DROP COLUMN devices;"
                                                "ALTER TABLE jobs DROP COLUMN diagnosis;"
+                                               "DROP TABLE job_logs;"
                                                "CREATE INDEX metrics_by_name ON metrics(job_id, "
                                                "name, step); PRAGMA user_version = 2;"),
                      SQLITE_OK);
@@ -487,6 +488,7 @@ static void test_store_metrics_migrate_v4_reclusters(void **state)
              "DROP INDEX jobs_by_request; ALTER TABLE jobs DROP COLUMN request_id;"
              "ALTER TABLE jobs DROP COLUMN mesh; ALTER TABLE jobs DROP COLUMN devices;"
              "ALTER TABLE jobs DROP COLUMN diagnosis;"
+             "DROP TABLE job_logs;"
              "DELETE FROM schema_migrations WHERE version >= 5; PRAGMA user_version = 4;",
              job, job, job, job, job, job);
     assert_int_equal(store_raw_exec(t->f.path, sql), SQLITE_OK);
@@ -918,6 +920,89 @@ static void test_store_full_database_is_resource_exhausted(void **state)
     mt_store_close(s);
 }
 
+/* ------------------------------------------------------------------ worker log lines */
+
+static mt_store_log_line logline(uint64_t seq, const char *level, const char *text)
+{
+    mt_store_log_line l;
+    memset(&l, 0, sizeof(l));
+    l.seq = seq;
+    l.time_ms = 5000 + (int64_t)seq;
+    snprintf(l.level, sizeof(l.level), "%s", level);
+    snprintf(l.text, sizeof(l.text), "%s", text);
+    return l;
+}
+
+static void test_store_job_log_order_dedupe_page(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_log_line in[3], *out = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    in[0] = logline(1, "info", "w1 one");
+    in[1] = logline(2, "warn", "w1 two");
+    in[2] = logline(3, "error", "w1 three");
+    assert_int_equal(mt_store_job_log_insert(t->s, job, "w1", 1, in, 2, &err), MT_OK);
+    /* the same report again (its reply was lost) plus a new line: stored once each */
+    assert_int_equal(mt_store_job_log_insert(t->s, job, "w1", 1, in, 3, &err), MT_OK);
+    /* another worker's seq 1 and a later attempt's seq 1 are other lines */
+    assert_int_equal(mt_store_job_log_insert(t->s, job, "w2", 1, in, 1, &err), MT_OK);
+    assert_int_equal(mt_store_job_log_insert(t->s, job, "w1", 2, in, 1, &err), MT_OK);
+    assert_int_equal(mt_store_job_log_page(t->s, job, 0, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 5);
+    assert_string_equal(out[0].text, "w1 one");
+    assert_string_equal(out[1].level, "warn");
+    assert_string_equal(out[2].text, "w1 three");
+    assert_string_equal(out[3].worker_id, "w2");
+    assert_int_equal(out[4].attempt, 2);
+    assert_int_equal(out[4].seq, 1);
+    assert_int_equal(out[2].time_ms, 5003);
+    for (size_t i = 1; i < n; i++)
+        assert_true(out[i].id > out[i - 1].id);
+    int64_t after = out[1].id, last = out[4].id;
+    mt_store_job_log_free(out);
+    assert_int_equal(mt_store_job_log_page(t->s, job, after, 2, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(out[0].text, "w1 three");
+    mt_store_job_log_free(out);
+    assert_int_equal(mt_store_job_log_page(t->s, job, last, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 0);
+    assert_null(out);
+    assert_int_equal(mt_store_job_log_page(t->s, "job-nope", 0, 0, &out, &n, &err), MT_NOT_FOUND);
+    assert_int_equal(mt_store_job_log_insert(t->s, "job-nope", "w1", 1, in, 1, &err), MT_NOT_FOUND);
+}
+
+static void test_store_job_log_keeps_newest(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    enum { BATCH = 1000 };
+    mt_store_log_line *in = mt_calloc(BATCH, sizeof(*in)), *out = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0, total = 0;
+
+    assert_non_null(in);
+    add_job(t->s, job);
+    for (uint64_t b = 0; total < MT_STORE_JOB_LOG_KEEP + 1500; b++) {
+        for (size_t i = 0; i < BATCH; i++) {
+            char text[32];
+            snprintf(text, sizeof(text), "line %zu", total + i + 1);
+            in[i] = logline(total + i + 1, "info", text);
+        }
+        assert_int_equal(mt_store_job_log_insert(t->s, job, "w1", 1, in, BATCH, &err), MT_OK);
+        total += BATCH;
+    }
+    assert_int_equal(mt_store_job_log_page(t->s, job, 0, 10000, &out, &n, &err), MT_OK);
+    assert_int_equal(n, MT_STORE_JOB_LOG_KEEP);
+    assert_int_equal(out[n - 1].seq, total); /* the newest kept, the oldest gone */
+    assert_int_equal(out[0].seq, total - MT_STORE_JOB_LOG_KEEP + 1);
+    mt_store_job_log_free(out);
+    mt_free(in);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, store_setup, store_teardown)
@@ -943,6 +1028,8 @@ int main(void)
         T(test_store_checkpoint_gc_alloc_failure_deletes_nothing),
         T(test_store_checkpoint_list_alloc_failure),
         T(test_store_full_database_is_resource_exhausted),
+        T(test_store_job_log_order_dedupe_page),
+        T(test_store_job_log_keeps_newest),
     };
 #undef T
     return cmocka_run_group_tests_name("store_data", tests, NULL, NULL);

@@ -428,7 +428,8 @@ static void test_store_job_schema7_migrates_and_summarises_once(void **state)
     assert_int_equal(store_raw_exec(t->f.path, "ALTER TABLE jobs DROP COLUMN mesh;"
                                                "ALTER TABLE jobs DROP COLUMN devices;"
                                                "ALTER TABLE jobs DROP COLUMN diagnosis;"
-                                               "DELETE FROM schema_migrations WHERE version = 8;"
+                                               "DROP TABLE job_logs;"
+                                               "DELETE FROM schema_migrations WHERE version >= 8;"
                                                "PRAGMA user_version = 7;"),
                      SQLITE_OK);
     assert_int_equal(mt_store_open(t->f.path, &t->s, &err), MT_OK);
