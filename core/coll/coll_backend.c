@@ -72,6 +72,17 @@ const char *mt_coll_world_backend_name(const mt_coll_world *w)
     return w->backend->name;
 }
 
+void mt_coll_comm_next_tag(mt_coll_comm *comm, const mt_coll_call *call, uint64_t *step,
+                           uint32_t *seq)
+{
+    if (call != NULL) {
+        comm->auto_step = call->step;
+        comm->auto_seq = call->seq;
+    }
+    *step = comm->auto_step;
+    *seq = comm->auto_seq++;
+}
+
 mt_coll_world *mt_coll_comm_world(const mt_coll_comm *c)
 {
     return c->w;

@@ -435,10 +435,7 @@ static mt_code call_begin(mpi_call *x, mt_coll_comm *comm, const mt_coll_group *
                           "rank %d: %s: an earlier MPI collective of this world did not finish "
                           "(deadline or cancel); the world cannot be used any more",
                           x->s->me, op_names[op]);
-    if (call != NULL) {
-        x->step = call->step;
-        x->seq = call->seq;
-    }
+    mt_coll_comm_next_tag(comm, call, &x->step, &x->seq); /* NULL: the comm's automatic tag */
     dl = call != NULL && call->deadline_ms > 0 ? call->deadline_ms : x->s->deadline_ms;
     x->deadline_ns = x->t0 + dl * 1000000;
     if (n > 0x7fffffff)

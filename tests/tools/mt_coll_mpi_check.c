@@ -276,11 +276,18 @@ static void case_mismatch(mt_coll_world *w)
     call = tag(5000);
     rc = mt_coll_allreduce_sum(c, &grp, b, g_job_rank == 0 ? 63 : 64, &call, &err);
     expect(rc, MT_INVALID_ARGUMENT, &err, "mismatched size");
+    /* the automatic tag (call NULL): the comm's step, set differently on job rank 0 */
+    mt_coll_comm_set_step(c, g_job_rank == 0 ? 7 : 8);
+    rc = mt_coll_allreduce_sum(c, &grp, b, 64, NULL, &err);
+    expect(rc, MT_INVALID_ARGUMENT, &err, "mismatched automatic step");
+    if (strstr(err.msg, "step") == NULL)
+        FAIL("mismatched automatic step: message does not say step: %s", err.msg);
     call = tag(5000);
     fill(b, 64, 3);
     expect(mt_coll_allreduce_sum(c, &grp, b, 64, &call, &err), MT_OK, &err, "after mismatch");
     check_sum("after mismatch", b, g, g_n, 64, 3);
-    pass("mismatched step and size: INVALID_ARGUMENT on every member; a fresh tag works");
+    pass("mismatched step, size and automatic step: INVALID_ARGUMENT on every member; a fresh "
+         "tag works");
 }
 
 static void case_deadline(void)
