@@ -345,6 +345,8 @@ typedef struct mpi_call {
     uint32_t seq;
     uint64_t bytes;
     int64_t t0, deadline_ns;
+    int entered; /* recorded in the progress table (mt_coll_comm_progress_enter) */
+    int waiting; /* ... and marked waiting */
 } mpi_call;
 
 /* Poll req until done, the deadline or cancel. */
@@ -358,6 +360,10 @@ static mt_code wait_req(mpi_call *x, MPI_Request *req, const char *what, mt_err 
             return mpi_fail(err, mrc, what);
         if (done)
             return MT_OK;
+        if (!x->waiting) {
+            x->waiting = 1;
+            mt_coll_comm_progress_wait(x->comm);
+        }
         if (atomic_load(&x->s->cancelled) || now_ns() > x->deadline_ns) {
             int cancelled = atomic_load(&x->s->cancelled);
             atomic_store(&x->s->abandoned, 1); /* req stays with MPI */
@@ -436,6 +442,8 @@ static mt_code call_begin(mpi_call *x, mt_coll_comm *comm, const mt_coll_group *
                           "(deadline or cancel); the world cannot be used any more",
                           x->s->me, op_names[op]);
     mt_coll_comm_next_tag(comm, call, &x->step, &x->seq); /* NULL: the comm's automatic tag */
+    mt_coll_comm_progress_enter(comm, op_names[op], x->step, x->seq);
+    x->entered = 1;
     dl = call != NULL && call->deadline_ms > 0 ? call->deadline_ms : x->s->deadline_ms;
     x->deadline_ns = x->t0 + dl * 1000000;
     if (n > 0x7fffffff)
@@ -452,6 +460,8 @@ static mt_code call_begin(mpi_call *x, mt_coll_comm *comm, const mt_coll_group *
 
 static mt_code call_end(mpi_call *x, mt_code rc)
 {
+    if (x->entered)
+        mt_coll_comm_progress_exit(x->comm, rc);
     if (x->s != NULL && x->s->observe != NULL)
         x->s->observe(x->s->observe_arg, op_names[x->op], x->bytes, now_ns() - x->t0, rc);
     return rc;
