@@ -11,32 +11,16 @@
 # Skipped (saying so) when the build has no MPI or mpirun is missing.
 # MT_TEST_MPI_COLLECTIVES=blocking runs the first part with `--mpi-collectives blocking`.
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/mpi_lib.sh"
 CMP="python3 $SRC/tests/integration/compare_safetensors.py"
-if ! grep -q '^MT_MPI:BOOL=ON' "$BIN/CMakeCache.txt" || ! command -v mpirun >/dev/null; then
-    echo "SKIP: this build has no MPI backend or there is no mpirun (deploy/install-deps.sh)"
-    exit 0
-fi
-
-MPI_PID=
-stop_mpi() { # SIGTERM to mpirun reaches every worker; they stop and finalize together
-    [ -n "$MPI_PID" ] || return 0
-    kill -TERM "$MPI_PID" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$MPI_PID" 2>/dev/null || break; sleep 0.1; done
-    MPI_PID=
-}
-trap 'stop_mpi; cleanup' EXIT
 
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
     --heartbeat-ms 200
 alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
 
-# Open MPI as root needs --allow-run-as-root; 2 cores need --oversubscribe; no ssh agent is
-# needed for local processes (OMPI_MCA_plm_rsh_agent=)
-OMPI_MCA_plm_rsh_agent= bg mpi mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
-    "$BIN/meshtrain-worker" --data-plane mpi --coordinator "$COORD_URL" --name mw \
+start_mpi_workers 2 "$BIN/meshtrain-worker" --data-plane mpi --coordinator "$COORD_URL" --name mw \
     --mpi-collectives "${MT_TEST_MPI_COLLECTIVES:-polled}"
-MPI_PID=$LAST_PID
 wait_for 60 "two MPI workers" alive 2
 mt workers --json | jq -e '[.workers[].data_address | test("^mpi://[0-9a-f]{16}/[01]$")] | all' \
     >/dev/null || fail "MPI workers' addresses: $(mt workers --json | jq -c '[.workers[].data_address]')"

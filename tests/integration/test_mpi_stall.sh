@@ -7,18 +7,7 @@
 # the job becomes STALLED with "device stuck: ... mw-mpi1 cpu:0 never entered", then runs on
 # and SUCCEEDS. Skipped (saying so) when the build has no MPI or mpirun is missing.
 source "$(dirname "$0")/lib.sh"
-if ! grep -q '^MT_MPI:BOOL=ON' "$BIN/CMakeCache.txt" || ! command -v mpirun >/dev/null; then
-    echo "SKIP: this build has no MPI backend or there is no mpirun (deploy/install-deps.sh)"
-    exit 0
-fi
-MPI_PID=
-stop_mpi() {
-    [ -n "$MPI_PID" ] || return 0
-    kill -TERM "$MPI_PID" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$MPI_PID" 2>/dev/null || break; sleep 0.1; done
-    MPI_PID=
-}
-trap 'stop_mpi; cleanup' EXIT
+source "$(dirname "$0")/mpi_lib.sh"
 
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
     --heartbeat-ms 200 --heartbeat-timeout-ms 3000 --stall-timeout-ms 2000
@@ -28,12 +17,11 @@ finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "
 
 # rank 1 alone gets the hook (Open MPI tells each process its rank in OMPI_COMM_WORLD_RANK)
 # shellcheck disable=SC2016 # expanded by the bash each MPI process runs
-OMPI_MCA_plm_rsh_agent= bg mpi mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
+start_mpi_workers 2 \
     bash -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && export MT_TEST_STALL_AT_STEP=5 MT_TEST_STALL_MS=7000
              exec "$0" "$@"' \
     "$BIN/meshtrain-worker" --data-plane mpi --coordinator "$COORD_URL" --name mw \
     --data-root "$T" --data-root /usr/share/datasets
-MPI_PID=$LAST_PID
 wait_for 60 "two MPI workers" alive 2
 jq '. + {steps: 40, batch_size: 32, mesh: {batch: 2}} | del(.epochs) |
     .model.layers[1].units = 16' "$SRC/examples/fashion_mnist_mlp.json" >"$T/job.json"
