@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: local (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_mesh_invariant.sh — "reproducibility": "mesh_invariant" on data-parallel meshes (issue #18
 # item 1, docs/reproducibility.md): 50 steps of `train --local` on batch=1, 2, 4 and 8 give
