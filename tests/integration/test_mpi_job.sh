@@ -78,7 +78,7 @@ done
 exec "$@"
 EOT
 chmod +x "$T/fakeslurm/scontrol" "$T/fakeslurm/srun"
-jq '. + {steps: 6000, mesh: {batch: 2}, checkpoint: {every_steps: 200, keep: 2}} | del(.epochs)' \
+jq '. + {steps: 2000, mesh: {batch: 2}, checkpoint: {every_steps: 200, keep: 2}} | del(.epochs)' \
     "$SRC/examples/fashion_mnist_mlp.json" >"$T/slurm_job.json"
 PATH=$T/fakeslurm:$BIN:$PATH SLURM_JOB_ID=4343 SLURM_JOB_NODELIST=fake1 SLURM_NTASKS=2 \
     MESHTRAIN_STATE_DIR=$T/slurm-state MESHTRAIN_BIND=127.0.0.1 \
