@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_kernels.c — dense and conv2d forward+backward throughput as a fraction of plain
- * cblas_sgemm GFLOP/s measured in the same run at the same (M, N, K) shapes.
+ * bench_kernels.c — dense, conv2d and attention forward+backward throughput as a fraction of
+ * plain cblas_sgemm GFLOP/s measured in the same run at the same (M, N, K) shapes.
  * Targets (issue #3): dense >= 70%, conv2d >= 50%. The baseline is the forward GEMM of the
  * im2col formulation, (B*OH*OW) x F x (KH*KW*C) for conv2d and B x OUT x IN for dense, with
  * alpha 1, beta 0; the kernel is credited the flops of its fwd + dW (+ dx) GEMMs, whatever it
- * actually runs. Run with OPENBLAS_CORETYPE set or through a program that calls mt_blas_boot
- * (this one does). One BLAS thread.
+ * actually runs. Attention (per head and example: q·kᵀ and p·v forward, four products backward)
+ * is credited the flops of the full T×T products, causal or not, against the sgemm (T, T, hd):
+ * a causal row above the full one is the work the causal kernel skips. Run with OPENBLAS_CORETYPE
+ * set or through a program that calls mt_blas_boot (this one does). One BLAS thread.
  */
 #include <cblas.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -120,6 +123,20 @@ static void run_conv(void *p)
                        &c->g);
 }
 
+typedef struct attn_ctx {
+    size_t b, t, h, hd;
+    bool causal;
+    float *qkv, *out, *probs, *dout, *dqkv, *scr;
+} attn_ctx;
+
+static void run_attn(void *p)
+{
+    attn_ctx *a = p;
+    mt_attention_forward(a->out, a->probs, a->qkv, a->b, a->t, a->h, a->hd, a->causal);
+    mt_attention_backward(a->dqkv, a->scr, a->dout, a->qkv, a->probs, a->b, a->t, a->h, a->hd,
+                          a->causal);
+}
+
 static gemm_ctx gemm_new(size_t m, size_t n, size_t k)
 {
     return (gemm_ctx){m, n, k, buf(m * k), buf(k * n), buf(m * n)};
@@ -174,6 +191,20 @@ int main(int argc, char **argv)
         gemm_free(&base);
         free(c.x), free(c.w), free(c.bias), free(c.y), free(c.dy), free(c.dx), free(c.dw);
         free(c.db), free(c.cols), free(c.dcols);
+    }
+    for (int causal = 0; causal < 2; causal++) { /* the char_lm example's shape, batch 8 */
+        attn_ctx a = {.b = 8, .t = 128, .h = 4, .hd = 32, .causal = causal};
+        size_t nin = a.b * a.t * a.h * 3 * a.hd, nout = a.b * a.t * a.h * a.hd;
+        a.qkv = buf(nin), a.dqkv = buf(nin), a.out = buf(nout), a.dout = buf(nout);
+        a.probs = buf(a.b * a.h * a.t * a.t), a.scr = buf(a.t * a.t);
+        gemm_ctx base = gemm_new(a.t, a.t, a.hd);
+        double fl = 2.0 * (double)a.t * a.t * a.hd;
+        char name[64];
+        snprintf(name, sizeof(name), "attention T=%zu hd=%zu%s", a.t, a.hd,
+                 causal ? " causal" : "");
+        compare(name, run_attn, &a, 6 * fl * (double)(a.b * a.h), run_gemm, &base, fl);
+        gemm_free(&base);
+        free(a.qkv), free(a.dqkv), free(a.out), free(a.dout), free(a.probs), free(a.scr);
     }
     return 0;
 }

@@ -14,7 +14,8 @@
 # shm and over tcp to each round and prints the same-run A/B speed ratios shm(new)/shm(base) and
 # tcp(new)/tcp(base) (>= 0.97 wanted).
 # Env: COLL_SIZES (bytes), COLL_PROCS, COLL_SEGMENTS (segment sizes tried at 16 MiB over tcp
-# first; the best is used), COLL_SKIP_MPI=1, COLL_ROUNDS=0 (none), COLL_ROUND_SIZES, COLL_BASE.
+# first; the best is used), COLL_SKIP_MPI=1, COLL_ROUNDS=0 (none), COLL_ROUND_SIZES, COLL_BASE,
+# COLL_SKIP_MPI_BACKEND=1 (no table of the MPI backend beside OpenMPI's own).
 set -u
 BUILD=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -143,6 +144,44 @@ done
 echo "(us: latency of one allreduce; busbw in GB/s; ratios are speed ratios (time of the other / time"
 echo " of ours): shm/ms = against OpenMPI shared memory, shm/mt and tcp/mt = against OpenMPI tcp;"
 echo " targets: shm/ms >= 1.0 at 1 and 16 MiB, 4 KiB shm latency <= 1.5x OpenMPI's, i.e. shm/ms >= 0.67)"
+
+# The MPI backend (core/coll/coll_mpi.c through tests/tools/mt_coll_mpi_check --bench) beside
+# OpenMPI's own MPI_Allreduce, both over OpenMPI's shared-memory path: "backend" is the default
+# (tag check, the world's own buffers, nonblocking collectives polled to the deadline), "raw" has
+# the first two off, "blocking" also uses MPI's blocking collectives (mt_coll_mpi_opts), so
+# blk/ompi should be 1.00 and the others show what each guarantee costs. COLL_SKIP_MPI_BACKEND=1
+# leaves it out.
+MPICHECK=$BUILD/mt_coll_mpi_check
+run_mtmpi() { # NPROCS SIZES MODE(--bench|--bench-raw|--bench-blocking)
+    OMPI_MCA_plm_rsh_agent= mpirun --allow-run-as-root --oversubscribe --bind-to none \
+        --mca pml ob1 --mca btl vader,self -np "$1" "$MPICHECK" "$3" $2 2>"$TMP/mtmpi.err" |
+        grep '^BENCH'
+}
+if [ $MPI_OK = 1 ] && [ "${COLL_SKIP_MPI_BACKEND:-0}" != 1 ] && [ -x "$MPICHECK" ] &&
+    ! "$MPICHECK" 2>/dev/null | grep -q SKIPPED; then
+    echo "== the MPI backend beside OpenMPI's MPI_Allreduce, shared memory (btl vader,self) ($(date -u +%TZ))"
+    mh='%-5s %9s | %10s %7s | %9s %7s | %9s %7s | %9s %7s | %8s %8s %8s | %5s\n'
+    printf "$mh" procs bytes "backend us" busbw "raw us" busbw "blk us" busbw "ompi us" busbw \
+        "be/ompi" "raw/ompi" "blk/ompi" load
+    for np in $PROCS; do
+        run_mtmpi "$np" "$SIZES" --bench >"$TMP/be$np.txt"
+        run_mtmpi "$np" "$SIZES" --bench-raw >"$TMP/raw$np.txt"
+        run_mtmpi "$np" "$SIZES" --bench-blocking >"$TMP/blk$np.txt"
+        run_mpi "$np" "$SIZES" vader >"$TMP/om$np.txt"
+        l=$(load)
+        for b in $SIZES; do
+            printf "$mh" "$np" "$b" \
+                "$(lat "$TMP/be$np.txt" "$b")" "$(bw "$TMP/be$np.txt" "$b")" \
+                "$(lat "$TMP/raw$np.txt" "$b")" "$(bw "$TMP/raw$np.txt" "$b")" \
+                "$(lat "$TMP/blk$np.txt" "$b")" "$(bw "$TMP/blk$np.txt" "$b")" \
+                "$(lat "$TMP/om$np.txt" "$b")" "$(bw "$TMP/om$np.txt" "$b")" \
+                "$(ratio "$(lat "$TMP/om$np.txt" "$b")" "$(lat "$TMP/be$np.txt" "$b")")" \
+                "$(ratio "$(lat "$TMP/om$np.txt" "$b")" "$(lat "$TMP/raw$np.txt" "$b")")" \
+                "$(ratio "$(lat "$TMP/om$np.txt" "$b")" "$(lat "$TMP/blk$np.txt" "$b")")" "$l"
+        done
+    done
+    echo "(speed ratios: OpenMPI's time / the backend's; 1.00 = the same speed)"
+fi
 
 ROUNDS=${COLL_ROUNDS:-5}
 ROUND_SIZES=${COLL_ROUND_SIZES:-"4096 1048576 16777216"}

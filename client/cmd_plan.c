@@ -223,6 +223,13 @@ int cmd_plan(const mt_cli_global *g, int argc, char **argv)
     if (s.steps_per_epoch)
         printf(" (%llu per epoch over %llu examples)", (unsigned long long)s.steps_per_epoch,
                (unsigned long long)s.train_examples);
+    if (s.repro_leaves > 0) {
+        printf("\nrepro     mesh_invariant: %u leaves of %llu examples; batch dimension sizes that "
+               "keep the bits:",
+               s.repro_leaves, (unsigned long long)(s.batch_size / s.repro_leaves));
+        for (uint32_t k = 1; k <= s.repro_leaves; k *= 2)
+            printf("%s %u", k > 1 ? "," : "", k);
+    }
     printf("\nmodel     %zu parameters, %llu elements\n", s.n_params,
            (unsigned long long)s.param_elements);
     mt_cli_fmt_bytes(w, sizeof(w), s.weight_bytes_per_device);

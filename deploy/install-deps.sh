@@ -16,7 +16,10 @@ PACKAGES=(
     libsqlite3-dev sqlite3 libcmocka-dev libcjson-dev zlib1g-dev libpng-dev libjpeg62-turbo-dev
     dataset-fashion-mnist libjs-chart.js
     jq curl help2man prometheus openssl python3 python3-numpy python3-onnx dpkg-dev
+    libopenmpi-dev openmpi-bin
 )
+# libopenmpi-dev and openmpi-bin: the optional MPI backend (`meshtrain-worker --data-plane mpi`,
+# docs/collectives.md) is built when found, so CI builds and tests it
 # the dashboard tests drive a real browser (tests/integration/test_dashboard*.sh)
 [ "${MT_NO_BROWSER:-0}" = 1 ] || PACKAGES+=(chromium chromium-driver)
 # shellcheck disable=SC2206

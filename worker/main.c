@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "blas/mt_blas.h"
+#include "coll/mt_coll_mpi.h"
 #include "log/mt_log.h"
 #include "rpc/mt_rpc.h"
 #include "tls/mt_tls.h"
@@ -32,6 +35,15 @@ static void usage(FILE *out)
         "                       ephemeral port. HOST 0.0.0.0 listens everywhere and\n"
         "                       reports that address with the port. ipc:///PATH: a\n"
         "                       Unix-domain socket, when every worker is on this machine\n"
+        "  --data-plane KIND    tcp (default: the direct transport, --data-listen) or mpi:\n"
+        "                       the workers are one MPI world (mpirun -np N / srun\n"
+        "                       --mpi=pmix meshtrain-worker --data-plane mpi ...); each\n"
+        "                       process is one worker of one device named NAME-mpiRANK,\n"
+        "                       and jobs whose every member is of that world run their\n"
+        "                       collectives on MPI (docs/collectives.md)\n"
+        "  --mpi-collectives M  polled (default: MPI's nonblocking collectives, polled so\n"
+        "                       deadlines and cancel work) or blocking (MPI_Allreduce & co:\n"
+        "                       MPI's own speed, no deadline: a stuck member stalls the job)\n"
         "  --token-file F       token for the coordinator (mode 0600)\n"
         "  --tls-ca F           CA certificate(s) (PEM) that a tls+tcp:// coordinator's and\n"
         "                       peers' certificates must verify against\n"
@@ -83,6 +95,39 @@ static int worker_tls(mt_worker_opts *o, const mt_tls_opts *tlso, mt_tls **tls)
     return 0;
 }
 
+/* --data-plane mpi: check the flags, initialise MPI, name this process NAME-mpiRANK (the
+ * processes of one mpirun share a host name and flags) and set o->mpi_addr. 0, or -1 after
+ * printing why (MPI left initialised: the process exits, and mpirun ends the MPI world). */
+static int worker_mpi(mt_worker_opts *o, mt_coll_mpi_info *mpi, char name[96], char addr[64])
+{
+    char host[64] = "worker";
+    mt_err err = MT_ERR_INIT;
+
+    if (o->data_listen != NULL) {
+        fprintf(stderr, "meshtrain-worker: --data-listen and --data-plane mpi exclude each "
+                        "other (an MPI worker opens no listener)\n");
+        return -1;
+    }
+    if (o->devices > 1) {
+        fprintf(stderr, "meshtrain-worker: --data-plane mpi runs one device per process; start "
+                        "more processes instead (mpirun -np N)\n");
+        return -1;
+    }
+    if (mt_coll_mpi_init(mpi, &err) != MT_OK) {
+        fprintf(stderr, "meshtrain-worker: --data-plane mpi: %s\n", err.msg);
+        return -1;
+    }
+    o->devices = 1;
+    gethostname(host, sizeof(host) - 1);
+    snprintf(name, 96, "%.60s-mpi%d", o->name != NULL && o->name[0] ? o->name : host, mpi->rank);
+    o->name = name;
+    mt_coll_mpi_addr(mpi, addr, 64);
+    o->mpi_addr = addr;
+    mt_log_info("data plane: MPI (%s), rank %d of %d, world %s: registering as %s", mpi->library,
+                mpi->rank, mpi->size, mpi->world_id, addr);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -90,6 +135,8 @@ int main(int argc, char **argv)
         {"devices", required_argument, NULL, 'd'},
         {"name", required_argument, NULL, 'n'},
         {"data-listen", required_argument, NULL, 'D'},
+        {"data-plane", required_argument, NULL, 'P'},
+        {"mpi-collectives", required_argument, NULL, 'B'},
         {"token-file", required_argument, NULL, 't'},
         {"data-root", required_argument, NULL, 'R'},
         {"rpc-timeout-ms", required_argument, NULL, 'r'},
@@ -117,6 +164,9 @@ int main(int argc, char **argv)
     int n_roots = 0;
     mt_pathsafe *roots = NULL;
     const char *env = getenv("MESHTRAIN_COORDINATOR");
+    int use_mpi = 0;
+    mt_coll_mpi_info mpi;
+    char mpi_name[96], mpi_addr[64];
     char *end;
     int ch;
 
@@ -140,6 +190,23 @@ int main(int argc, char **argv)
             break;
         case 'D':
             o.data_listen = optarg;
+            break;
+        case 'P':
+            if (strcmp(optarg, "tcp") != 0 && strcmp(optarg, "mpi") != 0) {
+                fprintf(stderr, "meshtrain-worker: --data-plane '%s': expected tcp or mpi\n",
+                        optarg);
+                return 2;
+            }
+            use_mpi = strcmp(optarg, "mpi") == 0;
+            break;
+        case 'B':
+            if (strcmp(optarg, "polled") != 0 && strcmp(optarg, "blocking") != 0) {
+                fprintf(stderr,
+                        "meshtrain-worker: --mpi-collectives '%s': expected polled or blocking\n",
+                        optarg);
+                return 2;
+            }
+            o.mpi_blocking = strcmp(optarg, "blocking") == 0;
             break;
         case 't':
             if (mt_rpc_token_load(optarg, token, &err) != MT_OK) {
@@ -202,6 +269,15 @@ int main(int argc, char **argv)
     }
     if (worker_tls(&o, &tlso, &tls) != 0)
         return 2;
+    if (o.mpi_blocking && !use_mpi) {
+        fprintf(stderr, "meshtrain-worker: --mpi-collectives needs --data-plane mpi\n");
+        mt_tls_free(tls);
+        return 2;
+    }
+    if (use_mpi && worker_mpi(&o, &mpi, mpi_name, mpi_addr) != 0) {
+        mt_tls_free(tls);
+        return 2;
+    }
     mt_log_set_level(level);
     mt_log_info("OpenBLAS core %s", mt_blas_corename());
     if (mt_pathsafe_new_roots(root_args, n_roots, &roots, &err) != MT_OK) {
@@ -235,6 +311,8 @@ int main(int argc, char **argv)
     worker_metrics_close(metrics);
     mt_pathsafe_free(roots);
     mt_tls_free(tls);
+    if (use_mpi) /* waits for every process of the MPI world (mpirun stops them together) */
+        mt_coll_mpi_finalize();
     mt_log_info("worker stopped");
     return 0;
 }

@@ -51,6 +51,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "ckpt/mt_ckpt.h"
+#include "coll/mt_coll_mpi.h"
 #include "coll/mt_coll_progress.h"
 #include "jobspec/mt_jobspec.h"
 #include "log/mt_log.h"
@@ -105,6 +106,8 @@ struct worker_tasks {
     char token[MT_RPC_TOKEN_MAX];
     int rpc_timeout_ms;
     mt_coll_net *net;
+    char mpi_addr[64];               /* an MPI worker's "mpi://WORLD/RANK", else "" (task.h) */
+    int mpi_blocking;                /* its collectives block (no deadline): task.h */
     const struct mt_pathsafe *roots; /* borrowed; NULL = no confinement */
     const struct mt_tls *tls;        /* borrowed; NULL = none */
     worker_metrics *metrics;         /* borrowed; NULL = none */
@@ -183,6 +186,8 @@ mt_code worker_tasks_new(const worker_task_env *env, worker_tasks **out, mt_err 
     snprintf(t->token, sizeof(t->token), "%s", env->token ? env->token : "");
     t->rpc_timeout_ms = env->rpc_timeout_ms > 0 ? env->rpc_timeout_ms : 3000;
     t->net = env->net;
+    snprintf(t->mpi_addr, sizeof(t->mpi_addr), "%s", env->mpi_addr ? env->mpi_addr : "");
+    t->mpi_blocking = env->mpi_blocking;
     t->roots = env->roots;
     t->tls = env->tls;
     t->metrics = env->metrics;
@@ -766,6 +771,31 @@ static mt_code attach_progress(task_run *r, mt_coll_world *world, mt_err *err)
     return MT_OK;
 }
 
+/*
+ * An MPI worker's world (core/coll/mt_coll_mpi.h): every rank's address is "mpi://WORLD/RANK" of
+ * this worker's MPI world (run_from checked). Blocks until every member process gets here.
+ */
+static mt_code mpi_world(task_run *r, const mt_coll_world_opts *wo, mt_coll_world **out,
+                         mt_err *err)
+{
+    int *mpi_rank = mt_calloc((size_t)r->n_ranks, sizeof(int));
+    char world[MT_COLL_MPI_WORLD_ID + 1];
+    mt_coll_mpi_opts mo = MT_COLL_MPI_DEFAULTS;
+    mt_code rc;
+
+    if (mpi_rank == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "job %s: out of memory", r->job_id);
+    for (int i = 0; i < r->n_ranks; i++)
+        mt_coll_mpi_parse_addr(r->table[i].addr, world, &mpi_rank[i]);
+    mo.blocking = r->tab->mpi_blocking;
+    rc = mt_coll_world_new_mpi(r->n_ranks, mpi_rank, wo, &mo, out, err);
+    if (rc == MT_OK)
+        mt_log_info("job %s attempt %u: collectives on the MPI backend (%d ranks, %s)", r->job_id,
+                    r->attempt, r->n_ranks, mo.blocking ? "blocking" : "polled to the deadline");
+    mt_free(mpi_rank);
+    return rc;
+}
+
 /* Everything between "running" and the final state. */
 static mt_code run_task(task_run *r, mt_err *err)
 {
@@ -782,7 +812,7 @@ static mt_code run_task(task_run *r, mt_err *err)
     const char *tmp = getenv("TMPDIR");
     mt_code rc;
 
-    if (r->tab->net == NULL)
+    if (r->tab->net == NULL && r->tab->mpi_addr[0] == '\0')
         return mt_err_set(err, MT_FAILED_PRECONDITION,
                           "worker has no data-plane listener (see its log: --data-listen)");
     if ((rc = mt_jobspec_parse(r->spec_json, strlen(r->spec_json), &js, err)) != MT_OK ||
@@ -810,12 +840,14 @@ static mt_code run_task(task_run *r, mt_err *err)
     wo.observe = worker_metrics_collective;
     wo.observe_arg = r->tab->metrics;
     /* the data plane serves one job at a time: wait for a task still ending (bounded) */
-    for (int tries = 0;; tries++) {
+    for (int tries = 0; r->tab->mpi_addr[0] == '\0'; tries++) {
         rc = mt_coll_world_new_net(r->tab->net, r->n_ranks, r->table, &wo, &world, err);
         if (rc != MT_FAILED_PRECONDITION || tries == NET_WAIT_TRIES || atomic_load(&r->cancel))
             break;
         usleep(100 * 1000);
     }
+    if (r->tab->mpi_addr[0] != '\0')
+        rc = mpi_world(r, &wo, &world, err);
     if (rc != MT_OK || (rc = attach_progress(r, world, err)) != MT_OK)
         goto done;
     pthread_mutex_lock(&r->tab->mu);
@@ -940,13 +972,55 @@ static void *run_main(void *arg)
     return NULL;
 }
 
+/*
+ * 1 with msg set when the job's members do not share this worker's data plane: an MPI worker
+ * needs every member to be an MPI worker of its MPI world (mpi://WORLD/RANK), a worker on the
+ * direct transport needs none to be one. The message names the workers that differ.
+ */
+static int mixed_planes(const worker_tasks *t, const Meshtrain__TaskAssignment *a, char *msg,
+                        size_t cap)
+{
+    char mine[MT_COLL_MPI_WORLD_ID + 1] = "", world[MT_COLL_MPI_WORLD_ID + 1], who[120] = "";
+    int mpi = t->mpi_addr[0] != '\0', rank, nbad = 0;
+    size_t at = 0;
+
+    if (mpi)
+        mt_coll_mpi_parse_addr(t->mpi_addr, mine, &rank);
+    for (size_t i = 0; i < a->n_ranks; i++) {
+        const Meshtrain__RankAddress *ra = a->ranks[i];
+        int is_mpi = mt_coll_mpi_parse_addr(ra->data_address, world, &rank);
+        if (mpi ? is_mpi && strcmp(world, mine) == 0 : !is_mpi)
+            continue;
+        if (nbad++ < 4 && at < sizeof(who)) {
+            int n = snprintf(who + at, sizeof(who) - at, "%s%s (rank %u)", at ? ", " : "",
+                             ra->worker_id, ra->rank);
+            at += n > 0 ? (size_t)n : 0;
+        }
+    }
+    if (nbad == 0)
+        return 0;
+    if (mpi)
+        snprintf(msg, cap,
+                 "job mixes data planes: %d member(s) are not MPI workers of this worker's MPI "
+                 "world %s: %s%s (start every member in one mpirun/srun with --data-plane mpi)",
+                 nbad, mine, who, nbad > 4 ? ", ..." : "");
+    else
+        snprintf(msg, cap,
+                 "job mixes data planes: %d member(s) are MPI workers (--data-plane mpi), this "
+                 "worker is not: %s%s",
+                 nbad, who, nbad > 4 ? ", ..." : "");
+    return 1;
+}
+
 /* A task_run from the assignment, or NULL with msg set. */
 static task_run *run_from(worker_tasks *t, const Meshtrain__TaskAssignment *a, char *msg,
                           size_t cap)
 {
     task_run *r = mt_calloc(1, sizeof(*r));
     size_t at = 0;
-    const char *mine = t->net != NULL ? mt_coll_net_addr(t->net) : "";
+    const char *mine = t->mpi_addr[0] != '\0' ? t->mpi_addr
+                       : t->net != NULL       ? mt_coll_net_addr(t->net)
+                                              : "";
 
     if (r != NULL)
         r->td.lock_fd = -1;
@@ -1007,6 +1081,8 @@ static task_run *run_from(worker_tasks *t, const Meshtrain__TaskAssignment *a, c
             snprintf(msg, cap, "rank table: rank %zu missing", i);
             goto fail;
         }
+    if (mixed_planes(t, a, msg, cap))
+        goto fail;
     r->has_rank0 = a->n_ranks > 0 && strcmp(r->table[0].addr, mine) == 0;
     return r;
 fail:

@@ -46,6 +46,9 @@ typedef struct worker_task_env {
     const struct mt_tls *tls; /* for a tls+tcp:// coordinator (borrowed, must outlive the table) */
     struct worker_metrics *metrics; /* steps, collectives, checkpoints go here (borrowed, must
                                        outlive the table); NULL = none (worker/metrics.h) */
+    const char *mpi_addr; /* an MPI worker's "mpi://WORLD/RANK" (copied): its jobs run on the MPI
+                             backend, every member must be of the same MPI world; NULL: net */
+    int mpi_blocking;     /* MPI's blocking collectives (mt_coll_mpi_opts.blocking) */
 } worker_task_env;
 
 /* A new, empty task table (returns owned: worker_tasks_free). RESOURCE_EXHAUSTED. */

@@ -198,10 +198,12 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
     if (swept > 0)
         mt_log_info("worker: removed %d task directories left by workers that died", swept);
     {
-        worker_task_env env = {o->coordinator, o->token, NULL,      o->rpc_timeout_ms,
-                               o->data_roots,  o->tls,   o->metrics};
+        worker_task_env env = {o->coordinator,    o->token,      NULL,
+                               o->rpc_timeout_ms, o->data_roots, o->tls,
+                               o->metrics,        o->mpi_addr,   o->mpi_blocking};
         mt_code rc;
-        w->net = open_data_plane(o); /* NULL: register anyway (monitoring) */
+        /* an MPI worker opens no listener: its data plane is the MPI world */
+        w->net = o->mpi_addr != NULL ? NULL : open_data_plane(o); /* NULL: register anyway */
         env.net = w->net;
         if ((rc = worker_tasks_new(&env, &w->tasks, err)) != MT_OK) {
             mt_coll_net_free(w->net);
@@ -215,7 +217,9 @@ mt_code mt_worker_open(const mt_worker_opts *o, mt_worker **out, mt_err *err)
     snprintf(w->coordinator, sizeof(w->coordinator), "%s", o->coordinator);
     snprintf(w->token, sizeof(w->token), "%s", o->token ? o->token : "");
     snprintf(w->data_listen, sizeof(w->data_listen), "%s",
-             w->net != NULL ? mt_coll_net_addr(w->net) : (o->data_listen ? o->data_listen : ""));
+             o->mpi_addr != NULL ? o->mpi_addr
+             : w->net != NULL    ? mt_coll_net_addr(w->net)
+                                 : (o->data_listen ? o->data_listen : ""));
     random_hex(w->instance);
     if (ncpu < 1)
         ncpu = 1;

@@ -37,11 +37,16 @@ typedef struct mt_worker_opts {
     /* borrowed, outlives the worker; NULL = none: the --metrics-listen endpoint (metrics.h) its
      * tasks record steps, collectives and checkpoints into */
     struct worker_metrics *metrics;
+    /* --data-plane mpi: this process's "mpi://WORLD/RANK" (core/coll/mt_coll_mpi.h; MPI already
+     * initialised by main.c), registered as its data-plane address; no listener is opened and
+     * jobs run on the MPI backend. NULL: the direct transport (data_listen). */
+    const char *mpi_addr;
+    int mpi_blocking; /* --mpi-collectives blocking: mt_coll_mpi_opts.blocking (no deadline) */
 } mt_worker_opts;
 
 #define MT_WORKER_OPTS_DEFAULTS                                                                    \
     {                                                                                              \
-        "tcp://127.0.0.1:7400", NULL, NULL, NULL, 0, 3000, NULL, NULL, NULL                        \
+        "tcp://127.0.0.1:7400", NULL, NULL, NULL, 0, 3000, NULL, NULL, NULL, NULL, 0               \
     }
 
 /* Build the worker (no network yet). Borrows opts. MT_OK and *out, or INVALID_ARGUMENT. */

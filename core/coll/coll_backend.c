@@ -72,6 +72,32 @@ const char *mt_coll_world_backend_name(const mt_coll_world *w)
     return w->backend->name;
 }
 
+void mt_coll_comm_next_tag(mt_coll_comm *comm, const mt_coll_call *call, uint64_t *step,
+                           uint32_t *seq)
+{
+    if (call != NULL) {
+        comm->auto_step = call->step;
+        comm->auto_seq = call->seq;
+    }
+    *step = comm->auto_step;
+    *seq = comm->auto_seq++;
+}
+
+void mt_coll_comm_progress_enter(mt_coll_comm *comm, const char *op, uint64_t step, uint32_t seq)
+{
+    coll__progress_enter(comm, op, step, seq);
+}
+
+void mt_coll_comm_progress_wait(mt_coll_comm *comm)
+{
+    coll__progress_wait(comm);
+}
+
+void mt_coll_comm_progress_exit(mt_coll_comm *comm, mt_code rc)
+{
+    coll__progress_exit(comm, rc);
+}
+
 mt_coll_world *mt_coll_comm_world(const mt_coll_comm *c)
 {
     return c->w;

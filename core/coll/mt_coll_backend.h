@@ -63,6 +63,24 @@ void *mt_coll_world_backend_state(const mt_coll_world *w);
 /* The world's backend name ("builtin", ...); static. */
 const char *mt_coll_world_backend_name(const mt_coll_world *w);
 
+/*
+ * The tag of comm's next collective, as the built-in stack makes it: call's (step, seq), which
+ * also moves the automatic sequence number past it, or with call NULL the comm's step
+ * (mt_coll_comm_set_step) and next automatic sequence number. Device thread only.
+ */
+void mt_coll_comm_next_tag(mt_coll_comm *comm, const mt_coll_call *call, uint64_t *step,
+                           uint32_t *seq);
+
+/*
+ * A backend's collective in the world's progress table (mt_coll_progress.h, the heartbeats' hang
+ * diagnosis), as the built-in stack records its own: enter when it starts (after the group was
+ * validated), wait while it waits for other members, exit when it ends. Device thread of comm;
+ * no-ops when the world has no progress table.
+ */
+void mt_coll_comm_progress_enter(mt_coll_comm *comm, const char *op, uint64_t step, uint32_t seq);
+void mt_coll_comm_progress_wait(mt_coll_comm *comm);
+void mt_coll_comm_progress_exit(mt_coll_comm *comm, mt_code rc);
+
 /* The world a comm belongs to (borrowed). */
 mt_coll_world *mt_coll_comm_world(const mt_coll_comm *c);
 

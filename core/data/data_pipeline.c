@@ -130,6 +130,7 @@ void mt_data_pipeline_opts_from_spec(const mt_data_spec *s, mt_data_pipeline_opt
     o->permute = false;
     o->contiguous_replicas = false;
     o->augment = s->augment;
+    o->leaf_examples = 0;
 }
 
 /* Local index of position i of this pipeline's stream S_w. */
@@ -563,6 +564,7 @@ mt_code mt_data_pipeline_open(mt_data_dataset *ds, const mt_data_input_ctx *ctx,
     po.replicas_per_pipeline = ctx->replicas_per_pipeline;
     po.global_batch = ctx->global_batch;
     po.drop_remainder = opts->drop_remainder;
+    po.leaf_examples = opts->leaf_examples;
     rc = mt_data_plan_new(mt_data_dataset_file_sizes(ds), mt_data_dataset_num_files(ds), &po,
                           &p->plan, err);
     if (rc == MT_OK)

@@ -109,7 +109,15 @@ static void global_piece(const mt_data_plan *p, size_t n, size_t piece, size_t *
         *len = 0;
         return;
     }
-    mt_data_rebatch_split(g < full ? B : n % B, R, piece % R, &s0, len);
+    if (p->o.leaf_examples > 0 && B % p->o.leaf_examples == 0 &&
+        (B / p->o.leaf_examples) % R == 0) {
+        /* mesh_invariant: whole leaves per replica, also in a short batch */
+        size_t m = g < full ? B : n % B, own = B / R, a = (piece % R) * own;
+        s0 = a < m ? a : m;
+        *len = (a + own < m ? a + own : m) - s0;
+    } else {
+        mt_data_rebatch_split(g < full ? B : n % B, R, piece % R, &s0, len);
+    }
     *start = g * B + s0;
 }
 

@@ -440,6 +440,10 @@ typedef struct mt_data_plan_opts {
     size_t replicas_per_pipeline; /* L >= 1; total replicas R = N·L */
     size_t global_batch;          /* B >= 1 */
     bool drop_remainder;
+    size_t leaf_examples; /* > 0 (mesh_invariant, docs/reproducibility.md): global batching
+                             gives replica r of R the examples of leaves [r·L/R, (r+1)·L/R) of
+                             leaf_examples each (L = B / leaf_examples), also in a short batch;
+                             0: the even split of mt_data_rebatch_split */
 } mt_data_plan_opts;
 
 /*
@@ -508,14 +512,13 @@ typedef struct mt_data_pipeline_opts {
     /* training augmentation of image examples (mt_data_augment); the file's shape must be an
        image (H, W, C) when set */
     mt_data_augment augment;
+    size_t leaf_examples; /* mt_data_plan_opts.leaf_examples; 0: the even split */
 } mt_data_pipeline_opts;
 
 #define MT_DATA_PIPELINE_OPTS_DEFAULTS                                                             \
     {                                                                                              \
         MT_DATA_SHARD_AUTO, MT_DATA_BATCH_GLOBAL, false, 0, 0, 2, false, false,                    \
-        {                                                                                          \
-            MT_DATA_FLIP_NONE, 0                                                                   \
-        }                                                                                          \
+            {MT_DATA_FLIP_NONE, 0}, 0                                                              \
     }
 
 /* The pipeline options a spec asks for. */

@@ -25,6 +25,7 @@
 #include "mesh/mt_mesh.h"
 #include "model/mt_model.h"
 #include "pathsafe/mt_pathsafe.h"
+#include "repro/mt_repro.h"
 #include "spmd/mt_spmd.h"
 
 /* A non-negative integer field of obj in [lo, hi]; absent keeps *out. */
@@ -683,6 +684,42 @@ out:
     return rc;
 }
 
+/*
+ * "reproducibility": "mesh_invariant" (docs/reproducibility.md, Mesh-invariant mode): a batch
+ * dimension that cannot keep the bits is INVALID_ARGUMENT naming the sizes that can; what the
+ * engine does not run in that mode yet (a layer kind without leaf kernels, a mesh dimension
+ * other than the batch one of size > 1) is UNIMPLEMENTED naming it.
+ */
+static mt_code check_mesh_invariant(const mt_job_spec *spec, const mt_mesh *mesh,
+                                    const mt_layout_map *map, mt_err *err)
+{
+    static const char *const done = "dense, conv2d, max_pool2d, global_average_pooling2d, "
+                                    "batch_norm, dropout, flatten, activation, add, concatenate";
+    int bdim = mt_spmd_batch_dim(mesh, map);
+    int p = bdim >= 0 ? mt_mesh_dim_size(mesh, bdim) : 1;
+    mt_code rc = mt_repro_check_mesh(spec->batch_size, p, err);
+    if (rc != MT_OK)
+        return rc;
+    for (int k = 0; k < mt_mesh_ndims(mesh); k++)
+        if (k != bdim && mt_mesh_dim_size(mesh, k) > 1)
+            return mt_err_set(err, MT_UNIMPLEMENTED,
+                              "reproducibility: \"mesh_invariant\" runs on data-parallel meshes "
+                              "only for now; mesh dimension '%s' has size %d",
+                              mt_mesh_dim_name(mesh, k), mt_mesh_dim_size(mesh, k));
+    for (int i = 0; i < spec->n_layers; i++) {
+        mt_layer_kind kd = spec->layers[i].kind;
+        if (kd != MT_LAYER_DENSE && kd != MT_LAYER_CONV2D && kd != MT_LAYER_MAX_POOL2D &&
+            kd != MT_LAYER_GLOBAL_AVERAGE_POOLING2D && kd != MT_LAYER_BATCH_NORM &&
+            kd != MT_LAYER_DROPOUT && kd != MT_LAYER_FLATTEN && kd != MT_LAYER_ACTIVATION &&
+            kd != MT_LAYER_ADD && kd != MT_LAYER_CONCATENATE)
+            return mt_err_set(err, MT_UNIMPLEMENTED,
+                              "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
+                              "not run this layer kind yet (done: %s)",
+                              i, spec->layers[i].name, done);
+    }
+    return MT_OK;
+}
+
 /* files: read the data set (type checks, IDX headers, core/data's parse) as the trainer will;
  * otherwise the structure only (no file touched; model and layouts checked when the spec or the
  * dataset section fixes the input shape). */
@@ -736,6 +773,10 @@ static mt_code check_root(const mt_jobspec *js, const mt_jobspec_opts *o, bool f
         (rc = loss_probe(spec, ds, pipeline, o->base_dir, s, err)) != MT_OK)
         goto out;
     rc = check_sections(root, s, err);
+    if (rc == MT_OK && spec->reproducibility == MT_REPRO_MESH_INVARIANT) {
+        rc = check_mesh_invariant(spec, mesh, js->cfg.layouts, err);
+        s->repro_leaves = (uint32_t)mt_repro_leaves(spec->batch_size);
+    }
 out:
     mt_mesh_free(mesh);
     return rc;

@@ -76,6 +76,9 @@ typedef struct mt_jobspec_summary {
      * its mesh is not purely data-parallel (one dimension, named "batch"): it is then ignored */
     uint32_t elastic_min_batch;
     uint32_t elastic_max_batch;
+    /* "reproducibility": "mesh_invariant": the leaves a global batch is cut into (the batch
+     * dimension sizes that keep the bits are the powers of two up to it); 0 = fixed_mesh */
+    uint32_t repro_leaves;
 } mt_jobspec_summary;
 
 /*

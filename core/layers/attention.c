@@ -94,7 +94,7 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
         return MT_OK; /* reads the model input: nothing to compute */
     (ps->ref ? mt_attention_backward_ref : mt_attention_backward)(
         st->dx_buf, st->scr[DS], dy, st->in, st->scr[PROBS], ps->batch, l->in_rows,
-        local_heads(l, dev), l->in_c / (3 * l->s.heads));
+        local_heads(l, dev), l->in_c / (3 * l->s.heads), l->s.causal);
     return MT_OK;
 }
 

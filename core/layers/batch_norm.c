@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "layers/layers_int.h"
+#include "repro/mt_repro.h"
 #include "tensor/mt_tensor.h"
 
 enum { GAMMA, BETA, MMEAN, MVAR };
@@ -84,12 +85,20 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
                                                           st->pv[BETA], rows, c);
         return MT_OK;
     }
-    mt_bn_sum(mean, st->in, rows, c);
+    if (ps->leaves > 0) /* mesh_invariant: per leaf, folded in the leaf tree */
+        mt_repro_bn_sum(mean, st->in, rows, ps->leaf_examples * l->in_rows, ps->leaves, c,
+                        ps->acc_w);
+    else
+        mt_bn_sum(mean, st->in, rows, c);
     if ((rc = dev->allreduce(dev->ctx, dev->bdim, mean, c)) != MT_OK)
         return rc;
     for (size_t j = 0; j < c; j++)
         mean[j] *= inv_m;
-    mt_bn_sqdev(var, st->in, mean, rows, c);
+    if (ps->leaves > 0)
+        mt_repro_bn_sqdev(var, st->in, mean, rows, ps->leaf_examples * l->in_rows, ps->leaves, c,
+                          ps->acc_w);
+    else
+        mt_bn_sqdev(var, st->in, mean, rows, c);
     if ((rc = dev->allreduce(dev->ctx, dev->bdim, var, c)) != MT_OK)
         return rc;
     for (size_t j = 0; j < c; j++)
@@ -113,7 +122,11 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     mt_code rc;
 
     *dx = st->dx_buf;
-    mt_bn_grad_sums(sdy, sdyh, dy, st->scr[XHAT], rows, c);
+    if (ps->leaves > 0)
+        mt_repro_bn_grad_sums(sdy, sdyh, dy, st->scr[XHAT], rows, ps->leaf_examples * l->in_rows,
+                              ps->leaves, c, ps->acc_w);
+    else
+        mt_bn_grad_sums(sdy, sdyh, dy, st->scr[XHAT], rows, c);
     if (l->has[BETA]) /* local: reduced with the other gradients */
         memcpy(st->pg[BETA], sdy, c * sizeof(float));
     if (l->has[GAMMA])

@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "layers/layers_int.h"
+#include "repro/mt_repro.h"
 #include "tensor/mt_tensor.h"
 
 enum { KERNEL, BIAS };
@@ -142,7 +143,10 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
             return rc;
         st->used = st->xin;
     }
-    if (ps->ref)
+    if (ps->leaves > 0) /* mesh_invariant: one call per leaf */
+        mt_repro_conv2d_forward(st->out, st->scr[COLS], st->used, st->pv[KERNEL],
+                                l->kin < 0 ? bias : NULL, &g, ps->leaf_examples, ps->leaves);
+    else if (ps->ref)
         mt_conv2d_forward_ref(st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, &g);
     else
         mt_conv2d_forward(st->out, st->scr[COLS], st->used, st->pv[KERNEL],
@@ -159,7 +163,11 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     float *dxk = st->dx_buf != NULL && st->dxk != NULL ? st->dxk : st->dx_buf;
 
     *dx = st->dx_buf;
-    if (ps->ref)
+    if (ps->leaves > 0) /* mesh_invariant: per leaf, dW and db folded in the leaf tree */
+        mt_repro_conv2d_backward(dxk, st->pg[KERNEL], st->pg[BIAS], st->scr[DCOLS], dy,
+                                 st->scr[COLS], st->pv[KERNEL], &g, ps->leaf_examples, ps->leaves,
+                                 ps->acc_w, ps->acc_b);
+    else if (ps->ref)
         mt_conv2d_backward_ref(dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL], &g);
     else
         mt_conv2d_backward(dxk, st->pg[KERNEL], st->pg[BIAS], st->scr[DCOLS], dy, st->scr[COLS],

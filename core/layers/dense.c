@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "layers/layers_int.h"
+#include "repro/mt_repro.h"
 #include "tensor/mt_tensor.h"
 
 enum { KERNEL, BIAS };
@@ -74,9 +75,14 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
             return rc;
         st->used = st->xin;
     }
-    (ps->ref ? mt_dense_forward_ref : mt_dense_forward)(st->out, st->used, st->pv[KERNEL],
-                                                        l->kin < 0 ? bias : NULL, rows,
-                                                        l->use_loc / l->in_rows, outl);
+    if (ps->leaves > 0) /* mesh_invariant: one call per leaf (only K_in unsharded plans it) */
+        mt_repro_dense_forward(st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, rows,
+                               ps->leaf_examples * l->in_rows, ps->leaves, l->use_loc / l->in_rows,
+                               outl);
+    else
+        (ps->ref ? mt_dense_forward_ref : mt_dense_forward)(st->out, st->used, st->pv[KERNEL],
+                                                            l->kin < 0 ? bias : NULL, rows,
+                                                            l->use_loc / l->in_rows, outl);
     if (l->kin < 0)
         return MT_OK;
     return mt_layer__kin_finish(l, st, dev, rows, outl, bias);
@@ -89,9 +95,15 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     float *dxk = st->dx_buf != NULL && st->dxk != NULL ? st->dxk : st->dx_buf;
 
     *dx = st->dx_buf;
-    (ps->ref ? mt_dense_backward_ref
-             : mt_dense_backward)(dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL],
-                                  rows, l->use_loc / l->in_rows, l->out_loc / l->in_rows);
+    if (ps->leaves > 0) /* mesh_invariant: per leaf, dW and db folded in the leaf tree */
+        mt_repro_dense_backward(dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL],
+                                rows, ps->leaf_examples * l->in_rows, ps->leaves,
+                                l->use_loc / l->in_rows, l->out_loc / l->in_rows, ps->acc_w,
+                                ps->acc_b);
+    else
+        (ps->ref ? mt_dense_backward_ref : mt_dense_backward)(
+            dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL], rows,
+            l->use_loc / l->in_rows, l->out_loc / l->in_rows);
     if (st->dx_buf == NULL)
         return MT_OK;
     return mt_layer__dx_finish(l, st, dev, dxk, ps->batch, l->kin);

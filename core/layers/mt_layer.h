@@ -115,6 +115,12 @@ typedef struct mt_layer_pass {
     uint64_t step, first; /* dropout keys: step and the global index of the first example */
     bool ref;             /* run the plain reference kernels (mt_kernels_ref.c): tests */
     mt_err *err; /* where a module explains a failure of its own (a bad input value), or NULL */
+    /* mesh_invariant training (docs/reproducibility.md; core/repro): the device's leaves (0:
+     * fixed_mesh, the layer's usual calls), examples per leaf, and the device's leaf-tree
+     * accumulators (count = leaves; room for any parameter, 2 x the widest row, the loss sums) */
+    int leaves;
+    size_t leaf_examples;
+    struct mt_repro_acc *acc_w, *acc_b;
 } mt_layer_pass;
 
 /* Per-device state of one layer. Buffers are owned (mt_layer_state_fini frees them). */

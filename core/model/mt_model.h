@@ -139,6 +139,12 @@ typedef struct mt_dataset_spec {
     char test_images[MT_SPEC_PATH_MAX], test_labels[MT_SPEC_PATH_MAX];
 } mt_dataset_spec;
 
+/* "reproducibility" (docs/reproducibility.md): which meshes give the same bits. */
+typedef enum mt_reproducibility {
+    MT_REPRO_FIXED_MESH = 0, /* "fixed_mesh" (default): the same bits on the same mesh */
+    MT_REPRO_MESH_INVARIANT, /* "mesh_invariant": the same bits on every mesh that keeps them */
+} mt_reproducibility;
+
 typedef struct mt_job_spec {
     char name[128];    /* "name", default "" */
     uint64_t seed;     /* default 42 */
@@ -153,12 +159,13 @@ typedef struct mt_job_spec {
     mt_dataset_spec dataset;
     int64_t digest_every; /* "digest_every": a state digest every N steps (besides every epoch
                              end and checkpoint); 0 = not set (docs/reproducibility.md) */
-    bool fsdp_reshard_after_forward; /* "fsdp.reshard_after_forward" (default true): weights
-                                        sharded over the batch dim are gathered per layer and
-                                        freed after use; false keeps the gathered copies */
-    mt_loss_spec loss;               /* "loss" and "metrics" (core/loss) */
-    mt_validation_spec validation;   /* "validation" (core/loss): held-out data, early stopping,
-                                        the best checkpoint */
+    mt_reproducibility reproducibility; /* "reproducibility", default "fixed_mesh" */
+    bool fsdp_reshard_after_forward;    /* "fsdp.reshard_after_forward" (default true): weights
+                                           sharded over the batch dim are gathered per layer and
+                                           freed after use; false keeps the gathered copies */
+    mt_loss_spec loss;                  /* "loss" and "metrics" (core/loss) */
+    mt_validation_spec validation;      /* "validation" (core/loss): held-out data, early stopping,
+                                           the best checkpoint */
 } mt_job_spec;
 
 /* How many inputs of later layers read layer i's output (the last layer's feeds the loss). */

@@ -717,13 +717,35 @@ static mt_code parse_fsdp(const cJSON *root, mt_job_spec *s, mt_err *err)
                                &s->fsdp_reshard_after_forward, err);
 }
 
+/* "reproducibility": "fixed_mesh" (default) or "mesh_invariant"; a near miss is named. */
+static mt_code parse_reproducibility(const cJSON *root, mt_reproducibility *out, mt_err *err)
+{
+    static const char *const modes[] = {"fixed_mesh", "mesh_invariant"};
+    const char *str, *near;
+    mt_code rc = mt_model_field_str(root, "reproducibility", "reproducibility", &str, err);
+
+    *out = MT_REPRO_FIXED_MESH;
+    if (rc != MT_OK || str == NULL)
+        return rc;
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+        if (strcmp(str, modes[i]) == 0) {
+            *out = (mt_reproducibility)i;
+            return MT_OK;
+        }
+    near = mt_status_suggest(str, modes, sizeof(modes) / sizeof(modes[0]));
+    return mt_err_set(err, MT_INVALID_ARGUMENT,
+                      "reproducibility: unknown mode \"%s\"%s%s%s (\"fixed_mesh\" or "
+                      "\"mesh_invariant\")",
+                      str, near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
+}
+
 static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
 {
     static const char *const keys[] = {
-        "name",          "seed",       "batch_size", "epochs",  "steps",     "optimizer",
-        "learning_rate", "loss",       "dataset",    "model",   "mesh",      "layouts",
-        "input_layout",  "checkpoint", "restart",    "elastic", "init_from", "fsdp",
-        "digest_every",  "metrics",    "validation", NULL};
+        "name",          "seed",       "batch_size", "epochs",          "steps",     "optimizer",
+        "learning_rate", "loss",       "dataset",    "model",           "mesh",      "layouts",
+        "input_layout",  "checkpoint", "restart",    "elastic",         "init_from", "fsdp",
+        "digest_every",  "metrics",    "validation", "reproducibility", NULL};
     const cJSON *n;
     const char *str;
     int64_t v;
@@ -761,6 +783,9 @@ static mt_code parse_root(const cJSON *root, mt_job_spec *s, mt_err *err)
         s->epochs = 1;
     rc = mt_model_field_pos_int(root, "digest_every", "digest_every", (int64_t)1 << 40, 0,
                                 &s->digest_every, err);
+    if (rc != MT_OK)
+        return rc;
+    rc = parse_reproducibility(root, &s->reproducibility, err);
     if (rc != MT_OK)
         return rc;
     rc = parse_optimizer(root, &s->optimizer, err);

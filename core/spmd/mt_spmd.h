@@ -170,6 +170,8 @@ typedef struct mt_spmd_piece {
     size_t n;               /* examples; 0 = an empty replica batch (zero gradient) */
     uint64_t first_example; /* global example index of the first row (keys dropout masks) */
     const float *t;         /* (n, t_dim) float targets (mse, mae, binary cross-entropy), or NULL */
+    bool global_order;      /* the pieces are consecutive slices of the one-device global batch in
+                               batch-coordinate order (mesh_invariant needs it) */
 } mt_spmd_piece;
 
 /*

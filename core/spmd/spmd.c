@@ -29,6 +29,7 @@
 #include "data/mt_data.h"
 #include "layers/mt_layer.h"
 #include "optim/mt_optim.h"
+#include "repro/mt_repro.h"
 #include "rng/mt_rng.h"
 #include "tensor/mt_tensor.h"
 
@@ -68,6 +69,7 @@ typedef struct dev {
     double sums[MT_LOSS_NSUMS]; /* job outputs: the global loss and metric sums */
     double *hist;               /* evaluation: the global AUC histogram (2·MT_LOSS_AUC_BINS), or
                                    NULL when no metric needs it */
+    mt_repro_acc acc_w, acc_b;  /* mesh_invariant: the leaf-tree accumulators (s->inv_leaves) */
     mt_code rc;
     mt_err err;
     pthread_t thread;
@@ -100,6 +102,9 @@ struct mt_spmd {
     size_t ydim;          /* class labels per example the loss reads (rows; rows · c for binary
                              cross-entropy on 0/1 labels) */
     bool input_read_only; /* every reader of the input only reads it: rows are used in place */
+    int inv_leaves;       /* mesh_invariant: leaves per device (0: fixed_mesh) */
+    size_t inv_r;         /* mesh_invariant: examples per leaf */
+    size_t inv_batch;     /* mesh_invariant: the spec's global batch (leaf boundaries) */
     dev *devs;
     /* job hand-off (see run_job): one local device runs on the host thread; several have a
      * thread each that spins briefly on gen, then sleeps on cv_job */
@@ -429,6 +434,14 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
     s->num_classes = s->osh.c;
     s->out_size = s->osh.rows * s->osh.c;
     s->ydim = mt_loss_units(&s->loss, &s->osh);
+    if (spec->reproducibility == MT_REPRO_MESH_INVARIANT) {
+        int p = (int)dsz(s, s->bdim);
+        if (!mt_repro_keeps_bits(spec->batch_size, p))
+            return mt_repro_check_mesh(spec->batch_size, p, err);
+        s->inv_batch = spec->batch_size;
+        s->inv_leaves = mt_repro_leaves(spec->batch_size) / p;
+        s->inv_r = spec->batch_size / (size_t)mt_repro_leaves(spec->batch_size);
+    }
     s->input_read_only = true; /* dense, conv2d and the joins write their own buffers */
     for (int i = 0; i < spec->n_layers; i++)
         for (int j = 0; j < spec->layers[i].n_inputs; j++)
@@ -801,6 +814,14 @@ static mt_code dev_alloc(dev *d, mt_err *err)
     DALLOC(d->logits, b * s->out_size);
     DALLOC(d->dlogits, b * s->out_size);
     DALLOC(d->dlog_loc, b * s->out_size);
+    if (s->inv_leaves > 0) {
+        size_t most = MT_LOSS_NSUMS + 2 * s->widest;
+        for (size_t i = 0; i < s->n_params; i++) /* global: FSDP gradients are whole */
+            most = s->gparams[i].size > most ? s->gparams[i].size : most;
+        if ((rc = mt_repro_acc_init(&d->acc_w, s->inv_leaves, most, err)) != MT_OK ||
+            (rc = mt_repro_acc_init(&d->acc_b, s->inv_leaves, most, err)) != MT_OK)
+            return rc;
+    }
     {
         mt_layer_dev ld = dev_services(d);
         mt_layer_alloc la = {false, 0};
@@ -847,9 +868,23 @@ static void dev_free(dev *d)
     mt_free(d->dlogits);
     mt_free(d->dlog_loc);
     mt_free(d->gbuf);
+    mt_repro_acc_free(&d->acc_w);
+    mt_repro_acc_free(&d->acc_b);
 }
 
 /* ------------------------------------------------------------------ device: forward */
+
+/* mesh_invariant training: the pass runs the layers' leaf kernels on this device's leaves
+ * (evaluation passes keep the usual calls: docs/reproducibility.md). */
+static void dev_leaves(dev *d, mt_layer_pass *ps)
+{
+    if (d->s->inv_leaves == 0 || !ps->training)
+        return;
+    ps->leaves = d->s->inv_leaves;
+    ps->leaf_examples = d->s->inv_r;
+    ps->acc_w = &d->acc_w;
+    ps->acc_b = &d->acc_b;
+}
 
 /* Forward over d->xin (d->batch rows); leaves full logits in d->logits. */
 static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint64_t first)
@@ -863,6 +898,7 @@ static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint
                         .step = step,
                         .first = first,
                         .err = &d->err};
+    dev_leaves(d, &ps);
     const float *out = NULL;
     int failed = 0;
     mt_code rc;
@@ -885,6 +921,7 @@ static mt_code dev_backward(dev *d)
     mt_layer_dev ld = dev_services(d);
     mt_layer_pass ps = {
         .batch = d->batch, .global_batch = d->gcount, .training = true, .err = &d->err};
+    dev_leaves(d, &ps);
     float *dy = d->dlogits;
     int failed = 0;
 
@@ -935,7 +972,14 @@ static void dev_take_batch(dev *d, size_t start, size_t n)
     mt_spmd *s = d->s;
     size_t row0 = 0, len = n;
 
-    if (s->bdim >= 0)
+    if (s->inv_leaves > 0) { /* mesh_invariant: this device's block of whole leaves */
+        int first = (s->bdim >= 0 ? d->coords[s->bdim] : 0) * s->inv_leaves;
+        size_t a, la, b, lb;
+        mt_repro_leaf_range(s->inv_batch, n, first, &a, &la);
+        mt_repro_leaf_range(s->inv_batch, n, first + s->inv_leaves - 1, &b, &lb);
+        row0 = a;
+        len = b + lb - a;
+    } else if (s->bdim >= 0)
         mt_data_rebatch_split(n, (size_t)s->dimsz[s->bdim], (size_t)d->coords[s->bdim], &row0,
                               &len);
     d->row0 = start + row0;
@@ -1003,6 +1047,39 @@ static mt_code dev_clip_scale(dev *d, float *scale)
     return MT_OK;
 }
 
+/* mesh_invariant training step: the loss per leaf, each leaf's sums (double inside the leaf)
+ * rounded to float and folded in the leaf tree; sums (zero on entry) get the device's subtree. */
+static mt_code dev_loss_leaves(dev *d, const mt_loss_batch *all, double *sums)
+{
+    mt_spmd *s = d->s;
+    const float *res;
+    mt_code rc = MT_OK;
+
+    mt_repro_acc_reset(&d->acc_b);
+    for (int i = 0; i < s->inv_leaves && rc == MT_OK; i++) {
+        size_t a = (size_t)i * s->inv_r, n = 0;
+        double ls[MT_LOSS_NSUMS] = {0};
+        float *slot = mt_repro_acc_slot(&d->acc_b);
+        mt_loss_batch b = *all;
+        if (a < d->batch)
+            n = d->batch - a < s->inv_r ? d->batch - a : s->inv_r;
+        b.out = all->out + a * s->out_size;
+        b.n = n;
+        b.labels = all->labels != NULL ? all->labels + a * s->ydim : NULL;
+        b.targets = all->targets != NULL ? all->targets + a * s->out_size : NULL;
+        if (n > 0)
+            rc = mt_loss_forward(&s->loss, &s->osh, &b, false, d->dlogits + a * s->out_size, ls,
+                                 NULL, &d->err);
+        for (int k = 0; k < MT_LOSS_NSUMS; k++)
+            slot[k] = (float)ls[k];
+        mt_repro_acc_push(&d->acc_b);
+    }
+    res = mt_repro_acc_result(&d->acc_b);
+    for (int k = 0; k < MT_LOSS_NSUMS; k++)
+        sums[k] = res[k];
+    return rc;
+}
+
 /* The loss of d's batch (d->logits against d->y / d->tg) for a global count of gcount examples:
  * adds to sums and hist; the gradient to d->dlogits when dout. */
 static mt_code dev_loss(dev *d, size_t gcount, bool dout, double *sums, double *hist)
@@ -1010,8 +1087,37 @@ static mt_code dev_loss(dev *d, size_t gcount, bool dout, double *sums, double *
     mt_spmd *s = d->s;
     mt_loss_batch b = {d->logits, d->batch, d->has_tg ? NULL : d->y, d->has_tg ? d->tg : NULL,
                        mt_loss_grad_scale(&s->loss, &s->osh, gcount)};
+    if (s->inv_leaves > 0 && dout)
+        return dev_loss_leaves(d, &b, sums);
     return mt_loss_forward(&s->loss, &s->osh, &b, false, dout ? d->dlogits : NULL, sums, hist,
                            &d->err);
+}
+
+/*
+ * mesh_invariant with per-replica pieces: they must be this step's global batch in order (the
+ * pieces' flag, the same on every device) cut into the replicas' blocks of whole leaves (the
+ * pipeline's plan does that: mt_data_plan_opts.leaf_examples).
+ */
+static mt_code pieces_are_leaves(dev *d, size_t n)
+{
+    mt_spmd *s = d->s;
+    int g = s->bdim >= 0 ? d->coords[s->bdim] : 0;
+    const mt_spmd_piece *pc = &s->jpieces[g];
+    size_t a, la, b, lb;
+
+    if (!pc->global_order)
+        return mt_err_set(&d->err, MT_UNIMPLEMENTED,
+                          "reproducibility: \"mesh_invariant\" needs the dataset's global batch "
+                          "(\"batching\": \"global\"): batches made per replica depend on the "
+                          "number of replicas");
+    mt_repro_leaf_range(s->inv_batch, n, g * s->inv_leaves, &a, &la);
+    mt_repro_leaf_range(s->inv_batch, n, (g + 1) * s->inv_leaves - 1, &b, &lb);
+    if (pc->n != b + lb - a)
+        return mt_err_set(&d->err, MT_INTERNAL,
+                          "mesh_invariant: replica %d got %zu of the step's %zu examples, not "
+                          "its %zu of whole leaves",
+                          g, pc->n, n, b + lb - a);
+    return MT_OK;
 }
 
 static mt_code dev_step(dev *d)
@@ -1030,6 +1136,8 @@ static mt_code dev_step(dev *d)
         d->gcount = n;
         if (rc != MT_OK || n == 0)
             return rc; /* every replica is empty: the end of the epoch, agreed by all */
+        if (s->inv_leaves > 0 && (rc = pieces_are_leaves(d, n)) != MT_OK)
+            return rc;
     } else {
         dev_take_batch(d, 0, s->jn);
         first = s->jfirst + d->row0;

@@ -28,6 +28,7 @@
 #include "clock/mt_clock.h"
 #include "data/mt_data.h"
 #include "log/mt_log.h"
+#include "repro/mt_repro.h"
 
 /* ------------------------------------------------------------------ datasets */
 
@@ -643,6 +644,7 @@ typedef struct input_run {
     mt_spmd_piece *pieces; /* R entries, by batch coordinate */
     size_t *next;          /* R entries: this process's piece sizes of the next step */
     size_t R, B;
+    size_t leaf; /* mesh_invariant: examples per leaf (pieces are whole leaves); 0: even split */
 } input_run;
 
 static void input_run_fini(input_run *in)
@@ -736,6 +738,7 @@ static mt_code input_open_pipeline(input_run *in, const mt_mesh *mesh, const mt_
     mt_data_pipeline_opts_from_spec(in->ds, &po);
     po.permute = in->ds->shuffle_buffer == 0; /* the engine's full reshuffle per epoch */
     po.contiguous_replicas = true;
+    po.leaf_examples = in->leaf;
     rc = mt_data_pipeline_open(in->dset, &in->ic, &po, &in->pipe, err);
     if (rc == MT_OK && ((in->pieces = mt_calloc(in->R + 1, sizeof(*in->pieces))) == NULL ||
                         (in->next = mt_calloc(in->R + 1, sizeof(*in->next))) == NULL))
@@ -775,6 +778,8 @@ static void input_pieces(input_run *in, const mt_data_step *st, size_t s)
         else
             start = s * in->B + g * c;
         pc->first_example = start;
+        /* one pipeline with global batching lays the replicas' batches out in order too */
+        pc->global_order = data_global || (N == 1 && in->ds->batching == MT_DATA_BATCH_GLOBAL);
     }
 }
 
@@ -818,6 +823,8 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, cons
     memset(res, 0, sizeof(*res));
     memset(&in, 0, sizeof(in));
     in.B = spec->batch_size;
+    if (spec->reproducibility == MT_REPRO_MESH_INVARIANT)
+        in.leaf = spec->batch_size / (size_t)mt_repro_leaves(spec->batch_size);
     if (o->save_dir != NULL && mkdir(o->save_dir, 0755) != 0 && errno != EEXIST)
         return mt_err_set(err, errno == EACCES ? MT_PERMISSION_DENIED : MT_NOT_FOUND,
                           "checkpoint directory %s: %s", o->save_dir, strerror(errno));

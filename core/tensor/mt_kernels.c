@@ -103,28 +103,44 @@ static void softmax_row(float *s, size_t n, size_t t)
         s[j] = 0.0f;
 }
 
+/*
+ * Causal attention in row blocks: the queries of rows [r0, r1) meet only the keys [0, r1), so the
+ * products above the diagonal's block are never computed (about half the flops of the full T×T
+ * product at T = 128). A block of CAUSAL_ROWS rows keeps each product a real sgemm.
+ */
+#define CAUSAL_ROWS 32
+
 void mt_attention_forward(float *out, float *probs, const float *qkv, size_t batch, size_t t,
                           size_t heads, size_t hd, bool causal)
 {
-    size_t cin = heads * 3 * hd, cout = heads * hd;
+    size_t cin = heads * 3 * hd, cout = heads * hd, rb = causal ? CAUSAL_ROWS : t;
     float scale = 1.0f / sqrtf((float)hd);
 
     for (size_t b = 0; b < batch; b++)
         for (size_t h = 0; h < heads; h++) {
             const float *q = qkv + b * t * cin + h * 3 * hd, *k = q + hd, *v = q + 2 * hd;
-            float *p = probs + (b * heads + h) * t * t;
-            mt_gemm(false, true, t, t, hd, scale, q, cin, k, cin, 0.0f, p, t);
-            for (size_t i = 0; i < t; i++)
-                softmax_row(p + i * t, causal ? i + 1 : t, t);
-            mt_gemm(false, false, t, hd, t, 1.0f, p, t, v, cin, 0.0f, out + b * t * cout + h * hd,
-                    cout);
+            float *p = probs + (b * heads + h) * t * t, *o = out + b * t * cout + h * hd;
+            for (size_t r0 = 0; r0 < t; r0 += rb) {
+                size_t r1 = r0 + rb < t ? r0 + rb : t, nk = causal ? r1 : t;
+                mt_gemm(false, true, r1 - r0, nk, hd, scale, q + r0 * cin, cin, k, cin, 0.0f,
+                        p + r0 * t, t);
+                for (size_t i = r0; i < r1; i++)
+                    softmax_row(p + i * t, causal ? i + 1 : t, t);
+                mt_gemm(false, false, r1 - r0, hd, nk, 1.0f, p + r0 * t, t, v, cin, 0.0f,
+                        o + r0 * cout, cout);
+            }
         }
 }
 
+/*
+ * Causal: p is zero above the diagonal, so dv's rows [c0, c1) and dk's take the rows [c0, t)
+ * of p and ds only, and ds's row block [r0, r1) the columns [0, r1) only (the rest is zero).
+ */
 void mt_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *probs, size_t batch, size_t t, size_t heads, size_t hd)
+                           const float *probs, size_t batch, size_t t, size_t heads, size_t hd,
+                           bool causal)
 {
-    size_t cin = heads * 3 * hd, cout = heads * hd;
+    size_t cin = heads * 3 * hd, cout = heads * hd, rb = causal ? CAUSAL_ROWS : t;
     float scale = 1.0f / sqrtf((float)hd);
 
     for (size_t b = 0; b < batch; b++)
@@ -135,17 +151,34 @@ void mt_attention_backward(float *dqkv, float *scratch, const float *dout, const
             float *ds = scratch;
             /* dv = pᵀ·dy; dp = dy·vᵀ; ds = p ⊙ (dp − Σ_j p·dp); dq = ds·k·scale; dk = dsᵀ·q·scale
              */
-            mt_gemm(true, false, t, hd, t, 1.0f, p, t, dy, cout, 0.0f, dv, cin);
-            mt_gemm(false, true, t, t, hd, 1.0f, dy, cout, v, cin, 0.0f, ds, t);
-            for (size_t i = 0; i < t; i++) {
-                float dot = 0.0f;
-                for (size_t j = 0; j < t; j++)
-                    dot += p[i * t + j] * ds[i * t + j];
-                for (size_t j = 0; j < t; j++)
-                    ds[i * t + j] = p[i * t + j] * (ds[i * t + j] - dot);
+            for (size_t c0 = 0; c0 < t; c0 += rb) {
+                size_t c1 = c0 + rb < t ? c0 + rb : t, i0 = causal ? c0 : 0;
+                mt_gemm(true, false, c1 - c0, hd, t - i0, 1.0f, p + i0 * t + c0, t, dy + i0 * cout,
+                        cout, 0.0f, dv + c0 * cin, cin);
             }
-            mt_gemm(false, false, t, hd, t, scale, ds, t, k, cin, 0.0f, dq, cin);
-            mt_gemm(true, false, t, hd, t, scale, ds, t, q, cin, 0.0f, dk, cin);
+            for (size_t r0 = 0; r0 < t; r0 += rb) {
+                size_t r1 = r0 + rb < t ? r0 + rb : t, nk = causal ? r1 : t;
+                mt_gemm(false, true, r1 - r0, nk, hd, 1.0f, dy + r0 * cout, cout, v, cin, 0.0f,
+                        ds + r0 * t, t);
+                for (size_t i = r0; i < r1; i++) {
+                    size_t n = causal ? i + 1 : t;
+                    float dot = 0.0f, *row = ds + i * t;
+                    const float *pr = p + i * t;
+                    for (size_t j = 0; j < n; j++)
+                        dot += pr[j] * row[j];
+                    for (size_t j = 0; j < n; j++)
+                        row[j] = pr[j] * (row[j] - dot);
+                    for (size_t j = n; j < t; j++)
+                        row[j] = 0.0f;
+                }
+                mt_gemm(false, false, r1 - r0, hd, nk, scale, ds + r0 * t, t, k, cin, 0.0f,
+                        dq + r0 * cin, cin);
+            }
+            for (size_t c0 = 0; c0 < t; c0 += rb) {
+                size_t c1 = c0 + rb < t ? c0 + rb : t, i0 = causal ? c0 : 0;
+                mt_gemm(true, false, c1 - c0, hd, t - i0, scale, ds + i0 * t + c0, t, q + i0 * cin,
+                        cin, 0.0f, dk + c0 * cin, cin);
+            }
         }
 }
 

@@ -244,12 +244,15 @@ void mt_attention_forward_ref(float *out, float *probs, const float *qkv, size_t
 
 /*
  * dqkv: (B, T, H·3·hd), overwritten, from dout (B, T, H·hd), the forward's qkv and probs.
- * scratch: t·t floats.
+ * scratch: t·t floats. causal as in the forward: the fast kernel then skips the products above
+ * the diagonal; the reference computes the full sums (p is zero there).
  */
 void mt_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *probs, size_t batch, size_t t, size_t heads, size_t hd);
+                           const float *probs, size_t batch, size_t t, size_t heads, size_t hd,
+                           bool causal);
 void mt_attention_backward_ref(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *probs, size_t batch, size_t t, size_t heads, size_t hd);
+                               const float *probs, size_t batch, size_t t, size_t heads, size_t hd,
+                               bool causal);
 
 /* ------------------------------------------------------------------ graph joins */
 

@@ -261,9 +261,13 @@ if [ $have_node = 1 ]; then
 fi
 
 # ---------------------------------------------------------------- Slurm
-bash -n "$SRC/deploy/slurm/meshtrain.sbatch" || fail "meshtrain.sbatch: bash -n"
+for f in meshtrain.sbatch meshtrain-mpi.sbatch; do # the MPI one runs in test_mpi_job.sh
+    bash -n "$SRC/deploy/slurm/$f" || fail "$f: bash -n"
+done
 if command -v shellcheck >/dev/null; then
     shellcheck -s bash "$SRC/deploy/slurm/meshtrain.sbatch" || fail "shellcheck meshtrain.sbatch"
+    shellcheck -s bash "$SRC/deploy/slurm/meshtrain-mpi.sbatch" ||
+        fail "shellcheck meshtrain-mpi.sbatch"
 else
     echo "SKIP shellcheck: not installed"
 fi

@@ -35,7 +35,7 @@ done
 [ $n -ge 1 ] || fail "no example specs in the source tree"
 
 for f in systemd/meshtrain.env docker/Dockerfile docker/compose.yml slurm/meshtrain.sbatch \
-    grafana/meshtrain.json; do
+    slurm/meshtrain-mpi.sbatch grafana/meshtrain.json; do
     [ -s "$P/share/meshtrain/deploy/$f" ] || fail "deploy template $f missing"
 done
 ls "$P"/share/meshtrain/deploy/k8s/*.yaml >/dev/null 2>&1 || fail "k8s manifests missing"

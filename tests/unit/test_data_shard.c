@@ -157,7 +157,7 @@ static void test_data_shard_off_guide_example(void **state)
 static void test_data_shard_file_needs_enough_files(void **state)
 {
     size_t sizes[] = {12};
-    mt_data_plan_opts o = {MT_DATA_SHARD_FILE, MT_DATA_BATCH_GLOBAL, 2, 1, 4, false};
+    mt_data_plan_opts o = {MT_DATA_SHARD_FILE, MT_DATA_BATCH_GLOBAL, 2, 1, 4, false, 0};
     mt_data_plan *p = (mt_data_plan *)1;
     mt_err err = MT_ERR_INIT;
     (void)state;
@@ -222,7 +222,7 @@ static void test_data_shard_rebatch_split_rule(void **state)
 static void test_data_shard_global_count_partial(void **state)
 {
     size_t sizes[] = {6};
-    mt_data_plan_opts o = {MT_DATA_SHARD_OFF, MT_DATA_BATCH_GLOBAL, 1, 2, 4, false};
+    mt_data_plan_opts o = {MT_DATA_SHARD_OFF, MT_DATA_BATCH_GLOBAL, 1, 2, 4, false, 0};
     mt_data_plan *p;
     (void)state;
     assert_int_equal(mt_data_plan_new(sizes, 1, &o, &p, NULL), MT_OK);
@@ -233,10 +233,38 @@ static void test_data_shard_global_count_partial(void **state)
     mt_data_plan_free(p);
     /* FILE, 2 workers: step 0 = [0,1] + [6,7] = 4; step 2 = [4] + [10] = 2 */
     size_t two[] = {6, 6};
-    mt_data_plan_opts f = {MT_DATA_SHARD_FILE, MT_DATA_BATCH_GLOBAL, 2, 1, 4, false};
+    mt_data_plan_opts f = {MT_DATA_SHARD_FILE, MT_DATA_BATCH_GLOBAL, 2, 1, 4, false, 0};
     assert_int_equal(mt_data_plan_new(two, 2, &f, &p, NULL), MT_OK);
     assert_int_equal(mt_data_plan_global_count(p, 0), 4);
     assert_int_equal(mt_data_plan_global_count(p, 2), 2);
+    mt_data_plan_free(p);
+}
+
+/* leaf_examples (mesh_invariant): a global batch is cut into whole leaves per replica, also a
+ * short one (B 8, leaves of 2, 2 replicas: a short batch of 2 is one leaf, all on replica 0),
+ * where the even split would cut that leaf in two. */
+static void test_data_shard_leaf_split(void **state)
+{
+    size_t sizes[] = {10}, st, len;
+    mt_data_plan_opts o = {MT_DATA_SHARD_OFF, MT_DATA_BATCH_GLOBAL, 1, 2, 8, false, 2};
+    mt_data_plan *p;
+    (void)state;
+    assert_int_equal(mt_data_plan_new(sizes, 1, &o, &p, NULL), MT_OK);
+    mt_data_plan_range(p, 0, 0, 1, &st, &len);
+    assert_int_equal(st, 4);
+    assert_int_equal(len, 4);
+    mt_data_plan_range(p, 0, 1, 0, &st, &len);
+    assert_int_equal(st, 8);
+    assert_int_equal(len, 2);
+    mt_data_plan_range(p, 0, 1, 1, &st, &len);
+    assert_int_equal(len, 0);
+    assert_int_equal(mt_data_plan_global_count(p, 1), 2);
+    mt_data_plan_free(p);
+    o.leaf_examples = 0; /* the even split: one example each */
+    assert_int_equal(mt_data_plan_new(sizes, 1, &o, &p, NULL), MT_OK);
+    mt_data_plan_range(p, 0, 1, 1, &st, &len);
+    assert_int_equal(st, 9);
+    assert_int_equal(len, 1);
     mt_data_plan_free(p);
 }
 
@@ -290,7 +318,7 @@ static void test_data_shard_per_replica_batching(void **state)
     ctx.global_batch = 6;
     assert_int_equal(mt_data_input_ctx_per_replica_batch(&ctx, &b, NULL), MT_INVALID_ARGUMENT);
     /* B not divisible by R is refused by the plan too */
-    mt_data_plan_opts o = {MT_DATA_SHARD_DATA, MT_DATA_BATCH_PER_REPLICA, 2, 2, 6, false};
+    mt_data_plan_opts o = {MT_DATA_SHARD_DATA, MT_DATA_BATCH_PER_REPLICA, 2, 2, 6, false, 0};
     mt_data_plan *p;
     assert_int_equal(mt_data_plan_new(sizes, 1, &o, &p, NULL), MT_INVALID_ARGUMENT);
     mt_data_dataset_free(ds);
@@ -520,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_data_shard_shuffle_buffer_semantics),
         cmocka_unit_test(test_data_shard_property_exactly_once),
         cmocka_unit_test(test_data_shard_property_plan_counts),
+        cmocka_unit_test(test_data_shard_leaf_split),
     };
     mt_log_set_level(MT_LOG_WARN); /* AUTO logs its choice at INFO on every plan */
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -315,6 +315,62 @@ static void test_jobspec_absolute_paths(void **state)
 }
 
 /* "restart.collective_deadline_ms": the job's collective deadline, 100 ms .. 1 h. */
+/* "reproducibility": the modes, a near miss, the batch dimensions mesh_invariant accepts (batch
+ * 100: 4 leaves of 25, so 1, 2, 4 keep the bits), and what it does not run yet (a model
+ * dimension, a layer kind without leaf kernels: layer_norm) named as UNIMPLEMENTED. */
+static void test_jobspec_reproducibility(void **state)
+{
+    static const struct {
+        const char *extra;
+        mt_code code;
+        const char *msg; /* a part of the message */
+    } t[] = {
+        {", \"reproducibility\": \"fixed_mesh\", \"mesh\": {\"batch\": 5}", MT_OK, ""},
+        {", \"reproducibility\": \"mesh_invarient\"", MT_INVALID_ARGUMENT,
+         "reproducibility: unknown mode \"mesh_invarient\"; did you mean \"mesh_invariant\"?"},
+        {", \"reproducibility\": 1", MT_INVALID_ARGUMENT, "reproducibility: must be a string"},
+        {", \"reproducibilty\": \"fixed_mesh\"", MT_INVALID_ARGUMENT,
+         "reproducibilty: unknown field; did you mean reproducibility?"},
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 5}", MT_INVALID_ARGUMENT,
+         "needs the batch dimension's size (5) to be a power of two dividing the 4 leaves of "
+         "batch_size 100 (sizes that keep the bits: 1, 2, 4;"},
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 10}",
+         MT_INVALID_ARGUMENT, "size (10) to be a power of two"},
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 4}", MT_OK, ""},
+        {", \"reproducibility\": \"mesh_invariant\"", MT_OK, ""},
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 2, \"model\": 2}",
+         MT_UNIMPLEMENTED,
+         "runs on data-parallel meshes only for now; mesh dimension 'model' has size 2"},
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 2, \"model\": 1}", MT_OK,
+         ""},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        mt_jobspec_summary s;
+        mt_err err = MT_ERR_INIT;
+        mt_code rc = check(t[i].extra, &s, &err);
+        if (rc != t[i].code || (rc != MT_OK && strstr(err.msg, t[i].msg) == NULL)) {
+            print_error("case %zu (%s): got %s '%s', want %s '...%s...'\n", i, t[i].extra,
+                        mt_code_name(rc), err.msg, mt_code_name(t[i].code), t[i].msg);
+            fail();
+        }
+        if (rc == MT_OK) /* batch 100: 4 leaves under mesh_invariant, 0 (none) otherwise */
+            assert_int_equal(s.repro_leaves, strstr(t[i].extra, "mesh_invariant") ? 4 : 0);
+    }
+    {
+        mt_jobspec_summary s;
+        mt_err err = MT_ERR_INIT;
+        const char *ln = "{\"batch_size\": 32, \"reproducibility\": \"mesh_invariant\", \"model\": "
+                         "{\"input_shape\": [28, 28, 1], \"layers\": [{\"type\": \"flatten\"}, "
+                         "{\"type\": \"layer_norm\"}, {\"type\": \"dense\", \"units\": 10}]}}";
+        assert_int_equal(mt_jobspec_validate(ln, strlen(ln), &s, &err), MT_UNIMPLEMENTED);
+        assert_string_equal(err.msg, "model.layers[1] (layer_norm_1): reproducibility: "
+                                     "\"mesh_invariant\" does not run this layer kind yet (done: "
+                                     "dense, conv2d, max_pool2d, global_average_pooling2d, "
+                                     "batch_norm, dropout, flatten, activation, add, concatenate)");
+    }
+}
+
 static void test_jobspec_collective_deadline(void **state)
 {
     mt_jobspec_summary s;
@@ -341,6 +397,7 @@ int main(void)
         cmocka_unit_test(test_jobspec_structure_opens_nothing),
         cmocka_unit_test(test_jobspec_absolute_paths),
         cmocka_unit_test(test_jobspec_collective_deadline),
+        cmocka_unit_test(test_jobspec_reproducibility),
     };
     return MT_RUN_TESTS(tests);
 }

@@ -235,9 +235,9 @@ static void test_loss_engines_batch_split_invariance(void **state)
     assert_int_equal(mt_spmd_step(a, d.x, d.y, GB, 0, 0, &ma, &err), MT_OK);
     assert_int_equal(mt_spmd_step(b, d.x, d.y, GB, 0, 0, &mb, &err), MT_OK);
     memset(pc, 0, sizeof(pc));
-    pc[0] = (mt_spmd_piece){d.x, d.y, 2, 0, NULL};
-    pc[2] = (mt_spmd_piece){d.x + 2 * d.dim, d.y + 2 * d.ydim, 2, 2, NULL};
-    pc[3] = (mt_spmd_piece){d.x + 4 * d.dim, d.y + 4 * d.ydim, 1, 4, NULL};
+    pc[0] = (mt_spmd_piece){d.x, d.y, 2, 0, NULL, false};
+    pc[2] = (mt_spmd_piece){d.x + 2 * d.dim, d.y + 2 * d.ydim, 2, 2, NULL, false};
+    pc[3] = (mt_spmd_piece){d.x + 4 * d.dim, d.y + 4 * d.ydim, 1, 4, NULL, false};
     if (mt_spmd_step_pieces(c, pc, 0, &gc, &mc, &err) != MT_OK)
         fail_msg("%s", err.msg);
     assert_int_equal(gc, 5);

@@ -746,8 +746,8 @@ static void test_spmd_step_pieces(void **state)
     assert_int_equal(gc, 0);
     assert_same_params(a, b, 8);
     /* uneven: only replicas 1 and 6 have data */
-    pc[1] = (mt_spmd_piece){d.x, d.y, 2, 0, NULL};
-    pc[6] = (mt_spmd_piece){d.x + 2 * FEAT, d.y + 2, 1, 2, NULL};
+    pc[1] = (mt_spmd_piece){d.x, d.y, 2, 0, NULL, false};
+    pc[6] = (mt_spmd_piece){d.x + 2 * FEAT, d.y + 2, 1, 2, NULL, false};
     assert_int_equal(mt_spmd_step_pieces(b, pc, 4, &gc, &mb, &err), MT_OK);
     assert_int_equal(gc, 3);
     pc[1].n = 3; /* capacity is ceil(16 / 8) = 2 per device */
@@ -802,7 +802,7 @@ static void test_spmd_step_pieces_next(void **state)
     next[3] = 2;
     assert_int_equal(mt_spmd_step_pieces_next(b, pc, next, 5, &gc, &mb, &err), MT_OK);
     memset(nx, 0, sizeof(nx));
-    nx[3] = (mt_spmd_piece){d.x, d.y, 1, 0, NULL};
+    nx[3] = (mt_spmd_piece){d.x, d.y, 1, 0, NULL, false};
     assert_int_equal(mt_spmd_step_pieces_next(b, nx, NULL, 6, &gc, &mb, &err), MT_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "announced 2"));
     next[3] = 3; /* capacity is ceil(16 / 8) = 2 per device */

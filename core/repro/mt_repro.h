@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mt_repro.h — the reduction leaves of the mesh_invariant mode (issue #18 item 1,
+ * docs/reproducibility.md "Mesh-invariant mode"): how a global batch is cut into leaves, which
+ * data-parallel sizes keep the bits, and the canonical binary tree that combines leaf results.
+ *
+ * The global batch of B examples is cut into L leaves, L the largest power of two <= 8 dividing
+ * B; leaf i holds examples [i*R, (i+1)*R) of the step's global batch, R = B / L (a short last
+ * batch keeps R: its last leaves are short or empty). A batch dimension of size P keeps the bits
+ * iff P is a power of two dividing L; device r then owns leaves [r*L/P, (r+1)*L/P).
+ *
+ * The canonical tree over count leaves (count a power of two): for d = 1, 2, 4, ... < count,
+ * leaf[v] = leaf[v] + leaf[v+d] for every v that is a multiple of 2d; the sum is leaf[0]. For P
+ * a power of two this is also core/coll's REDUCTION ORDER over P group positions (mt_coll.h),
+ * so a device folding its own L/P leaves with mt_repro_tree_fold and an allreduce over the
+ * batch dimension (in batch-coordinate order) computes the canonical tree over all L leaves
+ * (tests/unit/test_repro.c proves it bit for bit against a serial fold and the real allreduce).
+ *
+ * Used by core/spmd (leaf split of the batch, the loss per leaf, the accumulators it hands the
+ * layers in mt_layer_pass), core/layers (dense, conv2d, batch_norm) and core/jobspec (validation).
+ * Threading: pure functions, and accumulators used by one thread at a time.
+ */
+#ifndef MT_REPRO_H
+#define MT_REPRO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "status/mt_status.h"
+#include "tensor/mt_tensor.h"
+
+#define MT_REPRO_MAX_LEAVES 8
+
+/* L for a global batch of `batch` examples (>= 1): the largest power of two <= 8 dividing it. */
+int mt_repro_leaves(size_t batch);
+
+/* Whether a batch dimension of size p keeps the bits for this global batch (p a power of two
+ * dividing mt_repro_leaves(batch)). */
+bool mt_repro_keeps_bits(size_t batch, int p);
+
+/* Examples [*start, *start + *len) of leaf `leaf` of a step of n examples (n <= batch) whose
+ * full batch is `batch`; a leaf past the end of a short batch is empty (*len 0, *start n). */
+void mt_repro_leaf_range(size_t batch, size_t n, int leaf, size_t *start, size_t *len);
+
+/* The canonical tree over leaves[0..count-1] (n floats each; count a power of two, >= 1) in
+ * place: the sum ends in leaves[0], the others hold partial sums. */
+void mt_repro_tree_fold(float *const *leaves, int count, size_t n);
+
+/*
+ * INVALID_ARGUMENT unless a batch dimension of size p keeps the bits for `batch`, with a message
+ * naming the sizes that do: `reproducibility: "mesh_invariant" needs the batch dimension's size
+ * (3) to be a power of two dividing the 8 leaves of batch_size 32 (sizes that keep the bits: 1,
+ * 2, 4, 8)`.
+ */
+mt_code mt_repro_check_mesh(size_t batch, int p, mt_err *err);
+
+/*
+ * A streaming canonical tree: write leaf results in leaf order into mt_repro_acc_slot() and
+ * commit each with mt_repro_acc_push(); after `count` pushes (a power of two) the result is the
+ * canonical tree over them, bit for bit (a binary counter of complete subtrees, as
+ * mt_coll_reference_allreduce does). It holds log2(count) + 1 buffers of n floats, never all
+ * leaves.
+ */
+typedef struct mt_repro_acc {
+    float *mem; /* (log2(count) + 1) * n floats */
+    size_t n;
+    int count, pushed, top;
+    int size[8]; /* leaves summed in stack entry k */
+} mt_repro_acc;
+
+/* RESOURCE_EXHAUSTED when the buffers cannot be allocated; count is a power of two <= 128. */
+mt_code mt_repro_acc_init(mt_repro_acc *a, int count, size_t n, mt_err *err);
+/* Start again (same count and n) without freeing. */
+void mt_repro_acc_reset(mt_repro_acc *a);
+/* Where the next leaf's n floats are to be written. */
+float *mt_repro_acc_slot(mt_repro_acc *a);
+/* Commit the leaf written into the slot. */
+void mt_repro_acc_push(mt_repro_acc *a);
+/* The sum after all count pushes. */
+const float *mt_repro_acc_result(const mt_repro_acc *a);
+void mt_repro_acc_free(mt_repro_acc *a);
+
+/*
+ * The dense layer's kernels on a device's `leaves` leaves of `r` rows each (rows [i*r, (i+1)*r)
+ * of x, y, dy, dx; `rows` <= leaves * r rows in all: the leaves past the end of a short batch
+ * are short or empty). Every sgemm is one call per leaf, so its shape depends on the leaf only.
+ * Forward: y = x.w (+ b). Backward: dx per leaf (NULL: skipped); dw and db summed over the leaves
+ * in the canonical tree (accumulators of leaves leaves, in*out and out floats; NULL: skipped),
+ * the result copied to dw and db: the device's subtree, for the allreduce over the batch
+ * dimension to finish.
+ */
+void mt_repro_dense_forward(float *y, const float *x, const float *w, const float *b, size_t rows,
+                            size_t r, int leaves, size_t in, size_t out);
+void mt_repro_dense_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                             const float *w, size_t rows, size_t r, int leaves, size_t in,
+                             size_t out, mt_repro_acc *acc_w, mt_repro_acc *acc_b);
+
+/*
+ * Batch norm's sums over rows (core/tensor's mt_bn_sum, mt_bn_sqdev, mt_bn_grad_sums) per leaf of
+ * `r` rows (r = examples per leaf x rows per example), folded over the device's `leaves` leaves
+ * in the canonical tree: the device's subtree, for the allreduce over the batch dimension. acc
+ * holds c floats (sum, sqdev) or 2c (grad_sums: sum_dy then sum_dy_xhat).
+ */
+void mt_repro_bn_sum(float *out, const float *x, size_t rows, size_t r, int leaves, size_t c,
+                     mt_repro_acc *acc);
+void mt_repro_bn_sqdev(float *out, const float *x, const float *mean, size_t rows, size_t r,
+                       int leaves, size_t c, mt_repro_acc *acc);
+void mt_repro_bn_grad_sums(float *sum_dy, float *sum_dy_xhat, const float *dy, const float *xhat,
+                           size_t rows, size_t r, int leaves, size_t c, mt_repro_acc *acc);
+
+/*
+ * conv2d on a device's `leaves` leaves of `r` examples each (g->batch examples in all): one
+ * mt_conv2d_forward / _backward call per leaf (cols, dcols: the device's buffers, a leaf using
+ * the part of its examples); dw and db folded in the canonical tree as the dense ones.
+ */
+void mt_repro_conv2d_forward(float *y, float *cols, const float *x, const float *w, const float *b,
+                             const mt_conv2d_geom *g, size_t r, int leaves);
+void mt_repro_conv2d_backward(float *dx, float *dw, float *db, float *dcols, const float *dy,
+                              const float *cols, const float *w, const mt_conv2d_geom *g, size_t r,
+                              int leaves, mt_repro_acc *acc_w, mt_repro_acc *acc_b);
+
+#endif

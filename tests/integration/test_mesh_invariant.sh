@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
+# SPDX-License-Identifier: MIT
+# test_mesh_invariant.sh — "reproducibility": "mesh_invariant" on data-parallel meshes (issue #18
+# item 1, docs/reproducibility.md): 50 steps of `train --local` on batch=1, 2, 4 and 8 give
+# byte-identical exports (cmp) and equal state digests at every step (digest_every 1, compared
+# by `meshtrain diverge` and by the whole --json output without its speed figures), for
+# * the sentiment MLP (examples/dtensor_mlp_data_parallel.json: dense, batch_norm, dense softmax,
+#   Adam; text pipeline, 512 generated sentences = 8 full batches per epoch),
+# * the same with a dropout layer (masks keyed by global example index),
+# * the same with FSDP kernels (sharded over batch; gathered per layer, and kept),
+# * the Fashion-MNIST MLP (examples/fashion_mnist_mlp.json: IDX files),
+# * the Fashion-MNIST CNN and residual CNN (conv2d, max_pool2d, add, concatenate, batch_norm):
+#   10 steps only (a CNN step takes 10-100 ms here; 50 steps on 4 meshes would take ~1 min).
+# A checkpoint of batch=2 resumed on batch=4 ends byte-identical to an uninterrupted batch=1 run.
+# fixed_mesh (the default) on the same sentiment spec differs between batch=1 and batch=8 (what
+# the mode fixes). Refusals: a batch dimension that cannot keep the bits (INVALID_ARGUMENT with
+# the sizes that can), a layer kind without leaf kernels (layer_norm) and a model dimension
+# (UNIMPLEMENTED).
+# Short last batches (520 sentences, batch 64: a step of one leaf) keep the bits on every mesh.
+source "$(dirname "$0")/lib.sh"
+export OPENBLAS_NUM_THREADS=1
+STEPS=50
+
+mkdir -p "$T/ex/data"
+gen_text "$T/ex/data/sentiment_train.tsv" 512 1
+gen_text "$T/ex/data/sentiment_test.tsv" 64 2
+
+# variant NAME: a copy of a seed spec in $T/ex with mesh_invariant, digest_every 1, no own
+# checkpoint cadence (one at the end), and the variant's change
+variant() {
+    python3 - "$SRC" "$T/ex" "$1" <<'PY'
+import json, sys
+src, ex, name = sys.argv[1:]
+base = {"fmnist": "fashion_mnist_mlp", "cnn": "fashion_mnist_cnn",
+        "rescnn": "fashion_mnist_residual_cnn"}.get(name, "dtensor_mlp_data_parallel")
+s = json.load(open(f"{src}/examples/{base}.json"))
+s["reproducibility"] = "mesh_invariant" if name != "fixed" else "fixed_mesh"
+s["digest_every"] = 1
+s.pop("checkpoint", None)
+for k in ("test_images", "test_labels"):  # the IDX specs: no test-set evaluation
+    s["dataset"].pop(k, None)
+if name == "dropout":
+    s["model"]["layers"].insert(1, {"type": "dropout", "rate": 0.3})
+if name in ("fsdp", "fsdp_keep"):
+    s["layouts"] = {"dense_1\\.kernel": ["batch", "unsharded"],
+                    "dense_2\\.kernel": ["batch", "unsharded"]}
+if name == "fsdp_keep":
+    s["fsdp"] = {"reshard_after_forward": False}
+json.dump(s, open(f"{ex}/{name}.json", "w"))
+PY
+}
+
+# run NAME MESH [STEPS]: STEPS steps, the --json lines without their speed, the export of the last
+run() {
+    local out="$T/$1-$2" STEPS=${3:-$STEPS}
+    (cd "$T/ex" && "$BIN/meshtrain" train --local "$1.json" --mesh "batch=$2" --epochs 7 \
+        --steps $STEPS --json --save "$out" >"$out.json" 2>"$out.log") ||
+        fail "train $1 on batch=$2: $(tail -3 "$out.log")"
+    sed 's/"examples_per_sec":[0-9.e+-]*,//' "$out.json" >"$out.bits"
+    [ "$(grep -c '"digest"' "$out.bits")" -ge $STEPS ] || fail "$1 batch=$2: a digest per step"
+    "$BIN/meshtrain" export "$out/ckpt-$STEPS.mtc" -o "$out.safetensors" >/dev/null ||
+        fail "export $1 batch=$2"
+}
+
+for name in sentiment dropout fsdp fsdp_keep fmnist cnn rescnn; do
+    variant "$name"
+    steps=$STEPS
+    case $name in cnn | rescnn) steps=10 ;; esac
+    for b in 1 2 4 8; do
+        run "$name" "$b" "$steps"
+        [ "$b" = 1 ] && continue
+        cmp "$T/$name-1.safetensors" "$T/$name-$b.safetensors" ||
+            fail "$name: the export of batch=$b differs from batch=1"
+        "$BIN/meshtrain" diverge "$T/$name-1.json" "$T/$name-$b.json" >"$T/div.out" ||
+            fail "$name batch=$b: $(cat "$T/div.out")"
+        cmp "$T/$name-1.bits" "$T/$name-$b.bits" ||
+            fail "$name: the --json lines of batch=$b differ from batch=1"
+    done
+    log "$name: batch=1,2,4,8 byte-identical after $steps steps, equal digests at every step"
+done
+
+# a restore onto another mesh: 10 steps on batch=2, resumed on batch=4 to step 20, ends with the
+# checkpoint of 20 uninterrupted steps on batch=1 (same state digests over steps 11..20)
+(cd "$T/ex" && "$BIN/meshtrain" train --local sentiment.json --mesh batch=2 --steps 10 --json \
+    --save "$T/res-a" >"$T/res-a.json" 2>"$T/res-a.log" &&
+    "$BIN/meshtrain" train --local sentiment.json --mesh batch=4 --resume "$T/res-a/ckpt-10.mtc" \
+        --steps 20 --json --save "$T/res-b" >"$T/res-b.json" 2>"$T/res-b.log" &&
+    "$BIN/meshtrain" train --local sentiment.json --mesh batch=1 --steps 20 --json \
+        --save "$T/res-c" >"$T/res-c.json" 2>"$T/res-c.log") || fail "resume runs: $(tail -3 "$T"/res-*.log)"
+cmp "$T/res-b/ckpt-20.mtc" "$T/res-c/ckpt-20.mtc" || fail "batch=2 -> batch=4 resume differs from batch=1"
+"$BIN/meshtrain" diverge "$T/res-b.json" "$T/res-c.json" >"$T/div.out" || fail "resume: $(cat "$T/div.out")"
+log "restore onto another mesh: batch=2 then batch=4 equals batch=1 after 20 steps"
+
+# the default mode differs across meshes (batch=8 holds one leaf per device, batch=1 does not)
+variant fixed
+run fixed 1
+run fixed 8
+if cmp -s "$T/fixed-1.safetensors" "$T/fixed-8.safetensors"; then
+    fail "fixed_mesh: batch=1 and batch=8 gave the same bits (the test would prove nothing)"
+fi
+
+# refusals, and what plan says
+cd "$T/ex"
+"$BIN/meshtrain" plan sentiment.json --mesh batch=4 >"$T/plan.out"
+grep -q "repro     mesh_invariant: 8 leaves of 8 examples; batch dimension sizes that keep the bits: 1, 2, 4, 8" \
+    "$T/plan.out" || fail "plan: $(cat "$T/plan.out")"
+expect_fail 4 "needs the batch dimension's size (3) to be a power of two dividing the 8 leaves" \
+    "$BIN/meshtrain" train --local sentiment.json --mesh batch=3 --steps 1
+expect_fail 4 "runs on data-parallel meshes only for now; mesh dimension 'model' has size 2" \
+    "$BIN/meshtrain" plan sentiment.json --mesh batch=2,model=2
+python3 -c "
+import json; s = json.load(open('sentiment.json'))
+s['model']['layers'].insert(1, {'type': 'layer_norm'}); json.dump(s, open('ln.json', 'w'))"
+expect_fail 4 'model.layers\[1\] (layer_norm_1): reproducibility: "mesh_invariant" does not run' \
+    "$BIN/meshtrain" plan ln.json
+# 520 sentences: the 9th step of every epoch has 8 examples, one leaf: the pipeline gives it
+# whole to the first replica and nothing to the others, on every mesh the same bits
+mkdir -p short/data
+gen_text short/data/sentiment_train.tsv 520 1
+cp data/sentiment_test.tsv short/data/
+cp sentiment.json short/
+for b in 1 2 4 8; do
+    (cd short && "$BIN/meshtrain" train --local sentiment.json --mesh "batch=$b" --steps 20 \
+        --json --save "ck-$b" >"out-$b.json" 2>"out-$b.log") || fail "short batch=$b: $(cat short/out-$b.log)"
+    sed 's/"examples_per_sec":[0-9.e+-]*,//' "short/out-$b.json" >"short/bits-$b"
+    cmp short/bits-1 "short/bits-$b" || fail "short batches: the --json lines of batch=$b differ"
+    cmp short/ck-1/ckpt-20.mtc "short/ck-$b/ckpt-20.mtc" || fail "short batches: ckpt of batch=$b"
+done
+log "short last batches (one leaf of 8): batch=1,2,4,8 byte-identical after 20 steps"
+log "refusals: batch=3, a model dimension, a layer_norm layer"

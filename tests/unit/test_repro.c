@@ -1,0 +1,578 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_repro.c — unit tests for core/repro (mt_repro.h): the leaf count of a batch, which
+ * data-parallel sizes keep the bits, leaf ranges of full and short batches, the canonical tree,
+ * and the claim the mesh_invariant design rests on: a device folding its own L/P consecutive
+ * leaves and core/coll's allreduce over P = 1, 2, 4, 8 devices (the real collective, tree and
+ * one-hop paths) give the canonical tree over all L = 8 leaves bit for bit — and an interleaved
+ * assignment of leaves to devices does not; and that an sgemm of a fixed shape gives the same
+ * bits wherever its operands lie.
+ */
+#include "mt_test.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/mt_coll.h"
+#include "coll_test_util.h"
+#include "repro/mt_repro.h"
+#include "tensor/mt_tensor.h"
+
+#define L 8
+
+static void test_repro_leaves_of_a_batch(void **state)
+{
+    static const struct {
+        size_t batch;
+        int leaves;
+    } t[] = {{1, 1},  {2, 2},  {3, 1},  {4, 4},  {6, 2},   {8, 8},
+             {12, 4}, {16, 8}, {32, 8}, {40, 8}, {100, 4}, {1024, 8}};
+    (void)state;
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (mt_repro_leaves(t[i].batch) != t[i].leaves)
+            fail_msg("batch %zu: %d leaves, want %d", t[i].batch, mt_repro_leaves(t[i].batch),
+                     t[i].leaves);
+}
+
+static void test_repro_sizes_that_keep_the_bits(void **state)
+{
+    mt_err err = {0};
+    (void)state;
+    for (int p = 1; p <= 16; p++) {
+        bool want = p == 1 || p == 2 || p == 4 || p == 8;
+        assert_int_equal(mt_repro_keeps_bits(32, p), want);
+        assert_int_equal(mt_repro_keeps_bits(12, p), p == 1 || p == 2 || p == 4);
+        assert_int_equal(mt_repro_keeps_bits(1, p), p == 1);
+    }
+    assert_false(mt_repro_keeps_bits(32, 0));
+    assert_int_equal(mt_repro_check_mesh(32, 4, &err), MT_OK);
+    assert_int_equal(mt_repro_check_mesh(32, 3, &err), MT_INVALID_ARGUMENT);
+    assert_string_equal(err.msg,
+                        "reproducibility: \"mesh_invariant\" needs the batch dimension's size (3) "
+                        "to be a power of two dividing the 8 leaves of batch_size 32 (sizes that "
+                        "keep the bits: 1, 2, 4, 8; a batch_size that is a multiple of 8 allows "
+                        "1, 2, 4, 8)");
+    assert_int_equal(mt_repro_check_mesh(6, 4, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "size (4) to be a power of two dividing the 2 leaves of "
+                                    "batch_size 6 (sizes that keep the bits: 1, 2;"));
+}
+
+static void test_repro_leaf_ranges(void **state)
+{
+    /* batch 32: 8 leaves of 4; a short last batch of 10 keeps R = 4 (4, 4, 2, then empty);
+     * batch 6: 2 leaves of 3 */
+    static const struct {
+        size_t batch, n;
+        int leaf;
+        size_t start, len;
+    } t[] = {{32, 32, 0, 0, 4}, {32, 32, 5, 20, 4}, {32, 32, 7, 28, 4}, {32, 10, 1, 4, 4},
+             {32, 10, 2, 8, 2}, {32, 10, 5, 10, 0}, {32, 10, 7, 10, 0}, {6, 6, 1, 3, 3},
+             {6, 4, 1, 3, 1},   {1, 1, 0, 0, 1}};
+    (void)state;
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        size_t s, n;
+        mt_repro_leaf_range(t[i].batch, t[i].n, t[i].leaf, &s, &n);
+        if (s != t[i].start || n != t[i].len)
+            fail_msg("batch %zu n %zu leaf %d: [%zu, +%zu), want [%zu, +%zu)", t[i].batch, t[i].n,
+                     t[i].leaf, s, n, t[i].start, t[i].len);
+    }
+}
+
+/* The tree written out by hand, on values whose sum shows the association. */
+static void test_repro_tree_is_the_documented_order(void **state)
+{
+    float v[L] = {1e8f, 1.0f, -1e8f, 3.0f, 0.5f, 7.0f, -0.25f, 1e-3f}, w[L];
+    float *p[L];
+    (void)state;
+    for (int count = 1; count <= L; count *= 2) {
+        float want;
+        memcpy(w, v, sizeof(v));
+        for (int i = 0; i < L; i++)
+            p[i] = &w[i];
+        mt_repro_tree_fold(p, count, 1);
+        if (count == 1)
+            want = v[0];
+        else if (count == 2)
+            want = v[0] + v[1];
+        else if (count == 4)
+            want = (v[0] + v[1]) + (v[2] + v[3]);
+        else
+            want = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+        if (memcmp(&w[0], &want, sizeof(float)) != 0)
+            fail_msg("count %d: %.9g, documented tree %.9g", count, (double)w[0], (double)want);
+    }
+    /* the association shows: a left-to-right sum of the 8 values differs */
+    float seq = 0.0f;
+    for (int i = 0; i < L; i++)
+        seq += v[i];
+    memcpy(w, v, sizeof(v));
+    mt_repro_tree_fold(p, L, 1);
+    assert_true(memcmp(&seq, &w[0], sizeof(float)) != 0);
+}
+
+/*
+ * What the per-leaf kernel calls rely on: an sgemm of one shape gives the same bits wherever its
+ * operands lie (a leaf's rows sit at another offset on another mesh). Forward (y = x.W, M = the
+ * leaf's rows) and weight gradient (dW = x^T.dy, K = the leaf's rows), operands moved by 1..15
+ * floats. (A different M or N does change rows or columns on OpenBLAS 0.3.21: that is why the
+ * calls are made per leaf; docs/reproducibility.md.)
+ */
+static void test_repro_gemm_same_shape_any_offset(void **state)
+{
+    static const size_t shapes[][3] = {{8, 48, 1200}, {1, 48, 1200}, {4, 2, 48}, {16, 128, 784}};
+    (void)state;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        size_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], pad = 16;
+        float *x = calloc(m * k + pad, sizeof(float)), *w = calloc(k * n + pad, sizeof(float));
+        float *dy = calloc(m * n + pad, sizeof(float)), *y0 = calloc(m * n, sizeof(float));
+        float *dw0 = calloc(k * n, sizeof(float)), *y = calloc(m * n + pad, sizeof(float));
+        float *dw = calloc(k * n + pad, sizeof(float));
+        for (size_t i = 0; i < m * k; i++)
+            x[i] = ct_val(1, i, si);
+        for (size_t i = 0; i < k * n; i++)
+            w[i] = ct_val(2, i, si);
+        for (size_t i = 0; i < m * n; i++)
+            dy[i] = ct_val(3, i, si);
+        mt_gemm(false, false, m, n, k, 1.0f, x, k, w, n, 0.0f, y0, n);
+        mt_gemm(true, false, k, n, m, 1.0f, x, k, dy, n, 0.0f, dw0, n);
+        for (size_t off = 1; off < pad; off += 2) {
+            memmove(x + off, x + off - (off > 1 ? 2 : 1), m * k * sizeof(float));
+            memmove(dy + off, dy + off - (off > 1 ? 2 : 1), m * n * sizeof(float));
+            mt_gemm(false, false, m, n, k, 1.0f, x + off, k, w, n, 0.0f, y + off / 2, n);
+            mt_gemm(true, false, k, n, m, 1.0f, x + off, k, dy + off, n, 0.0f, dw + off / 2, n);
+            if (memcmp(y + off / 2, y0, m * n * sizeof(float)) != 0 ||
+                memcmp(dw + off / 2, dw0, k * n * sizeof(float)) != 0)
+                fail_msg("m=%zu n=%zu k=%zu: other bits with the operands moved by %zu floats", m,
+                         n, k, off);
+        }
+        free(x);
+        free(w);
+        free(dy);
+        free(y0);
+        free(dw0);
+        free(y);
+        free(dw);
+    }
+}
+
+/* ---------------------------------------------------------------- device subtrees + allreduce */
+
+typedef struct dev_job {
+    mt_coll_world *w;
+    int rank, p;
+    const int *group;
+    float *buf;
+    size_t n;
+    mt_code rc;
+    mt_err err;
+} dev_job;
+
+static void *dev_main(void *arg)
+{
+    dev_job *j = arg;
+    mt_coll_group g = {j->group, j->p};
+    j->rc =
+        mt_coll_allreduce_sum(mt_coll_world_comm(j->w, j->rank), &g, j->buf, j->n, NULL, &j->err);
+    return NULL;
+}
+
+/* leaves[i][e] for L leaves of n floats (varied magnitudes and signs). */
+static float **make_leaves(size_t n)
+{
+    float **lv = calloc(L, sizeof(float *));
+    for (int i = 0; i < L; i++) {
+        lv[i] = calloc(n + 1, sizeof(float));
+        for (size_t e = 0; e < n; e++)
+            lv[i][e] = ct_val(i, e, 18);
+    }
+    return lv;
+}
+
+static void free_leaves(float **lv)
+{
+    for (int i = 0; i < L; i++)
+        free(lv[i]);
+    free(lv);
+}
+
+/*
+ * Device r of p folds leaves own(r, 0..L/p-1) with mt_repro_tree_fold into sub[r]; sub[] are
+ * then summed across the p devices by the real allreduce (direct_bytes: 0 = the halving tree,
+ * large = the one-hop path) and by mt_coll_reference_allreduce. Both results are written to
+ * out_real / out_ref. interleaved: device r owns leaves r, r+p, r+2p, ... instead of the block.
+ */
+static void device_sums(float **lv, size_t n, int p, bool interleaved, size_t direct_bytes,
+                        float *out_real, float *out_ref)
+{
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_world *w;
+    dev_job jobs[L];
+    pthread_t th[L];
+    int group[L];
+    float *sub[L] = {0};
+    int per = L / p;
+
+    for (int r = 0; r < p; r++) {
+        float *mine[L];
+        group[r] = r;
+        for (int k = 0; k < per; k++) {
+            int leaf = interleaved ? r + k * p : r * per + k;
+            mine[k] = calloc(n + 1, sizeof(float));
+            memcpy(mine[k], lv[leaf], n * sizeof(float));
+        }
+        mt_repro_tree_fold(mine, per, n);
+        sub[r] = mine[0];
+        for (int k = 1; k < per; k++)
+            free(mine[k]);
+    }
+    mt_coll_reference_allreduce((const float *const *)sub, p, n, out_ref);
+    o.direct_bytes = direct_bytes;
+    assert_int_equal(mt_coll_world_new_local(p, &o, &w, NULL), MT_OK);
+    for (int r = 0; r < p; r++) {
+        jobs[r] = (dev_job){.w = w, .rank = r, .p = p, .group = group, .buf = sub[r], .n = n};
+        assert_int_equal(pthread_create(&th[r], NULL, dev_main, &jobs[r]), 0);
+    }
+    for (int r = 0; r < p; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < p; r++) {
+        if (jobs[r].rc != MT_OK)
+            fail_msg("p=%d rank %d: %s", p, r, jobs[r].err.msg);
+        if (n > 0 && memcmp(sub[r], sub[0], n * sizeof(float)) != 0)
+            fail_msg("p=%d: rank %d ends with other bits than rank 0", p, r);
+    }
+    memcpy(out_real, sub[0], n * sizeof(float));
+    for (int r = 0; r < p; r++)
+        free(sub[r]);
+    mt_coll_world_free(w);
+}
+
+static void test_repro_device_subtrees_and_allreduce_are_the_tree(void **state)
+{
+    static const size_t sizes[] = {1, 7, 97, 4099, 65537};
+    (void)state;
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        size_t n = sizes[si];
+        float **lv = make_leaves(n), **cp = make_leaves(n);
+        float *want = calloc(n, sizeof(float)), *real = calloc(n, sizeof(float)),
+              *ref = calloc(n, sizeof(float));
+        mt_repro_tree_fold(cp, L, n); /* the serial canonical tree over the 8 leaves */
+        memcpy(want, cp[0], n * sizeof(float));
+        for (int p = 1; p <= L; p *= 2)
+            for (int direct = 0; direct < 2; direct++) {
+                device_sums(lv, n, p, false, direct ? (size_t)1 << 20 : 0, real, ref);
+                if (memcmp(ref, want, n * sizeof(float)) != 0)
+                    fail_msg("n=%zu p=%d: reference allreduce of the subtrees is not the tree", n,
+                             p);
+                if (memcmp(real, want, n * sizeof(float)) != 0)
+                    fail_msg("n=%zu p=%d %s: allreduce of the subtrees is not the tree", n, p,
+                             direct ? "one-hop" : "halving");
+            }
+        free_leaves(lv);
+        free_leaves(cp);
+        free(want);
+        free(real);
+        free(ref);
+    }
+}
+
+/* The condition matters: devices holding interleaved leaves give other bits (p = 2, 4). */
+static void test_repro_interleaved_leaves_are_not_the_tree(void **state)
+{
+    size_t n = 4099;
+    float **lv = make_leaves(n), **cp = make_leaves(n);
+    float *real = calloc(n, sizeof(float)), *ref = calloc(n, sizeof(float));
+    (void)state;
+    mt_repro_tree_fold(cp, L, n);
+    for (int p = 2; p <= 4; p *= 2) {
+        device_sums(lv, n, p, true, 0, real, ref);
+        assert_memory_equal(real, ref, n * sizeof(float));
+        if (memcmp(real, cp[0], n * sizeof(float)) == 0)
+            fail_msg("p=%d: interleaved leaves gave the canonical bits on all %zu elements", p, n);
+    }
+    free_leaves(lv);
+    free_leaves(cp);
+    free(real);
+    free(ref);
+}
+
+/* A device's first row and row count (in examples) of its block of leaves of a step of n. */
+static void device_block(size_t batch, size_t n, int p, int d, size_t *s0, size_t *rows)
+{
+    int own = mt_repro_leaves(batch) / p;
+    size_t a, len, b, blen;
+    mt_repro_leaf_range(batch, n, d * own, &a, &len);
+    mt_repro_leaf_range(batch, n, d * own + own - 1, &b, &blen);
+    *s0 = a;
+    *rows = b + blen - a;
+}
+
+/* Sum the p device subtrees sub[0..p) of m floats in the allreduce's order into out; free them. */
+static void allreduce_free(float **sub, int p, size_t m, float *out)
+{
+    mt_coll_reference_allreduce((const float *const *)sub, p, m, out);
+    for (int d = 0; d < p; d++)
+        free(sub[d]);
+}
+
+/* One dense layer's step on P devices of a batch of `batch` examples (n present): y and dx
+ * gathered in example order, dw and db the device subtrees summed by the allreduce's order. */
+typedef struct dense_step {
+    float *y, *dx, *dw, *db;
+} dense_step;
+
+static dense_step dense_on_mesh(size_t batch, size_t n, int p, const float *x, const float *w,
+                                const float *b, const float *dy, size_t in, size_t out)
+{
+    int leaves = mt_repro_leaves(batch), own = leaves / p;
+    size_t r = batch / (size_t)leaves;
+    dense_step st = {calloc(n * out + 1, sizeof(float)), calloc(n * in + 1, sizeof(float)),
+                     calloc(in * out, sizeof(float)), calloc(out, sizeof(float))};
+    float *subw[L] = {0}, *subb[L] = {0};
+    mt_repro_acc aw, ab;
+    mt_err err = MT_ERR_INIT;
+
+    assert_int_equal(mt_repro_acc_init(&aw, own, in * out, &err), MT_OK);
+    assert_int_equal(mt_repro_acc_init(&ab, own, out, &err), MT_OK);
+    for (int d = 0; d < p; d++) {
+        size_t s0, rows;
+        device_block(batch, n, p, d, &s0, &rows);
+        subw[d] = calloc(in * out, sizeof(float));
+        subb[d] = calloc(out, sizeof(float));
+        mt_repro_dense_forward(st.y + s0 * out, x + s0 * in, w, b, rows, r, own, in, out);
+        mt_repro_dense_backward(st.dx + s0 * in, subw[d], subb[d], dy + s0 * out, x + s0 * in, w,
+                                rows, r, own, in, out, &aw, &ab);
+    }
+    allreduce_free(subw, p, in * out, st.dw);
+    allreduce_free(subb, p, out, st.db);
+    mt_repro_acc_free(&aw);
+    mt_repro_acc_free(&ab);
+    return st;
+}
+
+static void dense_step_free(dense_step *st)
+{
+    free(st->y);
+    free(st->dx);
+    free(st->dw);
+    free(st->db);
+}
+
+/*
+ * The dense layer's leaf kernels give the same bits on P = 1, 2, 4, 8 devices (batch 32: 8
+ * leaves of 4; a short batch of 10 examples: leaves 4, 4, 2 and five empty ones; batch 8: 8
+ * leaves of one example) for y, dx, dw and db, and the streaming tree is the canonical fold.
+ */
+static void test_repro_dense_same_bits_on_every_mesh(void **state)
+{
+    static const size_t cases[][2] = {{32, 32}, {32, 10}, {8, 8}};
+    const size_t in = 1200, out = 48;
+    (void)state;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        size_t batch = cases[ci][0], n = cases[ci][1];
+        float *x = calloc(n * in, sizeof(float)), *w = calloc(in * out, sizeof(float));
+        float *b = calloc(out, sizeof(float)), *dy = calloc(n * out, sizeof(float));
+        for (size_t i = 0; i < n * in; i++)
+            x[i] = ct_val(4, i, ci);
+        for (size_t i = 0; i < in * out; i++)
+            w[i] = ct_val(5, i, ci);
+        for (size_t i = 0; i < out; i++)
+            b[i] = ct_val(6, i, ci);
+        for (size_t i = 0; i < n * out; i++)
+            dy[i] = ct_val(7, i, ci);
+        dense_step one = dense_on_mesh(batch, n, 1, x, w, b, dy, in, out);
+        for (int p = 2; p <= L; p *= 2) {
+            dense_step m = dense_on_mesh(batch, n, p, x, w, b, dy, in, out);
+            if (memcmp(m.y, one.y, n * out * sizeof(float)) != 0 ||
+                memcmp(m.dx, one.dx, n * in * sizeof(float)) != 0 ||
+                memcmp(m.dw, one.dw, in * out * sizeof(float)) != 0 ||
+                memcmp(m.db, one.db, out * sizeof(float)) != 0)
+                fail_msg("batch %zu (%zu present), %d devices: other bits than one device", batch,
+                         n, p);
+            dense_step_free(&m);
+        }
+        dense_step_free(&one);
+        free(x);
+        free(w);
+        free(b);
+        free(dy);
+    }
+}
+
+/* The streaming accumulator is mt_repro_tree_fold, bit for bit, for 1..8 leaves. */
+static void test_repro_acc_is_the_tree(void **state)
+{
+    const size_t n = 1000;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    for (int count = 1; count <= L; count *= 2) {
+        float **lv = make_leaves(n);
+        mt_repro_acc a;
+        assert_int_equal(mt_repro_acc_init(&a, count, n, &err), MT_OK);
+        for (int i = 0; i < count; i++) {
+            memcpy(mt_repro_acc_slot(&a), lv[i], n * sizeof(float));
+            mt_repro_acc_push(&a);
+        }
+        mt_repro_tree_fold(lv, count, n);
+        assert_memory_equal(mt_repro_acc_result(&a), lv[0], n * sizeof(float));
+        mt_repro_acc_free(&a);
+        free_leaves(lv);
+    }
+}
+
+/* Batch norm's three sums (c features, 3 rows per example) on p devices: 4c floats. */
+static float *bn_on_mesh(size_t batch, size_t n, int p, const float *x, const float *dy,
+                         const float *xhat, const float *mean, size_t c)
+{
+    const size_t rpe = 3; /* rows per example (a sequence or an image) */
+    int own = mt_repro_leaves(batch) / p;
+    size_t r = batch / (size_t)mt_repro_leaves(batch) * rpe;
+    float *out = calloc(4 * c, sizeof(float)), *sub[3][L] = {{0}};
+    mt_repro_acc a1, a2;
+    mt_err err = MT_ERR_INIT;
+
+    assert_int_equal(mt_repro_acc_init(&a1, own, c, &err), MT_OK);
+    assert_int_equal(mt_repro_acc_init(&a2, own, 2 * c, &err), MT_OK);
+    for (int d = 0; d < p; d++) {
+        size_t s0, rows;
+        device_block(batch, n, p, d, &s0, &rows);
+        s0 *= rpe;
+        rows *= rpe;
+        for (int k = 0; k < 3; k++)
+            sub[k][d] = calloc(2 * c, sizeof(float));
+        mt_repro_bn_sum(sub[0][d], x + s0 * c, rows, r, own, c, &a1);
+        mt_repro_bn_sqdev(sub[1][d], x + s0 * c, mean, rows, r, own, c, &a1);
+        mt_repro_bn_grad_sums(sub[2][d], sub[2][d] + c, dy + s0 * c, xhat + s0 * c, rows, r, own, c,
+                              &a2);
+    }
+    allreduce_free(sub[0], p, c, out);
+    allreduce_free(sub[1], p, c, out + c);
+    allreduce_free(sub[2], p, 2 * c, out + 2 * c);
+    mt_repro_acc_free(&a1);
+    mt_repro_acc_free(&a2);
+    return out;
+}
+
+/* Batch norm's sums give the same bits on 1, 2, 4, 8 devices (full and short batches). */
+static void test_repro_bn_same_bits_on_every_mesh(void **state)
+{
+    static const size_t cases[][2] = {{32, 32}, {32, 10}, {8, 8}};
+    const size_t c = 48;
+    (void)state;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        size_t batch = cases[ci][0], n = cases[ci][1], m = n * 3 * c;
+        float *x = calloc(m, sizeof(float)), *dy = calloc(m, sizeof(float));
+        float *xh = calloc(m, sizeof(float)), *mean = calloc(c, sizeof(float));
+        for (size_t i = 0; i < m; i++) {
+            x[i] = ct_val(8, i, ci);
+            dy[i] = ct_val(9, i, ci);
+            xh[i] = ct_val(10, i, ci);
+        }
+        for (size_t i = 0; i < c; i++)
+            mean[i] = ct_val(11, i, ci);
+        float *one = bn_on_mesh(batch, n, 1, x, dy, xh, mean, c);
+        for (int p = 2; p <= L; p *= 2) {
+            float *got = bn_on_mesh(batch, n, p, x, dy, xh, mean, c);
+            if (memcmp(got, one, 4 * c * sizeof(float)) != 0)
+                fail_msg("batch %zu (%zu present), %d devices: other bits than one device", batch,
+                         n, p);
+            free(got);
+        }
+        free(one);
+        free(x);
+        free(dy);
+        free(xh);
+        free(mean);
+    }
+}
+
+/* conv2d 8x8x3 -> 3x3 same -> 4 filters on p devices: y, dx, dw, db concatenated. */
+static float *conv_on_mesh(size_t batch, size_t n, int p, const float *x, const float *w,
+                           const float *b, const float *dy)
+{
+    const mt_conv2d_geom g0 = {
+        .batch = 1, .h = 8, .w = 8, .c = 3, .kh = 3, .kw = 3, .f = 4, .same = true};
+    const size_t xs = 8 * 8 * 3, ys = 8 * 8 * 4, nw = 3 * 3 * 3 * 4, cs = mt_conv2d_cols_size(&g0);
+    int own = mt_repro_leaves(batch) / p;
+    size_t r = batch / (size_t)mt_repro_leaves(batch);
+    float *out = calloc(n * ys + n * xs + nw + 4, sizeof(float)), *y = out, *dx = out + n * ys;
+    float *subw[L] = {0}, *subb[L] = {0};
+    mt_repro_acc aw, ab;
+    mt_err err = MT_ERR_INIT;
+
+    assert_int_equal(mt_repro_acc_init(&aw, own, nw, &err), MT_OK);
+    assert_int_equal(mt_repro_acc_init(&ab, own, 4, &err), MT_OK);
+    for (int d = 0; d < p; d++) {
+        size_t s0, rows;
+        mt_conv2d_geom g = g0;
+        device_block(batch, n, p, d, &s0, &rows);
+        g.batch = rows;
+        float *cols = calloc(rows * cs + 1, sizeof(float)),
+              *dcols = calloc(rows * cs + 1, sizeof(float));
+        subw[d] = calloc(nw, sizeof(float));
+        subb[d] = calloc(4, sizeof(float));
+        mt_repro_conv2d_forward(y + s0 * ys, cols, x + s0 * xs, w, b, &g, r, own);
+        mt_repro_conv2d_backward(dx + s0 * xs, subw[d], subb[d], dcols, dy + s0 * ys, cols, w, &g,
+                                 r, own, &aw, &ab);
+        free(cols);
+        free(dcols);
+    }
+    allreduce_free(subw, p, nw, dx + n * xs);
+    allreduce_free(subb, p, 4, dx + n * xs + nw);
+    mt_repro_acc_free(&aw);
+    mt_repro_acc_free(&ab);
+    return out;
+}
+
+/* conv2d's leaf kernels give the same bits on 1, 2, 4, 8 devices (full and short batches). */
+static void test_repro_conv2d_same_bits_on_every_mesh(void **state)
+{
+    static const size_t cases[][2] = {{16, 16}, {16, 5}, {8, 8}};
+    const size_t xs = 8 * 8 * 3, ys = 8 * 8 * 4, nw = 3 * 3 * 3 * 4;
+    (void)state;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        size_t batch = cases[ci][0], n = cases[ci][1], total = n * ys + n * xs + nw + 4;
+        float *x = calloc(n * xs, sizeof(float)), *w = calloc(nw, sizeof(float));
+        float *b = calloc(4, sizeof(float)), *dy = calloc(n * ys, sizeof(float));
+        for (size_t i = 0; i < n * xs; i++)
+            x[i] = ct_val(12, i, ci);
+        for (size_t i = 0; i < nw; i++)
+            w[i] = ct_val(13, i, ci);
+        for (size_t i = 0; i < 4; i++)
+            b[i] = ct_val(14, i, ci);
+        for (size_t i = 0; i < n * ys; i++)
+            dy[i] = ct_val(15, i, ci);
+        float *one = conv_on_mesh(batch, n, 1, x, w, b, dy);
+        for (int p = 2; p <= L; p *= 2) {
+            float *got = conv_on_mesh(batch, n, p, x, w, b, dy);
+            if (memcmp(got, one, total * sizeof(float)) != 0)
+                fail_msg("batch %zu (%zu present), %d devices: other bits than one device", batch,
+                         n, p);
+            free(got);
+        }
+        free(one);
+        free(x);
+        free(w);
+        free(b);
+        free(dy);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_repro_leaves_of_a_batch),
+        cmocka_unit_test(test_repro_sizes_that_keep_the_bits),
+        cmocka_unit_test(test_repro_leaf_ranges),
+        cmocka_unit_test(test_repro_tree_is_the_documented_order),
+        cmocka_unit_test(test_repro_gemm_same_shape_any_offset),
+        cmocka_unit_test(test_repro_device_subtrees_and_allreduce_are_the_tree),
+        cmocka_unit_test(test_repro_interleaved_leaves_are_not_the_tree),
+        cmocka_unit_test(test_repro_acc_is_the_tree),
+        cmocka_unit_test(test_repro_dense_same_bits_on_every_mesh),
+        cmocka_unit_test(test_repro_bn_same_bits_on_every_mesh),
+        cmocka_unit_test(test_repro_conv2d_same_bits_on_every_mesh),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
