@@ -9,7 +9,8 @@
  * and the CRC to `checksum` ("crc32:%08x"), else the upload is discarded (DATA_LOSS); then the
  * file is fsynced, renamed to step-<S>.ckpt and the directory fsynced. On the loop thread the
  * first chunk records the checkpoint (incomplete) and the last one marks it complete and
- * deletes the files of complete checkpoints beyond the spec's checkpoint.keep (default 3).
+ * deletes the files of complete checkpoints beyond the spec's checkpoint.keep (default 3), but
+ * not the best one (validation.best: the step of the job's latest "best_step" point).
  * Only then is the last chunk acknowledged, so a checkpoint the worker saw acknowledged
  * survives kill -9 and the loss of that worker.
  *

@@ -542,6 +542,9 @@ mt_code mt_store_checkpoint_get(mt_store *s, const char *job_id, uint64_t step,
  * Incomplete records newer than that are kept (uploads in progress). On OK
  * *locations is an owned array of the *n deleted records' locations (the caller
  * deletes the files; free with mt_store_strings_free), NULL when *n == 0.
+ * With keep > 0 the best checkpoint is kept too: the step that the job's latest
+ * "best_step" metric point names (validation.best; the worker uploads the best
+ * checkpoint as that step's), however old it is.
  * keep == 0 keeps nothing complete (and deletes every incomplete record).
  * Codes: RESOURCE_EXHAUSTED (nothing is deleted then), store errors.
  */

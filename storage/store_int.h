@@ -138,11 +138,15 @@
     X(CKPT_LATEST, "SELECT " CKPT_COLUMNS " FROM checkpoints WHERE job_id=?1 AND complete=1"       \
                    " ORDER BY step DESC LIMIT 1")                                                  \
     X(CKPT_GET, "SELECT " CKPT_COLUMNS " FROM checkpoints WHERE job_id=?1 AND step=?2")            \
-    X(CKPT_GC_VICTIMS, /* older than the oldest of the newest ?2 complete ones */                  \
+    /* older than the oldest of the newest ?2 complete ones; with ?2 > 0 not the best one (the     \
+       step of the job's latest "best_step" point, validation.best) */                             \
+    X(CKPT_GC_VICTIMS,                                                                             \
       "SELECT step, location FROM checkpoints WHERE job_id=?1 AND step < COALESCE("                \
       "(SELECT MIN(step) FROM (SELECT step FROM checkpoints WHERE job_id=?1 AND complete=1"        \
       " ORDER BY step DESC LIMIT ?2)), CASE WHEN ?2=0 THEN (SELECT MAX(step)+1 FROM checkpoints"   \
-      " WHERE job_id=?1) ELSE -1 END) ORDER BY step")                                              \
+      " WHERE job_id=?1) ELSE -1 END)"                                                             \
+      " AND NOT (?2 > 0 AND step IS (SELECT CAST(value AS INTEGER) FROM metrics_latest"            \
+      " WHERE job_id=?1 AND name='best_step')) ORDER BY step")                                     \
     X(CKPT_DELETE, "DELETE FROM checkpoints WHERE job_id=?1 AND step=?2")
 
 #define MT_STORE_STMT_ENUM(id, sql) MT_STMT_##id,

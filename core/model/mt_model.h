@@ -125,7 +125,7 @@ typedef struct mt_optimizer_spec {
     float momentum;              /* sgd, default 0 */
     bool nesterov;               /* sgd with momentum */
     float beta1, beta2, epsilon; /* adam, adamw: Keras defaults 0.9, 0.999, 1e-7 */
-    float weight_decay;          /* adamw, default 0.004 (Keras) */
+    float weight_decay;          /* sgd (0) and adamw (0.004), decoupled as Keras */
     float rho;                   /* rmsprop, default 0.9 */
     float initial_accumulator;   /* adagrad, default 0.1 */
     float global_clipnorm;       /* clip the gradients' global norm to this; 0: no clipping */

@@ -294,7 +294,8 @@ static mt_code parse_optimizer(const cJSON *root, mt_optimizer_spec *o, mt_err *
     o->kind = kinds[k].kind;
     o->learning_rate = kinds[k].lr;
     o->beta1 = 0.9f, o->beta2 = 0.999f, o->epsilon = 1e-7f;
-    o->weight_decay = 0.004f, o->rho = 0.9f, o->initial_accumulator = 0.1f;
+    o->weight_decay = o->kind == MT_OPT_ADAMW ? 0.004f : 0.0f; /* Keras: sgd 0, adamw 0.004 */
+    o->rho = 0.9f, o->initial_accumulator = 0.1f;
     rc = mt_model_field_num(root, "learning_rate", "learning_rate", 0, 1e3, true, false,
                             o->learning_rate, &o->learning_rate, err);
     if (rc != MT_OK || obj == NULL)
@@ -311,7 +312,7 @@ static mt_code parse_optimizer(const cJSON *root, mt_optimizer_spec *o, mt_err *
                    {"nesterov", "sgd", 1u << MT_OPT_SGD},
                    {"beta_1", "adam and adamw", (1u << MT_OPT_ADAM) | (1u << MT_OPT_ADAMW)},
                    {"beta_2", "adam and adamw", (1u << MT_OPT_ADAM) | (1u << MT_OPT_ADAMW)},
-                   {"weight_decay", "adamw", 1u << MT_OPT_ADAMW},
+                   {"weight_decay", "sgd and adamw", (1u << MT_OPT_SGD) | (1u << MT_OPT_ADAMW)},
                    {"rho", "rmsprop", 1u << MT_OPT_RMSPROP},
                    {"initial_accumulator_value", "adagrad", 1u << MT_OPT_ADAGRAD}};
         for (size_t i = 0; rc == MT_OK && i < sizeof(own) / sizeof(own[0]); i++)
@@ -339,7 +340,7 @@ static mt_code parse_optimizer(const cJSON *root, mt_optimizer_spec *o, mt_err *
                                 &o->epsilon, err);
     if (rc == MT_OK)
         rc = mt_model_field_num(obj, "weight_decay", "optimizer.weight_decay", 0, 1, false, false,
-                                0.004f, &o->weight_decay, err);
+                                o->weight_decay, &o->weight_decay, err);
     if (rc == MT_OK)
         rc = mt_model_field_num(obj, "rho", "optimizer.rho", 0, 1, false, true, 0.9f, &o->rho, err);
     if (rc == MT_OK)

@@ -83,6 +83,9 @@ void mt_optim_apply(const mt_optimizer_spec *o, int64_t t, float scale, float *w
     if (scale != 1.0f)
         for (size_t i = 0; i < n; i++)
             g[i] *= scale;
+    if ((o->kind == MT_OPT_SGD || o->kind == MT_OPT_ADAMW) && o->weight_decay > 0.0f)
+        for (size_t i = 0; i < n; i++) /* decoupled: before the step, as Keras */
+            w[i] -= w[i] * (lr * o->weight_decay);
     switch (o->kind) {
     case MT_OPT_SGD:
         if (o->nesterov && slot1 != NULL) {
@@ -95,10 +98,6 @@ void mt_optim_apply(const mt_optimizer_spec *o, int64_t t, float scale, float *w
         mt_sgd_update(w, slot1, g, lr, o->momentum, n);
         return;
     case MT_OPT_ADAMW:
-        for (size_t i = 0; i < n; i++) /* decoupled: before the Adam step, as Keras */
-            w[i] -= w[i] * (lr * o->weight_decay);
-        mt_adam_update(w, slot1, slot2, g, lr, o->beta1, o->beta2, o->epsilon, t, n);
-        return;
     case MT_OPT_ADAM:
         mt_adam_update(w, slot1, slot2, g, lr, o->beta1, o->beta2, o->epsilon, t, n);
         return;

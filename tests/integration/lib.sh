@@ -28,6 +28,15 @@ trap cleanup EXIT
 log() { echo "[$(date +%H:%M:%S)] $*"; }
 fail() { FAILED=1; echo "FAIL: $*" >&2; exit 1; }
 
+# torch_python: prints the first of $MT_PYTHON, python3, /usr/bin/python3 that imports torch and
+# numpy (Debian's python3-torch is only in /usr/bin/python3); nothing when none does.
+torch_python() {
+    local p
+    for p in ${MT_PYTHON:-} python3 /usr/bin/python3; do
+        if "$p" -c 'import torch, numpy' 2>/dev/null; then echo "$p"; return 0; fi
+    done
+}
+
 # bg NAME CMD...: start CMD in the background with stderr+stdout in $T/NAME.log;
 # sets LAST_PID.
 bg() {

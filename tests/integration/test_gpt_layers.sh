@@ -83,10 +83,7 @@ echo "$out" | grep -q "model.layers\[4\] (attn_0): num_heads 2 is not divisible 
 log "plan refuses 2 heads over model=4: $out"
 
 # -- one step against PyTorch -------------------------------------------------------------------
-TPY=""
-for p in ${MT_PYTHON:-} python3 /usr/bin/python3; do
-    if "$p" -c 'import torch, numpy' 2>/dev/null; then TPY=$p; break; fi
-done
+TPY=$(torch_python)
 if [ -z "$TPY" ]; then
     echo "test_gpt_layers: PyTorch part skipped (no python3 imports torch and numpy)"
     exit 0

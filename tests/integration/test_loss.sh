@@ -11,7 +11,8 @@
 #     the best step;
 #   * the same as a job on a real coordinator and worker: it SUCCEEDS after the early stop, its
 #     metric history has val_loss / test_mae / best_step, `export JOB --best` gives the bytes of
-#     the local best;
+#     the local best; a job with checkpoint.keep 1 whose best is its first evaluation (step 2 of
+#     24, a checkpoint every 2 steps) still exports that best one with `export JOB --best`;
 #   * refusals naming "loss" (mse on class labels; a per-pixel model on one label per example);
 #   * the examples diabetes_regression.json and spam_binary.json train a few steps when their data
 #     is in examples/data (deploy/fetch-tabular.sh, deploy/fetch-spam.sh), else say they skip.
@@ -155,6 +156,29 @@ mt export "$JOB" --best -o "$T/job_best.safetensors" >"$T/job_best.out" ||
 python3 "$CMP" "$T/job_best.safetensors" "$T/best.safetensors" 0 >/dev/null ||
     fail "the job's best checkpoint differs from the local run's"
 log "job $JOB: early stop, val_/test_ names in its history, export --best = the local best"
+
+# keep 1 with a best that peaks early: "max" of val_loss is the first evaluation (step 2); nine
+# checkpoints come after it, and keep-1 retention must spare it for `export JOB --best`
+jq 'del(.validation.early_stopping) | .validation.every_steps = 2 | .epochs = 2 |
+    .validation.best = {"monitor": "val_loss", "mode": "max"} |
+    .checkpoint = {"every_steps": 2, "keep": 1}' "$T/reg.json" >"$T/early_best.json"
+"$BIN/meshtrain" train --local "$T/early_best.json" --save "$T/eb" --data-root "$T" --json \
+    >"$T/eb.out" 2>"$T/eb.err" || fail "early best: $(cat "$T/eb.err")"
+tail -1 "$T/eb.out" | jq -e '.best_step == 2 and .steps == 24' >/dev/null ||
+    fail "early best local: $(tail -1 "$T/eb.out")"
+"$BIN/meshtrain" export "$T/eb" --best -o "$T/eb_local.safetensors" >/dev/null ||
+    fail "export DIR --best (early best)"
+JOB2=$(mt submit "$T/early_best.json") || fail "submit: $JOB2"
+wait_for 120 "$JOB2 to finish" finished "$JOB2"
+mt status --json "$JOB2" >"$T/job2.json"
+jq -e '.state == "SUCCEEDED" and (.latest_metrics[] | select(.name == "best_step") | .value == 2)' \
+    "$T/job2.json" >/dev/null || fail "$JOB2: $(cat "$T/job2.json")"
+mt export "$JOB2" --best -o "$T/job2_best.safetensors" >"$T/job2_best.out" 2>&1 ||
+    fail "export JOB --best after keep-1 retention: $(cat "$T/job2_best.out")"
+python3 "$CMP" "$T/job2_best.safetensors" "$T/eb_local.safetensors" 0 >/dev/null ||
+    fail "the job's best checkpoint (step 2) differs from the local run's"
+mt export "$JOB2" -o "$T/job2_last.safetensors" >/dev/null 2>&1 || fail "export $JOB2 (latest)"
+log "job $JOB2: keep 1, best at step 2 of 24 survives retention; export --best = the local best"
 
 # ---------------------------------------------------------------- the examples
 for ex in diabetes_regression:diabetes_train.csv spam_binary:spam_train.tsv; do

@@ -63,8 +63,8 @@ static void test_spec_errors(void **state)
         const char *opt, *want;
     } cases[] = {
         {"{\"name\":\"adam\",\"rho\":0.5}", "optimizer.rho: only applies to rmsprop"},
-        {"{\"name\":\"sgd\",\"weight_decay\":0.1}",
-         "optimizer.weight_decay: only applies to adamw"},
+        {"{\"name\":\"adam\",\"weight_decay\":0.1}",
+         "optimizer.weight_decay: only applies to sgd and adamw"},
         {"{\"name\":\"adamw\",\"schedule\":{\"type\":\"cosine\"}}",
          "optimizer.schedule.decay_steps: is required"},
         {"{\"name\":\"adamw\",\"schedule\":{\"type\":\"linear\",\"decay_steps\":3}}",
@@ -104,6 +104,18 @@ static void test_updates(void **state)
             double want = dw - 0.1 * g0[i] / (fabs(g0[i]) + 1e-7 / sqrt(1 - 0.999));
             assert_float_equal(w[i], want, 1e-5);
         }
+    }
+    { /* sgd with weight decay: w -= lr wd w; then w -= lr g (L2 regularisation) */
+        mt_optimizer_spec o = opt_of("{\"name\":\"sgd\",\"learning_rate\":0.1,"
+                                     "\"weight_decay\":0.5}");
+        float w[3], g[3];
+        memcpy(w, w0, sizeof(w));
+        memcpy(g, g0, sizeof(g));
+        mt_optim_apply(&o, 1, 1.0f, w, NULL, NULL, g, 3);
+        for (int i = 0; i < 3; i++)
+            assert_float_equal(w[i], w0[i] - 0.1 * (0.5 * w0[i] + g0[i]), 1e-6);
+        assert_float_equal(opt_of("{\"name\":\"sgd\"}").weight_decay, 0.0, 0.0);
+        assert_float_equal(opt_of("\"adamw\"").weight_decay, 0.004, 1e-9);
     }
     { /* rmsprop, Keras 3: v = rho v + (1 - rho) g²; w -= lr g / sqrt(v + eps) */
         mt_optimizer_spec o = opt_of("{\"name\":\"rmsprop\",\"learning_rate\":0.01}");

@@ -788,6 +788,46 @@ static void test_store_checkpoint_gc_keeps_newest(void **state)
     mt_store_strings_free(NULL, 0);
 }
 
+/* keep-N spares the best checkpoint: the step of the job's latest "best_step" point */
+static void test_store_checkpoint_gc_keeps_best(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    const uint64_t steps[] = {10, 20, 30, 40, 50, 60};
+    mt_store_metric best = {.step = 20, .name = "best_step", .value = 20.0, .time_ms = 1};
+    mt_store_checkpoint *list = NULL;
+    char **locs = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    add_ckpts(t->s, job, steps, 5, 0);
+    assert_int_equal(mt_store_metrics_insert(t->s, job, &best, 1, &err), MT_OK);
+    assert_int_equal(mt_store_checkpoint_gc(t->s, job, 1, &locs, &n, &err), MT_OK);
+    assert_int_equal(n, 3); /* 10, 30, 40: not the best 20 nor the newest 50 */
+    assert_string_equal(locs[0], "/state/ckpt/step-10.mtc");
+    assert_string_equal(locs[1], "/state/ckpt/step-30.mtc");
+    assert_string_equal(locs[2], "/state/ckpt/step-40.mtc");
+    mt_store_strings_free(locs, n);
+    /* a later best: the old best goes, the new one stays however many come after it */
+    best.step = 50, best.value = 50.0;
+    assert_int_equal(mt_store_metrics_insert(t->s, job, &best, 1, &err), MT_OK);
+    add_ckpts(t->s, job, steps + 5, 1, 0);
+    assert_int_equal(mt_store_checkpoint_gc(t->s, job, 1, &locs, &n, &err), MT_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(locs[0], "/state/ckpt/step-20.mtc");
+    mt_store_strings_free(locs, n);
+    assert_int_equal(mt_store_checkpoint_list(t->s, job, &list, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(list[0].step, 50);
+    assert_int_equal(list[1].step, 60);
+    mt_store_checkpoints_free(list);
+    /* keep 0 (the job's deletion) takes the best one too */
+    assert_int_equal(mt_store_checkpoint_gc(t->s, job, 0, &locs, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    mt_store_strings_free(locs, n);
+}
+
 static void test_store_checkpoint_gc_keeps_uploads_in_progress(void **state)
 {
     tctx *t = *state;
@@ -1024,6 +1064,7 @@ int main(void)
         T(test_store_checkpoint_lifecycle),
         T(test_store_checkpoint_errors),
         T(test_store_checkpoint_gc_keeps_newest),
+        T(test_store_checkpoint_gc_keeps_best),
         T(test_store_checkpoint_gc_keeps_uploads_in_progress),
         T(test_store_checkpoint_gc_alloc_failure_deletes_nothing),
         T(test_store_checkpoint_list_alloc_failure),
