@@ -926,7 +926,13 @@ static void *run_main(void *arg)
     co.connect_timeout_ms = t->rpc_timeout_ms;
     co.tls = t->tls;
     mt_log_set_thread_tag(r->job_id);
-    rc = mt_rpc_client_open(&co, &r->cli, &err);
+    /* a coordinator restarting just as it assigned the task is not a lost peer: keep dialing */
+    for (double until = now_s() + CKPT_RETRY_S;;) {
+        rc = mt_rpc_client_open(&co, &r->cli, &err);
+        if (!transient(rc) || now_s() >= until || atomic_load(&r->cancel) || atomic_load(&r->term))
+            break;
+        usleep(200 * 1000);
+    }
     if (rc == MT_OK) {
         set_state(r, "running", 0, "");
         worker_metrics_task(t->metrics, 1);
