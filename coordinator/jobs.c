@@ -38,7 +38,7 @@
  * that does not come back within the heartbeat timeout, or comes back as a new process, sends
  * its jobs to RESTARTING (re-queued).
  */
-#include "coordinator/coord_int.h"
+#include "coordinator/coord_rpc.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
