@@ -10,7 +10,7 @@
  * for opening one. Ordering: every write a client was told about is committed before the
  * reply, so a read that starts after it sees it.
  */
-#include "coordinator/coord_int.h"
+#include "coordinator/coord_rpc.h"
 
 #include <stdio.h>
 #include <string.h>

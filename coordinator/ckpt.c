@@ -22,7 +22,7 @@
  * the files no complete record names (cut uploads, gc'd files a crash left) are deleted at start
  * (coord_ckpt_sweep_orphans).
  */
-#include "coordinator/coord_int.h"
+#include "coordinator/coord_rpc.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -4,7 +4,7 @@
  * moves RPCs from nng threads to the loop thread, dispatch by method, signals,
  * and the endpoints file. Contract and threading in coord.h.
  */
-#include "coordinator/coord_int.h"
+#include "coordinator/coord_rpc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -342,6 +342,7 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
         rc = coord_http_open(c, opts->http, &c->http, http_url, sizeof(http_url), err);
         if (rc != MT_OK)
             goto fail;
+        c->mcache = coord_http_mcache(c->http);
     }
     if ((rc = write_endpoints(c, http_url, err)) != MT_OK)
         goto fail;
@@ -382,6 +383,7 @@ void mt_coord_free(mt_coord *c)
     /* phase 1: stop intake (RPC, HTTP), answer what is queued, close loop handles */
     mt_rpc_server_close(c->rpc);
     c->rpc = NULL;
+    c->mcache = NULL; /* the HTTP server owns it */
     coord_http_close(c->http);
     c->http = NULL;
     mt_rpc_server_close(c->rpc_local); /* after HTTP: its actions call through it */

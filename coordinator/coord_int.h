@@ -4,7 +4,9 @@
  * (job and worker tables, typed states, transitions, restart and silence rules); above it the
  * adapters: RPC handlers (jobs.c, workers.c, ckpt.c, metrics.c), sweeps (stall.c, workers.c)
  * and the status endpoint (http.c). coord.c: loop and dispatch. docs/architecture.md draws the
- * call graph (no circles).
+ * call graph (no circles; layers checked by tests/tools/coord_graph.py).
+ * No generated protobuf header: what takes protobuf messages or RPC calls is declared in
+ * coord_rpc.h, which only the RPC adapters and coord.c include.
  * Every field is owned by the loop thread unless its comment says otherwise.
  */
 #ifndef MT_COORD_INT_H
@@ -17,11 +19,11 @@
 #include "coordinator/stall.h"
 #include "coordinator/stats.h"
 #include "jobspec/mt_jobspec.h"
-#include "proto/coordinator.pb-c.h"
 #include "storage/mt_jobstate.h"
 #include "storage/mt_store.h"
 
 struct coord_http;
+struct coord_mcache;
 struct coord_upload;
 
 /* One registered worker as the loop sees it (the store holds the durable copy). */
@@ -118,6 +120,8 @@ struct mt_coord {
     mt_rpc_server *rpc_local; /* the same service on local_url, for the dashboard's actions */
     char local_url[96];       /* inproc://meshtrain-coordinator-INSTANCE */
     struct coord_http *http;
+    struct coord_mcache *mcache; /* the HTTP server's metrics cache (NULL: none), set by coord.c
+                                    so metrics.c feeds it without calling the HTTP adapter */
     coord_stats *stats; /* process metrics; any thread (atomics), freed after the servers */
 
     pthread_mutex_t qmu; /* guards the call queue (nng threads push) */
@@ -187,15 +191,7 @@ void coord_job_restart(mt_coord *c, coord_job *j, const char *cause);
 mt_code coord_workers_load(mt_coord *c, mt_err *err);
 void coord_workers_free(mt_coord *c);
 void coord_workers_sweep(mt_coord *c); /* mark lost, flush heartbeats; loop thread */
-void coord_handle_register(mt_coord *c, mt_rpc_call *call);
-void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call);
-void coord_handle_list_workers(mt_coord *c, mt_rpc_call *call);
 
-/* ---- bulk.c ---- */
-/* fn runs on a pool thread with a read-only store and must reply to call; of c it may read only
- * what never changes after open (state_dir, metrics_url) */
-typedef void (*coord_bulk_fn)(const mt_coord *c, mt_store *ro, mt_rpc_call *call);
-void coord_bulk(mt_coord *c, mt_rpc_call *call, coord_bulk_fn fn);
 /* A read-only store for a pool thread (an idle one, else a new one; NULL with err), and its
  * return. Any thread. */
 mt_store *coord_bulk_ro_take(mt_coord *c, mt_err *err);
@@ -209,43 +205,16 @@ void coord_jobs_schedule(mt_coord *c); /* place queued jobs when sched_dirty; lo
 void coord_jobs_worker_lost(mt_coord *c, const char *worker_id, const char *why);
 /* a worker registered: a new process (new_instance) loses the tasks of the old one */
 void coord_jobs_worker_registered(mt_coord *c, const char *worker_id, int new_instance);
-/* apply the heartbeat's task statuses and fill rep's assignments/cancellations (owned by the
- * jobs module until coord_jobs_heartbeat_done) */
-void coord_jobs_heartbeat(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
-                          Meshtrain__HeartbeatReply *rep);
-void coord_jobs_heartbeat_done(Meshtrain__HeartbeatReply *rep);
-void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call);
-void coord_handle_get_job(mt_coord *c, mt_rpc_call *call);
-void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call);
-void coord_handle_cancel_job(mt_coord *c, mt_rpc_call *call);
-void coord_handle_update_task(mt_coord *c, mt_rpc_call *call);
 
 /* ---- stall.c ---- */
-/* record the device progress of one heartbeat task status from worker_id */
-void coord_stall_apply(mt_coord *c, const char *worker_id, const Meshtrain__TaskStatus *t);
 void coord_stall_sweep(mt_coord *c); /* STALLED detection and recovery; sweep timer */
 
 /* ---- metrics.c ---- */
 mt_code coord_metrics_open(mt_coord *c, mt_err *err); /* the PUB socket */
 void coord_metrics_close(mt_coord *c);
-/* points (final_state NULL); a final state ends the job's stream; any other state name is a
- * state change without points (RESTARTING, SCHEDULED again; error = its reason) */
-void coord_metrics_publish(mt_coord *c, const char *job_id,
-                           const Meshtrain__MetricPoint *const *pts, size_t n,
-                           const char *final_state, const char *error);
-void coord_handle_report_metrics(mt_coord *c, mt_rpc_call *call); /* queues; flushed below */
 void coord_metrics_flush(mt_coord *c); /* store queued reports in one commit, then reply */
-void coord_handle_get_metrics(mt_coord *c, mt_rpc_call *call);
-/* Proto views of the stored points pts[0..n) for a reply: *p gets n + 1 points and *pp
- * n + 1 pointers to them, both owned (mt_free, also after a failure); names are borrowed
- * from pts. Codes: RESOURCE_EXHAUSTED. */
-mt_code coord_metric_points(const mt_store_metric *pts, size_t n, Meshtrain__MetricPoint **p,
-                            Meshtrain__MetricPoint ***pp);
 
 /* ---- ckpt.c ---- */
-void coord_handle_put_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);
-void coord_handle_list_checkpoints(mt_coord *c, mt_rpc_call *call);
-void coord_handle_get_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);
 void coord_ckpt_free(mt_coord *c);
 /* Loop thread, when the files of job_id's checkpoints were checked (coord_ckpt_verify): step is
  * the newest complete checkpoint whose file verified (0: none), skipped says which newer ones

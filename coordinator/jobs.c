@@ -17,9 +17,11 @@
  * Scheduling (coord_jobs_schedule, run after each drain of the call queue and on the sweep timer
  * when something changed): QUEUED and RESTARTING jobs in priority then submission order; each
  * needs every device of its mesh at once (gang), placed by mt_sched_place (core/sched/mt_sched.h)
- * on the free, healthy devices of alive workers. The first job that does not fit now blocks the
- * jobs behind it (strict order, no starvation of big jobs); a job that can never fit the registered
- * devices does not block and says so in its reason ("needs 8 devices, 4 registered").
+ * on the healthy devices of alive workers that run no other job (a worker's data plane serves
+ * one job at a time, so a job leaves the rest of its workers' devices idle). The first job that
+ * does not fit now blocks the jobs behind it (strict order, no starvation of big jobs); a job that
+ * can never fit the registered devices does not block and says so in its reason ("needs 8 devices,
+ * 4 registered").
  *
  * Workers. A placed job has one task per worker it uses. The heartbeat reply repeats the task's
  * assignment until the worker reports a status for that (job, attempt); workers ignore an
@@ -38,7 +40,7 @@
  * that does not come back within the heartbeat timeout, or comes back as a new process, sends
  * its jobs to RESTARTING (re-queued).
  */
-#include "coordinator/coord_int.h"
+#include "coordinator/coord_rpc.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -262,14 +264,16 @@ static void free_map_fini(free_map *m)
     memset(m, 0, sizeof(*m));
 }
 
-static int device_busy(mt_coord *c, const char *worker_id, uint32_t local)
+/* A worker runs one job at a time: its data plane serves one world (mt_coll.h, docs/cli.md), so
+ * a worker holding any rank of a placed job has no free device for another job. */
+static int worker_busy(mt_coord *c, const char *worker_id)
 {
     for (size_t i = 0; i < c->n_jobs; i++) {
         const coord_job *j = c->jobs[i];
         if (!coord_jobstate_placed(j->state))
             continue;
         for (size_t r = 0; r < j->n_place; r++)
-            if (j->place[r].local_index == local && strcmp(j->place[r].worker_id, worker_id) == 0)
+            if (strcmp(j->place[r].worker_id, worker_id) == 0)
                 return 1;
     }
     return 0;
@@ -287,8 +291,10 @@ static mt_code free_map_build(mt_coord *c, free_map *m)
         const mt_store_worker *w = &c->workers[i].rec;
         uint32_t *f;
         size_t k = 0;
+        int busy;
         if (c->workers[i].state != COORD_WORKER_ALIVE)
             continue;
+        busy = worker_busy(c, w->worker_id);
         f = mt_calloc(w->n_devices + 1, sizeof(*f));
         if (f == NULL)
             goto oom;
@@ -296,7 +302,7 @@ static mt_code free_map_build(mt_coord *c, free_map *m)
             if (strcmp(w->devices[d].health, "ok") != 0)
                 continue;
             m->registered++;
-            if (!device_busy(c, w->worker_id, w->devices[d].index))
+            if (!busy)
                 f[k++] = w->devices[d].index;
         }
         m->free[m->n] = f;

@@ -16,7 +16,7 @@
  * PUB never blocks: a subscriber that cannot keep up loses live messages (nng drops them),
  * never the coordinator's time.
  */
-#include "coordinator/coord_int.h"
+#include "coordinator/coord_rpc.h"
 
 #include <math.h>
 #include <nng/nng.h>
@@ -256,7 +256,7 @@ static mt_code store_report(mt_coord *c, const Meshtrain__ReportMetricsRequest *
  * commit order, so it holds only durable points (coordinator/mcache.h). */
 static void cache_committed(mt_coord *c, const unsigned char *stored, size_t n)
 {
-    struct coord_mcache *mc = coord_http_mcache(c->http);
+    struct coord_mcache *mc = c->mcache;
     mt_store_metric_ref *refs = NULL;
     size_t cap = 0;
 

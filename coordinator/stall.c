@@ -27,7 +27,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "clock/mt_clock.h"
-#include "coordinator/coord_int.h"
+#include "coordinator/coord_rpc.h"
 #include "log/mt_log.h"
 
 #define REFRESH_MS 5000

@@ -5,7 +5,8 @@
  * the strings exist only in SQL and on the wire), the job transitions with their store writes, the
  * status reason and the fault diagnosis, the restart rule (RESTARTING, or FAILED past
  * restart.max_restarts) and the silent-worker rule. It uses no protobuf type, no nng call and
- * no RPC (coord_int.h, which it shares with the adapters, still declares those).
+ * no RPC: it includes coord_int.h alone, which declares no protobuf type (those are in
+ * coord_rpc.h, the RPC adapters' header); tests/integration/test_coord_no_circles.sh checks it.
  *
  * How it fits: the adapters above it — the RPC handlers (jobs.c, workers.c, ckpt.c,
  * metrics.c), the HTTP endpoints (read-only, through the store) and the sweeps (stall.c,

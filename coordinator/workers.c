@@ -12,7 +12,7 @@
  * knew as alive gets a fresh grace period of one heartbeat timeout; its next
  * heartbeat sees a new coordinator instance and it re-registers.
  */
-#include "coordinator/coord_int.h"
+#include "coordinator/coord_rpc.h"
 
 #include <ctype.h>
 #include <stdio.h>

@@ -2,15 +2,41 @@
 # SPDX-License-Identifier: MIT
 """coord_graph.py — the coordinator's file-level call graph from its static library.
 
-   tests/tools/coord_graph.py BUILD/libmtcoord.a
+   tests/tools/coord_graph.py BUILD/libmtcoord.a [BUILD/compile_commands.json]
 
 Prints one line per file, "a.c -> b.c, c.c" when a.c uses a symbol b.c defines (nm: what each
 object defines and leaves undefined), then the circles (strongly connected components of more
-than one file) or "circles: none". Exit status 1 when there is a circle.
+than one file) or "circles: none", then the layering: every file belongs to one layer of LAYERS
+and may use only the layers ALLOWED says (the domain core and the shared leaves call no adapter;
+the RPC adapters and the HTTP adapters never call each other; only coord.c, the loop that wires
+them, reaches everything), printed as "layers: ok" or one "layer: a.c (rpc) -> b.c (http)" line
+per breach. With compile_commands.json it also lists the headers each core file includes
+(the compiler's -M) and reports any generated protobuf header (*.pb-c.h) as a breach.
+Exit status 1 when there is a circle or a breach.
 docs/architecture.md shows its output; tests/integration/test_coord_no_circles.sh runs it.
 """
+import json
+import os
+import shlex
 import subprocess
 import sys
+
+# The coordinator's layers (adapters -> core -> store; the store is libmtstorage, outside this
+# library). A new file must be placed here, or the check fails.
+LAYERS = {
+    "core": {"state.c"},
+    "shared": {"buf.c", "mcache.c", "stats.c"},
+    "rpc": {"bulk.c", "ckpt.c", "jobs.c", "metrics.c", "stall.c", "workers.c"},
+    "http": {"http.c", "http_act.c", "http_api.c", "http_prom.c", "http_reply.c"},
+    "loop": {"coord.c"},
+}
+ALLOWED = {
+    "shared": {"shared"},
+    "core": {"shared"},
+    "rpc": {"rpc", "core", "shared"},
+    "http": {"http", "core", "shared"},
+    "loop": set(LAYERS),
+}
 
 
 def graph(lib):
@@ -60,13 +86,53 @@ def circles(edges):
     return [c for c in comps if len(c) > 1]
 
 
+def layer_breaches(edges):
+    layer = {f: name for name, fs in LAYERS.items() for f in fs}
+    out = [f"layer: {f} is in no layer (tests/tools/coord_graph.py LAYERS)"
+           for f in sorted(edges) if f not in layer]
+    for f in sorted(edges):
+        for g in edges[f]:
+            if f in layer and g in layer and layer[g] not in ALLOWED[layer[f]]:
+                out.append(f"layer: {f} ({layer[f]}) -> {g} ({layer[g]})")
+    return out
+
+
+def core_header_breaches(compile_commands):
+    """The generated protobuf headers the core's files include (compiler -M, as CMake builds)."""
+    out = []
+    for e in json.load(open(compile_commands)):
+        if os.path.basename(e["file"]) not in LAYERS["core"]:
+            continue
+        args = shlex.split(e["command"]) if "command" in e else list(e["arguments"])
+        keep, skip = [], False
+        for a in args:
+            if skip:
+                skip = False
+            elif a in ("-o", "-MF", "-MT", "-MQ"):
+                skip = True
+            elif a not in ("-c", "-MD", "-MMD"):
+                keep.append(a)
+        deps = subprocess.run(keep + ["-M"], cwd=e["directory"], capture_output=True, text=True,
+                              check=True).stdout
+        name = os.path.basename(e["file"])
+        print(f"{name} includes: " + ", ".join(sorted(
+            {os.path.basename(d) for d in deps.replace("\\\n", " ").split()[1:]
+             if d.endswith(".h") and "/usr/" not in d})))
+        out += [f"layer: {name} (core) includes {d}" for d in deps.split() if d.endswith(".pb-c.h")]
+    return out
+
+
 def main():
     edges = graph(sys.argv[1])
     for f in sorted(edges):
         print(f"{f:13s}-> {', '.join(edges[f])}")
     cyc = circles(edges)
     print("circles: " + ("; ".join(" <-> ".join(c) for c in cyc) if cyc else "none"))
-    return 1 if cyc else 0
+    bad = layer_breaches(edges)
+    if len(sys.argv) > 2:
+        bad += core_header_breaches(sys.argv[2])
+    print("\n".join(bad) if bad else "layers: ok")
+    return 1 if cyc or bad else 0
 
 
 if __name__ == "__main__":

@@ -84,6 +84,34 @@ static void test_coord_jobs_priority_then_submission_order(void **state)
     run_to_success(t, "w", "i1", a);
 }
 
+/* A worker's data plane serves one job at a time: two 1-device jobs and one 2-device worker run
+ * one after the other (placed together, the second failed "data plane already serves another
+ * world" in the worker). */
+static void test_coord_jobs_one_job_per_worker(void **state)
+{
+    ctu *t = *state;
+    char a[32], b[32], st[16], reason[256];
+    Meshtrain__GetJobReply *g;
+
+    ctu_register(t, "w", "i1", 2);
+    ctu_submit(t, SPEC(""), 0, a);
+    ctu_submit(t, SPEC(""), 0, b);
+    assert_int_not_equal(ctu_wait_assignment(t, "w", "i1", a), 0);
+    expect_state(t, a, "SCHEDULED");
+    ctu_state(t, b, st, reason);
+    for (int i = 0; i < 500 && strncmp(reason, "waiting for", 11) != 0; i++) {
+        usleep(10000);
+        ctu_state(t, b, st, reason);
+    }
+    assert_string_equal(st, "QUEUED");
+    assert_string_equal(reason, "waiting for 1 free devices (0 free of 2)");
+    g = ctu_get_job(t, a);
+    assert_int_equal(g->n_placement, 1);
+    protobuf_c_message_free_unpacked(&g->base, NULL);
+    run_to_success(t, "w", "i1", a);
+    run_to_success(t, "w", "i1", b); /* the worker is free again: b takes it */
+}
+
 static void test_coord_jobs_task_failure_and_cancel_reconciliation(void **state)
 {
     ctu *t = *state;
@@ -182,24 +210,31 @@ static void test_coord_jobs_coordinator_restart_reattaches(void **state)
     Meshtrain__HeartbeatReply *rep;
     unsigned a;
 
-    ctu_register(t, "w", "i1", 2);
+    /* two workers: a worker runs one job at a time (test_coord_jobs_one_job_per_worker) */
+    ctu_register(t, "w", "i1", 1);
     ctu_submit(t, SPEC(""), 0, run);
     a = ctu_wait_assignment(t, "w", "i1", run);
     rep = ctu_heartbeat(t, "w", "i1", run, a, "running");
     protobuf_c_message_free_unpacked(&rep->base, NULL);
     expect_state(t, run, "RUNNING");
+    ctu_register(t, "v", "i2", 1);
     ctu_submit(t, SPEC(""), 0, sched);
-    assert_int_equal(ctu_wait_assignment(t, "w", "i1", sched), 1);
+    assert_int_equal(ctu_wait_assignment(t, "v", "i2", sched), 1);
     expect_state(t, sched, "SCHEDULED");
 
     ctu_close(t); /* same dir, same port */
     ctu_open(t);
     expect_state(t, run, "RUNNING");
     expect_state(t, sched, "SCHEDULED");
-    /* the same worker process re-registers: nothing restarts; the unacknowledged assignment is
+    /* the same worker processes re-register: nothing restarts; the unacknowledged assignment is
      * handed out again with the same attempt; the running one is not */
-    ctu_register(t, "w", "i1", 2);
+    ctu_register(t, "w", "i1", 1);
+    ctu_register(t, "v", "i2", 1);
     rep = ctu_heartbeat(t, "w", "i1", run, a, "running");
+    assert_int_equal(rep->n_assignments, 0);
+    assert_int_equal(rep->n_cancellations, 0);
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    rep = ctu_heartbeat(t, "v", "i2", NULL, 0, NULL);
     assert_int_equal(rep->n_assignments, 1);
     assert_string_equal(rep->assignments[0]->job_id, sched);
     assert_int_equal(rep->assignments[0]->attempt, 1);
@@ -209,7 +244,7 @@ static void test_coord_jobs_coordinator_restart_reattaches(void **state)
     protobuf_c_message_free_unpacked(&rep->base, NULL);
     assert_int_equal(ctu_update(t, "w", "i1", run, a, "succeeded", NULL), MT_OK);
     expect_state(t, run, "SUCCEEDED");
-    rep = ctu_heartbeat(t, "w", "i1", sched, 1, "running");
+    rep = ctu_heartbeat(t, "v", "i2", sched, 1, "running");
     protobuf_c_message_free_unpacked(&rep->base, NULL);
     expect_state(t, sched, "RUNNING");
 }
@@ -306,6 +341,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_coord_jobs_priority_then_submission_order, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_coord_jobs_one_job_per_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(test_coord_jobs_task_failure_and_cancel_reconciliation,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_coord_jobs_lost_worker_restarts_then_fails, setup,

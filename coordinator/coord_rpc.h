@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coord_rpc.h — the coordinator's RPC-facing declarations: the handlers coord.c dispatches to and
+ * the functions that take or fill protobuf messages (proto/coordinator.pb-c.h). Only the RPC
+ * adapters (jobs.c, workers.c, ckpt.c, metrics.c, stall.c, bulk.c) and coord.c include it; the
+ * domain core (state.c) includes coord_int.h alone and so sees no generated protobuf type
+ * (tests/integration/test_coord_no_circles.sh checks that).
+ * Threading: loop thread unless a comment says otherwise.
+ */
+#ifndef MT_COORD_RPC_H
+#define MT_COORD_RPC_H
+
+#include "coordinator/coord_int.h"
+#include "proto/coordinator.pb-c.h"
+
+/* ---- workers.c ---- */
+void coord_handle_register(mt_coord *c, mt_rpc_call *call);
+void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call);
+void coord_handle_list_workers(mt_coord *c, mt_rpc_call *call);
+
+/* ---- bulk.c ---- */
+/* fn runs on a pool thread with a read-only store and must reply to call; of c it may read only
+ * what never changes after open (state_dir, metrics_url) */
+typedef void (*coord_bulk_fn)(const mt_coord *c, mt_store *ro, mt_rpc_call *call);
+void coord_bulk(mt_coord *c, mt_rpc_call *call, coord_bulk_fn fn);
+
+/* ---- jobs.c ---- */
+/* apply the heartbeat's task statuses and fill rep's assignments/cancellations (owned by the
+ * jobs module until coord_jobs_heartbeat_done) */
+void coord_jobs_heartbeat(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
+                          Meshtrain__HeartbeatReply *rep);
+void coord_jobs_heartbeat_done(Meshtrain__HeartbeatReply *rep);
+void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call);
+void coord_handle_get_job(mt_coord *c, mt_rpc_call *call);
+void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call);
+void coord_handle_cancel_job(mt_coord *c, mt_rpc_call *call);
+void coord_handle_update_task(mt_coord *c, mt_rpc_call *call);
+
+/* ---- stall.c ---- */
+/* record the device progress of one heartbeat task status from worker_id */
+void coord_stall_apply(mt_coord *c, const char *worker_id, const Meshtrain__TaskStatus *t);
+
+/* ---- metrics.c ---- */
+/* points (final_state NULL); a final state ends the job's stream; any other state name is a
+ * state change without points (RESTARTING, SCHEDULED again; error = its reason) */
+void coord_metrics_publish(mt_coord *c, const char *job_id,
+                           const Meshtrain__MetricPoint *const *pts, size_t n,
+                           const char *final_state, const char *error);
+void coord_handle_report_metrics(mt_coord *c, mt_rpc_call *call); /* queues; flushed below */
+void coord_handle_get_metrics(mt_coord *c, mt_rpc_call *call);
+/* Proto views of the stored points pts[0..n) for a reply: *p gets n + 1 points and *pp
+ * n + 1 pointers to them, both owned (mt_free, also after a failure); names are borrowed
+ * from pts. Codes: RESOURCE_EXHAUSTED. */
+mt_code coord_metric_points(const mt_store_metric *pts, size_t n, Meshtrain__MetricPoint **p,
+                            Meshtrain__MetricPoint ***pp);
+
+/* ---- ckpt.c ---- */
+void coord_handle_put_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);
+void coord_handle_list_checkpoints(mt_coord *c, mt_rpc_call *call);
+void coord_handle_get_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);
+
+#endif
