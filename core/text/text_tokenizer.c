@@ -539,8 +539,8 @@ static bool parse_num(const char *s, size_t n, uint64_t max, uint64_t *out, size
 /* "KEY NUMBER" with NUMBER <= max. */
 static mt_code keyed_num(reader *r, const char *key, uint64_t max, uint64_t *out)
 {
-    const char *s;
-    size_t n, k = strlen(key), used;
+    const char *s = NULL;
+    size_t n = 0, k = strlen(key), used;
     mt_code rc = next_line(r, &s, &n);
 
     if (rc != MT_OK)
@@ -667,8 +667,8 @@ mt_code mt_text_tokenizer_load(const char *name, const char *buf, size_t len,
     reader r = {name, buf, len, 0, 0, err};
     mt_text_tokenizer_type type;
     uint64_t vocab_size = 0, k = 0, crc = 0;
-    size_t n, crc_at, used;
-    const char *s;
+    size_t n = 0, crc_at, used;
+    const char *s = NULL;
     mt_text_tokenizer *t = NULL;
     char typ[8];
     mt_code rc;
