@@ -265,7 +265,11 @@ static void case_mismatch(mt_coll_world *w)
     mt_code rc;
 
     mt_coll_group grp = whole(g);
-    mt_coll_call call = tag(5000);
+    /* line up first, without a deadline: members 0 and 1 may still be in case_big's 64 MiB
+     * allreduce, which takes longer than the 5 s below on 2 oversubscribed cores under ASan */
+    mt_coll_call call = tag(0);
+    expect(mt_coll_barrier(c, &grp, &call, &err), MT_OK, &err, "barrier before the mismatch");
+    call = tag(5000);
     if (g_job_rank == 0)
         call.step = 2;
     fill(b, 64, 3);
