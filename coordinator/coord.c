@@ -38,6 +38,7 @@ static const struct {
     {"ReportMetrics", coord_handle_report_metrics},
     {"GetMetrics", coord_handle_get_metrics},
     {"GetJobLog", coord_handle_get_job_log},
+    {"GetJobDigests", coord_handle_get_job_digests},
     {"PutCheckpointChunk", coord_handle_put_checkpoint_chunk},
     {"ListCheckpoints", coord_handle_list_checkpoints},
     {"GetCheckpointChunk", coord_handle_get_checkpoint_chunk},

@@ -56,6 +56,7 @@ mt_code coord_metric_points(const mt_store_metric *pts, size_t n, Meshtrain__Met
 
 /* ---- joblog.c ---- */
 void coord_handle_get_job_log(mt_coord *c, mt_rpc_call *call);
+void coord_handle_get_job_digests(mt_coord *c, mt_rpc_call *call);
 
 /* ---- ckpt.c ---- */
 void coord_handle_put_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);

@@ -951,6 +951,37 @@ static void api_model(coord_http_ctx *ctx, mt_store *s, const coord_http_call *c
 }
 
 /*
+ * GET /api/v1/jobs/{id}/digests — the state digests the job's rank-0 worker reported, by step:
+ * {"job_id": ..., "digests": [{"step", "digest", "time_ms"}, ...]} (docs/api.md).
+ */
+static void api_digests(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call,
+                        const char *id, coord_http_reply *r)
+{
+    mt_store_digest *ds = NULL;
+    size_t n = 0;
+    mt_err err = MT_ERR_INIT;
+
+    (void)ctx;
+    (void)call;
+    if (mt_store_job_digests(s, id, &ds, &n, &err) != MT_OK) {
+        store_error(r, &err);
+        return;
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "job_id", id);
+    cJSON *a = cJSON_AddArrayToObject(root, "digests");
+    for (size_t i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "step", (double)ds[i].step);
+        cJSON_AddStringToObject(o, "digest", ds[i].digest);
+        cJSON_AddNumberToObject(o, "time_ms", (double)ds[i].time_ms);
+        cJSON_AddItemToArray(a, o);
+    }
+    mt_free(ds);
+    reply_json(r, root);
+}
+
+/*
  * GET /api/v1/jobs/{id}/log?after=ID&limit=N — the lines the job's workers logged, oldest first:
  * {"job_id": ..., "lines": [{"id", "worker_id", "attempt", "seq", "time_ms", "level",
  * "text"}, ...], "next": ID}; pass next as after to follow (docs/api.md).
@@ -1034,6 +1065,7 @@ static const api_route api_routes[] = {
     {"GET", "/jobs/*/checkpoint", api_checkpoint},
     {"GET", "/jobs/*/model", api_model},
     {"GET", "/jobs/*/log", api_log},
+    {"GET", "/jobs/*/digests", api_digests},
     {"POST", "/jobs", act_submit},
     {"POST", "/jobs/*/cancel", act_cancel},
 };

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * joblog.c — GetJobLog: the lines a job's workers logged (stored by ReportMetrics, metrics.c),
- * a page at a time, oldest first, for `meshtrain logs`. The read runs off the loop thread on a
- * read-only store (bulk.c); the HTTP API serves the same rows (http_api.c, GET .../log).
+ * joblog.c — what a job's workers reported besides metric points, read back (stored by
+ * ReportMetrics, metrics.c): GetJobLog, the lines they logged, a page at a time, oldest first,
+ * for `meshtrain logs`; GetJobDigests, the state digests by step, for `meshtrain status` and
+ * `diverge JOB_A JOB_B`. The reads run off the loop thread on a read-only store (bulk.c); the
+ * HTTP API serves the same rows (http_api.c, GET .../log and .../digests).
  */
 #include "coordinator/coord_rpc.h"
 
@@ -77,4 +79,57 @@ out:
 void coord_handle_get_job_log(mt_coord *c, mt_rpc_call *call)
 {
     coord_bulk(c, call, get_job_log_ro);
+}
+
+static void get_job_digests_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
+{
+    const Meshtrain__GetJobDigestsRequest *r =
+        (const Meshtrain__GetJobDigestsRequest *)mt_rpc_call_request(call);
+    Meshtrain__GetJobDigestsReply rep = MESHTRAIN__GET_JOB_DIGESTS_REPLY__INIT;
+    Meshtrain__StepDigest *v = NULL, **pv = NULL;
+    mt_store_digest *ds = NULL;
+    mt_store_job rec;
+    mt_jobstate st = MT_JOBSTATE_QUEUED;
+    size_t n = 0;
+    mt_err err = MT_ERR_INIT;
+    mt_code rc;
+
+    (void)c;
+    memset(&rec, 0, sizeof(rec));
+    rc = mt_store_job_get(ro, r->job_id, &rec, &err);
+    if (rc == MT_OK)
+        rc = mt_store_job_digests(ro, r->job_id, &ds, &n, &err);
+    if (rc != MT_OK) {
+        mt_rpc_call_reply(call, rc, err.msg, NULL);
+        goto out;
+    }
+    v = mt_calloc(n + 1, sizeof(*v));
+    pv = mt_calloc(n + 1, sizeof(*pv));
+    if (v == NULL || pv == NULL) {
+        mt_rpc_call_reply(call, MT_RESOURCE_EXHAUSTED, "coordinator out of memory", NULL);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        meshtrain__step_digest__init(&v[i]);
+        v[i].step = ds[i].step;
+        v[i].digest = ds[i].digest;
+        v[i].time_ms = ds[i].time_ms;
+        pv[i] = &v[i];
+    }
+    mt_jobstate_parse(rec.state, &st, NULL);
+    rep.digests = pv;
+    rep.n_digests = n;
+    rep.state = rec.state;
+    rep.finished = mt_jobstate_is_final(st);
+    mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+out:
+    mt_free(v);
+    mt_free(pv);
+    mt_free(ds);
+    mt_store_job_fini(&rec);
+}
+
+void coord_handle_get_job_digests(mt_coord *c, mt_rpc_call *call)
+{
+    coord_bulk(c, call, get_job_digests_ro);
 }
