@@ -65,30 +65,44 @@ static mt_code read_line(const char *path, int lineno, const char *line, digest_
     return rc;
 }
 
-/* The digests job_id's workers reported (GetJobDigests), by ascending step. */
+/* The digests job_id's workers reported (GetJobDigests, page by page), by ascending step. */
 static mt_code read_job(const mt_cli_global *g, const char *job_id, digest_run *r, mt_err *err)
 {
     Meshtrain__GetJobDigestsRequest req = MESHTRAIN__GET_JOB_DIGESTS_REQUEST__INIT;
-    Meshtrain__GetJobDigestsReply *rep = NULL;
+    char state[32] = "";
+    size_t got;
     mt_code rc;
 
     req.job_id = (char *)job_id;
-    rc = mt_cli_call(g, "GetJobDigests", &req.base, (ProtobufCMessage **)&rep, err);
-    if (rc != MT_OK)
-        return rc;
-    if (rep->n_digests > 0 && (r->v = mt_calloc(rep->n_digests, sizeof(*r->v))) == NULL)
-        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", job_id);
-    for (size_t i = 0; rc == MT_OK && i < rep->n_digests; i++) {
-        r->v[i].step = (int64_t)rep->digests[i]->step;
-        rc = mt_digest_parse_hex(rep->digests[i]->digest, &r->v[i].d, err);
-        r->n = r->cap = i + 1;
-    }
-    if (rc == MT_OK && rep->n_digests == 0)
+    req.limit = 10000;
+    do {
+        Meshtrain__GetJobDigestsReply *rep = NULL;
+        rc = mt_cli_call(g, "GetJobDigests", &req.base, (ProtobufCMessage **)&rep, err);
+        if (rc != MT_OK)
+            return rc;
+        got = rep->n_digests;
+        snprintf(state, sizeof(state), "%s", rep->state);
+        if (r->n + got > r->cap) {
+            step_digest *nv = mt_realloc(r->v, (r->n + got) * sizeof(*nv));
+            if (nv == NULL)
+                rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", job_id);
+            else
+                r->v = nv, r->cap = r->n + got;
+        }
+        for (size_t i = 0; rc == MT_OK && i < got; i++) {
+            r->v[r->n].step = (int64_t)rep->digests[i]->step;
+            rc = mt_digest_parse_hex(rep->digests[i]->digest, &r->v[r->n].d, err);
+            r->n++;
+        }
+        if (got > 0)
+            req.since_step = rep->digests[got - 1]->step + 1;
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    } while (rc == MT_OK && got == req.limit);
+    if (rc == MT_OK && r->n == 0)
         rc = mt_err_set(err, MT_FAILED_PRECONDITION,
                         "job %s has no state digests yet (its workers report one at every epoch "
                         "end, checkpoint and digest_every step; state %s)",
-                        job_id, rep->state);
-    protobuf_c_message_free_unpacked(&rep->base, NULL);
+                        job_id, state);
     return rc;
 }
 

@@ -173,6 +173,7 @@ int cmd_status(const mt_cli_global *g, int argc, char **argv)
     }
     /* the latest state digest; a coordinator without GetJobDigests (older) leaves it out */
     dreq.job_id = argv[optind];
+    dreq.latest = 1;
     if (mt_cli_call(g, "GetJobDigests", &dreq.base, (ProtobufCMessage **)&drep, &err) != MT_OK)
         drep = NULL;
     dg = drep != NULL && drep->n_digests > 0 ? drep->digests[drep->n_digests - 1] : NULL;

@@ -2,9 +2,10 @@
 /*
  * joblog.c — what a job's workers reported besides metric points, read back (stored by
  * ReportMetrics, metrics.c): GetJobLog, the lines they logged, a page at a time, oldest first,
- * for `meshtrain logs`; GetJobDigests, the state digests by step, for `meshtrain status` and
- * `diverge JOB_A JOB_B`. The reads run off the loop thread on a read-only store (bulk.c); the
- * HTTP API serves the same rows (http_api.c, GET .../log and .../digests).
+ * for `meshtrain logs`; GetJobDigests, the state digests by step (pages of 10000 at most, or
+ * the latest), for `meshtrain status` and `diverge JOB_A JOB_B`. The reads run off the loop thread
+ * on a read-only store (bulk.c); the HTTP API serves the same rows (http_api.c, GET .../log and
+ * .../digests).
  */
 #include "coordinator/coord_rpc.h"
 
@@ -97,8 +98,17 @@ static void get_job_digests_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *cal
     (void)c;
     memset(&rec, 0, sizeof(rec));
     rc = mt_store_job_get(ro, r->job_id, &rec, &err);
-    if (rc == MT_OK)
-        rc = mt_store_job_digests(ro, r->job_id, &ds, &n, &err);
+    if (rc == MT_OK && r->latest) {
+        bool found = false;
+        if ((ds = mt_calloc(1, sizeof(*ds))) == NULL)
+            rc = mt_err_set(&err, MT_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        else
+            rc = mt_store_job_digest_latest(ro, r->job_id, ds, &found, &err);
+        n = found ? 1 : 0;
+    } else if (rc == MT_OK) {
+        rc = mt_store_job_digests(ro, r->job_id, r->since_step,
+                                  r->limit && r->limit < 10000 ? r->limit : 10000, &ds, &n, &err);
+    }
     if (rc != MT_OK) {
         mt_rpc_call_reply(call, rc, err.msg, NULL);
         goto out;

@@ -397,10 +397,15 @@ typedef struct mt_store_digest {
 mt_code mt_store_job_digests_put(mt_store *s, const char *job_id, const mt_store_digest *d,
                                  size_t n, mt_err *err);
 
-/* Every digest of job_id by ascending step; *out owned (mt_free), NULL when *n == 0. Codes:
- * NOT_FOUND (no such job), store errors. */
-mt_code mt_store_job_digests(mt_store *s, const char *job_id, mt_store_digest **out, size_t *n,
-                             mt_err *err);
+/* The digests of job_id with step >= since_step by ascending step, at most limit (0: 10000);
+ * *out owned (mt_free), NULL when *n == 0. Codes: NOT_FOUND (no such job), store errors. */
+mt_code mt_store_job_digests(mt_store *s, const char *job_id, uint64_t since_step, size_t limit,
+                             mt_store_digest **out, size_t *n, mt_err *err);
+
+/* The digest of job_id's highest step into *out; *found false (and *out zeroed) when it has
+ * none. Codes: NOT_FOUND (no such job), store errors. */
+mt_code mt_store_job_digest_latest(mt_store *s, const char *job_id, mt_store_digest *out,
+                                   bool *found, mt_err *err);
 
 #define MT_STORE_MAX_MESH_DIMS 8
 

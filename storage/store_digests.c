@@ -64,8 +64,8 @@ static void read_digest_row(sqlite3_stmt *st, void *elem)
     d->time_ms = sqlite3_column_int64(st, 2);
 }
 
-mt_code mt_store_job_digests(mt_store *s, const char *job_id, mt_store_digest **out, size_t *n,
-                             mt_err *err)
+mt_code mt_store_job_digests(mt_store *s, const char *job_id, uint64_t since_step, size_t limit,
+                             mt_store_digest **out, size_t *n, mt_err *err)
 {
     sqlite3_stmt *st;
     mt_code code;
@@ -81,6 +81,9 @@ mt_code mt_store_job_digests(mt_store *s, const char *job_id, mt_store_digest **
     if (code == MT_OK) {
         st = mt_store__stmt(s, MT_STMT_DIGEST_LIST);
         mt_store__bind_text(st, 1, job_id);
+        sqlite3_bind_int64(
+            st, 2, (sqlite3_int64)(since_step < (1ull << 63) ? since_step : (1ull << 63) - 1));
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)(limit == 0 ? 10000 : limit));
         code = mt_store__collect(s, st, sizeof(**out), read_digest_row, (void **)out, n,
                                  "list digests", err);
     }
@@ -91,4 +94,34 @@ mt_code mt_store_job_digests(mt_store *s, const char *job_id, mt_store_digest **
         *n = 0;
     }
     return code;
+}
+
+mt_code mt_store_job_digest_latest(mt_store *s, const char *job_id, mt_store_digest *out,
+                                   bool *found, mt_err *err)
+{
+    sqlite3_stmt *st;
+    mt_code code;
+    int rc;
+
+    if (out == NULL || found == NULL || job_id == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "latest digest: NULL argument");
+    memset(out, 0, sizeof(*out));
+    *found = false;
+    code = mt_store__call_begin(s, err);
+    if (code != MT_OK)
+        return code;
+    code = mt_store__need_job(s, job_id, "latest digest", err);
+    if (code == MT_OK) {
+        st = mt_store__stmt(s, MT_STMT_DIGEST_LATEST);
+        mt_store__bind_text(st, 1, job_id);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            read_digest_row(st, out);
+            *found = true;
+        } else if (rc != SQLITE_DONE) {
+            code = mt_store__fail(s, rc, err, "latest digest of job %s", job_id);
+        }
+        mt_store__stmt_done(st);
+    }
+    return mt_store__call_end(s, code, err);
 }

@@ -9,7 +9,8 @@
 # `meshtrain diverge JOB_A JOB_B` finds no divergence between them nor against `train --local
 # --json` of the same spec; the fixed_mesh job on batch=2 diverges from batch=1 (control);
 # `status` and `status --json` show the latest digest; GET /api/v1/jobs/{id}/digests lists
-# them; an unknown job is NOT_FOUND / 404.
+# them (pages: since_step, limit) and the job's JSON has the latest; an unknown job is
+# NOT_FOUND / 404.
 source "$(dirname "$0")/lib.sh"
 export OPENBLAS_NUM_THREADS=1
 
@@ -56,6 +57,12 @@ api "/api/v1/jobs/$J2/digests" >"$T/d2.json"
     fail "$J2 digests: $(head -c 600 "$T/d2.json")"
 jq -e 'all(.digests[]; (.digest | test("^[0-9a-f]{64}$")) and .time_ms > 0)' "$T/d2.json" >/dev/null ||
     fail "digest fields: $(head -c 600 "$T/d2.json")"
+[ "$(api "/api/v1/jobs/$J2/digests?since_step=6&limit=2" | jq -c '[.digests[].step]')" = "[10,15]" ] ||
+    fail "digests paging: $(api "/api/v1/jobs/$J2/digests?since_step=6&limit=2")"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$HTTP_URL/api/v1/jobs/$J2/digests?limit=0")" = 400 ] ||
+    fail "digests?limit=0: want 400"
+api "/api/v1/jobs/$J2" | jq -e --slurpfile d "$T/d2.json" '.digest == {step: 20, digest: $d[0].digests[-1].digest}' >/dev/null ||
+    fail "the job's latest digest: $(api "/api/v1/jobs/$J2" | jq -c .digest)"
 
 for pair in "$J1 $J2" "$J1 $J3" "$J2 $J3"; do
     # shellcheck disable=SC2086

@@ -1060,16 +1060,22 @@ static void test_store_job_digests_replace_and_errors(void **state)
     size_t n = 0;
 
     add_job(t->s, job);
-    assert_int_equal(mt_store_job_digests(t->s, job, &out, &n, &err), MT_OK);
+    assert_int_equal(mt_store_job_digests(t->s, job, 0, 0, &out, &n, &err), MT_OK);
     assert_int_equal(n, 0);
     assert_null(out);
+    mt_store_digest none;
+    bool found0 = true;
+    assert_int_equal(mt_store_job_digest_latest(t->s, job, &none, &found0, &err), MT_OK);
+    assert_false(found0);
+    assert_int_equal(mt_store_job_digest_latest(t->s, "job-nope", &none, &found0, &err),
+                     MT_NOT_FOUND);
     in[0] = sdigest(10, 'a');
     in[1] = sdigest(5, 'b');
     assert_int_equal(mt_store_job_digests_put(t->s, job, in, 2, &err), MT_OK);
     /* step 10 redone after a restart: the newest digest replaces it */
     in[2] = sdigest(10, 'c');
     assert_int_equal(mt_store_job_digests_put(t->s, job, &in[2], 1, &err), MT_OK);
-    assert_int_equal(mt_store_job_digests(t->s, job, &out, &n, &err), MT_OK);
+    assert_int_equal(mt_store_job_digests(t->s, job, 0, 0, &out, &n, &err), MT_OK);
     assert_int_equal(n, 2);
     assert_int_equal(out[0].step, 5);
     assert_int_equal(out[0].digest[0], 'b');
@@ -1078,6 +1084,17 @@ static void test_store_job_digests_replace_and_errors(void **state)
     assert_int_equal(out[1].digest[63], 'c');
     assert_int_equal(strlen(out[1].digest), 64);
     mt_free(out);
+    /* a page from step 6, and the latest */
+    assert_int_equal(mt_store_job_digests(t->s, job, 6, 1, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(out[0].step, 10);
+    mt_free(out);
+    mt_store_digest last;
+    bool found = false;
+    assert_int_equal(mt_store_job_digest_latest(t->s, job, &last, &found, &err), MT_OK);
+    assert_true(found);
+    assert_int_equal(last.step, 10);
+    assert_int_equal(last.digest[0], 'c');
     /* not 64 lower-case hex digits, a step out of range: refused, nothing stored */
     in[0] = sdigest(20, 'A');
     assert_int_equal(mt_store_job_digests_put(t->s, job, in, 1, &err), MT_INVALID_ARGUMENT);
@@ -1086,10 +1103,10 @@ static void test_store_job_digests_replace_and_errors(void **state)
     assert_int_equal(mt_store_job_digests_put(t->s, job, in, 1, &err), MT_INVALID_ARGUMENT);
     in[0] = sdigest(1ull << 63, 'a');
     assert_int_equal(mt_store_job_digests_put(t->s, job, in, 1, &err), MT_INVALID_ARGUMENT);
-    assert_int_equal(mt_store_job_digests(t->s, job, &out, &n, &err), MT_OK);
+    assert_int_equal(mt_store_job_digests(t->s, job, 0, 0, &out, &n, &err), MT_OK);
     assert_int_equal(n, 2);
     mt_free(out);
-    assert_int_equal(mt_store_job_digests(t->s, "job-nope", &out, &n, &err), MT_NOT_FOUND);
+    assert_int_equal(mt_store_job_digests(t->s, "job-nope", 0, 0, &out, &n, &err), MT_NOT_FOUND);
     in[0] = sdigest(1, 'a');
     assert_int_equal(mt_store_job_digests_put(t->s, "job-nope", in, 1, &err), MT_NOT_FOUND);
 }
