@@ -359,6 +359,9 @@ static void apply(const mt_cli_global *g, const char *job_id, view *v, const mt_
                 stepped = true;
         }
     }
+    for (size_t i = 0; v->json && i < ev->n_digests; i++) /* `diverge` reads these lines */
+        printf("{\"step\": %" PRIu64 ", \"digest\": \"%s\"}\n", ev->digests[i].step,
+               ev->digests[i].digest);
     if (!v->json && v->have_eval)
         close_epoch(v);
     else if (!v->json && stepped)

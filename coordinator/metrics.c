@@ -93,14 +93,32 @@ void coord_metrics_close(mt_coord *c)
     c->pub = NULL;
 }
 
+/* Send ev (its job_id set) on the PUB socket; never blocks. */
+static void send_event(mt_coord *c, const Meshtrain__WatchEvent *ev)
+{
+    const char *job_id = ev->job_id;
+    size_t tlen = strlen(job_id) + 1, len;
+    uint8_t *buf;
+    int rv;
+
+    len = meshtrain__watch_event__get_packed_size(ev);
+    buf = nng_alloc(tlen + len);
+    if (buf == NULL)
+        return;
+    memcpy(buf, job_id, tlen); /* topic: the id and its NUL */
+    meshtrain__watch_event__pack(ev, buf + tlen);
+    rv = nng_send(*(nng_socket *)c->pub, buf, tlen + len, NNG_FLAG_ALLOC | NNG_FLAG_NONBLOCK);
+    if (rv != 0) {
+        nng_free(buf, tlen + len);
+        mt_log_debug("publish %s: %s", job_id, nng_strerror(rv));
+    }
+}
+
 void coord_metrics_publish(mt_coord *c, const char *job_id,
                            const Meshtrain__MetricPoint *const *pts, size_t n,
                            const char *final_state, const char *error)
 {
     Meshtrain__WatchEvent ev = MESHTRAIN__WATCH_EVENT__INIT;
-    size_t tlen = strlen(job_id) + 1, len;
-    uint8_t *buf;
-    int rv;
 
     if (c->pub == NULL)
         return;
@@ -112,17 +130,22 @@ void coord_metrics_publish(mt_coord *c, const char *job_id,
                (mt_jobstate_parse(final_state, &st, NULL) != MT_OK || mt_jobstate_is_final(st));
     ev.state = (char *)(final_state ? final_state : "");
     ev.error = (char *)(error ? error : "");
-    len = meshtrain__watch_event__get_packed_size(&ev);
-    buf = nng_alloc(tlen + len);
-    if (buf == NULL)
+    send_event(c, &ev);
+}
+
+/* A stored report's points and state digests on the stream. */
+static void publish_report(mt_coord *c, const Meshtrain__ReportMetricsRequest *r)
+{
+    Meshtrain__WatchEvent ev = MESHTRAIN__WATCH_EVENT__INIT;
+
+    if (c->pub == NULL || (r->n_points == 0 && r->n_digests == 0))
         return;
-    memcpy(buf, job_id, tlen); /* topic: the id and its NUL */
-    meshtrain__watch_event__pack(&ev, buf + tlen);
-    rv = nng_send(*(nng_socket *)c->pub, buf, tlen + len, NNG_FLAG_ALLOC | NNG_FLAG_NONBLOCK);
-    if (rv != 0) {
-        nng_free(buf, tlen + len);
-        mt_log_debug("publish %s: %s", job_id, nng_strerror(rv));
-    }
+    ev.job_id = r->job_id;
+    ev.points = r->points;
+    ev.n_points = r->n_points;
+    ev.digests = r->digests;
+    ev.n_digests = r->n_digests;
+    send_event(c, &ev);
 }
 
 static mt_code validate_report(mt_coord *c, const Meshtrain__ReportMetricsRequest *r, char *msg,
@@ -378,8 +401,7 @@ void coord_metrics_flush(mt_coord *c)
         coord_job *j = coord_job_find(c, r->job_id);
         if (j != NULL && steps[i] > j->step)
             j->step = steps[i];
-        coord_metrics_publish(c, r->job_id, (const Meshtrain__MetricPoint *const *)r->points,
-                              r->n_points, NULL, NULL);
+        publish_report(c, r);
         rep.stored = r->n_points;
         mt_rpc_call_reply(call, MT_OK, NULL, &rep.base); /* releases r */
     }

@@ -31,7 +31,68 @@ struct mt_watch {
     bool any_history;
     mt_watch_point *buf; /* the current event's points */
     size_t cap_buf;
+    mt_watch_digest *dbuf; /* the current event's digests */
+    size_t cap_dbuf;
+    uint64_t since; /* the caller's since_step */
+    uint64_t dseam; /* highest digest step delivered from history (any_dhistory) */
+    bool any_dhistory;
 };
+
+static mt_code ensure_dbuf(mt_watch *w, size_t n, mt_err *err)
+{
+    if (n <= w->cap_dbuf)
+        return MT_OK;
+    mt_watch_digest *b = mt_realloc(w->dbuf, n * sizeof(*b));
+    if (b == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "watch: out of memory");
+    w->dbuf = b;
+    w->cap_dbuf = n;
+    return MT_OK;
+}
+
+/* Append d to the event's digests (the buffer has room). */
+static void add_digest(mt_watch *w, size_t *k, const Meshtrain__StepDigest *d)
+{
+    w->dbuf[*k].step = d->step;
+    snprintf(w->dbuf[*k].digest, sizeof(w->dbuf[*k].digest), "%s", d->digest);
+    (*k)++;
+}
+
+/* Every stored digest from the cursor (GetJobDigests pages) into the event: the end of history. */
+static mt_code history_digests(mt_watch *w, mt_watch_event *ev, mt_err *err)
+{
+    Meshtrain__GetJobDigestsRequest req = MESHTRAIN__GET_JOB_DIGESTS_REQUEST__INIT;
+    size_t k = 0, got;
+    mt_code rc;
+
+    req.job_id = w->job_id;
+    req.since_step = w->since;
+    req.limit = PAGE;
+    do {
+        Meshtrain__GetJobDigestsReply *rep = NULL;
+        rc = mt_rpc_client_call(w->cli, &meshtrain__coordinator__descriptor, "GetJobDigests",
+                                &req.base, (ProtobufCMessage **)&rep, w->rpc_timeout_ms, err);
+        if (rc == MT_UNIMPLEMENTED) { /* a coordinator from before digests: none to show */
+            mt_err_clear(err);
+            return MT_OK;
+        }
+        if (rc != MT_OK)
+            return rc;
+        got = rep->n_digests;
+        rc = ensure_dbuf(w, k + got + 1, err);
+        for (size_t i = 0; rc == MT_OK && i < got; i++)
+            add_digest(w, &k, rep->digests[i]);
+        if (got > 0) {
+            req.since_step = rep->digests[got - 1]->step + 1;
+            w->dseam = rep->digests[got - 1]->step;
+            w->any_dhistory = true;
+        }
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    } while (rc == MT_OK && got == PAGE);
+    ev->digests = w->dbuf;
+    ev->n_digests = k;
+    return rc;
+}
 
 static mt_code ensure_buf(mt_watch *w, size_t n, mt_err *err)
 {
@@ -112,7 +173,7 @@ mt_code mt_watch_open(mt_rpc_client *cli, const char *job_id, uint64_t since_ste
     }
     w->cli = cli;
     w->rpc_timeout_ms = timeout_ms;
-    w->cursor = since_step;
+    w->cursor = w->since = since_step;
     snprintf(w->job_id, sizeof(w->job_id), "%s", job_id);
     if ((rv = nng_sub0_open(&w->sub)) != 0) {
         rc = mt_err_set(err, MT_INTERNAL, "watch: %s", nng_strerror(rv));
@@ -171,7 +232,11 @@ static mt_code next_history(mt_watch *w, mt_watch_event *ev, mt_err *err)
     ev->points = w->buf;
     ev->n_points = k;
     if (rep->n_points < PAGE) {
-        /* history exhausted; a job that had already ended ends the stream here */
+        /* history exhausted: its digests, then a job that had already ended ends the stream */
+        if ((rc = history_digests(w, ev, err)) != MT_OK) {
+            protobuf_c_message_free_unpacked(&rep->base, NULL);
+            return rc;
+        }
         if (rep->finished) {
             ev->final = true;
             snprintf(ev->state, sizeof(ev->state), "%s", rep->state);
@@ -211,10 +276,18 @@ static mt_code next_live(mt_watch *w, int timeout_ms, mt_watch_event *ev, mt_err
     nng_msg_free(msg);
     if (we == NULL)
         return mt_err_set(err, MT_INTERNAL, "watch %s: undecodable stream message", w->job_id);
-    if ((rc = ensure_buf(w, we->n_points + 1, err)) != MT_OK) {
+    if ((rc = ensure_buf(w, we->n_points + 1, err)) != MT_OK ||
+        (rc = ensure_dbuf(w, we->n_digests + 1, err)) != MT_OK) {
         meshtrain__watch_event__free_unpacked(we, NULL);
         return rc;
     }
+    for (size_t i = 0; i < we->n_digests; i++) {
+        const Meshtrain__StepDigest *d = we->digests[i];
+        if ((w->any_dhistory && d->step <= w->dseam) || d->step < w->since)
+            continue; /* delivered from history, or before what the caller asked for */
+        add_digest(w, &ev->n_digests, d);
+    }
+    ev->digests = w->dbuf;
     for (size_t i = 0; i < we->n_points; i++) {
         const Meshtrain__MetricPoint *p = we->points[i];
         if (w->any_history &&
@@ -238,6 +311,7 @@ static mt_code next_live(mt_watch *w, int timeout_ms, mt_watch_event *ev, mt_err
         snprintf(ev->error, sizeof(ev->error), "%s", we->error);
         w->any_history = false;
         w->n_seam = 0;
+        w->any_dhistory = false;
     }
     meshtrain__watch_event__free_unpacked(we, NULL);
     return MT_OK;
@@ -331,6 +405,7 @@ void mt_watch_close(mt_watch *w)
         return;
     close_bounded(w->sub, 2000);
     mt_free(w->buf);
+    mt_free(w->dbuf);
     mt_free(w->seam_names);
     mt_free(w);
 }

@@ -17,6 +17,9 @@
  * (attempt N, resuming from a checkpoint at step S)"); they are delivered with `state` and
  * `reason` set. After one, the seam is forgotten: the restarted attempt redoes steps below it and
  * those points are delivered live again (they replace the lost ones in the store).
+ * State digests: the history's come with the last history batch (GetJobDigests from since_step,
+ * read after the points, so any digest stored later arrives live), the live ones with their
+ * report's points; a live digest of a step delivered from history is dropped, as points are.
  * Restart markers: mt_watch_restart_scan reads the restarts (cause, attempt, resume step) out of
  * a job's state history (GetJob events, the API's events, or the live state events above).
  * Limits: the subscription buffers up to 8192 live messages while history is read (nng drops
@@ -45,9 +48,18 @@ typedef struct mt_watch_point {
     int64_t time_ms; /* unix ms when measured */
 } mt_watch_point;
 
+/* A state digest of the job (docs/reproducibility.md): the Merkle root after `step`. */
+typedef struct mt_watch_digest {
+    uint64_t step;
+    char digest[65]; /* 64 lower-case hex digits */
+} mt_watch_digest;
+
 typedef struct mt_watch_event {
     const mt_watch_point *points; /* borrowed; valid until the next call on the watch */
     size_t n_points;
+    const mt_watch_digest *digests; /* borrowed as points: the state digests of this batch, by
+                                       step (history: all of them, with the last history batch) */
+    size_t n_digests;
     bool final;      /* the job ended: no more events */
     char state[16];  /* with final: "SUCCEEDED" | "FAILED" | "CANCELLED"; without final and
                         with no points: a live state change ("RESTARTING", "SCHEDULED"), "" else */

@@ -9,8 +9,9 @@
 # `meshtrain diverge JOB_A JOB_B` finds no divergence between them nor against `train --local
 # --json` of the same spec; the fixed_mesh job on batch=2 diverges from batch=1 (control);
 # `status` and `status --json` show the latest digest; GET /api/v1/jobs/{id}/digests lists
-# them (pages: since_step, limit) and the job's JSON has the latest; an unknown job is
-# NOT_FOUND / 404.
+# them (pages: since_step, limit) and the job's JSON has the latest; `watch --json` prints
+# them (watchers from the submit and after the end) and diverge reads its output; an unknown
+# job is NOT_FOUND / 404.
 source "$(dirname "$0")/lib.sh"
 export OPENBLAS_NUM_THREADS=1
 
@@ -31,10 +32,12 @@ spec() {
           "dense_2\\.kernel": ["batch", "unsharded"]} end' \
         "$SRC/examples/fashion_mnist_mlp.json" >"$T/$1.json"
 }
-# job NAME MESH: submit, wait for SUCCEEDED, print the id
+# job NAME MESH: submit, follow it with `watch --json` (into $T/ID.watch), wait for SUCCEEDED,
+# print the id
 job() {
     local id
     id=$(mt submit "$T/$1.json" --mesh "$2") || fail "submit $1"
+    mt watch --json "$id" >"$T/$id.watch" 2>&1 & # (job runs in $(...): polled for its end below)
     wait_for 120 "$id ($1 on $2) to finish" bash -c "'$BIN/meshtrain' --coordinator '$COORD_URL' status --json $id | jq -e '.state | IN(\"SUCCEEDED\", \"FAILED\", \"CANCELLED\")'"
     mt status --json "$id" | jq -e '.state == "SUCCEEDED"' >/dev/null || fail "$id: $(mt status "$id")"
     echo "$id"
@@ -83,6 +86,21 @@ mt diverge "$F1" "$F2" >"$T/div.out" || rc=$?
 [ $rc = 1 ] && grep -q "^first divergence at step 5 " "$T/div.out" ||
     fail "fixed_mesh batch=1 vs batch=2: exit $rc: $(cat "$T/div.out")"
 log "control: fixed_mesh on batch=1 and batch=2 $(head -1 "$T/div.out")"
+
+# watch --json: the digests as {"step", "digest"} lines, each once, live or from history, and a
+# watcher started after the end (history only) prints the same; diverge reads either
+for id in "$J1" "$J2" "$J3"; do
+    wait_for 30 "watch --json of $id to end" grep -q '"final": *true' "$T/$id.watch"
+done
+for id in "$J1" "$J2" "$J3"; do
+    [ "$(jq -c 'select(.digest) | [.step, .digest]' "$T/$id.watch" | jq -s -c .)" = \
+      "$(api "/api/v1/jobs/$id/digests" | jq -c '[.digests[] | [.step, .digest]]')" ] ||
+        fail "watch --json of $id: $(grep digest "$T/$id.watch" | head -c 600)"
+done
+mt watch --json "$J2" >"$T/late.watch" || fail "watch --json of the ended $J2"
+[ "$(grep -c '"digest"' "$T/late.watch")" = 4 ] || fail "late watcher: $(grep digest "$T/late.watch")"
+mt diverge "$T/late.watch" "$T/$J3.watch" >"$T/div.out" || fail "diverge of watch outputs: $(cat "$T/div.out")"
+log "watch --json prints the digests (live and from history); diverge reads its output"
 
 LAST=$(jq -r '.digests[-1].digest' "$T/d2.json")
 mt status "$J2" | grep -q "^digest    $LAST (step 20)$" || fail "status: $(mt status "$J2")"
