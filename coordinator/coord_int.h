@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/sched.h"
 #include "coordinator/stall.h"
 #include "coordinator/stats.h"
 #include "jobspec/mt_jobspec.h"
@@ -26,26 +27,14 @@ struct coord_http;
 struct coord_mcache;
 struct coord_upload;
 
-/* One registered worker as the loop sees it (the store holds the durable copy). */
-/* A worker's liveness, typed: the strings ("alive", "lost") exist only in SQL and on the wire
- * (coord_worker_state_name / _parse, one table in workers.c). */
-typedef enum coord_worker_state { COORD_WORKER_ALIVE, COORD_WORKER_LOST } coord_worker_state;
-
+/* One registered worker as the loop sees it (the store holds the durable copy; the typed
+ * states coord_worker_state and coord_task_state are the scheduling core's, sched.h). */
 typedef struct coord_worker {
     coord_worker_state state;  /* what rec.state says, typed; set together */
     mt_store_worker rec;       /* durable fields; rec.devices owned */
     int64_t last_seen_mono_ms; /* monotonic time of the last register/heartbeat */
     int hb_dirty;              /* rec.last_heartbeat_ms not yet flushed to the store */
 } coord_worker;
-
-/* A task's state as its worker last reported it, typed (names: coord_task_state_name). */
-typedef enum coord_task_state {
-    COORD_TASK_ASSIGNED, /* "" : assigned, not yet reported */
-    COORD_TASK_RUNNING,
-    COORD_TASK_SUCCEEDED,
-    COORD_TASK_FAILED,
-    COORD_TASK_CANCELLED,
-} coord_task_state;
 
 /* One worker's part of an active job (jobs.c). */
 typedef struct coord_task {
@@ -90,7 +79,9 @@ typedef struct coord_job {
     int64_t silent_note_mono_ms;   /* when a silent worker was last named in the reason */
 } coord_job;
 
-enum { COORD_CKPT_UNCHECKED, COORD_CKPT_VERIFYING, COORD_CKPT_VERIFIED };
+/* coord_job.ckpt_check. NONE: found to have no checkpoint (or the check could not be queued) in
+ * this scheduler pass; it becomes UNCHECKED again when the pass ends (jobs.c). */
+enum { COORD_CKPT_UNCHECKED, COORD_CKPT_VERIFYING, COORD_CKPT_VERIFIED, COORD_CKPT_NONE };
 
 /* What the domain core (state.c) tells the adapters above it, installed by coord.c: it never
  * calls them by name. Each may be NULL (a test driving the core alone). Loop thread. */
@@ -156,6 +147,9 @@ int coord_worker_state_parse(const char *name, coord_worker_state *out);
 /* Set w's state, typed and in its record (the store is the caller's). */
 void coord_worker_set_state(coord_worker *w, coord_worker_state s);
 coord_worker *coord_worker_find(mt_coord *c, const char *worker_id);
+/* w as the scheduling core sees it (id, host, data address, state, last seen; borrowed from w;
+ * no devices, held_by NULL). */
+void coord_worker_view(const coord_worker *w, coord_sched_worker *v);
 /* "", "running", "succeeded", "failed", "cancelled" (the wire's TaskStatus.state) */
 const char *coord_task_state_name(coord_task_state s);
 int coord_task_state_parse(const char *name, coord_task_state *out);
