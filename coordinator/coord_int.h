@@ -5,8 +5,9 @@
  * adapters: RPC handlers (jobs.c, workers.c, ckpt.c, metrics.c), sweeps (stall.c, workers.c)
  * and the status endpoint (http.c). coord.c: loop and dispatch. docs/architecture.md draws the
  * call graph (no circles; layers checked by tests/tools/coord_graph.py).
- * No generated protobuf header: what takes protobuf messages or RPC calls is declared in
- * coord_rpc.h, which only the RPC adapters and coord.c include.
+ * No RPC header and so no protobuf header, generated or protobuf-c's own: what takes protobuf
+ * messages or RPC calls is declared in coord_rpc.h, which only the RPC adapters and coord.c
+ * include.
  * Every field is owned by the loop thread unless its comment says otherwise.
  */
 #ifndef MT_COORD_INT_H
@@ -26,6 +27,11 @@
 struct coord_http;
 struct coord_mcache;
 struct coord_upload;
+/* core/rpc's handles, by name only: this header includes no RPC header, so the domain core
+ * (state.c) and the scheduling core (sched.c) see no protobuf-c.h (coord_graph.py checks). */
+typedef struct mt_rpc_server mt_rpc_server;
+typedef struct mt_rpc_call mt_rpc_call;
+#define COORD_TOKEN_MAX 256 /* core/rpc's MT_RPC_TOKEN_MAX (coord.c checks that they agree) */
 
 /* One registered worker as the loop sees it (the store holds the durable copy; the typed
  * states coord_worker_state and coord_task_state are the scheduling core's, sched.h). */
@@ -98,7 +104,7 @@ struct mt_coord {
     coord_hooks hooks; /* the adapters the core notifies (state.c) */
     char listen_url[256];
     char state_dir[1024];
-    char token[MT_RPC_TOKEN_MAX];
+    char token[COORD_TOKEN_MAX];
     char instance[33]; /* random per start; workers re-register when it changes */
     uv_loop_t loop;
     uv_async_t wake;    /* nng threads -> loop */

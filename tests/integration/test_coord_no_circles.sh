@@ -6,9 +6,9 @@
 # libmtcoord.a defines and uses (nm) and fails on any strongly connected group of files, on an
 # adapter calling an adapter of the other kind (RPC <-> HTTP), on the core or a shared leaf
 # calling an adapter, the scheduling core (sched.c) calling any file, and (from
-# compile_commands.json, the compiler's -M) on a generated protobuf header (*.pb-c.h) reaching
-# the domain core or the scheduling core; the graph is printed either way
-# (docs/architecture.md shows it).
+# compile_commands.json, the compiler's -M) on a protobuf header (a generated *.pb-c.h, or
+# protobuf-c.h itself) reaching the domain core or the scheduling core; the graph is printed
+# either way (docs/architecture.md shows it).
 source "$(dirname "$0")/lib.sh"
 
 command -v nm >/dev/null || { echo "SKIP: nm not installed"; exit 0; }
