@@ -627,57 +627,53 @@ static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, co
 }
 
 /*
- * Apply one task status from worker_id. Returns 1 when the worker should stop that task (not
- * wanted: unknown job, final job, another attempt, not placed there).
+ * Apply one task status from worker_id as the scheduling core reads it (coord_sched_task_report):
+ * record the step, fail or restart the job, record the task's state and move the job. Returns 1
+ * when the worker should stop that task (not wanted: unknown job, final job, another attempt,
+ * not placed there).
  */
 static int apply_task(mt_coord *c, const char *worker_id, const Meshtrain__TaskStatus *t)
 {
     coord_job *j = coord_job_find(c, t->job_id);
-    coord_task *task;
-    char reason[300];
+    coord_sched_task *v = NULL;
+    coord_sched_report out;
     coord_task_state ts = COORD_TASK_ASSIGNED; /* the wire's word, typed here */
-    int known = coord_task_state_parse(t->state, &ts) && ts != COORD_TASK_ASSIGNED;
-    int running = known && ts == COORD_TASK_RUNNING;
-    size_t n_state = 0;
+    coord_task *task;
 
-    if (j == NULL || !coord_jobstate_placed(j->state) || t->attempt != j->attempt ||
-        (task = job_task(j, worker_id)) == NULL)
-        return running;
-    if (known && task->state == ts && t->step <= task->step)
-        return 0; /* nothing new */
+    if (!coord_task_state_parse(t->state, &ts))
+        ts = COORD_TASK_ASSIGNED; /* not a word the coordinator knows */
+    if (j != NULL && (v = mt_calloc(j->n_tasks + 1, sizeof(*v))) == NULL)
+        return 0; /* out of memory: the worker reports again with its next heartbeat */
+    for (size_t i = 0; j != NULL && i < j->n_tasks; i++)
+        v[i] = (coord_sched_task){j->tasks[i].worker_id, j->tasks[i].state, j->tasks[i].step};
+    coord_sched_task_report(j != NULL ? j->state : MT_JOBSTATE_CANCELLED,
+                            j != NULL ? j->attempt : 0, v, j != NULL ? j->n_tasks : 0, worker_id,
+                            t->attempt, ts, t->step, t->error, &out);
+    mt_free(v);
+    if (out.verdict == COORD_SCHED_REPORT_CANCEL)
+        return 1;
+    if (!out.accepted)
+        return 0;
+    task = &j->tasks[out.task];
     if (t->step > task->step)
         task->step = t->step;
     if (t->step > j->step)
         coord_job_set_step(c, j, t->step);
-    if (known && ts == COORD_TASK_FAILED && job_peer_failure(c, j, worker_id, t->error))
-        return 0;
-    if (known && (ts == COORD_TASK_FAILED || ts == COORD_TASK_CANCELLED)) {
-        snprintf(reason, sizeof(reason), "worker %s: %s", worker_id,
-                 t->error[0] ? t->error
-                             : (ts == COORD_TASK_CANCELLED ? "task cancelled by the worker"
-                                                           : "task failed"));
-        coord_job_move(c, j, MT_JOBSTATE_FAILED, reason);
+    if (out.verdict == COORD_SCHED_REPORT_FAIL) {
+        if (!out.failed || !job_peer_failure(c, j, worker_id, t->error))
+            coord_job_move(c, j, MT_JOBSTATE_FAILED, out.reason);
         return 0;
     }
-    if (!known || (ts != COORD_TASK_RUNNING && ts != COORD_TASK_SUCCEEDED))
-        return 0; /* unknown state word: ignore */
-    if (j->state == MT_JOBSTATE_STALLED &&
+    if (out.verdict != COORD_SCHED_REPORT_RECORD)
+        return 0;
+    if (out.resume &&
         coord_job_move(c, j, MT_JOBSTATE_RUNNING,
                        "progress resumed: a task reported a new step or state") != MT_OK)
         return 0;
-    task->state = ts;
-    for (size_t i = 0; i < j->n_tasks; i++)
-        n_state += j->tasks[i].state != COORD_TASK_ASSIGNED;
-    if (j->state == MT_JOBSTATE_SCHEDULED && n_state == j->n_tasks) {
-        snprintf(reason, sizeof(reason), "all %zu tasks started (attempt %u)", j->n_tasks,
-                 j->attempt);
-        if (coord_job_move(c, j, MT_JOBSTATE_RUNNING, reason) != MT_OK)
-            return 0;
-    }
-    n_state = 0;
-    for (size_t i = 0; i < j->n_tasks; i++)
-        n_state += j->tasks[i].state == COORD_TASK_SUCCEEDED;
-    if (n_state == j->n_tasks && j->state == MT_JOBSTATE_RUNNING)
+    task->state = out.state;
+    if (out.started && coord_job_move(c, j, MT_JOBSTATE_RUNNING, out.reason) != MT_OK)
+        return 0;
+    if (out.succeeded)
         coord_job_move(c, j, MT_JOBSTATE_SUCCEEDED, "all tasks succeeded");
     return 0;
 }

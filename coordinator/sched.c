@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * sched.c — the coordinator's scheduling and liveness rules (contract in sched.h): the scheduler
- * pass, the lost-worker and restart rules, the reading of a task that failed on a peer, and the
- * stall diagnosis. Pure: typed structs in, decisions out; no store, no clock, no protobuf, no
- * nng, no state between calls. It calls only core/sched (mt_sched_place, the placement of one
- * mesh on free devices).
+ * pass, the lost-worker and restart rules, what a task report does to its job, the reading of a
+ * task that failed on a peer, and the stall rule and diagnosis. Pure: typed structs in, decisions
+ * out; no store, no clock, no protobuf, no nng, no state between calls. It calls only core/sched
+ * (mt_sched_place, the placement of one mesh on free devices).
  *
  * DESIGN. A pass copies the alive workers' devices into a free map (a worker held by a placed
  * job has none free: its data plane serves one job), takes the QUEUED and RESTARTING jobs by
@@ -321,6 +321,60 @@ void coord_sched_plan_fini(coord_sched_plan *p)
         mt_free(p->d[i].slots);
     mt_free(p->d);
     memset(p, 0, sizeof(*p));
+}
+
+/* ------------------------------------------------------------------ task reports */
+
+void coord_sched_task_report(mt_jobstate job_state, uint32_t job_attempt,
+                             const coord_sched_task *tasks, size_t n, const char *worker_id,
+                             uint32_t attempt, coord_task_state state, uint64_t step,
+                             const char *error, coord_sched_report *out)
+{
+    bool placed = job_state == MT_JOBSTATE_SCHEDULED || job_state == MT_JOBSTATE_RUNNING ||
+                  job_state == MT_JOBSTATE_STALLED;
+    bool known = state != COORD_TASK_ASSIGNED;
+    size_t t = 0, started = 0, succeeded = 0;
+
+    memset(out, 0, sizeof(*out));
+    while (t < n && strcmp(tasks[t].worker_id, worker_id) != 0)
+        t++;
+    if (!placed || attempt != job_attempt || t == n) {
+        out->verdict =
+            state == COORD_TASK_RUNNING ? COORD_SCHED_REPORT_CANCEL : COORD_SCHED_REPORT_IGNORE;
+        return;
+    }
+    if (known && tasks[t].state == state && step <= tasks[t].step)
+        return; /* nothing new */
+    out->accepted = true;
+    out->task = t;
+    if (state == COORD_TASK_FAILED || state == COORD_TASK_CANCELLED) {
+        out->verdict = COORD_SCHED_REPORT_FAIL;
+        out->failed = state == COORD_TASK_FAILED;
+        snprintf(out->reason, sizeof(out->reason), "worker %s: %s", worker_id,
+                 error != NULL && error[0]       ? error
+                 : state == COORD_TASK_CANCELLED ? "task cancelled by the worker"
+                                                 : "task failed");
+        return;
+    }
+    if (state != COORD_TASK_RUNNING && state != COORD_TASK_SUCCEEDED)
+        return; /* not a state word the coordinator knows: ignored */
+    out->verdict = COORD_SCHED_REPORT_RECORD;
+    out->state = state;
+    out->resume = job_state == MT_JOBSTATE_STALLED;
+    if (out->resume)
+        job_state = MT_JOBSTATE_RUNNING;
+    for (size_t i = 0; i < n; i++) {
+        coord_task_state s = i == t ? state : tasks[i].state;
+        started += s != COORD_TASK_ASSIGNED;
+        succeeded += s == COORD_TASK_SUCCEEDED;
+    }
+    if (job_state == MT_JOBSTATE_SCHEDULED && started == n) {
+        out->started = true;
+        job_state = MT_JOBSTATE_RUNNING;
+        snprintf(out->reason, sizeof(out->reason), "all %zu tasks started (attempt %u)", n,
+                 job_attempt);
+    }
+    out->succeeded = succeeded == n && job_state == MT_JOBSTATE_RUNNING;
 }
 
 /* ------------------------------------------------------------------ peer failures */

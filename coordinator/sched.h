@@ -4,7 +4,8 @@
  * job goes where (gang placement, one job per worker, priority then submission order, elastic
  * batch sizes, a broken link avoided or waited out with a back-off, a frozen worker left out),
  * when a worker is lost and what becomes of its jobs (restart within restart.max_restarts, else
- * FAILED), what a task that failed on a peer means (a silent worker: "device stuck"; a link
+ * FAILED), what a worker's report of its task does to the job, what a task that failed on a peer
+ * means (a silent worker: "device stuck"; a link
  * between two heartbeating workers: "link A<->B" and a back-off), and what a stopped group's
  * progress records say (coord_stall_diagnose / coord_stall_classify).
  *
@@ -185,6 +186,50 @@ typedef struct coord_sched_peer_verdict {
 void coord_sched_peer_failure(const coord_sched_worker *workers, size_t nw, const char *reporter,
                               const char *error, int64_t backoff_ms, int64_t now_ms,
                               int64_t fresh_ms, coord_sched_peer_verdict *out);
+
+/* ------------------------------------------------------------------ task reports */
+
+/* One task of a placed job: one per worker of its placement. */
+typedef struct coord_sched_task {
+    const char *worker_id;
+    coord_task_state state; /* as last recorded */
+    uint64_t step;          /* the last step its worker reported */
+} coord_sched_task;
+
+typedef enum coord_sched_report_verdict {
+    COORD_SCHED_REPORT_IGNORE, /* nothing to do (beyond recording the step when accepted) */
+    COORD_SCHED_REPORT_CANCEL, /* the coordinator does not run this task: the worker stops it */
+    COORD_SCHED_REPORT_FAIL,   /* the job FAILED with reason (for a FAILED task, unless
+                                  coord_sched_peer_failure reads it as a fault of the cluster) */
+    COORD_SCHED_REPORT_RECORD, /* record the task's new state, then the moves flagged below */
+} coord_sched_report_verdict;
+
+typedef struct coord_sched_report {
+    coord_sched_report_verdict verdict;
+    bool accepted;          /* a task of this attempt with something new: record its step */
+    size_t task;            /* accepted: the reporter's task (index into the tasks given) */
+    bool failed;            /* FAIL: the task FAILED (not CANCELLED): ask the peer rule first */
+    coord_task_state state; /* RECORD: the task's new state */
+    bool resume;            /* RECORD: first STALLED -> RUNNING ("progress resumed: ...") */
+    bool started;           /* RECORD: then SCHEDULED -> RUNNING (reason: "all N tasks ...") */
+    bool succeeded;         /* RECORD: then -> SUCCEEDED ("all tasks succeeded") */
+    char reason[300];       /* FAIL, started: the reason of the move */
+} coord_sched_report;
+
+/*
+ * A worker reported its task of job (state job_state, current attempt, tasks[0..n)): attempt,
+ * state (COORD_TASK_ASSIGNED when the word is empty or not one the coordinator knows), step and
+ * error ("" none). Pass a final job_state for a job the coordinator does not have. A report for
+ * a job that is not placed, another attempt or a worker without a task in it is CANCELled when
+ * it says running (else IGNOREd); one with no new state and no new step is IGNOREd; otherwise it
+ * is accepted: FAILED or CANCELLED fail the job ("worker W: <error>"); RUNNING or SUCCEEDED are
+ * RECORDed, a STALLED job resumes, a SCHEDULED one whose every task has reported starts
+ * (RUNNING), and a RUNNING one whose every task succeeded SUCCEEDs.
+ */
+void coord_sched_task_report(mt_jobstate job_state, uint32_t job_attempt,
+                             const coord_sched_task *tasks, size_t n, const char *worker_id,
+                             uint32_t attempt, coord_task_state state, uint64_t step,
+                             const char *error, coord_sched_report *out);
 
 /* ------------------------------------------------------------------ stall diagnosis */
 

@@ -6,7 +6,8 @@
  * worker, unequal device counts (placed, or refused with the reason), priority then submission
  * order, the restart back-off after a broken link, heartbeat timeout -> worker lost -> job
  * restarted (or FAILED at the restart limit), a failed link avoided on restart, a frozen worker
- * left out, and the stall rule telling a link from a stuck device.
+ * left out, what a task report does to its job (started, succeeded, failed with the reason,
+ * resumed, not wanted), and the stall rule telling a link from a stuck device.
  * (core/sched's mt_sched_place, which places one mesh, has its own tests in test_sched.c.)
  */
 #include "mt_test.h"
@@ -378,6 +379,68 @@ static void test_coord_sched_peer_failure_link_vs_device(void **state)
     assert_int_equal(v.fault, COORD_SCHED_FAULT_NONE);
 }
 
+static void test_coord_sched_task_reports(void **state)
+{
+    coord_sched_task t[] = {{"w1", COORD_TASK_ASSIGNED, 0}, {"w2", COORD_TASK_ASSIGNED, 0}};
+    coord_sched_report r;
+    (void)state;
+
+    /* not wanted: another attempt, a worker without a task, a job not placed; running -> stop */
+    coord_sched_task_report(MT_JOBSTATE_SCHEDULED, 2, t, 2, "w1", 1, COORD_TASK_RUNNING, 0, "", &r);
+    assert_int_equal(r.verdict, COORD_SCHED_REPORT_CANCEL);
+    coord_sched_task_report(MT_JOBSTATE_SCHEDULED, 2, t, 2, "w9", 2, COORD_TASK_RUNNING, 0, "", &r);
+    assert_int_equal(r.verdict, COORD_SCHED_REPORT_CANCEL);
+    coord_sched_task_report(MT_JOBSTATE_CANCELLED, 2, t, 2, "w1", 2, COORD_TASK_SUCCEEDED, 0, "",
+                            &r);
+    assert_int_equal(r.verdict, COORD_SCHED_REPORT_IGNORE);
+    assert_false(r.accepted);
+
+    /* the first task starts: recorded, the job stays SCHEDULED; the second: RUNNING */
+    coord_sched_task_report(MT_JOBSTATE_SCHEDULED, 2, t, 2, "w1", 2, COORD_TASK_RUNNING, 0, "", &r);
+    assert_int_equal(r.verdict, COORD_SCHED_REPORT_RECORD);
+    assert_int_equal(r.task, 0);
+    assert_false(r.started);
+    t[0].state = COORD_TASK_RUNNING;
+    coord_sched_task_report(MT_JOBSTATE_SCHEDULED, 2, t, 2, "w2", 2, COORD_TASK_RUNNING, 0, "", &r);
+    assert_true(r.started);
+    assert_false(r.succeeded);
+    assert_string_equal(r.reason, "all 2 tasks started (attempt 2)");
+    t[1].state = COORD_TASK_RUNNING;
+
+    /* nothing new: ignored; a new step: accepted (recorded), no move */
+    t[0].step = 5;
+    coord_sched_task_report(MT_JOBSTATE_RUNNING, 2, t, 2, "w1", 2, COORD_TASK_RUNNING, 5, "", &r);
+    assert_false(r.accepted);
+    coord_sched_task_report(MT_JOBSTATE_RUNNING, 2, t, 2, "w1", 2, COORD_TASK_RUNNING, 6, "", &r);
+    assert_true(r.accepted);
+    assert_false(r.started || r.succeeded || r.resume);
+
+    /* one task succeeded, the other still runs: recorded, no move */
+    coord_sched_task_report(MT_JOBSTATE_RUNNING, 2, t, 2, "w1", 2, COORD_TASK_SUCCEEDED, 7, "", &r);
+    assert_int_equal(r.verdict, COORD_SCHED_REPORT_RECORD);
+    assert_false(r.succeeded);
+
+    /* a STALLED job resumes on a report; every task succeeded: SUCCEEDED */
+    t[0].state = COORD_TASK_SUCCEEDED;
+    coord_sched_task_report(MT_JOBSTATE_STALLED, 2, t, 2, "w2", 2, COORD_TASK_SUCCEEDED, 9, "", &r);
+    assert_true(r.resume);
+    assert_true(r.succeeded);
+
+    /* a failed task fails the job with its error (the peer rule is asked first), a cancelled
+     * one too; an unknown state word only records the step */
+    coord_sched_task_report(MT_JOBSTATE_RUNNING, 2, t, 2, "w2", 2, COORD_TASK_FAILED, 9,
+                            "INTERNAL: out of memory", &r);
+    assert_int_equal(r.verdict, COORD_SCHED_REPORT_FAIL);
+    assert_true(r.failed);
+    assert_string_equal(r.reason, "worker w2: INTERNAL: out of memory");
+    coord_sched_task_report(MT_JOBSTATE_RUNNING, 2, t, 2, "w2", 2, COORD_TASK_CANCELLED, 9, "", &r);
+    assert_false(r.failed);
+    assert_string_equal(r.reason, "worker w2: task cancelled by the worker");
+    coord_sched_task_report(MT_JOBSTATE_RUNNING, 2, t, 2, "w2", 2, COORD_TASK_ASSIGNED, 10, "", &r);
+    assert_int_equal(r.verdict, COORD_SCHED_REPORT_IGNORE);
+    assert_true(r.accepted);
+}
+
 static coord_stall_dev sdev(const char *worker, uint32_t local, const char *state)
 {
     coord_stall_dev d;
@@ -462,6 +525,7 @@ int main(void)
         cmocka_unit_test(test_coord_sched_failed_link_avoided),
         cmocka_unit_test(test_coord_sched_heartbeat_timeout_restarts_the_job),
         cmocka_unit_test(test_coord_sched_peer_failure_link_vs_device),
+        cmocka_unit_test(test_coord_sched_task_reports),
         cmocka_unit_test(test_coord_sched_stall_link_vs_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
