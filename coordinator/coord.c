@@ -21,6 +21,10 @@
 #include "clock/mt_clock.h"
 #include "log/mt_log.h"
 
+/* coord.h and coord_int.h spell these without an RPC header (their cores see no protobuf-c.h) */
+_Static_assert(MT_COORD_DEFAULT_MAX_MSG == MT_RPC_DEFAULT_MAX_MSG, "coord.h: RPC message cap");
+_Static_assert(COORD_TOKEN_MAX == MT_RPC_TOKEN_MAX, "coord_int.h: token size");
+
 typedef void (*coord_handler)(mt_coord *c, mt_rpc_call *call);
 
 static const struct {

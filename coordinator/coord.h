@@ -20,10 +20,15 @@
 #ifndef MT_COORD_H
 #define MT_COORD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-#include "rpc/mt_rpc.h"
 #include "status/mt_status.h"
+
+/* The largest RPC message by default: core/rpc's MT_RPC_DEFAULT_MAX_MSG (coord.c checks that
+ * they agree), spelled here so that this header, and the cores that include it, see no RPC
+ * header (and so no protobuf-c.h). */
+#define MT_COORD_DEFAULT_MAX_MSG (64u * 1024u * 1024u)
 
 typedef struct mt_coord mt_coord;
 
@@ -59,7 +64,7 @@ typedef struct mt_coord_opts {
 #define MT_COORD_OPTS_DEFAULTS                                                                     \
     {                                                                                              \
         "tcp://127.0.0.1:7400", "127.0.0.1:7480", "./meshtrain-state", NULL, 1000, 10000,          \
-            MT_RPC_DEFAULT_MAX_MSG, NULL, NULL, 1, 10000, 15000, NULL, 64, 10000, 512, 0           \
+            MT_COORD_DEFAULT_MAX_MSG, NULL, NULL, 1, 10000, 15000, NULL, 64, 10000, 512, 0         \
     }
 
 /*

@@ -5,8 +5,9 @@
  * adapters: RPC handlers (jobs.c, workers.c, ckpt.c, metrics.c), sweeps (stall.c, workers.c)
  * and the status endpoint (http.c). coord.c: loop and dispatch. docs/architecture.md draws the
  * call graph (no circles; layers checked by tests/tools/coord_graph.py).
- * No generated protobuf header: what takes protobuf messages or RPC calls is declared in
- * coord_rpc.h, which only the RPC adapters and coord.c include.
+ * No RPC header and so no protobuf header, generated or protobuf-c's own: what takes protobuf
+ * messages or RPC calls is declared in coord_rpc.h, which only the RPC adapters and coord.c
+ * include.
  * Every field is owned by the loop thread unless its comment says otherwise.
  */
 #ifndef MT_COORD_INT_H
@@ -16,6 +17,7 @@
 #include <uv.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/sched.h"
 #include "coordinator/stall.h"
 #include "coordinator/stats.h"
 #include "jobspec/mt_jobspec.h"
@@ -25,27 +27,20 @@
 struct coord_http;
 struct coord_mcache;
 struct coord_upload;
+/* core/rpc's handles, by name only: this header includes no RPC header, so the domain core
+ * (state.c) and the scheduling core (sched.c) see no protobuf-c.h (coord_graph.py checks). */
+typedef struct mt_rpc_server mt_rpc_server;
+typedef struct mt_rpc_call mt_rpc_call;
+#define COORD_TOKEN_MAX 256 /* core/rpc's MT_RPC_TOKEN_MAX (coord.c checks that they agree) */
 
-/* One registered worker as the loop sees it (the store holds the durable copy). */
-/* A worker's liveness, typed: the strings ("alive", "lost") exist only in SQL and on the wire
- * (coord_worker_state_name / _parse, one table in workers.c). */
-typedef enum coord_worker_state { COORD_WORKER_ALIVE, COORD_WORKER_LOST } coord_worker_state;
-
+/* One registered worker as the loop sees it (the store holds the durable copy; the typed
+ * states coord_worker_state and coord_task_state are the scheduling core's, sched.h). */
 typedef struct coord_worker {
     coord_worker_state state;  /* what rec.state says, typed; set together */
     mt_store_worker rec;       /* durable fields; rec.devices owned */
     int64_t last_seen_mono_ms; /* monotonic time of the last register/heartbeat */
     int hb_dirty;              /* rec.last_heartbeat_ms not yet flushed to the store */
 } coord_worker;
-
-/* A task's state as its worker last reported it, typed (names: coord_task_state_name). */
-typedef enum coord_task_state {
-    COORD_TASK_ASSIGNED, /* "" : assigned, not yet reported */
-    COORD_TASK_RUNNING,
-    COORD_TASK_SUCCEEDED,
-    COORD_TASK_FAILED,
-    COORD_TASK_CANCELLED,
-} coord_task_state;
 
 /* One worker's part of an active job (jobs.c). */
 typedef struct coord_task {
@@ -90,7 +85,9 @@ typedef struct coord_job {
     int64_t silent_note_mono_ms;   /* when a silent worker was last named in the reason */
 } coord_job;
 
-enum { COORD_CKPT_UNCHECKED, COORD_CKPT_VERIFYING, COORD_CKPT_VERIFIED };
+/* coord_job.ckpt_check. NONE: found to have no checkpoint (or the check could not be queued) in
+ * this scheduler pass; it becomes UNCHECKED again when the pass ends (jobs.c). */
+enum { COORD_CKPT_UNCHECKED, COORD_CKPT_VERIFYING, COORD_CKPT_VERIFIED, COORD_CKPT_NONE };
 
 /* What the domain core (state.c) tells the adapters above it, installed by coord.c: it never
  * calls them by name. Each may be NULL (a test driving the core alone). Loop thread. */
@@ -107,7 +104,7 @@ struct mt_coord {
     coord_hooks hooks; /* the adapters the core notifies (state.c) */
     char listen_url[256];
     char state_dir[1024];
-    char token[MT_RPC_TOKEN_MAX];
+    char token[COORD_TOKEN_MAX];
     char instance[33]; /* random per start; workers re-register when it changes */
     uv_loop_t loop;
     uv_async_t wake;    /* nng threads -> loop */
@@ -156,6 +153,9 @@ int coord_worker_state_parse(const char *name, coord_worker_state *out);
 /* Set w's state, typed and in its record (the store is the caller's). */
 void coord_worker_set_state(coord_worker *w, coord_worker_state s);
 coord_worker *coord_worker_find(mt_coord *c, const char *worker_id);
+/* w as the scheduling core sees it (id, host, data address, state, last seen; borrowed from w;
+ * no devices, held_by NULL). */
+void coord_worker_view(const coord_worker *w, coord_sched_worker *v);
 /* "", "running", "succeeded", "failed", "cancelled" (the wire's TaskStatus.state) */
 const char *coord_task_state_name(coord_task_state s);
 int coord_task_state_parse(const char *name, coord_task_state *out);

@@ -12,6 +12,7 @@
 
 #include "coordinator/coord_int.h"
 #include "proto/coordinator.pb-c.h"
+#include "rpc/mt_rpc.h"
 
 /* ---- workers.c ---- */
 void coord_handle_register(mt_coord *c, mt_rpc_call *call);

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * jobs.c — the coordinator's jobs: SubmitJob, GetJob, ListJobs, CancelJob, UpdateTask, the gang
- * scheduler, task assignments and cancellations in heartbeat replies, and the job state machine
- * driven by task reports and lost workers. Loop thread only (coord_int.h). The job table, the
- * typed states, the transitions and the restart rule are the domain core's (state.c); this file
- * calls it and the checkpoint and metrics files, and none of them calls back into it.
+ * jobs.c — the coordinator's jobs: SubmitJob, GetJob, ListJobs, CancelJob, UpdateTask, the
+ * scheduler pass, task assignments and cancellations in heartbeat replies, and the job state
+ * machine driven by task reports and lost workers. Loop thread only (coord_int.h). The job table,
+ * the typed states, the transitions and the restart rule are the domain core's (state.c); which
+ * job goes where, and what a task that failed on a peer means, are the scheduling core's
+ * (sched.c: typed in, decisions out); this file reads the state, calls them and applies their
+ * decisions (store writes, replies, the metrics stream). It also calls the checkpoint and metrics
+ * files, and none of them calls back into it.
  *
  * SubmitJob validates on the thread pool (submit_validate) and stores on the loop; GetJob reads
  * on the pool with a read-only connection (bulk.c). Everything else here runs on the loop.
@@ -15,13 +18,13 @@
  * survives kill -9. Placement and the SCHEDULED transition are one transaction.
  *
  * Scheduling (coord_jobs_schedule, run after each drain of the call queue and on the sweep timer
- * when something changed): QUEUED and RESTARTING jobs in priority then submission order; each
- * needs every device of its mesh at once (gang), placed by mt_sched_place (core/sched/mt_sched.h)
- * on the healthy devices of alive workers that run no other job (a worker's data plane serves
- * one job at a time, so a job leaves the rest of its workers' devices idle). The first job that
- * does not fit now blocks the jobs behind it (strict order, no starvation of big jobs); a job that
- * can never fit the registered devices does not block and says so in its reason ("needs 8 devices,
- * 4 registered").
+ * when something changed): the registry and the active jobs are copied into the scheduling
+ * core's plain structs (worker_views, job_view) and coord_sched_plan_make decides (sched.h has
+ * the rules: QUEUED and RESTARTING jobs in priority then submission order, gang placement by
+ * mt_sched_place on the healthy devices of alive workers that run no other job, strict order
+ * with the exceptions it lists). schedule_once applies the decisions in order; a job whose
+ * checkpoint files have not been read back since its last placement makes the core stop
+ * (VERIFY): the check is started on the pool (ckpt.c) and the core is asked again.
  *
  * Workers. A placed job has one task per worker it uses. The heartbeat reply repeats the task's
  * assignment until the worker reports a status for that (job, attempt); workers ignore an
@@ -246,27 +249,9 @@ void coord_jobs_free(mt_coord *c)
 
 /* ------------------------------------------------------------------ scheduling */
 
-typedef struct free_map {
-    mt_sched_worker *pw; /* per alive worker */
-    uint32_t **free;     /* owned arrays behind pw[i].free */
-    size_t *widx;        /* index into c->workers */
-    size_t n;
-    size_t registered; /* healthy devices of alive workers */
-} free_map;
-
-static void free_map_fini(free_map *m)
-{
-    for (size_t i = 0; i < m->n; i++)
-        mt_free(m->free[i]);
-    mt_free(m->free);
-    mt_free(m->pw);
-    mt_free(m->widx);
-    memset(m, 0, sizeof(*m));
-}
-
-/* A worker runs one job at a time: its data plane serves one world (mt_coll.h, docs/cli.md), so
- * a worker holding any rank of a placed job has no free device for another job. */
-static int worker_busy(mt_coord *c, const char *worker_id)
+/* The job that holds worker_id: a placed job with a rank there (a worker's data plane serves
+ * one world, mt_coll.h, docs/cli.md). NULL: none. */
+static const char *worker_holder(mt_coord *c, const char *worker_id)
 {
     for (size_t i = 0; i < c->n_jobs; i++) {
         const coord_job *j = c->jobs[i];
@@ -274,47 +259,36 @@ static int worker_busy(mt_coord *c, const char *worker_id)
             continue;
         for (size_t r = 0; r < j->n_place; r++)
             if (strcmp(j->place[r].worker_id, worker_id) == 0)
-                return 1;
+                return j->job_id;
     }
-    return 0;
+    return NULL;
 }
 
-static mt_code free_map_build(mt_coord *c, free_map *m)
+/* The registry as the scheduling core sees it: (*out)[i] is c->workers[i], its devices the
+ * healthy ones (*devs, one owned array). Both mt_free'd by the caller. */
+static mt_code worker_views(mt_coord *c, coord_sched_worker **out, uint32_t **devs)
 {
-    memset(m, 0, sizeof(*m));
-    m->pw = mt_calloc(c->n_workers + 1, sizeof(*m->pw));
-    m->free = mt_calloc(c->n_workers + 1, sizeof(*m->free));
-    m->widx = mt_calloc(c->n_workers + 1, sizeof(*m->widx));
-    if (m->pw == NULL || m->free == NULL || m->widx == NULL)
-        goto oom;
+    size_t total = 0, k = 0;
+
+    for (size_t i = 0; i < c->n_workers; i++)
+        total += c->workers[i].rec.n_devices;
+    *out = mt_calloc(c->n_workers + 1, sizeof(**out));
+    *devs = mt_calloc(total + 1, sizeof(**devs));
+    if (*out == NULL || *devs == NULL)
+        return MT_RESOURCE_EXHAUSTED;
     for (size_t i = 0; i < c->n_workers; i++) {
         const mt_store_worker *w = &c->workers[i].rec;
-        uint32_t *f;
-        size_t k = 0;
-        int busy;
-        if (c->workers[i].state != COORD_WORKER_ALIVE)
-            continue;
-        busy = worker_busy(c, w->worker_id);
-        f = mt_calloc(w->n_devices + 1, sizeof(*f));
-        if (f == NULL)
-            goto oom;
-        for (size_t d = 0; d < w->n_devices; d++) {
-            if (strcmp(w->devices[d].health, "ok") != 0)
-                continue;
-            m->registered++;
-            if (!busy)
-                f[k++] = w->devices[d].index;
-        }
-        m->free[m->n] = f;
-        m->pw[m->n].free = f;
-        m->pw[m->n].n_free = k;
-        m->widx[m->n] = i;
-        m->n++;
+        coord_sched_worker *v = &(*out)[i];
+        coord_worker_view(&c->workers[i], v);
+        v->devices = *devs + k;
+        for (size_t d = 0; d < w->n_devices; d++)
+            if (strcmp(w->devices[d].health, "ok") == 0)
+                (*devs)[k++] = w->devices[d].index;
+        v->n_devices = (size_t)(*devs + k - v->devices);
+        if (v->state == COORD_WORKER_ALIVE)
+            v->held_by = worker_holder(c, w->worker_id);
     }
     return MT_OK;
-oom:
-    free_map_fini(m);
-    return MT_RESOURCE_EXHAUSTED;
 }
 
 static int job_has_checkpoint(mt_coord *c, const coord_job *j)
@@ -338,41 +312,6 @@ static void ckpt_verified(mt_coord *c, const char *job_id, uint64_t step, const 
         mt_log_warn("job %s: %s; resuming from %s", job_id, skipped,
                     step ? "an older checkpoint" : "the start");
     c->sched_dirty = 1;
-}
-
-/* A job resumes only from a checkpoint whose file was read back and matched its record: the
- * first time it is up for placement its checkpoints are checked on the pool (newest first),
- * and it waits for that. true when it may be placed now. */
-static bool ckpt_ready(mt_coord *c, coord_job *j)
-{
-    mt_store_checkpoint ck;
-    mt_err err = MT_ERR_INIT;
-    char reason[96];
-
-    if (j->ckpt_check == COORD_CKPT_VERIFIED)
-        return true;
-    if (j->ckpt_check == COORD_CKPT_VERIFYING)
-        return false;
-    if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) != MT_OK)
-        return true; /* nothing to resume from */
-    if (coord_ckpt_verify(c, j->job_id, ckpt_verified, &err) != MT_OK) {
-        mt_log_error("job %s: %s; resuming without the check", j->job_id, err.msg);
-        return true;
-    }
-    j->ckpt_check = COORD_CKPT_VERIFYING;
-    snprintf(reason, sizeof(reason), "checking checkpoint step %llu before resuming",
-             (unsigned long long)ck.step);
-    coord_job_note(c, j, reason);
-    return false;
-}
-
-static int by_priority(const void *a, const void *b)
-{
-    const coord_job *x = *(coord_job *const *)a, *y = *(coord_job *const *)b;
-
-    if (x->priority != y->priority)
-        return x->priority > y->priority ? -1 : 1;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 /*
@@ -400,9 +339,73 @@ static mt_code init_source(mt_coord *c, const mt_jobspec_summary *sum, uint64_t 
     return MT_OK;
 }
 
+/* The job j as the scheduling core sees it; init_err: where a failing init_from check writes
+ * (borrowed by the view). */
+static void job_view(mt_coord *c, coord_job *j, coord_sched_job *v, mt_err *init_err)
+{
+    static const coord_sched_ckpt ckpt[] = {
+        [COORD_CKPT_UNCHECKED] = COORD_SCHED_CKPT_UNCHECKED,
+        [COORD_CKPT_VERIFYING] = COORD_SCHED_CKPT_VERIFYING,
+        [COORD_CKPT_VERIFIED] = COORD_SCHED_CKPT_READY,
+        [COORD_CKPT_NONE] = COORD_SCHED_CKPT_READY,
+    };
+    uint64_t st;
+
+    memset(v, 0, sizeof(*v));
+    v->id = j->job_id;
+    v->state = j->state;
+    v->priority = j->priority;
+    v->seq = j->seq;
+    v->devices = (size_t)j->sum.n_devices;
+    v->inner = (size_t)j->sum.mesh_sizes[j->sum.mesh_ndims > 0 ? j->sum.mesh_ndims - 1 : 0];
+    v->elastic_min = j->sum.elastic_min_batch;
+    v->elastic_max = j->sum.elastic_max_batch;
+    v->batch_size = j->sum.batch_size;
+    v->placed_devices = j->placed_devices > 0 ? (size_t)j->placed_devices : 0;
+    v->restarts = j->restarts;
+    v->max_restarts = j->sum.max_restarts;
+    v->ckpt = ckpt[j->ckpt_check];
+    v->link_a = j->link_a;
+    v->link_b = j->link_b;
+    v->backoff_ms = j->backoff_ms;
+    v->backoff_until_ms = j->backoff_until_mono_ms;
+    v->frozen = j->frozen;
+    if ((j->state == MT_JOBSTATE_QUEUED || j->state == MT_JOBSTATE_RESTARTING) &&
+        j->sum.init_job[0] != '\0' && !job_has_checkpoint(c, j) &&
+        init_source(c, &j->sum, &st, init_err) != MT_OK)
+        v->init_error = init_err->msg;
+}
+
+/*
+ * COORD_SCHED_VERIFY: a job resumes only from a checkpoint whose file was read back and matched
+ * its record, so the first time it is up for placement its checkpoints are checked on the pool
+ * (newest first) and it waits for that (VERIFYING). With no checkpoint, or when the check cannot
+ * be queued (logged: it resumes from the latest without the check), it may be placed in this
+ * pass (COORD_CKPT_NONE, reset at the end of the pass if it was not).
+ */
+static void ckpt_check(mt_coord *c, coord_job *j)
+{
+    mt_store_checkpoint ck;
+    mt_err err = MT_ERR_INIT;
+    char reason[96];
+
+    if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) != MT_OK) {
+        j->ckpt_check = COORD_CKPT_NONE; /* nothing to resume from */
+        return;
+    }
+    if (coord_ckpt_verify(c, j->job_id, ckpt_verified, &err) != MT_OK) {
+        mt_log_error("job %s: %s; resuming without the check", j->job_id, err.msg);
+        j->ckpt_check = COORD_CKPT_NONE;
+        return;
+    }
+    j->ckpt_check = COORD_CKPT_VERIFYING;
+    snprintf(reason, sizeof(reason), "checking checkpoint step %llu before resuming",
+             (unsigned long long)ck.step);
+    coord_job_note(c, j, reason);
+}
+
 /* Place j on slots: placement + SCHEDULED in one transaction. */
-static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_sched_slot *slot,
-                         const char *note)
+static mt_code job_start(mt_coord *c, coord_job *j, const mt_sched_slot *slot, const char *note)
 {
     mt_store_placement *p = mt_calloc((size_t)j->sum.n_devices, sizeof(*p));
     mt_store_checkpoint ck;
@@ -414,7 +417,7 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     if (p == NULL)
         return MT_RESOURCE_EXHAUSTED;
     for (int r = 0; r < j->sum.n_devices; r++) {
-        const mt_store_worker *w = &c->workers[m->widx[slot[r].worker]].rec;
+        const mt_store_worker *w = &c->workers[slot[r].worker].rec; /* views are 1:1 */
         int rem = r;
         p[r].device = (uint32_t)r;
         snprintf(p[r].worker_id, sizeof(p[r].worker_id), "%s", w->worker_id);
@@ -427,7 +430,7 @@ static mt_code job_start(mt_coord *c, coord_job *j, const free_map *m, const mt_
     }
     j->resume_step = 0;
     j->resume_job[0] = '\0';
-    if (j->ckpt_check == COORD_CKPT_VERIFIED) /* the newest whose file verified (ckpt_ready) */
+    if (j->ckpt_check == COORD_CKPT_VERIFIED) /* the newest whose file verified (ckpt_check) */
         j->resume_step = j->ckpt_step;
     else if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK)
         j->resume_step = ck.step;
@@ -483,182 +486,79 @@ fail:
 }
 
 /*
- * The batch size an elastic job restarts with: the largest one the free devices hold
- * (free_now; 0 when it must wait its turn), else the largest the registered devices would hold
- * (it then waits for them). 0 when even the registered devices hold none.
+ * One pass of the scheduling core (sched.c: coord_sched_plan_make) over the registry and the
+ * active jobs, applied in its order: placements (placement + SCHEDULED, one transaction), waits
+ * (the reason), failures. A VERIFY ends the core's pass: the checkpoint check is started (or
+ * found needless) and the core is asked again. Returns 1 when it must be asked again.
  */
-static uint32_t elastic_batch(const coord_job *j, const free_map *m, size_t free_now)
+static int schedule_once(mt_coord *c)
 {
-    uint32_t lo = j->sum.elastic_min_batch, hi = j->sum.elastic_max_batch;
-    uint32_t ever = mt_sched_elastic_batch(lo, hi, j->sum.batch_size, m->registered);
-    uint32_t now = ever > 0 ? mt_sched_elastic_batch(lo, hi, j->sum.batch_size, free_now) : 0;
+    coord_sched_worker *wv = NULL;
+    uint32_t *devs = NULL;
+    coord_sched_job *jv = NULL;
+    coord_job **jobs = NULL;
+    mt_err *ierr = NULL;
+    coord_sched_plan plan;
+    size_t nj = c->n_jobs;
+    int again = 0;
 
-    return now > 0 ? now : ever;
-}
-
-/* mt_sched_place on the free devices with worker `without`'s hidden ("" hides none). */
-static mt_code place_without(const coord_job *j, free_map *m, const char *without, size_t need,
-                             mt_sched_slot *slot, const mt_coord *c)
-{
-    size_t hidden = (size_t)-1, kept = 0;
-    mt_code rc;
-
-    for (size_t w = 0; without[0] != '\0' && w < m->n; w++)
-        if (strcmp(c->workers[m->widx[w]].rec.worker_id, without) == 0)
-            hidden = w;
-    if (hidden != (size_t)-1) {
-        kept = m->pw[hidden].n_free;
-        m->pw[hidden].n_free = 0;
+    memset(&plan, 0, sizeof(plan));
+    jv = mt_calloc(nj + 1, sizeof(*jv));
+    jobs = mt_calloc(nj + 1, sizeof(*jobs)); /* the decisions' jobs (a FAIL frees one) */
+    ierr = mt_calloc(nj + 1, sizeof(*ierr));
+    if (jv == NULL || jobs == NULL || ierr == NULL || worker_views(c, &wv, &devs) != MT_OK)
+        goto oom;
+    for (size_t i = 0; i < nj; i++) {
+        jobs[i] = c->jobs[i];
+        job_view(c, jobs[i], &jv[i], &ierr[i]);
     }
-    rc = mt_sched_place(
-        m->pw, m->n, need,
-        (size_t)j->sum.mesh_sizes[j->sum.mesh_ndims > 0 ? j->sum.mesh_ndims - 1 : 0], slot);
-    if (hidden != (size_t)-1)
-        m->pw[hidden].n_free = kept;
-    return rc;
-}
-
-/*
- * Place j. After a broken link (j->link_a/b) a placement that does not hold both ends comes
- * first; when there is none the job waits until its back-off ends (MT_UNAVAILABLE, reason set)
- * and is then placed anywhere (the link may have healed). Codes: mt_sched_place's.
- */
-static mt_code job_place(mt_coord *c, coord_job *j, free_map *m, size_t need, mt_sched_slot *slot,
-                         char *note, size_t cap)
-{
-    int64_t now = mt_clock_mono_ms();
-    coord_worker *fw = j->frozen[0] != '\0' ? coord_worker_find(c, j->frozen) : NULL;
-    char reason[256];
-    mt_code rc;
-
-    if (fw != NULL &&
-        now - fw->last_seen_mono_ms <= COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms))
-        fw = NULL; /* heard again */
-    if (fw != NULL) {
-        /* the worker that froze the last attempt is still silent: not on it again */
-        c->sched_dirty = 1; /* the sweep looks again */
-        return place_without(j, m, j->frozen, need, slot, c);
+    if (coord_sched_plan_make(wv, c->n_workers, jv, nj, mt_clock_mono_ms(),
+                              COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms), &plan) != MT_OK)
+        goto oom;
+    if (plan.again)
+        c->sched_dirty = 1; /* a back-off or a silent worker: the sweep looks again */
+    for (size_t k = 0; k < plan.n; k++) {
+        const coord_sched_decision *d = &plan.d[k];
+        coord_job *j = jobs[d->job];
+        if (d->batch > 0)
+            job_set_batch(j, d->batch);
+        if (d->verdict == COORD_SCHED_FAIL) {
+            coord_job_move(c, j, MT_JOBSTATE_FAILED, d->reason); /* frees j */
+        } else if (d->verdict == COORD_SCHED_WAIT) {
+            coord_job_note(c, j, d->reason);
+        } else if (d->verdict == COORD_SCHED_VERIFY) {
+            ckpt_check(c, j);
+            again = 1;
+        } else if (d->verdict == COORD_SCHED_PLACE &&
+                   job_start(c, j, d->slots, d->reason) != MT_OK) {
+            c->sched_dirty = 1; /* the store failed (logged): the rest of the pass assumed j
+                                   placed; try again on the sweep */
+            break;
+        }
     }
-    if (j->link_a[0] == '\0')
-        return place_without(j, m, "", need, slot, c);
-    if (place_without(j, m, j->link_b, need, slot, c) == MT_OK ||
-        place_without(j, m, j->link_a, need, slot, c) == MT_OK) {
-        snprintf(note + strlen(note), cap - strlen(note), ", avoiding the link %.40s<->%.40s",
-                 j->link_a, j->link_b);
-        return MT_OK;
-    }
-    if (now < j->backoff_until_mono_ms) {
-        snprintf(reason, sizeof(reason),
-                 "backing off %lld s after the link %.63s<->%.63s broke: no placement avoids it",
-                 (long long)((j->backoff_until_mono_ms - now + 999) / 1000), j->link_a, j->link_b);
-        coord_job_note(c, j, reason);
-        c->sched_dirty = 1; /* the sweep looks again */
-        return MT_UNAVAILABLE;
-    }
-    rc = place_without(j, m, "", need, slot, c);
-    if (rc == MT_OK)
-        snprintf(note + strlen(note), cap - strlen(note),
-                 ", again over the link %.40s<->%.40s after %lld s of back-off", j->link_a,
-                 j->link_b, (long long)(j->backoff_ms / 1000));
-    return rc;
+    goto out;
+oom:
+    c->sched_dirty = 1; /* out of memory: try again on the sweep */
+out:
+    coord_sched_plan_fini(&plan);
+    mt_free(wv);
+    mt_free(devs);
+    mt_free(jv);
+    mt_free(jobs);
+    mt_free(ierr);
+    return again;
 }
 
 void coord_jobs_schedule(mt_coord *c)
 {
-    coord_job **order;
-    free_map m;
-    size_t n = 0;
-    const char *blocker = NULL;
-
     if (!c->sched_dirty)
         return;
     c->sched_dirty = 0;
-    order = mt_calloc(c->n_jobs + 1, sizeof(*order));
-    if (order == NULL || free_map_build(c, &m) != MT_OK) {
-        mt_free(order);
-        c->sched_dirty = 1;
-        return;
-    }
+    while (schedule_once(c)) /* each round settles one job's checkpoint question */
+        ;
     for (size_t i = 0; i < c->n_jobs; i++)
-        if (c->jobs[i]->state == MT_JOBSTATE_QUEUED || c->jobs[i]->state == MT_JOBSTATE_RESTARTING)
-            order[n++] = c->jobs[i];
-    qsort(order, n, sizeof(*order), by_priority);
-    for (size_t i = 0; i < n; i++) {
-        coord_job *j = order[i];
-        size_t need = (size_t)j->sum.n_devices, free_now = 0;
-        char reason[256], note[256] = "";
-        mt_sched_slot *slot;
-        mt_code rc;
-
-        if (j->sum.init_job[0] != '\0' && !job_has_checkpoint(c, j)) {
-            mt_err ierr = MT_ERR_INIT;
-            uint64_t st;
-            if (init_source(c, &j->sum, &st, &ierr) != MT_OK) {
-                coord_job_move(c, j, MT_JOBSTATE_FAILED, ierr.msg); /* frees j */
-                continue;
-            }
-        }
-        for (size_t w = 0; w < m.n; w++)
-            free_now += m.pw[w].n_free;
-        if (j->state == MT_JOBSTATE_RESTARTING && j->sum.elastic_max_batch > 0) {
-            uint32_t b = elastic_batch(j, &m, blocker == NULL ? free_now : 0);
-            if (b == 0) {
-                snprintf(reason, sizeof(reason),
-                         "elastic: no batch size in %u..%u divides the global batch %llu and fits "
-                         "the %zu registered devices",
-                         j->sum.elastic_min_batch, j->sum.elastic_max_batch,
-                         (unsigned long long)j->sum.batch_size, m.registered);
-                coord_job_note(c, j, reason);
-                continue;
-            }
-            if (j->placed_devices > 0 && (int)b != j->placed_devices)
-                snprintf(note, sizeof(note), ", elastic: mesh batch=%u, was batch=%d", b,
-                         j->placed_devices);
-            job_set_batch(j, b);
-            need = b;
-        }
-        if (need > m.registered) {
-            snprintf(reason, sizeof(reason), "needs %zu devices, %zu registered", need,
-                     m.registered);
-            coord_job_note(c, j, reason);
-            continue;
-        }
-        if (blocker != NULL) {
-            snprintf(reason, sizeof(reason), "waiting behind %s (priority, then submission order)",
-                     blocker);
-            coord_job_note(c, j, reason);
-            continue;
-        }
-        if (!ckpt_ready(c, j)) { /* its checkpoint files are being read back; it keeps its turn */
-            blocker = j->job_id;
-            continue;
-        }
-        slot = mt_calloc(need, sizeof(*slot));
-        if (slot == NULL)
-            break;
-        rc = job_place(c, j, &m, need, slot, note, sizeof(note));
-        if (rc == MT_UNAVAILABLE) { /* backing off from a broken link: not a blocker */
-            mt_free(slot);
-            continue;
-        }
-        if (rc == MT_OK && job_start(c, j, &m, slot, note) == MT_OK) {
-            free_map_fini(&m);
-            if (free_map_build(c, &m) != MT_OK) {
-                mt_free(slot);
-                c->sched_dirty = 1;
-                mt_free(order);
-                return;
-            }
-        } else {
-            snprintf(reason, sizeof(reason), "waiting for %zu free devices (%zu free of %zu)", need,
-                     free_now, m.registered);
-            coord_job_note(c, j, reason);
-            blocker = j->job_id;
-        }
-        mt_free(slot);
-    }
-    free_map_fini(&m);
-    mt_free(order);
+        if (c->jobs[i]->ckpt_check == COORD_CKPT_NONE) /* asked again next time */
+            c->jobs[i]->ckpt_check = COORD_CKPT_UNCHECKED;
 }
 
 /* ------------------------------------------------------------------ worker events */
@@ -687,122 +587,93 @@ void coord_jobs_worker_registered(mt_coord *c, const char *worker_id, int new_in
 
 /* ------------------------------------------------------------------ task reports */
 
-/* The worker whose data-plane address appears in text, other than `not`; NULL when none. */
-static coord_worker *job_worker_named(mt_coord *c, const coord_job *j, const char * not,
-                                      const char *text)
-{
-    for (size_t i = 0; i < j->n_tasks; i++) {
-        coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
-        if (w != NULL && strcmp(w->rec.worker_id, not ) != 0 && w->rec.data_address[0] != '\0' &&
-            strstr(text, w->rec.data_address) != NULL)
-            return w;
-    }
-    return NULL;
-}
-
 /*
  * A task failed on a peer (its error is "UNAVAILABLE: ..." or "DEADLINE_EXCEEDED: ...": a
  * collective lost or timed out on another process). That is a fault of the cluster, not of the
- * job: restart it (within restart.max_restarts), and say which: a worker of the job that stopped
- * heartbeating ("worker wb stopped answering"), else the link between the reporting worker and
- * the peer its error names ("link wa<->wb"), which the next placement avoids or waits out with a
+ * job: restart it (within restart.max_restarts), and say which (coord_sched_peer_failure): a
+ * worker of the job that stopped heartbeating ("worker wb stopped answering"), which the next
+ * placement leaves out while it stays silent, else the link between the reporting worker and the
+ * peer its error names ("link wa<->wb"), which the next placement avoids or waits out with a
  * back-off. Returns 1 when it handled the report. Issue 19, faults 7 and 8.
  */
 static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, const char *error)
 {
-    int64_t now = mt_clock_mono_ms();
-    coord_worker *w;
-    char cause[300], diag[400] = "";
+    coord_sched_worker *v = mt_calloc(j->n_tasks + 1, sizeof(*v));
+    coord_sched_peer_verdict pv;
+    size_t n = 0;
 
-    if (strncmp(error, "UNAVAILABLE: ", 13) != 0 && strncmp(error, "DEADLINE_EXCEEDED: ", 19) != 0)
-        return 0;
-    if ((w = coord_job_silent_worker(c, j, worker_id, now)) != NULL) {
-        /* the next placement leaves it out while it stays silent (job_place) */
-        snprintf(j->frozen, sizeof(j->frozen), "%s", w->rec.worker_id);
-        snprintf(cause, sizeof(cause),
-                 "worker %s stopped answering (no heartbeat for %lld s) while worker %s waited "
-                 "on it: %s",
-                 w->rec.worker_id, (long long)((now - w->last_seen_mono_ms) / 1000), worker_id,
-                 error);
-        snprintf(diag, sizeof(diag),
-                 "device stuck: worker %.63s (%.63s) stopped answering: no heartbeat for %lld s "
-                 "while worker %.63s waited on it in a collective",
-                 w->rec.worker_id, w->rec.host, (long long)((now - w->last_seen_mono_ms) / 1000),
-                 worker_id);
-    } else if ((w = job_worker_named(c, j, worker_id, error)) != NULL) {
-        snprintf(j->link_a, sizeof(j->link_a), "%s", worker_id);
-        snprintf(j->link_b, sizeof(j->link_b), "%s", w->rec.worker_id);
-        j->backoff_ms =
-            j->backoff_ms <= 0 ? 2000 : (j->backoff_ms >= 30000 ? 60000 : 2 * j->backoff_ms);
-        j->backoff_until_mono_ms = now + j->backoff_ms;
-        snprintf(cause, sizeof(cause),
-                 "link %s<->%s broken (both workers heartbeat; not a stuck device): %s", worker_id,
-                 w->rec.worker_id, error);
-        snprintf(diag, sizeof(diag),
-                 "link %.63s<->%.63s: a collective between them failed while both workers "
-                 "heartbeat (not a stuck device); the next placement avoids the pair",
-                 worker_id, w->rec.worker_id);
-    } else {
-        snprintf(cause, sizeof(cause), "worker %s lost a peer: %s", worker_id, error);
+    for (size_t i = 0; v != NULL && i < j->n_tasks; i++) {
+        coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
+        if (w != NULL)
+            coord_worker_view(w, &v[n++]);
     }
-    mt_log_warn("job %s: %s", j->job_id, cause);
-    coord_job_diagnose(c, j, diag);
-    coord_job_restart(c, j, cause);
+    coord_sched_peer_failure(v, n, worker_id, error, j->backoff_ms, mt_clock_mono_ms(),
+                             COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms), &pv);
+    if (pv.fault == COORD_SCHED_FAULT_FROZEN) {
+        snprintf(j->frozen, sizeof(j->frozen), "%s", v[pv.worker].id);
+    } else if (pv.fault == COORD_SCHED_FAULT_LINK) {
+        snprintf(j->link_a, sizeof(j->link_a), "%s", worker_id);
+        snprintf(j->link_b, sizeof(j->link_b), "%s", v[pv.worker].id);
+        j->backoff_ms = pv.backoff_ms;
+        j->backoff_until_mono_ms = pv.backoff_until_ms;
+    }
+    mt_free(v);
+    if (pv.fault == COORD_SCHED_FAULT_NONE)
+        return 0;
+    mt_log_warn("job %s: %s", j->job_id, pv.cause);
+    coord_job_diagnose(c, j, pv.diagnosis);
+    coord_job_restart(c, j, pv.cause);
     return 1;
 }
 
 /*
- * Apply one task status from worker_id. Returns 1 when the worker should stop that task (not
- * wanted: unknown job, final job, another attempt, not placed there).
+ * Apply one task status from worker_id as the scheduling core reads it (coord_sched_task_report):
+ * record the step, fail or restart the job, record the task's state and move the job. Returns 1
+ * when the worker should stop that task (not wanted: unknown job, final job, another attempt,
+ * not placed there).
  */
 static int apply_task(mt_coord *c, const char *worker_id, const Meshtrain__TaskStatus *t)
 {
     coord_job *j = coord_job_find(c, t->job_id);
-    coord_task *task;
-    char reason[300];
+    coord_sched_task *v = NULL;
+    coord_sched_report out;
     coord_task_state ts = COORD_TASK_ASSIGNED; /* the wire's word, typed here */
-    int known = coord_task_state_parse(t->state, &ts) && ts != COORD_TASK_ASSIGNED;
-    int running = known && ts == COORD_TASK_RUNNING;
-    size_t n_state = 0;
+    coord_task *task;
 
-    if (j == NULL || !coord_jobstate_placed(j->state) || t->attempt != j->attempt ||
-        (task = job_task(j, worker_id)) == NULL)
-        return running;
-    if (known && task->state == ts && t->step <= task->step)
-        return 0; /* nothing new */
+    if (!coord_task_state_parse(t->state, &ts))
+        ts = COORD_TASK_ASSIGNED; /* not a word the coordinator knows */
+    if (j != NULL && (v = mt_calloc(j->n_tasks + 1, sizeof(*v))) == NULL)
+        return 0; /* out of memory: the worker reports again with its next heartbeat */
+    for (size_t i = 0; j != NULL && i < j->n_tasks; i++)
+        v[i] = (coord_sched_task){j->tasks[i].worker_id, j->tasks[i].state, j->tasks[i].step};
+    coord_sched_task_report(j != NULL ? j->state : MT_JOBSTATE_CANCELLED,
+                            j != NULL ? j->attempt : 0, v, j != NULL ? j->n_tasks : 0, worker_id,
+                            t->attempt, ts, t->step, t->error, &out);
+    mt_free(v);
+    if (out.verdict == COORD_SCHED_REPORT_CANCEL)
+        return 1;
+    if (!out.accepted)
+        return 0;
+    task = &j->tasks[out.task];
     if (t->step > task->step)
         task->step = t->step;
     if (t->step > j->step)
         coord_job_set_step(c, j, t->step);
-    if (known && ts == COORD_TASK_FAILED && job_peer_failure(c, j, worker_id, t->error))
-        return 0;
-    if (known && (ts == COORD_TASK_FAILED || ts == COORD_TASK_CANCELLED)) {
-        snprintf(reason, sizeof(reason), "worker %s: %s", worker_id,
-                 t->error[0] ? t->error
-                             : (ts == COORD_TASK_CANCELLED ? "task cancelled by the worker"
-                                                           : "task failed"));
-        coord_job_move(c, j, MT_JOBSTATE_FAILED, reason);
+    if (out.verdict == COORD_SCHED_REPORT_FAIL) {
+        if (!out.failed || !job_peer_failure(c, j, worker_id, t->error))
+            coord_job_move(c, j, MT_JOBSTATE_FAILED, out.reason);
         return 0;
     }
-    if (!known || (ts != COORD_TASK_RUNNING && ts != COORD_TASK_SUCCEEDED))
-        return 0; /* unknown state word: ignore */
-    if (j->state == MT_JOBSTATE_STALLED &&
+    if (out.verdict != COORD_SCHED_REPORT_RECORD)
+        return 0;
+    if (out.resume &&
         coord_job_move(c, j, MT_JOBSTATE_RUNNING,
                        "progress resumed: a task reported a new step or state") != MT_OK)
         return 0;
-    task->state = ts;
-    for (size_t i = 0; i < j->n_tasks; i++)
-        n_state += j->tasks[i].state != COORD_TASK_ASSIGNED;
-    if (j->state == MT_JOBSTATE_SCHEDULED && n_state == j->n_tasks) {
-        snprintf(reason, sizeof(reason), "all %zu tasks started (attempt %u)", j->n_tasks,
-                 j->attempt);
-        if (coord_job_move(c, j, MT_JOBSTATE_RUNNING, reason) != MT_OK)
-            return 0;
-    }
-    n_state = 0;
-    for (size_t i = 0; i < j->n_tasks; i++)
-        n_state += j->tasks[i].state == COORD_TASK_SUCCEEDED;
-    if (n_state == j->n_tasks && j->state == MT_JOBSTATE_RUNNING)
+    task->state = out.state;
+    if (out.started && coord_job_move(c, j, MT_JOBSTATE_RUNNING, out.reason) != MT_OK)
+        return 0;
+    if (out.succeeded)
         coord_job_move(c, j, MT_JOBSTATE_SUCCEEDED, "all tasks succeeded");
     return 0;
 }

@@ -12,6 +12,7 @@
 #include "coordinator/coord.h"
 #include "coordinator/stall.h"
 #include "log/mt_log.h"
+#include "rpc/mt_rpc.h"
 #include "tls/mt_tls.h"
 
 static void usage(FILE *out)

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stall.c — hang diagnosis on the coordinator (stall.h): per-rank progress records from
- * heartbeats, STALLED detection on the sweep timer, and the diagnosis text. Loop thread only,
- * except coord_stall_diagnose (pure).
+ * stall.c — hang diagnosis on the coordinator (stall.h), an adapter: per-rank progress records
+ * from heartbeats, and on the sweep timer the silent-worker note and what the stall rule of the
+ * scheduling core (coord_sched_stall, sched.c) decides, applied through the domain core
+ * (state.c). Loop thread only.
  *
  * DESIGN. Each active job keeps j->devs[n_place] (one record per rank, freed with the placement).
  * A heartbeat's TaskStatus.devices update the ranks that run on that worker for the job's current
- * attempt; ages become coordinator times (now - age), so worker clocks never matter. The sweep
+ * attempt; ages become coordinator times (now - age), so worker clocks never matter. The rule
  * hashes every rank's (ticks, step, seq) and the job's step into a signature: when it changes the
  * job made progress. A RUNNING job whose signature has not changed for opts.stall_timeout_ms, all
  * of whose ranks have reported and all of whose workers heartbeated within the freshness window
@@ -20,8 +21,7 @@
  */
 #include "coordinator/stall.h"
 
-#include <inttypes.h>
-#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,158 +31,6 @@
 #include "log/mt_log.h"
 
 #define REFRESH_MS 5000
-
-/* ------------------------------------------------------------------ diagnosis (pure) */
-
-static void add(char *out, size_t cap, size_t *at, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void add(char *out, size_t cap, size_t *at, const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-
-    if (*at >= cap)
-        return;
-    va_start(ap, fmt);
-    n = vsnprintf(out + *at, cap - *at, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        *at = (size_t)n >= cap - *at ? cap - 1 : *at + (size_t)n;
-}
-
-static int inside(const coord_stall_dev *d)
-{
-    return d->known && (strcmp(d->state, "entered") == 0 || strcmp(d->state, "waiting") == 0 ||
-                        strcmp(d->state, "chunk") == 0);
-}
-
-static int tag_less(const coord_stall_dev *a, const coord_stall_dev *b)
-{
-    return a->step < b->step || (a->step == b->step && a->seq < b->seq);
-}
-
-static long long secs(int64_t now_ms, int64_t since_ms)
-{
-    return since_ms > now_ms ? 0 : (long long)((now_ms - since_ms) / 1000);
-}
-
-static void add_activity(char *out, size_t cap, size_t *at, const coord_stall_dev *d,
-                         int64_t now_ms)
-{
-    if (d->activity[0] == '\0' || d->activity_since_ms < 0)
-        add(out, cap, at, "none reported");
-    else
-        add(out, cap, at, "%s %lld s ago", d->activity, secs(now_ms, d->activity_since_ms));
-}
-
-void coord_stall_diagnose(const coord_stall_dev *devs, size_t n, int64_t now_ms, char *out,
-                          size_t cap)
-{
-    const coord_stall_dev *f = NULL; /* a device in the latest collective */
-    size_t at = 0, behind = 0, in_f = 0;
-
-    if (cap == 0)
-        return;
-    out[0] = '\0';
-    for (size_t r = 0; r < n; r++) {
-        if (inside(&devs[r]) && (f == NULL || tag_less(f, &devs[r])))
-            f = &devs[r];
-    }
-    if (f == NULL) {
-        add(out, cap, &at, "no device is inside a collective");
-        for (size_t r = 0; r < n; r++) {
-            const coord_stall_dev *d = &devs[r];
-            add(out, cap, &at, "%s ", r == 0 ? ";" : ",");
-            if (!d->known) {
-                add(out, cap, &at, "rank %zu: no progress reported", r);
-                continue;
-            }
-            add(out, cap, &at, "%s cpu:%u last activity: ", d->worker_id, d->local_index);
-            add_activity(out, cap, &at, d, now_ms);
-        }
-        return;
-    }
-    for (size_t r = 0; r < n; r++) {
-        const coord_stall_dev *d = &devs[r];
-        if (inside(d) && d->step == f->step && d->seq == f->seq)
-            in_f++;
-        else
-            behind++;
-    }
-    add(out, cap, &at, "step %" PRIu64 " %s #%" PRIu32 " on axis %s:", f->step, f->op, f->seq,
-        f->axis[0] ? f->axis : "(unknown)");
-    if (behind == 0) {
-        int64_t newest = f->state_since_ms;
-        for (size_t r = 0; r < n; r++)
-            if (devs[r].state_since_ms > newest)
-                newest = devs[r].state_since_ms;
-        add(out, cap, &at, " all %zu devices entered; no data moved for %lld s", in_f,
-            secs(now_ms, newest));
-        return;
-    }
-    if (behind > 1)
-        add(out, cap, &at, " %zu devices never entered it:", behind);
-    for (size_t r = 0, k = 0; r < n; r++) {
-        const coord_stall_dev *d = &devs[r];
-        if (inside(d) && d->step == f->step && d->seq == f->seq)
-            continue;
-        add(out, cap, &at, "%s ", k++ == 0 ? "" : ";");
-        if (!d->known) {
-            add(out, cap, &at, "rank %zu never entered; no progress reported", r);
-            continue;
-        }
-        if (inside(d)) {
-            add(out, cap, &at,
-                "%s cpu:%u is still in step %" PRIu64 " %s #%" PRIu32 " on axis %s (%s for %lld s)",
-                d->worker_id, d->local_index, d->step, d->op, d->seq,
-                d->axis[0] ? d->axis : "(unknown)", d->state, secs(now_ms, d->state_since_ms));
-            continue;
-        }
-        add(out, cap, &at, "%s cpu:%u never entered; its last activity: ", d->worker_id,
-            d->local_index);
-        add_activity(out, cap, &at, d, now_ms);
-    }
-}
-
-void coord_stall_classify(const coord_stall_dev *devs, size_t n, int64_t now_ms, char *out,
-                          size_t cap)
-{
-    const char *w[3] = {NULL, NULL, NULL}; /* distinct workers of the group, at most 3 kept */
-    size_t nw = 0, at = 0;
-    char diag[256];
-    int all_in = n > 0;
-
-    if (cap == 0)
-        return;
-    out[0] = '\0';
-    coord_stall_diagnose(devs, n, now_ms, diag, sizeof(diag));
-    for (size_t r = 0; r < n && all_in; r++) {
-        const coord_stall_dev *d = &devs[r];
-        size_t k = 0;
-        if (!inside(d)) { /* computing, reading input, or never reported: not waiting on data */
-            all_in = 0;
-            break;
-        }
-        while (k < nw && k < 3 && strcmp(w[k], d->worker_id) != 0)
-            k++;
-        if (k == nw) {
-            if (nw < 3)
-                w[nw] = d->worker_id;
-            nw++;
-        }
-    }
-    if (!all_in || nw < 2) { /* a device outside every collective (or one worker alone) */
-        add(out, cap, &at, "device stuck: %s", diag);
-        return;
-    }
-    if (nw == 2)
-        add(out, cap, &at, "link %s<->%s: ", w[0], w[1]);
-    else
-        add(out, cap, &at, "a link among %s, %s, %s%s: ", w[0], w[1], w[2],
-            nw > 3 ? " and others" : "");
-    add(out, cap, &at, "%s; every worker heartbeats (not a stuck device)", diag);
-}
 
 /* ------------------------------------------------------------------ records from heartbeats */
 
@@ -227,49 +75,17 @@ void coord_stall_apply(mt_coord *c, const char *worker_id, const Meshtrain__Task
 
 /* ------------------------------------------------------------------ detection (sweep) */
 
-static uint64_t signature(const coord_job *j)
-{
-    uint64_t h = 1469598103934665603ULL ^ j->step;
-
-    for (size_t r = 0; r < j->n_place; r++) {
-        const coord_stall_dev *d = &j->devs[r];
-        uint64_t v[4] = {(uint64_t)d->known, d->ticks, d->step, d->seq};
-        for (int k = 0; k < 4; k++)
-            h = (h ^ v[k]) * 1099511628211ULL;
-    }
-    return h;
-}
-
-/* Some rank waits inside a collective: a group is blocked (not merely slow host work). */
-static int any_inside(const coord_job *j)
-{
-    for (size_t r = 0; r < j->n_place; r++)
-        if (inside(&j->devs[r]))
-            return 1;
-    return 0;
-}
-
-/* Every rank reported, some rank entered a collective of this attempt (before that the workers
- * are opening their input pipelines or restoring a checkpoint, which may take a while), and every
- * worker of j heartbeated recently. */
-static int all_alive_and_known(mt_coord *c, const coord_job *j, int64_t now)
+/* Every worker of j is alive and heartbeated within the freshness window. */
+static bool workers_fresh(mt_coord *c, const coord_job *j, int64_t now)
 {
     int64_t fresh = COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms);
-    int started = 0;
 
-    for (size_t r = 0; r < j->n_place; r++) {
-        if (!j->devs[r].known)
-            return 0;
-        started |= j->devs[r].op[0] != '\0';
-    }
-    if (!started)
-        return 0;
     for (size_t t = 0; t < j->n_tasks; t++) {
         coord_worker *w = coord_worker_find(c, j->tasks[t].worker_id);
         if (w == NULL || w->state != COORD_WORKER_ALIVE || now - w->last_seen_mono_ms > fresh)
-            return 0;
+            return false;
     }
-    return 1;
+    return true;
 }
 
 /*
@@ -313,55 +129,47 @@ void coord_stall_sweep(mt_coord *c)
 
     for (size_t i = 0; i < c->n_jobs; i++) {
         coord_job *j = c->jobs[i];
-        char diag[256];
-        uint64_t sig;
+        coord_sched_stall_in in;
+        coord_sched_stall_out out;
         if (j->state != MT_JOBSTATE_RUNNING && j->state != MT_JOBSTATE_STALLED)
             continue;
         if (note_silent(c, j, now)) /* a silent worker is named whether or not stalls are */
             continue;
-        if (c->opts.stall_timeout_ms <= 0 || j->devs == NULL)
-            continue;
-        sig = signature(j);
-        if (sig != j->prog_sig) {
-            int64_t quiet = now - j->prog_mono_ms;
-            int baseline = j->prog_sig == 0; /* first records of this attempt (or since a
-                                                coordinator restart): nothing to compare yet */
-            j->prog_sig = sig;
-            j->prog_mono_ms = now;
-            if (j->state == MT_JOBSTATE_STALLED && !baseline) {
-                snprintf(diag, sizeof(diag), "progress resumed after %lld s without progress",
-                         (long long)(quiet / 1000));
-                coord_job_move(c, j, MT_JOBSTATE_RUNNING, diag);
-            }
-            continue;
-        }
-        if (!all_alive_and_known(c, j, now))
-            continue;
-        if (j->state == MT_JOBSTATE_RUNNING && now - j->prog_mono_ms >= c->opts.stall_timeout_ms) {
-            coord_stall_diagnose(j->devs, j->n_place, now, diag, sizeof(diag));
+        in = (coord_sched_stall_in){j->state,
+                                    j->devs,
+                                    j->n_place,
+                                    j->step,
+                                    j->prog_sig,
+                                    j->prog_mono_ms,
+                                    j->stall_note_mono_ms,
+                                    workers_fresh(c, j, now),
+                                    c->opts.stall_timeout_ms,
+                                    c->opts.stall_restart_ms};
+        coord_sched_stall(&in, now, REFRESH_MS, &out);
+        j->prog_sig = out.prog_sig;
+        j->prog_mono_ms = out.prog_ms;
+        switch (out.verdict) {
+        case COORD_SCHED_STALL_NONE:
+            break;
+        case COORD_SCHED_STALL_RESUMED:
+            coord_job_move(c, j, MT_JOBSTATE_RUNNING, out.reason);
+            break;
+        case COORD_SCHED_STALL_STALLED:
             mt_log_warn("job %s: no progress for %lld ms while its workers heartbeat: %s",
-                        j->job_id, (long long)(now - j->prog_mono_ms), diag);
-            if (coord_job_move(c, j, MT_JOBSTATE_STALLED, diag) == MT_OK) {
+                        j->job_id, (long long)(now - j->prog_mono_ms), out.reason);
+            if (coord_job_move(c, j, MT_JOBSTATE_STALLED, out.reason) == MT_OK) {
                 j->stall_note_mono_ms = now;
-                coord_stall_classify(j->devs, j->n_place, now, diag, sizeof(diag));
-                coord_job_diagnose(c, j, diag);
+                coord_job_diagnose(c, j, out.diagnosis);
             }
-        } else if (j->state == MT_JOBSTATE_STALLED && c->opts.stall_restart_ms > 0 &&
-                   now - j->prog_mono_ms >=
-                       (int64_t)c->opts.stall_timeout_ms + c->opts.stall_restart_ms &&
-                   any_inside(j)) {
-            char cause[300];
-            coord_stall_diagnose(j->devs, j->n_place, now, diag, sizeof(diag));
-            snprintf(cause, sizeof(cause), "stalled for %lld s: %s",
-                     (long long)((now - j->prog_mono_ms) / 1000), diag);
-            mt_log_warn("job %s: restarting from its checkpoint: %s", j->job_id, cause);
-            coord_job_restart(c, j, cause);
-        } else if (j->state == MT_JOBSTATE_STALLED && now - j->stall_note_mono_ms >= REFRESH_MS) {
-            char kind[400];
-            coord_stall_diagnose(j->devs, j->n_place, now, diag, sizeof(diag));
-            coord_stall_classify(j->devs, j->n_place, now, kind, sizeof(kind));
-            coord_job_note_diagnose(c, j, diag, kind);
+            break;
+        case COORD_SCHED_STALL_RESTART:
+            mt_log_warn("job %s: restarting from its checkpoint: %s", j->job_id, out.reason);
+            coord_job_restart(c, j, out.reason);
+            break;
+        case COORD_SCHED_STALL_REFRESH:
+            coord_job_note_diagnose(c, j, out.reason, out.diagnosis);
             j->stall_note_mono_ms = now;
+            break;
         }
     }
 }

@@ -1,18 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * stall.h — hang diagnosis: the per-device progress records the coordinator keeps from worker
- * heartbeats (DeviceProgress, proto/coordinator.proto) and the pure function that turns a stopped
- * group's records into one line naming the device(s) that never entered the collective the
- * others wait in:
+ * heartbeats (DeviceProgress, proto/coordinator.proto). The rules that read them (sched.h:
+ * coord_sched_stall, and coord_stall_diagnose, which turns a stopped group's records into one
+ * line naming the device(s) that never entered the collective the others wait in) are the
+ * scheduling core's (sched.c):
  *   step 412 allreduce #57 on axis batch: worker-b cpu:1 never entered; its last activity:
  *   reading input 31 s ago
  *
  * How it fits: stall.c (coordinator loop) fills one coord_stall_dev per rank of a RUNNING job
- * from heartbeats, notices when no record moves for --stall-timeout-ms while every worker of the
- * job still heartbeats, moves the job to STALLED with this diagnosis as its reason, and back to
- * RUNNING when a record moves again (docs/jobs.md). A worker that stops heartbeating is the lost
- * path (workers.c), never STALLED.
- * Threading: coord_stall_diagnose is pure (any thread). Tests: tests/unit/test_coord_stall.c,
+ * from heartbeats and, on the sweep timer, applies what coord_sched_stall decides: STALLED with
+ * this diagnosis as its reason when no record moves for --stall-timeout-ms while every worker of
+ * the job still heartbeats, back to RUNNING when a record moves again (docs/jobs.md). A worker
+ * that stops heartbeating is the lost path (workers.c), never STALLED.
+ * No protobuf type here: the domain core and the scheduling core include it.
+ * Tests: tests/unit/test_coord_stall.c, tests/unit/test_coord_sched.c,
  * tests/integration/test_stall.sh.
  */
 #ifndef MT_COORD_STALL_H
@@ -44,32 +46,5 @@ typedef struct coord_stall_dev {
     int64_t activity_since_ms; /* monotonic ms it was set; -1 never */
     uint64_t ticks;            /* progress events; unchanged = no progress */
 } coord_stall_dev;
-
-/*
- * Write the diagnosis of the group devs[0..n) (indexed by rank; borrowed) at coordinator time
- * now_ms into out (cap bytes, always NUL-terminated, truncated if needed):
- *  - some devices inside a collective: the latest (step, seq) any device is in is "the
- *    collective"; every other known device "never entered" it (with its last activity and its
- *    age) or "is still in" an earlier one; if none is missing, "all N devices entered" and how
- *    long no data moved;
- *  - no device inside a collective: each device's last activity and its age.
- * Unknown ranks (known == 0) are listed as "no progress reported".
- */
-void coord_stall_diagnose(const coord_stall_dev *devs, size_t n, int64_t now_ms, char *out,
-                          size_t cap);
-
-/*
- * The job's diagnosis for a stalled group (docs/jobs.md#diagnosis): the text of
- * coord_stall_diagnose prefixed with what kind of fault it is:
- *  - "link A<->B: " when every device is inside a collective, waiting for data that does not
- *    come (all in the same one, or some still in an earlier one whose data never arrived: the
- *    side that finished it went on to the next), over devices of exactly two workers ("a link
- *    among A, B, C: " over more), since their workers all heartbeat;
- *  - "device stuck: " otherwise: a device outside every collective (computing, reading input,
- *    never reported) while the others wait for it, or a group on one worker.
- * Same contract as coord_stall_diagnose (pure, any thread).
- */
-void coord_stall_classify(const coord_stall_dev *devs, size_t n, int64_t now_ms, char *out,
-                          size_t cap);
 
 #endif

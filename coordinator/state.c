@@ -4,9 +4,11 @@
  * and registered workers, their typed states (worker, job, task: enums with one name table each;
  * the strings exist only in SQL and on the wire), the job transitions with their store writes, the
  * status reason and the fault diagnosis, the restart rule (RESTARTING, or FAILED past
- * restart.max_restarts) and the silent-worker rule. It uses no protobuf type, no nng call and
- * no RPC: it includes coord_int.h alone, which declares no protobuf type (those are in
- * coord_rpc.h, the RPC adapters' header); tests/integration/test_coord_no_circles.sh checks it.
+ * restart.max_restarts) and the silent-worker rule, whose decisions it takes from the scheduling
+ * core (sched.c: typed in, typed out). It uses no protobuf type, no nng call and no RPC: it
+ * includes coord_int.h alone, which includes no RPC header (those declarations are in
+ * coord_rpc.h, the RPC adapters' header), so not even protobuf-c.h reaches it;
+ * tests/integration/test_coord_no_circles.sh checks it.
  *
  * How it fits: the adapters above it — the RPC handlers (jobs.c, workers.c, ckpt.c,
  * metrics.c), the HTTP endpoints (read-only, through the store) and the sweeps (stall.c,
@@ -38,6 +40,16 @@ coord_worker *coord_worker_find(mt_coord *c, const char *worker_id)
         if (strcmp(c->workers[i].rec.worker_id, worker_id) == 0)
             return &c->workers[i];
     return NULL;
+}
+
+void coord_worker_view(const coord_worker *w, coord_sched_worker *v)
+{
+    memset(v, 0, sizeof(*v));
+    v->id = w->rec.worker_id;
+    v->host = w->rec.host;
+    v->data_address = w->rec.data_address;
+    v->state = w->state;
+    v->last_seen_ms = w->last_seen_mono_ms;
 }
 
 static const char *const worker_state_names[] = {
@@ -264,14 +276,10 @@ mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step)
 void coord_job_restart(mt_coord *c, coord_job *j, const char *cause)
 {
     char reason[300];
+    mt_jobstate to = coord_sched_restart(j->restarts, j->sum.max_restarts, cause, reason,
+                                         sizeof(reason)); /* the rule is sched.c's */
 
-    if (j->restarts >= j->sum.max_restarts) {
-        snprintf(reason, sizeof(reason), "%.250s; restart limit of %u reached", cause,
-                 j->sum.max_restarts);
-        coord_job_move(c, j, MT_JOBSTATE_FAILED, reason);
-        return;
-    }
-    coord_job_move(c, j, MT_JOBSTATE_RESTARTING, cause);
+    coord_job_move(c, j, to, reason);
 }
 
 coord_worker *coord_job_silent_worker(mt_coord *c, const coord_job *j, const char * not,
@@ -281,8 +289,10 @@ coord_worker *coord_job_silent_worker(mt_coord *c, const coord_job *j, const cha
 
     for (size_t i = 0; i < j->n_tasks; i++) {
         coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
+        coord_sched_worker v = {.id = w != NULL ? w->rec.worker_id : "",
+                                .last_seen_ms = w != NULL ? w->last_seen_mono_ms : 0};
         if (w != NULL && (not == NULL || strcmp(w->rec.worker_id, not ) != 0) &&
-            now - w->last_seen_mono_ms > fresh)
+            coord_sched_silent(&v, now, fresh))
             return w;
     }
     return NULL;

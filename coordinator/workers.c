@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * workers.c — the coordinator's worker registry: RegisterWorker, Heartbeat,
- * ListWorkers, lost-worker detection. Loop thread only (coord_int.h).
+ * ListWorkers, lost-worker detection (the rule is the scheduling core's, coord_sched_worker_lost;
+ * what becomes of the lost worker's jobs too, through coord_jobs_worker_lost and the domain
+ * core's coord_job_restart). Loop thread only (coord_int.h).
  *
  * The registry lives in memory and in the store. Registration is written
  * through at once (one transaction); heartbeats only touch memory and are
@@ -110,7 +112,9 @@ void coord_workers_sweep(mt_coord *c)
     for (size_t i = 0; i < c->n_workers; i++) {
         coord_worker *w = &c->workers[i];
         int64_t silent = now - w->last_seen_mono_ms;
-        if (w->state != COORD_WORKER_ALIVE || silent <= c->opts.heartbeat_timeout_ms)
+        coord_sched_worker v;
+        coord_worker_view(w, &v);
+        if (!coord_sched_worker_lost(&v, now, c->opts.heartbeat_timeout_ms)) /* sched.c's rule */
             continue;
         coord_worker_set_state(w, COORD_WORKER_LOST);
         mt_log_warn("worker %s lost: no heartbeat for %lld ms (timeout %d ms)", w->rec.worker_id,

@@ -5,9 +5,10 @@
 # circles and keep their layers. tests/tools/coord_graph.py reads what each object of
 # libmtcoord.a defines and uses (nm) and fails on any strongly connected group of files, on an
 # adapter calling an adapter of the other kind (RPC <-> HTTP), on the core or a shared leaf
-# calling an adapter, and (from compile_commands.json, the compiler's -M) on a generated
-# protobuf header (*.pb-c.h) reaching the domain core; the graph is printed either way
-# (docs/architecture.md shows it).
+# calling an adapter, the scheduling core (sched.c) calling any file, and (from
+# compile_commands.json, the compiler's -M) on a protobuf header (a generated *.pb-c.h, or
+# protobuf-c.h itself) reaching the domain core or the scheduling core; the graph is printed
+# either way (docs/architecture.md shows it).
 source "$(dirname "$0")/lib.sh"
 
 command -v nm >/dev/null || { echo "SKIP: nm not installed"; exit 0; }
@@ -20,6 +21,10 @@ cat "$T/graph.txt"
 grep -q '^layers: ok$' "$T/graph.txt" || fail "no layer verdict"
 [ ${#CC_JSON[@]} -eq 0 ] || grep -q '^state\.c includes: .*coord_int\.h' "$T/graph.txt" ||
     fail "the core's headers were not checked"
-# the domain core calls no adapter: only the stats
-grep -Eq '^state\.c +-> stats\.c$' "$T/graph.txt" || fail "state.c: $(grep '^state.c' "$T/graph.txt")"
+[ ${#CC_JSON[@]} -eq 0 ] || grep -q '^sched\.c includes: .*sched\.h' "$T/graph.txt" ||
+    fail "the scheduling core's headers were not checked"
+# the domain core calls no adapter: only the scheduling core and the stats
+grep -Eq '^state\.c +-> sched\.c, stats\.c$' "$T/graph.txt" || fail "state.c: $(grep '^state.c' "$T/graph.txt")"
+# the scheduling core calls no file of the coordinator
+grep -Eq '^sched\.c +-> *$' "$T/graph.txt" || fail "sched.c: $(grep '^sched.c' "$T/graph.txt")"
 log "PASS"

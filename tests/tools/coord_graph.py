@@ -9,9 +9,10 @@ object defines and leaves undefined), then the circles (strongly connected compo
 than one file) or "circles: none", then the layering: every file belongs to one layer of LAYERS
 and may use only the layers ALLOWED says (the domain core and the shared leaves call no adapter;
 the RPC adapters and the HTTP adapters never call each other; only coord.c, the loop that wires
-them, reaches everything), printed as "layers: ok" or one "layer: a.c (rpc) -> b.c (http)" line
-per breach. With compile_commands.json it also lists the headers each core file includes
-(the compiler's -M) and reports any generated protobuf header (*.pb-c.h) as a breach.
+them, reaches everything; the scheduling core calls no file at all), printed as "layers: ok" or one "layer: a.c (rpc) -> b.c (http)" line
+per breach. With compile_commands.json it also lists the headers each core file (the domain core
+state.c, the scheduling core sched.c) includes (the compiler's -M) and reports any protobuf
+header (a generated *.pb-c.h, or protobuf-c/protobuf-c.h) as a breach.
 Exit status 1 when there is a circle or a breach.
 docs/architecture.md shows its output; tests/integration/test_coord_no_circles.sh runs it.
 """
@@ -22,8 +23,11 @@ import subprocess
 import sys
 
 # The coordinator's layers (adapters -> core -> store; the store is libmtstorage, outside this
-# library). A new file must be placed here, or the check fails.
+# library; sched.c, the scheduling core, is pure and calls no file of the coordinator). A new file
+# must be placed here, or the check fails. The files of the "core" and "sched" layers must not
+# see a protobuf header, generated or protobuf-c's own (CORES).
 LAYERS = {
+    "sched": {"sched.c"},
     "core": {"state.c"},
     "shared": {"buf.c", "mcache.c", "stats.c"},
     "rpc": {"bulk.c", "ckpt.c", "jobs.c", "joblog.c", "metrics.c", "stall.c", "workers.c"},
@@ -31,12 +35,14 @@ LAYERS = {
     "loop": {"coord.c"},
 }
 ALLOWED = {
+    "sched": set(),
     "shared": {"shared"},
-    "core": {"shared"},
-    "rpc": {"rpc", "core", "shared"},
+    "core": {"sched", "shared"},
+    "rpc": {"rpc", "core", "sched", "shared"},
     "http": {"http", "core", "shared"},
     "loop": set(LAYERS),
 }
+CORES = LAYERS["core"] | LAYERS["sched"]
 
 
 def graph(lib):
@@ -97,11 +103,16 @@ def layer_breaches(edges):
     return out
 
 
+def protobuf_header(path):
+    """A generated protobuf header, or protobuf-c's runtime header."""
+    return path.endswith(".pb-c.h") or os.path.basename(path) == "protobuf-c.h"
+
+
 def core_header_breaches(compile_commands):
-    """The generated protobuf headers the core's files include (compiler -M, as CMake builds)."""
+    """The protobuf headers the cores' files include (compiler -M, as CMake builds)."""
     out = []
     for e in json.load(open(compile_commands)):
-        if os.path.basename(e["file"]) not in LAYERS["core"]:
+        if os.path.basename(e["file"]) not in CORES:
             continue
         args = shlex.split(e["command"]) if "command" in e else list(e["arguments"])
         keep, skip = [], False
@@ -118,7 +129,7 @@ def core_header_breaches(compile_commands):
         print(f"{name} includes: " + ", ".join(sorted(
             {os.path.basename(d) for d in deps.replace("\\\n", " ").split()[1:]
              if d.endswith(".h") and "/usr/" not in d})))
-        out += [f"layer: {name} (core) includes {d}" for d in deps.split() if d.endswith(".pb-c.h")]
+        out += [f"layer: {name} (core) includes {d}" for d in deps.split() if protobuf_header(d)]
     return out
 
 

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_coord_stall.c — the coordinator's hang diagnosis (coordinator/stall.h): the line it writes
- * for a group that stopped advancing, from the per-rank progress records alone (pure function);
- * and, with a real coordinator in this process (coord_test_util.h) fed heartbeats carrying
- * DeviceProgress, the STALLED detection: RUNNING -> STALLED with the diagnosis, back to RUNNING
- * on progress, never STALLED while a worker is silent, bogus ranks ignored, and a task that
+ * test_coord_stall.c — the coordinator's hang diagnosis (coordinator/stall.h, sched.h): the line
+ * it writes for a group that stopped advancing, from the per-rank progress records alone (pure
+ * function); and, with a real coordinator in this process (coord_test_util.h) fed heartbeats
+ * carrying DeviceProgress, the STALLED detection: RUNNING -> STALLED with the diagnosis, back to
+ * RUNNING on progress, never STALLED while a worker is silent, bogus ranks ignored, and a task that
  * succeeds while STALLED ends the job.
  */
 #include "mt_test.h"
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "coord_test_util.h"
+#include "coordinator/sched.h" /* coord_stall_diagnose, coord_stall_classify */
 #include "coordinator/stall.h"
 
 #define NOW 1000000
