@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * coll_int.h — private structures shared by the files of core/coll: coll_wire.c (the frame
- * header), coll_world.c (worlds, comms, inboxes, the algorithms, posted receives, driving),
+ * coll_int.h — private structures shared by the files of core/coll below the algorithms:
+ * coll_world.c (the engine: worlds, comms, inboxes, posted receives, driving),
  * coll_net.c (the endpoint; the nng transport; routing of the direct transport's frames),
  * coll_raw.c (the direct socket transport), coll_shm.c (its shared-memory rings),
- * coll_auth.c (the handshake's HMAC), coll_progress.c and coll_bucket.c.
+ * coll_auth.c (the handshake's HMAC), coll_progress.c, coll_backend.c and coll_bucket.c. The
+ * algorithms (coll_algo.c) never include it: they see coll_engine.h and the wire format
+ * (coll_wire.h) only.
  *
  * Message path: every frame is a 72-byte header + payload. A hop to a rank of this process
  * pushes it, as an nng_msg, straight into the receiver's inbox; a hop to another process
@@ -13,11 +15,11 @@
  * reader thread pushes it into the destination comm's inbox (or, with nng+ addresses, sends
  * it on a push socket whose pull side's receive callback does the same). Inboxes are one FIFO
  * per source rank, so per-source order is preserved and the algorithms never see the transport.
- * Direct transport only: a ring step's receive may be posted (coll_post); the reader thread then
+ * Direct transport only: an exchange's receive may be posted (coll_post); the reader thread then
  * reads matching frames' payloads straight into the caller's buffer (w->engine->claim) instead
  * of queueing a message, and only while the device thread waits for that step. With one
  * device in this process the device thread instead reads the partner's connection (socket or
- * ring) itself during tree_run's exchanges ("Driving" below; coll_world.c drive_step).
+ * ring) itself during the exchanges it runs ("Driving" below; coll_world.c drive_step).
  *
  * Locking: net->mu (current world, pending messages, pipe map) is taken before
  * a comm's mu, never after. A comm's mu guards its queues and abort state.
@@ -32,10 +34,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "coll/coll_wire.h"
 #include "coll/mt_coll.h"
+#include "coll/mt_coll_backend.h"
 
-#define COLL_MAGIC         0x4c43544du /* "MTCL" little-endian */
-#define COLL_HDR_SIZE      72
 #define COLL_NAIO          4           /* outstanding sends per comm (pipelining depth) */
 #define COLL_GRACE_NS      200000000LL /* a lost connection counts after 200 ms without its data */
 #define COLL_DIAG_NS       250000000LL /* after a deadline, wait this long for PONGs */
@@ -57,57 +59,9 @@ typedef enum coll_io {
     COLL_IO_DONE = 1,   /* complete: written, owned, ready */
 } coll_io;
 
-enum coll_kind {
-    COLL_KIND_DATA = 1,  /* a segment of a collective */
-    COLL_KIND_ABORT = 2, /* a participant failed the collective: code + text */
-    COLL_KIND_BYE = 3,   /* flush marker sent before closing a connection */
-    COLL_KIND_PING = 4,  /* after a deadline: "have you entered this collective?" */
-    COLL_KIND_PONG = 5,  /* answer: code 1 entered, 2 not entered */
-};
-
-enum coll_op {
-    COLL_OP_ALLREDUCE = 1,
-    COLL_OP_REDUCE_SCATTER = 2,
-    COLL_OP_ALLGATHER = 3,
-    COLL_OP_BROADCAST = 4,
-    COLL_OP_BARRIER = 5,
-};
-
-/* Which part of a collective a DATA frame belongs to (the header's phase). */
-enum coll_phase {
-    COLL_PHASE_REDUCE = 0, /* tree halving (added) / broadcast chain */
-    COLL_PHASE_GATHER = 1, /* tree doubling, ring allgather (copied) */
-    COLL_PHASE_DIRECT = 2, /* one-hop small path; reduce-scatter's scatter */
-    COLL_PHASE_INPUTS = 3, /* small path by recursive doubling: members' inputs (copied) */
-    COLL_PHASE_RESULT = 4, /* small path by recursive doubling: result to a folded member */
-};
-
-/* Wire header (host order; meshtrain runs on little-endian hosts). coll_wire.c. */
-typedef struct coll_hdr {
-    uint32_t magic;
-    uint8_t kind;    /* enum coll_kind */
-    uint8_t op;      /* enum coll_op */
-    uint8_t phase;   /* enum coll_phase */
-    uint8_t pad;     /* 0 */
-    uint64_t job;    /* job id */
-    uint64_t step;   /* training step */
-    uint32_t seq;    /* collective sequence number */
-    int32_t src;     /* sending global rank */
-    int32_t dst;     /* receiving global rank */
-    uint32_t rstep;  /* ring step within the phase */
-    uint32_t chunk;  /* segment index within the ring step */
-    uint32_t code;   /* ABORT: mt_code */
-    uint64_t total;  /* elements of the collective (per member for allgather) */
-    uint64_t offset; /* element offset of the payload in the buffer */
-    uint64_t len;    /* payload elements (ABORT: text bytes) */
-} coll_hdr;
-
-void coll__hdr_encode(const coll_hdr *h, void *out);
-/* MT_OK or MT_INVALID_ARGUMENT (short, bad magic, payload length disagrees). */
+/* The frame header of message m (coll_wire.h): MT_OK, or MT_INVALID_ARGUMENT (short, bad magic,
+ * payload length disagrees). coll_wire.c */
 mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h);
-
-/* Decode a header from COLL_HDR_SIZE bytes (no length check against a message). */
-void coll__hdr_parse(const void *b, coll_hdr *h);
 
 /*
  * Posted receive (direct transport): a device thread about to receive one ring step from a
@@ -115,7 +69,18 @@ void coll__hdr_parse(const void *b, coll_hdr *h);
  * reads each matching frame's payload straight into the caller's buffer (copy) or adds it
  * there (acc = partial + own) instead of queueing a message. See coll_world.c recv_posted.
  */
-enum { COLL_POST_NONE = 0, COLL_POST_POSTED = 1, COLL_POST_CLAIMED = 2 };
+typedef enum coll_post_state {
+    COLL_POST_NONE = 0,    /* nothing posted, or the device thread handles a queued frame */
+    COLL_POST_POSTED = 1,  /* the head step waits for its next frame */
+    COLL_POST_CLAIMED = 2, /* a reader thread reads a frame's payload into it */
+} coll_post_state;
+/* A piece buffer of added payload, between the reader that fills it and the device thread. */
+typedef enum coll_piece {
+    COLL_PIECE_FREE = 0,    /* unused */
+    COLL_PIECE_FILLING = 1, /* the reader reads payload into it */
+    COLL_PIECE_FULL = 2,    /* waits for the device thread */
+    COLL_PIECE_ADDING = 3,  /* the device thread adds it into its destination */
+} coll_piece;
 #define COLL_POST_DEPTH  2            /* ring steps posted at once: the current one and the next */
 #define COLL_POST_PIECES 4            /* pieces of added payload in flight to the device thread */
 #define COLL_PIECE_BYTES (128u << 10) /* bytes per piece (a multiple of sizeof(float)) */
@@ -127,7 +92,7 @@ typedef struct coll_post_step {
     int add;           /* 1: acc = partial + own; 0: copy */
 } coll_post_step;
 typedef struct coll_post { /* all fields: comm mu, except cancel */
-    int state;             /* enum above: the state of the head step */
+    coll_post_state state; /* of the head step */
     coll_post_step st[COLL_POST_DEPTH];
     int head, count;      /* posted steps, oldest first */
     uint64_t armed, done; /* steps posted / completed so far (ids) */
@@ -135,8 +100,8 @@ typedef struct coll_post { /* all fields: comm mu, except cancel */
     /* pieces of added payloads the reader read and the device thread adds (in parallel) */
     unsigned char *piece[COLL_POST_PIECES]; /* [COLL_PIECE_BYTES] each, NULL: not allocated */
     float *piece_dest[COLL_POST_PIECES];
-    size_t piece_n[COLL_POST_PIECES];  /* floats */
-    int piece_state[COLL_POST_PIECES]; /* 0 free, 1 reader fills, 2 full, 3 device adds */
+    size_t piece_n[COLL_POST_PIECES]; /* floats */
+    coll_piece piece_state[COLL_POST_PIECES];
     int nfull;
     _Atomic int cancel; /* the device thread gave up: the reader stops writing and lets go */
     int drive_proc;     /* the device thread drives this process's connection (-1: none) */
@@ -191,8 +156,6 @@ typedef struct coll_engine_ops {
 } coll_engine_ops;
 /* Wake readers waiting after COLL_CLAIM_WAIT (takes net mu). */
 void coll__net_wake_claim(mt_coll_net *net);
-/* d[i] = partial[i] + d[i] for i < n (one float32 addition each, in that order). coll_wire.c */
-void coll__add_into(float *restrict d, const unsigned char *restrict partial, size_t n);
 
 typedef struct coll_queue {
     nng_msg **items;
@@ -240,7 +203,7 @@ struct mt_coll_comm {
     int ping_from[COLL_MAXPING];     /* mu: PINGs to answer: asking rank ... */
     uint64_t ping_tag[COLL_MAXPING]; /* ... and its packed tag */
     int nping;
-    uint8_t *pong;            /* mu: [w->size] PONG state per rank, 0 no answer, 1 entered, 2 not */
+    uint8_t *pong;            /* mu: [w->size] enum coll_pong per rank (coll_wire.h) */
     _Atomic uint64_t entered; /* packed tag + 1 of the collective entered last; 0 never */
     uint64_t auto_step;       /* device thread */
     uint32_t auto_seq;
@@ -291,17 +254,29 @@ struct mt_coll_world {
     int axis_size[COLL_MAX_AXES];
 };
 
-int64_t coll__now_ns(void); /* CLOCK_MONOTONIC in ns (coll_wire.c) */
 /*
  * NULL when group is valid for rank (ranks in [0, w->size), none twice, rank a member; *pos its
  * position), else what is wrong, written to why.
  */
 const char *coll__group_problem(const mt_coll_world *w, int rank, const mt_coll_group *g, int *pos,
                                 char *why, size_t cap);
+/*
+ * The engine's worlds (coll_world.c) on backend b (borrowed): the public constructors of
+ * mt_coll.h and mt_coll_backend.h (coll_backend.c) choose the backend, so that the engine never
+ * names the built-in one (coll_algo.c, above it). Arguments and codes as those constructors';
+ * coll__world_new_backend refuses b == NULL.
+ */
+mt_code coll__world_new_local(const mt_coll_backend *b, int size, const mt_coll_world_opts *opts,
+                              mt_coll_world **out, mt_err *err);
+mt_code coll__world_new_net(const mt_coll_backend *b, mt_coll_net *net, int size,
+                            const mt_coll_rank_addr *table, const mt_coll_world_opts *opts,
+                            mt_coll_world **out, mt_err *err);
+mt_code coll__world_new_backend(const mt_coll_backend *b, void *state, int size, const int *local,
+                                int nlocal, const mt_coll_world_opts *opts, mt_coll_world **out,
+                                mt_err *err);
 /* Floats of DATA payload this world's devices sent to other processes so far (tests: which
  * exchanges crossed processes). Any thread. */
 uint64_t coll__world_remote_floats(mt_coll_world *w);
-uint64_t coll__tag_pack(uint64_t step, uint32_t seq);
 
 /* Transport hooks implemented in coll_net.c. */
 mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err);
