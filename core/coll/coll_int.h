@@ -59,6 +59,16 @@ typedef enum coll_io {
     COLL_IO_DONE = 1,   /* complete: written, owned, ready */
 } coll_io;
 
+/* A frame written without waiting: header and payload (borrowed) and how much of the two is
+ * written so far (sent: 0 at the start, hlen + dlen when complete). */
+typedef struct coll_out {
+    const void *hdr;
+    size_t hlen;
+    const void *data;
+    size_t dlen;
+    size_t sent;
+} coll_out;
+
 /* The frame header of message m (coll_wire.h): MT_OK, or MT_INVALID_ARGUMENT (short, bad magic,
  * payload length disagrees). coll_wire.c */
 mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h);
@@ -317,13 +327,12 @@ void coll__shm_unlink(const char *name);
 /* Mark this side (writer 1 / reader 0) gone and wake the other; the mapping stays. */
 void coll__shm_close(coll_shm *s, int writer);
 void coll__shm_free(coll_shm *s); /* unmap; NULL: no-op */
-/* Writer, never waits: more of hdr + data (*sent bytes of it written so far); DONE complete,
- * AGAIN the ring is full, ENDED the reader is gone. */
-coll_io coll__shm_put_some(coll_shm *s, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                           size_t *sent);
-/* Reader, never waits: up to n bytes into buf; > 0 bytes, 0 none now, -1 the writer closed
- * and nothing is left (or the ring is corrupt). */
-ssize_t coll__shm_get_some(coll_shm *s, void *buf, size_t n);
+/* Writer, never waits: more of frame f; DONE complete, AGAIN the ring is full, ENDED the
+ * reader is gone. */
+coll_io coll__shm_put_some(coll_shm *s, coll_out *f);
+/* Reader, never waits: up to n bytes into buf; DONE *got (> 0) bytes read, AGAIN none now,
+ * ENDED the writer closed and nothing is left (or the ring is corrupt). */
+coll_io coll__shm_get_some(coll_shm *s, void *buf, size_t n, size_t *got);
 /* Reader: wait up to timeout_ms for data (spinning first): DONE data (or the writer closed:
  * read on), AGAIN none in time, ENDED the writer's socket fd ended and nothing is left. */
 coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms);
@@ -332,13 +341,19 @@ coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms);
 coll_io coll__shm_wait_room(coll_shm *s, int fd, int timeout_ms);
 /* Writer: b[0..n) if it fits now (1), else nothing (0). Never waits. */
 int coll__shm_write_now(coll_shm *s, const void *b, size_t n);
+/* How a reader waits: at most timeout_ms, until the writer's socket fd ends (its process died)
+ * or *closing is set (may be NULL). */
+typedef struct coll_shm_wait {
+    int fd;
+    int timeout_ms;
+    _Atomic int *closing;
+} coll_shm_wait;
 /*
- * Reader: up to n bytes into buf, waiting up to timeout_ms for all of them. Returns the bytes
- * read (> 0), 0 when none came in time, -1 when the stream ended (the writer closed, its
- * socket fd ended, *closing set or the ring is corrupt) and nothing is left.
+ * Reader: up to n bytes into buf, waiting as wt says for all of them. DONE: *got (> 0) bytes
+ * read; AGAIN: none came in time; ENDED: the stream ended (the writer closed, its socket
+ * ended, *closing set or the ring is corrupt) and nothing is left.
  */
-ssize_t coll__shm_read(coll_shm *s, int fd, void *buf, size_t n, int timeout_ms,
-                       _Atomic int *closing);
+coll_io coll__shm_read(coll_shm *s, const coll_shm_wait *wt, void *buf, size_t n, size_t *got);
 /* Wake a reader sleeping on s (it then sees its closing flag). */
 void coll__shm_wake_reader(coll_shm *s);
 /* Unlink rings left in /dev/shm by processes that no longer run (a kill -9 mid-dial). */
@@ -408,9 +423,9 @@ typedef struct raw_conn coll_raw_conn;
 coll_raw_conn *coll__raw_drive_find(coll_raw *r, const char *peer_addr);
 void coll__raw_drive_put(coll_raw *r, coll_raw_conn *k);
 int coll__raw_drive_fd(const coll_raw_conn *k);
-/* Driver: up to n bytes of the stream (socket or ring) without waiting: > 0 bytes, 0 none
- * now, -1 the connection ended. */
-ssize_t coll__raw_drive_recv(coll_raw_conn *k, void *buf, size_t n);
+/* Driver: up to n bytes of the stream (socket or ring) without waiting: DONE *got (> 0) bytes,
+ * AGAIN none now, ENDED the connection ended. */
+coll_io coll__raw_drive_recv(coll_raw_conn *k, void *buf, size_t n, size_t *got);
 /* Driver: wait up to ms for k's stream to have data (DONE, or AGAIN), ENDED when it ended. */
 coll_io coll__raw_drive_wait(coll_raw_conn *k, int ms);
 int coll__raw_drive_is_shm(const coll_raw_conn *k);  /* its frames come through a ring */
@@ -429,23 +444,20 @@ coll_io coll__raw_drive_try(coll_raw_conn *k, unsigned char *hdr, size_t *held_n
  */
 void coll__raw_drive_end(coll_raw_conn *k, size_t skip, const unsigned char *hdr, size_t held_n);
 /*
- * Write more of the frame hdr + data without blocking (*sent: bytes of it written so far).
- * DONE: complete; AGAIN: the socket is full; ENDED and errno: failed (a partial frame: close
- * the socket).
+ * Write more of frame f without blocking. DONE: complete; AGAIN: the socket is full; ENDED and
+ * errno: failed (a partial frame: close the socket).
  */
-coll_io coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                             size_t *sent);
+coll_io coll__raw_write_some(int fd, coll_out *f);
 /* Direct transport: the socket dialed to process proc (dialing first, within the deadline). */
 mt_code coll__net_raw_fd(mt_coll_world *w, int proc, int64_t deadline_ns, int *fd, mt_err *err);
 /*
- * Driver: more of the frame hdr + data to process proc without waiting (*sent bytes of it
- * written so far), on its dialed socket or ring: as coll__raw_write_some.
+ * Driver: more of frame f (a COLL_HDR_SIZE header) to process proc without waiting, on its
+ * dialed socket or ring: as coll__raw_write_some.
  */
-coll_io coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const void *data,
-                             size_t dlen, size_t *sent);
-/* Wait up to ms for room toward process proc (ring or socket); -1 when its ring's reader is
- * gone. */
-int coll__net_wait_room(mt_coll_world *w, int proc, int ms);
+coll_io coll__net_write_some(mt_coll_world *w, int proc, coll_out *f);
+/* Wait up to ms for room toward process proc (ring or socket): DONE room (or the wait ended),
+ * ENDED its ring's reader is gone. */
+coll_io coll__net_wait_room(mt_coll_world *w, int proc, int ms);
 /*
  * 1 and *ms when the tcp connection dialed to process proc has data in flight that no
  * acknowledgement came for in COLL_LINK_STALL_MS or more (*ms: since the last one): the link

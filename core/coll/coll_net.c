@@ -847,9 +847,9 @@ static void peer_close_locked(mt_coll_world *w, coll_peer *pe)
 static mt_code peer_write_locked(mt_coll_world *w, int proc, const void *hdr, const void *data,
                                  size_t bytes, int64_t deadline_ns, mt_err *err)
 {
-    size_t sent = 0;
+    coll_out f = {.hdr = hdr, .hlen = COLL_HDR_SIZE, .data = data, .dlen = bytes};
     for (;;) {
-        coll_io r = coll__net_write_some(w, proc, hdr, data, bytes, &sent);
+        coll_io r = coll__net_write_some(w, proc, &f);
         if (r == COLL_IO_DONE)
             return MT_OK;
         if (r == COLL_IO_ENDED)
@@ -860,7 +860,7 @@ static mt_code peer_write_locked(mt_coll_world *w, int proc, const void *hdr, co
         if (atomic_load(&w->cancelled))
             return mt_err_set(err, MT_CANCELLED, "send cancelled");
         /* short slices: cancellation is polled */
-        if (coll__net_wait_room(w, proc, left > 50 ? 50 : (int)left + 1) < 0)
+        if (coll__net_wait_room(w, proc, left > 50 ? 50 : (int)left + 1) == COLL_IO_ENDED)
             return mt_err_set(err, MT_UNAVAILABLE, "connection closed");
     }
 }
@@ -893,13 +893,12 @@ mt_code coll__net_raw_fd(mt_coll_world *w, int proc, int64_t deadline_ns, int *f
     return rc;
 }
 
-coll_io coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const void *data,
-                             size_t dlen, size_t *sent)
+coll_io coll__net_write_some(mt_coll_world *w, int proc, coll_out *f)
 {
     coll_peer *pe = &w->peers[proc];
     if (pe->shm == NULL)
-        return coll__raw_write_some(pe->fd, hdr, COLL_HDR_SIZE, data, dlen, sent);
-    coll_io r = coll__shm_put_some(pe->shm, hdr, COLL_HDR_SIZE, data, dlen, sent);
+        return coll__raw_write_some(pe->fd, f);
+    coll_io r = coll__shm_put_some(pe->shm, f);
     if (r == COLL_IO_AGAIN &&
         atomic_load(&pe->down_ns) != 0) { /* its reader died: the ring never drains */
         errno = EPIPE;
@@ -910,14 +909,15 @@ coll_io coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const 
     return r;
 }
 
-int coll__net_wait_room(mt_coll_world *w, int proc, int ms)
+coll_io coll__net_wait_room(mt_coll_world *w, int proc, int ms)
 {
     coll_peer *pe = &w->peers[proc];
     if (pe->shm != NULL)
-        return coll__shm_wait_room(pe->shm, pe->fd, ms) == COLL_IO_ENDED ? -1 : 0;
+        return coll__shm_wait_room(pe->shm, pe->fd, ms) == COLL_IO_ENDED ? COLL_IO_ENDED
+                                                                         : COLL_IO_DONE;
     struct pollfd p = {.fd = pe->fd, .events = POLLOUT};
     poll(&p, 1, ms);
-    return 0;
+    return COLL_IO_DONE;
 }
 
 int coll__net_link_stalled(mt_coll_world *w, int proc, int64_t *ms)

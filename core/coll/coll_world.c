@@ -1806,14 +1806,15 @@ static drive_rc drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t i
         return DRIVE_MORE;
     for (;;) {
         while (!dv->in_payload && dv->hn < COLL_HDR_SIZE) {
-            ssize_t k = coll__raw_drive_recv(dv->k, dv->hb + dv->hn, COLL_HDR_SIZE - dv->hn);
-            if (k == 0)
+            size_t k;
+            coll_io io = coll__raw_drive_recv(dv->k, dv->hb + dv->hn, COLL_HDR_SIZE - dv->hn, &k);
+            if (io == COLL_IO_AGAIN)
                 return DRIVE_MORE;
-            if (k < 0) { /* the end of the connection: the reader thread reports it */
+            if (io == COLL_IO_ENDED) { /* the end of the connection: the reader thread reports it */
                 drive_off(c);
                 return DRIVE_HANDED_BACK;
             }
-            dv->hn += (size_t)k;
+            dv->hn += k;
             *moved = 1;
         }
         if (!dv->in_payload) {
@@ -1848,14 +1849,15 @@ static drive_rc drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t i
                 n = n < COLL_PIECE_BYTES - pin ? n : COLL_PIECE_BYTES - pin;
                 to = c->drive.buf + pin;
             }
-            ssize_t k = coll__raw_drive_recv(dv->k, to, n);
-            if (k == 0)
+            size_t k;
+            coll_io io = coll__raw_drive_recv(dv->k, to, n, &k);
+            if (io == COLL_IO_AGAIN)
                 return DRIVE_MORE;
-            if (k < 0) {
+            if (io == COLL_IO_ENDED) {
                 drive_off(c);
                 return DRIVE_HANDED_BACK;
             }
-            dv->got += (size_t)k;
+            dv->got += k;
             *moved = 1;
             if (dv->add && (dv->got % COLL_PIECE_BYTES == 0 || dv->got == dv->plen)) {
                 size_t pl = (dv->got - 1) % COLL_PIECE_BYTES + 1;
@@ -1916,10 +1918,11 @@ static mt_code drive_step(coll_ctx *x, const coll_xchg *t, const float *sbuf, ui
 {
     mt_coll_comm *c = x->c;
     mt_coll_world *w = c->w;
-    size_t ns = t->dst >= 0 ? nseg(x, t->sl) : 0, ks = 0, sent = 0;
+    size_t ns = t->dst >= 0 ? nseg(x, t->sl) : 0, ks = 0;
     int sfd = -1, sproc = t->dst >= 0 ? w->proc_of[t->dst] : -1, recv_on = 1;
     coll_hdr sh = xchg_hdr(x, t, false);
     unsigned char shb[COLL_HDR_SIZE];
+    coll_out f = {.hdr = shb, .hlen = COLL_HDR_SIZE};
     mt_code rc = MT_OK;
     mt_err e = MT_ERR_INIT;
     if (ns > 0 && (rc = coll__net_raw_fd(w, sproc, x->deadline_ns, &sfd, &e)) != MT_OK) {
@@ -1932,14 +1935,15 @@ static mt_code drive_step(coll_ctx *x, const coll_xchg *t, const float *sbuf, ui
         while (ks < ns) {
             size_t o, n;
             seg_range(x, t->sl, ks, &o, &n);
-            if (sent == 0) {
+            if (f.sent == 0) {
                 sh.chunk = (uint32_t)ks;
                 sh.offset = t->so + o;
                 sh.len = n;
                 coll__hdr_encode(&sh, shb);
+                f.data = sbuf + t->so + o;
+                f.dlen = n * sizeof(float);
             }
-            coll_io wr =
-                coll__net_write_some(w, sproc, shb, sbuf + t->so + o, n * sizeof(float), &sent);
+            coll_io wr = coll__net_write_some(w, sproc, &f);
             if (wr == COLL_IO_ENDED) {
                 int en = errno;
                 coll__net_raw_failed(w, sproc);
@@ -1950,7 +1954,7 @@ static mt_code drive_step(coll_ctx *x, const coll_xchg *t, const float *sbuf, ui
                 break;
             atomic_fetch_add(&w->remote_floats, n);
             ks++;
-            sent = 0;
+            f.sent = 0;
             moved = 1;
         }
         drive_rc dr = recv_on ? drive_recv(x, dv, t->src, id, &moved, &rc) : DRIVE_MORE;
@@ -1983,7 +1987,7 @@ static mt_code drive_step(coll_ctx *x, const coll_xchg *t, const float *sbuf, ui
         if (now >= x->deadline_ns) {
             drive_off(c); /* recv_posted reports the silent peer */
             if (ks < ns) {
-                if (sent > 0)
+                if (f.sent > 0)
                     coll__net_raw_failed(w, sproc); /* a partial frame */
                 return send_failed(x, t->dst, MT_DEADLINE_EXCEEDED, "not reading (send timed out)");
             }
