@@ -303,9 +303,10 @@ mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t tim
 mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_local);
 /* 1 when the world's data plane is the direct transport (coll_raw.c). */
 int coll__net_is_raw(const mt_coll_world *w);
-/* Direct transport: send header + payload (borrowed) to process proc, synchronously. */
-mt_code coll__net_send_buf(mt_coll_comm *c, int proc, const void *hdr, const void *data,
-                           size_t bytes, int64_t deadline_ns, mt_err *err);
+/* Direct transport: send frame f (a COLL_HDR_SIZE header; borrowed) to process proc,
+ * synchronously. */
+mt_code coll__net_send_buf(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns,
+                           mt_err *err);
 
 /* ---- coll_auth.c */
 /* out = HMAC-SHA-256(key, msg) (libmbedcrypto); MT_OK, else RESOURCE_EXHAUSTED or INTERNAL. */

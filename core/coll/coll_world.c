@@ -1159,8 +1159,9 @@ static mt_code send_seg(coll_ctx *x, int dst, const coll_hdr *h, const float *da
     if (w->by_rank[dst] == NULL && coll__net_is_raw(w)) {
         /* direct transport: header and payload go to the socket from here, no copy */
         mt_err e = MT_ERR_INIT;
+        coll_out f = {.hdr = hb, .hlen = COLL_HDR_SIZE, .data = data, .dlen = bytes};
         coll__hdr_encode(h, hb);
-        mt_code rc = coll__net_send_buf(x->c, w->proc_of[dst], hb, data, bytes, x->deadline_ns, &e);
+        mt_code rc = coll__net_send_buf(x->c, w->proc_of[dst], &f, x->deadline_ns, &e);
         return rc == MT_OK ? MT_OK : send_failed(x, dst, rc, e.msg);
     }
     /* reserve + append: nng_msg_alloc(size) would zero the body before we copy over it */
