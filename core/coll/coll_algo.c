@@ -211,9 +211,9 @@ static void tree_range(size_t n, int q, int a, int b, size_t *off, size_t *len)
  * half of its current range of chunks with member v ^ 2^k (the member whose bit k is 0 keeps
  * the lower half) and adds what it receives. Phase 1 (allgather) undoes the steps in
  * reverse, copying, and the folded positions get the result from their partner last
- * (gather 0: phase 0 only; tree member v then holds the sums of tree_owned(v)).
+ * (gather false: phase 0 only; tree member v then holds the sums of tree_owned(v)).
  */
-static int tree_plan(const coll_call *x, size_t n, int gather, coll_xchg *st)
+static int tree_plan(const coll_call *x, size_t n, bool gather, coll_xchg *st)
 {
     int p = x->p, q = tree_q(p), r = p - q, pos = x->pos, levels = 0, ns = 0;
     int extra = pos < 2 * r && (pos & 1), v = pos < 2 * r ? pos / 2 : pos - r;
@@ -303,7 +303,7 @@ static mt_code steps_run(coll_call *x, float *buf, const coll_xchg *st, int ns, 
     return rc;
 }
 
-static mt_code tree_run(coll_call *x, float *buf, size_t n, int gather, bool keep)
+static mt_code tree_run(coll_call *x, float *buf, size_t n, bool gather, bool keep)
 {
     coll_xchg st[COLL_MAX_XCHG];
     int ns = tree_plan(x, n, gather, st);
@@ -488,7 +488,7 @@ static mt_code tree_reduce_scatter(coll_call *x, float *buf, size_t n, float *ou
     int p = x->p, q = tree_q(p), r = p - q, pos = x->pos;
     int v = pos < 2 * r ? ((pos & 1) ? -1 : pos / 2) : pos - r; /* -1: folded into pos-1 */
     size_t co, cl, bo, bl, io, il;
-    mt_code rc = tree_run(x, buf, n, 0, false);
+    mt_code rc = tree_run(x, buf, n, false, false);
     mt_coll_chunk_range(n, p, pos, &co, &cl);
     if (rc == MT_OK && v >= 0) {
         tree_owned(n, q, v, &bo, &bl);
@@ -523,7 +523,7 @@ static mt_code allreduce_run(coll_call *x, float *buf, size_t n)
 {
     if (x->p > 1 && n * sizeof(float) <= x->direct_bytes)
         return direct_allreduce(x, buf, n);
-    return x->p > 1 ? tree_run(x, buf, n, 1, true) : MT_OK;
+    return x->p > 1 ? tree_run(x, buf, n, true, true) : MT_OK;
 }
 
 /* ------------------------------------------------------------------ the backend's operations */
