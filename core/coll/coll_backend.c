@@ -4,14 +4,37 @@
  *
  * mt_coll.h's allreduce, reduce-scatter, allgather, broadcast, barrier and cancel call the
  * operation of the comm's world's backend (mt_coll_backend.h): the built-in stack
- * (mt_coll_backend_builtin, coll_world.c) or another one given to mt_coll_world_new_backend.
- * Nothing here blocks or keeps state; the backend's operation does the work on the caller's
- * thread. Tests: tests/unit/test_coll.c (test_coll_backend_*), test_coll_conformance.c.
+ * (mt_coll_backend_builtin: coll_algo.c over the engine coll_world.c) or another one given to
+ * mt_coll_world_new_backend. The constructors choose the world's backend here, so that the
+ * engine never names the built-in one. Nothing here blocks or keeps state; the backend's
+ * operation does the work on the caller's thread. Tests: tests/unit/test_coll.c
+ * (test_coll_backend_*), test_coll_conformance.c.
  */
 #include <stdatomic.h>
 
 #include "coll/coll_int.h"
 #include "coll/mt_coll_backend.h"
+
+mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_coll_world **out,
+                                mt_err *err)
+{
+    return coll__world_new_local(&mt_coll_backend_builtin, size, opts, out, err);
+}
+
+mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_addr *table,
+                              const mt_coll_world_opts *opts, mt_coll_world **out, mt_err *err)
+{
+    return coll__world_new_net(&mt_coll_backend_builtin, net, size, table, opts, out, err);
+}
+
+mt_code mt_coll_world_new_backend(const mt_coll_backend *b, void *state, int size, const int *local,
+                                  int nlocal, const mt_coll_world_opts *opts, mt_coll_world **out,
+                                  mt_err *err)
+{
+    /* the built-in backend's worlds need a data plane: refused as no backend is */
+    return coll__world_new_backend(b != &mt_coll_backend_builtin ? b : NULL, state, size, local,
+                                   nlocal, opts, out, err);
+}
 
 mt_code mt_coll_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
                               const mt_coll_call *call, mt_err *err)

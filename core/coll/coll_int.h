@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * coll_int.h — private structures shared by the files of core/coll: coll_wire.c (the frame
- * header), coll_world.c (worlds, comms, inboxes, the algorithms, posted receives, driving),
+ * coll_int.h — private structures shared by the files of core/coll below the algorithms:
+ * coll_world.c (the engine: worlds, comms, inboxes, posted receives, driving),
  * coll_net.c (the endpoint; the nng transport; routing of the direct transport's frames),
  * coll_raw.c (the direct socket transport), coll_shm.c (its shared-memory rings),
- * coll_auth.c (the handshake's HMAC), coll_progress.c and coll_bucket.c.
+ * coll_auth.c (the handshake's HMAC), coll_progress.c, coll_backend.c and coll_bucket.c. The
+ * algorithms (coll_algo.c) never include it: they see coll_engine.h and the wire format
+ * (coll_wire.h) only.
  *
  * Message path: every frame is a 72-byte header + payload. A hop to a rank of this process
  * pushes it, as an nng_msg, straight into the receiver's inbox; a hop to another process
@@ -13,11 +15,11 @@
  * reader thread pushes it into the destination comm's inbox (or, with nng+ addresses, sends
  * it on a push socket whose pull side's receive callback does the same). Inboxes are one FIFO
  * per source rank, so per-source order is preserved and the algorithms never see the transport.
- * Direct transport only: a ring step's receive may be posted (coll_post); the reader thread then
+ * Direct transport only: an exchange's receive may be posted (coll_post); the reader thread then
  * reads matching frames' payloads straight into the caller's buffer (w->engine->claim) instead
  * of queueing a message, and only while the device thread waits for that step. With one
  * device in this process the device thread instead reads the partner's connection (socket or
- * ring) itself during tree_run's exchanges ("Driving" below; coll_world.c drive_step).
+ * ring) itself during the exchanges it runs ("Driving" below; coll_world.c drive_step).
  *
  * Locking: net->mu (current world, pending messages, pipe map) is taken before
  * a comm's mu, never after. A comm's mu guards its queues and abort state.
@@ -32,10 +34,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "coll/coll_wire.h"
 #include "coll/mt_coll.h"
+#include "coll/mt_coll_backend.h"
 
-#define COLL_MAGIC         0x4c43544du /* "MTCL" little-endian */
-#define COLL_HDR_SIZE      72
 #define COLL_NAIO          4           /* outstanding sends per comm (pipelining depth) */
 #define COLL_GRACE_NS      200000000LL /* a lost connection counts after 200 ms without its data */
 #define COLL_DIAG_NS       250000000LL /* after a deadline, wait this long for PONGs */
@@ -57,57 +59,19 @@ typedef enum coll_io {
     COLL_IO_DONE = 1,   /* complete: written, owned, ready */
 } coll_io;
 
-enum coll_kind {
-    COLL_KIND_DATA = 1,  /* a segment of a collective */
-    COLL_KIND_ABORT = 2, /* a participant failed the collective: code + text */
-    COLL_KIND_BYE = 3,   /* flush marker sent before closing a connection */
-    COLL_KIND_PING = 4,  /* after a deadline: "have you entered this collective?" */
-    COLL_KIND_PONG = 5,  /* answer: code 1 entered, 2 not entered */
-};
+/* A frame written without waiting: header and payload (borrowed) and how much of the two is
+ * written so far (sent: 0 at the start, hlen + dlen when complete). */
+typedef struct coll_out {
+    const void *hdr;
+    size_t hlen;
+    const void *data;
+    size_t dlen;
+    size_t sent;
+} coll_out;
 
-enum coll_op {
-    COLL_OP_ALLREDUCE = 1,
-    COLL_OP_REDUCE_SCATTER = 2,
-    COLL_OP_ALLGATHER = 3,
-    COLL_OP_BROADCAST = 4,
-    COLL_OP_BARRIER = 5,
-};
-
-/* Which part of a collective a DATA frame belongs to (the header's phase). */
-enum coll_phase {
-    COLL_PHASE_REDUCE = 0, /* tree halving (added) / broadcast chain */
-    COLL_PHASE_GATHER = 1, /* tree doubling, ring allgather (copied) */
-    COLL_PHASE_DIRECT = 2, /* one-hop small path; reduce-scatter's scatter */
-    COLL_PHASE_INPUTS = 3, /* small path by recursive doubling: members' inputs (copied) */
-    COLL_PHASE_RESULT = 4, /* small path by recursive doubling: result to a folded member */
-};
-
-/* Wire header (host order; meshtrain runs on little-endian hosts). coll_wire.c. */
-typedef struct coll_hdr {
-    uint32_t magic;
-    uint8_t kind;    /* enum coll_kind */
-    uint8_t op;      /* enum coll_op */
-    uint8_t phase;   /* enum coll_phase */
-    uint8_t pad;     /* 0 */
-    uint64_t job;    /* job id */
-    uint64_t step;   /* training step */
-    uint32_t seq;    /* collective sequence number */
-    int32_t src;     /* sending global rank */
-    int32_t dst;     /* receiving global rank */
-    uint32_t rstep;  /* ring step within the phase */
-    uint32_t chunk;  /* segment index within the ring step */
-    uint32_t code;   /* ABORT: mt_code */
-    uint64_t total;  /* elements of the collective (per member for allgather) */
-    uint64_t offset; /* element offset of the payload in the buffer */
-    uint64_t len;    /* payload elements (ABORT: text bytes) */
-} coll_hdr;
-
-void coll__hdr_encode(const coll_hdr *h, void *out);
-/* MT_OK or MT_INVALID_ARGUMENT (short, bad magic, payload length disagrees). */
+/* The frame header of message m (coll_wire.h): MT_OK, or MT_INVALID_ARGUMENT (short, bad magic,
+ * payload length disagrees). coll_wire.c */
 mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h);
-
-/* Decode a header from COLL_HDR_SIZE bytes (no length check against a message). */
-void coll__hdr_parse(const void *b, coll_hdr *h);
 
 /*
  * Posted receive (direct transport): a device thread about to receive one ring step from a
@@ -115,7 +79,18 @@ void coll__hdr_parse(const void *b, coll_hdr *h);
  * reads each matching frame's payload straight into the caller's buffer (copy) or adds it
  * there (acc = partial + own) instead of queueing a message. See coll_world.c recv_posted.
  */
-enum { COLL_POST_NONE = 0, COLL_POST_POSTED = 1, COLL_POST_CLAIMED = 2 };
+typedef enum coll_post_state {
+    COLL_POST_NONE = 0,    /* nothing posted, or the device thread handles a queued frame */
+    COLL_POST_POSTED = 1,  /* the head step waits for its next frame */
+    COLL_POST_CLAIMED = 2, /* a reader thread reads a frame's payload into it */
+} coll_post_state;
+/* A piece buffer of added payload, between the reader that fills it and the device thread. */
+typedef enum coll_piece {
+    COLL_PIECE_FREE = 0,    /* unused */
+    COLL_PIECE_FILLING = 1, /* the reader reads payload into it */
+    COLL_PIECE_FULL = 2,    /* waits for the device thread */
+    COLL_PIECE_ADDING = 3,  /* the device thread adds it into its destination */
+} coll_piece;
 #define COLL_POST_DEPTH  2            /* ring steps posted at once: the current one and the next */
 #define COLL_POST_PIECES 4            /* pieces of added payload in flight to the device thread */
 #define COLL_PIECE_BYTES (128u << 10) /* bytes per piece (a multiple of sizeof(float)) */
@@ -127,7 +102,7 @@ typedef struct coll_post_step {
     int add;           /* 1: acc = partial + own; 0: copy */
 } coll_post_step;
 typedef struct coll_post { /* all fields: comm mu, except cancel */
-    int state;             /* enum above: the state of the head step */
+    coll_post_state state; /* of the head step */
     coll_post_step st[COLL_POST_DEPTH];
     int head, count;      /* posted steps, oldest first */
     uint64_t armed, done; /* steps posted / completed so far (ids) */
@@ -135,8 +110,8 @@ typedef struct coll_post { /* all fields: comm mu, except cancel */
     /* pieces of added payloads the reader read and the device thread adds (in parallel) */
     unsigned char *piece[COLL_POST_PIECES]; /* [COLL_PIECE_BYTES] each, NULL: not allocated */
     float *piece_dest[COLL_POST_PIECES];
-    size_t piece_n[COLL_POST_PIECES];  /* floats */
-    int piece_state[COLL_POST_PIECES]; /* 0 free, 1 reader fills, 2 full, 3 device adds */
+    size_t piece_n[COLL_POST_PIECES]; /* floats */
+    coll_piece piece_state[COLL_POST_PIECES];
     int nfull;
     _Atomic int cancel; /* the device thread gave up: the reader stops writing and lets go */
     int drive_proc;     /* the device thread drives this process's connection (-1: none) */
@@ -191,8 +166,6 @@ typedef struct coll_engine_ops {
 } coll_engine_ops;
 /* Wake readers waiting after COLL_CLAIM_WAIT (takes net mu). */
 void coll__net_wake_claim(mt_coll_net *net);
-/* d[i] = partial[i] + d[i] for i < n (one float32 addition each, in that order). coll_wire.c */
-void coll__add_into(float *restrict d, const unsigned char *restrict partial, size_t n);
 
 typedef struct coll_queue {
     nng_msg **items;
@@ -240,7 +213,7 @@ struct mt_coll_comm {
     int ping_from[COLL_MAXPING];     /* mu: PINGs to answer: asking rank ... */
     uint64_t ping_tag[COLL_MAXPING]; /* ... and its packed tag */
     int nping;
-    uint8_t *pong;            /* mu: [w->size] PONG state per rank, 0 no answer, 1 entered, 2 not */
+    uint8_t *pong;            /* mu: [w->size] enum coll_pong per rank (coll_wire.h) */
     _Atomic uint64_t entered; /* packed tag + 1 of the collective entered last; 0 never */
     uint64_t auto_step;       /* device thread */
     uint32_t auto_seq;
@@ -291,17 +264,29 @@ struct mt_coll_world {
     int axis_size[COLL_MAX_AXES];
 };
 
-int64_t coll__now_ns(void); /* CLOCK_MONOTONIC in ns (coll_wire.c) */
 /*
  * NULL when group is valid for rank (ranks in [0, w->size), none twice, rank a member; *pos its
  * position), else what is wrong, written to why.
  */
 const char *coll__group_problem(const mt_coll_world *w, int rank, const mt_coll_group *g, int *pos,
                                 char *why, size_t cap);
+/*
+ * The engine's worlds (coll_world.c) on backend b (borrowed): the public constructors of
+ * mt_coll.h and mt_coll_backend.h (coll_backend.c) choose the backend, so that the engine never
+ * names the built-in one (coll_algo.c, above it). Arguments and codes as those constructors';
+ * coll__world_new_backend refuses b == NULL.
+ */
+mt_code coll__world_new_local(const mt_coll_backend *b, int size, const mt_coll_world_opts *opts,
+                              mt_coll_world **out, mt_err *err);
+mt_code coll__world_new_net(const mt_coll_backend *b, mt_coll_net *net, int size,
+                            const mt_coll_rank_addr *table, const mt_coll_world_opts *opts,
+                            mt_coll_world **out, mt_err *err);
+mt_code coll__world_new_backend(const mt_coll_backend *b, void *state, int size, const int *local,
+                                int nlocal, const mt_coll_world_opts *opts, mt_coll_world **out,
+                                mt_err *err);
 /* Floats of DATA payload this world's devices sent to other processes so far (tests: which
  * exchanges crossed processes). Any thread. */
 uint64_t coll__world_remote_floats(mt_coll_world *w);
-uint64_t coll__tag_pack(uint64_t step, uint32_t seq);
 
 /* Transport hooks implemented in coll_net.c. */
 mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err);
@@ -318,9 +303,10 @@ mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t tim
 mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_local);
 /* 1 when the world's data plane is the direct transport (coll_raw.c). */
 int coll__net_is_raw(const mt_coll_world *w);
-/* Direct transport: send header + payload (borrowed) to process proc, synchronously. */
-mt_code coll__net_send_buf(mt_coll_comm *c, int proc, const void *hdr, const void *data,
-                           size_t bytes, int64_t deadline_ns, mt_err *err);
+/* Direct transport: send frame f (a COLL_HDR_SIZE header; borrowed) to process proc,
+ * synchronously. */
+mt_code coll__net_send_buf(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns,
+                           mt_err *err);
 
 /* ---- coll_auth.c */
 /* out = HMAC-SHA-256(key, msg) (libmbedcrypto); MT_OK, else RESOURCE_EXHAUSTED or INTERNAL. */
@@ -342,13 +328,12 @@ void coll__shm_unlink(const char *name);
 /* Mark this side (writer 1 / reader 0) gone and wake the other; the mapping stays. */
 void coll__shm_close(coll_shm *s, int writer);
 void coll__shm_free(coll_shm *s); /* unmap; NULL: no-op */
-/* Writer, never waits: more of hdr + data (*sent bytes of it written so far); DONE complete,
- * AGAIN the ring is full, ENDED the reader is gone. */
-coll_io coll__shm_put_some(coll_shm *s, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                           size_t *sent);
-/* Reader, never waits: up to n bytes into buf; > 0 bytes, 0 none now, -1 the writer closed
- * and nothing is left (or the ring is corrupt). */
-ssize_t coll__shm_get_some(coll_shm *s, void *buf, size_t n);
+/* Writer, never waits: more of frame f; DONE complete, AGAIN the ring is full, ENDED the
+ * reader is gone. */
+coll_io coll__shm_put_some(coll_shm *s, coll_out *f);
+/* Reader, never waits: up to n bytes into buf; DONE *got (> 0) bytes read, AGAIN none now,
+ * ENDED the writer closed and nothing is left (or the ring is corrupt). */
+coll_io coll__shm_get_some(coll_shm *s, void *buf, size_t n, size_t *got);
 /* Reader: wait up to timeout_ms for data (spinning first): DONE data (or the writer closed:
  * read on), AGAIN none in time, ENDED the writer's socket fd ended and nothing is left. */
 coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms);
@@ -357,13 +342,19 @@ coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms);
 coll_io coll__shm_wait_room(coll_shm *s, int fd, int timeout_ms);
 /* Writer: b[0..n) if it fits now (1), else nothing (0). Never waits. */
 int coll__shm_write_now(coll_shm *s, const void *b, size_t n);
+/* How a reader waits: at most timeout_ms, until the writer's socket fd ends (its process died)
+ * or *closing is set (may be NULL). */
+typedef struct coll_shm_wait {
+    int fd;
+    int timeout_ms;
+    _Atomic int *closing;
+} coll_shm_wait;
 /*
- * Reader: up to n bytes into buf, waiting up to timeout_ms for all of them. Returns the bytes
- * read (> 0), 0 when none came in time, -1 when the stream ended (the writer closed, its
- * socket fd ended, *closing set or the ring is corrupt) and nothing is left.
+ * Reader: up to n bytes into buf, waiting as wt says for all of them. DONE: *got (> 0) bytes
+ * read; AGAIN: none came in time; ENDED: the stream ended (the writer closed, its socket
+ * ended, *closing set or the ring is corrupt) and nothing is left.
  */
-ssize_t coll__shm_read(coll_shm *s, int fd, void *buf, size_t n, int timeout_ms,
-                       _Atomic int *closing);
+coll_io coll__shm_read(coll_shm *s, const coll_shm_wait *wt, void *buf, size_t n, size_t *got);
 /* Wake a reader sleeping on s (it then sees its closing flag). */
 void coll__shm_wake_reader(coll_shm *s);
 /* Unlink rings left in /dev/shm by processes that no longer run (a kill -9 mid-dial). */
@@ -433,9 +424,9 @@ typedef struct raw_conn coll_raw_conn;
 coll_raw_conn *coll__raw_drive_find(coll_raw *r, const char *peer_addr);
 void coll__raw_drive_put(coll_raw *r, coll_raw_conn *k);
 int coll__raw_drive_fd(const coll_raw_conn *k);
-/* Driver: up to n bytes of the stream (socket or ring) without waiting: > 0 bytes, 0 none
- * now, -1 the connection ended. */
-ssize_t coll__raw_drive_recv(coll_raw_conn *k, void *buf, size_t n);
+/* Driver: up to n bytes of the stream (socket or ring) without waiting: DONE *got (> 0) bytes,
+ * AGAIN none now, ENDED the connection ended. */
+coll_io coll__raw_drive_recv(coll_raw_conn *k, void *buf, size_t n, size_t *got);
 /* Driver: wait up to ms for k's stream to have data (DONE, or AGAIN), ENDED when it ended. */
 coll_io coll__raw_drive_wait(coll_raw_conn *k, int ms);
 int coll__raw_drive_is_shm(const coll_raw_conn *k);  /* its frames come through a ring */
@@ -454,23 +445,20 @@ coll_io coll__raw_drive_try(coll_raw_conn *k, unsigned char *hdr, size_t *held_n
  */
 void coll__raw_drive_end(coll_raw_conn *k, size_t skip, const unsigned char *hdr, size_t held_n);
 /*
- * Write more of the frame hdr + data without blocking (*sent: bytes of it written so far).
- * DONE: complete; AGAIN: the socket is full; ENDED and errno: failed (a partial frame: close
- * the socket).
+ * Write more of frame f without blocking. DONE: complete; AGAIN: the socket is full; ENDED and
+ * errno: failed (a partial frame: close the socket).
  */
-coll_io coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                             size_t *sent);
+coll_io coll__raw_write_some(int fd, coll_out *f);
 /* Direct transport: the socket dialed to process proc (dialing first, within the deadline). */
 mt_code coll__net_raw_fd(mt_coll_world *w, int proc, int64_t deadline_ns, int *fd, mt_err *err);
 /*
- * Driver: more of the frame hdr + data to process proc without waiting (*sent bytes of it
- * written so far), on its dialed socket or ring: as coll__raw_write_some.
+ * Driver: more of frame f (a COLL_HDR_SIZE header) to process proc without waiting, on its
+ * dialed socket or ring: as coll__raw_write_some.
  */
-coll_io coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const void *data,
-                             size_t dlen, size_t *sent);
-/* Wait up to ms for room toward process proc (ring or socket); -1 when its ring's reader is
- * gone. */
-int coll__net_wait_room(mt_coll_world *w, int proc, int ms);
+coll_io coll__net_write_some(mt_coll_world *w, int proc, coll_out *f);
+/* Wait up to ms for room toward process proc (ring or socket): DONE room (or the wait ended),
+ * ENDED its ring's reader is gone. */
+coll_io coll__net_wait_room(mt_coll_world *w, int proc, int ms);
 /*
  * 1 and *ms when the tcp connection dialed to process proc has data in flight that no
  * acknowledgement came for in COLL_LINK_STALL_MS or more (*ms: since the last one): the link

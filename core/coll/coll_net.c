@@ -841,15 +841,14 @@ static void peer_close_locked(mt_coll_world *w, coll_peer *pe)
 }
 
 /*
- * Write hdr + data to process proc's socket or ring (pe->mu held) before the deadline
+ * Write frame f to process proc's socket or ring (pe->mu held) before the deadline
  * (DEADLINE_EXCEEDED), UNAVAILABLE when the connection failed, CANCELLED once the world is.
  */
-static mt_code peer_write_locked(mt_coll_world *w, int proc, const void *hdr, const void *data,
-                                 size_t bytes, int64_t deadline_ns, mt_err *err)
+static mt_code peer_write_locked(mt_coll_world *w, int proc, coll_out *f, int64_t deadline_ns,
+                                 mt_err *err)
 {
-    size_t sent = 0;
     for (;;) {
-        coll_io r = coll__net_write_some(w, proc, hdr, data, bytes, &sent);
+        coll_io r = coll__net_write_some(w, proc, f);
         if (r == COLL_IO_DONE)
             return MT_OK;
         if (r == COLL_IO_ENDED)
@@ -860,20 +859,20 @@ static mt_code peer_write_locked(mt_coll_world *w, int proc, const void *hdr, co
         if (atomic_load(&w->cancelled))
             return mt_err_set(err, MT_CANCELLED, "send cancelled");
         /* short slices: cancellation is polled */
-        if (coll__net_wait_room(w, proc, left > 50 ? 50 : (int)left + 1) < 0)
+        if (coll__net_wait_room(w, proc, left > 50 ? 50 : (int)left + 1) == COLL_IO_ENDED)
             return mt_err_set(err, MT_UNAVAILABLE, "connection closed");
     }
 }
 
-static mt_code raw_send(mt_coll_world *w, int proc, const void *hdr, const void *data, size_t bytes,
-                        int64_t deadline_ns, mt_err *err)
+/* Frame f (a COLL_HDR_SIZE header) to process proc, dialing first, before the deadline. */
+static mt_code raw_send(mt_coll_world *w, int proc, coll_out *f, int64_t deadline_ns, mt_err *err)
 {
     coll_peer *pe = &w->peers[proc];
     mt_err e = MT_ERR_INIT;
     pthread_mutex_lock(&pe->mu);
     mt_code rc = peer_dial_locked(w, proc, deadline_ns, &e);
     if (rc == MT_OK) {
-        rc = peer_write_locked(w, proc, hdr, data, bytes, deadline_ns, &e);
+        rc = peer_write_locked(w, proc, f, deadline_ns, &e);
         if (rc != MT_OK)
             peer_close_locked(w, pe);
     }
@@ -893,13 +892,12 @@ mt_code coll__net_raw_fd(mt_coll_world *w, int proc, int64_t deadline_ns, int *f
     return rc;
 }
 
-coll_io coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const void *data,
-                             size_t dlen, size_t *sent)
+coll_io coll__net_write_some(mt_coll_world *w, int proc, coll_out *f)
 {
     coll_peer *pe = &w->peers[proc];
     if (pe->shm == NULL)
-        return coll__raw_write_some(pe->fd, hdr, COLL_HDR_SIZE, data, dlen, sent);
-    coll_io r = coll__shm_put_some(pe->shm, hdr, COLL_HDR_SIZE, data, dlen, sent);
+        return coll__raw_write_some(pe->fd, f);
+    coll_io r = coll__shm_put_some(pe->shm, f);
     if (r == COLL_IO_AGAIN &&
         atomic_load(&pe->down_ns) != 0) { /* its reader died: the ring never drains */
         errno = EPIPE;
@@ -910,14 +908,15 @@ coll_io coll__net_write_some(mt_coll_world *w, int proc, const void *hdr, const 
     return r;
 }
 
-int coll__net_wait_room(mt_coll_world *w, int proc, int ms)
+coll_io coll__net_wait_room(mt_coll_world *w, int proc, int ms)
 {
     coll_peer *pe = &w->peers[proc];
     if (pe->shm != NULL)
-        return coll__shm_wait_room(pe->shm, pe->fd, ms) == COLL_IO_ENDED ? -1 : 0;
+        return coll__shm_wait_room(pe->shm, pe->fd, ms) == COLL_IO_ENDED ? COLL_IO_ENDED
+                                                                         : COLL_IO_DONE;
     struct pollfd p = {.fd = pe->fd, .events = POLLOUT};
     poll(&p, 1, ms);
-    return 0;
+    return COLL_IO_DONE;
 }
 
 int coll__net_link_stalled(mt_coll_world *w, int proc, int64_t *ms)
@@ -965,10 +964,19 @@ void coll__net_drive_put(mt_coll_world *w, coll_raw_conn *k)
         coll__raw_drive_put(w->net->raw, k);
 }
 
-mt_code coll__net_send_buf(mt_coll_comm *c, int proc, const void *hdr, const void *data,
-                           size_t bytes, int64_t deadline_ns, mt_err *err)
+mt_code coll__net_send_buf(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns, mt_err *err)
 {
-    return raw_send(c->w, proc, hdr, data, bytes, deadline_ns, err);
+    return raw_send(c->w, proc, f, deadline_ns, err);
+}
+
+/* The frame of message m (borrowed) to write. */
+static coll_out msg_frame(nng_msg *m)
+{
+    const unsigned char *b = nng_msg_body(m);
+    return (coll_out){.hdr = b,
+                      .hlen = COLL_HDR_SIZE,
+                      .data = b + COLL_HDR_SIZE,
+                      .dlen = nng_msg_len(m) - COLL_HDR_SIZE};
 }
 
 mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err)
@@ -978,9 +986,8 @@ mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_n
 
 static mt_code direct_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err)
 {
-    const unsigned char *b = nng_msg_body(m);
-    mt_code rc = raw_send(c->w, proc, b, b + COLL_HDR_SIZE, nng_msg_len(m) - COLL_HDR_SIZE,
-                          deadline_ns, err);
+    coll_out f = msg_frame(m);
+    mt_code rc = raw_send(c->w, proc, &f, deadline_ns, err);
     nng_msg_free(m);
     return rc;
 }
@@ -1029,10 +1036,9 @@ static mt_code direct_send_ctl(mt_coll_world *w, int proc, nng_msg *m, int64_t t
 {
     /* synchronous, so bounded tightly: a PING/PONG that cannot leave at once goes to a peer
      * that does not read (stopped), which the diagnosis reports as "no answer" */
-    const unsigned char *b = nng_msg_body(m);
+    coll_out f = msg_frame(m);
     int64_t ms = timeout_ms < COLL_CTL_RAW_MS ? timeout_ms : COLL_CTL_RAW_MS;
-    mt_code rc = raw_send(w, proc, b, b + COLL_HDR_SIZE, nng_msg_len(m) - COLL_HDR_SIZE,
-                          coll__now_ns() + ms * 1000000LL, NULL);
+    mt_code rc = raw_send(w, proc, &f, coll__now_ns() + ms * 1000000LL, NULL);
     nng_msg_free(m);
     *out = NULL;
     return rc;

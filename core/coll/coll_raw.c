@@ -336,11 +336,12 @@ static int conn_read_full(raw_conn *k, void *buf, size_t n)
     size_t got = 0;
     if (k->shm == NULL)
         return read_full(k->r, k->fd, buf, n);
+    coll_shm_wait wt = {.fd = k->fd, .timeout_ms = 100, .closing = &k->r->closing};
     while (got < n) {
-        ssize_t g = coll__shm_read(k->shm, k->fd, (char *)buf + got, n - got, 100, &k->r->closing);
-        if (g < 0)
+        size_t g;
+        if (coll__shm_read(k->shm, &wt, (char *)buf + got, n - got, &g) == COLL_IO_ENDED)
             return -1;
-        got += (size_t)g;
+        got += g; /* 0 after a timeout (AGAIN) */
     }
     return 0;
 }
@@ -348,19 +349,24 @@ static int conn_read_full(raw_conn *k, void *buf, size_t n)
 /*
  * Read up to n bytes of a claimed payload into buf, waiting for all of them (one wake-up),
  * but returning early (with what was read) every RAW_POLL_MS so that the caller sees a
- * cancellation. Returns the bytes read (> 0), 0 for a timeout, -1 when the connection ended.
+ * cancellation. DONE: *got (> 0) bytes read; AGAIN: a timeout; ENDED: the connection ended.
  */
-static ssize_t read_some(raw_conn *k, unsigned char *buf, size_t n)
+static coll_io read_some(raw_conn *k, unsigned char *buf, size_t n, size_t *got)
 {
-    if (k->shm != NULL)
-        return coll__shm_read(k->shm, k->fd, buf, n, RAW_POLL_MS, &k->r->closing);
-    ssize_t got = recv(k->fd, buf, n, MSG_WAITALL);
-    if (got > 0)
-        return got;
-    if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) &&
+    *got = 0;
+    if (k->shm != NULL) {
+        coll_shm_wait wt = {.fd = k->fd, .timeout_ms = RAW_POLL_MS, .closing = &k->r->closing};
+        return coll__shm_read(k->shm, &wt, buf, n, got);
+    }
+    ssize_t g = recv(k->fd, buf, n, MSG_WAITALL);
+    if (g > 0) {
+        *got = (size_t)g;
+        return COLL_IO_DONE;
+    }
+    if (g < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) &&
         !atomic_load(&k->r->closing))
-        return 0;
-    return -1;
+        return COLL_IO_AGAIN;
+    return COLL_IO_ENDED;
 }
 
 /*
@@ -389,13 +395,13 @@ static int read_claimed(raw_conn *k, const coll_sink *s)
                 let_go = 1;
                 to = k->scratch; /* the rest of this piece (at most a piece) is discarded */
             }
-            ssize_t n = read_some(k, to + got, piece - got);
-            if (n < 0) {
+            size_t n;
+            if (read_some(k, to + got, piece - got, &n) == COLL_IO_ENDED) {
                 if (!let_go)
                     s->ops->finish(s, 0);
                 return -1;
             }
-            got += (size_t)n;
+            got += n;
         }
         if (!let_go && j >= 0)
             s->ops->piece_full(s, j, s->dest + done, piece);
@@ -440,11 +446,11 @@ static int discard(raw_conn *k, size_t n)
 
 /*
  * Reader thread: wait until it owns the socket, then get the next frame header into hb.
- * 1: a header is in hb (*back: a driver handed it back, so it must not be handed over
- * again); 0: look again (a driver took the socket, or nothing arrived within 100 ms);
- * -1: the connection ended or the listener closes.
+ * DONE: a header is in hb (*back: a driver handed it back, so it must not be handed over
+ * again); AGAIN: look again (a driver took the socket, or nothing arrived within 100 ms);
+ * ENDED: the connection ended or the listener closes.
  */
-static int reader_next(raw_conn *k, unsigned char *hb, int *back)
+static coll_io reader_next(raw_conn *k, unsigned char *hb, int *back)
 {
     coll_raw *r = k->r;
     size_t have, skip;
@@ -462,7 +468,7 @@ static int reader_next(raw_conn *k, unsigned char *hb, int *back)
     }
     if (atomic_load(&r->closing)) {
         pthread_mutex_unlock(&k->mu);
-        return -1;
+        return COLL_IO_ENDED;
     }
     have = k->held_n;
     skip = k->skip;
@@ -473,20 +479,20 @@ static int reader_next(raw_conn *k, unsigned char *hb, int *back)
     k->busy = have > 0 || skip > 0;
     pthread_mutex_unlock(&k->mu);
     if (skip > 0 && discard(k, skip) != 0)
-        return -1;
+        return COLL_IO_ENDED;
     if (have == COLL_HDR_SIZE) {
         *back = 1;
-        return 1;
+        return COLL_IO_DONE;
     }
     if (have == 0 && skip == 0) {
         /* wait for data without owning the stream: a driver may take it meanwhile */
         if (k->shm != NULL) {
             if (coll__shm_wait_data(k->shm, k->fd, 100) == COLL_IO_AGAIN)
-                return 0; /* -1 (ended): the read below reports it */
+                return COLL_IO_AGAIN; /* ENDED: the read below reports it */
         } else {
             struct pollfd p = {.fd = k->fd, .events = POLLIN};
             if (poll(&p, 1, 100) <= 0)
-                return 0;
+                return COLL_IO_AGAIN;
         }
         pthread_mutex_lock(&k->mu);
         /* a driver took the socket meanwhile (and may have given it back with a frame begun) */
@@ -494,19 +500,19 @@ static int reader_next(raw_conn *k, unsigned char *hb, int *back)
         k->busy = !taken;
         pthread_mutex_unlock(&k->mu);
         if (taken)
-            return 0;
+            return COLL_IO_AGAIN;
     }
     if (conn_read_full(k, hb + have, COLL_HDR_SIZE - have) != 0)
-        return -1;
+        return COLL_IO_ENDED;
     *back = have > 0; /* a driver gave back a header it began: do not hand it over again */
     pthread_mutex_lock(&k->mu);
     if (k->want && !*back) {
         hand_over(k, hb, COLL_HDR_SIZE);
         pthread_mutex_unlock(&k->mu);
-        return 0;
+        return COLL_IO_AGAIN;
     }
     pthread_mutex_unlock(&k->mu);
-    return 1;
+    return COLL_IO_DONE;
 }
 
 /* Reader thread: the frame is done; a driver that asked meanwhile gets the socket now. */
@@ -560,17 +566,20 @@ int coll__raw_drive_fd(const raw_conn *k)
     return k->fd;
 }
 
-ssize_t coll__raw_drive_recv(raw_conn *k, void *buf, size_t n)
+coll_io coll__raw_drive_recv(raw_conn *k, void *buf, size_t n, size_t *got)
 {
     if (k->shm != NULL)
-        return coll__shm_get_some(k->shm, buf, n);
+        return coll__shm_get_some(k->shm, buf, n, got);
     for (;;) {
         ssize_t g = recv(k->fd, buf, n, MSG_DONTWAIT);
-        if (g > 0)
-            return g;
+        if (g > 0) {
+            *got = (size_t)g;
+            return COLL_IO_DONE;
+        }
         if (g < 0 && errno == EINTR)
             continue;
-        return g < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+        *got = 0;
+        return g < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? COLL_IO_AGAIN : COLL_IO_ENDED;
     }
 }
 
@@ -643,18 +652,18 @@ void coll__raw_drive_end(raw_conn *k, size_t skip, const unsigned char *hdr, siz
     pthread_mutex_unlock(&k->mu);
 }
 
-coll_io coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                             size_t *sent)
+coll_io coll__raw_write_some(int fd, coll_out *f)
 {
-    while (*sent < hlen + dlen) {
+    size_t hlen = f->hlen, dlen = f->dlen;
+    while (f->sent < hlen + dlen) {
         struct iovec iov[2];
         int n = 0;
-        if (*sent < hlen) {
-            iov[n++] = (struct iovec){(char *)hdr + *sent, hlen - *sent};
+        if (f->sent < hlen) {
+            iov[n++] = (struct iovec){(char *)f->hdr + f->sent, hlen - f->sent};
             if (dlen > 0)
-                iov[n++] = (struct iovec){(void *)data, dlen};
+                iov[n++] = (struct iovec){(void *)f->data, dlen};
         } else {
-            iov[n++] = (struct iovec){(char *)data + (*sent - hlen), dlen - (*sent - hlen)};
+            iov[n++] = (struct iovec){(char *)f->data + (f->sent - hlen), dlen - (f->sent - hlen)};
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t k = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -663,7 +672,7 @@ coll_io coll__raw_write_some(int fd, const void *hdr, size_t hlen, const void *d
                 continue;
             return errno == EAGAIN || errno == EWOULDBLOCK ? COLL_IO_AGAIN : COLL_IO_ENDED;
         }
-        *sent += (size_t)k;
+        f->sent += (size_t)k;
     }
     return COLL_IO_DONE;
 }
@@ -686,10 +695,10 @@ static void *conn_main(void *arg)
     }
     while (ok && !atomic_load(&r->closing)) {
         int back;
-        int got = reader_next(k, hb, &back);
-        if (got < 0)
+        coll_io got = reader_next(k, hb, &back);
+        if (got == COLL_IO_ENDED)
             break;
-        if (got == 0)
+        if (got == COLL_IO_AGAIN)
             continue;
         uint32_t magic;
         uint64_t len;

@@ -316,8 +316,7 @@ static void ring_get(const coll_shm *s, uint64_t pos, void *dst, size_t n)
         memcpy((char *)dst + first, s->data, n - first);
 }
 
-coll_io coll__shm_put_some(coll_shm *s, const void *hdr, size_t hlen, const void *data, size_t dlen,
-                           size_t *sent)
+coll_io coll__shm_put_some(coll_shm *s, coll_out *f)
 {
     shm_seg *g = s->seg;
     uint64_t head = atomic_load_explicit(&g->head, memory_order_relaxed);
@@ -325,24 +324,24 @@ coll_io coll__shm_put_some(coll_shm *s, const void *hdr, size_t hlen, const void
     size_t room = (size_t)(s->cap - (head - tail)), put = 0;
     if (atomic_load_explicit(&g->rd_closed, memory_order_relaxed))
         return COLL_IO_ENDED;
-    while (*sent < hlen + dlen && put < room) {
-        const char *src =
-            *sent < hlen ? (const char *)hdr + *sent : (const char *)data + *sent - hlen;
-        size_t left = *sent < hlen ? hlen - *sent : hlen + dlen - *sent;
+    while (f->sent < f->hlen + f->dlen && put < room) {
+        const char *src = f->sent < f->hlen ? (const char *)f->hdr + f->sent
+                                            : (const char *)f->data + f->sent - f->hlen;
+        size_t left = f->sent < f->hlen ? f->hlen - f->sent : f->hlen + f->dlen - f->sent;
         size_t k = left < room - put ? left : room - put;
         ring_put(s, head + put, src, k);
         put += k;
-        *sent += k;
+        f->sent += k;
     }
     if (put > 0) {
         atomic_store_explicit(&g->head, head + put, memory_order_release);
         atomic_thread_fence(memory_order_seq_cst);
         wake_other(&g->data_seq, &g->rd_sleep);
     }
-    return *sent == hlen + dlen ? COLL_IO_DONE : COLL_IO_AGAIN;
+    return f->sent == f->hlen + f->dlen ? COLL_IO_DONE : COLL_IO_AGAIN;
 }
 
-ssize_t coll__shm_get_some(coll_shm *s, void *buf, size_t n)
+coll_io coll__shm_get_some(coll_shm *s, void *buf, size_t n, size_t *got)
 {
     shm_seg *g = s->seg;
     uint64_t tail = atomic_load_explicit(&g->tail, memory_order_relaxed);
@@ -351,20 +350,23 @@ ssize_t coll__shm_get_some(coll_shm *s, void *buf, size_t n)
         mt_log_warn("coll: a shared-memory ring is corrupt (head %" PRIu64 ", tail %" PRIu64
                     "); dropping the connection",
                     head, tail);
-        return -1;
+        return COLL_IO_ENDED;
     }
+    *got = 0;
     if (head == tail) {
         if (!atomic_load(&g->wr_closed))
-            return 0;
+            return COLL_IO_AGAIN;
         /* written just before the writer closed? */
-        return atomic_load_explicit(&g->head, memory_order_acquire) != tail ? 0 : -1;
+        return atomic_load_explicit(&g->head, memory_order_acquire) != tail ? COLL_IO_AGAIN
+                                                                            : COLL_IO_ENDED;
     }
     size_t k = head - tail < n ? (size_t)(head - tail) : n;
     ring_get(s, tail, buf, k);
     atomic_store_explicit(&g->tail, tail + k, memory_order_release);
     atomic_thread_fence(memory_order_seq_cst);
     wake_other(&g->space_seq, &g->wr_sleep);
-    return (ssize_t)k;
+    *got = k;
+    return COLL_IO_DONE;
 }
 
 coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms)
@@ -410,35 +412,35 @@ coll_io coll__shm_wait_room(coll_shm *s, int fd, int timeout_ms)
 int coll__shm_write_now(coll_shm *s, const void *b, size_t n)
 {
     shm_seg *g = s->seg;
-    size_t sent = 0;
+    coll_out f = {.hdr = b, .hlen = n};
     if (s->cap - (atomic_load(&g->head) - atomic_load(&g->tail)) < n)
         return 0;
-    return coll__shm_put_some(s, b, n, NULL, 0, &sent) == COLL_IO_DONE;
+    return coll__shm_put_some(s, &f) == COLL_IO_DONE;
 }
 
-ssize_t coll__shm_read(coll_shm *s, int fd, void *buf, size_t n, int timeout_ms,
-                       _Atomic int *closing)
+coll_io coll__shm_read(coll_shm *s, const coll_shm_wait *wt, void *buf, size_t n, size_t *got)
 {
-    size_t got = 0;
-    int64_t until = coll__now_ns() + (int64_t)timeout_ms * 1000000LL;
-    while (got < n) {
-        ssize_t k = coll__shm_get_some(s, (char *)buf + got, n - got);
-        if (k < 0)
-            return got > 0 ? (ssize_t)got : -1;
-        if (k > 0) {
-            got += (size_t)k;
+    int64_t until = coll__now_ns() + (int64_t)wt->timeout_ms * 1000000LL;
+    *got = 0;
+    while (*got < n) {
+        size_t k;
+        coll_io r = coll__shm_get_some(s, (char *)buf + *got, n - *got, &k);
+        if (r == COLL_IO_ENDED)
+            return *got > 0 ? COLL_IO_DONE : COLL_IO_ENDED;
+        if (r == COLL_IO_DONE) {
+            *got += k;
             continue;
         }
-        if (closing != NULL && atomic_load(closing))
-            return -1;
+        if (wt->closing != NULL && atomic_load(wt->closing))
+            return COLL_IO_ENDED;
         int64_t left = (until - coll__now_ns()) / 1000000LL;
         if (left <= 0)
             break;
-        coll_io w = coll__shm_wait_data(s, fd, left > SHM_SLICE_MS ? SHM_SLICE_MS : (int)left);
+        coll_io w = coll__shm_wait_data(s, wt->fd, left > SHM_SLICE_MS ? SHM_SLICE_MS : (int)left);
         if (w == COLL_IO_ENDED)
-            return got > 0 ? (ssize_t)got : -1;
+            return *got > 0 ? COLL_IO_DONE : COLL_IO_ENDED;
     }
-    return (ssize_t)got;
+    return *got > 0 ? COLL_IO_DONE : COLL_IO_AGAIN;
 }
 
 void coll__shm_wake_reader(coll_shm *s)

@@ -73,6 +73,11 @@ mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h)
     return MT_OK;
 }
 
+uint64_t coll__tag_pack(uint64_t step, uint32_t seq)
+{
+    return (step << 24) | (seq & 0xffffffu);
+}
+
 int64_t coll__now_ns(void)
 {
     struct timespec ts;

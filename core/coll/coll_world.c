@@ -1,22 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * coll_world.c — worlds, communicators, inboxes and the collective algorithms.
+ * coll_world.c — the engine of the built-in backend: worlds, communicators, per-source inboxes,
+ * posted receives, driving, deadlines, ABORTs, PINGs and the hang diagnosis.
  *
- * Called by device threads (collectives) and by the net receive callback
- * (deliver). Calls coll_net.c for hops to other processes.
+ * How it fits: the algorithms (coll_algo.c) run each collective inside coll__run and reach
+ * the engine only through coll_engine.h (post a receive, send, wait, an exchange the engine
+ * may drive). The engine calls downward only: the endpoint and its transports (coll_net.c,
+ * and coll_raw.c's driving calls), the progress slots and the wire format. Frames from other
+ * processes come up through the one entry point it hands the endpoint (world_engine:
+ * deliver, claim) and, for a posted receive, the sink operations claim returns.
  *
- * DESIGN. Allreduce (above opts.direct_bytes) runs tree_run: a recursive-halving
- * reduce-scatter then a recursive-doubling allgather over the group order, in the tree
- * order documented in mt_coll.h (it depends on nothing but group order, p and n). Each
- * exchange is split into segments of opts.segment_bytes; a receive from another process
- * over the direct transport is posted (the reader thread reads into the caller's buffer)
- * or, with one device in this process, driven: the device thread reads the partner's
- * socket itself between its non-blocking writes (drive_step; coll_int.h "Driving").
- * Allreduces of at most opts.direct_bytes take one hop: every member sends its buffer to
- * every other member and folds locally in the same order. Reduce-scatter is the halving
- * plus a scatter of the reduced blocks; allgather is a ring (copies only); broadcast is
- * a pipelined chain from the root along the ring; barrier is an allreduce of p floats
- * (every result depends on every member having entered).
+ * DESIGN. An exchange is split into segments of opts.segment_bytes. A hop to a rank of this
+ * process is pushed into its inbox (deliver); a hop to another process goes to the endpoint.
+ * A receive from another process over the direct transport may be posted (the reader thread
+ * reads into the caller's buffer) or, with one device in this process, driven: the device
+ * thread reads the partner's socket itself between its non-blocking writes (drive_step;
+ * coll_int.h "Driving").
  *
  * Every received message is checked against the expected header (job, step,
  * seq, op, phase, ring step, segment, total, offset, length); a mismatch is
@@ -27,12 +26,14 @@
  *
  * Threading: collective entry points run on the comm's device thread; the
  * inbox and abort state are guarded by comm->mu; deliver may run on any
- * thread. Tests: tests/unit/test_coll.c.
+ * thread. Tests: tests/unit/test_coll.c, test_coll_conformance.c.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,7 @@
 #include <time.h>
 
 #include "alloc/mt_alloc.h"
+#include "coll/coll_engine.h"
 #include "coll/coll_int.h"
 #include "coll/mt_coll_backend.h"
 #include "log/mt_log.h"
@@ -65,75 +67,6 @@ static const char *op_name(int op)
 uint64_t coll__world_remote_floats(mt_coll_world *w)
 {
     return atomic_load(&w->remote_floats);
-}
-
-uint64_t coll__tag_pack(uint64_t step, uint32_t seq)
-{
-    return (step << 24) | (seq & 0xffffffu);
-}
-
-/* ------------------------------------------------------------------ chunks */
-
-void mt_coll_chunk_range(size_t n, int p, int c, size_t *off, size_t *len)
-{
-    size_t base = n / (size_t)p, rem = n % (size_t)p, uc = (size_t)c;
-    *len = base + (uc < rem ? 1 : 0);
-    *off = uc * base + (uc < rem ? uc : rem);
-}
-
-/* Largest power of two <= p (p >= 1): the members of the halving tree. */
-static int tree_q(int p)
-{
-    int q = 1;
-    while (q <= p / 2)
-        q *= 2;
-    return q;
-}
-
-/* Group position of tree member v when r = p - q members are folded in (see REDUCTION ORDER). */
-static int tree_pos(int v, int r)
-{
-    return v < r ? 2 * v : v + r;
-}
-
-void mt_coll_reference_allreduce(const float *const *inputs, int p, size_t n, float *out)
-{
-    int q = tree_q(p), r = p - q;
-    for (size_t e = 0; e < n; e++) {
-        /* a binary counter of complete subtrees: leaf v joins its left neighbours' sums */
-        float st[33];
-        int sz[33], top = 0;
-        for (int v = 0; v < q; v++) {
-            float s = v < r ? inputs[2 * v][e] + inputs[2 * v + 1][e] : inputs[v + r][e];
-            int k = 1;
-            while (top > 0 && sz[top - 1] == k) {
-                s = st[--top] + s;
-                k *= 2;
-            }
-            st[top] = s;
-            sz[top++] = k;
-        }
-        out[e] = st[0];
-    }
-}
-
-/* d[e] = d[e] + s[e]: one float32 addition per element (the compiler may vectorise it). */
-static void add_vec(float *restrict d, const float *restrict s, size_t n)
-{
-    for (size_t e = 0; e < n; e++)
-        d[e] = d[e] + s[e];
-}
-
-/* The documented order in place over b[0..p-1] (n floats each): the sum ends in b[0]. */
-static void tree_fold_inplace(float *const *b, int p, size_t n)
-{
-    int q = tree_q(p), r = p - q;
-    for (int i = 0; i < r; i++)
-        add_vec(b[2 * i], b[2 * i + 1], n);
-    for (int d = 1; d < q; d *= 2) {
-        for (int v = 0; v + d < q; v += 2 * d)
-            add_vec(b[tree_pos(v, r)], b[tree_pos(v + d, r)], n);
-    }
 }
 
 /* ------------------------------------------------------------------ inbox */
@@ -203,7 +136,8 @@ static void deliver(mt_coll_world *w, nng_msg *m, const coll_hdr *h)
         }
         nng_msg_free(m);
     } else if (h->kind == COLL_KIND_PONG) {
-        c->pong[h->src] = (uint8_t)(h->code == 1 ? 1 : 2);
+        c->pong[h->src] =
+            (uint8_t)(h->code == COLL_PONG_ENTERED ? COLL_PONG_ENTERED : COLL_PONG_NOT_ENTERED);
         nng_msg_free(m);
     } else if (h->kind == COLL_KIND_DATA) {
         if (queue_push(&c->q[h->src], m) != 0) {
@@ -394,13 +328,13 @@ static void group_axes(const mt_coll_world *w, const mt_coll_group *g, char *out
 static const coll_engine_ops world_engine;
 
 /* Allocate a world whose ranks are mapped to processes by proc_of (taken). */
-static mt_code world_alloc(int size, const mt_coll_world_opts *opts, int nprocs, int my_proc,
-                           mt_coll_world **out, mt_err *err)
+static mt_code world_alloc(const mt_coll_backend *b, int size, const mt_coll_world_opts *opts,
+                           int nprocs, int my_proc, mt_coll_world **out, mt_err *err)
 {
     mt_coll_world *w = mt_calloc(1, sizeof(*w));
     if (w == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll world: out of memory");
-    w->backend = &mt_coll_backend_builtin;
+    w->backend = b;
     w->engine = &world_engine;
     w->size = size;
     w->opts = *opts;
@@ -450,8 +384,8 @@ static mt_code world_make_comms(mt_coll_world *w, mt_err *err)
     return MT_OK;
 }
 
-mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_coll_world **out,
-                                mt_err *err)
+mt_code coll__world_new_local(const mt_coll_backend *b, int size, const mt_coll_world_opts *opts,
+                              mt_coll_world **out, mt_err *err)
 {
     mt_coll_world_opts def = MT_COLL_WORLD_DEFAULTS;
     mt_coll_world *w = NULL;
@@ -464,7 +398,7 @@ mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_col
         return mt_err_set(err, MT_INVALID_ARGUMENT, "coll world: size %d must be >= 1", size);
     if ((rc = check_opts(opts, err)) != MT_OK)
         return rc;
-    if ((rc = world_alloc(size, opts, 1, 0, &w, err)) != MT_OK)
+    if ((rc = world_alloc(b, size, opts, 1, 0, &w, err)) != MT_OK)
         return rc;
     w->proc_addr[0] = mt_strdup("local");
     if (w->proc_addr[0] == NULL) {
@@ -480,8 +414,9 @@ fail:
     return rc;
 }
 
-mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_addr *table,
-                              const mt_coll_world_opts *opts, mt_coll_world **out, mt_err *err)
+mt_code coll__world_new_net(const mt_coll_backend *b, mt_coll_net *net, int size,
+                            const mt_coll_rank_addr *table, const mt_coll_world_opts *opts,
+                            mt_coll_world **out, mt_err *err)
 {
     mt_coll_world_opts def = MT_COLL_WORLD_DEFAULTS;
     mt_coll_world *w = NULL;
@@ -512,7 +447,7 @@ mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_add
         }
         nprocs += !seen;
     }
-    if ((rc = world_alloc(size, opts, nprocs, -1, &w, err)) != MT_OK)
+    if ((rc = world_alloc(b, size, opts, nprocs, -1, &w, err)) != MT_OK)
         return rc;
     w->net = net;
     int np = 0;
@@ -569,7 +504,7 @@ fail:
     return rc;
 }
 
-static void builtin_cancel(mt_coll_world *w)
+void coll__world_cancel(mt_coll_world *w)
 {
     atomic_store(&w->cancelled, 1);
     for (int i = 0; i < w->nlocal; i++) {
@@ -596,18 +531,18 @@ void mt_coll_world_free(mt_coll_world *w)
     world_free_parts(w);
 }
 
-mt_code mt_coll_world_new_backend(const mt_coll_backend *b, void *state, int size, const int *local,
-                                  int nlocal, const mt_coll_world_opts *opts, mt_coll_world **out,
-                                  mt_err *err)
+mt_code coll__world_new_backend(const mt_coll_backend *b, void *state, int size, const int *local,
+                                int nlocal, const mt_coll_world_opts *opts, mt_coll_world **out,
+                                mt_err *err)
 {
     mt_coll_world_opts def = MT_COLL_WORLD_DEFAULTS;
     mt_coll_world *w = NULL;
     mt_code rc;
 
     *out = NULL;
-    if (b == NULL || b == &mt_coll_backend_builtin || b->allreduce_sum == NULL ||
-        b->reduce_scatter == NULL || b->allgather == NULL || b->broadcast == NULL ||
-        b->barrier == NULL || size < 1 || nlocal < 0 || (nlocal > 0 && local == NULL))
+    if (b == NULL || b->allreduce_sum == NULL || b->reduce_scatter == NULL ||
+        b->allgather == NULL || b->broadcast == NULL || b->barrier == NULL || size < 1 ||
+        nlocal < 0 || (nlocal > 0 && local == NULL))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "coll world: need a backend other than the built-in one (its worlds "
                           "come from mt_coll_world_new_local / _new_net) with every collective, "
@@ -616,7 +551,7 @@ mt_code mt_coll_world_new_backend(const mt_coll_backend *b, void *state, int siz
     if ((rc = check_opts(opts != NULL ? opts : &def, err)) != MT_OK)
         return rc;
     /* process 0: this one (its ranks get comms), process 1: every other rank */
-    if ((rc = world_alloc(size, opts != NULL ? opts : &def, 2, 0, &w, err)) != MT_OK)
+    if ((rc = world_alloc(b, size, opts != NULL ? opts : &def, 2, 0, &w, err)) != MT_OK)
         return rc;
     for (int r = 0; r < size; r++)
         w->proc_of[r] = 1;
@@ -637,7 +572,6 @@ mt_code mt_coll_world_new_backend(const mt_coll_backend *b, void *state, int siz
     }
     if ((rc = world_make_comms(w, err)) != MT_OK)
         goto fail;
-    w->backend = b;
     w->backend_state = state;
     *out = w;
     return MT_OK;
@@ -701,14 +635,13 @@ const char *coll__group_problem(const mt_coll_world *w, int rank, const mt_coll_
 
 /* ------------------------------------------------------------ collectives */
 
+/* One collective call on one comm: the engine's state of it. */
 typedef struct coll_ctx {
+    coll_call v; /* first: what the algorithm sees (coll__run hands it &v; ctx_of turns it back) */
     mt_coll_comm *c;
     const mt_coll_group *g;
-    int p, pos;
-    uint8_t op;
     uint64_t step;
     uint32_t seq;
-    uint64_t total;
     int64_t deadline_ns;
     int64_t deadline_ms;
     int64_t start_ns;               /* when the call began (opts.observe) */
@@ -719,6 +652,11 @@ typedef struct coll_ctx {
     int nctl;
     mt_err *err;
 } coll_ctx;
+
+static coll_ctx *ctx_of(coll_call *v)
+{
+    return (coll_ctx *)v; /* v is the first member */
+}
 
 static const char *rank_addr(const mt_coll_world *w, int rank)
 {
@@ -739,20 +677,21 @@ static mt_code ctx_fail(coll_ctx *x, mt_code code, const char *fmt, ...)
     group_axes(x->c->w, x->g, axes, sizeof(axes));
     return mt_err_set(x->err, code,
                       "%s%s%s (job %" PRIu64 " step %" PRIu64 " seq %" PRIu32 ") on rank %d: %s",
-                      op_name(x->op), axes[0] ? " over " : "", axes, x->c->w->opts.job_id, x->step,
-                      x->seq, x->c->rank, body);
+                      op_name(x->v.op), axes[0] ? " over " : "", axes, x->c->w->opts.job_id,
+                      x->step, x->seq, x->c->rank, body);
 }
 
-static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, uint8_t op,
-                         uint64_t total, const mt_coll_call *call, mt_err *err)
+static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g,
+                         const mt_coll_call *call, const coll_run *r, mt_err *err)
 {
+    uint8_t op = r->op;
     memset(x, 0, sizeof(*x));
     x->c = c;
     x->g = g;
-    x->op = op;
+    x->v.op = op;
     x->err = err;
-    x->total = total;
-    x->pos = -1;
+    x->v.total = r->total;
+    x->v.pos = -1;
     x->blame = -1;
     if (c == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: NULL communicator", op_name(op));
@@ -774,10 +713,14 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, u
     int pos = -1;
     if (coll__group_problem(c->w, c->rank, g, &pos, why, sizeof(why)) != NULL)
         return ctx_fail(x, MT_INVALID_ARGUMENT, "%s", why);
-    x->p = g->size;
+    x->v.p = g->size;
+    x->v.ranks = g->ranks;
+    x->v.rank = c->rank;
+    x->v.seg = c->w->seg;
+    x->v.direct_bytes = c->w->opts.direct_bytes;
     if (atomic_load(&c->w->cancelled))
         return ctx_fail(x, MT_CANCELLED, "the world was cancelled");
-    x->pos = pos; /* from here on, ctx_end tells the other members about a failure */
+    x->v.pos = pos; /* from here on, ctx_end tells the other members about a failure */
     coll__progress_enter(c, op_name(op), x->step, x->seq);
     atomic_store(&c->entered, coll__tag_pack(x->step, x->seq) + 1);
     pthread_mutex_lock(&c->mu);
@@ -786,23 +729,18 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g, u
     return MT_OK;
 }
 
-static int member(const coll_ctx *x, int pos)
-{
-    return x->g->ranks[((pos % x->p) + x->p) % x->p];
-}
-
 static void send_abort(coll_ctx *x, mt_code code, const char *text)
 {
     mt_coll_world *w = x->c->w;
     size_t tl = strlen(text);
-    for (int i = 0; i < x->p; i++) {
+    for (int i = 0; i < x->v.p; i++) {
         int r = x->g->ranks[i];
         nng_msg *m;
         if (r == x->c->rank || nng_msg_alloc(&m, COLL_HDR_SIZE + tl) != 0)
             continue;
         coll_hdr h = {.magic = COLL_MAGIC,
                       .kind = COLL_KIND_ABORT,
-                      .op = x->op,
+                      .op = x->v.op,
                       .job = w->opts.job_id,
                       .step = x->step,
                       .seq = x->seq,
@@ -852,7 +790,7 @@ static void ctl_send(coll_ctx *x, int kind, int dst, uint64_t step, uint32_t seq
         return;
     coll_hdr h = {.magic = COLL_MAGIC,
                   .kind = (uint8_t)kind,
-                  .op = x->op,
+                  .op = x->v.op,
                   .job = w->opts.job_id,
                   .step = step,
                   .seq = seq,
@@ -887,7 +825,8 @@ static void answer_pings(coll_ctx *x)
         uint64_t tag = c->ping_tag[c->nping];
         int entered = atomic_load(&c->entered) >= tag + 1;
         pthread_mutex_unlock(&c->mu);
-        ctl_send(x, COLL_KIND_PONG, from, tag >> 24, (uint32_t)(tag & 0xffffffu), entered ? 1 : 2);
+        ctl_send(x, COLL_KIND_PONG, from, tag >> 24, (uint32_t)(tag & 0xffffffu),
+                 entered ? COLL_PONG_ENTERED : COLL_PONG_NOT_ENTERED);
         pthread_mutex_lock(&c->mu);
     }
 }
@@ -897,9 +836,9 @@ static int diagnose_start(coll_ctx *x)
 {
     mt_coll_comm *c = x->c;
     int asked = 0;
-    memset(c->pong, 0, (size_t)c->w->size);
+    memset(c->pong, COLL_PONG_NONE, (size_t)c->w->size);
     pthread_mutex_unlock(&c->mu);
-    for (int i = 0; i < x->p; i++) {
+    for (int i = 0; i < x->v.p; i++) {
         int r = x->g->ranks[i];
         if (c->w->by_rank[r] == NULL) {
             ctl_send(x, COLL_KIND_PING, r, x->step, x->seq, 0);
@@ -936,7 +875,7 @@ static void suspects(const coll_ctx *x, char *out, size_t cap)
     mt_coll_world *w = x->c->w;
     size_t used = 0;
     out[0] = '\0';
-    for (int i = 0; i < x->p; i++) {
+    for (int i = 0; i < x->v.p; i++) {
         int r = x->g->ranks[i];
         mt_coll_comm *o = w->by_rank[r];
         int k = 0;
@@ -944,10 +883,10 @@ static void suspects(const coll_ctx *x, char *out, size_t cap)
             continue;
         if (o != NULL && atomic_load(&o->entered) < tag)
             k = append(out, cap, &used, "%srank %d", used ? ", " : "", r);
-        else if (o == NULL && x->diagnosed && x->c->pong[r] != 1)
+        else if (o == NULL && x->diagnosed && x->c->pong[r] != COLL_PONG_ENTERED)
             k = append(out, cap, &used, "%srank %d (%s, %s)", used ? ", " : "", r,
                        w->proc_addr[w->proc_of[r]],
-                       x->c->pong[r] == 0 ? "no answer" : "not entered");
+                       x->c->pong[r] == COLL_PONG_NONE ? "no answer" : "not entered");
         if (k != 0)
             break;
     }
@@ -956,7 +895,7 @@ static void suspects(const coll_ctx *x, char *out, size_t cap)
 static mt_code ctx_end(coll_ctx *x, mt_code rc)
 {
     mt_coll_comm *c = x->c;
-    if (c == NULL || x->pos < 0)
+    if (c == NULL || x->v.pos < 0)
         return rc;
     if (rc != MT_OK)
         drive_release(c); /* the reader thread delivers what comes next */
@@ -964,7 +903,7 @@ static mt_code ctx_end(coll_ctx *x, mt_code rc)
     mt_code wrc = coll__sends_wait(c, rc != MT_OK, rc == MT_OK ? x->err : NULL);
     if (rc == MT_OK && wrc != MT_OK)
         rc = wrc;
-    if (rc != MT_OK && !x->from_abort && x->p > 1)
+    if (rc != MT_OK && !x->from_abort && x->v.p > 1)
         send_abort(x, rc, x->err != NULL ? x->err->msg : mt_code_name(rc));
     pthread_mutex_lock(&c->mu);
     if (rc != MT_OK)
@@ -973,7 +912,7 @@ static mt_code ctx_end(coll_ctx *x, mt_code rc)
     pthread_mutex_unlock(&c->mu);
     coll__progress_exit(c, rc);
     if (c->w->opts.observe != NULL)
-        c->w->opts.observe(c->w->opts.observe_arg, op_name(x->op), x->total * sizeof(float),
+        c->w->opts.observe(c->w->opts.observe_arg, op_name(x->v.op), x->v.total * sizeof(float),
                            coll__now_ns() - x->start_ns, rc);
     return rc;
 }
@@ -1220,8 +1159,9 @@ static mt_code send_seg(coll_ctx *x, int dst, const coll_hdr *h, const float *da
     if (w->by_rank[dst] == NULL && coll__net_is_raw(w)) {
         /* direct transport: header and payload go to the socket from here, no copy */
         mt_err e = MT_ERR_INIT;
+        coll_out f = {.hdr = hb, .hlen = COLL_HDR_SIZE, .data = data, .dlen = bytes};
         coll__hdr_encode(h, hb);
-        mt_code rc = coll__net_send_buf(x->c, w->proc_of[dst], hb, data, bytes, x->deadline_ns, &e);
+        mt_code rc = coll__net_send_buf(x->c, w->proc_of[dst], &f, x->deadline_ns, &e);
         return rc == MT_OK ? MT_OK : send_failed(x, dst, rc, e.msg);
     }
     /* reserve + append: nng_msg_alloc(size) would zero the body before we copy over it */
@@ -1258,31 +1198,33 @@ static void seg_range(const coll_ctx *x, size_t len, size_t k, size_t *off, size
     *n = len == 0 ? 0 : (len - *off < s ? len - *off : s);
 }
 
-enum { XFER_NONE = 0, XFER_COPY = 1, XFER_ADD = 2 };
+/* Header h of segment k of the region [off, off+len) (chunk, offset and length filled in). */
+static void hdr_seg(const coll_ctx *x, coll_hdr *h, size_t off, size_t len, size_t k)
+{
+    size_t o, n;
+    seg_range(x, len, k, &o, &n);
+    h->chunk = (uint32_t)k;
+    h->offset = off + o;
+    h->len = n;
+}
 
-/* Receive segment k of rbuf[roff, roff+rlen) from src and copy or add it (acc = partial + own). */
-static mt_code recv_seg(coll_ctx *x, coll_hdr *h, int src, float *rbuf, size_t roff, size_t rlen,
-                        size_t k, int mode)
+/* Receive segment k of t's region rbuf[ro, ro+rl) from t->src (h: the header expected, filled
+ * per segment) and copy or add it (acc = partial + own). */
+static mt_code recv_seg(coll_ctx *x, coll_hdr *h, const coll_xchg *t, float *rbuf, size_t k)
 {
     nng_msg *m;
-    size_t o, n;
     mt_code rc;
-    seg_range(x, rlen, k, &o, &n);
-    h->src = src;
-    h->dst = x->c->rank;
-    h->chunk = (uint32_t)k;
-    h->offset = roff + o;
-    h->len = n;
-    if ((rc = recv_msg(x, src, h, &m)) != MT_OK)
+    hdr_seg(x, h, t->ro, t->rl, k);
+    if ((rc = recv_msg(x, t->src, h, &m)) != MT_OK)
         return rc;
-    coll__progress_chunk(x->c, k, nseg(x, rlen));
+    coll__progress_chunk(x->c, k, nseg(x, t->rl));
     const unsigned char *pl = (const unsigned char *)nng_msg_body(m) + COLL_HDR_SIZE;
-    float *d = rbuf + roff + o;
-    if (mode == XFER_COPY) {
-        if (n > 0)
-            memcpy(d, pl, n * sizeof(float));
+    float *d = rbuf + h->offset;
+    if (t->mix == COLL_MIX_COPY) {
+        if (h->len > 0)
+            memcpy(d, pl, h->len * sizeof(float));
     } else {
-        coll__add_into(d, pl, n);
+        coll__add_into(d, pl, h->len);
     }
     nng_msg_free(m);
     return MT_OK;
@@ -1398,11 +1340,11 @@ static int post_piece_get(const coll_sink *s, unsigned char **buf)
     int j = -1;
     pthread_mutex_lock(&s->c->mu);
     for (int i = 0; i < COLL_POST_PIECES && j < 0; i++) {
-        if (p->piece[i] != NULL && p->piece_state[i] == 0)
+        if (p->piece[i] != NULL && p->piece_state[i] == COLL_PIECE_FREE)
             j = i;
     }
     if (j >= 0)
-        p->piece_state[j] = 1;
+        p->piece_state[j] = COLL_PIECE_FILLING;
     pthread_mutex_unlock(&s->c->mu);
     *buf = j >= 0 ? p->piece[j] : NULL;
     return j;
@@ -1419,7 +1361,7 @@ static void post_piece_full(const coll_sink *s, int j, unsigned char *dest, size
     pthread_mutex_lock(&s->c->mu);
     p->piece_dest[j] = (float *)dest;
     p->piece_n[j] = bytes / sizeof(float);
-    p->piece_state[j] = 2;
+    p->piece_state[j] = COLL_PIECE_FULL;
     p->nfull++;
     pthread_cond_broadcast(&s->c->cv);
     pthread_mutex_unlock(&s->c->mu);
@@ -1438,34 +1380,34 @@ static int post_add_piece(mt_coll_comm *c)
 {
     coll_post *p = &c->post;
     for (int j = 0; j < COLL_POST_PIECES; j++) {
-        if (p->piece_state[j] != 2)
+        if (p->piece_state[j] != COLL_PIECE_FULL)
             continue;
-        p->piece_state[j] = 3;
+        p->piece_state[j] = COLL_PIECE_ADDING;
         p->nfull--;
         pthread_mutex_unlock(&c->mu);
         coll__add_into(p->piece_dest[j], p->piece[j], p->piece_n[j]);
         pthread_mutex_lock(&c->mu);
-        p->piece_state[j] = 0;
+        p->piece_state[j] = COLL_PIECE_FREE;
         return 1;
     }
     return 0;
 }
 
-/* Post the receive of rbuf[roff, roff+rlen) in nk segments (want: the header template). */
-static void post_arm(mt_coll_comm *c, const coll_hdr *want, float *rbuf, size_t roff, size_t rlen,
-                     size_t nk, int mode)
+/* Post the receive of t's region rbuf[ro, ro+rl) in nk segments (want: the header template). */
+static void post_arm(mt_coll_comm *c, const coll_hdr *want, const coll_xchg *t, float *rbuf,
+                     size_t nk)
 {
     coll_post *p = &c->post;
     pthread_mutex_lock(&c->mu);
     coll_post_step *st = &p->st[(p->head + p->count) % COLL_POST_DEPTH];
     st->want = *want;
     st->rbuf = rbuf;
-    st->roff = roff;
-    st->rlen = rlen;
+    st->roff = t->ro;
+    st->rlen = t->rl;
     st->seg = c->w->seg;
     st->next_k = 0;
     st->nk = nk;
-    st->add = mode == XFER_ADD;
+    st->add = t->mix == COLL_MIX_ADD;
     for (int j = 0; j < COLL_POST_PIECES && st->add; j++) {
         if (p->piece[j] == NULL)
             p->piece[j] = mt_malloc(COLL_PIECE_BYTES); /* NULL: the reader adds it itself */
@@ -1495,7 +1437,7 @@ static void post_disarm(mt_coll_comm *c)
     p->count = 0;
     p->done = p->armed;
     for (int j = 0; j < COLL_POST_PIECES; j++)
-        p->piece_state[j] = 0; /* pieces not added yet belong to a failed step */
+        p->piece_state[j] = COLL_PIECE_FREE; /* pieces not added yet belong to a failed step */
     p->nfull = 0;
 }
 
@@ -1581,230 +1523,128 @@ static mt_code recv_posted(coll_ctx *x, int src, uint64_t id)
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
-
-/*
- * One ring step: send sbuf[soff, soff+slen) to dst (if dst >= 0) and receive
- * rbuf[roff, roff+rlen) from src (if src >= 0), combining with `mode`.
- */
-static mt_code ring_step(coll_ctx *x, uint8_t phase, uint32_t rstep, int dst, const float *sbuf,
-                         size_t soff, size_t slen, int src, float *rbuf, size_t roff, size_t rlen,
-                         int mode)
+/* The header of a DATA frame of exchange t (chunk, offset, len: 0): one this member receives
+ * from t->src (in), or sends to t->dst. */
+static coll_hdr xchg_hdr(const coll_ctx *x, const coll_xchg *t, bool in)
 {
-    /* a chain (broadcast) forwards what it received: receive segment k first */
-    int recv_first = x->op == COLL_OP_BROADCAST;
-    size_t ns = dst >= 0 ? nseg(x, slen) : 0, nr = src >= 0 ? nseg(x, rlen) : 0;
-    size_t nk = ns > nr ? ns : nr;
     coll_hdr h = {.magic = COLL_MAGIC,
                   .kind = COLL_KIND_DATA,
-                  .op = x->op,
-                  .phase = phase,
+                  .op = x->v.op,
+                  .phase = t->phase,
                   .job = x->c->w->opts.job_id,
                   .step = x->step,
                   .seq = x->seq,
-                  .rstep = rstep,
-                  .total = x->total};
+                  .src = in ? t->src : x->c->rank,
+                  .dst = in ? x->c->rank : t->dst,
+                  .rstep = in ? t->rstep_in : t->rstep,
+                  .total = x->v.total};
+    return h;
+}
+
+mt_code coll__xchg(coll_call *v, const coll_xchg *t, const float *sbuf, float *rbuf)
+{
+    coll_ctx *x = ctx_of(v);
+    size_t ns = t->dst >= 0 ? nseg(x, t->sl) : 0, nr = t->src >= 0 ? nseg(x, t->rl) : 0;
+    size_t nk = ns > nr ? ns : nr;
+    coll_hdr sh = xchg_hdr(x, t, false), rh = xchg_hdr(x, t, true);
     for (size_t k = 0; k < nk; k++) {
-        size_t o, n;
         mt_code rc;
-        if (recv_first && k < nr && (rc = recv_seg(x, &h, src, rbuf, roff, rlen, k, mode)) != MT_OK)
+        if (t->chain && k < nr && (rc = recv_seg(x, &rh, t, rbuf, k)) != MT_OK)
             return rc;
         if (k < ns) {
-            seg_range(x, slen, k, &o, &n);
-            h.src = x->c->rank;
-            h.dst = dst;
-            h.chunk = (uint32_t)k;
-            h.offset = soff + o;
-            h.len = n;
-            if ((rc = send_seg(x, dst, &h, sbuf + soff + o)) != MT_OK)
+            hdr_seg(x, &sh, t->so, t->sl, k);
+            if ((rc = send_seg(x, t->dst, &sh, sbuf + sh.offset)) != MT_OK)
                 return rc;
         }
-        if (!recv_first && k < nr &&
-            (rc = recv_seg(x, &h, src, rbuf, roff, rlen, k, mode)) != MT_OK)
+        if (!t->chain && k < nr && (rc = recv_seg(x, &rh, t, rbuf, k)) != MT_OK)
             return rc;
     }
     return MT_OK;
 }
 
-/* One step of a ring phase: what this member sends and receives. */
-typedef struct ring_desc {
-    uint8_t phase; /* 0 reduce-scatter (add), 1 allgather (copy) */
-    uint32_t rstep;
-    size_t so, sl, ro, rl;
-} ring_desc;
-
-/*
- * Step s of the ring allgather over count-element chunks: position pos starts with chunk pos,
- * sends chunk pos-s and receives chunk pos-s-1 (phase 1: copied).
- */
-static void ring_plan(const coll_ctx *x, size_t count, int s, ring_desc *d)
+uint64_t coll__post(coll_call *v, const coll_xchg *t, float *rbuf)
 {
-    int p = x->p;
-    size_t sc = (size_t)(((x->pos - s) % p + p) % p), rc = (size_t)(((x->pos - s - 1) % p + p) % p);
-    *d = (ring_desc){.phase = 1,
-                     .rstep = (uint32_t)s,
-                     .so = sc * count,
-                     .sl = count,
-                     .ro = rc * count,
-                     .rl = count};
+    coll_ctx *x = ctx_of(v);
+    uint64_t id = post_next_id(x->c);
+    coll_hdr h = xchg_hdr(x, t, true);
+    post_arm(x->c, &h, t, rbuf, nseg(x, t->rl));
+    return id;
 }
 
-/* The header of a DATA message of step d from src to dst (chunk, offset, len: 0). */
-static coll_hdr ring_hdr(const coll_ctx *x, const ring_desc *d, int src, int dst)
+mt_code coll__send(coll_call *v, const coll_xchg *t, const float *sbuf)
 {
-    coll_hdr h = {.magic = COLL_MAGIC,
-                  .kind = COLL_KIND_DATA,
-                  .op = x->op,
-                  .phase = d->phase,
-                  .job = x->c->w->opts.job_id,
-                  .step = x->step,
-                  .seq = x->seq,
-                  .src = src,
-                  .dst = dst,
-                  .rstep = d->rstep,
-                  .total = x->total};
-    return h;
-}
-
-/* Post the receive of step d from src (direct transport). */
-static void ring_post(coll_ctx *x, const ring_desc *d, int src, float *buf)
-{
-    coll_hdr h = ring_hdr(x, d, src, x->c->rank);
-    post_arm(x->c, &h, buf, d->ro, d->rl, nseg(x, d->rl), d->phase == 0 ? XFER_ADD : XFER_COPY);
-}
-
-/* Send every segment of step d to dst. */
-static mt_code ring_send(coll_ctx *x, const ring_desc *d, int dst, const float *buf)
-{
-    coll_hdr h = ring_hdr(x, d, x->c->rank, dst);
-    size_t ns = nseg(x, d->sl);
+    coll_ctx *x = ctx_of(v);
+    coll_hdr h = xchg_hdr(x, t, false);
+    size_t ns = nseg(x, t->sl);
     for (size_t k = 0; k < ns; k++) {
-        size_t o, n;
-        seg_range(x, d->sl, k, &o, &n);
-        h.chunk = (uint32_t)k;
-        h.offset = d->so + o;
-        h.len = n;
-        mt_code rc = send_seg(x, dst, &h, buf + d->so + o);
+        hdr_seg(x, &h, t->so, t->sl, k);
+        mt_code rc = send_seg(x, t->dst, &h, sbuf + h.offset);
         if (rc != MT_OK)
             return rc;
     }
     return MT_OK;
 }
 
-/*
- * Ring allgather (p-1 steps, copies only) of count-element chunks over buf. Receiving from
- * another process over the direct transport, a step's receive is posted before its sends (so
- * the reader thread copies each segment into buf as it comes off the socket while this thread
- * still sends), and the next step's receive too (a fast predecessor's frames then also go
- * straight into buf): with p >= 3 before this step's sends (the next step receives chunk
- * pos-s-2 and this one sends pos-s, different unless p = 2), with p = 2 once this step's sends
- * are done. Otherwise each step runs ring_step (segment k sent, then segment k received).
- */
-static mt_code ring_allgather(coll_ctx *x, float *buf, size_t count)
+mt_code coll__wait(coll_call *v, int src, uint64_t id)
 {
-    int dst = member(x, x->pos + 1), src = member(x, x->pos - 1);
-    int posted = x->c->w->by_rank[src] == NULL && coll__net_is_raw(x->c->w);
-    int steps = x->p - 1;
-    uint64_t id = 0;
-    mt_code rc = MT_OK;
-    ring_desc d, next;
-    ring_plan(x, count, 0, &d);
-    next = d;
-    if (posted) {
-        id = post_next_id(x->c);
-        ring_post(x, &d, src, buf);
-    }
-    for (int i = 0; i < steps && rc == MT_OK; i++) {
-        if (i + 1 < steps)
-            ring_plan(x, count, i + 1, &next);
-        if (!posted) {
-            rc = ring_step(x, d.phase, d.rstep, dst, buf, d.so, d.sl, src, buf, d.ro, d.rl,
-                           XFER_COPY);
-        } else {
-            /* with p >= 3 the next step's region is never the one this step sends */
-            int early = x->p >= 3 && i + 1 < steps;
-            if (early)
-                ring_post(x, &next, src, buf);
-            rc = ring_send(x, &d, dst, buf);
-            if (rc == MT_OK && !early && i + 1 < steps)
-                ring_post(x, &next, src, buf);
-            if (rc == MT_OK)
-                rc = recv_posted(x, src, id + (uint64_t)i);
-            if (rc == MT_OK)
-                coll__progress_chunk(x->c, (size_t)i, (size_t)steps);
-        }
-        d = next;
-    }
-    if (posted)
-        post_withdraw(x->c);
-    return rc;
+    return recv_posted(ctx_of(v), src, id);
 }
 
-/* One exchange of tree_run: send region so/sl to dst (>= 0), receive ro/rl from src (>= 0). */
-typedef struct tree_step {
-    ring_desc d; /* phase 0: the received region is added; phase 1: copied */
-    int dst, src;
-} tree_step;
-
-/* Element range of tree chunks [a, b) of n over q (mt_coll_chunk_range's layout). */
-static void tree_range(size_t n, int q, int a, int b, size_t *off, size_t *len)
+void coll__withdraw(coll_call *v)
 {
-    size_t o1, l1;
-    mt_coll_chunk_range(n, q, a, off, &l1);
-    mt_coll_chunk_range(n, q, b - 1, &o1, &l1);
-    *len = o1 + l1 - *off;
+    post_withdraw(ctx_of(v)->c);
 }
 
-/*
- * This member's exchanges of the documented tree order (see REDUCTION ORDER in mt_coll.h)
- * into st[] (at most 2 * 32 + 2); returns their number. Phase 0 (reduce-scatter): with
- * r = p - q > 0, position 2i+1 (i < r) sends its buffer to position 2i, which adds it
- * (rstep 0); then recursive halving over the q tree members: at rstep 1+k member v exchanges
- * half of its current range of chunks with member v ^ 2^k (the member whose bit k is 0 keeps
- * the lower half) and adds what it receives. Phase 1 (allgather) undoes the steps in
- * reverse, copying, and the folded positions get the result from their partner last
- * (gather 0: phase 0 only; tree member v then holds the sums of tree_owned(v)).
- */
-static int tree_plan(const coll_ctx *x, size_t n, int gather, tree_step *st)
+bool coll__can_post(const coll_call *v, int src)
 {
-    int p = x->p, q = tree_q(p), r = p - q, pos = x->pos, levels = 0, ns = 0;
-    int extra = pos < 2 * r && (pos & 1), v = pos < 2 * r ? pos / 2 : pos - r;
-    int lo[32], hi[32]; /* chunk range held after halving step k */
-    while ((1 << levels) < q)
-        levels++;
-    if (r > 0 && (extra || v < r))
-        st[ns++] =
-            (tree_step){.d = {.phase = 0, .rstep = 0, .sl = extra ? n : 0, .rl = extra ? 0 : n},
-                        .dst = extra ? member(x, pos - 1) : -1,
-                        .src = extra ? -1 : member(x, pos + 1)};
-    int a = 0, b = q;
-    for (int k = 0; k < levels && !extra; k++) {
-        int bit = 1 << k, mid = a + (b - a) / 2, peer = member(x, tree_pos(v ^ bit, r));
-        int ka = (v & bit) ? mid : a, kb = (v & bit) ? b : mid; /* kept */
-        int sa = (v & bit) ? a : mid, sb = (v & bit) ? mid : b; /* sent */
-        tree_step *t = &st[ns++];
-        *t = (tree_step){.d = {.phase = 0, .rstep = (uint32_t)(1 + k)}, .dst = peer, .src = peer};
-        tree_range(n, q, sa, sb, &t->d.so, &t->d.sl);
-        tree_range(n, q, ka, kb, &t->d.ro, &t->d.rl);
-        lo[k] = a = ka;
-        hi[k] = b = kb;
-    }
-    for (int k = levels - 1; k >= 0 && !extra && gather; k--) {
-        int bit = 1 << k, peer = member(x, tree_pos(v ^ bit, r));
-        int pa = k > 0 ? lo[k - 1] : 0, pb = k > 0 ? hi[k - 1] : q; /* the range before step k */
-        int ra = lo[k] == pa ? hi[k] : pa, rb = lo[k] == pa ? pb : lo[k];
-        tree_step *t = &st[ns++];
-        *t = (tree_step){.d = {.phase = 1, .rstep = (uint32_t)(1 + k)}, .dst = peer, .src = peer};
-        tree_range(n, q, lo[k], hi[k], &t->d.so, &t->d.sl);
-        tree_range(n, q, ra, rb, &t->d.ro, &t->d.rl);
-    }
-    if (r > 0 && (extra || v < r))
-        st[ns++] =
-            (tree_step){.d = {.phase = 1, .rstep = 0, .sl = extra ? 0 : n, .rl = extra ? n : 0},
-                        .dst = extra ? -1 : member(x, pos + 1),
-                        .src = extra ? member(x, pos - 1) : -1};
-    return ns;
+    const coll_ctx *x = (const coll_ctx *)v;
+    return x->c->w->by_rank[src] == NULL && coll__net_is_raw(x->c->w);
 }
 
+bool coll__sole_ranks(const coll_call *v)
+{
+    const coll_ctx *x = (const coll_ctx *)v;
+    mt_coll_world *w = x->c->w;
+    if (!coll__net_is_raw(w))
+        return false;
+    for (int i = 0; i < x->v.p; i++) {
+        if (w->peers[w->proc_of[x->g->ranks[i]]].nranks != 1)
+            return false;
+    }
+    return true;
+}
+
+mt_code coll__send_frame(coll_call *v, const coll_xchg *t, const float *sbuf)
+{
+    coll_ctx *x = ctx_of(v);
+    coll_hdr h = xchg_hdr(x, t, false);
+    h.offset = t->so;
+    h.len = t->sl;
+    return send_seg(x, t->dst, &h, sbuf + t->so);
+}
+
+mt_code coll__recv_frame(coll_call *v, const coll_xchg *t, float *rbuf)
+{
+    coll_ctx *x = ctx_of(v);
+    coll_hdr h = xchg_hdr(x, t, true);
+    nng_msg *m;
+    h.offset = t->ro;
+    h.len = t->rl;
+    mt_code rc = recv_msg(x, t->src, &h, &m);
+    if (rc != MT_OK)
+        return rc;
+    if (t->rl > 0)
+        memcpy(rbuf + t->ro, (const char *)nng_msg_body(m) + COLL_HDR_SIZE, t->rl * sizeof(float));
+    nng_msg_free(m);
+    return MT_OK;
+}
+
+void coll__progress(coll_call *v, size_t k, size_t n)
+{
+    coll__progress_chunk(ctx_of(v)->c, k, n);
+}
+
+/* ---------------------------------------------------------------- driving */
 /* ---------------------------------------------------------------- driving */
 
 /*
@@ -1912,7 +1752,7 @@ static coll_drive_conn *drive_acquire(mt_coll_comm *c, int proc)
 }
 
 /* Give back the driven sockets of processes that are not a source in st[0, ns) (tree_run). */
-static void drive_keep_only(mt_coll_comm *c, const tree_step *st, int ns)
+static void drive_keep_only(mt_coll_comm *c, const coll_xchg *st, int ns)
 {
     for (int i = 0; i < COLL_DRIVE_SLOTS; i++) {
         coll_drive_conn *d = &c->drive.s[i];
@@ -1967,14 +1807,15 @@ static drive_rc drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t i
         return DRIVE_MORE;
     for (;;) {
         while (!dv->in_payload && dv->hn < COLL_HDR_SIZE) {
-            ssize_t k = coll__raw_drive_recv(dv->k, dv->hb + dv->hn, COLL_HDR_SIZE - dv->hn);
-            if (k == 0)
+            size_t k;
+            coll_io io = coll__raw_drive_recv(dv->k, dv->hb + dv->hn, COLL_HDR_SIZE - dv->hn, &k);
+            if (io == COLL_IO_AGAIN)
                 return DRIVE_MORE;
-            if (k < 0) { /* the end of the connection: the reader thread reports it */
+            if (io == COLL_IO_ENDED) { /* the end of the connection: the reader thread reports it */
                 drive_off(c);
                 return DRIVE_HANDED_BACK;
             }
-            dv->hn += (size_t)k;
+            dv->hn += k;
             *moved = 1;
         }
         if (!dv->in_payload) {
@@ -2009,14 +1850,15 @@ static drive_rc drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t i
                 n = n < COLL_PIECE_BYTES - pin ? n : COLL_PIECE_BYTES - pin;
                 to = c->drive.buf + pin;
             }
-            ssize_t k = coll__raw_drive_recv(dv->k, to, n);
-            if (k == 0)
+            size_t k;
+            coll_io io = coll__raw_drive_recv(dv->k, to, n, &k);
+            if (io == COLL_IO_AGAIN)
                 return DRIVE_MORE;
-            if (k < 0) {
+            if (io == COLL_IO_ENDED) {
                 drive_off(c);
                 return DRIVE_HANDED_BACK;
             }
-            dv->got += (size_t)k;
+            dv->got += k;
             *moved = 1;
             if (dv->add && (dv->got % COLL_PIECE_BYTES == 0 || dv->got == dv->plen)) {
                 size_t pl = (dv->got - 1) % COLL_PIECE_BYTES + 1;
@@ -2072,15 +1914,16 @@ static coll_io drive_wait(mt_coll_world *w, coll_drive_conn *dv, int sproc, int 
  * step with the reader thread, as without driving, and reports what happened); a write that
  * fails part-way closes the connection, as raw_send does.
  */
-static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t id,
+static mt_code drive_step(coll_ctx *x, const coll_xchg *t, const float *sbuf, uint64_t id,
                           coll_drive_conn *dv)
 {
     mt_coll_comm *c = x->c;
     mt_coll_world *w = c->w;
-    size_t ns = t->dst >= 0 ? nseg(x, t->d.sl) : 0, ks = 0, sent = 0;
+    size_t ns = t->dst >= 0 ? nseg(x, t->sl) : 0, ks = 0;
     int sfd = -1, sproc = t->dst >= 0 ? w->proc_of[t->dst] : -1, recv_on = 1;
-    coll_hdr sh = ring_hdr(x, &t->d, c->rank, t->dst);
+    coll_hdr sh = xchg_hdr(x, t, false);
     unsigned char shb[COLL_HDR_SIZE];
+    coll_out f = {.hdr = shb, .hlen = COLL_HDR_SIZE};
     mt_code rc = MT_OK;
     mt_err e = MT_ERR_INIT;
     if (ns > 0 && (rc = coll__net_raw_fd(w, sproc, x->deadline_ns, &sfd, &e)) != MT_OK) {
@@ -2092,15 +1935,16 @@ static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t 
         int moved = 0;
         while (ks < ns) {
             size_t o, n;
-            seg_range(x, t->d.sl, ks, &o, &n);
-            if (sent == 0) {
+            seg_range(x, t->sl, ks, &o, &n);
+            if (f.sent == 0) {
                 sh.chunk = (uint32_t)ks;
-                sh.offset = t->d.so + o;
+                sh.offset = t->so + o;
                 sh.len = n;
                 coll__hdr_encode(&sh, shb);
+                f.data = sbuf + t->so + o;
+                f.dlen = n * sizeof(float);
             }
-            coll_io wr =
-                coll__net_write_some(w, sproc, shb, buf + t->d.so + o, n * sizeof(float), &sent);
+            coll_io wr = coll__net_write_some(w, sproc, &f);
             if (wr == COLL_IO_ENDED) {
                 int en = errno;
                 coll__net_raw_failed(w, sproc);
@@ -2111,7 +1955,7 @@ static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t 
                 break;
             atomic_fetch_add(&w->remote_floats, n);
             ks++;
-            sent = 0;
+            f.sent = 0;
             moved = 1;
         }
         drive_rc dr = recv_on ? drive_recv(x, dv, t->src, id, &moved, &rc) : DRIVE_MORE;
@@ -2144,7 +1988,7 @@ static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t 
         if (now >= x->deadline_ns) {
             drive_off(c); /* recv_posted reports the silent peer */
             if (ks < ns) {
-                if (sent > 0)
+                if (f.sent > 0)
                     coll__net_raw_failed(w, sproc); /* a partial frame */
                 return send_failed(x, t->dst, MT_DEADLINE_EXCEEDED, "not reading (send timed out)");
             }
@@ -2160,270 +2004,39 @@ static mt_code drive_step(coll_ctx *x, const tree_step *t, float *buf, uint64_t 
     return recv_posted(x, t->src, id); /* at once unless the reader thread has a part */
 }
 
-/*
- * The one-hop allreduce between 2 members in 2 processes, driven (one device here, the
- * frame fits one segment): this thread writes its frame and reads the partner's into
- * all + from * n itself, no reader-thread wake-up. 1 and *rc when it ran, 0 when it does not
- * apply (the caller runs the reader-fed path).
- */
-static int direct_driven(coll_ctx *x, const float *buf, size_t n, float *all, const coll_hdr *h,
-                         mt_code *rc)
+mt_code coll__drive(coll_call *v, const coll_xchg *t, const float *sbuf, float *rbuf, bool *driven)
 {
+    coll_ctx *x = ctx_of(v);
     mt_coll_comm *c = x->c;
-    mt_coll_world *w = c->w;
-    int peer = member(x, x->pos + 1), from = (x->pos + 1) % 2;
     coll_drive_conn *d;
-    if (!w->drive || c->drive.off || n > w->seg || w->by_rank[peer] != NULL ||
-        (d = drive_acquire(c, w->proc_of[peer])) == NULL)
-        return 0;
-    coll_hdr want = *h;
-    want.src = peer;
-    want.dst = c->rank;
-    want.rstep = (uint32_t)from;
-    uint64_t id = post_next_id(c);
-    post_arm(c, &want, all + (size_t)from * n, 0, n, 1, XFER_COPY);
-    tree_step t = {.d = {.phase = h->phase, .rstep = (uint32_t)x->pos, .so = 0, .sl = n},
-                   .dst = peer,
-                   .src = peer};
-    *rc = drive_step(x, &t, (float *)buf, id, d);
-    post_withdraw(c);
-    if (*rc != MT_OK || x->op != COLL_OP_ALLREDUCE)
-        drive_release(c); /* kept only from one allreduce to the next */
-    return 1;
+    *driven = false;
+    if (t->src < 0 || c->w->by_rank[t->src] != NULL ||
+        (d = drive_acquire(c, c->w->proc_of[t->src])) == NULL)
+        return MT_OK; /* drive_acquire: not while driving is off (another transport, OFF) */
+    *driven = true;
+    uint64_t id = coll__post(v, t, rbuf);
+    return drive_step(x, t, sbuf, id, d);
 }
 
-static mt_code steps_run(coll_ctx *x, float *buf, const tree_step *st, int ns, int keep);
-static mt_code steps_dial(coll_ctx *x, const tree_step *st, int ns);
-
-/* Group positions of tree members [a, b): [*lo, *hi) (member v < r holds 2v and 2v+1). */
-static void tree_positions(int a, int b, int r, int *lo, int *hi)
+void coll__drive_end(coll_call *v, bool keep)
 {
-    *lo = tree_pos(a, r);
-    *hi = tree_pos(b - 1, r) + (b - 1 < r ? 2 : 1);
+    if (!keep)
+        drive_release(ctx_of(v)->c);
 }
 
 /*
- * The small path by recursive doubling, over all[] (member i's input at all + i*n): with
- * r = p - q > 0 position 2i+1 (i < r) first sends its input to 2i (COLL_PHASE_INPUTS, rstep 0);
- * then at rstep 1+k tree member v sends the inputs of its block of 2^k tree members (contiguous
- * positions) to v ^ 2^k and receives that member's block, so after log2 q exchanges every tree
- * member holds every input. st[0, *ng) are those exchanges; st[*ng] (when *ng < return value)
- * is the result's hop to or from a folded position (COLL_PHASE_RESULT: all[0, n) is sent by 2i
- * after its fold and received by 2i+1).
+ * Before the exchanges st[0, ns): give back the driven connections none of them receives from
+ * (kept from an allreduce over another group), then, over the direct transport, dial every
+ * process st[0, ns) sends to, so that a member which finds a mismatch early (before its own
+ * sends) reaches every partner with its ABORT at once; an ABORT that first had to dial could
+ * miss its 100 ms bound on a loaded host. Nothing to dial once connected (from the second
+ * collective on).
  */
-static int gather_plan(const coll_ctx *x, size_t n, tree_step *st, int *ng)
+mt_code coll__prepare(coll_call *v, const coll_xchg *st, int ns)
 {
-    int p = x->p, q = tree_q(p), r = p - q, pos = x->pos, ns = 0;
-    int extra = pos < 2 * r && (pos & 1), v = pos < 2 * r ? pos / 2 : pos - r;
-    if (r > 0 && (extra || v < r))
-        st[ns++] = (tree_step){.d = {.phase = COLL_PHASE_INPUTS,
-                                     .so = (size_t)pos * n,
-                                     .sl = extra ? n : 0,
-                                     .ro = (size_t)(pos + 1) * n,
-                                     .rl = extra ? 0 : n},
-                               .dst = extra ? member(x, pos - 1) : -1,
-                               .src = extra ? -1 : member(x, pos + 1)};
-    for (int k = 0, bit = 1; bit < q && !extra; k++, bit *= 2) {
-        int mine = v & ~(bit - 1), theirs = mine ^ bit, slo, shi, rlo, rhi;
-        tree_positions(mine, mine + bit, r, &slo, &shi);
-        tree_positions(theirs, theirs + bit, r, &rlo, &rhi);
-        int peer = member(x, tree_pos(v ^ bit, r));
-        st[ns++] = (tree_step){.d = {.phase = COLL_PHASE_INPUTS,
-                                     .rstep = (uint32_t)(1 + k),
-                                     .so = (size_t)slo * n,
-                                     .sl = (size_t)(shi - slo) * n,
-                                     .ro = (size_t)rlo * n,
-                                     .rl = (size_t)(rhi - rlo) * n},
-                               .dst = peer,
-                               .src = peer};
-    }
-    *ng = ns;
-    if (r > 0 && (extra || v < r))
-        st[ns++] =
-            (tree_step){.d = {.phase = COLL_PHASE_RESULT, .sl = extra ? 0 : n, .rl = extra ? n : 0},
-                        .dst = extra ? -1 : member(x, pos + 1),
-                        .src = extra ? member(x, pos - 1) : -1};
-    return ns;
-}
-
-/*
- * The small path gathers by recursive doubling when p > 2 and every member is the only rank of
- * its process over the direct transport: then every exchange is between two processes and its
- * device thread drives it (no reader-thread wake-up), in log2 p hops, where the one hop to
- * every member would wait for p - 1 reader threads. The same on every member: it depends on the
- * group and the rank table only.
- */
-static int gather_applies(const coll_ctx *x)
-{
+    coll_ctx *x = ctx_of(v);
     mt_coll_world *w = x->c->w;
-    if (x->p <= 2 || !coll__net_is_raw(w))
-        return 0;
-    for (int i = 0; i < x->p; i++) {
-        if (w->peers[w->proc_of[x->g->ranks[i]]].nranks != 1)
-            return 0;
-    }
-    return 1;
-}
-
-/* The small allreduce by gather_plan: every member's input into all, then in[] folded. */
-static mt_code direct_gathered(coll_ctx *x, float *all, size_t n, float **in)
-{
-    tree_step st[2 * 32 + 2];
-    int ng, ns = gather_plan(x, n, st, &ng), folded = x->pos < 2 * (x->p - tree_q(x->p));
     drive_keep_only(x->c, st, ns);
-    int keep = x->op == COLL_OP_ALLREDUCE; /* as tree_run: sockets kept to the next one */
-    mt_code rc = steps_dial(x, st, ns);
-    if (rc == MT_OK)
-        rc = steps_run(x, all, st, ng, keep);
-    if (rc == MT_OK && !(folded && (x->pos & 1)) && n > 0)
-        tree_fold_inplace(in, x->p, n); /* the result in all[0, n) */
-    if (rc == MT_OK && ns > ng)
-        rc = steps_run(x, all, st + ng, ns - ng, keep);
-    return rc;
-}
-
-/*
- * Small allreduce in one hop: send the whole buffer to every other member,
- * receive theirs, and fold them in the documented order locally
- * (the same additions as tree_run, so the same bits).
- */
-static mt_code direct_allreduce(coll_ctx *x, float *buf, size_t n)
-{
-    int p = x->p;
-    mt_code rc = MT_OK;
-    float *all = mt_malloc(((size_t)p * n + 1) * sizeof(float)); /* member i's input at i*n */
-    float **in = mt_malloc((size_t)p * sizeof(*in));
-    if (all == NULL || in == NULL) {
-        rc = ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for %d x %zu floats", p, n);
-        goto out;
-    }
-    for (int i = 0; i < p; i++)
-        in[i] = all + (size_t)i * n;
-    if (n > 0)
-        memcpy(all + (size_t)x->pos * n, buf, n * sizeof(float));
-    coll_hdr h = {.magic = COLL_MAGIC,
-                  .kind = COLL_KIND_DATA,
-                  .op = x->op,
-                  .phase = 2,
-                  .job = x->c->w->opts.job_id,
-                  .step = x->step,
-                  .seq = x->seq,
-                  .total = x->total,
-                  .len = n};
-    if (p == 2 && direct_driven(x, buf, n, all, &h, &rc))
-        goto fold;
-    if (gather_applies(x)) {
-        rc = direct_gathered(x, all, n, in);
-        if (rc == MT_OK && n > 0)
-            memcpy(buf, all, n * sizeof(float));
-        goto out;
-    }
-    drive_release(x->c); /* the writes below block: hold no socket meanwhile */
-    for (int k = 1; k < p && rc == MT_OK; k++) {
-        h.src = x->c->rank;
-        h.dst = member(x, x->pos + k);
-        h.rstep = (uint32_t)x->pos;
-        rc = send_seg(x, h.dst, &h, buf);
-    }
-    for (int k = 1; k < p && rc == MT_OK; k++) {
-        int from = (x->pos - k + p) % p;
-        nng_msg *m;
-        h.src = member(x, from);
-        h.dst = x->c->rank;
-        h.rstep = (uint32_t)from;
-        if ((rc = recv_msg(x, h.src, &h, &m)) != MT_OK)
-            break;
-        if (n > 0)
-            memcpy(all + (size_t)from * n, (const char *)nng_msg_body(m) + COLL_HDR_SIZE,
-                   n * sizeof(float));
-        nng_msg_free(m);
-    }
-fold:
-    if (rc == MT_OK && n > 0) {
-        tree_fold_inplace(in, p, n);
-        memcpy(buf, in[0], n * sizeof(float));
-    }
-out:
-    mt_free(in);
-    mt_free(all);
-    return rc;
-}
-
-/*
- * Allreduce in the documented tree order, p >= 2 (tree_plan's exchanges, in order).
- * Tree neighbours at distance 1 go first, so when a worker's devices hold consecutive
- * positions the first exchanges are shared memory and only the later (smaller) ones cross
- * processes. Each tree member sends (q-1)/q of the buffer per phase, like a ring, in
- * log2(q) steps instead of p-1. A receive from another process over the direct transport
- * is posted before the step's sends (the reader thread adds or copies each segment into buf
- * as it comes off the socket); an allgather step's receive is posted as soon as the
- * previous step's sends are done (it lands in a region nobody reads or writes until then),
- * a reduce step's only once the previous receive is complete (it adds into part of that
- * region). Otherwise ring_step interleaves segment k's send and receive. steps_run runs the
- * exchanges st[0, ns) (tree_plan's, or gather_plan's over the members' inputs); tree_run plans
- * and runs them.
- */
-static mt_code steps_run(coll_ctx *x, float *buf, const tree_step *st, int ns, int keep)
-{
-    uint64_t id[2 * 32 + 2];
-    int raw = coll__net_is_raw(x->c->w), any = 0, next_posted = 0;
-    mt_code rc = MT_OK;
-    for (int i = 0; i < ns && rc == MT_OK; i++) {
-        const tree_step *t = &st[i];
-        int posted = raw && t->src >= 0 && x->c->w->by_rank[t->src] == NULL;
-        coll_drive_conn *d = posted && !next_posted && !x->c->drive.off
-                                 ? drive_acquire(x->c, x->c->w->proc_of[t->src])
-                                 : NULL;
-        if (d != NULL) {
-            id[i] = post_next_id(x->c);
-            ring_post(x, &t->d, t->src, buf);
-            any = 1;
-            rc = drive_step(x, t, buf, id[i], d);
-            if (rc == MT_OK)
-                coll__progress_chunk(x->c, (size_t)i, (size_t)ns);
-            continue;
-        }
-        drive_release(x->c); /* never hold a socket while blocking below */
-        if (!posted) {
-            rc = ring_step(x, t->d.phase, t->d.rstep, t->dst, buf, t->d.so, t->d.sl, t->src, buf,
-                           t->d.ro, t->d.rl, t->d.phase == 0 ? XFER_ADD : XFER_COPY);
-            next_posted = 0;
-            continue;
-        }
-        if (!next_posted) {
-            id[i] = post_next_id(x->c);
-            ring_post(x, &t->d, t->src, buf);
-            any = 1;
-        }
-        rc = t->dst >= 0 ? ring_send(x, &t->d, t->dst, buf) : MT_OK;
-        const tree_step *u = i + 1 < ns ? &st[i + 1] : NULL;
-        next_posted = rc == MT_OK && u != NULL && u->d.phase == 1 && u->src >= 0 &&
-                      x->c->w->by_rank[u->src] == NULL;
-        if (next_posted) {
-            id[i + 1] = post_next_id(x->c);
-            ring_post(x, &u->d, u->src, buf);
-        }
-        if (rc == MT_OK)
-            rc = recv_posted(x, t->src, id[i]); /* withdraws every post when it fails */
-        if (rc == MT_OK)
-            coll__progress_chunk(x->c, (size_t)i, (size_t)ns); /* ring_step: per segment */
-    }
-    if (!keep || rc != MT_OK)
-        drive_release(x->c); /* else kept for the next allreduce (ctx_begin) */
-    if (any)
-        post_withdraw(x->c);
-    return rc;
-}
-
-/*
- * Direct transport: dial every process st[0, ns) sends to before the first exchange, so that
- * a member which finds a mismatch early (before its own sends) reaches every partner with its
- * ABORT at once; an ABORT that first had to dial could miss its 100 ms bound on a loaded host.
- * Nothing to do once connected (from the second collective on).
- */
-static mt_code steps_dial(coll_ctx *x, const tree_step *st, int ns)
-{
-    mt_coll_world *w = x->c->w;
     for (int i = 0; i < ns && coll__net_is_raw(w); i++) {
         int fd;
         mt_err e = MT_ERR_INIT;
@@ -2436,207 +2049,22 @@ static mt_code steps_dial(coll_ctx *x, const tree_step *st, int ns)
     return MT_OK;
 }
 
-static mt_code tree_run(coll_ctx *x, float *buf, size_t n, int gather, int keep)
+mt_code coll__fail(coll_call *v, mt_code code, const char *fmt, ...)
 {
-    tree_step st[2 * 32 + 2];
-    int ns = tree_plan(x, n, gather, st);
-    drive_keep_only(x->c, st, ns); /* sockets kept from an allreduce over another group */
-    mt_code rc = steps_dial(x, st, ns);
-    return rc == MT_OK ? steps_run(x, buf, st, ns, keep) : rc;
+    char body[MT_ERR_MSG_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof(body), fmt, ap);
+    va_end(ap);
+    return ctx_fail(ctx_of(v), code, "%s", body);
 }
 
-/* The elements tree member v holds fully reduced after the halving (phase 0) of tree_run. */
-static void tree_owned(size_t n, int q, int v, size_t *off, size_t *len)
-{
-    int a = 0, b = q;
-    for (int bit = 1; bit < q; bit *= 2) {
-        int mid = a + (b - a) / 2;
-        if (v & bit)
-            a = mid;
-        else
-            b = mid;
-    }
-    tree_range(n, q, a, b, off, len);
-}
-
-/* The overlap of [o1, o1+l1) and [o2, o2+l2): *off and *len (0 when none). */
-static void overlap(size_t o1, size_t l1, size_t o2, size_t l2, size_t *off, size_t *len)
-{
-    size_t lo = o1 > o2 ? o1 : o2, hi = o1 + l1 < o2 + l2 ? o1 + l1 : o2 + l2;
-    *off = lo;
-    *len = hi > lo ? hi - lo : 0;
-}
-
-/*
- * Reduce-scatter above direct_bytes: the halving of tree_run (phase 0), after which tree
- * member v holds tree_owned(v) reduced; then every tree member sends each position the part
- * of its block that falls in that position's chunk (mt_coll_chunk_range(n, p, position)),
- * phase 2 with rstep v, and each position receives its chunk's parts in v order into buf.
- * Only copies follow the halving, so the bits are the allreduce's. buf: n floats, scratch.
- */
-static mt_code tree_reduce_scatter(coll_ctx *x, float *buf, size_t n, float *out)
-{
-    int p = x->p, q = tree_q(p), r = p - q, pos = x->pos;
-    int v = pos < 2 * r ? ((pos & 1) ? -1 : pos / 2) : pos - r; /* -1: folded into pos-1 */
-    size_t co, cl, bo, bl, io, il;
-    mt_code rc = tree_run(x, buf, n, 0, 0);
-    mt_coll_chunk_range(n, p, pos, &co, &cl);
-    if (rc == MT_OK && v >= 0) {
-        tree_owned(n, q, v, &bo, &bl);
-        for (int j = 0; j < p && rc == MT_OK; j++) {
-            size_t jo, jl;
-            mt_coll_chunk_range(n, p, j, &jo, &jl);
-            overlap(bo, bl, jo, jl, &io, &il);
-            if (il > 0 && j != pos)
-                rc = ring_step(x, 2, (uint32_t)v, member(x, j), buf, io, il, -1, NULL, 0, 0,
-                               XFER_NONE);
-        }
-    }
-    for (int u = 0; u < q && rc == MT_OK; u++) {
-        tree_owned(n, q, u, &bo, &bl);
-        overlap(bo, bl, co, cl, &io, &il);
-        if (il > 0 && tree_pos(u, r) != pos)
-            rc = ring_step(x, 2, (uint32_t)u, -1, NULL, 0, 0, member(x, tree_pos(u, r)), buf, io,
-                           il, XFER_COPY);
-    }
-    if (rc == MT_OK && cl > 0)
-        memcpy(out, buf + co, cl * sizeof(float));
-    return rc;
-}
-
-static mt_code allreduce_run(coll_ctx *x, float *buf, size_t n)
-{
-    if (x->p > 1 && n * sizeof(float) <= x->c->w->opts.direct_bytes)
-        return direct_allreduce(x, buf, n);
-    return x->p > 1 ? tree_run(x, buf, n, 1, 1) : MT_OK;
-}
-
-static mt_code builtin_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, float *buf,
-                                     size_t n, const mt_coll_call *call, mt_err *err)
+mt_code coll__run(mt_coll_comm *comm, const mt_coll_group *group, const mt_coll_call *call,
+                  const coll_run *r, mt_err *err)
 {
     coll_ctx x;
-    mt_code rc = ctx_begin(&x, comm, group, COLL_OP_ALLREDUCE, n, call, err);
-    if (rc == MT_OK && buf == NULL && n > 0)
-        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "NULL buffer for %zu floats", n);
-    if (rc == MT_OK && n > SIZE_MAX / sizeof(float))
-        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "size %zu floats overflows", n);
-    if (rc != MT_OK)
-        return ctx_end(&x, rc);
-    return ctx_end(&x, allreduce_run(&x, buf, n));
-}
-
-static mt_code builtin_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group,
-                                      const float *in, float *out, size_t n,
-                                      const mt_coll_call *call, mt_err *err)
-{
-    coll_ctx x;
-    float *tmp = NULL;
-    mt_code rc = ctx_begin(&x, comm, group, COLL_OP_REDUCE_SCATTER, n, call, err);
-    if (rc == MT_OK && n > 0 && (in == NULL || out == NULL))
-        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "NULL buffer for %zu floats", n);
-    if (rc == MT_OK && n > SIZE_MAX / sizeof(float))
-        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "size %zu floats overflows", n);
-    if (rc != MT_OK)
-        return ctx_end(&x, rc);
-    size_t off, len;
-    mt_coll_chunk_range(n, x.p, x.pos, &off, &len);
-    if (n > 0) {
-        tmp = mt_malloc(n * sizeof(float));
-        if (tmp == NULL)
-            return ctx_end(&x,
-                           ctx_fail(&x, MT_RESOURCE_EXHAUSTED, "out of memory for %zu floats", n));
-        memcpy(tmp, in, n * sizeof(float));
-    }
-    if (x.p > 1 && n * sizeof(float) > x.c->w->opts.direct_bytes) {
-        rc = tree_reduce_scatter(&x, tmp, n, out);
-    } else {
-        rc = allreduce_run(&x, tmp, n); /* small: one hop, the same tree order */
-        if (rc == MT_OK && len > 0)
-            memcpy(out, tmp + off, len * sizeof(float));
-    }
-    mt_free(tmp);
+    mt_code rc = ctx_begin(&x, comm, group, call, r, err);
+    if (rc == MT_OK)
+        rc = r->fn(&x.v, r->arg);
     return ctx_end(&x, rc);
 }
-
-static mt_code builtin_allgather(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
-                                 float *out, size_t count, const mt_coll_call *call, mt_err *err)
-{
-    coll_ctx x;
-    mt_code rc = ctx_begin(&x, comm, group, COLL_OP_ALLGATHER, count, call, err);
-    if (rc == MT_OK && count > 0 && (in == NULL || out == NULL))
-        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "NULL buffer for %zu floats", count);
-    if (rc == MT_OK && count > SIZE_MAX / sizeof(float) / (size_t)x.p)
-        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "size %zu x %d floats overflows", count, x.p);
-    if (rc != MT_OK)
-        return ctx_end(&x, rc);
-    if (count > 0)
-        memcpy(out + (size_t)x.pos * count, in, count * sizeof(float));
-    return ctx_end(&x, x.p > 1 ? ring_allgather(&x, out, count) : MT_OK);
-}
-
-static mt_code builtin_broadcast(mt_coll_comm *comm, const mt_coll_group *group, float *buf,
-                                 size_t n, int root, const mt_coll_call *call, mt_err *err)
-{
-    coll_ctx x;
-    mt_code rc = ctx_begin(&x, comm, group, COLL_OP_BROADCAST, n, call, err);
-    int rpos = -1;
-    if (rc == MT_OK && buf == NULL && n > 0)
-        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "NULL buffer for %zu floats", n);
-    if (rc == MT_OK && n > SIZE_MAX / sizeof(float))
-        rc = ctx_fail(&x, MT_INVALID_ARGUMENT, "size %zu floats overflows", n);
-    if (rc != MT_OK)
-        return ctx_end(&x, rc);
-    for (int i = 0; i < x.p; i++) {
-        if (group->ranks[i] == root)
-            rpos = i;
-    }
-    if (rpos < 0)
-        return ctx_end(&x, ctx_fail(&x, MT_INVALID_ARGUMENT,
-                                    "root rank %d is not a member of the group", root));
-    if (x.p == 1)
-        return ctx_end(&x, MT_OK);
-    int d = (x.pos - rpos + x.p) % x.p; /* distance from the root along the ring */
-    int dst = d < x.p - 1 ? member(&x, x.pos + 1) : -1;
-    int src = d > 0 ? member(&x, x.pos - 1) : -1;
-    /* the root's id rides in rstep so that members disagreeing on the root fail */
-    rc = ring_step(&x, 0, (uint32_t)root, dst, buf, 0, n, src, buf, 0, n, XFER_COPY);
-    /* the chain's tail acknowledges to the root, so the root also learns of failures */
-    if (rc == MT_OK && d == x.p - 1)
-        rc = ring_step(&x, 1, (uint32_t)root, member(&x, x.pos + 1), buf, 0, 0, -1, NULL, 0, 0,
-                       XFER_COPY);
-    else if (rc == MT_OK && d == 0)
-        rc = ring_step(&x, 1, (uint32_t)root, -1, NULL, 0, 0, member(&x, x.pos - 1), buf, 0, 0,
-                       XFER_COPY);
-    return ctx_end(&x, rc);
-}
-
-static mt_code builtin_barrier(mt_coll_comm *comm, const mt_coll_group *group,
-                               const mt_coll_call *call, mt_err *err)
-{
-    coll_ctx x;
-    float tok[64];
-    mt_code rc = ctx_begin(&x, comm, group, COLL_OP_BARRIER, 0, call, err);
-    if (rc != MT_OK)
-        return ctx_end(&x, rc);
-    size_t n = (size_t)x.p;
-    float *buf = n <= 64 ? tok : mt_calloc(n, sizeof(float));
-    if (buf == NULL)
-        return ctx_end(&x, ctx_fail(&x, MT_RESOURCE_EXHAUSTED, "out of memory"));
-    memset(buf, 0, n * sizeof(float));
-    x.total = n;
-    rc = allreduce_run(&x, buf, n);
-    if (buf != tok)
-        mt_free(buf);
-    return ctx_end(&x, rc);
-}
-
-const mt_coll_backend mt_coll_backend_builtin = {
-    .name = "builtin",
-    .allreduce_sum = builtin_allreduce_sum,
-    .reduce_scatter = builtin_reduce_scatter,
-    .allgather = builtin_allgather,
-    .broadcast = builtin_broadcast,
-    .barrier = builtin_barrier,
-    .cancel = builtin_cancel,
-    .state_free = NULL,
-};

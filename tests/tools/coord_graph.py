@@ -45,7 +45,8 @@ ALLOWED = {
 CORES = LAYERS["core"] | LAYERS["sched"]
 
 
-def graph(lib):
+def nm_objects(lib):
+    """What each object of lib defines and leaves undefined: ({obj: {sym}}, {obj: {sym}})."""
     out = subprocess.run(["nm", "-A", lib], capture_output=True, text=True, check=True).stdout
     defs, uses = {}, {}
     for line in out.splitlines():
@@ -58,6 +59,11 @@ def graph(lib):
             defs[obj].add(f[2])
         elif len(f) == 2 and f[0] == "U":
             uses[obj].add(f[1])
+    return defs, uses
+
+
+def graph(lib):
+    defs, uses = nm_objects(lib)
     owner = {s: o for o, ss in defs.items() for s in ss}
     return {o: sorted({owner[s] for s in uses[o] if s in owner and owner[s] != o}) for o in defs}
 
