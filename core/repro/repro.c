@@ -45,16 +45,27 @@ void mt_repro_tree_fold(float *const *leaves, int count, size_t n)
         }
 }
 
+/* Whether splitting n (a batch, a kernel axis) over p keeps the bits; if not, *l = its leaves
+ * and sizes = the sizes that do ("1, 2, 4" for 4 leaves), for the message. */
+static bool split_keeps(size_t n, int p, int *l, char sizes[64])
+{
+    int at = 0;
+    *l = mt_repro_leaves(n);
+    if (mt_repro_keeps_bits(n, p))
+        return true;
+    sizes[0] = '\0';
+    for (int k = 1; k <= *l && at < 64; k *= 2)
+        at += snprintf(sizes + at, 64 - (size_t)at, "%s%d", k > 1 ? ", " : "", k);
+    return false;
+}
+
 mt_code mt_repro_check_mesh(size_t batch, int p, mt_err *err)
 {
-    int l = mt_repro_leaves(batch);
+    int l;
     char sizes[64];
-    int at = 0;
 
-    if (mt_repro_keeps_bits(batch, p))
+    if (split_keeps(batch, p, &l, sizes))
         return MT_OK;
-    for (int k = 1; k <= l; k *= 2)
-        at += snprintf(sizes + at, sizeof(sizes) - (size_t)at, "%s%d", k > 1 ? ", " : "", k);
     return mt_err_set(err, MT_INVALID_ARGUMENT,
                       "reproducibility: \"mesh_invariant\" needs the batch dimension's size (%d) "
                       "to be a power of two dividing the %d leaves of batch_size %zu (sizes that "
@@ -155,32 +166,66 @@ static void wb_result(float *dw, float *db, const mt_repro_acc *aw, const mt_rep
 }
 
 void mt_repro_dense_forward(float *y, const float *x, const float *w, const float *b, size_t rows,
-                            size_t r, int leaves, size_t in, size_t out)
+                            size_t in, size_t out, int kl)
 {
-    for (int i = 0; i < leaves; i++) {
-        size_t a, len;
-        leaf_rows(rows, r, i, &a, &len);
-        if (len > 0)
-            mt_dense_forward(y + a * out, x + a * in, w, b, len, in, out);
-    }
+    mt_repro_gemm(y, out, x, in, 1, w, out, b, rows, out, in, kl);
 }
 
-void mt_repro_dense_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                             const float *w, size_t rows, size_t r, int leaves, size_t in,
-                             size_t out, mt_repro_acc *acc_w, mt_repro_acc *acc_b)
+/* out[j] = the sum over rows of a[i, j] in row order (float), for a (rows, cols). */
+static void col_chain(float *out, const float *a, size_t rows, size_t cols)
 {
+    memset(out, 0, cols * sizeof(float));
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            out[j] = out[j] + a[i * cols + j];
+}
+
+void mt_repro_dense_backward(float *dx, float *dw, float *db, float *wt, const float *dy,
+                             const float *x, const float *w, size_t rows, size_t r, int leaves,
+                             size_t in, size_t out, int jl, mt_repro_acc *acc_w,
+                             mt_repro_acc *acc_b)
+{
+    if (dx != NULL && rows > 0) {
+        for (size_t k = 0; k < in; k++)
+            for (size_t j = 0; j < out; j++)
+                wt[j * in + k] = w[k * out + j];
+        mt_repro_gemm(dx, in, dy, out, 1, wt, in, NULL, rows, in, out, jl);
+    }
+    /* dw(k, j): per leaf the chain over its rows of x(row, k) * dy(row, j), the leaves folded in
+     * the canonical tree. With every leaf whole that is one product whose chains are the leaves
+     * (one pass over dw); a short batch's short or empty leaves go through the accumulator. */
+    if (dw != NULL && rows == (size_t)leaves * r) {
+        mt_repro_gemm(dw, out, x, 1, in, dy, out, NULL, in, out, rows, leaves);
+        dw = NULL;
+    }
     wb_reset(dw, db, acc_w, acc_b);
     for (int i = 0; i < leaves; i++) {
         size_t a, len;
         leaf_rows(rows, r, i, &a, &len);
         /* an empty leaf still pushes its zeros: the tree's shape is the same on every mesh */
-        mt_dense_backward(dx != NULL && len > 0 ? dx + a * in : NULL,
-                          dw != NULL ? mt_repro_acc_slot(acc_w) : NULL,
-                          db != NULL ? mt_repro_acc_slot(acc_b) : NULL, dy + a * out, x + a * in, w,
-                          len, in, out);
+        if (dw != NULL)
+            mt_repro_gemm(mt_repro_acc_slot(acc_w), out, x + a * in, 1, in, dy + a * out, out, NULL,
+                          in, out, len, 1);
+        if (db != NULL)
+            col_chain(mt_repro_acc_slot(acc_b), dy + a * out, len, out);
         wb_push(dw, db, acc_w, acc_b);
     }
     wb_result(dw, db, acc_w, acc_b, in * out, out);
+}
+
+mt_code mt_repro_check_split(int layer, const char *name, int axis, size_t width, const char *dim,
+                             int f, mt_err *err)
+{
+    int l;
+    char sizes[64];
+
+    if (split_keeps(width, f, &l, sizes))
+        return MT_OK;
+    return mt_err_set(err, MT_INVALID_ARGUMENT,
+                      "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" needs mesh "
+                      "dimension '%s' (size %d), which splits the kernel's axis %d (%zu wide), to "
+                      "be a power of two dividing its %d leaves (sizes that keep the bits: %s)",
+                      layer, name, dim, f, axis, width, l, sizes);
 }
 
 /* ------------------------------------------------------------------ batch norm */
