@@ -62,16 +62,18 @@ mt_code mt_repro_check_mesh(size_t batch, int p, mt_err *err);
  * leaves.
  */
 typedef struct mt_repro_acc {
-    float *mem; /* (log2(count) + 1) * n floats */
-    size_t n;
+    float *mem; /* (log2(count) + 1) * cap floats */
+    size_t n;   /* floats per leaf of the current tree (<= cap) */
+    size_t cap; /* the n given to init */
     int count, pushed, top;
     int size[8]; /* leaves summed in stack entry k */
 } mt_repro_acc;
 
 /* RESOURCE_EXHAUSTED when the buffers cannot be allocated; count is a power of two <= 128. */
 mt_code mt_repro_acc_init(mt_repro_acc *a, int count, size_t n, mt_err *err);
-/* Start again (same count and n) without freeing. */
-void mt_repro_acc_reset(mt_repro_acc *a);
+/* Start a tree again (same count) for leaves of n floats (at most init's n), without freeing: a
+ * push adds n floats, so a tree of a few sums costs a few additions, not init's n. */
+void mt_repro_acc_reset(mt_repro_acc *a, size_t n);
 /* Where the next leaf's n floats are to be written. */
 float *mt_repro_acc_slot(mt_repro_acc *a);
 /* Commit the leaf written into the slot. */

@@ -86,13 +86,14 @@ mt_code mt_repro_acc_init(mt_repro_acc *a, int count, size_t n, mt_err *err)
     if (a->mem == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "leaf tree: out of memory (%d x %zu floats)",
                           depth, n);
-    a->n = n;
+    a->n = a->cap = n;
     a->count = count;
     return MT_OK;
 }
 
-void mt_repro_acc_reset(mt_repro_acc *a)
+void mt_repro_acc_reset(mt_repro_acc *a, size_t n)
 {
+    a->n = n < a->cap ? n : a->cap;
     a->pushed = 0;
     a->top = 0;
 }
@@ -140,12 +141,13 @@ static void leaf_rows(size_t rows, size_t r, int i, size_t *a, size_t *len)
 }
 
 /* The weight and bias accumulators of a layer's backward (either output may be NULL: skipped). */
-static void wb_reset(const float *dw, const float *db, mt_repro_acc *aw, mt_repro_acc *ab)
+static void wb_reset(const float *dw, const float *db, mt_repro_acc *aw, mt_repro_acc *ab,
+                     size_t nw, size_t nb)
 {
     if (dw != NULL)
-        mt_repro_acc_reset(aw);
+        mt_repro_acc_reset(aw, nw);
     if (db != NULL)
-        mt_repro_acc_reset(ab);
+        mt_repro_acc_reset(ab, nb);
 }
 
 static void wb_push(const float *dw, const float *db, mt_repro_acc *aw, mt_repro_acc *ab)
@@ -198,7 +200,7 @@ void mt_repro_dense_backward(float *dx, float *dw, float *db, float *wt, const f
         mt_repro_gemm(dw, out, x, 1, in, dy, out, NULL, in, out, rows, leaves);
         dw = NULL;
     }
-    wb_reset(dw, db, acc_w, acc_b);
+    wb_reset(dw, db, acc_w, acc_b, in * out, out);
     for (int i = 0; i < leaves; i++) {
         size_t a, len;
         leaf_rows(rows, r, i, &a, &len);
@@ -233,7 +235,7 @@ mt_code mt_repro_check_split(int layer, const char *name, int axis, size_t width
 void mt_repro_bn_sum(float *out, const float *x, size_t rows, size_t r, int leaves, size_t c,
                      mt_repro_acc *acc)
 {
-    mt_repro_acc_reset(acc);
+    mt_repro_acc_reset(acc, c);
     for (int i = 0; i < leaves; i++) {
         size_t a, len;
         leaf_rows(rows, r, i, &a, &len);
@@ -246,7 +248,7 @@ void mt_repro_bn_sum(float *out, const float *x, size_t rows, size_t r, int leav
 void mt_repro_bn_sqdev(float *out, const float *x, const float *mean, size_t rows, size_t r,
                        int leaves, size_t c, mt_repro_acc *acc)
 {
-    mt_repro_acc_reset(acc);
+    mt_repro_acc_reset(acc, c);
     for (int i = 0; i < leaves; i++) {
         size_t a, len;
         leaf_rows(rows, r, i, &a, &len);
@@ -261,7 +263,7 @@ void mt_repro_bn_grad_sums(float *sum_dy, float *sum_dy_xhat, const float *dy, c
 {
     const float *res;
 
-    mt_repro_acc_reset(acc);
+    mt_repro_acc_reset(acc, 2 * c);
     for (int i = 0; i < leaves; i++) {
         size_t a, len;
         float *slot = mt_repro_acc_slot(acc);
@@ -310,7 +312,7 @@ void mt_repro_conv2d_backward(float *dx, float *dw, float *db, float *dcols, con
     size_t xs, ys, cs, nw = g->kh * g->kw * g->c * g->f;
 
     conv_sizes(g, &xs, &ys, &cs);
-    wb_reset(dw, db, acc_w, acc_b);
+    wb_reset(dw, db, acc_w, acc_b, nw, g->f);
     for (int i = 0; i < leaves; i++) {
         size_t a, len;
         mt_conv2d_geom lg = *g;

@@ -1093,7 +1093,7 @@ static mt_code dev_loss_leaves(dev *d, const mt_loss_batch *all, double *sums)
     const float *res;
     mt_code rc = MT_OK;
 
-    mt_repro_acc_reset(&d->acc_b);
+    mt_repro_acc_reset(&d->acc_b, MT_LOSS_NSUMS);
     for (int i = 0; i < s->inv_leaves && rc == MT_OK; i++) {
         size_t a = (size_t)i * s->inv_r, n = 0;
         double ls[MT_LOSS_NSUMS] = {0};
