@@ -406,6 +406,19 @@ static mt_code check_inv_splits(const mt_spmd *s, mt_err *err)
                 return rc;
         }
     }
+    /* global_clipnorm sums each device's squares of its shards (dev_clip_scale): the same bits
+     * on every data-parallel size for replicated weights (each device's sum is the whole sum, a
+     * power-of-two share of it adds back exactly), not for weights split over a dimension */
+    for (size_t i = 0; s->opt.global_clipnorm > 0.0f && i < s->n_params; i++)
+        for (int a = 0; a < s->gparams[i].rank; a++) {
+            int dim = dim_of(s, &s->playout[i], a);
+            if (dim >= 0 && dsz(s, dim) > 1)
+                return mt_err_set(err, MT_UNIMPLEMENTED,
+                                  "optimizer.global_clipnorm: reproducibility: \"mesh_invariant\" "
+                                  "does not clip weights sharded over a mesh dimension yet ('%s' "
+                                  "is split over '%s')",
+                                  s->gparams[i].name, mt_mesh_dim_name(s->mesh, dim));
+        }
     return MT_OK;
 }
 

@@ -15,7 +15,8 @@
 # * model and feature sharding: the tutorial's model- and spatial-parallel MLP specs on
 #   batch=2,model=2, batch=1,model=2, batch=2,feature=2,model=2 and batch=1,feature=2,model=1,
 #   and the Fashion-MNIST MLP's model-parallel spec on batch=2,model=2, each against the
-#   data-parallel spec of its model on batch=1 (identical exports, digests at every step).
+#   data-parallel spec of its model on batch=1 (identical exports, digests at every step); the
+#   CNN on batch=2,model=2 without layouts (the model dimension replicates), 10 steps.
 # A checkpoint of batch=2 resumed on batch=4 ends byte-identical to an uninterrupted batch=1 run.
 # fixed_mesh (the default) on the same sentiment spec differs between batch=1 and batch=8 (what
 # the mode fixes). Refusals: a batch dimension that cannot keep the bits (INVALID_ARGUMENT with
@@ -111,6 +112,12 @@ for c in "mp sentiment batch=2,model=2 batch=1,model=2" \
     done
     log "$name: $* byte-identical to $ref on batch=1 after $STEPS steps, equal digests at every step"
 done
+# a model dimension that splits no kernel (the CNN has no layouts: its devices along `model`
+# replicate the work) keeps the bits too
+run cnn batch=2,model=2 10
+cmp "$T/cnn-1.safetensors" "$T/cnn-batch-2_model-2.safetensors" ||
+    fail "cnn: the export of batch=2,model=2 (replicated over model) differs from batch=1"
+log "cnn: batch=2,model=2 (model replicates) byte-identical to batch=1 after 10 steps"
 
 # a restore onto another mesh: 10 steps on batch=2, resumed on batch=4 to step 20, ends with the
 # checkpoint of 20 uninterrupted steps on batch=1 (same state digests over steps 11..20)

@@ -351,6 +351,15 @@ static void test_jobspec_reproducibility(void **state)
          "model.layers[1] (dense_1): reproducibility: \"mesh_invariant\" needs mesh dimension "
          "'model' (size 16), which splits the kernel's axis 1 (64 wide), to be a power of two "
          "dividing its 8 leaves (sizes that keep the bits: 1, 2, 4, 8)"},
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 2, \"model\": 2}, "
+         "\"optimizer\": {\"name\": \"adam\", \"global_clipnorm\": 1.0}, "
+         "\"layouts\": {\"dense_1\\\\.kernel\": [\"unsharded\", \"model\"]}",
+         MT_UNIMPLEMENTED,
+         "optimizer.global_clipnorm: reproducibility: \"mesh_invariant\" does not clip weights "
+         "sharded over a mesh dimension yet ('dense_1.kernel' is split over 'model')"},
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 4}, "
+         "\"optimizer\": {\"name\": \"adam\", \"global_clipnorm\": 1.0}",
+         MT_OK, ""},
         {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 2, \"model\": 1}", MT_OK,
          ""},
     };
