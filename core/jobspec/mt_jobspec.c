@@ -687,8 +687,8 @@ out:
 /*
  * "reproducibility": "mesh_invariant" (docs/reproducibility.md, Mesh-invariant mode): a batch
  * dimension that cannot keep the bits is INVALID_ARGUMENT naming the sizes that can; what the
- * engine does not run in that mode yet (a layer kind without leaf kernels, a mesh dimension
- * other than the batch one of size > 1) is UNIMPLEMENTED naming it.
+ * engine does not run in that mode yet (a layer kind without leaf kernels) is UNIMPLEMENTED
+ * naming it; model and feature splits are checked by core/spmd's plan (mt_spmd_check).
  */
 static mt_code check_mesh_invariant(const mt_job_spec *spec, const mt_mesh *mesh,
                                     const mt_layout_map *map, mt_err *err)
@@ -700,12 +700,6 @@ static mt_code check_mesh_invariant(const mt_job_spec *spec, const mt_mesh *mesh
     mt_code rc = mt_repro_check_mesh(spec->batch_size, p, err);
     if (rc != MT_OK)
         return rc;
-    for (int k = 0; k < mt_mesh_ndims(mesh); k++)
-        if (k != bdim && mt_mesh_dim_size(mesh, k) > 1)
-            return mt_err_set(err, MT_UNIMPLEMENTED,
-                              "reproducibility: \"mesh_invariant\" runs on data-parallel meshes "
-                              "only for now; mesh dimension '%s' has size %d",
-                              mt_mesh_dim_name(mesh, k), mt_mesh_dim_size(mesh, k));
     for (int i = 0; i < spec->n_layers; i++) {
         mt_layer_kind kd = spec->layers[i].kind;
         if (kd != MT_LAYER_DENSE && kd != MT_LAYER_CONV2D && kd != MT_LAYER_MAX_POOL2D &&

@@ -10,6 +10,8 @@
  * its feature sharding xf to kin when they differ. Backward: dx over the kernel's input layout
  * is a partial sum over kout (allreduced), then resharded back to xf.
  * Reference: mt_dense_forward_ref / mt_dense_backward_ref (core/tensor/mt_kernels_ref.c).
+ * mesh_invariant (mt_layer_pass.leaves > 0): core/repro's canonical product instead of OpenBLAS,
+ * the contraction in the K-leaves this device holds (docs/reproducibility.md, points 5 and 6).
  */
 #include <string.h>
 
@@ -62,6 +64,13 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
     return rc;
 }
 
+/* mesh_invariant: the K-leaves of a kernel axis of `width` (global) this device holds, the axis
+ * split over dim (core/spmd's plan checked the split keeps the bits: mt_repro_check_split). */
+static int kleaves(const mt_layer_dev *dev, size_t width, int dim)
+{
+    return mt_repro_leaves(width) / (int)mt_layer__dsz(dev, dim);
+}
+
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
@@ -75,10 +84,9 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
             return rc;
         st->used = st->xin;
     }
-    if (ps->leaves > 0) /* mesh_invariant: one call per leaf (only K_in unsharded plans it) */
+    if (ps->leaves > 0) /* mesh_invariant: the canonical product, in the K-leaves held here */
         mt_repro_dense_forward(st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, rows,
-                               ps->leaf_examples * l->in_rows, ps->leaves, l->use_loc / l->in_rows,
-                               outl);
+                               l->use_loc / l->in_rows, outl, kleaves(dev, l->in_c, l->kin));
     else
         (ps->ref ? mt_dense_forward_ref : mt_dense_forward)(st->out, st->used, st->pv[KERNEL],
                                                             l->kin < 0 ? bias : NULL, rows,
@@ -96,10 +104,10 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
 
     *dx = st->dx_buf;
     if (ps->leaves > 0) /* mesh_invariant: per leaf, dW and db folded in the leaf tree */
-        mt_repro_dense_backward(dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL],
-                                rows, ps->leaf_examples * l->in_rows, ps->leaves,
-                                l->use_loc / l->in_rows, l->out_loc / l->in_rows, ps->acc_w,
-                                ps->acc_b);
+        mt_repro_dense_backward(dxk, st->pg[KERNEL], st->pg[BIAS], ps->scratch, dy, st->used,
+                                st->pv[KERNEL], rows, ps->leaf_examples * l->in_rows, ps->leaves,
+                                l->use_loc / l->in_rows, l->out_loc / l->in_rows,
+                                kleaves(dev, l->s.units, l->kout), ps->acc_w, ps->acc_b);
     else
         (ps->ref ? mt_dense_backward_ref : mt_dense_backward)(
             dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL], rows,

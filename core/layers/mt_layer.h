@@ -117,10 +117,12 @@ typedef struct mt_layer_pass {
     mt_err *err; /* where a module explains a failure of its own (a bad input value), or NULL */
     /* mesh_invariant training (docs/reproducibility.md; core/repro): the device's leaves (0:
      * fixed_mesh, the layer's usual calls), examples per leaf, and the device's leaf-tree
-     * accumulators (count = leaves; room for any parameter, 2 x the widest row, the loss sums) */
+     * accumulators (count = leaves; room for any parameter, 2 x the widest row, the loss sums)
+     * and a scratch with room for any parameter (dense: its kernel transposed) */
     int leaves;
     size_t leaf_examples;
     struct mt_repro_acc *acc_w, *acc_b;
+    float *scratch;
 } mt_layer_pass;
 
 /* Per-device state of one layer. Buffers are owned (mt_layer_state_fini frees them). */

@@ -62,16 +62,18 @@ mt_code mt_repro_check_mesh(size_t batch, int p, mt_err *err);
  * leaves.
  */
 typedef struct mt_repro_acc {
-    float *mem; /* (log2(count) + 1) * n floats */
-    size_t n;
+    float *mem; /* (log2(count) + 1) * cap floats */
+    size_t n;   /* floats per leaf of the current tree (<= cap) */
+    size_t cap; /* the n given to init */
     int count, pushed, top;
     int size[8]; /* leaves summed in stack entry k */
 } mt_repro_acc;
 
 /* RESOURCE_EXHAUSTED when the buffers cannot be allocated; count is a power of two <= 128. */
 mt_code mt_repro_acc_init(mt_repro_acc *a, int count, size_t n, mt_err *err);
-/* Start again (same count and n) without freeing. */
-void mt_repro_acc_reset(mt_repro_acc *a);
+/* Start a tree again (same count) for leaves of n floats (at most init's n), without freeing: a
+ * push adds n floats, so a tree of a few sums costs a few additions, not init's n. */
+void mt_repro_acc_reset(mt_repro_acc *a, size_t n);
 /* Where the next leaf's n floats are to be written. */
 float *mt_repro_acc_slot(mt_repro_acc *a);
 /* Commit the leaf written into the slot. */
@@ -81,19 +83,46 @@ const float *mt_repro_acc_result(const mt_repro_acc *a);
 void mt_repro_acc_free(mt_repro_acc *a);
 
 /*
- * The dense layer's kernels on a device's `leaves` leaves of `r` rows each (rows [i*r, (i+1)*r)
- * of x, y, dy, dx; `rows` <= leaves * r rows in all: the leaves past the end of a short batch
- * are short or empty). Every sgemm is one call per leaf, so its shape depends on the leaf only.
- * Forward: y = x.w (+ b). Backward: dx per leaf (NULL: skipped); dw and db summed over the leaves
- * in the canonical tree (accumulators of leaves leaves, in*out and out floats; NULL: skipped),
- * the result copied to dw and db: the device's subtree, for the allreduce over the batch
- * dimension to finish.
+ * The canonical product (repro_gemm.c): c[i*ldc + j] = the canonical tree over `chains` fma chains
+ * (chain t: sum over q in [t*k/chains, (t+1)*k/chains) of a(i, q) * b(q, j), fused multiply-adds
+ * from 0 in q order) [+ bias[j]], for i < m, j < n; a(i, q) = a[i*ars + q*acs], b(q, j) =
+ * b[q*ldb + j]. chains is a power of two <= MT_REPRO_MAX_LEAVES dividing k. Each element is
+ * computed by itself: its bits do not depend on m, n, the strides or where the operands lie, nor
+ * on the CPU (an AVX2 + FMA path and the portable mt_repro_gemm_ref give the same bits). A
+ * contraction split over f devices (each holding chains / f consecutive chains of it) and
+ * summed by core/coll's allreduce gives the same bits as the whole contraction.
+ */
+void mt_repro_gemm(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
+                   size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains);
+void mt_repro_gemm_ref(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
+                       size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains);
+
+/*
+ * The dense layer's kernels (mesh_invariant) on a device's `leaves` leaves of `r` rows each (rows
+ * [i*r, (i+1)*r) of x, y, dy, dx; `rows` <= leaves * r rows in all: the leaves past the end of a
+ * short batch are short or empty), all through mt_repro_gemm. in and out are the device's widths
+ * of the kernel (in, out) it holds.
+ * Forward: y = x.w (+ b), the contraction over in in `kl` chains (the K-leaves this device holds:
+ * mt_repro_leaves(global in) / the size of the dim splitting it), one call for all rows.
+ * Backward: dx = dy.w^T (NULL: skipped) in `jl` chains over out (likewise), wt a scratch of
+ * in*out floats (w transposed); dw and db per leaf (a chain over the leaf's rows) summed over the
+ * leaves in the canonical tree (accumulators of leaves leaves, in*out and out floats; NULL:
+ * skipped), the result copied to dw and db: the device's subtree, for the allreduce over the
+ * batch dimension to finish.
  */
 void mt_repro_dense_forward(float *y, const float *x, const float *w, const float *b, size_t rows,
-                            size_t r, int leaves, size_t in, size_t out);
-void mt_repro_dense_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                             const float *w, size_t rows, size_t r, int leaves, size_t in,
-                             size_t out, mt_repro_acc *acc_w, mt_repro_acc *acc_b);
+                            size_t in, size_t out, int kl);
+void mt_repro_dense_backward(float *dx, float *dw, float *db, float *wt, const float *dy,
+                             const float *x, const float *w, size_t rows, size_t r, int leaves,
+                             size_t in, size_t out, int jl, mt_repro_acc *acc_w,
+                             mt_repro_acc *acc_b);
+
+/*
+ * INVALID_ARGUMENT unless a kernel axis of `width` elements split over a dim of size f keeps the
+ * bits (f a power of two dividing mt_repro_leaves(width)), naming the layer, axis and dim.
+ */
+mt_code mt_repro_check_split(int layer, const char *name, int axis, size_t width, const char *dim,
+                             int f, mt_err *err);
 
 /*
  * Batch norm's sums over rows (core/tensor's mt_bn_sum, mt_bn_sqdev, mt_bn_grad_sums) per leaf of

@@ -45,16 +45,27 @@ void mt_repro_tree_fold(float *const *leaves, int count, size_t n)
         }
 }
 
+/* Whether splitting n (a batch, a kernel axis) over p keeps the bits; if not, *l = its leaves
+ * and sizes = the sizes that do ("1, 2, 4" for 4 leaves), for the message. */
+static bool split_keeps(size_t n, int p, int *l, char sizes[64])
+{
+    int at = 0;
+    *l = mt_repro_leaves(n);
+    if (mt_repro_keeps_bits(n, p))
+        return true;
+    sizes[0] = '\0';
+    for (int k = 1; k <= *l && at < 64; k *= 2)
+        at += snprintf(sizes + at, 64 - (size_t)at, "%s%d", k > 1 ? ", " : "", k);
+    return false;
+}
+
 mt_code mt_repro_check_mesh(size_t batch, int p, mt_err *err)
 {
-    int l = mt_repro_leaves(batch);
+    int l;
     char sizes[64];
-    int at = 0;
 
-    if (mt_repro_keeps_bits(batch, p))
+    if (split_keeps(batch, p, &l, sizes))
         return MT_OK;
-    for (int k = 1; k <= l; k *= 2)
-        at += snprintf(sizes + at, sizeof(sizes) - (size_t)at, "%s%d", k > 1 ? ", " : "", k);
     return mt_err_set(err, MT_INVALID_ARGUMENT,
                       "reproducibility: \"mesh_invariant\" needs the batch dimension's size (%d) "
                       "to be a power of two dividing the %d leaves of batch_size %zu (sizes that "
@@ -75,13 +86,14 @@ mt_code mt_repro_acc_init(mt_repro_acc *a, int count, size_t n, mt_err *err)
     if (a->mem == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "leaf tree: out of memory (%d x %zu floats)",
                           depth, n);
-    a->n = n;
+    a->n = a->cap = n;
     a->count = count;
     return MT_OK;
 }
 
-void mt_repro_acc_reset(mt_repro_acc *a)
+void mt_repro_acc_reset(mt_repro_acc *a, size_t n)
 {
+    a->n = n < a->cap ? n : a->cap;
     a->pushed = 0;
     a->top = 0;
 }
@@ -129,12 +141,13 @@ static void leaf_rows(size_t rows, size_t r, int i, size_t *a, size_t *len)
 }
 
 /* The weight and bias accumulators of a layer's backward (either output may be NULL: skipped). */
-static void wb_reset(const float *dw, const float *db, mt_repro_acc *aw, mt_repro_acc *ab)
+static void wb_reset(const float *dw, const float *db, mt_repro_acc *aw, mt_repro_acc *ab,
+                     size_t nw, size_t nb)
 {
     if (dw != NULL)
-        mt_repro_acc_reset(aw);
+        mt_repro_acc_reset(aw, nw);
     if (db != NULL)
-        mt_repro_acc_reset(ab);
+        mt_repro_acc_reset(ab, nb);
 }
 
 static void wb_push(const float *dw, const float *db, mt_repro_acc *aw, mt_repro_acc *ab)
@@ -155,32 +168,66 @@ static void wb_result(float *dw, float *db, const mt_repro_acc *aw, const mt_rep
 }
 
 void mt_repro_dense_forward(float *y, const float *x, const float *w, const float *b, size_t rows,
-                            size_t r, int leaves, size_t in, size_t out)
+                            size_t in, size_t out, int kl)
 {
-    for (int i = 0; i < leaves; i++) {
-        size_t a, len;
-        leaf_rows(rows, r, i, &a, &len);
-        if (len > 0)
-            mt_dense_forward(y + a * out, x + a * in, w, b, len, in, out);
-    }
+    mt_repro_gemm(y, out, x, in, 1, w, out, b, rows, out, in, kl);
 }
 
-void mt_repro_dense_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                             const float *w, size_t rows, size_t r, int leaves, size_t in,
-                             size_t out, mt_repro_acc *acc_w, mt_repro_acc *acc_b)
+/* out[j] = the sum over rows of a[i, j] in row order (float), for a (rows, cols). */
+static void col_chain(float *out, const float *a, size_t rows, size_t cols)
 {
-    wb_reset(dw, db, acc_w, acc_b);
+    memset(out, 0, cols * sizeof(float));
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            out[j] = out[j] + a[i * cols + j];
+}
+
+void mt_repro_dense_backward(float *dx, float *dw, float *db, float *wt, const float *dy,
+                             const float *x, const float *w, size_t rows, size_t r, int leaves,
+                             size_t in, size_t out, int jl, mt_repro_acc *acc_w,
+                             mt_repro_acc *acc_b)
+{
+    if (dx != NULL && rows > 0) {
+        for (size_t k = 0; k < in; k++)
+            for (size_t j = 0; j < out; j++)
+                wt[j * in + k] = w[k * out + j];
+        mt_repro_gemm(dx, in, dy, out, 1, wt, in, NULL, rows, in, out, jl);
+    }
+    /* dw(k, j): per leaf the chain over its rows of x(row, k) * dy(row, j), the leaves folded in
+     * the canonical tree. With every leaf whole that is one product whose chains are the leaves
+     * (one pass over dw); a short batch's short or empty leaves go through the accumulator. */
+    if (dw != NULL && rows == (size_t)leaves * r) {
+        mt_repro_gemm(dw, out, x, 1, in, dy, out, NULL, in, out, rows, leaves);
+        dw = NULL;
+    }
+    wb_reset(dw, db, acc_w, acc_b, in * out, out);
     for (int i = 0; i < leaves; i++) {
         size_t a, len;
         leaf_rows(rows, r, i, &a, &len);
         /* an empty leaf still pushes its zeros: the tree's shape is the same on every mesh */
-        mt_dense_backward(dx != NULL && len > 0 ? dx + a * in : NULL,
-                          dw != NULL ? mt_repro_acc_slot(acc_w) : NULL,
-                          db != NULL ? mt_repro_acc_slot(acc_b) : NULL, dy + a * out, x + a * in, w,
-                          len, in, out);
+        if (dw != NULL)
+            mt_repro_gemm(mt_repro_acc_slot(acc_w), out, x + a * in, 1, in, dy + a * out, out, NULL,
+                          in, out, len, 1);
+        if (db != NULL)
+            col_chain(mt_repro_acc_slot(acc_b), dy + a * out, len, out);
         wb_push(dw, db, acc_w, acc_b);
     }
     wb_result(dw, db, acc_w, acc_b, in * out, out);
+}
+
+mt_code mt_repro_check_split(int layer, const char *name, int axis, size_t width, const char *dim,
+                             int f, mt_err *err)
+{
+    int l;
+    char sizes[64];
+
+    if (split_keeps(width, f, &l, sizes))
+        return MT_OK;
+    return mt_err_set(err, MT_INVALID_ARGUMENT,
+                      "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" needs mesh "
+                      "dimension '%s' (size %d), which splits the kernel's axis %d (%zu wide), to "
+                      "be a power of two dividing its %d leaves (sizes that keep the bits: %s)",
+                      layer, name, dim, f, axis, width, l, sizes);
 }
 
 /* ------------------------------------------------------------------ batch norm */
@@ -188,7 +235,7 @@ void mt_repro_dense_backward(float *dx, float *dw, float *db, const float *dy, c
 void mt_repro_bn_sum(float *out, const float *x, size_t rows, size_t r, int leaves, size_t c,
                      mt_repro_acc *acc)
 {
-    mt_repro_acc_reset(acc);
+    mt_repro_acc_reset(acc, c);
     for (int i = 0; i < leaves; i++) {
         size_t a, len;
         leaf_rows(rows, r, i, &a, &len);
@@ -201,7 +248,7 @@ void mt_repro_bn_sum(float *out, const float *x, size_t rows, size_t r, int leav
 void mt_repro_bn_sqdev(float *out, const float *x, const float *mean, size_t rows, size_t r,
                        int leaves, size_t c, mt_repro_acc *acc)
 {
-    mt_repro_acc_reset(acc);
+    mt_repro_acc_reset(acc, c);
     for (int i = 0; i < leaves; i++) {
         size_t a, len;
         leaf_rows(rows, r, i, &a, &len);
@@ -216,7 +263,7 @@ void mt_repro_bn_grad_sums(float *sum_dy, float *sum_dy_xhat, const float *dy, c
 {
     const float *res;
 
-    mt_repro_acc_reset(acc);
+    mt_repro_acc_reset(acc, 2 * c);
     for (int i = 0; i < leaves; i++) {
         size_t a, len;
         float *slot = mt_repro_acc_slot(acc);
@@ -265,7 +312,7 @@ void mt_repro_conv2d_backward(float *dx, float *dw, float *db, float *dcols, con
     size_t xs, ys, cs, nw = g->kh * g->kw * g->c * g->f;
 
     conv_sizes(g, &xs, &ys, &cs);
-    wb_reset(dw, db, acc_w, acc_b);
+    wb_reset(dw, db, acc_w, acc_b, nw, g->f);
     for (int i = 0; i < leaves; i++) {
         size_t a, len;
         mt_conv2d_geom lg = *g;

@@ -70,6 +70,7 @@ typedef struct dev {
     double *hist;               /* evaluation: the global AUC histogram (2·MT_LOSS_AUC_BINS), or
                                    NULL when no metric needs it */
     mt_repro_acc acc_w, acc_b;  /* mesh_invariant: the leaf-tree accumulators (s->inv_leaves) */
+    float *inv_scr;             /* mesh_invariant: the layers' scratch (mt_layer_pass.scratch) */
     mt_code rc;
     mt_err err;
     pthread_t thread;
@@ -376,6 +377,51 @@ static mt_code check_map(mt_spmd *s, const mt_layout_map *map, size_t gb, mt_err
     return rc;
 }
 
+/*
+ * mesh_invariant (docs/reproducibility.md): a dense kernel axis split over a mesh dimension keeps
+ * the bits when the dimension's size is a power of two dividing the axis' K-leaves (its output
+ * columns are computed each by itself; a split contraction or a split output's input gradient
+ * sums chains combined by the canonical tree, whose top is that dimension's allreduce); other
+ * kernels (conv2d) do not run split yet.
+ */
+static mt_code check_inv_splits(const mt_spmd *s, mt_err *err)
+{
+    for (int i = 0; i < s->n_layers; i++) {
+        const mt_layer *l = &s->layers[i];
+        const int dims[2] = {l->kin, l->kout};
+        const size_t width[2] = {l->in_c, l->s.units};
+        for (int a = 0; a < 2; a++) {
+            mt_code rc;
+            if (dims[a] < 0 || dsz(s, dims[a]) == 1)
+                continue;
+            if (l->ops->kind != MT_LAYER_DENSE)
+                return mt_err_set(err, MT_UNIMPLEMENTED,
+                                  "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" "
+                                  "does not split a %s kernel over mesh dimension '%s' yet (only "
+                                  "dense kernels)",
+                                  i, l->s.name, l->ops->type, mt_mesh_dim_name(s->mesh, dims[a]));
+            rc = mt_repro_check_split(i, l->s.name, a, width[a], mt_mesh_dim_name(s->mesh, dims[a]),
+                                      (int)dsz(s, dims[a]), err);
+            if (rc != MT_OK)
+                return rc;
+        }
+    }
+    /* global_clipnorm sums each device's squares of its shards (dev_clip_scale): the same bits
+     * on every data-parallel size for replicated weights (each device's sum is the whole sum, a
+     * power-of-two share of it adds back exactly), not for weights split over a dimension */
+    for (size_t i = 0; s->opt.global_clipnorm > 0.0f && i < s->n_params; i++)
+        for (int a = 0; a < s->gparams[i].rank; a++) {
+            int dim = dim_of(s, &s->playout[i], a);
+            if (dim >= 0 && dsz(s, dim) > 1)
+                return mt_err_set(err, MT_UNIMPLEMENTED,
+                                  "optimizer.global_clipnorm: reproducibility: \"mesh_invariant\" "
+                                  "does not clip weights sharded over a mesh dimension yet ('%s' "
+                                  "is split over '%s')",
+                                  s->gparams[i].name, mt_mesh_dim_name(s->mesh, dim));
+        }
+    return MT_OK;
+}
+
 static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *map, mt_err *err)
 {
     const mt_layout *il = mt_layout_map_input(map);
@@ -441,6 +487,8 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
         s->inv_batch = spec->batch_size;
         s->inv_leaves = mt_repro_leaves(spec->batch_size) / p;
         s->inv_r = spec->batch_size / (size_t)mt_repro_leaves(spec->batch_size);
+        if ((rc = check_inv_splits(s, err)) != MT_OK)
+            return rc;
     }
     s->input_read_only = true; /* dense, conv2d and the joins write their own buffers */
     for (int i = 0; i < spec->n_layers; i++)
@@ -821,6 +869,7 @@ static mt_code dev_alloc(dev *d, mt_err *err)
         if ((rc = mt_repro_acc_init(&d->acc_w, s->inv_leaves, most, err)) != MT_OK ||
             (rc = mt_repro_acc_init(&d->acc_b, s->inv_leaves, most, err)) != MT_OK)
             return rc;
+        DALLOC(d->inv_scr, most);
     }
     {
         mt_layer_dev ld = dev_services(d);
@@ -870,6 +919,7 @@ static void dev_free(dev *d)
     mt_free(d->gbuf);
     mt_repro_acc_free(&d->acc_w);
     mt_repro_acc_free(&d->acc_b);
+    mt_free(d->inv_scr);
 }
 
 /* ------------------------------------------------------------------ device: forward */
@@ -884,6 +934,7 @@ static void dev_leaves(dev *d, mt_layer_pass *ps)
     ps->leaf_examples = d->s->inv_r;
     ps->acc_w = &d->acc_w;
     ps->acc_b = &d->acc_b;
+    ps->scratch = d->inv_scr;
 }
 
 /* Forward over d->xin (d->batch rows); leaves full logits in d->logits. */
@@ -1055,7 +1106,7 @@ static mt_code dev_loss_leaves(dev *d, const mt_loss_batch *all, double *sums)
     const float *res;
     mt_code rc = MT_OK;
 
-    mt_repro_acc_reset(&d->acc_b);
+    mt_repro_acc_reset(&d->acc_b, MT_LOSS_NSUMS);
     for (int i = 0; i < s->inv_leaves && rc == MT_OK; i++) {
         size_t a = (size_t)i * s->inv_r, n = 0;
         double ls[MT_LOSS_NSUMS] = {0};

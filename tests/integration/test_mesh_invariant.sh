@@ -11,11 +11,17 @@
 # * the same with FSDP kernels (sharded over batch; gathered per layer, and kept),
 # * the Fashion-MNIST MLP (examples/fashion_mnist_mlp.json: IDX files),
 # * the Fashion-MNIST CNN and residual CNN (conv2d, max_pool2d, add, concatenate, batch_norm):
-#   10 steps only (a CNN step takes 10-100 ms here; 50 steps on 4 meshes would take ~1 min).
+#   10 steps only (a CNN step takes 10-100 ms here; 50 steps on 4 meshes would take ~1 min);
+# * model and feature sharding: the tutorial's model- and spatial-parallel MLP specs on
+#   batch=2,model=2, batch=1,model=2, batch=2,feature=2,model=2 and batch=1,feature=2,model=1,
+#   and the Fashion-MNIST MLP's model-parallel spec on batch=2,model=2, each against the
+#   data-parallel spec of its model on batch=1 (identical exports, digests at every step); the
+#   CNN on batch=2,model=2 without layouts (the model dimension replicates), 10 steps.
 # A checkpoint of batch=2 resumed on batch=4 ends byte-identical to an uninterrupted batch=1 run.
 # fixed_mesh (the default) on the same sentiment spec differs between batch=1 and batch=8 (what
 # the mode fixes). Refusals: a batch dimension that cannot keep the bits (INVALID_ARGUMENT with
-# the sizes that can), a layer kind without leaf kernels (layer_norm) and a model dimension
+# the sizes that can), a dense kernel split over 16 (48 units: 8 leaves; INVALID_ARGUMENT), a
+# conv2d kernel split over `model` and a layer kind without leaf kernels (layer_norm)
 # (UNIMPLEMENTED).
 # Short last batches (520 sentences, batch 64: a step of one leaf) keep the bits on every mesh.
 source "$(dirname "$0")/lib.sh"
@@ -33,7 +39,9 @@ variant() {
 import json, sys
 src, ex, name = sys.argv[1:]
 base = {"fmnist": "fashion_mnist_mlp", "cnn": "fashion_mnist_cnn",
-        "rescnn": "fashion_mnist_residual_cnn"}.get(name, "dtensor_mlp_data_parallel")
+        "rescnn": "fashion_mnist_residual_cnn", "mp": "dtensor_mlp_model_parallel",
+        "sp": "dtensor_mlp_spatial_parallel",
+        "fmnist_mp": "fashion_mnist_mlp_model_parallel"}.get(name, "dtensor_mlp_data_parallel")
 s = json.load(open(f"{src}/examples/{base}.json"))
 s["reproducibility"] = "mesh_invariant" if name != "fixed" else "fixed_mesh"
 s["digest_every"] = 1
@@ -52,9 +60,11 @@ PY
 }
 
 # run NAME MESH [STEPS]: STEPS steps, the --json lines without their speed, the export of the last
+# (MESH: a batch size, or a whole mesh "batch=2,model=2", whose files are NAME-batch-2_model-2)
 run() {
-    local out="$T/$1-$2" STEPS=${3:-$STEPS}
-    (cd "$T/ex" && "$BIN/meshtrain" train --local "$1.json" --mesh "batch=$2" --epochs 7 \
+    local out="$T/$1-$(echo "$2" | tr ',=' '_-')" STEPS=${3:-$STEPS} mesh=$2
+    case $mesh in *=*) ;; *) mesh="batch=$mesh" ;; esac
+    (cd "$T/ex" && "$BIN/meshtrain" train --local "$1.json" --mesh "$mesh" --epochs 7 \
         --steps $STEPS --json --save "$out" >"$out.json" 2>"$out.log") ||
         fail "train $1 on batch=$2: $(tail -3 "$out.log")"
     sed 's/"examples_per_sec":[0-9.e+-]*,//' "$out.json" >"$out.bits"
@@ -79,6 +89,35 @@ for name in sentiment dropout fsdp fsdp_keep fmnist cnn rescnn; do
     done
     log "$name: batch=1,2,4,8 byte-identical after $steps steps, equal digests at every step"
 done
+
+# model and feature sharding: the tutorial's model-parallel spec (dense_1's output columns and
+# dense_2's contraction over `model`, batch norm on features sharded over `model`), its
+# spatial-parallel spec (also dense_1's contraction over `feature`, the input sharded over it) and
+# the Fashion-MNIST MLP's model-parallel spec give the bits of the data-parallel spec with the
+# same model on batch=1 (only the layouts differ): identical exports, digests at every step
+for c in "mp sentiment batch=2,model=2 batch=1,model=2" \
+    "sp sentiment batch=2,feature=2,model=2 batch=1,feature=2,model=1" \
+    "fmnist_mp fmnist batch=2,model=2"; do
+    set -- $c
+    name=$1 ref=$2
+    shift 2
+    variant "$name"
+    for m in "$@"; do
+        run "$name" "$m"
+        tag=$(echo "$m" | tr ',=' '_-')
+        cmp "$T/$ref-1.safetensors" "$T/$name-$tag.safetensors" ||
+            fail "$name: the export of $m differs from $ref on batch=1"
+        "$BIN/meshtrain" diverge "$T/$ref-1.json" "$T/$name-$tag.json" >"$T/div.out" ||
+            fail "$name $m: $(cat "$T/div.out")"
+    done
+    log "$name: $* byte-identical to $ref on batch=1 after $STEPS steps, equal digests at every step"
+done
+# a model dimension that splits no kernel (the CNN has no layouts: its devices along `model`
+# replicate the work) keeps the bits too
+run cnn batch=2,model=2 10
+cmp "$T/cnn-1.safetensors" "$T/cnn-batch-2_model-2.safetensors" ||
+    fail "cnn: the export of batch=2,model=2 (replicated over model) differs from batch=1"
+log "cnn: batch=2,model=2 (model replicates) byte-identical to batch=1 after 10 steps"
 
 # a restore onto another mesh: 10 steps on batch=2, resumed on batch=4 to step 20, ends with the
 # checkpoint of 20 uninterrupted steps on batch=1 (same state digests over steps 11..20)
@@ -107,8 +146,14 @@ grep -q "repro     mesh_invariant: 8 leaves of 8 examples; batch dimension sizes
     "$T/plan.out" || fail "plan: $(cat "$T/plan.out")"
 expect_fail 4 "needs the batch dimension's size (3) to be a power of two dividing the 8 leaves" \
     "$BIN/meshtrain" train --local sentiment.json --mesh batch=3 --steps 1
-expect_fail 4 "runs on data-parallel meshes only for now; mesh dimension 'model' has size 2" \
-    "$BIN/meshtrain" plan sentiment.json --mesh batch=2,model=2
+expect_fail 4 "model.layers\[0\] (dense_1): reproducibility: \"mesh_invariant\" needs mesh dimension 'model' (size 16), which splits the kernel's axis 1 (48 wide), to be a power of two dividing its 8 leaves" \
+    "$BIN/meshtrain" plan mp.json --mesh batch=1,model=16
+python3 -c "
+import json; s = json.load(open('cnn.json'))
+s['layouts'] = {'conv2d_1\\\\.kernel': ['unsharded', 'unsharded', 'unsharded', 'model']}
+json.dump(s, open('cnn_mp.json', 'w'))"
+expect_fail 4 "model.layers\[0\] (conv2d_1): reproducibility: \"mesh_invariant\" does not split a conv2d kernel over mesh dimension 'model' yet" \
+    "$BIN/meshtrain" plan cnn_mp.json --mesh batch=2,model=2
 python3 -c "
 import json; s = json.load(open('sentiment.json'))
 s['model']['layers'].insert(1, {'type': 'layer_norm'}); json.dump(s, open('ln.json', 'w'))"
@@ -128,4 +173,4 @@ for b in 1 2 4 8; do
     cmp short/ck-1/ckpt-20.mtc "short/ck-$b/ckpt-20.mtc" || fail "short batches: ckpt of batch=$b"
 done
 log "short last batches (one leaf of 8): batch=1,2,4,8 byte-identical after 20 steps"
-log "refusals: batch=3, a model dimension, a layer_norm layer"
+log "refusals: batch=3, a dense split over 16, a conv2d split, a layer_norm layer"

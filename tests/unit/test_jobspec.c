@@ -316,8 +316,9 @@ static void test_jobspec_absolute_paths(void **state)
 
 /* "restart.collective_deadline_ms": the job's collective deadline, 100 ms .. 1 h. */
 /* "reproducibility": the modes, a near miss, the batch dimensions mesh_invariant accepts (batch
- * 100: 4 leaves of 25, so 1, 2, 4 keep the bits), and what it does not run yet (a model
- * dimension, a layer kind without leaf kernels: layer_norm) named as UNIMPLEMENTED. */
+ * 100: 4 leaves of 25, so 1, 2, 4 keep the bits), dense kernels split over a model dimension (2
+ * keeps the bits; 16 does not divide the 8 leaves of 64 units), and what it does not run yet (a
+ * layer kind without leaf kernels: layer_norm) named as UNIMPLEMENTED. */
 static void test_jobspec_reproducibility(void **state)
 {
     static const struct {
@@ -338,9 +339,27 @@ static void test_jobspec_reproducibility(void **state)
          MT_INVALID_ARGUMENT, "size (10) to be a power of two"},
         {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 4}", MT_OK, ""},
         {", \"reproducibility\": \"mesh_invariant\"", MT_OK, ""},
-        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 2, \"model\": 2}",
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 2, \"model\": 2}", MT_OK,
+         ""},
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 2, \"model\": 2}, "
+         "\"layouts\": {\"dense_1\\\\.kernel\": [\"unsharded\", \"model\"], "
+         "\"dense_2\\\\.kernel\": [\"model\", \"unsharded\"]}",
+         MT_OK, ""},
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 1, \"model\": 16}, "
+         "\"layouts\": {\"dense_1\\\\.kernel\": [\"unsharded\", \"model\"]}",
+         MT_INVALID_ARGUMENT,
+         "model.layers[1] (dense_1): reproducibility: \"mesh_invariant\" needs mesh dimension "
+         "'model' (size 16), which splits the kernel's axis 1 (64 wide), to be a power of two "
+         "dividing its 8 leaves (sizes that keep the bits: 1, 2, 4, 8)"},
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 2, \"model\": 2}, "
+         "\"optimizer\": {\"name\": \"adam\", \"global_clipnorm\": 1.0}, "
+         "\"layouts\": {\"dense_1\\\\.kernel\": [\"unsharded\", \"model\"]}",
          MT_UNIMPLEMENTED,
-         "runs on data-parallel meshes only for now; mesh dimension 'model' has size 2"},
+         "optimizer.global_clipnorm: reproducibility: \"mesh_invariant\" does not clip weights "
+         "sharded over a mesh dimension yet ('dense_1.kernel' is split over 'model')"},
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 4}, "
+         "\"optimizer\": {\"name\": \"adam\", \"global_clipnorm\": 1.0}",
+         MT_OK, ""},
         {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 2, \"model\": 1}", MT_OK,
          ""},
     };

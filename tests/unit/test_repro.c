@@ -329,7 +329,7 @@ static dense_step dense_on_mesh(size_t batch, size_t n, int p, const float *x, c
     size_t r = batch / (size_t)leaves;
     dense_step st = {calloc(n * out + 1, sizeof(float)), calloc(n * in + 1, sizeof(float)),
                      calloc(in * out, sizeof(float)), calloc(out, sizeof(float))};
-    float *subw[L] = {0}, *subb[L] = {0};
+    float *subw[L] = {0}, *subb[L] = {0}, *wt = calloc(in * out, sizeof(float));
     mt_repro_acc aw, ab;
     mt_err err = MT_ERR_INIT;
 
@@ -340,10 +340,12 @@ static dense_step dense_on_mesh(size_t batch, size_t n, int p, const float *x, c
         device_block(batch, n, p, d, &s0, &rows);
         subw[d] = calloc(in * out, sizeof(float));
         subb[d] = calloc(out, sizeof(float));
-        mt_repro_dense_forward(st.y + s0 * out, x + s0 * in, w, b, rows, r, own, in, out);
-        mt_repro_dense_backward(st.dx + s0 * in, subw[d], subb[d], dy + s0 * out, x + s0 * in, w,
-                                rows, r, own, in, out, &aw, &ab);
+        mt_repro_dense_forward(st.y + s0 * out, x + s0 * in, w, b, rows, in, out,
+                               mt_repro_leaves(in));
+        mt_repro_dense_backward(st.dx + s0 * in, subw[d], subb[d], wt, dy + s0 * out, x + s0 * in,
+                                w, rows, r, own, in, out, mt_repro_leaves(out), &aw, &ab);
     }
+    free(wt);
     allreduce_free(subw, p, in * out, st.dw);
     allreduce_free(subb, p, out, st.db);
     mt_repro_acc_free(&aw);
@@ -398,6 +400,161 @@ static void test_repro_dense_same_bits_on_every_mesh(void **state)
         free(b);
         free(dy);
     }
+}
+
+static float *vals(size_t n, int rank, uint64_t seed)
+{
+    float *v = calloc(n + 1, sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        v[i] = ct_val(rank, i, seed);
+    return v;
+}
+
+/*
+ * The canonical product (mt_repro_gemm): the AVX2 path and the portable one give the same bits;
+ * any block of rows and columns computed alone, at another offset and stride, gives the same
+ * bits as inside the whole product (what lets a model dimension split a dense layer's output
+ * columns, and a data-parallel device compute its rows in one call); and a contraction split
+ * over f = 2, 4, 8 devices, each folding its chains / f chains, summed by core/coll's allreduce
+ * order, gives the whole contraction's bits (the bias added after, as the dense layer does).
+ */
+static void test_repro_gemm_canonical_any_block_any_split(void **state)
+{
+    const size_t m = 37, n = 53, k = 96;
+    float *a = vals(m * k, 1, 3), *b = vals(k * n, 2, 3), *bias = vals(n, 3, 3);
+    float *c = calloc(m * n, sizeof(float)), *r = calloc(m * n, sizeof(float));
+    float *blk = calloc(m * n + 16, sizeof(float)), *cb = calloc(m * n, sizeof(float));
+    (void)state;
+    for (int chains = 1; chains <= L; chains *= 2) {
+        mt_repro_gemm(c, n, a, k, 1, b, n, bias, m, n, k, chains);
+        mt_repro_gemm_ref(r, n, a, k, 1, b, n, bias, m, n, k, chains);
+        assert_memory_equal(c, r, m * n * sizeof(float));
+        /* blocks: rows [i0, i1) x columns [j0, j1), written packed at an odd offset */
+        static const size_t cuts[][4] = {
+            {0, 1, 0, 1}, {5, 9, 3, 20}, {0, 37, 16, 32}, {30, 37, 0, 53}};
+        for (size_t ci = 0; ci < sizeof(cuts) / sizeof(cuts[0]); ci++) {
+            size_t i0 = cuts[ci][0], i1 = cuts[ci][1], j0 = cuts[ci][2], j1 = cuts[ci][3];
+            size_t w = j1 - j0;
+            float *o = blk + 1 + ci;
+            mt_repro_gemm(o, w, a + i0 * k, k, 1, b + j0, n, bias + j0, i1 - i0, w, k, chains);
+            for (size_t i = i0; i < i1; i++)
+                if (memcmp(o + (i - i0) * w, c + i * n + j0, w * sizeof(float)) != 0)
+                    fail_msg("chains %d: block %zu row %zu differs from the whole product", chains,
+                             ci, i);
+        }
+        /* the contraction split over f devices, each its k/f columns of a and rows of b */
+        for (int f = 2; f <= chains; f *= 2) {
+            float *sub[L] = {0};
+            size_t kf = k / (size_t)f;
+            mt_repro_gemm(cb, n, a, k, 1, b, n, NULL, m, n, k, chains);
+            for (int d = 0; d < f; d++) {
+                sub[d] = calloc(m * n, sizeof(float));
+                mt_repro_gemm(sub[d], n, a + (size_t)d * kf, k, 1, b + (size_t)d * kf * n, n, NULL,
+                              m, n, kf, chains / f);
+            }
+            allreduce_free(sub, f, m * n, r);
+            if (memcmp(r, cb, m * n * sizeof(float)) != 0)
+                fail_msg("chains %d: the contraction split over %d devices differs", chains, f);
+            for (size_t e = 0; e < m * n; e++)
+                r[e] = r[e] + bias[e % n];
+            assert_memory_equal(r, c, m * n * sizeof(float));
+        }
+    }
+    /* the tree is not a single chain: 8 chains differ from 1 somewhere */
+    mt_repro_gemm(c, n, a, k, 1, b, n, NULL, m, n, k, 1);
+    mt_repro_gemm(r, n, a, k, 1, b, n, NULL, m, n, k, L);
+    assert_true(memcmp(c, r, m * n * sizeof(float)) != 0);
+    free(a);
+    free(b);
+    free(bias);
+    free(c);
+    free(r);
+    free(blk);
+    free(cb);
+}
+
+/*
+ * A dense layer (batch 16: 8 leaves of 2; in 1200, out 48) split over a model dimension of f = 2
+ * and 4 devices, on its output columns and on its contraction, gives one device's bits: y, dx
+ * (a split output: the partial input gradients summed by the allreduce), dw and db.
+ */
+static void test_repro_dense_model_split_same_bits(void **state)
+{
+    const size_t n = 16, in = 1200, out = 48, r = 2;
+    float *x = vals(n * in, 4, 9), *w = vals(in * out, 5, 9), *b = vals(out, 6, 9);
+    float *dy = vals(n * out, 7, 9);
+    dense_step one = dense_on_mesh(n, n, 1, x, w, b, dy, in, out);
+    float *wt = calloc(in * out, sizeof(float)), *y = calloc(n * out, sizeof(float));
+    float *dx = calloc(n * in, sizeof(float)), *dw = calloc(in * out, sizeof(float));
+    float *db = calloc(out, sizeof(float));
+    mt_repro_acc aw, ab;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    assert_int_equal(mt_repro_acc_init(&aw, L, in * out, &err), MT_OK);
+    assert_int_equal(mt_repro_acc_init(&ab, L, out, &err), MT_OK);
+    for (int f = 2; f <= 4; f *= 2) {
+        size_t ol = out / (size_t)f, il = in / (size_t)f;
+        float *sub[L] = {0};
+        /* output columns over f: device d holds w[:, d*ol..), b[d*ol..) and dy's columns */
+        for (int d = 0; d < f; d++) {
+            float *wd = calloc(in * ol, sizeof(float)), *dyd = calloc(n * ol, sizeof(float));
+            for (size_t i = 0; i < in; i++)
+                memcpy(wd + i * ol, w + i * out + (size_t)d * ol, ol * sizeof(float));
+            for (size_t i = 0; i < n; i++)
+                memcpy(dyd + i * ol, dy + i * out + (size_t)d * ol, ol * sizeof(float));
+            mt_repro_dense_forward(y, x, wd, b + (size_t)d * ol, n, in, ol, mt_repro_leaves(in));
+            sub[d] = calloc(n * in, sizeof(float));
+            mt_repro_dense_backward(sub[d], dw, db, wt, dyd, x, wd, n, r, L, in, ol,
+                                    mt_repro_leaves(out) / f, &aw, &ab);
+            for (size_t i = 0; i < n; i++)
+                if (memcmp(y + i * ol, one.y + i * out + (size_t)d * ol, ol * sizeof(float)) != 0)
+                    fail_msg("columns over %d: device %d's y differs", f, d);
+            for (size_t i = 0; i < in; i++)
+                if (memcmp(dw + i * ol, one.dw + i * out + (size_t)d * ol, ol * sizeof(float)))
+                    fail_msg("columns over %d: device %d's dw differs", f, d);
+            if (memcmp(db, one.db + (size_t)d * ol, ol * sizeof(float)) != 0)
+                fail_msg("columns over %d: device %d's db differs", f, d);
+            free(wd);
+            free(dyd);
+        }
+        allreduce_free(sub, f, n * in, dx);
+        if (memcmp(dx, one.dx, n * in * sizeof(float)) != 0)
+            fail_msg("columns over %d: dx (allreduced) differs", f);
+        /* the contraction over f: device d holds x[:, d*il..) and w's rows d*il.. */
+        for (int d = 0; d < f; d++) {
+            float *xd = calloc(n * il, sizeof(float));
+            const float *wd = w + (size_t)d * il * out;
+            for (size_t i = 0; i < n; i++)
+                memcpy(xd + i * il, x + i * in + (size_t)d * il, il * sizeof(float));
+            sub[d] = calloc(n * out, sizeof(float));
+            mt_repro_dense_forward(sub[d], xd, wd, NULL, n, il, out, mt_repro_leaves(in) / f);
+            mt_repro_dense_backward(dx, dw, db, wt, dy, xd, wd, n, r, L, il, out,
+                                    mt_repro_leaves(out), &aw, &ab);
+            for (size_t i = 0; i < n; i++)
+                if (memcmp(dx + i * il, one.dx + i * in + (size_t)d * il, il * sizeof(float)))
+                    fail_msg("contraction over %d: device %d's dx differs", f, d);
+            if (memcmp(dw, one.dw + (size_t)d * il * out, il * out * sizeof(float)) != 0)
+                fail_msg("contraction over %d: device %d's dw differs", f, d);
+            free(xd);
+        }
+        allreduce_free(sub, f, n * out, y);
+        for (size_t e = 0; e < n * out; e++)
+            y[e] = y[e] + b[e % out];
+        if (memcmp(y, one.y, n * out * sizeof(float)) != 0)
+            fail_msg("contraction over %d: y (allreduced, bias after) differs", f);
+    }
+    mt_repro_acc_free(&aw);
+    mt_repro_acc_free(&ab);
+    dense_step_free(&one);
+    free(x);
+    free(w);
+    free(b);
+    free(dy);
+    free(wt);
+    free(y);
+    free(dx);
+    free(dw);
+    free(db);
 }
 
 /* The streaming accumulator is mt_repro_tree_fold, bit for bit, for 1..8 leaves. */
@@ -571,6 +728,8 @@ int main(void)
         cmocka_unit_test(test_repro_interleaved_leaves_are_not_the_tree),
         cmocka_unit_test(test_repro_acc_is_the_tree),
         cmocka_unit_test(test_repro_dense_same_bits_on_every_mesh),
+        cmocka_unit_test(test_repro_gemm_canonical_any_block_any_split),
+        cmocka_unit_test(test_repro_dense_model_split_same_bits),
         cmocka_unit_test(test_repro_bn_same_bits_on_every_mesh),
         cmocka_unit_test(test_repro_conv2d_same_bits_on_every_mesh),
     };

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * repro_gemm.c — the canonical product of the mesh_invariant mode (mt_repro.h, mt_repro_gemm):
+ * every output element is its own fma chain over the contraction, so its bits depend neither on
+ * how many rows or columns a call computes nor on where its operands lie. OpenBLAS's do (its
+ * blocking, edge kernels and small-matrix paths follow M, N and K: docs/reproducibility.md), so
+ * under mesh_invariant the dense layer computes with this product instead, and a model
+ * dimension may split a dense kernel's output columns (each column the same arithmetic) or its
+ * contraction (the K-leaves: the tree of the chains is the canonical one, whose top is the
+ * allreduce over the splitting dimension).
+ *
+ * Two paths, the same bits: AVX2 + FMA tiles of 6 rows x 16 columns (chosen by CPUID; a lane is
+ * one element, masked loads for the last columns) and a portable loop (mt_repro_gemm_ref, fmaf:
+ * correctly rounded also where the CPU has no FMA). Tests: tests/unit/test_repro.c.
+ */
+#include "repro/mt_repro.h"
+
+#include <math.h>
+#include <stdint.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MT_REPRO_AVX2 1
+#endif
+
+#define TM 6  /* rows of a tile (ROW_FMA(0..5) below) */
+#define TN 16 /* columns of a tile: two 8-float vectors */
+
+/* The canonical tree over the chains' partial sums of one element (count a power of two). */
+static float fold(float *part, int count)
+{
+    for (int d = 1; d < count; d *= 2)
+        for (int v = 0; v + d < count; v += 2 * d)
+            part[v] = part[v] + part[v + d];
+    return part[0];
+}
+
+void mt_repro_gemm_ref(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
+                       size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains)
+{
+    size_t kc = k / (size_t)chains;
+    float part[MT_REPRO_MAX_LEAVES];
+
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++) {
+            for (int t = 0; t < chains; t++) {
+                float s = 0.0f;
+                for (size_t q = (size_t)t * kc; q < (size_t)(t + 1) * kc; q++)
+                    s = fmaf(a[i * ars + q * acs], b[q * ldb + j], s);
+                part[t] = s;
+            }
+            c[i * ldc + j] = bias != NULL ? fold(part, chains) + bias[j] : fold(part, chains);
+        }
+}
+
+#ifdef MT_REPRO_AVX2
+/* Lanes [0, w) of a mask (w <= 8). */
+#define AVX2_FN __attribute__((target("avx2,fma")))
+AVX2_FN static inline __m256i lanes(size_t w)
+{
+    static const int32_t tbl[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    return _mm256_loadu_si256((const __m256i *)(tbl + 8 - w));
+}
+
+/* One element chain step for tile row i: c<i>0, c<i>1 += a(i, q) * the two vectors of b's row q. */
+#define ROW_FMA(i)                                                                                 \
+    do {                                                                                           \
+        __m256 av = _mm256_broadcast_ss(a##i + q * acs);                                           \
+        c##i##0 = _mm256_fmadd_ps(av, b0, c##i##0);                                                \
+        c##i##1 = _mm256_fmadd_ps(av, b1, c##i##1);                                                \
+    } while (0)
+#define ROW_KEEP(i)                                                                                \
+    do {                                                                                           \
+        part[t][i][0] = c##i##0;                                                                   \
+        part[t][i][1] = c##i##1;                                                                   \
+    } while (0)
+
+/*
+ * One tile: rows [0, mr) (mr <= TM; the missing rows reread row 0 and are not stored), columns
+ * [0, nr) (nr <= TN; full: nr == TN, plain loads). Each lane is one element's chain (the
+ * accumulators are named variables, so they stay in registers), so the arithmetic is
+ * mt_repro_gemm_ref's whatever the tile.
+ */
+AVX2_FN __attribute__((always_inline)) static inline void
+tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b, size_t ldb,
+     const float *bias, size_t mr, size_t nr, size_t kc, int chains, int full)
+{
+    __m256 part[MT_REPRO_MAX_LEAVES][TM][2];
+    __m256i m0 = lanes(nr < 8 ? nr : 8), m1 = lanes(nr > 8 ? nr - 8 : 0);
+    const float *a0 = a, *a1 = a + (mr > 1 ? 1 : 0) * ars, *a2 = a + (mr > 2 ? 2 : 0) * ars;
+    const float *a3 = a + (mr > 3 ? 3 : 0) * ars, *a4 = a + (mr > 4 ? 4 : 0) * ars;
+    const float *a5 = a + (mr > 5 ? 5 : 0) * ars;
+
+    for (int t = 0; t < chains; t++) {
+        __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+        __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+        for (size_t q = (size_t)t * kc; q < (size_t)(t + 1) * kc; q++) {
+            const float *br = b + q * ldb;
+            __m256 b0 = full ? _mm256_loadu_ps(br) : _mm256_maskload_ps(br, m0);
+            __m256 b1 = full ? _mm256_loadu_ps(br + 8) : _mm256_maskload_ps(br + 8, m1);
+            ROW_FMA(0);
+            ROW_FMA(1);
+            ROW_FMA(2);
+            ROW_FMA(3);
+            ROW_FMA(4);
+            ROW_FMA(5);
+        }
+        ROW_KEEP(0);
+        ROW_KEEP(1);
+        ROW_KEEP(2);
+        ROW_KEEP(3);
+        ROW_KEEP(4);
+        ROW_KEEP(5);
+    }
+    for (int d = 1; d < chains; d *= 2)
+        for (int v = 0; v + d < chains; v += 2 * d)
+            for (size_t i = 0; i < mr; i++)
+                for (int h = 0; h < 2; h++)
+                    part[v][i][h] = _mm256_add_ps(part[v][i][h], part[v + d][i][h]);
+    if (bias != NULL) {
+        __m256 v0 = full ? _mm256_loadu_ps(bias) : _mm256_maskload_ps(bias, m0);
+        __m256 v1 = full ? _mm256_loadu_ps(bias + 8) : _mm256_maskload_ps(bias + 8, m1);
+        for (size_t i = 0; i < mr; i++) {
+            part[0][i][0] = _mm256_add_ps(part[0][i][0], v0);
+            part[0][i][1] = _mm256_add_ps(part[0][i][1], v1);
+        }
+    }
+    for (size_t i = 0; i < mr; i++) {
+        if (full) {
+            _mm256_storeu_ps(c + i * ldc, part[0][i][0]);
+            _mm256_storeu_ps(c + i * ldc + 8, part[0][i][1]);
+        } else {
+            _mm256_maskstore_ps(c + i * ldc, m0, part[0][i][0]);
+            _mm256_maskstore_ps(c + i * ldc + 8, m1, part[0][i][1]);
+        }
+    }
+}
+
+AVX2_FN static void gemm_avx2(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                              const float *b, size_t ldb, const float *bias, size_t m, size_t n,
+                              size_t k, int chains)
+{
+    size_t kc = k / (size_t)chains;
+    for (size_t j0 = 0; j0 < n; j0 += TN) {
+        size_t nr = n - j0 < TN ? n - j0 : TN;
+        const float *bj = bias != NULL ? bias + j0 : NULL;
+        for (size_t i0 = 0; i0 < m; i0 += TM) {
+            size_t mr = m - i0 < TM ? m - i0 : TM;
+            if (nr == TN)
+                tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
+                     chains, 1);
+            else
+                tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
+                     chains, 0);
+        }
+    }
+}
+
+static int have_avx2(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
+
+void mt_repro_gemm(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
+                   size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains)
+{
+#ifdef MT_REPRO_AVX2
+    if (have_avx2()) {
+        gemm_avx2(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, chains);
+        return;
+    }
+#endif
+    mt_repro_gemm_ref(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, chains);
+}
