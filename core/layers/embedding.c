@@ -10,6 +10,8 @@
  * allreduced over that dim (Megatron's vocabulary-parallel embedding). The ids are never
  * sharded (the layer reads the whole model input).
  * Backward: each id's output gradient is added to its table row, rows in order (fixed bits).
+ * A dense layer may use the table as its kernel (tied_to, a GPT-2 style LM head; dense.c): its
+ * backward runs first and writes the table's gradient, and this one adds to it.
  */
 #include <math.h>
 #include <string.h>
@@ -108,7 +110,8 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
 
     *dx = NULL;
     local_rows(l, dev, &lo, &n);
-    memset(g, 0, n * c * sizeof(float));
+    if (!l->grads_shared) /* else a tied head's backward wrote its part first: add to it */
+        memset(g, 0, n * c * sizeof(float));
     for (size_t r = 0; r < rows; r++) {
         size_t id = (size_t)st->in[r];
         if (id < lo || id >= lo + n)

@@ -43,6 +43,7 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
                       const size_t *in_shape, int in_xf, const mt_layer_planner *p, mt_layer *l,
                       mt_err *err)
 {
+    mt_layer_planner lp;
     mt_code rc;
 
     memset(l, 0, sizeof(*l));
@@ -71,8 +72,12 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
     l->xf = l->in_xf[0];
     l->in_c = l->in_shape[l->in_rank - 1];
     l->in_rows = l->in_c > 0 ? l->in_size / l->in_c : 0;
-    if ((rc = l->ops->plan(l, p, err)) != MT_OK)
+    lp = *p;
+    lp.planned = planned;
+    if ((rc = l->ops->plan(l, &lp, err)) != MT_OK)
         return rc;
+    for (int j = i + 1; j < spec->n_layers; j++)
+        l->grads_shared = l->grads_shared || (spec->layers[j].tied && spec->layers[j].tied_to == i);
     l->out_size = 1;
     for (int a = 0; a < l->out_rank; a++)
         l->out_size = mul_sat(l->out_size, l->out_shape[a]);

@@ -65,7 +65,10 @@ typedef struct mt_layer {
     size_t out_loc;         /* local floats per example of the output */
     size_t pi[MT_LAYER_MAX_PARAMS]; /* model parameter index per slot */
     bool has[MT_LAYER_MAX_PARAMS];  /* which slots exist */
-    bool needs_acc; /* the output gradient is accumulated (several readers / a join) */
+    bool needs_acc;    /* the output gradient is accumulated (several readers / a join) */
+    bool grads_shared; /* a later layer uses this layer's parameters too (a dense tied_to it):
+                          that layer's backward runs first and writes their gradients, this
+                          layer's backward adds to them */
 } mt_layer;
 
 /*
@@ -83,6 +86,8 @@ typedef struct mt_layer_planner {
     int (*param_dim)(void *ctx, const mt_layer *l, int slot, int axis); /* -1: unsharded */
     const char *(*dim_name)(void *ctx, int dim);
     size_t (*dim_size)(void *ctx, int dim); /* 1 for dim < 0 */
+    const mt_layer *planned; /* the layers planned so far (set by mt_layer_plan): a layer that
+                                uses an earlier layer's parameter (tied_to) reads its pi here */
 } mt_layer_planner;
 
 /* ------------------------------------------------------------------ running */

@@ -167,7 +167,11 @@ static size_t one(void *ctx, int dim)
 static mt_code plan_model(mt_model *m, const mt_job_spec *spec, int in_rank, const size_t *in_shape,
                           uint64_t *widest, mt_err *err)
 {
-    mt_layer_planner p = {m, plan_add_param, plan_param_dim, plan_dim_name, one};
+    mt_layer_planner p = {.ctx = m,
+                          .add_param = plan_add_param,
+                          .param_dim = plan_param_dim,
+                          .dim_name = plan_dim_name,
+                          .dim_size = one};
     uint64_t w = 1;
 
     for (int a = 0; a < in_rank; a++)

@@ -47,6 +47,8 @@ typedef struct dev {
     float *fv, *fg;                /* per-layer scratch of the gathered values and gradients
                                       (reshard_after_forward), or NULL */
     float *wtmp;                   /* block-major scratch for FSDP parameters not split on axis 0 */
+    float *gtmp;                   /* per-layer FSDP: a reduced gradient slice that is added to
+                                      the shard's (a parameter two layers use: tied_to), or NULL */
     bool wstale;                   /* kept copies: the shards changed since the last allgather */
     mt_layer_state *ls;            /* per layer */
     float *x, *g1, *g2;            /* input slice; reshard scratch (max_b * widest) */
@@ -381,7 +383,11 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
     const mt_layout *il = mt_layout_map_input(map);
     const mt_layer *last;
     planner_ctx pc = {s, map};
-    mt_layer_planner pl = {&pc, plan_add_param, plan_param_dim, plan_dim_name, plan_dim_size};
+    mt_layer_planner pl = {.ctx = &pc,
+                           .add_param = plan_add_param,
+                           .param_dim = plan_param_dim,
+                           .dim_name = plan_dim_name,
+                           .dim_size = plan_dim_size};
     mt_code rc;
 
     s->bdim = -1;
@@ -606,6 +612,8 @@ static mt_code fsdp_gather_layer(dev *d, int idx)
             continue;
         d->wval[i] = d->fv + off;
         d->wgrad[i] = d->params[i].trainable ? d->fg + off : NULL;
+        if (l->grads_shared && d->wgrad[i] != NULL) /* the layer adds to it: start from zero */
+            memset(d->wgrad[i], 0, d->params[i].size * dsz(s, s->bdim) * sizeof(float));
         off += d->params[i].size * dsz(s, s->bdim);
         if ((rc = fsdp_gather_one(d, i)) != MT_OK)
             return rc;
@@ -614,7 +622,9 @@ static mt_code fsdp_gather_layer(dev *d, int idx)
 }
 
 /* Per-layer mode: reduce-scatter layer idx's FSDP gradients over the batch dim into the shards'
- * gradients (the same bits as the allreduce's slice, mt_coll.h). */
+ * gradients (the same bits as the allreduce's slice, mt_coll.h). A layer whose parameters a
+ * later layer also used (grads_shared: the embedding of a tied head) adds its reduced slice to
+ * the one that layer left. */
 static mt_code fsdp_reduce_layer(dev *d, int idx)
 {
     mt_spmd *s = d->s;
@@ -637,9 +647,12 @@ static mt_code fsdp_reduce_layer(dev *d, int idx)
             src = d->wtmp;
         }
         mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
-        rc = mt_coll_reduce_scatter(d->comm, &g, src, p->grad, p->size * pb, NULL, &d->err);
+        rc = mt_coll_reduce_scatter(d->comm, &g, src, l->grads_shared ? d->gtmp : p->grad,
+                                    p->size * pb, NULL, &d->err);
         if (rc != MT_OK)
             return rc;
+        for (size_t e = 0; l->grads_shared && e < p->size; e++)
+            p->grad[e] += d->gtmp[e];
     }
     return MT_OK;
 }
@@ -788,6 +801,14 @@ static mt_code dev_alloc(dev *d, mt_err *err)
             DALLOC(d->fv, most);
             DALLOC(d->fg, most);
         }
+        most = 0;
+        for (int i = 0; i < s->n_layers; i++)
+            for (int k = 0; s->layers[i].grads_shared && k < MT_LAYER_MAX_PARAMS; k++)
+                if (s->layers[i].has[k] && s->fsdp[s->layers[i].pi[k]] >= 0 &&
+                    d->params[s->layers[i].pi[k]].size > most)
+                    most = d->params[s->layers[i].pi[k]].size;
+        if (most > 0)
+            DALLOC(d->gtmp, most);
     }
     d->wstale = true;
     rc = mt_coll_bucket_new(&d->bucket, err);
@@ -854,6 +875,7 @@ static void dev_free(dev *d)
     mt_free(d->fv);
     mt_free(d->fg);
     mt_free(d->wtmp);
+    mt_free(d->gtmp);
     for (int i = 0; d->ls != NULL && i < s->n_layers; i++)
         mt_layer_state_fini(&d->ls[i]);
     mt_free(d->ls);
@@ -1489,7 +1511,10 @@ static void plan_comm(mt_spmd *s, uint64_t *per_dim)
     uint64_t b = s->max_b, grads = MT_LOSS_NSUMS + 1; /* the bucket: gradients, metric sums and
                                                          the next step's count */
     planner_ctx pc = {s, NULL};
-    mt_layer_planner pl = {&pc, NULL, plan_param_dim, plan_dim_name, plan_dim_size};
+    mt_layer_planner pl = {.ctx = &pc,
+                           .param_dim = plan_param_dim,
+                           .dim_name = plan_dim_name,
+                           .dim_size = plan_dim_size};
 #define ADD(dim, n) comm_add(per_dim, (dim), (uint64_t)(n))
     for (int i = 0; i < s->n_layers; i++)
         if (s->layers[i].ops->comm != NULL)
@@ -1564,7 +1589,10 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
     for (int i = 0; layers != NULL && i < s->n_layers; i++) {
         const mt_layer *l = &s->layers[i];
         planner_ctx pc = {s, NULL};
-        mt_layer_planner pl = {&pc, NULL, plan_param_dim, plan_dim_name, plan_dim_size};
+        mt_layer_planner pl = {.ctx = &pc,
+                               .param_dim = plan_param_dim,
+                               .dim_name = plan_dim_name,
+                               .dim_size = plan_dim_size};
         snprintf(layers[i].name, sizeof(layers[i].name), "%s", l->s.name);
         snprintf(layers[i].type, sizeof(layers[i].type), "%s", l->ops->type);
         mt_layer_shape_text(layers[i].shape, sizeof(layers[i].shape), l->out_rank, l->out_shape);
