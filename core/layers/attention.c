@@ -13,6 +13,13 @@
  * Megatron layout — the QKV kernel sharded on its output axis, the projection kernel on its
  * input axis — computes a block's attention with no communication of its own.
  * The softmax probabilities (B, heads, T, T) are kept for the backward.
+ * Sequence parallelism (positions split over l->sdim, each device holding T/S rows of every
+ * example): every query needs every earlier key and value, so the forward allgathers the rows
+ * of the input over sdim, runs the heads on the whole sequence and keeps its own rows' outputs;
+ * the backward runs the whole-sequence backward from its rows' output gradient (zeros
+ * elsewhere), which gives its share of every position's q, k, v gradient, and reduce-scatters
+ * them over sdim. (Every device computes the whole sequence's attention: S times the flops of
+ * its rows; a kernel over a range of query rows would save that.)
  * Reference: mt_attention_forward_ref / mt_attention_backward_ref (core/tensor).
  */
 #include <string.h>
@@ -22,7 +29,7 @@
 #include "layers/layers_int.h"
 #include "tensor/mt_tensor.h"
 
-enum { PROBS, DS };
+enum { PROBS, DS, QKV, WORK, DQKV }; /* QKV, WORK, DQKV: sequence parallelism */
 
 static const char *const keys[] = {"num_heads", "causal", NULL};
 
@@ -66,36 +73,87 @@ static size_t local_heads(const mt_layer *l, const mt_layer_dev *dev)
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
                      mt_layer_alloc *a, mt_err *err)
 {
-    size_t t = l->in_rows;
+    size_t t = l->in_rows * mt_layer__dsz(dev, l->sdim), w = b * t * (l->in_loc / l->in_rows);
     mt_code rc = mt_layer__io(l, st, b, a, err);
     if (rc == MT_OK)
         rc = mt_layer_buf(a, l, &st->scr[PROBS], b * local_heads(l, dev) * t * t, sizeof(float),
                           err);
     if (rc == MT_OK)
         rc = mt_layer_buf(a, l, &st->scr[DS], t * t, sizeof(float), err);
+    for (int k = QKV; rc == MT_OK && l->sdim >= 0 && k <= DQKV; k++)
+        rc = mt_layer_buf(a, l, &st->scr[k], w, sizeof(float), err);
     return rc;
+}
+
+/* Rows [k·rl, (k+1)·rl) of every example of full (batch, S·rl, w) <-> block k of blocks
+ * (S, batch, rl, w): the order of the collectives' member chunks. */
+static void to_blocks(float *blocks, float *full, size_t batch, size_t s, size_t rl, size_t w,
+                      bool back)
+{
+    for (size_t k = 0; k < s; k++)
+        for (size_t e = 0; e < batch; e++) {
+            float *bk = blocks + (k * batch + e) * rl * w;
+            float *f = full + (e * s + k) * rl * w;
+            memcpy(back ? f : bk, back ? bk : f, rl * w * sizeof(float));
+        }
 }
 
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    size_t h = local_heads(l, dev);
-    (ps->ref ? mt_attention_forward_ref
-             : mt_attention_forward)(st->out, st->scr[PROBS], st->in, ps->batch, l->in_rows, h,
-                                     l->in_c / (3 * l->s.heads), l->s.causal);
+    size_t h = local_heads(l, dev), hd = l->in_c / (3 * l->s.heads), b = ps->batch;
+    size_t s = mt_layer__dsz(dev, l->sdim), rl = l->in_rows, w = l->in_loc / rl;
+    size_t wo = l->out_loc / rl, k0 = (size_t)dev->coord(dev->ctx, l->sdim);
+    float *qkv = st->scr[QKV], *work = st->scr[WORK];
+    mt_code rc;
+
+    if (l->sdim < 0) {
+        (ps->ref ? mt_attention_forward_ref : mt_attention_forward)(st->out, st->scr[PROBS], st->in,
+                                                                    b, rl, h, hd, l->s.causal);
+        return MT_OK;
+    }
+    if ((rc = dev->allgather(dev->ctx, l->sdim, st->in, b * rl * w, work)) != MT_OK)
+        return rc;
+    to_blocks(work, qkv, b, s, rl, w, true);
+    (ps->ref ? mt_attention_forward_ref : mt_attention_forward)(work, st->scr[PROBS], qkv, b,
+                                                                s * rl, h, hd, l->s.causal);
+    for (size_t e = 0; e < b; e++) /* this device's rows */
+        memcpy(st->out + e * rl * wo, work + (e * s + k0) * rl * wo, rl * wo * sizeof(float));
     return MT_OK;
 }
 
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
+    size_t h = local_heads(l, dev), hd = l->in_c / (3 * l->s.heads), b = ps->batch;
+    size_t s = mt_layer__dsz(dev, l->sdim), rl = l->in_rows, w = l->in_loc / rl;
+    size_t wo = l->out_loc / rl, k0 = (size_t)dev->coord(dev->ctx, l->sdim);
+    float *work = st->scr[WORK], *dqkv = st->scr[DQKV];
+
     *dx = st->dx_buf;
     if (st->dx_buf == NULL)
         return MT_OK; /* reads the model input: nothing to compute */
+    if (l->sdim < 0) {
+        (ps->ref ? mt_attention_backward_ref : mt_attention_backward)(
+            st->dx_buf, st->scr[DS], dy, st->in, st->scr[PROBS], b, rl, h, hd, l->s.causal);
+        return MT_OK;
+    }
+    memset(work, 0, b * s * rl * wo * sizeof(float)); /* the output gradient of its rows only */
+    for (size_t e = 0; e < b; e++)
+        memcpy(work + (e * s + k0) * rl * wo, dy + e * rl * wo, rl * wo * sizeof(float));
     (ps->ref ? mt_attention_backward_ref : mt_attention_backward)(
-        st->dx_buf, st->scr[DS], dy, st->in, st->scr[PROBS], ps->batch, l->in_rows,
-        local_heads(l, dev), l->in_c / (3 * l->s.heads), l->s.causal);
-    return MT_OK;
+        dqkv, st->scr[DS], work, st->scr[QKV], st->scr[PROBS], b, s * rl, h, hd, l->s.causal);
+    to_blocks(work, dqkv, b, s, rl, w, false);
+    return dev->reduce_scatter(dev->ctx, l->sdim, work, s * b * rl * w, st->dx_buf);
+}
+
+/* Sequence parallelism: the forward's allgather and the backward's reduce-scatter over sdim. */
+static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
+                 void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
+{
+    (void)bdim;
+    if (l->sdim >= 0)
+        add(per_dim, l->sdim, 2 * b * l->in_loc * mt_layer__psz(p, l->sdim));
 }
 
 const mt_layer_ops mt_layer_attention_ops = {
@@ -110,6 +168,7 @@ const mt_layer_ops mt_layer_attention_ops = {
     .alloc = alloc,
     .forward = forward,
     .backward = backward,
+    .comm = comm,
     .example = "\"model\":{\"input_shape\":[5],\"layers\":["
                "{\"type\":\"embedding\",\"input_dim\":11,\"output_dim\":8},"
                "{\"type\":\"layer_norm\"},"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: lane 2 (one process, no daemons, no deadlines: may run beside a daemon test)
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_gpt_layers.sh — the transformer layers (issue #23) end to end through `train --local`:
 #  * a small GPT (gpt_spec.py: embeddings, 2 causal attention blocks, gelu MLPs, residual adds,
@@ -12,6 +12,11 @@
 #    rounding noise, which Adam scales up to full-size steps on any two meshes alike.)
 #  * the same with the head tied to the token table (GPT-2's lm_head.weight = wte.weight): one
 #    tensor, equal to one device on batch=2,model=2 (vocabulary over model) and FSDP batch=4;
+#  * sequence parallelism: the tied model with its positions split over 'seq' (input_layout
+#    [batch, seq]) equals one device on batch=1,seq=2, batch=2,seq=2 and, with the Megatron
+#    layouts, batch=1,model=2,seq=2; plan shows the bytes the seq dim moves and refuses a
+#    block_size the seq dim does not divide (submit too); as a job on 2 workers x 2 devices (batch=2,seq=2)
+#    it equals one device too;
 #  * `plan --layers` lists per layer what each mesh dim moves (the projection's allreduce);
 #  * `plan` refuses heads that do not divide over the model dim, naming the layer and sizes;
 #  * one SGD step of the same model against PyTorch's own modules (nn.Embedding,
@@ -54,13 +59,24 @@ if not tied:  # a tied head has no kernel: the table's vocabulary axis shards it
 json.dump(s, open(sys.argv[1].replace("one", "tp"), "w"))
 s["layouts"] = {".*kernel": ["batch", "unsharded"], "tok.embeddings": ["unsharded", "batch"]}
 json.dump(s, open(sys.argv[1].replace("one", "fsdp"), "w"))
+if tied:  # positions over seq: alone, with batch, with the Megatron layouts over model
+    tp = json.load(open(sys.argv[1].replace("one", "tp")))
+    s["layouts"] = {}
+    s["input_layout"] = ["batch", "seq"]
+    json.dump(s, open(sys.argv[1].replace("one", "seq"), "w"))
+    tp["input_layout"] = ["batch", "seq"]
+    json.dump(tp, open(sys.argv[1].replace("one", "tpseq"), "w"))
 PY
 done
-for v in one tp fsdp one_tied tp_tied fsdp_tied; do
-    mesh=""
-    case $v in tp*) mesh="--mesh batch=2,model=2" ;; fsdp*) mesh="--mesh batch=4" ;; esac
+for v in one tp fsdp one_tied tp_tied fsdp_tied seq_tied bseq_tied tpseq_tied; do
+    mesh="" spec=$v
+    case $v in
+    tpseq*) mesh="--mesh batch=1,model=2,seq=2" ;;
+    tp*) mesh="--mesh batch=2,model=2" ;; fsdp*) mesh="--mesh batch=4" ;;
+    seq*) mesh="--mesh batch=1,seq=2" ;; bseq*) mesh="--mesh batch=2,seq=2" spec=seq_tied ;;
+    esac
     # shellcheck disable=SC2086
-    "$MT" train --local "$T/$v.json" $mesh --save "$T/$v" --data-root / --json >"$T/$v.log" ||
+    "$MT" train --local "$T/$spec.json" $mesh --save "$T/$v" --data-root / --json >"$T/$v.log" ||
         fail "train $v: $(tail -n 3 "$T/$v.log")"
     "$MT" export "$T/$v/ckpt-10.mtc" -o "$T/$v.safetensors" >/dev/null
 done
@@ -81,6 +97,44 @@ for v in tp fsdp; do
         "$T/${v}_tied.safetensors" 1e-5 || fail "tied head: $v differs from one device"
 done
 log "tied head: one table in the export; batch=2,model=2 and FSDP batch=4 equal one device"
+for v in seq bseq tpseq; do
+    python3 "$SRC/tests/integration/compare_safetensors.py" "$T/one_tied.safetensors" \
+        "$T/${v}_tied.safetensors" 1e-5 || fail "sequence parallel: $v differs from one device"
+done
+log "positions over seq: batch=1,seq=2, batch=2,seq=2 and batch=1,model=2,seq=2 equal one device"
+out=$("$MT" plan --offline --layers --mesh batch=2,seq=2 "$T/seq_tied.json")
+echo "$out" | grep -Eq '^attn_0 +attention +\(16, 16\) +[0-9.]+ KiB +- +[0-9.]+ KiB$' ||
+    fail "plan --layers: attention should gather and reduce-scatter over seq: $out"
+if out=$("$MT" plan --offline --mesh batch=1,seq=3 "$T/seq_tied.json" 2>&1); then
+    fail "plan accepted 16 positions over seq=3"
+fi
+echo "$out" | grep -q "dataset.block_size: 16 positions are not divisible by the 3 devices of 'seq'" ||
+    fail "plan: unexpected message: $out"
+log "plan refuses 16 positions over seq=3: $out"
+
+# -- the positions over seq as a job: 2 workers x 2 devices, mesh batch=2,seq=2 ---------------
+start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
+    --heartbeat-ms 200
+alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
+finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
+bg wa "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wa --data-root "$T"
+bg wb "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wb --data-root "$T"
+wait_for 20 "two workers" alive 2
+jq '. + {mesh: {batch: 1, seq: 3}}' "$T/seq_tied.json" >"$T/seq3.json"
+if out=$(mt submit "$T/seq3.json" 2>&1); then fail "submit accepted 16 positions over seq=3"; fi
+echo "$out" | grep -q "dataset.block_size: 16 positions are not divisible by the 3 devices of 'seq'" ||
+    fail "submit: unexpected message: $out"
+jq '. + {mesh: {batch: 2, seq: 2}}' "$T/seq_tied.json" >"$T/seqjob.json"
+job=$(mt submit "$T/seqjob.json")
+wait_for 120 "$job (positions over seq) to finish" finished "$job"
+mt status --json "$job" | jq -e '.state == "SUCCEEDED"' >/dev/null || fail "$job: $(mt status "$job")"
+mt status --json "$job" | jq -e '[.placement[].worker_id] | unique | length == 2' >/dev/null ||
+    fail "the seq job did not span both workers"
+mt export "$job" --format safetensors -o "$T/seqjob.safetensors" >/dev/null
+python3 "$SRC/tests/integration/compare_safetensors.py" "$T/one_tied.safetensors" \
+    "$T/seqjob.safetensors" 1e-5 >"$T/seqjob.cmp" ||
+    fail "the seq job differs from one device: $(cat "$T/seqjob.cmp")"
+log "job $job with the positions over seq on 2 workers x 2 devices equals one device ($(sort -t= -k2 -g "$T/seqjob.cmp" | tail -1))"
 
 # -- a tied head through export and generate: a char LM on a period-7 text continues it --------
 mkdir -p "$T/gen"

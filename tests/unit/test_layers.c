@@ -8,7 +8,9 @@
  *   * the fast kernels against the reference kernels: 3 training steps, weights within 1e-5;
  *   * the SPMD engine on the example's mesh (sharded as the example says) against the reference
  *     engine with reference kernels: 5 steps, weights within 1e-5 of each tensor's largest value.
- * A new layer kind is covered here by giving its module an example.
+ * A new layer kind is covered here by giving its module an example. Besides: the tied LM head
+ * (dense "tied_to" an embedding) on its layouts and its refusals, and sequence parallelism
+ * (positions over 'seq') against one device and its refusals.
  */
 #include "mt_test.h"
 
@@ -261,6 +263,29 @@ static void test_fast_vs_reference(void **state)
     each_kind(check_fast_vs_reference);
 }
 
+/* The largest of max |a - b| / max |b| over the tensors of the mesh s and the one-device ref;
+ * fails naming the tensor when one exceeds 1e-5. */
+static double mesh_worst(mt_spmd *s, mt_model *ref, const char *label)
+{
+    mt_err err = MT_ERR_INIT;
+    double worst = 0.0;
+
+    assert_int_equal(mt_spmd_param_count(s), mt_model_param_count(ref));
+    for (size_t p = 0; p < mt_model_param_count(ref); p++) {
+        mt_model_param *b = mt_model_param_at(ref, p);
+        float *g = mt_calloc(b->size, sizeof(float));
+        double d;
+        assert_non_null(g);
+        assert_int_equal(mt_spmd_param_gather(s, b->name, g, &err), MT_OK);
+        d = rel_diff(g, b->value, b->size);
+        worst = fmax(worst, d);
+        if (d > 1e-5)
+            fail_msg("%s: %s on the mesh differs from one device by %.3g", label, b->name, d);
+        mt_free(g);
+    }
+    return worst;
+}
+
 static void check_mesh_vs_reference(const ex *e)
 {
     mt_model *ref;
@@ -281,18 +306,7 @@ static void check_mesh_vs_reference(const ex *e)
     }
     ref = ex_model(e, true);
     ex_train_model(e, ref, STEPS);
-    assert_int_equal(mt_spmd_param_count(s), mt_model_param_count(ref));
-    for (size_t p = 0; p < mt_model_param_count(ref); p++) {
-        mt_model_param *b = mt_model_param_at(ref, p);
-        float *g = mt_calloc(b->size, sizeof(float));
-        double d;
-        assert_non_null(g);
-        assert_int_equal(mt_spmd_param_gather(s, b->name, g, &err), MT_OK);
-        d = rel_diff(g, b->value, b->size);
-        if (d > 1e-5)
-            fail_msg("%s: %s on the mesh differs from one device by %.3g", e->label, b->name, d);
-        mt_free(g);
-    }
+    mesh_worst(s, ref, e->label);
     mt_model_free(ref);
     mt_spmd_free(s);
 }
@@ -415,12 +429,130 @@ static void test_tied_head_errors(void **state)
                "head.bias must follow its layer's feature sharding");
 }
 
+/*
+ * Sequence parallelism: a GPT block (token and position embeddings, causal attention, residual,
+ * dropout, gelu MLP, a tied head; a label per position) with the positions split over 'seq'
+ * (input_layout [batch, seq]) equals one device after 10 steps, alone, with batch and with
+ * Megatron layouts over model.
+ */
+#define SEQ_T 8
+#define SEQ_MODEL                                                                                  \
+    "\"model\":{\"input_shape\":[8],\"layers\":["                                                  \
+    "{\"type\":\"embedding\",\"input_dim\":12,\"output_dim\":8,\"name\":\"tok\"},"                 \
+    "{\"type\":\"position_embedding\",\"name\":\"pos\"},{\"type\":\"layer_norm\"},"                \
+    "{\"type\":\"dense\",\"units\":24,\"name\":\"qkv\"},"                                          \
+    "{\"type\":\"attention\",\"num_heads\":2,\"causal\":true},"                                    \
+    "{\"type\":\"dense\",\"units\":8,\"name\":\"proj\"},"                                          \
+    "{\"type\":\"add\",\"inputs\":[\"pos\",\"proj\"],\"name\":\"res\"},"                           \
+    "{\"type\":\"dropout\",\"rate\":0.2},{\"type\":\"layer_norm\"},"                               \
+    "{\"type\":\"dense\",\"units\":16,\"activation\":\"gelu\",\"name\":\"fc\"},"                   \
+    "{\"type\":\"dense\",\"units\":8,\"name\":\"out\"},"                                           \
+    "{\"type\":\"dense\",\"units\":12,\"tied_to\":\"tok\",\"name\":\"head\"}]},"                   \
+    "\"input_layout\":[\"batch\",\"seq\"],"
+static const char *const seq_examples[] = {
+    "{" SEQ_MODEL "\"mesh\":{\"batch\":1,\"seq\":2}}",
+    "{" SEQ_MODEL "\"mesh\":{\"batch\":2,\"seq\":2}}",
+    "{" SEQ_MODEL "\"mesh\":{\"batch\":1,\"model\":2,\"seq\":2},\"layouts\":{"
+    "\"qkv\\\\.kernel\":[\"unsharded\",\"model\"],\"proj\\\\.kernel\":[\"model\",\"unsharded\"],"
+    "\"fc\\\\.kernel\":[\"unsharded\",\"model\"],\"out\\\\.kernel\":[\"model\",\"unsharded\"],"
+    "\"tok\\\\.embeddings\":[\"model\",\"unsharded\"]}}",
+};
+
+static void test_sequence_parallel(void **state)
+{
+    static float x[N_EX * SEQ_T];
+    static int32_t y[N_EX * SEQ_T];
+    size_t shape[1] = {SEQ_T};
+    uint64_t seed = 17;
+    mt_err err = MT_ERR_INIT;
+
+    (void)state;
+    for (size_t i = 0; i < N_EX * SEQ_T; i++) {
+        x[i] = (float)(lcg(&seed) % 12);
+        y[i] = (int32_t)(lcg(&seed) % 12);
+    }
+    for (size_t k = 0; k < sizeof(seq_examples) / sizeof(seq_examples[0]); k++) {
+        char json[2048];
+        mt_job_spec *spec = NULL;
+        mt_spmd_config cfg;
+        mt_spmd *s = NULL;
+        mt_model *ref = NULL;
+        char label[16];
+
+        snprintf(json, sizeof(json),
+                 "{\"seed\":5,\"batch_size\":8,\"optimizer\":{\"name\":"
+                 "\"sgd\",\"learning_rate\":0.1},%s",
+                 seq_examples[k] + 1);
+        if (mt_job_spec_parse(json, strlen(json), &spec, &err) != MT_OK ||
+            mt_spmd_config_parse(json, strlen(json), &cfg, &err) != MT_OK)
+            fail_msg("seq %zu: %s", k, err.msg);
+        if (mt_spmd_new(spec, cfg.mesh, cfg.layouts, 1, shape, GB, NULL, &s, &err) != MT_OK)
+            fail_msg("seq %zu: mt_spmd_new: %s", k, err.msg);
+        assert_int_equal(mt_model_new(spec, 1, shape, GB, &ref, &err), MT_OK);
+        mt_model_use_reference_kernels(ref, true);
+        for (int st = 0; st < 10; st++) {
+            size_t first = ((size_t)st * GB) % N_EX;
+            mt_step_metrics a, b;
+            if (mt_spmd_step(s, x + first * SEQ_T, y + first * SEQ_T, GB, (uint64_t)st, first, &a,
+                             &err) != MT_OK)
+                fail_msg("seq %zu: step %d: %s", k, st, err.msg);
+            assert_int_equal(mt_model_train_step(ref, x + first * SEQ_T, y + first * SEQ_T, GB, GB,
+                                                 (uint64_t)st, first, NULL, &b, &err),
+                             MT_OK);
+            if (fabs(a.loss - b.loss) > 1e-5 * fabs(b.loss))
+                fail_msg("seq %zu: step %d: loss %.9g on the mesh, %.9g on one device", k, st,
+                         a.loss, b.loss);
+        }
+        snprintf(label, sizeof(label), "seq %zu", k);
+        printf("sequence parallel %zu: worst relative difference %.2e after 10 steps\n", k,
+               mesh_worst(s, ref, label));
+        mt_model_free(ref);
+        mt_spmd_free(s);
+        mt_spmd_config_fini(&cfg);
+        mt_job_spec_free(spec);
+    }
+}
+
+/* The spec of SEQ_MODEL on mesh, with extra fields: mt_spmd_new's error. */
+static void seq_error(const char *mesh, const char *extra, const char *want)
+{
+    char json[2048];
+    mt_err err = MT_ERR_INIT;
+    mt_job_spec *spec = NULL;
+    mt_spmd_config cfg;
+    mt_spmd *s = NULL;
+    size_t shape[1] = {SEQ_T};
+    mt_code rc;
+
+    snprintf(json, sizeof(json), "{" SEQ_MODEL "\"mesh\":%s%s}", mesh, extra);
+    assert_int_equal(mt_job_spec_parse(json, strlen(json), &spec, &err), MT_OK);
+    assert_int_equal(mt_spmd_config_parse(json, strlen(json), &cfg, &err), MT_OK);
+    rc = mt_spmd_new(spec, cfg.mesh, cfg.layouts, 1, shape, GB, NULL, &s, &err);
+    if (rc != MT_INVALID_ARGUMENT || strstr(err.msg, want) == NULL)
+        fail_msg("%s%s: got %s \"%s\", want \"%s\"", mesh, extra, mt_code_name(rc), err.msg, want);
+    mt_spmd_free(s);
+    mt_spmd_config_fini(&cfg);
+    mt_job_spec_free(spec);
+}
+
+static void test_sequence_parallel_errors(void **state)
+{
+    (void)state;
+    seq_error("{\"batch\":1,\"seq\":3}", "",
+              "dataset.block_size: 8 positions are not divisible by the 3 devices of 'seq'");
+    seq_error("{\"batch\":2,\"seq\":2}",
+              ",\"layouts\":{\"qkv\\\\.kernel\":[\"batch\",\"unsharded\"]}",
+              "qkv.kernel is sharded over the batch dim (FSDP)");
+    seq_error("{\"batch\":1,\"seq\":2}", ",\"loss\":\"mse\"", "needs a label per position");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry_complete), cmocka_unit_test(test_gradients),
         cmocka_unit_test(test_fast_vs_reference), cmocka_unit_test(test_mesh_vs_reference),
         cmocka_unit_test(test_tied_head),         cmocka_unit_test(test_tied_head_errors),
+        cmocka_unit_test(test_sequence_parallel), cmocka_unit_test(test_sequence_parallel_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
