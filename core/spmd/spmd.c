@@ -382,8 +382,8 @@ static mt_code check_map(mt_spmd *s, const mt_layout_map *map, size_t gb, mt_err
     return rc;
 }
 
-/* Sequence parallelism: what the layers cannot check themselves (the loss, FSDP) and the
- * output's per-device view. */
+/* Sequence parallelism: what the layers cannot check themselves (the loss) and the output's
+ * per-device view. */
 static mt_code plan_seq(mt_spmd *s, mt_err *err)
 {
     size_t n = dsz(s, s->sdim);
@@ -394,12 +394,6 @@ static mt_code plan_seq(mt_spmd *s, mt_err *err)
                           "loss: the positions are split over '%s' (input_layout[1]); that needs "
                           "a label per position (sparse_categorical_crossentropy)",
                           name);
-    for (size_t i = 0; i < s->n_params; i++)
-        if (s->fsdp[i] >= 0)
-            return mt_err_set(err, MT_INVALID_ARGUMENT,
-                              "layouts: %s is sharded over the batch dim (FSDP), which is not "
-                              "supported with the positions split over '%s' yet",
-                              s->gparams[i].name, name);
     s->osh_loc.rows = s->osh.rows / n;
     s->out_loc = s->out_size / n;
     s->ydim_loc = s->ydim / n;
@@ -682,6 +676,8 @@ static mt_code fsdp_reduce_layer(dev *d, int idx)
         mt_code rc;
         if (!l->has[k] || s->fsdp[i] < 0 || !p->trainable)
             continue;
+        if (s->sdim >= 0 && (rc = grp_allreduce(d, s->sdim, d->wgrad[i], p->size * pb)) != MT_OK)
+            return rc; /* positions split: first the sum over them (the bucket's, kept copies) */
         fsdp_geom(p, s->fsdp[i], &outer, &la, &inner);
         if (outer > 1) { /* member k's chunk must hold its slice: block-major order */
             for (size_t b = 0; b < pb; b++)
@@ -1598,8 +1594,10 @@ static void plan_comm(mt_spmd *s, uint64_t *per_dim)
             grads += use;
         if (s->fsdp[i] >= 0) /* allgathered once, or per layer for the forward and backward */
             ADD(s->bdim, per_layer ? 2 * use : use);
-        if (per_layer && s->gparams[i].trainable)
-            ADD(s->bdim, use); /* its reduce-scatter */
+        if (per_layer && s->gparams[i].trainable) {
+            ADD(s->bdim, use); /* its reduce-scatter, after the sum over the positions */
+            ADD(s->sdim, use);
+        }
     }
     ADD(s->bdim, grads);
     ADD(s->sdim, grads); /* sequence parallelism: the bucket again, over the positions */

@@ -13,8 +13,8 @@
 #  * the same with the head tied to the token table (GPT-2's lm_head.weight = wte.weight): one
 #    tensor, equal to one device on batch=2,model=2 (vocabulary over model) and FSDP batch=4;
 #  * sequence parallelism: the tied model with its positions split over 'seq' (input_layout
-#    [batch, seq]) equals one device on batch=1,seq=2, batch=2,seq=2 and, with the Megatron
-#    layouts, batch=1,model=2,seq=2; plan shows the bytes the seq dim moves and refuses a
+#    [batch, seq]) equals one device on batch=1,seq=2, batch=2,seq=2 (also with FSDP) and, with
+#    the Megatron layouts, batch=1,model=2,seq=2; plan shows the bytes the seq dim moves and refuses a
 #    block_size the seq dim does not divide (submit too); as a job on 2 workers x 2 devices (batch=2,seq=2)
 #    it equals one device too;
 #  * `plan --layers` lists per layer what each mesh dim moves (the projection's allreduce);
@@ -61,6 +61,8 @@ s["layouts"] = {".*kernel": ["batch", "unsharded"], "tok.embeddings": ["unsharde
 json.dump(s, open(sys.argv[1].replace("one", "fsdp"), "w"))
 if tied:  # positions over seq: alone, with batch, with the Megatron layouts over model
     tp = json.load(open(sys.argv[1].replace("one", "tp")))
+    s["input_layout"] = ["batch", "seq"]  # with the FSDP layouts
+    json.dump(s, open(sys.argv[1].replace("one", "fseq"), "w"))
     s["layouts"] = {}
     s["input_layout"] = ["batch", "seq"]
     json.dump(s, open(sys.argv[1].replace("one", "seq"), "w"))
@@ -68,12 +70,13 @@ if tied:  # positions over seq: alone, with batch, with the Megatron layouts ove
     json.dump(tp, open(sys.argv[1].replace("one", "tpseq"), "w"))
 PY
 done
-for v in one tp fsdp one_tied tp_tied fsdp_tied seq_tied bseq_tied tpseq_tied; do
+for v in one tp fsdp one_tied tp_tied fsdp_tied seq_tied bseq_tied tpseq_tied fseq_tied; do
     mesh="" spec=$v
     case $v in
     tpseq*) mesh="--mesh batch=1,model=2,seq=2" ;;
     tp*) mesh="--mesh batch=2,model=2" ;; fsdp*) mesh="--mesh batch=4" ;;
     seq*) mesh="--mesh batch=1,seq=2" ;; bseq*) mesh="--mesh batch=2,seq=2" spec=seq_tied ;;
+    fseq*) mesh="--mesh batch=2,seq=2" ;;
     esac
     # shellcheck disable=SC2086
     "$MT" train --local "$T/$spec.json" $mesh --save "$T/$v" --data-root / --json >"$T/$v.log" ||
@@ -97,11 +100,11 @@ for v in tp fsdp; do
         "$T/${v}_tied.safetensors" 1e-5 || fail "tied head: $v differs from one device"
 done
 log "tied head: one table in the export; batch=2,model=2 and FSDP batch=4 equal one device"
-for v in seq bseq tpseq; do
+for v in seq bseq tpseq fseq; do
     python3 "$SRC/tests/integration/compare_safetensors.py" "$T/one_tied.safetensors" \
         "$T/${v}_tied.safetensors" 1e-5 || fail "sequence parallel: $v differs from one device"
 done
-log "positions over seq: batch=1,seq=2, batch=2,seq=2 and batch=1,model=2,seq=2 equal one device"
+log "positions over seq: batch=1,seq=2, batch=2,seq=2 (replicated and FSDP) and batch=1,model=2,seq=2 equal one device"
 out=$("$MT" plan --offline --layers --mesh batch=2,seq=2 "$T/seq_tied.json")
 echo "$out" | grep -Eq '^attn_0 +attention +\(16, 16\) +[0-9.]+ KiB +- +[0-9.]+ KiB$' ||
     fail "plan --layers: attention should gather and reduce-scatter over seq: $out"

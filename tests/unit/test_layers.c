@@ -456,6 +456,11 @@ static const char *const seq_examples[] = {
     "\"qkv\\\\.kernel\":[\"unsharded\",\"model\"],\"proj\\\\.kernel\":[\"model\",\"unsharded\"],"
     "\"fc\\\\.kernel\":[\"unsharded\",\"model\"],\"out\\\\.kernel\":[\"model\",\"unsharded\"],"
     "\"tok\\\\.embeddings\":[\"model\",\"unsharded\"]}}",
+    "{" SEQ_MODEL "\"mesh\":{\"batch\":2,\"seq\":2},\"layouts\":{"
+    "\".*kernel\":[\"batch\",\"unsharded\"],\"tok\\\\.embeddings\":[\"unsharded\",\"batch\"]}}",
+    "{" SEQ_MODEL "\"mesh\":{\"batch\":2,\"seq\":2},\"fsdp\":{\"reshard_after_forward\":false},"
+    "\"layouts\":{\".*kernel\":[\"batch\",\"unsharded\"],"
+    "\"tok\\\\.embeddings\":[\"unsharded\",\"batch\"]}}",
 };
 
 static void test_sequence_parallel(void **state)
@@ -513,10 +518,9 @@ static void test_sequence_parallel(void **state)
     }
 }
 
-/* The spec of SEQ_MODEL on mesh, with extra fields: mt_spmd_new's error. */
-static void seq_error(const char *mesh, const char *extra, const char *want)
+/* mt_spmd_new's error for json (a model of SEQ_T token ids). */
+static void seq_error_json(const char *json, const char *want)
 {
-    char json[2048];
     mt_err err = MT_ERR_INIT;
     mt_job_spec *spec = NULL;
     mt_spmd_config cfg;
@@ -524,15 +528,22 @@ static void seq_error(const char *mesh, const char *extra, const char *want)
     size_t shape[1] = {SEQ_T};
     mt_code rc;
 
-    snprintf(json, sizeof(json), "{" SEQ_MODEL "\"mesh\":%s%s}", mesh, extra);
     assert_int_equal(mt_job_spec_parse(json, strlen(json), &spec, &err), MT_OK);
     assert_int_equal(mt_spmd_config_parse(json, strlen(json), &cfg, &err), MT_OK);
     rc = mt_spmd_new(spec, cfg.mesh, cfg.layouts, 1, shape, GB, NULL, &s, &err);
     if (rc != MT_INVALID_ARGUMENT || strstr(err.msg, want) == NULL)
-        fail_msg("%s%s: got %s \"%s\", want \"%s\"", mesh, extra, mt_code_name(rc), err.msg, want);
+        fail_msg("%s: got %s \"%s\", want \"%s\"", json, mt_code_name(rc), err.msg, want);
     mt_spmd_free(s);
     mt_spmd_config_fini(&cfg);
     mt_job_spec_free(spec);
+}
+
+/* The spec of SEQ_MODEL on mesh, with extra fields: mt_spmd_new's error. */
+static void seq_error(const char *mesh, const char *extra, const char *want)
+{
+    char json[2048];
+    snprintf(json, sizeof(json), "{" SEQ_MODEL "\"mesh\":%s%s}", mesh, extra);
+    seq_error_json(json, want);
 }
 
 static void test_sequence_parallel_errors(void **state)
@@ -540,9 +551,11 @@ static void test_sequence_parallel_errors(void **state)
     (void)state;
     seq_error("{\"batch\":1,\"seq\":3}", "",
               "dataset.block_size: 8 positions are not divisible by the 3 devices of 'seq'");
-    seq_error("{\"batch\":2,\"seq\":2}",
-              ",\"layouts\":{\"qkv\\\\.kernel\":[\"batch\",\"unsharded\"]}",
-              "qkv.kernel is sharded over the batch dim (FSDP)");
+    seq_error_json("{\"model\":{\"input_shape\":[8],\"layers\":[{\"type\":\"embedding\","
+                   "\"input_dim\":12,\"output_dim\":4},{\"type\":\"flatten\"},{\"type\":\"dense\","
+                   "\"units\":3}]},\"input_layout\":[\"batch\",\"seq\"],\"mesh\":{\"batch\":1,"
+                   "\"seq\":2}}",
+                   "model.layers[1] (flatten_1): a flatten layer mixes positions");
     seq_error("{\"batch\":1,\"seq\":2}", ",\"loss\":\"mse\"", "needs a label per position");
 }
 
