@@ -15,8 +15,8 @@
 #  * sequence parallelism: the tied model with its positions split over 'seq' (input_layout
 #    [batch, seq]) equals one device on batch=1,seq=2, batch=2,seq=2 (also with FSDP) and, with
 #    the Megatron layouts, batch=1,model=2,seq=2; plan shows the bytes the seq dim moves and refuses a
-#    block_size the seq dim does not divide (submit too); as a job on 2 workers x 2 devices (batch=2,seq=2)
-#    it equals one device too;
+#    block_size the seq dim does not divide (submit too); as jobs on 2 workers x 2 devices
+#    (batch=2,seq=2 and batch=1,model=2,seq=2) it equals one device too;
 #  * `plan --layers` lists per layer what each mesh dim moves (the projection's allreduce);
 #  * `plan` refuses heads that do not divide over the model dim, naming the layer and sizes;
 #  * one SGD step of the same model against PyTorch's own modules (nn.Embedding,
@@ -128,16 +128,19 @@ if out=$(mt submit "$T/seq3.json" 2>&1); then fail "submit accepted 16 positions
 echo "$out" | grep -q "dataset.block_size: 16 positions are not divisible by the 3 devices of 'seq'" ||
     fail "submit: unexpected message: $out"
 jq '. + {mesh: {batch: 2, seq: 2}}' "$T/seq_tied.json" >"$T/seqjob.json"
-job=$(mt submit "$T/seqjob.json")
-wait_for 120 "$job (positions over seq) to finish" finished "$job"
-mt status --json "$job" | jq -e '.state == "SUCCEEDED"' >/dev/null || fail "$job: $(mt status "$job")"
-mt status --json "$job" | jq -e '[.placement[].worker_id] | unique | length == 2' >/dev/null ||
-    fail "the seq job did not span both workers"
-mt export "$job" --format safetensors -o "$T/seqjob.safetensors" >/dev/null
-python3 "$SRC/tests/integration/compare_safetensors.py" "$T/one_tied.safetensors" \
-    "$T/seqjob.safetensors" 1e-5 >"$T/seqjob.cmp" ||
-    fail "the seq job differs from one device: $(cat "$T/seqjob.cmp")"
-log "job $job with the positions over seq on 2 workers x 2 devices equals one device ($(sort -t= -k2 -g "$T/seqjob.cmp" | tail -1))"
+jq '. + {mesh: {batch: 1, model: 2, seq: 2}}' "$T/tpseq_tied.json" >"$T/tpseqjob.json"
+for v in seqjob tpseqjob; do
+    job=$(mt submit "$T/$v.json")
+    wait_for 120 "$job ($v) to finish" finished "$job"
+    mt status --json "$job" | jq -e '.state == "SUCCEEDED"' >/dev/null || fail "$job: $(mt status "$job")"
+    mt status --json "$job" | jq -e '[.placement[].worker_id] | unique | length == 2' >/dev/null ||
+        fail "$v did not span both workers"
+    mt export "$job" --format safetensors -o "$T/$v.safetensors" >/dev/null
+    python3 "$SRC/tests/integration/compare_safetensors.py" "$T/one_tied.safetensors" \
+        "$T/$v.safetensors" 1e-5 >"$T/$v.cmp" ||
+        fail "$v differs from one device: $(cat "$T/$v.cmp")"
+    log "$v: job $job ($(jq -c .mesh "$T/$v.json")) on 2 workers x 2 devices equals one device ($(sort -t= -k2 -g "$T/$v.cmp" | tail -1))"
+done
 
 # -- a tied head through export and generate: a char LM on a period-7 text continues it --------
 mkdir -p "$T/gen"
