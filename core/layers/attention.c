@@ -13,8 +13,16 @@
  * Megatron layout — the QKV kernel sharded on its output axis, the projection kernel on its
  * input axis — computes a block's attention with no communication of its own.
  * The softmax probabilities (B, heads, T, T) are kept for the backward.
+ * Sequence parallelism (positions split over l->sdim, each device holding T/S rows of every
+ * example): every query needs every earlier key and value, so the forward allgathers the rows
+ * of the input over sdim and computes its own query rows against the keys and values up to its
+ * last row (the causal mask at the rows' global offset; rows_forward); the backward gives the
+ * gradient of its queries and its share of every earlier position's key and value gradient
+ * (rows_backward), which are reduce-scattered over sdim. The probabilities kept are the rows'
+ * (B, heads, T/S, T).
  * Reference: mt_attention_forward_ref / mt_attention_backward_ref (core/tensor).
  */
+#include <math.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -22,7 +30,7 @@
 #include "layers/layers_int.h"
 #include "tensor/mt_tensor.h"
 
-enum { PROBS, DS };
+enum { PROBS, DS, QKV, WORK, DQKV }; /* QKV, WORK, DQKV: sequence parallelism */
 
 static const char *const keys[] = {"num_heads", "causal", NULL};
 
@@ -66,36 +74,158 @@ static size_t local_heads(const mt_layer *l, const mt_layer_dev *dev)
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
                      mt_layer_alloc *a, mt_err *err)
 {
-    size_t t = l->in_rows;
+    size_t t = l->in_rows * mt_layer__dsz(dev, l->sdim), w = b * t * (l->in_loc / l->in_rows);
     mt_code rc = mt_layer__io(l, st, b, a, err);
     if (rc == MT_OK)
-        rc = mt_layer_buf(a, l, &st->scr[PROBS], b * local_heads(l, dev) * t * t, sizeof(float),
-                          err);
+        rc = mt_layer_buf(a, l, &st->scr[PROBS], b * local_heads(l, dev) * l->in_rows * t,
+                          sizeof(float), err);
     if (rc == MT_OK)
         rc = mt_layer_buf(a, l, &st->scr[DS], t * t, sizeof(float), err);
+    for (int k = QKV; rc == MT_OK && l->sdim >= 0 && k <= DQKV; k++)
+        rc = mt_layer_buf(a, l, &st->scr[k], w, sizeof(float), err);
     return rc;
+}
+
+typedef void (*gemm_fn)(bool, bool, size_t, size_t, size_t, float, const float *, size_t,
+                        const float *, size_t, float, float *, size_t);
+
+/*
+ * Sequence parallelism: the heads of query rows [r0, r0 + rl) of every example of the gathered
+ * qkv (batch, t, 3·h·hd) against its keys and values up to the rows' last one (causal) or all.
+ * out: (batch, rl, h·hd); probs: (batch, h, rl, t), row i's softmax over keys [0, n_i), zeros
+ * beyond (n_i = r0 + i + 1 when causal, else t).
+ */
+static void rows_forward(bool ref, float *out, float *probs, const float *qkv, size_t batch,
+                         size_t t, size_t r0, size_t rl, size_t h, size_t hd, bool causal)
+{
+    gemm_fn gemm = ref ? mt_gemm_ref : mt_gemm;
+    size_t w = 3 * h * hd, wo = h * hd, kn = causal ? r0 + rl : t;
+    float scale = 1.0f / sqrtf((float)hd);
+
+    for (size_t e = 0; e < batch; e++)
+        for (size_t hh = 0; hh < h; hh++) {
+            const float *q = qkv + (e * t + r0) * w + 3 * hd * hh;
+            const float *k = qkv + e * t * w + 3 * hd * hh + hd;
+            float *p = probs + (e * h + hh) * rl * t;
+            gemm(false, true, rl, kn, hd, scale, q, w, k, w, 0.0f, p, t);
+            for (size_t i = 0; i < rl; i++) {
+                float *row = p + i * t, m = row[0], sum = 0.0f;
+                size_t n = causal ? r0 + i + 1 : t;
+                for (size_t j = 1; j < n; j++)
+                    m = row[j] > m ? row[j] : m;
+                for (size_t j = 0; j < n; j++) {
+                    row[j] = expf(row[j] - m);
+                    sum += row[j];
+                }
+                for (size_t j = 0; j < n; j++)
+                    row[j] /= sum;
+                memset(row + n, 0, (t - n) * sizeof(float));
+            }
+            gemm(false, false, rl, hd, kn, 1.0f, p, t, k + hd, w, 0.0f, out + e * rl * wo + hd * hh,
+                 wo);
+        }
+}
+
+/*
+ * The backward of rows_forward: dqkv (batch, t, 3·h·hd), zeroed here, gets the gradient of the
+ * rows' queries and their share of the keys' and values' gradients, from dout (batch, rl, h·hd).
+ * ds: rl·t floats of scratch.
+ */
+static void rows_backward(bool ref, float *dqkv, float *ds, const float *dout, const float *qkv,
+                          const float *probs, size_t batch, size_t t, size_t r0, size_t rl,
+                          size_t h, size_t hd, bool causal)
+{
+    gemm_fn gemm = ref ? mt_gemm_ref : mt_gemm;
+    size_t w = 3 * h * hd, wo = h * hd, kn = causal ? r0 + rl : t;
+    float scale = 1.0f / sqrtf((float)hd);
+
+    memset(dqkv, 0, batch * t * w * sizeof(float));
+    for (size_t e = 0; e < batch; e++)
+        for (size_t hh = 0; hh < h; hh++) {
+            size_t qo = (e * t + r0) * w + 3 * hd * hh, ko = e * t * w + 3 * hd * hh + hd;
+            const float *p = probs + (e * h + hh) * rl * t, *dy = dout + e * rl * wo + hd * hh;
+            /* dv (kn, hd) = pᵀ · dy; dp (rl, kn) = dy · vᵀ, into ds */
+            gemm(true, false, kn, hd, rl, 1.0f, p, t, dy, wo, 0.0f, dqkv + ko + hd, w);
+            gemm(false, true, rl, kn, hd, 1.0f, dy, wo, qkv + ko + hd, w, 0.0f, ds, t);
+            for (size_t i = 0; i < rl; i++) { /* ds = p ⊙ (dp − Σ_j dp·p) / √hd */
+                size_t n = causal ? r0 + i + 1 : t;
+                float dot = 0.0f;
+                for (size_t j = 0; j < n; j++)
+                    dot += ds[i * t + j] * p[i * t + j];
+                for (size_t j = 0; j < n; j++)
+                    ds[i * t + j] = p[i * t + j] * (ds[i * t + j] - dot) * scale;
+                for (size_t j = n; j < kn; j++)
+                    ds[i * t + j] = 0.0f;
+            }
+            /* dq (rl, hd) = ds · k; dk (kn, hd) = dsᵀ · q */
+            gemm(false, false, rl, hd, kn, 1.0f, ds, t, qkv + ko, w, 0.0f, dqkv + qo, w);
+            gemm(true, false, kn, hd, rl, 1.0f, ds, t, qkv + qo, w, 0.0f, dqkv + ko, w);
+        }
+}
+
+/* Rows [k·rl, (k+1)·rl) of every example of full (batch, S·rl, w) <-> block k of blocks
+ * (S, batch, rl, w): the order of the collectives' member chunks. */
+static void to_blocks(float *blocks, float *full, size_t batch, size_t s, size_t rl, size_t w,
+                      bool back)
+{
+    for (size_t k = 0; k < s; k++)
+        for (size_t e = 0; e < batch; e++) {
+            float *bk = blocks + (k * batch + e) * rl * w;
+            float *f = full + (e * s + k) * rl * w;
+            memcpy(back ? f : bk, back ? bk : f, rl * w * sizeof(float));
+        }
 }
 
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    size_t h = local_heads(l, dev);
-    (ps->ref ? mt_attention_forward_ref
-             : mt_attention_forward)(st->out, st->scr[PROBS], st->in, ps->batch, l->in_rows, h,
-                                     l->in_c / (3 * l->s.heads), l->s.causal);
+    size_t h = local_heads(l, dev), hd = l->in_c / (3 * l->s.heads), b = ps->batch;
+    size_t s = mt_layer__dsz(dev, l->sdim), rl = l->in_rows, w = l->in_loc / rl;
+    size_t k0 = (size_t)dev->coord(dev->ctx, l->sdim);
+    float *qkv = st->scr[QKV], *work = st->scr[WORK];
+    mt_code rc;
+
+    if (l->sdim < 0) {
+        (ps->ref ? mt_attention_forward_ref : mt_attention_forward)(st->out, st->scr[PROBS], st->in,
+                                                                    b, rl, h, hd, l->s.causal);
+        return MT_OK;
+    }
+    if ((rc = dev->allgather(dev->ctx, l->sdim, st->in, b * rl * w, work)) != MT_OK)
+        return rc;
+    to_blocks(work, qkv, b, s, rl, w, true);
+    rows_forward(ps->ref, st->out, st->scr[PROBS], qkv, b, s * rl, k0 * rl, rl, h, hd, l->s.causal);
     return MT_OK;
 }
 
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
+    size_t h = local_heads(l, dev), hd = l->in_c / (3 * l->s.heads), b = ps->batch;
+    size_t s = mt_layer__dsz(dev, l->sdim), rl = l->in_rows, w = l->in_loc / rl;
+    size_t k0 = (size_t)dev->coord(dev->ctx, l->sdim);
+    float *work = st->scr[WORK], *dqkv = st->scr[DQKV];
+
     *dx = st->dx_buf;
     if (st->dx_buf == NULL)
         return MT_OK; /* reads the model input: nothing to compute */
-    (ps->ref ? mt_attention_backward_ref : mt_attention_backward)(
-        st->dx_buf, st->scr[DS], dy, st->in, st->scr[PROBS], ps->batch, l->in_rows,
-        local_heads(l, dev), l->in_c / (3 * l->s.heads), l->s.causal);
-    return MT_OK;
+    if (l->sdim < 0) {
+        (ps->ref ? mt_attention_backward_ref : mt_attention_backward)(
+            st->dx_buf, st->scr[DS], dy, st->in, st->scr[PROBS], b, rl, h, hd, l->s.causal);
+        return MT_OK;
+    }
+    rows_backward(ps->ref, dqkv, st->scr[DS], dy, st->scr[QKV], st->scr[PROBS], b, s * rl, k0 * rl,
+                  rl, h, hd, l->s.causal);
+    to_blocks(work, dqkv, b, s, rl, w, false);
+    return dev->reduce_scatter(dev->ctx, l->sdim, work, s * b * rl * w, st->dx_buf);
+}
+
+/* Sequence parallelism: the forward's allgather and the backward's reduce-scatter over sdim. */
+static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
+                 void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
+{
+    (void)bdim;
+    if (l->sdim >= 0)
+        add(per_dim, l->sdim, 2 * b * l->in_loc * mt_layer__psz(p, l->sdim));
 }
 
 const mt_layer_ops mt_layer_attention_ops = {
@@ -110,6 +240,7 @@ const mt_layer_ops mt_layer_attention_ops = {
     .alloc = alloc,
     .forward = forward,
     .backward = backward,
+    .comm = comm,
     .example = "\"model\":{\"input_shape\":[5],\"layers\":["
                "{\"type\":\"embedding\",\"input_dim\":11,\"output_dim\":8},"
                "{\"type\":\"layer_norm\"},"

@@ -12,6 +12,14 @@
  * Reference: mt_dense_forward_ref / mt_dense_backward_ref (core/tensor/mt_kernels_ref.c).
  * mesh_invariant (mt_layer_pass.leaves > 0): core/repro's canonical product instead of OpenBLAS,
  * the contraction in the K-leaves this device holds (docs/reproducibility.md, points 5 and 6).
+ *
+ * Tied (GPT-2's lm_head.weight = wte.weight): with "tied_to": "<embedding>" the layer has no
+ * kernel of its own; its kernel is the embedding's table (units, in) used transposed, y = x ·
+ * tableᵀ + bias, so the table's axis 0 (vocabulary) is the kernel's output axis and its axis 1
+ * the contraction: kout and kin come from the table's layout (vocabulary parallel: kout =
+ * 'model'). The backward writes the table's gradient dyᵀ · x first (this layer is later in the
+ * list, so its backward runs first); the embedding's backward adds its rows to it
+ * (mt_layer.grads_shared).
  */
 #include <string.h>
 
@@ -23,12 +31,47 @@
 
 enum { KERNEL, BIAS };
 
-static const char *const keys[] = {"units", "activation", "use_bias", NULL};
+static const char *const keys[] = {"units", "activation", "use_bias", "tied_to", NULL};
 
 static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt_err *err)
 {
+    char path[112];
+    const char *tied = NULL;
     mt_code rc = mt_layer__required_int(node, "units", base, 1 << 24, &out->units, err);
-    return rc == MT_OK ? mt_layer__parse_act_bias(node, base, out, err) : rc;
+    if (rc == MT_OK)
+        rc = mt_layer__parse_act_bias(node, base, out, err);
+    MT_LAYER_PATH(path, base, "tied_to");
+    if (rc == MT_OK)
+        rc = mt_model_field_str(node, "tied_to", path, &tied, err);
+    if (rc != MT_OK || tied == NULL)
+        return rc;
+    if (tied[0] == '\0' || strlen(tied) >= sizeof(out->tied_name))
+        return mt_model_field_bad(err, path, "must be the name of an earlier embedding layer");
+    out->tied = true;
+    snprintf(out->tied_name, sizeof(out->tied_name), "%s", tied); /* resolved by core/model */
+    return MT_OK;
+}
+
+/* The kernel of a tied layer: the embedding's table (units, in), checked against the layer. */
+static mt_code plan_tied(mt_layer *l, const mt_layer_planner *p, mt_err *err)
+{
+    const mt_layer *t = &p->planned[l->s.tied_to];
+
+    if (l->s.units != t->s.input_dim)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d].units: %zu differs from the input_dim %zu of %s "
+                          "(tied_to: the head's outputs are the table's rows)",
+                          l->idx, l->s.units, t->s.input_dim, t->s.name);
+    if (l->in_c != t->s.units)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d].tied_to: the output_dim %zu of %s differs from the "
+                          "layer's input width %zu",
+                          l->idx, t->s.units, t->s.name, l->in_c);
+    l->pi[KERNEL] = t->pi[0];
+    l->has[KERNEL] = true;
+    l->kin = p->param_dim(p->ctx, l, KERNEL, 1);
+    l->kout = p->param_dim(p->ctx, l, KERNEL, 0);
+    return MT_OK;
 }
 
 static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
@@ -39,12 +82,16 @@ static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
     l->out_rank = l->in_rank;
     memcpy(l->out_shape, l->in_shape, sizeof(l->out_shape));
     l->out_shape[l->in_rank - 1] = l->s.units;
-    rc = p->add_param(p->ctx, l, KERNEL, "kernel", 2, ks, MT_INIT_GLOROT_UNIFORM, true,
-                      MT_LAYER_FROM_MAP, err);
+    if (l->s.tied) {
+        rc = plan_tied(l, p, err);
+    } else {
+        rc = p->add_param(p->ctx, l, KERNEL, "kernel", 2, ks, MT_INIT_GLOROT_UNIFORM, true,
+                          MT_LAYER_FROM_MAP, err);
+        l->kin = p->param_dim(p->ctx, l, KERNEL, 0);
+        l->kout = p->param_dim(p->ctx, l, KERNEL, 1);
+    }
     if (rc != MT_OK)
         return rc;
-    l->kin = p->param_dim(p->ctx, l, KERNEL, 0);
-    l->kout = p->param_dim(p->ctx, l, KERNEL, 1);
     if (l->s.use_bias)
         rc = p->add_param(p->ctx, l, BIAS, "bias", 1, bs, MT_INIT_ZEROS, true, l->kout, err);
     l->of = l->kout;
@@ -71,6 +118,30 @@ static int kleaves(const mt_layer_dev *dev, size_t width, int dim)
     return mt_repro_leaves(width) / (int)mt_layer__dsz(dev, dim);
 }
 
+/* Tied: y (rows, out) = x (rows, in) · tᵀ + b, t (out, in) the embedding's table. */
+static void tied_forward(bool ref, float *y, const float *x, const float *t, const float *b,
+                         size_t rows, size_t in, size_t out)
+{
+    for (size_t r = 0; b != NULL && r < rows; r++)
+        memcpy(y + r * out, b, out * sizeof(float));
+    (ref ? mt_gemm_ref : mt_gemm)(false, true, rows, out, in, 1.0f, x, in, t, in,
+                                  b != NULL ? 1.0f : 0.0f, y, out);
+}
+
+/* Tied: dx (rows, in) = dy · t (skipped when NULL), dt (out, in) = dyᵀ · x, db = Σ rows of dy. */
+static void tied_backward(bool ref, float *dx, float *dt, float *db, const float *dy,
+                          const float *x, const float *t, size_t rows, size_t in, size_t out)
+{
+    void (*gemm)(bool, bool, size_t, size_t, size_t, float, const float *, size_t, const float *,
+                 size_t, float, float *, size_t) = ref ? mt_gemm_ref : mt_gemm;
+    if (dx != NULL)
+        gemm(false, false, rows, in, out, 1.0f, dy, out, t, in, 0.0f, dx, in);
+    gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 0.0f, dt, in);
+    if (db != NULL)
+        (ref ? mt_dense_backward_ref : mt_dense_backward)(NULL, NULL, db, dy, NULL, NULL, rows, in,
+                                                          out);
+}
+
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
@@ -84,7 +155,10 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
             return rc;
         st->used = st->xin;
     }
-    if (ps->leaves > 0) /* mesh_invariant: the canonical product, in the K-leaves held here */
+    if (l->s.tied) /* never mesh_invariant: core/jobspec refuses the embedding it needs */
+        tied_forward(ps->ref, st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, rows,
+                     l->use_loc / l->in_rows, outl);
+    else if (ps->leaves > 0) /* mesh_invariant: the canonical product, in the K-leaves held here */
         mt_repro_dense_forward(st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, rows,
                                l->use_loc / l->in_rows, outl, kleaves(dev, l->in_c, l->kin));
     else
@@ -103,7 +177,10 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     float *dxk = st->dx_buf != NULL && st->dxk != NULL ? st->dxk : st->dx_buf;
 
     *dx = st->dx_buf;
-    if (ps->leaves > 0) /* mesh_invariant: per leaf, dW and db folded in the leaf tree */
+    if (l->s.tied)
+        tied_backward(ps->ref, dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL],
+                      rows, l->use_loc / l->in_rows, l->out_loc / l->in_rows);
+    else if (ps->leaves > 0) /* mesh_invariant: per leaf, dW and db folded in the leaf tree */
         mt_repro_dense_backward(dxk, st->pg[KERNEL], st->pg[BIAS], ps->scratch, dy, st->used,
                                 st->pv[KERNEL], rows, ps->leaf_examples * l->in_rows, ps->leaves,
                                 l->use_loc / l->in_rows, l->out_loc / l->in_rows,

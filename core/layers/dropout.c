@@ -46,7 +46,7 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
     (void)dev;
     if (rc == MT_OK)
         rc = mt_layer_buf(a, l, &st->scr[MASK], b * l->in_loc, sizeof(uint8_t), err);
-    if (rc == MT_OK && l->xf >= 0)
+    if (rc == MT_OK && (l->xf >= 0 || l->sdim >= 0))
         rc = mt_layer_buf(a, l, &st->scr[FULLMASK], b * l->in_size, sizeof(uint8_t), err);
     return rc;
 }
@@ -62,16 +62,19 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
         st->out = (float *)st->in;
         return MT_OK;
     }
-    if (l->xf < 0) {
+    if (l->xf < 0 && l->sdim < 0) {
         mt_rng_dropout_mask(mask, dev->seed, ps->step, (uint32_t)l->idx, ps->first, batch,
                             l->in_size, l->s.rate);
-    } else {
-        size_t rows = batch * l->in_rows, cl = l->in_c / mt_layer__dsz(dev, l->xf);
+    } else { /* the whole examples' masks, then this device's columns of its rows */
+        size_t cl = l->in_c / mt_layer__dsz(dev, l->xf), rl = l->in_rows;
         size_t off = (size_t)dev->coord(dev->ctx, l->xf) * cl;
+        size_t r0 = (size_t)dev->coord(dev->ctx, l->sdim) * rl;
         mt_rng_dropout_mask(full, dev->seed, ps->step, (uint32_t)l->idx, ps->first, batch,
                             l->in_size, l->s.rate);
-        for (size_t r = 0; r < rows; r++)
-            memcpy(mask + r * cl, full + r * l->in_c + off, cl);
+        for (size_t e = 0; e < batch; e++)
+            for (size_t r = 0; r < rl; r++)
+                memcpy(mask + (e * rl + r) * cl, full + e * l->in_size + (r0 + r) * l->in_c + off,
+                       cl);
     }
     (ps->ref ? mt_dropout_forward_ref : mt_dropout_forward)(
         st->out, st->in, mask, 1.0f / (1.0f - l->s.rate), batch * l->in_loc);

@@ -7,9 +7,11 @@
  * Sharding: the table's output axis over a mesh dim shards the output's features (each device
  * looks up its columns); its vocabulary axis over a dim gives each device a slice of the rows:
  * a device writes the rows of the ids it holds and zeros for the others, and the outputs are
- * allreduced over that dim (Megatron's vocabulary-parallel embedding). The ids are never
- * sharded (the layer reads the whole model input).
+ * allreduced over that dim (Megatron's vocabulary-parallel embedding). The ids are sharded
+ * only by position (sequence parallelism, mt_layer.sdim: the device's positions' ids).
  * Backward: each id's output gradient is added to its table row, rows in order (fixed bits).
+ * A dense layer may use the table as its kernel (tied_to, a GPT-2 style LM head; dense.c): its
+ * backward runs first and writes the table's gradient, and this one adds to it.
  */
 #include <math.h>
 #include <string.h>
@@ -37,7 +39,7 @@ static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
     if (l->in_rank != 1 || !mt_layer__reads_input(l))
         return mt_layer__shape_error(l, "the model input's token ids, shape (sequence_length)",
                                      err);
-    if (l->xf >= 0)
+    if (l->xf >= 0 && l->xf != p->sdim)
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "model.layers[%d] (%s): its token ids may not be sharded (over '%s')",
                           l->idx, l->s.name, p->dim_name(p->ctx, l->xf));
@@ -77,7 +79,7 @@ static void local_rows(const mt_layer *l, const mt_layer_dev *dev, size_t *lo, s
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    size_t rows = ps->batch * l->in_size, c = l->out_loc / l->in_size, lo, n;
+    size_t rows = ps->batch * l->in_loc, c = l->out_loc / l->in_loc, lo, n;
     const float *table = st->pv[TABLE];
 
     local_rows(l, dev, &lo, &n);
@@ -88,7 +90,9 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
                 mt_err_set(ps->err, MT_INVALID_ARGUMENT,
                            "%s: token id %g at position %zu of an example is not a whole number "
                            "in [0, %zu) (input_dim)",
-                           l->s.name, (double)v, r % l->in_size, l->s.input_dim);
+                           l->s.name, (double)v,
+                           r % l->in_loc + (size_t)dev->coord(dev->ctx, l->sdim) * l->in_loc,
+                           l->s.input_dim);
             return MT_INVALID_ARGUMENT;
         }
         size_t id = (size_t)v;
@@ -103,12 +107,13 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
-    size_t rows = ps->batch * l->in_size, c = l->out_loc / l->in_size, lo, n;
+    size_t rows = ps->batch * l->in_loc, c = l->out_loc / l->in_loc, lo, n;
     float *g = st->pg[TABLE];
 
     *dx = NULL;
     local_rows(l, dev, &lo, &n);
-    memset(g, 0, n * c * sizeof(float));
+    if (!l->grads_shared) /* else a tied head's backward wrote its part first: add to it */
+        memset(g, 0, n * c * sizeof(float));
     for (size_t r = 0; r < rows; r++) {
         size_t id = (size_t)st->in[r];
         if (id < lo || id >= lo + n)

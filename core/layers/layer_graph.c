@@ -39,10 +39,58 @@ void mt_layer_shape_text(char *buf, size_t cap, int rank, const size_t *shape)
         snprintf(buf + o, cap - (size_t)o, ")");
 }
 
+/*
+ * Sequence parallelism: split l's rows (positions) over l->sdim. Only layers that work row by row
+ * (or gather the rows themselves: attention) may; the embedding reads its positions' ids.
+ */
+static mt_code plan_rows(mt_layer *l, const mt_layer_planner *p, mt_err *err)
+{
+    size_t n = dsz(p, l->sdim);
+    bool ids = l->s.kind == MT_LAYER_EMBEDDING;
+
+    switch (l->s.kind) {
+    case MT_LAYER_EMBEDDING:
+    case MT_LAYER_POSITION_EMBEDDING:
+    case MT_LAYER_LAYER_NORM:
+    case MT_LAYER_DENSE:
+    case MT_LAYER_ATTENTION:
+    case MT_LAYER_ADD:
+    case MT_LAYER_CONCATENATE:
+    case MT_LAYER_DROPOUT:
+    case MT_LAYER_ACTIVATION:
+        break;
+    default:
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d] (%s): a %s layer mixes positions; the positions are "
+                          "split over '%s' (input_layout[1]: sequence parallelism)",
+                          l->idx, l->s.name, l->ops->type, p->dim_name(p->ctx, l->sdim));
+    }
+    for (int k = 0; k < l->s.n_inputs; k++)
+        if (l->s.inputs[k] == MT_LAYER_INPUT && !ids)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "model.layers[%d] (%s): reads the model input, whose positions are "
+                              "split over '%s'; only an embedding may (sequence parallelism)",
+                              l->idx, l->s.name, p->dim_name(p->ctx, l->sdim));
+    if (l->out_rows % n != 0 || (!ids && l->in_rows % n != 0))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d] (%s): %zu positions are not divisible by the %zu "
+                          "devices of '%s' (sequence parallelism)",
+                          l->idx, l->s.name, l->out_rows, n, p->dim_name(p->ctx, l->sdim));
+    if (!ids) {
+        l->in_rows /= n;
+        l->in_loc /= n;
+        l->use_loc /= n;
+    }
+    l->out_rows /= n;
+    l->out_loc /= n;
+    return MT_OK;
+}
+
 mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, int in_rank,
                       const size_t *in_shape, int in_xf, const mt_layer_planner *p, mt_layer *l,
                       mt_err *err)
 {
+    mt_layer_planner lp;
     mt_code rc;
 
     memset(l, 0, sizeof(*l));
@@ -51,6 +99,7 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
     l->ops = mt_layer_ops_of(l->s.kind);
     l->idx = i;
     l->kin = l->kout = l->vdim = -1;
+    l->sdim = p->sdim;
     if (l->ops == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "model.layers[%d]: unknown layer kind", i);
     for (int k = 0; k < l->s.n_inputs; k++) {
@@ -71,8 +120,12 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
     l->xf = l->in_xf[0];
     l->in_c = l->in_shape[l->in_rank - 1];
     l->in_rows = l->in_c > 0 ? l->in_size / l->in_c : 0;
-    if ((rc = l->ops->plan(l, p, err)) != MT_OK)
+    lp = *p;
+    lp.planned = planned;
+    if ((rc = l->ops->plan(l, &lp, err)) != MT_OK)
         return rc;
+    for (int j = i + 1; j < spec->n_layers; j++)
+        l->grads_shared = l->grads_shared || (spec->layers[j].tied && spec->layers[j].tied_to == i);
     l->out_size = 1;
     for (int a = 0; a < l->out_rank; a++)
         l->out_size = mul_sat(l->out_size, l->out_shape[a]);
@@ -87,7 +140,7 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
     l->out_loc = l->out_size / dsz(p, l->of);
     l->use_loc = l->in_size / dsz(p, l->kin);
     l->needs_acc = mt_job_spec_output_shared(spec, i);
-    return MT_OK;
+    return l->sdim >= 0 ? plan_rows(l, p, err) : MT_OK;
 }
 
 /* ------------------------------------------------------------------ activations */

@@ -39,7 +39,7 @@
 struct cJSON;
 
 #define MT_LAYER_MAX_PARAMS  8 /* parameter slots of one layer */
-#define MT_LAYER_MAX_SCRATCH 4
+#define MT_LAYER_MAX_SCRATCH 6
 
 /* ------------------------------------------------------------------ the plan */
 
@@ -58,14 +58,20 @@ typedef struct mt_layer {
     int in_xf[MT_LAYER_MAX_INPUTS];
     size_t in_last[MT_LAYER_MAX_INPUTS]; /* each input's last-axis width (joins) */
     int xf, of;                          /* mesh dim sharding the input / output last axis, or -1 */
-    int kin, kout;          /* kernel contraction / output axis dims (dense, conv2d), or -1 */
-    int vdim;               /* embedding: the mesh dim sharding the vocabulary, or -1 */
-    size_t in_loc, use_loc; /* local floats per example: input as received / as the math
-                               uses it (after the layer's reshard) */
-    size_t out_loc;         /* local floats per example of the output */
+    int kin, kout; /* kernel contraction / output axis dims (dense, conv2d), or -1 */
+    int vdim;      /* embedding: the mesh dim sharding the vocabulary, or -1 */
+    int sdim;      /* sequence parallelism: the mesh dim splitting the rows (positions) of every
+                      activation, or -1; then in_rows, out_rows and the *_loc sizes are the device's
+                      (the embedding's input: its positions' ids, sharded as features over sdim) */
+    size_t in_loc, use_loc;         /* local floats per example: input as received / as the math
+                                       uses it (after the layer's reshard) */
+    size_t out_loc;                 /* local floats per example of the output */
     size_t pi[MT_LAYER_MAX_PARAMS]; /* model parameter index per slot */
     bool has[MT_LAYER_MAX_PARAMS];  /* which slots exist */
-    bool needs_acc; /* the output gradient is accumulated (several readers / a join) */
+    bool needs_acc;    /* the output gradient is accumulated (several readers / a join) */
+    bool grads_shared; /* a later layer uses this layer's parameters too (a dense tied_to it):
+                          that layer's backward runs first and writes their gradients, this
+                          layer's backward adds to them */
 } mt_layer;
 
 /*
@@ -83,6 +89,9 @@ typedef struct mt_layer_planner {
     int (*param_dim)(void *ctx, const mt_layer *l, int slot, int axis); /* -1: unsharded */
     const char *(*dim_name)(void *ctx, int dim);
     size_t (*dim_size)(void *ctx, int dim); /* 1 for dim < 0 */
+    const mt_layer *planned; /* the layers planned so far (set by mt_layer_plan): a layer that
+                                uses an earlier layer's parameter (tied_to) reads its pi here */
+    int sdim; /* sequence parallelism's dim (mt_layer.sdim), or -1: every engine sets it */
 } mt_layer_planner;
 
 /* ------------------------------------------------------------------ running */
@@ -105,6 +114,11 @@ typedef struct mt_layer_dev {
     mt_code (*after_backward)(void *ctx, int idx);
     int bdim;      /* the dim the batch is split over (batch-norm statistics), or -1 */
     uint64_t seed; /* the job's seed (dropout masks) */
+    /* Sequence parallelism (only engines that plan sdim >= 0 are asked): dst gets every member's
+     * src[0..n) along dim, in group order; dst's member chunks of src[0..n) summed over dim
+     * (n / size floats each: this member's). */
+    mt_code (*allgather)(void *ctx, int dim, const float *src, size_t n, float *dst);
+    mt_code (*reduce_scatter)(void *ctx, int dim, const float *src, size_t n, float *dst);
 } mt_layer_dev;
 
 /* One pass over a local batch. */

@@ -42,8 +42,7 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
                        const mt_layer_pass *ps)
 {
     size_t n = l->out_loc;
-    const float *table = st->pv[TABLE];
-    (void)dev;
+    const float *table = st->pv[TABLE] + (size_t)dev->coord(dev->ctx, l->sdim) * n;
     for (size_t b = 0; b < ps->batch; b++)
         for (size_t i = 0; i < n; i++)
             st->out[b * n + i] = st->in[b * n + i] + table[i];
@@ -55,8 +54,8 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
 {
     size_t n = l->out_loc;
     float *g = st->pg[TABLE];
-    (void)dev;
-    memset(g, 0, n * sizeof(float));
+    memset(g, 0, n * mt_layer__dsz(dev, l->sdim) * sizeof(float));
+    g += (size_t)dev->coord(dev->ctx, l->sdim) * n; /* this device's positions' rows */
     for (size_t b = 0; b < ps->batch; b++)
         for (size_t i = 0; i < n; i++)
             g[i] += dy[b * n + i];

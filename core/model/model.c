@@ -167,7 +167,12 @@ static size_t one(void *ctx, int dim)
 static mt_code plan_model(mt_model *m, const mt_job_spec *spec, int in_rank, const size_t *in_shape,
                           uint64_t *widest, mt_err *err)
 {
-    mt_layer_planner p = {m, plan_add_param, plan_param_dim, plan_dim_name, one};
+    mt_layer_planner p = {.ctx = m,
+                          .add_param = plan_add_param,
+                          .param_dim = plan_param_dim,
+                          .dim_name = plan_dim_name,
+                          .dim_size = one,
+                          .sdim = -1}; /* one device: no dim splits the positions */
     uint64_t w = 1;
 
     for (int a = 0; a < in_rank; a++)
@@ -233,8 +238,8 @@ static mt_code dev_bind(void *ctx, int idx)
 
 static mt_layer_dev model_dev(mt_model *m)
 {
-    mt_layer_dev d = {m,    dev_allreduce, dev_reshard, one, dev_coord,
-                      NULL, dev_bind,      NULL,        0,   m->seed};
+    mt_layer_dev d = {m,        dev_allreduce, dev_reshard, one,     dev_coord, NULL,
+                      dev_bind, NULL,          0,           m->seed, NULL,      NULL};
     return d;
 }
 

@@ -75,22 +75,26 @@ typedef enum mt_activation {
 
 typedef struct mt_layer_spec {
     mt_layer_kind kind;
-    char name[MT_LAYER_NAME_MAX];    /* "dense_1", "conv2d_2" ...: per type, 1-based, as Keras */
-    mt_activation activation;        /* dense, conv2d */
-    size_t units;                    /* dense; embedding: output_dim */
-    size_t input_dim;                /* embedding: the vocabulary size */
-    size_t heads;                    /* attention: num_heads */
-    bool causal;                     /* attention: each position sees itself and earlier ones */
-    size_t filters, kh, kw;          /* conv2d; kh, kw: also the pooling window */
-    bool same;                       /* conv2d padding "same" (else "valid") */
-    size_t sh, sw;                   /* conv2d strides (default 1), pooling strides */
-    bool use_bias;                   /* dense, conv2d (default true) */
-    float rate;                      /* dropout, in [0, 1) */
-    bool center, scale;              /* batch_norm beta / gamma (default true) */
-    float momentum, epsilon;         /* batch_norm (Keras defaults 0.99, 0.001) */
-    int n_inputs;                    /* 1, or 2..MT_LAYER_MAX_INPUTS for add / concatenate */
-    int inputs[MT_LAYER_MAX_INPUTS]; /* producing layers, all earlier (a graph in topological
-                                        order), or MT_LAYER_INPUT; default: the previous layer */
+    char name[MT_LAYER_NAME_MAX];      /* "dense_1", "conv2d_2" ...: per type, 1-based, as Keras */
+    mt_activation activation;          /* dense, conv2d */
+    size_t units;                      /* dense; embedding: output_dim */
+    size_t input_dim;                  /* embedding: the vocabulary size */
+    size_t heads;                      /* attention: num_heads */
+    bool causal;                       /* attention: each position sees itself and earlier ones */
+    size_t filters, kh, kw;            /* conv2d; kh, kw: also the pooling window */
+    bool same;                         /* conv2d padding "same" (else "valid") */
+    size_t sh, sw;                     /* conv2d strides (default 1), pooling strides */
+    bool use_bias;                     /* dense, conv2d (default true) */
+    bool tied;                         /* dense: "tied_to" is set */
+    int tied_to;                       /* dense: the earlier embedding layer whose table is the
+                                          kernel, transposed (a tied LM head) */
+    char tied_name[MT_LAYER_NAME_MAX]; /* dense: "tied_to" as written (resolved after parsing) */
+    float rate;                        /* dropout, in [0, 1) */
+    bool center, scale;                /* batch_norm beta / gamma (default true) */
+    float momentum, epsilon;           /* batch_norm (Keras defaults 0.99, 0.001) */
+    int n_inputs;                      /* 1, or 2..MT_LAYER_MAX_INPUTS for add / concatenate */
+    int inputs[MT_LAYER_MAX_INPUTS];   /* producing layers, all earlier (a graph in topological
+                                          order), or MT_LAYER_INPUT; default: the previous layer */
 } mt_layer_spec;
 
 typedef enum mt_optimizer_kind {

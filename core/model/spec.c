@@ -567,6 +567,45 @@ static mt_code parse_inputs(const cJSON *l, int idx, mt_job_spec *s, mt_err *err
     return MT_OK;
 }
 
+/*
+ * "tied_to" of layer idx (a dense layer): the name of an earlier embedding layer that no other
+ * layer ties to; its table is the layer's kernel (core/layers/dense.c).
+ */
+static mt_code resolve_tied(mt_job_spec *s, int idx, mt_err *err)
+{
+    mt_layer_spec *o = &s->layers[idx];
+    char path[96], why[160];
+    int j = -1;
+
+    if (!o->tied)
+        return MT_OK;
+    snprintf(path, sizeof(path), "model.layers[%d].tied_to", idx);
+    for (int q = 0; q < s->n_layers && j < 0; q++)
+        if (strcmp(s->layers[q].name, o->tied_name) == 0)
+            j = q;
+    if (j < 0 || j >= idx) {
+        snprintf(why, sizeof(why), "\"%.40s\" is %s", o->tied_name,
+                 j < 0 ? "not the name of a layer"
+                       : "not an earlier layer (an embedding before the head)");
+        return mt_model_field_bad(err, path, why);
+    }
+    if (s->layers[j].kind != MT_LAYER_EMBEDDING) {
+        snprintf(why, sizeof(why),
+                 "\"%.40s\" is a %s layer; only an embedding's table can be a "
+                 "head's kernel",
+                 o->tied_name, mt_layer_ops_of(s->layers[j].kind)->type);
+        return mt_model_field_bad(err, path, why);
+    }
+    for (int q = j + 1; q < idx; q++)
+        if (s->layers[q].tied && s->layers[q].tied_to == j) {
+            snprintf(why, sizeof(why), "\"%.40s\" is already tied to by model.layers[%d] (%s)",
+                     o->tied_name, q, s->layers[q].name);
+            return mt_model_field_bad(err, path, why);
+        }
+    o->tied_to = j;
+    return MT_OK;
+}
+
 int mt_job_spec_consumers(const mt_job_spec *spec, int i)
 {
     int n = i == spec->n_layers - 1;
@@ -686,6 +725,11 @@ static mt_code parse_model(const cJSON *root, mt_job_spec *s, mt_err *err)
     assign_default_names(s);
     for (int i = 0; i < s->n_layers; i++) {
         rc = parse_inputs(cJSON_GetArrayItem(layers, i), i, s, err);
+        if (rc != MT_OK)
+            return rc;
+    }
+    for (int i = 0; i < s->n_layers; i++) {
+        rc = resolve_tied(s, i, err);
         if (rc != MT_OK)
             return rc;
     }

@@ -23,7 +23,7 @@
  * conv2d: batch-sharded input (channel-sharded inputs are allgathered), output channels may be
  * sharded (kernel layout [unsharded, unsharded, unsharded, D]). BatchNorm statistics are summed
  * over B (global batch). Flatten of a channel-sharded image and the logits are allgathered.
- * Loss, accuracy and every weight gradient are allreduced over B only (gradients, loss, accuracy
+ * Loss, accuracy and every weight gradient are allreduced over B (gradients, loss, accuracy
  * and the next step's example count are fused into one bucket: one allreduce per step). The
  * optimizer updates the local shard. A weight axis sharded over B (FSDP) is stored sliced with its
  * slots; by default (spec fsdp_reshard_after_forward) it is allgathered into a per-layer scratch
@@ -31,6 +31,10 @@
  * the gathered copy is kept from the first forward after an update and its whole gradient rides
  * in the bucket, each device keeping its slice. Both give the same bits. Graph models (add,
  * concatenate) route gradients to every reader's producer in reverse list order.
+ * Sequence parallelism: when an embedding reads the model input (token ids), the input layout's
+ * axis 1 over a dim S splits the positions, and every activation's rows with them; attention
+ * gathers the rows over S, the loss reads the local rows' labels, and the bucket is allreduced
+ * over B and then over S (a per-layer FSDP gradient over S before its reduce-scatter over B).
  *
  * Equivalence: for any mesh and layouts, K steps give the weights of K steps on one device with
  * the same seed and global batch up to float rounding; the same job on the same mesh twice is

@@ -47,6 +47,8 @@ typedef struct dev {
     float *fv, *fg;                /* per-layer scratch of the gathered values and gradients
                                       (reshard_after_forward), or NULL */
     float *wtmp;                   /* block-major scratch for FSDP parameters not split on axis 0 */
+    float *gtmp;                   /* per-layer FSDP: a reduced gradient slice that is added to
+                                      the shard's (a parameter two layers use: tied_to), or NULL */
     bool wstale;                   /* kept copies: the shards changed since the last allgather */
     mt_layer_state *ls;            /* per layer */
     float *x, *g1, *g2;            /* input slice; reshard scratch (max_b * widest) */
@@ -82,7 +84,9 @@ typedef enum job_kind { JOB_NONE, JOB_STEP, JOB_EVAL, JOB_GATHER, JOB_AGREE, JOB
 struct mt_spmd {
     const mt_mesh *mesh;
     int ndev, ndims, bdim, fdim0; /* devices, mesh dims, batch dim, input feature dim */
-    int nlocal, first_local;      /* devices of this process (threads), the lowest position */
+    int sdim; /* sequence parallelism: the dim splitting the positions (the token ids' axis 1 of
+                 an embedding model's input_layout: fdim0), or -1 */
+    int nlocal, first_local; /* devices of this process (threads), the lowest position */
     int dimsz[MT_MESH_MAX_DIMS];
     mt_coll_world *world, *own_world;
     mt_optimizer_spec opt;
@@ -97,15 +101,17 @@ struct mt_spmd {
     bool fsdp_transient;     /* gather FSDP weights per layer, reduce-scatter their gradients */
     int in_rank;
     size_t in_shape[3], in_size, in_c, in_rows, num_classes, max_gb, max_b, widest;
-    mt_loss_spec loss;    /* the spec's loss and metrics (core/loss) */
-    mt_loss_shape osh;    /* the output's (rows, c) view; num_classes == osh.c */
-    size_t out_size;      /* rows · c floats of output per example */
-    size_t ydim;          /* class labels per example the loss reads (rows; rows · c for binary
-                             cross-entropy on 0/1 labels) */
-    bool input_read_only; /* every reader of the input only reads it: rows are used in place */
-    int inv_leaves;       /* mesh_invariant: leaves per device (0: fixed_mesh) */
-    size_t inv_r;         /* mesh_invariant: examples per leaf */
-    size_t inv_batch;     /* mesh_invariant: the spec's global batch (leaf boundaries) */
+    mt_loss_spec loss;        /* the spec's loss and metrics (core/loss) */
+    mt_loss_shape osh;        /* the output's (rows, c) view; num_classes == osh.c */
+    size_t out_size;          /* rows · c floats of output per example */
+    mt_loss_shape osh_loc;    /* the output view of a device's rows (osh unless sdim >= 0) */
+    size_t out_loc, ydim_loc; /* floats of output and labels per example on a device */
+    size_t ydim;              /* class labels per example the loss reads (rows; rows · c for binary
+                                 cross-entropy on 0/1 labels) */
+    bool input_read_only;     /* every reader of the input only reads it: rows are used in place */
+    int inv_leaves;           /* mesh_invariant: leaves per device (0: fixed_mesh) */
+    size_t inv_r;             /* mesh_invariant: examples per leaf */
+    size_t inv_batch;         /* mesh_invariant: the spec's global batch (leaf boundaries) */
     dev *devs;
     /* job hand-off (see run_job): one local device runs on the host thread; several have a
      * thread each that spins briefly on gen, then sleeps on cv_job */
@@ -422,12 +428,34 @@ static mt_code check_inv_splits(const mt_spmd *s, mt_err *err)
     return MT_OK;
 }
 
+/* Sequence parallelism: what the layers cannot check themselves (the loss) and the output's
+ * per-device view. */
+static mt_code plan_seq(mt_spmd *s, mt_err *err)
+{
+    size_t n = dsz(s, s->sdim);
+    const char *name = mt_mesh_dim_name(s->mesh, s->sdim);
+
+    if (s->loss.kind != MT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "loss: the positions are split over '%s' (input_layout[1]); that needs "
+                          "a label per position (sparse_categorical_crossentropy)",
+                          name);
+    s->osh_loc.rows = s->osh.rows / n;
+    s->out_loc = s->out_size / n;
+    s->ydim_loc = s->ydim / n;
+    return MT_OK;
+}
+
 static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *map, mt_err *err)
 {
     const mt_layout *il = mt_layout_map_input(map);
     const mt_layer *last;
     planner_ctx pc = {s, map};
-    mt_layer_planner pl = {&pc, plan_add_param, plan_param_dim, plan_dim_name, plan_dim_size};
+    mt_layer_planner pl = {.ctx = &pc,
+                           .add_param = plan_add_param,
+                           .param_dim = plan_param_dim,
+                           .dim_name = plan_dim_name,
+                           .dim_size = plan_dim_size};
     mt_code rc;
 
     s->bdim = -1;
@@ -455,6 +483,16 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
     } else {
         s->bdim = mt_mesh_dim_index(s->mesh, "batch");
     }
+    s->sdim = -1;
+    if (s->in_rank == 1 && s->fdim0 >= 0 && spec->layers[0].kind == MT_LAYER_EMBEDDING &&
+        spec->layers[0].inputs[0] == MT_LAYER_INPUT) { /* token ids sharded by position */
+        s->sdim = s->fdim0;
+        if (s->in_shape[0] % dsz(s, s->sdim) != 0)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "dataset.block_size: %zu positions are not divisible by the %zu "
+                              "devices of '%s' (input_layout[1] splits the positions)",
+                              s->in_shape[0], dsz(s, s->sdim), mt_mesh_dim_name(s->mesh, s->sdim));
+    }
     s->n_layers = spec->n_layers;
     s->layers = mt_calloc((size_t)spec->n_layers + 1, sizeof(mt_layer));
     s->gparams =
@@ -466,6 +504,7 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
         s->fsdp == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "spmd plan: out of memory");
     s->widest = s->in_size;
+    pl.sdim = s->sdim;
     for (int i = 0; i < spec->n_layers; i++) {
         mt_layer *l = &s->layers[i];
         rc = mt_layer_plan(spec, i, s->layers, s->in_rank, s->in_shape, s->fdim0, &pl, l, err);
@@ -480,6 +519,11 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
     s->num_classes = s->osh.c;
     s->out_size = s->osh.rows * s->osh.c;
     s->ydim = mt_loss_units(&s->loss, &s->osh);
+    s->osh_loc = s->osh;
+    s->out_loc = s->out_size;
+    s->ydim_loc = s->ydim;
+    if (s->sdim >= 0 && (rc = plan_seq(s, err)) != MT_OK)
+        return rc;
     if (spec->reproducibility == MT_REPRO_MESH_INVARIANT) {
         int p = (int)dsz(s, s->bdim);
         if (!mt_repro_keeps_bits(spec->batch_size, p))
@@ -654,6 +698,8 @@ static mt_code fsdp_gather_layer(dev *d, int idx)
             continue;
         d->wval[i] = d->fv + off;
         d->wgrad[i] = d->params[i].trainable ? d->fg + off : NULL;
+        if (l->grads_shared && d->wgrad[i] != NULL) /* the layer adds to it: start from zero */
+            memset(d->wgrad[i], 0, d->params[i].size * dsz(s, s->bdim) * sizeof(float));
         off += d->params[i].size * dsz(s, s->bdim);
         if ((rc = fsdp_gather_one(d, i)) != MT_OK)
             return rc;
@@ -662,7 +708,9 @@ static mt_code fsdp_gather_layer(dev *d, int idx)
 }
 
 /* Per-layer mode: reduce-scatter layer idx's FSDP gradients over the batch dim into the shards'
- * gradients (the same bits as the allreduce's slice, mt_coll.h). */
+ * gradients (the same bits as the allreduce's slice, mt_coll.h). A layer whose parameters a
+ * later layer also used (grads_shared: the embedding of a tied head) adds its reduced slice to
+ * the one that layer left. */
 static mt_code fsdp_reduce_layer(dev *d, int idx)
 {
     mt_spmd *s = d->s;
@@ -676,6 +724,8 @@ static mt_code fsdp_reduce_layer(dev *d, int idx)
         mt_code rc;
         if (!l->has[k] || s->fsdp[i] < 0 || !p->trainable)
             continue;
+        if (s->sdim >= 0 && (rc = grp_allreduce(d, s->sdim, d->wgrad[i], p->size * pb)) != MT_OK)
+            return rc; /* positions split: first the sum over them (the bucket's, kept copies) */
         fsdp_geom(p, s->fsdp[i], &outer, &la, &inner);
         if (outer > 1) { /* member k's chunk must hold its slice: block-major order */
             for (size_t b = 0; b < pb; b++)
@@ -685,9 +735,12 @@ static mt_code fsdp_reduce_layer(dev *d, int idx)
             src = d->wtmp;
         }
         mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
-        rc = mt_coll_reduce_scatter(d->comm, &g, src, p->grad, p->size * pb, NULL, &d->err);
+        rc = mt_coll_reduce_scatter(d->comm, &g, src, l->grads_shared ? d->gtmp : p->grad,
+                                    p->size * pb, NULL, &d->err);
         if (rc != MT_OK)
             return rc;
+        for (size_t e = 0; l->grads_shared && e < p->size; e++)
+            p->grad[e] += d->gtmp[e];
     }
     return MT_OK;
 }
@@ -703,6 +756,22 @@ static mt_code svc_reshard(void *ctx, const float *src, size_t rows, size_t c, i
                            float *dst)
 {
     return reshard(ctx, src, rows, c, from, to, dst);
+}
+
+static mt_code svc_allgather(void *ctx, int dim, const float *src, size_t n, float *dst)
+{
+    dev *d = ctx;
+    mt_coll_group g = {d->groups[dim], d->s->dimsz[dim]};
+    mt_coll_comm_axis(d->comm, mt_mesh_dim_name(d->s->mesh, dim));
+    return mt_coll_allgather(d->comm, &g, src, dst, n, NULL, &d->err);
+}
+
+static mt_code svc_reduce_scatter(void *ctx, int dim, const float *src, size_t n, float *dst)
+{
+    dev *d = ctx;
+    mt_coll_group g = {d->groups[dim], d->s->dimsz[dim]};
+    mt_coll_comm_axis(d->comm, mt_mesh_dim_name(d->s->mesh, dim));
+    return mt_coll_reduce_scatter(d->comm, &g, src, dst, n, NULL, &d->err);
 }
 
 static size_t svc_dim_size(void *ctx, int dim)
@@ -745,8 +814,9 @@ static mt_code svc_after_backward(void *ctx, int idx)
 
 static mt_layer_dev dev_services(dev *d)
 {
-    mt_layer_dev ld = {d,        svc_allreduce, svc_reshard,        svc_dim_size, svc_coord,
-                       svc_keep, svc_bind,      svc_after_backward, d->s->bdim,   d->s->seed};
+    mt_layer_dev ld = {d,          svc_allreduce, svc_reshard,   svc_dim_size,
+                       svc_coord,  svc_keep,      svc_bind,      svc_after_backward,
+                       d->s->bdim, d->s->seed,    svc_allgather, svc_reduce_scatter};
     return ld;
 }
 
@@ -836,6 +906,14 @@ static mt_code dev_alloc(dev *d, mt_err *err)
             DALLOC(d->fv, most);
             DALLOC(d->fg, most);
         }
+        most = 0;
+        for (int i = 0; i < s->n_layers; i++)
+            for (int k = 0; s->layers[i].grads_shared && k < MT_LAYER_MAX_PARAMS; k++)
+                if (s->layers[i].has[k] && s->fsdp[s->layers[i].pi[k]] >= 0 &&
+                    d->params[s->layers[i].pi[k]].size > most)
+                    most = d->params[s->layers[i].pi[k]].size;
+        if (most > 0)
+            DALLOC(d->gtmp, most);
     }
     d->wstale = true;
     rc = mt_coll_bucket_new(&d->bucket, err);
@@ -903,6 +981,7 @@ static void dev_free(dev *d)
     mt_free(d->fv);
     mt_free(d->fg);
     mt_free(d->wtmp);
+    mt_free(d->gtmp);
     for (int i = 0; d->ls != NULL && i < s->n_layers; i++)
         mt_layer_state_fini(&d->ls[i]);
     mt_free(d->ls);
@@ -960,8 +1039,8 @@ static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint
     if (rc != MT_OK)
         return rc;
     if (last->of >= 0)
-        return reshard(d, out, d->batch * s->osh.rows, s->osh.c, last->of, -1, d->logits);
-    memcpy(d->logits, out, d->batch * s->out_size * sizeof(float));
+        return reshard(d, out, d->batch * s->osh_loc.rows, s->osh.c, last->of, -1, d->logits);
+    memcpy(d->logits, out, d->batch * s->out_loc * sizeof(float));
     return MT_OK;
 }
 
@@ -978,7 +1057,7 @@ static mt_code dev_backward(dev *d)
 
     if (last->of >= 0) {
         size_t cl = s->osh.c / dsz(s, last->of), off = (size_t)d->coords[last->of] * cl;
-        for (size_t r = 0; r < d->batch * s->osh.rows; r++)
+        for (size_t r = 0; r < d->batch * s->osh_loc.rows; r++)
             memcpy(d->dlog_loc + r * cl, d->dlogits + r * s->osh.c + off, cl * sizeof(float));
         dy = d->dlog_loc;
     }
@@ -999,8 +1078,11 @@ static void dev_take_rows(dev *d, const float *x, const int32_t *y, const float 
     size_t fl = s->in_size / dsz(s, s->fdim0);
 
     d->batch = n;
-    if (n > 0 && y != NULL) /* an empty piece may have NULL rows */
+    if (n > 0 && y != NULL && s->sdim < 0) /* an empty piece may have NULL rows */
         memcpy(d->y, y, n * s->ydim * sizeof(int32_t));
+    for (size_t r = 0; n > 0 && y != NULL && s->sdim >= 0 && r < n; r++) /* its positions' */
+        memcpy(d->y + r * s->ydim_loc, y + r * s->ydim + (size_t)d->coords[s->sdim] * s->ydim_loc,
+               s->ydim_loc * sizeof(int32_t));
     d->has_tg = t != NULL && d->tg != NULL;
     if (n > 0 && d->has_tg)
         memcpy(d->tg, t, n * s->out_size * sizeof(float));
@@ -1140,7 +1222,7 @@ static mt_code dev_loss(dev *d, size_t gcount, bool dout, double *sums, double *
                        mt_loss_grad_scale(&s->loss, &s->osh, gcount)};
     if (s->inv_leaves > 0 && dout)
         return dev_loss_leaves(d, &b, sums);
-    return mt_loss_forward(&s->loss, &s->osh, &b, false, dout ? d->dlogits : NULL, sums, hist,
+    return mt_loss_forward(&s->loss, &s->osh_loc, &b, false, dout ? d->dlogits : NULL, sums, hist,
                            &d->err);
 }
 
@@ -1202,11 +1284,15 @@ static mt_code dev_step(dev *d)
         rc = dev_backward(d);
     for (int k = 0; k < MT_LOSS_NSUMS; k++)
         d->msum[k] = (float)sums[k];
-    d->msum[MT_LOSS_NSUMS] =
-        s->jnext != NULL ? (float)s->jnext[s->bdim >= 0 ? d->coords[s->bdim] : 0] : 0.0f;
-    if (rc == MT_OK && s->bdim >= 0) {
-        mt_coll_group g = {d->groups[s->bdim], s->dimsz[s->bdim]};
-        mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
+    d->msum[MT_LOSS_NSUMS] = s->jnext != NULL && (s->sdim < 0 || d->coords[s->sdim] == 0)
+                                 ? (float)s->jnext[s->bdim >= 0 ? d->coords[s->bdim] : 0]
+                                 : 0.0f; /* counted once per group of the positions' devices */
+    for (int k = 0; k < 2 && rc == MT_OK; k++) { /* over batch, then over the positions */
+        int dim = k == 0 ? s->bdim : s->sdim;
+        mt_coll_group g = {dim >= 0 ? d->groups[dim] : NULL, dim >= 0 ? s->dimsz[dim] : 0};
+        if (dim < 0)
+            continue;
+        mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, dim));
         rc = mt_coll_bucket_allreduce(d->bucket, d->comm, &g, NULL, &d->err);
     }
     if (rc != MT_OK)
@@ -1259,7 +1345,8 @@ static mt_code dev_eval(dev *d)
             buf[k] = (float)sums[k];
         for (size_t k = 0; k < nh; k++)
             buf[MT_LOSS_NSUMS + k] = (float)hist[k];
-        if ((rc = grp_allreduce(d, s->bdim, buf, MT_LOSS_NSUMS + nh)) != MT_OK)
+        if ((rc = grp_allreduce(d, s->bdim, buf, MT_LOSS_NSUMS + nh)) != MT_OK ||
+            (rc = grp_allreduce(d, s->sdim, buf, MT_LOSS_NSUMS + nh)) != MT_OK)
             return rc;
         for (size_t k = 0; k < MT_LOSS_NSUMS; k++)
             d->sums[k] += buf[k];
@@ -1540,13 +1627,17 @@ static void plan_comm(mt_spmd *s, uint64_t *per_dim)
     uint64_t b = s->max_b, grads = MT_LOSS_NSUMS + 1; /* the bucket: gradients, metric sums and
                                                          the next step's count */
     planner_ctx pc = {s, NULL};
-    mt_layer_planner pl = {&pc, NULL, plan_param_dim, plan_dim_name, plan_dim_size};
+    mt_layer_planner pl = {.ctx = &pc,
+                           .param_dim = plan_param_dim,
+                           .dim_name = plan_dim_name,
+                           .dim_size = plan_dim_size,
+                           .sdim = s->sdim};
 #define ADD(dim, n) comm_add(per_dim, (dim), (uint64_t)(n))
     for (int i = 0; i < s->n_layers; i++)
         if (s->layers[i].ops->comm != NULL)
             s->layers[i].ops->comm(&s->layers[i], b, s->bdim, &pl, comm_add, per_dim);
     if (s->layers[s->n_layers - 1].of >= 0)
-        ADD(s->layers[s->n_layers - 1].of, b * s->out_size);
+        ADD(s->layers[s->n_layers - 1].of, b * s->out_loc);
     for (size_t i = 0; i < s->n_params; i++) {
         uint64_t use = shard_elems(s, i, 0) * (s->fsdp[i] >= 0 ? dsz(s, s->bdim) : 1);
         bool per_layer = s->fsdp[i] >= 0 && s->fsdp_transient;
@@ -1554,10 +1645,13 @@ static void plan_comm(mt_spmd *s, uint64_t *per_dim)
             grads += use;
         if (s->fsdp[i] >= 0) /* allgathered once, or per layer for the forward and backward */
             ADD(s->bdim, per_layer ? 2 * use : use);
-        if (per_layer && s->gparams[i].trainable)
-            ADD(s->bdim, use); /* its reduce-scatter */
+        if (per_layer && s->gparams[i].trainable) {
+            ADD(s->bdim, use); /* its reduce-scatter, after the sum over the positions */
+            ADD(s->sdim, use);
+        }
     }
     ADD(s->bdim, grads);
+    ADD(s->sdim, grads); /* sequence parallelism: the bucket again, over the positions */
 #undef ADD
 }
 
@@ -1615,7 +1709,11 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
     for (int i = 0; layers != NULL && i < s->n_layers; i++) {
         const mt_layer *l = &s->layers[i];
         planner_ctx pc = {s, NULL};
-        mt_layer_planner pl = {&pc, NULL, plan_param_dim, plan_dim_name, plan_dim_size};
+        mt_layer_planner pl = {.ctx = &pc,
+                               .param_dim = plan_param_dim,
+                               .dim_name = plan_dim_name,
+                               .dim_size = plan_dim_size,
+                               .sdim = s->sdim};
         snprintf(layers[i].name, sizeof(layers[i].name), "%s", l->s.name);
         snprintf(layers[i].type, sizeof(layers[i].type), "%s", l->ops->type);
         mt_layer_shape_text(layers[i].shape, sizeof(layers[i].shape), l->out_rank, l->out_shape);

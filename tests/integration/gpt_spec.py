@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""gpt_spec.py OUT.json DATA_DIR [LR] [STEPS] [OPTIMIZER] — the small GPT job spec that
+"""gpt_spec.py OUT.json DATA_DIR [LR] [STEPS] [OPTIMIZER] [tied] — the small GPT job spec that
 test_gpt_layers.sh trains: token + position embedding, 2 blocks (layer_norm, fused QKV dense,
 causal attention with 2 heads, projection, residual add, layer_norm, gelu MLP, residual add),
-final layer_norm and a dense head over the 14-token vocabulary; npy data from DATA_DIR, the whole
+final layer_norm and a dense head over the 14-token vocabulary (with "tied": GPT-2's tied head,
+the token table as its kernel and no bias); npy data from DATA_DIR, the whole
 data set (8 sequences of 16 tokens) as one batch. The names are the ones gpt_torch_check.py reads.
 """
 import json
@@ -14,6 +15,7 @@ out, data = sys.argv[1], sys.argv[2]
 lr = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
 steps = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 opt = sys.argv[5] if len(sys.argv) > 5 else "sgd"
+tied = len(sys.argv) > 6 and sys.argv[6] == "tied"
 layers = [{"type": "embedding", "input_dim": V, "output_dim": C, "name": "tok"},
           {"type": "position_embedding", "name": "pos"}]
 resid = "pos"
@@ -30,7 +32,10 @@ for b in range(2):
         {"type": "add", "inputs": [f"res1_{b}", f"out_{b}"], "name": f"res2_{b}"},
     ]
     resid = f"res2_{b}"
-layers += [{"type": "layer_norm", "name": "lnf"}, {"type": "dense", "units": V, "name": "head"}]
+head = {"type": "dense", "units": V, "name": "head"}
+if tied:
+    head.update({"tied_to": "tok", "use_bias": False})
+layers += [{"type": "layer_norm", "name": "lnf"}, head]
 spec = {
     "name": "gpt-layers-check",
     "seed": 3,

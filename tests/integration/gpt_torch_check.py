@@ -8,7 +8,8 @@ Usage:
 
 SPEC is the job spec both runs used (its model: embedding, position_embedding, GPT blocks of
 layer_norm -> dense qkv -> attention -> dense proj -> add -> layer_norm -> dense gelu -> dense ->
-add, final layer_norm, dense head). W0 is the export of the initial weights, W1 after one SGD
+add, final layer_norm, dense head, or a head tied to the token table: GPT-2's
+lm_head.weight = wte.weight). W0 is the export of the initial weights, W1 after one SGD
 step of rate LR on the whole data set as one batch. PyTorch builds the same model from W0 out
 of its own modules (nn.Embedding, nn.LayerNorm, nn.MultiheadAttention with a causal mask,
 nn.Linear, GELU), takes the step and compares every weight with W1:
@@ -104,8 +105,13 @@ def build(spec, w):
     lnf = nn.LayerNorm(c, eps=1e-3)
     lnf.weight.data = torch.tensor(w["lnf.gamma"].copy())
     lnf.bias.data = torch.tensor(w["lnf.beta"].copy())
-    head = nn.Linear(c, V)
-    linear_from(head, w, "head")
+    spec_head = layers[names.index("head")]
+    if spec_head.get("tied_to") == "tok":  # one Parameter: its gradient sums both uses
+        head = nn.Linear(c, V, bias=False)
+        head.weight = emb.weight
+    else:
+        head = nn.Linear(c, V)
+        linear_from(head, w, "head")
     assert "tok" in names and "head" in names
     return emb, pos, mods, lnf, head, perm
 
@@ -124,8 +130,10 @@ def check(spec_path, w0_path, w1_path, lr):
     loss = nn.functional.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
     loss.backward()
     grads = {"tok.embeddings": emb.weight.grad.numpy(), "pos.embeddings": pos.grad.numpy(),
-             "lnf.gamma": lnf.weight.grad.numpy(), "lnf.beta": lnf.bias.grad.numpy(),
-             "head.kernel": head.weight.grad.numpy().T, "head.bias": head.bias.grad.numpy()}
+             "lnf.gamma": lnf.weight.grad.numpy(), "lnf.beta": lnf.bias.grad.numpy()}
+    if head.weight is not emb.weight:
+        grads["head.kernel"] = head.weight.grad.numpy().T
+        grads["head.bias"] = head.bias.grad.numpy()
     inv = np.argsort(perm)
     for b, blk in enumerate(mods):
         grads[f"ln1_{b}.gamma"] = blk.ln1.weight.grad.numpy()

@@ -8,7 +8,9 @@
  *   * the fast kernels against the reference kernels: 3 training steps, weights within 1e-5;
  *   * the SPMD engine on the example's mesh (sharded as the example says) against the reference
  *     engine with reference kernels: 5 steps, weights within 1e-5 of each tensor's largest value.
- * A new layer kind is covered here by giving its module an example.
+ * A new layer kind is covered here by giving its module an example. Besides: the tied LM head
+ * (dense "tied_to" an embedding) on its layouts and its refusals, and sequence parallelism
+ * (positions over 'seq') against one device and its refusals.
  */
 #include "mt_test.h"
 
@@ -27,7 +29,7 @@
 #define STEPS 5
 
 typedef struct ex {
-    const mt_layer_ops *ops;
+    const char *label; /* the kind's type name, or the name of a case of its own */
     char *json;
     mt_job_spec *spec;
     mt_spmd_config cfg;
@@ -43,7 +45,8 @@ static uint64_t lcg(uint64_t *s)
     return *s >> 11;
 }
 
-static void ex_load(ex *e, const mt_layer_ops *ops)
+/* The model of example (a spec fragment) whose layers include one of kind. */
+static void ex_load_fragment(ex *e, const char *label, const char *example, mt_layer_kind kind)
 {
     static const char pre[] = "{\"seed\":11,\"batch_size\":8,\"steps\":5,"
                               "\"optimizer\":{\"name\":\"sgd\",\"learning_rate\":0.05},";
@@ -53,20 +56,20 @@ static void ex_load(ex *e, const mt_layer_ops *ops)
     bool found = false;
 
     memset(e, 0, sizeof(*e));
-    e->ops = ops;
-    assert_non_null(ops->example);
-    n = strlen(pre) + strlen(ops->example) + 2;
+    e->label = label;
+    assert_non_null(example);
+    n = strlen(pre) + strlen(example) + 2;
     e->json = mt_calloc(n, 1);
     assert_non_null(e->json);
-    snprintf(e->json, n, "%s%s}", pre, ops->example);
+    snprintf(e->json, n, "%s%s}", pre, example);
     if (mt_job_spec_parse(e->json, strlen(e->json), &e->spec, &err) != MT_OK)
-        fail_msg("%s example: %s", ops->type, err.msg);
+        fail_msg("%s example: %s", label, err.msg);
     if (mt_spmd_config_parse(e->json, strlen(e->json), &e->cfg, &err) != MT_OK)
-        fail_msg("%s example config: %s", ops->type, err.msg);
+        fail_msg("%s example config: %s", label, err.msg);
     for (int i = 0; i < e->spec->n_layers; i++)
-        found = found || e->spec->layers[i].kind == ops->kind;
+        found = found || e->spec->layers[i].kind == kind;
     if (!found)
-        fail_msg("%s example has no %s layer", ops->type, ops->type);
+        fail_msg("%s example has no %s layer", label, mt_layer_ops_of(kind)->type);
     e->rank = e->spec->input_rank;
     assert_true(e->rank >= 1);
     e->isz = 1;
@@ -86,6 +89,12 @@ static void ex_load(ex *e, const mt_layer_ops *ops)
         e->y[i] = (int32_t)(lcg(&seed) % 3);
 }
 
+/* The example of a layer kind's module. */
+static void ex_load(ex *e, const mt_layer_ops *ops)
+{
+    ex_load_fragment(e, ops->type, ops->example, ops->kind);
+}
+
 static void ex_free(ex *e)
 {
     mt_job_spec_free(e->spec);
@@ -100,7 +109,7 @@ static mt_model *ex_model(const ex *e, bool ref)
     mt_model *m = NULL;
     mt_err err = MT_ERR_INIT;
     if (mt_model_new(e->spec, e->rank, e->shape, GB, &m, &err) != MT_OK)
-        fail_msg("%s: mt_model_new: %s", e->ops->type, err.msg);
+        fail_msg("%s: mt_model_new: %s", e->label, err.msg);
     mt_model_use_reference_kernels(m, ref);
     return m;
 }
@@ -112,7 +121,7 @@ static void ex_train_model(const ex *e, mt_model *m, int steps)
         size_t first = ((size_t)k * GB) % N_EX;
         if (mt_model_train_step(m, e->x + first * e->isz, e->y + first, GB, GB, (uint64_t)k, first,
                                 NULL, NULL, &err) != MT_OK)
-            fail_msg("%s: step %d: %s", e->ops->type, k, err.msg);
+            fail_msg("%s: step %d: %s", e->label, k, err.msg);
     }
 }
 
@@ -125,6 +134,17 @@ static double rel_diff(const float *a, const float *b, size_t n)
         v = fmax(v, fabs((double)b[i]));
     }
     return d / v;
+}
+
+/* check on the example of every registered kind. */
+static void each_kind(void (*check)(const ex *e))
+{
+    for (int k = 0; k < MT_LAYER_KIND_COUNT; k++) {
+        ex e;
+        ex_load(&e, mt_layer_ops_of((mt_layer_kind)k));
+        check(&e);
+        ex_free(&e);
+    }
 }
 
 static void test_registry_complete(void **state)
@@ -159,23 +179,21 @@ static double model_loss(mt_model *m, const ex *e)
     return loss / GB;
 }
 
-static void check_gradients(const mt_layer_ops *ops)
+static void check_gradients(const ex *e)
 {
-    ex e;
     mt_model *m;
     mt_err err = MT_ERR_INIT;
     int bad = 0;
     uint64_t seed = 5;
 
-    ex_load(&e, ops);
-    m = ex_model(&e, true);
+    m = ex_model(e, true);
     for (size_t p = 0; p < mt_model_param_count(m); p++) { /* non-trivial biases, gammas */
         mt_model_param *pp = mt_model_param_at(m, p);
         if (pp->trainable && pp->init != MT_INIT_GLOROT_UNIFORM)
             for (size_t i = 0; i < pp->size; i++)
                 pp->value[i] += (float)((double)(lcg(&seed) % 1000) / 1000.0 - 0.5) * 0.6f;
     }
-    model_loss(m, &e);
+    model_loss(m, e);
     assert_int_equal(mt_model_backward(m, NULL, &err), MT_OK);
     for (size_t p = 0; p < mt_model_param_count(m); p++) {
         mt_model_param *pp = mt_model_param_at(m, p);
@@ -193,86 +211,65 @@ static void check_gradients(const mt_layer_ops *ops)
                 float keep = pp->value[i];
                 double fp, fm;
                 pp->value[i] = keep + h;
-                fp = model_loss(m, &e);
+                fp = model_loss(m, e);
                 pp->value[i] = keep - h;
-                fm = model_loss(m, &e);
+                fm = model_loss(m, e);
                 pp->value[i] = keep;
                 num = (fp - fm) / (2.0 * (double)h);
                 ok = fabs(num - g[i]) <= 1e-3 + 3e-2 * fabs(num);
             }
             if (!ok) {
                 if (bad < 8)
-                    fprintf(stderr, "%s: %s[%zu]: analytic %.6g numeric %.6g\n", ops->type,
-                            pp->name, i, g[i], num);
+                    fprintf(stderr, "%s: %s[%zu]: analytic %.6g numeric %.6g\n", e->label, pp->name,
+                            i, g[i], num);
                 bad++;
             }
         }
         mt_free(g);
     }
     if (bad != 0)
-        fail_msg("%s: %d gradients differ from finite differences", ops->type, bad);
+        fail_msg("%s: %d gradients differ from finite differences", e->label, bad);
     mt_model_free(m);
-    ex_free(&e);
 }
 
 static void test_gradients(void **state)
 {
     (void)state;
-    for (int k = 0; k < MT_LAYER_KIND_COUNT; k++)
-        check_gradients(mt_layer_ops_of((mt_layer_kind)k));
+    each_kind(check_gradients);
 }
 
-static void check_fast_vs_reference(const mt_layer_ops *ops)
+static void check_fast_vs_reference(const ex *e)
 {
-    ex e;
     mt_model *ref, *fast;
 
-    ex_load(&e, ops);
-    ref = ex_model(&e, true);
-    fast = ex_model(&e, false);
-    ex_train_model(&e, ref, 3);
-    ex_train_model(&e, fast, 3);
+    ref = ex_model(e, true);
+    fast = ex_model(e, false);
+    ex_train_model(e, ref, 3);
+    ex_train_model(e, fast, 3);
     for (size_t p = 0; p < mt_model_param_count(ref); p++) {
         mt_model_param *a = mt_model_param_at(fast, p), *b = mt_model_param_at(ref, p);
         double d = rel_diff(a->value, b->value, b->size);
         if (d > 1e-5)
-            fail_msg("%s: %s: fast kernels differ from the reference by %.3g", ops->type, b->name,
+            fail_msg("%s: %s: fast kernels differ from the reference by %.3g", e->label, b->name,
                      d);
     }
     mt_model_free(ref);
     mt_model_free(fast);
-    ex_free(&e);
 }
 
 static void test_fast_vs_reference(void **state)
 {
     (void)state;
-    for (int k = 0; k < MT_LAYER_KIND_COUNT; k++)
-        check_fast_vs_reference(mt_layer_ops_of((mt_layer_kind)k));
+    each_kind(check_fast_vs_reference);
 }
 
-static void check_mesh_vs_reference(const mt_layer_ops *ops)
+/* The largest of max |a - b| / max |b| over the tensors of the mesh s and the one-device ref;
+ * fails naming the tensor when one exceeds 1e-5. */
+static double mesh_worst(mt_spmd *s, mt_model *ref, const char *label)
 {
-    ex e;
-    mt_model *ref;
-    mt_spmd *s = NULL;
     mt_err err = MT_ERR_INIT;
+    double worst = 0.0;
 
-    ex_load(&e, ops);
-    assert_non_null(e.cfg.mesh);
-    assert_true(mt_mesh_num_devices(e.cfg.mesh) > 1);
-    if (mt_spmd_new(e.spec, e.cfg.mesh, e.cfg.layouts, e.rank, e.shape, GB, NULL, &s, &err) !=
-        MT_OK)
-        fail_msg("%s: mt_spmd_new: %s", ops->type, err.msg);
-    for (int k = 0; k < STEPS; k++) {
-        size_t first = ((size_t)k * GB) % N_EX;
-        mt_step_metrics sm;
-        if (mt_spmd_step(s, e.x + first * e.isz, e.y + first, GB, (uint64_t)k, first, &sm, &err) !=
-            MT_OK)
-            fail_msg("%s: spmd step %d: %s", ops->type, k, err.msg);
-    }
-    ref = ex_model(&e, true);
-    ex_train_model(&e, ref, STEPS);
     assert_int_equal(mt_spmd_param_count(s), mt_model_param_count(ref));
     for (size_t p = 0; p < mt_model_param_count(ref); p++) {
         mt_model_param *b = mt_model_param_at(ref, p);
@@ -281,29 +278,294 @@ static void check_mesh_vs_reference(const mt_layer_ops *ops)
         assert_non_null(g);
         assert_int_equal(mt_spmd_param_gather(s, b->name, g, &err), MT_OK);
         d = rel_diff(g, b->value, b->size);
+        worst = fmax(worst, d);
         if (d > 1e-5)
-            fail_msg("%s: %s on the mesh differs from one device by %.3g", ops->type, b->name, d);
+            fail_msg("%s: %s on the mesh differs from one device by %.3g", label, b->name, d);
         mt_free(g);
     }
+    return worst;
+}
+
+static void check_mesh_vs_reference(const ex *e)
+{
+    mt_model *ref;
+    mt_spmd *s = NULL;
+    mt_err err = MT_ERR_INIT;
+
+    assert_non_null(e->cfg.mesh);
+    assert_true(mt_mesh_num_devices(e->cfg.mesh) > 1);
+    if (mt_spmd_new(e->spec, e->cfg.mesh, e->cfg.layouts, e->rank, e->shape, GB, NULL, &s, &err) !=
+        MT_OK)
+        fail_msg("%s: mt_spmd_new: %s", e->label, err.msg);
+    for (int k = 0; k < STEPS; k++) {
+        size_t first = ((size_t)k * GB) % N_EX;
+        mt_step_metrics sm;
+        if (mt_spmd_step(s, e->x + first * e->isz, e->y + first, GB, (uint64_t)k, first, &sm,
+                         &err) != MT_OK)
+            fail_msg("%s: spmd step %d: %s", e->label, k, err.msg);
+    }
+    ref = ex_model(e, true);
+    ex_train_model(e, ref, STEPS);
+    mesh_worst(s, ref, e->label);
     mt_model_free(ref);
     mt_spmd_free(s);
-    ex_free(&e);
 }
 
 static void test_mesh_vs_reference(void **state)
 {
     (void)state;
-    for (int k = 0; k < MT_LAYER_KIND_COUNT; k++)
-        check_mesh_vs_reference(mt_layer_ops_of((mt_layer_kind)k));
+    each_kind(check_mesh_vs_reference);
+}
+
+/*
+ * A GPT-2 style tied head (dense "tied_to" an embedding: kernel = tableᵀ, one tensor whose
+ * gradient is the sum of both uses), sharded as the layouts that exist allow: the vocabulary
+ * over model (head kernel's output axis), the features over model (its contraction), the table
+ * over batch (FSDP, per layer and kept).
+ */
+#define TIED_MODEL                                                                                 \
+    "\"model\":{\"input_shape\":[5],\"layers\":["                                                  \
+    "{\"type\":\"embedding\",\"input_dim\":12,\"output_dim\":8,\"name\":\"tok\"},"                 \
+    "{\"type\":\"layer_norm\"},{\"type\":\"dense\",\"units\":12,\"tied_to\":\"tok\"},"             \
+    "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]},"
+static const char *const tied_examples[] = {
+    TIED_MODEL "\"mesh\":{\"batch\":2,\"model\":2},"
+               "\"layouts\":{\"tok\\\\.embeddings\":[\"model\",\"unsharded\"]}",
+    TIED_MODEL "\"mesh\":{\"batch\":2,\"model\":2},"
+               "\"layouts\":{\"tok\\\\.embeddings\":[\"unsharded\",\"model\"]}",
+    TIED_MODEL
+    "\"mesh\":{\"batch\":2},\"layouts\":{\"tok\\\\.embeddings\":[\"batch\",\"unsharded\"]}",
+    TIED_MODEL "\"mesh\":{\"batch\":2},\"fsdp\":{\"reshard_after_forward\":false},"
+               "\"layouts\":{\"tok\\\\.embeddings\":[\"unsharded\",\"batch\"]}",
+};
+
+static void test_tied_head(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < sizeof(tied_examples) / sizeof(tied_examples[0]); k++) {
+        ex e;
+        mt_model *m;
+        char label[32];
+        snprintf(label, sizeof(label), "tied head %zu", k);
+        ex_load_fragment(&e, label, tied_examples[k], MT_LAYER_EMBEDDING);
+        m = ex_model(&e, false);                      /* one tensor: the table, no head kernel */
+        assert_int_equal(mt_model_param_count(m), 6); /* table, gamma, beta, head bias, dense_2 */
+        assert_non_null(mt_model_param_find(m, "tok.embeddings"));
+        assert_null(mt_model_param_find(m, "dense_1.kernel"));
+        assert_non_null(mt_model_param_find(m, "dense_1.bias"));
+        mt_model_free(m);
+        if (k == 0)
+            check_gradients(&e);
+        if (k == 0)
+            check_fast_vs_reference(&e);
+        check_mesh_vs_reference(&e);
+        ex_free(&e);
+    }
+}
+
+/* A spec with the tied head's fields replaced: the error of parsing or planning it. */
+static void tied_error(const char *head, const char *extra, const char *want)
+{
+    char json[1024];
+    mt_err err = MT_ERR_INIT;
+    mt_job_spec *spec = NULL;
+    mt_model *m = NULL;
+    mt_spmd_config cfg;
+    size_t shape[1] = {5};
+    mt_code rc;
+
+    snprintf(json, sizeof(json),
+             "{\"model\":{\"input_shape\":[5],\"layers\":["
+             "{\"type\":\"embedding\",\"input_dim\":12,\"output_dim\":8,\"name\":\"tok\"},"
+             "{\"type\":\"layer_norm\",\"name\":\"ln\"},%s]}%s}",
+             head, extra);
+    rc = mt_job_spec_parse(json, strlen(json), &spec, &err);
+    if (rc == MT_OK && extra[0] == '\0')
+        rc = mt_model_new(spec, 1, shape, 4, &m, &err);
+    if (rc == MT_OK && extra[0] != '\0') {
+        mt_spmd *s = NULL;
+        assert_int_equal(mt_spmd_config_parse(json, strlen(json), &cfg, &err), MT_OK);
+        rc = mt_spmd_new(spec, cfg.mesh, cfg.layouts, 1, shape, 4, NULL, &s, &err);
+        mt_spmd_free(s);
+        mt_spmd_config_fini(&cfg);
+    }
+    if (rc == MT_OK || strstr(err.msg, want) == NULL)
+        fail_msg("%s%s: got %s \"%s\", want \"%s\"", head, extra, mt_code_name(rc), err.msg, want);
+    assert_int_equal(rc, MT_INVALID_ARGUMENT);
+    mt_model_free(m);
+    mt_job_spec_free(spec);
+}
+
+static void test_tied_head_errors(void **state)
+{
+    (void)state;
+    tied_error("{\"type\":\"dense\",\"units\":10,\"tied_to\":\"tok\"}", "",
+               "model.layers[2].units: 10 differs from the input_dim 12 of tok");
+    tied_error("{\"type\":\"dense\",\"units\":12,\"tied_to\":\"ln\"}", "",
+               "model.layers[2].tied_to: \"ln\" is a layer_norm layer");
+    tied_error("{\"type\":\"dense\",\"units\":12,\"tied_to\":\"nope\"}", "",
+               "model.layers[2].tied_to: \"nope\" is not the name of a layer");
+    tied_error("{\"type\":\"dense\",\"units\":12,\"tied_to\":\"head\",\"name\":\"head\"}", "",
+               "model.layers[2].tied_to: \"head\" is not an earlier layer");
+    tied_error("{\"type\":\"dense\",\"units\":12,\"tied_to\":7}", "", "model.layers[2].tied_to");
+    tied_error("{\"type\":\"dense\",\"units\":8},{\"type\":\"dense\",\"units\":12,"
+               "\"tied_to\":\"tok\"},{\"type\":\"dense\",\"units\":12,\"tied_to\":\"tok\","
+               "\"inputs\":[\"ln\"]},{\"type\":\"add\",\"inputs\":[\"dense_2\",\"dense_3\"]}",
+               "", "model.layers[4].tied_to: \"tok\" is already tied to by model.layers[3]");
+    tied_error("{\"type\":\"dense\",\"units\":4},{\"type\":\"dense\",\"units\":12,"
+               "\"tied_to\":\"tok\"}",
+               "",
+               "model.layers[3].tied_to: the output_dim 8 of tok differs from the layer's "
+               "input width 4");
+    /* the head has no kernel of its own: a layout for one is refused, naming the key */
+    tied_error("{\"type\":\"dense\",\"units\":12,\"tied_to\":\"tok\",\"name\":\"head\"}",
+               ",\"mesh\":{\"batch\":1,\"model\":2},"
+               "\"layouts\":{\"head\\\\.kernel\":[\"unsharded\",\"model\"]}",
+               "layouts[\"head\\\\.kernel\"]: matches no weight");
+    /* its bias follows the table's vocabulary axis: another layout disagrees */
+    tied_error("{\"type\":\"dense\",\"units\":12,\"tied_to\":\"tok\",\"name\":\"head\"}",
+               ",\"mesh\":{\"batch\":1,\"model\":2},\"layouts\":{\"tok\\\\.embeddings\":"
+               "[\"model\",\"unsharded\"],\"head\\\\.bias\":[\"unsharded\"]}",
+               "head.bias must follow its layer's feature sharding");
+}
+
+/*
+ * Sequence parallelism: a GPT block (token and position embeddings, causal attention, residual,
+ * dropout, gelu MLP, a tied head; a label per position) with the positions split over 'seq'
+ * (input_layout [batch, seq]) equals one device after 10 steps, alone, with batch and with
+ * Megatron layouts over model.
+ */
+#define SEQ_T 8
+#define SEQ_MODEL                                                                                  \
+    "\"model\":{\"input_shape\":[8],\"layers\":["                                                  \
+    "{\"type\":\"embedding\",\"input_dim\":12,\"output_dim\":8,\"name\":\"tok\"},"                 \
+    "{\"type\":\"position_embedding\",\"name\":\"pos\"},{\"type\":\"layer_norm\"},"                \
+    "{\"type\":\"dense\",\"units\":24,\"name\":\"qkv\"},"                                          \
+    "{\"type\":\"attention\",\"num_heads\":2,\"causal\":true},"                                    \
+    "{\"type\":\"dense\",\"units\":8,\"name\":\"proj\"},"                                          \
+    "{\"type\":\"add\",\"inputs\":[\"pos\",\"proj\"],\"name\":\"res\"},"                           \
+    "{\"type\":\"dropout\",\"rate\":0.2},{\"type\":\"layer_norm\"},"                               \
+    "{\"type\":\"dense\",\"units\":16,\"activation\":\"gelu\",\"name\":\"fc\"},"                   \
+    "{\"type\":\"dense\",\"units\":8,\"name\":\"out\"},"                                           \
+    "{\"type\":\"dense\",\"units\":12,\"tied_to\":\"tok\",\"name\":\"head\"}]},"                   \
+    "\"input_layout\":[\"batch\",\"seq\"],"
+static const char *const seq_examples[] = {
+    "{" SEQ_MODEL "\"mesh\":{\"batch\":1,\"seq\":2}}",
+    "{" SEQ_MODEL "\"mesh\":{\"batch\":2,\"seq\":2}}",
+    "{" SEQ_MODEL "\"mesh\":{\"batch\":1,\"model\":2,\"seq\":2},\"layouts\":{"
+    "\"qkv\\\\.kernel\":[\"unsharded\",\"model\"],\"proj\\\\.kernel\":[\"model\",\"unsharded\"],"
+    "\"fc\\\\.kernel\":[\"unsharded\",\"model\"],\"out\\\\.kernel\":[\"model\",\"unsharded\"],"
+    "\"tok\\\\.embeddings\":[\"model\",\"unsharded\"]}}",
+    "{" SEQ_MODEL "\"mesh\":{\"batch\":2,\"seq\":2},\"layouts\":{"
+    "\".*kernel\":[\"batch\",\"unsharded\"],\"tok\\\\.embeddings\":[\"unsharded\",\"batch\"]}}",
+    "{" SEQ_MODEL "\"mesh\":{\"batch\":2,\"seq\":2},\"fsdp\":{\"reshard_after_forward\":false},"
+    "\"layouts\":{\".*kernel\":[\"batch\",\"unsharded\"],"
+    "\"tok\\\\.embeddings\":[\"unsharded\",\"batch\"]}}",
+};
+
+static void test_sequence_parallel(void **state)
+{
+    static float x[N_EX * SEQ_T];
+    static int32_t y[N_EX * SEQ_T];
+    size_t shape[1] = {SEQ_T};
+    uint64_t seed = 17;
+    mt_err err = MT_ERR_INIT;
+
+    (void)state;
+    for (size_t i = 0; i < N_EX * SEQ_T; i++) {
+        x[i] = (float)(lcg(&seed) % 12);
+        y[i] = (int32_t)(lcg(&seed) % 12);
+    }
+    for (size_t k = 0; k < sizeof(seq_examples) / sizeof(seq_examples[0]); k++) {
+        char json[2048];
+        mt_job_spec *spec = NULL;
+        mt_spmd_config cfg;
+        mt_spmd *s = NULL;
+        mt_model *ref = NULL;
+        char label[16];
+
+        snprintf(json, sizeof(json),
+                 "{\"seed\":5,\"batch_size\":8,\"optimizer\":{\"name\":"
+                 "\"sgd\",\"learning_rate\":0.1},%s",
+                 seq_examples[k] + 1);
+        if (mt_job_spec_parse(json, strlen(json), &spec, &err) != MT_OK ||
+            mt_spmd_config_parse(json, strlen(json), &cfg, &err) != MT_OK)
+            fail_msg("seq %zu: %s", k, err.msg);
+        if (mt_spmd_new(spec, cfg.mesh, cfg.layouts, 1, shape, GB, NULL, &s, &err) != MT_OK)
+            fail_msg("seq %zu: mt_spmd_new: %s", k, err.msg);
+        assert_int_equal(mt_model_new(spec, 1, shape, GB, &ref, &err), MT_OK);
+        mt_model_use_reference_kernels(ref, true);
+        for (int st = 0; st < 10; st++) {
+            size_t first = ((size_t)st * GB) % N_EX;
+            mt_step_metrics a, b;
+            if (mt_spmd_step(s, x + first * SEQ_T, y + first * SEQ_T, GB, (uint64_t)st, first, &a,
+                             &err) != MT_OK)
+                fail_msg("seq %zu: step %d: %s", k, st, err.msg);
+            assert_int_equal(mt_model_train_step(ref, x + first * SEQ_T, y + first * SEQ_T, GB, GB,
+                                                 (uint64_t)st, first, NULL, &b, &err),
+                             MT_OK);
+            if (fabs(a.loss - b.loss) > 1e-5 * fabs(b.loss))
+                fail_msg("seq %zu: step %d: loss %.9g on the mesh, %.9g on one device", k, st,
+                         a.loss, b.loss);
+        }
+        snprintf(label, sizeof(label), "seq %zu", k);
+        printf("sequence parallel %zu: worst relative difference %.2e after 10 steps\n", k,
+               mesh_worst(s, ref, label));
+        mt_model_free(ref);
+        mt_spmd_free(s);
+        mt_spmd_config_fini(&cfg);
+        mt_job_spec_free(spec);
+    }
+}
+
+/* mt_spmd_new's error for json (a model of SEQ_T token ids). */
+static void seq_error_json(const char *json, const char *want)
+{
+    mt_err err = MT_ERR_INIT;
+    mt_job_spec *spec = NULL;
+    mt_spmd_config cfg;
+    mt_spmd *s = NULL;
+    size_t shape[1] = {SEQ_T};
+    mt_code rc;
+
+    assert_int_equal(mt_job_spec_parse(json, strlen(json), &spec, &err), MT_OK);
+    assert_int_equal(mt_spmd_config_parse(json, strlen(json), &cfg, &err), MT_OK);
+    rc = mt_spmd_new(spec, cfg.mesh, cfg.layouts, 1, shape, GB, NULL, &s, &err);
+    if (rc != MT_INVALID_ARGUMENT || strstr(err.msg, want) == NULL)
+        fail_msg("%s: got %s \"%s\", want \"%s\"", json, mt_code_name(rc), err.msg, want);
+    mt_spmd_free(s);
+    mt_spmd_config_fini(&cfg);
+    mt_job_spec_free(spec);
+}
+
+/* The spec of SEQ_MODEL on mesh, with extra fields: mt_spmd_new's error. */
+static void seq_error(const char *mesh, const char *extra, const char *want)
+{
+    char json[2048];
+    snprintf(json, sizeof(json), "{" SEQ_MODEL "\"mesh\":%s%s}", mesh, extra);
+    seq_error_json(json, want);
+}
+
+static void test_sequence_parallel_errors(void **state)
+{
+    (void)state;
+    seq_error("{\"batch\":1,\"seq\":3}", "",
+              "dataset.block_size: 8 positions are not divisible by the 3 devices of 'seq'");
+    seq_error_json("{\"model\":{\"input_shape\":[8],\"layers\":[{\"type\":\"embedding\","
+                   "\"input_dim\":12,\"output_dim\":4},{\"type\":\"flatten\"},{\"type\":\"dense\","
+                   "\"units\":3}]},\"input_layout\":[\"batch\",\"seq\"],\"mesh\":{\"batch\":1,"
+                   "\"seq\":2}}",
+                   "model.layers[1] (flatten_1): a flatten layer mixes positions");
+    seq_error("{\"batch\":1,\"seq\":2}", ",\"loss\":\"mse\"", "needs a label per position");
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registry_complete),
-        cmocka_unit_test(test_gradients),
-        cmocka_unit_test(test_fast_vs_reference),
-        cmocka_unit_test(test_mesh_vs_reference),
+        cmocka_unit_test(test_registry_complete), cmocka_unit_test(test_gradients),
+        cmocka_unit_test(test_fast_vs_reference), cmocka_unit_test(test_mesh_vs_reference),
+        cmocka_unit_test(test_tied_head),         cmocka_unit_test(test_tied_head_errors),
+        cmocka_unit_test(test_sequence_parallel), cmocka_unit_test(test_sequence_parallel_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
