@@ -5,7 +5,8 @@
  * edges that do not fill a window are dropped). Max pooling keeps the argmax of every window
  * for the backward; the 2x2 window with stride 2 takes the vectorised kernel.
  *
- * Sharding: channels sharded over the input's dim stay so (each device pools its channels).
+ * Sharding: channels sharded over the input's dim stay so (each device pools its channels);
+ * height bands pool alone (windows no taller than their stride, bands of whole strides).
  * Reference: mt_maxpool2_forward_ref / mt_maxpool2_backward_ref for 2x2 (core/tensor); the
  * general windows are plain loops (mt_maxpool_forward, mt_avgpool_forward).
  */
@@ -42,11 +43,39 @@ static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt
     return rc;
 }
 
-static mt_pool2d_geom geom(const mt_layer *l, size_t batch, size_t c)
+/* The geometry of h input rows (the whole height, or a band) of c channels. */
+static mt_pool2d_geom geom(const mt_layer *l, size_t batch, size_t h, size_t c)
 {
-    mt_pool2d_geom g = {batch,   l->in_shape[0], l->in_shape[1], c,
-                        l->s.kh, l->s.kw,        l->s.sh,        l->s.sw};
+    mt_pool2d_geom g = {batch, h, l->in_shape[1], c, l->s.kh, l->s.kw, l->s.sh, l->s.sw};
     return g;
+}
+
+/* This device's rows and channels. */
+static mt_pool2d_geom dev_geom(const mt_layer *l, size_t batch, const mt_layer_dev *dev)
+{
+    return geom(l, batch, l->in_shape[0] / mt_layer__dsz(dev, l->hx),
+                l->in_c / mt_layer__dsz(dev, l->xf));
+}
+
+/* Height bands pool alone: windows that do not overlap (pool_size <= strides on the height)
+ * and bands that hold whole strides. */
+static mt_code band_plan(const mt_layer *l, const mt_layer_planner *p, mt_err *err)
+{
+    size_t n = mt_layer__psz(p, l->hx), h = l->in_shape[0] / n;
+    const char *dim = p->dim_name(p->ctx, l->hx);
+
+    if (l->s.kh > l->s.sh)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d] (%s).pool_size: windows of %zu rows overlap at stride "
+                          "%zu; pooling on height bands (over '%s') needs pool_size <= strides on "
+                          "the height",
+                          l->idx, l->s.name, l->s.kh, l->s.sh, dim);
+    if (h % l->s.sh != 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d] (%s).strides: a band of %zu rows (height %zu over "
+                          "'%s' of size %zu) is not divisible by the stride %zu",
+                          l->idx, l->s.name, h, l->in_shape[0], dim, n, l->s.sh);
+    return MT_OK;
 }
 
 static bool two_by_two(const mt_layer *l)
@@ -57,8 +86,7 @@ static bool two_by_two(const mt_layer *l)
 
 static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
 {
-    mt_pool2d_geom g = geom(l, 0, l->in_c);
-    (void)p;
+    mt_pool2d_geom g = geom(l, 0, l->in_shape[0], l->in_c);
     if (l->in_rank != 3)
         return mt_layer__shape_error(l, "an image input (height, width, channels)", err);
     if (mt_pool2d_out_h(&g) == 0 || mt_pool2d_out_w(&g) == 0) {
@@ -73,7 +101,7 @@ static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
     l->out_shape[1] = mt_pool2d_out_w(&g);
     l->out_shape[2] = l->in_shape[2];
     l->of = l->xf;
-    return MT_OK;
+    return l->hx >= 0 ? band_plan(l, p, err) : MT_OK;
 }
 
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
@@ -89,7 +117,7 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    mt_pool2d_geom g = geom(l, ps->batch, l->in_c / mt_layer__dsz(dev, l->xf));
+    mt_pool2d_geom g = dev_geom(l, ps->batch, dev);
     if (two_by_two(l))
         (ps->ref ? mt_maxpool2_forward_ref : mt_maxpool2_forward)(st->out, st->scr[ARGMAX], st->in,
                                                                   ps->batch, g.h, g.w, g.c);
@@ -103,7 +131,7 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
-    mt_pool2d_geom g = geom(l, ps->batch, l->in_c / mt_layer__dsz(dev, l->xf));
+    mt_pool2d_geom g = dev_geom(l, ps->batch, dev);
     *dx = st->dx_buf;
     if (st->dx_buf == NULL)
         return MT_OK;
@@ -124,6 +152,7 @@ const mt_layer_ops mt_layer_max_pool2d_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = false,
+    .bands = true,
     .parse = parse,
     .plan = plan,
     .alloc = alloc,
@@ -144,6 +173,7 @@ const mt_layer_ops mt_layer_average_pooling2d_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = true,
+    .bands = true,
     .parse = parse,
     .plan = plan,
     .alloc = alloc,

@@ -387,19 +387,25 @@ static void test_spmd_fsdp_equals_single_device(void **state)
     data_free(&f);
 }
 
-static void expect_new_error(const char *json, const char *mesh, mt_code code, const char *msg)
+static void expect_new_error_shape(const char *json, const char *mesh, int in_rank,
+                                   const size_t *shape, mt_code code, const char *msg)
 {
-    size_t shape[1] = {FEAT};
     job j;
     mt_spmd *s = (mt_spmd *)&j;
     mt_err err = MT_ERR_INIT;
     job_load(&j, json, mesh);
-    assert_int_equal(mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 1, shape, 16, NULL, &s, &err),
-                     code);
+    assert_int_equal(
+        mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, in_rank, shape, 16, NULL, &s, &err), code);
     assert_null(s);
     if (strstr(err.msg, msg) == NULL)
         fail_msg("message '%s' lacks '%s'", err.msg, msg);
     job_free(&j);
+}
+
+static void expect_new_error(const char *json, const char *mesh, mt_code code, const char *msg)
+{
+    size_t shape[1] = {FEAT};
+    expect_new_error_shape(json, mesh, 1, shape, code, msg);
 }
 
 /* A residual MLP with two skip connections and a concatenate; a CNN with one add. */
@@ -485,6 +491,120 @@ static void test_spmd_reshard_paths_equal_single_device(void **state)
     check_equivalence(cnn, NULL, 3, ishape, &im, sanitized() ? 2 : 3, CNN_TOL);
     data_free(&d);
     data_free(&im);
+}
+
+/* The text of a file under the source tree (MT_SOURCE_DIR), owned by the caller. */
+static char *source_file(const char *rel)
+{
+    const char *src = getenv("MT_SOURCE_DIR");
+    char path[1024];
+    FILE *f;
+    long n;
+    char *buf;
+
+    snprintf(path, sizeof(path), "%s/%s", src != NULL ? src : ".", rel);
+    f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    n = ftell(f);
+    assert_true(n > 0);
+    rewind(f);
+    buf = mt_calloc((size_t)n + 1, 1);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return buf;
+}
+
+/*
+ * Images sharded on their height (docs/spmd.md): examples/fashion_mnist_cnn_spatial.json (convs
+ * "same" stride 1 and "valid" stride 2, max pooling, batch norm, flatten gather) on its mesh
+ * batch=2,space=2 and on batch=1,space=2 equals one device after 10 steps; a second model on
+ * space=3 has a 5-row kernel (2 halo rows each way), average pooling, a "same" stride-2 conv
+ * whose bands borrow from below only, batch norm and global average pooling.
+ */
+#define BANDS_SPEC                                                                                 \
+    "{\"seed\":4,\"batch_size\":12,\"optimizer\":{\"name\":\"sgd\",\"momentum\":0.9},"             \
+    "\"learning_rate\":0.05,\"mesh\":{\"batch\":2,\"space\":3},"                                   \
+    "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
+    "\"model\":{\"input_shape\":[12,8,2],\"layers\":["                                             \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":5,\"padding\":\"same\","                   \
+    "\"activation\":\"relu\"},{\"type\":\"average_pooling2d\"},"                                   \
+    "{\"type\":\"conv2d\",\"filters\":6,\"kernel_size\":3,\"strides\":2,\"padding\":\"same\","     \
+    "\"use_bias\":false},"                                                                         \
+    "{\"type\":\"batch_norm\"},{\"type\":\"activation\",\"activation\":\"tanh\"},"                 \
+    "{\"type\":\"global_average_pooling2d\"},{\"type\":\"dense\",\"units\":3}]}}"
+static void test_spmd_height_bands_equal_single_device(void **state)
+{
+    size_t shape[3] = {28, 28, 1}, bshape[3] = {12, 8, 2};
+    char *ex = source_file("examples/fashion_mnist_cnn_spatial.json");
+    int steps = sanitized() ? 2 : 10;
+    data d = fashion_or_generated(640), g = gen_data(120, 12 * 8 * 2, 3, 23);
+    (void)state;
+    check_equivalence(ex, NULL, 3, shape, &d, steps, 1e-5);
+    check_equivalence(ex, "batch=1,space=2", 3, shape, &d, steps, 1e-5);
+    check_equivalence(BANDS_SPEC, NULL, 3, bshape, &g, 10, 1e-5);
+    check_equivalence(BANDS_SPEC, "batch=1,space=1", 3, bshape, &g, 4, 1e-5);
+    mt_free(ex);
+    data_free(&d);
+    data_free(&g);
+}
+
+/* What height bands refuse, naming the layer, the field and the sizes. */
+#define IMG8_SPEC(layers, extra)                                                                   \
+    "{\"seed\":3,\"batch_size\":16,\"optimizer\":\"sgd\",\"learning_rate\":0.05,"                  \
+    "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
+    "\"model\":{\"input_shape\":[8,8,1],\"layers\":[" layers "]}" extra "}"
+#define FLAT_HEAD "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}"
+static void test_spmd_height_bands_errors(void **state)
+{
+    size_t shape[3] = {28, 28, 1}, small[3] = {8, 8, 1};
+    char *ex = source_file("examples/fashion_mnist_cnn_spatial.json");
+    (void)state;
+    expect_new_error_shape(ex, "batch=1,space=3", 3, shape, MT_INVALID_ARGUMENT,
+                           "input_layout[1]: the input's height 28 is not divisible by mesh "
+                           "dimension 'space' of size 3");
+    expect_new_error_shape(ex, "batch=1,space=4", 3, shape, MT_INVALID_ARGUMENT,
+                           "model.layers[1] (max_pool2d_1).strides: a band of 7 rows (height 28 "
+                           "over 'space' of size 4) is not divisible by the stride 2");
+    expect_new_error_shape(
+        IMG8_SPEC(
+            "{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":7,\"padding\":\"same\"}," FLAT_HEAD,
+            ",\"mesh\":{\"batch\":1,\"space\":4}"),
+        NULL, 3, small, MT_INVALID_ARGUMENT,
+        "model.layers[0] (conv2d_1).kernel_size: output band 0 reads input rows 0-4 but bands "
+        "hold 2 rows (height 8 over 'space' of size 4)");
+    expect_new_error_shape(
+        IMG8_SPEC("{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":2}," FLAT_HEAD,
+                  ",\"mesh\":{\"batch\":1,\"space\":2}"),
+        NULL, 3, small, MT_INVALID_ARGUMENT,
+        "model.layers[0] (conv2d_1): output (7, 7, 2): its height is not divisible by mesh "
+        "dimension 'space' of size 2");
+    expect_new_error_shape(
+        IMG8_SPEC("{\"type\":\"max_pool2d\",\"pool_size\":3,\"strides\":2}," FLAT_HEAD,
+                  ",\"mesh\":{\"batch\":1,\"space\":2}"),
+        NULL, 3, small, MT_INVALID_ARGUMENT,
+        "model.layers[0] (max_pool2d_1).pool_size: windows of 3 rows overlap at stride 2");
+    expect_new_error_shape(IMG8_SPEC("{\"type\":\"dropout\",\"rate\":0.1}," FLAT_HEAD,
+                                     ",\"mesh\":{\"batch\":1,\"space\":2}"),
+                           NULL, 3, small, MT_INVALID_ARGUMENT,
+                           "model.layers[0] (dropout_1): dropout does not run on height bands: its "
+                           "input's height is sharded over 'space'");
+    expect_new_error_shape(
+        IMG8_SPEC("{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":1}",
+                  ",\"mesh\":{\"batch\":1,\"space\":2}"),
+        NULL, 3, small, MT_INVALID_ARGUMENT,
+        "model.layers[0] (conv2d_1): the model's output is still sharded on its height over "
+        "'space'");
+    expect_new_error_shape(
+        IMG8_SPEC(
+            "{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":1}," FLAT_HEAD,
+            ",\"mesh\":{\"batch\":1,\"space\":2,\"model\":2},\"layouts\":{\"conv2d_1\\\\.kernel\":"
+            "[\"unsharded\",\"unsharded\",\"unsharded\",\"model\"]}"),
+        NULL, 3, small, MT_INVALID_ARGUMENT,
+        "model.layers[0] (conv2d_1): channels sharded over 'model' do not combine with height "
+        "bands over 'space' yet");
+    mt_free(ex);
 }
 
 static void test_spmd_shards_hold_their_slice(void **state)
@@ -1297,6 +1417,8 @@ int main(void)
         cmocka_unit_test(test_spmd_adam_schemes_equal_single_device),
         cmocka_unit_test(test_spmd_mesh_of_size_one_dims),
         cmocka_unit_test(test_spmd_fashion_mlp_and_cnn),
+        cmocka_unit_test(test_spmd_height_bands_equal_single_device),
+        cmocka_unit_test(test_spmd_height_bands_errors),
         cmocka_unit_test(test_spmd_reshard_paths_equal_single_device),
         cmocka_unit_test(test_spmd_fsdp_equals_single_device),
         cmocka_unit_test(test_spmd_graphs_equal_single_device),
