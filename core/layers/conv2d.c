@@ -110,28 +110,17 @@ static mt_code band_alloc(const mt_layer *l, mt_layer_state *st, size_t b, const
 {
     mt_layer_halo hl;
     mt_conv2d_geom g;
-    bool dx = !mt_layer__reads_input(l);
-    size_t ext;
     mt_code rc = band_halo(l, NULL, mt_layer__dsz(dev, l->hx), 0, &hl, err);
 
     g = band_geom(l, &hl, b);
-    ext = b * hl.he * hl.we * hl.c;
     if (rc == MT_OK)
         rc = mt_layer__io(l, st, b, a, err);
     if (rc == MT_OK)
-        rc = mt_layer_buf(a, l, (void **)&st->xin, ext, sizeof(float), err);
-    if (rc == MT_OK && dx)
-        rc = mt_layer_buf(a, l, (void **)&st->dxk, ext, sizeof(float), err);
+        rc = mt_layer__halo_alloc(l, &hl, st, b, HSEND, a, err);
     if (rc == MT_OK)
         rc = mt_layer_buf(a, l, &st->scr[COLS], mt_conv2d_cols_size(&g), sizeof(float), err);
-    if (rc == MT_OK && dx)
+    if (rc == MT_OK && !mt_layer__reads_input(l))
         rc = mt_layer_buf(a, l, &st->scr[DCOLS], mt_conv2d_cols_size(&g), sizeof(float), err);
-    if (rc == MT_OK)
-        rc = mt_layer_buf(a, l, &st->scr[HSEND], mt_layer__halo_send_size(&hl, b), sizeof(float),
-                          err);
-    if (rc == MT_OK)
-        rc = mt_layer_buf(a, l, &st->scr[HRECV], hl.p * mt_layer__halo_send_size(&hl, b),
-                          sizeof(float), err);
     return rc;
 }
 
@@ -188,10 +177,7 @@ static mt_code band_backward(const mt_layer *l, mt_layer_state *st, const mt_lay
 
 static uint64_t halo(const mt_layer *l, size_t b, const mt_layer_planner *p)
 {
-    mt_layer_halo hl;
-    if (l->hx < 0 || band_halo(l, NULL, mt_layer__psz(p, l->hx), 0, &hl, NULL) != MT_OK)
-        return 0;
-    return mt_layer__halo_floats(&hl, b);
+    return mt_layer__halo_step(l, b, p, band_halo);
 }
 
 /* Height bands: the halo allgathers (every member's blocks) and the weight gradients' allreduce
@@ -200,9 +186,7 @@ static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *
                  void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
 {
     mt_layer__comm_kernel(l, b, bdim, p, add, per_dim);
-    if (l->hx < 0)
-        return;
-    add(per_dim, l->hx, mt_layer__psz(p, l->hx) * halo(l, b, p));
+    mt_layer__halo_comm(l, b, p, band_halo, add, per_dim);
     add(per_dim, l->hx,
         l->s.kh * l->s.kw * l->in_c * l->s.filters + (l->s.use_bias ? l->s.filters : 0));
 }

@@ -2,7 +2,7 @@
 /*
  * layer_bands.c — images sharded on their height (layers_int.h; docs/spmd.md, "Images sharded on
  * their height"): which layers may read a banded activation, and the halo exchange of a layer
- * whose output band reads input rows of the neighbouring bands (conv2d).
+ * whose output band reads input rows of the neighbouring bands (conv2d, pooling).
  *
  * DESIGN: band k of p holds rows [k h, (k + 1) h) of every example. A window layer's output band
  * k reads a contiguous range of input rows that may start in band k - 1 and end in band k + 1
@@ -105,6 +105,36 @@ size_t mt_layer__halo_send_size(const mt_layer_halo *hl, size_t batch)
 uint64_t mt_layer__halo_floats(const mt_layer_halo *hl, size_t batch)
 {
     return 2 * (uint64_t)mt_layer__halo_send_size(hl, batch);
+}
+
+uint64_t mt_layer__halo_step(const mt_layer *l, size_t batch, const mt_layer_planner *p,
+                             mt_layer_halo_fn fn)
+{
+    mt_layer_halo hl;
+    if (l->hx < 0 || fn(l, NULL, mt_layer__psz(p, l->hx), 0, &hl, NULL) != MT_OK)
+        return 0;
+    return mt_layer__halo_floats(&hl, batch);
+}
+
+void mt_layer__halo_comm(const mt_layer *l, size_t batch, const mt_layer_planner *p,
+                         mt_layer_halo_fn fn, void (*add)(uint64_t *, int, uint64_t),
+                         uint64_t *per_dim)
+{
+    add(per_dim, l->hx, mt_layer__psz(p, l->hx) * mt_layer__halo_step(l, batch, p, fn));
+}
+
+mt_code mt_layer__halo_alloc(const mt_layer *l, const mt_layer_halo *hl, mt_layer_state *st,
+                             size_t b, int slot, mt_layer_alloc *a, mt_err *err)
+{
+    size_t ext = b * hl->he * hl->we * hl->c, send = mt_layer__halo_send_size(hl, b);
+    mt_code rc = mt_layer_buf(a, l, (void **)&st->xin, ext, sizeof(float), err);
+    if (rc == MT_OK && !mt_layer__reads_input(l))
+        rc = mt_layer_buf(a, l, (void **)&st->dxk, ext, sizeof(float), err);
+    if (rc == MT_OK)
+        rc = mt_layer_buf(a, l, &st->scr[slot], send, sizeof(float), err);
+    if (rc == MT_OK)
+        rc = mt_layer_buf(a, l, &st->scr[slot + 1], hl->p * send, sizeof(float), err);
+    return rc;
 }
 
 /* Columns of a source row copied into an extended row (valid padding may leave some out). */

@@ -98,8 +98,8 @@ static inline size_t mt_layer__in_rows_loc(const mt_layer *l, size_t c_loc)
 }
 
 /*
- * The halo of a layer reading rows beyond its band (conv2d): band k's "extended band" is he
- * rows starting at global input row g0 (rows outside [0, H) are zero padding), each of we
+ * The halo of a layer reading rows beyond its band (conv2d, pooling): band k's "extended band" is
+ * he rows starting at global input row g0 (rows outside [0, H) are zero padding), each of we
  * columns starting at column -pl (padding outside [0, W)). Every band sends its first `top` and
  * last `bot` rows to all of the dim's members (an allgather: core/coll has no point-to-point);
  * each keeps the rows of its neighbours k - 1 and k + 1.
@@ -121,6 +121,24 @@ typedef struct mt_layer_halo {
 mt_code mt_layer__halo_plan(const mt_layer *l, const char *field, int dim, const char *dim_name,
                             size_t p, size_t k, size_t ob, size_t s, size_t pt, size_t kh,
                             size_t we, size_t pl, mt_layer_halo *hl, mt_err *err);
+
+/* A window layer's halo for band k of p (dim_name: for messages, may be NULL). */
+typedef mt_code (*mt_layer_halo_fn)(const mt_layer *l, const char *dim_name, size_t p, size_t k,
+                                    mt_layer_halo *hl, mt_err *err);
+
+/* mt_layer_ops.halo of a window layer whose halo fn computes: 0 without bands. */
+uint64_t mt_layer__halo_step(const mt_layer *l, size_t batch, const mt_layer_planner *p,
+                             mt_layer_halo_fn fn);
+
+/* mt_layer_ops.comm's share of the halo: the allgathers' blocks over l->hx (every member's). */
+void mt_layer__halo_comm(const mt_layer *l, size_t batch, const mt_layer_planner *p,
+                         mt_layer_halo_fn fn, void (*add)(uint64_t *, int, uint64_t),
+                         uint64_t *per_dim);
+
+/* The extended band's buffers for b examples: st->xin, st->dxk (unless the layer reads the
+ * model input) and the blocks sent and gathered, st->scr[slot] and st->scr[slot + 1]. */
+mt_code mt_layer__halo_alloc(const mt_layer *l, const mt_layer_halo *hl, mt_layer_state *st,
+                             size_t b, int slot, mt_layer_alloc *a, mt_err *err);
 
 /* Floats a device hands the allgathers of one training step (forward and backward). */
 uint64_t mt_layer__halo_floats(const mt_layer_halo *hl, size_t batch);

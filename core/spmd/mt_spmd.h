@@ -129,8 +129,8 @@ typedef struct mt_spmd_plan_info {
                                               the algorithm's factor) */
     int halo_dim;               /* the dim an image's height is sharded over (bands), or -1 */
     uint64_t halo_bytes;        /* bytes one device sends per training step in the bands' halo
-                                   exchanges (conv2d rows borrowed by the neighbours, forward and
-                                   backward; within comm_bytes[halo_dim]) */
+                                   exchanges (rows the neighbours' conv2d and pooling windows
+                                   borrow, forward and backward; within comm_bytes[halo_dim]) */
     mt_spmd_layer_plan *layers; /* in: NULL, or room for every layer (at most 256); filled */
     int n_layers;               /* out: layers filled */
 } mt_spmd_plan_info;

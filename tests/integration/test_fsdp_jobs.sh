@@ -45,8 +45,8 @@ job_vs_local layout_map "$SRC/examples/dtensor_keras_layout_map.json"
 # both workers (rank r: space r / 2), so the conv2d halo rows cross processes
 job_vs_local spatial "$SRC/examples/fashion_mnist_cnn_spatial.json" '{"space": 2, "batch": 2}' \
     space=1,batch=1
-# plan prints the halo bytes; submit refuses a height the dim does not divide, and a pooling
-# band that does not hold whole strides, naming the field and the sizes
+# plan prints the halo bytes; submit refuses a height the dim does not divide, at the input and
+# after a pooling layer, naming the field and the sizes
 mt plan --offline "$T/spatial.json" >"$T/plan.out"
 grep -q "^halo        height sharded over space: 238.0 KiB sent per device per step" "$T/plan.out" ||
     fail "plan: no halo line: $(cat "$T/plan.out")"
@@ -54,7 +54,7 @@ jq '.mesh = {space: 3, batch: 1}' "$T/spatial.json" >"$T/bands3.json"
 expect_fail 4 "input_layout\[1\]: the input's height 28 is not divisible by mesh dimension 'space' of size 3" \
     mt submit "$T/bands3.json"
 jq '.mesh = {space: 4, batch: 1}' "$T/spatial.json" >"$T/bands4.json"
-expect_fail 4 "(max_pool2d_1).strides: a band of 7 rows (height 28 over 'space' of size 4)" \
+expect_fail 4 "(max_pool2d_1): output (14, 14, 16): its height is not divisible by mesh dimension 'space' of size 4" \
     mt submit "$T/bands4.json"
 log "spatial: plan prints the halo bytes; submit refuses bands that do not divide"
 

@@ -534,20 +534,34 @@ static char *source_file(const char *rel)
     "\"use_bias\":false},"                                                                         \
     "{\"type\":\"batch_norm\"},{\"type\":\"activation\",\"activation\":\"tanh\"},"                 \
     "{\"type\":\"global_average_pooling2d\"},{\"type\":\"dense\",\"units\":3}]}}"
+/* Pooling windows that overlap the bands (3 rows at stride 2, then 3 at stride 1): the pools
+ * borrow halo rows too. */
+#define OVERLAP_SPEC                                                                               \
+    "{\"seed\":8,\"batch_size\":8,\"optimizer\":\"sgd\",\"learning_rate\":0.05,"                   \
+    "\"mesh\":{\"batch\":2,\"space\":2},"                                                          \
+    "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
+    "\"model\":{\"input_shape\":[18,6,2],\"layers\":["                                             \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"activation\":\"relu\"},{\"type\":\"max_pool2d\",\"pool_size\":3,\"strides\":2},"            \
+    "{\"type\":\"average_pooling2d\",\"pool_size\":[3,1],\"strides\":1},"                          \
+    "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]}}"
 static void test_spmd_height_bands_equal_single_device(void **state)
 {
-    size_t shape[3] = {28, 28, 1}, bshape[3] = {12, 8, 2};
+    size_t shape[3] = {28, 28, 1}, bshape[3] = {12, 8, 2}, oshape[3] = {18, 6, 2};
     char *ex = source_file("examples/fashion_mnist_cnn_spatial.json");
     int steps = sanitized() ? 2 : 10;
-    data d = fashion_or_generated(640), g = gen_data(120, 12 * 8 * 2, 3, 23);
+    data d = fashion_or_generated(640), g = gen_data(120, 12 * 8 * 2, 3, 23),
+         o = gen_data(80, 18 * 6 * 2, 3, 24);
     (void)state;
     check_equivalence(ex, NULL, 3, shape, &d, steps, 1e-5);
     check_equivalence(ex, "batch=1,space=2", 3, shape, &d, steps, 1e-5);
     check_equivalence(BANDS_SPEC, NULL, 3, bshape, &g, 10, 1e-5);
     check_equivalence(BANDS_SPEC, "batch=1,space=1", 3, bshape, &g, 4, 1e-5);
+    check_equivalence(OVERLAP_SPEC, NULL, 3, oshape, &o, 10, 1e-5);
     mt_free(ex);
     data_free(&d);
     data_free(&g);
+    data_free(&o);
 }
 
 /* What height bands refuse, naming the layer, the field and the sizes. */
@@ -565,8 +579,8 @@ static void test_spmd_height_bands_errors(void **state)
                            "input_layout[1]: the input's height 28 is not divisible by mesh "
                            "dimension 'space' of size 3");
     expect_new_error_shape(ex, "batch=1,space=4", 3, shape, MT_INVALID_ARGUMENT,
-                           "model.layers[1] (max_pool2d_1).strides: a band of 7 rows (height 28 "
-                           "over 'space' of size 4) is not divisible by the stride 2");
+                           "model.layers[1] (max_pool2d_1): output (14, 14, 16): its height is not "
+                           "divisible by mesh dimension 'space' of size 4");
     expect_new_error_shape(
         IMG8_SPEC(
             "{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":7,\"padding\":\"same\"}," FLAT_HEAD,
@@ -581,10 +595,11 @@ static void test_spmd_height_bands_errors(void **state)
         "model.layers[0] (conv2d_1): output (7, 7, 2): its height is not divisible by mesh "
         "dimension 'space' of size 2");
     expect_new_error_shape(
-        IMG8_SPEC("{\"type\":\"max_pool2d\",\"pool_size\":3,\"strides\":2}," FLAT_HEAD,
-                  ",\"mesh\":{\"batch\":1,\"space\":2}"),
+        IMG8_SPEC("{\"type\":\"max_pool2d\",\"pool_size\":5,\"strides\":1}," FLAT_HEAD,
+                  ",\"mesh\":{\"batch\":1,\"space\":4}"),
         NULL, 3, small, MT_INVALID_ARGUMENT,
-        "model.layers[0] (max_pool2d_1).pool_size: windows of 3 rows overlap at stride 2");
+        "model.layers[0] (max_pool2d_1).pool_size: output band 0 reads input rows 0-4 but bands "
+        "hold 2 rows (height 8 over 'space' of size 4)");
     expect_new_error_shape(IMG8_SPEC("{\"type\":\"dropout\",\"rate\":0.1}," FLAT_HEAD,
                                      ",\"mesh\":{\"batch\":1,\"space\":2}"),
                            NULL, 3, small, MT_INVALID_ARGUMENT,
@@ -778,29 +793,37 @@ static void test_spmd_step_rejects_bad_input(void **state)
     data_free(&d);
 }
 
-static void test_spmd_evaluate_matches_single_device(void **state)
+/* After 3 steps, the mesh's evaluation of 48 examples is the one device's. */
+static void evaluate_matches(const char *json, int in_rank, const size_t *shape, const data *d)
 {
-    size_t shape[1] = {FEAT};
-    data d = gen_data(48, FEAT, 2, 6);
     job j;
     mt_spmd *s;
     mt_model *m;
     double ls = 0.0, lm = 0.0;
     size_t cs = 0, cm = 0;
     mt_err err = MT_ERR_INIT;
-    (void)state;
-    job_load(&j, MLP_SPEC("\"sgd\"", SP_EXTRA), NULL);
-    m = ref_train(&j, 1, shape, &d, 3, NULL);
-    s = spmd_open(&j, 1, shape);
-    spmd_train(s, &d, 16, 0, 3, NULL);
-    assert_int_equal(mt_spmd_evaluate(s, d.x, d.y, 48, &ls, &cs, &err), MT_OK);
-    assert_int_equal(mt_model_evaluate(m, d.x, d.y, 48, &lm, &cm, &err), MT_OK);
+    job_load(&j, json, NULL);
+    m = ref_train(&j, in_rank, shape, d, 3, NULL);
+    s = spmd_open(&j, in_rank, shape);
+    spmd_train(s, d, j.spec->batch_size, 0, 3, NULL);
+    assert_int_equal(mt_spmd_evaluate(s, d->x, d->y, 48, &ls, &cs, &err), MT_OK);
+    assert_int_equal(mt_model_evaluate(m, d->x, d->y, 48, &lm, &cm, &err), MT_OK);
     assert_int_equal(cs, cm);
     assert_true(fabs(ls - lm) <= 1e-4 * fmax(1.0, lm));
     mt_spmd_free(s);
     mt_model_free(m);
     job_free(&j);
+}
+
+static void test_spmd_evaluate_matches_single_device(void **state)
+{
+    size_t shape[1] = {FEAT}, bshape[3] = {12, 8, 2};
+    data d = gen_data(48, FEAT, 2, 6), g = gen_data(48, 12 * 8 * 2, 3, 7);
+    (void)state;
+    evaluate_matches(MLP_SPEC("\"sgd\"", SP_EXTRA), 1, shape, &d);
+    evaluate_matches(BANDS_SPEC, 3, bshape, &g); /* height bands: the halo in the forward */
     data_free(&d);
+    data_free(&g);
 }
 
 /* Pieces cut from a global batch of n examples at x by the rebatch rule, by batch coordinate. */
