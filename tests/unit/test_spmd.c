@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "alloc/mt_alloc.h"
+#include "blas/mt_blas.h"
 #include "data/mt_data.h"
 #include "data/mt_idx.h"
 #include "model/mt_model.h"
@@ -1431,7 +1432,7 @@ static void test_spmd_new_survives_allocation_failures(void **state)
     job_free(&j);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spmd_data_parallel_equals_single_device),
@@ -1461,5 +1462,8 @@ int main(void)
         cmocka_unit_test(test_spmd_save_gathered_equals_local_save),
         cmocka_unit_test(test_spmd_save_gathered_across_net_worlds),
     };
+    /* the engine as the worker and the CLI run it: one BLAS thread per device (OpenBLAS's own
+     * threads split a GEMM's sums by its shape, so a mesh's smaller GEMMs round differently) */
+    mt_blas_boot(argc, argv);
     return MT_RUN_TESTS(tests);
 }
