@@ -10,10 +10,11 @@ NEW=${2:?usage: ab_local.sh OLD_BUILD NEW_BUILD [ROUNDS]}
 ROUNDS=${3:-3}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 export OPENBLAS_NUM_THREADS=1
-# spec:steps — the Fashion-MNIST models on one device and on meshes of threads
-SPECS="fashion_mnist_mlp.json:300 fashion_mnist_cnn.json:40 fashion_mnist_residual_cnn.json:40
-fashion_mnist_mlp_model_parallel.json:200 fashion_mnist_cnn_data_parallel.json:40
-dtensor_keras_layout_map.json:300"
+# spec:steps — the Fashion-MNIST models on one device and on meshes of threads (steps long enough
+# for a few seconds of training: shorter runs swing by ±15% on a shared host)
+SPECS="fashion_mnist_mlp.json:1000 fashion_mnist_cnn.json:150 fashion_mnist_residual_cnn.json:150
+fashion_mnist_mlp_model_parallel.json:600 fashion_mnist_cnn_data_parallel.json:150
+dtensor_keras_layout_map.json:1000"
 
 rate() { # BUILD SPEC STEPS -> examples/s
     (cd "$SRC/examples" && "$1/meshtrain" train --local "$2" --steps "$3" --json) |

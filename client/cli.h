@@ -78,6 +78,7 @@ int cmd_jobs(const mt_cli_global *g, int argc, char **argv);
 int cmd_status(const mt_cli_global *g, int argc, char **argv);
 int cmd_cancel(const mt_cli_global *g, int argc, char **argv);
 int cmd_checkpoints(const mt_cli_global *g, int argc, char **argv);
+int cmd_logs(const mt_cli_global *g, int argc, char **argv);
 int cmd_plan(const mt_cli_global *g, int argc, char **argv);
 int cmd_watch(const mt_cli_global *g, int argc, char **argv);
 int cmd_predict(const mt_cli_global *g, int argc, char **argv);

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cmd_diverge.c — `meshtrain diverge A B`: reads the {"step": N, "digest": "..."} lines of two
- * `meshtrain train --local --json` outputs (other lines are skipped) and prints the first step
- * present in both whose state digests differ, or that none do. Job ids are refused with a clear
- * error until the coordinator carries digests in its metrics (issue #18).
+ * `meshtrain train --local --json` outputs (other lines are skipped), or the digests a job's
+ * workers reported to the coordinator (an argument that is no file and looks like a job id:
+ * GetJobDigests), and prints the first step present in both whose state digests differ, or that
+ * none do.
  * Exit codes: 0 no divergence, 1 a divergence (as cmp/diff) or another failure, 2 usage,
  * 4 unreadable or digest-less input.
  */
@@ -18,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "alloc/mt_alloc.h"
+#include "client/jobs_util.h"
 #include "digest/mt_digest.h"
 
 typedef struct step_digest {
@@ -63,7 +65,48 @@ static mt_code read_line(const char *path, int lineno, const char *line, digest_
     return rc;
 }
 
-static mt_code read_run(const char *path, digest_run *r, mt_err *err)
+/* The digests job_id's workers reported (GetJobDigests, page by page), by ascending step. */
+static mt_code read_job(const mt_cli_global *g, const char *job_id, digest_run *r, mt_err *err)
+{
+    Meshtrain__GetJobDigestsRequest req = MESHTRAIN__GET_JOB_DIGESTS_REQUEST__INIT;
+    char state[32] = "";
+    size_t got;
+    mt_code rc;
+
+    req.job_id = (char *)job_id;
+    req.limit = 10000;
+    do {
+        Meshtrain__GetJobDigestsReply *rep = NULL;
+        rc = mt_cli_call(g, "GetJobDigests", &req.base, (ProtobufCMessage **)&rep, err);
+        if (rc != MT_OK)
+            return rc;
+        got = rep->n_digests;
+        snprintf(state, sizeof(state), "%s", rep->state);
+        if (r->n + got > r->cap) {
+            step_digest *nv = mt_realloc(r->v, (r->n + got) * sizeof(*nv));
+            if (nv == NULL)
+                rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "%s: out of memory", job_id);
+            else
+                r->v = nv, r->cap = r->n + got;
+        }
+        for (size_t i = 0; rc == MT_OK && i < got; i++) {
+            r->v[r->n].step = (int64_t)rep->digests[i]->step;
+            rc = mt_digest_parse_hex(rep->digests[i]->digest, &r->v[r->n].d, err);
+            r->n++;
+        }
+        if (got > 0)
+            req.since_step = rep->digests[got - 1]->step + 1;
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    } while (rc == MT_OK && got == req.limit);
+    if (rc == MT_OK && r->n == 0)
+        rc = mt_err_set(err, MT_FAILED_PRECONDITION,
+                        "job %s has no state digests yet (its workers report one at every epoch "
+                        "end, checkpoint and digest_every step; state %s)",
+                        job_id, state);
+    return rc;
+}
+
+static mt_code read_run(const mt_cli_global *g, const char *path, digest_run *r, mt_err *err)
 {
     struct stat st;
     char *line = NULL;
@@ -74,11 +117,7 @@ static mt_code read_run(const char *path, digest_run *r, mt_err *err)
 
     if (stat(path, &st) != 0 && errno == ENOENT && strchr(path, '/') == NULL &&
         strchr(path, '.') == NULL)
-        return mt_err_set(err, MT_UNIMPLEMENTED,
-                          "'%s' is not a file; comparing jobs by id needs the coordinator to "
-                          "carry digests in its metrics (not yet, issue #18): pass two "
-                          "`meshtrain train --local --json` outputs",
-                          path);
+        return read_job(g, path, r, err); /* a job id */
     f = fopen(path, "r");
     if (f == NULL)
         return mt_err_set(err, errno == ENOENT ? MT_NOT_FOUND : MT_PERMISSION_DENIED, "open %s: %s",
@@ -147,25 +186,24 @@ int cmd_diverge(const mt_cli_global *g, int argc, char **argv)
     mt_code rc;
     int c, res = -1;
 
-    (void)g;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'h') {
             printf("usage: meshtrain diverge A B\n\n"
-                   "A and B are outputs of `meshtrain train --local --json` (set digest_every in\n"
-                   "the spec for a digest every N steps; every epoch end and checkpoint has one).\n"
+                   "A and B are outputs of `meshtrain train --local --json` or job ids (the\n"
+                   "digests the job's workers reported to the coordinator). Set digest_every in\n"
+                   "the spec for a digest every N steps; every epoch end and checkpoint has one.\n"
                    "Prints the first step present in both whose state digests differ (exit 1),\n"
-                   "or that none do (exit 0). Job ids: not yet (the coordinator does not carry\n"
-                   "digests). See docs/reproducibility.md.\n");
+                   "or that none do (exit 0). See docs/reproducibility.md.\n");
             return MT_EXIT_OK;
         }
         return mt_cli_usage_error("diverge", "unknown option");
     }
     if (optind + 2 != argc)
         return mt_cli_usage_error("diverge", "expected two arguments A B");
-    rc = read_run(argv[optind], &a, &err);
+    rc = read_run(g, argv[optind], &a, &err);
     if (rc == MT_OK)
-        rc = read_run(argv[optind + 1], &b, &err);
+        rc = read_run(g, argv[optind + 1], &b, &err);
     if (rc == MT_OK)
         res = compare(&a, &b, argv[optind], argv[optind + 1], &err);
     mt_free(a.v);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cmd_status.c — `meshtrain status JOB [--json]`: GetJob — the summary, mesh and placement per
- * device, the state history, the latest metrics, the checkpoints and the error.
+ * device, the state history, the latest metrics, the checkpoints and the error — and
+ * GetJobDigests for the latest state digest (docs/reproducibility.md).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -10,7 +11,7 @@
 #include "client/jobs_util.h"
 #include "watch/mt_watch.h"
 
-static void print_text(const Meshtrain__GetJobReply *r)
+static void print_text(const Meshtrain__GetJobReply *r, const Meshtrain__StepDigest *dg)
 {
     const Meshtrain__JobSummary *s = r->job;
     char t[64], b[32];
@@ -45,6 +46,8 @@ static void print_text(const Meshtrain__GetJobReply *r)
         mt_cli_fmt_time(t, sizeof(t), r->events[i]->time_ms);
         printf("  %s  %-10s %s\n", t, r->events[i]->state, r->events[i]->reason);
     }
+    if (dg != NULL)
+        printf("digest    %s (step %llu)\n", dg->digest, (unsigned long long)dg->step);
     if (r->n_latest_metrics > 0) {
         printf("\nlatest metrics\n");
         for (size_t i = 0; i < r->n_latest_metrics; i++)
@@ -61,7 +64,7 @@ static void print_text(const Meshtrain__GetJobReply *r)
     }
 }
 
-static int print_json(const Meshtrain__GetJobReply *r)
+static int print_json(const Meshtrain__GetJobReply *r, const Meshtrain__StepDigest *dg)
 {
     cJSON *root = mt_cli_job_summary_json(r->job), *a;
 
@@ -121,6 +124,13 @@ static int print_json(const Meshtrain__GetJobReply *r)
         cJSON_AddBoolToObject(o, "complete", r->checkpoints[i]->complete);
         cJSON_AddItemToArray(a, o);
     }
+    if (dg != NULL) {
+        cJSON *o = cJSON_AddObjectToObject(root, "digest");
+        cJSON_AddNumberToObject(o, "step", (double)dg->step);
+        cJSON_AddStringToObject(o, "digest", dg->digest);
+    } else {
+        cJSON_AddNullToObject(root, "digest");
+    }
     return mt_cli_print_json(root);
 }
 
@@ -133,6 +143,9 @@ int cmd_status(const mt_cli_global *g, int argc, char **argv)
     };
     Meshtrain__GetJobRequest req = MESHTRAIN__GET_JOB_REQUEST__INIT;
     Meshtrain__GetJobReply *rep = NULL;
+    Meshtrain__GetJobDigestsRequest dreq = MESHTRAIN__GET_JOB_DIGESTS_REQUEST__INIT;
+    Meshtrain__GetJobDigestsReply *drep = NULL;
+    const Meshtrain__StepDigest *dg;
     mt_err err = MT_ERR_INIT;
     int json = 0, c, rc = MT_EXIT_OK;
 
@@ -158,10 +171,18 @@ int cmd_status(const mt_cli_global *g, int argc, char **argv)
         fprintf(stderr, "meshtrain: INTERNAL: the reply has no job\n");
         return MT_EXIT_FAILED;
     }
+    /* the latest state digest; a coordinator without GetJobDigests (older) leaves it out */
+    dreq.job_id = argv[optind];
+    dreq.latest = 1;
+    if (mt_cli_call(g, "GetJobDigests", &dreq.base, (ProtobufCMessage **)&drep, &err) != MT_OK)
+        drep = NULL;
+    dg = drep != NULL && drep->n_digests > 0 ? drep->digests[drep->n_digests - 1] : NULL;
     if (json)
-        rc = print_json(rep);
+        rc = print_json(rep, dg);
     else
-        print_text(rep);
+        print_text(rep, dg);
     protobuf_c_message_free_unpacked(&rep->base, NULL);
+    if (drep != NULL)
+        protobuf_c_message_free_unpacked(&drep->base, NULL);
     return rc;
 }

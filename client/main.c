@@ -30,6 +30,7 @@ static const cli_command commands[] = {
     {"checkpoints", cmd_checkpoints, "list a job's checkpoints"},
     {"plan", cmd_plan, "validate a job spec as submit does; per-device bytes, devices now"},
     {"watch", cmd_watch, "follow a job: progress bar, eval results, final state"},
+    {"logs", cmd_logs, "the lines a job's workers logged (--follow: as they come)"},
     {"predict", cmd_predict, "run an exported model on IDX or CSV examples (top-k classes)"},
     {"generate", cmd_generate, "sample text from an exported language model"},
     {"digest", cmd_digest, "print the Merkle root of a checkpoint's or an export's tensors"},

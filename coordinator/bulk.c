@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bulk.c — bulk reads off the loop thread (STYLE.md §4): GetJob, GetMetrics, ListCheckpoints
- * and GetCheckpointChunk run on libuv's thread pool, each with a read-only connection of its
- * own (WAL lets it read while the loop writes), and reply from there (mt_rpc_call_reply is
- * thread-safe). The work touches only its call and its connection, never the coordinator's
- * loop state; the loop only frees the request in after_work.
+ * bulk.c — bulk reads off the loop thread (STYLE.md §4): GetJob, GetMetrics, GetJobLog,
+ * ListCheckpoints and GetCheckpointChunk run on libuv's thread pool, each with a read-only
+ * connection of its own (WAL lets it read while the loop writes), and reply from there
+ * (mt_rpc_call_reply is thread-safe). The work touches only its call and its connection, never the
+ * coordinator's loop state; the loop only frees the request in after_work.
  *
  * Read-only connections are kept in a small pool (guarded by ro_mu) so a request does not pay
  * for opening one. Ordering: every write a client was told about is committed before the

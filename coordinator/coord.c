@@ -37,6 +37,8 @@ static const struct {
     {"UpdateTask", coord_handle_update_task},
     {"ReportMetrics", coord_handle_report_metrics},
     {"GetMetrics", coord_handle_get_metrics},
+    {"GetJobLog", coord_handle_get_job_log},
+    {"GetJobDigests", coord_handle_get_job_digests},
     {"PutCheckpointChunk", coord_handle_put_checkpoint_chunk},
     {"ListCheckpoints", coord_handle_list_checkpoints},
     {"GetCheckpointChunk", coord_handle_get_checkpoint_chunk},

@@ -2,8 +2,8 @@
 /*
  * coord_rpc.h — the coordinator's RPC-facing declarations: the handlers coord.c dispatches to and
  * the functions that take or fill protobuf messages (proto/coordinator.pb-c.h). Only the RPC
- * adapters (jobs.c, workers.c, ckpt.c, metrics.c, stall.c, bulk.c) and coord.c include it; the
- * domain core (state.c) includes coord_int.h alone and so sees no generated protobuf type
+ * adapters (jobs.c, workers.c, ckpt.c, metrics.c, joblog.c, stall.c, bulk.c) and coord.c include
+ * it; the domain core (state.c) includes coord_int.h alone and so sees no generated protobuf type
  * (tests/integration/test_coord_no_circles.sh checks that).
  * Threading: loop thread unless a comment says otherwise.
  */
@@ -53,6 +53,10 @@ void coord_handle_get_metrics(mt_coord *c, mt_rpc_call *call);
  * from pts. Codes: RESOURCE_EXHAUSTED. */
 mt_code coord_metric_points(const mt_store_metric *pts, size_t n, Meshtrain__MetricPoint **p,
                             Meshtrain__MetricPoint ***pp);
+
+/* ---- joblog.c ---- */
+void coord_handle_get_job_log(mt_coord *c, mt_rpc_call *call);
+void coord_handle_get_job_digests(mt_coord *c, mt_rpc_call *call);
 
 /* ---- ckpt.c ---- */
 void coord_handle_put_checkpoint_chunk(mt_coord *c, mt_rpc_call *call);

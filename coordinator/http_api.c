@@ -467,6 +467,15 @@ static void api_job(coord_http_ctx *ctx, mt_store *s, const coord_http_call *cal
     cJSON *lo = cJSON_AddObjectToObject(root, "latest_metrics");
     for (size_t i = 0; i < nlm; i++)
         cJSON_AddItemToObject(lo, lm[i].name, metric_json(&lm[i]));
+    mt_store_digest dg;
+    bool has_dg = false;
+    if (mt_store_job_digest_latest(s, id, &dg, &has_dg, &err) == MT_OK && has_dg) {
+        cJSON *o = cJSON_AddObjectToObject(root, "digest"); /* the latest state digest */
+        cJSON_AddNumberToObject(o, "step", (double)dg.step);
+        cJSON_AddStringToObject(o, "digest", dg.digest);
+    } else {
+        cJSON_AddNullToObject(root, "digest");
+    }
     a = cJSON_AddArrayToObject(root, "checkpoints");
     for (size_t i = 0; i < nck; i++) {
         cJSON *o = cJSON_CreateObject();
@@ -951,6 +960,50 @@ static void api_model(coord_http_ctx *ctx, mt_store *s, const coord_http_call *c
 }
 
 /*
+ * GET /api/v1/jobs/{id}/digests?since_step=S&limit=N — the state digests the job's rank-0 worker
+ * reported, by step: {"job_id": ..., "digests": [{"step", "digest", "time_ms"}, ...]}
+ * (docs/api.md).
+ */
+static void api_digests(coord_http_ctx *ctx, mt_store *s, const coord_http_call *call,
+                        const char *id, coord_http_reply *r)
+{
+    char since_s[32] = "", limit_s[32] = "";
+    uint64_t since = 0, limit = 10000;
+    mt_store_digest *ds = NULL;
+    size_t n = 0;
+    mt_err err = MT_ERR_INIT;
+    int q;
+
+    (void)ctx;
+    if ((q = query_get(call->query, "since_step", since_s, sizeof(since_s))) < 0 ||
+        (q > 0 && parse_u64(since_s, (1ull << 62), &since) != 0)) {
+        bad_param(r, "since_step", since_s, "expected a step >= 0");
+        return;
+    }
+    if ((q = query_get(call->query, "limit", limit_s, sizeof(limit_s))) < 0 ||
+        (q > 0 && (parse_u64(limit_s, 10000, &limit) != 0 || limit == 0))) {
+        bad_param(r, "limit", limit_s, "expected an integer in 1..10000");
+        return;
+    }
+    if (mt_store_job_digests(s, id, since, (size_t)limit, &ds, &n, &err) != MT_OK) {
+        store_error(r, &err);
+        return;
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "job_id", id);
+    cJSON *a = cJSON_AddArrayToObject(root, "digests");
+    for (size_t i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "step", (double)ds[i].step);
+        cJSON_AddStringToObject(o, "digest", ds[i].digest);
+        cJSON_AddNumberToObject(o, "time_ms", (double)ds[i].time_ms);
+        cJSON_AddItemToArray(a, o);
+    }
+    mt_free(ds);
+    reply_json(r, root);
+}
+
+/*
  * GET /api/v1/jobs/{id}/log?after=ID&limit=N — the lines the job's workers logged, oldest first:
  * {"job_id": ..., "lines": [{"id", "worker_id", "attempt", "seq", "time_ms", "level",
  * "text"}, ...], "next": ID}; pass next as after to follow (docs/api.md).
@@ -1034,6 +1087,7 @@ static const api_route api_routes[] = {
     {"GET", "/jobs/*/checkpoint", api_checkpoint},
     {"GET", "/jobs/*/model", api_model},
     {"GET", "/jobs/*/log", api_log},
+    {"GET", "/jobs/*/digests", api_digests},
     {"POST", "/jobs", act_submit},
     {"POST", "/jobs/*/cancel", act_cancel},
 };

@@ -160,6 +160,26 @@ static mt_code validate_report(mt_coord *c, const Meshtrain__ReportMetricsReques
             return MT_INVALID_ARGUMENT;
         }
     }
+    if (r->n_digests > MAX_POINTS_PER_REPORT) {
+        snprintf(msg, cap, "digests: %zu in one report; at most %d", r->n_digests,
+                 MAX_POINTS_PER_REPORT);
+        return MT_RESOURCE_EXHAUSTED;
+    }
+    for (size_t i = 0; i < r->n_digests; i++) {
+        const Meshtrain__StepDigest *d = r->digests[i];
+        size_t k = 0;
+        while (k < 64 && ((d->digest[k] >= '0' && d->digest[k] <= '9') ||
+                          (d->digest[k] >= 'a' && d->digest[k] <= 'f')))
+            k++;
+        if (k != 64 || d->digest[64] != '\0') {
+            snprintf(msg, cap, "digests[%zu].digest: expected 64 lower-case hex digits", i);
+            return MT_INVALID_ARGUMENT;
+        }
+        if (d->step >= (1ull << 63)) {
+            snprintf(msg, cap, "digests[%zu].step: must be below 2^63", i);
+            return MT_INVALID_ARGUMENT;
+        }
+    }
     for (size_t i = 0; i < r->n_points; i++) {
         const Meshtrain__MetricPoint *p = r->points[i];
         size_t nl = strlen(p->name);
@@ -225,6 +245,24 @@ static mt_code store_log_lines(mt_coord *c, const Meshtrain__ReportMetricsReques
     return rc;
 }
 
+/* The report's state digests (validated) inside the open transaction. */
+static mt_code store_digests(mt_coord *c, const Meshtrain__ReportMetricsRequest *r, mt_err *err)
+{
+    mt_store_digest *d = mt_calloc(r->n_digests, sizeof(*d));
+    mt_code rc;
+
+    if (d == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    for (size_t i = 0; i < r->n_digests; i++) {
+        d[i].step = r->digests[i]->step;
+        snprintf(d[i].digest, sizeof(d[i].digest), "%s", r->digests[i]->digest);
+        d[i].time_ms = r->digests[i]->time_ms ? r->digests[i]->time_ms : mt_clock_wall_ms();
+    }
+    rc = mt_store_job_digests_put(c->store, r->job_id, d, r->n_digests, err);
+    mt_free(d);
+    return rc;
+}
+
 /* Store one report inside the open transaction. *max_step gets its highest step. */
 static mt_code store_report(mt_coord *c, const Meshtrain__ReportMetricsRequest *r,
                             uint64_t *max_step, mt_err *err)
@@ -249,6 +287,8 @@ static mt_code store_report(mt_coord *c, const Meshtrain__ReportMetricsRequest *
     mt_free(pts);
     if (rc == MT_OK && r->n_log_lines > 0)
         rc = store_log_lines(c, r, err);
+    if (rc == MT_OK && r->n_digests > 0)
+        rc = store_digests(c, r, err);
     return rc;
 }
 

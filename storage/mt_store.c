@@ -178,6 +178,15 @@ static const char *const migrations[] = {
      " text TEXT NOT NULL,"
      " UNIQUE (job_id, worker_id, attempt, seq));"
      "CREATE INDEX job_logs_by_job ON job_logs(job_id, id);"),
+
+    /* 9 -> 10: the state digests a job's rank-0 worker reported (issue 18), one per step (a
+     * step redone after a restart keeps the newest) */
+    ("CREATE TABLE job_digests ("
+     " job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+     " step INTEGER NOT NULL,"
+     " digest TEXT NOT NULL,"
+     " time_ms INTEGER NOT NULL,"
+     " PRIMARY KEY (job_id, step)) WITHOUT ROWID;"),
 };
 
 #define N_MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

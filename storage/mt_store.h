@@ -43,7 +43,7 @@
 typedef struct mt_store mt_store;
 
 /* The schema version this build creates and understands (PRAGMA user_version). */
-#define MT_STORE_SCHEMA_VERSION 9
+#define MT_STORE_SCHEMA_VERSION 10
 
 /* Options for mt_store_open_opts(). Initialise with MT_STORE_OPTIONS_DEFAULTS. */
 typedef struct mt_store_options {
@@ -379,6 +379,33 @@ mt_code mt_store_job_log_insert(mt_store *s, const char *job_id, const char *wor
 mt_code mt_store_job_log_page(mt_store *s, const char *job_id, int64_t after_id, size_t limit,
                               mt_store_log_line **out, size_t *n, mt_err *err);
 void mt_store_job_log_free(mt_store_log_line *lines);
+
+/* ---- state digests (issue 18; docs/reproducibility.md) ---- */
+
+typedef struct mt_store_digest {
+    uint64_t step;   /* < 2^63 */
+    char digest[65]; /* 64 lower-case hex digits */
+    int64_t time_ms; /* wall time on the worker */
+} mt_store_digest;
+
+/*
+ * Store the digests d[0..n) of job_id; a step stored already is replaced (a step redone after a
+ * restart keeps the newest). One call is one commit unless inside mt_store_tx_begin. Codes:
+ * NOT_FOUND (no such job), INVALID_ARGUMENT (a digest not 64 lower-case hex digits, a step
+ * >= 2^63), store errors.
+ */
+mt_code mt_store_job_digests_put(mt_store *s, const char *job_id, const mt_store_digest *d,
+                                 size_t n, mt_err *err);
+
+/* The digests of job_id with step >= since_step by ascending step, at most limit (0: 10000);
+ * *out owned (mt_free), NULL when *n == 0. Codes: NOT_FOUND (no such job), store errors. */
+mt_code mt_store_job_digests(mt_store *s, const char *job_id, uint64_t since_step, size_t limit,
+                             mt_store_digest **out, size_t *n, mt_err *err);
+
+/* The digest of job_id's highest step into *out; *found false (and *out zeroed) when it has
+ * none. Codes: NOT_FOUND (no such job), store errors. */
+mt_code mt_store_job_digest_latest(mt_store *s, const char *job_id, mt_store_digest *out,
+                                   bool *found, mt_err *err);
 
 #define MT_STORE_MAX_MESH_DIMS 8
 

@@ -92,6 +92,12 @@
                 " WHERE job_id=?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)")                            \
     X(LOG_PAGE, "SELECT id, worker_id, attempt, seq, time_ms, level, text FROM job_logs"           \
                 " WHERE job_id=?1 AND id>?2 ORDER BY id LIMIT ?3")                                 \
+    X(DIGEST_UPSERT, "INSERT OR REPLACE INTO job_digests(job_id, step, digest, time_ms)"           \
+                     " VALUES (?1,?2,?3,?4)")                                                      \
+    X(DIGEST_LIST, "SELECT step, digest, time_ms FROM job_digests WHERE job_id=?1 AND step>=?2"    \
+                   " ORDER BY step LIMIT ?3")                                                      \
+    X(DIGEST_LATEST, "SELECT step, digest, time_ms FROM job_digests WHERE job_id=?1"               \
+                     " ORDER BY step DESC LIMIT 1")                                                \
     X(JOB_SET_STEP, "UPDATE jobs SET step=?2, updated_at_ms=?3 WHERE id=?1")                       \
     X(JOB_SET_REASON, "UPDATE jobs SET reason=?2, updated_at_ms=?3 WHERE id=?1")                   \
     X(JOB_SET_DIAGNOSIS, "UPDATE jobs SET diagnosis=?2, updated_at_ms=?3 WHERE id=?1")             \

@@ -65,6 +65,7 @@
 #define MAX_TASKS 64
 /* metric points kept while the coordinator is unreachable (below its 10,000 per report) */
 #define MAX_POINTS           8192
+#define MAX_DIGESTS          256 /* unreported state digests kept per task */
 #define FLUSH_S              0.1
 #define CHUNK_BYTES          (4u << 20)
 #define CHUNK_TIMEOUT_MS     10000
@@ -134,6 +135,11 @@ struct task_run {
     Meshtrain__MetricPoint pts[MAX_POINTS];
     Meshtrain__MetricPoint *ptrs[MAX_POINTS];
     size_t npts;
+    /* the state digests not reported yet (the process holding rank 0), oldest first */
+    Meshtrain__StepDigest dig[MAX_DIGESTS];
+    Meshtrain__StepDigest *dptrs[MAX_DIGESTS];
+    char dhex[MAX_DIGESTS][MT_DIGEST_HEX];
+    size_t ndig;
     double last_flush;
     double retry_at;    /* no report before this (the coordinator was unreachable) */
     int64_t meta_epoch; /* epoch whose epoch_steps/epochs were reported */
@@ -378,7 +384,7 @@ static void flush_metrics(task_run *r, bool force)
     size_t nlog;
 
     r->last_flush = now_s();
-    if ((r->npts == 0 && !log_pending(r)) || r->cli == NULL ||
+    if ((r->npts == 0 && r->ndig == 0 && !log_pending(r)) || r->cli == NULL ||
         (!force && r->last_flush < r->retry_at))
         return;
     pthread_mutex_lock(&r->tab->mu);
@@ -391,6 +397,12 @@ static void flush_metrics(task_run *r, bool force)
     req.points = r->ptrs;
     req.n_points = r->npts;
     req.attempt = r->attempt;
+    for (size_t i = 0; i < r->ndig; i++) {
+        r->dig[i].digest = r->dhex[i];
+        r->dptrs[i] = &r->dig[i];
+    }
+    req.digests = r->dptrs;
+    req.n_digests = r->ndig;
     nlog = log_take(r, &req);
     rc = mt_rpc_client_call(r->cli, SVC, "ReportMetrics", &req.base, &rep, r->tab->rpc_timeout_ms,
                             &err);
@@ -403,6 +415,7 @@ static void flush_metrics(task_run *r, bool force)
         r->report_warned = false;
         r->retry_at = 0;
         r->npts = 0;
+        r->ndig = 0;
         return;
     }
     if (!r->report_warned)
@@ -414,6 +427,7 @@ static void flush_metrics(task_run *r, bool force)
         return;
     }
     r->npts = 0;
+    r->ndig = 0;
 }
 
 static void add_point(task_run *r, const char *name, uint64_t step, int64_t epoch, double v)
@@ -434,6 +448,29 @@ static void add_point(task_run *r, const char *name, uint64_t step, int64_t epoc
     p->epoch = (uint32_t)epoch;
     p->value = v;
     p->time_ms = wall_ms();
+}
+
+/* mt_spmd_run_opts.on_digest (the process holding rank 0): the state digest after step, sent
+ * with the next report (docs/reproducibility.md). */
+static mt_code on_digest(void *ctx, int64_t step, const mt_digest *root, mt_err *err)
+{
+    task_run *r = ctx;
+
+    (void)err;
+    if (r->ndig == MAX_DIGESTS)
+        flush_metrics(r, true);
+    if (r->ndig == MAX_DIGESTS) { /* still unreachable: the oldest half gives way */
+        memmove(&r->dhex[0], &r->dhex[MAX_DIGESTS / 2], (MAX_DIGESTS / 2) * sizeof(r->dhex[0]));
+        memmove(&r->dig[0], &r->dig[MAX_DIGESTS / 2], (MAX_DIGESTS / 2) * sizeof(r->dig[0]));
+        r->ndig = MAX_DIGESTS / 2;
+        mt_log_warn("job %s: %d unreported state digests dropped", r->job_id, MAX_DIGESTS / 2);
+    }
+    meshtrain__step_digest__init(&r->dig[r->ndig]);
+    r->dig[r->ndig].step = (uint64_t)step;
+    r->dig[r->ndig].time_ms = wall_ms();
+    mt_digest_hex(root, r->dhex[r->ndig]);
+    r->ndig++;
+    return MT_OK;
 }
 
 /* One upload of buf[0..size) as checkpoint (job, step), chunk by chunk from offset 0. */
@@ -877,6 +914,7 @@ static mt_code run_task(task_run *r, mt_err *err)
     ro.on_saved = upload;
     ro.on_best = upload_best;
     ro.save_on_stop = on_stop_save;
+    ro.on_digest = on_digest;
     r->last_flush = now_s();
     rc = run_train(r, js, mesh, &ro, &res, err);
     /* the last points: keep trying while the coordinator may be restarting */

@@ -513,6 +513,7 @@
       $('export-cmd').textContent = ['meshtrain export ' + id + ' -o model.safetensors',
         'meshtrain export ' + id + ' --layout torch -o model_torch.safetensors',
         'meshtrain export ' + id + ' --format onnx -o model.onnx'].join('\n');
+      $('job-digest').textContent = job.digest ? job.digest.digest + ' (step ' + job.digest.step + ')' : 'none yet';
       drawMesh(job);
     }
     poll(tick);

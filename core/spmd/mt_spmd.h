@@ -334,6 +334,17 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
  */
 mt_code mt_spmd_digest(const mt_spmd *s, mt_digest *out, mt_err *err);
 
+/*
+ * mt_spmd_digest for any world. When the world spreads over processes and some parameter is
+ * sharded (mt_spmd_save_needs_gather) it is COLLECTIVE: every process calls it at the same point
+ * of the run, the shards travel to rank 0's devices as for mt_spmd_save_gathered (same tags,
+ * same memory: one tensor at a time) and the process holding rank 0 hashes them. Otherwise the
+ * process holding rank 0 computes mt_spmd_digest alone and the others return at once. *have:
+ * true where *out holds the root (the process holding rank 0), false elsewhere. Codes:
+ * mt_spmd_digest's, the collectives' (as mt_spmd_save_gathered's).
+ */
+mt_code mt_spmd_digest_world(mt_spmd *s, mt_digest *out, bool *have, mt_err *err);
+
 /* Bytes of parameter i held by device position p (value + gradient + optimizer slots). */
 size_t mt_spmd_param_bytes(const mt_spmd *s, int p, size_t i);
 

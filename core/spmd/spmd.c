@@ -2359,56 +2359,69 @@ static mt_code gather_group(const mt_spmd *s, size_t i, int *grp, int *n, mt_err
     return MT_OK;
 }
 
-/* Writer side of one tensor: from device 0's gather buffer (grp[0..n) shards) or its replica. */
-static mt_code write_gathered(mt_spmd *s, mt_ckpt_writer *w, size_t i, int k, const int *grp, int n,
-                              mt_err *err)
+/*
+ * Visitor of one gathered tensor on the process holding rank 0: parameter i (k < 0) or its slot
+ * k, held as n shards — device 0's gather buffer (the shards of grp[0..n), in that order) when
+ * n > 1, else device 0's own replica.
+ */
+typedef mt_code (*gathered_fn)(mt_spmd *s, void *ctx, size_t i, int k, const int *grp, int n,
+                               mt_err *err);
+
+/* Shard j of the n that device 0 holds of (i, k) after a gather: data, global offsets, shape. */
+static mt_code gathered_shard(mt_spmd *s, size_t i, int k, const int *grp, int n, int j,
+                              int64_t *of, int64_t *ls, const float **data, mt_err *err)
 {
     const mt_model_param *g = &s->gparams[i];
     mt_model_param *q = &s->devs[0].params[i];
+    int64_t shape[4];
+
+    for (int a = 0; a < g->rank; a++)
+        shape[a] = (int64_t)g->shape[a];
+    *data = n > 1 ? s->devs[0].gbuf + (size_t)j * q->size : slot_of(q, k);
+    return mt_layout_shard(&s->playout[i], s->mesh, shape, mt_mesh_device_at(s->mesh, grp[j]), ls,
+                           of, err);
+}
+
+/* Writer side of one tensor (a gathered_fn; ctx the checkpoint writer). */
+static mt_code write_gathered(mt_spmd *s, void *ctx, size_t i, int k, const int *grp, int n,
+                              mt_err *err)
+{
+    const mt_model_param *g = &s->gparams[i];
+    mt_ckpt_writer *w = ctx;
     char name[MT_CKPT_MAX_NAME];
     int64_t shape[4], of[4], ls[4];
     mt_code rc;
 
     for (int a = 0; a < g->rank; a++)
         shape[a] = (int64_t)g->shape[a];
-    if (k < 0)
-        snprintf(name, sizeof(name), "%s", g->name);
-    else
-        snprintf(name, sizeof(name), "%s/%s", g->name, slot_name(s, k));
+    tensor_name(s, i, k, name, sizeof(name));
     rc = mt_ckpt_writer_begin(w, name, MT_CKPT_F32, shape, g->rank, err);
     for (int j = 0; rc == MT_OK && j < n; j++) {
-        const float *src = n > 1 ? s->devs[0].gbuf + (size_t)j * q->size : slot_of(q, k);
-        rc = mt_layout_shard(&s->playout[i], s->mesh, shape, mt_mesh_device_at(s->mesh, grp[j]), ls,
-                             of, err);
+        const float *src;
+        rc = gathered_shard(s, i, k, grp, n, j, of, ls, &src, err);
         if (rc == MT_OK)
             rc = mt_ckpt_writer_put_slice(w, of, ls, src, err);
     }
     return rc == MT_OK ? mt_ckpt_writer_end(w, err) : rc;
 }
 
-mt_code mt_spmd_save_gathered(mt_spmd *s, const char *path, const mt_spmd_position *pos,
-                              const char *spec_json, mt_err *err)
+/*
+ * Every process of the world: for each tensor of the checkpoint (weights, then their optimizer
+ * slots), the holders of its distinct shards allgather them to device 0 (tags SAVE_TAG + the
+ * save number), and the process holding rank 0 (writer) hands the tensor to fn. A failure of fn
+ * (*frc, *ferr) stops the visits but not this process's part in the gathers, so the others
+ * finish. Returns the collectives' code.
+ */
+static mt_code gather_each(mt_spmd *s, bool writer, gathered_fn fn, void *ctx, mt_code *frc,
+                           mt_err *ferr, mt_err *err)
 {
-    bool writer = s->devs[0].comm != NULL;
-    mt_ckpt_writer *w = NULL;
-    mt_err werr = MT_ERR_INIT;
-    mt_code rc = MT_OK, wrc = MT_OK; /* collectives; this process's writing */
-    int64_t one = 1, t = s->devs[s->first_local].t;
     uint64_t tag = SAVE_TAG + s->nsaves++;
     uint32_t seq = 0;
     int *grp = mt_calloc((size_t)s->ndev, sizeof(int));
+    mt_code rc = MT_OK;
 
     if (grp == NULL)
-        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "checkpoint gather: out of memory");
-    if (writer && path == NULL)
-        wrc = mt_err_set(&werr, MT_INVALID_ARGUMENT, "checkpoint gather: no path on the writer");
-    if (writer && wrc == MT_OK)
-        wrc = mt_ckpt_writer_open(path, &w, &werr);
-    if (w != NULL && pos != NULL)
-        mt_ckpt_writer_set_position(w, pos->step, pos->epoch, pos->input_position);
-    if (w != NULL && spec_json != NULL)
-        wrc = mt_ckpt_writer_set_spec(w, spec_json, &werr);
-    /* a failed write keeps taking part in the gathers so that the other processes finish */
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "state gather: out of memory");
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
         int n = 0;
         rc = gather_group(s, i, grp, &n, err);
@@ -2421,8 +2434,8 @@ mt_code mt_spmd_save_gathered(mt_spmd *s, const char *path, const mt_spmd_positi
                 s->jcall = (mt_coll_call){tag, seq++, 0};
                 rc = run_job(s, JOB_GATHER, err);
             }
-            if (rc == MT_OK && writer && wrc == MT_OK)
-                wrc = write_gathered(s, w, i, k, grp, n, &werr);
+            if (rc == MT_OK && writer && *frc == MT_OK)
+                *frc = fn(s, ctx, i, k, grp, n, ferr);
             for (int p = 0; p < s->ndev; p++) {
                 mt_free(s->devs[p].gbuf);
                 s->devs[p].gbuf = NULL;
@@ -2430,6 +2443,28 @@ mt_code mt_spmd_save_gathered(mt_spmd *s, const char *path, const mt_spmd_positi
         }
     }
     mt_free(grp);
+    return rc;
+}
+
+mt_code mt_spmd_save_gathered(mt_spmd *s, const char *path, const mt_spmd_position *pos,
+                              const char *spec_json, mt_err *err)
+{
+    bool writer = s->devs[0].comm != NULL;
+    mt_ckpt_writer *w = NULL;
+    mt_err werr = MT_ERR_INIT;
+    mt_code rc = MT_OK, wrc = MT_OK; /* collectives; this process's writing */
+    int64_t one = 1, t = s->devs[s->first_local].t;
+
+    if (writer && path == NULL)
+        wrc = mt_err_set(&werr, MT_INVALID_ARGUMENT, "checkpoint gather: no path on the writer");
+    if (writer && wrc == MT_OK)
+        wrc = mt_ckpt_writer_open(path, &w, &werr);
+    if (w != NULL && pos != NULL)
+        mt_ckpt_writer_set_position(w, pos->step, pos->epoch, pos->input_position);
+    if (w != NULL && spec_json != NULL)
+        wrc = mt_ckpt_writer_set_spec(w, spec_json, &werr);
+    /* a failed write keeps taking part in the gathers so that the other processes finish */
+    rc = gather_each(s, writer, write_gathered, w, &wrc, &werr, err);
     if (rc == MT_OK && w != NULL && wrc == MT_OK)
         wrc = mt_ckpt_writer_add(w, "optimizer/iterations", MT_CKPT_I64, &one, 1, &t, &werr);
     if (rc == MT_OK && w != NULL && wrc == MT_OK)
@@ -2442,6 +2477,88 @@ mt_code mt_spmd_save_gathered(mt_spmd *s, const char *path, const mt_spmd_positi
     if (rc != MT_OK)
         return rc;
     return wrc == MT_OK ? MT_OK : mt_err_set(err, wrc, "%s", werr.msg);
+}
+
+/* The tensor digests of a gathered state, in visiting order (mt_spmd_digest_world). */
+typedef struct digest_acc {
+    char **names;
+    mt_digest *d;
+    int n;
+} digest_acc;
+
+/* Digest side of one tensor (a gathered_fn; ctx a digest_acc). */
+static mt_code digest_gathered(mt_spmd *s, void *ctx, size_t i, int k, const int *grp, int n,
+                               mt_err *err)
+{
+    const mt_model_param *g = &s->gparams[i];
+    digest_acc *a = ctx;
+    int64_t shape[MT_DIGEST_MAX_RANK];
+    int64_t(*of)[4] = mt_calloc((size_t)n, sizeof(*of));
+    int64_t(*ls)[4] = mt_calloc((size_t)n, sizeof(*ls));
+    mt_digest_shard *sh = mt_calloc((size_t)n, sizeof(*sh));
+    mt_digest_tensor_desc desc = {NULL, "F32", sizeof(float), g->rank, shape};
+    mt_code rc = MT_OK;
+
+    if (of == NULL || ls == NULL || sh == NULL ||
+        (a->names[a->n] = mt_malloc(MT_CKPT_MAX_NAME)) == NULL)
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "digest of '%s': out of memory", g->name);
+    if (rc == MT_OK) {
+        tensor_name(s, i, k, a->names[a->n], MT_CKPT_MAX_NAME);
+        desc.name = a->names[a->n];
+        for (int d = 0; d < g->rank; d++)
+            shape[d] = (int64_t)g->shape[d];
+    }
+    for (int j = 0; rc == MT_OK && j < n; j++) {
+        const float *src;
+        rc = gathered_shard(s, i, k, grp, n, j, of[j], ls[j], &src, err);
+        sh[j] = (mt_digest_shard){src, of[j], ls[j]};
+    }
+    if (rc == MT_OK)
+        rc = mt_digest_tensor(&desc, sh, n, NULL, NULL, &a->d[a->n++], err);
+    mt_free(of);
+    mt_free(ls);
+    mt_free(sh);
+    return rc;
+}
+
+mt_code mt_spmd_digest_world(mt_spmd *s, mt_digest *out, bool *have, mt_err *err)
+{
+    bool writer = s->devs[0].comm != NULL;
+    size_t cap = 3 * s->n_params + 1;
+    digest_acc a = {mt_calloc(cap, sizeof(char *)), mt_calloc(cap, sizeof(mt_digest)), 0};
+    mt_err derr = MT_ERR_INIT;
+    mt_code rc, drc = MT_OK;
+
+    *have = false;
+    if (!mt_spmd_save_needs_gather(s)) { /* one process, or full replicas: rank 0's computes */
+        mt_free(a.names);
+        mt_free(a.d);
+        if (!writer)
+            return MT_OK;
+        rc = mt_spmd_digest(s, out, err);
+        *have = rc == MT_OK;
+        return rc;
+    }
+    if (a.names == NULL || a.d == NULL)
+        drc = mt_err_set(&derr, MT_RESOURCE_EXHAUSTED, "digest: out of memory");
+    rc = gather_each(s, writer, digest_gathered, &a, &drc, &derr, err);
+    if (rc == MT_OK && writer && drc == MT_OK &&
+        (a.names[a.n] = mt_strdup("optimizer/iterations")) == NULL)
+        drc = mt_err_set(&derr, MT_RESOURCE_EXHAUSTED, "digest: out of memory");
+    if (rc == MT_OK && writer && drc == MT_OK)
+        drc = iterations_digest(s->devs[0].t, &a.d[a.n++], &derr);
+    if (rc == MT_OK && writer && drc == MT_OK)
+        drc = mt_digest_root((const char *const *)a.names, a.d, a.n, out, &derr);
+    for (size_t i = 0; a.names != NULL && i < cap; i++)
+        mt_free(a.names[i]);
+    mt_free(a.names);
+    mt_free(a.d);
+    if (rc != MT_OK)
+        return rc;
+    if (drc != MT_OK)
+        return mt_err_set(err, drc, "%s", derr.msg);
+    *have = writer;
+    return MT_OK;
 }
 
 mt_code mt_spmd_flag_any(mt_spmd *s, bool mine, bool *any, mt_err *err)

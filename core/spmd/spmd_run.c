@@ -435,8 +435,10 @@ static mt_code save_ckpt(run_ctx *r, int64_t step, int64_t epoch, size_t pos, bo
 }
 
 /*
- * The state digest after `step` (mt_spmd_digest) to o->on_digest: every digest_every steps, at
- * every epoch end (pos 0: the next step starts an epoch), the last step and every checkpoint.
+ * The state digest after `step` (mt_spmd_digest_world) to o->on_digest in the process holding
+ * rank 0: every digest_every steps, at every epoch end (pos 0: the next step starts an epoch), the
+ * last step and every checkpoint the schedule asks for (ckpt: whether or not it was written, so
+ * that every process of a world makes the same collective calls).
  */
 static mt_code emit_digest(run_ctx *r, int64_t step, size_t pos, bool last, bool ckpt, mt_err *err)
 {
@@ -444,11 +446,13 @@ static mt_code emit_digest(run_ctx *r, int64_t step, size_t pos, bool last, bool
     mt_digest d;
     mt_code rc;
 
+    bool have = false;
+
     if (o->on_digest == NULL ||
         !(ckpt || last || pos == 0 || (r->digest_every > 0 && step % r->digest_every == 0)))
         return MT_OK;
-    rc = mt_spmd_digest(r->s, &d, err);
-    return rc == MT_OK ? o->on_digest(r->ctx, step, &d, err) : rc;
+    rc = mt_spmd_digest_world(r->s, &d, &have, err);
+    return rc == MT_OK && have ? o->on_digest(r->ctx, step, &d, err) : rc;
 }
 
 /* A checkpoint this machine's disk had no room for (rc RESOURCE_EXHAUSTED) is skipped, and
@@ -479,16 +483,16 @@ static mt_code run_after_step(void *ctx, int64_t step, int64_t epoch, size_t pos
         return mt_err_set(err, rc, "%s", serr.msg);
     mt_err_clear(&serr);
     if (!ckpt)
-        return emit_digest(r, step, pos, last, false, err);
+        return emit_digest(r, step, pos, last, false, err); /* no checkpoint due */
     rc = save_ckpt(r, step, epoch, pos, false, &serr);
     if (rc == MT_FAILED_PRECONDITION && last && o->ckpt_every == 0 && o->world != NULL) {
         /* the final model of a job that asked for no checkpoints: the shards of this process
          * do not cover every tensor (layout spread over processes); training still succeeded */
         mt_log_warn("final checkpoint not written: %s", serr.msg);
-        return emit_digest(r, step, pos, last, false, err);
+        return emit_digest(r, step, pos, last, true, err);
     }
     if (rc != MT_OK && skipped_full(r, rc, step, &serr)) /* the next interval tries again */
-        return emit_digest(r, step, pos, last, false, err);
+        return emit_digest(r, step, pos, last, true, err);
     if (rc != MT_OK)
         return mt_err_set(err, rc, "%s", serr.msg);
     return emit_digest(r, step, pos, last, true, err);

@@ -181,6 +181,15 @@ cmp -s "$T/dl.ckpt" "$FILE" || fail "the download of $HREF differs from $FILE"
 [ "$(stat -c %s "$T/dl.ckpt")" = "$SIZE" ] || fail "download size"
 "$BIN/meshtrain" export "$T/dl.ckpt" -o "$T/dl.safetensors" >/dev/null || fail "export of the download"
 log "checkpoint download ($SIZE bytes) equals the stored file and exports"
+# the page's state digest: the latest the worker reported, which at the last checkpoint's step
+# is the checkpoint's state root (meshtrain digest)
+wait_js 20 "A's state digest" 'return /^[0-9a-f]{64} \(step [0-9]+\)$/.test(document.getElementById("job-digest").textContent)'
+DG=$(js 'return document.getElementById("job-digest").textContent')
+[ "$DG" = "$(api "/api/v1/jobs/$A" | jq -r '.digest.digest + " (step " + (.digest.step | tostring) + ")"')" ] ||
+    fail "page digest $DG differs from the API's"
+ROOT=$("$BIN/meshtrain" digest --json "$T/dl.ckpt" | jq -r '.state + " (step " + (.step | tostring) + ")"')
+[ "$DG" = "$ROOT" ] || fail "page digest $DG is not the last checkpoint's state root $ROOT"
+log "state digest on the page: the last checkpoint's state root, ${DG:0:16}..."
 HREF=$(js 'return document.getElementById("model-safetensors").getAttribute("href")')
 curl -sf -H "Authorization: Bearer $TOKEN" -o "$T/dl_model.safetensors" "$HTTP_URL$HREF" || fail "download $HREF"
 cmp -s "$T/dl_model.safetensors" "$T/dl.safetensors" ||

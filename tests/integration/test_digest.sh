@@ -7,7 +7,8 @@
 #   checkpoint of that step (`meshtrain digest`): the sharded digest is the logical one;
 # * `diverge`: a rerun and a run resumed from a checkpoint equal the original at every step; a
 #   run perturbed after step 4 (another learning rate) diverges first at step 6; the two meshes
-#   diverge (fixed_mesh rounding); a job id gets a clear UNIMPLEMENTED;
+#   diverge (fixed_mesh rounding); a job id asks the coordinator (none here: UNAVAILABLE; jobs:
+#   test_job_digests.sh);
 # * a checkpoint and its safetensors export print the same weights root, which the Python of
 #   docs/reproducibility.md recomputes from the export; a version 1 checkpoint is recomputed;
 # * one bit flipped in a checkpoint's tensor data with every crc32 made consistent: the restore
@@ -84,9 +85,8 @@ mt diverge "$T/a.out" "$T/one.out" >"$T/d4" || rc=$?
 [ "$rc" = 1 ] && grep -q "^first divergence at step 2 " "$T/d4" ||
     fail "two meshes (fixed_mesh rounding): exit $rc: $(cat "$T/d4")"
 rc=0
-mt diverge job-000003 "$T/a.out" >"$T/d5" 2>&1 || rc=$?
-[ "$rc" != 0 ] && grep -q "UNIMPLEMENTED: 'job-000003' is not a file; comparing jobs by id" "$T/d5" ||
-    fail "job id: exit $rc: $(cat "$T/d5")"
+mt --coordinator tcp://127.0.0.1:1 diverge job-000003 "$T/a.out" >"$T/d5" 2>&1 || rc=$?
+[ "$rc" = 3 ] && grep -q "UNAVAILABLE" "$T/d5" || fail "job id, no coordinator: exit $rc: $(cat "$T/d5")"
 log "diverge: rerun and resume equal, perturbed run first differs at step 6, meshes at step 2"
 
 # a checkpoint and its export: one weights root, recomputed by the documented Python

@@ -26,7 +26,7 @@ import sys
 LAYERS = {
     "core": {"state.c"},
     "shared": {"buf.c", "mcache.c", "stats.c"},
-    "rpc": {"bulk.c", "ckpt.c", "jobs.c", "metrics.c", "stall.c", "workers.c"},
+    "rpc": {"bulk.c", "ckpt.c", "jobs.c", "joblog.c", "metrics.c", "stall.c", "workers.c"},
     "http": {"http.c", "http_act.c", "http_api.c", "http_prom.c", "http_reply.c"},
     "loop": {"coord.c"},
 }

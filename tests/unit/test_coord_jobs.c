@@ -322,7 +322,7 @@ static void test_coord_jobs_mesh_stored_and_old_database_migrates(void **state)
     assert_int_equal(store_raw_exec(db, "ALTER TABLE jobs DROP COLUMN mesh;"
                                         "ALTER TABLE jobs DROP COLUMN devices;"
                                         "ALTER TABLE jobs DROP COLUMN diagnosis;"
-                                        "DROP TABLE job_logs;"
+                                        "DROP TABLE job_logs; DROP TABLE job_digests;"
                                         "DELETE FROM schema_migrations WHERE version >= 8;"
                                         "PRAGMA user_version = 7;"),
                      SQLITE_OK);

@@ -282,6 +282,7 @@ static void test_store_metrics_migrate_v2_keeps_latest(void **state)
                                                "ALTER TABLE jobs DROP COLUMN devices;"
                                                "ALTER TABLE jobs DROP COLUMN diagnosis;"
                                                "DROP TABLE job_logs;"
+                                               "DROP TABLE job_digests;"
                                                "CREATE INDEX metrics_by_name ON metrics(job_id, "
                                                "name, step); PRAGMA user_version = 2;"),
                      SQLITE_OK);
@@ -488,7 +489,7 @@ static void test_store_metrics_migrate_v4_reclusters(void **state)
              "DROP INDEX jobs_by_request; ALTER TABLE jobs DROP COLUMN request_id;"
              "ALTER TABLE jobs DROP COLUMN mesh; ALTER TABLE jobs DROP COLUMN devices;"
              "ALTER TABLE jobs DROP COLUMN diagnosis;"
-             "DROP TABLE job_logs;"
+             "DROP TABLE job_logs; DROP TABLE job_digests;"
              "DELETE FROM schema_migrations WHERE version >= 5; PRAGMA user_version = 4;",
              job, job, job, job, job, job);
     assert_int_equal(store_raw_exec(t->f.path, sql), SQLITE_OK);
@@ -1043,6 +1044,73 @@ static void test_store_job_log_keeps_newest(void **state)
     mt_free(in);
 }
 
+static mt_store_digest sdigest(uint64_t step, char hexdigit)
+{
+    mt_store_digest d = {.step = step, .time_ms = 7000 + (int64_t)step};
+    memset(d.digest, hexdigit, 64);
+    return d;
+}
+
+static void test_store_job_digests_replace_and_errors(void **state)
+{
+    tctx *t = *state;
+    char job[32];
+    mt_store_digest in[3], *out = NULL;
+    mt_err err = MT_ERR_INIT;
+    size_t n = 0;
+
+    add_job(t->s, job);
+    assert_int_equal(mt_store_job_digests(t->s, job, 0, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 0);
+    assert_null(out);
+    mt_store_digest none;
+    bool found0 = true;
+    assert_int_equal(mt_store_job_digest_latest(t->s, job, &none, &found0, &err), MT_OK);
+    assert_false(found0);
+    assert_int_equal(mt_store_job_digest_latest(t->s, "job-nope", &none, &found0, &err),
+                     MT_NOT_FOUND);
+    in[0] = sdigest(10, 'a');
+    in[1] = sdigest(5, 'b');
+    assert_int_equal(mt_store_job_digests_put(t->s, job, in, 2, &err), MT_OK);
+    /* step 10 redone after a restart: the newest digest replaces it */
+    in[2] = sdigest(10, 'c');
+    assert_int_equal(mt_store_job_digests_put(t->s, job, &in[2], 1, &err), MT_OK);
+    assert_int_equal(mt_store_job_digests(t->s, job, 0, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(out[0].step, 5);
+    assert_int_equal(out[0].digest[0], 'b');
+    assert_int_equal(out[0].time_ms, 7005);
+    assert_int_equal(out[1].step, 10);
+    assert_int_equal(out[1].digest[63], 'c');
+    assert_int_equal(strlen(out[1].digest), 64);
+    mt_free(out);
+    /* a page from step 6, and the latest */
+    assert_int_equal(mt_store_job_digests(t->s, job, 6, 1, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(out[0].step, 10);
+    mt_free(out);
+    mt_store_digest last;
+    bool found = false;
+    assert_int_equal(mt_store_job_digest_latest(t->s, job, &last, &found, &err), MT_OK);
+    assert_true(found);
+    assert_int_equal(last.step, 10);
+    assert_int_equal(last.digest[0], 'c');
+    /* not 64 lower-case hex digits, a step out of range: refused, nothing stored */
+    in[0] = sdigest(20, 'A');
+    assert_int_equal(mt_store_job_digests_put(t->s, job, in, 1, &err), MT_INVALID_ARGUMENT);
+    in[0] = sdigest(20, 'a');
+    in[0].digest[63] = '\0';
+    assert_int_equal(mt_store_job_digests_put(t->s, job, in, 1, &err), MT_INVALID_ARGUMENT);
+    in[0] = sdigest(1ull << 63, 'a');
+    assert_int_equal(mt_store_job_digests_put(t->s, job, in, 1, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_store_job_digests(t->s, job, 0, 0, &out, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    mt_free(out);
+    assert_int_equal(mt_store_job_digests(t->s, "job-nope", 0, 0, &out, &n, &err), MT_NOT_FOUND);
+    in[0] = sdigest(1, 'a');
+    assert_int_equal(mt_store_job_digests_put(t->s, "job-nope", in, 1, &err), MT_NOT_FOUND);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, store_setup, store_teardown)
@@ -1071,6 +1139,7 @@ int main(void)
         T(test_store_full_database_is_resource_exhausted),
         T(test_store_job_log_order_dedupe_page),
         T(test_store_job_log_keeps_newest),
+        T(test_store_job_digests_replace_and_errors),
     };
 #undef T
     return cmocka_run_group_tests_name("store_data", tests, NULL, NULL);

@@ -428,7 +428,7 @@ static void test_store_job_schema7_migrates_and_summarises_once(void **state)
     assert_int_equal(store_raw_exec(t->f.path, "ALTER TABLE jobs DROP COLUMN mesh;"
                                                "ALTER TABLE jobs DROP COLUMN devices;"
                                                "ALTER TABLE jobs DROP COLUMN diagnosis;"
-                                               "DROP TABLE job_logs;"
+                                               "DROP TABLE job_logs; DROP TABLE job_digests;"
                                                "DELETE FROM schema_migrations WHERE version >= 8;"
                                                "PRAGMA user_version = 7;"),
                      SQLITE_OK);

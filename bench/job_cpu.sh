@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# job_cpu.sh BUILD EXAMPLE STEPS MESH NWORKERS DEVICES — one job on a fresh local cluster (a
+# coordinator and NWORKERS workers of DEVICES devices, batch 128, no checkpoints) and what it
+# cost: the job's examples/s, the wall time from submit to its end, and the CPU seconds the
+# coordinator and the workers used meanwhile (/proc/PID/stat). CPU per job is steadier than a
+# rate on a shared host: run it for two builds alternately to tell work from noise, e.g.
+#   for b in OLD/build build; do bench/job_cpu.sh $b fashion_mnist_cnn.json 80 batch=2 2 1; done
+# Never run by ctest.
+set -euo pipefail
+B=${1:?usage: job_cpu.sh BUILD EXAMPLE STEPS MESH NWORKERS DEVICES}
+EX=$2 STEPS=$3 MESH=$4 NW=$5 DEV=$6
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+export OPENBLAS_NUM_THREADS=1
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+    if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+fi
+T=$(mktemp -d /tmp/mt-bench-cpu.XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$T"
+}
+trap cleanup EXIT
+"$B/meshtrain-coordinator" --state-dir "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
+    --heartbeat-ms 200 2>"$T/coord.log" &
+PIDS+=($!)
+for _ in $(seq 100); do [ -s "$T/state/endpoints.json" ] && break; sleep 0.1; done
+URL=$(sed 's/.*"rpc": "\([^"]*\)".*/\1/' "$T/state/endpoints.json")
+mt() { "$B/meshtrain" --coordinator "$URL" "$@"; }
+for i in $(seq "$NW"); do
+    "$B/meshtrain-worker" --coordinator "$URL" --devices "$DEV" --name "c$i" \
+        --data-root /usr/share/datasets 2>>"$T/workers.log" &
+    PIDS+=($!)
+done
+for _ in $(seq 200); do
+    [ "$(mt workers --state alive --json | grep -c '"worker_id"')" = "$NW" ] && break
+    sleep 0.1
+done
+sed -e 's/"batch_size": *[0-9]*/"batch_size": 128/' -e '0,/{/s//{"steps": '"$STEPS"',/' \
+    -e '/"checkpoint":/d' "$SRC/examples/$EX" >"$T/job.json"
+ticks() { local s=0 p; for p in "${PIDS[@]}"; do s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$s"; }
+c0=$(ticks) t0=$(date +%s.%N)
+job=$(mt submit "$T/job.json" --mesh "$MESH" --name bench)
+mt watch --json "$job" >"$T/points" || { echo "job $job failed" >&2; mt status "$job" >&2; exit 1; }
+t1=$(date +%s.%N) c1=$(ticks)
+rate=$(grep '"examples_per_sec"' "$T/points" | tail -n 1 | sed 's/.*"value": \([0-9.e+]*\).*/\1/')
+awk -v r="$rate" -v w="$(echo "$t1 - $t0" | bc)" -v c="$(( c1 - c0 ))" -v hz="$(getconf CLK_TCK)" \
+    -v what="$EX $MESH ${NW}x$DEV" -v l="$(cut -d' ' -f1-3 /proc/loadavg)" \
+    'BEGIN { printf "%s: %.0f examples/s, wall %.2f s, CPU %.2f s (coordinator + workers), load %s\n", what, r, w, c / hz, l }'
