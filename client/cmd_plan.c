@@ -249,6 +249,12 @@ int cmd_plan(const mt_cli_global *g, int argc, char **argv)
         printf("%s %s %s", k ? "," : "", s.mesh_names[k], w);
     }
     printf("\n");
+    if (s.halo_bytes_per_step > 0 && s.halo_dim >= 0 && s.halo_dim < s.mesh_ndims) {
+        mt_cli_fmt_bytes(w, sizeof(w), s.halo_bytes_per_step);
+        printf("halo        height sharded over %s: %s sent per device per step in halo rows "
+               "(forward and\n            backward; part of the %s figure)\n",
+               s.mesh_names[s.halo_dim], w, s.mesh_names[s.halo_dim]);
+    }
     if (s.ckpt_every_steps)
         printf("checkpoints every %u steps, keep %u\n", s.ckpt_every_steps, s.ckpt_keep);
     printf("restarts  at most %u\n", s.max_restarts);

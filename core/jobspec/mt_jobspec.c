@@ -679,6 +679,8 @@ static mt_code check_params(const mt_jobspec *js, const mt_mesh *mesh, const mt_
         *o->n_layers = info.n_layers;
     for (int k = 0; k < info.ndims && k < MT_JOBSPEC_MAX_DIMS; k++)
         s->comm_bytes_per_step[k] = info.comm_bytes[k];
+    s->halo_dim = info.halo_dim;
+    s->halo_bytes_per_step = info.halo_bytes;
 out:
     mt_model_free(model);
     return rc;

@@ -64,14 +64,17 @@ typedef struct mt_jobspec_summary {
     uint64_t activation_bytes_per_device; /* layer outputs and their gradients, local batch */
     uint64_t comm_bytes_per_step[MT_JOBSPEC_MAX_DIMS]; /* per mesh dim: float32 bytes one device
                                                           hands to collectives per step */
-    uint32_t ckpt_every_steps; /* "checkpoint.every_steps"; 0 = no checkpoints */
-    uint32_t ckpt_keep;        /* "checkpoint.keep", default 3 */
-    uint32_t max_restarts;     /* "restart.max_restarts", default 3 */
-    uint32_t coll_deadline_ms; /* "restart.collective_deadline_ms" (100..3600000): how long a
-                                  collective waits for a peer before it fails the attempt;
-                                  0 = the worker's default (30 s) */
-    char init_job[32];         /* "init_from.job": start from that job's checkpoint; "" = fresh */
-    uint32_t init_step;        /* "init_from.step"; 0 = that job's latest complete checkpoint */
+    int halo_dim;                 /* the mesh dim an image's height is sharded over, or -1 */
+    uint64_t halo_bytes_per_step; /* of that dim's bytes: what one device sends in the height
+                                     bands' halo exchanges per step (docs/spmd.md) */
+    uint32_t ckpt_every_steps;    /* "checkpoint.every_steps"; 0 = no checkpoints */
+    uint32_t ckpt_keep;           /* "checkpoint.keep", default 3 */
+    uint32_t max_restarts;        /* "restart.max_restarts", default 3 */
+    uint32_t coll_deadline_ms;    /* "restart.collective_deadline_ms" (100..3600000): how long a
+                                     collective waits for a peer before it fails the attempt;
+                                     0 = the worker's default (30 s) */
+    char init_job[32];  /* "init_from.job": start from that job's checkpoint; "" = fresh */
+    uint32_t init_step; /* "init_from.step"; 0 = that job's latest complete checkpoint */
     /* "elastic" bounds (defaults 1 and 65536); both 0 when the spec has no "elastic" section or
      * its mesh is not purely data-parallel (one dimension, named "batch"): it is then ignored */
     uint32_t elastic_min_batch;

@@ -66,6 +66,7 @@ const mt_layer_ops mt_layer_activation_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = true,
+    .bands = true,
     .parse = parse,
     .plan = plan,
     .alloc = alloc,

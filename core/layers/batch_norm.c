@@ -7,7 +7,8 @@
  * Sharding: features sharded over the input's dim stay so, and gamma, beta and the moving
  * statistics follow them. The per-feature sums (forward: mean, then squared deviations;
  * backward: sum dy and sum dy·xhat) are allreduced over the batch dim, so every replica
- * normalises with the global statistics. Sums are accumulated in double (mt_bn_sum).
+ * normalises with the global statistics; with height bands over hx they are summed over hx too
+ * (and gamma, beta's gradients with them). Sums are accumulated in double (mt_bn_sum).
  * Reference: mt_bn_normalize_ref / mt_bn_backward_dx_ref (core/tensor/mt_kernels_ref.c).
  */
 #include <string.h>
@@ -60,6 +61,14 @@ static size_t feats(const mt_layer *l, const mt_layer_dev *dev)
     return l->in_c / mt_layer__dsz(dev, l->xf);
 }
 
+/* Per-feature sums over every row of the global batch: over the batch dim, then over the
+ * height bands. */
+static mt_code allreduce_rows(const mt_layer *l, const mt_layer_dev *dev, float *buf, size_t c)
+{
+    mt_code rc = dev->allreduce(dev->ctx, dev->bdim, buf, c);
+    return rc == MT_OK ? dev->allreduce(dev->ctx, l->hx, buf, c) : rc;
+}
+
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
                      mt_layer_alloc *a, mt_err *err)
 {
@@ -74,7 +83,7 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    size_t rows = ps->batch * l->in_rows, c = feats(l, dev);
+    size_t c = feats(l, dev), rows = ps->batch * mt_layer__in_rows_loc(l, c);
     float *mean = st->scr[STATS], *var = mean + c, *xhat = st->scr[XHAT];
     float inv_m = 1.0f / (float)(ps->global_batch * l->in_rows);
     mt_code rc;
@@ -90,7 +99,7 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
                         ps->acc_w);
     else
         mt_bn_sum(mean, st->in, rows, c);
-    if ((rc = dev->allreduce(dev->ctx, dev->bdim, mean, c)) != MT_OK)
+    if ((rc = allreduce_rows(l, dev, mean, c)) != MT_OK)
         return rc;
     for (size_t j = 0; j < c; j++)
         mean[j] *= inv_m;
@@ -99,7 +108,7 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
                           ps->acc_w);
     else
         mt_bn_sqdev(var, st->in, mean, rows, c);
-    if ((rc = dev->allreduce(dev->ctx, dev->bdim, var, c)) != MT_OK)
+    if ((rc = allreduce_rows(l, dev, var, c)) != MT_OK)
         return rc;
     for (size_t j = 0; j < c; j++)
         var[j] *= inv_m;
@@ -117,7 +126,7 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
-    size_t rows = ps->batch * l->in_rows, c = feats(l, dev);
+    size_t c = feats(l, dev), rows = ps->batch * mt_layer__in_rows_loc(l, c);
     float *stats = st->scr[STATS], *var = stats + c, *sdy = stats + 2 * c, *sdyh = stats + 3 * c;
     mt_code rc;
 
@@ -127,6 +136,9 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
                               ps->leaves, c, ps->acc_w);
     else
         mt_bn_grad_sums(sdy, sdyh, dy, st->scr[XHAT], rows, c);
+    /* height bands: the sums over the bands are the gamma and beta gradients of the replica */
+    if ((rc = dev->allreduce(dev->ctx, l->hx, sdy, 2 * c)) != MT_OK)
+        return rc;
     if (l->has[BETA]) /* local: reduced with the other gradients */
         memcpy(st->pg[BETA], sdy, c * sizeof(float));
     if (l->has[GAMMA])
@@ -146,6 +158,7 @@ static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *
 {
     (void)b;
     add(per_dim, bdim, 4 * (l->in_c / mt_layer__psz(p, l->xf)));
+    add(per_dim, l->hx, 4 * l->in_c);
 }
 
 const mt_layer_ops mt_layer_batch_norm_ops = {
@@ -155,6 +168,7 @@ const mt_layer_ops mt_layer_batch_norm_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = false,
+    .bands = true,
     .parse = parse,
     .plan = plan,
     .alloc = alloc,

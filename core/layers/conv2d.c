@@ -9,6 +9,8 @@
  * the bias added after (as dense's contraction axis). The input is resharded from its channel
  * sharding xf to kin when they differ (allgathered when kin is unsharded). Backward: dx over
  * the kernel's input channels is a partial sum over kout (allreduced), then resharded to xf.
+ * An input sharded on its height (bands over hx) borrows its neighbours' boundary rows (the
+ * halo, layer_bands.c) and convolves the extended band; its weight gradients are summed over hx.
  * Reference: mt_conv2d_forward_ref / mt_conv2d_backward_ref (core/tensor/mt_kernels_ref.c).
  */
 #include <string.h>
@@ -20,7 +22,7 @@
 #include "tensor/mt_tensor.h"
 
 enum { KERNEL, BIAS };
-enum { COLS, DCOLS }; /* scratch */
+enum { COLS, DCOLS, HSEND, HRECV }; /* scratch; the halo's blocks (height bands) */
 
 static const char *const keys[] = {"filters",  "kernel_size", "padding", "activation",
                                    "use_bias", "strides",     NULL};
@@ -70,6 +72,125 @@ static mt_conv2d_geom dev_geom(const mt_layer *l, size_t batch, const mt_layer_d
     return geom(l, batch, mt_layer__dsz(dev, l->kin), mt_layer__dsz(dev, l->kout));
 }
 
+/*
+ * Height bands (docs/spmd.md): band k of p computes output rows [k ob, (k + 1) ob) from the
+ * extended band (its rows, its neighbours' boundary rows, the zero padding) with a "valid" conv.
+ */
+static mt_code band_halo(const mt_layer *l, const char *dim_name, size_t p, size_t k,
+                         mt_layer_halo *hl, mt_err *err)
+{
+    mt_conv2d_geom g = geom(l, 0, 1, 1);
+    size_t sh = l->s.sh ? l->s.sh : 1, sw = l->s.sw ? l->s.sw : 1;
+    size_t we = (l->out_shape[1] - 1) * sw + l->s.kw;
+    return mt_layer__halo_plan(l, "kernel_size", l->hx, dim_name, p, k, l->out_shape[0] / p, sh,
+                               mt_conv2d_pad_top(&g), l->s.kh, we, mt_conv2d_pad_left(&g), hl, err);
+}
+
+/* The "valid" convolution of the extended band. */
+static mt_conv2d_geom band_geom(const mt_layer *l, const mt_layer_halo *hl, size_t batch)
+{
+    mt_conv2d_geom g = geom(l, batch, 1, 1);
+    g.h = hl->he;
+    g.w = hl->we;
+    g.same = false;
+    return g;
+}
+
+static mt_code band_plan(const mt_layer *l, const mt_layer_planner *p, mt_err *err)
+{
+    mt_layer_halo hl;
+    mt_code rc = mt_layer__bands_check(l, p, err);
+    return rc == MT_OK
+               ? band_halo(l, p->dim_name(p->ctx, l->hx), mt_layer__psz(p, l->hx), 0, &hl, err)
+               : rc;
+}
+
+static mt_code band_alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
+                          mt_layer_alloc *a, mt_err *err)
+{
+    mt_layer_halo hl;
+    mt_conv2d_geom g;
+    mt_code rc = band_halo(l, NULL, mt_layer__dsz(dev, l->hx), 0, &hl, err);
+
+    g = band_geom(l, &hl, b);
+    if (rc == MT_OK)
+        rc = mt_layer__io(l, st, b, a, err);
+    if (rc == MT_OK)
+        rc = mt_layer__halo_alloc(l, &hl, st, b, HSEND, a, err);
+    if (rc == MT_OK)
+        rc = mt_layer_buf(a, l, &st->scr[COLS], mt_conv2d_cols_size(&g), sizeof(float), err);
+    if (rc == MT_OK && !mt_layer__reads_input(l))
+        rc = mt_layer_buf(a, l, &st->scr[DCOLS], mt_conv2d_cols_size(&g), sizeof(float), err);
+    return rc;
+}
+
+static mt_code band_forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                            const mt_layer_pass *ps)
+{
+    mt_layer_halo hl;
+    mt_conv2d_geom g;
+    mt_code rc = band_halo(l, NULL, mt_layer__dsz(dev, l->hx), (size_t)dev->coord(dev->ctx, l->hx),
+                           &hl, ps->err);
+    if (rc == MT_OK)
+        rc = mt_layer__halo_forward(&hl, dev, st->in, ps->batch, st->scr[HSEND], st->scr[HRECV],
+                                    st->xin);
+    if (rc != MT_OK)
+        return rc;
+    g = band_geom(l, &hl, ps->batch);
+    st->used = st->xin;
+    if (ps->ref)
+        mt_conv2d_forward_ref(st->out, st->used, st->pv[KERNEL], st->pv[BIAS], &g);
+    else
+        mt_conv2d_forward(st->out, st->scr[COLS], st->used, st->pv[KERNEL], st->pv[BIAS], &g);
+    return MT_OK;
+}
+
+/* The kernel and bias gradients are partial sums over the bands: summed over the height dim
+ * here (then over the batch dim with every other gradient). */
+static mt_code band_backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                             const mt_layer_pass *ps, float *dy, float **dx)
+{
+    mt_layer_halo hl;
+    mt_conv2d_geom g;
+    float *dext = st->dx_buf != NULL ? st->dxk : NULL;
+    size_t kn = l->s.kh * l->s.kw * l->in_c * l->s.filters;
+    mt_code rc = band_halo(l, NULL, mt_layer__dsz(dev, l->hx), (size_t)dev->coord(dev->ctx, l->hx),
+                           &hl, ps->err);
+    if (rc != MT_OK)
+        return rc;
+    g = band_geom(l, &hl, ps->batch);
+    *dx = st->dx_buf;
+    if (ps->ref)
+        mt_conv2d_backward_ref(dext, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL],
+                               &g);
+    else
+        mt_conv2d_backward(dext, st->pg[KERNEL], st->pg[BIAS], st->scr[DCOLS], dy, st->scr[COLS],
+                           st->pv[KERNEL], &g);
+    rc = dev->allreduce(dev->ctx, l->hx, st->pg[KERNEL], kn);
+    if (rc == MT_OK && st->pg[BIAS] != NULL)
+        rc = dev->allreduce(dev->ctx, l->hx, st->pg[BIAS], l->s.filters);
+    if (rc != MT_OK || st->dx_buf == NULL)
+        return rc;
+    return mt_layer__halo_backward(&hl, dev, dext, ps->batch, st->scr[HSEND], st->scr[HRECV],
+                                   st->dx_buf);
+}
+
+static uint64_t halo(const mt_layer *l, size_t b, const mt_layer_planner *p)
+{
+    return mt_layer__halo_step(l, b, p, band_halo);
+}
+
+/* Height bands: the halo allgathers (every member's blocks) and the weight gradients' allreduce
+ * over hx, besides the channel sharding's. */
+static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
+                 void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
+{
+    mt_layer__comm_kernel(l, b, bdim, p, add, per_dim);
+    mt_layer__halo_comm(l, b, p, band_halo, add, per_dim);
+    add(per_dim, l->hx,
+        l->s.kh * l->s.kw * l->in_c * l->s.filters + (l->s.use_bias ? l->s.filters : 0));
+}
+
 static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
 {
     size_t ks[4] = {l->s.kh, l->s.kw, 0, l->s.filters}, bs[1] = {l->s.filters};
@@ -107,6 +228,8 @@ static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
     if (l->s.use_bias)
         rc = p->add_param(p->ctx, l, BIAS, "bias", 1, bs, MT_INIT_ZEROS, true, l->kout, err);
     l->of = l->kout;
+    if (rc == MT_OK && l->hx >= 0)
+        rc = band_plan(l, p, err);
     return rc;
 }
 
@@ -115,7 +238,11 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
 {
     mt_conv2d_geom g = dev_geom(l, b, dev);
     bool dx = !mt_layer__reads_input(l);
-    mt_code rc = mt_layer__io(l, st, b, a, err);
+    mt_code rc;
+
+    if (l->hx >= 0)
+        return band_alloc(l, st, b, dev, a, err);
+    rc = mt_layer__io(l, st, b, a, err);
 
     if (rc == MT_OK && l->xf != l->kin)
         rc = mt_layer_buf(a, l, (void **)&st->xin, b * l->use_loc, sizeof(float), err);
@@ -136,6 +263,8 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
     size_t rows = ps->batch * l->out_rows, f = l->out_loc / l->out_rows;
     mt_code rc;
 
+    if (l->hx >= 0)
+        return band_forward(l, st, dev, ps);
     if (st->xin != NULL) {
         rc =
             dev->reshard(dev->ctx, st->in, ps->batch * l->in_rows, l->in_c, l->xf, l->kin, st->xin);
@@ -162,6 +291,8 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     mt_conv2d_geom g = dev_geom(l, ps->batch, dev);
     float *dxk = st->dx_buf != NULL && st->dxk != NULL ? st->dxk : st->dx_buf;
 
+    if (l->hx >= 0)
+        return band_backward(l, st, dev, ps, dy, dx);
     *dx = st->dx_buf;
     if (ps->leaves > 0) /* mesh_invariant: per leaf, dW and db folded in the leaf tree */
         mt_repro_conv2d_backward(dxk, st->pg[KERNEL], st->pg[BIAS], st->scr[DCOLS], dy,
@@ -184,6 +315,7 @@ const mt_layer_ops mt_layer_conv2d_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = true,
+    .bands = true,
     .parse = parse,
     .plan = plan,
     .alloc = alloc,
@@ -198,5 +330,6 @@ const mt_layer_ops mt_layer_conv2d_ops = {
         "\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{\"conv2d_1\\\\.kernel\":[\"unsharded\","
         "\"unsharded\",\"unsharded\",\"model\"],\"conv2d_2\\\\.kernel\":[\"unsharded\","
         "\"unsharded\",\"model\",\"unsharded\"]}",
-    .comm = mt_layer__comm_kernel,
+    .comm = comm,
+    .halo = halo,
 };

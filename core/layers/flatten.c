@@ -4,7 +4,8 @@
  * view of its input: nothing is copied.
  *
  * Sharding: a vector input keeps its feature sharding; an image with sharded channels is
- * allgathered into whole rows first (and its gradient sliced back).
+ * allgathered into whole rows first (and its gradient sliced back); so is an image sharded
+ * into height bands (docs/spmd.md).
  */
 #include <cjson/cJSON.h>
 
@@ -19,25 +20,36 @@ static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
     l->out_rank = 1;
     l->out_shape[0] = l->in_size;
     l->of = l->in_rank == 1 ? l->xf : -1;
+    l->ho = -1; /* height bands are gathered */
     return MT_OK;
+}
+
+/* Whether the output is a view of the input (nothing gathered). */
+static bool is_view(const mt_layer *l)
+{
+    return l->xf == l->of && l->hx < 0;
 }
 
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
                      mt_layer_alloc *a, mt_err *err)
 {
     (void)dev;
-    if (l->xf == l->of)
-        return MT_OK; /* a view */
+    if (is_view(l))
+        return MT_OK;
     return mt_layer__io(l, st, b, a, err);
 }
 
+/* Height bands: each example's band is one block of in_loc floats (NHWC, rows in order), so
+ * the gather over hx, member k's block k, is the whole example. */
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    if (l->xf == l->of) {
+    if (is_view(l)) {
         st->out = (float *)st->in;
         return MT_OK;
     }
+    if (l->hx >= 0)
+        return dev->reshard(dev->ctx, st->in, ps->batch, l->in_size, l->hx, -1, st->out);
     return dev->reshard(dev->ctx, st->in, ps->batch * l->in_rows, l->in_c, l->xf, -1, st->out);
 }
 
@@ -47,11 +59,13 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     *dx = NULL;
     if (mt_layer__reads_input(l))
         return MT_OK;
-    if (l->xf == l->of) {
+    if (is_view(l)) {
         *dx = dy;
         return MT_OK;
     }
     *dx = st->dx_buf;
+    if (l->hx >= 0) /* the band's slice: no communication */
+        return dev->reshard(dev->ctx, dy, ps->batch, l->in_size, -1, l->hx, st->dx_buf);
     return dev->reshard(dev->ctx, dy, ps->batch * l->in_rows, l->in_c, -1, l->xf, st->dx_buf);
 }
 
@@ -62,6 +76,7 @@ static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *
     (void)p;
     if (l->xf != l->of)
         add(per_dim, l->xf, 2 * b * l->in_size);
+    add(per_dim, l->hx, b * l->in_size);
 }
 
 const mt_layer_ops mt_layer_flatten_ops = {
@@ -71,6 +86,7 @@ const mt_layer_ops mt_layer_flatten_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = false,
+    .bands = true,
     .parse = mt_layer__parse_none,
     .plan = plan,
     .alloc = alloc,

@@ -4,7 +4,8 @@
  * (H, W, C) per example to (C), each channel's mean over the H·W positions (summed in double,
  * in row order). Backward: every position gets dy / (H·W).
  *
- * Sharding: channels sharded over the input's dim stay so; no communication.
+ * Sharding: channels sharded over the input's dim stay so; no communication. Height bands: each
+ * device sums its rows, the partial means are allreduced over the bands (the output is whole).
  */
 #include <cjson/cJSON.h>
 
@@ -20,6 +21,7 @@ static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
     l->out_rank = 1;
     l->out_shape[0] = l->in_shape[2];
     l->of = l->xf;
+    l->ho = -1; /* height bands: the partial means are summed over them */
     return MT_OK;
 }
 
@@ -33,31 +35,38 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    size_t hw = l->in_rows, c = l->out_loc;
-    (void)dev;
+    size_t hw = l->in_rows, c = l->out_loc, rl = mt_layer__in_rows_loc(l, c);
     for (size_t b = 0; b < ps->batch; b++)
         for (size_t j = 0; j < c; j++) {
-            const float *x = st->in + b * hw * c + j;
+            const float *x = st->in + b * rl * c + j;
             double s = 0.0;
-            for (size_t r = 0; r < hw; r++)
+            for (size_t r = 0; r < rl; r++)
                 s += x[r * c];
             st->out[b * c + j] = (float)(s / (double)hw);
         }
-    return MT_OK;
+    return dev->allreduce(dev->ctx, l->hx, st->out, ps->batch * c);
 }
 
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
-    size_t hw = l->in_rows, c = l->out_loc;
+    size_t hw = l->in_rows, c = l->out_loc, rl = mt_layer__in_rows_loc(l, c);
     float inv = 1.0f / (float)hw;
     (void)dev;
     *dx = st->dx_buf;
     for (size_t b = 0; st->dx_buf != NULL && b < ps->batch; b++)
-        for (size_t r = 0; r < hw; r++)
+        for (size_t r = 0; r < rl; r++)
             for (size_t j = 0; j < c; j++)
-                st->dx_buf[(b * hw + r) * c + j] = dy[b * c + j] * inv;
+                st->dx_buf[(b * rl + r) * c + j] = dy[b * c + j] * inv;
     return MT_OK;
+}
+
+static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
+                 void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
+{
+    (void)bdim;
+    (void)p;
+    add(per_dim, l->hx, b * l->out_loc);
 }
 
 const mt_layer_ops mt_layer_global_average_pooling2d_ops = {
@@ -67,6 +76,7 @@ const mt_layer_ops mt_layer_global_average_pooling2d_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = true,
+    .bands = true,
     .parse = mt_layer__parse_none,
     .plan = plan,
     .alloc = alloc,
@@ -78,4 +88,5 @@ const mt_layer_ops mt_layer_global_average_pooling2d_ops = {
                "\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{\"conv2d_1\\\\.kernel\":"
                "[\"unsharded\",\"unsharded\",\"unsharded\",\"model\"],"
                "\"dense_1\\\\.kernel\":[\"model\",\"unsharded\"]}",
+    .comm = comm,
 };

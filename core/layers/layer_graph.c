@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "alloc/mt_alloc.h"
+#include "layers/layers_int.h"
 #include "tensor/mt_tensor.h"
 
 /* a * b saturating at SIZE_MAX */
@@ -87,8 +88,8 @@ static mt_code plan_rows(mt_layer *l, const mt_layer_planner *p, mt_err *err)
 }
 
 mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, int in_rank,
-                      const size_t *in_shape, int in_xf, const mt_layer_planner *p, mt_layer *l,
-                      mt_err *err)
+                      const size_t *in_shape, int in_xf, int in_hx, const mt_layer_planner *p,
+                      mt_layer *l, mt_err *err)
 {
     mt_layer_planner lp;
     mt_code rc;
@@ -98,13 +99,18 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
     l->s.activation = mt_model_layer_activation(spec, i);
     l->ops = mt_layer_ops_of(l->s.kind);
     l->idx = i;
-    l->kin = l->kout = l->vdim = -1;
+    l->kin = l->kout = l->vdim = l->hx = -1;
     l->sdim = p->sdim;
     if (l->ops == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "model.layers[%d]: unknown layer kind", i);
     for (int k = 0; k < l->s.n_inputs; k++) {
         int q = l->s.inputs[k];
         const mt_layer *src = q == MT_LAYER_INPUT ? NULL : &planned[q];
+        int hk = src != NULL ? src->ho : in_hx;
+        if (hk >= 0 && (rc = mt_layer__bands_input(l, hk, p, err)) != MT_OK)
+            return rc;
+        if (k == 0)
+            l->hx = hk;
         l->in_ranks[k] = src != NULL ? src->out_rank : in_rank;
         memset(l->in_shapes[k], 0, sizeof(l->in_shapes[k]));
         memcpy(l->in_shapes[k], src != NULL ? src->out_shape : in_shape,
@@ -120,6 +126,7 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
     l->xf = l->in_xf[0];
     l->in_c = l->in_shape[l->in_rank - 1];
     l->in_rows = l->in_c > 0 ? l->in_size / l->in_c : 0;
+    l->ho = l->hx; /* a band kind's plan may gather the bands (flatten, global pooling) */
     lp = *p;
     lp.planned = planned;
     if ((rc = l->ops->plan(l, &lp, err)) != MT_OK)
@@ -136,9 +143,11 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "model.layers[%d] (%s): feature axis not divisible by its mesh dimension",
                           i, l->s.name);
-    l->in_loc = l->in_size / dsz(p, l->xf);
-    l->out_loc = l->out_size / dsz(p, l->of);
-    l->use_loc = l->in_size / dsz(p, l->kin);
+    if ((l->hx >= 0 || l->ho >= 0) && (rc = mt_layer__bands_check(l, p, err)) != MT_OK)
+        return rc;
+    l->in_loc = l->in_size / dsz(p, l->xf) / dsz(p, l->hx);
+    l->out_loc = l->out_size / dsz(p, l->of) / dsz(p, l->ho);
+    l->use_loc = l->in_size / dsz(p, l->kin) / dsz(p, l->hx);
     l->needs_acc = mt_job_spec_output_shared(spec, i);
     return l->sdim >= 0 ? plan_rows(l, p, err) : MT_OK;
 }

@@ -78,6 +78,84 @@ mt_code mt_layer__parse_act_bias(const struct cJSON *node, const char *base, mt_
 mt_code mt_layer__dx_finish(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                             float *dxk, size_t batch, int used_dim);
 
+/* ------------------------------------------------------------------ height bands (layer_bands.c)
+ *
+ * An image activation whose height is sharded over the mesh dim hx: each device holds rows
+ * [k h, (k + 1) h) of every example, h = H / p (docs/spmd.md, "Images sharded on their height").
+ */
+
+/* Input of layer l is banded over dim hx: INVALID_ARGUMENT unless its kind runs on bands. */
+mt_code mt_layer__bands_input(const mt_layer *l, int hx, const mt_layer_planner *p, mt_err *err);
+
+/* After a band kind's plan: channel sharding with bands is refused, the output height must
+ * divide by ho's size. INVALID_ARGUMENT naming the layer and the sizes. */
+mt_code mt_layer__bands_check(const mt_layer *l, const mt_layer_planner *p, mt_err *err);
+
+/* Rows of the local band per example: in_loc / local channels (the whole rows without bands). */
+static inline size_t mt_layer__in_rows_loc(const mt_layer *l, size_t c_loc)
+{
+    return c_loc > 0 ? l->in_loc / c_loc : 0;
+}
+
+/*
+ * The halo of a layer reading rows beyond its band (conv2d, pooling): band k's "extended band" is
+ * he rows starting at global input row g0 (rows outside [0, H) are zero padding), each of we
+ * columns starting at column -pl (padding outside [0, W)). Every band sends its first `top` and
+ * last `bot` rows to all of the dim's members (an allgather: core/coll has no point-to-point);
+ * each keeps the rows of its neighbours k - 1 and k + 1.
+ */
+typedef struct mt_layer_halo {
+    int dim;            /* the height dim */
+    size_t p, k;        /* its size; this device's band */
+    size_t hh, h, w, c; /* the whole height, the band's rows, the width, the channels */
+    size_t top, bot;    /* rows every band sends from its top / bottom */
+    long g0;            /* global input row of extended row 0 (< 0: padding) */
+    size_t he, we, pl;  /* extended rows, columns, padding columns on the left */
+} mt_layer_halo;
+
+/*
+ * Band k of p of a window reading, for output band rows [k ob, (k + 1) ob), the input rows
+ * [k ob s - pt, k ob s - pt + he) with he = (ob - 1) s + kh. INVALID_ARGUMENT naming layer l's
+ * `field` and the dim (dim_name, for messages) when a band would read beyond its neighbours.
+ */
+mt_code mt_layer__halo_plan(const mt_layer *l, const char *field, int dim, const char *dim_name,
+                            size_t p, size_t k, size_t ob, size_t s, size_t pt, size_t kh,
+                            size_t we, size_t pl, mt_layer_halo *hl, mt_err *err);
+
+/* A window layer's halo for band k of p (dim_name: for messages, may be NULL). */
+typedef mt_code (*mt_layer_halo_fn)(const mt_layer *l, const char *dim_name, size_t p, size_t k,
+                                    mt_layer_halo *hl, mt_err *err);
+
+/* mt_layer_ops.halo of a window layer whose halo fn computes: 0 without bands. */
+uint64_t mt_layer__halo_step(const mt_layer *l, size_t batch, const mt_layer_planner *p,
+                             mt_layer_halo_fn fn);
+
+/* mt_layer_ops.comm's share of the halo: the allgathers' blocks over l->hx (every member's). */
+void mt_layer__halo_comm(const mt_layer *l, size_t batch, const mt_layer_planner *p,
+                         mt_layer_halo_fn fn, void (*add)(uint64_t *, int, uint64_t),
+                         uint64_t *per_dim);
+
+/* The extended band's buffers for b examples: st->xin, st->dxk (unless the layer reads the
+ * model input) and the blocks sent and gathered, st->scr[slot] and st->scr[slot + 1]. */
+mt_code mt_layer__halo_alloc(const mt_layer *l, const mt_layer_halo *hl, mt_layer_state *st,
+                             size_t b, int slot, mt_layer_alloc *a, mt_err *err);
+
+/* Floats a device hands the allgathers of one training step (forward and backward). */
+uint64_t mt_layer__halo_floats(const mt_layer_halo *hl, size_t batch);
+
+/* Scratch floats: the send block (batch rows) and the gathered blocks. */
+size_t mt_layer__halo_send_size(const mt_layer_halo *hl, size_t batch);
+
+/* The extended band ext (batch, he, we, c) of the local band x (batch, h, w, c): exchanges
+ * the boundary rows over hl->dim (send, recv: scratch of the sizes above). */
+mt_code mt_layer__halo_forward(const mt_layer_halo *hl, const mt_layer_dev *dev, const float *x,
+                               size_t batch, float *send, float *recv, float *ext);
+
+/* The input gradient dx (batch, h, w, c) from the extended band's dext: its own rows, plus the
+ * gradients of its rows that its neighbours borrowed (sent back over hl->dim). */
+mt_code mt_layer__halo_backward(const mt_layer_halo *hl, const mt_layer_dev *dev, const float *dext,
+                                size_t batch, float *send, float *recv, float *dx);
+
 extern const mt_layer_ops mt_layer_dense_ops, mt_layer_conv2d_ops, mt_layer_max_pool2d_ops,
     mt_layer_flatten_ops, mt_layer_batch_norm_ops, mt_layer_dropout_ops, mt_layer_add_ops,
     mt_layer_concatenate_ops, mt_layer_activation_ops, mt_layer_global_average_pooling2d_ops,

@@ -5,7 +5,9 @@
  * edges that do not fill a window are dropped). Max pooling keeps the argmax of every window
  * for the backward; the 2x2 window with stride 2 takes the vectorised kernel.
  *
- * Sharding: channels sharded over the input's dim stay so (each device pools its channels).
+ * Sharding: channels sharded over the input's dim stay so (each device pools its channels);
+ * height bands pool alone when their windows stay inside them, else borrow their neighbours'
+ * boundary rows (the halo, layer_bands.c) and pool the extended band.
  * Reference: mt_maxpool2_forward_ref / mt_maxpool2_backward_ref for 2x2 (core/tensor); the
  * general windows are plain loops (mt_maxpool_forward, mt_avgpool_forward).
  */
@@ -16,7 +18,7 @@
 #include "layers/layers_int.h"
 #include "tensor/mt_tensor.h"
 
-enum { ARGMAX }; /* scratch */
+enum { ARGMAX, HSEND, HRECV }; /* scratch; the halo's blocks (height bands) */
 
 static const char *const keys[] = {"pool_size", "strides", "padding", NULL};
 
@@ -42,11 +44,62 @@ static mt_code parse(const cJSON *node, const char *base, mt_layer_spec *out, mt
     return rc;
 }
 
-static mt_pool2d_geom geom(const mt_layer *l, size_t batch, size_t c)
+/* The geometry of h input rows (the whole height, or a band) of c channels. */
+static mt_pool2d_geom geom(const mt_layer *l, size_t batch, size_t h, size_t c)
 {
-    mt_pool2d_geom g = {batch,   l->in_shape[0], l->in_shape[1], c,
-                        l->s.kh, l->s.kw,        l->s.sh,        l->s.sw};
+    mt_pool2d_geom g = {batch, h, l->in_shape[1], c, l->s.kh, l->s.kw, l->s.sh, l->s.sw};
     return g;
+}
+
+/* This device's rows and channels. */
+static mt_pool2d_geom dev_geom(const mt_layer *l, size_t batch, const mt_layer_dev *dev)
+{
+    return geom(l, batch, l->in_shape[0] / mt_layer__dsz(dev, l->hx),
+                l->in_c / mt_layer__dsz(dev, l->xf));
+}
+
+/*
+ * Height bands (docs/spmd.md): output band k of p is rows [k ob, (k + 1) ob). When no band reads
+ * another's rows and each holds ob whole strides, it pools alone; otherwise (overlapping windows,
+ * bands not of whole strides) it borrows its neighbours' rows (the halo, layer_bands.c) and pools
+ * the extended band.
+ */
+static mt_code band_halo(const mt_layer *l, const char *dim_name, size_t p, size_t k,
+                         mt_layer_halo *hl, mt_err *err)
+{
+    size_t we = (l->out_shape[1] - 1) * l->s.sw + l->s.kw;
+    return mt_layer__halo_plan(l, "pool_size", l->hx, dim_name, p, k, l->out_shape[0] / p, l->s.sh,
+                               0, l->s.kh, we, 0, hl, err);
+}
+
+static bool band_alone(const mt_layer *l, const mt_layer_halo *hl)
+{
+    return hl->top + hl->bot == 0 && (l->out_shape[0] / hl->p) * l->s.sh == hl->h;
+}
+
+static mt_code band_plan(const mt_layer *l, const mt_layer_planner *p, mt_err *err)
+{
+    mt_layer_halo hl;
+    mt_code rc = mt_layer__bands_check(l, p, err);
+    return rc == MT_OK
+               ? band_halo(l, p->dim_name(p->ctx, l->hx), mt_layer__psz(p, l->hx), 0, &hl, err)
+               : rc;
+}
+
+/* The band's halo at this device (hl->p == 0 without bands). */
+static mt_code dev_halo(const mt_layer *l, const mt_layer_dev *dev, mt_layer_halo *hl, mt_err *err)
+{
+    memset(hl, 0, sizeof(*hl));
+    if (l->hx < 0)
+        return MT_OK;
+    return band_halo(l, NULL, mt_layer__dsz(dev, l->hx), (size_t)dev->coord(dev->ctx, l->hx), hl,
+                     err);
+}
+
+/* Whether the layer pools an extended band (st->xin) rather than its input. */
+static bool extended(const mt_layer *l, const mt_layer_halo *hl)
+{
+    return l->hx >= 0 && !band_alone(l, hl);
 }
 
 static bool two_by_two(const mt_layer *l)
@@ -57,8 +110,7 @@ static bool two_by_two(const mt_layer *l)
 
 static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
 {
-    mt_pool2d_geom g = geom(l, 0, l->in_c);
-    (void)p;
+    mt_pool2d_geom g = geom(l, 0, l->in_shape[0], l->in_c);
     if (l->in_rank != 3)
         return mt_layer__shape_error(l, "an image input (height, width, channels)", err);
     if (mt_pool2d_out_h(&g) == 0 || mt_pool2d_out_w(&g) == 0) {
@@ -73,48 +125,100 @@ static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
     l->out_shape[1] = mt_pool2d_out_w(&g);
     l->out_shape[2] = l->in_shape[2];
     l->of = l->xf;
-    return MT_OK;
+    return l->hx >= 0 ? band_plan(l, p, err) : MT_OK;
 }
 
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
                      mt_layer_alloc *a, mt_err *err)
 {
-    mt_code rc = mt_layer__io(l, st, b, a, err);
-    (void)dev;
+    mt_layer_halo hl;
+    mt_code rc = dev_halo(l, dev, &hl, err);
+
+    if (rc == MT_OK)
+        rc = mt_layer__io(l, st, b, a, err);
     if (rc == MT_OK && l->s.kind == MT_LAYER_MAX_POOL2D)
         rc = mt_layer_buf(a, l, &st->scr[ARGMAX], b * l->out_loc, sizeof(int32_t), err);
+    if (rc == MT_OK && extended(l, &hl))
+        rc = mt_layer__halo_alloc(l, &hl, st, b, HSEND, a, err);
     return rc;
+}
+
+/* Pool x (the geometry g: the input, a band or an extended band) into st->out. */
+static void pool_forward(const mt_layer *l, mt_layer_state *st, const mt_layer_pass *ps,
+                         const float *x, const mt_pool2d_geom *g)
+{
+    if (two_by_two(l))
+        (ps->ref ? mt_maxpool2_forward_ref : mt_maxpool2_forward)(st->out, st->scr[ARGMAX], x,
+                                                                  ps->batch, g->h, g->w, g->c);
+    else if (l->s.kind == MT_LAYER_MAX_POOL2D)
+        mt_maxpool_forward(st->out, st->scr[ARGMAX], x, g);
+    else
+        mt_avgpool_forward(st->out, x, g);
 }
 
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    mt_pool2d_geom g = geom(l, ps->batch, l->in_c / mt_layer__dsz(dev, l->xf));
-    if (two_by_two(l))
-        (ps->ref ? mt_maxpool2_forward_ref : mt_maxpool2_forward)(st->out, st->scr[ARGMAX], st->in,
-                                                                  ps->batch, g.h, g.w, g.c);
-    else if (l->s.kind == MT_LAYER_MAX_POOL2D)
-        mt_maxpool_forward(st->out, st->scr[ARGMAX], st->in, &g);
-    else
-        mt_avgpool_forward(st->out, st->in, &g);
-    return MT_OK;
+    mt_pool2d_geom g = dev_geom(l, ps->batch, dev);
+    mt_layer_halo hl;
+    mt_code rc = dev_halo(l, dev, &hl, ps->err);
+
+    if (rc != MT_OK || !extended(l, &hl)) {
+        if (rc == MT_OK)
+            pool_forward(l, st, ps, st->in, &g);
+        return rc;
+    }
+    rc = mt_layer__halo_forward(&hl, dev, st->in, ps->batch, st->scr[HSEND], st->scr[HRECV],
+                                st->xin);
+    g.h = hl.he;
+    g.w = hl.we;
+    if (rc == MT_OK)
+        pool_forward(l, st, ps, st->xin, &g);
+    return rc;
 }
 
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
-    mt_pool2d_geom g = geom(l, ps->batch, l->in_c / mt_layer__dsz(dev, l->xf));
+    mt_pool2d_geom g = dev_geom(l, ps->batch, dev);
+    mt_layer_halo hl;
+    bool ext;
+    float *d;
+    mt_code rc = dev_halo(l, dev, &hl, ps->err);
+
     *dx = st->dx_buf;
-    if (st->dx_buf == NULL)
-        return MT_OK;
+    if (rc != MT_OK || st->dx_buf == NULL)
+        return rc;
+    ext = extended(l, &hl);
+    d = ext ? st->dxk : st->dx_buf;
+    if (ext) {
+        g.h = hl.he;
+        g.w = hl.we;
+    }
     if (two_by_two(l))
         (ps->ref ? mt_maxpool2_backward_ref : mt_maxpool2_backward)(
-            st->dx_buf, dy, st->scr[ARGMAX], ps->batch * l->in_loc, ps->batch * l->out_loc);
+            d, dy, st->scr[ARGMAX], ps->batch * g.h * g.w * g.c, ps->batch * l->out_loc);
     else if (l->s.kind == MT_LAYER_MAX_POOL2D)
-        mt_maxpool_backward(st->dx_buf, dy, st->scr[ARGMAX], &g);
+        mt_maxpool_backward(d, dy, st->scr[ARGMAX], &g);
     else
-        mt_avgpool_backward(st->dx_buf, dy, &g);
-    return MT_OK;
+        mt_avgpool_backward(d, dy, &g);
+    if (!ext)
+        return MT_OK;
+    return mt_layer__halo_backward(&hl, dev, d, ps->batch, st->scr[HSEND], st->scr[HRECV],
+                                   st->dx_buf);
+}
+
+/* Height bands: the halo allgathers when the bands borrow rows. */
+static uint64_t halo(const mt_layer *l, size_t b, const mt_layer_planner *p)
+{
+    return mt_layer__halo_step(l, b, p, band_halo);
+}
+
+static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
+                 void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
+{
+    (void)bdim;
+    mt_layer__halo_comm(l, b, p, band_halo, add, per_dim);
 }
 
 const mt_layer_ops mt_layer_max_pool2d_ops = {
@@ -124,11 +228,14 @@ const mt_layer_ops mt_layer_max_pool2d_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = false,
+    .bands = true,
     .parse = parse,
     .plan = plan,
     .alloc = alloc,
     .forward = forward,
     .backward = backward,
+    .comm = comm,
+    .halo = halo,
     .example = "\"model\":{\"input_shape\":[7,6,2],\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
                "\"kernel_size\":3,\"padding\":\"same\"},{\"type\":\"max_pool2d\"},"
                "{\"type\":\"max_pool2d\",\"pool_size\":2,\"strides\":1},"
@@ -144,11 +251,14 @@ const mt_layer_ops mt_layer_average_pooling2d_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = true,
+    .bands = true,
     .parse = parse,
     .plan = plan,
     .alloc = alloc,
     .forward = forward,
     .backward = backward,
+    .comm = comm,
+    .halo = halo,
     .example = "\"model\":{\"input_shape\":[7,6,2],\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
                "\"kernel_size\":3,\"padding\":\"same\",\"activation\":\"relu\"},"
                "{\"type\":\"average_pooling2d\",\"pool_size\":3,\"strides\":2},"

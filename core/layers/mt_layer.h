@@ -13,11 +13,13 @@
  * MT_LAYER_KINDS in model/mt_model.h plus mt_layer_registry.c).
  *
  * Activations are (rows, c) views: c is the last axis, sharded over the mesh dim xf (input) or
- * of (output), or -1 for whole. A module's forward reads st->in (the first input; joins read
- * st->ins) and writes st->out; its backward gets dy (the output's gradient, batch * out_loc,
- * may be overwritten) and returns dx (batch * in_loc) or NULL when the layer reads the model
- * input. Parameters are bound by the engine before every call: st->pv[slot] / st->pg[slot] are
- * the value and gradient as the math uses them (whole along an FSDP-sharded axis).
+ * of (output), or -1 for whole; an image's height may be split into bands over hx (output:
+ * ho), so a device holds in_loc = in_size / (|xf| |hx|) floats per example (layer_bands.c).
+ * A module's forward reads st->in (the first input; joins read st->ins) and writes st->out; its
+ * backward gets dy (the output's gradient, batch * out_loc, may be overwritten) and returns dx
+ * (batch * in_loc) or NULL when the layer reads the model input. Parameters are bound by the
+ * engine before every call: st->pv[slot] / st->pg[slot] are the value and gradient as the math
+ * uses them (whole along an FSDP-sharded axis).
  *
  * Invariants a module keeps (docs/layers.md): the same bits for the same inputs on every call
  * (no order depending on pointers or threads); every collective it issues through mt_layer_dev is
@@ -63,6 +65,8 @@ typedef struct mt_layer {
     int sdim;      /* sequence parallelism: the mesh dim splitting the rows (positions) of every
                       activation, or -1; then in_rows, out_rows and the *_loc sizes are the device's
                       (the embedding's input: its positions' ids, sharded as features over sdim) */
+    int hx, ho;    /* mesh dim sharding the input / output height (axis 0 of an image: each device
+                      holds a band of rows, docs/spmd.md), or -1 */
     size_t in_loc, use_loc;         /* local floats per example: input as received / as the math
                                        uses it (after the layer's reshard) */
     size_t out_loc;                 /* local floats per example of the output */
@@ -177,6 +181,7 @@ typedef struct mt_layer_ops {
     int min_inputs, max_inputs; /* 1, 1 for most; 2, MT_LAYER_MAX_INPUTS for joins */
     bool concat_grads;          /* backward: input k gets columns [off_k, off_k + w_k) of dx */
     bool reads_input_only;      /* the forward never writes or aliases its input buffers */
+    bool bands; /* runs on height bands (l->hx >= 0); its plan sets l->ho (default l->hx) */
     /* Fill out's kind-specific fields from node (defaults for absent keys). path is
      * "model.layers[i]". INVALID_ARGUMENT "<path>.<key>: why". */
     mt_code (*parse)(const struct cJSON *node, const char *path, mt_layer_spec *out, mt_err *err);
@@ -194,6 +199,9 @@ typedef struct mt_layer_ops {
     /* Floats one training step moves per mesh dim (add(ctx, dim, n)), for plan reports. */
     void (*comm)(const mt_layer *l, size_t max_batch, int bdim, const mt_layer_planner *p,
                  void (*add)(uint64_t *per_dim, int dim, uint64_t n), uint64_t *per_dim);
+    /* Height bands: floats one device sends in one training step's halo exchanges over l->hx
+     * (forward and backward), for plan reports. NULL: the kind borrows no rows. */
+    uint64_t (*halo)(const mt_layer *l, size_t max_batch, const mt_layer_planner *p);
     /* A job-spec fragment ("model", "mesh", "layouts", ...; model.input_shape set) whose model
      * uses this kind, sharded where the kind allows: tests/unit/test_layers.c checks its
      * gradients, its reference kernels against the fast ones and the mesh against one device. */
@@ -210,13 +218,13 @@ void mt_layer_type_names(char *buf, size_t cap);
 
 /*
  * Plan layer i of spec into l given the output shapes and shardings of the model input (in_rank,
- * in_shape, in_xf) and of the earlier, planned layers: input shapes, a join's output shape,
- * ops->plan, then sizes, local widths and the divisibility of sharded axes. INVALID_ARGUMENT
- * naming the layer.
+ * in_shape, in_xf, in_hx: the mesh dims sharding its last axis and an image's height, or -1) and
+ * of the earlier, planned layers: input shapes, a join's output shape, ops->plan, then sizes,
+ * local widths and the divisibility of sharded axes. INVALID_ARGUMENT naming the layer.
  */
 mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, int in_rank,
-                      const size_t *in_shape, int in_xf, const mt_layer_planner *p, mt_layer *l,
-                      mt_err *err);
+                      const size_t *in_shape, int in_xf, int in_hx, const mt_layer_planner *p,
+                      mt_layer *l, mt_err *err);
 
 /* Allocate (or count) st's buffers: the module's, plus gacc when l->needs_acc. */
 mt_code mt_layer_state_init(const mt_layer *l, mt_layer_state *st, size_t max_batch,

@@ -179,7 +179,7 @@ static mt_code plan_model(mt_model *m, const mt_job_spec *spec, int in_rank, con
         w = mul_sat(w, in_shape[a]);
     for (int i = 0; i < spec->n_layers; i++) {
         mt_layer *l = &m->layers[i];
-        mt_code rc = mt_layer_plan(spec, i, m->layers, in_rank, in_shape, -1, &p, l, err);
+        mt_code rc = mt_layer_plan(spec, i, m->layers, in_rank, in_shape, -1, -1, &p, l, err);
         uint64_t k = 1;
         if (rc != MT_OK)
             return rc;

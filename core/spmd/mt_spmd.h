@@ -131,6 +131,10 @@ typedef struct mt_spmd_plan_info {
     uint64_t comm_bytes[MT_MESH_MAX_DIMS]; /* per mesh dim: float32 bytes one device hands to
                                               collectives in one training step (payload, before
                                               the algorithm's factor) */
+    int halo_dim;               /* the dim an image's height is sharded over (bands), or -1 */
+    uint64_t halo_bytes;        /* bytes one device sends per training step in the bands' halo
+                                   exchanges (rows the neighbours' conv2d and pooling windows
+                                   borrow, forward and backward; within comm_bytes[halo_dim]) */
     mt_spmd_layer_plan *layers; /* in: NULL, or room for every layer (at most 256); filled */
     int n_layers;               /* out: layers filled */
 } mt_spmd_plan_info;

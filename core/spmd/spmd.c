@@ -84,8 +84,9 @@ typedef enum job_kind { JOB_NONE, JOB_STEP, JOB_EVAL, JOB_GATHER, JOB_AGREE, JOB
 struct mt_spmd {
     const mt_mesh *mesh;
     int ndev, ndims, bdim, fdim0; /* devices, mesh dims, batch dim, input feature dim */
-    int sdim; /* sequence parallelism: the dim splitting the positions (the token ids' axis 1 of
-                 an embedding model's input_layout: fdim0), or -1 */
+    int sdim;  /* sequence parallelism: the dim splitting the positions (the token ids' axis 1 of
+                  an embedding model's input_layout: fdim0), or -1 */
+    int hdim0; /* the dim sharding an image input's height (bands), or -1 */
     int nlocal, first_local; /* devices of this process (threads), the lowest position */
     int dimsz[MT_MESH_MAX_DIMS];
     mt_coll_world *world, *own_world;
@@ -446,6 +447,52 @@ static mt_code plan_seq(mt_spmd *s, mt_err *err)
     return MT_OK;
 }
 
+/*
+ * An image input layout [batch, H, unsharded, unsharded] may shard the height H over a mesh dim
+ * (bands, docs/spmd.md): s->hdim0. Axis a of the layout is the input's axis a - 1.
+ */
+static mt_code plan_input_bands(mt_spmd *s, const mt_layout *il, mt_err *err)
+{
+    size_t n;
+    for (int a = 2; a < il->rank; a++)
+        if (!mt_layout_axis_unsharded(il, a))
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "input_layout[%d]: image inputs may be sharded on the batch and the "
+                              "height (axis 1) only",
+                              a);
+    s->hdim0 = dim_of(s, il, 1);
+    n = dsz(s, s->hdim0);
+    if (s->hdim0 >= 0 && s->hdim0 == dim_of(s, il, 0))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "input_layout[1]: mesh dimension '%s' is already used by axis 0",
+                          mt_mesh_dim_name(s->mesh, s->hdim0));
+    if (s->hdim0 >= 0 && s->in_shape[0] % n != 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "input_layout[1]: the input's height %zu is not divisible by mesh "
+                          "dimension '%s' of size %zu",
+                          s->in_shape[0], mt_mesh_dim_name(s->mesh, s->hdim0), n);
+    return MT_OK;
+}
+
+/* A model on height bands must make them whole before its output (flatten, global pooling),
+ * and does not run under mesh_invariant yet. */
+static mt_code check_bands(const mt_spmd *s, const mt_job_spec *spec, mt_err *err)
+{
+    const mt_layer *last = &s->layers[s->n_layers - 1];
+    if (s->hdim0 < 0)
+        return MT_OK;
+    if (spec->reproducibility == MT_REPRO_MESH_INVARIANT)
+        return mt_err_set(err, MT_UNIMPLEMENTED,
+                          "input_layout[1]: \"mesh_invariant\" does not run on height bands yet");
+    if (last->ho >= 0)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d] (%s): the model's output is still sharded on its "
+                          "height over '%s'; end with a flatten or global_average_pooling2d "
+                          "before the head",
+                          last->idx, last->s.name, mt_mesh_dim_name(s->mesh, last->ho));
+    return MT_OK;
+}
+
 static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *map, mt_err *err)
 {
     const mt_layout *il = mt_layout_map_input(map);
@@ -460,6 +507,7 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
 
     s->bdim = -1;
     s->fdim0 = -1;
+    s->hdim0 = -1;
     if (il != NULL) {
         if (il->rank == 2 && s->in_rank > 1) { /* [batch, features] of a flattened image */
             if (!mt_layout_axis_unsharded(il, 1))
@@ -474,11 +522,13 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
         s->bdim = dim_of(s, il, 0);
         if (s->in_rank == 1)
             s->fdim0 = dim_of(s, il, 1);
-        for (int a = 1; a < il->rank && s->in_rank > 1; a++)
+        if (s->in_rank == 3 && il->rank == 4 && (rc = plan_input_bands(s, il, err)) != MT_OK)
+            return rc;
+        for (int a = 1; a < il->rank && s->in_rank == 2; a++)
             if (!mt_layout_axis_unsharded(il, a))
                 return mt_err_set(err, MT_INVALID_ARGUMENT,
-                                  "input_layout[%d]: image inputs may be sharded on the batch "
-                                  "axis only",
+                                  "input_layout[%d]: inputs of rank 2 may be sharded on the "
+                                  "batch axis only",
                                   a);
     } else {
         s->bdim = mt_mesh_dim_index(s->mesh, "batch");
@@ -507,12 +557,18 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
     pl.sdim = s->sdim;
     for (int i = 0; i < spec->n_layers; i++) {
         mt_layer *l = &s->layers[i];
-        rc = mt_layer_plan(spec, i, s->layers, s->in_rank, s->in_shape, s->fdim0, &pl, l, err);
+        rc = mt_layer_plan(spec, i, s->layers, s->in_rank, s->in_shape, s->fdim0, s->hdim0, &pl, l,
+                           err);
         if (rc != MT_OK)
             return rc;
         if (l->out_size > s->widest)
             s->widest = l->out_size;
+        if (l->hx >= 0 && 2 * l->in_size > s->widest) /* a halo's allgather: p (top + bot)
+                                                           rows of at most 2 bands each */
+            s->widest = 2 * l->in_size;
     }
+    if ((rc = check_bands(s, spec, err)) != MT_OK)
+        return rc;
     last = &s->layers[spec->n_layers - 1];
     mt_model_output_view(last->out_rank, last->out_shape, &s->osh);
     s->loss = spec->loss;
@@ -534,7 +590,8 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
         if ((rc = check_inv_splits(s, err)) != MT_OK)
             return rc;
     }
-    s->input_read_only = true; /* dense, conv2d and the joins write their own buffers */
+    s->input_read_only = s->hdim0 < 0; /* dense, conv2d and the joins write their own buffers;
+                                           a band is copied out of the whole rows */
     for (int i = 0; i < spec->n_layers; i++)
         for (int j = 0; j < spec->layers[i].n_inputs; j++)
             if (spec->layers[i].inputs[j] == MT_LAYER_INPUT && !s->layers[i].ops->reads_input_only)
@@ -1070,12 +1127,13 @@ static mt_code dev_backward(dev *d)
  * Take n input rows x (whole examples, borrowed for the job) with labels y: d->xin reads them in
  * place when the device uses whole rows and the first layer only reads its input (dense, conv2d
  * write their own buffers; a flatten or dropout could alias it and a relu would write to it),
- * otherwise this device's feature slice is copied into d->x.
+ * otherwise this device's feature slice (or the band of rows of an image sharded on its height)
+ * is copied into d->x.
  */
 static void dev_take_rows(dev *d, const float *x, const int32_t *y, const float *t, size_t n)
 {
     mt_spmd *s = d->s;
-    size_t fl = s->in_size / dsz(s, s->fdim0);
+    size_t fl = s->in_size / dsz(s, s->fdim0) / dsz(s, s->hdim0);
 
     d->batch = n;
     if (n > 0 && y != NULL && s->sdim < 0) /* an empty piece may have NULL rows */
@@ -1094,6 +1152,8 @@ static void dev_take_rows(dev *d, const float *x, const int32_t *y, const float 
         const float *src = x + r * s->in_size;
         if (s->fdim0 >= 0)
             src += (size_t)d->coords[s->fdim0] * fl;
+        if (s->hdim0 >= 0) /* the band: fl consecutive floats of the NHWC example */
+            src += (size_t)d->coords[s->hdim0] * fl;
         memcpy(d->x + r * fl, src, fl * sizeof(float));
     }
     d->xin = d->x;
@@ -1655,6 +1715,23 @@ static void plan_comm(mt_spmd *s, uint64_t *per_dim)
 #undef ADD
 }
 
+/* Height bands: the dim and the halo exchanges' bytes per step of one device (docs/spmd.md). */
+static void plan_halo(mt_spmd *s, mt_spmd_plan_info *info)
+{
+    planner_ctx pc = {s, NULL};
+    mt_layer_planner pl = {.ctx = &pc,
+                           .param_dim = plan_param_dim,
+                           .dim_name = plan_dim_name,
+                           .dim_size = plan_dim_size,
+                           .sdim = s->sdim};
+    info->halo_dim = s->hdim0;
+    info->halo_bytes = 0;
+    for (int i = 0; i < s->n_layers; i++)
+        if (s->layers[i].ops->halo != NULL)
+            info->halo_bytes +=
+                s->layers[i].ops->halo(&s->layers[i], s->max_b, &pl) * sizeof(float);
+}
+
 mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layout_map *map,
                       int in_rank, const size_t *in_shape, size_t global_batch,
                       mt_spmd_plan_info *info, mt_err *err)
@@ -1724,6 +1801,7 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
             layers[i].comm_bytes[k] *= sizeof(float);
     }
     info->n_layers = layers != NULL ? s->n_layers : 0;
+    plan_halo(s, info);
     plan_comm(s, info->comm_bytes);
     for (int k = 0; k < s->ndims; k++)
         info->comm_bytes[k] *= sizeof(float);

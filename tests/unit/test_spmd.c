@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "alloc/mt_alloc.h"
+#include "blas/mt_blas.h"
 #include "data/mt_data.h"
 #include "data/mt_idx.h"
 #include "model/mt_model.h"
@@ -387,19 +388,25 @@ static void test_spmd_fsdp_equals_single_device(void **state)
     data_free(&f);
 }
 
-static void expect_new_error(const char *json, const char *mesh, mt_code code, const char *msg)
+static void expect_new_error_shape(const char *json, const char *mesh, int in_rank,
+                                   const size_t *shape, mt_code code, const char *msg)
 {
-    size_t shape[1] = {FEAT};
     job j;
     mt_spmd *s = (mt_spmd *)&j;
     mt_err err = MT_ERR_INIT;
     job_load(&j, json, mesh);
-    assert_int_equal(mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 1, shape, 16, NULL, &s, &err),
-                     code);
+    assert_int_equal(
+        mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, in_rank, shape, 16, NULL, &s, &err), code);
     assert_null(s);
     if (strstr(err.msg, msg) == NULL)
         fail_msg("message '%s' lacks '%s'", err.msg, msg);
     job_free(&j);
+}
+
+static void expect_new_error(const char *json, const char *mesh, mt_code code, const char *msg)
+{
+    size_t shape[1] = {FEAT};
+    expect_new_error_shape(json, mesh, 1, shape, code, msg);
 }
 
 /* A residual MLP with two skip connections and a concatenate; a CNN with one add. */
@@ -485,6 +492,135 @@ static void test_spmd_reshard_paths_equal_single_device(void **state)
     check_equivalence(cnn, NULL, 3, ishape, &im, sanitized() ? 2 : 3, CNN_TOL);
     data_free(&d);
     data_free(&im);
+}
+
+/* The text of a file under the source tree (MT_SOURCE_DIR), owned by the caller. */
+static char *source_file(const char *rel)
+{
+    const char *src = getenv("MT_SOURCE_DIR");
+    char path[1024];
+    FILE *f;
+    long n;
+    char *buf;
+
+    snprintf(path, sizeof(path), "%s/%s", src != NULL ? src : ".", rel);
+    f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    n = ftell(f);
+    assert_true(n > 0);
+    rewind(f);
+    buf = mt_calloc((size_t)n + 1, 1);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return buf;
+}
+
+/*
+ * Images sharded on their height (docs/spmd.md): examples/fashion_mnist_cnn_spatial.json (convs
+ * "same" stride 1 and "valid" stride 2, max pooling, batch norm, flatten gather) on its mesh
+ * batch=2,space=2 and on batch=1,space=2 equals one device after 10 steps; a second model on
+ * space=3 has a 5-row kernel (2 halo rows each way), average pooling, a "same" stride-2 conv
+ * whose bands borrow from below only, batch norm and global average pooling.
+ */
+#define BANDS_SPEC                                                                                 \
+    "{\"seed\":4,\"batch_size\":12,\"optimizer\":{\"name\":\"sgd\",\"momentum\":0.9},"             \
+    "\"learning_rate\":0.05,\"mesh\":{\"batch\":2,\"space\":3},"                                   \
+    "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
+    "\"model\":{\"input_shape\":[12,8,2],\"layers\":["                                             \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":5,\"padding\":\"same\","                   \
+    "\"activation\":\"relu\"},{\"type\":\"average_pooling2d\"},"                                   \
+    "{\"type\":\"conv2d\",\"filters\":6,\"kernel_size\":3,\"strides\":2,\"padding\":\"same\","     \
+    "\"use_bias\":false},"                                                                         \
+    "{\"type\":\"batch_norm\"},{\"type\":\"activation\",\"activation\":\"tanh\"},"                 \
+    "{\"type\":\"global_average_pooling2d\"},{\"type\":\"dense\",\"units\":3}]}}"
+/* Pooling windows that overlap the bands (3 rows at stride 2, then 3 at stride 1): the pools
+ * borrow halo rows too. */
+#define OVERLAP_SPEC                                                                               \
+    "{\"seed\":8,\"batch_size\":8,\"optimizer\":\"sgd\",\"learning_rate\":0.05,"                   \
+    "\"mesh\":{\"batch\":2,\"space\":2},"                                                          \
+    "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
+    "\"model\":{\"input_shape\":[18,6,2],\"layers\":["                                             \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"activation\":\"relu\"},{\"type\":\"max_pool2d\",\"pool_size\":3,\"strides\":2},"            \
+    "{\"type\":\"average_pooling2d\",\"pool_size\":[3,1],\"strides\":1},"                          \
+    "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]}}"
+static void test_spmd_height_bands_equal_single_device(void **state)
+{
+    size_t shape[3] = {28, 28, 1}, bshape[3] = {12, 8, 2}, oshape[3] = {18, 6, 2};
+    char *ex = source_file("examples/fashion_mnist_cnn_spatial.json");
+    int steps = sanitized() ? 2 : 10;
+    data d = fashion_or_generated(640), g = gen_data(120, 12 * 8 * 2, 3, 23),
+         o = gen_data(80, 18 * 6 * 2, 3, 24);
+    (void)state;
+    check_equivalence(ex, NULL, 3, shape, &d, steps, 1e-5);
+    check_equivalence(ex, "batch=1,space=2", 3, shape, &d, steps, 1e-5);
+    check_equivalence(BANDS_SPEC, NULL, 3, bshape, &g, 10, 1e-5);
+    check_equivalence(BANDS_SPEC, "batch=1,space=1", 3, bshape, &g, 4, 1e-5);
+    check_equivalence(OVERLAP_SPEC, NULL, 3, oshape, &o, 10, 1e-5);
+    mt_free(ex);
+    data_free(&d);
+    data_free(&g);
+    data_free(&o);
+}
+
+/* What height bands refuse, naming the layer, the field and the sizes. */
+#define IMG8_SPEC(layers, extra)                                                                   \
+    "{\"seed\":3,\"batch_size\":16,\"optimizer\":\"sgd\",\"learning_rate\":0.05,"                  \
+    "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
+    "\"model\":{\"input_shape\":[8,8,1],\"layers\":[" layers "]}" extra "}"
+#define FLAT_HEAD "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}"
+static void test_spmd_height_bands_errors(void **state)
+{
+    size_t shape[3] = {28, 28, 1}, small[3] = {8, 8, 1};
+    char *ex = source_file("examples/fashion_mnist_cnn_spatial.json");
+    (void)state;
+    expect_new_error_shape(ex, "batch=1,space=3", 3, shape, MT_INVALID_ARGUMENT,
+                           "input_layout[1]: the input's height 28 is not divisible by mesh "
+                           "dimension 'space' of size 3");
+    expect_new_error_shape(ex, "batch=1,space=4", 3, shape, MT_INVALID_ARGUMENT,
+                           "model.layers[1] (max_pool2d_1): output (14, 14, 16): its height is not "
+                           "divisible by mesh dimension 'space' of size 4");
+    expect_new_error_shape(
+        IMG8_SPEC(
+            "{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":7,\"padding\":\"same\"}," FLAT_HEAD,
+            ",\"mesh\":{\"batch\":1,\"space\":4}"),
+        NULL, 3, small, MT_INVALID_ARGUMENT,
+        "model.layers[0] (conv2d_1).kernel_size: output band 0 reads input rows 0-4 but bands "
+        "hold 2 rows (height 8 over 'space' of size 4)");
+    expect_new_error_shape(
+        IMG8_SPEC("{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":2}," FLAT_HEAD,
+                  ",\"mesh\":{\"batch\":1,\"space\":2}"),
+        NULL, 3, small, MT_INVALID_ARGUMENT,
+        "model.layers[0] (conv2d_1): output (7, 7, 2): its height is not divisible by mesh "
+        "dimension 'space' of size 2");
+    expect_new_error_shape(
+        IMG8_SPEC("{\"type\":\"max_pool2d\",\"pool_size\":5,\"strides\":1}," FLAT_HEAD,
+                  ",\"mesh\":{\"batch\":1,\"space\":4}"),
+        NULL, 3, small, MT_INVALID_ARGUMENT,
+        "model.layers[0] (max_pool2d_1).pool_size: output band 0 reads input rows 0-4 but bands "
+        "hold 2 rows (height 8 over 'space' of size 4)");
+    expect_new_error_shape(IMG8_SPEC("{\"type\":\"dropout\",\"rate\":0.1}," FLAT_HEAD,
+                                     ",\"mesh\":{\"batch\":1,\"space\":2}"),
+                           NULL, 3, small, MT_INVALID_ARGUMENT,
+                           "model.layers[0] (dropout_1): dropout does not run on height bands: its "
+                           "input's height is sharded over 'space'");
+    expect_new_error_shape(
+        IMG8_SPEC("{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":1}",
+                  ",\"mesh\":{\"batch\":1,\"space\":2}"),
+        NULL, 3, small, MT_INVALID_ARGUMENT,
+        "model.layers[0] (conv2d_1): the model's output is still sharded on its height over "
+        "'space'");
+    expect_new_error_shape(
+        IMG8_SPEC(
+            "{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":1}," FLAT_HEAD,
+            ",\"mesh\":{\"batch\":1,\"space\":2,\"model\":2},\"layouts\":{\"conv2d_1\\\\.kernel\":"
+            "[\"unsharded\",\"unsharded\",\"unsharded\",\"model\"]}"),
+        NULL, 3, small, MT_INVALID_ARGUMENT,
+        "model.layers[0] (conv2d_1): channels sharded over 'model' do not combine with height "
+        "bands over 'space' yet");
+    mt_free(ex);
 }
 
 static void test_spmd_shards_hold_their_slice(void **state)
@@ -658,29 +794,37 @@ static void test_spmd_step_rejects_bad_input(void **state)
     data_free(&d);
 }
 
-static void test_spmd_evaluate_matches_single_device(void **state)
+/* After 3 steps, the mesh's evaluation of 48 examples is the one device's. */
+static void evaluate_matches(const char *json, int in_rank, const size_t *shape, const data *d)
 {
-    size_t shape[1] = {FEAT};
-    data d = gen_data(48, FEAT, 2, 6);
     job j;
     mt_spmd *s;
     mt_model *m;
     double ls = 0.0, lm = 0.0;
     size_t cs = 0, cm = 0;
     mt_err err = MT_ERR_INIT;
-    (void)state;
-    job_load(&j, MLP_SPEC("\"sgd\"", SP_EXTRA), NULL);
-    m = ref_train(&j, 1, shape, &d, 3, NULL);
-    s = spmd_open(&j, 1, shape);
-    spmd_train(s, &d, 16, 0, 3, NULL);
-    assert_int_equal(mt_spmd_evaluate(s, d.x, d.y, 48, &ls, &cs, &err), MT_OK);
-    assert_int_equal(mt_model_evaluate(m, d.x, d.y, 48, &lm, &cm, &err), MT_OK);
+    job_load(&j, json, NULL);
+    m = ref_train(&j, in_rank, shape, d, 3, NULL);
+    s = spmd_open(&j, in_rank, shape);
+    spmd_train(s, d, j.spec->batch_size, 0, 3, NULL);
+    assert_int_equal(mt_spmd_evaluate(s, d->x, d->y, 48, &ls, &cs, &err), MT_OK);
+    assert_int_equal(mt_model_evaluate(m, d->x, d->y, 48, &lm, &cm, &err), MT_OK);
     assert_int_equal(cs, cm);
     assert_true(fabs(ls - lm) <= 1e-4 * fmax(1.0, lm));
     mt_spmd_free(s);
     mt_model_free(m);
     job_free(&j);
+}
+
+static void test_spmd_evaluate_matches_single_device(void **state)
+{
+    size_t shape[1] = {FEAT}, bshape[3] = {12, 8, 2};
+    data d = gen_data(48, FEAT, 2, 6), g = gen_data(48, 12 * 8 * 2, 3, 7);
+    (void)state;
+    evaluate_matches(MLP_SPEC("\"sgd\"", SP_EXTRA), 1, shape, &d);
+    evaluate_matches(BANDS_SPEC, 3, bshape, &g); /* height bands: the halo in the forward */
     data_free(&d);
+    data_free(&g);
 }
 
 /* Pieces cut from a global batch of n examples at x by the rebatch rule, by batch coordinate. */
@@ -1288,7 +1432,7 @@ static void test_spmd_new_survives_allocation_failures(void **state)
     job_free(&j);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spmd_data_parallel_equals_single_device),
@@ -1297,6 +1441,8 @@ int main(void)
         cmocka_unit_test(test_spmd_adam_schemes_equal_single_device),
         cmocka_unit_test(test_spmd_mesh_of_size_one_dims),
         cmocka_unit_test(test_spmd_fashion_mlp_and_cnn),
+        cmocka_unit_test(test_spmd_height_bands_equal_single_device),
+        cmocka_unit_test(test_spmd_height_bands_errors),
         cmocka_unit_test(test_spmd_reshard_paths_equal_single_device),
         cmocka_unit_test(test_spmd_fsdp_equals_single_device),
         cmocka_unit_test(test_spmd_graphs_equal_single_device),
@@ -1316,5 +1462,8 @@ int main(void)
         cmocka_unit_test(test_spmd_save_gathered_equals_local_save),
         cmocka_unit_test(test_spmd_save_gathered_across_net_worlds),
     };
+    /* the engine as the worker and the CLI run it: one BLAS thread per device (OpenBLAS's own
+     * threads split a GEMM's sums by its shape, so a mesh's smaller GEMMs round differently) */
+    mt_blas_boot(argc, argv);
     return MT_RUN_TESTS(tests);
 }
