@@ -1680,6 +1680,18 @@ static void comm_add(uint64_t *per_dim, int dim, uint64_t n)
         per_dim[dim] += n;
 }
 
+/* A planner for questions about a planned trainer (no parameters are added): the shardings,
+ * the dims' names and sizes. */
+static mt_layer_planner query_planner(planner_ctx *pc)
+{
+    mt_layer_planner pl = {.ctx = pc,
+                           .param_dim = plan_param_dim,
+                           .dim_name = plan_dim_name,
+                           .dim_size = plan_dim_size,
+                           .sdim = pc->s->sdim};
+    return pl;
+}
+
 /* The collective payload of one training step on one device, per mesh dim (floats): each
  * layer's (mt_layer_ops.comm), the logits, the FSDP gathers and the gradient bucket. */
 static void plan_comm(mt_spmd *s, uint64_t *per_dim)
@@ -1687,11 +1699,7 @@ static void plan_comm(mt_spmd *s, uint64_t *per_dim)
     uint64_t b = s->max_b, grads = MT_LOSS_NSUMS + 1; /* the bucket: gradients, metric sums and
                                                          the next step's count */
     planner_ctx pc = {s, NULL};
-    mt_layer_planner pl = {.ctx = &pc,
-                           .param_dim = plan_param_dim,
-                           .dim_name = plan_dim_name,
-                           .dim_size = plan_dim_size,
-                           .sdim = s->sdim};
+    mt_layer_planner pl = query_planner(&pc);
 #define ADD(dim, n) comm_add(per_dim, (dim), (uint64_t)(n))
     for (int i = 0; i < s->n_layers; i++)
         if (s->layers[i].ops->comm != NULL)
@@ -1719,11 +1727,7 @@ static void plan_comm(mt_spmd *s, uint64_t *per_dim)
 static void plan_halo(mt_spmd *s, mt_spmd_plan_info *info)
 {
     planner_ctx pc = {s, NULL};
-    mt_layer_planner pl = {.ctx = &pc,
-                           .param_dim = plan_param_dim,
-                           .dim_name = plan_dim_name,
-                           .dim_size = plan_dim_size,
-                           .sdim = s->sdim};
+    mt_layer_planner pl = query_planner(&pc);
     info->halo_dim = s->hdim0;
     info->halo_bytes = 0;
     for (int i = 0; i < s->n_layers; i++)
@@ -1786,11 +1790,7 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
     for (int i = 0; layers != NULL && i < s->n_layers; i++) {
         const mt_layer *l = &s->layers[i];
         planner_ctx pc = {s, NULL};
-        mt_layer_planner pl = {.ctx = &pc,
-                               .param_dim = plan_param_dim,
-                               .dim_name = plan_dim_name,
-                               .dim_size = plan_dim_size,
-                               .sdim = s->sdim};
+        mt_layer_planner pl = query_planner(&pc);
         snprintf(layers[i].name, sizeof(layers[i].name), "%s", l->s.name);
         snprintf(layers[i].type, sizeof(layers[i].type), "%s", l->ops->type);
         mt_layer_shape_text(layers[i].shape, sizeof(layers[i].shape), l->out_rank, l->out_shape);
