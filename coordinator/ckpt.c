@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "alloc/mt_alloc.h"
+#include "ckpt/mt_ckpt.h"
 #include "clock/mt_clock.h"
 #include "log/mt_log.h"
 #include "storage/mt_store_upload.h"
@@ -58,6 +59,8 @@ typedef struct chunk_req {
     mt_code rc;
     mt_err err;
     char checksum[32]; /* of the whole file, when last */
+    bool has_root;     /* when last: the file's recorded state root (the step's state digest) */
+    char root[MT_DIGEST_HEX];
 } chunk_req;
 
 static struct coord_upload *upload_find(mt_coord *c, const char *job_id, uint64_t step)
@@ -196,6 +199,17 @@ static void chunk_write(uv_work_t *w)
         mt_store_upload_checksum(q->u->up, q->checksum, sizeof(q->checksum));
         q->rc = mt_store_upload_finish(q->u->up, r->total_size, r->checksum, &q->err);
     }
+    if (q->rc == MT_OK && r->last) { /* its state root: the digest of its step, kept even when
+                                        the worker dies before reporting it (reproducibility.md) */
+        mt_ckpt *ck = NULL;
+        mt_digest d;
+        if (mt_ckpt_open(q->u->path, &ck, NULL) == MT_OK &&
+            mt_ckpt_root(ck, false, false, &d, NULL, NULL) == MT_OK) {
+            mt_digest_hex(&d, q->root);
+            q->has_root = true;
+        }
+        mt_ckpt_close(ck);
+    }
 }
 
 /* Loop thread: record, collect garbage, reply. */
@@ -230,6 +244,16 @@ static void chunk_done(uv_work_t *w, int status)
         return;
     }
     rep.received = mt_store_upload_received(u->up);
+    if (r->last && q->has_root) {
+        mt_store_digest d = {.step = u->step, .time_ms = mt_clock_wall_ms()};
+        mt_err derr = MT_ERR_INIT;
+        memcpy(d.digest, q->root, sizeof(d.digest));
+        /* stored, not published: the worker reports the same digest right after this reply,
+         * and a live watcher must see each step once, in order */
+        if (mt_store_job_digests_put(c->store, u->job_id, &d, 1, &derr) != MT_OK)
+            mt_log_warn("job %s: state digest of checkpoint step %" PRIu64 ": %s", u->job_id,
+                        u->step, derr.msg);
+    }
     if (r->last) {
         mt_log_info("checkpoint %s step %" PRIu64 " stored: %" PRIu64 " bytes, %s", u->job_id,
                     u->step, rep.received, q->checksum);
