@@ -917,6 +917,13 @@ static mt_code run_task(task_run *r, mt_err *err)
     ro.on_digest = on_digest;
     r->last_flush = now_s();
     rc = run_train(r, js, mesh, &ro, &res, err);
+    /* the data plane is done: close it now (with its BYE frames), not after the reports below,
+     * so peers that finish later do not see this process's connections end under a live world */
+    pthread_mutex_lock(&r->tab->mu);
+    r->world = NULL;
+    pthread_mutex_unlock(&r->tab->mu);
+    mt_coll_world_free(world);
+    world = NULL;
     /* the last points: keep trying while the coordinator may be restarting */
     for (double until = now_s() + CKPT_RETRY_S;
          r->npts > 0 && now_s() < until && !atomic_load(&r->term);) {
