@@ -282,7 +282,7 @@ static mt_code zip_directory(const unsigned char *z, size_t len, const char *nam
     *cd = rd32(z + i + 16);
     if ((*cd == 0xffffffffu || *entries == 0xffff) && i >= 20 && rd32(z + i - 20) == 0x07064b50) {
         uint64_t r = rd64(z + i - 20 + 8);
-        if (r > len - 56 || rd32(z + r) != 0x06064b50)
+        if (len < 56 || r > len - 56 || rd32(z + r) != 0x06064b50)
             return mt_err_set(err, MT_INVALID_ARGUMENT, "%s: corrupt ZIP64 end record", name);
         *entries = rd64(z + r + 32);
         *cd = rd64(z + r + 48);

@@ -325,6 +325,19 @@ static void test_data_npy_bad_npz(void **state)
     free(z.p);
     free(m[0].p);
     free(m[1].p);
+    /* shorter than a ZIP64 end record, whose locator points far past the end */
+    {
+        unsigned char t[42] = {0x50, 0x4b, 0x06, 0x07};
+        bytes tz = {t, sizeof(t)};
+        t[8 + 2] = 0x10; /* locator: the ZIP64 record at 0x100000 */
+        memcpy(t + 20, "\x50\x4b\x05\x06", 4);
+        memset(t + 20 + 10, 0xff, 2); /* entries 0xffff */
+        memset(t + 20 + 16, 0xff, 4); /* directory at 0xffffffff */
+        write_bytes("a.npz", &tz);
+        assert_int_equal(dt_load0("{\"format\":\"npy\",\"train\":\"a.npz\"}", &b, &err),
+                         MT_INVALID_ARGUMENT);
+        assert_non_null(strstr(err.msg, "a.npz: corrupt ZIP64 end record"));
+    }
 }
 
 /* Float targets travel through the pipeline beside the features (shuffled with them). */
