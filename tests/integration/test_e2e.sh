@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_e2e.sh — the product end to end with real processes on loopback: a coordinator and real
 # workers (worker/task.c runs the SPMD trainer over the network data plane).
