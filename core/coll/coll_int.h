@@ -270,26 +270,37 @@ struct mt_coll_world {
     int axis_size[COLL_MAX_AXES];
 };
 
+/* Where a rank stands in a group: its position, or what is wrong with the group. */
+typedef struct coll_group_pos {
+    int pos;       /* -1 when the group is not valid for the rank */
+    char why[128]; /* then: what is wrong */
+} coll_group_pos;
 /*
- * NULL when group is valid for rank (ranks in [0, w->size), none twice, rank a member; *pos its
- * position), else what is wrong, written to why.
+ * NULL when group g is valid for rank (ranks in [0, w->size), none twice, rank a member;
+ * out->pos its position), else what is wrong (out->why).
  */
-const char *coll__group_problem(const mt_coll_world *w, int rank, const mt_coll_group *g, int *pos,
-                                char *why, size_t cap);
+const char *coll__group_problem(const mt_coll_world *w, int rank, const mt_coll_group *g,
+                                coll_group_pos *out);
 /*
  * The engine's worlds (coll_world.c) on backend b (borrowed): the public constructors of
  * mt_coll.h and mt_coll_backend.h (coll_backend.c) choose the backend, so that the engine never
- * names the built-in one (coll_algo.c, above it). Arguments and codes as those constructors';
+ * names the built-in one (coll_algo.c, above it). The fields are those constructors' arguments
+ * (each constructor reads its own; all borrowed), and so are the codes;
  * coll__world_new_backend refuses b == NULL.
  */
-mt_code coll__world_new_local(const mt_coll_backend *b, int size, const mt_coll_world_opts *opts,
-                              mt_coll_world **out, mt_err *err);
-mt_code coll__world_new_net(const mt_coll_backend *b, mt_coll_net *net, int size,
-                            const mt_coll_rank_addr *table, const mt_coll_world_opts *opts,
-                            mt_coll_world **out, mt_err *err);
-mt_code coll__world_new_backend(const mt_coll_backend *b, void *state, int size, const int *local,
-                                int nlocal, const mt_coll_world_opts *opts, mt_coll_world **out,
-                                mt_err *err);
+typedef struct coll_world_spec {
+    const mt_coll_backend *b;
+    int size;
+    const mt_coll_world_opts *opts; /* NULL: MT_COLL_WORLD_DEFAULTS */
+    mt_coll_net *net;               /* _new_net: the endpoint and the rank table [size] */
+    const mt_coll_rank_addr *table;
+    void *state;      /* _new_backend: the backend's state (the world owns it on success) */
+    const int *local; /* _new_backend: the ranks of this process [nlocal] */
+    int nlocal;
+} coll_world_spec;
+mt_code coll__world_new_local(const coll_world_spec *s, mt_coll_world **out, mt_err *err);
+mt_code coll__world_new_net(const coll_world_spec *s, mt_coll_world **out, mt_err *err);
+mt_code coll__world_new_backend(const coll_world_spec *s, mt_coll_world **out, mt_err *err);
 /* Floats of DATA payload this world's devices sent to other processes so far (tests: which
  * exchanges crossed processes). Any thread. */
 uint64_t coll__world_remote_floats(mt_coll_world *w);
@@ -329,9 +340,16 @@ typedef struct coll_shm coll_shm;
 #define COLL_SHM_HOST_ID 128 /* host identity text, with the NUL */
 /* "<boot id>/<host name>", or "" when the boot id is unknown (never share then). */
 void coll__shm_host_id(char out[COLL_SHM_HOST_ID]);
-/* A new ring of cap bytes (a power of two) for job, mapped; its name in name. Writer side. */
-mt_code coll__shm_create(uint64_t job, size_t cap, int64_t spin_ns, coll_shm **out,
-                         char name[COLL_SHM_NAME], mt_err *err);
+/* The ring a writer creates: for job, cap bytes (a power of two), spinning spin_ns before it
+ * sleeps. */
+typedef struct coll_shm_spec {
+    uint64_t job;
+    size_t cap;
+    int64_t spin_ns;
+} coll_shm_spec;
+/* A new ring as q says, mapped; its name in name. Writer side. */
+mt_code coll__shm_create(const coll_shm_spec *q, coll_shm **out, char name[COLL_SHM_NAME],
+                         mt_err *err);
 /* Map the ring a peer created (validated: name form, owner, header). Reader side. */
 mt_code coll__shm_attach(const char *name, int64_t spin_ns, coll_shm **out, mt_err *err);
 void coll__shm_unlink(const char *name);
@@ -385,8 +403,10 @@ typedef struct coll_raw_cbs {
 } coll_raw_cbs;
 /* 1 for the URLs the direct transport serves (tcp://, ipc://, shm://). */
 int coll__raw_url(const char *url);
-/* Listener settings (from mt_coll_net_opts). */
+/* Listener settings (from mt_coll_net_opts; borrowed for the call) and its callbacks. */
 typedef struct coll_raw_cfg {
+    const char *url;     /* tcp://HOST:PORT, ipc://PATH or shm://PATH */
+    coll_raw_cbs cbs;    /* where frames, lost connections and refusals go */
     const char *token;   /* NULL or "": none required */
     int shm;             /* mt_coll_shm_mode (a shm:// listener requires shared memory) */
     size_t shm_ring;     /* ring bytes a dialer creates */
@@ -394,9 +414,9 @@ typedef struct coll_raw_cfg {
     int64_t handshake_ms;
     int max_handshakes;
 } coll_raw_cfg;
-/* Listen on url; the bound address goes to addr. */
-mt_code coll__raw_listen(const char *url, const coll_raw_cfg *cfg, const coll_raw_cbs *cbs,
-                         coll_raw **out, char *addr, size_t cap, mt_err *err);
+/* Listen on cfg->url; the bound address goes to addr[cap]. */
+mt_code coll__raw_listen(const coll_raw_cfg *cfg, coll_raw **out, char *addr, size_t cap,
+                         mt_err *err);
 /* Stop accepting, end every connection, join every thread. NULL: no-op. */
 void coll__raw_free(coll_raw *r);
 /* What coll__raw_dial needs (all borrowed). */

@@ -546,14 +546,15 @@ static mt_code check_net_opts(const char *url, const mt_coll_net_opts *o, mt_err
 static mt_code direct_listen(mt_coll_net *net, const char *url, mt_err *err)
 {
     const mt_coll_net_opts *opts = &net->opts;
-    coll_raw_cbs cbs = {net, raw_deliver, raw_lost, raw_refused, raw_claim};
-    coll_raw_cfg cfg = {.token = net->token,
+    coll_raw_cfg cfg = {.url = url,
+                        .cbs = {net, raw_deliver, raw_lost, raw_refused, raw_claim},
+                        .token = net->token,
                         .shm = opts->shm,
                         .shm_ring = opts->shm_ring_bytes,
                         .shm_spin_ns = opts->shm_spin_us * 1000,
                         .handshake_ms = opts->handshake_ms,
                         .max_handshakes = opts->max_handshakes};
-    return coll__raw_listen(url, &cfg, &cbs, &net->raw, net->addr, sizeof(net->addr), err);
+    return coll__raw_listen(&cfg, &net->raw, net->addr, sizeof(net->addr), err);
 }
 
 /* nng's PULL listener with one receive always outstanding (net_recv_cb delivers). */

@@ -946,10 +946,10 @@ static void *acc_main(void *arg)
     return NULL;
 }
 
-mt_code coll__raw_listen(const char *url, const coll_raw_cfg *cfg, const coll_raw_cbs *cbs,
-                         coll_raw **out, char *addr, size_t cap, mt_err *err)
+mt_code coll__raw_listen(const coll_raw_cfg *cfg, coll_raw **out, char *addr, size_t cap,
+                         mt_err *err)
 {
-    const char *token = cfg->token;
+    const char *url = cfg->url, *token = cfg->token;
     struct sockaddr_storage sa;
     socklen_t sl;
     int is_unix;
@@ -962,10 +962,11 @@ mt_code coll__raw_listen(const char *url, const coll_raw_cfg *cfg, const coll_ra
     coll_raw *r = mt_calloc(1, sizeof(*r));
     if (r == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll net: out of memory");
-    r->cb = *cbs;
+    r->cb = cfg->cbs;
     r->is_unix = is_unix;
     snprintf(r->token, sizeof(r->token), "%s", token != NULL ? token : "");
     r->cfg = *cfg;
+    r->cfg.url = NULL; /* the caller's: not kept */
     r->cfg.token = r->token;
     r->force_shm = strncmp(url, "shm://", 6) == 0;
     if (cfg->shm != MT_COLL_SHM_OFF) {
@@ -1043,9 +1044,10 @@ void coll__raw_free(coll_raw *r)
  * ring when it is on this host and both allow it (always for shm://), else with "".
  * MT_OK (*shm_out set or NULL), or a code with *retry when the connection failed.
  */
-static mt_code shm_answer(const coll_raw_dial_req *q, int fd, int force, coll_shm **shm_out,
-                          int *retry, mt_err *err)
+static mt_code shm_answer(const coll_raw_dial_req *q, int fd, coll_shm **shm_out, int *retry,
+                          mt_err *err)
 {
+    int force = strncmp(q->url, "shm://", 6) == 0; /* a shm:// listener takes only a ring */
     unsigned char offer[COLL_SHM_HOST_ID], dec[4 + COLL_SHM_NAME] = {0};
     char mine[COLL_SHM_HOST_ID], name[COLL_SHM_NAME] = "";
     uint32_t magic = RAW_MAGIC_SHM, code = 0;
@@ -1062,7 +1064,8 @@ static mt_code shm_answer(const coll_raw_dial_req *q, int fd, int force, coll_sh
     coll__shm_host_id(mine);
     if (force ||
         (q->shm != MT_COLL_SHM_OFF && mine[0] != '\0' && strcmp(mine, (const char *)offer) == 0)) {
-        if (coll__shm_create(q->job, q->shm_ring, q->shm_spin_ns, &s, name, &e) != MT_OK) {
+        coll_shm_spec spec = {.job = q->job, .cap = q->shm_ring, .spin_ns = q->shm_spin_ns};
+        if (coll__shm_create(&spec, &s, name, &e) != MT_OK) {
             if (force)
                 return mt_err_set(err, MT_UNAVAILABLE, "%s: %s", q->url, e.msg);
             mt_log_warn("coll: the connection to %s stays on its socket: %s", q->url, e.msg);
@@ -1156,7 +1159,7 @@ static mt_code dial_once(const coll_raw_dial_req *q, int *fd_out, coll_shm **shm
                           "): UNAUTHENTICATED",
                           q->url, q->job);
     }
-    mt_code rc = shm_answer(q, fd, strncmp(q->url, "shm://", 6) == 0, shm_out, retry, err);
+    mt_code rc = shm_answer(q, fd, shm_out, retry, err);
     if (rc != MT_OK) {
         close(fd);
         return rc;

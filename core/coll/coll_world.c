@@ -332,20 +332,21 @@ static void group_axes(const mt_coll_world *w, const mt_coll_group *g, char *out
 
 static const coll_engine_ops world_engine;
 
-/* Allocate a world whose ranks are mapped to processes by proc_of (taken). */
-static mt_code world_alloc(const mt_coll_backend *b, int size, const mt_coll_world_opts *opts,
-                           int nprocs, int my_proc, mt_coll_world **out, mt_err *err)
+/* Allocate a world of s->size ranks on s->b over nprocs processes, with opts (checked); the
+ * caller maps the ranks (proc_of) and sets my_proc. */
+static mt_code world_alloc(const coll_world_spec *s, const mt_coll_world_opts *opts, int nprocs,
+                           mt_coll_world **out, mt_err *err)
 {
+    int size = s->size;
     mt_coll_world *w = mt_calloc(1, sizeof(*w));
     if (w == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll world: out of memory");
-    w->backend = b;
+    w->backend = s->b;
     w->engine = &world_engine;
     w->size = size;
     w->opts = *opts;
     w->seg = opts->segment_bytes / sizeof(float);
     w->nprocs = nprocs;
-    w->my_proc = my_proc;
     w->proc_of = mt_calloc((size_t)size, sizeof(*w->proc_of));
     w->by_rank = mt_calloc((size_t)size, sizeof(*w->by_rank));
     w->proc_addr = mt_calloc((size_t)nprocs, sizeof(*w->proc_addr));
@@ -389,10 +390,11 @@ static mt_code world_make_comms(mt_coll_world *w, mt_err *err)
     return MT_OK;
 }
 
-mt_code coll__world_new_local(const mt_coll_backend *b, int size, const mt_coll_world_opts *opts,
-                              mt_coll_world **out, mt_err *err)
+mt_code coll__world_new_local(const coll_world_spec *s, mt_coll_world **out, mt_err *err)
 {
     mt_coll_world_opts def = MT_COLL_WORLD_DEFAULTS;
+    const mt_coll_world_opts *opts = s->opts;
+    int size = s->size;
     mt_coll_world *w = NULL;
     mt_code rc;
 
@@ -403,8 +405,9 @@ mt_code coll__world_new_local(const mt_coll_backend *b, int size, const mt_coll_
         return mt_err_set(err, MT_INVALID_ARGUMENT, "coll world: size %d must be >= 1", size);
     if ((rc = check_opts(opts, err)) != MT_OK)
         return rc;
-    if ((rc = world_alloc(b, size, opts, 1, 0, &w, err)) != MT_OK)
+    if ((rc = world_alloc(s, opts, 1, &w, err)) != MT_OK)
         return rc;
+    w->my_proc = 0;
     w->proc_addr[0] = mt_strdup("local");
     if (w->proc_addr[0] == NULL) {
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll world: out of memory");
@@ -419,11 +422,13 @@ fail:
     return rc;
 }
 
-mt_code coll__world_new_net(const mt_coll_backend *b, mt_coll_net *net, int size,
-                            const mt_coll_rank_addr *table, const mt_coll_world_opts *opts,
-                            mt_coll_world **out, mt_err *err)
+mt_code coll__world_new_net(const coll_world_spec *s, mt_coll_world **out, mt_err *err)
 {
     mt_coll_world_opts def = MT_COLL_WORLD_DEFAULTS;
+    const mt_coll_world_opts *opts = s->opts;
+    mt_coll_net *net = s->net;
+    const mt_coll_rank_addr *table = s->table;
+    int size = s->size;
     mt_coll_world *w = NULL;
     mt_code rc;
     int nprocs = 0, my_proc = -1;
@@ -452,8 +457,9 @@ mt_code coll__world_new_net(const mt_coll_backend *b, mt_coll_net *net, int size
         }
         nprocs += !seen;
     }
-    if ((rc = world_alloc(b, size, opts, nprocs, -1, &w, err)) != MT_OK)
+    if ((rc = world_alloc(s, opts, nprocs, &w, err)) != MT_OK)
         return rc;
+    w->my_proc = -1;
     w->net = net;
     int np = 0;
     for (int r = 0; r < size; r++) {
@@ -536,11 +542,13 @@ void mt_coll_world_free(mt_coll_world *w)
     world_free_parts(w);
 }
 
-mt_code coll__world_new_backend(const mt_coll_backend *b, void *state, int size, const int *local,
-                                int nlocal, const mt_coll_world_opts *opts, mt_coll_world **out,
-                                mt_err *err)
+mt_code coll__world_new_backend(const coll_world_spec *s, mt_coll_world **out, mt_err *err)
 {
     mt_coll_world_opts def = MT_COLL_WORLD_DEFAULTS;
+    const mt_coll_backend *b = s->b;
+    const mt_coll_world_opts *opts = s->opts;
+    const int *local = s->local;
+    int size = s->size, nlocal = s->nlocal;
     mt_coll_world *w = NULL;
     mt_code rc;
 
@@ -556,8 +564,9 @@ mt_code coll__world_new_backend(const mt_coll_backend *b, void *state, int size,
     if ((rc = check_opts(opts != NULL ? opts : &def, err)) != MT_OK)
         return rc;
     /* process 0: this one (its ranks get comms), process 1: every other rank */
-    if ((rc = world_alloc(b, size, opts != NULL ? opts : &def, 2, 0, &w, err)) != MT_OK)
+    if ((rc = world_alloc(s, opts != NULL ? opts : &def, 2, &w, err)) != MT_OK)
         return rc;
+    w->my_proc = 0;
     for (int r = 0; r < size; r++)
         w->proc_of[r] = 1;
     for (int i = 0; i < nlocal; i++) {
@@ -577,7 +586,7 @@ mt_code coll__world_new_backend(const mt_coll_backend *b, void *state, int size,
     }
     if ((rc = world_make_comms(w, err)) != MT_OK)
         goto fail;
-    w->backend_state = state;
+    w->backend_state = s->state;
     *out = w;
     return MT_OK;
 fail:
@@ -608,9 +617,12 @@ void mt_coll_comm_set_step(mt_coll_comm *c, uint64_t step)
     c->auto_seq = 0;
 }
 
-const char *coll__group_problem(const mt_coll_world *w, int rank, const mt_coll_group *g, int *pos,
-                                char *why, size_t cap)
+const char *coll__group_problem(const mt_coll_world *w, int rank, const mt_coll_group *g,
+                                coll_group_pos *out)
 {
+    char *why = out->why;
+    size_t cap = sizeof(out->why);
+    int *pos = &out->pos;
     *pos = -1;
     if (g == NULL || g->ranks == NULL || g->size < 1) {
         snprintf(why, cap, "empty or NULL group");
@@ -686,15 +698,14 @@ static mt_code ctx_fail(coll_ctx *x, mt_code code, const char *fmt, ...)
                       x->step, x->seq, x->c->rank, body);
 }
 
-static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g,
-                         const mt_coll_call *call, const coll_run *r, mt_err *err)
+/* Enter call r on x->c over x->g (x zeroed but for c, g and err, as coll__run makes it). */
+static mt_code ctx_begin(coll_ctx *x, const mt_coll_call *call, const coll_run *r)
 {
     uint8_t op = r->op;
-    memset(x, 0, sizeof(*x));
-    x->c = c;
-    x->g = g;
+    mt_coll_comm *c = x->c;
+    const mt_coll_group *g = x->g;
+    mt_err *err = x->err;
     x->v.op = op;
-    x->err = err;
     x->v.total = r->total;
     x->v.pos = -1;
     x->blame = -1;
@@ -714,10 +725,9 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g,
         call != NULL && call->deadline_ms > 0 ? call->deadline_ms : c->w->opts.default_deadline_ms;
     x->start_ns = coll__now_ns();
     x->deadline_ns = x->start_ns + x->deadline_ms * 1000000LL;
-    char why[128];
-    int pos = -1;
-    if (coll__group_problem(c->w, c->rank, g, &pos, why, sizeof(why)) != NULL)
-        return ctx_fail(x, MT_INVALID_ARGUMENT, "%s", why);
+    coll_group_pos gp;
+    if (coll__group_problem(c->w, c->rank, g, &gp) != NULL)
+        return ctx_fail(x, MT_INVALID_ARGUMENT, "%s", gp.why);
     x->v.p = g->size;
     x->v.ranks = g->ranks;
     x->v.rank = c->rank;
@@ -725,7 +735,7 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g,
     x->v.direct_bytes = c->w->opts.direct_bytes;
     if (atomic_load(&c->w->cancelled))
         return ctx_fail(x, MT_CANCELLED, "the world was cancelled");
-    x->v.pos = pos; /* from here on, ctx_end tells the other members about a failure */
+    x->v.pos = gp.pos; /* from here on, ctx_end tells the other members about a failure */
     coll__progress_enter(c, op_name(op), x->step, x->seq);
     atomic_store(&c->entered, coll__tag_pack(x->step, x->seq) + 1);
     pthread_mutex_lock(&c->mu);
@@ -779,21 +789,31 @@ static void mark_stale(mt_coll_comm *c, uint64_t step, uint32_t seq)
     }
 }
 
+/* A PING or PONG: its kind, destination rank, the collective asked about and the answer. */
+typedef struct coll_ctl {
+    uint8_t kind; /* COLL_KIND_PING or COLL_KIND_PONG */
+    int dst;
+    uint64_t step;
+    uint32_t seq;
+    uint32_t code; /* PONG: enum coll_pong */
+} coll_ctl;
+
 /* Send a PING or PONG to a rank of another process, without waiting. */
-static void ctl_send(coll_ctx *x, int kind, int dst, uint64_t step, uint32_t seq, uint32_t code)
+static void ctl_send(coll_ctx *x, const coll_ctl *m)
 {
     mt_coll_world *w = x->c->w;
+    int dst = m->dst;
     if (x->nctl == 2 * COLL_MAXPING || w->by_rank[dst] != NULL)
         return;
     coll_hdr h = {.magic = COLL_MAGIC,
-                  .kind = (uint8_t)kind,
+                  .kind = m->kind,
                   .op = x->v.op,
                   .job = w->opts.job_id,
-                  .step = step,
-                  .seq = seq,
+                  .step = m->step,
+                  .seq = m->seq,
                   .src = x->c->rank,
                   .dst = dst,
-                  .code = code};
+                  .code = m->code};
     unsigned char hb[COLL_HDR_SIZE];
     coll_out f = {.hdr = hb, .hlen = COLL_HDR_SIZE};
     coll__hdr_encode(&h, hb);
@@ -824,8 +844,12 @@ static void answer_pings(coll_ctx *x)
         uint64_t tag = c->ping_tag[c->nping];
         int entered = atomic_load(&c->entered) >= tag + 1;
         pthread_mutex_unlock(&c->mu);
-        ctl_send(x, COLL_KIND_PONG, from, tag >> 24, (uint32_t)(tag & 0xffffffu),
-                 entered ? COLL_PONG_ENTERED : COLL_PONG_NOT_ENTERED);
+        coll_ctl pong = {.kind = COLL_KIND_PONG,
+                         .dst = from,
+                         .step = tag >> 24,
+                         .seq = (uint32_t)(tag & 0xffffffu),
+                         .code = entered ? COLL_PONG_ENTERED : COLL_PONG_NOT_ENTERED};
+        ctl_send(x, &pong);
         pthread_mutex_lock(&c->mu);
     }
 }
@@ -840,7 +864,8 @@ static int diagnose_start(coll_ctx *x)
     for (int i = 0; i < x->v.p; i++) {
         int r = x->g->ranks[i];
         if (c->w->by_rank[r] == NULL) {
-            ctl_send(x, COLL_KIND_PING, r, x->step, x->seq, 0);
+            coll_ctl ping = {.kind = COLL_KIND_PING, .dst = r, .step = x->step, .seq = x->seq};
+            ctl_send(x, &ping);
             asked++;
         }
     }
@@ -1951,8 +1976,8 @@ mt_code coll__fail(coll_call *v, mt_code code, const char *fmt, ...)
 mt_code coll__run(mt_coll_comm *comm, const mt_coll_group *group, const mt_coll_call *call,
                   const coll_run *r, mt_err *err)
 {
-    coll_ctx x;
-    mt_code rc = ctx_begin(&x, comm, group, call, r, err);
+    coll_ctx x = {.c = comm, .g = group, .err = err};
+    mt_code rc = ctx_begin(&x, call, r);
     if (rc == MT_OK)
         rc = r->fn(&x.v, r->arg);
     return ctx_end(&x, rc);
