@@ -319,10 +319,22 @@ void coll__net_detach(mt_coll_net *net, mt_coll_world *w);
 void coll__peers_close(mt_coll_world *w);
 /* Wait for c's outstanding sends (cancelling them first if cancel); first failure in err. */
 mt_code coll__sends_wait(mt_coll_comm *c, int cancel, mt_err *err);
-/* A control frame f (PING, PONG; borrowed) to process proc within timeout_ms; *out: an aio the
- * caller waits for and frees, or NULL when the send already completed. */
-mt_code coll__net_send_ctl(mt_coll_world *w, int proc, coll_out *f, int64_t timeout_ms,
-                           nng_aio **out);
+/* Control sends still in flight (the nng transport's; opaque to the engine), up to a bound:
+ * coll__net_ctl_reap waits for (or cancels) them and frees them. */
+typedef struct coll_ctl_set {
+    void *pending[2 * COLL_MAXPING];
+    int n;
+} coll_ctl_set;
+/* A control frame f (PING, PONG; borrowed) to process proc within timeout_ms, unless set is
+ * full; a send that has not completed on return is added to set. */
+void coll__net_send_ctl(mt_coll_world *w, int proc, coll_out *f, int64_t timeout_ms,
+                        coll_ctl_set *set);
+void coll__net_ctl_reap(coll_ctl_set *set);
+/* A comm's transport state for sends (the nng transport's send slots, c->aio...): made with the
+ * comm, cancelled by mt_coll_world_cancel (a send stuck on a dead peer ends), freed with it. */
+mt_code coll__net_comm_init(mt_coll_comm *c, mt_err *err);
+void coll__net_cancel_sends(mt_coll_comm *c);
+void coll__net_comm_fini(mt_coll_comm *c);
 /* INVALID_ARGUMENT for an address of another transport, FAILED_PRECONDITION for a plain address
  * when net uses TLS; else MT_OK and *is_local (addr is net's own). */
 mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_local);

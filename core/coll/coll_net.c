@@ -1081,11 +1081,64 @@ mt_code coll__net_send(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_
     return transport_to(c->w, proc)->send(c, proc, f, deadline_ns, err);
 }
 
-mt_code coll__net_send_ctl(mt_coll_world *w, int proc, coll_out *f, int64_t timeout_ms,
-                           nng_aio **out)
+void coll__net_send_ctl(mt_coll_world *w, int proc, coll_out *f, int64_t timeout_ms,
+                        coll_ctl_set *set)
 {
-    *out = NULL;
-    return transport_to(w, proc)->send_ctl(w, proc, f, timeout_ms, out);
+    nng_aio *a = NULL;
+    if (set->n == (int)(sizeof(set->pending) / sizeof(set->pending[0])))
+        return;
+    if (transport_to(w, proc)->send_ctl(w, proc, f, timeout_ms, &a) == MT_OK && a != NULL)
+        set->pending[set->n++] = a; /* the direct transport sent it synchronously (a == NULL) */
+}
+
+void coll__net_ctl_reap(coll_ctl_set *set)
+{
+    for (int i = 0; i < set->n; i++) {
+        nng_aio *a = set->pending[i];
+        nng_aio_cancel(a);
+        nng_aio_wait(a);
+        if (nng_aio_result(a) != 0)
+            nng_msg_free(nng_aio_get_msg(a));
+        nng_aio_free(a);
+    }
+    set->n = 0;
+}
+
+static void aio_done_cb(void *arg)
+{
+    atomic_store((_Atomic int *)arg, 1);
+}
+
+mt_code coll__net_comm_init(mt_coll_comm *c, mt_err *err)
+{
+    for (int i = 0; i < COLL_NAIO; i++) {
+        atomic_init(&c->aio_done[i], 1);
+        if (nng_aio_alloc(&c->aio[i], aio_done_cb, &c->aio_done[i]) != 0)
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll comm %d: cannot allocate aio",
+                              c->rank);
+    }
+    return MT_OK;
+}
+
+void coll__net_cancel_sends(mt_coll_comm *c)
+{
+    for (int k = 0; k < COLL_NAIO; k++)
+        if (c->aio[k] != NULL)
+            nng_aio_cancel(c->aio[k]);
+}
+
+void coll__net_comm_fini(mt_coll_comm *c)
+{
+    for (int i = 0; i < COLL_NAIO; i++) {
+        if (c->aio[i] != NULL) {
+            nng_aio_cancel(c->aio[i]);
+            nng_aio_wait(c->aio[i]);
+            nng_msg *m = nng_aio_get_msg(c->aio[i]);
+            if (m != NULL && nng_aio_result(c->aio[i]) != 0)
+                nng_msg_free(m);
+            nng_aio_free(c->aio[i]);
+        }
+    }
 }
 
 static mt_code direct_send(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns, mt_err *err)

@@ -160,11 +160,6 @@ static void deliver(mt_coll_world *w, coll_frame *f)
 
 /* ------------------------------------------------------------------ comms */
 
-static void aio_done_cb(void *arg)
-{
-    atomic_store((_Atomic int *)arg, 1);
-}
-
 static void drive_release(mt_coll_comm *c);
 
 static mt_code comm_init(mt_coll_comm *c, mt_coll_world *w, int rank, mt_err *err)
@@ -176,13 +171,9 @@ static mt_code comm_init(mt_coll_comm *c, mt_coll_world *w, int rank, mt_err *er
     c->pong = mt_calloc((size_t)w->size, 1);
     if (c->q == NULL || c->pong == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll comm %d: out of memory", rank);
-    for (int i = 0; i < COLL_NAIO; i++) {
-        atomic_init(&c->aio_done[i], 1);
-        if (nng_aio_alloc(&c->aio[i], aio_done_cb, &c->aio_done[i]) != 0) {
-            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll comm %d: cannot allocate aio",
-                              rank);
-        }
-    }
+    mt_code rc = coll__net_comm_init(c, err);
+    if (rc != MT_OK)
+        return rc;
     pthread_mutex_init(&c->mu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -201,16 +192,7 @@ static void comm_fini(mt_coll_comm *c)
     mt_free(c->pong);
     for (int j = 0; j < COLL_POST_PIECES; j++)
         mt_free(c->post.piece[j]);
-    for (int i = 0; i < COLL_NAIO; i++) {
-        if (c->aio[i] != NULL) {
-            nng_aio_cancel(c->aio[i]);
-            nng_aio_wait(c->aio[i]);
-            nng_msg *m = nng_aio_get_msg(c->aio[i]);
-            if (m != NULL && nng_aio_result(c->aio[i]) != 0)
-                nng_msg_free(m);
-            nng_aio_free(c->aio[i]);
-        }
-    }
+    coll__net_comm_fini(c);
     if (c->q != NULL) {
         for (int s = 0; s < c->w->size; s++) {
             coll_frame *f;
@@ -520,9 +502,7 @@ void coll__world_cancel(mt_coll_world *w)
     atomic_store(&w->cancelled, 1);
     for (int i = 0; i < w->nlocal; i++) {
         mt_coll_comm *c = &w->comms[i];
-        for (int k = 0; k < COLL_NAIO; k++)
-            if (c->aio[k] != NULL)
-                nng_aio_cancel(c->aio[k]); /* a send stuck on a dead peer ends now */
+        coll__net_cancel_sends(c); /* a send stuck on a dead peer ends now */
         pthread_mutex_lock(&c->mu);
         pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
@@ -661,12 +641,11 @@ typedef struct coll_ctx {
     uint32_t seq;
     int64_t deadline_ns;
     int64_t deadline_ms;
-    int64_t start_ns;               /* when the call began (opts.observe) */
-    int from_abort;                 /* the failure came from a peer's ABORT: do not re-broadcast */
-    int blame;                      /* rank whose message was inconsistent, -1 none */
-    int diagnosed;                  /* PINGs went out after the deadline */
-    nng_aio *ctl[2 * COLL_MAXPING]; /* PING / PONG sends in flight */
-    int nctl;
+    int64_t start_ns; /* when the call began (opts.observe) */
+    int from_abort;   /* the failure came from a peer's ABORT: do not re-broadcast */
+    int blame;        /* rank whose message was inconsistent, -1 none */
+    int diagnosed;    /* PINGs went out after the deadline */
+    coll_ctl_set ctl; /* PING / PONG sends in flight */
     mt_err *err;
 } coll_ctx;
 
@@ -803,7 +782,7 @@ static void ctl_send(coll_ctx *x, const coll_ctl *m)
 {
     mt_coll_world *w = x->c->w;
     int dst = m->dst;
-    if (x->nctl == 2 * COLL_MAXPING || w->by_rank[dst] != NULL)
+    if (w->by_rank[dst] != NULL)
         return;
     coll_hdr h = {.magic = COLL_MAGIC,
                   .kind = m->kind,
@@ -817,22 +796,7 @@ static void ctl_send(coll_ctx *x, const coll_ctl *m)
     unsigned char hb[COLL_HDR_SIZE];
     coll_out f = {.hdr = hb, .hlen = COLL_HDR_SIZE};
     coll__hdr_encode(&h, hb);
-    nng_aio *a;
-    if (coll__net_send_ctl(w, w->proc_of[dst], &f, COLL_DIAG_NS / 1000000LL, &a) == MT_OK &&
-        a != NULL)
-        x->ctl[x->nctl++] = a; /* the direct transport sent it synchronously (a == NULL) */
-}
-
-static void ctl_reap(coll_ctx *x)
-{
-    for (int i = 0; i < x->nctl; i++) {
-        nng_aio_cancel(x->ctl[i]);
-        nng_aio_wait(x->ctl[i]);
-        if (nng_aio_result(x->ctl[i]) != 0)
-            nng_msg_free(nng_aio_get_msg(x->ctl[i]));
-        nng_aio_free(x->ctl[i]);
-    }
-    x->nctl = 0;
+    coll__net_send_ctl(w, w->proc_of[dst], &f, COLL_DIAG_NS / 1000000LL, &x->ctl);
 }
 
 /* Answer the PINGs of members diagnosing a deadline (called with c->mu held). */
@@ -923,7 +887,7 @@ static mt_code ctx_end(coll_ctx *x, mt_code rc)
         return rc;
     if (rc != MT_OK)
         drive_release(c); /* the reader thread delivers what comes next */
-    ctl_reap(x);
+    coll__net_ctl_reap(&x->ctl);
     mt_code wrc = coll__sends_wait(c, rc != MT_OK, rc == MT_OK ? x->err : NULL);
     if (rc == MT_OK && wrc != MT_OK)
         rc = wrc;
