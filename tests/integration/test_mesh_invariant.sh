@@ -16,8 +16,8 @@
 #   batch=2,model=2, batch=1,model=2, batch=2,feature=2,model=2 and batch=1,feature=2,model=1,
 #   and the Fashion-MNIST MLP's model-parallel spec on batch=2,model=2, each against the
 #   data-parallel spec of its model on batch=1 (identical exports, digests at every step); the
-#   CNN on batch=2,model=2 with both conv2d kernels' filters split over `model`, and with the
-#   second conv's input channels split instead, 10 steps.
+#   CNN on batch=1,feature=2,model=2 with the first conv's filters and the second's input
+#   channels over `feature` and the second's filters over `model`, 10 steps.
 # * the transformer kinds: examples/char_lm.json cut to 2 blocks, 32 wide, 16 positions (embedding,
 #   position_embedding, dropout, layer_norm, attention, gelu dense, adds; AdamW, global_clipnorm)
 #   on batch=1, 2, 4, its Megatron layouts (char_lm_tensor_parallel.json) and its residual
@@ -46,7 +46,6 @@ import json, sys
 src, ex, name = sys.argv[1:]
 base = {"fmnist": "fashion_mnist_mlp", "cnn": "fashion_mnist_cnn",
         "rescnn": "fashion_mnist_residual_cnn", "cnn_mp": "fashion_mnist_cnn",
-        "cnn_kin": "fashion_mnist_cnn",
         "mp": "dtensor_mlp_model_parallel", "sp": "dtensor_mlp_spatial_parallel",
         "fmnist_mp": "fashion_mnist_mlp_model_parallel", "lm": "char_lm",
         "lm_tp": "char_lm_tensor_parallel",
@@ -62,11 +61,10 @@ if name == "dropout":
 if name in ("fsdp", "fsdp_keep"):
     s["layouts"] = {"dense_1\\.kernel": ["batch", "unsharded"],
                     "dense_2\\.kernel": ["batch", "unsharded"]}
-if name in ("cnn_mp", "cnn_kin"):  # conv2d_2: its filters, or its input channels (Megatron-like)
-    s["layouts"] = {"conv2d_1\\.kernel": ["unsharded", "unsharded", "unsharded", "model"],
-                    "conv2d_2\\.kernel": ["unsharded", "unsharded", "unsharded", "model"]}
-    if name == "cnn_kin":
-        s["layouts"]["conv2d_2\\.kernel"] = ["unsharded", "unsharded", "model", "unsharded"]
+if name == "cnn_mp":  # conv2d_1's filters over feature, conv2d_2's input channels too (no
+    # gather between them) and its filters over model (its dcols summed over model)
+    s["layouts"] = {"conv2d_1\\.kernel": ["unsharded", "unsharded", "unsharded", "feature"],
+                    "conv2d_2\\.kernel": ["unsharded", "unsharded", "feature", "model"]}
 if name == "fsdp_keep":
     s["fsdp"] = {"reshard_after_forward": False}
 if name == "lm_fs":  # the residual stream's features over `model` (its layer norms split)
@@ -133,20 +131,19 @@ done
 # spatial-parallel spec (also dense_1's contraction over `feature`, the input sharded over it) and
 # the Fashion-MNIST MLP's model-parallel spec give the bits of the data-parallel spec with the
 # same model on batch=1 (only the layouts differ): identical exports, digests at every step;
-# so do the CNN with both conv2d kernels' filters over `model` (the first conv's output channels
-# sharded through max_pool2d into the second conv, whose input is gathered; its channels
-# gathered by flatten; the dense layers after it replicate over `model`) and with the first
-# conv's filters and the second's input channels over `model` (no gather between them; 10 steps
-# each: a CNN step is the slow part of this test), and
+# so does the CNN with the first conv's filters over `feature` (its output channels sharded
+# through max_pool2d into the second conv), the second conv's input channels over `feature` (no
+# gather between them: a split contraction) and its filters over `model` (a split output: its
+# dcols summed over `model`; its channels gathered by flatten, the dense layers replicated; 10
+# steps: a CNN step is the slow part of this test), and
 # char_lm's
 # Megatron layouts (char_lm_tensor_parallel: heads, fc units and the vocabulary over `model`)
 # and its residual stream's features over `model` (layer norms, position table and embedding
 # features split; the dense kernels alternate contraction and output splits)
 for c in "mp sentiment $STEPS batch=2,model=2 batch=1,model=2" \
     "sp sentiment $STEPS batch=2,feature=2,model=2 batch=1,feature=2,model=1" \
-    "fmnist_mp fmnist $STEPS batch=2,model=2" "cnn_mp cnn 10 batch=2,model=2" \
-    "cnn_kin cnn 10 batch=2,model=2" "lm_tp lm 20 batch=2,model=2" \
-    "lm_fs lm 20 batch=2,model=2"; do
+    "fmnist_mp fmnist $STEPS batch=2,model=2" "cnn_mp cnn 10 batch=1,feature=2,model=2" \
+    "lm_tp lm 20 batch=2,model=2" "lm_fs lm 20 batch=2,model=2"; do
     set -- $c
     name=$1 ref=$2 steps=$3
     shift 3
@@ -192,12 +189,13 @@ expect_fail 4 "needs the batch dimension's size (3) to be a power of two dividin
 expect_fail 4 "model.layers\[0\] (dense_1): reproducibility: \"mesh_invariant\" needs mesh dimension 'model' (size 16), which splits the kernel's axis 1 (48 wide), to be a power of two dividing its 8 leaves" \
     "$BIN/meshtrain" plan mp.json --mesh batch=1,model=16
 python3 -c "
-import json; s = json.load(open('cnn_kin.json')); del s['layouts']['conv2d_1\\\\.kernel']
-json.dump(s, open('cnn_kin2.json', 'w'))"
+import json; s = json.load(open('cnn.json'))
+s['layouts'] = {'conv2d_2\\\\.kernel': ['unsharded', 'unsharded', 'model', 'unsharded']}
+json.dump(s, open('cnn_kin.json', 'w'))"
 expect_fail 4 "model.layers\[2\] (conv2d_2): reproducibility: \"mesh_invariant\" needs mesh dimension 'model' (size 16), which splits the kernel's axis 2 (32 wide), to be a power of two dividing its 8 leaves" \
-    "$BIN/meshtrain" plan cnn_kin2.json --mesh batch=1,model=16
-expect_fail 4 "model.layers\[0\] (conv2d_1): reproducibility: \"mesh_invariant\" needs mesh dimension 'model' (size 16), which splits the kernel's axis 3 (32 wide), to be a power of two dividing its 8 leaves" \
-    "$BIN/meshtrain" plan cnn_mp.json --mesh batch=1,model=16
+    "$BIN/meshtrain" plan cnn_kin.json --mesh batch=1,model=16
+expect_fail 4 "model.layers\[0\] (conv2d_1): reproducibility: \"mesh_invariant\" needs mesh dimension 'feature' (size 16), which splits the kernel's axis 3 (32 wide), to be a power of two dividing its 8 leaves" \
+    "$BIN/meshtrain" plan cnn_mp.json --mesh batch=1,feature=16,model=1
 python3 -c "
 import json; s = json.load(open('sentiment.json'))
 s['elastic'] = {'min_batch': 2}; json.dump(s, open('elastic.json', 'w'))"
