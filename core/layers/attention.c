@@ -14,12 +14,14 @@
  * input axis — computes a block's attention with no communication of its own.
  * The softmax probabilities (B, heads, T, T) are kept for the backward.
  * Sequence parallelism (positions split over l->sdim, each device holding T/S rows of every
- * example): every query needs every earlier key and value, so the forward allgathers the rows
- * of the input over sdim and computes its own query rows against the keys and values up to its
- * last row (the causal mask at the rows' global offset; rows_forward); the backward gives the
- * gradient of its queries and its share of every earlier position's key and value gradient
- * (rows_backward), which are reduce-scattered over sdim. The probabilities kept are the rows'
- * (B, heads, T/S, T).
+ * example: two blocks of T/2S positions, k and 2S-1-k, when T/S is even, so that under the causal
+ * mask every device meets as many keys as the others; mt_layer_seq_blocks): every query needs
+ * every earlier key and value, so the forward allgathers the rows of the input over sdim, puts
+ * them at their positions and computes its own query rows, in blocks of ROW_BLOCK rows, against
+ * the keys and values up to each block's last row (the causal mask at the rows' positions;
+ * rows_forward); the backward gives the gradient of its queries and its share of every earlier
+ * position's key and value gradient (rows_backward), which are reduce-scattered over sdim. The
+ * probabilities kept are the rows' (B, heads, T/S, T).
  * Reference: mt_attention_forward_ref / mt_attention_backward_ref (core/tensor).
  */
 #include <math.h>
@@ -89,91 +91,115 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
 typedef void (*gemm_fn)(bool, bool, size_t, size_t, size_t, float, const float *, size_t,
                         const float *, size_t, float, float *, size_t);
 
+/* Query rows per block of the sequence-parallel kernels: a block meets only the keys up to its
+ * last row (causal), so the products above the diagonal's blocks are never computed. */
+#define ROW_BLOCK 32
+
 /*
- * Sequence parallelism: the heads of query rows [r0, r0 + rl) of every example of the gathered
- * qkv (batch, t, 3·h·hd) against its keys and values up to the rows' last one (causal) or all.
- * out: (batch, rl, h·hd); probs: (batch, h, rl, t), row i's softmax over keys [0, n_i), zeros
- * beyond (n_i = r0 + i + 1 when causal, else t).
+ * Sequence parallelism: the heads of the n query rows [lo, lo + n) of the device's rl rows of
+ * every example, at positions [r0, r0 + n) of the gathered qkv (batch, t, 3·h·hd), against its
+ * keys and values up to the rows' last one (causal) or all. out: (batch, rl, h·hd); probs:
+ * (batch, h, rl, t), row i's softmax over keys [0, n_i), zeros beyond (n_i = r0 + i + 1 when
+ * causal, else t).
  */
 static void rows_forward(bool ref, float *out, float *probs, const float *qkv, size_t batch,
-                         size_t t, size_t r0, size_t rl, size_t h, size_t hd, bool causal)
+                         size_t t, size_t rl, size_t lo, size_t r0, size_t n, size_t h, size_t hd,
+                         bool causal)
 {
     gemm_fn gemm = ref ? mt_gemm_ref : mt_gemm;
-    size_t w = 3 * h * hd, wo = h * hd, kn = causal ? r0 + rl : t;
+    size_t w = 3 * h * hd, wo = h * hd, kn = causal ? r0 + n : t;
     float scale = 1.0f / sqrtf((float)hd);
 
     for (size_t e = 0; e < batch; e++)
         for (size_t hh = 0; hh < h; hh++) {
             const float *q = qkv + (e * t + r0) * w + 3 * hd * hh;
             const float *k = qkv + e * t * w + 3 * hd * hh + hd;
-            float *p = probs + (e * h + hh) * rl * t;
-            gemm(false, true, rl, kn, hd, scale, q, w, k, w, 0.0f, p, t);
-            for (size_t i = 0; i < rl; i++) {
+            float *p = probs + ((e * h + hh) * rl + lo) * t;
+            gemm(false, true, n, kn, hd, scale, q, w, k, w, 0.0f, p, t);
+            for (size_t i = 0; i < n; i++) {
                 float *row = p + i * t, m = row[0], sum = 0.0f;
-                size_t n = causal ? r0 + i + 1 : t;
-                for (size_t j = 1; j < n; j++)
+                size_t nk = causal ? r0 + i + 1 : t;
+                for (size_t j = 1; j < nk; j++)
                     m = row[j] > m ? row[j] : m;
-                for (size_t j = 0; j < n; j++) {
+                for (size_t j = 0; j < nk; j++) {
                     row[j] = expf(row[j] - m);
                     sum += row[j];
                 }
-                for (size_t j = 0; j < n; j++)
+                for (size_t j = 0; j < nk; j++)
                     row[j] /= sum;
-                memset(row + n, 0, (t - n) * sizeof(float));
+                memset(row + nk, 0, (t - nk) * sizeof(float));
             }
-            gemm(false, false, rl, hd, kn, 1.0f, p, t, k + hd, w, 0.0f, out + e * rl * wo + hd * hh,
-                 wo);
+            gemm(false, false, n, hd, kn, 1.0f, p, t, k + hd, w, 0.0f,
+                 out + (e * rl + lo) * wo + hd * hh, wo);
         }
 }
 
 /*
- * The backward of rows_forward: dqkv (batch, t, 3·h·hd), zeroed here, gets the gradient of the
- * rows' queries and their share of the keys' and values' gradients, from dout (batch, rl, h·hd).
- * ds: rl·t floats of scratch.
+ * The backward of rows_forward: dqkv (batch, t, 3·h·hd), zeroed by the caller, gets the gradient
+ * of the rows' queries and their share of the keys' and values' gradients (added), from dout
+ * (batch, rl, h·hd). ds: n·t floats of scratch.
  */
 static void rows_backward(bool ref, float *dqkv, float *ds, const float *dout, const float *qkv,
-                          const float *probs, size_t batch, size_t t, size_t r0, size_t rl,
-                          size_t h, size_t hd, bool causal)
+                          const float *probs, size_t batch, size_t t, size_t rl, size_t lo,
+                          size_t r0, size_t n, size_t h, size_t hd, bool causal)
 {
     gemm_fn gemm = ref ? mt_gemm_ref : mt_gemm;
-    size_t w = 3 * h * hd, wo = h * hd, kn = causal ? r0 + rl : t;
+    size_t w = 3 * h * hd, wo = h * hd, kn = causal ? r0 + n : t;
     float scale = 1.0f / sqrtf((float)hd);
 
-    memset(dqkv, 0, batch * t * w * sizeof(float));
     for (size_t e = 0; e < batch; e++)
         for (size_t hh = 0; hh < h; hh++) {
             size_t qo = (e * t + r0) * w + 3 * hd * hh, ko = e * t * w + 3 * hd * hh + hd;
-            const float *p = probs + (e * h + hh) * rl * t, *dy = dout + e * rl * wo + hd * hh;
-            /* dv (kn, hd) = pᵀ · dy; dp (rl, kn) = dy · vᵀ, into ds */
-            gemm(true, false, kn, hd, rl, 1.0f, p, t, dy, wo, 0.0f, dqkv + ko + hd, w);
-            gemm(false, true, rl, kn, hd, 1.0f, dy, wo, qkv + ko + hd, w, 0.0f, ds, t);
-            for (size_t i = 0; i < rl; i++) { /* ds = p ⊙ (dp − Σ_j dp·p) / √hd */
-                size_t n = causal ? r0 + i + 1 : t;
+            const float *p = probs + ((e * h + hh) * rl + lo) * t;
+            const float *dy = dout + (e * rl + lo) * wo + hd * hh;
+            /* dv (kn, hd) += pᵀ · dy; dp (n, kn) = dy · vᵀ, into ds */
+            gemm(true, false, kn, hd, n, 1.0f, p, t, dy, wo, 1.0f, dqkv + ko + hd, w);
+            gemm(false, true, n, kn, hd, 1.0f, dy, wo, qkv + ko + hd, w, 0.0f, ds, t);
+            for (size_t i = 0; i < n; i++) { /* ds = p ⊙ (dp − Σ_j dp·p) / √hd */
+                size_t nk = causal ? r0 + i + 1 : t;
                 float dot = 0.0f;
-                for (size_t j = 0; j < n; j++)
+                for (size_t j = 0; j < nk; j++)
                     dot += ds[i * t + j] * p[i * t + j];
-                for (size_t j = 0; j < n; j++)
+                for (size_t j = 0; j < nk; j++)
                     ds[i * t + j] = p[i * t + j] * (ds[i * t + j] - dot) * scale;
-                for (size_t j = n; j < kn; j++)
+                for (size_t j = nk; j < kn; j++)
                     ds[i * t + j] = 0.0f;
             }
-            /* dq (rl, hd) = ds · k; dk (kn, hd) = dsᵀ · q */
-            gemm(false, false, rl, hd, kn, 1.0f, ds, t, qkv + ko, w, 0.0f, dqkv + qo, w);
-            gemm(true, false, kn, hd, rl, 1.0f, ds, t, qkv + qo, w, 0.0f, dqkv + ko, w);
+            /* dq (n, hd) = ds · k; dk (kn, hd) += dsᵀ · q */
+            gemm(false, false, n, hd, kn, 1.0f, ds, t, qkv + ko, w, 0.0f, dqkv + qo, w);
+            gemm(true, false, kn, hd, n, 1.0f, ds, t, qkv + qo, w, 1.0f, dqkv + ko, w);
         }
 }
 
-/* Rows [k·rl, (k+1)·rl) of every example of full (batch, S·rl, w) <-> block k of blocks
- * (S, batch, rl, w): the order of the collectives' member chunks. */
+/* The device's rl rows in blocks of at most ROW_BLOCK rows, within each of its blocks of positions
+ * (mt_layer_seq_blocks): *lo, *r0, *n of block i; false past the last one. */
+static bool row_block(size_t nb, const size_t *start, size_t rl, size_t i, size_t *lo, size_t *r0,
+                      size_t *n)
+{
+    size_t len = rl / nb, per = (len + ROW_BLOCK - 1) / ROW_BLOCK, k = i / per, j = i % per;
+    if (k >= nb)
+        return false;
+    *lo = k * len + j * ROW_BLOCK;
+    *r0 = start[k] + j * ROW_BLOCK;
+    *n = len - j * ROW_BLOCK < ROW_BLOCK ? len - j * ROW_BLOCK : ROW_BLOCK;
+    return true;
+}
+
+/* The rl rows of member k of every example of full (batch, S·rl, w), at their positions
+ * (mt_layer_seq_blocks) <-> chunk k of blocks (S, batch, rl, w): the order of the collectives'
+ * member chunks. */
 static void to_blocks(float *blocks, float *full, size_t batch, size_t s, size_t rl, size_t w,
                       bool back)
 {
-    for (size_t k = 0; k < s; k++)
-        for (size_t e = 0; e < batch; e++) {
-            float *bk = blocks + (k * batch + e) * rl * w;
-            float *f = full + (e * s + k) * rl * w;
-            memcpy(back ? f : bk, back ? bk : f, rl * w * sizeof(float));
-        }
+    for (size_t k = 0; k < s; k++) {
+        size_t start[2], nb = mt_layer_seq_blocks(s, k, rl, start), len = rl / nb;
+        for (size_t e = 0; e < batch; e++)
+            for (size_t j = 0; j < nb; j++) {
+                float *bk = blocks + ((k * batch + e) * rl + j * len) * w;
+                float *f = full + (e * s * rl + start[j]) * w;
+                memcpy(back ? f : bk, back ? bk : f, len * w * sizeof(float));
+            }
+    }
 }
 
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
@@ -181,7 +207,7 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
 {
     size_t h = local_heads(l, dev), hd = l->in_c / (3 * l->s.heads), b = ps->batch;
     size_t s = mt_layer__dsz(dev, l->sdim), rl = l->in_rows, w = l->in_loc / rl;
-    size_t k0 = (size_t)dev->coord(dev->ctx, l->sdim);
+    size_t start[2], nb, lo, r0, n;
     float *qkv = st->scr[QKV], *work = st->scr[WORK];
     mt_code rc;
 
@@ -193,7 +219,10 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
     if ((rc = dev->allgather(dev->ctx, l->sdim, st->in, b * rl * w, work)) != MT_OK)
         return rc;
     to_blocks(work, qkv, b, s, rl, w, true);
-    rows_forward(ps->ref, st->out, st->scr[PROBS], qkv, b, s * rl, k0 * rl, rl, h, hd, l->s.causal);
+    nb = mt_layer__seq_blocks(l, dev, rl, start);
+    for (size_t i = 0; row_block(nb, start, rl, i, &lo, &r0, &n); i++)
+        rows_forward(ps->ref, st->out, st->scr[PROBS], qkv, b, s * rl, rl, lo, r0, n, h, hd,
+                     l->s.causal);
     return MT_OK;
 }
 
@@ -202,7 +231,7 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
 {
     size_t h = local_heads(l, dev), hd = l->in_c / (3 * l->s.heads), b = ps->batch;
     size_t s = mt_layer__dsz(dev, l->sdim), rl = l->in_rows, w = l->in_loc / rl;
-    size_t k0 = (size_t)dev->coord(dev->ctx, l->sdim);
+    size_t start[2], nb, lo, r0, n;
     float *work = st->scr[WORK], *dqkv = st->scr[DQKV];
 
     *dx = st->dx_buf;
@@ -213,8 +242,11 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
             st->dx_buf, st->scr[DS], dy, st->in, st->scr[PROBS], b, rl, h, hd, l->s.causal);
         return MT_OK;
     }
-    rows_backward(ps->ref, dqkv, st->scr[DS], dy, st->scr[QKV], st->scr[PROBS], b, s * rl, k0 * rl,
-                  rl, h, hd, l->s.causal);
+    memset(dqkv, 0, b * s * rl * w * sizeof(float));
+    nb = mt_layer__seq_blocks(l, dev, rl, start);
+    for (size_t i = 0; row_block(nb, start, rl, i, &lo, &r0, &n); i++)
+        rows_backward(ps->ref, dqkv, st->scr[DS], dy, st->scr[QKV], st->scr[PROBS], b, s * rl, rl,
+                      lo, r0, n, h, hd, l->s.causal);
     to_blocks(work, dqkv, b, s, rl, w, false);
     return dev->reduce_scatter(dev->ctx, l->sdim, work, s * b * rl * w, st->dx_buf);
 }

@@ -30,6 +30,7 @@
 #include "tensor/mt_tensor.h"
 
 enum { KERNEL, BIAS };
+enum { MSP_A, MSP_B, MSP_C }; /* Megatron-SP scratch */
 
 static const char *const keys[] = {"units", "activation", "use_bias", "tied_to", NULL};
 
@@ -98,11 +99,28 @@ static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
     return rc;
 }
 
+/* Megatron-SP: the layer gathers its input rows over tdim (column parallel) / scatters its
+ * output rows (row parallel). */
+static bool msp_gathers(const mt_layer *l)
+{
+    return l->rin >= 0 && l->rout < 0;
+}
+
+static bool msp_scatters(const mt_layer *l)
+{
+    return l->rin < 0 && l->rout >= 0;
+}
+
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
                      mt_layer_alloc *a, mt_err *err)
 {
     mt_code rc = mt_layer__io(l, st, b, a, err);
-    (void)dev;
+    size_t m = mt_layer__dsz(dev, l->tdim);
+    /* gathers: the gathered rows, the collective's blocks, the rows' input gradient; scatters:
+     * the partial output (then the output gradient's rows) and the collective's blocks */
+    size_t n = msp_gathers(l) ? b * l->in_loc * m : msp_scatters(l) ? b * l->out_loc * m : 0;
+    for (int k = MSP_A; rc == MT_OK && n > 0 && k <= (msp_gathers(l) ? MSP_C : MSP_B); k++)
+        rc = mt_layer_buf(a, l, &st->scr[k], n, sizeof(float), err);
     if (rc == MT_OK && l->xf != l->kin) {
         rc = mt_layer_buf(a, l, (void **)&st->xin, b * l->use_loc, sizeof(float), err);
         if (rc == MT_OK && !mt_layer__reads_input(l))
@@ -142,12 +160,100 @@ static void tied_backward(bool ref, float *dx, float *dt, float *db, const float
                                                           out);
 }
 
+/* y = x · kernel + bias (bias may be NULL), or with a tied table (units, in) transposed. */
+static void kernel_forward(const mt_layer *l, const mt_layer_state *st, bool ref, float *y,
+                           const float *x, const float *bias, size_t rows, size_t in, size_t out)
+{
+    if (l->s.tied)
+        tied_forward(ref, y, x, st->pv[KERNEL], bias, rows, in, out);
+    else
+        (ref ? mt_dense_forward_ref : mt_dense_forward)(y, x, st->pv[KERNEL], bias, rows, in, out);
+}
+
+static void kernel_backward(const mt_layer *l, const mt_layer_state *st, bool ref, float *dx,
+                            const float *dy, size_t rows, size_t in, size_t out)
+{
+    if (l->s.tied)
+        tied_backward(ref, dx, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL], rows, in,
+                      out);
+    else
+        (ref ? mt_dense_backward_ref : mt_dense_backward)(dx, st->pg[KERNEL], st->pg[BIAS], dy,
+                                                          st->used, st->pv[KERNEL], rows, in, out);
+}
+
+/*
+ * Megatron-SP's forward (docs/transformers.md): a column-parallel layer allgathers its input
+ * rows over tdim and computes its output shard for them all; a row-parallel one reduce-scatters
+ * its partial sums by rows over tdim and adds the bias to its rows.
+ */
+static mt_code msp_forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                           const mt_layer_pass *ps)
+{
+    size_t m = mt_layer__dsz(dev, l->tdim), b = ps->batch, cin = l->use_loc / l->in_rows;
+    size_t cout = l->out_loc / l->out_rows;
+    float *bias = st->pv[BIAS];
+    mt_code rc;
+
+    if (msp_gathers(l)) {
+        rc = mt_layer__msp_gather(l, dev, st->in, b, l->in_rows, cin, st->scr[MSP_B],
+                                  st->scr[MSP_A]);
+        st->used = st->scr[MSP_A];
+        if (rc == MT_OK)
+            kernel_forward(l, st, ps->ref, st->out, st->used, bias, b * l->in_rows * m, cin, cout);
+        return rc;
+    }
+    kernel_forward(l, st, ps->ref, st->scr[MSP_A], st->used, NULL, b * l->in_rows, cin, cout);
+    rc = mt_layer__msp_scatter(l, dev, st->scr[MSP_A], b, l->out_rows, cout, st->scr[MSP_B],
+                               st->out);
+    for (size_t r = 0; rc == MT_OK && bias != NULL && r < b * l->out_rows; r++)
+        for (size_t j = 0; j < cout; j++)
+            st->out[r * cout + j] += bias[j];
+    return rc;
+}
+
+/* Megatron-SP's backward of a layer that gathers or scatters rows: the reverse collectives. */
+static mt_code msp_backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                            const mt_layer_pass *ps, float *dy)
+{
+    size_t m = mt_layer__dsz(dev, l->tdim), b = ps->batch, cin = l->use_loc / l->in_rows;
+    size_t cout = l->out_loc / l->out_rows;
+    mt_code rc;
+
+    if (msp_gathers(l)) {
+        kernel_backward(l, st, ps->ref, st->dx_buf != NULL ? st->scr[MSP_C] : NULL, dy,
+                        b * l->in_rows * m, cin, cout);
+        if (st->dx_buf == NULL)
+            return MT_OK;
+        return mt_layer__msp_scatter(l, dev, st->scr[MSP_C], b, l->in_rows, cin, st->scr[MSP_B],
+                                     st->dx_buf);
+    }
+    rc = mt_layer__msp_gather(l, dev, dy, b, l->out_rows, cout, st->scr[MSP_B], st->scr[MSP_A]);
+    if (rc == MT_OK)
+        kernel_backward(l, st, ps->ref, st->dx_buf, st->scr[MSP_A], b * l->in_rows, cin, cout);
+    return rc;
+}
+
+/* Megatron-SP: a layer on split rows outside the tensor-parallel region has partial weight
+ * gradients: summed over tdim (a tied kernel's by the embedding's backward, which adds to it). */
+static mt_code msp_sum_grads(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev)
+{
+    mt_code rc = MT_OK;
+    if (!l->s.tied)
+        rc = dev->allreduce(dev->ctx, l->tdim, st->pg[KERNEL], l->in_c * l->s.units);
+    if (rc == MT_OK && st->pg[BIAS] != NULL)
+        rc = dev->allreduce(dev->ctx, l->tdim, st->pg[BIAS], l->s.units);
+    return rc;
+}
+
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
     size_t rows = ps->batch * l->in_rows, outl = l->out_loc / l->in_rows;
     float *bias = st->pv[BIAS];
     mt_code rc;
+
+    if (msp_gathers(l) || msp_scatters(l))
+        return msp_forward(l, st, dev, ps);
 
     if (st->xin != NULL) {
         rc = dev->reshard(dev->ctx, st->in, rows, l->in_c, l->xf, l->kin, st->xin);
@@ -175,8 +281,11 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
 {
     size_t rows = ps->batch * l->in_rows;
     float *dxk = st->dx_buf != NULL && st->dxk != NULL ? st->dxk : st->dx_buf;
+    mt_code rc;
 
     *dx = st->dx_buf;
+    if (msp_gathers(l) || msp_scatters(l))
+        return msp_backward(l, st, dev, ps, dy);
     if (l->s.tied)
         tied_backward(ps->ref, dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL],
                       rows, l->use_loc / l->in_rows, l->out_loc / l->in_rows);
@@ -189,9 +298,31 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
         (ps->ref ? mt_dense_backward_ref : mt_dense_backward)(
             dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL], rows,
             l->use_loc / l->in_rows, l->out_loc / l->in_rows);
+    if (l->rin >= 0 && (rc = msp_sum_grads(l, st, dev)) != MT_OK)
+        return rc;
     if (st->dx_buf == NULL)
         return MT_OK;
     return mt_layer__dx_finish(l, st, dev, dxk, ps->batch, l->kin);
+}
+
+/* mt_layer__comm_kernel, with Megatron-SP's row collectives in place of the allreduces of a
+ * layer that gathers or scatters rows, and the weight gradients' sum of one on split rows. */
+static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
+                 void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
+{
+    size_t m = mt_layer__psz(p, l->tdim);
+    if (msp_gathers(l)) {
+        add(per_dim, l->tdim, 2 * b * l->in_loc * m);
+        return;
+    }
+    if (msp_scatters(l)) {
+        add(per_dim, l->tdim, 2 * b * l->out_loc * m);
+        return;
+    }
+    mt_layer__comm_kernel(l, b, bdim, p, add, per_dim);
+    if (l->rin >= 0)
+        add(per_dim, l->tdim,
+            (l->s.tied ? 0 : l->in_c * l->s.units) + (l->s.use_bias ? l->s.units : 0));
 }
 
 const mt_layer_ops mt_layer_dense_ops = {
@@ -211,5 +342,5 @@ const mt_layer_ops mt_layer_dense_ops = {
                "{\"type\":\"dense\",\"units\":3}]},\"mesh\":{\"batch\":2,\"model\":2},"
                "\"layouts\":{\"dense_1\\\\.kernel\":[\"unsharded\",\"model\"],"
                "\"dense_2\\\\.kernel\":[\"model\",\"unsharded\"]}",
-    .comm = mt_layer__comm_kernel,
+    .comm = comm,
 };

@@ -68,12 +68,13 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
     } else { /* the whole examples' masks, then this device's columns of its rows */
         size_t cl = l->in_c / mt_layer__dsz(dev, l->xf), rl = l->in_rows;
         size_t off = (size_t)dev->coord(dev->ctx, l->xf) * cl;
-        size_t r0 = (size_t)dev->coord(dev->ctx, l->sdim) * rl;
         mt_rng_dropout_mask(full, dev->seed, ps->step, (uint32_t)l->idx, ps->first, batch,
                             l->in_size, l->s.rate);
         for (size_t e = 0; e < batch; e++)
-            for (size_t r = 0; r < rl; r++)
-                memcpy(mask + (e * rl + r) * cl, full + e * l->in_size + (r0 + r) * l->in_c + off,
+            for (size_t r = 0; r < rl; r++) /* the mask's row at the local row's position */
+                memcpy(mask + (e * rl + r) * cl,
+                       full + e * l->in_size + mt_layer__position(l, dev, l->rin, rl, r) * l->in_c +
+                           off,
                        cl);
     }
     (ps->ref ? mt_dropout_forward_ref : mt_dropout_forward)(

@@ -65,11 +65,29 @@ static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
     return MT_OK;
 }
 
+/* Megatron-SP (l->rout >= 0): the vocabulary over tdim: every device looks up its sdim rows and
+ * the partial rows are reduce-scattered over tdim (scatter); else each device looks up only its
+ * own rows (split), and the table's gradient is summed over tdim. */
+static bool msp_scatter(const mt_layer *l)
+{
+    return l->rout >= 0 && l->vdim == l->rout;
+}
+
+static bool msp_split(const mt_layer *l)
+{
+    return l->rout >= 0 && l->vdim != l->rout;
+}
+
+enum { MSP_A, MSP_B }; /* Megatron-SP scratch */
+
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
                      mt_layer_alloc *a, mt_err *err)
 {
-    (void)dev;
-    return mt_layer_buf(a, l, (void **)&st->out_buf, b * l->out_loc, sizeof(float), err);
+    size_t n = b * l->out_loc * mt_layer__dsz(dev, l->tdim);
+    mt_code rc = mt_layer_buf(a, l, (void **)&st->out_buf, b * l->out_loc, sizeof(float), err);
+    for (int k = MSP_A; rc == MT_OK && msp_scatter(l) && k <= MSP_B; k++)
+        rc = mt_layer_buf(a, l, &st->scr[k], n, sizeof(float), err);
+    return rc;
 }
 
 /* The table rows this device holds: [*lo, *lo + *n). */
@@ -79,65 +97,93 @@ static void local_rows(const mt_layer *l, const mt_layer_dev *dev, size_t *lo, s
     *lo = (size_t)dev->coord(dev->ctx, l->vdim) * *n;
 }
 
+/* The ids this device looks up per example: *per of them from *off of its in_loc. */
+static void looked_up(const mt_layer *l, const mt_layer_dev *dev, size_t *off, size_t *per)
+{
+    *per = msp_split(l) ? l->out_rows : l->in_loc;
+    *off = msp_split(l) ? (size_t)dev->coord(dev->ctx, l->rout) * *per : 0;
+}
+
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    size_t rows = ps->batch * l->in_loc, c = l->out_loc / l->in_loc, lo, n;
+    size_t c = l->out_loc / l->out_rows, lo, n, off, per;
     const float *table = st->pv[TABLE];
+    float *out = msp_scatter(l) ? st->scr[MSP_A] : st->out;
 
     local_rows(l, dev, &lo, &n);
-    for (size_t r = 0; r < rows; r++) {
-        float v = st->in[r];
+    looked_up(l, dev, &off, &per);
+    for (size_t r = 0; r < ps->batch * per; r++) {
+        float v = st->in[(r / per) * l->in_loc + off + r % per];
         if (!(v >= 0.0f && v < (float)l->s.input_dim) || v != floorf(v)) {
             if (ps->err != NULL)
                 mt_err_set(ps->err, MT_INVALID_ARGUMENT,
                            "%s: token id %g at position %zu of an example is not a whole number "
                            "in [0, %zu) (input_dim)",
                            l->s.name, (double)v,
-                           r % l->in_loc + (size_t)dev->coord(dev->ctx, l->sdim) * l->in_loc,
+                           mt_layer__position(l, dev, -1, l->in_loc, off + r % per),
                            l->s.input_dim);
             return MT_INVALID_ARGUMENT;
         }
         size_t id = (size_t)v;
         if (id >= lo && id < lo + n)
-            memcpy(st->out + r * c, table + (id - lo) * c, c * sizeof(float));
+            memcpy(out + r * c, table + (id - lo) * c, c * sizeof(float));
         else
-            memset(st->out + r * c, 0, c * sizeof(float));
+            memset(out + r * c, 0, c * sizeof(float));
     }
-    return dev->allreduce(dev->ctx, l->vdim, st->out, rows * c);
+    if (msp_scatter(l))
+        return mt_layer__msp_scatter(l, dev, out, ps->batch, l->out_rows, c, st->scr[MSP_B],
+                                     st->out);
+    return dev->allreduce(dev->ctx, l->vdim, st->out, ps->batch * per * c);
 }
 
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
-    size_t rows = ps->batch * l->in_loc, c = l->out_loc / l->in_loc, lo, n;
+    size_t c = l->out_loc / l->out_rows, lo, n, off, per;
     float *g = st->pg[TABLE];
+    mt_code rc;
 
     *dx = NULL;
     local_rows(l, dev, &lo, &n);
-    if (ps->leaves > 0) { /* mesh_invariant: per leaf, folded in the leaf tree (never tied) */
-        mt_repro_embedding_grad(g, st->in, dy, rows, ps->leaf_examples * l->in_loc, ps->leaves, lo,
-                                n, c, ps->acc_w);
+    looked_up(l, dev, &off, &per);
+    if (ps->leaves > 0) { /* mesh_invariant: per leaf, folded in the leaf tree (never tied, never
+                             split over seq: every position of an example is here) */
+        mt_repro_embedding_grad(g, st->in, dy, ps->batch * l->in_loc, ps->leaf_examples * l->in_loc,
+                                ps->leaves, lo, n, c, ps->acc_w);
         return MT_OK;
+    }
+    if (msp_scatter(l)) { /* every device's rows' gradients, for its vocabulary rows */
+        rc = mt_layer__msp_gather(l, dev, dy, ps->batch, l->out_rows, c, st->scr[MSP_B],
+                                  st->scr[MSP_A]);
+        if (rc != MT_OK)
+            return rc;
+        dy = st->scr[MSP_A];
     }
     if (!l->grads_shared) /* else a tied head's backward wrote its part first: add to it */
         memset(g, 0, n * c * sizeof(float));
-    for (size_t r = 0; r < rows; r++) {
-        size_t id = (size_t)st->in[r];
+    for (size_t r = 0; r < ps->batch * per; r++) {
+        size_t id = (size_t)st->in[(r / per) * l->in_loc + off + r % per];
         if (id < lo || id >= lo + n)
             continue;
         for (size_t j = 0; j < c; j++)
             g[(id - lo) * c + j] += dy[r * c + j];
     }
-    return MT_OK;
+    return msp_split(l) ? dev->allreduce(dev->ctx, l->rout, g, n * c) : MT_OK;
 }
 
 static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
                  void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
 {
+    size_t m = mt_layer__psz(p, l->tdim);
     (void)bdim;
-    (void)p;
+    if (msp_scatter(l)) { /* the forward's reduce-scatter, the backward's allgather */
+        add(per_dim, l->tdim, 2 * b * l->out_loc * m);
+        return;
+    }
     add(per_dim, l->vdim, b * l->out_loc);
+    if (msp_split(l))
+        add(per_dim, l->tdim, l->s.input_dim / mt_layer__psz(p, l->vdim) * l->out_c);
 }
 
 const mt_layer_ops mt_layer_embedding_ops = {

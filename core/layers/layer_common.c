@@ -3,6 +3,8 @@
  * layer_common.c — pieces several layer modules share (layers_int.h): messages, the fields of
  * the kernel layers, and the return of a contraction's input gradient.
  */
+#include <string.h>
+
 #include <cjson/cJSON.h>
 
 #include "layers/layers_int.h"
@@ -106,4 +108,41 @@ void mt_layer__comm_kernel(const mt_layer *l, size_t b, int bdim, const mt_layer
     add(per_dim, l->kout, b * l->use_loc);
     if (l->xf != l->kin)
         add(per_dim, l->kin, b * l->in_size);
+}
+
+size_t mt_layer__position(const mt_layer *l, const mt_layer_dev *dev, int rdim, size_t rows,
+                          size_t r)
+{
+    size_t m = mt_layer__dsz(dev, rdim), j = (size_t)dev->coord(dev->ctx, rdim);
+    return mt_layer_seq_position(mt_layer__dsz(dev, l->sdim), (size_t)dev->coord(dev->ctx, l->sdim),
+                                 rows * m, j * rows + r);
+}
+
+/* rows (batch, m·rl, w) -> members (m, batch, rl, w), or back. */
+static void msp_order(float *members, float *rows, size_t batch, size_t m, size_t rl, size_t w,
+                      bool back)
+{
+    for (size_t j = 0; j < m; j++)
+        for (size_t e = 0; e < batch; e++) {
+            float *a = members + (j * batch + e) * rl * w, *b = rows + (e * m + j) * rl * w;
+            memcpy(back ? b : a, back ? a : b, rl * w * sizeof(float));
+        }
+}
+
+mt_code mt_layer__msp_gather(const mt_layer *l, const mt_layer_dev *dev, const float *src,
+                             size_t batch, size_t rl, size_t w, float *work, float *dst)
+{
+    size_t m = mt_layer__dsz(dev, l->tdim);
+    mt_code rc = dev->allgather(dev->ctx, l->tdim, src, batch * rl * w, work);
+    if (rc == MT_OK)
+        msp_order(work, dst, batch, m, rl, w, true);
+    return rc;
+}
+
+mt_code mt_layer__msp_scatter(const mt_layer *l, const mt_layer_dev *dev, float *src, size_t batch,
+                              size_t rl, size_t w, float *work, float *dst)
+{
+    size_t m = mt_layer__dsz(dev, l->tdim);
+    msp_order(work, src, batch, m, rl, w, false);
+    return dev->reduce_scatter(dev->ctx, l->tdim, work, m * batch * rl * w, dst);
 }

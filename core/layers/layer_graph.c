@@ -87,11 +87,76 @@ static mt_code plan_rows(mt_layer *l, const mt_layer_planner *p, mt_err *err)
     return MT_OK;
 }
 
+/*
+ * Megatron-SP (l->tdim >= 0, with sequence parallelism): whether l's input and output rows are
+ * split over tdim as well (l->rin, l->rout) and the local sizes. The embedding starts the split;
+ * a dense layer sharded on its contraction over tdim (row parallel: the attention projection,
+ * the second MLP matrix) leaves the tensor-parallel region with its partial sums reduce-scattered
+ * by rows; one sharded on its output over tdim (column parallel: QKV, the first MLP matrix, a
+ * vocabulary-parallel head) allgathers its input rows; the row-wise layers keep their input's.
+ * UNIMPLEMENTED for a model this does not cover (mixed: a join of inputs split differently):
+ * the engine then plans it without Megatron-SP.
+ */
+static mt_code plan_msp(mt_layer *l, const mt_layer_planner *p, bool mixed, mt_err *err)
+{
+    size_t m = dsz(p, l->tdim);
+    const char *why = mixed ? "a join of split and whole rows" : NULL;
+
+    switch (l->s.kind) {
+    case MT_LAYER_EMBEDDING:
+        if (l->kout >= 0)
+            why = "an embedding with sharded features";
+        l->rout = l->tdim;
+        break;
+    case MT_LAYER_DENSE:
+        if (l->kin == l->tdim) {
+            if (l->rin >= 0 || l->xf != l->kin)
+                why = "a row-parallel dense layer whose input is not its heads' or units' shards";
+            l->rout = l->tdim;
+        } else if (l->kout == l->tdim) {
+            if (l->xf >= 0 || l->kin >= 0)
+                why = "a column-parallel dense layer with a sharded input";
+            l->rout = -1;
+        } else {
+            if (l->rin >= 0 && (l->xf >= 0 || l->kin >= 0 || l->kout >= 0))
+                why = "a sharded dense layer outside the tensor-parallel region";
+            l->rout = l->rin;
+        }
+        break;
+    case MT_LAYER_ATTENTION:
+        if (l->rin >= 0)
+            why = "attention whose input is not a column-parallel dense layer's";
+        l->rout = -1;
+        break;
+    default: /* row by row: position_embedding, layer_norm, dropout, add, activation, ... */
+        if (l->rin >= 0 && l->xf >= 0)
+            why = "sharded features outside the tensor-parallel region";
+        l->rout = l->rin;
+        break;
+    }
+    if (why == NULL && ((l->rin >= 0 && l->in_rows % m != 0) || l->out_rows % m != 0))
+        why = "rows not divisible by the dim's size";
+    if (why != NULL)
+        return mt_err_set(err, MT_UNIMPLEMENTED, "model.layers[%d] (%s): Megatron-SP over '%s': %s",
+                          l->idx, l->s.name, p->dim_name(p->ctx, l->tdim), why);
+    if (l->rin >= 0) {
+        l->in_rows /= m;
+        l->in_loc /= m;
+        l->use_loc /= m;
+    }
+    if (l->rout >= 0) {
+        l->out_rows /= m;
+        l->out_loc /= m;
+    }
+    return MT_OK;
+}
+
 mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, int in_rank,
                       const size_t *in_shape, int in_xf, int in_hx, const mt_layer_planner *p,
                       mt_layer *l, mt_err *err)
 {
     mt_layer_planner lp;
+    bool mixed = false; /* inputs with rows split differently (Megatron-SP) */
     mt_code rc;
 
     memset(l, 0, sizeof(*l));
@@ -101,6 +166,8 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
     l->idx = i;
     l->kin = l->kout = l->vdim = l->hx = -1;
     l->sdim = p->sdim;
+    l->tdim = p->sdim >= 0 ? p->tdim : -1;
+    l->rin = l->rout = -1;
     if (l->ops == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "model.layers[%d]: unknown layer kind", i);
     for (int k = 0; k < l->s.n_inputs; k++) {
@@ -111,6 +178,10 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
             return rc;
         if (k == 0)
             l->hx = hk;
+        if (k == 0)
+            l->rin = src != NULL ? src->rout : -1;
+        else
+            mixed = mixed || (src != NULL ? src->rout : -1) != l->rin;
         l->in_ranks[k] = src != NULL ? src->out_rank : in_rank;
         memset(l->in_shapes[k], 0, sizeof(l->in_shapes[k]));
         memcpy(l->in_shapes[k], src != NULL ? src->out_shape : in_shape,
@@ -149,7 +220,9 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
     l->out_loc = l->out_size / dsz(p, l->of) / dsz(p, l->ho);
     l->use_loc = l->in_size / dsz(p, l->kin) / dsz(p, l->hx);
     l->needs_acc = mt_job_spec_output_shared(spec, i);
-    return l->sdim >= 0 ? plan_rows(l, p, err) : MT_OK;
+    if (l->sdim >= 0 && (rc = plan_rows(l, p, err)) != MT_OK)
+        return rc;
+    return l->tdim >= 0 ? plan_msp(l, p, mixed, err) : MT_OK;
 }
 
 /* ------------------------------------------------------------------ activations */

@@ -132,6 +132,11 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
         if (st->pg[BETA] != NULL)
             st->pg[BETA][j] = (float)sb;
     }
+    /* Megatron-SP: the rows are split over tdim too; the sum over them */
+    if (st->pg[GAMMA] != NULL && (rc = dev->allreduce(dev->ctx, l->rin, st->pg[GAMMA], c)) != MT_OK)
+        return rc;
+    if (st->pg[BETA] != NULL && (rc = dev->allreduce(dev->ctx, l->rin, st->pg[BETA], c)) != MT_OK)
+        return rc;
     if (st->dx_buf == NULL)
         return MT_OK;
     if (ps->leaves > 0) /* mesh_invariant: the rows' K-leaves */
@@ -162,6 +167,7 @@ static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *
     (void)bdim;
     (void)p;
     add(per_dim, l->xf, (mt_layer__reads_input(l) ? 2 : 4) * b * l->in_rows);
+    add(per_dim, l->rin, (l->s.scale ? l->in_c : 0) + (l->s.center ? l->in_c : 0));
 }
 
 const mt_layer_ops mt_layer_layer_norm_ops = {

@@ -23,6 +23,31 @@ static inline size_t mt_layer__psz(const mt_layer_planner *p, int dim)
     return dim < 0 ? 1 : p->dim_size(p->ctx, dim);
 }
 
+/* This device's blocks of positions (mt_layer_seq_blocks) when l's rows are split over l->sdim
+ * into rl rows per device (one block starting at 0 without sequence parallelism). */
+static inline size_t mt_layer__seq_blocks(const mt_layer *l, const mt_layer_dev *dev, size_t rl,
+                                          size_t start[2])
+{
+    return mt_layer_seq_blocks(mt_layer__dsz(dev, l->sdim), (size_t)dev->coord(dev->ctx, l->sdim),
+                               rl, start);
+}
+
+/* The position of local row r of an activation of `rows` rows per example split over l->sdim
+ * and, when rdim >= 0 (l->rin or l->rout), Megatron-SP's tdim: member j of tdim holds rows
+ * [j·rows, (j+1)·rows) of its sdim rows (mt_layer_seq_position). */
+size_t mt_layer__position(const mt_layer *l, const mt_layer_dev *dev, int rdim, size_t rows,
+                          size_t r);
+
+/*
+ * Megatron-SP's row collectives over l->tdim (size m). Gather: dst (batch, m·rl, w) gets every
+ * member's src (batch, rl, w) rows. Scatter: dst (batch, rl, w) gets this member's rows of src
+ * (batch, m·rl, w) summed over the members. work: m·batch·rl·w floats.
+ */
+mt_code mt_layer__msp_gather(const mt_layer *l, const mt_layer_dev *dev, const float *src,
+                             size_t batch, size_t rl, size_t w, float *work, float *dst);
+mt_code mt_layer__msp_scatter(const mt_layer *l, const mt_layer_dev *dev, float *src, size_t batch,
+                              size_t rl, size_t w, float *work, float *dst);
+
 /* Whether the layer reads the model input (so it computes no input gradient). */
 static inline bool mt_layer__reads_input(const mt_layer *l)
 {

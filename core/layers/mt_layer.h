@@ -65,8 +65,13 @@ typedef struct mt_layer {
     int sdim;      /* sequence parallelism: the mesh dim splitting the rows (positions) of every
                       activation, or -1; then in_rows, out_rows and the *_loc sizes are the device's
                       (the embedding's input: its positions' ids, sharded as features over sdim) */
-    int hx, ho;    /* mesh dim sharding the input / output height (axis 0 of an image: each device
-                      holds a band of rows, docs/spmd.md), or -1 */
+    int tdim;      /* Megatron-SP: the tensor-parallel dim that also splits the rows of the
+                      activations outside the tensor-parallel regions (docs/transformers.md), or
+                      -1; rin / rout: tdim when this layer's input / output rows are split over
+                      it (its rows and *_loc sizes are then 1/|tdim| of sdim's), else -1 */
+    int rin, rout;
+    int hx, ho; /* mesh dim sharding the input / output height (axis 0 of an image: each device
+                   holds a band of rows, docs/spmd.md), or -1 */
     size_t in_loc, use_loc;         /* local floats per example: input as received / as the math
                                        uses it (after the layer's reshard) */
     size_t out_loc;                 /* local floats per example of the output */
@@ -96,6 +101,7 @@ typedef struct mt_layer_planner {
     const mt_layer *planned; /* the layers planned so far (set by mt_layer_plan): a layer that
                                 uses an earlier layer's parameter (tied_to) reads its pi here */
     int sdim; /* sequence parallelism's dim (mt_layer.sdim), or -1: every engine sets it */
+    int tdim; /* Megatron-SP's dim (mt_layer.tdim), or -1: every engine sets it */
 } mt_layer_planner;
 
 /* ------------------------------------------------------------------ running */
@@ -247,6 +253,31 @@ mt_code mt_layer_graph_forward(const mt_layer *ls, mt_layer_state *st, int n, co
  */
 mt_code mt_layer_graph_backward(const mt_layer *ls, mt_layer_state *st, int n, float *dy,
                                 const mt_layer_dev *dev, const mt_layer_pass *ps, int *failed);
+
+/*
+ * Sequence parallelism's placement of the positions (load-balanced causal work): T = s · rl
+ * positions over s devices, device k holding rl of them. With rl even, device k holds the two
+ * blocks k and 2s − 1 − k of T / 2s positions (the zig-zag split: under a causal mask the rows of
+ * every device meet the same number of keys); with rl odd, the contiguous block k. Returns the
+ * number of blocks (1 or 2, rl / that many positions each) and their first positions in start.
+ */
+static inline size_t mt_layer_seq_blocks(size_t s, size_t k, size_t rl, size_t start[2])
+{
+    if (s < 2 || rl % 2 != 0) {
+        start[0] = k * rl;
+        return 1;
+    }
+    start[0] = k * (rl / 2);
+    start[1] = (2 * s - 1 - k) * (rl / 2);
+    return 2;
+}
+
+/* The position of local row r (< rl) of device k (mt_layer_seq_blocks). */
+static inline size_t mt_layer_seq_position(size_t s, size_t k, size_t rl, size_t r)
+{
+    size_t start[2], n = mt_layer_seq_blocks(s, k, rl, start), len = rl / n;
+    return start[r / len] + r % len;
+}
 
 /* Shape text "(28, 28, 1)" into buf. */
 void mt_layer_shape_text(char *buf, size_t cap, int rank, const size_t *shape);

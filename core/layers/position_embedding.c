@@ -43,30 +43,47 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    size_t n = l->out_loc;
-    const float *table = st->pv[TABLE] + (size_t)dev->coord(dev->ctx, l->sdim) * n;
-    for (size_t b = 0; b < ps->batch; b++)
-        for (size_t i = 0; i < n; i++)
-            st->out[b * n + i] = st->in[b * n + i] + table[i];
+    size_t rows = l->out_rows, c = l->out_loc / rows;
+    for (size_t r = 0; r < rows; r++) { /* the table's row at each local row's position */
+        const float *t = st->pv[TABLE] + mt_layer__position(l, dev, l->rout, rows, r) * c;
+        for (size_t b = 0; b < ps->batch; b++)
+            for (size_t j = 0; j < c; j++)
+                st->out[(b * rows + r) * c + j] = st->in[(b * rows + r) * c + j] + t[j];
+    }
     return MT_OK;
 }
 
+/* The table's gradient: non-zero at this device's positions only; with Megatron-SP summed over
+ * tdim (the other rows of the sdim device's positions). */
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
-    size_t n = l->out_loc;
-    float *g = st->pg[TABLE];
+    size_t rows = l->out_rows, c = l->out_loc / rows;
+    size_t all = rows * c * mt_layer__dsz(dev, l->sdim) * mt_layer__dsz(dev, l->rout);
     *dx = mt_layer__reads_input(l) ? NULL : dy;
-    if (ps->leaves > 0) { /* mesh_invariant: per leaf, folded in the leaf tree (no sdim) */
-        mt_repro_bn_sum(g, dy, ps->batch, ps->leaf_examples, ps->leaves, n, ps->acc_w);
+    if (ps->leaves > 0) { /* mesh_invariant: per leaf, folded in the leaf tree (no sdim, no
+                             Megatron-SP: never split over seq) */
+        mt_repro_bn_sum(st->pg[TABLE], dy, ps->batch, ps->leaf_examples, ps->leaves, l->out_loc,
+                        ps->acc_w);
         return MT_OK;
     }
-    memset(g, 0, n * mt_layer__dsz(dev, l->sdim) * sizeof(float));
-    g += (size_t)dev->coord(dev->ctx, l->sdim) * n; /* this device's positions' rows */
-    for (size_t b = 0; b < ps->batch; b++)
-        for (size_t i = 0; i < n; i++)
-            g[i] += dy[b * n + i];
-    return MT_OK;
+    memset(st->pg[TABLE], 0, all * sizeof(float));
+    for (size_t r = 0; r < rows; r++) {
+        float *g = st->pg[TABLE] + mt_layer__position(l, dev, l->rout, rows, r) * c;
+        for (size_t b = 0; b < ps->batch; b++)
+            for (size_t j = 0; j < c; j++)
+                g[j] += dy[(b * rows + r) * c + j];
+    }
+    return dev->allreduce(dev->ctx, l->rout, st->pg[TABLE], all);
+}
+
+static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
+                 void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
+{
+    (void)b;
+    (void)bdim;
+    if (l->rout >= 0) /* Megatron-SP: the table's gradient */
+        add(per_dim, l->rout, l->in_size / mt_layer__psz(p, l->xf));
 }
 
 const mt_layer_ops mt_layer_position_embedding_ops = {
@@ -81,6 +98,7 @@ const mt_layer_ops mt_layer_position_embedding_ops = {
     .alloc = alloc,
     .forward = forward,
     .backward = backward,
+    .comm = comm,
     .example = "\"model\":{\"input_shape\":[4],\"layers\":["
                "{\"type\":\"embedding\",\"input_dim\":10,\"output_dim\":6},"
                "{\"type\":\"position_embedding\"},"

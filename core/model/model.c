@@ -172,7 +172,8 @@ static mt_code plan_model(mt_model *m, const mt_job_spec *spec, int in_rank, con
                           .param_dim = plan_param_dim,
                           .dim_name = plan_dim_name,
                           .dim_size = one,
-                          .sdim = -1}; /* one device: no dim splits the positions */
+                          .sdim = -1, /* one device: no dim splits the positions */
+                          .tdim = -1};
     uint64_t w = 1;
 
     for (int a = 0; a < in_rank; a++)

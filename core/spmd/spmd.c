@@ -84,9 +84,12 @@ typedef enum job_kind { JOB_NONE, JOB_STEP, JOB_EVAL, JOB_GATHER, JOB_AGREE, JOB
 struct mt_spmd {
     const mt_mesh *mesh;
     int ndev, ndims, bdim, fdim0; /* devices, mesh dims, batch dim, input feature dim */
-    int sdim;  /* sequence parallelism: the dim splitting the positions (the token ids' axis 1 of
-                  an embedding model's input_layout: fdim0), or -1 */
-    int hdim0; /* the dim sharding an image input's height (bands), or -1 */
+    int sdim;     /* sequence parallelism: the dim splitting the positions (the token ids' axis 1 of
+                     an embedding model's input_layout: fdim0), or -1 */
+    int tdim;     /* Megatron-SP: the tensor-parallel dim also splitting the rows outside its
+                     blocks (msp_dim), or -1 */
+    bool msp_out; /* the model's output rows are split over tdim too */
+    int hdim0;    /* the dim sharding an image input's height (bands), or -1 */
     int nlocal, first_local; /* devices of this process (threads), the lowest position */
     int dimsz[MT_MESH_MAX_DIMS];
     mt_coll_world *world, *own_world;
@@ -440,6 +443,9 @@ static mt_code plan_seq(mt_spmd *s, mt_err *err)
                           "loss: the positions are split over '%s' (input_layout[1]); that needs "
                           "a label per position (sparse_categorical_crossentropy)",
                           name);
+    s->msp_out = s->tdim >= 0 && s->layers[s->n_layers - 1].rout == s->tdim;
+    if (s->msp_out)
+        n *= dsz(s, s->tdim);
     s->osh_loc.rows = s->osh.rows / n;
     s->out_loc = s->out_size / n;
     s->ydim_loc = s->ydim / n;
@@ -492,6 +498,62 @@ static mt_code check_bands(const mt_spmd *s, const mt_job_spec *spec, mt_err *er
     return MT_OK;
 }
 
+/* Plan (again) every layer of spec with pl into fresh arrays. */
+static mt_code plan_layers(mt_spmd *s, const mt_job_spec *spec, const mt_layer_planner *pl,
+                           mt_err *err)
+{
+    size_t np = (size_t)spec->n_layers * MT_LAYER_MAX_PARAMS + 1;
+
+    mt_free(s->layers);
+    mt_free(s->gparams);
+    mt_free(s->playout);
+    mt_free(s->ulayout);
+    mt_free(s->fsdp);
+    s->n_params = 0;
+    s->n_layers = spec->n_layers;
+    s->layers = mt_calloc((size_t)spec->n_layers + 1, sizeof(mt_layer));
+    s->gparams = mt_calloc(np, sizeof(mt_model_param));
+    s->playout = mt_calloc(np, sizeof(mt_layout));
+    s->ulayout = mt_calloc(np, sizeof(mt_layout));
+    s->fsdp = mt_calloc(np, sizeof(int));
+    if (s->layers == NULL || s->gparams == NULL || s->playout == NULL || s->ulayout == NULL ||
+        s->fsdp == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "spmd plan: out of memory");
+    s->widest = s->in_size;
+    for (int i = 0; i < spec->n_layers; i++) {
+        mt_layer *l = &s->layers[i];
+        mt_code rc = mt_layer_plan(spec, i, s->layers, s->in_rank, s->in_shape, s->fdim0, s->hdim0,
+                                   pl, l, err);
+        if (rc != MT_OK)
+            return rc;
+        if (l->out_size > s->widest)
+            s->widest = l->out_size;
+        if (l->hx >= 0 && 2 * l->in_size > s->widest) /* a halo's allgather: p (top + bot)
+                                                           rows of at most 2 bands each */
+            s->widest = 2 * l->in_size;
+    }
+    return MT_OK;
+}
+
+/*
+ * Megatron-SP (docs/transformers.md): with the positions split over sdim, the dim of the
+ * tensor-parallel blocks — the one sharding a dense kernel's contraction axis (the attention
+ * projection, the second MLP matrix; fixed_mesh only) — also splits the rows outside them.
+ * -1 if none.
+ */
+static int msp_dim(const mt_spmd *s, const mt_job_spec *spec)
+{
+    if (s->sdim < 0 || spec->reproducibility != MT_REPRO_FIXED_MESH)
+        return -1;
+    for (int i = 0; i < s->n_layers; i++) {
+        const mt_layer *l = &s->layers[i];
+        if (l->s.kind == MT_LAYER_DENSE && l->kin >= 0 && l->kin != s->sdim && l->kin != s->bdim &&
+            dsz(s, l->kin) > 1)
+            return l->kin;
+    }
+    return -1;
+}
+
 static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *map, mt_err *err)
 {
     const mt_layout *il = mt_layout_map_input(map);
@@ -542,30 +604,17 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
                               "devices of '%s' (input_layout[1] splits the positions)",
                               s->in_shape[0], dsz(s, s->sdim), mt_mesh_dim_name(s->mesh, s->sdim));
     }
-    s->n_layers = spec->n_layers;
-    s->layers = mt_calloc((size_t)spec->n_layers + 1, sizeof(mt_layer));
-    s->gparams =
-        mt_calloc((size_t)spec->n_layers * MT_LAYER_MAX_PARAMS + 1, sizeof(mt_model_param));
-    s->playout = mt_calloc((size_t)spec->n_layers * MT_LAYER_MAX_PARAMS + 1, sizeof(mt_layout));
-    s->ulayout = mt_calloc((size_t)spec->n_layers * MT_LAYER_MAX_PARAMS + 1, sizeof(mt_layout));
-    s->fsdp = mt_calloc((size_t)spec->n_layers * MT_LAYER_MAX_PARAMS + 1, sizeof(int));
-    if (s->layers == NULL || s->gparams == NULL || s->playout == NULL || s->ulayout == NULL ||
-        s->fsdp == NULL)
-        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "spmd plan: out of memory");
-    s->widest = s->in_size;
     pl.sdim = s->sdim;
-    for (int i = 0; i < spec->n_layers; i++) {
-        mt_layer *l = &s->layers[i];
-        rc = mt_layer_plan(spec, i, s->layers, s->in_rank, s->in_shape, s->fdim0, s->hdim0, &pl, l,
-                           err);
-        if (rc != MT_OK)
-            return rc;
-        if (l->out_size > s->widest)
-            s->widest = l->out_size;
-        if (l->hx >= 0 && 2 * l->in_size > s->widest) /* a halo's allgather: p (top + bot)
-                                                           rows of at most 2 bands each */
-            s->widest = 2 * l->in_size;
+    pl.tdim = -1;
+    rc = plan_layers(s, spec, &pl, err);
+    if (rc == MT_OK && (pl.tdim = msp_dim(s, spec)) >= 0 &&
+        plan_layers(s, spec, &pl, NULL) != MT_OK) { /* a model Megatron-SP does not cover */
+        pl.tdim = -1;
+        rc = plan_layers(s, spec, &pl, err);
     }
+    s->tdim = pl.tdim;
+    if (rc != MT_OK)
+        return rc;
     if ((rc = check_bands(s, spec, err)) != MT_OK)
         return rc;
     last = &s->layers[spec->n_layers - 1];
@@ -1122,6 +1171,29 @@ static mt_code dev_backward(dev *d)
 
 /* ------------------------------------------------------------------ device: jobs */
 
+/* Sequence parallelism: the token ids of this device's rl positions (mt_layer_seq_blocks) of one
+ * example src into dst. */
+static void take_ids(const dev *d, float *dst, const float *src, size_t rl)
+{
+    const mt_spmd *s = d->s;
+    size_t start[2],
+        nb = mt_layer_seq_blocks(dsz(s, s->sdim), (size_t)d->coords[s->sdim], rl, start);
+    for (size_t k = 0; k < nb; k++)
+        memcpy(dst + k * (rl / nb), src + start[k], rl / nb * sizeof(float));
+}
+
+/* The labels of this device's positions of one example (its rows of the output: with
+ * Megatron-SP's split output, member j of tdim holds rows [j·r, (j+1)·r) of its sdim rows). */
+static void take_labels(const dev *d, int32_t *dst, const int32_t *src)
+{
+    const mt_spmd *s = d->s;
+    size_t m = s->msp_out ? dsz(s, s->tdim) : 1, j = s->msp_out ? (size_t)d->coords[s->tdim] : 0;
+    size_t rl = s->ydim_loc * m;
+    for (size_t r = 0; r < s->ydim_loc; r++)
+        dst[r] = src[mt_layer_seq_position(dsz(s, s->sdim), (size_t)d->coords[s->sdim], rl,
+                                           j * s->ydim_loc + r)];
+}
+
 /*
  * Take n input rows x (whole examples, borrowed for the job) with labels y: d->xin reads them in
  * place when the device uses whole rows and the first layer only reads its input (dense, conv2d
@@ -1138,8 +1210,7 @@ static void dev_take_rows(dev *d, const float *x, const int32_t *y, const float 
     if (n > 0 && y != NULL && s->sdim < 0) /* an empty piece may have NULL rows */
         memcpy(d->y, y, n * s->ydim * sizeof(int32_t));
     for (size_t r = 0; n > 0 && y != NULL && s->sdim >= 0 && r < n; r++) /* its positions' */
-        memcpy(d->y + r * s->ydim_loc, y + r * s->ydim + (size_t)d->coords[s->sdim] * s->ydim_loc,
-               s->ydim_loc * sizeof(int32_t));
+        take_labels(d, d->y + r * s->ydim_loc, y + r * s->ydim);
     d->has_tg = t != NULL && d->tg != NULL;
     if (n > 0 && d->has_tg)
         memcpy(d->tg, t, n * s->out_size * sizeof(float));
@@ -1149,6 +1220,10 @@ static void dev_take_rows(dev *d, const float *x, const int32_t *y, const float 
     }
     for (size_t r = 0; r < n; r++) {
         const float *src = x + r * s->in_size;
+        if (s->sdim >= 0) { /* the token ids of its positions */
+            take_ids(d, d->x + r * fl, src, fl);
+            continue;
+        }
         if (s->fdim0 >= 0)
             src += (size_t)d->coords[s->fdim0] * fl;
         if (s->hdim0 >= 0) /* the band: fl consecutive floats of the NHWC example */
@@ -1386,6 +1461,8 @@ static mt_code dev_step(dev *d)
     d->msum[MT_LOSS_NSUMS] = s->jnext != NULL && (s->sdim < 0 || d->coords[s->sdim] == 0)
                                  ? (float)s->jnext[s->bdim >= 0 ? d->coords[s->bdim] : 0]
                                  : 0.0f; /* counted once per group of the positions' devices */
+    if (rc == MT_OK && s->msp_out)       /* the output rows split over tdim too: their sums */
+        rc = grp_allreduce(d, s->tdim, d->msum, MT_LOSS_NSUMS);
     for (int k = 0; k < 2 && rc == MT_OK; k++) { /* over batch, then over the positions */
         int dim = k == 0 ? s->bdim : s->sdim;
         mt_coll_group g = {dim >= 0 ? d->groups[dim] : NULL, dim >= 0 ? s->dimsz[dim] : 0};
@@ -1447,7 +1524,8 @@ static mt_code dev_eval(dev *d)
         for (size_t k = 0; k < nh; k++)
             buf[MT_LOSS_NSUMS + k] = (float)hist[k];
         if ((rc = grp_allreduce(d, s->bdim, buf, MT_LOSS_NSUMS + nh)) != MT_OK ||
-            (rc = grp_allreduce(d, s->sdim, buf, MT_LOSS_NSUMS + nh)) != MT_OK)
+            (rc = grp_allreduce(d, s->sdim, buf, MT_LOSS_NSUMS + nh)) != MT_OK ||
+            (s->msp_out && (rc = grp_allreduce(d, s->tdim, buf, MT_LOSS_NSUMS + nh)) != MT_OK))
             return rc;
         for (size_t k = 0; k < MT_LOSS_NSUMS; k++)
             d->sums[k] += buf[k];
@@ -1729,7 +1807,8 @@ static mt_layer_planner query_planner(planner_ctx *pc)
                            .param_dim = plan_param_dim,
                            .dim_name = plan_dim_name,
                            .dim_size = plan_dim_size,
-                           .sdim = pc->s->sdim};
+                           .sdim = pc->s->sdim,
+                           .tdim = pc->s->tdim};
     return pl;
 }
 

@@ -14,7 +14,9 @@
 #    tensor, equal to one device on batch=2,model=2 (vocabulary over model) and FSDP batch=4;
 #  * sequence parallelism: the tied model with its positions split over 'seq' (input_layout
 #    [batch, seq]) equals one device on batch=1,seq=2, batch=2,seq=2 (also with FSDP) and, with
-#    the Megatron layouts, batch=1,model=2,seq=2; plan shows the bytes the seq dim moves and refuses a
+#    the Megatron layouts, batch=1,model=2,seq=2 (Megatron-SP: the rows outside the blocks split
+#    over model too; plan shows the projection's reduce-scatter and allgather and the layer
+#    norm's half rows); plan shows the bytes the seq dim moves and refuses a
 #    block_size the seq dim does not divide (submit too); as jobs on 2 workers x 2 devices
 #    (batch=2,seq=2 and batch=1,model=2,seq=2) it equals one device too;
 #  * `plan --layers` lists per layer what each mesh dim moves (the projection's allreduce);
@@ -114,6 +116,13 @@ fi
 echo "$out" | grep -q "dataset.block_size: 16 positions are not divisible by the 3 devices of 'seq'" ||
     fail "plan: unexpected message: $out"
 log "plan refuses 16 positions over seq=3: $out"
+# Megatron-SP: with model and seq, the rows outside the blocks are split over model too
+out=$("$MT" plan --offline --layers --mesh batch=1,model=2,seq=2 "$T/tpseq_tied.json")
+echo "$out" | grep -Eq '^proj_0 +dense +\(16, 16\) +[0-9.]+ KiB +- +8.0 KiB +-$' ||
+    fail "plan --layers: proj_0 should reduce-scatter and allgather 8 KiB over model: $out"
+echo "$out" | grep -Eq '^ln1_0 +layer_norm +\(16, 16\) +6.5 KiB +- +128 B +-$' ||
+    fail "plan --layers: ln1_0 should hold half the rows and sum its gradients over model: $out"
+log "plan shows Megatron-SP on batch=1,model=2,seq=2: $(echo "$out" | grep -E '^(proj_0|ln1_0) ' | tr -s ' ' | paste -sd';')"
 
 # -- the positions over seq as a job: 2 workers x 2 devices, mesh batch=2,seq=2 ---------------
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \

@@ -21,6 +21,7 @@
 
 #include "alloc/mt_alloc.h"
 #include "layers/mt_layer.h"
+#include "mesh/mt_mesh.h"
 #include "model/mt_model.h"
 #include "spmd/mt_spmd.h"
 
@@ -433,11 +434,19 @@ static void test_tied_head_errors(void **state)
  * Sequence parallelism: a GPT block (token and position embeddings, causal attention, residual,
  * dropout, gelu MLP, a tied head; a label per position) with the positions split over 'seq'
  * (input_layout [batch, seq]) equals one device after 10 steps, alone, with batch and with
- * Megatron layouts over model.
+ * Megatron layouts over model; with 140 positions (two blocks of 35 per device: attention's row
+ * blocks of 32 and 3) and with 6 (3 rows per device, odd: one contiguous block).
  */
-#define SEQ_T 8
-#define SEQ_MODEL                                                                                  \
-    "\"model\":{\"input_shape\":[8],\"layers\":["                                                  \
+#define SEQ_T          8
+#define SEQ_T_MAX      140
+#define SEQ_MODEL      SEQ_MODEL_T("8")
+#define SEQ_TIED_HEAD  "{\"type\":\"dense\",\"units\":12,\"tied_to\":\"tok\",\"name\":\"head\"}"
+#define SEQ_MODEL_T(t) SEQ_MODEL_H(t, SEQ_TIED_HEAD)
+#define SEQ_MEGATRON                                                                               \
+    "\"qkv\\\\.kernel\":[\"unsharded\",\"model\"],\"proj\\\\.kernel\":[\"model\",\"unsharded\"],"  \
+    "\"fc\\\\.kernel\":[\"unsharded\",\"model\"],\"out\\\\.kernel\":[\"model\",\"unsharded\"]"
+#define SEQ_MODEL_H(t, head)                                                                       \
+    "\"model\":{\"input_shape\":[" t "],\"layers\":["                                              \
     "{\"type\":\"embedding\",\"input_dim\":12,\"output_dim\":8,\"name\":\"tok\"},"                 \
     "{\"type\":\"position_embedding\",\"name\":\"pos\"},{\"type\":\"layer_norm\"},"                \
     "{\"type\":\"dense\",\"units\":24,\"name\":\"qkv\"},"                                          \
@@ -446,37 +455,58 @@ static void test_tied_head_errors(void **state)
     "{\"type\":\"add\",\"inputs\":[\"pos\",\"proj\"],\"name\":\"res\"},"                           \
     "{\"type\":\"dropout\",\"rate\":0.2},{\"type\":\"layer_norm\"},"                               \
     "{\"type\":\"dense\",\"units\":16,\"activation\":\"gelu\",\"name\":\"fc\"},"                   \
-    "{\"type\":\"dense\",\"units\":8,\"name\":\"out\"},"                                           \
-    "{\"type\":\"dense\",\"units\":12,\"tied_to\":\"tok\",\"name\":\"head\"}]},"                   \
-    "\"input_layout\":[\"batch\",\"seq\"],"
-static const char *const seq_examples[] = {
-    "{" SEQ_MODEL "\"mesh\":{\"batch\":1,\"seq\":2}}",
-    "{" SEQ_MODEL "\"mesh\":{\"batch\":2,\"seq\":2}}",
-    "{" SEQ_MODEL "\"mesh\":{\"batch\":1,\"model\":2,\"seq\":2},\"layouts\":{"
-    "\"qkv\\\\.kernel\":[\"unsharded\",\"model\"],\"proj\\\\.kernel\":[\"model\",\"unsharded\"],"
-    "\"fc\\\\.kernel\":[\"unsharded\",\"model\"],\"out\\\\.kernel\":[\"model\",\"unsharded\"],"
-    "\"tok\\\\.embeddings\":[\"model\",\"unsharded\"]}}",
-    "{" SEQ_MODEL "\"mesh\":{\"batch\":2,\"seq\":2},\"layouts\":{"
-    "\".*kernel\":[\"batch\",\"unsharded\"],\"tok\\\\.embeddings\":[\"unsharded\",\"batch\"]}}",
-    "{" SEQ_MODEL "\"mesh\":{\"batch\":2,\"seq\":2},\"fsdp\":{\"reshard_after_forward\":false},"
-    "\"layouts\":{\".*kernel\":[\"batch\",\"unsharded\"],"
-    "\"tok\\\\.embeddings\":[\"unsharded\",\"batch\"]}}",
+    "{\"type\":\"dense\",\"units\":8,\"name\":\"out\"}," head                                      \
+    "]},\"input_layout\":[\"batch\",\"seq\"],"
+static const struct {
+    size_t t;
+    const char *json;
+} seq_examples[] = {
+    {SEQ_T, "{" SEQ_MODEL "\"mesh\":{\"batch\":1,\"seq\":2}}"},
+    {140, "{" SEQ_MODEL_T("140") "\"mesh\":{\"batch\":1,\"seq\":2}}"},
+    {6, "{" SEQ_MODEL_T("6") "\"mesh\":{\"batch\":2,\"seq\":2}}"},
+    {SEQ_T, "{" SEQ_MODEL "\"mesh\":{\"batch\":2,\"seq\":2}}"},
+    /* Megatron-SP (model and seq): the vocabulary over model (its rows reduce-scattered, the
+     * tied head column parallel), or whole (each device embeds its rows; the head on them, tied
+     * or not), or an untied vocabulary-parallel head */
+    {SEQ_T, "{" SEQ_MODEL "\"mesh\":{\"batch\":1,\"model\":2,\"seq\":2},\"layouts\":{" SEQ_MEGATRON
+            ",\"tok\\\\.embeddings\":[\"model\",\"unsharded\"]}}"},
+    {SEQ_T,
+     "{" SEQ_MODEL "\"mesh\":{\"batch\":1,\"model\":2,\"seq\":2},\"layouts\":{" SEQ_MEGATRON "}}"},
+    {SEQ_T,
+     "{" SEQ_MODEL_H(
+         "8", "{\"type\":\"dense\",\"units\":12,\"name\":\"head\"}") "\"mesh\":{\"batch\":2,"
+                                                                     "\"model\":2,\"seq\":2},"
+                                                                     "\"layouts\":{" SEQ_MEGATRON
+                                                                     "}}"},
+    {SEQ_T,
+     "{" SEQ_MODEL_H(
+         "8", "{\"type\":\"dense\",\"units\":12,\"name\":\"head\"}") "\"mesh\":{\"batch\":1,"
+                                                                     "\"model\":2,\"seq\":2},"
+                                                                     "\"layouts\":{" SEQ_MEGATRON
+                                                                     ",\"head\\\\.kernel\":["
+                                                                     "\"unsharded\",\"model\"]}}"},
+    {SEQ_T, "{" SEQ_MODEL "\"mesh\":{\"batch\":2,\"seq\":2},\"layouts\":{"
+            "\".*kernel\":[\"batch\",\"unsharded\"],\"tok\\\\.embeddings\":[\"unsharded\","
+            "\"batch\"]}}"},
+    {SEQ_T, "{" SEQ_MODEL "\"mesh\":{\"batch\":2,\"seq\":2},\"fsdp\":{\"reshard_after_"
+            "forward\":false},\"layouts\":{\".*kernel\":[\"batch\",\"unsharded\"],"
+            "\"tok\\\\.embeddings\":[\"unsharded\",\"batch\"]}}"},
 };
 
 static void test_sequence_parallel(void **state)
 {
-    static float x[N_EX * SEQ_T];
-    static int32_t y[N_EX * SEQ_T];
-    size_t shape[1] = {SEQ_T};
+    static float x[N_EX * SEQ_T_MAX];
+    static int32_t y[N_EX * SEQ_T_MAX];
     uint64_t seed = 17;
     mt_err err = MT_ERR_INIT;
 
     (void)state;
-    for (size_t i = 0; i < N_EX * SEQ_T; i++) {
+    for (size_t i = 0; i < N_EX * SEQ_T_MAX; i++) {
         x[i] = (float)(lcg(&seed) % 12);
         y[i] = (int32_t)(lcg(&seed) % 12);
     }
     for (size_t k = 0; k < sizeof(seq_examples) / sizeof(seq_examples[0]); k++) {
+        size_t t = seq_examples[k].t, shape[1] = {t};
         char json[2048];
         mt_job_spec *spec = NULL;
         mt_spmd_config cfg;
@@ -487,7 +517,7 @@ static void test_sequence_parallel(void **state)
         snprintf(json, sizeof(json),
                  "{\"seed\":5,\"batch_size\":8,\"optimizer\":{\"name\":"
                  "\"sgd\",\"learning_rate\":0.1},%s",
-                 seq_examples[k] + 1);
+                 seq_examples[k].json + 1);
         if (mt_job_spec_parse(json, strlen(json), &spec, &err) != MT_OK ||
             mt_spmd_config_parse(json, strlen(json), &cfg, &err) != MT_OK)
             fail_msg("seq %zu: %s", k, err.msg);
@@ -498,15 +528,24 @@ static void test_sequence_parallel(void **state)
         for (int st = 0; st < 10; st++) {
             size_t first = ((size_t)st * GB) % N_EX;
             mt_step_metrics a, b;
-            if (mt_spmd_step(s, x + first * SEQ_T, y + first * SEQ_T, GB, (uint64_t)st, first, &a,
-                             &err) != MT_OK)
+            if (mt_spmd_step(s, x + first * t, y + first * t, GB, (uint64_t)st, first, &a, &err) !=
+                MT_OK)
                 fail_msg("seq %zu: step %d: %s", k, st, err.msg);
-            assert_int_equal(mt_model_train_step(ref, x + first * SEQ_T, y + first * SEQ_T, GB, GB,
+            assert_int_equal(mt_model_train_step(ref, x + first * t, y + first * t, GB, GB,
                                                  (uint64_t)st, first, NULL, &b, &err),
                              MT_OK);
             if (fabs(a.loss - b.loss) > 1e-5 * fabs(b.loss))
                 fail_msg("seq %zu: step %d: loss %.9g on the mesh, %.9g on one device", k, st,
                          a.loss, b.loss);
+        }
+        if (mt_mesh_dim_index(cfg.mesh, "model") >= 0) { /* Megatron-SP engaged */
+            mt_spmd_layer_plan lp[16];
+            mt_spmd_plan_info info = {.layers = lp};
+            int md = mt_mesh_dim_index(cfg.mesh, "model");
+            assert_int_equal(mt_spmd_check(spec, cfg.mesh, cfg.layouts, 1, shape, GB, &info, &err),
+                             MT_OK);
+            /* layers[2], the first layer norm, on split rows: its gamma and beta summed */
+            assert_int_equal(info.layers[2].comm_bytes[md], 2 * 8 * sizeof(float));
         }
         snprintf(label, sizeof(label), "seq %zu", k);
         printf("sequence parallel %zu: worst relative difference %.2e after 10 steps\n", k,
@@ -515,6 +554,38 @@ static void test_sequence_parallel(void **state)
         mt_spmd_free(s);
         mt_spmd_config_fini(&cfg);
         mt_job_spec_free(spec);
+    }
+}
+
+/* The positions of each device (mt_layer_seq_position): a permutation of 0..T-1; with an even
+ * rl the zig-zag blocks k and 2S-1-k, whose causal work (keys met: position + 1 summed over the
+ * rows) is the same on every device; with an odd rl the contiguous block k. */
+static void test_sequence_positions(void **state)
+{
+    static const size_t cases[][2] = {{2, 4}, {4, 2}, {2, 70}, {3, 6}, {2, 3}, {3, 5}, {1, 7}};
+    (void)state;
+    assert_int_equal(mt_layer_seq_position(2, 0, 4, 2), 6);
+    assert_int_equal(mt_layer_seq_position(2, 1, 4, 3), 5);
+    assert_int_equal(mt_layer_seq_position(2, 1, 3, 0), 3);
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        size_t s = cases[c][0], rl = cases[c][1], seen[512] = {0}, work0 = 0;
+        for (size_t k = 0; k < s; k++) {
+            size_t work = 0;
+            for (size_t r = 0; r < rl; r++) {
+                size_t p = mt_layer_seq_position(s, k, rl, r);
+                assert_true(p < s * rl);
+                seen[p]++;
+                work += p + 1;
+                if (rl % 2 != 0)
+                    assert_int_equal(p, k * rl + r);
+            }
+            if (k == 0)
+                work0 = work;
+            if (rl % 2 == 0)
+                assert_int_equal(work, work0);
+        }
+        for (size_t p = 0; p < s * rl; p++)
+            assert_int_equal(seen[p], 1);
     }
 }
 
@@ -562,10 +633,11 @@ static void test_sequence_parallel_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registry_complete), cmocka_unit_test(test_gradients),
-        cmocka_unit_test(test_fast_vs_reference), cmocka_unit_test(test_mesh_vs_reference),
-        cmocka_unit_test(test_tied_head),         cmocka_unit_test(test_tied_head_errors),
-        cmocka_unit_test(test_sequence_parallel), cmocka_unit_test(test_sequence_parallel_errors),
+        cmocka_unit_test(test_registry_complete),  cmocka_unit_test(test_gradients),
+        cmocka_unit_test(test_fast_vs_reference),  cmocka_unit_test(test_mesh_vs_reference),
+        cmocka_unit_test(test_tied_head),          cmocka_unit_test(test_tied_head_errors),
+        cmocka_unit_test(test_sequence_parallel),  cmocka_unit_test(test_sequence_parallel_errors),
+        cmocka_unit_test(test_sequence_positions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
