@@ -546,23 +546,55 @@ static char *source_file(const char *rel)
     "\"activation\":\"relu\"},{\"type\":\"max_pool2d\",\"pool_size\":3,\"strides\":2},"            \
     "{\"type\":\"average_pooling2d\",\"pool_size\":[3,1],\"strides\":1},"                          \
     "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]}}"
+/* A residual CNN on bands (issue 22): batch norm and activation layers, dropout, residual adds
+ * of a block's convolutions and its shortcut (identity, then a 1x1 stride-2 conv), a "same"
+ * stride-2 conv, global average pooling; momentum SGD and no conv bias (1e-5 everywhere). */
+#define RESNET_BANDS_SPEC                                                                          \
+    "{\"seed\":6,\"batch_size\":8,\"optimizer\":{\"name\":\"sgd\",\"momentum\":0.9},"              \
+    "\"learning_rate\":0.05,\"mesh\":{\"batch\":2,\"space\":2},"                                   \
+    "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
+    "\"model\":{\"input_shape\":[16,8,2],\"layers\":["                                             \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"use_bias\":false,\"name\":\"stem\"},{\"type\":\"batch_norm\"},"                             \
+    "{\"type\":\"activation\",\"activation\":\"relu\",\"name\":\"stem_relu\"},"                    \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"use_bias\":false},{\"type\":\"batch_norm\"},"                                               \
+    "{\"type\":\"activation\",\"activation\":\"relu\"},{\"type\":\"dropout\",\"rate\":0.2},"       \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"use_bias\":false,\"name\":\"b1_conv2\"},"                                                   \
+    "{\"type\":\"add\",\"inputs\":[\"b1_conv2\",\"stem_relu\"]},"                                  \
+    "{\"type\":\"activation\",\"activation\":\"relu\",\"name\":\"b1_out\"},"                       \
+    "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":3,\"strides\":2,\"padding\":\"same\","     \
+    "\"use_bias\":false},{\"type\":\"batch_norm\"},"                                               \
+    "{\"type\":\"activation\",\"activation\":\"leaky_relu\"},"                                     \
+    "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"use_bias\":false,\"name\":\"b2_conv2\"},"                                                   \
+    "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":1,\"strides\":2,\"use_bias\":false,"       \
+    "\"inputs\":[\"b1_out\"],\"name\":\"b2_short\"},"                                              \
+    "{\"type\":\"add\",\"inputs\":[\"b2_conv2\",\"b2_short\"]},"                                   \
+    "{\"type\":\"activation\",\"activation\":\"relu\"},"                                           \
+    "{\"type\":\"global_average_pooling2d\"},{\"type\":\"dense\",\"units\":3}]}}"
 static void test_spmd_height_bands_equal_single_device(void **state)
 {
     size_t shape[3] = {28, 28, 1}, bshape[3] = {12, 8, 2}, oshape[3] = {18, 6, 2};
+    size_t rshape[3] = {16, 8, 2};
     char *ex = source_file("examples/fashion_mnist_cnn_spatial.json");
     int steps = sanitized() ? 2 : 10;
     data d = fashion_or_generated(640), g = gen_data(120, 12 * 8 * 2, 3, 23),
-         o = gen_data(80, 18 * 6 * 2, 3, 24);
+         o = gen_data(80, 18 * 6 * 2, 3, 24), r = gen_data(80, 16 * 8 * 2, 3, 25);
     (void)state;
     check_equivalence(ex, NULL, 3, shape, &d, steps, 1e-5);
     check_equivalence(ex, "batch=1,space=2", 3, shape, &d, steps, 1e-5);
     check_equivalence(BANDS_SPEC, NULL, 3, bshape, &g, 10, 1e-5);
     check_equivalence(BANDS_SPEC, "batch=1,space=1", 3, bshape, &g, 4, 1e-5);
     check_equivalence(OVERLAP_SPEC, NULL, 3, oshape, &o, 10, 1e-5);
+    check_equivalence(RESNET_BANDS_SPEC, NULL, 3, rshape, &r, 10, 1e-5);
+    check_equivalence(RESNET_BANDS_SPEC, "batch=1,space=4", 3, rshape, &r, 10, 1e-5);
     mt_free(ex);
     data_free(&d);
     data_free(&g);
     data_free(&o);
+    data_free(&r);
 }
 
 /* What height bands refuse, naming the layer, the field and the sizes. */
@@ -601,11 +633,18 @@ static void test_spmd_height_bands_errors(void **state)
         NULL, 3, small, MT_INVALID_ARGUMENT,
         "model.layers[0] (max_pool2d_1).pool_size: output band 0 reads input rows 0-4 but bands "
         "hold 2 rows (height 8 over 'space' of size 4)");
-    expect_new_error_shape(IMG8_SPEC("{\"type\":\"dropout\",\"rate\":0.1}," FLAT_HEAD,
+    expect_new_error_shape(IMG8_SPEC("{\"type\":\"dense\",\"units\":4}," FLAT_HEAD,
                                      ",\"mesh\":{\"batch\":1,\"space\":2}"),
                            NULL, 3, small, MT_INVALID_ARGUMENT,
-                           "model.layers[0] (dropout_1): dropout does not run on height bands: its "
+                           "model.layers[0] (dense_1): dense does not run on height bands: its "
                            "input's height is sharded over 'space'");
+    expect_new_error_shape(IMG8_SPEC("{\"type\":\"conv2d\",\"filters\":1,\"kernel_size\":1},"
+                                     "{\"type\":\"flatten\"},{\"type\":\"add\",\"inputs\":["
+                                     "\"conv2d_1\",\"flatten_1\"]}," FLAT_HEAD,
+                                     ",\"mesh\":{\"batch\":1,\"space\":2}"),
+                           NULL, 3, small, MT_INVALID_ARGUMENT,
+                           "model.layers[2] (add_1): input 1 is whole but input 0 is banded over "
+                           "space: the inputs of an add must be split into the same height bands");
     expect_new_error_shape(
         IMG8_SPEC("{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":1}",
                   ",\"mesh\":{\"batch\":1,\"space\":2}"),
