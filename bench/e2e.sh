@@ -5,7 +5,9 @@
 # batch 128, Adam) and the DTensor tutorial's sentiment MLP (TF-IDF of 1200 tokens -> 48 -> batch
 # norm -> 2, global batch 64, Adam, on the UCI Sentiment Labelled Sentences fetched by
 # deploy/fetch-sentiment.sh) with 1 worker x 1 device, 1 worker x 2 devices and 2 workers x 1
-# device; the figure is the job's examples_per_sec metric (training only, evaluation excluded).
+# device; the figure is the job's training rate from its examples_per_sec metric: the steps of
+# every epoch over their time (each epoch's last point is its mean rate), the first epoch left out
+# when the job has three or more (training only, evaluation excluded).
 # Beside it, PyTorch DistributedDataParallel (gloo, 2 processes x 1 thread, the global batch split
 # in two) on the same models and data, measured in the same run (sentiment: the same sentences,
 # a TF-IDF over the 1200 most frequent tokens computed with numpy; BatchNorm1d per process, as DDP
@@ -70,8 +72,13 @@ rate() { # rate EXAMPLE STEPS MESH -> examples/s of the job (its last examples_p
     local job
     job=$(mt submit "$T/job.json" --mesh "$3" --name bench)
     mt watch --json "$job" >"$T/points" || { echo "job $job failed:" >&2; mt status "$job" >&2; exit 1; }
-    grep '"examples_per_sec"' "$T/points" | tail -n 1 | sed 's/.*"value": \([0-9.e+]*\).*/\1/' |
-        awk '{ printf "%.0f\n", $1 }'
+    # each epoch's last point is that epoch's mean rate; the job's rate is steps over their time
+    # (the first epoch, with its warm-up, left out when there are three or more)
+    jq -rR 'fromjson? | select(.name == "examples_per_sec") | "\(.epoch) \(.step) \(.value)"' \
+        "$T/points" | awk '!($1 in last) { order[++n] = $1 } { last[$1] = $3; st[$1] = $2 }
+        END { prev = 0; for (i = 1; i <= n; i++) { e = order[i]; k = st[e] - prev; prev = st[e];
+                  if (n > 2 && i == 1) continue; s += k; t += k / last[e] }
+              printf "%.0f\n", s / t }'
 }
 
 PY=${TORCH_PYTHON:-/usr/bin/python3}

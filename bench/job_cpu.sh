@@ -6,7 +6,8 @@
 # coordinator and the workers used meanwhile (/proc/PID/stat). CPU per job is steadier than a
 # rate on a shared host: run it for two builds alternately to tell work from noise, e.g.
 #   for b in OLD/build build; do bench/job_cpu.sh $b fashion_mnist_cnn.json 80 batch=2 2 1; done
-# Never run by ctest.
+# JOB_DATA_DIR: where the sentiment TSVs are (deploy/fetch-sentiment.sh DIR), for the text
+# examples. Never run by ctest.
 set -euo pipefail
 B=${1:?usage: job_cpu.sh BUILD EXAMPLE STEPS MESH NWORKERS DEVICES}
 EX=$2 STEPS=$3 MESH=$4 NW=$5 DEV=$6
@@ -32,15 +33,18 @@ URL=$(sed 's/.*"rpc": "\([^"]*\)".*/\1/' "$T/state/endpoints.json")
 mt() { "$B/meshtrain" --coordinator "$URL" "$@"; }
 for i in $(seq "$NW"); do
     "$B/meshtrain-worker" --coordinator "$URL" --devices "$DEV" --name "c$i" \
-        --data-root /usr/share/datasets 2>>"$T/workers.log" &
+        --data-root /usr/share/datasets ${JOB_DATA_DIR:+--data-root "$JOB_DATA_DIR"} \
+        2>>"$T/workers.log" &
     PIDS+=($!)
 done
-for _ in $(seq 200); do
+for i in $(seq 201); do
     [ "$(mt workers --state alive --json | grep -c '"worker_id"')" = "$NW" ] && break
+    [ "$i" = 201 ] && { echo "workers did not register:" >&2; cat "$T/workers.log" >&2; exit 1; }
     sleep 0.1
 done
 sed -e 's/"batch_size": *[0-9]*/"batch_size": 128/' -e '0,/{/s//{"steps": '"$STEPS"',/' \
-    -e '/"checkpoint":/d' "$SRC/examples/$EX" >"$T/job.json"
+    -e '/"checkpoint":/d' -e 's#"data/sentiment_#"'"${JOB_DATA_DIR:-data}"'/sentiment_#g' \
+    "$SRC/examples/$EX" >"$T/job.json"
 ticks() { local s=0 p; for p in "${PIDS[@]}"; do s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$s"; }
 c0=$(ticks) t0=$(date +%s.%N)
 job=$(mt submit "$T/job.json" --mesh "$MESH" --name bench)

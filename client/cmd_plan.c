@@ -229,8 +229,9 @@ int cmd_plan(const mt_cli_global *g, int argc, char **argv)
                s.repro_leaves, (unsigned long long)(s.batch_size / s.repro_leaves));
         for (uint32_t k = 1; k <= s.repro_leaves; k *= 2)
             printf("%s %u", k > 1 ? "," : "", k);
-        printf("; other dims: a dense kernel axis split over a power of two dividing its leaves "
-               "(a width's largest power-of-two divisor, at most 8), conv2d kernels unsplit");
+        printf("; other dims: a dense or conv2d kernel axis (conv2d: filters or input channels) "
+               "split over a power of two dividing its leaves (a width's largest power-of-two "
+               "divisor, at most 8)");
     }
     printf("\nmodel     %zu parameters, %llu elements\n", s.n_params,
            (unsigned long long)s.param_elements);

@@ -134,8 +134,7 @@ static void on_stop(uv_async_t *h)
 
 static void on_sweep(uv_timer_t *t)
 {
-    coord_workers_sweep(t->data);
-    coord_stall_sweep(t->data);
+    coord_sweep(t->data);
     coord_jobs_schedule(t->data);
 }
 
@@ -412,7 +411,7 @@ void mt_coord_free(mt_coord *c)
     uv_loop_close(&c->loop);
     /* phase 2: persist and free */
     if (c->store != NULL)
-        coord_workers_sweep(c);
+        coord_sweep_workers(c);
     coord_metrics_close(c);
     coord_bulk_fini(c);
     coord_ckpt_free(c);

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * coord_int.h — the coordinator's private state, shared by its files: state.c, the domain core
- * (job and worker tables, typed states, transitions, restart and silence rules); above it the
- * adapters: RPC handlers (jobs.c, workers.c, ckpt.c, metrics.c), sweeps (stall.c, workers.c)
- * and the status endpoint (http.c). coord.c: loop and dispatch. docs/architecture.md draws the
+ * (job and worker tables, typed states, transitions, the restart rule, a lost worker's jobs),
+ * with sched.c, the scheduling core (sched.h: the rules, pure); above them the adapters: RPC
+ * handlers (jobs.c, workers.c, ckpt.c, metrics.c, joblog.c, stall.c), the periodic sweep
+ * (sweep.c) and the status endpoint (http.c), which never call each other across those three
+ * groups. coord.c: loop and dispatch. docs/architecture.md draws the
  * call graph (no circles; layers checked by tests/tools/coord_graph.py).
  * No RPC header and so no protobuf header, generated or protobuf-c's own: what takes protobuf
  * messages or RPC calls is declared in coord_rpc.h, which only the RPC adapters and coord.c
@@ -82,7 +84,8 @@ typedef struct coord_job {
                            while it stays silent ("" none) */
     int64_t backoff_ms; /* the current back-off (doubles per link failure, <= 60 s) */
     int64_t backoff_until_mono_ms; /* no placement on the same pair before this */
-    int64_t silent_note_mono_ms;   /* when a silent worker was last named in the reason */
+    int64_t silent_note_mono_ms;   /* when a silent worker was named in the reason (0: none named
+                                      in this silence; coord_sched_silence) */
 } coord_job;
 
 /* coord_job.ckpt_check. NONE: found to have no checkpoint (or the check could not be queued) in
@@ -109,7 +112,7 @@ struct mt_coord {
     uv_loop_t loop;
     uv_async_t wake;    /* nng threads -> loop */
     uv_async_t stopper; /* mt_coord_stop from any thread */
-    uv_timer_t sweep;   /* lost-worker detection + heartbeat flush */
+    uv_timer_t sweep;   /* coord_sweep (sweep.c), then the scheduler pass */
     uv_signal_t sigint, sigterm;
     int handles_open; /* closed handles not yet called back */
     mt_store *store;
@@ -179,18 +182,30 @@ void coord_job_diagnose(mt_coord *c, coord_job *j, const char *diagnosis);
 /* Both at once, in one store commit (a sweep that names a fault updates both). */
 void coord_job_note_diagnose(mt_coord *c, coord_job *j, const char *reason, const char *diagnosis);
 mt_code coord_job_set_step(mt_coord *c, coord_job *j, uint64_t step);
-/* A worker of j (other than `not`, may be NULL) that has not heartbeated within the freshness
- * window (COORD_STALL_FRESH_MS) at monotonic time now; NULL when all are fresh. */
-coord_worker *coord_job_silent_worker(mt_coord *c, const coord_job *j, const char * not,
-                                      int64_t now);
+/* j's task on worker_id (NULL: none). */
+coord_task *coord_job_task(coord_job *j, const char *worker_id);
+/* The workers of j's tasks as the scheduling core sees them (coord_worker_view; those the
+ * registry does not know are left out): out has room for j->n_tasks; returns how many. */
+size_t coord_job_worker_views(mt_coord *c, const coord_job *j, coord_sched_worker *out);
 /* Move j to RESTARTING with reason `cause` (its tasks are dropped; it is placed again and resumes
  * from its last complete checkpoint), or to FAILED with "<cause>; restart limit of N reached". */
 void coord_job_restart(mt_coord *c, coord_job *j, const char *cause);
+/* The worker's tasks died with it (declared lost, or replaced by a new process): every placed
+ * job with a task on worker_id restarts with cause "worker <worker_id> <why>" (coord_job_restart:
+ * RESTARTING, or FAILED at the limit). worker_id: borrowed, not a job's own string (a restart
+ * frees the job's tasks). */
+void coord_worker_lose(mt_coord *c, const char *worker_id, const char *why);
 
 /* ---- workers.c ---- */
 mt_code coord_workers_load(mt_coord *c, mt_err *err);
 void coord_workers_free(mt_coord *c);
-void coord_workers_sweep(mt_coord *c); /* mark lost, flush heartbeats; loop thread */
+
+/* ---- sweep.c: the periodic sweep (an adapter: it calls only the two cores) ---- */
+/* Lost workers (their jobs restart), the once-per-silence note, the stall rule, and the
+ * heartbeat times written once a second. Sweep timer; loop thread. */
+void coord_sweep(mt_coord *c);
+/* Its first part alone: lost workers and the heartbeat times (also once at shutdown). */
+void coord_sweep_workers(mt_coord *c);
 
 /* A read-only store for a pool thread (an idle one, else a new one; NULL with err), and its
  * return. Any thread. */
@@ -202,12 +217,6 @@ void coord_bulk_fini(mt_coord *c); /* close the idle connections; after the loop
 mt_code coord_jobs_load(mt_coord *c, mt_err *err); /* active jobs from the store, at open */
 void coord_jobs_free(mt_coord *c);
 void coord_jobs_schedule(mt_coord *c); /* place queued jobs when sched_dirty; loop thread */
-void coord_jobs_worker_lost(mt_coord *c, const char *worker_id, const char *why);
-/* a worker registered: a new process (new_instance) loses the tasks of the old one */
-void coord_jobs_worker_registered(mt_coord *c, const char *worker_id, int new_instance);
-
-/* ---- stall.c ---- */
-void coord_stall_sweep(mt_coord *c); /* STALLED detection and recovery; sweep timer */
 
 /* ---- metrics.c ---- */
 mt_code coord_metrics_open(mt_coord *c, mt_err *err); /* the PUB socket */

@@ -32,16 +32,17 @@
  * worker reports a running task the coordinator does not want (job final, restarted under a new
  * attempt, or not placed there), the reply carries a cancellation for it. Job moves:
  * SCHEDULED -> RUNNING when every task reported running; -> SUCCEEDED when all succeeded;
- * -> FAILED when one failed (its error text is the job's error); a lost worker, or a worker
- * that registers as a new process, moves its jobs to RESTARTING (FAILED once restart.max_restarts
- * is used up), and the scheduler places them again with attempt + 1, resuming from the latest
- * complete checkpoint.
+ * -> FAILED when one failed (its error text is the job's error); a lost worker (sweep.c), or a
+ * worker that registers as a new process (workers.c), moves its jobs to RESTARTING through the
+ * domain core (coord_worker_lose; FAILED once restart.max_restarts is used up), and the
+ * scheduler places them again with attempt + 1, resuming from the latest complete checkpoint.
  *
- * Coordinator restart: active jobs are reloaded with their placement. RUNNING/SCHEDULED jobs are
- * RE-ATTACHED when their workers come back as the same processes (same instance id: a worker
- * re-registers after the coordinator's instance changed and keeps running its tasks); a worker
- * that does not come back within the heartbeat timeout, or comes back as a new process, sends
- * its jobs to RESTARTING (re-queued).
+ * Coordinator restart: active jobs are reloaded with their placement, and the scheduling core's
+ * reload rule (coord_sched_reload) decides: RUNNING/SCHEDULED jobs are RE-ATTACHED, to be kept
+ * when their workers come back as the same processes (same instance id: a worker re-registers
+ * after the coordinator's instance changed and keeps running its tasks); a worker the store
+ * knew as lost sends its jobs to RESTARTING at once, and one that does not come back within the
+ * heartbeat timeout, or comes back as a new process, later (sweep.c, workers.c).
  */
 #include "coordinator/coord_rpc.h"
 
@@ -60,23 +61,6 @@
 
 #define MAX_JOB_NAME 127
 
-/* A worker's tasks died with it (lost, or replaced by a new process). */
-static void job_lose_worker(mt_coord *c, coord_job *j, const char *worker_id, const char *why)
-{
-    char cause[256];
-
-    snprintf(cause, sizeof(cause), "worker %s %s", worker_id, why);
-    coord_job_restart(c, j, cause);
-}
-
-static coord_task *job_task(coord_job *j, const char *worker_id)
-{
-    for (size_t i = 0; i < j->n_tasks; i++)
-        if (strcmp(j->tasks[i].worker_id, worker_id) == 0)
-            return &j->tasks[i];
-    return NULL;
-}
-
 /* Tasks = the distinct workers of the placement, in rank order of first appearance. */
 static mt_code job_build_tasks(coord_job *j, coord_task_state init_state)
 {
@@ -85,7 +69,7 @@ static mt_code job_build_tasks(coord_job *j, coord_task_state init_state)
         return MT_RESOURCE_EXHAUSTED;
     j->n_tasks = 0;
     for (size_t r = 0; r < j->n_place; r++) {
-        if (job_task(j, j->place[r].worker_id) != NULL)
+        if (coord_job_task(j, j->place[r].worker_id) != NULL)
             continue;
         coord_task *t = &j->tasks[j->n_tasks++];
         snprintf(t->worker_id, sizeof(t->worker_id), "%s", j->place[r].worker_id);
@@ -103,6 +87,39 @@ static void job_set_batch(coord_job *j, uint32_t b)
 }
 
 /* ------------------------------------------------------------------ load */
+
+/*
+ * A job reloaded as placed, its tasks built: the scheduling core's reload rule
+ * (coord_sched_reload) says whether its tasks are kept — RUNNING ones re-attached as they run,
+ * SCHEDULED ones assigned again — or whether a worker of it is already gone, and it restarts now.
+ * Codes: RESOURCE_EXHAUSTED.
+ */
+static mt_code reload_placed(mt_coord *c, coord_job *j, mt_err *err)
+{
+    coord_sched_worker *wv = mt_calloc(c->n_workers + 1, sizeof(*wv));
+    coord_sched_task *tv = mt_calloc(j->n_tasks + 1, sizeof(*tv));
+    coord_sched_reload_out out;
+
+    if (tv == NULL || wv == NULL) {
+        mt_free(tv);
+        mt_free(wv);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "load jobs: out of memory");
+    }
+    for (size_t i = 0; i < c->n_workers; i++)
+        coord_worker_view(&c->workers[i], &wv[i]);
+    for (size_t t = 0; t < j->n_tasks; t++)
+        tv[t] = (coord_sched_task){j->tasks[t].worker_id, j->tasks[t].state, j->tasks[t].step};
+    coord_sched_reload(j->state, tv, j->n_tasks, wv, c->n_workers, &out);
+    mt_free(tv);
+    mt_free(wv);
+    if (out.lost) {
+        coord_job_restart(c, j, out.cause); /* may free j (FAILED at the limit) */
+        return MT_OK;
+    }
+    for (size_t t = 0; t < j->n_tasks; t++)
+        j->tasks[t].state = out.task_state;
+    return MT_OK;
+}
 
 static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
 {
@@ -162,10 +179,9 @@ static mt_code load_one(mt_coord *c, const mt_store_job *rec, mt_err *err)
             if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK)
                 j->resume_step = ck.step;
         }
-        /* RUNNING tasks are re-attached; SCHEDULED ones get their assignment again */
-        if (job_build_tasks(j, j->state == MT_JOBSTATE_SCHEDULED ? COORD_TASK_ASSIGNED
-                                                                 : COORD_TASK_RUNNING) != MT_OK)
+        if (job_build_tasks(j, COORD_TASK_ASSIGNED) != MT_OK)
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "load jobs: out of memory");
+        return reload_placed(c, j, err);
     }
     return MT_OK;
 }
@@ -214,25 +230,6 @@ mt_code coord_jobs_load(mt_coord *c, mt_err *err)
     mt_store_job_list_free(list, n);
     if (rc != MT_OK)
         return rc;
-    /* placed on a worker the store already knows as lost: fail over now */
-    for (size_t i = 0; i < c->n_jobs;) {
-        coord_job *j = c->jobs[i];
-        const char *gone = NULL;
-        for (size_t t = 0; t < j->n_tasks && gone == NULL; t++) {
-            coord_worker *w = coord_worker_find(c, j->tasks[t].worker_id);
-            if (w == NULL || w->state != COORD_WORKER_ALIVE)
-                gone = j->tasks[t].worker_id;
-        }
-        if (gone != NULL) {
-            char id[64];
-            snprintf(id, sizeof(id), "%s", gone);
-            size_t before = c->n_jobs;
-            job_lose_worker(c, j, id, "was lost while the coordinator was down");
-            if (c->n_jobs < before)
-                continue; /* j was removed (FAILED) */
-        }
-        i++;
-    }
     c->sched_dirty = 1;
     mt_log_info("%zu active jobs reloaded", c->n_jobs);
     return MT_OK;
@@ -561,30 +558,6 @@ void coord_jobs_schedule(mt_coord *c)
             c->jobs[i]->ckpt_check = COORD_CKPT_UNCHECKED;
 }
 
-/* ------------------------------------------------------------------ worker events */
-
-void coord_jobs_worker_lost(mt_coord *c, const char *worker_id, const char *why)
-{
-    for (size_t i = 0; i < c->n_jobs;) {
-        coord_job *j = c->jobs[i];
-        size_t before = c->n_jobs;
-        if (coord_jobstate_placed(j->state) && job_task(j, worker_id) != NULL) {
-            job_lose_worker(c, j, worker_id, why);
-            if (c->n_jobs < before)
-                continue;
-        }
-        i++;
-    }
-    c->sched_dirty = 1;
-}
-
-void coord_jobs_worker_registered(mt_coord *c, const char *worker_id, int new_instance)
-{
-    if (new_instance)
-        coord_jobs_worker_lost(c, worker_id, "restarted (its tasks are gone)");
-    c->sched_dirty = 1;
-}
-
 /* ------------------------------------------------------------------ task reports */
 
 /*
@@ -600,13 +573,8 @@ static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, co
 {
     coord_sched_worker *v = mt_calloc(j->n_tasks + 1, sizeof(*v));
     coord_sched_peer_verdict pv;
-    size_t n = 0;
+    size_t n = v != NULL ? coord_job_worker_views(c, j, v) : 0;
 
-    for (size_t i = 0; v != NULL && i < j->n_tasks; i++) {
-        coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
-        if (w != NULL)
-            coord_worker_view(w, &v[n++]);
-    }
     coord_sched_peer_failure(v, n, worker_id, error, j->backoff_ms, mt_clock_mono_ms(),
                              COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms), &pv);
     if (pv.fault == COORD_SCHED_FAULT_FROZEN) {
@@ -778,7 +746,7 @@ void coord_jobs_heartbeat(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
         coord_job *j = c->jobs[i];
         coord_task *t;
         Meshtrain__TaskAssignment *a, **grown;
-        if (j->state != MT_JOBSTATE_SCHEDULED || (t = job_task(j, r->worker_id)) == NULL ||
+        if (j->state != MT_JOBSTATE_SCHEDULED || (t = coord_job_task(j, r->worker_id)) == NULL ||
             t->state != COORD_TASK_ASSIGNED)
             continue;
         a = build_assignment(c, j, r->worker_id);
@@ -958,17 +926,10 @@ static void submit_store(uv_work_t *w, int status)
     }
     if (submit_replay(c, q->call, r))
         goto out;
-    if (j->sum.coll_deadline_ms > 0 &&
-        (int64_t)j->sum.coll_deadline_ms <= COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms)) {
-        /* a collective that gives up before the coordinator could see a worker go silent would
-         * blame the link for a frozen worker */
-        char msg[256];
-        snprintf(msg, sizeof(msg),
-                 "restart.collective_deadline_ms: %u ms is not longer than this coordinator's "
-                 "heartbeat window of %lld ms (3 heartbeat intervals + 1 s)",
-                 j->sum.coll_deadline_ms,
-                 (long long)COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms));
-        mt_rpc_call_reply(q->call, MT_FAILED_PRECONDITION, msg, NULL);
+    if ((rc = coord_sched_deadline_check(j->sum.coll_deadline_ms,
+                                         COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms),
+                                         err.msg, sizeof(err.msg))) != MT_OK) {
+        mt_rpc_call_reply(q->call, rc, err.msg, NULL); /* the scheduling core's rule */
         goto out;
     }
     if (j->sum.init_job[0] != '\0') {

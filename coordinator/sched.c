@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * sched.c — the coordinator's scheduling and liveness rules (contract in sched.h): the scheduler
- * pass, the lost-worker and restart rules, what a task report does to its job, the reading of a
- * task that failed on a peer, and the stall rule and diagnosis. Pure: typed structs in, decisions
- * out; no store, no clock, no protobuf, no nng, no state between calls. It calls only core/sched
- * (mt_sched_place, the placement of one mesh on free devices).
+ * pass, the lost-worker and restart rules, registrations, the reload after a coordinator restart,
+ * the once-per-silence note, the collective deadline check, what a task report does to its job,
+ * the reading of a task that failed on a peer, and the stall rule and diagnosis. Pure: typed
+ * structs in, decisions out; no store, no clock, no protobuf, no nng, no state between calls. It
+ * calls only core/sched (mt_sched_place, the placement of one mesh on free devices).
  *
  * DESIGN. A pass copies the alive workers' devices into a free map (a worker held by a placed
  * job has none free: its data plane serves one job), takes the QUEUED and RESTARTING jobs by
@@ -52,6 +53,88 @@ mt_jobstate coord_sched_restart(uint32_t restarts, uint32_t max_restarts, const 
     }
     snprintf(reason, cap, "%s", cause);
     return MT_JOBSTATE_RESTARTING;
+}
+
+coord_sched_register_verdict coord_sched_register(const coord_sched_worker *known,
+                                                  const char *instance, int64_t now_ms,
+                                                  int64_t timeout_ms)
+{
+    bool same = known != NULL && known->instance != NULL && strcmp(known->instance, instance) == 0;
+
+    if (known == NULL)
+        return COORD_SCHED_REGISTER_NEW;
+    if (known->state == COORD_WORKER_ALIVE && !same && now_ms - known->last_seen_ms <= timeout_ms)
+        return COORD_SCHED_REGISTER_REFUSED;
+    if (known->state == COORD_WORKER_ALIVE && same)
+        return COORD_SCHED_REGISTER_SAME;
+    return COORD_SCHED_REGISTER_REPLACED;
+}
+
+void coord_sched_reload(mt_jobstate state, const coord_sched_task *tasks, size_t n,
+                        const coord_sched_worker *workers, size_t nw, coord_sched_reload_out *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->task_state = state == MT_JOBSTATE_SCHEDULED ? COORD_TASK_ASSIGNED : COORD_TASK_RUNNING;
+    for (size_t t = 0; t < n; t++) {
+        size_t i = 0;
+        while (i < nw && strcmp(workers[i].id, tasks[t].worker_id) != 0)
+            i++;
+        if (i < nw && workers[i].state == COORD_WORKER_ALIVE)
+            continue;
+        out->lost = true;
+        snprintf(out->cause, sizeof(out->cause),
+                 "worker %.63s was lost while the coordinator was down", tasks[t].worker_id);
+        return;
+    }
+}
+
+void coord_sched_silence(const coord_sched_worker *workers, size_t nw, mt_jobstate state,
+                         const char *diagnosis, int64_t noted_ms, int64_t now_ms, int64_t fresh_ms,
+                         int64_t timeout_ms, coord_sched_silence_out *out)
+{
+    const coord_sched_worker *w = NULL;
+    long long silent;
+
+    memset(out, 0, sizeof(*out));
+    for (size_t i = 0; i < nw && w == NULL; i++)
+        if (coord_sched_silent(&workers[i], now_ms, fresh_ms)) {
+            w = &workers[i];
+            out->worker = i;
+        }
+    if (w == NULL) {
+        if (noted_ms == 0)
+            return; /* COORD_SCHED_SILENCE_NONE */
+        out->verdict = COORD_SCHED_SILENCE_BACK;
+        snprintf(out->reason, sizeof(out->reason), "every worker heartbeats again");
+        snprintf(out->diagnosis, sizeof(out->diagnosis), "%s",
+                 state == MT_JOBSTATE_RUNNING || diagnosis == NULL ? "" : diagnosis);
+        return;
+    }
+    if (noted_ms != 0) {
+        out->verdict = COORD_SCHED_SILENCE_NOTED; /* named once per silence */
+        return;
+    }
+    out->verdict = COORD_SCHED_SILENCE_NOTE;
+    silent = (long long)((now_ms - w->last_seen_ms) / 1000);
+    snprintf(out->reason, sizeof(out->reason),
+             "worker %.63s (%.63s) silent for %lld s: no heartbeat; it is declared lost and the "
+             "job restarts %lld s after its last one",
+             w->id, has(w->host) ? w->host : "", silent, (long long)(timeout_ms / 1000));
+    snprintf(out->diagnosis, sizeof(out->diagnosis),
+             "device stuck: worker %.63s (%.63s) silent for %lld s: no heartbeat (a frozen "
+             "process or machine); the others wait for it until the collective deadline",
+             w->id, has(w->host) ? w->host : "", silent);
+}
+
+mt_code coord_sched_deadline_check(uint32_t deadline_ms, int64_t fresh_ms, char *msg, size_t cap)
+{
+    if (deadline_ms == 0 || (int64_t)deadline_ms > fresh_ms)
+        return MT_OK;
+    snprintf(msg, cap,
+             "restart.collective_deadline_ms: %u ms is not longer than this coordinator's "
+             "heartbeat window of %lld ms (3 heartbeat intervals + 1 s)",
+             deadline_ms, (long long)fresh_ms);
+    return MT_FAILED_PRECONDITION;
 }
 
 /* ------------------------------------------------------------------ placement */

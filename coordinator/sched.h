@@ -4,17 +4,21 @@
  * job goes where (gang placement, one job per worker, priority then submission order, elastic
  * batch sizes, a broken link avoided or waited out with a back-off, a frozen worker left out),
  * when a worker is lost and what becomes of its jobs (restart within restart.max_restarts, else
- * FAILED), what a worker's report of its task does to the job, what a task that failed on a peer
- * means (a silent worker: "device stuck"; a link
- * between two heartbeating workers: "link A<->B" and a back-off), and what a stopped group's
- * progress records say (coord_stall_diagnose / coord_stall_classify).
+ * FAILED), what a registration means (a new process loses its tasks; another live process under
+ * the name is refused), what a restarted coordinator does with the jobs it reloads as placed,
+ * when a silent worker is named (once per silence), whether a job's collective deadline suits
+ * the heartbeat window, what a worker's report of its task does to the job, what a task that
+ * failed on a peer means (a silent worker: "device stuck"; a link between two heartbeating
+ * workers: "link A<->B" and a back-off), and what a stopped group's progress records say
+ * (coord_stall_diagnose / coord_stall_classify).
  *
- * How it fits: the adapters (jobs.c: the scheduler pass and task reports; workers.c: the
- * lost-worker sweep; stall.c: the stall sweep) and the domain core (state.c: the restart rule)
- * copy what they know into these plain structs, call the functions below and apply the decisions
- * they return (store writes, RPC replies, the metrics stream). Nothing here reads the store, the
- * clock, the network or a protobuf message, and nothing here keeps state: the same input gives the
- * same decision. Strings in the inputs are borrowed for the call.
+ * How it fits: the adapters (jobs.c: the scheduler pass, SubmitJob, task reports and the reload
+ * of active jobs; workers.c: registrations; sweep.c: the lost-worker, silent-worker and stall
+ * sweep) and the domain core (state.c: the restart rule) copy what they know into these plain
+ * structs, call the functions below and apply the decisions they return (store writes, RPC
+ * replies, the metrics stream). Nothing here reads the store, the clock, the network or a
+ * protobuf message, and nothing here keeps state: the same input gives the same decision.
+ * Strings in the inputs are borrowed for the call.
  * Threading: pure functions, any thread (the coordinator calls them on its loop thread).
  * Tests: tests/unit/test_coord_sched.c (typed inputs only), test_coord_stall.c (the diagnosis).
  */
@@ -54,6 +58,7 @@ typedef struct coord_sched_worker {
     int64_t last_seen_ms; /* monotonic ms of its last registration or heartbeat */
     const char *held_by;  /* the placed job that holds it (a worker's data plane serves one job
                              at a time, so it then has no free device); NULL: free */
+    const char *instance; /* its process's instance id (changes when the worker restarts) */
 } coord_sched_worker;
 
 /* Whether a job's checkpoint files were read back since its last placement. */
@@ -84,6 +89,13 @@ typedef struct coord_sched_job {
     const char *frozen;          /* a worker that stopped answering during its last attempt
                                     ("" or NULL: none): not placed on while it stays silent */
 } coord_sched_job;
+
+/* One task of a placed job: one per worker of its placement. */
+typedef struct coord_sched_task {
+    const char *worker_id;
+    coord_task_state state; /* as last recorded */
+    uint64_t step;          /* the last step its worker reported */
+} coord_sched_task;
 
 /* A worker counts as silent when it has not been heard for more than fresh_ms at now. */
 bool coord_sched_silent(const coord_sched_worker *w, int64_t now_ms, int64_t fresh_ms);
@@ -159,6 +171,90 @@ bool coord_sched_worker_lost(const coord_sched_worker *w, int64_t now_ms, int64_
 mt_jobstate coord_sched_restart(uint32_t restarts, uint32_t max_restarts, const char *cause,
                                 char *reason, size_t cap);
 
+/* What a RegisterWorker means for the name it registers. */
+typedef enum coord_sched_register_verdict {
+    COORD_SCHED_REGISTER_NEW,      /* a name the coordinator does not know: a new worker */
+    COORD_SCHED_REGISTER_SAME,     /* the same live process again (it re-registers after a
+                                      coordinator restart): its tasks keep running (re-attached) */
+    COORD_SCHED_REGISTER_REPLACED, /* a new process under a known name, or a process already
+                                      declared lost: what the coordinator ran there is gone, so
+                                      its placed jobs restart ("worker W restarted (its tasks are
+                                      gone)", coord_sched_restart) */
+    COORD_SCHED_REGISTER_REFUSED,  /* another process under a name whose live process was heard
+                                      within timeout_ms: ALREADY_EXISTS until that one is lost */
+} coord_sched_register_verdict;
+
+/* A worker registers as process instance at now_ms; known: the registered worker of that name
+ * (NULL: none). timeout_ms: the heartbeat timeout. */
+coord_sched_register_verdict coord_sched_register(const coord_sched_worker *known,
+                                                  const char *instance, int64_t now_ms,
+                                                  int64_t timeout_ms);
+
+/* What a coordinator that just started does with a job it reloaded as placed. */
+typedef struct coord_sched_reload_out {
+    bool lost;                   /* a worker of its placement is unknown or already lost: the
+                                    job restarts at once with cause (coord_sched_restart) */
+    coord_task_state task_state; /* else its tasks are kept: RUNNING (a RUNNING or STALLED job:
+                                    re-attached as they run) or ASSIGNED (SCHEDULED: the
+                                    assignment is sent again) */
+    char cause[256];             /* lost: "worker W was lost while the coordinator was down" */
+} coord_sched_reload_out;
+
+/*
+ * A job reloaded in state (SCHEDULED, RUNNING or STALLED) with one task per worker of its
+ * placement, tasks[0..n) (states ignored), against the registry as loaded, workers[0..nw).
+ * A worker the store knew as alive is kept alive with a fresh grace period (last seen = the
+ * load): if it does not re-register as the same process within the heartbeat timeout,
+ * coord_sched_worker_lost declares it lost, and if it re-registers as a new process
+ * coord_sched_register says REPLACED; either way its jobs restart then. A worker the store
+ * does not know, or knew as lost, makes the job restart now.
+ */
+void coord_sched_reload(mt_jobstate state, const coord_sched_task *tasks, size_t n,
+                        const coord_sched_worker *workers, size_t nw, coord_sched_reload_out *out);
+
+/* What a sweep does about the silent workers of a RUNNING or STALLED job. */
+typedef enum coord_sched_silence_verdict {
+    COORD_SCHED_SILENCE_NONE,  /* every worker heartbeats and none was named: the stall rule
+                                  applies */
+    COORD_SCHED_SILENCE_NOTE,  /* a worker went silent: name it in the reason and diagnosis now,
+                                  once per silence (store them; noted from now on) */
+    COORD_SCHED_SILENCE_NOTED, /* still silent, already named: nothing to store; the stall rule
+                                  does not apply (the lost-worker path decides) */
+    COORD_SCHED_SILENCE_BACK,  /* every worker heartbeats again after a note: store reason and
+                                  diagnosis (not noted any more); the stall rule applies */
+} coord_sched_silence_verdict;
+
+typedef struct coord_sched_silence_out {
+    coord_sched_silence_verdict verdict;
+    size_t worker;       /* NOTE: the silent worker (index into the workers given) */
+    char reason[512];    /* NOTE, BACK: the job's status reason */
+    char diagnosis[400]; /* NOTE, BACK: its diagnosis ("" clears it) */
+} coord_sched_silence_out;
+
+/*
+ * The once-per-silence note for a job in state with the workers of its tasks, workers[0..nw),
+ * at now_ms: noted_ms is when a silent worker was last named (0: not named), diagnosis its
+ * current diagnosis (borrowed). The first worker silent for more than fresh_ms
+ * (coord_sched_silent) is named at once — "worker W (host) silent for S s: no heartbeat; it is
+ * declared lost and the job restarts T s after its last one" (T: timeout_ms), diagnosis "device
+ * stuck: ..." — long before the heartbeat timeout or the collective deadline; once named, later
+ * sweeps store nothing until every worker heartbeats again ("every worker heartbeats again";
+ * the diagnosis is cleared for a RUNNING job and kept for a STALLED one). Issue 19, fault 8.
+ */
+void coord_sched_silence(const coord_sched_worker *workers, size_t nw, mt_jobstate state,
+                         const char *diagnosis, int64_t noted_ms, int64_t now_ms, int64_t fresh_ms,
+                         int64_t timeout_ms, coord_sched_silence_out *out);
+
+/*
+ * SubmitJob's check of a job's collective deadline (restart.collective_deadline_ms, 0: the
+ * worker's default) against the coordinator's heartbeat window (fresh_ms, 3 heartbeat
+ * intervals + 1 s): a deadline that is not longer makes the collective give up before the
+ * coordinator could see its peer go silent, so a frozen worker would be read as a broken link.
+ * Returns MT_OK, or MT_FAILED_PRECONDITION with the message naming both figures in msg (cap
+ * bytes).
+ */
+mt_code coord_sched_deadline_check(uint32_t deadline_ms, int64_t fresh_ms, char *msg, size_t cap);
+
 /* A task that failed on a peer, read. */
 typedef enum coord_sched_fault {
     COORD_SCHED_FAULT_NONE,   /* not a peer failure (the job's own error): fail the job */
@@ -188,13 +284,6 @@ void coord_sched_peer_failure(const coord_sched_worker *workers, size_t nw, cons
                               int64_t fresh_ms, coord_sched_peer_verdict *out);
 
 /* ------------------------------------------------------------------ task reports */
-
-/* One task of a placed job: one per worker of its placement. */
-typedef struct coord_sched_task {
-    const char *worker_id;
-    coord_task_state state; /* as last recorded */
-    uint64_t step;          /* the last step its worker reported */
-} coord_sched_task;
 
 typedef enum coord_sched_report_verdict {
     COORD_SCHED_REPORT_IGNORE, /* nothing to do (beyond recording the step when accepted) */

@@ -50,6 +50,7 @@ void coord_worker_view(const coord_worker *w, coord_sched_worker *v)
     v->data_address = w->rec.data_address;
     v->state = w->state;
     v->last_seen_ms = w->last_seen_mono_ms;
+    v->instance = w->rec.instance_id;
 }
 
 static const char *const worker_state_names[] = {
@@ -116,6 +117,14 @@ coord_job *coord_job_find(mt_coord *c, const char *job_id)
     for (size_t i = 0; i < c->n_jobs; i++)
         if (strcmp(c->jobs[i]->job_id, job_id) == 0)
             return c->jobs[i];
+    return NULL;
+}
+
+coord_task *coord_job_task(coord_job *j, const char *worker_id)
+{
+    for (size_t i = 0; i < j->n_tasks; i++)
+        if (strcmp(j->tasks[i].worker_id, worker_id) == 0)
+            return &j->tasks[i];
     return NULL;
 }
 
@@ -282,18 +291,32 @@ void coord_job_restart(mt_coord *c, coord_job *j, const char *cause)
     coord_job_move(c, j, to, reason);
 }
 
-coord_worker *coord_job_silent_worker(mt_coord *c, const coord_job *j, const char * not,
-                                      int64_t now)
+size_t coord_job_worker_views(mt_coord *c, const coord_job *j, coord_sched_worker *out)
 {
-    int64_t fresh = COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms);
+    size_t n = 0;
 
     for (size_t i = 0; i < j->n_tasks; i++) {
-        coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
-        coord_sched_worker v = {.id = w != NULL ? w->rec.worker_id : "",
-                                .last_seen_ms = w != NULL ? w->last_seen_mono_ms : 0};
-        if (w != NULL && (not == NULL || strcmp(w->rec.worker_id, not ) != 0) &&
-            coord_sched_silent(&v, now, fresh))
-            return w;
+        const coord_worker *w = coord_worker_find(c, j->tasks[i].worker_id);
+        if (w != NULL)
+            coord_worker_view(w, &out[n++]);
     }
-    return NULL;
+    return n;
+}
+
+void coord_worker_lose(mt_coord *c, const char *worker_id, const char *why)
+{
+    char cause[256];
+
+    snprintf(cause, sizeof(cause), "worker %s %s", worker_id, why);
+    for (size_t i = 0; i < c->n_jobs;) {
+        coord_job *j = c->jobs[i];
+        size_t before = c->n_jobs;
+        if (coord_jobstate_placed(j->state) && coord_job_task(j, worker_id) != NULL) {
+            coord_job_restart(c, j, cause); /* its tasks died with the worker */
+            if (c->n_jobs < before)
+                continue; /* j was removed (FAILED at the limit) */
+        }
+        i++;
+    }
+    c->sched_dirty = 1;
 }

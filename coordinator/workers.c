@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * workers.c — the coordinator's worker registry: RegisterWorker, Heartbeat,
- * ListWorkers, lost-worker detection (the rule is the scheduling core's, coord_sched_worker_lost;
- * what becomes of the lost worker's jobs too, through coord_jobs_worker_lost and the domain
- * core's coord_job_restart). Loop thread only (coord_int.h).
+ * workers.c — the coordinator's worker registry, an RPC adapter: RegisterWorker, Heartbeat,
+ * ListWorkers, and the registry's load at open. What a registration means (a new worker, the
+ * same process re-attached, a new process whose old tasks are gone, a name refused) is the
+ * scheduling core's rule (coord_sched_register); the jobs of a replaced process restart through
+ * the domain core (coord_worker_lose). The periodic sweep (lost workers, the heartbeat times
+ * written once a second) is sweep.c's; this file never calls it. Loop thread only (coord_int.h).
  *
  * The registry lives in memory and in the store. Registration is written
- * through at once (one transaction); heartbeats only touch memory and are
- * flushed in one batched transaction per second, so a thousand workers cost
+ * through at once (one transaction); heartbeats only touch memory and sweep.c
+ * flushes them in one batched transaction per second, so a thousand workers cost
  * one write per second. A worker is identified by its name (worker_id = name);
  * a second live process with the same name is refused with ALREADY_EXISTS until
  * the first is marked lost. After a coordinator restart every worker the store
@@ -62,73 +64,6 @@ void coord_workers_free(mt_coord *c)
     mt_free(c->workers);
     c->workers = NULL;
     c->n_workers = c->cap_workers = 0;
-}
-
-/* Write every dirty heartbeat time in ONE transaction (one fsync per tick). */
-static void flush_heartbeats(mt_coord *c)
-{
-    const char *ids[256];
-    int64_t times[256];
-    size_t n = 0, dirty = 0;
-    mt_err err = MT_ERR_INIT;
-    mt_code rc = MT_OK;
-
-    for (size_t i = 0; i < c->n_workers; i++)
-        dirty += c->workers[i].hb_dirty != 0;
-    if (dirty == 0)
-        return;
-    int64_t t0 = mt_clock_mono_us();
-    if (mt_store_tx_begin(c->store, &err) != MT_OK) {
-        mt_log_error("store heartbeats: %s", err.msg);
-        return;
-    }
-    for (size_t i = 0; i <= c->n_workers && rc == MT_OK; i++) {
-        if (n == 256 || (i == c->n_workers && n > 0)) {
-            rc = mt_store_worker_heartbeats(c->store, ids, times, n, NULL, &err);
-            n = 0;
-        }
-        if (i < c->n_workers && c->workers[i].hb_dirty) {
-            ids[n] = c->workers[i].rec.worker_id;
-            times[n++] = c->workers[i].rec.last_heartbeat_ms;
-        }
-    }
-    if (rc == MT_OK)
-        rc = mt_store_tx_commit(c->store, &err);
-    coord_stats_store_write(c->stats, mt_clock_mono_us() - t0);
-    if (rc != MT_OK) {
-        mt_log_error("store heartbeats: %s", err.msg);
-        mt_store_tx_rollback(c->store, NULL);
-        return; /* still dirty: retried next tick */
-    }
-    for (size_t i = 0; i < c->n_workers; i++)
-        c->workers[i].hb_dirty = 0;
-}
-
-void coord_workers_sweep(mt_coord *c)
-{
-    int64_t now = mt_clock_mono_ms();
-    mt_err err = MT_ERR_INIT;
-
-    for (size_t i = 0; i < c->n_workers; i++) {
-        coord_worker *w = &c->workers[i];
-        int64_t silent = now - w->last_seen_mono_ms;
-        coord_sched_worker v;
-        coord_worker_view(w, &v);
-        if (!coord_sched_worker_lost(&v, now, c->opts.heartbeat_timeout_ms)) /* sched.c's rule */
-            continue;
-        coord_worker_set_state(w, COORD_WORKER_LOST);
-        mt_log_warn("worker %s lost: no heartbeat for %lld ms (timeout %d ms)", w->rec.worker_id,
-                    (long long)silent, c->opts.heartbeat_timeout_ms);
-        int64_t t0 = mt_clock_mono_us();
-        if (mt_store_worker_set_state(c->store, w->rec.worker_id, w->rec.state, &err) != MT_OK)
-            mt_log_error("store worker %s state: %s", w->rec.worker_id, err.msg);
-        coord_stats_store_write(c->stats, mt_clock_mono_us() - t0);
-        coord_jobs_worker_lost(c, w->rec.worker_id, "lost (no heartbeat)");
-    }
-    if (now - c->last_flush_mono_ms >= 1000) {
-        flush_heartbeats(c);
-        c->last_flush_mono_ms = now;
-    }
 }
 
 /* Worker names: 1..63 characters of [A-Za-z0-9._-]. */
@@ -188,6 +123,8 @@ void coord_handle_register(mt_coord *c, mt_rpc_call *call)
     mt_store_worker rec;
     mt_store_device *devs;
     coord_worker *w;
+    coord_sched_worker known;
+    coord_sched_register_verdict verdict;
     char msg[1024];
     mt_err err = MT_ERR_INIT;
     int64_t now = mt_clock_mono_ms();
@@ -198,9 +135,12 @@ void coord_handle_register(mt_coord *c, mt_rpc_call *call)
         return;
     }
     w = coord_worker_find(c, r->name);
-    if (w != NULL && w->state == COORD_WORKER_ALIVE &&
-        strcmp(w->rec.instance_id, r->instance_id) != 0 &&
-        now - w->last_seen_mono_ms <= c->opts.heartbeat_timeout_ms) {
+    memset(&known, 0, sizeof(known));
+    if (w != NULL)
+        coord_worker_view(w, &known);
+    verdict = coord_sched_register(w != NULL ? &known : NULL, r->instance_id, now,
+                                   c->opts.heartbeat_timeout_ms); /* the scheduling core's rule */
+    if (verdict == COORD_SCHED_REGISTER_REFUSED) {
         snprintf(msg, sizeof(msg),
                  "worker name '%s' is in use by a live worker (pid %u on %s, last heartbeat "
                  "%lld ms ago); pick another --name or wait %d ms for it to be marked lost",
@@ -243,8 +183,6 @@ void coord_handle_register(mt_coord *c, mt_rpc_call *call)
         mt_rpc_call_reply(call, rc, err.msg, NULL);
         return;
     }
-    int new_instance = w != NULL && (strcmp(w->rec.instance_id, r->instance_id) != 0 ||
-                                     w->state != COORD_WORKER_ALIVE);
     if (w == NULL) {
         if (c->n_workers == c->cap_workers) {
             size_t cap = c->cap_workers ? c->cap_workers * 2 : 16;
@@ -268,7 +206,9 @@ void coord_handle_register(mt_coord *c, mt_rpc_call *call)
     w->hb_dirty = 0;
     mt_log_info("worker %s registered: %zu devices, pid %u on %s, data plane %s", rec.worker_id,
                 rec.n_devices, rec.pid, rec.host, rec.data_address[0] ? rec.data_address : "-");
-    coord_jobs_worker_registered(c, rec.worker_id, new_instance);
+    if (verdict == COORD_SCHED_REGISTER_REPLACED) /* a new process: the old one's tasks died */
+        coord_worker_lose(c, w->rec.worker_id, "restarted (its tasks are gone)");
+    c->sched_dirty = 1;
     rep.worker_id = w->rec.worker_id;
     rep.coordinator_instance = c->instance;
     rep.heartbeat_interval_ms = (uint32_t)c->opts.heartbeat_interval_ms;

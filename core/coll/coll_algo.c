@@ -194,13 +194,29 @@ static mt_code ring_allgather(coll_call *x, float *buf, size_t count)
 
 /* ------------------------------------------------------------------ the tree */
 
+/* Elements [off, off + len) of a buffer. */
+typedef struct span {
+    size_t off, len;
+} span;
+
 /* Element range of tree chunks [a, b) of n over q (mt_coll_chunk_range's layout). */
-static void tree_range(size_t n, int q, int a, int b, size_t *off, size_t *len)
+static span tree_range(size_t n, int q, int a, int b)
 {
+    span s;
     size_t o1, l1;
-    mt_coll_chunk_range(n, q, a, off, &l1);
+    mt_coll_chunk_range(n, q, a, &s.off, &l1);
     mt_coll_chunk_range(n, q, b - 1, &o1, &l1);
-    *len = o1 + l1 - *off;
+    s.len = o1 + l1 - s.off;
+    return s;
+}
+
+/* Exchange t sends region sent and receives region recv. */
+static void set_regions(coll_xchg *t, span sent, span recv)
+{
+    t->so = sent.off;
+    t->sl = sent.len;
+    t->ro = recv.off;
+    t->rl = recv.len;
 }
 
 /*
@@ -229,8 +245,7 @@ static int tree_plan(const coll_call *x, size_t n, bool gather, coll_xchg *st)
         int sa = (v & bit) ? a : mid, sb = (v & bit) ? mid : b; /* sent */
         coll_xchg *t = &st[ns++];
         *t = xchg(COLL_PHASE_REDUCE, (uint32_t)(1 + k), peer, peer);
-        tree_range(n, q, sa, sb, &t->so, &t->sl);
-        tree_range(n, q, ka, kb, &t->ro, &t->rl);
+        set_regions(t, tree_range(n, q, sa, sb), tree_range(n, q, ka, kb));
         lo[k] = a = ka;
         hi[k] = b = kb;
     }
@@ -240,8 +255,7 @@ static int tree_plan(const coll_call *x, size_t n, bool gather, coll_xchg *st)
         int ra = lo[k] == pa ? hi[k] : pa, rb = lo[k] == pa ? pb : lo[k];
         coll_xchg *t = &st[ns++];
         *t = xchg(COLL_PHASE_GATHER, (uint32_t)(1 + k), peer, peer);
-        tree_range(n, q, lo[k], hi[k], &t->so, &t->sl);
-        tree_range(n, q, ra, rb, &t->ro, &t->rl);
+        set_regions(t, tree_range(n, q, lo[k], hi[k]), tree_range(n, q, ra, rb));
     }
     if (r > 0 && (extra || v < r))
         st[ns++] = fold_hop(x, COLL_PHASE_GATHER, extra, false, n);
@@ -455,7 +469,7 @@ out:
 /* ------------------------------------------------------------------ reduce-scatter */
 
 /* The elements tree member v holds fully reduced after the halving (phase 0) of tree_run. */
-static void tree_owned(size_t n, int q, int v, size_t *off, size_t *len)
+static span tree_owned(size_t n, int q, int v)
 {
     int a = 0, b = q;
     for (int bit = 1; bit < q; bit *= 2) {
@@ -465,15 +479,23 @@ static void tree_owned(size_t n, int q, int v, size_t *off, size_t *len)
         else
             b = mid;
     }
-    tree_range(n, q, a, b, off, len);
+    return tree_range(n, q, a, b);
 }
 
-/* The overlap of [o1, o1+l1) and [o2, o2+l2): *off and *len (0 when none). */
-static void overlap(size_t o1, size_t l1, size_t o2, size_t l2, size_t *off, size_t *len)
+/* Chunk c of n over p (mt_coll_chunk_range). */
+static span chunk(size_t n, int p, int c)
 {
-    size_t lo = o1 > o2 ? o1 : o2, hi = o1 + l1 < o2 + l2 ? o1 + l1 : o2 + l2;
-    *off = lo;
-    *len = hi > lo ? hi - lo : 0;
+    span s;
+    mt_coll_chunk_range(n, p, c, &s.off, &s.len);
+    return s;
+}
+
+/* The overlap of a and b (len 0 when none). */
+static span overlap(span a, span b)
+{
+    size_t lo = a.off > b.off ? a.off : b.off;
+    size_t hi = a.off + a.len < b.off + b.len ? a.off + a.len : b.off + b.len;
+    return (span){lo, hi > lo ? hi - lo : 0};
 }
 
 /*
@@ -487,35 +509,31 @@ static mt_code tree_reduce_scatter(coll_call *x, float *buf, size_t n, float *ou
 {
     int p = x->p, q = tree_q(p), r = p - q, pos = x->pos;
     int v = pos < 2 * r ? ((pos & 1) ? -1 : pos / 2) : pos - r; /* -1: folded into pos-1 */
-    size_t co, cl, bo, bl, io, il;
     mt_code rc = tree_run(x, buf, n, false, false);
-    mt_coll_chunk_range(n, p, pos, &co, &cl);
+    span mine = chunk(n, p, pos);
     if (rc == MT_OK && v >= 0) {
-        tree_owned(n, q, v, &bo, &bl);
+        span block = tree_owned(n, q, v);
         for (int j = 0; j < p && rc == MT_OK; j++) {
-            size_t jo, jl;
-            mt_coll_chunk_range(n, p, j, &jo, &jl);
-            overlap(bo, bl, jo, jl, &io, &il);
-            if (il == 0 || j == pos)
+            span part = overlap(block, chunk(n, p, j));
+            if (part.len == 0 || j == pos)
                 continue;
             coll_xchg t = xchg(COLL_PHASE_DIRECT, (uint32_t)v, member(x, j), -1);
-            t.so = io;
-            t.sl = il;
+            t.so = part.off;
+            t.sl = part.len;
             rc = coll__xchg(x, &t, buf, NULL);
         }
     }
     for (int u = 0; u < q && rc == MT_OK; u++) {
-        tree_owned(n, q, u, &bo, &bl);
-        overlap(bo, bl, co, cl, &io, &il);
-        if (il == 0 || tree_pos(u, r) == pos)
+        span part = overlap(tree_owned(n, q, u), mine);
+        if (part.len == 0 || tree_pos(u, r) == pos)
             continue;
         coll_xchg t = xchg(COLL_PHASE_DIRECT, (uint32_t)u, -1, member(x, tree_pos(u, r)));
-        t.ro = io;
-        t.rl = il;
+        t.ro = part.off;
+        t.rl = part.len;
         rc = coll__xchg(x, &t, NULL, buf);
     }
-    if (rc == MT_OK && cl > 0)
-        memcpy(out, buf + co, cl * sizeof(float));
+    if (rc == MT_OK && mine.len > 0)
+        memcpy(out, buf + mine.off, mine.len * sizeof(float));
     return rc;
 }
 

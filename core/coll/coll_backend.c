@@ -18,13 +18,16 @@
 mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_coll_world **out,
                                 mt_err *err)
 {
-    return coll__world_new_local(&mt_coll_backend_builtin, size, opts, out, err);
+    coll_world_spec s = {.b = &mt_coll_backend_builtin, .size = size, .opts = opts};
+    return coll__world_new_local(&s, out, err);
 }
 
 mt_code mt_coll_world_new_net(mt_coll_net *net, int size, const mt_coll_rank_addr *table,
                               const mt_coll_world_opts *opts, mt_coll_world **out, mt_err *err)
 {
-    return coll__world_new_net(&mt_coll_backend_builtin, net, size, table, opts, out, err);
+    coll_world_spec s = {
+        .b = &mt_coll_backend_builtin, .size = size, .opts = opts, .net = net, .table = table};
+    return coll__world_new_net(&s, out, err);
 }
 
 mt_code mt_coll_world_new_backend(const mt_coll_backend *b, void *state, int size, const int *local,
@@ -32,8 +35,13 @@ mt_code mt_coll_world_new_backend(const mt_coll_backend *b, void *state, int siz
                                   mt_err *err)
 {
     /* the built-in backend's worlds need a data plane: refused as no backend is */
-    return coll__world_new_backend(b != &mt_coll_backend_builtin ? b : NULL, state, size, local,
-                                   nlocal, opts, out, err);
+    coll_world_spec s = {.b = b != &mt_coll_backend_builtin ? b : NULL,
+                         .size = size,
+                         .opts = opts,
+                         .state = state,
+                         .local = local,
+                         .nlocal = nlocal};
+    return coll__world_new_backend(&s, out, err);
 }
 
 mt_code mt_coll_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,
@@ -129,12 +137,13 @@ mt_coll_world *mt_coll_comm_world(const mt_coll_comm *c)
 mt_code mt_coll_group_position(const mt_coll_comm *comm, const mt_coll_group *group, int *pos,
                                mt_err *err)
 {
-    char why[128];
+    coll_group_pos gp;
     *pos = -1;
     if (comm == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "NULL communicator");
-    if (coll__group_problem(comm->w, comm->rank, group, pos, why, sizeof(why)) != NULL)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "rank %d: %s", comm->rank, why);
+    if (coll__group_problem(comm->w, comm->rank, group, &gp) != NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "rank %d: %s", comm->rank, gp.why);
+    *pos = gp.pos;
     if (atomic_load(&comm->w->cancelled))
         return mt_err_set(err, MT_CANCELLED, "rank %d: the world was cancelled", comm->rank);
     return MT_OK;

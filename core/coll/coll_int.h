@@ -8,18 +8,21 @@
  * algorithms (coll_algo.c) never include it: they see coll_engine.h and the wire format
  * (coll_wire.h) only.
  *
- * Message path: every frame is a 72-byte header + payload. A hop to a rank of this process
- * pushes it, as an nng_msg, straight into the receiver's inbox; a hop to another process
- * writes it on the direct connection dialed to that process's listener (coll_raw.c) — a
- * socket, or a shared-memory ring when both processes share the host (coll_shm.c) — whose
- * reader thread pushes it into the destination comm's inbox (or, with nng+ addresses, sends
- * it on a push socket whose pull side's receive callback does the same). Inboxes are one FIFO
- * per source rank, so per-source order is preserved and the algorithms never see the transport.
- * Direct transport only: an exchange's receive may be posted (coll_post); the reader thread then
- * reads matching frames' payloads straight into the caller's buffer (w->engine->claim) instead
- * of queueing a message, and only while the device thread waits for that step. With one
- * device in this process the device thread instead reads the partner's connection (socket or
- * ring) itself during the exchanges it runs ("Driving" below; coll_world.c drive_step).
+ * Message path: every frame is a 72-byte header + payload (coll_wire.h). A send picks the
+ * transport by the destination's process (coll__net_send; coll_net.c's tables): the in-process
+ * transport for a rank of this process copies the frame into a coll_frame; the direct
+ * connection dialed to another process's listener (coll_raw.c) — a socket, or a shared-memory
+ * ring when both processes share the host (coll_shm.c) — is written from the caller's buffer and
+ * read by the connection's reader thread into a coll_frame; with nng+ addresses a push socket
+ * carries it and the pull side's receive callback wraps the nng message in a coll_frame. Every
+ * transport hands its frames to the engine's one entry point (w->engine->deliver), whose
+ * inboxes are one FIFO of frames per source rank, so per-source order is preserved and the
+ * algorithms never see the transport. Direct transport only: an exchange's receive may be
+ * posted (coll_post); the reader thread then reads matching frames' payloads straight into the
+ * caller's buffer (w->engine->claim) instead of making a frame, and only while the device
+ * thread waits for that step. With one device in this process the device thread instead runs
+ * the transport's synchronous mode on the partner's connection during the exchanges it runs
+ * ("Driving" below): the transport reads the frames and asks the same claim where they go.
  *
  * Locking: net->mu (current world, pending messages, pipe map) is taken before
  * a comm's mu, never after. A comm's mu guards its queues and abort state.
@@ -31,6 +34,7 @@
 #include <nng/nng.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -68,10 +72,6 @@ typedef struct coll_out {
     size_t dlen;
     size_t sent;
 } coll_out;
-
-/* The frame header of message m (coll_wire.h): MT_OK, or MT_INVALID_ARGUMENT (short, bad magic,
- * payload length disagrees). coll_wire.c */
-mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h);
 
 /*
  * Posted receive (direct transport): a device thread about to receive one ring step from a
@@ -152,45 +152,51 @@ typedef enum coll_claim {
                               device here and in the sender: nothing else queues behind it) */
     COLL_CLAIM_DRIVER = 3, /* the device thread drives the sender's connection: hand it over */
 } coll_claim;
+/* Who asks the engine's claim about a DATA header, and what it may be answered. */
+typedef enum coll_claim_mode {
+    COLL_CLAIM_BY_READER = 0,          /* a reader thread: QUEUE, POSTED or WAIT */
+    COLL_CLAIM_BY_READER_HANDOVER = 1, /* a reader thread that may also hand its stream over
+                                          to the driving device thread (DRIVER) */
+    COLL_CLAIM_BY_DRIVER = 2,          /* the device thread driving the connection: POSTED (the
+                                          next frame of its posted step) or QUEUE (any other) */
+} coll_claim_mode;
 /*
  * The engine's one entry point for frames from other processes: the endpoint (coll_net.c) hands
  * every frame that arrives on a connection or nng pipe to its world through w->engine, never by
  * name (coll_world.c sets it), so no transport file calls into a file above it.
  */
 typedef struct coll_engine_ops {
-    /* put m into the destination comm's inbox (takes m) or record an ABORT. Any thread. */
-    void (*deliver)(mt_coll_world *w, nng_msg *m, const coll_hdr *h);
-    /* a reader thread, net mu held: what to do with DATA header h (handover: COLL_CLAIM_DRIVER
-     * allowed); COLL_CLAIM_POSTED fills *s */
-    coll_claim (*claim)(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s);
+    /* put f into the destination comm's inbox (takes f) or record an ABORT. Any thread. */
+    void (*deliver)(mt_coll_world *w, coll_frame *f);
+    /* a reader thread or a driver (mode), net mu held: what to do with DATA header h;
+     * COLL_CLAIM_POSTED fills *s */
+    coll_claim (*claim)(mt_coll_world *w, const coll_hdr *h, coll_claim_mode mode, coll_sink *s);
 } coll_engine_ops;
 /* Wake readers waiting after COLL_CLAIM_WAIT (takes net mu). */
 void coll__net_wake_claim(mt_coll_net *net);
 
 typedef struct coll_queue {
-    nng_msg **items;
+    coll_frame **items;
     size_t head, count, cap;
 } coll_queue;
 
-/* A connection a device thread drives (coll_world.c, "driving"); device thread only. */
+/*
+ * A transport's connection from another process that a device thread may drive (the
+ * transport's synchronous mode, "Driving" below): opaque to the engine, which reaches it only
+ * through the endpoint's coll__net_drive_* operations (the transport's table).
+ */
+typedef struct coll_link coll_link;
+/* The connections a device thread drives (coll_world.c, "driving"); device thread only. */
 #define COLL_DRIVE_SLOTS 8 /* connections driven at once (tree partners: log2 of the group) */
 typedef struct coll_drive_conn {
-    struct raw_conn *k; /* the connection (a reference), NULL: free slot */
-    int proc;           /* the process that dialed it */
-    int own;            /* this thread reads the socket now (else asked for it) */
-    unsigned char hb[COLL_HDR_SIZE];
-    size_t hn;      /* bytes of the current frame's header read */
-    int in_payload; /* the header matched: payload bytes got of plen go to dest */
-    size_t got, plen;
-    unsigned char *dest;
-    int add;
+    coll_link *k;  /* the connection (a reference), NULL: free slot */
+    int proc;      /* the process that dialed it */
     uint64_t used; /* tick of its last exchange (the oldest slot is given back first) */
 } coll_drive_conn;
 typedef struct coll_drive {
     coll_drive_conn s[COLL_DRIVE_SLOTS];
-    int off;            /* driving gave up for this collective: the reader threads serve */
-    unsigned char *buf; /* [COLL_PIECE_BYTES]: received payload the driving thread adds */
-    uint64_t tick;      /* exchanges driven so far */
+    int off;       /* driving gave up for this collective: the reader threads serve */
+    uint64_t tick; /* exchanges driven so far */
 } coll_drive;
 
 struct mt_coll_comm {
@@ -264,49 +270,76 @@ struct mt_coll_world {
     int axis_size[COLL_MAX_AXES];
 };
 
+/* Where a rank stands in a group: its position, or what is wrong with the group. */
+typedef struct coll_group_pos {
+    int pos;       /* -1 when the group is not valid for the rank */
+    char why[128]; /* then: what is wrong */
+} coll_group_pos;
 /*
- * NULL when group is valid for rank (ranks in [0, w->size), none twice, rank a member; *pos its
- * position), else what is wrong, written to why.
+ * NULL when group g is valid for rank (ranks in [0, w->size), none twice, rank a member;
+ * out->pos its position), else what is wrong (out->why).
  */
-const char *coll__group_problem(const mt_coll_world *w, int rank, const mt_coll_group *g, int *pos,
-                                char *why, size_t cap);
+const char *coll__group_problem(const mt_coll_world *w, int rank, const mt_coll_group *g,
+                                coll_group_pos *out);
 /*
  * The engine's worlds (coll_world.c) on backend b (borrowed): the public constructors of
  * mt_coll.h and mt_coll_backend.h (coll_backend.c) choose the backend, so that the engine never
- * names the built-in one (coll_algo.c, above it). Arguments and codes as those constructors';
+ * names the built-in one (coll_algo.c, above it). The fields are those constructors' arguments
+ * (each constructor reads its own; all borrowed), and so are the codes;
  * coll__world_new_backend refuses b == NULL.
  */
-mt_code coll__world_new_local(const mt_coll_backend *b, int size, const mt_coll_world_opts *opts,
-                              mt_coll_world **out, mt_err *err);
-mt_code coll__world_new_net(const mt_coll_backend *b, mt_coll_net *net, int size,
-                            const mt_coll_rank_addr *table, const mt_coll_world_opts *opts,
-                            mt_coll_world **out, mt_err *err);
-mt_code coll__world_new_backend(const mt_coll_backend *b, void *state, int size, const int *local,
-                                int nlocal, const mt_coll_world_opts *opts, mt_coll_world **out,
-                                mt_err *err);
+typedef struct coll_world_spec {
+    const mt_coll_backend *b;
+    int size;
+    const mt_coll_world_opts *opts; /* NULL: MT_COLL_WORLD_DEFAULTS */
+    mt_coll_net *net;               /* _new_net: the endpoint and the rank table [size] */
+    const mt_coll_rank_addr *table;
+    void *state;      /* _new_backend: the backend's state (the world owns it on success) */
+    const int *local; /* _new_backend: the ranks of this process [nlocal] */
+    int nlocal;
+} coll_world_spec;
+mt_code coll__world_new_local(const coll_world_spec *s, mt_coll_world **out, mt_err *err);
+mt_code coll__world_new_net(const coll_world_spec *s, mt_coll_world **out, mt_err *err);
+mt_code coll__world_new_backend(const coll_world_spec *s, mt_coll_world **out, mt_err *err);
 /* Floats of DATA payload this world's devices sent to other processes so far (tests: which
  * exchanges crossed processes). Any thread. */
 uint64_t coll__world_remote_floats(mt_coll_world *w);
 
-/* Transport hooks implemented in coll_net.c. */
-mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err);
+/*
+ * Transport hooks implemented in coll_net.c. Sends pick the transport by the destination:
+ * a process of the world's other processes goes through the endpoint's transport (the
+ * listener's URL scheme), this process through the in-process one (its frames are delivered
+ * to the receiver's inbox through w->engine like every other transport's).
+ */
+/* Frame f (a COLL_HDR_SIZE header and its payload, borrowed: written or copied before this
+ * returns) from c to process proc before deadline_ns. */
+mt_code coll__net_send(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns, mt_err *err);
 void coll__net_attach_pending(mt_coll_net *net, mt_coll_world *w);
 void coll__net_detach(mt_coll_net *net, mt_coll_world *w);
 void coll__peers_close(mt_coll_world *w);
 /* Wait for c's outstanding sends (cancelling them first if cancel); first failure in err. */
 mt_code coll__sends_wait(mt_coll_comm *c, int cancel, mt_err *err);
-/* Send m (taken) to process proc on a fresh aio returned in *out (caller waits and frees it). */
-mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
-                             nng_aio **out);
+/* Control sends still in flight (the nng transport's; opaque to the engine), up to a bound:
+ * coll__net_ctl_reap waits for (or cancels) them and frees them. */
+typedef struct coll_ctl_set {
+    void *pending[2 * COLL_MAXPING];
+    int n;
+} coll_ctl_set;
+/* A control frame f (PING, PONG; borrowed) to process proc within timeout_ms, unless set is
+ * full; a send that has not completed on return is added to set. */
+void coll__net_send_ctl(mt_coll_world *w, int proc, coll_out *f, int64_t timeout_ms,
+                        coll_ctl_set *set);
+void coll__net_ctl_reap(coll_ctl_set *set);
+/* A comm's transport state for sends (the nng transport's send slots, c->aio...): made with the
+ * comm, cancelled by mt_coll_world_cancel (a send stuck on a dead peer ends), freed with it. */
+mt_code coll__net_comm_init(mt_coll_comm *c, mt_err *err);
+void coll__net_cancel_sends(mt_coll_comm *c);
+void coll__net_comm_fini(mt_coll_comm *c);
 /* INVALID_ARGUMENT for an address of another transport, FAILED_PRECONDITION for a plain address
  * when net uses TLS; else MT_OK and *is_local (addr is net's own). */
 mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_local);
 /* 1 when the world's data plane is the direct transport (coll_raw.c). */
 int coll__net_is_raw(const mt_coll_world *w);
-/* Direct transport: send frame f (a COLL_HDR_SIZE header; borrowed) to process proc,
- * synchronously. */
-mt_code coll__net_send_buf(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns,
-                           mt_err *err);
 
 /* ---- coll_auth.c */
 /* out = HMAC-SHA-256(key, msg) (libmbedcrypto); MT_OK, else RESOURCE_EXHAUSTED or INTERNAL. */
@@ -319,9 +352,16 @@ typedef struct coll_shm coll_shm;
 #define COLL_SHM_HOST_ID 128 /* host identity text, with the NUL */
 /* "<boot id>/<host name>", or "" when the boot id is unknown (never share then). */
 void coll__shm_host_id(char out[COLL_SHM_HOST_ID]);
-/* A new ring of cap bytes (a power of two) for job, mapped; its name in name. Writer side. */
-mt_code coll__shm_create(uint64_t job, size_t cap, int64_t spin_ns, coll_shm **out,
-                         char name[COLL_SHM_NAME], mt_err *err);
+/* The ring a writer creates: for job, cap bytes (a power of two), spinning spin_ns before it
+ * sleeps. */
+typedef struct coll_shm_spec {
+    uint64_t job;
+    size_t cap;
+    int64_t spin_ns;
+} coll_shm_spec;
+/* A new ring as q says, mapped; its name in name. Writer side. */
+mt_code coll__shm_create(const coll_shm_spec *q, coll_shm **out, char name[COLL_SHM_NAME],
+                         mt_err *err);
 /* Map the ring a peer created (validated: name form, owner, header). Reader side. */
 mt_code coll__shm_attach(const char *name, int64_t spin_ns, coll_shm **out, mt_err *err);
 void coll__shm_unlink(const char *name);
@@ -364,19 +404,21 @@ void coll__shm_sweep(void);
 typedef struct coll_raw coll_raw;
 typedef struct coll_raw_cbs {
     void *arg;
-    void (*deliver)(void *arg, nng_msg *m, uint32_t conn); /* a frame arrived (takes m) */
-    void (*lost)(void *arg, uint32_t conn);                /* the connection ended */
-    void (*refused)(void *arg, const char *peer_addr);     /* a dialer failed authentication */
+    void (*deliver)(void *arg, coll_frame *f);         /* a frame arrived (takes f) */
+    void (*lost)(void *arg, uint32_t conn);            /* the connection ended */
+    void (*refused)(void *arg, const char *peer_addr); /* a dialer failed authentication */
     /* a DATA header arrived: COLL_CLAIM_POSTED and *s when a posted receive takes the payload,
      * COLL_CLAIM_DRIVER when the device thread drives that connection and reads the frame
-     * itself (only when handover is 1), else COLL_CLAIM_QUEUE (may be NULL) */
-    coll_claim (*claim)(void *arg, const unsigned char *hdr, uint32_t conn, int handover,
+     * itself (only for COLL_CLAIM_BY_READER_HANDOVER), else COLL_CLAIM_QUEUE (may be NULL) */
+    coll_claim (*claim)(void *arg, const unsigned char *hdr, uint32_t conn, coll_claim_mode mode,
                         coll_sink *s);
 } coll_raw_cbs;
 /* 1 for the URLs the direct transport serves (tcp://, ipc://, shm://). */
 int coll__raw_url(const char *url);
-/* Listener settings (from mt_coll_net_opts). */
+/* Listener settings (from mt_coll_net_opts; borrowed for the call) and its callbacks. */
 typedef struct coll_raw_cfg {
+    const char *url;     /* tcp://HOST:PORT, ipc://PATH or shm://PATH */
+    coll_raw_cbs cbs;    /* where frames, lost connections and refusals go */
     const char *token;   /* NULL or "": none required */
     int shm;             /* mt_coll_shm_mode (a shm:// listener requires shared memory) */
     size_t shm_ring;     /* ring bytes a dialer creates */
@@ -384,9 +426,9 @@ typedef struct coll_raw_cfg {
     int64_t handshake_ms;
     int max_handshakes;
 } coll_raw_cfg;
-/* Listen on url; the bound address goes to addr. */
-mt_code coll__raw_listen(const char *url, const coll_raw_cfg *cfg, const coll_raw_cbs *cbs,
-                         coll_raw **out, char *addr, size_t cap, mt_err *err);
+/* Listen on cfg->url; the bound address goes to addr[cap]. */
+mt_code coll__raw_listen(const coll_raw_cfg *cfg, coll_raw **out, char *addr, size_t cap,
+                         mt_err *err);
 /* Stop accepting, end every connection, join every thread. NULL: no-op. */
 void coll__raw_free(coll_raw *r);
 /* What coll__raw_dial needs (all borrowed). */
@@ -411,65 +453,89 @@ mt_code coll__raw_dial(const coll_raw_dial_req *q, int *fd_out, struct coll_shm 
                        mt_err *err);
 
 /*
- * Driving (coll_raw.c): a device thread reads an accepted connection itself while it runs an
- * exchange with that process, interleaved with its own non-blocking sends, instead of being
- * fed by the connection's reader thread (one thread per process moves the data, as OpenMPI's
- * progress loop does: no reader-to-device hand-off, no second runnable thread per process).
- * The socket changes hands only at frame boundaries, or with the bytes of a begun header
- * (held) or payload (skip) that the next owner completes or discards. One driver per
- * connection at a time (the caller's rule: worlds with one local device).
+ * Driving, the direct transport's synchronous mode (coll_raw.c): a device thread reads an
+ * accepted connection itself while it runs an exchange with that process, interleaved with its
+ * own non-blocking sends, instead of being fed by the connection's reader thread (one thread
+ * per process moves the data, as OpenMPI's progress loop does: no reader-to-device hand-off, no
+ * second runnable thread per process). Each frame goes where the reader thread would put it:
+ * the transport asks the engine's one entry point (cb.claim, COLL_CLAIM_BY_DRIVER) and reads
+ * the payload into the posted receive the sink names; any other frame gives the stream back.
+ * The socket changes hands only at frame boundaries, or with the bytes of a begun header or
+ * payload that the next owner completes or discards. One driver per connection at a time (the
+ * caller's rule: worlds with one local device). The engine reaches these only through the
+ * endpoint's table (coll__net_drive_*).
  */
-typedef struct raw_conn coll_raw_conn;
+/* What one turn of driving did. */
+typedef enum coll_drive_io {
+    COLL_DRIVE_BACK = -1, /* the stream must go back to the reader thread (it ended, or a frame
+                             that the posted receive does not take arrived) */
+    COLL_DRIVE_IDLE = 0,  /* nothing to read now */
+    COLL_DRIVE_MOVED = 1, /* bytes read, the frame is not complete yet */
+    COLL_DRIVE_FRAME = 2, /* a frame's payload is complete in the posted receive */
+} coll_drive_io;
 /* The newest live connection dialed by the process at peer_addr, with a reference; or NULL. */
-coll_raw_conn *coll__raw_drive_find(coll_raw *r, const char *peer_addr);
-void coll__raw_drive_put(coll_raw *r, coll_raw_conn *k);
-int coll__raw_drive_fd(const coll_raw_conn *k);
-/* Driver: up to n bytes of the stream (socket or ring) without waiting: DONE *got (> 0) bytes,
- * AGAIN none now, ENDED the connection ended. */
-coll_io coll__raw_drive_recv(coll_raw_conn *k, void *buf, size_t n, size_t *got);
+coll_link *coll__raw_drive_find(coll_raw *r, const char *peer_addr);
+void coll__raw_drive_put(coll_raw *r, coll_link *k);
+int coll__raw_drive_fd(const coll_link *k);
 /* Driver: wait up to ms for k's stream to have data (DONE, or AGAIN), ENDED when it ended. */
-coll_io coll__raw_drive_wait(coll_raw_conn *k, int ms);
-int coll__raw_drive_is_shm(const coll_raw_conn *k);  /* its frames come through a ring */
-uint32_t coll__raw_drive_id(const coll_raw_conn *k); /* the id the lost callback names */
-/* Readable when the socket was handed over, or the connection ended: call drive_try again. */
-int coll__raw_drive_evfd(const coll_raw_conn *k);
+coll_io coll__raw_drive_wait(coll_link *k, int ms);
+int coll__raw_drive_is_shm(const coll_link *k);  /* its frames come through a ring */
+uint32_t coll__raw_drive_id(const coll_link *k); /* the id the lost callback names */
+/* Readable when the socket was handed over, or the connection ended: take it again. */
+int coll__raw_drive_evfd(const coll_link *k);
 /*
- * DONE: the caller now reads k's socket; *held_n bytes of a frame header came with it (in hdr).
+ * DONE: the caller reads k's stream now (with the header bytes the reader handed over with it).
  * AGAIN: not yet: the reader thread is inside a frame and hands the socket over at its next
  * frame boundary or header (the eventfd tells). ENDED: the connection ended.
  */
-coll_io coll__raw_drive_try(coll_raw_conn *k, unsigned char *hdr, size_t *held_n);
+coll_io coll__raw_drive_take(coll_link *k);
+/* Driver, owning k: read what the stream holds without waiting (coll_drive_io). */
+coll_drive_io coll__raw_drive(coll_link *k);
 /*
- * Give the socket back to the reader thread (or withdraw the request): it first reads the rest
- * of a header of which the driver read held_n bytes (hdr), or discards skip payload bytes.
+ * Give the stream back to the reader thread (or withdraw the request): it first reads the rest
+ * of a header the driver began, or discards the rest of a payload (whose posted receive is let
+ * go: finish(s, 0)).
  */
-void coll__raw_drive_end(coll_raw_conn *k, size_t skip, const unsigned char *hdr, size_t held_n);
+void coll__raw_drive_end(coll_link *k);
 /*
  * Write more of frame f without blocking. DONE: complete; AGAIN: the socket is full; ENDED and
  * errno: failed (a partial frame: close the socket).
  */
 coll_io coll__raw_write_some(int fd, coll_out *f);
-/* Direct transport: the socket dialed to process proc (dialing first, within the deadline). */
-mt_code coll__net_raw_fd(mt_coll_world *w, int proc, int64_t deadline_ns, int *fd, mt_err *err);
 /*
- * Driver: more of frame f (a COLL_HDR_SIZE header) to process proc without waiting, on its
- * dialed socket or ring: as coll__raw_write_some.
+ * The endpoint's operations a driving device thread uses (coll_net.c, through the transport's
+ * table; a transport without a synchronous mode has none: open returns NULL, dial MT_OK).
  */
+/* Connect to process proc unless connected (within the deadline). */
+mt_code coll__net_dial(mt_coll_world *w, int proc, int64_t deadline_ns, mt_err *err);
+/* More of frame f (a COLL_HDR_SIZE header) to process proc without waiting: DONE complete,
+ * AGAIN no room now, ENDED and errno failed (a partial frame: coll__net_drop). */
 coll_io coll__net_write_some(mt_coll_world *w, int proc, coll_out *f);
-/* Wait up to ms for room toward process proc (ring or socket): DONE room (or the wait ended),
- * ENDED its ring's reader is gone. */
-coll_io coll__net_wait_room(mt_coll_world *w, int proc, int ms);
+/* A write to process proc failed part-way: close that connection (the peer sees it end). */
+void coll__net_drop(mt_coll_world *w, int proc);
+/* The newest connection from process proc to drive (a reference), or NULL. */
+coll_link *coll__net_drive_open(mt_coll_world *w, int proc);
+/* Take k's stream (coll__raw_drive_take). */
+coll_io coll__net_drive_take(mt_coll_world *w, coll_link *k);
+/* One turn of driving k (coll__raw_drive). */
+coll_drive_io coll__net_drive(mt_coll_world *w, coll_link *k);
+/* How a driver with nothing to do waits: for room toward send_proc (-1: nothing to send) and,
+ * when recv, data on the driven connection; at most ms. */
+typedef struct coll_drive_wait {
+    int send_proc;
+    bool recv;
+    int ms;
+} coll_drive_wait;
+/* COLL_IO_ENDED when the driven connection's ring ended, else AGAIN (look again). */
+coll_io coll__net_drive_wait(mt_coll_world *w, coll_link *k, const coll_drive_wait *wt);
+/* Give k's stream back to its reader thread and drop the reference. */
+void coll__net_drive_close(mt_coll_world *w, coll_link *k);
 /*
  * 1 and *ms when the tcp connection dialed to process proc has data in flight that no
  * acknowledgement came for in COLL_LINK_STALL_MS or more (*ms: since the last one): the link
  * is broken. 0 for rings, Unix sockets, nng, an idle or busy connection. Any thread.
  */
 int coll__net_link_stalled(mt_coll_world *w, int proc, int64_t *ms);
-/* A write on that socket failed part-way: close it (the peer sees the connection end). */
-void coll__net_raw_failed(mt_coll_world *w, int proc);
-/* The newest connection from process proc (a reference; coll__net_drive_put), or NULL. */
-coll_raw_conn *coll__net_drive_find(mt_coll_world *w, int proc);
-void coll__net_drive_put(mt_coll_world *w, coll_raw_conn *k);
 
 /* Progress hooks (coll_progress.c; no-ops when c->prog is NULL). Device thread of c. */
 void coll__progress_enter(mt_coll_comm *c, const char *op, uint64_t step, uint32_t seq);

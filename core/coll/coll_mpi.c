@@ -263,13 +263,21 @@ static void state_free(void *p)
     mt_free(s);
 }
 
-static mt_code rendezvous(const int *mpi_rank, const int *job_rank, int size, int me,
-                          uint64_t job_id, int64_t deadline_ms, mt_err *err);
+/* A rendezvous of size members (this one: me): their MPI ranks, their names in messages
+ * (job_rank; NULL: their index), the id they must agree on and how long to wait. */
+typedef struct mpi_rdv {
+    const int *mpi_rank;
+    const int *job_rank;
+    int size, me;
+    uint64_t job_id;
+    int64_t deadline_ms;
+} mpi_rdv;
+static mt_code rendezvous(const mpi_rdv *q, mt_err *err);
 
-/* The communicator of group g (job ranks in group order; this member at pos): the job's, or a
+/* The communicator of group g (job ranks in group order; this member at when->me): the job's, or a
  * cached one, made at its first use (collective over g's members, after a rendezvous of theirs
- * bounded by deadline_ms). */
-static mt_code group_comm_of(mpi_state *s, const mt_coll_group *g, int pos, int64_t deadline_ms,
+ * bounded by when->deadline_ms). */
+static mt_code group_comm_of(mpi_state *s, const mt_coll_group *g, const mpi_rdv *when,
                              MPI_Comm *out, mt_err *err)
 {
     int whole = g->size == s->size, mrc;
@@ -302,8 +310,13 @@ static mt_code group_comm_of(mpi_state *s, const mt_coll_group *g, int pos, int6
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "MPI group: out of memory");
         for (int i = 0; i < g->size; i++)
             mr[i] = s->mpi_rank[g->ranks[i]];
-        rc = rendezvous(mr, g->ranks, g->size, pos, s->job_id ^ (salt * 0x9e3779b97f4a7c15ULL),
-                        deadline_ms, err);
+        mpi_rdv q = {.mpi_rank = mr,
+                     .job_rank = g->ranks,
+                     .size = g->size,
+                     .me = when->me,
+                     .job_id = s->job_id ^ (salt * 0x9e3779b97f4a7c15ULL),
+                     .deadline_ms = when->deadline_ms};
+        rc = rendezvous(&q, err);
         mt_free(mr);
         if (rc != MT_OK)
             return rc;
@@ -420,17 +433,30 @@ static mt_code check_tags(mpi_call *x, int64_t n, int64_t root, mt_err *err)
     return MT_OK;
 }
 
-static mt_code call_begin(mpi_call *x, mt_coll_comm *comm, const mt_coll_group *g, int op,
-                          uint64_t bytes, int64_t n, int64_t root, const mt_coll_call *call,
-                          mt_err *err)
+/* What a collective asks call_begin for: who, over which group, which operation, its size. */
+typedef struct mpi_req {
+    mt_coll_comm *comm;
+    const mt_coll_group *g;
+    int op;
+    uint64_t bytes; /* per member (the observer's figure) */
+    int64_t n;      /* elements: checked against MPI's int counts and the other members' */
+    int64_t root;   /* broadcast's root rank, else -1 */
+    const mt_coll_call *call;
+} mpi_req;
+
+static mt_code call_begin(mpi_call *x, const mpi_req *q, mt_err *err)
 {
     mt_code rc;
-    int64_t dl;
+    int64_t dl, n = q->n;
+    mt_coll_comm *comm = q->comm;
+    const mt_coll_group *g = q->g;
+    const mt_coll_call *call = q->call;
+    int op = q->op;
 
     memset(x, 0, sizeof(*x));
     x->t0 = now_ns();
     x->op = op;
-    x->bytes = bytes;
+    x->bytes = q->bytes;
     x->comm = comm;
     if ((rc = mt_coll_group_position(comm, g, &x->pos, err)) != MT_OK)
         return rc;
@@ -450,10 +476,10 @@ static mt_code call_begin(mpi_call *x, mt_coll_comm *comm, const mt_coll_group *
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "rank %d: %s of %" PRId64 " floats: more than MPI's int counts hold",
                           x->s->me, op_names[op], n);
-    if ((rc = group_comm_of(x->s, g, x->pos, (x->deadline_ns - now_ns()) / 1000000, &x->mc, err)) !=
-        MT_OK)
+    mpi_rdv when = {.me = x->pos, .deadline_ms = (x->deadline_ns - now_ns()) / 1000000};
+    if ((rc = group_comm_of(x->s, g, &when, &x->mc, err)) != MT_OK)
         return rc;
-    if (x->s->check_tags && (rc = check_tags(x, n, root, err)) != MT_OK)
+    if (x->s->check_tags && (rc = check_tags(x, n, q->root, err)) != MT_OK)
         return rc;
     return MT_OK;
 }
@@ -510,8 +536,8 @@ static mt_code mpi_allreduce(mt_coll_comm *comm, const mt_coll_group *g, float *
 
     if (buf == NULL && n > 0)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "allreduce: NULL buffer");
-    if ((rc = call_begin(&x, comm, g, OP_ALLREDUCE, n * 4, (int64_t)n, -1, call, err)) != MT_OK ||
-        n == 0)
+    mpi_req q = {comm, g, OP_ALLREDUCE, n * 4, (int64_t)n, -1, call};
+    if ((rc = call_begin(&x, &q, err)) != MT_OK || n == 0)
         return call_end(&x, rc);
     float *b = bounce(&x, n, &rc, err), *on = b != NULL ? b : buf;
     if (rc != MT_OK)
@@ -538,7 +564,8 @@ static mt_code mpi_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *g, co
 
     if ((in == NULL || out == NULL) && n > 0)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "reduce-scatter: NULL buffer");
-    if ((rc = call_begin(&x, comm, g, OP_RS, n * 4, (int64_t)n, -1, call, err)) != MT_OK || n == 0)
+    mpi_req q = {comm, g, OP_RS, n * 4, (int64_t)n, -1, call};
+    if ((rc = call_begin(&x, &q, err)) != MT_OK || n == 0)
         return call_end(&x, rc);
     if ((counts = mt_calloc((size_t)x.p, sizeof(int))) == NULL)
         return call_end(&x, mt_err_set(err, MT_RESOURCE_EXHAUSTED, "reduce-scatter: no memory"));
@@ -576,9 +603,8 @@ static mt_code mpi_allgather(mt_coll_comm *comm, const mt_coll_group *g, const f
     if ((in == NULL || out == NULL) && count > 0)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "allgather: NULL buffer");
     /* the size checked is the gathered one, so it must fit MPI's counts too */
-    if ((rc = call_begin(&x, comm, g, OP_AG, count * 4, (int64_t)count * (g != NULL ? g->size : 1),
-                         -1, call, err)) != MT_OK ||
-        count == 0)
+    mpi_req q = {comm, g, OP_AG, count * 4, (int64_t)count * (g != NULL ? g->size : 1), -1, call};
+    if ((rc = call_begin(&x, &q, err)) != MT_OK || count == 0)
         return call_end(&x, rc);
     size_t all = count * (size_t)x.p;
     float *b = bounce(&x, count + all, &rc, err);
@@ -614,7 +640,8 @@ static mt_code mpi_broadcast(mt_coll_comm *comm, const mt_coll_group *g, float *
     for (int i = 0; g != NULL && g->ranks != NULL && i < g->size; i++)
         if (g->ranks[i] == root)
             rpos = i;
-    if ((rc = call_begin(&x, comm, g, OP_BCAST, n * 4, (int64_t)n, root, call, err)) != MT_OK)
+    mpi_req q = {comm, g, OP_BCAST, n * 4, (int64_t)n, root, call};
+    if ((rc = call_begin(&x, &q, err)) != MT_OK)
         return call_end(&x, rc);
     if (rpos < 0)
         return call_end(&x, mt_err_set(err, MT_INVALID_ARGUMENT,
@@ -643,7 +670,8 @@ static mt_code mpi_barrier(mt_coll_comm *comm, const mt_coll_group *g, const mt_
     MPI_Request req;
     mt_code rc;
 
-    if ((rc = call_begin(&x, comm, g, OP_BARRIER, 0, 0, -1, call, err)) == MT_OK)
+    mpi_req q = {comm, g, OP_BARRIER, 0, 0, -1, call};
+    if ((rc = call_begin(&x, &q, err)) == MT_OK)
         rc = x.s->blocking ? finish(&x, MPI_Barrier(x.mc), err)
                            : run_req(&x, MPI_Ibarrier(x.mc, &req), &req, err);
     return call_end(&x, rc);
@@ -678,9 +706,12 @@ static const mt_coll_backend mpi_backend = {
  * the names of the members in messages (NULL: their index). On failure the receives are cancelled
  * and the sends left to MPI (their buffer stays allocated).
  */
-static mt_code rendezvous(const int *mpi_rank, const int *job_rank, int size, int me,
-                          uint64_t job_id, int64_t deadline_ms, mt_err *err)
+static mt_code rendezvous(const mpi_rdv *q, mt_err *err)
 {
+    const int *mpi_rank = q->mpi_rank, *job_rank = q->job_rank;
+    int size = q->size, me = q->me;
+    uint64_t job_id = q->job_id;
+    int64_t deadline_ms = q->deadline_ms;
     uint64_t *buf = mt_calloc((size_t)size + 1, sizeof(uint64_t));      /* [size]: mine */
     MPI_Request *rq = mt_calloc(2 * (size_t)size, sizeof(MPI_Request)); /* receives, sends */
     int64_t until = now_ns() + deadline_ms * 1000000;
@@ -810,7 +841,12 @@ mt_code mt_coll_world_new_mpi(int size, const int *mpi_rank, const mt_coll_world
     s->blocking = mo->blocking;
     s->observe = opts->observe;
     s->observe_arg = opts->observe_arg;
-    if ((rc = rendezvous(mpi_rank, NULL, size, me, s->job_id, s->deadline_ms, err)) != MT_OK) {
+    mpi_rdv q = {.mpi_rank = mpi_rank,
+                 .size = size,
+                 .me = me,
+                 .job_id = s->job_id,
+                 .deadline_ms = s->deadline_ms};
+    if ((rc = rendezvous(&q, err)) != MT_OK) {
         state_free(s);
         return rc;
     }

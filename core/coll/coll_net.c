@@ -71,7 +71,7 @@ struct mt_coll_net {
     pthread_mutex_t mu;
     pthread_cond_t arm_cv; /* with mu: a device thread posted a receive (coll__net_wake_claim) */
     mt_coll_world *world;  /* mu: the world served, NULL when none */
-    nng_msg **pending;     /* mu: messages that arrived before the world existed */
+    coll_frame **pending;  /* mu: frames that arrived before the world existed */
     size_t npending, cap_pending;
     net_pipe *pipes; /* mu: PULL pipes (or direct connections) seen in the current world */
     size_t npipes, cap_pipes;
@@ -88,27 +88,38 @@ struct mt_coll_net {
  * world's connections and mt_coll_net_free go through it, never through an if on the
  * transport. direct_transport: tcp://, ipc://, shm:// (coll_raw.c; a connection's frames go
  * through a socket or a coll_shm.c ring); nng_transport: nng+tcp://, nng+ipc:// and
- * tls+tcp:// (nng, with the TLS config for tls+tcp://). The in-process hop is the engine's
- * own (the receiver's inbox).
+ * tls+tcp:// (nng, with the TLS config for tls+tcp://). inproc_transport carries the frames
+ * between the devices of this process (no listener: every world has it, a world of
+ * mt_coll_world_new_local only it): it copies the frame into a coll_frame and delivers it
+ * through w->engine, the entry point every transport's frames take.
  */
 typedef struct net_transport {
     const char *name;
     int direct; /* frames written from the caller's buffer: posted receives and driving apply */
     /* listen on url (the scheme prefix nng+ already removed); fills net->addr */
     mt_code (*listen)(mt_coll_net *net, const char *url, mt_err *err);
-    /* one frame (m taken) from c to process proc before deadline_ns */
-    mt_code (*send)(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err);
-    /* a control frame (PING, PONG, ABORT; m taken) within timeout_ms; *out: an aio the caller
+    /* one frame (f borrowed) from c to process proc before deadline_ns */
+    mt_code (*send)(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns, mt_err *err);
+    /* a control frame (PING, PONG; f borrowed) within timeout_ms; *out: an aio the caller
      * waits for and frees, or NULL when the send already completed */
-    mt_code (*send_ctl)(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms, nng_aio **out);
+    mt_code (*send_ctl)(mt_coll_world *w, int proc, coll_out *f, int64_t timeout_ms, nng_aio **out);
     /* end the connection to open peer i in order (BYE first) */
     void (*peer_close)(mt_coll_world *w, int i, coll_peer *pe);
     /* how frames to the open peer go (mt_coll_world_link); addr without nng+ */
     const char *(*link)(const mt_coll_world *w, const coll_peer *pe, const char *addr);
     /* stop receiving (joins or closes); 0: a close is still running, keep net (a leak) */
     int (*stop)(mt_coll_net *net);
+    /* the synchronous mode ("driving", coll_int.h; NULL: the transport has none) */
+    mt_code (*dial)(mt_coll_world *w, int proc, int64_t deadline_ns, mt_err *err);
+    coll_io (*write_some)(mt_coll_world *w, int proc, coll_out *f);
+    void (*drop)(mt_coll_world *w, int proc);
+    coll_link *(*drive_open)(mt_coll_world *w, int proc);
+    coll_io (*drive_take)(coll_link *k);
+    coll_drive_io (*drive)(coll_link *k);
+    coll_io (*drive_wait)(mt_coll_world *w, coll_link *k, const coll_drive_wait *wt);
+    void (*drive_close)(mt_coll_world *w, coll_link *k);
 } net_transport;
-static const net_transport direct_transport, nng_transport;
+static const net_transport direct_transport, nng_transport, inproc_transport;
 
 static mt_code nng_code(int rv)
 {
@@ -228,18 +239,12 @@ static void note_bye(mt_coll_net *net, uint32_t id, const coll_hdr *h)
  * INVALID_ARGUMENT). coll__net_attach_pending delivers the kept messages of the new world's
  * job and drops the rest.
  */
-static void net_handle(mt_coll_net *net, nng_msg *m)
+static void net_handle(mt_coll_net *net, coll_frame *f)
 {
-    coll_hdr h;
-    if (coll__hdr_decode(m, &h) != MT_OK) {
-        mt_log_warn("coll %s: dropping a malformed message of %zu bytes", net->addr,
-                    nng_msg_len(m));
-        nng_msg_free(m);
-        return;
-    }
+    const coll_hdr h = f->h;
     if (h.kind == COLL_KIND_BYE) {
-        note_bye(net, nng_msg_get_pipe(m).id, &h);
-        nng_msg_free(m);
+        note_bye(net, f->conn, &h);
+        coll__frame_free(f);
         return;
     }
     pthread_mutex_lock(&net->mu);
@@ -247,24 +252,24 @@ static void net_handle(mt_coll_net *net, nng_msg *m)
     if (w == NULL || (h.job != w->opts.job_id && atomic_load(&w->cancelled))) {
         if (net->npending == net->cap_pending && net->npending < NET_MAX_PENDING) {
             size_t ncap = net->cap_pending ? net->cap_pending * 2 : 64;
-            nng_msg **np = mt_realloc(net->pending, ncap * sizeof(*np));
+            coll_frame **np = mt_realloc(net->pending, ncap * sizeof(*np));
             if (np != NULL) {
                 net->pending = np;
                 net->cap_pending = ncap;
             }
         }
         if (net->npending < net->cap_pending) {
-            net->pending[net->npending++] = m;
+            net->pending[net->npending++] = f;
         } else {
             mt_log_warn("coll %s: dropping a message that arrived before its job", net->addr);
-            nng_msg_free(m);
+            coll__frame_free(f);
         }
     } else if (h.job < w->opts.job_id && w->opts.job_id - h.job <= MT_COLL_MAX_ATTEMPTS) {
-        nng_msg_free(m); /* a late frame of an earlier attempt of this job (mt_coll.h) */
+        coll__frame_free(f); /* a late frame of an earlier attempt of this job (mt_coll.h) */
     } else {
         if (h.src >= 0 && h.src < w->size)
-            note_pipe(net, nng_msg_get_pipe(m).id, w->proc_of[h.src]);
-        w->engine->deliver(w, m, &h);
+            note_pipe(net, f->conn, w->proc_of[h.src]);
+        w->engine->deliver(w, f);
     }
     pthread_mutex_unlock(&net->mu);
 }
@@ -281,14 +286,11 @@ static void refuse_addr(mt_coll_net *net, const char *addr)
     }
 }
 
-static void raw_deliver(void *arg, nng_msg *m, uint32_t conn)
+/* A frame from a direct connection (its id in f->conn has the top bit set, an nng pipe's
+ * never, so both kinds of id live in one pipe table). */
+static void raw_deliver(void *arg, coll_frame *f)
 {
-    /* the connection id stands in for an nng pipe id (it has the top bit set, nng's never) so
-     * that messages kept until the world exists still name their connection; read it back as
-     * nng_msg_get_pipe(m).id: nng_pipe_id() returns -1 for such ids */
-    nng_pipe p = {.id = conn};
-    nng_msg_set_pipe(m, p);
-    net_handle(arg, m);
+    net_handle(arg, f);
 }
 
 /*
@@ -297,7 +299,7 @@ static void raw_deliver(void *arg, nng_msg *m, uint32_t conn)
  * next collective) waits up to RAW_ARM_WAIT_NS for the device thread to post it, when
  * the engine's claim says that is safe; net->mu is released while waiting.
  */
-static coll_claim raw_claim(void *arg, const unsigned char *hb, uint32_t conn, int handover,
+static coll_claim raw_claim(void *arg, const unsigned char *hb, uint32_t conn, coll_claim_mode mode,
                             coll_sink *s)
 {
     mt_coll_net *net = arg;
@@ -315,7 +317,7 @@ static coll_claim raw_claim(void *arg, const unsigned char *hb, uint32_t conn, i
         if (!noted)
             note_pipe(net, conn, w->proc_of[h.src]);
         noted = 1;
-        r = w->engine->claim(w, &h, handover, s);
+        r = w->engine->claim(w, &h, mode, s);
         int64_t now = coll__now_ns();
         if (r != COLL_CLAIM_WAIT || now >= until)
             break;
@@ -350,6 +352,37 @@ static void raw_refused(void *arg, const char *addr)
     pthread_mutex_unlock(&net->mu);
 }
 
+static void msg_frame_release(coll_frame *f)
+{
+    nng_msg_free(f->owner);
+    mt_free(f);
+}
+
+/* The frame of nng message m (taken; the frame keeps it: no copy), or NULL (m freed) when it is
+ * malformed or memory is short. */
+static coll_frame *msg_to_frame(mt_coll_net *net, nng_msg *m)
+{
+    coll_hdr h;
+    const unsigned char *b = nng_msg_body(m);
+    size_t n = nng_msg_len(m);
+    coll_frame *f = NULL;
+    if (coll__hdr_decode(b, n, &h) != MT_OK)
+        mt_log_warn("coll %s: dropping a malformed message of %zu bytes", net->addr, n);
+    else if ((f = mt_malloc(sizeof(*f))) == NULL)
+        mt_log_error("coll %s: out of memory for a message of %zu bytes", net->addr, n);
+    if (f == NULL) {
+        nng_msg_free(m);
+        return NULL;
+    }
+    *f = (coll_frame){.h = h,
+                      .data = b + COLL_HDR_SIZE,
+                      .bytes = n - COLL_HDR_SIZE,
+                      .conn = nng_msg_get_pipe(m).id,
+                      .release = msg_frame_release,
+                      .owner = m};
+    return f;
+}
+
 /* Receive callback (nng thread): deliver, then receive again until the socket closes. */
 static void net_recv_cb(void *arg)
 {
@@ -358,8 +391,10 @@ static void net_recv_cb(void *arg)
     if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
         return;
     if (rv == 0) {
-        net_handle(net, nng_aio_get_msg(net->raio));
+        coll_frame *f = msg_to_frame(net, nng_aio_get_msg(net->raio));
         nng_aio_set_msg(net->raio, NULL);
+        if (f != NULL)
+            net_handle(net, f);
     }
     nng_recv_aio(net->pull, net->raio);
 }
@@ -511,14 +546,15 @@ static mt_code check_net_opts(const char *url, const mt_coll_net_opts *o, mt_err
 static mt_code direct_listen(mt_coll_net *net, const char *url, mt_err *err)
 {
     const mt_coll_net_opts *opts = &net->opts;
-    coll_raw_cbs cbs = {net, raw_deliver, raw_lost, raw_refused, raw_claim};
-    coll_raw_cfg cfg = {.token = net->token,
+    coll_raw_cfg cfg = {.url = url,
+                        .cbs = {net, raw_deliver, raw_lost, raw_refused, raw_claim},
+                        .token = net->token,
                         .shm = opts->shm,
                         .shm_ring = opts->shm_ring_bytes,
                         .shm_spin_ns = opts->shm_spin_us * 1000,
                         .handshake_ms = opts->handshake_ms,
                         .max_handshakes = opts->max_handshakes};
-    return coll__raw_listen(url, &cfg, &cbs, &net->raw, net->addr, sizeof(net->addr), err);
+    return coll__raw_listen(&cfg, &net->raw, net->addr, sizeof(net->addr), err);
 }
 
 /* nng's PULL listener with one receive always outstanding (net_recv_cb delivers). */
@@ -636,7 +672,7 @@ void mt_coll_net_free(mt_coll_net *net)
     if (!net->tp->stop(net))
         return; /* callbacks of a socket still closing may use net: keep it (a leak) */
     for (size_t i = 0; i < net->npending; i++)
-        nng_msg_free(net->pending[i]);
+        coll__frame_free(net->pending[i]);
     mt_free(net->pending);
     mt_free(net->pipes);
     pthread_mutex_destroy(&net->mu);
@@ -671,16 +707,14 @@ void coll__net_attach_pending(mt_coll_net *net, mt_coll_world *w)
         net->refused_addr[0] = '\0';
     }
     for (size_t i = 0; i < net->npending; i++) {
-        coll_hdr h;
-        nng_msg *m = net->pending[i];
-        coll__hdr_decode(m, &h);
-        if (h.job != w->opts.job_id) {
-            nng_msg_free(m); /* a straggler of another job */
+        coll_frame *f = net->pending[i];
+        if (f->h.job != w->opts.job_id) {
+            coll__frame_free(f); /* a straggler of another job */
             continue;
         }
-        if (h.src >= 0 && h.src < w->size)
-            note_pipe(net, nng_msg_get_pipe(m).id, w->proc_of[h.src]);
-        w->engine->deliver(w, m, &h);
+        if (f->h.src >= 0 && f->h.src < w->size)
+            note_pipe(net, f->conn, w->proc_of[f->h.src]);
+        w->engine->deliver(w, f);
     }
     net->npending = 0;
     pthread_mutex_unlock(&net->mu);
@@ -751,7 +785,7 @@ const char *mt_coll_world_link(const mt_coll_world *w, const char *addr)
         if (strcmp(w->proc_addr[i], addr) != 0)
             continue;
         if (i == w->my_proc)
-            return "local";
+            return inproc_transport.link(w, pe, a);
         pthread_mutex_lock(&pe->mu);
         if (pe->open)
             kind = w->net->tp->link(w, pe, a);
@@ -840,6 +874,9 @@ static void peer_close_locked(mt_coll_world *w, coll_peer *pe)
     pthread_mutex_unlock(&w->net->mu);
 }
 
+static coll_io direct_write_some(mt_coll_world *w, int proc, coll_out *f);
+static coll_io wait_room(mt_coll_world *w, int proc, int ms);
+
 /*
  * Write frame f to process proc's socket or ring (pe->mu held) before the deadline
  * (DEADLINE_EXCEEDED), UNAVAILABLE when the connection failed, CANCELLED once the world is.
@@ -848,7 +885,7 @@ static mt_code peer_write_locked(mt_coll_world *w, int proc, coll_out *f, int64_
                                  mt_err *err)
 {
     for (;;) {
-        coll_io r = coll__net_write_some(w, proc, f);
+        coll_io r = direct_write_some(w, proc, f);
         if (r == COLL_IO_DONE)
             return MT_OK;
         if (r == COLL_IO_ENDED)
@@ -859,7 +896,7 @@ static mt_code peer_write_locked(mt_coll_world *w, int proc, coll_out *f, int64_
         if (atomic_load(&w->cancelled))
             return mt_err_set(err, MT_CANCELLED, "send cancelled");
         /* short slices: cancellation is polled */
-        if (coll__net_wait_room(w, proc, left > 50 ? 50 : (int)left + 1) == COLL_IO_ENDED)
+        if (wait_room(w, proc, left > 50 ? 50 : (int)left + 1) == COLL_IO_ENDED)
             return mt_err_set(err, MT_UNAVAILABLE, "connection closed");
     }
 }
@@ -882,17 +919,16 @@ static mt_code raw_send(mt_coll_world *w, int proc, coll_out *f, int64_t deadlin
     return rc;
 }
 
-mt_code coll__net_raw_fd(mt_coll_world *w, int proc, int64_t deadline_ns, int *fd, mt_err *err)
+static mt_code direct_dial(mt_coll_world *w, int proc, int64_t deadline_ns, mt_err *err)
 {
     coll_peer *pe = &w->peers[proc];
     pthread_mutex_lock(&pe->mu);
     mt_code rc = peer_dial_locked(w, proc, deadline_ns, err);
-    *fd = pe->shm != NULL ? -1 : pe->fd; /* a ring: coll__net_write_some and _wait_room */
     pthread_mutex_unlock(&pe->mu);
     return rc;
 }
 
-coll_io coll__net_write_some(mt_coll_world *w, int proc, coll_out *f)
+static coll_io direct_write_some(mt_coll_world *w, int proc, coll_out *f)
 {
     coll_peer *pe = &w->peers[proc];
     if (pe->shm == NULL)
@@ -908,7 +944,9 @@ coll_io coll__net_write_some(mt_coll_world *w, int proc, coll_out *f)
     return r;
 }
 
-coll_io coll__net_wait_room(mt_coll_world *w, int proc, int ms)
+/* Wait up to ms for room toward process proc (ring or socket): DONE room (or the wait ended),
+ * ENDED its ring's reader is gone. */
+static coll_io wait_room(mt_coll_world *w, int proc, int ms)
 {
     coll_peer *pe = &w->peers[proc];
     if (pe->shm != NULL)
@@ -936,7 +974,7 @@ int coll__net_link_stalled(mt_coll_world *w, int proc, int64_t *ms)
     return stalled;
 }
 
-void coll__net_raw_failed(mt_coll_world *w, int proc)
+static void direct_drop(mt_coll_world *w, int proc)
 {
     coll_peer *pe = &w->peers[proc];
     pthread_mutex_lock(&pe->mu);
@@ -944,11 +982,9 @@ void coll__net_raw_failed(mt_coll_world *w, int proc)
     pthread_mutex_unlock(&pe->mu);
 }
 
-coll_raw_conn *coll__net_drive_find(mt_coll_world *w, int proc)
+static coll_link *direct_drive_open(mt_coll_world *w, int proc)
 {
-    if (w->net == NULL || w->net->raw == NULL || proc < 0 || proc >= w->nprocs)
-        return NULL;
-    coll_raw_conn *k = coll__raw_drive_find(w->net->raw, w->proc_addr[proc]);
+    coll_link *k = coll__raw_drive_find(w->net->raw, w->proc_addr[proc]);
     if (k != NULL) { /* its end marks proc lost even if the reader never saw one of its frames */
         pthread_mutex_lock(&w->net->mu);
         if (w->net->world == w)
@@ -958,62 +994,195 @@ coll_raw_conn *coll__net_drive_find(mt_coll_world *w, int proc)
     return k;
 }
 
-void coll__net_drive_put(mt_coll_world *w, coll_raw_conn *k)
+/*
+ * Nothing moved: wait up to wt->ms for room toward wt->send_proc (socket or ring) or data on
+ * the driven connection k (its eventfd while the reader thread still holds it). A ring cannot
+ * be polled with a socket: when both are in play the wait is cut to 1 ms.
+ */
+static coll_io direct_drive_wait(mt_coll_world *w, coll_link *k, const coll_drive_wait *wt)
 {
-    if (k != NULL)
-        coll__raw_drive_put(w->net->raw, k);
+    struct pollfd pf[2];
+    int np = 0, ms = wt->ms, sproc = wt->send_proc;
+    int sfd = sproc >= 0 && w->peers[sproc].shm == NULL ? w->peers[sproc].fd : -1;
+    int own = wt->recv && coll__raw_drive_take(k) == COLL_IO_DONE; /* owned, or asked for */
+    if (own && coll__raw_drive_is_shm(k))
+        return coll__raw_drive_wait(k, sproc >= 0 ? 1 : ms) == COLL_IO_ENDED ? COLL_IO_ENDED
+                                                                             : COLL_IO_AGAIN;
+    if (sfd >= 0)
+        pf[np++] = (struct pollfd){.fd = sfd, .events = POLLOUT};
+    if (wt->recv)
+        pf[np++] = (struct pollfd){.fd = own ? coll__raw_drive_fd(k) : coll__raw_drive_evfd(k),
+                                   .events = POLLIN};
+    if (sproc >= 0 && sfd < 0 && np > 0)
+        ms = 1; /* the ring toward sproc is not in the poll set */
+    if (np > 0)
+        poll(pf, (nfds_t)np, ms);
+    else if (sproc >= 0)
+        wait_room(w, sproc, ms);
+    return COLL_IO_AGAIN;
 }
 
-mt_code coll__net_send_buf(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns, mt_err *err)
+static void direct_drive_close(mt_coll_world *w, coll_link *k)
+{
+    coll__raw_drive_end(k);
+    coll__raw_drive_put(w->net->raw, k);
+}
+
+mt_code coll__net_dial(mt_coll_world *w, int proc, int64_t deadline_ns, mt_err *err)
+{
+    return w->net->tp->dial != NULL ? w->net->tp->dial(w, proc, deadline_ns, err) : MT_OK;
+}
+
+coll_io coll__net_write_some(mt_coll_world *w, int proc, coll_out *f)
+{
+    return w->net->tp->write_some(w, proc, f);
+}
+
+void coll__net_drop(mt_coll_world *w, int proc)
+{
+    w->net->tp->drop(w, proc);
+}
+
+coll_link *coll__net_drive_open(mt_coll_world *w, int proc)
+{
+    if (w->net == NULL || w->net->tp->drive_open == NULL || proc < 0 || proc >= w->nprocs)
+        return NULL;
+    return w->net->tp->drive_open(w, proc);
+}
+
+coll_io coll__net_drive_take(mt_coll_world *w, coll_link *k)
+{
+    return w->net->tp->drive_take(k);
+}
+
+coll_drive_io coll__net_drive(mt_coll_world *w, coll_link *k)
+{
+    return w->net->tp->drive(k);
+}
+
+coll_io coll__net_drive_wait(mt_coll_world *w, coll_link *k, const coll_drive_wait *wt)
+{
+    return w->net->tp->drive_wait(w, k, wt);
+}
+
+void coll__net_drive_close(mt_coll_world *w, coll_link *k)
+{
+    w->net->tp->drive_close(w, k);
+}
+
+/* The transport that carries frames to process proc of w. */
+static const net_transport *transport_to(const mt_coll_world *w, int proc)
+{
+    return proc == w->my_proc || w->net == NULL ? &inproc_transport : w->net->tp;
+}
+
+mt_code coll__net_send(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns, mt_err *err)
+{
+    return transport_to(c->w, proc)->send(c, proc, f, deadline_ns, err);
+}
+
+void coll__net_send_ctl(mt_coll_world *w, int proc, coll_out *f, int64_t timeout_ms,
+                        coll_ctl_set *set)
+{
+    nng_aio *a = NULL;
+    if (set->n == (int)(sizeof(set->pending) / sizeof(set->pending[0])))
+        return;
+    if (transport_to(w, proc)->send_ctl(w, proc, f, timeout_ms, &a) == MT_OK && a != NULL)
+        set->pending[set->n++] = a; /* the direct transport sent it synchronously (a == NULL) */
+}
+
+void coll__net_ctl_reap(coll_ctl_set *set)
+{
+    for (int i = 0; i < set->n; i++) {
+        nng_aio *a = set->pending[i];
+        nng_aio_cancel(a);
+        nng_aio_wait(a);
+        if (nng_aio_result(a) != 0)
+            nng_msg_free(nng_aio_get_msg(a));
+        nng_aio_free(a);
+    }
+    set->n = 0;
+}
+
+static void aio_done_cb(void *arg)
+{
+    atomic_store((_Atomic int *)arg, 1);
+}
+
+mt_code coll__net_comm_init(mt_coll_comm *c, mt_err *err)
+{
+    for (int i = 0; i < COLL_NAIO; i++) {
+        atomic_init(&c->aio_done[i], 1);
+        if (nng_aio_alloc(&c->aio[i], aio_done_cb, &c->aio_done[i]) != 0)
+            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll comm %d: cannot allocate aio",
+                              c->rank);
+    }
+    return MT_OK;
+}
+
+void coll__net_cancel_sends(mt_coll_comm *c)
+{
+    for (int k = 0; k < COLL_NAIO; k++)
+        if (c->aio[k] != NULL)
+            nng_aio_cancel(c->aio[k]);
+}
+
+void coll__net_comm_fini(mt_coll_comm *c)
+{
+    for (int i = 0; i < COLL_NAIO; i++) {
+        if (c->aio[i] != NULL) {
+            nng_aio_cancel(c->aio[i]);
+            nng_aio_wait(c->aio[i]);
+            nng_msg *m = nng_aio_get_msg(c->aio[i]);
+            if (m != NULL && nng_aio_result(c->aio[i]) != 0)
+                nng_msg_free(m);
+            nng_aio_free(c->aio[i]);
+        }
+    }
+}
+
+static mt_code direct_send(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns, mt_err *err)
 {
     return raw_send(c->w, proc, f, deadline_ns, err);
 }
 
-/* The frame of message m (borrowed) to write. */
-static coll_out msg_frame(nng_msg *m)
+/* An nng message holding frame f (a copy: nng owns what it sends), or NULL. */
+static nng_msg *frame_msg(const coll_out *f)
 {
-    const unsigned char *b = nng_msg_body(m);
-    return (coll_out){.hdr = b,
-                      .hlen = COLL_HDR_SIZE,
-                      .data = b + COLL_HDR_SIZE,
-                      .dlen = nng_msg_len(m) - COLL_HDR_SIZE};
+    nng_msg *m;
+    /* reserve + append: nng_msg_alloc(size) would zero the body before we copy over it */
+    if (nng_msg_alloc(&m, 0) != 0)
+        return NULL;
+    if (nng_msg_reserve(m, f->hlen + f->dlen) != 0 || nng_msg_append(m, f->hdr, f->hlen) != 0 ||
+        (f->dlen > 0 && nng_msg_append(m, f->data, f->dlen) != 0)) {
+        nng_msg_free(m);
+        return NULL;
+    }
+    return m;
 }
 
-mt_code coll__net_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err)
-{
-    return c->w->net->tp->send(c, proc, m, deadline_ns, err);
-}
-
-static mt_code direct_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err)
-{
-    coll_out f = msg_frame(m);
-    mt_code rc = raw_send(c->w, proc, &f, deadline_ns, err);
-    nng_msg_free(m);
-    return rc;
-}
-
-static mt_code nngt_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline_ns, mt_err *err)
+static mt_code nngt_send(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns, mt_err *err)
 {
     mt_coll_world *w = c->w;
     mt_code rc;
-    if ((rc = peer_open(w, proc, err)) != MT_OK) {
-        nng_msg_free(m);
+    if ((rc = peer_open(w, proc, err)) != MT_OK)
         return rc;
-    }
     int slot = c->aio_next;
     c->aio_next = (slot + 1) % COLL_NAIO;
     if (c->aio_busy[slot]) {
         mt_err e = MT_ERR_INIT;
         int dst_proc = c->aio_busy[slot] - 1;
-        if ((rc = aio_finish(c, slot, &e)) != MT_OK) {
-            nng_msg_free(m);
+        if ((rc = aio_finish(c, slot, &e)) != MT_OK)
             return mt_err_set(err, rc == MT_DEADLINE_EXCEEDED ? rc : MT_UNAVAILABLE, "%s %s: %s",
                               w->proc_addr[dst_proc],
                               atomic_load(&w->peers[dst_proc].connected) ? "not reading"
                                                                          : "not reachable",
                               e.msg);
-        }
     }
+    nng_msg *m = frame_msg(f);
+    if (m == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "out of memory for a %zu-byte message",
+                          f->hlen + f->dlen);
     int64_t ms = (deadline_ns - coll__now_ns()) / 1000000LL;
     nng_aio *a = c->aio[slot];
     nng_aio_set_msg(a, m);
@@ -1024,31 +1193,24 @@ static mt_code nngt_send(mt_coll_comm *c, int proc, nng_msg *m, int64_t deadline
     return MT_OK;
 }
 
-mt_code coll__net_send_async(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
-                             nng_aio **out)
-{
-    *out = NULL;
-    return w->net->tp->send_ctl(w, proc, m, timeout_ms, out);
-}
-
-static mt_code direct_send_ctl(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
+static mt_code direct_send_ctl(mt_coll_world *w, int proc, coll_out *f, int64_t timeout_ms,
                                nng_aio **out)
 {
     /* synchronous, so bounded tightly: a PING/PONG that cannot leave at once goes to a peer
      * that does not read (stopped), which the diagnosis reports as "no answer" */
-    coll_out f = msg_frame(m);
     int64_t ms = timeout_ms < COLL_CTL_RAW_MS ? timeout_ms : COLL_CTL_RAW_MS;
-    mt_code rc = raw_send(w, proc, &f, coll__now_ns() + ms * 1000000LL, NULL);
-    nng_msg_free(m);
     *out = NULL;
-    return rc;
+    return raw_send(w, proc, f, coll__now_ns() + ms * 1000000LL, NULL);
 }
 
-static mt_code nngt_send_ctl(mt_coll_world *w, int proc, nng_msg *m, int64_t timeout_ms,
+static mt_code nngt_send_ctl(mt_coll_world *w, int proc, coll_out *f, int64_t timeout_ms,
                              nng_aio **out)
 {
     nng_aio *a;
-    if (peer_open(w, proc, NULL) != MT_OK || nng_aio_alloc(&a, NULL, NULL) != 0) {
+    nng_msg *m;
+    if (peer_open(w, proc, NULL) != MT_OK || (m = frame_msg(f)) == NULL)
+        return MT_UNAVAILABLE;
+    if (nng_aio_alloc(&a, NULL, NULL) != 0) {
         nng_msg_free(m);
         return MT_UNAVAILABLE;
     }
@@ -1056,6 +1218,35 @@ static mt_code nngt_send_ctl(mt_coll_world *w, int proc, nng_msg *m, int64_t tim
     nng_aio_set_timeout(a, (nng_duration)timeout_ms);
     nng_send_aio(w->peers[proc].sock, a);
     *out = a;
+    return MT_OK;
+}
+
+/* The in-process hop: a copy of f in a frame of its own, delivered to the receiver's inbox. */
+static mt_code inproc_send(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns, mt_err *err)
+{
+    coll_hdr h;
+    (void)proc;
+    (void)deadline_ns;
+    coll__hdr_parse(f->hdr, &h);
+    coll_frame *fr = coll__frame_new(&h, f->dlen);
+    if (fr == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "out of memory for a %zu-byte frame",
+                          f->dlen);
+    if (f->dlen > 0)
+        memcpy(coll__frame_payload(fr), f->data, f->dlen);
+    c->w->engine->deliver(c->w, fr);
+    return MT_OK;
+}
+
+/* Members of one process see each other's state: no PING or PONG goes between them. */
+static mt_code inproc_send_ctl(mt_coll_world *w, int proc, coll_out *f, int64_t timeout_ms,
+                               nng_aio **out)
+{
+    (void)w;
+    (void)proc;
+    (void)f;
+    (void)timeout_ms;
+    *out = NULL;
     return MT_OK;
 }
 
@@ -1190,6 +1381,14 @@ static const net_transport direct_transport = {
     .peer_close = direct_peer_close,
     .link = direct_link,
     .stop = direct_stop,
+    .dial = direct_dial,
+    .write_some = direct_write_some,
+    .drop = direct_drop,
+    .drive_open = direct_drive_open,
+    .drive_take = coll__raw_drive_take,
+    .drive = coll__raw_drive,
+    .drive_wait = direct_drive_wait,
+    .drive_close = direct_drive_close,
 };
 
 static const net_transport nng_transport = {
@@ -1201,4 +1400,20 @@ static const net_transport nng_transport = {
     .peer_close = nngt_peer_close,
     .link = nngt_link,
     .stop = nngt_stop,
+};
+
+static const char *inproc_link(const mt_coll_world *w, const coll_peer *pe, const char *addr)
+{
+    (void)w;
+    (void)pe;
+    (void)addr;
+    return "local";
+}
+
+static const net_transport inproc_transport = {
+    .name = "in-process",
+    .direct = 0,
+    .send = inproc_send,
+    .send_ctl = inproc_send_ctl,
+    .link = inproc_link,
 };

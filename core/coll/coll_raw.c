@@ -25,8 +25,10 @@
  * (read_claimed), with reads that time out every RAW_POLL_MS so that a device thread giving up
  * (post cancel flag) is seen; after that the rest of the frame is discarded.
  *
- * Driving: a device thread may take over reading an accepted connection (coll__raw_drive_try
- * ... coll__raw_drive_end; see coll_int.h "Driving"). The reader thread waits for data in
+ * Driving, this transport's synchronous mode: a device thread may take over reading an
+ * accepted connection (coll__raw_drive_take, coll__raw_drive ... coll__raw_drive_end; see
+ * coll_int.h "Driving"), asking the engine's claim where each frame goes as the reader thread
+ * does and reading the payload itself without waiting. The reader thread waits for data in
  * poll(2) without owning the stream, so the socket can be taken between frames; inside a frame
  * it owns the stream and, if a driver asked (want), hands the socket over at the next header
  * (with that header: held) or frame end. While driven it parks on its condition variable. A
@@ -77,10 +79,10 @@
 #define RAW_SCRATCH COLL_PIECE_BYTES /* a piece of payload added by this thread or discarded */
 #define RAW_POLL_MS 10               /* claimed reads time out this often to see a cancellation */
 
-typedef struct raw_conn {
+typedef struct coll_link {
     struct coll_raw *r;
     int fd;
-    unsigned char *scratch; /* [RAW_SCRATCH + 4], allocated on first use */
+    unsigned char *scratch; /* [RAW_SCRATCH + 4]: the reader's, or the driver's while it drives */
     uint32_t id;
     pthread_t thr;
     _Atomic int done;
@@ -100,6 +102,14 @@ typedef struct raw_conn {
     int evfd;      /* eventfd: written when the socket is handed to the driver or the reader ends */
     coll_shm *shm; /* frames come through this ring after the handshake (never driven) */
     int64_t accepted_ns; /* when it was accepted (the oldest handshake is dropped first) */
+    /* the driver's (its thread only): it owns the stream (driven and picked: only it sets
+     * both and clears them), and its frame in progress */
+    int d_own;
+    unsigned char d_hb[COLL_HDR_SIZE];
+    size_t d_hn; /* bytes of the current frame's header read */
+    int d_in;    /* the header was claimed: payload bytes d_got of d_sink.bytes are read */
+    size_t d_got;
+    coll_sink d_sink; /* where the claimed payload goes (the posted receive) */
 } raw_conn;
 
 struct coll_raw {
@@ -566,7 +576,9 @@ int coll__raw_drive_fd(const raw_conn *k)
     return k->fd;
 }
 
-coll_io coll__raw_drive_recv(raw_conn *k, void *buf, size_t n, size_t *got)
+/* Driver: up to n bytes of the stream (socket or ring) without waiting: DONE *got (> 0) bytes,
+ * AGAIN none now, ENDED the connection ended. */
+static coll_io drive_recv(raw_conn *k, void *buf, size_t n, size_t *got)
 {
     if (k->shm != NULL)
         return coll__shm_get_some(k->shm, buf, n, got);
@@ -606,17 +618,19 @@ int coll__raw_drive_evfd(const raw_conn *k)
     return k->evfd;
 }
 
-coll_io coll__raw_drive_try(raw_conn *k, unsigned char *hdr, size_t *held_n)
+coll_io coll__raw_drive_take(raw_conn *k)
 {
     coll_io rv = COLL_IO_AGAIN;
     uint64_t v;
-    *held_n = 0;
+    if (k->d_own)
+        return COLL_IO_DONE;
     while (read(k->evfd, &v, sizeof(v)) > 0)
         ; /* reset the notification before looking */
     pthread_mutex_lock(&k->mu);
-    if (k->driven) { /* handed over (one driver per connection) */
-        *held_n = k->held_n;
-        memcpy(hdr, k->hdr, k->held_n);
+    if (k->driven) { /* handed over (one driver per connection), with the header begun */
+        k->d_hn = k->held_n;
+        memcpy(k->d_hb, k->hdr, k->held_n);
+        k->d_in = 0;
         k->held_n = 0;
         k->picked = 1;
         rv = COLL_IO_DONE;
@@ -626,29 +640,102 @@ coll_io coll__raw_drive_try(raw_conn *k, unsigned char *hdr, size_t *held_n)
         k->driven = 1; /* the reader is between frames: take the socket */
         k->picked = 1;
         k->want = 0;
+        k->d_hn = 0;
+        k->d_in = 0;
         rv = COLL_IO_DONE;
     } else {
         k->want = 1; /* the reader hands it over at its next frame boundary */
     }
+    k->d_own = rv == COLL_IO_DONE;
     pthread_mutex_unlock(&k->mu);
     return rv;
 }
 
-void coll__raw_drive_end(raw_conn *k, size_t skip, const unsigned char *hdr, size_t held_n)
+/* Driver: read the claimed payload's next bytes (a piece at a time into scratch when it is
+ * added, else straight into the posted buffer). DONE: all of it; AGAIN, ENDED: as drive_recv. */
+static coll_io drive_payload(raw_conn *k, int *moved)
 {
+    const coll_sink *s = &k->d_sink;
+    while (k->d_got < s->bytes) {
+        size_t n = s->bytes - k->d_got, pin = k->d_got % COLL_PIECE_BYTES, g;
+        unsigned char *to = s->dest + k->d_got;
+        if (s->add) { /* a piece at a time into scratch, then added */
+            n = n < COLL_PIECE_BYTES - pin ? n : COLL_PIECE_BYTES - pin;
+            to = k->scratch + pin;
+        }
+        coll_io io = drive_recv(k, to, n, &g);
+        if (io != COLL_IO_DONE)
+            return io;
+        k->d_got += g;
+        *moved = 1;
+        if (s->add && (k->d_got % COLL_PIECE_BYTES == 0 || k->d_got == s->bytes)) {
+            size_t pl = (k->d_got - 1) % COLL_PIECE_BYTES + 1;
+            coll__add_into((float *)(s->dest + k->d_got - pl), k->scratch, pl / sizeof(float));
+        }
+    }
+    return COLL_IO_DONE;
+}
+
+coll_drive_io coll__raw_drive(raw_conn *k)
+{
+    int moved = 0;
+    while (!k->d_in && k->d_hn < COLL_HDR_SIZE) {
+        size_t g;
+        coll_io io = drive_recv(k, k->d_hb + k->d_hn, COLL_HDR_SIZE - k->d_hn, &g);
+        if (io == COLL_IO_AGAIN)
+            return moved ? COLL_DRIVE_MOVED : COLL_DRIVE_IDLE;
+        if (io == COLL_IO_ENDED) /* the end of the connection: the reader thread reports it */
+            return COLL_DRIVE_BACK;
+        k->d_hn += g;
+        moved = 1;
+    }
+    if (!k->d_in) {
+        uint32_t magic;
+        memcpy(&magic, k->d_hb, 4);
+        /* a frame the posted receive does not take (another step, a control frame, a mismatch,
+         * a malformed header): the reader thread handles it once the driver gives the stream
+         * back (with this header) */
+        if (magic != COLL_MAGIC || k->d_hb[4] != COLL_KIND_DATA ||
+            k->r->cb.claim(k->r->cb.arg, k->d_hb, k->id, COLL_CLAIM_BY_DRIVER, &k->d_sink) !=
+                COLL_CLAIM_POSTED)
+            return COLL_DRIVE_BACK;
+        k->d_in = 1;
+        k->d_got = 0;
+    }
+    coll_io io = drive_payload(k, &moved);
+    if (io == COLL_IO_AGAIN)
+        return moved ? COLL_DRIVE_MOVED : COLL_DRIVE_IDLE;
+    if (io == COLL_IO_ENDED)
+        return COLL_DRIVE_BACK;
+    k->d_in = 0;
+    k->d_hn = 0;
+    k->d_sink.ops->finish(&k->d_sink, 1);
+    return COLL_DRIVE_FRAME;
+}
+
+void coll__raw_drive_end(raw_conn *k)
+{
+    size_t skip = 0;
+    if (k->d_in) { /* a payload begun: the posted receive lets it go, the reader discards it */
+        skip = k->d_sink.bytes - k->d_got;
+        k->d_sink.ops->finish(&k->d_sink, 0);
+    }
     pthread_mutex_lock(&k->mu);
     k->want = 0;
     if (k->driven) {
         k->driven = 0;
         if (k->picked) { /* else the reader's own header is still in k->hdr: it reads on */
             k->skip = skip;
-            k->held_n = held_n;
-            if (held_n > 0)
-                memcpy(k->hdr, hdr, held_n);
+            k->held_n = k->d_in ? 0 : k->d_hn;
+            if (k->held_n > 0)
+                memcpy(k->hdr, k->d_hb, k->held_n);
         }
         k->picked = 0;
         pthread_cond_broadcast(&k->cv);
     }
+    k->d_own = 0;
+    k->d_in = 0;
+    k->d_hn = 0;
     pthread_mutex_unlock(&k->mu);
 }
 
@@ -684,14 +771,14 @@ static void *conn_main(void *arg)
     raw_conn *k = arg;
     coll_raw *r = k->r;
     unsigned char hb[COLL_HDR_SIZE];
-    int ok = conn_handshake(k) == 0;
+    /* before the handshake: a driver may take the connection as soon as it is authenticated */
+    int ok = (k->scratch = mt_malloc(RAW_SCRATCH + 4)) != NULL;
+    if (!ok)
+        mt_log_error("coll: out of memory for a receive buffer; dropping the connection");
+    ok = ok && conn_handshake(k) == 0;
     if (ok) {
         int fl = fcntl(k->fd, F_GETFL);
         fcntl(k->fd, F_SETFL, fl & ~O_NONBLOCK); /* from here on: blocking reads */
-        if (k->scratch == NULL && (k->scratch = mt_malloc(RAW_SCRATCH + 4)) == NULL) {
-            mt_log_error("coll: out of memory for a receive buffer; dropping the connection");
-            ok = 0;
-        }
     }
     while (ok && !atomic_load(&r->closing)) {
         int back;
@@ -713,11 +800,13 @@ static void *conn_main(void *arg)
         }
         coll_sink sink;
         if (hb[4] == COLL_KIND_DATA && r->cb.claim != NULL && len > 0) {
-            coll_claim c = r->cb.claim(r->cb.arg, hb, k->id, !back, &sink);
+            coll_claim c =
+                r->cb.claim(r->cb.arg, hb, k->id,
+                            back ? COLL_CLAIM_BY_READER : COLL_CLAIM_BY_READER_HANDOVER, &sink);
             if (c == COLL_CLAIM_DRIVER && reader_hand_over(k, hb))
                 continue; /* the device thread reads this frame itself */
             if (c == COLL_CLAIM_DRIVER)
-                c = r->cb.claim(r->cb.arg, hb, k->id, 0, &sink);
+                c = r->cb.claim(r->cb.arg, hb, k->id, COLL_CLAIM_BY_READER, &sink);
             if (c == COLL_CLAIM_POSTED) {
                 /* reads of a claimed payload time out, so that a cancellation is seen */
                 struct timeval tv = {.tv_sec = 0, .tv_usec = RAW_POLL_MS * 1000}, none = {0};
@@ -732,19 +821,20 @@ static void *conn_main(void *arg)
                 continue;
             }
         }
-        nng_msg *m;
+        coll_hdr h;
         size_t pl = (size_t)(len * unit);
-        if (nng_msg_alloc(&m, COLL_HDR_SIZE + pl) != 0) {
+        coll__hdr_parse(hb, &h);
+        coll_frame *f = coll__frame_new(&h, pl);
+        if (f == NULL) {
             mt_log_error("coll: out of memory for a %zu-byte frame; dropping the connection", pl);
             break;
         }
-        unsigned char *body = nng_msg_body(m);
-        memcpy(body, hb, sizeof(hb));
-        if (conn_read_full(k, body + COLL_HDR_SIZE, pl) != 0) {
-            nng_msg_free(m);
+        f->conn = k->id;
+        if (conn_read_full(k, coll__frame_payload(f), pl) != 0) {
+            coll__frame_free(f);
             break;
         }
-        r->cb.deliver(r->cb.arg, m, k->id);
+        r->cb.deliver(r->cb.arg, f);
         reader_frame_done(k);
     }
     if (ok && !atomic_load(&r->closing))
@@ -856,10 +946,10 @@ static void *acc_main(void *arg)
     return NULL;
 }
 
-mt_code coll__raw_listen(const char *url, const coll_raw_cfg *cfg, const coll_raw_cbs *cbs,
-                         coll_raw **out, char *addr, size_t cap, mt_err *err)
+mt_code coll__raw_listen(const coll_raw_cfg *cfg, coll_raw **out, char *addr, size_t cap,
+                         mt_err *err)
 {
-    const char *token = cfg->token;
+    const char *url = cfg->url, *token = cfg->token;
     struct sockaddr_storage sa;
     socklen_t sl;
     int is_unix;
@@ -872,10 +962,11 @@ mt_code coll__raw_listen(const char *url, const coll_raw_cfg *cfg, const coll_ra
     coll_raw *r = mt_calloc(1, sizeof(*r));
     if (r == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll net: out of memory");
-    r->cb = *cbs;
+    r->cb = cfg->cbs;
     r->is_unix = is_unix;
     snprintf(r->token, sizeof(r->token), "%s", token != NULL ? token : "");
     r->cfg = *cfg;
+    r->cfg.url = NULL; /* the caller's: not kept */
     r->cfg.token = r->token;
     r->force_shm = strncmp(url, "shm://", 6) == 0;
     if (cfg->shm != MT_COLL_SHM_OFF) {
@@ -953,9 +1044,10 @@ void coll__raw_free(coll_raw *r)
  * ring when it is on this host and both allow it (always for shm://), else with "".
  * MT_OK (*shm_out set or NULL), or a code with *retry when the connection failed.
  */
-static mt_code shm_answer(const coll_raw_dial_req *q, int fd, int force, coll_shm **shm_out,
-                          int *retry, mt_err *err)
+static mt_code shm_answer(const coll_raw_dial_req *q, int fd, coll_shm **shm_out, int *retry,
+                          mt_err *err)
 {
+    int force = strncmp(q->url, "shm://", 6) == 0; /* a shm:// listener takes only a ring */
     unsigned char offer[COLL_SHM_HOST_ID], dec[4 + COLL_SHM_NAME] = {0};
     char mine[COLL_SHM_HOST_ID], name[COLL_SHM_NAME] = "";
     uint32_t magic = RAW_MAGIC_SHM, code = 0;
@@ -972,7 +1064,8 @@ static mt_code shm_answer(const coll_raw_dial_req *q, int fd, int force, coll_sh
     coll__shm_host_id(mine);
     if (force ||
         (q->shm != MT_COLL_SHM_OFF && mine[0] != '\0' && strcmp(mine, (const char *)offer) == 0)) {
-        if (coll__shm_create(q->job, q->shm_ring, q->shm_spin_ns, &s, name, &e) != MT_OK) {
+        coll_shm_spec spec = {.job = q->job, .cap = q->shm_ring, .spin_ns = q->shm_spin_ns};
+        if (coll__shm_create(&spec, &s, name, &e) != MT_OK) {
             if (force)
                 return mt_err_set(err, MT_UNAVAILABLE, "%s: %s", q->url, e.msg);
             mt_log_warn("coll: the connection to %s stays on its socket: %s", q->url, e.msg);
@@ -1066,7 +1159,7 @@ static mt_code dial_once(const coll_raw_dial_req *q, int *fd_out, coll_shm **shm
                           "): UNAUTHENTICATED",
                           q->url, q->job);
     }
-    mt_code rc = shm_answer(q, fd, strncmp(q->url, "shm://", 6) == 0, shm_out, retry, err);
+    mt_code rc = shm_answer(q, fd, shm_out, retry, err);
     if (rc != MT_OK) {
         close(fd);
         return rc;

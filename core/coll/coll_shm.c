@@ -141,9 +141,12 @@ static mt_code map_seg(int fd, size_t len, int64_t spin_ns, coll_shm **out, mt_e
     return MT_OK;
 }
 
-mt_code coll__shm_create(uint64_t job, size_t cap, int64_t spin_ns, coll_shm **out,
-                         char name[COLL_SHM_NAME], mt_err *err)
+mt_code coll__shm_create(const coll_shm_spec *q, coll_shm **out, char name[COLL_SHM_NAME],
+                         mt_err *err)
 {
+    uint64_t job = q->job;
+    size_t cap = q->cap;
+    int64_t spin_ns = q->spin_ns;
     *out = NULL;
     name[0] = '\0';
     if (cap < 4096 || (cap & (cap - 1)) != 0 || cap > ((size_t)1 << 30))
@@ -257,14 +260,23 @@ static int sock_ended(int fd)
     return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* What a side waits on: the other side's index, the futex word the other side bumps after
+ * moving it, and the count of this side's sleepers the other side looks at. */
+typedef struct shm_watch {
+    _Atomic uint64_t *idx;
+    _Atomic uint32_t *seq;
+    _Atomic uint32_t *sleepers;
+} shm_watch;
+
 /*
- * Wait until *idx differs from seen or until_ns: spin for spin_ns, then sleep on seq with
- * *sleepers raised (a count: the reader thread and a driving device thread may both wait on
+ * Wait until *wt->idx differs from seen or until_ns: spin for spin_ns, then sleep on wt->seq with
+ * *wt->sleepers raised (a count: the reader thread and a driving device thread may both wait on
  * one ring while it changes hands). Returns 1 when it moved, 0 at until_ns.
  */
-static int wait_move(const coll_shm *s, _Atomic uint64_t *idx, uint64_t seen, _Atomic uint32_t *seq,
-                     _Atomic uint32_t *sleepers, int64_t until_ns)
+static int wait_move(const coll_shm *s, const shm_watch *wt, uint64_t seen, int64_t until_ns)
 {
+    _Atomic uint64_t *idx = wt->idx;
+    _Atomic uint32_t *seq = wt->seq, *sleepers = wt->sleepers;
     int64_t spin_until = coll__now_ns() + s->spin_ns;
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(idx, memory_order_acquire) != seen)
@@ -385,7 +397,8 @@ coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms)
         if (now >= until)
             return COLL_IO_AGAIN;
         int64_t slice = now + SHM_SLICE_MS * 1000000LL;
-        wait_move(s, &g->head, tail, &g->data_seq, &g->rd_sleep, slice < until ? slice : until);
+        shm_watch wt = {&g->head, &g->data_seq, &g->rd_sleep};
+        wait_move(s, &wt, tail, slice < until ? slice : until);
     }
 }
 
@@ -403,8 +416,8 @@ coll_io coll__shm_wait_room(coll_shm *s, int fd, int timeout_ms)
         if (now >= until)
             return COLL_IO_AGAIN;
         int64_t slice = now + SHM_SLICE_MS * 1000000LL;
-        if (wait_move(s, &g->tail, tail, &g->space_seq, &g->wr_sleep,
-                      slice < until ? slice : until))
+        shm_watch wt = {&g->tail, &g->space_seq, &g->wr_sleep};
+        if (wait_move(s, &wt, tail, slice < until ? slice : until))
             return COLL_IO_DONE;
     }
 }

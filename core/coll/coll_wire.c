@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * coll_wire.c — the wire format of the data plane: the 72-byte frame header every
- * collective message starts with (coll_hdr in coll_int.h; host order, meshtrain runs on
- * little-endian hosts), encoded, parsed and checked against a message's length. Every
- * transport carries these frames unchanged (sockets, rings, nng messages, in-process
- * inboxes).
+ * collective message starts with (coll_hdr; host order, meshtrain runs on little-endian
+ * hosts), encoded, parsed and checked against a frame's length, and the received frame
+ * (coll_frame) the engine's inboxes hold. Every transport carries these frames unchanged
+ * (sockets, rings, nng messages, the in-process hop).
  *
  * Also the two helpers every layer shares: the monotonic clock and the float32 addition of a
  * received payload (coll__add_into), so that no transport calls into a file above it.
@@ -15,7 +15,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "coll/coll_int.h"
+#include "alloc/mt_alloc.h"
+#include "coll/coll_wire.h"
 
 void coll__hdr_encode(const coll_hdr *h, void *out)
 {
@@ -59,18 +60,47 @@ void coll__hdr_parse(const void *hb, coll_hdr *h)
     memcpy(&h->len, b + 64, 8);
 }
 
-mt_code coll__hdr_decode(const nng_msg *m, coll_hdr *h)
+mt_code coll__hdr_decode(const void *b, size_t sz, coll_hdr *h)
 {
-    size_t sz = nng_msg_len(m);
     if (sz < COLL_HDR_SIZE)
         return MT_INVALID_ARGUMENT;
-    coll__hdr_parse(nng_msg_body((nng_msg *)m), h);
+    coll__hdr_parse(b, h);
     if (h->magic != COLL_MAGIC)
         return MT_INVALID_ARGUMENT;
     size_t unit = h->kind == COLL_KIND_DATA ? sizeof(float) : 1;
     if (h->len > (sz - COLL_HDR_SIZE) / unit || h->len * unit != sz - COLL_HDR_SIZE)
         return MT_INVALID_ARGUMENT;
     return MT_OK;
+}
+
+/* A frame of coll__frame_new: the struct, then the payload (aligned for floats). */
+typedef struct wire_frame {
+    coll_frame f;
+    unsigned char payload[]; /* at sizeof(coll_frame), a multiple of 8 */
+} wire_frame;
+
+coll_frame *coll__frame_new(const coll_hdr *h, size_t bytes)
+{
+    wire_frame *w = mt_malloc(sizeof(*w) + bytes);
+    if (w == NULL)
+        return NULL;
+    w->f = (coll_frame){.h = *h, .data = w->payload, .bytes = bytes};
+    return &w->f;
+}
+
+unsigned char *coll__frame_payload(coll_frame *f)
+{
+    return ((wire_frame *)f)->payload;
+}
+
+void coll__frame_free(coll_frame *f)
+{
+    if (f == NULL)
+        return;
+    if (f->release != NULL)
+        f->release(f);
+    else
+        mt_free(f);
 }
 
 uint64_t coll__tag_pack(uint64_t step, uint32_t seq)

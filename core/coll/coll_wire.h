@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * coll_wire.h — the wire format of the data plane (coll_wire.c): the 72-byte frame header every
- * collective message starts with, its kinds, operations and phases, and the two helpers every
- * layer shares (the monotonic clock, the float32 addition of a received payload).
+ * collective message starts with, its kinds, operations and phases, the frame (coll_frame: a
+ * received header and its payload, the one type every transport hands the engine), and the two
+ * helpers every layer shares (the monotonic clock, the float32 addition of a received payload).
  *
  * The lowest layer of core/coll: it includes no other header of the module and names no
  * transport; the engine, the algorithms (through coll_engine.h) and every transport include it.
@@ -13,6 +14,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "status/mt_status.h"
 
 #define COLL_MAGIC    0x4c43544du /* "MTCL" little-endian */
 #define COLL_HDR_SIZE 72
@@ -73,6 +76,32 @@ void coll__hdr_encode(const coll_hdr *h, void *out);
 
 /* Decode a header from COLL_HDR_SIZE bytes (no length check against a message). */
 void coll__hdr_parse(const void *b, coll_hdr *h);
+/* The header of the n wire bytes at b (header + payload): MT_OK, or MT_INVALID_ARGUMENT (short,
+ * bad magic, the payload length disagrees with the header's). */
+mt_code coll__hdr_decode(const void *b, size_t n, coll_hdr *h);
+
+/*
+ * A received frame: its header (parsed) and its payload (h.len floats for DATA, h.len bytes of
+ * text for an ABORT), owned by whoever holds the frame. A transport makes one per frame that
+ * arrives, either with coll__frame_new (one allocation; it writes the payload into
+ * coll__frame_payload) or around a buffer of its own (release frees both: the nng transport's
+ * frames keep their nng message, so nothing is copied), and hands it to the engine's one entry
+ * point, whose inboxes hold it until coll__frame_free.
+ */
+typedef struct coll_frame coll_frame;
+struct coll_frame {
+    coll_hdr h;
+    const unsigned char *data;      /* the payload */
+    size_t bytes;                   /* its length */
+    uint32_t conn;                  /* the connection or pipe it came on (0: none, in-process) */
+    void (*release)(coll_frame *f); /* NULL: made by coll__frame_new */
+    void *owner;                    /* release's: what data lives in */
+};
+/* A frame of header h with room for bytes of payload; NULL when out of memory. */
+coll_frame *coll__frame_new(const coll_hdr *h, size_t bytes);
+/* The writable payload of a frame from coll__frame_new. */
+unsigned char *coll__frame_payload(coll_frame *f);
+void coll__frame_free(coll_frame *f); /* NULL: no-op */
 
 /* CLOCK_MONOTONIC in ns. */
 int64_t coll__now_ns(void);

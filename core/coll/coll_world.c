@@ -5,17 +5,18 @@
  *
  * How it fits: the algorithms (coll_algo.c) run each collective inside coll__run and reach
  * the engine only through coll_engine.h (post a receive, send, wait, an exchange the engine
- * may drive). The engine calls downward only: the endpoint and its transports (coll_net.c,
- * and coll_raw.c's driving calls), the progress slots and the wire format. Frames from other
- * processes come up through the one entry point it hands the endpoint (world_engine:
- * deliver, claim) and, for a posted receive, the sink operations claim returns.
+ * may drive). The engine calls downward only: the endpoint (coll_net.c), whose transport
+ * tables carry every frame (the in-process one included) and run the direct transport's
+ * synchronous mode ("driving"), the progress slots and the wire format. Frames come up through
+ * the one entry point it hands the endpoint (world_engine: deliver, claim) and, for a posted
+ * receive, the sink operations claim returns; the engine never calls a transport file.
  *
- * DESIGN. An exchange is split into segments of opts.segment_bytes. A hop to a rank of this
- * process is pushed into its inbox (deliver); a hop to another process goes to the endpoint.
- * A receive from another process over the direct transport may be posted (the reader thread
- * reads into the caller's buffer) or, with one device in this process, driven: the device
- * thread reads the partner's socket itself between its non-blocking writes (drive_step;
- * coll_int.h "Driving").
+ * DESIGN. An exchange is split into segments of opts.segment_bytes; each goes to the
+ * transport of the destination's process (coll__net_send). A receive from another process
+ * over the direct transport may be posted (the reader thread reads into the caller's buffer)
+ * or, with one device in this process, driven: the device thread runs the transport's
+ * synchronous mode on the partner's connection between its non-blocking writes (drive_step;
+ * coll_int.h "Driving"), and the transport puts each frame where claim says.
  *
  * Every received message is checked against the expected header (job, step,
  * seq, op, phase, ring step, segment, total, offset, length); a mismatch is
@@ -71,11 +72,11 @@ uint64_t coll__world_remote_floats(mt_coll_world *w)
 
 /* ------------------------------------------------------------------ inbox */
 
-static int queue_push(coll_queue *q, nng_msg *m)
+static int queue_push(coll_queue *q, coll_frame *f)
 {
     if (q->count == q->cap) {
         size_t ncap = q->cap ? q->cap * 2 : 8;
-        nng_msg **ni = mt_malloc(ncap * sizeof(*ni));
+        coll_frame **ni = mt_malloc(ncap * sizeof(*ni));
         if (ni == NULL)
             return -1;
         for (size_t i = 0; i < q->count; i++)
@@ -85,39 +86,44 @@ static int queue_push(coll_queue *q, nng_msg *m)
         q->cap = ncap;
         q->head = 0;
     }
-    q->items[(q->head + q->count) % q->cap] = m;
+    q->items[(q->head + q->count) % q->cap] = f;
     q->count++;
     return 0;
 }
 
-static nng_msg *queue_pop(coll_queue *q)
+static coll_frame *queue_pop(coll_queue *q)
 {
     if (q->count == 0)
         return NULL;
-    nng_msg *m = q->items[q->head];
+    coll_frame *f = q->items[q->head];
     q->head = (q->head + 1) % q->cap;
     q->count--;
-    return m;
+    return f;
 }
 
-static void deliver(mt_coll_world *w, nng_msg *m, const coll_hdr *h)
+/*
+ * The engine's one entry point (w->engine->deliver): every transport, the in-process one
+ * included, hands each frame that arrives for a rank of this world here.
+ */
+static void deliver(mt_coll_world *w, coll_frame *f)
 {
+    const coll_hdr *h = &f->h;
     if (h->dst < 0 || h->dst >= w->size || h->src < 0 || h->src >= w->size ||
         w->by_rank[h->dst] == NULL) {
         mt_log_warn("coll: dropping message from rank %d to rank %d: not a local rank of this "
                     "world (size %d)",
                     (int)h->src, (int)h->dst, w->size);
-        nng_msg_free(m);
+        coll__frame_free(f);
         return;
     }
     mt_coll_comm *c = w->by_rank[h->dst];
     pthread_mutex_lock(&c->mu);
     if (h->kind == COLL_KIND_ABORT && c->aborted &&
         (h->step < c->abort_step || (h->step == c->abort_step && h->seq < c->abort_seq))) {
-        nng_msg_free(m); /* keep the newest ABORT */
+        coll__frame_free(f); /* keep the newest ABORT */
     } else if (h->kind == COLL_KIND_ABORT) {
-        size_t n = h->len < MT_ERR_MSG_SIZE - 1 ? h->len : MT_ERR_MSG_SIZE - 1;
-        memcpy(c->abort_msg, (const char *)nng_msg_body(m) + COLL_HDR_SIZE, n);
+        size_t n = f->bytes < MT_ERR_MSG_SIZE - 1 ? f->bytes : MT_ERR_MSG_SIZE - 1;
+        memcpy(c->abort_msg, f->data, n);
         c->abort_msg[n] = '\0';
         c->abort_code =
             mt_code_valid((int)h->code) && h->code != MT_OK ? (mt_code)h->code : MT_INTERNAL;
@@ -128,36 +134,31 @@ static void deliver(mt_coll_world *w, nng_msg *m, const coll_hdr *h)
          * (an rstep of 0x80000000 overflowed int: fuzz_coll_msg seed crash-fb0986e41b76b7fd) */
         c->blame = h->rstep >= 1 && h->rstep <= (uint32_t)w->size ? (int)h->rstep - 1 : -1;
         c->aborted = 1;
-        nng_msg_free(m);
+        coll__frame_free(f);
     } else if (h->kind == COLL_KIND_PING) {
         if (c->nping < COLL_MAXPING) {
             c->ping_from[c->nping] = h->src;
             c->ping_tag[c->nping++] = coll__tag_pack(h->step, h->seq);
         }
-        nng_msg_free(m);
+        coll__frame_free(f);
     } else if (h->kind == COLL_KIND_PONG) {
         c->pong[h->src] =
             (uint8_t)(h->code == COLL_PONG_ENTERED ? COLL_PONG_ENTERED : COLL_PONG_NOT_ENTERED);
-        nng_msg_free(m);
+        coll__frame_free(f);
     } else if (h->kind == COLL_KIND_DATA) {
-        if (queue_push(&c->q[h->src], m) != 0) {
+        if (queue_push(&c->q[h->src], f) != 0) {
             mt_log_error("coll: rank %d: out of memory queueing a message from rank %d", c->rank,
                          (int)h->src);
-            nng_msg_free(m);
+            coll__frame_free(f);
         }
     } else {
-        nng_msg_free(m);
+        coll__frame_free(f);
     }
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
 
 /* ------------------------------------------------------------------ comms */
-
-static void aio_done_cb(void *arg)
-{
-    atomic_store((_Atomic int *)arg, 1);
-}
 
 static void drive_release(mt_coll_comm *c);
 
@@ -170,13 +171,9 @@ static mt_code comm_init(mt_coll_comm *c, mt_coll_world *w, int rank, mt_err *er
     c->pong = mt_calloc((size_t)w->size, 1);
     if (c->q == NULL || c->pong == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll comm %d: out of memory", rank);
-    for (int i = 0; i < COLL_NAIO; i++) {
-        atomic_init(&c->aio_done[i], 1);
-        if (nng_aio_alloc(&c->aio[i], aio_done_cb, &c->aio_done[i]) != 0) {
-            return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll comm %d: cannot allocate aio",
-                              rank);
-        }
-    }
+    mt_code rc = coll__net_comm_init(c, err);
+    if (rc != MT_OK)
+        return rc;
     pthread_mutex_init(&c->mu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -195,22 +192,12 @@ static void comm_fini(mt_coll_comm *c)
     mt_free(c->pong);
     for (int j = 0; j < COLL_POST_PIECES; j++)
         mt_free(c->post.piece[j]);
-    mt_free(c->drive.buf);
-    for (int i = 0; i < COLL_NAIO; i++) {
-        if (c->aio[i] != NULL) {
-            nng_aio_cancel(c->aio[i]);
-            nng_aio_wait(c->aio[i]);
-            nng_msg *m = nng_aio_get_msg(c->aio[i]);
-            if (m != NULL && nng_aio_result(c->aio[i]) != 0)
-                nng_msg_free(m);
-            nng_aio_free(c->aio[i]);
-        }
-    }
+    coll__net_comm_fini(c);
     if (c->q != NULL) {
         for (int s = 0; s < c->w->size; s++) {
-            nng_msg *m;
-            while ((m = queue_pop(&c->q[s])) != NULL)
-                nng_msg_free(m);
+            coll_frame *f;
+            while ((f = queue_pop(&c->q[s])) != NULL)
+                coll__frame_free(f);
             mt_free(c->q[s].items);
         }
         mt_free(c->q);
@@ -327,20 +314,21 @@ static void group_axes(const mt_coll_world *w, const mt_coll_group *g, char *out
 
 static const coll_engine_ops world_engine;
 
-/* Allocate a world whose ranks are mapped to processes by proc_of (taken). */
-static mt_code world_alloc(const mt_coll_backend *b, int size, const mt_coll_world_opts *opts,
-                           int nprocs, int my_proc, mt_coll_world **out, mt_err *err)
+/* Allocate a world of s->size ranks on s->b over nprocs processes, with opts (checked); the
+ * caller maps the ranks (proc_of) and sets my_proc. */
+static mt_code world_alloc(const coll_world_spec *s, const mt_coll_world_opts *opts, int nprocs,
+                           mt_coll_world **out, mt_err *err)
 {
+    int size = s->size;
     mt_coll_world *w = mt_calloc(1, sizeof(*w));
     if (w == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll world: out of memory");
-    w->backend = b;
+    w->backend = s->b;
     w->engine = &world_engine;
     w->size = size;
     w->opts = *opts;
     w->seg = opts->segment_bytes / sizeof(float);
     w->nprocs = nprocs;
-    w->my_proc = my_proc;
     w->proc_of = mt_calloc((size_t)size, sizeof(*w->proc_of));
     w->by_rank = mt_calloc((size_t)size, sizeof(*w->by_rank));
     w->proc_addr = mt_calloc((size_t)nprocs, sizeof(*w->proc_addr));
@@ -384,10 +372,11 @@ static mt_code world_make_comms(mt_coll_world *w, mt_err *err)
     return MT_OK;
 }
 
-mt_code coll__world_new_local(const mt_coll_backend *b, int size, const mt_coll_world_opts *opts,
-                              mt_coll_world **out, mt_err *err)
+mt_code coll__world_new_local(const coll_world_spec *s, mt_coll_world **out, mt_err *err)
 {
     mt_coll_world_opts def = MT_COLL_WORLD_DEFAULTS;
+    const mt_coll_world_opts *opts = s->opts;
+    int size = s->size;
     mt_coll_world *w = NULL;
     mt_code rc;
 
@@ -398,8 +387,9 @@ mt_code coll__world_new_local(const mt_coll_backend *b, int size, const mt_coll_
         return mt_err_set(err, MT_INVALID_ARGUMENT, "coll world: size %d must be >= 1", size);
     if ((rc = check_opts(opts, err)) != MT_OK)
         return rc;
-    if ((rc = world_alloc(b, size, opts, 1, 0, &w, err)) != MT_OK)
+    if ((rc = world_alloc(s, opts, 1, &w, err)) != MT_OK)
         return rc;
+    w->my_proc = 0;
     w->proc_addr[0] = mt_strdup("local");
     if (w->proc_addr[0] == NULL) {
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll world: out of memory");
@@ -414,11 +404,13 @@ fail:
     return rc;
 }
 
-mt_code coll__world_new_net(const mt_coll_backend *b, mt_coll_net *net, int size,
-                            const mt_coll_rank_addr *table, const mt_coll_world_opts *opts,
-                            mt_coll_world **out, mt_err *err)
+mt_code coll__world_new_net(const coll_world_spec *s, mt_coll_world **out, mt_err *err)
 {
     mt_coll_world_opts def = MT_COLL_WORLD_DEFAULTS;
+    const mt_coll_world_opts *opts = s->opts;
+    mt_coll_net *net = s->net;
+    const mt_coll_rank_addr *table = s->table;
+    int size = s->size;
     mt_coll_world *w = NULL;
     mt_code rc;
     int nprocs = 0, my_proc = -1;
@@ -447,8 +439,9 @@ mt_code coll__world_new_net(const mt_coll_backend *b, mt_coll_net *net, int size
         }
         nprocs += !seen;
     }
-    if ((rc = world_alloc(b, size, opts, nprocs, -1, &w, err)) != MT_OK)
+    if ((rc = world_alloc(s, opts, nprocs, &w, err)) != MT_OK)
         return rc;
+    w->my_proc = -1;
     w->net = net;
     int np = 0;
     for (int r = 0; r < size; r++) {
@@ -509,9 +502,7 @@ void coll__world_cancel(mt_coll_world *w)
     atomic_store(&w->cancelled, 1);
     for (int i = 0; i < w->nlocal; i++) {
         mt_coll_comm *c = &w->comms[i];
-        for (int k = 0; k < COLL_NAIO; k++)
-            if (c->aio[k] != NULL)
-                nng_aio_cancel(c->aio[k]); /* a send stuck on a dead peer ends now */
+        coll__net_cancel_sends(c); /* a send stuck on a dead peer ends now */
         pthread_mutex_lock(&c->mu);
         pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
@@ -531,11 +522,13 @@ void mt_coll_world_free(mt_coll_world *w)
     world_free_parts(w);
 }
 
-mt_code coll__world_new_backend(const mt_coll_backend *b, void *state, int size, const int *local,
-                                int nlocal, const mt_coll_world_opts *opts, mt_coll_world **out,
-                                mt_err *err)
+mt_code coll__world_new_backend(const coll_world_spec *s, mt_coll_world **out, mt_err *err)
 {
     mt_coll_world_opts def = MT_COLL_WORLD_DEFAULTS;
+    const mt_coll_backend *b = s->b;
+    const mt_coll_world_opts *opts = s->opts;
+    const int *local = s->local;
+    int size = s->size, nlocal = s->nlocal;
     mt_coll_world *w = NULL;
     mt_code rc;
 
@@ -551,8 +544,9 @@ mt_code coll__world_new_backend(const mt_coll_backend *b, void *state, int size,
     if ((rc = check_opts(opts != NULL ? opts : &def, err)) != MT_OK)
         return rc;
     /* process 0: this one (its ranks get comms), process 1: every other rank */
-    if ((rc = world_alloc(b, size, opts != NULL ? opts : &def, 2, 0, &w, err)) != MT_OK)
+    if ((rc = world_alloc(s, opts != NULL ? opts : &def, 2, &w, err)) != MT_OK)
         return rc;
+    w->my_proc = 0;
     for (int r = 0; r < size; r++)
         w->proc_of[r] = 1;
     for (int i = 0; i < nlocal; i++) {
@@ -572,7 +566,7 @@ mt_code coll__world_new_backend(const mt_coll_backend *b, void *state, int size,
     }
     if ((rc = world_make_comms(w, err)) != MT_OK)
         goto fail;
-    w->backend_state = state;
+    w->backend_state = s->state;
     *out = w;
     return MT_OK;
 fail:
@@ -603,9 +597,12 @@ void mt_coll_comm_set_step(mt_coll_comm *c, uint64_t step)
     c->auto_seq = 0;
 }
 
-const char *coll__group_problem(const mt_coll_world *w, int rank, const mt_coll_group *g, int *pos,
-                                char *why, size_t cap)
+const char *coll__group_problem(const mt_coll_world *w, int rank, const mt_coll_group *g,
+                                coll_group_pos *out)
 {
+    char *why = out->why;
+    size_t cap = sizeof(out->why);
+    int *pos = &out->pos;
     *pos = -1;
     if (g == NULL || g->ranks == NULL || g->size < 1) {
         snprintf(why, cap, "empty or NULL group");
@@ -644,12 +641,11 @@ typedef struct coll_ctx {
     uint32_t seq;
     int64_t deadline_ns;
     int64_t deadline_ms;
-    int64_t start_ns;               /* when the call began (opts.observe) */
-    int from_abort;                 /* the failure came from a peer's ABORT: do not re-broadcast */
-    int blame;                      /* rank whose message was inconsistent, -1 none */
-    int diagnosed;                  /* PINGs went out after the deadline */
-    nng_aio *ctl[2 * COLL_MAXPING]; /* PING / PONG sends in flight */
-    int nctl;
+    int64_t start_ns; /* when the call began (opts.observe) */
+    int from_abort;   /* the failure came from a peer's ABORT: do not re-broadcast */
+    int blame;        /* rank whose message was inconsistent, -1 none */
+    int diagnosed;    /* PINGs went out after the deadline */
+    coll_ctl_set ctl; /* PING / PONG sends in flight */
     mt_err *err;
 } coll_ctx;
 
@@ -681,15 +677,14 @@ static mt_code ctx_fail(coll_ctx *x, mt_code code, const char *fmt, ...)
                       x->step, x->seq, x->c->rank, body);
 }
 
-static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g,
-                         const mt_coll_call *call, const coll_run *r, mt_err *err)
+/* Enter call r on x->c over x->g (x zeroed but for c, g and err, as coll__run makes it). */
+static mt_code ctx_begin(coll_ctx *x, const mt_coll_call *call, const coll_run *r)
 {
     uint8_t op = r->op;
-    memset(x, 0, sizeof(*x));
-    x->c = c;
-    x->g = g;
+    mt_coll_comm *c = x->c;
+    const mt_coll_group *g = x->g;
+    mt_err *err = x->err;
     x->v.op = op;
-    x->err = err;
     x->v.total = r->total;
     x->v.pos = -1;
     x->blame = -1;
@@ -709,10 +704,9 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g,
         call != NULL && call->deadline_ms > 0 ? call->deadline_ms : c->w->opts.default_deadline_ms;
     x->start_ns = coll__now_ns();
     x->deadline_ns = x->start_ns + x->deadline_ms * 1000000LL;
-    char why[128];
-    int pos = -1;
-    if (coll__group_problem(c->w, c->rank, g, &pos, why, sizeof(why)) != NULL)
-        return ctx_fail(x, MT_INVALID_ARGUMENT, "%s", why);
+    coll_group_pos gp;
+    if (coll__group_problem(c->w, c->rank, g, &gp) != NULL)
+        return ctx_fail(x, MT_INVALID_ARGUMENT, "%s", gp.why);
     x->v.p = g->size;
     x->v.ranks = g->ranks;
     x->v.rank = c->rank;
@@ -720,7 +714,7 @@ static mt_code ctx_begin(coll_ctx *x, mt_coll_comm *c, const mt_coll_group *g,
     x->v.direct_bytes = c->w->opts.direct_bytes;
     if (atomic_load(&c->w->cancelled))
         return ctx_fail(x, MT_CANCELLED, "the world was cancelled");
-    x->v.pos = pos; /* from here on, ctx_end tells the other members about a failure */
+    x->v.pos = gp.pos; /* from here on, ctx_end tells the other members about a failure */
     coll__progress_enter(c, op_name(op), x->step, x->seq);
     atomic_store(&c->entered, coll__tag_pack(x->step, x->seq) + 1);
     pthread_mutex_lock(&c->mu);
@@ -734,9 +728,8 @@ static void send_abort(coll_ctx *x, mt_code code, const char *text)
     mt_coll_world *w = x->c->w;
     size_t tl = strlen(text);
     for (int i = 0; i < x->v.p; i++) {
-        int r = x->g->ranks[i];
-        nng_msg *m;
-        if (r == x->c->rank || nng_msg_alloc(&m, COLL_HDR_SIZE + tl) != 0)
+        int r = x->g->ranks[i], proc = w->proc_of[r];
+        if (r == x->c->rank)
             continue;
         coll_hdr h = {.magic = COLL_MAGIC,
                       .kind = COLL_KIND_ABORT,
@@ -749,18 +742,13 @@ static void send_abort(coll_ctx *x, mt_code code, const char *text)
                       .code = (uint32_t)code,
                       .rstep = (uint32_t)(x->blame + 1),
                       .len = tl};
-        coll__hdr_encode(&h, nng_msg_body(m));
-        memcpy((char *)nng_msg_body(m) + COLL_HDR_SIZE, text, tl);
-        if (w->by_rank[r] != NULL) {
-            deliver(w, m, &h);
-        } else if (atomic_load(&w->peers[w->proc_of[r]].down_ns) != 0) {
-            nng_msg_free(m); /* its connection is gone */
-        } else {
-            /* best effort, bounded: the peer may be the one that is stuck */
-            int64_t dl = coll__now_ns() + COLL_ABORT_NS;
-            if (coll__net_send(x->c, w->proc_of[r], m, dl, NULL) != MT_OK)
-                continue;
-        }
+        unsigned char hb[COLL_HDR_SIZE];
+        coll_out f = {.hdr = hb, .hlen = COLL_HDR_SIZE, .data = text, .dlen = tl};
+        coll__hdr_encode(&h, hb);
+        if (proc != w->my_proc && atomic_load(&w->peers[proc].down_ns) != 0)
+            continue; /* its connection is gone */
+        /* best effort, bounded: the peer may be the one that is stuck */
+        coll__net_send(x->c, proc, &f, coll__now_ns() + COLL_ABORT_NS, NULL);
     }
     coll__sends_wait(x->c, 0, NULL);
 }
@@ -780,40 +768,35 @@ static void mark_stale(mt_coll_comm *c, uint64_t step, uint32_t seq)
     }
 }
 
+/* A PING or PONG: its kind, destination rank, the collective asked about and the answer. */
+typedef struct coll_ctl {
+    uint8_t kind; /* COLL_KIND_PING or COLL_KIND_PONG */
+    int dst;
+    uint64_t step;
+    uint32_t seq;
+    uint32_t code; /* PONG: enum coll_pong */
+} coll_ctl;
+
 /* Send a PING or PONG to a rank of another process, without waiting. */
-static void ctl_send(coll_ctx *x, int kind, int dst, uint64_t step, uint32_t seq, uint32_t code)
+static void ctl_send(coll_ctx *x, const coll_ctl *m)
 {
     mt_coll_world *w = x->c->w;
-    nng_msg *m;
-    if (x->nctl == 2 * COLL_MAXPING || w->by_rank[dst] != NULL ||
-        nng_msg_alloc(&m, COLL_HDR_SIZE) != 0)
+    int dst = m->dst;
+    if (w->by_rank[dst] != NULL)
         return;
     coll_hdr h = {.magic = COLL_MAGIC,
-                  .kind = (uint8_t)kind,
+                  .kind = m->kind,
                   .op = x->v.op,
                   .job = w->opts.job_id,
-                  .step = step,
-                  .seq = seq,
+                  .step = m->step,
+                  .seq = m->seq,
                   .src = x->c->rank,
                   .dst = dst,
-                  .code = code};
-    coll__hdr_encode(&h, nng_msg_body(m));
-    nng_aio *a;
-    if (coll__net_send_async(w, w->proc_of[dst], m, COLL_DIAG_NS / 1000000LL, &a) == MT_OK &&
-        a != NULL)
-        x->ctl[x->nctl++] = a; /* the direct transport sent it synchronously (a == NULL) */
-}
-
-static void ctl_reap(coll_ctx *x)
-{
-    for (int i = 0; i < x->nctl; i++) {
-        nng_aio_cancel(x->ctl[i]);
-        nng_aio_wait(x->ctl[i]);
-        if (nng_aio_result(x->ctl[i]) != 0)
-            nng_msg_free(nng_aio_get_msg(x->ctl[i]));
-        nng_aio_free(x->ctl[i]);
-    }
-    x->nctl = 0;
+                  .code = m->code};
+    unsigned char hb[COLL_HDR_SIZE];
+    coll_out f = {.hdr = hb, .hlen = COLL_HDR_SIZE};
+    coll__hdr_encode(&h, hb);
+    coll__net_send_ctl(w, w->proc_of[dst], &f, COLL_DIAG_NS / 1000000LL, &x->ctl);
 }
 
 /* Answer the PINGs of members diagnosing a deadline (called with c->mu held). */
@@ -825,8 +808,12 @@ static void answer_pings(coll_ctx *x)
         uint64_t tag = c->ping_tag[c->nping];
         int entered = atomic_load(&c->entered) >= tag + 1;
         pthread_mutex_unlock(&c->mu);
-        ctl_send(x, COLL_KIND_PONG, from, tag >> 24, (uint32_t)(tag & 0xffffffu),
-                 entered ? COLL_PONG_ENTERED : COLL_PONG_NOT_ENTERED);
+        coll_ctl pong = {.kind = COLL_KIND_PONG,
+                         .dst = from,
+                         .step = tag >> 24,
+                         .seq = (uint32_t)(tag & 0xffffffu),
+                         .code = entered ? COLL_PONG_ENTERED : COLL_PONG_NOT_ENTERED};
+        ctl_send(x, &pong);
         pthread_mutex_lock(&c->mu);
     }
 }
@@ -841,7 +828,8 @@ static int diagnose_start(coll_ctx *x)
     for (int i = 0; i < x->v.p; i++) {
         int r = x->g->ranks[i];
         if (c->w->by_rank[r] == NULL) {
-            ctl_send(x, COLL_KIND_PING, r, x->step, x->seq, 0);
+            coll_ctl ping = {.kind = COLL_KIND_PING, .dst = r, .step = x->step, .seq = x->seq};
+            ctl_send(x, &ping);
             asked++;
         }
     }
@@ -899,7 +887,7 @@ static mt_code ctx_end(coll_ctx *x, mt_code rc)
         return rc;
     if (rc != MT_OK)
         drive_release(c); /* the reader thread delivers what comes next */
-    ctl_reap(x);
+    coll__net_ctl_reap(&x->ctl);
     mt_code wrc = coll__sends_wait(c, rc != MT_OK, rc == MT_OK ? x->err : NULL);
     if (rc == MT_OK && wrc != MT_OK)
         rc = wrc;
@@ -1053,30 +1041,27 @@ static mt_code wait_turn(coll_ctx *x, int src)
     return MT_OK;
 }
 
-/* Pop the next message from src that is not a leftover of a failed collective (c->mu held). */
-static nng_msg *pop_live(mt_coll_comm *c, int src)
+/* Pop the next frame from src that is not a leftover of a failed collective (c->mu held). */
+static coll_frame *pop_live(mt_coll_comm *c, int src)
 {
-    nng_msg *m;
-    while ((m = queue_pop(&c->q[src])) != NULL) {
-        coll_hdr h = {0};
-        if (coll__hdr_decode(m, &h) != MT_OK)
-            return m; /* validated by the receiver / sender; check_msg says what is wrong */
-        if (h.job == c->w->opts.job_id && c->has_failed &&
-            tag_le(h.step, h.seq, c->failed_step, c->failed_seq)) {
-            nng_msg_free(m); /* left over from a collective that failed here */
+    coll_frame *f;
+    while ((f = queue_pop(&c->q[src])) != NULL) {
+        if (f->h.job == c->w->opts.job_id && c->has_failed &&
+            tag_le(f->h.step, f->h.seq, c->failed_step, c->failed_seq)) {
+            coll__frame_free(f); /* left over from a collective that failed here */
             continue;
         }
-        return m;
+        return f;
     }
     return NULL;
 }
 
-/* Every field of m (from src) must be what this member expects; else INVALID_ARGUMENT (frees m). */
-static mt_code check_msg(coll_ctx *x, int src, nng_msg *m, const coll_hdr *want)
+/* Every field of frame fr (from src) must be what this member expects; else INVALID_ARGUMENT
+ * (frees fr). */
+static mt_code check_msg(coll_ctx *x, int src, coll_frame *fr, const coll_hdr *want)
 {
     mt_coll_world *w = x->c->w;
-    coll_hdr h = {0}; /* a header that does not decode fails the first check below */
-    coll__hdr_decode(m, &h);
+    const coll_hdr h = fr->h;
     /* in this order of blame */
     const struct {
         const char *what;
@@ -1101,7 +1086,7 @@ static mt_code check_msg(coll_ctx *x, int src, nng_msg *m, const coll_hdr *want)
     }
     if (what == NULL)
         return MT_OK;
-    nng_msg_free(m);
+    coll__frame_free(fr);
     x->blame = src;
     if (h.op != want->op)
         return ctx_fail(x, MT_INVALID_ARGUMENT,
@@ -1112,24 +1097,24 @@ static mt_code check_msg(coll_ctx *x, int src, nng_msg *m, const coll_hdr *want)
                     rank_addr(w, src), what, got, exp);
 }
 
-/* Receive the next message from global rank src; validate it against *want. */
-static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, nng_msg **out)
+/* Receive the next frame from global rank src; validate it against *want. */
+static mt_code recv_msg(coll_ctx *x, int src, const coll_hdr *want, coll_frame **out)
 {
     mt_coll_comm *c = x->c;
-    nng_msg *m = NULL;
+    coll_frame *f = NULL;
     mt_code rc = MT_OK;
 
     *out = NULL;
     pthread_mutex_lock(&c->mu);
-    while ((rc = ended(x)) == MT_OK && (m = pop_live(c, src)) == NULL &&
+    while ((rc = ended(x)) == MT_OK && (f = pop_live(c, src)) == NULL &&
            (rc = wait_turn(x, src)) == MT_OK)
         ;
     pthread_mutex_unlock(&c->mu);
-    if (m == NULL)
+    if (f == NULL)
         return rc;
-    if ((rc = check_msg(x, src, m, want)) != MT_OK)
+    if ((rc = check_msg(x, src, f, want)) != MT_OK)
         return rc;
-    *out = m;
+    *out = f;
     return MT_OK;
 }
 
@@ -1148,41 +1133,27 @@ static mt_code send_failed(coll_ctx *x, int dst, mt_code rc, const char *why)
     return ctx_fail(x, rc, "send to rank %d (%s): %s", dst, rank_addr(x->c->w, dst), why);
 }
 
+/*
+ * Segment h (its payload at data, borrowed) to rank dst through the transport to its process
+ * (the in-process one for a rank of this process): the direct transport writes it from data,
+ * nng and the in-process hop copy it.
+ */
 static mt_code send_seg(coll_ctx *x, int dst, const coll_hdr *h, const float *data)
 {
     mt_coll_world *w = x->c->w;
-    nng_msg *m;
+    int proc = w->proc_of[dst];
     unsigned char hb[COLL_HDR_SIZE];
-    size_t bytes = h->len * sizeof(float);
-    if (w->by_rank[dst] == NULL)
-        atomic_fetch_add(&w->remote_floats, h->len);
-    if (w->by_rank[dst] == NULL && coll__net_is_raw(w)) {
-        /* direct transport: header and payload go to the socket from here, no copy */
-        mt_err e = MT_ERR_INIT;
-        coll_out f = {.hdr = hb, .hlen = COLL_HDR_SIZE, .data = data, .dlen = bytes};
-        coll__hdr_encode(h, hb);
-        mt_code rc = coll__net_send_buf(x->c, w->proc_of[dst], &f, x->deadline_ns, &e);
-        return rc == MT_OK ? MT_OK : send_failed(x, dst, rc, e.msg);
-    }
-    /* reserve + append: nng_msg_alloc(size) would zero the body before we copy over it */
-    coll__hdr_encode(h, hb);
-    if (nng_msg_alloc(&m, 0) != 0)
-        return ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for a message");
-    if (nng_msg_reserve(m, COLL_HDR_SIZE + bytes) != 0 || nng_msg_append(m, hb, sizeof(hb)) != 0 ||
-        (bytes > 0 && nng_msg_append(m, data, bytes) != 0)) {
-        nng_msg_free(m);
-        return ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory for a %" PRIu64 "-float message",
-                        h->len);
-    }
-    if (w->by_rank[dst] != NULL) {
-        deliver(w, m, h);
-        return MT_OK;
-    }
+    coll_out f = {.hdr = hb, .hlen = COLL_HDR_SIZE, .data = data, .dlen = h->len * sizeof(float)};
     mt_err e = MT_ERR_INIT;
-    mt_code rc = coll__net_send(x->c, w->proc_of[dst], m, x->deadline_ns, &e);
-    if (rc != MT_OK)
-        return ctx_fail(x, rc, "send to rank %d: %s", dst, e.msg);
-    return MT_OK;
+    coll__hdr_encode(h, hb);
+    if (proc != w->my_proc)
+        atomic_fetch_add(&w->remote_floats, h->len);
+    mt_code rc = coll__net_send(x->c, proc, &f, x->deadline_ns, &e);
+    if (rc == MT_OK)
+        return MT_OK;
+    if (proc != w->my_proc && coll__net_is_raw(w))
+        return send_failed(x, dst, rc, e.msg); /* an ABORT may explain a closed connection */
+    return ctx_fail(x, rc, "send to rank %d: %s", dst, e.msg);
 }
 
 static size_t nseg(const coll_ctx *x, size_t len)
@@ -1212,13 +1183,13 @@ static void hdr_seg(const coll_ctx *x, coll_hdr *h, size_t off, size_t len, size
  * per segment) and copy or add it (acc = partial + own). */
 static mt_code recv_seg(coll_ctx *x, coll_hdr *h, const coll_xchg *t, float *rbuf, size_t k)
 {
-    nng_msg *m;
+    coll_frame *m;
     mt_code rc;
     hdr_seg(x, h, t->ro, t->rl, k);
     if ((rc = recv_msg(x, t->src, h, &m)) != MT_OK)
         return rc;
     coll__progress_chunk(x->c, k, nseg(x, t->rl));
-    const unsigned char *pl = (const unsigned char *)nng_msg_body(m) + COLL_HDR_SIZE;
+    const unsigned char *pl = m->data;
     float *d = rbuf + h->offset;
     if (t->mix == COLL_MIX_COPY) {
         if (h->len > 0)
@@ -1226,7 +1197,7 @@ static mt_code recv_seg(coll_ctx *x, coll_hdr *h, const coll_xchg *t, float *rbu
     } else {
         coll__add_into(d, pl, h->len);
     }
-    nng_msg_free(m);
+    coll__frame_free(m);
     return MT_OK;
 }
 
@@ -1252,7 +1223,8 @@ static int post_match(const coll_hdr *e, const coll_hdr *h)
 
 static const coll_sink_ops post_sink_ops;
 
-static coll_claim post_claim(mt_coll_world *w, const coll_hdr *h, int handover, coll_sink *s)
+static coll_claim post_claim(mt_coll_world *w, const coll_hdr *h, coll_claim_mode mode,
+                             coll_sink *s)
 {
     if (h->dst < 0 || h->dst >= w->size || h->src < 0 || h->src >= w->size ||
         w->by_rank[h->dst] == NULL)
@@ -1261,7 +1233,8 @@ static coll_claim post_claim(mt_coll_world *w, const coll_hdr *h, int handover, 
     coll_post *p = &c->post;
     int ok = 0;
     pthread_mutex_lock(&c->mu);
-    if (handover && p->drive_proc >= 0 && p->drive_proc == w->proc_of[h->src]) {
+    if (mode == COLL_CLAIM_BY_READER_HANDOVER && p->drive_proc >= 0 &&
+        p->drive_proc == w->proc_of[h->src]) {
         pthread_mutex_unlock(&c->mu);
         return COLL_CLAIM_DRIVER; /* the device thread reads that connection itself (drive_step) */
     }
@@ -1282,7 +1255,7 @@ static coll_claim post_claim(mt_coll_world *w, const coll_hdr *h, int handover, 
      */
     int idle =
         (p->count == 0 && p->state == COLL_POST_NONE) || (p->count > 0 && st->want.src != h->src);
-    if (!ok && idle && c->q[h->src].count == 0 && w->nlocal == 1 &&
+    if (!ok && idle && mode != COLL_CLAIM_BY_DRIVER && c->q[h->src].count == 0 && w->nlocal == 1 &&
         w->peers[w->proc_of[h->src]].nranks == 1 &&
         (h->phase == COLL_PHASE_INPUTS || h->phase == COLL_PHASE_RESULT ||
          (h->phase <= COLL_PHASE_GATHER &&
@@ -1473,7 +1446,7 @@ static int post_take_queued(coll_ctx *x, int src, mt_code *rc)
 {
     mt_coll_comm *c = x->c;
     coll_post *p = &c->post;
-    nng_msg *m = NULL;
+    coll_frame *m = NULL;
     if (p->state == COLL_POST_CLAIMED || (m = pop_live(c, src)) == NULL)
         return 0;
     coll_post_step st = p->st[p->head];
@@ -1483,13 +1456,12 @@ static int post_take_queued(coll_ctx *x, int src, mt_code *rc)
     pthread_mutex_unlock(&c->mu);
     *rc = check_msg(x, src, m, &want);
     if (*rc == MT_OK) {
-        const unsigned char *pl = (const unsigned char *)nng_msg_body(m) + COLL_HDR_SIZE;
         float *d = st.rbuf + want.offset;
         if (!st.add && want.len > 0)
-            memcpy(d, pl, want.len * sizeof(float));
+            memcpy(d, m->data, want.len * sizeof(float));
         else if (st.add)
-            coll__add_into(d, pl, want.len);
-        nng_msg_free(m);
+            coll__add_into(d, m->data, want.len);
+        coll__frame_free(m);
     }
     pthread_mutex_lock(&c->mu);
     if (*rc == MT_OK) {
@@ -1627,15 +1599,15 @@ mt_code coll__recv_frame(coll_call *v, const coll_xchg *t, float *rbuf)
 {
     coll_ctx *x = ctx_of(v);
     coll_hdr h = xchg_hdr(x, t, true);
-    nng_msg *m;
+    coll_frame *m;
     h.offset = t->ro;
     h.len = t->rl;
     mt_code rc = recv_msg(x, t->src, &h, &m);
     if (rc != MT_OK)
         return rc;
     if (t->rl > 0)
-        memcpy(rbuf + t->ro, (const char *)nng_msg_body(m) + COLL_HDR_SIZE, t->rl * sizeof(float));
-    nng_msg_free(m);
+        memcpy(rbuf + t->ro, m->data, t->rl * sizeof(float));
+    coll__frame_free(m);
     return MT_OK;
 }
 
@@ -1645,31 +1617,26 @@ void coll__progress(coll_call *v, size_t k, size_t n)
 }
 
 /* ---------------------------------------------------------------- driving */
-/* ---------------------------------------------------------------- driving */
 
 /*
  * With the direct transport and one device in this process, tree_run's exchanges with
- * another process are run by the device thread alone (see "Driving" in coll_int.h): it reads
- * the peer's frames off the socket into buf between its own non-blocking writes (drive_step).
- * It keeps the socket from one large allreduce to the next (c->drive): every other
+ * another process are run by the device thread alone (see "Driving" in coll_int.h): between
+ * its own non-blocking writes it runs the transport's synchronous mode on the peer's
+ * connection (coll__net_drive), which reads the frames and puts each where the engine's claim
+ * says (drive_step). The engine chooses which connections to drive and when to give them back;
+ * it never reads one. It keeps a connection from one large allreduce to the next (c->drive):
+ * every other
  * collective, and every path that waits for the reader thread or blocks in a write, gives it
  * back first (drive_release), so the reader thread stays out of the steady state.
  */
 
-/* Give slot d's socket back (with the part of a frame begun) and drop the reference. */
+/* Give slot d's connection back (with the part of a frame begun) and drop the reference. */
 static void drive_release_one(mt_coll_comm *c, coll_drive_conn *d)
 {
     if (d->k == NULL)
         return;
-    if (d->in_payload)
-        coll__raw_drive_end(d->k, d->plen - d->got, NULL, 0);
-    else
-        coll__raw_drive_end(d->k, 0, d->hb, d->hn);
-    coll__net_drive_put(c->w, d->k);
+    coll__net_drive_close(c->w, d->k);
     d->k = NULL;
-    d->own = 0;
-    d->hn = 0;
-    d->in_payload = 0;
 }
 
 /* Give every driven socket back: the reader threads deliver what comes next. */
@@ -1694,20 +1661,6 @@ static void drive_off(mt_coll_comm *c)
     c->drive.off = 1;
 }
 
-/* Try to own d's socket: DONE owned, AGAIN asked (the eventfd tells), ENDED it ended. */
-static coll_io drive_try(coll_drive_conn *d)
-{
-    if (d->own)
-        return COLL_IO_DONE;
-    size_t held;
-    coll_io r = coll__raw_drive_try(d->k, d->hb, &held);
-    if (r == COLL_IO_DONE) {
-        d->own = 1;
-        d->hn = held;
-    }
-    return r;
-}
-
 /*
  * The slot driving the connection from process proc for the next exchange (taking it up if
  * needed, giving back the least recently used one when all are taken), or NULL: the reader
@@ -1724,15 +1677,13 @@ static coll_drive_conn *drive_acquire(mt_coll_comm *c, int proc)
             d = &dv->s[i];
     }
     if (d == NULL) {
-        if (c->drive.buf == NULL && (c->drive.buf = mt_malloc(COLL_PIECE_BYTES)) == NULL)
-            return NULL;
         d = &dv->s[0];
         for (int i = 1; i < COLL_DRIVE_SLOTS && d->k != NULL; i++) {
             if (dv->s[i].k == NULL || dv->s[i].used < d->used)
                 d = &dv->s[i];
         }
         drive_release_one(c, d); /* between frames: its exchange is complete */
-        if ((d->k = coll__net_drive_find(c->w, proc)) == NULL)
+        if ((d->k = coll__net_drive_open(c->w, proc)) == NULL)
             return NULL; /* no frame came from it yet: its first exchange uses the reader */
         d->proc = proc;
     }
@@ -1744,7 +1695,7 @@ static coll_drive_conn *drive_acquire(mt_coll_comm *c, int proc)
     pthread_mutex_unlock(&c->mu);
     if (wake)
         coll__net_wake_claim(c->w->net);
-    if (drive_try(d) == COLL_IO_ENDED) {
+    if (coll__net_drive_take(c->w, d->k) == COLL_IO_ENDED) {
         drive_off(c);
         return NULL;
     }
@@ -1766,7 +1717,7 @@ static void drive_keep_only(mt_coll_comm *c, const coll_xchg *st, int ns)
 
 /* What drive_recv did for the posted step. */
 typedef enum drive_rc {
-    DRIVE_MISMATCH = -2,    /* a queued frame did not match (check_msg's code in *rc) */
+    DRIVE_MISMATCH = -2,    /* a queued frame did not match (check_msg's code in rx->rc) */
     DRIVE_HANDED_BACK = -1, /* the socket went back to the reader thread (a frame that is not
                                the step's next one, the connection ended): recv_posted
                                finishes the step */
@@ -1774,16 +1725,24 @@ typedef enum drive_rc {
     DRIVE_DONE = 1,         /* the step is complete */
 } drive_rc;
 
+/* One driven receive: posted step id from src over the connection of slot dv. */
+typedef struct drive_rx {
+    coll_drive_conn *dv;
+    int src;
+    uint64_t id;
+    bool moved; /* out: something was read */
+    mt_code rc; /* out: DRIVE_MISMATCH's code */
+} drive_rx;
+
 /*
- * Take what the reader thread queued from src and read what the driven socket holds for
- * posted step id (see enum drive_rc).
+ * Take what the reader thread queued from src and let the transport read what the driven
+ * connection holds for the posted step (see enum drive_rc).
  */
-static drive_rc drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t id, int *moved,
-                           mt_code *rc)
+static drive_rc drive_recv(coll_ctx *x, drive_rx *rx)
 {
     mt_coll_comm *c = x->c;
     coll_post *p = &c->post;
-    coll_io r = drive_try(dv);
+    coll_io r = coll__net_drive_take(c->w, rx->dv->k);
     if (r == COLL_IO_ENDED) {
         drive_off(c);
         return DRIVE_HANDED_BACK;
@@ -1791,87 +1750,33 @@ static drive_rc drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t i
     pthread_mutex_lock(&c->mu);
     /* frames the reader thread queued (before the step was posted, or before it handed the
      * socket over) come before the socket's; once the socket is ours no more are queued */
-    while (p->done <= id && post_take_queued(x, src, rc)) {
-        *moved = 1;
-        if (*rc != MT_OK) {
+    while (p->done <= rx->id && post_take_queued(x, rx->src, &rx->rc)) {
+        rx->moved = true;
+        if (rx->rc != MT_OK) {
             pthread_mutex_unlock(&c->mu);
             drive_off(c);
             return DRIVE_MISMATCH;
         }
     }
-    int fin = p->done > id;
+    int fin = p->done > rx->id;
     pthread_mutex_unlock(&c->mu);
     if (fin)
         return DRIVE_DONE;
     if (r == COLL_IO_AGAIN)
         return DRIVE_MORE;
     for (;;) {
-        while (!dv->in_payload && dv->hn < COLL_HDR_SIZE) {
-            size_t k;
-            coll_io io = coll__raw_drive_recv(dv->k, dv->hb + dv->hn, COLL_HDR_SIZE - dv->hn, &k);
-            if (io == COLL_IO_AGAIN)
-                return DRIVE_MORE;
-            if (io == COLL_IO_ENDED) { /* the end of the connection: the reader thread reports it */
-                drive_off(c);
-                return DRIVE_HANDED_BACK;
-            }
-            dv->hn += k;
-            *moved = 1;
+        coll_drive_io io = coll__net_drive(c->w, rx->dv->k);
+        if (io == COLL_DRIVE_BACK) { /* the reader thread handles that frame, or the end */
+            drive_off(c);
+            return DRIVE_HANDED_BACK;
         }
-        if (!dv->in_payload) {
-            coll_hdr h, e;
-            coll__hdr_parse(dv->hb, &h);
-            pthread_mutex_lock(&c->mu);
-            coll_post_step *st = &p->st[p->head];
-            int ok = h.magic == COLL_MAGIC && h.kind == COLL_KIND_DATA && p->count > 0 &&
-                     p->state == COLL_POST_POSTED && st->next_k < st->nk &&
-                     c->q[st->want.src].count == 0;
-            if (ok) {
-                post_want(st, st->next_k, &e);
-                ok = post_match(&e, &h);
-            }
-            if (ok) {
-                dv->dest = (unsigned char *)(st->rbuf + h.offset);
-                dv->add = st->add;
-                dv->plen = (size_t)h.len * sizeof(float);
-                dv->got = 0;
-                dv->in_payload = 1;
-            }
-            pthread_mutex_unlock(&c->mu);
-            if (!ok) { /* not the next frame of this step: the reader thread handles it */
-                drive_off(c);
-                return DRIVE_HANDED_BACK;
-            }
-        }
-        while (dv->got < dv->plen) {
-            size_t n = dv->plen - dv->got, pin = dv->got % COLL_PIECE_BYTES;
-            unsigned char *to = dv->dest + dv->got;
-            if (dv->add) { /* a piece at a time into scratch, then added */
-                n = n < COLL_PIECE_BYTES - pin ? n : COLL_PIECE_BYTES - pin;
-                to = c->drive.buf + pin;
-            }
-            size_t k;
-            coll_io io = coll__raw_drive_recv(dv->k, to, n, &k);
-            if (io == COLL_IO_AGAIN)
-                return DRIVE_MORE;
-            if (io == COLL_IO_ENDED) {
-                drive_off(c);
-                return DRIVE_HANDED_BACK;
-            }
-            dv->got += k;
-            *moved = 1;
-            if (dv->add && (dv->got % COLL_PIECE_BYTES == 0 || dv->got == dv->plen)) {
-                size_t pl = (dv->got - 1) % COLL_PIECE_BYTES + 1;
-                coll__add_into((float *)(dv->dest + dv->got - pl), c->drive.buf,
-                               pl / sizeof(float));
-            }
-        }
-        dv->in_payload = 0;
-        dv->hn = 0;
+        if (io == COLL_DRIVE_IDLE)
+            return DRIVE_MORE;
+        rx->moved = true;
+        if (io == COLL_DRIVE_MOVED)
+            return DRIVE_MORE;
         pthread_mutex_lock(&c->mu);
-        post_advance(c);
-        p->state = p->count > 0 ? COLL_POST_POSTED : COLL_POST_NONE;
-        fin = p->done > id;
+        fin = p->done > rx->id;
         pthread_mutex_unlock(&c->mu);
         if (fin)
             return DRIVE_DONE;
@@ -1879,60 +1784,32 @@ static drive_rc drive_recv(coll_ctx *x, coll_drive_conn *dv, int src, uint64_t i
 }
 
 /*
- * Nothing moved in drive_step: wait up to ms (10 ms at most, so ABORTs and PINGs are seen) for
- * room toward process sproc (-1: nothing to send; sfd its socket, -1 a ring) or data on dv
- * (recv_on; its eventfd while the reader thread still holds it). A ring cannot be polled with
- * a socket: when both are in play the wait is cut to 1 ms. COLL_IO_ENDED when dv's ring ended.
- */
-static coll_io drive_wait(mt_coll_world *w, coll_drive_conn *dv, int sproc, int sfd, int recv_on,
-                          int ms)
-{
-    struct pollfd pf[2];
-    int np = 0, ring_rx = recv_on && dv->own && coll__raw_drive_is_shm(dv->k);
-    if (ring_rx)
-        return coll__raw_drive_wait(dv->k, sproc >= 0 ? 1 : ms);
-    if (sproc >= 0 && sfd >= 0)
-        pf[np++] = (struct pollfd){.fd = sfd, .events = POLLOUT};
-    if (recv_on)
-        pf[np++] =
-            (struct pollfd){.fd = dv->own ? coll__raw_drive_fd(dv->k) : coll__raw_drive_evfd(dv->k),
-                            .events = POLLIN};
-    if (sproc >= 0 && sfd < 0 && np > 0)
-        ms = 1; /* the ring toward sproc is not in the poll set */
-    if (np > 0)
-        poll(pf, (nfds_t)np, ms);
-    else if (sproc >= 0)
-        coll__net_wait_room(w, sproc, ms);
-    return COLL_IO_AGAIN;
-}
-
-/*
  * One exchange of tree_run driven by this thread (posted as step id): the segments of t's
  * send region go out with non-blocking writes and the peer's frames are read off the driven
- * socket in between, sleeping in poll(2) only when neither can move. Every failure and every
- * frame that is not the next of this step hand the socket back (recv_posted then finishes the
- * step with the reader thread, as without driving, and reports what happened); a write that
- * fails part-way closes the connection, as raw_send does.
+ * connection in between (the transport's synchronous mode), sleeping only when neither can
+ * move. Every failure and every frame that is not the next of this step hand the connection
+ * back (recv_posted then finishes the step with the reader thread, as without driving, and
+ * reports what happened); a write that fails part-way closes the connection, as raw_send does.
  */
-static mt_code drive_step(coll_ctx *x, const coll_xchg *t, const float *sbuf, uint64_t id,
-                          coll_drive_conn *dv)
+static mt_code drive_step(coll_ctx *x, const coll_xchg *t, const float *sbuf, drive_rx *rx)
 {
     mt_coll_comm *c = x->c;
     mt_coll_world *w = c->w;
     size_t ns = t->dst >= 0 ? nseg(x, t->sl) : 0, ks = 0;
-    int sfd = -1, sproc = t->dst >= 0 ? w->proc_of[t->dst] : -1, recv_on = 1;
+    int sproc = t->dst >= 0 ? w->proc_of[t->dst] : -1;
+    bool recv_on = true;
     coll_hdr sh = xchg_hdr(x, t, false);
     unsigned char shb[COLL_HDR_SIZE];
     coll_out f = {.hdr = shb, .hlen = COLL_HDR_SIZE};
     mt_code rc = MT_OK;
     mt_err e = MT_ERR_INIT;
-    if (ns > 0 && (rc = coll__net_raw_fd(w, sproc, x->deadline_ns, &sfd, &e)) != MT_OK) {
+    if (ns > 0 && (rc = coll__net_dial(w, sproc, x->deadline_ns, &e)) != MT_OK) {
         drive_off(c);
         return send_failed(x, t->dst, rc, e.msg);
     }
     int yields = 0;
     for (;;) {
-        int moved = 0;
+        rx->moved = false;
         while (ks < ns) {
             size_t o, n;
             seg_range(x, t->sl, ks, &o, &n);
@@ -1947,7 +1824,7 @@ static mt_code drive_step(coll_ctx *x, const coll_xchg *t, const float *sbuf, ui
             coll_io wr = coll__net_write_some(w, sproc, &f);
             if (wr == COLL_IO_ENDED) {
                 int en = errno;
-                coll__net_raw_failed(w, sproc);
+                coll__net_drop(w, sproc);
                 drive_off(c);
                 return send_failed(x, t->dst, MT_UNAVAILABLE, strerror(en));
             }
@@ -1956,16 +1833,16 @@ static mt_code drive_step(coll_ctx *x, const coll_xchg *t, const float *sbuf, ui
             atomic_fetch_add(&w->remote_floats, n);
             ks++;
             f.sent = 0;
-            moved = 1;
+            rx->moved = true;
         }
-        drive_rc dr = recv_on ? drive_recv(x, dv, t->src, id, &moved, &rc) : DRIVE_MORE;
+        drive_rc dr = recv_on ? drive_recv(x, rx) : DRIVE_MORE;
         if (dr == DRIVE_MISMATCH)
-            return rc; /* a queued frame did not match (check_msg said why) */
+            return rx->rc; /* a queued frame did not match (check_msg said why) */
         if (dr != DRIVE_MORE)
-            recv_on = 0;
+            recv_on = false;
         if (ks == ns && !recv_on)
             break;
-        if (moved) {
+        if (rx->moved) {
             yields = 0;
             continue;
         }
@@ -1989,19 +1866,21 @@ static mt_code drive_step(coll_ctx *x, const coll_xchg *t, const float *sbuf, ui
             drive_off(c); /* recv_posted reports the silent peer */
             if (ks < ns) {
                 if (f.sent > 0)
-                    coll__net_raw_failed(w, sproc); /* a partial frame */
+                    coll__net_drop(w, sproc); /* a partial frame */
                 return send_failed(x, t->dst, MT_DEADLINE_EXCEEDED, "not reading (send timed out)");
             }
             break;
         }
         int64_t ms = (x->deadline_ns - now) / 1000000LL + 1;
-        if (drive_wait(w, dv, ks < ns ? sproc : -1, sfd, recv_on, ms > 10 ? 10 : (int)ms) ==
-            COLL_IO_ENDED) {
+        /* at most 10 ms, so ABORTs and PINGs are seen */
+        coll_drive_wait wt = {
+            .send_proc = ks < ns ? sproc : -1, .recv = recv_on, .ms = ms > 10 ? 10 : (int)ms};
+        if (coll__net_drive_wait(w, rx->dv->k, &wt) == COLL_IO_ENDED) {
             drive_off(c); /* the ring's writer died: the reader thread reports it */
-            recv_on = 0;
+            recv_on = false;
         }
     }
-    return recv_posted(x, t->src, id); /* at once unless the reader thread has a part */
+    return recv_posted(x, t->src, rx->id); /* at once unless the reader thread has a part */
 }
 
 mt_code coll__drive(coll_call *v, const coll_xchg *t, const float *sbuf, float *rbuf, bool *driven)
@@ -2014,8 +1893,8 @@ mt_code coll__drive(coll_call *v, const coll_xchg *t, const float *sbuf, float *
         (d = drive_acquire(c, c->w->proc_of[t->src])) == NULL)
         return MT_OK; /* drive_acquire: not while driving is off (another transport, OFF) */
     *driven = true;
-    uint64_t id = coll__post(v, t, rbuf);
-    return drive_step(x, t, sbuf, id, d);
+    drive_rx rx = {.dv = d, .src = t->src, .id = coll__post(v, t, rbuf)};
+    return drive_step(x, t, sbuf, &rx);
 }
 
 void coll__drive_end(coll_call *v, bool keep)
@@ -2038,11 +1917,10 @@ mt_code coll__prepare(coll_call *v, const coll_xchg *st, int ns)
     mt_coll_world *w = x->c->w;
     drive_keep_only(x->c, st, ns);
     for (int i = 0; i < ns && coll__net_is_raw(w); i++) {
-        int fd;
         mt_err e = MT_ERR_INIT;
         if (st[i].dst < 0 || w->by_rank[st[i].dst] != NULL)
             continue;
-        mt_code rc = coll__net_raw_fd(w, w->proc_of[st[i].dst], x->deadline_ns, &fd, &e);
+        mt_code rc = coll__net_dial(w, w->proc_of[st[i].dst], x->deadline_ns, &e);
         if (rc != MT_OK)
             return send_failed(x, st[i].dst, rc, e.msg);
     }
@@ -2062,8 +1940,8 @@ mt_code coll__fail(coll_call *v, mt_code code, const char *fmt, ...)
 mt_code coll__run(mt_coll_comm *comm, const mt_coll_group *group, const mt_coll_call *call,
                   const coll_run *r, mt_err *err)
 {
-    coll_ctx x;
-    mt_code rc = ctx_begin(&x, comm, group, call, r, err);
+    coll_ctx x = {.c = comm, .g = group, .err = err};
+    mt_code rc = ctx_begin(&x, call, r);
     if (rc == MT_OK)
         rc = r->fn(&x.v, r->arg);
     return ctx_end(&x, rc);

@@ -688,26 +688,41 @@ out:
 
 /*
  * "reproducibility": "mesh_invariant" (docs/reproducibility.md, Mesh-invariant mode): a batch
- * dimension that cannot keep the bits is INVALID_ARGUMENT naming the sizes that can; what the
+ * dimension that cannot keep the bits is INVALID_ARGUMENT naming the sizes that can, and so is an
+ * elastic range with a replica count the job may resize to that cannot; what the
  * engine does not run in that mode yet (a layer kind without leaf kernels) is UNIMPLEMENTED
  * naming it; model and feature splits are checked by core/spmd's plan (mt_spmd_check).
  */
 static mt_code check_mesh_invariant(const mt_job_spec *spec, const mt_mesh *mesh,
-                                    const mt_layout_map *map, mt_err *err)
+                                    const mt_layout_map *map, const mt_jobspec_summary *s,
+                                    mt_err *err)
 {
-    static const char *const done = "dense, conv2d, max_pool2d, global_average_pooling2d, "
-                                    "batch_norm, dropout, flatten, activation, add, concatenate";
+    static const char *const done = "dense (not tied_to), conv2d, max_pool2d, "
+                                    "average_pooling2d, global_average_pooling2d, batch_norm, "
+                                    "layer_norm, dropout, flatten, activation, add, concatenate, "
+                                    "embedding, position_embedding, attention";
     int bdim = mt_spmd_batch_dim(mesh, map);
     int p = bdim >= 0 ? mt_mesh_dim_size(mesh, bdim) : 1;
     mt_code rc = mt_repro_check_mesh(spec->batch_size, p, err);
+    if (rc == MT_OK && s->elastic_min_batch > 0) /* elastic: every size it may resize to */
+        rc = mt_repro_check_elastic(spec->batch_size, s->elastic_min_batch, s->elastic_max_batch,
+                                    err);
     if (rc != MT_OK)
         return rc;
     for (int i = 0; i < spec->n_layers; i++) {
         mt_layer_kind kd = spec->layers[i].kind;
+        if (kd == MT_LAYER_DENSE && spec->layers[i].tied)
+            return mt_err_set(err, MT_UNIMPLEMENTED,
+                              "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
+                              "not run a dense layer tied_to an embedding yet (its gradient and "
+                              "the embedding's would have to meet per leaf)",
+                              i, spec->layers[i].name);
         if (kd != MT_LAYER_DENSE && kd != MT_LAYER_CONV2D && kd != MT_LAYER_MAX_POOL2D &&
-            kd != MT_LAYER_GLOBAL_AVERAGE_POOLING2D && kd != MT_LAYER_BATCH_NORM &&
-            kd != MT_LAYER_DROPOUT && kd != MT_LAYER_FLATTEN && kd != MT_LAYER_ACTIVATION &&
-            kd != MT_LAYER_ADD && kd != MT_LAYER_CONCATENATE)
+            kd != MT_LAYER_AVERAGE_POOLING2D && kd != MT_LAYER_GLOBAL_AVERAGE_POOLING2D &&
+            kd != MT_LAYER_BATCH_NORM && kd != MT_LAYER_LAYER_NORM && kd != MT_LAYER_DROPOUT &&
+            kd != MT_LAYER_FLATTEN && kd != MT_LAYER_ACTIVATION && kd != MT_LAYER_ADD &&
+            kd != MT_LAYER_CONCATENATE && kd != MT_LAYER_EMBEDDING &&
+            kd != MT_LAYER_POSITION_EMBEDDING && kd != MT_LAYER_ATTENTION)
             return mt_err_set(err, MT_UNIMPLEMENTED,
                               "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
                               "not run this layer kind yet (done: %s)",
@@ -770,7 +785,7 @@ static mt_code check_root(const mt_jobspec *js, const mt_jobspec_opts *o, bool f
         goto out;
     rc = check_sections(root, s, err);
     if (rc == MT_OK && spec->reproducibility == MT_REPRO_MESH_INVARIANT) {
-        rc = check_mesh_invariant(spec, mesh, js->cfg.layouts, err);
+        rc = check_mesh_invariant(spec, mesh, js->cfg.layouts, s, err);
         s->repro_leaves = (uint32_t)mt_repro_leaves(spec->batch_size);
     }
 out:

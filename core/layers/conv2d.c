@@ -12,6 +12,9 @@
  * An input sharded on its height (bands over hx) borrows its neighbours' boundary rows (the
  * halo, layer_bands.c) and convolves the extended band; its weight gradients are summed over hx.
  * Reference: mt_conv2d_forward_ref / mt_conv2d_backward_ref (core/tensor/mt_kernels_ref.c).
+ * mesh_invariant (mt_layer_pass.leaves > 0): im2col and core/repro's canonical product instead of
+ * OpenBLAS, the contraction in K-leaves of whole input channels (a filter or an input-channel
+ * split keeps the bits: docs/reproducibility.md, points 5 and 6).
  */
 #include <string.h>
 
@@ -255,6 +258,12 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
     return rc;
 }
 
+/* mesh_invariant: the K-leaves of whole input channels this device holds (mt_repro.h). */
+static int inv_lc(const mt_layer *l, const mt_layer_dev *dev)
+{
+    return mt_repro_leaves(l->in_c) / (int)mt_layer__dsz(dev, l->kin);
+}
+
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
@@ -272,9 +281,9 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
             return rc;
         st->used = st->xin;
     }
-    if (ps->leaves > 0) /* mesh_invariant: one call per leaf */
-        mt_repro_conv2d_forward(st->out, st->scr[COLS], st->used, st->pv[KERNEL],
-                                l->kin < 0 ? bias : NULL, &g, ps->leaf_examples, ps->leaves);
+    if (ps->leaves > 0) /* mesh_invariant: core/repro's canonical product over im2col rows */
+        mt_repro_conv2d_forward(st->out, st->scr[COLS], ps->scratch, st->used, st->pv[KERNEL],
+                                l->kin < 0 ? bias : NULL, &g, inv_lc(l, dev));
     else if (ps->ref)
         mt_conv2d_forward_ref(st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, &g);
     else
@@ -283,6 +292,34 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
     if (l->kin < 0)
         return MT_OK;
     return mt_layer__kin_finish(l, st, dev, rows, f, bias);
+}
+
+/*
+ * mesh_invariant (docs/reproducibility.md, point 6): dW and db per leaf folded in the leaf tree,
+ * dcols in the filters' chains this device holds (an input-channel split: dcols and dx of its
+ * channels, resharded to the input's layout as usual). A filter split sums the partial dcols over
+ * kout (the top of the canonical tree over the filters) before col2im: summing dx after it, as
+ * the fixed_mesh path does, would add the devices' pixel sums in another order.
+ */
+static mt_code inv_backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                            const mt_layer_pass *ps, const mt_conv2d_geom *g, float *dy, float *dxk)
+{
+    float *dcols = dxk != NULL ? st->scr[DCOLS] : NULL;
+    mt_code rc;
+
+    mt_repro_conv2d_backward(dcols, st->pg[KERNEL], st->pg[BIAS], ps->scratch, dy, st->scr[COLS],
+                             st->pv[KERNEL], g, inv_lc(l, dev), ps->leaf_examples, ps->leaves,
+                             mt_repro_leaves(l->s.filters) / (int)mt_layer__dsz(dev, l->kout),
+                             ps->acc_w, ps->acc_b);
+    if (dxk == NULL)
+        return MT_OK;
+    rc = dev->allreduce(dev->ctx, l->kout, dcols, mt_conv2d_cols_size(g));
+    if (rc != MT_OK)
+        return rc;
+    mt_repro_conv2d_col2im(dxk, dcols, g, inv_lc(l, dev));
+    if (dxk == st->dx_buf)
+        return MT_OK;
+    return dev->reshard(dev->ctx, dxk, ps->batch * l->in_rows, l->in_c, l->kin, l->xf, st->dx_buf);
 }
 
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
@@ -294,11 +331,9 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     if (l->hx >= 0)
         return band_backward(l, st, dev, ps, dy, dx);
     *dx = st->dx_buf;
-    if (ps->leaves > 0) /* mesh_invariant: per leaf, dW and db folded in the leaf tree */
-        mt_repro_conv2d_backward(dxk, st->pg[KERNEL], st->pg[BIAS], st->scr[DCOLS], dy,
-                                 st->scr[COLS], st->pv[KERNEL], &g, ps->leaf_examples, ps->leaves,
-                                 ps->acc_w, ps->acc_b);
-    else if (ps->ref)
+    if (ps->leaves > 0)
+        return inv_backward(l, st, dev, ps, &g, dy, dxk);
+    if (ps->ref)
         mt_conv2d_backward_ref(dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL], &g);
     else
         mt_conv2d_backward(dxk, st->pg[KERNEL], st->pg[BIAS], st->scr[DCOLS], dy, st->scr[COLS],

@@ -12,6 +12,8 @@
  * Backward: each id's output gradient is added to its table row, rows in order (fixed bits).
  * A dense layer may use the table as its kernel (tied_to, a GPT-2 style LM head; dense.c): its
  * backward runs first and writes the table's gradient, and this one adds to it.
+ * mesh_invariant (mt_layer_pass.leaves > 0): the rows are added per leaf and the leaves folded in
+ * the canonical tree (core/repro; a tied head is refused in that mode).
  */
 #include <math.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "layers/layers_int.h"
+#include "repro/mt_repro.h"
 
 enum { TABLE };
 
@@ -112,6 +115,11 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
 
     *dx = NULL;
     local_rows(l, dev, &lo, &n);
+    if (ps->leaves > 0) { /* mesh_invariant: per leaf, folded in the leaf tree (never tied) */
+        mt_repro_embedding_grad(g, st->in, dy, rows, ps->leaf_examples * l->in_loc, ps->leaves, lo,
+                                n, c, ps->acc_w);
+        return MT_OK;
+    }
     if (!l->grads_shared) /* else a tied head's backward wrote its part first: add to it */
         memset(g, 0, n * c * sizeof(float));
     for (size_t r = 0; r < rows; r++) {

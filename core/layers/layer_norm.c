@@ -9,6 +9,9 @@
  * sums (forward: the mean, then the squared deviations; backward: Σ dŷ and Σ dŷ·x̂) are
  * allreduced over that dim. Sums are accumulated in double.
  * Backward: dx = (dŷ − mean(dŷ) − x̂·mean(dŷ·x̂)) / σ with dŷ = dy·gamma.
+ * mesh_invariant (mt_layer_pass.leaves > 0): the gamma and beta gradients per leaf, folded in the
+ * canonical tree, and the per-row sums in K-leaves of the features, folded in the canonical tree
+ * whose top is the allreduce over a dim splitting them (core/repro).
  */
 #include <math.h>
 #include <string.h>
@@ -16,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "layers/layers_int.h"
+#include "repro/mt_repro.h"
 
 enum { GAMMA, BETA };
 enum { XHAT, ROWS }; /* scratch: normalised inputs; per row: mean, 1/σ, then two sums */
@@ -62,6 +66,12 @@ static void row_sums(float *sums, const float *x, const float *sub, size_t rows,
     }
 }
 
+/* mesh_invariant: the K-leaves of the row's features this device holds (0: fixed_mesh). */
+static int inv_kl(const mt_layer *l, const mt_layer_dev *dev, const mt_layer_pass *ps)
+{
+    return ps->leaves > 0 ? mt_repro_leaves(l->in_c) / (int)mt_layer__dsz(dev, l->xf) : 0;
+}
+
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
@@ -69,14 +79,21 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
     float *mean = st->scr[ROWS], *rstd = mean + rows, *xhat = st->scr[XHAT];
     const float *gamma = st->pv[GAMMA], *beta = st->pv[BETA];
     float inv_c = 1.0f / (float)l->in_c;
+    int kl = inv_kl(l, dev, ps);
     mt_code rc;
 
-    row_sums(mean, st->in, NULL, rows, c);
+    if (kl > 0) /* mesh_invariant: the rows' K-leaves */
+        mt_repro_row_sums(mean, NULL, st->in, NULL, NULL, NULL, rows, c, kl);
+    else
+        row_sums(mean, st->in, NULL, rows, c);
     if ((rc = dev->allreduce(dev->ctx, l->xf, mean, rows)) != MT_OK)
         return rc;
     for (size_t r = 0; r < rows; r++)
         mean[r] *= inv_c;
-    row_sums(rstd, st->in, mean, rows, c);
+    if (kl > 0)
+        mt_repro_row_sums(rstd, NULL, st->in, mean, NULL, NULL, rows, c, kl);
+    else
+        row_sums(rstd, st->in, mean, rows, c);
     if ((rc = dev->allreduce(dev->ctx, l->xf, rstd, rows)) != MT_OK)
         return rc;
     for (size_t r = 0; r < rows; r++) {
@@ -100,7 +117,11 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     mt_code rc;
 
     *dx = st->dx_buf;
-    for (size_t j = 0; j < c; j++) { /* local: reduced over the batch with the other gradients */
+    if (ps->leaves > 0) /* mesh_invariant: per leaf (double within it), folded in the leaf tree */
+        mt_repro_bn_grad_sums(st->pg[BETA] != NULL ? st->pg[BETA] : ps->scratch,
+                              st->pg[GAMMA] != NULL ? st->pg[GAMMA] : ps->scratch + c, dy, xhat,
+                              rows, ps->leaf_examples * l->in_rows, ps->leaves, c, ps->acc_w);
+    for (size_t j = 0; ps->leaves == 0 && j < c; j++) { /* reduced over the batch afterwards */
         double sg = 0.0, sb = 0.0;
         for (size_t r = 0; r < rows; r++) {
             sg += (double)dy[r * c + j] * xhat[r * c + j];
@@ -113,7 +134,9 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     }
     if (st->dx_buf == NULL)
         return MT_OK;
-    for (size_t r = 0; r < rows; r++) {
+    if (ps->leaves > 0) /* mesh_invariant: the rows' K-leaves */
+        mt_repro_row_sums(s1, s2, dy, NULL, gamma, xhat, rows, c, inv_kl(l, dev, ps));
+    for (size_t r = 0; ps->leaves == 0 && r < rows; r++) {
         double a = 0.0, b = 0.0;
         for (size_t j = 0; j < c; j++) {
             double g = (double)dy[r * c + j] * (gamma != NULL ? gamma[j] : 1.0f);

@@ -6,13 +6,15 @@
  *
  * Sharding: the table follows the input's feature sharding (its C axis over the same dim);
  * nothing is communicated. Backward: the input gradient is the output gradient (passed on by
- * pointer), the table's is the sum over the batch per position.
+ * pointer), the table's is the sum over the batch per position (mesh_invariant: per leaf, the
+ * leaves folded in the canonical tree, core/repro).
  */
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "layers/layers_int.h"
+#include "repro/mt_repro.h"
 
 enum { TABLE };
 
@@ -54,12 +56,16 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
 {
     size_t n = l->out_loc;
     float *g = st->pg[TABLE];
+    *dx = mt_layer__reads_input(l) ? NULL : dy;
+    if (ps->leaves > 0) { /* mesh_invariant: per leaf, folded in the leaf tree (no sdim) */
+        mt_repro_bn_sum(g, dy, ps->batch, ps->leaf_examples, ps->leaves, n, ps->acc_w);
+        return MT_OK;
+    }
     memset(g, 0, n * mt_layer__dsz(dev, l->sdim) * sizeof(float));
     g += (size_t)dev->coord(dev->ctx, l->sdim) * n; /* this device's positions' rows */
     for (size_t b = 0; b < ps->batch; b++)
         for (size_t i = 0; i < n; i++)
             g[i] += dy[b * n + i];
-    *dx = mt_layer__reads_input(l) ? NULL : dy;
     return MT_OK;
 }
 

@@ -17,7 +17,8 @@
  * (tests/unit/test_repro.c proves it bit for bit against a serial fold and the real allreduce).
  *
  * Used by core/spmd (leaf split of the batch, the loss per leaf, the accumulators it hands the
- * layers in mt_layer_pass), core/layers (dense, conv2d, batch_norm) and core/jobspec (validation).
+ * layers in mt_layer_pass, global_clipnorm's exact sum), core/layers (dense, conv2d, batch_norm,
+ * layer_norm, embedding, position_embedding) and core/jobspec (validation, elastic ranges).
  * Threading: pure functions, and accumulators used by one thread at a time.
  */
 #ifndef MT_REPRO_H
@@ -25,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "status/mt_status.h"
 #include "tensor/mt_tensor.h"
@@ -37,6 +39,13 @@ int mt_repro_leaves(size_t batch);
 /* Whether a batch dimension of size p keeps the bits for this global batch (p a power of two
  * dividing mt_repro_leaves(batch)). */
 bool mt_repro_keeps_bits(size_t batch, int p);
+
+/*
+ * An elastic job (core/sched's mt_sched_elastic_batch) may resume on any replica count in
+ * [lo, hi] that divides the global batch: INVALID_ARGUMENT unless every one of them keeps the
+ * bits, naming those that do not and the sizes that do.
+ */
+mt_code mt_repro_check_elastic(size_t batch, uint32_t lo, uint32_t hi, mt_err *err);
 
 /* Examples [*start, *start + *len) of leaf `leaf` of a step of n examples (n <= batch) whose
  * full batch is `batch`; a leaf past the end of a short batch is empty (*len 0, *start n). */
@@ -128,7 +137,9 @@ mt_code mt_repro_check_split(int layer, const char *name, int axis, size_t width
  * Batch norm's sums over rows (core/tensor's mt_bn_sum, mt_bn_sqdev, mt_bn_grad_sums) per leaf of
  * `r` rows (r = examples per leaf x rows per example), folded over the device's `leaves` leaves
  * in the canonical tree: the device's subtree, for the allreduce over the batch dimension. acc
- * holds c floats (sum, sqdev) or 2c (grad_sums: sum_dy then sum_dy_xhat).
+ * holds c floats (sum, sqdev) or 2c (grad_sums: sum_dy then sum_dy_xhat). Also layer norm's
+ * gamma and beta gradients (grad_sums) and position_embedding's table gradient (sum: a row per
+ * example of T x C).
  */
 void mt_repro_bn_sum(float *out, const float *x, size_t rows, size_t r, int leaves, size_t c,
                      mt_repro_acc *acc);
@@ -138,14 +149,73 @@ void mt_repro_bn_grad_sums(float *sum_dy, float *sum_dy_xhat, const float *dy, c
                            size_t rows, size_t r, int leaves, size_t c, mt_repro_acc *acc);
 
 /*
- * conv2d on a device's `leaves` leaves of `r` examples each (g->batch examples in all): one
- * mt_conv2d_forward / _backward call per leaf (cols, dcols: the device's buffers, a leaf using
- * the part of its examples); dw and db folded in the canonical tree as the dense ones.
+ * layer_norm's per-row sums over its features: each row's kl K-leaves (c / kl consecutive
+ * features each; c the device's features, kl = mt_repro_leaves(global features) / the size of
+ * the dim splitting them) summed in double and rounded to float, folded in the canonical tree (the
+ * device's subtree, for the allreduce over that dim). out[r] = the sum over the row of x (sub and
+ * h NULL), of (x - sub[r])^2 (sub given), or of g = x * (w ? w[j] : 1) into out and g * h[r, j]
+ * into out2 (h given).
  */
-void mt_repro_conv2d_forward(float *y, float *cols, const float *x, const float *w, const float *b,
-                             const mt_conv2d_geom *g, size_t r, int leaves);
-void mt_repro_conv2d_backward(float *dx, float *dw, float *db, float *dcols, const float *dy,
-                              const float *cols, const float *w, const mt_conv2d_geom *g, size_t r,
-                              int leaves, mt_repro_acc *acc_w, mt_repro_acc *acc_b);
+void mt_repro_row_sums(float *out, float *out2, const float *x, const float *sub, const float *w,
+                       const float *h, size_t rows, size_t c, int kl);
+
+/*
+ * embedding's table gradient: per leaf of r rows (token positions), each row's dy (c floats)
+ * added to the table row of its id in row order, for the ids in [lo, lo + n) (the rows this
+ * device holds), folded in the canonical tree into g (n x c floats; acc holds n x c).
+ */
+void mt_repro_embedding_grad(float *g, const float *ids, const float *dy, size_t rows, size_t r,
+                             int leaves, size_t lo, size_t n, size_t c, mt_repro_acc *acc);
+
+/*
+ * conv2d (mesh_invariant): a dense layer over the im2col rows (a row per example and output
+ * pixel), so every output element, dw and db element is mt_repro_gemm's own chain and its bits do
+ * not depend on how many examples or filters a device holds. The contraction (KH x KW x C) is cut
+ * into K-leaves of whole channels: lc = mt_repro_leaves(global C) / the size of the dim splitting
+ * the input channels leaves on this device, leaf t = its channels [t*cl, (t+1)*cl) (cl = g->c /
+ * lc) at every tap, tap-major, one fma chain each, combined by the canonical tree (the top of
+ * which is the channel split's allreduce). So the im2col columns are in K-leaf order (with lc = 1
+ * mt_conv2d_im2col's order) and the kernel's rows are permuted to match.
+ * Forward: cols = im2col(x) (the device's g->batch examples in one call), y = cols . w (+ b);
+ * wp: a scratch of KH x KW x g->c x g->f floats (unused when lc = 1).
+ * Backward: dw and db per leaf of r examples (r x OH x OW rows) folded in the canonical tree (the
+ * device's subtree), and dcols = dy . w^T with the contraction over the device's g->f filters in
+ * jl chains (mt_repro_leaves(filters) / the size of the dim splitting them; dcols NULL: skipped);
+ * scr: a scratch of KH x KW x g->c x g->f floats. dx = mt_repro_conv2d_col2im(dcols) — after a
+ * filter split's allreduce has summed dcols (the top of the tree over the filters' chains), not
+ * before.
+ */
+void mt_repro_conv2d_forward(float *y, float *cols, float *wp, const float *x, const float *w,
+                             const float *b, const mt_conv2d_geom *g, int lc);
+void mt_repro_conv2d_backward(float *dcols, float *dw, float *db, float *scr, const float *dy,
+                              const float *cols, const float *w, const mt_conv2d_geom *g, int lc,
+                              size_t r, int leaves, int jl, mt_repro_acc *acc_w,
+                              mt_repro_acc *acc_b);
+void mt_repro_conv2d_col2im(float *dx, const float *dcols, const mt_conv2d_geom *g, int lc);
+
+/*
+ * global_clipnorm under mesh_invariant: the exact sum of squares of float32 values, so the norm
+ * depends on neither the order, nor how the tensors are split, nor on which device holds what.
+ * Each square (exact: a 24-bit significand squared) is added into a 640-bit fixed-point integer
+ * (least significant bit 2^-298, the square of the smallest subnormal float; room for 2^64
+ * squares of the largest float), which integer addition makes independent of the order.
+ * Across devices: mt_repro_sumsq_pack writes the integer as 54 floats of 12 bits each (plus the
+ * NaN and infinity counts); an allreduce of those sums exact integers below 2^24 in any order for
+ * up to 4096 devices; mt_repro_sumsq_unpack turns the sums back into the integer and rounds it
+ * to a double (NaN if any value was NaN, else infinity if any was infinite). Each logical element
+ * must be added on exactly one device.
+ */
+#define MT_REPRO_SUMSQ_LIMBS  10
+#define MT_REPRO_SUMSQ_FLOATS 56
+
+typedef struct mt_repro_sumsq {
+    uint64_t limb[MT_REPRO_SUMSQ_LIMBS]; /* little-endian limbs of the fixed-point sum */
+    uint64_t nan, inf;                   /* non-finite values seen */
+} mt_repro_sumsq;
+
+void mt_repro_sumsq_init(mt_repro_sumsq *s);
+void mt_repro_sumsq_add(mt_repro_sumsq *s, const float *x, size_t n);
+void mt_repro_sumsq_pack(const mt_repro_sumsq *s, float out[MT_REPRO_SUMSQ_FLOATS]);
+double mt_repro_sumsq_unpack(const float in[MT_REPRO_SUMSQ_FLOATS]);
 
 #endif

@@ -5,6 +5,7 @@
  */
 #include "repro/mt_repro.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -73,6 +74,32 @@ mt_code mt_repro_check_mesh(size_t batch, int p, mt_err *err)
                       p, l, batch, sizes);
 }
 
+mt_code mt_repro_check_elastic(size_t batch, uint32_t lo, uint32_t hi, mt_err *err)
+{
+    char bad[96] = "", sizes[64];
+    int l, at = 0, nbad = 0;
+
+    for (uint64_t b = lo; b <= hi && b <= batch; b++) {
+        if (batch % b != 0 || mt_repro_keeps_bits(batch, (int)b))
+            continue;
+        if (at < (int)sizeof(bad) - 16)
+            at += snprintf(bad + at, sizeof(bad) - (size_t)at, "%s%llu", nbad > 0 ? ", " : "",
+                           (unsigned long long)b);
+        else if (at < (int)sizeof(bad) - 4)
+            at += snprintf(bad + at, sizeof(bad) - (size_t)at, ", ...");
+        nbad++;
+    }
+    if (nbad == 0)
+        return MT_OK;
+    (void)split_keeps(batch, 0, &l, sizes);
+    return mt_err_set(err, MT_INVALID_ARGUMENT,
+                      "elastic: reproducibility: \"mesh_invariant\" needs every replica count the "
+                      "job may resume on (those in [%u, %u] dividing batch_size %zu) to keep the "
+                      "bits; %s %s not (sizes that keep the bits: %s): narrow min_batch and "
+                      "max_batch to them",
+                      lo, hi, batch, bad, nbad > 1 ? "do" : "does", sizes);
+}
+
 /* ------------------------------------------------------------------ streaming tree */
 
 mt_code mt_repro_acc_init(mt_repro_acc *a, int count, size_t n, mt_err *err)
@@ -129,6 +156,9 @@ void mt_repro_acc_free(mt_repro_acc *a)
 }
 
 /* ------------------------------------------------------------------ dense */
+
+/* Floats of x up to which dense's dW is one product over all leaves (1 MB). */
+#define DW_ONE_PRODUCT (256u * 1024u)
 
 /* Rows of leaf i of a device's rows: [*a, *a + *len). */
 static void leaf_rows(size_t rows, size_t r, int i, size_t *a, size_t *len)
@@ -194,9 +224,11 @@ void mt_repro_dense_backward(float *dx, float *dw, float *db, float *wt, const f
         mt_repro_gemm(dx, in, dy, out, 1, wt, in, NULL, rows, in, out, jl);
     }
     /* dw(k, j): per leaf the chain over its rows of x(row, k) * dy(row, j), the leaves folded in
-     * the canonical tree. With every leaf whole that is one product whose chains are the leaves
-     * (one pass over dw); a short batch's short or empty leaves go through the accumulator. */
-    if (dw != NULL && rows == (size_t)leaves * r) {
+     * the canonical tree. With every leaf whole and x small that is one product whose chains are
+     * the leaves (one pass over dw); a short batch's short or empty leaves, and an x larger than
+     * a cache (a conv2d's im2col rows: each tile of that product would walk all of x), go through
+     * the accumulator a leaf at a time. The same bits either way. */
+    if (dw != NULL && rows == (size_t)leaves * r && rows * in <= DW_ONE_PRODUCT) {
         mt_repro_gemm(dw, out, x, 1, in, dy, out, NULL, in, out, rows, leaves);
         dw = NULL;
     }
@@ -276,55 +308,252 @@ void mt_repro_bn_grad_sums(float *sum_dy, float *sum_dy_xhat, const float *dy, c
     memcpy(sum_dy_xhat, res + c, c * sizeof(float));
 }
 
+/* ------------------------------------------------------------------ layer norm's rows */
+
+void mt_repro_row_sums(float *out, float *out2, const float *x, const float *sub, const float *w,
+                       const float *h, size_t rows, size_t c, int kl)
+{
+    size_t cl = c / (size_t)kl;
+    float p1[MT_REPRO_MAX_LEAVES], p2[MT_REPRO_MAX_LEAVES];
+
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * c;
+        for (int t = 0; t < kl; t++) {
+            double a = 0.0, b = 0.0;
+            for (size_t j = (size_t)t * cl; j < (size_t)(t + 1) * cl; j++) {
+                double v = h != NULL ? (double)xr[j] * (w != NULL ? w[j] : 1.0f)
+                                     : (double)xr[j] - (sub != NULL ? sub[r] : 0.0);
+                a += h == NULL && sub != NULL ? v * v : v;
+                b += h != NULL ? v * h[r * c + j] : 0.0;
+            }
+            p1[t] = (float)a;
+            p2[t] = (float)b;
+        }
+        for (int d = 1; d < kl; d *= 2)
+            for (int v = 0; v + d < kl; v += 2 * d) {
+                p1[v] = p1[v] + p1[v + d];
+                p2[v] = p2[v] + p2[v + d];
+            }
+        out[r] = p1[0];
+        if (out2 != NULL)
+            out2[r] = p2[0];
+    }
+}
+
+/* ------------------------------------------------------------------ embedding */
+
+void mt_repro_embedding_grad(float *g, const float *ids, const float *dy, size_t rows, size_t r,
+                             int leaves, size_t lo, size_t n, size_t c, mt_repro_acc *acc)
+{
+    mt_repro_acc_reset(acc, n * c);
+    for (int i = 0; i < leaves; i++) {
+        size_t a, len;
+        float *slot = mt_repro_acc_slot(acc);
+        leaf_rows(rows, r, i, &a, &len);
+        memset(slot, 0, n * c * sizeof(float));
+        for (size_t row = a; row < a + len; row++) {
+            size_t id = (size_t)ids[row]; /* checked by the forward */
+            if (id < lo || id >= lo + n)
+                continue;
+            for (size_t j = 0; j < c; j++)
+                slot[(id - lo) * c + j] += dy[row * c + j];
+        }
+        mt_repro_acc_push(acc);
+    }
+    memcpy(g, mt_repro_acc_result(acc), n * c * sizeof(float));
+}
+
 /* ------------------------------------------------------------------ conv2d */
 
-/* Per-example sizes of a conv2d geometry: input, output, cols floats. */
-static void conv_sizes(const mt_conv2d_geom *g, size_t *xin, size_t *yout, size_t *cols)
+/* Rows of the im2col matrix (examples x output pixels) and its width (KH x KW x C). */
+static void conv_rows(const mt_conv2d_geom *g, size_t *rows, size_t *k)
 {
-    mt_conv2d_geom one = *g;
-    one.batch = 1;
-    *xin = g->h * g->w * g->c;
-    *yout = mt_conv2d_out_h(g) * mt_conv2d_out_w(g) * g->f;
-    *cols = mt_conv2d_cols_size(&one);
+    *rows = g->batch * mt_conv2d_out_h(g) * mt_conv2d_out_w(g);
+    *k = g->kh * g->kw * g->c;
 }
 
-void mt_repro_conv2d_forward(float *y, float *cols, const float *x, const float *w, const float *b,
-                             const mt_conv2d_geom *g, size_t r, int leaves)
+/* The kernel row (ky, kx, t*cl + ci) of K-leaf column q = (t, ky, kx, ci) (cl channels a leaf). */
+static size_t kernel_row(const mt_conv2d_geom *g, size_t cl, size_t q)
 {
-    size_t xs, ys, cs;
+    size_t per = g->kh * g->kw * cl, t = q / per, tap = q % per / cl, ci = q % cl;
+    return tap * g->c + t * cl + ci;
+}
 
-    conv_sizes(g, &xs, &ys, &cs);
-    for (int i = 0; i < leaves; i++) {
-        size_t a, len;
-        mt_conv2d_geom lg = *g;
-        leaf_rows(g->batch, r, i, &a, &len);
-        if (len == 0)
-            continue;
-        lg.batch = len;
-        mt_conv2d_forward(y + a * ys, cols + a * cs, x + a * xs, w, b, &lg);
+/*
+ * The im2col matrix with its columns in K-leaf order (lc leaves of cl = C / lc channels: leaf
+ * t's KH x KW x cl entries, tap-major, then the next leaf's); dcols back into dx likewise
+ * (col2im: each pixel's entries summed in row, then tap order, as mt_conv2d_col2im does). With
+ * one leaf it is mt_conv2d_im2col's matrix.
+ */
+static void cols_leaves(float *cols, float *dx, const float *dcols, const float *x,
+                        const mt_conv2d_geom *g, size_t lc)
+{
+    size_t oh = mt_conv2d_out_h(g), ow = mt_conv2d_out_w(g), cl = g->c / lc;
+    size_t k = g->kh * g->kw * g->c, taps = g->kh * g->kw, row = 0;
+    long pt = (long)mt_conv2d_pad_top(g), pl = (long)mt_conv2d_pad_left(g);
+    long sh = (long)(g->sh ? g->sh : 1), sw = (long)(g->sw ? g->sw : 1);
+
+    if (dx != NULL)
+        memset(dx, 0, g->batch * g->h * g->w * g->c * sizeof(float));
+    for (size_t b = 0; b < g->batch; b++)
+        for (size_t oy = 0; oy < oh; oy++)
+            for (size_t ox = 0; ox < ow; ox++, row++)
+                for (size_t tap = 0; tap < taps; tap++) {
+                    long iy = (long)oy * sh + (long)(tap / g->kw) - pt;
+                    long ix = (long)ox * sw + (long)(tap % g->kw) - pl;
+                    bool in = iy >= 0 && iy < (long)g->h && ix >= 0 && ix < (long)g->w;
+                    size_t px = in ? ((b * g->h + (size_t)iy) * g->w + (size_t)ix) * g->c : 0;
+                    for (size_t t = 0; t < lc; t++) {
+                        size_t at = row * k + (t * taps + tap) * cl;
+                        if (dx == NULL && in)
+                            memcpy(cols + at, x + px + t * cl, cl * sizeof(float));
+                        else if (dx == NULL)
+                            memset(cols + at, 0, cl * sizeof(float));
+                        for (size_t ci = 0; dx != NULL && in && ci < cl; ci++)
+                            dx[px + t * cl + ci] += dcols[at + ci];
+                    }
+                }
+}
+
+void mt_repro_conv2d_forward(float *y, float *cols, float *wp, const float *x, const float *w,
+                             const float *b, const mt_conv2d_geom *g, int lc)
+{
+    size_t rows, k, cl = g->c / (size_t)lc;
+
+    conv_rows(g, &rows, &k);
+    if (rows == 0 || g->f == 0)
+        return;
+    if (lc == 1) {
+        mt_conv2d_im2col(cols, x, g);
+    } else {
+        cols_leaves(cols, NULL, NULL, x, g, (size_t)lc);
+        for (size_t q = 0; q < k; q++)
+            memcpy(wp + q * g->f, w + kernel_row(g, cl, q) * g->f, g->f * sizeof(float));
+        w = wp;
+    }
+    mt_repro_dense_forward(y, cols, w, b, rows, k, g->f, lc);
+}
+
+void mt_repro_conv2d_backward(float *dcols, float *dw, float *db, float *scr, const float *dy,
+                              const float *cols, const float *w, const mt_conv2d_geom *g, int lc,
+                              size_t r, int leaves, int jl, mt_repro_acc *acc_w,
+                              mt_repro_acc *acc_b)
+{
+    size_t rows, k, cl = g->c / (size_t)lc, f = g->f, ohw = mt_conv2d_out_h(g) * mt_conv2d_out_w(g);
+
+    conv_rows(g, &rows, &k);
+    if (dcols != NULL && rows > 0) { /* dcols = dy . w^T, w's rows in K-leaf order */
+        for (size_t q = 0; q < k; q++)
+            for (size_t j = 0; j < f; j++)
+                scr[j * k + q] = w[kernel_row(g, cl, q) * f + j];
+        mt_repro_gemm(dcols, k, dy, f, 1, scr, k, NULL, rows, k, f, jl);
+    }
+    mt_repro_dense_backward(NULL, dw, db, NULL, dy, cols, w, rows, r * ohw, leaves, k, f, jl, acc_w,
+                            acc_b);
+    if (dw != NULL && lc > 1) { /* dw's rows back from K-leaf order */
+        memcpy(scr, dw, k * f * sizeof(float));
+        for (size_t q = 0; q < k; q++)
+            memcpy(dw + kernel_row(g, cl, q) * f, scr + q * f, f * sizeof(float));
     }
 }
 
-void mt_repro_conv2d_backward(float *dx, float *dw, float *db, float *dcols, const float *dy,
-                              const float *cols, const float *w, const mt_conv2d_geom *g, size_t r,
-                              int leaves, mt_repro_acc *acc_w, mt_repro_acc *acc_b)
+void mt_repro_conv2d_col2im(float *dx, const float *dcols, const mt_conv2d_geom *g, int lc)
 {
-    size_t xs, ys, cs, nw = g->kh * g->kw * g->c * g->f;
+    if (lc == 1)
+        mt_conv2d_col2im(dx, dcols, g);
+    else
+        cols_leaves(NULL, dx, dcols, NULL, g, (size_t)lc);
+}
 
-    conv_sizes(g, &xs, &ys, &cs);
-    wb_reset(dw, db, acc_w, acc_b, nw, g->f);
-    for (int i = 0; i < leaves; i++) {
-        size_t a, len;
-        mt_conv2d_geom lg = *g;
-        leaf_rows(g->batch, r, i, &a, &len);
-        lg.batch = len;
-        /* an empty leaf still pushes its zeros: the tree's shape is the same on every mesh */
-        mt_conv2d_backward(dx != NULL && len > 0 ? dx + a * xs : NULL,
-                           dw != NULL ? mt_repro_acc_slot(acc_w) : NULL,
-                           db != NULL ? mt_repro_acc_slot(acc_b) : NULL,
-                           dcols != NULL ? dcols + a * cs : NULL, dy + a * ys, cols + a * cs, w,
-                           &lg);
-        wb_push(dw, db, acc_w, acc_b);
+/* ------------------------------------------------------------------ exact sum of squares */
+
+#define SQ_CHUNK 12 /* bits per packed float */
+#define SQ_WIDE  (MT_REPRO_SUMSQ_LIMBS + 1)
+
+/* limb[0..n) += v * 2^p (v < 2^64; the carry stops inside the array by construction). */
+static void add_shifted(uint64_t *limb, size_t n, uint64_t v, unsigned p)
+{
+    size_t q = p / 64;
+    unsigned sh = p % 64;
+    uint64_t lo = v << sh, hi = sh != 0 ? v >> (64 - sh) : 0, c;
+
+    limb[q] += lo;
+    c = limb[q] < lo;
+    for (size_t k = q + 1; k < n && (hi != 0 || c != 0); k++) {
+        uint64_t add = hi + c; /* hi < 2^63: no overflow */
+        limb[k] += add;
+        c = limb[k] < add;
+        hi = 0;
     }
-    wb_result(dw, db, acc_w, acc_b, nw, g->f);
+}
+
+void mt_repro_sumsq_init(mt_repro_sumsq *s)
+{
+    memset(s, 0, sizeof(*s));
+}
+
+void mt_repro_sumsq_add(mt_repro_sumsq *s, const float *x, size_t n)
+{
+    /* bins by the float's biased exponent e: the squared significands (< 2^48) of the values
+     * with that exponent, each worth 2^(2e - 2) in units of 2^-298; 65535 of them fit a bin */
+    uint64_t bin[256];
+
+    for (size_t done = 0; done < n;) {
+        size_t m = n - done < 65535 ? n - done : 65535;
+        memset(bin, 0, sizeof(bin));
+        for (size_t i = 0; i < m; i++) {
+            uint32_t u, e;
+            uint64_t f;
+            memcpy(&u, x + done + i, sizeof(u));
+            e = (u >> 23) & 0xffu;
+            f = u & 0x7fffffu;
+            if (e == 255u) {
+                s->nan += f != 0;
+                s->inf += f == 0;
+                continue;
+            }
+            f = e != 0 ? f | 0x800000u : f; /* subnormals: exponent 1, no hidden bit */
+            bin[e != 0 ? e : 1] += f * f;
+        }
+        for (unsigned e = 1; e < 255; e++)
+            if (bin[e] != 0)
+                add_shifted(s->limb, MT_REPRO_SUMSQ_LIMBS, bin[e], 2 * e - 2);
+        done += m;
+    }
+}
+
+void mt_repro_sumsq_pack(const mt_repro_sumsq *s, float out[MT_REPRO_SUMSQ_FLOATS])
+{
+    for (unsigned i = 0; i < MT_REPRO_SUMSQ_FLOATS - 2; i++) {
+        unsigned p = i * SQ_CHUNK, q = p / 64, sh = p % 64;
+        uint64_t v = q < MT_REPRO_SUMSQ_LIMBS ? s->limb[q] >> sh : 0;
+        if (sh > 64 - SQ_CHUNK && q + 1 < MT_REPRO_SUMSQ_LIMBS)
+            v |= s->limb[q + 1] << (64 - sh);
+        out[i] = (float)(v & ((1u << SQ_CHUNK) - 1));
+    }
+    out[MT_REPRO_SUMSQ_FLOATS - 2] = s->nan != 0 ? 1.0f : 0.0f;
+    out[MT_REPRO_SUMSQ_FLOATS - 1] = s->inf != 0 ? 1.0f : 0.0f;
+}
+
+double mt_repro_sumsq_unpack(const float in[MT_REPRO_SUMSQ_FLOATS])
+{
+    uint64_t w[SQ_WIDE] = {0}, top;
+    int k = SQ_WIDE - 1, bit;
+
+    if (in[MT_REPRO_SUMSQ_FLOATS - 2] != 0.0f)
+        return NAN;
+    if (in[MT_REPRO_SUMSQ_FLOATS - 1] != 0.0f)
+        return INFINITY;
+    for (unsigned i = 0; i < MT_REPRO_SUMSQ_FLOATS - 2; i++)
+        add_shifted(w, SQ_WIDE, (uint64_t)in[i], i * SQ_CHUNK);
+    while (k > 0 && w[k] == 0)
+        k--;
+    if (w[k] == 0)
+        return 0.0;
+    /* the top 64 bits from the highest set bit (the rest truncated), scaled back */
+    bit = 63 - __builtin_clzll(w[k]);
+    top = bit == 63 ? w[k] : w[k] << (63 - bit);
+    if (bit < 63 && k > 0)
+        top |= w[k - 1] >> (bit + 1);
+    return ldexp((double)top, k * 64 + bit - 63 - 298);
 }

@@ -16,6 +16,7 @@
 #include "repro/mt_repro.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -140,11 +141,17 @@ AVX2_FN static void gemm_avx2(float *c, size_t ldc, const float *a, size_t ars, 
                               size_t k, int chains)
 {
     size_t kc = k / (size_t)chains;
-    for (size_t j0 = 0; j0 < n; j0 += TN) {
-        size_t nr = n - j0 < TN ? n - j0 : TN;
-        const float *bj = bias != NULL ? bias + j0 : NULL;
-        for (size_t i0 = 0; i0 < m; i0 += TM) {
-            size_t mr = m - i0 < TM ? m - i0 : TM;
+    /* The larger operand is read once: with more rows than columns (a conv2d's im2col rows) the
+     * row panels go outside (a panel of a stays in L1 across the column blocks, b in L2),
+     * otherwise the column blocks (b's block stays in L1 across the row panels). The order
+     * changes no bits: every element is its own chain. */
+    bool rows_out = m > n;
+    size_t outer = rows_out ? m : n, inner = rows_out ? n : m;
+    for (size_t o = 0; o < outer; o += rows_out ? TM : TN)
+        for (size_t p = 0; p < inner; p += rows_out ? TN : TM) {
+            size_t i0 = rows_out ? o : p, j0 = rows_out ? p : o;
+            size_t mr = m - i0 < TM ? m - i0 : TM, nr = n - j0 < TN ? n - j0 : TN;
+            const float *bj = bias != NULL ? bias + j0 : NULL;
             if (nr == TN)
                 tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
                      chains, 1);
@@ -152,7 +159,6 @@ AVX2_FN static void gemm_avx2(float *c, size_t ldc, const float *a, size_t ars, 
                 tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
                      chains, 0);
         }
-    }
 }
 
 static int have_avx2(void)

@@ -152,7 +152,9 @@ typedef struct mt_rpc_client_opts {
  */
 mt_code mt_rpc_client_open(const mt_rpc_client_opts *opts, mt_rpc_client **out, mt_err *err);
 
-/* Close and free; NULL is a no-op. Calls in progress on other threads fail with CANCELLED. */
+/* Close and free; NULL is a no-op. Calls in progress on other threads fail with CANCELLED.
+ * Returns within about 5 s: a close that nng does not finish by then (nng 1.5.2 can wait
+ * forever, nanomsg/nng#1543) goes on on a thread of its own, its memory left to it. */
 void mt_rpc_client_close(mt_rpc_client *cli);
 
 /* The TLS settings the client was opened with (borrowed, valid until close; NULL when none),

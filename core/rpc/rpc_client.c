@@ -17,6 +17,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/util/platform.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -122,13 +123,89 @@ const mt_tls *mt_rpc_client_tls(const mt_rpc_client *cli)
     return cli->tls;
 }
 
+/* nng 1.5.2's nng_close can wait forever for a pipe it never reaps (nanomsg/nng#1543; seen
+ * after a frame the server dropped). The close runs on a thread of its own; the caller waits
+ * for it CLOSE_LIMIT_MS at most and then leaves it (and the client's memory) behind. */
+#define CLOSE_LIMIT_MS 5000
+
+typedef struct closer {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done, abandoned;
+    mt_rpc_client *cli;
+} closer;
+
+static void closer_free(closer *k)
+{
+    pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->cv);
+    mt_free(k);
+}
+
+static void *close_thread(void *arg)
+{
+    closer *k = arg;
+    int abandoned;
+
+    nng_close(k->cli->sock);
+    mt_tls_free(k->cli->tls);
+    mt_free(k->cli);
+    pthread_mutex_lock(&k->mu);
+    k->done = 1;
+    abandoned = k->abandoned;
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    if (abandoned) /* the caller left: the last one out frees */
+        closer_free(k);
+    return NULL;
+}
+
 void mt_rpc_client_close(mt_rpc_client *cli)
 {
+    closer *k;
+    pthread_t t;
+    struct timespec until;
+    int done;
+
     if (cli == NULL)
         return;
-    nng_close(cli->sock);
-    mt_tls_free(cli->tls);
-    mt_free(cli);
+    k = mt_calloc(1, sizeof(*k));
+    if (k == NULL || pthread_mutex_init(&k->mu, NULL) != 0) {
+        mt_free(k);
+        k = NULL;
+    } else if (pthread_cond_init(&k->cv, NULL) != 0) {
+        pthread_mutex_destroy(&k->mu);
+        mt_free(k);
+        k = NULL;
+    }
+    if (k != NULL) {
+        k->cli = cli;
+        if (pthread_create(&t, NULL, close_thread, k) != 0) {
+            closer_free(k);
+            k = NULL;
+        }
+    }
+    if (k == NULL) { /* no thread: close here, unbounded */
+        nng_close(cli->sock);
+        mt_tls_free(cli->tls);
+        mt_free(cli);
+        return;
+    }
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += CLOSE_LIMIT_MS / 1000;
+    pthread_mutex_lock(&k->mu);
+    while (!k->done && pthread_cond_timedwait(&k->cv, &k->mu, &until) == 0)
+        ;
+    done = k->done;
+    if (!done)
+        k->abandoned = 1;
+    pthread_mutex_unlock(&k->mu);
+    if (done) {
+        pthread_join(t, NULL);
+        closer_free(k);
+    } else {
+        pthread_detach(t);
+    }
 }
 
 /* Send `req` bytes on a fresh context and wait for the reply message (returned owned). */

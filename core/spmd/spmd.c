@@ -385,47 +385,46 @@ static mt_code check_map(mt_spmd *s, const mt_layout_map *map, size_t gb, mt_err
 }
 
 /*
- * mesh_invariant (docs/reproducibility.md): a dense kernel axis split over a mesh dimension keeps
- * the bits when the dimension's size is a power of two dividing the axis' K-leaves (its output
- * columns are computed each by itself; a split contraction or a split output's input gradient
- * sums chains combined by the canonical tree, whose top is that dimension's allreduce); other
- * kernels (conv2d) do not run split yet.
+ * mesh_invariant (docs/reproducibility.md): a dense or conv2d kernel axis (conv2d: its input
+ * channels or filters) split over a mesh dimension keeps the bits when the dimension's size is a
+ * power of two dividing the axis' K-leaves (its output columns are computed each by itself; a
+ * split contraction or a split output's input gradient sums chains combined by the canonical
+ * tree, whose top is that dimension's allreduce); so does a layer_norm's features split (its
+ * per-row sums in K-leaves). Not run split yet (UNIMPLEMENTED): the positions (sequence
+ * parallelism).
  */
 static mt_code check_inv_splits(const mt_spmd *s, mt_err *err)
 {
+    if (s->sdim >= 0 && dsz(s, s->sdim) > 1)
+        return mt_err_set(err, MT_UNIMPLEMENTED,
+                          "input_layout[1]: reproducibility: \"mesh_invariant\" does not split "
+                          "the positions over '%s' yet (sequence parallelism: the parameter "
+                          "gradients' sums over an example's positions would be cut)",
+                          mt_mesh_dim_name(s->mesh, s->sdim));
     for (int i = 0; i < s->n_layers; i++) {
         const mt_layer *l = &s->layers[i];
-        const int dims[2] = {l->kin, l->kout};
-        const size_t width[2] = {l->in_c, l->s.units};
-        for (int a = 0; a < 2; a++) {
+        const bool conv = l->ops->kind == MT_LAYER_CONV2D;
+        const int dims[2] = {l->kin, l->kout}, axes[2] = {conv ? 2 : 0, conv ? 3 : 1};
+        const size_t width[2] = {l->in_c, conv ? l->s.filters : l->s.units};
+        if (l->ops->kind == MT_LAYER_LAYER_NORM && l->xf >= 0 &&
+            !mt_repro_keeps_bits(l->in_c, (int)dsz(s, l->xf)))
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" needs "
+                              "mesh dimension '%s' (size %zu), which splits its %zu features, to "
+                              "be a power of two dividing their %d leaves",
+                              i, l->s.name, mt_mesh_dim_name(s->mesh, l->xf), dsz(s, l->xf),
+                              l->in_c, mt_repro_leaves(l->in_c));
+        for (int a = 0; (l->ops->kind == MT_LAYER_DENSE || conv) && a < 2; a++) {
             mt_code rc;
             if (dims[a] < 0 || dsz(s, dims[a]) == 1)
                 continue;
-            if (l->ops->kind != MT_LAYER_DENSE)
-                return mt_err_set(err, MT_UNIMPLEMENTED,
-                                  "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" "
-                                  "does not split a %s kernel over mesh dimension '%s' yet (only "
-                                  "dense kernels)",
-                                  i, l->s.name, l->ops->type, mt_mesh_dim_name(s->mesh, dims[a]));
-            rc = mt_repro_check_split(i, l->s.name, a, width[a], mt_mesh_dim_name(s->mesh, dims[a]),
-                                      (int)dsz(s, dims[a]), err);
+            rc =
+                mt_repro_check_split(i, l->s.name, axes[a], width[a],
+                                     mt_mesh_dim_name(s->mesh, dims[a]), (int)dsz(s, dims[a]), err);
             if (rc != MT_OK)
                 return rc;
         }
     }
-    /* global_clipnorm sums each device's squares of its shards (dev_clip_scale): the same bits
-     * on every data-parallel size for replicated weights (each device's sum is the whole sum, a
-     * power-of-two share of it adds back exactly), not for weights split over a dimension */
-    for (size_t i = 0; s->opt.global_clipnorm > 0.0f && i < s->n_params; i++)
-        for (int a = 0; a < s->gparams[i].rank; a++) {
-            int dim = dim_of(s, &s->playout[i], a);
-            if (dim >= 0 && dsz(s, dim) > 1)
-                return mt_err_set(err, MT_UNIMPLEMENTED,
-                                  "optimizer.global_clipnorm: reproducibility: \"mesh_invariant\" "
-                                  "does not clip weights sharded over a mesh dimension yet ('%s' "
-                                  "is split over '%s')",
-                                  s->gparams[i].name, mt_mesh_dim_name(s->mesh, dim));
-        }
     return MT_OK;
 }
 
@@ -1060,11 +1059,11 @@ static void dev_free(dev *d)
 
 /* ------------------------------------------------------------------ device: forward */
 
-/* mesh_invariant training: the pass runs the layers' leaf kernels on this device's leaves
- * (evaluation passes keep the usual calls: docs/reproducibility.md). */
+/* mesh_invariant: the pass runs the layers' leaf kernels on this device's leaves, in training and
+ * in evaluation (an evaluation chunk is at most a global batch, cut into the same leaves). */
 static void dev_leaves(dev *d, mt_layer_pass *ps)
 {
-    if (d->s->inv_leaves == 0 || !ps->training)
+    if (d->s->inv_leaves == 0)
         return;
     ps->leaves = d->s->inv_leaves;
     ps->leaf_examples = d->s->inv_r;
@@ -1240,6 +1239,41 @@ static mt_code dev_clip_scale(dev *d, float *scale)
     return MT_OK;
 }
 
+/*
+ * mesh_invariant: global-norm clipping whose factor does not depend on the mesh. Each logical
+ * gradient element is added once — by the devices at coordinate 0 of every dim that does not
+ * shard its parameter — into core/repro's exact sum of squares, which the allreduce over every
+ * dim adds as exact integers (docs/reproducibility.md, point 7).
+ */
+static mt_code dev_clip_scale_inv(dev *d, float *scale)
+{
+    mt_spmd *s = d->s;
+    mt_repro_sumsq sq;
+    float buf[MT_REPRO_SUMSQ_FLOATS];
+
+    mt_repro_sumsq_init(&sq);
+    for (size_t i = 0; i < s->n_params; i++) {
+        const mt_model_param *p = &d->params[i];
+        bool mine = p->trainable;
+        for (int k = 0; mine && k < s->ndims; k++) {
+            bool splits = false;
+            for (int a = 0; a < p->rank; a++)
+                splits = splits || dim_of(s, &s->playout[i], a) == k;
+            mine = splits || d->coords[k] == 0;
+        }
+        if (mine)
+            mt_repro_sumsq_add(&sq, p->grad, p->size);
+    }
+    mt_repro_sumsq_pack(&sq, buf);
+    for (int k = 0; k < s->ndims; k++) {
+        mt_code rc = grp_allreduce(d, k, buf, MT_REPRO_SUMSQ_FLOATS);
+        if (rc != MT_OK)
+            return rc;
+    }
+    *scale = mt_optim_clip_scale(&s->opt, mt_repro_sumsq_unpack(buf));
+    return MT_OK;
+}
+
 /* mesh_invariant training step: the loss per leaf, each leaf's sums (double inside the leaf)
  * rounded to float and folded in the leaf tree; sums (zero on entry) get the device's subtree. */
 static mt_code dev_loss_leaves(dev *d, const mt_loss_batch *all, double *sums)
@@ -1280,8 +1314,13 @@ static mt_code dev_loss(dev *d, size_t gcount, bool dout, double *sums, double *
     mt_spmd *s = d->s;
     mt_loss_batch b = {d->logits, d->batch, d->has_tg ? NULL : d->y, d->has_tg ? d->tg : NULL,
                        mt_loss_grad_scale(&s->loss, &s->osh, gcount)};
-    if (s->inv_leaves > 0 && dout)
-        return dev_loss_leaves(d, &b, sums);
+    if (s->inv_leaves > 0) { /* the sums per leaf; the AUC histogram counts (exact in any order) */
+        double unused[MT_LOSS_NSUMS] = {0};
+        mt_code rc = dev_loss_leaves(d, &b, sums);
+        if (rc == MT_OK && hist != NULL)
+            rc = mt_loss_forward(&s->loss, &s->osh_loc, &b, false, NULL, unused, hist, &d->err);
+        return rc;
+    }
     return mt_loss_forward(&s->loss, &s->osh_loc, &b, false, dout ? d->dlogits : NULL, sums, hist,
                            &d->err);
 }
@@ -1367,7 +1406,9 @@ static mt_code dev_step(dev *d)
             fsdp_slice(d, i, d->wgrad[i], d->params[i].grad);
             d->wstale = true;
         }
-    if (s->opt.global_clipnorm > 0.0f && (rc = dev_clip_scale(d, &scale)) != MT_OK)
+    if (s->opt.global_clipnorm > 0.0f &&
+        (rc = s->inv_leaves > 0 ? dev_clip_scale_inv(d, &scale) : dev_clip_scale(d, &scale)) !=
+            MT_OK)
         return rc;
     for (size_t i = 0; i < s->n_params; i++) {
         mt_model_param *p = &d->params[i];

@@ -240,7 +240,7 @@ size_t mt_conv2d_cols_size(const mt_conv2d_geom *g)
 }
 
 /* cols row (b, oy, ox), column (ky, kx, ci) = x[b, oy+ky-pt, ox+kx-pl, ci] or 0 outside. */
-static void im2col(float *cols, const float *x, const mt_conv2d_geom *g)
+void mt_conv2d_im2col(float *cols, const float *x, const mt_conv2d_geom *g)
 {
     size_t oh = mt_conv2d_out_h(g), ow = mt_conv2d_out_w(g);
     long pt = (long)mt_conv2d_pad_top(g), pl = (long)mt_conv2d_pad_left(g);
@@ -284,7 +284,7 @@ static void im2col(float *cols, const float *x, const mt_conv2d_geom *g)
 }
 
 /* dx = col2im(dcols): the adjoint of im2col (sums every column entry back into its pixel). */
-static void col2im(float *dx, const float *dcols, const mt_conv2d_geom *g)
+void mt_conv2d_col2im(float *dx, const float *dcols, const mt_conv2d_geom *g)
 {
     size_t oh = mt_conv2d_out_h(g), ow = mt_conv2d_out_w(g);
     long pt = (long)mt_conv2d_pad_top(g), pl = (long)mt_conv2d_pad_left(g);
@@ -473,7 +473,7 @@ void mt_conv2d_forward(float *y, float *cols, const float *x, const float *w, co
         return;
     }
 #endif
-    im2col(cols, x, g);
+    mt_conv2d_im2col(cols, x, g);
     mt_dense_forward(y, cols, w, b, rows, k, g->f);
 }
 
@@ -493,7 +493,7 @@ void mt_conv2d_backward(float *dx, float *dw, float *db, float *dcols, const flo
 #endif
         mt_dense_backward(dx != NULL ? dcols : NULL, dw, db, dy, cols, w, rows, k, g->f);
     if (dx != NULL)
-        col2im(dx, dcols, g);
+        mt_conv2d_col2im(dx, dcols, g);
 }
 
 /* ------------------------------------------------------------------ max pool */

@@ -126,6 +126,15 @@ size_t mt_conv2d_pad_left(const mt_conv2d_geom *g);
 size_t mt_conv2d_cols_size(const mt_conv2d_geom *g);
 
 /*
+ * The im2col matrix of x (B,H,W,C): row (b, oy, ox), column (ky, kx, ci) = x[b, oy*SH+ky-pt,
+ * ox*SW+kx-pl, ci], 0 in the padding; mt_conv2d_cols_size() floats. col2im is its adjoint: dx
+ * (B,H,W,C, overwritten) = every column entry summed into its pixel, in row then column order.
+ * (mt_conv2d_forward / _backward use them; so does core/repro's mesh_invariant conv2d.)
+ */
+void mt_conv2d_im2col(float *cols, const float *x, const mt_conv2d_geom *g);
+void mt_conv2d_col2im(float *dx, const float *dcols, const mt_conv2d_geom *g);
+
+/*
  * x: (B,H,W,C); w: (KH,KW,C,F); b: (F) or NULL; y: (B,OH,OW,F). `cols` is caller scratch of
  * mt_conv2d_cols_size() floats; the forward leaves there what the backward needs: x's im2col,
  * or, for C = 1 on an AVX-512 CPU (direct kernel, no im2col), x zero-padded to

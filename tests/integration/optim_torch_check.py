@@ -4,11 +4,13 @@
 clipping against torch.optim, torch.optim.lr_scheduler and torch.nn.utils.clip_grad_norm_.
 
 Usage:
-  optim_torch_check.py data DIR                 write DIR/x.npy (16x6), DIR/y.npy (16x3 float)
-  optim_torch_check.py spec OUT DATA CASE STEPS  the job spec of CASE (a key of CASES)
-  optim_torch_check.py check SPEC W0 W1 CASE STEPS
-                                                 from the weights W0 (safetensors), STEPS updates
-                                                 of CASE in PyTorch; compare with W1
+  optim_torch_check.py specs DATA DIR           write DATA/x.npy (16x6), DATA/y.npy (16x3
+                                                 float) and DIR/RUN.json for the run "w0" (one step
+                                                 at rate 1e-30: the initial weights) and the runs
+                                                 CASE-1 and CASE-6 of every case; print the runs
+  optim_torch_check.py check W0 DIR RUN...       for each RUN (CASE-STEPS), from the weights W0
+                                                 (safetensors), STEPS updates of CASE in PyTorch;
+                                                 compare with DIR/RUN.safetensors
 
 The model is dense(8, tanh) -> dense(3) with the mean squared error over the whole data set as
 one batch, so every step sees the same 16 examples in both. Each case is a meshtrain optimizer
@@ -97,6 +99,16 @@ def write_spec(out, data, case, steps):
     json.dump(spec, open(out, "w"), indent=1)
 
 
+def write_specs(data, d):
+    write_data(data)
+    write_spec(d + "/w0.json", data, "init", 1)
+    runs = [f"{case}-{steps}" for case in CASES for steps in (1, 6)]
+    for run in runs:
+        case, steps = run.rsplit("-", 1)
+        write_spec(f"{d}/{run}.json", data, case, int(steps))
+    print(" ".join(runs))
+
+
 def torch_scheduler(torch, opt, sched):
     """The torch.optim.lr_scheduler chain that gives Keras' rate per update."""
     sc = torch.optim.lr_scheduler
@@ -159,16 +171,25 @@ def check(spec_path, w0_path, w1_path, case, steps):
           + (f", clipped {clipped}/{steps}" if clip else "")
           + f"; worst relative difference {worst:.2e}")
     if clip and clipped == 0:
-        sys.exit(f"{case}: clipping never engaged; the case does not test it")
-    sys.exit(0 if worst <= 1e-4 else 1)
+        print(f"{case}: clipping never engaged; the case does not test it")
+        return False
+    return worst <= 1e-4
+
+
+def check_all(w0_path, d, runs):
+    """Check every RUN (CASE-STEPS, trained into D/RUN.json and D/RUN.safetensors) in one
+    process (torch is imported once); exit 1 naming the failed runs."""
+    failed = []
+    for run in runs:
+        case, steps = run.rsplit("-", 1)
+        if not check(f"{d}/{run}.json", w0_path, f"{d}/{run}.safetensors", case, int(steps)):
+            failed.append(run)
+    if failed:
+        sys.exit("failed: " + " ".join(failed))
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "data":
-        write_data(sys.argv[2])
-    elif sys.argv[1] == "spec":
-        write_spec(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
-    elif sys.argv[1] == "cases":
-        print(" ".join(CASES))
-    else:
-        check(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]))
+    if sys.argv[1] == "specs":
+        write_specs(sys.argv[2], sys.argv[3])
+    else:  # check W0 DIR CASE-STEPS...
+        check_all(sys.argv[2], sys.argv[3], sys.argv[4:])

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_ckpt_gather.sh — checkpoints of a job whose shards are spread over worker processes (real
 # coordinator and workers on loopback). The DTensor tutorial's model-parallel MLP

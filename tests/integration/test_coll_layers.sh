@@ -24,6 +24,12 @@ grep -q '^coll_algo\.c includes: coll_engine\.h, coll_wire\.h, mt_coll\.h, mt_co
     fail "the algorithms' headers: $(grep '^coll_algo.c includes' "$T/graph.txt")"
 # no transport calls the engine by name
 grep -Eq '^coll_(net|raw|shm)\.c +->.*coll_world' "$T/graph.txt" && fail "a transport calls the engine"
+# the engine reaches transports only through the endpoint's tables (driving included)
+grep -Eq '^coll_world\.c +->.*coll_(raw|shm)\.c' "$T/graph.txt" &&
+    fail "the engine calls a transport file: $(grep '^coll_world.c ' "$T/graph.txt")"
+# ... and names no transport's functions: nng's aios and messages stay behind the nng table
+nm -A "$BIN/libmtcore.a" 2>/dev/null | grep -E '^[^:]*:coll_world\.c\.o: +U nng_' >"$T/nng.txt" &&
+    fail "the engine calls nng: $(tr '\n' ' ' <"$T/nng.txt")"
 # the checker itself catches an upward call and a transport-naming header (synthetic inputs)
 PYTHONPATH="$SRC/tests/tools" python3 - <<'PY' || fail "coll_graph.py missed a breach"
 import coll_graph as g

@@ -4,8 +4,8 @@
 # test_coord_no_circles.sh — issue 19, item 1: the coordinator's files do not call each other in
 # circles and keep their layers. tests/tools/coord_graph.py reads what each object of
 # libmtcoord.a defines and uses (nm) and fails on any strongly connected group of files, on an
-# adapter calling an adapter of the other kind (RPC <-> HTTP), on the core or a shared leaf
-# calling an adapter, the scheduling core (sched.c) calling any file, and (from
+# adapter calling an adapter of another kind (RPC handlers, the periodic sweep, HTTP), on the
+# core or a shared leaf calling an adapter, the scheduling core (sched.c) calling any file, and (from
 # compile_commands.json, the compiler's -M) on a protobuf header (a generated *.pb-c.h, or
 # protobuf-c.h itself) reaching the domain core or the scheduling core; the graph is printed
 # either way (docs/architecture.md shows it).
@@ -25,6 +25,8 @@ grep -q '^layers: ok$' "$T/graph.txt" || fail "no layer verdict"
     fail "the scheduling core's headers were not checked"
 # the domain core calls no adapter: only the scheduling core and the stats
 grep -Eq '^state\.c +-> sched\.c, stats\.c$' "$T/graph.txt" || fail "state.c: $(grep '^state.c' "$T/graph.txt")"
+# the periodic sweep calls only the two cores and the stats (no RPC or HTTP handler)
+grep -Eq '^sweep\.c +-> sched\.c, state\.c, stats\.c$' "$T/graph.txt" || fail "sweep.c: $(grep '^sweep.c' "$T/graph.txt")"
 # the scheduling core calls no file of the coordinator
 grep -Eq '^sched\.c +-> *$' "$T/graph.txt" || fail "sched.c: $(grep '^sched.c' "$T/graph.txt")"
 log "PASS"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: lane 2 (daemons, but no deadline or timing check: may run beside a daemon test)
 # SPDX-License-Identifier: MIT
 # test_e2e.sh — the product end to end with real processes on loopback: a coordinator and real
 # workers (worker/task.c runs the SPMD trainer over the network data plane).
@@ -41,6 +42,10 @@ gen_text "$T/sent_test.tsv" 128 2
 # the language-model examples read the same sentences as plain text instead of the fetched corpus
 cut -f2 "$T/sent_train.tsv" >"$T/lm_train.txt"
 awk -F"\t" 'NR <= 20 { print $2 }' "$T/sent_test.tsv" >"$T/lm_test.txt" # (not cut | head: SIGPIPE + pipefail)
+# the image examples evaluate on the first 2000 test images (the whole test set is the
+# ResNet's longest part here)
+idx_head 2000 /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz "$T/test-images.gz"
+idx_head 2000 /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz "$T/test-labels.gz"
 for f in "$SRC"/examples/*.json; do
     name=$(basename "$f" .json)
     case $name in *cnn* | *resnet* | char_lm*) [ "${MT_SANITIZED:-0}" = "1" ] && continue ;; esac
@@ -51,6 +56,8 @@ for f in "$SRC"/examples/*.json; do
             .dataset.test = $t + "/sent_test.tsv" else . end |
         if .dataset.format == "tokens" then .dataset.train = $t + "/lm_train.txt" |
             .dataset.test = $t + "/lm_test.txt" else . end |
+        if .dataset.format == "idx" then .dataset.test_images = $t + "/test-images.gz" |
+            .dataset.test_labels = $t + "/test-labels.gz" else . end |
         ((.mesh // {batch: 1}) | to_entries) as $e | ($e | map(.value) | prod) as $p |
         .mesh = ($e | .[0].value *= (8 / $p) | from_entries)' "$f" >"$T/$name.json"
     run_job "$T/$name.json"

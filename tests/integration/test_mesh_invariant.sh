@@ -16,13 +16,19 @@
 #   batch=2,model=2, batch=1,model=2, batch=2,feature=2,model=2 and batch=1,feature=2,model=1,
 #   and the Fashion-MNIST MLP's model-parallel spec on batch=2,model=2, each against the
 #   data-parallel spec of its model on batch=1 (identical exports, digests at every step); the
-#   CNN on batch=2,model=2 without layouts (the model dimension replicates), 10 steps.
+#   CNN on batch=1,feature=2,model=2 with the first conv's filters and the second's input
+#   channels over `feature` and the second's filters over `model`, 10 steps.
+# * the transformer kinds: examples/char_lm.json cut to 2 blocks, 32 wide, 16 positions (embedding,
+#   position_embedding, dropout, layer_norm, attention, gelu dense, adds; AdamW, global_clipnorm)
+#   on batch=1, 2, 4, its Megatron layouts (char_lm_tensor_parallel.json) and its residual
+#   stream's features split over `model` on batch=2,model=2, 20 steps: identical exports, digests
+#   at every step.
 # A checkpoint of batch=2 resumed on batch=4 ends byte-identical to an uninterrupted batch=1 run.
 # fixed_mesh (the default) on the same sentiment spec differs between batch=1 and batch=8 (what
 # the mode fixes). Refusals: a batch dimension that cannot keep the bits (INVALID_ARGUMENT with
-# the sizes that can), a dense kernel split over 16 (48 units: 8 leaves; INVALID_ARGUMENT), a
-# conv2d kernel split over `model` and a layer kind without leaf kernels (layer_norm)
-# (UNIMPLEMENTED).
+# the sizes that can), a dense kernel, conv2d filters and conv2d input channels split over 16
+# (48 units, 32 filters, 32 channels: 8 leaves), an elastic range that allows 16 replicas
+# (INVALID_ARGUMENT), and a dense layer tied_to an embedding (UNIMPLEMENTED).
 # Short last batches (520 sentences, batch 64: a step of one leaf) keep the bits on every mesh.
 source "$(dirname "$0")/lib.sh"
 export OPENBLAS_NUM_THREADS=1
@@ -39,9 +45,11 @@ variant() {
 import json, sys
 src, ex, name = sys.argv[1:]
 base = {"fmnist": "fashion_mnist_mlp", "cnn": "fashion_mnist_cnn",
-        "rescnn": "fashion_mnist_residual_cnn", "mp": "dtensor_mlp_model_parallel",
-        "sp": "dtensor_mlp_spatial_parallel",
-        "fmnist_mp": "fashion_mnist_mlp_model_parallel"}.get(name, "dtensor_mlp_data_parallel")
+        "rescnn": "fashion_mnist_residual_cnn", "cnn_mp": "fashion_mnist_cnn",
+        "mp": "dtensor_mlp_model_parallel", "sp": "dtensor_mlp_spatial_parallel",
+        "fmnist_mp": "fashion_mnist_mlp_model_parallel", "lm": "char_lm",
+        "lm_tp": "char_lm_tensor_parallel",
+        "lm_fs": "char_lm"}.get(name, "dtensor_mlp_data_parallel")
 s = json.load(open(f"{src}/examples/{base}.json"))
 s["reproducibility"] = "mesh_invariant" if name != "fixed" else "fixed_mesh"
 s["digest_every"] = 1
@@ -53,8 +61,33 @@ if name == "dropout":
 if name in ("fsdp", "fsdp_keep"):
     s["layouts"] = {"dense_1\\.kernel": ["batch", "unsharded"],
                     "dense_2\\.kernel": ["batch", "unsharded"]}
+if name == "cnn_mp":  # conv2d_1's filters over feature, conv2d_2's input channels too (no
+    # gather between them) and its filters over model (its dcols summed over model)
+    s["layouts"] = {"conv2d_1\\.kernel": ["unsharded", "unsharded", "unsharded", "feature"],
+                    "conv2d_2\\.kernel": ["unsharded", "unsharded", "feature", "model"]}
 if name == "fsdp_keep":
     s["fsdp"] = {"reshard_after_forward": False}
+if name == "lm_fs":  # the residual stream's features over `model` (its layer norms split)
+    s["layouts"] = {"tok.embeddings": ["unsharded", "model"],
+                    "qkv_.*kernel": ["model", "unsharded"], "proj_.*kernel": ["unsharded", "model"],
+                    "fc_.*kernel": ["model", "unsharded"], "out_.*kernel": ["unsharded", "model"],
+                    "head.kernel": ["model", "unsharded"]}
+if name in ("lm", "lm_tp", "lm_fs"):  # char_lm, 2 of its 4 blocks, 32 wide, 16 positions
+    s["dataset"].update({"train": "data/lm_train.txt", "block_size": 16})
+    s["dataset"].pop("test", None)
+    s["model"]["input_shape"] = [16]
+    width = {"tok": 32, "qkv": 96, "proj": 32, "fc": 128, "out": 32}
+    layers = []
+    for l in s["model"]["layers"]:
+        if l["name"][-2:] in ("_2", "_3"):
+            continue
+        key = l["name"].split("_")[0]
+        if key == "tok":
+            l["output_dim"] = width[key]
+        elif key in width:
+            l["units"] = width[key]
+        layers.append(l)
+    s["model"]["layers"] = layers
 json.dump(s, open(f"{ex}/{name}.json", "w"))
 PY
 }
@@ -73,11 +106,14 @@ run() {
         fail "export $1 batch=$2"
 }
 
-for name in sentiment dropout fsdp fsdp_keep fmnist cnn rescnn; do
+# the transformer kinds (embedding, position_embedding, dropout, layer_norm, attention, gelu
+# dense, residual adds; AdamW with global_clipnorm): char_lm cut down ("lm"), on batch=1, 2, 4
+awk -F'\t' '{ print $2 }' "$T/ex/data/sentiment_train.tsv" >"$T/ex/data/lm_train.txt"
+for name in sentiment dropout fsdp fsdp_keep fmnist cnn rescnn lm; do
     variant "$name"
-    steps=$STEPS
-    case $name in cnn | rescnn) steps=10 ;; esac
-    for b in 1 2 4 8; do
+    steps=$STEPS meshes="1 2 4 8"
+    case $name in cnn | rescnn) steps=10 ;; lm) steps=20 meshes="1 2 4" ;; esac
+    for b in $meshes; do
         run "$name" "$b" "$steps"
         [ "$b" = 1 ] && continue
         cmp "$T/$name-1.safetensors" "$T/$name-$b.safetensors" ||
@@ -87,37 +123,41 @@ for name in sentiment dropout fsdp fsdp_keep fmnist cnn rescnn; do
         cmp "$T/$name-1.bits" "$T/$name-$b.bits" ||
             fail "$name: the --json lines of batch=$b differ from batch=1"
     done
-    log "$name: batch=1,2,4,8 byte-identical after $steps steps, equal digests at every step"
+    log "$name: batch=${meshes// /,} byte-identical after $steps steps, equal digests at every step"
 done
 
 # model and feature sharding: the tutorial's model-parallel spec (dense_1's output columns and
 # dense_2's contraction over `model`, batch norm on features sharded over `model`), its
 # spatial-parallel spec (also dense_1's contraction over `feature`, the input sharded over it) and
 # the Fashion-MNIST MLP's model-parallel spec give the bits of the data-parallel spec with the
-# same model on batch=1 (only the layouts differ): identical exports, digests at every step
-for c in "mp sentiment batch=2,model=2 batch=1,model=2" \
-    "sp sentiment batch=2,feature=2,model=2 batch=1,feature=2,model=1" \
-    "fmnist_mp fmnist batch=2,model=2"; do
+# same model on batch=1 (only the layouts differ): identical exports, digests at every step;
+# so does the CNN with the first conv's filters over `feature` (its output channels sharded
+# through max_pool2d into the second conv), the second conv's input channels over `feature` (no
+# gather between them: a split contraction) and its filters over `model` (a split output: its
+# dcols summed over `model`; its channels gathered by flatten, the dense layers replicated; 10
+# steps: a CNN step is the slow part of this test), and
+# char_lm's
+# Megatron layouts (char_lm_tensor_parallel: heads, fc units and the vocabulary over `model`)
+# and its residual stream's features over `model` (layer norms, position table and embedding
+# features split; the dense kernels alternate contraction and output splits)
+for c in "mp sentiment $STEPS batch=2,model=2 batch=1,model=2" \
+    "sp sentiment $STEPS batch=2,feature=2,model=2 batch=1,feature=2,model=1" \
+    "fmnist_mp fmnist $STEPS batch=2,model=2" "cnn_mp cnn 10 batch=1,feature=2,model=2" \
+    "lm_tp lm 20 batch=2,model=2" "lm_fs lm 20 batch=2,model=2"; do
     set -- $c
-    name=$1 ref=$2
-    shift 2
+    name=$1 ref=$2 steps=$3
+    shift 3
     variant "$name"
     for m in "$@"; do
-        run "$name" "$m"
+        run "$name" "$m" "$steps"
         tag=$(echo "$m" | tr ',=' '_-')
         cmp "$T/$ref-1.safetensors" "$T/$name-$tag.safetensors" ||
             fail "$name: the export of $m differs from $ref on batch=1"
         "$BIN/meshtrain" diverge "$T/$ref-1.json" "$T/$name-$tag.json" >"$T/div.out" ||
             fail "$name $m: $(cat "$T/div.out")"
     done
-    log "$name: $* byte-identical to $ref on batch=1 after $STEPS steps, equal digests at every step"
+    log "$name: $* byte-identical to $ref on batch=1 after $steps steps, equal digests at every step"
 done
-# a model dimension that splits no kernel (the CNN has no layouts: its devices along `model`
-# replicate the work) keeps the bits too
-run cnn batch=2,model=2 10
-cmp "$T/cnn-1.safetensors" "$T/cnn-batch-2_model-2.safetensors" ||
-    fail "cnn: the export of batch=2,model=2 (replicated over model) differs from batch=1"
-log "cnn: batch=2,model=2 (model replicates) byte-identical to batch=1 after 10 steps"
 
 # a restore onto another mesh: 10 steps on batch=2, resumed on batch=4 to step 20, ends with the
 # checkpoint of 20 uninterrupted steps on batch=1 (same state digests over steps 11..20)
@@ -150,15 +190,22 @@ expect_fail 4 "model.layers\[0\] (dense_1): reproducibility: \"mesh_invariant\" 
     "$BIN/meshtrain" plan mp.json --mesh batch=1,model=16
 python3 -c "
 import json; s = json.load(open('cnn.json'))
-s['layouts'] = {'conv2d_1\\\\.kernel': ['unsharded', 'unsharded', 'unsharded', 'model']}
-json.dump(s, open('cnn_mp.json', 'w'))"
-expect_fail 4 "model.layers\[0\] (conv2d_1): reproducibility: \"mesh_invariant\" does not split a conv2d kernel over mesh dimension 'model' yet" \
-    "$BIN/meshtrain" plan cnn_mp.json --mesh batch=2,model=2
+s['layouts'] = {'conv2d_2\\\\.kernel': ['unsharded', 'unsharded', 'model', 'unsharded']}
+json.dump(s, open('cnn_kin.json', 'w'))"
+expect_fail 4 "model.layers\[2\] (conv2d_2): reproducibility: \"mesh_invariant\" needs mesh dimension 'model' (size 16), which splits the kernel's axis 2 (32 wide), to be a power of two dividing its 8 leaves" \
+    "$BIN/meshtrain" plan cnn_kin.json --mesh batch=1,model=16
+expect_fail 4 "model.layers\[0\] (conv2d_1): reproducibility: \"mesh_invariant\" needs mesh dimension 'feature' (size 16), which splits the kernel's axis 3 (32 wide), to be a power of two dividing its 8 leaves" \
+    "$BIN/meshtrain" plan cnn_mp.json --mesh batch=1,feature=16,model=1
 python3 -c "
 import json; s = json.load(open('sentiment.json'))
-s['model']['layers'].insert(1, {'type': 'layer_norm'}); json.dump(s, open('ln.json', 'w'))"
-expect_fail 4 'model.layers\[1\] (layer_norm_1): reproducibility: "mesh_invariant" does not run' \
-    "$BIN/meshtrain" plan ln.json
+s['elastic'] = {'min_batch': 2}; json.dump(s, open('elastic.json', 'w'))"
+expect_fail 4 "elastic: reproducibility: \"mesh_invariant\" needs every replica count the job may resume on (those in \[2, 65536\] dividing batch_size 64) to keep the bits; 16, 32, 64 do not" \
+    "$BIN/meshtrain" plan elastic.json
+python3 -c "
+import json; s = json.load(open('lm.json'))
+s['model']['layers'][-1]['tied_to'] = 'tok'; json.dump(s, open('lm_tied.json', 'w'))"
+expect_fail 4 'model.layers\[22\] (head): reproducibility: "mesh_invariant" does not run a dense layer tied_to an embedding yet' \
+    "$BIN/meshtrain" plan lm_tied.json
 # 520 sentences: the 9th step of every epoch has 8 examples, one leaf: the pipeline gives it
 # whole to the first replica and nothing to the others, on every mesh the same bits
 mkdir -p short/data
@@ -173,4 +220,4 @@ for b in 1 2 4 8; do
     cmp short/ck-1/ckpt-20.mtc "short/ck-$b/ckpt-20.mtc" || fail "short batches: ckpt of batch=$b"
 done
 log "short last batches (one leaf of 8): batch=1,2,4,8 byte-identical after 20 steps"
-log "refusals: batch=3, a dense split over 16, a conv2d split, a layer_norm layer"
+log "refusals: batch=3, a dense kernel, conv2d filters and conv2d channels split over 16, an elastic range holding 16, a tied head"

@@ -4,7 +4,7 @@
 # fresh ones started every few seconds); MT_SOAK_CLIENTS concurrent client loops, each a
 # stream of CLI processes that submit small jobs, read their status, list jobs, watch and
 # cancel them; one HTTP poller on the JSON API, /metrics and /healthz. Runs for
-# MT_SOAK_SECONDS (default 25; the whole test stays under 3 minutes; set e.g. 600 for a long
+# MT_SOAK_SECONDS (default 15; the whole test stays under 3 minutes; set e.g. 600 for a long
 # run), then reports the requests served by method and code (the coordinator's own RPC
 # counters), the CLI and HTTP outcomes by code, and asserts:
 #   * no daemon crashed: the coordinator and every worker not killed on purpose are alive;
@@ -15,7 +15,7 @@
 #     (reported but not checked under MT_SANITIZED=1: ASan's quarantine keeps freed memory).
 source "$(dirname "$0")/lib.sh"
 
-DURATION=${MT_SOAK_SECONDS:-25}
+DURATION=${MT_SOAK_SECONDS:-15}
 NCLIENTS=${MT_SOAK_CLIENTS:-6}
 NWORKERS=3
 S=$T/state

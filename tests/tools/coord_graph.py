@@ -8,9 +8,9 @@ Prints one line per file, "a.c -> b.c, c.c" when a.c uses a symbol b.c defines (
 object defines and leaves undefined), then the circles (strongly connected components of more
 than one file) or "circles: none", then the layering: every file belongs to one layer of LAYERS
 and may use only the layers ALLOWED says (the domain core and the shared leaves call no adapter;
-the RPC adapters and the HTTP adapters never call each other; only coord.c, the loop that wires
-them, reaches everything; the scheduling core calls no file at all), printed as "layers: ok" or one "layer: a.c (rpc) -> b.c (http)" line
-per breach. With compile_commands.json it also lists the headers each core file (the domain core
+the three kinds of adapters — RPC handlers, the periodic sweep, HTTP handlers — never call each
+other; only coord.c, the loop that wires them, reaches everything; the scheduling core calls no
+file at all), printed as "layers: ok" or one "layer: a.c (rpc) -> b.c (http)" line per breach. With compile_commands.json it also lists the headers each core file (the domain core
 state.c, the scheduling core sched.c) includes (the compiler's -M) and reports any protobuf
 header (a generated *.pb-c.h, or protobuf-c/protobuf-c.h) as a breach.
 Exit status 1 when there is a circle or a breach.
@@ -23,7 +23,10 @@ import subprocess
 import sys
 
 # The coordinator's layers (adapters -> core -> store; the store is libmtstorage, outside this
-# library; sched.c, the scheduling core, is pure and calls no file of the coordinator). A new file
+# library; sched.c, the scheduling core, is pure and calls no file of the coordinator). The
+# adapters: RPC handlers ("rpc", which may share helpers among themselves), the periodic sweep
+# ("sweep", sweep.c: the timer's lost-worker, silent-worker and stall rules) and the status
+# endpoint ("http"); none calls an adapter of another kind. A new file
 # must be placed here, or the check fails. The files of the "core" and "sched" layers must not
 # see a protobuf header, generated or protobuf-c's own (CORES).
 LAYERS = {
@@ -31,6 +34,7 @@ LAYERS = {
     "core": {"state.c"},
     "shared": {"buf.c", "mcache.c", "stats.c"},
     "rpc": {"bulk.c", "ckpt.c", "jobs.c", "joblog.c", "metrics.c", "stall.c", "workers.c"},
+    "sweep": {"sweep.c"},
     "http": {"http.c", "http_act.c", "http_api.c", "http_prom.c", "http_reply.c"},
     "loop": {"coord.c"},
 }
@@ -39,6 +43,7 @@ ALLOWED = {
     "shared": {"shared"},
     "core": {"sched", "shared"},
     "rpc": {"rpc", "core", "sched", "shared"},
+    "sweep": {"core", "sched", "shared"},
     "http": {"http", "core", "shared"},
     "loop": set(LAYERS),
 }

@@ -7,7 +7,9 @@
  * order, the restart back-off after a broken link, heartbeat timeout -> worker lost -> job
  * restarted (or FAILED at the restart limit), a failed link avoided on restart, a frozen worker
  * left out, what a task report does to its job (started, succeeded, failed with the reason,
- * resumed, not wanted), and the stall rule telling a link from a stuck device.
+ * resumed, not wanted), a registration (a new process loses its tasks), the reload after a
+ * coordinator restart, the once-per-silence note, the collective deadline against the heartbeat
+ * window, and the stall rule telling a link from a stuck device.
  * (core/sched's mt_sched_place, which places one mesh, has its own tests in test_sched.c.)
  */
 #include "mt_test.h"
@@ -24,7 +26,7 @@ static const uint32_t d1[] = {0}, d2[] = {0, 1}, d4[] = {0, 1, 2, 3};
 
 static coord_sched_worker wk(const char *id, const char *addr, const uint32_t *devs, size_t n)
 {
-    coord_sched_worker w = {id, "host", addr, COORD_WORKER_ALIVE, devs, n, NOW, NULL};
+    coord_sched_worker w = {id, "host", addr, COORD_WORKER_ALIVE, devs, n, NOW, NULL, "i1"};
     return w;
 }
 
@@ -335,6 +337,131 @@ static void test_coord_sched_heartbeat_timeout_restarts_the_job(void **state)
     coord_sched_plan_fini(&p);
 }
 
+/* RegisterWorker: the same live process is re-attached; a new process under the name of a
+ * live one is refused until that one is lost; a new process (or one already declared lost)
+ * replaces the old, whose tasks are gone. */
+static void test_coord_sched_new_process_loses_its_tasks(void **state)
+{
+    coord_sched_worker w = wk("w1", "", d2, 2);
+    (void)state;
+
+    assert_int_equal(coord_sched_register(NULL, "i1", NOW, 10000), COORD_SCHED_REGISTER_NEW);
+    /* the same process again (a coordinator restart): its tasks keep running */
+    assert_int_equal(coord_sched_register(&w, "i1", NOW, 10000), COORD_SCHED_REGISTER_SAME);
+    w.last_seen_ms = NOW - 60000;
+    assert_int_equal(coord_sched_register(&w, "i1", NOW, 10000), COORD_SCHED_REGISTER_SAME);
+    /* another process while the first is heard within the timeout: refused */
+    w.last_seen_ms = NOW - 10000;
+    assert_int_equal(coord_sched_register(&w, "i2", NOW, 10000), COORD_SCHED_REGISTER_REFUSED);
+    /* ... once the first is silent past it, the new process replaces it */
+    w.last_seen_ms = NOW - 10001;
+    assert_int_equal(coord_sched_register(&w, "i2", NOW, 10000), COORD_SCHED_REGISTER_REPLACED);
+    /* a worker already declared lost comes back: whatever ran there for us is gone */
+    w.last_seen_ms = NOW;
+    w.state = COORD_WORKER_LOST;
+    assert_int_equal(coord_sched_register(&w, "i1", NOW, 10000), COORD_SCHED_REGISTER_REPLACED);
+    assert_int_equal(coord_sched_register(&w, "i2", NOW, 10000), COORD_SCHED_REGISTER_REPLACED);
+}
+
+/* A coordinator restart: a reloaded placed job keeps its tasks (RUNNING re-attached, SCHEDULED
+ * assigned again) while the store knows its workers as alive; one the store knew as lost, or
+ * does not know, restarts it now. A kept worker that stays silent past the timeout is lost later
+ * (its grace period is one heartbeat timeout from the load). */
+static void test_coord_sched_reload_fails_over(void **state)
+{
+    coord_sched_worker w[] = {wk("w1", "", d2, 2), wk("w2", "", d2, 2)};
+    coord_sched_task t[] = {{"w1", COORD_TASK_ASSIGNED, 0}, {"w2", COORD_TASK_ASSIGNED, 0}};
+    coord_sched_reload_out out;
+    (void)state;
+
+    coord_sched_reload(MT_JOBSTATE_RUNNING, t, 2, w, 2, &out);
+    assert_false(out.lost);
+    assert_int_equal(out.task_state, COORD_TASK_RUNNING);
+    coord_sched_reload(MT_JOBSTATE_STALLED, t, 2, w, 2, &out);
+    assert_false(out.lost);
+    assert_int_equal(out.task_state, COORD_TASK_RUNNING);
+    coord_sched_reload(MT_JOBSTATE_SCHEDULED, t, 2, w, 2, &out);
+    assert_false(out.lost);
+    assert_int_equal(out.task_state, COORD_TASK_ASSIGNED);
+
+    w[1].state = COORD_WORKER_LOST;
+    coord_sched_reload(MT_JOBSTATE_RUNNING, t, 2, w, 2, &out);
+    assert_true(out.lost);
+    assert_string_equal(out.cause, "worker w2 was lost while the coordinator was down");
+    coord_sched_reload(MT_JOBSTATE_SCHEDULED, t, 2, w, 1, &out); /* w2 unknown */
+    assert_true(out.lost);
+    assert_string_equal(out.cause, "worker w2 was lost while the coordinator was down");
+
+    /* kept with a grace period of one timeout from the load (last seen = NOW) */
+    w[1].state = COORD_WORKER_ALIVE;
+    assert_false(coord_sched_worker_lost(&w[1], NOW + 10000, 10000));
+    assert_true(coord_sched_worker_lost(&w[1], NOW + 10001, 10000));
+}
+
+/* A silent worker is named at once, once per silence: later sweeps store nothing until every
+ * worker heartbeats again; then the note says so and the stall rule applies again. */
+static void test_coord_sched_silent_worker_noted_once(void **state)
+{
+    coord_sched_worker w[] = {wk("wa", "", d1, 1), wk("wb", "", d1, 1)};
+    coord_sched_silence_out out;
+    (void)state;
+
+    coord_sched_silence(w, 2, MT_JOBSTATE_RUNNING, "", 0, NOW, FRESH, 60000, &out);
+    assert_int_equal(out.verdict, COORD_SCHED_SILENCE_NONE);
+
+    w[1].last_seen_ms = NOW - FRESH; /* exactly the window: still fresh */
+    coord_sched_silence(w, 2, MT_JOBSTATE_RUNNING, "", 0, NOW, FRESH, 60000, &out);
+    assert_int_equal(out.verdict, COORD_SCHED_SILENCE_NONE);
+
+    w[1].last_seen_ms = NOW - 3000;
+    coord_sched_silence(w, 2, MT_JOBSTATE_RUNNING, "", 0, NOW, FRESH, 60000, &out);
+    assert_int_equal(out.verdict, COORD_SCHED_SILENCE_NOTE);
+    assert_int_equal(out.worker, 1);
+    assert_string_equal(out.reason, "worker wb (host) silent for 3 s: no heartbeat; it is declared "
+                                    "lost and the job restarts 60 s after its last one");
+    assert_true(strncmp(out.diagnosis, "device stuck: worker wb (host) silent for 3 s", 45) == 0);
+
+    /* the next sweeps: named already, nothing to store, the stall rule waits */
+    coord_sched_silence(w, 2, MT_JOBSTATE_RUNNING, "device stuck: x", NOW, NOW + 250, FRESH, 60000,
+                        &out);
+    assert_int_equal(out.verdict, COORD_SCHED_SILENCE_NOTED);
+    assert_string_equal(out.reason, "");
+    coord_sched_silence(w, 2, MT_JOBSTATE_STALLED, "device stuck: x", NOW, NOW + 20000, FRESH,
+                        60000, &out);
+    assert_int_equal(out.verdict, COORD_SCHED_SILENCE_NOTED);
+
+    /* back: a STALLED job keeps its diagnosis, a RUNNING one loses it */
+    w[1].last_seen_ms = NOW;
+    coord_sched_silence(w, 2, MT_JOBSTATE_STALLED, "device stuck: x", NOW - 1, NOW, FRESH, 60000,
+                        &out);
+    assert_int_equal(out.verdict, COORD_SCHED_SILENCE_BACK);
+    assert_string_equal(out.reason, "every worker heartbeats again");
+    assert_string_equal(out.diagnosis, "device stuck: x");
+    coord_sched_silence(w, 2, MT_JOBSTATE_RUNNING, "device stuck: x", NOW - 1, NOW, FRESH, 60000,
+                        &out);
+    assert_int_equal(out.verdict, COORD_SCHED_SILENCE_BACK);
+    assert_string_equal(out.diagnosis, "");
+}
+
+/* SubmitJob: a collective deadline not longer than the heartbeat window is refused, naming both
+ * figures; none (the worker's default) or a longer one passes. */
+static void test_coord_sched_deadline_against_heartbeat_window(void **state)
+{
+    char msg[256] = "";
+    (void)state;
+
+    assert_int_equal(coord_sched_deadline_check(0, FRESH, msg, sizeof(msg)), MT_OK);
+    assert_int_equal(coord_sched_deadline_check(FRESH + 1, FRESH, msg, sizeof(msg)), MT_OK);
+    assert_string_equal(msg, "");
+    assert_int_equal(coord_sched_deadline_check(FRESH, FRESH, msg, sizeof(msg)),
+                     MT_FAILED_PRECONDITION);
+    assert_string_equal(msg, "restart.collective_deadline_ms: 1600 ms is not longer than this "
+                             "coordinator's heartbeat window of 1600 ms (3 heartbeat intervals + "
+                             "1 s)");
+    assert_int_equal(coord_sched_deadline_check(100, 4000, msg, sizeof(msg)),
+                     MT_FAILED_PRECONDITION);
+}
+
 static void test_coord_sched_peer_failure_link_vs_device(void **state)
 {
     coord_sched_worker w[] = {wk("w1", "127.0.0.1:7001", d2, 2), wk("w2", "127.0.0.1:7002", d2, 2),
@@ -524,6 +651,10 @@ int main(void)
         cmocka_unit_test(test_coord_sched_link_backoff),
         cmocka_unit_test(test_coord_sched_failed_link_avoided),
         cmocka_unit_test(test_coord_sched_heartbeat_timeout_restarts_the_job),
+        cmocka_unit_test(test_coord_sched_new_process_loses_its_tasks),
+        cmocka_unit_test(test_coord_sched_reload_fails_over),
+        cmocka_unit_test(test_coord_sched_silent_worker_noted_once),
+        cmocka_unit_test(test_coord_sched_deadline_against_heartbeat_window),
         cmocka_unit_test(test_coord_sched_peer_failure_link_vs_device),
         cmocka_unit_test(test_coord_sched_task_reports),
         cmocka_unit_test(test_coord_sched_stall_link_vs_device),

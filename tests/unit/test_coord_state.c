@@ -5,7 +5,8 @@
  * the loop thread; jobs go into the store and the table as SubmitJob would put them, and the
  * core's functions are called as the adapters call them. Covers the typed state name tables,
  * transitions (store first, the diagnosis kept or cleared, the hooks told of RESTARTING and the
- * end, a final state removing the job), the restart rule and the silent-worker rule.
+ * end, a final state removing the job), the restart rule, the workers of a job as the scheduling
+ * core sees them, and a lost worker's jobs restarting.
  */
 #include "mt_test.h"
 
@@ -15,7 +16,6 @@
 #include <unistd.h>
 
 #include "alloc/mt_alloc.h"
-#include "clock/mt_clock.h"
 #include "coordinator/coord_int.h"
 
 typedef struct tctx {
@@ -24,6 +24,7 @@ typedef struct tctx {
     int flushes;       /* hooks.flush calls */
     char moved[4][64]; /* hooks.moved: "job state error" */
     int n_moved;
+    coord_worker w[2]; /* a registry the test installs (register_two) */
 } tctx;
 
 static tctx *the; /* the hooks find their test through it (one test at a time) */
@@ -69,6 +70,10 @@ static int teardown(void **state)
     tctx *t = *state;
     char cmd[128];
 
+    if (t->c->workers == t->w) { /* the test's registry, also after a failed assertion */
+        t->c->workers = NULL;
+        t->c->n_workers = 0;
+    }
     mt_coord_free(t->c);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->dir);
     if (system(cmd) != 0)
@@ -199,37 +204,87 @@ static void test_coord_state_restart_limit(void **state)
     mt_store_job_fini(&rec);
 }
 
-/* A worker of the job that has not heartbeated within 3 intervals + 1 s is the silent one. */
-static void test_coord_state_silent_worker(void **state)
+/* Two workers, wa and wb, in the registry (t->w; teardown takes them out again). */
+static coord_worker *register_two(tctx *t)
+{
+    coord_worker *w = t->w;
+
+    memset(w, 0, 2 * sizeof(*w));
+    snprintf(w[0].rec.worker_id, sizeof(w[0].rec.worker_id), "wa");
+    snprintf(w[1].rec.worker_id, sizeof(w[1].rec.worker_id), "wb");
+    snprintf(w[1].rec.instance_id, sizeof(w[1].rec.instance_id), "i-b");
+    coord_worker_set_state(&w[0], COORD_WORKER_ALIVE);
+    coord_worker_set_state(&w[1], COORD_WORKER_ALIVE);
+    t->c->workers = w;
+    t->c->n_workers = 2;
+    return w;
+}
+
+/* Tasks on the workers named (a placed job has one per worker of its placement). */
+static void give_tasks(coord_job *j, const char *a, const char *b)
+{
+    j->tasks = mt_calloc(2, sizeof(*j->tasks));
+    assert_non_null(j->tasks);
+    j->n_tasks = b != NULL ? 2 : 1;
+    snprintf(j->tasks[0].worker_id, sizeof(j->tasks[0].worker_id), "%s", a);
+    if (b != NULL)
+        snprintf(j->tasks[1].worker_id, sizeof(j->tasks[1].worker_id), "%s", b);
+}
+
+/* The scheduling core's view of a job's workers: those the registry knows, with their state,
+ * last heartbeat and process instance. */
+static void test_coord_state_job_worker_views(void **state)
 {
     tctx *t = *state;
     coord_job *j = add_job(t, 3);
-    int64_t now = mt_clock_mono_ms();
-    coord_worker w[2];
+    coord_sched_worker v[3];
+    coord_worker *w = register_two(t);
 
-    memset(w, 0, sizeof(w));
-    snprintf(w[0].rec.worker_id, sizeof(w[0].rec.worker_id), "wa");
-    snprintf(w[1].rec.worker_id, sizeof(w[1].rec.worker_id), "wb");
-    coord_worker_set_state(&w[0], COORD_WORKER_ALIVE);
-    coord_worker_set_state(&w[1], COORD_WORKER_ALIVE);
-    assert_string_equal(w[1].rec.state, "alive");
-    w[0].last_seen_mono_ms = now;
-    w[1].last_seen_mono_ms = now - COORD_STALL_FRESH_MS(200) - 1;
-    t->c->workers = w;
-    t->c->n_workers = 2;
-    j->tasks = mt_calloc(2, sizeof(*j->tasks));
-    assert_non_null(j->tasks);
-    j->n_tasks = 2;
-    snprintf(j->tasks[0].worker_id, sizeof(j->tasks[0].worker_id), "wa");
-    snprintf(j->tasks[1].worker_id, sizeof(j->tasks[1].worker_id), "wb");
+    w[1].last_seen_mono_ms = 1234;
+    give_tasks(j, "wb", "wc"); /* wc: not registered */
     assert_ptr_equal(coord_worker_find(t->c, "wb"), &w[1]);
     assert_null(coord_worker_find(t->c, "wc"));
-    assert_ptr_equal(coord_job_silent_worker(t->c, j, NULL, now), &w[1]);
-    assert_null(coord_job_silent_worker(t->c, j, "wb", now)); /* wb itself excluded */
-    w[1].last_seen_mono_ms = now;
-    assert_null(coord_job_silent_worker(t->c, j, NULL, now));
-    t->c->workers = NULL; /* the registry's array is the test's */
-    t->c->n_workers = 0;
+    assert_ptr_equal(coord_job_task(j, "wc"), &j->tasks[1]);
+    assert_null(coord_job_task(j, "wa"));
+    assert_int_equal(coord_job_worker_views(t->c, j, v), 1);
+    assert_string_equal(v[0].id, "wb");
+    assert_string_equal(v[0].instance, "i-b");
+    assert_int_equal(v[0].state, COORD_WORKER_ALIVE);
+    assert_int_equal(v[0].last_seen_ms, 1234);
+}
+
+/* A worker's tasks die with it: every placed job with a task there restarts ("worker W why"),
+ * FAILED at the limit; a job not placed, or placed elsewhere, is left alone. */
+static void test_coord_state_lost_worker_restarts_its_jobs(void **state)
+{
+    tctx *t = *state;
+    coord_job *last = add_job(t, 0), *on_b = add_job(t, 3), *on_a = add_job(t, 3);
+    coord_job *queued = add_job(t, 3);
+    char id_last[32], st[16], diag[256];
+    coord_worker *w = register_two(t);
+
+    snprintf(id_last, sizeof(id_last), "%s", last->job_id);
+    assert_int_equal(coord_job_move(t->c, last, MT_JOBSTATE_SCHEDULED, "placed"), MT_OK);
+    assert_int_equal(coord_job_move(t->c, last, MT_JOBSTATE_RUNNING, "started"), MT_OK);
+    assert_int_equal(coord_job_move(t->c, on_b, MT_JOBSTATE_SCHEDULED, "placed"), MT_OK);
+    assert_int_equal(coord_job_move(t->c, on_a, MT_JOBSTATE_SCHEDULED, "placed"), MT_OK);
+    give_tasks(last, "wb", NULL);
+    give_tasks(on_b, "wa", "wb");
+    give_tasks(on_a, "wa", NULL);
+    t->c->sched_dirty = 0;
+
+    coord_worker_lose(t->c, w[1].rec.worker_id, "restarted (its tasks are gone)");
+    assert_null(coord_job_find(t->c, id_last)); /* no restarts left: FAILED, removed */
+    stored(t, id_last, st, diag);
+    assert_string_equal(st, "FAILED");
+    /* the job behind the removed one is not skipped */
+    assert_int_equal(on_b->state, MT_JOBSTATE_RESTARTING);
+    assert_string_equal(on_b->reason, "worker wb restarted (its tasks are gone)");
+    assert_int_equal(on_b->n_tasks, 0); /* released */
+    assert_int_equal(on_a->state, MT_JOBSTATE_SCHEDULED);
+    assert_int_equal(queued->state, MT_JOBSTATE_QUEUED);
+    assert_int_equal(t->c->n_jobs, 3);
+    assert_true(t->c->sched_dirty);
 }
 
 int main(void)
@@ -239,7 +294,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_coord_state_transitions_diagnosis_and_hooks, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_coord_state_restart_limit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_coord_state_silent_worker, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_coord_state_job_worker_views, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_coord_state_lost_worker_restarts_its_jobs, setup,
+                                        teardown),
     };
     return MT_RUN_TESTS(tests);
 }

@@ -317,8 +317,10 @@ static void test_jobspec_absolute_paths(void **state)
 /* "restart.collective_deadline_ms": the job's collective deadline, 100 ms .. 1 h. */
 /* "reproducibility": the modes, a near miss, the batch dimensions mesh_invariant accepts (batch
  * 100: 4 leaves of 25, so 1, 2, 4 keep the bits), dense kernels split over a model dimension (2
- * keeps the bits; 16 does not divide the 8 leaves of 64 units), and what it does not run yet (a
- * layer kind without leaf kernels: layer_norm) named as UNIMPLEMENTED. */
+ * keeps the bits; 16 does not divide the 8 leaves of 64 units), global_clipnorm with split
+ * weights, and elastic ranges (every replica count they allow that divides the batch must keep
+ * the bits); every layer kind runs (layer_norm), a dense layer tied_to an embedding does not yet
+ * (UNIMPLEMENTED). */
 static void test_jobspec_reproducibility(void **state)
 {
     static const struct {
@@ -354,9 +356,16 @@ static void test_jobspec_reproducibility(void **state)
         {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 2, \"model\": 2}, "
          "\"optimizer\": {\"name\": \"adam\", \"global_clipnorm\": 1.0}, "
          "\"layouts\": {\"dense_1\\\\.kernel\": [\"unsharded\", \"model\"]}",
-         MT_UNIMPLEMENTED,
-         "optimizer.global_clipnorm: reproducibility: \"mesh_invariant\" does not clip weights "
-         "sharded over a mesh dimension yet ('dense_1.kernel' is split over 'model')"},
+         MT_OK, ""},
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 4}, "
+         "\"elastic\": {\"min_batch\": 1, \"max_batch\": 4}",
+         MT_OK, ""},
+        {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 4}, "
+         "\"elastic\": {\"min_batch\": 2, \"max_batch\": 5}",
+         MT_INVALID_ARGUMENT,
+         "elastic: reproducibility: \"mesh_invariant\" needs every replica count the job may "
+         "resume on (those in [2, 5] dividing batch_size 100) to keep the bits; 5 does not (sizes "
+         "that keep the bits: 1, 2, 4)"},
         {", \"reproducibility\": \"mesh_invariant\", \"mesh\": {\"batch\": 4}, "
          "\"optimizer\": {\"name\": \"adam\", \"global_clipnorm\": 1.0}",
          MT_OK, ""},
@@ -382,11 +391,16 @@ static void test_jobspec_reproducibility(void **state)
         const char *ln = "{\"batch_size\": 32, \"reproducibility\": \"mesh_invariant\", \"model\": "
                          "{\"input_shape\": [28, 28, 1], \"layers\": [{\"type\": \"flatten\"}, "
                          "{\"type\": \"layer_norm\"}, {\"type\": \"dense\", \"units\": 10}]}}";
-        assert_int_equal(mt_jobspec_validate(ln, strlen(ln), &s, &err), MT_UNIMPLEMENTED);
-        assert_string_equal(err.msg, "model.layers[1] (layer_norm_1): reproducibility: "
-                                     "\"mesh_invariant\" does not run this layer kind yet (done: "
-                                     "dense, conv2d, max_pool2d, global_average_pooling2d, "
-                                     "batch_norm, dropout, flatten, activation, add, concatenate)");
+        const char *tied = "{\"batch_size\": 32, \"reproducibility\": \"mesh_invariant\", "
+                           "\"model\": {\"input_shape\": [1], \"layers\": [{\"type\": "
+                           "\"embedding\", \"input_dim\": 10, \"output_dim\": 4, \"name\": "
+                           "\"tok\"}, {\"type\": \"dense\", \"units\": 10, \"tied_to\": "
+                           "\"tok\", \"name\": \"head\"}]}}";
+        assert_int_equal(mt_jobspec_validate(ln, strlen(ln), &s, &err), MT_OK);
+        assert_int_equal(mt_jobspec_validate(tied, strlen(tied), &s, &err), MT_UNIMPLEMENTED);
+        assert_string_equal(err.msg, "model.layers[1] (head): reproducibility: \"mesh_invariant\" "
+                                     "does not run a dense layer tied_to an embedding yet (its "
+                                     "gradient and the embedding's would have to meet per leaf)");
     }
 }
 

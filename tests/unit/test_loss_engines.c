@@ -256,6 +256,66 @@ static void test_loss_engines_batch_split_invariance(void **state)
     set_free(&d);
 }
 
+/* mesh_invariant: the evaluation sums of a full global batch and of a short one (5 examples),
+ * before and after 3 training steps, and the steps' losses, on the spec's mesh. */
+static void inv_sums(const char *json, const set *d, double sums[4][MT_LOSS_NSUMS], double *loss)
+{
+    size_t shape[3] = {H, W, C};
+    mt_job_spec *spec = NULL;
+    mt_spmd_config cfg;
+    mt_spmd *s = NULL;
+    mt_err err = MT_ERR_INIT;
+
+    memset(sums, 0, 4 * sizeof(sums[0]));
+    assert_int_equal(mt_job_spec_parse(json, strlen(json), &spec, &err), MT_OK);
+    assert_int_equal(mt_spmd_config_parse(json, strlen(json), &cfg, &err), MT_OK);
+    if (mt_spmd_new(spec, cfg.mesh, cfg.layouts, 3, shape, GB, NULL, &s, &err) != MT_OK)
+        fail_msg("mt_spmd_new: %s", err.msg);
+    for (int k = 0; k < 3; k++) {
+        size_t first = (size_t)k * GB;
+        mt_step_metrics m;
+        if (k == 0 && (mt_spmd_evaluate_sums(s, d->x, d->y, NULL, GB, sums[0], NULL, &err) ||
+                       mt_spmd_evaluate_sums(s, d->x, d->y, NULL, 5, sums[1], NULL, &err)))
+            fail_msg("evaluate: %s", err.msg);
+        if (mt_spmd_step(s, d->x + first * d->dim, d->y + first * d->ydim, GB, (uint64_t)k, first,
+                         &m, &err) != MT_OK)
+            fail_msg("step %d: %s", k, err.msg);
+        loss[k] = m.loss;
+    }
+    assert_int_equal(mt_spmd_evaluate_sums(s, d->x, d->y, NULL, GB, sums[2], NULL, &err), MT_OK);
+    assert_int_equal(mt_spmd_evaluate_sums(s, d->x, d->y, NULL, 5, sums[3], NULL, &err), MT_OK);
+    mt_spmd_free(s);
+    mt_spmd_config_fini(&cfg);
+    mt_job_spec_free(spec);
+}
+
+/* "reproducibility": "mesh_invariant" (docs/reproducibility.md): the training losses and the
+ * evaluation's sums (a full and a short chunk, before and after 3 steps) are the same doubles on
+ * batch=1, batch=4 and batch=2,model=2 with the first conv's filters over model. */
+static void test_loss_engines_mesh_invariant_eval(void **state)
+{
+#define INV ",\"reproducibility\":\"mesh_invariant\""
+    static const char *const meshes[] = {
+        PIXEL_SPEC(INV ",\"mesh\":{\"batch\":4}"),
+        PIXEL_SPEC(INV ",\"mesh\":{\"batch\":2,\"model\":2},\"layouts\":{\"conv2d_1\\\\.kernel\":"
+                       "[\"unsharded\",\"unsharded\",\"unsharded\",\"model\"]}")};
+    const char *one = PIXEL_SPEC(INV ",\"mesh\":{\"batch\":1}");
+#undef INV
+    set d = pixel_set();
+    double want[4][MT_LOSS_NSUMS], got[4][MT_LOSS_NSUMS], wl[3], gl[3];
+    (void)state;
+    inv_sums(one, &d, want, wl);
+    for (size_t i = 0; i < sizeof(meshes) / sizeof(meshes[0]); i++) {
+        inv_sums(meshes[i], &d, got, gl);
+        if (memcmp(got, want, sizeof(want)) != 0)
+            fail_msg("mesh %zu: evaluation sums differ from one device (loss %.17g vs %.17g)", i,
+                     got[2][MT_LOSS_SUM_LOSS], want[2][MT_LOSS_SUM_LOSS]);
+        if (memcmp(gl, wl, sizeof(wl)) != 0)
+            fail_msg("mesh %zu: training losses differ from one device", i);
+    }
+    set_free(&d);
+}
+
 /* Regression and binary heads on float targets: mse, mae and binary cross-entropy train on the
  * mesh to the weights of one device. */
 static void test_loss_engines_float_targets_mesh_equals_one_device(void **state)
@@ -343,6 +403,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_loss_engines_per_pixel_mesh_equals_one_device, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_loss_engines_batch_split_invariance, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_loss_engines_mesh_invariant_eval, setup, teardown),
         cmocka_unit_test(test_loss_engines_float_targets_mesh_equals_one_device),
         cmocka_unit_test(test_loss_engines_refuse_unfit_data),
     };

@@ -10,6 +10,8 @@
  */
 #include "mt_test.h"
 
+#include <float.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +59,25 @@ static void test_repro_sizes_that_keep_the_bits(void **state)
     assert_int_equal(mt_repro_check_mesh(6, 4, &err), MT_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "size (4) to be a power of two dividing the 2 leaves of "
                                     "batch_size 6 (sizes that keep the bits: 1, 2;"));
+}
+
+/* An elastic range is valid iff every replica count in it that divides the batch keeps the bits. */
+static void test_repro_elastic_sizes(void **state)
+{
+    mt_err err = {0};
+    (void)state;
+    assert_int_equal(mt_repro_check_elastic(64, 2, 4, &err), MT_OK);
+    assert_int_equal(mt_repro_check_elastic(64, 1, 8, &err), MT_OK); /* 3, 5, 6, 7 never used */
+    assert_int_equal(mt_repro_check_elastic(64, 2, 65536, &err), MT_INVALID_ARGUMENT);
+    assert_string_equal(err.msg,
+                        "elastic: reproducibility: \"mesh_invariant\" needs every replica count "
+                        "the job may resume on (those in [2, 65536] dividing batch_size 64) to "
+                        "keep the bits; 16, 32, 64 do not (sizes that keep the bits: 1, 2, 4, 8): "
+                        "narrow min_batch and max_batch to them");
+    assert_int_equal(mt_repro_check_elastic(48, 2, 6, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "; 3, 6 do not (sizes that keep the bits: 1, 2, 4, 8)"));
+    assert_int_equal(mt_repro_check_elastic(12, 3, 3, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "; 3 does not (sizes that keep the bits: 1, 2, 4)"));
 }
 
 static void test_repro_leaf_ranges(void **state)
@@ -644,70 +665,147 @@ static void test_repro_bn_same_bits_on_every_mesh(void **state)
     }
 }
 
-/* conv2d 8x8x3 -> 3x3 same -> 4 filters on p devices: y, dx, dw, db concatenated. */
-static float *conv_on_mesh(size_t batch, size_t n, int p, const float *x, const float *w,
-                           const float *b, const float *dy)
+/*
+ * conv2d 8x8x4 -> 3x3 same -> 8 filters on p batch devices x fo devices splitting the filters x fi
+ * devices splitting the input channels: y, dx, dw, db concatenated. Device (d, j, q) holds batch
+ * block d, filters [j*8/fo, (j+1)*8/fo) and channels [q*4/fi, (q+1)*4/fi) of x and the kernel. The
+ * fi partial outputs are summed in the allreduce's order and the bias added after; the fo partial
+ * dcols of a (batch, channel) block are summed before col2im; the p dw / db subtrees of a
+ * (filter, channel) block are summed likewise.
+ */
+#define CF 8
+#define CC 4
+static float *conv_on_mesh(size_t batch, size_t n, int p, int fo, int fi, const float *x,
+                           const float *w, const float *b, const float *dy)
 {
+    const size_t px = 8 * 8, xs = px * CC, fl = CF / (size_t)fo, cq = CC / (size_t)fi;
+    const size_t k = 3 * 3 * cq, ys = px * CF, nw = 3 * 3 * CC * CF;
     const mt_conv2d_geom g0 = {
-        .batch = 1, .h = 8, .w = 8, .c = 3, .kh = 3, .kw = 3, .f = 4, .same = true};
-    const size_t xs = 8 * 8 * 3, ys = 8 * 8 * 4, nw = 3 * 3 * 3 * 4, cs = mt_conv2d_cols_size(&g0);
-    int own = mt_repro_leaves(batch) / p;
+        .batch = 1, .h = 8, .w = 8, .c = cq, .kh = 3, .kw = 3, .f = fl, .same = true};
+    const size_t cs = mt_conv2d_cols_size(&g0);
+    int own = mt_repro_leaves(batch) / p, lc = mt_repro_leaves(CC) / fi;
     size_t r = batch / (size_t)mt_repro_leaves(batch);
-    float *out = calloc(n * ys + n * xs + nw + 4, sizeof(float)), *y = out, *dx = out + n * ys;
-    float *subw[L] = {0}, *subb[L] = {0};
+    float *out = calloc(n * ys + n * xs + nw + CF, sizeof(float)), *y = out, *dx = out + n * ys;
+    float *dw = dx + n * xs, *db = dw + nw;
+    float *wj = calloc(k * fl, sizeof(float)), *scr = calloc(k * fl, sizeof(float));
+    float *subw[L][L][L] = {{{0}}}, *subb[L][L] = {{0}}; /* [filters][channels][batch] */
     mt_repro_acc aw, ab;
     mt_err err = MT_ERR_INIT;
 
-    assert_int_equal(mt_repro_acc_init(&aw, own, nw, &err), MT_OK);
-    assert_int_equal(mt_repro_acc_init(&ab, own, 4, &err), MT_OK);
+    assert_int_equal(mt_repro_acc_init(&aw, own, k * fl, &err), MT_OK);
+    assert_int_equal(mt_repro_acc_init(&ab, own, fl, &err), MT_OK);
     for (int d = 0; d < p; d++) {
-        size_t s0, rows;
+        size_t s0, rows, m;
         mt_conv2d_geom g = g0;
         device_block(batch, n, p, d, &s0, &rows);
         g.batch = rows;
-        float *cols = calloc(rows * cs + 1, sizeof(float)),
-              *dcols = calloc(rows * cs + 1, sizeof(float));
-        subw[d] = calloc(nw, sizeof(float));
-        subb[d] = calloc(4, sizeof(float));
-        mt_repro_conv2d_forward(y + s0 * ys, cols, x + s0 * xs, w, b, &g, r, own);
-        mt_repro_conv2d_backward(dx + s0 * xs, subw[d], subb[d], dcols, dy + s0 * ys, cols, w, &g,
-                                 r, own, &aw, &ab);
+        m = rows * px;
+        float *cols = calloc(rows * cs + 1, sizeof(float)), *xq = calloc(m * cq + 1, sizeof(float));
+        float *yj = calloc(m * fl + 1, sizeof(float)), *dyj = calloc(m * fl + 1, sizeof(float));
+        float *ysub[L] = {0}, *dsub[L][L] = {{0}};
+        float *sum = calloc(m * CF + rows * cs + 1, sizeof(float));
+        for (int q = 0; q < fi; q++) {
+            for (size_t i = 0; i < m; i++)
+                memcpy(xq + i * cq, x + (s0 * px + i) * CC + (size_t)q * cq, cq * sizeof(float));
+            for (int j = 0; j < fo; j++) {
+                for (size_t t = 0; t < 9; t++)
+                    for (size_t ci = 0; ci < cq; ci++)
+                        memcpy(wj + (t * cq + ci) * fl, w + (t * CC + q * cq + ci) * CF + j * fl,
+                               fl * sizeof(float));
+                for (size_t i = 0; i < m; i++)
+                    memcpy(dyj + i * fl, dy + (s0 * px + i) * CF + (size_t)j * fl,
+                           fl * sizeof(float));
+                dsub[q][j] = calloc(rows * cs + 1, sizeof(float));
+                subw[j][q][d] = calloc(k * fl, sizeof(float));
+                subb[j][d] = subb[j][d] != NULL ? subb[j][d] : calloc(fl, sizeof(float));
+                mt_repro_conv2d_forward(yj, cols, scr, xq, wj, fi == 1 ? b + j * fl : NULL, &g, lc);
+                mt_repro_conv2d_backward(dsub[q][j], subw[j][q][d], q == 0 ? subb[j][d] : NULL, scr,
+                                         dyj, cols, wj, &g, lc, r, own, mt_repro_leaves(CF) / fo,
+                                         &aw, &ab);
+                if (fi > 1) { /* the channel split's partial y: summed over q below */
+                    if (ysub[q] == NULL)
+                        ysub[q] = calloc(m * CF + 1, sizeof(float));
+                    memcpy(ysub[q] + (size_t)j * m * fl, yj, m * fl * sizeof(float));
+                }
+                for (size_t i = 0; fi == 1 && i < m; i++)
+                    memcpy(y + (s0 * px + i) * CF + (size_t)j * fl, yj + i * fl,
+                           fl * sizeof(float));
+            }
+            allreduce_free(dsub[q], fo, rows * cs, sum); /* the filter split's dcols, summed */
+            mt_repro_conv2d_col2im(xq, sum, &g, lc);
+            for (size_t i = 0; i < m; i++)
+                memcpy(dx + (s0 * px + i) * CC + (size_t)q * cq, xq + i * cq, cq * sizeof(float));
+        }
+        if (fi > 1) {
+            allreduce_free(ysub, fi, (size_t)fo * m * fl, sum);
+            for (int j = 0; j < fo; j++)
+                for (size_t i = 0; i < m; i++)
+                    for (size_t e = 0; e < fl; e++)
+                        y[(s0 * px + i) * CF + (size_t)j * fl + e] =
+                            sum[((size_t)j * m + i) * fl + e] + b[(size_t)j * fl + e];
+        }
         free(cols);
-        free(dcols);
+        free(xq);
+        free(yj);
+        free(dyj);
+        free(sum);
     }
-    allreduce_free(subw, p, nw, dx + n * xs);
-    allreduce_free(subb, p, 4, dx + n * xs + nw);
+    for (int j = 0; j < fo; j++) {
+        float *ws = calloc(k * fl, sizeof(float)), *bs = calloc(fl, sizeof(float));
+        for (int q = 0; q < fi; q++) {
+            allreduce_free(subw[j][q], p, k * fl, ws);
+            for (size_t t = 0; t < 9; t++)
+                for (size_t ci = 0; ci < cq; ci++)
+                    memcpy(dw + (t * CC + q * cq + ci) * CF + j * fl, ws + (t * cq + ci) * fl,
+                           fl * sizeof(float));
+        }
+        allreduce_free(subb[j], p, fl, bs);
+        memcpy(db + (size_t)j * fl, bs, fl * sizeof(float));
+        free(ws);
+        free(bs);
+    }
+    free(wj);
+    free(scr);
     mt_repro_acc_free(&aw);
     mt_repro_acc_free(&ab);
     return out;
 }
 
-/* conv2d's leaf kernels give the same bits on 1, 2, 4, 8 devices (full and short batches). */
+/* conv2d's leaf kernels give the same bits on 1, 2, 4, 8 batch devices times 1, 2, 4, 8 devices
+ * splitting the filters, or times 2, 4 devices splitting the input channels (with 1, 2 splitting
+ * the filters), for full and short batches. */
 static void test_repro_conv2d_same_bits_on_every_mesh(void **state)
 {
     static const size_t cases[][2] = {{16, 16}, {16, 5}, {8, 8}};
-    const size_t xs = 8 * 8 * 3, ys = 8 * 8 * 4, nw = 3 * 3 * 3 * 4;
+    static const int splits[][2] = {{2, 1}, {4, 1}, {8, 1}, {1, 2}, {1, 4}, {2, 2}, {2, 4}};
+    const size_t xs = 8 * 8 * CC, ys = 8 * 8 * CF, nw = 3 * 3 * CC * CF;
     (void)state;
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
-        size_t batch = cases[ci][0], n = cases[ci][1], total = n * ys + n * xs + nw + 4;
+        size_t batch = cases[ci][0], n = cases[ci][1], total = n * ys + n * xs + nw + CF;
         float *x = calloc(n * xs, sizeof(float)), *w = calloc(nw, sizeof(float));
-        float *b = calloc(4, sizeof(float)), *dy = calloc(n * ys, sizeof(float));
+        float *b = calloc(CF, sizeof(float)), *dy = calloc(n * ys, sizeof(float));
         for (size_t i = 0; i < n * xs; i++)
             x[i] = ct_val(12, i, ci);
         for (size_t i = 0; i < nw; i++)
             w[i] = ct_val(13, i, ci);
-        for (size_t i = 0; i < 4; i++)
+        for (size_t i = 0; i < CF; i++)
             b[i] = ct_val(14, i, ci);
         for (size_t i = 0; i < n * ys; i++)
             dy[i] = ct_val(15, i, ci);
-        float *one = conv_on_mesh(batch, n, 1, x, w, b, dy);
-        for (int p = 2; p <= L; p *= 2) {
-            float *got = conv_on_mesh(batch, n, p, x, w, b, dy);
-            if (memcmp(got, one, total * sizeof(float)) != 0)
-                fail_msg("batch %zu (%zu present), %d devices: other bits than one device", batch,
-                         n, p);
-            free(got);
-        }
+        float *one = conv_on_mesh(batch, n, 1, 1, 1, x, w, b, dy);
+        for (int p = 1; p <= L; p *= 2)
+            for (size_t si = 0; si <= sizeof(splits) / sizeof(splits[0]); si++) {
+                int fo = si == 0 ? 1 : splits[si - 1][0], fi = si == 0 ? 1 : splits[si - 1][1];
+                float *got;
+                if (p == 1 && si == 0)
+                    continue;
+                got = conv_on_mesh(batch, n, p, fo, fi, x, w, b, dy);
+                if (memcmp(got, one, total * sizeof(float)) != 0)
+                    fail_msg("batch %zu (%zu present), %d x %d filters x %d channels devices: "
+                             "other bits than one device",
+                             batch, n, p, fo, fi);
+                free(got);
+            }
         free(one);
         free(x);
         free(w);
@@ -716,11 +814,193 @@ static void test_repro_conv2d_same_bits_on_every_mesh(void **state)
     }
 }
 
+/* float bits, for values a literal cannot spell */
+static float fbits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/* The exact sum of squares of a vector's pieces on p devices, packed, allreduced, unpacked. */
+static double sumsq_on(const float *x, size_t n, int p, bool interleaved)
+{
+    float *sub[L] = {0}, out[MT_REPRO_SUMSQ_FLOATS];
+    for (int d = 0; d < p; d++) {
+        mt_repro_sumsq sq;
+        mt_repro_sumsq_init(&sq);
+        if (interleaved) /* every p-th element, one at a time, backwards */
+            for (size_t i = n; i-- > 0;) {
+                if (i % (size_t)p == (size_t)d)
+                    mt_repro_sumsq_add(&sq, x + i, 1);
+            }
+        else
+            mt_repro_sumsq_add(&sq, x + n * (size_t)d / (size_t)p,
+                               n * (size_t)(d + 1) / (size_t)p - n * (size_t)d / (size_t)p);
+        sub[d] = calloc(MT_REPRO_SUMSQ_FLOATS, sizeof(float));
+        mt_repro_sumsq_pack(&sq, sub[d]);
+    }
+    allreduce_free(sub, p, MT_REPRO_SUMSQ_FLOATS, out);
+    return mt_repro_sumsq_unpack(out);
+}
+
+/*
+ * global_clipnorm's sum of squares is exact, so it is the same double on any split and order of
+ * the elements (1, 2, 4, 8 devices; blocks and interleaved elements), also over 65535-element
+ * bins; known values: 3^2 + 4^2, the smallest subnormal, FLT_MAX, NaN and infinity.
+ */
+static void test_repro_sumsq_exact_any_split(void **state)
+{
+    const size_t n = 200003;
+    float *x = calloc(n, sizeof(float)), one;
+    long double ref = 0.0L;
+    double want;
+    (void)state;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = ct_val(16, i, 3) * ldexpf(1.0f, (int)(i % 61) - 30);
+        if (i % 1001 == 0)
+            x[i] = fbits((uint32_t)(i % 5000) + 1u); /* subnormals */
+        ref += (long double)x[i] * x[i];
+    }
+    want = sumsq_on(x, n, 1, false);
+    if (fabsl((long double)want - ref) > 1e-13L * ref)
+        fail_msg("sum of squares %.17g, long double %.17Lg", want, ref);
+    for (int p = 1; p <= L; p *= 2)
+        for (int il = 0; il < 2; il++)
+            if (sumsq_on(x, n, p, il != 0) != want)
+                fail_msg("%d devices (%s): %.17g, one device %.17g", p,
+                         il ? "interleaved" : "blocks", sumsq_on(x, n, p, il != 0), want);
+    x[0] = 3.0f;
+    x[1] = -4.0f;
+    assert_true(sumsq_on(x, 2, 1, false) == 25.0);
+    x[0] = fbits(1u);
+    assert_true(sumsq_on(x, 1, 1, false) == ldexp(1.0, -298));
+    x[0] = FLT_MAX;
+    assert_true(sumsq_on(x, 1, 1, false) == (double)FLT_MAX * (double)FLT_MAX);
+    x[1] = INFINITY;
+    assert_true(isinf(sumsq_on(x, 2, 2, false)));
+    x[0] = NAN;
+    assert_true(isnan(sumsq_on(x, 2, 2, true)));
+    one = 0.0f;
+    assert_true(sumsq_on(&one, 1, 1, false) == 0.0);
+    free(x);
+}
+
+/* embedding's and position_embedding's table gradients (T = 5 positions, 6 features, a
+ * vocabulary of 7) on p devices: the device subtrees summed in the allreduce's order. */
+static float *emb_on_mesh(size_t batch, size_t n, int p, const float *ids, const float *dy)
+{
+    const size_t t = 5, c = 6, v = 7;
+    int own = mt_repro_leaves(batch) / p;
+    size_t r = batch / (size_t)mt_repro_leaves(batch);
+    float *out = calloc(v * c + t * c, sizeof(float)), *sube[L] = {0}, *subp[L] = {0};
+    mt_repro_acc a;
+    mt_err err = MT_ERR_INIT;
+
+    assert_int_equal(mt_repro_acc_init(&a, own, v * c, &err), MT_OK);
+    for (int d = 0; d < p; d++) {
+        size_t s0, rows;
+        device_block(batch, n, p, d, &s0, &rows);
+        sube[d] = calloc(v * c, sizeof(float));
+        subp[d] = calloc(t * c, sizeof(float));
+        mt_repro_embedding_grad(sube[d], ids + s0 * t, dy + s0 * t * c, rows * t, r * t, own, 0, v,
+                                c, &a);
+        mt_repro_bn_sum(subp[d], dy + s0 * t * c, rows, r, own, t * c, &a);
+    }
+    allreduce_free(sube, p, v * c, out);
+    allreduce_free(subp, p, t * c, out + v * c);
+    mt_repro_acc_free(&a);
+    return out;
+}
+
+/* The embedding and position embedding gradients give the same bits on 1, 2, 4, 8 devices (full
+ * and short batches), and a device holding table rows [3, 7) gets those rows' bits. */
+static void test_repro_embedding_same_bits_on_every_mesh(void **state)
+{
+    static const size_t cases[][2] = {{16, 16}, {16, 5}, {8, 8}};
+    const size_t t = 5, c = 6, v = 7;
+    (void)state;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        size_t batch = cases[ci][0], n = cases[ci][1], total = v * c + t * c;
+        float *ids = calloc(n * t, sizeof(float)), *dy = calloc(n * t * c, sizeof(float));
+        float *part = calloc(4 * c, sizeof(float)), *one;
+        mt_repro_acc a;
+        mt_err err = MT_ERR_INIT;
+        for (size_t i = 0; i < n * t; i++)
+            ids[i] = (float)((i * 5 + ci) % v);
+        for (size_t i = 0; i < n * t * c; i++)
+            dy[i] = ct_val(17, i, ci);
+        one = emb_on_mesh(batch, n, 1, ids, dy);
+        for (int p = 2; p <= L; p *= 2) {
+            float *got = emb_on_mesh(batch, n, p, ids, dy);
+            if (memcmp(got, one, total * sizeof(float)) != 0)
+                fail_msg("batch %zu (%zu present), %d devices: other bits than one device", batch,
+                         n, p);
+            free(got);
+        }
+        assert_int_equal(mt_repro_acc_init(&a, L, 4 * c, &err), MT_OK);
+        mt_repro_embedding_grad(part, ids, dy, n * t, batch / L * t, L, 3, 4, c, &a);
+        assert_memory_equal(part, one + 3 * c, 4 * c * sizeof(float));
+        mt_repro_acc_free(&a);
+        free(one);
+        free(part);
+        free(ids);
+        free(dy);
+    }
+}
+
+/* layer_norm's row sums (rows of 48 features: 8 K-leaves of 6) on f = 1, 2, 4, 8 devices each
+ * holding a block of the features, summed in the allreduce's order: the same bits, for the sum,
+ * the squared deviations and the backward's pair of sums. */
+static void test_repro_row_sums_any_feature_split(void **state)
+{
+    const size_t rows = 7, c = 48;
+    float *x = calloc(rows * c, sizeof(float)), *h = calloc(rows * c, sizeof(float));
+    float *w = calloc(c, sizeof(float)), mean[7], want[4][7], got[4][7];
+    (void)state;
+    for (size_t i = 0; i < rows * c; i++) {
+        x[i] = ct_val(18, i, 1);
+        h[i] = ct_val(19, i, 1);
+    }
+    for (size_t i = 0; i < c; i++)
+        w[i] = ct_val(20, i, 1);
+    for (size_t r = 0; r < rows; r++)
+        mean[r] = ct_val(21, r, 1);
+    for (int f = 1; f <= L; f *= 2) {
+        size_t cf = c / (size_t)f;
+        float *sub[4][L] = {{0}};
+        for (int d = 0; d < f; d++) {
+            float *xd = calloc(rows * cf, sizeof(float)), *hd = calloc(rows * cf, sizeof(float));
+            for (size_t r = 0; r < rows; r++) {
+                memcpy(xd + r * cf, x + r * c + (size_t)d * cf, cf * sizeof(float));
+                memcpy(hd + r * cf, h + r * c + (size_t)d * cf, cf * sizeof(float));
+            }
+            for (int m = 0; m < 4; m++)
+                sub[m][d] = calloc(rows, sizeof(float));
+            mt_repro_row_sums(sub[0][d], NULL, xd, NULL, NULL, NULL, rows, cf, L / f);
+            mt_repro_row_sums(sub[1][d], NULL, xd, mean, NULL, NULL, rows, cf, L / f);
+            mt_repro_row_sums(sub[2][d], sub[3][d], xd, NULL, w + (size_t)d * cf, hd, rows, cf,
+                              L / f);
+            free(xd);
+            free(hd);
+        }
+        for (int m = 0; m < 4; m++)
+            allreduce_free(sub[m], f, rows, f == 1 ? want[m] : got[m]);
+        if (f > 1 && memcmp(got, want, sizeof(want)) != 0)
+            fail_msg("features over %d devices: other row sums than one device", f);
+    }
+    free(x);
+    free(h);
+    free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_repro_leaves_of_a_batch),
         cmocka_unit_test(test_repro_sizes_that_keep_the_bits),
+        cmocka_unit_test(test_repro_elastic_sizes),
+        cmocka_unit_test(test_repro_sumsq_exact_any_split),
         cmocka_unit_test(test_repro_leaf_ranges),
         cmocka_unit_test(test_repro_tree_is_the_documented_order),
         cmocka_unit_test(test_repro_gemm_same_shape_any_offset),
@@ -732,6 +1012,8 @@ int main(void)
         cmocka_unit_test(test_repro_dense_model_split_same_bits),
         cmocka_unit_test(test_repro_bn_same_bits_on_every_mesh),
         cmocka_unit_test(test_repro_conv2d_same_bits_on_every_mesh),
+        cmocka_unit_test(test_repro_embedding_same_bits_on_every_mesh),
+        cmocka_unit_test(test_repro_row_sums_any_feature_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
