@@ -5,7 +5,8 @@
  *
  * The mask is keyed by (seed, step, layer index, GLOBAL example index) (mt_rng_dropout_mask),
  * so it is the same on every mesh. Sharding: features sharded over the input's dim stay so;
- * such a device draws the whole rows' masks and keeps its columns.
+ * such a device draws the whole rows' masks and keeps its columns. With rows split (sequence
+ * parallelism's positions, an image's height bands) it keeps its rows of the whole masks.
  * Reference: mt_dropout_forward_ref (core/tensor/mt_kernels_ref.c).
  */
 #include <string.h>
@@ -46,7 +47,7 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
     (void)dev;
     if (rc == MT_OK)
         rc = mt_layer_buf(a, l, &st->scr[MASK], b * l->in_loc, sizeof(uint8_t), err);
-    if (rc == MT_OK && (l->xf >= 0 || l->sdim >= 0))
+    if (rc == MT_OK && (l->xf >= 0 || l->sdim >= 0 || l->hx >= 0))
         rc = mt_layer_buf(a, l, &st->scr[FULLMASK], b * l->in_size, sizeof(uint8_t), err);
     return rc;
 }
@@ -62,19 +63,22 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
         st->out = (float *)st->in;
         return MT_OK;
     }
-    if (l->xf < 0 && l->sdim < 0) {
+    if (l->xf < 0 && l->sdim < 0 && l->hx < 0) {
         mt_rng_dropout_mask(mask, dev->seed, ps->step, (uint32_t)l->idx, ps->first, batch,
                             l->in_size, l->s.rate);
-    } else { /* the whole examples' masks, then this device's columns of its rows */
-        size_t cl = l->in_c / mt_layer__dsz(dev, l->xf), rl = l->in_rows;
+    } else { /* the whole examples' masks, then this device's columns of its rows: rows split
+                over sdim (positions) or hx (height bands: band k holds rows [k rl, (k+1) rl)) */
+        size_t cl = l->in_c / mt_layer__dsz(dev, l->xf);
+        size_t rl = l->hx >= 0 ? mt_layer__in_rows_loc(l, cl) : l->in_rows;
         size_t off = (size_t)dev->coord(dev->ctx, l->xf) * cl;
+        size_t r0 = (size_t)dev->coord(dev->ctx, l->hx) * rl; /* a band's first row */
         mt_rng_dropout_mask(full, dev->seed, ps->step, (uint32_t)l->idx, ps->first, batch,
                             l->in_size, l->s.rate);
         for (size_t e = 0; e < batch; e++)
             for (size_t r = 0; r < rl; r++) /* the mask's row at the local row's position */
                 memcpy(mask + (e * rl + r) * cl,
-                       full + e * l->in_size + mt_layer__position(l, dev, l->rin, rl, r) * l->in_c +
-                           off,
+                       full + e * l->in_size +
+                           (r0 + mt_layer__position(l, dev, l->rin, rl, r)) * l->in_c + off,
                        cl);
     }
     (ps->ref ? mt_dropout_forward_ref : mt_dropout_forward)(
@@ -106,6 +110,7 @@ const mt_layer_ops mt_layer_dropout_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = false,
+    .bands = true,
     .parse = parse,
     .plan = plan,
     .alloc = alloc,

@@ -7,7 +7,9 @@
  * Backward: the output gradient goes to every input (add), or each input gets its columns
  * (concatenate); the graph walk routes it (mt_layer_ops.concat_grads).
  * Sharding: an add needs its inputs sharded alike and keeps that sharding; a concatenate needs
- * every input whole on the last axis.
+ * every input whole on the last axis. Height bands (docs/spmd.md): an add of inputs split into
+ * the same bands sums band by band (element-wise, no communication; a residual block's add of
+ * its convolutions and its shortcut).
  */
 #include <cjson/cJSON.h>
 
@@ -86,6 +88,7 @@ const mt_layer_ops mt_layer_add_ops = {
     .min_inputs = 2,
     .max_inputs = MT_LAYER_MAX_INPUTS,
     .reads_input_only = true,
+    .bands = true,
     .parse = mt_layer__parse_none,
     .plan = plan,
     .alloc = alloc,

@@ -20,15 +20,24 @@
 
 #include "layers/layers_int.h"
 
-mt_code mt_layer__bands_input(const mt_layer *l, int hx, const mt_layer_planner *p, mt_err *err)
+mt_code mt_layer__bands_input(const mt_layer *l, int k, int hk, const mt_layer_planner *p,
+                              mt_err *err)
 {
-    if (l->ops->bands && l->s.n_inputs == 1)
+    if (k > 0 && hk != l->hx) /* a join (add) of a banded and a whole input, say */
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d] (%s): input %d is %s%s but input 0 is %s%s: the inputs "
+                          "of an %s must be split into the same height bands",
+                          l->idx, l->s.name, k, hk >= 0 ? "banded over " : "whole",
+                          hk >= 0 ? p->dim_name(p->ctx, hk) : "",
+                          l->hx >= 0 ? "banded over " : "whole",
+                          l->hx >= 0 ? p->dim_name(p->ctx, l->hx) : "", l->ops->type);
+    if (hk < 0 || l->ops->bands)
         return MT_OK;
     return mt_err_set(err, MT_INVALID_ARGUMENT,
                       "model.layers[%d] (%s): %s does not run on height bands: its input's height "
                       "is sharded over '%s' (input_layout[1]); make the bands whole first with a "
                       "flatten or global_average_pooling2d",
-                      l->idx, l->s.name, l->ops->type, p->dim_name(p->ctx, hx));
+                      l->idx, l->s.name, l->ops->type, p->dim_name(p->ctx, hk));
 }
 
 mt_code mt_layer__bands_check(const mt_layer *l, const mt_layer_planner *p, mt_err *err)

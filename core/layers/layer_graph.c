@@ -174,7 +174,7 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
         int q = l->s.inputs[k];
         const mt_layer *src = q == MT_LAYER_INPUT ? NULL : &planned[q];
         int hk = src != NULL ? src->ho : in_hx;
-        if (hk >= 0 && (rc = mt_layer__bands_input(l, hk, p, err)) != MT_OK)
+        if ((rc = mt_layer__bands_input(l, k, hk, p, err)) != MT_OK)
             return rc;
         if (k == 0)
             l->hx = hk;

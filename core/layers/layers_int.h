@@ -109,8 +109,10 @@ mt_code mt_layer__dx_finish(const mt_layer *l, mt_layer_state *st, const mt_laye
  * [k h, (k + 1) h) of every example, h = H / p (docs/spmd.md, "Images sharded on their height").
  */
 
-/* Input of layer l is banded over dim hx: INVALID_ARGUMENT unless its kind runs on bands. */
-mt_code mt_layer__bands_input(const mt_layer *l, int hx, const mt_layer_planner *p, mt_err *err);
+/* Input k of layer l is banded over dim hk (-1: whole; l->hx holds input 0's when k > 0):
+ * INVALID_ARGUMENT unless its kind runs on bands and every input of a join has the same bands. */
+mt_code mt_layer__bands_input(const mt_layer *l, int k, int hk, const mt_layer_planner *p,
+                              mt_err *err);
 
 /* After a band kind's plan: channel sharding with bands is refused, the output height must
  * divide by ho's size. INVALID_ARGUMENT naming the layer and the sizes. */

@@ -265,7 +265,16 @@ typedef struct mt_spmd_position {
     uint64_t step;           /* global steps done */
     uint64_t epoch;          /* 0-based epoch the next step belongs to */
     uint64_t input_position; /* examples of that epoch already consumed */
+    /* the run's validation bookkeeping (best value and step, early stopping's patience: core/
+       train's mt_train_val_text), or "": saved as the text tensor MT_SPMD_VAL_META (not model
+       state: the state root leaves it out), restored when the checkpoint has it, so a resumed
+       run keeps its best checkpoint and its patience */
+    char val[MT_TRAIN_VAL_TEXT];
 } mt_spmd_position;
+
+/* The checkpoint tensor of mt_spmd_position.val (MT_CKPT_META_PREFIX: exports copy it into their
+ * metadata as "meshtrain.validation"). */
+#define MT_SPMD_VAL_META "meta/meshtrain.validation"
 
 /*
  * Save a mesh-independent checkpoint at path: every parameter in its global shape assembled from

@@ -2336,14 +2336,33 @@ mt_code mt_spmd_set_meta(mt_spmd *s, const char *key, const char *text, mt_err *
     return MT_OK;
 }
 
-/* The text metadata tensor (mt_spmd_set_meta), when there is one. */
-static mt_code write_meta(const mt_spmd *s, mt_ckpt_writer *w, mt_err *err)
+/* The text metadata tensors: mt_spmd_set_meta's, when there is one, and the position's
+ * validation bookkeeping, when it has one. */
+static mt_code write_meta(const mt_spmd *s, const mt_spmd_position *pos, mt_ckpt_writer *w,
+                          mt_err *err)
 {
     int64_t len = s->meta_text != NULL ? (int64_t)strlen(s->meta_text) : 0;
+    mt_code rc = MT_OK;
 
-    if (s->meta_key == NULL)
-        return MT_OK;
-    return mt_ckpt_writer_add(w, s->meta_key, MT_CKPT_U8, &len, 1, s->meta_text, err);
+    if (s->meta_key != NULL)
+        rc = mt_ckpt_writer_add(w, s->meta_key, MT_CKPT_U8, &len, 1, s->meta_text, err);
+    if (rc != MT_OK || pos == NULL || pos->val[0] == '\0')
+        return rc;
+    len = (int64_t)strlen(pos->val);
+    return mt_ckpt_writer_add(w, MT_SPMD_VAL_META, MT_CKPT_U8, &len, 1, pos->val, err);
+}
+
+/* The validation bookkeeping a checkpoint carries (MT_SPMD_VAL_META) into out, or "". */
+static void read_val_meta(const mt_ckpt *ck, char *out, size_t cap)
+{
+    mt_ckpt_tensor_info info;
+
+    out[0] = '\0';
+    if (mt_ckpt_find(ck, MT_SPMD_VAL_META, &info, NULL) != MT_OK || info.dtype != MT_CKPT_U8 ||
+        info.nbytes >= cap || mt_ckpt_read(ck, MT_SPMD_VAL_META, out, cap - 1, NULL) != MT_OK)
+        out[0] = '\0';
+    else
+        out[info.nbytes] = '\0';
 }
 
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
@@ -2391,7 +2410,7 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
     }
     rc = mt_ckpt_writer_add(w, "optimizer/iterations", MT_CKPT_I64, &one, 1, &t, err);
     if (rc == MT_OK)
-        rc = write_meta(s, w, err);
+        rc = write_meta(s, pos, w, err);
     if (rc != MT_OK)
         goto fail;
     return mt_ckpt_writer_commit(w, err);
@@ -2514,6 +2533,7 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
             pos->step = mt_ckpt_step(ck);
             pos->epoch = mt_ckpt_epoch(ck);
             pos->input_position = mt_ckpt_input_position(ck);
+            read_val_meta(ck, pos->val, sizeof(pos->val));
         }
     }
     mt_ckpt_close(ck);
@@ -2741,7 +2761,7 @@ mt_code mt_spmd_save_gathered(mt_spmd *s, const char *path, const mt_spmd_positi
     if (rc == MT_OK && w != NULL && wrc == MT_OK)
         wrc = mt_ckpt_writer_add(w, "optimizer/iterations", MT_CKPT_I64, &one, 1, &t, &werr);
     if (rc == MT_OK && w != NULL && wrc == MT_OK)
-        wrc = write_meta(s, w, &werr);
+        wrc = write_meta(s, pos, w, &werr);
     if (rc == MT_OK && w != NULL && wrc == MT_OK) {
         wrc = mt_ckpt_writer_commit(w, &werr); /* releases w */
         w = NULL;

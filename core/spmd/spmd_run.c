@@ -305,7 +305,15 @@ typedef struct run_ctx {
     bool saved;                    /* a checkpoint holds that position */
     mt_train_progress_fn progress; /* the caller's, when run_progress wraps it */
     int64_t digest_every;          /* the spec's "digest_every" (0: epoch ends, checkpoints) */
+    char val[MT_TRAIN_VAL_TEXT];   /* the loop's validation bookkeeping, for the checkpoints */
 } run_ctx;
+
+/* mt_train_backend.val_state: every checkpoint written from now on carries it. */
+static void run_val_state(void *ctx, const char *text)
+{
+    run_ctx *r = ctx;
+    snprintf(r->val, sizeof(r->val), "%s", text);
+}
 
 static mt_code run_step(void *ctx, const float *x, const int32_t *labels, const float *targets,
                         size_t n, uint64_t step, uint64_t first, mt_step_metrics *metrics,
@@ -415,9 +423,10 @@ static mt_code save_ckpt(run_ctx *r, int64_t step, int64_t epoch, size_t pos, bo
 {
     const mt_spmd_run_opts *o = r->o;
     char path[4096];
-    mt_spmd_position p = {(uint64_t)step, (uint64_t)epoch, pos};
+    mt_spmd_position p = {.step = (uint64_t)step, .epoch = (uint64_t)epoch, .input_position = pos};
     mt_code rc;
 
+    memcpy(p.val, r->val, sizeof(p.val));
     if (!best)
         r->saved = true;
     if (o->world != NULL && mt_spmd_save_needs_gather(r->s))
@@ -505,9 +514,10 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
                          mt_err *err)
 {
     mt_train_options topt = {o->epochs, o->steps};
-    mt_train_backend be = {NULL, run_step, run_evaluate, run_after_step, {1, 1}};
-    mt_train_start start = {0, 0, 0};
-    run_ctx r = {NULL, o, ctx, 0, 0, 0, true, progress, spec->digest_every};
+    mt_train_backend be = {NULL, run_step, run_evaluate, run_after_step, {1, 1}, run_val_state};
+    mt_train_start start = {0, 0, 0, NULL};
+    mt_spmd_position rp; /* the resume checkpoint's */
+    run_ctx r = {NULL, o, ctx, 0, 0, 0, true, progress, spec->digest_every, ""};
     mt_idx_set tr, va;
     bool agree;
     size_t ex = 1, bs;
@@ -539,13 +549,13 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
         goto done;
     be.out = mt_spmd_output_shape(r.s);
     if (o->resume != NULL) {
-        mt_spmd_position p;
-        rc = mt_spmd_restore(r.s, o->resume, &p, err);
+        rc = mt_spmd_restore(r.s, o->resume, &rp, err);
         if (rc != MT_OK)
             goto done;
-        start.step = (int64_t)p.step;
-        start.epoch = (int64_t)p.epoch;
-        start.input_position = (size_t)p.input_position;
+        start.step = (int64_t)rp.step;
+        start.epoch = (int64_t)rp.epoch;
+        start.input_position = (size_t)rp.input_position;
+        start.val = rp.val;
         mt_log_info("resumed %s at step %lld (epoch %lld, example %zu)", o->resume,
                     (long long)start.step, (long long)start.epoch + 1, start.input_position);
     }
@@ -812,7 +822,7 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, cons
                              mt_err *err)
 {
     input_run in;
-    run_ctx r = {NULL, o, ctx, 0, 0, 0, true, progress, spec->digest_every};
+    run_ctx r = {NULL, o, ctx, 0, 0, 0, true, progress, spec->digest_every, ""};
     mt_train_progress_fn prog = progress;
     void *pctx = ctx;
     bool agree = false;
@@ -869,7 +879,7 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, cons
     }
     {
         mt_train_options topt = {o->epochs, o->steps};
-        mt_train_start st0 = {step, e0, (size_t)s0 * in.B};
+        mt_train_start st0 = {step, e0, (size_t)s0 * in.B, NULL};
         mt_train_run_bounds(spec, &topt, o->resume != NULL ? &st0 : NULL, (int64_t)per_epoch,
                             &epochs, &cap);
     }

@@ -9,8 +9,11 @@
 #include "train/mt_train.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
+
+#include <cjson/cJSON.h>
 
 #include "alloc/mt_alloc.h"
 #include "rng/mt_rng.h"
@@ -97,6 +100,94 @@ void mt_train_val_init(mt_train_val_state *vs, const mt_validation_spec *v)
     vs->v = v;
     vs->stop_best = vs->best_best = NAN;
     vs->wait = 0;
+    vs->best_step = 0;
+}
+
+static const char *mode_name(mt_monitor_mode m)
+{
+    return m == MT_MONITOR_MAX ? "max" : "min";
+}
+
+/* "%.17g" of x into b, or "null" for NaN (none yet) */
+static const char *num_text(char *b, size_t cap, double x)
+{
+    if (isnan(x) || isinf(x))
+        snprintf(b, cap, "null");
+    else
+        snprintf(b, cap, "%.17g", x);
+    return b;
+}
+
+void mt_train_val_text(const mt_train_val_state *vs, char *buf, size_t cap)
+{
+    const mt_validation_spec *v = vs->v;
+    char b[32], sb[32];
+
+    if (cap == 0)
+        return;
+    buf[0] = '\0';
+    if (v == NULL || (!v->keep_best && !v->early_stopping))
+        return;
+    snprintf(buf, cap,
+             "{\"best_monitor\":\"%s\",\"best_mode\":\"%s\",\"best\":%s,\"best_step\":%lld,"
+             "\"stop_monitor\":\"%s\",\"stop_mode\":\"%s\",\"stop_best\":%s,\"wait\":%lld}",
+             v->keep_best ? v->best.name : "", mode_name(v->best.mode),
+             num_text(b, sizeof(b), vs->best_best), (long long)vs->best_step,
+             v->early_stopping ? v->stop.name : "", mode_name(v->stop.mode),
+             num_text(sb, sizeof(sb), vs->stop_best), (long long)vs->wait);
+}
+
+/* Whether the object's "<pre>_monitor" and "<pre>_mode" are m's. */
+static bool same_monitor(const cJSON *o, const char *pre, const mt_monitor *m)
+{
+    char k[32];
+    const cJSON *name, *mode;
+    snprintf(k, sizeof(k), "%s_monitor", pre);
+    name = cJSON_GetObjectItemCaseSensitive(o, k);
+    snprintf(k, sizeof(k), "%s_mode", pre);
+    mode = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(name) && cJSON_IsString(mode) &&
+           strcmp(name->valuestring, m->name) == 0 &&
+           strcmp(mode->valuestring, mode_name(m->mode)) == 0;
+}
+
+static double num_of(const cJSON *o, const char *key)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(n) ? n->valuedouble : NAN;
+}
+
+bool mt_train_val_restore(mt_train_val_state *vs, const char *text)
+{
+    const mt_validation_spec *v = vs->v;
+    cJSON *o = text != NULL && text[0] != '\0' ? cJSON_Parse(text) : NULL;
+
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return false;
+    }
+    if (v->keep_best && same_monitor(o, "best", &v->best)) {
+        double step = num_of(o, "best_step");
+        vs->best_best = num_of(o, "best");
+        vs->best_step = isnan(vs->best_best) || !(step >= 0 && step < 9e18) ? 0 : (int64_t)step;
+    }
+    if (v->early_stopping && same_monitor(o, "stop", &v->stop)) {
+        double wait = num_of(o, "wait");
+        vs->stop_best = num_of(o, "stop_best");
+        vs->wait = wait >= 0 && wait < 9e18 ? (int64_t)wait : 0;
+    }
+    cJSON_Delete(o);
+    return true;
+}
+
+/* The bookkeeping to the backend (mt_train_backend.val_state). */
+static void val_state_out(const mt_train_backend *be, const mt_train_val_state *vs)
+{
+    char text[MT_TRAIN_VAL_TEXT];
+    if (be->val_state == NULL)
+        return;
+    mt_train_val_text(vs, text, sizeof(text));
+    be->val_state(be->ctx, text);
 }
 
 bool mt_train_val_due(const mt_train_val_state *vs, int64_t step, bool epoch_end)
@@ -195,6 +286,11 @@ mt_code mt_train_loop(const mt_job_spec *spec, const mt_train_options *opt, cons
     if (bs > train->n)
         bs = train->n;
     mt_train_val_init(&vs, &spec->validation);
+    if (start != NULL && mt_train_val_restore(&vs, start->val) && vs.best_step > 0) {
+        res->best_step = vs.best_step; /* the run it continues found it */
+        res->best_value = vs.best_best;
+    }
+    val_state_out(be, &vs);
     perm = mt_malloc(train->n * sizeof(*perm));
     xb = mt_malloc(bs * ex * sizeof(float));
     yb = mt_malloc(bs * yd * sizeof(int32_t));
@@ -245,9 +341,10 @@ mt_code mt_train_loop(const mt_job_spec *spec, const mt_train_options *opt, cons
                 res->val = p.val;
                 mt_train_val_update(&vs, &p.train, &p.val, &best, &stop);
                 if (best) {
-                    res->best_step = step;
+                    res->best_step = vs.best_step = step;
                     res->best_value = vs.best_best;
                 }
+                val_state_out(be, &vs);
                 p.stopping = stop;
             }
             if (be->after_step != NULL &&
@@ -301,7 +398,7 @@ mt_code mt_train_run_data(const mt_job_spec *spec, const mt_train_options *opt,
 {
     size_t shape[3] = {train->h, train->w, train->c};
     size_t bs;
-    mt_train_backend be = {NULL, model_step, model_evaluate, NULL, {1, 1}};
+    mt_train_backend be = {NULL, model_step, model_evaluate, NULL, {1, 1}, NULL};
     mt_idx_set tr = *train, va;
     mt_model *m = NULL;
     mt_code rc;

@@ -103,12 +103,19 @@ typedef struct mt_train_backend {
     mt_code (*after_step)(void *ctx, int64_t step, int64_t epoch, size_t input_position, bool last,
                           bool best, mt_err *err);
     mt_loss_shape out; /* the model output's (rows, c) view (for the metrics) */
+    /* may be NULL: the validation bookkeeping (best value and step, early stopping's patience)
+       as mt_train_val_text, after the start (a resumed run's restored one) and after every
+       evaluation, before after_step: what a checkpoint must carry so that a resumed run keeps
+       its best checkpoint and its patience (borrowed until the next call) */
+    void (*val_state)(void *ctx, const char *text);
 } mt_train_backend;
 
-/* Where a resumed run starts: steps done, 0-based epoch, examples of that epoch consumed. */
+/* Where a resumed run starts: steps done, 0-based epoch, examples of that epoch consumed, and
+ * the validation bookkeeping of the run it continues (mt_train_val_text; NULL or "": none). */
 typedef struct mt_train_start {
     int64_t step, epoch;
     size_t input_position;
+    const char *val; /* borrowed */
 } mt_train_start;
 
 /*
@@ -165,9 +172,30 @@ typedef struct mt_train_val_state {
     const mt_validation_spec *v; /* borrowed */
     double stop_best, best_best; /* the best monitored values so far (NaN: none yet) */
     int64_t wait;                /* evaluations without improvement of the stop monitor */
+    int64_t best_step;           /* the step whose evaluation gave best_best (0: none) */
 } mt_train_val_state;
 
 void mt_train_val_init(mt_train_val_state *vs, const mt_validation_spec *v);
+
+/* Room for mt_train_val_text (two monitor names and four numbers as JSON). */
+#define MT_TRAIN_VAL_TEXT 320
+
+/*
+ * The bookkeeping of vs as a JSON object into buf (cap >= MT_TRAIN_VAL_TEXT), "" when the spec
+ * has neither a best checkpoint nor early stopping: {"best_monitor": "val_mae", "best_mode":
+ * "min", "best": 46.3 | null, "best_step": 1500, "stop_monitor": ..., "stop_mode": ...,
+ * "stop_best": ..., "wait": 2}. Checkpoints carry it ("meta/meshtrain.validation", core/spmd).
+ */
+void mt_train_val_text(const mt_train_val_state *vs, char *buf, size_t cap);
+
+/*
+ * Continue the bookkeeping saved by mt_train_val_text (text borrowed): the best value and step
+ * when the spec keeps a best checkpoint by the same monitor and mode, the stop monitor's best
+ * and the patience count when it stops early on the same monitor and mode; a part of another
+ * monitor (a run started from another job's checkpoint) is left as mt_train_val_init set it.
+ * Returns false (vs unchanged) when text is not such an object.
+ */
+bool mt_train_val_restore(mt_train_val_state *vs, const char *text);
 
 /* Whether a validation evaluation follows step `step` (global, done) that ended the epoch when
  * epoch_end. */

@@ -12,7 +12,9 @@
 #   * the same as a job on a real coordinator and worker: it SUCCEEDS after the early stop, its
 #     metric history has val_loss / test_mae / best_step, `export JOB --best` gives the bytes of
 #     the local best; a job with checkpoint.keep 1 whose best is its first evaluation (step 2 of
-#     24, a checkpoint every 2 steps) still exports that best one with `export JOB --best`;
+#     24, a checkpoint every 2 steps) still exports that best one with `export JOB --best`, also
+#     when the same job (48 steps) loses its coordinator and its worker (kill -9) after
+#     checkpoint 4 and resumes from its latest checkpoint on a new worker;
 #   * refusals naming "loss" (mse on class labels; a per-pixel model on one label per example);
 #   * the examples diabetes_regression.json and spam_binary.json train a few steps when their data
 #     is in examples/data (deploy/fetch-tabular.sh, deploy/fetch-spam.sh), else say they skip.
@@ -139,6 +141,7 @@ log "refusals name the loss"
 # ---------------------------------------------------------------- the same regression as a job
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0
 bg w1 "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name w1 --data-root "$T"
+W1=$LAST_PID
 alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = 1 ]; }
 wait_for 20 "the worker" alive
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
@@ -179,6 +182,42 @@ python3 "$CMP" "$T/job2_best.safetensors" "$T/eb_local.safetensors" 0 >/dev/null
     fail "the job's best checkpoint (step 2) differs from the local run's"
 mt export "$JOB2" -o "$T/job2_last.safetensors" >/dev/null 2>&1 || fail "export $JOB2 (latest)"
 log "job $JOB2: keep 1, best at step 2 of 24 survives retention; export --best = the local best"
+
+# the same job, 4 epochs (48 steps, a checkpoint upload every 2), across a coordinator and a
+# worker kill -9: as soon as checkpoint 4 is stored (the best, step 2, before it) the coordinator
+# and the worker are killed (the worker frozen first); the coordinator restarts
+# on its state dir and a new worker resumes the job from its latest checkpoint S (4 or a few
+# more: 44 steps of uploads were still to come). The resumed run continues the validation
+# bookkeeping its checkpoint carries (meta/meshtrain.validation), so its first evaluation is no
+# new best: the best stays step 2, retention keeps sparing it, export --best gives its bytes
+jq '.epochs = 4' "$T/early_best.json" >"$T/eb4.json"
+JOB3=$(mt submit "$T/eb4.json") || fail "submit: $JOB3"
+# a tight poll of the coordinator's log (not wait_for's 0.1 s): the worker is frozen a few
+# uploads after checkpoint 4, far from the end on a fast machine too
+stored4() { grep -q "checkpoint $JOB3 step 4 stored" "$T/coord.log"; }
+for _ in $(seq 6000); do stored4 && break; sleep 0.01; done
+stored4 || fail "$JOB3: checkpoint 4 was not stored: $(grep "$JOB3" "$T/coord.log" | tail -3)"
+kill -STOP "$W1"
+kill -9 "$COORD_PID"
+wait "$COORD_PID" 2>/dev/null || true
+kill -9 "$W1"
+start_coordinator coord2 "$T/state" --listen "$COORD_URL" --http 127.0.0.1:0 \
+    --heartbeat-ms 200 --heartbeat-timeout-ms 3000
+mt status --json "$JOB3" | jq -e '.state == "RUNNING" and .step < 48' >/dev/null ||
+    fail "$JOB3 should have been mid-run at the kill: $(mt status --json "$JOB3" | jq -c '{state, step}')"
+bg w3 "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name w3 --data-root "$T"
+wait_for 60 "$JOB3 to finish after the restart" finished "$JOB3"
+mt status --json "$JOB3" >"$T/job3.json"
+jq -e '.state == "SUCCEEDED" and .restarts == 1 and .step == 48 and
+    (.latest_metrics[] | select(.name == "best_step") | .value == 2)' "$T/job3.json" >/dev/null ||
+    fail "$JOB3 after the restart: $(jq -c '{state, restarts, step, best: [.latest_metrics[] | select(.name == "best_step")]}' "$T/job3.json")"
+S=$(sed -n "s/.*$JOB3: resuming from checkpoint step \([0-9]*\) .*/\1/p" "$T/w3.log" | head -1)
+[ "${S:-0}" -ge 4 ] || fail "$JOB3 should resume from checkpoint 4 or later: $(grep "$JOB3" "$T/w3.log" | tail -3)"
+mt export "$JOB3" --best -o "$T/job3_best.safetensors" >"$T/job3_best.out" 2>&1 ||
+    fail "export JOB --best after the restart: $(cat "$T/job3_best.out")"
+python3 "$CMP" "$T/job3_best.safetensors" "$T/eb_local.safetensors" 0 >/dev/null ||
+    fail "the restarted job's best checkpoint differs from the local run's (step 2)"
+log "job $JOB3: coordinator and worker kill -9'd, resumed from checkpoint $S: best still step 2, export --best = the local best"
 
 # ---------------------------------------------------------------- the examples
 for ex in diabetes_regression:diabetes_train.csv spam_binary:spam_train.tsv; do

@@ -8,6 +8,7 @@
  */
 #include "mt_test.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -546,23 +547,55 @@ static char *source_file(const char *rel)
     "\"activation\":\"relu\"},{\"type\":\"max_pool2d\",\"pool_size\":3,\"strides\":2},"            \
     "{\"type\":\"average_pooling2d\",\"pool_size\":[3,1],\"strides\":1},"                          \
     "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]}}"
+/* A residual CNN on bands (issue 22): batch norm and activation layers, dropout, residual adds
+ * of a block's convolutions and its shortcut (identity, then a 1x1 stride-2 conv), a "same"
+ * stride-2 conv, global average pooling; momentum SGD and no conv bias (1e-5 everywhere). */
+#define RESNET_BANDS_SPEC                                                                          \
+    "{\"seed\":6,\"batch_size\":8,\"optimizer\":{\"name\":\"sgd\",\"momentum\":0.9},"              \
+    "\"learning_rate\":0.05,\"mesh\":{\"batch\":2,\"space\":2},"                                   \
+    "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
+    "\"model\":{\"input_shape\":[16,8,2],\"layers\":["                                             \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"use_bias\":false,\"name\":\"stem\"},{\"type\":\"batch_norm\"},"                             \
+    "{\"type\":\"activation\",\"activation\":\"relu\",\"name\":\"stem_relu\"},"                    \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"use_bias\":false},{\"type\":\"batch_norm\"},"                                               \
+    "{\"type\":\"activation\",\"activation\":\"relu\"},{\"type\":\"dropout\",\"rate\":0.2},"       \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"use_bias\":false,\"name\":\"b1_conv2\"},"                                                   \
+    "{\"type\":\"add\",\"inputs\":[\"b1_conv2\",\"stem_relu\"]},"                                  \
+    "{\"type\":\"activation\",\"activation\":\"relu\",\"name\":\"b1_out\"},"                       \
+    "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":3,\"strides\":2,\"padding\":\"same\","     \
+    "\"use_bias\":false},{\"type\":\"batch_norm\"},"                                               \
+    "{\"type\":\"activation\",\"activation\":\"leaky_relu\"},"                                     \
+    "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"use_bias\":false,\"name\":\"b2_conv2\"},"                                                   \
+    "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":1,\"strides\":2,\"use_bias\":false,"       \
+    "\"inputs\":[\"b1_out\"],\"name\":\"b2_short\"},"                                              \
+    "{\"type\":\"add\",\"inputs\":[\"b2_conv2\",\"b2_short\"]},"                                   \
+    "{\"type\":\"activation\",\"activation\":\"relu\"},"                                           \
+    "{\"type\":\"global_average_pooling2d\"},{\"type\":\"dense\",\"units\":3}]}}"
 static void test_spmd_height_bands_equal_single_device(void **state)
 {
     size_t shape[3] = {28, 28, 1}, bshape[3] = {12, 8, 2}, oshape[3] = {18, 6, 2};
+    size_t rshape[3] = {16, 8, 2};
     char *ex = source_file("examples/fashion_mnist_cnn_spatial.json");
     int steps = sanitized() ? 2 : 10;
     data d = fashion_or_generated(640), g = gen_data(120, 12 * 8 * 2, 3, 23),
-         o = gen_data(80, 18 * 6 * 2, 3, 24);
+         o = gen_data(80, 18 * 6 * 2, 3, 24), r = gen_data(80, 16 * 8 * 2, 3, 25);
     (void)state;
     check_equivalence(ex, NULL, 3, shape, &d, steps, 1e-5);
     check_equivalence(ex, "batch=1,space=2", 3, shape, &d, steps, 1e-5);
     check_equivalence(BANDS_SPEC, NULL, 3, bshape, &g, 10, 1e-5);
     check_equivalence(BANDS_SPEC, "batch=1,space=1", 3, bshape, &g, 4, 1e-5);
     check_equivalence(OVERLAP_SPEC, NULL, 3, oshape, &o, 10, 1e-5);
+    check_equivalence(RESNET_BANDS_SPEC, NULL, 3, rshape, &r, 10, 1e-5);
+    check_equivalence(RESNET_BANDS_SPEC, "batch=1,space=4", 3, rshape, &r, 10, 1e-5);
     mt_free(ex);
     data_free(&d);
     data_free(&g);
     data_free(&o);
+    data_free(&r);
 }
 
 /* What height bands refuse, naming the layer, the field and the sizes. */
@@ -601,11 +634,18 @@ static void test_spmd_height_bands_errors(void **state)
         NULL, 3, small, MT_INVALID_ARGUMENT,
         "model.layers[0] (max_pool2d_1).pool_size: output band 0 reads input rows 0-4 but bands "
         "hold 2 rows (height 8 over 'space' of size 4)");
-    expect_new_error_shape(IMG8_SPEC("{\"type\":\"dropout\",\"rate\":0.1}," FLAT_HEAD,
+    expect_new_error_shape(IMG8_SPEC("{\"type\":\"dense\",\"units\":4}," FLAT_HEAD,
                                      ",\"mesh\":{\"batch\":1,\"space\":2}"),
                            NULL, 3, small, MT_INVALID_ARGUMENT,
-                           "model.layers[0] (dropout_1): dropout does not run on height bands: its "
+                           "model.layers[0] (dense_1): dense does not run on height bands: its "
                            "input's height is sharded over 'space'");
+    expect_new_error_shape(IMG8_SPEC("{\"type\":\"conv2d\",\"filters\":1,\"kernel_size\":1},"
+                                     "{\"type\":\"flatten\"},{\"type\":\"add\",\"inputs\":["
+                                     "\"conv2d_1\",\"flatten_1\"]}," FLAT_HEAD,
+                                     ",\"mesh\":{\"batch\":1,\"space\":2}"),
+                           NULL, 3, small, MT_INVALID_ARGUMENT,
+                           "model.layers[2] (add_1): input 1 is whole but input 0 is banded over "
+                           "space: the inputs of an add must be split into the same height bands");
     expect_new_error_shape(
         IMG8_SPEC("{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":1}",
                   ",\"mesh\":{\"batch\":1,\"space\":2}"),
@@ -716,7 +756,7 @@ static void test_spmd_checkpoint_chain_continues(void **state)
     for (int phase = 0; phase < 3; phase++) {
         job j;
         mt_spmd *s;
-        mt_spmd_position pos = {0, 0, 0};
+        mt_spmd_position pos = {.step = 0};
         job_load(&j, specs[phase], NULL);
         s = spmd_open(&j, 1, shape);
         if (phase > 0) {
@@ -727,7 +767,7 @@ static void test_spmd_checkpoint_chain_continues(void **state)
         }
         spmd_train(s, &d, 16, 4 * phase, 4 * phase + 4, lc);
         if (phase < 2) {
-            mt_spmd_position p2 = {(uint64_t)(4 * phase + 4), 0, 0};
+            mt_spmd_position p2 = {.step = (uint64_t)(4 * phase + 4)};
             snprintf(path[phase], sizeof(path[phase]), "%s/ckpt-%d.mtc", dir, 4 * phase + 4);
             if (mt_spmd_save(s, path[phase], &p2, specs[phase], &err) != MT_OK)
                 fail_msg("save: %s", err.msg);
@@ -745,6 +785,77 @@ static void test_spmd_checkpoint_chain_continues(void **state)
     mt_model_free(m);
     job_free(&j0);
     data_free(&d);
+}
+
+/* Remove the files of dir (no sub-folders), then dir. */
+static void rm_flat_dir(const char *dir)
+{
+    DIR *dp = opendir(dir);
+    struct dirent *e;
+    char path[512];
+    while (dp != NULL && (e = readdir(dp)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    if (dp != NULL)
+        closedir(dp);
+    rmdir(dir);
+}
+
+/*
+ * Keep-best and early stopping across a resume (issue 22): the checkpoints carry the validation
+ * bookkeeping (meta/meshtrain.validation), so a run resumed from step 4 reports the best step the
+ * uninterrupted run found before it (step 2: "max" of val_loss is the first evaluation) instead of
+ * taking its first evaluation for a new best, and stops early at the same step (patience 3 of
+ * evaluations nothing improves, the count restored). Mesh batch=2.
+ */
+#define VAL_SPEC                                                                                   \
+    "{\"seed\":3,\"batch_size\":10,\"epochs\":4,\"optimizer\":\"sgd\",\"learning_rate\":0.05,"     \
+    "\"mesh\":{\"batch\":2},\"validation\":{\"split\":0.25,\"every_steps\":2,"                     \
+    "\"early_stopping\":{\"min_delta\":1e9,\"patience\":3},"                                       \
+    "\"best\":{\"monitor\":\"val_loss\",\"mode\":\"max\"}},"                                       \
+    "\"model\":{\"input_shape\":[24],\"layers\":[{\"type\":\"dense\",\"units\":8,"                 \
+    "\"activation\":\"relu\"},{\"type\":\"dense\",\"units\":2}]}}"
+static void test_spmd_resume_keeps_best(void **state)
+{
+    size_t shape[1] = {24};
+    data d = gen_data(80, 24, 2, 51); /* 60 train (6 steps per epoch), 20 held out */
+    mt_idx_set tr;
+    mt_spmd_run_opts o = MT_SPMD_RUN_OPTS_DEFAULTS;
+    mt_train_result a, b;
+    mt_err err = MT_ERR_INIT;
+    char da[] = "/tmp/mt_spmd_bestXXXXXX", db[] = "/tmp/mt_spmd_bestXXXXXX", resume[512];
+    job j;
+    (void)state;
+    memset(&tr, 0, sizeof(tr));
+    tr.images = d.x, tr.labels = d.y, tr.n = d.n, tr.h = tr.w = 1, tr.c = 24;
+    assert_non_null(mkdtemp(da));
+    assert_non_null(mkdtemp(db));
+    job_load(&j, VAL_SPEC, NULL);
+    o.save_dir = da;
+    o.ckpt_every = 2;
+    if (mt_spmd_run_data(j.spec, job_mesh(&j), j.cfg.layouts, &o, &tr, NULL, NULL, 1, shape, NULL,
+                         NULL, &a, &err) != MT_OK)
+        fail_msg("uninterrupted: %s", err.msg);
+    assert_int_equal(a.best_step, 2);
+    assert_true(a.stopped_early);
+    assert_int_equal(a.steps, 8);
+    snprintf(resume, sizeof(resume), "%s/ckpt-4.mtc", da);
+    o.save_dir = db;
+    o.resume = resume;
+    if (mt_spmd_run_data(j.spec, job_mesh(&j), j.cfg.layouts, &o, &tr, NULL, NULL, 1, shape, NULL,
+                         NULL, &b, &err) != MT_OK)
+        fail_msg("resumed: %s", err.msg);
+    assert_int_equal(b.best_step, a.best_step);
+    assert_true(b.best_value == a.best_value);
+    assert_true(b.stopped_early);
+    assert_int_equal(b.steps, a.steps);
+    job_free(&j);
+    data_free(&d);
+    rm_flat_dir(da);
+    rm_flat_dir(db);
 }
 
 static void test_spmd_restore_refuses_other_model(void **state)
@@ -1278,7 +1389,7 @@ static void test_spmd_save_gathered_equals_local_save(void **state)
     data d = gen_data(64, FEAT, 2, 23);
     const char *spec = MLP_SPEC(CHAIN_OPT, MP_EXTRA);
     char dir[] = "/tmp/mt_spmd_gathXXXXXX", a[256], b[256];
-    mt_spmd_position pos = {3, 0, 48};
+    mt_spmd_position pos = {.step = 3, .input_position = 48};
     bool any = true;
     mt_spmd *s;
     job j;
@@ -1321,7 +1432,7 @@ typedef struct gather_run {
 static void *gather_side(void *arg)
 {
     gather_run *g = arg;
-    mt_spmd_position pos = {4, 0, 64};
+    mt_spmd_position pos = {.step = 4, .input_position = 64};
     mt_err err = MT_ERR_INIT;
     spmd_train(g->s, g->d, 16, 0, 4, NULL);
     g->arc = mt_spmd_flag_any(g->s, g->mine, &g->any, &err);
@@ -1346,7 +1457,7 @@ static void test_spmd_save_gathered_across_net_worlds(void **state)
     mt_coll_world_opts wo = MT_COLL_WORLD_DEFAULTS;
     mt_coll_rank_addr table[8];
     mt_spmd *sp[2] = {NULL, NULL}, *ref;
-    mt_spmd_position pos = {4, 0, 64};
+    mt_spmd_position pos = {.step = 4, .input_position = 64};
     gather_run g = {NULL, &d, spec, true, false, MT_OK, MT_OK, ""};
     char dir[] = "/tmp/mt_spmd_gnetXXXXXX", a[256], b[256];
     bool any = false;
@@ -1451,6 +1562,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spmd_config_checkpoint_fields),
         cmocka_unit_test(test_spmd_checkpoint_chain_continues),
         cmocka_unit_test(test_spmd_restore_refuses_other_model),
+        cmocka_unit_test(test_spmd_resume_keeps_best),
         cmocka_unit_test(test_spmd_step_rejects_bad_input),
         cmocka_unit_test(test_spmd_evaluate_matches_single_device),
         cmocka_unit_test(test_spmd_step_pieces),

@@ -185,6 +185,39 @@ static void test_train_validation_schedule_and_stopping(void **state)
     mt_job_spec_free(s);
 }
 
+/* The validation bookkeeping a checkpoint carries (mt_train_val_text) continues a run with the
+ * same monitors; a part for another monitor is left as new (a run started from another job's
+ * checkpoint). */
+static void test_train_val_text_round_trip(void **state)
+{
+    mt_job_spec *s = spec_of("{\"batch_size\":8,\"validation\":{\"split\":0.2,\"early_stopping\":"
+                             "{\"patience\":2},\"best\":{\"monitor\":\"val_accuracy\"}}," MLP "}");
+    mt_job_spec *o = spec_of("{\"batch_size\":8,\"validation\":{\"split\":0.2,\"early_stopping\":"
+                             "{\"patience\":2},\"best\":{\"monitor\":\"val_loss\"}}," MLP "}");
+    mt_train_val_state a, b, c;
+    char text[MT_TRAIN_VAL_TEXT];
+    (void)state;
+    mt_train_val_init(&a, &s->validation);
+    mt_train_val_text(&a, text, sizeof(text));
+    assert_non_null(strstr(text, "\"best\":null,\"best_step\":0"));
+    a.best_best = 0.8125, a.best_step = 12, a.stop_best = 0.43210987654321, a.wait = 1;
+    mt_train_val_text(&a, text, sizeof(text));
+    mt_train_val_init(&b, &s->validation);
+    assert_true(mt_train_val_restore(&b, text));
+    assert_true(b.best_best == a.best_best && b.best_step == 12);
+    assert_true(b.stop_best == a.stop_best && b.wait == 1);
+    mt_train_val_init(&c, &o->validation);
+    assert_true(mt_train_val_restore(&c, text));
+    assert_true(isnan(c.best_best) && c.best_step == 0);
+    assert_true(c.stop_best == a.stop_best && c.wait == 1);
+    mt_train_val_init(&b, &s->validation);
+    assert_false(mt_train_val_restore(&b, "not json"));
+    assert_false(mt_train_val_restore(&b, ""));
+    assert_true(isnan(b.best_best) && b.wait == 0);
+    mt_job_spec_free(s);
+    mt_job_spec_free(o);
+}
+
 static void test_train_cancel_and_refusals(void **state)
 {
     mt_idx_set tr, te, odd;
@@ -230,6 +263,7 @@ int main(void)
         cmocka_unit_test(test_train_learns_and_counts),
         cmocka_unit_test(test_train_deterministic),
         cmocka_unit_test(test_train_validation_schedule_and_stopping),
+        cmocka_unit_test(test_train_val_text_round_trip),
         cmocka_unit_test(test_train_cancel_and_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
