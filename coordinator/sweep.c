@@ -197,13 +197,16 @@ static void sweep_stall(mt_coord *c, coord_job *j, int64_t now)
 
 static void sweep_jobs(mt_coord *c, int64_t now)
 {
-    for (size_t i = 0; i < c->n_jobs; i++) {
+    for (size_t i = 0; i < c->n_jobs;) {
         coord_job *j = c->jobs[i];
-        if (j->state != MT_JOBSTATE_RUNNING && j->state != MT_JOBSTATE_STALLED)
-            continue;
-        if (note_silent(c, j, now)) /* a silent worker is named whether or not stalls are */
-            continue;
-        sweep_stall(c, j, now);
+        size_t before = c->n_jobs;
+        if (j->state == MT_JOBSTATE_RUNNING || j->state == MT_JOBSTATE_STALLED) {
+            if (!note_silent(c, j, now)) /* a silent worker is named whether or not stalls are */
+                sweep_stall(c, j, now);
+            if (c->n_jobs < before)
+                continue; /* j was removed (a restart FAILED it at its limit): i is the next */
+        }
+        i++;
     }
 }
 
