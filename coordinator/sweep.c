@@ -9,8 +9,8 @@
  *  - silent workers: a worker of a RUNNING or STALLED job silent for the heartbeat window
  *    (3 intervals + 1 s) is named in the job's reason and diagnosis once per silence
  *    (coord_sched_silence), long before the heartbeat timeout; the stall rule then waits;
- *  - stalls: coord_sched_stall over the per-rank progress records (stall.c keeps them from
- *    heartbeats): STALLED, resumed, restarted, or the reason refreshed every 5 s;
+ *  - stalls: coord_sched_stall over the per-rank progress records (coord_job_progress keeps them
+ * from heartbeats): STALLED, resumed, restarted, or the reason refreshed every 5 s;
  *  - heartbeat times: written to the store in one batched transaction once a second (a
  *    thousand workers cost one write per second).
  * It calls no RPC handler and no HTTP handler, and none calls it: only coord.c (the timer, and
