@@ -3,7 +3,7 @@
  * coord_int.h — the coordinator's private state, shared by its files: state.c, the domain core
  * (job and worker tables, typed states, transitions, the restart rule, a lost worker's jobs),
  * with sched.c, the scheduling core (sched.h: the rules, pure); above them the adapters: RPC
- * handlers (jobs.c, workers.c, ckpt.c, metrics.c, joblog.c, stall.c), the periodic sweep
+ * handlers (jobs.c, workers.c, ckpt.c, metrics.c, joblog.c), the periodic sweep
  * (sweep.c) and the status endpoint (http.c), which never call each other across those three
  * groups. coord.c: loop and dispatch. docs/architecture.md draws the
  * call graph (no circles; layers checked by tests/tools/coord_graph.py).
@@ -70,8 +70,9 @@ typedef struct coord_job {
     size_t n_place;
     coord_task *tasks; /* one per distinct worker of the placement */
     size_t n_tasks;
-    coord_stall_dev *devs;      /* [n_place] device progress from heartbeats (stall.c), or NULL */
-    uint64_t prog_sig;          /* signature of devs when it last changed */
+    coord_stall_dev
+        *devs;         /* [n_place] device progress from heartbeats (coord_job_progress), or NULL */
+    uint64_t prog_sig; /* signature of devs when it last changed */
     int64_t prog_mono_ms;       /* ... and when */
     int64_t stall_note_mono_ms; /* STALLED: when the diagnosis was last stored */
     int ckpt_check;             /* COORD_CKPT_*: its checkpoints' files checked before it resumes */
@@ -178,6 +179,11 @@ void coord_job_note(mt_coord *c, coord_job *j, const char *reason);
 /* Store j's fault diagnosis (docs/jobs.md#diagnosis; "" clears it) when it changed. Transitions
  * other than to STALLED, RESTARTING or SCHEDULED clear it (the store does, coord_job_move
  * mirrors it). */
+/* One rank's collective progress from a heartbeat (d, typed; its worker_id and local_index are
+ * set here from the placement): kept in j->devs for the stall rule when job_id is active
+ * (SCHEDULED, RUNNING, STALLED) at that attempt and rank runs on worker_id, else ignored. */
+void coord_job_progress(mt_coord *c, const char *job_id, uint32_t attempt, const char *worker_id,
+                        uint32_t rank, const coord_stall_dev *d);
 void coord_job_diagnose(mt_coord *c, coord_job *j, const char *diagnosis);
 /* Both at once, in one store commit (a sweep that names a fault updates both). */
 void coord_job_note_diagnose(mt_coord *c, coord_job *j, const char *reason, const char *diagnosis);

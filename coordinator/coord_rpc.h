@@ -2,7 +2,7 @@
 /*
  * coord_rpc.h — the coordinator's RPC-facing declarations: the handlers coord.c dispatches to and
  * the functions that take or fill protobuf messages (proto/coordinator.pb-c.h). Only the RPC
- * adapters (jobs.c, workers.c, ckpt.c, metrics.c, joblog.c, stall.c, bulk.c) and coord.c include
+ * adapters (jobs.c, workers.c, ckpt.c, metrics.c, joblog.c, bulk.c) and coord.c include
  * it; the domain core (state.c) includes coord_int.h alone and so sees no generated protobuf type
  * (tests/integration/test_coord_no_circles.sh checks that).
  * Threading: loop thread unless a comment says otherwise.
@@ -36,10 +36,6 @@ void coord_handle_get_job(mt_coord *c, mt_rpc_call *call);
 void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call);
 void coord_handle_cancel_job(mt_coord *c, mt_rpc_call *call);
 void coord_handle_update_task(mt_coord *c, mt_rpc_call *call);
-
-/* ---- stall.c ---- */
-/* record the device progress of one heartbeat task status from worker_id */
-void coord_stall_apply(mt_coord *c, const char *worker_id, const Meshtrain__TaskStatus *t);
 
 /* ---- metrics.c ---- */
 /* points (final_state NULL); a final state ends the job's stream; any other state name is a

@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/sched.h"
 #include "coordinator/stall.h"
+#include "jobspec/mt_jobspec.h"
 #include "log/mt_log.h"
 #include "rpc/mt_rpc.h"
 #include "tls/mt_tls.h"
@@ -58,7 +60,9 @@ static void usage(FILE *out)
             "  --tls-cert F, --tls-key F TLS certificate (PEM) and its key (mode 0600): with\n"
             "                            --listen tls+tcp://HOST:PORT the RPC and metrics stream\n"
             "                            use TLS (docs/security.md)\n"
-            "  --heartbeat-ms N          heartbeat interval told to workers (default 1000)\n"
+            "  --heartbeat-ms N          heartbeat interval told to workers (default 1000; at\n"
+            "                            most 9666, so that 3 x N + 1000 stays shorter than\n"
+            "                            the workers' default collective deadline of 30 s)\n"
             "  --heartbeat-timeout-ms N  mark a worker lost after N ms of silence (default 10000)\n"
             "  --stall-timeout-ms N      mark a running job STALLED when none of its devices\n"
             "                            advanced for N ms while its workers heartbeat (default\n"
@@ -131,6 +135,7 @@ int main(int argc, char **argv)
     mt_coord *c = NULL;
     long v;
     int ch, stall_set = 0;
+    char dmsg[256];
 
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
@@ -238,6 +243,16 @@ int main(int argc, char **argv)
     if (o.heartbeat_timeout_ms <= o.heartbeat_interval_ms) {
         fprintf(stderr, "meshtrain-coordinator: --heartbeat-timeout-ms must exceed "
                         "--heartbeat-ms\n");
+        return 2;
+    }
+    /* a spec without restart.collective_deadline_ms gets the workers' default: it must outlast
+     * the heartbeat window, or a frozen worker reads as a broken link (coordinator/sched.h) */
+    if (coord_sched_deadline_check(0, COORD_STALL_FRESH_MS(o.heartbeat_interval_ms), dmsg,
+                                   sizeof(dmsg)) != MT_OK) {
+        fprintf(stderr,
+                "meshtrain-coordinator: --heartbeat-ms %d: %s; use --heartbeat-ms %d or "
+                "less\n",
+                o.heartbeat_interval_ms, dmsg, (MT_JOBSPEC_COLL_DEADLINE_DEFAULT_MS - 1001) / 3);
         return 2;
     }
     if (!stall_set && o.stall_timeout_ms <= COORD_STALL_FRESH_MS(o.heartbeat_interval_ms))

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "alloc/mt_alloc.h"
+#include "jobspec/mt_jobspec.h"
 
 static bool has(const char *s)
 {
@@ -128,7 +129,17 @@ void coord_sched_silence(const coord_sched_worker *workers, size_t nw, mt_jobsta
 
 mt_code coord_sched_deadline_check(uint32_t deadline_ms, int64_t fresh_ms, char *msg, size_t cap)
 {
-    if (deadline_ms == 0 || (int64_t)deadline_ms > fresh_ms)
+    if (deadline_ms == 0) { /* the spec sets none: the workers' default applies */
+        if ((int64_t)MT_JOBSPEC_COLL_DEADLINE_DEFAULT_MS > fresh_ms)
+            return MT_OK;
+        snprintf(msg, cap,
+                 "the workers' default collective deadline of %d ms (a spec without "
+                 "restart.collective_deadline_ms) is not longer than this coordinator's "
+                 "heartbeat window of %lld ms (3 heartbeat intervals + 1 s)",
+                 MT_JOBSPEC_COLL_DEADLINE_DEFAULT_MS, (long long)fresh_ms);
+        return MT_FAILED_PRECONDITION;
+    }
+    if ((int64_t)deadline_ms > fresh_ms)
         return MT_OK;
     snprintf(msg, cap,
              "restart.collective_deadline_ms: %u ms is not longer than this coordinator's "

@@ -246,12 +246,14 @@ void coord_sched_silence(const coord_sched_worker *workers, size_t nw, mt_jobsta
                          int64_t timeout_ms, coord_sched_silence_out *out);
 
 /*
- * SubmitJob's check of a job's collective deadline (restart.collective_deadline_ms, 0: the
- * worker's default) against the coordinator's heartbeat window (fresh_ms, 3 heartbeat
- * intervals + 1 s): a deadline that is not longer makes the collective give up before the
- * coordinator could see its peer go silent, so a frozen worker would be read as a broken link.
- * Returns MT_OK, or MT_FAILED_PRECONDITION with the message naming both figures in msg (cap
- * bytes).
+ * A job's effective collective deadline (restart.collective_deadline_ms, or when 0 the workers'
+ * default MT_JOBSPEC_COLL_DEADLINE_DEFAULT_MS) against the coordinator's heartbeat window
+ * (fresh_ms, 3 heartbeat intervals + 1 s): a deadline that is not longer makes the collective
+ * give up before the coordinator could see its peer go silent, so a frozen worker would be read
+ * as a broken link. SubmitJob checks each spec; the coordinator's startup checks the default
+ * (deadline_ms 0) and refuses a --heartbeat-ms that fails it, so a spec without a deadline
+ * always passes. Returns MT_OK, or MT_FAILED_PRECONDITION with the message naming both figures
+ * in msg (cap bytes).
  */
 mt_code coord_sched_deadline_check(uint32_t deadline_ms, int64_t fresh_ms, char *msg, size_t cap);
 

@@ -8,13 +8,13 @@
  *   step 412 allreduce #57 on axis batch: worker-b cpu:1 never entered; its last activity:
  *   reading input 31 s ago
  *
- * How it fits: stall.c (coordinator loop) fills one coord_stall_dev per rank of a RUNNING job
- * from heartbeats; on the sweep timer sweep.c applies what coord_sched_stall decides: STALLED
- * with this diagnosis as its reason when no record moves for --stall-timeout-ms while every
- * worker of the job still heartbeats, back to RUNNING when a record moves again (docs/jobs.md).
- * A worker that stops heartbeating is the lost path (sweep.c), never STALLED.
- * No protobuf type here: the domain core and the scheduling core include it.
- * Tests: tests/unit/test_coord_stall.c, tests/unit/test_coord_sched.c,
+ * How it fits: the domain core (coord_job_progress, state.c; the Heartbeat handler builds the
+ * records) fills one coord_stall_dev per rank of a RUNNING job from heartbeats; on the sweep timer
+ * sweep.c applies what coord_sched_stall decides: STALLED with this diagnosis as its reason when no
+ * record moves for --stall-timeout-ms while every worker of the job still heartbeats, back to
+ * RUNNING when a record moves again (docs/jobs.md). A worker that stops heartbeating is the lost
+ * path (sweep.c), never STALLED. No protobuf type here: the domain core and the scheduling core
+ * include it. Tests: tests/unit/test_coord_stall.c, tests/unit/test_coord_sched.c,
  * tests/integration/test_stall.sh.
  */
 #ifndef MT_COORD_STALL_H

@@ -11,10 +11,10 @@
  * tests/integration/test_coord_no_circles.sh checks it.
  *
  * How it fits: the adapters above it — the RPC handlers (jobs.c, workers.c, ckpt.c,
- * metrics.c), the HTTP endpoints (read-only, through the store) and the sweeps (stall.c,
- * workers.c) — call it; it calls only the store, the process stats and, for what must leave
- * the process (the end of a job's metrics stream), the hooks coord.c installs (mt_coord.hooks).
- * The scheduler (jobs.c) places jobs through coord_job_move like everyone else.
+ * metrics.c), the HTTP endpoints (read-only, through the store) and the sweep (sweep.c) — call it;
+ * it calls only the store, the process stats and, for what must leave the process (the end of a
+ * job's metrics stream), the hooks coord.c installs (mt_coord.hooks). The scheduler (jobs.c) places
+ * jobs through coord_job_move like everyone else.
  *
  * Invariants: every change of a job's state is one store transaction (job row + event) BEFORE
  * the in-memory change, so what a client was told survives kill -9; a final state removes the
@@ -212,6 +212,27 @@ mt_code coord_job_move(mt_coord *c, coord_job *j, mt_jobstate to, const char *re
         coord_job_remove(c, j);
     }
     return MT_OK;
+}
+
+void coord_job_progress(mt_coord *c, const char *job_id, uint32_t attempt, const char *worker_id,
+                        uint32_t rank, const coord_stall_dev *d)
+{
+    coord_job *j = coord_job_find(c, job_id);
+    coord_stall_dev *to;
+
+    if (j == NULL || attempt != j->attempt || j->n_place == 0 ||
+        (j->state != MT_JOBSTATE_RUNNING && j->state != MT_JOBSTATE_STALLED &&
+         j->state != MT_JOBSTATE_SCHEDULED))
+        return;
+    if (j->devs == NULL && (j->devs = mt_calloc(j->n_place, sizeof(*j->devs))) == NULL)
+        return;
+    if (rank >= j->n_place || strcmp(j->place[rank].worker_id, worker_id) != 0)
+        return; /* not this worker's rank: ignore */
+    to = &j->devs[rank];
+    *to = *d;
+    to->known = 1;
+    snprintf(to->worker_id, sizeof(to->worker_id), "%s", worker_id);
+    to->local_index = j->place[rank].local_index;
 }
 
 void coord_job_diagnose(mt_coord *c, coord_job *j, const char *diagnosis)

@@ -9,8 +9,8 @@
  *  - silent workers: a worker of a RUNNING or STALLED job silent for the heartbeat window
  *    (3 intervals + 1 s) is named in the job's reason and diagnosis once per silence
  *    (coord_sched_silence), long before the heartbeat timeout; the stall rule then waits;
- *  - stalls: coord_sched_stall over the per-rank progress records (stall.c keeps them from
- *    heartbeats): STALLED, resumed, restarted, or the reason refreshed every 5 s;
+ *  - stalls: coord_sched_stall over the per-rank progress records (coord_job_progress keeps them
+ * from heartbeats): STALLED, resumed, restarted, or the reason refreshed every 5 s;
  *  - heartbeat times: written to the store in one batched transaction once a second (a
  *    thousand workers cost one write per second).
  * It calls no RPC handler and no HTTP handler, and none calls it: only coord.c (the timer, and
@@ -197,13 +197,16 @@ static void sweep_stall(mt_coord *c, coord_job *j, int64_t now)
 
 static void sweep_jobs(mt_coord *c, int64_t now)
 {
-    for (size_t i = 0; i < c->n_jobs; i++) {
+    for (size_t i = 0; i < c->n_jobs;) {
         coord_job *j = c->jobs[i];
-        if (j->state != MT_JOBSTATE_RUNNING && j->state != MT_JOBSTATE_STALLED)
-            continue;
-        if (note_silent(c, j, now)) /* a silent worker is named whether or not stalls are */
-            continue;
-        sweep_stall(c, j, now);
+        size_t before = c->n_jobs;
+        if (j->state == MT_JOBSTATE_RUNNING || j->state == MT_JOBSTATE_STALLED) {
+            if (!note_silent(c, j, now)) /* a silent worker is named whether or not stalls are */
+                sweep_stall(c, j, now);
+            if (c->n_jobs < before)
+                continue; /* j was removed (a restart FAILED it at its limit): i is the next */
+        }
+        i++;
     }
 }
 

@@ -215,6 +215,31 @@ void coord_handle_register(mt_coord *c, mt_rpc_call *call)
     rep.heartbeat_timeout_ms = (uint32_t)c->opts.heartbeat_timeout_ms;
     mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
 }
+/* A task status's per-rank collective progress (hang diagnosis, docs/jobs.md), as the domain
+ * core's typed records; ages become coordinator times (now - age), so worker clocks never
+ * matter. */
+static void task_progress(mt_coord *c, const char *worker_id, const Meshtrain__TaskStatus *t)
+{
+    int64_t now = mt_clock_mono_ms();
+
+    for (size_t i = 0; i < t->n_devices; i++) {
+        const Meshtrain__DeviceProgress *p = t->devices[i];
+        coord_stall_dev d;
+        memset(&d, 0, sizeof(d));
+        d.step = p->step;
+        d.seq = p->seq;
+        snprintf(d.op, sizeof(d.op), "%s", p->op != NULL ? p->op : "");
+        snprintf(d.axis, sizeof(d.axis), "%s", p->axis != NULL ? p->axis : "");
+        snprintf(d.state, sizeof(d.state), "%s", p->state != NULL ? p->state : "");
+        d.chunk = p->chunk;
+        d.chunks = p->chunks;
+        d.state_since_ms = now - (p->state_age_ms > 0 ? p->state_age_ms : 0);
+        snprintf(d.activity, sizeof(d.activity), "%s", p->activity != NULL ? p->activity : "");
+        d.activity_since_ms = p->activity_age_ms < 0 ? -1 : now - p->activity_age_ms;
+        d.ticks = p->ticks;
+        coord_job_progress(c, t->job_id, t->attempt, worker_id, p->rank, &d);
+    }
+}
 
 void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call)
 {
@@ -240,7 +265,7 @@ void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call)
                      r->devices[i]->health);
     }
     for (size_t i = 0; i < r->n_tasks; i++)
-        coord_stall_apply(c, r->worker_id, r->tasks[i]);
+        task_progress(c, r->worker_id, r->tasks[i]);
     coord_jobs_heartbeat(c, r, &rep);
     mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
     coord_jobs_heartbeat_done(&rep);

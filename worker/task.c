@@ -69,7 +69,6 @@
 #define FLUSH_S              0.1
 #define CHUNK_BYTES          (4u << 20)
 #define CHUNK_TIMEOUT_MS     10000
-#define COLL_DEADLINE_MS     30000
 #define NET_WAIT_TRIES       600 /* x 100 ms */
 #define PEER_LOSS_WAIT_TRIES 200 /* x 100 ms */
 #define RETRY_S              1.0 /* metrics: next try after an unreachable coordinator */
@@ -872,7 +871,7 @@ static mt_code run_task(task_run *r, mt_err *err)
     /* the job's "restart.collective_deadline_ms", checked at submit against the coordinator's
      * heartbeat window; a lost peer then fails the attempt and the coordinator restarts it */
     wo.default_deadline_ms =
-        sum.coll_deadline_ms > 0 ? (int)sum.coll_deadline_ms : COLL_DEADLINE_MS;
+        sum.coll_deadline_ms > 0 ? (int)sum.coll_deadline_ms : MT_JOBSPEC_COLL_DEADLINE_DEFAULT_MS;
     wo.mesh = r->mesh_text; /* ranks are mesh positions: errors name the mesh axis */
     wo.observe = worker_metrics_collective;
     wo.observe_arg = r->tab->metrics;

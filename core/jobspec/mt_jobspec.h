@@ -41,6 +41,10 @@
 #define MT_JOBSPEC_MAX_PARAMS ((uint64_t)1 << 26) /* parameter elements of a model (256 MiB) */
 
 /* What a validated spec asks for (every field filled by mt_jobspec_validate). */
+/* The collective deadline a worker uses when a spec sets no "restart.collective_deadline_ms";
+ * the coordinator checks it against its heartbeat window at startup (coordinator/sched.h). */
+#define MT_JOBSPEC_COLL_DEADLINE_DEFAULT_MS 30000
+
 typedef struct mt_jobspec_summary {
     char name[128];                           /* the spec's "name" ("" when absent) */
     int mesh_ndims;                           /* 1..8; a spec without "mesh" is batch=1 */
@@ -72,7 +76,8 @@ typedef struct mt_jobspec_summary {
     uint32_t max_restarts;        /* "restart.max_restarts", default 3 */
     uint32_t coll_deadline_ms;    /* "restart.collective_deadline_ms" (100..3600000): how long a
                                      collective waits for a peer before it fails the attempt;
-                                     0 = the worker's default (30 s) */
+                                     0 = the worker's default,
+                                     MT_JOBSPEC_COLL_DEADLINE_DEFAULT_MS */
     char init_job[32];  /* "init_from.job": start from that job's checkpoint; "" = fresh */
     uint32_t init_step; /* "init_from.step"; 0 = that job's latest complete checkpoint */
     /* "elastic" bounds (defaults 1 and 65536); both 0 when the spec has no "elastic" section or

@@ -20,5 +20,13 @@ expect_exit 3 "$BIN/meshtrain" --coordinator "tcp://127.0.0.1:$PORT" jobs
 grep -q "^meshtrain: UNAVAILABLE: .*tcp://127.0.0.1:$PORT" "$T/last.out" &&
     grep -q "^meshtrain: hint: is the coordinator running at that address?" "$T/last.out" ||
     fail "unreachable coordinator: $(cat "$T/last.out")"
+
+# a heartbeat window (3 x --heartbeat-ms + 1000) not shorter than the workers' default collective
+# deadline (30 s) would read a frozen worker as a broken link: refused at startup, naming both
+# (timeout: were it accepted, the coordinator would run; that fails here with 124, not a hang)
+expect_exit 2 timeout 10 "$BIN/meshtrain-coordinator" --listen "tcp://127.0.0.1:$PORT" \
+    --state-dir "$T/hb" --heartbeat-ms 9667 --heartbeat-timeout-ms 60000
+grep -q "^meshtrain-coordinator: --heartbeat-ms 9667: the workers' default collective deadline of 30000 ms .* heartbeat window of 30001 ms .*; use --heartbeat-ms 9666 or less$" \
+    "$T/last.out" || fail "--heartbeat-ms 9667: $(cat "$T/last.out")"
 log "did you mean; UNAVAILABLE with a hint: $(tail -n 1 "$T/last.out")"
 echo OK

@@ -24,7 +24,8 @@ import sys
 
 # The coordinator's layers (adapters -> core -> store; the store is libmtstorage, outside this
 # library; sched.c, the scheduling core, is pure and calls no file of the coordinator). The
-# adapters: RPC handlers ("rpc", which may share helpers among themselves), the periodic sweep
+# adapters: RPC handlers ("rpc", which call no other handler file except STILL_DEPARTING; they
+# share "rpcbase", bulk.c, the thread-pool runner of bulk reads, which calls nothing), the periodic sweep
 # ("sweep", sweep.c: the timer's lost-worker, silent-worker and stall rules) and the status
 # endpoint ("http"); none calls an adapter of another kind. A new file
 # must be placed here, or the check fails. The files of the "core" and "sched" layers must not
@@ -33,7 +34,8 @@ LAYERS = {
     "sched": {"sched.c"},
     "core": {"state.c"},
     "shared": {"buf.c", "mcache.c", "stats.c"},
-    "rpc": {"bulk.c", "ckpt.c", "jobs.c", "joblog.c", "metrics.c", "stall.c", "workers.c"},
+    "rpcbase": {"bulk.c"},
+    "rpc": {"ckpt.c", "jobs.c", "joblog.c", "metrics.c", "workers.c"},
     "sweep": {"sweep.c"},
     "http": {"http.c", "http_act.c", "http_api.c", "http_prom.c", "http_reply.c"},
     "loop": {"coord.c"},
@@ -42,12 +44,16 @@ ALLOWED = {
     "sched": set(),
     "shared": {"shared"},
     "core": {"sched", "shared"},
-    "rpc": {"rpc", "core", "sched", "shared"},
+    "rpcbase": set(),
+    "rpc": {"rpcbase", "core", "sched", "shared"},
     "sweep": {"core", "sched", "shared"},
     "http": {"http", "core", "shared"},
     "loop": set(LAYERS),
 }
 CORES = LAYERS["core"] | LAYERS["sched"]
+# RPC adapter -> RPC adapter edges not yet moved into the core (issue 19; docs/architecture.md):
+# the only ones the layering still lets through; a new one, or any other, is a breach.
+STILL_DEPARTING = {("workers.c", "jobs.c"), ("jobs.c", "ckpt.c"), ("jobs.c", "metrics.c")}
 
 
 def nm_objects(lib):
@@ -109,7 +115,8 @@ def layer_breaches(edges):
            for f in sorted(edges) if f not in layer]
     for f in sorted(edges):
         for g in edges[f]:
-            if f in layer and g in layer and layer[g] not in ALLOWED[layer[f]]:
+            if (f in layer and g in layer and layer[g] not in ALLOWED[layer[f]] and
+                    (f, g) not in STILL_DEPARTING):
                 out.append(f"layer: {f} ({layer[f]}) -> {g} ({layer[g]})")
     return out
 

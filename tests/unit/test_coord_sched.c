@@ -444,7 +444,7 @@ static void test_coord_sched_silent_worker_noted_once(void **state)
 }
 
 /* SubmitJob: a collective deadline not longer than the heartbeat window is refused, naming both
- * figures; none (the worker's default) or a longer one passes. */
+ * figures; a longer one passes, and so does none while the workers' default is longer. */
 static void test_coord_sched_deadline_against_heartbeat_window(void **state)
 {
     char msg[256] = "";
@@ -460,6 +460,27 @@ static void test_coord_sched_deadline_against_heartbeat_window(void **state)
                              "1 s)");
     assert_int_equal(coord_sched_deadline_check(100, 4000, msg, sizeof(msg)),
                      MT_FAILED_PRECONDITION);
+}
+
+/* A spec without restart.collective_deadline_ms gets the workers' default (30 s): it is checked
+ * too, so a heartbeat window of 30 s or more (--heartbeat-ms 9667) is refused, naming both. */
+static void test_coord_sched_default_deadline_against_heartbeat_window(void **state)
+{
+    char msg[256] = "";
+    (void)state;
+
+    assert_int_equal(coord_sched_deadline_check(0, COORD_STALL_FRESH_MS(9666), msg, sizeof(msg)),
+                     MT_OK);
+    assert_string_equal(msg, "");
+    assert_int_equal(coord_sched_deadline_check(0, COORD_STALL_FRESH_MS(9667), msg, sizeof(msg)),
+                     MT_FAILED_PRECONDITION);
+    assert_string_equal(msg, "the workers' default collective deadline of 30000 ms (a spec "
+                             "without restart.collective_deadline_ms) is not longer than this "
+                             "coordinator's heartbeat window of 30001 ms (3 heartbeat intervals "
+                             "+ 1 s)");
+    /* an explicit longer deadline still passes under that window */
+    assert_int_equal(
+        coord_sched_deadline_check(60000, COORD_STALL_FRESH_MS(9667), msg, sizeof(msg)), MT_OK);
 }
 
 static void test_coord_sched_peer_failure_link_vs_device(void **state)
@@ -655,6 +676,7 @@ int main(void)
         cmocka_unit_test(test_coord_sched_reload_fails_over),
         cmocka_unit_test(test_coord_sched_silent_worker_noted_once),
         cmocka_unit_test(test_coord_sched_deadline_against_heartbeat_window),
+        cmocka_unit_test(test_coord_sched_default_deadline_against_heartbeat_window),
         cmocka_unit_test(test_coord_sched_peer_failure_link_vs_device),
         cmocka_unit_test(test_coord_sched_task_reports),
         cmocka_unit_test(test_coord_sched_stall_link_vs_device),

@@ -6,7 +6,8 @@
  * core's functions are called as the adapters call them. Covers the typed state name tables,
  * transitions (store first, the diagnosis kept or cleared, the hooks told of RESTARTING and the
  * end, a final state removing the job), the restart rule, the workers of a job as the scheduling
- * core sees them, and a lost worker's jobs restarting.
+ * core sees them, a lost worker's jobs restarting, and the sweep going on past a job it
+ * removed.
  */
 #include "mt_test.h"
 
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "alloc/mt_alloc.h"
+#include "clock/mt_clock.h"
 #include "coordinator/coord_int.h"
 
 typedef struct tctx {
@@ -287,6 +289,51 @@ static void test_coord_state_lost_worker_restarts_its_jobs(void **state)
     assert_true(t->c->sched_dirty);
 }
 
+/* A STALLED job on worker wa whose one device waits in an allreduce (the stall rule's input). */
+static void stall_on_wa(tctx *t, coord_job *j)
+{
+    assert_int_equal(coord_job_move(t->c, j, MT_JOBSTATE_SCHEDULED, "placed"), MT_OK);
+    assert_int_equal(coord_job_move(t->c, j, MT_JOBSTATE_RUNNING, "started"), MT_OK);
+    assert_int_equal(coord_job_move(t->c, j, MT_JOBSTATE_STALLED, "no progress"), MT_OK);
+    give_tasks(j, "wa", NULL);
+    j->devs = mt_calloc(1, sizeof(*j->devs));
+    assert_non_null(j->devs);
+    j->n_place = 1;
+    j->devs[0].known = 1;
+    snprintf(j->devs[0].worker_id, sizeof(j->devs[0].worker_id), "wa");
+    snprintf(j->devs[0].op, sizeof(j->devs[0].op), "allreduce");
+    snprintf(j->devs[0].state, sizeof(j->devs[0].state), "waiting");
+}
+
+/* The sweep's stall rule restarts every job stalled past --stall-restart-ms inside a collective:
+ * one at its restart limit is FAILED and removed, and the job behind it is still swept. */
+static void test_coord_state_sweep_after_a_removed_job(void **state)
+{
+    tctx *t = *state;
+    coord_job *last = add_job(t, 0), *next = add_job(t, 3);
+    char id_last[32], st[16], diag[256];
+    coord_worker *w = register_two(t);
+    int64_t now = mt_clock_mono_ms();
+
+    snprintf(id_last, sizeof(id_last), "%s", last->job_id);
+    stall_on_wa(t, last);
+    stall_on_wa(t, next);
+    w[0].last_seen_mono_ms = w[1].last_seen_mono_ms = now; /* both heartbeat */
+    t->c->opts.stall_timeout_ms = 1000;
+    t->c->opts.stall_restart_ms = 1000;
+    coord_sweep(t->c); /* first look: the devices' signature is taken, nothing moves */
+    assert_int_equal(last->state, MT_JOBSTATE_STALLED);
+    assert_int_equal(next->state, MT_JOBSTATE_STALLED);
+    last->prog_mono_ms = next->prog_mono_ms = now - 60000; /* no progress for a minute */
+
+    coord_sweep(t->c);
+    assert_null(coord_job_find(t->c, id_last)); /* no restarts left: FAILED, removed */
+    stored(t, id_last, st, diag);
+    assert_string_equal(st, "FAILED");
+    assert_int_equal(next->state, MT_JOBSTATE_RESTARTING); /* not skipped */
+    assert_int_equal(t->c->n_jobs, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -296,6 +343,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_coord_state_restart_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_coord_state_job_worker_views, setup, teardown),
         cmocka_unit_test_setup_teardown(test_coord_state_lost_worker_restarts_its_jobs, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_coord_state_sweep_after_a_removed_job, setup,
                                         teardown),
     };
     return MT_RUN_TESTS(tests);
