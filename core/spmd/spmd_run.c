@@ -191,22 +191,30 @@ static mt_code load_split(const mt_data_spec *ds, mt_data_split split, const mt_
  * dataset section with "train" replaced by that file and no "test", decoded as a training split
  * with the vectorizer fitted on the real training split (vec, may be NULL).
  */
-static mt_code load_val_file(const cJSON *node, const char *path, const char *base_dir,
-                             const mt_data_tfidf *vec, mt_idx_set *val, mt_err *err)
+static mt_code load_val_file(const cJSON *node, mt_data_format format, const char *path,
+                             const char *base_dir, const mt_data_tfidf *vec, mt_idx_set *val,
+                             mt_err *err)
 {
     cJSON *copy = cJSON_Duplicate(node, true);
     mt_data_spec *ds = NULL;
+    /* a tokens dataset fits its tokenizer on the files named "train" when it opens: the
+     * validation file is read as the test split of the same training files, so its ids are the
+     * training vocabulary's (as the test file's are) */
+    bool as_test = format == MT_DATA_FORMAT_TOKENS;
     mt_code rc;
 
-    if (copy == NULL ||
-        !cJSON_ReplaceItemInObjectCaseSensitive(copy, "train", cJSON_CreateString(path))) {
+    if (copy == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "validation: out of memory");
+    cJSON_DeleteItemFromObjectCaseSensitive(copy, "test");
+    if (!(as_test
+              ? cJSON_AddItemToObjectCS(copy, "test", cJSON_CreateString(path))
+              : cJSON_ReplaceItemInObjectCaseSensitive(copy, "train", cJSON_CreateString(path)))) {
         cJSON_Delete(copy);
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "validation: out of memory");
     }
-    cJSON_DeleteItemFromObjectCaseSensitive(copy, "test");
     rc = mt_data_spec_parse(copy, "validation.path", base_dir, &ds, err);
     if (rc == MT_OK)
-        rc = load_split(ds, MT_DATA_SPLIT_TRAIN, vec, val, err);
+        rc = load_split(ds, as_test ? MT_DATA_SPLIT_TEST : MT_DATA_SPLIT_TRAIN, vec, val, err);
     mt_data_spec_free(ds);
     cJSON_Delete(copy);
     return rc;
@@ -227,7 +235,7 @@ static mt_code load_text(const cJSON *node, const char *base_dir, const char *va
     if (rc == MT_OK && ds->test.n > 0)
         rc = load_split(ds, MT_DATA_SPLIT_TEST, vec, test, err);
     if (rc == MT_OK && val != NULL && val_path != NULL && val_path[0] != '\0')
-        rc = load_val_file(node, val_path, base_dir, vec, val, err);
+        rc = load_val_file(node, ds->format, val_path, base_dir, vec, val, err);
     mt_data_tfidf_free(vec);
     mt_data_spec_free(ds);
     return rc;

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "alloc/mt_alloc.h"
 #include "blas/mt_blas.h"
 #include "data/mt_data.h"
@@ -858,6 +860,62 @@ static void test_spmd_resume_keeps_best(void **state)
     rm_flat_dir(db);
 }
 
+/*
+ * A tokens dataset's validation file is tokenized with the training vocabulary (issue 23: it was
+ * fitted again on the validation file, so its ids were another vocabulary's and val_loss was
+ * meaningless): the same file as validation.path and as the test split gives the same ids.
+ * The validation text lacks most training characters, so a vocabulary fitted on it differs.
+ */
+static void test_spmd_tokens_validation_uses_training_vocabulary(void **state)
+{
+    char dir[] = "/tmp/mt_spmd_valtokXXXXXX", tr[300], va[300], json[2048];
+    mt_idx_set train, test, val;
+    size_t shape[4] = {0};
+    int rank = 0;
+    mt_err err = MT_ERR_INIT;
+    cJSON *root;
+    FILE *f;
+    job j;
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(tr, sizeof(tr), "%s/train.txt", dir);
+    snprintf(va, sizeof(va), "%s/val.txt", dir);
+    assert_non_null(f = fopen(tr, "w"));
+    for (int i = 0; i < 40; i++)
+        fputs("abcdefgh the quick brown fox jumps over the lazy dog\n", f);
+    fclose(f);
+    assert_non_null(f = fopen(va, "w"));
+    for (int i = 0; i < 10; i++)
+        fputs("hog hog the dog\n", f);
+    fclose(f);
+    snprintf(json, sizeof(json),
+             "{\"seed\":1,\"batch_size\":2,\"steps\":1,\"dataset\":{\"format\":\"tokens\","
+             "\"train\":\"%s\",\"test\":\"%s\",\"tokenizer\":{\"type\":\"char\",\"vocab_size\":"
+             "40},\"block_size\":4},\"validation\":{\"path\":\"%s\"},\"model\":{\"input_shape\":"
+             "[4],\"layers\":[{\"type\":\"embedding\",\"input_dim\":40,\"output_dim\":4},"
+             "{\"type\":\"dense\",\"units\":40}]}}",
+             tr, va, va);
+    job_load(&j, json, NULL);
+    root = cJSON_Parse(json);
+    assert_non_null(root);
+    if (mt_spmd_load_data(j.spec, cJSON_GetObjectItemCaseSensitive(root, "dataset"), NULL, &train,
+                          &test, &val, &rank, shape, &err) != MT_OK)
+        fail_msg("load: %s", err.msg);
+    assert_int_equal(rank, 1);
+    assert_true(test.n > 0);
+    assert_int_equal(val.n, test.n);
+    assert_memory_equal(val.images, test.images, test.n * shape[0] * sizeof(float));
+    assert_memory_equal(val.labels, test.labels, test.n * test.y_dim * sizeof(int32_t));
+    mt_idx_set_fini(&train);
+    mt_idx_set_fini(&test);
+    mt_idx_set_fini(&val);
+    cJSON_Delete(root);
+    job_free(&j);
+    unlink(tr);
+    unlink(va);
+    rmdir(dir);
+}
+
 static void test_spmd_restore_refuses_other_model(void **state)
 {
     size_t shape[1] = {FEAT};
@@ -1563,6 +1621,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spmd_checkpoint_chain_continues),
         cmocka_unit_test(test_spmd_restore_refuses_other_model),
         cmocka_unit_test(test_spmd_resume_keeps_best),
+        cmocka_unit_test(test_spmd_tokens_validation_uses_training_vocabulary),
         cmocka_unit_test(test_spmd_step_rejects_bad_input),
         cmocka_unit_test(test_spmd_evaluate_matches_single_device),
         cmocka_unit_test(test_spmd_step_pieces),
