@@ -5,7 +5,7 @@ clipping against torch.optim, torch.optim.lr_scheduler and torch.nn.utils.clip_g
 
 Usage:
   optim_torch_check.py specs DATA DIR           write DATA/x.npy (16x6), DATA/y.npy (16x3
-                                                 float) and DIR/RUN.json for the run "w0" (one step
+                                                 float) and DIR/RUN.json for the run "w0-1" (one step
                                                  at rate 1e-30: the initial weights) and the runs
                                                  CASE-1 and CASE-6 of every case; print the runs
   optim_torch_check.py check W0 DIR RUN...       for each RUN (CASE-STEPS), from the weights W0
@@ -101,7 +101,7 @@ def write_spec(out, data, case, steps):
 
 def write_specs(data, d):
     write_data(data)
-    write_spec(d + "/w0.json", data, "init", 1)
+    write_spec(d + "/w0-1.json", data, "init", 1)
     runs = [f"{case}-{steps}" for case in CASES for steps in (1, 6)]
     for run in runs:
         case, steps = run.rsplit("-", 1)
