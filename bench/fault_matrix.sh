@@ -21,7 +21,17 @@
 # namespace, their data link taken down past step 150 and brought up once the job restarted
 # naming the link; tests/integration/netns_lib.sh; skipped where namespaces are not allowed).
 #   bench/fault_matrix.sh [BUILD_DIR] [STEPS]      (default build, 2000 steps)
+# FAULT_ROWS (default all): the scenarios to run after the reference, any of workerkill
+# workerstop coordkill coordsubmit coorddisk workerdisk partition.
 set -euo pipefail
+ROWS=" ${FAULT_ROWS:-all} "
+for r in $ROWS; do
+    case $r in
+    all | workerkill | workerstop | coordkill | coordsubmit | coorddisk | workerdisk | partition) ;;
+    *) echo "fault_matrix: unknown row '$r' in FAULT_ROWS" >&2; exit 2 ;;
+    esac
+done
+want() { [[ $ROWS == *" all "* || $ROWS == *" $1 "* ]]; }
 
 export MT_BIN_DIR=$(cd "${1:-build}" && pwd)
 export MT_SOURCE_DIR=$(cd "$(dirname "$0")/.." && pwd)
@@ -138,111 +148,121 @@ worker_fault() {
     kill -9 "$PID_wb" 2>/dev/null || true
     finish "$name" "$DET" "$REC"
 }
-worker_fault "worker kill -9" KILL '.restarts >= 1 or .state == "RESTARTING"'
-worker_fault "worker SIGSTOP" STOP '(.reason | test("worker wb")) or .restarts >= 1'
+want workerkill && worker_fault "worker kill -9" KILL '.restarts >= 1 or .state == "RESTARTING"'
+want workerstop && worker_fault "worker SIGSTOP" STOP '(.reason | test("worker wb")) or .restarts >= 1'
 
 # ---- the coordinator killed with kill -9 mid-job, restarted on the same state and port
-up coordkill
-JOB=$(mt submit "$T/job.json")
-until_ 120 past 150
-AT=$(step); T0=$(now)
-kill -9 "$COORD_PID"
-coordinator coord_coordkill2 "$S" --listen "$COORD_URL" "${HB[@]}"
-until_ 120 past "$AT"
-REC=$(since "$T0")
-finish "coordinator kill -9 mid-job" - "$REC"
+if want coordkill; then
+    up coordkill
+    JOB=$(mt submit "$T/job.json")
+    until_ 120 past 150
+    AT=$(step); T0=$(now)
+    kill -9 "$COORD_PID"
+    coordinator coord_coordkill2 "$S" --listen "$COORD_URL" "${HB[@]}"
+    until_ 120 past "$AT"
+    REC=$(since "$T0")
+    finish "coordinator kill -9 mid-job" - "$REC"
+fi
 
 # ---- the coordinator killed right after acknowledging a submit
-up coordsubmit
-JOB=$(mt submit "$T/job.json")
-T0=$(now)
-kill -9 "$COORD_PID"
-coordinator coord_coordsubmit2 "$S" --listen "$COORD_URL" "${HB[@]}"
-until_ 120 past 0
-REC=$(since "$T0")
-finish "coordinator kill -9 after submit" - "$REC"
+if want coordsubmit; then
+    up coordsubmit
+    JOB=$(mt submit "$T/job.json")
+    T0=$(now)
+    kill -9 "$COORD_PID"
+    coordinator coord_coordsubmit2 "$S" --listen "$COORD_URL" "${HB[@]}"
+    until_ 120 past 0
+    REC=$(since "$T0")
+    finish "coordinator kill -9 after submit" - "$REC"
+fi
 
 # ---- the coordinator's checkpoint directory full, freed after two skipped checkpoints
-if mkdir -p "$T/full/checkpoints" && mount -t tmpfs -o size=8m tmpfs "$T/full/checkpoints" 2>/dev/null; then
-    trap 'rc=$?; umount "$T/full/checkpoints" 2>/dev/null || true; (exit $rc); cleanup' EXIT
-    dd if=/dev/zero of="$T/full/checkpoints/filler" bs=64k count=1000 2>/dev/null || true
-    S=$T/full
-    coordinator coord_full "$S" --listen tcp://127.0.0.1:0 "${HB[@]}"
-    worker wa
-    worker wb
-    wait_for 20 "two workers" alive 2
-    JOB=$(mt submit "$T/job.json")
-    until_ 60 past 0
-    T0=$(now)
-    noted() { st | jq -e '.reason | test("skipped")'; }
-    until_ 120 noted
-    DET=$(since "$T0")
-    rm -f "$S/checkpoints/filler"
-    stored() { [ "$(mt checkpoints --json "$JOB" | jq '[.checkpoints[] | select(.complete)] | length')" -ge 1 ]; }
-    until_ 120 stored
-    REC=$(since "$T0")
-    finish "coordinator disk full" "$DET" "$REC"
-    umount "$T/full/checkpoints" 2>/dev/null || true
-else
-    printf '%-34s skipped (mounting a tmpfs needs root)\n' "coordinator disk full"
+if want coorddisk; then
+    if mkdir -p "$T/full/checkpoints" && mount -t tmpfs -o size=8m tmpfs "$T/full/checkpoints" 2>/dev/null; then
+        trap 'rc=$?; umount "$T/full/checkpoints" 2>/dev/null || true; (exit $rc); cleanup' EXIT
+        dd if=/dev/zero of="$T/full/checkpoints/filler" bs=64k count=1000 2>/dev/null || true
+        S=$T/full
+        coordinator coord_full "$S" --listen tcp://127.0.0.1:0 "${HB[@]}"
+        worker wa
+        worker wb
+        wait_for 20 "two workers" alive 2
+        JOB=$(mt submit "$T/job.json")
+        until_ 60 past 0
+        T0=$(now)
+        noted() { st | jq -e '.reason | test("skipped")'; }
+        until_ 120 noted
+        DET=$(since "$T0")
+        rm -f "$S/checkpoints/filler"
+        stored() { [ "$(mt checkpoints --json "$JOB" | jq '[.checkpoints[] | select(.complete)] | length')" -ge 1 ]; }
+        until_ 120 stored
+        REC=$(since "$T0")
+        finish "coordinator disk full" "$DET" "$REC"
+        umount "$T/full/checkpoints" 2>/dev/null || true
+    else
+        printf '%-34s skipped (mounting a tmpfs needs root)\n' "coordinator disk full"
+    fi
 fi
 
 # ---- a worker's own checkpoint directory (its TMPDIR) full, freed after a skipped checkpoint
-if mkdir -p "$T/wfull" && mount -t tmpfs -o size=8m tmpfs "$T/wfull" 2>/dev/null; then
-    trap 'rc=$?; umount "$T/wfull" 2>/dev/null || true; (exit $rc); cleanup' EXIT
-    dd if=/dev/zero of="$T/wfull/filler" bs=64k count=1000 2>/dev/null || true
-    S=$T/wfull-state
-    mkdir -p "$S"
-    coordinator coord_wfull "$S" --listen tcp://127.0.0.1:0 "${HB[@]}"
-    TMPDIR=$T/wfull worker wa
-    TMPDIR=$T/wfull worker wb
-    wait_for 20 "two workers" alive 2
-    JOB=$(mt submit "$T/job.json")
-    until_ 60 past 0
-    T0=$(now)
-    noted() { st | jq -e '[.latest_metrics[] | select(.name == "checkpoint_skipped")] | length > 0'; }
-    until_ 120 noted
-    DET=$(since "$T0")
-    rm -f "$T/wfull/filler"
-    stored() { [ "$(mt checkpoints --json "$JOB" | jq '[.checkpoints[] | select(.complete)] | length')" -ge 1 ]; }
-    until_ 120 stored
-    REC=$(since "$T0")
-    finish "worker disk full" "$DET" "$REC"
-    umount "$T/wfull" 2>/dev/null || true
-else
-    printf '%-34s skipped (mounting a tmpfs needs root)\n' "worker disk full"
+if want workerdisk; then
+    if mkdir -p "$T/wfull" && mount -t tmpfs -o size=8m tmpfs "$T/wfull" 2>/dev/null; then
+        trap 'rc=$?; umount "$T/wfull" 2>/dev/null || true; (exit $rc); cleanup' EXIT
+        dd if=/dev/zero of="$T/wfull/filler" bs=64k count=1000 2>/dev/null || true
+        S=$T/wfull-state
+        mkdir -p "$S"
+        coordinator coord_wfull "$S" --listen tcp://127.0.0.1:0 "${HB[@]}"
+        TMPDIR=$T/wfull worker wa
+        TMPDIR=$T/wfull worker wb
+        wait_for 20 "two workers" alive 2
+        JOB=$(mt submit "$T/job.json")
+        until_ 60 past 0
+        T0=$(now)
+        noted() { st | jq -e '[.latest_metrics[] | select(.name == "checkpoint_skipped")] | length > 0'; }
+        until_ 120 noted
+        DET=$(since "$T0")
+        rm -f "$T/wfull/filler"
+        stored() { [ "$(mt checkpoints --json "$JOB" | jq '[.checkpoints[] | select(.complete)] | length')" -ge 1 ]; }
+        until_ 120 stored
+        REC=$(since "$T0")
+        finish "worker disk full" "$DET" "$REC"
+        umount "$T/wfull" 2>/dev/null || true
+    else
+        printf '%-34s skipped (mounting a tmpfs needs root)\n' "worker disk full"
+    fi
 fi
 
 # ---- a partition between the two workers: their data link down, both still reach the
 # coordinator; brought up again once the job restarted naming the link
-if netns_up; then
-    trap 'rc=$?; netns_down; umount "$T/wfull" 2>/dev/null || true; set +e; (exit $rc); cleanup' EXIT
-    S=$T/partition
-    mkdir -p "$S"
-    coordinator coord_partition "$S" --listen "tcp://$NET_CA:$(free_port)" --insecure "${HB[@]}" \
-        --stall-timeout-ms 2000 --stall-restart-ms 0
-    netns_worker wa "$NA" "$NET_DA" --log-level warn
-    disown "$LAST_PID"
-    netns_worker wb "$NB" "$NET_DB" --log-level warn
-    disown "$LAST_PID"
-    wait_for 20 "two workers" alive 2
-    jq '.restart.collective_deadline_ms = 4000 | .restart.max_restarts = 20' "$T/job.json" >"$T/job_p.json"
-    JOB=$(mt submit "$T/job_p.json")
-    until_ 120 past 150
-    AT=$(step)
-    T0=$(now)
-    netns_cut
-    linked() { st | jq -e '(.diagnosis // "") | test("^link (wa<->wb|wb<->wa)")'; }
-    until_ 60 linked
-    DET=$(since "$T0")
-    restarted() { st | jq -e '.restarts >= 1'; }
-    until_ 120 restarted
-    netns_heal
-    resumed() { st | jq -e --argjson at "$AT" '.restarts >= 1 and .step > $at'; }
-    until_ 120 resumed
-    REC=$(since "$T0")
-    finish "workers partitioned (netns)" "$DET" "$REC"
-    netns_down
-else
-    printf '%-34s skipped (%s)\n' "workers partitioned (netns)" "$NETNS_WHY"
+if want partition; then
+    if netns_up; then
+        trap 'rc=$?; netns_down; umount "$T/wfull" 2>/dev/null || true; set +e; (exit $rc); cleanup' EXIT
+        S=$T/partition
+        mkdir -p "$S"
+        coordinator coord_partition "$S" --listen "tcp://$NET_CA:$(free_port)" --insecure "${HB[@]}" \
+            --stall-timeout-ms 2000 --stall-restart-ms 0
+        netns_worker wa "$NA" "$NET_DA" --log-level warn
+        disown "$LAST_PID"
+        netns_worker wb "$NB" "$NET_DB" --log-level warn
+        disown "$LAST_PID"
+        wait_for 20 "two workers" alive 2
+        jq '.restart.collective_deadline_ms = 4000 | .restart.max_restarts = 20' "$T/job.json" >"$T/job_p.json"
+        JOB=$(mt submit "$T/job_p.json")
+        until_ 120 past 150
+        AT=$(step)
+        T0=$(now)
+        netns_cut
+        linked() { st | jq -e '(.diagnosis // "") | test("^link (wa<->wb|wb<->wa)")'; }
+        until_ 60 linked
+        DET=$(since "$T0")
+        restarted() { st | jq -e '.restarts >= 1'; }
+        until_ 120 restarted
+        netns_heal
+        resumed() { st | jq -e --argjson at "$AT" '.restarts >= 1 and .step > $at'; }
+        until_ 120 resumed
+        REC=$(since "$T0")
+        finish "workers partitioned (netns)" "$DET" "$REC"
+        netns_down
+    else
+        printf '%-34s skipped (%s)\n' "workers partitioned (netns)" "$NETNS_WHY"
+    fi
 fi
