@@ -7,6 +7,7 @@
 # examples/s of each build and NEW/BASE. A change that must not slow anything needs every ratio
 # >= 0.97. The load average is printed beside each round. Never run by ctest.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 A=${1:?usage: ab_e2e.sh BASE_BUILD NEW_BUILD [ROUNDS]}
 B=${2:?usage: ab_e2e.sh BASE_BUILD NEW_BUILD [ROUNDS]}
 R=${3:-3}
@@ -26,10 +27,7 @@ for r in $(seq "$R"); do
     done
 done
 echo "== medians over $R rounds (examples/s): base -> new, new/base"
-awk '{ k = $2; for (c = 3; c <= 5; c++) v[$1 " " k " " c] = v[$1 " " k " " c] " " $c; m[k] = 1 }
-    function med(s,    a, n, i, j, t) { n = split(s, a, " ");
-        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+awk "$BENCH_AWK_MEDIAN"'{ k = $2; for (c = 3; c <= 5; c++) v[$1 " " k " " c] = v[$1 " " k " " c] " " $c; m[k] = 1 }
     END { split("1x1 1x2 2x1", names, " ");
         for (k in m) for (c = 3; c <= 5; c++) {
             a = med(v["A " k " " c]); b = med(v["B " k " " c]);

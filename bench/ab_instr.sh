@@ -15,11 +15,8 @@ A=${1:?usage: ab_instr.sh BASE_BUILD NEW_BUILD}
 B=${2:?usage: ab_instr.sh BASE_BUILD NEW_BUILD}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 command -v valgrind >/dev/null || { echo "ab_instr.sh: valgrind is not installed" >&2; exit 1; }
-export OPENBLAS_NUM_THREADS=1
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-    if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_blas_env
 T=$(mktemp -d /tmp/mt-ab-instr.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 FM=/usr/share/datasets/fashion-mnist

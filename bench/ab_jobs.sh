@@ -10,6 +10,7 @@
 # beside each pair. Env: AB_ROWS (default "mlp cnn text"), AB_STEPS_MLP (1000), AB_STEPS_CNN
 # (80), AB_STEPS_TEXT (3000). Never run by ctest.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 BA=${1:?usage: ab_jobs.sh BASE_BUILD NEW_BUILD [ROUNDS]}
 BB=${2:?usage: ab_jobs.sh BASE_BUILD NEW_BUILD [ROUNDS]}
 R=${3:-5}
@@ -54,9 +55,6 @@ for r in $(seq "$R"); do
     done
 done
 echo "== medians over $R paired rounds: new/base of the rate and of the CPU seconds per job"
-awk '{ k = $1 " " $2; rate[k] = rate[k] " " $5 / $3; cpu[k] = cpu[k] " " $6 / $4; m[k] = 1 }
-    function med(s,    a, n, i, j, t) { n = split(s, a, " ");
-        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+awk "$BENCH_AWK_MEDIAN"'{ k = $1 " " $2; rate[k] = rate[k] " " $5 / $3; cpu[k] = cpu[k] " " $6 / $4; m[k] = 1 }
     END { for (k in m) printf "%-8s rate %.3f  cpu %.3f\n", k, med(rate[k]), med(cpu[k]) }' \
     "$OUT/pairs" | sort

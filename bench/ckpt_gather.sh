@@ -12,9 +12,8 @@ ROUNDS=${2:-3}
 STEPS=${STEPS:-400}
 export MT_BIN_DIR=$BUILD MT_SOURCE_DIR=$(cd "$(dirname "$0")/.." && pwd)
 source "$MT_SOURCE_DIR/tests/integration/lib.sh"
-if grep -q avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-elif grep -q avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-export OPENBLAS_NUM_THREADS=1
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_blas_env
 
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0
 for w in wa wb; do

@@ -10,10 +10,8 @@ build=${1:-$src/build}
 [[ $build = /* ]] || build="$src/$build"
 if [[ $# -gt 0 ]]; then shift; fi
 
-# Debian's OpenBLAS 0.3.21 misdetects this CPU: pick the core type from the CPU flags.
-if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-export OPENBLAS_NUM_THREADS=1
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_blas_env
 
 args=(--seconds "${SECONDS_PER_CASE:-1}")
 data="$build/data"

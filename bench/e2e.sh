@@ -23,11 +23,8 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 SMLP=${E2E_STEPS_MLP:-300}
 SCNN=${E2E_STEPS_CNN:-80}
 STEXT=${E2E_STEPS_TEXT:-300}
-export OPENBLAS_NUM_THREADS=1
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-    if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_blas_env
 T=$(mktemp -d /tmp/mt-bench-e2e.XXXXXX)
 PIDS=()
 cleanup() {

@@ -17,11 +17,8 @@ BUILD=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 STEPS=${FSDP_STEPS:-200}
 REPEAT=${FSDP_REPEAT:-2}
-export OPENBLAS_NUM_THREADS=1
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-    if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_blas_env
 T=$(mktemp -d /tmp/mt-bench-fsdp.XXXXXX)
 PIDS=()
 cleanup() {

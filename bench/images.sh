@@ -13,10 +13,8 @@ build=${1:-$src/build}
 n=${2:-10000}
 steps=${STEPS:-40}
 
-# Debian's OpenBLAS 0.3.21 misdetects this CPU: pick the core type from the CPU flags.
-if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-export OPENBLAS_NUM_THREADS=1
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_blas_env
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -12,11 +12,8 @@ set -euo pipefail
 B=${1:?usage: job_cpu.sh BUILD EXAMPLE STEPS MESH NWORKERS DEVICES}
 EX=$2 STEPS=$3 MESH=$4 NW=$5 DEV=$6
 SRC=$(cd "$(dirname "$0")/.." && pwd)
-export OPENBLAS_NUM_THREADS=1
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-    if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_blas_env
 T=$(mktemp -d /tmp/mt-bench-cpu.XXXXXX)
 PIDS=()
 cleanup() {

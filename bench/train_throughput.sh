@@ -8,11 +8,8 @@
 set -euo pipefail
 BUILD=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
-export OPENBLAS_NUM_THREADS=1
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-    if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_blas_env
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, one thread; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 mt_rate() { # JOB STEPS -> examples/s
