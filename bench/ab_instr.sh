@@ -9,7 +9,7 @@
 # device in the mesh, a device's waits (it yields its core in a loop) add instructions that
 # depend on scheduling, so those rows are rougher. Slow: about 50x native speed per run.
 # Env: AB_INSTR_ROWS (default "mlp cnn text"), AB_INSTR_MESHES (default "batch=1"),
-# AB_INSTR_STEPS (N per row, default "mlp=20 cnn=2 text=40"). Never run by ctest.
+# AB_INSTR_STEPS (N per row, default "mlp=20 cnn=2 text=8"). Never run by ctest.
 set -euo pipefail
 A=${1:?usage: ab_instr.sh BASE_BUILD NEW_BUILD}
 B=${2:?usage: ab_instr.sh BASE_BUILD NEW_BUILD}
@@ -29,12 +29,12 @@ if [[ $rows == *" text "* ]] && ! "$SRC/deploy/fetch-sentiment.sh" "$T/text" >/d
 fi
 steps_of() { # ROW -> N
     local s
-    for s in ${AB_INSTR_STEPS:-mlp=20 cnn=2 text=40}; do [ "${s%%=*}" = "$1" ] && echo "${s#*=}"; done
+    for s in ${AB_INSTR_STEPS:-mlp=20 cnn=2 text=8}; do [ "${s%%=*}" = "$1" ] && echo "${s#*=}"; done
     return 0
 }
 spec() { # EXAMPLE STEPS -> the example cut to STEPS steps of batch 128, small test split
     sed -e 's/"batch_size": *[0-9]*/"batch_size": 128/' -e '0,/{/s//{"steps": '"$2"',/' \
-        -e 's/"epochs": *[0-9]*/"epochs": 1/' -e '/"checkpoint":/d' \
+        -e '/"epochs":/d' -e '/"checkpoint":/d' \
         -e 's#"data/sentiment_#"'"$T"'/text/sentiment_#g' \
         -e 's#"'"$FM"'/t10k-images-idx3-ubyte.gz"#"'"$T"'/test-images.gz"#' \
         -e 's#"'"$FM"'/t10k-labels-idx1-ubyte.gz"#"'"$T"'/test-labels.gz"#' \

@@ -64,7 +64,7 @@ rate() { # rate EXAMPLE STEPS MESH -> examples/s of the job (its last examples_p
     [ "$1" = dtensor_mlp_data_parallel.json ] && batch=64
     sed -e 's/"batch_size": *[0-9]*/"batch_size": '"$batch"'/' -e '0,/{/s//{"steps": '"$2"',/' \
         -e 's#"data/sentiment_#"'"$T"'/text/sentiment_#g' \
-        -e '/"checkpoint":/d' \
+        -e '/"epochs":/d' -e '/"checkpoint":/d' \
         "$SRC/examples/$1" >"$T/job.json"
     local job
     job=$(mt submit "$T/job.json" --mesh "$3" --name bench)

@@ -40,7 +40,7 @@ for i in $(seq 201); do
     sleep 0.1
 done
 sed -e 's/"batch_size": *[0-9]*/"batch_size": 128/' -e '0,/{/s//{"steps": '"$STEPS"',/' \
-    -e '/"checkpoint":/d' -e 's#"data/sentiment_#"'"${JOB_DATA_DIR:-data}"'/sentiment_#g' \
+    -e '/"epochs":/d' -e '/"checkpoint":/d' -e 's#"data/sentiment_#"'"${JOB_DATA_DIR:-data}"'/sentiment_#g' \
     "$SRC/examples/$EX" >"$T/job.json"
 ticks() { local s=0 p; for p in "${PIDS[@]}"; do s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$s"; }
 c0=$(ticks) t0=$(date +%s.%N)
