@@ -259,8 +259,8 @@ static mt_code check_exposure(const mt_coord_opts *o, mt_err *err)
     return MT_OK;
 }
 
-/* The core's hook for a job's move to RESTARTING or a final state: a state change on its
- * metrics stream (a final one ends it). */
+/* The core's hook for a job's move to RESTARTING, SCHEDULED again after a restart, or a final
+ * state: a state change on its metrics stream (a final one ends it). */
 static void job_moved(mt_coord *c, const char *job_id, const char *state, const char *error)
 {
     coord_metrics_publish(c, job_id, NULL, 0, state, error);

@@ -98,8 +98,9 @@ enum { COORD_CKPT_UNCHECKED, COORD_CKPT_VERIFYING, COORD_CKPT_VERIFIED, COORD_CK
 typedef struct coord_hooks {
     /* store and publish the metric points accepted so far (before a job can end) */
     void (*flush)(mt_coord *c);
-    /* job_id moved to state (RESTARTING, or a final state: its metrics stream ends); error:
-     * the reason of a RESTARTING or FAILED move, else "" */
+    /* job_id moved to state (RESTARTING; SCHEDULED again after a restart, where watchers print
+     * the restart marker; or a final state: its metrics stream ends); error: the reason of a
+     * RESTARTING, SCHEDULED or FAILED move, else "" */
     void (*moved)(mt_coord *c, const char *job_id, const char *state, const char *error);
 } coord_hooks;
 

@@ -2,10 +2,10 @@
 /*
  * coord_rpc.h — the coordinator's RPC-facing declarations: the handlers coord.c dispatches to and
  * the functions that take or fill protobuf messages (proto/coordinator.pb-c.h). Only the RPC
- * adapters (jobs.c, workers.c, ckpt.c, metrics.c, joblog.c, bulk.c) and coord.c include
- * it; the domain core (state.c) includes coord_int.h alone and so sees no generated protobuf type
- * (tests/integration/test_coord_no_circles.sh checks that).
- * Threading: loop thread unless a comment says otherwise.
+ * adapters (jobs.c, workers.c, ckpt.c, metrics.c, joblog.c, bulk.c, rpcview.c) and coord.c
+ * include it; the domain core (state.c) includes coord_int.h alone and so sees no generated
+ * protobuf type (tests/integration/test_coord_no_circles.sh checks that). Threading: loop thread
+ * unless a comment says otherwise.
  */
 #ifndef MT_COORD_RPC_H
 #define MT_COORD_RPC_H
@@ -45,9 +45,11 @@ void coord_metrics_publish(mt_coord *c, const char *job_id,
                            const char *final_state, const char *error);
 void coord_handle_report_metrics(mt_coord *c, mt_rpc_call *call); /* queues; flushed below */
 void coord_handle_get_metrics(mt_coord *c, mt_rpc_call *call);
+
+/* ---- rpcview.c: protobuf views of stored rows, shared by the RPC adapters ---- */
 /* Proto views of the stored points pts[0..n) for a reply: *p gets n + 1 points and *pp
  * n + 1 pointers to them, both owned (mt_free, also after a failure); names are borrowed
- * from pts. Codes: RESOURCE_EXHAUSTED. */
+ * from pts. Any thread. Codes: RESOURCE_EXHAUSTED. */
 mt_code coord_metric_points(const mt_store_metric *pts, size_t n, Meshtrain__MetricPoint **p,
                             Meshtrain__MetricPoint ***pp);
 

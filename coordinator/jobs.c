@@ -6,8 +6,8 @@
  * the typed states, the transitions and the restart rule are the domain core's (state.c); which
  * job goes where, and what a task that failed on a peer means, are the scheduling core's
  * (sched.c: typed in, decisions out); this file reads the state, calls them and applies their
- * decisions (store writes, replies, the metrics stream). It also calls the checkpoint and metrics
- * files, and none of them calls back into it.
+ * decisions (store writes, replies; the metrics stream through the core's hooks). It also calls
+ * the checkpoint file (coord_ckpt_verify), which does not call back into it.
  *
  * SubmitJob validates on the thread pool (submit_validate) and stores on the loop; GetJob reads
  * on the pool with a read-only connection (bulk.c). Everything else here runs on the loop.
@@ -467,8 +467,9 @@ static mt_code job_start(mt_coord *c, coord_job *j, const mt_sched_slot *slot, c
         goto fail;
     mt_log_info("job %s: %s -> SCHEDULED (%s)", j->job_id, mt_jobstate_name(j->state), reason);
     coord_stats_job_moved(c->stats, (int)j->state, MT_JOBSTATE_SCHEDULED);
-    if (j->restarts > 0) /* watchers print the restart marker (core/watch) */
-        coord_metrics_publish(c, j->job_id, NULL, 0, "SCHEDULED", reason);
+    if (j->restarts > 0 && c->hooks.moved != NULL) /* watchers print the restart marker
+                                                      (core/watch) */
+        c->hooks.moved(c, j->job_id, "SCHEDULED", reason);
     j->state = MT_JOBSTATE_SCHEDULED;
     j->ckpt_check = COORD_CKPT_UNCHECKED; /* checked again before the next restart */
     j->ckpt_note[0] = '\0';

@@ -25,7 +25,8 @@ import sys
 # The coordinator's layers (adapters -> core -> store; the store is libmtstorage, outside this
 # library; sched.c, the scheduling core, is pure and calls no file of the coordinator). The
 # adapters: RPC handlers ("rpc", which call no other handler file except STILL_DEPARTING; they
-# share "rpcbase", bulk.c, the thread-pool runner of bulk reads, which calls nothing), the periodic sweep
+# share "rpcbase": bulk.c, the thread-pool runner of bulk reads, and rpcview.c, the protobuf
+# views of stored rows that several of them reply with; both call nothing), the periodic sweep
 # ("sweep", sweep.c: the timer's lost-worker, silent-worker and stall rules) and the status
 # endpoint ("http"); none calls an adapter of another kind. A new file
 # must be placed here, or the check fails. The files of the "core" and "sched" layers must not
@@ -34,7 +35,7 @@ LAYERS = {
     "sched": {"sched.c"},
     "core": {"state.c"},
     "shared": {"buf.c", "mcache.c", "stats.c"},
-    "rpcbase": {"bulk.c"},
+    "rpcbase": {"bulk.c", "rpcview.c"},
     "rpc": {"ckpt.c", "jobs.c", "joblog.c", "metrics.c", "workers.c"},
     "sweep": {"sweep.c"},
     "http": {"http.c", "http_act.c", "http_api.c", "http_prom.c", "http_reply.c"},
@@ -53,7 +54,7 @@ ALLOWED = {
 CORES = LAYERS["core"] | LAYERS["sched"]
 # RPC adapter -> RPC adapter edges not yet moved into the core (issue 19; docs/architecture.md):
 # the only ones the layering still lets through; a new one, or any other, is a breach.
-STILL_DEPARTING = {("workers.c", "jobs.c"), ("jobs.c", "ckpt.c"), ("jobs.c", "metrics.c")}
+STILL_DEPARTING = {("workers.c", "jobs.c"), ("jobs.c", "ckpt.c")}
 
 
 def nm_objects(lib):
