@@ -282,6 +282,7 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     c->opts = *opts;
     c->hooks.flush = coord_metrics_flush; /* the core (state.c) reaches the adapters only so */
     c->hooks.moved = job_moved;
+    c->hooks.verify = coord_ckpt_verify;
     snprintf(c->state_dir, sizeof(c->state_dir), "%s", opts->state_dir);
     if (opts->token != NULL)
         snprintf(c->token, sizeof(c->token), "%s", opts->token);

@@ -93,8 +93,15 @@ typedef struct coord_job {
  * this scheduler pass; it becomes UNCHECKED again when the pass ends (jobs.c). */
 enum { COORD_CKPT_UNCHECKED, COORD_CKPT_VERIFYING, COORD_CKPT_VERIFIED, COORD_CKPT_NONE };
 
-/* What the domain core (state.c) tells the adapters above it, installed by coord.c: it never
- * calls them by name. Each may be NULL (a test driving the core alone). Loop thread. */
+/* Loop thread, when the files of job_id's checkpoints were checked (coord_ckpt_verify): step is
+ * the newest complete checkpoint whose file verified (0: none), skipped says which newer ones
+ * failed and why ("checkpoint step 30 skipped: crc32:..., recorded crc32:..."; "" none). */
+typedef void (*coord_ckpt_verified_fn)(mt_coord *c, const char *job_id, uint64_t step,
+                                       const char *skipped);
+
+/* What the domain core (state.c) tells the adapters above it, and the one thing it asks of
+ * them, installed by coord.c: it never calls them by name. Each may be NULL (a test driving the
+ * core alone). Loop thread. */
 typedef struct coord_hooks {
     /* store and publish the metric points accepted so far (before a job can end) */
     void (*flush)(mt_coord *c);
@@ -102,6 +109,10 @@ typedef struct coord_hooks {
      * the restart marker; or a final state: its metrics stream ends); error: the reason of a
      * RESTARTING, SCHEDULED or FAILED move, else "" */
     void (*moved)(mt_coord *c, const char *job_id, const char *state, const char *error);
+    /* check the files of job_id's complete checkpoints off the loop thread (coord_ckpt_verify,
+     * ckpt.c): OK, and done runs once on the loop thread; else done never runs (err says why).
+     * NULL: no check (the job resumes from its latest complete checkpoint unchecked) */
+    mt_code (*verify)(mt_coord *c, const char *job_id, coord_ckpt_verified_fn done, mt_err *err);
 } coord_hooks;
 
 struct mt_coord {
@@ -232,11 +243,6 @@ void coord_metrics_flush(mt_coord *c); /* store queued reports in one commit, th
 
 /* ---- ckpt.c ---- */
 void coord_ckpt_free(mt_coord *c);
-/* Loop thread, when the files of job_id's checkpoints were checked (coord_ckpt_verify): step is
- * the newest complete checkpoint whose file verified (0: none), skipped says which newer ones
- * failed and why ("checkpoint step 30 skipped: crc32:..., recorded crc32:..."; "" none). */
-typedef void (*coord_ckpt_verified_fn)(mt_coord *c, const char *job_id, uint64_t step,
-                                       const char *skipped);
 /* Check the files of job_id's complete checkpoints, newest first, on the pool, until one
  * matches its recorded size and CRC; those that do not are marked incomplete in the store (and
  * logged) before done runs on the loop thread. OK: done runs once (also at shutdown, with what

@@ -6,8 +6,8 @@
  * the typed states, the transitions and the restart rule are the domain core's (state.c); which
  * job goes where, and what a task that failed on a peer means, are the scheduling core's
  * (sched.c: typed in, decisions out); this file reads the state, calls them and applies their
- * decisions (store writes, replies; the metrics stream through the core's hooks). It also calls
- * the checkpoint file (coord_ckpt_verify), which does not call back into it.
+ * decisions (store writes, replies; the metrics stream and the checkpoint check through the
+ * core's hooks, mt_coord.hooks). It calls no other adapter.
  *
  * SubmitJob validates on the thread pool (submit_validate) and stores on the loop; GetJob reads
  * on the pool with a read-only connection (bulk.c). Everything else here runs on the loop.
@@ -295,7 +295,7 @@ static int job_has_checkpoint(mt_coord *c, const coord_job *j)
     return mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) == MT_OK;
 }
 
-/* Loop thread: the files of job_id's checkpoints were checked (coord_ckpt_verify). */
+/* Loop thread: the files of job_id's checkpoints were checked (hooks.verify). */
 static void ckpt_verified(mt_coord *c, const char *job_id, uint64_t step, const char *skipped)
 {
     coord_job *j = coord_job_find(c, job_id);
@@ -376,21 +376,27 @@ static void job_view(mt_coord *c, coord_job *j, coord_sched_job *v, mt_err *init
 /*
  * COORD_SCHED_VERIFY: a job resumes only from a checkpoint whose file was read back and matched
  * its record, so the first time it is up for placement its checkpoints are checked on the pool
- * (newest first) and it waits for that (VERIFYING). With no checkpoint, or when the check cannot
- * be queued (logged: it resumes from the latest without the check), it may be placed in this
- * pass (COORD_CKPT_NONE, reset at the end of the pass if it was not).
+ * (newest first, ckpt.c through hooks.verify) and it waits for that (VERIFYING). With no
+ * checkpoint, or when the check cannot be queued (logged: it resumes from the latest without the
+ * check), it may be placed in this pass (COORD_CKPT_NONE, reset at the end of the pass if it was
+ * not).
  */
 static void ckpt_check(mt_coord *c, coord_job *j)
 {
     mt_store_checkpoint ck;
     mt_err err = MT_ERR_INIT;
     char reason[96];
+    mt_code rc;
 
     if (mt_store_checkpoint_latest(c->store, j->job_id, &ck, NULL) != MT_OK) {
         j->ckpt_check = COORD_CKPT_NONE; /* nothing to resume from */
         return;
     }
-    if (coord_ckpt_verify(c, j->job_id, ckpt_verified, &err) != MT_OK) {
+    /* the check runs in the checkpoint adapter (ckpt.c), reached through the core's hook */
+    rc = c->hooks.verify != NULL
+             ? c->hooks.verify(c, j->job_id, ckpt_verified, &err)
+             : mt_err_set(&err, MT_UNIMPLEMENTED, "no checkpoint check installed");
+    if (rc != MT_OK) {
         mt_log_error("job %s: %s; resuming without the check", j->job_id, err.msg);
         j->ckpt_check = COORD_CKPT_NONE;
         return;

@@ -54,7 +54,7 @@ ALLOWED = {
 CORES = LAYERS["core"] | LAYERS["sched"]
 # RPC adapter -> RPC adapter edges not yet moved into the core (issue 19; docs/architecture.md):
 # the only ones the layering still lets through; a new one, or any other, is a breach.
-STILL_DEPARTING = {("workers.c", "jobs.c"), ("jobs.c", "ckpt.c")}
+STILL_DEPARTING = {("workers.c", "jobs.c")}
 
 
 def nm_objects(lib):
