@@ -214,6 +214,25 @@ void coord_job_restart(mt_coord *c, coord_job *j, const char *cause);
  * frees the job's tasks). */
 void coord_worker_lose(mt_coord *c, const char *worker_id, const char *why);
 
+/* A worker's report of one of its tasks, typed (the RPC adapters build it from the wire's
+ * TaskStatus: the heartbeat's tasks, UpdateTask's task). Strings borrowed for the call. */
+typedef struct coord_task_status {
+    const char *job_id;
+    uint32_t attempt;
+    coord_task_state state; /* COORD_TASK_ASSIGNED when the wire's word is empty or unknown */
+    uint64_t step;
+    const char *error; /* "CODE: text" of a failed task, "" none */
+} coord_task_status;
+
+/* Apply the status t that worker_id reported, as the scheduling core reads it
+ * (coord_sched_task_report): record the step, record the task's state and move the job
+ * (RUNNING when every task started, STALLED -> RUNNING on news, SUCCEEDED when all succeeded),
+ * or fail it ("worker W: error"), or, for a task that failed on a peer, restart it naming the
+ * frozen worker or the broken link (coord_sched_peer_failure; the next placement avoids it).
+ * Returns 1 when the worker should stop that task (the coordinator does not run it: unknown or
+ * final job, another attempt, not placed there), else 0. Loop thread. */
+int coord_task_report(mt_coord *c, const char *worker_id, const coord_task_status *t);
+
 /* ---- workers.c ---- */
 mt_code coord_workers_load(mt_coord *c, mt_err *err);
 void coord_workers_free(mt_coord *c);

@@ -14,6 +14,17 @@
 #include "proto/coordinator.pb-c.h"
 #include "rpc/mt_rpc.h"
 
+/* The wire's task status t as the domain core takes it (coord_task_report): its state word
+ * typed (COORD_TASK_ASSIGNED when empty or unknown); strings borrowed from t. The heartbeat
+ * (workers.c) and UpdateTask (jobs.c) both report through it. */
+static inline coord_task_status coord_task_status_of(const Meshtrain__TaskStatus *t)
+{
+    coord_task_status s = {t->job_id, t->attempt, COORD_TASK_ASSIGNED, t->step, t->error};
+
+    (void)coord_task_state_parse(t->state, &s.state); /* an unknown word leaves ASSIGNED */
+    return s;
+}
+
 /* ---- workers.c ---- */
 void coord_handle_register(mt_coord *c, mt_rpc_call *call);
 void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call);
@@ -26,11 +37,6 @@ typedef void (*coord_bulk_fn)(const mt_coord *c, mt_store *ro, mt_rpc_call *call
 void coord_bulk(mt_coord *c, mt_rpc_call *call, coord_bulk_fn fn);
 
 /* ---- jobs.c ---- */
-/* apply the heartbeat's task statuses and fill rep's assignments/cancellations (owned by the
- * jobs module until coord_jobs_heartbeat_done) */
-void coord_jobs_heartbeat(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
-                          Meshtrain__HeartbeatReply *rep);
-void coord_jobs_heartbeat_done(Meshtrain__HeartbeatReply *rep);
 void coord_handle_submit_job(mt_coord *c, mt_rpc_call *call);
 void coord_handle_get_job(mt_coord *c, mt_rpc_call *call);
 void coord_handle_list_jobs(mt_coord *c, mt_rpc_call *call);

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * jobs.c — the coordinator's jobs: SubmitJob, GetJob, ListJobs, CancelJob, UpdateTask, the
- * scheduler pass, task assignments and cancellations in heartbeat replies, and the job state
- * machine driven by task reports and lost workers. Loop thread only (coord_int.h). The job table,
- * the typed states, the transitions and the restart rule are the domain core's (state.c); which
- * job goes where, and what a task that failed on a peer means, are the scheduling core's
- * (sched.c: typed in, decisions out); this file reads the state, calls them and applies their
- * decisions (store writes, replies; the metrics stream and the checkpoint check through the
- * core's hooks, mt_coord.hooks). It calls no other adapter.
+ * jobs.c — the coordinator's jobs, an RPC adapter: SubmitJob, GetJob, ListJobs, CancelJob,
+ * UpdateTask, the scheduler pass and the reload of active jobs at open. Loop thread only
+ * (coord_int.h). The job table, the typed states, the transitions, the restart rule and what a
+ * worker's report of its task does to the job (coord_task_report, which UpdateTask and the
+ * heartbeat share) are the domain core's (state.c); which job goes where is the scheduling
+ * core's (sched.c: typed in, decisions out); this file reads the state, calls them and applies
+ * their decisions (store writes, replies; the metrics stream and the checkpoint check through
+ * the core's hooks, mt_coord.hooks). It calls no other adapter.
  *
  * SubmitJob validates on the thread pool (submit_validate) and stores on the loop; GetJob reads
  * on the pool with a read-only connection (bulk.c). Everything else here runs on the loop.
@@ -26,16 +26,12 @@
  * checkpoint files have not been read back since its last placement makes the core stop
  * (VERIFY): the check is started on the pool (ckpt.c) and the core is asked again.
  *
- * Workers. A placed job has one task per worker it uses. The heartbeat reply repeats the task's
- * assignment until the worker reports a status for that (job, attempt); workers ignore an
- * assignment they already run. Reconciliation replaces explicit cancel messages: whenever a
- * worker reports a running task the coordinator does not want (job final, restarted under a new
- * attempt, or not placed there), the reply carries a cancellation for it. Job moves:
- * SCHEDULED -> RUNNING when every task reported running; -> SUCCEEDED when all succeeded;
- * -> FAILED when one failed (its error text is the job's error); a lost worker (sweep.c), or a
- * worker that registers as a new process (workers.c), moves its jobs to RESTARTING through the
- * domain core (coord_worker_lose; FAILED once restart.max_restarts is used up), and the
- * scheduler places them again with attempt + 1, resuming from the latest complete checkpoint.
+ * Workers. A placed job has one task per worker it uses; the heartbeat (workers.c) carries its
+ * assignment and the domain core applies what the workers report (coord_task_report). A lost
+ * worker (sweep.c), or a worker that registers as a new process (workers.c), moves its jobs to
+ * RESTARTING through the domain core (coord_worker_lose; FAILED once restart.max_restarts is
+ * used up), and the scheduler places them again with attempt + 1, resuming from the latest
+ * complete checkpoint whose file verifies.
  *
  * Coordinator restart: active jobs are reloaded with their placement, and the scheduling core's
  * reload rule (coord_sched_reload) decides: RUNNING/SCHEDULED jobs are RE-ATTACHED, to be kept
@@ -567,246 +563,13 @@ void coord_jobs_schedule(mt_coord *c)
 
 /* ------------------------------------------------------------------ task reports */
 
-/*
- * A task failed on a peer (its error is "UNAVAILABLE: ..." or "DEADLINE_EXCEEDED: ...": a
- * collective lost or timed out on another process). That is a fault of the cluster, not of the
- * job: restart it (within restart.max_restarts), and say which (coord_sched_peer_failure): a
- * worker of the job that stopped heartbeating ("worker wb stopped answering"), which the next
- * placement leaves out while it stays silent, else the link between the reporting worker and the
- * peer its error names ("link wa<->wb"), which the next placement avoids or waits out with a
- * back-off. Returns 1 when it handled the report. Issue 19, faults 7 and 8.
- */
-static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, const char *error)
-{
-    coord_sched_worker *v = mt_calloc(j->n_tasks + 1, sizeof(*v));
-    coord_sched_peer_verdict pv;
-    size_t n = v != NULL ? coord_job_worker_views(c, j, v) : 0;
-
-    coord_sched_peer_failure(v, n, worker_id, error, j->backoff_ms, mt_clock_mono_ms(),
-                             COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms), &pv);
-    if (pv.fault == COORD_SCHED_FAULT_FROZEN) {
-        snprintf(j->frozen, sizeof(j->frozen), "%s", v[pv.worker].id);
-    } else if (pv.fault == COORD_SCHED_FAULT_LINK) {
-        snprintf(j->link_a, sizeof(j->link_a), "%s", worker_id);
-        snprintf(j->link_b, sizeof(j->link_b), "%s", v[pv.worker].id);
-        j->backoff_ms = pv.backoff_ms;
-        j->backoff_until_mono_ms = pv.backoff_until_ms;
-    }
-    mt_free(v);
-    if (pv.fault == COORD_SCHED_FAULT_NONE)
-        return 0;
-    mt_log_warn("job %s: %s", j->job_id, pv.cause);
-    coord_job_diagnose(c, j, pv.diagnosis);
-    coord_job_restart(c, j, pv.cause);
-    return 1;
-}
-
-/*
- * Apply one task status from worker_id as the scheduling core reads it (coord_sched_task_report):
- * record the step, fail or restart the job, record the task's state and move the job. Returns 1
- * when the worker should stop that task (not wanted: unknown job, final job, another attempt,
- * not placed there).
- */
-static int apply_task(mt_coord *c, const char *worker_id, const Meshtrain__TaskStatus *t)
-{
-    coord_job *j = coord_job_find(c, t->job_id);
-    coord_sched_task *v = NULL;
-    coord_sched_report out;
-    coord_task_state ts = COORD_TASK_ASSIGNED; /* the wire's word, typed here */
-    coord_task *task;
-
-    if (!coord_task_state_parse(t->state, &ts))
-        ts = COORD_TASK_ASSIGNED; /* not a word the coordinator knows */
-    if (j != NULL && (v = mt_calloc(j->n_tasks + 1, sizeof(*v))) == NULL)
-        return 0; /* out of memory: the worker reports again with its next heartbeat */
-    for (size_t i = 0; j != NULL && i < j->n_tasks; i++)
-        v[i] = (coord_sched_task){j->tasks[i].worker_id, j->tasks[i].state, j->tasks[i].step};
-    coord_sched_task_report(j != NULL ? j->state : MT_JOBSTATE_CANCELLED,
-                            j != NULL ? j->attempt : 0, v, j != NULL ? j->n_tasks : 0, worker_id,
-                            t->attempt, ts, t->step, t->error, &out);
-    mt_free(v);
-    if (out.verdict == COORD_SCHED_REPORT_CANCEL)
-        return 1;
-    if (!out.accepted)
-        return 0;
-    task = &j->tasks[out.task];
-    if (t->step > task->step)
-        task->step = t->step;
-    if (t->step > j->step)
-        coord_job_set_step(c, j, t->step);
-    if (out.verdict == COORD_SCHED_REPORT_FAIL) {
-        if (!out.failed || !job_peer_failure(c, j, worker_id, t->error))
-            coord_job_move(c, j, MT_JOBSTATE_FAILED, out.reason);
-        return 0;
-    }
-    if (out.verdict != COORD_SCHED_REPORT_RECORD)
-        return 0;
-    if (out.resume &&
-        coord_job_move(c, j, MT_JOBSTATE_RUNNING,
-                       "progress resumed: a task reported a new step or state") != MT_OK)
-        return 0;
-    task->state = out.state;
-    if (out.started && coord_job_move(c, j, MT_JOBSTATE_RUNNING, out.reason) != MT_OK)
-        return 0;
-    if (out.succeeded)
-        coord_job_move(c, j, MT_JOBSTATE_SUCCEEDED, "all tasks succeeded");
-    return 0;
-}
-
-/* Build the assignment of j for worker_id (allocations freed by free_assignment). */
-static Meshtrain__TaskAssignment *build_assignment(mt_coord *c, coord_job *j, const char *worker_id)
-{
-    Meshtrain__TaskAssignment *a = mt_calloc(1, sizeof(*a));
-    mt_store_job rec;
-    size_t nd = 0;
-
-    if (a == NULL)
-        return NULL;
-    meshtrain__task_assignment__init(a);
-    memset(&rec, 0, sizeof(rec));
-    if (mt_store_job_get(c->store, j->job_id, &rec, NULL) != MT_OK) {
-        mt_free(a);
-        return NULL;
-    }
-    a->job_id = j->job_id;
-    a->attempt = j->attempt;
-    a->spec_json = rec.spec_json; /* owned by a now */
-    a->resume_step = j->resume_step;
-    a->resume_job = j->resume_job;
-    a->n_mesh = (size_t)j->sum.mesh_ndims;
-    a->mesh = mt_calloc(a->n_mesh + 1, sizeof(*a->mesh));
-    a->ranks = mt_calloc(j->n_place + 1, sizeof(*a->ranks));
-    a->devices = mt_calloc(j->n_place + 1, sizeof(*a->devices));
-    if (a->mesh == NULL || a->ranks == NULL || a->devices == NULL)
-        goto oom;
-    for (size_t d = 0; d < a->n_mesh; d++) {
-        Meshtrain__MeshDim *m = mt_calloc(1, sizeof(*m));
-        if (m == NULL)
-            goto oom;
-        meshtrain__mesh_dim__init(m);
-        m->name = j->sum.mesh_names[d];
-        m->size = (uint32_t)j->sum.mesh_sizes[d];
-        a->mesh[d] = m;
-    }
-    for (size_t r = 0; r < j->n_place; r++) {
-        const mt_store_placement *p = &j->place[r];
-        coord_worker *w = coord_worker_find(c, p->worker_id);
-        Meshtrain__RankAddress *ra = mt_calloc(1, sizeof(*ra));
-        if (ra == NULL)
-            goto oom;
-        meshtrain__rank_address__init(ra);
-        ra->rank = p->device;
-        ra->worker_id = (char *)p->worker_id;
-        ra->data_address = w != NULL ? w->rec.data_address : (char *)"";
-        ra->local_index = p->local_index;
-        a->ranks[a->n_ranks++] = ra;
-        if (strcmp(p->worker_id, worker_id) == 0) {
-            Meshtrain__TaskDevice *td = mt_calloc(1, sizeof(*td));
-            if (td == NULL)
-                goto oom;
-            meshtrain__task_device__init(td);
-            td->local_index = p->local_index;
-            td->rank = p->device;
-            td->coords = (uint32_t *)p->coords;
-            td->n_coords = p->n_coords;
-            a->devices[nd++] = td;
-            a->n_devices = nd;
-        }
-    }
-    return a;
-oom : {
-    Meshtrain__HeartbeatReply tmp = MESHTRAIN__HEARTBEAT_REPLY__INIT;
-    tmp.assignments = &a;
-    tmp.n_assignments = 1;
-    a = NULL;
-    coord_jobs_heartbeat_done(&tmp);
-}
-    return NULL;
-}
-
-void coord_jobs_heartbeat(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
-                          Meshtrain__HeartbeatReply *rep)
-{
-    size_t cap = r->n_tasks + 1;
-
-    rep->cancellations = mt_calloc(cap, sizeof(*rep->cancellations));
-    for (size_t i = 0; i < r->n_tasks; i++) {
-        const Meshtrain__TaskStatus *t = r->tasks[i];
-        if (apply_task(c, r->worker_id, t) && rep->cancellations != NULL) {
-            Meshtrain__TaskCancel *x = mt_calloc(1, sizeof(*x));
-            if (x == NULL)
-                continue;
-            meshtrain__task_cancel__init(x);
-            x->job_id = mt_calloc(1, strlen(t->job_id) + 1);
-            if (x->job_id == NULL) {
-                mt_free(x);
-                continue;
-            }
-            memcpy(x->job_id, t->job_id, strlen(t->job_id) + 1);
-            x->attempt = t->attempt;
-            x->reason = (char *)"the coordinator does not run this task any more";
-            rep->cancellations[rep->n_cancellations++] = x;
-        }
-    }
-    /* assignments this worker has not acknowledged yet */
-    for (size_t i = 0; i < c->n_jobs; i++) {
-        coord_job *j = c->jobs[i];
-        coord_task *t;
-        Meshtrain__TaskAssignment *a, **grown;
-        if (j->state != MT_JOBSTATE_SCHEDULED || (t = coord_job_task(j, r->worker_id)) == NULL ||
-            t->state != COORD_TASK_ASSIGNED)
-            continue;
-        a = build_assignment(c, j, r->worker_id);
-        if (a == NULL)
-            continue;
-        grown = mt_realloc(rep->assignments, (rep->n_assignments + 1) * sizeof(*grown));
-        if (grown == NULL) {
-            Meshtrain__HeartbeatReply tmp = MESHTRAIN__HEARTBEAT_REPLY__INIT;
-            tmp.assignments = &a;
-            tmp.n_assignments = 1;
-            coord_jobs_heartbeat_done(&tmp);
-            continue;
-        }
-        rep->assignments = grown;
-        rep->assignments[rep->n_assignments++] = a;
-    }
-}
-
-void coord_jobs_heartbeat_done(Meshtrain__HeartbeatReply *rep)
-{
-    for (size_t i = 0; i < rep->n_assignments; i++) {
-        Meshtrain__TaskAssignment *a = rep->assignments[i];
-        if (a == NULL)
-            continue;
-        for (size_t k = 0; a->mesh != NULL && k < a->n_mesh; k++)
-            mt_free(a->mesh[k]);
-        for (size_t k = 0; k < a->n_ranks; k++)
-            mt_free(a->ranks[k]);
-        for (size_t k = 0; k < a->n_devices; k++)
-            mt_free(a->devices[k]);
-        mt_free(a->mesh);
-        mt_free(a->ranks);
-        mt_free(a->devices);
-        mt_free(a->spec_json);
-        mt_free(a);
-    }
-    mt_free(rep->assignments);
-    for (size_t i = 0; i < rep->n_cancellations; i++) {
-        mt_free(rep->cancellations[i]->job_id);
-        mt_free(rep->cancellations[i]);
-    }
-    mt_free(rep->cancellations);
-    rep->assignments = NULL;
-    rep->cancellations = NULL;
-    rep->n_assignments = rep->n_cancellations = 0;
-}
-
 void coord_handle_update_task(mt_coord *c, mt_rpc_call *call)
 {
     const Meshtrain__UpdateTaskRequest *r =
         (const Meshtrain__UpdateTaskRequest *)mt_rpc_call_request(call);
     Meshtrain__UpdateTaskReply rep = MESHTRAIN__UPDATE_TASK_REPLY__INIT;
     coord_worker *w = coord_worker_find(c, r->worker_id);
+    coord_task_status st;
     coord_job *j;
     char state[16] = "";
 
@@ -819,7 +582,8 @@ void coord_handle_update_task(mt_coord *c, mt_rpc_call *call)
         mt_rpc_call_reply(call, MT_INVALID_ARGUMENT, "task: a job_id is required", NULL);
         return;
     }
-    if (apply_task(c, r->worker_id, r->task)) {
+    st = coord_task_status_of(r->task);
+    if (coord_task_report(c, r->worker_id, &st)) {
         mt_rpc_call_reply(call, MT_FAILED_PRECONDITION,
                           "the coordinator does not run this task any more: stop it", NULL);
         return;

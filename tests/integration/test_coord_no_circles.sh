@@ -27,8 +27,9 @@ grep -q '^layers: ok$' "$T/graph.txt" || fail "no layer verdict"
 grep -Eq '^state\.c +-> sched\.c, stats\.c$' "$T/graph.txt" || fail "state.c: $(grep '^state.c' "$T/graph.txt")"
 # the periodic sweep calls only the two cores and the stats (no RPC or HTTP handler)
 grep -Eq '^sweep\.c +-> sched\.c, state\.c, stats\.c$' "$T/graph.txt" || fail "sweep.c: $(grep '^sweep.c' "$T/graph.txt")"
-# the heartbeat hands device progress to the domain core (coord_job_progress), no stall.c
-grep -Eq '^workers\.c +-> jobs\.c, sched\.c, state\.c, stats\.c$' "$T/graph.txt" || fail "workers.c: $(grep '^workers.c' "$T/graph.txt")"
+# the heartbeat hands device progress and task statuses to the domain core (coord_job_progress,
+# coord_task_report) and builds its assignments itself: no other RPC adapter (no jobs.c)
+grep -Eq '^workers\.c +-> sched\.c, state\.c, stats\.c$' "$T/graph.txt" || fail "workers.c: $(grep '^workers.c' "$T/graph.txt")"
 # the scheduling core calls no file of the coordinator
 grep -Eq '^sched\.c +-> *$' "$T/graph.txt" || fail "sched.c: $(grep '^sched.c' "$T/graph.txt")"
 log "PASS"
