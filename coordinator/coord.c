@@ -117,7 +117,7 @@ static void on_wake(uv_async_t *h)
         pthread_mutex_unlock(&c->qmu);
         if (n == 0) {
             mt_free(batch);
-            coord_jobs_schedule(c);
+            coord_schedpass_run(c);
             return;
         }
         for (size_t i = 0; i < n; i++)
@@ -135,7 +135,7 @@ static void on_stop(uv_async_t *h)
 static void on_sweep(uv_timer_t *t)
 {
     coord_sweep(t->data);
-    coord_jobs_schedule(t->data);
+    coord_schedpass_run(t->data);
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -309,7 +309,7 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     }
     if ((rc = coord_workers_load(c, err)) != MT_OK)
         goto fail;
-    if ((rc = coord_jobs_load(c, err)) != MT_OK)
+    if ((rc = coord_schedpass_reload(c, err)) != MT_OK)
         goto fail;
     (void)coord_ckpt_sweep_orphans(c);
 

@@ -13,10 +13,12 @@
  * tests/integration/test_coord_no_circles.sh checks it.
  *
  * How it fits: the adapters above it — the RPC handlers (jobs.c, workers.c, ckpt.c,
- * metrics.c), the HTTP endpoints (read-only, through the store) and the sweep (sweep.c) — call it;
- * it calls only the store, the process stats and, for what must leave the process (the end of a
- * job's metrics stream), the hooks coord.c installs (mt_coord.hooks). The scheduler (jobs.c) places
- * jobs through coord_job_move like everyone else.
+ * metrics.c), the HTTP endpoints (read-only, through the store) and the sweep (sweep.c) — and
+ * the scheduler pass (schedpass.c, the other file of the domain core) call it; it calls only the
+ * store, the process stats, the scheduling core and, for what must leave the process (the end of
+ * a job's metrics stream), the hooks coord.c installs (mt_coord.hooks). The scheduler pass moves
+ * jobs through coord_job_move like everyone else (its placement writes the placement rows and
+ * SCHEDULED in one transaction of its own).
  *
  * Invariants: every change of a job's state is one store transaction (job row + event) BEFORE
  * the in-memory change, so what a client was told survives kill -9; a final state removes the
@@ -162,6 +164,15 @@ mt_code coord_job_add(mt_coord *c, coord_job *j)
     }
     c->jobs[c->n_jobs++] = j;
     return MT_OK;
+}
+
+void coord_jobs_free(mt_coord *c)
+{
+    for (size_t i = 0; i < c->n_jobs; i++)
+        coord_job_free(c->jobs[i]);
+    mt_free(c->jobs);
+    c->jobs = NULL;
+    c->n_jobs = c->cap_jobs = 0;
 }
 
 void coord_job_remove(mt_coord *c, coord_job *j)
