@@ -117,7 +117,7 @@ static void on_wake(uv_async_t *h)
         pthread_mutex_unlock(&c->qmu);
         if (n == 0) {
             mt_free(batch);
-            coord_jobs_schedule(c);
+            coord_schedpass_run(c);
             return;
         }
         for (size_t i = 0; i < n; i++)
@@ -135,7 +135,7 @@ static void on_stop(uv_async_t *h)
 static void on_sweep(uv_timer_t *t)
 {
     coord_sweep(t->data);
-    coord_jobs_schedule(t->data);
+    coord_schedpass_run(t->data);
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -259,8 +259,8 @@ static mt_code check_exposure(const mt_coord_opts *o, mt_err *err)
     return MT_OK;
 }
 
-/* The core's hook for a job's move to RESTARTING or a final state: a state change on its
- * metrics stream (a final one ends it). */
+/* The core's hook for a job's move to RESTARTING, SCHEDULED again after a restart, or a final
+ * state: a state change on its metrics stream (a final one ends it). */
 static void job_moved(mt_coord *c, const char *job_id, const char *state, const char *error)
 {
     coord_metrics_publish(c, job_id, NULL, 0, state, error);
@@ -282,6 +282,7 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     c->opts = *opts;
     c->hooks.flush = coord_metrics_flush; /* the core (state.c) reaches the adapters only so */
     c->hooks.moved = job_moved;
+    c->hooks.verify = coord_ckpt_verify;
     snprintf(c->state_dir, sizeof(c->state_dir), "%s", opts->state_dir);
     if (opts->token != NULL)
         snprintf(c->token, sizeof(c->token), "%s", opts->token);
@@ -308,7 +309,7 @@ mt_code mt_coord_open(const mt_coord_opts *opts, mt_coord **out, mt_err *err)
     }
     if ((rc = coord_workers_load(c, err)) != MT_OK)
         goto fail;
-    if ((rc = coord_jobs_load(c, err)) != MT_OK)
+    if ((rc = coord_schedpass_reload(c, err)) != MT_OK)
         goto fail;
     (void)coord_ckpt_sweep_orphans(c);
 

@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * coord_int.h — the coordinator's private state, shared by its files: state.c, the domain core
- * (job and worker tables, typed states, transitions, the restart rule, a lost worker's jobs),
- * with sched.c, the scheduling core (sched.h: the rules, pure); above them the adapters: RPC
- * handlers (jobs.c, workers.c, ckpt.c, metrics.c, joblog.c), the periodic sweep
- * (sweep.c) and the status endpoint (http.c), which never call each other across those three
- * groups. coord.c: loop and dispatch. docs/architecture.md draws the
- * call graph (no circles; layers checked by tests/tools/coord_graph.py).
- * No RPC header and so no protobuf header, generated or protobuf-c's own: what takes protobuf
- * messages or RPC calls is declared in coord_rpc.h, which only the RPC adapters and coord.c
- * include.
- * Every field is owned by the loop thread unless its comment says otherwise.
+ * coord_int.h — the coordinator's private state, shared by its files: the domain core — state.c
+ * (job and worker tables, typed states, transitions, the restart rule, a lost worker's jobs,
+ * task reports) and schedpass.c (the scheduler pass, the reload at open) — with sched.c, the
+ * scheduling core (sched.h: the rules, pure); above them the adapters: RPC handlers (jobs.c,
+ * workers.c, ckpt.c, metrics.c, joblog.c; none calls another), the periodic sweep (sweep.c) and
+ * the status endpoint (http.c), which never call each other. coord.c: loop and dispatch.
+ * docs/architecture.md draws the call graph (no circles; layers checked by
+ * tests/tools/coord_graph.py). No RPC header and so no protobuf header, generated or protobuf-c's
+ * own: what takes protobuf messages or RPC calls is declared in coord_rpc.h, which only the RPC
+ * adapters and coord.c include. Every field is owned by the loop thread unless its comment says
+ * otherwise.
  */
 #ifndef MT_COORD_INT_H
 #define MT_COORD_INT_H
@@ -44,7 +44,7 @@ typedef struct coord_worker {
     int hb_dirty;              /* rec.last_heartbeat_ms not yet flushed to the store */
 } coord_worker;
 
-/* One worker's part of an active job (jobs.c). */
+/* One worker's part of an active job (schedpass.c builds them; coord_task_report updates them). */
 typedef struct coord_task {
     char worker_id[64];
     coord_task_state state;
@@ -90,17 +90,29 @@ typedef struct coord_job {
 } coord_job;
 
 /* coord_job.ckpt_check. NONE: found to have no checkpoint (or the check could not be queued) in
- * this scheduler pass; it becomes UNCHECKED again when the pass ends (jobs.c). */
+ * this scheduler pass; it becomes UNCHECKED again when the pass ends (schedpass.c). */
 enum { COORD_CKPT_UNCHECKED, COORD_CKPT_VERIFYING, COORD_CKPT_VERIFIED, COORD_CKPT_NONE };
 
-/* What the domain core (state.c) tells the adapters above it, installed by coord.c: it never
- * calls them by name. Each may be NULL (a test driving the core alone). Loop thread. */
+/* Loop thread, when the files of job_id's checkpoints were checked (coord_ckpt_verify): step is
+ * the newest complete checkpoint whose file verified (0: none), skipped says which newer ones
+ * failed and why ("checkpoint step 30 skipped: crc32:..., recorded crc32:..."; "" none). */
+typedef void (*coord_ckpt_verified_fn)(mt_coord *c, const char *job_id, uint64_t step,
+                                       const char *skipped);
+
+/* What the domain core (state.c) tells the adapters above it, and the one thing it asks of
+ * them, installed by coord.c: it never calls them by name. Each may be NULL (a test driving the
+ * core alone). Loop thread. */
 typedef struct coord_hooks {
     /* store and publish the metric points accepted so far (before a job can end) */
     void (*flush)(mt_coord *c);
-    /* job_id moved to state (RESTARTING, or a final state: its metrics stream ends); error:
-     * the reason of a RESTARTING or FAILED move, else "" */
+    /* job_id moved to state (RESTARTING; SCHEDULED again after a restart, where watchers print
+     * the restart marker; or a final state: its metrics stream ends); error: the reason of a
+     * RESTARTING, SCHEDULED or FAILED move, else "" */
     void (*moved)(mt_coord *c, const char *job_id, const char *state, const char *error);
+    /* check the files of job_id's complete checkpoints off the loop thread (coord_ckpt_verify,
+     * ckpt.c): OK, and done runs once on the loop thread; else done never runs (err says why).
+     * NULL: no check (the job resumes from its latest complete checkpoint unchecked) */
+    mt_code (*verify)(mt_coord *c, const char *job_id, coord_ckpt_verified_fn done, mt_err *err);
 } coord_hooks;
 
 struct mt_coord {
@@ -171,6 +183,7 @@ mt_code coord_job_add(mt_coord *c, coord_job *j);
 /* drop j from the table and free it */
 void coord_job_remove(mt_coord *c, coord_job *j);
 void coord_job_free(coord_job *j);    /* NULL: no-op */
+void coord_jobs_free(mt_coord *c);    /* free every job of the table, and the table */
 void coord_job_release(coord_job *j); /* forget its placement, tasks and progress records */
 /* job state change / reason update as the scheduler does them (store first); a final state
  * frees j (the hooks are told: its metrics stream ends) */
@@ -202,6 +215,47 @@ void coord_job_restart(mt_coord *c, coord_job *j, const char *cause);
  * frees the job's tasks). */
 void coord_worker_lose(mt_coord *c, const char *worker_id, const char *why);
 
+/* A worker's report of one of its tasks, typed (the RPC adapters build it from the wire's
+ * TaskStatus: the heartbeat's tasks, UpdateTask's task). Strings borrowed for the call. */
+typedef struct coord_task_status {
+    const char *job_id;
+    uint32_t attempt;
+    coord_task_state state; /* COORD_TASK_ASSIGNED when the wire's word is empty or unknown */
+    uint64_t step;
+    const char *error; /* "CODE: text" of a failed task, "" none */
+} coord_task_status;
+
+/* Apply the status t that worker_id reported, as the scheduling core reads it
+ * (coord_sched_task_report): record the step, record the task's state and move the job
+ * (RUNNING when every task started, STALLED -> RUNNING on news, SUCCEEDED when all succeeded),
+ * or fail it ("worker W: error"), or, for a task that failed on a peer, restart it naming the
+ * frozen worker or the broken link (coord_sched_peer_failure; the next placement avoids it).
+ * Returns 1 when the worker should stop that task (the coordinator does not run it: unknown or
+ * final job, another attempt, not placed there), else 0. Loop thread. */
+int coord_task_report(mt_coord *c, const char *worker_id, const coord_task_status *t);
+
+/* ---- schedpass.c: the scheduler pass and the reload (domain core; loop thread only) ---- */
+/* The active jobs (QUEUED, SCHEDULED, RUNNING, RESTARTING, STALLED) from the store into the
+ * table, once at open after the registry (coord_workers_load): each with its validated spec
+ * summary (a spec the build no longer accepts: FAILED), a placed one with its placement and
+ * tasks as the scheduling core's reload rule says (coord_sched_reload: re-attached, assigned
+ * again, or restarted now when a worker of it is unknown or lost). Also summarises the jobs of
+ * an older schema and sets the per-state counts. Sets sched_dirty. Codes: the store's,
+ * RESOURCE_EXHAUSTED. */
+mt_code coord_schedpass_reload(mt_coord *c, mt_err *err);
+/* One scheduler pass when sched_dirty (clears it): QUEUED and RESTARTING jobs placed, kept
+ * waiting (their reason stored) or FAILED as coord_sched_plan_make decides, in its order; a
+ * placement is the placement rows and SCHEDULED in one store transaction, with the job's tasks
+ * ASSIGNED and the checkpoint it resumes from chosen (the newest whose file verified, via
+ * hooks.verify; else the latest; else init_from's); a restarted job's SCHEDULED goes to
+ * hooks.moved. A store failure or lack of memory leaves sched_dirty set (the sweep tries again). */
+void coord_schedpass_run(mt_coord *c);
+/* The checkpoint a job with "init_from" (sum->init_job) starts from: the named step of that
+ * job, else its latest complete one, into *step. NOT_FOUND / FAILED_PRECONDITION with the
+ * reason in err (may be NULL) when there is none. */
+mt_code coord_job_init_source(mt_coord *c, const mt_jobspec_summary *sum, uint64_t *step,
+                              mt_err *err);
+
 /* ---- workers.c ---- */
 mt_code coord_workers_load(mt_coord *c, mt_err *err);
 void coord_workers_free(mt_coord *c);
@@ -219,11 +273,6 @@ mt_store *coord_bulk_ro_take(mt_coord *c, mt_err *err);
 void coord_bulk_ro_give(mt_coord *c, mt_store *s);
 void coord_bulk_fini(mt_coord *c); /* close the idle connections; after the loop is done */
 
-/* ---- jobs.c ---- */
-mt_code coord_jobs_load(mt_coord *c, mt_err *err); /* active jobs from the store, at open */
-void coord_jobs_free(mt_coord *c);
-void coord_jobs_schedule(mt_coord *c); /* place queued jobs when sched_dirty; loop thread */
-
 /* ---- metrics.c ---- */
 mt_code coord_metrics_open(mt_coord *c, mt_err *err); /* the PUB socket */
 void coord_metrics_close(mt_coord *c);
@@ -231,11 +280,6 @@ void coord_metrics_flush(mt_coord *c); /* store queued reports in one commit, th
 
 /* ---- ckpt.c ---- */
 void coord_ckpt_free(mt_coord *c);
-/* Loop thread, when the files of job_id's checkpoints were checked (coord_ckpt_verify): step is
- * the newest complete checkpoint whose file verified (0: none), skipped says which newer ones
- * failed and why ("checkpoint step 30 skipped: crc32:..., recorded crc32:..."; "" none). */
-typedef void (*coord_ckpt_verified_fn)(mt_coord *c, const char *job_id, uint64_t step,
-                                       const char *skipped);
 /* Check the files of job_id's complete checkpoints, newest first, on the pool, until one
  * matches its recorded size and CRC; those that do not are marked incomplete in the store (and
  * logged) before done runs on the loop thread. OK: done runs once (also at shutdown, with what

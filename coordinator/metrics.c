@@ -418,26 +418,6 @@ out:
     mt_free(msgs);
 }
 
-mt_code coord_metric_points(const mt_store_metric *pts, size_t n, Meshtrain__MetricPoint **p,
-                            Meshtrain__MetricPoint ***pp)
-{
-    *p = mt_calloc(n + 1, sizeof(**p));
-    *pp = mt_calloc(n + 1, sizeof(**pp));
-    if (*p == NULL || *pp == NULL)
-        return MT_RESOURCE_EXHAUSTED;
-    for (size_t i = 0; i < n; i++) {
-        Meshtrain__MetricPoint *m = &(*p)[i];
-        meshtrain__metric_point__init(m);
-        m->step = pts[i].step;
-        m->epoch = pts[i].epoch;
-        m->name = (char *)pts[i].name;
-        m->value = pts[i].value;
-        m->time_ms = pts[i].time_ms;
-        (*pp)[i] = m;
-    }
-    return MT_OK;
-}
-
 static void get_metrics_ro(const mt_coord *c, mt_store *ro, mt_rpc_call *call)
 {
     const Meshtrain__GetMetricsRequest *r =

@@ -12,15 +12,15 @@
  * workers: "link A<->B" and a back-off), and what a stopped group's progress records say
  * (coord_stall_diagnose / coord_stall_classify).
  *
- * How it fits: the adapters (jobs.c: the scheduler pass, SubmitJob, task reports and the reload
- * of active jobs; workers.c: registrations; sweep.c: the lost-worker, silent-worker and stall
- * sweep) and the domain core (state.c: the restart rule) copy what they know into these plain
- * structs, call the functions below and apply the decisions they return (store writes, RPC
- * replies, the metrics stream). Nothing here reads the store, the clock, the network or a
- * protobuf message, and nothing here keeps state: the same input gives the same decision.
- * Strings in the inputs are borrowed for the call.
- * Threading: pure functions, any thread (the coordinator calls them on its loop thread).
- * Tests: tests/unit/test_coord_sched.c (typed inputs only), test_coord_stall.c (the diagnosis).
+ * How it fits: the domain core (state.c: the restart rule, task reports and peer failures;
+ * schedpass.c: the scheduler pass and the reload of active jobs) and the adapters (jobs.c:
+ * SubmitJob's deadline check; workers.c: registrations; sweep.c: the lost-worker, silent-worker
+ * and stall sweep) copy what they know into these plain structs, call the functions below and
+ * apply the decisions they return (store writes, RPC replies, the metrics stream). Nothing here
+ * reads the store, the clock, the network or a protobuf message, and nothing here keeps state: the
+ * same input gives the same decision. Strings in the inputs are borrowed for the call. Threading:
+ * pure functions, any thread (the coordinator calls them on its loop thread). Tests:
+ * tests/unit/test_coord_sched.c (typed inputs only), test_coord_stall.c (the diagnosis).
  */
 #ifndef MT_COORD_SCHED_H
 #define MT_COORD_SCHED_H

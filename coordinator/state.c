@@ -4,17 +4,21 @@
  * and registered workers, their typed states (worker, job, task: enums with one name table each;
  * the strings exist only in SQL and on the wire), the job transitions with their store writes, the
  * status reason and the fault diagnosis, the restart rule (RESTARTING, or FAILED past
- * restart.max_restarts) and the silent-worker rule, whose decisions it takes from the scheduling
- * core (sched.c: typed in, typed out). It uses no protobuf type, no nng call and no RPC: it
- * includes coord_int.h alone, which includes no RPC header (those declarations are in
- * coord_rpc.h, the RPC adapters' header), so not even protobuf-c.h reaches it;
+ * restart.max_restarts), a lost worker's jobs, and what a worker's report of its task does to
+ * the job (coord_task_report: its state and step recorded, the job started, succeeded, failed,
+ * or restarted after a peer failure naming the frozen worker or the broken link), whose
+ * decisions it takes from the scheduling core (sched.c: typed in, typed out). It uses no protobuf
+ * type, no nng call and no RPC: it includes coord_int.h alone, which includes no RPC header (those
+ * declarations are in coord_rpc.h, the RPC adapters' header), so not even protobuf-c.h reaches it;
  * tests/integration/test_coord_no_circles.sh checks it.
  *
  * How it fits: the adapters above it — the RPC handlers (jobs.c, workers.c, ckpt.c,
- * metrics.c), the HTTP endpoints (read-only, through the store) and the sweep (sweep.c) — call it;
- * it calls only the store, the process stats and, for what must leave the process (the end of a
- * job's metrics stream), the hooks coord.c installs (mt_coord.hooks). The scheduler (jobs.c) places
- * jobs through coord_job_move like everyone else.
+ * metrics.c), the HTTP endpoints (read-only, through the store) and the sweep (sweep.c) — and
+ * the scheduler pass (schedpass.c, the other file of the domain core) call it; it calls only the
+ * store, the process stats, the scheduling core and, for what must leave the process (the end of
+ * a job's metrics stream), the hooks coord.c installs (mt_coord.hooks). The scheduler pass moves
+ * jobs through coord_job_move like everyone else (its placement writes the placement rows and
+ * SCHEDULED in one transaction of its own).
  *
  * Invariants: every change of a job's state is one store transaction (job row + event) BEFORE
  * the in-memory change, so what a client was told survives kill -9; a final state removes the
@@ -160,6 +164,15 @@ mt_code coord_job_add(mt_coord *c, coord_job *j)
     }
     c->jobs[c->n_jobs++] = j;
     return MT_OK;
+}
+
+void coord_jobs_free(mt_coord *c)
+{
+    for (size_t i = 0; i < c->n_jobs; i++)
+        coord_job_free(c->jobs[i]);
+    mt_free(c->jobs);
+    c->jobs = NULL;
+    c->n_jobs = c->cap_jobs = 0;
 }
 
 void coord_job_remove(mt_coord *c, coord_job *j)
@@ -340,4 +353,83 @@ void coord_worker_lose(mt_coord *c, const char *worker_id, const char *why)
         i++;
     }
     c->sched_dirty = 1;
+}
+
+/* ------------------------------------------------------------------ task reports */
+
+/*
+ * A task failed on a peer (its error is "UNAVAILABLE: ..." or "DEADLINE_EXCEEDED: ...": a
+ * collective lost or timed out on another process). That is a fault of the cluster, not of the
+ * job: restart it (within restart.max_restarts), and say which (coord_sched_peer_failure): a
+ * worker of the job that stopped heartbeating ("worker wb stopped answering"), which the next
+ * placement leaves out while it stays silent, else the link between the reporting worker and the
+ * peer its error names ("link wa<->wb"), which the next placement avoids or waits out with a
+ * back-off. Returns 1 when it handled the report. Issue 19, faults 7 and 8.
+ */
+static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, const char *error)
+{
+    coord_sched_worker *v = mt_calloc(j->n_tasks + 1, sizeof(*v));
+    coord_sched_peer_verdict pv;
+    size_t n = v != NULL ? coord_job_worker_views(c, j, v) : 0;
+
+    coord_sched_peer_failure(v, n, worker_id, error, j->backoff_ms, mt_clock_mono_ms(),
+                             COORD_STALL_FRESH_MS(c->opts.heartbeat_interval_ms), &pv);
+    if (pv.fault == COORD_SCHED_FAULT_FROZEN) {
+        snprintf(j->frozen, sizeof(j->frozen), "%s", v[pv.worker].id);
+    } else if (pv.fault == COORD_SCHED_FAULT_LINK) {
+        snprintf(j->link_a, sizeof(j->link_a), "%s", worker_id);
+        snprintf(j->link_b, sizeof(j->link_b), "%s", v[pv.worker].id);
+        j->backoff_ms = pv.backoff_ms;
+        j->backoff_until_mono_ms = pv.backoff_until_ms;
+    }
+    mt_free(v);
+    if (pv.fault == COORD_SCHED_FAULT_NONE)
+        return 0;
+    mt_log_warn("job %s: %s", j->job_id, pv.cause);
+    coord_job_diagnose(c, j, pv.diagnosis);
+    coord_job_restart(c, j, pv.cause);
+    return 1;
+}
+
+int coord_task_report(mt_coord *c, const char *worker_id, const coord_task_status *t)
+{
+    coord_job *j = coord_job_find(c, t->job_id);
+    coord_sched_task *v = NULL;
+    coord_sched_report out;
+    coord_task *task;
+
+    if (j != NULL && (v = mt_calloc(j->n_tasks + 1, sizeof(*v))) == NULL)
+        return 0; /* out of memory: the worker reports again with its next heartbeat */
+    for (size_t i = 0; j != NULL && i < j->n_tasks; i++)
+        v[i] = (coord_sched_task){j->tasks[i].worker_id, j->tasks[i].state, j->tasks[i].step};
+    coord_sched_task_report(j != NULL ? j->state : MT_JOBSTATE_CANCELLED,
+                            j != NULL ? j->attempt : 0, v, j != NULL ? j->n_tasks : 0, worker_id,
+                            t->attempt, t->state, t->step, t->error, &out);
+    mt_free(v);
+    if (out.verdict == COORD_SCHED_REPORT_CANCEL)
+        return 1;
+    if (!out.accepted)
+        return 0;
+    task = &j->tasks[out.task];
+    if (t->step > task->step)
+        task->step = t->step;
+    if (t->step > j->step)
+        coord_job_set_step(c, j, t->step);
+    if (out.verdict == COORD_SCHED_REPORT_FAIL) {
+        if (!out.failed || !job_peer_failure(c, j, worker_id, t->error))
+            coord_job_move(c, j, MT_JOBSTATE_FAILED, out.reason);
+        return 0;
+    }
+    if (out.verdict != COORD_SCHED_REPORT_RECORD)
+        return 0;
+    if (out.resume &&
+        coord_job_move(c, j, MT_JOBSTATE_RUNNING,
+                       "progress resumed: a task reported a new step or state") != MT_OK)
+        return 0;
+    task->state = out.state;
+    if (out.started && coord_job_move(c, j, MT_JOBSTATE_RUNNING, out.reason) != MT_OK)
+        return 0;
+    if (out.succeeded)
+        coord_job_move(c, j, MT_JOBSTATE_SUCCEEDED, "all tasks succeeded");
+    return 0;
 }

@@ -5,7 +5,18 @@
  * same process re-attached, a new process whose old tasks are gone, a name refused) is the
  * scheduling core's rule (coord_sched_register); the jobs of a replaced process restart through
  * the domain core (coord_worker_lose). The periodic sweep (lost workers, the heartbeat times
- * written once a second) is sweep.c's; this file never calls it. Loop thread only (coord_int.h).
+ * written once a second) is sweep.c's; this file never calls it, nor any other adapter: it calls
+ * the two cores alone. Loop thread only (coord_int.h).
+ *
+ * Heartbeats. Each carries the worker's task statuses: their per-rank progress goes to the
+ * domain core (coord_job_progress, the stall rule's records) and each status to
+ * coord_task_report, which moves the job (SCHEDULED -> RUNNING when every task reported running,
+ * SUCCEEDED when all succeeded, FAILED or a restart when one failed). The reply repeats a task's
+ * assignment (built here from the placement, heartbeat_tasks) until the worker reports a status
+ * for that (job, attempt); workers ignore an assignment they already run. Reconciliation
+ * replaces explicit cancel messages: whenever a worker reports a running task the coordinator
+ * does not want (job final, restarted under a new attempt, or not placed there), the reply
+ * carries a cancellation for it.
  *
  * The registry lives in memory and in the store. Registration is written
  * through at once (one transaction); heartbeats only touch memory and sweep.c
@@ -241,6 +252,156 @@ static void task_progress(mt_coord *c, const char *worker_id, const Meshtrain__T
     }
 }
 
+/* An assignment built by build_assignment, and what it owns (NULL: no-op). */
+static void free_assignment(Meshtrain__TaskAssignment *a)
+{
+    if (a == NULL)
+        return;
+    for (size_t k = 0; a->mesh != NULL && k < a->n_mesh; k++)
+        mt_free(a->mesh[k]);
+    for (size_t k = 0; k < a->n_ranks; k++)
+        mt_free(a->ranks[k]);
+    for (size_t k = 0; k < a->n_devices; k++)
+        mt_free(a->devices[k]);
+    mt_free(a->mesh);
+    mt_free(a->ranks);
+    mt_free(a->devices);
+    mt_free(a->spec_json);
+    mt_free(a);
+}
+
+/* Build the assignment of j for worker_id (allocations freed by free_assignment). */
+static Meshtrain__TaskAssignment *build_assignment(mt_coord *c, coord_job *j, const char *worker_id)
+{
+    Meshtrain__TaskAssignment *a = mt_calloc(1, sizeof(*a));
+    mt_store_job rec;
+    size_t nd = 0;
+
+    if (a == NULL)
+        return NULL;
+    meshtrain__task_assignment__init(a);
+    memset(&rec, 0, sizeof(rec));
+    if (mt_store_job_get(c->store, j->job_id, &rec, NULL) != MT_OK) {
+        mt_free(a);
+        return NULL;
+    }
+    a->job_id = j->job_id;
+    a->attempt = j->attempt;
+    a->spec_json = rec.spec_json; /* owned by a now */
+    a->resume_step = j->resume_step;
+    a->resume_job = j->resume_job;
+    a->n_mesh = (size_t)j->sum.mesh_ndims;
+    a->mesh = mt_calloc(a->n_mesh + 1, sizeof(*a->mesh));
+    a->ranks = mt_calloc(j->n_place + 1, sizeof(*a->ranks));
+    a->devices = mt_calloc(j->n_place + 1, sizeof(*a->devices));
+    if (a->mesh == NULL || a->ranks == NULL || a->devices == NULL)
+        goto oom;
+    for (size_t d = 0; d < a->n_mesh; d++) {
+        Meshtrain__MeshDim *m = mt_calloc(1, sizeof(*m));
+        if (m == NULL)
+            goto oom;
+        meshtrain__mesh_dim__init(m);
+        m->name = j->sum.mesh_names[d];
+        m->size = (uint32_t)j->sum.mesh_sizes[d];
+        a->mesh[d] = m;
+    }
+    for (size_t r = 0; r < j->n_place; r++) {
+        const mt_store_placement *p = &j->place[r];
+        coord_worker *w = coord_worker_find(c, p->worker_id);
+        Meshtrain__RankAddress *ra = mt_calloc(1, sizeof(*ra));
+        if (ra == NULL)
+            goto oom;
+        meshtrain__rank_address__init(ra);
+        ra->rank = p->device;
+        ra->worker_id = (char *)p->worker_id;
+        ra->data_address = w != NULL ? w->rec.data_address : (char *)"";
+        ra->local_index = p->local_index;
+        a->ranks[a->n_ranks++] = ra;
+        if (strcmp(p->worker_id, worker_id) == 0) {
+            Meshtrain__TaskDevice *td = mt_calloc(1, sizeof(*td));
+            if (td == NULL)
+                goto oom;
+            meshtrain__task_device__init(td);
+            td->local_index = p->local_index;
+            td->rank = p->device;
+            td->coords = (uint32_t *)p->coords;
+            td->n_coords = p->n_coords;
+            a->devices[nd++] = td;
+            a->n_devices = nd;
+        }
+    }
+    return a;
+oom:
+    free_assignment(a);
+    return NULL;
+}
+
+/* The heartbeat's task statuses, applied by the domain core (coord_task_report), and rep's
+ * cancellations (tasks the coordinator does not run) and assignments (tasks of SCHEDULED jobs
+ * this worker has not reported yet: repeated until it does). What rep gets is owned here until
+ * heartbeat_done. */
+static void heartbeat_tasks(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
+                            Meshtrain__HeartbeatReply *rep)
+{
+    size_t cap = r->n_tasks + 1;
+
+    rep->cancellations = mt_calloc(cap, sizeof(*rep->cancellations));
+    for (size_t i = 0; i < r->n_tasks; i++) {
+        const Meshtrain__TaskStatus *t = r->tasks[i];
+        coord_task_status st = coord_task_status_of(t);
+        if (coord_task_report(c, r->worker_id, &st) && rep->cancellations != NULL) {
+            Meshtrain__TaskCancel *x = mt_calloc(1, sizeof(*x));
+            if (x == NULL)
+                continue;
+            meshtrain__task_cancel__init(x);
+            x->job_id = mt_calloc(1, strlen(t->job_id) + 1);
+            if (x->job_id == NULL) {
+                mt_free(x);
+                continue;
+            }
+            memcpy(x->job_id, t->job_id, strlen(t->job_id) + 1);
+            x->attempt = t->attempt;
+            x->reason = (char *)"the coordinator does not run this task any more";
+            rep->cancellations[rep->n_cancellations++] = x;
+        }
+    }
+    /* assignments this worker has not acknowledged yet */
+    for (size_t i = 0; i < c->n_jobs; i++) {
+        coord_job *j = c->jobs[i];
+        coord_task *t;
+        Meshtrain__TaskAssignment *a, **grown;
+        if (j->state != MT_JOBSTATE_SCHEDULED || (t = coord_job_task(j, r->worker_id)) == NULL ||
+            t->state != COORD_TASK_ASSIGNED)
+            continue;
+        a = build_assignment(c, j, r->worker_id);
+        if (a == NULL)
+            continue;
+        grown = mt_realloc(rep->assignments, (rep->n_assignments + 1) * sizeof(*grown));
+        if (grown == NULL) {
+            free_assignment(a);
+            continue;
+        }
+        rep->assignments = grown;
+        rep->assignments[rep->n_assignments++] = a;
+    }
+}
+
+/* Free what heartbeat_tasks put into rep (after the reply was sent). */
+static void heartbeat_done(Meshtrain__HeartbeatReply *rep)
+{
+    for (size_t i = 0; i < rep->n_assignments; i++)
+        free_assignment(rep->assignments[i]);
+    mt_free(rep->assignments);
+    for (size_t i = 0; i < rep->n_cancellations; i++) {
+        mt_free(rep->cancellations[i]->job_id);
+        mt_free(rep->cancellations[i]);
+    }
+    mt_free(rep->cancellations);
+    rep->assignments = NULL;
+    rep->cancellations = NULL;
+    rep->n_assignments = rep->n_cancellations = 0;
+}
+
 void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call)
 {
     const Meshtrain__HeartbeatRequest *r =
@@ -266,9 +427,9 @@ void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call)
     }
     for (size_t i = 0; i < r->n_tasks; i++)
         task_progress(c, r->worker_id, r->tasks[i]);
-    coord_jobs_heartbeat(c, r, &rep);
+    heartbeat_tasks(c, r, &rep);
     mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
-    coord_jobs_heartbeat_done(&rep);
+    heartbeat_done(&rep);
 }
 
 static int by_name(const void *a, const void *b)

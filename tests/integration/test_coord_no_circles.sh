@@ -21,14 +21,20 @@ cat "$T/graph.txt"
 grep -q '^layers: ok$' "$T/graph.txt" || fail "no layer verdict"
 [ ${#CC_JSON[@]} -eq 0 ] || grep -q '^state\.c includes: .*coord_int\.h' "$T/graph.txt" ||
     fail "the core's headers were not checked"
+[ ${#CC_JSON[@]} -eq 0 ] || grep -q '^schedpass\.c includes: .*coord_int\.h' "$T/graph.txt" ||
+    fail "the scheduler pass's headers were not checked"
 [ ${#CC_JSON[@]} -eq 0 ] || grep -q '^sched\.c includes: .*sched\.h' "$T/graph.txt" ||
     fail "the scheduling core's headers were not checked"
 # the domain core calls no adapter: only the scheduling core and the stats
 grep -Eq '^state\.c +-> sched\.c, stats\.c$' "$T/graph.txt" || fail "state.c: $(grep '^state.c' "$T/graph.txt")"
+# the scheduler pass is core too: it applies the scheduling core through state.c, and reaches
+# the checkpoint check and the metrics stream only through hooks (no ckpt.c, no metrics.c)
+grep -Eq '^schedpass\.c +-> sched\.c, state\.c, stats\.c$' "$T/graph.txt" || fail "schedpass.c: $(grep '^schedpass.c' "$T/graph.txt")"
 # the periodic sweep calls only the two cores and the stats (no RPC or HTTP handler)
 grep -Eq '^sweep\.c +-> sched\.c, state\.c, stats\.c$' "$T/graph.txt" || fail "sweep.c: $(grep '^sweep.c' "$T/graph.txt")"
-# the heartbeat hands device progress to the domain core (coord_job_progress), no stall.c
-grep -Eq '^workers\.c +-> jobs\.c, sched\.c, state\.c, stats\.c$' "$T/graph.txt" || fail "workers.c: $(grep '^workers.c' "$T/graph.txt")"
+# the heartbeat hands device progress and task statuses to the domain core (coord_job_progress,
+# coord_task_report) and builds its assignments itself: no other RPC adapter (no jobs.c)
+grep -Eq '^workers\.c +-> sched\.c, state\.c, stats\.c$' "$T/graph.txt" || fail "workers.c: $(grep '^workers.c' "$T/graph.txt")"
 # the scheduling core calls no file of the coordinator
 grep -Eq '^sched\.c +-> *$' "$T/graph.txt" || fail "sched.c: $(grep '^sched.c' "$T/graph.txt")"
 log "PASS"

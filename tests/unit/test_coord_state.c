@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_coord_state.c — the coordinator's domain core (coordinator/state.c) driven directly, with
- * no RPC: a coordinator is opened on a temp state dir but its loop never runs, so this thread is
- * the loop thread; jobs go into the store and the table as SubmitJob would put them, and the
- * core's functions are called as the adapters call them. Covers the typed state name tables,
- * transitions (store first, the diagnosis kept or cleared, the hooks told of RESTARTING and the
- * end, a final state removing the job), the restart rule, the workers of a job as the scheduling
- * core sees them, a lost worker's jobs restarting, and the sweep going on past a job it
- * removed.
+ * test_coord_state.c — the coordinator's domain core (coordinator/state.c, schedpass.c) driven
+ * directly, with no RPC: a coordinator is opened on a temp state dir (a real SQLite file) but its
+ * loop never runs, so this thread is the loop thread; jobs go into the store and the table as
+ * SubmitJob would put them, and the core's functions are called as the adapters call them.
+ * Covers the typed state name tables, transitions (store first, the diagnosis kept or cleared,
+ * the hooks told of RESTARTING and the end, a final state removing the job), the restart rule,
+ * the workers of a job as the scheduling core sees them, a lost worker's jobs restarting, the
+ * sweep going on past a job it removed, the scheduler pass (priority then submission order,
+ * gang placement stored in one transaction, the checkpoint check before a resume through
+ * hooks.verify) and the reload of placed jobs at open.
  */
 #include "mt_test.h"
 
@@ -20,13 +22,21 @@
 #include "clock/mt_clock.h"
 #include "coordinator/coord_int.h"
 
+/* A spec the coordinator accepts (a reload validates the stored spec again). */
+#define SPEC                                                                                       \
+    "{\"steps\": 10, \"model\": {\"input_shape\": [4], \"layers\": [{\"type\": \"dense\", "        \
+    "\"units\": 2}]}}"
+
 typedef struct tctx {
     char dir[64];
     mt_coord *c;
     int flushes;       /* hooks.flush calls */
     char moved[4][64]; /* hooks.moved: "job state error" */
     int n_moved;
-    coord_worker w[2]; /* a registry the test installs (register_two) */
+    coord_worker w[2];                  /* a registry the test installs (register_two) */
+    mt_store_device dev[2][4];          /* ... and their devices (register_devices) */
+    char verify_job[32];                /* hooks.verify: the job it was asked about ("" none) */
+    coord_ckpt_verified_fn verify_done; /* ... and the answer it owes (the test gives it) */
 } tctx;
 
 static tctx *the; /* the hooks find their test through it (one test at a time) */
@@ -43,6 +53,17 @@ static void on_moved(mt_coord *c, const char *job_id, const char *state, const c
     if (the->n_moved < 4)
         snprintf(the->moved[the->n_moved++], sizeof(the->moved[0]), "%s %s %.20s", job_id, state,
                  error);
+}
+
+/* The checkpoint check, as ckpt.c's would start it: the answer comes later (the test calls
+ * verify_done, as the loop would after the pool read the files). */
+static mt_code on_verify(mt_coord *c, const char *job_id, coord_ckpt_verified_fn done, mt_err *err)
+{
+    (void)c;
+    (void)err;
+    snprintf(the->verify_job, sizeof(the->verify_job), "%s", job_id);
+    the->verify_done = done;
+    return MT_OK;
 }
 
 static int setup(void **state)
@@ -62,6 +83,7 @@ static int setup(void **state)
         fail_msg("open: %s", err.msg);
     t->c->hooks.flush = on_flush;
     t->c->hooks.moved = on_moved;
+    t->c->hooks.verify = on_verify;
     the = t;
     *state = t;
     return 0;
@@ -93,7 +115,7 @@ static coord_job *add_job(tctx *t, uint32_t max_restarts)
 
     assert_non_null(j);
     memset(&rec, 0, sizeof(rec));
-    rec.spec_json = (char *)"{}";
+    rec.spec_json = (char *)SPEC; /* valid: a reload validates it again */
     snprintf(rec.mesh, sizeof(rec.mesh), "batch=1");
     rec.devices = 1;
     assert_int_equal(mt_store_job_insert(t->c->store, &rec, 1, &err), MT_OK);
@@ -334,6 +356,205 @@ static void test_coord_state_sweep_after_a_removed_job(void **state)
     assert_int_equal(t->c->n_jobs, 1);
 }
 
+/* ------------------------------------------------------------------ the scheduler pass */
+
+/* register_two's workers with na and nb healthy devices (at most 4 each). */
+static coord_worker *register_devices(tctx *t, size_t na, size_t nb)
+{
+    coord_worker *w = register_two(t);
+    size_t n[2] = {na, nb};
+
+    for (size_t k = 0; k < 2; k++) {
+        for (size_t d = 0; d < n[k]; d++) {
+            memset(&t->dev[k][d], 0, sizeof(t->dev[k][d]));
+            t->dev[k][d].index = (uint32_t)d;
+            snprintf(t->dev[k][d].health, sizeof(t->dev[k][d].health), "ok");
+        }
+        w[k].rec.devices = t->dev[k];
+        w[k].rec.n_devices = n[k];
+        w[k].last_seen_mono_ms = mt_clock_mono_ms();
+    }
+    return w;
+}
+
+/* A QUEUED job (add_job) with priority and a mesh batch=devices, in submission order. */
+static coord_job *add_mesh_job(tctx *t, int32_t priority, int devices)
+{
+    coord_job *j = add_job(t, 3);
+
+    j->priority = priority;
+    j->seq = strtoull(j->job_id + 4, NULL, 10);
+    j->sum.n_devices = devices;
+    j->sum.mesh_ndims = 1;
+    j->sum.mesh_sizes[0] = devices;
+    snprintf(j->sum.mesh_names[0], sizeof(j->sum.mesh_names[0]), "batch");
+    return j;
+}
+
+/* The job's stored reason and placement's workers ("wa,wa" by device; "" none). */
+static void stored_place(tctx *t, const char *job, char *reason, char *workers)
+{
+    mt_store_job rec;
+    mt_store_placement *p = NULL;
+    size_t n = 0, len = 0;
+    mt_err err = MT_ERR_INIT;
+
+    assert_int_equal(mt_store_job_get(t->c->store, job, &rec, &err), MT_OK);
+    snprintf(reason, 256, "%s", rec.reason);
+    mt_store_job_fini(&rec);
+    assert_int_equal(mt_store_job_placement(t->c->store, job, &p, &n, &err), MT_OK);
+    workers[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(workers + len, 64 - len, "%s%s", i ? "," : "", p[i].worker_id);
+    mt_store_placement_free(p);
+}
+
+/* Priority first, then submission order, and gang placement (every device at once, or the job
+ * waits and blocks the jobs behind it): with wa holding 2 devices and wb 1, the later job of
+ * priority 5 takes wa whole; the earlier 2-device job cannot have wb's single device alone and
+ * waits; the 1-device job behind it waits its turn although wb is free. Each decision is stored
+ * (placement + SCHEDULED in one transaction, or the reason) and the placed job's task waits for
+ * its worker's report (ASSIGNED, attempt 1). A pass taking submission order before priority, or
+ * placing part of a job, fails here. */
+static void test_coord_state_pass_priority_order_and_gang(void **state)
+{
+    tctx *t = *state;
+    coord_job *first = add_mesh_job(t, 0, 2), *urgent = add_mesh_job(t, 5, 2);
+    coord_job *small = add_mesh_job(t, 0, 1);
+    char id_first[32], id_urgent[32], id_small[32], st[16], diag[256], reason[256], where[64];
+    char want[128];
+
+    register_devices(t, 2, 1);
+    snprintf(id_first, sizeof(id_first), "%s", first->job_id);
+    snprintf(id_urgent, sizeof(id_urgent), "%s", urgent->job_id);
+    snprintf(id_small, sizeof(id_small), "%s", small->job_id);
+    t->c->sched_dirty = 1;
+    coord_schedpass_run(t->c);
+    assert_false(t->c->sched_dirty);
+
+    assert_int_equal(urgent->state, MT_JOBSTATE_SCHEDULED);
+    assert_int_equal(urgent->attempt, 1);
+    assert_int_equal(urgent->n_place, 2);
+    assert_int_equal(urgent->n_tasks, 1);
+    assert_string_equal(urgent->tasks[0].worker_id, "wa");
+    assert_int_equal(urgent->tasks[0].state, COORD_TASK_ASSIGNED);
+    stored(t, id_urgent, st, diag);
+    assert_string_equal(st, "SCHEDULED");
+    stored_place(t, id_urgent, reason, where);
+    assert_string_equal(where, "wa,wa");
+    assert_string_equal(reason, "placed on 1 worker (attempt 1)");
+
+    assert_int_equal(first->state, MT_JOBSTATE_QUEUED);
+    assert_int_equal(first->n_place, 0);
+    stored_place(t, id_first, reason, where);
+    assert_string_equal(where, ""); /* not one device of it */
+    assert_string_equal(reason, "waiting for 2 free devices (1 free of 3)");
+
+    assert_int_equal(small->state, MT_JOBSTATE_QUEUED);
+    stored_place(t, id_small, reason, where);
+    assert_string_equal(where, "");
+    snprintf(want, sizeof(want), "waiting behind %s (priority, then submission order)", id_first);
+    assert_string_equal(reason, want);
+    assert_int_equal(t->n_moved, 0); /* a first placement is no restart marker */
+
+    /* nothing changed: the pass does not run again */
+    coord_schedpass_run(t->c);
+    assert_int_equal(small->state, MT_JOBSTATE_QUEUED);
+}
+
+/* A restarted job with a checkpoint resumes only after its checkpoint files were read back: the
+ * pass asks through hooks.verify and the job keeps its turn; the answer (the newest file did not
+ * verify, an older one did) makes the next pass place it from that older step, say which was
+ * skipped, and tell the metrics stream (hooks.moved) for the watchers' restart marker. */
+static void test_coord_state_pass_verifies_checkpoints_before_resuming(void **state)
+{
+    tctx *t = *state;
+    coord_job *j = add_mesh_job(t, 0, 1);
+    mt_store_checkpoint ck;
+    char id[32], reason[256], where[64];
+    mt_err err = MT_ERR_INIT;
+
+    register_devices(t, 1, 0);
+    snprintf(id, sizeof(id), "%s", j->job_id);
+    memset(&ck, 0, sizeof(ck));
+    snprintf(ck.location, sizeof(ck.location), "%s/ck-20", t->dir);
+    snprintf(ck.checksum, sizeof(ck.checksum), "crc32:00000000");
+    ck.step = 20;
+    assert_int_equal(mt_store_checkpoint_insert(t->c->store, id, &ck, &err), MT_OK);
+    assert_int_equal(
+        mt_store_checkpoint_complete(t->c->store, id, 20, 0, "crc32:00000000", 2, &err), MT_OK);
+    assert_int_equal(coord_job_move(t->c, j, MT_JOBSTATE_SCHEDULED, "placed"), MT_OK);
+    coord_job_restart(t->c, j, "worker wa lost (no heartbeat)");
+    assert_int_equal(j->state, MT_JOBSTATE_RESTARTING);
+    assert_int_equal(t->n_moved, 1);
+
+    coord_schedpass_run(t->c);
+    assert_string_equal(t->verify_job, id);
+    assert_int_equal(j->state, MT_JOBSTATE_RESTARTING); /* waits for the answer */
+    stored_place(t, id, reason, where);
+    assert_string_equal(reason, "checking checkpoint step 20 before resuming");
+    coord_schedpass_run(t->c); /* nothing new: still waiting */
+    assert_int_equal(j->state, MT_JOBSTATE_RESTARTING);
+
+    t->verify_done(t->c, id, 10, "checkpoint step 20 skipped: its file is missing or unreadable");
+    assert_true(t->c->sched_dirty);
+    coord_schedpass_run(t->c);
+    assert_int_equal(j->state, MT_JOBSTATE_SCHEDULED);
+    assert_int_equal(j->attempt, 2);
+    assert_int_equal(j->resume_step, 10);
+    stored_place(t, id, reason, where);
+    assert_string_equal(where, "wa");
+    assert_string_equal(reason, "placed on 1 worker (attempt 2, resuming from a checkpoint at "
+                                "step 10); checkpoint step 20 skipped: its file is missing or "
+                                "unreadable");
+    assert_int_equal(t->n_moved, 2);
+    assert_string_equal(t->moved[1], "job-000001 SCHEDULED placed on 1 worker (");
+}
+
+/* The reload at open (the table rebuilt from the store): a placed job whose workers are alive
+ * keeps its placement and is assigned again (SCHEDULED: its tasks ASSIGNED, the same attempt);
+ * one with a worker the store knows as lost restarts at once, naming it. */
+static void test_coord_state_reload_reattaches_or_restarts(void **state)
+{
+    tctx *t = *state;
+    coord_job *kept = add_mesh_job(t, 0, 1), *lost = add_mesh_job(t, 0, 1);
+    char id_a[32], id_b[32], on_a[64], on_b[64], st[16], diag[256], want[128];
+    coord_job *j;
+    mt_err err = MT_ERR_INIT;
+
+    register_devices(t, 1, 1);
+    snprintf(id_a, sizeof(id_a), "%s", kept->job_id);
+    snprintf(id_b, sizeof(id_b), "%s", lost->job_id);
+    t->c->sched_dirty = 1;
+    coord_schedpass_run(t->c);
+    assert_int_equal(kept->state, MT_JOBSTATE_SCHEDULED);
+    assert_int_equal(lost->state, MT_JOBSTATE_SCHEDULED);
+    snprintf(on_a, sizeof(on_a), "%s", kept->tasks[0].worker_id);
+    snprintf(on_b, sizeof(on_b), "%s", lost->tasks[0].worker_id);
+    assert_string_not_equal(on_a, on_b); /* one job per worker */
+    /* the worker of the second job, as the store had it at the restart: lost */
+    coord_worker_set_state(coord_worker_find(t->c, on_b), COORD_WORKER_LOST);
+
+    coord_jobs_free(t->c);
+    assert_int_equal(coord_schedpass_reload(t->c, &err), MT_OK);
+    assert_int_equal(t->c->n_jobs, 2);
+    j = coord_job_find(t->c, id_a);
+    assert_non_null(j);
+    assert_int_equal(j->state, MT_JOBSTATE_SCHEDULED);
+    assert_int_equal(j->attempt, 1);
+    assert_int_equal(j->n_tasks, 1);
+    assert_string_equal(j->tasks[0].worker_id, on_a);
+    assert_int_equal(j->tasks[0].state, COORD_TASK_ASSIGNED);
+    j = coord_job_find(t->c, id_b);
+    assert_non_null(j);
+    assert_int_equal(j->state, MT_JOBSTATE_RESTARTING);
+    snprintf(want, sizeof(want), "worker %s was lost while the coordinator was down", on_b);
+    assert_string_equal(j->reason, want);
+    stored(t, id_b, st, diag);
+    assert_string_equal(st, "RESTARTING");
+    assert_true(t->c->sched_dirty);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,6 +566,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_coord_state_lost_worker_restarts_its_jobs, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_coord_state_sweep_after_a_removed_job, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_coord_state_pass_priority_order_and_gang, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_coord_state_pass_verifies_checkpoints_before_resuming,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_coord_state_reload_reattaches_or_restarts, setup,
                                         teardown),
     };
     return MT_RUN_TESTS(tests);
