@@ -143,7 +143,13 @@ struct task_run {
     double retry_at;    /* no report before this (the coordinator was unreachable) */
     int64_t meta_epoch; /* epoch whose epoch_steps/epochs were reported */
     bool report_warned;
-    uint64_t ckpt_step;     /* the last checkpoint uploaded: its step's points go out at once */
+    uint64_t ckpt_step; /* the last checkpoint uploaded: its step's points go out at once */
+    /* a periodic checkpoint written before its step's progress event: uploaded once that step's
+     * points went out (on_progress), so a checkpoint the coordinator holds never lacks them */
+    char defer_path[4096];
+    uint64_t defer_step;    /* 0: none waiting */
+    uint64_t seen_step;     /* the last step whose progress event came */
+    mt_err defer_err;       /* why the deferred upload failed (its code ends the training) */
     worker_taskdir td;      /* the attempt's directory (td.path "": none yet) */
     mt_coll_progress *prog; /* t->mu: set once the world exists; read by heartbeat snapshots */
     /* log_mu: the ring of unsent log lines (oldest at log_head) */
@@ -527,6 +533,44 @@ static void skip_ckpt(task_run *r, uint64_t step, const char *why)
 
 static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err);
 
+/*
+ * mt_spmd_run_opts.on_saved. The trainer writes a periodic checkpoint in its after-step hook,
+ * before that step's progress event, and a restart resumes after the checkpoint and never reports
+ * its step again: uploaded at once, a worker killed between the upload and the event would leave
+ * the step without its points for good. So a checkpoint of a step whose event has not come yet
+ * waits (defer_*) and on_progress uploads it after sending the step's points; one whose event
+ * came (a stop checkpoint, written after the event) goes at once.
+ */
+static mt_code on_saved(void *ctx, const char *path, uint64_t step, mt_err *err)
+{
+    task_run *r = ctx;
+
+    if (path == NULL || !r->has_rank0 || step <= r->seen_step)
+        return upload(ctx, path, step, err);
+    if (r->defer_step != 0) { /* cannot happen (one checkpoint per step); keep the order */
+        mt_code rc = upload(ctx, r->defer_path, r->defer_step, err);
+        r->defer_step = 0;
+        if (rc != MT_OK)
+            return rc;
+    }
+    if (strlen(path) >= sizeof(r->defer_path))
+        return upload(ctx, path, step, err);
+    snprintf(r->defer_path, sizeof(r->defer_path), "%s", path);
+    r->defer_step = step;
+    return MT_OK;
+}
+
+/* Upload the deferred checkpoint, if any: OK, or its code with r->defer_err saying why. */
+static mt_code upload_deferred(task_run *r)
+{
+    uint64_t step = r->defer_step;
+
+    if (step == 0)
+        return MT_OK;
+    r->defer_step = 0;
+    return upload(r, r->defer_path, step, &r->defer_err);
+}
+
 /* The best checkpoint ("validation.best"): uploaded as the checkpoint of its step, and a
  * "best_step" point (value: the step) tells `meshtrain export --best JOB` which one it is. */
 static mt_code upload_best(void *ctx, const char *path, uint64_t step, mt_err *err)
@@ -596,6 +640,12 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
     if (rc == MT_OK)
         mt_log_info("job %s: checkpoint step %llu uploaded (%ld bytes)", r->job_id,
                     (unsigned long long)step, size);
+    /* TEST-ONLY: MT_TEST_EXIT_AFTER_UPLOAD=N ends the process the moment checkpoint step N is
+     * stored, as a kill -9 there would (test_fault_uneven_devices.sh; never set it in production)
+     */
+    const char *exit_at = getenv("MT_TEST_EXIT_AFTER_UPLOAD");
+    if (rc == MT_OK && exit_at != NULL && strtoull(exit_at, NULL, 10) == step)
+        _exit(137);
     if (rc == MT_RESOURCE_EXHAUSTED) { /* the coordinator's disk is full (its message names
                                           its host, not its paths) */
         skip_ckpt(r, step, err->msg);
@@ -681,6 +731,8 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
     pthread_mutex_unlock(&t->mu);
     if (p->event == MT_TRAIN_STEP)
         worker_metrics_step(t->metrics, p->step_ms / 1e3);
+    if (p->event == MT_TRAIN_STEP && (uint64_t)p->step > r->seen_step)
+        r->seen_step = (uint64_t)p->step;
     if (r->has_rank0) {
         if (p->event == MT_TRAIN_STEP) {
             if (r->meta_epoch != p->epoch) {
@@ -699,6 +751,11 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
         if (p->event != MT_TRAIN_STEP || now_s() - r->last_flush >= FLUSH_S ||
             (uint64_t)p->step == r->ckpt_step)
             flush_metrics(r, false);
+        if (r->defer_step != 0 && r->defer_step <= r->seen_step) {
+            mt_code rc = upload_deferred(r); /* flushes the points first (upload) */
+            if (rc != MT_OK)
+                return rc;
+        }
     } else if (now_s() - r->last_flush >= LOG_FLUSH_S) {
         flush_metrics(r, false); /* this worker's log lines */
     }
@@ -910,12 +967,19 @@ static mt_code run_task(task_run *r, mt_err *err)
     ro.ckpt_keep = 1;
     ro.spec_json = js->json;
     ro.world = world;
-    ro.on_saved = upload;
+    ro.on_saved = on_saved;
     ro.on_best = upload_best;
     ro.save_on_stop = on_stop_save;
     ro.on_digest = on_digest;
     r->last_flush = now_s();
     rc = run_train(r, js, mesh, &ro, &res, err);
+    if (r->defer_err.code != MT_OK) /* the deferred upload's reason, not "training stopped" */
+        mt_err_set(err, r->defer_err.code, "%s", r->defer_err.msg);
+    else if (r->defer_step != 0) { /* training ended before the step's event */
+        mt_code urc = upload_deferred(r);
+        if (urc != MT_OK && rc == MT_OK)
+            rc = mt_err_set(err, urc, "%s", r->defer_err.msg);
+    }
     /* the data plane is done: close it now (with its BYE frames), not after the reports below,
      * so peers that finish later do not see this process's connections end under a live world */
     pthread_mutex_lock(&r->tab->mu);
