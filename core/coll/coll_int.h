@@ -197,6 +197,8 @@ typedef struct coll_drive {
     coll_drive_conn s[COLL_DRIVE_SLOTS];
     int off;       /* driving gave up for this collective: the reader threads serve */
     uint64_t tick; /* exchanges driven so far */
+    int spin_miss; /* polls before the yields that ended without progress lately (backoff) */
+    int spin_skip; /* waits left that yield at once (after a poll without progress) */
 } coll_drive;
 
 /* What a transport keeps per comm and per peer process (coll_net.c defines both; NULL when the
@@ -267,7 +269,9 @@ struct mt_coll_world {
     _Atomic uint64_t remote_floats; /* payload sent to other processes (DATA frames) */
     int drive; /* the one local device's thread drives its exchanges (coll_world.c, tree_run) */
     int drive_yields; /* a driving thread with nothing to do yields this often before it sleeps */
-    int naxes;        /* opts.mesh, parsed (0: none): axis names and sizes, row-major */
+    int64_t
+        drive_spin_ns; /* ... after polling this long in a small allreduce (opts.drive_spin_us) */
+    int naxes;         /* opts.mesh, parsed (0: none): axis names and sizes, row-major */
     char axis_name[COLL_MAX_AXES][32];
     int axis_size[COLL_MAX_AXES];
 };
