@@ -371,6 +371,10 @@ static void test_coll_invalid_arguments(void **state)
     mt_coll_world_opts bad = MT_COLL_WORLD_DEFAULTS;
     bad.segment_bytes = 0;
     assert_int_equal(mt_coll_world_new_local(2, &bad, &w, &err), MT_INVALID_ARGUMENT);
+    bad = (mt_coll_world_opts)MT_COLL_WORLD_DEFAULTS;
+    bad.drive_spin_us = -1; /* the driving thread's polls: 0 .. 1e6 us */
+    assert_int_equal(mt_coll_world_new_local(2, &bad, &w, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "drive_spin_us -1"));
     assert_int_equal(mt_coll_world_new_local(3, NULL, &w, &err), MT_OK);
     mt_coll_comm *c0 = mt_coll_world_comm(w, 0);
     assert_null(mt_coll_world_comm(w, 3));
