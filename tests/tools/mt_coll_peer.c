@@ -243,7 +243,10 @@ static void run_bench(dev *d, mt_coll_comm *c, const mt_coll_group *grp, double 
         mt_code rc = MT_OK;
         for (size_t e = 0; e < n; e++)
             buf[e] = ct_val(d->rank, e, 1) * 1e-3f;
-        /* warm up, then rank 0 picks an iteration count for ~0.25 s that everyone uses */
+        /* warm up (the first call dials and maps the rings: untimed, or the count below
+         * would be a few calls and the trials' means their first call's), then rank 0 picks
+         * an iteration count for ~0.25 s that everyone uses, as bench/mpi_allreduce.c does */
+        rc = mt_coll_allreduce_sum(c, grp, buf, n, NULL, &d->err);
         double a = now_s();
         for (int k = 0; k < 3 && rc == MT_OK; k++)
             rc = mt_coll_allreduce_sum(c, grp, buf, n, NULL, &d->err);
