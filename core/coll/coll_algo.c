@@ -32,7 +32,8 @@
 #include "coll/coll_engine.h"
 #include "coll/mt_coll_backend.h"
 
-#define COLL_MAX_XCHG (2 * 32 + 2) /* exchanges of one plan: log2 p twice, plus the fold */
+#define COLL_MAX_XCHG   (2 * 32 + 2) /* exchanges of one plan: log2 p twice, plus the fold */
+#define COLL_PAIR_STACK 4096         /* floats of a driven pair's one-hop input kept on the stack */
 
 /* ------------------------------------------------------------------ chunks */
 
@@ -79,22 +80,15 @@ void mt_coll_reference_allreduce(const float *const *inputs, int p, size_t n, fl
     }
 }
 
-/* d[e] = d[e] + s[e]: one float32 addition per element (the compiler may vectorise it). */
-static void add_vec(float *restrict d, const float *restrict s, size_t n)
-{
-    for (size_t e = 0; e < n; e++)
-        d[e] = d[e] + s[e];
-}
-
 /* The documented order in place over b[0..p-1] (n floats each): the sum ends in b[0]. */
 static void tree_fold_inplace(float *const *b, int p, size_t n)
 {
     int q = tree_q(p), r = p - q;
     for (int i = 0; i < r; i++)
-        add_vec(b[2 * i], b[2 * i + 1], n);
+        coll__add8(b[2 * i], b[2 * i + 1], n, false);
     for (int d = 1; d < q; d *= 2) {
         for (int v = 0; v + d < q; v += 2 * d)
-            add_vec(b[tree_pos(v, r)], b[tree_pos(v + d, r)], n);
+            coll__add8(b[tree_pos(v, r)], b[tree_pos(v + d, r)], n, false);
     }
 }
 
@@ -329,11 +323,11 @@ static mt_code tree_run(coll_call *x, float *buf, size_t n, bool gather, bool ke
 
 /*
  * The one-hop allreduce between 2 members, driven by this thread when the engine can (the
- * frame fits one segment): it writes its frame and reads the partner's into all + from * n
- * itself. true and *rc when it ran, false when it does not apply (the caller runs the
- * inbox path).
+ * frame fits one segment): it writes its frame and reads the partner's into other itself, then
+ * adds the two into buf in position order (x0 + x1: the tree of 2). true and *rc when it ran,
+ * false when it does not apply (the caller runs the inbox path).
  */
-static bool direct_driven(coll_call *x, const float *buf, size_t n, float *all, mt_code *rc)
+static bool direct_driven(coll_call *x, float *buf, size_t n, float *other, mt_code *rc)
 {
     int peer = member(x, x->pos + 1), from = (x->pos + 1) % 2;
     bool driven = false;
@@ -343,11 +337,13 @@ static bool direct_driven(coll_call *x, const float *buf, size_t n, float *all, 
     t.rstep_in = (uint32_t)from;
     t.sl = n;
     t.rl = n;
-    *rc = coll__drive(x, &t, buf, all + (size_t)from * n, &driven);
+    *rc = coll__drive(x, &t, buf, other, &driven);
     if (!driven)
         return false;
     coll__withdraw(x);
     coll__drive_end(x, *rc == MT_OK && x->op == COLL_OP_ALLREDUCE); /* one allreduce to the next */
+    if (*rc == MT_OK && n > 0)
+        coll__add8(buf, other, n, from == 0); /* position 0's input first */
     return true;
 }
 
@@ -425,6 +421,11 @@ static mt_code direct_allreduce(coll_call *x, float *buf, size_t n)
 {
     int p = x->p;
     mt_code rc = MT_OK;
+    if (p == 2 && n <= COLL_PAIR_STACK) { /* the latency case: no allocation, no copy of buf */
+        float other[COLL_PAIR_STACK];
+        if (direct_driven(x, buf, n, other, &rc))
+            return rc;
+    }
     float *all = mt_malloc(((size_t)p * n + 1) * sizeof(float)); /* member i's input at i*n */
     float **in = mt_malloc((size_t)p * sizeof(*in));
     if (all == NULL || in == NULL) {
@@ -433,10 +434,10 @@ static mt_code direct_allreduce(coll_call *x, float *buf, size_t n)
     }
     for (int i = 0; i < p; i++)
         in[i] = all + (size_t)i * n;
+    if (p == 2 && n > COLL_PAIR_STACK && direct_driven(x, buf, n, all, &rc))
+        goto out; /* the result is in buf */
     if (n > 0)
         memcpy(all + (size_t)x->pos * n, buf, n * sizeof(float));
-    if (p == 2 && direct_driven(x, buf, n, all, &rc))
-        goto fold;
     if (p > 2 && coll__sole_ranks(x)) {
         rc = direct_gathered(x, all, n, in);
         if (rc == MT_OK && n > 0)
@@ -455,7 +456,6 @@ static mt_code direct_allreduce(coll_call *x, float *buf, size_t n)
         t.rl = n;
         rc = coll__recv_frame(x, &t, all + (size_t)from * n);
     }
-fold:
     if (rc == MT_OK && n > 0) {
         tree_fold_inplace(in, p, n);
         memcpy(buf, in[0], n * sizeof(float));

@@ -6,7 +6,9 @@
  * coll_raw.c (the direct socket transport), coll_shm.c (its shared-memory rings),
  * coll_auth.c (the handshake's HMAC), coll_progress.c, coll_backend.c and coll_bucket.c. The
  * algorithms (coll_algo.c) never include it: they see coll_engine.h and the wire format
- * (coll_wire.h) only.
+ * (coll_wire.h) only. It names no transport library's types: what a transport keeps per comm
+ * or per peer (the nng transport's send slots and push socket) is an opaque tx pointer that only
+ * coll_net.c defines, so the engine includes no nng header (tests/tools/coll_graph.py checks it).
  *
  * Message path: every frame is a 72-byte header + payload (coll_wire.h). A send picks the
  * transport by the destination's process (coll__net_send; coll_net.c's tables): the in-process
@@ -31,7 +33,6 @@
 #ifndef MT_COLL_INT_H
 #define MT_COLL_INT_H
 
-#include <nng/nng.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -42,7 +43,6 @@
 #include "coll/mt_coll.h"
 #include "coll/mt_coll_backend.h"
 
-#define COLL_NAIO          4           /* outstanding sends per comm (pipelining depth) */
 #define COLL_GRACE_NS      200000000LL /* a lost connection counts after 200 ms without its data */
 #define COLL_DIAG_NS       250000000LL /* after a deadline, wait this long for PONGs */
 #define COLL_MAXPING       16
@@ -197,7 +197,14 @@ typedef struct coll_drive {
     coll_drive_conn s[COLL_DRIVE_SLOTS];
     int off;       /* driving gave up for this collective: the reader threads serve */
     uint64_t tick; /* exchanges driven so far */
+    int spin_miss; /* polls before the yields that ended without progress lately (backoff) */
+    int spin_skip; /* waits left that yield at once (after a poll without progress) */
 } coll_drive;
+
+/* What a transport keeps per comm and per peer process (coll_net.c defines both; NULL when the
+ * transport keeps nothing): no transport library's type appears in this header. */
+typedef struct coll_comm_tx coll_comm_tx;
+typedef struct coll_peer_tx coll_peer_tx;
 
 struct mt_coll_comm {
     mt_coll_world *w;
@@ -223,19 +230,16 @@ struct mt_coll_comm {
     _Atomic uint64_t entered; /* packed tag + 1 of the collective entered last; 0 never */
     uint64_t auto_step;       /* device thread */
     uint32_t auto_seq;
-    nng_aio *aio[COLL_NAIO];         /* device thread: outstanding sends */
-    int aio_busy[COLL_NAIO];         /* device thread: 1 + destination process, 0 idle */
-    _Atomic int aio_done[COLL_NAIO]; /* set by the aio callback */
-    int aio_next;
+    coll_comm_tx *tx;        /* the transport's send state (the nng transport's send slots) */
     struct coll_pslot *prog; /* progress slot written by the device thread, NULL none */
     coll_post post;          /* direct transport: the ring step being received in place */
     coll_drive drive;        /* direct transport, one local device: the connection it drives */
 };
 
 typedef struct coll_peer {
-    pthread_mutex_t mu; /* guards open/sock */
+    pthread_mutex_t mu; /* guards open, tx, fd and shm */
     int open;
-    nng_socket sock;         /* push, dialed to the process's listener */
+    coll_peer_tx *tx;        /* the transport's state of it (nng: the push socket), or NULL */
     _Atomic int connected;   /* a pipe was added */
     _Atomic int64_t down_ns; /* monotonic time the connection was lost; 0 = not lost */
     _Atomic int refused;     /* it refused our token, or we refused its (UNAUTHENTICATED) */
@@ -265,7 +269,9 @@ struct mt_coll_world {
     _Atomic uint64_t remote_floats; /* payload sent to other processes (DATA frames) */
     int drive; /* the one local device's thread drives its exchanges (coll_world.c, tree_run) */
     int drive_yields; /* a driving thread with nothing to do yields this often before it sleeps */
-    int naxes;        /* opts.mesh, parsed (0: none): axis names and sizes, row-major */
+    int64_t
+        drive_spin_ns; /* ... after polling this long in a small allreduce (opts.drive_spin_us) */
+    int naxes;         /* opts.mesh, parsed (0: none): axis names and sizes, row-major */
     char axis_name[COLL_MAX_AXES][32];
     int axis_size[COLL_MAX_AXES];
 };
@@ -330,8 +336,9 @@ typedef struct coll_ctl_set {
 void coll__net_send_ctl(mt_coll_world *w, int proc, coll_out *f, int64_t timeout_ms,
                         coll_ctl_set *set);
 void coll__net_ctl_reap(coll_ctl_set *set);
-/* A comm's transport state for sends (the nng transport's send slots, c->aio...): made with the
- * comm, cancelled by mt_coll_world_cancel (a send stuck on a dead peer ends), freed with it. */
+/* A comm's transport state for sends (c->tx: the nng transport's send slots; none for the other
+ * transports): made with the comm, cancelled by mt_coll_world_cancel (a send stuck on a dead
+ * peer ends), freed with it. */
 mt_code coll__net_comm_init(mt_coll_comm *c, mt_err *err);
 void coll__net_cancel_sends(mt_coll_comm *c);
 void coll__net_comm_fini(mt_coll_comm *c);

@@ -55,6 +55,23 @@
 #define NET_MAX_PENDING 65536
 #define RAW_ARM_WAIT_NS 5000000LL /* a ring frame waits this long for its step to be posted */
 #define NET_RECVMAX     ((size_t)(64u << 20) + 4096u)
+#define NET_NAIO        4 /* the nng transport: outstanding sends per comm (pipelining depth) */
+
+/* The nng transport's send state of a comm (c->tx; opaque in coll_int.h): its send slots.
+ * The device thread's, but for done (set by the aio callback) and the cancels of
+ * mt_coll_world_cancel. */
+struct coll_comm_tx {
+    nng_aio *aio[NET_NAIO];
+    int busy[NET_NAIO];         /* 1 + destination process, 0 idle */
+    _Atomic int done[NET_NAIO]; /* set by the aio callback */
+    int next;
+};
+
+/* The nng transport's state of a connection to a peer process (pe->tx, made when it opens):
+ * the push socket dialed to that process's listener. */
+struct coll_peer_tx {
+    nng_socket sock;
+};
 
 typedef struct net_pipe {
     uint32_t id; /* pipe id on the PULL socket */
@@ -103,6 +120,8 @@ typedef struct net_transport {
     /* a control frame (PING, PONG; f borrowed) within timeout_ms; *out: an aio the caller
      * waits for and frees, or NULL when the send already completed */
     mt_code (*send_ctl)(mt_coll_world *w, int proc, coll_out *f, int64_t timeout_ms, nng_aio **out);
+    /* the comm's send state (c->tx; NULL: the transport keeps none) */
+    mt_code (*comm_init)(mt_coll_comm *c, mt_err *err);
     /* end the connection to open peer i in order (BYE first) */
     void (*peer_close)(mt_coll_world *w, int i, coll_peer *pe);
     /* how frames to the open peer go (mt_coll_world_link); addr without nng+ */
@@ -203,7 +222,7 @@ static void push_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
     mt_coll_world *w = net->world;
     for (int i = 0; w != NULL && i < w->nprocs; i++) {
         coll_peer *pe = &w->peers[i];
-        if (!pe->open || nng_socket_id(pe->sock) != sid)
+        if (!pe->open || nng_socket_id(pe->tx->sock) != sid)
             continue;
         if (ev == NNG_PIPE_EV_ADD_POST)
             atomic_store(&pe->connected, 1);
@@ -739,6 +758,11 @@ static mt_code peer_open(mt_coll_world *w, int proc, mt_err *err)
     if (pe->open)
         goto out;
     nng_socket s;
+    if (pe->tx == NULL && (pe->tx = mt_calloc(1, sizeof(*pe->tx))) == NULL) {
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "open socket to %s: out of memory",
+                        w->proc_addr[proc]);
+        goto out;
+    }
     if ((rv = nng_push0_open(&s)) != 0) {
         rc = mt_err_set(err, nng_code(rv), "open socket to %s: %s", w->proc_addr[proc],
                         nng_strerror(rv));
@@ -747,7 +771,7 @@ static mt_code peer_open(mt_coll_world *w, int proc, mt_err *err)
     nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 10);
     nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 200);
     pthread_mutex_lock(&w->net->mu);
-    pe->sock = s;
+    pe->tx->sock = s;
     pe->open = 1;
     pthread_mutex_unlock(&w->net->mu);
     nng_pipe_notify(s, NNG_PIPE_EV_ADD_POST, push_pipe_cb, w->net);
@@ -761,11 +785,11 @@ out:
     return rc;
 }
 
-static mt_code aio_finish(mt_coll_comm *c, int slot, mt_err *err)
+static mt_code aio_finish(coll_comm_tx *t, int slot, mt_err *err)
 {
-    nng_aio *a = c->aio[slot];
+    nng_aio *a = t->aio[slot];
     nng_aio_wait(a);
-    c->aio_busy[slot] = 0;
+    t->busy[slot] = 0;
     int rv = nng_aio_result(a);
     if (rv == 0)
         return MT_OK;
@@ -1111,9 +1135,19 @@ static void aio_done_cb(void *arg)
 
 mt_code coll__net_comm_init(mt_coll_comm *c, mt_err *err)
 {
-    for (int i = 0; i < COLL_NAIO; i++) {
-        atomic_init(&c->aio_done[i], 1);
-        if (nng_aio_alloc(&c->aio[i], aio_done_cb, &c->aio_done[i]) != 0)
+    const net_transport *tp = c->w->net != NULL ? c->w->net->tp : NULL;
+    return tp != NULL && tp->comm_init != NULL ? tp->comm_init(c, err) : MT_OK;
+}
+
+/* The nng transport's send slots of c (freed by coll__net_comm_fini, also after a failure). */
+static mt_code nngt_comm_init(mt_coll_comm *c, mt_err *err)
+{
+    coll_comm_tx *t = c->tx = mt_calloc(1, sizeof(*c->tx));
+    if (t == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll comm %d: out of memory", c->rank);
+    for (int i = 0; i < NET_NAIO; i++) {
+        atomic_init(&t->done[i], 1);
+        if (nng_aio_alloc(&t->aio[i], aio_done_cb, &t->done[i]) != 0)
             return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "coll comm %d: cannot allocate aio",
                               c->rank);
     }
@@ -1122,23 +1156,28 @@ mt_code coll__net_comm_init(mt_coll_comm *c, mt_err *err)
 
 void coll__net_cancel_sends(mt_coll_comm *c)
 {
-    for (int k = 0; k < COLL_NAIO; k++)
-        if (c->aio[k] != NULL)
-            nng_aio_cancel(c->aio[k]);
+    for (int k = 0; c->tx != NULL && k < NET_NAIO; k++)
+        if (c->tx->aio[k] != NULL)
+            nng_aio_cancel(c->tx->aio[k]);
 }
 
 void coll__net_comm_fini(mt_coll_comm *c)
 {
-    for (int i = 0; i < COLL_NAIO; i++) {
-        if (c->aio[i] != NULL) {
-            nng_aio_cancel(c->aio[i]);
-            nng_aio_wait(c->aio[i]);
-            nng_msg *m = nng_aio_get_msg(c->aio[i]);
-            if (m != NULL && nng_aio_result(c->aio[i]) != 0)
+    coll_comm_tx *t = c->tx;
+    if (t == NULL)
+        return;
+    for (int i = 0; i < NET_NAIO; i++) {
+        if (t->aio[i] != NULL) {
+            nng_aio_cancel(t->aio[i]);
+            nng_aio_wait(t->aio[i]);
+            nng_msg *m = nng_aio_get_msg(t->aio[i]);
+            if (m != NULL && nng_aio_result(t->aio[i]) != 0)
                 nng_msg_free(m);
-            nng_aio_free(c->aio[i]);
+            nng_aio_free(t->aio[i]);
         }
     }
+    mt_free(t);
+    c->tx = NULL;
 }
 
 static mt_code direct_send(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns, mt_err *err)
@@ -1164,15 +1203,16 @@ static nng_msg *frame_msg(const coll_out *f)
 static mt_code nngt_send(mt_coll_comm *c, int proc, coll_out *f, int64_t deadline_ns, mt_err *err)
 {
     mt_coll_world *w = c->w;
+    coll_comm_tx *t = c->tx;
     mt_code rc;
     if ((rc = peer_open(w, proc, err)) != MT_OK)
         return rc;
-    int slot = c->aio_next;
-    c->aio_next = (slot + 1) % COLL_NAIO;
-    if (c->aio_busy[slot]) {
+    int slot = t->next;
+    t->next = (slot + 1) % NET_NAIO;
+    if (t->busy[slot]) {
         mt_err e = MT_ERR_INIT;
-        int dst_proc = c->aio_busy[slot] - 1;
-        if ((rc = aio_finish(c, slot, &e)) != MT_OK)
+        int dst_proc = t->busy[slot] - 1;
+        if ((rc = aio_finish(t, slot, &e)) != MT_OK)
             return mt_err_set(err, rc == MT_DEADLINE_EXCEEDED ? rc : MT_UNAVAILABLE, "%s %s: %s",
                               w->proc_addr[dst_proc],
                               atomic_load(&w->peers[dst_proc].connected) ? "not reading"
@@ -1184,12 +1224,12 @@ static mt_code nngt_send(mt_coll_comm *c, int proc, coll_out *f, int64_t deadlin
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "out of memory for a %zu-byte message",
                           f->hlen + f->dlen);
     int64_t ms = (deadline_ns - coll__now_ns()) / 1000000LL;
-    nng_aio *a = c->aio[slot];
+    nng_aio *a = t->aio[slot];
     nng_aio_set_msg(a, m);
     nng_aio_set_timeout(a, ms < 1 ? 1 : (nng_duration)ms);
-    atomic_store(&c->aio_done[slot], 0);
-    nng_send_aio(w->peers[proc].sock, a);
-    c->aio_busy[slot] = proc + 1;
+    atomic_store(&t->done[slot], 0);
+    nng_send_aio(w->peers[proc].tx->sock, a);
+    t->busy[slot] = proc + 1;
     return MT_OK;
 }
 
@@ -1216,7 +1256,7 @@ static mt_code nngt_send_ctl(mt_coll_world *w, int proc, coll_out *f, int64_t ti
     }
     nng_aio_set_msg(a, m);
     nng_aio_set_timeout(a, (nng_duration)timeout_ms);
-    nng_send_aio(w->peers[proc].sock, a);
+    nng_send_aio(w->peers[proc].tx->sock, a);
     *out = a;
     return MT_OK;
 }
@@ -1252,22 +1292,25 @@ static mt_code inproc_send_ctl(mt_coll_world *w, int proc, coll_out *f, int64_t 
 
 mt_code coll__sends_wait(mt_coll_comm *c, int cancel, mt_err *err)
 {
+    coll_comm_tx *t = c->tx;
     mt_code first = MT_OK;
+    if (t == NULL)
+        return MT_OK; /* the transport's sends complete before they return */
     /* after a failure, give sends already under way a moment to leave (a peer may
      * need them to see the problem itself), then cancel what is still stuck */
     int64_t until = coll__now_ns() + COLL_FLUSH_NS;
-    for (int i = 0; cancel && i < COLL_NAIO; i++) {
-        while (c->aio_busy[i] && !atomic_load(&c->aio_done[i]) && coll__now_ns() < until)
+    for (int i = 0; cancel && i < NET_NAIO; i++) {
+        while (t->busy[i] && !atomic_load(&t->done[i]) && coll__now_ns() < until)
             usleep(1000);
     }
-    for (int i = 0; i < COLL_NAIO; i++) {
-        if (!c->aio_busy[i])
+    for (int i = 0; i < NET_NAIO; i++) {
+        if (!t->busy[i])
             continue;
-        int dst_proc = c->aio_busy[i] - 1;
+        int dst_proc = t->busy[i] - 1;
         mt_err e = MT_ERR_INIT;
         if (cancel)
-            nng_aio_cancel(c->aio[i]);
-        mt_code rc = aio_finish(c, i, &e);
+            nng_aio_cancel(t->aio[i]);
+        mt_code rc = aio_finish(t, i, &e);
         if (rc != MT_OK && first == MT_OK) {
             first = rc == MT_DEADLINE_EXCEEDED ? rc : MT_UNAVAILABLE;
             mt_err_set(err, first, "send to %s: %s", c->w->proc_addr[dst_proc], e.msg);
@@ -1303,12 +1346,14 @@ void coll__peers_close(mt_coll_world *w)
 {
     for (int i = 0; i < w->nprocs; i++) {
         coll_peer *pe = &w->peers[i];
-        if (!pe->open)
-            continue;
-        w->net->tp->peer_close(w, i, pe);
-        pthread_mutex_lock(&w->net->mu);
-        pe->open = 0;
-        pthread_mutex_unlock(&w->net->mu);
+        if (pe->open) {
+            w->net->tp->peer_close(w, i, pe);
+            pthread_mutex_lock(&w->net->mu);
+            pe->open = 0; /* no pipe callback looks at pe->tx any more */
+            pthread_mutex_unlock(&w->net->mu);
+        }
+        mt_free(pe->tx);
+        pe->tx = NULL;
     }
 }
 
@@ -1331,8 +1376,8 @@ static void nngt_peer_close(mt_coll_world *w, int i, coll_peer *pe)
                           .src = -1,
                           .dst = -1};
             coll__hdr_encode(&h, nng_msg_body(m));
-            nng_socket_set_ms(pe->sock, NNG_OPT_SENDTIMEO, 50);
-            if (nng_sendmsg(pe->sock, m, 0) != 0)
+            nng_socket_set_ms(pe->tx->sock, NNG_OPT_SENDTIMEO, 50);
+            if (nng_sendmsg(pe->tx->sock, m, 0) != 0)
                 nng_msg_free(m);
         }
     }
@@ -1341,7 +1386,7 @@ static void nngt_peer_close(mt_coll_world *w, int i, coll_peer *pe)
      * test_tls_data_plane); after 20 or 100 ms: none in 28. */
     if (w->net->tls != NULL)
         nng_msleep(50);
-    close_bounded(w->net, pe->sock, 2000, w->proc_addr[i]);
+    close_bounded(w->net, pe->tx->sock, 2000, w->proc_addr[i]);
 }
 
 static const char *direct_link(const mt_coll_world *w, const coll_peer *pe, const char *addr)
@@ -1397,6 +1442,7 @@ static const net_transport nng_transport = {
     .listen = nngt_listen,
     .send = nngt_send,
     .send_ctl = nngt_send_ctl,
+    .comm_init = nngt_comm_init,
     .peer_close = nngt_peer_close,
     .link = nngt_link,
     .stop = nngt_stop,

@@ -115,26 +115,8 @@ int64_t coll__now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-typedef float coll_v8 __attribute__((vector_size(32)));
-
-/*
- * d[i] = partial[i] + d[i] for i < n (partial: n floats at any alignment), eight
- * lanes at a time. Each element is still one float32 addition in the documented
- * order (no reassociation, no FMA), so the bits equal the scalar loop's.
- */
+/* partial: n floats at any alignment (coll__add8). */
 void coll__add_into(float *restrict d, const unsigned char *restrict partial, size_t n)
 {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        coll_v8 a, b;
-        memcpy(&a, partial + i * sizeof(float), sizeof(a));
-        memcpy(&b, d + i, sizeof(b));
-        b = a + b;
-        memcpy(d + i, &b, sizeof(b));
-    }
-    for (; i < n; i++) {
-        float v;
-        memcpy(&v, partial + i * sizeof(float), sizeof(float));
-        d[i] = v + d[i];
-    }
+    coll__add8(d, partial, n, true);
 }

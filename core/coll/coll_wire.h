@@ -2,8 +2,8 @@
 /*
  * coll_wire.h — the wire format of the data plane (coll_wire.c): the 72-byte frame header every
  * collective message starts with, its kinds, operations and phases, the frame (coll_frame: a
- * received header and its payload, the one type every transport hands the engine), and the two
- * helpers every layer shares (the monotonic clock, the float32 addition of a received payload).
+ * received header and its payload, the one type every transport hands the engine), and the
+ * helpers every layer shares (the monotonic clock, a busy-wait turn, the float32 additions).
  *
  * The lowest layer of core/coll: it includes no other header of the module and names no
  * transport; the engine, the algorithms (through coll_engine.h) and every transport include it.
@@ -12,8 +12,10 @@
 #ifndef MT_COLL_WIRE_H
 #define MT_COLL_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "status/mt_status.h"
 
@@ -105,8 +107,40 @@ void coll__frame_free(coll_frame *f); /* NULL: no-op */
 
 /* CLOCK_MONOTONIC in ns. */
 int64_t coll__now_ns(void);
+/* One turn of a busy-wait loop: tells the CPU this thread spins (x86 PAUSE). */
+static inline void coll__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 /* d[i] = partial[i] + d[i] for i < n (one float32 addition each, in that order). */
 void coll__add_into(float *restrict d, const unsigned char *restrict partial, size_t n);
+
+typedef float coll_v8 __attribute__((vector_size(32)));
+/*
+ * d[i] = s[i] + d[i] (s_first) or d[i] + s[i] for i < n (s: n floats at any alignment), eight
+ * lanes at a time. Each element is still one float32 addition with its operands in that order
+ * (no reassociation, no FMA), so the bits equal the scalar loop's. Inline, so that every layer
+ * (the algorithms' folds included) adds at vector speed without calling into this file.
+ */
+static inline void coll__add8(float *restrict d, const void *restrict s, size_t n, bool s_first)
+{
+    const unsigned char *src = s;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        coll_v8 a, b;
+        memcpy(&a, src + i * sizeof(float), sizeof(a));
+        memcpy(&b, d + i, sizeof(b));
+        b = s_first ? a + b : b + a;
+        memcpy(d + i, &b, sizeof(b));
+    }
+    for (; i < n; i++) {
+        float v;
+        memcpy(&v, src + i * sizeof(float), sizeof(float));
+        d[i] = s_first ? v + d[i] : d[i] + v;
+    }
+}
 /* (step, seq) packed into one ordered number (a PING's tag). */
 uint64_t coll__tag_pack(uint64_t step, uint32_t seq);
 

@@ -235,10 +235,11 @@ static mt_code check_opts(const mt_coll_world_opts *opts, mt_err *err)
                           "coll world: default deadline %" PRId64 " ms must be positive",
                           opts->default_deadline_ms);
     if ((opts->drive != MT_COLL_DRIVE_AUTO && opts->drive != MT_COLL_DRIVE_OFF) ||
-        opts->drive_yields < 0)
+        opts->drive_yields < 0 || opts->drive_spin_us < 0 || opts->drive_spin_us > 1000000)
         return mt_err_set(err, MT_INVALID_ARGUMENT,
-                          "coll world: drive mode %d / drive_yields %d: want AUTO or OFF and >= 0",
-                          (int)opts->drive, opts->drive_yields);
+                          "coll world: drive mode %d / drive_yields %d / drive_spin_us %d: want "
+                          "AUTO or OFF, >= 0 and 0 .. 1e6",
+                          (int)opts->drive, opts->drive_yields, opts->drive_spin_us);
     if (opts->segment_bytes < sizeof(float) || opts->segment_bytes > (64u << 20))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "coll world: segment size %zu bytes outside [4, 64 MiB]",
@@ -483,6 +484,7 @@ mt_code coll__world_new_net(const coll_world_spec *s, mt_coll_world **out, mt_er
     /* one device here: its thread drives its exchanges (opts.drive OFF turns it off, for A/B) */
     w->drive = w->nlocal == 1 && coll__net_is_raw(w) && opts->drive == MT_COLL_DRIVE_AUTO;
     w->drive_yields = opts->drive_yields;
+    w->drive_spin_ns = (int64_t)opts->drive_spin_us * 1000;
     coll__net_attach_pending(net, w);
     if (w->net == NULL) {
         rc = mt_err_set(err, MT_FAILED_PRECONDITION,
@@ -1784,6 +1786,36 @@ static drive_rc drive_recv(coll_ctx *x, drive_rx *rx)
 }
 
 /*
+ * Polling before the yields (opts.drive_spin_us, small allreduces): true while the current
+ * wait polls on, spinning once (*until: when its polls end; 0 at the start of a wait, -1: no
+ * more polls in it). After k waits in a row whose polls ended without progress the next
+ * 2^k - 1 waits (at most 63) yield at once: a partner that was not running then (more runnable
+ * threads than cores) will not be soon, and spinning would only keep it from a core.
+ */
+static bool drive_poll(coll_drive *dv, int64_t spin_ns, int64_t *until)
+{
+    if (*until < 0)
+        return false;
+    int64_t now = coll__now_ns();
+    if (*until == 0) {
+        if (dv->spin_skip > 0) {
+            dv->spin_skip--;
+            *until = -1;
+            return false;
+        }
+        *until = now + spin_ns;
+    }
+    if (now < *until) {
+        coll__cpu_relax();
+        return true;
+    }
+    dv->spin_miss = dv->spin_miss < 6 ? dv->spin_miss + 1 : 6;
+    dv->spin_skip = (1 << dv->spin_miss) - 1;
+    *until = -1;
+    return false;
+}
+
+/*
  * One exchange of tree_run driven by this thread (posted as step id): the segments of t's
  * send region go out with non-blocking writes and the peer's frames are read off the driven
  * connection in between (the transport's synchronous mode), sleeping only when neither can
@@ -1808,6 +1840,13 @@ static mt_code drive_step(coll_ctx *x, const coll_xchg *t, const float *sbuf, dr
         return send_failed(x, t->dst, rc, e.msg);
     }
     int yields = 0;
+    /* a small allreduce of 2 members polls before it yields (drive_poll; with more members on
+     * fewer cores the polls cost more than they saved); until: this wait's polls */
+    int64_t until = w->drive_spin_ns > 0 && x->v.op == COLL_OP_ALLREDUCE && x->v.p == 2 &&
+                            x->v.total * sizeof(float) <= x->v.direct_bytes
+                        ? 0
+                        : -1;
+    bool polls = until == 0;
     for (;;) {
         rx->moved = false;
         while (ks < ns) {
@@ -1844,8 +1883,13 @@ static mt_code drive_step(coll_ctx *x, const coll_xchg *t, const float *sbuf, dr
             break;
         if (rx->moved) {
             yields = 0;
+            if (until > 0)
+                c->drive.spin_miss = 0; /* the partner answered while this thread polled */
+            until = polls ? 0 : -1;
             continue;
         }
+        if (drive_poll(&c->drive, w->drive_spin_ns, &until))
+            continue;
         if (yields < w->drive_yields) {
             yields++;
             sched_yield(); /* let a co-scheduled partner run before sleeping */

@@ -104,8 +104,13 @@ typedef struct mt_coll_world_opts {
                             runs along ("allreduce over batch ..."). Sizes must multiply to the
                             world size. */
     mt_coll_drive_mode drive;
-    int drive_yields; /* a driving thread with nothing to do yields the CPU this often before
-                         it sleeps (a partner sharing its core runs at once); 0: sleep at once */
+    int drive_yields;  /* a driving thread with nothing to do yields the CPU this often before
+                          it sleeps (a partner sharing its core runs at once); 0: sleep at once */
+    int drive_spin_us; /* ... but in a small allreduce of 2 members (at most direct_bytes) it
+                          first polls without giving its core up for this long (a partner running
+                          on another core answers within microseconds), unless such polls kept
+                          failing lately (the partner was not running: then it yields at once);
+                          0: never */
     /* called at the end of every collective a comm of this world took part in (NULL: none), on
      * that comm's device thread, with observe_arg, the operation's name ("allreduce", a static
      * string), the bytes of the tensor it works on (its element count x 4), how long the call
@@ -117,7 +122,8 @@ typedef struct mt_coll_world_opts {
 #define MT_COLL_WORLD_DEFAULTS                                                                     \
     {                                                                                              \
         .job_id = 0, .default_deadline_ms = 10000, .segment_bytes = 256 * 1024,                    \
-        .direct_bytes = 64 * 1024, .mesh = NULL, .drive = MT_COLL_DRIVE_AUTO, .drive_yields = 1000 \
+        .direct_bytes = 64 * 1024, .mesh = NULL, .drive = MT_COLL_DRIVE_AUTO,                      \
+        .drive_yields = 1000, .drive_spin_us = 20                                                  \
     }
 
 /* One entry of a job's rank table: where rank r lives. */

@@ -12,9 +12,13 @@ calls the engine, the engine never the algorithms: what goes up goes through the
 upper layer hands down, which nm does not see), printed as "layers: ok" or one
 "layer: a.c (engine) -> b.c (algorithms)" line per breach. The MPI backend (libmtmpi.a) is a
 client of the public interface: it may use only public mt_coll_* functions of the module, never
-a coll__ one. With the source folder it also follows the #include "coll/..." lines: an
-algorithm file may reach no header that names a transport (coll_int.h), and the wire format's
-header includes no other header of the module. Exit status 1 when there is a circle or a breach.
+a coll__ one. Only the nng transport's file (NNG_FILES) may call nng: any other object that
+leaves an nng_ symbol undefined is a breach. With the source folder it also follows the
+#include "..." lines (into the other folders of core/ too): an algorithm file may reach no
+header that names a transport (coll_int.h), the wire format's header includes no other header
+of the module, and no file but NNG_FILES may include an nng header or name an nng type or
+constant (nng_*, NNG_*) in its code or in a header it reaches (comments and strings do not
+count). Exit status 1 when there is a circle or a breach.
 docs/collectives.md shows its output; tests/integration/test_coll_layers.sh runs it.
 """
 import os
@@ -39,6 +43,11 @@ LAYERS = [
 PEERS = {"transports"}
 # the headers an algorithm file may include from core/coll (transitively)
 ALGO_HEADERS = {"coll_engine.h", "coll_wire.h", "mt_coll.h", "mt_coll_backend.h"}
+# the only files that may include nng or name its types: the nng transport lives in the endpoint
+# (its table); the engine and everything else reach it through that table and opaque pointers
+NNG_FILES = {"coll_net.c"}
+NNG_NAME = re.compile(r"\b(?:nng|NNG)_\w+")
+NNG_INCLUDE = re.compile(r"^\s*#\s*include\s*[<\"]nng/", re.M)
 
 
 def coll_objects(lib):
@@ -82,18 +91,26 @@ def mpi_breaches(mpi_lib, core_defs):
     return out
 
 
-def includes(folder, name, seen=None):
-    """The core/coll headers name reaches through #include "coll/..." lines (transitively)."""
+def headers(core, rel, seen=None):
+    """The headers under core/ that core/rel reaches through #include "..." lines (transitively),
+    as paths relative to core/ ("coll/coll_int.h", "status/mt_status.h")."""
     seen = set() if seen is None else seen
     try:
-        text = open(os.path.join(folder, name)).read()
+        text = open(os.path.join(core, rel)).read()
     except OSError:
         return seen
-    for h in re.findall(r'^#include "coll/([^"]+)"', text, re.M):
-        if h not in seen:
+    for h in re.findall(r'^#include "([^"]+)"', text, re.M):
+        if h not in seen and os.path.isfile(os.path.join(core, h)):
             seen.add(h)
-            includes(folder, h, seen)
+            headers(core, h, seen)
     return seen
+
+
+def includes(folder, name):
+    """The core/coll headers name (a file of folder, core/coll) reaches, by file name."""
+    core = os.path.dirname(os.path.abspath(folder))
+    reach = headers(core, os.path.join(os.path.basename(os.path.abspath(folder)), name))
+    return {os.path.basename(h) for h in reach if os.path.dirname(h) == "coll"}
 
 
 def header_breaches(folder):
@@ -106,6 +123,40 @@ def header_breaches(folder):
     wire = includes(folder, "coll_wire.h")
     out += [f"layer: coll_wire.h (wire) includes {h}" for h in sorted(wire)]
     return out
+
+
+def code_of(path):
+    """The text of a C file without its comments and string and character literals."""
+    text = open(path).read()
+    return re.sub(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', " ", text,
+                  flags=re.S)
+
+
+def nng_breaches(folder):
+    """Files of the layers (but NNG_FILES) that include nng or name its types, themselves or
+    through a header they reach."""
+    core = os.path.dirname(os.path.abspath(folder))
+    sub = os.path.basename(os.path.abspath(folder))
+    out = []
+    files = sorted(f for _, fs in LAYERS for f in fs if f not in NNG_FILES)
+    for f in files:
+        if not os.path.isfile(os.path.join(folder, f)):
+            continue
+        for rel in [os.path.join(sub, f)] + sorted(headers(core, os.path.join(sub, f))):
+            code = code_of(os.path.join(core, rel))
+            where = "" if rel == os.path.join(sub, f) else f" (through {rel})"
+            if NNG_INCLUDE.search(code):
+                out.append(f"nng: {f} includes an nng header{where}")
+            names = sorted(set(NNG_NAME.findall(code)))
+            if names:
+                out.append(f"nng: {f} names {', '.join(names)}{where}")
+    return out
+
+
+def nng_calls(uses):
+    """Objects (but NNG_FILES) that call nng (an undefined nng_ symbol)."""
+    return [f"nng: {o} calls {', '.join(sorted(s for s in uses[o] if s.startswith('nng_')))}"
+            for o in sorted(uses) if o not in NNG_FILES and any(s.startswith("nng_") for s in uses[o])]
 
 
 def main():
@@ -121,8 +172,13 @@ def main():
     bad = layer_breaches(edges)
     if len(libs) > 1:
         bad += mpi_breaches(libs[1], defs)
+    nng = nng_calls(uses)
     if folders:
         bad += header_breaches(folders[0])
+        nng += nng_breaches(folders[0])
+    if not nng:
+        print(f"nng: {', '.join(sorted(NNG_FILES))} only")
+    bad += nng
     print("\n".join(bad) if bad else "layers: ok")
     return 1 if cyc or bad else 0
 

@@ -20,7 +20,8 @@
  *   --mode loop   repeats an allreduce of --sizes[0] floats --iters times,
  *                 printing "STARTED" once (for kill / stop tests);
  *   --mode bench  times allreduce for every size (best of 3 trials) and prints
- *                 "BENCH ..." lines.
+ *                 "BENCH ..." lines (lat_us: the best trial's mean; med_us, min_us: the
+ *                 median and the fastest single call over the trials).
  * On a failure it prints "ERROR rank=R code=NAME elapsed_ms=T msg=..." and
  * exits with the mt_code number. --alarm S (default 60) bounds its lifetime.
  */
@@ -227,6 +228,12 @@ static int repeat_size(dev *d, mt_coll_comm *c, const mt_coll_group *grp, size_t
     return bad;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 static void run_bench(dev *d, mt_coll_comm *c, const mt_coll_group *grp, double t0)
 {
     for (int si = 0; si < d->cfg->nsizes; si++) {
@@ -236,7 +243,10 @@ static void run_bench(dev *d, mt_coll_comm *c, const mt_coll_group *grp, double 
         mt_code rc = MT_OK;
         for (size_t e = 0; e < n; e++)
             buf[e] = ct_val(d->rank, e, 1) * 1e-3f;
-        /* warm up, then rank 0 picks an iteration count for ~0.25 s that everyone uses */
+        /* warm up (the first call dials and maps the rings: untimed, or the count below
+         * would be a few calls and the trials' means their first call's), then rank 0 picks
+         * an iteration count for ~0.25 s that everyone uses, as bench/mpi_allreduce.c does */
+        rc = mt_coll_allreduce_sum(c, grp, buf, n, NULL, &d->err);
         double a = now_s();
         for (int k = 0; k < 3 && rc == MT_OK; k++)
             rc = mt_coll_allreduce_sum(c, grp, buf, n, NULL, &d->err);
@@ -248,16 +258,32 @@ static void run_bench(dev *d, mt_coll_comm *c, const mt_coll_group *grp, double 
         it = it < 5 ? 5 : (it > 2000 ? 2000 : (float)floor(it));
         if (rc == MT_OK)
             rc = mt_coll_broadcast(c, grp, &it, 1, grp->ranks[0], NULL, &d->err);
-        /* best of 3 timed trials: the machine is shared, the minimum is the least disturbed */
-        double secs = 1e30;
+        /* best of 3 timed trials: the machine is shared, the minimum is the least disturbed;
+         * each call is timed too (its median and minimum over the trials: what a call costs
+         * when both sides run, which a loaded machine's mean hides) */
+        double secs = 1e30, *each = calloc(3 * (size_t)it, sizeof(double));
+        size_t ne = 0;
         for (int trial = 0; trial < 3 && rc == MT_OK; trial++) {
             rc = mt_coll_barrier(c, grp, NULL, &d->err);
             a = now_s();
-            for (long k = 0; k < (long)it && rc == MT_OK; k++)
+            double b = a;
+            for (long k = 0; k < (long)it && rc == MT_OK; k++) {
                 rc = mt_coll_allreduce_sum(c, grp, buf, n, NULL, &d->err);
+                double e = now_s();
+                if (each != NULL)
+                    each[ne++] = e - b;
+                b = e;
+            }
             double t = (now_s() - a) / it;
             secs = t < secs ? t : secs;
         }
+        double med = 0, least = 0;
+        if (each != NULL && ne > 0) {
+            qsort(each, ne, sizeof(double), cmp_double);
+            med = each[ne / 2];
+            least = each[0];
+        }
+        free(each);
         free(buf);
         if (rc != MT_OK) {
             fail(d, rc, t0);
@@ -267,8 +293,9 @@ static void run_bench(dev *d, mt_coll_comm *c, const mt_coll_group *grp, double 
             double bytes = (double)n * sizeof(float), p = grp->size;
             double algbw = bytes / secs / 1e9;
             printf("BENCH bytes=%.0f ranks=%d iters=%.0f lat_us=%.1f algbw_GBps=%.3f "
-                   "busbw_GBps=%.3f\n",
-                   bytes, grp->size, (double)it, secs * 1e6, algbw, algbw * 2 * (p - 1) / p);
+                   "busbw_GBps=%.3f med_us=%.1f min_us=%.1f\n",
+                   bytes, grp->size, (double)it, secs * 1e6, algbw, algbw * 2 * (p - 1) / p,
+                   med * 1e6, least * 1e6);
             fflush(stdout);
         }
     }
@@ -374,7 +401,7 @@ static void usage(void)
                     "[--size-add K] [--mesh RxC --dim D] [--iters K] [--skew-us U] [--deadline MS] "
                     "[--segment BYTES] [--direct BYTES] [--shm auto|off] [--axes NAME=N,..] "
                     "[--token T] [--drive 0|1] "
-                    "[--yields N] "
+                    "[--yields N] [--spin-us U] "
                     "[--alarm SECONDS]\n");
 }
 
@@ -391,6 +418,7 @@ int main(int argc, char **argv)
     const char *token = NULL;         /* --token: the data-plane token */
     const char *axes = NULL;          /* --axes: the mesh named in errors (world option mesh) */
     int drive_off = 0, yields = 1000; /* --drive 0, --yields N: world options drive* */
+    int spin_us = -1;                 /* --spin-us U: drive_spin_us (-1: the default) */
     cfg.sizes[0] = 1;
     cfg.nsizes = 1;
     for (int i = 1; i < argc; i++) {
@@ -442,6 +470,8 @@ int main(int argc, char **argv)
             drive_off = strcmp(v, "0") == 0;
         else if (strcmp(a, "--yields") == 0)
             yields = (int)strtol(v, NULL, 10);
+        else if (strcmp(a, "--spin-us") == 0)
+            spin_us = (int)strtol(v, NULL, 10);
         else if (strcmp(a, "--axes") == 0)
             axes = v;
         else if (strcmp(a, "--token") == 0)
@@ -495,6 +525,8 @@ int main(int argc, char **argv)
     o.mesh = axes;
     o.drive = drive_off ? MT_COLL_DRIVE_OFF : MT_COLL_DRIVE_AUTO;
     o.drive_yields = yields;
+    if (spin_us >= 0)
+        o.drive_spin_us = spin_us;
     if (cfg.direct_bytes >= 0)
         o.direct_bytes = (size_t)cfg.direct_bytes;
     mt_coll_world *w = NULL;

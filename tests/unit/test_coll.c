@@ -91,6 +91,40 @@ static void test_coll_chunk_range_partitions(void **state)
  * The documented order, written out by hand: each group member contributes a value
  * whose sum depends on the association (1e8 cancels, 1 and 3 are lost or kept).
  */
+/* coll__add8 (the vector additions every layer uses) gives the scalar loop's bits in either
+ * operand order at every length around its 8-lane blocks and at an unaligned source; a NaN
+ * stays a NaN (which payload survives two NaNs is not promised: C lets the compiler swap the
+ * operands of a float addition). */
+static void test_coll_add8_matches_scalar_order(void **state)
+{
+    (void)state;
+    float s[41], d0[40], d[40];
+    uint32_t x = 12345;
+    for (int i = 0; i < 41; i++) {
+        x = x * 1103515245u + 12345u;
+        s[i] = (float)(int32_t)x * 1e-7f;
+    }
+    for (int i = 0; i < 40; i++)
+        d0[i] = (float)(i % 7) - 3.25f + (float)i * 1e-3f;
+    s[9] = NAN;
+    d0[21] = NAN;
+    for (size_t n = 0; n <= 40; n++) {
+        for (int first = 0; first < 2; first++) {
+            for (int off = 0; off < 2; off++) {
+                memcpy(d, d0, sizeof(d));
+                coll__add8(d, s + off, n, first);
+                for (size_t i = 0; i < 40; i++) {
+                    float want = i >= n ? d0[i] : first ? s[off + i] + d0[i] : d0[i] + s[off + i];
+                    if (isnan(want))
+                        assert_true(isnan(d[i]));
+                    else
+                        assert_memory_equal(&d[i], &want, sizeof(float));
+                }
+            }
+        }
+    }
+}
+
 static void test_coll_reference_is_the_halving_tree(void **state)
 {
     static const float v[6] = {1e8f, -1e8f, 1.0f, 3.0f, 0.5f, 7.0f};
@@ -337,6 +371,10 @@ static void test_coll_invalid_arguments(void **state)
     mt_coll_world_opts bad = MT_COLL_WORLD_DEFAULTS;
     bad.segment_bytes = 0;
     assert_int_equal(mt_coll_world_new_local(2, &bad, &w, &err), MT_INVALID_ARGUMENT);
+    bad = (mt_coll_world_opts)MT_COLL_WORLD_DEFAULTS;
+    bad.drive_spin_us = -1; /* the driving thread's polls: 0 .. 1e6 us */
+    assert_int_equal(mt_coll_world_new_local(2, &bad, &w, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "drive_spin_us -1"));
     assert_int_equal(mt_coll_world_new_local(3, NULL, &w, &err), MT_OK);
     mt_coll_comm *c0 = mt_coll_world_comm(w, 0);
     assert_null(mt_coll_world_comm(w, 3));
@@ -1330,6 +1368,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coll_chunk_range_partitions),
+        cmocka_unit_test(test_coll_add8_matches_scalar_order),
         cmocka_unit_test(test_coll_reference_is_the_halving_tree),
         cmocka_unit_test(test_coll_allreduce_bit_exact_1_to_8),
         cmocka_unit_test(test_coll_allreduce_small_segments_same_bits),
