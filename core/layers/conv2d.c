@@ -184,11 +184,18 @@ static uint64_t halo(const mt_layer *l, size_t b, const mt_layer_planner *p)
 }
 
 /* Height bands: the halo allgathers (every member's blocks) and the weight gradients' allreduce
- * over hx, besides the channel sharding's. */
+ * over hx, besides the channel sharding's. mesh_invariant: a filter split's backward allreduce is
+ * on dcols (inv_backward: KH x KW im2col entries per output pixel of the device's channels), not
+ * on dx. */
 static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
                  void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
 {
     mt_layer__comm_kernel(l, b, bdim, p, add, per_dim);
+    if (p->invariant && l->kout >= 0 && l->hx < 0 && !mt_layer__reads_input(l)) {
+        mt_conv2d_geom g = geom(l, b, mt_layer__psz(p, l->kin), mt_layer__psz(p, l->kout));
+        per_dim[l->kout] -= b * l->use_loc; /* mt_layer__comm_kernel's dx, added just above */
+        add(per_dim, l->kout, mt_conv2d_cols_size(&g));
+    }
     mt_layer__halo_comm(l, b, p, band_halo, add, per_dim);
     add(per_dim, l->hx,
         l->s.kh * l->s.kw * l->in_c * l->s.filters + (l->s.use_bias ? l->s.filters : 0));

@@ -100,8 +100,10 @@ typedef struct mt_layer_planner {
     size_t (*dim_size)(void *ctx, int dim); /* 1 for dim < 0 */
     const mt_layer *planned; /* the layers planned so far (set by mt_layer_plan): a layer that
                                 uses an earlier layer's parameter (tied_to) reads its pi here */
-    int sdim; /* sequence parallelism's dim (mt_layer.sdim), or -1: every engine sets it */
-    int tdim; /* Megatron-SP's dim (mt_layer.tdim), or -1: every engine sets it */
+    int sdim;       /* sequence parallelism's dim (mt_layer.sdim), or -1: every engine sets it */
+    int tdim;       /* Megatron-SP's dim (mt_layer.tdim), or -1: every engine sets it */
+    bool invariant; /* the trainer runs mesh_invariant (core/repro): the leaf kernels' collectives
+                       (comm reports); false while planning the layers */
 } mt_layer_planner;
 
 /* ------------------------------------------------------------------ running */

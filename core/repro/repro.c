@@ -379,6 +379,43 @@ static size_t kernel_row(const mt_conv2d_geom *g, size_t cl, size_t q)
     return tap * g->c + t * cl + ci;
 }
 
+/* n floats (a K-leaf's channels at one tap) copied, zeroed or added: the usual widths as
+ * fixed-size loops the compiler inlines, instead of a library call per run of a few floats. */
+#define RUN_WIDTHS(op)                                                                             \
+    switch (n) {                                                                                   \
+    case 1:                                                                                        \
+        op(1);                                                                                     \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        op(2);                                                                                     \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        op(4);                                                                                     \
+        break;                                                                                     \
+    case 8:                                                                                        \
+        op(8);                                                                                     \
+        break;                                                                                     \
+    default:                                                                                       \
+        op(n);                                                                                     \
+    }
+#define RUN_COPY(w)                                                                                \
+    for (size_t j = 0; j < (w); j++)                                                               \
+    d[j] = s != NULL ? s[j] : 0.0f
+#define RUN_ADD(w)                                                                                 \
+    for (size_t j = 0; j < (w); j++)                                                               \
+    d[j] += s[j]
+
+/* d = s (s NULL: zeros) */
+static inline void run_copy(float *restrict d, const float *restrict s, size_t n)
+{
+    RUN_WIDTHS(RUN_COPY)
+}
+
+static inline void run_add(float *restrict d, const float *restrict s, size_t n)
+{
+    RUN_WIDTHS(RUN_ADD)
+}
+
 /*
  * The im2col matrix with its columns in K-leaf order (lc leaves of cl = C / lc channels: leaf
  * t's KH x KW x cl entries, tap-major, then the next leaf's); dcols back into dx likewise
@@ -398,19 +435,21 @@ static void cols_leaves(float *cols, float *dx, const float *dcols, const float 
     for (size_t b = 0; b < g->batch; b++)
         for (size_t oy = 0; oy < oh; oy++)
             for (size_t ox = 0; ox < ow; ox++, row++)
-                for (size_t tap = 0; tap < taps; tap++) {
-                    long iy = (long)oy * sh + (long)(tap / g->kw) - pt;
-                    long ix = (long)ox * sw + (long)(tap % g->kw) - pl;
-                    bool in = iy >= 0 && iy < (long)g->h && ix >= 0 && ix < (long)g->w;
-                    size_t px = in ? ((b * g->h + (size_t)iy) * g->w + (size_t)ix) * g->c : 0;
-                    for (size_t t = 0; t < lc; t++) {
-                        size_t at = row * k + (t * taps + tap) * cl;
-                        if (dx == NULL && in)
-                            memcpy(cols + at, x + px + t * cl, cl * sizeof(float));
-                        else if (dx == NULL)
-                            memset(cols + at, 0, cl * sizeof(float));
-                        for (size_t ci = 0; dx != NULL && in && ci < cl; ci++)
-                            dx[px + t * cl + ci] += dcols[at + ci];
+                for (size_t ky = 0, tap = 0; ky < g->kh; ky++) {
+                    long iy = (long)oy * sh + (long)ky - pt;
+                    bool yin = iy >= 0 && iy < (long)g->h;
+                    for (size_t kx = 0; kx < g->kw; kx++, tap++) {
+                        long ix = (long)ox * sw + (long)kx - pl;
+                        bool in = yin && ix >= 0 && ix < (long)g->w;
+                        size_t px = in ? ((b * g->h + (size_t)iy) * g->w + (size_t)ix) * g->c : 0;
+                        float *at = cols != NULL ? cols + row * k + tap * cl : NULL;
+                        const float *dat = dcols != NULL ? dcols + row * k + tap * cl : NULL;
+                        for (size_t t = 0; t < lc; t++) {
+                            if (dx == NULL)
+                                run_copy(at + t * taps * cl, in ? x + px + t * cl : NULL, cl);
+                            else if (in)
+                                run_add(dx + px + t * cl, dat + t * taps * cl, cl);
+                        }
                     }
                 }
 }

@@ -23,8 +23,10 @@
 #define MT_REPRO_AVX2 1
 #endif
 
-#define TM 6  /* rows of a tile (ROW_FMA(0..5) below) */
-#define TN 16 /* columns of a tile: two 8-float vectors */
+#define TM     6   /* rows of a tile (ROW_FMA(0..5) below) */
+#define TN     16  /* columns of a tile: two 8-float vectors */
+#define LEVELS 3   /* held subtrees of the chains' tree: log2(MT_REPRO_MAX_LEAVES) */
+#define KB     128 /* contraction rows of a K-block of one long chain */
 
 /* The canonical tree over the chains' partial sums of one element (count a power of two). */
 static float fold(float *part, int count)
@@ -69,78 +71,108 @@ AVX2_FN static inline __m256i lanes(size_t w)
         c##i##0 = _mm256_fmadd_ps(av, b0, c##i##0);                                                \
         c##i##1 = _mm256_fmadd_ps(av, b1, c##i##1);                                                \
     } while (0)
+/* A chain's start: 0, or (a K-block after the first) the partial chain left in c. */
+#define ROW_START(i)                                                                               \
+    do {                                                                                           \
+        if (!load) {                                                                               \
+            c##i##0 = _mm256_setzero_ps();                                                         \
+            c##i##1 = c##i##0;                                                                     \
+        } else if (full) {                                                                         \
+            c##i##0 = _mm256_loadu_ps(r##i);                                                       \
+            c##i##1 = _mm256_loadu_ps(r##i + 8);                                                   \
+        } else {                                                                                   \
+            c##i##0 = _mm256_maskload_ps(r##i, m0);                                                \
+            c##i##1 = _mm256_maskload_ps(r##i + 8, m1);                                            \
+        }                                                                                          \
+    } while (0)
+/* The canonical tree's addition of a held left subtree (level lv) and the chain's right one. */
+#define ROW_FOLD(i)                                                                                \
+    do {                                                                                           \
+        c##i##0 = _mm256_add_ps(part[lv][i][0], c##i##0);                                          \
+        c##i##1 = _mm256_add_ps(part[lv][i][1], c##i##1);                                          \
+    } while (0)
 #define ROW_KEEP(i)                                                                                \
     do {                                                                                           \
-        part[t][i][0] = c##i##0;                                                                   \
-        part[t][i][1] = c##i##1;                                                                   \
+        part[lv][i][0] = c##i##0;                                                                  \
+        part[lv][i][1] = c##i##1;                                                                  \
+    } while (0)
+#define ROW_BIAS(i)                                                                                \
+    do {                                                                                           \
+        c##i##0 = _mm256_add_ps(c##i##0, v0);                                                      \
+        c##i##1 = _mm256_add_ps(c##i##1, v1);                                                      \
+    } while (0)
+#define ROW_STORE(i)                                                                               \
+    do {                                                                                           \
+        if (mr > i && full) {                                                                      \
+            _mm256_storeu_ps(r##i, c##i##0);                                                       \
+            _mm256_storeu_ps(r##i + 8, c##i##1);                                                   \
+        } else if (mr > i) {                                                                       \
+            _mm256_maskstore_ps(r##i, m0, c##i##0);                                                \
+            _mm256_maskstore_ps(r##i + 8, m1, c##i##1);                                            \
+        }                                                                                          \
+    } while (0)
+#define ROWS(op)                                                                                   \
+    do {                                                                                           \
+        op(0);                                                                                     \
+        op(1);                                                                                     \
+        op(2);                                                                                     \
+        op(3);                                                                                     \
+        op(4);                                                                                     \
+        op(5);                                                                                     \
     } while (0)
 
 /*
  * One tile: rows [0, mr) (mr <= TM; the missing rows reread row 0 and are not stored), columns
- * [0, nr) (nr <= TN; full: nr == TN, plain loads). Each lane is one element's chain (the
- * accumulators are named variables, so they stay in registers), so the arithmetic is
- * mt_repro_gemm_ref's whatever the tile.
+ * [0, nr) (nr <= TN; full: nr == TN, plain loads), contraction [0, chains * kc). Each lane is one
+ * element's chain (the accumulators are named variables, so they stay in registers), so the
+ * arithmetic is mt_repro_gemm_ref's whatever the tile. The chains fold as they end (a binary
+ * counter of complete subtrees: chain t's sum is added to the held left subtrees of the levels
+ * where t has a 1 bit, then held), which is the canonical tree's additions with the same operands,
+ * left first. load (one chain only): each chain starts from the value in c, a K-block's
+ * continuation of the same chain (storing a float and loading it back changes no bit).
  */
 AVX2_FN __attribute__((always_inline)) static inline void
 tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b, size_t ldb,
-     const float *bias, size_t mr, size_t nr, size_t kc, int chains, int full)
+     const float *bias, size_t mr, size_t nr, size_t kc, int chains, int full, int load)
 {
-    __m256 part[MT_REPRO_MAX_LEAVES][TM][2];
+    __m256 part[LEVELS][TM][2];
     __m256i m0 = lanes(nr < 8 ? nr : 8), m1 = lanes(nr > 8 ? nr - 8 : 0);
     const float *a0 = a, *a1 = a + (mr > 1 ? 1 : 0) * ars, *a2 = a + (mr > 2 ? 2 : 0) * ars;
     const float *a3 = a + (mr > 3 ? 3 : 0) * ars, *a4 = a + (mr > 4 ? 4 : 0) * ars;
     const float *a5 = a + (mr > 5 ? 5 : 0) * ars;
+    float *r0 = c, *r1 = c + (mr > 1 ? 1 : 0) * ldc, *r2 = c + (mr > 2 ? 2 : 0) * ldc;
+    float *r3 = c + (mr > 3 ? 3 : 0) * ldc, *r4 = c + (mr > 4 ? 4 : 0) * ldc;
+    float *r5 = c + (mr > 5 ? 5 : 0) * ldc;
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
 
     for (int t = 0; t < chains; t++) {
-        __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-        __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+        int lv = 0;
+        ROWS(ROW_START);
         for (size_t q = (size_t)t * kc; q < (size_t)(t + 1) * kc; q++) {
             const float *br = b + q * ldb;
             __m256 b0 = full ? _mm256_loadu_ps(br) : _mm256_maskload_ps(br, m0);
             __m256 b1 = full ? _mm256_loadu_ps(br + 8) : _mm256_maskload_ps(br + 8, m1);
-            ROW_FMA(0);
-            ROW_FMA(1);
-            ROW_FMA(2);
-            ROW_FMA(3);
-            ROW_FMA(4);
-            ROW_FMA(5);
+            ROWS(ROW_FMA);
         }
-        ROW_KEEP(0);
-        ROW_KEEP(1);
-        ROW_KEEP(2);
-        ROW_KEEP(3);
-        ROW_KEEP(4);
-        ROW_KEEP(5);
+        for (; (t >> lv) & 1; lv++)
+            ROWS(ROW_FOLD);
+        if (t + 1 < chains)
+            ROWS(ROW_KEEP);
     }
-    for (int d = 1; d < chains; d *= 2)
-        for (int v = 0; v + d < chains; v += 2 * d)
-            for (size_t i = 0; i < mr; i++)
-                for (int h = 0; h < 2; h++)
-                    part[v][i][h] = _mm256_add_ps(part[v][i][h], part[v + d][i][h]);
     if (bias != NULL) {
         __m256 v0 = full ? _mm256_loadu_ps(bias) : _mm256_maskload_ps(bias, m0);
         __m256 v1 = full ? _mm256_loadu_ps(bias + 8) : _mm256_maskload_ps(bias + 8, m1);
-        for (size_t i = 0; i < mr; i++) {
-            part[0][i][0] = _mm256_add_ps(part[0][i][0], v0);
-            part[0][i][1] = _mm256_add_ps(part[0][i][1], v1);
-        }
+        ROWS(ROW_BIAS);
     }
-    for (size_t i = 0; i < mr; i++) {
-        if (full) {
-            _mm256_storeu_ps(c + i * ldc, part[0][i][0]);
-            _mm256_storeu_ps(c + i * ldc + 8, part[0][i][1]);
-        } else {
-            _mm256_maskstore_ps(c + i * ldc, m0, part[0][i][0]);
-            _mm256_maskstore_ps(c + i * ldc + 8, m1, part[0][i][1]);
-        }
-    }
+    ROWS(ROW_STORE);
 }
 
-AVX2_FN static void gemm_avx2(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
-                              const float *b, size_t ldb, const float *bias, size_t m, size_t n,
-                              size_t k, int chains)
+/* Every tile of one pass over the contraction [0, chains * kc) of a and b (see gemm_avx2). */
+AVX2_FN static void tiles(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                          const float *b, size_t ldb, const float *bias, size_t m, size_t n,
+                          size_t kc, int chains, int load)
 {
-    size_t kc = k / (size_t)chains;
     /* The larger operand is read once: with more rows than columns (a conv2d's im2col rows) the
      * row panels go outside (a panel of a stays in L1 across the column blocks, b in L2),
      * otherwise the column blocks (b's block stays in L1 across the row panels). The order
@@ -154,11 +186,29 @@ AVX2_FN static void gemm_avx2(float *c, size_t ldc, const float *a, size_t ars, 
             const float *bj = bias != NULL ? bias + j0 : NULL;
             if (nr == TN)
                 tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
-                     chains, 1);
+                     chains, 1, load);
             else
                 tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
-                     chains, 0);
+                     chains, 0, load);
         }
+}
+
+AVX2_FN static void gemm_avx2(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                              const float *b, size_t ldb, const float *bias, size_t m, size_t n,
+                              size_t k, int chains)
+{
+    /* One long chain (a weight gradient's rows: conv2d's im2col rows of a leaf) runs in K-blocks
+     * of KB, each pass continuing every element's chain from c, so a tile reads KB rows of a and
+     * b that stay in cache instead of walking all k of them; the bias is added after the last. */
+    if (chains == 1 && k > 2 * KB) {
+        for (size_t q0 = 0; q0 < k; q0 += KB) {
+            size_t kb = k - q0 < KB ? k - q0 : KB;
+            tiles(c, ldc, a + q0 * acs, ars, acs, b + q0 * ldb, ldb, q0 + kb == k ? bias : NULL, m,
+                  n, kb, 1, q0 > 0);
+        }
+        return;
+    }
+    tiles(c, ldc, a, ars, acs, b, ldb, bias, m, n, k / (size_t)chains, chains, 0);
 }
 
 static int have_avx2(void)

@@ -1808,7 +1808,8 @@ static mt_layer_planner query_planner(planner_ctx *pc)
                            .dim_name = plan_dim_name,
                            .dim_size = plan_dim_size,
                            .sdim = pc->s->sdim,
-                           .tdim = pc->s->tdim};
+                           .tdim = pc->s->tdim,
+                           .invariant = pc->s->inv_leaves > 0};
     return pl;
 }
 

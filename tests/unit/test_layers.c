@@ -630,6 +630,47 @@ static void test_sequence_parallel_errors(void **state)
     seq_error("{\"batch\":1,\"seq\":2}", ",\"loss\":\"mse\"", "needs a label per position");
 }
 
+/*
+ * plan's communication of a conv2d whose filters are split over `model`: its backward allreduce
+ * carries dx (B x H x W x C floats of its input, 6 x 6 x 4) under fixed_mesh, dcols (B x OH x OW x
+ * KH x KW x C: the canonical tree over the filters' chains is summed before col2im) under
+ * mesh_invariant.
+ */
+static void test_conv_filter_split_comm(void **state)
+{
+    static const char *const modes[2] = {"fixed_mesh", "mesh_invariant"};
+    const size_t shape[3] = {6, 6, 2}, b = 8, dx = b * 6 * 6 * 4, dcols = b * 4 * 4 * 3 * 3 * 4;
+    (void)state;
+    for (int m = 0; m < 2; m++) {
+        char json[1024];
+        mt_err err = {0};
+        mt_job_spec *spec = NULL;
+        mt_spmd_config cfg;
+        mt_spmd_layer_plan lp[4];
+        mt_spmd_plan_info info = {.layers = lp};
+        int md;
+        snprintf(json, sizeof(json),
+                 "{\"seed\":1,\"batch_size\":8,\"optimizer\":\"sgd\",\"learning_rate\":0.1,"
+                 "\"loss\":\"sparse_categorical_crossentropy\",\"reproducibility\":\"%s\","
+                 "\"model\":{\"input_shape\":[6,6,2],\"layers\":[{\"type\":\"conv2d\","
+                 "\"filters\":4,\"kernel_size\":3,\"padding\":\"same\"},{\"type\":\"conv2d\","
+                 "\"filters\":4,\"kernel_size\":3},{\"type\":\"flatten\"},{\"type\":\"dense\","
+                 "\"units\":3}]},\"mesh\":{\"batch\":1,\"model\":2},\"layouts\":{"
+                 "\"conv2d_2\\\\.kernel\":[\"unsharded\",\"unsharded\",\"unsharded\",\"model\"]}}",
+                 modes[m]);
+        if (mt_job_spec_parse(json, strlen(json), &spec, &err) != MT_OK ||
+            mt_spmd_config_parse(json, strlen(json), &cfg, &err) != MT_OK)
+            fail_msg("%s: %s", modes[m], err.msg);
+        md = mt_mesh_dim_index(cfg.mesh, "model");
+        if (mt_spmd_check(spec, cfg.mesh, cfg.layouts, 3, shape, b, &info, &err) != MT_OK)
+            fail_msg("%s: %s", modes[m], err.msg);
+        /* conv2d_2: its backward's allreduce over model (its forward's output is sharded) */
+        assert_int_equal(info.layers[1].comm_bytes[md], (m == 0 ? dx : dcols) * sizeof(float));
+        mt_spmd_config_fini(&cfg);
+        mt_job_spec_free(spec);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -637,7 +678,7 @@ int main(void)
         cmocka_unit_test(test_fast_vs_reference),  cmocka_unit_test(test_mesh_vs_reference),
         cmocka_unit_test(test_tied_head),          cmocka_unit_test(test_tied_head_errors),
         cmocka_unit_test(test_sequence_parallel),  cmocka_unit_test(test_sequence_parallel_errors),
-        cmocka_unit_test(test_sequence_positions),
+        cmocka_unit_test(test_sequence_positions), cmocka_unit_test(test_conv_filter_split_comm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -495,6 +495,43 @@ static void test_repro_gemm_canonical_any_block_any_split(void **state)
 }
 
 /*
+ * A long single chain (a weight gradient over a leaf's rows: conv2d's dW reads its im2col rows
+ * transposed, a column stride of 37 here) runs in K-blocks, each continuing every element's chain
+ * from c: the same bits as the portable chain, for lengths around the block boundaries, with a
+ * bias, partial tiles and a block of rows and columns computed alone.
+ */
+static void test_repro_gemm_long_chain_in_blocks(void **state)
+{
+    const size_t m = 37, n = 21, kmax = 1000;
+    static const size_t ks[] = {255, 256, 257, 383, 384, 385, 1000};
+    float *a = vals(kmax * m, 1, 7), *b = vals(kmax * n, 2, 7), *bias = vals(n, 3, 7);
+    float *c = calloc(m * n, sizeof(float)), *r = calloc(m * n, sizeof(float));
+    (void)state;
+    for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+        size_t k = ks[ki];
+        for (int wb = 0; wb < 2; wb++) { /* a(i, q) = a[q * m + i]: unit row stride */
+            mt_repro_gemm(c, n, a, 1, m, b, n, wb ? bias : NULL, m, n, k, 1);
+            mt_repro_gemm_ref(r, n, a, 1, m, b, n, wb ? bias : NULL, m, n, k, 1);
+            if (memcmp(c, r, m * n * sizeof(float)) != 0)
+                fail_msg("k %zu%s: the blocked chain differs from the portable one", k,
+                         wb ? " with a bias" : "");
+        }
+        mt_repro_gemm(r, 5, a + 30, 1, m, b + 16, n, NULL, 7, 5, k, 1); /* rows 30..36 x 16..20 */
+        for (size_t i = 0; i < 7; i++) {
+            float *row = c + (30 + i) * n + 16;
+            mt_repro_gemm(row, n, a + 30 + i, 1, m, b + 16, n, NULL, 1, 5, k, 1);
+            if (memcmp(row, r + i * 5, 5 * sizeof(float)) != 0)
+                fail_msg("k %zu: row %zu of the block differs", k, 30 + i);
+        }
+    }
+    free(a);
+    free(b);
+    free(bias);
+    free(c);
+    free(r);
+}
+
+/*
  * A dense layer (batch 16: 8 leaves of 2; in 1200, out 48) split over a model dimension of f = 2
  * and 4 devices, on its output columns and on its contraction, gives one device's bits: y, dx
  * (a split output: the partial input gradients summed by the allreduce), dw and db.
@@ -1009,6 +1046,7 @@ int main(void)
         cmocka_unit_test(test_repro_acc_is_the_tree),
         cmocka_unit_test(test_repro_dense_same_bits_on_every_mesh),
         cmocka_unit_test(test_repro_gemm_canonical_any_block_any_split),
+        cmocka_unit_test(test_repro_gemm_long_chain_in_blocks),
         cmocka_unit_test(test_repro_dense_model_split_same_bits),
         cmocka_unit_test(test_repro_bn_same_bits_on_every_mesh),
         cmocka_unit_test(test_repro_conv2d_same_bits_on_every_mesh),
