@@ -959,6 +959,8 @@ static mt_code run_task(task_run *r, mt_err *err)
         if ((rc = download(r, r->resume_step, resume, err)) != MT_OK)
             goto done;
         ro.resume = resume;
+        /* --init-from: another job's checkpoint starts a fresh validation record */
+        ro.resume_fresh_validation = strcmp(r->resume_job, r->job_id) != 0;
         mt_log_info("job %s: resuming from checkpoint step %llu of %s", r->job_id,
                     (unsigned long long)r->resume_step, r->resume_job);
     }

@@ -169,6 +169,7 @@ const mt_layer_ops mt_layer_batch_norm_ops = {
     .max_inputs = 1,
     .reads_input_only = false,
     .bands = true,
+    .bands_channels = true,
     .parse = parse,
     .plan = plan,
     .alloc = alloc,

@@ -11,6 +11,8 @@
  * the kernel's input channels is a partial sum over kout (allreduced), then resharded to xf.
  * An input sharded on its height (bands over hx) borrows its neighbours' boundary rows (the
  * halo, layer_bands.c) and convolves the extended band; its weight gradients are summed over hx.
+ * Bands combine with the channel sharding: the band is resharded to kin first, the halo moves
+ * the kin channels, and the partial outputs and input gradients are summed as without bands.
  * Reference: mt_conv2d_forward_ref / mt_conv2d_backward_ref (core/tensor/mt_kernels_ref.c).
  * mesh_invariant (mt_layer_pass.leaves > 0): im2col and core/repro's canonical product instead of
  * OpenBLAS, the contraction in K-leaves of whole input channels (a filter or an input-channel
@@ -25,7 +27,8 @@
 #include "tensor/mt_tensor.h"
 
 enum { KERNEL, BIAS };
-enum { COLS, DCOLS, HSEND, HRECV }; /* scratch; the halo's blocks (height bands) */
+/* scratch; height bands: the halo's blocks, the band resharded to kin and its gradient */
+enum { COLS, DCOLS, HSEND, HRECV, KINB, DKINB };
 
 static const char *const keys[] = {"filters",  "kernel_size", "padding", "activation",
                                    "use_bias", "strides",     NULL};
@@ -78,6 +81,8 @@ static mt_conv2d_geom dev_geom(const mt_layer *l, size_t batch, const mt_layer_d
 /*
  * Height bands (docs/spmd.md): band k of p computes output rows [k ob, (k + 1) ob) from the
  * extended band (its rows, its neighbours' boundary rows, the zero padding) with a "valid" conv.
+ * The halo moves the channels of the kernel's input layout (kin): in_c / |kin| of them, from
+ * use_loc once planned (the plan's own call checks the rows only).
  */
 static mt_code band_halo(const mt_layer *l, const char *dim_name, size_t p, size_t k,
                          mt_layer_halo *hl, mt_err *err)
@@ -85,18 +90,29 @@ static mt_code band_halo(const mt_layer *l, const char *dim_name, size_t p, size
     mt_conv2d_geom g = geom(l, 0, 1, 1);
     size_t sh = l->s.sh ? l->s.sh : 1, sw = l->s.sw ? l->s.sw : 1;
     size_t we = (l->out_shape[1] - 1) * sw + l->s.kw;
-    return mt_layer__halo_plan(l, "kernel_size", l->hx, dim_name, p, k, l->out_shape[0] / p, sh,
-                               mt_conv2d_pad_top(&g), l->s.kh, we, mt_conv2d_pad_left(&g), hl, err);
+    mt_code rc =
+        mt_layer__halo_plan(l, "kernel_size", l->hx, dim_name, p, k, l->out_shape[0] / p, sh,
+                            mt_conv2d_pad_top(&g), l->s.kh, we, mt_conv2d_pad_left(&g), hl, err);
+    if (l->use_loc > 0)
+        hl->c = l->use_loc * p / l->in_rows;
+    return rc;
 }
 
-/* The "valid" convolution of the extended band. */
-static mt_conv2d_geom band_geom(const mt_layer *l, const mt_layer_halo *hl, size_t batch)
+/* The "valid" convolution of the extended band, over this device's channels and filters. */
+static mt_conv2d_geom band_geom(const mt_layer *l, const mt_layer_halo *hl, size_t batch,
+                                const mt_layer_dev *dev)
 {
-    mt_conv2d_geom g = geom(l, batch, 1, 1);
+    mt_conv2d_geom g = dev_geom(l, batch, dev);
     g.h = hl->he;
     g.w = hl->we;
     g.same = false;
     return g;
+}
+
+/* Rows of one example's band (input, output). */
+static size_t band_rows(const mt_layer *l, const mt_layer_dev *dev, bool out)
+{
+    return (out ? l->out_rows : l->in_rows) / mt_layer__dsz(dev, l->hx);
 }
 
 static mt_code band_plan(const mt_layer *l, const mt_layer_planner *p, mt_err *err)
@@ -115,11 +131,14 @@ static mt_code band_alloc(const mt_layer *l, mt_layer_state *st, size_t b, const
     mt_conv2d_geom g;
     mt_code rc = band_halo(l, NULL, mt_layer__dsz(dev, l->hx), 0, &hl, err);
 
-    g = band_geom(l, &hl, b);
+    g = band_geom(l, &hl, b, dev);
     if (rc == MT_OK)
         rc = mt_layer__io(l, st, b, a, err);
     if (rc == MT_OK)
         rc = mt_layer__halo_alloc(l, &hl, st, b, HSEND, a, err);
+    for (int k = KINB; k <= DKINB && rc == MT_OK && l->xf != l->kin; k++)
+        if (k == KINB || !mt_layer__reads_input(l))
+            rc = mt_layer_buf(a, l, &st->scr[k], b * l->use_loc, sizeof(float), err);
     if (rc == MT_OK)
         rc = mt_layer_buf(a, l, &st->scr[COLS], mt_conv2d_cols_size(&g), sizeof(float), err);
     if (rc == MT_OK && !mt_layer__reads_input(l))
@@ -132,36 +151,46 @@ static mt_code band_forward(const mt_layer *l, mt_layer_state *st, const mt_laye
 {
     mt_layer_halo hl;
     mt_conv2d_geom g;
+    const float *x = l->xf != l->kin ? st->scr[KINB] : st->in, *bias = st->pv[BIAS];
     mt_code rc = band_halo(l, NULL, mt_layer__dsz(dev, l->hx), (size_t)dev->coord(dev->ctx, l->hx),
                            &hl, ps->err);
+    if (rc == MT_OK && l->xf != l->kin)
+        rc = dev->reshard(dev->ctx, st->in, ps->batch * band_rows(l, dev, false), l->in_c, l->xf,
+                          l->kin, st->scr[KINB]);
     if (rc == MT_OK)
-        rc = mt_layer__halo_forward(&hl, dev, st->in, ps->batch, st->scr[HSEND], st->scr[HRECV],
-                                    st->xin);
+        rc =
+            mt_layer__halo_forward(&hl, dev, x, ps->batch, st->scr[HSEND], st->scr[HRECV], st->xin);
     if (rc != MT_OK)
         return rc;
-    g = band_geom(l, &hl, ps->batch);
+    g = band_geom(l, &hl, ps->batch, dev);
     st->used = st->xin;
     if (ps->ref)
-        mt_conv2d_forward_ref(st->out, st->used, st->pv[KERNEL], st->pv[BIAS], &g);
+        mt_conv2d_forward_ref(st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, &g);
     else
-        mt_conv2d_forward(st->out, st->scr[COLS], st->used, st->pv[KERNEL], st->pv[BIAS], &g);
-    return MT_OK;
+        mt_conv2d_forward(st->out, st->scr[COLS], st->used, st->pv[KERNEL],
+                          l->kin < 0 ? bias : NULL, &g);
+    if (l->kin < 0)
+        return MT_OK;
+    return mt_layer__kin_finish(l, st, dev, ps->batch * band_rows(l, dev, true), g.f, bias);
 }
 
 /* The kernel and bias gradients are partial sums over the bands: summed over the height dim
- * here (then over the batch dim with every other gradient). */
+ * here (then over the batch dim with every other gradient). The input gradient of the band in
+ * the kin layout is finished as without bands (summed over kout, resharded to xf). */
 static mt_code band_backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                              const mt_layer_pass *ps, float *dy, float **dx)
 {
     mt_layer_halo hl;
     mt_conv2d_geom g;
     float *dext = st->dx_buf != NULL ? st->dxk : NULL;
-    size_t kn = l->s.kh * l->s.kw * l->in_c * l->s.filters;
+    float *dband = l->xf != l->kin ? st->scr[DKINB] : st->dx_buf;
+    size_t kn;
     mt_code rc = band_halo(l, NULL, mt_layer__dsz(dev, l->hx), (size_t)dev->coord(dev->ctx, l->hx),
                            &hl, ps->err);
     if (rc != MT_OK)
         return rc;
-    g = band_geom(l, &hl, ps->batch);
+    g = band_geom(l, &hl, ps->batch, dev);
+    kn = l->s.kh * l->s.kw * g.c * g.f;
     *dx = st->dx_buf;
     if (ps->ref)
         mt_conv2d_backward_ref(dext, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL],
@@ -171,11 +200,11 @@ static mt_code band_backward(const mt_layer *l, mt_layer_state *st, const mt_lay
                            st->pv[KERNEL], &g);
     rc = dev->allreduce(dev->ctx, l->hx, st->pg[KERNEL], kn);
     if (rc == MT_OK && st->pg[BIAS] != NULL)
-        rc = dev->allreduce(dev->ctx, l->hx, st->pg[BIAS], l->s.filters);
+        rc = dev->allreduce(dev->ctx, l->hx, st->pg[BIAS], g.f);
     if (rc != MT_OK || st->dx_buf == NULL)
         return rc;
-    return mt_layer__halo_backward(&hl, dev, dext, ps->batch, st->scr[HSEND], st->scr[HRECV],
-                                   st->dx_buf);
+    rc = mt_layer__halo_backward(&hl, dev, dext, ps->batch, st->scr[HSEND], st->scr[HRECV], dband);
+    return rc == MT_OK ? mt_layer__dx_finish(l, st, dev, dband, ps->batch, l->kin) : rc;
 }
 
 static uint64_t halo(const mt_layer *l, size_t b, const mt_layer_planner *p)
@@ -184,12 +213,13 @@ static uint64_t halo(const mt_layer *l, size_t b, const mt_layer_planner *p)
 }
 
 /* Height bands: the halo allgathers (every member's blocks) and the weight gradients' allreduce
- * over hx, besides the channel sharding's. mesh_invariant: a filter split's backward allreduce is
- * on dcols (inv_backward: KH x KW im2col entries per output pixel of the device's channels), not
- * on dx. */
+ * over hx (of this device's channels and filters), besides the channel sharding's.
+ * mesh_invariant: a filter split's backward allreduce is on dcols (inv_backward: KH x KW im2col
+ * entries per output pixel of the device's channels), not on dx. */
 static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
                  void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
 {
+    size_t c = l->in_c / mt_layer__psz(p, l->kin), f = l->s.filters / mt_layer__psz(p, l->kout);
     mt_layer__comm_kernel(l, b, bdim, p, add, per_dim);
     if (p->invariant && l->kout >= 0 && l->hx < 0 && !mt_layer__reads_input(l)) {
         mt_conv2d_geom g = geom(l, b, mt_layer__psz(p, l->kin), mt_layer__psz(p, l->kout));
@@ -197,8 +227,7 @@ static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *
         add(per_dim, l->kout, mt_conv2d_cols_size(&g));
     }
     mt_layer__halo_comm(l, b, p, band_halo, add, per_dim);
-    add(per_dim, l->hx,
-        l->s.kh * l->s.kw * l->in_c * l->s.filters + (l->s.use_bias ? l->s.filters : 0));
+    add(per_dim, l->hx, l->s.kh * l->s.kw * c * f + (l->s.use_bias ? f : 0));
 }
 
 static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
@@ -358,6 +387,7 @@ const mt_layer_ops mt_layer_conv2d_ops = {
     .max_inputs = 1,
     .reads_input_only = true,
     .bands = true,
+    .bands_channels = true,
     .parse = parse,
     .plan = plan,
     .alloc = alloc,

@@ -8,7 +8,9 @@
  * outputs are allreduced over kin and the bias added after) and on its output axis (kout: the
  * output's features are sharded over kout, and so is the bias). The input is resharded from
  * its feature sharding xf to kin when they differ. Backward: dx over the kernel's input layout
- * is a partial sum over kout (allreduced), then resharded back to xf.
+ * is a partial sum over kout (allreduced), then resharded back to xf. Height bands
+ * (docs/spmd.md): an image's pixels are rows, so each band multiplies its own rows; the kernel
+ * and bias gradients are partial sums over the bands, summed over the height dim.
  * Reference: mt_dense_forward_ref / mt_dense_backward_ref (core/tensor/mt_kernels_ref.c).
  * mesh_invariant (mt_layer_pass.leaves > 0): core/repro's canonical product instead of OpenBLAS,
  * the contraction in the K-leaves this device holds (docs/reproducibility.md, points 5 and 6).
@@ -233,22 +235,29 @@ static mt_code msp_backward(const mt_layer *l, mt_layer_state *st, const mt_laye
     return rc;
 }
 
-/* Megatron-SP: a layer on split rows outside the tensor-parallel region has partial weight
- * gradients: summed over tdim (a tied kernel's by the embedding's backward, which adds to it). */
-static mt_code msp_sum_grads(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev)
+/* Rows of split rows (Megatron-SP outside the tensor-parallel region: over tdim; height bands:
+ * over hx) have partial weight gradients: summed over that dim (a tied kernel's by the
+ * embedding's backward, which adds to it). Neither splits the kernel. */
+static mt_code sum_grads(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev, int dim)
 {
     mt_code rc = MT_OK;
     if (!l->s.tied)
-        rc = dev->allreduce(dev->ctx, l->tdim, st->pg[KERNEL], l->in_c * l->s.units);
+        rc = dev->allreduce(dev->ctx, dim, st->pg[KERNEL], l->in_c * l->s.units);
     if (rc == MT_OK && st->pg[BIAS] != NULL)
-        rc = dev->allreduce(dev->ctx, l->tdim, st->pg[BIAS], l->s.units);
+        rc = dev->allreduce(dev->ctx, dim, st->pg[BIAS], l->s.units);
     return rc;
+}
+
+/* Rows of one example on this device: its band's with height bands. */
+static size_t ex_rows(const mt_layer *l, const mt_layer_dev *dev)
+{
+    return l->in_rows / mt_layer__dsz(dev, l->hx);
 }
 
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    size_t rows = ps->batch * l->in_rows, outl = l->out_loc / l->in_rows;
+    size_t rl = ex_rows(l, dev), rows = ps->batch * rl, outl = l->out_loc / rl;
     float *bias = st->pv[BIAS];
     mt_code rc;
 
@@ -263,14 +272,14 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
     }
     if (l->s.tied) /* never mesh_invariant: core/jobspec refuses the embedding it needs */
         tied_forward(ps->ref, st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, rows,
-                     l->use_loc / l->in_rows, outl);
+                     l->use_loc / rl, outl);
     else if (ps->leaves > 0) /* mesh_invariant: the canonical product, in the K-leaves held here */
         mt_repro_dense_forward(st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, rows,
-                               l->use_loc / l->in_rows, outl, kleaves(dev, l->in_c, l->kin));
+                               l->use_loc / rl, outl, kleaves(dev, l->in_c, l->kin));
     else
         (ps->ref ? mt_dense_forward_ref : mt_dense_forward)(st->out, st->used, st->pv[KERNEL],
                                                             l->kin < 0 ? bias : NULL, rows,
-                                                            l->use_loc / l->in_rows, outl);
+                                                            l->use_loc / rl, outl);
     if (l->kin < 0)
         return MT_OK;
     return mt_layer__kin_finish(l, st, dev, rows, outl, bias);
@@ -279,7 +288,8 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
-    size_t rows = ps->batch * l->in_rows;
+    size_t rl = ex_rows(l, dev), rows = ps->batch * rl, cin = l->use_loc / rl;
+    size_t cout = l->out_loc / rl;
     float *dxk = st->dx_buf != NULL && st->dxk != NULL ? st->dxk : st->dx_buf;
     mt_code rc;
 
@@ -288,17 +298,17 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
         return msp_backward(l, st, dev, ps, dy);
     if (l->s.tied)
         tied_backward(ps->ref, dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL],
-                      rows, l->use_loc / l->in_rows, l->out_loc / l->in_rows);
+                      rows, cin, cout);
     else if (ps->leaves > 0) /* mesh_invariant: per leaf, dW and db folded in the leaf tree */
         mt_repro_dense_backward(dxk, st->pg[KERNEL], st->pg[BIAS], ps->scratch, dy, st->used,
                                 st->pv[KERNEL], rows, ps->leaf_examples * l->in_rows, ps->leaves,
-                                l->use_loc / l->in_rows, l->out_loc / l->in_rows,
-                                kleaves(dev, l->s.units, l->kout), ps->acc_w, ps->acc_b);
+                                cin, cout, kleaves(dev, l->s.units, l->kout), ps->acc_w, ps->acc_b);
     else
         (ps->ref ? mt_dense_backward_ref : mt_dense_backward)(
-            dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL], rows,
-            l->use_loc / l->in_rows, l->out_loc / l->in_rows);
-    if (l->rin >= 0 && (rc = msp_sum_grads(l, st, dev)) != MT_OK)
+            dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL], rows, cin, cout);
+    if (l->rin >= 0 && (rc = sum_grads(l, st, dev, l->tdim)) != MT_OK)
+        return rc;
+    if (l->hx >= 0 && (rc = sum_grads(l, st, dev, l->hx)) != MT_OK)
         return rc;
     if (st->dx_buf == NULL)
         return MT_OK;
@@ -319,10 +329,11 @@ static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *
         add(per_dim, l->tdim, 2 * b * l->out_loc * m);
         return;
     }
+    size_t grads = (l->s.tied ? 0 : l->in_c * l->s.units) + (l->s.use_bias ? l->s.units : 0);
     mt_layer__comm_kernel(l, b, bdim, p, add, per_dim);
     if (l->rin >= 0)
-        add(per_dim, l->tdim,
-            (l->s.tied ? 0 : l->in_c * l->s.units) + (l->s.use_bias ? l->s.units : 0));
+        add(per_dim, l->tdim, grads);
+    add(per_dim, l->hx, grads);
 }
 
 const mt_layer_ops mt_layer_dense_ops = {
@@ -332,6 +343,7 @@ const mt_layer_ops mt_layer_dense_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = true,
+    .bands = true,
     .parse = parse,
     .plan = plan,
     .alloc = alloc,

@@ -77,6 +77,7 @@ const mt_layer_ops mt_layer_global_average_pooling2d_ops = {
     .max_inputs = 1,
     .reads_input_only = true,
     .bands = true,
+    .bands_channels = true,
     .parse = mt_layer__parse_none,
     .plan = plan,
     .alloc = alloc,

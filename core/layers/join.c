@@ -89,6 +89,7 @@ const mt_layer_ops mt_layer_add_ops = {
     .max_inputs = MT_LAYER_MAX_INPUTS,
     .reads_input_only = true,
     .bands = true,
+    .bands_channels = true,
     .parse = mt_layer__parse_none,
     .plan = plan,
     .alloc = alloc,

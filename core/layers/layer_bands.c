@@ -46,11 +46,12 @@ mt_code mt_layer__bands_check(const mt_layer *l, const mt_layer_planner *p, mt_e
     int hd = l->hx >= 0 ? l->hx : l->ho;
     size_t n = mt_layer__psz(p, l->ho);
 
-    if (ch >= 0)
+    if (ch >= 0 && !l->ops->bands_channels)
         return mt_err_set(err, MT_INVALID_ARGUMENT,
-                          "model.layers[%d] (%s): channels sharded over '%s' do not combine with "
-                          "height bands over '%s' yet (docs/spmd.md)",
-                          l->idx, l->s.name, p->dim_name(p->ctx, ch), p->dim_name(p->ctx, hd));
+                          "model.layers[%d] (%s): %s does not run on channels sharded over '%s' "
+                          "together with height bands over '%s' (docs/spmd.md)",
+                          l->idx, l->s.name, l->ops->type, p->dim_name(p->ctx, ch),
+                          p->dim_name(p->ctx, hd));
     if (l->ho >= 0 && (l->out_rank != 3 || l->out_shape[0] % n != 0)) {
         char sh[64];
         mt_layer_shape_text(sh, sizeof(sh), l->out_rank, l->out_shape);

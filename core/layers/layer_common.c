@@ -80,7 +80,8 @@ mt_code mt_layer__dx_finish(const mt_layer *l, mt_layer_state *st, const mt_laye
     mt_code rc = dev->allreduce(dev->ctx, l->kout, dxk, batch * l->use_loc);
     if (rc != MT_OK || dxk == st->dx_buf)
         return rc;
-    return dev->reshard(dev->ctx, dxk, batch * l->in_rows, l->in_c, used_dim, l->xf, st->dx_buf);
+    return dev->reshard(dev->ctx, dxk, batch * l->in_rows / mt_layer__dsz(dev, l->hx), l->in_c,
+                        used_dim, l->xf, st->dx_buf);
 }
 
 mt_code mt_layer__kin_finish(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
@@ -98,16 +99,16 @@ mt_code mt_layer__kin_finish(const mt_layer *l, mt_layer_state *st, const mt_lay
 void mt_layer__comm_kernel(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
                            void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
 {
+    size_t band = b * l->in_size / mt_layer__psz(p, l->hx); /* a band's floats with bands */
     (void)bdim;
-    (void)p;
     if (l->xf != l->kin)
-        add(per_dim, l->xf, b * l->in_size);
+        add(per_dim, l->xf, band);
     add(per_dim, l->kin, b * l->out_loc);
     if (mt_layer__reads_input(l))
         return;
     add(per_dim, l->kout, b * l->use_loc);
     if (l->xf != l->kin)
-        add(per_dim, l->kin, b * l->in_size);
+        add(per_dim, l->kin, band);
 }
 
 size_t mt_layer__position(const mt_layer *l, const mt_layer_dev *dev, int rdim, size_t rows,

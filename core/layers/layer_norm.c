@@ -7,7 +7,9 @@
  *
  * Sharding: features sharded over the input's dim stay so, gamma and beta follow; the per-row
  * sums (forward: the mean, then the squared deviations; backward: Σ dŷ and Σ dŷ·x̂) are
- * allreduced over that dim. Sums are accumulated in double.
+ * allreduced over that dim. Sums are accumulated in double. Height bands (docs/spmd.md): each
+ * band normalises its own rows (nothing crosses rows); gamma and beta's gradients are partial
+ * sums over the bands, summed over the height dim.
  * Backward: dx = (dŷ − mean(dŷ) − x̂·mean(dŷ·x̂)) / σ with dŷ = dy·gamma.
  * mesh_invariant (mt_layer_pass.leaves > 0): the gamma and beta gradients per leaf, folded in the
  * canonical tree, and the per-row sums in K-leaves of the features, folded in the canonical tree
@@ -72,10 +74,21 @@ static int inv_kl(const mt_layer *l, const mt_layer_dev *dev, const mt_layer_pas
     return ps->leaves > 0 ? mt_repro_leaves(l->in_c) / (int)mt_layer__dsz(dev, l->xf) : 0;
 }
 
+/* This device's features of a row, and its rows of batch examples (a band's, with bands). */
+static size_t feats(const mt_layer *l, const mt_layer_dev *dev)
+{
+    return l->in_c / mt_layer__dsz(dev, l->xf);
+}
+
+static size_t local_rows(const mt_layer *l, const mt_layer_dev *dev, size_t batch)
+{
+    return batch * mt_layer__in_rows_loc(l, feats(l, dev));
+}
+
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
-    size_t rows = ps->batch * l->in_rows, c = l->in_loc / l->in_rows;
+    size_t rows = local_rows(l, dev, ps->batch), c = feats(l, dev);
     float *mean = st->scr[ROWS], *rstd = mean + rows, *xhat = st->scr[XHAT];
     const float *gamma = st->pv[GAMMA], *beta = st->pv[BETA];
     float inv_c = 1.0f / (float)l->in_c;
@@ -110,7 +123,7 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
-    size_t rows = ps->batch * l->in_rows, c = l->in_loc / l->in_rows;
+    size_t rows = local_rows(l, dev, ps->batch), c = feats(l, dev);
     float *rstd = (float *)st->scr[ROWS] + rows, *s1 = rstd + rows, *s2 = s1 + rows;
     const float *xhat = st->scr[XHAT], *gamma = st->pv[GAMMA];
     float inv_c = 1.0f / (float)l->in_c;
@@ -132,11 +145,15 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
         if (st->pg[BETA] != NULL)
             st->pg[BETA][j] = (float)sb;
     }
-    /* Megatron-SP: the rows are split over tdim too; the sum over them */
-    if (st->pg[GAMMA] != NULL && (rc = dev->allreduce(dev->ctx, l->rin, st->pg[GAMMA], c)) != MT_OK)
-        return rc;
-    if (st->pg[BETA] != NULL && (rc = dev->allreduce(dev->ctx, l->rin, st->pg[BETA], c)) != MT_OK)
-        return rc;
+    /* Megatron-SP: the rows are split over tdim too; height bands: over hx; the sum over them */
+    for (int d = 0; d < 2; d++) {
+        int dim = d == 0 ? l->rin : l->hx;
+        if (st->pg[GAMMA] != NULL &&
+            (rc = dev->allreduce(dev->ctx, dim, st->pg[GAMMA], c)) != MT_OK)
+            return rc;
+        if (st->pg[BETA] != NULL && (rc = dev->allreduce(dev->ctx, dim, st->pg[BETA], c)) != MT_OK)
+            return rc;
+    }
     if (st->dx_buf == NULL)
         return MT_OK;
     if (ps->leaves > 0) /* mesh_invariant: the rows' K-leaves */
@@ -164,10 +181,12 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
 static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
                  void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
 {
+    size_t gb = (l->s.scale ? l->in_c : 0) + (l->s.center ? l->in_c : 0);
     (void)bdim;
-    (void)p;
-    add(per_dim, l->xf, (mt_layer__reads_input(l) ? 2 : 4) * b * l->in_rows);
-    add(per_dim, l->rin, (l->s.scale ? l->in_c : 0) + (l->s.center ? l->in_c : 0));
+    add(per_dim, l->xf,
+        (mt_layer__reads_input(l) ? 2 : 4) * b * l->in_rows / mt_layer__psz(p, l->hx));
+    add(per_dim, l->rin, gb);
+    add(per_dim, l->hx, gb);
 }
 
 const mt_layer_ops mt_layer_layer_norm_ops = {
@@ -177,6 +196,7 @@ const mt_layer_ops mt_layer_layer_norm_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = true,
+    .bands = true,
     .parse = mt_layer__parse_norm,
     .plan = plan,
     .alloc = alloc,

@@ -98,7 +98,8 @@ mt_code mt_layer__parse_act_bias(const struct cJSON *node, const char *base, mt_
 /*
  * A kernel layer's input gradient dxk, computed in the layout the layer used (features over
  * used_dim; a partial sum over kout), made the input's: allreduced over kout, then resharded
- * into st->dx_buf unless dxk is st->dx_buf. batch: local examples.
+ * into st->dx_buf unless dxk is st->dx_buf. batch: local examples (their bands' rows with
+ * height bands).
  */
 mt_code mt_layer__dx_finish(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                             float *dxk, size_t batch, int used_dim);
@@ -114,8 +115,9 @@ mt_code mt_layer__dx_finish(const mt_layer *l, mt_layer_state *st, const mt_laye
 mt_code mt_layer__bands_input(const mt_layer *l, int k, int hk, const mt_layer_planner *p,
                               mt_err *err);
 
-/* After a band kind's plan: channel sharding with bands is refused, the output height must
- * divide by ho's size. INVALID_ARGUMENT naming the layer and the sizes. */
+/* After a band kind's plan: channel sharding with bands is refused unless the kind says it
+ * runs so (mt_layer_ops.bands_channels), the output height must divide by ho's size.
+ * INVALID_ARGUMENT naming the layer and the sizes. */
 mt_code mt_layer__bands_check(const mt_layer *l, const mt_layer_planner *p, mt_err *err);
 
 /* Rows of the local band per example: in_loc / local channels (the whole rows without bands). */

@@ -190,6 +190,7 @@ typedef struct mt_layer_ops {
     bool concat_grads;          /* backward: input k gets columns [off_k, off_k + w_k) of dx */
     bool reads_input_only;      /* the forward never writes or aliases its input buffers */
     bool bands; /* runs on height bands (l->hx >= 0); its plan sets l->ho (default l->hx) */
+    bool bands_channels; /* on height bands, its channels may be sharded too (kernel axes, xf) */
     /* Fill out's kind-specific fields from node (defaults for absent keys). path is
      * "model.layers[i]". INVALID_ARGUMENT "<path>.<key>: why". */
     mt_code (*parse)(const struct cJSON *node, const char *path, mt_layer_spec *out, mt_err *err);

@@ -423,11 +423,14 @@ typedef struct mt_spmd_run_opts {
     /* called after the best checkpoint (MT_SPMD_BEST_CKPT in save_dir, "validation.best") is
        written, on the process holding rank 0; may be NULL; a non-OK return stops the run */
     mt_code (*on_best)(void *ctx, const char *path, uint64_t step, mt_err *err);
+    /* the resume checkpoint is another run's (a job started with --init-from): its weights and
+       position are taken, its validation bookkeeping (best value and step, patience) is not */
+    bool resume_fresh_validation;
 } mt_spmd_run_opts;
 
 #define MT_SPMD_RUN_OPTS_DEFAULTS                                                                  \
     {                                                                                              \
-        0, 0, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL                                 \
+        0, 0, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false                          \
     }
 
 /* The best checkpoint's file name in the save directory (the spec's "validation.best"): a

@@ -563,7 +563,7 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
         start.step = (int64_t)rp.step;
         start.epoch = (int64_t)rp.epoch;
         start.input_position = (size_t)rp.input_position;
-        start.val = rp.val;
+        start.val = o->resume_fresh_validation ? "" : rp.val;
         mt_log_info("resumed %s at step %lld (epoch %lld, example %zu)", o->resume,
                     (long long)start.step, (long long)start.epoch + 1, start.input_position);
     }

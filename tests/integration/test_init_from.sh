@@ -71,6 +71,22 @@ run "$SP"
 [ "$(first_loss_step "$SP")" = 13 ] || fail "$SP should continue at step 13"
 log "spatial parallel $SP started from the latest checkpoint of $MP (step 12), ended at 15"
 
+# a job started from another job's checkpoint starts a fresh validation record: VB (a learning
+# rate that ruins the weights) never beats VA's best validation loss, yet its first evaluation is
+# a best of its own (issue 22: it used to inherit VA's record and never upload a best)
+jq '. + {validation: {split: 0.25, every_steps: 3, best: {monitor: "val_loss"}}}' "$T/dp.json" \
+    >"$T/va.json"
+jq '. + {steps: 9, optimizer: "sgd", learning_rate: 50}' "$T/va.json" >"$T/vb.json"
+best_steps() { curl -sf "$HTTP_URL/api/v1/jobs/$1/metrics?names=best_step" |
+    jq -c '[.series.best_step.value // [] | .[] | floor]'; }
+VA=$(mt submit "$T/va.json") || fail "submit va: $VA"
+run "$VA"
+VB=$(mt submit "$T/vb.json" --init-from "$VA:6") || fail "submit vb: $VB"
+run "$VB"
+[ "$(best_steps "$VB")" = "[9]" ] ||
+    fail "$VB: best steps $(best_steps "$VB") (of $VA: $(best_steps "$VA")), expected its own [9]"
+log "$VB (from $VA step 6) kept a best of its own at step 9: $VA's best steps $(best_steps "$VA")"
+
 # bad references are refused at submit, before anything is queued
 expect_exit 4 mt submit "$T/mp.json" --init-from job-999999
 grep -q "FAILED_PRECONDITION.*job-999999 has no complete checkpoint" "$T/last.out" ||
@@ -81,5 +97,5 @@ jq '. + {init_from: {job: 7}}' "$T/mp.json" >"$T/bad.json"
 expect_exit 4 mt submit "$T/bad.json"
 grep -q "init_from.job: must be a job id" "$T/last.out" || fail "bad field: $(cat "$T/last.out")"
 expect_exit 2 mt submit "$T/mp.json" --init-from "$DP:x"
-[ "$(mt jobs --json | jq '.jobs | length')" = 3 ] || fail "a refused submit left a job"
+[ "$(mt jobs --json | jq '.jobs | length')" = 5 ] || fail "a refused submit left a job"
 log "PASS"

@@ -577,6 +577,54 @@ static char *source_file(const char *rel)
     "{\"type\":\"add\",\"inputs\":[\"b2_conv2\",\"b2_short\"]},"                                   \
     "{\"type\":\"activation\",\"activation\":\"relu\"},"                                           \
     "{\"type\":\"global_average_pooling2d\"},{\"type\":\"dense\",\"units\":3}]}}"
+/* Dense (per pixel) and layer_norm on bands (issue 22): each band multiplies / normalises its
+ * own rows; the kernel, bias, gamma and beta gradients are summed over the bands. */
+#define DENSE_LN_BANDS_SPEC                                                                        \
+    "{\"seed\":7,\"batch_size\":8,\"optimizer\":{\"name\":\"sgd\",\"momentum\":0.9},"              \
+    "\"learning_rate\":0.05,\"mesh\":{\"batch\":2,\"space\":2},"                                   \
+    "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
+    "\"model\":{\"input_shape\":[8,6,2],\"layers\":["                                              \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"use_bias\":false,\"activation\":\"relu\"},"                                                 \
+    "{\"type\":\"dense\",\"units\":6,\"activation\":\"tanh\"},{\"type\":\"layer_norm\"},"          \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"strides\":2,\"padding\":\"same\","     \
+    "\"use_bias\":false},{\"type\":\"dense\",\"units\":5,\"use_bias\":false},"                     \
+    "{\"type\":\"layer_norm\",\"center\":false},"                                                  \
+    "{\"type\":\"global_average_pooling2d\"},{\"type\":\"dense\",\"units\":3}]}}"
+/* Conv channel sharding on bands (issue 22): c1's filters over model (a channel-sharded band
+ * through batch_norm and relu), c2 contracting those channels (partial sums over model), c3's
+ * filters again, c4 with a whole kernel (the sharded band allgathered before its halo), c5
+ * contracting a whole input's channels (sliced); biases on c3 and c5 (added after the sum). */
+#define CONV_CH_BANDS_SPEC                                                                         \
+    "{\"seed\":9,\"batch_size\":8,\"optimizer\":{\"name\":\"sgd\",\"momentum\":0.9},"              \
+    "\"learning_rate\":0.05,\"mesh\":{\"batch\":2,\"space\":2,\"model\":2},"                       \
+    "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
+    "\"layouts\":{\"c[13]\\\\.kernel\":[\"unsharded\",\"unsharded\",\"unsharded\",\"model\"],"     \
+    "\"c[25]\\\\.kernel\":[\"unsharded\",\"unsharded\",\"model\",\"unsharded\"]},"                 \
+    "\"model\":{\"input_shape\":[8,6,2],\"layers\":["                                              \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"use_bias\":false,\"name\":\"c1\"},{\"type\":\"batch_norm\"},"                               \
+    "{\"type\":\"activation\",\"activation\":\"relu\"},"                                           \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"use_bias\":false,\"name\":\"c2\"},"                                                         \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"activation\":\"relu\",\"name\":\"c3\"},"                                                    \
+    "{\"type\":\"conv2d\",\"filters\":6,\"kernel_size\":3,\"strides\":2,\"padding\":\"same\","     \
+    "\"use_bias\":false,\"name\":\"c4\"},"                                                         \
+    "{\"type\":\"conv2d\",\"filters\":6,\"kernel_size\":1,\"name\":\"c5\"},"                       \
+    "{\"type\":\"global_average_pooling2d\"},{\"type\":\"dense\",\"units\":3}]}}"
+static void test_spmd_height_bands_dense_channels(void **state)
+{
+    size_t shape[3] = {8, 6, 2};
+    data d = gen_data(80, 8 * 6 * 2, 3, 26);
+    (void)state;
+    check_equivalence(DENSE_LN_BANDS_SPEC, NULL, 3, shape, &d, 10, 1e-5);
+    check_equivalence(DENSE_LN_BANDS_SPEC, "batch=1,space=4", 3, shape, &d, 10, 1e-5);
+    check_equivalence(CONV_CH_BANDS_SPEC, NULL, 3, shape, &d, 10, 1e-5);
+    check_equivalence(CONV_CH_BANDS_SPEC, "batch=1,space=4,model=2", 3, shape, &d, 10, 1e-5);
+    data_free(&d);
+}
+
 static void test_spmd_height_bands_equal_single_device(void **state)
 {
     size_t shape[3] = {28, 28, 1}, bshape[3] = {12, 8, 2}, oshape[3] = {18, 6, 2};
@@ -636,11 +684,12 @@ static void test_spmd_height_bands_errors(void **state)
         NULL, 3, small, MT_INVALID_ARGUMENT,
         "model.layers[0] (max_pool2d_1).pool_size: output band 0 reads input rows 0-4 but bands "
         "hold 2 rows (height 8 over 'space' of size 4)");
-    expect_new_error_shape(IMG8_SPEC("{\"type\":\"dense\",\"units\":4}," FLAT_HEAD,
+    expect_new_error_shape(IMG8_SPEC("{\"type\":\"concatenate\",\"inputs\":[\"input\","
+                                     "\"input\"]}," FLAT_HEAD,
                                      ",\"mesh\":{\"batch\":1,\"space\":2}"),
                            NULL, 3, small, MT_INVALID_ARGUMENT,
-                           "model.layers[0] (dense_1): dense does not run on height bands: its "
-                           "input's height is sharded over 'space'");
+                           "model.layers[0] (concatenate_1): concatenate does not run on height "
+                           "bands: its input's height is sharded over 'space'");
     expect_new_error_shape(IMG8_SPEC("{\"type\":\"conv2d\",\"filters\":1,\"kernel_size\":1},"
                                      "{\"type\":\"flatten\"},{\"type\":\"add\",\"inputs\":["
                                      "\"conv2d_1\",\"flatten_1\"]}," FLAT_HEAD,
@@ -656,12 +705,13 @@ static void test_spmd_height_bands_errors(void **state)
         "'space'");
     expect_new_error_shape(
         IMG8_SPEC(
-            "{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":1}," FLAT_HEAD,
+            "{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":1},{\"type\":\"max_pool2d\"}"
+            "," FLAT_HEAD,
             ",\"mesh\":{\"batch\":1,\"space\":2,\"model\":2},\"layouts\":{\"conv2d_1\\\\.kernel\":"
             "[\"unsharded\",\"unsharded\",\"unsharded\",\"model\"]}"),
         NULL, 3, small, MT_INVALID_ARGUMENT,
-        "model.layers[0] (conv2d_1): channels sharded over 'model' do not combine with height "
-        "bands over 'space' yet");
+        "model.layers[1] (max_pool2d_1): max_pool2d does not run on channels sharded over "
+        "'model' together with height bands over 'space'");
     mt_free(ex);
 }
 
@@ -1612,6 +1662,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spmd_fashion_mlp_and_cnn),
         cmocka_unit_test(test_spmd_height_bands_equal_single_device),
         cmocka_unit_test(test_spmd_height_bands_errors),
+        cmocka_unit_test(test_spmd_height_bands_dense_channels),
         cmocka_unit_test(test_spmd_reshard_paths_equal_single_device),
         cmocka_unit_test(test_spmd_fsdp_equals_single_device),
         cmocka_unit_test(test_spmd_graphs_equal_single_device),
