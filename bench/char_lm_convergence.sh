@@ -5,9 +5,11 @@
 # the same model in PyTorch (bench/char_lm_torch.py, one thread: the same initial weights,
 # batches, dropout masks, AdamW, schedule and clipnorm), side by side, and prints both
 # validation losses (the whole of brown_validation.txt, the example's test file, after the last
-# step), their ratio, the wall times and the load average; then exports meshtrain's model,
-# evaluates its weights with the PyTorch script too (the same ids, an independent forward) and
-# `generate`s a sample from it.
+# step), their ratio, the wall times and the load average; then exports meshtrain's model and
+# evaluates each side's own final weights with the PyTorch script (the same ids, one forward:
+# meshtrain's export loaded; PyTorch's weights saved by its run, reloaded, which must reproduce
+# its in-run figure to the last digit), prints max|a-b| / max|b| per tensor between the two
+# sides' weights, and `generate`s a sample from meshtrain's model.
 # Env:
 #   CONV_STEPS       steps (default 3000, the example's); the schedule's decay_steps become
 #                    CONV_STEPS - warmup_steps so a shorter run still ends its cosine decay
@@ -16,6 +18,8 @@
 #   CONV_OUT         directory for the spec, logs, checkpoints and export (default: a new one
 #                    under /tmp; kept)
 #   CONV_NICE        nice level of both runs (default 10)
+#   CONV_VAL_SEQS    evaluate only the first N sequences of the validation file (both sides;
+#                    default: all 4,683) — for a short check
 #   CONV_CHECK=1     instead: 1 step of each side, then the weights compared tensor by tensor
 #                    (max|a-b| / max|b|), and the initial weights (a step of rate 1e-30; the
 #                    kernels and tables, as the zero-initialised biases move by ~1e-30)
@@ -80,6 +84,16 @@ if [ "${CONV_CHECK:-0}" = 1 ]; then
 fi
 
 spec "$OUT/spec.json" "$STEPS" "$EVERY"
+if [ -n "${CONV_VAL_SEQS:-}" ]; then # the first N sequences of the validation file, both sides
+    $PY - "$OUT/spec.json" "$OUT/validation.txt" "$CONV_VAL_SEQS" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+ds = s["dataset"]
+open(sys.argv[2], "wb").write(open(ds["test"], "rb").read()[:int(sys.argv[3]) * ds["block_size"] + 1])
+ds["test"] = sys.argv[2]
+json.dump(s, open(sys.argv[1], "w"), indent=1)
+PY
+fi
 echo "steps $STEPS, validation every $EVERY steps, logs in $OUT; start load $(load)"
 t0=$(date +%s)
 (
@@ -92,7 +106,7 @@ mt_pid=$!
 (
     s=$(date +%s)
     nice -n "$NICE" $PY "$SRC/bench/char_lm_torch.py" "$OUT/spec.json" --eval-every "$EVERY" \
-        >"$OUT/torch.log" 2>"$OUT/torch.err"
+        --save "$OUT/torch.safetensors" >"$OUT/torch.log" 2>"$OUT/torch.err"
     echo $(($(date +%s) - s)) >"$OUT/torch.seconds"
 ) &
 th_pid=$!
@@ -100,30 +114,58 @@ wait "$mt_pid" || { echo "meshtrain failed: $(tail -n 3 "$OUT/meshtrain.err")"; 
 wait "$th_pid" || { echo "torch failed: $(tail -n 3 "$OUT/torch.err")"; exit 1; }
 echo "both done in $(($(date +%s) - t0)) s; end load $(load)"
 
+# Each side's loss from its own final weights, through one evaluation (the PyTorch script's
+# forward on the same ids): meshtrain's export loaded, and PyTorch's trained model (its in-run
+# figure; its saved weights reloaded must give the very same double). Then the two sets of
+# weights tensor by tensor.
+"$MT" export "$(last_ckpt "$OUT/ckpt")" -o "$OUT/meshtrain.safetensors" >/dev/null
+for w in meshtrain torch; do
+    nice -n "$NICE" $PY "$SRC/bench/char_lm_torch.py" "$OUT/spec.json" --steps 0 \
+        --load "$OUT/$w.safetensors" >"$OUT/eval-$w.log"
+done
+nice -n "$NICE" $PY "$SRC/bench/char_lm_torch.py" "$OUT/spec.json" --steps 0 \
+    --load "$OUT/torch.safetensors" --compare "$OUT/meshtrain.safetensors" \
+    --eval-file /dev/null >"$OUT/compare.log"
+
 $PY - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
+def lines(path):
+    return [json.loads(l) for l in open(path) if l.startswith("{")]
 def points(path):
     p = {}
-    for line in open(path):
-        o = json.loads(line)
+    for o in lines(path):
         k = o.get("step", o.get("steps"))
         v = o.get("val_loss", o.get("test_loss"))
         if v is not None and k is not None:
             p[k] = v
     return p
 a, b = points(out + "/meshtrain.log"), points(out + "/torch.log")
-print(f"{'step':>6} {'meshtrain':>10} {'pytorch':>10} {'ratio':>7}")
+print("in-run evaluations (meshtrain: its own test evaluation; PyTorch: its trained model):")
+print(f"{'step':>6} {'meshtrain':>20} {'pytorch':>20} {'ratio':>7}")
 for k in sorted(set(a) & set(b)):
-    print(f"{k:>6} {a[k]:>10.4f} {b[k]:>10.4f} {a[k] / b[k]:>7.4f}")
+    print(f"{k:>6} {a[k]!r:>20} {b[k]!r:>20} {a[k] / b[k]:>7.4f}")
+final = lambda path: [o for o in lines(path) if o.get("final")][-1]
+mt, th = final(out + "/eval-meshtrain.log"), final(out + "/eval-torch.log")
+trained = final(out + "/torch.log")
+print("validation loss of each side's final weights, evaluated by the PyTorch script:")
+print(f"  meshtrain (its export, {mt['loaded']}): {mt['val_loss']!r}")
+print(f"  PyTorch (its trained model, in the run):    {trained['val_loss']!r}")
+print(f"  PyTorch (its saved weights, {th['loaded']}): {th['val_loss']!r}"
+      f" ({'the same double' if th['val_loss'] == trained['val_loss'] else 'DIFFERS from the run'})")
+print(f"  ratio meshtrain / PyTorch: {mt['val_loss'] / trained['val_loss']:.6f}")
+rel = [o for o in lines(out + "/compare.log") if "tensor" in o]
+worst = max(rel, key=lambda o: o["max_rel"])
+print(f"weights, max|a-b| / max|b| per tensor (a PyTorch, b meshtrain), {len(rel)} tensors:")
+for o in rel:
+    print(f"  {o['tensor']:<24} {o['max_rel']:.3e}")
+print(f"  worst {worst['tensor']}: {worst['max_rel']:.3e}")
+if mt["val_loss"] == trained["val_loss"] and worst["max_rel"] > 0:
+    print("  NOTE: equal losses from different weights")
 for side in ("meshtrain", "torch"):
     print(f"{side} wall {open(out + '/' + side + '.seconds').read().strip()} s")
 PY
 
-"$MT" export "$(last_ckpt "$OUT/ckpt")" -o "$OUT/char_lm.safetensors" >/dev/null
-echo "meshtrain's weights evaluated by the PyTorch script: $(nice -n "$NICE" $PY \
-    "$SRC/bench/char_lm_torch.py" "$OUT/spec.json" --steps 0 --load "$OUT/char_lm.safetensors" |
-    tail -n 1)"
 echo "sample (temperature 0.8, seed 1):"
-"$MT" generate "$OUT/char_lm.safetensors" --spec "$OUT/spec.json" --prompt "The jury said" \
+"$MT" generate "$OUT/meshtrain.safetensors" --spec "$OUT/spec.json" --prompt "The jury said" \
     --tokens 300 --temperature 0.8 --seed 1

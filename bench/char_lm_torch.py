@@ -5,7 +5,7 @@ in PyTorch, the way meshtrain trains it, for the convergence comparison of issue
 
 Usage:
   char_lm_torch.py SPEC [--steps N] [--eval-every K] [--eval-file F] [--threads N]
-                        [--compare W.safetensors] [--load W.safetensors]
+                        [--compare W.safetensors] [--load W.safetensors] [--save W.safetensors]
 
 What is the same as meshtrain (each rule read from the spec or from meshtrain's code):
   * the model: the spec's layers walked in order as a graph (embedding, position_embedding,
@@ -29,9 +29,13 @@ What is the same as meshtrain (each rule read from the spec or from meshtrain's 
     warmup + cosine schedule (mt_optim_lr) and the global clipnorm on the whole gradient.
 PyTorch computes every forward, backward and update (autograd, its own kernels, one thread by
 default). Prints one JSON object per evaluation ({"step": k, "val_loss": ...}) on the whole
-validation file of the spec (validation.path, else dataset.test, or --eval-file), and a final
-object with the wall time.
-With --compare, after training prints max|a-b| / max|b| per tensor against an export.
+validation file of the spec (validation.path, else dataset.test, or --eval-file; an empty file,
+e.g. /dev/null, skips the evaluation), and a final object with the wall time, the loss (JSON:
+every digit of the double) and the file the weights were loaded from ("loaded", null: none).
+--save writes the weights after the last step (or the loaded ones) as safetensors, with
+meshtrain's tensor names. With --compare, prints max|a-b| / max|b| per tensor of the model's
+weights (after training, or as loaded: a) against another safetensors file (b, e.g.
+meshtrain's export), and the worst.
 """
 import argparse
 import json
@@ -314,6 +318,21 @@ class AdamW:
 # ------------------------------------------------------------------ main
 
 
+def write_safetensors(path, tensors):
+    """tensors: name -> float32 numpy array, written in name order (F32, little-endian)."""
+    header, blobs, off = {}, [], 0
+    for k in sorted(tensors):
+        b = np.ascontiguousarray(tensors[k], dtype="<f4").tobytes()
+        header[k] = {"dtype": "F32", "shape": list(tensors[k].shape),
+                     "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
 def read_safetensors(path):
     b = open(path, "rb").read()
     n = struct.unpack("<Q", b[:8])[0]
@@ -329,7 +348,9 @@ def evaluate(model, x, y, V, batch):
         return None
     total, count = 0.0, 0
     for i in range(0, len(x), batch):
-        logits = model.forward(x[i:i + batch], False)
+        # the token losses and their sums in float64: float32 batch sums round away weight
+        # differences of ~1e-7 (two sides' weights could give the very same loss)
+        logits = model.forward(x[i:i + batch], False).double()
         total += float(F.cross_entropy(logits.reshape(-1, V), y[i:i + batch].reshape(-1),
                                        reduction="sum"))
         count += y[i:i + batch].numel()
@@ -346,6 +367,7 @@ def main():
     ap.add_argument("--compare")
     ap.add_argument("--load", help="start from these weights (an export); with --steps 0: only "
                     "evaluate them (e.g. meshtrain's trained model on the same validation ids)")
+    ap.add_argument("--save", help="write the final weights here (safetensors)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     spec = json.load(open(a.spec))
@@ -367,8 +389,15 @@ def main():
     steps = a.steps if a.steps is not None else spec["steps"]
     model = Model(spec, V)
     if a.load:
+        loaded = read_safetensors(a.load)
+        if set(loaded) != set(model.params):
+            sys.exit(f"char_lm_torch: {a.load} holds {sorted(set(loaded) ^ set(model.params))} "
+                     "that the model does not (or lacks them)")
         with torch.no_grad():
-            for k, v in read_safetensors(a.load).items():
+            for k, v in loaded.items():
+                if tuple(v.shape) != tuple(model.params[k].shape):
+                    sys.exit(f"char_lm_torch: {a.load}: {k} has shape {v.shape}, the model's is "
+                             f"{tuple(model.params[k].shape)}")
                 model.params[k].copy_(torch.from_numpy(v.copy()))
     opt = AdamW(model.params.values(), spec["optimizer"])
     n = len(xt)
@@ -396,7 +425,10 @@ def main():
             print(json.dumps({"step": step, "val_loss": evaluate(model, xv, yv, V, B)}),
                   flush=True)
     val = evaluate(model, xv, yv, V, B) if steps > 0 or a.load else None
+    if a.save:
+        write_safetensors(a.save, {k: q.detach().numpy() for k, q in model.params.items()})
     print(json.dumps({"final": True, "steps": steps, "val_loss": val,
+                      "loaded": a.load,
                       "train_seconds": round(train_s, 1),
                       "seconds": round(time.perf_counter() - t0, 1),
                       "tokens_per_sec": round(steps * B * T / train_s) if train_s else 0}),
@@ -408,6 +440,9 @@ def main():
             if k not in ref:
                 sys.exit(f"char_lm_torch: {k} missing from {a.compare}")
             mine, theirs = model.params[k].detach().numpy(), ref[k]
+            if mine.shape != theirs.shape:
+                sys.exit(f"char_lm_torch: {k}: shape {mine.shape} here, {theirs.shape} in "
+                         f"{a.compare}")
             r = float(np.abs(mine - theirs).max() / max(np.abs(theirs).max(), 1e-30))
             worst = max(worst, r)
             print(json.dumps({"tensor": k, "max_rel": r}))

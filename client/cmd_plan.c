@@ -148,9 +148,10 @@ static void print_layers(const mt_jobspec_summary *s, const mt_spmd_layer_plan *
         }
         printf("\n");
     }
-    printf("(activations: a layer's outputs, input gradients and scratch on one device for its "
-           "local batch;\n per mesh dim: what its own collectives move per step; the gradient "
-           "allreduce and FSDP\n gathers are in the totals above)\n");
+    printf("(activations: a layer's outputs, input gradients and scratch it keeps on one device "
+           "for its\n local batch; the work area the layers share is in the total above; per "
+           "mesh dim: what its\n own collectives move per step; the gradient allreduce and FSDP "
+           "gathers are in the totals above)\n");
 }
 
 int cmd_plan(const mt_cli_global *g, int argc, char **argv)
@@ -243,7 +244,12 @@ int cmd_plan(const mt_cli_global *g, int argc, char **argv)
         printf(", FSDP working copies %s", w);
     }
     mt_cli_fmt_bytes(w, sizeof(w), s.activation_bytes_per_device);
-    printf(", activations %s (the largest device)\n", w);
+    printf(", activations %s (the largest device", w);
+    if (s.work_bytes_per_device > 0) {
+        mt_cli_fmt_bytes(w, sizeof(w), s.work_bytes_per_device);
+        printf("; %s of it a work area the layers share", w);
+    }
+    printf(")\n");
     printf("per step    to collectives, per device:");
     for (int k = 0; k < s.mesh_ndims; k++) {
         mt_cli_fmt_bytes(w, sizeof(w), s.comm_bytes_per_step[k]);

@@ -675,6 +675,7 @@ static mt_code check_params(const mt_jobspec *js, const mt_mesh *mesh, const mt_
     s->optimizer_bytes_per_device = info.slot_bytes;
     s->gathered_bytes_per_device = info.gathered_bytes;
     s->activation_bytes_per_device = info.activation_bytes;
+    s->work_bytes_per_device = info.work_bytes;
     if (o->n_layers != NULL)
         *o->n_layers = info.n_layers;
     for (int k = 0; k < info.ndims && k < MT_JOBSPEC_MAX_DIMS; k++)

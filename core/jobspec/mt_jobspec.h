@@ -66,6 +66,7 @@ typedef struct mt_jobspec_summary {
     uint64_t optimizer_bytes_per_device;  /* Adam m+v / SGD velocity of those shards */
     uint64_t gathered_bytes_per_device;   /* FSDP working copies (allgathered values, gradients) */
     uint64_t activation_bytes_per_device; /* layer outputs and their gradients, local batch */
+    uint64_t work_bytes_per_device;       /* of which the work area the layers share */
     uint64_t comm_bytes_per_step[MT_JOBSPEC_MAX_DIMS]; /* per mesh dim: float32 bytes one device
                                                           hands to collectives per step */
     int halo_dim;                 /* the mesh dim an image's height is sharded over, or -1 */

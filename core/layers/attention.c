@@ -20,8 +20,10 @@
  * them at their positions and computes its own query rows, in blocks of ROW_BLOCK rows, against
  * the keys and values up to each block's last row (the causal mask at the rows' positions;
  * rows_forward); the backward gives the gradient of its queries and its share of every earlier
- * position's key and value gradient (rows_backward), which are reduce-scattered over sdim. The
- * probabilities kept are the rows' (B, heads, T/S, T).
+ * position's key and value gradient (rows_backward), which are reduce-scattered over sdim; it
+ * gathers the rows again first, so that between forward and backward a device keeps only its
+ * own rows (as Megatron-SP does). The probabilities kept are the rows' (B, heads, T/S, T); the
+ * gathered rows and the collectives' blocks live in the work area the layers share.
  * Reference: mt_attention_forward_ref / mt_attention_backward_ref (core/tensor).
  */
 #include <math.h>
@@ -32,7 +34,7 @@
 #include "layers/layers_int.h"
 #include "tensor/mt_tensor.h"
 
-enum { PROBS, DS, QKV, WORK, DQKV }; /* QKV, WORK, DQKV: sequence parallelism */
+enum { PROBS }; /* kept for the backward; the rest is in the shared work area (work_areas) */
 
 static const char *const keys[] = {"num_heads", "causal", NULL};
 
@@ -73,18 +75,38 @@ static size_t local_heads(const mt_layer *l, const mt_layer_dev *dev)
     return l->s.heads / mt_layer__dsz(dev, l->xf);
 }
 
+/*
+ * The shared work area during a call: the backward's softmax gradient ds (t·t floats); with
+ * sequence parallelism also the gathered rows put at their positions (qkv), the collectives'
+ * member blocks (blocks) and the gradient of every position (dqkv), w = batch·t·(3·C/|xf|)
+ * floats each. Nothing gathered is kept between forward and backward: the backward gathers the
+ * rows again.
+ */
+typedef struct work_areas {
+    float *ds, *qkv, *blocks, *dqkv;
+} work_areas;
+
+static size_t work_size(const mt_layer *l, size_t b, size_t s, work_areas *wa, float *work)
+{
+    size_t t = l->in_rows * s, w = l->sdim >= 0 ? b * t * (l->in_loc / l->in_rows) : 0;
+    if (wa != NULL) {
+        wa->ds = work;
+        wa->qkv = work + t * t;
+        wa->blocks = wa->qkv + w;
+        wa->dqkv = wa->blocks + w;
+    }
+    return t * t + 3 * w;
+}
+
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
                      mt_layer_alloc *a, mt_err *err)
 {
-    size_t t = l->in_rows * mt_layer__dsz(dev, l->sdim), w = b * t * (l->in_loc / l->in_rows);
+    size_t t = l->in_rows * mt_layer__dsz(dev, l->sdim);
     mt_code rc = mt_layer__io(l, st, b, a, err);
     if (rc == MT_OK)
         rc = mt_layer_buf(a, l, &st->scr[PROBS], b * local_heads(l, dev) * l->in_rows * t,
                           sizeof(float), err);
-    if (rc == MT_OK)
-        rc = mt_layer_buf(a, l, &st->scr[DS], t * t, sizeof(float), err);
-    for (int k = QKV; rc == MT_OK && l->sdim >= 0 && k <= DQKV; k++)
-        rc = mt_layer_buf(a, l, &st->scr[k], w, sizeof(float), err);
+    mt_layer_work(a, work_size(l, b, mt_layer__dsz(dev, l->sdim), NULL, NULL));
     return rc;
 }
 
@@ -202,13 +224,24 @@ static void to_blocks(float *blocks, float *full, size_t batch, size_t s, size_t
     }
 }
 
+/* Sequence parallelism: every member's rows of the input, at their positions, into wa->qkv. */
+static mt_code gather_rows(const mt_layer *l, const mt_layer_state *st, const mt_layer_dev *dev,
+                           size_t b, const work_areas *wa)
+{
+    size_t s = mt_layer__dsz(dev, l->sdim), rl = l->in_rows, w = l->in_loc / rl;
+    mt_code rc = dev->allgather(dev->ctx, l->sdim, st->in, b * rl * w, wa->blocks);
+    if (rc == MT_OK)
+        to_blocks(wa->blocks, wa->qkv, b, s, rl, w, true);
+    return rc;
+}
+
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
     size_t h = local_heads(l, dev), hd = l->in_c / (3 * l->s.heads), b = ps->batch;
-    size_t s = mt_layer__dsz(dev, l->sdim), rl = l->in_rows, w = l->in_loc / rl;
+    size_t s = mt_layer__dsz(dev, l->sdim), rl = l->in_rows;
     size_t start[2], nb, lo, r0, n;
-    float *qkv = st->scr[QKV], *work = st->scr[WORK];
+    work_areas wa;
     mt_code rc;
 
     if (l->sdim < 0) {
@@ -216,12 +249,12 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
                                                                     b, rl, h, hd, l->s.causal);
         return MT_OK;
     }
-    if ((rc = dev->allgather(dev->ctx, l->sdim, st->in, b * rl * w, work)) != MT_OK)
+    work_size(l, b, s, &wa, ps->work);
+    if ((rc = gather_rows(l, st, dev, b, &wa)) != MT_OK)
         return rc;
-    to_blocks(work, qkv, b, s, rl, w, true);
     nb = mt_layer__seq_blocks(l, dev, rl, start);
     for (size_t i = 0; row_block(nb, start, rl, i, &lo, &r0, &n); i++)
-        rows_forward(ps->ref, st->out, st->scr[PROBS], qkv, b, s * rl, rl, lo, r0, n, h, hd,
+        rows_forward(ps->ref, st->out, st->scr[PROBS], wa.qkv, b, s * rl, rl, lo, r0, n, h, hd,
                      l->s.causal);
     return MT_OK;
 }
@@ -232,32 +265,37 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     size_t h = local_heads(l, dev), hd = l->in_c / (3 * l->s.heads), b = ps->batch;
     size_t s = mt_layer__dsz(dev, l->sdim), rl = l->in_rows, w = l->in_loc / rl;
     size_t start[2], nb, lo, r0, n;
-    float *work = st->scr[WORK], *dqkv = st->scr[DQKV];
+    work_areas wa;
+    mt_code rc;
 
     *dx = st->dx_buf;
     if (st->dx_buf == NULL)
         return MT_OK; /* reads the model input: nothing to compute */
+    work_size(l, b, s, &wa, ps->work);
     if (l->sdim < 0) {
         (ps->ref ? mt_attention_backward_ref : mt_attention_backward)(
-            st->dx_buf, st->scr[DS], dy, st->in, st->scr[PROBS], b, rl, h, hd, l->s.causal);
+            st->dx_buf, wa.ds, dy, st->in, st->scr[PROBS], b, rl, h, hd, l->s.causal);
         return MT_OK;
     }
-    memset(dqkv, 0, b * s * rl * w * sizeof(float));
+    if ((rc = gather_rows(l, st, dev, b, &wa)) != MT_OK) /* the keys and values again */
+        return rc;
+    memset(wa.dqkv, 0, b * s * rl * w * sizeof(float));
     nb = mt_layer__seq_blocks(l, dev, rl, start);
     for (size_t i = 0; row_block(nb, start, rl, i, &lo, &r0, &n); i++)
-        rows_backward(ps->ref, dqkv, st->scr[DS], dy, st->scr[QKV], st->scr[PROBS], b, s * rl, rl,
-                      lo, r0, n, h, hd, l->s.causal);
-    to_blocks(work, dqkv, b, s, rl, w, false);
-    return dev->reduce_scatter(dev->ctx, l->sdim, work, s * b * rl * w, st->dx_buf);
+        rows_backward(ps->ref, wa.dqkv, wa.ds, dy, wa.qkv, st->scr[PROBS], b, s * rl, rl, lo, r0, n,
+                      h, hd, l->s.causal);
+    to_blocks(wa.blocks, wa.dqkv, b, s, rl, w, false);
+    return dev->reduce_scatter(dev->ctx, l->sdim, wa.blocks, s * b * rl * w, st->dx_buf);
 }
 
-/* Sequence parallelism: the forward's allgather and the backward's reduce-scatter over sdim. */
+/* Sequence parallelism: the forward's allgather, the backward's again and its reduce-scatter
+ * over sdim. */
 static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *p,
                  void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
 {
     (void)bdim;
     if (l->sdim >= 0)
-        add(per_dim, l->sdim, 2 * b * l->in_loc * mt_layer__psz(p, l->sdim));
+        add(per_dim, l->sdim, 3 * b * l->in_loc * mt_layer__psz(p, l->sdim));
 }
 
 const mt_layer_ops mt_layer_attention_ops = {

@@ -11,6 +11,11 @@
  * is a partial sum over kout (allreduced), then resharded back to xf. Height bands
  * (docs/spmd.md): an image's pixels are rows, so each band multiplies its own rows; the kernel
  * and bias gradients are partial sums over the bands, summed over the height dim.
+ * Megatron-SP (rows split over tdim outside the tensor-parallel region, docs/transformers.md): a
+ * column-parallel layer allgathers its input rows (forward, and again in the backward: only the
+ * local rows are kept in between), a row-parallel one reduce-scatters its partial sums by rows
+ * (backward: allgathers the output gradient); the gathered rows and the collectives' blocks live
+ * in the work area the layers share (mt_layer_pass.work).
  * Reference: mt_dense_forward_ref / mt_dense_backward_ref (core/tensor/mt_kernels_ref.c).
  * mesh_invariant (mt_layer_pass.leaves > 0): core/repro's canonical product instead of OpenBLAS,
  * the contraction in the K-leaves this device holds (docs/reproducibility.md, points 5 and 6).
@@ -32,7 +37,6 @@
 #include "tensor/mt_tensor.h"
 
 enum { KERNEL, BIAS };
-enum { MSP_A, MSP_B, MSP_C }; /* Megatron-SP scratch */
 
 static const char *const keys[] = {"units", "activation", "use_bias", "tied_to", NULL};
 
@@ -113,16 +117,19 @@ static bool msp_scatters(const mt_layer *l)
     return l->rin < 0 && l->rout >= 0;
 }
 
+/* Megatron-SP's floats per area of the shared work area (three areas when the layer gathers:
+ * the gathered rows, the collective's blocks, the rows' input gradient; two when it scatters: the
+ * partial output, then the output gradient's rows, and the collective's blocks), or 0. */
+static size_t msp_area(const mt_layer *l, size_t b, size_t m)
+{
+    return msp_gathers(l) ? b * l->in_loc * m : msp_scatters(l) ? b * l->out_loc * m : 0;
+}
+
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
                      mt_layer_alloc *a, mt_err *err)
 {
     mt_code rc = mt_layer__io(l, st, b, a, err);
-    size_t m = mt_layer__dsz(dev, l->tdim);
-    /* gathers: the gathered rows, the collective's blocks, the rows' input gradient; scatters:
-     * the partial output (then the output gradient's rows) and the collective's blocks */
-    size_t n = msp_gathers(l) ? b * l->in_loc * m : msp_scatters(l) ? b * l->out_loc * m : 0;
-    for (int k = MSP_A; rc == MT_OK && n > 0 && k <= (msp_gathers(l) ? MSP_C : MSP_B); k++)
-        rc = mt_layer_buf(a, l, &st->scr[k], n, sizeof(float), err);
+    mt_layer_work(a, (msp_gathers(l) ? 3 : 2) * msp_area(l, b, mt_layer__dsz(dev, l->tdim)));
     if (rc == MT_OK && l->xf != l->kin) {
         rc = mt_layer_buf(a, l, (void **)&st->xin, b * l->use_loc, sizeof(float), err);
         if (rc == MT_OK && !mt_layer__reads_input(l))
@@ -186,52 +193,56 @@ static void kernel_backward(const mt_layer *l, const mt_layer_state *st, bool re
 /*
  * Megatron-SP's forward (docs/transformers.md): a column-parallel layer allgathers its input
  * rows over tdim and computes its output shard for them all; a row-parallel one reduce-scatters
- * its partial sums by rows over tdim and adds the bias to its rows.
+ * its partial sums by rows over tdim and adds the bias to its rows. Nothing gathered is kept:
+ * the shared work area holds it during the call (the backward gathers the rows again).
  */
 static mt_code msp_forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                            const mt_layer_pass *ps)
 {
     size_t m = mt_layer__dsz(dev, l->tdim), b = ps->batch, cin = l->use_loc / l->in_rows;
-    size_t cout = l->out_loc / l->out_rows;
-    float *bias = st->pv[BIAS];
+    size_t cout = l->out_loc / l->out_rows, n = msp_area(l, b, m);
+    float *bias = st->pv[BIAS], *rows = ps->work, *blocks = ps->work + n;
     mt_code rc;
 
     if (msp_gathers(l)) {
-        rc = mt_layer__msp_gather(l, dev, st->in, b, l->in_rows, cin, st->scr[MSP_B],
-                                  st->scr[MSP_A]);
-        st->used = st->scr[MSP_A];
+        rc = mt_layer__msp_gather(l, dev, st->in, b, l->in_rows, cin, blocks, rows);
         if (rc == MT_OK)
-            kernel_forward(l, st, ps->ref, st->out, st->used, bias, b * l->in_rows * m, cin, cout);
+            kernel_forward(l, st, ps->ref, st->out, rows, bias, b * l->in_rows * m, cin, cout);
         return rc;
     }
-    kernel_forward(l, st, ps->ref, st->scr[MSP_A], st->used, NULL, b * l->in_rows, cin, cout);
-    rc = mt_layer__msp_scatter(l, dev, st->scr[MSP_A], b, l->out_rows, cout, st->scr[MSP_B],
-                               st->out);
+    kernel_forward(l, st, ps->ref, rows, st->used, NULL, b * l->in_rows, cin, cout);
+    rc = mt_layer__msp_scatter(l, dev, rows, b, l->out_rows, cout, blocks, st->out);
     for (size_t r = 0; rc == MT_OK && bias != NULL && r < b * l->out_rows; r++)
         for (size_t j = 0; j < cout; j++)
             st->out[r * cout + j] += bias[j];
     return rc;
 }
 
-/* Megatron-SP's backward of a layer that gathers or scatters rows: the reverse collectives. */
+/* Megatron-SP's backward of a layer that gathers or scatters rows: the reverse collectives; a
+ * column-parallel layer first gathers its input rows again (the weight gradient needs them). */
 static mt_code msp_backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                             const mt_layer_pass *ps, float *dy)
 {
     size_t m = mt_layer__dsz(dev, l->tdim), b = ps->batch, cin = l->use_loc / l->in_rows;
-    size_t cout = l->out_loc / l->out_rows;
+    size_t cout = l->out_loc / l->out_rows, n = msp_area(l, b, m);
+    float *rows = ps->work, *blocks = ps->work + n, *drows = ps->work + 2 * n;
     mt_code rc;
 
     if (msp_gathers(l)) {
-        kernel_backward(l, st, ps->ref, st->dx_buf != NULL ? st->scr[MSP_C] : NULL, dy,
-                        b * l->in_rows * m, cin, cout);
+        rc = mt_layer__msp_gather(l, dev, st->in, b, l->in_rows, cin, blocks, rows);
+        if (rc != MT_OK)
+            return rc;
+        st->used = rows;
+        kernel_backward(l, st, ps->ref, st->dx_buf != NULL ? drows : NULL, dy, b * l->in_rows * m,
+                        cin, cout);
+        st->used = st->in;
         if (st->dx_buf == NULL)
             return MT_OK;
-        return mt_layer__msp_scatter(l, dev, st->scr[MSP_C], b, l->in_rows, cin, st->scr[MSP_B],
-                                     st->dx_buf);
+        return mt_layer__msp_scatter(l, dev, drows, b, l->in_rows, cin, blocks, st->dx_buf);
     }
-    rc = mt_layer__msp_gather(l, dev, dy, b, l->out_rows, cout, st->scr[MSP_B], st->scr[MSP_A]);
+    rc = mt_layer__msp_gather(l, dev, dy, b, l->out_rows, cout, blocks, rows);
     if (rc == MT_OK)
-        kernel_backward(l, st, ps->ref, st->dx_buf, st->scr[MSP_A], b * l->in_rows, cin, cout);
+        kernel_backward(l, st, ps->ref, st->dx_buf, rows, b * l->in_rows, cin, cout);
     return rc;
 }
 
@@ -321,8 +332,8 @@ static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *
                  void (*add)(uint64_t *, int, uint64_t), uint64_t *per_dim)
 {
     size_t m = mt_layer__psz(p, l->tdim);
-    if (msp_gathers(l)) {
-        add(per_dim, l->tdim, 2 * b * l->in_loc * m);
+    if (msp_gathers(l)) { /* the forward's allgather, the backward's again and reduce-scatter */
+        add(per_dim, l->tdim, 3 * b * l->in_loc * m);
         return;
     }
     if (msp_scatters(l)) {

@@ -78,16 +78,14 @@ static bool msp_split(const mt_layer *l)
     return l->rout >= 0 && l->vdim != l->rout;
 }
 
-enum { MSP_A, MSP_B }; /* Megatron-SP scratch */
-
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
                      mt_layer_alloc *a, mt_err *err)
 {
-    size_t n = b * l->out_loc * mt_layer__dsz(dev, l->tdim);
-    mt_code rc = mt_layer_buf(a, l, (void **)&st->out_buf, b * l->out_loc, sizeof(float), err);
-    for (int k = MSP_A; rc == MT_OK && msp_scatter(l) && k <= MSP_B; k++)
-        rc = mt_layer_buf(a, l, &st->scr[k], n, sizeof(float), err);
-    return rc;
+    /* Megatron-SP's scatter: the sdim device's rows and the collective's blocks, in the work area
+     * (the rows' partial lookups forward, their output gradients backward) */
+    if (msp_scatter(l))
+        mt_layer_work(a, 2 * b * l->out_loc * mt_layer__dsz(dev, l->tdim));
+    return mt_layer_buf(a, l, (void **)&st->out_buf, b * l->out_loc, sizeof(float), err);
 }
 
 /* The table rows this device holds: [*lo, *lo + *n). */
@@ -109,7 +107,7 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
 {
     size_t c = l->out_loc / l->out_rows, lo, n, off, per;
     const float *table = st->pv[TABLE];
-    float *out = msp_scatter(l) ? st->scr[MSP_A] : st->out;
+    float *out = msp_scatter(l) ? ps->work : st->out;
 
     local_rows(l, dev, &lo, &n);
     looked_up(l, dev, &off, &per);
@@ -132,8 +130,9 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
             memset(out + r * c, 0, c * sizeof(float));
     }
     if (msp_scatter(l))
-        return mt_layer__msp_scatter(l, dev, out, ps->batch, l->out_rows, c, st->scr[MSP_B],
-                                     st->out);
+        return mt_layer__msp_scatter(
+            l, dev, out, ps->batch, l->out_rows, c,
+            ps->work + ps->batch * l->out_loc * mt_layer__dsz(dev, l->tdim), st->out);
     return dev->allreduce(dev->ctx, l->vdim, st->out, ps->batch * per * c);
 }
 
@@ -154,11 +153,12 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
         return MT_OK;
     }
     if (msp_scatter(l)) { /* every device's rows' gradients, for its vocabulary rows */
-        rc = mt_layer__msp_gather(l, dev, dy, ps->batch, l->out_rows, c, st->scr[MSP_B],
-                                  st->scr[MSP_A]);
+        rc = mt_layer__msp_gather(l, dev, dy, ps->batch, l->out_rows, c,
+                                  ps->work + ps->batch * l->out_loc * mt_layer__dsz(dev, l->tdim),
+                                  ps->work);
         if (rc != MT_OK)
             return rc;
-        dy = st->scr[MSP_A];
+        dy = ps->work;
     }
     if (!l->grads_shared) /* else a tied head's backward wrote its part first: add to it */
         memset(g, 0, n * c * sizeof(float));

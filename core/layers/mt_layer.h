@@ -149,6 +149,10 @@ typedef struct mt_layer_pass {
     size_t leaf_examples;
     struct mt_repro_acc *acc_w, *acc_b;
     float *scratch;
+    /* The device's work area, shared by every layer: room for the largest mt_layer_work a layer
+     * asked for. A layer uses it within one forward or backward call and keeps nothing in it
+     * (the next layer's call overwrites it); NULL when no layer asked. */
+    float *work;
 } mt_layer_pass;
 
 /* Per-device state of one layer. Buffers are owned (mt_layer_state_fini frees them). */
@@ -174,11 +178,21 @@ typedef struct mt_layer_state {
 typedef struct mt_layer_alloc {
     bool count_only;
     uint64_t bytes; /* counted so far */
+    size_t work;    /* floats of the shared work area the layers need (mt_layer_work): the engine
+                       allocates it once per device after every state, and passes it to every
+                       forward and backward call (mt_layer_pass.work) */
 } mt_layer_alloc;
 
 /* *ptr = zeroed n * size bytes (or count them). RESOURCE_EXHAUSTED naming the layer. */
 mt_code mt_layer_buf(mt_layer_alloc *a, const mt_layer *l, void **ptr, size_t n, size_t size,
                      mt_err *err);
+
+/* The layer needs n floats of scratch during a forward or backward call only, nothing kept from
+ * one call to the next (collectives' blocks, regathered rows): the shared work area grows to n. */
+static inline void mt_layer_work(mt_layer_alloc *a, size_t n)
+{
+    a->work = n > a->work ? n : a->work;
+}
 
 /* ------------------------------------------------------------------ a layer kind */
 

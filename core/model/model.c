@@ -36,6 +36,7 @@ struct mt_model {
     mt_optimizer_spec opt;
     int64_t t;      /* optimizer iterations */
     float *dlogits; /* (max_batch, rows, c) */
+    float *work;    /* the layers' shared work area (mt_layer_pass.work), or NULL */
     const float *logits;
     size_t batch, global_batch;
     bool trained_forward;      /* the last forward ran in training mode */
@@ -372,11 +373,15 @@ mt_code mt_model_new(const mt_job_spec *spec, int in_rank, const size_t *in_shap
     m->loss = spec->loss;
     {
         mt_layer_dev d = model_dev(m);
-        mt_layer_alloc a = {false, 0};
+        mt_layer_alloc a = {.count_only = false};
         for (int i = 0; i < m->n_layers; i++)
             if ((rc = mt_layer_state_init(&m->layers[i], &m->st[i], max_batch, &d, &a, err)) !=
                 MT_OK)
                 goto fail;
+        if (a.work > 0 && (m->work = mt_calloc(a.work, sizeof(float))) == NULL) {
+            rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "model: out of memory");
+            goto fail;
+        }
     }
     m->num_classes = m->osh.c;
     m->out_size = m->osh.rows * m->osh.c;
@@ -408,6 +413,7 @@ void mt_model_free(mt_model *m)
     mt_free(m->st);
     mt_free(m->params);
     mt_free(m->dlogits);
+    mt_free(m->work);
     mt_free(m);
 }
 
@@ -487,7 +493,8 @@ mt_code mt_model_forward(mt_model *m, const float *x, size_t local_batch, size_t
                         .step = step,
                         .first = first_example,
                         .ref = m->ref,
-                        .err = err};
+                        .err = err,
+                        .work = m->work};
     int failed = 0;
     mt_code rc;
 
@@ -550,8 +557,11 @@ void mt_model_use_reference_kernels(mt_model *m, bool on)
 mt_code mt_model_backward(mt_model *m, const mt_model_comm *comm, mt_err *err)
 {
     mt_layer_dev d = model_dev(m);
-    mt_layer_pass ps = {
-        .batch = m->batch, .global_batch = m->global_batch, .training = true, .ref = m->ref};
+    mt_layer_pass ps = {.batch = m->batch,
+                        .global_batch = m->global_batch,
+                        .training = true,
+                        .ref = m->ref,
+                        .work = m->work};
     int failed = 0;
     mt_code rc;
 

@@ -127,6 +127,7 @@ typedef struct mt_spmd_plan_info {
     uint64_t slot_bytes;       /* optimizer slots of those shards (Adam m + v, SGD momentum) */
     uint64_t gathered_bytes;   /* FSDP working copies: allgathered values and whole gradients */
     uint64_t activation_bytes; /* layer outputs, inputs' gradients and scratch for a local batch */
+    uint64_t work_bytes;       /* of which the work area the layers share (mt_layer_work) */
     int ndims;                 /* mesh dimensions */
     uint64_t comm_bytes[MT_MESH_MAX_DIMS]; /* per mesh dim: float32 bytes one device hands to
                                               collectives in one training step (payload, before

@@ -51,6 +51,7 @@ typedef struct dev {
                                       the shard's (a parameter two layers use: tied_to), or NULL */
     bool wstale;                   /* kept copies: the shards changed since the last allgather */
     mt_layer_state *ls;            /* per layer */
+    float *work;                   /* the layers' shared work area (mt_layer_pass.work), or NULL */
     float *x, *g1, *g2;            /* input slice; reshard scratch (max_b * widest) */
     const float *xin;              /* the rows the forward reads: d->x, or the caller's rows */
     int32_t *y;                    /* labels slice (max_b, ydim) */
@@ -1056,10 +1057,12 @@ static mt_code dev_alloc(dev *d, mt_err *err)
     }
     {
         mt_layer_dev ld = dev_services(d);
-        mt_layer_alloc la = {false, 0};
+        mt_layer_alloc la = {.count_only = false};
         for (int i = 0; i < s->n_layers; i++)
             if ((rc = mt_layer_state_init(&s->layers[i], &d->ls[i], b, &ld, &la, err)) != MT_OK)
                 return rc;
+        if (la.work > 0)
+            DALLOC(d->work, la.work);
     }
 #undef DALLOC
     return MT_OK;
@@ -1090,6 +1093,7 @@ static void dev_free(dev *d)
     for (int i = 0; d->ls != NULL && i < s->n_layers; i++)
         mt_layer_state_fini(&d->ls[i]);
     mt_free(d->ls);
+    mt_free(d->work);
     mt_coll_bucket_free(d->bucket);
     mt_free(d->x);
     mt_free(d->y);
@@ -1132,7 +1136,8 @@ static mt_code dev_forward(dev *d, size_t gb, bool training, uint64_t step, uint
                         .training = training,
                         .step = step,
                         .first = first,
-                        .err = &d->err};
+                        .err = &d->err,
+                        .work = d->work};
     dev_leaves(d, &ps);
     const float *out = NULL;
     int failed = 0;
@@ -1154,8 +1159,11 @@ static mt_code dev_backward(dev *d)
     mt_spmd *s = d->s;
     const mt_layer *last = &s->layers[s->n_layers - 1];
     mt_layer_dev ld = dev_services(d);
-    mt_layer_pass ps = {
-        .batch = d->batch, .global_batch = d->gcount, .training = true, .err = &d->err};
+    mt_layer_pass ps = {.batch = d->batch,
+                        .global_batch = d->gcount,
+                        .training = true,
+                        .err = &d->err,
+                        .work = d->work};
     dev_leaves(d, &ps);
     float *dy = d->dlogits;
     int failed = 0;
@@ -1898,7 +1906,7 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
     { /* every layer's buffers on one device (the first), counted without allocating */
         dev tmp = {.s = s};
         mt_layer_dev ld = dev_services(&tmp);
-        mt_layer_alloc la = {true, 0};
+        mt_layer_alloc la = {.count_only = true};
         mt_layer_state st;
         for (int i = 0; i < s->n_layers; i++) {
             uint64_t before = la.bytes;
@@ -1906,7 +1914,8 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
             if (layers != NULL)
                 layers[i].activation_bytes = la.bytes - before;
         }
-        info->activation_bytes = la.bytes;
+        info->work_bytes = (uint64_t)la.work * sizeof(float);
+        info->activation_bytes = la.bytes + info->work_bytes;
     }
     for (int i = 0; layers != NULL && i < s->n_layers; i++) {
         const mt_layer *l = &s->layers[i];

@@ -15,9 +15,10 @@
 #  * sequence parallelism: the tied model with its positions split over 'seq' (input_layout
 #    [batch, seq]) equals one device on batch=1,seq=2, batch=2,seq=2 (also with FSDP) and, with
 #    the Megatron layouts, batch=1,model=2,seq=2 (Megatron-SP: the rows outside the blocks split
-#    over model too; plan shows the projection's reduce-scatter and allgather and the layer
-#    norm's half rows); plan shows the bytes the seq dim moves and refuses a
-#    block_size the seq dim does not divide (submit too); as jobs on 2 workers x 2 devices
+#    over model too; plan shows the projection's reduce-scatter and allgather, the layer
+#    norm's half rows and less activation memory than plain tensor parallel); plan shows the
+#    bytes the seq dim moves and refuses a block_size the seq dim does not divide (submit
+#    too); as jobs on 2 workers x 2 devices
 #    (batch=2,seq=2 and batch=1,model=2,seq=2) it equals one device too;
 #  * `plan --layers` lists per layer what each mesh dim moves (the projection's allreduce);
 #  * `plan` refuses heads that do not divide over the model dim, naming the layer and sizes;
@@ -123,6 +124,17 @@ echo "$out" | grep -Eq '^proj_0 +dense +\(16, 16\) +[0-9.]+ KiB +- +8.0 KiB +-$'
 echo "$out" | grep -Eq '^ln1_0 +layer_norm +\(16, 16\) +6.5 KiB +- +128 B +-$' ||
     fail "plan --layers: ln1_0 should hold half the rows and sum its gradients over model: $out"
 log "plan shows Megatron-SP on batch=1,model=2,seq=2: $(echo "$out" | grep -E '^(proj_0|ln1_0) ' | tr -s ' ' | paste -sd';')"
+# ... and, keeping only its own rows between forward and backward (the gathered ones in the work
+# area the layers share), less activation memory per device than plain tensor parallelism
+act() { # SPEC MESH -> the plan's activation bytes per device
+    "$MT" plan --offline --mesh "$2" "$1" | sed -n 's/.*activations \([0-9.]*\) \([KMG]*\)i*B.*/\1 \2/p' |
+        awk '{ m = $2 == "K" ? 1024 : $2 == "M" ? 1048576 : $2 == "G" ? 1073741824 : 1; printf "%.0f", $1 * m }'
+}
+tp_act=$(act "$T/tp_tied.json" batch=1,model=2)
+sp_act=$(act "$T/tpseq_tied.json" batch=1,model=2,seq=2)
+[ -n "$tp_act" ] && [ -n "$sp_act" ] && [ "$sp_act" -lt "$tp_act" ] ||
+    fail "plan: Megatron-SP should hold less activation memory than plain tensor parallel ($sp_act vs $tp_act bytes)"
+log "plan: activations per device, batch=1,model=2: $tp_act B; Megatron-SP batch=1,model=2,seq=2: $sp_act B"
 
 # -- the positions over seq as a job: 2 workers x 2 devices, mesh batch=2,seq=2 ---------------
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
