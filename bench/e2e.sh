@@ -25,22 +25,10 @@ SCNN=${E2E_STEPS_CNN:-80}
 STEXT=${E2E_STEPS_TEXT:-300}
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_blas_env
-T=$(mktemp -d /tmp/mt-bench-e2e.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$T"
-}
-trap cleanup EXIT
+bench_workdir e2e
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, one BLAS thread per device; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-"$BUILD/meshtrain-coordinator" --state-dir "$T/state" --listen tcp://127.0.0.1:0 \
-    --http 127.0.0.1:0 --heartbeat-ms 200 2>"$T/coord.log" &
-PIDS+=($!)
-for _ in $(seq 100); do [ -s "$T/state/endpoints.json" ] && break; sleep 0.1; done
-URL=$(sed 's/.*"rpc": "\([^"]*\)".*/\1/' "$T/state/endpoints.json")
-mt() { "$BUILD/meshtrain" --coordinator "$URL" "$@"; }
+bench_coordinator "$BUILD"
 WPIDS=()
 workers() { # workers N DEVICES: replace the running workers
     for p in "${WPIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
@@ -52,12 +40,7 @@ workers() { # workers N DEVICES: replace the running workers
         WPIDS+=($!)
         PIDS+=($!)
     done
-    for _ in $(seq 200); do
-        [ "$(mt workers --state alive --json | grep -c '"worker_id"')" = "$1" ] && return 0
-        sleep 0.1
-    done
-    echo "workers did not register" >&2
-    exit 1
+    bench_wait_workers "$1"
 }
 rate() { # rate EXAMPLE STEPS MESH -> examples/s of the job (its last examples_per_sec point)
     local batch=128

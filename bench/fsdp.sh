@@ -19,23 +19,11 @@ STEPS=${FSDP_STEPS:-200}
 REPEAT=${FSDP_REPEAT:-2}
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_blas_env
-T=$(mktemp -d /tmp/mt-bench-fsdp.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$T"
-}
-trap cleanup EXIT
+bench_workdir fsdp
 echo "FSDP vs replicated, 2 workers x 2 devices (batch=4), $STEPS steps, $REPEAT rounds;" \
     "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-"$BUILD/meshtrain-coordinator" --state-dir "$T/state" --listen tcp://127.0.0.1:0 \
-    --http 127.0.0.1:0 --heartbeat-ms 200 2>"$T/coord.log" &
-PIDS+=($!)
-for _ in $(seq 100); do [ -s "$T/state/endpoints.json" ] && break; sleep 0.1; done
-URL=$(sed 's/.*"rpc": "\([^"]*\)".*/\1/' "$T/state/endpoints.json")
-mt() { "$BUILD/meshtrain" --coordinator "$URL" "$@"; }
+bench_coordinator "$BUILD"
 WPIDS=()
 workers() { # fresh workers: 2 x 2 devices
     for p in "${WPIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
@@ -46,12 +34,7 @@ workers() { # fresh workers: 2 x 2 devices
         WPIDS+=($!)
         PIDS+=($!)
     done
-    for _ in $(seq 200); do
-        [ "$(mt workers --state alive --json | grep -c '"worker_id"')" = 2 ] && return 0
-        sleep 0.1
-    done
-    echo "workers did not register" >&2
-    exit 1
+    bench_wait_workers 2
 }
 rss() { # the larger RSS of the two workers now, MiB
     local m=0 v

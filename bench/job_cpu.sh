@@ -14,20 +14,8 @@ EX=$2 STEPS=$3 MESH=$4 NW=$5 DEV=$6
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_blas_env
-T=$(mktemp -d /tmp/mt-bench-cpu.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$T"
-}
-trap cleanup EXIT
-"$B/meshtrain-coordinator" --state-dir "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
-    --heartbeat-ms 200 2>"$T/coord.log" &
-PIDS+=($!)
-for _ in $(seq 100); do [ -s "$T/state/endpoints.json" ] && break; sleep 0.1; done
-URL=$(sed 's/.*"rpc": "\([^"]*\)".*/\1/' "$T/state/endpoints.json")
-mt() { "$B/meshtrain" --coordinator "$URL" "$@"; }
+bench_workdir cpu
+bench_coordinator "$B"
 for i in $(seq "$NW"); do
     "$B/meshtrain-worker" --coordinator "$URL" --devices "$DEV" --name "c$i" \
         --data-root /usr/share/datasets ${JOB_DATA_DIR:+--data-root "$JOB_DATA_DIR"} \

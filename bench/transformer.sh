@@ -42,14 +42,8 @@ if [[ $ROWS == *torch* ]] && ! $PY -c 'import torch' 2>/dev/null; then
     apt-get install -y -q python3-torch >/dev/null
 fi
 bash "$SRC/deploy/fetch-corpus.sh" "$SRC/examples/data" >/dev/null
-T=$(mktemp -d /tmp/mt-bench-transformer.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$T"
-}
-trap cleanup EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_workdir transformer
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 TP='{"qkv_.*kernel":["unsharded","model"],"fc_.*kernel":["unsharded","model"],"fc_.*bias":["model"],"proj_.*kernel":["model","unsharded"],"out_.*kernel":["model","unsharded"]}'
 
@@ -167,12 +161,7 @@ fi
 [[ $ROWS == *scaling* ]] || exit 0
 
 # -- scaling: jobs on a local cluster, fresh workers of one device per row ----------------------
-"$BUILD/meshtrain-coordinator" --state-dir "$T/state" --listen tcp://127.0.0.1:0 \
-    --http 127.0.0.1:0 --heartbeat-ms 200 2>"$T/coord.log" &
-PIDS+=($!)
-for _ in $(seq 100); do [ -s "$T/state/endpoints.json" ] && break; sleep 0.1; done
-URL=$(sed 's/.*"rpc": "\([^"]*\)".*/\1/' "$T/state/endpoints.json")
-mt() { "$BUILD/meshtrain" --coordinator "$URL" "$@"; }
+bench_coordinator "$BUILD"
 WPIDS=() MURLS=()
 HZ=$(getconf CLK_TCK)
 workers() { # N: fresh workers of 1 device, their /metrics URLs in MURLS
@@ -189,12 +178,7 @@ workers() { # N: fresh workers of 1 device, their /metrics URLs in MURLS
         for _ in $(seq 100); do grep -q 'metrics on http' "$T/w$i.log" && break; sleep 0.1; done
         MURLS+=("$(grep -o 'http://[0-9.:]*/metrics' "$T/w$i.log" | head -n 1)")
     done
-    for _ in $(seq 200); do
-        [ "$(mt workers --state alive --json | grep -c '"worker_id"')" = "$1" ] && return 0
-        sleep 0.1
-    done
-    echo "workers did not register" >&2
-    exit 1
+    bench_wait_workers "$1"
 }
 sample() { # per worker: steps step_seconds_sum collective_seconds_sum utime stime (ticks)
     local i
