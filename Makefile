@@ -82,8 +82,9 @@ deb: deps
 	packaging/deb/build-debs.sh $(DEB_BUILD) $(DEB_OUT)
 
 # every bench/*.sh that takes [BUILD_DIR] alone: not lib.sh (sourced by the others), the A/B
-# scripts and job_cpu.sh (they take two builds or a job), nor char_lm_convergence.sh (hours)
-BENCH_SKIP := lib.sh ab_e2e.sh ab_instr.sh ab_jobs.sh job_cpu.sh char_lm_convergence.sh
+# scripts and seq_balance.sh (they take two builds), job_cpu.sh (a job), nor char_lm_convergence.sh (hours)
+BENCH_SKIP := lib.sh ab_e2e.sh ab_instr.sh ab_jobs.sh ab_local.sh seq_balance.sh job_cpu.sh \
+	char_lm_convergence.sh
 bench: build
 	@for b in bench/*.sh; do case " $(BENCH_SKIP) " in *" $${b#bench/} "*) continue ;; esac; \
 	    echo "== $$b"; bash $$b $(BUILD) || exit 1; done
