@@ -176,60 +176,43 @@ if want coordsubmit; then
     finish "coordinator kill -9 after submit" - "$REC"
 fi
 
-# ---- the coordinator's checkpoint directory full, freed after two skipped checkpoints
-if want coorddisk; then
-    if mkdir -p "$T/full/checkpoints" && mount -t tmpfs -o size=8m tmpfs "$T/full/checkpoints" 2>/dev/null; then
-        trap 'rc=$?; umount "$T/full/checkpoints" 2>/dev/null || true; (exit $rc); cleanup' EXIT
-        dd if=/dev/zero of="$T/full/checkpoints/filler" bs=64k count=1000 2>/dev/null || true
-        S=$T/full
-        coordinator coord_full "$S" --listen tcp://127.0.0.1:0 "${HB[@]}"
-        worker wa
-        worker wb
-        wait_for 20 "two workers" alive 2
-        JOB=$(mt submit "$T/job.json")
-        until_ 60 past 0
-        T0=$(now)
-        noted() { st | jq -e '.reason | test("skipped")'; }
-        until_ 120 noted
-        DET=$(since "$T0")
-        rm -f "$S/checkpoints/filler"
-        stored() { [ "$(mt checkpoints --json "$JOB" | jq '[.checkpoints[] | select(.complete)] | length')" -ge 1 ]; }
-        until_ 120 stored
-        REC=$(since "$T0")
-        finish "coordinator disk full" "$DET" "$REC"
-        umount "$T/full/checkpoints" 2>/dev/null || true
-    else
-        printf '%-34s skipped (mounting a tmpfs needs root)\n' "coordinator disk full"
+# disk_full NAME FULL STATE WORKER_TMPDIR NOTED: FULL (a directory) mounted as an 8 MiB tmpfs and
+# filled; a coordinator on STATE and two workers (TMPDIR=WORKER_TMPDIR when not empty) run the
+# job; detect = until the status passes the jq test NOTED, then the filler goes and recover =
+# until a checkpoint is stored. Mounting needs root, else the row is skipped.
+disk_full() {
+    local name=$1 full=$2 wtmp=${4:-${TMPDIR:-/tmp}} noted_q=$5
+    S=$3
+    if ! { mkdir -p "$full" "$S" && mount -t tmpfs -o size=8m tmpfs "$full" 2>/dev/null; }; then
+        printf '%-34s skipped (mounting a tmpfs needs root)\n' "$name"
+        return 0
     fi
-fi
+    trap 'rc=$?; umount "'"$full"'" 2>/dev/null || true; (exit $rc); cleanup' EXIT
+    dd if=/dev/zero of="$full/filler" bs=64k count=1000 2>/dev/null || true
+    coordinator "coord_${name// /_}" "$S" --listen tcp://127.0.0.1:0 "${HB[@]}"
+    TMPDIR=$wtmp worker wa
+    TMPDIR=$wtmp worker wb
+    wait_for 20 "two workers" alive 2
+    JOB=$(mt submit "$T/job.json")
+    until_ 60 past 0
+    T0=$(now)
+    noted() { st | jq -e "$noted_q"; }
+    until_ 120 noted
+    DET=$(since "$T0")
+    rm -f "$full/filler"
+    stored() { [ "$(mt checkpoints --json "$JOB" | jq '[.checkpoints[] | select(.complete)] | length')" -ge 1 ]; }
+    until_ 120 stored
+    REC=$(since "$T0")
+    finish "$name" "$DET" "$REC"
+    umount "$full" 2>/dev/null || true
+}
 
+# ---- the coordinator's checkpoint directory full, freed after two skipped checkpoints
+want coorddisk && disk_full "coordinator disk full" "$T/full/checkpoints" "$T/full" "" \
+    '.reason | test("skipped")'
 # ---- a worker's own checkpoint directory (its TMPDIR) full, freed after a skipped checkpoint
-if want workerdisk; then
-    if mkdir -p "$T/wfull" && mount -t tmpfs -o size=8m tmpfs "$T/wfull" 2>/dev/null; then
-        trap 'rc=$?; umount "$T/wfull" 2>/dev/null || true; (exit $rc); cleanup' EXIT
-        dd if=/dev/zero of="$T/wfull/filler" bs=64k count=1000 2>/dev/null || true
-        S=$T/wfull-state
-        mkdir -p "$S"
-        coordinator coord_wfull "$S" --listen tcp://127.0.0.1:0 "${HB[@]}"
-        TMPDIR=$T/wfull worker wa
-        TMPDIR=$T/wfull worker wb
-        wait_for 20 "two workers" alive 2
-        JOB=$(mt submit "$T/job.json")
-        until_ 60 past 0
-        T0=$(now)
-        noted() { st | jq -e '[.latest_metrics[] | select(.name == "checkpoint_skipped")] | length > 0'; }
-        until_ 120 noted
-        DET=$(since "$T0")
-        rm -f "$T/wfull/filler"
-        stored() { [ "$(mt checkpoints --json "$JOB" | jq '[.checkpoints[] | select(.complete)] | length')" -ge 1 ]; }
-        until_ 120 stored
-        REC=$(since "$T0")
-        finish "worker disk full" "$DET" "$REC"
-        umount "$T/wfull" 2>/dev/null || true
-    else
-        printf '%-34s skipped (mounting a tmpfs needs root)\n' "worker disk full"
-    fi
-fi
+want workerdisk && disk_full "worker disk full" "$T/wfull" "$T/wfull-state" "$T/wfull" \
+    '[.latest_metrics[] | select(.name == "checkpoint_skipped")] | length > 0'
 
 # ---- a partition between the two workers: their data link down, both still reach the
 # coordinator; brought up again once the job restarted naming the link
