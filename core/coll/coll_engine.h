@@ -120,10 +120,11 @@ mt_code coll__recv_frame(coll_call *x, const coll_xchg *t, float *rbuf);
  * The host window (the engine's host-local fast path): one shared-memory segment every member
  * of the group maps, two buffers of one slot per member, used in chunks of at most one slot.
  * Offered for an allreduce over 3 to COLL_WIN_MAX members that are each the only rank of their
- * process, all on this host with shared memory on (opts.window AUTO); made at the group's first
- * such call (one round of frames among the members: either every member maps it or none uses
- * it, so the choice is the same everywhere) and kept for the world's life, dropped when a call
- * on it fails. *ok false: run without it. *slot_floats: the chunk size.
+ * process, all on one host (their rank table addresses name one host) with shared memory on
+ * (opts.window AUTO); made at the group's first such call (one round of frames among the
+ * members: either every member maps it or none uses it, so the choice is the same everywhere)
+ * and kept for the world's life, dropped when a call on it fails. *ok false: run without it.
+ * *slot_floats: the chunk size.
  */
 #define COLL_WIN_MAX 64
 mt_code coll__win_open(coll_call *x, bool *ok, size_t *slot_floats);

@@ -2239,14 +2239,43 @@ static mt_code win_setup(coll_ctx *x, struct coll_wins *ws, win_ent **out)
     return MT_OK;
 }
 
+/* The host a rank table address names: HOST of tcp://HOST:PORT (*len bytes), or NULL for a
+ * local socket path (ipc://, shm://: this host). */
+static const char *addr_host(const char *addr, size_t *len)
+{
+    if (strncmp(addr, "tcp://", 6) != 0) {
+        *len = 0;
+        return NULL;
+    }
+    const char *h = addr + 6, *colon = strrchr(h, ':');
+    *len = colon != NULL ? (size_t)(colon - h) : strlen(h);
+    return h;
+}
+
+/* Every member's address names the same host: the rank table says so, the same on every member
+ * (members on several hosts then never set a window up, nor connect to every other member). */
+static bool win_one_host(const coll_ctx *x)
+{
+    const mt_coll_world *w = x->c->w;
+    size_t l0, l;
+    const char *h0 = addr_host(rank_addr(w, x->g->ranks[0]), &l0);
+    for (int i = 1; i < x->v.p; i++) {
+        const char *h = addr_host(rank_addr(w, x->g->ranks[i]), &l);
+        if ((h == NULL) != (h0 == NULL) || l != l0 || (h != NULL && strncmp(h, h0, l) != 0))
+            return false;
+    }
+    return true;
+}
+
 mt_code coll__win_open(coll_call *v, bool *ok, size_t *slot_floats)
 {
     coll_ctx *x = ctx_of(v);
     mt_coll_comm *c = x->c;
     win_ent *e;
     *ok = false;
-    /* the same on every member: the operation, the group and the rank table */
-    if (x->v.op != COLL_OP_ALLREDUCE || x->v.p < 3 || x->v.p > COLL_WIN_MAX || !coll__sole_ranks(v))
+    /* the same on every member: the operation, the group and the rank table (one host) */
+    if (x->v.op != COLL_OP_ALLREDUCE || x->v.p < 3 || x->v.p > COLL_WIN_MAX ||
+        !coll__sole_ranks(v) || !win_one_host(x))
         return MT_OK;
     if (c->wins == NULL) {
         c->wins = mt_calloc(1, sizeof(*c->wins));
