@@ -22,7 +22,8 @@
  * The shared-memory suite runs once more on 8 endpoints of one rank each (shm_window): every
  * group of 3 or more then takes its large allreduces through a host window (coll_engine.h
  * coll__win_open; counted from the log line its set-up writes), the size mismatch fails at a
- * window's tag check and the late member waits at its barrier; no segment is left in /dev/shm.
+ * window's tag check and the late member waits at its barrier; no segment is left in /dev/shm
+ * (the other collectives and the 64 MiB pair take no window: left to shm_chosen).
  * Tests for the guarantees of one transport only stay in test_coll.c.
  */
 #include "mt_test.h"
@@ -362,7 +363,8 @@ static void conformance(const transport *t)
             free_jobs(jobs, p);
         }
     }
-    for (int p = 3; p <= NR; p += NR - 3) {
+    /* (the other collectives and the 64 MiB pair take no window: shm_chosen covers them) */
+    for (int p = 3; p <= NR && t->ends != NR; p += NR - 3) {
         for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
             for (size_t n = 1; n <= 65537; n += 65536) {
                 run_group(&s, p, ops[k], n, NULL, NULL, 20000, -1, 0, jobs);
@@ -376,9 +378,11 @@ static void conformance(const transport *t)
     for (int op = 0; op < FWD_CANCEL && s.fwd != NULL; op++)
         assert_true(s.fwd->calls[op] > 0); /* every collective went through the table */
     size_t big = (64u << 20) / sizeof(float);
-    run_group(&s, 2, OP_ALLREDUCE, big, NULL, NULL, 60000, -1, 0, jobs);
-    expect_exact(jobs, 2, OP_ALLREDUCE, big);
-    free_jobs(jobs, 2);
+    if (t->ends != NR) {
+        run_group(&s, 2, OP_ALLREDUCE, big, NULL, NULL, 60000, -1, 0, jobs);
+        expect_exact(jobs, 2, OP_ALLREDUCE, big);
+        free_jobs(jobs, 2);
+    }
 
     size_t ns[NR] = {70000, 70000, 70001, 70000};
     run_group(&s, 4, OP_ALLREDUCE, 0, NULL, ns, 5000, -1, 0, jobs); /* mismatched size */
