@@ -7,10 +7,12 @@
 # invariant/fixed (< 1: the mode is slower), with the load average beside each row. With
 # OLD_BUILD, also fixed_mesh on that build in the same rounds and fixed/old (the default mode's
 # speed A/B of a change). Never run by ctest; about a minute on 2 idle cores (1.5 with OLD_BUILD).
+# MI_SCALE=N runs N times the steps (the 1-device MLP runs are tens of ms at N = 1).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$SRC/build}" && pwd)
 R=${2:-3}
+SCALE=${MI_SCALE:-1} # MI_SCALE=N: N times the steps per run (fewer startup effects)
 OLD=${3:+$(cd "$3" && pwd)}
 W=$(mktemp -d /tmp/mt-bench-inv.XXXXXX)
 trap 'rm -rf "$W"' EXIT
@@ -39,7 +41,7 @@ PY
 
 # speed NAME MODE DEVICES STEPS [BUILD]: examples/s of the run's final line
 speed() {
-    (cd "$W" && "${5:-$BUILD}/meshtrain" train --local "$1-$2.json" --mesh "batch=$3" --steps "$4" \
+    (cd "$W" && "${5:-$BUILD}/meshtrain" train --local "$1-$2.json" --mesh "batch=$3" --steps "$(($4 * SCALE))" \
         --json 2>/dev/null | tail -1 | sed 's/.*"examples_per_sec":\([0-9.e+-]*\).*/\1/')
 }
 

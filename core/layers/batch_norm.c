@@ -9,6 +9,8 @@
  * backward: sum dy and sum dy·xhat) are allreduced over the batch dim, so every replica
  * normalises with the global statistics; with height bands over hx they are summed over hx too
  * (and gamma, beta's gradients with them). Sums are accumulated in double (mt_bn_sum).
+ * mesh_invariant: per batch leaf and height leaf (core/repro's mt_repro_bn_sums_h), the bands'
+ * allreduce once per batch leaf inside (docs/reproducibility.md, "Height leaves").
  * Reference: mt_bn_normalize_ref / mt_bn_backward_dx_ref (core/tensor/mt_kernels_ref.c).
  */
 #include <string.h>
@@ -69,6 +71,26 @@ static mt_code allreduce_rows(const mt_layer *l, const mt_layer_dev *dev, float 
     return rc == MT_OK ? dev->allreduce(dev->ctx, l->hx, buf, c) : rc;
 }
 
+/* mesh_invariant: an image's rows in height leaves (mt_layer__hleaves; other inputs: one leaf). */
+static const mt_repro_bands *hleaves(mt_layer_hleaves *hv, const mt_layer *l,
+                                     const mt_layer_dev *dev, const mt_layer_pass *ps, size_t c)
+{
+    return mt_layer__hleaves(hv, l, dev, ps, l->in_rank == 3 ? l->in_shape[0] : 0,
+                             mt_layer__in_rows_loc(l, c));
+}
+
+/* mesh_invariant: the forward's sums (x; (x - mean)^2 with mean) per batch leaf and height leaf,
+ * folded in the leaf trees (the bands' allreduce inside), then summed over the batch dim. */
+static mt_code inv_sums(const mt_layer *l, const mt_layer_dev *dev, const mt_layer_pass *ps,
+                        float *out, const float *x, const float *mean, size_t rows, size_t c)
+{
+    mt_layer_hleaves hv;
+    mt_code rc = mt_repro_bn_sums_h(out, NULL, x, NULL, mean, rows,
+                                    ps->leaf_examples * mt_layer__in_rows_loc(l, c), ps->leaves, c,
+                                    hleaves(&hv, l, dev, ps, c), ps->acc_w);
+    return rc == MT_OK ? dev->allreduce(dev->ctx, dev->bdim, out, c) : rc;
+}
+
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
                      mt_layer_alloc *a, mt_err *err)
 {
@@ -94,21 +116,23 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
                                                           st->pv[BETA], rows, c);
         return MT_OK;
     }
-    if (ps->leaves > 0) /* mesh_invariant: per leaf, folded in the leaf tree */
-        mt_repro_bn_sum(mean, st->in, rows, ps->leaf_examples * l->in_rows, ps->leaves, c,
-                        ps->acc_w);
-    else
+    if (ps->leaves > 0) /* mesh_invariant: per leaf, folded in the leaf trees */
+        rc = inv_sums(l, dev, ps, mean, st->in, NULL, rows, c);
+    else {
         mt_bn_sum(mean, st->in, rows, c);
-    if ((rc = allreduce_rows(l, dev, mean, c)) != MT_OK)
+        rc = allreduce_rows(l, dev, mean, c);
+    }
+    if (rc != MT_OK)
         return rc;
     for (size_t j = 0; j < c; j++)
         mean[j] *= inv_m;
     if (ps->leaves > 0)
-        mt_repro_bn_sqdev(var, st->in, mean, rows, ps->leaf_examples * l->in_rows, ps->leaves, c,
-                          ps->acc_w);
-    else
+        rc = inv_sums(l, dev, ps, var, st->in, mean, rows, c);
+    else {
         mt_bn_sqdev(var, st->in, mean, rows, c);
-    if ((rc = allreduce_rows(l, dev, var, c)) != MT_OK)
+        rc = allreduce_rows(l, dev, var, c);
+    }
+    if (rc != MT_OK)
         return rc;
     for (size_t j = 0; j < c; j++)
         var[j] *= inv_m;
@@ -131,13 +155,17 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     mt_code rc;
 
     *dx = st->dx_buf;
-    if (ps->leaves > 0)
-        mt_repro_bn_grad_sums(sdy, sdyh, dy, st->scr[XHAT], rows, ps->leaf_examples * l->in_rows,
-                              ps->leaves, c, ps->acc_w);
-    else
+    if (ps->leaves > 0) { /* mesh_invariant: summed over the bands per batch leaf inside */
+        mt_layer_hleaves hv;
+        rc = mt_repro_bn_sums_h(sdy, sdyh, dy, st->scr[XHAT], NULL, rows,
+                                ps->leaf_examples * mt_layer__in_rows_loc(l, c), ps->leaves, c,
+                                hleaves(&hv, l, dev, ps, c), ps->acc_w);
+    } else {
         mt_bn_grad_sums(sdy, sdyh, dy, st->scr[XHAT], rows, c);
-    /* height bands: the sums over the bands are the gamma and beta gradients of the replica */
-    if ((rc = dev->allreduce(dev->ctx, l->hx, sdy, 2 * c)) != MT_OK)
+        /* height bands: the sums over the bands are the gamma and beta gradients of the replica */
+        rc = dev->allreduce(dev->ctx, l->hx, sdy, 2 * c);
+    }
+    if (rc != MT_OK)
         return rc;
     if (l->has[BETA]) /* local: reduced with the other gradients */
         memcpy(st->pg[BETA], sdy, c * sizeof(float));

@@ -16,7 +16,8 @@
  * Reference: mt_conv2d_forward_ref / mt_conv2d_backward_ref (core/tensor/mt_kernels_ref.c).
  * mesh_invariant (mt_layer_pass.leaves > 0): im2col and core/repro's canonical product instead of
  * OpenBLAS, the contraction in K-leaves of whole input channels (a filter or an input-channel
- * split keeps the bits: docs/reproducibility.md, points 5 and 6).
+ * split keeps the bits: docs/reproducibility.md, points 5 and 6); dW and db per batch leaf and
+ * height leaf of the output rows, and on height bands dx from a halo of dy (inv_band_backward).
  */
 #include <string.h>
 
@@ -76,6 +77,85 @@ static mt_conv2d_geom geom(const mt_layer *l, size_t batch, size_t kin_size, siz
 static mt_conv2d_geom dev_geom(const mt_layer *l, size_t batch, const mt_layer_dev *dev)
 {
     return geom(l, batch, mt_layer__dsz(dev, l->kin), mt_layer__dsz(dev, l->kout));
+}
+
+/* mesh_invariant: the K-leaves of whole input channels this device holds (mt_repro.h). */
+static int inv_lc(const mt_layer *l, const mt_layer_dev *dev)
+{
+    return mt_repro_leaves(l->in_c) / (int)mt_layer__dsz(dev, l->kin);
+}
+
+/*
+ * mesh_invariant on height bands (docs/reproducibility.md, "Height leaves"): the output rows
+ * [*lo, *hi) whose windows read input band j of p (clipped to the image): dy's rows a band
+ * needs to run col2im over its own pixels in the whole image's order.
+ */
+static void dy_reach(const mt_layer *l, size_t p, size_t j, long *lo, long *hi)
+{
+    mt_conv2d_geom g = geom(l, 0, 1, 1);
+    long h = (long)(l->in_shape[0] / p), sh = (long)(l->s.sh ? l->s.sh : 1);
+    long pt = (long)mt_conv2d_pad_top(&g), oh = (long)l->out_shape[0];
+    long a = (long)j * h + pt - (long)l->s.kh + 1, b = ((long)j + 1) * h - 1 + pt;
+
+    *lo = a <= 0 ? 0 : (a + sh - 1) / sh;
+    *hi = b < 0 ? 0 : b / sh + 1;
+    *hi = *hi < oh ? *hi : oh;
+    *hi = *hi > *lo ? *hi : *lo;
+}
+
+/* The halo of dy (OH rows in bands of OH / p, OW columns, the filters) that band k gathers:
+ * rows [g0, g0 + he) (dy_reach). A window reading only its neighbours' input rows (checked at
+ * plan) gives input bands reached only by their neighbours' output rows. */
+static mt_code dy_halo(const mt_layer *l, size_t p, size_t k, mt_layer_halo *hl, mt_err *err)
+{
+    size_t ob = l->out_shape[0] / p;
+
+    memset(hl, 0, sizeof(*hl));
+    hl->dim = l->hx;
+    hl->p = p;
+    hl->k = k;
+    hl->hh = l->out_shape[0];
+    hl->h = ob;
+    hl->w = hl->we = l->out_shape[1];
+    hl->c = l->s.filters;
+    for (size_t j = 0; j < p; j++) {
+        long lo, hi, up = (long)(j * ob), down = up + (long)ob;
+        dy_reach(l, p, j, &lo, &hi);
+        if (lo < up - (long)ob || hi > down + (long)ob)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "model.layers[%d] (%s): input band %zu takes gradients from output "
+                              "rows %ld-%ld, beyond its neighbours' %zu-row bands",
+                              l->idx, l->s.name, j, lo, hi - 1, ob);
+        if (up - lo > (long)hl->bot)
+            hl->bot = (size_t)(up - lo);
+        if (hi - down > (long)hl->top)
+            hl->top = (size_t)(hi - down);
+        if (j == k) {
+            hl->g0 = lo;
+            hl->he = (size_t)(hi - lo);
+        }
+    }
+    return MT_OK;
+}
+
+/* mesh_invariant on bands: the work area of the backward's dy halo for b examples (the blocks
+ * sent and gathered, dy's extended band, its dcols), the most any band needs. */
+static mt_code dy_work(const mt_layer *l, size_t b, const mt_layer_dev *dev, mt_layer_alloc *a,
+                       mt_err *err)
+{
+    size_t p = mt_layer__dsz(dev, l->hx), he = 0, send = 0;
+    size_t row = l->out_shape[1] * (l->s.filters + l->s.kh * l->s.kw * l->in_c);
+
+    for (size_t j = 0; j < p; j++) {
+        mt_layer_halo hl;
+        mt_code rc = dy_halo(l, p, j, &hl, err);
+        if (rc != MT_OK)
+            return rc;
+        he = hl.he > he ? hl.he : he;
+        send = mt_layer__halo_send_size(&hl, b);
+    }
+    mt_layer_work(a, (p + 1) * send + b * he * row);
+    return MT_OK;
 }
 
 /*
@@ -143,6 +223,8 @@ static mt_code band_alloc(const mt_layer *l, mt_layer_state *st, size_t b, const
         rc = mt_layer_buf(a, l, &st->scr[COLS], mt_conv2d_cols_size(&g), sizeof(float), err);
     if (rc == MT_OK && !mt_layer__reads_input(l))
         rc = mt_layer_buf(a, l, &st->scr[DCOLS], mt_conv2d_cols_size(&g), sizeof(float), err);
+    if (rc == MT_OK && a->invariant && !mt_layer__reads_input(l))
+        rc = dy_work(l, b, dev, a, err);
     return rc;
 }
 
@@ -164,7 +246,10 @@ static mt_code band_forward(const mt_layer *l, mt_layer_state *st, const mt_laye
         return rc;
     g = band_geom(l, &hl, ps->batch, dev);
     st->used = st->xin;
-    if (ps->ref)
+    if (ps->leaves > 0) /* mesh_invariant: each output element's chain as on one device */
+        mt_repro_conv2d_forward(st->out, st->scr[COLS], ps->scratch, st->used, st->pv[KERNEL],
+                                l->kin < 0 ? bias : NULL, &g, inv_lc(l, dev));
+    else if (ps->ref)
         mt_conv2d_forward_ref(st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, &g);
     else
         mt_conv2d_forward(st->out, st->scr[COLS], st->used, st->pv[KERNEL],
@@ -172,6 +257,47 @@ static mt_code band_forward(const mt_layer *l, mt_layer_state *st, const mt_laye
     if (l->kin < 0)
         return MT_OK;
     return mt_layer__kin_finish(l, st, dev, ps->batch * band_rows(l, dev, true), g.f, bias);
+}
+
+/*
+ * mesh_invariant on bands (no channel split: refused at plan): dW and db per batch leaf and
+ * height leaf of the output rows, the bands' allreduce once per batch leaf (core/repro's
+ * mt_repro_conv2d_wgrad). dx keeps col2im's chain: the band gathers its neighbours' rows of dy
+ * whose windows read its pixels (dy_halo), computes their dcols and sums its own pixels' entries
+ * in the whole image's order (mt_repro_conv2d_col2im_band), so nothing is sent back.
+ */
+static mt_code inv_band_backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                                 const mt_layer_pass *ps, const mt_conv2d_geom *g, float *dy)
+{
+    size_t p = mt_layer__dsz(dev, l->hx), k = (size_t)dev->coord(dev->ctx, l->hx);
+    size_t hb = l->in_shape[0] / p, ow = l->out_shape[1], send;
+    mt_conv2d_geom whole = geom(l, ps->batch, 1, 1);
+    mt_layer_hleaves hv;
+    mt_layer_halo dh;
+    mt_repro_rows rw;
+    float *recv, *dyx, *dcx;
+    mt_code rc = mt_repro_conv2d_wgrad(
+        st->pg[KERNEL], st->pg[BIAS], ps->scratch, dy, st->scr[COLS], g, inv_lc(l, dev),
+        ps->leaf_examples, ps->leaves,
+        mt_layer__hleaves(&hv, l, dev, ps, l->out_shape[0], band_rows(l, dev, true)), ps->acc_w,
+        ps->acc_b);
+
+    if (rc != MT_OK || st->dx_buf == NULL)
+        return rc;
+    if ((rc = dy_halo(l, p, k, &dh, ps->err)) != MT_OK)
+        return rc;
+    send = mt_layer__halo_send_size(&dh, ps->batch);
+    recv = ps->work + send;
+    dyx = recv + p * send;
+    dcx = dyx + ps->batch * dh.he * ow * whole.f;
+    rc = mt_layer__halo_forward(&dh, dev, dy, ps->batch, ps->work, recv, dyx);
+    if (rc != MT_OK)
+        return rc;
+    mt_repro_conv2d_dcols(dcx, ps->scratch, dyx, st->pv[KERNEL], &whole, inv_lc(l, dev),
+                          ps->batch * dh.he * ow, mt_repro_leaves(whole.f));
+    rw = (mt_repro_rows){(size_t)dh.g0, dh.he, k * hb, hb};
+    mt_repro_conv2d_col2im_band(st->dx_buf, dcx, &whole, inv_lc(l, dev), &rw);
+    return MT_OK;
 }
 
 /* The kernel and bias gradients are partial sums over the bands: summed over the height dim
@@ -192,6 +318,8 @@ static mt_code band_backward(const mt_layer *l, mt_layer_state *st, const mt_lay
     g = band_geom(l, &hl, ps->batch, dev);
     kn = l->s.kh * l->s.kw * g.c * g.f;
     *dx = st->dx_buf;
+    if (ps->leaves > 0)
+        return inv_band_backward(l, st, dev, ps, &g, dy);
     if (ps->ref)
         mt_conv2d_backward_ref(dext, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL],
                                &g);
@@ -294,12 +422,6 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
     return rc;
 }
 
-/* mesh_invariant: the K-leaves of whole input channels this device holds (mt_repro.h). */
-static int inv_lc(const mt_layer *l, const mt_layer_dev *dev)
-{
-    return mt_repro_leaves(l->in_c) / (int)mt_layer__dsz(dev, l->kin);
-}
-
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
@@ -341,14 +463,19 @@ static mt_code inv_backward(const mt_layer *l, mt_layer_state *st, const mt_laye
                             const mt_layer_pass *ps, const mt_conv2d_geom *g, float *dy, float *dxk)
 {
     float *dcols = dxk != NULL ? st->scr[DCOLS] : NULL;
+    mt_layer_hleaves hv;
     mt_code rc;
 
-    mt_repro_conv2d_backward(dcols, st->pg[KERNEL], st->pg[BIAS], ps->scratch, dy, st->scr[COLS],
-                             st->pv[KERNEL], g, inv_lc(l, dev), ps->leaf_examples, ps->leaves,
-                             mt_repro_leaves(l->s.filters) / (int)mt_layer__dsz(dev, l->kout),
-                             ps->acc_w, ps->acc_b);
-    if (dxk == NULL)
-        return MT_OK;
+    if (dcols != NULL)
+        mt_repro_conv2d_dcols(dcols, ps->scratch, dy, st->pv[KERNEL], g, inv_lc(l, dev),
+                              ps->batch * l->out_rows,
+                              mt_repro_leaves(l->s.filters) / (int)mt_layer__dsz(dev, l->kout));
+    rc = mt_repro_conv2d_wgrad(st->pg[KERNEL], st->pg[BIAS], ps->scratch, dy, st->scr[COLS], g,
+                               inv_lc(l, dev), ps->leaf_examples, ps->leaves,
+                               mt_layer__hleaves(&hv, l, dev, ps, l->out_shape[0], l->out_rows),
+                               ps->acc_w, ps->acc_b);
+    if (rc != MT_OK || dxk == NULL)
+        return rc;
     rc = dev->allreduce(dev->ctx, l->kout, dcols, mt_conv2d_cols_size(g));
     if (rc != MT_OK)
         return rc;

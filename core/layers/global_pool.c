@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "layers/layers_int.h"
+#include "repro/mt_repro.h"
 
 static const char *const keys[] = {NULL};
 
@@ -32,10 +33,32 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
     return mt_layer__io(l, st, b, a, err);
 }
 
+/*
+ * mesh_invariant with Lh = mt_repro_leaves(H) > 1 height leaves: each example's channel sums
+ * per height leaf (double in row order, rounded), folded in the canonical tree (a band's leaves
+ * here, the bands' by the allreduce over hx), then divided by H x W (docs/reproducibility.md,
+ * "Height leaves"). With one leaf (no bands then) the sum as without the mode.
+ */
+static mt_code inv_forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                           const mt_layer_pass *ps)
+{
+    size_t c = l->out_loc, n = ps->batch * c;
+    int lh = mt_repro_leaves(l->in_shape[0]) / (int)mt_layer__dsz(dev, l->hx);
+    mt_code rc;
+
+    mt_repro_pool_sums(st->out, st->in, ps->batch, mt_layer__in_rows_loc(l, c), c, lh);
+    rc = dev->allreduce(dev->ctx, l->hx, st->out, n);
+    for (size_t i = 0; i < n; i++)
+        st->out[i] = st->out[i] / (float)l->in_rows;
+    return rc;
+}
+
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
     size_t hw = l->in_rows, c = l->out_loc, rl = mt_layer__in_rows_loc(l, c);
+    if (ps->leaves > 0 && mt_repro_leaves(l->in_shape[0]) > 1)
+        return inv_forward(l, st, dev, ps);
     for (size_t b = 0; b < ps->batch; b++)
         for (size_t j = 0; j < c; j++) {
             const float *x = st->in + b * rl * c + j;

@@ -255,3 +255,27 @@ mt_code mt_layer__halo_backward(const mt_layer_halo *hl, const mt_layer_dev *dev
     }
     return MT_OK;
 }
+
+/* ------------------------------------------------------------------ mesh_invariant */
+
+static mt_code hleaves_reduce(void *ctx, float *buf, size_t n)
+{
+    const mt_layer_hleaves *h = ctx;
+    return h->dev->allreduce(h->dev->ctx, h->dim, buf, n);
+}
+
+const mt_repro_bands *mt_layer__hleaves(mt_layer_hleaves *h, const mt_layer *l,
+                                        const mt_layer_dev *dev, const mt_layer_pass *ps,
+                                        size_t height, size_t rows_loc)
+{
+    int lh = (height > 0 ? mt_repro_leaves(height) : 1) / (int)mt_layer__dsz(dev, l->hx);
+
+    h->dev = dev;
+    h->dim = l->hx;
+    h->b.lh = lh > 0 ? lh : 1; /* a band count not dividing Lh is refused at plan */
+    h->b.hrows = rows_loc;
+    h->b.reduce = mt_layer__dsz(dev, l->hx) > 1 ? hleaves_reduce : NULL;
+    h->b.ctx = h;
+    h->b.acc = ps->acc_h;
+    return &h->b;
+}

@@ -9,6 +9,7 @@
 
 #include "layers/mt_layer.h"
 #include "model/mt_model_fields.h"
+#include "repro/mt_repro.h"
 
 /* "<base>.<key>" into a local buffer named path. */
 #define MT_LAYER_PATH(path, base, key) snprintf((path), sizeof(path), "%s.%s", (base), (key))
@@ -184,6 +185,22 @@ mt_code mt_layer__halo_forward(const mt_layer_halo *hl, const mt_layer_dev *dev,
  * gradients of its rows that its neighbours borrowed (sent back over hl->dim). */
 mt_code mt_layer__halo_backward(const mt_layer_halo *hl, const mt_layer_dev *dev, const float *dext,
                                 size_t batch, float *send, float *recv, float *dx);
+
+/*
+ * mesh_invariant: the height leaves of a sum over the rows of an image `height` rows high (global;
+ * 0: not an image, one leaf) of which the device holds rows_loc rows per example (its band's
+ * image rows x columns): Lh = mt_repro_leaves(height) leaves over the bands of l->hx (each
+ * band's Lh / |hx| leaves folded, then the allreduce over hx). Filled into h (which the returned
+ * pointer lives in) for core/repro's kernels.
+ */
+typedef struct mt_layer_hleaves {
+    mt_repro_bands b;
+    const mt_layer_dev *dev;
+    int dim;
+} mt_layer_hleaves;
+const mt_repro_bands *mt_layer__hleaves(mt_layer_hleaves *h, const mt_layer *l,
+                                        const mt_layer_dev *dev, const mt_layer_pass *ps,
+                                        size_t height, size_t rows_loc);
 
 extern const mt_layer_ops mt_layer_dense_ops, mt_layer_conv2d_ops, mt_layer_max_pool2d_ops,
     mt_layer_flatten_ops, mt_layer_batch_norm_ops, mt_layer_dropout_ops, mt_layer_add_ops,

@@ -148,6 +148,9 @@ typedef struct mt_layer_pass {
     int leaves;
     size_t leaf_examples;
     struct mt_repro_acc *acc_w, *acc_b;
+    /* and the height leaves' accumulator (core/repro's mt_repro_bands: any count up to
+     * MT_REPRO_MAX_LEAVES, room for any parameter plus the widest row) */
+    struct mt_repro_acc *acc_h;
     float *scratch;
     /* The device's work area, shared by every layer: room for the largest mt_layer_work a layer
      * asked for. A layer uses it within one forward or backward call and keeps nothing in it
@@ -181,6 +184,8 @@ typedef struct mt_layer_alloc {
     size_t work;    /* floats of the shared work area the layers need (mt_layer_work): the engine
                        allocates it once per device after every state, and passes it to every
                        forward and backward call (mt_layer_pass.work) */
+    bool invariant; /* the engine runs mesh_invariant passes (mt_layer_pass.leaves > 0): a
+                       module reserves what its leaf kernels need */
 } mt_layer_alloc;
 
 /* *ptr = zeroed n * size bytes (or count them). RESOURCE_EXHAUSTED naming the layer. */

@@ -78,7 +78,8 @@ typedef struct mt_repro_acc {
     int size[8]; /* leaves summed in stack entry k */
 } mt_repro_acc;
 
-/* RESOURCE_EXHAUSTED when the buffers cannot be allocated; count is a power of two <= 128. */
+/* RESOURCE_EXHAUSTED when the buffers cannot be allocated; count is a power of two <= 128. A
+ * tree of fewer leaves (a power of two) after a reset is the canonical tree over those. */
 mt_code mt_repro_acc_init(mt_repro_acc *a, int count, size_t n, mt_err *err);
 /* Start a tree again (same count) for leaves of n floats (at most init's n), without freeing: a
  * push adds n floats, so a tree of a few sums costs a few additions, not init's n. */
@@ -105,6 +106,36 @@ void mt_repro_gemm(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
                    size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains);
 void mt_repro_gemm_ref(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
                        size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains);
+/* One chain per element continued from c's value: c[i*ldc + j] = fma chain over q < k of
+ * a(i, q) * b(q, j) starting from c[i*ldc + j] (k = 0 leaves c as is). A chain computed in
+ * several calls has the bits of one call over all of its terms (a float stored and loaded back
+ * changes no bit); both paths (AVX2, portable) give the same bits. */
+void mt_repro_gemm_more(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                        const float *b, size_t ldb, size_t m, size_t n, size_t k);
+
+/*
+ * Height leaves (docs/reproducibility.md, "Height leaves"): a sum over the rows of an image
+ * (conv2d's dW and db over its output rows, batch norm's sums, global average pooling's) is cut,
+ * within each batch leaf, into Lh = mt_repro_leaves(H) height leaves of H / Lh image rows each
+ * (H: the image's global height), each leaf one chain over its examples, then its rows; the
+ * height leaves of a batch leaf combine by the canonical tree, whose top is the allreduce over
+ * the dim splitting the height into bands (a band count must be a power of two dividing Lh),
+ * once per batch leaf; the batch leaves then combine as without bands. lh = Lh / bands leaves
+ * on this device, hrows its rows per example (the band's image rows x columns), reduce the
+ * bands' allreduce (NULL: none), acc the height leaves' accumulator (any count <= its init's).
+ */
+typedef struct mt_repro_bands {
+    int lh;
+    size_t hrows;
+    mt_code (*reduce)(void *ctx, float *buf, size_t n);
+    void *ctx;
+    struct mt_repro_acc *acc;
+} mt_repro_bands;
+
+/* INVALID_ARGUMENT unless `bands` (a dim's size) is a power of two dividing the height leaves of
+ * `rows` image rows, naming the layer, the dim and the sizes that keep the bits. */
+mt_code mt_repro_check_bands(int layer, const char *name, size_t rows, const char *dim, int bands,
+                             mt_err *err);
 
 /*
  * The dense layer's kernels (mesh_invariant) on a device's `leaves` leaves of `r` rows each (rows
@@ -147,6 +178,23 @@ void mt_repro_bn_sqdev(float *out, const float *x, const float *mean, size_t row
                        int leaves, size_t c, mt_repro_acc *acc);
 void mt_repro_bn_grad_sums(float *sum_dy, float *sum_dy_xhat, const float *dy, const float *xhat,
                            size_t rows, size_t r, int leaves, size_t c, mt_repro_acc *acc);
+
+/*
+ * Batch norm's sums with height leaves (hb): per batch leaf of r rows and per height leaf, one
+ * double sum per feature over the leaf's examples, then its rows, rounded to float; folded as
+ * mt_repro_bands says (the bands' allreduce inside, once per batch leaf), then over the
+ * device's leaves (acc: the batch leaves' accumulator). y given: out = the sums of x, out2 those
+ * of x * y (the backward's dy, dy * xhat); mean given: out = the sums of (x - mean)^2; else out =
+ * the sums of x. With one height leaf and no bands, the bits of mt_repro_bn_sum and its kin.
+ */
+mt_code mt_repro_bn_sums_h(float *out, float *out2, const float *x, const float *y,
+                           const float *mean, size_t rows, size_t r, int leaves, size_t c,
+                           const mt_repro_bands *hb, mt_repro_acc *acc);
+
+/* Global average pooling's sums: out[b * c + j] = the canonical tree over the lh height leaves of
+ * example b (hrows / lh rows each, summed in double in row order and rounded to float) of x's
+ * feature j; x holds batch examples of hrows rows of c features. */
+void mt_repro_pool_sums(float *out, const float *x, size_t batch, size_t hrows, size_t c, int lh);
 
 /*
  * layer_norm's per-row sums over its features: each row's kl K-leaves (c / kl consecutive
@@ -192,6 +240,32 @@ void mt_repro_conv2d_backward(float *dcols, float *dw, float *db, float *scr, co
                               size_t r, int leaves, int jl, mt_repro_acc *acc_w,
                               mt_repro_acc *acc_b);
 void mt_repro_conv2d_col2im(float *dx, const float *dcols, const mt_conv2d_geom *g, int lc);
+
+/* dcols (rows x KH KW C, K-leaf order) = dy (rows x the device's g->f filters) . w^T, the
+ * contraction in jl chains; scr as for mt_repro_conv2d_backward. */
+void mt_repro_conv2d_dcols(float *dcols, float *scr, const float *dy, const float *w,
+                           const mt_conv2d_geom *g, int lc, size_t rows, int jl);
+
+/* dw and db as mt_repro_conv2d_backward computes them, with height leaves (hb: the output rows'
+ * leaves, hb->hrows = the device's output rows x columns per example; NULL: one chain per batch
+ * leaf, the bits of mt_repro_conv2d_backward). The bands' allreduce runs inside. */
+mt_code mt_repro_conv2d_wgrad(float *dw, float *db, float *scr, const float *dy, const float *cols,
+                              const mt_conv2d_geom *g, int lc, size_t r, int leaves,
+                              const mt_repro_bands *hb, mt_repro_acc *acc_w, mt_repro_acc *acc_b);
+
+/*
+ * Height bands: the col2im of the input rows a band holds, each pixel's entries summed in the
+ * order of the whole image's col2im (output row, column, tap), so a band's dx has the bits of the
+ * same rows on one device. g: the whole image's geometry (its height, padding) for the device's
+ * g->batch examples; dcols holds rw->heo output rows per example from global output row rw->go
+ * (dy's rows gathered from the neighbours, times w^T: mt_repro_conv2d_dcols); dx the input rows
+ * [rw->y0, rw->y0 + rw->hb) of each example (overwritten).
+ */
+typedef struct mt_repro_rows {
+    size_t go, heo, y0, hb;
+} mt_repro_rows;
+void mt_repro_conv2d_col2im_band(float *dx, const float *dcols, const mt_conv2d_geom *g, int lc,
+                                 const mt_repro_rows *rw);
 
 /*
  * global_clipnorm under mesh_invariant: the exact sum of squares of float32 values, so the norm

@@ -203,13 +203,20 @@ void mt_repro_dense_forward(float *y, const float *x, const float *w, const floa
     mt_repro_gemm(y, out, x, in, 1, w, out, b, rows, out, in, kl);
 }
 
+/* out[j] += the sum over rows of a[i, j] in row order (float), for a (rows, cols): a chain
+ * continued from out. */
+static void col_more(float *out, const float *a, size_t rows, size_t cols)
+{
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            out[j] = out[j] + a[i * cols + j];
+}
+
 /* out[j] = the sum over rows of a[i, j] in row order (float), for a (rows, cols). */
 static void col_chain(float *out, const float *a, size_t rows, size_t cols)
 {
     memset(out, 0, cols * sizeof(float));
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < cols; j++)
-            out[j] = out[j] + a[i * cols + j];
+    col_more(out, a, rows, cols);
 }
 
 void mt_repro_dense_backward(float *dx, float *dw, float *db, float *wt, const float *dy,
@@ -247,19 +254,150 @@ void mt_repro_dense_backward(float *dx, float *dw, float *db, float *wt, const f
     wb_result(dw, db, acc_w, acc_b, in * out, out);
 }
 
-mt_code mt_repro_check_split(int layer, const char *name, int axis, size_t width, const char *dim,
-                             int f, mt_err *err)
+/* INVALID_ARGUMENT unless splitting n over dim (size f) keeps the bits: "model.layers[i] (name):
+ * ... needs mesh dimension 'dim' (size f), which <what>, to be a power of two dividing its
+ * <l> <leaves> (sizes that keep the bits: ...)". */
+static mt_code layer_split_check(int layer, const char *name, size_t n, const char *dim, int f,
+                                 const char *what, const char *leaves, mt_err *err)
 {
     int l;
     char sizes[64];
 
-    if (split_keeps(width, f, &l, sizes))
+    if (split_keeps(n, f, &l, sizes))
         return MT_OK;
     return mt_err_set(err, MT_INVALID_ARGUMENT,
                       "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" needs mesh "
-                      "dimension '%s' (size %d), which splits the kernel's axis %d (%zu wide), to "
-                      "be a power of two dividing its %d leaves (sizes that keep the bits: %s)",
-                      layer, name, dim, f, axis, width, l, sizes);
+                      "dimension '%s' (size %d), which %s, to be a power of two dividing its %d "
+                      "%s (sizes that keep the bits: %s)",
+                      layer, name, dim, f, what, l, leaves, sizes);
+}
+
+mt_code mt_repro_check_split(int layer, const char *name, int axis, size_t width, const char *dim,
+                             int f, mt_err *err)
+{
+    char what[64];
+    snprintf(what, sizeof(what), "splits the kernel's axis %d (%zu wide)", axis, width);
+    return layer_split_check(layer, name, width, dim, f, what, "leaves", err);
+}
+
+mt_code mt_repro_check_bands(int layer, const char *name, size_t rows, const char *dim, int bands,
+                             mt_err *err)
+{
+    char what[64];
+    snprintf(what, sizeof(what), "cuts the image's %zu rows into height bands", rows);
+    return layer_split_check(layer, name, rows, dim, bands, what, "height leaves", err);
+}
+
+/* ------------------------------------------------------------------ height leaves */
+
+/* The end of a batch leaf's height leaves (pushed into hb->acc): the bands' allreduce of their
+ * fold (n floats, the top of the height tree), left in hb->acc->mem (its result). */
+static mt_code hleaf_done(const mt_repro_bands *hb, size_t n)
+{
+    return hb->reduce != NULL ? hb->reduce(hb->ctx, hb->acc->mem, n) : MT_OK;
+}
+
+/* Per-feature double sums (rounded to float into o1, o2) over the rows [off, off + len) of ne
+ * examples of `stride` rows each: of x (y, mean NULL), of (x - mean)^2, or of x and x * y. The
+ * arithmetic of core/tensor's mt_bn_sum, mt_bn_sqdev and mt_bn_grad_sums over those rows. */
+static void hleaf_sums(float *o1, float *o2, const float *x, const float *y, const float *mean,
+                       size_t ne, size_t stride, size_t off, size_t len, size_t c)
+{
+    enum { W = 64 };
+    double a[W], b[W];
+
+    for (size_t j0 = 0; j0 < c; j0 += W) {
+        size_t w = c - j0 < W ? c - j0 : W;
+        memset(a, 0, sizeof(a));
+        memset(b, 0, sizeof(b));
+        for (size_t e = 0; e < ne; e++)
+            for (size_t rr = 0; rr < len; rr++) {
+                size_t row = e * stride + off + rr;
+                const float *xr = x + row * c + j0;
+                if (y != NULL) {
+                    const float *yr = y + row * c + j0;
+                    for (size_t j = 0; j < w; j++) {
+                        a[j] += xr[j];
+                        b[j] += (double)xr[j] * yr[j];
+                    }
+                } else if (mean != NULL) {
+                    for (size_t j = 0; j < w; j++) {
+                        double d = (double)xr[j] - (double)mean[j0 + j];
+                        a[j] += d * d;
+                    }
+                } else {
+                    for (size_t j = 0; j < w; j++)
+                        a[j] += xr[j];
+                }
+            }
+        for (size_t j = 0; j < w; j++) {
+            o1[j0 + j] = (float)a[j];
+            if (o2 != NULL)
+                o2[j0 + j] = (float)b[j];
+        }
+    }
+}
+
+mt_code mt_repro_bn_sums_h(float *out, float *out2, const float *x, const float *y,
+                           const float *mean, size_t rows, size_t r, int leaves, size_t c,
+                           const mt_repro_bands *hb, mt_repro_acc *acc)
+{
+    size_t n = y != NULL ? 2 * c : c, hl = hb->hrows / (size_t)hb->lh;
+    const float *res;
+    mt_code rc = MT_OK;
+
+    if (hb->lh == 1 && hb->reduce == NULL) { /* one height leaf: one sum per batch leaf */
+        if (y != NULL)
+            mt_repro_bn_grad_sums(out, out2, x, y, rows, r, leaves, c, acc);
+        else if (mean != NULL)
+            mt_repro_bn_sqdev(out, x, mean, rows, r, leaves, c, acc);
+        else
+            mt_repro_bn_sum(out, x, rows, r, leaves, c, acc);
+        return MT_OK;
+    }
+    mt_repro_acc_reset(acc, n);
+    for (int i = 0; i < leaves && rc == MT_OK; i++) {
+        size_t a, len;
+        leaf_rows(rows, r, i, &a, &len);
+        mt_repro_acc_reset(hb->acc, n);
+        for (int j = 0; j < hb->lh; j++) {
+            float *slot = mt_repro_acc_slot(hb->acc);
+            hleaf_sums(slot, y != NULL ? slot + c : NULL, x + a * c, y != NULL ? y + a * c : NULL,
+                       mean, len / hb->hrows, hb->hrows, (size_t)j * hl, hl, c);
+            mt_repro_acc_push(hb->acc);
+        }
+        rc = hleaf_done(hb, n);
+        memcpy(mt_repro_acc_slot(acc), mt_repro_acc_result(hb->acc), n * sizeof(float));
+        mt_repro_acc_push(acc);
+    }
+    if (rc != MT_OK)
+        return rc;
+    res = mt_repro_acc_result(acc);
+    memcpy(out, res, c * sizeof(float));
+    if (out2 != NULL)
+        memcpy(out2, res + c, c * sizeof(float));
+    return MT_OK;
+}
+
+void mt_repro_pool_sums(float *out, const float *x, size_t batch, size_t hrows, size_t c, int lh)
+{
+    size_t hl = hrows / (size_t)lh;
+    float part[MT_REPRO_MAX_LEAVES];
+
+    for (size_t b = 0; b < batch; b++)
+        for (size_t j = 0; j < c; j++) {
+            for (int t = 0; t < lh; t++) {
+                const float *xt = x + (b * hrows + (size_t)t * hl) * c + j;
+                double s = 0.0;
+                for (size_t rr = 0; rr < hl; rr++)
+                    s += xt[rr * c];
+                part[t] = (float)s;
+            }
+            for (int d = 1; d < lh; d *= 2)
+                for (int v = 0; v + d < lh; v += 2 * d)
+                    part[v] = part[v] + part[v + d];
+            out[b * c + j] = part[0];
+        }
 }
 
 /* ------------------------------------------------------------------ batch norm */
@@ -423,25 +561,34 @@ static inline void run_add(float *restrict d, const float *restrict s, size_t n)
  * one leaf it is mt_conv2d_im2col's matrix.
  */
 static void cols_leaves(float *cols, float *dx, const float *dcols, const float *x,
-                        const mt_conv2d_geom *g, size_t lc)
+                        const mt_conv2d_geom *g, size_t lc, const mt_repro_rows *rw)
 {
     size_t oh = mt_conv2d_out_h(g), ow = mt_conv2d_out_w(g), cl = g->c / lc;
-    size_t k = g->kh * g->kw * g->c, taps = g->kh * g->kw, row = 0;
+    size_t k = g->kh * g->kw * g->c, taps = g->kh * g->kw;
     long pt = (long)mt_conv2d_pad_top(g), pl = (long)mt_conv2d_pad_left(g);
     long sh = (long)(g->sh ? g->sh : 1), sw = (long)(g->sw ? g->sw : 1);
+    const mt_repro_rows all = {0, oh, 0, g->h}; /* the whole image */
+    size_t oy1;
+    long y0, y1;
 
+    rw = rw != NULL ? rw : &all;
+    oy1 = rw->go + rw->heo < oh ? rw->go + rw->heo : oh;
+    y0 = (long)rw->y0;
+    y1 = y0 + (long)rw->hb;
     if (dx != NULL)
-        memset(dx, 0, g->batch * g->h * g->w * g->c * sizeof(float));
+        memset(dx, 0, g->batch * rw->hb * g->w * g->c * sizeof(float));
     for (size_t b = 0; b < g->batch; b++)
-        for (size_t oy = 0; oy < oh; oy++)
-            for (size_t ox = 0; ox < ow; ox++, row++)
+        for (size_t oy = rw->go; oy < oy1; oy++)
+            for (size_t ox = 0; ox < ow; ox++) {
+                size_t row = (b * rw->heo + oy - rw->go) * ow + ox;
                 for (size_t ky = 0, tap = 0; ky < g->kh; ky++) {
                     long iy = (long)oy * sh + (long)ky - pt;
-                    bool yin = iy >= 0 && iy < (long)g->h;
+                    bool yin = iy >= y0 && iy < y1;
                     for (size_t kx = 0; kx < g->kw; kx++, tap++) {
                         long ix = (long)ox * sw + (long)kx - pl;
                         bool in = yin && ix >= 0 && ix < (long)g->w;
-                        size_t px = in ? ((b * g->h + (size_t)iy) * g->w + (size_t)ix) * g->c : 0;
+                        size_t px =
+                            in ? ((b * rw->hb + (size_t)(iy - y0)) * g->w + (size_t)ix) * g->c : 0;
                         float *at = cols != NULL ? cols + row * k + tap * cl : NULL;
                         const float *dat = dcols != NULL ? dcols + row * k + tap * cl : NULL;
                         for (size_t t = 0; t < lc; t++) {
@@ -452,6 +599,7 @@ static void cols_leaves(float *cols, float *dx, const float *dcols, const float 
                         }
                     }
                 }
+            }
 }
 
 void mt_repro_conv2d_forward(float *y, float *cols, float *wp, const float *x, const float *w,
@@ -465,7 +613,7 @@ void mt_repro_conv2d_forward(float *y, float *cols, float *wp, const float *x, c
     if (lc == 1) {
         mt_conv2d_im2col(cols, x, g);
     } else {
-        cols_leaves(cols, NULL, NULL, x, g, (size_t)lc);
+        cols_leaves(cols, NULL, NULL, x, g, (size_t)lc, NULL);
         for (size_t q = 0; q < k; q++)
             memcpy(wp + q * g->f, w + kernel_row(g, cl, q) * g->f, g->f * sizeof(float));
         w = wp;
@@ -473,27 +621,91 @@ void mt_repro_conv2d_forward(float *y, float *cols, float *wp, const float *x, c
     mt_repro_dense_forward(y, cols, w, b, rows, k, g->f, lc);
 }
 
-void mt_repro_conv2d_backward(float *dcols, float *dw, float *db, float *scr, const float *dy,
-                              const float *cols, const float *w, const mt_conv2d_geom *g, int lc,
-                              size_t r, int leaves, int jl, mt_repro_acc *acc_w,
-                              mt_repro_acc *acc_b)
+void mt_repro_conv2d_dcols(float *dcols, float *scr, const float *dy, const float *w,
+                           const mt_conv2d_geom *g, int lc, size_t rows, int jl)
+{
+    size_t k = g->kh * g->kw * g->c, cl = g->c / (size_t)lc, f = g->f;
+
+    if (rows == 0)
+        return;
+    for (size_t q = 0; q < k; q++) /* w^T, w's rows in K-leaf order */
+        for (size_t j = 0; j < f; j++)
+            scr[j * k + q] = w[kernel_row(g, cl, q) * f + j];
+    mt_repro_gemm(dcols, k, dy, f, 1, scr, k, NULL, rows, k, f, jl);
+}
+
+/* dw and db of one batch leaf (examples [e0, e0 + ne)) with height leaves: hb->lh leaves of hr
+ * rows of every example, each one chain over the examples, then the rows; folded in hb->acc and
+ * the bands' allreduce ([dw | db] in its result). */
+static mt_code conv_leaf_h(bool dw, bool db, const float *dy, const float *cols, size_t k, size_t f,
+                           size_t ohw, size_t e0, size_t ne, const mt_repro_bands *hb)
+{
+    size_t hr = ohw / (size_t)hb->lh, nw = dw ? k * f : 0, n = nw + (db ? f : 0);
+
+    mt_repro_acc_reset(hb->acc, n);
+    for (int j = 0; j < hb->lh; j++) {
+        float *slot = mt_repro_acc_slot(hb->acc);
+        memset(slot, 0, n * sizeof(float));
+        for (size_t e = e0; e < e0 + ne; e++) {
+            size_t row = e * ohw + (size_t)j * hr;
+            if (dw)
+                mt_repro_gemm_more(slot, f, cols + row * k, 1, k, dy + row * f, f, k, f, hr);
+            if (db)
+                col_more(slot + nw, dy + row * f, hr, f);
+        }
+        mt_repro_acc_push(hb->acc);
+    }
+    return hleaf_done(hb, n);
+}
+
+mt_code mt_repro_conv2d_wgrad(float *dw, float *db, float *scr, const float *dy, const float *cols,
+                              const mt_conv2d_geom *g, int lc, size_t r, int leaves,
+                              const mt_repro_bands *hb, mt_repro_acc *acc_w, mt_repro_acc *acc_b)
 {
     size_t rows, k, cl = g->c / (size_t)lc, f = g->f, ohw = mt_conv2d_out_h(g) * mt_conv2d_out_w(g);
+    mt_code rc = MT_OK;
 
     conv_rows(g, &rows, &k);
-    if (dcols != NULL && rows > 0) { /* dcols = dy . w^T, w's rows in K-leaf order */
-        for (size_t q = 0; q < k; q++)
-            for (size_t j = 0; j < f; j++)
-                scr[j * k + q] = w[kernel_row(g, cl, q) * f + j];
-        mt_repro_gemm(dcols, k, dy, f, 1, scr, k, NULL, rows, k, f, jl);
+    if (hb == NULL || (hb->lh == 1 && hb->reduce == NULL)) {
+        mt_repro_dense_backward(NULL, dw, db, NULL, dy, cols, NULL, rows, r * ohw, leaves, k, f, 1,
+                                acc_w, acc_b);
+    } else {
+        wb_reset(dw, db, acc_w, acc_b, k * f, f);
+        for (int i = 0; i < leaves && rc == MT_OK; i++) {
+            size_t e0, ne;
+            const float *res = mt_repro_acc_result(hb->acc);
+            leaf_rows(g->batch, r, i, &e0, &ne);
+            /* [dw | db] of the leaf in the height accumulator, then into the batch leaves' */
+            rc = conv_leaf_h(dw != NULL, db != NULL, dy, cols, k, f, ohw, e0, ne, hb);
+            if (dw != NULL)
+                memcpy(mt_repro_acc_slot(acc_w), res, k * f * sizeof(float));
+            if (db != NULL)
+                memcpy(mt_repro_acc_slot(acc_b), res + (dw != NULL ? k * f : 0), f * sizeof(float));
+            wb_push(dw, db, acc_w, acc_b);
+        }
+        if (rc != MT_OK)
+            return rc;
+        wb_result(dw, db, acc_w, acc_b, k * f, f);
     }
-    mt_repro_dense_backward(NULL, dw, db, NULL, dy, cols, w, rows, r * ohw, leaves, k, f, jl, acc_w,
-                            acc_b);
     if (dw != NULL && lc > 1) { /* dw's rows back from K-leaf order */
         memcpy(scr, dw, k * f * sizeof(float));
         for (size_t q = 0; q < k; q++)
             memcpy(dw + kernel_row(g, cl, q) * f, scr + q * f, f * sizeof(float));
     }
+    return MT_OK;
+}
+
+void mt_repro_conv2d_backward(float *dcols, float *dw, float *db, float *scr, const float *dy,
+                              const float *cols, const float *w, const mt_conv2d_geom *g, int lc,
+                              size_t r, int leaves, int jl, mt_repro_acc *acc_w,
+                              mt_repro_acc *acc_b)
+{
+    size_t rows, k;
+
+    conv_rows(g, &rows, &k);
+    if (dcols != NULL)
+        mt_repro_conv2d_dcols(dcols, scr, dy, w, g, lc, rows, jl);
+    (void)mt_repro_conv2d_wgrad(dw, db, scr, dy, cols, g, lc, r, leaves, NULL, acc_w, acc_b);
 }
 
 void mt_repro_conv2d_col2im(float *dx, const float *dcols, const mt_conv2d_geom *g, int lc)
@@ -501,7 +713,13 @@ void mt_repro_conv2d_col2im(float *dx, const float *dcols, const mt_conv2d_geom 
     if (lc == 1)
         mt_conv2d_col2im(dx, dcols, g);
     else
-        cols_leaves(NULL, dx, dcols, NULL, g, (size_t)lc);
+        cols_leaves(NULL, dx, dcols, NULL, g, (size_t)lc, NULL);
+}
+
+void mt_repro_conv2d_col2im_band(float *dx, const float *dcols, const mt_conv2d_geom *g, int lc,
+                                 const mt_repro_rows *rw)
+{
+    cols_leaves(NULL, dx, dcols, NULL, g, (size_t)lc, rw);
 }
 
 /* ------------------------------------------------------------------ exact sum of squares */

@@ -193,9 +193,10 @@ AVX2_FN static void tiles(float *c, size_t ldc, const float *a, size_t ars, size
         }
 }
 
+/* more: one chain continued from c (mt_repro_gemm_more). */
 AVX2_FN static void gemm_avx2(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
                               const float *b, size_t ldb, const float *bias, size_t m, size_t n,
-                              size_t k, int chains)
+                              size_t k, int chains, int more)
 {
     /* One long chain (a weight gradient's rows: conv2d's im2col rows of a leaf) runs in K-blocks
      * of KB, each pass continuing every element's chain from c, so a tile reads KB rows of a and
@@ -204,11 +205,11 @@ AVX2_FN static void gemm_avx2(float *c, size_t ldc, const float *a, size_t ars, 
         for (size_t q0 = 0; q0 < k; q0 += KB) {
             size_t kb = k - q0 < KB ? k - q0 : KB;
             tiles(c, ldc, a + q0 * acs, ars, acs, b + q0 * ldb, ldb, q0 + kb == k ? bias : NULL, m,
-                  n, kb, 1, q0 > 0);
+                  n, kb, 1, more || q0 > 0);
         }
         return;
     }
-    tiles(c, ldc, a, ars, acs, b, ldb, bias, m, n, k / (size_t)chains, chains, 0);
+    tiles(c, ldc, a, ars, acs, b, ldb, bias, m, n, k / (size_t)chains, chains, more);
 }
 
 static int have_avx2(void)
@@ -222,9 +223,29 @@ void mt_repro_gemm(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
 {
 #ifdef MT_REPRO_AVX2
     if (have_avx2()) {
-        gemm_avx2(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, chains);
+        gemm_avx2(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, chains, 0);
         return;
     }
 #endif
     mt_repro_gemm_ref(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, chains);
+}
+
+void mt_repro_gemm_more(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                        const float *b, size_t ldb, size_t m, size_t n, size_t k)
+{
+    if (k == 0)
+        return;
+#ifdef MT_REPRO_AVX2
+    if (have_avx2()) {
+        gemm_avx2(c, ldc, a, ars, acs, b, ldb, NULL, m, n, k, 1, 1);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++) {
+            float s = c[i * ldc + j];
+            for (size_t q = 0; q < k; q++)
+                s = fmaf(a[i * ars + q * acs], b[q * ldb + j], s);
+            c[i * ldc + j] = s;
+        }
 }

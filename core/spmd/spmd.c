@@ -73,6 +73,7 @@ typedef struct dev {
     double *hist;               /* evaluation: the global AUC histogram (2·MT_LOSS_AUC_BINS), or
                                    NULL when no metric needs it */
     mt_repro_acc acc_w, acc_b;  /* mesh_invariant: the leaf-tree accumulators (s->inv_leaves) */
+    mt_repro_acc acc_h;         /* mesh_invariant: the height leaves' (mt_layer_pass.acc_h) */
     float *inv_scr;             /* mesh_invariant: the layers' scratch (mt_layer_pass.scratch) */
     mt_code rc;
     mt_err err;
@@ -432,6 +433,54 @@ static mt_code check_inv_splits(const mt_spmd *s, mt_err *err)
     return MT_OK;
 }
 
+/*
+ * mesh_invariant on height bands (docs/reproducibility.md, "Height leaves"): a layer summing over
+ * an image's rows (conv2d's weight gradients over its output rows, batch_norm's and
+ * global_average_pooling2d's sums over their input rows) keeps the bits when the band count is a
+ * power of two dividing the rows' height leaves (INVALID_ARGUMENT naming the sizes that do).
+ * Not run yet (UNIMPLEMENTED, naming the layer): the other kinds that sum over a band's rows
+ * (dense, layer_norm), channels split together with bands, pooling windows overlapping in height
+ * (several windows' gradients meet in a pixel across bands).
+ */
+static mt_code check_inv_bands(const mt_spmd *s, mt_err *err)
+{
+    for (int i = 0; i < s->n_layers && s->hdim0 >= 0; i++) {
+        const mt_layer *l = &s->layers[i];
+        mt_layer_kind kd = l->ops->kind;
+        int p = (int)dsz(s, l->hx);
+        const char *dim = l->hx >= 0 ? mt_mesh_dim_name(s->mesh, l->hx) : "";
+        mt_code rc = MT_OK;
+        if (l->hx < 0)
+            continue;
+        if (kd == MT_LAYER_DENSE || kd == MT_LAYER_LAYER_NORM)
+            return mt_err_set(err, MT_UNIMPLEMENTED,
+                              "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
+                              "not run a %s on height bands yet (its gradients sum over the "
+                              "band's rows); make the bands whole first (flatten, "
+                              "global_average_pooling2d)",
+                              i, l->s.name, l->ops->type);
+        if (l->xf >= 0 || l->of >= 0 || l->kin >= 0 || l->kout >= 0)
+            return mt_err_set(err, MT_UNIMPLEMENTED,
+                              "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
+                              "not split channels together with height bands over '%s' yet",
+                              i, l->s.name, dim);
+        if ((kd == MT_LAYER_MAX_POOL2D || kd == MT_LAYER_AVERAGE_POOLING2D) && l->s.kh > l->s.sh)
+            return mt_err_set(err, MT_UNIMPLEMENTED,
+                              "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
+                              "not run pooling windows that overlap in height (pool_size %zu, "
+                              "strides %zu) on height bands over '%s' yet: several windows' "
+                              "gradients would meet in a pixel in another order",
+                              i, l->s.name, l->s.kh, l->s.sh, dim);
+        if (kd == MT_LAYER_CONV2D)
+            rc = mt_repro_check_bands(i, l->s.name, l->out_shape[0], dim, p, err);
+        else if (kd == MT_LAYER_BATCH_NORM || kd == MT_LAYER_GLOBAL_AVERAGE_POOLING2D)
+            rc = mt_repro_check_bands(i, l->s.name, l->in_shape[0], dim, p, err);
+        if (rc != MT_OK)
+            return rc;
+    }
+    return MT_OK;
+}
+
 /* Sequence parallelism: what the layers cannot check themselves (the loss) and the output's
  * per-device view. */
 static mt_code plan_seq(mt_spmd *s, mt_err *err)
@@ -480,16 +529,12 @@ static mt_code plan_input_bands(mt_spmd *s, const mt_layout *il, mt_err *err)
     return MT_OK;
 }
 
-/* A model on height bands must make them whole before its output (flatten, global pooling),
- * and does not run under mesh_invariant yet. */
-static mt_code check_bands(const mt_spmd *s, const mt_job_spec *spec, mt_err *err)
+/* A model on height bands must make them whole before its output (flatten, global pooling). */
+static mt_code check_bands(const mt_spmd *s, mt_err *err)
 {
     const mt_layer *last = &s->layers[s->n_layers - 1];
     if (s->hdim0 < 0)
         return MT_OK;
-    if (spec->reproducibility == MT_REPRO_MESH_INVARIANT)
-        return mt_err_set(err, MT_UNIMPLEMENTED,
-                          "input_layout[1]: \"mesh_invariant\" does not run on height bands yet");
     if (last->ho >= 0)
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "model.layers[%d] (%s): the model's output is still sharded on its "
@@ -616,7 +661,7 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
     s->tdim = pl.tdim;
     if (rc != MT_OK)
         return rc;
-    if ((rc = check_bands(s, spec, err)) != MT_OK)
+    if ((rc = check_bands(s, err)) != MT_OK)
         return rc;
     last = &s->layers[spec->n_layers - 1];
     mt_model_output_view(last->out_rank, last->out_shape, &s->osh);
@@ -636,7 +681,7 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
         s->inv_batch = spec->batch_size;
         s->inv_leaves = mt_repro_leaves(spec->batch_size) / p;
         s->inv_r = spec->batch_size / (size_t)mt_repro_leaves(spec->batch_size);
-        if ((rc = check_inv_splits(s, err)) != MT_OK)
+        if ((rc = check_inv_splits(s, err)) != MT_OK || (rc = check_inv_bands(s, err)) != MT_OK)
             return rc;
     }
     s->input_read_only = s->hdim0 < 0; /* dense, conv2d and the joins write their own buffers;
@@ -1051,13 +1096,15 @@ static mt_code dev_alloc(dev *d, mt_err *err)
         for (size_t i = 0; i < s->n_params; i++) /* global: FSDP gradients are whole */
             most = s->gparams[i].size > most ? s->gparams[i].size : most;
         if ((rc = mt_repro_acc_init(&d->acc_w, s->inv_leaves, most, err)) != MT_OK ||
-            (rc = mt_repro_acc_init(&d->acc_b, s->inv_leaves, most, err)) != MT_OK)
+            (rc = mt_repro_acc_init(&d->acc_b, s->inv_leaves, most, err)) != MT_OK ||
+            (rc = mt_repro_acc_init(&d->acc_h, MT_REPRO_MAX_LEAVES, most + s->widest, err)) !=
+                MT_OK)
             return rc;
         DALLOC(d->inv_scr, most);
     }
     {
         mt_layer_dev ld = dev_services(d);
-        mt_layer_alloc la = {.count_only = false};
+        mt_layer_alloc la = {.count_only = false, .invariant = s->inv_leaves > 0};
         for (int i = 0; i < s->n_layers; i++)
             if ((rc = mt_layer_state_init(&s->layers[i], &d->ls[i], b, &ld, &la, err)) != MT_OK)
                 return rc;
@@ -1107,6 +1154,7 @@ static void dev_free(dev *d)
     mt_free(d->gbuf);
     mt_repro_acc_free(&d->acc_w);
     mt_repro_acc_free(&d->acc_b);
+    mt_repro_acc_free(&d->acc_h);
     mt_free(d->inv_scr);
 }
 
@@ -1122,6 +1170,7 @@ static void dev_leaves(dev *d, mt_layer_pass *ps)
     ps->leaf_examples = d->s->inv_r;
     ps->acc_w = &d->acc_w;
     ps->acc_b = &d->acc_b;
+    ps->acc_h = &d->acc_h;
     ps->scratch = d->inv_scr;
 }
 
@@ -1906,7 +1955,7 @@ mt_code mt_spmd_check(const mt_job_spec *spec, const mt_mesh *mesh, const mt_lay
     { /* every layer's buffers on one device (the first), counted without allocating */
         dev tmp = {.s = s};
         mt_layer_dev ld = dev_services(&tmp);
-        mt_layer_alloc la = {.count_only = true};
+        mt_layer_alloc la = {.count_only = true, .invariant = s->inv_leaves > 0};
         mt_layer_state st;
         for (int i = 0; i < s->n_layers; i++) {
             uint64_t before = la.bytes;

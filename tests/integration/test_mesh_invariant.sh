@@ -18,6 +18,8 @@
 #   data-parallel spec of its model on batch=1 (identical exports, digests at every step); the
 #   CNN on batch=1,feature=2,model=2 with the first conv's filters and the second's input
 #   channels over `feature` and the second's filters over `model`, 10 steps.
+# * height bands: the Fashion-MNIST CNN spatial spec on batch=2,space=2 and batch=1,space=2 against
+#   batch=1,space=1, 10 steps (conv2d, pooling and batch norm in height leaves).
 # * the transformer kinds: examples/char_lm.json cut to 2 blocks, 32 wide, 16 positions (embedding,
 #   position_embedding, dropout, layer_norm, attention, gelu dense, adds; AdamW, global_clipnorm)
 #   on batch=1, 2, 4, its Megatron layouts (char_lm_tensor_parallel.json) and its residual
@@ -50,6 +52,7 @@ import json, sys
 src, ex, name = sys.argv[1:]
 base = {"fmnist": "fashion_mnist_mlp", "cnn": "fashion_mnist_cnn",
         "rescnn": "fashion_mnist_residual_cnn", "cnn_mp": "fashion_mnist_cnn",
+        "cnn_sp": "fashion_mnist_cnn_spatial",
         "mp": "dtensor_mlp_model_parallel", "sp": "dtensor_mlp_spatial_parallel",
         "fmnist_mp": "fashion_mnist_mlp_model_parallel", "lm": "char_lm",
         "lm_tp": "char_lm_tensor_parallel",
@@ -162,6 +165,21 @@ for c in "mp sentiment $STEPS batch=2,model=2 batch=1,model=2" \
     done
     log "$name: $* byte-identical to $ref on batch=1 after $steps steps, equal digests at every step"
 done
+
+# height bands: the CNN spatial spec (conv2d over 28 rows in 4 height leaves, max_pool2d, conv2d
+# and batch_norm over 14 rows in 2, a strided conv2d) on batch=2,space=2 and batch=1,space=2
+# gives the bits of batch=1,space=1 (no bands), 10 steps
+variant cnn_sp
+run cnn_sp batch=1,space=1 10
+for m in batch=2,space=2 batch=1,space=2; do
+    run cnn_sp "$m" 10
+    tag=$(echo "$m" | tr ',=' '_-')
+    cmp "$T/cnn_sp-batch-1_space-1.safetensors" "$T/cnn_sp-$tag.safetensors" ||
+        fail "cnn_sp: the export of $m differs from batch=1,space=1"
+    "$BIN/meshtrain" diverge "$T/cnn_sp-batch-1_space-1.json" "$T/cnn_sp-$tag.json" \
+        >"$T/div.out" || fail "cnn_sp $m: $(cat "$T/div.out")"
+done
+log "cnn_sp: batch=2,space=2 and batch=1,space=2 byte-identical to batch=1,space=1 after 10 steps"
 
 # model sharding across processes: the Fashion-MNIST MLP's model-parallel spec as a job on
 # batch=1,model=2 over 2 workers x 1 device (dense_1's units and dense_2's contraction split

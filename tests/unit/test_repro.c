@@ -536,6 +536,75 @@ static void test_repro_gemm_long_chain_in_blocks(void **state)
  * and 4 devices, on its output columns and on its contraction, gives one device's bits: y, dx
  * (a split output: the partial input gradients summed by the allreduce), dw and db.
  */
+/* A chain continued over several calls (mt_repro_gemm_more: conv2d's dW per example of a height
+ * leaf) has the bits of one call over all of its terms, on both paths. */
+static void test_repro_gemm_more_continues_the_chain(void **state)
+{
+    const size_t m = 37, n = 21, kmax = 700;
+    static const size_t cuts[][3] = {{0, 3, 5}, {98, 196, 294}, {1, 300, 600}, {128, 256, 700}};
+    float *a = vals(kmax * m, 1, 9), *b = vals(kmax * n, 2, 9);
+    float *c = calloc(m * n, sizeof(float)), *r = calloc(m * n, sizeof(float));
+    (void)state;
+    for (size_t t = 0; t < sizeof(cuts) / sizeof(cuts[0]); t++) {
+        size_t k = cuts[t][2];
+        mt_repro_gemm_ref(r, n, a, 1, m, b, n, NULL, m, n, k, 1);
+        memset(c, 0, m * n * sizeof(float));
+        for (size_t s0 = 0, p = 0; p < 3; s0 = cuts[t][p], p++)
+            mt_repro_gemm_more(c, n, a + s0 * m, 1, m, b + s0 * n, n, m, n, cuts[t][p] - s0);
+        if (memcmp(c, r, m * n * sizeof(float)) != 0)
+            fail_msg("cuts %zu/%zu/%zu: the continued chain differs from one chain", cuts[t][0],
+                     cuts[t][1], k);
+    }
+    free(a);
+    free(b);
+    free(c);
+    free(r);
+}
+
+/* A band's col2im over the output rows that read its pixels (mt_repro_conv2d_col2im_band, the
+ * rows gathered from its neighbours) gives the bits of the whole image's col2im on its rows, for
+ * one and several K-leaves, stride 1 and 2, "same" and "valid". */
+static void test_repro_conv2d_col2im_band(void **state)
+{
+    (void)state;
+    for (int v = 0; v < 4; v++) {
+        mt_conv2d_geom g = {2, 8, 5, 4, 3, 3, 4, v % 2 == 0, v < 2 ? 1 : 2, 1};
+        size_t oh = mt_conv2d_out_h(&g), ow = mt_conv2d_out_w(&g), k = 3 * 3 * 4;
+        float *dcols = vals(mt_conv2d_cols_size(&g), 1, 11 + (uint64_t)v);
+        float *dx = calloc(2 * 8 * 5 * 4, sizeof(float)), *band = calloc(2 * 4 * 5 * 4, 4);
+        float *win = calloc(mt_conv2d_cols_size(&g), sizeof(float));
+        for (int lc = 1; lc <= 4; lc *= 4) {
+            mt_repro_conv2d_col2im(dx, dcols, &g, lc);
+            for (size_t bk = 0; bk < 2; bk++) {
+                /* output rows [lo, lo + he): the windows reading rows [4 bk, 4 bk + 4) */
+                long pt = (long)mt_conv2d_pad_top(&g), lo = -1, hi = 0;
+                for (long oy = 0; oy < (long)oh; oy++) {
+                    long top = oy * (long)g.sh - pt;
+                    if (top + 2 >= 4 * (long)bk && top <= 4 * (long)bk + 3) {
+                        lo = lo < 0 ? oy : lo;
+                        hi = oy + 1;
+                    }
+                }
+                size_t he = (size_t)(hi - lo);
+                mt_repro_rows rw = {(size_t)lo, he, 4 * bk, 4};
+                for (size_t b = 0; b < 2; b++)
+                    memcpy(win + b * he * ow * k, dcols + (b * oh + (size_t)lo) * ow * k,
+                           he * ow * k * sizeof(float));
+                mt_repro_conv2d_col2im_band(band, win, &g, lc, &rw);
+                for (size_t b = 0; b < 2; b++)
+                    if (memcmp(band + b * 4 * 5 * 4, dx + (b * 8 + 4 * bk) * 5 * 4,
+                               4 * 5 * 4 * sizeof(float)) != 0)
+                        fail_msg("case %d, %d K-leaves: band %zu of example %zu differs", v, lc, bk,
+                                 b);
+            }
+        }
+        free(dcols);
+        free(dx);
+        free(band);
+        free(win);
+    }
+}
+
 static void test_repro_dense_model_split_same_bits(void **state)
 {
     const size_t n = 16, in = 1200, out = 48, r = 2;
@@ -1047,6 +1116,8 @@ int main(void)
         cmocka_unit_test(test_repro_dense_same_bits_on_every_mesh),
         cmocka_unit_test(test_repro_gemm_canonical_any_block_any_split),
         cmocka_unit_test(test_repro_gemm_long_chain_in_blocks),
+        cmocka_unit_test(test_repro_gemm_more_continues_the_chain),
+        cmocka_unit_test(test_repro_conv2d_col2im_band),
         cmocka_unit_test(test_repro_dense_model_split_same_bits),
         cmocka_unit_test(test_repro_bn_same_bits_on_every_mesh),
         cmocka_unit_test(test_repro_conv2d_same_bits_on_every_mesh),

@@ -715,6 +715,128 @@ static void test_spmd_height_bands_errors(void **state)
     mt_free(ex);
 }
 
+/* json with "reproducibility": "mesh_invariant" (a copy to free). */
+static char *invariant_spec(const char *json)
+{
+    static const char key[] = "\"reproducibility\":\"mesh_invariant\",";
+    size_t n = strlen(json);
+    char *out = mt_calloc(n + sizeof(key), 1);
+    assert_non_null(out);
+    assert_true(json[0] == '{');
+    memcpy(out, "{", 1);
+    memcpy(out + 1, key, sizeof(key) - 1);
+    memcpy(out + sizeof(key), json + 1, n);
+    return out;
+}
+
+/* json under mesh_invariant, `steps` steps on each of the nm meshes: every parameter (weights,
+ * batch-norm statistics) and loss memcmp-identical to those of meshes[0]. */
+static void inv_same_bits(const char *json, const char *const *meshes, int nm, const size_t *shape,
+                          const data *d, int steps)
+{
+    char *inv = invariant_spec(json);
+    float *ref[32] = {NULL};
+    double lref[4], l[4];
+    size_t np = 0;
+    for (int m = 0; m < nm; m++) {
+        job j;
+        mt_spmd *s;
+        job_load(&j, inv, meshes[m]);
+        s = spmd_open(&j, 3, shape);
+        spmd_train(s, d, j.spec->batch_size, 0, steps, m == 0 ? lref : l);
+        np = mt_spmd_param_count(s);
+        assert_true(np <= 32 && steps <= 4);
+        for (size_t i = 0; i < np; i++) {
+            const mt_model_param *p = mt_spmd_param(s, 0, i);
+            float *g = mt_calloc(p->size + 1, sizeof(float));
+            mt_err err = MT_ERR_INIT;
+            assert_int_equal(mt_spmd_param_gather(s, p->name, g, &err), MT_OK);
+            if (m == 0)
+                ref[i] = g;
+            else if (memcmp(g, ref[i], p->size * sizeof(float)) != 0)
+                fail_msg("%s on %s differs from %s", p->name, meshes[m], meshes[0]);
+            if (m > 0)
+                mt_free(g);
+        }
+        for (int k = 0; m > 0 && k < steps; k++)
+            if (memcmp(&l[k], &lref[k], sizeof(double)) != 0)
+                fail_msg("step %d's loss on %s: %.17g, on %s: %.17g", k, meshes[m], l[k], meshes[0],
+                         lref[k]);
+        mt_spmd_free(s);
+        job_free(&j);
+    }
+    for (size_t i = 0; i < np; i++)
+        mt_free(ref[i]);
+    mt_free(inv);
+}
+
+/*
+ * mesh_invariant on height bands (issue 18): the CNN spatial spec (conv2d, max_pool2d, batch_norm
+ * on 14-row images, a strided conv2d, then dense) and the residual CNN on bands (batch norm,
+ * dropout, adds, a strided 1x1 shortcut, global average pooling) give memcmp-identical weights,
+ * batch-norm statistics and losses after a few steps on every mesh that keeps the bits.
+ */
+/* Global average pooling over 12 x 6 pixels (not a power of two: the mean's rounding shows) on
+ * bands of 6 and 3 rows. */
+#define GAP_BANDS_SPEC                                                                             \
+    "{\"seed\":5,\"batch_size\":8,\"optimizer\":\"sgd\",\"learning_rate\":0.05,"                   \
+    "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
+    "\"model\":{\"input_shape\":[12,6,2],\"layers\":["                                             \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\"},"                  \
+    "{\"type\":\"batch_norm\"},{\"type\":\"global_average_pooling2d\"},"                           \
+    "{\"type\":\"dense\",\"units\":3}]}}"
+static void test_spmd_height_bands_mesh_invariant(void **state)
+{
+    static const char *const meshes[] = {"batch=1,space=1", "batch=2,space=2", "batch=1,space=2",
+                                         "batch=2,space=1", "batch=4,space=2"};
+    static const char *const rmeshes[] = {"batch=1,space=1", "batch=2,space=2", "batch=1,space=4"};
+    size_t shape[3] = {28, 28, 1}, rshape[3] = {16, 8, 2}, gshape[3] = {12, 6, 2};
+    char *ex = source_file("examples/fashion_mnist_cnn_spatial.json");
+    int steps = sanitized() ? 1 : 3;
+    data d = fashion_or_generated(640), r = gen_data(80, 16 * 8 * 2, 3, 25),
+         g = gen_data(80, 12 * 6 * 2, 3, 27);
+    (void)state;
+    inv_same_bits(ex, meshes, sanitized() ? 3 : 5, shape, &d, steps);
+    inv_same_bits(RESNET_BANDS_SPEC, rmeshes, 3, rshape, &r, steps);
+    inv_same_bits(GAP_BANDS_SPEC, rmeshes, 3, gshape, &g, steps);
+    mt_free(ex);
+    data_free(&d);
+    data_free(&r);
+    data_free(&g);
+}
+
+/* What mesh_invariant refuses on height bands, naming the layer and the sizes. */
+static void test_spmd_height_bands_mesh_invariant_errors(void **state)
+{
+    size_t small[3] = {8, 8, 1}, six[3] = {6, 6, 1}, dln[3] = {8, 6, 2};
+    char *a = invariant_spec(IMG8_SPEC("{\"type\":\"max_pool2d\",\"pool_size\":3,\"strides\":1},"
+                                       "{\"type\":\"max_pool2d\",\"pool_size\":3}," FLAT_HEAD,
+                                       ",\"mesh\":{\"batch\":1,\"space\":2}"));
+    char *b = invariant_spec(
+        "{\"seed\":3,\"batch_size\":16,\"optimizer\":\"sgd\",\"learning_rate\":0.05,"
+        "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"
+        "\"mesh\":{\"batch\":1,\"space\":3},\"model\":{\"input_shape\":[6,6,1],\"layers\":["
+        "{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":3,\"padding\":\"same\"}," FLAT_HEAD
+        "]}}");
+    char *c = invariant_spec(DENSE_LN_BANDS_SPEC);
+    (void)state;
+    expect_new_error_shape(a, NULL, 3, small, MT_UNIMPLEMENTED,
+                           "model.layers[0] (max_pool2d_1): reproducibility: \"mesh_invariant\" "
+                           "does not run pooling windows that overlap in height (pool_size 3, "
+                           "strides 1) on height bands over 'space' yet");
+    expect_new_error_shape(b, NULL, 3, six, MT_INVALID_ARGUMENT,
+                           "model.layers[0] (conv2d_1): reproducibility: \"mesh_invariant\" needs "
+                           "mesh dimension 'space' (size 3), which cuts the image's 6 rows into "
+                           "height bands, to be a power of two dividing its 2 height leaves "
+                           "(sizes that keep the bits: 1, 2)");
+    expect_new_error_shape(c, NULL, 3, dln, MT_UNIMPLEMENTED,
+                           "model.layers[1] (dense_1): reproducibility: \"mesh_invariant\" does "
+                           "not run a dense on height bands yet");
+    mt_free(a);
+    mt_free(b);
+    mt_free(c);
+}
+
 static void test_spmd_shards_hold_their_slice(void **state)
 {
     size_t shape[1] = {FEAT};
@@ -1663,6 +1785,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spmd_height_bands_equal_single_device),
         cmocka_unit_test(test_spmd_height_bands_errors),
         cmocka_unit_test(test_spmd_height_bands_dense_channels),
+        cmocka_unit_test(test_spmd_height_bands_mesh_invariant),
+        cmocka_unit_test(test_spmd_height_bands_mesh_invariant_errors),
         cmocka_unit_test(test_spmd_reshard_paths_equal_single_device),
         cmocka_unit_test(test_spmd_fsdp_equals_single_device),
         cmocka_unit_test(test_spmd_graphs_equal_single_device),
