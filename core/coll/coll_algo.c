@@ -16,7 +16,10 @@
  * process is posted when the engine can (coll__can_post) or driven by this thread
  * (coll__drive). Allreduces of at most opts.direct_bytes take one hop: every member sends its
  * buffer to every other member and folds locally in the same order (by recursive doubling when
- * every member is alone in its process). Reduce-scatter is the halving plus a scatter of the
+ * every member is alone in its process). When the engine offers a host window (3 or more
+ * processes of one host, one rank each: coll__win_open), a large allreduce runs on it instead
+ * (window_allreduce: every member reduces its part of every member's slot in the same tree
+ * order). Reduce-scatter is the halving plus a scatter of the
  * reduced blocks; allgather is a ring (copies only); broadcast is a pipelined chain from the
  * root along the ring; barrier is an allreduce of p floats (every result depends on every
  * member having entered).
@@ -34,6 +37,7 @@
 
 #define COLL_MAX_XCHG   (2 * 32 + 2) /* exchanges of one plan: log2 p twice, plus the fold */
 #define COLL_PAIR_STACK 4096         /* floats of a driven pair's one-hop input kept on the stack */
+#define COLL_WIN_BLOCK  2048         /* floats per member a host window's fold takes at a time */
 
 /* ------------------------------------------------------------------ chunks */
 
@@ -537,11 +541,53 @@ static mt_code tree_reduce_scatter(coll_call *x, float *buf, size_t n, float *ou
     return rc;
 }
 
+/*
+ * Allreduce through the engine's host window (coll__win_open: members of one host that all map
+ * one segment), chunk by chunk of at most a slot: each member copies its input into its slot;
+ * once every member has (a barrier that also compares their tags), member pos folds its range
+ * of the chunk (mt_coll_chunk_range over p) across every member's slot in the documented tree
+ * order, in place, so the result's range ends in slot 0; once every member has, each copies slot
+ * 0 out. Each element is the tree of tree_run, one float32 addition at a time: the same bits.
+ * Per member: one copy in, its share of the additions, one copy out, two waits per chunk (the
+ * tree over the rings copies through a ring on each of its 2 log2 p steps and waits for a
+ * partner on each). *used false: no window (run the tree).
+ */
+static mt_code window_allreduce(coll_call *x, float *buf, size_t n, bool *used)
+{
+    float *in[COLL_WIN_MAX];
+    size_t cap = 0;
+    mt_code rc = coll__win_open(x, used, &cap);
+    if (rc != MT_OK || !*used)
+        return rc;
+    size_t nk = (n + cap - 1) / cap;
+    for (size_t k = 0; k < nk && rc == MT_OK; k++) {
+        size_t off = k * cap, m = n - off < cap ? n - off : cap, lo, len;
+        memcpy(coll__win_slot(x, x->pos), buf + off, m * sizeof(float));
+        if ((rc = coll__win_sync(x, true, off, m)) != MT_OK)
+            break;
+        mt_coll_chunk_range(m, x->p, x->pos, &lo, &len);
+        for (size_t b = 0; b < len; b += COLL_WIN_BLOCK) { /* a block stays in the L1 cache */
+            for (int i = 0; i < x->p; i++)
+                in[i] = coll__win_slot(x, i) + lo + b;
+            tree_fold_inplace(in, x->p, len - b < COLL_WIN_BLOCK ? len - b : COLL_WIN_BLOCK);
+        }
+        float *sum = coll__win_slot(x, 0); /* this chunk's buffer: the sync moves to the other */
+        if ((rc = coll__win_sync(x, false, off, m)) == MT_OK)
+            memcpy(buf + off, sum, m * sizeof(float));
+        coll__progress(x, k, nk);
+    }
+    return rc;
+}
+
 static mt_code allreduce_run(coll_call *x, float *buf, size_t n)
 {
+    bool windowed = false;
     if (x->p > 1 && n * sizeof(float) <= x->direct_bytes)
         return direct_allreduce(x, buf, n);
-    return x->p > 1 ? tree_run(x, buf, n, true, true) : MT_OK;
+    if (x->p <= 1)
+        return MT_OK;
+    mt_code rc = window_allreduce(x, buf, n, &windowed);
+    return rc != MT_OK || windowed ? rc : tree_run(x, buf, n, true, true);
 }
 
 /* ------------------------------------------------------------------ the backend's operations */

@@ -116,6 +116,28 @@ bool coll__sole_ranks(const coll_call *x);
 mt_code coll__send_frame(coll_call *x, const coll_xchg *t, const float *sbuf);
 mt_code coll__recv_frame(coll_call *x, const coll_xchg *t, float *rbuf);
 
+/*
+ * The host window (the engine's host-local fast path): one shared-memory segment every member
+ * of the group maps, two buffers of one slot per member, used in chunks of at most one slot.
+ * Offered for an allreduce over 3 to COLL_WIN_MAX members that are each the only rank of their
+ * process, all on one host (their rank table addresses name one host) with shared memory on
+ * (opts.window AUTO); made at the group's first such call (one round of frames among the
+ * members: either every member maps it or none uses it, so the choice is the same everywhere)
+ * and kept for the world's life, dropped when a call on it fails. *ok false: run without it.
+ * *slot_floats: the chunk size.
+ */
+#define COLL_WIN_MAX 64
+mt_code coll__win_open(coll_call *x, bool *ok, size_t *slot_floats);
+/* Member i's slot (group position) of the current chunk's buffer. */
+float *coll__win_slot(coll_call *x, int i);
+/*
+ * Barrier of the current chunk, elements [off, off + len) of the collective: inputs true once this
+ * member's input is in its slot (every member's tag is then compared: a mismatch is
+ * INVALID_ARGUMENT), false once it reduced its part (the chunk is done: the next one uses the
+ * other buffer). Waits as for data: the deadline, ABORTs, a lost member, a cancel.
+ */
+mt_code coll__win_sync(coll_call *x, bool inputs, size_t off, size_t len);
+
 /* Progress of the call for hang diagnosis: part k of n is done. */
 void coll__progress(coll_call *x, size_t k, size_t n);
 

@@ -234,6 +234,7 @@ struct mt_coll_comm {
     struct coll_pslot *prog; /* progress slot written by the device thread, NULL none */
     coll_post post;          /* direct transport: the ring step being received in place */
     coll_drive drive;        /* direct transport, one local device: the connection it drives */
+    struct coll_wins *wins;  /* host windows of its groups (coll_world.c), NULL: none yet */
 };
 
 typedef struct coll_peer {
@@ -347,6 +348,10 @@ void coll__net_comm_fini(mt_coll_comm *c);
 mt_code coll__net_check_addr(const mt_coll_net *net, const char *addr, int *is_local);
 /* 1 when the world's data plane is the direct transport (coll_raw.c). */
 int coll__net_is_raw(const mt_coll_world *w);
+/* The host windows of w's endpoint (the direct transport with shared memory allowed; *spin_ns:
+ * its spin before sleeping), or NULL: the endpoint makes none. */
+struct coll_win_ops;
+const struct coll_win_ops *coll__net_win(const mt_coll_world *w, int64_t *spin_ns);
 
 /* ---- coll_auth.c */
 /* out = HMAC-SHA-256(key, msg) (libmbedcrypto); MT_OK, else RESOURCE_EXHAUSTED or INTERNAL. */
@@ -406,6 +411,35 @@ coll_io coll__shm_read(coll_shm *s, const coll_shm_wait *wt, void *buf, size_t n
 void coll__shm_wake_reader(coll_shm *s);
 /* Unlink rings left in /dev/shm by processes that no longer run (a kill -9 mid-dial). */
 void coll__shm_sweep(void);
+
+/*
+ * Host windows (coll_shm.c, "group windows"): one segment that every member of a group of
+ * processes of this host maps, with two buffers of one slot per member, a barrier and a tag
+ * record per member. The engine reaches it through the endpoint (coll__net_win), never by name.
+ */
+typedef struct coll_win coll_win;
+typedef struct coll_win_spec {
+    uint64_t job;      /* names the segment, as a ring's */
+    int p;             /* members */
+    size_t slot_bytes; /* per member and buffer: a multiple of 4 KiB (create; attach reads it) */
+    int64_t spin_ns;   /* a waiter spins this long before it sleeps */
+} coll_win_spec;
+typedef struct coll_win_ops {
+    /* a new window (its name in name, "" on failure) / map the one named by the creator */
+    mt_code (*create)(const coll_win_spec *q, coll_win **out, char name[COLL_SHM_NAME],
+                      mt_err *err);
+    mt_code (*attach)(const char *name, const coll_win_spec *q, coll_win **out, mt_err *err);
+    void (*unlink)(const char *name); /* the creator, once every member mapped it */
+    void (*free)(coll_win *g);        /* unmap; NULL: no-op */
+    float *(*slot)(const coll_win *g, int buf, int i); /* member i's slot of buffer buf (0, 1) */
+    size_t (*slot_floats)(const coll_win *g);
+    /* member i arrives at barrier epoch, with its tag stamped (NULL: the stamp stays) */
+    void (*arrive)(coll_win *g, int i, uint32_t epoch, const coll_hdr *stamp);
+    /* wait until every member arrived at epoch or until_ns: -1, or the first one missing */
+    int (*wait)(coll_win *g, uint32_t epoch, int64_t until_ns);
+    void (*stamp)(const coll_win *g, int i, coll_hdr *out); /* member i's last stamp */
+} coll_win_ops;
+extern const coll_win_ops coll__shm_win_ops;
 
 /* ---- coll_raw.c: the direct-socket transport (see its header comment) */
 typedef struct coll_raw coll_raw;

@@ -823,6 +823,16 @@ int coll__net_is_raw(const mt_coll_world *w)
     return w->net != NULL && w->net->tp->direct;
 }
 
+/* Host windows live beside the direct transport's rings (coll_shm.c): same host, same user, the
+ * same shared-memory switch (a process with MT_COLL_SHM_OFF offers none). */
+const coll_win_ops *coll__net_win(const mt_coll_world *w, int64_t *spin_ns)
+{
+    if (!coll__net_is_raw(w) || w->net->opts.shm == MT_COLL_SHM_OFF)
+        return NULL;
+    *spin_ns = w->net->opts.shm_spin_us * 1000;
+    return &coll__shm_win_ops;
+}
+
 /*
  * Direct transport: write one frame to process proc, dialing first if needed
  * (pe->mu serialises the local devices' frames on the connection). A failed

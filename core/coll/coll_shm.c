@@ -30,6 +30,10 @@
  * (posix_fallocate), so a full /dev/shm fails the upgrade (the connection stays on its socket)
  * rather than raising SIGBUS later.
  *
+ * Group windows (the end of this file): the same segments, named and swept the same way, mapped
+ * by every member of a group of processes of this host for the engine's host-local allreduce
+ * (coll_world.c, "host windows"): per member a slot in each of two buffers and a barrier record.
+ *
  * Hostile peers: the peer is authenticated, but the reader still never trusts the indices in
  * shared memory beyond cap (a ring whose head runs more than cap ahead ends the connection).
  * Threading: one reader thread and one writer thread at a time per ring (callers' rule).
@@ -115,15 +119,70 @@ void coll__shm_host_id(char out[COLL_SHM_HOST_ID])
         snprintf(out, COLL_SHM_HOST_ID, "%.63s/%.63s", boot, host); /* fits: 63 + 1 + 63 */
 }
 
-/* Map an open segment descriptor of total length len (validated by the caller). Populated at
- * once: the pages exist (posix_fallocate), and a ring touched page by page would take a minor
- * fault on each side for every 4 KiB of the first pass round it (a few microseconds each, per
- * small frame, measured with perf on a 4 KiB allreduce). */
-static mt_code map_seg(int fd, size_t len, int64_t spin_ns, coll_shm **out, mt_err *err)
+/* Map an open segment descriptor of total length len. Populated at once: the pages exist
+ * (posix_fallocate), and a ring touched page by page would take a minor fault on each side for
+ * every 4 KiB of the first pass round it (a few microseconds each, per small frame, measured
+ * with perf on a 4 KiB allreduce). */
+static mt_code seg_map(int fd, size_t len, void **map, mt_err *err)
 {
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED)
         return mt_err_set(err, MT_UNAVAILABLE, "shm: mmap of %zu bytes: %s", len, strerror(errno));
+    *map = p;
+    return MT_OK;
+}
+
+/* A new segment of len bytes for job ("/mtcoll-<job>-<pid>-<n>", mode 0600, space reserved),
+ * mapped at *map; its name in name ("" on failure: nothing is left behind). */
+static mt_code seg_new(uint64_t job, size_t len, char name[COLL_SHM_NAME], void **map, mt_err *err)
+{
+    snprintf(name, COLL_SHM_NAME, "/" SHM_PREFIX "%016" PRIx64 "-%ld-%u", job, (long)getpid(),
+             atomic_fetch_add(&shm_counter, 1));
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        mt_err_set(err, MT_UNAVAILABLE, "shm: create %s: %s", name, strerror(errno));
+        name[0] = '\0';
+        return MT_UNAVAILABLE;
+    }
+    int e = posix_fallocate(fd, 0, (off_t)len); /* tmpfs: reserve now, no SIGBUS later */
+    mt_code rc = MT_OK;
+    if (e != 0)
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "shm: reserve %zu bytes for %s: %s", len, name,
+                        strerror(e));
+    if (rc == MT_OK)
+        rc = seg_map(fd, len, map, err);
+    close(fd);
+    if (rc != MT_OK) {
+        shm_unlink(name);
+        name[0] = '\0';
+    }
+    return rc;
+}
+
+/* Map the segment name a peer created: a data-plane name, owned by this user, at least min
+ * bytes; *len its length. */
+static mt_code seg_open(const char *name, size_t min, void **map, size_t *len, mt_err *err)
+{
+    struct stat st;
+    if (name[0] != '/' || strncmp(name + 1, SHM_PREFIX, strlen(SHM_PREFIX)) != 0 ||
+        strchr(name + 1, '/') != NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "shm: %s is not a data-plane segment name",
+                          name);
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0)
+        return mt_err_set(err, MT_UNAVAILABLE, "shm: open %s: %s", name, strerror(errno));
+    mt_code rc = MT_OK;
+    if (fstat(fd, &st) != 0 || st.st_size < (off_t)min || st.st_uid != geteuid())
+        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "shm: %s is not a segment of this user", name);
+    if (rc == MT_OK && (rc = seg_map(fd, (size_t)st.st_size, map, err)) == MT_OK)
+        *len = (size_t)st.st_size;
+    close(fd);
+    return rc;
+}
+
+/* The ring over mapping p of len bytes (unmapped on failure). */
+static mt_code ring_wrap(void *p, size_t len, int64_t spin_ns, coll_shm **out, mt_err *err)
+{
     coll_shm *s = mt_calloc(1, sizeof(*s));
     if (s == NULL) {
         munmap(p, len);
@@ -140,9 +199,8 @@ static mt_code map_seg(int fd, size_t len, int64_t spin_ns, coll_shm **out, mt_e
 mt_code coll__shm_create(const coll_shm_spec *q, coll_shm **out, char name[COLL_SHM_NAME],
                          mt_err *err)
 {
-    uint64_t job = q->job;
-    size_t cap = q->cap;
-    int64_t spin_ns = q->spin_ns;
+    size_t cap = q->cap, len = SHM_HDR + q->cap;
+    void *p;
     *out = NULL;
     name[0] = '\0';
     if (cap < 4096 || (cap & (cap - 1)) != 0 || cap > ((size_t)1 << 30))
@@ -150,29 +208,14 @@ mt_code coll__shm_create(const coll_shm_spec *q, coll_shm **out, char name[COLL_
                           "shm: ring size %zu: want a power of two "
                           "between 4 KiB and 1 GiB",
                           cap);
-    snprintf(name, COLL_SHM_NAME, "/" SHM_PREFIX "%016" PRIx64 "-%ld-%u", job, (long)getpid(),
-             atomic_fetch_add(&shm_counter, 1));
-    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        mt_err_set(err, MT_UNAVAILABLE, "shm: create %s: %s", name, strerror(errno));
-        name[0] = '\0';
-        return MT_UNAVAILABLE;
-    }
-    size_t len = SHM_HDR + cap;
-    int e = posix_fallocate(fd, 0, (off_t)len); /* tmpfs: reserve now, no SIGBUS later */
-    coll_shm *s = NULL;
-    mt_code rc = MT_OK;
-    if (e != 0)
-        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "shm: reserve %zu bytes for %s: %s", len, name,
-                        strerror(e));
-    if (rc == MT_OK)
-        rc = map_seg(fd, len, spin_ns, &s, err);
-    close(fd);
-    if (rc != MT_OK) {
+    mt_code rc = seg_new(q->job, len, name, &p, err);
+    if (rc == MT_OK && (rc = ring_wrap(p, len, q->spin_ns, out, err)) != MT_OK) {
         shm_unlink(name);
         name[0] = '\0';
-        return rc;
     }
+    if (rc != MT_OK)
+        return rc;
+    coll_shm *s = *out;
     memset(s->seg, 0, sizeof(*s->seg));
     s->seg->cap = cap;
     s->seg->creator = (int32_t)getpid();
@@ -181,38 +224,29 @@ mt_code coll__shm_create(const coll_shm_spec *q, coll_shm **out, char name[COLL_
     s->mask = cap - 1;
     atomic_thread_fence(memory_order_seq_cst);
     s->seg->magic = SHM_MAGIC;
-    *out = s;
     return MT_OK;
 }
 
 mt_code coll__shm_attach(const char *name, int64_t spin_ns, coll_shm **out, mt_err *err)
 {
-    struct stat st;
+    void *p;
+    size_t len;
     *out = NULL;
-    if (name[0] != '/' || strncmp(name + 1, SHM_PREFIX, strlen(SHM_PREFIX)) != 0 ||
-        strchr(name + 1, '/') != NULL)
-        return mt_err_set(err, MT_INVALID_ARGUMENT, "shm: %s is not a data-plane ring name", name);
-    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0)
-        return mt_err_set(err, MT_UNAVAILABLE, "shm: open %s: %s", name, strerror(errno));
-    mt_code rc = MT_OK;
-    coll_shm *s = NULL;
-    if (fstat(fd, &st) != 0 || st.st_size < (off_t)(SHM_HDR + 4096) || st.st_uid != geteuid())
-        rc = mt_err_set(err, MT_INVALID_ARGUMENT, "shm: %s is not a ring of this user", name);
+    mt_code rc = seg_open(name, SHM_HDR + 4096, &p, &len, err);
     if (rc == MT_OK)
-        rc = map_seg(fd, (size_t)st.st_size, spin_ns, &s, err);
-    close(fd);
+        rc = ring_wrap(p, len, spin_ns, out, err);
     if (rc != MT_OK)
         return rc;
+    coll_shm *s = *out;
     uint64_t cap = s->seg->cap;
     if (s->seg->magic != SHM_MAGIC || s->seg->version != SHM_VERSION || cap < 4096 ||
-        (cap & (cap - 1)) != 0 || cap > (uint64_t)st.st_size - SHM_HDR) {
+        (cap & (cap - 1)) != 0 || cap > (uint64_t)len - SHM_HDR) {
         coll__shm_free(s);
+        *out = NULL;
         return mt_err_set(err, MT_INVALID_ARGUMENT, "shm: %s has a bad header", name);
     }
     s->cap = cap;
     s->mask = cap - 1;
-    *out = s;
     return MT_OK;
 }
 
@@ -486,3 +520,226 @@ void coll__shm_sweep(void)
     }
     closedir(d);
 }
+
+/* ------------------------------------------------------------------ group windows */
+
+/*
+ * A window: one segment that every member of a group of processes of this host maps (the
+ * engine's host-local fast path, coll_world.c "host windows"). Layout: a 128-byte header
+ * (magic, p, slot size, where the data starts; then the bell and its sleepers on their own
+ * cache line), one 128-byte record per member (its barrier epoch and the tag it stamped on
+ * the last first barrier), and from data_off two buffers of p slots of slot_bytes each (slot
+ * (b, i) at data_off + (b p + i) slot_bytes). A barrier: member i stores epoch e in its
+ * record; the member that finds every record at e or later (the last to arrive) bumps the
+ * bell and wakes the sleepers if any announced themselves; a waiter spins for spin_ns, then
+ * sleeps in futex(2) on the bell with its count of sleepers raised (sequentially consistent
+ * accesses on both sides: one of them always sees the other). The window knows no deadline
+ * and no peer: the engine waits in slices and checks those between them.
+ */
+#define WIN_MAGIC   0x4e57544du /* "MTWN" */
+#define WIN_VERSION 1u
+#define WIN_HDR     128u
+#define WIN_REC     128u
+
+typedef struct win_hdr {
+    uint32_t magic, version;
+    uint32_t p;
+    int32_t creator;
+    uint64_t slot_bytes;
+    uint64_t data_off;
+    alignas(64) _Atomic uint32_t bell; /* bumped when a barrier completes: sleepers wait on it */
+    _Atomic uint32_t sleepers;         /* members asleep (or about to be) on bell */
+} win_hdr;
+
+typedef struct win_rec {
+    _Atomic uint32_t epoch; /* the last barrier this member arrived at */
+    uint32_t pad;
+    unsigned char stamp[COLL_HDR_SIZE]; /* its tag at its last first barrier of a chunk */
+} win_rec;
+
+_Static_assert(sizeof(win_hdr) <= WIN_HDR, "window header fits its 128 bytes");
+_Static_assert(sizeof(win_rec) <= WIN_REC, "member record fits its 128 bytes");
+
+struct coll_win {
+    win_hdr *h;
+    unsigned char *base;
+    size_t map_len, slot_bytes, data_off; /* the header's, checked when mapped */
+    int p;
+    int64_t spin_ns;
+};
+
+static win_rec *win_rec_of(const coll_win *g, int i)
+{
+    return (win_rec *)(g->base + WIN_HDR + (size_t)i * WIN_REC);
+}
+
+/* Bytes of the header and records, rounded up to a page (where the slots start). */
+static size_t win_data_off(int p)
+{
+    return (WIN_HDR + (size_t)p * WIN_REC + 4095) & ~(size_t)4095;
+}
+
+static mt_code win_wrap(void *map, size_t len, const coll_win_spec *q, coll_win **out, mt_err *err)
+{
+    coll_win *g = mt_calloc(1, sizeof(*g));
+    if (g == NULL) {
+        munmap(map, len);
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "shm: out of memory");
+    }
+    g->h = map;
+    g->base = map;
+    g->map_len = len;
+    g->p = q->p;
+    g->spin_ns = q->spin_ns;
+    *out = g;
+    return MT_OK;
+}
+
+static void win_free(coll_win *g)
+{
+    if (g == NULL)
+        return;
+    munmap(g->base, g->map_len);
+    mt_free(g);
+}
+
+static mt_code win_create(const coll_win_spec *q, coll_win **out, char name[COLL_SHM_NAME],
+                          mt_err *err)
+{
+    void *map;
+    *out = NULL;
+    name[0] = '\0';
+    if (q->p < 2 || q->slot_bytes < 4096 || q->slot_bytes % 4096 != 0 ||
+        q->slot_bytes > ((size_t)1 << 28))
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "shm: window of %d members x %zu bytes: want >= 2 members and slots of "
+                          "a multiple of 4 KiB up to 256 MiB",
+                          q->p, q->slot_bytes);
+    size_t off = win_data_off(q->p), len = off + 2 * (size_t)q->p * q->slot_bytes;
+    mt_code rc = seg_new(q->job, len, name, &map, err);
+    if (rc == MT_OK && (rc = win_wrap(map, len, q, out, err)) != MT_OK) {
+        shm_unlink(name);
+        name[0] = '\0';
+    }
+    if (rc != MT_OK)
+        return rc;
+    coll_win *g = *out;
+    memset(g->base, 0, off);
+    g->h->p = (uint32_t)q->p;
+    g->h->creator = (int32_t)getpid();
+    g->h->slot_bytes = q->slot_bytes;
+    g->h->data_off = off;
+    g->h->version = WIN_VERSION;
+    g->slot_bytes = q->slot_bytes;
+    g->data_off = off;
+    atomic_thread_fence(memory_order_seq_cst);
+    g->h->magic = WIN_MAGIC;
+    return MT_OK;
+}
+
+static mt_code win_attach(const char *name, const coll_win_spec *q, coll_win **out, mt_err *err)
+{
+    void *map;
+    size_t len;
+    *out = NULL;
+    mt_code rc = seg_open(name, win_data_off(q->p), &map, &len, err);
+    if (rc == MT_OK)
+        rc = win_wrap(map, len, q, out, err);
+    if (rc != MT_OK)
+        return rc;
+    coll_win *g = *out;
+    const win_hdr *h = g->h;
+    if (h->magic != WIN_MAGIC || h->version != WIN_VERSION || h->p != (uint32_t)q->p ||
+        h->data_off != win_data_off(q->p) || h->slot_bytes < 4096 ||
+        h->slot_bytes > ((size_t)1 << 28) ||
+        h->data_off + 2 * (uint64_t)q->p * h->slot_bytes > (uint64_t)len) {
+        win_free(g);
+        *out = NULL;
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "shm: %s is not a window of %d members", name,
+                          q->p);
+    }
+    g->slot_bytes = (size_t)h->slot_bytes;
+    g->data_off = (size_t)h->data_off;
+    return MT_OK;
+}
+
+static float *win_slot(const coll_win *g, int buf, int i)
+{
+    return (float *)(g->base + g->data_off +
+                     ((size_t)buf * (size_t)g->p + (size_t)i) * g->slot_bytes);
+}
+
+static size_t win_slot_floats(const coll_win *g)
+{
+    return g->slot_bytes / sizeof(float);
+}
+
+/* The first member that has not arrived at epoch (or later), or -1: all have. */
+static int win_missing(const coll_win *g, uint32_t epoch)
+{
+    for (int j = 0; j < g->p; j++) {
+        if ((int32_t)(atomic_load(&win_rec_of(g, j)->epoch) - epoch) < 0)
+            return j;
+    }
+    return -1;
+}
+
+static void win_arrive(coll_win *g, int i, uint32_t epoch, const coll_hdr *stamp)
+{
+    win_rec *r = win_rec_of(g, i);
+    if (stamp != NULL)
+        coll__hdr_encode(stamp, r->stamp);
+    atomic_store(&r->epoch, epoch);
+    if (win_missing(g, epoch) >= 0)
+        return; /* the last one to arrive rings */
+    atomic_fetch_add(&g->h->bell, 1);
+    if (atomic_load(&g->h->sleepers) != 0)
+        futex(&g->h->bell, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+static int win_wait(coll_win *g, uint32_t epoch, int64_t until_ns)
+{
+    int64_t spin_until = coll__now_ns() + g->spin_ns;
+    int m;
+    for (unsigned i = 1; (m = win_missing(g, epoch)) >= 0; i++) {
+        if ((i & 63) == 0) {
+            int64_t now = coll__now_ns();
+            if (now >= until_ns)
+                return m;
+            if (now >= spin_until)
+                break;
+        }
+        coll__cpu_relax();
+    }
+    while (m >= 0) {
+        uint32_t v = atomic_load(&g->h->bell);
+        atomic_fetch_add(&g->h->sleepers, 1);
+        int64_t left = until_ns - coll__now_ns();
+        if (win_missing(g, epoch) >= 0 && left > 0) {
+            struct timespec ts = {.tv_sec = left / 1000000000LL, .tv_nsec = left % 1000000000LL};
+            futex(&g->h->bell, FUTEX_WAIT, v, &ts);
+        }
+        atomic_fetch_sub(&g->h->sleepers, 1);
+        m = win_missing(g, epoch);
+        if (coll__now_ns() >= until_ns)
+            break;
+    }
+    return m;
+}
+
+static void win_stamp(const coll_win *g, int i, coll_hdr *out)
+{
+    coll__hdr_parse(win_rec_of(g, i)->stamp, out);
+}
+
+const coll_win_ops coll__shm_win_ops = {
+    .create = win_create,
+    .attach = win_attach,
+    .unlink = coll__shm_unlink,
+    .free = win_free,
+    .slot = win_slot,
+    .slot_floats = win_slot_floats,
+    .arrive = win_arrive,
+    .wait = win_wait,
+    .stamp = win_stamp,
+};

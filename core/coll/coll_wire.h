@@ -52,6 +52,8 @@ enum coll_phase {
     COLL_PHASE_DIRECT = 2, /* one-hop small path; reduce-scatter's scatter */
     COLL_PHASE_INPUTS = 3, /* small path by recursive doubling: members' inputs (copied) */
     COLL_PHASE_RESULT = 4, /* small path by recursive doubling: result to a folded member */
+    COLL_PHASE_WINDOW =
+        5, /* a host window's set-up: its name (rstep 0), each member's answer (1) */
 };
 
 /* Wire header (host order; meshtrain runs on little-endian hosts). coll_wire.c. */

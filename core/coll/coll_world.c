@@ -161,6 +161,7 @@ static void deliver(mt_coll_world *w, coll_frame *f)
 /* ------------------------------------------------------------------ comms */
 
 static void drive_release(mt_coll_comm *c);
+static void wins_free(mt_coll_comm *c);
 
 static mt_code comm_init(mt_coll_comm *c, mt_coll_world *w, int rank, mt_err *err)
 {
@@ -189,6 +190,7 @@ static void comm_fini(mt_coll_comm *c)
     if (c->w == NULL)
         return;
     drive_release(c);
+    wins_free(c);
     mt_free(c->pong);
     for (int j = 0; j < COLL_POST_PIECES; j++)
         mt_free(c->post.piece[j]);
@@ -240,6 +242,9 @@ static mt_code check_opts(const mt_coll_world_opts *opts, mt_err *err)
                           "coll world: drive mode %d / drive_yields %d / drive_spin_us %d: want "
                           "AUTO or OFF, >= 0 and 0 .. 1e6",
                           (int)opts->drive, opts->drive_yields, opts->drive_spin_us);
+    if (opts->window != MT_COLL_WINDOW_AUTO && opts->window != MT_COLL_WINDOW_OFF)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "coll world: window mode %d: want AUTO or OFF",
+                          (int)opts->window);
     if (opts->segment_bytes < sizeof(float) || opts->segment_bytes > (64u << 20))
         return mt_err_set(err, MT_INVALID_ARGUMENT,
                           "coll world: segment size %zu bytes outside [4, 64 MiB]",
@@ -643,11 +648,12 @@ typedef struct coll_ctx {
     uint32_t seq;
     int64_t deadline_ns;
     int64_t deadline_ms;
-    int64_t start_ns; /* when the call began (opts.observe) */
-    int from_abort;   /* the failure came from a peer's ABORT: do not re-broadcast */
-    int blame;        /* rank whose message was inconsistent, -1 none */
-    int diagnosed;    /* PINGs went out after the deadline */
-    coll_ctl_set ctl; /* PING / PONG sends in flight */
+    int64_t start_ns;    /* when the call began (opts.observe) */
+    int from_abort;      /* the failure came from a peer's ABORT: do not re-broadcast */
+    int blame;           /* rank whose message was inconsistent, -1 none */
+    int diagnosed;       /* PINGs went out after the deadline */
+    coll_ctl_set ctl;    /* PING / PONG sends in flight */
+    struct win_ent *win; /* the host window the call runs on (coll__win_open), NULL none */
     mt_err *err;
 } coll_ctx;
 
@@ -882,6 +888,9 @@ static void suspects(const coll_ctx *x, char *out, size_t cap)
     }
 }
 
+struct win_ent;
+static void win_drop(mt_coll_comm *c, struct win_ent *e);
+
 static mt_code ctx_end(coll_ctx *x, mt_code rc)
 {
     mt_coll_comm *c = x->c;
@@ -889,6 +898,8 @@ static mt_code ctx_end(coll_ctx *x, mt_code rc)
         return rc;
     if (rc != MT_OK)
         drive_release(c); /* the reader thread delivers what comes next */
+    if (rc != MT_OK && x->win != NULL)
+        win_drop(c, x->win); /* the other members fail too: the next call sets one up anew */
     coll__net_ctl_reap(&x->ctl);
     mt_code wrc = coll__sends_wait(c, rc != MT_OK, rc == MT_OK ? x->err : NULL);
     if (rc == MT_OK && wrc != MT_OK)
@@ -989,11 +1000,11 @@ static mt_code link_broken(coll_ctx *x, int r)
 }
 
 /*
- * One turn of waiting for data from global rank src (c->mu held, still held on return):
- * MT_OK after answering PINGs or sleeping until a wake-up (look again), else the failure
- * (the peer's connection lost, the deadline).
+ * Waiting for data from global rank src (c->mu held, still held on return): the failure (the
+ * peer's connection lost, the deadline), else MT_OK, with *busy when it answered PINGs or
+ * started the diagnosis (look again before sleeping).
  */
-static mt_code wait_turn(coll_ctx *x, int src)
+static mt_code wait_check(coll_ctx *x, int src, bool *busy)
 {
     mt_coll_comm *c = x->c;
     mt_coll_world *w = c->w;
@@ -1013,12 +1024,14 @@ static mt_code wait_turn(coll_ctx *x, int src)
     }
     if (c->nping > 0) {
         answer_pings(x);
+        *busy = true;
         return MT_OK;
     }
     if (now >= x->deadline_ns && !x->diagnosed) {
         x->diagnosed = 1;
         if (diagnose_start(x) > 0) {
             x->deadline_ns = coll__now_ns() + COLL_DIAG_NS; /* keep waiting for data too */
+            *busy = true;
             return MT_OK;
         }
     }
@@ -1034,7 +1047,23 @@ static mt_code wait_turn(coll_ctx *x, int src)
         return ctx_fail(x, MT_DEADLINE_EXCEEDED, "no data from rank %d (%s) within %" PRId64 " ms",
                         src, rank_addr(w, src), x->deadline_ms);
     }
-    int64_t until = x->deadline_ns;
+    return MT_OK;
+}
+
+/*
+ * One turn of waiting for data from global rank src (c->mu held, still held on return):
+ * MT_OK after answering PINGs or sleeping until a wake-up (look again), else the failure
+ * (the peer's connection lost, the deadline).
+ */
+static mt_code wait_turn(coll_ctx *x, int src)
+{
+    mt_coll_comm *c = x->c;
+    bool busy = false;
+    mt_code rc = wait_check(x, src, &busy);
+    if (rc != MT_OK || busy)
+        return rc;
+    int remote = c->w->by_rank[src] == NULL;
+    int64_t now = coll__now_ns(), until = x->deadline_ns;
     if (remote && until - now > 50000000LL)
         until = now + 50000000LL; /* poll the connection state */
     struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
@@ -1058,12 +1087,12 @@ static coll_frame *pop_live(mt_coll_comm *c, int src)
     return NULL;
 }
 
-/* Every field of frame fr (from src) must be what this member expects; else INVALID_ARGUMENT
- * (frees fr). */
-static mt_code check_msg(coll_ctx *x, int src, coll_frame *fr, const coll_hdr *want)
+/* Every field of header h (from src: a frame's, or a host window's stamp) must be what this
+ * member expects; else INVALID_ARGUMENT naming src and the field. */
+static mt_code check_hdr(coll_ctx *x, int src, const coll_hdr *hp, const coll_hdr *want)
 {
     mt_coll_world *w = x->c->w;
-    const coll_hdr h = fr->h;
+    const coll_hdr h = *hp;
     /* in this order of blame */
     const struct {
         const char *what;
@@ -1088,7 +1117,6 @@ static mt_code check_msg(coll_ctx *x, int src, coll_frame *fr, const coll_hdr *w
     }
     if (what == NULL)
         return MT_OK;
-    coll__frame_free(fr);
     x->blame = src;
     if (h.op != want->op)
         return ctx_fail(x, MT_INVALID_ARGUMENT,
@@ -1097,6 +1125,16 @@ static mt_code check_msg(coll_ctx *x, int src, coll_frame *fr, const coll_hdr *w
     return ctx_fail(x, MT_INVALID_ARGUMENT,
                     "message from rank %d (%s) has %s %" PRIu64 ", expected %" PRIu64, src,
                     rank_addr(w, src), what, got, exp);
+}
+
+/* Every field of frame fr (from src) must be what this member expects; else INVALID_ARGUMENT
+ * (frees fr). */
+static mt_code check_msg(coll_ctx *x, int src, coll_frame *fr, const coll_hdr *want)
+{
+    mt_code rc = check_hdr(x, src, &fr->h, want);
+    if (rc != MT_OK)
+        coll__frame_free(fr);
+    return rc;
 }
 
 /* Receive the next frame from global rank src; validate it against *want. */
@@ -1969,6 +2007,375 @@ mt_code coll__prepare(coll_call *v, const coll_xchg *st, int ns)
             return send_failed(x, st[i].dst, rc, e.msg);
     }
     return MT_OK;
+}
+
+/* ------------------------------------------------------------ host windows */
+
+/*
+ * The host-local fast path (coll_engine.h, coll__win_open): an allreduce whose members are each
+ * the only rank of a process of this host runs on one shared-memory segment they all map (a
+ * coll_shm.c window, reached through the endpoint: coll__net_win), chunk by chunk: the
+ * algorithm copies its input into its slot, the engine's barrier (coll__win_sync) waits for
+ * every member, the algorithm folds its part of every slot, a second barrier, the algorithm
+ * copies the result out. Two waits per chunk, no frames.
+ *
+ * Agreement: a group's first call sets the window up in one round of DATA frames (phase
+ * COLL_PHASE_WINDOW, the call's tag): position 0 creates it (when it can: shared memory allowed,
+ * its links to every member are rings) and sends each member its name ("" when it cannot); each
+ * other member maps it and sends every member other than itself its answer; everyone then knows
+ * whether every member mapped it, and uses it only then (the same choice everywhere), else
+ * records that the group runs the tree. Position 0 unlinks the name once every member answered
+ * (a process killed before that leaves it to coll__shm_sweep: the name carries its pid). The
+ * round also leaves a connection from every member to every other, so a member that dies is seen
+ * (its connection ends) by every other.
+ *
+ * Barrier k of the window (epochs 2c+1 and 2c+2 for its chunk c; chunks count on across calls,
+ * so consecutive chunks alternate buffers and a member never writes a slot another still reads):
+ * the first stamps this member's tag (job, step, seq, op, size, chunk, range) and compares every
+ * member's after the wait (a mismatch is INVALID_ARGUMENT on every member: each sees every
+ * stamp). While waiting the engine does what it does for a frame: PINGs answered, a cancel, an
+ * ABORT, a lost member (UNAVAILABLE), the deadline and its diagnosis (DEADLINE_EXCEEDED naming
+ * the members that never arrived), and a frame a member sent this one meanwhile (it runs another
+ * collective or path: INVALID_ARGUMENT). A call that fails drops the window (unmapped); so does
+ * every other member's, as they fail too, and the group's next call sets up a new one.
+ */
+#define COLL_WIN_SLOT_SEG 4 /* a slot holds this many segments (opts.segment_bytes) ... */
+#define COLL_WIN_SLOT_MAX ((size_t)4 << 20) /* ... up to 4 MiB */
+#define COLL_WIN_SLICE_NS 10000000LL /* a waiter checks the deadline, ABORTs, peers this often */
+#define COLL_WIN_MSG      (COLL_SHM_NAME / sizeof(float)) /* floats of a set-up frame */
+
+typedef struct win_ent {
+    int *ranks; /* the group (copied), NULL: a free entry */
+    int p;
+    coll_win *g;     /* NULL: the group runs without a window */
+    uint32_t chunks; /* chunks run on it (its barriers: epochs 2 chunks + 1 and + 2) */
+} win_ent;
+
+struct coll_wins {
+    const coll_win_ops *ops;
+    int64_t spin_ns;
+    win_ent **e; /* [n] the groups with a recorded choice (every member records every group, so
+                    every member knows whether a group's first call is still to come) */
+    int n;
+};
+
+/* Forget entry e (its window unmapped). */
+static void win_ent_clear(const struct coll_wins *ws, win_ent *e)
+{
+    if (e->g != NULL)
+        ws->ops->free(e->g);
+    mt_free(e->ranks);
+    *e = (win_ent){0};
+}
+
+static void win_drop(mt_coll_comm *c, win_ent *e)
+{
+    win_ent_clear(c->wins, e);
+}
+
+/* Free every window of c (comm_fini). */
+static void wins_free(mt_coll_comm *c)
+{
+    struct coll_wins *ws = c->wins;
+    if (ws == NULL)
+        return;
+    for (int i = 0; i < ws->n; i++) {
+        win_ent_clear(ws, ws->e[i]);
+        mt_free(ws->e[i]);
+    }
+    mt_free(ws->e);
+    mt_free(ws);
+    c->wins = NULL;
+}
+
+/* The entry of group g, or NULL. */
+static win_ent *win_find(struct coll_wins *ws, const mt_coll_group *g)
+{
+    for (int i = 0; i < ws->n; i++) {
+        win_ent *e = ws->e[i];
+        if (e->ranks != NULL && e->p == g->size &&
+            memcmp(e->ranks, g->ranks, (size_t)g->size * sizeof(int)) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* A free entry (a dropped one, or a new one), or NULL: out of memory. */
+static win_ent *win_free_ent(struct coll_wins *ws)
+{
+    for (int i = 0; i < ws->n; i++) {
+        if (ws->e[i]->ranks == NULL)
+            return ws->e[i];
+    }
+    win_ent **ne = mt_realloc(ws->e, (size_t)(ws->n + 1) * sizeof(*ne));
+    if (ne == NULL)
+        return NULL;
+    ws->e = ne;
+    if ((ne[ws->n] = mt_calloc(1, sizeof(win_ent))) == NULL)
+        return NULL;
+    return ws->e[ws->n++];
+}
+
+/* The header of a set-up frame from src (to this member) or to dst (from it), rstep 0: the
+ * window's name, 1: a member's answer. */
+static coll_hdr win_msg_hdr(const coll_ctx *x, uint32_t rstep, int src, int dst)
+{
+    coll_xchg t = {
+        .phase = COLL_PHASE_WINDOW, .rstep = rstep, .rstep_in = rstep, .src = src, .dst = dst};
+    coll_hdr h = xchg_hdr(x, &t, src >= 0);
+    h.len = COLL_WIN_MSG;
+    return h;
+}
+
+/* Set-up frame msg to dst. */
+static mt_code win_send(coll_ctx *x, uint32_t rstep, int dst, const char msg[COLL_SHM_NAME])
+{
+    float buf[COLL_WIN_MSG];
+    coll_hdr h = win_msg_hdr(x, rstep, -1, dst);
+    memcpy(buf, msg, sizeof(buf));
+    return send_seg(x, dst, &h, buf);
+}
+
+/* Set-up frame from src into msg (NUL-terminated). */
+static mt_code win_recv(coll_ctx *x, uint32_t rstep, int src, char msg[COLL_SHM_NAME])
+{
+    coll_hdr h = win_msg_hdr(x, rstep, src, -1);
+    coll_frame *f;
+    mt_code rc = recv_msg(x, src, &h, &f);
+    if (rc != MT_OK)
+        return rc;
+    memcpy(msg, f->data, COLL_SHM_NAME);
+    msg[COLL_SHM_NAME - 1] = '\0';
+    coll__frame_free(f);
+    return MT_OK;
+}
+
+/* Whether this member can take part: window ops, a free entry, and rings to every member (each
+ * dialed now: the set-up round then finds every connection made). */
+static mt_code win_can(coll_ctx *x, const struct coll_wins *ws, bool *can)
+{
+    mt_coll_world *w = x->c->w;
+    *can = ws->ops != NULL && w->opts.window == MT_COLL_WINDOW_AUTO;
+    for (int i = 0; i < x->v.p; i++) {
+        int r = x->g->ranks[i], proc = w->proc_of[r];
+        mt_err e = MT_ERR_INIT;
+        if (r == x->c->rank)
+            continue;
+        mt_code rc = coll__net_dial(w, proc, x->deadline_ns, &e);
+        if (rc != MT_OK)
+            return send_failed(x, r, rc, e.msg);
+        if (strcmp(mt_coll_world_link(w, w->proc_addr[proc]), "shm") != 0)
+            *can = false;
+    }
+    return MT_OK;
+}
+
+/*
+ * The group's first call: the set-up round (see above). On MT_OK *out is the group's entry (its
+ * window, or none); on a failure nothing is recorded (and nothing is left mapped or named).
+ */
+static mt_code win_setup(coll_ctx *x, struct coll_wins *ws, win_ent **out)
+{
+    int p = x->v.p, pos = x->v.pos;
+    const int *ranks = x->g->ranks;
+    win_ent *e = win_free_ent(ws);
+    coll_win *g = NULL;
+    if (e == NULL)
+        return ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory");
+    char name[COLL_SHM_NAME] = "", msg[COLL_SHM_NAME] = "";
+    bool can, all = true;
+    size_t slot = x->v.seg * sizeof(float) * COLL_WIN_SLOT_SEG;
+    coll_win_spec q = {.job = x->c->w->opts.job_id,
+                       .p = p,
+                       .slot_bytes = slot < COLL_WIN_SLOT_MAX ? (slot + 4095) & ~(size_t)4095
+                                                              : COLL_WIN_SLOT_MAX,
+                       .spin_ns = ws->spin_ns};
+    mt_code rc = win_can(x, ws, &can);
+    for (int i = 1; i < p && rc == MT_OK && pos == 0; i++) {
+        mt_err er = MT_ERR_INIT;
+        if (i == 1 && can && ws->ops->create(&q, &g, name, &er) != MT_OK)
+            mt_log_warn("coll: no host window for a group of %d: %s", p, er.msg);
+        rc = win_send(x, 0, ranks[i], name); /* "" when there is none */
+    }
+    if (rc == MT_OK && pos > 0 && (rc = win_recv(x, 0, ranks[0], name)) == MT_OK) {
+        mt_err er = MT_ERR_INIT;
+        if (can && name[0] != '\0' && ws->ops->attach(name, &q, &g, &er) != MT_OK)
+            mt_log_warn("coll: cannot map the host window %s: %s", name, er.msg);
+        msg[0] = g != NULL ? 'y' : '\0';
+        all = g != NULL;
+        for (int i = 0; i < p && rc == MT_OK; i++) {
+            if (i != pos)
+                rc = win_send(x, 1, ranks[i], msg);
+        }
+    }
+    for (int i = 1; i < p && rc == MT_OK; i++) {
+        if (i != pos && (rc = win_recv(x, 1, ranks[i], msg)) == MT_OK)
+            all = all && msg[0] == 'y';
+    }
+    if (g != NULL && pos == 0)
+        ws->ops->unlink(name); /* every member answered (or the call failed) */
+    if (g != NULL && (rc != MT_OK || !all)) {
+        ws->ops->free(g);
+        g = NULL;
+    }
+    if (rc != MT_OK)
+        return rc;
+    e->ranks = mt_malloc((size_t)p * sizeof(int));
+    if (e->ranks == NULL) {
+        if (g != NULL)
+            ws->ops->free(g);
+        return ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    memcpy(e->ranks, ranks, (size_t)p * sizeof(int));
+    e->p = p;
+    e->g = g;
+    e->chunks = 0;
+    *out = e;
+    if (g != NULL && pos == 0)
+        mt_log_info("coll: allreduces of job %" PRIu64 " over %d processes of this host (rank %d "
+                    "first) run on a host window (%zu KiB slots)",
+                    x->c->w->opts.job_id, p, ranks[0],
+                    ws->ops->slot_floats(g) * sizeof(float) / 1024);
+    return MT_OK;
+}
+
+/* The host a rank table address names: HOST of tcp://HOST:PORT (*len bytes), or NULL for a
+ * local socket path (ipc://, shm://: this host). */
+static const char *addr_host(const char *addr, size_t *len)
+{
+    if (strncmp(addr, "tcp://", 6) != 0) {
+        *len = 0;
+        return NULL;
+    }
+    const char *h = addr + 6, *colon = strrchr(h, ':');
+    *len = colon != NULL ? (size_t)(colon - h) : strlen(h);
+    return h;
+}
+
+/* Every member's address names the same host: the rank table says so, the same on every member
+ * (members on several hosts then never set a window up, nor connect to every other member). */
+static bool win_one_host(const coll_ctx *x)
+{
+    const mt_coll_world *w = x->c->w;
+    size_t l0, l;
+    const char *h0 = addr_host(rank_addr(w, x->g->ranks[0]), &l0);
+    for (int i = 1; i < x->v.p; i++) {
+        const char *h = addr_host(rank_addr(w, x->g->ranks[i]), &l);
+        if ((h == NULL) != (h0 == NULL) || l != l0 || (h != NULL && strncmp(h, h0, l) != 0))
+            return false;
+    }
+    return true;
+}
+
+mt_code coll__win_open(coll_call *v, bool *ok, size_t *slot_floats)
+{
+    coll_ctx *x = ctx_of(v);
+    mt_coll_comm *c = x->c;
+    win_ent *e;
+    *ok = false;
+    /* the same on every member: the operation, the group and the rank table (one host) */
+    if (x->v.op != COLL_OP_ALLREDUCE || x->v.p < 3 || x->v.p > COLL_WIN_MAX ||
+        !coll__sole_ranks(v) || !win_one_host(x))
+        return MT_OK;
+    if (c->wins == NULL) {
+        c->wins = mt_calloc(1, sizeof(*c->wins));
+        if (c->wins == NULL)
+            return ctx_fail(x, MT_RESOURCE_EXHAUSTED, "out of memory");
+        c->wins->ops = coll__net_win(c->w, &c->wins->spin_ns);
+    }
+    if ((e = win_find(c->wins, x->g)) == NULL) {
+        drive_release(c); /* the set-up's frames come through the reader threads */
+        mt_code rc = win_setup(x, c->wins, &e);
+        if (rc != MT_OK)
+            return rc;
+    }
+    if (e->g == NULL)
+        return MT_OK;
+    drive_release(c); /* the reader threads watch every member's connection meanwhile */
+    x->win = e;
+    *ok = true;
+    *slot_floats = c->wins->ops->slot_floats(e->g);
+    return MT_OK;
+}
+
+float *coll__win_slot(coll_call *v, int i)
+{
+    coll_ctx *x = ctx_of(v);
+    return x->c->wins->ops->slot(x->win->g, (int)(x->win->chunks & 1), i);
+}
+
+/*
+ * While waiting at barrier epoch for member m (group position), a frame from it is queued (c->mu
+ * held): if m still has not arrived, it sent that frame instead (it runs another collective or
+ * path), INVALID_ARGUMENT naming it. A member that arrived may already send frames of its next
+ * call (this barrier completed meanwhile): those stay queued.
+ */
+static mt_code win_stray(coll_ctx *x, uint32_t epoch, int m)
+{
+    int r = x->g->ranks[m];
+    if (x->c->q[r].count == 0 || x->c->wins->ops->wait(x->win->g, epoch, 0) != m)
+        return MT_OK;
+    coll_frame *f = pop_live(x->c, r);
+    if (f == NULL)
+        return MT_OK;
+    coll_hdr want = win_msg_hdr(x, 2, r, -1); /* rstep 2: no set-up frame matches */
+    mt_code rc = check_msg(x, r, f, &want);
+    if (rc == MT_OK) { /* every field matched a set-up step that does not exist: cannot be */
+        coll__frame_free(f);
+        rc = ctx_fail(x, MT_INVALID_ARGUMENT, "unexpected message from rank %d (%s)", r,
+                      rank_addr(x->c->w, r));
+    }
+    return rc;
+}
+
+/* Wait until every member arrived at epoch, checking between slices what a wait for data
+ * checks. */
+static mt_code win_wait(coll_ctx *x, uint32_t epoch)
+{
+    mt_coll_comm *c = x->c;
+    const coll_win_ops *ops = c->wins->ops;
+    for (;;) {
+        int m = ops->wait(x->win->g, epoch, coll__now_ns() + COLL_WIN_SLICE_NS);
+        if (m < 0)
+            return MT_OK;
+        bool busy = false;
+        pthread_mutex_lock(&c->mu);
+        mt_code rc = ended(x);
+        if (rc == MT_OK)
+            rc = win_stray(x, epoch, m);
+        if (rc == MT_OK)
+            rc = wait_check(x, x->g->ranks[m], &busy);
+        if (rc == MT_OK && !busy)
+            coll__progress_wait(c);
+        pthread_mutex_unlock(&c->mu);
+        if (rc != MT_OK)
+            return rc;
+    }
+}
+
+mt_code coll__win_sync(coll_call *v, bool inputs, size_t off, size_t len)
+{
+    coll_ctx *x = ctx_of(v);
+    win_ent *e = x->win;
+    const coll_win_ops *ops = x->c->wins->ops;
+    uint32_t epoch = 2 * e->chunks + (inputs ? 1u : 2u);
+    coll_xchg t = {.phase = COLL_PHASE_WINDOW, .rstep = 2, .dst = -1};
+    coll_hdr st = xchg_hdr(x, &t, false);
+    st.chunk = e->chunks;
+    st.offset = off;
+    st.len = len;
+    ops->arrive(e->g, x->v.pos, epoch, inputs ? &st : NULL);
+    mt_code rc = win_wait(x, epoch);
+    for (int i = 0; i < x->v.p && rc == MT_OK && inputs; i++) {
+        coll_hdr h;
+        if (i == x->v.pos)
+            continue;
+        ops->stamp(e->g, i, &h);
+        rc = check_hdr(x, x->g->ranks[i], &h, &st);
+    }
+    if (rc == MT_OK && !inputs)
+        e->chunks++;
+    return rc;
 }
 
 mt_code coll__fail(coll_call *v, mt_code code, const char *fmt, ...)

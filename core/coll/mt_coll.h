@@ -32,6 +32,8 @@
  * exchanges are shared memory: devices of one worker holding consecutive
  * positions reduce among themselves first (distance 1, 2, ...) and only the
  * later, smaller exchanges cross processes (hierarchical reduction).
+ * A host window (3 or more processes of one host: each member reduces its part of every
+ * member's buffer in shared memory, opts.window) applies the same tree to each element.
  * mt_coll_reference_allreduce() computes the same order serially. Small
  * allreduces (opts.direct_bytes) bring every member's buffer to every member —
  * in one hop, or, when every member is the only device of its process, by
@@ -89,6 +91,15 @@ typedef enum mt_coll_drive_mode {
     MT_COLL_DRIVE_OFF = 1,  /* never: the reader threads feed every exchange (comparisons) */
 } mt_coll_drive_mode;
 
+/* Whether an allreduce of 3 or more processes of one host (one device each, shared memory on)
+ * above direct_bytes goes through a host window: one shared-memory segment the members map,
+ * each reducing its part of every member's buffer in place (docs/collectives.md, "Host
+ * window"); the same bits as the tree. */
+typedef enum mt_coll_window_mode {
+    MT_COLL_WINDOW_AUTO = 0, /* when every member can map it (agreed at the group's first call) */
+    MT_COLL_WINDOW_OFF = 1,  /* never: the tree over the rings (comparisons) */
+} mt_coll_window_mode;
+
 /* Attempts of one job whose stragglers a live world drops (job_id = base + attempt). */
 #define MT_COLL_MAX_ATTEMPTS 1024
 
@@ -111,6 +122,7 @@ typedef struct mt_coll_world_opts {
                           on another core answers within microseconds), unless such polls kept
                           failing lately (the partner was not running: then it yields at once);
                           0: never */
+    mt_coll_window_mode window; /* the host window (one host, >= 3 processes, large allreduces) */
     /* called at the end of every collective a comm of this world took part in (NULL: none), on
      * that comm's device thread, with observe_arg, the operation's name ("allreduce", a static
      * string), the bytes of the tensor it works on (its element count x 4), how long the call
@@ -123,7 +135,7 @@ typedef struct mt_coll_world_opts {
     {                                                                                              \
         .job_id = 0, .default_deadline_ms = 10000, .segment_bytes = 256 * 1024,                    \
         .direct_bytes = 64 * 1024, .mesh = NULL, .drive = MT_COLL_DRIVE_AUTO,                      \
-        .drive_yields = 1000, .drive_spin_us = 20                                                  \
+        .drive_yields = 1000, .drive_spin_us = 20, .window = MT_COLL_WINDOW_AUTO                   \
     }
 
 /* One entry of a job's rank table: where rank r lives. */

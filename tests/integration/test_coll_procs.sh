@@ -5,10 +5,10 @@
 # Starts build/mt_coll_peer processes on 127.0.0.1 with ephemeral ports (and
 # ipc:// in a temp dir), hands them a rank table, and checks: correctness for
 # 2, 3 and 4 processes over awkward sizes (bit-exact against the serial order,
-# inside the peer); 1x4, 2x2 and 4x1 (and 1x3/3x1, 1x6/2x3/3x2/6x1) process x
-# device placements giving bit-identical results; runs of large allreduces with late members,
-# driven by the device thread and fed by the reader threads, bit-identical; groups along one
-# dimension of a 4x2 layout; framing
+# inside the peer); 1x4, 2x2 and 4x1 (with the host window of 4 processes and without; and
+# 1x3/3x1, 1x6/2x3/3x2/6x1) process x device placements giving bit-identical results; runs of
+# large allreduces with late members, driven by the device thread and fed by the reader threads,
+# bit-identical; groups along one dimension of a 4x2 layout; framing
 # mismatches (step, size, job) failing with INVALID_ARGUMENT everywhere; a peer
 # killed with SIGKILL and one stopped with SIGSTOP mid-collective making every
 # other process fail with UNAVAILABLE / DEADLINE_EXCEEDED within the deadline
@@ -128,13 +128,25 @@ expect_ok place1x4 1 4 tcp --mode check --sizes "$SIZES" --seed 3
 expect_ok place2x2 2 2 tcp --mode check --sizes "$SIZES" --seed 3
 # (4x1 also forces the ring for small sizes: the direct exchange must give the same bits)
 expect_ok place4x1 4 1 tcp --mode check --sizes "$SIZES" --seed 3 --segment 4096 --direct 0
-for p in place2x2 place4x1; do
+# shared memory: 4x1 ran on the host window (docs/collectives.md, "Host window"), and the same
+# processes with it off (the tree over the rings) give the same bits (sockets take no window)
+PLACED="place2x2 place4x1"
+if [ "$SHM" != off ]; then
+    expect_ok place4x1_tree 4 1 tcp --mode check --sizes "$SIZES" --seed 3 --segment 4096 \
+        --direct 0 --window 0
+    PLACED="$PLACED place4x1_tree"
+    grep -q 'run on a host window' "$TMP/place4x1/err.0" ||
+        fail "place4x1: no host window: $(grep -h coll "$TMP/place4x1/err.0" | head -3)"
+    ! grep -q 'run on a host window' "$TMP/place4x1_tree/err.0" ||
+        fail "place4x1_tree: a host window with --window 0"
+fi
+for p in $PLACED; do
     if ! cmp -s "$TMP/place1x4/results" "$TMP/$p/results"; then
         fail "$p results differ from place1x4:"
         diff "$TMP/place1x4/results" "$TMP/$p/results" | head -8
     fi
 done
-[ -s "$TMP/place1x4/results" ] && echo "ok: 1x4, 2x2 and 4x1 bit-identical ($(head -c 60 "$TMP/place1x4/results")...)"
+[ -s "$TMP/place1x4/results" ] && echo "ok: 1x4, 2x2 and 4x1 (host window and tree) bit-identical ($(head -c 60 "$TMP/place1x4/results")...)"
 # groups that are not a power of two (a member folded into its neighbour first): 3 and 6
 PSIZES=0,1,13,4099,65537,262147
 expect_ok place1x3 1 3 tcp --mode check --sizes "$PSIZES" --seed 5
@@ -178,6 +190,7 @@ expect_invalid wrong_job "--job 5000" # another job: more than MT_COLL_MAX_ATTEM
 # the same above direct_bytes: the tree's exchanges, read by the driving device threads
 expect_invalid stale_step_large "--step 5" 262147
 expect_invalid wrong_size_large "--size-add 1" 262147
+expect_invalid wrong_size_large4 "--size-add 1" 262147 4 # 4 processes: the host window's set-up
 # and between 2 processes below it: the one-hop exchange, driven too
 expect_invalid stale_step_pair "--step 5" 1009 2
 expect_invalid wrong_size_pair "--size-add 1" 1009 2
@@ -225,6 +238,7 @@ expect_lost() { # NAME SIGNAL NPROCS
 }
 expect_lost kill2 KILL 2
 expect_lost kill3 KILL 3
+expect_lost kill4 KILL 4 # the host window: the others wait at its barrier
 expect_lost stop2 STOP 2
 expect_lost stop3 STOP 3
 expect_lost stop4 STOP 4

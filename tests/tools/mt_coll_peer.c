@@ -400,7 +400,7 @@ static void usage(void)
                     "check|repeat|loop|bench] [--sizes a,b,..] [--seed S] [--job J] [--step S] "
                     "[--size-add K] [--mesh RxC --dim D] [--iters K] [--skew-us U] [--deadline MS] "
                     "[--segment BYTES] [--direct BYTES] [--shm auto|off] [--axes NAME=N,..] "
-                    "[--token T] [--drive 0|1] "
+                    "[--token T] [--drive 0|1] [--window 0|1] "
                     "[--yields N] [--spin-us U] "
                     "[--alarm SECONDS]\n");
 }
@@ -419,6 +419,7 @@ int main(int argc, char **argv)
     const char *axes = NULL;          /* --axes: the mesh named in errors (world option mesh) */
     int drive_off = 0, yields = 1000; /* --drive 0, --yields N: world options drive* */
     int spin_us = -1;                 /* --spin-us U: drive_spin_us (-1: the default) */
+    int window_off = 0;               /* --window 0: no host window (world option window) */
     cfg.sizes[0] = 1;
     cfg.nsizes = 1;
     for (int i = 1; i < argc; i++) {
@@ -468,6 +469,8 @@ int main(int argc, char **argv)
             cfg.direct_bytes = strtol(v, NULL, 10);
         else if (strcmp(a, "--drive") == 0)
             drive_off = strcmp(v, "0") == 0;
+        else if (strcmp(a, "--window") == 0)
+            window_off = strcmp(v, "0") == 0;
         else if (strcmp(a, "--yields") == 0)
             yields = (int)strtol(v, NULL, 10);
         else if (strcmp(a, "--spin-us") == 0)
@@ -524,6 +527,7 @@ int main(int argc, char **argv)
     o.segment_bytes = cfg.segment_bytes;
     o.mesh = axes;
     o.drive = drive_off ? MT_COLL_DRIVE_OFF : MT_COLL_DRIVE_AUTO;
+    o.window = window_off ? MT_COLL_WINDOW_OFF : MT_COLL_WINDOW_AUTO;
     o.drive_yields = yields;
     if (spin_us >= 0)
         o.drive_spin_us = spin_us;

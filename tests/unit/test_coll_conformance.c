@@ -19,6 +19,11 @@
  *     deadline + 1 s; a cancelled world: CANCELLED; a fresh tag works after the size mismatch
  *     and the deadline;
  *   - the link between the endpoints is the transport under test (mt_coll_world_link).
+ * The shared-memory suite runs once more on 8 endpoints of one rank each (shm_window): every
+ * group of 3 or more then takes its large allreduces through a host window (coll_engine.h
+ * coll__win_open; counted from the log line its set-up writes), the size mismatch fails at a
+ * window's tag check and the late member waits at its barrier; no segment is left in /dev/shm
+ * (the other collectives and the 64 MiB pair take no window: left to shm_chosen).
  * Tests for the guarantees of one transport only stay in test_coll.c.
  */
 #include "mt_test.h"
@@ -32,6 +37,7 @@
 #include "coll/mt_coll.h"
 #include "coll/mt_coll_backend.h"
 #include "coll_test_jobs.h"
+#include "log/mt_log.h"
 #include "tls/mt_tls.h"
 
 #define NR 8
@@ -41,9 +47,36 @@ typedef struct transport {
     mt_coll_shm_mode shm;
     const char *link; /* what mt_coll_world_link must say */
     int forward;      /* in-process only: through a backend forwarding to the built-in world */
+    int ends;         /* endpoints: 0 = 2 (ranks interleaved), NR: one rank each (host windows) */
+    size_t fault_n;   /* floats of the late, cancelled and mismatched-step calls (0: 1009) */
 } transport;
 
-static mt_tls *g_tls; /* tls+tcp://: listens and dials (server certificate, the test CA) */
+static mt_tls *g_tls;         /* tls+tcp://: listens and dials (server certificate, the test CA) */
+static _Atomic int g_windows; /* host windows set up (their log line, counted by log_sink) */
+
+static void log_sink(void *ctx, const char *tag, mt_log_level level, int64_t time_ms,
+                     const char *text)
+{
+    (void)ctx;
+    (void)tag;
+    (void)level;
+    (void)time_ms;
+    if (strstr(text, "run on a host window") != NULL)
+        atomic_fetch_add(&g_windows, 1);
+}
+
+/* Segments this process left in /dev/shm ("mtcoll-<job>-<pid>-<n>"). */
+static int shm_left(void)
+{
+    char cmd[96], line[64] = "0";
+    snprintf(cmd, sizeof(cmd), "ls /dev/shm | grep -c -- '^mtcoll-.*-%d-'", (int)getpid());
+    FILE *f = popen(cmd, "r");
+    if (f != NULL && fgets(line, sizeof(line), f) == NULL)
+        line[0] = '\0';
+    if (f != NULL)
+        pclose(f);
+    return atoi(line);
+}
 
 /* ---- a backend whose operations forward to a built-in world (in its state) */
 
@@ -120,16 +153,17 @@ static const mt_coll_backend forward_backend = {
 };
 
 typedef struct suite {
-    mt_coll_net *nets[2];
-    mt_coll_world *ws[2]; /* ws[1] NULL in-process (ws[0] holds every rank) */
-    uint32_t seq;         /* next tag */
-    fwd_state *fwd;       /* the forwarding backend's state, NULL: built-in world */
+    mt_coll_net *nets[NR];
+    mt_coll_world *ws[NR]; /* ws[1] NULL in-process (ws[0] holds every rank) */
+    int ends;              /* endpoints (worlds) in use */
+    uint32_t seq;          /* next tag */
+    fwd_state *fwd;        /* the forwarding backend's state, NULL: built-in world */
     int fwd_freed;
 } suite;
 
 static mt_coll_world *world_of(const suite *s, int rank)
 {
-    return s->ws[1] == NULL ? s->ws[0] : s->ws[rank % 2];
+    return s->ws[1] == NULL ? s->ws[0] : s->ws[rank % s->ends];
 }
 
 static void suite_open(suite *s, const transport *t)
@@ -137,9 +171,10 @@ static void suite_open(suite *s, const transport *t)
     mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
     mt_coll_net_opts no = MT_COLL_NET_DEFAULTS;
     mt_coll_rank_addr table[NR];
-    char url[2][160];
+    char url[NR][160];
     mt_err err = MT_ERR_INIT;
     memset(s, 0, sizeof(*s));
+    s->ends = t->ends > 0 ? t->ends : 2;
     o.job_id = 31;
     o.segment_bytes = 64 * 1024; /* several segments per exchange from 65537 floats on */
     if (t->scheme == NULL) {
@@ -162,7 +197,7 @@ static void suite_open(suite *s, const transport *t)
     }
     no.shm = t->shm;
     no.tls = strncmp(t->scheme, "tls+", 4) == 0 ? g_tls : NULL;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < s->ends; k++) {
         if (strstr(t->scheme, "tcp://") != NULL)
             snprintf(url[k], sizeof(url[k]), "%s127.0.0.1:0", t->scheme);
         else
@@ -172,8 +207,8 @@ static void suite_open(suite *s, const transport *t)
             fail_msg("endpoint %s: %s", url[k], err.msg);
     }
     for (int r = 0; r < NR; r++)
-        table[r] = (mt_coll_rank_addr){mt_coll_net_addr(s->nets[r % 2]), r / 2};
-    for (int k = 0; k < 2; k++) {
+        table[r] = (mt_coll_rank_addr){mt_coll_net_addr(s->nets[r % s->ends]), r / s->ends};
+    for (int k = 0; k < s->ends; k++) {
         if (mt_coll_world_new_net(s->nets[k], NR, table, &o, &s->ws[k], &err) != MT_OK)
             fail_msg("world %d: %s", k, err.msg);
     }
@@ -191,7 +226,7 @@ static void suite_close(suite *s, const transport *t)
         s->ws[0] = NULL;
         assert_true(s->fwd_freed);
     }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < s->ends; k++) {
         mt_coll_world_free(s->ws[k]);
         mt_coll_net_free(s->nets[k]);
     }
@@ -308,7 +343,7 @@ static void *cancel_later(void *arg)
 {
     cancel_arg *a = arg;
     usleep(200 * 1000);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < a->s->ends; k++)
         mt_coll_world_cancel(a->s->ws[k]);
     return NULL;
 }
@@ -319,6 +354,7 @@ static void conformance(const transport *t)
     static const op_t ops[] = {OP_RS, OP_AG, OP_BCAST, OP_BARRIER};
     suite s;
     job jobs[NR];
+    size_t fn = t->fault_n > 0 ? t->fault_n : 1009;
     suite_open(&s, t);
     for (int p = 1; p <= NR; p++) {
         for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
@@ -327,7 +363,8 @@ static void conformance(const transport *t)
             free_jobs(jobs, p);
         }
     }
-    for (int p = 3; p <= NR; p += NR - 3) {
+    /* (the other collectives and the 64 MiB pair take no window: shm_chosen covers them) */
+    for (int p = 3; p <= NR && t->ends != NR; p += NR - 3) {
         for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
             for (size_t n = 1; n <= 65537; n += 65536) {
                 run_group(&s, p, ops[k], n, NULL, NULL, 20000, -1, 0, jobs);
@@ -336,19 +373,23 @@ static void conformance(const transport *t)
             }
         }
     }
+    if (t->ends == NR) /* every group of 3 or more ran its large allreduces on a window */
+        assert_int_equal(atomic_load(&g_windows), NR - 2);
     for (int op = 0; op < FWD_CANCEL && s.fwd != NULL; op++)
         assert_true(s.fwd->calls[op] > 0); /* every collective went through the table */
     size_t big = (64u << 20) / sizeof(float);
-    run_group(&s, 2, OP_ALLREDUCE, big, NULL, NULL, 60000, -1, 0, jobs);
-    expect_exact(jobs, 2, OP_ALLREDUCE, big);
-    free_jobs(jobs, 2);
+    if (t->ends != NR) {
+        run_group(&s, 2, OP_ALLREDUCE, big, NULL, NULL, 60000, -1, 0, jobs);
+        expect_exact(jobs, 2, OP_ALLREDUCE, big);
+        free_jobs(jobs, 2);
+    }
 
     size_t ns[NR] = {70000, 70000, 70001, 70000};
     run_group(&s, 4, OP_ALLREDUCE, 0, NULL, ns, 5000, -1, 0, jobs); /* mismatched size */
     expect_fail(jobs, 4, -1, MT_INVALID_ARGUMENT, "size", 5.0);
     free_jobs(jobs, 4);
     expect_recovers(&s, 4);
-    run_group(&s, 3, OP_ALLREDUCE, 1009, NULL, NULL, 400, 2, 800, jobs); /* rank 2 too late */
+    run_group(&s, 3, OP_ALLREDUCE, fn, NULL, NULL, 400, 2, 800, jobs); /* rank 2 too late */
     expect_fail(jobs, 3, 2, MT_DEADLINE_EXCEEDED, "rank 2", 0.4 + 1.0);
     free_jobs(jobs, 3);
     expect_recovers(&s, 3);
@@ -356,7 +397,7 @@ static void conformance(const transport *t)
     pthread_t th;
     cancel_arg ca = {&s};
     assert_int_equal(pthread_create(&th, NULL, cancel_later, &ca), 0);
-    run_group(&s, 3, OP_ALLREDUCE, 1009, NULL, NULL, 20000, 2, -1, jobs); /* cancelled, waiting */
+    run_group(&s, 3, OP_ALLREDUCE, fn, NULL, NULL, 20000, 2, -1, jobs); /* cancelled, waiting */
     pthread_join(th, NULL);
     if (s.fwd != NULL)
         assert_int_equal(s.fwd->calls[FWD_CANCEL], 1);
@@ -368,10 +409,11 @@ static void conformance(const transport *t)
      * restarted after such a failure), so on fresh worlds */
     uint64_t steps[NR] = {0, 5, 0};
     suite_open(&s, t);
-    run_group(&s, 3, OP_ALLREDUCE, 1009, steps, NULL, 5000, -1, 0, jobs);
+    run_group(&s, 3, OP_ALLREDUCE, fn, steps, NULL, 5000, -1, 0, jobs);
     expect_fail(jobs, 3, -1, MT_INVALID_ARGUMENT, "step", 5.0);
     free_jobs(jobs, 3);
     suite_close(&s, t);
+    assert_int_equal(shm_left(), 0); /* rings and windows are unlinked once mapped */
 }
 
 static void test_coll_conformance(void **state)
@@ -379,14 +421,17 @@ static void test_coll_conformance(void **state)
     conformance(*state);
 }
 
-static transport in_process = {NULL, MT_COLL_SHM_AUTO, "local", 0};
-static transport tcp = {"tcp://", MT_COLL_SHM_OFF, "tcp", 0};
-static transport ipc = {"ipc://", MT_COLL_SHM_OFF, "ipc", 0};
-static transport shm_chosen = {"tcp://", MT_COLL_SHM_AUTO, "shm", 0};
-static transport shm_url = {"shm://", MT_COLL_SHM_AUTO, "shm", 0};
-static transport nng_tcp = {"nng+tcp://", MT_COLL_SHM_AUTO, "nng", 0};
-static transport tls = {"tls+tcp://", MT_COLL_SHM_AUTO, "tls", 0};
-static transport backend_forward = {NULL, MT_COLL_SHM_AUTO, "local", 1};
+static transport in_process = {NULL, MT_COLL_SHM_AUTO, "local", 0, 0, 0};
+static transport tcp = {"tcp://", MT_COLL_SHM_OFF, "tcp", 0, 0, 0};
+static transport ipc = {"ipc://", MT_COLL_SHM_OFF, "ipc", 0, 0, 0};
+static transport shm_chosen = {"tcp://", MT_COLL_SHM_AUTO, "shm", 0, 0, 0};
+static transport shm_url = {"shm://", MT_COLL_SHM_AUTO, "shm", 0, 0, 0};
+static transport nng_tcp = {"nng+tcp://", MT_COLL_SHM_AUTO, "nng", 0, 0, 0};
+static transport tls = {"tls+tcp://", MT_COLL_SHM_AUTO, "tls", 0, 0, 0};
+static transport backend_forward = {NULL, MT_COLL_SHM_AUTO, "local", 1, 0, 0};
+/* 8 endpoints of one rank each: allreduces of 3 or more above direct_bytes on host windows
+ * (coll_engine.h coll__win_open), the late, cancelled and mismatched calls too (70000 floats) */
+static transport shm_window = {"tcp://", MT_COLL_SHM_AUTO, "shm", 0, NR, 70000};
 
 static char g_dir[64]; /* the certificates (tls_certs.sh) */
 
@@ -435,6 +480,8 @@ int main(void)
         CONFORMANCE(ipc),        CONFORMANCE(shm_chosen),
         CONFORMANCE(shm_url),    CONFORMANCE(nng_tcp),
         CONFORMANCE(tls),        CONFORMANCE(backend_forward),
+        CONFORMANCE(shm_window),
     };
+    mt_log_set_sink(log_sink, NULL);
     return cmocka_run_group_tests(tests, certs_make, certs_remove);
 }
