@@ -409,6 +409,16 @@ static mt_code check_inv_tied(const mt_spmd *s, const mt_layer *l, mt_err *err)
                       l->idx, l->s.name, why);
 }
 
+/* The kernel axis of a dense or conv2d layer's contraction (a = 0: kin) or output (a = 1: kout):
+ * conv2d's input channels and filters are axes 2 and 3; a tied head's kernel is the table, whose
+ * vocabulary (the output) is axis 0. */
+static int kernel_axis(const mt_layer *l, int a)
+{
+    if (l->ops->kind == MT_LAYER_CONV2D)
+        return 2 + a;
+    return l->s.tied ? 1 - a : a;
+}
+
 /*
  * mesh_invariant (docs/reproducibility.md): a dense or conv2d kernel axis (conv2d: its input
  * channels or filters) split over a mesh dimension keeps the bits when the dimension's size is a
@@ -429,7 +439,8 @@ static mt_code check_inv_splits(const mt_spmd *s, mt_err *err)
     for (int i = 0; i < s->n_layers; i++) {
         const mt_layer *l = &s->layers[i];
         const bool conv = l->ops->kind == MT_LAYER_CONV2D;
-        const int dims[2] = {l->kin, l->kout}, axes[2] = {conv ? 2 : 0, conv ? 3 : 1};
+        const int dims[2] = {l->kin, l->kout};
+        const int axes[2] = {kernel_axis(l, 0), kernel_axis(l, 1)};
         const size_t width[2] = {l->in_c, conv ? l->s.filters : l->s.units};
         mt_code trc = l->s.tied ? check_inv_tied(s, l, err) : MT_OK;
         if (trc != MT_OK)

@@ -867,6 +867,15 @@ static void test_spmd_tied_head_mesh_invariant(void **state)
                                "not run a dense layer tied_to an embedding with its table sharded "
                                "over the batch dimension (FSDP) yet");
         mt_free(f);
+        /* the vocabulary (the table's axis 0) over 16: 16 does not divide its 8 leaves */
+        f = invariant_spec(
+            TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"model\",\"unsharded\"]}"));
+        expect_new_error_shape(f, "batch=1,model=16", 1, shape, MT_INVALID_ARGUMENT,
+                               "model.layers[8] (head): reproducibility: \"mesh_invariant\" needs "
+                               "mesh dimension 'model' (size 16), which splits the kernel's axis 0 "
+                               "(16 wide), to be a power of two dividing its 8 leaves (sizes that "
+                               "keep the bits: 1, 2, 4, 8)");
+        mt_free(f);
     }
 }
 
