@@ -698,7 +698,7 @@ static mt_code check_mesh_invariant(const mt_job_spec *spec, const mt_mesh *mesh
                                     const mt_layout_map *map, const mt_jobspec_summary *s,
                                     mt_err *err)
 {
-    static const char *const done = "dense (not tied_to), conv2d, max_pool2d, "
+    static const char *const done = "dense, conv2d, max_pool2d, "
                                     "average_pooling2d, global_average_pooling2d, batch_norm, "
                                     "layer_norm, dropout, flatten, activation, add, concatenate, "
                                     "embedding, position_embedding, attention";
@@ -712,12 +712,6 @@ static mt_code check_mesh_invariant(const mt_job_spec *spec, const mt_mesh *mesh
         return rc;
     for (int i = 0; i < spec->n_layers; i++) {
         mt_layer_kind kd = spec->layers[i].kind;
-        if (kd == MT_LAYER_DENSE && spec->layers[i].tied)
-            return mt_err_set(err, MT_UNIMPLEMENTED,
-                              "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
-                              "not run a dense layer tied_to an embedding yet (its gradient and "
-                              "the embedding's would have to meet per leaf)",
-                              i, spec->layers[i].name);
         if (kd != MT_LAYER_DENSE && kd != MT_LAYER_CONV2D && kd != MT_LAYER_MAX_POOL2D &&
             kd != MT_LAYER_AVERAGE_POOLING2D && kd != MT_LAYER_GLOBAL_AVERAGE_POOLING2D &&
             kd != MT_LAYER_BATCH_NORM && kd != MT_LAYER_LAYER_NORM && kd != MT_LAYER_DROPOUT &&

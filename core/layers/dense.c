@@ -26,7 +26,10 @@
  * the contraction: kout and kin come from the table's layout (vocabulary parallel: kout =
  * 'model'). The backward writes the table's gradient dyᵀ · x first (this layer is later in the
  * list, so its backward runs first); the embedding's backward adds its rows to it
- * (mt_layer.grads_shared).
+ * (mt_layer.grads_shared). Under mesh_invariant both contributions meet per leaf instead: the
+ * head hands its dy and input to the embedding's backward (mt_layer_pass.tied), which builds each
+ * leaf's gradient from both (core/repro's mt_repro_tied_grad); the head's products are the
+ * canonical ones, as an untied layer's.
  */
 #include <string.h>
 
@@ -169,6 +172,41 @@ static void tied_backward(bool ref, float *dx, float *dt, float *db, const float
                                                           out);
 }
 
+/* mesh_invariant, tied: y = x · tᵀ + b on the canonical product, tᵀ (in, out) in wt (the pass's
+ * scratch), the contraction in kl chains as an untied kernel's. */
+static void tied_forward_inv(float *y, float *wt, const float *x, const float *t, const float *b,
+                             size_t rows, size_t in, size_t out, int kl)
+{
+    for (size_t j = 0; j < out; j++)
+        for (size_t k = 0; k < in; k++)
+            wt[k * out + j] = t[j * in + k];
+    mt_repro_dense_forward(y, x, wt, b, rows, in, out, kl);
+}
+
+/*
+ * mesh_invariant, tied: dx = dy · t in jl chains over the device's out (NULL: skipped), db per leaf
+ * in the leaf tree; the table's gradient is not written here: dy and x go to the embedding's
+ * backward (ps->tied, core/repro's mt_repro_tied_grad), which builds each leaf's gradient from
+ * both contributions before the leaf tree.
+ */
+static void tied_backward_inv(const mt_layer *l, const mt_layer_state *st, const mt_layer_pass *ps,
+                              float *dx, const float *dy, size_t rows, size_t in, size_t out,
+                              int jl)
+{
+    if (dx != NULL && rows > 0)
+        mt_repro_gemm(dx, in, dy, out, 1, st->pv[KERNEL], in, NULL, rows, in, out, jl);
+    if (st->pg[BIAS] != NULL)
+        mt_repro_dense_backward(NULL, NULL, st->pg[BIAS], NULL, dy, st->used, NULL, rows,
+                                ps->leaf_examples * l->in_rows, ps->leaves, in, out, 1, ps->acc_w,
+                                ps->acc_b);
+    if (ps->tied == NULL) /* an engine without the handoff: the embedding reports it */
+        return;
+    ps->tied->dy = dy;
+    ps->tied->x = st->used;
+    ps->tied->rows = rows;
+    ps->tied->r = ps->leaf_examples * l->in_rows;
+}
+
 /* y = x · kernel + bias (bias may be NULL), or with a tied table (units, in) transposed. */
 static void kernel_forward(const mt_layer *l, const mt_layer_state *st, bool ref, float *y,
                            const float *x, const float *bias, size_t rows, size_t in, size_t out)
@@ -281,7 +319,10 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
             return rc;
         st->used = st->xin;
     }
-    if (l->s.tied) /* never mesh_invariant: core/jobspec refuses the embedding it needs */
+    if (l->s.tied && ps->leaves > 0) /* mesh_invariant: the canonical product, as untied */
+        tied_forward_inv(st->out, ps->scratch, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL,
+                         rows, l->use_loc / rl, outl, kleaves(dev, l->in_c, l->kin));
+    else if (l->s.tied)
         tied_forward(ps->ref, st->out, st->used, st->pv[KERNEL], l->kin < 0 ? bias : NULL, rows,
                      l->use_loc / rl, outl);
     else if (ps->leaves > 0) /* mesh_invariant: the canonical product, in the K-leaves held here */
@@ -307,7 +348,9 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     *dx = st->dx_buf;
     if (msp_gathers(l) || msp_scatters(l))
         return msp_backward(l, st, dev, ps, dy);
-    if (l->s.tied)
+    if (l->s.tied && ps->leaves > 0)
+        tied_backward_inv(l, st, ps, dxk, dy, rows, cin, cout, kleaves(dev, l->s.units, l->kout));
+    else if (l->s.tied)
         tied_backward(ps->ref, dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL],
                       rows, cin, cout);
     else if (ps->leaves > 0) /* mesh_invariant: per leaf, dW and db folded in the leaf tree */

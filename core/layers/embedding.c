@@ -13,7 +13,8 @@
  * A dense layer may use the table as its kernel (tied_to, a GPT-2 style LM head; dense.c): its
  * backward runs first and writes the table's gradient, and this one adds to it.
  * mesh_invariant (mt_layer_pass.leaves > 0): the rows are added per leaf and the leaves folded in
- * the canonical tree (core/repro; a tied head is refused in that mode).
+ * the canonical tree (core/repro); with a tied head each leaf starts from the head's dyᵀ · x over
+ * the leaf's rows (the head handed its dy and input over in mt_layer_pass.tied).
  */
 #include <math.h>
 #include <string.h>
@@ -146,10 +147,16 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     *dx = NULL;
     local_rows(l, dev, &lo, &n);
     looked_up(l, dev, &off, &per);
-    if (ps->leaves > 0) { /* mesh_invariant: per leaf, folded in the leaf tree (never tied, never
-                             split over seq: every position of an example is here) */
-        mt_repro_embedding_grad(g, st->in, dy, ps->batch * l->in_loc, ps->leaf_examples * l->in_loc,
-                                ps->leaves, lo, n, c, ps->acc_w);
+    if (ps->leaves > 0) { /* mesh_invariant: per leaf, folded in the leaf tree (never split over
+                             seq: every position of an example is here) */
+        const mt_repro_head *h = l->grads_shared ? ps->tied : NULL;
+        if (l->grads_shared && (h == NULL || h->dy == NULL))
+            return mt_err_set(ps->err, MT_INTERNAL,
+                              "%s: the tied head's backward handed no gradient over", l->s.name);
+        mt_repro_tied_grad(g, h, st->in, dy, ps->batch * l->in_loc, ps->leaf_examples * l->in_loc,
+                           ps->leaves, lo, n, c, ps->acc_w);
+        if (h != NULL)
+            ps->tied->dy = NULL; /* used: the next step's head hands its own */
         return MT_OK;
     }
     if (msp_scatter(l)) { /* every device's rows' gradients, for its vocabulary rows */

@@ -152,6 +152,9 @@ typedef struct mt_layer_pass {
      * MT_REPRO_MAX_LEAVES, room for any parameter plus the widest row) */
     struct mt_repro_acc *acc_h;
     float *scratch;
+    /* a dense head tied to an embedding hands its dy and input to the embedding's backward here
+     * (core/repro's mt_repro_head; the engine's, one per device) */
+    struct mt_repro_head *tied;
     /* The device's work area, shared by every layer: room for the largest mt_layer_work a layer
      * asked for. A layer uses it within one forward or backward call and keeps nothing in it
      * (the next layer's call overwrites it); NULL when no layer asked. */

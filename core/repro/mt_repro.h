@@ -216,6 +216,23 @@ void mt_repro_embedding_grad(float *g, const float *ids, const float *dy, size_t
                              int leaves, size_t lo, size_t n, size_t c, mt_repro_acc *acc);
 
 /*
+ * A dense head tied to the embedding (its kernel the table used transposed): its backward hands
+ * its output gradient dy (rows x n: the table rows [lo, lo + n) this device holds) and input x
+ * (rows x c) here, in leaves of r rows, and the table's gradient is built per leaf as the head's
+ * dy^T . x (mt_repro_gemm's chain per element over the leaf's rows, from 0), then the
+ * embedding's rows added in row order (mt_repro_embedding_grad's), the leaves folded in the
+ * canonical tree into g. h NULL: mt_repro_embedding_grad. The head's buffers must live until the
+ * embedding's backward (the layer graph keeps every layer's input and output gradient).
+ */
+typedef struct mt_repro_head {
+    const float *dy, *x;
+    size_t rows, r;
+} mt_repro_head;
+void mt_repro_tied_grad(float *g, const mt_repro_head *h, const float *ids, const float *dy,
+                        size_t rows, size_t r, int leaves, size_t lo, size_t n, size_t c,
+                        mt_repro_acc *acc);
+
+/*
  * conv2d (mesh_invariant): a dense layer over the im2col rows (a row per example and output
  * pixel), so every output element, dw and db element is mt_repro_gemm's own chain and its bits do
  * not depend on how many examples or filters a device holds. The contraction (KH x KW x C) is cut

@@ -480,22 +480,41 @@ void mt_repro_row_sums(float *out, float *out2, const float *x, const float *sub
 
 /* ------------------------------------------------------------------ embedding */
 
+/* Leaf i's table gradient into slot (n x c): a tied head's dy^T . x over its leaf rows (one chain
+ * per element from 0; h NULL: zeros), then the embedding's rows added in row order. */
+static void table_leaf(float *slot, const mt_repro_head *h, const float *ids, const float *dy,
+                       size_t rows, size_t r, int i, size_t lo, size_t n, size_t c)
+{
+    size_t a, len;
+    if (h != NULL) {
+        leaf_rows(h->rows, h->r, i, &a, &len);
+        mt_repro_gemm(slot, c, h->dy + a * n, 1, n, h->x + a * c, c, NULL, n, c, len, 1);
+    } else {
+        memset(slot, 0, n * c * sizeof(float));
+    }
+    leaf_rows(rows, r, i, &a, &len);
+    for (size_t row = a; row < a + len; row++) {
+        size_t id = (size_t)ids[row]; /* checked by the forward */
+        if (id < lo || id >= lo + n)
+            continue;
+        for (size_t j = 0; j < c; j++)
+            slot[(id - lo) * c + j] += dy[row * c + j];
+    }
+}
+
 void mt_repro_embedding_grad(float *g, const float *ids, const float *dy, size_t rows, size_t r,
                              int leaves, size_t lo, size_t n, size_t c, mt_repro_acc *acc)
 {
+    mt_repro_tied_grad(g, NULL, ids, dy, rows, r, leaves, lo, n, c, acc);
+}
+
+void mt_repro_tied_grad(float *g, const mt_repro_head *h, const float *ids, const float *dy,
+                        size_t rows, size_t r, int leaves, size_t lo, size_t n, size_t c,
+                        mt_repro_acc *acc)
+{
     mt_repro_acc_reset(acc, n * c);
     for (int i = 0; i < leaves; i++) {
-        size_t a, len;
-        float *slot = mt_repro_acc_slot(acc);
-        leaf_rows(rows, r, i, &a, &len);
-        memset(slot, 0, n * c * sizeof(float));
-        for (size_t row = a; row < a + len; row++) {
-            size_t id = (size_t)ids[row]; /* checked by the forward */
-            if (id < lo || id >= lo + n)
-                continue;
-            for (size_t j = 0; j < c; j++)
-                slot[(id - lo) * c + j] += dy[row * c + j];
-        }
+        table_leaf(mt_repro_acc_slot(acc), h, ids, dy, rows, r, i, lo, n, c);
         mt_repro_acc_push(acc);
     }
     memcpy(g, mt_repro_acc_result(acc), n * c * sizeof(float));

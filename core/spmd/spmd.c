@@ -75,6 +75,7 @@ typedef struct dev {
     mt_repro_acc acc_w, acc_b;  /* mesh_invariant: the leaf-tree accumulators (s->inv_leaves) */
     mt_repro_acc acc_h;         /* mesh_invariant: the height leaves' (mt_layer_pass.acc_h) */
     float *inv_scr;             /* mesh_invariant: the layers' scratch (mt_layer_pass.scratch) */
+    mt_repro_head tied;         /* mesh_invariant: a tied head's handoff (mt_layer_pass.tied) */
     mt_code rc;
     mt_err err;
     pthread_t thread;
@@ -389,6 +390,35 @@ static mt_code check_map(mt_spmd *s, const mt_layout_map *map, size_t gb, mt_err
     return rc;
 }
 
+/* A dense head tied to an embedding (its gradient meets the embedding's per leaf, embedding.c):
+ * not run yet with the table FSDP-sharded (the head's per-layer gather and reduce-scatter would
+ * sum the two contributions after the leaf tree) nor with Megatron-SP's rows (the head's rows
+ * are gathered, the embedding's not). */
+static mt_code check_inv_tied(const mt_spmd *s, const mt_layer *l, mt_err *err)
+{
+    const mt_layer *t = &s->layers[l->s.tied_to];
+    const char *why = s->fsdp[l->pi[0]] >= 0 ? "its table sharded over the batch dimension (FSDP)"
+                      : l->rin >= 0 || l->rout >= 0 || t->rout >= 0
+                          ? "Megatron-SP's rows split over a dimension"
+                          : NULL;
+    if (why == NULL)
+        return MT_OK;
+    return mt_err_set(err, MT_UNIMPLEMENTED,
+                      "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does not run a "
+                      "dense layer tied_to an embedding with %s yet",
+                      l->idx, l->s.name, why);
+}
+
+/* The kernel axis of a dense or conv2d layer's contraction (a = 0: kin) or output (a = 1: kout):
+ * conv2d's input channels and filters are axes 2 and 3; a tied head's kernel is the table, whose
+ * vocabulary (the output) is axis 0. */
+static int kernel_axis(const mt_layer *l, int a)
+{
+    if (l->ops->kind == MT_LAYER_CONV2D)
+        return 2 + a;
+    return l->s.tied ? 1 - a : a;
+}
+
 /*
  * mesh_invariant (docs/reproducibility.md): a dense or conv2d kernel axis (conv2d: its input
  * channels or filters) split over a mesh dimension keeps the bits when the dimension's size is a
@@ -409,8 +439,12 @@ static mt_code check_inv_splits(const mt_spmd *s, mt_err *err)
     for (int i = 0; i < s->n_layers; i++) {
         const mt_layer *l = &s->layers[i];
         const bool conv = l->ops->kind == MT_LAYER_CONV2D;
-        const int dims[2] = {l->kin, l->kout}, axes[2] = {conv ? 2 : 0, conv ? 3 : 1};
+        const int dims[2] = {l->kin, l->kout};
+        const int axes[2] = {kernel_axis(l, 0), kernel_axis(l, 1)};
         const size_t width[2] = {l->in_c, conv ? l->s.filters : l->s.units};
+        mt_code trc = l->s.tied ? check_inv_tied(s, l, err) : MT_OK;
+        if (trc != MT_OK)
+            return trc;
         if (l->ops->kind == MT_LAYER_LAYER_NORM && l->xf >= 0 &&
             !mt_repro_keeps_bits(l->in_c, (int)dsz(s, l->xf)))
             return mt_err_set(err, MT_INVALID_ARGUMENT,
@@ -1172,6 +1206,7 @@ static void dev_leaves(dev *d, mt_layer_pass *ps)
     ps->acc_b = &d->acc_b;
     ps->acc_h = &d->acc_h;
     ps->scratch = d->inv_scr;
+    ps->tied = &d->tied;
 }
 
 /* Forward over d->xin (d->batch rows); leaves full logits in d->logits. */

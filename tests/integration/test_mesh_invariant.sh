@@ -24,7 +24,8 @@
 #   position_embedding, dropout, layer_norm, attention, gelu dense, adds; AdamW, global_clipnorm)
 #   on batch=1, 2, 4, its Megatron layouts (char_lm_tensor_parallel.json) and its residual
 #   stream's features split over `model` on batch=2,model=2, 20 steps: identical exports, digests
-#   at every step.
+#   at every step; with its head tied to the token table on batch=1, 2, 4 and the vocabulary over
+#   `model` on batch=2,model=2, 10 steps.
 # * model sharding across processes: the Fashion-MNIST MLP's model-parallel spec as a job on
 #   batch=1,model=2 over 2 workers x 1 device (a coordinator and two workers), 50 steps: the
 #   export is cmp-identical to the MLP's on batch=1, and the digests the job reported equal at
@@ -34,7 +35,7 @@
 # the mode fixes). Refusals: a batch dimension that cannot keep the bits (INVALID_ARGUMENT with
 # the sizes that can), a dense kernel, conv2d filters and conv2d input channels split over 16
 # (48 units, 32 filters, 32 channels: 8 leaves), an elastic range that allows 16 replicas
-# (INVALID_ARGUMENT), and a dense layer tied_to an embedding (UNIMPLEMENTED).
+# (INVALID_ARGUMENT), and a dense layer tied_to an FSDP-sharded embedding (UNIMPLEMENTED).
 # Short last batches (520 sentences, batch 64: a step of one leaf) keep the bits on every mesh.
 source "$(dirname "$0")/lib.sh"
 export OPENBLAS_NUM_THREADS=1
@@ -56,7 +57,7 @@ base = {"fmnist": "fashion_mnist_mlp", "cnn": "fashion_mnist_cnn",
         "mp": "dtensor_mlp_model_parallel", "sp": "dtensor_mlp_spatial_parallel",
         "fmnist_mp": "fashion_mnist_mlp_model_parallel", "lm": "char_lm",
         "lm_tp": "char_lm_tensor_parallel",
-        "lm_fs": "char_lm"}.get(name, "dtensor_mlp_data_parallel")
+        "lm_fs": "char_lm", "lm_tied": "char_lm", "lm_tied_v": "char_lm"}.get(name, "dtensor_mlp_data_parallel")
 s = json.load(open(f"{src}/examples/{base}.json"))
 s["reproducibility"] = "mesh_invariant" if name != "fixed" else "fixed_mesh"
 s["digest_every"] = 1
@@ -79,7 +80,12 @@ if name == "lm_fs":  # the residual stream's features over `model` (its layer no
                     "qkv_.*kernel": ["model", "unsharded"], "proj_.*kernel": ["unsharded", "model"],
                     "fc_.*kernel": ["model", "unsharded"], "out_.*kernel": ["unsharded", "model"],
                     "head.kernel": ["model", "unsharded"]}
-if name in ("lm", "lm_tp", "lm_fs"):  # char_lm, 2 of its 4 blocks, 32 wide, 16 positions
+if name in ("lm_tied", "lm_tied_v"):  # the head's kernel is the token table (GPT-2's lm_head)
+    s["model"]["layers"][-1]["tied_to"] = "tok"
+if name == "lm_tied_v":  # the vocabulary over `model`
+    s["layouts"] = {"tok\\.embeddings": ["model", "unsharded"]}
+# char_lm, 2 of its 4 blocks, 32 wide, 16 positions
+if name in ("lm", "lm_tp", "lm_fs", "lm_tied", "lm_tied_v"):
     s["dataset"].update({"train": "data/lm_train.txt", "block_size": 16})
     s["dataset"].pop("test", None)
     s["model"]["input_shape"] = [16]
@@ -116,10 +122,14 @@ run() {
 # the transformer kinds (embedding, position_embedding, dropout, layer_norm, attention, gelu
 # dense, residual adds; AdamW with global_clipnorm): char_lm cut down ("lm"), on batch=1, 2, 4
 awk -F'\t' '{ print $2 }' "$T/ex/data/sentiment_train.tsv" >"$T/ex/data/lm_train.txt"
-for name in sentiment dropout fsdp fsdp_keep fmnist cnn rescnn lm; do
+# and a dense head tied to the token table (GPT-2's lm_head: its gradient and the embedding's
+# meet per leaf), "lm_tied"
+for name in sentiment dropout fsdp fsdp_keep fmnist cnn rescnn lm lm_tied; do
     variant "$name"
     steps=$STEPS meshes="1 2 4 8"
-    case $name in cnn | rescnn) steps=10 ;; lm) steps=20 meshes="1 2 4" ;; esac
+    case $name in cnn | rescnn | lm_tied) steps=10 ;; esac
+    case $name in lm*) meshes="1 2 4" ;; esac
+    [ "$name" = lm ] && steps=20
     for b in $meshes; do
         run "$name" "$b" "$steps"
         [ "$b" = 1 ] && continue
@@ -146,11 +156,13 @@ done
 # char_lm's
 # Megatron layouts (char_lm_tensor_parallel: heads, fc units and the vocabulary over `model`)
 # and its residual stream's features over `model` (layer norms, position table and embedding
-# features split; the dense kernels alternate contraction and output splits)
+# features split; the dense kernels alternate contraction and output splits), and the tied head
+# with the vocabulary over `model` (the table's rows, the head's outputs)
 for c in "mp sentiment $STEPS batch=2,model=2 batch=1,model=2" \
     "sp sentiment $STEPS batch=2,feature=2,model=2 batch=1,feature=2,model=1" \
     "fmnist_mp fmnist $STEPS batch=2,model=2" "cnn_mp cnn 10 batch=1,feature=2,model=2" \
-    "lm_tp lm 20 batch=2,model=2" "lm_fs lm 20 batch=2,model=2"; do
+    "lm_tp lm 20 batch=2,model=2" "lm_fs lm 20 batch=2,model=2" \
+    "lm_tied_v lm_tied 10 batch=2,model=2"; do
     set -- $c
     name=$1 ref=$2 steps=$3
     shift 3
@@ -247,10 +259,10 @@ s['elastic'] = {'min_batch': 2}; json.dump(s, open('elastic.json', 'w'))"
 expect_fail 4 "elastic: reproducibility: \"mesh_invariant\" needs every replica count the job may resume on (those in \[2, 65536\] dividing batch_size 64) to keep the bits; 16, 32, 64 do not" \
     "$BIN/meshtrain" plan elastic.json
 python3 -c "
-import json; s = json.load(open('lm.json'))
-s['model']['layers'][-1]['tied_to'] = 'tok'; json.dump(s, open('lm_tied.json', 'w'))"
-expect_fail 4 'model.layers\[22\] (head): reproducibility: "mesh_invariant" does not run a dense layer tied_to an embedding yet' \
-    "$BIN/meshtrain" plan lm_tied.json
+import json; s = json.load(open('lm_tied.json'))
+s['layouts'] = {'tok\\\\.embeddings': ['batch', 'unsharded']}; json.dump(s, open('lm_tied_fsdp.json', 'w'))"
+expect_fail 4 'model.layers\[22\] (head): reproducibility: "mesh_invariant" does not run a dense layer tied_to an embedding with its table sharded over the batch dimension (FSDP) yet' \
+    "$BIN/meshtrain" plan lm_tied_fsdp.json --mesh batch=2
 # 520 sentences: the 9th step of every epoch has 8 examples, one leaf: the pipeline gives it
 # whole to the first replica and nothing to the others, on every mesh the same bits
 mkdir -p short/data
@@ -265,4 +277,4 @@ for b in 1 2 4 8; do
     cmp short/ck-1/ckpt-20.mtc "short/ck-$b/ckpt-20.mtc" || fail "short batches: ckpt of batch=$b"
 done
 log "short last batches (one leaf of 8): batch=1,2,4,8 byte-identical after 20 steps"
-log "refusals: batch=3, a dense kernel, conv2d filters and conv2d channels split over 16, an elastic range holding 16, a tied head"
+log "refusals: batch=3, a dense kernel, conv2d filters and conv2d channels split over 16, an elastic range holding 16, a tied head's table under FSDP"

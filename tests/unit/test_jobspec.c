@@ -319,8 +319,7 @@ static void test_jobspec_absolute_paths(void **state)
  * 100: 4 leaves of 25, so 1, 2, 4 keep the bits), dense kernels split over a model dimension (2
  * keeps the bits; 16 does not divide the 8 leaves of 64 units), global_clipnorm with split
  * weights, and elastic ranges (every replica count they allow that divides the batch must keep
- * the bits); every layer kind runs (layer_norm), a dense layer tied_to an embedding does not yet
- * (UNIMPLEMENTED). */
+ * the bits); every layer kind runs (layer_norm, a dense layer tied_to an embedding). */
 static void test_jobspec_reproducibility(void **state)
 {
     static const struct {
@@ -397,10 +396,7 @@ static void test_jobspec_reproducibility(void **state)
                            "\"tok\"}, {\"type\": \"dense\", \"units\": 10, \"tied_to\": "
                            "\"tok\", \"name\": \"head\"}]}}";
         assert_int_equal(mt_jobspec_validate(ln, strlen(ln), &s, &err), MT_OK);
-        assert_int_equal(mt_jobspec_validate(tied, strlen(tied), &s, &err), MT_UNIMPLEMENTED);
-        assert_string_equal(err.msg, "model.layers[1] (head): reproducibility: \"mesh_invariant\" "
-                                     "does not run a dense layer tied_to an embedding yet (its "
-                                     "gradient and the embedding's would have to meet per leaf)");
+        assert_int_equal(mt_jobspec_validate(tied, strlen(tied), &s, &err), MT_OK);
     }
 }
 

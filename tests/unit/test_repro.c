@@ -1055,6 +1055,68 @@ static void test_repro_embedding_same_bits_on_every_mesh(void **state)
     }
 }
 
+/* A dense head tied to the embedding: each leaf's table gradient is the head's dy^T . x (one fma
+ * chain per element over the leaf's rows, from 0) and then the embedding's rows added in row
+ * order, the leaves folded in the canonical tree: bit for bit that serial order (a short batch's
+ * empty leaves included), and on 2, 4, 8 devices' subtrees summed as the allreduce does. */
+static void test_repro_tied_grad_order(void **state)
+{
+    const size_t t = 3, c = 4, v = 5, batch = 16, n = 11, r = batch / L;
+    float *ids = calloc(n * t, sizeof(float)), *dy = calloc(n * t * c, sizeof(float));
+    float *hdy = calloc(n * t * v, sizeof(float)), *x = calloc(n * t * c, sizeof(float));
+    float *want = calloc(L * v * c, sizeof(float)), *got = calloc(v * c, sizeof(float));
+    float *lv[L];
+    mt_repro_acc a;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    for (size_t i = 0; i < n * t; i++)
+        ids[i] = (float)((i * 3 + 1) % v);
+    for (size_t i = 0; i < n * t * c; i++) {
+        dy[i] = ct_val(22, i, 1);
+        x[i] = ct_val(23, i, 1);
+    }
+    for (size_t i = 0; i < n * t * v; i++)
+        hdy[i] = ct_val(24, i, 1);
+    for (int i = 0; i < L; i++) {
+        size_t a0 = (size_t)i * r * t, a1 = a0 + r * t < n * t ? a0 + r * t : n * t;
+        lv[i] = want + (size_t)i * v * c;
+        for (size_t j = 0; j < v; j++)
+            for (size_t k = 0; k < c; k++)
+                for (size_t row = a0; row < a1; row++)
+                    lv[i][j * c + k] = fmaf(hdy[row * v + j], x[row * c + k], lv[i][j * c + k]);
+        for (size_t row = a0; row < a1; row++)
+            for (size_t k = 0; k < c; k++)
+                lv[i][(size_t)ids[row] * c + k] += dy[row * c + k];
+    }
+    mt_repro_tree_fold(lv, L, v * c);
+    assert_int_equal(mt_repro_acc_init(&a, L, v * c, &err), MT_OK);
+    for (int p = 1; p <= L; p *= 2) {
+        float *sub[L];
+        for (int d = 0; d < p; d++) {
+            size_t s0 = (size_t)d * (L / (size_t)p) * r, rows = s0 < n ? n - s0 : 0;
+            mt_repro_head h = {hdy + s0 * t * v, x + s0 * t * c, 0, r * t};
+            rows = rows < (L / (size_t)p) * r ? rows : (L / (size_t)p) * r;
+            h.rows = rows * t;
+            sub[d] = calloc(v * c, sizeof(float));
+            mt_repro_tied_grad(sub[d], &h, ids + s0 * t, dy + s0 * t * c, rows * t, r * t, L / p, 0,
+                               v, c, &a);
+        }
+        mt_repro_tree_fold(sub, p, v * c);
+        memcpy(got, sub[0], v * c * sizeof(float));
+        for (int d = 0; d < p; d++)
+            free(sub[d]);
+        if (memcmp(got, want, v * c * sizeof(float)) != 0)
+            fail_msg("%d devices: other bits than the serial order", p);
+    }
+    mt_repro_acc_free(&a);
+    free(ids);
+    free(dy);
+    free(hdy);
+    free(x);
+    free(want);
+    free(got);
+}
+
 /* layer_norm's row sums (rows of 48 features: 8 K-leaves of 6) on f = 1, 2, 4, 8 devices each
  * holding a block of the features, summed in the allreduce's order: the same bits, for the sum,
  * the squared deviations and the backward's pair of sums. */
@@ -1122,6 +1184,7 @@ int main(void)
         cmocka_unit_test(test_repro_bn_same_bits_on_every_mesh),
         cmocka_unit_test(test_repro_conv2d_same_bits_on_every_mesh),
         cmocka_unit_test(test_repro_embedding_same_bits_on_every_mesh),
+        cmocka_unit_test(test_repro_tied_grad_order),
         cmocka_unit_test(test_repro_row_sums_any_feature_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
