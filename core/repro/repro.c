@@ -288,7 +288,33 @@ mt_code mt_repro_check_bands(int layer, const char *name, size_t rows, const cha
     return layer_split_check(layer, name, rows, dim, bands, what, "height leaves", err);
 }
 
+mt_code mt_repro_check_seq(size_t positions, const char *dim, int s, mt_err *err)
+{
+    int half = mt_repro_leaves(positions) / 2, at = 0;
+    char sizes[64];
+
+    if (s == 1 || (half > 0 && s >= 1 && half % s == 0 && (s & (s - 1)) == 0))
+        return MT_OK;
+    for (int k = 1; k <= (half > 1 ? half : 1) && at < 64; k *= 2)
+        at += snprintf(sizes + at, 64 - (size_t)at, "%s%d", k > 1 ? ", " : "", k);
+    return mt_err_set(err, MT_INVALID_ARGUMENT,
+                      "input_layout[1]: reproducibility: \"mesh_invariant\" needs mesh dimension "
+                      "'%s' (size %d), which splits the %zu positions into zig-zag blocks, to be a "
+                      "power of two dividing half their %d position leaves (sizes that keep the "
+                      "bits: %s)",
+                      dim, s, positions, 2 * half > 0 ? 2 * half : 1, sizes);
+}
+
 /* ------------------------------------------------------------------ height leaves */
+
+/* The first row (of an example's hrows) of local height or position leaf j of hl rows. */
+static size_t hleaf_row(const mt_repro_bands *hb, size_t hl, int j)
+{
+    size_t u = (size_t)j / 2;
+    if (!hb->zig || hb->lh == 1)
+        return (size_t)j * hl;
+    return j % 2 == 0 ? u * hl : hb->hrows / 2 + ((size_t)hb->lh / 2 - 1 - u) * hl;
+}
 
 /* The end of a batch leaf's height leaves (pushed into hb->acc): the bands' allreduce of their
  * fold (n floats, the top of the height tree), left in hb->acc->mem (its result). */
@@ -363,7 +389,7 @@ mt_code mt_repro_bn_sums_h(float *out, float *out2, const float *x, const float 
         for (int j = 0; j < hb->lh; j++) {
             float *slot = mt_repro_acc_slot(hb->acc);
             hleaf_sums(slot, y != NULL ? slot + c : NULL, x + a * c, y != NULL ? y + a * c : NULL,
-                       mean, len / hb->hrows, hb->hrows, (size_t)j * hl, hl, c);
+                       mean, len / hb->hrows, hb->hrows, hleaf_row(hb, hl, j), hl, c);
             mt_repro_acc_push(hb->acc);
         }
         rc = hleaf_done(hb, n);
@@ -666,7 +692,7 @@ static mt_code conv_leaf_h(bool dw, bool db, const float *dy, const float *cols,
         float *slot = mt_repro_acc_slot(hb->acc);
         memset(slot, 0, n * sizeof(float));
         for (size_t e = e0; e < e0 + ne; e++) {
-            size_t row = e * ohw + (size_t)j * hr;
+            size_t row = e * ohw + hleaf_row(hb, hr, j);
             if (dw)
                 mt_repro_gemm_more(slot, f, cols + row * k, 1, k, dy + row * f, f, k, f, hr);
             if (db)
