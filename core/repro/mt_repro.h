@@ -244,6 +244,14 @@ typedef struct mt_repro_head {
 void mt_repro_tied_grad(float *g, const mt_repro_head *h, const float *ids, const float *dy,
                         size_t rows, size_t r, int leaves, size_t lo, size_t n, size_t c,
                         mt_repro_acc *acc);
+/* The same with position leaves (hb, its zig order; rows = examples x hb->hrows, the head's rows
+ * the embedding's): per (batch leaf, position leaf) one chain over the leaf's examples, then its
+ * rows (the head's dy^T . x, then the embedding's rows), folded as mt_repro_bands says (the seq
+ * allreduce inside, once per batch leaf), then over the batch leaves. h NULL: the embedding
+ * alone. With one position leaf and no reduce, the bits of mt_repro_tied_grad. */
+mt_code mt_repro_tied_grad_h(float *g, const mt_repro_head *h, const float *ids, const float *dy,
+                             size_t rows, size_t r, int leaves, size_t lo, size_t n, size_t c,
+                             const mt_repro_bands *hb, mt_repro_acc *acc);
 
 /*
  * conv2d (mesh_invariant): a dense layer over the im2col rows (a row per example and output

@@ -1176,8 +1176,8 @@ typedef struct seq_job {
     int k, s;
     const int *group;
     bool zig;
-    const float *x, *dy;
-    float *out; /* dw | db | sum_x | sum_x_dy */
+    const float *x, *dy, *ids;
+    float *out; /* dw | db | sum_x | sum_x_dy | a tied table's gradient (PF x PI) */
     mt_code rc;
     mt_err err;
 } seq_job;
@@ -1195,7 +1195,7 @@ static void *seq_main(void *arg)
     size_t rl = PT / (size_t)j->s, half = rl / 2, nw = PI * PF + PF;
     int lt = mt_repro_leaves(PT), leaves = mt_repro_leaves(PB);
     float *x = calloc(PB * rl * PI, sizeof(float)), *dy = calloc(PB * rl * PF, sizeof(float));
-    float scr[PI * PF];
+    float *ids = calloc(PB * rl, sizeof(float)), scr[PI * PF];
     mt_conv2d_geom g = {.batch = PB, .h = rl, .w = 1, .c = PI, .kh = 1, .kw = 1, .f = PF};
     mt_repro_acc ah, aw, ab, as;
     mt_repro_bands hb = {.lh = lt / j->s, .hrows = rl, .zig = j->zig, .ctx = j, .acc = &ah};
@@ -1207,11 +1207,12 @@ static void *seq_main(void *arg)
                                   : (2 * (size_t)j->s - 1 - (size_t)j->k) * half + i - half;
             memcpy(x + (e * rl + i) * PI, j->x + (e * PT + pos) * PI, PI * sizeof(float));
             memcpy(dy + (e * rl + i) * PF, j->dy + (e * PT + pos) * PF, PF * sizeof(float));
+            ids[e * rl + i] = j->ids[e * PT + pos];
         }
     assert_int_equal(mt_repro_acc_init(&ah, lt, nw, NULL), MT_OK);
     assert_int_equal(mt_repro_acc_init(&aw, leaves, PI * PF, NULL), MT_OK);
     assert_int_equal(mt_repro_acc_init(&ab, leaves, PF, NULL), MT_OK);
-    assert_int_equal(mt_repro_acc_init(&as, leaves, 2 * PI, NULL), MT_OK);
+    assert_int_equal(mt_repro_acc_init(&as, leaves, PF * PI, NULL), MT_OK);
     /* a dense layer's dw, db over the positions (a 1x1 conv2d: the same chains) */
     j->rc = mt_repro_conv2d_wgrad(j->out, j->out + PI * PF, scr, dy, x, &g, 1, PB / leaves, leaves,
                                   &hb, &aw, &ab);
@@ -1219,18 +1220,27 @@ static void *seq_main(void *arg)
     if (j->rc == MT_OK)
         j->rc = mt_repro_bn_sums_h(j->out + nw, j->out + nw + PI, x, x, NULL, PB * rl,
                                    PB / leaves * rl, leaves, PI, &hb, &as);
+    /* a head (PI in, PF out) tied to a table of PF tokens x PI: the head's x and dy, the
+     * embedding's dy = x */
+    if (j->rc == MT_OK) {
+        mt_repro_head h = {.dy = dy, .x = x, .rows = PB * rl, .r = PB / leaves * rl};
+        j->rc = mt_repro_tied_grad_h(j->out + nw + 2 * PI, &h, ids, x, PB * rl, PB / leaves * rl,
+                                     leaves, 0, PF, PI, &hb, &as);
+    }
     mt_repro_acc_free(&ah);
     mt_repro_acc_free(&aw);
     mt_repro_acc_free(&ab);
     mt_repro_acc_free(&as);
     free(x);
     free(dy);
+    free(ids);
     return NULL;
 }
 
 /* The weight gradients of PB examples of PT positions on s seq devices (zig: the position
  * leaves in the canonical order); every device must end with the same bits. */
-static void seq_grads(int s, bool zig, const float *x, const float *dy, float *out, size_t n)
+static void seq_grads(int s, bool zig, const float *x, const float *dy, const float *ids,
+                      float *out, size_t n)
 {
     mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
     mt_coll_world *w;
@@ -1248,6 +1258,7 @@ static void seq_grads(int s, bool zig, const float *x, const float *dy, float *o
                             .zig = zig,
                             .x = x,
                             .dy = dy,
+                            .ids = ids,
                             .out = calloc(n, sizeof(float))};
         assert_int_equal(pthread_create(&th[k], NULL, seq_main, &jobs[k]), 0);
     }
@@ -1266,7 +1277,8 @@ static void seq_grads(int s, bool zig, const float *x, const float *dy, float *o
 }
 
 /*
- * Position leaves: a dense layer's dw and db and layer_norm's gamma and beta sums over PT
+ * Position leaves: a dense layer's dw and db, layer_norm's gamma and beta sums and a tied
+ * embedding table's gradient (the head's dy^T . x, then the embedding's rows) over PT
  * positions of PB examples, on seq = 1, 2, 4 devices holding zig-zag blocks, with the real
  * allreduce over seq once per batch leaf, have the bits of one device; the check names the seq
  * sizes that keep them. Taken in the height leaves' contiguous order instead (the device's rows
@@ -1274,22 +1286,25 @@ static void seq_grads(int s, bool zig, const float *x, const float *dy, float *o
  */
 static void test_repro_position_leaves_same_bits_on_seq(void **state)
 {
-    const size_t n = PI * PF + PF + 2 * PI;
+    const size_t n = 2 * PI * PF + PF + 2 * PI;
     float *x = calloc(PB * PT * PI, sizeof(float)), *dy = calloc(PB * PT * PF, sizeof(float));
-    float one[PI * PF + PF + 2 * PI], got[PI * PF + PF + 2 * PI];
+    float *ids = calloc(PB * PT, sizeof(float));
+    float one[2 * PI * PF + PF + 2 * PI], got[2 * PI * PF + PF + 2 * PI];
     mt_err err = MT_ERR_INIT;
     (void)state;
     for (size_t i = 0; i < PB * PT * PI; i++)
         x[i] = ct_val(19, i, 3);
     for (size_t i = 0; i < PB * PT * PF; i++)
         dy[i] = ct_val(20, i, 3);
-    seq_grads(1, true, x, dy, one, n);
+    for (size_t i = 0; i < PB * PT; i++)
+        ids[i] = (float)(i * 7 % 11 % PF);
+    seq_grads(1, true, x, dy, ids, one, n);
     for (int s = 2; s <= 4; s *= 2) {
-        seq_grads(s, true, x, dy, got, n);
+        seq_grads(s, true, x, dy, ids, got, n);
         if (memcmp(got, one, sizeof(one)) != 0)
             fail_msg("seq=%d: other bits than one device", s);
     }
-    seq_grads(2, false, x, dy, got, n);
+    seq_grads(2, false, x, dy, ids, got, n);
     assert_true(memcmp(got, one, sizeof(one)) != 0);
     for (int s = 1; s <= 4; s *= 2)
         assert_int_equal(mt_repro_check_seq(PT, "seq", s, &err), MT_OK);
@@ -1303,6 +1318,7 @@ static void test_repro_position_leaves_same_bits_on_seq(void **state)
     assert_int_equal(mt_repro_check_seq(7, "seq", 1, &err), MT_OK);
     free(x);
     free(dy);
+    free(ids);
 }
 
 int main(void)
