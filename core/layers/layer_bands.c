@@ -274,6 +274,7 @@ const mt_repro_bands *mt_layer__hleaves(mt_layer_hleaves *h, const mt_layer *l,
     h->dim = l->hx;
     h->b.lh = lh > 0 ? lh : 1; /* a band count not dividing Lh is refused at plan */
     h->b.hrows = rows_loc;
+    h->b.zig = false; /* height leaves: contiguous rows */
     h->b.reduce = mt_layer__dsz(dev, l->hx) > 1 ? hleaves_reduce : NULL;
     h->b.ctx = h;
     h->b.acc = ps->acc_h;

@@ -127,6 +127,14 @@ void mt_repro_gemm_more(float *c, size_t ldc, const float *a, size_t ars, size_t
 typedef struct mt_repro_bands {
     int lh;
     size_t hrows;
+    /* Position leaves (sequence parallelism): a device's rows are its two zig-zag blocks of the
+     * sequence (mt_layer_seq_blocks: blocks k and 2S-1-k of T/2S positions on seq coordinate k
+     * of S), and the canonical order of the Lt = mt_repro_leaves(T) position leaves pairs each
+     * leaf of the first half with its mirror (p, Lt-1-p for p = 0, 1, ...), so every device's
+     * lh = Lt/S leaves are a run of that order and the allreduce over the seq dim is the top of
+     * its tree: local leaf j is leaf j/2 of the first block (j even) or leaf lh/2-1-j/2 of the
+     * second (j odd). false: leaf j is rows [j*hrows/lh, (j+1)*hrows/lh) (height leaves). */
+    bool zig;
     mt_code (*reduce)(void *ctx, float *buf, size_t n);
     void *ctx;
     struct mt_repro_acc *acc;
@@ -136,6 +144,11 @@ typedef struct mt_repro_bands {
  * `rows` image rows, naming the layer, the dim and the sizes that keep the bits. */
 mt_code mt_repro_check_bands(int layer, const char *name, size_t rows, const char *dim, int bands,
                              mt_err *err);
+
+/* INVALID_ARGUMENT unless `s` (the size of the dim splitting a sequence of `positions` into
+ * zig-zag blocks) keeps the bits: a power of two dividing half its position leaves (each block
+ * whole leaves; 1 always), naming the input axis, the dim and the sizes that do. */
+mt_code mt_repro_check_seq(size_t positions, const char *dim, int s, mt_err *err);
 
 /*
  * The dense layer's kernels (mesh_invariant) on a device's `leaves` leaves of `r` rows each (rows
@@ -231,6 +244,14 @@ typedef struct mt_repro_head {
 void mt_repro_tied_grad(float *g, const mt_repro_head *h, const float *ids, const float *dy,
                         size_t rows, size_t r, int leaves, size_t lo, size_t n, size_t c,
                         mt_repro_acc *acc);
+/* The same with position leaves (hb, its zig order; rows = examples x hb->hrows, the head's rows
+ * the embedding's): per (batch leaf, position leaf) one chain over the leaf's examples, then its
+ * rows (the head's dy^T . x, then the embedding's rows), folded as mt_repro_bands says (the seq
+ * allreduce inside, once per batch leaf), then over the batch leaves. h NULL: the embedding
+ * alone. With one position leaf and no reduce, the bits of mt_repro_tied_grad. */
+mt_code mt_repro_tied_grad_h(float *g, const mt_repro_head *h, const float *ids, const float *dy,
+                             size_t rows, size_t r, int leaves, size_t lo, size_t n, size_t c,
+                             const mt_repro_bands *hb, mt_repro_acc *acc);
 
 /*
  * conv2d (mesh_invariant): a dense layer over the im2col rows (a row per example and output

@@ -288,7 +288,33 @@ mt_code mt_repro_check_bands(int layer, const char *name, size_t rows, const cha
     return layer_split_check(layer, name, rows, dim, bands, what, "height leaves", err);
 }
 
+mt_code mt_repro_check_seq(size_t positions, const char *dim, int s, mt_err *err)
+{
+    int half = mt_repro_leaves(positions) / 2, at = 0;
+    char sizes[64];
+
+    if (s == 1 || (half > 0 && s >= 1 && half % s == 0 && (s & (s - 1)) == 0))
+        return MT_OK;
+    for (int k = 1; k <= (half > 1 ? half : 1) && at < 64; k *= 2)
+        at += snprintf(sizes + at, 64 - (size_t)at, "%s%d", k > 1 ? ", " : "", k);
+    return mt_err_set(err, MT_INVALID_ARGUMENT,
+                      "input_layout[1]: reproducibility: \"mesh_invariant\" needs mesh dimension "
+                      "'%s' (size %d), which splits the %zu positions into zig-zag blocks, to be a "
+                      "power of two dividing half their %d position leaves (sizes that keep the "
+                      "bits: %s)",
+                      dim, s, positions, 2 * half > 0 ? 2 * half : 1, sizes);
+}
+
 /* ------------------------------------------------------------------ height leaves */
+
+/* The first row (of an example's hrows) of local height or position leaf j of hl rows. */
+static size_t hleaf_row(const mt_repro_bands *hb, size_t hl, int j)
+{
+    size_t u = (size_t)j / 2;
+    if (!hb->zig || hb->lh == 1)
+        return (size_t)j * hl;
+    return j % 2 == 0 ? u * hl : hb->hrows / 2 + ((size_t)hb->lh / 2 - 1 - u) * hl;
+}
 
 /* The end of a batch leaf's height leaves (pushed into hb->acc): the bands' allreduce of their
  * fold (n floats, the top of the height tree), left in hb->acc->mem (its result). */
@@ -363,7 +389,7 @@ mt_code mt_repro_bn_sums_h(float *out, float *out2, const float *x, const float 
         for (int j = 0; j < hb->lh; j++) {
             float *slot = mt_repro_acc_slot(hb->acc);
             hleaf_sums(slot, y != NULL ? slot + c : NULL, x + a * c, y != NULL ? y + a * c : NULL,
-                       mean, len / hb->hrows, hb->hrows, (size_t)j * hl, hl, c);
+                       mean, len / hb->hrows, hb->hrows, hleaf_row(hb, hl, j), hl, c);
             mt_repro_acc_push(hb->acc);
         }
         rc = hleaf_done(hb, n);
@@ -482,6 +508,20 @@ void mt_repro_row_sums(float *out, float *out2, const float *x, const float *sub
 
 /* Leaf i's table gradient into slot (n x c): a tied head's dy^T . x over its leaf rows (one chain
  * per element from 0; h NULL: zeros), then the embedding's rows added in row order. */
+/* The embedding's rows [a, a + len) added to the table rows [lo, lo + n) of their ids, in row
+ * order. */
+static void add_rows(float *slot, const float *ids, const float *dy, size_t a, size_t len,
+                     size_t lo, size_t n, size_t c)
+{
+    for (size_t row = a; row < a + len; row++) {
+        size_t id = (size_t)ids[row]; /* checked by the forward */
+        if (id < lo || id >= lo + n)
+            continue;
+        for (size_t j = 0; j < c; j++)
+            slot[(id - lo) * c + j] += dy[row * c + j];
+    }
+}
+
 static void table_leaf(float *slot, const mt_repro_head *h, const float *ids, const float *dy,
                        size_t rows, size_t r, int i, size_t lo, size_t n, size_t c)
 {
@@ -493,13 +533,7 @@ static void table_leaf(float *slot, const mt_repro_head *h, const float *ids, co
         memset(slot, 0, n * c * sizeof(float));
     }
     leaf_rows(rows, r, i, &a, &len);
-    for (size_t row = a; row < a + len; row++) {
-        size_t id = (size_t)ids[row]; /* checked by the forward */
-        if (id < lo || id >= lo + n)
-            continue;
-        for (size_t j = 0; j < c; j++)
-            slot[(id - lo) * c + j] += dy[row * c + j];
-    }
+    add_rows(slot, ids, dy, a, len, lo, n, c);
 }
 
 void mt_repro_embedding_grad(float *g, const float *ids, const float *dy, size_t rows, size_t r,
@@ -518,6 +552,52 @@ void mt_repro_tied_grad(float *g, const mt_repro_head *h, const float *ids, cons
         mt_repro_acc_push(acc);
     }
     memcpy(g, mt_repro_acc_result(acc), n * c * sizeof(float));
+}
+
+/* One (batch leaf, position leaf) of the table's gradient: the head's dy^T . x as one chain per
+ * element (from 0) over examples [e0, e0 + ne), each example's rows [off, off + hl) of its
+ * hrows, then the embedding's rows of those examples added in the same order. */
+static void table_leaf_h(float *slot, const mt_repro_head *h, const float *ids, const float *dy,
+                         size_t e0, size_t ne, size_t hrows, size_t off, size_t hl, size_t lo,
+                         size_t n, size_t c)
+{
+    memset(slot, 0, n * c * sizeof(float));
+    for (size_t e = e0; h != NULL && e < e0 + ne; e++) {
+        size_t row = e * hrows + off;
+        mt_repro_gemm_more(slot, c, h->dy + row * n, 1, n, h->x + row * c, c, n, c, hl);
+    }
+    for (size_t e = e0; e < e0 + ne; e++)
+        add_rows(slot, ids, dy, e * hrows + off, hl, lo, n, c);
+}
+
+mt_code mt_repro_tied_grad_h(float *g, const mt_repro_head *h, const float *ids, const float *dy,
+                             size_t rows, size_t r, int leaves, size_t lo, size_t n, size_t c,
+                             const mt_repro_bands *hb, mt_repro_acc *acc)
+{
+    size_t hl = hb->hrows / (size_t)hb->lh;
+    mt_code rc = MT_OK;
+
+    if (hb->lh == 1 && hb->reduce == NULL) { /* one position leaf: the rows in order */
+        mt_repro_tied_grad(g, h, ids, dy, rows, r, leaves, lo, n, c, acc);
+        return MT_OK;
+    }
+    mt_repro_acc_reset(acc, n * c);
+    for (int i = 0; i < leaves && rc == MT_OK; i++) {
+        size_t a, len;
+        leaf_rows(rows, r, i, &a, &len);
+        mt_repro_acc_reset(hb->acc, n * c);
+        for (int j = 0; j < hb->lh; j++) {
+            table_leaf_h(mt_repro_acc_slot(hb->acc), h, ids, dy, a / hb->hrows, len / hb->hrows,
+                         hb->hrows, hleaf_row(hb, hl, j), hl, lo, n, c);
+            mt_repro_acc_push(hb->acc);
+        }
+        rc = hleaf_done(hb, n * c);
+        memcpy(mt_repro_acc_slot(acc), mt_repro_acc_result(hb->acc), n * c * sizeof(float));
+        mt_repro_acc_push(acc);
+    }
+    if (rc == MT_OK)
+        memcpy(g, mt_repro_acc_result(acc), n * c * sizeof(float));
+    return rc;
 }
 
 /* ------------------------------------------------------------------ conv2d */
@@ -666,7 +746,7 @@ static mt_code conv_leaf_h(bool dw, bool db, const float *dy, const float *cols,
         float *slot = mt_repro_acc_slot(hb->acc);
         memset(slot, 0, n * sizeof(float));
         for (size_t e = e0; e < e0 + ne; e++) {
-            size_t row = e * ohw + (size_t)j * hr;
+            size_t row = e * ohw + hleaf_row(hb, hr, j);
             if (dw)
                 mt_repro_gemm_more(slot, f, cols + row * k, 1, k, dy + row * f, f, k, f, hr);
             if (db)

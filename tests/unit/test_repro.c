@@ -1162,6 +1162,165 @@ static void test_repro_row_sums_any_feature_split(void **state)
     free(w);
 }
 
+/* ---------------------------------------------------------------- position leaves (seq) */
+
+#define PT 16 /* positions: 8 position leaves of 2 */
+#define PB 16 /* examples: 8 batch leaves of 2 */
+#define PI 4  /* features in */
+#define PF 3  /* units out */
+
+/* One seq device of s: its zig-zag rows of x (PI wide) and dy (PF wide), the real allreduce over
+ * the s devices as the top of the position leaves' tree. */
+typedef struct seq_job {
+    mt_coll_world *w;
+    int k, s;
+    const int *group;
+    bool zig;
+    const float *x, *dy, *ids;
+    float *out; /* dw | db | sum_x | sum_x_dy | a tied table's gradient (PF x PI) */
+    mt_code rc;
+    mt_err err;
+} seq_job;
+
+static mt_code seq_reduce(void *ctx, float *buf, size_t n)
+{
+    seq_job *j = ctx;
+    mt_coll_group g = {j->group, j->s};
+    return mt_coll_allreduce_sum(mt_coll_world_comm(j->w, j->k), &g, buf, n, NULL, &j->err);
+}
+
+static void *seq_main(void *arg)
+{
+    seq_job *j = arg;
+    size_t rl = PT / (size_t)j->s, half = rl / 2, nw = PI * PF + PF;
+    int lt = mt_repro_leaves(PT), leaves = mt_repro_leaves(PB);
+    float *x = calloc(PB * rl * PI, sizeof(float)), *dy = calloc(PB * rl * PF, sizeof(float));
+    float *ids = calloc(PB * rl, sizeof(float)), scr[PI * PF];
+    mt_conv2d_geom g = {.batch = PB, .h = rl, .w = 1, .c = PI, .kh = 1, .kw = 1, .f = PF};
+    mt_repro_acc ah, aw, ab, as;
+    mt_repro_bands hb = {.lh = lt / j->s, .hrows = rl, .zig = j->zig, .ctx = j, .acc = &ah};
+
+    hb.reduce = j->s > 1 ? seq_reduce : NULL;
+    for (size_t e = 0; e < PB; e++) /* rows k and 2S-1-k of T/2S positions (mt_layer_seq_blocks) */
+        for (size_t i = 0; i < rl; i++) {
+            size_t pos = i < half ? (size_t)j->k * half + i
+                                  : (2 * (size_t)j->s - 1 - (size_t)j->k) * half + i - half;
+            memcpy(x + (e * rl + i) * PI, j->x + (e * PT + pos) * PI, PI * sizeof(float));
+            memcpy(dy + (e * rl + i) * PF, j->dy + (e * PT + pos) * PF, PF * sizeof(float));
+            ids[e * rl + i] = j->ids[e * PT + pos];
+        }
+    assert_int_equal(mt_repro_acc_init(&ah, lt, nw, NULL), MT_OK);
+    assert_int_equal(mt_repro_acc_init(&aw, leaves, PI * PF, NULL), MT_OK);
+    assert_int_equal(mt_repro_acc_init(&ab, leaves, PF, NULL), MT_OK);
+    assert_int_equal(mt_repro_acc_init(&as, leaves, PF * PI, NULL), MT_OK);
+    /* a dense layer's dw, db over the positions (a 1x1 conv2d: the same chains) */
+    j->rc = mt_repro_conv2d_wgrad(j->out, j->out + PI * PF, scr, dy, x, &g, 1, PB / leaves, leaves,
+                                  &hb, &aw, &ab);
+    /* layer_norm's gamma and beta gradients (the sums of dy * xhat and dy) */
+    if (j->rc == MT_OK)
+        j->rc = mt_repro_bn_sums_h(j->out + nw, j->out + nw + PI, x, x, NULL, PB * rl,
+                                   PB / leaves * rl, leaves, PI, &hb, &as);
+    /* a head (PI in, PF out) tied to a table of PF tokens x PI: the head's x and dy, the
+     * embedding's dy = x */
+    if (j->rc == MT_OK) {
+        mt_repro_head h = {.dy = dy, .x = x, .rows = PB * rl, .r = PB / leaves * rl};
+        j->rc = mt_repro_tied_grad_h(j->out + nw + 2 * PI, &h, ids, x, PB * rl, PB / leaves * rl,
+                                     leaves, 0, PF, PI, &hb, &as);
+    }
+    mt_repro_acc_free(&ah);
+    mt_repro_acc_free(&aw);
+    mt_repro_acc_free(&ab);
+    mt_repro_acc_free(&as);
+    free(x);
+    free(dy);
+    free(ids);
+    return NULL;
+}
+
+/* The weight gradients of PB examples of PT positions on s seq devices (zig: the position
+ * leaves in the canonical order); every device must end with the same bits. */
+static void seq_grads(int s, bool zig, const float *x, const float *dy, const float *ids,
+                      float *out, size_t n)
+{
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_world *w;
+    seq_job jobs[L];
+    pthread_t th[L];
+    int group[L];
+
+    assert_int_equal(mt_coll_world_new_local(s, &o, &w, NULL), MT_OK);
+    for (int k = 0; k < s; k++) {
+        group[k] = k;
+        jobs[k] = (seq_job){.w = w,
+                            .k = k,
+                            .s = s,
+                            .group = group,
+                            .zig = zig,
+                            .x = x,
+                            .dy = dy,
+                            .ids = ids,
+                            .out = calloc(n, sizeof(float))};
+        assert_int_equal(pthread_create(&th[k], NULL, seq_main, &jobs[k]), 0);
+    }
+    for (int k = 0; k < s; k++)
+        pthread_join(th[k], NULL);
+    for (int k = 0; k < s; k++) {
+        if (jobs[k].rc != MT_OK)
+            fail_msg("seq=%d device %d: %s", s, k, jobs[k].err.msg);
+        if (memcmp(jobs[k].out, jobs[0].out, n * sizeof(float)) != 0)
+            fail_msg("seq=%d: device %d ends with other bits than device 0", s, k);
+    }
+    memcpy(out, jobs[0].out, n * sizeof(float));
+    for (int k = 0; k < s; k++)
+        free(jobs[k].out);
+    mt_coll_world_free(w);
+}
+
+/*
+ * Position leaves: a dense layer's dw and db, layer_norm's gamma and beta sums and a tied
+ * embedding table's gradient (the head's dy^T . x, then the embedding's rows) over PT
+ * positions of PB examples, on seq = 1, 2, 4 devices holding zig-zag blocks, with the real
+ * allreduce over seq once per batch leaf, have the bits of one device; the check names the seq
+ * sizes that keep them. Taken in the height leaves' contiguous order instead (the device's rows
+ * in local order), the position leaves give other bits on seq = 2 than on one device.
+ */
+static void test_repro_position_leaves_same_bits_on_seq(void **state)
+{
+    const size_t n = 2 * PI * PF + PF + 2 * PI;
+    float *x = calloc(PB * PT * PI, sizeof(float)), *dy = calloc(PB * PT * PF, sizeof(float));
+    float *ids = calloc(PB * PT, sizeof(float));
+    float one[2 * PI * PF + PF + 2 * PI], got[2 * PI * PF + PF + 2 * PI];
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    for (size_t i = 0; i < PB * PT * PI; i++)
+        x[i] = ct_val(19, i, 3);
+    for (size_t i = 0; i < PB * PT * PF; i++)
+        dy[i] = ct_val(20, i, 3);
+    for (size_t i = 0; i < PB * PT; i++)
+        ids[i] = (float)(i * 7 % 11 % PF);
+    seq_grads(1, true, x, dy, ids, one, n);
+    for (int s = 2; s <= 4; s *= 2) {
+        seq_grads(s, true, x, dy, ids, got, n);
+        if (memcmp(got, one, sizeof(one)) != 0)
+            fail_msg("seq=%d: other bits than one device", s);
+    }
+    seq_grads(2, false, x, dy, ids, got, n);
+    assert_true(memcmp(got, one, sizeof(one)) != 0);
+    for (int s = 1; s <= 4; s *= 2)
+        assert_int_equal(mt_repro_check_seq(PT, "seq", s, &err), MT_OK);
+    assert_int_equal(mt_repro_check_seq(PT, "seq", 8, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(
+        strstr(err.msg, "mesh dimension 'seq' (size 8), which splits the 16 positions"));
+    assert_non_null(strstr(err.msg, "(sizes that keep the bits: 1, 2, 4)"));
+    assert_int_equal(mt_repro_check_seq(PT, "seq", 3, &err), MT_INVALID_ARGUMENT);
+    assert_int_equal(mt_repro_check_seq(6, "seq", 2, &err), MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "half their 2 position leaves (sizes that keep the bits: 1)"));
+    assert_int_equal(mt_repro_check_seq(7, "seq", 1, &err), MT_OK);
+    free(x);
+    free(dy);
+    free(ids);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1186,6 +1345,7 @@ int main(void)
         cmocka_unit_test(test_repro_embedding_same_bits_on_every_mesh),
         cmocka_unit_test(test_repro_tied_grad_order),
         cmocka_unit_test(test_repro_row_sums_any_feature_split),
+        cmocka_unit_test(test_repro_position_leaves_same_bits_on_seq),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
