@@ -200,7 +200,7 @@ mt_code coll__shm_create(const coll_shm_spec *q, coll_shm **out, char name[COLL_
                          mt_err *err)
 {
     size_t cap = q->cap, len = SHM_HDR + q->cap;
-    void *p;
+    void *p = NULL;
     *out = NULL;
     name[0] = '\0';
     if (cap < 4096 || (cap & (cap - 1)) != 0 || cap > ((size_t)1 << 30))
@@ -229,8 +229,8 @@ mt_code coll__shm_create(const coll_shm_spec *q, coll_shm **out, char name[COLL_
 
 mt_code coll__shm_attach(const char *name, int64_t spin_ns, coll_shm **out, mt_err *err)
 {
-    void *p;
-    size_t len;
+    void *p = NULL;
+    size_t len = 0;
     *out = NULL;
     mt_code rc = seg_open(name, SHM_HDR + 4096, &p, &len, err);
     if (rc == MT_OK)
@@ -606,7 +606,7 @@ static void win_free(coll_win *g)
 static mt_code win_create(const coll_win_spec *q, coll_win **out, char name[COLL_SHM_NAME],
                           mt_err *err)
 {
-    void *map;
+    void *map = NULL;
     *out = NULL;
     name[0] = '\0';
     if (q->p < 2 || q->slot_bytes < 4096 || q->slot_bytes % 4096 != 0 ||
@@ -639,8 +639,8 @@ static mt_code win_create(const coll_win_spec *q, coll_win **out, char name[COLL
 
 static mt_code win_attach(const char *name, const coll_win_spec *q, coll_win **out, mt_err *err)
 {
-    void *map;
-    size_t len;
+    void *map = NULL;
+    size_t len = 0;
     *out = NULL;
     mt_code rc = seg_open(name, win_data_off(q->p), &map, &len, err);
     if (rc == MT_OK)
