@@ -9,7 +9,9 @@
 # device in the mesh, a device's waits (it yields its core in a loop) add instructions that
 # depend on scheduling, so those rows are rougher. Slow: about 50x native speed per run.
 # Env: AB_INSTR_ROWS (default "mlp cnn text"), AB_INSTR_MESHES (default "batch=1"),
-# AB_INSTR_STEPS (N per row, default "mlp=20 cnn=2 text=8"). Never run by ctest.
+# AB_INSTR_STEPS (N per row, default "mlp=20 cnn=2 text=8"); AB_INSTR_EVENT (default I: instructions;
+# D1 or LL: cachegrind's simulated first-level data / last-level cache misses, reads + writes,
+# per step — memory behaviour the instruction count does not see; slower). Never run by ctest.
 set -euo pipefail
 A=${1:?usage: ab_instr.sh BASE_BUILD NEW_BUILD}
 B=${2:?usage: ab_instr.sh BASE_BUILD NEW_BUILD}
@@ -40,14 +42,21 @@ spec() { # EXAMPLE STEPS -> the example cut to STEPS steps of batch 128, small t
         -e 's#"'"$FM"'/t10k-labels-idx1-ubyte.gz"#"'"$T"'/test-labels.gz"#' \
         "$SRC/examples/$1" >"$T/job.json"
 }
-ir() { # BUILD MESH -> instructions of one train --local run of $T/job.json
-    valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null \
+EVENT=${AB_INSTR_EVENT:-I}
+case $EVENT in
+I) SIM=no PAT='I *refs' ;;
+D1) SIM=yes PAT='D1 *misses' ;;
+LL) SIM=yes PAT='LL misses' ;;
+*) echo "ab_instr.sh: AB_INSTR_EVENT must be I, D1 or LL" >&2; exit 1 ;;
+esac
+ir() { # BUILD MESH -> the event count ($EVENT) of one train --local run of $T/job.json
+    valgrind --tool=cachegrind --cache-sim=$SIM --cachegrind-out-file=/dev/null \
         "$1/meshtrain" train --local "$T/job.json" --mesh "$2" --data-root "$T" \
         --data-root /usr/share/datasets >/dev/null 2>"$T/vg.log" ||
         { echo "ab_instr.sh: $1/meshtrain failed:" >&2; tail -5 "$T/vg.log" >&2; exit 1; }
-    sed -n 's/.*I *refs: *\([0-9,]*\).*/\1/p' "$T/vg.log" | tr -d ,
+    sed -n "s/.*$PAT: *\([0-9,]*\).*/\1/p" "$T/vg.log" | head -1 | tr -d ,
 }
-echo "instructions per step (valgrind Ir), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$EVENT events per step (valgrind cachegrind; I: instructions), load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-5s %-10s %6s %16s %16s %8s\n' row mesh steps base new new/base
 for row in $rows; do
     case $row in
