@@ -1249,8 +1249,9 @@ static void seq_grads(int s, bool zig, const float *x, const float *dy, const fl
     int group[L];
 
     assert_int_equal(mt_coll_world_new_local(s, &o, &w, NULL), MT_OK);
-    for (int k = 0; k < s; k++) {
+    for (int k = 0; k < s; k++) /* whole before any thread reads it */
         group[k] = k;
+    for (int k = 0; k < s; k++) {
         jobs[k] = (seq_job){.w = w,
                             .k = k,
                             .s = s,
