@@ -20,6 +20,7 @@ source "$(dirname "$0")/lib.sh"
 VG=(valgrind --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=99
     --show-leak-kinds=definite --num-callers=30 --suppressions="$SRC/tests/valgrind.supp")
 export OPENBLAS_NUM_THREADS=1
+unset DEBUGINFOD_URLS # valgrind would ask a debuginfod server (unreachable here) for every library
 # the daemons re-exec themselves through /proc/self/exe to set the OpenBLAS core type
 # (core/blas), which valgrind cannot follow: set it here so they do not
 if grep -q avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
