@@ -148,8 +148,8 @@ typedef struct mt_layer_pass {
     int leaves;
     size_t leaf_examples;
     struct mt_repro_acc *acc_w, *acc_b;
-    /* and the height leaves' accumulator (core/repro's mt_repro_bands: any count up to
-     * MT_REPRO_MAX_LEAVES, room for any parameter plus the widest row) */
+    /* and the height and position leaves' accumulator (core/repro's mt_repro_bands: any count
+     * up to MT_REPRO_MAX_LEAVES, room for any parameter plus the widest row) */
     struct mt_repro_acc *acc_h;
     float *scratch;
     /* a dense head tied to an embedding hands its dy and input to the embedding's backward here

@@ -731,20 +731,32 @@ static char *invariant_spec(const char *json)
 }
 
 /* json under mesh_invariant, `steps` steps on each of the nm meshes: every parameter (weights,
- * batch-norm statistics) and loss memcmp-identical to those of meshes[0]. */
+ * batch-norm statistics), loss and the evaluation's loss sum memcmp-identical to those of
+ * meshes[0]. */
 static void inv_same_bits(const char *json, const char *const *meshes, int nm, int rank,
                           const size_t *shape, const data *d, int steps)
 {
     char *inv = invariant_spec(json);
     float *ref[32] = {NULL};
-    double lref[4], l[4];
-    size_t np = 0;
+    double lref[4], l[4], eref = 0.0;
+    size_t np = 0, cref = 0;
     for (int m = 0; m < nm; m++) {
         job j;
         mt_spmd *s;
+        double e = 0.0;
+        size_t c = 0;
+        mt_err eerr = MT_ERR_INIT;
         job_load(&j, inv, meshes[m]);
         s = spmd_open(&j, rank, shape);
         spmd_train(s, d, j.spec->batch_size, 0, steps, m == 0 ? lref : l);
+        /* an evaluation pass (a global batch, then a short chunk) on the same leaves */
+        if (mt_spmd_evaluate(s, d->x, d->y, j.spec->batch_size + 1, m == 0 ? &eref : &e,
+                             m == 0 ? &cref : &c, &eerr) != MT_OK)
+            fail_msg("evaluate on %s: %s", meshes[m], eerr.msg);
+        assert_true(eref > 0.0);
+        if (m > 0 && (memcmp(&e, &eref, sizeof(e)) != 0 || c != cref))
+            fail_msg("evaluation on %s: %.17g (%zu correct), on %s: %.17g (%zu)", meshes[m], e, c,
+                     meshes[0], eref, cref);
         np = mt_spmd_param_count(s);
         assert_true(np <= 32 && steps <= 4);
         for (size_t i = 0; i < np; i++) {
