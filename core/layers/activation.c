@@ -67,6 +67,7 @@ const mt_layer_ops mt_layer_activation_ops = {
     .max_inputs = 1,
     .reads_input_only = true,
     .bands = true,
+    .seq_leaves = true, /* sums over no positions */
     .bands_channels = true,
     .parse = parse,
     .plan = plan,

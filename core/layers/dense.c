@@ -29,7 +29,9 @@
  * (mt_layer.grads_shared). Under mesh_invariant both contributions meet per leaf instead: the
  * head hands its dy and input to the embedding's backward (mt_layer_pass.tied), which builds each
  * leaf's gradient from both (core/repro's mt_repro_tied_grad); the head's products are the
- * canonical ones, as an untied layer's.
+ * canonical ones, as an untied layer's. Over a sequence's positions dW and db sum in position
+ * leaves (docs/reproducibility.md, "Position leaves": mt_layer__pleaves), so the positions may be
+ * split over a seq dim.
  */
 #include <string.h>
 
@@ -184,27 +186,57 @@ static void tied_forward_inv(float *y, float *wt, const float *x, const float *t
 }
 
 /*
- * mesh_invariant, tied: dx = dy · t in jl chains over the device's out (NULL: skipped), db per leaf
- * in the leaf tree; the table's gradient is not written here: dy and x go to the embedding's
- * backward (ps->tied, core/repro's mt_repro_tied_grad), which builds each leaf's gradient from
+ * mesh_invariant: dw (NULL: skipped) and the bias's gradient, per leaf in the leaf tree; over a
+ * sequence's positions in position leaves (the 1x1 conv2d's weight gradient of core/repro, whose
+ * rows are the device's rl positions of each example; the seq allreduce inside, once per batch
+ * leaf), one chain per batch leaf for rows of one position (mt_layer__pleaves).
+ */
+static mt_code wgrad_inv(const mt_layer *l, const mt_layer_state *st, const mt_layer_dev *dev,
+                         const mt_layer_pass *ps, float *dw, const float *dy, size_t rl, size_t in,
+                         size_t out)
+{
+    mt_layer_hleaves pv;
+    mt_conv2d_geom g = {.batch = ps->batch, .h = rl, .w = 1, .c = in, .kh = 1, .kw = 1, .f = out};
+
+    if (dw == NULL && st->pg[BIAS] == NULL)
+        return MT_OK;
+    return mt_repro_conv2d_wgrad(dw, st->pg[BIAS], ps->scratch, dy, st->used, &g, 1,
+                                 ps->leaf_examples, ps->leaves, mt_layer__pleaves(&pv, l, dev, ps),
+                                 ps->acc_w, ps->acc_b);
+}
+
+/*
+ * mesh_invariant, tied: dx = dy · t in jl chains over the device's out (NULL: skipped), db in the
+ * leaf trees (wgrad_inv); the table's gradient is not written here: dy and x go to the embedding's
+ * backward (ps->tied, core/repro's mt_repro_tied_grad_h), which builds each leaf's gradient from
  * both contributions before the leaf tree.
  */
-static void tied_backward_inv(const mt_layer *l, const mt_layer_state *st, const mt_layer_pass *ps,
-                              float *dx, const float *dy, size_t rows, size_t in, size_t out,
-                              int jl)
+static mt_code tied_backward_inv(const mt_layer *l, const mt_layer_state *st,
+                                 const mt_layer_dev *dev, const mt_layer_pass *ps, float *dx,
+                                 const float *dy, size_t rl, size_t in, size_t out, int jl)
 {
+    size_t rows = ps->batch * rl;
     if (dx != NULL && rows > 0)
         mt_repro_gemm(dx, in, dy, out, 1, st->pv[KERNEL], in, NULL, rows, in, out, jl);
-    if (st->pg[BIAS] != NULL)
-        mt_repro_dense_backward(NULL, NULL, st->pg[BIAS], NULL, dy, st->used, NULL, rows,
-                                ps->leaf_examples * l->in_rows, ps->leaves, in, out, 1, ps->acc_w,
-                                ps->acc_b);
-    if (ps->tied == NULL) /* an engine without the handoff: the embedding reports it */
-        return;
-    ps->tied->dy = dy;
-    ps->tied->x = st->used;
-    ps->tied->rows = rows;
-    ps->tied->r = ps->leaf_examples * l->in_rows;
+    if (ps->tied != NULL) { /* an engine without the handoff: the embedding reports it */
+        ps->tied->dy = dy;
+        ps->tied->x = st->used;
+        ps->tied->rows = rows;
+        ps->tied->r = ps->leaf_examples * rl;
+    }
+    return wgrad_inv(l, st, dev, ps, NULL, dy, rl, in, out);
+}
+
+/* mesh_invariant, untied: dx = dy · wᵀ in jl chains over the device's out (NULL: skipped), dw
+ * and db in the leaf trees (wgrad_inv). */
+static mt_code backward_inv(const mt_layer *l, const mt_layer_state *st, const mt_layer_dev *dev,
+                            const mt_layer_pass *ps, float *dx, const float *dy, size_t rl,
+                            size_t in, size_t out, int jl)
+{
+    mt_repro_dense_backward(dx, NULL, NULL, ps->scratch, dy, st->used, st->pv[KERNEL],
+                            ps->batch * rl, ps->leaf_examples * rl, ps->leaves, in, out, jl,
+                            ps->acc_w, ps->acc_b);
+    return wgrad_inv(l, st, dev, ps, st->pg[KERNEL], dy, rl, in, out);
 }
 
 /* y = x · kernel + bias (bias may be NULL), or with a tied table (units, in) transposed. */
@@ -348,15 +380,14 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     *dx = st->dx_buf;
     if (msp_gathers(l) || msp_scatters(l))
         return msp_backward(l, st, dev, ps, dy);
-    if (l->s.tied && ps->leaves > 0)
-        tied_backward_inv(l, st, ps, dxk, dy, rows, cin, cout, kleaves(dev, l->s.units, l->kout));
-    else if (l->s.tied)
+    if (ps->leaves > 0) { /* mesh_invariant: per leaf, dW and db folded in the leaf trees */
+        rc = (l->s.tied ? tied_backward_inv : backward_inv)(l, st, dev, ps, dxk, dy, rl, cin, cout,
+                                                            kleaves(dev, l->s.units, l->kout));
+        if (rc != MT_OK)
+            return rc;
+    } else if (l->s.tied)
         tied_backward(ps->ref, dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL],
                       rows, cin, cout);
-    else if (ps->leaves > 0) /* mesh_invariant: per leaf, dW and db folded in the leaf tree */
-        mt_repro_dense_backward(dxk, st->pg[KERNEL], st->pg[BIAS], ps->scratch, dy, st->used,
-                                st->pv[KERNEL], rows, ps->leaf_examples * l->in_rows, ps->leaves,
-                                cin, cout, kleaves(dev, l->s.units, l->kout), ps->acc_w, ps->acc_b);
     else
         (ps->ref ? mt_dense_backward_ref : mt_dense_backward)(
             dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL], rows, cin, cout);
@@ -398,6 +429,7 @@ const mt_layer_ops mt_layer_dense_ops = {
     .max_inputs = 1,
     .reads_input_only = true,
     .bands = true,
+    .seq_leaves = true,
     .parse = parse,
     .plan = plan,
     .alloc = alloc,

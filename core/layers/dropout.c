@@ -111,6 +111,7 @@ const mt_layer_ops mt_layer_dropout_ops = {
     .max_inputs = 1,
     .reads_input_only = false,
     .bands = true,
+    .seq_leaves = true, /* sums over no positions */
     .bands_channels = true,
     .parse = parse,
     .plan = plan,

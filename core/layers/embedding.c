@@ -13,8 +13,9 @@
  * A dense layer may use the table as its kernel (tied_to, a GPT-2 style LM head; dense.c): its
  * backward runs first and writes the table's gradient, and this one adds to it.
  * mesh_invariant (mt_layer_pass.leaves > 0): the rows are added per leaf and the leaves folded in
- * the canonical tree (core/repro); with a tied head each leaf starts from the head's dyᵀ · x over
- * the leaf's rows (the head handed its dy and input over in mt_layer_pass.tied).
+ * the canonical tree (core/repro), a sequence's positions in position leaves (mt_layer__pleaves:
+ * the positions may be split over a seq dim); with a tied head each leaf starts from the head's
+ * dyᵀ · x over the leaf's rows (the head handed its dy and input over in mt_layer_pass.tied).
  */
 #include <math.h>
 #include <string.h>
@@ -147,17 +148,19 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     *dx = NULL;
     local_rows(l, dev, &lo, &n);
     looked_up(l, dev, &off, &per);
-    if (ps->leaves > 0) { /* mesh_invariant: per leaf, folded in the leaf tree (never split over
-                             seq: every position of an example is here) */
+    if (ps->leaves > 0) { /* mesh_invariant: per leaf and position leaf, folded in the leaf trees
+                             (the seq allreduce inside: mt_layer__pleaves) */
         const mt_repro_head *h = l->grads_shared ? ps->tied : NULL;
+        mt_layer_hleaves pv;
         if (l->grads_shared && (h == NULL || h->dy == NULL))
             return mt_err_set(ps->err, MT_INTERNAL,
                               "%s: the tied head's backward handed no gradient over", l->s.name);
-        mt_repro_tied_grad(g, h, st->in, dy, ps->batch * l->in_loc, ps->leaf_examples * l->in_loc,
-                           ps->leaves, lo, n, c, ps->acc_w);
+        rc = mt_repro_tied_grad_h(g, h, st->in, dy, ps->batch * l->in_loc,
+                                  ps->leaf_examples * l->in_loc, ps->leaves, lo, n, c,
+                                  mt_layer__pleaves(&pv, l, dev, ps), ps->acc_w);
         if (h != NULL)
             ps->tied->dy = NULL; /* used: the next step's head hands its own */
-        return MT_OK;
+        return rc;
     }
     if (msp_scatter(l)) { /* every device's rows' gradients, for its vocabulary rows */
         rc = mt_layer__msp_gather(l, dev, dy, ps->batch, l->out_rows, c,
@@ -200,6 +203,7 @@ const mt_layer_ops mt_layer_embedding_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = true,
+    .seq_leaves = true,
     .parse = parse,
     .plan = plan,
     .alloc = alloc,

@@ -280,3 +280,20 @@ const mt_repro_bands *mt_layer__hleaves(mt_layer_hleaves *h, const mt_layer *l,
     h->b.acc = ps->acc_h;
     return &h->b;
 }
+
+const mt_repro_bands *mt_layer__pleaves(mt_layer_hleaves *h, const mt_layer *l,
+                                        const mt_layer_dev *dev, const mt_layer_pass *ps)
+{
+    int lt = l->out_rank == 2 ? mt_repro_leaves(l->out_shape[0]) : 1;
+    int lh = lt / (int)mt_layer__dsz(dev, l->sdim);
+
+    h->dev = dev;
+    h->dim = l->sdim;
+    h->b.lh = lh > 0 ? lh : 1; /* a seq size not dividing Lt / 2 is refused at plan */
+    h->b.hrows = l->out_rows;
+    h->b.zig = true; /* the zig-zag blocks' canonical order */
+    h->b.reduce = mt_layer__dsz(dev, l->sdim) > 1 ? hleaves_reduce : NULL;
+    h->b.ctx = h;
+    h->b.acc = ps->acc_h;
+    return &h->b;
+}

@@ -12,8 +12,9 @@
  * sums over the bands, summed over the height dim.
  * Backward: dx = (dŷ − mean(dŷ) − x̂·mean(dŷ·x̂)) / σ with dŷ = dy·gamma.
  * mesh_invariant (mt_layer_pass.leaves > 0): the gamma and beta gradients per leaf, folded in the
- * canonical tree, and the per-row sums in K-leaves of the features, folded in the canonical tree
- * whose top is the allreduce over a dim splitting them (core/repro).
+ * canonical tree (over a sequence's positions in position leaves, so the positions may be split
+ * over a seq dim: mt_layer__pleaves), and the per-row sums in K-leaves of the features, folded in
+ * the canonical tree whose top is the allreduce over a dim splitting them (core/repro).
  */
 #include <math.h>
 #include <string.h>
@@ -130,10 +131,16 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     mt_code rc;
 
     *dx = st->dx_buf;
-    if (ps->leaves > 0) /* mesh_invariant: per leaf (double within it), folded in the leaf tree */
-        mt_repro_bn_grad_sums(st->pg[BETA] != NULL ? st->pg[BETA] : ps->scratch,
-                              st->pg[GAMMA] != NULL ? st->pg[GAMMA] : ps->scratch + c, dy, xhat,
-                              rows, ps->leaf_examples * l->in_rows, ps->leaves, c, ps->acc_w);
+    if (ps->leaves > 0) { /* mesh_invariant: per leaf (double within it), folded in the leaf tree;
+                             a sequence's positions in position leaves, the seq allreduce inside */
+        mt_layer_hleaves pv;
+        rc = mt_repro_bn_sums_h(st->pg[BETA] != NULL ? st->pg[BETA] : ps->scratch,
+                                st->pg[GAMMA] != NULL ? st->pg[GAMMA] : ps->scratch + c, dy, xhat,
+                                NULL, rows, ps->leaf_examples * l->in_rows, ps->leaves, c,
+                                mt_layer__pleaves(&pv, l, dev, ps), ps->acc_w);
+        if (rc != MT_OK)
+            return rc;
+    }
     for (size_t j = 0; ps->leaves == 0 && j < c; j++) { /* reduced over the batch afterwards */
         double sg = 0.0, sb = 0.0;
         for (size_t r = 0; r < rows; r++) {
@@ -197,6 +204,7 @@ const mt_layer_ops mt_layer_layer_norm_ops = {
     .max_inputs = 1,
     .reads_input_only = true,
     .bands = true,
+    .seq_leaves = true,
     .parse = mt_layer__parse_norm,
     .plan = plan,
     .alloc = alloc,

@@ -202,6 +202,18 @@ const mt_repro_bands *mt_layer__hleaves(mt_layer_hleaves *h, const mt_layer *l,
                                         const mt_layer_dev *dev, const mt_layer_pass *ps,
                                         size_t height, size_t rows_loc);
 
+/*
+ * mesh_invariant: the position leaves of a sum over the rows of a sequence
+ * (docs/reproducibility.md, "Position leaves"): a layer whose output is (T, C) per example has Lt =
+ * mt_repro_leaves(T) position leaves in the zig-zag canonical order; its rows (l->out_rows per
+ * example: the device's positions) are split over l->sdim into Lt / |sdim| leaves each, their
+ * fold's top the allreduce over sdim (none without sequence parallelism: one device's leaves are
+ * every mesh's). Other outputs (a vector, an image) have one leaf and no reduce: the kernels' plain
+ * per-leaf sums. Filled into h, which the returned pointer lives in.
+ */
+const mt_repro_bands *mt_layer__pleaves(mt_layer_hleaves *h, const mt_layer *l,
+                                        const mt_layer_dev *dev, const mt_layer_pass *ps);
+
 extern const mt_layer_ops mt_layer_dense_ops, mt_layer_conv2d_ops, mt_layer_max_pool2d_ops,
     mt_layer_flatten_ops, mt_layer_batch_norm_ops, mt_layer_dropout_ops, mt_layer_add_ops,
     mt_layer_concatenate_ops, mt_layer_activation_ops, mt_layer_global_average_pooling2d_ops,

@@ -148,8 +148,8 @@ typedef struct mt_layer_pass {
     int leaves;
     size_t leaf_examples;
     struct mt_repro_acc *acc_w, *acc_b;
-    /* and the height leaves' accumulator (core/repro's mt_repro_bands: any count up to
-     * MT_REPRO_MAX_LEAVES, room for any parameter plus the widest row) */
+    /* and the height and position leaves' accumulator (core/repro's mt_repro_bands: any count
+     * up to MT_REPRO_MAX_LEAVES, room for any parameter plus the widest row) */
     struct mt_repro_acc *acc_h;
     float *scratch;
     /* a dense head tied to an embedding hands its dy and input to the embedding's backward here
@@ -213,6 +213,9 @@ typedef struct mt_layer_ops {
     bool reads_input_only;      /* the forward never writes or aliases its input buffers */
     bool bands; /* runs on height bands (l->hx >= 0); its plan sets l->ho (default l->hx) */
     bool bands_channels; /* on height bands, its channels may be sharded too (kernel axes, xf) */
+    bool seq_leaves; /* mesh_invariant with the positions split over sdim: its parameter gradients'
+                        sums over positions run on position leaves (mt_layer__pleaves, the seq
+                        allreduce inside), or it sums over no positions; false: refused there */
     /* Fill out's kind-specific fields from node (defaults for absent keys). path is
      * "model.layers[i]". INVALID_ARGUMENT "<path>.<key>: why". */
     mt_code (*parse)(const struct cJSON *node, const char *path, mt_layer_spec *out, mt_err *err);

@@ -7,7 +7,7 @@
  * Sharding: the table follows the input's feature sharding (its C axis over the same dim);
  * nothing is communicated. Backward: the input gradient is the output gradient (passed on by
  * pointer), the table's is the sum over the batch per position (mesh_invariant: per leaf, the
- * leaves folded in the canonical tree, core/repro).
+ * leaves folded in the canonical tree, core/repro; no sum over positions, so no position leaves).
  */
 #include <string.h>
 
@@ -53,6 +53,32 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
     return MT_OK;
 }
 
+/*
+ * mesh_invariant: each element of the table's gradient sums one position's dy over the examples,
+ * per leaf, folded in the leaf tree: no sum over positions, so no position leaves. With the
+ * positions split over sdim the device's rows go to their positions of the whole table and the
+ * allreduce over sdim (the bucket's in fixed_mesh) adds the others' zeros: x + 0 is x, the bits of
+ * one device (no Megatron-SP under mesh_invariant).
+ */
+static mt_code backward_inv(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                            const mt_layer_pass *ps, const float *dy)
+{
+    size_t rows = l->out_rows, c = l->out_loc / rows, all = rows * c * mt_layer__dsz(dev, l->sdim);
+
+    if (l->sdim < 0) {
+        mt_repro_bn_sum(st->pg[TABLE], dy, ps->batch, ps->leaf_examples, ps->leaves, l->out_loc,
+                        ps->acc_w);
+        return MT_OK;
+    }
+    mt_repro_bn_sum(ps->scratch, dy, ps->batch, ps->leaf_examples, ps->leaves, l->out_loc,
+                    ps->acc_w);
+    memset(st->pg[TABLE], 0, all * sizeof(float));
+    for (size_t r = 0; r < rows; r++)
+        memcpy(st->pg[TABLE] + mt_layer__position(l, dev, -1, rows, r) * c, ps->scratch + r * c,
+               c * sizeof(float));
+    return dev->allreduce(dev->ctx, l->sdim, st->pg[TABLE], all);
+}
+
 /* The table's gradient: non-zero at this device's positions only; with Megatron-SP summed over
  * tdim (the other rows of the sdim device's positions). */
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
@@ -61,12 +87,8 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     size_t rows = l->out_rows, c = l->out_loc / rows;
     size_t all = rows * c * mt_layer__dsz(dev, l->sdim) * mt_layer__dsz(dev, l->rout);
     *dx = mt_layer__reads_input(l) ? NULL : dy;
-    if (ps->leaves > 0) { /* mesh_invariant: per leaf, folded in the leaf tree (no sdim, no
-                             Megatron-SP: never split over seq) */
-        mt_repro_bn_sum(st->pg[TABLE], dy, ps->batch, ps->leaf_examples, ps->leaves, l->out_loc,
-                        ps->acc_w);
-        return MT_OK;
-    }
+    if (ps->leaves > 0)
+        return backward_inv(l, st, dev, ps, dy);
     memset(st->pg[TABLE], 0, all * sizeof(float));
     for (size_t r = 0; r < rows; r++) {
         float *g = st->pg[TABLE] + mt_layer__position(l, dev, l->rout, rows, r) * c;
@@ -93,6 +115,7 @@ const mt_layer_ops mt_layer_position_embedding_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = true,
+    .seq_leaves = true,
     .parse = mt_layer__parse_none,
     .plan = plan,
     .alloc = alloc,

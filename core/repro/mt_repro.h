@@ -16,10 +16,11 @@
  * batch dimension (in batch-coordinate order) computes the canonical tree over all L leaves
  * (tests/unit/test_repro.c proves it bit for bit against a serial fold and the real allreduce).
  *
- * Used by core/spmd (leaf split of the batch, the loss per leaf, the accumulators it hands the
- * layers in mt_layer_pass, global_clipnorm's exact sum), core/layers (dense, conv2d, batch_norm,
- * layer_norm, embedding, position_embedding) and core/jobspec (validation, elastic ranges).
- * Threading: pure functions, and accumulators used by one thread at a time.
+ * Used by core/spmd (leaf split of the batch, the loss per leaf and position leaf, the
+ * accumulators it hands the layers in mt_layer_pass, global_clipnorm's exact sum), core/layers
+ * (dense, conv2d, batch_norm, layer_norm, embedding, position_embedding) and core/jobspec
+ * (validation, elastic ranges). Threading: pure functions, and accumulators used by one thread at a
+ * time.
  */
 #ifndef MT_REPRO_H
 #define MT_REPRO_H
@@ -139,6 +140,10 @@ typedef struct mt_repro_bands {
     void *ctx;
     struct mt_repro_acc *acc;
 } mt_repro_bands;
+
+/* The first row (of an example's hb->hrows) of the device's leaf j (< hb->lh) of hb->hrows /
+ * hb->lh rows, in the order above (the loss's position leaves, core/spmd). */
+size_t mt_repro_bands_row(const mt_repro_bands *hb, int j);
 
 /* INVALID_ARGUMENT unless `bands` (a dim's size) is a power of two dividing the height leaves of
  * `rows` image rows, naming the layer, the dim and the sizes that keep the bits. */

@@ -316,6 +316,11 @@ static size_t hleaf_row(const mt_repro_bands *hb, size_t hl, int j)
     return j % 2 == 0 ? u * hl : hb->hrows / 2 + ((size_t)hb->lh / 2 - 1 - u) * hl;
 }
 
+size_t mt_repro_bands_row(const mt_repro_bands *hb, int j)
+{
+    return hleaf_row(hb, hb->hrows / (size_t)hb->lh, j);
+}
+
 /* The end of a batch leaf's height leaves (pushed into hb->acc): the bands' allreduce of their
  * fold (n floats, the top of the height tree), left in hb->acc->mem (its result). */
 static mt_code hleaf_done(const mt_repro_bands *hb, size_t n)

@@ -420,22 +420,46 @@ static int kernel_axis(const mt_layer *l, int a)
 }
 
 /*
+ * mesh_invariant with the positions split over sdim (docs/reproducibility.md, "Position leaves"):
+ * the seq size must keep the bits for the sequence's position leaves (mt_repro_check_seq:
+ * INVALID_ARGUMENT naming the sizes that do), and every layer must run its sums over positions on
+ * position leaves (mt_layer_ops.seq_leaves; UNIMPLEMENTED naming the first that does not).
+ */
+static mt_code check_inv_seq(const mt_spmd *s, mt_err *err)
+{
+    const char *name = s->sdim >= 0 ? mt_mesh_dim_name(s->mesh, s->sdim) : "";
+    mt_code rc;
+
+    if (s->sdim < 0 || dsz(s, s->sdim) == 1)
+        return MT_OK;
+    if ((rc = mt_repro_check_seq(s->in_shape[0], name, (int)dsz(s, s->sdim), err)) != MT_OK)
+        return rc;
+    for (int i = 0; i < s->n_layers; i++)
+        if (!s->layers[i].ops->seq_leaves)
+            return mt_err_set(err, MT_UNIMPLEMENTED,
+                              "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
+                              "not run a%s %s layer on positions split over '%s' yet (sequence "
+                              "parallelism: its gradients' sums over the positions have no "
+                              "position leaves)",
+                              i, s->layers[i].s.name,
+                              strchr("aeiou", s->layers[i].ops->type[0]) != NULL ? "n" : "",
+                              s->layers[i].ops->type, name);
+    return MT_OK;
+}
+
+/*
  * mesh_invariant (docs/reproducibility.md): a dense or conv2d kernel axis (conv2d: its input
  * channels or filters) split over a mesh dimension keeps the bits when the dimension's size is a
  * power of two dividing the axis' K-leaves (its output columns are computed each by itself; a
  * split contraction or a split output's input gradient sums chains combined by the canonical
  * tree, whose top is that dimension's allreduce); so does a layer_norm's features split (its
- * per-row sums in K-leaves). Not run split yet (UNIMPLEMENTED): the positions (sequence
- * parallelism).
+ * per-row sums in K-leaves); the positions split over sdim: check_inv_seq.
  */
 static mt_code check_inv_splits(const mt_spmd *s, mt_err *err)
 {
-    if (s->sdim >= 0 && dsz(s, s->sdim) > 1)
-        return mt_err_set(err, MT_UNIMPLEMENTED,
-                          "input_layout[1]: reproducibility: \"mesh_invariant\" does not split "
-                          "the positions over '%s' yet (sequence parallelism: the parameter "
-                          "gradients' sums over an example's positions would be cut)",
-                          mt_mesh_dim_name(s->mesh, s->sdim));
+    mt_code src = check_inv_seq(s, err);
+    if (src != MT_OK)
+        return src;
     for (int i = 0; i < s->n_layers; i++) {
         const mt_layer *l = &s->layers[i];
         const bool conv = l->ops->kind == MT_LAYER_CONV2D;
@@ -729,6 +753,14 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
 
 /* ------------------------------------------------------------------ collectives helpers */
 
+/* The positions' dim over which the gradient bucket and the evaluation sums are summed after the
+ * batch's (sequence parallelism under fixed_mesh), or -1: under mesh_invariant the layers and the
+ * loss sum over it inside the leaf trees, once per batch leaf (docs/reproducibility.md). */
+static int seq_bucket_dim(const mt_spmd *s)
+{
+    return s->inv_leaves > 0 ? -1 : s->sdim;
+}
+
 static mt_code grp_allreduce(dev *d, int dim, float *buf, size_t n)
 {
     mt_coll_group g;
@@ -909,7 +941,7 @@ static mt_code fsdp_reduce_layer(dev *d, int idx)
         mt_code rc;
         if (!l->has[k] || s->fsdp[i] < 0 || !p->trainable)
             continue;
-        if (s->sdim >= 0 && (rc = grp_allreduce(d, s->sdim, d->wgrad[i], p->size * pb)) != MT_OK)
+        if ((rc = grp_allreduce(d, seq_bucket_dim(s), d->wgrad[i], p->size * pb)) != MT_OK)
             return rc; /* positions split: first the sum over them (the bucket's, kept copies) */
         fsdp_geom(p, s->fsdp[i], &outer, &la, &inner);
         if (outer > 1) { /* member k's chunk must hold its slice: block-major order */
@@ -1441,22 +1473,77 @@ static mt_code dev_clip_scale_inv(dev *d, float *scale)
     return MT_OK;
 }
 
-/* mesh_invariant training step: the loss per leaf, each leaf's sums (double inside the leaf)
- * rounded to float and folded in the leaf tree; sums (zero on entry) get the device's subtree. */
+/* mesh_invariant: the device's position leaves of the loss (a sequence's Lt = mt_repro_leaves(T)
+ * over the positions' dim, docs/reproducibility.md "Position leaves"), or 0 for an output of one
+ * position per example (a vector, an image): one sum per batch leaf. */
+static int loss_pleaves(const mt_spmd *s)
+{
+    const mt_layer *last = &s->layers[s->n_layers - 1];
+    int lt = last->out_rank == 2 ? mt_repro_leaves(last->out_shape[0]) : 1;
+    return lt > 1 ? lt / (int)dsz(s, s->sdim) : 0;
+}
+
+/*
+ * The loss sums of the batch leaf of examples [a, a + n) into slot (floats) over lh position
+ * leaves: per position leaf (the zig-zag canonical order of mt_repro_bands) one double chain over
+ * the leaf's examples, then its rows, rounded to float; folded in d->acc_h, whose top is the
+ * allreduce over the positions' dim (run on every device, also for an empty leaf).
+ */
+static mt_code loss_leaf_positions(dev *d, const mt_loss_batch *all, size_t a, size_t n, int lh,
+                                   float *slot)
+{
+    mt_spmd *s = d->s;
+    size_t rl = s->osh_loc.rows, c = s->osh.c, per = mt_loss_units(&s->loss, &s->osh_loc) / rl;
+    mt_repro_bands pb = {.lh = lh, .hrows = rl, .zig = true};
+    mt_loss_shape sh = {rl / (size_t)lh, c};
+    mt_code rc = MT_OK, arc;
+
+    mt_repro_acc_reset(&d->acc_h, MT_LOSS_NSUMS);
+    for (int j = 0; j < lh; j++) {
+        double ls[MT_LOSS_NSUMS] = {0};
+        float *ps = mt_repro_acc_slot(&d->acc_h);
+        for (size_t e = a; e < a + n && rc == MT_OK; e++) {
+            size_t row = e * rl + mt_repro_bands_row(&pb, j);
+            mt_loss_batch b = *all;
+            b.out = all->out + row * c;
+            b.n = 1;
+            b.labels = all->labels != NULL ? all->labels + row * per : NULL;
+            b.targets = all->targets != NULL ? all->targets + row * per : NULL;
+            rc = mt_loss_forward(&s->loss, &sh, &b, false, d->dlogits + row * c, ls, NULL, &d->err);
+        }
+        for (int k = 0; k < MT_LOSS_NSUMS; k++)
+            ps[k] = (float)ls[k];
+        mt_repro_acc_push(&d->acc_h);
+    }
+    memcpy(slot, mt_repro_acc_result(&d->acc_h), MT_LOSS_NSUMS * sizeof(float));
+    arc = grp_allreduce(d, s->sdim, slot, MT_LOSS_NSUMS);
+    return rc != MT_OK ? rc : arc;
+}
+
+/* mesh_invariant training step: the loss per leaf, each leaf's sums (double inside the leaf, or
+ * its position leaves: loss_leaf_positions) rounded to float and folded in the leaf tree; sums
+ * (zero on entry) get the device's subtree. */
 static mt_code dev_loss_leaves(dev *d, const mt_loss_batch *all, double *sums)
 {
     mt_spmd *s = d->s;
     const float *res;
+    int lh = loss_pleaves(s);
     mt_code rc = MT_OK;
 
     mt_repro_acc_reset(&d->acc_b, MT_LOSS_NSUMS);
-    for (int i = 0; i < s->inv_leaves && rc == MT_OK; i++) {
+    for (int i = 0; i < s->inv_leaves && (rc == MT_OK || lh > 0); i++) { /* lh: collectives */
         size_t a = (size_t)i * s->inv_r, n = 0;
         double ls[MT_LOSS_NSUMS] = {0};
         float *slot = mt_repro_acc_slot(&d->acc_b);
         mt_loss_batch b = *all;
         if (a < d->batch)
             n = d->batch - a < s->inv_r ? d->batch - a : s->inv_r;
+        if (lh > 0) {
+            mt_code lrc = loss_leaf_positions(d, all, a, n, lh, slot);
+            rc = rc != MT_OK ? rc : lrc;
+            mt_repro_acc_push(&d->acc_b);
+            continue;
+        }
         b.out = all->out + a * s->out_size;
         b.n = n;
         b.labels = all->labels != NULL ? all->labels + a * s->ydim : NULL;
@@ -1550,13 +1637,13 @@ static mt_code dev_step(dev *d)
         rc = dev_backward(d);
     for (int k = 0; k < MT_LOSS_NSUMS; k++)
         d->msum[k] = (float)sums[k];
-    d->msum[MT_LOSS_NSUMS] = s->jnext != NULL && (s->sdim < 0 || d->coords[s->sdim] == 0)
+    d->msum[MT_LOSS_NSUMS] = s->jnext != NULL && (seq_bucket_dim(s) < 0 || d->coords[s->sdim] == 0)
                                  ? (float)s->jnext[s->bdim >= 0 ? d->coords[s->bdim] : 0]
                                  : 0.0f; /* counted once per group of the positions' devices */
     if (rc == MT_OK && s->msp_out)       /* the output rows split over tdim too: their sums */
         rc = grp_allreduce(d, s->tdim, d->msum, MT_LOSS_NSUMS);
     for (int k = 0; k < 2 && rc == MT_OK; k++) { /* over batch, then over the positions */
-        int dim = k == 0 ? s->bdim : s->sdim;
+        int dim = k == 0 ? s->bdim : seq_bucket_dim(s);
         mt_coll_group g = {dim >= 0 ? d->groups[dim] : NULL, dim >= 0 ? s->dimsz[dim] : 0};
         if (dim < 0)
             continue;
@@ -1616,7 +1703,7 @@ static mt_code dev_eval(dev *d)
         for (size_t k = 0; k < nh; k++)
             buf[MT_LOSS_NSUMS + k] = (float)hist[k];
         if ((rc = grp_allreduce(d, s->bdim, buf, MT_LOSS_NSUMS + nh)) != MT_OK ||
-            (rc = grp_allreduce(d, s->sdim, buf, MT_LOSS_NSUMS + nh)) != MT_OK ||
+            (rc = grp_allreduce(d, seq_bucket_dim(s), buf, MT_LOSS_NSUMS + nh)) != MT_OK ||
             (s->msp_out && (rc = grp_allreduce(d, s->tdim, buf, MT_LOSS_NSUMS + nh)) != MT_OK))
             return rc;
         for (size_t k = 0; k < MT_LOSS_NSUMS; k++)
@@ -1928,11 +2015,11 @@ static void plan_comm(mt_spmd *s, uint64_t *per_dim)
             ADD(s->bdim, per_layer ? 2 * use : use);
         if (per_layer && s->gparams[i].trainable) {
             ADD(s->bdim, use); /* its reduce-scatter, after the sum over the positions */
-            ADD(s->sdim, use);
+            ADD(seq_bucket_dim(s), use);
         }
     }
     ADD(s->bdim, grads);
-    ADD(s->sdim, grads); /* sequence parallelism: the bucket again, over the positions */
+    ADD(seq_bucket_dim(s), grads); /* sequence parallelism: the bucket again, over the positions */
 #undef ADD
 }
 

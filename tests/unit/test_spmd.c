@@ -731,20 +731,32 @@ static char *invariant_spec(const char *json)
 }
 
 /* json under mesh_invariant, `steps` steps on each of the nm meshes: every parameter (weights,
- * batch-norm statistics) and loss memcmp-identical to those of meshes[0]. */
+ * batch-norm statistics), loss and the evaluation's loss sum memcmp-identical to those of
+ * meshes[0]. */
 static void inv_same_bits(const char *json, const char *const *meshes, int nm, int rank,
                           const size_t *shape, const data *d, int steps)
 {
     char *inv = invariant_spec(json);
     float *ref[32] = {NULL};
-    double lref[4], l[4];
-    size_t np = 0;
+    double lref[4], l[4], eref = 0.0;
+    size_t np = 0, cref = 0;
     for (int m = 0; m < nm; m++) {
         job j;
         mt_spmd *s;
+        double e = 0.0;
+        size_t c = 0;
+        mt_err eerr = MT_ERR_INIT;
         job_load(&j, inv, meshes[m]);
         s = spmd_open(&j, rank, shape);
         spmd_train(s, d, j.spec->batch_size, 0, steps, m == 0 ? lref : l);
+        /* an evaluation pass (a global batch, then a short chunk) on the same leaves */
+        if (mt_spmd_evaluate(s, d->x, d->y, j.spec->batch_size + 1, m == 0 ? &eref : &e,
+                             m == 0 ? &cref : &c, &eerr) != MT_OK)
+            fail_msg("evaluate on %s: %s", meshes[m], eerr.msg);
+        assert_true(eref > 0.0);
+        if (m > 0 && (memcmp(&e, &eref, sizeof(e)) != 0 || c != cref))
+            fail_msg("evaluation on %s: %.17g (%zu correct), on %s: %.17g (%zu)", meshes[m], e, c,
+                     meshes[0], eref, cref);
         np = mt_spmd_param_count(s);
         assert_true(np <= 32 && steps <= 4);
         for (size_t i = 0; i < np; i++) {
@@ -877,6 +889,68 @@ static void test_spmd_tied_head_mesh_invariant(void **state)
                                "keep the bits: 1, 2, 4, 8)");
         mt_free(f);
     }
+}
+
+/*
+ * mesh_invariant with the positions split over 'seq' (issue 18, docs/reproducibility.md "Position
+ * leaves"): a sequence model without attention (token and position embeddings, a gelu dense per
+ * position, layer_norm, a dense head; a label per position), untied and with the head tied to
+ * the token table, 16 positions (8 position leaves): 3 steps on batch=1,seq=1, batch=1,seq=2,
+ * batch=2,seq=2 and batch=1,seq=4 give memcmp-identical weights and losses (the layers' sums over
+ * positions and the loss's in the zig-zag canonical order, the seq allreduce inside the trees).
+ * With batch_size 2 (one example per leaf) a last-bit difference of a position leaf's loss sum
+ * survives the batch tree: that run shows the loss's order too (taken in device row order, step
+ * 0's loss differs between seq=1 and seq=2; the layers' leaves in that order change tok's table).
+ */
+#define SEQ_INV_SPEC_TB(t, b, head)                                                                \
+    "{\"seed\":7,\"batch_size\":" b ",\"optimizer\":\"adam\",\"learning_rate\":0.01,"              \
+    "\"input_layout\":[\"batch\",\"seq\"],\"model\":{\"input_shape\":[" t "],\"layers\":["         \
+    "{\"type\":\"embedding\",\"input_dim\":16,\"output_dim\":8,\"name\":\"tok\"},"                 \
+    "{\"type\":\"position_embedding\",\"name\":\"pos\"},"                                          \
+    "{\"type\":\"dense\",\"units\":8,\"activation\":\"gelu\",\"name\":\"fc\"},"                    \
+    "{\"type\":\"layer_norm\",\"name\":\"ln\"},"                                                   \
+    "{\"type\":\"dense\",\"units\":16,\"name\":\"head\"" head "}]}}"
+#define SEQ_INV_SPEC_T(t, head) SEQ_INV_SPEC_TB(t, "8", head)
+#define SEQ_INV_SPEC(head)      SEQ_INV_SPEC_T("16", head)
+static void test_spmd_seq_mesh_invariant(void **state)
+{
+    static const char *const meshes[] = {"batch=1,seq=1", "batch=1,seq=2", "batch=2,seq=2",
+                                         "batch=1,seq=4"};
+    size_t shape[1] = {16};
+    data d = gen_tokens(64, 16, 16, 41);
+    (void)state;
+    inv_same_bits(SEQ_INV_SPEC(""), meshes, 4, 1, shape, &d, 3);
+    inv_same_bits(SEQ_INV_SPEC(",\"tied_to\":\"tok\""), meshes, 4, 1, shape, &d, 3);
+    inv_same_bits(SEQ_INV_SPEC_TB("16", "2", ""), meshes, 4, 1, shape, &d, 3);
+    data_free(&d);
+}
+
+/* What mesh_invariant refuses with the positions split: a seq size that does not divide half the
+ * position leaves (INVALID_ARGUMENT naming the sizes that do), attention (UNIMPLEMENTED). */
+static void test_spmd_seq_mesh_invariant_errors(void **state)
+{
+    size_t shape[1] = {16}, twelve[1] = {12}, eight[1] = {8};
+    char *a = invariant_spec(SEQ_INV_SPEC(""));
+    char *c = invariant_spec(SEQ_INV_SPEC_T("12", ""));
+    char *b = invariant_spec(TIED_LM_SPEC(",\"input_layout\":[\"batch\",\"seq\"]"));
+    (void)state;
+    expect_new_error_shape(a, "batch=1,seq=8", 1, shape, MT_INVALID_ARGUMENT,
+                           "input_layout[1]: reproducibility: \"mesh_invariant\" needs mesh "
+                           "dimension 'seq' (size 8), which splits the 16 positions into zig-zag "
+                           "blocks, to be a power of two dividing half their 8 position leaves "
+                           "(sizes that keep the bits: 1, 2, 4)");
+    expect_new_error_shape(c, "batch=1,seq=4", 1, twelve, MT_INVALID_ARGUMENT,
+                           "which splits the 12 positions into zig-zag blocks, to be a power of "
+                           "two dividing half their 4 position leaves (sizes that keep the bits: "
+                           "1, 2)");
+    expect_new_error_shape(b, "batch=1,seq=2", 1, eight, MT_UNIMPLEMENTED,
+                           "model.layers[4] (attn): reproducibility: \"mesh_invariant\" does not "
+                           "run an attention layer on positions split over 'seq' yet (sequence "
+                           "parallelism: its gradients' sums over the positions have no position "
+                           "leaves)");
+    mt_free(a);
+    mt_free(b);
+    mt_free(c);
 }
 
 /* What mesh_invariant refuses on height bands, naming the layer and the sizes. */
@@ -1862,6 +1936,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spmd_height_bands_mesh_invariant),
         cmocka_unit_test(test_spmd_height_bands_mesh_invariant_errors),
         cmocka_unit_test(test_spmd_tied_head_mesh_invariant),
+        cmocka_unit_test(test_spmd_seq_mesh_invariant),
+        cmocka_unit_test(test_spmd_seq_mesh_invariant_errors),
         cmocka_unit_test(test_spmd_reshard_paths_equal_single_device),
         cmocka_unit_test(test_spmd_fsdp_equals_single_device),
         cmocka_unit_test(test_spmd_graphs_equal_single_device),
