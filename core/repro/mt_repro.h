@@ -18,8 +18,8 @@
  *
  * Used by core/spmd (leaf split of the batch, the loss per leaf, the accumulators it hands the
  * layers in mt_layer_pass, global_clipnorm's exact sum), core/layers (dense, conv2d, batch_norm,
- * layer_norm, embedding, position_embedding) and core/jobspec (validation, elastic ranges).
- * Threading: pure functions, and accumulators used by one thread at a time.
+ * layer_norm, embedding, position_embedding, attention) and core/jobspec (validation, elastic
+ * ranges). Threading: pure functions, and accumulators used by one thread at a time.
  */
 #ifndef MT_REPRO_H
 #define MT_REPRO_H
