@@ -6,8 +6,9 @@
  * reduce-scatter (core/coll), give memcmp-identical outputs and input gradients (queries, keys,
  * values) — also the layer without a seq split — within 1e-5 of core/tensor's reference; each
  * output element is the chain over exactly its row's keys; the position leaves taken in the
- * devices' row order instead of the canonical order give other bits; the layer refuses a seq
- * size that does not keep the bits.
+ * devices' row order instead of the canonical order give other bits; a causal row's chain holds
+ * no zero term of a later key (a -0 stays -0); the layer refuses a seq size that does not keep
+ * the bits.
  */
 #include "mt_test.h"
 
@@ -354,11 +355,40 @@ static void test_repro_attn_layer_refuses_seq_size(void **state)
                                    "leaves");
 }
 
+/*
+ * A causal row's output chain holds exactly its keys: with equal scores, row 1's weights are 0.5
+ * and 0.5, and values -2^-149 (feature 0 of keys 0 and 1) make each product round to -0, so the
+ * chain ends at -0.0f; a zero weight of a later key (+0 x 1) would turn it into +0.
+ */
+static void test_repro_attn_causal_row_chain_ends_at_its_keys(void **state)
+{
+    enum { T = 8, D = 8 };
+    float qkv[T * 3 * D] = {0}, out[T * D], probs[T * T], scr[D * T + T * T + 8 * T * 2 * D];
+    mt_repro_attn a = {.batch = 1,
+                       .t = T,
+                       .rl = T,
+                       .heads = 1,
+                       .hd = D,
+                       .nb = 1,
+                       .causal = true,
+                       .zig = true,
+                       .lh = 8};
+    (void)state;
+
+    for (size_t j = 0; j < T; j++) /* q = k = 0: equal scores; v's feature 0 */
+        qkv[j * 3 * D + 2 * D] = j < 2 ? -0x1p-149f : 1.0f;
+    mt_repro_attn_forward(&a, out, probs, qkv, scr);
+    assert_true(probs[T] == 0.5f && probs[T + 1] == 0.5f);
+    assert_true(out[D] == 0.0f && signbit(out[D]));
+    assert_true(out[0] == -0x1p-149f); /* row 0: its one key */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_repro_attn_same_bits_on_seq),
         cmocka_unit_test(test_repro_attn_layer_refuses_seq_size),
+        cmocka_unit_test(test_repro_attn_causal_row_chain_ends_at_its_keys),
     };
     return MT_RUN_TESTS(tests);
 }
