@@ -7,7 +7,8 @@
  * values) — also the layer without a seq split — within 1e-5 of core/tensor's reference; each
  * output element is the chain over exactly its row's keys; the position leaves taken in the
  * devices' row order instead of the canonical order give other bits; a causal row's chain holds
- * no zero term of a later key (a -0 stays -0); the layer refuses a seq size that does not keep
+ * no zero term of a later key (a -0 stays -0), nor does the reduce-scatter turn a -0 query
+ * gradient into +0; the layer refuses a seq size that does not keep
  * the bits.
  */
 #include "mt_test.h"
@@ -383,12 +384,56 @@ static void test_repro_attn_causal_row_chain_ends_at_its_keys(void **state)
     assert_true(out[0] == -0x1p-149f); /* row 0: its one key */
 }
 
+/*
+ * Query gradients of -0 keep their sign over seq: keys of -2^-149 and one value (the last key's
+ * feature 0, 1.0, met by an output gradient of 1.0 there) make every dq element a chain ending
+ * at -0; the other devices send -0.0f for a device's queries in the reduce-scatter (+0 would
+ * make those +0 on seq = 2).
+ */
+static void test_repro_attn_negative_zero_dq_on_seq(void **state)
+{
+    enum { T = 16 };
+    float *qkv = calloc(B * T * W, sizeof(float)), *dout = calloc(B * T * WO, sizeof(float));
+    attn_io one, two;
+    (void)state;
+
+    for (size_t e = 0; e < B; e++)
+        for (size_t h = 0; h < H; h++) {
+            for (size_t j = 0; j < T; j++)
+                for (size_t d = 0; d < HD; d++) {
+                    qkv[(e * T + j) * W + 3 * HD * h + d] = 1.0f;
+                    qkv[(e * T + j) * W + 3 * HD * h + HD + d] = -0x1p-149f;
+                }
+            qkv[(e * T + T - 1) * W + 3 * HD * h + 2 * HD] = 1.0f;
+            for (size_t j = 0; j < T; j++)
+                dout[(e * T + j) * WO + HD * h] = 1.0f;
+        }
+    io_init(&one, (attn_case){T, false}, qkv, dout);
+    io_init(&two, (attn_case){T, false}, qkv, dout);
+    run_mesh(&one, 1, RUN_ZIG);
+    run_mesh(&two, 2, RUN_LAYER);
+    for (size_t i = 0; i < B * T; i++)
+        for (size_t h = 0; h < H; h++)
+            for (size_t d = 0; d < HD; d++) {
+                float v1 = one.dqkv[i * W + 3 * HD * h + d], v2 = two.dqkv[i * W + 3 * HD * h + d];
+                if (v1 != 0.0f || !signbit(v1) || v2 != 0.0f || !signbit(v2))
+                    fail_msg("row %zu head %zu dq[%zu]: %g on one device, %g on seq=2", i, h, d,
+                             (double)v1, (double)v2);
+            }
+    assert_true(same_bits(&one, &two));
+    io_fini(&one);
+    io_fini(&two);
+    free(qkv);
+    free(dout);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_repro_attn_same_bits_on_seq),
         cmocka_unit_test(test_repro_attn_layer_refuses_seq_size),
         cmocka_unit_test(test_repro_attn_causal_row_chain_ends_at_its_keys),
+        cmocka_unit_test(test_repro_attn_negative_zero_dq_on_seq),
     };
     return MT_RUN_TESTS(tests);
 }
