@@ -24,6 +24,11 @@
  * gathers the rows again first, so that between forward and backward a device keeps only its
  * own rows (as Megatron-SP does). The probabilities kept are the rows' (B, heads, T/S, T); the
  * gathered rows and the collectives' blocks live in the work area the layers share.
+ * mesh_invariant (mt_layer_pass.leaves > 0): core/repro's mt_repro_attn_forward / _backward on
+ * the device's rows, with or without a seq split (one device computes its rows as one device of
+ * seq = 1): row-local chains, and the key and value gradients per position leaf folded in the
+ * canonical tree, whose top is the reduce-scatter over sdim (docs/reproducibility.md,
+ * "Attention"); fixed_mesh keeps the BLAS calls below.
  * Reference: mt_attention_forward_ref / mt_attention_backward_ref (core/tensor).
  */
 #include <math.h>
@@ -32,6 +37,7 @@
 #include <cjson/cJSON.h>
 
 #include "layers/layers_int.h"
+#include "repro/mt_repro.h"
 #include "tensor/mt_tensor.h"
 
 enum { PROBS }; /* kept for the backward; the rest is in the shared work area (work_areas) */
@@ -86,9 +92,15 @@ typedef struct work_areas {
     float *ds, *qkv, *blocks, *dqkv;
 } work_areas;
 
+/* Floats of each of qkv, blocks and dqkv (0 without sequence parallelism). */
+static size_t work_areas_w(const mt_layer *l, size_t b, size_t s)
+{
+    return l->sdim >= 0 ? b * l->in_rows * s * (l->in_loc / l->in_rows) : 0;
+}
+
 static size_t work_size(const mt_layer *l, size_t b, size_t s, work_areas *wa, float *work)
 {
-    size_t t = l->in_rows * s, w = l->sdim >= 0 ? b * t * (l->in_loc / l->in_rows) : 0;
+    size_t t = l->in_rows * s, w = work_areas_w(l, b, s);
     if (wa != NULL) {
         wa->ds = work;
         wa->qkv = work + t * t;
@@ -96,6 +108,41 @@ static size_t work_size(const mt_layer *l, size_t b, size_t s, work_areas *wa, f
         wa->dqkv = wa->blocks + w;
     }
     return t * t + 3 * w;
+}
+
+/* mesh_invariant: the device's rows for core/repro (its blocks of positions, its position
+ * leaves in the canonical order); INVALID_ARGUMENT when the seq split does not keep the bits
+ * (core/spmd's plan refuses it first). */
+static mt_code inv_geom(const mt_layer *l, const mt_layer_dev *dev, size_t b, mt_repro_attn *a,
+                        mt_err *err)
+{
+    int s = (int)mt_layer__dsz(dev, l->sdim);
+
+    *a = (mt_repro_attn){.batch = b,
+                         .t = l->in_rows * (size_t)s,
+                         .rl = l->in_rows,
+                         .heads = local_heads(l, dev),
+                         .hd = l->in_c / (3 * l->s.heads),
+                         .causal = l->s.causal,
+                         .zig = true};
+    a->nb = mt_layer__seq_blocks(l, dev, l->in_rows, a->start);
+    a->lh = mt_repro_leaves(a->t) / s;
+    if (mt_repro_check_seq(a->t, "seq", s, NULL) != MT_OK)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" needs the "
+                          "%d devices splitting its %zu positions to be a power of two dividing "
+                          "half their %d position leaves",
+                          l->idx, l->s.name, s, a->t, mt_repro_leaves(a->t));
+    return MT_OK;
+}
+
+/* mesh_invariant: floats of core/repro's scratch (beside the work areas). */
+static size_t inv_scratch(const mt_layer *l, const mt_layer_dev *dev)
+{
+    size_t s = mt_layer__dsz(dev, l->sdim), t = l->in_rows * s;
+    int lh = mt_repro_leaves(t) / (int)s;
+    mt_repro_attn a = {.t = t, .rl = l->in_rows, .hd = l->in_c / (3 * l->s.heads), .lh = lh};
+    return mt_repro_attn_scratch(&a);
 }
 
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
@@ -106,7 +153,8 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
     if (rc == MT_OK)
         rc = mt_layer_buf(a, l, &st->scr[PROBS], b * local_heads(l, dev) * l->in_rows * t,
                           sizeof(float), err);
-    mt_layer_work(a, work_size(l, b, mt_layer__dsz(dev, l->sdim), NULL, NULL));
+    mt_layer_work(a, work_size(l, b, mt_layer__dsz(dev, l->sdim), NULL, NULL) +
+                         (a->invariant ? inv_scratch(l, dev) : 0));
     return rc;
 }
 
@@ -235,6 +283,50 @@ static mt_code gather_rows(const mt_layer *l, const mt_layer_state *st, const mt
     return rc;
 }
 
+/* mesh_invariant forward: the rows (gathered over sdim) through core/repro. */
+static mt_code inv_forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                           const mt_layer_pass *ps)
+{
+    size_t s = mt_layer__dsz(dev, l->sdim);
+    mt_repro_attn a;
+    work_areas wa;
+    mt_code rc = inv_geom(l, dev, ps->batch, &a, ps->err);
+
+    work_size(l, ps->batch, s, &wa, ps->work);
+    if (rc == MT_OK && l->sdim >= 0)
+        rc = gather_rows(l, st, dev, ps->batch, &wa);
+    if (rc == MT_OK)
+        mt_repro_attn_forward(&a, st->out, st->scr[PROBS], l->sdim >= 0 ? wa.qkv : st->in,
+                              wa.dqkv + work_areas_w(l, ps->batch, s));
+    return rc;
+}
+
+/* mesh_invariant backward: every position's gradient, the device's subtree of the key and value
+ * gradients' position leaves, reduce-scattered over sdim (the tree's top). */
+static mt_code inv_backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                            const mt_layer_pass *ps, const float *dy)
+{
+    size_t s = mt_layer__dsz(dev, l->sdim), b = ps->batch, rl = l->in_rows, w = l->in_loc / rl;
+    mt_repro_attn a;
+    work_areas wa;
+    mt_code rc = inv_geom(l, dev, b, &a, ps->err);
+    float *scr;
+
+    work_size(l, b, s, &wa, ps->work);
+    scr = wa.dqkv + work_areas_w(l, b, s);
+    if (rc != MT_OK)
+        return rc;
+    if (l->sdim < 0) {
+        mt_repro_attn_backward(&a, st->dx_buf, dy, st->in, st->scr[PROBS], scr);
+        return MT_OK;
+    }
+    if ((rc = gather_rows(l, st, dev, b, &wa)) != MT_OK) /* the keys and values again */
+        return rc;
+    mt_repro_attn_backward(&a, wa.dqkv, dy, wa.qkv, st->scr[PROBS], scr);
+    to_blocks(wa.blocks, wa.dqkv, b, s, rl, w, false);
+    return dev->reduce_scatter(dev->ctx, l->sdim, wa.blocks, s * b * rl * w, st->dx_buf);
+}
+
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
@@ -244,6 +336,8 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
     work_areas wa;
     mt_code rc;
 
+    if (ps->leaves > 0)
+        return inv_forward(l, st, dev, ps);
     if (l->sdim < 0) {
         (ps->ref ? mt_attention_forward_ref : mt_attention_forward)(st->out, st->scr[PROBS], st->in,
                                                                     b, rl, h, hd, l->s.causal);
@@ -271,6 +365,8 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     *dx = st->dx_buf;
     if (st->dx_buf == NULL)
         return MT_OK; /* reads the model input: nothing to compute */
+    if (ps->leaves > 0)
+        return inv_backward(l, st, dev, ps, dy);
     work_size(l, b, s, &wa, ps->work);
     if (l->sdim < 0) {
         (ps->ref ? mt_attention_backward_ref : mt_attention_backward)(
@@ -301,6 +397,7 @@ static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *
 const mt_layer_ops mt_layer_attention_ops = {
     .type = "attention",
     .kind = MT_LAYER_ATTENTION,
+    .seq_leaves = true, /* dK, dV on position leaves under mesh_invariant (core/repro) */
     .keys = keys,
     .min_inputs = 1,
     .max_inputs = 1,

@@ -18,9 +18,9 @@
  *
  * Used by core/spmd (leaf split of the batch, the loss per leaf and position leaf, the
  * accumulators it hands the layers in mt_layer_pass, global_clipnorm's exact sum), core/layers
- * (dense, conv2d, batch_norm, layer_norm, embedding, position_embedding) and core/jobspec
- * (validation, elastic ranges). Threading: pure functions, and accumulators used by one thread at a
- * time.
+ * (dense, conv2d, batch_norm, layer_norm, embedding, position_embedding, attention) and
+ * core/jobspec (validation, elastic ranges). Threading: pure functions, and accumulators used by
+ * one thread at a time.
  */
 #ifndef MT_REPRO_H
 #define MT_REPRO_H
@@ -334,5 +334,58 @@ void mt_repro_sumsq_init(mt_repro_sumsq *s);
 void mt_repro_sumsq_add(mt_repro_sumsq *s, const float *x, size_t n);
 void mt_repro_sumsq_pack(const mt_repro_sumsq *s, float out[MT_REPRO_SUMSQ_FLOATS]);
 double mt_repro_sumsq_unpack(const float in[MT_REPRO_SUMSQ_FLOATS]);
+
+/*
+ * Attention under mesh_invariant (repro_attn.c; docs/reproducibility.md, "Attention"): the
+ * heads of one device's query rows, whose bits depend neither on how the rows are grouped into
+ * calls nor on how the sequence is split over a seq dim. The device holds rl rows of each
+ * example: nb (1 or 2) blocks of rl / nb consecutive positions from start[0], start[1]
+ * (mt_layer_seq_blocks; without a seq split one block at 0, rl = t), of t positions in all;
+ * heads (the device's) of hd features each. qkv (borrowed): (batch, t, 3 heads hd), every
+ * position's fused query, key and value at its position (the rows gathered over seq).
+ * lh: the device's position leaves, mt_repro_leaves(t) / S (S the seq dim's size, a power of two
+ * dividing half the leaves: mt_repro_check_seq); zig: the canonical order of mt_repro_bands.zig
+ * (false: the device's rows in local order, which gives other bits on another S: tests only).
+ */
+typedef struct mt_repro_attn {
+    size_t batch, t, rl, heads, hd;
+    size_t nb, start[2];
+    bool causal, zig;
+    int lh;
+} mt_repro_attn;
+
+/* Floats of the scratch mt_repro_attn_forward and _backward use: hd x t (a transposed key or
+ * value), rl x t (the rows' score gradients) and lh x t x 2 hd (the position leaves' dK | dV). */
+size_t mt_repro_attn_scratch(const mt_repro_attn *a);
+
+/*
+ * Forward: out (batch, rl, heads hd) and probs (batch, heads, rl, t), written. Score (i, j) = the
+ * fma chain over the head's features of q_i . k_j (mt_repro_gemm, one chain), times 1 / sqrt(hd);
+ * row i's softmax over its keys j < nk_i (nk_i = position + 1 when causal, else t; a max, then
+ * expf and a sum in key order, then a division), zeros beyond; out_i = the fma chain from 0 over
+ * exactly the keys 0 .. nk_i - 1 in order of p_ij v_j (calls of many rows continued per row with
+ * mt_repro_gemm_more, so the key count of a causal row is its own). All row-local: the bits of a
+ * row are those of the same row on any mesh. scr: mt_repro_attn_scratch floats.
+ */
+void mt_repro_attn_forward(const mt_repro_attn *a, float *out, float *probs, const float *qkv,
+                           float *scr);
+
+/*
+ * Backward: dqkv (batch, t, 3 heads hd), overwritten, from dout (batch, rl, heads hd), qkv and the
+ * forward's probs. Row-local: ds_ij = p_ij (dp_ij - sum_j' dp_ij' p_ij') / sqrt(hd), dp_ij the fma
+ * chain over the features of dout_i . v_j, zeros beyond nk_i; the query gradient of the device's
+ * rows dq_i = the fma chain over keys 0 .. nk_i - 1 of ds_ij k_j. The other positions' query
+ * columns are -0.0f, which adds nothing to any float (also to -0.0f) in the reduce-scatter.
+ * Key and value gradients (sums over the query rows: per-example activations' gradients, not
+ * parameters, so only position leaves, no batch leaves): per position leaf (Lt =
+ * mt_repro_leaves(t) leaves of t / Lt positions), dk_j = the fma chain from 0 over the leaf's rows
+ * in order of ds_ij q_i and dv_j = that of p_ij dout_i, for keys j up to the leaf's last position
+ * when causal (later keys: +0) or all; the device's lh leaves (zig order) folded in the canonical
+ * tree into every position's key and value columns: the device's subtree. A reduce-scatter over
+ * the seq dim in seq-coordinate order (core/coll's tree for a power-of-two group) is the top of
+ * the tree over all Lt leaves: the bits of one device. scr: mt_repro_attn_scratch floats.
+ */
+void mt_repro_attn_backward(const mt_repro_attn *a, float *dqkv, const float *dout,
+                            const float *qkv, const float *probs, float *scr);
 
 #endif

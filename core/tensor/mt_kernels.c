@@ -87,8 +87,7 @@ void mt_dense_backward(float *dx, float *dw, float *db, const float *dy, const f
 
 /* ------------------------------------------------------------------ attention */
 
-/* Row i of s (t wide): softmax over [0, n) in place, zeros from n on. */
-static void softmax_row(float *s, size_t n, size_t t)
+void mt_softmax_row(float *s, size_t n, size_t t)
 {
     float m = s[0], sum = 0.0f;
     for (size_t j = 1; j < n; j++)
@@ -125,7 +124,7 @@ void mt_attention_forward(float *out, float *probs, const float *qkv, size_t bat
                 mt_gemm(false, true, r1 - r0, nk, hd, scale, q + r0 * cin, cin, k, cin, 0.0f,
                         p + r0 * t, t);
                 for (size_t i = r0; i < r1; i++)
-                    softmax_row(p + i * t, causal ? i + 1 : t, t);
+                    mt_softmax_row(p + i * t, causal ? i + 1 : t, t);
                 mt_gemm(false, false, r1 - r0, hd, nk, 1.0f, p + r0 * t, t, v, cin, 0.0f,
                         o + r0 * cout, cout);
             }

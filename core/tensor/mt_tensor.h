@@ -239,6 +239,10 @@ mt_code mt_softmax_xent_ref(float *dlogits, double *loss_sum, size_t *correct, c
 
 /* ------------------------------------------------------------------ attention */
 
+/* A row s (t wide) into its softmax over [0, n) in place (its maximum subtracted, expf, a float
+ * sum in order, a division), zeros from n on (n >= 1). */
+void mt_softmax_row(float *s, size_t n, size_t t);
+
 /*
  * Multi-head scaled dot-product attention over fused projections. qkv: (B, T, H·3·hd), each
  * head's columns [q | k | v] side by side (head h at columns [3·hd·h, 3·hd·(h+1))), so a slice of
