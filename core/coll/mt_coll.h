@@ -388,4 +388,26 @@ size_t mt_coll_bucket_size(const mt_coll_bucket *b);
 mt_code mt_coll_bucket_allreduce(mt_coll_bucket *b, mt_coll_comm *comm, const mt_coll_group *group,
                                  const mt_coll_call *call, mt_err *err);
 
+/*
+ * The first half of a sharded update: pack every registered tensor and reduce-scatter the fused
+ * buffer. *chunk (borrowed from b, valid until the next call on b) gets this member's *len
+ * elements, the fused elements [*off, *off + *len) (mt_coll_chunk_range of the bucket's size
+ * over the group, at comm's position) of mt_coll_bucket_allreduce's result, the same bits. The
+ * registered tensors are left as they were. Codes as reduce-scatter; INVALID_ARGUMENT when
+ * comm's rank is not in group.
+ */
+mt_code mt_coll_bucket_reduce_scatter(mt_coll_bucket *b, mt_coll_comm *comm,
+                                      const mt_coll_group *group, const mt_coll_call *call,
+                                      float **chunk, size_t *off, size_t *len, mt_err *err);
+
+/*
+ * The second half: every member sends its chunk (mt_coll_chunk_range of the bucket's size over
+ * the group, at its position) of its registered tensors; afterwards each registered tensor holds,
+ * in every other member's chunk, that member's values (this member's chunk is not written). Every
+ * member must have registered the same sizes. One allgather of ceil(size / members) floats per
+ * member. Codes as allgather; INVALID_ARGUMENT when comm's rank is not in group.
+ */
+mt_code mt_coll_bucket_allgather(mt_coll_bucket *b, mt_coll_comm *comm, const mt_coll_group *group,
+                                 const mt_coll_call *call, mt_err *err);
+
 #endif
