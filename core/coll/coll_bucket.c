@@ -8,8 +8,9 @@
  * as tensors are added and is reused across steps. Used by one device thread.
  * The sharded pair splits that allreduce for a sharded optimizer update (ZeRO-1):
  * mt_coll_bucket_reduce_scatter leaves this member the reduced chunk of the fused
- * elements (mt_coll_chunk_range's layout), mt_coll_bucket_allgather then copies
- * each member's chunk of another bucket's tensors to every member.
+ * elements (mt_coll_chunk_range's layout) in the fused buffer itself
+ * (mt_coll_reduce_scatter_inplace: no copy of the input), mt_coll_bucket_allgather
+ * then copies each member's chunk of another bucket's tensors to every member.
  * Tests: tests/unit/test_coll.c (test_coll_bucket_*).
  */
 #include <stdbool.h>
@@ -29,7 +30,7 @@ struct mt_coll_bucket {
     size_t total; /* sum of n */
     float *buf;   /* fused buffer, total floats (allocated lazily); the allgather's output */
     size_t buf_cap;
-    float *chunk; /* the sharded pair's chunk: ceil(total / members) floats, or NULL */
+    float *chunk; /* the allgather's chunk: ceil(total / members) floats, or NULL */
     size_t chunk_cap;
 };
 
@@ -140,21 +141,18 @@ mt_code mt_coll_bucket_reduce_scatter(mt_coll_bucket *b, mt_coll_comm *comm,
                                       float **chunk, size_t *off, size_t *len, mt_err *err)
 {
     int pos = 0;
-    size_t most = group->size > 0 ? (b->total + (size_t)group->size - 1) / (size_t)group->size : 0;
     mt_code rc = bucket_pos(comm, group, &pos, err);
 
     if (rc == MT_OK)
-        rc = bucket_room(&b->buf, &b->buf_cap, b->total, err);
-    if (rc == MT_OK)
-        rc = bucket_room(&b->chunk, &b->chunk_cap, most > 0 ? most : 1, err);
+        rc = bucket_room(&b->buf, &b->buf_cap, b->total > 0 ? b->total : 1, err);
     if (rc != MT_OK)
         return rc;
     bucket_copy(b, b->buf, 0, b->total, true);
-    rc = mt_coll_reduce_scatter(comm, group, b->buf, b->chunk, b->total, call, err);
+    rc = mt_coll_reduce_scatter_inplace(comm, group, b->buf, b->total, call, err);
     if (rc != MT_OK)
         return rc;
     mt_coll_chunk_range(b->total, group->size, pos, off, len);
-    *chunk = b->chunk;
+    *chunk = b->buf + *off;
     return MT_OK;
 }
 

@@ -353,6 +353,15 @@ mt_code mt_coll_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, fl
 mt_code mt_coll_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
                                float *out, size_t n, const mt_coll_call *call, mt_err *err);
 
+/*
+ * mt_coll_reduce_scatter in place: buf[0..n) summed over members is scratch; on return this
+ * member's chunk of it, buf[off, off+len) with (off, len) = mt_coll_chunk_range(n, p, position),
+ * holds the reduced elements (the same bits); the rest is unspecified. No copy of the input (the
+ * built-in backend). buf borrowed.
+ */
+mt_code mt_coll_reduce_scatter_inplace(mt_coll_comm *comm, const mt_coll_group *group, float *buf,
+                                       size_t n, const mt_coll_call *call, mt_err *err);
+
 /* out[i*count .. (i+1)*count) := member i's in[0..count) (group order). out must not overlap in. */
 mt_code mt_coll_allgather(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
                           float *out, size_t count, const mt_coll_call *call, mt_err *err);
