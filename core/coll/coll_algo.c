@@ -513,7 +513,9 @@ static mt_code tree_reduce_scatter(coll_call *x, float *buf, size_t n, float *ou
 {
     int p = x->p, q = tree_q(p), r = p - q, pos = x->pos;
     int v = pos < 2 * r ? ((pos & 1) ? -1 : pos / 2) : pos - r; /* -1: folded into pos-1 */
-    mt_code rc = tree_run(x, buf, n, false, false);
+    /* p = 2: each chunk is its member's tree block (more halvings own them in bit-reversed
+     * order), nothing follows the halving, so the connections are kept */
+    mt_code rc = tree_run(x, buf, n, false, p == 2);
     span mine = chunk(n, p, pos);
     if (rc == MT_OK && v >= 0) {
         span block = tree_owned(n, q, v);
@@ -536,7 +538,7 @@ static mt_code tree_reduce_scatter(coll_call *x, float *buf, size_t n, float *ou
         t.rl = part.len;
         rc = coll__xchg(x, &t, NULL, buf);
     }
-    if (rc == MT_OK && mine.len > 0)
+    if (rc == MT_OK && mine.len > 0 && out != buf + mine.off) /* else in place already */
         memcpy(out, buf + mine.off, mine.len * sizeof(float));
     return rc;
 }
@@ -646,6 +648,34 @@ static mt_code reduce_scatter_algo(coll_call *x, void *arg)
     return rc;
 }
 
+/*
+ * Allgather of two count-element chunks over buf (p = 2): the tree's block of member v is chunk
+ * v, so tree_run's doubling step alone (after its halving's) swaps them, driven as an allreduce's
+ * is and the connection kept for the next collective. (With more members the halving leaves
+ * member v the bit-reversed block: the ring serves them.)
+ */
+static mt_code pair_allgather(coll_call *x, float *buf, size_t count)
+{
+    coll_xchg st[COLL_MAX_XCHG];
+    int ns = tree_plan(x, 2 * count, true, st); /* one halving step, one doubling step */
+    mt_code rc = coll__prepare(x, st + 1, ns - 1);
+    return rc == MT_OK ? steps_run(x, buf, st + 1, ns - 1, true) : rc;
+}
+
+/* reduce_scatter_algo on the caller's buffer: no copy of the input, the chunk left in place. */
+static mt_code reduce_scatter_inplace_algo(coll_call *x, void *arg)
+{
+    coll_args *a = arg;
+    size_t off, len;
+    mt_code rc = check_buffers(x, a->buf == NULL, a->n, 1);
+    if (rc != MT_OK)
+        return rc;
+    mt_coll_chunk_range(a->n, x->p, x->pos, &off, &len);
+    if (x->p > 1 && a->n * sizeof(float) > x->direct_bytes)
+        return tree_reduce_scatter(x, a->buf, a->n, a->buf + off);
+    return allreduce_run(x, a->buf, a->n); /* small: one hop, the same tree order */
+}
+
 static mt_code allgather_algo(coll_call *x, void *arg)
 {
     coll_args *a = arg;
@@ -654,7 +684,12 @@ static mt_code allgather_algo(coll_call *x, void *arg)
         return rc;
     if (a->n > 0)
         memcpy(a->out + (size_t)x->pos * a->n, a->in, a->n * sizeof(float));
-    return x->p > 1 ? ring_allgather(x, a->out, a->n) : MT_OK;
+    if (x->p <= 1)
+        return MT_OK;
+    if (x->p == 2 && a->n > 0)
+        return pair_allgather(x, a->out, a->n);
+    coll__drive_end(x, false); /* the ring waits for the reader threads */
+    return ring_allgather(x, a->out, a->n);
 }
 
 static mt_code broadcast_algo(coll_call *x, void *arg)
@@ -727,6 +762,16 @@ static mt_code builtin_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *g
     return coll__run(comm, group, call, &r, err);
 }
 
+static mt_code builtin_reduce_scatter_inplace(mt_coll_comm *comm, const mt_coll_group *group,
+                                              float *buf, size_t n, const mt_coll_call *call,
+                                              mt_err *err)
+{
+    coll_args a = {.buf = buf, .n = n};
+    coll_run r = {
+        .op = COLL_OP_REDUCE_SCATTER, .total = n, .fn = reduce_scatter_inplace_algo, .arg = &a};
+    return coll__run(comm, group, call, &r, err);
+}
+
 static mt_code builtin_allgather(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
                                  float *out, size_t count, const mt_coll_call *call, mt_err *err)
 {
@@ -754,6 +799,7 @@ const mt_coll_backend mt_coll_backend_builtin = {
     .name = "builtin",
     .allreduce_sum = builtin_allreduce_sum,
     .reduce_scatter = builtin_reduce_scatter,
+    .reduce_scatter_inplace = builtin_reduce_scatter_inplace,
     .allgather = builtin_allgather,
     .broadcast = builtin_broadcast,
     .barrier = builtin_barrier,

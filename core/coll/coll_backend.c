@@ -11,7 +11,9 @@
  * (test_coll_backend_*), test_coll_conformance.c.
  */
 #include <stdatomic.h>
+#include <string.h>
 
+#include "alloc/mt_alloc.h"
 #include "coll/coll_int.h"
 #include "coll/mt_coll_backend.h"
 
@@ -58,6 +60,35 @@ mt_code mt_coll_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group, c
     if (comm == NULL)
         return mt_err_set(err, MT_INVALID_ARGUMENT, "reduce-scatter: NULL communicator");
     return comm->w->backend->reduce_scatter(comm, group, in, out, n, call, err);
+}
+
+mt_code mt_coll_reduce_scatter_inplace(mt_coll_comm *comm, const mt_coll_group *group, float *buf,
+                                       size_t n, const mt_coll_call *call, mt_err *err)
+{
+    const mt_coll_backend *b;
+    float *out = NULL;
+    size_t off = 0, len = 0;
+    int pos = -1;
+    mt_code rc;
+
+    if (comm == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "reduce-scatter: NULL communicator");
+    b = comm->w->backend;
+    if (b->reduce_scatter_inplace != NULL)
+        return b->reduce_scatter_inplace(comm, group, buf, n, call, err);
+    for (int i = 0; group != NULL && i < group->size; i++) /* else the backend says what is off */
+        if (group->ranks[i] == mt_coll_comm_rank(comm))
+            pos = i;
+    if (pos >= 0)
+        mt_coll_chunk_range(n, group->size, pos, &off, &len);
+    if (len > 0 && (out = mt_malloc(len * sizeof(float))) == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED,
+                          "reduce-scatter: out of memory for %zu floats", len);
+    rc = b->reduce_scatter(comm, group, buf, out != NULL ? out : buf, n, call, err);
+    if (rc == MT_OK && len > 0)
+        memcpy(buf + off, out, len * sizeof(float));
+    mt_free(out);
+    return rc;
 }
 
 mt_code mt_coll_allgather(mt_coll_comm *comm, const mt_coll_group *group, const float *in,

@@ -702,8 +702,10 @@ static mt_code ctx_begin(coll_ctx *x, const mt_coll_call *call, const coll_run *
         c->auto_step = call->step;
         c->auto_seq = call->seq;
     }
-    /* only an allreduce may keep the sockets its device thread drove last (tree_run) */
-    if (!(op == COLL_OP_ALLREDUCE && g != NULL && g->size > 1))
+    /* only an allreduce, a reduce-scatter or an allgather may keep the sockets its device thread
+     * drove last (tree_run; their paths that wait for the reader threads give them back first) */
+    if (!((op == COLL_OP_ALLREDUCE || op == COLL_OP_REDUCE_SCATTER || op == COLL_OP_ALLGATHER) &&
+          g != NULL && g->size > 1))
         drive_release(c);
     c->drive.off = !c->w->drive;
     x->step = c->auto_step;

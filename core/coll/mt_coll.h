@@ -353,6 +353,15 @@ mt_code mt_coll_allreduce_sum(mt_coll_comm *comm, const mt_coll_group *group, fl
 mt_code mt_coll_reduce_scatter(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
                                float *out, size_t n, const mt_coll_call *call, mt_err *err);
 
+/*
+ * mt_coll_reduce_scatter in place: buf[0..n) summed over members is scratch; on return this
+ * member's chunk of it, buf[off, off+len) with (off, len) = mt_coll_chunk_range(n, p, position),
+ * holds the reduced elements (the same bits); the rest is unspecified. No copy of the input (the
+ * built-in backend). buf borrowed.
+ */
+mt_code mt_coll_reduce_scatter_inplace(mt_coll_comm *comm, const mt_coll_group *group, float *buf,
+                                       size_t n, const mt_coll_call *call, mt_err *err);
+
 /* out[i*count .. (i+1)*count) := member i's in[0..count) (group order). out must not overlap in. */
 mt_code mt_coll_allgather(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
                           float *out, size_t count, const mt_coll_call *call, mt_err *err);
@@ -386,6 +395,28 @@ size_t mt_coll_bucket_size(const mt_coll_bucket *b);
 
 /* Pack every registered tensor, one allreduce_sum, unpack in place. Codes as allreduce. */
 mt_code mt_coll_bucket_allreduce(mt_coll_bucket *b, mt_coll_comm *comm, const mt_coll_group *group,
+                                 const mt_coll_call *call, mt_err *err);
+
+/*
+ * The first half of a sharded update: pack every registered tensor and reduce-scatter the fused
+ * buffer. *chunk (borrowed from b, valid until the next call on b) gets this member's *len
+ * elements, the fused elements [*off, *off + *len) (mt_coll_chunk_range of the bucket's size
+ * over the group, at comm's position) of mt_coll_bucket_allreduce's result, the same bits. The
+ * registered tensors are left as they were. Codes as reduce-scatter; INVALID_ARGUMENT when
+ * comm's rank is not in group.
+ */
+mt_code mt_coll_bucket_reduce_scatter(mt_coll_bucket *b, mt_coll_comm *comm,
+                                      const mt_coll_group *group, const mt_coll_call *call,
+                                      float **chunk, size_t *off, size_t *len, mt_err *err);
+
+/*
+ * The second half: every member sends its chunk (mt_coll_chunk_range of the bucket's size over
+ * the group, at its position) of its registered tensors; afterwards each registered tensor holds,
+ * in every other member's chunk, that member's values (this member's chunk is not written). Every
+ * member must have registered the same sizes. One allgather of ceil(size / members) floats per
+ * member. Codes as allgather; INVALID_ARGUMENT when comm's rank is not in group.
+ */
+mt_code mt_coll_bucket_allgather(mt_coll_bucket *b, mt_coll_comm *comm, const mt_coll_group *group,
                                  const mt_coll_call *call, mt_err *err);
 
 #endif

@@ -28,6 +28,9 @@ typedef struct mt_coll_backend {
                              const mt_coll_call *call, mt_err *err);
     mt_code (*reduce_scatter)(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
                               float *out, size_t n, const mt_coll_call *call, mt_err *err);
+    /* mt_coll_reduce_scatter_inplace; may be NULL (reduce_scatter into a copy serves it) */
+    mt_code (*reduce_scatter_inplace)(mt_coll_comm *comm, const mt_coll_group *group, float *buf,
+                                      size_t n, const mt_coll_call *call, mt_err *err);
     mt_code (*allgather)(mt_coll_comm *comm, const mt_coll_group *group, const float *in,
                          float *out, size_t count, const mt_coll_call *call, mt_err *err);
     mt_code (*broadcast)(mt_coll_comm *comm, const mt_coll_group *group, float *buf, size_t n,

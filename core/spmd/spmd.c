@@ -59,9 +59,16 @@ typedef struct dev {
     bool has_tg;                   /* the current job's rows came with targets (else labels) */
     float *logits, *dlogits, *dlog_loc; /* (max_b, K) */
     mt_coll_bucket *bucket;             /* every trainable gradient + msum, reduced over batch */
-    float msum[MT_LOSS_NSUMS + 1];      /* the step's loss and metric sums (core/loss) and the NEXT
-                                           step's example count (in the bucket: the end-of-data
-                                           agreement rides on the gradient allreduce) */
+    mt_coll_bucket *vbucket;    /* s->zero_ok: every trainable value + msum, in the bucket's order
+                                   (the allgather after the sharded update), else NULL */
+    mt_coll_bucket *sbucket[2]; /* s->zero_ok: every trainable parameter's slot k (if it has
+                                   one), in the same order (zero_sync), else NULL */
+    bool slots_stale;           /* a sharded update ran since the slots were last whole here */
+    float spad[MT_LOSS_NSUMS + 1]; /* the slot buckets' tail where the others have msum, so
+                                      that all three split into the same chunks (unused) */
+    float msum[MT_LOSS_NSUMS + 1]; /* the step's loss and metric sums (core/loss) and the NEXT
+                                      step's example count (in the bucket: the end-of-data
+                                      agreement rides on the gradient allreduce) */
     size_t
         next; /* the next step's agreed example count (msum[MT_LOSS_NSUMS] after the allreduce) */
     size_t batch, row0;         /* local examples of the current job, first global row */
@@ -82,7 +89,15 @@ typedef struct dev {
     bool started;
 } dev;
 
-typedef enum job_kind { JOB_NONE, JOB_STEP, JOB_EVAL, JOB_GATHER, JOB_AGREE, JOB_QUIT } job_kind;
+typedef enum job_kind {
+    JOB_NONE,
+    JOB_STEP,
+    JOB_EVAL,
+    JOB_GATHER,
+    JOB_AGREE,
+    JOB_SLOTS,
+    JOB_QUIT
+} job_kind;
 
 struct mt_spmd {
     const mt_mesh *mesh;
@@ -116,9 +131,11 @@ struct mt_spmd {
     size_t ydim;              /* class labels per example the loss reads (rows; rows · c for binary
                                  cross-entropy on 0/1 labels) */
     bool input_read_only;     /* every reader of the input only reads it: rows are used in place */
-    int inv_leaves;           /* mesh_invariant: leaves per device (0: fixed_mesh) */
-    size_t inv_r;             /* mesh_invariant: examples per leaf */
-    size_t inv_batch;         /* mesh_invariant: the spec's global batch (leaf boundaries) */
+    bool zero_ok;             /* the replicas can shard the optimizer update (zero_applies) */
+    bool zero;        /* they do (zero_ok, unless mt_spmd_set_sharded_update turned it off) */
+    int inv_leaves;   /* mesh_invariant: leaves per device (0: fixed_mesh) */
+    size_t inv_r;     /* mesh_invariant: examples per leaf */
+    size_t inv_batch; /* mesh_invariant: the spec's global batch (leaf boundaries) */
     dev *devs;
     /* job hand-off (see run_job): one local device runs on the host thread; several have a
      * thread each that spins briefly on gen, then sleeps on cv_job */
@@ -151,6 +168,7 @@ struct mt_spmd {
     float jflag;                /* this process's flag */
     mt_coll_call jcall;         /* the collective's tag */
     uint64_t nsaves, nagree;    /* collective saves and agreements made (tags) */
+    uint64_t nsyncs;            /* zero_sync's slot allgathers made (tags) */
     uint64_t nevals;            /* evaluations made (tags): the same count in every process, unlike
                                    gen, which a process without device threads never advances */
     char *meta_key, *meta_text; /* owned; text metadata every checkpoint carries, or NULL */
@@ -658,6 +676,23 @@ static int msp_dim(const mt_spmd *s, const mt_job_spec *spec)
     return -1;
 }
 
+/*
+ * Whether the data-parallel replicas shard the optimizer update (ZeRO-1, dev_update_sharded):
+ * several replicas, a gradient bucket reduced over the batch dim alone (no sequence dim), no
+ * FSDP parameter, and no global-norm clipping (its norm would need every gradient: the replicated
+ * update keeps that sum's order). Every optimizer is elementwise, so updating a slice of the fused
+ * gradients gives each element the bits the whole update gives it.
+ */
+static bool zero_applies(const mt_spmd *s)
+{
+    if (s->bdim < 0 || s->dimsz[s->bdim] < 2 || s->sdim >= 0 || s->opt.global_clipnorm > 0.0f)
+        return false;
+    for (size_t i = 0; i < s->n_params; i++)
+        if (s->fsdp[i] >= 0)
+            return false;
+    return true;
+}
+
 static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *map, mt_err *err)
 {
     const mt_layout *il = mt_layout_map_input(map);
@@ -748,6 +783,7 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
         for (int j = 0; j < spec->layers[i].n_inputs; j++)
             if (spec->layers[i].inputs[j] == MT_LAYER_INPUT && !s->layers[i].ops->reads_input_only)
                 s->input_read_only = false;
+    s->zero_ok = s->zero = zero_applies(s);
     return check_map(s, map, spec->batch_size, err);
 }
 
@@ -1039,6 +1075,29 @@ static mt_layer_dev dev_services(dev *d)
 
 /* ------------------------------------------------------------------ device: allocation */
 
+/* The sharded update's value bucket: every trainable value and msum, as d->bucket registers
+ * their gradients (zero_applies: no FSDP parameter). */
+static mt_code zero_bucket(dev *d, mt_err *err)
+{
+    mt_code rc = mt_coll_bucket_new(&d->vbucket, err);
+    for (size_t i = 0; rc == MT_OK && i < d->s->n_params; i++)
+        if (d->params[i].trainable)
+            rc = mt_coll_bucket_add(d->vbucket, d->params[i].value, d->params[i].size, err);
+    if (rc == MT_OK)
+        rc = mt_coll_bucket_add(d->vbucket, d->msum, MT_LOSS_NSUMS + 1, err);
+    for (int k = 0; rc == MT_OK && k < mt_optim_slots(&d->s->opt); k++) {
+        rc = mt_coll_bucket_new(&d->sbucket[k], err);
+        for (size_t i = 0; rc == MT_OK && i < d->s->n_params; i++)
+            if (d->params[i].trainable)
+                rc = mt_coll_bucket_add(d->sbucket[k],
+                                        k == 0 ? d->params[i].slot1 : d->params[i].slot2,
+                                        d->params[i].size, err);
+        if (rc == MT_OK)
+            rc = mt_coll_bucket_add(d->sbucket[k], d->spad, MT_LOSS_NSUMS + 1, err);
+    }
+    return rc;
+}
+
 static mt_code dev_alloc(dev *d, mt_err *err)
 {
     mt_spmd *s = d->s;
@@ -1143,6 +1202,8 @@ static mt_code dev_alloc(dev *d, mt_err *err)
     }
     if (rc == MT_OK) /* the metrics ride along: one collective per step for all of it */
         rc = mt_coll_bucket_add(d->bucket, d->msum, MT_LOSS_NSUMS + 1, err);
+    if (rc == MT_OK && s->zero_ok)
+        rc = zero_bucket(d, err);
     if (rc != MT_OK)
         return rc;
     DALLOC(d->ls, (size_t)s->n_layers);
@@ -1208,6 +1269,9 @@ static void dev_free(dev *d)
     mt_free(d->ls);
     mt_free(d->work);
     mt_coll_bucket_free(d->bucket);
+    mt_coll_bucket_free(d->vbucket);
+    mt_coll_bucket_free(d->sbucket[0]);
+    mt_coll_bucket_free(d->sbucket[1]);
     mt_free(d->x);
     mt_free(d->y);
     mt_free(d->tg);
@@ -1606,6 +1670,82 @@ static mt_code pieces_are_leaves(dev *d, size_t n)
     return MT_OK;
 }
 
+/* After the step's reduction: the global loss sums and the next step's count out of msum. */
+static void dev_took_sums(dev *d)
+{
+    for (int k = 0; k < MT_LOSS_NSUMS; k++)
+        d->sums[k] = d->msum[k];
+    d->next = (size_t)d->msum[MT_LOSS_NSUMS];
+}
+
+/*
+ * The sharded update (s->zero, ZeRO-1) in place of the gradient allreduce and the replicated
+ * update: the bucket is reduce-scattered over the batch dim, this replica applies the optimizer
+ * to its chunk of the fused gradients (the weights and slots of those elements), and one allgather
+ * of the value bucket brings every other replica's updated weights and the reduced msum. The same
+ * bytes move as in the allreduce; each replica updates 1/p of the weights. The slots of the other
+ * chunks stay as they were: only the owner of an element's chunk keeps its slots current, which is
+ * why the checkpoint gathers ask the owners (zero_slot_owner).
+ */
+static mt_code dev_update_sharded(dev *d)
+{
+    mt_spmd *s = d->s;
+    mt_coll_group g = {d->groups[s->bdim], s->dimsz[s->bdim]};
+    size_t off = 0, len = 0, at = 0;
+    float *chunk = NULL;
+    mt_code rc;
+
+    mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
+    rc = mt_coll_bucket_reduce_scatter(d->bucket, d->comm, &g, NULL, &chunk, &off, &len, &d->err);
+    if (rc != MT_OK)
+        return rc;
+    d->t++;
+    mt_coll_comm_activity(d->comm, "optimizer update");
+    for (size_t i = 0; i < s->n_params; i++) {
+        mt_model_param *p = &d->params[i];
+        size_t lo, hi;
+        if (!p->trainable)
+            continue;
+        lo = at > off ? at : off;
+        hi = at + p->size < off + len ? at + p->size : off + len;
+        if (lo < hi)
+            mt_optim_apply(&s->opt, d->t, 1.0f, p->value + (lo - at),
+                           p->slot1 != NULL ? p->slot1 + (lo - at) : NULL,
+                           p->slot2 != NULL ? p->slot2 + (lo - at) : NULL, chunk + (lo - off),
+                           hi - lo);
+        at += p->size;
+    }
+    for (size_t k = 0; k <= MT_LOSS_NSUMS; k++) /* the reduced sums this replica holds */
+        if (at + k >= off && at + k < off + len)
+            d->msum[k] = chunk[at + k - off];
+    d->slots_stale = true;
+    mt_coll_comm_activity(d->comm, "weights allgather");
+    rc = mt_coll_bucket_allgather(d->vbucket, d->comm, &g, NULL, &d->err);
+    if (rc == MT_OK)
+        dev_took_sums(d);
+    return rc;
+}
+
+/* zero_sync on one device: each slot's chunks from their owners (the allgather of sbucket). */
+static mt_code dev_slots(dev *d)
+{
+    mt_spmd *s = d->s;
+    mt_coll_group g = {d->groups[s->bdim], s->dimsz[s->bdim]};
+    mt_code rc = MT_OK;
+
+    mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
+    mt_coll_comm_activity(d->comm, "optimizer slots allgather");
+    for (int k = 0; rc == MT_OK && k < 2; k++) {
+        mt_coll_call call = s->jcall;
+        call.seq = (uint32_t)k;
+        if (d->sbucket[k] != NULL)
+            rc = mt_coll_bucket_allgather(d->sbucket[k], d->comm, &g, &call, &d->err);
+    }
+    if (rc == MT_OK)
+        d->slots_stale = false;
+    return rc;
+}
+
 static mt_code dev_step(dev *d)
 {
     mt_spmd *s = d->s;
@@ -1642,6 +1782,8 @@ static mt_code dev_step(dev *d)
                                  : 0.0f; /* counted once per group of the positions' devices */
     if (rc == MT_OK && s->msp_out)       /* the output rows split over tdim too: their sums */
         rc = grp_allreduce(d, s->tdim, d->msum, MT_LOSS_NSUMS);
+    if (rc == MT_OK && s->zero)
+        return dev_update_sharded(d);
     for (int k = 0; k < 2 && rc == MT_OK; k++) { /* over batch, then over the positions */
         int dim = k == 0 ? s->bdim : seq_bucket_dim(s);
         mt_coll_group g = {dim >= 0 ? d->groups[dim] : NULL, dim >= 0 ? s->dimsz[dim] : 0};
@@ -1652,9 +1794,7 @@ static mt_code dev_step(dev *d)
     }
     if (rc != MT_OK)
         return rc;
-    for (int k = 0; k < MT_LOSS_NSUMS; k++)
-        d->sums[k] = d->msum[k];
-    d->next = (size_t)d->msum[MT_LOSS_NSUMS];
+    dev_took_sums(d);
     d->t++;
     mt_coll_comm_activity(d->comm, "optimizer update");
     for (size_t i = 0; i < s->n_params; i++)
@@ -1775,6 +1915,7 @@ static void dev_run(dev *d, job_kind job)
     d->rc = job == JOB_STEP     ? dev_step(d)
             : job == JOB_EVAL   ? dev_eval(d)
             : job == JOB_GATHER ? dev_gather(d)
+            : job == JOB_SLOTS  ? dev_slots(d)
                                 : dev_agree(d);
     if (d->rc == MT_OK) /* after a failure the record keeps where it stopped */
         mt_coll_comm_activity(d->comm, "idle: waiting for the next batch from the host");
@@ -2546,15 +2687,51 @@ static void read_val_meta(const mt_ckpt *ck, char *out, size_t cap)
         out[info.nbytes] = '\0';
 }
 
+/*
+ * After sharded updates each replica's slots are current only in its own chunk: make them whole
+ * on every device before they are read (a checkpoint, a digest). COLLECTIVE over the world when
+ * it spreads over processes (gather_each's callers are); a process alone in its world runs it
+ * for all. FAILED_PRECONDITION when a caller of this process alone needs it in a world spread
+ * over processes.
+ */
+#define SLOTS_TAG (1ULL << 40) /* zero_sync's own step space, as SAVE_TAG and AGREE_TAG */
+static mt_code zero_sync(mt_spmd *s, bool collective, mt_err *err)
+{
+    bool stale = false;
+    for (int p = 0; p < s->ndev; p++)
+        stale = stale || (s->devs[p].comm != NULL && s->devs[p].slots_stale);
+    if (!stale)
+        return MT_OK;
+    if (!collective && s->nlocal < s->ndev)
+        return mt_err_set(err, MT_FAILED_PRECONDITION,
+                          "optimizer slots: the replicas' sharded update leaves each process a "
+                          "chunk of them; save or digest with every process "
+                          "(mt_spmd_save_gathered, mt_spmd_digest_world)");
+    s->jcall = (mt_coll_call){SLOTS_TAG + s->nsyncs++, 0, 0};
+    return run_job(s, JOB_SLOTS, err);
+}
+
+void mt_spmd_set_sharded_update(mt_spmd *s, bool on)
+{
+    s->zero = on && s->zero_ok;
+}
+
+bool mt_spmd_sharded_update(const mt_spmd *s)
+{
+    return s->zero;
+}
+
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err)
 {
     mt_ckpt_writer *w = NULL;
-    mt_code rc = mt_ckpt_writer_open(path, &w, err);
+    mt_code rc = zero_sync(s, false, err);
     int64_t one = 1, t = s->devs[s->first_local].t;
 
+    if (rc != MT_OK)
+        return rc;
+    rc = mt_ckpt_writer_open(path, &w, err);
     host_activity(s, "host: writing a checkpoint");
-
     if (rc != MT_OK)
         return rc;
     if (pos != NULL)
@@ -2708,8 +2885,10 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
     for (int p = 0; p < s->ndev; p++)
         s->devs[p].wstale = true; /* FSDP copies are allgathered again before the next use */
     if (rc == MT_OK) {
-        for (int p = 0; p < s->ndev; p++)
+        for (int p = 0; p < s->ndev; p++) {
             s->devs[p].t = t;
+            s->devs[p].slots_stale = false; /* every device read its slots whole */
+        }
         if (pos != NULL) {
             pos->step = mt_ckpt_step(ck);
             pos->epoch = mt_ckpt_epoch(ck);
@@ -2721,15 +2900,15 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
     return rc;
 }
 
-mt_code mt_spmd_digest(const mt_spmd *s, mt_digest *out, mt_err *err)
+mt_code mt_spmd_digest(mt_spmd *s, mt_digest *out, mt_err *err)
 {
     size_t cap = 3 * s->n_params + 1;
     char **names = mt_calloc(cap, sizeof(*names));
     mt_digest *d = mt_calloc(cap, sizeof(*d));
-    mt_code rc = MT_OK;
+    mt_code rc = zero_sync(s, false, err);
     int n = 0;
 
-    if (names == NULL || d == NULL)
+    if (rc == MT_OK && (names == NULL || d == NULL))
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "digest: out of memory");
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++)
         for (int k = -1; rc == MT_OK && k < 2; k++) {
@@ -2807,6 +2986,8 @@ bool mt_spmd_save_needs_gather(const mt_spmd *s)
 {
     if (s->nlocal == s->ndev)
         return false;
+    if (s->zero) /* the optimizer slots: each replica keeps its chunk current (zero_sync) */
+        return true;
     for (size_t i = 0; i < s->n_params; i++)
         if (!mt_layout_is_replicated(&s->playout[i]))
             return true;
@@ -2896,6 +3077,7 @@ static mt_code gather_each(mt_spmd *s, bool writer, gathered_fn fn, void *ctx, m
 
     if (grp == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "state gather: out of memory");
+    rc = zero_sync(s, true, err);
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
         int n = 0;
         rc = gather_group(s, i, grp, &n, err);

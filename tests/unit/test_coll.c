@@ -528,6 +528,124 @@ static void test_coll_bucket_fuses_tensors(void **state)
     mt_coll_world_free(w);
 }
 
+typedef struct shard_arg {
+    mt_coll_bucket *g, *v; /* gradients (reduce-scattered), values (allgathered) */
+    mt_coll_comm *c;
+    const mt_coll_group *grp;
+    float *chunk; /* the reduce-scatter's chunk, copied out */
+    size_t off, len;
+    mt_code rc;
+} shard_arg;
+
+static void *shard_main(void *arg)
+{
+    shard_arg *a = arg;
+    float *ch = NULL;
+    a->rc = mt_coll_bucket_reduce_scatter(a->g, a->c, a->grp, NULL, &ch, &a->off, &a->len, NULL);
+    if (a->rc == MT_OK && a->len > 0)
+        memcpy(a->chunk, ch, a->len * sizeof(float));
+    if (a->rc == MT_OK)
+        a->rc = mt_coll_bucket_allgather(a->v, a->c, a->grp, NULL, NULL);
+    return NULL;
+}
+
+/*
+ * The sharded pair on 2 and 3 members, small (one hop) and large (the tree) buckets of two
+ * tensors: each member's reduce-scatter chunk is its mt_coll_chunk_range of the fused elements
+ * with the bits of mt_coll_reference_allreduce; after the allgather every member's value tensors
+ * hold, in each chunk, the chunk owner's values; a member's own chunk is not written.
+ */
+static void test_coll_bucket_sharded_pair(void **state)
+{
+    static const int ranks[] = {0, 1, 2};
+    static const size_t lens[] = {7, 40001};
+    (void)state;
+    for (int p = 2; p <= 3; p++)
+        for (int z = 0; z < 2; z++) {
+            size_t n = lens[z], cut = n / 3;
+            mt_coll_group grp = {ranks, p};
+            mt_coll_world *w;
+            float *gin[3], *vals[3], *ref = calloc(n, sizeof(float));
+            const float *ins[3];
+            shard_arg a[3];
+            pthread_t th[3];
+            assert_int_equal(mt_coll_world_new_local(p, NULL, &w, NULL), MT_OK);
+            for (int r = 0; r < p; r++) {
+                gin[r] = calloc(n, sizeof(float));
+                vals[r] = calloc(n, sizeof(float));
+                ins[r] = gin[r];
+                for (size_t e = 0; e < n; e++) { /* sums that round: the order shows */
+                    gin[r][e] = 1.0f / (float)(e % 97 + 1) + (float)r * 0.3f + 1e-7f * (float)e;
+                    vals[r][e] = (float)(r * 1000000) + (float)e;
+                }
+                a[r] = (shard_arg){
+                    NULL, NULL,      mt_coll_world_comm(w, r), &grp, calloc(n, sizeof(float)), 0,
+                    0,    MT_UNKNOWN};
+                assert_int_equal(mt_coll_bucket_new(&a[r].g, NULL), MT_OK);
+                assert_int_equal(mt_coll_bucket_new(&a[r].v, NULL), MT_OK);
+                assert_int_equal(mt_coll_bucket_add(a[r].g, gin[r], cut, NULL), MT_OK);
+                assert_int_equal(mt_coll_bucket_add(a[r].g, gin[r] + cut, n - cut, NULL), MT_OK);
+                assert_int_equal(mt_coll_bucket_add(a[r].v, vals[r], cut, NULL), MT_OK);
+                assert_int_equal(mt_coll_bucket_add(a[r].v, vals[r] + cut, n - cut, NULL), MT_OK);
+            }
+            mt_coll_reference_allreduce(ins, p, n, ref);
+            for (int r = 0; r < p; r++)
+                assert_int_equal(pthread_create(&th[r], NULL, shard_main, &a[r]), 0);
+            for (int r = 0; r < p; r++)
+                assert_int_equal(pthread_join(th[r], NULL), 0);
+            for (int r = 0; r < p; r++) {
+                size_t off, len;
+                assert_int_equal(a[r].rc, MT_OK);
+                mt_coll_chunk_range(n, p, r, &off, &len);
+                assert_int_equal(a[r].off, off);
+                assert_int_equal(a[r].len, len);
+                assert_memory_equal(a[r].chunk, ref + off, len * sizeof(float));
+                assert_true(gin[r][0] == 1.0f + (float)r * 0.3f); /* tensors left as they were */
+                for (int c = 0; c < p; c++) {
+                    mt_coll_chunk_range(n, p, c, &off, &len);
+                    for (size_t e = off; e < off + len; e++)
+                        assert_true(vals[r][e] == (float)(c * 1000000) + (float)e);
+                }
+            }
+            for (int r = 0; r < p; r++) {
+                mt_coll_bucket_free(a[r].g);
+                mt_coll_bucket_free(a[r].v);
+                free(a[r].chunk);
+                free(gin[r]);
+                free(vals[r]);
+            }
+            free(ref);
+            mt_coll_world_free(w);
+        }
+}
+
+/* The member must be in the group: both halves refuse a group without its rank. */
+static void test_coll_bucket_sharded_not_member(void **state)
+{
+    static const int other[] = {1};
+    mt_coll_group grp = {other, 1};
+    mt_coll_world *w;
+    mt_coll_bucket *b;
+    float t[4] = {1, 2, 3, 4}, *ch = NULL;
+    size_t off = 9, len = 9;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    assert_int_equal(mt_coll_world_new_local(2, NULL, &w, NULL), MT_OK);
+    assert_int_equal(mt_coll_bucket_new(&b, NULL), MT_OK);
+    assert_int_equal(mt_coll_bucket_add(b, t, 4, NULL), MT_OK);
+    assert_int_equal(mt_coll_bucket_reduce_scatter(b, mt_coll_world_comm(w, 0), &grp, NULL, &ch,
+                                                   &off, &len, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "coll bucket: rank 0 is not in the group"));
+    assert_null(ch);
+    mt_err_clear(&err);
+    assert_int_equal(mt_coll_bucket_allgather(b, mt_coll_world_comm(w, 0), &grp, NULL, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "not in the group"));
+    mt_coll_bucket_free(b);
+    mt_coll_world_free(w);
+}
+
 /* Shared memory for the endpoints net_pair opens (both processes of one host). */
 static mt_coll_shm_mode pair_shm = MT_COLL_SHM_AUTO;
 
@@ -1382,6 +1500,8 @@ int main(void)
         cmocka_unit_test(test_coll_deadline_names_missing_rank),
         cmocka_unit_test(test_coll_mismatch_is_invalid_everywhere),
         cmocka_unit_test(test_coll_bucket_fuses_tensors),
+        cmocka_unit_test(test_coll_bucket_sharded_pair),
+        cmocka_unit_test(test_coll_bucket_sharded_not_member),
         cmocka_unit_test(test_coll_net_tcp_bit_identical_to_local),
         cmocka_unit_test(test_coll_net_shm_chosen_on_one_host),
         cmocka_unit_test(test_coll_net_shm_url_bit_identical_to_local),

@@ -1495,6 +1495,55 @@ static void *half_train(void *arg)
     return NULL;
 }
 
+/* A job's trainers on two net worlds of n ranks, n / 2 each (TCP on 127.0.0.1). */
+typedef struct two_worlds {
+    mt_coll_net *net[2];
+    mt_coll_world *w[2];
+    mt_spmd *sp[2];
+} two_worlds;
+
+static void two_worlds_open(two_worlds *t, const job *j, int n)
+{
+    size_t shape[1] = {FEAT};
+    mt_coll_rank_addr table[8];
+    mt_err err = MT_ERR_INIT;
+    memset(t, 0, sizeof(*t));
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &t->net[k], &err), MT_OK);
+    for (int r = 0; r < n; r++) {
+        table[r].addr = mt_coll_net_addr(t->net[r / (n / 2)]);
+        table[r].local_index = r % (n / 2);
+    }
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(mt_coll_world_new_net(t->net[k], n, table, NULL, &t->w[k], &err), MT_OK);
+        if (mt_spmd_new(j->spec, job_mesh(j), j->cfg.layouts, 1, shape, 16, t->w[k], &t->sp[k],
+                        &err) != MT_OK)
+            fail_msg("spmd on net world %d: %s", k, err.msg);
+    }
+}
+
+static void two_worlds_close(two_worlds *t)
+{
+    for (int k = 0; k < 2; k++) {
+        mt_spmd_free(t->sp[k]);
+        mt_coll_world_free(t->w[k]);
+    }
+    for (int k = 0; k < 2; k++)
+        mt_coll_net_free(t->net[k]);
+}
+
+/* The other process's part of mt_spmd_digest_world (it has no root: rank 0 is not its). */
+static void *half_digest(void *arg)
+{
+    half_run *h = arg;
+    mt_digest dg;
+    bool have = true;
+    mt_err err = MT_ERR_INIT;
+    if (mt_spmd_digest_world(h->s, &dg, &have, &err) != MT_OK || have)
+        fail_msg("digest of the world (other half): %s", err.msg);
+    return NULL;
+}
+
 /*
  * The network world plugs in unchanged: the spatial scheme's 8 ranks split over two nng worlds
  * (4 + 4 devices, TCP on 127.0.0.1), each with its own trainer stepping concurrently, end with
@@ -1504,48 +1553,178 @@ static void test_spmd_over_two_net_worlds_is_bit_identical(void **state)
 {
     size_t shape[1] = {FEAT};
     data d = gen_data(64, FEAT, 2, 19);
-    mt_coll_net *net[2] = {NULL, NULL};
-    mt_coll_world *w[2] = {NULL, NULL};
-    mt_coll_rank_addr table[8];
-    mt_spmd *sp[2] = {NULL, NULL}, *ref;
+    two_worlds t;
+    mt_spmd *ref;
     half_run hr = {NULL, &d};
     pthread_t th;
     job j;
-    mt_err err = MT_ERR_INIT;
     (void)state;
     job_load(&j, MLP_SPEC(CHAIN_OPT, SP_EXTRA), NULL);
-    for (int k = 0; k < 2; k++)
-        assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &net[k], &err), MT_OK);
-    for (int r = 0; r < 8; r++) {
-        table[r].addr = mt_coll_net_addr(net[r / 4]);
-        table[r].local_index = r % 4;
-    }
-    for (int k = 0; k < 2; k++) {
-        assert_int_equal(mt_coll_world_new_net(net[k], 8, table, NULL, &w[k], &err), MT_OK);
-        if (mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 1, shape, 16, w[k], &sp[k], &err) !=
-            MT_OK)
-            fail_msg("spmd on net world %d: %s", k, err.msg);
-    }
-    assert_null(mt_spmd_param(sp[0], 5, 0)); /* device 5 lives in the other world */
-    hr.s = sp[1];
+    two_worlds_open(&t, &j, 8);
+    assert_null(mt_spmd_param(t.sp[0], 5, 0)); /* device 5 lives in the other world */
+    hr.s = t.sp[1];
     assert_int_equal(pthread_create(&th, NULL, half_train, &hr), 0);
-    spmd_train(sp[0], &d, 16, 0, 4, NULL);
+    spmd_train(t.sp[0], &d, 16, 0, 4, NULL);
     assert_int_equal(pthread_join(th, NULL), 0);
     ref = spmd_open(&j, 1, shape);
     spmd_train(ref, &d, 16, 0, 4, NULL);
     for (int p = 0; p < 8; p++)
         for (size_t i = 0; i < mt_spmd_param_count(ref); i++) {
-            const mt_model_param *a = mt_spmd_param(sp[p / 4], p, i), *b = mt_spmd_param(ref, p, i);
+            const mt_model_param *a = mt_spmd_param(t.sp[p / 4], p, i),
+                                 *b = mt_spmd_param(ref, p, i);
             assert_non_null(a);
             assert_memory_equal(a->value, b->value, a->size * sizeof(float));
         }
     mt_spmd_free(ref);
-    for (int k = 0; k < 2; k++) {
-        mt_spmd_free(sp[k]);
-        mt_coll_world_free(w[k]);
+    two_worlds_close(&t);
+    job_free(&j);
+    data_free(&d);
+}
+
+/* Every device's weights and optimizer slots of a and b memcmp-identical. */
+static void assert_same_state(mt_spmd *a, mt_spmd *b, int ndev)
+{
+    for (int p = 0; p < ndev; p++)
+        for (size_t i = 0; i < mt_spmd_param_count(a); i++) {
+            const mt_model_param *pa = mt_spmd_param(a, p, i), *pb = mt_spmd_param(b, p, i);
+            assert_memory_equal(pa->value, pb->value, pa->size * sizeof(float));
+            if (pa->slot1 != NULL)
+                assert_memory_equal(pa->slot1, pb->slot1, pa->size * sizeof(float));
+            if (pa->slot2 != NULL)
+                assert_memory_equal(pa->slot2, pb->slot2, pa->size * sizeof(float));
+        }
+}
+
+/*
+ * The sharded update (ZeRO-1: reduce-scatter, the optimizer on each replica's chunk, allgather of
+ * the weights) against every replica updating every weight: after steps, a digest (which
+ * allgathers the slots) and more steps, every device's weights and Adam / momentum slots and the
+ * state digest are the same bits, under fixed_mesh and mesh_invariant, on 2, 4 and 8 replicas
+ * and with a model dim; one replica, FSDP and global-norm clipping keep the replicated update.
+ */
+#define ZERO_INV_MLP                                                                               \
+    "{\"reproducibility\":\"mesh_invariant\",\"seed\":7,\"batch_size\":16,\"optimizer\":"          \
+    "\"adam\",\"learning_rate\":0.01,\"model\":{\"input_shape\":[1200],\"layers\":[{\"type\":"     \
+    "\"dense\",\"units\":48,\"activation\":\"relu\"},{\"type\":\"dense\",\"units\":2}]},"          \
+    "\"loss\":\"sparse_categorical_crossentropy\",\"mesh\":{\"batch\":%d}}"
+static void test_spmd_sharded_update_keeps_bits(void **state)
+{
+    size_t shape[1] = {FEAT};
+    data d = gen_data(64, FEAT, 2, 23);
+    char inv[3][512];
+    const char *specs[] = {
+        MLP_SPEC(CHAIN_OPT, ",\"mesh\":{\"batch\":2}"),
+        MLP_SPEC(CHAIN_OPT, ",\"mesh\":{\"batch\":4}"),
+        MLP_SPEC(CHAIN_OPT, DP_EXTRA),
+        MLP_SPEC("{\"name\":\"sgd\",\"momentum\":0.9}", ",\"mesh\":{\"batch\":4}"),
+        MLP_SPEC(CHAIN_OPT, MP_EXTRA),
+        inv[0],
+        inv[1],
+        inv[2],
+    };
+    const int ndev[] = {2, 4, 8, 4, 8, 2, 4, 8};
+    const char *plain[] = {
+        MLP_SPEC(CHAIN_OPT, ",\"mesh\":{\"batch\":1}"),
+        MLP_SPEC(CHAIN_OPT, FSDP_EXTRA),
+        MLP_SPEC("{\"name\":\"adam\",\"global_clipnorm\":1.0}", ",\"mesh\":{\"batch\":2}"),
+    };
+    (void)state;
+    for (int k = 0; k < 3; k++)
+        snprintf(inv[k], sizeof(inv[k]), ZERO_INV_MLP, 2 << k);
+    for (size_t c = 0; c < sizeof(specs) / sizeof(specs[0]); c++) {
+        job j;
+        mt_spmd *a, *b;
+        mt_digest da, db;
+        mt_err err = MT_ERR_INIT;
+        job_load(&j, specs[c], NULL);
+        a = spmd_open(&j, 1, shape);
+        b = spmd_open(&j, 1, shape);
+        assert_true(mt_spmd_sharded_update(a));
+        mt_spmd_set_sharded_update(b, false);
+        assert_false(mt_spmd_sharded_update(b));
+        spmd_train(a, &d, 16, 0, 5, NULL);
+        spmd_train(b, &d, 16, 0, 5, NULL);
+        if (mt_spmd_digest(a, &da, &err) != MT_OK || mt_spmd_digest(b, &db, &err) != MT_OK)
+            fail_msg("spec %zu: digest: %s", c, err.msg);
+        assert_memory_equal(&da, &db, sizeof(da));
+        assert_same_state(a, b, ndev[c]);
+        spmd_train(a, &d, 16, 5, 8, NULL); /* after the slots were made whole */
+        spmd_train(b, &d, 16, 5, 8, NULL);
+        assert_int_equal(mt_spmd_digest(a, &da, &err), MT_OK);
+        assert_int_equal(mt_spmd_digest(b, &db, &err), MT_OK);
+        assert_memory_equal(&da, &db, sizeof(da));
+        assert_same_state(a, b, ndev[c]);
+        mt_spmd_free(a);
+        mt_spmd_free(b);
+        job_free(&j);
     }
-    for (int k = 0; k < 2; k++)
-        mt_coll_net_free(net[k]);
+    for (size_t c = 0; c < sizeof(plain) / sizeof(plain[0]); c++) {
+        job j;
+        mt_spmd *a;
+        job_load(&j, plain[c], NULL);
+        a = spmd_open(&j, 1, shape);
+        assert_false(mt_spmd_sharded_update(a));
+        mt_spmd_set_sharded_update(a, true); /* only where it applies */
+        assert_false(mt_spmd_sharded_update(a));
+        mt_spmd_free(a);
+        job_free(&j);
+    }
+    data_free(&d);
+}
+
+/*
+ * Sharded updates over two net worlds (2 + 2 replicas): each process holds its chunk of the slots,
+ * so a checkpoint needs every process (mt_spmd_save_needs_gather) and mt_spmd_save alone refuses;
+ * the digest of the world (gathered as a checkpoint is) equals the replicated update's, and after
+ * it every process holds whole slots.
+ */
+static void test_spmd_sharded_update_over_processes(void **state)
+{
+    size_t shape[1] = {FEAT};
+    data d = gen_data(64, FEAT, 2, 29);
+    two_worlds t;
+    mt_spmd *ref;
+    half_run hr = {NULL, &d};
+    pthread_t th;
+    mt_digest dw, dr;
+    bool have = false;
+    job j;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    job_load(&j, MLP_SPEC(CHAIN_OPT, ",\"mesh\":{\"batch\":4}"), NULL);
+    two_worlds_open(&t, &j, 4);
+    for (int k = 0; k < 2; k++) {
+        assert_true(mt_spmd_sharded_update(t.sp[k]));
+        assert_true(mt_spmd_save_needs_gather(t.sp[k]));
+    }
+    hr.s = t.sp[1];
+    assert_int_equal(pthread_create(&th, NULL, half_train, &hr), 0);
+    spmd_train(t.sp[0], &d, 16, 0, 4, NULL);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(mt_spmd_save(t.sp[0], "/tmp/mt_spmd_zero_never.mtc", NULL, NULL, &err),
+                     MT_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.msg, "optimizer slots: the replicas' sharded update"));
+    assert_int_equal(access("/tmp/mt_spmd_zero_never.mtc", F_OK), -1);
+    assert_int_equal(pthread_create(&th, NULL, half_digest, &hr), 0);
+    if (mt_spmd_digest_world(t.sp[0], &dw, &have, &err) != MT_OK)
+        fail_msg("digest of the world: %s", err.msg);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_true(have);
+    ref = spmd_open(&j, 1, shape);
+    mt_spmd_set_sharded_update(ref, false);
+    spmd_train(ref, &d, 16, 0, 4, NULL);
+    assert_int_equal(mt_spmd_digest(ref, &dr, &err), MT_OK);
+    assert_memory_equal(&dw, &dr, sizeof(dw));
+    for (int p = 0; p < 4; p++) /* the digest made every process's slots whole */
+        for (size_t i = 0; i < mt_spmd_param_count(ref); i++) {
+            const mt_model_param *a = mt_spmd_param(t.sp[p / 2], p, i),
+                                 *b = mt_spmd_param(ref, p, i);
+            assert_memory_equal(a->value, b->value, a->size * sizeof(float));
+            if (a->slot2 != NULL)
+                assert_memory_equal(a->slot2, b->slot2, a->size * sizeof(float));
+        }
+    mt_spmd_free(ref);
+    two_worlds_close(&t);
     job_free(&j);
     data_free(&d);
 }
@@ -1945,6 +2124,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spmd_layout_errors),
         cmocka_unit_test(test_spmd_config_checkpoint_fields),
         cmocka_unit_test(test_spmd_checkpoint_chain_continues),
+        cmocka_unit_test(test_spmd_sharded_update_keeps_bits),
+        cmocka_unit_test(test_spmd_sharded_update_over_processes),
         cmocka_unit_test(test_spmd_restore_refuses_other_model),
         cmocka_unit_test(test_spmd_resume_keeps_best),
         cmocka_unit_test(test_spmd_tokens_validation_uses_training_vocabulary),
