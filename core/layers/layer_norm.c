@@ -10,7 +10,9 @@
  * allreduced over that dim. Sums are accumulated in double. Height bands (docs/spmd.md): each
  * band normalises its own rows (nothing crosses rows); gamma and beta's gradients are partial
  * sums over the bands, summed over the height dim.
- * Backward: dx = (dŷ − mean(dŷ) − x̂·mean(dŷ·x̂)) / σ with dŷ = dy·gamma.
+ * Backward: dx = (dŷ − mean(dŷ) − x̂·mean(dŷ·x̂)) / σ with dŷ = dy·gamma; the gamma and beta
+ * gradients Σ dy·x̂ and Σ dy per feature are batch norm's (core/tensor's mt_bn_grad_sums: the rows
+ * in memory order, a block of features at a time, each feature's double sum in row order).
  * mesh_invariant (mt_layer_pass.leaves > 0): the gamma and beta gradients per leaf, folded in the
  * canonical tree (over a sequence's positions in position leaves, so the positions may be split
  * over a seq dim: mt_layer__pleaves), and the per-row sums in K-leaves of the features, folded in
@@ -23,6 +25,7 @@
 
 #include "layers/layers_int.h"
 #include "repro/mt_repro.h"
+#include "tensor/mt_tensor.h"
 
 enum { GAMMA, BETA };
 enum { XHAT, ROWS }; /* scratch: normalised inputs; per row: mean, 1/σ, then two sums */
@@ -53,6 +56,8 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
         rc = mt_layer_buf(a, l, &st->scr[XHAT], b * l->in_loc, sizeof(float), err);
     if (rc == MT_OK)
         rc = mt_layer_buf(a, l, &st->scr[ROWS], 4 * b * l->in_rows, sizeof(float), err);
+    if (!l->s.scale || !l->s.center) /* the backward's sum for the missing parameter */
+        mt_layer_work(a, l->in_c);
     return rc;
 }
 
@@ -141,17 +146,9 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
         if (rc != MT_OK)
             return rc;
     }
-    for (size_t j = 0; ps->leaves == 0 && j < c; j++) { /* reduced over the batch afterwards */
-        double sg = 0.0, sb = 0.0;
-        for (size_t r = 0; r < rows; r++) {
-            sg += (double)dy[r * c + j] * xhat[r * c + j];
-            sb += dy[r * c + j];
-        }
-        if (st->pg[GAMMA] != NULL)
-            st->pg[GAMMA][j] = (float)sg;
-        if (st->pg[BETA] != NULL)
-            st->pg[BETA][j] = (float)sb;
-    }
+    if (ps->leaves == 0 && (st->pg[GAMMA] != NULL || st->pg[BETA] != NULL))
+        mt_bn_grad_sums(st->pg[BETA] != NULL ? st->pg[BETA] : ps->work,
+                        st->pg[GAMMA] != NULL ? st->pg[GAMMA] : ps->work, dy, xhat, rows, c);
     /* Megatron-SP: the rows are split over tdim too; height bands: over hx; the sum over them */
     for (int d = 0; d < 2; d++) {
         int dim = d == 0 ? l->rin : l->hx;
