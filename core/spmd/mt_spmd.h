@@ -311,8 +311,9 @@ bool mt_spmd_save_needs_gather(const mt_spmd *s);
  * Whether the data-parallel replicas shard the optimizer update (ZeRO-1, docs/spmd.md): the
  * gradient bucket is reduce-scattered over the batch dim, each replica applies the optimizer to
  * its chunk of the fused gradients, and an allgather brings the updated weights; the same bits as
- * the replicated update. On by default when the mesh has 2 or more replicas, no sequence dim, no
- * parameter sharded over the batch dim (FSDP) and no global-norm clipping. The optimizer slots of
+ * the replicated update. On by default when the mesh has 2 or more replicas, all in this process
+ * (a world spread over processes keeps the replicated update), no sequence dim, no parameter
+ * sharded over the batch dim (FSDP) and no global-norm clipping. The optimizer slots of
  * a replica are then current only in its chunk until a checkpoint or digest allgathers them
  * (mt_spmd_param shows them as they are). mt_spmd_set_sharded_update(s, false) makes every
  * replica update every weight (comparisons); true restores the default where it applies. Call it

@@ -680,7 +680,10 @@ static int msp_dim(const mt_spmd *s, const mt_job_spec *spec)
  * Whether the data-parallel replicas shard the optimizer update (ZeRO-1, dev_update_sharded):
  * several replicas, a gradient bucket reduced over the batch dim alone (no sequence dim), no
  * FSDP parameter, and no global-norm clipping (its norm would need every gradient: the replicated
- * update keeps that sum's order). Every optimizer is elementwise, so updating a slice of the fused
+ * update keeps that sum's order). mt_spmd_new also turns it off when some replica lives in
+ * another process: every process then keeps whole optimizer slots, so the survivors of a dead
+ * worker can still write a stop checkpoint, and a checkpoint needs no gather (with sharded slots
+ * a 2-worker job, its coordinator frozen, slowed to a step a second in test_coord_crash.sh). Every optimizer is elementwise, so updating a slice of the fused
  * gradients gives each element the bits the whole update gives it.
  */
 static bool zero_applies(const mt_spmd *s)
@@ -2054,6 +2057,9 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
         goto fail;
     }
     s->world = world;
+    for (int p = 0; p < s->ndev; p++) /* replicas in other processes: the replicated update */
+        if (mt_coll_world_comm(world, p) == NULL)
+            s->zero_ok = s->zero = false;
     s->devs = mt_calloc((size_t)s->ndev, sizeof(dev));
     s->ahead_mine = mt_calloc((size_t)mt_spmd_batch_replicas(s), sizeof(size_t));
     if (s->devs == NULL || s->ahead_mine == NULL) {
