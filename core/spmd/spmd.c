@@ -683,8 +683,9 @@ static int msp_dim(const mt_spmd *s, const mt_job_spec *spec)
  * update keeps that sum's order). mt_spmd_new also turns it off when some replica lives in
  * another process: every process then keeps whole optimizer slots, so the survivors of a dead
  * worker can still write a stop checkpoint, and a checkpoint needs no gather (with sharded slots
- * a 2-worker job, its coordinator frozen, slowed to a step a second in test_coord_crash.sh). Every optimizer is elementwise, so updating a slice of the fused
- * gradients gives each element the bits the whole update gives it.
+ * a 2-worker job, its coordinator frozen, slowed to a step a second in test_coord_crash.sh).
+ * Every optimizer is elementwise, so updating a slice of the fused gradients gives each element
+ * the bits the whole update gives it.
  */
 static bool zero_applies(const mt_spmd *s)
 {
