@@ -78,6 +78,10 @@ typedef struct net_pipe {
     int proc;    /* process index in the current world */
 } net_pipe;
 
+/* Worlds whose late frames a live world drops: a peer may still be finishing a job this process
+ * has already left (a cancelled job's last collective) when the next job's world is served. */
+#define NET_GONE 8
+
 struct mt_coll_net {
     nng_socket pull;
     nng_listener lst;
@@ -90,7 +94,9 @@ struct mt_coll_net {
     mt_coll_world *world;  /* mu: the world served, NULL when none */
     coll_frame **pending;  /* mu: frames that arrived before the world existed */
     size_t npending, cap_pending;
-    net_pipe *pipes; /* mu: PULL pipes (or direct connections) seen in the current world */
+    uint64_t gone[NET_GONE]; /* mu: job ids of the worlds this net served last (a ring) */
+    size_t ngone;            /* mu: worlds detached so far (gone[ngone % NET_GONE] is next) */
+    net_pipe *pipes;         /* mu: PULL pipes (or direct connections) seen in the current world */
     size_t npipes, cap_pipes;
     coll_raw *raw;          /* the direct transport (tcp://, ipc://); NULL: nng (nng+tcp://) */
     char token[256];        /* data-plane token ("" none), proven by every dialed connection */
@@ -258,6 +264,16 @@ static void note_bye(mt_coll_net *net, uint32_t id, const coll_hdr *h)
  * INVALID_ARGUMENT). coll__net_attach_pending delivers the kept messages of the new world's
  * job and drops the rest.
  */
+/* Whether job is one of the worlds this net served before the current one (mu held). */
+static bool net_gone(const mt_coll_net *net, uint64_t job)
+{
+    size_t n = net->ngone < NET_GONE ? net->ngone : NET_GONE;
+    for (size_t i = 0; i < n; i++)
+        if (net->gone[i] == job)
+            return true;
+    return false;
+}
+
 static void net_handle(mt_coll_net *net, coll_frame *f)
 {
     const coll_hdr h = f->h;
@@ -285,6 +301,8 @@ static void net_handle(mt_coll_net *net, coll_frame *f)
         }
     } else if (h.job < w->opts.job_id && w->opts.job_id - h.job <= MT_COLL_MAX_ATTEMPTS) {
         coll__frame_free(f); /* a late frame of an earlier attempt of this job (mt_coll.h) */
+    } else if (h.job != w->opts.job_id && net_gone(net, h.job)) {
+        coll__frame_free(f); /* a late frame of a job whose world this net served before */
     } else {
         if (h.src >= 0 && h.src < w->size)
             note_pipe(net, f->conn, w->proc_of[h.src]);
@@ -742,8 +760,10 @@ void coll__net_attach_pending(mt_coll_net *net, mt_coll_world *w)
 void coll__net_detach(mt_coll_net *net, mt_coll_world *w)
 {
     pthread_mutex_lock(&net->mu);
-    if (net->world == w)
+    if (net->world == w) {
         net->world = NULL;
+        net->gone[net->ngone++ % NET_GONE] = w->opts.job_id;
+    }
     net->npipes = 0;
     pthread_mutex_unlock(&net->mu);
 }

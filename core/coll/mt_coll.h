@@ -280,8 +280,9 @@ mt_code mt_coll_world_new_local(int size, const mt_coll_world_opts *opts, mt_col
  * attempt's world); kept messages of other job ids are dropped when the world is
  * made. A live world drops messages of an earlier attempt of its job (a job_id up to
  * MT_COLL_MAX_ATTEMPTS below its own: callers number attempts base + attempt, and a healed
- * partition can deliver the cut attempt's last frames late) and gets those of any other job_id
- * (INVALID_ARGUMENT mismatch).
+ * partition can deliver the cut attempt's last frames late) and of the last 8 worlds its net
+ * served (a peer may still be finishing a cancelled job this process has left), and gets those
+ * of any other job_id (INVALID_ARGUMENT mismatch).
  * Codes: INVALID_ARGUMENT (no local rank, duplicate local index, bad size, an address that is
  * not tcp://, tls+tcp:// or ipc://), FAILED_PRECONDITION (net already serves a world; net uses
  * TLS and a rank's address is not tls+tcp://), RESOURCE_EXHAUSTED.
