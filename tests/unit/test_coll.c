@@ -1410,35 +1410,27 @@ static void test_coll_net_keeps_messages_of_the_next_job(void **state)
 }
 
 /*
- * A healed partition: the cut attempt's frames (job 1) reach a peer whose next attempt's world
- * (job 2) is already live. That world drops them (a job id just below its own is an earlier
- * attempt, mt_coll.h) and its collective then completes with the new attempt's peer.
+ * nets[1] first runs an allreduce of a world of job o1 that gives up after 300 ms (its part has
+ * reached nets[0], whose live world w0 is job o2's), then joins w0's job; their allreduce must
+ * complete with the right sums. Frees both worlds and nets.
  */
-static void test_coll_net_drops_frames_of_an_earlier_attempt(void **state)
+static void late_frames_then_pair(mt_coll_net **nets, const mt_coll_rank_addr *table,
+                                  const mt_coll_world_opts *o1, const mt_coll_world_opts *o2,
+                                  mt_coll_world *w0)
 {
     static const int g[] = {0, 1};
-    mt_coll_world_opts o1 = MT_COLL_WORLD_DEFAULTS, o2 = MT_COLL_WORLD_DEFAULTS;
-    mt_coll_net *nets[2];
-    mt_coll_world *old, *ws[2];
+    mt_coll_world *old, *ws[2] = {w0, NULL};
     mt_err err = MT_ERR_INIT;
     job jobs[2], late;
+    pthread_t th;
     enum { N = 1000 };
-    (void)state;
-    o1.job_id = 41;
-    o2.job_id = 42;
-    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[0], &err), MT_OK);
-    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[1], &err), MT_OK);
-    mt_coll_rank_addr table[2] = {{mt_coll_net_addr(nets[0]), 0}, {mt_coll_net_addr(nets[1]), 0}};
-    assert_int_equal(mt_coll_world_new_net(nets[0], 2, table, &o2, &ws[0], &err), MT_OK);
-    assert_int_equal(mt_coll_world_new_net(nets[1], 2, table, &o1, &old, &err), MT_OK);
-    /* the old attempt's rank 1 sends its part of a step and gives up waiting for rank 0's */
+    assert_int_equal(mt_coll_world_new_net(nets[1], 2, table, o1, &old, &err), MT_OK);
     late = with_call(mkjob(old, 1, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 300);
-    job_main(&late);
+    job_main(&late); /* sends its part of a step, then gives up waiting for rank 0's */
     assert_int_not_equal(late.rc, MT_OK);
     free_jobs(&late, 1);
     mt_coll_world_free(old);
-    assert_int_equal(mt_coll_world_new_net(nets[1], 2, table, &o2, &ws[1], &err), MT_OK);
-    pthread_t th;
+    assert_int_equal(mt_coll_world_new_net(nets[1], 2, table, o2, &ws[1], &err), MT_OK);
     jobs[1] = with_call(mkjob(ws[1], 1, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 5000);
     assert_int_equal(pthread_create(&th, NULL, job_main, &jobs[1]), 0);
     jobs[0] = with_call(mkjob(ws[0], 0, g, 2, OP_ALLREDUCE, N, 3), 0, 0, 5000);
@@ -1449,6 +1441,53 @@ static void test_coll_net_drops_frames_of_an_earlier_attempt(void **state)
         mt_coll_world_free(ws[k]);
         mt_coll_net_free(nets[k]);
     }
+}
+
+/*
+ * A healed partition: the cut attempt's frames (job 1) reach a peer whose next attempt's world
+ * (job 2) is already live. That world drops them (a job id just below its own is an earlier
+ * attempt, mt_coll.h) and its collective then completes with the new attempt's peer.
+ */
+static void test_coll_net_drops_frames_of_an_earlier_attempt(void **state)
+{
+    mt_coll_world_opts o1 = MT_COLL_WORLD_DEFAULTS, o2 = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *w0;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    o1.job_id = 41;
+    o2.job_id = 42;
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[0], &err), MT_OK);
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[1], &err), MT_OK);
+    mt_coll_rank_addr table[2] = {{mt_coll_net_addr(nets[0]), 0}, {mt_coll_net_addr(nets[1]), 0}};
+    assert_int_equal(mt_coll_world_new_net(nets[0], 2, table, &o2, &w0, &err), MT_OK);
+    late_frames_then_pair(nets, table, &o1, &o2, w0);
+}
+
+/*
+ * A cancelled job's last frames: this process served job 5000's world and left it (the
+ * coordinator cancelled the job) and now serves job 42's, while the peer still finishes job
+ * 5000's collective and sends its part. The live world drops those frames (a world its net
+ * served before, mt_coll.h) instead of failing job 42 with a job-id mismatch; job 42's
+ * collective then completes.
+ */
+static void test_coll_net_drops_frames_of_a_job_it_left(void **state)
+{
+    mt_coll_world_opts o1 = MT_COLL_WORLD_DEFAULTS, o2 = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_net *nets[2];
+    mt_coll_world *left, *w0;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    o1.job_id = 5000; /* not an earlier attempt of job 42 */
+    o2.job_id = 42;
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[0], &err), MT_OK);
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &nets[1], &err), MT_OK);
+    mt_coll_rank_addr table[2] = {{mt_coll_net_addr(nets[0]), 0}, {mt_coll_net_addr(nets[1]), 0}};
+    assert_int_equal(mt_coll_world_new_net(nets[0], 2, table, &o1, &left, &err), MT_OK);
+    mt_coll_world_cancel(left);
+    mt_coll_world_free(left);
+    assert_int_equal(mt_coll_world_new_net(nets[0], 2, table, &o2, &w0, &err), MT_OK);
+    late_frames_then_pair(nets, table, &o1, &o2, w0);
 }
 
 /* A cancelled world ends a collective that waits for a silent peer at once, and every later one. */
@@ -1522,6 +1561,7 @@ int main(void)
         cmocka_unit_test(test_coll_net_set_addr_advertises_wildcard_listener),
         cmocka_unit_test(test_coll_net_keeps_messages_of_the_next_job),
         cmocka_unit_test(test_coll_net_drops_frames_of_an_earlier_attempt),
+        cmocka_unit_test(test_coll_net_drops_frames_of_a_job_it_left),
         cmocka_unit_test(test_coll_world_cancel_interrupts_a_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
