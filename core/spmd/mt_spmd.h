@@ -282,11 +282,10 @@ typedef struct mt_spmd_position {
  * the shards, optimizer slots as "<param>/adam_m", "/adam_v" or "/momentum", the iteration count
  * as "optimizer/iterations" (I64), the position and spec_json (borrowed, may be NULL).
  * The shards of this process must cover every tensor (true in one process, or when each process
- * holds a full replica and the update is not sharded; otherwise every process calls
- * mt_spmd_save_gathered). After sharded updates (mt_spmd_sharded_update) in one process it first
- * allgathers the optimizer slots over the batch dim. Codes: mt_ckpt's (I/O, RESOURCE_EXHAUSTED;
- * FAILED_PRECONDITION "shards cover 30 of 40 elements" when they do not, or "optimizer slots: ..."
- * after sharded updates in a world spread over processes).
+ * holds a full replica; otherwise every process calls mt_spmd_save_gathered). After sharded
+ * updates (mt_spmd_sharded_update, one process only) it first allgathers the optimizer slots over
+ * the batch dim. Codes: mt_ckpt's (I/O, RESOURCE_EXHAUSTED; FAILED_PRECONDITION "shards cover 30
+ * of 40 elements" when they do not).
  */
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err);
@@ -301,9 +300,8 @@ mt_code mt_spmd_set_meta(mt_spmd *s, const char *key, const char *text, mt_err *
 
 /*
  * True when a checkpoint of this trainer needs mt_spmd_save_gathered: the world spreads over
- * processes (some ranks are not in this process) and some parameter is sharded, or the update is
- * (mt_spmd_sharded_update: each replica keeps its chunk of the optimizer slots current), so the
- * process holding rank 0 may lack shards. The same answer in every process of the world.
+ * processes (some ranks are not in this process) and some parameter is sharded, so the process
+ * holding rank 0 may lack shards. The same answer in every process of the world.
  */
 bool mt_spmd_save_needs_gather(const mt_spmd *s);
 

@@ -2696,24 +2696,17 @@ static void read_val_meta(const mt_ckpt *ck, char *out, size_t cap)
 
 /*
  * After sharded updates each replica's slots are current only in its own chunk: make them whole
- * on every device before they are read (a checkpoint, a digest). COLLECTIVE over the world when
- * it spreads over processes (gather_each's callers are); a process alone in its world runs it
- * for all. FAILED_PRECONDITION when a caller of this process alone needs it in a world spread
- * over processes.
+ * on every device before they are read (a checkpoint, a digest). The sharded update runs only
+ * when every replica is in this process (mt_spmd_new), so this process runs it for all.
  */
 #define SLOTS_TAG (1ULL << 40) /* zero_sync's own step space, as SAVE_TAG and AGREE_TAG */
-static mt_code zero_sync(mt_spmd *s, bool collective, mt_err *err)
+static mt_code zero_sync(mt_spmd *s, mt_err *err)
 {
     bool stale = false;
     for (int p = 0; p < s->ndev; p++)
         stale = stale || (s->devs[p].comm != NULL && s->devs[p].slots_stale);
     if (!stale)
         return MT_OK;
-    if (!collective && s->nlocal < s->ndev)
-        return mt_err_set(err, MT_FAILED_PRECONDITION,
-                          "optimizer slots: the replicas' sharded update leaves each process a "
-                          "chunk of them; save or digest with every process "
-                          "(mt_spmd_save_gathered, mt_spmd_digest_world)");
     s->jcall = (mt_coll_call){SLOTS_TAG + s->nsyncs++, 0, 0};
     return run_job(s, JOB_SLOTS, err);
 }
@@ -2732,7 +2725,7 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err)
 {
     mt_ckpt_writer *w = NULL;
-    mt_code rc = zero_sync(s, false, err);
+    mt_code rc = zero_sync(s, err);
     int64_t one = 1, t = s->devs[s->first_local].t;
 
     if (rc != MT_OK)
@@ -2912,7 +2905,7 @@ mt_code mt_spmd_digest(mt_spmd *s, mt_digest *out, mt_err *err)
     size_t cap = 3 * s->n_params + 1;
     char **names = mt_calloc(cap, sizeof(*names));
     mt_digest *d = mt_calloc(cap, sizeof(*d));
-    mt_code rc = zero_sync(s, false, err);
+    mt_code rc = zero_sync(s, err);
     int n = 0;
 
     if (rc == MT_OK && (names == NULL || d == NULL))
@@ -2993,8 +2986,6 @@ bool mt_spmd_save_needs_gather(const mt_spmd *s)
 {
     if (s->nlocal == s->ndev)
         return false;
-    if (s->zero) /* the optimizer slots: each replica keeps its chunk current (zero_sync) */
-        return true;
     for (size_t i = 0; i < s->n_params; i++)
         if (!mt_layout_is_replicated(&s->playout[i]))
             return true;
@@ -3084,7 +3075,7 @@ static mt_code gather_each(mt_spmd *s, bool writer, gathered_fn fn, void *ctx, m
 
     if (grp == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "state gather: out of memory");
-    rc = zero_sync(s, true, err);
+    rc = zero_sync(s, err);
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
         int n = 0;
         rc = gather_group(s, i, grp, &n, err);
