@@ -911,11 +911,13 @@ static void test_spmd_tied_head_mesh_invariant(void **state)
     inv_same_bits(TIED_LM_SPEC(""), meshes, 3, 1, shape, &d, steps);
     inv_same_bits(TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"model\",\"unsharded\"]}"),
                   split, 3, 1, shape, &d, steps);
-    { /* the table FSDP-sharded (its rows, its features, with the vocabulary over model; gathered
-         per layer and kept), each against the replicated table on batch=1: the table's gradient
-         is reduce-scattered once, after the embedding's backward added both parts per leaf */
-        static const char *const fmeshes[] = {"batch=1", "batch=2", "batch=4",        "batch=2",
-                                              "batch=4", "batch=2", "batch=2,model=2"};
+    { /* the table FSDP-sharded (its rows, its features, with the vocabulary over model, with the
+         positions over seq; gathered per layer and kept), each against the replicated table on
+         batch=1: the table's gradient is reduce-scattered once, after the embedding's backward
+         added both parts per leaf */
+        static const char *const fmeshes[] = {"batch=1",         "batch=2",      "batch=4",
+                                              "batch=2",         "batch=4",      "batch=2",
+                                              "batch=2,model=2", "batch=2,seq=2"};
         const char *const fjsons[] = {
             TIED_LM_SPEC(""),
             TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"batch\",\"unsharded\"]}"),
@@ -925,8 +927,11 @@ static void test_spmd_tied_head_mesh_invariant(void **state)
             TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"batch\",\"unsharded\"]},"
                          "\"fsdp\":{\"reshard_after_forward\":false}"),
             TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"unsharded\",\"batch\"]}"),
-            TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"model\",\"batch\"]}")};
-        inv_same_bits_specs(fjsons, fmeshes, 7, 1, shape, &d, steps);
+            TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"model\",\"batch\"]}"),
+            TIED_LM_SPEC(
+                ",\"input_layout\":[\"batch\",\"seq\"],\"layouts\":{\"tok\\\\.embeddings\":["
+                "\"batch\",\"unsharded\"]}")};
+        inv_same_bits_specs(fjsons, fmeshes, 8, 1, shape, &d, steps);
     }
     { /* a layer after the head, FSDP too: the head must not reduce its stale gradient slot */
         static const char *const tmeshes[] = {"batch=1", "batch=2", "batch=4"};
