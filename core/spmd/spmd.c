@@ -408,25 +408,6 @@ static mt_code check_map(mt_spmd *s, const mt_layout_map *map, size_t gb, mt_err
     return rc;
 }
 
-/* A dense head tied to an embedding (its gradient meets the embedding's per leaf, embedding.c):
- * not run yet with the table FSDP-sharded (the head's per-layer gather and reduce-scatter would
- * sum the two contributions after the leaf tree) nor with Megatron-SP's rows (the head's rows
- * are gathered, the embedding's not). */
-static mt_code check_inv_tied(const mt_spmd *s, const mt_layer *l, mt_err *err)
-{
-    const mt_layer *t = &s->layers[l->s.tied_to];
-    const char *why = s->fsdp[l->pi[0]] >= 0 ? "its table sharded over the batch dimension (FSDP)"
-                      : l->rin >= 0 || l->rout >= 0 || t->rout >= 0
-                          ? "Megatron-SP's rows split over a dimension"
-                          : NULL;
-    if (why == NULL)
-        return MT_OK;
-    return mt_err_set(err, MT_UNIMPLEMENTED,
-                      "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does not run a "
-                      "dense layer tied_to an embedding with %s yet",
-                      l->idx, l->s.name, why);
-}
-
 /* The kernel axis of a dense or conv2d layer's contraction (a = 0: kin) or output (a = 1: kout):
  * conv2d's input channels and filters are axes 2 and 3; a tied head's kernel is the table, whose
  * vocabulary (the output) is axis 0. */
@@ -484,9 +465,6 @@ static mt_code check_inv_splits(const mt_spmd *s, mt_err *err)
         const int dims[2] = {l->kin, l->kout};
         const int axes[2] = {kernel_axis(l, 0), kernel_axis(l, 1)};
         const size_t width[2] = {l->in_c, conv ? l->s.filters : l->s.units};
-        mt_code trc = l->s.tied ? check_inv_tied(s, l, err) : MT_OK;
-        if (trc != MT_OK)
-            return trc;
         if (l->ops->kind == MT_LAYER_LAYER_NORM && l->xf >= 0 &&
             !mt_repro_keeps_bits(l->in_c, (int)dsz(s, l->xf)))
             return mt_err_set(err, MT_INVALID_ARGUMENT,
@@ -660,8 +638,9 @@ static mt_code plan_layers(mt_spmd *s, const mt_job_spec *spec, const mt_layer_p
 /*
  * Megatron-SP (docs/transformers.md): with the positions split over sdim, the dim of the
  * tensor-parallel blocks — the one sharding a dense kernel's contraction axis (the attention
- * projection, the second MLP matrix; fixed_mesh only) — also splits the rows outside them.
- * -1 if none.
+ * projection, the second MLP matrix) — also splits the rows outside them. -1 if none, and always
+ * under mesh_invariant: there the two dims are planned independently, so no layer's rows are
+ * split over the model dim (a tied head's rows are the embedding's: its per-leaf handoff holds).
  */
 static int msp_dim(const mt_spmd *s, const mt_job_spec *spec)
 {
@@ -964,22 +943,32 @@ static mt_code fsdp_gather_layer(dev *d, int idx)
     return MT_OK;
 }
 
+/* mesh_invariant: parameter i of layer l is a tied head's kernel (the embedding's table), whose
+ * gradient the head does not write: the embedding's backward builds it whole, both contributions
+ * meeting per leaf (mt_repro_tied_grad_h), and reduces it once. */
+static bool inv_tied_kernel(const mt_spmd *s, const mt_layer *l, size_t i)
+{
+    return s->inv_leaves > 0 && l->s.tied && i == s->layers[l->s.tied_to].pi[0];
+}
+
 /* Per-layer mode: reduce-scatter layer idx's FSDP gradients over the batch dim into the shards'
  * gradients (the same bits as the allreduce's slice, mt_coll.h). A layer whose parameters a
  * later layer also used (grads_shared: the embedding of a tied head) adds its reduced slice to
- * the one that layer left. */
+ * the one that layer left; under mesh_invariant the head leaves none (inv_tied_kernel): the
+ * embedding's gradient holds both parts, reduce-scattered into the shard's once. */
 static mt_code fsdp_reduce_layer(dev *d, int idx)
 {
     mt_spmd *s = d->s;
     const mt_layer *l = &s->layers[idx];
     mt_coll_group g = {d->groups[s->bdim >= 0 ? s->bdim : 0], (int)dsz(s, s->bdim)};
+    const bool add = l->grads_shared && s->inv_leaves == 0;
 
     for (int k = 0; k < MT_LAYER_MAX_PARAMS && s->fsdp_transient; k++) {
         size_t i = l->pi[k], outer, la, inner, pb = dsz(s, s->bdim);
         mt_model_param *p = &d->params[i];
         const float *src = d->wgrad[i];
         mt_code rc;
-        if (!l->has[k] || s->fsdp[i] < 0 || !p->trainable)
+        if (!l->has[k] || s->fsdp[i] < 0 || !p->trainable || inv_tied_kernel(s, l, i))
             continue;
         if ((rc = grp_allreduce(d, seq_bucket_dim(s), d->wgrad[i], p->size * pb)) != MT_OK)
             return rc; /* positions split: first the sum over them (the bucket's, kept copies) */
@@ -992,11 +981,11 @@ static mt_code fsdp_reduce_layer(dev *d, int idx)
             src = d->wtmp;
         }
         mt_coll_comm_axis(d->comm, mt_mesh_dim_name(s->mesh, s->bdim));
-        rc = mt_coll_reduce_scatter(d->comm, &g, src, l->grads_shared ? d->gtmp : p->grad,
-                                    p->size * pb, NULL, &d->err);
+        rc = mt_coll_reduce_scatter(d->comm, &g, src, add ? d->gtmp : p->grad, p->size * pb, NULL,
+                                    &d->err);
         if (rc != MT_OK)
             return rc;
-        for (size_t e = 0; l->grads_shared && e < p->size; e++)
+        for (size_t e = 0; add && e < p->size; e++)
             p->grad[e] += d->gtmp[e];
     }
     return MT_OK;

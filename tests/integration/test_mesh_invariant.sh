@@ -27,8 +27,9 @@
 #   position_embedding, dropout, layer_norm, attention, gelu dense, adds; AdamW, global_clipnorm)
 #   on batch=1, 2, 4, its Megatron layouts (char_lm_tensor_parallel.json) and its residual
 #   stream's features split over `model` on batch=2,model=2, 20 steps: identical exports, digests
-#   at every step; with its head tied to the token table on batch=1, 2, 4 and the vocabulary over
-#   `model` on batch=2,model=2, 10 steps.
+#   at every step; with its head tied to the token table on batch=1, 2, 4, the vocabulary over
+#   `model` on batch=2,model=2 and the table sharded over `batch` (FSDP, gathered per layer on
+#   batch=2 and 4, and kept on batch=2), 10 steps.
 # * model sharding across processes: the Fashion-MNIST MLP's model-parallel spec as a job on
 #   batch=1,model=2 over 2 workers x 1 device (a coordinator and two workers), 50 steps: the
 #   export is cmp-identical to the MLP's on batch=1, and the digests the job reported equal at
@@ -37,8 +38,8 @@
 # fixed_mesh (the default) on the same sentiment spec differs between batch=1 and batch=8 (what
 # the mode fixes). Refusals: a batch dimension that cannot keep the bits (INVALID_ARGUMENT with
 # the sizes that can), a dense kernel, conv2d filters and conv2d input channels split over 16
-# (48 units, 32 filters, 32 channels: 8 leaves), an elastic range that allows 16 replicas
-# (INVALID_ARGUMENT), and a dense layer tied_to an FSDP-sharded embedding (UNIMPLEMENTED).
+# (48 units, 32 filters, 32 channels: 8 leaves) and an elastic range that allows 16 replicas
+# (INVALID_ARGUMENT).
 # Short last batches (520 sentences, batch 64: a step of one leaf) keep the bits on every mesh.
 source "$(dirname "$0")/lib.sh"
 export OPENBLAS_NUM_THREADS=1
@@ -60,7 +61,8 @@ base = {"fmnist": "fashion_mnist_mlp", "cnn": "fashion_mnist_cnn",
         "mp": "dtensor_mlp_model_parallel", "sp": "dtensor_mlp_spatial_parallel",
         "fmnist_mp": "fashion_mnist_mlp_model_parallel", "lm": "char_lm",
         "lm_tp": "char_lm_tensor_parallel",
-        "lm_fs": "char_lm", "lm_tied": "char_lm", "lm_tied_v": "char_lm", "lm_seq": "char_lm",
+        "lm_fs": "char_lm", "lm_tied": "char_lm", "lm_tied_v": "char_lm", "lm_tied_fs": "char_lm",
+        "lm_tied_fk": "char_lm", "lm_seq": "char_lm",
         "lm_seq_attn": "char_lm"}.get(name, "dtensor_mlp_data_parallel")
 s = json.load(open(f"{src}/examples/{base}.json"))
 s["reproducibility"] = "mesh_invariant" if name != "fixed" else "fixed_mesh"
@@ -84,10 +86,15 @@ if name == "lm_fs":  # the residual stream's features over `model` (its layer no
                     "qkv_.*kernel": ["model", "unsharded"], "proj_.*kernel": ["unsharded", "model"],
                     "fc_.*kernel": ["model", "unsharded"], "out_.*kernel": ["unsharded", "model"],
                     "head.kernel": ["model", "unsharded"]}
-if name in ("lm_tied", "lm_tied_v"):  # the head's kernel is the token table (GPT-2's lm_head)
+# the head's kernel is the token table (GPT-2's lm_head)
+if name in ("lm_tied", "lm_tied_v", "lm_tied_fs", "lm_tied_fk"):
     s["model"]["layers"][-1]["tied_to"] = "tok"
 if name == "lm_tied_v":  # the vocabulary over `model`
     s["layouts"] = {"tok\\.embeddings": ["model", "unsharded"]}
+if name in ("lm_tied_fs", "lm_tied_fk"):  # the table over `batch` (FSDP): per layer, and kept
+    s["layouts"] = {"tok\\.embeddings": ["batch", "unsharded"]}
+if name == "lm_tied_fk":
+    s["fsdp"] = {"reshard_after_forward": False}
 if name == "lm_seq":  # no attention: embeddings, a gelu dense per position, layer_norm, a tied head
     s["model"]["layers"] = [
         {"type": "embedding", "input_dim": 96, "output_dim": 32, "name": "tok"},
@@ -101,7 +108,8 @@ if name in ("lm_seq", "lm_seq_attn"):  # the positions over `seq`
     s["dataset"].pop("test", None)
     s["model"]["input_shape"] = [16]
 # char_lm, 2 of its 4 blocks, 32 wide, 16 positions
-if name in ("lm", "lm_tp", "lm_fs", "lm_tied", "lm_tied_v", "lm_seq_attn"):
+if name in ("lm", "lm_tp", "lm_fs", "lm_tied", "lm_tied_v", "lm_tied_fs", "lm_tied_fk",
+            "lm_seq_attn"):
     s["dataset"].update({"train": "data/lm_train.txt", "block_size": 16})
     s["dataset"].pop("test", None)
     s["model"]["input_shape"] = [16]
@@ -188,12 +196,15 @@ done
 # Megatron layouts (char_lm_tensor_parallel: heads, fc units and the vocabulary over `model`)
 # and its residual stream's features over `model` (layer norms, position table and embedding
 # features split; the dense kernels alternate contraction and output splits), and the tied head
-# with the vocabulary over `model` (the table's rows, the head's outputs)
+# with the vocabulary over `model` (the table's rows, the head's outputs) and with the table
+# sharded over `batch` (FSDP: its gradient, both parts met per leaf in the embedding's backward,
+# reduce-scattered once; gathered per layer, and kept)
 for c in "mp sentiment $STEPS batch=2,model=2 batch=1,model=2" \
     "sp sentiment $STEPS batch=2,feature=2,model=2 batch=1,feature=2,model=1" \
     "fmnist_mp fmnist $STEPS batch=2,model=2" "cnn_mp cnn 10 batch=1,feature=2,model=2" \
     "lm_tp lm 20 batch=2,model=2" "lm_fs lm 20 batch=2,model=2" \
-    "lm_tied_v lm_tied 10 batch=2,model=2"; do
+    "lm_tied_v lm_tied 10 batch=2,model=2" "lm_tied_fs lm_tied 10 batch=2 batch=4" \
+    "lm_tied_fk lm_tied 10 batch=2"; do
     set -- $c
     name=$1 ref=$2 steps=$3
     shift 3
@@ -291,11 +302,6 @@ import json; s = json.load(open('sentiment.json'))
 s['elastic'] = {'min_batch': 2}; json.dump(s, open('elastic.json', 'w'))"
 expect_fail 4 "elastic: reproducibility: \"mesh_invariant\" needs every replica count the job may resume on (those in \[2, 65536\] dividing batch_size 64) to keep the bits; 16, 32, 64 do not" \
     "$BIN/meshtrain" plan elastic.json
-python3 -c "
-import json; s = json.load(open('lm_tied.json'))
-s['layouts'] = {'tok\\\\.embeddings': ['batch', 'unsharded']}; json.dump(s, open('lm_tied_fsdp.json', 'w'))"
-expect_fail 4 'model.layers\[22\] (head): reproducibility: "mesh_invariant" does not run a dense layer tied_to an embedding with its table sharded over the batch dimension (FSDP) yet' \
-    "$BIN/meshtrain" plan lm_tied_fsdp.json --mesh batch=2
 # 520 sentences: the 9th step of every epoch has 8 examples, one leaf: the pipeline gives it
 # whole to the first replica and nothing to the others, on every mesh the same bits
 mkdir -p short/data
@@ -310,4 +316,4 @@ for b in 1 2 4 8; do
     cmp short/ck-1/ckpt-20.mtc "short/ck-$b/ckpt-20.mtc" || fail "short batches: ckpt of batch=$b"
 done
 log "short last batches (one leaf of 8): batch=1,2,4,8 byte-identical after 20 steps"
-log "refusals: batch=3, a dense kernel, conv2d filters and conv2d channels split over 16, an elastic range holding 16, a tied head's table under FSDP"
+log "refusals: batch=3, a dense kernel, conv2d filters and conv2d channels split over 16, an elastic range holding 16"

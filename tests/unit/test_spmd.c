@@ -730,23 +730,27 @@ static char *invariant_spec(const char *json)
     return out;
 }
 
-/* json under mesh_invariant, `steps` steps on each of the nm meshes: every parameter (weights,
- * batch-norm statistics), loss and the evaluation's loss sum memcmp-identical to those of
- * meshes[0]. */
-static void inv_same_bits(const char *json, const char *const *meshes, int nm, int rank,
-                          const size_t *shape, const data *d, int steps)
+/* jsons[m] under mesh_invariant on meshes[m] (the same model, other layouts), `steps` steps
+ * each: every parameter (weights, batch-norm statistics), the state digest (weights and
+ * optimizer slots: mt_spmd_digest), every loss and the evaluation's loss sum memcmp-identical
+ * to those of the first. */
+static void inv_same_bits_specs(const char *const *jsons, const char *const *meshes, int nm,
+                                int rank, const size_t *shape, const data *d, int steps)
 {
-    char *inv = invariant_spec(json);
     float *ref[32] = {NULL};
     double lref[4], l[4], eref = 0.0;
     size_t np = 0, cref = 0;
+    mt_digest dref;
     for (int m = 0; m < nm; m++) {
+        char *inv = invariant_spec(jsons[m]);
         job j;
         mt_spmd *s;
         double e = 0.0;
         size_t c = 0;
+        mt_digest dg;
         mt_err eerr = MT_ERR_INIT;
         job_load(&j, inv, meshes[m]);
+        mt_free(inv);
         s = spmd_open(&j, rank, shape);
         spmd_train(s, d, j.spec->batch_size, 0, steps, m == 0 ? lref : l);
         /* an evaluation pass (a global batch, then a short chunk) on the same leaves */
@@ -757,6 +761,11 @@ static void inv_same_bits(const char *json, const char *const *meshes, int nm, i
         if (m > 0 && (memcmp(&e, &eref, sizeof(e)) != 0 || c != cref))
             fail_msg("evaluation on %s: %.17g (%zu correct), on %s: %.17g (%zu)", meshes[m], e, c,
                      meshes[0], eref, cref);
+        if (mt_spmd_digest(s, m == 0 ? &dref : &dg, &eerr) != MT_OK)
+            fail_msg("digest on %s: %s", meshes[m], eerr.msg);
+        if (m > 0 && memcmp(&dg, &dref, sizeof(dg)) != 0)
+            fail_msg("the state digest (weights, optimizer slots) on %s differs from %s", meshes[m],
+                     meshes[0]);
         np = mt_spmd_param_count(s);
         assert_true(np <= 32 && steps <= 4);
         for (size_t i = 0; i < np; i++) {
@@ -783,7 +792,17 @@ static void inv_same_bits(const char *json, const char *const *meshes, int nm, i
     }
     for (size_t i = 0; i < np; i++)
         mt_free(ref[i]);
-    mt_free(inv);
+}
+
+/* json under mesh_invariant on each of the nm meshes: inv_same_bits_specs. */
+static void inv_same_bits(const char *json, const char *const *meshes, int nm, int rank,
+                          const size_t *shape, const data *d, int steps)
+{
+    const char *jsons[8];
+    assert_true(nm <= 8);
+    for (int m = 0; m < nm; m++)
+        jsons[m] = json;
+    inv_same_bits_specs(jsons, meshes, nm, rank, shape, d, steps);
 }
 
 /*
@@ -824,9 +843,11 @@ static void test_spmd_height_bands_mesh_invariant(void **state)
 /*
  * mesh_invariant with a dense head tied to the token embedding (issue 18): a char-LM-like model
  * (vocabulary 16, width 8, 8 positions, one attention block, the head's kernel the table) gives
- * memcmp-identical weights and losses after a few steps on batch=1, 2, 4, and with the
- * vocabulary split over 'model' (the head's outputs, the table's rows); the table's gradient is
- * the head's dyT.x and the embedding's rows meeting per leaf (core/repro's mt_repro_tied_grad).
+ * memcmp-identical weights, Adam slots and losses after a few steps on batch=1, 2, 4, with the
+ * vocabulary split over 'model' (the head's outputs, the table's rows), with the table sharded
+ * over 'batch' (FSDP, per layer and kept; its gradient reduced once, after the embedding's
+ * backward) and with the Megatron layouts on split positions; the table's gradient is the head's
+ * dyT.x and the embedding's rows meeting per leaf (core/repro's mt_repro_tied_grad).
  */
 #define TIED_LM_SPEC(extra)                                                                        \
     "{\"seed\":3,\"batch_size\":8,\"optimizer\":\"adam\",\"learning_rate\":0.01,"                  \
@@ -840,6 +861,26 @@ static void test_spmd_height_bands_mesh_invariant(void **state)
     "{\"type\":\"add\",\"inputs\":[\"pos\",\"proj\"],\"name\":\"res\"},"                           \
     "{\"type\":\"layer_norm\",\"name\":\"lnf\"},"                                                  \
     "{\"type\":\"dense\",\"units\":16,\"tied_to\":\"tok\",\"name\":\"head\"}]}" extra "}"
+/* TIED_LM_SPEC with the positions over seq and the Megatron layouts (qkv column parallel, proj
+ * row parallel; `tok` more table layouts) */
+#define TIED_MEGATRON_SPEC(tok)                                                                    \
+    TIED_LM_SPEC(",\"input_layout\":[\"batch\",\"seq\"],\"layouts\":{\"qkv\\\\.kernel\":["         \
+                 "\"unsharded\",\"model\"],\"proj\\\\.kernel\":[\"model\",\"unsharded\"]" tok "}")
+
+/* A tied head followed by a dense layer (`extra` its layouts): in FSDP's per-layer mode that
+ * layer's gradient is the first in the backward's scratch, where the head then finds the table's
+ * gradient slot not zeroed. */
+#define TIED_TAIL_SPEC(extra)                                                                      \
+    "{\"seed\":4,\"batch_size\":8,\"optimizer\":\"adam\",\"learning_rate\":0.01,"                  \
+    "\"model\":{\"input_shape\":[8],\"layers\":["                                                  \
+    "{\"type\":\"embedding\",\"input_dim\":16,\"output_dim\":8,\"name\":\"tok\"},"                 \
+    "{\"type\":\"layer_norm\",\"name\":\"ln\"},"                                                   \
+    "{\"type\":\"dense\",\"units\":16,\"tied_to\":\"tok\",\"activation\":\"tanh\",\"name\":"       \
+    "\"head\"},"                                                                                   \
+    "{\"type\":\"dense\",\"units\":16,\"name\":\"out\"}]}" extra "}"
+#define TIED_TAIL_FSDP                                                                             \
+    ",\"layouts\":{\"tok\\\\.embeddings\":[\"batch\",\"unsharded\"],"                              \
+    "\"out\\\\.kernel\":[\"batch\",\"unsharded\"]}"
 
 /* n sequences of t token ids below v (float), each position labelled with the next id. */
 static data gen_tokens(size_t n, size_t t, size_t v, uint64_t seed)
@@ -870,17 +911,47 @@ static void test_spmd_tied_head_mesh_invariant(void **state)
     inv_same_bits(TIED_LM_SPEC(""), meshes, 3, 1, shape, &d, steps);
     inv_same_bits(TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"model\",\"unsharded\"]}"),
                   split, 3, 1, shape, &d, steps);
+    { /* the table FSDP-sharded (its rows, its features, with the vocabulary over model, with the
+         positions over seq; gathered per layer and kept), each against the replicated table on
+         batch=1: the table's gradient is reduce-scattered once, after the embedding's backward
+         added both parts per leaf */
+        static const char *const fmeshes[] = {"batch=1",         "batch=2",      "batch=4",
+                                              "batch=2",         "batch=4",      "batch=2",
+                                              "batch=2,model=2", "batch=2,seq=2"};
+        const char *const fjsons[] = {
+            TIED_LM_SPEC(""),
+            TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"batch\",\"unsharded\"]}"),
+            TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"batch\",\"unsharded\"]}"),
+            TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"batch\",\"unsharded\"]},"
+                         "\"fsdp\":{\"reshard_after_forward\":false}"),
+            TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"batch\",\"unsharded\"]},"
+                         "\"fsdp\":{\"reshard_after_forward\":false}"),
+            TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"unsharded\",\"batch\"]}"),
+            TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"model\",\"batch\"]}"),
+            TIED_LM_SPEC(
+                ",\"input_layout\":[\"batch\",\"seq\"],\"layouts\":{\"tok\\\\.embeddings\":["
+                "\"batch\",\"unsharded\"]}")};
+        inv_same_bits_specs(fjsons, fmeshes, 8, 1, shape, &d, steps);
+    }
+    { /* a layer after the head, FSDP too: the head must not reduce its stale gradient slot */
+        static const char *const tmeshes[] = {"batch=1", "batch=2", "batch=4"};
+        const char *const tjsons[] = {TIED_TAIL_SPEC(""), TIED_TAIL_SPEC(TIED_TAIL_FSDP),
+                                      TIED_TAIL_SPEC(TIED_TAIL_FSDP)};
+        inv_same_bits_specs(tjsons, tmeshes, 3, 1, shape, &d, steps);
+    }
+    { /* the Megatron layouts with the positions over seq, the layout fixed_mesh runs as
+         Megatron-SP (rows split over model outside the blocks): under mesh_invariant the rows
+         are not split over model (msp_dim), so the head's rows are the embedding's */
+        static const char *const mmeshes[] = {"batch=1", "batch=1,model=2,seq=2",
+                                              "batch=2,model=2,seq=2", "batch=1,model=2,seq=2"};
+        const char *const mjsons[] = {
+            TIED_LM_SPEC(""), TIED_MEGATRON_SPEC(""), TIED_MEGATRON_SPEC(""),
+            TIED_MEGATRON_SPEC(",\"tok\\\\.embeddings\":[\"model\",\"unsharded\"]")};
+        inv_same_bits_specs(mjsons, mmeshes, 4, 1, shape, &d, steps);
+    }
     data_free(&d);
-    { /* not run yet: the table FSDP-sharded (its two contributions would meet after the tree) */
+    { /* the vocabulary (the table's axis 0) over 16: 16 does not divide its 8 leaves */
         char *f = invariant_spec(
-            TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"batch\",\"unsharded\"]}"));
-        expect_new_error_shape(f, "batch=2", 1, shape, MT_UNIMPLEMENTED,
-                               "model.layers[8] (head): reproducibility: \"mesh_invariant\" does "
-                               "not run a dense layer tied_to an embedding with its table sharded "
-                               "over the batch dimension (FSDP) yet");
-        mt_free(f);
-        /* the vocabulary (the table's axis 0) over 16: 16 does not divide its 8 leaves */
-        f = invariant_spec(
             TIED_LM_SPEC(",\"layouts\":{\"tok\\\\.embeddings\":[\"model\",\"unsharded\"]}"));
         expect_new_error_shape(f, "batch=1,model=16", 1, shape, MT_INVALID_ARGUMENT,
                                "model.layers[8] (head): reproducibility: \"mesh_invariant\" needs "
