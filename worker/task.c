@@ -24,18 +24,24 @@
  * plane is free for the next attempt. Metric names: loss, accuracy (running means over the epoch,
  * as Keras prints them), examples_per_sec, epoch_steps and epochs (once per epoch, for progress
  * bars), val_loss / val_<metric> (after a validation) and test_loss / test_<metric> (epoch end),
- * Keras's names (core/loss), best_step (the best checkpoint's step, "validation.best"). Threading:
- * heartbeat pool thread (on_assignment/on_cancel/snapshot), runner threads, the shutdown path; all
- * shared fields are under t->mu; the cancel/stop flags are atomics.
+ * Keras's names (core/loss), best_step (the best checkpoint's step, "validation.best").
+ * Reports: the training hooks only queue points and digests; each run's reporter thread
+ * (report.h) sends them with ReportMetrics, so a frozen or restarting coordinator never slows
+ * the step loop (nor, in a job whose processes agree after each progress event, every process's
+ * step loop). Only a checkpoint upload waits on the coordinator: its step's points first, then its
+ * chunks. Threading: heartbeat pool thread (on_assignment/on_cancel/snapshot), runner threads,
+ * their reporter threads, the shutdown path; all shared fields are under t->mu; the cancel/stop
+ * flags are atomics.
  * Log lines: every line the worker prints (core/log) while a task runs also goes to that task's
  * ring (log_sink): a line from a thread tagged with the job id (the runner thread tags itself),
  * or from an untagged thread (device, collective, heartbeat threads) while exactly one task runs
  * in the process. Every worker of the job, not only rank 0, sends its ring with its reports
- * (at most every LOG_FLUSH_S on the others); the ring keeps the newest LOG_CAP unsent lines.
- * The registry of rings is process-wide (log_mu), as the log sink is.
+ * (from its reporter thread, at most every LOG_FLUSH_S on the others); the ring keeps the newest
+ * LOG_CAP unsent lines. The registry of rings is process-wide (log_mu), as the log sink is.
  */
 #include "worker/task.h"
 #include "worker/metrics.h"
+#include "worker/report.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -66,7 +72,7 @@
 /* metric points kept while the coordinator is unreachable (below its 10,000 per report) */
 #define MAX_POINTS           8192
 #define MAX_DIGESTS          256 /* unreported state digests kept per task */
-#define FLUSH_S              0.1
+#define FLUSH_S              0.1 /* rank 0's process: a report at most this often */
 #define CHUNK_BYTES          (4u << 20)
 #define CHUNK_TIMEOUT_MS     10000
 #define NET_WAIT_TRIES       600 /* x 100 ms */
@@ -131,18 +137,10 @@ struct task_run {
     mt_coll_world *world; /* tab->mu: while it exists, so a cancel interrupts its collectives */
     bool ckpt_on_stop;    /* the job has periodic checkpoints */
     mt_rpc_client *cli;
-    Meshtrain__MetricPoint pts[MAX_POINTS];
-    Meshtrain__MetricPoint *ptrs[MAX_POINTS];
-    size_t npts;
-    /* the state digests not reported yet (the process holding rank 0), oldest first */
-    Meshtrain__StepDigest dig[MAX_DIGESTS];
-    Meshtrain__StepDigest *dptrs[MAX_DIGESTS];
-    char dhex[MAX_DIGESTS][MT_DIGEST_HEX];
-    size_t ndig;
-    double last_flush;
-    double retry_at;    /* no report before this (the coordinator was unreachable) */
+    /* the unreported points and state digests, sent by its own thread (report.h): while cli */
+    worker_report *rep;
+    bool report_warned; /* reporter thread: the last report failed (logged once) */
     int64_t meta_epoch; /* epoch whose epoch_steps/epochs were reported */
-    bool report_warned;
     uint64_t ckpt_step; /* the last checkpoint uploaded: its step's points go out at once */
     /* a periodic checkpoint written before its step's progress event: uploaded once that step's
      * points went out (on_progress), so a checkpoint the coordinator holds never lacks them */
@@ -156,7 +154,7 @@ struct task_run {
     log_entry logs[LOG_CAP];
     size_t log_head, log_n;
     uint64_t log_seq; /* the last seq given */
-    /* runner thread only: a report's copy of the lines and their messages */
+    /* reporter thread only: a report's copy of the lines and their messages */
     log_entry log_out[LOG_CAP];
     Meshtrain__LogLine log_msg[LOG_CAP];
     Meshtrain__LogLine *log_ptrs[LOG_CAP];
@@ -374,40 +372,30 @@ static bool log_pending(task_run *r)
 }
 
 /*
- * Report the buffered points. When the coordinator is unreachable they stay buffered and go out
- * with a later report (a point is stored at most once per (job, step, name), so a report whose
- * reply was lost may be sent again); other refusals drop them. force: ignore the retry pause.
+ * worker_report_send_fn: one ReportMetrics of the reporter's batch (the process holding rank 0:
+ * points and digests) with this worker's unsent log lines, on the reporter thread. Log lines
+ * follow the batch's fate: kept while the coordinator is unreachable, else forgotten.
  */
-static void flush_metrics(task_run *r, bool force)
+static mt_code report_send(void *ctx, const worker_report_batch *b)
 {
+    task_run *r = ctx;
     Meshtrain__ReportMetricsRequest req = MESHTRAIN__REPORT_METRICS_REQUEST__INIT;
     ProtobufCMessage *rep = NULL;
     mt_err err = MT_ERR_INIT;
     char wid[64];
+    size_t nlog;
     mt_code rc;
 
-    size_t nlog;
-
-    r->last_flush = now_s();
-    if ((r->npts == 0 && r->ndig == 0 && !log_pending(r)) || r->cli == NULL ||
-        (!force && r->last_flush < r->retry_at))
-        return;
     pthread_mutex_lock(&r->tab->mu);
     snprintf(wid, sizeof(wid), "%s", r->tab->worker_id);
     pthread_mutex_unlock(&r->tab->mu);
-    for (size_t i = 0; i < r->npts; i++)
-        r->ptrs[i] = &r->pts[i];
     req.worker_id = wid;
     req.job_id = r->job_id;
-    req.points = r->ptrs;
-    req.n_points = r->npts;
+    req.points = b->points;
+    req.n_points = b->n_points;
     req.attempt = r->attempt;
-    for (size_t i = 0; i < r->ndig; i++) {
-        r->dig[i].digest = r->dhex[i];
-        r->dptrs[i] = &r->dig[i];
-    }
-    req.digests = r->dptrs;
-    req.n_digests = r->ndig;
+    req.digests = b->digests;
+    req.n_digests = b->n_digests;
     nlog = log_take(r, &req);
     rc = mt_rpc_client_call(r->cli, SVC, "ReportMetrics", &req.base, &rep, r->tab->rpc_timeout_ms,
                             &err);
@@ -418,41 +406,35 @@ static void flush_metrics(task_run *r, bool force)
         if (r->report_warned)
             mt_log_info("job %s: ReportMetrics: delivered again", r->job_id);
         r->report_warned = false;
-        r->retry_at = 0;
-        r->npts = 0;
-        r->ndig = 0;
-        return;
+        return MT_OK;
     }
     if (!r->report_warned)
         mt_log_warn("job %s: ReportMetrics: %s: %s (%s)", r->job_id, mt_code_name(rc), err.msg,
                     transient(rc) ? "points kept for the next report" : "points dropped");
     r->report_warned = true;
-    if (transient(rc)) {
-        r->retry_at = now_s() + RETRY_S;
-        return;
-    }
-    r->npts = 0;
-    r->ndig = 0;
+    return rc;
 }
 
+/* worker_report_more_fn: log lines to send. */
+static bool report_more(void *ctx)
+{
+    return log_pending(ctx);
+}
+
+/* worker_report_give_up_fn: a drain need not wait for a run that is ending. */
+static bool report_give_up(void *ctx)
+{
+    task_run *r = ctx;
+    return atomic_load(&r->cancel) || atomic_load(&r->term);
+}
+
+/* Queue a point for the reporter (never blocks on the coordinator). */
 static void add_point(task_run *r, const char *name, uint64_t step, int64_t epoch, double v)
 {
-    Meshtrain__MetricPoint *p;
+    size_t dropped = worker_report_point(r->rep, name, step, (uint32_t)epoch, v, wall_ms());
 
-    if (r->npts == MAX_POINTS)
-        flush_metrics(r, true);
-    if (r->npts == MAX_POINTS) { /* still unreachable: the oldest half gives way */
-        memmove(&r->pts[0], &r->pts[MAX_POINTS / 2], (MAX_POINTS / 2) * sizeof(r->pts[0]));
-        r->npts = MAX_POINTS / 2;
-        mt_log_warn("job %s: %d unreported metric points dropped", r->job_id, MAX_POINTS / 2);
-    }
-    p = &r->pts[r->npts++];
-    meshtrain__metric_point__init(p);
-    p->name = (char *)name; /* static strings */
-    p->step = step;
-    p->epoch = (uint32_t)epoch;
-    p->value = v;
-    p->time_ms = wall_ms();
+    if (dropped > 0) /* the coordinator was unreachable for MAX_POINTS points */
+        mt_log_warn("job %s: %zu unreported metric points dropped", r->job_id, dropped);
 }
 
 /* mt_spmd_run_opts.on_digest (the process holding rank 0): the state digest after step, sent
@@ -460,21 +442,13 @@ static void add_point(task_run *r, const char *name, uint64_t step, int64_t epoc
 static mt_code on_digest(void *ctx, int64_t step, const mt_digest *root, mt_err *err)
 {
     task_run *r = ctx;
+    char hex[MT_DIGEST_HEX];
+    size_t dropped;
 
     (void)err;
-    if (r->ndig == MAX_DIGESTS)
-        flush_metrics(r, true);
-    if (r->ndig == MAX_DIGESTS) { /* still unreachable: the oldest half gives way */
-        memmove(&r->dhex[0], &r->dhex[MAX_DIGESTS / 2], (MAX_DIGESTS / 2) * sizeof(r->dhex[0]));
-        memmove(&r->dig[0], &r->dig[MAX_DIGESTS / 2], (MAX_DIGESTS / 2) * sizeof(r->dig[0]));
-        r->ndig = MAX_DIGESTS / 2;
-        mt_log_warn("job %s: %d unreported state digests dropped", r->job_id, MAX_DIGESTS / 2);
-    }
-    meshtrain__step_digest__init(&r->dig[r->ndig]);
-    r->dig[r->ndig].step = (uint64_t)step;
-    r->dig[r->ndig].time_ms = wall_ms();
-    mt_digest_hex(root, r->dhex[r->ndig]);
-    r->ndig++;
+    dropped = worker_report_digest(r->rep, (uint64_t)step, mt_digest_hex(root, hex), wall_ms());
+    if (dropped > 0) /* the coordinator was unreachable for MAX_DIGESTS digests */
+        mt_log_warn("job %s: %zu unreported state digests dropped", r->job_id, dropped);
     return MT_OK;
 }
 
@@ -527,7 +501,7 @@ static void skip_ckpt(task_run *r, uint64_t step, const char *why)
     if (r->has_rank0) {
         add_point(r, "checkpoint_skipped", step, r->meta_epoch > 0 ? r->meta_epoch : 0,
                   (double)step);
-        flush_metrics(r, true);
+        worker_report_kick(r->rep);
     }
 }
 
@@ -579,7 +553,7 @@ static mt_code upload_best(void *ctx, const char *path, uint64_t step, mt_err *e
     mt_code rc = upload(ctx, path, step, err);
     if (rc == MT_OK && r->has_rank0) {
         add_point(r, "best_step", step, r->meta_epoch > 0 ? r->meta_epoch : 0, (double)step);
-        flush_metrics(r, true);
+        worker_report_kick(r->rep);
     }
     return rc;
 }
@@ -594,7 +568,7 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
     long size;
     uLong crc = crc32(0L, Z_NULL, 0);
     char sum[32];
-    double t0 = now_s();
+    double t0 = now_s(), until = t0 + CKPT_RETRY_S;
     mt_code rc = MT_OK;
 
     if (path == NULL) {
@@ -606,8 +580,10 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
         return mt_err_set(err, MT_NOT_FOUND, "checkpoint %s: %s", path, strerror(errno));
     /* the points up to this step go first: a restart resumes after the checkpoint and never
      * reports the steps before it again, so points still buffered here (a worker frozen or
-     * killed after the upload) would leave a hole in the job's metric history */
-    flush_metrics(r, true);
+     * killed after the upload) would leave a hole in the job's metric history. Waiting here is
+     * waiting on the coordinator, as the upload itself does: both within CKPT_RETRY_S (the peers
+     * wait in their next collective meanwhile) */
+    worker_report_drain(r->rep, until - now_s());
     r->ckpt_step = step; /* and step's own points as soon as they exist (on_progress) */
     if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
@@ -624,7 +600,7 @@ static mt_code upload(void *ctx, const char *path, uint64_t step, mt_err *err)
     snprintf(sum, sizeof(sum), "crc32:%08lx", (unsigned long)crc);
     /* a coordinator restart forgets the upload (start again at 0); ALREADY_EXISTS on the first
      * chunk: the last chunk of an earlier pass was stored and only its reply was lost */
-    for (double until = now_s() + CKPT_RETRY_S;;) {
+    for (;;) { /* at least one pass, however long the points took */
         rc = upload_pass(r, buf, (size_t)size, step, sum, err);
         if (rc == MT_ALREADY_EXISTS)
             rc = MT_OK;
@@ -748,17 +724,16 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
         } else if (p->has_test) {
             add_points(r, p, &p->test, MT_METRIC_GROUP_TEST);
         }
-        if (p->event != MT_TRAIN_STEP || now_s() - r->last_flush >= FLUSH_S ||
-            (uint64_t)p->step == r->ckpt_step)
-            flush_metrics(r, false);
+        /* the reporter sends them within FLUSH_S; at once at an epoch's end and for the step of
+         * the last checkpoint uploaded */
+        if (p->event != MT_TRAIN_STEP || (uint64_t)p->step == r->ckpt_step)
+            worker_report_kick(r->rep);
         if (r->defer_step != 0 && r->defer_step <= r->seen_step) {
             mt_code rc = upload_deferred(r); /* flushes the points first (upload) */
             if (rc != MT_OK)
                 return rc;
         }
-    } else if (now_s() - r->last_flush >= LOG_FLUSH_S) {
-        flush_metrics(r, false); /* this worker's log lines */
-    }
+    } /* the other workers' reporters send their log lines (at most every LOG_FLUSH_S) */
     if (atomic_load(&r->cancel))
         return MT_CANCELLED;
     if (atomic_load(&r->term))
@@ -973,7 +948,6 @@ static mt_code run_task(task_run *r, mt_err *err)
     ro.on_best = upload_best;
     ro.save_on_stop = on_stop_save;
     ro.on_digest = on_digest;
-    r->last_flush = now_s();
     rc = run_train(r, js, mesh, &ro, &res, err);
     if (r->defer_err.code != MT_OK) /* the deferred upload's reason, not "training stopped" */
         mt_err_set(err, r->defer_err.code, "%s", r->defer_err.msg);
@@ -990,12 +964,7 @@ static mt_code run_task(task_run *r, mt_err *err)
     mt_coll_world_free(world);
     world = NULL;
     /* the last points: keep trying while the coordinator may be restarting */
-    for (double until = now_s() + CKPT_RETRY_S;
-         r->npts > 0 && now_s() < until && !atomic_load(&r->term);) {
-        flush_metrics(r, true);
-        if (r->npts > 0)
-            usleep(200 * 1000);
-    }
+    worker_report_drain(r->rep, CKPT_RETRY_S);
     if (rc == MT_OK)
         mt_log_info("job %s: finished: %lld steps, test accuracy %.4f, %.0f examples/s", r->job_id,
                     (long long)res.steps, res.test_accuracy, res.examples_per_sec);
@@ -1022,6 +991,31 @@ static void run_free(task_run *r)
     mt_free(r);
 }
 
+/* The run's reporter (report.h), sending on r->cli: rank 0's process reports every FLUSH_S at
+ * most, the others send their log lines every LOG_FLUSH_S at most. */
+static mt_code report_start(task_run *r, mt_err *err)
+{
+    worker_report_opts o = WORKER_REPORT_OPTS_DEFAULTS;
+
+    o.period_s = r->has_rank0 ? FLUSH_S : LOG_FLUSH_S;
+    o.retry_s = RETRY_S;
+    o.max_points = MAX_POINTS;
+    o.max_digests = MAX_DIGESTS;
+    o.send = report_send;
+    o.more = report_more;
+    o.give_up = report_give_up;
+    o.ctx = r;
+    o.tag = r->job_id; /* its warnings go to the job's log too */
+    return worker_report_new(&o, &r->rep, err);
+}
+
+/* One last report (the final log lines) before the final state goes out. */
+static void report_last(task_run *r)
+{
+    if (r->rep != NULL)
+        worker_report_flush(r->rep, r->tab->rpc_timeout_ms / 1000.0 + 1.0);
+}
+
 static void *run_main(void *arg)
 {
     task_run *r = arg;
@@ -1043,6 +1037,8 @@ static void *run_main(void *arg)
             break;
         usleep(200 * 1000);
     }
+    if (rc == MT_OK)
+        rc = report_start(r, &err);
     if (rc == MT_OK) {
         set_state(r, "running", 0, "");
         worker_metrics_task(t->metrics, 1);
@@ -1065,15 +1061,17 @@ static void *run_main(void *arg)
         /* the worker leaves: the coordinator sees it lost and restarts from the checkpoint */
         mt_log_info("job %s attempt %u: stopped with the worker", r->job_id, r->attempt);
     } else if (rc == MT_OK) {
-        flush_metrics(r, true); /* the last lines, while the job still runs */
+        report_last(r); /* the last lines, while the job still runs */
         set_state(r, "succeeded", 0, "");
     } else {
         char msg[300];
         snprintf(msg, sizeof(msg), "%s: %s", mt_code_name(rc), err.msg);
         mt_log_error("job %s attempt %u failed: %s", r->job_id, r->attempt, msg);
-        flush_metrics(r, true); /* the last lines, while the job still runs */
+        report_last(r); /* the last lines, while the job still runs */
         set_state(r, "failed", 0, msg);
     }
+    worker_report_free(r->rep); /* before the client it sends on */
+    r->rep = NULL;
     log_register(r, false);
     mt_log_set_thread_tag(NULL);
     mt_rpc_client_close(r->cli);

@@ -15,11 +15,12 @@
  * the network collective world from the rank table, the SPMD trainer for its local devices (one
  * thread per device, core/spmd), downloads the resume checkpoint (GetCheckpointChunk), and runs the
  * training loop. The worker holding global rank 0 reports metrics (ReportMetrics, batched: at most
- * every 100 ms, on the task's own RPC client), writes the checkpoints the spec asks for and
- * uploads them (PutCheckpointChunk). A coordinator that is restarting costs nothing: unreported
- * points stay buffered (up to 8192) and go out with the next report, and checkpoint uploads and
- * the resume download start again from offset 0 for up to 20 s. State changes go out at once with
- * UpdateTask and again with every heartbeat. Cancel stops the task after the current step;
+ * every 100 ms, on the task's own RPC client, from a reporter thread: report.h), writes the
+ * checkpoints the spec asks for and uploads them (PutCheckpointChunk). A coordinator that is
+ * restarting or frozen costs the training nothing: unreported points stay queued (up to 8192)
+ * and go out with the next report, and checkpoint uploads and the resume download start again
+ * from offset 0 for up to 20 s. State changes go out at once with UpdateTask and again with every
+ * heartbeat. Cancel stops the task after the current step;
  * worker_tasks_stop (SIGTERM) stops every task, writing a checkpoint first when its job has
  * checkpointing. Threading: every function is thread-safe (one internal mutex). Tests:
  * tests/integration/test_e2e.sh, tests/integration/test_jobs.sh.
