@@ -85,57 +85,12 @@ static int inv_lc(const mt_layer *l, const mt_layer_dev *dev)
     return mt_repro_leaves(l->in_c) / (int)mt_layer__dsz(dev, l->kin);
 }
 
-/*
- * mesh_invariant on height bands (docs/reproducibility.md, "Height leaves"): the output rows
- * [*lo, *hi) whose windows read input band j of p (clipped to the image): dy's rows a band
- * needs to run col2im over its own pixels in the whole image's order.
- */
-static void dy_reach(const mt_layer *l, size_t p, size_t j, long *lo, long *hi)
-{
-    mt_conv2d_geom g = geom(l, 0, 1, 1);
-    long h = (long)(l->in_shape[0] / p), sh = (long)(l->s.sh ? l->s.sh : 1);
-    long pt = (long)mt_conv2d_pad_top(&g), oh = (long)l->out_shape[0];
-    long a = (long)j * h + pt - (long)l->s.kh + 1, b = ((long)j + 1) * h - 1 + pt;
-
-    *lo = a <= 0 ? 0 : (a + sh - 1) / sh;
-    *hi = b < 0 ? 0 : b / sh + 1;
-    *hi = *hi < oh ? *hi : oh;
-    *hi = *hi > *lo ? *hi : *lo;
-}
-
-/* The halo of dy (OH rows in bands of OH / p, OW columns, the filters) that band k gathers:
- * rows [g0, g0 + he) (dy_reach). A window reading only its neighbours' input rows (checked at
- * plan) gives input bands reached only by their neighbours' output rows. */
+/* mesh_invariant on height bands: the halo of dy (the filters of each output pixel) whose
+ * windows read input band k of p (mt_layer__dy_halo). */
 static mt_code dy_halo(const mt_layer *l, size_t p, size_t k, mt_layer_halo *hl, mt_err *err)
 {
-    size_t ob = l->out_shape[0] / p;
-
-    memset(hl, 0, sizeof(*hl));
-    hl->dim = l->hx;
-    hl->p = p;
-    hl->k = k;
-    hl->hh = l->out_shape[0];
-    hl->h = ob;
-    hl->w = hl->we = l->out_shape[1];
-    hl->c = l->s.filters;
-    for (size_t j = 0; j < p; j++) {
-        long lo, hi, up = (long)(j * ob), down = up + (long)ob;
-        dy_reach(l, p, j, &lo, &hi);
-        if (lo < up - (long)ob || hi > down + (long)ob)
-            return mt_err_set(err, MT_INVALID_ARGUMENT,
-                              "model.layers[%d] (%s): input band %zu takes gradients from output "
-                              "rows %ld-%ld, beyond its neighbours' %zu-row bands",
-                              l->idx, l->s.name, j, lo, hi - 1, ob);
-        if (up - lo > (long)hl->bot)
-            hl->bot = (size_t)(up - lo);
-        if (hi - down > (long)hl->top)
-            hl->top = (size_t)(hi - down);
-        if (j == k) {
-            hl->g0 = lo;
-            hl->he = (size_t)(hi - lo);
-        }
-    }
-    return MT_OK;
+    mt_conv2d_geom g = geom(l, 0, 1, 1);
+    return mt_layer__dy_halo(l, p, k, mt_conv2d_pad_top(&g), l->s.filters, hl, err);
 }
 
 /* mesh_invariant on bands: the work area of the backward's dy halo for b examples (the blocks
@@ -143,19 +98,14 @@ static mt_code dy_halo(const mt_layer *l, size_t p, size_t k, mt_layer_halo *hl,
 static mt_code dy_work(const mt_layer *l, size_t b, const mt_layer_dev *dev, mt_layer_alloc *a,
                        mt_err *err)
 {
-    size_t p = mt_layer__dsz(dev, l->hx), he = 0, send = 0;
+    mt_conv2d_geom g = geom(l, 0, 1, 1);
+    size_t p = mt_layer__dsz(dev, l->hx), he, send;
     size_t row = l->out_shape[1] * (l->s.filters + l->s.kh * l->s.kw * l->in_c);
-
-    for (size_t j = 0; j < p; j++) {
-        mt_layer_halo hl;
-        mt_code rc = dy_halo(l, p, j, &hl, err);
-        if (rc != MT_OK)
-            return rc;
-        he = hl.he > he ? hl.he : he;
-        send = mt_layer__halo_send_size(&hl, b);
-    }
-    mt_layer_work(a, (p + 1) * send + b * he * row);
-    return MT_OK;
+    mt_code rc =
+        mt_layer__dy_halo_most(l, p, mt_conv2d_pad_top(&g), l->s.filters, b, &he, &send, err);
+    if (rc == MT_OK)
+        mt_layer_work(a, (p + 1) * send + b * he * row);
+    return rc;
 }
 
 /*

@@ -732,12 +732,13 @@ static char *invariant_spec(const char *json)
 
 /* json under mesh_invariant, `steps` steps on each of the nm meshes: every parameter (weights,
  * batch-norm statistics), loss and the evaluation's loss sum memcmp-identical to those of
- * meshes[0]. */
+ * meshes[0], and so is the state digest (weights, optimizer slots, iterations). */
 static void inv_same_bits(const char *json, const char *const *meshes, int nm, int rank,
                           const size_t *shape, const data *d, int steps)
 {
     char *inv = invariant_spec(json);
     float *ref[32] = {NULL};
+    mt_digest dref, dg;
     double lref[4], l[4], eref = 0.0;
     size_t np = 0, cref = 0;
     for (int m = 0; m < nm; m++) {
@@ -757,6 +758,11 @@ static void inv_same_bits(const char *json, const char *const *meshes, int nm, i
         if (m > 0 && (memcmp(&e, &eref, sizeof(e)) != 0 || c != cref))
             fail_msg("evaluation on %s: %.17g (%zu correct), on %s: %.17g (%zu)", meshes[m], e, c,
                      meshes[0], eref, cref);
+        if (mt_spmd_digest(s, m == 0 ? &dref : &dg, &eerr) != MT_OK)
+            fail_msg("digest on %s: %s", meshes[m], eerr.msg);
+        if (m > 0 && memcmp(&dg, &dref, sizeof(dg)) != 0)
+            fail_msg("the state digest (weights, optimizer slots) on %s differs from %s's",
+                     meshes[m], meshes[0]);
         np = mt_spmd_param_count(s);
         assert_true(np <= 32 && steps <= 4);
         for (size_t i = 0; i < np; i++) {
@@ -801,6 +807,61 @@ static void inv_same_bits(const char *json, const char *const *meshes, int nm, i
     "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\"},"                  \
     "{\"type\":\"batch_norm\"},{\"type\":\"global_average_pooling2d\"},"                           \
     "{\"type\":\"dense\",\"units\":3}]}}"
+/* A ResNet-like stem on bands of 9 rows (issue 18): conv2d and batch_norm over 18 rows, a 3x3
+ * stride-2 pool (POOL: max_pool2d or average_pooling2d) whose windows overlap across the bands
+ * (row 8 is read by output rows 3 and 4 of bands 0 and 1), a conv2d, a dense per pixel and a
+ * layer_norm over 8 rows (8 height leaves: their gradients in height leaves), then a head. */
+#define STEM_BANDS_SPEC(pool)                                                                      \
+    "{\"seed\":11,\"batch_size\":8,\"optimizer\":{\"name\":\"sgd\",\"momentum\":0.9},"             \
+    "\"learning_rate\":0.05,\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"   \
+    "\"model\":{\"input_shape\":[18,6,2],\"layers\":["                                             \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"use_bias\":false},{\"type\":\"batch_norm\"},{\"type\":\"activation\",\"activation\":"       \
+    "\"relu\"},{\"type\":\"" pool "\",\"pool_size\":3,\"strides\":2},"                             \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\"},"                  \
+    "{\"type\":\"dense\",\"units\":5,\"activation\":\"tanh\"},{\"type\":\"layer_norm\"},"          \
+    "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]}}"
+/* Pooling windows of 5 rows at stride 4 over 20 rows (4 height leaves of the conv2d): on 4
+ * bands of 5 rows, output row k reads its band and its upper neighbour's last rows, and rows 4,
+ * 8, 12 are read by two windows of neighbouring bands; then a dense per pixel and a layer_norm
+ * over 4 rows on bands of one. */
+#define POOL4_BANDS_SPEC(pool)                                                                     \
+    "{\"seed\":12,\"batch_size\":8,\"optimizer\":\"adam\",\"learning_rate\":0.01,"                 \
+    "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
+    "\"model\":{\"input_shape\":[20,6,2],\"layers\":["                                             \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"activation\":\"relu\"},{\"type\":\"" pool "\",\"pool_size\":[5,3],\"strides\":[4,1]},"      \
+    "{\"type\":\"dense\",\"units\":5},{\"type\":\"layer_norm\"},"                                  \
+    "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]}}"
+/*
+ * mesh_invariant on height bands with pooling windows overlapping in height (each pixel's
+ * gradient summed in the whole image's window order from a halo of dy) and dense / layer_norm
+ * reading banded activations (their parameter gradients in height leaves, the bands' allreduce
+ * once per batch leaf): memcmp-identical weights, statistics and losses on every mesh that keeps
+ * the bits. Fails when a band adds its neighbours' partial sums of a pool's dx (the fixed_mesh
+ * halo backward) or when dense / layer_norm sum their gradients over the band's rows in one leaf.
+ */
+static void test_spmd_height_bands_mesh_invariant_pools_dense(void **state)
+{
+    static const char *const meshes[] = {"batch=1,space=1", "batch=2,space=2", "batch=1,space=2"};
+    static const char *const four[] = {"batch=1,space=1", "batch=2,space=2", "batch=1,space=4"};
+    size_t sshape[3] = {18, 6, 2}, pshape[3] = {20, 6, 2}, dshape[3] = {8, 6, 2};
+    int steps = sanitized() ? 1 : 3;
+    data st = gen_data(64, 18 * 6 * 2, 3, 28), po = gen_data(64, 20 * 6 * 2, 3, 29),
+         dl = gen_data(64, 8 * 6 * 2, 3, 30), ov = gen_data(64, 18 * 6 * 2, 3, 24);
+    (void)state;
+    inv_same_bits(STEM_BANDS_SPEC("max_pool2d"), meshes, 3, 3, sshape, &st, steps);
+    inv_same_bits(STEM_BANDS_SPEC("average_pooling2d"), meshes, 3, 3, sshape, &st, steps);
+    inv_same_bits(OVERLAP_SPEC, meshes, 3, 3, sshape, &ov, steps);
+    inv_same_bits(POOL4_BANDS_SPEC("max_pool2d"), four, 3, 3, pshape, &po, steps);
+    inv_same_bits(POOL4_BANDS_SPEC("average_pooling2d"), four, 3, 3, pshape, &po, steps);
+    inv_same_bits(DENSE_LN_BANDS_SPEC, four, 3, 3, dshape, &dl, steps);
+    data_free(&st);
+    data_free(&po);
+    data_free(&dl);
+    data_free(&ov);
+}
+
 static void test_spmd_height_bands_mesh_invariant(void **state)
 {
     static const char *const meshes[] = {"batch=1,space=1", "batch=2,space=2", "batch=1,space=2",
@@ -953,7 +1014,9 @@ static void test_spmd_seq_mesh_invariant_errors(void **state)
     mt_free(c);
 }
 
-/* What mesh_invariant refuses on height bands, naming the layer and the sizes. */
+/* What mesh_invariant refuses on height bands, naming the layer and the sizes: a band count that
+ * does not divide a conv2d's or a dense layer's height leaves (INVALID_ARGUMENT), channels split
+ * together with bands (UNIMPLEMENTED); overlapping pooling windows and a dense on bands run. */
 static void test_spmd_height_bands_mesh_invariant_errors(void **state)
 {
     size_t small[3] = {8, 8, 1}, six[3] = {6, 6, 1}, dln[3] = {8, 6, 2};
@@ -966,23 +1029,37 @@ static void test_spmd_height_bands_mesh_invariant_errors(void **state)
         "\"mesh\":{\"batch\":1,\"space\":3},\"model\":{\"input_shape\":[6,6,1],\"layers\":["
         "{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":3,\"padding\":\"same\"}," FLAT_HEAD
         "]}}");
-    char *c = invariant_spec(DENSE_LN_BANDS_SPEC);
+    char *c = invariant_spec(
+        "{\"seed\":3,\"batch_size\":16,\"optimizer\":\"sgd\",\"learning_rate\":0.05,"
+        "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"
+        "\"mesh\":{\"batch\":1,\"space\":3},\"model\":{\"input_shape\":[6,6,1],\"layers\":["
+        "{\"type\":\"dense\",\"units\":2}," FLAT_HEAD "]}}");
+    char *d = invariant_spec(CONV_CH_BANDS_SPEC);
+    mt_spmd *s = NULL;
+    mt_err err = MT_ERR_INIT;
+    job j;
     (void)state;
-    expect_new_error_shape(a, NULL, 3, small, MT_UNIMPLEMENTED,
-                           "model.layers[0] (max_pool2d_1): reproducibility: \"mesh_invariant\" "
-                           "does not run pooling windows that overlap in height (pool_size 3, "
-                           "strides 1) on height bands over 'space' yet");
+    job_load(&j, a, NULL); /* overlapping windows (3 rows at stride 1) run */
+    if (mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 3, small, 16, NULL, &s, &err) != MT_OK)
+        fail_msg("overlapping pooling windows on bands: %s", err.msg);
+    mt_spmd_free(s);
+    job_free(&j);
     expect_new_error_shape(b, NULL, 3, six, MT_INVALID_ARGUMENT,
                            "model.layers[0] (conv2d_1): reproducibility: \"mesh_invariant\" needs "
                            "mesh dimension 'space' (size 3), which cuts the image's 6 rows into "
                            "height bands, to be a power of two dividing its 2 height leaves "
                            "(sizes that keep the bits: 1, 2)");
-    expect_new_error_shape(c, NULL, 3, dln, MT_UNIMPLEMENTED,
-                           "model.layers[1] (dense_1): reproducibility: \"mesh_invariant\" does "
-                           "not run a dense on height bands yet");
+    expect_new_error_shape(c, NULL, 3, six, MT_INVALID_ARGUMENT,
+                           "model.layers[0] (dense_1): reproducibility: \"mesh_invariant\" needs "
+                           "mesh dimension 'space' (size 3), which cuts the image's 6 rows into "
+                           "height bands, to be a power of two dividing its 2 height leaves");
+    expect_new_error_shape(d, NULL, 3, dln, MT_UNIMPLEMENTED,
+                           "model.layers[0] (c1): reproducibility: \"mesh_invariant\" does not "
+                           "split channels together with height bands over 'space' yet");
     mt_free(a);
     mt_free(b);
     mt_free(c);
+    mt_free(d);
 }
 
 static void test_spmd_shards_hold_their_slice(void **state)
@@ -2111,6 +2188,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spmd_height_bands_errors),
         cmocka_unit_test(test_spmd_height_bands_dense_channels),
         cmocka_unit_test(test_spmd_height_bands_mesh_invariant),
+        cmocka_unit_test(test_spmd_height_bands_mesh_invariant_pools_dense),
         cmocka_unit_test(test_spmd_height_bands_mesh_invariant_errors),
         cmocka_unit_test(test_spmd_tied_head_mesh_invariant),
         cmocka_unit_test(test_spmd_seq_mesh_invariant),
