@@ -85,12 +85,14 @@ static int inv_lc(const mt_layer *l, const mt_layer_dev *dev)
     return mt_repro_leaves(l->in_c) / (int)mt_layer__dsz(dev, l->kin);
 }
 
-/* mesh_invariant on height bands: the halo of dy (the filters of each output pixel) whose
- * windows read input band k of p (mt_layer__dy_halo). */
-static mt_code dy_halo(const mt_layer *l, size_t p, size_t k, mt_layer_halo *hl, mt_err *err)
+/* mesh_invariant on height bands: the halo of dy (the device's filters of each output pixel)
+ * whose windows read input band k of p (mt_layer__dy_halo). */
+static mt_code dy_halo(const mt_layer *l, const mt_layer_dev *dev, size_t p, size_t k,
+                       mt_layer_halo *hl, mt_err *err)
 {
     mt_conv2d_geom g = geom(l, 0, 1, 1);
-    return mt_layer__dy_halo(l, p, k, mt_conv2d_pad_top(&g), l->s.filters, hl, err);
+    return mt_layer__dy_halo(l, p, k, mt_conv2d_pad_top(&g),
+                             l->s.filters / mt_layer__dsz(dev, l->kout), hl, err);
 }
 
 /* mesh_invariant on bands: the work area of the backward's dy halo for b examples (the blocks
@@ -102,7 +104,8 @@ static mt_code dy_work(const mt_layer *l, size_t b, const mt_layer_dev *dev, mt_
     size_t p = mt_layer__dsz(dev, l->hx), he, send;
     size_t row = l->out_shape[1] * (l->s.filters + l->s.kh * l->s.kw * l->in_c);
     mt_code rc =
-        mt_layer__dy_halo_most(l, p, mt_conv2d_pad_top(&g), l->s.filters, b, &he, &send, err);
+        mt_layer__dy_halo_most(l, p, mt_conv2d_pad_top(&g),
+                               l->s.filters / mt_layer__dsz(dev, l->kout), b, &he, &send, err);
     if (rc == MT_OK)
         mt_layer_work(a, (p + 1) * send + b * he * row);
     return rc;
@@ -210,18 +213,23 @@ static mt_code band_forward(const mt_layer *l, mt_layer_state *st, const mt_laye
 }
 
 /*
- * mesh_invariant on bands (no channel split: refused at plan): dW and db per batch leaf and
- * height leaf of the output rows, the bands' allreduce once per batch leaf (core/repro's
- * mt_repro_conv2d_wgrad). dx keeps col2im's chain: the band gathers its neighbours' rows of dy
- * whose windows read its pixels (dy_halo), computes their dcols and sums its own pixels' entries
- * in the whole image's order (mt_repro_conv2d_col2im_band), so nothing is sent back.
+ * mesh_invariant on bands: dW and db per batch leaf and height leaf of the output rows, the bands'
+ * allreduce once per batch leaf (core/repro's mt_repro_conv2d_wgrad). dx keeps col2im's chain:
+ * the band gathers its neighbours' rows of dy whose windows read its pixels (dy_halo), computes
+ * their dcols and sums its own pixels' entries in the whole image's order
+ * (mt_repro_conv2d_col2im_band), so nothing is sent back. Channels split as without bands
+ * (docs/reproducibility.md, point 6): the halo carries the device's filters, dcols contract over
+ * them in their K-leaves and are summed over kout (the top of the filters' tree) before col2im;
+ * an input-channel split's col2im covers the device's channels, resharded back to the input's.
  */
 static mt_code inv_band_backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                                  const mt_layer_pass *ps, const mt_conv2d_geom *g, float *dy)
 {
     size_t p = mt_layer__dsz(dev, l->hx), k = (size_t)dev->coord(dev->ctx, l->hx);
     size_t hb = l->in_shape[0] / p, ow = l->out_shape[1], send;
-    mt_conv2d_geom whole = geom(l, ps->batch, 1, 1);
+    mt_conv2d_geom whole =
+        dev_geom(l, ps->batch, dev); /* the whole height, the device's channels */
+    float *dband = l->xf != l->kin ? st->scr[DKINB] : st->dx_buf;
     mt_layer_hleaves hv;
     mt_layer_halo dh;
     mt_repro_rows rw;
@@ -234,7 +242,7 @@ static mt_code inv_band_backward(const mt_layer *l, mt_layer_state *st, const mt
 
     if (rc != MT_OK || st->dx_buf == NULL)
         return rc;
-    if ((rc = dy_halo(l, p, k, &dh, ps->err)) != MT_OK)
+    if ((rc = dy_halo(l, dev, p, k, &dh, ps->err)) != MT_OK)
         return rc;
     send = mt_layer__halo_send_size(&dh, ps->batch);
     recv = ps->work + send;
@@ -244,10 +252,18 @@ static mt_code inv_band_backward(const mt_layer *l, mt_layer_state *st, const mt
     if (rc != MT_OK)
         return rc;
     mt_repro_conv2d_dcols(dcx, ps->scratch, dyx, st->pv[KERNEL], &whole, inv_lc(l, dev),
-                          ps->batch * dh.he * ow, mt_repro_leaves(whole.f));
+                          ps->batch * dh.he * ow,
+                          mt_repro_leaves(l->s.filters) / (int)mt_layer__dsz(dev, l->kout));
+    rc = dev->allreduce(dev->ctx, l->kout, dcx,
+                        ps->batch * dh.he * ow * l->s.kh * l->s.kw * whole.c);
+    if (rc != MT_OK)
+        return rc;
     rw = (mt_repro_rows){(size_t)dh.g0, dh.he, k * hb, hb};
-    mt_repro_conv2d_col2im_band(st->dx_buf, dcx, &whole, inv_lc(l, dev), &rw);
-    return MT_OK;
+    mt_repro_conv2d_col2im_band(dband, dcx, &whole, inv_lc(l, dev), &rw);
+    if (dband == st->dx_buf)
+        return MT_OK;
+    return dev->reshard(dev->ctx, dband, ps->batch * band_rows(l, dev, false), l->in_c, l->kin,
+                        l->xf, st->dx_buf);
 }
 
 /* The kernel and bias gradients are partial sums over the bands: summed over the height dim

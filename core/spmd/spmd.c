@@ -515,8 +515,8 @@ static mt_code check_inv_splits(const mt_spmd *s, mt_err *err)
  * layer_norm's and global_average_pooling2d's sums over their input rows) keeps the bits when the
  * band count is a power of two dividing the rows' height leaves (INVALID_ARGUMENT naming the sizes
  * that do). Pooling windows overlapping in height keep them as they are (each pixel's gradient
- * summed in the whole image's window order from a halo of dy, max_pool2d.c). Not run yet
- * (UNIMPLEMENTED, naming the layer): channels split together with bands.
+ * summed in the whole image's window order from a halo of dy, max_pool2d.c), and so does a
+ * conv2d's channel split on bands (check_inv_splits checks its size as without bands).
  */
 static mt_code check_inv_bands(const mt_spmd *s, mt_err *err)
 {
@@ -528,11 +528,6 @@ static mt_code check_inv_bands(const mt_spmd *s, mt_err *err)
         mt_code rc = MT_OK;
         if (l->hx < 0)
             continue;
-        if (l->xf >= 0 || l->of >= 0 || l->kin >= 0 || l->kout >= 0)
-            return mt_err_set(err, MT_UNIMPLEMENTED,
-                              "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
-                              "not split channels together with height bands over '%s' yet",
-                              i, l->s.name, dim);
         if (kd == MT_LAYER_CONV2D || kd == MT_LAYER_DENSE)
             rc = mt_repro_check_bands(i, l->s.name, l->out_shape[0], dim, p, err);
         else if (kd == MT_LAYER_BATCH_NORM || kd == MT_LAYER_LAYER_NORM ||
