@@ -85,57 +85,14 @@ static int inv_lc(const mt_layer *l, const mt_layer_dev *dev)
     return mt_repro_leaves(l->in_c) / (int)mt_layer__dsz(dev, l->kin);
 }
 
-/*
- * mesh_invariant on height bands (docs/reproducibility.md, "Height leaves"): the output rows
- * [*lo, *hi) whose windows read input band j of p (clipped to the image): dy's rows a band
- * needs to run col2im over its own pixels in the whole image's order.
- */
-static void dy_reach(const mt_layer *l, size_t p, size_t j, long *lo, long *hi)
+/* mesh_invariant on height bands: the halo of dy (the device's filters of each output pixel)
+ * whose windows read input band k of p (mt_layer__dy_halo). */
+static mt_code dy_halo(const mt_layer *l, const mt_layer_dev *dev, size_t p, size_t k,
+                       mt_layer_halo *hl, mt_err *err)
 {
     mt_conv2d_geom g = geom(l, 0, 1, 1);
-    long h = (long)(l->in_shape[0] / p), sh = (long)(l->s.sh ? l->s.sh : 1);
-    long pt = (long)mt_conv2d_pad_top(&g), oh = (long)l->out_shape[0];
-    long a = (long)j * h + pt - (long)l->s.kh + 1, b = ((long)j + 1) * h - 1 + pt;
-
-    *lo = a <= 0 ? 0 : (a + sh - 1) / sh;
-    *hi = b < 0 ? 0 : b / sh + 1;
-    *hi = *hi < oh ? *hi : oh;
-    *hi = *hi > *lo ? *hi : *lo;
-}
-
-/* The halo of dy (OH rows in bands of OH / p, OW columns, the filters) that band k gathers:
- * rows [g0, g0 + he) (dy_reach). A window reading only its neighbours' input rows (checked at
- * plan) gives input bands reached only by their neighbours' output rows. */
-static mt_code dy_halo(const mt_layer *l, size_t p, size_t k, mt_layer_halo *hl, mt_err *err)
-{
-    size_t ob = l->out_shape[0] / p;
-
-    memset(hl, 0, sizeof(*hl));
-    hl->dim = l->hx;
-    hl->p = p;
-    hl->k = k;
-    hl->hh = l->out_shape[0];
-    hl->h = ob;
-    hl->w = hl->we = l->out_shape[1];
-    hl->c = l->s.filters;
-    for (size_t j = 0; j < p; j++) {
-        long lo, hi, up = (long)(j * ob), down = up + (long)ob;
-        dy_reach(l, p, j, &lo, &hi);
-        if (lo < up - (long)ob || hi > down + (long)ob)
-            return mt_err_set(err, MT_INVALID_ARGUMENT,
-                              "model.layers[%d] (%s): input band %zu takes gradients from output "
-                              "rows %ld-%ld, beyond its neighbours' %zu-row bands",
-                              l->idx, l->s.name, j, lo, hi - 1, ob);
-        if (up - lo > (long)hl->bot)
-            hl->bot = (size_t)(up - lo);
-        if (hi - down > (long)hl->top)
-            hl->top = (size_t)(hi - down);
-        if (j == k) {
-            hl->g0 = lo;
-            hl->he = (size_t)(hi - lo);
-        }
-    }
-    return MT_OK;
+    return mt_layer__dy_halo(l, p, k, mt_conv2d_pad_top(&g),
+                             l->s.filters / mt_layer__dsz(dev, l->kout), hl, err);
 }
 
 /* mesh_invariant on bands: the work area of the backward's dy halo for b examples (the blocks
@@ -143,19 +100,15 @@ static mt_code dy_halo(const mt_layer *l, size_t p, size_t k, mt_layer_halo *hl,
 static mt_code dy_work(const mt_layer *l, size_t b, const mt_layer_dev *dev, mt_layer_alloc *a,
                        mt_err *err)
 {
-    size_t p = mt_layer__dsz(dev, l->hx), he = 0, send = 0;
+    mt_conv2d_geom g = geom(l, 0, 1, 1);
+    size_t p = mt_layer__dsz(dev, l->hx), he, send;
     size_t row = l->out_shape[1] * (l->s.filters + l->s.kh * l->s.kw * l->in_c);
-
-    for (size_t j = 0; j < p; j++) {
-        mt_layer_halo hl;
-        mt_code rc = dy_halo(l, p, j, &hl, err);
-        if (rc != MT_OK)
-            return rc;
-        he = hl.he > he ? hl.he : he;
-        send = mt_layer__halo_send_size(&hl, b);
-    }
-    mt_layer_work(a, (p + 1) * send + b * he * row);
-    return MT_OK;
+    mt_code rc =
+        mt_layer__dy_halo_most(l, p, mt_conv2d_pad_top(&g),
+                               l->s.filters / mt_layer__dsz(dev, l->kout), b, &he, &send, err);
+    if (rc == MT_OK)
+        mt_layer_work(a, (p + 1) * send + b * he * row);
+    return rc;
 }
 
 /*
@@ -260,18 +213,23 @@ static mt_code band_forward(const mt_layer *l, mt_layer_state *st, const mt_laye
 }
 
 /*
- * mesh_invariant on bands (no channel split: refused at plan): dW and db per batch leaf and
- * height leaf of the output rows, the bands' allreduce once per batch leaf (core/repro's
- * mt_repro_conv2d_wgrad). dx keeps col2im's chain: the band gathers its neighbours' rows of dy
- * whose windows read its pixels (dy_halo), computes their dcols and sums its own pixels' entries
- * in the whole image's order (mt_repro_conv2d_col2im_band), so nothing is sent back.
+ * mesh_invariant on bands: dW and db per batch leaf and height leaf of the output rows, the bands'
+ * allreduce once per batch leaf (core/repro's mt_repro_conv2d_wgrad). dx keeps col2im's chain:
+ * the band gathers its neighbours' rows of dy whose windows read its pixels (dy_halo), computes
+ * their dcols and sums its own pixels' entries in the whole image's order
+ * (mt_repro_conv2d_col2im_band), so nothing is sent back. Channels split as without bands
+ * (docs/reproducibility.md, point 6): the halo carries the device's filters, dcols contract over
+ * them in their K-leaves and are summed over kout (the top of the filters' tree) before col2im;
+ * an input-channel split's col2im covers the device's channels, resharded back to the input's.
  */
 static mt_code inv_band_backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                                  const mt_layer_pass *ps, const mt_conv2d_geom *g, float *dy)
 {
     size_t p = mt_layer__dsz(dev, l->hx), k = (size_t)dev->coord(dev->ctx, l->hx);
     size_t hb = l->in_shape[0] / p, ow = l->out_shape[1], send;
-    mt_conv2d_geom whole = geom(l, ps->batch, 1, 1);
+    mt_conv2d_geom whole =
+        dev_geom(l, ps->batch, dev); /* the whole height, the device's channels */
+    float *dband = l->xf != l->kin ? st->scr[DKINB] : st->dx_buf;
     mt_layer_hleaves hv;
     mt_layer_halo dh;
     mt_repro_rows rw;
@@ -284,7 +242,7 @@ static mt_code inv_band_backward(const mt_layer *l, mt_layer_state *st, const mt
 
     if (rc != MT_OK || st->dx_buf == NULL)
         return rc;
-    if ((rc = dy_halo(l, p, k, &dh, ps->err)) != MT_OK)
+    if ((rc = dy_halo(l, dev, p, k, &dh, ps->err)) != MT_OK)
         return rc;
     send = mt_layer__halo_send_size(&dh, ps->batch);
     recv = ps->work + send;
@@ -294,10 +252,18 @@ static mt_code inv_band_backward(const mt_layer *l, mt_layer_state *st, const mt
     if (rc != MT_OK)
         return rc;
     mt_repro_conv2d_dcols(dcx, ps->scratch, dyx, st->pv[KERNEL], &whole, inv_lc(l, dev),
-                          ps->batch * dh.he * ow, mt_repro_leaves(whole.f));
+                          ps->batch * dh.he * ow,
+                          mt_repro_leaves(l->s.filters) / (int)mt_layer__dsz(dev, l->kout));
+    rc = dev->allreduce(dev->ctx, l->kout, dcx,
+                        ps->batch * dh.he * ow * l->s.kh * l->s.kw * whole.c);
+    if (rc != MT_OK)
+        return rc;
     rw = (mt_repro_rows){(size_t)dh.g0, dh.he, k * hb, hb};
-    mt_repro_conv2d_col2im_band(st->dx_buf, dcx, &whole, inv_lc(l, dev), &rw);
-    return MT_OK;
+    mt_repro_conv2d_col2im_band(dband, dcx, &whole, inv_lc(l, dev), &rw);
+    if (dband == st->dx_buf)
+        return MT_OK;
+    return dev->reshard(dev->ctx, dband, ps->batch * band_rows(l, dev, false), l->in_c, l->kin,
+                        l->xf, st->dx_buf);
 }
 
 /* The kernel and bias gradients are partial sums over the bands: summed over the height dim

@@ -10,7 +10,8 @@
  * its feature sharding xf to kin when they differ. Backward: dx over the kernel's input layout
  * is a partial sum over kout (allreduced), then resharded back to xf. Height bands
  * (docs/spmd.md): an image's pixels are rows, so each band multiplies its own rows; the kernel
- * and bias gradients are partial sums over the bands, summed over the height dim.
+ * and bias gradients are partial sums over the bands, summed over the height dim (under
+ * mesh_invariant in height leaves, the bands' allreduce once per batch leaf: wgrad_inv).
  * Megatron-SP (rows split over tdim outside the tensor-parallel region, docs/transformers.md): a
  * column-parallel layer allgathers its input rows (forward, and again in the backward: only the
  * local rows are kept in between), a row-parallel one reduce-scatters its partial sums by rows
@@ -189,7 +190,9 @@ static void tied_forward_inv(float *y, float *wt, const float *x, const float *t
  * mesh_invariant: dw (NULL: skipped) and the bias's gradient, per leaf in the leaf tree; over a
  * sequence's positions in position leaves (the 1x1 conv2d's weight gradient of core/repro, whose
  * rows are the device's rl positions of each example; the seq allreduce inside, once per batch
- * leaf), one chain per batch leaf for rows of one position (mt_layer__pleaves).
+ * leaf), one chain per batch leaf for rows of one position (mt_layer__pleaves); over an image's
+ * pixels in height leaves of its rows, as a 1x1 conv2d's (its band's rl pixels per example; the
+ * bands' allreduce inside, once per batch leaf: mt_layer__hleaves).
  */
 static mt_code wgrad_inv(const mt_layer *l, const mt_layer_state *st, const mt_layer_dev *dev,
                          const mt_layer_pass *ps, float *dw, const float *dy, size_t rl, size_t in,
@@ -197,12 +200,14 @@ static mt_code wgrad_inv(const mt_layer *l, const mt_layer_state *st, const mt_l
 {
     mt_layer_hleaves pv;
     mt_conv2d_geom g = {.batch = ps->batch, .h = rl, .w = 1, .c = in, .kh = 1, .kw = 1, .f = out};
+    const mt_repro_bands *hb = l->out_rank == 3
+                                   ? mt_layer__hleaves(&pv, l, dev, ps, l->out_shape[0], rl)
+                                   : mt_layer__pleaves(&pv, l, dev, ps);
 
     if (dw == NULL && st->pg[BIAS] == NULL)
         return MT_OK;
     return mt_repro_conv2d_wgrad(dw, st->pg[BIAS], ps->scratch, dy, st->used, &g, 1,
-                                 ps->leaf_examples, ps->leaves, mt_layer__pleaves(&pv, l, dev, ps),
-                                 ps->acc_w, ps->acc_b);
+                                 ps->leaf_examples, ps->leaves, hb, ps->acc_w, ps->acc_b);
 }
 
 /*
@@ -393,7 +398,7 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
             dxk, st->pg[KERNEL], st->pg[BIAS], dy, st->used, st->pv[KERNEL], rows, cin, cout);
     if (l->rin >= 0 && (rc = sum_grads(l, st, dev, l->tdim)) != MT_OK)
         return rc;
-    if (l->hx >= 0 && (rc = sum_grads(l, st, dev, l->hx)) != MT_OK)
+    if (l->hx >= 0 && ps->leaves == 0 && (rc = sum_grads(l, st, dev, l->hx)) != MT_OK)
         return rc;
     if (st->dx_buf == NULL)
         return MT_OK;

@@ -258,6 +258,71 @@ mt_code mt_layer__halo_backward(const mt_layer_halo *hl, const mt_layer_dev *dev
 
 /* ------------------------------------------------------------------ mesh_invariant */
 
+/*
+ * Output rows [*lo, *hi) whose windows (kh rows at stride sh, pt padding rows on top) read input
+ * band j of p (clipped to the output): the rows of dy band j needs to sum its own pixels'
+ * gradients in the whole image's order.
+ */
+static void dy_reach(const mt_layer *l, size_t p, size_t j, size_t pt, long *lo, long *hi)
+{
+    long h = (long)(l->in_shape[0] / p), sh = (long)(l->s.sh ? l->s.sh : 1);
+    long oh = (long)l->out_shape[0];
+    long a = (long)j * h + (long)pt - (long)l->s.kh + 1, b = ((long)j + 1) * h - 1 + (long)pt;
+
+    *lo = a <= 0 ? 0 : (a + sh - 1) / sh;
+    *hi = b < 0 ? 0 : b / sh + 1;
+    *hi = *hi < oh ? *hi : oh;
+    *hi = *hi > *lo ? *hi : *lo;
+}
+
+mt_code mt_layer__dy_halo(const mt_layer *l, size_t p, size_t k, size_t pt, size_t c,
+                          mt_layer_halo *hl, mt_err *err)
+{
+    size_t ob = l->out_shape[0] / p;
+
+    memset(hl, 0, sizeof(*hl));
+    hl->dim = l->hx;
+    hl->p = p;
+    hl->k = k;
+    hl->hh = l->out_shape[0];
+    hl->h = ob;
+    hl->w = hl->we = l->out_shape[1];
+    hl->c = c;
+    for (size_t j = 0; j < p; j++) {
+        long lo, hi, up = (long)(j * ob), down = up + (long)ob;
+        dy_reach(l, p, j, pt, &lo, &hi);
+        if (lo < up - (long)ob || hi > down + (long)ob)
+            return mt_err_set(err, MT_INVALID_ARGUMENT,
+                              "model.layers[%d] (%s): input band %zu takes gradients from output "
+                              "rows %ld-%ld, beyond its neighbours' %zu-row bands",
+                              l->idx, l->s.name, j, lo, hi - 1, ob);
+        if (up - lo > (long)hl->bot)
+            hl->bot = (size_t)(up - lo);
+        if (hi - down > (long)hl->top)
+            hl->top = (size_t)(hi - down);
+        if (j == k) {
+            hl->g0 = lo;
+            hl->he = (size_t)(hi - lo);
+        }
+    }
+    return MT_OK;
+}
+
+mt_code mt_layer__dy_halo_most(const mt_layer *l, size_t p, size_t pt, size_t c, size_t batch,
+                               size_t *he, size_t *send, mt_err *err)
+{
+    *he = *send = 0;
+    for (size_t j = 0; j < p; j++) {
+        mt_layer_halo hl;
+        mt_code rc = mt_layer__dy_halo(l, p, j, pt, c, &hl, err);
+        if (rc != MT_OK)
+            return rc;
+        *he = hl.he > *he ? hl.he : *he;
+        *send = mt_layer__halo_send_size(&hl, batch);
+    }
+    return MT_OK;
+}
+
 static mt_code hleaves_reduce(void *ctx, float *buf, size_t n)
 {
     const mt_layer_hleaves *h = ctx;

@@ -9,7 +9,8 @@
  * sums (forward: the mean, then the squared deviations; backward: Σ dŷ and Σ dŷ·x̂) are
  * allreduced over that dim. Sums are accumulated in double. Height bands (docs/spmd.md): each
  * band normalises its own rows (nothing crosses rows); gamma and beta's gradients are partial
- * sums over the bands, summed over the height dim.
+ * sums over the bands, summed over the height dim (mesh_invariant: in height leaves, the bands'
+ * allreduce once per batch leaf).
  * Backward: dx = (dŷ − mean(dŷ) − x̂·mean(dŷ·x̂)) / σ with dŷ = dy·gamma; the gamma and beta
  * gradients Σ dy·x̂ and Σ dy per feature are batch norm's (core/tensor's mt_bn_grad_sums: the rows
  * in memory order, a block of features at a time, each feature's double sum in row order).
@@ -91,6 +92,17 @@ static size_t local_rows(const mt_layer *l, const mt_layer_dev *dev, size_t batc
     return batch * mt_layer__in_rows_loc(l, feats(l, dev));
 }
 
+/* mesh_invariant: the rows of gamma and beta's gradients in height leaves for an image (its
+ * band's rows; the bands' allreduce inside, once per batch leaf), in position leaves for a
+ * sequence, else one leaf. */
+static const mt_repro_bands *row_leaves(mt_layer_hleaves *pv, const mt_layer *l,
+                                        const mt_layer_dev *dev, const mt_layer_pass *ps)
+{
+    if (l->in_rank == 3)
+        return mt_layer__hleaves(pv, l, dev, ps, l->in_shape[0], local_rows(l, dev, 1));
+    return mt_layer__pleaves(pv, l, dev, ps);
+}
+
 static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                        const mt_layer_pass *ps)
 {
@@ -141,17 +153,18 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
         mt_layer_hleaves pv;
         rc = mt_repro_bn_sums_h(st->pg[BETA] != NULL ? st->pg[BETA] : ps->scratch,
                                 st->pg[GAMMA] != NULL ? st->pg[GAMMA] : ps->scratch + c, dy, xhat,
-                                NULL, rows, ps->leaf_examples * l->in_rows, ps->leaves, c,
-                                mt_layer__pleaves(&pv, l, dev, ps), ps->acc_w);
+                                NULL, rows, local_rows(l, dev, ps->leaf_examples), ps->leaves, c,
+                                row_leaves(&pv, l, dev, ps), ps->acc_w);
         if (rc != MT_OK)
             return rc;
     }
     if (ps->leaves == 0 && (st->pg[GAMMA] != NULL || st->pg[BETA] != NULL))
         mt_bn_grad_sums(st->pg[BETA] != NULL ? st->pg[BETA] : ps->work,
                         st->pg[GAMMA] != NULL ? st->pg[GAMMA] : ps->work, dy, xhat, rows, c);
-    /* Megatron-SP: the rows are split over tdim too; height bands: over hx; the sum over them */
+    /* Megatron-SP: the rows are split over tdim too; height bands: over hx; the sum over them
+     * (mesh_invariant: the bands' sum ran inside the height leaves' trees) */
     for (int d = 0; d < 2; d++) {
-        int dim = d == 0 ? l->rin : l->hx;
+        int dim = d == 0 ? l->rin : ps->leaves > 0 ? -1 : l->hx;
         if (st->pg[GAMMA] != NULL &&
             (rc = dev->allreduce(dev->ctx, dim, st->pg[GAMMA], c)) != MT_OK)
             return rc;

@@ -187,6 +187,22 @@ mt_code mt_layer__halo_backward(const mt_layer_halo *hl, const mt_layer_dev *dev
                                 size_t batch, float *send, float *recv, float *dx);
 
 /*
+ * mesh_invariant on height bands (docs/reproducibility.md, "Height leaves"): the halo of dy (the
+ * output's rows in bands of OH / p, OW columns, c floats per pixel) that input band k of p of a
+ * window layer (l->s.kh rows at stride l->s.sh, pt padding rows on top) gathers so that it can
+ * sum its own pixels' gradients in the whole image's order, nothing sent back: output rows
+ * [hl->g0, hl->g0 + hl->he), those whose windows read its rows (exchanged with
+ * mt_layer__halo_forward, the extended band then being dy's). INVALID_ARGUMENT naming the layer
+ * when a band would take gradients beyond its neighbours' rows.
+ */
+mt_code mt_layer__dy_halo(const mt_layer *l, size_t p, size_t k, size_t pt, size_t c,
+                          mt_layer_halo *hl, mt_err *err);
+/* The most rows (*he) any band's dy halo extends to, and the block a band sends for batch
+ * examples (*send floats; the gathered blocks are p times that). */
+mt_code mt_layer__dy_halo_most(const mt_layer *l, size_t p, size_t pt, size_t c, size_t batch,
+                               size_t *he, size_t *send, mt_err *err);
+
+/*
  * mesh_invariant: the height leaves of a sum over the rows of an image `height` rows high (global;
  * 0: not an image, one leaf) of which the device holds rows_loc rows per example (its band's
  * image rows x columns): Lh = mt_repro_leaves(height) leaves over the bands of l->hx (each

@@ -7,7 +7,9 @@
  *
  * Sharding: channels sharded over the input's dim stay so (each device pools its channels);
  * height bands pool alone when their windows stay inside them, else borrow their neighbours'
- * boundary rows (the halo, layer_bands.c) and pool the extended band.
+ * boundary rows (the halo, layer_bands.c) and pool the extended band. mesh_invariant on bands:
+ * the backward gathers a halo of dy instead and sums each of its own pixels' gradients in the
+ * whole image's window order (inv_band_backward), so overlapping windows keep the bits.
  * Reference: mt_maxpool2_forward_ref / mt_maxpool2_backward_ref for 2x2 (core/tensor); the
  * general windows are plain loops (mt_maxpool_forward, mt_avgpool_forward).
  */
@@ -128,6 +130,26 @@ static mt_code plan(mt_layer *l, const mt_layer_planner *p, mt_err *err)
     return l->hx >= 0 ? band_plan(l, p, err) : MT_OK;
 }
 
+/* mesh_invariant on bands: floats per output pixel of the backward's dy halo: dy, and for max
+ * pooling each window's argmax as its offset in the window (inv_band_backward). */
+static size_t dy_c(const mt_layer *l)
+{
+    return (l->s.kind == MT_LAYER_MAX_POOL2D ? 2 : 1) * l->in_c;
+}
+
+/* mesh_invariant on bands: the work area of the backward's dy halo for b examples (max pooling's
+ * packed band, the blocks sent and gathered, dy's extended band), the most any band needs. */
+static mt_code dy_work(const mt_layer *l, size_t b, const mt_layer_dev *dev, mt_layer_alloc *a,
+                       mt_err *err)
+{
+    size_t p = mt_layer__dsz(dev, l->hx), c = dy_c(l), he, send;
+    size_t packed = l->s.kind == MT_LAYER_MAX_POOL2D ? b * l->out_loc * 2 : 0;
+    mt_code rc = mt_layer__dy_halo_most(l, p, 0, c, b, &he, &send, err);
+    if (rc == MT_OK)
+        mt_layer_work(a, packed + (p + 1) * send + b * he * l->out_shape[1] * c);
+    return rc;
+}
+
 static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_layer_dev *dev,
                      mt_layer_alloc *a, mt_err *err)
 {
@@ -140,6 +162,8 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
         rc = mt_layer_buf(a, l, &st->scr[ARGMAX], b * l->out_loc, sizeof(int32_t), err);
     if (rc == MT_OK && extended(l, &hl))
         rc = mt_layer__halo_alloc(l, &hl, st, b, HSEND, a, err);
+    if (rc == MT_OK && extended(l, &hl) && a->invariant && !mt_layer__reads_input(l))
+        rc = dy_work(l, b, dev, a, err);
     return rc;
 }
 
@@ -177,6 +201,77 @@ static mt_code forward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev
     return rc;
 }
 
+/* Max pooling's band of dy packed for the dy halo: per output pixel its c gradients, then each
+ * one's argmax (an index into the forward's pooled input of geometry g) as its offset ky PW + kx
+ * in its window, exact in a float. */
+static void pack_argmax(const mt_layer *l, float *pk, const float *dy, const int32_t *am,
+                        const mt_pool2d_geom *g, size_t pixels, size_t ob, size_t ow)
+{
+    size_t c = g->c;
+    for (size_t i = 0; i < pixels; i++) {
+        size_t oy = i / ow % ob, ox = i % ow;
+        for (size_t j = 0; j < c; j++) {
+            size_t a = (size_t)am[i * c + j];
+            size_t ky = a / (c * g->w) % g->h - oy * l->s.sh, kx = a / c % g->w - ox * l->s.sw;
+            pk[i * 2 * c + j] = dy[i * c + j];
+            pk[i * 2 * c + c + j] = (float)(ky * l->s.kw + kx);
+        }
+    }
+}
+
+/*
+ * mesh_invariant on height bands (docs/reproducibility.md, "Height leaves"): a pixel's gradient is
+ * the one-device chain, from 0 over the windows that take it in output order (as
+ * mt_maxpool_backward and mt_avgpool_backward add them), also where windows overlap across
+ * bands: adding the neighbours' partial sums (the halo's backward) would associate them
+ * otherwise. The band gathers its neighbours' rows of dy whose windows read its pixels
+ * (mt_layer__dy_halo, the forward halo's allgather) — for max pooling with each window's argmax
+ * as its offset in the window, so the argmax is the one the forward found over the whole window —
+ * and adds, in global output order, what falls on its own rows; nothing is sent back. g: the
+ * extended band's geometry, which the forward's argmax indexes.
+ */
+static mt_code inv_band_backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
+                                 const mt_layer_pass *ps, const mt_pool2d_geom *g, const float *dy)
+{
+    bool mx = l->s.kind == MT_LAYER_MAX_POOL2D;
+    size_t p = mt_layer__dsz(dev, l->hx), k = (size_t)dev->coord(dev->ctx, l->hx);
+    size_t c = l->in_c, cc = dy_c(l), ow = l->out_shape[1], ob = l->out_shape[0] / p;
+    size_t hb = l->in_shape[0] / p, w = l->in_shape[1], nt = l->s.kh * l->s.kw;
+    size_t packed = mx ? ps->batch * ob * ow * cc : 0, send;
+    float inv = 1.0f / (float)nt, *recv, *ext;
+    mt_layer_halo dh;
+    mt_code rc = mt_layer__dy_halo(l, p, k, 0, cc, &dh, ps->err);
+
+    if (rc != MT_OK)
+        return rc;
+    send = mt_layer__halo_send_size(&dh, ps->batch);
+    recv = ps->work + packed + send;
+    ext = recv + p * send;
+    if (mx)
+        pack_argmax(l, ps->work, dy, st->scr[ARGMAX], g, ps->batch * ob * ow, ob, ow);
+    rc = mt_layer__halo_forward(&dh, dev, mx ? ps->work : dy, ps->batch, ps->work + packed, recv,
+                                ext);
+    if (rc != MT_OK)
+        return rc;
+    memset(st->dx_buf, 0, ps->batch * hb * w * c * sizeof(float));
+    for (size_t b = 0; b < ps->batch; b++)
+        for (size_t r = 0; r < dh.he; r++)
+            for (size_t ox = 0; ox < ow; ox++) {
+                const float *e = ext + ((b * dh.he + r) * ow + ox) * cc;
+                size_t oy = (size_t)dh.g0 + r;
+                for (size_t j = 0; j < c; j++) {
+                    size_t t0 = mx ? (size_t)e[c + j] : 0, t1 = mx ? t0 + 1 : nt;
+                    float d = mx ? e[j] : e[j] * inv;
+                    for (size_t t = t0; t < t1; t++) {
+                        size_t gy = oy * l->s.sh + t / l->s.kw, gx = ox * l->s.sw + t % l->s.kw;
+                        if (gy >= k * hb && gy < (k + 1) * hb)
+                            st->dx_buf[((b * hb + gy - k * hb) * w + gx) * c + j] += d;
+                    }
+                }
+            }
+    return MT_OK;
+}
+
 static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_dev *dev,
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
@@ -195,6 +290,8 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
         g.h = hl.he;
         g.w = hl.we;
     }
+    if (ext && ps->leaves > 0)
+        return inv_band_backward(l, st, dev, ps, &g, dy);
     if (two_by_two(l))
         (ps->ref ? mt_maxpool2_backward_ref : mt_maxpool2_backward)(
             d, dy, st->scr[ARGMAX], ps->batch * g.h * g.w * g.c, ps->batch * l->out_loc);

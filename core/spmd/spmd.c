@@ -489,12 +489,12 @@ static mt_code check_inv_splits(const mt_spmd *s, mt_err *err)
 
 /*
  * mesh_invariant on height bands (docs/reproducibility.md, "Height leaves"): a layer summing over
- * an image's rows (conv2d's weight gradients over its output rows, batch_norm's and
- * global_average_pooling2d's sums over their input rows) keeps the bits when the band count is a
- * power of two dividing the rows' height leaves (INVALID_ARGUMENT naming the sizes that do).
- * Not run yet (UNIMPLEMENTED, naming the layer): the other kinds that sum over a band's rows
- * (dense, layer_norm), channels split together with bands, pooling windows overlapping in height
- * (several windows' gradients meet in a pixel across bands).
+ * an image's rows (conv2d's and dense's weight gradients over their output rows, batch_norm's,
+ * layer_norm's and global_average_pooling2d's sums over their input rows) keeps the bits when the
+ * band count is a power of two dividing the rows' height leaves (INVALID_ARGUMENT naming the sizes
+ * that do). Pooling windows overlapping in height keep them as they are (each pixel's gradient
+ * summed in the whole image's window order from a halo of dy, max_pool2d.c), and so does a
+ * conv2d's channel split on bands (check_inv_splits checks its size as without bands).
  */
 static mt_code check_inv_bands(const mt_spmd *s, mt_err *err)
 {
@@ -506,28 +506,10 @@ static mt_code check_inv_bands(const mt_spmd *s, mt_err *err)
         mt_code rc = MT_OK;
         if (l->hx < 0)
             continue;
-        if (kd == MT_LAYER_DENSE || kd == MT_LAYER_LAYER_NORM)
-            return mt_err_set(err, MT_UNIMPLEMENTED,
-                              "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
-                              "not run a %s on height bands yet (its gradients sum over the "
-                              "band's rows); make the bands whole first (flatten, "
-                              "global_average_pooling2d)",
-                              i, l->s.name, l->ops->type);
-        if (l->xf >= 0 || l->of >= 0 || l->kin >= 0 || l->kout >= 0)
-            return mt_err_set(err, MT_UNIMPLEMENTED,
-                              "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
-                              "not split channels together with height bands over '%s' yet",
-                              i, l->s.name, dim);
-        if ((kd == MT_LAYER_MAX_POOL2D || kd == MT_LAYER_AVERAGE_POOLING2D) && l->s.kh > l->s.sh)
-            return mt_err_set(err, MT_UNIMPLEMENTED,
-                              "model.layers[%d] (%s): reproducibility: \"mesh_invariant\" does "
-                              "not run pooling windows that overlap in height (pool_size %zu, "
-                              "strides %zu) on height bands over '%s' yet: several windows' "
-                              "gradients would meet in a pixel in another order",
-                              i, l->s.name, l->s.kh, l->s.sh, dim);
-        if (kd == MT_LAYER_CONV2D)
+        if (kd == MT_LAYER_CONV2D || kd == MT_LAYER_DENSE)
             rc = mt_repro_check_bands(i, l->s.name, l->out_shape[0], dim, p, err);
-        else if (kd == MT_LAYER_BATCH_NORM || kd == MT_LAYER_GLOBAL_AVERAGE_POOLING2D)
+        else if (kd == MT_LAYER_BATCH_NORM || kd == MT_LAYER_LAYER_NORM ||
+                 kd == MT_LAYER_GLOBAL_AVERAGE_POOLING2D)
             rc = mt_repro_check_bands(i, l->s.name, l->in_shape[0], dim, p, err);
         if (rc != MT_OK)
             return rc;

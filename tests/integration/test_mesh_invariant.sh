@@ -22,7 +22,9 @@
 #   a tied head; 16 positions) on batch=1,seq=2, batch=2,seq=2 and batch=1,seq=4 against
 #   batch=1,seq=1, 20 steps (position leaves); char_lm on split positions refused (attention).
 # * height bands: the Fashion-MNIST CNN spatial spec on batch=2,space=2 and batch=1,space=2 against
-#   batch=1,space=1, 10 steps (conv2d, pooling and batch norm in height leaves).
+#   batch=1,space=1, 10 steps (conv2d, pooling and batch norm in height leaves); likewise a
+#   ResNet-like stem (a 3x3 stride-2 max pool overlapping the bands, a dense per pixel, layer_norm),
+#   and the CNN spatial spec with conv channels over `model` together with the bands.
 # * the transformer kinds: examples/char_lm.json cut to 2 blocks, 32 wide, 16 positions (embedding,
 #   position_embedding, dropout, layer_norm, attention, gelu dense, adds; AdamW, global_clipnorm)
 #   on batch=1, 2, 4, its Megatron layouts (char_lm_tensor_parallel.json) and its residual
@@ -57,7 +59,8 @@ import json, sys
 src, ex, name = sys.argv[1:]
 base = {"fmnist": "fashion_mnist_mlp", "cnn": "fashion_mnist_cnn",
         "rescnn": "fashion_mnist_residual_cnn", "cnn_mp": "fashion_mnist_cnn",
-        "cnn_sp": "fashion_mnist_cnn_spatial",
+        "cnn_sp": "fashion_mnist_cnn_spatial", "stem_sp": "fashion_mnist_cnn_spatial",
+        "cnn_sp_ch": "fashion_mnist_cnn_spatial",
         "mp": "dtensor_mlp_model_parallel", "sp": "dtensor_mlp_spatial_parallel",
         "fmnist_mp": "fashion_mnist_mlp_model_parallel", "lm": "char_lm",
         "lm_tp": "char_lm_tensor_parallel",
@@ -79,6 +82,20 @@ if name == "cnn_mp":  # conv2d_1's filters over feature, conv2d_2's input channe
     # gather between them) and its filters over model (its dcols summed over model)
     s["layouts"] = {"conv2d_1\\.kernel": ["unsharded", "unsharded", "unsharded", "feature"],
                     "conv2d_2\\.kernel": ["unsharded", "unsharded", "feature", "model"]}
+if name == "stem_sp":  # a ResNet-like stem on bands: a 3x3 stride-2 max pool whose windows overlap
+    # across the bands (26 rows in bands of 13 -> 12 rows), a dense per pixel and a layer_norm
+    s["model"]["layers"] = [
+        {"type": "conv2d", "filters": 8, "kernel_size": 3, "use_bias": False},
+        {"type": "batch_norm"}, {"type": "activation", "activation": "relu"},
+        {"type": "max_pool2d", "pool_size": 3, "strides": 2},
+        {"type": "conv2d", "filters": 8, "kernel_size": 3, "padding": "same",
+         "activation": "relu"},
+        {"type": "dense", "units": 8, "activation": "tanh"}, {"type": "layer_norm"},
+        {"type": "flatten"}, {"type": "dense", "units": 10}]
+if name == "cnn_sp_ch":  # channels split together with the bands: conv2d_2's filters over `model`
+    # (batch norm and relu on channel-sharded bands), conv2d_3 contracting them (no gather)
+    s["layouts"] = {"conv2d_2\\.kernel": ["unsharded", "unsharded", "unsharded", "model"],
+                    "conv2d_3\\.kernel": ["unsharded", "unsharded", "model", "unsharded"]}
 if name == "fsdp_keep":
     s["fsdp"] = {"reshard_after_forward": False}
 if name == "lm_fs":  # the residual stream's features over `model` (its layer norms split)
@@ -226,6 +243,16 @@ against() {
 }
 against cnn_sp 10 batch=1,space=1 batch=2,space=2 batch=1,space=2
 log "cnn_sp: batch=2,space=2 and batch=1,space=2 byte-identical to batch=1,space=1 after 10 steps"
+# and a ResNet-like stem: conv2d "valid" and batch_norm over 26 rows, a 3x3 stride-2 max pool whose
+# windows overlap across the bands (dx from a halo of dy), a conv2d, a per-pixel dense and a
+# layer_norm over 12 rows (their gradients in height leaves), flatten, dense
+against stem_sp 10 batch=1,space=1 batch=2,space=2 batch=1,space=2
+log "stem_sp: batch=2,space=2 and batch=1,space=2 byte-identical to batch=1,space=1 after 10 steps"
+# and the CNN spatial spec with conv channels split together with the bands (the filters of
+# conv2d_2 and the input channels of conv2d_3 over `model`) gives cnn_sp's bits on one device
+variant cnn_sp_ch
+same_bits cnn_sp_ch 10 cnn_sp-batch-1_space-1 batch=1,space=2,model=2 batch=2,space=2,model=2
+log "cnn_sp_ch: batch=1,space=2,model=2 and batch=2,space=2,model=2 byte-identical to cnn_sp on batch=1,space=1 after 10 steps"
 
 # sequence parallelism: a sequence model without attention (embeddings, a gelu dense, layer_norm,
 # a head tied to the token table) with its 16 positions over `seq` (8 position leaves in the

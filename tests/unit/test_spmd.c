@@ -596,12 +596,14 @@ static char *source_file(const char *rel)
  * through batch_norm and relu), c2 contracting those channels (partial sums over model), c3's
  * filters again, c4 with a whole kernel (the sharded band allgathered before its halo), c5
  * contracting a whole input's channels (sliced); biases on c3 and c5 (added after the sum). */
-#define CONV_CH_BANDS_SPEC                                                                         \
+#define CONV_CH_BANDS_SPEC CONV_CH_BANDS_SPEC_L("c[13]", "c[25]")
+/* fl: the kernels whose filters are over model, kl: those whose input channels are */
+#define CONV_CH_BANDS_SPEC_L(fl, kl)                                                               \
     "{\"seed\":9,\"batch_size\":8,\"optimizer\":{\"name\":\"sgd\",\"momentum\":0.9},"              \
     "\"learning_rate\":0.05,\"mesh\":{\"batch\":2,\"space\":2,\"model\":2},"                       \
     "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
-    "\"layouts\":{\"c[13]\\\\.kernel\":[\"unsharded\",\"unsharded\",\"unsharded\",\"model\"],"     \
-    "\"c[25]\\\\.kernel\":[\"unsharded\",\"unsharded\",\"model\",\"unsharded\"]},"                 \
+    "\"layouts\":{\"" fl "\\\\.kernel\":[\"unsharded\",\"unsharded\",\"unsharded\",\"model\"],"    \
+    "\"" kl "\\\\.kernel\":[\"unsharded\",\"unsharded\",\"model\",\"unsharded\"]},"                \
     "\"model\":{\"input_shape\":[8,6,2],\"layers\":["                                              \
     "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
     "\"use_bias\":false,\"name\":\"c1\"},{\"type\":\"batch_norm\"},"                               \
@@ -820,6 +822,82 @@ static void inv_same_bits(const char *json, const char *const *meshes, int nm, i
     "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\"},"                  \
     "{\"type\":\"batch_norm\"},{\"type\":\"global_average_pooling2d\"},"                           \
     "{\"type\":\"dense\",\"units\":3}]}}"
+/* A ResNet-like stem on bands of 9 rows (issue 18): conv2d and batch_norm over 18 rows, a 3x3
+ * stride-2 pool (POOL: max_pool2d or average_pooling2d) whose windows overlap across the bands
+ * (row 8 is read by output rows 3 and 4 of bands 0 and 1), a conv2d, a dense per pixel and a
+ * layer_norm over 8 rows (8 height leaves: their gradients in height leaves), then a head. */
+#define STEM_BANDS_SPEC(pool)                                                                      \
+    "{\"seed\":11,\"batch_size\":8,\"optimizer\":{\"name\":\"sgd\",\"momentum\":0.9},"             \
+    "\"learning_rate\":0.05,\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"   \
+    "\"model\":{\"input_shape\":[18,6,2],\"layers\":["                                             \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"use_bias\":false},{\"type\":\"batch_norm\"},{\"type\":\"activation\",\"activation\":"       \
+    "\"relu\"},{\"type\":\"" pool "\",\"pool_size\":3,\"strides\":2},"                             \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\"},"                  \
+    "{\"type\":\"dense\",\"units\":5,\"activation\":\"tanh\"},{\"type\":\"layer_norm\"},"          \
+    "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]}}"
+/* Pooling windows of 5 rows at stride 4 over 20 rows (4 height leaves of the conv2d): on 4
+ * bands of 5 rows, output row k reads its band and its upper neighbour's last rows, and rows 4,
+ * 8, 12 are read by two windows of neighbouring bands; then a dense per pixel and a layer_norm
+ * over 4 rows on bands of one. */
+#define POOL4_BANDS_SPEC(pool)                                                                     \
+    "{\"seed\":12,\"batch_size\":8,\"optimizer\":\"adam\",\"learning_rate\":0.01,"                 \
+    "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"                          \
+    "\"model\":{\"input_shape\":[20,6,2],\"layers\":["                                             \
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"same\","                   \
+    "\"activation\":\"relu\"},{\"type\":\"" pool "\",\"pool_size\":[5,3],\"strides\":[4,1]},"      \
+    "{\"type\":\"dense\",\"units\":5},{\"type\":\"layer_norm\"},"                                  \
+    "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]}}"
+/*
+ * mesh_invariant on height bands with pooling windows overlapping in height (each pixel's
+ * gradient summed in the whole image's window order from a halo of dy) and dense / layer_norm
+ * reading banded activations (their parameter gradients in height leaves, the bands' allreduce
+ * once per batch leaf): memcmp-identical weights, statistics and losses on every mesh that keeps
+ * the bits. Fails when a band adds its neighbours' partial sums of a pool's dx (the fixed_mesh
+ * halo backward) or when dense / layer_norm sum their gradients over the band's rows in one leaf.
+ */
+static void test_spmd_height_bands_mesh_invariant_pools_dense(void **state)
+{
+    static const char *const meshes[] = {"batch=1,space=1", "batch=2,space=2", "batch=1,space=2"};
+    static const char *const four[] = {"batch=1,space=1", "batch=2,space=2", "batch=1,space=4"};
+    size_t sshape[3] = {18, 6, 2}, pshape[3] = {20, 6, 2}, dshape[3] = {8, 6, 2};
+    int steps = sanitized() ? 1 : 3;
+    data st = gen_data(64, 18 * 6 * 2, 3, 28), po = gen_data(64, 20 * 6 * 2, 3, 29),
+         dl = gen_data(64, 8 * 6 * 2, 3, 30), ov = gen_data(64, 18 * 6 * 2, 3, 24);
+    (void)state;
+    inv_same_bits(STEM_BANDS_SPEC("max_pool2d"), meshes, 3, 3, sshape, &st, steps);
+    inv_same_bits(STEM_BANDS_SPEC("average_pooling2d"), meshes, 3, 3, sshape, &st, steps);
+    inv_same_bits(OVERLAP_SPEC, meshes, 3, 3, sshape, &ov, steps);
+    inv_same_bits(POOL4_BANDS_SPEC("max_pool2d"), four, 3, 3, pshape, &po, steps);
+    inv_same_bits(POOL4_BANDS_SPEC("average_pooling2d"), four, 3, 3, pshape, &po, steps);
+    inv_same_bits(DENSE_LN_BANDS_SPEC, four, 3, 3, dshape, &dl, steps);
+    data_free(&st);
+    data_free(&po);
+    data_free(&dl);
+    data_free(&ov);
+}
+
+/*
+ * mesh_invariant with conv2d channels split together with height bands: CONV_CH_BANDS_SPEC (c1's
+ * and c3's filters over model, c2's and c5's input channels over model, c4 a whole kernel reading
+ * a channel-sharded band; batch norm and relu on channel-sharded bands; then c5's filters over
+ * model too, into global average pooling) on 1, 2 and 4 bands with model=1 and 2: memcmp-identical
+ * weights, statistics, losses and state digest. Fails when a banded conv2d's dcols are not summed
+ * over the filters' dim before its col2im.
+ */
+static void test_spmd_height_bands_mesh_invariant_channels(void **state)
+{
+    static const char *const meshes[] = {"batch=1,space=1,model=1", "batch=2,space=2,model=2",
+                                         "batch=1,space=4,model=2", "batch=1,space=2,model=1"};
+    size_t shape[3] = {8, 6, 2};
+    data d = gen_data(64, 8 * 6 * 2, 3, 26);
+    (void)state;
+    inv_same_bits(CONV_CH_BANDS_SPEC, meshes, 4, 3, shape, &d, sanitized() ? 1 : 3);
+    /* c5's filters over model too: global average pooling of channel-sharded bands */
+    inv_same_bits(CONV_CH_BANDS_SPEC_L("c[135]", "c2"), meshes, 4, 3, shape, &d, 2);
+    data_free(&d);
+}
+
 static void test_spmd_height_bands_mesh_invariant(void **state)
 {
     static const char *const meshes[] = {"batch=1,space=1", "batch=2,space=2", "batch=1,space=2",
@@ -1024,10 +1102,12 @@ static void test_spmd_seq_mesh_invariant_errors(void **state)
     mt_free(c);
 }
 
-/* What mesh_invariant refuses on height bands, naming the layer and the sizes. */
+/* What mesh_invariant refuses on height bands, naming the layer and the sizes: a band count that
+ * does not divide a conv2d's or a dense layer's height leaves (INVALID_ARGUMENT); overlapping
+ * pooling windows run. */
 static void test_spmd_height_bands_mesh_invariant_errors(void **state)
 {
-    size_t small[3] = {8, 8, 1}, six[3] = {6, 6, 1}, dln[3] = {8, 6, 2};
+    size_t small[3] = {8, 8, 1}, six[3] = {6, 6, 1};
     char *a = invariant_spec(IMG8_SPEC("{\"type\":\"max_pool2d\",\"pool_size\":3,\"strides\":1},"
                                        "{\"type\":\"max_pool2d\",\"pool_size\":3}," FLAT_HEAD,
                                        ",\"mesh\":{\"batch\":1,\"space\":2}"));
@@ -1037,20 +1117,29 @@ static void test_spmd_height_bands_mesh_invariant_errors(void **state)
         "\"mesh\":{\"batch\":1,\"space\":3},\"model\":{\"input_shape\":[6,6,1],\"layers\":["
         "{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":3,\"padding\":\"same\"}," FLAT_HEAD
         "]}}");
-    char *c = invariant_spec(DENSE_LN_BANDS_SPEC);
+    char *c = invariant_spec(
+        "{\"seed\":3,\"batch_size\":16,\"optimizer\":\"sgd\",\"learning_rate\":0.05,"
+        "\"input_layout\":[\"batch\",\"space\",\"unsharded\",\"unsharded\"],"
+        "\"mesh\":{\"batch\":1,\"space\":3},\"model\":{\"input_shape\":[6,6,1],\"layers\":["
+        "{\"type\":\"dense\",\"units\":2}," FLAT_HEAD "]}}");
+    mt_spmd *s = NULL;
+    mt_err err = MT_ERR_INIT;
+    job j;
     (void)state;
-    expect_new_error_shape(a, NULL, 3, small, MT_UNIMPLEMENTED,
-                           "model.layers[0] (max_pool2d_1): reproducibility: \"mesh_invariant\" "
-                           "does not run pooling windows that overlap in height (pool_size 3, "
-                           "strides 1) on height bands over 'space' yet");
+    job_load(&j, a, NULL); /* overlapping windows (3 rows at stride 1) run */
+    if (mt_spmd_new(j.spec, job_mesh(&j), j.cfg.layouts, 3, small, 16, NULL, &s, &err) != MT_OK)
+        fail_msg("overlapping pooling windows on bands: %s", err.msg);
+    mt_spmd_free(s);
+    job_free(&j);
     expect_new_error_shape(b, NULL, 3, six, MT_INVALID_ARGUMENT,
                            "model.layers[0] (conv2d_1): reproducibility: \"mesh_invariant\" needs "
                            "mesh dimension 'space' (size 3), which cuts the image's 6 rows into "
                            "height bands, to be a power of two dividing its 2 height leaves "
                            "(sizes that keep the bits: 1, 2)");
-    expect_new_error_shape(c, NULL, 3, dln, MT_UNIMPLEMENTED,
-                           "model.layers[1] (dense_1): reproducibility: \"mesh_invariant\" does "
-                           "not run a dense on height bands yet");
+    expect_new_error_shape(c, NULL, 3, six, MT_INVALID_ARGUMENT,
+                           "model.layers[0] (dense_1): reproducibility: \"mesh_invariant\" needs "
+                           "mesh dimension 'space' (size 3), which cuts the image's 6 rows into "
+                           "height bands, to be a power of two dividing its 2 height leaves");
     mt_free(a);
     mt_free(b);
     mt_free(c);
@@ -2182,6 +2271,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spmd_height_bands_errors),
         cmocka_unit_test(test_spmd_height_bands_dense_channels),
         cmocka_unit_test(test_spmd_height_bands_mesh_invariant),
+        cmocka_unit_test(test_spmd_height_bands_mesh_invariant_pools_dense),
+        cmocka_unit_test(test_spmd_height_bands_mesh_invariant_channels),
         cmocka_unit_test(test_spmd_height_bands_mesh_invariant_errors),
         cmocka_unit_test(test_spmd_tied_head_mesh_invariant),
         cmocka_unit_test(test_spmd_seq_mesh_invariant),
