@@ -1934,6 +1934,7 @@ static void *dev_main(void *arg)
     uint64_t seen = 0;
     int budget = SPIN_US;
 
+    pthread_setname_np(pthread_self(), "mt-dev");
     for (;;) {
         job_kind job;
         if (!spin_while(&s->gen, seen, true, &budget)) {
