@@ -16,12 +16,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 bench_blas_env
 bench_workdir cpu
 bench_coordinator "$B"
-for i in $(seq "$NW"); do
-    "$B/meshtrain-worker" --coordinator "$URL" --devices "$DEV" --name "c$i" \
-        --data-root /usr/share/datasets ${JOB_DATA_DIR:+--data-root "$JOB_DATA_DIR"} \
-        2>>"$T/workers.log" &
-    PIDS+=($!)
-done
+bench_workers "$B" "$NW" "$DEV" c
 for i in $(seq 201); do
     [ "$(mt workers --state alive --json | grep -c '"worker_id"')" = "$NW" ] && break
     [ "$i" = 201 ] && { echo "workers did not register:" >&2; cat "$T/workers.log" >&2; exit 1; }

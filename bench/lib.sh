@@ -3,7 +3,7 @@
 #   bench_blas_env    one OpenBLAS thread per process, and OPENBLAS_CORETYPE from the CPU flags
 #                     unless the caller set it (Debian's OpenBLAS 0.3.21 misdetects some CPUs)
 #   bench_workdir     a temporary directory T and the processes PIDS, both gone at exit
-#   bench_coordinator a local coordinator (URL) and mt, its CLI; bench_wait_workers N
+#   bench_coordinator a local coordinator (URL) and mt, its CLI; bench_workers, bench_wait_workers N
 #   BENCH_AWK_MEDIAN  an awk function med(s): the median of the space-separated numbers in s;
 #                     prepend it to an awk program: awk "$BENCH_AWK_MEDIAN"'{ ... med(x) ... }'
 bench_blas_env() {
@@ -42,6 +42,17 @@ bench_coordinator() {
     URL=$(sed 's/.*"rpc": "\([^"]*\)".*/\1/' "$T/state/endpoints.json")
 }
 mt() { "$BENCH_BUILD/meshtrain" --coordinator "$URL" "$@"; }
+# bench_workers BUILD N DEVICES PREFIX: N workers of DEVICES devices named PREFIX1.. (data roots:
+# /usr/share/datasets and JOB_DATA_DIR when set; log $T/workers.log), their pids in PIDS
+bench_workers() {
+    local i
+    for i in $(seq "$2"); do
+        "$1/meshtrain-worker" --coordinator "$URL" --devices "$3" --name "$4$i" \
+            --data-root /usr/share/datasets ${JOB_DATA_DIR:+--data-root "$JOB_DATA_DIR"} \
+            2>>"$T/workers.log" &
+        PIDS+=($!)
+    done
+}
 # bench_wait_workers N: return once N workers are alive; after 20 s say so and exit 1
 bench_wait_workers() {
     for _ in $(seq 200); do

@@ -1030,6 +1030,7 @@ static void *run_main(void *arg)
     co.connect_timeout_ms = t->rpc_timeout_ms;
     co.tls = t->tls;
     mt_log_set_thread_tag(r->job_id);
+    pthread_setname_np(pthread_self(), "mt-task"); /* runs the job's only device, if one */
     /* a coordinator restarting just as it assigned the task is not a lost peer: keep dialing */
     for (double until = now_s() + CKPT_RETRY_S;;) {
         rc = mt_rpc_client_open(&co, &r->cli, &err);

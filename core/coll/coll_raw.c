@@ -773,6 +773,8 @@ static void *conn_main(void *arg)
     unsigned char hb[COLL_HDR_SIZE];
     /* before the handshake: a driver may take the connection as soon as it is authenticated */
     int ok = (k->scratch = mt_malloc(RAW_SCRATCH + 4)) != NULL;
+
+    pthread_setname_np(pthread_self(), "mt-coll-rd"); /* for top -H, perf, bench/step_threads.sh */
     if (!ok)
         mt_log_error("coll: out of memory for a receive buffer; dropping the connection");
     ok = ok && conn_handshake(k) == 0;
@@ -905,6 +907,8 @@ static int drop_oldest_handshake(coll_raw *r)
 static void *acc_main(void *arg)
 {
     coll_raw *r = arg;
+
+    pthread_setname_np(pthread_self(), "mt-coll-acc");
     while (!atomic_load(&r->closing)) {
         struct pollfd p = {.fd = r->lfd, .events = POLLIN};
         if (poll(&p, 1, 50) <= 0)

@@ -264,6 +264,7 @@ static void *producer(void *arg)
 {
     mt_data_pipeline *p = arg;
 
+    pthread_setname_np(pthread_self(), "mt-data");
     pthread_mutex_lock(&p->mu);
     while (!p->quit) {
         if (!claimable(p)) {

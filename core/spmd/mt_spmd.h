@@ -345,6 +345,18 @@ mt_code mt_spmd_save_gathered(mt_spmd *s, const char *path, const mt_spmd_positi
 mt_code mt_spmd_flag_any(mt_spmd *s, bool mine, bool *any, mt_err *err);
 
 /*
+ * Before the first step of a run over processes (the next step is `step`: 0, or a resume's):
+ * one agreement over every rank, so that connecting the data plane and waiting for the slowest
+ * process happen here and not inside that step's time. Tagged (step, MT_SPMD_START_SEQ) — the
+ * step's own number, so stall diagnoses and the test stall hook see step `step`, and a sequence
+ * number no collective of a step uses. Every process calls it at the same point. Blocks. Codes:
+ * the collectives' (DEADLINE_EXCEEDED naming the missing rank, UNAVAILABLE, ...),
+ * RESOURCE_EXHAUSTED.
+ */
+#define MT_SPMD_START_SEQ 0xFFFFFFFFu
+mt_code mt_spmd_start_together(mt_spmd *s, uint64_t step, mt_err *err);
+
+/*
  * Restore from a checkpoint saved on ANY mesh and layout: each device reads only its slices
  * (mt_ckpt_read_slice; in a multi-process world, only this process's devices). pos (may be NULL)
  * receives the stored position. Codes: mt_ckpt_open's (NOT_FOUND, DATA_LOSS naming the tensor ...),

@@ -1905,6 +1905,7 @@ static void *dev_main(void *arg)
     uint64_t seen = 0;
     int budget = SPIN_US;
 
+    pthread_setname_np(pthread_self(), "mt-dev");
     for (;;) {
         job_kind job;
         if (!spin_while(&s->gen, seen, true, &budget)) {
@@ -3186,7 +3187,8 @@ mt_code mt_spmd_digest_world(mt_spmd *s, mt_digest *out, bool *have, mt_err *err
     return MT_OK;
 }
 
-mt_code mt_spmd_flag_any(mt_spmd *s, bool mine, bool *any, mt_err *err)
+/* One agreement over every rank (a 1-float allreduce of the flags) tagged `call`. */
+static mt_code agree_all(mt_spmd *s, mt_coll_call call, bool mine, bool *any, mt_err *err)
 {
     int *all = mt_calloc((size_t)s->ndev, sizeof(int));
     mt_code rc;
@@ -3198,10 +3200,21 @@ mt_code mt_spmd_flag_any(mt_spmd *s, bool mine, bool *any, mt_err *err)
         all[p] = p;
     s->jgroup = all;
     s->jflag = mine ? 1.0f : 0.0f;
-    s->jcall = (mt_coll_call){AGREE_TAG + s->nagree++, 0, 0};
+    s->jcall = call;
     rc = run_job(s, JOB_AGREE, err);
     if (rc == MT_OK)
         *any = s->devs[s->first_local].flag > 0.0f;
     mt_free(all);
     return rc;
+}
+
+mt_code mt_spmd_flag_any(mt_spmd *s, bool mine, bool *any, mt_err *err)
+{
+    return agree_all(s, (mt_coll_call){AGREE_TAG + s->nagree++, 0, 0}, mine, any, err);
+}
+
+mt_code mt_spmd_start_together(mt_spmd *s, uint64_t step, mt_err *err)
+{
+    bool any;
+    return agree_all(s, (mt_coll_call){step, MT_SPMD_START_SEQ, 0}, false, &any, err);
 }

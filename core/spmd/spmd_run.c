@@ -424,6 +424,34 @@ static mt_code run_progress(void *ctx, const mt_train_progress *p)
     return rc != MT_OK ? rc : arc;
 }
 
+/*
+ * Before the first timed step (`step`) of a job over processes: one agreement
+ * (mt_spmd_start_together, a 1-float allreduce over every rank) so that connecting the data plane
+ * (dial, handshake, shared-memory rings) and waiting for the slowest process to get its assignment,
+ * load its data and build its trainer happen here, not inside step 1, whose time counts in
+ * examples_per_sec: a 2-process job of 300 small steps lost 10-45 % of its reported rate to them
+ * (docs/benchmarks.md, issue 20). Every process calls it at the same point (after a resume's
+ * restore), so the collectives stay matched; it changes no number. A process that never comes fails
+ * it at the collective deadline, as step 1 did.
+ */
+static mt_code start_together(run_ctx *r, int64_t step, mt_err *err)
+{
+    mt_coll_world *w = r->o->world;
+    int64_t t0 = mt_clock_mono_us();
+    bool remote = false;
+    mt_code rc;
+
+    for (int i = 0; w != NULL && i < mt_coll_world_size(w) && !remote; i++)
+        remote = mt_coll_world_comm(w, i) == NULL;
+    if (!remote)
+        return MT_OK; /* one process: nothing to wait for */
+    rc = mt_spmd_start_together(r->s, (uint64_t)step, err);
+    if (rc == MT_OK)
+        mt_log_info("data plane connected, every process ready to train (waited %.0f ms)",
+                    (double)(mt_clock_mono_us() - t0) / 1e3);
+    return rc;
+}
+
 /* Write the checkpoint of position (step, epoch, pos), or the best one; only the process holding
  * rank 0 writes (all take part in a gather). */
 static mt_code save_ckpt(run_ctx *r, int64_t step, int64_t epoch, size_t pos, bool best,
@@ -569,6 +597,8 @@ mt_code mt_spmd_run_data(const mt_job_spec *spec, const mt_mesh *mesh, const mt_
     }
     be.ctx = &r;
     agree = stop_needs_agreement(&r);
+    if ((rc = start_together(&r, start.step, err)) != MT_OK)
+        goto done;
     rc = mt_train_loop(spec, &topt, train, val, test, &be, o->resume != NULL ? &start : NULL,
                        agree ? run_progress : progress, agree ? (void *)&r : ctx, res, err);
     /* stopped by progress (cancel, shutdown): checkpoint the last step when asked to (with
@@ -880,6 +910,8 @@ mt_code mt_spmd_run_pipeline(const mt_job_spec *spec, const cJSON *dataset, cons
         mt_log_info("resumed %s at step %lld (epoch %lld, example %llu)", o->resume,
                     (long long)step, (long long)e0 + 1, (unsigned long long)p.input_position);
     }
+    if ((rc = start_together(&r, step, err)) != MT_OK)
+        goto done;
     per_epoch = mt_data_pipeline_steps(in.pipe);
     if (per_epoch == 0) {
         rc = mt_err_set(err, MT_INVALID_ARGUMENT, "dataset: the training set is empty");
