@@ -37,22 +37,39 @@ static float fold(float *part, int count)
     return part[0];
 }
 
-void mt_repro_gemm_ref(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
-                       size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains)
+/* The terms of chain t: runs u < rs->nrun of rs->len consecutive q from t * rs->tstep + u *
+ * rs->rstep, in that order (mt_repro_gemm_runs); a plain product is one run of k / chains. */
+static mt_repro_runs plain_runs(size_t k, int chains)
 {
     size_t kc = k / (size_t)chains;
+    return (mt_repro_runs){kc, 1, 0, kc};
+}
+
+static void gemm_ref_runs(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                          const float *b, size_t ldb, const float *bias, size_t m, size_t n,
+                          const mt_repro_runs *rs, int chains)
+{
     float part[MT_REPRO_MAX_LEAVES];
 
     for (size_t i = 0; i < m; i++)
         for (size_t j = 0; j < n; j++) {
             for (int t = 0; t < chains; t++) {
                 float s = 0.0f;
-                for (size_t q = (size_t)t * kc; q < (size_t)(t + 1) * kc; q++)
-                    s = fmaf(a[i * ars + q * acs], b[q * ldb + j], s);
+                for (size_t u = 0; u < rs->nrun; u++)
+                    for (size_t q = (size_t)t * rs->tstep + u * rs->rstep, e = q + rs->len; q < e;
+                         q++)
+                        s = fmaf(a[i * ars + q * acs], b[q * ldb + j], s);
                 part[t] = s;
             }
             c[i * ldc + j] = bias != NULL ? fold(part, chains) + bias[j] : fold(part, chains);
         }
+}
+
+void mt_repro_gemm_ref(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
+                       size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains)
+{
+    mt_repro_runs rs = plain_runs(k, chains);
+    gemm_ref_runs(c, ldc, a, ars, acs, b, ldb, bias, m, n, &rs, chains);
 }
 
 #ifdef MT_REPRO_AVX2
@@ -123,7 +140,7 @@ AVX2_FN static inline __m256i lanes(size_t w)
 
 /*
  * One tile: rows [0, mr) (mr <= TM; the missing rows reread row 0 and are not stored), columns
- * [0, nr) (nr <= TN; full: nr == TN, plain loads), contraction [0, chains * kc). Each lane is one
+ * [0, nr) (nr <= TN; full: nr == TN, plain loads), the chains' terms as rs says. Each lane is one
  * element's chain (the accumulators are named variables, so they stay in registers), so the
  * arithmetic is mt_repro_gemm_ref's whatever the tile. The chains fold as they end (a binary
  * counter of complete subtrees: chain t's sum is added to the held left subtrees of the levels
@@ -133,7 +150,8 @@ AVX2_FN static inline __m256i lanes(size_t w)
  */
 AVX2_FN __attribute__((always_inline)) static inline void
 tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b, size_t ldb,
-     const float *bias, size_t mr, size_t nr, size_t kc, int chains, int full, int load)
+     const float *bias, size_t mr, size_t nr, const mt_repro_runs *rs, int chains, int full,
+     int load)
 {
     __m256 part[LEVELS][TM][2];
     __m256i m0 = lanes(nr < 8 ? nr : 8), m1 = lanes(nr > 8 ? nr - 8 : 0);
@@ -149,12 +167,13 @@ tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *
     for (int t = 0; t < chains; t++) {
         int lv = 0;
         ROWS(ROW_START);
-        for (size_t q = (size_t)t * kc; q < (size_t)(t + 1) * kc; q++) {
-            const float *br = b + q * ldb;
-            __m256 b0 = full ? _mm256_loadu_ps(br) : _mm256_maskload_ps(br, m0);
-            __m256 b1 = full ? _mm256_loadu_ps(br + 8) : _mm256_maskload_ps(br + 8, m1);
-            ROWS(ROW_FMA);
-        }
+        for (size_t u = 0; u < rs->nrun; u++)
+            for (size_t q = (size_t)t * rs->tstep + u * rs->rstep, e = q + rs->len; q < e; q++) {
+                const float *br = b + q * ldb;
+                __m256 b0 = full ? _mm256_loadu_ps(br) : _mm256_maskload_ps(br, m0);
+                __m256 b1 = full ? _mm256_loadu_ps(br + 8) : _mm256_maskload_ps(br + 8, m1);
+                ROWS(ROW_FMA);
+            }
         for (; (t >> lv) & 1; lv++)
             ROWS(ROW_FOLD);
         if (t + 1 < chains)
@@ -168,10 +187,10 @@ tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *
     ROWS(ROW_STORE);
 }
 
-/* Every tile of one pass over the contraction [0, chains * kc) of a and b (see gemm_avx2). */
+/* Every tile of one pass over the chains' terms (rs) of a and b (see gemm_avx2). */
 AVX2_FN static void tiles(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
                           const float *b, size_t ldb, const float *bias, size_t m, size_t n,
-                          size_t kc, int chains, int load)
+                          const mt_repro_runs *rs, int chains, int load)
 {
     /* The larger operand is read once: with more rows than columns (a conv2d's im2col rows) the
      * row panels go outside (a panel of a stays in L1 across the column blocks, b in L2),
@@ -185,10 +204,10 @@ AVX2_FN static void tiles(float *c, size_t ldc, const float *a, size_t ars, size
             size_t mr = m - i0 < TM ? m - i0 : TM, nr = n - j0 < TN ? n - j0 : TN;
             const float *bj = bias != NULL ? bias + j0 : NULL;
             if (nr == TN)
-                tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
+                tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, rs,
                      chains, 1, load);
             else
-                tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
+                tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, rs,
                      chains, 0, load);
         }
 }
@@ -201,15 +220,18 @@ AVX2_FN static void gemm_avx2(float *c, size_t ldc, const float *a, size_t ars, 
     /* One long chain (a weight gradient's rows: conv2d's im2col rows of a leaf) runs in K-blocks
      * of KB, each pass continuing every element's chain from c, so a tile reads KB rows of a and
      * b that stay in cache instead of walking all k of them; the bias is added after the last. */
+    mt_repro_runs rs;
     if (chains == 1 && k > 2 * KB) {
         for (size_t q0 = 0; q0 < k; q0 += KB) {
             size_t kb = k - q0 < KB ? k - q0 : KB;
+            rs = plain_runs(kb, 1);
             tiles(c, ldc, a + q0 * acs, ars, acs, b + q0 * ldb, ldb, q0 + kb == k ? bias : NULL, m,
-                  n, kb, 1, more || q0 > 0);
+                  n, &rs, 1, more || q0 > 0);
         }
         return;
     }
-    tiles(c, ldc, a, ars, acs, b, ldb, bias, m, n, k / (size_t)chains, chains, more);
+    rs = plain_runs(k, chains);
+    tiles(c, ldc, a, ars, acs, b, ldb, bias, m, n, &rs, chains, more);
 }
 
 static int have_avx2(void)
@@ -218,16 +240,30 @@ static int have_avx2(void)
 }
 #endif
 
-void mt_repro_gemm(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
-                   size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains)
+void mt_repro_gemm_runs(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                        const float *b, size_t ldb, const float *bias, size_t m, size_t n,
+                        const mt_repro_runs *rs, int chains)
 {
 #ifdef MT_REPRO_AVX2
     if (have_avx2()) {
-        gemm_avx2(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, chains, 0);
+        tiles(c, ldc, a, ars, acs, b, ldb, bias, m, n, rs, chains, 0);
         return;
     }
 #endif
-    mt_repro_gemm_ref(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, chains);
+    gemm_ref_runs(c, ldc, a, ars, acs, b, ldb, bias, m, n, rs, chains);
+}
+
+void mt_repro_gemm(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
+                   size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains)
+{
+    mt_repro_runs rs = plain_runs(k, chains);
+#ifdef MT_REPRO_AVX2
+    if (chains == 1 && k > 2 * KB && have_avx2()) { /* one long chain: in K-blocks */
+        gemm_avx2(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, 1, 0);
+        return;
+    }
+#endif
+    mt_repro_gemm_runs(c, ldc, a, ars, acs, b, ldb, bias, m, n, &rs, chains);
 }
 
 void mt_repro_gemm_more(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
