@@ -84,7 +84,7 @@ AVX2_FN static inline __m256i lanes(size_t w)
 /* One element chain step for tile row i: c<i>0, c<i>1 += a(i, q) * the two vectors of b's row q. */
 #define ROW_FMA(i)                                                                                 \
     do {                                                                                           \
-        __m256 av = _mm256_broadcast_ss(a##i + q * acs);                                           \
+        __m256 av = _mm256_broadcast_ss(a##i + aq);                                                \
         c##i##0 = _mm256_fmadd_ps(av, b0, c##i##0);                                                \
         c##i##1 = _mm256_fmadd_ps(av, b1, c##i##1);                                                \
     } while (0)
@@ -128,6 +128,15 @@ AVX2_FN static inline __m256i lanes(size_t w)
             _mm256_maskstore_ps(r##i + 8, m1, c##i##1);                                            \
         }                                                                                          \
     } while (0)
+/* The chain's next term q for every tile row: b's row q (br) times a(i, q) (a<i> + aq). */
+#define Q_STEP()                                                                                   \
+    do {                                                                                           \
+        __m256 b0 = full ? _mm256_loadu_ps(br) : _mm256_maskload_ps(br, m0);                       \
+        __m256 b1 = full ? _mm256_loadu_ps(br + 8) : _mm256_maskload_ps(br + 8, m1);               \
+        ROWS(ROW_FMA);                                                                             \
+        aq += acs;                                                                                 \
+        br += ldb;                                                                                 \
+    } while (0)
 #define ROWS(op)                                                                                   \
     do {                                                                                           \
         op(0);                                                                                     \
@@ -151,7 +160,7 @@ AVX2_FN static inline __m256i lanes(size_t w)
 AVX2_FN __attribute__((always_inline)) static inline void
 tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b, size_t ldb,
      const float *bias, size_t mr, size_t nr, const mt_repro_runs *rs, int chains, int full,
-     int load)
+     int load, size_t kl)
 {
     __m256 part[LEVELS][TM][2];
     __m256i m0 = lanes(nr < 8 ? nr : 8), m1 = lanes(nr > 8 ? nr - 8 : 0);
@@ -167,13 +176,17 @@ tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *
     for (int t = 0; t < chains; t++) {
         int lv = 0;
         ROWS(ROW_START);
-        for (size_t u = 0; u < rs->nrun; u++)
-            for (size_t q = (size_t)t * rs->tstep + u * rs->rstep, e = q + rs->len; q < e; q++) {
-                const float *br = b + q * ldb;
-                __m256 b0 = full ? _mm256_loadu_ps(br) : _mm256_maskload_ps(br, m0);
-                __m256 b1 = full ? _mm256_loadu_ps(br + 8) : _mm256_maskload_ps(br + 8, m1);
-                ROWS(ROW_FMA);
+        for (size_t u = 0; u < rs->nrun; u++) {
+            size_t q0 = (size_t)t * rs->tstep + u * rs->rstep, aq = q0 * acs;
+            const float *br = b + q0 * ldb;
+            size_t len = kl ? kl : rs->len, e = 0;
+            for (; e + 2 <= len; e += 2) { /* two terms a step: half the loop's overhead */
+                Q_STEP();
+                Q_STEP();
             }
+            if (e < len)
+                Q_STEP();
+        }
         for (; (t >> lv) & 1; lv++)
             ROWS(ROW_FOLD);
         if (t + 1 < chains)
@@ -203,12 +216,20 @@ AVX2_FN static void tiles(float *c, size_t ldc, const float *a, size_t ars, size
             size_t i0 = rows_out ? o : p, j0 = rows_out ? p : o;
             size_t mr = m - i0 < TM ? m - i0 : TM, nr = n - j0 < TN ? n - j0 : TN;
             const float *bj = bias != NULL ? bias + j0 : NULL;
-            if (nr == TN)
-                tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, rs,
-                     chains, 1, load);
+            /* the short runs (a contraction of a few terms a chain: conv2d's dcols over 16 or 32
+             * filters in 8 chains, its K-leaves of 2 or 4 channels) with their length known */
+#define TILE(full, kl)                                                                             \
+    tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, rs, chains,      \
+         full, load, kl)
+            if (nr == TN && rs->len == 2)
+                TILE(1, 2);
+            else if (nr == TN && rs->len == 4)
+                TILE(1, 4);
+            else if (nr == TN)
+                TILE(1, 0);
             else
-                tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, rs,
-                     chains, 0, load);
+                TILE(0, 0);
+#undef TILE
         }
 }
 
