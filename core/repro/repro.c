@@ -197,21 +197,6 @@ static void wb_result(float *dw, float *db, const mt_repro_acc *aw, const mt_rep
         memcpy(db, mt_repro_acc_result(ab), nb * sizeof(float));
 }
 
-/* t (cols x rows) = s (rows x cols) transposed, in blocks of TB x TB that stay in cache (a row at
- * a time, the writes a column apart, missed the cache at every float for a 784 x 128 kernel). */
-#define TB 16
-static void transpose(float *restrict t, const float *restrict s, size_t rows, size_t cols)
-{
-    for (size_t i0 = 0; i0 < rows; i0 += TB)
-        for (size_t j0 = 0; j0 < cols; j0 += TB) {
-            size_t i1 = i0 + TB < rows ? i0 + TB : rows, j1 = j0 + TB < cols ? j0 + TB : cols;
-            for (size_t i = i0; i < i1; i++)
-                for (size_t j = j0; j < j1; j++)
-                    t[j * rows + i] = s[i * cols + j];
-        }
-}
-#undef TB
-
 void mt_repro_dense_forward(float *y, const float *x, const float *w, const float *b, size_t rows,
                             size_t in, size_t out, int kl)
 {
@@ -240,7 +225,9 @@ void mt_repro_dense_backward(float *dx, float *dw, float *db, float *wt, const f
                              mt_repro_acc *acc_b)
 {
     if (dx != NULL && rows > 0) {
-        transpose(wt, w, in, out);
+        for (size_t k = 0; k < in; k++)
+            for (size_t j = 0; j < out; j++)
+                wt[j * in + k] = w[k * out + j];
         mt_repro_gemm(dx, in, dy, out, 1, wt, in, NULL, rows, in, out, jl);
     }
     /* dw(k, j): per leaf the chain over its rows of x(row, k) * dy(row, j), the leaves folded in
@@ -693,7 +680,9 @@ void mt_repro_conv2d_dcols(float *dcols, float *scr, const float *dy, const floa
     (void)lc; /* dcols' columns in im2col's order whatever the K-leaves */
     if (rows == 0)
         return;
-    transpose(scr, w, k, f); /* w^T */
+    for (size_t q = 0; q < k; q++) /* w^T */
+        for (size_t j = 0; j < f; j++)
+            scr[j * k + q] = w[q * f + j];
     mt_repro_gemm(dcols, k, dy, f, 1, scr, k, NULL, rows, k, f, jl);
 }
 

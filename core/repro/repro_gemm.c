@@ -37,14 +37,7 @@ static float fold(float *part, int count)
     return part[0];
 }
 
-/* The terms of chain t: runs u < rs->nrun of rs->len consecutive q from t * rs->tstep + u *
- * rs->rstep, in that order (mt_repro_gemm_runs); a plain product is one run of k / chains. */
-static mt_repro_runs plain_runs(size_t k, int chains)
-{
-    size_t kc = k / (size_t)chains;
-    return (mt_repro_runs){kc, 1, 0, kc};
-}
-
+/* The portable product with chain t's terms in runs (mt_repro_gemm_runs; NULL: plain). */
 static void gemm_ref_runs(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
                           const float *b, size_t ldb, const float *bias, size_t m, size_t n,
                           const mt_repro_runs *rs, int chains)
@@ -68,8 +61,9 @@ static void gemm_ref_runs(float *c, size_t ldc, const float *a, size_t ars, size
 void mt_repro_gemm_ref(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
                        size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains)
 {
-    mt_repro_runs rs = plain_runs(k, chains);
-    gemm_ref_runs(c, ldc, a, ars, acs, b, ldb, bias, m, n, &rs, chains);
+    size_t kc = k / (size_t)chains;
+    mt_repro_runs plain = {kc, 1, 0, kc};
+    gemm_ref_runs(c, ldc, a, ars, acs, b, ldb, bias, m, n, &plain, chains);
 }
 
 #ifdef MT_REPRO_AVX2
@@ -81,10 +75,11 @@ AVX2_FN static inline __m256i lanes(size_t w)
     return _mm256_loadu_si256((const __m256i *)(tbl + 8 - w));
 }
 
-/* One element chain step for tile row i: c<i>0, c<i>1 += a(i, q) * the two vectors of b's row q. */
+/* One element chain step for tile row i: c<i>0, c<i>1 += a(i, q) (a<i> + qa, qa = q * acs) * the
+ * two vectors of b's row q (Q_TERM). */
 #define ROW_FMA(i)                                                                                 \
     do {                                                                                           \
-        __m256 av = _mm256_broadcast_ss(a##i + aq);                                                \
+        __m256 av = _mm256_broadcast_ss(a##i + qa);                                                \
         c##i##0 = _mm256_fmadd_ps(av, b0, c##i##0);                                                \
         c##i##1 = _mm256_fmadd_ps(av, b1, c##i##1);                                                \
     } while (0)
@@ -128,14 +123,14 @@ AVX2_FN static inline __m256i lanes(size_t w)
             _mm256_maskstore_ps(r##i + 8, m1, c##i##1);                                            \
         }                                                                                          \
     } while (0)
-/* The chain's next term q for every tile row: b's row q (br) times a(i, q) (a<i> + aq). */
-#define Q_STEP()                                                                                   \
+/* Chain term q for every tile row: b's row q times a(i, q). */
+#define Q_TERM(q)                                                                                  \
     do {                                                                                           \
+        size_t qa = (q)*acs;                                                                       \
+        const float *br = b + (q)*ldb;                                                             \
         __m256 b0 = full ? _mm256_loadu_ps(br) : _mm256_maskload_ps(br, m0);                       \
         __m256 b1 = full ? _mm256_loadu_ps(br + 8) : _mm256_maskload_ps(br + 8, m1);               \
         ROWS(ROW_FMA);                                                                             \
-        aq += acs;                                                                                 \
-        br += ldb;                                                                                 \
     } while (0)
 #define ROWS(op)                                                                                   \
     do {                                                                                           \
@@ -149,7 +144,8 @@ AVX2_FN static inline __m256i lanes(size_t w)
 
 /*
  * One tile: rows [0, mr) (mr <= TM; the missing rows reread row 0 and are not stored), columns
- * [0, nr) (nr <= TN; full: nr == TN, plain loads), the chains' terms as rs says. Each lane is one
+ * [0, nr) (nr <= TN; full: nr == TN, plain loads), contraction [0, chains * kc) (rs given: the
+ * chains' terms in runs, mt_repro_gemm_runs; the plain loop stays for the others). Each lane is one
  * element's chain (the accumulators are named variables, so they stay in registers), so the
  * arithmetic is mt_repro_gemm_ref's whatever the tile. The chains fold as they end (a binary
  * counter of complete subtrees: chain t's sum is added to the held left subtrees of the levels
@@ -159,8 +155,8 @@ AVX2_FN static inline __m256i lanes(size_t w)
  */
 AVX2_FN __attribute__((always_inline)) static inline void
 tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b, size_t ldb,
-     const float *bias, size_t mr, size_t nr, const mt_repro_runs *rs, int chains, int full,
-     int load, size_t kl)
+     const float *bias, size_t mr, size_t nr, size_t kc, const mt_repro_runs *rs, int chains,
+     int full, int load)
 {
     __m256 part[LEVELS][TM][2];
     __m256i m0 = lanes(nr < 8 ? nr : 8), m1 = lanes(nr > 8 ? nr - 8 : 0);
@@ -176,17 +172,13 @@ tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *
     for (int t = 0; t < chains; t++) {
         int lv = 0;
         ROWS(ROW_START);
-        for (size_t u = 0; u < rs->nrun; u++) {
-            size_t q0 = (size_t)t * rs->tstep + u * rs->rstep, aq = q0 * acs;
-            const float *br = b + q0 * ldb;
-            size_t len = kl ? kl : rs->len, e = 0;
-            for (; e + 2 <= len; e += 2) { /* two terms a step: half the loop's overhead */
-                Q_STEP();
-                Q_STEP();
-            }
-            if (e < len)
-                Q_STEP();
-        }
+        if (rs == NULL)
+            for (size_t q = (size_t)t * kc; q < (size_t)(t + 1) * kc; q++)
+                Q_TERM(q);
+        else
+            for (size_t u = 0; u < rs->nrun; u++)
+                for (size_t q = (size_t)t * rs->tstep + u * rs->rstep, e = q + rs->len; q < e; q++)
+                    Q_TERM(q);
         for (; (t >> lv) & 1; lv++)
             ROWS(ROW_FOLD);
         if (t + 1 < chains)
@@ -200,10 +192,13 @@ tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *
     ROWS(ROW_STORE);
 }
 
-/* Every tile of one pass over the chains' terms (rs) of a and b (see gemm_avx2). */
-AVX2_FN static void tiles(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
-                          const float *b, size_t ldb, const float *bias, size_t m, size_t n,
-                          const mt_repro_runs *rs, int chains, int load)
+/* Every tile of one pass over the contraction [0, chains * kc) of a and b (see gemm_avx2), or
+ * over the chains' runs (rs given). Inlined into tiles() and tiles_runs(), so the plain product's
+ * code is not the runs' (one function holding both tiles ran its K-blocks a fifth slower). */
+AVX2_FN __attribute__((always_inline)) static inline void
+tiles_any(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b, size_t ldb,
+          const float *bias, size_t m, size_t n, size_t kc, const mt_repro_runs *rs, int chains,
+          int load)
 {
     /* The larger operand is read once: with more rows than columns (a conv2d's im2col rows) the
      * row panels go outside (a panel of a stays in L1 across the column blocks, b in L2),
@@ -216,21 +211,27 @@ AVX2_FN static void tiles(float *c, size_t ldc, const float *a, size_t ars, size
             size_t i0 = rows_out ? o : p, j0 = rows_out ? p : o;
             size_t mr = m - i0 < TM ? m - i0 : TM, nr = n - j0 < TN ? n - j0 : TN;
             const float *bj = bias != NULL ? bias + j0 : NULL;
-            /* the short runs (a contraction of a few terms a chain: conv2d's dcols over 16 or 32
-             * filters in 8 chains, its K-leaves of 2 or 4 channels) with their length known */
-#define TILE(full, kl)                                                                             \
-    tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, rs, chains,      \
-         full, load, kl)
-            if (nr == TN && rs->len == 2)
-                TILE(1, 2);
-            else if (nr == TN && rs->len == 4)
-                TILE(1, 4);
-            else if (nr == TN)
-                TILE(1, 0);
+            if (nr == TN)
+                tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
+                     rs, chains, 1, load);
             else
-                TILE(0, 0);
-#undef TILE
+                tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
+                     rs, chains, 0, load);
         }
+}
+
+AVX2_FN static void tiles(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                          const float *b, size_t ldb, const float *bias, size_t m, size_t n,
+                          size_t kc, int chains, int load)
+{
+    tiles_any(c, ldc, a, ars, acs, b, ldb, bias, m, n, kc, NULL, chains, load);
+}
+
+AVX2_FN static void tiles_runs(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                               const float *b, size_t ldb, const float *bias, size_t m, size_t n,
+                               const mt_repro_runs *rs, int chains)
+{
+    tiles_any(c, ldc, a, ars, acs, b, ldb, bias, m, n, 0, rs, chains, 0);
 }
 
 /* more: one chain continued from c (mt_repro_gemm_more). */
@@ -241,18 +242,15 @@ AVX2_FN static void gemm_avx2(float *c, size_t ldc, const float *a, size_t ars, 
     /* One long chain (a weight gradient's rows: conv2d's im2col rows of a leaf) runs in K-blocks
      * of KB, each pass continuing every element's chain from c, so a tile reads KB rows of a and
      * b that stay in cache instead of walking all k of them; the bias is added after the last. */
-    mt_repro_runs rs;
     if (chains == 1 && k > 2 * KB) {
         for (size_t q0 = 0; q0 < k; q0 += KB) {
             size_t kb = k - q0 < KB ? k - q0 : KB;
-            rs = plain_runs(kb, 1);
             tiles(c, ldc, a + q0 * acs, ars, acs, b + q0 * ldb, ldb, q0 + kb == k ? bias : NULL, m,
-                  n, &rs, 1, more || q0 > 0);
+                  n, kb, 1, more || q0 > 0);
         }
         return;
     }
-    rs = plain_runs(k, chains);
-    tiles(c, ldc, a, ars, acs, b, ldb, bias, m, n, &rs, chains, more);
+    tiles(c, ldc, a, ars, acs, b, ldb, bias, m, n, k / (size_t)chains, chains, more);
 }
 
 static int have_avx2(void)
@@ -261,30 +259,36 @@ static int have_avx2(void)
 }
 #endif
 
-void mt_repro_gemm_runs(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
-                        const float *b, size_t ldb, const float *bias, size_t m, size_t n,
-                        const mt_repro_runs *rs, int chains)
+/* rs NULL: the plain product of k terms in chains (mt_repro_gemm), else mt_repro_gemm_runs. */
+static void product(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
+                    size_t ldb, const float *bias, size_t m, size_t n, size_t k,
+                    const mt_repro_runs *rs, int chains)
 {
+    size_t kc = k / (size_t)chains;
+    mt_repro_runs plain = {kc, 1, 0, kc};
 #ifdef MT_REPRO_AVX2
     if (have_avx2()) {
-        tiles(c, ldc, a, ars, acs, b, ldb, bias, m, n, rs, chains, 0);
+        if (rs == NULL)
+            gemm_avx2(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, chains, 0);
+        else
+            tiles_runs(c, ldc, a, ars, acs, b, ldb, bias, m, n, rs, chains);
         return;
     }
 #endif
-    gemm_ref_runs(c, ldc, a, ars, acs, b, ldb, bias, m, n, rs, chains);
+    gemm_ref_runs(c, ldc, a, ars, acs, b, ldb, bias, m, n, rs != NULL ? rs : &plain, chains);
 }
 
 void mt_repro_gemm(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
                    size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains)
 {
-    mt_repro_runs rs = plain_runs(k, chains);
-#ifdef MT_REPRO_AVX2
-    if (chains == 1 && k > 2 * KB && have_avx2()) { /* one long chain: in K-blocks */
-        gemm_avx2(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, 1, 0);
-        return;
-    }
-#endif
-    mt_repro_gemm_runs(c, ldc, a, ars, acs, b, ldb, bias, m, n, &rs, chains);
+    product(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, NULL, chains);
+}
+
+void mt_repro_gemm_runs(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                        const float *b, size_t ldb, const float *bias, size_t m, size_t n,
+                        const mt_repro_runs *rs, int chains)
+{
+    product(c, ldc, a, ars, acs, b, ldb, bias, m, n, 0, rs, chains);
 }
 
 void mt_repro_gemm_more(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
