@@ -113,6 +113,18 @@ void mt_repro_gemm_ref(float *c, size_t ldc, const float *a, size_t ars, size_t 
  * changes no bit); both paths (AVX2, portable) give the same bits. */
 void mt_repro_gemm_more(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
                         const float *b, size_t ldb, size_t m, size_t n, size_t k);
+/* mt_repro_gemm whose chain t's terms are not one run of consecutive q but nrun runs of len
+ * consecutive q each, run u from q = t * tstep + u * rstep, fma'd in that order (every q < the
+ * operands' extent; mt_repro_gemm is tstep = len = k / chains, nrun = 1). conv2d's K-leaves over
+ * the im2col columns in their own order: tstep = len = the leaf's channels, nrun = the taps,
+ * rstep = all channels, so neither the columns nor the kernel's rows are permuted. The same
+ * bits on both paths (AVX2, portable). */
+typedef struct mt_repro_runs {
+    size_t tstep, nrun, rstep, len;
+} mt_repro_runs;
+void mt_repro_gemm_runs(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                        const float *b, size_t ldb, const float *bias, size_t m, size_t n,
+                        const mt_repro_runs *rs, int chains);
 
 /*
  * Height leaves (docs/reproducibility.md, "Height leaves"): a sum over the rows of an image
@@ -265,14 +277,16 @@ mt_code mt_repro_tied_grad_h(float *g, const mt_repro_head *h, const float *ids,
  * into K-leaves of whole channels: lc = mt_repro_leaves(global C) / the size of the dim splitting
  * the input channels leaves on this device, leaf t = its channels [t*cl, (t+1)*cl) (cl = g->c /
  * lc) at every tap, tap-major, one fma chain each, combined by the canonical tree (the top of
- * which is the channel split's allreduce). So the im2col columns are in K-leaf order (with lc = 1
- * mt_conv2d_im2col's order) and the kernel's rows are permuted to match.
- * Forward: cols = im2col(x) (the device's g->batch examples in one call), y = cols . w (+ b);
- * wp: a scratch of KH x KW x g->c x g->f floats (unused when lc = 1).
+ * which is the channel split's allreduce). The im2col columns and the kernel's rows stay in their
+ * own order (tap, then channel): leaf t's chain reads its channels' run at each tap in place
+ * (mt_repro_gemm_runs), and dcols and dw come out in that order too.
+ * Forward: cols = mt_conv2d_im2col(x) (the device's g->batch examples in one call), y = cols . w
+ * (+ b); wp: unused (the kernel's rows were once permuted into it; kept for the callers).
  * Backward: dw and db per leaf of r examples (r x OH x OW rows) folded in the canonical tree (the
  * device's subtree), and dcols = dy . w^T with the contraction over the device's g->f filters in
  * jl chains (mt_repro_leaves(filters) / the size of the dim splitting them; dcols NULL: skipped);
- * scr: a scratch of KH x KW x g->c x g->f floats. dx = mt_repro_conv2d_col2im(dcols) — after a
+ * scr: a scratch of KH x KW x g->c x g->f floats (w^T). dx = mt_repro_conv2d_col2im(dcols) (lc
+ * unused: mt_conv2d_col2im, each pixel's entries summed in row, then tap order) — after a
  * filter split's allreduce has summed dcols (the top of the tree over the filters' chains), not
  * before.
  */
@@ -284,14 +298,15 @@ void mt_repro_conv2d_backward(float *dcols, float *dw, float *db, float *scr, co
                               mt_repro_acc *acc_b);
 void mt_repro_conv2d_col2im(float *dx, const float *dcols, const mt_conv2d_geom *g, int lc);
 
-/* dcols (rows x KH KW C, K-leaf order) = dy (rows x the device's g->f filters) . w^T, the
+/* dcols (rows x KH KW C, im2col's order) = dy (rows x the device's g->f filters) . w^T, the
  * contraction in jl chains; scr as for mt_repro_conv2d_backward. */
 void mt_repro_conv2d_dcols(float *dcols, float *scr, const float *dy, const float *w,
                            const mt_conv2d_geom *g, int lc, size_t rows, int jl);
 
 /* dw and db as mt_repro_conv2d_backward computes them, with height leaves (hb: the output rows'
  * leaves, hb->hrows = the device's output rows x columns per example; NULL: one chain per batch
- * leaf, the bits of mt_repro_conv2d_backward). The bands' allreduce runs inside. */
+ * leaf, the bits of mt_repro_conv2d_backward). The bands' allreduce runs inside. scr, lc: unused
+ * (dw's rows are the kernel's, as cols' columns are im2col's). */
 mt_code mt_repro_conv2d_wgrad(float *dw, float *db, float *scr, const float *dy, const float *cols,
                               const mt_conv2d_geom *g, int lc, size_t r, int leaves,
                               const mt_repro_bands *hb, mt_repro_acc *acc_w, mt_repro_acc *acc_b);

@@ -614,127 +614,75 @@ static void conv_rows(const mt_conv2d_geom *g, size_t *rows, size_t *k)
     *k = g->kh * g->kw * g->c;
 }
 
-/* The kernel row (ky, kx, t*cl + ci) of K-leaf column q = (t, ky, kx, ci) (cl channels a leaf). */
-static size_t kernel_row(const mt_conv2d_geom *g, size_t cl, size_t q)
-{
-    size_t per = g->kh * g->kw * cl, t = q / per, tap = q % per / cl, ci = q % cl;
-    return tap * g->c + t * cl + ci;
-}
-
-/* n floats (a K-leaf's channels at one tap) copied, zeroed or added: the usual widths as
- * fixed-size loops the compiler inlines, instead of a library call per run of a few floats. */
-#define RUN_WIDTHS(op)                                                                             \
-    switch (n) {                                                                                   \
-    case 1:                                                                                        \
-        op(1);                                                                                     \
-        break;                                                                                     \
-    case 2:                                                                                        \
-        op(2);                                                                                     \
-        break;                                                                                     \
-    case 4:                                                                                        \
-        op(4);                                                                                     \
-        break;                                                                                     \
-    case 8:                                                                                        \
-        op(8);                                                                                     \
-        break;                                                                                     \
-    default:                                                                                       \
-        op(n);                                                                                     \
-    }
-#define RUN_COPY(w)                                                                                \
-    for (size_t j = 0; j < (w); j++)                                                               \
-    d[j] = s != NULL ? s[j] : 0.0f
-#define RUN_ADD(w)                                                                                 \
-    for (size_t j = 0; j < (w); j++)                                                               \
-    d[j] += s[j]
-
-/* d = s (s NULL: zeros) */
-static inline void run_copy(float *restrict d, const float *restrict s, size_t n)
-{
-    RUN_WIDTHS(RUN_COPY)
-}
-
-static inline void run_add(float *restrict d, const float *restrict s, size_t n)
-{
-    RUN_WIDTHS(RUN_ADD)
-}
-
 /*
- * The im2col matrix with its columns in K-leaf order (lc leaves of cl = C / lc channels: leaf
- * t's KH x KW x cl entries, tap-major, then the next leaf's); dcols back into dx likewise
- * (col2im: each pixel's entries summed in row, then tap order, as mt_conv2d_col2im does). With
- * one leaf it is mt_conv2d_im2col's matrix.
+ * A band's col2im (mt_repro_conv2d_col2im_band): dcols' rows rw->heo output rows per example from
+ * rw->go back into the input rows [rw->y0, rw->y0 + rw->hb) of dx, each pixel's entries summed in
+ * row, then tap order from 0, as mt_conv2d_col2im sums the whole image (rw: the whole image).
  */
-static void cols_leaves(float *cols, float *dx, const float *dcols, const float *x,
-                        const mt_conv2d_geom *g, size_t lc, const mt_repro_rows *rw)
+static void col2im_rows(float *dx, const float *dcols, const mt_conv2d_geom *g,
+                        const mt_repro_rows *rw)
 {
-    size_t oh = mt_conv2d_out_h(g), ow = mt_conv2d_out_w(g), cl = g->c / lc;
-    size_t k = g->kh * g->kw * g->c, taps = g->kh * g->kw;
+    size_t oh = mt_conv2d_out_h(g), ow = mt_conv2d_out_w(g), k = g->kh * g->kw * g->c;
     long pt = (long)mt_conv2d_pad_top(g), pl = (long)mt_conv2d_pad_left(g);
     long sh = (long)(g->sh ? g->sh : 1), sw = (long)(g->sw ? g->sw : 1);
-    const mt_repro_rows all = {0, oh, 0, g->h}; /* the whole image */
-    size_t oy1;
-    long y0, y1;
+    size_t oy1 = rw->go + rw->heo < oh ? rw->go + rw->heo : oh;
+    long y0 = (long)rw->y0, y1 = y0 + (long)rw->hb;
 
-    rw = rw != NULL ? rw : &all;
-    oy1 = rw->go + rw->heo < oh ? rw->go + rw->heo : oh;
-    y0 = (long)rw->y0;
-    y1 = y0 + (long)rw->hb;
-    if (dx != NULL)
-        memset(dx, 0, g->batch * rw->hb * g->w * g->c * sizeof(float));
+    memset(dx, 0, g->batch * rw->hb * g->w * g->c * sizeof(float));
     for (size_t b = 0; b < g->batch; b++)
         for (size_t oy = rw->go; oy < oy1; oy++)
             for (size_t ox = 0; ox < ow; ox++) {
-                size_t row = (b * rw->heo + oy - rw->go) * ow + ox;
-                for (size_t ky = 0, tap = 0; ky < g->kh; ky++) {
+                const float *r = dcols + ((b * rw->heo + oy - rw->go) * ow + ox) * k;
+                for (size_t ky = 0; ky < g->kh; ky++) {
                     long iy = (long)oy * sh + (long)ky - pt;
-                    bool yin = iy >= y0 && iy < y1;
-                    for (size_t kx = 0; kx < g->kw; kx++, tap++) {
+                    if (iy < y0 || iy >= y1)
+                        continue;
+                    for (size_t kx = 0; kx < g->kw; kx++) {
                         long ix = (long)ox * sw + (long)kx - pl;
-                        bool in = yin && ix >= 0 && ix < (long)g->w;
-                        size_t px =
-                            in ? ((b * rw->hb + (size_t)(iy - y0)) * g->w + (size_t)ix) * g->c : 0;
-                        float *at = cols != NULL ? cols + row * k + tap * cl : NULL;
-                        const float *dat = dcols != NULL ? dcols + row * k + tap * cl : NULL;
-                        for (size_t t = 0; t < lc; t++) {
-                            if (dx == NULL)
-                                run_copy(at + t * taps * cl, in ? x + px + t * cl : NULL, cl);
-                            else if (in)
-                                run_add(dx + px + t * cl, dat + t * taps * cl, cl);
-                        }
+                        const float *src = r + (ky * g->kw + kx) * g->c;
+                        float *dst;
+                        if (ix < 0 || ix >= (long)g->w)
+                            continue;
+                        dst = dx + ((b * rw->hb + (size_t)(iy - y0)) * g->w + (size_t)ix) * g->c;
+                        for (size_t ci = 0; ci < g->c; ci++)
+                            dst[ci] += src[ci];
                     }
                 }
             }
 }
 
+/* The im2col columns and the kernel's rows stay in their own order (tap, channel): K-leaf t's
+ * chain reads its cl channels at every tap, tap-major (mt_repro_gemm_runs), so no permuted copy of
+ * either is made, and dcols, dw and db (a chain per element over the filters or the rows) come
+ * out in that order too. */
 void mt_repro_conv2d_forward(float *y, float *cols, float *wp, const float *x, const float *w,
                              const float *b, const mt_conv2d_geom *g, int lc)
 {
     size_t rows, k, cl = g->c / (size_t)lc;
+    mt_repro_runs rs = {cl, g->kh * g->kw, g->c, cl};
 
+    (void)wp; /* no permuted kernel since the chains read the runs of their channels in place */
     conv_rows(g, &rows, &k);
     if (rows == 0 || g->f == 0)
         return;
-    if (lc == 1) {
-        mt_conv2d_im2col(cols, x, g);
-    } else {
-        cols_leaves(cols, NULL, NULL, x, g, (size_t)lc, NULL);
-        for (size_t q = 0; q < k; q++)
-            memcpy(wp + q * g->f, w + kernel_row(g, cl, q) * g->f, g->f * sizeof(float));
-        w = wp;
-    }
-    mt_repro_dense_forward(y, cols, w, b, rows, k, g->f, lc);
+    mt_conv2d_im2col(cols, x, g);
+    if (lc == 1)
+        mt_repro_dense_forward(y, cols, w, b, rows, k, g->f, 1);
+    else
+        mt_repro_gemm_runs(y, g->f, cols, k, 1, w, g->f, b, rows, g->f, &rs, lc);
 }
 
 void mt_repro_conv2d_dcols(float *dcols, float *scr, const float *dy, const float *w,
                            const mt_conv2d_geom *g, int lc, size_t rows, int jl)
 {
-    size_t k = g->kh * g->kw * g->c, cl = g->c / (size_t)lc, f = g->f;
+    size_t k = g->kh * g->kw * g->c, f = g->f;
 
+    (void)lc; /* dcols' columns in im2col's order whatever the K-leaves */
     if (rows == 0)
         return;
-    for (size_t q = 0; q < k; q++) /* w^T, w's rows in K-leaf order */
+    for (size_t q = 0; q < k; q++) /* w^T */
         for (size_t j = 0; j < f; j++)
-            scr[j * k + q] = w[kernel_row(g, cl, q) * f + j];
+            scr[j * k + q] = w[q * f + j];
     mt_repro_gemm(dcols, k, dy, f, 1, scr, k, NULL, rows, k, f, jl);
 }
 
@@ -766,9 +714,10 @@ mt_code mt_repro_conv2d_wgrad(float *dw, float *db, float *scr, const float *dy,
                               const mt_conv2d_geom *g, int lc, size_t r, int leaves,
                               const mt_repro_bands *hb, mt_repro_acc *acc_w, mt_repro_acc *acc_b)
 {
-    size_t rows, k, cl = g->c / (size_t)lc, f = g->f, ohw = mt_conv2d_out_h(g) * mt_conv2d_out_w(g);
+    size_t rows, k, f = g->f, ohw = mt_conv2d_out_h(g) * mt_conv2d_out_w(g);
     mt_code rc = MT_OK;
 
+    (void)scr, (void)lc; /* dw's rows in im2col's order: the kernel's own */
     conv_rows(g, &rows, &k);
     if (hb == NULL || (hb->lh == 1 && hb->reduce == NULL)) {
         mt_repro_dense_backward(NULL, dw, db, NULL, dy, cols, NULL, rows, r * ohw, leaves, k, f, 1,
@@ -791,11 +740,6 @@ mt_code mt_repro_conv2d_wgrad(float *dw, float *db, float *scr, const float *dy,
             return rc;
         wb_result(dw, db, acc_w, acc_b, k * f, f);
     }
-    if (dw != NULL && lc > 1) { /* dw's rows back from K-leaf order */
-        memcpy(scr, dw, k * f * sizeof(float));
-        for (size_t q = 0; q < k; q++)
-            memcpy(dw + kernel_row(g, cl, q) * f, scr + q * f, f * sizeof(float));
-    }
     return MT_OK;
 }
 
@@ -814,16 +758,15 @@ void mt_repro_conv2d_backward(float *dcols, float *dw, float *db, float *scr, co
 
 void mt_repro_conv2d_col2im(float *dx, const float *dcols, const mt_conv2d_geom *g, int lc)
 {
-    if (lc == 1)
-        mt_conv2d_col2im(dx, dcols, g);
-    else
-        cols_leaves(NULL, dx, dcols, NULL, g, (size_t)lc, NULL);
+    (void)lc;
+    mt_conv2d_col2im(dx, dcols, g);
 }
 
 void mt_repro_conv2d_col2im_band(float *dx, const float *dcols, const mt_conv2d_geom *g, int lc,
                                  const mt_repro_rows *rw)
 {
-    cols_leaves(NULL, dx, dcols, NULL, g, (size_t)lc, rw);
+    (void)lc;
+    col2im_rows(dx, dcols, g, rw);
 }
 
 /* ------------------------------------------------------------------ exact sum of squares */

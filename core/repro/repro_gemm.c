@@ -37,22 +37,33 @@ static float fold(float *part, int count)
     return part[0];
 }
 
-void mt_repro_gemm_ref(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
-                       size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains)
+/* The portable product with chain t's terms in runs (mt_repro_gemm_runs; NULL: plain). */
+static void gemm_ref_runs(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                          const float *b, size_t ldb, const float *bias, size_t m, size_t n,
+                          const mt_repro_runs *rs, int chains)
 {
-    size_t kc = k / (size_t)chains;
     float part[MT_REPRO_MAX_LEAVES];
 
     for (size_t i = 0; i < m; i++)
         for (size_t j = 0; j < n; j++) {
             for (int t = 0; t < chains; t++) {
                 float s = 0.0f;
-                for (size_t q = (size_t)t * kc; q < (size_t)(t + 1) * kc; q++)
-                    s = fmaf(a[i * ars + q * acs], b[q * ldb + j], s);
+                for (size_t u = 0; u < rs->nrun; u++)
+                    for (size_t q = (size_t)t * rs->tstep + u * rs->rstep, e = q + rs->len; q < e;
+                         q++)
+                        s = fmaf(a[i * ars + q * acs], b[q * ldb + j], s);
                 part[t] = s;
             }
             c[i * ldc + j] = bias != NULL ? fold(part, chains) + bias[j] : fold(part, chains);
         }
+}
+
+void mt_repro_gemm_ref(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
+                       size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains)
+{
+    size_t kc = k / (size_t)chains;
+    mt_repro_runs plain = {kc, 1, 0, kc};
+    gemm_ref_runs(c, ldc, a, ars, acs, b, ldb, bias, m, n, &plain, chains);
 }
 
 #ifdef MT_REPRO_AVX2
@@ -64,10 +75,11 @@ AVX2_FN static inline __m256i lanes(size_t w)
     return _mm256_loadu_si256((const __m256i *)(tbl + 8 - w));
 }
 
-/* One element chain step for tile row i: c<i>0, c<i>1 += a(i, q) * the two vectors of b's row q. */
+/* One element chain step for tile row i: c<i>0, c<i>1 += a(i, q) (a<i> + qa, qa = q * acs) * the
+ * two vectors of b's row q (Q_TERM). */
 #define ROW_FMA(i)                                                                                 \
     do {                                                                                           \
-        __m256 av = _mm256_broadcast_ss(a##i + q * acs);                                           \
+        __m256 av = _mm256_broadcast_ss(a##i + qa);                                                \
         c##i##0 = _mm256_fmadd_ps(av, b0, c##i##0);                                                \
         c##i##1 = _mm256_fmadd_ps(av, b1, c##i##1);                                                \
     } while (0)
@@ -111,6 +123,15 @@ AVX2_FN static inline __m256i lanes(size_t w)
             _mm256_maskstore_ps(r##i + 8, m1, c##i##1);                                            \
         }                                                                                          \
     } while (0)
+/* Chain term q for every tile row: b's row q times a(i, q). */
+#define Q_TERM(q)                                                                                  \
+    do {                                                                                           \
+        size_t qa = (q)*acs;                                                                       \
+        const float *br = b + (q)*ldb;                                                             \
+        __m256 b0 = full ? _mm256_loadu_ps(br) : _mm256_maskload_ps(br, m0);                       \
+        __m256 b1 = full ? _mm256_loadu_ps(br + 8) : _mm256_maskload_ps(br + 8, m1);               \
+        ROWS(ROW_FMA);                                                                             \
+    } while (0)
 #define ROWS(op)                                                                                   \
     do {                                                                                           \
         op(0);                                                                                     \
@@ -123,7 +144,8 @@ AVX2_FN static inline __m256i lanes(size_t w)
 
 /*
  * One tile: rows [0, mr) (mr <= TM; the missing rows reread row 0 and are not stored), columns
- * [0, nr) (nr <= TN; full: nr == TN, plain loads), contraction [0, chains * kc). Each lane is one
+ * [0, nr) (nr <= TN; full: nr == TN, plain loads), contraction [0, chains * kc) (rs given: the
+ * chains' terms in runs, mt_repro_gemm_runs; the plain loop stays for the others). Each lane is one
  * element's chain (the accumulators are named variables, so they stay in registers), so the
  * arithmetic is mt_repro_gemm_ref's whatever the tile. The chains fold as they end (a binary
  * counter of complete subtrees: chain t's sum is added to the held left subtrees of the levels
@@ -133,7 +155,8 @@ AVX2_FN static inline __m256i lanes(size_t w)
  */
 AVX2_FN __attribute__((always_inline)) static inline void
 tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b, size_t ldb,
-     const float *bias, size_t mr, size_t nr, size_t kc, int chains, int full, int load)
+     const float *bias, size_t mr, size_t nr, size_t kc, const mt_repro_runs *rs, int chains,
+     int full, int load)
 {
     __m256 part[LEVELS][TM][2];
     __m256i m0 = lanes(nr < 8 ? nr : 8), m1 = lanes(nr > 8 ? nr - 8 : 0);
@@ -149,12 +172,13 @@ tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *
     for (int t = 0; t < chains; t++) {
         int lv = 0;
         ROWS(ROW_START);
-        for (size_t q = (size_t)t * kc; q < (size_t)(t + 1) * kc; q++) {
-            const float *br = b + q * ldb;
-            __m256 b0 = full ? _mm256_loadu_ps(br) : _mm256_maskload_ps(br, m0);
-            __m256 b1 = full ? _mm256_loadu_ps(br + 8) : _mm256_maskload_ps(br + 8, m1);
-            ROWS(ROW_FMA);
-        }
+        if (rs == NULL)
+            for (size_t q = (size_t)t * kc; q < (size_t)(t + 1) * kc; q++)
+                Q_TERM(q);
+        else
+            for (size_t u = 0; u < rs->nrun; u++)
+                for (size_t q = (size_t)t * rs->tstep + u * rs->rstep, e = q + rs->len; q < e; q++)
+                    Q_TERM(q);
         for (; (t >> lv) & 1; lv++)
             ROWS(ROW_FOLD);
         if (t + 1 < chains)
@@ -168,10 +192,13 @@ tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *
     ROWS(ROW_STORE);
 }
 
-/* Every tile of one pass over the contraction [0, chains * kc) of a and b (see gemm_avx2). */
-AVX2_FN static void tiles(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
-                          const float *b, size_t ldb, const float *bias, size_t m, size_t n,
-                          size_t kc, int chains, int load)
+/* Every tile of one pass over the contraction [0, chains * kc) of a and b (see gemm_avx2), or
+ * over the chains' runs (rs given). Inlined into tiles() and tiles_runs(), so the plain product's
+ * code is not the runs' (one function holding both tiles ran its K-blocks a fifth slower). */
+AVX2_FN __attribute__((always_inline)) static inline void
+tiles_any(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b, size_t ldb,
+          const float *bias, size_t m, size_t n, size_t kc, const mt_repro_runs *rs, int chains,
+          int load)
 {
     /* The larger operand is read once: with more rows than columns (a conv2d's im2col rows) the
      * row panels go outside (a panel of a stays in L1 across the column blocks, b in L2),
@@ -186,11 +213,25 @@ AVX2_FN static void tiles(float *c, size_t ldc, const float *a, size_t ars, size
             const float *bj = bias != NULL ? bias + j0 : NULL;
             if (nr == TN)
                 tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
-                     chains, 1, load);
+                     rs, chains, 1, load);
             else
                 tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
-                     chains, 0, load);
+                     rs, chains, 0, load);
         }
+}
+
+AVX2_FN static void tiles(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                          const float *b, size_t ldb, const float *bias, size_t m, size_t n,
+                          size_t kc, int chains, int load)
+{
+    tiles_any(c, ldc, a, ars, acs, b, ldb, bias, m, n, kc, NULL, chains, load);
+}
+
+AVX2_FN static void tiles_runs(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                               const float *b, size_t ldb, const float *bias, size_t m, size_t n,
+                               const mt_repro_runs *rs, int chains)
+{
+    tiles_any(c, ldc, a, ars, acs, b, ldb, bias, m, n, 0, rs, chains, 0);
 }
 
 /* more: one chain continued from c (mt_repro_gemm_more). */
@@ -218,16 +259,36 @@ static int have_avx2(void)
 }
 #endif
 
-void mt_repro_gemm(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
-                   size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains)
+/* rs NULL: the plain product of k terms in chains (mt_repro_gemm), else mt_repro_gemm_runs. */
+static void product(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
+                    size_t ldb, const float *bias, size_t m, size_t n, size_t k,
+                    const mt_repro_runs *rs, int chains)
 {
+    size_t kc = k / (size_t)chains;
+    mt_repro_runs plain = {kc, 1, 0, kc};
 #ifdef MT_REPRO_AVX2
     if (have_avx2()) {
-        gemm_avx2(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, chains, 0);
+        if (rs == NULL)
+            gemm_avx2(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, chains, 0);
+        else
+            tiles_runs(c, ldc, a, ars, acs, b, ldb, bias, m, n, rs, chains);
         return;
     }
 #endif
-    mt_repro_gemm_ref(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, chains);
+    gemm_ref_runs(c, ldc, a, ars, acs, b, ldb, bias, m, n, rs != NULL ? rs : &plain, chains);
+}
+
+void mt_repro_gemm(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b,
+                   size_t ldb, const float *bias, size_t m, size_t n, size_t k, int chains)
+{
+    product(c, ldc, a, ars, acs, b, ldb, bias, m, n, k, NULL, chains);
+}
+
+void mt_repro_gemm_runs(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
+                        const float *b, size_t ldb, const float *bias, size_t m, size_t n,
+                        const mt_repro_runs *rs, int chains)
+{
+    product(c, ldc, a, ars, acs, b, ldb, bias, m, n, 0, rs, chains);
 }
 
 void mt_repro_gemm_more(float *c, size_t ldc, const float *a, size_t ars, size_t acs,

@@ -561,6 +561,51 @@ static void test_repro_gemm_more_continues_the_chain(void **state)
     free(r);
 }
 
+/*
+ * Chains over runs of columns (mt_repro_gemm_runs: conv2d's K-leaves read in the im2col order,
+ * 9 taps of 16 channels in 1, 2, 4, 8 leaves of 16 / lc channels each) give the bits of the
+ * canonical product over the columns copied into K-leaf order (leaf t's channels at every tap,
+ * then the next leaf's: what conv2d computed before), on the AVX2 path against the portable
+ * one, with a bias, partial tiles and any block of rows and columns computed alone.
+ */
+static void test_repro_gemm_runs_as_permuted_columns(void **state)
+{
+    const size_t m = 37, n = 21, taps = 9, ch = 16, k = taps * ch;
+    float *a = vals(m * k, 1, 13), *b = vals(k * n, 2, 13), *bias = vals(n, 3, 13);
+    float *ap = calloc(m * k, sizeof(float)), *bp = calloc(k * n, sizeof(float));
+    float *c = calloc(m * n, sizeof(float)), *r = calloc(m * n, sizeof(float));
+    (void)state;
+    for (int lc = 1; lc <= L; lc *= 2) {
+        size_t cl = ch / (size_t)lc;
+        mt_repro_runs rs = {cl, taps, ch, cl};
+        for (size_t q = 0; q < k; q++) { /* K-leaf column q = (t, tap, ci) */
+            size_t t = q / (taps * cl), tap = q % (taps * cl) / cl,
+                   col = tap * ch + t * cl + q % cl;
+            for (size_t i = 0; i < m; i++)
+                ap[i * k + q] = a[i * k + col];
+            memcpy(bp + q * n, b + col * n, n * sizeof(float));
+        }
+        for (int wb = 0; wb < 2; wb++) {
+            mt_repro_gemm_ref(r, n, ap, k, 1, bp, n, wb ? bias : NULL, m, n, k, lc);
+            mt_repro_gemm_runs(c, n, a, k, 1, b, n, wb ? bias : NULL, m, n, &rs, lc);
+            if (memcmp(c, r, m * n * sizeof(float)) != 0)
+                fail_msg("%d K-leaves%s: the runs differ from the permuted columns", lc,
+                         wb ? " with a bias" : "");
+        }
+        mt_repro_gemm_runs(r, 5, a + 30 * k, k, 1, b + 16, n, bias + 16, 7, 5, &rs, lc);
+        for (size_t i = 0; i < 7; i++)
+            if (memcmp(c + (30 + i) * n + 16, r + i * 5, 5 * sizeof(float)) != 0)
+                fail_msg("%d K-leaves: row %zu of the block differs", lc, 30 + i);
+    }
+    free(a);
+    free(b);
+    free(bias);
+    free(ap);
+    free(bp);
+    free(c);
+    free(r);
+}
+
 /* A band's col2im over the output rows that read its pixels (mt_repro_conv2d_col2im_band, the
  * rows gathered from its neighbours) gives the bits of the whole image's col2im on its rows, for
  * one and several K-leaves, stride 1 and 2, "same" and "valid". */
@@ -1339,6 +1384,7 @@ int main(void)
         cmocka_unit_test(test_repro_gemm_canonical_any_block_any_split),
         cmocka_unit_test(test_repro_gemm_long_chain_in_blocks),
         cmocka_unit_test(test_repro_gemm_more_continues_the_chain),
+        cmocka_unit_test(test_repro_gemm_runs_as_permuted_columns),
         cmocka_unit_test(test_repro_conv2d_col2im_band),
         cmocka_unit_test(test_repro_dense_model_split_same_bits),
         cmocka_unit_test(test_repro_bn_same_bits_on_every_mesh),
