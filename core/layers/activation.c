@@ -55,7 +55,7 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
     (void)st;
     (void)dev;
     (void)ps;
-    *dx = mt_layer__reads_input(l) ? NULL : dy; /* the activation's backward already ran on dy */
+    *dx = mt_layer__no_dx(l) ? NULL : dy; /* the activation's backward already ran on dy */
     return MT_OK;
 }
 

@@ -170,13 +170,13 @@ static mt_code band_alloc(const mt_layer *l, mt_layer_state *st, size_t b, const
     if (rc == MT_OK)
         rc = mt_layer__halo_alloc(l, &hl, st, b, HSEND, a, err);
     for (int k = KINB; k <= DKINB && rc == MT_OK && l->xf != l->kin; k++)
-        if (k == KINB || !mt_layer__reads_input(l))
+        if (k == KINB || !mt_layer__no_dx(l))
             rc = mt_layer_buf(a, l, &st->scr[k], b * l->use_loc, sizeof(float), err);
     if (rc == MT_OK)
         rc = mt_layer_buf(a, l, &st->scr[COLS], mt_conv2d_cols_size(&g), sizeof(float), err);
-    if (rc == MT_OK && !mt_layer__reads_input(l))
+    if (rc == MT_OK && !mt_layer__no_dx(l))
         rc = mt_layer_buf(a, l, &st->scr[DCOLS], mt_conv2d_cols_size(&g), sizeof(float), err);
-    if (rc == MT_OK && a->invariant && !mt_layer__reads_input(l))
+    if (rc == MT_OK && a->invariant && !mt_layer__no_dx(l))
         rc = dy_work(l, b, dev, a, err);
     return rc;
 }
@@ -315,7 +315,7 @@ static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *
 {
     size_t c = l->in_c / mt_layer__psz(p, l->kin), f = l->s.filters / mt_layer__psz(p, l->kout);
     mt_layer__comm_kernel(l, b, bdim, p, add, per_dim);
-    if (p->invariant && l->kout >= 0 && l->hx < 0 && !mt_layer__reads_input(l)) {
+    if (p->invariant && l->kout >= 0 && l->hx < 0 && !mt_layer__no_dx(l)) {
         mt_conv2d_geom g = geom(l, b, mt_layer__psz(p, l->kin), mt_layer__psz(p, l->kout));
         per_dim[l->kout] -= b * l->use_loc; /* mt_layer__comm_kernel's dx, added just above */
         add(per_dim, l->kout, mt_conv2d_cols_size(&g));
@@ -370,7 +370,7 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
                      mt_layer_alloc *a, mt_err *err)
 {
     mt_conv2d_geom g = dev_geom(l, b, dev);
-    bool dx = !mt_layer__reads_input(l);
+    bool dx = !mt_layer__no_dx(l);
     mt_code rc;
 
     if (l->hx >= 0)

@@ -138,7 +138,7 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
     mt_layer_work(a, (msp_gathers(l) ? 3 : 2) * msp_area(l, b, mt_layer__dsz(dev, l->tdim)));
     if (rc == MT_OK && l->xf != l->kin) {
         rc = mt_layer_buf(a, l, (void **)&st->xin, b * l->use_loc, sizeof(float), err);
-        if (rc == MT_OK && !mt_layer__reads_input(l))
+        if (rc == MT_OK && !mt_layer__no_dx(l))
             rc = mt_layer_buf(a, l, (void **)&st->dxk, b * l->use_loc, sizeof(float), err);
     }
     return rc;

@@ -57,7 +57,7 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
                         const mt_layer_pass *ps, float *dy, float **dx)
 {
     *dx = NULL;
-    if (mt_layer__reads_input(l))
+    if (mt_layer__no_dx(l))
         return MT_OK;
     if (is_view(l)) {
         *dx = dy;

@@ -138,7 +138,7 @@ mt_code mt_layer__halo_alloc(const mt_layer *l, const mt_layer_halo *hl, mt_laye
 {
     size_t ext = b * hl->he * hl->we * hl->c, send = mt_layer__halo_send_size(hl, b);
     mt_code rc = mt_layer_buf(a, l, (void **)&st->xin, ext, sizeof(float), err);
-    if (rc == MT_OK && !mt_layer__reads_input(l))
+    if (rc == MT_OK && !mt_layer__no_dx(l))
         rc = mt_layer_buf(a, l, (void **)&st->dxk, ext, sizeof(float), err);
     if (rc == MT_OK)
         rc = mt_layer_buf(a, l, &st->scr[slot], send, sizeof(float), err);

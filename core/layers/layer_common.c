@@ -104,7 +104,7 @@ void mt_layer__comm_kernel(const mt_layer *l, size_t b, int bdim, const mt_layer
     if (l->xf != l->kin)
         add(per_dim, l->xf, band);
     add(per_dim, l->kin, b * l->out_loc);
-    if (mt_layer__reads_input(l))
+    if (mt_layer__no_dx(l))
         return;
     add(per_dim, l->kout, b * l->use_loc);
     if (l->xf != l->kin)

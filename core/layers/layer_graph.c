@@ -189,6 +189,12 @@ mt_code mt_layer_plan(const mt_job_spec *spec, int i, const mt_layer *planned, i
         l->in_xf[k] = src != NULL ? src->of : in_xf;
         l->in_last[k] = l->in_shapes[k][l->in_ranks[k] - 1];
     }
+    l->no_dx = true;
+    for (int k = 0; k < l->s.n_inputs; k++) {
+        int q = l->s.inputs[k];
+        if (q != MT_LAYER_INPUT && (!planned[q].no_dx || mt_layer__has_params(&planned[q])))
+            l->no_dx = false;
+    }
     l->in_rank = l->in_ranks[0];
     memcpy(l->in_shape, l->in_shapes[0], sizeof(l->in_shape));
     l->in_size = 1;
@@ -401,6 +407,8 @@ mt_code mt_layer_graph_backward(const mt_layer *ls, mt_layer_state *st, int n, f
         float *dx = NULL;
         size_t off = 0;
         mt_code rc = MT_OK;
+        if (l->no_dx && !mt_layer__has_params(l))
+            continue; /* nothing before it needs a gradient, and it has none of its own */
         if (dev->bind != NULL)
             rc = dev->bind(dev->ctx, i);
         if (rc == MT_OK)

@@ -200,8 +200,7 @@ static void comm(const mt_layer *l, size_t b, int bdim, const mt_layer_planner *
 {
     size_t gb = (l->s.scale ? l->in_c : 0) + (l->s.center ? l->in_c : 0);
     (void)bdim;
-    add(per_dim, l->xf,
-        (mt_layer__reads_input(l) ? 2 : 4) * b * l->in_rows / mt_layer__psz(p, l->hx));
+    add(per_dim, l->xf, (mt_layer__no_dx(l) ? 2 : 4) * b * l->in_rows / mt_layer__psz(p, l->hx));
     add(per_dim, l->rin, gb);
     add(per_dim, l->hx, gb);
 }

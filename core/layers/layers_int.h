@@ -55,12 +55,27 @@ static inline bool mt_layer__reads_input(const mt_layer *l)
     return l->s.inputs[0] == MT_LAYER_INPUT;
 }
 
-/* The output buffer and, unless the layer reads the model input, the input-gradient buffer. */
+/* Whether the layer computes no input gradient (mt_layer.no_dx: nothing before it needs one). */
+static inline bool mt_layer__no_dx(const mt_layer *l)
+{
+    return l->no_dx;
+}
+
+/* Whether the layer has parameters (declared by its plan). */
+static inline bool mt_layer__has_params(const mt_layer *l)
+{
+    for (int k = 0; k < MT_LAYER_MAX_PARAMS; k++)
+        if (l->has[k])
+            return true;
+    return false;
+}
+
+/* The output buffer and, unless no earlier layer needs it, the input-gradient buffer. */
 static inline mt_code mt_layer__io(const mt_layer *l, mt_layer_state *st, size_t b,
                                    mt_layer_alloc *a, mt_err *err)
 {
     mt_code rc = mt_layer_buf(a, l, (void **)&st->out_buf, b * l->out_loc, sizeof(float), err);
-    if (rc == MT_OK && !mt_layer__reads_input(l))
+    if (rc == MT_OK && !mt_layer__no_dx(l))
         rc = mt_layer_buf(a, l, (void **)&st->dx_buf, b * l->in_loc, sizeof(float), err);
     return rc;
 }

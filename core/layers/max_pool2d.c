@@ -162,7 +162,7 @@ static mt_code alloc(const mt_layer *l, mt_layer_state *st, size_t b, const mt_l
         rc = mt_layer_buf(a, l, &st->scr[ARGMAX], b * l->out_loc, sizeof(int32_t), err);
     if (rc == MT_OK && extended(l, &hl))
         rc = mt_layer__halo_alloc(l, &hl, st, b, HSEND, a, err);
-    if (rc == MT_OK && extended(l, &hl) && a->invariant && !mt_layer__reads_input(l))
+    if (rc == MT_OK && extended(l, &hl) && a->invariant && !mt_layer__no_dx(l))
         rc = dy_work(l, b, dev, a, err);
     return rc;
 }

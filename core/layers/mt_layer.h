@@ -78,6 +78,10 @@ typedef struct mt_layer {
     size_t pi[MT_LAYER_MAX_PARAMS]; /* model parameter index per slot */
     bool has[MT_LAYER_MAX_PARAMS];  /* which slots exist */
     bool needs_acc;    /* the output gradient is accumulated (several readers / a join) */
+    bool no_dx;        /* no earlier layer needs this layer's input gradient: each input is the
+                          model input or a layer without parameters that needs none either (a
+                          flatten of the input, dropout on it): dx is neither computed nor sent,
+                          and a layer without parameters runs no backward at all */
     bool grads_shared; /* a later layer uses this layer's parameters too (a dense tied_to it):
                           that layer's backward runs first and writes their gradients, this
                           layer's backward adds to them */

@@ -86,7 +86,7 @@ static mt_code backward(const mt_layer *l, mt_layer_state *st, const mt_layer_de
 {
     size_t rows = l->out_rows, c = l->out_loc / rows;
     size_t all = rows * c * mt_layer__dsz(dev, l->sdim) * mt_layer__dsz(dev, l->rout);
-    *dx = mt_layer__reads_input(l) ? NULL : dy;
+    *dx = mt_layer__no_dx(l) ? NULL : dy;
     if (ps->leaves > 0)
         return backward_inv(l, st, dev, ps, dy);
     memset(st->pg[TABLE], 0, all * sizeof(float));

@@ -630,6 +630,34 @@ static void test_sequence_parallel_errors(void **state)
     seq_error("{\"batch\":1,\"seq\":2}", ",\"loss\":\"mse\"", "needs a label per position");
 }
 
+/* The bytes plan says layer `layer` of the job (batch 8, input shape[3]: a spec of pre, arg and
+ * post after a common head) hands to the collectives over `model` per step. */
+static uint64_t model_comm(const char *pre, const char *arg, const char *post, const size_t *shape,
+                           int layer)
+{
+    char json[1024];
+    mt_err err = {0};
+    mt_job_spec *spec = NULL;
+    mt_spmd_config cfg;
+    mt_spmd_layer_plan lp[8];
+    mt_spmd_plan_info info = {.layers = lp};
+    uint64_t bytes;
+    snprintf(json, sizeof(json), "%s%s%s%s",
+             "{\"seed\":1,\"batch_size\":8,\"optimizer\":\"sgd\",\"learning_rate\":0.1,"
+             "\"loss\":\"sparse_categorical_crossentropy\",",
+             pre, arg, post);
+    if (mt_job_spec_parse(json, strlen(json), &spec, &err) != MT_OK ||
+        mt_spmd_config_parse(json, strlen(json), &cfg, &err) != MT_OK)
+        fail_msg("%s: %s", json, err.msg);
+    assert_true(spec->n_layers <= 8);
+    if (mt_spmd_check(spec, cfg.mesh, cfg.layouts, 3, shape, 8, &info, &err) != MT_OK)
+        fail_msg("%s: %s", json, err.msg);
+    bytes = info.layers[layer].comm_bytes[mt_mesh_dim_index(cfg.mesh, "model")];
+    mt_spmd_config_fini(&cfg);
+    mt_job_spec_free(spec);
+    return bytes;
+}
+
 /*
  * plan's communication of a conv2d whose filters are split over `model`: its backward allreduce
  * carries dx (B x H x W x C floats of its input, 6 x 6 x 4) under fixed_mesh, dcols (B x OH x OW x
@@ -642,43 +670,56 @@ static void test_conv_filter_split_comm(void **state)
     const size_t shape[3] = {6, 6, 2}, b = 8, dx = b * 6 * 6 * 4, dcols = b * 4 * 4 * 3 * 3 * 4;
     (void)state;
     for (int m = 0; m < 2; m++) {
-        char json[1024];
-        mt_err err = {0};
-        mt_job_spec *spec = NULL;
-        mt_spmd_config cfg;
-        mt_spmd_layer_plan lp[4];
-        mt_spmd_plan_info info = {.layers = lp};
-        int md;
-        snprintf(json, sizeof(json),
-                 "{\"seed\":1,\"batch_size\":8,\"optimizer\":\"sgd\",\"learning_rate\":0.1,"
-                 "\"loss\":\"sparse_categorical_crossentropy\",\"reproducibility\":\"%s\","
-                 "\"model\":{\"input_shape\":[6,6,2],\"layers\":[{\"type\":\"conv2d\","
-                 "\"filters\":4,\"kernel_size\":3,\"padding\":\"same\"},{\"type\":\"conv2d\","
-                 "\"filters\":4,\"kernel_size\":3},{\"type\":\"flatten\"},{\"type\":\"dense\","
-                 "\"units\":3}]},\"mesh\":{\"batch\":1,\"model\":2},\"layouts\":{"
-                 "\"conv2d_2\\\\.kernel\":[\"unsharded\",\"unsharded\",\"unsharded\",\"model\"]}}",
-                 modes[m]);
-        if (mt_job_spec_parse(json, strlen(json), &spec, &err) != MT_OK ||
-            mt_spmd_config_parse(json, strlen(json), &cfg, &err) != MT_OK)
-            fail_msg("%s: %s", modes[m], err.msg);
-        md = mt_mesh_dim_index(cfg.mesh, "model");
-        if (mt_spmd_check(spec, cfg.mesh, cfg.layouts, 3, shape, b, &info, &err) != MT_OK)
-            fail_msg("%s: %s", modes[m], err.msg);
+        const uint64_t bytes = model_comm(
+            "\"reproducibility\":\"", modes[m],
+            "\",\"model\":{\"input_shape\":[6,6,2],\"layers\":[{\"type\":\"conv2d\","
+            "\"filters\":4,\"kernel_size\":3,\"padding\":\"same\"},{\"type\":\"conv2d\","
+            "\"filters\":4,\"kernel_size\":3},{\"type\":\"flatten\"},{\"type\":\"dense\","
+            "\"units\":3}]},\"mesh\":{\"batch\":1,\"model\":2},\"layouts\":{"
+            "\"conv2d_2\\\\.kernel\":[\"unsharded\",\"unsharded\",\"unsharded\",\"model\"]}}",
+            shape, 1);
         /* conv2d_2: its backward's allreduce over model (its forward's output is sharded) */
-        assert_int_equal(info.layers[1].comm_bytes[md], (m == 0 ? dx : dcols) * sizeof(float));
-        mt_spmd_config_fini(&cfg);
-        mt_job_spec_free(spec);
+        assert_int_equal(bytes, (m == 0 ? dx : dcols) * sizeof(float));
+    }
+}
+
+/*
+ * A layer computes no input gradient when nothing before it needs one (mt_layer.no_dx): a dense
+ * layer reading dropout on a flatten of the model input sends no dx over `model` (its kernel's
+ * output axis split there), where the same layer reading another dense layer allreduces its dx
+ * (B x 16 floats) over `model`.
+ */
+static void test_no_dx_before_parameters(void **state)
+{
+    static const char *const first[2] = {"{\"type\":\"dropout\",\"rate\":0.1}",
+                                         "{\"type\":\"dense\",\"units\":16}"};
+    const size_t shape[3] = {4, 4, 1};
+    (void)state;
+    for (int m = 0; m < 2; m++) {
+        const uint64_t bytes = model_comm(
+            "\"model\":{\"input_shape\":[4,4,1],\"layers\":[{\"type\":\"flatten\"},", first[m],
+            ",{\"type\":\"dense\",\"units\":8,\"name\":\"split\"},{\"type\":\"dense\","
+            "\"units\":3}]},\"mesh\":{\"batch\":1,\"model\":2},\"layouts\":{"
+            "\"split\\\\.kernel\":[\"unsharded\",\"model\"]}}",
+            shape, 2);
+        assert_int_equal(bytes, m == 0 ? 0 : 8 * 16 * sizeof(float));
     }
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registry_complete),  cmocka_unit_test(test_gradients),
-        cmocka_unit_test(test_fast_vs_reference),  cmocka_unit_test(test_mesh_vs_reference),
-        cmocka_unit_test(test_tied_head),          cmocka_unit_test(test_tied_head_errors),
-        cmocka_unit_test(test_sequence_parallel),  cmocka_unit_test(test_sequence_parallel_errors),
-        cmocka_unit_test(test_sequence_positions), cmocka_unit_test(test_conv_filter_split_comm),
+        cmocka_unit_test(test_registry_complete),
+        cmocka_unit_test(test_gradients),
+        cmocka_unit_test(test_fast_vs_reference),
+        cmocka_unit_test(test_mesh_vs_reference),
+        cmocka_unit_test(test_tied_head),
+        cmocka_unit_test(test_tied_head_errors),
+        cmocka_unit_test(test_sequence_parallel),
+        cmocka_unit_test(test_sequence_parallel_errors),
+        cmocka_unit_test(test_sequence_positions),
+        cmocka_unit_test(test_conv_filter_split_comm),
+        cmocka_unit_test(test_no_dx_before_parameters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
