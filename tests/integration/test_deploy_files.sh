@@ -291,6 +291,7 @@ pids=()
 for n in $nodes; do SLURMD_NODENAME=$n "$@" & pids+=($!); done
 trap 'kill "${pids[@]}" 2>/dev/null' TERM INT
 wait
+wait # a signal ends the first wait: like srun, return only once the tasks have ended
 EOT
 chmod +x "$T/fakeslurm/scontrol" "$T/fakeslurm/srun"
 SLURM_OUT=$T/sbatch.out
