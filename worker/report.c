@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "alloc/mt_alloc.h"
+#include "clock/mt_clock.h"
 #include "digest/mt_digest.h"
 #include "log/mt_log.h"
 
@@ -66,9 +67,7 @@ struct worker_report {
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return (double)mt_clock_mono_us() * 1e-6;
 }
 
 /* Wait on w->cv until the monotonic time `until` at the latest (mu held). */
