@@ -21,7 +21,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
-bool mt_digest__has_sha_ni(void)
+static bool probe_sha_ni(void)
 {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 9)) || !(c & (1u << 19)))
@@ -29,6 +29,20 @@ bool mt_digest__has_sha_ni(void)
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
         return false;
     return (b & (1u << 29)) != 0; /* SHA */
+}
+
+/* CPUID traps to the hypervisor on a virtual machine (tens of microseconds), and a state digest
+ * asks once per tensor and once per root: the answer is read once per process. Racing first
+ * callers store the same value. */
+bool mt_digest__has_sha_ni(void)
+{
+    static int known; /* 0 not yet read, 1 no, 2 yes */
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (k == 0) {
+        k = probe_sha_ni() ? 2 : 1;
+        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+    }
+    return k == 2;
 }
 
 static const uint32_t K[64] = {
