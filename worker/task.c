@@ -51,12 +51,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "alloc/mt_alloc.h"
 #include "ckpt/mt_ckpt.h"
+#include "clock/mt_clock.h"
 #include "coll/mt_coll_mpi.h"
 #include "coll/mt_coll_progress.h"
 #include "jobspec/mt_jobspec.h"
@@ -169,16 +169,7 @@ static void log_sink(void *ctx, const char *tag, mt_log_level level, int64_t tim
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (double)mt_clock_mono_us() * 1e-6;
 }
 
 mt_code worker_tasks_new(const worker_task_env *env, worker_tasks **out, mt_err *err)
@@ -431,7 +422,8 @@ static bool report_give_up(void *ctx)
 /* Queue a point for the reporter (never blocks on the coordinator). */
 static void add_point(task_run *r, const char *name, uint64_t step, int64_t epoch, double v)
 {
-    size_t dropped = worker_report_point(r->rep, name, step, (uint32_t)epoch, v, wall_ms());
+    size_t dropped =
+        worker_report_point(r->rep, name, step, (uint32_t)epoch, v, mt_clock_wall_ms());
 
     if (dropped > 0) /* the coordinator was unreachable for MAX_POINTS points */
         mt_log_warn("job %s: %zu unreported metric points dropped", r->job_id, dropped);
@@ -446,7 +438,8 @@ static mt_code on_digest(void *ctx, int64_t step, const mt_digest *root, mt_err 
     size_t dropped;
 
     (void)err;
-    dropped = worker_report_digest(r->rep, (uint64_t)step, mt_digest_hex(root, hex), wall_ms());
+    dropped =
+        worker_report_digest(r->rep, (uint64_t)step, mt_digest_hex(root, hex), mt_clock_wall_ms());
     if (dropped > 0) /* the coordinator was unreachable for MAX_DIGESTS digests */
         mt_log_warn("job %s: %zu unreported state digests dropped", r->job_id, dropped);
     return MT_OK;
