@@ -11,6 +11,10 @@
  *    (coord_sched_silence), long before the heartbeat timeout; the stall rule then waits;
  *  - stalls: coord_sched_stall over the per-rank progress records (coord_job_progress keeps them
  * from heartbeats): STALLED, resumed, restarted, or the reason refreshed every 5 s;
+ *  - the coordinator's own pause (SIGSTOP, a suspended VM, a loop blocked for a while): a sweep
+ *    that runs more than SWEEP_PAUSE_MS after the last one moves every worker's last-heard time
+ *    forward by the gap, so a worker is lost only after a whole timeout of silence the
+ *    coordinator was awake to hear (libuv runs the timer before the queued heartbeats);
  *  - heartbeat times: written to the store in one batched transaction once a second (a
  *    thousand workers cost one write per second).
  * It calls no RPC handler and no HTTP handler, and none calls it: only coord.c (the timer, and
@@ -73,10 +77,33 @@ static void flush_heartbeats(mt_coord *c)
         c->workers[i].hb_dirty = 0;
 }
 
+/* Far longer than the sweep timer's 250 ms: only a pause of the loop itself gets here. */
+#define SWEEP_PAUSE_MS 1000
+
+/* The time the coordinator could not hear anyone is nobody's silence (see the header). */
+static void forgive_own_pause(mt_coord *c, int64_t now)
+{
+    int64_t gap = now - c->last_sweep_mono_ms;
+
+    if (c->last_sweep_mono_ms != 0 && gap > SWEEP_PAUSE_MS) {
+        mt_log_warn("coordinator loop paused for %lld ms: workers' heartbeat silence counted from "
+                    "now",
+                    (long long)gap);
+        for (size_t i = 0; i < c->n_workers; i++) {
+            coord_worker *w = &c->workers[i];
+            w->last_seen_mono_ms =
+                w->last_seen_mono_ms + gap < now ? w->last_seen_mono_ms + gap : now;
+        }
+    }
+    c->last_sweep_mono_ms = now;
+}
+
 void coord_sweep_workers(mt_coord *c)
 {
     int64_t now = mt_clock_mono_ms();
     mt_err err = MT_ERR_INIT;
+
+    forgive_own_pause(c, now);
 
     for (size_t i = 0; i < c->n_workers; i++) {
         coord_worker *w = &c->workers[i];
