@@ -89,6 +89,15 @@ free_port() {
 
 # mt ARGS...: the CLI against the current coordinator
 mt() { "$BIN/meshtrain" --coordinator "$COORD_URL" "$@"; }
+# workers_alive N: exactly N workers are alive (for wait_for).
+workers_alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
+# start_worker1 NAME [FLAGS...]: a one-device worker of the coordinator at COORD_URL with the
+# Debian datasets and a 1 s RPC timeout, log in $T/NAME.log; sets LAST_PID.
+start_worker1() {
+    local name=$1; shift
+    bg "$name" "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name "$name" \
+        --data-root /usr/share/datasets --rpc-timeout-ms 1000 "$@"
+}
 
 # expect_exit CODE CMD...: run CMD, require its exit code
 expect_exit() {

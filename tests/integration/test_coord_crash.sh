@@ -25,15 +25,10 @@ HTTP_ADDR=${HTTP_URL#http://}
 HTTP_ADDR=${HTTP_ADDR%/}
 log "coordinator at $COORD_URL, http $HTTP_URL"
 
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
-worker() { # worker NAME: sets LAST_PID
-    bg "$1" "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name "$1" \
-        --data-root /usr/share/datasets --rpc-timeout-ms 1000
-}
-worker wa
-worker wb
+start_worker1 wa
+start_worker1 wb
 WB=$LAST_PID
-wait_for 20 "two workers" alive 2
+wait_for 20 "two workers" workers_alive 2
 
 # wide enough that a step takes milliseconds, so the kill points can be hit by polling
 jq --argjson s "$STEPS" --argjson ck "$CK" --argjson u "$UNITS" '. + {mesh: {batch: 2},
@@ -127,7 +122,7 @@ crash "between checkpoints"
 mid_run() { st | jq -e --argjson s "$STEPS" '.state == "RUNNING" and .step < $s - 60' >/dev/null; }
 mid_run || fail "too late for the worker-loss kill point: $(st | jq -c '{state, step}')"
 kill -9 "$WB"
-worker wc
+start_worker1 wc
 crash "wb killed while the coordinator is down, wc started"
 resumed() { st | jq -e '.restarts == 1 and .state == "RUNNING"' >/dev/null; }
 wait_for 60 "$JOB resumed on wa and wc" resumed

@@ -21,16 +21,11 @@ STEPS=6000 # about 1000 steps a second on an idle 2-core host: the job outlasts 
 MIN_STEPS=20
 HB=(--heartbeat-ms 200 --heartbeat-timeout-ms 15000)
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 "${HB[@]}"
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 MPA=$(free_port)
 MPB=$(free_port)
-worker() { # worker NAME METRICS_PORT
-    bg "$1" "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name "$1" \
-        --data-root /usr/share/datasets --rpc-timeout-ms 1000 --metrics-listen "127.0.0.1:$2"
-}
-worker wa "$MPA"
-worker wb "$MPB"
-wait_for 20 "two workers" alive 2
+start_worker1 wa --metrics-listen "127.0.0.1:$MPA"
+start_worker1 wb --metrics-listen "127.0.0.1:$MPB"
+wait_for 20 "two workers" workers_alive 2
 # steps: the step-time histogram's count on a worker's /metrics
 steps() { curl -sf "http://127.0.0.1:$1/metrics" | awk '$1 == "meshtrain_worker_step_seconds_count" { print $2 }'; }
 

@@ -14,15 +14,10 @@ export OPENBLAS_NUM_THREADS=1
 STEPS=8000 # a few thousand steps a second on an idle 2-core host: the job outlasts the freeze
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
     --heartbeat-ms 200 --heartbeat-timeout-ms 1500
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
-worker() {
-    bg "$1" "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name "$1" \
-        --data-root /usr/share/datasets --rpc-timeout-ms 1000
-}
-worker wa
-worker wb
+start_worker1 wa
+start_worker1 wb
 WB_PID=$LAST_PID
-wait_for 20 "two workers" alive 2
+wait_for 20 "two workers" workers_alive 2
 
 jq --argjson s "$STEPS" '. + {mesh: {batch: 2}, steps: $s} | del(.epochs) | del(.checkpoint)' \
     "$SRC/examples/fashion_mnist_mlp.json" >"$T/job.json"
@@ -38,7 +33,7 @@ kill -STOP "$COORD_PID"
 sleep 4
 kill -CONT "$COORD_PID"
 sleep 1
-alive 2 || fail "workers lost after the coordinator's pause: $(mt workers --json | jq -c '[.workers[] | [.name, .state]]')"
+workers_alive 2 || fail "workers lost after the coordinator's pause: $(mt workers --json | jq -c '[.workers[] | [.name, .state]]')"
 ! grep -q "lost (no heartbeat)\|lost: no heartbeat" "$T/coord.log" || fail "a worker was lost: $(grep -m1 lost "$T/coord.log")"
 grep -q "coordinator loop paused for" "$T/coord.log" || fail "the pause was not logged"
 finished() { st "$JOB" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")' >/dev/null; }
