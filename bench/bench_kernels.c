@@ -7,16 +7,23 @@
  * alpha 1, beta 0; the kernel is credited the flops of its fwd + dW (+ dx) GEMMs, whatever it
  * actually runs. Attention (per head and example: q·kᵀ and p·v forward, four products backward)
  * is credited the flops of the full T×T products, causal or not, against the sgemm (T, T, hd):
- * a causal row above the full one is the work the causal kernel skips. Run with OPENBLAS_CORETYPE
- * set or through a program that calls mt_blas_boot (this one does). One BLAS thread.
+ * a causal row above the full one is the work the causal kernel skips. Then mesh_invariant's
+ * canonical product (mt_repro_gemm, core/repro/repro_gemm.c) against the sgemm of the same
+ * product on the Fashion-MNIST MLP's shapes (784 -> 128 -> 10) for a device's batch of 128 (one
+ * device, 8 leaves) and 64 (two devices, 4 leaves each): both layers' x . W, the weight gradients
+ * x^T . dy in the batch's leaves (a read transposed) and the second layer's dx = dy . W^T.
+ * `bench_kernels repro` runs only those. Run with OPENBLAS_CORETYPE set or through a program that
+ * calls mt_blas_boot (this one does). One BLAS thread.
  */
 #include <cblas.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "blas/mt_blas.h"
+#include "repro/mt_repro.h"
 #include "tensor/mt_tensor.h"
 
 /* Thread CPU time: the machine is shared, and time spent descheduled is not the kernel's. */
@@ -137,6 +144,52 @@ static void run_attn(void *p)
                           a->causal);
 }
 
+/* c (m x n) = a . b over k, in `chains` chains for the canonical product; ta: a read transposed
+ * (a(i, q) at a[q * m + i], a weight gradient's x^T), else row-major with the bias (a forward). */
+typedef struct repro_ctx {
+    size_t m, n, k;
+    int chains, ta;
+    float *a, *b, *c, *bias;
+} repro_ctx;
+
+static void run_repro(void *p)
+{
+    repro_ctx *r = p;
+    mt_repro_gemm(r->c, r->n, r->a, r->ta ? 1 : r->k, r->ta ? r->m : 1, r->b, r->n,
+                  r->ta ? NULL : r->bias, r->m, r->n, r->k, r->chains);
+}
+
+static void run_repro_sgemm(void *p)
+{
+    repro_ctx *r = p;
+    cblas_sgemm(CblasRowMajor, r->ta ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)r->m,
+                (int)r->n, (int)r->k, 1.0f, r->a, r->ta ? (int)r->m : (int)r->k, r->b, (int)r->n,
+                0.0f, r->c, (int)r->n);
+}
+
+/* The MLP's products for a device's batch bsz (leaves: its leaves of the batch of 128). */
+static void repro_mlp(size_t bsz, int leaves)
+{
+    float *x = buf(bsz * 784), *w1 = buf(784 * 128), *b1 = buf(128), *h = buf(bsz * 128);
+    float *w2 = buf(128 * 10), *b2 = buf(10), *dy1 = buf(bsz * 128), *dy2 = buf(bsz * 10);
+    float *w2t = buf(10 * 128), *c = buf(784 * 128);
+    repro_ctx ps[] = {
+        {bsz, 128, 784, 1, 0, x, w1, c, b1},         {bsz, 10, 128, 1, 0, h, w2, c, b2},
+        {784, 128, bsz, leaves, 1, x, dy1, c, NULL}, {128, 10, bsz, leaves, 1, h, dy2, c, NULL},
+        {bsz, 128, 10, 1, 0, dy2, w2t, c, NULL},
+    };
+    static const char *what[] = {"x.W1", "h.W2", "x^T.dy1", "h^T.dy2", "dy2.W2^T"};
+    for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) {
+        char name[64];
+        double fl = 2.0 * (double)ps[i].m * (double)ps[i].n * (double)ps[i].k;
+        snprintf(name, sizeof(name), "repro %s %zux%zux%zu c%d", what[i], ps[i].m, ps[i].n, ps[i].k,
+                 ps[i].chains);
+        compare(name, run_repro, &ps[i], fl, run_repro_sgemm, &ps[i], fl);
+    }
+    free(x), free(w1), free(b1), free(h), free(w2), free(b2), free(dy1), free(dy2), free(w2t);
+    free(c);
+}
+
 static gemm_ctx gemm_new(size_t m, size_t n, size_t k)
 {
     return (gemm_ctx){m, n, k, buf(m * k), buf(k * n), buf(m * n)};
@@ -156,10 +209,11 @@ int main(int argc, char **argv)
         {64, 14, 14, 32, 3, 3, 32, true, 1, 1},
     };
     mt_blas_boot(argc, argv);
+    bool only_repro = argc > 1 && strcmp(argv[1], "repro") == 0;
     printf("OpenBLAS core %s, 1 thread\n", mt_blas_corename());
     printf("%-34s %10s %10s %8s %11s\n", "kernel (fwd+bwd)", "GFLOP/s", "sgemm", "ratio",
            "min-max");
-    for (size_t i = 0; i < sizeof(dense_shapes) / sizeof(dense_shapes[0]); i++) {
+    for (size_t i = 0; !only_repro && i < sizeof(dense_shapes) / sizeof(dense_shapes[0]); i++) {
         dense_ctx d = {
             .b = dense_shapes[i][0], .in = dense_shapes[i][1], .out = dense_shapes[i][2]};
         size_t b = d.b, in = d.in, out = d.out;
@@ -174,7 +228,7 @@ int main(int argc, char **argv)
         free(d.x), free(d.w), free(d.bias), free(d.y), free(d.dy), free(d.dx), free(d.dw);
         free(d.db);
     }
-    for (size_t i = 0; i < sizeof(conv_shapes) / sizeof(conv_shapes[0]); i++) {
+    for (size_t i = 0; !only_repro && i < sizeof(conv_shapes) / sizeof(conv_shapes[0]); i++) {
         conv_ctx c = {.g = conv_shapes[i], .first = i == 0};
         mt_conv2d_geom *g = &c.g;
         size_t nx = g->batch * g->h * g->w * g->c, nw = g->kh * g->kw * g->c * g->f;
@@ -192,7 +246,8 @@ int main(int argc, char **argv)
         free(c.x), free(c.w), free(c.bias), free(c.y), free(c.dy), free(c.dx), free(c.dw);
         free(c.db), free(c.cols), free(c.dcols);
     }
-    for (int causal = 0; causal < 2; causal++) { /* the char_lm example's shape, batch 8 */
+    /* the char_lm example's shape, batch 8 */
+    for (int causal = 0; !only_repro && causal < 2; causal++) {
         attn_ctx a = {.b = 8, .t = 128, .h = 4, .hd = 32, .causal = causal};
         size_t nin = a.b * a.t * a.h * 3 * a.hd, nout = a.b * a.t * a.h * a.hd;
         a.qkv = buf(nin), a.dqkv = buf(nin), a.out = buf(nout), a.dout = buf(nout);
@@ -206,5 +261,7 @@ int main(int argc, char **argv)
         gemm_free(&base);
         free(a.qkv), free(a.dqkv), free(a.out), free(a.dout), free(a.probs), free(a.scr);
     }
+    repro_mlp(128, mt_repro_leaves(128));
+    repro_mlp(64, mt_repro_leaves(128) / 2);
     return 0;
 }

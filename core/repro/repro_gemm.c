@@ -10,8 +10,10 @@
  * allreduce over the splitting dimension).
  *
  * Two paths, the same bits: AVX2 + FMA tiles of 6 rows x 16 columns (chosen by CPUID; a lane is
- * one element, masked loads for the last columns) and a portable loop (mt_repro_gemm_ref, fmaf:
- * correctly rounded also where the CPU has no FMA). Tests: tests/unit/test_repro.c.
+ * one element, masked loads for the last columns; the plain product reads b from a packed copy of
+ * its 16-column blocks, tiles()) and a portable loop (mt_repro_gemm_ref, fmaf: correctly rounded
+ * also where the CPU has no FMA). Tests: tests/unit/test_repro.c; speed against sgemm on the
+ * Fashion-MNIST MLP's shapes: `bench_kernels repro`.
  */
 #include "repro/mt_repro.h"
 
@@ -23,10 +25,11 @@
 #define MT_REPRO_AVX2 1
 #endif
 
-#define TM     6   /* rows of a tile (ROW_FMA(0..5) below) */
-#define TN     16  /* columns of a tile: two 8-float vectors */
-#define LEVELS 3   /* held subtrees of the chains' tree: log2(MT_REPRO_MAX_LEAVES) */
-#define KB     128 /* contraction rows of a K-block of one long chain */
+#define TM     6     /* rows of a tile (ROW_FMA(0..5) below) */
+#define TN     16    /* columns of a tile: two 8-float vectors */
+#define LEVELS 3     /* held subtrees of the chains' tree: log2(MT_REPRO_MAX_LEAVES) */
+#define KB     128   /* contraction rows of a K-block of one long chain */
+#define PACK_B 16384 /* floats of packed b (tiles(): 64 KiB on the stack) */
 
 /* The canonical tree over the chains' partial sums of one element (count a power of two). */
 static float fold(float *part, int count)
@@ -128,8 +131,8 @@ AVX2_FN static inline __m256i lanes(size_t w)
     do {                                                                                           \
         size_t qa = (q)*acs;                                                                       \
         const float *br = b + (q)*ldb;                                                             \
-        __m256 b0 = full ? _mm256_loadu_ps(br) : _mm256_maskload_ps(br, m0);                       \
-        __m256 b1 = full ? _mm256_loadu_ps(br + 8) : _mm256_maskload_ps(br + 8, m1);               \
+        __m256 b0 = bfull ? _mm256_loadu_ps(br) : _mm256_maskload_ps(br, m0);                      \
+        __m256 b1 = bfull ? _mm256_loadu_ps(br + 8) : _mm256_maskload_ps(br + 8, m1);              \
         ROWS(ROW_FMA);                                                                             \
     } while (0)
 #define ROWS(op)                                                                                   \
@@ -144,7 +147,8 @@ AVX2_FN static inline __m256i lanes(size_t w)
 
 /*
  * One tile: rows [0, mr) (mr <= TM; the missing rows reread row 0 and are not stored), columns
- * [0, nr) (nr <= TN; full: nr == TN, plain loads), contraction [0, chains * kc) (rs given: the
+ * [0, nr) (nr <= TN; full: nr == TN, plain loads and stores of c; bfull: b's rows hold TN
+ * floats, full or packed by pack_b, plain loads), contraction [0, chains * kc) (rs given: the
  * chains' terms in runs, mt_repro_gemm_runs; the plain loop stays for the others). Each lane is one
  * element's chain (the accumulators are named variables, so they stay in registers), so the
  * arithmetic is mt_repro_gemm_ref's whatever the tile. The chains fold as they end (a binary
@@ -156,7 +160,7 @@ AVX2_FN static inline __m256i lanes(size_t w)
 AVX2_FN __attribute__((always_inline)) static inline void
 tile(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const float *b, size_t ldb,
      const float *bias, size_t mr, size_t nr, size_t kc, const mt_repro_runs *rs, int chains,
-     int full, int load)
+     int full, int bfull, int load)
 {
     __m256 part[LEVELS][TM][2];
     __m256i m0 = lanes(nr < 8 ? nr : 8), m1 = lanes(nr > 8 ? nr - 8 : 0);
@@ -213,18 +217,70 @@ tiles_any(float *c, size_t ldc, const float *a, size_t ars, size_t acs, const fl
             const float *bj = bias != NULL ? bias + j0 : NULL;
             if (nr == TN)
                 tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
-                     rs, chains, 1, load);
+                     rs, chains, 1, 1, load);
             else
                 tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, b + j0, ldb, bj, mr, nr, kc,
-                     rs, chains, 0, load);
+                     rs, chains, 0, 0, load);
         }
 }
 
+/* b's rows [0, kk), columns [0, nr) (nr <= TN) as kk rows of TN contiguous floats, the columns
+ * past nr zero (their lanes compute what no store keeps). */
+AVX2_FN static void pack_b(float *bp, const float *b, size_t ldb, size_t kk, size_t nr)
+{
+    __m256i m0 = lanes(nr < 8 ? nr : 8), m1 = lanes(nr > 8 ? nr - 8 : 0);
+    for (size_t q = 0; q < kk; q++, bp += TN, b += ldb)
+        if (nr == TN) {
+            _mm256_store_ps(bp, _mm256_loadu_ps(b));
+            _mm256_store_ps(bp + 8, _mm256_loadu_ps(b + 8));
+        } else {
+            _mm256_store_ps(bp, _mm256_maskload_ps(b, m0));
+            _mm256_store_ps(bp + 8, _mm256_maskload_ps(b + 8, m1));
+        }
+}
+
+/*
+ * The plain product's tiles (one pass, see gemm_avx2) with b packed: its 16-column blocks copied
+ * to contiguous rows of TN floats (plain aligned loads, no masks, and no cache-set conflicts of a
+ * large ldb: 128 rows 512 bytes apart use 8 of L1's 64 sets), each block read by every row tile;
+ * with the row panels outside (m > n), all of b is packed once. The tiles compute the same
+ * chains in the same order: packing moves operands, no arithmetic. Packing a's row panels too
+ * (a weight gradient's strided x^T) measured slower on the MLP's dW (bench_repro_gemm), so a is
+ * read in place. A product too small to reuse a packed block (one row tile), or whose packed b
+ * does not fit PACK_B, runs tiles_any's unpacked loop.
+ */
 AVX2_FN static void tiles(float *c, size_t ldc, const float *a, size_t ars, size_t acs,
                           const float *b, size_t ldb, const float *bias, size_t m, size_t n,
                           size_t kc, int chains, int load)
 {
-    tiles_any(c, ldc, a, ars, acs, b, ldb, bias, m, n, kc, NULL, chains, load);
+    float pk[PACK_B] __attribute__((aligned(32)));
+    size_t kk = kc * (size_t)chains, nb = (n + TN - 1) / TN;
+    bool rows_out = m > n;
+
+    if (m <= TM || kk == 0 || kk * TN * (rows_out ? nb : 1) > PACK_B) {
+        tiles_any(c, ldc, a, ars, acs, b, ldb, bias, m, n, kc, NULL, chains, load);
+        return;
+    }
+    if (rows_out)
+        for (size_t j0 = 0; j0 < n; j0 += TN)
+            pack_b(pk + j0 * kk, b + j0, ldb, kk, n - j0 < TN ? n - j0 : TN);
+    size_t outer = rows_out ? m : n, inner = rows_out ? n : m;
+    for (size_t o = 0; o < outer; o += rows_out ? TM : TN) {
+        if (!rows_out)
+            pack_b(pk, b + o, ldb, kk, n - o < TN ? n - o : TN);
+        for (size_t p = 0; p < inner; p += rows_out ? TN : TM) {
+            size_t i0 = rows_out ? o : p, j0 = rows_out ? p : o;
+            size_t mr = m - i0 < TM ? m - i0 : TM, nr = n - j0 < TN ? n - j0 : TN;
+            const float *bj = bias != NULL ? bias + j0 : NULL;
+            const float *bp = rows_out ? pk + j0 * kk : pk;
+            if (nr == TN)
+                tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, bp, TN, bj, mr, nr, kc, NULL,
+                     chains, 1, 1, load);
+            else
+                tile(c + i0 * ldc + j0, ldc, a + i0 * ars, ars, acs, bp, TN, bj, mr, nr, kc, NULL,
+                     chains, 0, 1, load);
+        }
+    }
 }
 
 AVX2_FN static void tiles_runs(float *c, size_t ldc, const float *a, size_t ars, size_t acs,

@@ -532,6 +532,50 @@ static void test_repro_gemm_long_chain_in_blocks(void **state)
 }
 
 /*
+ * The AVX2 path packs b's 16-column blocks (repro_gemm.c, tiles()): per column block with the
+ * column blocks outside (m <= n), all of b at once with the row panels outside (m > n), and runs
+ * unpacked when the packed b would not fit or only one row tile reads it. Every case gives the
+ * portable product's bits: the MLP's products (a row-major x . W with a bias; a weight gradient's
+ * x^T, column stride m, in 1..8 chains), edge columns (n % 16 != 0), edge rows (m % 6 != 0), a
+ * large ldb, and the shapes on both sides of each limit.
+ */
+static void test_repro_gemm_packed_shapes(void **state)
+{
+    static const size_t shapes[][3] = {
+        /* m, n, k */
+        {128, 128, 784}, {128, 10, 128}, {784, 128, 128}, {128, 10, 64},   {7, 33, 64},
+        {6, 40, 16},     {13, 16, 8},    {100, 133, 64},  {200, 150, 128}, {129, 128, 128},
+        {40, 50, 1024},  {40, 50, 2048}, {50, 40, 256},   {300, 17, 1000},
+    };
+    (void)state;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        size_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], ldb = n + 37;
+        float *a = vals(m * k, 1, 11 + si), *b = vals(k * ldb, 2, 11 + si);
+        float *bias = vals(n, 3, 11 + si);
+        float *c = calloc(m * n, sizeof(float)), *r = calloc(m * n, sizeof(float));
+        for (int chains = 1; chains <= L; chains *= 2) {
+            if (k % (size_t)chains != 0)
+                continue;
+            for (int at = 0; at < 2; at++) { /* at: a read transposed (column stride m) */
+                size_t ars = at ? 1 : k, acs = at ? m : 1;
+                const float *bi = at ? NULL : bias;
+                mt_repro_gemm(c, n, a, ars, acs, b, ldb, bi, m, n, k, chains);
+                mt_repro_gemm_ref(r, n, a, ars, acs, b, ldb, bi, m, n, k, chains);
+                if (memcmp(c, r, m * n * sizeof(float)) != 0)
+                    fail_msg("%zu x %zu x %zu, %d chains%s: the AVX2 product differs from the "
+                             "portable one",
+                             m, n, k, chains, at ? ", a transposed" : "");
+            }
+        }
+        free(a);
+        free(b);
+        free(bias);
+        free(c);
+        free(r);
+    }
+}
+
+/*
  * A dense layer (batch 16: 8 leaves of 2; in 1200, out 48) split over a model dimension of f = 2
  * and 4 devices, on its output columns and on its contraction, gives one device's bits: y, dx
  * (a split output: the partial input gradients summed by the allreduce), dw and db.
@@ -1383,6 +1427,7 @@ int main(void)
         cmocka_unit_test(test_repro_dense_same_bits_on_every_mesh),
         cmocka_unit_test(test_repro_gemm_canonical_any_block_any_split),
         cmocka_unit_test(test_repro_gemm_long_chain_in_blocks),
+        cmocka_unit_test(test_repro_gemm_packed_shapes),
         cmocka_unit_test(test_repro_gemm_more_continues_the_chain),
         cmocka_unit_test(test_repro_gemm_runs_as_permuted_columns),
         cmocka_unit_test(test_repro_conv2d_col2im_band),
