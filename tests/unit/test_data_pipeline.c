@@ -2,7 +2,7 @@
 /*
  * test_data_pipeline.c — the input pipeline of core/data (mt_data.h): prefetch equals
  * synchronous, clean shutdown mid-epoch, epoch restarts, feature slices (spatial partitioning),
- * per-file reading under FILE sharding, and error codes.
+ * per-file reading under FILE sharding, pixels kept as bytes, and error codes.
  */
 #include "mt_test.h"
 
@@ -323,6 +323,64 @@ static void test_data_pipeline_file_shard_reads_own_files(void **state)
     mt_data_spec_free(s);
 }
 
+/*
+ * 8-bit pixels as the decoders write them (q * (1/255)) are kept as bytes and converted back when
+ * a batch is gathered: every delivered row must hold exactly the source floats, bit for bit,
+ * through shuffling, prefetch, two replicas and a feature slice whose length is no multiple of
+ * the 16-byte blocks. A value that is no such pixel (0.5, -0.0) keeps the floats: same rows.
+ */
+static void test_data_pipeline_byte_pixels_exact(void **state)
+{
+    enum { N = 300, DIM = 40, OFF = 3, LEN = 35 };
+    (void)state;
+    for (int variant = 0; variant < 3; variant++) {
+        mt_data_block b;
+        mt_data_dataset *ds;
+        mt_data_input_ctx ctx = {1, 0, 2, 32, OFF, LEN};
+        mt_data_pipeline_opts o = MT_DATA_PIPELINE_OPTS_DEFAULTS;
+        mt_data_pipeline *p;
+        const mt_data_step *st;
+        size_t rows = 0;
+        memset(&b, 0, sizeof(b));
+        b.n = N;
+        b.dim = DIM;
+        b.x = malloc(N * DIM * sizeof(float));
+        b.y = malloc(N * sizeof(int32_t));
+        assert_non_null(b.x);
+        assert_non_null(b.y);
+        for (size_t i = 0; i < N; i++) {
+            for (size_t j = 0; j < DIM; j++)
+                b.x[i * DIM + j] = (float)(uint8_t)((i * 7 + j * 13) % 256) * (1.0f / 255.0f);
+            b.y[i] = (int32_t)i; /* names the example */
+        }
+        if (variant == 1)
+            b.x[N * DIM - 1] = 0.5f;
+        if (variant == 2)
+            b.x[5 * DIM + 7] = -0.0f;
+        assert_int_equal(mt_data_dataset_from_blocks(&b, 1, &ds, NULL), MT_OK);
+        o.shuffle_buffer = 64;
+        o.seed = 3;
+        assert_int_equal(mt_data_pipeline_open(ds, &ctx, &o, &p, NULL), MT_OK);
+        for (size_t e = 0; e < 2; e++) {
+            assert_int_equal(mt_data_pipeline_start_epoch(p, e, NULL), MT_OK);
+            while (mt_data_pipeline_next(p, &st, NULL) == MT_OK)
+                for (size_t l = 0; l < st->n_replicas; l++)
+                    for (size_t i = 0; i < st->replicas[l].n; i++, rows++) {
+                        const mt_data_batch *r = &st->replicas[l];
+                        size_t k = (size_t)r->y[i];
+                        assert_int_equal(r->dim, LEN);
+                        assert_memory_equal(r->x + i * LEN, b.x + k * DIM + OFF,
+                                            LEN * sizeof(float));
+                    }
+        }
+        assert_int_equal(rows, 2 * N);
+        mt_data_pipeline_free(p);
+        mt_data_dataset_free(ds);
+        free(b.x);
+        free(b.y);
+    }
+}
+
 static void test_data_pipeline_alloc_failures(void **state)
 {
     mt_data_dataset *ds = grid(50, 4, 3);
@@ -358,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_data_pipeline_bad_context_and_dims),
         cmocka_unit_test_setup_teardown(test_data_pipeline_file_shard_reads_own_files, dt_setup,
                                         dt_teardown),
+        cmocka_unit_test(test_data_pipeline_byte_pixels_exact),
         cmocka_unit_test(test_data_pipeline_alloc_failures),
     };
     mt_log_set_level(MT_LOG_WARN);
