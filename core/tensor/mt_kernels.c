@@ -965,6 +965,9 @@ void mt_adam_update_lanes(float *restrict w, float *restrict m, float *restrict 
     double lr_t = (double)lr * sqrt(1.0 - pow(beta2, (double)t)) / (1.0 - pow(beta1, (double)t));
     float a = (float)lr_t, c1 = 1.0f - beta1, c2 = 1.0f - beta2;
     size_t i = 0;
+#if !defined(ADAM_AVX) && !defined(__SSE2__)
+    (void)lanes; /* the scalar loop only on this target */
+#endif
 #if defined(ADAM_AVX)
     if (lanes >= 8 && __builtin_cpu_supports("avx"))
         i = adam_avx(w, m, v, g, a, beta1, beta2, eps, n);
