@@ -6,6 +6,10 @@
  * then per step packs them into one contiguous buffer, runs one
  * mt_coll_allreduce_sum over it and unpacks in place. The fused buffer grows
  * as tensors are added and is reused across steps. Used by one device thread.
+ * When the registered tensors lie back to back in memory in registration order
+ * (t[i+1] == t[i] + n[i]: the training step's gradient arena, core/spmd), they
+ * are the fused buffer: the collectives run on them directly, no pack, no
+ * unpack (the same elements in the same order, so the same bits).
  * The sharded pair splits that allreduce for a sharded optimizer update (ZeRO-1):
  * mt_coll_bucket_reduce_scatter leaves this member the reduced chunk of the fused
  * elements (mt_coll_chunk_range's layout) in the fused buffer itself
@@ -28,6 +32,8 @@ struct mt_coll_bucket {
     bucket_entry *e;
     size_t ne, cap;
     size_t total; /* sum of n */
+    float *flat;  /* the registered tensors when they lie back to back (the fused buffer in
+                     place), else NULL */
     float *buf;   /* fused buffer, total floats (allocated lazily); the allgather's output */
     size_t buf_cap;
     float *chunk; /* the allgather's chunk: ceil(total / members) floats, or NULL */
@@ -67,6 +73,10 @@ mt_code mt_coll_bucket_add(mt_coll_bucket *b, float *t, size_t n, mt_err *err)
         b->cap = ncap;
     }
     b->e[b->ne++] = (bucket_entry){t, n};
+    if (n > 0 && b->total == 0)
+        b->flat = t;
+    else if (n > 0 && b->flat != NULL && t != b->flat + b->total)
+        b->flat = NULL; /* for good: a gap */
     b->total += n;
     return MT_OK;
 }
@@ -112,7 +122,10 @@ static void bucket_copy(mt_coll_bucket *b, float *flat, size_t off, size_t len, 
 mt_code mt_coll_bucket_allreduce(mt_coll_bucket *b, mt_coll_comm *comm, const mt_coll_group *group,
                                  const mt_coll_call *call, mt_err *err)
 {
-    mt_code rc = bucket_room(&b->buf, &b->buf_cap, b->total, err);
+    mt_code rc;
+    if (b->flat != NULL)
+        return mt_coll_allreduce_sum(comm, group, b->flat, b->total, call, err);
+    rc = bucket_room(&b->buf, &b->buf_cap, b->total, err);
     if (rc != MT_OK)
         return rc;
     bucket_copy(b, b->buf, 0, b->total, true);
@@ -141,18 +154,22 @@ mt_code mt_coll_bucket_reduce_scatter(mt_coll_bucket *b, mt_coll_comm *comm,
                                       float **chunk, size_t *off, size_t *len, mt_err *err)
 {
     int pos = 0;
+    float *fused = b->flat;
     mt_code rc = bucket_pos(comm, group, &pos, err);
 
-    if (rc == MT_OK)
+    if (rc == MT_OK && fused == NULL) {
         rc = bucket_room(&b->buf, &b->buf_cap, b->total > 0 ? b->total : 1, err);
+        fused = b->buf;
+        if (rc == MT_OK)
+            bucket_copy(b, fused, 0, b->total, true);
+    }
     if (rc != MT_OK)
         return rc;
-    bucket_copy(b, b->buf, 0, b->total, true);
-    rc = mt_coll_reduce_scatter_inplace(comm, group, b->buf, b->total, call, err);
+    rc = mt_coll_reduce_scatter_inplace(comm, group, fused, b->total, call, err);
     if (rc != MT_OK)
         return rc;
     mt_coll_chunk_range(b->total, group->size, pos, off, len);
-    *chunk = b->buf + *off;
+    *chunk = fused + *off;
     return MT_OK;
 }
 
@@ -161,9 +178,10 @@ mt_code mt_coll_bucket_allgather(mt_coll_bucket *b, mt_coll_comm *comm, const mt
 {
     int pos = 0;
     size_t p = (size_t)group->size, most = p > 0 ? (b->total + p - 1) / p : 0, off, len;
+    bool direct = b->flat != NULL && most * p == b->total; /* each chunk lands where it belongs */
     mt_code rc = bucket_pos(comm, group, &pos, err);
 
-    if (rc == MT_OK)
+    if (rc == MT_OK && !direct)
         rc = bucket_room(&b->buf, &b->buf_cap, most * p > 0 ? most * p : 1, err);
     if (rc == MT_OK)
         rc = bucket_room(&b->chunk, &b->chunk_cap, most > 0 ? most : 1, err);
@@ -173,6 +191,8 @@ mt_code mt_coll_bucket_allgather(mt_coll_bucket *b, mt_coll_comm *comm, const mt
     bucket_copy(b, b->chunk, off, len, true);
     if (len < most) /* the shorter chunks' last element: sent, never read */
         b->chunk[len] = 0.0f;
+    if (direct) /* this member's chunk rewritten with its own values */
+        return mt_coll_allgather(comm, group, b->chunk, b->flat, most, call, err);
     rc = mt_coll_allgather(comm, group, b->chunk, b->buf, most, call, err);
     if (rc != MT_OK)
         return rc;

@@ -380,7 +380,10 @@ mt_code mt_coll_barrier(mt_coll_comm *comm, const mt_coll_group *group, const mt
  * Fuses many small tensors into one buffer so a step sends few messages.
  * The bucket borrows the registered tensors (they must outlive it). Its
  * result is deterministic for a given registration order (the fused buffer is
- * reduced with the documented order). Used by one device thread.
+ * reduced with the documented order). When the registered tensors lie back to
+ * back (each starts where the previous one ends, in registration order), they
+ * are the fused buffer: the collectives run on them in place, with no pack or
+ * unpack copy and the same bits. Used by one device thread.
  */
 
 /* *out owned by caller. Codes: RESOURCE_EXHAUSTED. */
@@ -403,8 +406,9 @@ mt_code mt_coll_bucket_allreduce(mt_coll_bucket *b, mt_coll_comm *comm, const mt
  * buffer. *chunk (borrowed from b, valid until the next call on b) gets this member's *len
  * elements, the fused elements [*off, *off + *len) (mt_coll_chunk_range of the bucket's size
  * over the group, at comm's position) of mt_coll_bucket_allreduce's result, the same bits. The
- * registered tensors are left as they were. Codes as reduce-scatter; INVALID_ARGUMENT when
- * comm's rank is not in group.
+ * registered tensors are left as they were, unless they lie back to back: then the reduce-scatter
+ * runs on them in place (*chunk points into them; the rest of them is unspecified). Codes as
+ * reduce-scatter; INVALID_ARGUMENT when comm's rank is not in group.
  */
 mt_code mt_coll_bucket_reduce_scatter(mt_coll_bucket *b, mt_coll_comm *comm,
                                       const mt_coll_group *group, const mt_coll_call *call,
@@ -413,9 +417,10 @@ mt_code mt_coll_bucket_reduce_scatter(mt_coll_bucket *b, mt_coll_comm *comm,
 /*
  * The second half: every member sends its chunk (mt_coll_chunk_range of the bucket's size over
  * the group, at its position) of its registered tensors; afterwards each registered tensor holds,
- * in every other member's chunk, that member's values (this member's chunk is not written). Every
- * member must have registered the same sizes. One allgather of ceil(size / members) floats per
- * member. Codes as allgather; INVALID_ARGUMENT when comm's rank is not in group.
+ * in every other member's chunk, that member's values (this member's chunk keeps its values).
+ * Every member must have registered the same sizes. One allgather of ceil(size / members) floats
+ * per member, straight into the registered tensors when they lie back to back and the size is a
+ * multiple of the members. Codes as allgather; INVALID_ARGUMENT when comm's rank is not in group.
  */
 mt_code mt_coll_bucket_allgather(mt_coll_bucket *b, mt_coll_comm *comm, const mt_coll_group *group,
                                  const mt_coll_call *call, mt_err *err);

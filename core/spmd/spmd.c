@@ -66,9 +66,11 @@ typedef struct dev {
     bool slots_stale;           /* a sharded update ran since the slots were last whole here */
     float spad[MT_LOSS_NSUMS + 1]; /* the slot buckets' tail where the others have msum, so
                                       that all three split into the same chunks (unused) */
-    float msum[MT_LOSS_NSUMS + 1]; /* the step's loss and metric sums (core/loss) and the NEXT
-                                      step's example count (in the bucket: the end-of-data
-                                      agreement rides on the gradient allreduce) */
+    float *garena; /* the gradient arena: every gradient the bucket reduces, then msum, back to
+                      back in the bucket's order (its collectives run in place) */
+    float *msum;   /* MT_LOSS_NSUMS + 1 in garena: the step's loss and metric sums (core/loss) and
+                      the NEXT step's example count (in the bucket: the end-of-data agreement
+                      rides on the gradient allreduce) */
     size_t
         next; /* the next step's agreed example count (msum[MT_LOSS_NSUMS] after the allreduce) */
     size_t batch, row0;         /* local examples of the current job, first global row */
@@ -1073,6 +1075,20 @@ static mt_code zero_bucket(dev *d, mt_err *err)
     return rc;
 }
 
+/* Parameter i's gradient rides in the gradient bucket (and lies in the gradient arena): every
+ * trainable one but the per-layer FSDP gradients, reduce-scattered in the backward. */
+static bool grad_in_bucket(const mt_spmd *s, const dev *d, size_t i)
+{
+    return d->params[i].trainable && !(s->fsdp[i] >= 0 && s->fsdp_transient);
+}
+
+/* Floats of parameter i's gradient in the bucket: a kept FSDP copy's whole gradient (sliced after
+ * the reduction), else the shard's. */
+static size_t bucket_grad_size(const mt_spmd *s, const dev *d, size_t i)
+{
+    return d->params[i].size * (s->fsdp[i] >= 0 ? dsz(s, s->bdim) : 1);
+}
+
 static mt_code dev_alloc(dev *d, mt_err *err)
 {
     mt_spmd *s = d->s;
@@ -1122,7 +1138,8 @@ static mt_code dev_alloc(dev *d, mt_err *err)
         }
         DALLOC(p->value, p->size);
         if (p->trainable) {
-            DALLOC(p->grad, p->size);
+            if (s->fsdp[i] >= 0) /* the shard's (the bucket carries the whole gradient) */
+                DALLOC(p->grad, p->size);
             if (slots > 0)
                 DALLOC(p->slot1, p->size);
             if (slots > 1)
@@ -1135,6 +1152,19 @@ static mt_code dev_alloc(dev *d, mt_err *err)
     }
     DALLOC(d->wval, s->n_params);
     DALLOC(d->wgrad, s->n_params);
+    {
+        size_t n = MT_LOSS_NSUMS + 1, at = 0;
+        for (size_t i = 0; i < s->n_params; i++)
+            n += grad_in_bucket(s, d, i) ? bucket_grad_size(s, d, i) : 0;
+        DALLOC(d->garena, n);
+        for (size_t i = 0; i < s->n_params; i++) {
+            if (!grad_in_bucket(s, d, i))
+                continue;
+            *(s->fsdp[i] >= 0 ? &d->wgrad[i] : &d->params[i].grad) = d->garena + at;
+            at += bucket_grad_size(s, d, i);
+        }
+        d->msum = d->garena + at;
+    }
     for (size_t i = 0; i < s->n_params; i++) {
         size_t use = d->params[i].size * dsz(s, s->bdim);
         if (s->fsdp[i] < 0)
@@ -1142,10 +1172,8 @@ static mt_code dev_alloc(dev *d, mt_err *err)
         if (s->fsdp[i] > 0 && d->wtmp == NULL)
             DALLOC(d->wtmp, fsdp_widest(s));
         if (s->fsdp_transient)
-            continue; /* pointers into the per-layer scratch */
-        DALLOC(d->wval[i], use);
-        if (d->params[i].trainable)
-            DALLOC(d->wgrad[i], use);
+            continue;            /* pointers into the per-layer scratch */
+        DALLOC(d->wval[i], use); /* the gradient (trainable): in the arena */
     }
     if (s->fsdp_transient) {
         size_t most = 0;
@@ -1168,13 +1196,10 @@ static mt_code dev_alloc(dev *d, mt_err *err)
     }
     d->wstale = true;
     rc = mt_coll_bucket_new(&d->bucket, err);
-    for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
-        if (!d->params[i].trainable || (s->fsdp[i] >= 0 && s->fsdp_transient))
-            continue; /* per-layer FSDP gradients are reduce-scattered in the backward */
-        /* kept FSDP copies: the whole gradient, sliced after the reduction */
-        rc = mt_coll_bucket_add(d->bucket, s->fsdp[i] >= 0 ? d->wgrad[i] : d->params[i].grad,
-                                d->params[i].size * (s->fsdp[i] >= 0 ? dsz(s, s->bdim) : 1), err);
-    }
+    for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) /* the arena's order */
+        if (grad_in_bucket(s, d, i))
+            rc = mt_coll_bucket_add(d->bucket, s->fsdp[i] >= 0 ? d->wgrad[i] : d->params[i].grad,
+                                    bucket_grad_size(s, d, i), err);
     if (rc == MT_OK) /* the metrics ride along: one collective per step for all of it */
         rc = mt_coll_bucket_add(d->bucket, d->msum, MT_LOSS_NSUMS + 1, err);
     if (rc == MT_OK && s->zero_ok)
@@ -1224,15 +1249,15 @@ static void dev_free(dev *d)
         mt_free(d->groups[k]);
     for (size_t i = 0; d->params != NULL && i < s->n_params; i++) {
         mt_free(d->params[i].value);
-        mt_free(d->params[i].grad);
+        if (s->fsdp[i] >= 0) /* else in the arena */
+            mt_free(d->params[i].grad);
         mt_free(d->params[i].slot1);
         mt_free(d->params[i].slot2);
     }
     mt_free(d->params);
     for (size_t i = 0; d->wval != NULL && !s->fsdp_transient && i < s->n_params; i++)
         mt_free(d->wval[i]);
-    for (size_t i = 0; d->wgrad != NULL && !s->fsdp_transient && i < s->n_params; i++)
-        mt_free(d->wgrad[i]);
+    mt_free(d->garena); /* the kept FSDP copies' gradients too */
     mt_free(d->wval);
     mt_free(d->wgrad);
     mt_free(d->fv);

@@ -926,21 +926,56 @@ void mt_sgd_update(float *w, float *v, const float *g, float lr, float momentum,
 }
 
 /*
- * Adam with SSE: sqrtf keeps errno semantics, so gcc will not vectorise the scalar loop, and the
- * update was a third of an MLP step. Each lane does the scalar loop's IEEE operations in the same
- * order (no FMA), so results are bit-identical whatever a shard's alignment.
+ * Adam in SIMD lanes: sqrtf keeps errno semantics, so gcc will not vectorise the scalar loop, and
+ * the update was a third of an MLP step (still 18 % of a 2 x 1 step with SSE). Each lane does the
+ * scalar loop's IEEE operations in the same order (no FMA: the AVX target does not enable it), so
+ * results are bit-identical whatever the lanes and a shard's alignment.
  */
-void mt_adam_update(float *restrict w, float *restrict m, float *restrict v,
-                    const float *restrict g, float lr, float beta1, float beta2, float eps,
-                    int64_t t, size_t n)
+#if defined(__x86_64__) && defined(__GNUC__)
+#define ADAM_AVX 1
+/* The first n / 8 * 8 elements in 8 lanes; returns how many. */
+__attribute__((target("avx"))) static size_t adam_avx(float *restrict w, float *restrict m,
+                                                      float *restrict v, const float *restrict g,
+                                                      float a, float beta1, float beta2, float eps,
+                                                      size_t n)
+{
+    __m256 vb1 = _mm256_set1_ps(beta1), vb2 = _mm256_set1_ps(beta2);
+    __m256 vc1 = _mm256_set1_ps(1.0f - beta1), vc2 = _mm256_set1_ps(1.0f - beta2);
+    __m256 va = _mm256_set1_ps(a), veps = _mm256_set1_ps(eps);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 gi = _mm256_loadu_ps(g + i);
+        __m256 mi =
+            _mm256_add_ps(_mm256_mul_ps(vb1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(vc1, gi));
+        __m256 vi = _mm256_add_ps(_mm256_mul_ps(vb2, _mm256_loadu_ps(v + i)),
+                                  _mm256_mul_ps(_mm256_mul_ps(vc2, gi), gi));
+        __m256 step = _mm256_div_ps(_mm256_mul_ps(va, mi), _mm256_add_ps(_mm256_sqrt_ps(vi), veps));
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        _mm256_storeu_ps(w + i, _mm256_sub_ps(_mm256_loadu_ps(w + i), step));
+    }
+    return i;
+}
+#endif
+
+void mt_adam_update_lanes(float *restrict w, float *restrict m, float *restrict v,
+                          const float *restrict g, float lr, float beta1, float beta2, float eps,
+                          int64_t t, size_t n, int lanes)
 {
     double lr_t = (double)lr * sqrt(1.0 - pow(beta2, (double)t)) / (1.0 - pow(beta1, (double)t));
     float a = (float)lr_t, c1 = 1.0f - beta1, c2 = 1.0f - beta2;
     size_t i = 0;
+#if !defined(ADAM_AVX) && !defined(__SSE2__)
+    (void)lanes; /* the scalar loop only on this target */
+#endif
+#if defined(ADAM_AVX)
+    if (lanes >= 8 && __builtin_cpu_supports("avx"))
+        i = adam_avx(w, m, v, g, a, beta1, beta2, eps, n);
+#endif
 #if defined(__SSE2__)
     __m128 vb1 = _mm_set1_ps(beta1), vb2 = _mm_set1_ps(beta2), vc1 = _mm_set1_ps(c1);
     __m128 vc2 = _mm_set1_ps(c2), va = _mm_set1_ps(a), veps = _mm_set1_ps(eps);
-    for (; i + 4 <= n; i += 4) {
+    for (; lanes >= 4 && i + 4 <= n; i += 4) {
         __m128 gi = _mm_loadu_ps(g + i);
         __m128 mi = _mm_add_ps(_mm_mul_ps(vb1, _mm_loadu_ps(m + i)), _mm_mul_ps(vc1, gi));
         __m128 vi =
@@ -956,6 +991,13 @@ void mt_adam_update(float *restrict w, float *restrict m, float *restrict v,
         v[i] = beta2 * v[i] + c2 * g[i] * g[i];
         w[i] -= a * m[i] / (sqrtf(v[i]) + eps);
     }
+}
+
+void mt_adam_update(float *restrict w, float *restrict m, float *restrict v,
+                    const float *restrict g, float lr, float beta1, float beta2, float eps,
+                    int64_t t, size_t n)
+{
+    mt_adam_update_lanes(w, m, v, g, lr, beta1, beta2, eps, t, n, 8);
 }
 
 /* ------------------------------------------------------------------ graph joins */

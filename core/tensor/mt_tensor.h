@@ -352,5 +352,9 @@ void mt_sgd_update(float *w, float *v, const float *g, float lr, float momentum,
  */
 void mt_adam_update(float *w, float *m, float *v, const float *g, float lr, float beta1,
                     float beta2, float eps, int64_t t, size_t n);
+/* mt_adam_update on at most `lanes` SIMD lanes: 8 (AVX when the CPU has it; what mt_adam_update
+ * uses), 4 (SSE) or 1 (the scalar loop). The same bits whatever lanes (tests run each). */
+void mt_adam_update_lanes(float *w, float *m, float *v, const float *g, float lr, float beta1,
+                          float beta2, float eps, int64_t t, size_t n, int lanes);
 
 #endif

@@ -486,46 +486,52 @@ static void *bucket_main(void *arg)
     return NULL;
 }
 
+/* Three tensors and an empty one over 3 members, each tensor in its own row (packed) and back to
+ * back in one array (in place): every element's sum, exact. */
 static void test_coll_bucket_fuses_tensors(void **state)
 {
     static const int g[] = {0, 1, 2};
-    static const size_t lens[3] = {1, 20, 7};
+    static const size_t lens[3] = {1, 20, 7}, at[3] = {0, 1, 21};
     mt_coll_group grp = {g, 3};
-    mt_coll_world *w;
     mt_err err = MT_ERR_INIT;
-    mt_coll_bucket *b[3];
-    float t[3][3][20];
-    bucket_arg a[3];
-    pthread_t th[3];
+    float rows[3][3][20], flat[3][28];
     (void)state;
-    assert_int_equal(mt_coll_world_new_local(3, NULL, &w, NULL), MT_OK);
-    for (int r = 0; r < 3; r++) {
-        assert_int_equal(mt_coll_bucket_new(&b[r], NULL), MT_OK);
-        for (int k = 0; k < 3; k++) {
-            for (size_t e = 0; e < lens[k]; e++)
-                t[r][k][e] = (float)(r * 100 + k * 10) + (float)e * 0.5f;
-            assert_int_equal(mt_coll_bucket_add(b[r], t[r][k], lens[k], NULL), MT_OK);
+    for (int gap = 0; gap < 2; gap++) {
+        mt_coll_world *w;
+        mt_coll_bucket *b[3];
+        float *t[3][3];
+        bucket_arg a[3];
+        pthread_t th[3];
+        assert_int_equal(mt_coll_world_new_local(3, NULL, &w, NULL), MT_OK);
+        for (int r = 0; r < 3; r++) {
+            assert_int_equal(mt_coll_bucket_new(&b[r], NULL), MT_OK);
+            for (int k = 0; k < 3; k++) {
+                t[r][k] = gap ? rows[r][k] : flat[r] + at[k];
+                for (size_t e = 0; e < lens[k]; e++)
+                    t[r][k][e] = (float)(r * 100 + k * 10) + (float)e * 0.5f;
+                assert_int_equal(mt_coll_bucket_add(b[r], t[r][k], lens[k], NULL), MT_OK);
+            }
+            assert_int_equal(mt_coll_bucket_add(b[r], NULL, 0, NULL), MT_OK);
+            assert_int_equal(mt_coll_bucket_size(b[r]), 28);
         }
-        assert_int_equal(mt_coll_bucket_add(b[r], NULL, 0, NULL), MT_OK);
-        assert_int_equal(mt_coll_bucket_size(b[r]), 28);
-    }
-    assert_int_equal(mt_coll_bucket_add(b[0], NULL, 3, &err), MT_INVALID_ARGUMENT);
-    for (int r = 0; r < 3; r++) {
-        a[r] = (bucket_arg){b[r], mt_coll_world_comm(w, r), &grp, MT_UNKNOWN};
-        pthread_create(&th[r], NULL, bucket_main, &a[r]);
-    }
-    for (int r = 0; r < 3; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < 3; r++) {
-        assert_int_equal(a[r].rc, MT_OK);
-        for (int k = 0; k < 3; k++) {
-            for (size_t e = 0; e < lens[k]; e++) /* exact: small integers and halves */
-                assert_true(t[r][k][e] == (float)(300 + k * 30) + (float)e * 1.5f);
+        assert_int_equal(mt_coll_bucket_add(b[0], NULL, 3, &err), MT_INVALID_ARGUMENT);
+        for (int r = 0; r < 3; r++) {
+            a[r] = (bucket_arg){b[r], mt_coll_world_comm(w, r), &grp, MT_UNKNOWN};
+            pthread_create(&th[r], NULL, bucket_main, &a[r]);
         }
-        mt_coll_bucket_free(b[r]);
+        for (int r = 0; r < 3; r++)
+            pthread_join(th[r], NULL);
+        for (int r = 0; r < 3; r++) {
+            assert_int_equal(a[r].rc, MT_OK);
+            for (int k = 0; k < 3; k++) {
+                for (size_t e = 0; e < lens[k]; e++) /* exact: small integers and halves */
+                    assert_true(t[r][k][e] == (float)(300 + k * 30) + (float)e * 1.5f);
+            }
+            mt_coll_bucket_free(b[r]);
+        }
+        mt_coll_world_free(w);
     }
     mt_coll_bucket_free(NULL);
-    mt_coll_world_free(w);
 }
 
 typedef struct shard_arg {
@@ -533,6 +539,7 @@ typedef struct shard_arg {
     mt_coll_comm *c;
     const mt_coll_group *grp;
     float *chunk; /* the reduce-scatter's chunk, copied out */
+    float *at;    /* where the bucket returned it */
     size_t off, len;
     mt_code rc;
 } shard_arg;
@@ -542,6 +549,7 @@ static void *shard_main(void *arg)
     shard_arg *a = arg;
     float *ch = NULL;
     a->rc = mt_coll_bucket_reduce_scatter(a->g, a->c, a->grp, NULL, &ch, &a->off, &a->len, NULL);
+    a->at = ch;
     if (a->rc == MT_OK && a->len > 0)
         memcpy(a->chunk, ch, a->len * sizeof(float));
     if (a->rc == MT_OK)
@@ -549,74 +557,96 @@ static void *shard_main(void *arg)
     return NULL;
 }
 
+/* Fused element e of a bucket of two tensors cut at cut laid in base: back to back, or (gap) with
+ * one float between them. */
+static float *fused_at(float *base, size_t cut, int gap, size_t e)
+{
+    return base + e + (gap && e >= cut ? 1 : 0);
+}
+
 /*
  * The sharded pair on 2 and 3 members, small (one hop) and large (the tree) buckets of two
- * tensors: each member's reduce-scatter chunk is its mt_coll_chunk_range of the fused elements
- * with the bits of mt_coll_reference_allreduce; after the allgather every member's value tensors
- * hold, in each chunk, the chunk owner's values; a member's own chunk is not written.
+ * tensors, back to back (in place) and with a gap between them (packed): each member's
+ * reduce-scatter chunk is its mt_coll_chunk_range of the fused elements with the bits of
+ * mt_coll_reference_allreduce, returned inside the tensors when they are back to back (the
+ * tensors left as they were otherwise); after the allgather every member's value tensors hold, in
+ * each chunk, the chunk owner's values (sizes that divide by the members: straight into them).
  */
 static void test_coll_bucket_sharded_pair(void **state)
 {
     static const int ranks[] = {0, 1, 2};
-    static const size_t lens[] = {7, 40001};
+    static const size_t lens[] = {7, 12, 40001, 40002};
     (void)state;
     for (int p = 2; p <= 3; p++)
-        for (int z = 0; z < 2; z++) {
-            size_t n = lens[z], cut = n / 3;
-            mt_coll_group grp = {ranks, p};
-            mt_coll_world *w;
-            float *gin[3], *vals[3], *ref = calloc(n, sizeof(float));
-            const float *ins[3];
-            shard_arg a[3];
-            pthread_t th[3];
-            assert_int_equal(mt_coll_world_new_local(p, NULL, &w, NULL), MT_OK);
-            for (int r = 0; r < p; r++) {
-                gin[r] = calloc(n, sizeof(float));
-                vals[r] = calloc(n, sizeof(float));
-                ins[r] = gin[r];
-                for (size_t e = 0; e < n; e++) { /* sums that round: the order shows */
-                    gin[r][e] = 1.0f / (float)(e % 97 + 1) + (float)r * 0.3f + 1e-7f * (float)e;
-                    vals[r][e] = (float)(r * 1000000) + (float)e;
+        for (int z = 0; z < 4; z++)
+            for (int gap = 0; gap < 2; gap++) {
+                size_t n = lens[z], cut = n / 3;
+                mt_coll_group grp = {ranks, p};
+                mt_coll_world *w;
+                float *gin[3], *fin[3], *vals[3], *ref = calloc(n, sizeof(float));
+                const float *ins[3];
+                shard_arg a[3];
+                pthread_t th[3];
+                assert_int_equal(mt_coll_world_new_local(p, NULL, &w, NULL), MT_OK);
+                for (int r = 0; r < p; r++) {
+                    gin[r] = calloc(n + 1, sizeof(float));
+                    fin[r] = calloc(n, sizeof(float));
+                    vals[r] = calloc(n + 1, sizeof(float));
+                    ins[r] = fin[r];
+                    for (size_t e = 0; e < n; e++) { /* sums that round: the order shows */
+                        fin[r][e] = 1.0f / (float)(e % 97 + 1) + (float)r * 0.3f + 1e-7f * (float)e;
+                        *fused_at(gin[r], cut, gap, e) = fin[r][e];
+                        *fused_at(vals[r], cut, gap, e) = (float)(r * 1000000) + (float)e;
+                    }
+                    a[r] = (shard_arg){.c = mt_coll_world_comm(w, r),
+                                       .grp = &grp,
+                                       .chunk = calloc(n, sizeof(float)),
+                                       .rc = MT_UNKNOWN};
+                    assert_int_equal(mt_coll_bucket_new(&a[r].g, NULL), MT_OK);
+                    assert_int_equal(mt_coll_bucket_new(&a[r].v, NULL), MT_OK);
+                    assert_int_equal(mt_coll_bucket_add(a[r].g, gin[r], cut, NULL), MT_OK);
+                    assert_int_equal(
+                        mt_coll_bucket_add(a[r].g, fused_at(gin[r], cut, gap, cut), n - cut, NULL),
+                        MT_OK);
+                    assert_int_equal(mt_coll_bucket_add(a[r].v, vals[r], cut, NULL), MT_OK);
+                    assert_int_equal(
+                        mt_coll_bucket_add(a[r].v, fused_at(vals[r], cut, gap, cut), n - cut, NULL),
+                        MT_OK);
                 }
-                a[r] = (shard_arg){
-                    NULL, NULL,      mt_coll_world_comm(w, r), &grp, calloc(n, sizeof(float)), 0,
-                    0,    MT_UNKNOWN};
-                assert_int_equal(mt_coll_bucket_new(&a[r].g, NULL), MT_OK);
-                assert_int_equal(mt_coll_bucket_new(&a[r].v, NULL), MT_OK);
-                assert_int_equal(mt_coll_bucket_add(a[r].g, gin[r], cut, NULL), MT_OK);
-                assert_int_equal(mt_coll_bucket_add(a[r].g, gin[r] + cut, n - cut, NULL), MT_OK);
-                assert_int_equal(mt_coll_bucket_add(a[r].v, vals[r], cut, NULL), MT_OK);
-                assert_int_equal(mt_coll_bucket_add(a[r].v, vals[r] + cut, n - cut, NULL), MT_OK);
-            }
-            mt_coll_reference_allreduce(ins, p, n, ref);
-            for (int r = 0; r < p; r++)
-                assert_int_equal(pthread_create(&th[r], NULL, shard_main, &a[r]), 0);
-            for (int r = 0; r < p; r++)
-                assert_int_equal(pthread_join(th[r], NULL), 0);
-            for (int r = 0; r < p; r++) {
-                size_t off, len;
-                assert_int_equal(a[r].rc, MT_OK);
-                mt_coll_chunk_range(n, p, r, &off, &len);
-                assert_int_equal(a[r].off, off);
-                assert_int_equal(a[r].len, len);
-                assert_memory_equal(a[r].chunk, ref + off, len * sizeof(float));
-                assert_true(gin[r][0] == 1.0f + (float)r * 0.3f); /* tensors left as they were */
-                for (int c = 0; c < p; c++) {
-                    mt_coll_chunk_range(n, p, c, &off, &len);
-                    for (size_t e = off; e < off + len; e++)
-                        assert_true(vals[r][e] == (float)(c * 1000000) + (float)e);
+                mt_coll_reference_allreduce(ins, p, n, ref);
+                for (int r = 0; r < p; r++)
+                    assert_int_equal(pthread_create(&th[r], NULL, shard_main, &a[r]), 0);
+                for (int r = 0; r < p; r++)
+                    assert_int_equal(pthread_join(th[r], NULL), 0);
+                for (int r = 0; r < p; r++) {
+                    size_t off, len;
+                    assert_int_equal(a[r].rc, MT_OK);
+                    mt_coll_chunk_range(n, p, r, &off, &len);
+                    assert_int_equal(a[r].off, off);
+                    assert_int_equal(a[r].len, len);
+                    assert_memory_equal(a[r].chunk, ref + off, len * sizeof(float));
+                    if (!gap) /* in place: the chunk is the tensors' */
+                        assert_ptr_equal(a[r].at, gin[r] + off);
+                    for (size_t e = 0; gap && e < n; e++) /* packed: left as they were */
+                        assert_true(*fused_at(gin[r], cut, gap, e) == fin[r][e]);
+                    for (int c = 0; c < p; c++) {
+                        mt_coll_chunk_range(n, p, c, &off, &len);
+                        for (size_t e = off; e < off + len; e++)
+                            assert_true(*fused_at(vals[r], cut, gap, e) ==
+                                        (float)(c * 1000000) + (float)e);
+                    }
                 }
+                for (int r = 0; r < p; r++) {
+                    mt_coll_bucket_free(a[r].g);
+                    mt_coll_bucket_free(a[r].v);
+                    free(a[r].chunk);
+                    free(gin[r]);
+                    free(fin[r]);
+                    free(vals[r]);
+                }
+                free(ref);
+                mt_coll_world_free(w);
             }
-            for (int r = 0; r < p; r++) {
-                mt_coll_bucket_free(a[r].g);
-                mt_coll_bucket_free(a[r].v);
-                free(a[r].chunk);
-                free(gin[r]);
-                free(vals[r]);
-            }
-            free(ref);
-            mt_coll_world_free(w);
-        }
 }
 
 /* The member must be in the group: both halves refuse a group without its rank. */

@@ -231,6 +231,39 @@ static void test_spmd_data_parallel_equals_single_device(void **state)
     data_free(&d);
 }
 
+/* Every device's trainable gradients lie back to back in parameter order (the gradient arena,
+ * so the bucket reduces them in place: docs/spmd.md), data and model parallel, over the batch
+ * norm's moving statistics (not trainable: no gradient) between them. */
+static void test_spmd_gradients_back_to_back(void **state)
+{
+    static const char *const specs[] = {MLP_SPEC("\"adam\"", DP_EXTRA),
+                                        MLP_SPEC("\"adam\"", MP_EXTRA)};
+    size_t shape[1] = {FEAT};
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        job j;
+        mt_spmd *s;
+        job_load(&j, specs[k], NULL);
+        s = spmd_open(&j, 1, shape);
+        for (int p = 0; p < mt_mesh_num_devices(job_mesh(&j)); p++) {
+            const float *end = NULL;
+            int n = 0;
+            for (size_t i = 0; i < mt_spmd_param_count(s); i++) {
+                const mt_model_param *q = mt_spmd_param(s, p, i);
+                if (!q->trainable)
+                    continue;
+                if (end != NULL)
+                    assert_ptr_equal(q->grad, end);
+                end = q->grad + q->size;
+                n++;
+            }
+            assert_true(n >= 4); /* two kernels, two biases, gamma and beta */
+        }
+        mt_spmd_free(s);
+        job_free(&j);
+    }
+}
+
 static void test_spmd_model_parallel_equals_single_device(void **state)
 {
     size_t shape[1] = {FEAT};
@@ -2262,6 +2295,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spmd_data_parallel_equals_single_device),
+        cmocka_unit_test(test_spmd_gradients_back_to_back),
         cmocka_unit_test(test_spmd_model_parallel_equals_single_device),
         cmocka_unit_test(test_spmd_spatial_parallel_equals_single_device),
         cmocka_unit_test(test_spmd_adam_schemes_equal_single_device),

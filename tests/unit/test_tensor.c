@@ -563,6 +563,35 @@ static void test_tensor_optimizers(void **state)
     free(wa), free(ga), free(ma), free(va);
 }
 
+/* Adam on 8 lanes (AVX where the CPU has it) and 4 (SSE): the scalar loop's bits for a shard at
+ * every alignment 0..7 and of every length 0..40, over three steps. */
+static void test_tensor_adam_lanes_match_scalar(void **state)
+{
+    enum { most = 48 };
+    float *w0 = rand_buf(most), *g = rand_buf(most);
+    (void)state;
+    for (size_t at = 0; at < 8; at++)
+        for (size_t n = 0; n <= 40; n++)
+            for (int k = 0; k < 2; k++) {
+                static const int lanes[2] = {8, 4};
+                float w[2][most], m[2][most] = {{0}}, v[2][most] = {{0}};
+                memcpy(w[0], w0, sizeof(w[0]));
+                memcpy(w[1], w0, sizeof(w[1]));
+                for (int64_t t = 1; t <= 3; t++) {
+                    mt_adam_update_lanes(w[0] + at, m[0] + at, v[0] + at, g + at, 1e-2f, 0.9f,
+                                         0.999f, 1e-7f, t, n, 1);
+                    mt_adam_update_lanes(w[1] + at, m[1] + at, v[1] + at, g + at, 1e-2f, 0.9f,
+                                         0.999f, 1e-7f, t, n, lanes[k]);
+                }
+                assert_memory_equal(w[1], w[0], sizeof(w[0]));
+                assert_memory_equal(m[1], m[0], sizeof(m[0]));
+                assert_memory_equal(v[1], v[0], sizeof(v[0]));
+                if (n == 40) /* the weights moved */
+                    assert_true(w[1][at] != w0[at]);
+            }
+    free(w0), free(g);
+}
+
 /* Batch-norm sums over 64 x 26 x 26 conv rows (the Fashion-MNIST CNN's first layer) stay within
  * 1e-6 relative of float64 (a float accumulator drifts by about 1e-4 here). */
 static void test_tensor_batchnorm_sums_accurate(void **state)
@@ -655,6 +684,7 @@ int main(void)
         cmocka_unit_test(test_tensor_batchnorm),
         cmocka_unit_test(test_tensor_batchnorm_sums_accurate),
         cmocka_unit_test(test_tensor_optimizers),
+        cmocka_unit_test(test_tensor_adam_lanes_match_scalar),
         cmocka_unit_test(test_tensor_attention_fast_vs_ref),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
