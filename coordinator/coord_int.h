@@ -144,7 +144,7 @@ struct mt_coord {
     coord_worker *workers; /* registry, loop thread only */
     size_t n_workers, cap_workers;
     int64_t last_flush_mono_ms;
-    int64_t last_sweep_mono_ms; /* coord_sweep_workers' last run (0: none yet) */
+    int64_t last_sweep_mono_ms; /* coord_sweep's last run (0: none yet) */
 
     coord_job **jobs; /* active (non-final) jobs, loop thread only */
     size_t n_jobs, cap_jobs;

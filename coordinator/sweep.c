@@ -77,7 +77,8 @@ static void flush_heartbeats(mt_coord *c)
         c->workers[i].hb_dirty = 0;
 }
 
-/* Far longer than the sweep timer's 250 ms: only a pause of the loop itself gets here. */
+/* Far longer than the sweep timer's 250 ms: only a pause of the loop itself gets here. The
+ * timer's runs are measured (coord_sweep), not the one at shutdown. */
 #define SWEEP_PAUSE_MS 1000
 
 /* The time the coordinator could not hear anyone is nobody's silence (see the header). */
@@ -102,8 +103,6 @@ void coord_sweep_workers(mt_coord *c)
 {
     int64_t now = mt_clock_mono_ms();
     mt_err err = MT_ERR_INIT;
-
-    forgive_own_pause(c, now);
 
     for (size_t i = 0; i < c->n_workers; i++) {
         coord_worker *w = &c->workers[i];
@@ -239,6 +238,7 @@ static void sweep_jobs(mt_coord *c, int64_t now)
 
 void coord_sweep(mt_coord *c)
 {
+    forgive_own_pause(c, mt_clock_mono_ms()); /* the timer's runs only, not shutdown's sweep */
     coord_sweep_workers(c);
     sweep_jobs(c, mt_clock_mono_ms());
 }

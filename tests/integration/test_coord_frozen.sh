@@ -17,7 +17,12 @@
 source "$(dirname "$0")/lib.sh"
 export OPENBLAS_NUM_THREADS=1
 
-STEPS=6000 # about 1000 steps a second on an idle 2-core host: the job outlasts the freeze
+# A worker keeps at most 8,192 unreported points (worker/task.c MAX_POINTS; beyond that the oldest
+# are dropped with a warning, docs/robustness.md): the job's points (4 series a step and a few
+# per epoch) stay below that whatever the host's speed, and batches of 1024 make the job outlast
+# the freeze (a step takes several ms on an idle 2-core host).
+STEPS=1800
+BATCH=1024
 MIN_STEPS=20
 HB=(--heartbeat-ms 200 --heartbeat-timeout-ms 15000)
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 "${HB[@]}"
@@ -29,7 +34,7 @@ wait_for 20 "two workers" workers_alive 2
 # steps: the step-time histogram's count on a worker's /metrics
 steps() { curl -sf "http://127.0.0.1:$1/metrics" | awk '$1 == "meshtrain_worker_step_seconds_count" { print $2 }'; }
 
-jq --argjson s "$STEPS" '. + {mesh: {batch: 1, model: 2}, steps: $s,
+jq --argjson s "$STEPS" --argjson b "$BATCH" '. + {mesh: {batch: 1, model: 2}, steps: $s, batch_size: $b,
     checkpoint: {every_steps: $s, keep: 2}} | del(.epochs)' \
     "$SRC/examples/fashion_mnist_mlp_model_parallel.json" >"$T/job.json"
 st() { mt status --json "$1"; }
@@ -68,6 +73,8 @@ for n in loss accuracy batch_loss examples_per_sec; do
         fail "series $n: $(jq -c --arg n "$n" '.series[$n].step | length' "$T/metrics.json") points, steps 1..$STEPS expected once each"
 done
 grep -q "gathered from the workers" "$T/wa.log" "$T/wb.log" || fail "no gathered checkpoint logged"
+jq -e '[.series[].step | length] | add <= 8192' "$T/metrics.json" >/dev/null ||
+    fail "the job reports more points than a worker keeps: $(jq -c '[.series[].step | length] | add' "$T/metrics.json"); lower STEPS"
 log "$JOB SUCCEEDED, $STEPS points in each series"
 
 # ---- 3. frozen again, cancelled once the coordinator is back: the cancel reaches the job
