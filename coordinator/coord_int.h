@@ -231,9 +231,17 @@ typedef struct coord_task_status {
  * (RUNNING when every task started, STALLED -> RUNNING on news, SUCCEEDED when all succeeded),
  * or fail it ("worker W: error"), or, for a task that failed on a peer, restart it naming the
  * frozen worker or the broken link (coord_sched_peer_failure; the next placement avoids it).
- * Returns 1 when the worker should stop that task (the coordinator does not run it: unknown or
- * final job, another attempt, not placed there), else 0. Loop thread. */
-int coord_task_report(mt_coord *c, const char *worker_id, const coord_task_status *t);
+ * A task that succeeded while others still run has that state written to the store first
+ * (mt_store_job_set_task_state): the worker forgets it once acknowledged, and a restarted
+ * coordinator reads it back (the reload). Loop thread. */
+typedef enum coord_report_ack {
+    COORD_REPORT_ACK,      /* applied (or ignored): acknowledge it */
+    COORD_REPORT_CANCEL,   /* the worker should stop that task (the coordinator does not run it:
+                              unknown or final job, another attempt, not placed there) */
+    COORD_REPORT_UNSTORED, /* the store refused the write: do not acknowledge (the worker
+                              reports it again) */
+} coord_report_ack;
+coord_report_ack coord_task_report(mt_coord *c, const char *worker_id, const coord_task_status *t);
 
 /* ---- schedpass.c: the scheduler pass and the reload (domain core; loop thread only) ---- */
 /* The active jobs (QUEUED, SCHEDULED, RUNNING, RESTARTING, STALLED) from the store into the

@@ -55,10 +55,18 @@ void coord_handle_update_task(mt_coord *c, mt_rpc_call *call)
         return;
     }
     st = coord_task_status_of(r->task);
-    if (coord_task_report(c, r->worker_id, &st)) {
+    switch (coord_task_report(c, r->worker_id, &st)) {
+    case COORD_REPORT_CANCEL:
         mt_rpc_call_reply(call, MT_FAILED_PRECONDITION,
                           "the coordinator does not run this task any more: stop it", NULL);
         return;
+    case COORD_REPORT_UNSTORED:
+        mt_rpc_call_reply(call, MT_UNAVAILABLE,
+                          "the coordinator could not store the task's state: report it again",
+                          NULL);
+        return;
+    case COORD_REPORT_ACK:
+        break;
     }
     j = coord_job_find(c, r->task->job_id);
     if (j != NULL) {

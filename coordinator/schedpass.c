@@ -105,6 +105,15 @@ static mt_code reload_placed(mt_coord *c, coord_job *j, mt_err *err)
     }
     for (size_t t = 0; t < j->n_tasks; t++)
         j->tasks[t].state = out.task_state;
+    /* a task whose success was stored before the restart stays succeeded (its worker forgot it
+     * once told: it never reports it again) */
+    for (size_t r = 0; out.task_state == COORD_TASK_RUNNING && r < j->n_place; r++) {
+        coord_task *task = coord_job_task(j, j->place[r].worker_id);
+        coord_task_state st;
+        if (task != NULL && coord_task_state_parse(j->place[r].task_state, &st) &&
+            st == COORD_TASK_SUCCEEDED)
+            task->state = st;
+    }
     return MT_OK;
 }
 

@@ -391,7 +391,7 @@ static int job_peer_failure(mt_coord *c, coord_job *j, const char *worker_id, co
     return 1;
 }
 
-int coord_task_report(mt_coord *c, const char *worker_id, const coord_task_status *t)
+coord_report_ack coord_task_report(mt_coord *c, const char *worker_id, const coord_task_status *t)
 {
     coord_job *j = coord_job_find(c, t->job_id);
     coord_sched_task *v = NULL;
@@ -399,7 +399,7 @@ int coord_task_report(mt_coord *c, const char *worker_id, const coord_task_statu
     coord_task *task;
 
     if (j != NULL && (v = mt_calloc(j->n_tasks + 1, sizeof(*v))) == NULL)
-        return 0; /* out of memory: the worker reports again with its next heartbeat */
+        return COORD_REPORT_UNSTORED; /* out of memory: the worker reports it again */
     for (size_t i = 0; j != NULL && i < j->n_tasks; i++)
         v[i] = (coord_sched_task){j->tasks[i].worker_id, j->tasks[i].state, j->tasks[i].step};
     coord_sched_task_report(j != NULL ? j->state : MT_JOBSTATE_CANCELLED,
@@ -407,9 +407,9 @@ int coord_task_report(mt_coord *c, const char *worker_id, const coord_task_statu
                             t->attempt, t->state, t->step, t->error, &out);
     mt_free(v);
     if (out.verdict == COORD_SCHED_REPORT_CANCEL)
-        return 1;
+        return COORD_REPORT_CANCEL;
     if (!out.accepted)
-        return 0;
+        return COORD_REPORT_ACK;
     task = &j->tasks[out.task];
     if (t->step > task->step)
         task->step = t->step;
@@ -418,18 +418,32 @@ int coord_task_report(mt_coord *c, const char *worker_id, const coord_task_statu
     if (out.verdict == COORD_SCHED_REPORT_FAIL) {
         if (!out.failed || !job_peer_failure(c, j, worker_id, t->error))
             coord_job_move(c, j, MT_JOBSTATE_FAILED, out.reason);
-        return 0;
+        return COORD_REPORT_ACK;
     }
     if (out.verdict != COORD_SCHED_REPORT_RECORD)
-        return 0;
+        return COORD_REPORT_ACK;
     if (out.resume &&
         coord_job_move(c, j, MT_JOBSTATE_RUNNING,
                        "progress resumed: a task reported a new step or state") != MT_OK)
-        return 0;
+        return COORD_REPORT_ACK;
+    if (out.state == COORD_TASK_SUCCEEDED && task->state != COORD_TASK_SUCCEEDED &&
+        !out.succeeded) {
+        /* others still run: the store must know it before the worker is told (it then forgets
+         * the task, and a coordinator restarted now would wait for its report forever) */
+        mt_err err = MT_ERR_INIT;
+        if (mt_store_job_set_task_state(c->store, j->job_id, worker_id,
+                                        coord_task_state_name(COORD_TASK_SUCCEEDED),
+                                        &err) != MT_OK) {
+            mt_log_warn("job %s: the task of %s succeeded but could not be stored (%s); the "
+                        "report is not acknowledged",
+                        j->job_id, worker_id, err.msg);
+            return COORD_REPORT_UNSTORED;
+        }
+    }
     task->state = out.state;
     if (out.started && coord_job_move(c, j, MT_JOBSTATE_RUNNING, out.reason) != MT_OK)
-        return 0;
+        return COORD_REPORT_ACK;
     if (out.succeeded)
         coord_job_move(c, j, MT_JOBSTATE_SUCCEEDED, "all tasks succeeded");
-    return 0;
+    return COORD_REPORT_ACK;
 }

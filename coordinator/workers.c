@@ -339,17 +339,21 @@ oom:
 /* The heartbeat's task statuses, applied by the domain core (coord_task_report), and rep's
  * cancellations (tasks the coordinator does not run) and assignments (tasks of SCHEDULED jobs
  * this worker has not reported yet: repeated until it does). What rep gets is owned here until
- * heartbeat_done. */
-static void heartbeat_tasks(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
+ * heartbeat_done. False when a task's final state could not be stored (the heartbeat then
+ * fails, so the worker keeps reporting it). */
+static bool heartbeat_tasks(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
                             Meshtrain__HeartbeatReply *rep)
 {
     size_t cap = r->n_tasks + 1;
+    bool stored = true;
 
     rep->cancellations = mt_calloc(cap, sizeof(*rep->cancellations));
     for (size_t i = 0; i < r->n_tasks; i++) {
         const Meshtrain__TaskStatus *t = r->tasks[i];
         coord_task_status st = coord_task_status_of(t);
-        if (coord_task_report(c, r->worker_id, &st) && rep->cancellations != NULL) {
+        coord_report_ack ack = coord_task_report(c, r->worker_id, &st);
+        stored = stored && ack != COORD_REPORT_UNSTORED;
+        if (ack == COORD_REPORT_CANCEL && rep->cancellations != NULL) {
             Meshtrain__TaskCancel *x = mt_calloc(1, sizeof(*x));
             if (x == NULL)
                 continue;
@@ -384,6 +388,7 @@ static void heartbeat_tasks(mt_coord *c, const Meshtrain__HeartbeatRequest *r,
         rep->assignments = grown;
         rep->assignments[rep->n_assignments++] = a;
     }
+    return stored;
 }
 
 /* Free what heartbeat_tasks put into rep (after the reply was sent). */
@@ -427,8 +432,11 @@ void coord_handle_heartbeat(mt_coord *c, mt_rpc_call *call)
     }
     for (size_t i = 0; i < r->n_tasks; i++)
         task_progress(c, r->worker_id, r->tasks[i]);
-    heartbeat_tasks(c, r, &rep);
-    mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+    if (heartbeat_tasks(c, r, &rep))
+        mt_rpc_call_reply(call, MT_OK, NULL, &rep.base);
+    else /* a final task state the store did not take: the worker keeps it and sends it again */
+        mt_rpc_call_reply(call, MT_UNAVAILABLE, "the coordinator could not store a task's state",
+                          NULL);
     heartbeat_done(&rep);
 }
 

@@ -187,6 +187,12 @@ static const char *const migrations[] = {
      " digest TEXT NOT NULL,"
      " time_ms INTEGER NOT NULL,"
      " PRIMARY KEY (job_id, step)) WITHOUT ROWID;"),
+
+    /* 10 -> 11: a task's final state the coordinator acknowledged to its worker ("succeeded";
+     * "" none), on every placement row of that worker. The worker forgets a final task once a
+     * heartbeat carried it, so a coordinator restarted before the job's last task ended reads
+     * it back here instead of waiting for a report that never comes */
+    "ALTER TABLE placements ADD COLUMN task_state TEXT NOT NULL DEFAULT '';",
 };
 
 #define N_MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

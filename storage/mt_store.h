@@ -43,7 +43,7 @@
 typedef struct mt_store mt_store;
 
 /* The schema version this build creates and understands (PRAGMA user_version). */
-#define MT_STORE_SCHEMA_VERSION 10
+#define MT_STORE_SCHEMA_VERSION 11
 
 /* Options for mt_store_open_opts(). Initialise with MT_STORE_OPTIONS_DEFAULTS. */
 typedef struct mt_store_options {
@@ -415,6 +415,8 @@ typedef struct mt_store_placement {
     uint32_t local_index;                    /* device index inside that worker */
     uint32_t coords[MT_STORE_MAX_MESH_DIMS]; /* mesh coordinates */
     uint32_t n_coords;                       /* <= MT_STORE_MAX_MESH_DIMS */
+    char task_state[16]; /* read only: the final state of this worker's task that the
+                            coordinator acknowledged (mt_store_job_set_task_state), "" none */
 } mt_store_placement;
 
 /* Replace the job's placement with p[0..n) (n == 0 clears it), one transaction. Borrows p.
@@ -428,6 +430,14 @@ mt_code mt_store_job_set_placement(mt_store *s, const char *job_id, const mt_sto
 mt_code mt_store_job_placement(mt_store *s, const char *job_id, mt_store_placement **out, size_t *n,
                                mt_err *err);
 void mt_store_placement_free(mt_store_placement *p);
+
+/* Record state ("succeeded") as the final state of worker_id's task in job_id's current
+ * placement (every row of that worker), one transaction; a new placement clears it. The
+ * coordinator writes it before it acknowledges the worker's report (the worker then forgets the
+ * task), so a restart reads it back (mt_store_placement.task_state). Codes: INVALID_ARGUMENT
+ * (NULL argument), NOT_FOUND (the worker has no device in the job's placement), store errors. */
+mt_code mt_store_job_set_task_state(mt_store *s, const char *job_id, const char *worker_id,
+                                    const char *state, mt_err *err);
 
 /* Ids of the jobs that have at least one device placed on worker_id (to fail them over when
  * the worker is lost), in submission order. *out is an owned array of *n ids

@@ -104,8 +104,10 @@
     X(PLACEMENT_DELETE, "DELETE FROM placements WHERE job_id=?1")                                  \
     X(PLACEMENT_INSERT, "INSERT INTO placements(job_id, device, worker_id, local_index, coords)"   \
                         " VALUES (?1,?2,?3,?4,?5)")                                                \
-    X(PLACEMENT_LIST, "SELECT device, worker_id, local_index, coords FROM placements"              \
+    X(PLACEMENT_LIST, "SELECT device, worker_id, local_index, coords, task_state FROM placements"  \
                       " WHERE job_id=?1 ORDER BY device")                                          \
+    X(PLACEMENT_TASK_STATE,                                                                        \
+      "UPDATE placements SET task_state=?3 WHERE job_id=?1 AND worker_id=?2")                      \
     X(JOBS_ON_WORKER,                                                                              \
       "SELECT j.id FROM jobs j WHERE j.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND"      \
       " EXISTS (SELECT 1 FROM placements p WHERE p.job_id=j.id AND p.worker_id=?1)"                \

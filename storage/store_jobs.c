@@ -507,6 +507,7 @@ static void read_placement_row(sqlite3_stmt *st, void *elem)
             break;
         c = end + 1;
     }
+    mt_store__col_text(st, 4, p->task_state, sizeof(p->task_state));
 }
 
 static mt_code check_placement(const char *job_id, const mt_store_placement *p, size_t n,
@@ -595,6 +596,32 @@ mt_code mt_store_job_placement(mt_store *s, const char *job_id, mt_store_placeme
 void mt_store_placement_free(mt_store_placement *p)
 {
     mt_free(p);
+}
+
+mt_code mt_store_job_set_task_state(mt_store *s, const char *job_id, const char *worker_id,
+                                    const char *state, mt_err *err)
+{
+    sqlite3_stmt *st;
+    mt_code code;
+    int rc;
+
+    if (job_id == NULL || worker_id == NULL || state == NULL)
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "set task state: NULL argument");
+    code = mt_store__tx_guard(s, err);
+    if (code != MT_OK)
+        return code;
+    st = mt_store__stmt(s, MT_STMT_PLACEMENT_TASK_STATE);
+    mt_store__bind_text(st, 1, job_id);
+    mt_store__bind_text(st, 2, worker_id);
+    mt_store__bind_text(st, 3, state);
+    rc = mt_store__step_done(st);
+    if (rc != SQLITE_OK)
+        code = mt_store__fail(s, rc, err, "set task state of job %s on %s", job_id, worker_id);
+    else if (sqlite3_changes(s->db) == 0)
+        code = mt_err_set(err, MT_NOT_FOUND, "set task state: worker %s has no device in job %s",
+                          worker_id, job_id);
+    mt_store__stmt_done(st);
+    return code;
 }
 
 static void read_job_id_row(sqlite3_stmt *st, void *elem)

@@ -323,6 +323,7 @@ static void test_coord_jobs_mesh_stored_and_old_database_migrates(void **state)
                                         "ALTER TABLE jobs DROP COLUMN devices;"
                                         "ALTER TABLE jobs DROP COLUMN diagnosis;"
                                         "DROP TABLE job_logs; DROP TABLE job_digests;"
+                                        "ALTER TABLE placements DROP COLUMN task_state;"
                                         "DELETE FROM schema_migrations WHERE version >= 8;"
                                         "PRAGMA user_version = 7;"),
                      SQLITE_OK);

@@ -555,6 +555,56 @@ static void test_coord_state_reload_reattaches_or_restarts(void **state)
     assert_true(t->c->sched_dirty);
 }
 
+/* A task that succeeded while the other still runs is stored before it is acknowledged: its
+ * worker forgets it then, so a coordinator restarted before the last task ends must read it
+ * back, and the other task's success ends the job (the coordinator-crash test's last kill
+ * point hung here). The write comes only from a success that does not end the job. */
+static void test_coord_state_task_success_survives_a_restart(void **state)
+{
+    tctx *t = *state;
+    coord_job *j = add_mesh_job(t, 0, 2);
+    char id[32], st[16], diag[256];
+    mt_store_placement *p = NULL;
+    size_t n = 0;
+    mt_err err = MT_ERR_INIT;
+    coord_task_status rep = {.attempt = 1, .step = 10, .error = ""};
+
+    register_devices(t, 1, 1);
+    snprintf(id, sizeof(id), "%s", j->job_id);
+    rep.job_id = id;
+    t->c->sched_dirty = 1;
+    coord_schedpass_run(t->c);
+    assert_int_equal(j->state, MT_JOBSTATE_SCHEDULED);
+    assert_int_equal(j->n_tasks, 2);
+    rep.state = COORD_TASK_RUNNING;
+    assert_int_equal(coord_task_report(t->c, "wa", &rep), COORD_REPORT_ACK);
+    assert_int_equal(coord_task_report(t->c, "wb", &rep), COORD_REPORT_ACK);
+    assert_int_equal(j->state, MT_JOBSTATE_RUNNING);
+    rep.state = COORD_TASK_SUCCEEDED;
+    assert_int_equal(coord_task_report(t->c, "wa", &rep), COORD_REPORT_ACK);
+    assert_int_equal(j->state, MT_JOBSTATE_RUNNING);
+    assert_int_equal(mt_store_job_placement(t->c->store, id, &p, &n, &err), MT_OK);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(p[i].task_state, strcmp(p[i].worker_id, "wa") == 0 ? "succeeded" : "");
+    mt_store_placement_free(p);
+
+    /* the restart: the table rebuilt from the store; wa never reports the task again */
+    coord_jobs_free(t->c);
+    assert_int_equal(coord_schedpass_reload(t->c, &err), MT_OK);
+    j = coord_job_find(t->c, id);
+    assert_non_null(j);
+    assert_int_equal(j->state, MT_JOBSTATE_RUNNING);
+    assert_int_equal(coord_job_task(j, "wa")->state, COORD_TASK_SUCCEEDED);
+    assert_int_equal(coord_job_task(j, "wb")->state, COORD_TASK_RUNNING);
+    assert_int_equal(coord_task_report(t->c, "wb", &rep), COORD_REPORT_ACK);
+    assert_null(coord_job_find(t->c, id)); /* final: out of the table */
+    stored(t, id, st, diag);
+    assert_string_equal(st, "SUCCEEDED");
+    assert_int_equal(mt_store_job_set_task_state(t->c->store, id, "nobody", "succeeded", &err),
+                     MT_NOT_FOUND);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -572,6 +622,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_coord_state_pass_verifies_checkpoints_before_resuming,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_coord_state_reload_reattaches_or_restarts, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_coord_state_task_success_survives_a_restart, setup,
                                         teardown),
     };
     return MT_RUN_TESTS(tests);

@@ -283,6 +283,7 @@ static void test_store_metrics_migrate_v2_keeps_latest(void **state)
                                                "ALTER TABLE jobs DROP COLUMN diagnosis;"
                                                "DROP TABLE job_logs;"
                                                "DROP TABLE job_digests;"
+                                               "ALTER TABLE placements DROP COLUMN task_state;"
                                                "CREATE INDEX metrics_by_name ON metrics(job_id, "
                                                "name, step); PRAGMA user_version = 2;"),
                      SQLITE_OK);
@@ -490,6 +491,7 @@ static void test_store_metrics_migrate_v4_reclusters(void **state)
              "ALTER TABLE jobs DROP COLUMN mesh; ALTER TABLE jobs DROP COLUMN devices;"
              "ALTER TABLE jobs DROP COLUMN diagnosis;"
              "DROP TABLE job_logs; DROP TABLE job_digests;"
+             "ALTER TABLE placements DROP COLUMN task_state;"
              "DELETE FROM schema_migrations WHERE version >= 5; PRAGMA user_version = 4;",
              job, job, job, job, job, job);
     assert_int_equal(store_raw_exec(t->f.path, sql), SQLITE_OK);

@@ -429,6 +429,7 @@ static void test_store_job_schema7_migrates_and_summarises_once(void **state)
                                                "ALTER TABLE jobs DROP COLUMN devices;"
                                                "ALTER TABLE jobs DROP COLUMN diagnosis;"
                                                "DROP TABLE job_logs; DROP TABLE job_digests;"
+                                               "ALTER TABLE placements DROP COLUMN task_state;"
                                                "DELETE FROM schema_migrations WHERE version >= 8;"
                                                "PRAGMA user_version = 7;"),
                      SQLITE_OK);
