@@ -272,7 +272,9 @@ struct mt_coll_world {
     int drive_yields; /* a driving thread with nothing to do yields this often before it sleeps */
     int64_t
         drive_spin_ns; /* ... after polling this long in a small allreduce (opts.drive_spin_us) */
-    int naxes;         /* opts.mesh, parsed (0: none): axis names and sizes, row-major */
+    int64_t bye_until_ns; /* coll__peers_close: BYE frames wait for room until then */
+    _Atomic int closing;  /* coll__peers_close began: a peer's end is no longer news */
+    int naxes;            /* opts.mesh, parsed (0: none): axis names and sizes, row-major */
     char axis_name[COLL_MAX_AXES][32];
     int axis_size[COLL_MAX_AXES];
 };

@@ -21,7 +21,8 @@
  *
  * Failure detection: a lost connection (the peer died: its pipe is removed from
  * our PULL or PUSH socket) marks the peer process down (a connection whose peer sent BYE first,
- * nng or direct, ends in order: no warning is logged for it); a device waiting for
+ * nng or direct, ends in order, and so does any connection that ends while this process closes
+ * its own world: no warning is logged for them); a device waiting for
  * data from it fails with UNAVAILABLE once COLL_GRACE_NS passed without that
  * data (messages already received are still delivered first). A stopped or
  * unreachable peer is caught by the collective's deadline. Sends carry the
@@ -80,7 +81,8 @@ typedef struct net_pipe {
 
 /* Worlds whose late frames a live world drops: a peer may still be finishing a job this process
  * has already left (a cancelled job's last collective) when the next job's world is served. */
-#define NET_GONE 8
+#define NET_GONE         8
+#define COLL_BYE_WAIT_MS 500 /* a world's close waits at most this long for room for its BYEs */
 
 struct mt_coll_net {
     nng_socket pull;
@@ -190,7 +192,8 @@ static void mark_down(mt_coll_world *w, int proc)
     if (proc < 0 || proc >= w->nprocs || proc == w->my_proc)
         return;
     if (atomic_compare_exchange_strong(&w->peers[proc].down_ns, &zero, coll__now_ns())) {
-        if (atomic_load(&w->peers[proc].bye)) /* it closed its world: the job's normal end */
+        /* it closed its world (the job's normal end), or this process is closing its own */
+        if (atomic_load(&w->peers[proc].bye) || atomic_load(&w->closing))
             mt_log_debug("coll: %s closed its connection", w->proc_addr[proc]);
         else
             mt_log_warn("coll: connection to %s lost", w->proc_addr[proc]);
@@ -1351,29 +1354,54 @@ mt_code coll__sends_wait(mt_coll_comm *c, int cancel, mt_err *err)
 
 /*
  * Direct transport: tell the peer process this connection ends in order (a header-only BYE
- * frame, after every frame of the world), unless it is known lost. Never blocks: a BYE that
- * does not fit in the socket buffer at once is left out (the peer then logs a lost connection).
+ * frame, after every frame of the world), unless it is known lost (a peer that closed first
+ * with a BYE is not lost: it may still be reading). The last frames of the job
+ * may still fill the socket buffer or the ring (the peer's reader drains them): the BYE waits
+ * for room until w->bye_until_ns (one budget for the whole close), then is left out (the peer
+ * then logs a lost connection). A peer that died ends the wait at once.
  */
 static void raw_bye(mt_coll_world *w, coll_peer *pe)
 {
     unsigned char b[COLL_HDR_SIZE];
     coll_hdr h = {
         .magic = COLL_MAGIC, .kind = COLL_KIND_BYE, .job = w->opts.job_id, .src = -1, .dst = -1};
+    size_t sent = 0;
 
-    if (atomic_load(&pe->down_ns) != 0)
+    /* a peer that closed first in order (its BYE came) may still be reading: it gets one too */
+    if (atomic_load(&pe->down_ns) != 0 && !atomic_load(&pe->bye))
         return;
     coll__hdr_encode(&h, b);
-    if (pe->shm != NULL) {
-        coll__shm_write_now(pe->shm, b, sizeof(b)); /* left out when the ring is full */
-        return;
-    }
-    if (send(pe->fd, b, sizeof(b), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
-        /* EAGAIN (a full buffer) or a broken connection: nothing to add */
+    for (;;) {
+        int64_t left_ms = (w->bye_until_ns - coll__now_ns()) / 1000000LL;
+        if (pe->shm != NULL) {
+            if (coll__shm_write_now(pe->shm, b, sizeof(b)))
+                return;
+            if (left_ms <= 0 ||
+                coll__shm_wait_room(pe->shm, pe->fd, (int)(left_ms < 10 ? left_ms : 10)) ==
+                    COLL_IO_ENDED)
+                return;
+            continue;
+        }
+        ssize_t k = send(pe->fd, b + sent, sizeof(b) - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            if ((sent += (size_t)k) == sizeof(b))
+                return;
+            continue;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            return; /* a broken connection: nothing to add */
+        struct pollfd p = {.fd = pe->fd, .events = POLLOUT};
+        if (left_ms <= 0 || poll(&p, 1, (int)left_ms) <= 0 || (p.revents & (POLLERR | POLLHUP)))
+            return;
     }
 }
 
 void coll__peers_close(mt_coll_world *w)
 {
+    w->bye_until_ns = coll__now_ns() + COLL_BYE_WAIT_MS * 1000000LL;
+    atomic_store(&w->closing, 1);
     for (int i = 0; i < w->nprocs; i++) {
         coll_peer *pe = &w->peers[i];
         if (pe->open) {
@@ -1397,7 +1425,7 @@ static void direct_peer_close(mt_coll_world *w, int i, coll_peer *pe)
 
 static void nngt_peer_close(mt_coll_world *w, int i, coll_peer *pe)
 {
-    if (atomic_load(&pe->connected) && atomic_load(&pe->down_ns) == 0) {
+    if (atomic_load(&pe->connected) && (atomic_load(&pe->down_ns) == 0 || atomic_load(&pe->bye))) {
         nng_msg *m;
         if (nng_msg_alloc(&m, COLL_HDR_SIZE) == 0) {
             coll_hdr h = {.magic = COLL_MAGIC,
