@@ -52,6 +52,7 @@ struct worker_report {
     ring pr;
     digest_entry *digs;
     ring dr;
+    size_t batch;     /* points per report (o.batch_points, at most the queue's capacity) */
     bool urgent;      /* send now (kick, drain, flush) */
     bool stop;        /* the thread leaves */
     bool busy;        /* a send is in flight */
@@ -124,7 +125,9 @@ static bool transient(mt_code rc)
 /* Copy the queue into the batch arrays (mu held); the end marks of what was copied. */
 static void take_batch(worker_report *w, worker_report_batch *b, uint64_t *pend, uint64_t *dend)
 {
-    for (size_t i = 0; i < w->pr.n; i++) {
+    size_t np = w->pr.n < w->batch ? w->pr.n : w->batch;
+
+    for (size_t i = 0; i < np; i++) {
         w->out_pts[i] = w->pts[(w->pr.head + i) % w->pr.cap];
         w->out_pptrs[i] = &w->out_pts[i];
     }
@@ -138,8 +141,8 @@ static void take_batch(worker_report *w, worker_report_batch *b, uint64_t *pend,
         m->digest = w->out_hex[i];
         w->out_dptrs[i] = m;
     }
-    *b = (worker_report_batch){w->out_pptrs, w->pr.n, w->out_dptrs, w->dr.n};
-    *pend = w->pr.seq0 + w->pr.n;
+    *b = (worker_report_batch){w->out_pptrs, np, w->out_dptrs, w->dr.n};
+    *pend = w->pr.seq0 + np;
     *dend = w->dr.seq0 + w->dr.n;
 }
 
@@ -194,6 +197,8 @@ static void *report_main(void *arg)
             ring_drop_to(&w->dr, dend);
             w->retry_at = 0;
             w->urgent_at = 0;
+            if (w->pr.n >= w->batch) /* a backlog (the coordinator was away): the next at once */
+                w->urgent = true;
         }
         pthread_cond_broadcast(&w->cv);
     }
@@ -231,9 +236,11 @@ mt_code worker_report_new(const worker_report_opts *o, worker_report **out, mt_e
     snprintf(w->tag, sizeof(w->tag), "%s", o->tag != NULL ? o->tag : "");
     w->pr.cap = o->max_points;
     w->dr.cap = o->max_digests;
+    w->batch =
+        o->batch_points > 0 && o->batch_points < o->max_points ? o->batch_points : o->max_points;
     w->pts = mt_calloc(o->max_points, sizeof(*w->pts));
-    w->out_pts = mt_calloc(o->max_points, sizeof(*w->out_pts));
-    w->out_pptrs = mt_calloc(o->max_points, sizeof(*w->out_pptrs));
+    w->out_pts = mt_calloc(w->batch, sizeof(*w->out_pts));
+    w->out_pptrs = mt_calloc(w->batch, sizeof(*w->out_pptrs));
     w->digs = mt_calloc(o->max_digests, sizeof(*w->digs));
     w->out_digs = mt_calloc(o->max_digests, sizeof(*w->out_digs));
     w->out_dptrs = mt_calloc(o->max_digests, sizeof(*w->out_dptrs));

@@ -14,10 +14,11 @@
  *
  * Delivery: a batch holds every queued point and digest (up to the capacities); it leaves the
  * queue when the send returns OK (delivered) or a code other than UNAVAILABLE and
- * DEADLINE_EXCEEDED (refused for good); after those two it stays and goes again — the
- * coordinator stores a point once per (job, step, name), so a batch whose reply was lost may
- * be sent twice. Points queued while a batch is in flight go with the next one. A full queue
- * drops its oldest half (the caller is told how many, and logs it).
+ * DEADLINE_EXCEEDED (refused for good); a queue longer than one report (batch_points) goes out
+ * in several, the next one right after the last one was delivered; after those two it stays and
+ * goes again — the coordinator stores a point once per (job, step, name), so a batch whose reply
+ * was lost may be sent twice. Points queued while a batch is in flight go with the next one. A full
+ * queue drops its oldest half (the caller is told how many, and logs it).
  *
  * Threading: every function is thread-safe (one mutex). send runs on the reporter thread without
  * that mutex; more and give_up run with it held (on the reporter thread or a waiting caller), so
@@ -62,12 +63,14 @@ typedef struct worker_report_opts {
     worker_report_more_fn more;       /* NULL: nothing besides the queue */
     worker_report_give_up_fn give_up; /* NULL: drains wait to their deadline */
     void *ctx;                        /* borrowed; passed to the three functions */
-    const char *tag; /* the reporter thread's log tag (copied; NULL: none): core/log */
+    const char *tag;     /* the reporter thread's log tag (copied; NULL: none): core/log */
+    size_t batch_points; /* a report carries at most this many points (0: max_points); a longer
+                            queue goes out in several reports, back to back, oldest first */
 } worker_report_opts;
 
 #define WORKER_REPORT_OPTS_DEFAULTS                                                                \
     {                                                                                              \
-        0.1, 1.0, 8192, 256, NULL, NULL, NULL, NULL, NULL                                          \
+        0.1, 1.0, 8192, 256, NULL, NULL, NULL, NULL, NULL, 0                                       \
     }
 
 /* A reporter with its thread running (returns owned: worker_report_free). INVALID_ARGUMENT

@@ -69,8 +69,11 @@
 
 #define SVC       (&meshtrain__coordinator__descriptor)
 #define MAX_TASKS 64
-/* metric points kept while the coordinator is unreachable (below its 10,000 per report) */
-#define MAX_POINTS           8192
+/* metric points kept while the coordinator is unreachable (64 bytes each: 8 MiB of queue,
+ * touched only as it fills), sent at most REPORT_POINTS a report (below the coordinator's
+ * 10,000 per report) */
+#define MAX_POINTS           131072
+#define REPORT_POINTS        8192
 #define MAX_DIGESTS          256 /* unreported state digests kept per task */
 #define FLUSH_S              0.1 /* rank 0's process: a report at most this often */
 #define CHUNK_BYTES          (4u << 20)
@@ -993,6 +996,7 @@ static mt_code report_start(task_run *r, mt_err *err)
     o.period_s = r->has_rank0 ? FLUSH_S : LOG_FLUSH_S;
     o.retry_s = RETRY_S;
     o.max_points = MAX_POINTS;
+    o.batch_points = REPORT_POINTS;
     o.max_digests = MAX_DIGESTS;
     o.send = report_send;
     o.more = report_more;

@@ -24,9 +24,10 @@ typedef struct fake {
     bool hang;
     int fail_first;
     mt_code answer;
-    int entered; /* sends begun (before any hang) */
-    int sends;   /* sends answered */
-    bool more;   /* log lines to send */
+    int entered;      /* sends begun (before any hang) */
+    int sends;        /* sends answered */
+    bool more;        /* log lines to send */
+    size_t max_batch; /* the most points one send carried */
     uint64_t got[MAX_GOT];
     size_t ngot;
     uint64_t got_dig[64];
@@ -61,6 +62,8 @@ static mt_code fake_send(void *ctx, const worker_report_batch *b)
     } else {
         rc = f->answer;
     }
+    if (b->n_points > f->max_batch)
+        f->max_batch = b->n_points;
     if (rc == MT_OK) {
         for (size_t i = 0; i < b->n_points && f->ngot < MAX_GOT; i++)
             f->got[f->ngot++] = b->points[i]->step;
@@ -109,12 +112,13 @@ static void fake_hang(fake *f, bool on)
     pthread_mutex_unlock(&f->mu);
 }
 
-static worker_report *new_reporter(fake *f, size_t cap)
+static worker_report *new_reporter_batch(fake *f, size_t cap, size_t batch, double period_s)
 {
     worker_report_opts o = WORKER_REPORT_OPTS_DEFAULTS;
     worker_report *w = NULL;
 
-    o.period_s = 0.02;
+    o.period_s = period_s;
+    o.batch_points = batch;
     o.retry_s = 0.05;
     o.max_points = cap;
     o.max_digests = 8;
@@ -125,6 +129,11 @@ static worker_report *new_reporter(fake *f, size_t cap)
     assert_int_equal(worker_report_new(&o, &w, NULL), MT_OK);
     assert_non_null(w);
     return w;
+}
+
+static worker_report *new_reporter(fake *f, size_t cap)
+{
+    return new_reporter_batch(f, cap, 0, 0.02);
 }
 
 /* got[0..n) is from, from + 1, ... (in order, none twice, none missing) */
@@ -164,6 +173,47 @@ static void test_worker_report_queue_never_waits_on_send(void **state)
     fake_hang(&f, false);
     assert_true(worker_report_drain(w, 5.0));
     expect_steps(&f, 1, 2000);
+    worker_report_free(w);
+}
+
+/* A backlog longer than one report (a coordinator that was away) goes out in several reports of
+ * at most batch_points, back to back (not one per period: 5 s here), in order, once each. */
+static void test_worker_report_backlog_in_several_reports(void **state)
+{
+    fake f;
+    worker_report *w;
+    double t0;
+
+    (void)state;
+    fake_init(&f);
+    w = new_reporter_batch(&f, 4096, 100, 5.0);
+    fake_hang(&f, true);
+    worker_report_point(w, "loss", 1, 0, 1.0, 0);
+    worker_report_kick(w);
+    for (int i = 0; i < 50 && fake_entered(&f) == 0; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(fake_entered(&f), 1);
+    for (uint64_t s = 2; s <= 1000; s++)
+        assert_int_equal(worker_report_point(w, "loss", s, 0, (double)s, 0), 0);
+    fake_hang(&f, false);
+    t0 = now_s();
+    for (;;) { /* 9 full reports right after the hung one, without a drain or a kick */
+        pthread_mutex_lock(&f.mu);
+        size_t got = f.ngot;
+        pthread_mutex_unlock(&f.mu);
+        if (got >= 901)
+            break;
+        if (now_s() - t0 > 2.0)
+            fail_msg("%zu points delivered 2 s after the coordinator came back", got);
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    assert_true(worker_report_drain(w, 5.0)); /* the last 99 */
+    expect_steps(&f, 1, 1000);
+    assert_int_equal(f.max_batch, 100);
+    assert_true(f.sends >= 11);
     worker_report_free(w);
 }
 
@@ -293,6 +343,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_worker_report_queue_never_waits_on_send),
+        cmocka_unit_test(test_worker_report_backlog_in_several_reports),
         cmocka_unit_test(test_worker_report_transient_failures_keep_points),
         cmocka_unit_test(test_worker_report_refusal_drops),
         cmocka_unit_test(test_worker_report_full_queue_drops_oldest_half),
