@@ -19,7 +19,6 @@ export OPENBLAS_NUM_THREADS=1
 STEPS=6
 HB=(--heartbeat-ms 200 --heartbeat-timeout-ms 3000)
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 "${HB[@]}"
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 state_is() { mt status --json "$1" | jq -e --arg s "$2" '.state == $s'; }
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
 worker() { # worker NAME [DEVICES]
@@ -54,7 +53,7 @@ same_as_local() {
 # 2,3 (model 1) on the other, so each worker gathers with two local devices
 worker wd 2
 worker we 2
-wait_for 20 "two 2-device workers" alive 2
+wait_for 20 "two 2-device workers" workers_alive 2
 spec dtensor_mlp_model_parallel.json mp4.json '{"model": 2, "batch": 2}' $STEPS 3
 JOB=$(mt submit "$T/mp4.json") || fail "submit: $JOB"
 wait_for 120 "$JOB to finish" finished "$JOB"
@@ -66,11 +65,11 @@ same_as_local "$JOB" mp4.json mp4
 log "model=2,batch=2 on 2 workers x 2 devices: export byte-identical to train --local"
 kill "$(mt workers --json | jq -r '.workers[] | select(.name == "wd") | .pid')" \
     "$(mt workers --json | jq -r '.workers[] | select(.name == "we") | .pid')"
-wait_for 20 "wd and we gone" alive 0
+wait_for 20 "wd and we gone" workers_alive 0
 
 worker wa
 worker wb
-wait_for 20 "two workers" alive 2
+wait_for 20 "two workers" workers_alive 2
 
 # ---- 1. distributed model parallel: checkpoints gathered, export equals the local run's
 JOB=$(mt submit "$T/mp.json") || fail "submit: $JOB"

@@ -18,7 +18,6 @@ STEPS=4
 HB=(--heartbeat-ms 200 --heartbeat-timeout-ms 3000)
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 "${HB[@]}"
 
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 state_is() { mt status --json "$1" | jq -e --arg s "$2" '.state == $s'; }
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
 # run_job SPEC: submit, wait for the end, require SUCCEEDED; sets JOB
@@ -32,7 +31,7 @@ bg wa "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 4 --name wa -
 WA=$LAST_PID
 bg wb "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 4 --name wb --data-root "$T" --data-root /usr/share/datasets
 WB=$LAST_PID
-wait_for 20 "two workers" alive 2
+wait_for 20 "two workers" workers_alive 2
 
 # ---- every example across the two worker processes (the text examples read small generated
 # label<TAB>sentence files instead of the fetched UCI sentences, the language models the same
@@ -139,10 +138,10 @@ log "watch started late: $(wc -l <"$T/late.out") lines of history and the final 
 
 # ---- two workers x 2 devices: the same job, the same bytes
 kill "$WA" "$WB"
-wait_for 20 "wa and wb lost" alive 0
+wait_for 20 "wa and wb lost" workers_alive 0
 bg wc "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wc --data-root "$T" --data-root /usr/share/datasets
 bg wd "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wd --data-root "$T" --data-root /usr/share/datasets
-wait_for 20 "two 2-device workers" alive 2
+wait_for 20 "two 2-device workers" workers_alive 2
 run_job "$T/ref.json"
 REF2=$JOB
 mt status --json "$REF2" | jq -e '[.placement[].worker_id] | unique | length == 2' >/dev/null ||

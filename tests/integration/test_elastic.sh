@@ -15,7 +15,6 @@ STEPS=400
 HB=(--heartbeat-ms 200 --heartbeat-timeout-ms 3000)
 start_coordinator coord "$S" --listen tcp://127.0.0.1:0 --http off "${HB[@]}"
 
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 worker() { # worker NAME
     bg "$1" "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name "$1" \
         --data-root /usr/share/datasets
@@ -24,7 +23,7 @@ worker wa
 WA=$LAST_PID
 worker wb
 WB=$LAST_PID
-wait_for 20 "two workers" alive 2
+wait_for 20 "two workers" workers_alive 2
 
 spec() { # spec FILE EXTRA_JSON
     jq --argjson s "$STEPS" --argjson extra "$2" '. + {mesh: {batch: 2}, steps: $s, batch_size: 64,
@@ -85,7 +84,7 @@ log "$JOB SUCCEEDED on batch=1 after losing $VICTIM"
 # without "elastic": the same loss makes the job wait for two devices
 worker wc
 WC=$LAST_PID
-wait_for 20 "two workers again" alive 2
+wait_for 20 "two workers again" workers_alive 2
 JOB=$(mt submit "$T/rigid.json")
 wait_for 60 "$JOB running past step 30" running_at 30
 VICTIM=$(st | jq -r '.placement[1].worker_id')

@@ -17,7 +17,6 @@ FM=/usr/share/datasets/fashion-mnist
 
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http off \
     --heartbeat-ms 200 --heartbeat-timeout-ms 60000 --stall-timeout-ms 2000
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 state_in() { mt status --json "$1" | jq -e --arg s "$2" '.state | IN($s | split(",")[])'; }
 worker() { bg "$1" "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name "$1"; }
 
@@ -36,7 +35,7 @@ mt submit "$T/short.json" >"$T/short.out" 2>&1 || got=$?
 worker wa
 worker wb
 WB=$LAST_PID
-wait_for 20 "two workers" alive 2
+wait_for 20 "two workers" workers_alive 2
 JOB=$(mt submit "$T/job.json")
 has_ckpt() { [ "$(mt checkpoints --json "$JOB" | jq '[.checkpoints[] | select(.complete)] | length')" -ge 1 ]; }
 wait_for 120 "a checkpoint of $JOB" has_ckpt

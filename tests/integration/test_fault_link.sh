@@ -21,12 +21,11 @@ fake() { # fake NAME PORT [ENV...]
     bg "$name" env MT_FAKE_DATA_ADDRESS="tcp://127.0.0.1:$port" "$@" \
         "$FAKE" run "$COORD_URL" "$name" 1 "$T/$name.acks" 20
 }
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 events() { mt status --json "$1" | jq -r '.events[]? | .state + " " + .reason'; }
 
 fake fa 41001 MT_FAKE_LINK_FAIL="tcp://127.0.0.1:41002@10"
 fake fb 41002
-wait_for 20 "two fake workers" alive 2
+wait_for 20 "two fake workers" workers_alive 2
 cat >"$T/job.json" <<'JSON'
 {"name": "link", "steps": 120, "batch_size": 2, "mesh": {"batch": 2},
  "dataset": {"format": "synthetic", "examples": 64, "features": 4, "classes": 2},

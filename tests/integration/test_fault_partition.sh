@@ -34,8 +34,7 @@ start_coordinator coord "$T/state" --listen "tcp://$NET_CA:$PORT" --insecure --h
     --heartbeat-ms 200 --heartbeat-timeout-ms 60000 --stall-timeout-ms 2000 --stall-restart-ms 0
 netns_worker wa "$NA" "$NET_DA"
 netns_worker wb "$NB" "$NET_DB"
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
-wait_for 30 "two workers in their namespaces" alive 2
+wait_for 30 "two workers in their namespaces" workers_alive 2
 
 jq '. + {steps: 1000000, batch_size: 32, mesh: {batch: 2},
          checkpoint: {every_steps: 25, keep: 2},

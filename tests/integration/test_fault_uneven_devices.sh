@@ -18,7 +18,6 @@ FM=/usr/share/datasets/fashion-mnist
 
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http off \
     --heartbeat-ms 200 --heartbeat-timeout-ms 3000
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
 # 2 epochs over the 10k test images (an evaluation at each epoch end), checkpoints every 40 steps
 jq '. + {batch_size: 96, epochs: 2, checkpoint: {every_steps: 40, keep: 2},
@@ -34,7 +33,7 @@ bg wa "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wa
 WA=$LAST_PID
 bg wb "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wb
 WB=$LAST_PID
-wait_for 20 "two workers" alive 2
+wait_for 20 "two workers" workers_alive 2
 UNEVEN=$(mt submit "$T/job.json" --mesh batch=3)
 wait_for 300 "the 2 + 1 job ends" finished "$UNEVEN"
 mt status --json "$UNEVEN" >"$T/s.json"
@@ -46,10 +45,10 @@ mt export "$UNEVEN" --format safetensors -o "$T/uneven.safetensors" >/dev/null
 log "batch=3 over workers holding 2 and 1 of its devices: SUCCEEDED"
 
 kill "$WA" "$WB"
-wait_for 30 "both workers lost" alive 0
+wait_for 30 "both workers lost" workers_alive 0
 bg wc "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 3 --name wc
 WC=$LAST_PID
-wait_for 20 "one worker" alive 1
+wait_for 20 "one worker" workers_alive 1
 ONE=$(mt submit "$T/job.json" --mesh batch=3)
 wait_for 300 "the 1 x 3 job ends" finished "$ONE"
 mt status --json "$ONE" | jq -e '.state == "SUCCEEDED"' >/dev/null ||
@@ -60,13 +59,13 @@ cmp "$T/uneven.safetensors" "$T/one.safetensors" ||
 log "the 2 + 1 and the 1 x 3 exports are byte-identical ($(stat -c %s "$T/one.safetensors") bytes)"
 
 kill "$WC"
-wait_for 30 "worker wc lost" alive 0
+wait_for 30 "worker wc lost" workers_alive 0
 jq '. + {steps: 60, checkpoint: {every_steps: 20, keep: 2}, restart: {max_restarts: 2}} |
     del(.epochs)' "$T/job.json" >"$T/die.json"
 MT_TEST_EXIT_AFTER_UPLOAD=40 bg wd "$BIN/meshtrain-worker" --coordinator "$COORD_URL" \
     --devices 1 --name wd
 WD=$LAST_PID
-wait_for 20 "worker wd" alive 1
+wait_for 20 "worker wd" workers_alive 1
 DIE=$(mt submit "$T/die.json" --mesh batch=1)
 gone() { ! kill -0 "$WD" 2>/dev/null; }
 wait_for 120 "wd gone after storing checkpoint 40" gone

@@ -13,11 +13,10 @@ CMP="python3 $SRC/tests/integration/compare_safetensors.py"
 
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
     --heartbeat-ms 200
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
 bg wa "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wa
 bg wb "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wb
-wait_for 20 "two workers" alive 2
+wait_for 20 "two workers" workers_alive 2
 
 # job_vs_local NAME SPEC [MESH ONE]: 10 steps as a 2x2 job on MESH (default {"batch": 4}) and on
 # one device (--mesh ONE, default batch=1), exports compared

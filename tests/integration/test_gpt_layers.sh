@@ -139,11 +139,10 @@ log "plan: activations per device, batch=1,model=2: $tp_act B; Megatron-SP batch
 # -- the positions over seq as a job: 2 workers x 2 devices, mesh batch=2,seq=2 ---------------
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
     --heartbeat-ms 200
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
 bg wa "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wa --data-root "$T"
 bg wb "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wb --data-root "$T"
-wait_for 20 "two workers" alive 2
+wait_for 20 "two workers" workers_alive 2
 jq '. + {mesh: {batch: 1, seq: 3}}' "$T/seq_tied.json" >"$T/seq3.json"
 if out=$(mt submit "$T/seq3.json" 2>&1); then fail "submit accepted 16 positions over seq=3"; fi
 echo "$out" | grep -q "dataset.block_size: 16 positions are not divisible by the 3 devices of 'seq'" ||

@@ -20,8 +20,7 @@ for w in wa wb; do
     bg "$w" "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name "$w" \
         --data-root "$T"
 done
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = 2 ]; }
-wait_for 20 "two workers" alive
+wait_for 20 "two workers" workers_alive 2
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
 gen_text "$T/train.tsv" 512 1
 gen_text "$T/test.tsv" 128 2

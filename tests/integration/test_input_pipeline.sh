@@ -17,11 +17,10 @@ source "$(dirname "$0")/lib.sh"
 
 HB=(--heartbeat-ms 200 --heartbeat-timeout-ms 3000)
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 "${HB[@]}"
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
 bg wa "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wa --data-root "$T"
 bg wb "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name wb --data-root "$T"
-wait_for 20 "two workers" alive 2
+wait_for 20 "two workers" workers_alive 2
 
 # gen_csv FILE ROWS SEED: header, 4 features, a 0/1 label that depends on them
 gen_csv() {

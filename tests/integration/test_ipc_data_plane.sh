@@ -15,8 +15,7 @@ bg ia "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name ia \
     --data-listen "ipc://$T/sock/ia.ipc"
 bg ib "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name ib \
     --data-listen "ipc://$T/sock/ib.ipc"
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
-wait_for 20 "two ipc workers" alive 2
+wait_for 20 "two ipc workers" workers_alive 2
 mt workers --json | jq -e --arg d "$T/sock" \
     '[.workers[].data_address] | sort == ["ipc://\($d)/ia.ipc", "ipc://\($d)/ib.ipc"]' >/dev/null ||
     fail "data addresses: $(mt workers --json | jq -c '[.workers[] | {name, data_address}]')"
@@ -46,7 +45,7 @@ bg ta "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name ta \
     --data-listen tcp://127.0.0.1:0
 bg tb "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 2 --name tb \
     --data-listen tcp://127.0.0.1:0
-wait_for 20 "two tcp workers" alive 2
+wait_for 20 "two tcp workers" workers_alive 2
 run_job tcp
 cmp "$T/ipc.safetensors" "$T/tcp.safetensors" ||
     fail "the ipc and tcp runs exported different weights"
@@ -55,6 +54,6 @@ log "ipc and tcp runs exported byte-identical weights ($(stat -c %s "$T/ipc.safe
 # an ipc path that cannot be bound: the worker registers (monitoring) and says why in its log
 bg bad "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name bad \
     --data-listen "ipc://$T/no-such-dir/bad.ipc"
-wait_for 20 "the worker with an unbindable ipc path registers" alive 3
+wait_for 20 "the worker with an unbindable ipc path registers" workers_alive 3
 wait_for 10 "its log names the path" grep -q "no-such-dir/bad.ipc" "$T/bad.log"
 log "PASS"

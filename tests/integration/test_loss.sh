@@ -142,8 +142,7 @@ log "refusals name the loss"
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0
 bg w1 "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name w1 --data-root "$T"
 W1=$LAST_PID
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = 1 ]; }
-wait_for 20 "the worker" alive
+wait_for 20 "the worker" workers_alive 1
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
 JOB=$(mt submit "$T/reg.json") || fail "submit: $JOB"
 wait_for 120 "$JOB to finish" finished "$JOB"

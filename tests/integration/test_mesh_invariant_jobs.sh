@@ -24,7 +24,6 @@ jq '. + {reproducibility: "mesh_invariant", steps: 200, digest_every: 10,
 
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http off --heartbeat-ms 200 \
     --heartbeat-timeout-ms 3000
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 st_is() { mt status --json "$1" | jq -e --arg s "$2" '.state == $s' >/dev/null; }
 past() { mt status --json "$1" | jq -e --argjson s "$2" '.state == "RUNNING" and .step >= $s' >/dev/null; }
 for w in wa wb; do
@@ -32,7 +31,7 @@ for w in wa wb; do
         --data-root /usr/share/datasets
 done
 WB=$LAST_PID
-wait_for 20 "two 2-device workers" alive 2
+wait_for 20 "two 2-device workers" workers_alive 2
 
 jq '. + {mesh: {batch: 4}, elastic: {min_batch: 2, max_batch: 4}}' "$T/job.json" >"$T/job4.json"
 JOB=$(mt submit "$T/job4.json")

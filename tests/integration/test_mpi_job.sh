@@ -16,12 +16,11 @@ CMP="python3 $SRC/tests/integration/compare_safetensors.py"
 
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
     --heartbeat-ms 200
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
 
 start_mpi_workers 2 "$BIN/meshtrain-worker" --data-plane mpi --coordinator "$COORD_URL" --name mw \
     --mpi-collectives "${MT_TEST_MPI_COLLECTIVES:-polled}"
-wait_for 60 "two MPI workers" alive 2
+wait_for 60 "two MPI workers" workers_alive 2
 mt workers --json | jq -e '[.workers[].data_address | test("^mpi://[0-9a-f]{16}/[01]$")] | all' \
     >/dev/null || fail "MPI workers' addresses: $(mt workers --json | jq -c '[.workers[].data_address]')"
 log "2 MPI workers registered: $(mt workers --json | jq -c '[.workers[] | [.name, .data_address]]')"
@@ -49,7 +48,7 @@ log "MPI weights within 1e-5 of the built-in backend ($(sort -t= -k2 -g "$T/cmp"
 
 # a job on the MPI workers and one on the direct transport: fails, naming the odd one out
 bg tw "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name tw
-wait_for 20 "three workers" alive 3
+wait_for 20 "three workers" workers_alive 3
 jq '. + {mesh: {batch: 3}}' "$T/fmnist.json" >"$T/mixed.json"
 mixed=$(mt submit "$T/mixed.json")
 wait_for 60 "$mixed to finish" finished "$mixed"

@@ -11,7 +11,6 @@ source "$(dirname "$0")/mpi_lib.sh"
 
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
     --heartbeat-ms 200 --heartbeat-timeout-ms 3000 --stall-timeout-ms 2000
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 state_is() { mt status --json "$1" | jq -e --arg s "$2" '.state == $s'; }
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
 
@@ -22,7 +21,7 @@ start_mpi_workers 2 \
              exec "$0" "$@"' \
     "$BIN/meshtrain-worker" --data-plane mpi --coordinator "$COORD_URL" --name mw \
     --data-root "$T" --data-root /usr/share/datasets
-wait_for 60 "two MPI workers" alive 2
+wait_for 60 "two MPI workers" workers_alive 2
 jq '. + {steps: 40, batch_size: 32, mesh: {batch: 2}} | del(.epochs) |
     .model.layers[1].units = 16' "$SRC/examples/fashion_mnist_mlp.json" >"$T/job.json"
 JOB=$(mt submit "$T/job.json")

@@ -14,7 +14,6 @@ source "$(dirname "$0")/lib.sh"
 HB=(--heartbeat-ms 200 --heartbeat-timeout-ms 3000 --stall-timeout-ms 2000)
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 "${HB[@]}"
 
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 state_is() { mt status --json "$1" | jq -e --arg s "$2" '.state == $s'; }
 step_at_least() { mt status --json "$1" | jq -e --argjson s "$2" '.step >= $s'; }
 worker() { # worker NAME [ENV...]
@@ -31,7 +30,7 @@ jq '. + {steps: 40, batch_size: 32, mesh: {batch: 4}} | del(.epochs) |
 worker wa
 worker wb MT_TEST_STALL_AT_STEP=5 MT_TEST_STALL_DEVICE=1 MT_TEST_STALL_MS=7000
 WB=$LAST_PID
-wait_for 20 "two workers" alive 2
+wait_for 20 "two workers" workers_alive 2
 JOB=$(mt submit "$T/job.json")
 T0=$SECONDS
 wait_for 30 "$JOB stalled" state_is "$JOB" STALLED

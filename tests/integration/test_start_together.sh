@@ -12,7 +12,6 @@ source "$(dirname "$0")/lib.sh"
 
 start_coordinator coord "$T/state" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 \
     --heartbeat-ms 200
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 worker() { # worker NAME [ENV...]
     local name=$1
     shift
@@ -22,7 +21,7 @@ worker() { # worker NAME [ENV...]
 jq '. + {steps: 20} | del(.epochs)' "$SRC/examples/fashion_mnist_mlp.json" >"$T/job.json"
 worker wa
 worker wb MT_TEST_STALL_AT_STEP=0 MT_TEST_STALL_MS=2000
-wait_for 20 "two workers" alive 2
+wait_for 20 "two workers" workers_alive 2
 JOB=$(mt submit "$T/job.json" --mesh batch=2)
 mt watch --json "$JOB" >"$T/points" || fail "$JOB did not succeed: $(mt status "$JOB")"
 RATE=$(jq -rR 'fromjson? | select(.name == "examples_per_sec" and .step == 1) | .value' "$T/points")

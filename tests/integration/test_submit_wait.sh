@@ -20,8 +20,7 @@ start_coordinator coord "$T/state" "${COORD_FLAGS[@]}"
 bg wa "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name wa \
     --data-listen tcp://0.0.0.0:0
 bg wb "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name wb
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = 2 ]; }
-wait_for 20 "two workers" alive
+wait_for 20 "two workers" workers_alive 2
 mt workers --json >"$T/workers.json"
 for w in wa wb; do
     jq -e --arg n "$w" '.workers[] | select(.name == $n) | .data_address |

@@ -21,7 +21,6 @@ log "coordinator on $COORD_URL, metrics on $metrics"
 
 TLSC=(--tls-ca "$C/ca.pem" --tls-server-name localhost)
 mt() { "$BIN/meshtrain" --coordinator "$COORD_URL" "${TLSC[@]}" "$@"; }
-alive() { [ "$(mt workers --json | jq '[.workers[] | select(.state == "alive")] | length')" = "$1" ]; }
 finished() { mt status --json "$1" | jq -e '.state | IN("SUCCEEDED", "FAILED", "CANCELLED")'; }
 
 for w in wa wb; do
@@ -29,7 +28,7 @@ for w in wa wb; do
         "${TLSC[@]}" --tls-cert "$C/server.pem" --tls-key "$C/server.key" \
         --data-listen tls+tcp://127.0.0.1:0 --data-root "$T" --data-root /usr/share/datasets
 done
-wait_for 30 "two workers over TLS" alive 2
+wait_for 30 "two workers over TLS" workers_alive 2
 for w in wa wb; do
     grep -q "data plane tls+tcp://127.0.0.1:" "$T/$w.log" || fail "$w data plane: $(cat "$T/$w.log")"
 done
@@ -76,7 +75,7 @@ quick 3 "UNAVAILABLE" "$BIN/meshtrain" --coordinator "tcp://${COORD_URL#tls+tcp:
 bg wx "$BIN/meshtrain-worker" --coordinator "$COORD_URL" --devices 1 --name wx \
     --tls-ca "$C/other-ca.pem" --tls-server-name localhost
 wait_for 10 "wx's refusal" grep -q "UNAUTHENTICATED.*did not verify" "$T/wx.log"
-alive 2 || fail "a worker with the wrong CA registered"
+workers_alive 2 || fail "a worker with the wrong CA registered"
 
 # ---- start-up checks
 chmod 644 "$C/server.key"
