@@ -511,8 +511,6 @@ void mt_repro_row_sums(float *out, float *out2, const float *x, const float *sub
 
 /* ------------------------------------------------------------------ embedding */
 
-/* Leaf i's table gradient into slot (n x c): a tied head's dy^T . x over its leaf rows (one chain
- * per element from 0; h NULL: zeros), then the embedding's rows added in row order. */
 /* The embedding's rows [a, a + len) added to the table rows [lo, lo + n) of their ids, in row
  * order. */
 static void add_rows(float *slot, const float *ids, const float *dy, size_t a, size_t len,
@@ -527,6 +525,8 @@ static void add_rows(float *slot, const float *ids, const float *dy, size_t a, s
     }
 }
 
+/* Leaf i's table gradient into slot (n x c): a tied head's dy^T . x over its leaf rows (one chain
+ * per element from 0; h NULL: zeros), then the embedding's rows added in row order. */
 static void table_leaf(float *slot, const mt_repro_head *h, const float *ids, const float *dy,
                        size_t rows, size_t r, int i, size_t lo, size_t n, size_t c)
 {
