@@ -1185,8 +1185,8 @@ static mt_code dev_alloc(dev *d, mt_err *err)
             DALLOC(d->fv, most);
             DALLOC(d->fg, most);
         }
-        most = 0;
-        for (int i = 0; i < s->n_layers; i++)
+        most = 0; /* under mesh_invariant no slice is added (fsdp_reduce_layer): none needed */
+        for (int i = 0; s->inv_leaves == 0 && i < s->n_layers; i++)
             for (int k = 0; s->layers[i].grads_shared && k < MT_LAYER_MAX_PARAMS; k++)
                 if (s->layers[i].has[k] && s->fsdp[s->layers[i].pi[k]] >= 0 &&
                     d->params[s->layers[i].pi[k]].size > most)
