@@ -2137,8 +2137,25 @@ static mt_layer_planner query_planner(planner_ctx *pc)
     return pl;
 }
 
+/* How many layers use parameter i (a tied head uses its embedding's table: 2), and how many of
+ * them reduce-scatter its gradient in FSDP's per-layer mode (fsdp_reduce_layer: each, but under
+ * mesh_invariant the tied head leaves it to the embedding). */
+static int param_uses(const mt_spmd *s, size_t i, int *reduces)
+{
+    int uses = 0;
+    *reduces = 0;
+    for (int l = 0; l < s->n_layers; l++)
+        for (int k = 0; k < MT_LAYER_MAX_PARAMS; k++)
+            if (s->layers[l].has[k] && s->layers[l].pi[k] == i) {
+                uses++;
+                *reduces += !inv_tied_kernel(s, &s->layers[l], i);
+            }
+    return uses;
+}
+
 /* The collective payload of one training step on one device, per mesh dim (floats): each
- * layer's (mt_layer_ops.comm), the logits, the FSDP gathers and the gradient bucket. */
+ * layer's (mt_layer_ops.comm), the logits, the FSDP gathers and the gradient bucket. In FSDP's
+ * per-layer mode a parameter is gathered for every layer that uses it, forward and backward. */
 static void plan_comm(mt_spmd *s, uint64_t *per_dim)
 {
     uint64_t b = s->max_b, grads = MT_LOSS_NSUMS + 1; /* the bucket: gradients, metric sums and
@@ -2154,13 +2171,14 @@ static void plan_comm(mt_spmd *s, uint64_t *per_dim)
     for (size_t i = 0; i < s->n_params; i++) {
         uint64_t use = shard_elems(s, i, 0) * (s->fsdp[i] >= 0 ? dsz(s, s->bdim) : 1);
         bool per_layer = s->fsdp[i] >= 0 && s->fsdp_transient;
+        int reduces, uses = per_layer ? param_uses(s, i, &reduces) : 0;
         if (s->gparams[i].trainable && !per_layer)
             grads += use;
-        if (s->fsdp[i] >= 0) /* allgathered once, or per layer for the forward and backward */
-            ADD(s->bdim, per_layer ? 2 * use : use);
+        if (s->fsdp[i] >= 0) /* allgathered once, or per using layer for forward and backward */
+            ADD(s->bdim, per_layer ? 2 * (uint64_t)uses * use : use);
         if (per_layer && s->gparams[i].trainable) {
-            ADD(s->bdim, use); /* its reduce-scatter, after the sum over the positions */
-            ADD(seq_bucket_dim(s), use);
+            ADD(s->bdim, (uint64_t)reduces * use); /* reduce-scatters, after the positions' sum */
+            ADD(seq_bucket_dim(s), (uint64_t)reduces * use);
         }
     }
     ADD(s->bdim, grads);

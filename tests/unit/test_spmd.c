@@ -2291,6 +2291,51 @@ static void test_spmd_new_survives_allocation_failures(void **state)
     job_free(&j);
 }
 
+/* plan's bytes one device moves over 'batch' per step for spec json (input shape [8], batch 8). */
+static uint64_t plan_batch_bytes(const char *json)
+{
+    mt_job_spec *spec = NULL;
+    mt_spmd_config cfg;
+    mt_spmd_plan_info info = {0};
+    mt_err err = MT_ERR_INIT;
+    const size_t shape[1] = {8};
+    uint64_t bytes;
+
+    if (mt_job_spec_parse(json, strlen(json), &spec, &err) != MT_OK ||
+        mt_spmd_config_parse(json, strlen(json), &cfg, &err) != MT_OK)
+        fail_msg("%s: %s", json, err.msg);
+    if (mt_spmd_check(spec, cfg.mesh, cfg.layouts, 1, shape, 8, &info, &err) != MT_OK)
+        fail_msg("%s: %s", json, err.msg);
+    bytes = info.comm_bytes[mt_mesh_dim_index(cfg.mesh, "batch")];
+    mt_spmd_config_fini(&cfg);
+    mt_job_spec_free(spec);
+    return bytes;
+}
+
+/*
+ * plan counts a tied head's use of an FSDP table: in the per-layer mode the table (16 x 8 = 128
+ * floats) is gathered for the embedding and for the head, forward and backward (4 x 128), and
+ * its gradient reduce-scattered by both layers under fixed_mesh (2 x 128), by the embedding
+ * alone under mesh_invariant (128); replicated, it rides in the gradient bucket (128). The rest
+ * of the model (out.kernel FSDP in both) is the same, so the difference is the table's.
+ */
+static void test_spmd_plan_counts_tied_fsdp_gathers(void **state)
+{
+#define TAIL_MESH     ",\"mesh\":{\"batch\":2}"
+#define TAIL_OUT_FSDP ",\"layouts\":{\"out\\\\.kernel\":[\"batch\",\"unsharded\"]}"
+#define TAIL_INV      ",\"reproducibility\":\"mesh_invariant\""
+    const uint64_t fixed_fsdp = plan_batch_bytes(TIED_TAIL_SPEC(TAIL_MESH TIED_TAIL_FSDP));
+    const uint64_t fixed_repl = plan_batch_bytes(TIED_TAIL_SPEC(TAIL_MESH TAIL_OUT_FSDP));
+    const uint64_t inv_fsdp = plan_batch_bytes(TIED_TAIL_SPEC(TAIL_MESH TIED_TAIL_FSDP TAIL_INV));
+    const uint64_t inv_repl = plan_batch_bytes(TIED_TAIL_SPEC(TAIL_MESH TAIL_OUT_FSDP TAIL_INV));
+#undef TAIL_MESH
+#undef TAIL_OUT_FSDP
+#undef TAIL_INV
+    (void)state;
+    assert_int_equal(fixed_fsdp - fixed_repl, (4 * 128 + 2 * 128 - 128) * sizeof(float));
+    assert_int_equal(inv_fsdp - inv_repl, (4 * 128 + 128 - 128) * sizeof(float));
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -2309,6 +2354,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spmd_height_bands_mesh_invariant_channels),
         cmocka_unit_test(test_spmd_height_bands_mesh_invariant_errors),
         cmocka_unit_test(test_spmd_tied_head_mesh_invariant),
+        cmocka_unit_test(test_spmd_plan_counts_tied_fsdp_gathers),
         cmocka_unit_test(test_spmd_seq_mesh_invariant),
         cmocka_unit_test(test_spmd_seq_mesh_invariant_errors),
         cmocka_unit_test(test_spmd_reshard_paths_equal_single_device),
