@@ -18,7 +18,8 @@
 # reachable. Never run by ctest.
 # Env: E2E_STEPS_MLP (default 300), E2E_STEPS_CNN (default 80), E2E_STEPS_TEXT (default 300);
 # E2E_MODELS (default "mlp cnn text"): the rows to run; E2E_DDP=0 skips the PyTorch column;
-# E2E_REPEAT (default 1): run each row that many times (rows of noisy machines, side by side).
+# E2E_REPEAT (default 1): run each row that many times (rows of noisy machines, side by side),
+# then print each row's medians and 2 workers x 1 over 1 worker x 1 from them.
 set -euo pipefail
 BUILD=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -180,7 +181,20 @@ for m in $rows; do
         scal=$(awk -v a="$r12" -v b="$r11" 'BEGIN { printf "%.0f%%", 100 * a / (2 * b) }')
         printf "%-4s %16s %16s %16s %16s %12s %8s  load %s\n" "$name" "$r11" "$r12" "$r21" "$ddp" \
             "$ratio" "$scal" "$(cut -d' ' -f1 /proc/loadavg)"
+        echo "$name $r11 $r12 $r21" >>"$T/rounds"
     done
 done
 echo "global batch 128 (mlp, cnn) and 64 (text); scaling 1 -> 2 devices is r12 / (2 x r11) on this"
 echo "2-core machine shared with other work"
+if [ "${E2E_REPEAT:-1}" -gt 1 ] && [ -s "$T/rounds" ]; then
+    # single rounds swing by tens of percent on a shared machine: the rows' medians, and
+    # 2 workers x 1 over 1 worker x 1 from them
+    echo "medians over ${E2E_REPEAT} rounds (examples/s): 1 x 1, 1 x 2, 2 x 1, 2 x 1 / 1 x 1"
+    for name in $(awk '{ print $1 }' "$T/rounds" | uniq); do
+        med() { awk -v n="$name" -v c="$1" '$1 == n { print $c }' "$T/rounds" | sort -n |
+            awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+        m11=$(med 2) m12=$(med 3) m21=$(med 4)
+        printf "%-4s %16.0f %16.0f %16.0f %8.2f\n" "$name" "$m11" "$m12" "$m21" \
+            "$(awk -v a="$m21" -v b="$m11" 'BEGIN { print a / b }')"
+    done
+fi
