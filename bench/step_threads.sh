@@ -12,7 +12,8 @@
 # (pthread_setname_np: mt-run, mt-dev N, mt-coll-rd, mt-coll-acc, mt-data, ...); a build without
 # names shows the process name. JOB_DATA_DIR: the sentiment TSVs (deploy/fetch-sentiment.sh DIR).
 # STEP_PERF=1 adds `perf sched` latency figures of the window (root); STEP_PERF=record a CPU
-# profile of the first worker (perf record -g, symbols by share; STEP_PERF_OUT=FILE keeps it). Never run by ctest.
+# profile of the first worker (perf record -g, symbols by share; STEP_PERF_OUT=FILE keeps it;
+# STEP_PERF_PID=0 profiles the coordinator instead, 2 the second worker). Never run by ctest.
 set -euo pipefail
 B=${1:?usage: step_threads.sh BUILD EXAMPLE STEPS MESH NWORKERS DEVICES}
 EX=$2 STEPS=$3 MESH=$4 NW=$5 DEV=$6
@@ -60,7 +61,7 @@ if [ "${STEP_PERF:-0}" = 1 ]; then
     perf sched record -o "$T/sched.data" -- sleep "$WIN" >/dev/null 2>&1 &
     PERF=($!)
 elif [ "${STEP_PERF:-0}" = record ]; then
-    perf record -F 4999 -g -o "$T/perf.data" -p "${PIDS[1]}" -- sleep "$WIN" >/dev/null 2>&1 &
+    perf record -F 4999 -g -o "$T/perf.data" -p "${PIDS[${STEP_PERF_PID:-1}]}" -- sleep "$WIN" >/dev/null 2>&1 &
     PERF=($!)
 fi
 t0=$(date +%s%3N)

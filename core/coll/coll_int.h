@@ -391,9 +391,9 @@ coll_io coll__shm_get_some(coll_shm *s, void *buf, size_t n, size_t *got);
 /* Reader: wait up to timeout_ms for data (spinning first): DONE data (or the writer closed:
  * read on), AGAIN none in time, ENDED the writer's socket fd ended and nothing is left. */
 coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms);
-/* Writer: wait up to timeout_ms for room: DONE room (or it moved), AGAIN none, ENDED the
- * reader is gone. */
-coll_io coll__shm_wait_room(coll_shm *s, int fd, int timeout_ms);
+/* Writer: wait up to timeout_ms for need bytes of room (at most the ring's size): DONE there
+ * are, AGAIN not in time, ENDED the reader is gone. */
+coll_io coll__shm_wait_room(coll_shm *s, int fd, size_t need, int timeout_ms);
 /* Writer: b[0..n) if it fits now (1), else nothing (0). Never waits. */
 int coll__shm_write_now(coll_shm *s, const void *b, size_t n);
 /* How a reader waits: at most timeout_ms, until the writer's socket fd ends (its process died)
@@ -456,6 +456,10 @@ typedef struct coll_raw_cbs {
     coll_claim (*claim)(void *arg, const unsigned char *hdr, uint32_t conn, coll_claim_mode mode,
                         coll_sink *s);
 } coll_raw_cbs;
+/* Send (is_write) or receive n bytes on a non-blocking socket fd before deadline_ns (monotonic,
+ * coll__now_ns). Returns 0, or -1 with errno (ETIMEDOUT at the deadline, EPIPE at EOF, the
+ * socket's error otherwise). */
+int coll__fd_io_full(int fd, void *buf, size_t n, int is_write, int64_t deadline_ns);
 /* 1 for the URLs the direct transport serves (tcp://, ipc://, shm://). */
 int coll__raw_url(const char *url);
 /* Listener settings (from mt_coll_net_opts; borrowed for the call) and its callbacks. */

@@ -1007,8 +1007,8 @@ static coll_io wait_room(mt_coll_world *w, int proc, int ms)
 {
     coll_peer *pe = &w->peers[proc];
     if (pe->shm != NULL)
-        return coll__shm_wait_room(pe->shm, pe->fd, ms) == COLL_IO_ENDED ? COLL_IO_ENDED
-                                                                         : COLL_IO_DONE;
+        return coll__shm_wait_room(pe->shm, pe->fd, 1, ms) == COLL_IO_ENDED ? COLL_IO_ENDED
+                                                                            : COLL_IO_DONE;
     struct pollfd p = {.fd = pe->fd, .events = POLLOUT};
     poll(&p, 1, ms);
     return COLL_IO_DONE;
@@ -1365,35 +1365,19 @@ static void raw_bye(mt_coll_world *w, coll_peer *pe)
     unsigned char b[COLL_HDR_SIZE];
     coll_hdr h = {
         .magic = COLL_MAGIC, .kind = COLL_KIND_BYE, .job = w->opts.job_id, .src = -1, .dst = -1};
-    size_t sent = 0;
 
     /* a peer that closed first in order (its BYE came) may still be reading: it gets one too */
     if (atomic_load(&pe->down_ns) != 0 && !atomic_load(&pe->bye))
         return;
     coll__hdr_encode(&h, b);
-    for (;;) {
+    if (pe->shm == NULL) { /* a broken connection, or no room in time: the BYE is left out */
+        (void)coll__fd_io_full(pe->fd, b, sizeof(b), 1, w->bye_until_ns);
+        return;
+    }
+    while (!coll__shm_write_now(pe->shm, b, sizeof(b))) {
         int64_t left_ms = (w->bye_until_ns - coll__now_ns()) / 1000000LL;
-        if (pe->shm != NULL) {
-            if (coll__shm_write_now(pe->shm, b, sizeof(b)))
-                return;
-            if (left_ms <= 0 ||
-                coll__shm_wait_room(pe->shm, pe->fd, (int)(left_ms < 10 ? left_ms : 10)) ==
-                    COLL_IO_ENDED)
-                return;
-            continue;
-        }
-        ssize_t k = send(pe->fd, b + sent, sizeof(b) - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (k > 0) {
-            if ((sent += (size_t)k) == sizeof(b))
-                return;
-            continue;
-        }
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-            return; /* a broken connection: nothing to add */
-        struct pollfd p = {.fd = pe->fd, .events = POLLOUT};
-        if (left_ms <= 0 || poll(&p, 1, (int)left_ms) <= 0 || (p.revents & (POLLERR | POLLHUP)))
+        if (left_ms <= 0 ||
+            coll__shm_wait_room(pe->shm, pe->fd, sizeof(b), (int)left_ms) != COLL_IO_DONE)
             return;
     }
 }

@@ -187,11 +187,7 @@ static void set_nodelay(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* fails harmlessly on AF_UNIX */
 }
 
-/*
- * Move n bytes on a non-blocking fd (send when out != NULL... see callers) with a
- * deadline. Returns 0, -1 with errno (ETIMEDOUT at the deadline, EPIPE at EOF).
- */
-static int io_full(int fd, void *buf, size_t n, int is_write, int64_t deadline_ns)
+int coll__fd_io_full(int fd, void *buf, size_t n, int is_write, int64_t deadline_ns)
 {
     size_t done = 0;
     while (done < n) {
@@ -246,11 +242,11 @@ static int shm_accept(raw_conn *k, const char *addr, int64_t dl)
     unsigned char offer[COLL_SHM_HOST_ID], dec[4 + COLL_SHM_NAME];
     uint32_t magic;
     memcpy(offer, r->host_id, sizeof(offer));
-    if (io_full(k->fd, offer, sizeof(offer), 1, dl) != 0)
+    if (coll__fd_io_full(k->fd, offer, sizeof(offer), 1, dl) != 0)
         return -1;
     if (offer[0] == '\0')
         return 0;
-    if (io_full(k->fd, dec, sizeof(dec), 0, dl) != 0)
+    if (coll__fd_io_full(k->fd, dec, sizeof(dec), 0, dl) != 0)
         return -1;
     memcpy(&magic, dec, 4);
     dec[sizeof(dec) - 1] = '\0';
@@ -267,7 +263,7 @@ static int shm_accept(raw_conn *k, const char *addr, int64_t dl)
     uint32_t code = (uint32_t)coll__shm_attach(name, r->cfg.shm_spin_ns, &k->shm, &e);
     if (code != MT_OK)
         mt_log_warn("coll: data-plane connection from %s stays on its socket: %s", addr, e.msg);
-    if (io_full(k->fd, &code, 4, 1, dl) != 0 || (code != MT_OK && r->force_shm))
+    if (coll__fd_io_full(k->fd, &code, 4, 1, dl) != 0 || (code != MT_OK && r->force_shm))
         return -1;
     return 0;
 }
@@ -286,13 +282,13 @@ static int conn_handshake(raw_conn *k)
     memcpy(chal, &magic, 4);
     if (getrandom(chal + 4, RAW_NONCE, 0) != RAW_NONCE)
         return -1;
-    if (io_full(k->fd, chal, sizeof(chal), 1, dl) != 0 ||
-        io_full(k->fd, hello, sizeof(hello), 0, dl) != 0)
+    if (coll__fd_io_full(k->fd, chal, sizeof(chal), 1, dl) != 0 ||
+        coll__fd_io_full(k->fd, hello, sizeof(hello), 0, dl) != 0)
         return -1;
     memcpy(&magic, hello, 4);
     memcpy(&job, hello + 4, 8);
     memcpy(&al, hello + 12, 2);
-    if (magic != RAW_MAGIC_HELLO || al > 255 || io_full(k->fd, addr, al, 0, dl) != 0) {
+    if (magic != RAW_MAGIC_HELLO || al > 255 || coll__fd_io_full(k->fd, addr, al, 0, dl) != 0) {
         mt_log_warn("coll: dropping a data-plane connection that did not say hello");
         return -1;
     }
@@ -308,7 +304,7 @@ static int conn_handshake(raw_conn *k)
         if (diff != 0)
             code = MT_UNAUTHENTICATED;
     }
-    if (io_full(k->fd, &code, 4, 1, dl) != 0)
+    if (coll__fd_io_full(k->fd, &code, 4, 1, dl) != 0)
         return -1;
     if (code != 0) {
         mt_log_error("coll: data-plane connection from %s (job %" PRIu64
@@ -1057,7 +1053,7 @@ static mt_code shm_answer(const coll_raw_dial_req *q, int fd, coll_shm **shm_out
     uint32_t magic = RAW_MAGIC_SHM, code = 0;
     coll_shm *s = NULL;
     mt_err e = MT_ERR_INIT;
-    if (io_full(fd, offer, sizeof(offer), 0, q->deadline_ns) != 0)
+    if (coll__fd_io_full(fd, offer, sizeof(offer), 0, q->deadline_ns) != 0)
         goto io_fail;
     offer[sizeof(offer) - 1] = '\0';
     if (offer[0] == '\0') {
@@ -1077,8 +1073,8 @@ static mt_code shm_answer(const coll_raw_dial_req *q, int fd, coll_shm **shm_out
     }
     memcpy(dec, &magic, 4);
     memcpy(dec + 4, name, strlen(name));
-    if (io_full(fd, dec, sizeof(dec), 1, q->deadline_ns) != 0 ||
-        (s != NULL && io_full(fd, &code, 4, 0, q->deadline_ns) != 0)) {
+    if (coll__fd_io_full(fd, dec, sizeof(dec), 1, q->deadline_ns) != 0 ||
+        (s != NULL && coll__fd_io_full(fd, &code, 4, 0, q->deadline_ns) != 0)) {
         int en = errno;
         coll__shm_unlink(name);
         coll__shm_free(s);
@@ -1139,7 +1135,7 @@ static mt_code dial_once(const coll_raw_dial_req *q, int *fd_out, coll_shm **shm
     unsigned char chal[4 + RAW_NONCE], hello[RAW_HELLO_FIXED + 255];
     uint32_t magic = RAW_MAGIC_HELLO, code = 0;
     uint16_t al = (uint16_t)(strlen(q->my_addr) > 255 ? 255 : strlen(q->my_addr));
-    if (io_full(fd, chal, sizeof(chal), 0, q->deadline_ns) != 0)
+    if (coll__fd_io_full(fd, chal, sizeof(chal), 0, q->deadline_ns) != 0)
         goto io_fail;
     memcpy(hello, &magic, 4);
     memcpy(hello + 4, &q->job, 8);
@@ -1153,8 +1149,8 @@ static mt_code dial_once(const coll_raw_dial_req *q, int *fd_out, coll_shm **shm
                           q->url);
     }
     memcpy(hello + RAW_HELLO_FIXED, q->my_addr, al);
-    if (io_full(fd, hello, RAW_HELLO_FIXED + al, 1, q->deadline_ns) != 0 ||
-        io_full(fd, &code, 4, 0, q->deadline_ns) != 0)
+    if (coll__fd_io_full(fd, hello, RAW_HELLO_FIXED + al, 1, q->deadline_ns) != 0 ||
+        coll__fd_io_full(fd, &code, 4, 0, q->deadline_ns) != 0)
         goto io_fail;
     if (code != 0) {
         close(fd);

@@ -432,23 +432,28 @@ coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms)
     }
 }
 
-coll_io coll__shm_wait_room(coll_shm *s, int fd, int timeout_ms)
+coll_io coll__shm_wait_room(coll_shm *s, int fd, size_t need, int timeout_ms)
 {
     shm_seg *g = s->seg;
     uint64_t tail = atomic_load_explicit(&g->tail, memory_order_acquire);
     int64_t until = coll__now_ns() + (int64_t)timeout_ms * 1000000LL;
+    if (need > s->cap)
+        need = s->cap;
     for (;;) {
         if (atomic_load(&g->rd_closed) || sock_ended(fd))
             return COLL_IO_ENDED;
-        if (atomic_load_explicit(&g->head, memory_order_relaxed) - tail < s->cap)
+        if (s->cap - (atomic_load_explicit(&g->head, memory_order_relaxed) - tail) >= need)
             return COLL_IO_DONE;
         int64_t now = coll__now_ns();
         if (now >= until)
             return COLL_IO_AGAIN;
         int64_t slice = now + SHM_SLICE_MS * 1000000LL;
         shm_watch wt = {&g->tail, &g->space_seq, &g->wr_sleep};
-        if (wait_move(s, &wt, tail, slice < until ? slice : until))
-            return COLL_IO_DONE;
+        if (wait_move(s, &wt, tail, slice < until ? slice : until)) {
+            tail = atomic_load_explicit(&g->tail, memory_order_acquire);
+            if (s->cap - (atomic_load_explicit(&g->head, memory_order_relaxed) - tail) >= need)
+                return COLL_IO_DONE; /* no system call on the streaming path */
+        }
     }
 }
 

@@ -902,6 +902,61 @@ static void test_coll_shm_rings_swept_and_unlinked(void **state)
     }
 }
 
+/* A reader that takes n bytes of the ring after a pause. */
+typedef struct {
+    coll_shm *rd;
+    size_t n;
+} ring_drain;
+
+static void *drain_later(void *arg)
+{
+    ring_drain *d = arg;
+    unsigned char buf[256];
+    size_t left = d->n, got = 0;
+    usleep(30000);
+    while (left > 0)
+        if (coll__shm_get_some(d->rd, buf, left < sizeof(buf) ? left : sizeof(buf), &got) ==
+            COLL_IO_DONE)
+            left -= got;
+    return NULL;
+}
+
+/*
+ * A writer waiting for room waits for the bytes it needs (a whole BYE header, say), not for the
+ * first free byte: with 40 bytes free a wait for 72 times out, a wait for 40 returns at once, and
+ * a reader that frees 100 bytes ends the wait for 72.
+ */
+static void test_coll_shm_wait_room_for_n_bytes(void **state)
+{
+    coll_shm_spec q = {.job = 77, .cap = 4096, .spin_ns = 1000};
+    coll_shm *wr = NULL, *rd = NULL;
+    char name[COLL_SHM_NAME];
+    static unsigned char fill[4096];
+    ring_drain d;
+    pthread_t th;
+    mt_err err = MT_ERR_INIT;
+    int64_t t0;
+    (void)state;
+    assert_int_equal(coll__shm_create(&q, &wr, name, &err), MT_OK);
+    assert_int_equal(coll__shm_attach(name, 1000, &rd, &err), MT_OK);
+    coll__shm_unlink(name);
+    assert_int_equal(coll__shm_write_now(wr, fill, sizeof(fill) - 40), 1);
+    assert_int_equal(coll__shm_write_now(wr, fill, 72), 0);
+    t0 = coll__now_ns();
+    assert_int_equal(coll__shm_wait_room(wr, -1, 72, 50), COLL_IO_AGAIN);
+    assert_true(coll__now_ns() - t0 >= 45 * 1000000LL); /* it waited, it did not return early */
+    assert_int_equal(coll__shm_wait_room(wr, -1, 40, 50), COLL_IO_DONE);
+    d = (ring_drain){rd, 100};
+    assert_int_equal(pthread_create(&th, NULL, drain_later, &d), 0);
+    assert_int_equal(coll__shm_wait_room(wr, -1, 72, 5000), COLL_IO_DONE);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(coll__shm_write_now(wr, fill, 72), 1);
+    coll__shm_close(rd, 0);
+    assert_int_equal(coll__shm_wait_room(wr, -1, 4096, 50), COLL_IO_ENDED);
+    coll__shm_free(rd);
+    coll__shm_free(wr);
+}
+
 /* World option mesh: checked against the world size, and errors name the axes a group runs
  * along (ranks row-major: on x=2,y=2 group {0,1} runs along y, {0,2} along x). */
 static void test_coll_mesh_axes_named_in_errors(void **state)
@@ -1575,6 +1630,7 @@ int main(void)
         cmocka_unit_test(test_coll_net_shm_chosen_on_one_host),
         cmocka_unit_test(test_coll_net_shm_url_bit_identical_to_local),
         cmocka_unit_test(test_coll_shm_rings_swept_and_unlinked),
+        cmocka_unit_test(test_coll_shm_wait_room_for_n_bytes),
         cmocka_unit_test(test_coll_net_opts_checked),
         cmocka_unit_test(test_coll_mesh_axes_named_in_errors),
         cmocka_unit_test(test_coll_net_hierarchical_traffic),
