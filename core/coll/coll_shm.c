@@ -432,6 +432,12 @@ coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms)
     }
 }
 
+/* Writer: whether need bytes fit in the ring after what the reader took up to tail. */
+static bool room_for(const coll_shm *s, uint64_t tail, size_t need)
+{
+    return s->cap - (atomic_load_explicit(&s->seg->head, memory_order_relaxed) - tail) >= need;
+}
+
 coll_io coll__shm_wait_room(coll_shm *s, int fd, size_t need, int timeout_ms)
 {
     shm_seg *g = s->seg;
@@ -442,7 +448,7 @@ coll_io coll__shm_wait_room(coll_shm *s, int fd, size_t need, int timeout_ms)
     for (;;) {
         if (atomic_load(&g->rd_closed) || sock_ended(fd))
             return COLL_IO_ENDED;
-        if (s->cap - (atomic_load_explicit(&g->head, memory_order_relaxed) - tail) >= need)
+        if (room_for(s, tail, need))
             return COLL_IO_DONE;
         int64_t now = coll__now_ns();
         if (now >= until)
@@ -451,7 +457,7 @@ coll_io coll__shm_wait_room(coll_shm *s, int fd, size_t need, int timeout_ms)
         shm_watch wt = {&g->tail, &g->space_seq, &g->wr_sleep};
         if (wait_move(s, &wt, tail, slice < until ? slice : until)) {
             tail = atomic_load_explicit(&g->tail, memory_order_acquire);
-            if (s->cap - (atomic_load_explicit(&g->head, memory_order_relaxed) - tail) >= need)
+            if (room_for(s, tail, need))
                 return COLL_IO_DONE; /* no system call on the streaming path */
         }
     }
@@ -461,7 +467,7 @@ int coll__shm_write_now(coll_shm *s, const void *b, size_t n)
 {
     shm_seg *g = s->seg;
     coll_out f = {.hdr = b, .hlen = n};
-    if (s->cap - (atomic_load(&g->head) - atomic_load(&g->tail)) < n)
+    if (!room_for(s, atomic_load(&g->tail), n))
         return 0;
     return coll__shm_put_some(s, &f) == COLL_IO_DONE;
 }
