@@ -186,6 +186,14 @@ typedef struct coll_queue {
  * through the endpoint's coll__net_drive_* operations (the transport's table).
  */
 typedef struct coll_link coll_link;
+/* A waiter's polls before it gives its core up, backed off while they fail: after k polls in a
+ * row that saw no progress the next 2^k - 1 waits (at most 63) skip them (coll_world.c:
+ * backoff_skip, backoff_miss; miss = 0 after one that saw progress). */
+typedef struct coll_backoff {
+    int miss; /* polls in a row that ended without progress (at most 6) */
+    int skip; /* waits left that skip polling */
+} coll_backoff;
+
 /* The connections a device thread drives (coll_world.c, "driving"); device thread only. */
 #define COLL_DRIVE_SLOTS 8 /* connections driven at once (tree partners: log2 of the group) */
 typedef struct coll_drive_conn {
@@ -195,10 +203,9 @@ typedef struct coll_drive_conn {
 } coll_drive_conn;
 typedef struct coll_drive {
     coll_drive_conn s[COLL_DRIVE_SLOTS];
-    int off;       /* driving gave up for this collective: the reader threads serve */
-    uint64_t tick; /* exchanges driven so far */
-    int spin_miss; /* polls before the yields that ended without progress lately (backoff) */
-    int spin_skip; /* waits left that yield at once (after a poll without progress) */
+    int off;           /* driving gave up for this collective: the reader threads serve */
+    uint64_t tick;     /* exchanges driven so far */
+    coll_backoff spin; /* its polls before the yields (drive_poll in coll_world.c) */
 } coll_drive;
 
 /* What a transport keeps per comm and per peer process (coll_net.c defines both; NULL when the
@@ -211,9 +218,12 @@ struct mt_coll_comm {
     int rank;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    coll_queue *q; /* [w->size], one FIFO per source rank; mu */
-    int aborted;   /* mu: an ABORT arrived */
-    int active;    /* mu: inside a collective */
+    _Atomic uint64_t wakes; /* bumped (under mu) with every broadcast of cv: what a polling
+                               waiter watches (wait_turn) */
+    coll_backoff spin;      /* device thread: its polls before an in-process wait sleeps */
+    coll_queue *q;          /* [w->size], one FIFO per source rank; mu */
+    int aborted;            /* mu: an ABORT arrived */
+    int active;             /* mu: inside a collective */
     mt_code abort_code;
     char abort_msg[MT_ERR_MSG_SIZE];
     uint64_t abort_step;
@@ -236,6 +246,14 @@ struct mt_coll_comm {
     coll_drive drive;        /* direct transport, one local device: the connection it drives */
     struct coll_wins *wins;  /* host windows of its groups (coll_world.c), NULL: none yet */
 };
+
+/* Wake c's waiters (c->mu held): the sleepers on c->cv and a device thread polling c->wakes
+ * before it sleeps (wait_turn in coll_world.c). Every broadcast of c->cv goes through here. */
+static inline void coll__comm_wake(mt_coll_comm *c)
+{
+    atomic_fetch_add_explicit(&c->wakes, 1, memory_order_release);
+    pthread_cond_broadcast(&c->cv);
+}
 
 typedef struct coll_peer {
     pthread_mutex_t mu; /* guards open, tx, fd and shm */

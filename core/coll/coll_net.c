@@ -201,7 +201,7 @@ static void mark_down(mt_coll_world *w, int proc)
     /* wake waiters so they notice after the grace period */
     for (int i = 0; i < w->nlocal; i++) {
         pthread_mutex_lock(&w->comms[i].mu);
-        pthread_cond_broadcast(&w->comms[i].cv);
+        coll__comm_wake(&w->comms[i]);
         pthread_mutex_unlock(&w->comms[i].mu);
     }
 }

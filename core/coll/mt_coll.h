@@ -123,6 +123,11 @@ typedef struct mt_coll_world_opts {
                           failing lately (the partner was not running: then it yields at once);
                           0: never */
     mt_coll_window_mode window; /* the host window (one host, >= 3 processes, large allreduces) */
+    int local_spin_us; /* a device thread waiting for a device of its own process (the in-process
+                          transport) polls this long, yielding its core between looks, before it
+                          sleeps (a sleeper is woken onto its waker's core, and the two then take
+                          turns on one core), unless such polls kept failing lately (then it
+                          sleeps at once); 0: never */
     /* called at the end of every collective a comm of this world took part in (NULL: none), on
      * that comm's device thread, with observe_arg, the operation's name ("allreduce", a static
      * string), the bytes of the tensor it works on (its element count x 4), how long the call
@@ -135,7 +140,8 @@ typedef struct mt_coll_world_opts {
     {                                                                                              \
         .job_id = 0, .default_deadline_ms = 10000, .segment_bytes = 256 * 1024,                    \
         .direct_bytes = 64 * 1024, .mesh = NULL, .drive = MT_COLL_DRIVE_AUTO,                      \
-        .drive_yields = 1000, .drive_spin_us = 20, .window = MT_COLL_WINDOW_AUTO                   \
+        .drive_yields = 1000, .drive_spin_us = 20, .window = MT_COLL_WINDOW_AUTO,                  \
+        .local_spin_us = 50                                                                        \
     }
 
 /* One entry of a job's rank table: where rank r lives. */

@@ -35,13 +35,11 @@
 static const size_t sizes[] = {0, 1, 2, 3, 7, 13, 31, 97, 1000, 4099, 65537};
 
 /* Allreduce over the whole world of p threads, every size, bit-exact vs reference. */
-static void allreduce_world(int p, size_t seg_bytes, size_t direct_bytes)
+static void allreduce_world_opts(int p, const mt_coll_world_opts *opts)
 {
-    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    mt_coll_world_opts o = *opts;
     mt_coll_world *w;
     int group[MAXR];
-    o.segment_bytes = seg_bytes;
-    o.direct_bytes = direct_bytes;
     assert_int_equal(mt_coll_world_new_local(p, &o, &w, NULL), MT_OK);
     for (int i = 0; i < p; i++)
         group[i] = i;
@@ -67,6 +65,14 @@ static void allreduce_world(int p, size_t seg_bytes, size_t direct_bytes)
         free_jobs(jobs, p);
     }
     mt_coll_world_free(w);
+}
+
+static void allreduce_world(int p, size_t seg_bytes, size_t direct_bytes)
+{
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    o.segment_bytes = seg_bytes;
+    o.direct_bytes = direct_bytes;
+    allreduce_world_opts(p, &o);
 }
 
 static void test_coll_chunk_range_partitions(void **state)
@@ -156,6 +162,36 @@ static void test_coll_allreduce_bit_exact_1_to_8(void **state)
         allreduce_world(p, 256 * 1024, 0);         /* ring for every size */
         allreduce_world(p, 256 * 1024, 64 * 1024); /* direct exchange up to 64 KiB */
     }
+}
+
+/*
+ * A device thread waiting for another device of its process polls for opts.local_spin_us before
+ * it sleeps, and the poll ends at the partner's wake-up: with a one-second poll every size of
+ * every group size still gives the same bits, and the whole run takes well under a second per
+ * size (a wake-up the poll missed would cost its full second, each time). Without polls (0) the
+ * same bits.
+ */
+static double now_s(void);
+
+static void test_coll_local_polls_end_at_the_wake_up(void **state)
+{
+    (void)state;
+    mt_coll_world_opts o = MT_COLL_WORLD_DEFAULTS;
+    o.local_spin_us = 1000000;
+    double t0 = now_s();
+    for (int p = 2; p <= 3; p++)
+        allreduce_world_opts(p, &o);
+    double took = now_s() - t0;
+    if (took > 8.0)
+        fail_msg("allreduces with 1 s polls took %.1f s: a poll did not end at its wake-up", took);
+    o.local_spin_us = 0;
+    allreduce_world_opts(2, &o);
+    o.local_spin_us = -1; /* 0 .. 1e6 us */
+    mt_coll_world *w = NULL;
+    mt_err err = MT_ERR_INIT;
+    assert_int_equal(mt_coll_world_new_local(2, &o, &w, &err), MT_INVALID_ARGUMENT);
+    assert_null(w);
+    assert_non_null(strstr(err.msg, "local_spin_us -1"));
 }
 
 static void test_coll_allreduce_small_segments_same_bits(void **state)
@@ -1613,6 +1649,7 @@ int main(void)
         cmocka_unit_test(test_coll_add8_matches_scalar_order),
         cmocka_unit_test(test_coll_reference_is_the_halving_tree),
         cmocka_unit_test(test_coll_allreduce_bit_exact_1_to_8),
+        cmocka_unit_test(test_coll_local_polls_end_at_the_wake_up),
         cmocka_unit_test(test_coll_allreduce_small_segments_same_bits),
         cmocka_unit_test(test_coll_groups_along_one_dimension),
         cmocka_unit_test(test_coll_group_order_defines_reduction),
