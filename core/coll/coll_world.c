@@ -1078,8 +1078,7 @@ static void backoff_miss(coll_backoff *b)
  * so that a partner answers into a running thread — a sleeper's wake-up puts it on its waker's
  * core, where the two then take turns while the other core idles; two threads that stay runnable
  * are spread over the cores by the scheduler, and the yields let a partner queued on this core
- * run (a poll without them measured bimodal: 1.4-2.5x slower in 2 runs of 5). True when c was
- * woken meanwhile (look again).
+ * run (docs/benchmarks.md has the figures). True when c was woken meanwhile (look again).
  * After k polls in a row that ended without a wake-up the next 2^k - 1 waits (at most 63) sleep
  * at once: with more runnable threads than cores the partner is not running, and polling would
  * only keep it from a core. c->mu held on entry and return; every bump of c->wakes is made under
