@@ -406,6 +406,11 @@ coll_io coll__shm_put_some(coll_shm *s, coll_out *f);
 /* Reader, never waits: up to n bytes into buf; DONE *got (> 0) bytes read, AGAIN none now,
  * ENDED the writer closed and nothing is left (or the ring is corrupt). */
 coll_io coll__shm_get_some(coll_shm *s, void *buf, size_t n, size_t *got);
+/* Reader, never waits: adds up to n bytes (a multiple of sizeof(float)) of floats into d as
+ * coll__add_into does (no copy in between), taking whole floats only; DONE *got (> 0, a
+ * multiple of sizeof(float)), AGAIN none (or only part of a float) now, ENDED as get_some (or
+ * the writer closed in the middle of a float). */
+coll_io coll__shm_add_some(coll_shm *s, float *d, size_t n, size_t *got);
 /* Reader: wait up to timeout_ms for data (spinning first): DONE data (or the writer closed:
  * read on), AGAIN none in time, ENDED the writer's socket fd ended and nothing is left. */
 coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms);

@@ -647,11 +647,21 @@ coll_io coll__raw_drive_take(raw_conn *k)
     return rv;
 }
 
-/* Driver: read the claimed payload's next bytes (a piece at a time into scratch when it is
- * added, else straight into the posted buffer). DONE: all of it; AGAIN, ENDED: as drive_recv. */
+/* Driver: read the claimed payload's next bytes (added straight from a ring; from a socket
+ * a piece at a time into scratch, then added; else straight into the posted buffer). DONE:
+ * all of it; AGAIN, ENDED: as drive_recv. */
 static coll_io drive_payload(raw_conn *k, int *moved)
 {
     const coll_sink *s = &k->d_sink;
+    while (s->add && k->shm != NULL && k->d_got < s->bytes) {
+        size_t g;
+        coll_io io =
+            coll__shm_add_some(k->shm, (float *)(s->dest + k->d_got), s->bytes - k->d_got, &g);
+        if (io != COLL_IO_DONE)
+            return io;
+        k->d_got += g;
+        *moved = 1;
+    }
     while (k->d_got < s->bytes) {
         size_t n = s->bytes - k->d_got, pin = k->d_got % COLL_PIECE_BYTES, g;
         unsigned char *to = s->dest + k->d_got;

@@ -383,18 +383,45 @@ coll_io coll__shm_put_some(coll_shm *s, coll_out *f)
     return f->sent == f->hlen + f->dlen ? COLL_IO_DONE : COLL_IO_AGAIN;
 }
 
-coll_io coll__shm_get_some(coll_shm *s, void *buf, size_t n, size_t *got)
+/* Add n bytes (whole floats) of the ring from pos into d, in coll__add_into's order; a float
+ * that straddles the ring's end is put together first. */
+static void ring_add(const coll_shm *s, uint64_t pos, float *d, size_t n)
+{
+    size_t at = (size_t)(pos & s->mask), first = s->cap - at < n ? s->cap - at : n;
+    size_t whole = first / sizeof(float), split = first % sizeof(float);
+    coll__add8(d, s->data + at, whole, true);
+    if (first == n)
+        return;
+    size_t from = 0;
+    if (split != 0) {
+        unsigned char v[sizeof(float)];
+        memcpy(v, s->data + at + whole * sizeof(float), split);
+        memcpy(v + split, s->data, sizeof(float) - split);
+        coll__add8(d + whole, v, 1, true);
+        whole++;
+        from = sizeof(float) - split;
+    }
+    coll__add8(d + whole, s->data + from, (n - whole * sizeof(float)) / sizeof(float), true);
+}
+
+/*
+ * Reader, never waits: up to n bytes of the ring into dst — copied, or (add) added as floats,
+ * whole floats only; the bytes taken are freed for the writer. DONE *got (> 0), AGAIN none now
+ * (or only part of a float when adding), ENDED the writer closed with nothing (or part of a
+ * float) left, or the ring is corrupt.
+ */
+static coll_io take_some(coll_shm *s, void *dst, size_t n, bool add, size_t *got)
 {
     shm_seg *g = s->seg;
     uint64_t tail = atomic_load_explicit(&g->tail, memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&g->head, memory_order_acquire);
+    *got = 0;
     if (head - tail > s->cap) {
         mt_log_warn("coll: a shared-memory ring is corrupt (head %" PRIu64 ", tail %" PRIu64
                     "); dropping the connection",
                     head, tail);
         return COLL_IO_ENDED;
     }
-    *got = 0;
     if (head == tail) {
         if (!atomic_load(&g->wr_closed))
             return COLL_IO_AGAIN;
@@ -403,12 +430,29 @@ coll_io coll__shm_get_some(coll_shm *s, void *buf, size_t n, size_t *got)
                                                                             : COLL_IO_ENDED;
     }
     size_t k = head - tail < n ? (size_t)(head - tail) : n;
-    ring_get(s, tail, buf, k);
+    if (add) {
+        k -= k % sizeof(float);
+        if (k == 0) /* part of a float: the writer is still putting it (or ran out of room) */
+            return atomic_load(&g->wr_closed) ? COLL_IO_ENDED : COLL_IO_AGAIN;
+        ring_add(s, tail, dst, k);
+    } else {
+        ring_get(s, tail, dst, k);
+    }
     atomic_store_explicit(&g->tail, tail + k, memory_order_release);
     atomic_thread_fence(memory_order_seq_cst);
     wake_other(&g->space_seq, &g->wr_sleep);
     *got = k;
     return COLL_IO_DONE;
+}
+
+coll_io coll__shm_add_some(coll_shm *s, float *d, size_t n, size_t *got)
+{
+    return take_some(s, d, n, true, got);
+}
+
+coll_io coll__shm_get_some(coll_shm *s, void *buf, size_t n, size_t *got)
+{
+    return take_some(s, buf, n, false, got);
 }
 
 coll_io coll__shm_wait_data(coll_shm *s, int fd, int timeout_ms)

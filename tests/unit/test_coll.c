@@ -993,6 +993,61 @@ static void test_coll_shm_wait_room_for_n_bytes(void **state)
     coll__shm_free(wr);
 }
 
+/*
+ * A reader adds floats straight from the ring (coll__shm_add_some): bit for bit what
+ * coll__add_into gives, a float that straddles the ring's end put together, only whole floats
+ * taken (half a float waits for its other half), and a writer gone in the middle of a float
+ * ends the read.
+ */
+static void test_coll_shm_add_some_whole_floats(void **state)
+{
+    coll_shm_spec q = {.job = 78, .cap = 4096, .spin_ns = 1000};
+    coll_shm *wr = NULL, *rd = NULL;
+    char name[COLL_SHM_NAME];
+    static float a[1024], d[1024], want[1024];
+    unsigned char skip[3] = {1, 2, 3}, tmp[3];
+    size_t got = 0, done = 0;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    for (int i = 0; i < 1024; i++) {
+        a[i] = (float)(i % 97) * 0.37f - 11.0f;
+        d[i] = (float)(i % 13) * 1.7f + 0.25f;
+        want[i] = d[i];
+    }
+    coll__add_into(want, (const unsigned char *)a, 1024);
+    assert_int_equal(coll__shm_create(&q, &wr, name, &err), MT_OK);
+    assert_int_equal(coll__shm_attach(name, 1000, &rd, &err), MT_OK);
+    coll__shm_unlink(name);
+    /* 3 bytes in and out: the floats then start 3 bytes into the ring and one straddles its end */
+    assert_int_equal(coll__shm_write_now(wr, skip, 3), 1);
+    assert_int_equal(coll__shm_get_some(rd, tmp, 3, &got), COLL_IO_DONE);
+    assert_int_equal(got, 3);
+    assert_int_equal(coll__shm_add_some(rd, d, 8, &got), COLL_IO_AGAIN);
+    assert_int_equal(coll__shm_write_now(wr, a, sizeof(a)), 1);
+    assert_int_equal(coll__shm_add_some(rd, d, 8, &got), COLL_IO_DONE); /* no more than asked */
+    assert_int_equal(got, 8);
+    for (done = 8; done < sizeof(a); done += got) {
+        assert_int_equal(coll__shm_add_some(rd, d + done / 4, sizeof(a) - done, &got),
+                         COLL_IO_DONE);
+        assert_int_equal(got % 4, 0);
+    }
+    assert_memory_equal(d, want, sizeof(d));
+    /* six bytes: one float now, the second once its last two bytes are in */
+    assert_int_equal(coll__shm_write_now(wr, a, 6), 1);
+    assert_int_equal(coll__shm_add_some(rd, d, 8, &got), COLL_IO_DONE);
+    assert_int_equal(got, 4);
+    assert_int_equal(coll__shm_add_some(rd, d + 1, 4, &got), COLL_IO_AGAIN);
+    assert_int_equal(coll__shm_write_now(wr, (const unsigned char *)a + 6, 2), 1);
+    assert_int_equal(coll__shm_add_some(rd, d + 1, 4, &got), COLL_IO_DONE);
+    assert_int_equal(got, 4);
+    /* the writer gone after half a float: the read ends */
+    assert_int_equal(coll__shm_write_now(wr, a, 2), 1);
+    coll__shm_close(wr, 1);
+    assert_int_equal(coll__shm_add_some(rd, d, 4, &got), COLL_IO_ENDED);
+    coll__shm_free(rd);
+    coll__shm_free(wr);
+}
+
 /* World option mesh: checked against the world size, and errors name the axes a group runs
  * along (ranks row-major: on x=2,y=2 group {0,1} runs along y, {0,2} along x). */
 static void test_coll_mesh_axes_named_in_errors(void **state)
@@ -1668,6 +1723,7 @@ int main(void)
         cmocka_unit_test(test_coll_net_shm_url_bit_identical_to_local),
         cmocka_unit_test(test_coll_shm_rings_swept_and_unlinked),
         cmocka_unit_test(test_coll_shm_wait_room_for_n_bytes),
+        cmocka_unit_test(test_coll_shm_add_some_whole_floats),
         cmocka_unit_test(test_coll_net_opts_checked),
         cmocka_unit_test(test_coll_mesh_axes_named_in_errors),
         cmocka_unit_test(test_coll_net_hierarchical_traffic),
