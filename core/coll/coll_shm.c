@@ -404,6 +404,16 @@ static void ring_add(const coll_shm *s, uint64_t pos, float *d, size_t n)
     coll__add8(d + whole, s->data + from, (n - whole * sizeof(float)) / sizeof(float), true);
 }
 
+/* Reader with fewer than need bytes after tail: AGAIN while the writer is there (or it put
+ * them just before it closed), ENDED once it closed without them. */
+static coll_io short_read(shm_seg *g, uint64_t tail, size_t need)
+{
+    if (!atomic_load(&g->wr_closed))
+        return COLL_IO_AGAIN;
+    return atomic_load_explicit(&g->head, memory_order_acquire) - tail >= need ? COLL_IO_AGAIN
+                                                                               : COLL_IO_ENDED;
+}
+
 /*
  * Reader, never waits: up to n bytes of the ring into dst — copied, or (add) added as floats,
  * whole floats only; the bytes taken are freed for the writer. DONE *got (> 0), AGAIN none now
@@ -422,18 +432,13 @@ static coll_io take_some(coll_shm *s, void *dst, size_t n, bool add, size_t *got
                     head, tail);
         return COLL_IO_ENDED;
     }
-    if (head == tail) {
-        if (!atomic_load(&g->wr_closed))
-            return COLL_IO_AGAIN;
-        /* written just before the writer closed? */
-        return atomic_load_explicit(&g->head, memory_order_acquire) != tail ? COLL_IO_AGAIN
-                                                                            : COLL_IO_ENDED;
-    }
+    if (head == tail)
+        return short_read(g, tail, 1);
     size_t k = head - tail < n ? (size_t)(head - tail) : n;
     if (add) {
         k -= k % sizeof(float);
         if (k == 0) /* part of a float: the writer is still putting it (or ran out of room) */
-            return atomic_load(&g->wr_closed) ? COLL_IO_ENDED : COLL_IO_AGAIN;
+            return short_read(g, tail, sizeof(float));
         ring_add(s, tail, dst, k);
     } else {
         ring_get(s, tail, dst, k);
