@@ -26,18 +26,19 @@
  * bars), val_loss / val_<metric> (after a validation) and test_loss / test_<metric> (epoch end),
  * Keras's names (core/loss), best_step (the best checkpoint's step, "validation.best").
  * Reports: the training hooks only queue points and digests; each run's reporter thread
- * (report.h) sends them with ReportMetrics, so a frozen or restarting coordinator never slows
- * the step loop (nor, in a job whose processes agree after each progress event, every process's
- * step loop). Only a checkpoint upload waits on the coordinator: its step's points first, then its
- * chunks. Threading: heartbeat pool thread (on_assignment/on_cancel/snapshot), runner threads,
- * their reporter threads, the shutdown path; all shared fields are under t->mu; the cancel/stop
- * flags are atomics.
- * Log lines: every line the worker prints (core/log) while a task runs also goes to that task's
- * ring (log_sink): a line from a thread tagged with the job id (the runner thread tags itself),
- * or from an untagged thread (device, collective, heartbeat threads) while exactly one task runs
- * in the process. Every worker of the job, not only rank 0, sends its ring with its reports
- * (from its reporter thread, at most every LOG_FLUSH_S on the others); the ring keeps the newest
- * LOG_CAP unsent lines. The registry of rings is process-wide (log_mu), as the log sink is.
+ * (report.h) sends them with ReportMetrics, at most every FLUSH_S (epoch ends included: a job of
+ * short epochs would otherwise keep the coordinator committing one report after another), so
+ * a frozen or restarting coordinator never slows the step loop (nor, in a job whose processes agree
+ * after each progress event, every process's step loop). Only a checkpoint upload waits on the
+ * coordinator: its step's points first, then its chunks. Threading: heartbeat pool thread
+ * (on_assignment/on_cancel/snapshot), runner threads, their reporter threads, the shutdown path;
+ * all shared fields are under t->mu; the cancel/stop flags are atomics. Log lines: every line the
+ * worker prints (core/log) while a task runs also goes to that task's ring (log_sink): a line from
+ * a thread tagged with the job id (the runner thread tags itself), or from an untagged thread
+ * (device, collective, heartbeat threads) while exactly one task runs in the process. Every worker
+ * of the job, not only rank 0, sends its ring with its reports (from its reporter thread, at most
+ * every LOG_FLUSH_S on the others); the ring keeps the newest LOG_CAP unsent lines. The registry of
+ * rings is process-wide (log_mu), as the log sink is.
  */
 #include "worker/task.h"
 #include "worker/metrics.h"
@@ -720,9 +721,9 @@ static mt_code on_progress(void *ctx, const mt_train_progress *p)
         } else if (p->has_test) {
             add_points(r, p, &p->test, MT_METRIC_GROUP_TEST);
         }
-        /* the reporter sends them within FLUSH_S; at once at an epoch's end and for the step of
-         * the last checkpoint uploaded */
-        if (p->event != MT_TRAIN_STEP || (uint64_t)p->step == r->ckpt_step)
+        /* the reporter sends them within FLUSH_S; at once for the step of the last checkpoint
+         * uploaded */
+        if ((uint64_t)p->step == r->ckpt_step)
             worker_report_kick(r->rep);
         if (r->defer_step != 0 && r->defer_step <= r->seen_step) {
             mt_code rc = upload_deferred(r); /* flushes the points first (upload) */
