@@ -86,6 +86,7 @@ const mt_layer_ops mt_layer_flatten_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = false,
+    .views_input = true,
     .bands = true,
     .parse = mt_layer__parse_none,
     .plan = plan,

@@ -215,7 +215,10 @@ typedef struct mt_layer_ops {
     int min_inputs, max_inputs; /* 1, 1 for most; 2, MT_LAYER_MAX_INPUTS for joins */
     bool concat_grads;          /* backward: input k gets columns [off_k, off_k + w_k) of dx */
     bool reads_input_only;      /* the forward never writes or aliases its input buffers */
-    bool bands; /* runs on height bands (l->hx >= 0); its plan sets l->ho (default l->hx) */
+    bool views_input; /* the forward never writes its input, but its output may be that buffer
+                         itself (a view: flatten): the input is only read when its readers only
+                         read the output */
+    bool bands;       /* runs on height bands (l->hx >= 0); its plan sets l->ho (default l->hx) */
     bool bands_channels; /* on height bands, its channels may be sharded too (kernel axes, xf) */
     bool seq_leaves; /* mesh_invariant with the positions split over sdim: its parameter gradients'
                         sums over positions run on position leaves (mt_layer__pleaves, the seq

@@ -321,6 +321,15 @@ bool mt_spmd_sharded_update(const mt_spmd *s);
 void mt_spmd_set_sharded_update(mt_spmd *s, bool on);
 
 /*
+ * True when a step reads the caller's input rows where they are instead of copying each device's
+ * rows into its own buffer first: the input's features are not sharded, it is not split into
+ * height bands, and every layer reading it only reads it — directly (dense, conv2d, the joins,
+ * ...) or through a view of it (flatten, whose own readers must then only read it). Fixed when
+ * the trainer is made; any thread.
+ */
+bool mt_spmd_rows_in_place(const mt_spmd *s);
+
+/*
  * Collective save of the same mesh-independent checkpoint as mt_spmd_save (byte for byte) when
  * the shards are spread over processes. EVERY process of the world calls it at the same point of
  * the run (SPMD: between the same two steps, with the same pos and spec_json); the process holding

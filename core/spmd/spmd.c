@@ -660,6 +660,20 @@ static bool zero_applies(const mt_spmd *s)
     return true;
 }
 
+/* Whether every reader of src's output (MT_LAYER_INPUT: the model's input rows) only reads it; a
+ * reader whose output may be a view of it (flatten) passes the question on to its own readers. */
+static bool only_read(const mt_spmd *s, int src)
+{
+    for (int i = src + 1; i < s->n_layers; i++) {
+        const mt_layer *l = &s->layers[i];
+        for (int j = 0; j < l->s.n_inputs; j++)
+            if (l->s.inputs[j] == src && !l->ops->reads_input_only &&
+                !(l->ops->views_input && only_read(s, i)))
+                return false;
+    }
+    return true;
+}
+
 static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *map, mt_err *err)
 {
     const mt_layout *il = mt_layout_map_input(map);
@@ -744,12 +758,9 @@ static mt_code plan(mt_spmd *s, const mt_job_spec *spec, const mt_layout_map *ma
         if ((rc = check_inv_splits(s, err)) != MT_OK || (rc = check_inv_bands(s, err)) != MT_OK)
             return rc;
     }
-    s->input_read_only = s->hdim0 < 0; /* dense, conv2d and the joins write their own buffers;
-                                           a band is copied out of the whole rows */
-    for (int i = 0; i < spec->n_layers; i++)
-        for (int j = 0; j < spec->layers[i].n_inputs; j++)
-            if (spec->layers[i].inputs[j] == MT_LAYER_INPUT && !s->layers[i].ops->reads_input_only)
-                s->input_read_only = false;
+    /* dense, conv2d and the joins write their own buffers; a band is copied out of the whole
+     * rows */
+    s->input_read_only = s->hdim0 < 0 && only_read(s, MT_LAYER_INPUT);
     s->zero_ok = s->zero = zero_applies(s);
     return check_map(s, map, spec->batch_size, err);
 }
@@ -1402,7 +1413,7 @@ static void dev_take_rows(dev *d, const float *x, const int32_t *y, const float 
     d->has_tg = t != NULL && d->tg != NULL;
     if (n > 0 && d->has_tg)
         memcpy(d->tg, t, n * s->out_size * sizeof(float));
-    if (n > 0 && s->fdim0 < 0 && s->input_read_only) {
+    if (n > 0 && mt_spmd_rows_in_place(s)) {
         d->xin = x;
         return;
     }
@@ -2734,6 +2745,11 @@ void mt_spmd_set_sharded_update(mt_spmd *s, bool on)
 bool mt_spmd_sharded_update(const mt_spmd *s)
 {
     return s->zero;
+}
+
+bool mt_spmd_rows_in_place(const mt_spmd *s)
+{
+    return s->fdim0 < 0 && s->input_read_only;
 }
 
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,

@@ -2336,6 +2336,42 @@ static void test_spmd_plan_counts_tied_fsdp_gathers(void **state)
     assert_int_equal(inv_fsdp - inv_repl, (4 * 128 + 128 - 128) * sizeof(float));
 }
 
+/* The input rows are read where the caller holds them when every reader only reads them, also
+ * through views (flatten, and a flatten of it); a reader that may write them (batch_norm's
+ * declaration) behind a view makes each device copy its rows. The numbers of the in-place path
+ * are checked against one device by test_spmd_fashion_mlp_and_cnn (its MLP reads in place). */
+static void test_spmd_rows_in_place(void **state)
+{
+    static const struct {
+        const char *layers;
+        bool in_place;
+    } cases[] = {
+        {FMNIST_MLP, true},
+        {FMNIST_CNN, true},
+        {"{\"type\":\"flatten\"},{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10}", true},
+        {"{\"type\":\"flatten\"},{\"type\":\"batch_norm\"},{\"type\":\"dense\",\"units\":10}",
+         false},
+        {"{\"type\":\"flatten\"},{\"type\":\"flatten\"},{\"type\":\"batch_norm\"},"
+         "{\"type\":\"dense\",\"units\":10}",
+         false},
+    };
+    size_t shape[3] = {28, 28, 1};
+    char json[1024];
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        job j;
+        mt_spmd *s;
+        snprintf(json, sizeof(json), FMNIST_SPEC("%s", ",\"mesh\":{\"batch\":2}"), cases[i].layers);
+        job_load(&j, json, NULL);
+        s = spmd_open(&j, 3, shape);
+        if (mt_spmd_rows_in_place(s) != cases[i].in_place)
+            fail_msg("case %zu (%s): rows in place %d, want %d", i, cases[i].layers,
+                     mt_spmd_rows_in_place(s), cases[i].in_place);
+        mt_spmd_free(s);
+        job_free(&j);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -2346,6 +2382,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spmd_adam_schemes_equal_single_device),
         cmocka_unit_test(test_spmd_mesh_of_size_one_dims),
         cmocka_unit_test(test_spmd_fashion_mlp_and_cnn),
+        cmocka_unit_test(test_spmd_rows_in_place),
         cmocka_unit_test(test_spmd_height_bands_equal_single_device),
         cmocka_unit_test(test_spmd_height_bands_errors),
         cmocka_unit_test(test_spmd_height_bands_dense_channels),
