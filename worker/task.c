@@ -27,18 +27,19 @@
  * Keras's names (core/loss), best_step (the best checkpoint's step, "validation.best").
  * Reports: the training hooks only queue points and digests; each run's reporter thread
  * (report.h) sends them with ReportMetrics, at most every FLUSH_S (epoch ends included: a job of
- * short epochs would otherwise keep the coordinator committing one report after another), so
- * a frozen or restarting coordinator never slows the step loop (nor, in a job whose processes agree
+ * short epochs would otherwise keep the coordinator committing one report after another), so a
+ * frozen or restarting coordinator never slows the step loop (nor, in a job whose processes agree
  * after each progress event, every process's step loop). Only a checkpoint upload waits on the
  * coordinator: its step's points first, then its chunks. Threading: heartbeat pool thread
  * (on_assignment/on_cancel/snapshot), runner threads, their reporter threads, the shutdown path;
- * all shared fields are under t->mu; the cancel/stop flags are atomics. Log lines: every line the
- * worker prints (core/log) while a task runs also goes to that task's ring (log_sink): a line from
- * a thread tagged with the job id (the runner thread tags itself), or from an untagged thread
- * (device, collective, heartbeat threads) while exactly one task runs in the process. Every worker
- * of the job, not only rank 0, sends its ring with its reports (from its reporter thread, at most
- * every LOG_FLUSH_S on the others); the ring keeps the newest LOG_CAP unsent lines. The registry of
- * rings is process-wide (log_mu), as the log sink is.
+ * all shared fields are under t->mu; the cancel/stop flags are atomics.
+ *
+ * Log lines: every line the worker prints (core/log) while a task runs also goes to that task's
+ * ring (log_sink): a line from a thread tagged with the job id (the runner thread tags itself),
+ * or from an untagged thread (device, collective, heartbeat threads) while exactly one task runs
+ * in the process. Every worker of the job, not only rank 0, sends its ring with its reports
+ * (from its reporter thread, at most every LOG_FLUSH_S on the others); the ring keeps the newest
+ * LOG_CAP unsent lines. The registry of rings is process-wide (log_mu), as the log sink is.
  */
 #include "worker/task.h"
 #include "worker/metrics.h"
