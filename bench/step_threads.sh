@@ -32,22 +32,22 @@ sed -e 's/"batch_size": *[0-9]*/"batch_size": '"$batch"'/' -e '0,/{/s//{"steps":
     -e '/"epochs":/d' -e '/"checkpoint":/d' \
     -e 's#"data/sentiment_#"'"${JOB_DATA_DIR:-data}"'/sentiment_#g' \
     "$SRC/examples/$EX" >"$T/job.json"
-# snap FILE: one line per thread: role pid tid name run_ns voluntary involuntary wait_ns
+# snap FILE: one line per thread: role pid tid name run_ns voluntary involuntary wait_ns (one awk
+# per process, so a snapshot takes milliseconds and the window's steps and CPU cover the same time)
 snap() {
-    local role p t
+    local role p
     for p in "${PIDS[@]}" "$WATCH"; do
         role=worker
         [ "$p" = "$COORD" ] && role=coord
         [ "$p" = "$WATCH" ] && role=watch
-        for t in /proc/"$p"/task/*; do
-            [ -r "$t/stat" ] || continue
-            printf '%s %s %s %s %s %s %s %s\n' "$role" "$p" "${t##*/}" \
-                "$(tr ' ' _ <"$t/comm")" \
-                "$(awk '{ print $1 }' "$t/schedstat")" \
-                "$(awk '/^voluntary_ctxt/ { print $2 }' "$t/status")" \
-                "$(awk '/^nonvoluntary_ctxt/ { print $2 }' "$t/status")" \
-                "$(awk '{ print $2 }' "$t/schedstat")"
-        done 2>/dev/null || true
+        awk -v role="$role" -v p="$p" 'FNR == 1 { n = split(FILENAME, f, "/"); t = f[n - 1]; k = f[n] }
+            k == "comm" { c[t] = $0; gsub(/ /, "_", c[t]) }
+            k == "schedstat" { run[t] = $1; w[t] = $2 }
+            k == "status" && /^voluntary_ctxt/ { v[t] = $2 }
+            k == "status" && /^nonvoluntary_ctxt/ { i[t] = $2 }
+            END { for (t in run) print role, p, t, c[t], run[t], v[t], i[t], w[t] }' \
+            /proc/"$p"/task/*/comm /proc/"$p"/task/*/schedstat /proc/"$p"/task/*/status \
+            2>/dev/null || true
     done >"$1"
 }
 job=$(mt submit "$T/job.json" --mesh "$MESH" --name threads)

@@ -110,6 +110,7 @@ const mt_layer_ops mt_layer_dropout_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reads_input_only = false,
+    .views_input = true,
     .bands = true,
     .seq_leaves = true, /* sums over no positions */
     .bands_channels = true,

@@ -2337,9 +2337,12 @@ static void test_spmd_plan_counts_tied_fsdp_gathers(void **state)
 }
 
 /* The input rows are read where the caller holds them when every reader only reads them, also
- * through views (flatten, and a flatten of it); a reader that may write them (batch_norm's
- * declaration) behind a view makes each device copy its rows. The numbers of the in-place path
- * are checked against one device by test_spmd_fashion_mlp_and_cnn (its MLP reads in place). */
+ * through views (flatten, dropout, a flatten of either); a reader that may write them
+ * (batch_norm's declaration) behind a view makes each device copy its rows. The numbers of the
+ * in-place path are checked against one device by test_spmd_fashion_mlp_and_cnn (its MLP reads in
+ * place). */
+#define DROP_FLAT                                                                                  \
+    "{\"type\":\"dropout\",\"rate\":0.2},{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10}"
 static void test_spmd_rows_in_place(void **state)
 {
     static const struct {
@@ -2350,6 +2353,10 @@ static void test_spmd_rows_in_place(void **state)
         {FMNIST_CNN, true},
         {"{\"type\":\"flatten\"},{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10}", true},
         {"{\"type\":\"flatten\"},{\"type\":\"batch_norm\"},{\"type\":\"dense\",\"units\":10}",
+         false},
+        {DROP_FLAT, true},
+        {"{\"type\":\"dropout\",\"rate\":0.2},{\"type\":\"batch_norm\"},{\"type\":\"flatten\"},"
+         "{\"type\":\"dense\",\"units\":10}",
          false},
         {"{\"type\":\"flatten\"},{\"type\":\"flatten\"},{\"type\":\"batch_norm\"},"
          "{\"type\":\"dense\",\"units\":10}",
@@ -2369,6 +2376,16 @@ static void test_spmd_rows_in_place(void **state)
                      mt_spmd_rows_in_place(s), cases[i].in_place);
         mt_spmd_free(s);
         job_free(&j);
+    }
+    { /* rows in place through dropout and flatten: the numbers of one device, the rows intact */
+        data d = fashion_or_generated(64);
+        float *x0 = mt_malloc(d.n * d.dim * sizeof(float));
+        memcpy(x0, d.x, d.n * d.dim * sizeof(float));
+        check_equivalence(FMNIST_SPEC(DROP_FLAT, ",\"mesh\":{\"batch\":2}"), NULL, 3, shape, &d,
+                          sanitized() ? 2 : 4, 1e-5);
+        assert_memory_equal(x0, d.x, d.n * d.dim * sizeof(float));
+        mt_free(x0);
+        data_free(&d);
     }
 }
 
