@@ -324,7 +324,7 @@ void mt_spmd_set_sharded_update(mt_spmd *s, bool on);
  * True when a step reads the caller's input rows where they are instead of copying each device's
  * rows into its own buffer first: the input's features are not sharded, it is not split into
  * height bands, and every layer reading it only reads it — directly (dense, conv2d, the joins,
- * ...) or through a view of it (flatten, whose own readers must then only read it). Fixed when
+ * ...) or through views of it (flatten, dropout: their own readers must then only read). Fixed when
  * the trainer is made; any thread.
  */
 bool mt_spmd_rows_in_place(const mt_spmd *s);

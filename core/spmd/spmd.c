@@ -661,7 +661,8 @@ static bool zero_applies(const mt_spmd *s)
 }
 
 /* Whether every reader of src's output (MT_LAYER_INPUT: the model's input rows) only reads it; a
- * reader whose output may be a view of it (flatten) passes the question on to its own readers. */
+ * reader whose output may be a view of it (flatten, dropout) passes the question on to its own
+ * readers. */
 static bool only_read(const mt_spmd *s, int src)
 {
     for (int i = src + 1; i < s->n_layers; i++) {
