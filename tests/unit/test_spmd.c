@@ -670,8 +670,10 @@ static void test_spmd_height_bands_equal_single_device(void **state)
     data d = fashion_or_generated(640), g = gen_data(120, 12 * 8 * 2, 3, 23),
          o = gen_data(80, 18 * 6 * 2, 3, 24), r = gen_data(80, 16 * 8 * 2, 3, 25);
     (void)state;
-    check_equivalence(ex, NULL, 3, shape, &d, steps, 1e-5);
-    check_equivalence(ex, "batch=1,space=2", 3, shape, &d, steps, 1e-5);
+    /* the first conv's kernel gradient sums 64 x 28 x 28 terms a tap in float, per band and then
+     * over the bands (on AVX-512 CPUs by the direct kernel: 2.6e-5 after 10 steps): CNN_TOL */
+    check_equivalence(ex, NULL, 3, shape, &d, steps, CNN_TOL);
+    check_equivalence(ex, "batch=1,space=2", 3, shape, &d, steps, CNN_TOL);
     check_equivalence(BANDS_SPEC, NULL, 3, bshape, &g, 10, 1e-5);
     check_equivalence(BANDS_SPEC, "batch=1,space=1", 3, bshape, &g, 4, 1e-5);
     check_equivalence(OVERLAP_SPEC, NULL, 3, oshape, &o, 10, 1e-5);
