@@ -2312,6 +2312,18 @@ static const char *addr_host(const char *addr, size_t *len)
     return h;
 }
 
+int mt_coll_world_host_ranks(const mt_coll_world *w)
+{
+    size_t l0 = 0, l;
+    const char *h0 = w->proc_addr != NULL ? addr_host(w->proc_addr[w->my_proc], &l0) : NULL;
+    int n = 0;
+    for (int r = 0; r < w->size; r++) {
+        const char *h = h0 != NULL ? addr_host(rank_addr(w, r), &l) : NULL;
+        n += w->by_rank[r] != NULL || (h != NULL && l == l0 && strncmp(h, h0, l) == 0);
+    }
+    return n;
+}
+
 /* Every member's address names the same host: the rank table says so, the same on every member
  * (members on several hosts then never set a window up, nor connect to every other member). */
 static bool win_one_host(const coll_ctx *x)

@@ -316,6 +316,11 @@ int mt_coll_world_size(const mt_coll_world *w);
 /* The comm of global rank `rank` if it lives in this process, else NULL. Borrowed from w. */
 mt_coll_comm *mt_coll_world_comm(mt_coll_world *w, int rank);
 
+/* How many ranks of w run on this process's host: its own, plus every rank whose process address
+ * (tcp://HOST:PORT) names the same HOST as this process's address. Addresses of other forms (a
+ * backend world's) count only this process's ranks. So a host named two ways counts low. */
+int mt_coll_world_host_ranks(const mt_coll_world *w);
+
 int mt_coll_comm_rank(const mt_coll_comm *c);
 
 /*

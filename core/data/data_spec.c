@@ -741,8 +741,10 @@ static mt_code parse_field(parse_ctx *c, mt_data_spec *s, const cJSON *v)
         return get_uint(c, v, k, 2, 1u << 22, &s->max_tokens);
     if (strcmp(k, "shuffle_buffer") == 0)
         return get_uint(c, v, k, 0, 1u << 30, &s->shuffle_buffer);
-    if (strcmp(k, "prefetch") == 0)
+    if (strcmp(k, "prefetch") == 0) {
+        s->prefetch_set = true;
         return get_uint(c, v, k, 0, 64, &s->prefetch);
+    }
     if (strcmp(k, "seed") == 0) {
         rc = get_uint(c, v, k, 0, (size_t)1 << 53, &u);
         s->seed = (uint64_t)u;

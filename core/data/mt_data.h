@@ -193,7 +193,9 @@ typedef struct mt_data_spec {
     mt_data_batching batching;        /* default GLOBAL */
     bool drop_remainder;              /* default false */
     size_t prefetch;                  /* prefetch depth in steps; 0 = synchronous (default 2) */
-    char *json_path;                  /* owned; the section's JSON path, for messages */
+    bool prefetch_set; /* "prefetch" was given; else the trainer chooses the depth (core/spmd:
+                          2 when the job's device threads on the host leave a core free, else 0) */
+    char *json_path;   /* owned; the section's JSON path, for messages */
 } mt_data_spec;
 
 /*

@@ -508,7 +508,9 @@ bool mt_spmd_uses_pipeline(const mt_job_spec *spec);
  * base_dir) is opened as one pipeline per worker process with an input context (pipelines = the
  * processes' blocks of batch coordinates, its id, the replicas it feeds, the global batch), so
  * under FILE a process decodes only its files. The pipeline prefetches `dataset.prefetch` steps
- * (default 2) on its thread while the step runs. Every step goes through mt_spmd_step_pieces, whose
+ * on its thread while the step runs; left out of the spec, 2, or 0 (no thread) when the job's
+ * device threads on this host fill its cores and some are in other processes (the world's
+ * mt_coll_world_host_ranks; logged at info). Every step goes through mt_spmd_step_pieces, whose
  * count allreduce makes all replicas agree on the last step of an epoch. rank_process (borrowed,
  * mesh-devices entries, may be NULL) gives the process index of every world rank; NULL with a
  * multi-process world means one pipeline that every process runs whole (correct, reads

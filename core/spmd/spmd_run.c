@@ -16,10 +16,12 @@
 #include "spmd/mt_spmd.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -775,6 +777,46 @@ static mt_code input_save_tokenizer(const input_run *in, mt_spmd *s, mt_err *err
     return rc;
 }
 
+/* The CPUs this process may run on (its affinity mask; the online CPUs if that cannot be read). */
+static int cores_available(void)
+{
+    cpu_set_t set;
+    long n;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/*
+ * The prefetch depth when the spec's dataset section leaves it out: the pipeline's thread
+ * (depth 2) unless the job's device threads on this host (every rank is one) fill its cores and
+ * some of them run in other processes. Then the thread can only run by preempting a device
+ * thread, and that device's partners in the other processes spin at the next collective until it
+ * is back; building each step in the device's own thread costs the same CPU and preempts nobody.
+ * Devices of one process wait for each other asleep, which leaves the thread a core (1 worker
+ * x 2 devices is faster with it), and so does a host with a core to spare.
+ */
+static size_t auto_prefetch(const mt_data_spec *ds, const mt_mesh *mesh, mt_coll_world *world)
+{
+    int local = 0, host, cores = cores_available();
+    size_t depth;
+
+    if (ds->prefetch_set)
+        return ds->prefetch;
+    for (int r = 0; world != NULL && r < mt_coll_world_size(world); r++)
+        local += mt_coll_world_comm(world, r) != NULL;
+    if (world == NULL)
+        local = mt_mesh_num_devices(mesh);
+    host = world != NULL ? mt_coll_world_host_ranks(world) : local;
+    depth = host > local && host >= cores ? 0 : 2;
+    mt_log_info("input: prefetch %zu (dataset.prefetch not set; %d device thread%s of the job on "
+                "this host, %d in other processes, %d core%s)",
+                depth, host, host == 1 ? "" : "s", host - local, cores, cores == 1 ? "" : "s");
+    return depth;
+}
+
 /* Open this process's pipeline once the trainer knows the mesh placement. */
 static mt_code input_open_pipeline(input_run *in, const mt_mesh *mesh, const mt_layout_map *map,
                                    mt_coll_world *world, const int *rank_process, mt_err *err)
@@ -788,6 +830,7 @@ static mt_code input_open_pipeline(input_run *in, const mt_mesh *mesh, const mt_
     if (rc != MT_OK)
         return rc;
     mt_data_pipeline_opts_from_spec(in->ds, &po);
+    po.prefetch = auto_prefetch(in->ds, mesh, world);
     po.permute = in->ds->shuffle_buffer == 0; /* the engine's full reshuffle per epoch */
     po.contiguous_replicas = true;
     po.leaf_examples = in->leaf;

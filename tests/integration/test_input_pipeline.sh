@@ -11,8 +11,13 @@
 #  * data + "batching": "per_replica": each pipeline keeps every 2nd example (45), batches of
 #           8 / 4 = 2 per replica, 23 batches over 2 local replicas = 12 steps.
 # Each worker's "data: pipeline W of N ..." log line shows what it read; the job must succeed with
-# exactly the expected number of steps. Then `meshtrain train --local` on a 1-device mesh (through
-# the pipeline) must print the one-device engine's numbers for the Fashion-MNIST MLP.
+# exactly the expected number of steps. A job whose dataset section leaves "prefetch" out gets the
+# automatic depth: each worker logs the job's 4 device threads on this host, 2 in the other
+# worker, against its cores (prefetch 0 when they fill the cores, else 2). `meshtrain train
+# --local` (one process) keeps the thread, and the depth changes no number (its output equals
+# prefetch 0's). Then
+# `train --local` on a 1-device mesh (through the pipeline) must print the one-device engine's
+# numbers for the Fashion-MNIST MLP.
 source "$(dirname "$0")/lib.sh"
 
 HB=(--heartbeat-ms 200 --heartbeat-timeout-ms 3000)
@@ -35,24 +40,25 @@ gen_csv "$T/data/part-2.csv" 25 3
 gen_csv "$T/data/part-3.csv" 15 4
 gen_csv "$T/data/test.csv" 16 5
 
-# job POLICY BATCHING: the spec text
+# job POLICY BATCHING [PREFETCH]: the spec text (PREFETCH "": the dataset section leaves it out)
 job() {
-    jq -n --arg t "$T" --arg p "$1" --arg b "$2" '{name: "csv-\($p)-\($b)", seed: 7,
-        batch_size: 8, epochs: 1, optimizer: "sgd", learning_rate: 0.1, mesh: {batch: 4},
-        dataset: {format: "csv", train: {glob: ($t + "/data/part-*.csv")},
-                  test: ($t + "/data/test.csv"), label_column: "label", num_classes: 2,
-                  shard_policy: $p, batching: $b, prefetch: 2},
+    jq -n --arg t "$T" --arg p "$1" --arg b "$2" --arg f "${3-2}" '{name: "csv-\($p)-\($b)",
+        seed: 7, batch_size: 8, epochs: 1, optimizer: "sgd", learning_rate: 0.1, mesh: {batch: 4},
+        dataset: ({format: "csv", train: {glob: ($t + "/data/part-*.csv")},
+                   test: ($t + "/data/test.csv"), label_column: "label", num_classes: 2,
+                   shard_policy: $p, batching: $b} +
+                  (if $f == "" then {} else {prefetch: ($f | tonumber)} end)),
         model: {input_shape: [4], layers: [{type: "dense", units: 8, activation: "relu"},
                                            {type: "dense", units: 2}]}}'
 }
 
-# run POLICY BATCHING STEPS LINE0 LINE1: the job succeeds with STEPS steps on both workers and
-# each worker logged what its pipeline read
+# run POLICY BATCHING STEPS LINE0 LINE1 [PREFETCH]: the job succeeds with STEPS steps on both
+# workers and each worker logged what its pipeline read
 run() {
     local p=$1 b=$2 steps=$3 want0=$4 want1=$5 id n0 n1
     n0=$(wc -l <"$T/wa.log")
     n1=$(wc -l <"$T/wb.log")
-    job "$p" "$b" >"$T/$p-$b.json"
+    job "$p" "$b" "${6-2}" >"$T/$p-$b.json"
     id=$(mt submit "$T/$p-$b.json") || fail "submit $p/$b: $id"
     wait_for 120 "$id ($p/$b) to finish" finished "$id"
     mt status --json "$id" | jq -e '.state == "SUCCEEDED"' >/dev/null ||
@@ -78,6 +84,37 @@ run data global 12 \
 run data per_replica 12 \
     "pipeline 0 of 2 (shard_policy data) reads 4 of 4 file(s), 90 of 90 examples" \
     "pipeline 1 of 2 (shard_policy data) reads 4 of 4 file(s), 90 of 90 examples"
+# no "prefetch" in the spec: the job's 4 device threads on this host, 2 of them in the other
+# worker, against the cores
+CORES=$(nproc)
+AUTO=$((4 >= CORES ? 0 : 2))
+LINE="input: prefetch $AUTO (dataset.prefetch not set; 4 device threads of the job on this host, 2"
+run data global 12 \
+    "pipeline 0 of 2 (shard_policy data) reads 4 of 4 file(s), 90 of 90 examples" "$LINE" ""
+[ "$(grep -cF "$LINE in other processes, $CORES core" "$T/new.log")" = 2 ] ||
+    fail "not both workers chose prefetch $AUTO: $(grep -F "input: prefetch" "$T/new.log")"
+
+# ---- `meshtrain train --local` (one process) keeps the thread; the depth changes no number
+MESHES=(batch=1)
+[ "$CORES" -gt 1 ] && [ "$CORES" -le 8 ] && MESHES+=("batch=$CORES") # a device for each core
+for mesh in "${MESHES[@]}"; do
+    dev=${mesh#batch=}
+    job data global "" | jq '.batch_size = 16 | .epochs = 2' >"$T/auto.json"
+    job data global 0 | jq '.batch_size = 16 | .epochs = 2' >"$T/fixed.json"
+    for k in auto fixed; do
+        "$BIN/meshtrain" --log-level info train --local "$T/$k.json" --data-root "$T" \
+            --mesh "$mesh" --json 2>"$T/$k.log" | jq -c 'del(.examples_per_sec)' >"$T/$k.out" ||
+            fail "train --local $k on $mesh: $(tail -3 "$T/$k.log")"
+    done
+    want="input: prefetch 2 (dataset.prefetch not set; $dev device thread"
+    grep -qF "$want" "$T/auto.log" || fail "$mesh without prefetch: $(grep -F "input:" "$T/auto.log")"
+    if grep -qF "input: prefetch" "$T/fixed.log"; then
+        fail "$mesh with prefetch 0 chose anyway: $(grep -F "input: prefetch" "$T/fixed.log")"
+    fi
+    [ -s "$T/auto.out" ] && cmp "$T/auto.out" "$T/fixed.out" ||
+        fail "$mesh: prefetch 2 and 0 differ: $(cat "$T/auto.out" "$T/fixed.out")"
+    log "train --local on $mesh: prefetch 2 chosen, the same output as prefetch 0"
+done
 # ---- `meshtrain train --local`: the SPMD path now reads through the pipeline; on a 1-device mesh
 # it still reproduces the one-device engine's numbers (same permutation, same batches)
 FM=/usr/share/datasets/fashion-mnist

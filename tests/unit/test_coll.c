@@ -1364,6 +1364,30 @@ static void test_coll_net_deadline_names_silent_member(void **state)
     }
 }
 
+/* mt_coll_world_host_ranks: this process's ranks plus those whose address names its host (the
+ * input pipeline's automatic prefetch counts a job's device threads on a host with it). */
+static void test_coll_world_host_ranks(void **state)
+{
+    mt_coll_net *net;
+    mt_coll_world *w;
+    mt_err err = MT_ERR_INIT;
+    (void)state;
+    assert_int_equal(mt_coll_net_new("tcp://127.0.0.1:0", &net, &err), MT_OK);
+    const char *me = mt_coll_net_addr(net);
+    /* ranks 0 and 3 here, 1 in another process of this host, 2 on another host, 4 on a host
+     * whose name starts like this one's, 5 by a name that is not tcp:// */
+    mt_coll_rank_addr t[6] = {{me, 0}, {"tcp://127.0.0.1:1", 0},  {"tcp://192.0.2.7:9", 0},
+                              {me, 1}, {"tcp://127.0.0.10:1", 0}, {"ipc:///tmp/x", 0}};
+    assert_int_equal(mt_coll_world_new_net(net, 6, t, NULL, &w, &err), MT_OK);
+    assert_int_equal(mt_coll_world_host_ranks(w), 3);
+    mt_coll_world_free(w);
+    mt_coll_rank_addr one[1] = {{me, 0}};
+    assert_int_equal(mt_coll_world_new_net(net, 1, one, NULL, &w, &err), MT_OK);
+    assert_int_equal(mt_coll_world_host_ranks(w), 1);
+    mt_coll_world_free(w);
+    mt_coll_net_free(net);
+}
+
 static void test_coll_net_invalid_arguments(void **state)
 {
     mt_coll_net *net, *n2;
@@ -1742,6 +1766,7 @@ int main(void)
         cmocka_unit_test(test_coll_net_drops_frames_of_an_earlier_attempt),
         cmocka_unit_test(test_coll_net_drops_frames_of_a_job_it_left),
         cmocka_unit_test(test_coll_world_cancel_interrupts_a_wait),
+        cmocka_unit_test(test_coll_world_host_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

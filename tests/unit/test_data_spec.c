@@ -34,6 +34,7 @@ static void test_data_spec_defaults(void **state)
     assert_int_equal(s->batching, MT_DATA_BATCH_GLOBAL);
     assert_false(s->drop_remainder);
     assert_int_equal(s->prefetch, 2);
+    assert_false(s->prefetch_set); /* the trainer chooses (docs/input-pipeline.md) */
     assert_false(s->seed_set);
     assert_false(s->label_column_set);
     mt_data_pipeline_opts o;
@@ -73,6 +74,7 @@ static void test_data_spec_every_field(void **state)
     assert_int_equal(s->batching, MT_DATA_BATCH_PER_REPLICA);
     assert_true(s->drop_remainder);
     assert_int_equal(s->prefetch, 4);
+    assert_true(s->prefetch_set);
     mt_data_spec_free(s);
 }
 
