@@ -194,7 +194,8 @@ typedef struct mt_data_spec {
     bool drop_remainder;              /* default false */
     size_t prefetch;                  /* prefetch depth in steps; 0 = synchronous (default 2) */
     bool prefetch_set; /* "prefetch" was given; else the trainer chooses the depth (core/spmd:
-                          2 when the job's device threads on the host leave a core free, else 0) */
+                          0 when the job's device threads fill the host's cores and some run in
+                          other processes, else 2) */
     char *json_path;   /* owned; the section's JSON path, for messages */
 } mt_data_spec;
 
