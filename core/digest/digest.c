@@ -55,6 +55,19 @@ static void merkle_push(merkle *m, const mt_digest *leaf)
     }
 }
 
+/* An empty tree for tensor t (its name in the error), or NULL with err set. */
+static merkle *merkle_new(const mt_digest_tensor_desc *t, mt_err *err)
+{
+    merkle *m = mt_malloc(sizeof(*m));
+    if (m == NULL) {
+        mt_err_set(err, MT_RESOURCE_EXHAUSTED, "tensor '%s': digest: out of memory", t->name);
+        return NULL;
+    }
+    m->top = 0;
+    m->accel = mt_digest__has_sha_ni();
+    return m;
+}
+
 static void merkle_root(merkle *m, mt_digest *out)
 {
     while (m->top >= 2) {
@@ -215,6 +228,62 @@ static void tensor_node(bool accel, const mt_digest_tensor_desc *t, const mt_dig
     mt_digest__sha256(accel, parts, lens, 7, out->b);
 }
 
+/* Check t and the shards, and set g up for them (no buffers yet); *count: t's elements. */
+static mt_code gather_init(gather *g, const mt_digest_tensor_desc *t, const mt_digest_shard *shards,
+                           int n, mt_digest_fill_fn fill, void *fill_ctx, uint64_t *count,
+                           mt_err *err)
+{
+    mt_code rc = check_desc(t, count, err);
+
+    if (rc != MT_OK)
+        return rc;
+    memset(g, 0, sizeof(*g));
+    g->t = t, g->shards = shards, g->n = n < 0 ? 0 : n, g->fill = fill, g->fill_ctx = fill_ctx;
+    g->rank = t->rank == 0 ? 1 : t->rank;
+    for (int a = 0; a < g->rank; a++)
+        g->shape[a] = t->rank == 0 ? 1 : t->shape[a];
+    for (int i = 0; i < g->n; i++)
+        for (int a = 0; a < g->rank; a++) {
+            int64_t o = shard_dim(&shards[i], g, a, 1), l = shard_dim(&shards[i], g, a, 0);
+            if (o < 0 || l < 0 || o + l > g->shape[a])
+                return mt_err_set(err, MT_INVALID_ARGUMENT,
+                                  "tensor '%s': shard %d axis %d [%lld, %lld) outside 0..%lld",
+                                  t->name, i, a, (long long)o, (long long)(o + l),
+                                  (long long)g->shape[a]);
+        }
+    return MT_OK;
+}
+
+static uint64_t leaf_count(uint64_t count)
+{
+    return count == 0 ? 1 : (count + MT_DIGEST_BLOCK - 1) / MT_DIGEST_BLOCK;
+}
+
+/* Leaf k of g's tensor (count elements) into *leaf: in place or gathered into g's buffer. */
+static mt_code leaf_at(gather *g, bool accel, uint64_t count, uint64_t k, mt_digest *leaf,
+                       mt_err *err)
+{
+    uint64_t g0 = k * MT_DIGEST_BLOCK;
+    uint64_t cnt = count - g0 < MT_DIGEST_BLOCK ? count - g0 : MT_DIGEST_BLOCK;
+    const uint8_t *bytes = cnt == 0 ? (const uint8_t *)"" : in_place(g, g0, cnt);
+
+    if (bytes == NULL) {
+        if (g->buf == NULL) {
+            g->buf = mt_malloc(MT_DIGEST_BLOCK * g->t->elem_size);
+            g->mask = mt_malloc(MT_DIGEST_BLOCK);
+            if (g->buf == NULL || g->mask == NULL)
+                return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "tensor '%s': digest: out of memory",
+                                  g->t->name);
+        }
+        mt_code rc = gather_block(g, g0, cnt, err);
+        if (rc != MT_OK)
+            return rc;
+        bytes = g->buf;
+    }
+    leaf_hash(accel, k, bytes, cnt * g->t->elem_size, leaf);
+    return MT_OK;
+}
+
 mt_code mt_digest_tensor(const mt_digest_tensor_desc *t, const mt_digest_shard *shards, int n,
                          mt_digest_fill_fn fill, void *fill_ctx, mt_digest *out, mt_err *err)
 {
@@ -222,52 +291,18 @@ mt_code mt_digest_tensor(const mt_digest_tensor_desc *t, const mt_digest_shard *
     merkle *m = NULL;
     uint64_t count = 0, blocks;
     mt_digest leaf, tree;
-    mt_code rc = check_desc(t, &count, err);
+    mt_code rc = gather_init(&g, t, shards, n, fill, fill_ctx, &count, err);
 
     if (rc != MT_OK)
         return rc;
-    memset(&g, 0, sizeof(g));
-    g.t = t, g.shards = shards, g.n = n < 0 ? 0 : n, g.fill = fill, g.fill_ctx = fill_ctx;
-    g.rank = t->rank == 0 ? 1 : t->rank;
-    for (int a = 0; a < g.rank; a++)
-        g.shape[a] = t->rank == 0 ? 1 : t->shape[a];
-    for (int i = 0; i < g.n; i++)
-        for (int a = 0; a < g.rank; a++) {
-            int64_t o = shard_dim(&shards[i], &g, a, 1), l = shard_dim(&shards[i], &g, a, 0);
-            if (o < 0 || l < 0 || o + l > g.shape[a])
-                return mt_err_set(err, MT_INVALID_ARGUMENT,
-                                  "tensor '%s': shard %d axis %d [%lld, %lld) outside 0..%lld",
-                                  t->name, i, a, (long long)o, (long long)(o + l),
-                                  (long long)g.shape[a]);
-        }
-    m = mt_malloc(sizeof(*m));
+    m = merkle_new(t, err);
     if (m == NULL)
-        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "tensor '%s': digest: out of memory",
-                          t->name);
-    m->top = 0;
-    m->accel = mt_digest__has_sha_ni();
-    blocks = count == 0 ? 1 : (count + MT_DIGEST_BLOCK - 1) / MT_DIGEST_BLOCK;
-    for (uint64_t k = 0; k < blocks; k++) {
-        uint64_t g0 = k * MT_DIGEST_BLOCK;
-        uint64_t cnt = count - g0 < MT_DIGEST_BLOCK ? count - g0 : MT_DIGEST_BLOCK;
-        const uint8_t *bytes = cnt == 0 ? (const uint8_t *)"" : in_place(&g, g0, cnt);
-        if (bytes == NULL) {
-            if (g.buf == NULL) {
-                g.buf = mt_malloc(MT_DIGEST_BLOCK * t->elem_size);
-                g.mask = mt_malloc(MT_DIGEST_BLOCK);
-                if (g.buf == NULL || g.mask == NULL) {
-                    rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED,
-                                    "tensor '%s': digest: out of memory", t->name);
-                    break;
-                }
-            }
-            rc = gather_block(&g, g0, cnt, err);
-            if (rc != MT_OK)
-                break;
-            bytes = g.buf;
-        }
-        leaf_hash(m->accel, k, bytes, cnt * t->elem_size, &leaf);
-        merkle_push(m, &leaf);
+        return MT_RESOURCE_EXHAUSTED;
+    blocks = leaf_count(count);
+    for (uint64_t k = 0; rc == MT_OK && k < blocks; k++) {
+        rc = leaf_at(&g, m->accel, count, k, &leaf, err);
+        if (rc == MT_OK)
+            merkle_push(m, &leaf);
     }
     if (rc == MT_OK) {
         merkle_root(m, &tree);
@@ -277,6 +312,64 @@ mt_code mt_digest_tensor(const mt_digest_tensor_desc *t, const mt_digest_shard *
     mt_free(g.mask);
     mt_free(m);
     return rc;
+}
+
+mt_code mt_digest_leaf_count(const mt_digest_tensor_desc *t, uint64_t *out, mt_err *err)
+{
+    uint64_t count = 0;
+    mt_code rc = check_desc(t, &count, err);
+
+    if (rc == MT_OK)
+        *out = leaf_count(count);
+    return rc;
+}
+
+mt_code mt_digest_leaves(const mt_digest_tensor_desc *t, const mt_digest_shard *shards, int n,
+                         mt_digest_fill_fn fill, void *fill_ctx, uint64_t first, uint64_t nleaves,
+                         mt_digest *out, mt_err *err)
+{
+    gather g;
+    uint64_t count = 0;
+    bool accel = mt_digest__has_sha_ni();
+    mt_code rc = gather_init(&g, t, shards, n, fill, fill_ctx, &count, err);
+
+    if (rc != MT_OK)
+        return rc;
+    if (first > leaf_count(count) || nleaves > leaf_count(count) - first)
+        return mt_err_set(err, MT_INVALID_ARGUMENT,
+                          "tensor '%s': leaves [%llu, %llu) outside its %llu", t->name,
+                          (unsigned long long)first, (unsigned long long)(first + nleaves),
+                          (unsigned long long)leaf_count(count));
+    for (uint64_t k = 0; rc == MT_OK && k < nleaves; k++)
+        rc = leaf_at(&g, accel, count, first + k, &out[k], err);
+    mt_free(g.buf);
+    mt_free(g.mask);
+    return rc;
+}
+
+mt_code mt_digest_tensor_from_leaves(const mt_digest_tensor_desc *t, const mt_digest *leaves,
+                                     uint64_t nleaves, mt_digest *out, mt_err *err)
+{
+    uint64_t count = 0;
+    merkle *m = NULL;
+    mt_digest tree;
+    mt_code rc = check_desc(t, &count, err);
+
+    if (rc != MT_OK)
+        return rc;
+    if (nleaves != leaf_count(count))
+        return mt_err_set(err, MT_INVALID_ARGUMENT, "tensor '%s': %llu leaves given, it has %llu",
+                          t->name, (unsigned long long)nleaves,
+                          (unsigned long long)leaf_count(count));
+    m = merkle_new(t, err);
+    if (m == NULL)
+        return MT_RESOURCE_EXHAUSTED;
+    for (uint64_t k = 0; k < nleaves; k++)
+        merkle_push(m, &leaves[k]);
+    merkle_root(m, &tree);
+    tensor_node(m->accel, t, &tree, out);
+    mt_free(m);
+    return MT_OK;
 }
 
 mt_code mt_digest_tensor_whole(const mt_digest_tensor_desc *t, const void *data, mt_digest *out,

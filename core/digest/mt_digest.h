@@ -94,6 +94,22 @@ typedef struct mt_digest_tensor_desc {
 mt_code mt_digest_tensor(const mt_digest_tensor_desc *t, const mt_digest_shard *shards, int n,
                          mt_digest_fill_fn fill, void *fill_ctx, mt_digest *out, mt_err *err);
 
+/*
+ * Split form of mt_digest_tensor, for hashing one tensor's leaves in several places (replicas
+ * each taking a share, core/spmd's mt_spmd_digest_world): mt_digest_leaf_count gives t's number
+ * of leaves (1 for 0 elements); mt_digest_leaves hashes leaves [first, first + nleaves) from the
+ * shards and fill exactly as mt_digest_tensor would, into out[0..nleaves); and
+ * mt_digest_tensor_from_leaves builds the tree and the tensor digest from all of them, in order.
+ * The result is mt_digest_tensor's, bit for bit. Codes: mt_digest_tensor's; MT_INVALID_ARGUMENT
+ * for a leaf range outside the tensor or a leaf count that is not t's.
+ */
+mt_code mt_digest_leaf_count(const mt_digest_tensor_desc *t, uint64_t *out, mt_err *err);
+mt_code mt_digest_leaves(const mt_digest_tensor_desc *t, const mt_digest_shard *shards, int n,
+                         mt_digest_fill_fn fill, void *fill_ctx, uint64_t first, uint64_t nleaves,
+                         mt_digest *out, mt_err *err);
+mt_code mt_digest_tensor_from_leaves(const mt_digest_tensor_desc *t, const mt_digest *leaves,
+                                     uint64_t nleaves, mt_digest *out, mt_err *err);
+
 /* mt_digest_tensor of a whole tensor in one contiguous buffer (data borrowed). Codes as it. */
 mt_code mt_digest_tensor_whole(const mt_digest_tensor_desc *t, const void *data, mt_digest *out,
                                mt_err *err);

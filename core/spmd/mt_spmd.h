@@ -387,13 +387,17 @@ mt_code mt_spmd_restore(mt_spmd *s, const char *path, mt_spmd_position *pos, mt_
 mt_code mt_spmd_digest(mt_spmd *s, mt_digest *out, mt_err *err);
 
 /*
- * mt_spmd_digest for any world. When the world spreads over processes and some parameter is
- * sharded (mt_spmd_save_needs_gather) it is COLLECTIVE: every process calls it at the same point
- * of the run, the shards travel to rank 0's devices as for mt_spmd_save_gathered (same tags,
- * same memory: one tensor at a time) and the process holding rank 0 hashes them. Otherwise the
- * process holding rank 0 computes mt_spmd_digest alone and the others return at once. *have:
- * true where *out holds the root (the process holding rank 0), false elsewhere. Codes:
- * mt_spmd_digest's, the collectives' (as mt_spmd_save_gathered's).
+ * mt_spmd_digest for any world, the same root bit for bit. COLLECTIVE when the mesh has several
+ * devices and every layout is replicated, and when the world spreads over processes and some
+ * parameter is sharded (mt_spmd_save_needs_gather): every process calls it at the same point of
+ * the run. On replicas the devices share the leaves out (each hashes 1/ndev of the state's
+ * blocks from its replica on its own thread, then an allgather of the leaf digests tagged in its
+ * own step space; ndev × 32 bytes per 4096 elements of memory); with sharded parameters the
+ * shards travel to rank 0's devices as for mt_spmd_save_gathered (same tags, same memory: one
+ * tensor at a time) and the process holding rank 0 hashes them. Otherwise (one process, sharded
+ * layouts) the process holding rank 0 computes mt_spmd_digest. *have: true where *out holds the
+ * root (the process holding rank 0), false elsewhere. Codes: mt_spmd_digest's, the collectives'
+ * (as mt_spmd_save_gathered's).
  */
 mt_code mt_spmd_digest_world(mt_spmd *s, mt_digest *out, bool *have, mt_err *err);
 

@@ -98,6 +98,7 @@ typedef enum job_kind {
     JOB_GATHER,
     JOB_AGREE,
     JOB_SLOTS,
+    JOB_DIGEST,
     JOB_QUIT
 } job_kind;
 
@@ -163,14 +164,16 @@ struct mt_spmd {
     bool ahead;
     size_t *ahead_mine; /* per batch coordinate: the count this process announced for ahead_step */
     /* checkpoint gather and flag agreement (mt_spmd_save_gathered, mt_spmd_flag_any) */
-    size_t jgi;                 /* parameter */
-    int jgk;                    /* -1 value, 0/1 optimizer slot */
-    const int *jgroup;          /* the gather group (positions) */
-    int jgn;                    /* its size */
-    float jflag;                /* this process's flag */
-    mt_coll_call jcall;         /* the collective's tag */
-    uint64_t nsaves, nagree;    /* collective saves and agreements made (tags) */
-    uint64_t nsyncs;            /* zero_sync's slot allgathers made (tags) */
+    size_t jgi;                    /* parameter */
+    int jgk;                       /* -1 value, 0/1 optimizer slot */
+    const int *jgroup;             /* the gather group (positions) */
+    int jgn;                       /* its size */
+    float jflag;                   /* this process's flag */
+    mt_coll_call jcall;            /* the collective's tag */
+    uint64_t nsaves, nagree;       /* collective saves and agreements made (tags) */
+    uint64_t nsyncs;               /* zero_sync's slot allgathers made (tags) */
+    const struct digest_plan *jdg; /* shared digest: its tensors and leaves (digest_shared) */
+    uint64_t ndigests;             /* shared digests made (tags) */
     uint64_t nevals;            /* evaluations made (tags): the same count in every process, unlike
                                    gen, which a process without device threads never advances */
     char *meta_key, *meta_text; /* owned; text metadata every checkpoint carries, or NULL */
@@ -1868,6 +1871,7 @@ static mt_code dev_eval(dev *d)
 
 static mt_code dev_gather(dev *d);
 static mt_code dev_agree(dev *d);
+static mt_code dev_digest(dev *d);
 
 /*
  * Hand-off between the host thread and the device threads. Every step hands a job to the device
@@ -1928,6 +1932,7 @@ static void dev_run(dev *d, job_kind job)
             : job == JOB_EVAL   ? dev_eval(d)
             : job == JOB_GATHER ? dev_gather(d)
             : job == JOB_SLOTS  ? dev_slots(d)
+            : job == JOB_DIGEST ? dev_digest(d)
                                 : dev_agree(d);
     if (d->rc == MT_OK) /* after a failure the record keeps where it stopped */
         mt_coll_comm_activity(d->comm, "idle: waiting for the next batch from the host");
@@ -3207,6 +3212,198 @@ static mt_code digest_gathered(mt_spmd *s, void *ctx, size_t i, int k, const int
     return rc;
 }
 
+/* ------------------------------------------------------------------ digests shared by replicas */
+
+/*
+ * DESIGN. When every device holds every tensor whole (replicated layouts) and there are several
+ * devices, hashing the state on one of them leaves the others idle (with a replica per process,
+ * the other processes wait at the next step's collectives). A digest's leaves are independent, so
+ * the devices share them out: the leaves of the tensors in mt_spmd_digest's visiting order form
+ * one list of L leaves, device p hashes leaves [L·p/ndev, L·(p+1)/ndev) of its own replica on its
+ * own thread, the devices allgather their leaf digests (32 bytes each, carried as 8 floats: an
+ * allgather only copies), and the process holding rank 0 builds each tensor's tree and the root
+ * from them (mt_digest_tensor_from_leaves): mt_spmd_digest's result, bit for bit. Tagged
+ * DIGEST_TAG + digest number, its own step space as SAVE_TAG's.
+ */
+#define DIGEST_TAG  (1ULL << 41)
+#define LEAF_FLOATS (MT_DIGEST_SIZE / sizeof(float))
+
+typedef struct digest_plan {
+    int n;                                /* tensors */
+    size_t *param;                        /* per tensor: the parameter */
+    int *slot;                            /* -1 its value, else its optimizer slot */
+    char (*names)[MT_CKPT_MAX_NAME];      /* checkpoint names */
+    int64_t (*shape)[MT_DIGEST_MAX_RANK]; /* global shapes */
+    uint64_t *first;                      /* first leaf of tensor j in the list; first[n] = L */
+    uint64_t per;                         /* the largest device's share: the allgather's unit */
+} digest_plan;
+
+static void plan_free(digest_plan *pl)
+{
+    mt_free(pl->param);
+    mt_free(pl->slot);
+    mt_free(pl->names);
+    mt_free(pl->shape);
+    mt_free(pl->first);
+}
+
+static mt_digest_tensor_desc plan_desc(const mt_spmd *s, const digest_plan *pl, int j)
+{
+    return (mt_digest_tensor_desc){pl->names[j], "F32", sizeof(float),
+                                   s->gparams[pl->param[j]].rank, pl->shape[j]};
+}
+
+static mt_code plan_make(const mt_spmd *s, digest_plan *pl, mt_err *err)
+{
+    size_t cap = 3 * s->n_params;
+    mt_code rc = MT_OK;
+
+    memset(pl, 0, sizeof(*pl));
+    pl->param = mt_calloc(cap + 1, sizeof(*pl->param));
+    pl->slot = mt_calloc(cap + 1, sizeof(*pl->slot));
+    pl->names = mt_calloc(cap + 1, sizeof(*pl->names));
+    pl->shape = mt_calloc(cap + 1, sizeof(*pl->shape));
+    pl->first = mt_calloc(cap + 1, sizeof(*pl->first));
+    if (pl->param == NULL || pl->slot == NULL || pl->names == NULL || pl->shape == NULL ||
+        pl->first == NULL)
+        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "digest: out of memory");
+    for (size_t i = 0; rc == MT_OK && i < s->n_params; i++)
+        for (int k = -1; rc == MT_OK && k < 2; k++) {
+            int j = pl->n;
+            uint64_t nl = 0;
+            mt_digest_tensor_desc t;
+            if (k >= 0 && !has_slot(s, i, k))
+                continue;
+            pl->param[j] = i, pl->slot[j] = k;
+            tensor_name(s, i, k, pl->names[j], MT_CKPT_MAX_NAME);
+            for (int a = 0; a < s->gparams[i].rank; a++)
+                pl->shape[j][a] = (int64_t)s->gparams[i].shape[a];
+            t = plan_desc(s, pl, j);
+            rc = mt_digest_leaf_count(&t, &nl, err);
+            pl->first[j + 1] = pl->first[j] + nl;
+            pl->n++;
+        }
+    for (int p = 0; p < s->ndev; p++) {
+        uint64_t L = pl->first[pl->n];
+        uint64_t share =
+            L * (uint64_t)(p + 1) / (uint64_t)s->ndev - L * (uint64_t)p / (uint64_t)s->ndev;
+        pl->per = share > pl->per ? share : pl->per;
+    }
+    return rc;
+}
+
+/* A device hashes its share of the plan's leaves from its replica; the devices allgather them into
+ * d->gbuf (ndev × per leaves, in position order). */
+static mt_code dev_digest(dev *d)
+{
+    mt_spmd *s = d->s;
+    const digest_plan *pl = s->jdg;
+    uint64_t L = pl->first[pl->n];
+    uint64_t lo = L * (uint64_t)d->pos / (uint64_t)s->ndev;
+    uint64_t hi = L * (uint64_t)(d->pos + 1) / (uint64_t)s->ndev;
+    size_t nf = (size_t)pl->per * LEAF_FLOATS;
+    float *mine = mt_calloc(nf + 1, sizeof(float));
+    mt_coll_group g = {s->jgroup, s->ndev};
+    mt_code rc = MT_OK;
+
+    d->gbuf = mt_malloc((nf * (size_t)s->ndev + 1) * sizeof(float));
+    if (mine == NULL || d->gbuf == NULL)
+        rc = mt_err_set(&d->err, MT_RESOURCE_EXHAUSTED, "digest: out of memory");
+    for (int j = 0; rc == MT_OK && j < pl->n; j++) {
+        uint64_t a = lo > pl->first[j] ? lo : pl->first[j];
+        uint64_t b = hi < pl->first[j + 1] ? hi : pl->first[j + 1];
+        int64_t zero[MT_DIGEST_MAX_RANK] = {0};
+        mt_digest_tensor_desc t = plan_desc(s, pl, j);
+        mt_digest_shard sh = {slot_of(&d->params[pl->param[j]], pl->slot[j]), zero, pl->shape[j]};
+        if (a < b)
+            rc = mt_digest_leaves(&t, &sh, 1, NULL, NULL, a - pl->first[j], b - a,
+                                  (mt_digest *)mine + (a - lo), &d->err);
+    }
+    if (rc == MT_OK)
+        rc = mt_coll_allgather(d->comm, &g, mine, d->gbuf, nf, &s->jcall, &d->err);
+    mt_free(mine);
+    return rc;
+}
+
+/* Every leaf of the plan in list order from device 0's gathered buffer, then the tensor digests
+ * and the root (the process holding rank 0). */
+static mt_code digest_from_leaves(mt_spmd *s, const digest_plan *pl, mt_digest *out, mt_err *err)
+{
+    uint64_t L = pl->first[pl->n];
+    const mt_digest *got = (const mt_digest *)s->devs[0].gbuf;
+    mt_digest *leaves = mt_calloc(L + 1, sizeof(*leaves)), *d = mt_calloc(pl->n + 1, sizeof(*d));
+    const char **names = mt_calloc(pl->n + 1, sizeof(*names));
+    mt_code rc = MT_OK;
+
+    if (leaves == NULL || d == NULL || names == NULL)
+        rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "digest: out of memory");
+    for (int p = 0; rc == MT_OK && p < s->ndev; p++) {
+        uint64_t lo = L * (uint64_t)p / (uint64_t)s->ndev;
+        uint64_t hi = L * (uint64_t)(p + 1) / (uint64_t)s->ndev;
+        memcpy(leaves + lo, got + (uint64_t)p * pl->per, (hi - lo) * sizeof(*leaves));
+    }
+    for (int j = 0; rc == MT_OK && j < pl->n; j++) {
+        mt_digest_tensor_desc t = plan_desc(s, pl, j);
+        names[j] = pl->names[j];
+        rc = mt_digest_tensor_from_leaves(&t, leaves + pl->first[j],
+                                          pl->first[j + 1] - pl->first[j], &d[j], err);
+    }
+    if (rc == MT_OK) {
+        names[pl->n] = "optimizer/iterations";
+        rc = iterations_digest(s->devs[0].t, &d[pl->n], err);
+    }
+    if (rc == MT_OK)
+        rc = mt_digest_root(names, d, pl->n + 1, out, err);
+    mt_free(leaves);
+    mt_free(d);
+    mt_free(names);
+    return rc;
+}
+
+/* Whether every device holds every tensor whole: several devices, every layout replicated. */
+static bool replicas_share_digest(const mt_spmd *s)
+{
+    if (s->ndev < 2)
+        return false;
+    for (size_t i = 0; i < s->n_params; i++)
+        if (!mt_layout_is_replicated(&s->playout[i]))
+            return false;
+    return true;
+}
+
+/* mt_spmd_digest_world over replicas: the devices share the leaves out (DESIGN above). */
+static mt_code digest_shared(mt_spmd *s, mt_digest *out, bool *have, mt_err *err)
+{
+    bool writer = s->devs[0].comm != NULL;
+    int *all = mt_calloc((size_t)s->ndev, sizeof(int));
+    digest_plan pl;
+    mt_code rc = all == NULL ? mt_err_set(err, MT_RESOURCE_EXHAUSTED, "digest: out of memory")
+                             : plan_make(s, &pl, err);
+
+    if (rc == MT_OK)
+        rc = zero_sync(s, err);
+    if (rc == MT_OK) {
+        for (int p = 0; p < s->ndev; p++)
+            all[p] = p;
+        s->jgroup = all;
+        s->jdg = &pl;
+        s->jcall = (mt_coll_call){DIGEST_TAG + s->ndigests++, 0, 0};
+        rc = run_job(s, JOB_DIGEST, err);
+        s->jdg = NULL;
+    }
+    if (rc == MT_OK && writer)
+        rc = digest_from_leaves(s, &pl, out, err);
+    *have = rc == MT_OK && writer;
+    for (int p = 0; p < s->ndev; p++) {
+        mt_free(s->devs[p].gbuf);
+        s->devs[p].gbuf = NULL;
+    }
+    if (all != NULL)
+        plan_free(&pl);
+    mt_free(all);
+    return rc;
+}
+
 mt_code mt_spmd_digest_world(mt_spmd *s, mt_digest *out, bool *have, mt_err *err)
 {
     bool writer = s->devs[0].comm != NULL;
@@ -3216,7 +3413,9 @@ mt_code mt_spmd_digest_world(mt_spmd *s, mt_digest *out, bool *have, mt_err *err
     mt_code rc, drc = MT_OK;
 
     *have = false;
-    if (!mt_spmd_save_needs_gather(s)) { /* one process, or full replicas: rank 0's computes */
+    if (replicas_share_digest(s))
+        return digest_shared(s, out, have, err);
+    if (!mt_spmd_save_needs_gather(s)) { /* one process: rank 0's computes */
         mt_free(a.names);
         mt_free(a.d);
         if (!writer)

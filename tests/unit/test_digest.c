@@ -102,6 +102,41 @@ static void free_split(split *sp)
         free(sp->data[k]);
 }
 
+/*
+ * The split form (mt_digest_leaves in 1, 2 and 3 ranges, some empty, then
+ * mt_digest_tensor_from_leaves) gives mt_digest_tensor's digest `whole`.
+ */
+static void check_split_leaves(const mt_digest_tensor_desc *t, const mt_digest_shard *sh, int n,
+                               const mt_digest *whole)
+{
+    uint64_t nl = 0;
+    mt_digest d, *leaves;
+    mt_err err = MT_ERR_INIT;
+
+    assert_int_equal(mt_digest_leaf_count(t, &nl, &err), MT_OK);
+    leaves = calloc(nl, sizeof(*leaves));
+    for (uint64_t parts = 1; parts <= 3; parts++) {
+        memset(leaves, 0, nl * sizeof(*leaves));
+        for (uint64_t p = 0; p < parts; p++) {
+            uint64_t lo = nl * p / parts, hi = nl * (p + 1) / parts;
+            assert_int_equal(mt_digest_leaves(t, sh, n, NULL, NULL, lo, hi - lo, leaves + lo, &err),
+                             MT_OK);
+        }
+        assert_int_equal(mt_digest_tensor_from_leaves(t, leaves, nl, &d, &err), MT_OK);
+        if (!mt_digest_equal(&d, whole))
+            fail_msg("tensor of %llu leaves hashed in %llu ranges: another digest",
+                     (unsigned long long)nl, (unsigned long long)parts);
+    }
+    /* a range past the end, a wrong leaf count */
+    assert_int_equal(mt_digest_leaves(t, sh, n, NULL, NULL, nl, 1, leaves, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "outside its"));
+    assert_int_equal(mt_digest_tensor_from_leaves(t, leaves, nl + 1, &d, &err),
+                     MT_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "leaves given"));
+    free(leaves);
+}
+
 static void check_shapes(const int64_t *shape, int rank)
 {
     uint64_t n;
@@ -127,6 +162,7 @@ static void check_shapes(const int64_t *shape, int rank)
             assert_int_equal(mt_digest_tensor(&t, rev, 2 * sp.nshards, NULL, NULL, &d, &err),
                              MT_OK);
             assert_true(mt_digest_equal(&d, &whole));
+            check_split_leaves(&t, sp.s, sp.nshards, &whole);
             free_split(&sp);
         }
     for (int a = 0; a < rank; a++) /* two axes at once: the 2-D meshes' layouts */
@@ -153,6 +189,14 @@ static void test_digest_shard_independent(void **state)
     check_shapes(s3, 3);
     check_shapes(s4, 4);
     check_shapes(s5, 2);
+    { /* a tensor of 0 elements has one (empty) leaf */
+        int64_t s0[] = {0, 3};
+        mt_digest_tensor_desc t = {"empty", "F32", 4, 2, s0};
+        mt_digest whole;
+        mt_err err = MT_ERR_INIT;
+        assert_int_equal(mt_digest_tensor(&t, NULL, 0, NULL, NULL, &whole, &err), MT_OK);
+        check_split_leaves(&t, NULL, 0, &whole);
+    }
 }
 
 static void test_digest_values_names_shapes_matter(void **state)
@@ -428,7 +472,8 @@ static void test_digest_engine_state_mesh_independent(void **state)
 {
     fixture_dir d;
     (void)state;
-    mt_digest first, dg, ck_root;
+    mt_digest first, dg, wd, ck_root;
+    bool have = false;
     mt_err err = MT_ERR_INIT;
     float x[8 * 40];
     int32_t y[8];
@@ -444,6 +489,11 @@ static void test_digest_engine_state_mesh_independent(void **state)
         mt_spmd *s = engine(meshes[k][0], meshes[k][1], &js);
         if (mt_spmd_digest(s, &dg, &err) != MT_OK)
             fail_msg("digest on %s: %s", meshes[k][0], err.msg);
+        assert_int_equal(mt_spmd_digest_world(s, &wd, &have, &err), MT_OK);
+        assert_true(have);
+        if (!mt_digest_equal(&wd, &dg)) /* on replicas the devices share the leaves out */
+            fail_msg("mt_spmd_digest_world on %s: another digest than mt_spmd_digest",
+                     meshes[k][0]);
         if (k == 0)
             first = dg;
         else if (!mt_digest_equal(&dg, &first))
@@ -476,6 +526,9 @@ static void test_digest_engine_state_mesh_independent(void **state)
         assert_int_equal(mt_spmd_digest(s, &dg, &err), MT_OK);
         if (!mt_digest_equal(&dg, &first))
             fail_msg("restored on %s %s: another digest", meshes[k][0], meshes[k][1]);
+        assert_int_equal(mt_spmd_digest_world(s, &wd, &have, &err), MT_OK);
+        if (!have || !mt_digest_equal(&wd, &first))
+            fail_msg("restored on %s %s: another world digest", meshes[k][0], meshes[k][1]);
         mt_spmd_free(s);
         mt_jobspec_free(js);
     }
