@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_digest.c — the cost of the per-step state digest (mt_spmd_digest, docs/reproducibility.md)
+ * bench_digest.c — the cost of the per-step state digest (mt_spmd_digest_world, as jobs take it:
+ * shared out over the devices on replicated layouts; docs/reproducibility.md)
  * against a training step, on the seed models: the sentiment MLP (examples/
  * dtensor_mlp_data_parallel.json), the Fashion-MNIST MLP and CNN and the residual CNN, each on
  * 1 and 2 devices (threads; batch=1 / batch=2, the spec's global batch) and the MLP also
@@ -77,6 +78,7 @@ static int run_case(const char *dir, int k, double *step_ms, double *digest_ms, 
     int32_t *y = NULL;
     uint64_t step = 0, r = 88172645463325252ULL;
     mt_digest d;
+    bool have = false;
     int rc = 1;
 
     snprintf(path, sizeof(path), "%s/%s", dir, cases[k].file);
@@ -110,7 +112,7 @@ static int run_case(const char *dir, int k, double *step_ms, double *digest_ms, 
         st[rd] = (now_s() - t0) * 1e3 / 5.0;
         t0 = now_s();
         for (int i = 0; i < 5; i++)
-            if (mt_spmd_digest(s, &d, &err) != MT_OK)
+            if (mt_spmd_digest_world(s, &d, &have, &err) != MT_OK)
                 goto out;
         dg[rd] = (now_s() - t0) * 1e3 / 5.0;
     }
@@ -189,7 +191,7 @@ int main(int argc, char **argv)
     int status = 0;
 
     throughput();
-    printf("state digest (mt_spmd_digest) against a training step, same run, medians of %d "
+    printf("state digest (mt_spmd_digest_world) against a training step, same run, medians of %d "
            "interleaved rounds\n",
            ROUNDS);
     printf("%-34s %-16s %9s %10s %10s %11s %6s\n", "spec", "mesh", "state MB", "step ms",
