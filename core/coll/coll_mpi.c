@@ -156,7 +156,7 @@ typedef struct mpi_state {
 } mpi_state;
 
 enum { OP_ALLREDUCE = 1, OP_RS, OP_AG, OP_BCAST, OP_BARRIER };
-static const char *const op_names[] = {"",          "allreduce", "reduce-scatter",
+static const char *const op_names[] = {"",          "allreduce", "reduce_scatter",
                                        "allgather", "broadcast", "barrier"};
 
 static int64_t now_ns(void)

@@ -282,10 +282,11 @@ typedef struct mt_spmd_position {
  * the shards, optimizer slots as "<param>/adam_m", "/adam_v" or "/momentum", the iteration count
  * as "optimizer/iterations" (I64), the position and spec_json (borrowed, may be NULL).
  * The shards of this process must cover every tensor (true in one process, or when each process
- * holds a full replica; otherwise every process calls mt_spmd_save_gathered). After sharded
- * updates (mt_spmd_sharded_update, one process only) it first allgathers the optimizer slots over
- * the batch dim. Codes: mt_ckpt's (I/O, RESOURCE_EXHAUSTED; FAILED_PRECONDITION "shards cover 30
- * of 40 elements" when they do not).
+ * holds a full replica and the update is not sharded; otherwise every process calls
+ * mt_spmd_save_gathered, see mt_spmd_save_needs_gather). After sharded updates in one process it
+ * first allgathers the optimizer slots over the batch dim. Codes: mt_ckpt's (I/O,
+ * RESOURCE_EXHAUSTED; FAILED_PRECONDITION "shards cover 30 of 40 elements" when they do not, or
+ * "optimizer slots: ..." after sharded updates in a world spread over processes).
  */
 mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err);
@@ -300,8 +301,9 @@ mt_code mt_spmd_set_meta(mt_spmd *s, const char *key, const char *text, mt_err *
 
 /*
  * True when a checkpoint of this trainer needs mt_spmd_save_gathered: the world spreads over
- * processes (some ranks are not in this process) and some parameter is sharded, so the process
- * holding rank 0 may lack shards. The same answer in every process of the world.
+ * processes (some ranks are not in this process) and some parameter is sharded, or the update is
+ * (mt_spmd_sharded_update: each replica keeps only its chunk of the optimizer slots current), so
+ * the process holding rank 0 may lack shards. The same answer in every process of the world.
  */
 bool mt_spmd_save_needs_gather(const mt_spmd *s);
 
@@ -309,13 +311,14 @@ bool mt_spmd_save_needs_gather(const mt_spmd *s);
  * Whether the data-parallel replicas shard the optimizer update (ZeRO-1, docs/spmd.md): the
  * gradient bucket is reduce-scattered over the batch dim, each replica applies the optimizer to
  * its chunk of the fused gradients, and an allgather brings the updated weights; the same bits as
- * the replicated update. On by default when the mesh has 2 or more replicas, all in this process
- * (a world spread over processes keeps the replicated update), no sequence dim, no parameter
- * sharded over the batch dim (FSDP) and no global-norm clipping. The optimizer slots of
- * a replica are then current only in its chunk until a checkpoint or digest allgathers them
- * (mt_spmd_param shows them as they are). mt_spmd_set_sharded_update(s, false) makes every
- * replica update every weight (comparisons); true restores the default where it applies. Call it
- * in every process of the world before the first step, the same way. Calling thread only.
+ * the replicated update. On by default when the mesh has 2 or more replicas (in this process or
+ * in several), no sequence dim, no parameter sharded over the batch dim (FSDP) and no global-norm
+ * clipping. The optimizer slots of a replica are then current only in its chunk until a
+ * checkpoint or digest allgathers them (mt_spmd_param shows them as they are); over processes
+ * every checkpoint is gathered (mt_spmd_save_needs_gather) and every digest is collective.
+ * mt_spmd_set_sharded_update(s, false) makes every replica update every weight (comparisons); true
+ * restores the default where it applies. Call it in every process of the world before the first
+ * step, the same way. Calling thread only.
  */
 bool mt_spmd_sharded_update(const mt_spmd *s);
 void mt_spmd_set_sharded_update(mt_spmd *s, bool on);

@@ -646,12 +646,10 @@ static int msp_dim(const mt_spmd *s, const mt_job_spec *spec)
  * Whether the data-parallel replicas shard the optimizer update (ZeRO-1, dev_update_sharded):
  * several replicas, a gradient bucket reduced over the batch dim alone (no sequence dim), no
  * FSDP parameter, and no global-norm clipping (its norm would need every gradient: the replicated
- * update keeps that sum's order). mt_spmd_new also turns it off when some replica lives in
- * another process: every process then keeps whole optimizer slots, so the survivors of a dead
- * worker can still write a stop checkpoint, and a checkpoint needs no gather (with sharded slots
- * a 2-worker job, its coordinator frozen, slowed to a step a second in test_coord_crash.sh).
- * Every optimizer is elementwise, so updating a slice of the fused gradients gives each element
- * the bits the whole update gives it.
+ * update keeps that sum's order). Replicas in other processes share it too: every checkpoint
+ * of such a world is then gathered (mt_spmd_save_needs_gather) and every digest collective, since
+ * each process holds only its chunk of the slots current. Every optimizer is elementwise, so
+ * updating a slice of the fused gradients gives each element the bits the whole update gives it.
  */
 static bool zero_applies(const mt_spmd *s)
 {
@@ -2072,9 +2070,6 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
         goto fail;
     }
     s->world = world;
-    for (int p = 0; p < s->ndev; p++) /* replicas in other processes: the replicated update */
-        if (mt_coll_world_comm(world, p) == NULL)
-            s->zero_ok = s->zero = false;
     s->devs = mt_calloc((size_t)s->ndev, sizeof(dev));
     s->ahead_mine = mt_calloc((size_t)mt_spmd_batch_replicas(s), sizeof(size_t));
     if (s->devs == NULL || s->ahead_mine == NULL) {
@@ -2728,17 +2723,24 @@ static void read_val_meta(const mt_ckpt *ck, char *out, size_t cap)
 
 /*
  * After sharded updates each replica's slots are current only in its own chunk: make them whole
- * on every device before they are read (a checkpoint, a digest). The sharded update runs only
- * when every replica is in this process (mt_spmd_new), so this process runs it for all.
+ * on every device before they are read (a checkpoint, a digest). COLLECTIVE over the world when
+ * it spreads over processes (the callers that pass `collective` are: every process calls them
+ * at the same point); a process alone in its world runs it for all. FAILED_PRECONDITION when a
+ * caller of this process alone needs it in a world spread over processes.
  */
 #define SLOTS_TAG (1ULL << 40) /* zero_sync's own step space, as SAVE_TAG and AGREE_TAG */
-static mt_code zero_sync(mt_spmd *s, mt_err *err)
+static mt_code zero_sync(mt_spmd *s, bool collective, mt_err *err)
 {
     bool stale = false;
     for (int p = 0; p < s->ndev; p++)
         stale = stale || (s->devs[p].comm != NULL && s->devs[p].slots_stale);
     if (!stale)
         return MT_OK;
+    if (!collective && s->nlocal < s->ndev)
+        return mt_err_set(err, MT_FAILED_PRECONDITION,
+                          "optimizer slots: the replicas' sharded update leaves each process a "
+                          "chunk of them; save or digest with every process "
+                          "(mt_spmd_save_gathered, mt_spmd_digest_world)");
     s->jcall = (mt_coll_call){SLOTS_TAG + s->nsyncs++, 0, 0};
     return run_job(s, JOB_SLOTS, err);
 }
@@ -2762,7 +2764,7 @@ mt_code mt_spmd_save(mt_spmd *s, const char *path, const mt_spmd_position *pos,
                      const char *spec_json, mt_err *err)
 {
     mt_ckpt_writer *w = NULL;
-    mt_code rc = zero_sync(s, err);
+    mt_code rc = zero_sync(s, false, err);
     int64_t one = 1, t = s->devs[s->first_local].t;
 
     if (rc != MT_OK)
@@ -2942,7 +2944,7 @@ mt_code mt_spmd_digest(mt_spmd *s, mt_digest *out, mt_err *err)
     size_t cap = 3 * s->n_params + 1;
     char **names = mt_calloc(cap, sizeof(*names));
     mt_digest *d = mt_calloc(cap, sizeof(*d));
-    mt_code rc = zero_sync(s, err);
+    mt_code rc = zero_sync(s, false, err);
     int n = 0;
 
     if (rc == MT_OK && (names == NULL || d == NULL))
@@ -3023,6 +3025,8 @@ bool mt_spmd_save_needs_gather(const mt_spmd *s)
 {
     if (s->nlocal == s->ndev)
         return false;
+    if (s->zero) /* the optimizer slots: each replica keeps its chunk current (zero_sync) */
+        return true;
     for (size_t i = 0; i < s->n_params; i++)
         if (!mt_layout_is_replicated(&s->playout[i]))
             return true;
@@ -3112,7 +3116,7 @@ static mt_code gather_each(mt_spmd *s, bool writer, gathered_fn fn, void *ctx, m
 
     if (grp == NULL)
         return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "state gather: out of memory");
-    rc = zero_sync(s, err);
+    rc = zero_sync(s, true, err);
     for (size_t i = 0; rc == MT_OK && i < s->n_params; i++) {
         int n = 0;
         rc = gather_group(s, i, grp, &n, err);
@@ -3381,7 +3385,7 @@ static mt_code digest_shared(mt_spmd *s, mt_digest *out, bool *have, mt_err *err
                              : plan_make(s, &pl, err);
 
     if (rc == MT_OK)
-        rc = zero_sync(s, err);
+        rc = zero_sync(s, true, err);
     if (rc == MT_OK) {
         for (int p = 0; p < s->ndev; p++)
             all[p] = p;

@@ -138,7 +138,7 @@ RESUME=$(sed -n "s/.*$JOB: resuming from checkpoint step \([0-9]*\) of .*$/\1/p"
 snapshot "$T/pre"
 next=$(( ($(jq .step "$T/pre/status.json") / CK + 1) * CK ))
 kill -STOP "$COORD_PID"
-wait_for 60 "the checkpoint of step $next written" grep -q "ckpt-$next.mtc (step $next)" "$T/wa.log" "$T/wb.log"
+wait_for 60 "the checkpoint of step $next written" grep -qE "ckpt-$next\.mtc \(step $next[),]" "$T/wa.log" "$T/wb.log"
 sleep 0.2
 crash "during the upload of checkpoint $next" now
 # 6. right after a checkpoint upload was acknowledged

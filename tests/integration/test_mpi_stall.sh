@@ -27,7 +27,7 @@ jq '. + {steps: 40, batch_size: 32, mesh: {batch: 2}} | del(.epochs) |
 JOB=$(mt submit "$T/job.json")
 wait_for 40 "$JOB stalled" state_is "$JOB" STALLED
 mt status --json "$JOB" >"$T/st.json"
-PATTERN='^device stuck: step 5 allreduce #0 on axis batch: mw-mpi1 cpu:0 never entered'
+PATTERN='^device stuck: step 5 reduce_scatter #0 on axis batch: mw-mpi1 cpu:0 never entered'
 jq -e --arg p "$PATTERN" '.diagnosis | test($p)' "$T/st.json" >/dev/null ||
     fail "diagnosis: $(jq -c '{state, reason, diagnosis}' "$T/st.json")"
 log "MPI job STALLED: $(jq -r .diagnosis "$T/st.json")"

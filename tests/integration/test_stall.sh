@@ -3,10 +3,10 @@
 # test_stall.sh — hang diagnosis with real processes on loopback (docs/jobs.md "Stalled jobs"):
 #  1. a coordinator and two real 2-device workers run a 4-device data-parallel job; worker wb has
 #     the TEST-ONLY hook MT_TEST_STALL_AT_STEP, so one of its devices sleeps before entering the
-#     step's gradient allreduce while wb keeps heartbeating: the job becomes STALLED within the
-#     stall timeout, and `meshtrain status` (text and --json) and GET /api/v1/jobs/{id} name
-#     wb's device, the allreduce and the mesh axis "batch"; when the hook lets go the job returns
-#     to RUNNING and SUCCEEDS;
+#     step's gradient reduce-scatter (the sharded update) while wb keeps heartbeating: the job
+#     becomes STALLED within the stall timeout, and `meshtrain status` (text and --json) and
+#     GET /api/v1/jobs/{id} name wb's device, the reduce_scatter and the mesh axis "batch"; when
+#     the hook lets go the job returns to RUNNING and SUCCEEDS;
 #  2. SIGSTOP of a whole worker (no heartbeats) is the lost-worker path: the worker is "lost" and
 #     the job goes to RESTARTING, never STALLED.
 source "$(dirname "$0")/lib.sh"
@@ -38,7 +38,7 @@ log "$JOB STALLED after $((SECONDS - T0)) s"
 mt status --json "$JOB" >"$T/st.json"
 # the reason is the stall diagnosis; `diagnosis` says what kind of fault it is: a device that
 # never entered is a stuck device, not a link (docs/jobs.md#diagnosis)
-PATTERN='^device stuck: step 5 allreduce #0 on axis batch: wb cpu:[01] never entered; its last activity: test stall hook: sleeping before a collective [0-9]+ s ago$'
+PATTERN='^device stuck: step 5 reduce_scatter #0 on axis batch: wb cpu:[01] never entered; its last activity: test stall hook: sleeping before a collective [0-9]+ s ago$'
 jq -e --arg p "$PATTERN" '.diagnosis | test($p)' "$T/st.json" >/dev/null ||
     fail "status --json diagnosis: $(jq -c '{state, reason, diagnosis}' "$T/st.json")"
 jq -e '.diagnosis == "device stuck: " + .reason' "$T/st.json" >/dev/null || fail "reason and diagnosis differ"
@@ -47,9 +47,9 @@ DEV=$(jq -r '.diagnosis | capture("wb cpu:(?<d>[01])").d' "$T/st.json")
 jq -e --argjson d "$DEV" '[.placement[] | select(.worker_id == "wb" and .local_index == $d)] | length == 1' \
     "$T/st.json" >/dev/null || fail "placement has no wb cpu:$DEV"
 mt status "$JOB" >"$T/st.txt"
-grep -Eq '^stalled   alive but not advancing: step 5 allreduce #0 on axis batch: wb cpu:[01] never entered' \
+grep -Eq '^stalled   alive but not advancing: step 5 reduce_scatter #0 on axis batch: wb cpu:[01] never entered' \
     "$T/st.txt" || fail "status text: $(cat "$T/st.txt")"
-grep -Eq '^diagnosis device stuck: step 5 allreduce #0 on axis batch: wb cpu:[01] never entered' \
+grep -Eq '^diagnosis device stuck: step 5 reduce_scatter #0 on axis batch: wb cpu:[01] never entered' \
     "$T/st.txt" || fail "status text: $(cat "$T/st.txt")"
 curl -sf "$HTTP_URL/api/v1/jobs/$JOB" >"$T/api.json" || fail "GET /api/v1/jobs/$JOB"
 jq -e --arg p "$PATTERN" '.state == "STALLED" and (.diagnosis | test($p))' "$T/api.json" >/dev/null ||

@@ -1867,13 +1867,28 @@ static void test_spmd_sharded_update_keeps_bits(void **state)
     data_free(&d);
 }
 
+static void tmp_pair(char *dir, char *a, const char *na, char *b, const char *nb);
+static void assert_same_file(const char *a, const char *b);
+
+/* The other process's part of a gathered checkpoint (it writes nothing: rank 0 is not its). */
+static void *half_save(void *arg)
+{
+    half_run *h = arg;
+    mt_spmd_position pos = {.step = 4, .input_position = 64};
+    mt_err err = MT_ERR_INIT;
+    if (mt_spmd_save_gathered(h->s, NULL, &pos, NULL, &err) != MT_OK)
+        fail_msg("gathered save (other half): %s", err.msg);
+    return NULL;
+}
+
 /*
- * Replicas spread over two net worlds (2 + 2) keep the replicated update (each process keeps whole
- * optimizer slots, so a survivor can write a stop checkpoint alone): no sharded update, not even
- * when asked, no gather for a checkpoint; the digest of the world equals a single process's, and
- * every process holds the same weights and slots.
+ * Replicas spread over two net worlds (2 + 2) share the optimizer update too: each process keeps
+ * only its chunk of the slots current, so a checkpoint is gathered (mt_spmd_save_needs_gather;
+ * mt_spmd_save by one process alone refuses) and the digest is collective. The world's digest
+ * and its gathered checkpoint equal a single process's replicated update; the digest made every
+ * process's slots whole; and the gathered checkpoint has the bytes of the single process's.
  */
-static void test_spmd_no_sharded_update_over_processes(void **state)
+static void test_spmd_sharded_update_over_processes(void **state)
 {
     size_t shape[1] = {FEAT};
     data d = gen_data(64, FEAT, 2, 29);
@@ -1882,21 +1897,31 @@ static void test_spmd_no_sharded_update_over_processes(void **state)
     half_run hr = {NULL, &d};
     pthread_t th;
     mt_digest dw, dr;
+    mt_spmd_position pos = {.step = 4, .input_position = 64};
+    char dir[] = "/tmp/mt_spmd_zeroXXXXXX", a[256], b[256];
     bool have = false;
     job j;
     mt_err err = MT_ERR_INIT;
     (void)state;
+    tmp_pair(dir, a, "ref.mtc", b, "net.mtc");
     job_load(&j, MLP_SPEC(CHAIN_OPT, ",\"mesh\":{\"batch\":4}"), NULL);
     two_worlds_open(&t, &j, 4);
-    for (int k = 0; k < 2; k++) { /* replicas in two processes: the replicated update */
-        assert_false(mt_spmd_sharded_update(t.sp[k]));
-        assert_false(mt_spmd_save_needs_gather(t.sp[k]));
-        mt_spmd_set_sharded_update(t.sp[k], true); /* stays off */
-        assert_false(mt_spmd_sharded_update(t.sp[k]));
+    for (int k = 0; k < 2; k++) { /* replicas in two processes: the sharded update */
+        assert_true(mt_spmd_sharded_update(t.sp[k]));
+        assert_true(mt_spmd_save_needs_gather(t.sp[k]));
     }
     hr.s = t.sp[1];
     assert_int_equal(pthread_create(&th, NULL, half_train, &hr), 0);
     spmd_train(t.sp[0], &d, 16, 0, 4, NULL);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    /* one process alone cannot make the slots whole: a clear refusal, no hang */
+    assert_int_equal(mt_spmd_save(t.sp[0], a, &pos, NULL, &err), MT_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.msg, "optimizer slots"));
+    assert_int_equal(mt_spmd_digest(t.sp[0], &dw, &err), MT_FAILED_PRECONDITION);
+    /* the gathered checkpoint: both processes */
+    assert_int_equal(pthread_create(&th, NULL, half_save, &hr), 0);
+    if (mt_spmd_save_gathered(t.sp[0], b, &pos, NULL, &err) != MT_OK)
+        fail_msg("gathered save: %s", err.msg);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(pthread_create(&th, NULL, half_digest, &hr), 0);
     if (mt_spmd_digest_world(t.sp[0], &dw, &have, &err) != MT_OK)
@@ -1908,18 +1933,23 @@ static void test_spmd_no_sharded_update_over_processes(void **state)
     spmd_train(ref, &d, 16, 0, 4, NULL);
     assert_int_equal(mt_spmd_digest(ref, &dr, &err), MT_OK);
     assert_memory_equal(&dw, &dr, sizeof(dw));
+    assert_int_equal(mt_spmd_save(ref, a, &pos, NULL, &err), MT_OK);
+    assert_same_file(a, b);
     for (int p = 0; p < 4; p++) /* the digest made every process's slots whole */
         for (size_t i = 0; i < mt_spmd_param_count(ref); i++) {
-            const mt_model_param *a = mt_spmd_param(t.sp[p / 2], p, i),
-                                 *b = mt_spmd_param(ref, p, i);
-            assert_memory_equal(a->value, b->value, a->size * sizeof(float));
-            if (a->slot2 != NULL)
-                assert_memory_equal(a->slot2, b->slot2, a->size * sizeof(float));
+            const mt_model_param *x = mt_spmd_param(t.sp[p / 2], p, i),
+                                 *y = mt_spmd_param(ref, p, i);
+            assert_memory_equal(x->value, y->value, x->size * sizeof(float));
+            if (x->slot2 != NULL)
+                assert_memory_equal(x->slot2, y->slot2, x->size * sizeof(float));
         }
     mt_spmd_free(ref);
     two_worlds_close(&t);
     job_free(&j);
     data_free(&d);
+    unlink(a);
+    unlink(b);
+    rmdir(dir);
 }
 
 /* ------------------------------------------------------------------ per-worker pipelines */
@@ -2421,7 +2451,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spmd_config_checkpoint_fields),
         cmocka_unit_test(test_spmd_checkpoint_chain_continues),
         cmocka_unit_test(test_spmd_sharded_update_keeps_bits),
-        cmocka_unit_test(test_spmd_no_sharded_update_over_processes),
+        cmocka_unit_test(test_spmd_sharded_update_over_processes),
         cmocka_unit_test(test_spmd_restore_refuses_other_model),
         cmocka_unit_test(test_spmd_resume_keeps_best),
         cmocka_unit_test(test_spmd_tokens_validation_uses_training_vocabulary),
