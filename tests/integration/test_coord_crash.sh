@@ -15,9 +15,10 @@ source "$(dirname "$0")/lib.sh"
 
 S=$T/state
 # the same under sanitizers: the time of a step is OpenBLAS's (not instrumented), and the
-# kill points need the steps to take milliseconds
-STEPS=300
-CK=50
+# kill points need the steps to take milliseconds and the job to outlast the first restarts (at
+# 300 steps a 2-worker job of this MLP took 2 s on a 2-core EPYC and was done before kill 4)
+STEPS=1200
+CK=100
 UNITS=512
 HB=(--heartbeat-ms 200 --heartbeat-timeout-ms 5000)
 start_coordinator coord "$S" --listen tcp://127.0.0.1:0 --http 127.0.0.1:0 "${HB[@]}"
