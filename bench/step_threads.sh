@@ -13,7 +13,8 @@
 # names shows the process name. JOB_DATA_DIR: the sentiment TSVs (deploy/fetch-sentiment.sh DIR).
 # STEP_PERF=1 adds `perf sched` latency figures of the window (root); STEP_PERF=record a CPU
 # profile of the first worker (perf record -g, symbols by share; STEP_PERF_OUT=FILE keeps it;
-# STEP_PERF_PID=0 profiles the coordinator instead, 2 the second worker). Never run by ctest.
+# STEP_PERF_PID=0 profiles the coordinator instead, 2 the second worker). STEP_CKPT_EVERY=N keeps
+# a checkpoint every N steps (default: none). Never run by ctest.
 set -euo pipefail
 B=${1:?usage: step_threads.sh BUILD EXAMPLE STEPS MESH NWORKERS DEVICES}
 EX=$2 STEPS=$3 MESH=$4 NW=$5 DEV=$6
@@ -32,6 +33,10 @@ sed -e 's/"batch_size": *[0-9]*/"batch_size": '"$batch"'/' -e '0,/{/s//{"steps":
     -e '/"epochs":/d' -e '/"checkpoint":/d' \
     -e 's#"data/sentiment_#"'"${JOB_DATA_DIR:-data}"'/sentiment_#g' \
     "$SRC/examples/$EX" >"$T/job.json"
+if [ -n "${STEP_CKPT_EVERY:-}" ]; then # periodic checkpoints (and the stop agreement they bring)
+    jq --argjson n "$STEP_CKPT_EVERY" '.checkpoint = {every_steps: $n, keep: 1}' "$T/job.json" \
+        >"$T/job.ck.json" && mv "$T/job.ck.json" "$T/job.json"
+fi
 # snap FILE: one line per thread: role pid tid name run_ns voluntary involuntary wait_ns (one awk
 # per process, so a snapshot takes milliseconds and the window's steps and CPU cover the same time)
 snap() {

@@ -3412,7 +3412,7 @@ mt_code mt_spmd_digest_world(mt_spmd *s, mt_digest *out, bool *have, mt_err *err
 {
     bool writer = s->devs[0].comm != NULL;
     size_t cap = 3 * s->n_params + 1;
-    digest_acc a = {mt_calloc(cap, sizeof(char *)), mt_calloc(cap, sizeof(mt_digest)), 0};
+    digest_acc a = {NULL, NULL, 0};
     mt_err derr = MT_ERR_INIT;
     mt_code rc, drc = MT_OK;
 
@@ -3420,14 +3420,14 @@ mt_code mt_spmd_digest_world(mt_spmd *s, mt_digest *out, bool *have, mt_err *err
     if (replicas_share_digest(s))
         return digest_shared(s, out, have, err);
     if (!mt_spmd_save_needs_gather(s)) { /* one process: rank 0's computes */
-        mt_free(a.names);
-        mt_free(a.d);
         if (!writer)
             return MT_OK;
         rc = mt_spmd_digest(s, out, err);
         *have = rc == MT_OK;
         return rc;
     }
+    a.names = mt_calloc(cap, sizeof(char *));
+    a.d = mt_calloc(cap, sizeof(mt_digest));
     if (a.names == NULL || a.d == NULL)
         drc = mt_err_set(&derr, MT_RESOURCE_EXHAUSTED, "digest: out of memory");
     rc = gather_each(s, writer, digest_gathered, &a, &drc, &derr, err);
