@@ -422,8 +422,15 @@ static mt_code tls_allreduce(const mt_tls *t0, const mt_tls *t1, mt_err *err)
         mt_coll_world_free(ws[k]);
         mt_coll_net_free(nets[k]);
     }
-    if (rc == MT_OK) /* nng 1.5.2 can stall closing TLS sockets (coll_net.c bounds it at 2 s) */
-        assert_true(mt_clock_mono_ms() - freed < 2000);
+    /* nng 1.5.2 can stall closing a TLS socket; coll_net.c bounds each close at 2 s (two per
+     * world here: the peer's connection and the listener). A stall within the bounds is the
+     * known upstream one (docs/robustness.md): reported, not failed; past them the bound broke. */
+    int64_t took = mt_clock_mono_ms() - freed;
+    if (rc == MT_OK && took >= 2000)
+        print_message("TLS close stalled %lld ms (nng 1.5.2; bounded at 2 s a close)\n",
+                      (long long)took);
+    if (rc == MT_OK)
+        assert_true(took < 4 * 2000 + 500);
     return rc;
 }
 
