@@ -163,6 +163,7 @@ struct mt_spmd {
     uint64_t ahead_step;
     bool ahead;
     size_t *ahead_mine; /* per batch coordinate: the count this process announced for ahead_step */
+    int *all_pos;       /* 0 .. ndev-1: the group of every rank (agreements, shared digests) */
     /* checkpoint gather and flag agreement (mt_spmd_save_gathered, mt_spmd_flag_any) */
     size_t jgi;                    /* parameter */
     int jgk;                       /* -1 value, 0/1 optimizer slot */
@@ -2072,10 +2073,13 @@ mt_code mt_spmd_new(const mt_job_spec *spec, const mt_mesh *mesh, const mt_layou
     s->world = world;
     s->devs = mt_calloc((size_t)s->ndev, sizeof(dev));
     s->ahead_mine = mt_calloc((size_t)mt_spmd_batch_replicas(s), sizeof(size_t));
-    if (s->devs == NULL || s->ahead_mine == NULL) {
+    s->all_pos = mt_calloc((size_t)s->ndev, sizeof(int));
+    if (s->devs == NULL || s->ahead_mine == NULL || s->all_pos == NULL) {
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "spmd: out of memory");
         goto fail;
     }
+    for (int p = 0; p < s->ndev; p++)
+        s->all_pos[p] = p;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv_job, NULL);
     pthread_cond_init(&s->cv_done, NULL);
@@ -2316,6 +2320,7 @@ void mt_spmd_free(mt_spmd *s)
     mt_free(s->ulayout);
     mt_free(s->fsdp);
     mt_free(s->ahead_mine);
+    mt_free(s->all_pos);
     mt_free(s);
 }
 
@@ -3242,6 +3247,14 @@ typedef struct digest_plan {
     uint64_t per;                         /* the largest device's share: the allgather's unit */
 } digest_plan;
 
+/* Device p's leaves of the plan's list: [*lo, *hi). */
+static void leaf_share(const mt_spmd *s, const digest_plan *pl, int p, uint64_t *lo, uint64_t *hi)
+{
+    uint64_t L = pl->first[pl->n];
+    *lo = L * (uint64_t)p / (uint64_t)s->ndev;
+    *hi = L * (uint64_t)(p + 1) / (uint64_t)s->ndev;
+}
+
 static void plan_free(digest_plan *pl)
 {
     mt_free(pl->param);
@@ -3287,11 +3300,10 @@ static mt_code plan_make(const mt_spmd *s, digest_plan *pl, mt_err *err)
             pl->first[j + 1] = pl->first[j] + nl;
             pl->n++;
         }
-    for (int p = 0; p < s->ndev; p++) {
-        uint64_t L = pl->first[pl->n];
-        uint64_t share =
-            L * (uint64_t)(p + 1) / (uint64_t)s->ndev - L * (uint64_t)p / (uint64_t)s->ndev;
-        pl->per = share > pl->per ? share : pl->per;
+    for (int p = 0; rc == MT_OK && p < s->ndev; p++) {
+        uint64_t lo, hi;
+        leaf_share(s, pl, p, &lo, &hi);
+        pl->per = hi - lo > pl->per ? hi - lo : pl->per;
     }
     return rc;
 }
@@ -3302,14 +3314,13 @@ static mt_code dev_digest(dev *d)
 {
     mt_spmd *s = d->s;
     const digest_plan *pl = s->jdg;
-    uint64_t L = pl->first[pl->n];
-    uint64_t lo = L * (uint64_t)d->pos / (uint64_t)s->ndev;
-    uint64_t hi = L * (uint64_t)(d->pos + 1) / (uint64_t)s->ndev;
+    uint64_t lo, hi;
     size_t nf = (size_t)pl->per * LEAF_FLOATS;
     float *mine = mt_calloc(nf + 1, sizeof(float));
     mt_coll_group g = {s->jgroup, s->ndev};
     mt_code rc = MT_OK;
 
+    leaf_share(s, pl, d->pos, &lo, &hi);
     d->gbuf = mt_malloc((nf * (size_t)s->ndev + 1) * sizeof(float));
     if (mine == NULL || d->gbuf == NULL)
         rc = mt_err_set(&d->err, MT_RESOURCE_EXHAUSTED, "digest: out of memory");
@@ -3342,8 +3353,8 @@ static mt_code digest_from_leaves(mt_spmd *s, const digest_plan *pl, mt_digest *
     if (leaves == NULL || d == NULL || names == NULL)
         rc = mt_err_set(err, MT_RESOURCE_EXHAUSTED, "digest: out of memory");
     for (int p = 0; rc == MT_OK && p < s->ndev; p++) {
-        uint64_t lo = L * (uint64_t)p / (uint64_t)s->ndev;
-        uint64_t hi = L * (uint64_t)(p + 1) / (uint64_t)s->ndev;
+        uint64_t lo, hi;
+        leaf_share(s, pl, p, &lo, &hi);
         memcpy(leaves + lo, got + (uint64_t)p * pl->per, (hi - lo) * sizeof(*leaves));
     }
     for (int j = 0; rc == MT_OK && j < pl->n; j++) {
@@ -3379,17 +3390,13 @@ static bool replicas_share_digest(const mt_spmd *s)
 static mt_code digest_shared(mt_spmd *s, mt_digest *out, bool *have, mt_err *err)
 {
     bool writer = s->devs[0].comm != NULL;
-    int *all = mt_calloc((size_t)s->ndev, sizeof(int));
     digest_plan pl;
-    mt_code rc = all == NULL ? mt_err_set(err, MT_RESOURCE_EXHAUSTED, "digest: out of memory")
-                             : plan_make(s, &pl, err);
+    mt_code rc = plan_make(s, &pl, err);
 
     if (rc == MT_OK)
         rc = zero_sync(s, true, err);
     if (rc == MT_OK) {
-        for (int p = 0; p < s->ndev; p++)
-            all[p] = p;
-        s->jgroup = all;
+        s->jgroup = s->all_pos;
         s->jdg = &pl;
         s->jcall = (mt_coll_call){DIGEST_TAG + s->ndigests++, 0, 0};
         rc = run_job(s, JOB_DIGEST, err);
@@ -3402,9 +3409,7 @@ static mt_code digest_shared(mt_spmd *s, mt_digest *out, bool *have, mt_err *err
         mt_free(s->devs[p].gbuf);
         s->devs[p].gbuf = NULL;
     }
-    if (all != NULL)
-        plan_free(&pl);
-    mt_free(all);
+    plan_free(&pl);
     return rc;
 }
 
@@ -3453,21 +3458,15 @@ mt_code mt_spmd_digest_world(mt_spmd *s, mt_digest *out, bool *have, mt_err *err
 /* One agreement over every rank (a 1-float allreduce of the flags) tagged `call`. */
 static mt_code agree_all(mt_spmd *s, mt_coll_call call, bool mine, bool *any, mt_err *err)
 {
-    int *all = mt_calloc((size_t)s->ndev, sizeof(int));
     mt_code rc;
 
     *any = false;
-    if (all == NULL)
-        return mt_err_set(err, MT_RESOURCE_EXHAUSTED, "flag agreement: out of memory");
-    for (int p = 0; p < s->ndev; p++)
-        all[p] = p;
-    s->jgroup = all;
+    s->jgroup = s->all_pos;
     s->jflag = mine ? 1.0f : 0.0f;
     s->jcall = call;
     rc = run_job(s, JOB_AGREE, err);
     if (rc == MT_OK)
         *any = s->devs[s->first_local].flag > 0.0f;
-    mt_free(all);
     return rc;
 }
 
